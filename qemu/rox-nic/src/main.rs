@@ -1,0 +1,3 @@
+fn main() {
+    println!("rox-nic {}", env!("CARGO_PKG_VERSION"));
+}

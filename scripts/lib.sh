@@ -1,0 +1,64 @@
+# Shared helpers for rox's scripts (sourced, not executed).
+# Everything built lives in $ROX_CACHE (default ~/.cache/rox), outside the clone.
+
+ROX_TOP=${ROX_TOP:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}
+ROX_CACHE=${ROX_CACHE:-$HOME/.cache/rox}
+mkdir -p "$ROX_CACHE"
+
+# Pinned kernel source package; setup falls back to the newest linux-source-7.* offered.
+ROX_KERNEL_PKG=${ROX_KERNEL_PKG:-linux-source-7.3}
+
+log() { printf '[rox %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+die() { printf 'rox: error: %s\n' "$*" >&2; exit 1; }
+
+# Content key of a set of files: changing any of them changes the key.
+content_key() { cat "$@" | sha256sum | cut -c1-16; }
+
+root_key() { content_key "$ROX_TOP/scripts/root-packages.txt" "$ROX_TOP/scripts/setup-root.sh"; }
+root_dir() { echo "$ROX_CACHE/root-$(root_key)"; }
+
+kernel_key() {
+	content_key "$ROX_TOP/scripts/root-packages.txt" "$ROX_TOP/scripts/setup-kernel.sh" \
+		"$ROX_TOP/qemu/kernel.config" "$ROX_TOP/qemu/kernel-debug.config"
+}
+# $1: flavour (release|debug)
+kernel_dir() { echo "$ROX_CACHE/kernel-$(kernel_key)-${1:-release}"; }
+
+# Run a command inside the root, with the clone at /rox and the cache at /cache.
+# A private mount namespace: nothing stays mounted when the command ends.
+in_root() {
+	local root
+	root=$(root_dir)
+	[ -x "$root/bin/sh" ] || die "no toolchain root at $root; run 'make setup'"
+	unshare --mount --propagation private --fork -- /bin/bash -c '
+		set -e
+		r=$1; top=$2; cache=$3; shift 3
+		mount --rbind /dev "$r/dev"
+		mount -t proc proc "$r/proc"
+		mount --rbind /sys "$r/sys"
+		mount -t tmpfs tmpfs "$r/tmp"
+		mkdir -p "$r/rox" "$r/cache"
+		mount --bind "$top" "$r/rox"
+		mount --bind "$cache" "$r/cache"
+		exec chroot "$r" /usr/bin/env -i HOME=/root TERM="${TERM:-dumb}" \
+			PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+			LANG=C.UTF-8 "$@"
+	' _ "$root" "$ROX_TOP" "$ROX_CACHE" "$@"
+}
+
+# Path inside the root of a path under the cache.
+cache_path_in_root() { echo "/cache/${1#"$ROX_CACHE"/}"; }
+
+# Time a stage and remember its duration for the summary.
+ROX_TIMINGS=${ROX_TIMINGS:-$ROX_CACHE/.timings}
+stage() {
+	local name=$1 t0 rc
+	shift
+	t0=$(date +%s)
+	log "stage $name: start"
+	"$@"
+	rc=$?
+	log "stage $name: $(( $(date +%s) - t0 ))s (exit $rc)"
+	printf '%-14s %5ss %s\n' "$name" "$(( $(date +%s) - t0 ))" "$([ $rc = 0 ] && echo ok || echo FAILED)" >>"$ROX_TIMINGS"
+	return $rc
+}
