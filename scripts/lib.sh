@@ -17,20 +17,23 @@ content_key() { cat "$@" | sha256sum | cut -c1-16; }
 root_key() { content_key "$ROX_TOP/scripts/root-packages.txt" "$ROX_TOP/scripts/setup-root.sh"; }
 root_dir() { echo "$ROX_CACHE/root-$(root_key)"; }
 
+# Bump when setup-kernel.sh changes how the kernel is built (not how it reports progress).
+ROX_KERNEL_RECIPE=1
 kernel_key() {
-	content_key "$ROX_TOP/scripts/root-packages.txt" "$ROX_TOP/scripts/setup-kernel.sh" \
-		"$ROX_TOP/qemu/kernel.config" "$ROX_TOP/qemu/kernel-debug.config"
+	{ echo "$ROX_KERNEL_RECIPE"; cat "$ROX_TOP/scripts/root-packages.txt" \
+		"$ROX_TOP/qemu/kernel.config" "$ROX_TOP/qemu/kernel-debug.config"; } | sha256sum | cut -c1-16
 }
 # $1: flavour (release|debug)
 kernel_dir() { echo "$ROX_CACHE/kernel-$(kernel_key)-${1:-release}"; }
 
 # Run a command inside the root, with the clone at /rox and the cache at /cache.
-# A private mount namespace: nothing stays mounted when the command ends.
-in_root() {
+# A private mount namespace: nothing stays mounted when the command ends. Runs in a
+# subshell that becomes unshare(1), so `in_root cmd &` gives a pid whose death kills cmd.
+in_root() (
 	local root
 	root=$(root_dir)
 	[ -x "$root/bin/sh" ] || die "no toolchain root at $root; run 'make setup'"
-	unshare --mount --propagation private --fork -- /bin/bash -c '
+	exec unshare --mount --propagation private --fork --kill-child -- /bin/bash -c '
 		set -e
 		r=$1; top=$2; cache=$3; shift 3
 		mount --rbind /dev "$r/dev"
@@ -44,7 +47,7 @@ in_root() {
 			PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
 			LANG=C.UTF-8 "$@"
 	' _ "$root" "$ROX_TOP" "$ROX_CACHE" "$@"
-}
+)
 
 # Path inside the root of a path under the cache.
 cache_path_in_root() { echo "/cache/${1#"$ROX_CACHE"/}"; }

@@ -1,0 +1,37 @@
+# rox top-level targets. (The kernel build of rox.ko reads ./Kbuild, not this file.)
+#   make setup    toolchain root + guest kernel into $(ROX_CACHE) (idempotent, cached)
+#   make module   build rox.ko against the cached kernel
+#   make test     everything: setup, module, host tests, guest tests (stage timings printed)
+#   make demo     boot a guest and show rox at work
+ROX_CACHE ?= $(HOME)/.cache/rox
+ROX_KERNEL_FLAVOUR ?= release
+export ROX_CACHE ROX_KERNEL_FLAVOUR
+
+.PHONY: setup root kernel module host-test guest-test test demo clean
+
+setup: root kernel
+
+root:
+	scripts/setup-root.sh
+
+kernel: root
+	scripts/setup-kernel.sh $(ROX_KERNEL_FLAVOUR)
+
+module:
+	scripts/build-module.sh $(ROX_KERNEL_FLAVOUR)
+
+host-test:
+	cargo test --workspace
+
+guest-test:
+	tests/guest/run $(ROX_KERNEL_FLAVOUR)
+
+test:
+	scripts/test.sh
+
+demo:
+	scripts/demo.sh
+
+clean:
+	cargo clean
+	rm -rf $(ROX_CACHE)/kernel-*/rox-module

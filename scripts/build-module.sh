@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Build rox.ko against the cached guest kernel: make -C $KDIR M=<clone>, output kept in the
+# cache (MO=) so the clone stays clean. Usage: build-module.sh [release|debug]
+set -euo pipefail
+. "$(dirname "$0")/lib.sh"
+flavour=${1:-release}
+kdir=$(kernel_dir "$flavour")
+[ -e "$kdir/.complete" ] || die "no $flavour kernel in the cache; run 'make setup'"
+kin=$(cache_path_in_root "$kdir")
+mkdir -p "$kdir/rox-module"
+in_root make -C "$kin/linux" M=/rox MO="$kin/rox-module" -j"$(nproc)" modules
+log "module: $kdir/rox-module/rox.ko"

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# make test: every stage in order, each timed; a summary table at the end. Stops at the
+# first failing stage and exits non-zero.
+set -uo pipefail
+. "$(dirname "$0")/lib.sh"
+flavour=${ROX_KERNEL_FLAVOUR:-release}
+: >"$ROX_TIMINGS"
+summary() {
+	echo
+	echo "== stage timings"
+	cat "$ROX_TIMINGS"
+}
+trap summary EXIT
+cd "$ROX_TOP"
+stage root scripts/setup-root.sh || exit 1
+stage kernel scripts/setup-kernel.sh "$flavour" || exit 1
+stage module scripts/build-module.sh "$flavour" || exit 1
+stage host-tests cargo test --workspace || exit 1
+stage guest-tests tests/guest/run "$flavour" || exit 1
