@@ -1,13 +1,14 @@
 # rox top-level targets. (The kernel build of rox.ko reads ./Kbuild, not this file.)
 #   make setup    toolchain root + guest kernel into $(ROX_CACHE) (idempotent, cached)
 #   make module   build rox.ko against the cached kernel
+#   make provider build librox and install it into the root
 #   make test     everything: setup, module, host tests, guest tests (stage timings printed)
 #   make demo     boot a guest and show rox at work
 ROX_CACHE ?= $(HOME)/.cache/rox
 ROX_KERNEL_FLAVOUR ?= release
 export ROX_CACHE ROX_KERNEL_FLAVOUR
 
-.PHONY: setup root kernel module host-test guest-test test demo clean
+.PHONY: setup root kernel module provider host-test guest-test test demo clean
 
 setup: root kernel
 
@@ -20,10 +21,13 @@ kernel: root
 module:
 	scripts/build-module.sh $(ROX_KERNEL_FLAVOUR)
 
+provider: root
+	scripts/build-provider.sh
+
 host-test:
 	cargo test --workspace
 
-guest-test:
+guest-test: module
 	tests/guest/run $(ROX_KERNEL_FLAVOUR)
 
 test:
@@ -34,4 +38,4 @@ demo:
 
 clean:
 	cargo clean
-	rm -rf $(ROX_CACHE)/kernel-*/rox-module
+	rm -rf $(ROX_CACHE)/kernel-*/rox-module-*

@@ -6,7 +6,8 @@ set -euo pipefail
 flavour=${1:-release}
 kdir=$(kernel_dir "$flavour")
 [ -e "$kdir/.complete" ] || die "no $flavour kernel in the cache; run 'make setup'"
-kin=$(cache_path_in_root "$kdir")
-mkdir -p "$kdir/rox-module"
-in_root make -C "$kin/linux" M=/rox MO="$kin/rox-module" -j"$(nproc)" modules
-log "module: $kdir/rox-module/rox.ko"
+mdir=$(module_dir "$flavour")
+mkdir -p "$mdir"
+in_root make -C "$(cache_path_in_root "$kdir")/linux" M=/rox MO="$(cache_path_in_root "$mdir")" \
+	-j"$(nproc)" modules
+log "module: $mdir/rox.ko"

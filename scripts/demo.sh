@@ -6,7 +6,7 @@ flavour=${ROX_KERNEL_FLAVOUR:-release}
 "$ROX_TOP/scripts/setup-root.sh"
 "$ROX_TOP/scripts/setup-kernel.sh" "$flavour"
 "$ROX_TOP/scripts/build-module.sh" "$flavour"
-ko=$(cache_path_in_root "$(kernel_dir "$flavour")")/rox-module/rox.ko
+ko=$(cache_path_in_root "$(module_dir "$flavour")")/rox.ko
 exec "$ROX_TOP/qemu/vm" --flavour "$flavour" -- bash -c "
 	set -e
 	echo '# uname -r'; uname -r

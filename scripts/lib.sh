@@ -25,6 +25,8 @@ kernel_key() {
 }
 # $1: flavour (release|debug)
 kernel_dir() { echo "$ROX_CACHE/kernel-$(kernel_key)-${1:-release}"; }
+# $1: flavour. Where rox.ko of this clone is built (one per clone: builds never mix).
+module_dir() { echo "$(kernel_dir "$1")/rox-module-$(echo "$ROX_TOP" | sha256sum | cut -c1-8)"; }
 
 # Run a command inside the root, with the clone at /rox and the cache at /cache.
 # A private mount namespace: nothing stays mounted when the command ends. Runs in a
