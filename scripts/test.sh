@@ -16,4 +16,5 @@ stage root scripts/setup-root.sh || exit 1
 stage kernel scripts/setup-kernel.sh "$flavour" || exit 1
 stage module scripts/build-module.sh "$flavour" || exit 1
 stage host-tests cargo test --workspace || exit 1
+stage capture tests/host/tshark-capture.sh || exit 1
 stage guest-tests tests/guest/run "$flavour" || exit 1

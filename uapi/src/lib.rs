@@ -1,6 +1,26 @@
 //! rox hardware and software interface: the one definition shared by rox-nic (the device),
-//! rox.ko (the kernel driver, which includes this file without external crates) and librox.
+//! rox.ko (the kernel driver, which includes these files with `#[path]`, without external crates)
+//! and librox (the provider).
+//!
+//! Rules for every file in this crate: no dependencies, no std, no alloc; plain `#[repr(C)]`
+//! structs of fixed-width integers, `pub const`s, and compile-time layout checks. All multi-byte
+//! fields are little-endian between driver and device (x86 guests on x86 hosts: both sides use
+//! native order), except fields documented as "network order" (imm_data, GIDs).
+//!
+//! Modules: [`regs`] PCI identity, BAR0 registers, doorbell BAR, arm/wake; [`admin`] admin queue
+//! commands, completions, payloads; [`queue`] SQ/RQ/SRQ WQEs, SGEs, CQEs, EQEs; [`verbs`] IB
+//! enums with the numbering of libibverbs / ib_verbs.h; [`udata`] kernel <-> provider structs.
 #![no_std]
 
-/// Interface version reported by the device in BAR0 and checked by the driver.
+pub mod admin;
+pub mod queue;
+pub mod regs;
+pub mod udata;
+pub mod verbs;
+
+/// Interface version reported by the device in BAR0 (`regs::REG_VERSION`) and checked by the
+/// driver. Bump on any incompatible layout change in this crate.
 pub const ROX_VERSION: u32 = 1;
+
+// rox.ko includes this file as `#[path = "../uapi/src/lib.rs"] mod uapi;` (its children resolve
+// next to it), so the modules refer to each other only through `super::`, never `crate::`.

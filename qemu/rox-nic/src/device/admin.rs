@@ -1,0 +1,626 @@
+//! Admin command execution (runs on the data-path thread, which owns every object).
+
+use rox_uapi::admin::*;
+use rox_uapi::queue::*;
+use rox_uapi::regs::*;
+use rox_uapi::verbs::*;
+
+use super::hw::{load_page_list, load_ring, Cq, Hw, Mr, Qp, Srq, FIRST_QPN, KEY_INDEX_SHIFT};
+use super::qp_state::check_modify;
+use crate::dma::as_bytes;
+use crate::roce::{AddressVector, Engine, Mtu, QpConfig, QpModify, QpState, QpType};
+
+type AdminResult = Result<(u32, u32), u8>;
+
+/// The capabilities the device reports (REG_CAPS and DeviceAttr::caps).
+pub const DEVICE_CAPS: u32 = CAP_RC | CAP_UC | CAP_UD | CAP_SRQ | CAP_ATOMIC | CAP_INLINE | CAP_IMM;
+
+/// Execute one admin command and build its completion.
+pub fn execute(hw: &mut Hw, engine: &mut Engine, cmd: &AdminCmd) -> AdminCpl {
+    // SAFETY (union reads below): every payload variant is Pod; any bytes are a valid value.
+    let p = &cmd.payload;
+    let r = unsafe {
+        match cmd.hdr.opcode {
+            ADMIN_OP_QUERY_DEVICE => query_device(hw, &p.query),
+            ADMIN_OP_QUERY_PORT => query_port(hw, &p.query),
+            ADMIN_OP_SET_GID => set_gid(hw, &p.set_gid),
+            ADMIN_OP_READ_MAC => Ok((
+                u32::from_le_bytes([hw.mac[0], hw.mac[1], hw.mac[2], hw.mac[3]]),
+                u32::from_le_bytes([hw.mac[4], hw.mac[5], 0, 0]),
+            )),
+            ADMIN_OP_REG_MR => reg_mr(hw, &p.reg_mr),
+            ADMIN_OP_DEREG_MR => hw
+                .mrs
+                .remove(&p.handle.handle)
+                .map(|_| (0, 0))
+                .ok_or(ADMIN_STATUS_BAD_HANDLE),
+            ADMIN_OP_CREATE_CQ => create_cq(hw, &p.create_cq),
+            ADMIN_OP_DESTROY_CQ => destroy_cq(hw, p.handle.handle),
+            ADMIN_OP_CREATE_QP => create_qp(hw, engine, &p.create_qp),
+            ADMIN_OP_MODIFY_QP => modify_qp(hw, engine, &p.modify_qp),
+            ADMIN_OP_QUERY_QP => query_qp(hw, engine, &p.query),
+            ADMIN_OP_DESTROY_QP => destroy_qp(hw, engine, p.handle.handle),
+            ADMIN_OP_CREATE_SRQ => create_srq(hw, &p.create_srq),
+            ADMIN_OP_MODIFY_SRQ => modify_srq(hw, &p.modify_srq),
+            ADMIN_OP_QUERY_SRQ => query_srq(hw, p.handle.handle),
+            ADMIN_OP_DESTROY_SRQ => destroy_srq(hw, p.handle.handle),
+            ADMIN_OP_QUERY_STATS => query_stats(hw, engine, &p.query),
+            _ => Err(ADMIN_STATUS_BAD_OPCODE),
+        }
+    };
+    let (status, (result0, result1)) = match r {
+        Ok(res) => (ADMIN_STATUS_SUCCESS, res),
+        Err(status) => {
+            log::debug!(
+                "admin opcode {:#x} failed with status {status}",
+                cmd.hdr.opcode
+            );
+            (status, (0, 0))
+        }
+    };
+    AdminCpl {
+        cmd_id: cmd.hdr.cmd_id,
+        status,
+        opcode: cmd.hdr.opcode,
+        result0,
+        result1,
+        ..Default::default()
+    }
+}
+
+fn write_resp(hw: &Hw, addr: u64, bytes: &[u8]) -> Result<(), u8> {
+    hw.mem.write(addr, bytes).map_err(|_| ADMIN_STATUS_BAD_DMA)
+}
+
+fn query_device(hw: &mut Hw, q: &QueryCmd) -> AdminResult {
+    let guid = mac_to_guid(hw.mac);
+    let attr = DeviceAttr {
+        fw_ver: DEV_FW_VERSION,
+        node_guid: guid,
+        sys_image_guid: guid,
+        max_mr_size: DEV_MAX_MR_SIZE,
+        page_size_cap: DEV_PAGE_SIZE_CAP,
+        max_qp: DEV_MAX_QP,
+        max_qp_wr: 1 << DEV_MAX_LOG_WQ_DEPTH,
+        max_send_sge: SQ_MAX_SGE,
+        max_recv_sge: RQ_MAX_SGE,
+        max_sge_rd: SQ_MAX_SGE,
+        max_cq: DEV_MAX_CQ,
+        max_cqe: 1 << DEV_MAX_LOG_CQ_DEPTH,
+        max_mr: DEV_MAX_MR,
+        max_qp_rd_atom: DEV_MAX_RD_ATOMIC as u32,
+        max_qp_init_rd_atom: DEV_MAX_RD_ATOMIC as u32,
+        max_srq: DEV_MAX_SRQ,
+        max_srq_wr: 1 << DEV_MAX_LOG_WQ_DEPTH,
+        max_srq_sge: RQ_MAX_SGE,
+        max_inline_data: SQ_MAX_INLINE,
+        local_ca_ack_delay: DEV_LOCAL_CA_ACK_DELAY,
+        vendor_id: PCI_VENDOR_ID as u32,
+        vendor_part_id: PCI_DEVICE_ID as u32,
+        hw_ver: DEV_HW_VERSION,
+        num_comp_eqs: MAX_EQS - 1,
+        num_db_pages: DB_PAGE_COUNT,
+        atomic_cap: ATOMIC_CAP_HCA,
+        caps: DEVICE_CAPS,
+    };
+    write_resp(hw, q.resp_addr, as_bytes(&attr))?;
+    Ok((0, 0))
+}
+
+/// EUI-64 from a MAC, as RoCE devices derive their node GUID.
+fn mac_to_guid(mac: [u8; 6]) -> u64 {
+    const EUI64_UL_BIT: u8 = 0x02;
+    u64::from_be_bytes([
+        mac[0] ^ EUI64_UL_BIT,
+        mac[1],
+        mac[2],
+        0xff,
+        0xfe,
+        mac[3],
+        mac[4],
+        mac[5],
+    ])
+}
+
+fn query_port(hw: &mut Hw, q: &QueryCmd) -> AdminResult {
+    if q.index != PORT_NUM as u32 {
+        return Err(ADMIN_STATUS_BAD_PARAM);
+    }
+    const IB_WIDTH_4X: u8 = 2;
+    const IB_SPEED_EDR: u8 = 32;
+    let attr = PortAttr {
+        state: PORT_ACTIVE,
+        max_mtu: MTU_4096,
+        active_mtu: MTU_4096,
+        phys_state: PHYS_STATE_LINK_UP,
+        gid_tbl_len: GID_TABLE_LEN,
+        max_msg_sz: MAX_MSG_SIZE,
+        pkey_tbl_len: 1,
+        active_width: IB_WIDTH_4X,
+        active_speed: IB_SPEED_EDR,
+        mac: hw.mac,
+        reserved: [0; 2],
+    };
+    write_resp(hw, q.resp_addr, as_bytes(&attr))?;
+    Ok((0, 0))
+}
+
+fn set_gid(hw: &mut Hw, c: &SetGidCmd) -> AdminResult {
+    let slot = hw
+        .gids
+        .get_mut(c.index as usize)
+        .ok_or(ADMIN_STATUS_BAD_PARAM)?;
+    match c.valid {
+        0 => *slot = None,
+        1 if c.gid_type == GID_TYPE_ROCE_UDP_ENCAP => *slot = Some(c.gid),
+        _ => return Err(ADMIN_STATUS_BAD_PARAM),
+    }
+    hw.gids_changed = true;
+    Ok((0, 0))
+}
+
+fn reg_mr(hw: &mut Hw, c: &RegMrCmd) -> AdminResult {
+    if c.access & !ACCESS_SUPPORTED != 0
+        || c.flags & !MR_FLAG_PHYSICAL != 0
+        || c.length > DEV_MAX_MR_SIZE
+        || c.iova.checked_add(c.length).is_none()
+    {
+        return Err(ADMIN_STATUS_BAD_PARAM);
+    }
+    // IB: remote write/atomic require local write.
+    if c.access & (ACCESS_REMOTE_WRITE | ACCESS_REMOTE_ATOMIC) != 0
+        && c.access & ACCESS_LOCAL_WRITE == 0
+    {
+        return Err(ADMIN_STATUS_BAD_PARAM);
+    }
+    if hw.mrs.len() >= DEV_MAX_MR as usize {
+        return Err(ADMIN_STATUS_NO_RESOURCES);
+    }
+    let physical = c.flags & MR_FLAG_PHYSICAL != 0;
+    let (pages, page_shift) = if physical {
+        (Vec::new(), 0)
+    } else {
+        let pages = load_page_list(&hw.mem, &c.pbl)?;
+        let psize = 1u64 << c.pbl.page_shift;
+        if c.offset_in_first_page as u64 >= psize
+            || c.offset_in_first_page as u64 + c.length > (pages.len() as u64) * psize
+        {
+            return Err(ADMIN_STATUS_BAD_PARAM);
+        }
+        (pages, c.pbl.page_shift as u32)
+    };
+    let key = alloc_key(hw);
+    hw.mrs.insert(
+        key,
+        Mr {
+            pd: c.pd,
+            access: c.access,
+            iova: c.iova,
+            length: c.length,
+            offset: c.offset_in_first_page as u64,
+            pages,
+            page_shift,
+            physical,
+        },
+    );
+    Ok((key, key))
+}
+
+/// A fresh key: index bits count up, the low byte changes so stale keys do not match.
+fn alloc_key(hw: &mut Hw) -> u32 {
+    loop {
+        let k = hw.next_key;
+        hw.next_key = hw.next_key.wrapping_add(1).max(1 << KEY_INDEX_SHIFT);
+        if !hw.mrs.contains_key(&k) {
+            return k;
+        }
+    }
+}
+
+/// Take a doorbell slot for a new object and zero it: every object's indices start at 0.
+fn claim_doorbell(hw: &mut Hw, page: u32, slot: u32) -> Result<(), u8> {
+    if page >= DB_PAGE_COUNT
+        || slot as usize >= DB_SLOTS_PER_PAGE
+        || hw.doorbells_used.contains_key(&(page, slot))
+    {
+        return Err(ADMIN_STATUS_BAD_DOORBELL);
+    }
+    hw.doorbells_used.insert((page, slot), ());
+    hw.shared.doorbells.store_a(page, slot, 0);
+    hw.shared.doorbells.store_b(page, slot, 0);
+    Ok(())
+}
+
+fn next_id(next: &mut u32, first: u32, used: impl Fn(u32) -> bool) -> u32 {
+    loop {
+        let id = *next;
+        *next = if next.wrapping_add(1) & !QPN_MASK != 0 {
+            first
+        } else {
+            *next + 1
+        };
+        if !used(id) {
+            return id;
+        }
+    }
+}
+
+fn create_cq(hw: &mut Hw, c: &CreateCqCmd) -> AdminResult {
+    if c.eqn == EQ_ADMIN_ASYNC || c.eqn >= MAX_EQS {
+        return Err(ADMIN_STATUS_BAD_PARAM);
+    }
+    if hw.cqs.len() >= DEV_MAX_CQ as usize {
+        return Err(ADMIN_STATUS_NO_RESOURCES);
+    }
+    let ring = load_ring(
+        &hw.mem,
+        &c.ring,
+        c.log_depth,
+        CQE_SHIFT,
+        DEV_MAX_LOG_CQ_DEPTH,
+    )?;
+    claim_doorbell(hw, c.db_page, c.db_slot)?;
+    let cqs = &hw.cqs;
+    let id = next_id(&mut hw.next_cq, 1, |id| cqs.contains_key(&id));
+    hw.cqs.insert(
+        id,
+        Cq {
+            ring,
+            eqn: c.eqn,
+            db_page: c.db_page,
+            db_slot: c.db_slot,
+            pi: 0,
+            arm_seq: 0,
+            armed: 0,
+            error: false,
+            users: 0,
+        },
+    );
+    Ok((id, 0))
+}
+
+fn destroy_cq(hw: &mut Hw, id: u32) -> AdminResult {
+    let cq = hw.cqs.get(&id).ok_or(ADMIN_STATUS_BAD_HANDLE)?;
+    if cq.users != 0 {
+        return Err(ADMIN_STATUS_BUSY);
+    }
+    let cq = hw.cqs.remove(&id).expect("present");
+    hw.doorbells_used.remove(&(cq.db_page, cq.db_slot));
+    Ok((0, 0))
+}
+
+fn create_srq(hw: &mut Hw, c: &CreateSrqCmd) -> AdminResult {
+    if hw.srqs.len() >= DEV_MAX_SRQ as usize {
+        return Err(ADMIN_STATUS_NO_RESOURCES);
+    }
+    let ring = load_ring(
+        &hw.mem,
+        &c.ring,
+        c.log_depth,
+        RQ_WQE_SHIFT,
+        DEV_MAX_LOG_WQ_DEPTH,
+    )?;
+    if c.limit > ring.depth {
+        return Err(ADMIN_STATUS_BAD_PARAM);
+    }
+    claim_doorbell(hw, c.db_page, c.db_slot)?;
+    let srqs = &hw.srqs;
+    let id = next_id(&mut hw.next_srq, 1, |id| srqs.contains_key(&id));
+    hw.srqs.insert(
+        id,
+        Srq {
+            pd: c.pd,
+            ring,
+            db_page: c.db_page,
+            db_slot: c.db_slot,
+            ci: 0,
+            limit: c.limit,
+            users: 0,
+            error: false,
+        },
+    );
+    Ok((id, 0))
+}
+
+fn modify_srq(hw: &mut Hw, c: &ModifySrqCmd) -> AdminResult {
+    let srq = hw.srqs.get_mut(&c.srq).ok_or(ADMIN_STATUS_BAD_HANDLE)?;
+    if c.attr_mask & !SRQ_ATTR_LIMIT != 0 || c.limit > srq.ring.depth {
+        return Err(ADMIN_STATUS_BAD_PARAM);
+    }
+    if c.attr_mask & SRQ_ATTR_LIMIT != 0 {
+        srq.limit = c.limit;
+    }
+    Ok((0, 0))
+}
+
+fn query_srq(hw: &mut Hw, id: u32) -> AdminResult {
+    let srq = hw.srqs.get(&id).ok_or(ADMIN_STATUS_BAD_HANDLE)?;
+    let pi = hw.shared.doorbells.slot(srq.db_page, srq.db_slot).a;
+    Ok((srq.limit, pi.wrapping_sub(srq.ci).min(srq.ring.depth)))
+}
+
+fn destroy_srq(hw: &mut Hw, id: u32) -> AdminResult {
+    let srq = hw.srqs.get(&id).ok_or(ADMIN_STATUS_BAD_HANDLE)?;
+    if srq.users != 0 {
+        return Err(ADMIN_STATUS_BUSY);
+    }
+    let srq = hw.srqs.remove(&id).expect("present");
+    hw.doorbells_used.remove(&(srq.db_page, srq.db_slot));
+    Ok((0, 0))
+}
+
+fn qp_type_of(t: u8) -> Option<QpType> {
+    match t {
+        QPT_RC => Some(QpType::Rc),
+        QPT_UC => Some(QpType::Uc),
+        QPT_UD | QPT_GSI => Some(QpType::Ud),
+        _ => None,
+    }
+}
+
+fn create_qp(hw: &mut Hw, engine: &mut Engine, c: &CreateQpCmd) -> AdminResult {
+    let qp_type = qp_type_of(c.qp_type).ok_or(ADMIN_STATUS_BAD_PARAM)?;
+    if hw.qps.len() >= DEV_MAX_QP as usize {
+        return Err(ADMIN_STATUS_NO_RESOURCES);
+    }
+    if c.qp_type == QPT_GSI && hw.qps.contains_key(&GSI_QPN) {
+        return Err(ADMIN_STATUS_NO_RESOURCES);
+    }
+    if !hw.cqs.contains_key(&c.send_cq) || !hw.cqs.contains_key(&c.recv_cq) {
+        return Err(ADMIN_STATUS_BAD_HANDLE);
+    }
+    if c.srq != SRQ_NONE {
+        let srq = hw.srqs.get(&c.srq).ok_or(ADMIN_STATUS_BAD_HANDLE)?;
+        if srq.pd != c.pd {
+            return Err(ADMIN_STATUS_BAD_HANDLE);
+        }
+    }
+    let sq = load_ring(
+        &hw.mem,
+        &c.sq,
+        c.log_sq_depth,
+        SQ_WQE_SHIFT,
+        DEV_MAX_LOG_WQ_DEPTH,
+    )?;
+    let rq = if c.srq == SRQ_NONE {
+        Some(load_ring(
+            &hw.mem,
+            &c.rq,
+            c.log_rq_depth,
+            RQ_WQE_SHIFT,
+            DEV_MAX_LOG_WQ_DEPTH,
+        )?)
+    } else {
+        None
+    };
+    claim_doorbell(hw, c.db_page, c.db_slot)?;
+    let qpn = if c.qp_type == QPT_GSI {
+        GSI_QPN
+    } else {
+        let qps = &hw.qps;
+        next_id(&mut hw.next_qpn, FIRST_QPN, |id| qps.contains_key(&id))
+    };
+    let cfg = QpConfig {
+        qpn,
+        qp_type,
+        pd: c.pd,
+        uses_srq: c.srq != SRQ_NONE,
+    };
+    if engine.create_qp(cfg).is_err() {
+        hw.doorbells_used.remove(&(c.db_page, c.db_slot));
+        return Err(ADMIN_STATUS_NO_RESOURCES);
+    }
+    for cq in [c.send_cq, c.recv_cq] {
+        hw.cqs.get_mut(&cq).expect("checked").users += 1;
+    }
+    if let Some(srq) = hw.srqs.get_mut(&c.srq) {
+        srq.users += 1;
+    }
+    hw.qps.insert(
+        qpn,
+        Qp {
+            qpn,
+            qp_type: c.qp_type,
+            pd: c.pd,
+            send_cq: c.send_cq,
+            recv_cq: c.recv_cq,
+            srq: c.srq,
+            sq,
+            rq,
+            db_page: c.db_page,
+            db_slot: c.db_slot,
+            sq_sig_all: c.sq_sig_all != 0,
+            sq_ci: 0,
+            rq_ci: 0,
+            rq_pi_seen: 0,
+            attr: QpAttr {
+                qp_state: QPS_RESET,
+                port_num: PORT_NUM,
+                ..Default::default()
+            },
+            broken: false,
+        },
+    );
+    Ok((qpn, 0))
+}
+
+fn state_of(s: QpState) -> u8 {
+    s as u8
+}
+
+fn qp_state_enum(s: u8) -> QpState {
+    match s {
+        QPS_RESET => QpState::Reset,
+        QPS_INIT => QpState::Init,
+        QPS_RTR => QpState::Rtr,
+        QPS_RTS => QpState::Rts,
+        QPS_SQD => QpState::Sqd,
+        QPS_SQE => QpState::Sqe,
+        _ => QpState::Err,
+    }
+}
+
+/// The current state: the engine may have moved the QP to ERR by itself.
+pub fn current_state(hw: &Hw, engine: &Engine, qpn: u32) -> u8 {
+    let mine = hw.qps.get(&qpn).map(|q| q.attr.qp_state).unwrap_or(QPS_ERR);
+    match engine.qp_state(qpn) {
+        Some(s) if state_of(s) == QPS_ERR => QPS_ERR,
+        Some(s) if state_of(s) == QPS_SQE => QPS_SQE,
+        _ => mine,
+    }
+}
+
+fn modify_qp(hw: &mut Hw, engine: &mut Engine, c: &ModifyQpCmd) -> AdminResult {
+    let qp = hw.qps.get(&c.qpn).ok_or(ADMIN_STATUS_BAD_HANDLE)?;
+    let qp_type = qp.qp_type;
+    let cur = current_state(hw, engine, c.qpn);
+    let m = c.attr_mask;
+    let a = &c.attr;
+    let next = check_modify(qp_type, cur, m, a, DEV_MAX_RD_ATOMIC, &hw.gid_valid())
+        .map_err(|e| e.status())?;
+    let sgid = if m & QP_AV != 0 {
+        hw.gids[a.ah.sgid_index as usize]
+    } else {
+        None
+    };
+    let mut md = QpModify {
+        state: Some(qp_state_enum(next)),
+        ..Default::default()
+    };
+    if m & QP_PATH_MTU != 0 {
+        md.path_mtu = Mtu::from_ibv(a.path_mtu);
+    }
+    if m & QP_DEST_QPN != 0 {
+        md.dest_qpn = Some(a.dest_qp_num);
+    }
+    if m & QP_RQ_PSN != 0 {
+        md.rq_psn = Some(a.rq_psn);
+    }
+    if m & QP_SQ_PSN != 0 {
+        md.sq_psn = Some(a.sq_psn);
+    }
+    if m & QP_TIMEOUT != 0 {
+        md.timeout = Some(a.timeout);
+    }
+    if m & QP_RETRY_CNT != 0 {
+        md.retry_cnt = Some(a.retry_cnt);
+    }
+    if m & QP_RNR_RETRY != 0 {
+        md.rnr_retry = Some(a.rnr_retry);
+    }
+    if m & QP_MIN_RNR_TIMER != 0 {
+        md.min_rnr_timer = Some(a.min_rnr_timer);
+    }
+    if m & QP_MAX_QP_RD_ATOMIC != 0 {
+        md.max_rd_atomic = Some(a.max_rd_atomic);
+    }
+    if m & QP_MAX_DEST_RD_ATOMIC != 0 {
+        md.max_dest_rd_atomic = Some(a.max_dest_rd_atomic);
+    }
+    if m & QP_QKEY != 0 {
+        md.qkey = Some(a.qkey);
+    }
+    if m & QP_ACCESS_FLAGS != 0 {
+        md.access_flags = Some(a.qp_access_flags);
+    }
+    if let Some(sgid) = sgid {
+        md.av = Some(AddressVector {
+            dgid: a.ah.dgid,
+            sgid,
+            traffic_class: a.ah.traffic_class,
+            hop_limit: a.ah.hop_limit,
+            flow_label: a.ah.flow_label,
+        });
+    }
+    engine
+        .modify_qp(hw, c.qpn, &md)
+        .map_err(|_| ADMIN_STATUS_BAD_STATE)?;
+    let qp = hw.qps.get_mut(&c.qpn).expect("checked");
+    let at = &mut qp.attr;
+    macro_rules! keep {
+        ($bit:expr, $($f:ident).+) => {
+            if m & $bit != 0 {
+                at.$($f).+ = a.$($f).+;
+            }
+        };
+    }
+    keep!(QP_PATH_MTU, path_mtu);
+    keep!(QP_TIMEOUT, timeout);
+    keep!(QP_RETRY_CNT, retry_cnt);
+    keep!(QP_RNR_RETRY, rnr_retry);
+    keep!(QP_MIN_RNR_TIMER, min_rnr_timer);
+    keep!(QP_MAX_QP_RD_ATOMIC, max_rd_atomic);
+    keep!(QP_MAX_DEST_RD_ATOMIC, max_dest_rd_atomic);
+    keep!(QP_PKEY_INDEX, pkey_index);
+    keep!(QP_PORT, port_num);
+    keep!(QP_ACCESS_FLAGS, qp_access_flags);
+    keep!(QP_QKEY, qkey);
+    keep!(QP_RQ_PSN, rq_psn);
+    keep!(QP_SQ_PSN, sq_psn);
+    keep!(QP_DEST_QPN, dest_qp_num);
+    keep!(QP_AV, ah);
+    keep!(QP_EN_SQD_ASYNC_NOTIFY, en_sqd_async_notify);
+    at.qp_state = next;
+    let srq_attached = qp.srq != SRQ_NONE;
+    if next == QPS_ERR && cur != QPS_ERR && srq_attached {
+        // No more receive WQEs of this QP will be taken from the SRQ.
+        hw.async_event(EQE_TYPE_QP_LAST_WQE, c.qpn, 0);
+        return Ok((next as u32, 0));
+    }
+    if next == QPS_RESET {
+        // RESET empties the work queues: the slot and all indices start again at 0 (software
+        // resets its producer indices to 0 too, as after create).
+        hw.shared.doorbells.store_a(qp.db_page, qp.db_slot, 0);
+        hw.shared.doorbells.store_b(qp.db_page, qp.db_slot, 0);
+        qp.sq_ci = 0;
+        qp.rq_ci = 0;
+        qp.rq_pi_seen = 0;
+        qp.broken = false;
+        qp.attr = QpAttr {
+            qp_state: QPS_RESET,
+            port_num: PORT_NUM,
+            ..Default::default()
+        };
+    }
+    Ok((next as u32, 0))
+}
+
+fn query_qp(hw: &mut Hw, engine: &mut Engine, q: &QueryCmd) -> AdminResult {
+    let qp = hw.qps.get(&q.index).ok_or(ADMIN_STATUS_BAD_HANDLE)?;
+    let mut attr = qp.attr;
+    attr.qp_state = current_state(hw, engine, q.index);
+    attr.cur_qp_state = attr.qp_state;
+    write_resp(hw, q.resp_addr, as_bytes(&attr))?;
+    Ok((attr.qp_state as u32, 0))
+}
+
+fn destroy_qp(hw: &mut Hw, engine: &mut Engine, qpn: u32) -> AdminResult {
+    let qp = hw.qps.remove(&qpn).ok_or(ADMIN_STATUS_BAD_HANDLE)?;
+    let _ = engine.destroy_qp(qpn);
+    hw.doorbells_used.remove(&(qp.db_page, qp.db_slot));
+    for cq in [qp.send_cq, qp.recv_cq] {
+        if let Some(cq) = hw.cqs.get_mut(&cq) {
+            cq.users -= 1;
+        }
+    }
+    if let Some(srq) = hw.srqs.get_mut(&qp.srq) {
+        srq.users -= 1;
+    }
+    Ok((0, 0))
+}
+
+fn query_stats(hw: &mut Hw, engine: &mut Engine, q: &QueryCmd) -> AdminResult {
+    let es = engine.stats();
+    let mut s = hw.stats;
+    s[STAT_RX_PACKETS] = es.rx_packets;
+    s[STAT_RX_ICRC_ERRORS] = es.rx_icrc_errors;
+    s[STAT_RX_DROPPED] = es.rx_malformed + es.rx_no_qp + es.rx_qkey_violations + es.rx_no_recv_wr;
+    s[STAT_RETRANSMITS] = es.retransmit_timeouts + es.nak_rewinds;
+    s[STAT_TIMEOUTS] = es.retransmit_timeouts;
+    s[STAT_NAKS_SENT] = es.naks_sent + es.rnr_naks_sent;
+    s[STAT_ACKS_SENT] = es.acks_sent;
+    s[STAT_DUP_REQUESTS] = es.rx_duplicates;
+    let bytes: Vec<u8> = s.iter().flat_map(|v| v.to_le_bytes()).collect();
+    write_resp(hw, q.resp_addr, &bytes)?;
+    Ok((STATS_COUNT as u32, 0))
+}

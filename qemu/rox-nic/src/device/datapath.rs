@@ -1,0 +1,635 @@
+//! The data-path thread: admin queue, event queues, doorbell polling with adaptive backoff and
+//! the idle/arm/wake protocol, WQE fetch and decode, the transport engine and the fabric.
+
+use std::collections::HashSet;
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{fence, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::Receiver;
+use rox_uapi::admin::*;
+use rox_uapi::queue::*;
+use rox_uapi::regs::*;
+use rox_uapi::verbs::*;
+
+use super::admin::{current_state, execute};
+use super::hw::{Eq, Hw};
+use super::{Control, DeviceConfig, DeviceError, Shared};
+use crate::roce::fabric::{Fabric, FabricConfig, FabricError, MAX_DATAGRAM};
+use crate::roce::{self, AddressVector, Engine, Gid, SendData, SendWr, UdDest, WrOpcode};
+
+pub use super::admin::DEVICE_CAPS;
+
+/// How long the loop spins (no syscalls) after the last piece of work.
+const SPIN_PERIOD: Duration = Duration::from_micros(50);
+/// Longest nap between polls while backing off (before going idle).
+const MAX_NAP: Duration = Duration::from_micros(500);
+/// WQEs fetched from one SQ per pass, so one busy QP cannot starve the others.
+const SQ_BATCH: u32 = 64;
+/// Datagrams received per pass.
+const RX_BATCH: usize = 256;
+
+struct AdminQueue {
+    cmd_base: u64,
+    cpl_base: u64,
+    depth: u32,
+    ci: u32,
+}
+
+pub struct DataPath {
+    shared: Arc<Shared>,
+    ctl: Receiver<Control>,
+    hw: Hw,
+    engine: Engine,
+    fabric: Option<Fabric>,
+    published: HashSet<Gid>,
+    warned_peers: HashSet<Gid>,
+    admin: Option<AdminQueue>,
+    admin_pi: u32,
+    mac: [u8; 6],
+    idle_after: Duration,
+    rx_buf: Vec<u8>,
+    scan_buf: Vec<u32>,
+}
+
+enum Flow {
+    Continue,
+    Shutdown,
+}
+
+impl DataPath {
+    pub fn new(
+        shared: Arc<Shared>,
+        ctl: Receiver<Control>,
+        cfg: &DeviceConfig,
+    ) -> Result<DataPath, DeviceError> {
+        let fabric = match &cfg.fabric {
+            Some(fc) => Some(open_fabric(fc)?),
+            None => None,
+        };
+        let mut hw = Hw::new(shared.clone(), cfg.mac);
+        hw.has_fabric = fabric.is_some();
+        Ok(DataPath {
+            shared,
+            ctl,
+            hw,
+            engine: Engine::new(),
+            fabric,
+            published: HashSet::new(),
+            warned_peers: HashSet::new(),
+            admin: None,
+            admin_pi: 0,
+            mac: cfg.mac,
+            idle_after: cfg.idle_after,
+            rx_buf: vec![0; MAX_DATAGRAM],
+            scan_buf: Vec::new(),
+        })
+    }
+
+    pub fn run(mut self) {
+        self.shared.status.fetch_or(STATUS_READY, Ordering::AcqRel);
+        let mut last_work = Instant::now();
+        loop {
+            self.shared.loop_passes.fetch_add(1, Ordering::Relaxed);
+            let (flow, mut work) = self.drain_control();
+            if let Flow::Shutdown = flow {
+                break;
+            }
+            self.hw.mem = self.shared.mem();
+            if !self.shared.is_fatal() {
+                work |= self.run_admin();
+                work |= self.scan_doorbells();
+                work |= self.receive_packets();
+                self.engine.poll(&mut self.hw);
+                work |= self.flush_outbound();
+            }
+            if work {
+                last_work = Instant::now();
+                continue;
+            }
+            let idle_for = last_work.elapsed();
+            if idle_for < SPIN_PERIOD {
+                std::hint::spin_loop();
+                continue;
+            }
+            if idle_for < self.idle_after {
+                // Back off: nap longer the longer nothing happened, but wake at once for a
+                // packet, a trapped register write or an engine timer.
+                let nap = (idle_for / 8).min(MAX_NAP);
+                let timeout = self.timer_timeout().map_or(nap, |t| t.min(nap));
+                self.wait(Some(timeout));
+                continue;
+            }
+            if self.go_idle() {
+                last_work = Instant::now();
+            }
+        }
+        if let Some(f) = &mut self.fabric {
+            let _ = f.flush_capture();
+        }
+    }
+
+    /// Time until the engine's next timer, if any.
+    fn timer_timeout(&self) -> Option<Duration> {
+        use roce::DeviceEnv;
+        let deadline = self.engine.next_deadline()?;
+        Some(Duration::from_nanos(
+            deadline.saturating_sub(self.hw.now_ns()),
+        ))
+    }
+
+    /// Block on the wake eventfd and the fabric socket for at most `timeout`.
+    fn wait(&self, timeout: Option<Duration>) {
+        let mut fds = vec![libc::pollfd {
+            fd: self.shared.wake.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        }];
+        if let Some(f) = &self.fabric {
+            fds.push(libc::pollfd {
+                fd: f.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            });
+        }
+        let ts = timeout.map(|t| libc::timespec {
+            tv_sec: t.as_secs() as libc::time_t,
+            tv_nsec: t.subsec_nanos() as libc::c_long,
+        });
+        let tsp = ts
+            .as_ref()
+            .map_or(std::ptr::null(), |t| t as *const libc::timespec);
+        // SAFETY: fds and ts are valid for the duration of the call.
+        unsafe {
+            libc::ppoll(
+                fds.as_mut_ptr(),
+                fds.len() as libc::nfds_t,
+                tsp,
+                std::ptr::null(),
+            )
+        };
+        self.shared.wake.drain();
+    }
+
+    /// The idle protocol: announce idleness in every doorbell page, re-scan once (a store that
+    /// raced with the announcement is seen here), then sleep until woken. Returns true if it
+    /// slept (or found work).
+    fn go_idle(&mut self) -> bool {
+        if let Some(f) = &mut self.fabric {
+            let _ = f.flush_faults();
+            let _ = f.flush_capture();
+        }
+        self.shared.idle.store(DB_DEVICE_IDLE, Ordering::SeqCst);
+        self.shared.doorbells.set_idle(DB_DEVICE_IDLE);
+        fence(Ordering::SeqCst);
+        let found = !self.shared.is_fatal() && self.scan_doorbells();
+        if !found && self.ctl.is_empty() {
+            self.wait(self.timer_timeout());
+            self.hw.stats[STAT_WAKEUPS] += 1;
+        }
+        self.shared.doorbells.set_idle(DB_DEVICE_RUNNING);
+        self.shared.idle.store(DB_DEVICE_RUNNING, Ordering::SeqCst);
+        true
+    }
+
+    // ---- control messages ------------------------------------------------------------------
+
+    fn drain_control(&mut self) -> (Flow, bool) {
+        let mut work = false;
+        while let Ok(msg) = self.ctl.try_recv() {
+            work = true;
+            match msg {
+                Control::Shutdown => return (Flow::Shutdown, work),
+                Control::Reset => self.reset(),
+                _ if self.shared.is_fatal() => {}
+                Control::AdminEnable {
+                    cmd_base,
+                    cpl_base,
+                    log_depth,
+                } => self.admin_enable(cmd_base, cpl_base, log_depth),
+                Control::AdminDisable => self.admin = None,
+                Control::AdminDoorbell(pi) => self.admin_pi = pi,
+                Control::EqEnable {
+                    eqn,
+                    base,
+                    log_depth,
+                } => self.eq_enable(eqn, base, log_depth),
+                Control::EqDisable(eqn) => self.hw.eqs[eqn as usize] = None,
+                Control::EqDoorbell { eqn, value } => self.hw.eq_doorbell(eqn, value),
+            }
+        }
+        (Flow::Continue, work)
+    }
+
+    fn reset(&mut self) {
+        let has_fabric = self.fabric.is_some();
+        self.hw = Hw::new(self.shared.clone(), self.mac);
+        self.hw.has_fabric = has_fabric;
+        self.engine = Engine::new();
+        self.sync_gids();
+        self.admin = None;
+        self.admin_pi = 0;
+        self.shared.doorbells.clear();
+        self.shared.fatal_code.store(FATAL_NONE, Ordering::Release);
+        self.shared.status.store(STATUS_READY, Ordering::Release);
+    }
+
+    fn admin_enable(&mut self, cmd_base: u64, cpl_base: u64, log_depth: u32) {
+        if !(ADMIN_LOG_DEPTH_MIN..=ADMIN_LOG_DEPTH_MAX).contains(&log_depth) {
+            self.hw.set_fatal(FATAL_ADMIN_CONFIG);
+            return;
+        }
+        let depth = 1u32 << log_depth;
+        let mem = self.shared.mem();
+        if mem
+            .check(cmd_base, (depth as usize * ADMIN_CMD_SIZE) as u64)
+            .is_err()
+            || mem
+                .check(cpl_base, (depth as usize * ADMIN_CPL_SIZE) as u64)
+                .is_err()
+        {
+            self.hw.set_fatal(FATAL_ADMIN_DMA);
+            return;
+        }
+        self.admin = Some(AdminQueue {
+            cmd_base,
+            cpl_base,
+            depth,
+            ci: 0,
+        });
+        self.admin_pi = 0;
+    }
+
+    fn eq_enable(&mut self, eqn: u32, base: u64, log_depth: u32) {
+        if !(EQ_LOG_DEPTH_MIN..=EQ_LOG_DEPTH_MAX).contains(&log_depth) {
+            self.hw.set_fatal(FATAL_EQ_DMA);
+            return;
+        }
+        let depth = 1u32 << log_depth;
+        if self
+            .shared
+            .mem()
+            .check(base, (depth as usize * EQE_SIZE) as u64)
+            .is_err()
+        {
+            self.hw.set_fatal(FATAL_EQ_DMA);
+            return;
+        }
+        self.hw.eqs[eqn as usize] = Some(Eq {
+            base,
+            depth,
+            pi: 0,
+            ci: 0,
+            armed: true,
+        });
+    }
+
+    // ---- admin queue -----------------------------------------------------------------------
+
+    fn run_admin(&mut self) -> bool {
+        let Some(aq) = &self.admin else { return false };
+        let pending = self.admin_pi.wrapping_sub(aq.ci);
+        if pending == 0 {
+            return false;
+        }
+        if pending > aq.depth {
+            self.hw.set_fatal(FATAL_ADMIN_DOORBELL);
+            return true;
+        }
+        let (cmd_base, cpl_base, depth, mut ci) = (aq.cmd_base, aq.cpl_base, aq.depth, aq.ci);
+        while ci != self.admin_pi {
+            let idx = ci & (depth - 1);
+            let cmd: AdminCmd = match self
+                .hw
+                .mem
+                .read_obj(cmd_base + (idx as u64) * ADMIN_CMD_SIZE as u64)
+            {
+                Ok(c) => c,
+                Err(_) => {
+                    self.hw.set_fatal(FATAL_ADMIN_DMA);
+                    return true;
+                }
+            };
+            let mut cpl = execute(&mut self.hw, &mut self.engine, &cmd);
+            cpl.owner = owner_for(ci, depth);
+            if self
+                .hw
+                .mem
+                .write_entry_owner_last(cpl_base + (idx as u64) * ADMIN_CPL_SIZE as u64, &cpl)
+                .is_err()
+            {
+                self.hw.set_fatal(FATAL_ADMIN_DMA);
+                return true;
+            }
+            ci = ci.wrapping_add(1);
+            if let Some(aq) = &mut self.admin {
+                aq.ci = ci;
+            }
+            self.hw.post_event(EQ_ADMIN_ASYNC, EQE_TYPE_ADMIN, idx, 0);
+            if std::mem::take(&mut self.hw.gids_changed) {
+                self.sync_gids();
+            }
+        }
+        true
+    }
+
+    /// Publish the GID table on the fabric.
+    fn sync_gids(&mut self) {
+        let Some(f) = &mut self.fabric else { return };
+        let now: HashSet<Gid> = self.hw.gids.iter().flatten().copied().collect();
+        for gone in self.published.difference(&now) {
+            f.remove_gid(gone);
+        }
+        for new in now.difference(&self.published) {
+            if let Err(e) = f.add_gid(*new) {
+                log::error!("rox-nic: cannot publish GID on the fabric: {e}");
+            }
+        }
+        self.published = now;
+    }
+
+    // ---- doorbells and send queues ---------------------------------------------------------
+
+    fn scan_doorbells(&mut self) -> bool {
+        self.hw.stats[STAT_DOORBELL_SCANS] += 1;
+        let mut work = false;
+        // Reuse one buffer: this runs every few microseconds while busy.
+        let mut qpns = std::mem::take(&mut self.scan_buf);
+        qpns.clear();
+        qpns.extend(self.hw.qps.keys().copied());
+        for &qpn in &qpns {
+            work |= self.process_sq(qpn);
+            work |= self.process_rq(qpn);
+        }
+        self.scan_buf = qpns;
+        work | self.scan_cq_arms()
+    }
+
+    /// A CQ armed while it still holds unconsumed CQEs gets its event at once, so software
+    /// that arms after a poll never sleeps on a completion that already arrived.
+    fn scan_cq_arms(&mut self) -> bool {
+        let mut fire = Vec::new();
+        for (&id, cq) in self.hw.cqs.iter_mut() {
+            let slot = self.shared.doorbells.slot(cq.db_page, cq.db_slot);
+            if slot.b >> CQ_ARM_SEQ_SHIFT == cq.arm_seq {
+                continue;
+            }
+            Hw::update_arm(cq, slot.b);
+            if cq.armed != 0 && cq.pi != slot.a && !cq.error {
+                cq.armed = 0;
+                fire.push((id, cq.eqn));
+            }
+        }
+        for (id, eqn) in &fire {
+            self.hw.post_event(*eqn, EQE_TYPE_COMPLETION, *id, 0);
+        }
+        !fire.is_empty()
+    }
+
+    /// A QP whose queues cannot be trusted any more: async event, error state.
+    fn qp_fatal(&mut self, qpn: u32, why: u16) {
+        let mut srq_attached = false;
+        if let Some(qp) = self.hw.qps.get_mut(&qpn) {
+            qp.broken = true;
+            srq_attached = qp.srq != SRQ_NONE;
+        }
+        self.hw.async_event(EQE_TYPE_QP_FATAL, qpn, why as u32);
+        let _ = self.engine.set_error(&mut self.hw, qpn);
+        if srq_attached {
+            self.hw.async_event(EQE_TYPE_QP_LAST_WQE, qpn, 0);
+        }
+    }
+
+    fn process_sq(&mut self, qpn: u32) -> bool {
+        let Some(qp) = self.hw.qps.get(&qpn) else {
+            return false;
+        };
+        if qp.broken {
+            return false;
+        }
+        let state = current_state(&self.hw, &self.engine, qpn);
+        // WQEs posted before RTS wait; in SQD new WQEs wait for the return to RTS.
+        if !matches!(state, QPS_RTS | QPS_SQE | QPS_ERR) {
+            return false;
+        }
+        let pi = self.shared.doorbells.slot(qp.db_page, qp.db_slot).a;
+        let pending = pi.wrapping_sub(qp.sq_ci);
+        if pending == 0 {
+            return false;
+        }
+        if pending > qp.sq.depth {
+            self.qp_fatal(qpn, VENDOR_ERR_WILD_INDEX);
+            return true;
+        }
+        for _ in 0..pending.min(SQ_BATCH) {
+            let Some(qp) = self.hw.qps.get_mut(&qpn) else {
+                return true;
+            };
+            let addr = qp.sq.entry_addr(qp.sq_ci);
+            qp.sq_ci = qp.sq_ci.wrapping_add(1);
+            let sig_all = qp.sq_sig_all;
+            let qp_type = qp.qp_type;
+            let wqe: SqWqe = match self.hw.mem.read_obj(addr) {
+                Ok(w) => w,
+                Err(_) => {
+                    self.qp_fatal(qpn, VENDOR_ERR_BAD_DMA);
+                    return true;
+                }
+            };
+            self.hw.stats[STAT_SEND_WQES] += 1;
+            match decode_send(&self.hw, qp_type, sig_all, &wqe) {
+                Ok(wr) => {
+                    let _ = self.engine.post_send(&mut self.hw, qpn, wr);
+                }
+                Err((status, vendor_err)) => {
+                    self.hw.complete_send_error(
+                        qpn,
+                        wqe.wr_id,
+                        status,
+                        wc_opcode_of(wqe.opcode),
+                        vendor_err,
+                    );
+                    let _ = self.engine.set_error(&mut self.hw, qpn);
+                }
+            }
+        }
+        true
+    }
+
+    /// Receive WQEs are consumed on demand by the engine; the doorbell only matters to flush
+    /// new ones in the error state.
+    fn process_rq(&mut self, qpn: u32) -> bool {
+        let Some(qp) = self.hw.qps.get(&qpn) else {
+            return false;
+        };
+        if qp.rq.is_none() || qp.broken {
+            return false;
+        }
+        let pi = self.shared.doorbells.slot(qp.db_page, qp.db_slot).b;
+        if pi == qp.rq_pi_seen {
+            return false;
+        }
+        if let Some(qp) = self.hw.qps.get_mut(&qpn) {
+            qp.rq_pi_seen = pi;
+        }
+        if current_state(&self.hw, &self.engine, qpn) == QPS_ERR {
+            let _ = self.engine.recv_posted(&mut self.hw, qpn);
+            return true;
+        }
+        false
+    }
+
+    // ---- fabric ----------------------------------------------------------------------------
+
+    fn receive_packets(&mut self) -> bool {
+        let mut work = false;
+        for _ in 0..RX_BATCH {
+            let Some(p) = self.hw.loopback.pop_front() else {
+                break;
+            };
+            let _ = self.engine.receive(&mut self.hw, &p);
+            work = true;
+        }
+        if let Some(f) = &mut self.fabric {
+            for _ in 0..RX_BATCH {
+                match f.recv(&mut self.rx_buf, None) {
+                    Ok(Some(n)) => {
+                        self.hw.stats[STAT_RX_BYTES] += n as u64;
+                        let _ = self.engine.receive(&mut self.hw, &self.rx_buf[..n]);
+                        work = true;
+                    }
+                    Ok(None) => break,
+                    Err(e) => {
+                        log::warn!("rox-nic: fabric receive: {e}");
+                        break;
+                    }
+                }
+            }
+        }
+        work
+    }
+
+    fn flush_outbound(&mut self) -> bool {
+        if self.hw.outbound.is_empty() {
+            return false;
+        }
+        let out = std::mem::take(&mut self.hw.outbound);
+        let Some(f) = &mut self.fabric else {
+            return true;
+        };
+        for (dgid, p) in out {
+            match f.send(&dgid, p) {
+                Ok(()) => {}
+                Err(e @ FabricError::UnknownPeer(_)) => {
+                    if self.warned_peers.insert(dgid) {
+                        log::warn!("rox-nic: {e}");
+                    }
+                }
+                Err(e) => log::warn!("rox-nic: {e}"),
+            }
+        }
+        true
+    }
+}
+
+fn open_fabric(cfg: &FabricConfig) -> Result<Fabric, DeviceError> {
+    Fabric::open(cfg).map_err(|e| DeviceError::Fabric(e.to_string()))
+}
+
+/// The WC opcode a send WR completes with (for completions the device writes itself).
+pub fn wc_opcode_of(wr_opcode: u8) -> u8 {
+    match wr_opcode {
+        WR_RDMA_WRITE | WR_RDMA_WRITE_WITH_IMM => WC_OPC_RDMA_WRITE,
+        WR_RDMA_READ => WC_OPC_RDMA_READ,
+        WR_ATOMIC_CMP_AND_SWP => WC_OPC_COMP_SWAP,
+        WR_ATOMIC_FETCH_AND_ADD => WC_OPC_FETCH_ADD,
+        _ => WC_OPC_SEND,
+    }
+}
+
+fn wr_opcode(op: u8) -> Option<WrOpcode> {
+    Some(match op {
+        WR_RDMA_WRITE => WrOpcode::RdmaWrite,
+        WR_RDMA_WRITE_WITH_IMM => WrOpcode::RdmaWriteWithImm,
+        WR_SEND => WrOpcode::Send,
+        WR_SEND_WITH_IMM => WrOpcode::SendWithImm,
+        WR_RDMA_READ => WrOpcode::RdmaRead,
+        WR_ATOMIC_CMP_AND_SWP => WrOpcode::AtomicCmpAndSwp,
+        WR_ATOMIC_FETCH_AND_ADD => WrOpcode::AtomicFetchAndAdd,
+        _ => return None,
+    })
+}
+
+/// Decode a send WQE. Errors are (WC status, vendor_err) for the error CQE.
+pub fn decode_send(hw: &Hw, qp_type: u8, sig_all: bool, w: &SqWqe) -> Result<SendWr, (u8, u16)> {
+    let opcode = wr_opcode(w.opcode).ok_or((WC_LOC_QP_OP_ERR, VENDOR_ERR_BAD_OPCODE))?;
+    if w.flags & !WQE_FLAGS_ALL != 0 {
+        return Err((WC_LOC_QP_OP_ERR, VENDOR_ERR_BAD_OPCODE));
+    }
+    let data = if w.flags & WQE_FLAG_INLINE != 0 {
+        if w.inline_len > SQ_MAX_INLINE {
+            return Err((WC_LOC_LEN_ERR, VENDOR_ERR_BAD_INLINE));
+        }
+        SendData::Inline(w.data[..w.inline_len as usize].to_vec())
+    } else {
+        if w.num_sge as u32 > SQ_MAX_SGE {
+            return Err((WC_LOC_QP_OP_ERR, VENDOR_ERR_BAD_SGE_COUNT));
+        }
+        let sges = w.data[..w.num_sge as usize * size_of::<Sge>()]
+            .chunks_exact(size_of::<Sge>())
+            .map(|b| {
+                let s: Sge = crate::dma::from_bytes(b);
+                roce::Sge {
+                    addr: s.addr,
+                    length: s.length,
+                    lkey: s.lkey,
+                }
+            })
+            .collect();
+        SendData::Sges(sges)
+    };
+    let mut wr = SendWr {
+        wr_id: w.wr_id,
+        opcode,
+        signaled: sig_all || w.flags & WQE_FLAG_SIGNALED != 0,
+        solicited: w.flags & WQE_FLAG_SOLICITED != 0,
+        fence: w.flags & WQE_FLAG_FENCE != 0,
+        data,
+        imm: u32::from_be(w.imm_data),
+        remote_addr: 0,
+        rkey: 0,
+        compare_add: 0,
+        swap: 0,
+        ud: None,
+    };
+    if qp_type == QPT_UD || qp_type == QPT_GSI {
+        // SAFETY: both union variants are plain integers.
+        let ud = unsafe { w.seg.ud };
+        let sgid = hw
+            .gids
+            .get(ud.sgid_index as usize)
+            .copied()
+            .flatten()
+            .ok_or((WC_LOC_QP_OP_ERR, VENDOR_ERR_BAD_OPCODE))?;
+        wr.ud = Some(UdDest {
+            av: AddressVector {
+                dgid: ud.dgid,
+                sgid,
+                traffic_class: ud.traffic_class,
+                hop_limit: ud.hop_limit,
+                flow_label: ud.flow_label,
+            },
+            remote_qpn: ud.dest_qpn,
+            remote_qkey: ud.qkey,
+        });
+    } else {
+        // SAFETY: both union variants are plain integers.
+        let r = unsafe { w.seg.rdma };
+        wr.remote_addr = r.remote_addr;
+        wr.rkey = r.rkey;
+        wr.compare_add = r.compare_add;
+        wr.swap = r.swap;
+    }
+    Ok(wr)
+}

@@ -1,0 +1,706 @@
+//! Device objects owned by the data-path thread (MRs, CQs, EQs, QPs, SRQs, the GID table) and
+//! the [`DeviceEnv`] the transport engine works through: every memory access on behalf of a
+//! work request is checked here against key, PD, access flags and MR bounds.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+use rox_uapi::admin::*;
+use rox_uapi::queue::*;
+use rox_uapi::regs::*;
+use rox_uapi::verbs::*;
+
+use super::sys::signal_irq;
+use super::Shared;
+use crate::dma::{DmaError, GuestMemory};
+use crate::roce::{self, AccessError, AtomicOp, Completion, DeviceEnv, Gid, RecvWr};
+
+/// A ring in guest memory described by a page list.
+#[derive(Clone, Debug)]
+pub struct Ring {
+    pub pages: Vec<u64>,
+    pub page_shift: u32,
+    pub depth: u32,
+    pub entry_shift: u32,
+}
+
+impl Ring {
+    pub fn entry_addr(&self, index: u32) -> u64 {
+        let off = ((index & (self.depth - 1)) as u64) << self.entry_shift;
+        let page = (off >> self.page_shift) as usize;
+        self.pages[page] + (off & ((1u64 << self.page_shift) - 1))
+    }
+}
+
+/// Read and validate a page list from guest memory. Errors are admin statuses.
+pub fn load_page_list(mem: &GuestMemory, pl: &PageList) -> Result<Vec<u64>, u8> {
+    if !(PAGE_SHIFT_MIN..=PAGE_SHIFT_MAX).contains(&pl.page_shift)
+        || pl.npages == 0
+        || pl.npages > DEV_MAX_PBL_PAGES
+    {
+        return Err(ADMIN_STATUS_BAD_PARAM);
+    }
+    let n = pl.npages as usize;
+    let read_u64s = |addr: u64, count: usize| -> Result<Vec<u64>, u8> {
+        let mut bytes = vec![0u8; count * 8];
+        mem.read(addr, &mut bytes)
+            .map_err(|_| ADMIN_STATUS_BAD_DMA)?;
+        Ok(bytes
+            .chunks_exact(8)
+            .map(|c| u64::from_le_bytes(c.try_into().expect("8")))
+            .collect())
+    };
+    let pages = match pl.level {
+        PBL_LEVEL_1 => read_u64s(pl.addr, n)?,
+        PBL_LEVEL_2 => {
+            let per = PBL_ENTRIES_PER_PAGE as usize;
+            let l1 = read_u64s(pl.addr, n.div_ceil(per))?;
+            let mut pages = Vec::with_capacity(n);
+            for (i, l2) in l1.iter().enumerate() {
+                pages.extend(read_u64s(*l2, per.min(n - i * per))?);
+            }
+            pages
+        }
+        _ => return Err(ADMIN_STATUS_BAD_PARAM),
+    };
+    let size = 1u64 << pl.page_shift;
+    for &p in &pages {
+        if p & (size - 1) != 0 {
+            return Err(ADMIN_STATUS_BAD_PARAM);
+        }
+        mem.check(p, size).map_err(|_| ADMIN_STATUS_BAD_DMA)?;
+    }
+    Ok(pages)
+}
+
+/// Build a ring of `1 << log_depth` entries of `1 << entry_shift` bytes.
+pub fn load_ring(
+    mem: &GuestMemory,
+    pl: &PageList,
+    log_depth: u8,
+    entry_shift: u32,
+    max_log: u8,
+) -> Result<Ring, u8> {
+    if !(DEV_MIN_LOG_DEPTH..=max_log).contains(&log_depth) {
+        return Err(ADMIN_STATUS_BAD_PARAM);
+    }
+    let pages = load_page_list(mem, pl)?;
+    let bytes = 1u64 << (log_depth as u32 + entry_shift);
+    if (pages.len() as u64) << pl.page_shift < bytes {
+        return Err(ADMIN_STATUS_BAD_PARAM);
+    }
+    Ok(Ring {
+        pages,
+        page_shift: pl.page_shift as u32,
+        depth: 1 << log_depth,
+        entry_shift,
+    })
+}
+
+/// A registered memory region.
+#[derive(Clone, Debug)]
+pub struct Mr {
+    pub pd: u32,
+    pub access: u32,
+    pub iova: u64,
+    pub length: u64,
+    /// Byte offset of `iova` in page 0.
+    pub offset: u64,
+    pub pages: Vec<u64>,
+    pub page_shift: u32,
+    pub physical: bool,
+}
+
+impl Mr {
+    /// The DMA chunks of `[va, va+len)`, after the bounds check.
+    fn chunks(&self, va: u64, len: u64) -> Result<Vec<(u64, u64)>, AccessError> {
+        let end = va.checked_add(len).ok_or(AccessError::OutOfBounds)?;
+        if va < self.iova || end > self.iova + self.length {
+            return Err(AccessError::OutOfBounds);
+        }
+        if self.physical {
+            return Ok(vec![(va, len)]);
+        }
+        let mut out = Vec::new();
+        let mut off = va - self.iova + self.offset;
+        let mut left = len;
+        let psize = 1u64 << self.page_shift;
+        while left > 0 {
+            let page = (off >> self.page_shift) as usize;
+            let in_page = off & (psize - 1);
+            let n = left.min(psize - in_page);
+            let base = *self.pages.get(page).ok_or(AccessError::OutOfBounds)?;
+            match out.last_mut() {
+                Some((a, l)) if *a + *l == base + in_page => *l += n,
+                _ => out.push((base + in_page, n)),
+            }
+            off += n;
+            left -= n;
+        }
+        Ok(out)
+    }
+}
+
+#[derive(Debug)]
+pub struct Cq {
+    pub ring: Ring,
+    pub eqn: u32,
+    pub db_page: u32,
+    pub db_slot: u32,
+    /// Device producer index (free-running).
+    pub pi: u32,
+    pub arm_seq: u32,
+    /// 0, CQ_ARM_NEXT or CQ_ARM_SOLICITED.
+    pub armed: u32,
+    /// Overflowed or unreachable: no more CQEs.
+    pub error: bool,
+    /// QPs using this CQ.
+    pub users: u32,
+}
+
+#[derive(Debug)]
+pub struct Eq {
+    pub base: u64,
+    pub depth: u32,
+    pub pi: u32,
+    /// Consumer index reported by the driver (mod 2^31).
+    pub ci: u32,
+    pub armed: bool,
+}
+
+#[derive(Debug)]
+pub struct Srq {
+    pub pd: u32,
+    pub ring: Ring,
+    pub db_page: u32,
+    pub db_slot: u32,
+    pub ci: u32,
+    pub limit: u32,
+    pub users: u32,
+    pub error: bool,
+}
+
+#[derive(Debug)]
+pub struct Qp {
+    pub qpn: u32,
+    pub qp_type: u8,
+    pub pd: u32,
+    pub send_cq: u32,
+    pub recv_cq: u32,
+    pub srq: u32,
+    pub sq: Ring,
+    pub rq: Option<Ring>,
+    pub db_page: u32,
+    pub db_slot: u32,
+    pub sq_sig_all: bool,
+    /// Next SQ WQE the device fetches.
+    pub sq_ci: u32,
+    /// Next RQ WQE the device consumes.
+    pub rq_ci: u32,
+    /// Last RQ producer index seen (to tell the engine about new receives).
+    pub rq_pi_seen: u32,
+    /// The state and attributes as last modified (the engine may move it to ERR by itself).
+    pub attr: QpAttr,
+    /// Stopped consuming its queues after a device-detected error (wild index, bad WQE).
+    pub broken: bool,
+}
+
+/// Counters by `STAT_*` index.
+pub type Stats = [u64; STATS_COUNT];
+
+/// Everything the engine's environment touches.
+pub struct Hw {
+    pub shared: Arc<Shared>,
+    pub mem: Arc<GuestMemory>,
+    pub epoch: Instant,
+    pub mac: [u8; 6],
+    pub gids: [Option<Gid>; GID_TABLE_LEN as usize],
+    /// The GID table changed: the fabric must republish our addresses.
+    pub gids_changed: bool,
+    pub mrs: HashMap<u32, Mr>,
+    pub cqs: HashMap<u32, Cq>,
+    pub qps: HashMap<u32, Qp>,
+    pub srqs: HashMap<u32, Srq>,
+    pub eqs: Vec<Option<Eq>>,
+    /// (page, slot) -> in use.
+    pub doorbells_used: HashMap<(u32, u32), ()>,
+    /// Packets to local GIDs, fed back into the engine by the data path.
+    pub loopback: VecDeque<Vec<u8>>,
+    /// Packets for the fabric.
+    pub outbound: Vec<(Gid, Vec<u8>)>,
+    /// With a fabric every packet goes through it (it loops local GIDs back itself, with
+    /// fault injection); without one only local GIDs are reachable.
+    pub has_fabric: bool,
+    pub stats: Stats,
+    pub next_key: u32,
+    pub next_cq: u32,
+    pub next_qpn: u32,
+    pub next_srq: u32,
+}
+
+/// The first QPN handed to ordinary QPs (0 and 1 are SMI/GSI).
+pub const FIRST_QPN: u32 = 2;
+/// lkey = (MR index << KEY_INDEX_SHIFT) | 8-bit key that changes on every registration.
+pub const KEY_INDEX_SHIFT: u32 = 8;
+
+impl Hw {
+    pub fn new(shared: Arc<Shared>, mac: [u8; 6]) -> Hw {
+        let mem = shared.mem();
+        Hw {
+            shared,
+            mem,
+            epoch: Instant::now(),
+            mac,
+            gids: [None; GID_TABLE_LEN as usize],
+            gids_changed: false,
+            mrs: HashMap::new(),
+            cqs: HashMap::new(),
+            qps: HashMap::new(),
+            srqs: HashMap::new(),
+            eqs: (0..MAX_EQS).map(|_| None).collect(),
+            doorbells_used: HashMap::new(),
+            loopback: VecDeque::new(),
+            outbound: Vec::new(),
+            has_fabric: false,
+            stats: [0; STATS_COUNT],
+            next_key: 1 << KEY_INDEX_SHIFT,
+            next_cq: 1,
+            next_qpn: FIRST_QPN,
+            next_srq: 1,
+        }
+    }
+
+    pub fn gid_valid(&self) -> Vec<bool> {
+        self.gids.iter().map(|g| g.is_some()).collect()
+    }
+
+    // ---- interrupts and events -------------------------------------------------------------
+
+    pub fn fire_vector(&mut self, vector: u32) {
+        let irqs = self.shared.irqs.lock().expect("irq lock");
+        if let Some(Some(f)) = irqs.get(vector as usize) {
+            signal_irq(f);
+            self.stats[STAT_INTERRUPTS] += 1;
+        }
+    }
+
+    /// Enter the fatal state: the driver sees STATUS_FATAL and must reset.
+    pub fn set_fatal(&mut self, code: u32) {
+        if self.shared.is_fatal() {
+            return;
+        }
+        log::error!("rox-nic: fatal error code {code}");
+        self.shared.fatal_code.store(code, Ordering::Release);
+        self.shared.status.fetch_or(STATUS_FATAL, Ordering::AcqRel);
+        if code != FATAL_EQ_DMA && code != FATAL_EQ_OVERFLOW {
+            self.post_event_raw(EQ_ADMIN_ASYNC, EQE_TYPE_DEVICE_FATAL, 0, code);
+        }
+        // Vector 0 fires even if EQ 0 is unusable so the driver looks at STATUS.
+        self.fire_vector(EQ_ADMIN_ASYNC);
+    }
+
+    /// Write one EQE to EQ `eqn` and interrupt if the EQ is armed.
+    pub fn post_event(&mut self, eqn: u32, event_type: u8, handle: u32, aux: u32) {
+        if self.shared.is_fatal() {
+            return;
+        }
+        self.post_event_raw(eqn, event_type, handle, aux);
+    }
+
+    fn post_event_raw(&mut self, eqn: u32, event_type: u8, handle: u32, aux: u32) {
+        let Some(Some(eq)) = self.eqs.get_mut(eqn as usize) else {
+            return;
+        };
+        let used = eq.pi.wrapping_sub(eq.ci) & EQ_DB_CI_MASK;
+        if used >= eq.depth {
+            self.set_fatal(FATAL_EQ_OVERFLOW);
+            return;
+        }
+        let eqe = Eqe {
+            event_type,
+            handle,
+            aux,
+            owner: owner_for(eq.pi, eq.depth),
+            ..Default::default()
+        };
+        let addr = eq.base + (((eq.pi & (eq.depth - 1)) as u64) << EQE_SHIFT);
+        if self.mem.write_entry_owner_last(addr, &eqe).is_err() {
+            self.set_fatal(FATAL_EQ_DMA);
+            return;
+        }
+        eq.pi = eq.pi.wrapping_add(1);
+        let fire = std::mem::take(&mut eq.armed);
+        self.stats[STAT_EQES] += 1;
+        if fire {
+            self.fire_vector(eqn);
+        }
+    }
+
+    /// Driver wrote an EQ doorbell.
+    pub fn eq_doorbell(&mut self, eqn: u32, value: u32) {
+        let Some(Some(eq)) = self.eqs.get_mut(eqn as usize) else {
+            return;
+        };
+        eq.ci = value & EQ_DB_CI_MASK;
+        if value & EQ_DB_ARM != 0 {
+            if (eq.pi & EQ_DB_CI_MASK) != eq.ci {
+                eq.armed = false;
+                self.fire_vector(eqn);
+            } else {
+                eq.armed = true;
+            }
+        }
+    }
+
+    pub fn async_event(&mut self, event_type: u8, handle: u32, aux: u32) {
+        self.post_event(EQ_ADMIN_ASYNC, event_type, handle, aux);
+    }
+
+    // ---- completions -----------------------------------------------------------------------
+
+    /// Write a CQE to CQ `cq_id`; handles overflow, arming and the completion event.
+    pub fn write_cqe(&mut self, cq_id: u32, mut cqe: Cqe, solicited: bool) {
+        let Some(cq) = self.cqs.get_mut(&cq_id) else {
+            return;
+        };
+        if cq.error {
+            return;
+        }
+        let slot = self.shared.doorbells.slot(cq.db_page, cq.db_slot);
+        if cq.pi.wrapping_sub(slot.a) >= cq.ring.depth {
+            cq.error = true;
+            self.async_event(EQE_TYPE_CQ_ERROR, cq_id, 0);
+            return;
+        }
+        cqe.owner = owner_for(cq.pi, cq.ring.depth);
+        if self
+            .mem
+            .write_entry_owner_last(cq.ring.entry_addr(cq.pi), &cqe)
+            .is_err()
+        {
+            cq.error = true;
+            self.async_event(EQE_TYPE_CQ_ERROR, cq_id, VENDOR_ERR_BAD_DMA as u32);
+            return;
+        }
+        cq.pi = cq.pi.wrapping_add(1);
+        self.stats[STAT_CQES] += 1;
+        Self::update_arm(cq, slot.b);
+        let trigger = match cq.armed {
+            CQ_ARM_NEXT => true,
+            CQ_ARM_SOLICITED => solicited || cqe.status != WC_SUCCESS,
+            _ => false,
+        };
+        if trigger {
+            cq.armed = 0;
+            let eqn = cq.eqn;
+            self.post_event(eqn, EQE_TYPE_COMPLETION, cq_id, 0);
+        }
+    }
+
+    /// Pick up a new arm request from the CQ's arm word.
+    pub fn update_arm(cq: &mut Cq, word: u32) {
+        let seq = word >> CQ_ARM_SEQ_SHIFT;
+        if seq != cq.arm_seq {
+            cq.arm_seq = seq;
+            cq.armed = word & CQ_ARM_TYPE_MASK;
+        }
+    }
+
+    /// A completion the device produces itself (bad WQE): goes to the QP's send CQ.
+    pub fn complete_send_error(
+        &mut self,
+        qpn: u32,
+        wr_id: u64,
+        status: u8,
+        opcode: u8,
+        vendor_err: u16,
+    ) {
+        let Some(qp) = self.qps.get(&qpn) else { return };
+        let cq = qp.send_cq;
+        let cqe = Cqe {
+            wr_id,
+            status,
+            opcode,
+            qp_num: qpn,
+            vendor_err,
+            ..Default::default()
+        };
+        self.stats[STAT_WQE_ERRORS] += 1;
+        self.write_cqe(cq, cqe, true);
+    }
+
+    // ---- memory access with protection -----------------------------------------------------
+
+    fn mr_for(&self, pd: u32, key: u32, need: u32) -> Result<&Mr, AccessError> {
+        let mr = self.mrs.get(&key).ok_or(AccessError::InvalidKey)?;
+        if mr.pd != pd {
+            return Err(AccessError::PdMismatch);
+        }
+        if mr.access & need != need {
+            return Err(AccessError::AccessDenied);
+        }
+        Ok(mr)
+    }
+
+    fn mr_read(
+        &self,
+        pd: u32,
+        key: u32,
+        need: u32,
+        va: u64,
+        buf: &mut [u8],
+    ) -> Result<(), AccessError> {
+        let mr = self.mr_for(pd, key, need)?;
+        let mut done = 0usize;
+        for (addr, n) in mr.chunks(va, buf.len() as u64)? {
+            let n = n as usize;
+            self.mem
+                .read(addr, &mut buf[done..done + n])
+                .map_err(|_: DmaError| AccessError::OutOfBounds)?;
+            done += n;
+        }
+        Ok(())
+    }
+
+    fn mr_write(
+        &self,
+        pd: u32,
+        key: u32,
+        need: u32,
+        va: u64,
+        data: &[u8],
+    ) -> Result<(), AccessError> {
+        let mr = self.mr_for(pd, key, need)?;
+        let chunks = mr.chunks(va, data.len() as u64)?;
+        // Check every chunk first so a failing write changes nothing.
+        for &(addr, n) in &chunks {
+            self.mem
+                .check_access(addr, n, true)
+                .map_err(|_| AccessError::OutOfBounds)?;
+        }
+        let mut done = 0usize;
+        for (addr, n) in chunks {
+            let n = n as usize;
+            self.mem
+                .write(addr, &data[done..done + n])
+                .map_err(|_| AccessError::OutOfBounds)?;
+            done += n;
+        }
+        Ok(())
+    }
+
+    // ---- receive queues --------------------------------------------------------------------
+
+    fn decode_recv(&self, w: &RqWqe) -> Option<RecvWr> {
+        if w.num_sge as u32 > RQ_MAX_SGE {
+            return None;
+        }
+        let sges = w.sge[..w.num_sge as usize]
+            .iter()
+            .map(|s| roce::Sge {
+                addr: s.addr,
+                length: s.length,
+                lkey: s.lkey,
+            })
+            .collect();
+        Some(RecvWr {
+            wr_id: w.wr_id,
+            sges,
+        })
+    }
+
+    fn pop_srq(&mut self, srq_id: u32) -> Option<RecvWr> {
+        let srq = self.srqs.get_mut(&srq_id)?;
+        if srq.error {
+            return None;
+        }
+        let pi = self.shared.doorbells.slot(srq.db_page, srq.db_slot).a;
+        let avail = pi.wrapping_sub(srq.ci);
+        if avail == 0 {
+            return None;
+        }
+        if avail > srq.ring.depth {
+            srq.error = true;
+            self.async_event(EQE_TYPE_SRQ_ERROR, srq_id, VENDOR_ERR_WILD_INDEX as u32);
+            return None;
+        }
+        let w: Result<RqWqe, _> = self.mem.read_obj(srq.ring.entry_addr(srq.ci));
+        srq.ci = srq.ci.wrapping_add(1);
+        let left = avail - 1;
+        let fire_limit = srq.limit != 0 && left < srq.limit;
+        if fire_limit {
+            srq.limit = 0;
+        }
+        let wr = match w {
+            Ok(w) => self.decode_recv(&w),
+            Err(_) => None,
+        };
+        if wr.is_none() {
+            if let Some(srq) = self.srqs.get_mut(&srq_id) {
+                srq.error = true;
+            }
+            self.async_event(EQE_TYPE_SRQ_ERROR, srq_id, VENDOR_ERR_BAD_SGE_COUNT as u32);
+        }
+        if fire_limit {
+            self.async_event(EQE_TYPE_SRQ_LIMIT, srq_id, 0);
+        }
+        self.stats[STAT_RECV_WQES] += wr.is_some() as u64;
+        wr
+    }
+
+    fn pop_rq(&mut self, qpn: u32) -> Option<RecvWr> {
+        let qp = self.qps.get_mut(&qpn)?;
+        if qp.broken {
+            return None;
+        }
+        let rq = qp.rq.as_ref()?;
+        let pi = self.shared.doorbells.slot(qp.db_page, qp.db_slot).b;
+        let avail = pi.wrapping_sub(qp.rq_ci);
+        if avail == 0 {
+            return None;
+        }
+        if avail > rq.depth {
+            qp.broken = true;
+            self.async_event(EQE_TYPE_QP_FATAL, qpn, VENDOR_ERR_WILD_INDEX as u32);
+            return None;
+        }
+        let w: Result<RqWqe, _> = self.mem.read_obj(rq.entry_addr(qp.rq_ci));
+        qp.rq_ci = qp.rq_ci.wrapping_add(1);
+        let wr = w.ok().and_then(|w| self.decode_recv(&w));
+        if wr.is_none() {
+            if let Some(qp) = self.qps.get_mut(&qpn) {
+                qp.broken = true;
+            }
+            self.async_event(EQE_TYPE_QP_FATAL, qpn, VENDOR_ERR_BAD_SGE_COUNT as u32);
+        } else {
+            self.stats[STAT_RECV_WQES] += 1;
+        }
+        wr
+    }
+}
+
+impl DeviceEnv for Hw {
+    fn now_ns(&self) -> u64 {
+        self.epoch.elapsed().as_nanos() as u64
+    }
+
+    fn read_local(
+        &mut self,
+        pd: u32,
+        lkey: u32,
+        addr: u64,
+        buf: &mut [u8],
+    ) -> Result<(), AccessError> {
+        self.mr_read(pd, lkey, 0, addr, buf)
+    }
+
+    fn write_local(
+        &mut self,
+        pd: u32,
+        lkey: u32,
+        addr: u64,
+        data: &[u8],
+    ) -> Result<(), AccessError> {
+        self.mr_write(pd, lkey, ACCESS_LOCAL_WRITE, addr, data)
+    }
+
+    fn read_remote(
+        &mut self,
+        pd: u32,
+        rkey: u32,
+        va: u64,
+        buf: &mut [u8],
+    ) -> Result<(), AccessError> {
+        self.mr_read(pd, rkey, ACCESS_REMOTE_READ, va, buf)
+    }
+
+    fn write_remote(
+        &mut self,
+        pd: u32,
+        rkey: u32,
+        va: u64,
+        data: &[u8],
+    ) -> Result<(), AccessError> {
+        self.mr_write(pd, rkey, ACCESS_REMOTE_WRITE, va, data)
+    }
+
+    fn atomic_remote(
+        &mut self,
+        pd: u32,
+        rkey: u32,
+        va: u64,
+        op: AtomicOp,
+    ) -> Result<u64, AccessError> {
+        if !va.is_multiple_of(ATOMIC_SIZE as u64) {
+            return Err(AccessError::Misaligned);
+        }
+        let mr = self.mr_for(pd, rkey, ACCESS_REMOTE_ATOMIC)?;
+        let chunks = mr.chunks(va, ATOMIC_SIZE as u64)?;
+        let [(addr, _)] = chunks[..] else {
+            return Err(AccessError::OutOfBounds);
+        };
+        // A real atomic on guest memory: atomic with respect to the guest's CPUs too.
+        let cell = self
+            .mem
+            .atomic_u64(addr)
+            .map_err(|_| AccessError::OutOfBounds)?;
+        Ok(match op {
+            AtomicOp::CompareSwap { compare, swap } => {
+                match cell.compare_exchange(
+                    compare.to_le(),
+                    swap.to_le(),
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                ) {
+                    Ok(v) | Err(v) => u64::from_le(v),
+                }
+            }
+            AtomicOp::FetchAdd { add } => {
+                // Guest memory is little-endian like the host (x86); fetch_add is exact.
+                u64::from_le(cell.fetch_add(add, Ordering::AcqRel))
+            }
+        })
+    }
+
+    fn pop_recv(&mut self, qpn: u32) -> Option<RecvWr> {
+        let srq = self.qps.get(&qpn)?.srq;
+        if srq != SRQ_NONE {
+            self.pop_srq(srq)
+        } else {
+            self.pop_rq(qpn)
+        }
+    }
+
+    fn complete(&mut self, c: Completion) {
+        let Some(qp) = self.qps.get(&c.qp_num) else {
+            return;
+        };
+        let cq = if c.is_recv { qp.recv_cq } else { qp.send_cq };
+        let cqe = Cqe {
+            wr_id: c.wr_id,
+            byte_len: c.byte_len,
+            imm_data: c.imm.to_be(),
+            qp_num: c.qp_num,
+            src_qp: c.src_qp,
+            status: c.status as u8,
+            opcode: c.opcode as u8,
+            wc_flags: c.wc_flags,
+            ..Default::default()
+        };
+        self.write_cqe(cq, cqe, c.solicited);
+    }
+
+    fn transmit(&mut self, dgid: &Gid, packet: Vec<u8>) {
+        self.stats[STAT_TX_PACKETS] += 1;
+        self.stats[STAT_TX_BYTES] += packet.len() as u64;
+        if self.has_fabric {
+            self.outbound.push((*dgid, packet));
+        } else if self.gids.iter().any(|g| g.as_ref() == Some(dgid)) {
+            self.loopback.push_back(packet);
+        } else {
+            log::debug!("rox-nic: no fabric, dropping packet to a remote GID");
+        }
+    }
+}

@@ -1,0 +1,417 @@
+//! The rox-nic device model: BAR0 register file (socket thread) and the data-path thread that
+//! owns every device object (admin queue, EQs, CQs, QPs, SRQs, MRs) and the transport engine.
+//!
+//! Threads: the vfio-user socket thread calls [`RoxNic`]'s `ServerBackend` methods; they only
+//! update registers and send [`Control`] messages (never long work: QEMU times out after 5 s).
+//! The data-path thread ([`datapath`]) does everything else and sleeps when idle.
+
+pub mod admin;
+pub mod datapath;
+pub mod hw;
+pub mod qp_state;
+pub mod sys;
+
+use std::fs::File;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::thread::JoinHandle;
+
+use crossbeam_channel::{Receiver, Sender};
+use rox_uapi::regs::*;
+
+use crate::dma::{GuestMemory, MappedRegion};
+use crate::pci::ConfigSpace;
+use sys::{DoorbellBar, EventFd};
+
+/// Everything needed to build a device.
+#[derive(Clone, Debug)]
+pub struct DeviceConfig {
+    /// MAC of the guest's paired virtio-net NIC (reported by READ_MAC / QUERY_PORT).
+    pub mac: [u8; 6],
+    /// Fabric: where this device's UDP socket lives and how peers are found. Without one,
+    /// only QP-to-QP loopback on this device works.
+    pub fabric: Option<FabricConfig>,
+    /// How long the data path keeps polling with nothing to do before it sleeps.
+    pub idle_after: std::time::Duration,
+}
+
+pub use crate::roce::fabric::{FabricConfig, FaultConfig};
+
+/// Default idle grace period of the data path.
+pub const DEFAULT_IDLE_AFTER: std::time::Duration = std::time::Duration::from_millis(20);
+
+impl DeviceConfig {
+    pub fn new(mac: [u8; 6]) -> DeviceConfig {
+        DeviceConfig {
+            mac,
+            fabric: None,
+            idle_after: DEFAULT_IDLE_AFTER,
+        }
+    }
+}
+
+/// Messages from the socket thread to the data-path thread.
+#[derive(Debug)]
+pub enum Control {
+    AdminEnable {
+        cmd_base: u64,
+        cpl_base: u64,
+        log_depth: u32,
+    },
+    AdminDisable,
+    AdminDoorbell(u32),
+    EqEnable {
+        eqn: u32,
+        base: u64,
+        log_depth: u32,
+    },
+    EqDisable(u32),
+    EqDoorbell {
+        eqn: u32,
+        value: u32,
+    },
+    Reset,
+    Shutdown,
+}
+
+/// State shared by the socket thread and the data-path thread.
+pub struct Shared {
+    pub status: AtomicU32,
+    pub fatal_code: AtomicU32,
+    pub idle: AtomicU32,
+    /// Passes of the data-path loop (to observe that an idle device does not poll).
+    pub loop_passes: AtomicU64,
+    /// Guest RAM; replaced as a whole on DMA_MAP/UNMAP (the data path snapshots the Arc).
+    pub mem: RwLock<Arc<GuestMemory>>,
+    /// MSI-X eventfds by vector (from SET_IRQS).
+    pub irqs: Mutex<Vec<Option<File>>>,
+    pub doorbells: DoorbellBar,
+    pub wake: EventFd,
+    pub ctl: Sender<Control>,
+}
+
+impl Shared {
+    pub fn send(&self, msg: Control) {
+        // The receiver lives as long as the data-path thread; after shutdown nothing listens.
+        let _ = self.ctl.send(msg);
+        self.wake.signal();
+    }
+
+    pub fn mem(&self) -> Arc<GuestMemory> {
+        self.mem.read().expect("mem lock").clone()
+    }
+
+    pub fn is_fatal(&self) -> bool {
+        self.status.load(Ordering::Acquire) & STATUS_FATAL != 0
+    }
+}
+
+/// BAR0 registers the socket thread keeps (configuration latched on enable).
+#[derive(Default)]
+struct RegFile {
+    admin_cmd_base: u64,
+    admin_cpl_base: u64,
+    admin_log_depth: u32,
+    admin_ctrl: u32,
+    scratch: u32,
+    eq_addr: [u64; MAX_EQS as usize],
+    eq_log_depth: [u32; MAX_EQS as usize],
+    eq_ctrl: [u32; MAX_EQS as usize],
+}
+
+/// One rox-nic device: the object the vfio-user server loop (or a test) drives.
+pub struct RoxNic {
+    shared: Arc<Shared>,
+    regs: RegFile,
+    config: ConfigSpace,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// Errors building a device.
+#[derive(Debug, thiserror::Error)]
+pub enum DeviceError {
+    #[error("cannot create the doorbell memory: {0}")]
+    Doorbells(std::io::Error),
+    #[error("cannot create an eventfd: {0}")]
+    EventFd(std::io::Error),
+    #[error("fabric: {0}")]
+    Fabric(String),
+    #[error("cannot start the data-path thread: {0}")]
+    Thread(std::io::Error),
+}
+
+fn set_lo(v: &mut u64, lo: u32) {
+    *v = (*v & !0xffff_ffff) | lo as u64;
+}
+fn set_hi(v: &mut u64, hi: u32) {
+    *v = (*v & 0xffff_ffff) | ((hi as u64) << 32);
+}
+
+impl RoxNic {
+    pub fn new(config: DeviceConfig) -> Result<RoxNic, DeviceError> {
+        let (tx, rx): (Sender<Control>, Receiver<Control>) = crossbeam_channel::unbounded();
+        let shared = Arc::new(Shared {
+            status: AtomicU32::new(0),
+            fatal_code: AtomicU32::new(FATAL_NONE),
+            idle: AtomicU32::new(0),
+            loop_passes: AtomicU64::new(0),
+            mem: RwLock::new(Arc::new(GuestMemory::default())),
+            irqs: Mutex::new((0..MSIX_VECTORS).map(|_| None).collect()),
+            doorbells: DoorbellBar::new().map_err(DeviceError::Doorbells)?,
+            wake: EventFd::new().map_err(DeviceError::EventFd)?,
+            ctl: tx,
+        });
+        let dp = datapath::DataPath::new(shared.clone(), rx, &config)?;
+        let thread = std::thread::Builder::new()
+            .name("rox-datapath".into())
+            .spawn(move || dp.run())
+            .map_err(DeviceError::Thread)?;
+        // The data path sets STATUS_READY when it starts; be ready before anyone connects.
+        let nic = RoxNic {
+            shared,
+            regs: RegFile::default(),
+            config: ConfigSpace::new(),
+            thread: Some(thread),
+        };
+        const START_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+        if !nic.wait_ready(START_TIMEOUT) {
+            log::warn!("rox-nic: data path slow to start; STATUS_READY will follow");
+        }
+        Ok(nic)
+    }
+
+    pub fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
+    /// The memfd behind the doorbell BAR (for the sparse mmap area).
+    pub fn doorbell_fd(&self) -> std::os::fd::RawFd {
+        self.shared.doorbells.fd()
+    }
+
+    /// Wait until the device reports ready (after creation or reset).
+    pub fn wait_ready(&self, timeout: std::time::Duration) -> bool {
+        let start = std::time::Instant::now();
+        while start.elapsed() < timeout {
+            if self.shared.status.load(Ordering::Acquire) & STATUS_READY != 0 {
+                return true;
+            }
+            std::thread::sleep(std::time::Duration::from_micros(100));
+        }
+        false
+    }
+
+    // ---- config space ----------------------------------------------------------------------
+
+    pub fn config_read(&self, offset: u64, data: &mut [u8]) {
+        self.config.read(offset, data)
+    }
+
+    pub fn config_write(&mut self, offset: u64, data: &[u8]) {
+        self.config.write(offset, data)
+    }
+
+    // ---- BAR0 -------------------------------------------------------------------------------
+
+    /// Read a BAR0 register (32-bit accesses; 64-bit reads return LO|HI pairs).
+    pub fn bar0_read(&self, offset: u64, data: &mut [u8]) {
+        match data.len() {
+            4 => data.copy_from_slice(&self.read_reg(offset).to_le_bytes()),
+            8 => {
+                let lo = self.read_reg(offset) as u64;
+                let hi = self.read_reg(offset + 4) as u64;
+                data.copy_from_slice(&(lo | (hi << 32)).to_le_bytes());
+            }
+            _ => data.fill(0),
+        }
+    }
+
+    /// Write a BAR0 register (32-bit, or 64-bit as two 32-bit writes LO then HI).
+    pub fn bar0_write(&mut self, offset: u64, data: &[u8]) {
+        match data.len() {
+            4 => self.write_reg(
+                offset,
+                u32::from_le_bytes(data.try_into().expect("4 bytes")),
+            ),
+            8 => {
+                let v = u64::from_le_bytes(data.try_into().expect("8 bytes"));
+                self.write_reg(offset, v as u32);
+                self.write_reg(offset + 4, (v >> 32) as u32);
+            }
+            _ => log::warn!("ignoring {}-byte BAR0 write at {offset:#x}", data.len()),
+        }
+    }
+
+    fn eq_reg(offset: u64) -> Option<(u32, u64)> {
+        if (REG_EQ_BASE..REG_END).contains(&offset) {
+            let rel = offset - REG_EQ_BASE;
+            Some(((rel / REG_EQ_STRIDE) as u32, rel % REG_EQ_STRIDE))
+        } else {
+            None
+        }
+    }
+
+    fn read_reg(&self, offset: u64) -> u32 {
+        let r = &self.regs;
+        match offset {
+            REG_VERSION => rox_uapi::ROX_VERSION,
+            REG_CAPS => datapath::DEVICE_CAPS,
+            REG_STATUS => {
+                let mut s = self.shared.status.load(Ordering::Acquire);
+                if r.admin_ctrl & ADMIN_CTRL_ENABLE != 0 {
+                    s |= STATUS_ADMIN_ENABLED;
+                }
+                s
+            }
+            REG_FATAL_CODE => self.shared.fatal_code.load(Ordering::Acquire),
+            REG_DB_PAGE_COUNT => DB_PAGE_COUNT,
+            REG_MSIX_VECTORS => MSIX_VECTORS,
+            REG_MAX_EQS => MAX_EQS,
+            REG_ADMIN_CMD_BASE_LO => r.admin_cmd_base as u32,
+            REG_ADMIN_CMD_BASE_HI => (r.admin_cmd_base >> 32) as u32,
+            REG_ADMIN_CPL_BASE_LO => r.admin_cpl_base as u32,
+            REG_ADMIN_CPL_BASE_HI => (r.admin_cpl_base >> 32) as u32,
+            REG_ADMIN_LOG_DEPTH => r.admin_log_depth,
+            REG_ADMIN_CTRL => r.admin_ctrl,
+            REG_SCRATCH => r.scratch,
+            REG_IDLE => self.shared.idle.load(Ordering::Acquire),
+            o => match Self::eq_reg(o) {
+                Some((n, EQ_ADDR_LO)) => r.eq_addr[n as usize] as u32,
+                Some((n, EQ_ADDR_HI)) => (r.eq_addr[n as usize] >> 32) as u32,
+                Some((n, EQ_LOG_DEPTH)) => r.eq_log_depth[n as usize],
+                Some((n, EQ_CTRL)) => r.eq_ctrl[n as usize],
+                // Write-only registers, the wake page, the PBA (no pending bits: we never
+                // leave a message pending) and holes read as zero.
+                _ => 0,
+            },
+        }
+    }
+
+    fn write_reg(&mut self, offset: u64, v: u32) {
+        let r = &mut self.regs;
+        match offset {
+            REG_RESET => {
+                if v == RESET_VALUE {
+                    self.reset_device();
+                }
+            }
+            REG_ADMIN_CMD_BASE_LO => set_lo(&mut r.admin_cmd_base, v),
+            REG_ADMIN_CMD_BASE_HI => set_hi(&mut r.admin_cmd_base, v),
+            REG_ADMIN_CPL_BASE_LO => set_lo(&mut r.admin_cpl_base, v),
+            REG_ADMIN_CPL_BASE_HI => set_hi(&mut r.admin_cpl_base, v),
+            REG_ADMIN_LOG_DEPTH => r.admin_log_depth = v,
+            REG_ADMIN_CTRL => {
+                let was = r.admin_ctrl & ADMIN_CTRL_ENABLE != 0;
+                let now = v & ADMIN_CTRL_ENABLE != 0;
+                r.admin_ctrl = v & ADMIN_CTRL_ENABLE;
+                if now && !was {
+                    let msg = Control::AdminEnable {
+                        cmd_base: r.admin_cmd_base,
+                        cpl_base: r.admin_cpl_base,
+                        log_depth: r.admin_log_depth,
+                    };
+                    self.shared.send(msg);
+                } else if was && !now {
+                    self.shared.send(Control::AdminDisable);
+                }
+            }
+            REG_ADMIN_DB => self.shared.send(Control::AdminDoorbell(v)),
+            REG_SCRATCH => r.scratch = v,
+            WAKE_REG => self.shared.wake.signal(),
+            o => match Self::eq_reg(o) {
+                Some((n, EQ_ADDR_LO)) => set_lo(&mut r.eq_addr[n as usize], v),
+                Some((n, EQ_ADDR_HI)) => set_hi(&mut r.eq_addr[n as usize], v),
+                Some((n, EQ_LOG_DEPTH)) => r.eq_log_depth[n as usize] = v,
+                Some((n, EQ_CTRL)) => {
+                    let i = n as usize;
+                    let was = r.eq_ctrl[i] & EQ_CTRL_ENABLE != 0;
+                    let now = v & EQ_CTRL_ENABLE != 0;
+                    r.eq_ctrl[i] = v & EQ_CTRL_ENABLE;
+                    if now && !was {
+                        let msg = Control::EqEnable {
+                            eqn: n,
+                            base: r.eq_addr[i],
+                            log_depth: r.eq_log_depth[i],
+                        };
+                        self.shared.send(msg);
+                    } else if was && !now {
+                        self.shared.send(Control::EqDisable(n));
+                    }
+                }
+                Some((n, EQ_DB)) => self.shared.send(Control::EqDoorbell { eqn: n, value: v }),
+                _ => log::debug!("ignoring BAR0 write {v:#x} at {offset:#x}"),
+            },
+        }
+    }
+
+    /// Device reset (REG_RESET or vfio-user DEVICE_RESET): registers to defaults, the data
+    /// path forgets every object and clears the fatal state, then sets STATUS_READY again.
+    pub fn reset_device(&mut self) {
+        self.regs = RegFile::default();
+        self.shared
+            .status
+            .fetch_and(!STATUS_READY, Ordering::AcqRel);
+        self.shared.send(Control::Reset);
+    }
+
+    // ---- DMA and interrupts ----------------------------------------------------------------
+
+    pub fn dma_map(&self, fd: Option<File>, offset: u64, iova: u64, size: u64) -> std::io::Result<()> {
+        self.dma_map_with(fd, offset, iova, size, true)
+    }
+
+    /// DMA_MAP with the client's protection: `writable` false for read-only memory (ROMs).
+    /// A mapping that cannot be made is logged and left unreachable rather than failing QEMU.
+    pub fn dma_map_with(
+        &self,
+        fd: Option<File>,
+        offset: u64,
+        iova: u64,
+        size: u64,
+        writable: bool,
+    ) -> std::io::Result<()> {
+        let Some(fd) = fd else {
+            // Without a fd we would need DMA_READ/WRITE messages, which the crate cannot send.
+            // QEMU also maps fd-less RAM (ROMs, VGA memory) that no driver points us at, so
+            // accept the map and leave the range unreachable: DMA there fails like any bad
+            // address. Guest RAM itself must be a share=on memfd backend.
+            log::warn!("DMA_MAP of [{iova:#x}, +{size:#x}) without a fd: range not reachable by the device");
+            return Ok(());
+        };
+        let region = match MappedRegion::map_with(&fd, offset, iova, size, writable) {
+            Ok(r) => r,
+            Err(e) => {
+                log::error!("DMA_MAP of [{iova:#x}, +{size:#x}): mmap failed ({e}); range not reachable");
+                return Ok(());
+            }
+        };
+        let mut mem = self.shared.mem.write().expect("mem lock");
+        *mem = Arc::new(mem.with_region(region));
+        Ok(())
+    }
+
+    pub fn dma_unmap(&self, iova: u64, size: u64) {
+        let mut mem = self.shared.mem.write().expect("mem lock");
+        *mem = Arc::new(mem.without_range(iova, size));
+    }
+
+    /// SET_IRQS for the MSI-X index: install (or with no fds, remove) vector eventfds.
+    pub fn set_msix(&self, start: u32, count: u32, fds: Vec<File>) {
+        let mut irqs = self.shared.irqs.lock().expect("irq lock");
+        let mut fds = fds.into_iter();
+        for v in start..start.saturating_add(count) {
+            if let Some(slot) = irqs.get_mut(v as usize) {
+                *slot = fds.next();
+            }
+        }
+    }
+}
+
+impl Drop for RoxNic {
+    fn drop(&mut self) {
+        self.shared.send(Control::Shutdown);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}

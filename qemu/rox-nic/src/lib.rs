@@ -1,0 +1,16 @@
+//! rox-nic: an emulated PCIe RoCEv2 NIC served to QEMU over vfio-user.
+//!
+//! - [`device`]: the device model (BAR0 registers, admin queue, event queues, doorbell polling,
+//!   queue processing, protection checks) — the "chassis";
+//! - [`roce`]: RoCEv2 wire format, fabric and transport engine;
+//! - [`server`]: the vfio-user glue (regions, IRQs, DMA mapping);
+//! - [`testkit`]: a userspace "driver" for tests and benchmarks.
+
+pub mod device;
+pub mod dma;
+pub mod pci;
+pub mod roce;
+pub mod server;
+pub mod testkit;
+
+pub use device::{DeviceConfig, RoxNic};

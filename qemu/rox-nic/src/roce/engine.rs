@@ -1,0 +1,1790 @@
+//! The RC/UC/UD transport engine: requester, responder and completer of every QP of a device.
+//!
+//! Reliability (RC) is go-back-N: every packet has a PSN; the responder accepts only the
+//! expected PSN, answers the first gap with a PSN-sequence-error NAK, re-acknowledges
+//! duplicates, replays READ responses and saved atomic results for duplicate requests, and
+//! coalesces ACKs (one per [`Engine::poll`] batch for all packets that asked for one). The
+//! requester rewinds to the oldest unacknowledged PSN on a NAK or on the local ACK timeout,
+//! counting retries (retry_cnt) and RNR retries (rnr_retry) that reset whenever progress is made.
+
+use std::collections::{HashMap, VecDeque};
+
+use super::wire::{
+    self, opcode as op, psn_add, psn_cmp, Aeth, AtomicEth, Bth, Deth, Headers, IpInfo, NakCode,
+    ParseError, Parsed, Reth, Syndrome, DEFAULT_PKEY, GRH_LEN, IPV4_HEADER_LEN, PSN_MASK,
+};
+use super::*;
+
+/// Most PSNs a requester keeps in flight (unacknowledged) per QP; bounds retransmission bursts
+/// and the fabric's socket buffer use.
+pub const MAX_INFLIGHT_PSNS: u32 = 256;
+/// A requester asks for an ACK at the end of every message and at least every this many packets.
+pub const ACK_REQ_INTERVAL: u32 = 64;
+/// Largest message (IBA: 2^31 bytes).
+const MAX_MESSAGE_BYTES: u64 = rox_uapi::verbs::MAX_MSG_SIZE as u64;
+/// Size of an atomic operand.
+const ATOMIC_BYTES: usize = rox_uapi::verbs::ATOMIC_SIZE as usize;
+/// Local ACK timeout unit: 4.096 µs × 2^timeout.
+const ACK_TIMEOUT_UNIT_NS: u64 = 4096;
+/// The timeout attribute is a 5-bit field.
+const MAX_ACK_TIMEOUT_EXPONENT: u8 = 31;
+/// rnr_retry value meaning "retry forever".
+const RNR_RETRY_INFINITE: u8 = 7;
+/// IBA table 45: RNR NAK timer codes in units of 10 µs (code 0 is the longest, 655.36 ms).
+const RNR_TIMER_10US: [u64; 32] = [
+    65536, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536,
+    2048, 3072, 4096, 6144, 8192, 12288, 16384, 24576, 32768, 49152,
+];
+const NS_PER_10US: u64 = 10_000;
+/// A send WR Q_Key with this bit set means "use the QP's own Q_Key" (IBA 10.2.5).
+const QKEY_USE_QP_QKEY: u32 = 0x8000_0000;
+/// Hop limit / TTL of packets whose QP has no address vector hop limit set.
+const DEFAULT_HOP_LIMIT: u8 = 64;
+
+/// Counters of the engine (all QPs).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct EngineStats {
+    pub tx_packets: u64,
+    pub rx_packets: u64,
+    /// Received packets that failed the ICRC check (dropped).
+    pub rx_icrc_errors: u64,
+    /// Received packets that were not well-formed RoCEv2 (dropped).
+    pub rx_malformed: u64,
+    /// Received packets for a QP that does not exist, is in the wrong state or of another type.
+    pub rx_no_qp: u64,
+    /// RC/UC packets from an address other than the QP's peer (dropped).
+    pub rx_wrong_source: u64,
+    /// UD packets dropped for a Q_Key mismatch.
+    pub rx_qkey_violations: u64,
+    /// UD/UC messages dropped because no receive WR was posted.
+    pub rx_no_recv_wr: u64,
+    /// Duplicate requests (PSN below the expected one) seen by responders.
+    pub rx_duplicates: u64,
+    /// Requests beyond the expected PSN (a gap: lost or reordered packets) seen by responders.
+    pub rx_out_of_sequence: u64,
+    /// Responses/ACKs a requester could not use (stale, duplicate or out of order).
+    pub rx_stale_responses: u64,
+    pub acks_sent: u64,
+    pub naks_sent: u64,
+    pub rnr_naks_sent: u64,
+    /// Local ACK timeouts that caused a go-back-N retransmission.
+    pub retransmit_timeouts: u64,
+    /// Rewinds caused by NAKs (sequence error or RNR).
+    pub nak_rewinds: u64,
+}
+
+/// Why [`Engine::receive`] dropped a packet (also counted in [`EngineStats`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RxDrop {
+    #[error("bad packet: {0}")]
+    Parse(#[from] ParseError),
+    #[error("no QP {0:#x} able to take this packet")]
+    NoQp(u32),
+    #[error("packet for connected QP {0:#x} from an address other than its peer")]
+    WrongSource(u32),
+    #[error("partition key {0:#06x} not ours")]
+    BadPkey(u16),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum WqeKind {
+    Send,
+    Write,
+    Read,
+    Atomic,
+}
+
+/// A send WR the requester owns until it retires.
+#[derive(Debug)]
+struct Wqe {
+    wr: SendWr,
+    kind: WqeKind,
+    len: u64,
+    /// PSNs were assigned (the first packet was sent).
+    started: bool,
+    first_psn: u32,
+    /// PSNs the message consumes (packets of a SEND/WRITE, response packets of a READ, 1 for atomics).
+    npsn: u32,
+    /// SEND/WRITE: every packet acknowledged (UC/UD: every packet sent).
+    acked: bool,
+    /// READ: response packets received, in order.
+    read_pkts_done: u32,
+    /// Atomic: the original value came back.
+    atomic_done: bool,
+    /// The WR failed; it completes with this status when it reaches the head of the SQ.
+    error: Option<WcStatus>,
+}
+
+impl Wqe {
+    fn done(&self) -> bool {
+        match self.kind {
+            WqeKind::Send | WqeKind::Write => self.acked,
+            WqeKind::Read => self.started && self.read_pkts_done == self.npsn,
+            WqeKind::Atomic => self.atomic_done,
+        }
+    }
+
+    fn last_psn(&self) -> u32 {
+        psn_add(self.first_psn, self.npsn - 1)
+    }
+
+    fn contains(&self, psn: u32) -> bool {
+        self.started && psn_cmp(psn, self.first_psn) >= 0 && psn_cmp(psn, self.last_psn()) <= 0
+    }
+
+    /// The oldest PSN of this WQE not yet known to have arrived.
+    fn resume_psn(&self, acked_psn: u32) -> u32 {
+        match self.kind {
+            WqeKind::Read => psn_add(self.first_psn, self.read_pkts_done),
+            WqeKind::Atomic => self.first_psn,
+            WqeKind::Send | WqeKind::Write => {
+                if self.contains(acked_psn) {
+                    psn_add(acked_psn, 1)
+                } else {
+                    self.first_psn
+                }
+            }
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct Requester {
+    sq: VecDeque<Wqe>,
+    /// PSN of the next never-sent packet.
+    next_psn: u32,
+    /// Highest PSN acknowledged by an ACK (or implied by a response).
+    acked_psn: u32,
+    /// Index in `sq` of the WQE to (re)transmit next, and its next packet.
+    cursor: usize,
+    cursor_pkt: u32,
+    retry_left: u8,
+    rnr_left: u8,
+    /// Local ACK timer.
+    timer_deadline: Option<u64>,
+    /// Waiting out an RNR NAK until then.
+    rnr_until: Option<u64>,
+    /// A READ was re-requested from this PSN after an out-of-order response.
+    read_gap_psn: Option<u32>,
+    pkts_since_ack_req: u32,
+}
+
+/// A multi-packet message the responder is in the middle of.
+#[derive(Debug)]
+enum InMessage {
+    Send {
+        wr: RecvWr,
+        offset: u64,
+    },
+    Write {
+        va: u64,
+        rkey: u32,
+        remaining: u64,
+        total: u32,
+    },
+}
+
+/// Saved READ/atomic request, for duplicates.
+#[derive(Clone, Copy, Debug)]
+enum RdAtomic {
+    Read { first_psn: u32, last_psn: u32 },
+    Atomic { psn: u32, original: u64 },
+}
+
+#[derive(Debug, Default)]
+struct Responder {
+    /// Expected PSN.
+    epsn: u32,
+    /// Message sequence number: messages completed.
+    msn: u32,
+    cur: Option<InMessage>,
+    /// UC: a receive WR taken for a message that was then dropped; used for the next one.
+    spare_recv: Option<RecvWr>,
+    /// A packet asked for an ACK; send one (for epsn - 1) at the next poll.
+    ack_pending: bool,
+    /// A PSN-sequence NAK was sent for the current epsn (one per gap).
+    nak_sent: bool,
+    /// UC: drop packets until the next first/only packet.
+    uc_dropping: bool,
+    history: VecDeque<RdAtomic>,
+}
+
+/// Transport context of one QP.
+#[derive(Debug)]
+struct Qp {
+    cfg: QpConfig,
+    state: QpState,
+    mtu: Mtu,
+    dest_qpn: u32,
+    timeout: u8,
+    retry_cnt: u8,
+    rnr_retry: u8,
+    min_rnr_timer: u8,
+    max_rd_atomic: u8,
+    max_dest_rd_atomic: u8,
+    qkey: u32,
+    access: u32,
+    av: Option<AddressVector>,
+    req: Requester,
+    resp: Responder,
+}
+
+/// Transport engine of one device: the QP table of transport contexts and their state machines.
+#[derive(Debug, Default)]
+pub struct Engine {
+    qps: HashMap<u32, Qp>,
+    stats: EngineStats,
+}
+
+fn wc_opcode(kind: WqeKind, opcode: WrOpcode) -> WcOpcode {
+    match kind {
+        WqeKind::Send => WcOpcode::Send,
+        WqeKind::Write => WcOpcode::RdmaWrite,
+        WqeKind::Read => WcOpcode::RdmaRead,
+        WqeKind::Atomic if opcode == WrOpcode::AtomicCmpAndSwp => WcOpcode::CompSwap,
+        WqeKind::Atomic => WcOpcode::FetchAdd,
+    }
+}
+
+fn sges_len(sges: &[Sge]) -> u64 {
+    sges.iter().map(|s| u64::from(s.length)).sum()
+}
+
+enum SgError {
+    /// The data does not fit the SGE list.
+    Length,
+    /// The device refused an access (key, PD, access flags or bounds).
+    Access,
+}
+
+/// Copies `out.len()` bytes starting at byte `offset` of the payload described by `data`.
+fn gather(
+    env: &mut dyn DeviceEnv,
+    pd: u32,
+    data: &SendData,
+    offset: u64,
+    out: &mut [u8],
+) -> Result<(), SgError> {
+    match data {
+        SendData::Inline(bytes) => {
+            let start = offset as usize;
+            let src = bytes.get(start..start + out.len()).ok_or(SgError::Length)?;
+            out.copy_from_slice(src);
+            Ok(())
+        }
+        SendData::Sges(sges) => {
+            let mut skip = offset;
+            let mut done = 0usize;
+            for sge in sges {
+                if done == out.len() {
+                    break;
+                }
+                let len = u64::from(sge.length);
+                if skip >= len {
+                    skip -= len;
+                    continue;
+                }
+                let n = ((len - skip) as usize).min(out.len() - done);
+                env.read_local(pd, sge.lkey, sge.addr + skip, &mut out[done..done + n])
+                    .map_err(|e| {
+                        log::debug!("local access refused: {e}");
+                        SgError::Access
+                    })?;
+                done += n;
+                skip = 0;
+            }
+            if done == out.len() {
+                Ok(())
+            } else {
+                Err(SgError::Length)
+            }
+        }
+    }
+}
+
+/// Writes `data` at byte `offset` of the buffer described by `sges`.
+fn scatter(
+    env: &mut dyn DeviceEnv,
+    pd: u32,
+    sges: &[Sge],
+    offset: u64,
+    data: &[u8],
+) -> Result<(), SgError> {
+    if offset + data.len() as u64 > sges_len(sges) {
+        return Err(SgError::Length);
+    }
+    let mut skip = offset;
+    let mut done = 0usize;
+    for sge in sges {
+        if done == data.len() {
+            break;
+        }
+        let len = u64::from(sge.length);
+        if skip >= len {
+            skip -= len;
+            continue;
+        }
+        let n = ((len - skip) as usize).min(data.len() - done);
+        env.write_local(pd, sge.lkey, sge.addr + skip, &data[done..done + n])
+            .map_err(|e| {
+                log::debug!("local access refused: {e}");
+                SgError::Access
+            })?;
+        done += n;
+        skip = 0;
+    }
+    Ok(())
+}
+
+fn rnr_timer_ns(code: u8) -> u64 {
+    RNR_TIMER_10US[usize::from(code) % RNR_TIMER_10US.len()] * NS_PER_10US
+}
+
+impl Qp {
+    fn ack_timeout_ns(&self) -> Option<u64> {
+        (self.timeout != 0)
+            .then(|| ACK_TIMEOUT_UNIT_NS << self.timeout.min(MAX_ACK_TIMEOUT_EXPONENT))
+    }
+
+    fn ip_info(&self, av: &AddressVector) -> IpInfo {
+        IpInfo {
+            sgid: av.sgid,
+            dgid: av.dgid,
+            traffic_class: av.traffic_class,
+            hop_limit: if av.hop_limit == 0 {
+                DEFAULT_HOP_LIMIT
+            } else {
+                av.hop_limit
+            },
+            flow_label: av.flow_label,
+            src_port: wire::flow_source_port(self.cfg.qpn),
+        }
+    }
+
+    fn class(&self) -> u8 {
+        match self.cfg.qp_type {
+            QpType::Rc => op::CLASS_RC,
+            QpType::Uc => op::CLASS_UC,
+            QpType::Ud => op::CLASS_UD,
+        }
+    }
+
+    fn can_send(&self) -> bool {
+        matches!(self.state, QpState::Rts)
+    }
+
+    fn can_receive(&self) -> bool {
+        matches!(self.state, QpState::Rtr | QpState::Rts | QpState::Sqd)
+    }
+
+    /// Sends a packet on the QP's connection (RC/UC).
+    fn send_connected(
+        &self,
+        env: &mut dyn DeviceEnv,
+        stats: &mut EngineStats,
+        hdr: &Headers,
+        payload: &[u8],
+    ) {
+        let Some(av) = self.av else {
+            log::warn!("QP {:#x}: no address vector; packet dropped", self.cfg.qpn);
+            return;
+        };
+        let packet = wire::build_packet(&self.ip_info(&av), hdr, payload);
+        stats.tx_packets += 1;
+        env.transmit(&av.dgid, packet);
+    }
+
+    fn bth(&self, opcode: u8, psn: u32) -> Bth {
+        Bth {
+            opcode,
+            solicited: false,
+            pkey: DEFAULT_PKEY,
+            dest_qpn: self.dest_qpn,
+            ack_req: false,
+            psn,
+        }
+    }
+
+    fn send_ack(
+        &self,
+        env: &mut dyn DeviceEnv,
+        stats: &mut EngineStats,
+        psn: u32,
+        syndrome: Syndrome,
+    ) {
+        let mut hdr = Headers::new(self.bth(op::RC_ACKNOWLEDGE, psn));
+        hdr.aeth = Some(Aeth {
+            syndrome,
+            msn: self.resp.msn,
+        });
+        match syndrome {
+            Syndrome::Ack => stats.acks_sent += 1,
+            Syndrome::RnrNak(_) => stats.rnr_naks_sent += 1,
+            Syndrome::Nak(_) => stats.naks_sent += 1,
+        }
+        self.send_connected(env, stats, &hdr, &[]);
+    }
+
+    fn complete_recv(
+        &self,
+        env: &mut dyn DeviceEnv,
+        wr_id: u64,
+        status: WcStatus,
+        opcode: WcOpcode,
+        byte_len: u32,
+    ) {
+        env.complete(Completion {
+            wr_id,
+            status,
+            opcode,
+            byte_len,
+            imm: 0,
+            src_qp: 0,
+            qp_num: self.cfg.qpn,
+            wc_flags: 0,
+            is_recv: true,
+            solicited: false,
+        });
+    }
+
+    /// Moves the QP to the error state: every outstanding send WR and (unless the QP uses an
+    /// SRQ) every posted receive WR completes with WR_FLUSH_ERR.
+    fn enter_error(&mut self, env: &mut dyn DeviceEnv) {
+        if self.state == QpState::Err {
+            return;
+        }
+        self.state = QpState::Err;
+        self.flush(env);
+    }
+
+    fn flush(&mut self, env: &mut dyn DeviceEnv) {
+        while let Some(wqe) = self.req.sq.pop_front() {
+            env.complete(Completion {
+                wr_id: wqe.wr.wr_id,
+                status: WcStatus::WrFlushErr,
+                opcode: wc_opcode(wqe.kind, wqe.wr.opcode),
+                byte_len: 0,
+                imm: 0,
+                src_qp: 0,
+                qp_num: self.cfg.qpn,
+                wc_flags: 0,
+                is_recv: false,
+                solicited: false,
+            });
+        }
+        self.req.cursor = 0;
+        self.req.cursor_pkt = 0;
+        self.req.timer_deadline = None;
+        self.req.rnr_until = None;
+        let held = match self.resp.cur.take() {
+            Some(InMessage::Send { wr, .. }) => Some(wr),
+            _ => None,
+        };
+        for wr in held.into_iter().chain(self.resp.spare_recv.take()) {
+            self.complete_recv(env, wr.wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, 0);
+        }
+        if !self.cfg.uses_srq {
+            while let Some(wr) = env.pop_recv(self.cfg.qpn) {
+                self.complete_recv(env, wr.wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, 0);
+            }
+        }
+    }
+
+    // ---------------------------------------------------------------- requester
+
+    /// Decodes and validates a WR into a WQE; `Err` carries the immediate error status.
+    fn make_wqe(&self, wr: SendWr) -> Result<Wqe, (SendWr, WqeKind, WcStatus)> {
+        let kind = match wr.opcode {
+            WrOpcode::Send | WrOpcode::SendWithImm => WqeKind::Send,
+            WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm => WqeKind::Write,
+            WrOpcode::RdmaRead => WqeKind::Read,
+            WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd => WqeKind::Atomic,
+        };
+        let len = wr.data.len();
+        let mtu = u64::from(self.mtu.bytes());
+        let allowed = match self.cfg.qp_type {
+            QpType::Rc => true,
+            QpType::Uc => matches!(kind, WqeKind::Send | WqeKind::Write),
+            QpType::Ud => kind == WqeKind::Send && wr.ud.is_some(),
+        };
+        if !allowed {
+            return Err((wr, kind, WcStatus::LocQpOpErr));
+        }
+        let inline = matches!(wr.data, SendData::Inline(_));
+        if inline && matches!(kind, WqeKind::Read | WqeKind::Atomic) {
+            return Err((wr, kind, WcStatus::LocQpOpErr));
+        }
+        let bad_len = len > MAX_MESSAGE_BYTES
+            || (kind == WqeKind::Atomic && len != ATOMIC_BYTES as u64)
+            || (self.cfg.qp_type == QpType::Ud && len > mtu);
+        if bad_len {
+            return Err((wr, kind, WcStatus::LocLenErr));
+        }
+        let npsn = match kind {
+            WqeKind::Atomic => 1,
+            _ => len.div_ceil(mtu).max(1) as u32,
+        };
+        Ok(Wqe {
+            wr,
+            kind,
+            len,
+            started: false,
+            first_psn: 0,
+            npsn,
+            acked: false,
+            read_pkts_done: 0,
+            atomic_done: false,
+            error: None,
+        })
+    }
+
+    /// READ/atomic WRs started and not yet retired. A finished one behind an unfinished one
+    /// still counts: a go-back-N retransmission resends it, and the responder only keeps the
+    /// last max_dest_rd_atomic of them for replay.
+    fn outstanding_rd_atomic(&self) -> usize {
+        self.req
+            .sq
+            .iter()
+            .take_while(|w| w.started)
+            .filter(|w| matches!(w.kind, WqeKind::Read | WqeKind::Atomic))
+            .count()
+    }
+
+    /// Sends what the window, the RD/atomic limit, fences and RNR waits allow.
+    fn transmit(&mut self, env: &mut dyn DeviceEnv, stats: &mut EngineStats) {
+        while self.can_send() && self.req.rnr_until.is_none() && self.req.cursor < self.req.sq.len()
+        {
+            let cursor = self.req.cursor;
+            let wqe = &self.req.sq[cursor];
+            if wqe.error.is_some() {
+                break;
+            }
+            if wqe.started && wqe.done() {
+                // Go-back-N resends from the oldest gap; a WR after it whose response or ACK
+                // already arrived was executed by the responder and needs no resending.
+                self.req.cursor += 1;
+                self.req.cursor_pkt = 0;
+                continue;
+            }
+            if !wqe.started {
+                let rd_atomic = matches!(wqe.kind, WqeKind::Read | WqeKind::Atomic);
+                let outstanding = self.outstanding_rd_atomic();
+                if (rd_atomic && outstanding >= usize::from(self.max_rd_atomic.max(1)))
+                    || (wqe.wr.fence && outstanding > 0)
+                {
+                    break;
+                }
+            }
+            let psn = if wqe.started {
+                psn_add(wqe.first_psn, self.req.cursor_pkt)
+            } else {
+                self.req.next_psn
+            };
+            if self.cfg.qp_type == QpType::Rc {
+                let una = self.una();
+                if psn_cmp(psn, psn_add(una, MAX_INFLIGHT_PSNS)) >= 0 {
+                    break;
+                }
+            }
+            let wqe = &mut self.req.sq[cursor];
+            if !wqe.started {
+                wqe.started = true;
+                wqe.first_psn = self.req.next_psn;
+                self.req.next_psn = psn_add(self.req.next_psn, wqe.npsn);
+            }
+            match self.send_packet(env, stats, cursor) {
+                Ok(()) => {
+                    if self.cfg.qp_type == QpType::Rc && self.req.timer_deadline.is_none() {
+                        self.req.timer_deadline = self.ack_timeout_ns().map(|t| env.now_ns() + t);
+                    }
+                }
+                Err(status) => {
+                    self.req.sq[cursor].error = Some(status);
+                    break;
+                }
+            }
+        }
+        self.retire(env);
+    }
+
+    /// Sends the packet at the cursor and advances the cursor.
+    fn send_packet(
+        &mut self,
+        env: &mut dyn DeviceEnv,
+        stats: &mut EngineStats,
+        index: usize,
+    ) -> Result<(), WcStatus> {
+        let mtu = u64::from(self.mtu.bytes());
+        let class = self.class();
+        let pkt = self.req.cursor_pkt;
+        let wqe = &self.req.sq[index];
+        let psn = psn_add(wqe.first_psn, pkt);
+        let mut bth = self.bth(0, psn);
+        if wqe.kind == WqeKind::Read {
+            // One request covers the rest of the READ (a retransmission resumes mid-way).
+            let offset = u64::from(pkt) * mtu;
+            bth.opcode = op::RC_READ_REQUEST;
+            bth.ack_req = true;
+            let mut hdr = Headers::new(bth);
+            hdr.reth = Some(Reth {
+                va: wqe.wr.remote_addr.wrapping_add(offset),
+                rkey: wqe.wr.rkey,
+                dma_len: (wqe.len - offset.min(wqe.len)) as u32,
+            });
+            self.send_connected(env, stats, &hdr, &[]);
+            self.req.cursor += 1;
+            self.req.cursor_pkt = 0;
+            self.req.pkts_since_ack_req = 0;
+            return Ok(());
+        }
+        if wqe.kind == WqeKind::Atomic {
+            bth.opcode = if wqe.wr.opcode == WrOpcode::AtomicCmpAndSwp {
+                op::RC_COMPARE_SWAP
+            } else {
+                op::RC_FETCH_ADD
+            };
+            bth.ack_req = true;
+            let mut hdr = Headers::new(bth);
+            hdr.atomic_eth = Some(AtomicEth {
+                va: wqe.wr.remote_addr,
+                rkey: wqe.wr.rkey,
+                swap_add: if wqe.wr.opcode == WrOpcode::AtomicCmpAndSwp {
+                    wqe.wr.swap
+                } else {
+                    wqe.wr.compare_add
+                },
+                compare: wqe.wr.compare_add,
+            });
+            self.send_connected(env, stats, &hdr, &[]);
+            self.req.cursor += 1;
+            self.req.cursor_pkt = 0;
+            self.req.pkts_since_ack_req = 0;
+            return Ok(());
+        }
+        let offset = u64::from(pkt) * mtu;
+        let chunk = (wqe.len - offset).min(mtu) as usize;
+        let mut payload = vec![0u8; chunk];
+        gather(env, self.cfg.pd, &wqe.wr.data, offset, &mut payload).map_err(|e| match e {
+            SgError::Length => WcStatus::LocLenErr,
+            SgError::Access => WcStatus::LocProtErr,
+        })?;
+        let first = pkt == 0;
+        let last = pkt + 1 == wqe.npsn;
+        let imm = matches!(
+            wqe.wr.opcode,
+            WrOpcode::SendWithImm | WrOpcode::RdmaWriteWithImm
+        );
+        let base = match (wqe.kind, first, last) {
+            (WqeKind::Send, true, true) if imm => op::RC_SEND_ONLY_IMM,
+            (WqeKind::Send, true, true) => op::RC_SEND_ONLY,
+            (WqeKind::Send, true, false) => op::RC_SEND_FIRST,
+            (WqeKind::Send, false, false) => op::RC_SEND_MIDDLE,
+            (WqeKind::Send, false, true) if imm => op::RC_SEND_LAST_IMM,
+            (WqeKind::Send, false, true) => op::RC_SEND_LAST,
+            (_, true, true) if imm => op::RC_WRITE_ONLY_IMM,
+            (_, true, true) => op::RC_WRITE_ONLY,
+            (_, true, false) => op::RC_WRITE_FIRST,
+            (_, false, false) => op::RC_WRITE_MIDDLE,
+            (_, false, true) if imm => op::RC_WRITE_LAST_IMM,
+            (_, false, true) => op::RC_WRITE_LAST,
+        };
+        bth.opcode = class | base;
+        bth.solicited = last && wqe.wr.solicited;
+        self.req.pkts_since_ack_req += 1;
+        bth.ack_req = self.cfg.qp_type == QpType::Rc
+            && (last || self.req.pkts_since_ack_req >= ACK_REQ_INTERVAL);
+        if bth.ack_req {
+            self.req.pkts_since_ack_req = 0;
+        }
+        let mut hdr = Headers::new(bth);
+        if last && imm {
+            hdr.imm = Some(wqe.wr.imm);
+        }
+        if first && wqe.kind == WqeKind::Write {
+            hdr.reth = Some(Reth {
+                va: wqe.wr.remote_addr,
+                rkey: wqe.wr.rkey,
+                dma_len: wqe.len as u32,
+            });
+        }
+        if let Some(ud) = wqe.wr.ud {
+            hdr.bth.dest_qpn = ud.remote_qpn;
+            let qkey = if ud.remote_qkey & QKEY_USE_QP_QKEY != 0 {
+                self.qkey
+            } else {
+                ud.remote_qkey
+            };
+            hdr.deth = Some(Deth {
+                qkey,
+                src_qpn: self.cfg.qpn,
+            });
+            let packet = wire::build_packet(&self.ip_info(&ud.av), &hdr, &payload);
+            stats.tx_packets += 1;
+            env.transmit(&ud.av.dgid, packet);
+        } else {
+            self.send_connected(env, stats, &hdr, &payload);
+        }
+        let wqe = &mut self.req.sq[index];
+        if last {
+            if self.cfg.qp_type != QpType::Rc {
+                wqe.acked = true; // UC/UD complete once sent
+            }
+            self.req.cursor += 1;
+            self.req.cursor_pkt = 0;
+        } else {
+            self.req.cursor_pkt += 1;
+        }
+        Ok(())
+    }
+
+    /// Oldest PSN not known to have arrived (the go-back-N point).
+    fn una(&self) -> u32 {
+        self.req
+            .sq
+            .iter()
+            .take_while(|w| w.started)
+            .find(|w| !w.done())
+            .map(|w| w.resume_psn(self.req.acked_psn))
+            .unwrap_or(self.req.next_psn)
+    }
+
+    /// Points the cursor at PSN `psn` (go-back-N).
+    fn rewind_to(&mut self, psn: u32) {
+        let Some(index) = self.req.sq.iter().position(|w| w.contains(psn)) else {
+            return;
+        };
+        let wqe = &self.req.sq[index];
+        self.req.cursor = index;
+        self.req.cursor_pkt = psn.wrapping_sub(wqe.first_psn) & PSN_MASK;
+        self.req.pkts_since_ack_req = 0;
+    }
+
+    /// Marks SEND/WRITE WQEs whose every PSN is at or before `psn` as acknowledged.
+    /// Returns true if the oldest outstanding PSN moved (progress).
+    fn ack_through(&mut self, psn: u32, now: u64) -> bool {
+        let before = self.una();
+        if psn_cmp(psn, before) < 0 && psn_cmp(psn, self.req.acked_psn) <= 0 {
+            return false;
+        }
+        if psn_cmp(psn, self.req.acked_psn) > 0 {
+            self.req.acked_psn = psn;
+        }
+        for wqe in self.req.sq.iter_mut().take_while(|w| w.started) {
+            if psn_cmp(wqe.first_psn, psn) > 0 {
+                break;
+            }
+            if matches!(wqe.kind, WqeKind::Send | WqeKind::Write)
+                && psn_cmp(wqe.last_psn(), psn) <= 0
+            {
+                wqe.acked = true;
+            }
+        }
+        let after = self.una();
+        let progress = after != before;
+        if progress {
+            self.req.retry_left = self.retry_cnt;
+            self.req.rnr_left = self.rnr_retry;
+            self.restart_timer(now);
+        }
+        progress
+    }
+
+    fn restart_timer(&mut self, now: u64) {
+        let outstanding = self.una() != self.req.next_psn;
+        self.req.timer_deadline = if outstanding {
+            self.ack_timeout_ns().map(|t| now + t)
+        } else {
+            None
+        };
+    }
+
+    /// Retires finished WQEs from the head of the SQ in order, completing signaled ones and
+    /// errored ones; an errored WQE moves the QP to the error state.
+    fn retire(&mut self, env: &mut dyn DeviceEnv) {
+        while let Some(head) = self.req.sq.front() {
+            let status = match head.error {
+                Some(status) => status,
+                None if head.done() => WcStatus::Success,
+                None => break,
+            };
+            let wqe = self.req.sq.pop_front().expect("head exists");
+            self.req.cursor = self.req.cursor.saturating_sub(1);
+            if status != WcStatus::Success || wqe.wr.signaled {
+                env.complete(Completion {
+                    wr_id: wqe.wr.wr_id,
+                    status,
+                    opcode: wc_opcode(wqe.kind, wqe.wr.opcode),
+                    byte_len: if status == WcStatus::Success {
+                        wqe.len as u32
+                    } else {
+                        0
+                    },
+                    imm: 0,
+                    src_qp: 0,
+                    qp_num: self.cfg.qpn,
+                    wc_flags: 0,
+                    is_recv: false,
+                    solicited: false,
+                });
+            }
+            if status != WcStatus::Success {
+                self.enter_error(env);
+                return;
+            }
+        }
+        if self.req.sq.is_empty() {
+            self.req.timer_deadline = None;
+        }
+    }
+
+    /// Fails the WQE holding `psn` with `status` (NAKs).
+    fn fail_psn(&mut self, psn: u32, status: WcStatus) {
+        let index = self
+            .req
+            .sq
+            .iter()
+            .position(|w| w.contains(psn))
+            .unwrap_or(0);
+        if let Some(wqe) = self.req.sq.get_mut(index) {
+            wqe.error = Some(status);
+        }
+        // Nothing at or after the failed WR may be sent any more.
+        self.req.cursor = self.req.cursor.min(index);
+        self.req.timer_deadline = None;
+    }
+
+    /// An ACK, NAK, READ response or atomic ACK arrived for this requester.
+    fn requester_receive(
+        &mut self,
+        env: &mut dyn DeviceEnv,
+        stats: &mut EngineStats,
+        p: &Parsed<'_>,
+    ) {
+        if self.cfg.qp_type != QpType::Rc || !matches!(self.state, QpState::Rts | QpState::Sqd) {
+            stats.rx_stale_responses += 1;
+            return;
+        }
+        let psn = p.hdr.bth.psn;
+        let now = env.now_ns();
+        // A response for a PSN never sent is bogus.
+        if psn_cmp(psn, self.req.next_psn) >= 0 {
+            stats.rx_stale_responses += 1;
+            return;
+        }
+        let base = p.hdr.bth.opcode & op::OP_MASK;
+        match base {
+            op::RC_ACKNOWLEDGE => {
+                let aeth = p.hdr.aeth.expect("parsed AETH");
+                match aeth.syndrome {
+                    Syndrome::Ack => {
+                        if !self.ack_through(psn, now) {
+                            stats.rx_stale_responses += 1;
+                        }
+                    }
+                    Syndrome::RnrNak(code) => {
+                        self.ack_through(psn_add(psn, PSN_MASK), now); // everything before psn
+                        if psn != self.una() {
+                            stats.rx_stale_responses += 1;
+                            return;
+                        }
+                        if self.rnr_retry != RNR_RETRY_INFINITE {
+                            if self.req.rnr_left == 0 {
+                                self.fail_psn(psn, WcStatus::RnrRetryExcErr);
+                                self.retire(env);
+                                return;
+                            }
+                            self.req.rnr_left -= 1;
+                        }
+                        stats.nak_rewinds += 1;
+                        self.rewind_to(psn);
+                        self.req.timer_deadline = None;
+                        self.req.rnr_until = Some(now + rnr_timer_ns(code));
+                    }
+                    Syndrome::Nak(NakCode::PsnSequenceError) => {
+                        self.ack_through(psn_add(psn, PSN_MASK), now);
+                        if psn != self.una() {
+                            stats.rx_stale_responses += 1;
+                            return;
+                        }
+                        if self.req.retry_left == 0 {
+                            self.fail_psn(psn, WcStatus::RetryExcErr);
+                            self.retire(env);
+                            return;
+                        }
+                        self.req.retry_left -= 1;
+                        stats.nak_rewinds += 1;
+                        self.rewind_to(psn);
+                        self.restart_timer(now);
+                    }
+                    Syndrome::Nak(code) => {
+                        self.ack_through(psn_add(psn, PSN_MASK), now);
+                        let status = match code {
+                            NakCode::RemoteAccessError => WcStatus::RemAccessErr,
+                            NakCode::RemoteOperationalError => WcStatus::RemOpErr,
+                            _ => WcStatus::RemInvReqErr,
+                        };
+                        self.fail_psn(psn, status);
+                    }
+                }
+            }
+            op::RC_ATOMIC_ACKNOWLEDGE => {
+                let Some(index) = self.req.sq.iter().position(|w| w.contains(psn)) else {
+                    stats.rx_stale_responses += 1;
+                    return;
+                };
+                if self.req.sq[index].kind != WqeKind::Atomic || self.req.sq[index].atomic_done {
+                    stats.rx_stale_responses += 1;
+                    return;
+                }
+                self.ack_through(psn_add(psn, PSN_MASK), now);
+                let original = p.hdr.atomic_ack.expect("parsed AtomicAckETH");
+                let wqe = &self.req.sq[index];
+                let SendData::Sges(sges) = &wqe.wr.data else {
+                    unreachable!("atomics take SGEs")
+                };
+                let result = scatter(env, self.cfg.pd, sges, 0, &original.to_le_bytes());
+                let wqe = &mut self.req.sq[index];
+                match result {
+                    Ok(()) => wqe.atomic_done = true,
+                    Err(_) => wqe.error = Some(WcStatus::LocProtErr),
+                }
+                self.restart_timer(now);
+                self.req.retry_left = self.retry_cnt;
+            }
+            _ => {
+                // READ response FIRST/MIDDLE/LAST/ONLY.
+                let Some(index) = self.req.sq.iter().position(|w| w.contains(psn)) else {
+                    stats.rx_stale_responses += 1;
+                    return;
+                };
+                let wqe = &self.req.sq[index];
+                let next = psn_add(wqe.first_psn, wqe.read_pkts_done);
+                if wqe.kind != WqeKind::Read || psn != next {
+                    stats.rx_stale_responses += 1;
+                    let gap = wqe.kind == WqeKind::Read && psn_cmp(psn, next) > 0;
+                    if gap && self.req.read_gap_psn != Some(next) {
+                        // A response was lost (responses arrive in order): ask again from the
+                        // gap now rather than at the ACK timeout; once per gap.
+                        self.req.read_gap_psn = Some(next);
+                        stats.nak_rewinds += 1;
+                        self.rewind_to(next);
+                        self.transmit(env, stats);
+                    }
+                    return;
+                }
+                self.ack_through(psn_add(psn, PSN_MASK), now);
+                let mtu = u64::from(self.mtu.bytes());
+                let wqe = &self.req.sq[index];
+                let offset = u64::from(wqe.read_pkts_done) * mtu;
+                let expected = (wqe.len - offset).min(mtu) as usize;
+                if p.payload.len() != expected {
+                    self.req.sq[index].error = Some(WcStatus::BadRespErr);
+                    self.retire(env);
+                    return;
+                }
+                let SendData::Sges(sges) = &wqe.wr.data else {
+                    unreachable!("reads take SGEs")
+                };
+                let result = scatter(env, self.cfg.pd, sges, offset, p.payload);
+                let wqe = &mut self.req.sq[index];
+                match result {
+                    Ok(()) => wqe.read_pkts_done += 1,
+                    Err(SgError::Length) => wqe.error = Some(WcStatus::LocLenErr),
+                    Err(SgError::Access) => wqe.error = Some(WcStatus::LocProtErr),
+                }
+                self.req.retry_left = self.retry_cnt;
+                self.req.rnr_left = self.rnr_retry;
+                self.restart_timer(now);
+            }
+        }
+        self.retire(env);
+        self.transmit(env, stats);
+    }
+
+    /// Timers: RNR wait over, or local ACK timeout (go-back-N or retry exhaustion).
+    fn on_timers(&mut self, env: &mut dyn DeviceEnv, stats: &mut EngineStats) {
+        let now = env.now_ns();
+        if self.req.rnr_until.is_some_and(|t| now >= t) {
+            self.req.rnr_until = None;
+            self.restart_timer(now);
+        }
+        if self.req.timer_deadline.is_some_and(|t| now >= t) {
+            let una = self.una();
+            if una == self.req.next_psn {
+                self.req.timer_deadline = None;
+            } else if self.req.retry_left == 0 {
+                self.fail_psn(una, WcStatus::RetryExcErr);
+                self.retire(env);
+                return;
+            } else {
+                self.req.retry_left -= 1;
+                stats.retransmit_timeouts += 1;
+                self.rewind_to(una);
+                self.req.timer_deadline = None;
+            }
+        }
+        self.transmit(env, stats);
+    }
+
+    // ---------------------------------------------------------------- responder
+
+    fn nak(&mut self, env: &mut dyn DeviceEnv, stats: &mut EngineStats, psn: u32, code: NakCode) {
+        // One NAK per expected PSN: the rest of the requester's window is dropped silently.
+        self.resp.nak_sent = true;
+        self.send_ack(env, stats, psn, Syndrome::Nak(code));
+    }
+
+    /// A responder-side error of class "QP goes to error" (invalid request, remote operational
+    /// error, local length/protection error on a receive WR).
+    fn responder_fatal(
+        &mut self,
+        env: &mut dyn DeviceEnv,
+        stats: &mut EngineStats,
+        psn: u32,
+        code: NakCode,
+        recv: Option<(u64, WcStatus)>,
+    ) {
+        if let Some((wr_id, status)) = recv {
+            self.complete_recv(env, wr_id, status, WcOpcode::Recv, 0);
+        }
+        if self.cfg.qp_type == QpType::Rc {
+            self.nak(env, stats, psn, code);
+        }
+        self.enter_error(env);
+    }
+
+    fn take_recv(&mut self, env: &mut dyn DeviceEnv) -> Option<RecvWr> {
+        self.resp
+            .spare_recv
+            .take()
+            .or_else(|| env.pop_recv(self.cfg.qpn))
+    }
+
+    fn remember(&mut self, entry: RdAtomic) {
+        self.resp.history.push_back(entry);
+        while self.resp.history.len() > usize::from(self.max_dest_rd_atomic.max(1)) {
+            self.resp.history.pop_front();
+        }
+    }
+
+    /// Sends READ response packets for `reth` starting at `psn`. Returns false on an access error.
+    fn send_read_responses(
+        &mut self,
+        env: &mut dyn DeviceEnv,
+        stats: &mut EngineStats,
+        psn: u32,
+        reth: &Reth,
+    ) -> bool {
+        let mtu = self.mtu.bytes();
+        let len = reth.dma_len;
+        let npkts = len.div_ceil(mtu).max(1);
+        // Check the whole range before the first response leaves: an R_Key names one
+        // contiguous region, so its first and last byte being accessible covers all of it.
+        if len > 0 {
+            let mut probe = [0u8; 1];
+            let last = reth.va.wrapping_add(u64::from(len) - 1);
+            let ok = env
+                .read_remote(self.cfg.pd, reth.rkey, reth.va, &mut probe)
+                .is_ok()
+                && env
+                    .read_remote(self.cfg.pd, reth.rkey, last, &mut probe)
+                    .is_ok()
+                && last >= reth.va;
+            if !ok {
+                self.nak(env, stats, psn, NakCode::RemoteAccessError);
+                return false;
+            }
+        }
+        let mut buf = vec![0u8; mtu.min(len) as usize];
+        for i in 0..npkts {
+            let offset = i * mtu;
+            let chunk = (len - offset).min(mtu) as usize;
+            let data = &mut buf[..chunk];
+            if chunk > 0
+                && env
+                    .read_remote(
+                        self.cfg.pd,
+                        reth.rkey,
+                        reth.va.wrapping_add(u64::from(offset)),
+                        data,
+                    )
+                    .is_err()
+            {
+                self.nak(env, stats, psn_add(psn, i), NakCode::RemoteAccessError);
+                return false;
+            }
+            let base = match (i == 0, i + 1 == npkts) {
+                (true, true) => op::RC_READ_RESPONSE_ONLY,
+                (true, false) => op::RC_READ_RESPONSE_FIRST,
+                (false, false) => op::RC_READ_RESPONSE_MIDDLE,
+                (false, true) => op::RC_READ_RESPONSE_LAST,
+            };
+            let mut hdr = Headers::new(self.bth(base, psn_add(psn, i)));
+            if wire::opcode_info(base).is_some_and(|info| info.aeth) {
+                hdr.aeth = Some(Aeth {
+                    syndrome: Syndrome::Ack,
+                    msn: self.resp.msn,
+                });
+            }
+            self.send_connected(env, stats, &hdr, data);
+        }
+        true
+    }
+
+    fn send_atomic_ack(
+        &self,
+        env: &mut dyn DeviceEnv,
+        stats: &mut EngineStats,
+        psn: u32,
+        original: u64,
+    ) {
+        let mut hdr = Headers::new(self.bth(op::RC_ATOMIC_ACKNOWLEDGE, psn));
+        hdr.aeth = Some(Aeth {
+            syndrome: Syndrome::Ack,
+            msn: self.resp.msn,
+        });
+        hdr.atomic_ack = Some(original);
+        self.send_connected(env, stats, &hdr, &[]);
+    }
+
+    /// An RC duplicate request: re-acknowledge, replay a READ, or replay a saved atomic result.
+    fn duplicate(&mut self, env: &mut dyn DeviceEnv, stats: &mut EngineStats, p: &Parsed<'_>) {
+        stats.rx_duplicates += 1;
+        let psn = p.hdr.bth.psn;
+        match p.hdr.bth.opcode & op::OP_MASK {
+            op::RC_READ_REQUEST => {
+                let known = self.resp.history.iter().any(|h| match *h {
+                    RdAtomic::Read {
+                        first_psn,
+                        last_psn,
+                    } => psn_cmp(psn, first_psn) >= 0 && psn_cmp(psn, last_psn) <= 0,
+                    RdAtomic::Atomic { .. } => false,
+                });
+                if known && self.access & ACCESS_REMOTE_READ != 0 {
+                    let reth = p.hdr.reth.expect("parsed RETH");
+                    self.send_read_responses(env, stats, psn, &reth);
+                }
+            }
+            op::RC_COMPARE_SWAP | op::RC_FETCH_ADD => {
+                let saved = self.resp.history.iter().find_map(|h| match *h {
+                    RdAtomic::Atomic {
+                        psn: saved_psn,
+                        original,
+                    } if saved_psn == psn => Some(original),
+                    _ => None,
+                });
+                if let Some(original) = saved {
+                    self.send_atomic_ack(env, stats, psn, original);
+                }
+            }
+            _ => self.resp.ack_pending = true,
+        }
+    }
+
+    /// A request packet arrived for this responder.
+    fn responder_receive(
+        &mut self,
+        env: &mut dyn DeviceEnv,
+        stats: &mut EngineStats,
+        p: &Parsed<'_>,
+    ) {
+        if !self.can_receive() {
+            stats.rx_no_qp += 1;
+            return;
+        }
+        match self.cfg.qp_type {
+            QpType::Ud => self.ud_receive(env, stats, p),
+            QpType::Rc => {
+                let diff = psn_cmp(p.hdr.bth.psn, self.resp.epsn);
+                if diff > 0 {
+                    stats.rx_out_of_sequence += 1;
+                    if !self.resp.nak_sent {
+                        self.resp.nak_sent = true;
+                        let epsn = self.resp.epsn;
+                        self.nak(env, stats, epsn, NakCode::PsnSequenceError);
+                    }
+                } else if diff < 0 {
+                    self.duplicate(env, stats, p);
+                } else {
+                    self.execute(env, stats, p);
+                }
+            }
+            QpType::Uc => {
+                if p.hdr.bth.psn != self.resp.epsn {
+                    // A gap: the message in progress is lost; resynchronise on this packet.
+                    stats.rx_out_of_sequence += 1;
+                    self.uc_drop_message();
+                    self.resp.epsn = p.hdr.bth.psn;
+                }
+                if self.resp.uc_dropping && !p.info.first {
+                    self.resp.epsn = psn_add(p.hdr.bth.psn, 1);
+                    return;
+                }
+                self.resp.uc_dropping = false;
+                self.execute(env, stats, p);
+            }
+        }
+    }
+
+    fn uc_drop_message(&mut self) {
+        if let Some(InMessage::Send { wr, .. }) = self.resp.cur.take() {
+            self.resp.spare_recv = Some(wr);
+        }
+        self.resp.uc_dropping = true;
+    }
+
+    /// Executes the request with the expected PSN (RC and UC).
+    fn execute(&mut self, env: &mut dyn DeviceEnv, stats: &mut EngineStats, p: &Parsed<'_>) {
+        let rc = self.cfg.qp_type == QpType::Rc;
+        let bth = p.hdr.bth;
+        let psn = bth.psn;
+        let base = bth.opcode & op::OP_MASK;
+        let in_send = matches!(self.resp.cur, Some(InMessage::Send { .. }));
+        let in_write = matches!(self.resp.cur, Some(InMessage::Write { .. }));
+        let is_send = base <= op::RC_SEND_ONLY_IMM;
+        let is_write = (op::RC_WRITE_FIRST..=op::RC_WRITE_ONLY_IMM).contains(&base);
+        let continues = !p.info.first;
+        let sequence_ok = if continues {
+            (is_send && in_send) || (is_write && in_write)
+        } else {
+            !in_send && !in_write
+        };
+        if !sequence_ok {
+            if rc {
+                self.responder_fatal(env, stats, psn, NakCode::InvalidRequest, None);
+            } else {
+                self.uc_drop_message();
+                self.resp.epsn = psn_add(psn, 1);
+            }
+            return;
+        }
+        let pd = self.cfg.pd;
+        if is_send {
+            if p.info.first {
+                let Some(wr) = self.take_recv(env) else {
+                    if rc {
+                        let timer = self.min_rnr_timer;
+                        self.send_ack(env, stats, psn, Syndrome::RnrNak(timer));
+                        // Later packets of the window are dropped silently until the retry.
+                        self.resp.nak_sent = true;
+                    } else {
+                        stats.rx_no_recv_wr += 1;
+                        self.resp.uc_dropping = true;
+                        self.resp.epsn = psn_add(psn, 1);
+                    }
+                    return;
+                };
+                self.resp.cur = Some(InMessage::Send { wr, offset: 0 });
+            }
+            let Some(InMessage::Send { wr, offset }) = &mut self.resp.cur else {
+                unreachable!("checked")
+            };
+            match scatter(env, pd, &wr.sges, *offset, p.payload) {
+                Ok(()) => *offset += p.payload.len() as u64,
+                Err(e) => {
+                    let wr_id = wr.wr_id;
+                    self.resp.cur = None;
+                    let (code, status) = match e {
+                        SgError::Length => (NakCode::InvalidRequest, WcStatus::LocLenErr),
+                        SgError::Access => (NakCode::RemoteOperationalError, WcStatus::LocProtErr),
+                    };
+                    self.responder_fatal(env, stats, psn, code, Some((wr_id, status)));
+                    return;
+                }
+            }
+            if p.info.last {
+                let Some(InMessage::Send { wr, offset }) = self.resp.cur.take() else {
+                    unreachable!("checked")
+                };
+                env.complete(Completion {
+                    wr_id: wr.wr_id,
+                    status: WcStatus::Success,
+                    opcode: WcOpcode::Recv,
+                    byte_len: offset as u32,
+                    imm: p.hdr.imm.unwrap_or(0),
+                    src_qp: 0,
+                    qp_num: self.cfg.qpn,
+                    wc_flags: if p.hdr.imm.is_some() {
+                        WC_FLAG_WITH_IMM
+                    } else {
+                        0
+                    },
+                    is_recv: true,
+                    solicited: bth.solicited,
+                });
+                self.resp.msn = psn_add(self.resp.msn, 1);
+            }
+        } else if is_write {
+            if p.info.first {
+                let reth = p.hdr.reth.expect("parsed RETH");
+                if self.access & ACCESS_REMOTE_WRITE == 0 {
+                    self.remote_access_error(env, stats, psn);
+                    return;
+                }
+                self.resp.cur = Some(InMessage::Write {
+                    va: reth.va,
+                    rkey: reth.rkey,
+                    remaining: u64::from(reth.dma_len),
+                    total: reth.dma_len,
+                });
+            }
+            let Some(InMessage::Write { remaining, .. }) = &self.resp.cur else {
+                unreachable!("checked")
+            };
+            let too_long = p.payload.len() as u64 > *remaining;
+            let short_last = p.info.last && (p.payload.len() as u64) < *remaining;
+            if too_long || short_last {
+                self.resp.cur = None;
+                if rc {
+                    self.responder_fatal(env, stats, psn, NakCode::InvalidRequest, None);
+                } else {
+                    self.uc_drop_message();
+                    self.resp.epsn = psn_add(psn, 1);
+                }
+                return;
+            }
+            // WRITE with immediate consumes a receive WR; get it before touching memory so an
+            // RNR NAK leaves nothing half-done.
+            let recv = if p.hdr.imm.is_some() {
+                match self.take_recv(env) {
+                    Some(wr) => Some(wr),
+                    None => {
+                        if rc {
+                            if p.info.first {
+                                // The retransmitted first packet starts the message again.
+                                self.resp.cur = None;
+                            }
+                            let timer = self.min_rnr_timer;
+                            self.send_ack(env, stats, psn, Syndrome::RnrNak(timer));
+                            // Later packets of the window are dropped silently until the retry.
+                            self.resp.nak_sent = true;
+                        } else {
+                            stats.rx_no_recv_wr += 1;
+                            self.uc_drop_message();
+                            self.resp.epsn = psn_add(psn, 1);
+                        }
+                        return;
+                    }
+                }
+            } else {
+                None
+            };
+            let Some(InMessage::Write {
+                va,
+                rkey,
+                remaining,
+                total,
+            }) = &mut self.resp.cur
+            else {
+                unreachable!("checked")
+            };
+            if !p.payload.is_empty() {
+                if env.write_remote(pd, *rkey, *va, p.payload).is_err() {
+                    if let Some(wr) = recv {
+                        self.resp.spare_recv = Some(wr);
+                    }
+                    self.resp.cur = None;
+                    self.remote_access_error(env, stats, psn);
+                    return;
+                }
+                *va = va.wrapping_add(p.payload.len() as u64);
+                *remaining -= p.payload.len() as u64;
+            }
+            let total = *total;
+            if p.info.last {
+                self.resp.cur = None;
+                if let Some(wr) = recv {
+                    env.complete(Completion {
+                        wr_id: wr.wr_id,
+                        status: WcStatus::Success,
+                        opcode: WcOpcode::RecvRdmaWithImm,
+                        byte_len: total,
+                        imm: p.hdr.imm.unwrap_or(0),
+                        src_qp: 0,
+                        qp_num: self.cfg.qpn,
+                        wc_flags: WC_FLAG_WITH_IMM,
+                        is_recv: true,
+                        solicited: bth.solicited,
+                    });
+                }
+                self.resp.msn = psn_add(self.resp.msn, 1);
+            }
+        } else if base == op::RC_READ_REQUEST {
+            let reth = p.hdr.reth.expect("parsed RETH");
+            if self.max_dest_rd_atomic == 0 || u64::from(reth.dma_len) > MAX_MESSAGE_BYTES {
+                self.responder_fatal(env, stats, psn, NakCode::InvalidRequest, None);
+                return;
+            }
+            if self.access & ACCESS_REMOTE_READ == 0 {
+                self.remote_access_error(env, stats, psn);
+                return;
+            }
+            let npkts = reth.dma_len.div_ceil(self.mtu.bytes()).max(1);
+            self.resp.msn = psn_add(self.resp.msn, 1);
+            if !self.send_read_responses(env, stats, psn, &reth) {
+                self.resp.msn = psn_add(self.resp.msn, PSN_MASK);
+                return;
+            }
+            self.remember(RdAtomic::Read {
+                first_psn: psn,
+                last_psn: psn_add(psn, npkts - 1),
+            });
+            self.resp.epsn = psn_add(psn, npkts);
+            self.resp.nak_sent = false;
+            return;
+        } else {
+            // Atomics.
+            let a = p.hdr.atomic_eth.expect("parsed AtomicETH");
+            if self.max_dest_rd_atomic == 0 || a.va % ATOMIC_BYTES as u64 != 0 {
+                self.responder_fatal(env, stats, psn, NakCode::InvalidRequest, None);
+                return;
+            }
+            if self.access & ACCESS_REMOTE_ATOMIC == 0 {
+                self.remote_access_error(env, stats, psn);
+                return;
+            }
+            let atomic = if base == op::RC_COMPARE_SWAP {
+                AtomicOp::CompareSwap {
+                    compare: a.compare,
+                    swap: a.swap_add,
+                }
+            } else {
+                AtomicOp::FetchAdd { add: a.swap_add }
+            };
+            let original = match env.atomic_remote(pd, a.rkey, a.va, atomic) {
+                Ok(v) => v,
+                Err(_) => {
+                    self.remote_access_error(env, stats, psn);
+                    return;
+                }
+            };
+            self.resp.msn = psn_add(self.resp.msn, 1);
+            self.remember(RdAtomic::Atomic { psn, original });
+            self.send_atomic_ack(env, stats, psn, original);
+            self.resp.epsn = psn_add(psn, 1);
+            self.resp.nak_sent = false;
+            return;
+        }
+        self.resp.epsn = psn_add(psn, 1);
+        self.resp.nak_sent = false;
+        if rc && bth.ack_req {
+            self.resp.ack_pending = true;
+        }
+    }
+
+    /// R_Key/access/bounds violation of a remote request: RC NAKs (the requester's WR fails
+    /// with REM_ACCESS_ERR); UC drops the message.
+    fn remote_access_error(&mut self, env: &mut dyn DeviceEnv, stats: &mut EngineStats, psn: u32) {
+        if self.cfg.qp_type == QpType::Rc {
+            self.nak(env, stats, psn, NakCode::RemoteAccessError);
+        } else {
+            self.uc_drop_message();
+            self.resp.epsn = psn_add(psn, 1);
+        }
+    }
+
+    fn ud_receive(&mut self, env: &mut dyn DeviceEnv, stats: &mut EngineStats, p: &Parsed<'_>) {
+        let deth = p.hdr.deth.expect("parsed DETH");
+        if deth.qkey != self.qkey {
+            stats.rx_qkey_violations += 1;
+            return;
+        }
+        let Some(wr) = env.pop_recv(self.cfg.qpn) else {
+            stats.rx_no_recv_wr += 1;
+            return;
+        };
+        // The GRH area: for IPv4 the IP header sits in its last 20 bytes (as rdma_rxe and
+        // RoCEv2 HCAs do), for IPv6 the 40-byte IP header is the GRH.
+        let mut grh = [0u8; GRH_LEN];
+        if p.ip_header.len() == IPV4_HEADER_LEN {
+            grh[GRH_LEN - IPV4_HEADER_LEN..].copy_from_slice(p.ip_header);
+        } else {
+            grh.copy_from_slice(p.ip_header);
+        }
+        let pd = self.cfg.pd;
+        let total = GRH_LEN + p.payload.len();
+        let result = scatter(env, pd, &wr.sges, 0, &grh)
+            .and_then(|()| scatter(env, pd, &wr.sges, GRH_LEN as u64, p.payload));
+        let status = match result {
+            Ok(()) => WcStatus::Success,
+            Err(SgError::Length) => WcStatus::LocLenErr,
+            Err(SgError::Access) => WcStatus::LocProtErr,
+        };
+        let with_imm = p.hdr.imm.is_some();
+        env.complete(Completion {
+            wr_id: wr.wr_id,
+            status,
+            opcode: WcOpcode::Recv,
+            byte_len: if status == WcStatus::Success {
+                total as u32
+            } else {
+                0
+            },
+            imm: p.hdr.imm.unwrap_or(0),
+            src_qp: deth.src_qpn,
+            qp_num: self.cfg.qpn,
+            wc_flags: WC_FLAG_GRH | if with_imm { WC_FLAG_WITH_IMM } else { 0 },
+            is_recv: true,
+            solicited: p.hdr.bth.solicited,
+        });
+        if status == WcStatus::LocProtErr {
+            self.enter_error(env);
+        }
+    }
+}
+
+impl Engine {
+    pub fn new() -> Engine {
+        Engine::default()
+    }
+
+    pub fn stats(&self) -> &EngineStats {
+        &self.stats
+    }
+
+    /// Creates the transport context of a new QP (state RESET).
+    pub fn create_qp(&mut self, cfg: QpConfig) -> Result<(), EngineError> {
+        if self.qps.contains_key(&cfg.qpn) {
+            return Err(EngineError::QpExists(cfg.qpn));
+        }
+        const DEFAULT_RETRY: u8 = 7;
+        self.qps.insert(
+            cfg.qpn,
+            Qp {
+                cfg,
+                state: QpState::Reset,
+                mtu: Mtu::Mtu1024,
+                dest_qpn: 0,
+                timeout: 0,
+                retry_cnt: DEFAULT_RETRY,
+                rnr_retry: DEFAULT_RETRY,
+                min_rnr_timer: 0,
+                max_rd_atomic: 1,
+                max_dest_rd_atomic: 1,
+                qkey: 0,
+                access: 0,
+                av: None,
+                req: Requester::default(),
+                resp: Responder::default(),
+            },
+        );
+        Ok(())
+    }
+
+    /// Destroys a QP's transport context (no completions: the device destroys its queues).
+    pub fn destroy_qp(&mut self, qpn: u32) -> Result<(), EngineError> {
+        self.qps
+            .remove(&qpn)
+            .map(|_| ())
+            .ok_or(EngineError::NoSuchQp(qpn))
+    }
+
+    /// The current state of a QP (it changes by itself to ERR on fatal errors).
+    pub fn qp_state(&self, qpn: u32) -> Option<QpState> {
+        self.qps.get(&qpn).map(|qp| qp.state)
+    }
+
+    /// Applies a modify_qp already validated against the IB state table by the device.
+    /// Entering RTR sets the responder's expected PSN, RTS the requester's next PSN; ERR
+    /// flushes; RESET forgets all transport state.
+    pub fn modify_qp(
+        &mut self,
+        env: &mut dyn DeviceEnv,
+        qpn: u32,
+        m: &QpModify,
+    ) -> Result<(), EngineError> {
+        let qp = self.qps.get_mut(&qpn).ok_or(EngineError::NoSuchQp(qpn))?;
+        if let Some(v) = m.path_mtu {
+            qp.mtu = v;
+        }
+        if let Some(v) = m.dest_qpn {
+            qp.dest_qpn = v & wire::QPN_MASK;
+        }
+        if let Some(v) = m.timeout {
+            qp.timeout = v;
+        }
+        if let Some(v) = m.retry_cnt {
+            qp.retry_cnt = v;
+            qp.req.retry_left = v;
+        }
+        if let Some(v) = m.rnr_retry {
+            qp.rnr_retry = v;
+            qp.req.rnr_left = v;
+        }
+        if let Some(v) = m.min_rnr_timer {
+            qp.min_rnr_timer = v;
+        }
+        if let Some(v) = m.max_rd_atomic {
+            qp.max_rd_atomic = v;
+        }
+        if let Some(v) = m.max_dest_rd_atomic {
+            qp.max_dest_rd_atomic = v;
+        }
+        if let Some(v) = m.qkey {
+            qp.qkey = v;
+        }
+        if let Some(v) = m.access_flags {
+            qp.access = v;
+        }
+        if let Some(v) = m.av {
+            qp.av = Some(v);
+        }
+        if let Some(v) = m.rq_psn {
+            qp.resp.epsn = v & PSN_MASK;
+        }
+        if let Some(v) = m.sq_psn {
+            qp.req.next_psn = v & PSN_MASK;
+            qp.req.acked_psn = psn_add(v, PSN_MASK);
+        }
+        let Some(state) = m.state else { return Ok(()) };
+        let connected = qp.cfg.qp_type != QpType::Ud;
+        match state {
+            QpState::Rtr if connected && qp.av.is_none() => {
+                return Err(EngineError::MissingAttribute(qpn, "av"))
+            }
+            QpState::Reset => {
+                let cfg = qp.cfg;
+                self.qps.remove(&qpn);
+                self.create_qp(cfg)?;
+                return Ok(());
+            }
+            QpState::Err | QpState::Sqe => {
+                qp.enter_error(env);
+                return Ok(());
+            }
+            _ => {}
+        }
+        qp.state = state;
+        if state == QpState::Rts {
+            qp.req.retry_left = qp.retry_cnt;
+            qp.req.rnr_left = qp.rnr_retry;
+            qp.transmit(env, &mut self.stats);
+        }
+        Ok(())
+    }
+
+    /// Posts a decoded send WR. In the error state it completes at once with WR_FLUSH_ERR;
+    /// a malformed WR (opcode not valid for the QP type, bad length) completes with
+    /// LOC_QP_OP_ERR / LOC_LEN_ERR in order and moves the QP to the error state.
+    pub fn post_send(
+        &mut self,
+        env: &mut dyn DeviceEnv,
+        qpn: u32,
+        wr: SendWr,
+    ) -> Result<(), EngineError> {
+        let qp = self.qps.get_mut(&qpn).ok_or(EngineError::NoSuchQp(qpn))?;
+        let wqe = match qp.make_wqe(wr) {
+            Ok(wqe) => wqe,
+            Err((wr, kind, status)) => {
+                let npsn = 1;
+                Wqe {
+                    wr,
+                    kind,
+                    len: 0,
+                    started: false,
+                    first_psn: 0,
+                    npsn,
+                    acked: false,
+                    read_pkts_done: 0,
+                    atomic_done: false,
+                    error: Some(status),
+                }
+            }
+        };
+        qp.req.sq.push_back(wqe);
+        if qp.state == QpState::Err {
+            qp.flush(env);
+            return Ok(());
+        }
+        qp.transmit(env, &mut self.stats);
+        Ok(())
+    }
+
+    /// Tells the engine receive WRs were posted to a QP: in the error state they are flushed.
+    pub fn recv_posted(&mut self, env: &mut dyn DeviceEnv, qpn: u32) -> Result<(), EngineError> {
+        let qp = self.qps.get_mut(&qpn).ok_or(EngineError::NoSuchQp(qpn))?;
+        if qp.state == QpState::Err && !qp.cfg.uses_srq {
+            qp.flush(env);
+        }
+        Ok(())
+    }
+
+    /// Handles one received RoCEv2 IP packet (from the fabric or a local loopback).
+    pub fn receive(&mut self, env: &mut dyn DeviceEnv, packet: &[u8]) -> Result<(), RxDrop> {
+        self.stats.rx_packets += 1;
+        let p = match wire::parse_packet(packet) {
+            Ok(p) => p,
+            Err(e) => {
+                match e {
+                    ParseError::BadIcrc => self.stats.rx_icrc_errors += 1,
+                    _ => self.stats.rx_malformed += 1,
+                }
+                return Err(RxDrop::Parse(e));
+            }
+        };
+        const PKEY_MEMBER_BITS: u16 = 0x7fff;
+        if p.hdr.bth.pkey & PKEY_MEMBER_BITS != DEFAULT_PKEY & PKEY_MEMBER_BITS {
+            self.stats.rx_malformed += 1;
+            return Err(RxDrop::BadPkey(p.hdr.bth.pkey));
+        }
+        let qpn = p.hdr.bth.dest_qpn;
+        let Some(qp) = self.qps.get_mut(&qpn) else {
+            self.stats.rx_no_qp += 1;
+            return Err(RxDrop::NoQp(qpn));
+        };
+        if p.hdr.bth.opcode & op::CLASS_MASK != qp.class() {
+            self.stats.rx_no_qp += 1;
+            return Err(RxDrop::NoQp(qpn));
+        }
+        // A connected QP talks to one peer: packets from any other address are not its own
+        // (e.g. a stale connection that used the same QPN).
+        if let Some(av) = qp.av.filter(|_| qp.cfg.qp_type != QpType::Ud) {
+            if p.sgid != av.dgid {
+                self.stats.rx_wrong_source += 1;
+                return Err(RxDrop::WrongSource(qpn));
+            }
+        }
+        let base = p.hdr.bth.opcode & op::OP_MASK;
+        let is_response = qp.cfg.qp_type == QpType::Rc
+            && (op::RC_READ_RESPONSE_FIRST..=op::RC_ATOMIC_ACKNOWLEDGE).contains(&base);
+        if is_response {
+            qp.requester_receive(env, &mut self.stats, &p);
+        } else {
+            qp.responder_receive(env, &mut self.stats, &p);
+        }
+        Ok(())
+    }
+
+    /// Sends coalesced ACKs and runs timers. Call after each batch of [`Engine::receive`]s and
+    /// whenever [`Engine::next_deadline`] passes.
+    pub fn poll(&mut self, env: &mut dyn DeviceEnv) {
+        for qp in self.qps.values_mut() {
+            if qp.resp.ack_pending {
+                qp.resp.ack_pending = false;
+                if qp.can_receive() {
+                    let psn = psn_add(qp.resp.epsn, PSN_MASK);
+                    qp.send_ack(env, &mut self.stats, psn, Syndrome::Ack);
+                }
+            }
+            if qp.state == QpState::Rts || qp.state == QpState::Sqd {
+                qp.on_timers(env, &mut self.stats);
+            }
+        }
+    }
+
+    /// The earliest time [`Engine::poll`] has timer work to do (None: no timer armed).
+    pub fn next_deadline(&self) -> Option<u64> {
+        self.qps
+            .values()
+            .flat_map(|qp| [qp.req.timer_deadline, qp.req.rnr_until])
+            .flatten()
+            .min()
+    }
+
+    /// Moves a QP to the error state (flushing its WRs), e.g. on a device-detected fatal error.
+    pub fn set_error(&mut self, env: &mut dyn DeviceEnv, qpn: u32) -> Result<(), EngineError> {
+        let qp = self.qps.get_mut(&qpn).ok_or(EngineError::NoSuchQp(qpn))?;
+        qp.enter_error(env);
+        Ok(())
+    }
+}

@@ -1,0 +1,262 @@
+//! RoCEv2 transport of rox-nic: wire format, fabric and the RC/UC/UD transport engine.
+//!
+//! The engine ([`Engine`]) is pure logic: it never touches guest memory, queues, sockets or
+//! clocks itself. The device hands it decoded work requests and received packets and gives it a
+//! [`DeviceEnv`] through which it reads/writes memory (the env checks keys, PD, access and
+//! bounds on every access), pops receive WRs, delivers completions, transmits packets and reads
+//! the clock. That keeps every protocol path testable on the host without a device.
+//!
+//! How the device drives it (one engine per device, called from the data-path thread):
+//! - control path: [`Engine::create_qp`], [`Engine::modify_qp`], [`Engine::destroy_qp`];
+//! - SQ doorbell: decode each WQE into a [`SendWr`] and call [`Engine::post_send`];
+//! - RQ doorbell: [`Engine::recv_posted`] (flushes new receive WRs of a QP in the error state);
+//! - fabric: for each received datagram call [`Engine::receive`], then after the batch call
+//!   [`Engine::poll`] — it sends the coalesced ACKs and runs the retransmit/RNR timers; call it
+//!   again no later than [`Engine::next_deadline`].
+//!
+//! Packets leave through [`DeviceEnv::transmit`] as complete RoCEv2 IP packets (IPv4 or IPv6
+//! header, UDP to port 4791, BTH and extension headers, payload, ICRC); [`fabric`] carries them
+//! between rox-nic processes inside host UDP datagrams and can inject faults.
+
+pub mod engine;
+pub mod fabric;
+pub mod verbs;
+pub mod wire;
+
+pub use engine::{Engine, EngineStats, RxDrop};
+pub use verbs::*;
+
+/// A 128-bit GID (RoCEv2: an IPv6 address, or an IPv4-mapped one `::ffff:a.b.c.d`).
+pub type Gid = [u8; 16];
+
+/// One scatter/gather element of a work request, in the QP's PD.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sge {
+    pub addr: u64,
+    pub length: u32,
+    pub lkey: u32,
+}
+
+/// Where the payload of a send work request comes from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SendData {
+    /// Gathered from local memory at send time (and again on retransmission).
+    Sges(Vec<Sge>),
+    /// Copied out of the WQE at post time (IBV_SEND_INLINE).
+    Inline(Vec<u8>),
+}
+
+impl SendData {
+    /// Total payload length in bytes.
+    pub fn len(&self) -> u64 {
+        match self {
+            SendData::Sges(sges) => sges.iter().map(|s| u64::from(s.length)).sum(),
+            SendData::Inline(bytes) => bytes.len() as u64,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Address vector: where a packet goes and the IP header fields it carries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AddressVector {
+    /// Destination GID (selects IPv4 when v4-mapped, IPv6 otherwise).
+    pub dgid: Gid,
+    /// Source GID, resolved by the device from the sgid_index.
+    pub sgid: Gid,
+    pub traffic_class: u8,
+    pub hop_limit: u8,
+    pub flow_label: u32,
+}
+
+/// UD destination of a send work request (from the `ibv_ah` and the WR).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UdDest {
+    pub av: AddressVector,
+    pub remote_qpn: u32,
+    /// Q_Key for the DETH; a value with the most significant bit set means "use the QP's Q_Key".
+    pub remote_qkey: u32,
+}
+
+/// A decoded send-queue work request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SendWr {
+    pub wr_id: u64,
+    pub opcode: WrOpcode,
+    /// Generate a completion on success (errors always complete).
+    pub signaled: bool,
+    /// Set the solicited-event bit on the last packet.
+    pub solicited: bool,
+    /// Wait for all earlier RDMA READs and atomics to complete before starting.
+    pub fence: bool,
+    /// Payload source for SEND/WRITE; the local destination for READ (SGEs only);
+    /// the 8-byte local result buffer for atomics (SGEs only).
+    pub data: SendData,
+    /// Immediate data, host order (SEND_WITH_IMM, RDMA_WRITE_WITH_IMM).
+    pub imm: u32,
+    /// RDMA/atomic target.
+    pub remote_addr: u64,
+    pub rkey: u32,
+    /// Compare value (CMP_AND_SWP) or addend (FETCH_AND_ADD).
+    pub compare_add: u64,
+    /// Swap value (CMP_AND_SWP).
+    pub swap: u64,
+    /// UD only.
+    pub ud: Option<UdDest>,
+}
+
+/// A decoded receive work request (from an RQ or an SRQ).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecvWr {
+    pub wr_id: u64,
+    pub sges: Vec<Sge>,
+}
+
+/// A completion for the device to write into the QP's send CQ (`is_recv == false`) or
+/// receive CQ (`is_recv == true`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Completion {
+    pub wr_id: u64,
+    pub status: WcStatus,
+    pub opcode: WcOpcode,
+    pub byte_len: u32,
+    /// Immediate data, host order; valid when `wc_flags` has [`WC_FLAG_WITH_IMM`].
+    pub imm: u32,
+    /// UD: the sender's QPN.
+    pub src_qp: u32,
+    /// The local QP this completion belongs to.
+    pub qp_num: u32,
+    /// [`WC_FLAG_GRH`], [`WC_FLAG_WITH_IMM`].
+    pub wc_flags: u8,
+    pub is_recv: bool,
+    /// The incoming message had the solicited-event bit (for armed-solicited CQs).
+    pub solicited: bool,
+}
+
+/// Why a memory access was refused by the device. The engine maps it to the IB status of the
+/// side that attempted it (local: LOC_PROT_ERR; remote: NAK remote access error).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum AccessError {
+    #[error("no memory region with this key")]
+    InvalidKey,
+    #[error("memory region belongs to another protection domain")]
+    PdMismatch,
+    #[error("memory region does not grant the required access")]
+    AccessDenied,
+    #[error("access outside the memory region")]
+    OutOfBounds,
+    #[error("atomic target not 8-byte aligned")]
+    Misaligned,
+}
+
+/// An 8-byte atomic operation on remote memory (done under the device's memory lock).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AtomicOp {
+    /// If `*va == compare` then `*va = swap`.
+    CompareSwap { compare: u64, swap: u64 },
+    /// `*va += add` (wrapping).
+    FetchAdd { add: u64 },
+}
+
+/// What the device provides to the engine. Every method must be cheap and must not call back
+/// into the engine (e.g. `transmit` of a packet to a local GID queues it for a later
+/// [`Engine::receive`]).
+pub trait DeviceEnv {
+    /// Monotonic clock in nanoseconds.
+    fn now_ns(&self) -> u64;
+    /// Read local memory `[addr, addr+buf.len())` through `lkey` in protection domain `pd`.
+    fn read_local(
+        &mut self,
+        pd: u32,
+        lkey: u32,
+        addr: u64,
+        buf: &mut [u8],
+    ) -> Result<(), AccessError>;
+    /// Write local memory through `lkey`; the region must grant IBV_ACCESS_LOCAL_WRITE.
+    fn write_local(
+        &mut self,
+        pd: u32,
+        lkey: u32,
+        addr: u64,
+        data: &[u8],
+    ) -> Result<(), AccessError>;
+    /// Read memory for a remote peer through `rkey`; requires IBV_ACCESS_REMOTE_READ.
+    fn read_remote(
+        &mut self,
+        pd: u32,
+        rkey: u32,
+        va: u64,
+        buf: &mut [u8],
+    ) -> Result<(), AccessError>;
+    /// Write memory for a remote peer through `rkey`; requires IBV_ACCESS_REMOTE_WRITE.
+    fn write_remote(&mut self, pd: u32, rkey: u32, va: u64, data: &[u8])
+        -> Result<(), AccessError>;
+    /// 8-byte atomic for a remote peer through `rkey`; requires IBV_ACCESS_REMOTE_ATOMIC and
+    /// 8-byte alignment. Returns the original value.
+    fn atomic_remote(
+        &mut self,
+        pd: u32,
+        rkey: u32,
+        va: u64,
+        op: AtomicOp,
+    ) -> Result<u64, AccessError>;
+    /// Take the next receive WR of QP `qpn` (from its RQ, or its SRQ if it has one).
+    fn pop_recv(&mut self, qpn: u32) -> Option<RecvWr>;
+    /// Deliver a completion to the QP's send or receive CQ.
+    fn complete(&mut self, completion: Completion);
+    /// Send one RoCEv2 IP packet to the device owning `dgid`.
+    fn transmit(&mut self, dgid: &Gid, packet: Vec<u8>);
+}
+
+/// Static properties of a QP, fixed at creation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QpConfig {
+    pub qpn: u32,
+    pub qp_type: QpType,
+    pub pd: u32,
+    /// Receive WRs come from an SRQ: they are not flushed when the QP enters the error state.
+    pub uses_srq: bool,
+}
+
+/// A `modify_qp`: each `Some` field is applied. The device validates the IB state machine
+/// (required/optional attributes per transition) before calling [`Engine::modify_qp`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QpModify {
+    pub state: Option<QpState>,
+    pub path_mtu: Option<Mtu>,
+    pub dest_qpn: Option<u32>,
+    /// Expected PSN of the responder (rq_psn).
+    pub rq_psn: Option<u32>,
+    /// First PSN the requester sends (sq_psn).
+    pub sq_psn: Option<u32>,
+    /// Local ACK timeout exponent: 4.096 µs × 2^timeout, 0 = infinite.
+    pub timeout: Option<u8>,
+    pub retry_cnt: Option<u8>,
+    /// 7 = retry forever.
+    pub rnr_retry: Option<u8>,
+    /// RNR NAK timer code (IBA table 45) this QP asks senders to wait.
+    pub min_rnr_timer: Option<u8>,
+    /// Outstanding RDMA READ/atomic requests this QP may have as requester.
+    pub max_rd_atomic: Option<u8>,
+    /// Outstanding RDMA READ/atomic requests this QP accepts as responder.
+    pub max_dest_rd_atomic: Option<u8>,
+    pub qkey: Option<u32>,
+    /// IBV_ACCESS_REMOTE_{WRITE,READ,ATOMIC} allowed on this QP as responder.
+    pub access_flags: Option<u32>,
+    /// Primary path (RC/UC).
+    pub av: Option<AddressVector>,
+}
+
+/// Errors of the engine's control entry points.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum EngineError {
+    #[error("no QP {0:#x}")]
+    NoSuchQp(u32),
+    #[error("QP {0:#x} already exists")]
+    QpExists(u32),
+    #[error("QP {0:#x} lacks attribute {1} required to enter its state")]
+    MissingAttribute(u32, &'static str),
+}

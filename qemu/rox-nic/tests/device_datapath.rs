@@ -1,0 +1,1304 @@
+//! Data path through the chassis: doorbells, WQE fetch, CQEs, events, MSI-X, idle/wake and
+//! protection, with the transport engine doing QP-to-QP loopback on one device.
+
+use std::time::Duration;
+
+use rox_nic::testkit::*;
+use rox_nic::DeviceConfig;
+use rox_uapi::admin::*;
+use rox_uapi::queue::*;
+use rox_uapi::regs::DbSlot;
+use rox_uapi::regs::*;
+use rox_uapi::verbs::*;
+
+const PD: u32 = 3;
+const ALL_ACCESS: u32 =
+    ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE | ACCESS_REMOTE_READ | ACCESS_REMOTE_ATOMIC;
+
+struct Pair {
+    d: TestDriver,
+    cq_a: TestCq,
+    cq_b: TestCq,
+    a: TestQp,
+    b: TestQp,
+    buf_a: u64,
+    buf_b: u64,
+    key_a: u32,
+    key_b: u32,
+}
+
+const BUF: u64 = 64 * 1024;
+
+fn pair(qp_type: u8) -> Pair {
+    let mut d = TestDriver::new(DeviceConfig::new([2, 0, 0, 0, 0, 1]));
+    let gid = gid_v4(127, 0, 0, 1);
+    d.set_gid(0, gid);
+    let cq_a = d.create_cq(8);
+    let cq_b = d.create_cq(8);
+    let a = d.create_qp(qp_type, PD, cq_a.id, cq_a.id, SRQ_NONE);
+    let b = d.create_qp(qp_type, PD, cq_b.id, cq_b.id, SRQ_NONE);
+    if qp_type == QPT_UD {
+        d.activate_ud(&a, 0x1111);
+        d.activate_ud(&b, 0x1111);
+    } else {
+        d.connect(&a, gid, b.qpn, ALL_ACCESS);
+        d.connect(&b, gid, a.qpn, ALL_ACCESS);
+    }
+    let buf_a = d.ram.alloc(BUF, 4096);
+    let buf_b = d.ram.alloc(BUF, 4096);
+    let key_a = d.reg_mr(PD, buf_a, BUF, ALL_ACCESS).unwrap();
+    let key_b = d.reg_mr(PD, buf_b, BUF, ALL_ACCESS).unwrap();
+    Pair {
+        d,
+        cq_a,
+        cq_b,
+        a,
+        b,
+        buf_a,
+        buf_b,
+        key_a,
+        key_b,
+    }
+}
+
+#[test]
+fn rc_send_recv_with_imm_loopback() {
+    let mut p = pair(QPT_RC);
+    let msg = pattern(1, 3000);
+    p.d.ram.write(p.buf_a, &msg);
+    p.d.post_recv(
+        &mut p.b,
+        77,
+        &[Sge {
+            addr: p.buf_b,
+            length: 4096,
+            lkey: p.key_b,
+        }],
+    );
+    let mut w = send_wqe(
+        5,
+        WR_SEND_WITH_IMM,
+        WQE_FLAG_SIGNALED,
+        &[Sge {
+            addr: p.buf_a,
+            length: 3000,
+            lkey: p.key_a,
+        }],
+    );
+    w.imm_data = 0x1234_5678u32.to_be();
+    p.d.post_send(&mut p.a, &w);
+    let s = p.d.wait_cqe(&mut p.cq_a);
+    assert_eq!((s.wr_id, s.status, s.opcode), (5, WC_SUCCESS, WC_OPC_SEND));
+    let r = p.d.wait_cqe(&mut p.cq_b);
+    assert_eq!(
+        (r.wr_id, r.status, r.opcode, r.byte_len),
+        (77, WC_SUCCESS, WC_OPC_RECV, 3000)
+    );
+    assert_eq!(r.wc_flags & WC_FLAG_WITH_IMM, WC_FLAG_WITH_IMM);
+    assert_eq!(u32::from_be(r.imm_data), 0x1234_5678);
+    assert_eq!(r.qp_num, p.b.qpn);
+    assert_eq!(p.d.ram.read(p.buf_b, 3000), msg);
+}
+
+#[test]
+fn rc_write_read_atomics_and_inline() {
+    let mut p = pair(QPT_RC);
+    let data = pattern(2, 10_000);
+    p.d.ram.write(p.buf_a, &data);
+    // WRITE a -> b.
+    let w = with_rdma(
+        send_wqe(
+            1,
+            WR_RDMA_WRITE,
+            WQE_FLAG_SIGNALED,
+            &[Sge {
+                addr: p.buf_a,
+                length: 10_000,
+                lkey: p.key_a,
+            }],
+        ),
+        p.buf_b + 100,
+        p.key_b,
+    );
+    p.d.post_send(&mut p.a, &w);
+    let c = p.d.wait_cqe(&mut p.cq_a);
+    assert_eq!((c.status, c.opcode), (WC_SUCCESS, WC_OPC_RDMA_WRITE));
+    assert_eq!(p.d.ram.read(p.buf_b + 100, 10_000), data);
+    // READ it back into another place of a.
+    let w = with_rdma(
+        send_wqe(
+            2,
+            WR_RDMA_READ,
+            WQE_FLAG_SIGNALED,
+            &[Sge {
+                addr: p.buf_a + 20_000,
+                length: 10_000,
+                lkey: p.key_a,
+            }],
+        ),
+        p.buf_b + 100,
+        p.key_b,
+    );
+    p.d.post_send(&mut p.a, &w);
+    let c = p.d.wait_cqe(&mut p.cq_a);
+    assert_eq!(
+        (c.status, c.opcode, c.byte_len),
+        (WC_SUCCESS, WC_OPC_RDMA_READ, 10_000)
+    );
+    assert_eq!(p.d.ram.read(p.buf_a + 20_000, 10_000), data);
+    // Atomics on b's memory.
+    let target = p.buf_b + 40_000;
+    p.d.ram.write(target, &100u64.to_le_bytes());
+    let res = Sge {
+        addr: p.buf_a + 40_000,
+        length: 8,
+        lkey: p.key_a,
+    };
+    p.d.post_send(
+        &mut p.a,
+        &with_atomic(
+            send_wqe(3, WR_ATOMIC_FETCH_AND_ADD, WQE_FLAG_SIGNALED, &[res]),
+            target,
+            p.key_b,
+            5,
+            0,
+        ),
+    );
+    let c = p.d.wait_cqe(&mut p.cq_a);
+    assert_eq!((c.status, c.opcode), (WC_SUCCESS, WC_OPC_FETCH_ADD));
+    assert_eq!(
+        u64::from_le_bytes(p.d.ram.read(res.addr, 8).try_into().unwrap()),
+        100
+    );
+    assert_eq!(
+        u64::from_le_bytes(p.d.ram.read(target, 8).try_into().unwrap()),
+        105
+    );
+    p.d.post_send(
+        &mut p.a,
+        &with_atomic(
+            send_wqe(4, WR_ATOMIC_CMP_AND_SWP, WQE_FLAG_SIGNALED, &[res]),
+            target,
+            p.key_b,
+            105,
+            7,
+        ),
+    );
+    let c = p.d.wait_cqe(&mut p.cq_a);
+    assert_eq!((c.status, c.opcode), (WC_SUCCESS, WC_OPC_COMP_SWAP));
+    assert_eq!(
+        u64::from_le_bytes(p.d.ram.read(target, 8).try_into().unwrap()),
+        7
+    );
+    // Inline WRITE_WITH_IMM consumes a receive WR.
+    p.d.post_recv(&mut p.b, 9, &[]);
+    let mut w = with_rdma(
+        inline_wqe(
+            5,
+            WR_RDMA_WRITE_WITH_IMM,
+            WQE_FLAG_SIGNALED,
+            b"inline payload",
+        ),
+        p.buf_b + 50_000,
+        p.key_b,
+    );
+    w.imm_data = 42u32.to_be();
+    p.d.post_send(&mut p.a, &w);
+    assert_eq!(p.d.wait_cqe(&mut p.cq_a).status, WC_SUCCESS);
+    let r = p.d.wait_cqe(&mut p.cq_b);
+    assert_eq!(
+        (r.wr_id, r.opcode, u32::from_be(r.imm_data)),
+        (9, WC_OPC_RECV_RDMA_WITH_IMM, 42)
+    );
+    assert_eq!(p.d.ram.read(p.buf_b + 50_000, 14), b"inline payload");
+}
+
+#[test]
+fn protection_violations_leave_guard_patterns_intact() {
+    let mut p = pair(QPT_RC);
+    const GUARD: u8 = 0xa5;
+    // A small MR inside guard bytes on b, remote-read only.
+    let region = p.d.ram.alloc(3 * 4096, 4096);
+    p.d.ram.fill(region, 3 * 4096, GUARD);
+    let ro =
+        p.d.reg_mr(PD, region + 4096, 4096, ACCESS_REMOTE_READ)
+            .unwrap();
+    p.d.ram.write(p.buf_a, &pattern(3, 8192));
+    // WRITE through a read-only rkey: remote access error, nothing written.
+    let w = with_rdma(
+        send_wqe(
+            1,
+            WR_RDMA_WRITE,
+            WQE_FLAG_SIGNALED,
+            &[Sge {
+                addr: p.buf_a,
+                length: 64,
+                lkey: p.key_a,
+            }],
+        ),
+        region + 4096,
+        ro,
+    );
+    p.d.post_send(&mut p.a, &w);
+    assert_eq!(p.d.wait_cqe(&mut p.cq_a).status, WC_REM_ACCESS_ERR);
+    assert!(p.d.ram.read(region, 3 * 4096).iter().all(|&b| b == GUARD));
+    // Fresh pair for each error: the QP is now in the error state.
+    let mut p = pair(QPT_RC);
+    let region = p.d.ram.alloc(3 * 4096, 4096);
+    p.d.ram.fill(region, 3 * 4096, GUARD);
+    let rw =
+        p.d.reg_mr(
+            PD,
+            region + 4096,
+            4096,
+            ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE,
+        )
+        .unwrap();
+    // WRITE crossing the end of the MR: remote access error, the in-bounds part untouched too.
+    let w = with_rdma(
+        send_wqe(
+            1,
+            WR_RDMA_WRITE,
+            WQE_FLAG_SIGNALED,
+            &[Sge {
+                addr: p.buf_a,
+                length: 200,
+                lkey: p.key_a,
+            }],
+        ),
+        region + 2 * 4096 - 100,
+        rw,
+    );
+    p.d.post_send(&mut p.a, &w);
+    assert_eq!(p.d.wait_cqe(&mut p.cq_a).status, WC_REM_ACCESS_ERR);
+    assert!(p.d.ram.read(region, 3 * 4096).iter().all(|&b| b == GUARD));
+    // Local side: an lkey from another PD is a local protection error.
+    let mut p = pair(QPT_RC);
+    let other_pd_key = p.d.reg_mr(PD + 1, p.buf_a, 4096, ALL_ACCESS).unwrap();
+    let w = with_rdma(
+        send_wqe(
+            1,
+            WR_RDMA_WRITE,
+            WQE_FLAG_SIGNALED,
+            &[Sge {
+                addr: p.buf_a,
+                length: 64,
+                lkey: other_pd_key,
+            }],
+        ),
+        p.buf_b,
+        p.key_b,
+    );
+    p.d.post_send(&mut p.a, &w);
+    assert_eq!(p.d.wait_cqe(&mut p.cq_a).status, WC_LOC_PROT_ERR);
+}
+
+#[test]
+fn garbage_wqe_gives_error_completion_and_flushes() {
+    let mut p = pair(QPT_RC);
+    let mut w = send_wqe(11, WR_SEND, WQE_FLAG_SIGNALED, &[]);
+    w.opcode = 0x7f;
+    p.d.post_send(&mut p.a, &w);
+    let c = p.d.wait_cqe(&mut p.cq_a);
+    assert_eq!((c.wr_id, c.status), (11, WC_LOC_QP_OP_ERR));
+    // Too many SGEs: the QP is in error now, so it is flushed.
+    let mut w = send_wqe(12, WR_SEND, WQE_FLAG_SIGNALED, &[]);
+    w.num_sge = 200;
+    p.d.post_send(&mut p.a, &w);
+    let c = p.d.wait_cqe(&mut p.cq_a);
+    assert_eq!(c.wr_id, 12);
+    assert_ne!(c.status, WC_SUCCESS);
+    assert_eq!(p.d.query_qp(p.a.qpn).qp_state, QPS_ERR);
+    assert_eq!(p.d.read_reg(REG_STATUS) & STATUS_FATAL, 0);
+}
+
+#[test]
+fn wild_producer_index_is_a_qp_fatal_event_not_a_crash() {
+    let mut p = pair(QPT_RC);
+    p.d.ring_sq_raw(&p.a, 0x7fff_0000);
+    let e = p.d.wait_event(EQ_ADMIN_ASYNC, EQE_TYPE_QP_FATAL);
+    assert_eq!(e.handle, p.a.qpn);
+    assert_eq!(e.aux, VENDOR_ERR_WILD_INDEX as u32);
+    assert_eq!(p.d.query_qp(p.a.qpn).qp_state, QPS_ERR);
+    // The other QP and the device keep working.
+    p.d.post_recv(
+        &mut p.a,
+        1,
+        &[Sge {
+            addr: p.buf_a,
+            length: 64,
+            lkey: p.key_a,
+        }],
+    );
+    assert_eq!(p.d.read_reg(REG_STATUS) & STATUS_FATAL, 0);
+}
+
+#[test]
+fn armed_cq_posts_completion_event_and_fires_msix() {
+    let mut p = pair(QPT_RC);
+    p.d.drain_eq(COMP_EQ);
+    p.d.ack_eq(COMP_EQ, true);
+    p.d.wait_vector(COMP_EQ, Duration::from_millis(1));
+    // Not armed: a completion writes a CQE but no event.
+    let w = with_rdma(
+        send_wqe(
+            1,
+            WR_RDMA_WRITE,
+            WQE_FLAG_SIGNALED,
+            &[Sge {
+                addr: p.buf_a,
+                length: 8,
+                lkey: p.key_a,
+            }],
+        ),
+        p.buf_b,
+        p.key_b,
+    );
+    p.d.post_send(&mut p.a, &w);
+    p.d.wait_cqe(&mut p.cq_a);
+    assert!(p.d.poll_eq(COMP_EQ).is_none());
+    // Armed: one event naming the CQ, and the vector fires.
+    p.d.arm_cq(&mut p.cq_a, CQ_ARM_NEXT);
+    let mut w2 = w;
+    w2.wr_id = 2;
+    p.d.post_send(&mut p.a, &w2);
+    p.d.wait_cqe(&mut p.cq_a);
+    let e = p.d.wait_event(COMP_EQ, EQE_TYPE_COMPLETION);
+    assert_eq!(e.handle, p.cq_a.id);
+    assert!(
+        p.d.wait_vector(COMP_EQ, Duration::from_secs(2)),
+        "MSI-X vector did not fire"
+    );
+    // The arm was consumed: the next completion is silent.
+    let mut w3 = w;
+    w3.wr_id = 3;
+    p.d.post_send(&mut p.a, &w3);
+    p.d.wait_cqe(&mut p.cq_a);
+    std::thread::sleep(Duration::from_millis(20));
+    assert!(p.d.poll_eq(COMP_EQ).is_none());
+    // Solicited-only arm: an unsolicited receive does not trigger, a solicited one does.
+    p.d.arm_cq(&mut p.cq_b, CQ_ARM_SOLICITED);
+    p.d.post_recv(
+        &mut p.b,
+        10,
+        &[Sge {
+            addr: p.buf_b,
+            length: 64,
+            lkey: p.key_b,
+        }],
+    );
+    p.d.post_recv(
+        &mut p.b,
+        11,
+        &[Sge {
+            addr: p.buf_b,
+            length: 64,
+            lkey: p.key_b,
+        }],
+    );
+    p.d.post_send(
+        &mut p.a,
+        &send_wqe(
+            4,
+            WR_SEND,
+            0,
+            &[Sge {
+                addr: p.buf_a,
+                length: 8,
+                lkey: p.key_a,
+            }],
+        ),
+    );
+    assert_eq!(p.d.wait_cqe(&mut p.cq_b).wr_id, 10);
+    std::thread::sleep(Duration::from_millis(20));
+    assert!(p.d.poll_eq(COMP_EQ).is_none());
+    p.d.post_send(
+        &mut p.a,
+        &send_wqe(
+            5,
+            WR_SEND,
+            WQE_FLAG_SOLICITED,
+            &[Sge {
+                addr: p.buf_a,
+                length: 8,
+                lkey: p.key_a,
+            }],
+        ),
+    );
+    assert_eq!(p.d.wait_cqe(&mut p.cq_b).wr_id, 11);
+    assert_eq!(
+        p.d.wait_event(COMP_EQ, EQE_TYPE_COMPLETION).handle,
+        p.cq_b.id
+    );
+}
+
+#[test]
+fn idle_device_sleeps_and_doorbell_wakes_it() {
+    let mut cfg = DeviceConfig::new([2, 0, 0, 0, 0, 2]);
+    cfg.idle_after = Duration::from_millis(5);
+    let mut d = TestDriver::new(cfg);
+    let gid = gid_v4(127, 0, 0, 1);
+    d.set_gid(0, gid);
+    let mut cq = d.create_cq(6);
+    let mut qp = d.create_qp(QPT_RC, PD, cq.id, cq.id, SRQ_NONE);
+    d.connect(&qp, gid, qp.qpn, ALL_ACCESS);
+    let buf = d.ram.alloc(8192, 4096);
+    let key = d.reg_mr(PD, buf, 8192, ALL_ACCESS).unwrap();
+    // Wait for the device to announce idleness in the doorbell page and in REG_IDLE.
+    let start = std::time::Instant::now();
+    while d.db.idle(TEST_DB_PAGE) != DB_DEVICE_IDLE {
+        assert!(start.elapsed() < TIMEOUT, "device never went idle");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(d.read_reg(REG_IDLE), DB_DEVICE_IDLE);
+    // An idle device costs ~no CPU: its loop does not run while it sleeps.
+    let passes0 = d
+        .shared()
+        .loop_passes
+        .load(std::sync::atomic::Ordering::Relaxed);
+    std::thread::sleep(Duration::from_millis(200));
+    let passes = d
+        .shared()
+        .loop_passes
+        .load(std::sync::atomic::Ordering::Relaxed)
+        - passes0;
+    assert!(
+        passes <= 2,
+        "idle device ran {passes} loop passes in 200 ms"
+    );
+    // A doorbell store alone is not enough while it sleeps: the wake register is rung because
+    // the idle flag is set, and the work completes.
+    let wakes = d.wakes;
+    let w = with_rdma(
+        send_wqe(
+            1,
+            WR_RDMA_WRITE,
+            WQE_FLAG_SIGNALED,
+            &[Sge {
+                addr: buf,
+                length: 16,
+                lkey: key,
+            }],
+        ),
+        buf + 4096,
+        key,
+    );
+    d.post_send(&mut qp, &w);
+    assert_eq!(d.wakes, wakes + 1);
+    assert_eq!(d.wait_cqe(&mut cq).status, WC_SUCCESS);
+    // Without the wake register the store sits unseen while the device sleeps.
+    while d.db.idle(TEST_DB_PAGE) != DB_DEVICE_IDLE {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let mut w2 = w;
+    w2.wr_id = 2;
+    d.write_send(&mut qp, &w2);
+    d.db.store_a(TEST_DB_PAGE, qp.db_slot, qp.sq_pi);
+    std::thread::sleep(Duration::from_millis(50));
+    assert!(
+        d.poll_cq(&mut cq).is_none(),
+        "a sleeping device must not poll"
+    );
+    d.write_reg(WAKE_REG, TEST_DB_PAGE);
+    assert_eq!(d.wait_cqe(&mut cq).wr_id, 2);
+    let stats = d.query_stats();
+    assert!(stats[STAT_WAKEUPS] >= 2);
+}
+
+#[test]
+fn srq_shared_by_two_qps_and_limit_event() {
+    let mut d = TestDriver::new(DeviceConfig::new([2, 0, 0, 0, 0, 3]));
+    let gid = gid_v4(127, 0, 0, 1);
+    d.set_gid(0, gid);
+    let mut cq = d.create_cq(8);
+    let mut srq = d.create_srq(PD, 6, 0);
+    let mut a = d.create_qp(QPT_RC, PD, cq.id, cq.id, SRQ_NONE);
+    let b = d.create_qp(QPT_RC, PD, cq.id, cq.id, srq.id);
+    d.connect(&a, gid, b.qpn, ALL_ACCESS);
+    d.connect(&b, gid, a.qpn, ALL_ACCESS);
+    let buf = d.ram.alloc(BUF, 4096);
+    let key = d.reg_mr(PD, buf, BUF, ALL_ACCESS).unwrap();
+    for i in 0..4u64 {
+        d.post_srq(
+            &mut srq,
+            100 + i,
+            &[Sge {
+                addr: buf + 4096 * (i + 1),
+                length: 4096,
+                lkey: key,
+            }],
+        );
+    }
+    // Arm the limit: fires when fewer than 3 WQEs remain.
+    let m = ModifySrqCmd {
+        srq: srq.id,
+        attr_mask: SRQ_ATTR_LIMIT,
+        limit: 3,
+        reserved: 0,
+    };
+    d.admin_ok(ADMIN_OP_MODIFY_SRQ, payload(&m));
+    d.ram.write(buf, b"via srq");
+    d.post_send(
+        &mut a,
+        &send_wqe(
+            1,
+            WR_SEND,
+            0,
+            &[Sge {
+                addr: buf,
+                length: 7,
+                lkey: key,
+            }],
+        ),
+    );
+    let r = d.wait_cqe(&mut cq);
+    assert_eq!(
+        (r.wr_id, r.status, r.byte_len, r.qp_num),
+        (100, WC_SUCCESS, 7, b.qpn)
+    );
+    assert_eq!(d.ram.read(buf + 4096, 7), b"via srq");
+    d.post_send(
+        &mut a,
+        &send_wqe(
+            2,
+            WR_SEND,
+            0,
+            &[Sge {
+                addr: buf,
+                length: 7,
+                lkey: key,
+            }],
+        ),
+    );
+    assert_eq!(d.wait_cqe(&mut cq).wr_id, 101);
+    let e = d.wait_event(EQ_ADMIN_ASYNC, EQE_TYPE_SRQ_LIMIT);
+    assert_eq!(e.handle, srq.id);
+    // The limit disarmed itself.
+    let q = d.admin_ok(
+        ADMIN_OP_QUERY_SRQ,
+        payload(&rox_uapi::admin::HandleCmd {
+            handle: srq.id,
+            reserved: 0,
+        }),
+    );
+    assert_eq!((q.result0, q.result1), (0, 2));
+}
+
+#[test]
+fn ud_send_between_two_qps_with_grh() {
+    let mut p = pair(QPT_UD);
+    let gid = gid_v4(127, 0, 0, 1);
+    p.d.post_recv(
+        &mut p.b,
+        1,
+        &[Sge {
+            addr: p.buf_b,
+            length: 4096,
+            lkey: p.key_b,
+        }],
+    );
+    p.d.ram.write(p.buf_a, b"datagram");
+    let w = with_ud(
+        send_wqe(
+            1,
+            WR_SEND,
+            WQE_FLAG_SIGNALED,
+            &[Sge {
+                addr: p.buf_a,
+                length: 8,
+                lkey: p.key_a,
+            }],
+        ),
+        gid,
+        p.b.qpn,
+        0x1111,
+    );
+    p.d.post_send(&mut p.a, &w);
+    assert_eq!(p.d.wait_cqe(&mut p.cq_a).status, WC_SUCCESS);
+    let r = p.d.wait_cqe(&mut p.cq_b);
+    assert_eq!(
+        (r.status, r.src_qp, r.byte_len),
+        (WC_SUCCESS, p.a.qpn, 8 + GRH_SIZE)
+    );
+    assert_eq!(r.wc_flags & WC_FLAG_GRH, WC_FLAG_GRH);
+    assert_eq!(p.d.ram.read(p.buf_b + GRH_SIZE as u64, 8), b"datagram");
+    // A wrong Q_Key is dropped silently (no receive completion).
+    p.d.post_recv(
+        &mut p.b,
+        2,
+        &[Sge {
+            addr: p.buf_b,
+            length: 4096,
+            lkey: p.key_b,
+        }],
+    );
+    let w = with_ud(
+        send_wqe(
+            2,
+            WR_SEND,
+            WQE_FLAG_SIGNALED,
+            &[Sge {
+                addr: p.buf_a,
+                length: 8,
+                lkey: p.key_a,
+            }],
+        ),
+        gid,
+        p.b.qpn,
+        0x2222,
+    );
+    p.d.post_send(&mut p.a, &w);
+    assert_eq!(p.d.wait_cqe(&mut p.cq_a).status, WC_SUCCESS);
+    p.d.expect_no_cqe(&mut p.cq_b, Duration::from_millis(50));
+}
+
+#[test]
+fn uc_write_and_send() {
+    let mut p = pair(QPT_UC);
+    p.d.ram.write(p.buf_a, &pattern(9, 5000));
+    let w = with_rdma(
+        send_wqe(
+            1,
+            WR_RDMA_WRITE,
+            WQE_FLAG_SIGNALED,
+            &[Sge {
+                addr: p.buf_a,
+                length: 5000,
+                lkey: p.key_a,
+            }],
+        ),
+        p.buf_b,
+        p.key_b,
+    );
+    p.d.post_send(&mut p.a, &w);
+    assert_eq!(p.d.wait_cqe(&mut p.cq_a).status, WC_SUCCESS);
+    let start = std::time::Instant::now();
+    while p.d.ram.read(p.buf_b, 5000) != pattern(9, 5000) {
+        assert!(start.elapsed() < TIMEOUT);
+        std::thread::yield_now();
+    }
+    p.d.post_recv(
+        &mut p.b,
+        3,
+        &[Sge {
+            addr: p.buf_b + 8192,
+            length: 4096,
+            lkey: p.key_b,
+        }],
+    );
+    p.d.post_send(
+        &mut p.a,
+        &send_wqe(
+            2,
+            WR_SEND,
+            WQE_FLAG_SIGNALED,
+            &[Sge {
+                addr: p.buf_a,
+                length: 100,
+                lkey: p.key_a,
+            }],
+        ),
+    );
+    assert_eq!(p.d.wait_cqe(&mut p.cq_a).status, WC_SUCCESS);
+    assert_eq!(p.d.wait_cqe(&mut p.cq_b).byte_len, 100);
+    // READ is not a UC operation.
+    let w = with_rdma(
+        send_wqe(
+            3,
+            WR_RDMA_READ,
+            WQE_FLAG_SIGNALED,
+            &[Sge {
+                addr: p.buf_a,
+                length: 8,
+                lkey: p.key_a,
+            }],
+        ),
+        p.buf_b,
+        p.key_b,
+    );
+    p.d.post_send(&mut p.a, &w);
+    assert_eq!(p.d.wait_cqe(&mut p.cq_a).status, WC_LOC_QP_OP_ERR);
+}
+
+#[test]
+fn cq_overflow_is_a_cq_error_event() {
+    let mut d = TestDriver::new(DeviceConfig::new([2, 0, 0, 0, 0, 4]));
+    let gid = gid_v4(127, 0, 0, 1);
+    d.set_gid(0, gid);
+    let cq = d.create_cq(1); // two CQEs
+    let mut qp = d.create_qp(QPT_RC, PD, cq.id, cq.id, SRQ_NONE);
+    d.connect(&qp, gid, qp.qpn, ALL_ACCESS);
+    let buf = d.ram.alloc(8192, 4096);
+    let key = d.reg_mr(PD, buf, 8192, ALL_ACCESS).unwrap();
+    for i in 0..3 {
+        let w = with_rdma(
+            send_wqe(
+                i,
+                WR_RDMA_WRITE,
+                WQE_FLAG_SIGNALED,
+                &[Sge {
+                    addr: buf,
+                    length: 8,
+                    lkey: key,
+                }],
+            ),
+            buf + 4096,
+            key,
+        );
+        d.post_send(&mut qp, &w);
+    }
+    let e = d.wait_event(EQ_ADMIN_ASYNC, EQE_TYPE_CQ_ERROR);
+    assert_eq!(e.handle, cq.id);
+    assert_eq!(d.read_reg(REG_STATUS) & STATUS_FATAL, 0);
+}
+
+#[test]
+fn mr_translation_through_scattered_pages_level2_list_and_offset() {
+    let mut p = pair(QPT_RC);
+    // Four target pages in reverse physical order, described by a level-2 page list.
+    let pages: Vec<u64> = (0..4).map(|_| p.d.ram.alloc(4096, 4096)).rev().collect();
+    for &pg in &pages {
+        p.d.ram.fill(pg, 4096, 0xee);
+    }
+    let l2 = p.d.ram.alloc(4096, 4096);
+    for (i, pg) in pages.iter().enumerate() {
+        p.d.ram.write(l2 + 8 * i as u64, &pg.to_le_bytes());
+    }
+    let l1 = p.d.ram.alloc(4096, 4096);
+    p.d.ram.write(l1, &l2.to_le_bytes());
+    const IOVA: u64 = 0x7000_0000_0100;
+    const OFFSET: u32 = 0x100;
+    let len = 4 * 4096 - OFFSET as u64;
+    let c = RegMrCmd {
+        pd: PD,
+        access: ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE,
+        iova: IOVA,
+        length: len,
+        pbl: PageList {
+            addr: l1,
+            npages: 4,
+            page_shift: 12,
+            level: PBL_LEVEL_2,
+            reserved: 0,
+        },
+        offset_in_first_page: OFFSET,
+        flags: 0,
+    };
+    let rkey = p.d.admin_ok(ADMIN_OP_REG_MR, payload(&c)).result0;
+    let data = pattern(21, len as usize);
+    p.d.ram.write(p.buf_a, &data);
+    let w = with_rdma(
+        send_wqe(
+            1,
+            WR_RDMA_WRITE,
+            WQE_FLAG_SIGNALED,
+            &[Sge {
+                addr: p.buf_a,
+                length: len as u32,
+                lkey: p.key_a,
+            }],
+        ),
+        IOVA,
+        rkey,
+    );
+    p.d.post_send(&mut p.a, &w);
+    assert_eq!(p.d.wait_cqe(&mut p.cq_a).status, WC_SUCCESS);
+    // Byte k of the MR is at page (k + OFFSET) / 4096, offset (k + OFFSET) % 4096.
+    assert_eq!(
+        p.d.ram.read(pages[0], OFFSET as usize),
+        vec![0xee; OFFSET as usize],
+        "bytes before the MR untouched"
+    );
+    let mut got =
+        p.d.ram
+            .read(pages[0] + OFFSET as u64, 4096 - OFFSET as usize);
+    for pg in &pages[1..] {
+        got.extend(p.d.ram.read(*pg, 4096));
+    }
+    assert_eq!(got, data);
+    // A physical MR: iova is the guest address itself.
+    let target = p.d.ram.alloc(4096, 4096);
+    let phys = RegMrCmd {
+        pd: PD,
+        access: ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE,
+        iova: target,
+        length: 4096,
+        flags: MR_FLAG_PHYSICAL,
+        ..Default::default()
+    };
+    let pkey = p.d.admin_ok(ADMIN_OP_REG_MR, payload(&phys)).result0;
+    let w = with_rdma(
+        send_wqe(
+            2,
+            WR_RDMA_WRITE,
+            WQE_FLAG_SIGNALED,
+            &[Sge {
+                addr: p.buf_a,
+                length: 64,
+                lkey: p.key_a,
+            }],
+        ),
+        target,
+        pkey,
+    );
+    p.d.post_send(&mut p.a, &w);
+    assert_eq!(p.d.wait_cqe(&mut p.cq_a).status, WC_SUCCESS);
+    assert_eq!(p.d.ram.read(target, 64), data[..64]);
+}
+
+#[test]
+fn deregistered_key_is_refused() {
+    let mut p = pair(QPT_RC);
+    p.d.admin_ok(
+        ADMIN_OP_DEREG_MR,
+        payload(&HandleCmd {
+            handle: p.key_b,
+            reserved: 0,
+        }),
+    );
+    p.d.ram.fill(p.buf_b, 64, 0x5a);
+    let w = with_rdma(
+        send_wqe(
+            1,
+            WR_RDMA_WRITE,
+            WQE_FLAG_SIGNALED,
+            &[Sge {
+                addr: p.buf_a,
+                length: 64,
+                lkey: p.key_a,
+            }],
+        ),
+        p.buf_b,
+        p.key_b,
+    );
+    p.d.post_send(&mut p.a, &w);
+    assert_eq!(p.d.wait_cqe(&mut p.cq_a).status, WC_REM_ACCESS_ERR);
+    assert_eq!(p.d.ram.read(p.buf_b, 64), vec![0x5a; 64]);
+}
+
+#[test]
+fn read_into_read_only_local_mr_is_local_protection_error() {
+    let mut p = pair(QPT_RC);
+    let ro_local = p.d.reg_mr(PD, p.buf_a, 4096, ACCESS_REMOTE_READ).unwrap();
+    p.d.ram.fill(p.buf_a, 4096, 0x33);
+    let w = with_rdma(
+        send_wqe(
+            1,
+            WR_RDMA_READ,
+            WQE_FLAG_SIGNALED,
+            &[Sge {
+                addr: p.buf_a,
+                length: 64,
+                lkey: ro_local,
+            }],
+        ),
+        p.buf_b,
+        p.key_b,
+    );
+    p.d.post_send(&mut p.a, &w);
+    assert_eq!(p.d.wait_cqe(&mut p.cq_a).status, WC_LOC_PROT_ERR);
+    assert_eq!(p.d.ram.read(p.buf_a, 4096), vec![0x33; 4096]);
+}
+
+#[test]
+fn rnr_then_success_when_receive_is_posted_late() {
+    let mut p = pair(QPT_RC);
+    p.d.post_send(
+        &mut p.a,
+        &send_wqe(
+            1,
+            WR_SEND,
+            WQE_FLAG_SIGNALED,
+            &[Sge {
+                addr: p.buf_a,
+                length: 32,
+                lkey: p.key_a,
+            }],
+        ),
+    );
+    std::thread::sleep(Duration::from_millis(30));
+    assert!(
+        p.d.poll_cq(&mut p.cq_a).is_none(),
+        "the send waits for a receive WR (RNR)"
+    );
+    p.d.post_recv(
+        &mut p.b,
+        5,
+        &[Sge {
+            addr: p.buf_b,
+            length: 64,
+            lkey: p.key_b,
+        }],
+    );
+    assert_eq!(p.d.wait_cqe(&mut p.cq_a).status, WC_SUCCESS);
+    assert_eq!(p.d.wait_cqe(&mut p.cq_b).wr_id, 5);
+}
+
+#[test]
+fn gsi_qp_is_qp1_and_unique() {
+    let mut d = TestDriver::new(DeviceConfig::new([2, 0, 0, 0, 0, 5]));
+    let cq = d.create_cq(4);
+    let gsi = d.create_qp(QPT_GSI, PD, cq.id, cq.id, SRQ_NONE);
+    assert_eq!(gsi.qpn, GSI_QPN);
+    let (c, _) = d.create_qp_cmd(QPT_GSI, PD, cq.id, cq.id, SRQ_NONE, 4, 4);
+    assert_eq!(
+        d.admin(ADMIN_OP_CREATE_QP, payload(&c)).status,
+        ADMIN_STATUS_NO_RESOURCES
+    );
+}
+
+#[test]
+fn guest_memory_unmapped_under_the_device_is_fatal_not_a_crash() {
+    let mut p = pair(QPT_RC);
+    // QEMU takes guest RAM away (e.g. a buggy hot-unplug); the device's rings are gone.
+    p.d.dma_unmap_ram();
+    let w = with_rdma(
+        send_wqe(
+            1,
+            WR_RDMA_WRITE,
+            WQE_FLAG_SIGNALED,
+            &[Sge {
+                addr: p.buf_a,
+                length: 64,
+                lkey: p.key_a,
+            }],
+        ),
+        p.buf_b,
+        p.key_b,
+    );
+    p.d.post_send(&mut p.a, &w);
+    let start = std::time::Instant::now();
+    while p.d.read_reg(REG_STATUS) & STATUS_FATAL == 0 {
+        assert!(start.elapsed() < TIMEOUT, "device did not notice");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(
+        p.d.read_reg(REG_FATAL_CODE),
+        FATAL_EQ_DMA,
+        "the QP-fatal event could not be delivered"
+    );
+    // Map it back, reset, and the device works again.
+    p.d.dma_map_ram();
+    p.d.reset();
+    assert_eq!(p.d.read_reg(REG_STATUS) & STATUS_FATAL, 0);
+    let gid = gid_v4(127, 0, 0, 1);
+    p.d.set_gid(0, gid);
+    let mut cq = p.d.create_cq(4);
+    let mut qp = p.d.create_qp(QPT_RC, PD, cq.id, cq.id, SRQ_NONE);
+    p.d.connect(&qp, gid, qp.qpn, ALL_ACCESS);
+    let key = p.d.reg_mr(PD, p.buf_a, BUF, ALL_ACCESS).unwrap();
+    let w = with_rdma(
+        send_wqe(
+            9,
+            WR_RDMA_WRITE,
+            WQE_FLAG_SIGNALED,
+            &[Sge {
+                addr: p.buf_a,
+                length: 64,
+                lkey: key,
+            }],
+        ),
+        p.buf_a + 4096,
+        key,
+    );
+    p.d.post_send(&mut qp, &w);
+    assert_eq!(p.d.wait_cqe(&mut cq).wr_id, 9);
+}
+
+#[test]
+fn qp_reset_restarts_indices_at_zero_and_qp_is_reusable() {
+    let mut p = pair(QPT_RC);
+    let gid = gid_v4(127, 0, 0, 1);
+    for i in 0..5 {
+        let w = with_rdma(
+            send_wqe(
+                i,
+                WR_RDMA_WRITE,
+                WQE_FLAG_SIGNALED,
+                &[Sge {
+                    addr: p.buf_a,
+                    length: 8,
+                    lkey: p.key_a,
+                }],
+            ),
+            p.buf_b,
+            p.key_b,
+        );
+        p.d.post_send(&mut p.a, &w);
+        p.d.wait_cqe(&mut p.cq_a);
+    }
+    for qp in [p.a, p.b] {
+        assert_eq!(
+            p.d.modify_qp(
+                qp.qpn,
+                QP_STATE,
+                QpAttr {
+                    qp_state: QPS_RESET,
+                    ..Default::default()
+                }
+            )
+            .status,
+            0
+        );
+    }
+    assert_eq!(
+        p.d.db.slot(TEST_DB_PAGE, p.a.db_slot),
+        DbSlot { a: 0, b: 0 }
+    );
+    p.a.sq_pi = 0;
+    p.a.rq_pi = 0;
+    p.b.sq_pi = 0;
+    p.b.rq_pi = 0;
+    p.d.connect(&p.a, gid, p.b.qpn, ALL_ACCESS);
+    p.d.connect(&p.b, gid, p.a.qpn, ALL_ACCESS);
+    p.d.ram.write(p.buf_a, b"again");
+    p.d.post_recv(
+        &mut p.b,
+        1,
+        &[Sge {
+            addr: p.buf_b + 100,
+            length: 64,
+            lkey: p.key_b,
+        }],
+    );
+    p.d.post_send(
+        &mut p.a,
+        &send_wqe(
+            9,
+            WR_SEND,
+            WQE_FLAG_SIGNALED,
+            &[Sge {
+                addr: p.buf_a,
+                length: 5,
+                lkey: p.key_a,
+            }],
+        ),
+    );
+    assert_eq!(p.d.wait_cqe(&mut p.cq_a).wr_id, 9);
+    assert_eq!(p.d.wait_cqe(&mut p.cq_b).wr_id, 1);
+    assert_eq!(p.d.ram.read(p.buf_b + 100, 5), b"again");
+}
+
+#[test]
+fn srq_qp_entering_error_reports_last_wqe_reached() {
+    let mut d = TestDriver::new(DeviceConfig::new([2, 0, 0, 0, 0, 6]));
+    let cq = d.create_cq(4);
+    let srq = d.create_srq(PD, 4, 0);
+    let qp = d.create_qp(QPT_RC, PD, cq.id, cq.id, srq.id);
+    assert_eq!(
+        d.modify_qp(
+            qp.qpn,
+            QP_STATE,
+            QpAttr {
+                qp_state: QPS_ERR,
+                ..Default::default()
+            }
+        )
+        .status,
+        0
+    );
+    assert_eq!(
+        d.wait_event(EQ_ADMIN_ASYNC, EQE_TYPE_QP_LAST_WQE).handle,
+        qp.qpn
+    );
+}
+
+#[test]
+fn receive_buffer_too_small_is_length_error_on_both_sides() {
+    let mut p = pair(QPT_RC);
+    p.d.post_recv(
+        &mut p.b,
+        1,
+        &[Sge {
+            addr: p.buf_b,
+            length: 64,
+            lkey: p.key_b,
+        }],
+    );
+    p.d.post_send(
+        &mut p.a,
+        &send_wqe(
+            2,
+            WR_SEND,
+            WQE_FLAG_SIGNALED,
+            &[Sge {
+                addr: p.buf_a,
+                length: 100,
+                lkey: p.key_a,
+            }],
+        ),
+    );
+    let r = p.d.wait_cqe(&mut p.cq_b);
+    assert_eq!((r.wr_id, r.status), (1, WC_LOC_LEN_ERR));
+    let s = p.d.wait_cqe(&mut p.cq_a);
+    assert_eq!((s.wr_id, s.status), (2, WC_REM_INV_REQ_ERR));
+}
+
+#[test]
+fn uc_and_ud_immediate_data() {
+    let mut p = pair(QPT_UC);
+    p.d.post_recv(&mut p.b, 1, &[]);
+    let mut w = with_rdma(
+        send_wqe(
+            1,
+            WR_RDMA_WRITE_WITH_IMM,
+            WQE_FLAG_SIGNALED,
+            &[Sge {
+                addr: p.buf_a,
+                length: 16,
+                lkey: p.key_a,
+            }],
+        ),
+        p.buf_b,
+        p.key_b,
+    );
+    w.imm_data = 0xabcdu32.to_be();
+    p.d.post_send(&mut p.a, &w);
+    let r = p.d.wait_cqe(&mut p.cq_b);
+    assert_eq!(
+        (r.opcode, u32::from_be(r.imm_data), r.byte_len),
+        (WC_OPC_RECV_RDMA_WITH_IMM, 0xabcd, 16)
+    );
+    p.d.post_recv(
+        &mut p.b,
+        2,
+        &[Sge {
+            addr: p.buf_b,
+            length: 64,
+            lkey: p.key_b,
+        }],
+    );
+    let mut w = send_wqe(
+        2,
+        WR_SEND_WITH_IMM,
+        WQE_FLAG_SIGNALED,
+        &[Sge {
+            addr: p.buf_a,
+            length: 16,
+            lkey: p.key_a,
+        }],
+    );
+    w.imm_data = 7u32.to_be();
+    p.d.post_send(&mut p.a, &w);
+    let r = p.d.wait_cqe(&mut p.cq_b);
+    assert_eq!(
+        (
+            r.opcode,
+            r.wc_flags & WC_FLAG_WITH_IMM,
+            u32::from_be(r.imm_data)
+        ),
+        (WC_OPC_RECV, WC_FLAG_WITH_IMM, 7)
+    );
+
+    let mut u = pair(QPT_UD);
+    u.d.post_recv(
+        &mut u.b,
+        3,
+        &[Sge {
+            addr: u.buf_b,
+            length: 256,
+            lkey: u.key_b,
+        }],
+    );
+    let mut w = with_ud(
+        inline_wqe(3, WR_SEND_WITH_IMM, WQE_FLAG_SIGNALED, b"ud inline"),
+        gid_v4(127, 0, 0, 1),
+        u.b.qpn,
+        0x1111,
+    );
+    w.imm_data = 99u32.to_be();
+    u.d.post_send(&mut u.a, &w);
+    let r = u.d.wait_cqe(&mut u.cq_b);
+    assert_eq!((u32::from_be(r.imm_data), r.byte_len), (99, 9 + GRH_SIZE));
+    assert_eq!(u.d.ram.read(u.buf_b + GRH_SIZE as u64, 9), b"ud inline");
+    assert_eq!(u.d.wait_cqe(&mut u.cq_a).wr_id, 3);
+    // RDMA WRITE is not a UD operation.
+    let w = with_ud(
+        send_wqe(
+            4,
+            WR_RDMA_WRITE,
+            WQE_FLAG_SIGNALED,
+            &[Sge {
+                addr: u.buf_a,
+                length: 8,
+                lkey: u.key_a,
+            }],
+        ),
+        gid_v4(127, 0, 0, 1),
+        u.b.qpn,
+        0x1111,
+    );
+    u.d.post_send(&mut u.a, &w);
+    let c = u.d.wait_cqe(&mut u.cq_a);
+    assert_eq!((c.wr_id, c.status), (4, WC_LOC_QP_OP_ERR));
+}
+
+#[test]
+fn arming_a_cq_with_unconsumed_cqes_fires_at_once() {
+    let mut p = pair(QPT_RC);
+    let w = with_rdma(
+        send_wqe(
+            1,
+            WR_RDMA_WRITE,
+            WQE_FLAG_SIGNALED,
+            &[Sge {
+                addr: p.buf_a,
+                length: 8,
+                lkey: p.key_a,
+            }],
+        ),
+        p.buf_b,
+        p.key_b,
+    );
+    p.d.post_send(&mut p.a, &w);
+    // Wait until the CQE is there, but do not consume it.
+    let start = std::time::Instant::now();
+    while p.d.ram.owner(p.cq_a.ring.base + CQE_SIZE as u64 - 1) != owner_for(0, p.cq_a.ring.depth) {
+        assert!(start.elapsed() < TIMEOUT);
+        std::thread::yield_now();
+    }
+    p.d.drain_eq(COMP_EQ);
+    p.d.arm_cq(&mut p.cq_a, CQ_ARM_NEXT);
+    assert_eq!(
+        p.d.wait_event(COMP_EQ, EQE_TYPE_COMPLETION).handle,
+        p.cq_a.id
+    );
+    // Once consumed, arming again stays quiet.
+    p.d.wait_cqe(&mut p.cq_a);
+    p.d.arm_cq(&mut p.cq_a, CQ_ARM_NEXT);
+    std::thread::sleep(Duration::from_millis(20));
+    assert!(p.d.poll_eq(COMP_EQ).is_none());
+}
+
+#[test]
+fn read_only_dma_mapping_is_never_written() {
+    let mut p = pair(QPT_RC);
+    // A second "ROM" region, mapped read-only like QEMU maps ROMs.
+    const ROM_BASE: u64 = 0x10_0000_0000;
+    const ROM_SIZE: u64 = 1 << 20;
+    let rom = GuestRam::new(ROM_BASE, ROM_SIZE);
+    rom.fill(ROM_BASE, 4096, 0x77);
+    match &p.d.link {
+        Link::InProcess(nic) => nic.dma_map_with(Some(rom.file.try_clone().unwrap()), 0, ROM_BASE, ROM_SIZE, false).unwrap(),
+        Link::Socket { .. } => return, // the crate's client always maps read-write
+    }
+    let c = RegMrCmd {
+        pd: PD,
+        access: ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE | ACCESS_REMOTE_READ,
+        iova: ROM_BASE,
+        length: 4096,
+        flags: MR_FLAG_PHYSICAL,
+        ..Default::default()
+    };
+    let key = p.d.admin_ok(ADMIN_OP_REG_MR, payload(&c)).result0;
+    // Reading it works.
+    let w = with_rdma(send_wqe(1, WR_RDMA_READ, WQE_FLAG_SIGNALED, &[Sge { addr: p.buf_a, length: 64, lkey: p.key_a }]), ROM_BASE, key);
+    p.d.post_send(&mut p.a, &w);
+    assert_eq!(p.d.wait_cqe(&mut p.cq_a).status, WC_SUCCESS);
+    assert_eq!(p.d.ram.read(p.buf_a, 64), vec![0x77; 64]);
+    // Writing it is refused and nothing changes.
+    let w = with_rdma(send_wqe(2, WR_RDMA_WRITE, WQE_FLAG_SIGNALED, &[Sge { addr: p.buf_a + 4096, length: 64, lkey: p.key_a }]), ROM_BASE, key);
+    p.d.post_send(&mut p.a, &w);
+    assert_eq!(p.d.wait_cqe(&mut p.cq_a).status, WC_REM_ACCESS_ERR);
+    assert_eq!(rom.read(ROM_BASE, 4096), vec![0x77; 4096]);
+}

@@ -1,0 +1,415 @@
+//! Two rox-nic devices connected by the UDP fabric on 127.0.0.1, programmed like drivers.
+
+use std::net::Ipv4Addr;
+use std::path::Path;
+use std::time::Duration;
+
+use rox_nic::device::{FabricConfig, FaultConfig};
+use rox_nic::testkit::*;
+use rox_nic::DeviceConfig;
+use rox_uapi::admin::*;
+use rox_uapi::queue::*;
+use rox_uapi::verbs::*;
+
+const PD: u32 = 1;
+const ALL_ACCESS: u32 =
+    ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE | ACCESS_REMOTE_READ | ACCESS_REMOTE_ATOMIC;
+const BUF: u64 = 1 << 20;
+
+fn device(dir: &Path, last: u8, faults: Option<FaultConfig>) -> TestDriver {
+    let mut cfg = DeviceConfig::new([2, 0, 0, 0, 1, last]);
+    cfg.fabric = Some(FabricConfig {
+        directory: dir.to_path_buf(),
+        bind: Ipv4Addr::LOCALHOST,
+        faults,
+        pcap: None,
+    });
+    let mut d = TestDriver::new(cfg);
+    d.set_gid(0, gid_v4(127, 0, 1, last));
+    d
+}
+
+struct Side {
+    d: TestDriver,
+    cq: TestCq,
+    qp: TestQp,
+    buf: u64,
+    key: u32,
+}
+
+fn side(dir: &Path, last: u8, qp_type: u8, faults: Option<FaultConfig>) -> Side {
+    let mut d = device(dir, last, faults);
+    let cq = d.create_cq(10);
+    let qp = d.create_qp(qp_type, PD, cq.id, cq.id, SRQ_NONE);
+    let buf = d.ram.alloc(BUF, 4096);
+    let key = d.reg_mr(PD, buf, BUF, ALL_ACCESS).unwrap();
+    Side {
+        d,
+        cq,
+        qp,
+        buf,
+        key,
+    }
+}
+
+fn connected(dir: &Path, qp_type: u8, faults: Option<FaultConfig>) -> (Side, Side) {
+    let mut a = side(dir, 1, qp_type, faults);
+    let mut b = side(dir, 2, qp_type, faults);
+    let (qa, qb) = (a.qp, b.qp);
+    // With injected loss, tail losses wait for the ACK timeout: keep it short (17 ms).
+    const LOSSY_TIMEOUT: u8 = 12;
+    let p = ConnectParams {
+        timeout: if faults.is_some() {
+            LOSSY_TIMEOUT
+        } else {
+            ConnectParams::default().timeout
+        },
+        ..Default::default()
+    };
+    a.d.connect_with(&qa, gid_v4(127, 0, 1, 2), qb.qpn, ALL_ACCESS, &p);
+    b.d.connect_with(&qb, gid_v4(127, 0, 1, 1), qa.qpn, ALL_ACCESS, &p);
+    (a, b)
+}
+
+#[test]
+fn rc_between_two_devices_send_write_read_atomic() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut a, mut b) = connected(dir.path(), QPT_RC, None);
+    // SEND 100 KiB (many MTU packets).
+    let msg = pattern(11, 100_000);
+    a.d.ram.write(a.buf, &msg);
+    b.d.post_recv(
+        &mut b.qp,
+        1,
+        &[Sge {
+            addr: b.buf,
+            length: 200_000,
+            lkey: b.key,
+        }],
+    );
+    a.d.post_send(
+        &mut a.qp,
+        &send_wqe(
+            1,
+            WR_SEND,
+            WQE_FLAG_SIGNALED,
+            &[Sge {
+                addr: a.buf,
+                length: 100_000,
+                lkey: a.key,
+            }],
+        ),
+    );
+    assert_eq!(a.d.wait_cqe(&mut a.cq).status, WC_SUCCESS);
+    let r = b.d.wait_cqe(&mut b.cq);
+    assert_eq!((r.status, r.byte_len), (WC_SUCCESS, 100_000));
+    assert_eq!(b.d.ram.read(b.buf, 100_000), msg);
+    // WRITE then READ back.
+    let w = with_rdma(
+        send_wqe(
+            2,
+            WR_RDMA_WRITE,
+            WQE_FLAG_SIGNALED,
+            &[Sge {
+                addr: a.buf,
+                length: 50_000,
+                lkey: a.key,
+            }],
+        ),
+        b.buf + 300_000,
+        b.key,
+    );
+    a.d.post_send(&mut a.qp, &w);
+    assert_eq!(a.d.wait_cqe(&mut a.cq).status, WC_SUCCESS);
+    assert_eq!(b.d.ram.read(b.buf + 300_000, 50_000), msg[..50_000]);
+    let w = with_rdma(
+        send_wqe(
+            3,
+            WR_RDMA_READ,
+            WQE_FLAG_SIGNALED,
+            &[Sge {
+                addr: a.buf + 500_000,
+                length: 50_000,
+                lkey: a.key,
+            }],
+        ),
+        b.buf + 300_000,
+        b.key,
+    );
+    a.d.post_send(&mut a.qp, &w);
+    assert_eq!(a.d.wait_cqe(&mut a.cq).status, WC_SUCCESS);
+    assert_eq!(a.d.ram.read(a.buf + 500_000, 50_000), msg[..50_000]);
+    // FETCH_AND_ADD on the remote device.
+    b.d.ram.write(b.buf + 800_000, &1u64.to_le_bytes());
+    let w = with_atomic(
+        send_wqe(
+            4,
+            WR_ATOMIC_FETCH_AND_ADD,
+            WQE_FLAG_SIGNALED,
+            &[Sge {
+                addr: a.buf + 900_000,
+                length: 8,
+                lkey: a.key,
+            }],
+        ),
+        b.buf + 800_000,
+        b.key,
+        41,
+        0,
+    );
+    a.d.post_send(&mut a.qp, &w);
+    assert_eq!(a.d.wait_cqe(&mut a.cq).status, WC_SUCCESS);
+    assert_eq!(b.d.ram.read(b.buf + 800_000, 8), 42u64.to_le_bytes());
+    assert_eq!(a.d.ram.read(a.buf + 900_000, 8), 1u64.to_le_bytes());
+    let stats = a.d.query_stats();
+    assert!(stats[STAT_TX_PACKETS] > 100 && stats[STAT_RX_PACKETS] > 0 && stats[STAT_CQES] >= 4);
+    let peer = b.d.query_stats();
+    assert!(peer[STAT_ACKS_SENT] > 0 && peer[STAT_RX_BYTES] > 100_000);
+}
+
+#[test]
+fn missing_peer_ends_in_retry_exceeded_then_flush() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut a = side(dir.path(), 1, QPT_RC, None);
+    let qa = a.qp;
+    // Nobody owns 127.0.1.9.
+    let gid = gid_v4(127, 0, 1, 9);
+    let mut at = QpAttr {
+        qp_state: QPS_INIT,
+        port_num: PORT_NUM,
+        qp_access_flags: ALL_ACCESS,
+        ..Default::default()
+    };
+    assert_eq!(
+        a.d.modify_qp(
+            qa.qpn,
+            QP_STATE | QP_PKEY_INDEX | QP_PORT | QP_ACCESS_FLAGS,
+            at
+        )
+        .status,
+        0
+    );
+    at.qp_state = QPS_RTR;
+    at.path_mtu = MTU_1024;
+    at.dest_qp_num = 5;
+    at.ah.dgid = gid;
+    let m = QP_STATE
+        | QP_AV
+        | QP_PATH_MTU
+        | QP_DEST_QPN
+        | QP_RQ_PSN
+        | QP_MAX_DEST_RD_ATOMIC
+        | QP_MIN_RNR_TIMER;
+    assert_eq!(a.d.modify_qp(qa.qpn, m, at).status, 0);
+    at.qp_state = QPS_RTS;
+    at.timeout = 1; // 8 us * ... shortest real timeout
+    at.retry_cnt = 2;
+    at.rnr_retry = 0;
+    let m = QP_STATE | QP_SQ_PSN | QP_TIMEOUT | QP_RETRY_CNT | QP_RNR_RETRY | QP_MAX_QP_RD_ATOMIC;
+    assert_eq!(a.d.modify_qp(qa.qpn, m, at).status, 0);
+    let sge = [Sge {
+        addr: a.buf,
+        length: 8,
+        lkey: a.key,
+    }];
+    a.d.post_send(&mut a.qp, &send_wqe(1, WR_SEND, WQE_FLAG_SIGNALED, &sge));
+    a.d.post_send(&mut a.qp, &send_wqe(2, WR_SEND, WQE_FLAG_SIGNALED, &sge));
+    let c = a.d.wait_cqe(&mut a.cq);
+    assert_eq!((c.wr_id, c.status), (1, WC_RETRY_EXC_ERR));
+    let c = a.d.wait_cqe(&mut a.cq);
+    assert_eq!((c.wr_id, c.status), (2, WC_WR_FLUSH_ERR));
+    assert_eq!(a.d.query_qp(qa.qpn).qp_state, QPS_ERR);
+}
+
+#[test]
+fn ud_between_two_devices() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut a = side(dir.path(), 1, QPT_UD, None);
+    let mut b = side(dir.path(), 2, QPT_UD, None);
+    let (qa, qb) = (a.qp, b.qp);
+    a.d.activate_ud(&qa, 0x42);
+    b.d.activate_ud(&qb, 0x42);
+    b.d.post_recv(
+        &mut b.qp,
+        7,
+        &[Sge {
+            addr: b.buf,
+            length: 2048,
+            lkey: b.key,
+        }],
+    );
+    a.d.ram.write(a.buf, b"hello over udp");
+    let w = with_ud(
+        send_wqe(
+            1,
+            WR_SEND_WITH_IMM,
+            WQE_FLAG_SIGNALED,
+            &[Sge {
+                addr: a.buf,
+                length: 14,
+                lkey: a.key,
+            }],
+        ),
+        gid_v4(127, 0, 1, 2),
+        qb.qpn,
+        0x42,
+    );
+    a.d.post_send(&mut a.qp, &w);
+    assert_eq!(a.d.wait_cqe(&mut a.cq).status, WC_SUCCESS);
+    let r = b.d.wait_cqe(&mut b.cq);
+    assert_eq!((r.wr_id, r.src_qp, r.byte_len), (7, qa.qpn, 14 + GRH_SIZE));
+    assert_eq!(b.d.ram.read(b.buf + GRH_SIZE as u64, 14), b"hello over udp");
+}
+
+/// Header of every message: sequence number and CRC-32 of the body.
+const HEADER: usize = 12;
+
+#[test]
+fn rc_in_order_exactly_once_through_devices_with_faults() {
+    const MESSAGES: u64 = 3000;
+    const SLOT: u64 = 512;
+    const WINDOW: u32 = 32;
+    let dir = tempfile::tempdir().unwrap();
+    let faults = FaultConfig {
+        loss: 0.02,
+        duplicate: 0.02,
+        reorder: 0.02,
+        corrupt: 0.01,
+        seed: 1234,
+    };
+    let (mut a, mut b) = connected(dir.path(), QPT_RC, Some(faults));
+    let recv_slots = (BUF / SLOT) as u32;
+    let mut posted_recv = 0u64;
+    while posted_recv < (recv_slots as u64).min(200) {
+        b.d.post_recv(
+            &mut b.qp,
+            posted_recv,
+            &[Sge {
+                addr: b.buf + (posted_recv % recv_slots as u64) * SLOT,
+                length: SLOT as u32,
+                lkey: b.key,
+            }],
+        );
+        posted_recv += 1;
+    }
+    let (mut sent, mut acked, mut received) = (0u64, 0u64, 0u64);
+    let start = std::time::Instant::now();
+    while received < MESSAGES || acked < MESSAGES {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "stalled at sent {sent} acked {acked} received {received}"
+        );
+        while sent < MESSAGES && sent - acked < WINDOW as u64 {
+            let len = 16 + (sent % 400) as usize;
+            let body = pattern(sent, len - HEADER);
+            let mut m = sent.to_le_bytes().to_vec();
+            m.extend_from_slice(&crc32fast::hash(&body).to_le_bytes());
+            m.extend_from_slice(&body);
+            let addr = a.buf + (sent % WINDOW as u64) * SLOT;
+            a.d.ram.write(addr, &m);
+            a.d.write_send(
+                &mut a.qp,
+                &send_wqe(
+                    sent,
+                    WR_SEND,
+                    WQE_FLAG_SIGNALED,
+                    &[Sge {
+                        addr,
+                        length: len as u32,
+                        lkey: a.key,
+                    }],
+                ),
+            );
+            sent += 1;
+        }
+        let qp = a.qp;
+        a.d.ring_sq(&qp);
+        while let Some(c) = a.d.poll_cq(&mut a.cq) {
+            assert_eq!((c.status, c.wr_id), (WC_SUCCESS, acked));
+            acked += 1;
+        }
+        while let Some(c) = b.d.poll_cq(&mut b.cq) {
+            assert_eq!(c.status, WC_SUCCESS);
+            assert_eq!(c.wr_id, received, "receive WRs complete in order");
+            let m = b.d.ram.read(
+                b.buf + (c.wr_id % recv_slots as u64) * SLOT,
+                c.byte_len as usize,
+            );
+            assert_eq!(
+                u64::from_le_bytes(m[..8].try_into().unwrap()),
+                received,
+                "in order, exactly once"
+            );
+            assert_eq!(
+                u32::from_le_bytes(m[8..12].try_into().unwrap()),
+                crc32fast::hash(&m[HEADER..])
+            );
+            received += 1;
+            b.d.post_recv(
+                &mut b.qp,
+                posted_recv,
+                &[Sge {
+                    addr: b.buf + (posted_recv % recv_slots as u64) * SLOT,
+                    length: SLOT as u32,
+                    lkey: b.key,
+                }],
+            );
+            posted_recv += 1;
+        }
+        std::thread::yield_now();
+    }
+    assert!(
+        a.d.query_stats()[STAT_RETRANSMITS] > 0,
+        "faults must have caused retransmissions"
+    );
+}
+
+#[test]
+fn device_writes_a_pcap_of_its_fabric_traffic() {
+    let dir = tempfile::tempdir().unwrap();
+    let pcap = dir.path().join("rox.pcap");
+    let mut cfg = DeviceConfig::new([2, 0, 0, 0, 1, 7]);
+    cfg.fabric = Some(FabricConfig {
+        directory: dir.path().join("fabric"),
+        bind: Ipv4Addr::LOCALHOST,
+        faults: None,
+        pcap: Some(pcap.clone()),
+    });
+    {
+        let mut d = TestDriver::new(cfg);
+        let gid = gid_v4(127, 0, 1, 7);
+        d.set_gid(0, gid);
+        let mut cq = d.create_cq(4);
+        let mut qp = d.create_qp(QPT_RC, PD, cq.id, cq.id, SRQ_NONE);
+        d.connect(&qp, gid, qp.qpn, ALL_ACCESS);
+        let buf = d.ram.alloc(8192, 4096);
+        let key = d.reg_mr(PD, buf, 8192, ALL_ACCESS).unwrap();
+        let w = with_rdma(
+            send_wqe(
+                1,
+                WR_RDMA_WRITE,
+                WQE_FLAG_SIGNALED,
+                &[Sge {
+                    addr: buf,
+                    length: 100,
+                    lkey: key,
+                }],
+            ),
+            buf + 4096,
+            key,
+        );
+        d.post_send(&mut qp, &w);
+        assert_eq!(d.wait_cqe(&mut cq).status, WC_SUCCESS);
+    } // dropping the device flushes the capture
+    let bytes = std::fs::read(&pcap).unwrap();
+    const PCAP_MAGIC: u32 = 0xa1b2_c3d4;
+    const PCAP_HEADER: usize = 24;
+    assert_eq!(
+        u32::from_le_bytes(bytes[..4].try_into().unwrap()),
+        PCAP_MAGIC
+    );
+    assert!(
+        bytes.len() > PCAP_HEADER + 100,
+        "the WRITE and its ACK were captured"
+    );
+}

@@ -1,0 +1,459 @@
+//! Test harness for the RoCE engine: in-memory devices (plain Vec memory and a fake MR table)
+//! joined by a virtual wire with optional fault injection and a virtual clock.
+#![allow(dead_code)]
+
+pub use rox_nic::roce;
+
+use std::collections::{HashMap, VecDeque};
+
+#[allow(unused_imports)]
+pub use roce::fabric::{FaultConfig, FaultInjector};
+pub use roce::*;
+
+/// Guest-physical base of every mock device's memory (address 0 stays invalid).
+pub const MEM_BASE: u64 = 0x10_0000;
+pub const MEM_SIZE: usize = 4 << 20;
+pub const PD: u32 = 1;
+pub const ALL_ACCESS: u32 =
+    ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE | ACCESS_REMOTE_READ | ACCESS_REMOTE_ATOMIC;
+
+#[derive(Clone, Copy, Debug)]
+pub struct Mr {
+    pub pd: u32,
+    pub key: u32,
+    pub addr: u64,
+    pub len: u64,
+    pub access: u32,
+}
+
+/// A device's memory, MR table, receive queues and completion queue.
+pub struct MockEnv {
+    pub now: u64,
+    pub mem: Vec<u8>,
+    pub mrs: Vec<Mr>,
+    pub recv_queues: HashMap<u32, VecDeque<RecvWr>>,
+    pub completions: Vec<Completion>,
+    pub outbox: Vec<(Gid, Vec<u8>)>,
+    next_key: u32,
+}
+
+impl MockEnv {
+    pub fn new() -> MockEnv {
+        MockEnv {
+            now: 0,
+            mem: vec![0; MEM_SIZE],
+            mrs: Vec::new(),
+            recv_queues: HashMap::new(),
+            completions: Vec::new(),
+            outbox: Vec::new(),
+            next_key: 0x100,
+        }
+    }
+
+    /// Registers `[addr, addr+len)`; lkey == rkey.
+    pub fn reg_mr(&mut self, pd: u32, addr: u64, len: u64, access: u32) -> u32 {
+        self.next_key += 1;
+        let key = self.next_key;
+        self.mrs.push(Mr {
+            pd,
+            key,
+            addr,
+            len,
+            access,
+        });
+        key
+    }
+
+    fn check(
+        &self,
+        pd: u32,
+        key: u32,
+        addr: u64,
+        len: usize,
+        need: u32,
+    ) -> Result<usize, AccessError> {
+        let mr = self
+            .mrs
+            .iter()
+            .find(|m| m.key == key)
+            .ok_or(AccessError::InvalidKey)?;
+        if mr.pd != pd {
+            return Err(AccessError::PdMismatch);
+        }
+        if mr.access & need != need {
+            return Err(AccessError::AccessDenied);
+        }
+        let end = addr
+            .checked_add(len as u64)
+            .ok_or(AccessError::OutOfBounds)?;
+        if addr < mr.addr || end > mr.addr + mr.len {
+            return Err(AccessError::OutOfBounds);
+        }
+        Ok((addr - MEM_BASE) as usize)
+    }
+
+    pub fn fill(&mut self, addr: u64, data: &[u8]) {
+        let at = (addr - MEM_BASE) as usize;
+        self.mem[at..at + data.len()].copy_from_slice(data);
+    }
+
+    pub fn bytes(&self, addr: u64, len: usize) -> &[u8] {
+        let at = (addr - MEM_BASE) as usize;
+        &self.mem[at..at + len]
+    }
+
+    pub fn post_recv(&mut self, qpn: u32, wr: RecvWr) {
+        self.recv_queues.entry(qpn).or_default().push_back(wr);
+    }
+
+    pub fn take_completions(&mut self) -> Vec<Completion> {
+        std::mem::take(&mut self.completions)
+    }
+}
+
+impl DeviceEnv for MockEnv {
+    fn now_ns(&self) -> u64 {
+        self.now
+    }
+    fn read_local(
+        &mut self,
+        pd: u32,
+        lkey: u32,
+        addr: u64,
+        buf: &mut [u8],
+    ) -> Result<(), AccessError> {
+        let at = self.check(pd, lkey, addr, buf.len(), 0)?;
+        buf.copy_from_slice(&self.mem[at..at + buf.len()]);
+        Ok(())
+    }
+    fn write_local(
+        &mut self,
+        pd: u32,
+        lkey: u32,
+        addr: u64,
+        data: &[u8],
+    ) -> Result<(), AccessError> {
+        let at = self.check(pd, lkey, addr, data.len(), ACCESS_LOCAL_WRITE)?;
+        self.mem[at..at + data.len()].copy_from_slice(data);
+        Ok(())
+    }
+    fn read_remote(
+        &mut self,
+        pd: u32,
+        rkey: u32,
+        va: u64,
+        buf: &mut [u8],
+    ) -> Result<(), AccessError> {
+        let at = self.check(pd, rkey, va, buf.len(), ACCESS_REMOTE_READ)?;
+        buf.copy_from_slice(&self.mem[at..at + buf.len()]);
+        Ok(())
+    }
+    fn write_remote(
+        &mut self,
+        pd: u32,
+        rkey: u32,
+        va: u64,
+        data: &[u8],
+    ) -> Result<(), AccessError> {
+        let at = self.check(pd, rkey, va, data.len(), ACCESS_REMOTE_WRITE)?;
+        self.mem[at..at + data.len()].copy_from_slice(data);
+        Ok(())
+    }
+    fn atomic_remote(
+        &mut self,
+        pd: u32,
+        rkey: u32,
+        va: u64,
+        op: AtomicOp,
+    ) -> Result<u64, AccessError> {
+        if va % 8 != 0 {
+            return Err(AccessError::Misaligned);
+        }
+        let at = self.check(pd, rkey, va, 8, ACCESS_REMOTE_ATOMIC)?;
+        let old = u64::from_le_bytes(self.mem[at..at + 8].try_into().unwrap());
+        let new = match op {
+            AtomicOp::CompareSwap { compare, swap } => {
+                if old == compare {
+                    swap
+                } else {
+                    old
+                }
+            }
+            AtomicOp::FetchAdd { add } => old.wrapping_add(add),
+        };
+        self.mem[at..at + 8].copy_from_slice(&new.to_le_bytes());
+        Ok(old)
+    }
+    fn pop_recv(&mut self, qpn: u32) -> Option<RecvWr> {
+        self.recv_queues.get_mut(&qpn)?.pop_front()
+    }
+    fn complete(&mut self, completion: Completion) {
+        self.completions.push(completion);
+    }
+    fn transmit(&mut self, dgid: &Gid, packet: Vec<u8>) {
+        self.outbox.push((*dgid, packet));
+    }
+}
+
+pub struct Device {
+    pub engine: Engine,
+    pub env: MockEnv,
+    pub gid: Gid,
+}
+
+/// Devices on a virtual wire with a virtual clock.
+pub struct Net {
+    pub devs: Vec<Device>,
+    pub now: u64,
+    pub faults: Option<FaultInjector<Gid>>,
+    /// Every packet that went on the wire (before faults), with its time.
+    pub capture: Option<Vec<(u64, Vec<u8>)>>,
+    /// Packets to GIDs nobody owns.
+    pub unroutable: u64,
+}
+
+pub fn gid_v4(last: u8) -> Gid {
+    roce::wire::ipv4_gid([10, 0, 0, last])
+}
+
+pub fn gid_v6(last: u8) -> Gid {
+    let mut g = [0u8; 16];
+    g[0] = 0xfd;
+    g[15] = last;
+    g
+}
+
+impl Net {
+    pub fn new(gids: &[Gid]) -> Net {
+        Net {
+            devs: gids
+                .iter()
+                .map(|&gid| Device {
+                    engine: Engine::new(),
+                    env: MockEnv::new(),
+                    gid,
+                })
+                .collect(),
+            now: 1_000_000,
+            faults: None,
+            capture: None,
+            unroutable: 0,
+        }
+    }
+
+    pub fn dev(&mut self, i: usize) -> (&mut Engine, &mut MockEnv) {
+        let d = &mut self.devs[i];
+        d.env.now = self.now;
+        (&mut d.engine, &mut d.env)
+    }
+
+    /// Delivers every pending packet once, then polls every engine. Returns packets moved.
+    pub fn step(&mut self) -> usize {
+        let mut moved = 0;
+        let mut wire: Vec<(Gid, Vec<u8>)> = Vec::new();
+        for d in &mut self.devs {
+            wire.append(&mut d.env.outbox);
+        }
+        let mut deliver: Vec<(Gid, Vec<u8>)> = Vec::new();
+        for (gid, p) in wire {
+            if let Some(c) = &mut self.capture {
+                c.push((self.now, p.clone()));
+            }
+            match &mut self.faults {
+                Some(f) => f.apply(gid, p, &mut deliver),
+                None => deliver.push((gid, p)),
+            }
+        }
+        for (gid, p) in deliver {
+            moved += 1;
+            let now = self.now;
+            match self.devs.iter_mut().find(|d| d.gid == gid) {
+                Some(d) => {
+                    d.env.now = now;
+                    let _ = d.engine.receive(&mut d.env, &p);
+                }
+                None => self.unroutable += 1,
+            }
+        }
+        for d in &mut self.devs {
+            d.env.now = self.now;
+            d.engine.poll(&mut d.env);
+        }
+        moved
+    }
+
+    /// One round: deliver and poll; if the wire was quiet, release a held-back packet or advance
+    /// the virtual clock to the next timer. Returns false when nothing at all is left to do.
+    pub fn pump(&mut self) -> bool {
+        let moved = self.step();
+        if moved > 0 || self.devs.iter().any(|d| !d.env.outbox.is_empty()) {
+            return true;
+        }
+        if let Some(f) = &mut self.faults {
+            let mut out = Vec::new();
+            f.flush(&mut out);
+            if !out.is_empty() {
+                for (gid, p) in out {
+                    if let Some(d) = self.devs.iter_mut().find(|d| d.gid == gid) {
+                        d.env.now = self.now;
+                        let _ = d.engine.receive(&mut d.env, &p);
+                    }
+                }
+                return true;
+            }
+        }
+        match self
+            .devs
+            .iter()
+            .filter_map(|d| d.engine.next_deadline())
+            .min()
+        {
+            Some(t) => {
+                self.now = self.now.max(t);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Runs until nothing moves and no timer is armed. Gives up after `max_steps`.
+    pub fn run(&mut self, max_steps: usize) {
+        for _ in 0..max_steps {
+            if !self.pump() {
+                return;
+            }
+        }
+        panic!("network did not settle in {max_steps} steps");
+    }
+
+    pub fn advance(&mut self, ns: u64) {
+        self.now += ns;
+    }
+}
+
+pub struct QpParams {
+    pub qp_type: QpType,
+    pub mtu: Mtu,
+    pub timeout: u8,
+    pub retry_cnt: u8,
+    pub rnr_retry: u8,
+    pub min_rnr_timer: u8,
+    pub max_rd_atomic: u8,
+    pub access: u32,
+    pub qkey: u32,
+}
+
+impl QpParams {
+    pub fn rc() -> QpParams {
+        QpParams {
+            qp_type: QpType::Rc,
+            mtu: Mtu::Mtu256,
+            timeout: 12,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            min_rnr_timer: 1,
+            max_rd_atomic: 4,
+            access: ALL_ACCESS,
+            qkey: 0,
+        }
+    }
+    pub fn of(qp_type: QpType) -> QpParams {
+        QpParams {
+            qp_type,
+            qkey: 0x1111_2222,
+            ..QpParams::rc()
+        }
+    }
+}
+
+/// Both sides start close to the 24-bit PSN wrap so every test crosses it.
+pub const SQ_PSN_A: u32 = 0xff_ff00;
+pub const SQ_PSN_B: u32 = 0xff_fff0;
+
+/// Creates QP `qpn_a` on device `a` and `qpn_b` on device `b` and connects them (RTS both).
+pub fn connect(net: &mut Net, a: usize, qpn_a: u32, b: usize, qpn_b: u32, p: &QpParams) {
+    let (ga, gb) = (net.devs[a].gid, net.devs[b].gid);
+    for (dev, qpn, peer_qpn, sgid, dgid, sq_psn, rq_psn) in [
+        (a, qpn_a, qpn_b, ga, gb, SQ_PSN_A, SQ_PSN_B),
+        (b, qpn_b, qpn_a, gb, ga, SQ_PSN_B, SQ_PSN_A),
+    ] {
+        let (engine, env) = net.dev(dev);
+        engine
+            .create_qp(QpConfig {
+                qpn,
+                qp_type: p.qp_type,
+                pd: PD,
+                uses_srq: false,
+            })
+            .unwrap();
+        let av = AddressVector {
+            dgid,
+            sgid,
+            traffic_class: 0,
+            hop_limit: 64,
+            flow_label: 0,
+        };
+        let steps = [
+            QpModify {
+                state: Some(QpState::Init),
+                access_flags: Some(p.access),
+                qkey: Some(p.qkey),
+                ..Default::default()
+            },
+            QpModify {
+                state: Some(QpState::Rtr),
+                path_mtu: Some(p.mtu),
+                dest_qpn: Some(peer_qpn),
+                rq_psn: Some(rq_psn),
+                max_dest_rd_atomic: Some(p.max_rd_atomic),
+                min_rnr_timer: Some(p.min_rnr_timer),
+                av: if p.qp_type == QpType::Ud {
+                    None
+                } else {
+                    Some(av)
+                },
+                ..Default::default()
+            },
+            QpModify {
+                state: Some(QpState::Rts),
+                sq_psn: Some(sq_psn),
+                timeout: Some(p.timeout),
+                retry_cnt: Some(p.retry_cnt),
+                rnr_retry: Some(p.rnr_retry),
+                max_rd_atomic: Some(p.max_rd_atomic),
+                ..Default::default()
+            },
+        ];
+        for m in steps {
+            engine.modify_qp(env, qpn, &m).unwrap();
+        }
+    }
+}
+
+pub fn sge(addr: u64, length: u32, lkey: u32) -> Sge {
+    Sge { addr, length, lkey }
+}
+
+pub fn send_wr(wr_id: u64, opcode: WrOpcode, data: SendData) -> SendWr {
+    SendWr {
+        wr_id,
+        opcode,
+        signaled: true,
+        solicited: false,
+        fence: false,
+        data,
+        imm: 0,
+        remote_addr: 0,
+        rkey: 0,
+        compare_add: 0,
+        swap: 0,
+        ud: None,
+    }
+}
+
+/// Deterministic test pattern.
+pub fn pattern(seed: u32, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| (seed as usize).wrapping_mul(31).wrapping_add(i * 7) as u8 ^ 0x5a)
+        .collect()
+}

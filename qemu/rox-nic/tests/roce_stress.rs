@@ -1,0 +1,316 @@
+//! RC exactly-once, in-order delivery of 10^5 checksummed messages over a wire that loses,
+//! duplicates, reorders and corrupts packets (fixed seed: every run is the same run).
+
+mod roce_common;
+use roce_common::*;
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+const MESSAGES: u64 = 100_000;
+const QPN_A: u32 = 0x101;
+const QPN_B: u32 = 0x202;
+/// Send WRs outstanding at once (each owns a send slot until it completes).
+const SEND_WINDOW: u64 = 32;
+/// Receive WRs kept posted (more than the send window: no RNR in this test).
+const RECV_DEPTH: u64 = 256;
+const SLOT: u64 = 1024;
+const SEND_AREA: u64 = MEM_BASE;
+const RECV_AREA: u64 = MEM_BASE + SEND_WINDOW * SLOT;
+/// Header of every message: sequence number (8 bytes) and CRC-32 of the body (4 bytes).
+const HEADER: usize = 12;
+/// Every this many messages one spans several packets.
+const MULTI_PACKET_EVERY: u64 = 16;
+
+fn message(seq: u64, rng: &mut StdRng) -> Vec<u8> {
+    let len = if seq % MULTI_PACKET_EVERY == 0 {
+        rng.gen_range(300..=700)
+    } else {
+        rng.gen_range(16..=64)
+    };
+    let body = pattern(seq as u32, len - HEADER);
+    let mut m = Vec::with_capacity(len);
+    m.extend_from_slice(&seq.to_le_bytes());
+    m.extend_from_slice(&crc32fast::hash(&body).to_le_bytes());
+    m.extend_from_slice(&body);
+    m
+}
+
+#[test]
+fn rc_exactly_once_in_order_under_loss_duplication_reordering_corruption() {
+    let mut net = Net::new(&[gid_v4(1), gid_v4(2)]);
+    let faults = FaultConfig {
+        loss: 0.02,
+        duplicate: 0.02,
+        reorder: 0.02,
+        corrupt: 0.01,
+        seed: 0x5eed,
+    };
+    net.faults = Some(FaultInjector::new(faults));
+    let key_a = net.devs[0]
+        .env
+        .reg_mr(PD, SEND_AREA, SEND_WINDOW * SLOT, ALL_ACCESS);
+    let key_b = net.devs[1]
+        .env
+        .reg_mr(PD, RECV_AREA, RECV_DEPTH * SLOT, ALL_ACCESS);
+    let params = QpParams {
+        timeout: 8,
+        ..QpParams::rc()
+    };
+    connect(&mut net, 0, QPN_A, 1, QPN_B, &params);
+    for slot in 0..RECV_DEPTH {
+        let wr = RecvWr {
+            wr_id: slot,
+            sges: vec![sge(RECV_AREA + slot * SLOT, SLOT as u32, key_b)],
+        };
+        net.devs[1].env.post_recv(QPN_B, wr);
+    }
+
+    let mut rng = StdRng::seed_from_u64(7);
+    let (mut posted, mut sent_ok, mut received) = (0u64, 0u64, 0u64);
+    let mut rounds = 0u64;
+    while received < MESSAGES || sent_ok < MESSAGES {
+        while posted < MESSAGES && posted - sent_ok < SEND_WINDOW {
+            let m = message(posted, &mut rng);
+            let addr = SEND_AREA + (posted % SEND_WINDOW) * SLOT;
+            let (engine, env) = net.dev(0);
+            env.fill(addr, &m);
+            let wr = send_wr(
+                posted,
+                WrOpcode::Send,
+                SendData::Sges(vec![sge(addr, m.len() as u32, key_a)]),
+            );
+            engine.post_send(env, QPN_A, wr).unwrap();
+            posted += 1;
+        }
+        assert!(
+            net.pump(),
+            "stalled with {sent_ok} sent, {received} received"
+        );
+        rounds += 1;
+        for c in net.devs[0].env.take_completions() {
+            assert_eq!(
+                (c.status, c.wr_id),
+                (WcStatus::Success, sent_ok),
+                "send completions in order"
+            );
+            sent_ok += 1;
+        }
+        for c in net.devs[1].env.take_completions() {
+            assert_eq!(c.status, WcStatus::Success);
+            let addr = RECV_AREA + c.wr_id * SLOT;
+            let env = &net.devs[1].env;
+            let m = env.bytes(addr, c.byte_len as usize);
+            let seq = u64::from_le_bytes(m[..8].try_into().unwrap());
+            let crc = u32::from_le_bytes(m[8..12].try_into().unwrap());
+            assert_eq!(seq, received, "delivered in order, exactly once");
+            assert_eq!(crc32fast::hash(&m[HEADER..]), crc, "message {seq} intact");
+            received += 1;
+            let wr = RecvWr {
+                wr_id: c.wr_id,
+                sges: vec![sge(addr, SLOT as u32, key_b)],
+            };
+            net.devs[1].env.post_recv(QPN_B, wr);
+        }
+    }
+    let f = net.faults.as_ref().unwrap().stats();
+    let (a, b) = (
+        net.devs[0].engine.stats().clone(),
+        net.devs[1].engine.stats().clone(),
+    );
+    println!("faults {f:?}");
+    println!("requester {a:?}");
+    println!("responder {b:?}");
+    println!("rounds {rounds}, virtual time {} ms", net.now / 1_000_000);
+    assert!(f.lost > 0 && f.duplicated > 0 && f.reordered > 0 && f.corrupted > 0);
+    assert!(
+        a.rx_icrc_errors + b.rx_icrc_errors > 0,
+        "corrupted packets are caught by the ICRC"
+    );
+    assert!(b.rx_duplicates > 0 && b.rx_out_of_sequence > 0);
+    assert!(a.retransmit_timeouts + a.nak_rewinds > 0);
+    assert_eq!(net.devs[0].engine.qp_state(QPN_A), Some(QpState::Rts));
+}
+
+/// Mixed SEND / WRITE / READ / FETCH_ADD / CMP_SWAP traffic under the same faults: READs and
+/// atomics exercise retransmitted READ requests (re-executed) and duplicate atomics (replayed
+/// from the saved result, never executed twice).
+#[test]
+fn rc_mixed_operations_exactly_once_under_faults() {
+    const OPS: u64 = 20_000;
+    const WINDOW: u64 = 16;
+    const KINDS: u64 = 5;
+    const READ_LEN: u32 = 600;
+    const ADD: u64 = 3;
+    let mut net = Net::new(&[gid_v4(1), gid_v4(2)]);
+    let faults = FaultConfig {
+        loss: 0.03,
+        duplicate: 0.03,
+        reorder: 0.03,
+        corrupt: 0.01,
+        seed: 0xfeed,
+    };
+    net.faults = Some(FaultInjector::new(faults));
+    // Requester: send/read slots. Responder: receive slots, write slots, read-only source, counter.
+    let local = MEM_BASE;
+    let remote_recv = MEM_BASE;
+    let remote_write = MEM_BASE + WINDOW * SLOT;
+    let remote_source = MEM_BASE + 2 * WINDOW * SLOT;
+    let counter = remote_source + u64::from(READ_LEN);
+    let key_a = net.devs[0]
+        .env
+        .reg_mr(PD, local, 2 * WINDOW * SLOT, ALL_ACCESS);
+    let key_b = net.devs[1]
+        .env
+        .reg_mr(PD, MEM_BASE, 4 * WINDOW * SLOT, ALL_ACCESS);
+    let source = pattern(0xabc, READ_LEN as usize);
+    net.devs[1].env.fill(remote_source, &source);
+    let params = QpParams {
+        timeout: 8,
+        max_rd_atomic: 4,
+        ..QpParams::rc()
+    };
+    connect(&mut net, 0, QPN_A, 1, QPN_B, &params);
+    for slot in 0..2 * WINDOW {
+        let wr = RecvWr {
+            wr_id: slot,
+            sges: vec![sge(
+                remote_recv + (slot % WINDOW) * SLOT,
+                SLOT as u32,
+                key_b,
+            )],
+        };
+        net.devs[1].env.post_recv(QPN_B, wr);
+    }
+    let (mut posted, mut completed, mut received, mut adds_done) = (0u64, 0u64, 0u64, 0u64);
+    let mut rounds = 0u64;
+    let slot_addr = |i: u64| local + (i % WINDOW) * SLOT;
+    while completed < OPS {
+        while posted < OPS && posted - completed < WINDOW {
+            let i = posted;
+            let addr = slot_addr(i);
+            let (engine, env) = net.dev(0);
+            let mut wr = match i % KINDS {
+                0 | 1 => {
+                    let m = pattern(i as u32, 40 + (i % 300) as usize);
+                    env.fill(addr, &m);
+                    let opcode = if i % KINDS == 0 {
+                        WrOpcode::Send
+                    } else {
+                        WrOpcode::RdmaWrite
+                    };
+                    send_wr(
+                        i,
+                        opcode,
+                        SendData::Sges(vec![sge(addr, m.len() as u32, key_a)]),
+                    )
+                }
+                2 => {
+                    env.fill(addr, &[0; READ_LEN as usize]);
+                    send_wr(
+                        i,
+                        WrOpcode::RdmaRead,
+                        SendData::Sges(vec![sge(addr, READ_LEN, key_a)]),
+                    )
+                }
+                3 => send_wr(
+                    i,
+                    WrOpcode::AtomicFetchAndAdd,
+                    SendData::Sges(vec![sge(addr, 8, key_a)]),
+                ),
+                _ => send_wr(
+                    i,
+                    WrOpcode::AtomicCmpAndSwp,
+                    SendData::Sges(vec![sge(addr, 8, key_a)]),
+                ),
+            };
+            wr.rkey = key_b;
+            wr.remote_addr = match i % KINDS {
+                1 => remote_write + (i % WINDOW) * SLOT,
+                2 => remote_source,
+                _ => counter,
+            };
+            wr.compare_add = if i % KINDS == 3 { ADD } else { u64::MAX }; // the CMP_SWAP never matches
+            wr.swap = 0;
+            engine.post_send(env, QPN_A, wr).unwrap();
+            posted += 1;
+        }
+        assert!(
+            net.pump(),
+            "stalled at {completed} of {OPS}: {:#?} {:#?}",
+            net.devs[0].engine,
+            net.devs[1].engine
+        );
+        rounds += 1;
+        for c in net.devs[0].env.take_completions() {
+            assert_eq!(
+                (c.status, c.wr_id),
+                (WcStatus::Success, completed),
+                "in order, all succeed"
+            );
+            let env = &net.devs[0].env;
+            let result =
+                || u64::from_le_bytes(env.bytes(slot_addr(c.wr_id), 8).try_into().unwrap());
+            match c.wr_id % KINDS {
+                2 => assert_eq!(
+                    env.bytes(slot_addr(c.wr_id), READ_LEN as usize),
+                    &source[..],
+                    "READ {}",
+                    c.wr_id
+                ),
+                3 => {
+                    assert_eq!(
+                        result(),
+                        adds_done * ADD,
+                        "FETCH_ADD {} executed exactly once",
+                        c.wr_id
+                    );
+                    adds_done += 1;
+                }
+                4 => assert_eq!(
+                    result(),
+                    adds_done * ADD,
+                    "CMP_SWAP {} saw the counter",
+                    c.wr_id
+                ),
+                _ => {}
+            }
+            completed += 1;
+        }
+        for c in net.devs[1].env.take_completions() {
+            assert_eq!(c.status, WcStatus::Success);
+            let expected_id = received * KINDS;
+            let m = pattern(expected_id as u32, 40 + (expected_id % 300) as usize);
+            let addr = remote_recv + (c.wr_id % WINDOW) * SLOT;
+            assert_eq!(
+                net.devs[1].env.bytes(addr, c.byte_len as usize),
+                &m[..],
+                "SEND {expected_id} in order, intact"
+            );
+            received += 1;
+            net.devs[1].env.post_recv(
+                QPN_B,
+                RecvWr {
+                    wr_id: c.wr_id,
+                    sges: vec![sge(addr, SLOT as u32, key_b)],
+                },
+            );
+        }
+    }
+    assert_eq!(received, OPS / KINDS);
+    let final_counter = u64::from_le_bytes(net.devs[1].env.bytes(counter, 8).try_into().unwrap());
+    assert_eq!(
+        final_counter,
+        OPS / KINDS * ADD,
+        "every FETCH_ADD applied exactly once"
+    );
+    let (a, b) = (
+        net.devs[0].engine.stats().clone(),
+        net.devs[1].engine.stats().clone(),
+    );
+    println!("faults {:?}", net.faults.as_ref().unwrap().stats());
+    println!("requester {a:?}");
+    println!("responder {b:?}");
+    println!("rounds {rounds}, virtual time {} ms", net.now / 1_000_000);
+    assert!(b.rx_duplicates > 0 && a.retransmit_timeouts + a.nak_rewinds > 0);
+}

@@ -1,0 +1,64 @@
+#!/bin/bash
+# Capture test of the rox fabric: produce a pcap of every packet kind rox-nic sends (RC/UC/UD
+# opcodes, ACK/NAK/RNR NAK, READ responses, atomic ACKs; IPv4 and IPv6) with the roce_capture
+# test, then decode it with tshark from the toolchain root. Fails if any frame is not decoded as
+# InfiniBand (RoCEv2), or is malformed, or carries an expert warning/error (bad lengths or
+# checksums). tshark 4.4 shows the ICRC but does not verify it; the ICRC is checked by
+# roce_wire's tests and by every receive in the engine tests.
+#
+# Usage: tests/host/tshark-capture.sh [--pcap FILE]   (FILE: check an existing capture instead;
+#        it must lie inside the clone so the root sees it under /rox)
+set -euo pipefail
+
+top=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+. "$top/scripts/lib.sh"
+
+fail() {
+	printf 'tshark-capture: FAIL: %s\n' "$*" >&2
+	exit 1
+}
+
+pcap=
+if [ "${1:-}" = "--pcap" ]; then
+	pcap=$(realpath "${2:?--pcap needs a file}")
+else
+	out_dir="$top/target/roce-capture"
+	mkdir -p "$out_dir"
+	pcap="$out_dir/roce.pcap"
+	rm -f "$pcap"
+	log "writing capture $pcap"
+	ROX_PCAP_OUT="$pcap" cargo test --quiet --manifest-path "$top/Cargo.toml" -p rox-nic \
+		--test roce_capture -- --nocapture >&2 || fail "the roce_capture test failed"
+fi
+[ -s "$pcap" ] || fail "no capture at $pcap"
+case "$pcap" in
+"$top"/*) in_root_pcap="/rox/${pcap#"$top"/}" ;;
+*) fail "capture $pcap is outside the clone $top (the root sees only the clone, at /rox)" ;;
+esac
+
+root=$(root_dir)
+[ -x "$root/usr/bin/tshark" ] || fail "no tshark in the toolchain root $root (run 'make setup')"
+
+# tshark's own errors (bad filter, unreadable file) fail the script with their message.
+tshark() {
+	local err rc=0
+	err=$(mktemp)
+	in_root tshark -r "$in_root_pcap" "$@" 2>"$err" || rc=$?
+	grep -v 'Running as user "root"' "$err" >&2 || true
+	rm -f "$err"
+	[ $rc = 0 ] || fail "tshark $* exited with $rc"
+}
+
+frames=$(tshark -T fields -e frame.number | wc -l)
+[ "$frames" -gt 0 ] || fail "tshark read no frames from $pcap"
+
+not_roce=$(tshark -T fields -e frame.number -e frame.protocols | awk -F'\t' '$2 !~ /:udp:infiniband/ {print $1}')
+[ -z "$not_roce" ] || fail "frames not decoded as RoCEv2 (UDP 4791 / InfiniBand): $(echo $not_roce)"
+
+bad=$(tshark -Y '_ws.malformed || _ws.expert.severity >= "Warning"' \
+	-T fields -e frame.number -e _ws.expert.message)
+[ -z "$bad" ] || fail "malformed or flagged frames:"$'\n'"$bad"
+
+summary=$(tshark -T fields -e infiniband.bth.opcode | sort -n | uniq | wc -l)
+printf 'tshark-capture: OK: %d frames, all decoded as InfiniBand over UDP 4791 (%d distinct BTH opcodes), none malformed or flagged\n' \
+	"$frames" "$summary"

@@ -1,0 +1,441 @@
+//! Admin queue: command and completion entries, opcodes, status codes, per-command payloads.
+//!
+//! The admin queue is two contiguous DMA rings of `1 << REG_ADMIN_LOG_DEPTH` entries: a command
+//! ring of [`AdminCmd`] written by the driver and a completion ring of [`AdminCpl`] written by
+//! the device (owner-bit convention of [`super::queue`]). The driver writes commands, then the
+//! new free-running producer index to `REG_ADMIN_DB`. The device executes commands in order and
+//! writes one completion per command at the same ring index, then an `EQE_TYPE_ADMIN` event on
+//! EQ 0 (if EQ 0 is enabled). The driver keeps at most `depth` commands outstanding.
+//!
+//! Commands that return more than 8 bytes write a response structure to a driver-provided DMA
+//! buffer (`resp_addr`, at least [`ADMIN_RESP_MAX`] bytes, or the size of the response).
+
+use super::queue::PageList;
+
+pub const ADMIN_CMD_SIZE: usize = 128;
+pub const ADMIN_CPL_SIZE: usize = 16;
+/// Bytes of command-specific payload in an [`AdminCmd`].
+pub const ADMIN_PAYLOAD_SIZE: usize = ADMIN_CMD_SIZE - 8;
+/// Largest response structure a command writes to `resp_addr`.
+pub const ADMIN_RESP_MAX: usize = super::regs::ROX_PAGE_SIZE;
+
+// Opcodes.
+/// Payload [`QueryCmd`]; response [`DeviceAttr`].
+pub const ADMIN_OP_QUERY_DEVICE: u8 = 0x01;
+/// Payload [`QueryCmd`] (with `index` = port number, 1); response [`PortAttr`].
+pub const ADMIN_OP_QUERY_PORT: u8 = 0x02;
+/// Payload [`SetGidCmd`].
+pub const ADMIN_OP_SET_GID: u8 = 0x03;
+/// No payload; result0 = MAC bytes 0..4 (byte 0 in bits 0..8), result1 = MAC bytes 4..6.
+pub const ADMIN_OP_READ_MAC: u8 = 0x04;
+/// Payload [`RegMrCmd`]; result0 = lkey, result1 = rkey.
+pub const ADMIN_OP_REG_MR: u8 = 0x10;
+/// Payload [`HandleCmd`] (handle = lkey).
+pub const ADMIN_OP_DEREG_MR: u8 = 0x11;
+/// Payload [`CreateCqCmd`]; result0 = CQ id.
+pub const ADMIN_OP_CREATE_CQ: u8 = 0x20;
+/// Payload [`HandleCmd`] (handle = CQ id).
+pub const ADMIN_OP_DESTROY_CQ: u8 = 0x21;
+/// Payload [`CreateQpCmd`]; result0 = QPN.
+pub const ADMIN_OP_CREATE_QP: u8 = 0x30;
+/// Payload [`ModifyQpCmd`].
+pub const ADMIN_OP_MODIFY_QP: u8 = 0x31;
+/// Payload [`QueryCmd`] (index = QPN); response [`QpAttr`]; result0 = QP state.
+pub const ADMIN_OP_QUERY_QP: u8 = 0x32;
+/// Payload [`HandleCmd`] (handle = QPN).
+pub const ADMIN_OP_DESTROY_QP: u8 = 0x33;
+/// Payload [`CreateSrqCmd`]; result0 = SRQ id.
+pub const ADMIN_OP_CREATE_SRQ: u8 = 0x40;
+/// Payload [`ModifySrqCmd`].
+pub const ADMIN_OP_MODIFY_SRQ: u8 = 0x41;
+/// Payload [`HandleCmd`] (handle = SRQ id); result0 = limit, result1 = WQEs posted and not
+/// yet consumed.
+pub const ADMIN_OP_QUERY_SRQ: u8 = 0x42;
+/// Payload [`HandleCmd`] (handle = SRQ id).
+pub const ADMIN_OP_DESTROY_SRQ: u8 = 0x43;
+/// Payload [`QueryCmd`]; response `[u64; STATS_COUNT]` indexed by `STAT_*`; result0 =
+/// STATS_COUNT.
+pub const ADMIN_OP_QUERY_STATS: u8 = 0x50;
+
+// Status codes (AdminCpl::status).
+pub const ADMIN_STATUS_SUCCESS: u8 = 0;
+/// Unknown opcode.
+pub const ADMIN_STATUS_BAD_OPCODE: u8 = 1;
+/// No such object (QPN, CQ id, SRQ id, lkey) or it belongs to another PD.
+pub const ADMIN_STATUS_BAD_HANDLE: u8 = 2;
+/// Invalid QP state transition, or a required attribute missing / a forbidden one present
+/// for the transition (IB spec table of modify-QP attributes).
+pub const ADMIN_STATUS_BAD_STATE: u8 = 3;
+/// A field is out of range (depth, MTU, access bits, page list, GID index, ...).
+pub const ADMIN_STATUS_BAD_PARAM: u8 = 4;
+/// Out of QPs, CQs, SRQs, MRs or doorbell slots.
+pub const ADMIN_STATUS_NO_RESOURCES: u8 = 5;
+/// A DMA address in the command (page list, response buffer) is not mapped guest memory.
+pub const ADMIN_STATUS_BAD_DMA: u8 = 6;
+/// The object is still in use (CQ/SRQ attached to a QP).
+pub const ADMIN_STATUS_BUSY: u8 = 7;
+/// The doorbell (page, slot) is out of range or already used by another object.
+pub const ADMIN_STATUS_BAD_DOORBELL: u8 = 8;
+
+/// Common 8-byte header of every command.
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct AdminCmdHdr {
+    /// `ADMIN_OP_*`.
+    pub opcode: u8,
+    pub flags: u8,
+    /// Echoed in the completion.
+    pub cmd_id: u16,
+    pub reserved: u32,
+}
+
+/// One admin command (128 bytes).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct AdminCmd {
+    pub hdr: AdminCmdHdr,
+    pub payload: AdminPayload,
+}
+const _: () = assert!(core::mem::size_of::<AdminCmd>() == ADMIN_CMD_SIZE);
+
+/// Command payloads by opcode.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub union AdminPayload {
+    pub raw: [u8; ADMIN_PAYLOAD_SIZE],
+    pub query: QueryCmd,
+    pub handle: HandleCmd,
+    pub set_gid: SetGidCmd,
+    pub reg_mr: RegMrCmd,
+    pub create_cq: CreateCqCmd,
+    pub create_qp: CreateQpCmd,
+    pub modify_qp: ModifyQpCmd,
+    pub create_srq: CreateSrqCmd,
+    pub modify_srq: ModifySrqCmd,
+}
+const _: () = assert!(core::mem::size_of::<AdminPayload>() == ADMIN_PAYLOAD_SIZE);
+
+/// One admin completion (16 bytes).
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct AdminCpl {
+    pub cmd_id: u16,
+    /// `ADMIN_STATUS_*`.
+    pub status: u8,
+    /// The opcode of the command.
+    pub opcode: u8,
+    pub result0: u32,
+    pub result1: u32,
+    pub reserved: [u8; 3],
+    /// Written last, see [`super::queue`].
+    pub owner: u8,
+}
+const _: () = assert!(core::mem::size_of::<AdminCpl>() == ADMIN_CPL_SIZE);
+
+/// Commands that name one object.
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct HandleCmd {
+    pub handle: u32,
+    pub reserved: u32,
+}
+
+/// Commands that write a response structure.
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct QueryCmd {
+    /// QPN for QUERY_QP, port number for QUERY_PORT, 0 otherwise.
+    pub index: u32,
+    pub reserved: u32,
+    /// DMA address of the response buffer.
+    pub resp_addr: u64,
+}
+
+/// Set or clear one GID table entry. The device answers RoCEv2 packets whose destination GID
+/// is a valid entry and uses the entry as source GID for `sgid_index`.
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct SetGidCmd {
+    pub index: u32,
+    /// `verbs::GID_TYPE_ROCE_UDP_ENCAP`.
+    pub gid_type: u8,
+    /// 1 = set, 0 = clear.
+    pub valid: u8,
+    pub reserved: u16,
+    /// Network order.
+    pub gid: [u8; 16],
+}
+pub const GID_TABLE_LEN: u32 = 16;
+
+/// Register a memory region.
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct RegMrCmd {
+    pub pd: u32,
+    /// `verbs::ACCESS_*`.
+    pub access: u32,
+    /// First virtual address of the region as seen in WQEs and by remote peers.
+    pub iova: u64,
+    pub length: u64,
+    /// Data pages; `iova` maps to `offset_in_first_page` bytes into page 0.
+    pub pbl: PageList,
+    /// Byte offset of `iova` in the first page (user buffers need not be page aligned).
+    pub offset_in_first_page: u32,
+    /// `MR_FLAG_*`.
+    pub flags: u32,
+}
+/// The region is guest-physical: `iova` is the DMA address itself, `pbl` is ignored (the
+/// kernel's DMA MR / local_dma_lkey-like use).
+pub const MR_FLAG_PHYSICAL: u32 = 1 << 0;
+
+/// Create a completion queue.
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct CreateCqCmd {
+    pub ring: PageList,
+    /// log2 of the number of CQEs.
+    pub log_depth: u8,
+    pub reserved0: u8,
+    pub reserved1: u16,
+    /// Event queue (1..MAX_EQS) that receives this CQ's completion events.
+    pub eqn: u32,
+    pub db_page: u32,
+    pub db_slot: u32,
+}
+
+/// `CreateQpCmd::srq` when the QP has its own RQ.
+pub const SRQ_NONE: u32 = 0;
+
+/// Create a queue pair (state RESET).
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct CreateQpCmd {
+    /// `verbs::QPT_*`.
+    pub qp_type: u8,
+    /// 1: every send WQE generates a CQE (IB_SIGNAL_ALL_WR).
+    pub sq_sig_all: u8,
+    pub log_sq_depth: u8,
+    /// Ignored when `srq != SRQ_NONE`.
+    pub log_rq_depth: u8,
+    pub pd: u32,
+    pub send_cq: u32,
+    pub recv_cq: u32,
+    pub srq: u32,
+    pub db_page: u32,
+    pub db_slot: u32,
+    pub reserved: u32,
+    pub sq: PageList,
+    pub rq: PageList,
+}
+
+/// Address vector (`struct ib_ah_attr` with GRH, RoCEv2).
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct AddrVector {
+    /// Network order.
+    pub dgid: [u8; 16],
+    pub flow_label: u32,
+    pub sgid_index: u8,
+    pub hop_limit: u8,
+    pub traffic_class: u8,
+    pub sl: u8,
+    pub dmac: [u8; 6],
+    pub reserved: [u8; 2],
+}
+const _: () = assert!(core::mem::size_of::<AddrVector>() == 32);
+
+/// QP attributes (`struct ib_qp_attr` subset) for MODIFY_QP and QUERY_QP.
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct QpAttr {
+    /// `verbs::QPS_*`.
+    pub qp_state: u8,
+    pub cur_qp_state: u8,
+    /// `verbs::MTU_*`.
+    pub path_mtu: u8,
+    /// Local ACK timeout: 4.096 us * 2^timeout (0 = infinite).
+    pub timeout: u8,
+    pub retry_cnt: u8,
+    /// 7 = infinite.
+    pub rnr_retry: u8,
+    /// IB RNR timer encoding (0..=31).
+    pub min_rnr_timer: u8,
+    pub max_rd_atomic: u8,
+    pub max_dest_rd_atomic: u8,
+    /// QUERY_QP: 1 while an SQD transition is still draining.
+    pub sq_draining: u8,
+    pub port_num: u8,
+    pub en_sqd_async_notify: u8,
+    pub pkey_index: u16,
+    pub reserved0: u16,
+    /// `verbs::ACCESS_*` for remote access to this QP.
+    pub qp_access_flags: u32,
+    pub qkey: u32,
+    pub rq_psn: u32,
+    pub sq_psn: u32,
+    pub dest_qp_num: u32,
+    pub reserved1: u32,
+    pub ah: AddrVector,
+}
+const _: () = assert!(core::mem::size_of::<QpAttr>() == 72);
+
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct ModifyQpCmd {
+    pub qpn: u32,
+    /// `verbs::QP_*` mask bits.
+    pub attr_mask: u32,
+    pub attr: QpAttr,
+}
+
+/// Create a shared receive queue.
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct CreateSrqCmd {
+    pub pd: u32,
+    pub log_depth: u8,
+    pub reserved0: [u8; 3],
+    /// SRQ limit (0 = disarmed): when the number of posted WQEs falls below it, the device
+    /// sends `EQE_TYPE_SRQ_LIMIT` once and disarms.
+    pub limit: u32,
+    pub db_page: u32,
+    pub db_slot: u32,
+    pub reserved1: u32,
+    pub ring: PageList,
+}
+
+/// `ModifySrqCmd::attr_mask` (`enum ib_srq_attr_mask`).
+pub const SRQ_ATTR_MAX_WR: u32 = 1 << 0;
+pub const SRQ_ATTR_LIMIT: u32 = 1 << 1;
+
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct ModifySrqCmd {
+    pub srq: u32,
+    /// Only `SRQ_ATTR_LIMIT` is supported (resizing is not).
+    pub attr_mask: u32,
+    pub limit: u32,
+    pub reserved: u32,
+}
+
+const _: () = assert!(core::mem::size_of::<QueryCmd>() <= ADMIN_PAYLOAD_SIZE);
+const _: () = assert!(core::mem::size_of::<SetGidCmd>() <= ADMIN_PAYLOAD_SIZE);
+const _: () = assert!(core::mem::size_of::<RegMrCmd>() == 48);
+const _: () = assert!(core::mem::size_of::<CreateCqCmd>() == 32);
+const _: () = assert!(core::mem::size_of::<CreateQpCmd>() == 64);
+const _: () = assert!(core::mem::size_of::<ModifyQpCmd>() == 80);
+const _: () = assert!(core::mem::size_of::<CreateSrqCmd>() == 40);
+
+/// Response of QUERY_DEVICE.
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct DeviceAttr {
+    pub fw_ver: u64,
+    pub node_guid: u64,
+    pub sys_image_guid: u64,
+    pub max_mr_size: u64,
+    pub page_size_cap: u64,
+    pub max_qp: u32,
+    pub max_qp_wr: u32,
+    pub max_send_sge: u32,
+    pub max_recv_sge: u32,
+    pub max_sge_rd: u32,
+    pub max_cq: u32,
+    pub max_cqe: u32,
+    pub max_mr: u32,
+    pub max_qp_rd_atom: u32,
+    pub max_qp_init_rd_atom: u32,
+    pub max_srq: u32,
+    pub max_srq_wr: u32,
+    pub max_srq_sge: u32,
+    pub max_inline_data: u32,
+    /// Host ACK delay, IB encoding.
+    pub local_ca_ack_delay: u32,
+    pub vendor_id: u32,
+    pub vendor_part_id: u32,
+    pub hw_ver: u32,
+    /// Completion event queues (EQ 1..num_comp_eqs).
+    pub num_comp_eqs: u32,
+    pub num_db_pages: u32,
+    /// `ATOMIC_CAP_*` (`enum ib_atomic_cap`).
+    pub atomic_cap: u32,
+    /// `regs::CAP_*`.
+    pub caps: u32,
+}
+const _: () = assert!(core::mem::size_of::<DeviceAttr>() == 128);
+pub const ATOMIC_CAP_NONE: u32 = 0;
+pub const ATOMIC_CAP_HCA: u32 = 1;
+
+/// Response of QUERY_PORT.
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct PortAttr {
+    /// `verbs::PORT_*`.
+    pub state: u8,
+    pub max_mtu: u8,
+    pub active_mtu: u8,
+    /// IB physical port state: 5 = LinkUp.
+    pub phys_state: u8,
+    pub gid_tbl_len: u32,
+    pub max_msg_sz: u32,
+    pub pkey_tbl_len: u16,
+    /// IB encodings (`IB_WIDTH_*`, `IB_SPEED_*`).
+    pub active_width: u8,
+    pub active_speed: u8,
+    /// The paired virtio-net NIC's MAC.
+    pub mac: [u8; 6],
+    pub reserved: [u8; 2],
+}
+const _: () = assert!(core::mem::size_of::<PortAttr>() == 24);
+pub const PHYS_STATE_LINK_UP: u8 = 5;
+/// rox has one port, number 1.
+pub const PORT_NUM: u8 = 1;
+
+// Limits of this device model, also reported by QUERY_DEVICE.
+pub const DEV_MAX_QP: u32 = 1024;
+pub const DEV_MAX_CQ: u32 = 1024;
+pub const DEV_MAX_SRQ: u32 = 256;
+pub const DEV_MAX_MR: u32 = 4096;
+/// Largest log2 depth of an SQ, RQ or SRQ.
+pub const DEV_MAX_LOG_WQ_DEPTH: u8 = 14;
+/// Largest log2 depth of a CQ.
+pub const DEV_MAX_LOG_CQ_DEPTH: u8 = 16;
+/// Smallest log2 depth of any ring.
+pub const DEV_MIN_LOG_DEPTH: u8 = 1;
+/// Outstanding RDMA READ / atomic requests per QP (initiator and responder).
+pub const DEV_MAX_RD_ATOMIC: u8 = 16;
+/// Largest page list (data pages) of one MR or ring.
+pub const DEV_MAX_PBL_PAGES: u32 = 1 << 20;
+pub const DEV_MAX_MR_SIZE: u64 = 1 << 40;
+/// Page sizes supported in page lists: 4 KiB .. 1 GiB.
+pub const DEV_PAGE_SIZE_CAP: u64 = !((1u64 << 12) - 1) & ((1u64 << 31) - 1);
+pub const DEV_FW_VERSION: u64 = 1;
+pub const DEV_HW_VERSION: u32 = 1;
+/// IB ACK delay encoding reported to ib_core.
+pub const DEV_LOCAL_CA_ACK_DELAY: u32 = 15;
+
+/// Statistics counters (indices into the QUERY_STATS response).
+pub const STAT_TX_PACKETS: usize = 0;
+pub const STAT_TX_BYTES: usize = 1;
+pub const STAT_RX_PACKETS: usize = 2;
+pub const STAT_RX_BYTES: usize = 3;
+pub const STAT_RX_DROPPED: usize = 4;
+pub const STAT_RX_ICRC_ERRORS: usize = 5;
+/// Go-back-N rewinds (ACK timeouts plus sequence-error / RNR NAKs received).
+pub const STAT_RETRANSMITS: usize = 6;
+/// NAKs (sequence error, RNR) this device's responders sent.
+pub const STAT_NAKS_SENT: usize = 7;
+/// ACKs this device's responders sent (after coalescing).
+pub const STAT_ACKS_SENT: usize = 8;
+/// Local ACK timeouts that caused a retransmission.
+pub const STAT_TIMEOUTS: usize = 9;
+pub const STAT_DUP_REQUESTS: usize = 10;
+pub const STAT_SEND_WQES: usize = 11;
+pub const STAT_RECV_WQES: usize = 12;
+pub const STAT_CQES: usize = 13;
+pub const STAT_EQES: usize = 14;
+pub const STAT_INTERRUPTS: usize = 15;
+pub const STAT_DOORBELL_SCANS: usize = 16;
+pub const STAT_WAKEUPS: usize = 17;
+pub const STAT_WQE_ERRORS: usize = 18;
+pub const STATS_COUNT: usize = 19;

@@ -1,0 +1,265 @@
+//! Queue entries in host memory: SQ/RQ/SRQ work queue entries, scatter/gather elements,
+//! completion queue entries, event queue entries, and DMA page lists.
+//!
+//! Rings: every ring has a power-of-two number of fixed-size entries. User rings (SQ, RQ, SRQ,
+//! CQ) are user memory pinned by the kernel and given to the device as a DMA page list
+//! ([`PageList`]); entries never straddle a 4 KiB page because every entry size divides it.
+//! Producer/consumer indices are free-running wrapping u32 counters; the slot is
+//! `index & (depth - 1)`.
+//!
+//! Ownership of device-written entries (CQE, EQE, admin completions) uses an owner bit: on the
+//! n-th pass over the ring (n = index / depth, counting from 0) the device writes
+//! `owner = (n & 1) ^ 1`, so a zero-initialised ring holds no valid entries, and software
+//! accepts the entry at `ci` when `owner == ((ci / depth) & 1) ^ 1`. The device writes the owner
+//! byte last with release ordering; software reads it with acquire ordering.
+
+/// Owner value the device writes for entries at `index` of a ring of `depth` entries.
+pub const fn owner_for(index: u32, depth: u32) -> u8 {
+    (((index / depth) & 1) ^ 1) as u8
+}
+
+/// Scatter/gather element (`struct ibv_sge`).
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct Sge {
+    pub addr: u64,
+    pub length: u32,
+    pub lkey: u32,
+}
+const _: () = assert!(core::mem::size_of::<Sge>() == 16);
+
+// ---------------------------------------------------------------------------------------------
+// Send queue
+// ---------------------------------------------------------------------------------------------
+
+pub const SQ_WQE_SIZE: usize = 256;
+pub const SQ_WQE_SHIFT: u32 = 8;
+/// Bytes of the SQ WQE data area: SGEs or inline data.
+pub const SQ_WQE_DATA_SIZE: usize = 192;
+pub const SQ_MAX_SGE: u32 = (SQ_WQE_DATA_SIZE / core::mem::size_of::<Sge>()) as u32;
+pub const SQ_MAX_INLINE: u32 = SQ_WQE_DATA_SIZE as u32;
+
+/// `SqWqe::flags`: generate a CQE even if the QP is not sq_sig_all.
+pub const WQE_FLAG_SIGNALED: u8 = 1 << 0;
+/// Set the solicited-event bit on the last packet (SEND / WRITE_WITH_IMM).
+pub const WQE_FLAG_SOLICITED: u8 = 1 << 1;
+/// The data area holds `inline_len` bytes of payload instead of SGEs.
+pub const WQE_FLAG_INLINE: u8 = 1 << 2;
+/// Wait for outstanding READ/atomic responses before executing this WQE.
+pub const WQE_FLAG_FENCE: u8 = 1 << 3;
+pub const WQE_FLAGS_ALL: u8 =
+    WQE_FLAG_SIGNALED | WQE_FLAG_SOLICITED | WQE_FLAG_INLINE | WQE_FLAG_FENCE;
+
+/// RDMA / atomic segment of an RC/UC send WQE (bytes 24..64).
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct RdmaSeg {
+    /// WRITE/READ: remote virtual address; atomics: remote address (8-byte aligned).
+    pub remote_addr: u64,
+    pub rkey: u32,
+    pub reserved0: u32,
+    /// CMP_AND_SWP: compare value; FETCH_AND_ADD: add value.
+    pub compare_add: u64,
+    /// CMP_AND_SWP: swap value.
+    pub swap: u64,
+    pub reserved1: u64,
+}
+const _: () = assert!(core::mem::size_of::<RdmaSeg>() == 40);
+
+/// UD address vector segment of a UD/GSI send WQE (bytes 24..64).
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct UdSeg {
+    /// Destination GID, network order (a RoCEv2 IPv4-mapped or IPv6 address).
+    pub dgid: [u8; 16],
+    pub dest_qpn: u32,
+    pub qkey: u32,
+    pub flow_label: u32,
+    pub sgid_index: u8,
+    pub hop_limit: u8,
+    pub traffic_class: u8,
+    pub reserved0: u8,
+    /// Ignored by rox-nic (it routes by `dgid`); software leaves it zero.
+    pub dmac: [u8; 6],
+    pub reserved1: [u8; 2],
+}
+const _: () = assert!(core::mem::size_of::<UdSeg>() == 40);
+
+/// Bytes 24..64 of a send WQE: [`RdmaSeg`] for RC/UC, [`UdSeg`] for UD/GSI.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub union SqSeg {
+    pub rdma: RdmaSeg,
+    pub ud: UdSeg,
+}
+const _: () = assert!(core::mem::size_of::<SqSeg>() == 40);
+
+/// Send queue WQE (256 bytes).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct SqWqe {
+    pub wr_id: u64,
+    /// `verbs::WR_*`.
+    pub opcode: u8,
+    /// `WQE_FLAG_*`.
+    pub flags: u8,
+    /// Number of valid SGEs in `data` (ignored with `WQE_FLAG_INLINE`).
+    pub num_sge: u8,
+    pub reserved0: u8,
+    /// Immediate data, network order (as in `ibv_send_wr.imm_data`).
+    pub imm_data: u32,
+    /// Payload bytes in `data` with `WQE_FLAG_INLINE`.
+    pub inline_len: u32,
+    pub reserved1: u32,
+    pub seg: SqSeg,
+    /// `num_sge` [`Sge`]s, or `inline_len` bytes of inline payload.
+    pub data: [u8; SQ_WQE_DATA_SIZE],
+}
+const _: () = assert!(core::mem::size_of::<SqWqe>() == SQ_WQE_SIZE);
+const _: () = assert!(core::mem::offset_of!(SqWqe, seg) == 24);
+const _: () = assert!(core::mem::offset_of!(SqWqe, data) == 64);
+const _: () = assert!(1 << SQ_WQE_SHIFT == SQ_WQE_SIZE);
+
+// ---------------------------------------------------------------------------------------------
+// Receive queue and shared receive queue
+// ---------------------------------------------------------------------------------------------
+
+pub const RQ_WQE_SIZE: usize = 128;
+pub const RQ_WQE_SHIFT: u32 = 7;
+pub const RQ_MAX_SGE: u32 = 7;
+
+/// Receive WQE, used by RQs and SRQs (128 bytes).
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct RqWqe {
+    pub wr_id: u64,
+    pub num_sge: u8,
+    pub reserved: [u8; 7],
+    pub sge: [Sge; RQ_MAX_SGE as usize],
+}
+const _: () = assert!(core::mem::size_of::<RqWqe>() == RQ_WQE_SIZE);
+const _: () = assert!(1 << RQ_WQE_SHIFT == RQ_WQE_SIZE);
+
+// ---------------------------------------------------------------------------------------------
+// Completion queue
+// ---------------------------------------------------------------------------------------------
+
+pub const CQE_SIZE: usize = 32;
+pub const CQE_SHIFT: u32 = 5;
+
+/// Completion queue entry (32 bytes). Fields mirror `struct ibv_wc`.
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct Cqe {
+    pub wr_id: u64,
+    pub byte_len: u32,
+    /// Immediate data, network order; valid with `verbs::WC_FLAG_WITH_IMM`.
+    pub imm_data: u32,
+    /// The local QP number.
+    pub qp_num: u32,
+    /// UD receives: source QP number.
+    pub src_qp: u32,
+    /// `verbs::WC_*` status.
+    pub status: u8,
+    /// `verbs::WC_OPC_*`.
+    pub opcode: u8,
+    /// `verbs::WC_FLAG_*`.
+    pub wc_flags: u8,
+    pub sl: u8,
+    /// Device-specific detail for error statuses (`VENDOR_ERR_*`).
+    pub vendor_err: u16,
+    pub reserved: u8,
+    /// Written last, see the module documentation.
+    pub owner: u8,
+}
+const _: () = assert!(core::mem::size_of::<Cqe>() == CQE_SIZE);
+const _: () = assert!(core::mem::offset_of!(Cqe, owner) == CQE_SIZE - 1);
+const _: () = assert!(1 << CQE_SHIFT == CQE_SIZE);
+
+/// `Cqe::vendor_err` values: why a WQE failed, for debugging.
+pub const VENDOR_ERR_NONE: u16 = 0;
+pub const VENDOR_ERR_BAD_OPCODE: u16 = 1;
+pub const VENDOR_ERR_BAD_SGE_COUNT: u16 = 2;
+pub const VENDOR_ERR_BAD_LKEY: u16 = 3;
+pub const VENDOR_ERR_BAD_INLINE: u16 = 4;
+pub const VENDOR_ERR_BAD_DMA: u16 = 5;
+pub const VENDOR_ERR_WILD_INDEX: u16 = 6;
+pub const VENDOR_ERR_LENGTH: u16 = 7;
+
+// ---------------------------------------------------------------------------------------------
+// Event queue
+// ---------------------------------------------------------------------------------------------
+
+pub const EQE_SIZE: usize = 16;
+pub const EQE_SHIFT: u32 = 4;
+
+/// Event queue entry (16 bytes).
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct Eqe {
+    /// `EQE_TYPE_*`.
+    pub event_type: u8,
+    pub reserved0: [u8; 3],
+    /// CQ id (completion, CQ error), QPN (QP events), SRQ id, port number, or the admin
+    /// completion ring index.
+    pub handle: u32,
+    /// Extra detail: for `EQE_TYPE_DEVICE_FATAL` the `FATAL_*` code; for QP fatal a
+    /// `VENDOR_ERR_*` code.
+    pub aux: u32,
+    pub reserved1: [u8; 3],
+    /// Written last, see the module documentation.
+    pub owner: u8,
+}
+const _: () = assert!(core::mem::size_of::<Eqe>() == EQE_SIZE);
+const _: () = assert!(1 << EQE_SHIFT == EQE_SIZE);
+
+/// Completion event on an armed CQ (EQ given at CQ creation).
+pub const EQE_TYPE_COMPLETION: u8 = 1;
+/// An admin completion was written (EQ 0).
+pub const EQE_TYPE_ADMIN: u8 = 2;
+/// QP went to the error state on its own (IB_EVENT_QP_FATAL).
+pub const EQE_TYPE_QP_FATAL: u8 = 3;
+/// CQ overflowed or its ring is unreachable (IB_EVENT_CQ_ERR).
+pub const EQE_TYPE_CQ_ERROR: u8 = 4;
+/// SRQ fill level dropped below its limit; the limit is disarmed (IB_EVENT_SRQ_LIMIT_REACHED).
+pub const EQE_TYPE_SRQ_LIMIT: u8 = 5;
+/// Port state changed (IB_EVENT_PORT_ACTIVE / PORT_ERR).
+pub const EQE_TYPE_PORT_CHANGE: u8 = 6;
+/// The device entered the fatal state (IB_EVENT_DEVICE_FATAL), best effort.
+pub const EQE_TYPE_DEVICE_FATAL: u8 = 7;
+/// Last WQE reached on an SRQ-attached QP in error (IB_EVENT_QP_LAST_WQE_REACHED).
+pub const EQE_TYPE_QP_LAST_WQE: u8 = 8;
+/// SQ drained after RTS -> SQD (IB_EVENT_SQ_DRAINED).
+pub const EQE_TYPE_SQ_DRAINED: u8 = 9;
+/// An SRQ became unusable (wild producer index, unreachable ring) (IB_EVENT_SRQ_ERR).
+pub const EQE_TYPE_SRQ_ERROR: u8 = 10;
+
+// ---------------------------------------------------------------------------------------------
+// DMA page lists
+// ---------------------------------------------------------------------------------------------
+
+/// A page list is a contiguous DMA buffer of `npages` little-endian u64 DMA addresses, each the
+/// start of one page of `1 << page_shift` bytes (level 1), or — for long lists — a contiguous
+/// buffer of u64 DMA addresses of 4 KiB pages that each hold `PBL_ENTRIES_PER_PAGE` such
+/// addresses (level 2).
+pub const PBL_LEVEL_1: u8 = 1;
+pub const PBL_LEVEL_2: u8 = 2;
+pub const PBL_ENTRIES_PER_PAGE: u32 = (super::regs::ROX_PAGE_SIZE / 8) as u32;
+
+/// A page list reference inside admin commands.
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct PageList {
+    /// DMA address of the (first level of the) list.
+    pub addr: u64,
+    /// Number of data pages.
+    pub npages: u32,
+    /// log2 of the data page size (12 = 4 KiB, up to `PAGE_SHIFT_MAX`).
+    pub page_shift: u8,
+    /// `PBL_LEVEL_1` or `PBL_LEVEL_2`.
+    pub level: u8,
+    pub reserved: u16,
+}
+const _: () = assert!(core::mem::size_of::<PageList>() == 16);
+pub const PAGE_SHIFT_MIN: u8 = 12;
+pub const PAGE_SHIFT_MAX: u8 = 30;

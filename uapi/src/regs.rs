@@ -1,0 +1,228 @@
+//! PCI identity, BAR0 control registers, the doorbell BAR and the arm/wake protocol.
+//!
+//! BAR0 (trapped, 16 KiB): page 0 control registers, page 1 the wake page (the only thing in it
+//! is the wake register; the kernel may map this page into user processes), page 2 the MSI-X
+//! table, page 3 the MSI-X PBA. Every BAR0 access is a vfio-user socket round trip (~10 us), so
+//! nothing on the data path touches BAR0 except the wake register, and that only when the
+//! device has said it is idle.
+//!
+//! BAR2 (memory-mapped, no VM exits): `DB_PAGE_COUNT` doorbell pages of 4 KiB, see [`DbPage`].
+
+/// PCI vendor id: ASCII "RO".
+pub const PCI_VENDOR_ID: u16 = 0x524f;
+/// PCI device id of the rox RoCEv2 NIC.
+pub const PCI_DEVICE_ID: u16 = 0x0001;
+pub const PCI_SUBSYSTEM_VENDOR_ID: u16 = PCI_VENDOR_ID;
+pub const PCI_SUBSYSTEM_ID: u16 = 0x0001;
+pub const PCI_REVISION: u8 = 1;
+/// Class code: network controller (0x02), Ethernet (0x00), prog-if 0.
+pub const PCI_CLASS_CODE: u32 = 0x02_00_00;
+
+/// Size of one page in every rox structure (doorbell pages, DMA page lists, queue pages).
+pub const ROX_PAGE_SHIFT: u32 = 12;
+pub const ROX_PAGE_SIZE: usize = 1 << ROX_PAGE_SHIFT;
+
+// ---------------------------------------------------------------------------------------------
+// BARs
+// ---------------------------------------------------------------------------------------------
+
+/// BAR index of the control registers (64-bit memory BAR, trapped).
+pub const BAR_CTRL: u32 = 0;
+pub const BAR_CTRL_SIZE: u64 = 0x4000;
+/// Offset in BAR0 of the wake page (one page, only [`WAKE_REG`] is meaningful).
+pub const WAKE_PAGE_OFFSET: u64 = 0x1000;
+/// The wake register: any 32-bit write wakes a sleeping device. Writing the index of the
+/// doorbell page that has news is customary (the device logs it) but not required.
+pub const WAKE_REG: u64 = WAKE_PAGE_OFFSET;
+/// MSI-X table offset in BAR0 (16 bytes per vector, emulated by QEMU's vfio-pci).
+pub const MSIX_TABLE_OFFSET: u32 = 0x2000;
+/// MSI-X pending bit array offset in BAR0.
+pub const MSIX_PBA_OFFSET: u32 = 0x3000;
+
+/// BAR index of the doorbell pages (64-bit memory BAR, mmappable as one sparse area).
+pub const BAR_DB: u32 = 2;
+/// Number of 4 KiB doorbell pages. Page [`DB_PAGE_KERNEL`] belongs to the kernel driver
+/// (its own QPs/CQs); each user context gets one of the others.
+pub const DB_PAGE_COUNT: u32 = 256;
+pub const BAR_DB_SIZE: u64 = DB_PAGE_COUNT as u64 * ROX_PAGE_SIZE as u64;
+pub const DB_PAGE_KERNEL: u32 = 0;
+
+// ---------------------------------------------------------------------------------------------
+// MSI-X
+// ---------------------------------------------------------------------------------------------
+
+/// Number of MSI-X vectors. Vector n serves event queue n: vector 0 / EQ 0 carries admin
+/// completions and async events; vectors 1.. carry completion events.
+pub const MSIX_VECTORS: u32 = 8;
+/// Event queues, one per vector.
+pub const MAX_EQS: u32 = MSIX_VECTORS;
+/// The event queue of admin completions and async events.
+pub const EQ_ADMIN_ASYNC: u32 = 0;
+
+// ---------------------------------------------------------------------------------------------
+// BAR0 page 0: control registers (all 32-bit, little-endian; 64-bit addresses are LO/HI pairs)
+// ---------------------------------------------------------------------------------------------
+
+/// RO: interface version, `ROX_VERSION` (lib.rs).
+pub const REG_VERSION: u64 = 0x000;
+/// RO: capability bits `CAP_*`.
+pub const REG_CAPS: u64 = 0x004;
+/// WO: write [`RESET_VALUE`] to reset the device: every QP/CQ/SRQ/MR/EQ and the admin queue is
+/// forgotten, the fatal state is cleared. `STATUS_READY` reads 0 until the reset is complete.
+pub const REG_RESET: u64 = 0x008;
+/// RO: `STATUS_*` bits.
+pub const REG_STATUS: u64 = 0x00c;
+/// RO: why the device is in the fatal state, `FATAL_*` (0 when not fatal).
+pub const REG_FATAL_CODE: u64 = 0x010;
+/// RO: number of doorbell pages, [`DB_PAGE_COUNT`].
+pub const REG_DB_PAGE_COUNT: u64 = 0x014;
+/// RO: number of MSI-X vectors, [`MSIX_VECTORS`].
+pub const REG_MSIX_VECTORS: u64 = 0x018;
+/// RO: number of event queues, [`MAX_EQS`].
+pub const REG_MAX_EQS: u64 = 0x01c;
+/// RW: admin command ring DMA address (contiguous, `ADMIN_CMD_SIZE << log_depth` bytes).
+pub const REG_ADMIN_CMD_BASE_LO: u64 = 0x020;
+pub const REG_ADMIN_CMD_BASE_HI: u64 = 0x024;
+/// RW: admin completion ring DMA address (contiguous, `ADMIN_CPL_SIZE << log_depth` bytes).
+pub const REG_ADMIN_CPL_BASE_LO: u64 = 0x028;
+pub const REG_ADMIN_CPL_BASE_HI: u64 = 0x02c;
+/// RW: log2 of the number of entries of both admin rings (`ADMIN_LOG_DEPTH_MIN..=MAX`).
+pub const REG_ADMIN_LOG_DEPTH: u64 = 0x030;
+/// RW: `ADMIN_CTRL_ENABLE`. Base/depth are latched when enable goes 0 -> 1.
+pub const REG_ADMIN_CTRL: u64 = 0x034;
+/// WO: admin doorbell, the free-running (wrapping u32) producer index of the command ring.
+pub const REG_ADMIN_DB: u64 = 0x038;
+/// RW: scratch register for driver sanity checks; no effect.
+pub const REG_SCRATCH: u64 = 0x03c;
+/// RO: 1 while the data-path thread sleeps (mirror of [`DbPage::device_idle`]).
+pub const REG_IDLE: u64 = 0x040;
+
+/// Event queue register banks: EQ n at `REG_EQ_BASE + n * REG_EQ_STRIDE`.
+pub const REG_EQ_BASE: u64 = 0x100;
+pub const REG_EQ_STRIDE: u64 = 0x20;
+/// RW: EQ ring DMA address (contiguous, `EQE_SIZE << log_depth` bytes).
+pub const EQ_ADDR_LO: u64 = 0x00;
+pub const EQ_ADDR_HI: u64 = 0x04;
+/// RW: log2 of the number of EQEs (`EQ_LOG_DEPTH_MIN..=MAX`).
+pub const EQ_LOG_DEPTH: u64 = 0x08;
+/// RW: `EQ_CTRL_ENABLE`. Address/depth are latched when enable goes 0 -> 1; a newly enabled
+/// EQ is armed.
+pub const EQ_CTRL: u64 = 0x0c;
+/// WO: EQ doorbell: bits 0..=30 the free-running consumer index (mod 2^31), bit 31 `EQ_DB_ARM`
+/// to request one MSI-X message for the next event (immediately if unconsumed EQEs exist).
+pub const EQ_DB: u64 = 0x10;
+pub const EQ_DB_ARM: u32 = 1 << 31;
+pub const EQ_DB_CI_MASK: u32 = !EQ_DB_ARM;
+pub const EQ_CTRL_ENABLE: u32 = 1;
+
+/// Offset of register `reg` (`EQ_*`) of event queue `eqn`.
+pub const fn reg_eq(eqn: u32, reg: u64) -> u64 {
+    REG_EQ_BASE + eqn as u64 * REG_EQ_STRIDE + reg
+}
+/// End of the control register block (all registers live below this offset).
+pub const REG_END: u64 = REG_EQ_BASE + MAX_EQS as u64 * REG_EQ_STRIDE;
+const _: () = assert!(REG_END <= WAKE_PAGE_OFFSET);
+
+pub const RESET_VALUE: u32 = 1;
+pub const ADMIN_CTRL_ENABLE: u32 = 1;
+pub const ADMIN_LOG_DEPTH_MIN: u32 = 2;
+pub const ADMIN_LOG_DEPTH_MAX: u32 = 12;
+pub const EQ_LOG_DEPTH_MIN: u32 = 2;
+pub const EQ_LOG_DEPTH_MAX: u32 = 16;
+
+/// The device is operational (cleared while a reset is in progress).
+pub const STATUS_READY: u32 = 1 << 0;
+/// The admin queue is enabled.
+pub const STATUS_ADMIN_ENABLED: u32 = 1 << 1;
+/// The device hit an unrecoverable error (see `REG_FATAL_CODE`); only `REG_RESET` helps.
+pub const STATUS_FATAL: u32 = 1 << 2;
+
+pub const FATAL_NONE: u32 = 0;
+/// The admin command or completion ring address is not mapped DMA memory.
+pub const FATAL_ADMIN_DMA: u32 = 1;
+/// An event queue address is not mapped DMA memory.
+pub const FATAL_EQ_DMA: u32 = 2;
+/// An event queue overflowed (the driver did not consume EQEs in time).
+pub const FATAL_EQ_OVERFLOW: u32 = 3;
+/// Bad admin queue configuration (depth out of range) at enable time.
+pub const FATAL_ADMIN_CONFIG: u32 = 4;
+/// Internal device error.
+pub const FATAL_INTERNAL: u32 = 5;
+/// The admin doorbell announced more commands than the ring holds.
+pub const FATAL_ADMIN_DOORBELL: u32 = 6;
+
+pub const CAP_RC: u32 = 1 << 0;
+pub const CAP_UC: u32 = 1 << 1;
+pub const CAP_UD: u32 = 1 << 2;
+pub const CAP_SRQ: u32 = 1 << 3;
+pub const CAP_ATOMIC: u32 = 1 << 4;
+pub const CAP_INLINE: u32 = 1 << 5;
+pub const CAP_IMM: u32 = 1 << 6;
+
+// ---------------------------------------------------------------------------------------------
+// Doorbell pages (BAR2)
+// ---------------------------------------------------------------------------------------------
+
+/// Offset of the slot array in a doorbell page.
+pub const DB_SLOTS_OFFSET: usize = 64;
+/// Number of 8-byte doorbell slots in one page. The driver hands out slots of its contexts'
+/// pages to QPs, CQs and SRQs and passes (page, slot) in the create command.
+pub const DB_SLOTS_PER_PAGE: usize = (ROX_PAGE_SIZE - DB_SLOTS_OFFSET) / 8;
+
+/// Value of [`DbPage::device_idle`] while the device sleeps.
+pub const DB_DEVICE_IDLE: u32 = 1;
+pub const DB_DEVICE_RUNNING: u32 = 0;
+
+/// One doorbell slot. Meaning by object:
+/// - QP: `a` = SQ producer index, `b` = RQ producer index;
+/// - CQ: `a` = consumer index, `b` = arm word (`CQ_ARM_*`);
+/// - SRQ: `a` = producer index, `b` unused.
+///
+/// All indices are free-running wrapping u32 counters (never masked by software); the ring slot
+/// is `index & (depth - 1)`. Write WQEs/consume CQEs first, then a release fence, then the slot.
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct DbSlot {
+    pub a: u32,
+    pub b: u32,
+}
+const _: () = assert!(core::mem::size_of::<DbSlot>() == 8);
+
+/// One 4 KiB doorbell page (BAR2 page n).
+///
+/// Arm/wake protocol (Dekker-style, both sides use full fences):
+/// - software: store the slot; `fence(SeqCst)`; load `device_idle`; if it is
+///   [`DB_DEVICE_IDLE`], write [`WAKE_REG`] (one trapped write).
+/// - device: after finding nothing for a while it stores [`DB_DEVICE_IDLE`] in every page,
+///   `fence(SeqCst)`, re-scans all slots once, and only then sleeps until the wake register is
+///   written (or a packet / admin command / timer needs it). It stores
+///   [`DB_DEVICE_RUNNING`] when it wakes.
+#[repr(C)]
+pub struct DbPage {
+    /// Written by the device only.
+    pub device_idle: u32,
+    pub reserved: [u32; 15],
+    pub slots: [DbSlot; DB_SLOTS_PER_PAGE],
+}
+const _: () = assert!(core::mem::size_of::<DbPage>() == ROX_PAGE_SIZE);
+const _: () = assert!(core::mem::offset_of!(DbPage, slots) == DB_SLOTS_OFFSET);
+
+/// Byte offset of slot `slot` in a doorbell page.
+pub const fn db_slot_offset(slot: u32) -> usize {
+    DB_SLOTS_OFFSET + slot as usize * core::mem::size_of::<DbSlot>()
+}
+
+/// CQ arm word (`DbSlot::b` of a CQ): bits 0..=1 the arm type, bits 2..=31 a sequence number
+/// software increments on every arm request; the device arms the CQ when the sequence changes,
+/// and after the matching completion writes one completion EQE (and MSI-X if the EQ is armed).
+pub const CQ_ARM_TYPE_MASK: u32 = 0x3;
+/// Arm for the next completion of any kind (IB_CQ_NEXT_COMP).
+pub const CQ_ARM_NEXT: u32 = 1;
+/// Arm for the next solicited (or error) completion (IB_CQ_SOLICITED).
+pub const CQ_ARM_SOLICITED: u32 = 2;
+pub const CQ_ARM_SEQ_SHIFT: u32 = 2;
+
+/// Build a CQ arm word.
+pub const fn cq_arm_word(seq: u32, arm_type: u32) -> u32 {
+    (seq << CQ_ARM_SEQ_SHIFT) | (arm_type & CQ_ARM_TYPE_MASK)
+}

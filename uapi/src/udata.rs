@@ -1,0 +1,91 @@
+//! Kernel <-> provider udata structures (the driver-specific parts of uverbs commands).
+//! Small and obvious on purpose; the driver team extends them. Sizes are multiples of 8.
+//!
+//! create_ah has no udata: rox-nic routes UD packets by destination GID and ignores
+//! `queue::UdSeg::dmac` (the provider leaves it zero).
+
+/// uverbs ABI version of rox.ko (`ib_device_ops.uverbs_abi_ver`); librox accepts exactly this
+/// version (`match_min_abi_version = match_max_abi_version`).
+pub const UVERBS_ABI_VERSION: u32 = 1;
+
+/// Response of alloc_ucontext.
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct AllocUcontextResp {
+    /// mmap offset of this context's doorbell page (`regs::DbPage`, 4 KiB).
+    pub db_mmap_key: u64,
+    /// mmap offset of the wake page (BAR0 `regs::WAKE_PAGE_OFFSET`, 4 KiB, trapped).
+    pub wake_mmap_key: u64,
+    /// Index of the doorbell page (BAR2 page number), informational.
+    pub db_page: u32,
+    /// `regs::CAP_*`.
+    pub caps: u32,
+    pub sq_wqe_size: u32,
+    pub rq_wqe_size: u32,
+    pub cqe_size: u32,
+    pub max_inline: u32,
+}
+const _: () = assert!(core::mem::size_of::<AllocUcontextResp>() == 40);
+
+/// create_cq request: the provider allocated the ring before the call: `1 << log_depth` CQEs
+/// (`CQE_SIZE << log_depth` bytes), page aligned, zeroed. The kernel reports
+/// `cqe = 1 << log_depth` back to the application.
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct CreateCqReq {
+    pub buf_addr: u64,
+    pub log_depth: u32,
+    pub reserved: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct CreateCqResp {
+    pub cq_id: u32,
+    /// Slot in the context's doorbell page: `a` = consumer index, `b` = arm word.
+    pub db_slot: u32,
+}
+
+/// create_qp request: rings allocated by the provider (page aligned, zeroed; SQ `SQ_WQE_SIZE <<
+/// log_sq_depth` bytes, RQ `RQ_WQE_SIZE << log_rq_depth` bytes). With an SRQ there is no RQ:
+/// `rq_buf_addr = 0` and `log_rq_depth = 0`.
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct CreateQpReq {
+    pub sq_buf_addr: u64,
+    pub rq_buf_addr: u64,
+    pub log_sq_depth: u32,
+    pub log_rq_depth: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct CreateQpResp {
+    pub qpn: u32,
+    /// Slot in the context's doorbell page: `a` = SQ producer index, `b` = RQ producer index.
+    pub db_slot: u32,
+}
+
+/// create_srq request.
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct CreateSrqReq {
+    pub buf_addr: u64,
+    pub log_depth: u32,
+    pub reserved: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct CreateSrqResp {
+    pub srq_id: u32,
+    /// Slot in the context's doorbell page: `a` = producer index.
+    pub db_slot: u32,
+}
+
+const _: () = assert!(core::mem::size_of::<CreateCqReq>() == 16);
+const _: () = assert!(core::mem::size_of::<CreateCqResp>() == 8);
+const _: () = assert!(core::mem::size_of::<CreateQpReq>() == 24);
+const _: () = assert!(core::mem::size_of::<CreateQpResp>() == 8);
+const _: () = assert!(core::mem::size_of::<CreateSrqReq>() == 16);
+const _: () = assert!(core::mem::size_of::<CreateSrqResp>() == 8);

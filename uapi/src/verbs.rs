@@ -1,0 +1,134 @@
+//! InfiniBand enums shared by device, kernel and provider. Numbering equals libibverbs
+//! (`enum ibv_*`) and the kernel's `ib_verbs.h`, so values pass through unchanged.
+
+/// Work completion status (`enum ibv_wc_status` / `enum ib_wc_status`).
+pub const WC_SUCCESS: u8 = 0;
+pub const WC_LOC_LEN_ERR: u8 = 1;
+pub const WC_LOC_QP_OP_ERR: u8 = 2;
+pub const WC_LOC_EEC_OP_ERR: u8 = 3;
+pub const WC_LOC_PROT_ERR: u8 = 4;
+pub const WC_WR_FLUSH_ERR: u8 = 5;
+pub const WC_MW_BIND_ERR: u8 = 6;
+pub const WC_BAD_RESP_ERR: u8 = 7;
+pub const WC_LOC_ACCESS_ERR: u8 = 8;
+pub const WC_REM_INV_REQ_ERR: u8 = 9;
+pub const WC_REM_ACCESS_ERR: u8 = 10;
+pub const WC_REM_OP_ERR: u8 = 11;
+pub const WC_RETRY_EXC_ERR: u8 = 12;
+pub const WC_RNR_RETRY_EXC_ERR: u8 = 13;
+pub const WC_LOC_RDD_VIOL_ERR: u8 = 14;
+pub const WC_REM_INV_RD_REQ_ERR: u8 = 15;
+pub const WC_REM_ABORT_ERR: u8 = 16;
+pub const WC_INV_EECN_ERR: u8 = 17;
+pub const WC_INV_EEC_STATE_ERR: u8 = 18;
+pub const WC_FATAL_ERR: u8 = 19;
+pub const WC_RESP_TIMEOUT_ERR: u8 = 20;
+pub const WC_GENERAL_ERR: u8 = 21;
+
+/// Work completion opcode (`enum ibv_wc_opcode` / `enum ib_wc_opcode`).
+pub const WC_OPC_SEND: u8 = 0;
+pub const WC_OPC_RDMA_WRITE: u8 = 1;
+pub const WC_OPC_RDMA_READ: u8 = 2;
+pub const WC_OPC_COMP_SWAP: u8 = 3;
+pub const WC_OPC_FETCH_ADD: u8 = 4;
+pub const WC_OPC_RECV: u8 = 128;
+pub const WC_OPC_RECV_RDMA_WITH_IMM: u8 = 129;
+
+/// Work completion flags (`IBV_WC_GRH`, `IBV_WC_WITH_IMM`; same bits in the kernel).
+pub const WC_FLAG_GRH: u8 = 1 << 0;
+pub const WC_FLAG_WITH_IMM: u8 = 1 << 1;
+
+/// Work request opcode (`enum ibv_wr_opcode` / `enum ib_wr_opcode`), used in [`super::queue::SqWqe::opcode`].
+pub const WR_RDMA_WRITE: u8 = 0;
+pub const WR_RDMA_WRITE_WITH_IMM: u8 = 1;
+pub const WR_SEND: u8 = 2;
+pub const WR_SEND_WITH_IMM: u8 = 3;
+pub const WR_RDMA_READ: u8 = 4;
+pub const WR_ATOMIC_CMP_AND_SWP: u8 = 5;
+pub const WR_ATOMIC_FETCH_AND_ADD: u8 = 6;
+
+/// Memory access flags (`IB_ACCESS_*` / `IBV_ACCESS_*`).
+pub const ACCESS_LOCAL_WRITE: u32 = 1 << 0;
+pub const ACCESS_REMOTE_WRITE: u32 = 1 << 1;
+pub const ACCESS_REMOTE_READ: u32 = 1 << 2;
+pub const ACCESS_REMOTE_ATOMIC: u32 = 1 << 3;
+/// All access bits the device understands; others are rejected with `ADMIN_STATUS_BAD_PARAM`.
+pub const ACCESS_SUPPORTED: u32 =
+    ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE | ACCESS_REMOTE_READ | ACCESS_REMOTE_ATOMIC;
+
+/// QP states (`enum ib_qp_state` / `enum ibv_qp_state`).
+pub const QPS_RESET: u8 = 0;
+pub const QPS_INIT: u8 = 1;
+pub const QPS_RTR: u8 = 2;
+pub const QPS_RTS: u8 = 3;
+pub const QPS_SQD: u8 = 4;
+pub const QPS_SQE: u8 = 5;
+pub const QPS_ERR: u8 = 6;
+
+/// QP types (`enum ib_qp_type`; RC/UC/UD equal `enum ibv_qp_type`).
+pub const QPT_GSI: u8 = 1;
+pub const QPT_RC: u8 = 2;
+pub const QPT_UC: u8 = 3;
+pub const QPT_UD: u8 = 4;
+/// The QP number of the GSI QP (QP1).
+pub const GSI_QPN: u32 = 1;
+/// The well-known Q_Key of QP1.
+pub const GSI_QKEY: u32 = 0x8001_0000;
+
+/// Path MTU (`enum ib_mtu`).
+pub const MTU_256: u8 = 1;
+pub const MTU_512: u8 = 2;
+pub const MTU_1024: u8 = 3;
+pub const MTU_2048: u8 = 4;
+pub const MTU_4096: u8 = 5;
+
+/// Bytes of a path MTU enum value, or 0 if invalid.
+pub const fn mtu_bytes(mtu: u8) -> u32 {
+    match mtu {
+        MTU_256..=MTU_4096 => 128 << mtu,
+        _ => 0,
+    }
+}
+
+/// Modify-QP attribute mask bits (`enum ib_qp_attr_mask` / `enum ibv_qp_attr_mask`).
+pub const QP_STATE: u32 = 1 << 0;
+pub const QP_CUR_STATE: u32 = 1 << 1;
+pub const QP_EN_SQD_ASYNC_NOTIFY: u32 = 1 << 2;
+pub const QP_ACCESS_FLAGS: u32 = 1 << 3;
+pub const QP_PKEY_INDEX: u32 = 1 << 4;
+pub const QP_PORT: u32 = 1 << 5;
+pub const QP_QKEY: u32 = 1 << 6;
+pub const QP_AV: u32 = 1 << 7;
+pub const QP_PATH_MTU: u32 = 1 << 8;
+pub const QP_TIMEOUT: u32 = 1 << 9;
+pub const QP_RETRY_CNT: u32 = 1 << 10;
+pub const QP_RNR_RETRY: u32 = 1 << 11;
+pub const QP_RQ_PSN: u32 = 1 << 12;
+pub const QP_MAX_QP_RD_ATOMIC: u32 = 1 << 13;
+pub const QP_ALT_PATH: u32 = 1 << 14;
+pub const QP_MIN_RNR_TIMER: u32 = 1 << 15;
+pub const QP_SQ_PSN: u32 = 1 << 16;
+pub const QP_MAX_DEST_RD_ATOMIC: u32 = 1 << 17;
+pub const QP_PATH_MIG_STATE: u32 = 1 << 18;
+pub const QP_CAP: u32 = 1 << 19;
+pub const QP_DEST_QPN: u32 = 1 << 20;
+
+/// Port states (`enum ib_port_state`).
+pub const PORT_DOWN: u8 = 1;
+pub const PORT_INIT: u8 = 2;
+pub const PORT_ARMED: u8 = 3;
+pub const PORT_ACTIVE: u8 = 4;
+
+/// GID types of the GID table (`enum ib_gid_type`): rox only speaks RoCEv2.
+pub const GID_TYPE_ROCE_UDP_ENCAP: u8 = 2;
+
+/// PSNs are 24 bits.
+pub const PSN_MASK: u32 = 0x00ff_ffff;
+/// QP numbers are 24 bits.
+pub const QPN_MASK: u32 = 0x00ff_ffff;
+/// Largest RDMA message (2^31 bytes, IB spec).
+pub const MAX_MSG_SIZE: u32 = 1 << 31;
+/// Atomic operand size.
+pub const ATOMIC_SIZE: u32 = 8;
+/// Bytes of the GRH the device writes in front of every UD receive buffer.
+pub const GRH_SIZE: u32 = 40;
