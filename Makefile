@@ -8,7 +8,7 @@ ROX_CACHE ?= $(HOME)/.cache/rox
 ROX_KERNEL_FLAVOUR ?= release
 export ROX_CACHE ROX_KERNEL_FLAVOUR
 
-.PHONY: setup root kernel module provider host-test guest-test test demo clean
+.PHONY: setup root kernel module provider device host-test guest-test test demo clean
 
 setup: root kernel
 
@@ -27,7 +27,10 @@ provider: root
 host-test:
 	cargo test --workspace
 
-guest-test: module
+device:
+	cargo build --release -p rox-nic
+
+guest-test: module device
 	tests/guest/run $(ROX_KERNEL_FLAVOUR)
 
 test:

@@ -17,4 +17,5 @@ stage kernel scripts/setup-kernel.sh "$flavour" || exit 1
 stage module scripts/build-module.sh "$flavour" || exit 1
 stage host-tests cargo test --workspace || exit 1
 stage capture tests/host/tshark-capture.sh || exit 1
+stage device cargo build --release -p rox-nic || exit 1
 stage guest-tests tests/guest/run "$flavour" || exit 1
