@@ -28,28 +28,9 @@ kernel_dir() { echo "$ROX_CACHE/kernel-$(kernel_key)-${1:-release}"; }
 # $1: flavour. Where rox.ko of this clone is built (one per clone: builds never mix).
 module_dir() { echo "$(kernel_dir "$1")/rox-module-$(echo "$ROX_TOP" | sha256sum | cut -c1-8)"; }
 
-# Run a command inside the root, with the clone at /rox and the cache at /cache.
-# A private mount namespace: nothing stays mounted when the command ends. Runs in a
-# subshell that becomes unshare(1), so `in_root cmd &` gives a pid whose death kills cmd.
-in_root() (
-	local root
-	root=$(root_dir)
-	[ -x "$root/bin/sh" ] || die "no toolchain root at $root; run 'make setup'"
-	exec unshare --mount --propagation private --fork --kill-child -- /bin/bash -c '
-		set -e
-		r=$1; top=$2; cache=$3; shift 3
-		mount --rbind /dev "$r/dev"
-		mount -t proc proc "$r/proc"
-		mount --rbind /sys "$r/sys"
-		mount -t tmpfs tmpfs "$r/tmp"
-		mkdir -p "$r/rox" "$r/cache"
-		mount --bind "$top" "$r/rox"
-		mount --bind "$cache" "$r/cache"
-		exec chroot "$r" /usr/bin/env -i HOME=/root TERM="${TERM:-dumb}" \
-			PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
-			LANG=C.UTF-8 "$@"
-	' _ "$root" "$ROX_TOP" "$ROX_CACHE" "$@"
-)
+# Run a command inside the root (see scripts/in-root). To run one in the background and be
+# able to stop it by pid, start scripts/in-root itself, not this function.
+in_root() { "$ROX_TOP/scripts/in-root" "$@"; }
 
 # Path inside the root of a path under the cache.
 cache_path_in_root() { echo "/cache/${1#"$ROX_CACHE"/}"; }
