@@ -19,3 +19,4 @@ stage host-tests cargo test --workspace || exit 1
 stage capture tests/host/tshark-capture.sh || exit 1
 stage device cargo build --release -p rox-nic || exit 1
 stage guest-tests tests/guest/run "$flavour" || exit 1
+stage guest-pair tests/guest/pair-ping || exit 1

@@ -614,7 +614,8 @@ fn query_stats(hw: &mut Hw, engine: &mut Engine, q: &QueryCmd) -> AdminResult {
     let mut s = hw.stats;
     s[STAT_RX_PACKETS] = es.rx_packets;
     s[STAT_RX_ICRC_ERRORS] = es.rx_icrc_errors;
-    s[STAT_RX_DROPPED] = es.rx_malformed + es.rx_no_qp + es.rx_qkey_violations + es.rx_no_recv_wr;
+    s[STAT_RX_DROPPED] =
+        es.rx_malformed + es.rx_no_qp + es.rx_qkey_violations + es.rx_no_recv_wr + es.rx_wrong_source;
     s[STAT_RETRANSMITS] = es.retransmit_timeouts + es.nak_rewinds;
     s[STAT_TIMEOUTS] = es.retransmit_timeouts;
     s[STAT_NAKS_SENT] = es.naks_sent + es.rnr_naks_sent;
