@@ -19,12 +19,13 @@ root_dir() { echo "$ROX_CACHE/root-$(root_key)"; }
 
 # Bump when setup-kernel.sh changes how the kernel is built (not how it reports progress).
 ROX_KERNEL_RECIPE=1
+# $1: flavour. The debug flavour adds its config fragment to the key.
 kernel_key() {
-	{ echo "$ROX_KERNEL_RECIPE"; cat "$ROX_TOP/scripts/root-packages.txt" \
-		"$ROX_TOP/qemu/kernel.config" "$ROX_TOP/qemu/kernel-debug.config"; } | sha256sum | cut -c1-16
+	{ echo "$ROX_KERNEL_RECIPE"; cat "$ROX_TOP/scripts/root-packages.txt" "$ROX_TOP/qemu/kernel.config"
+	  [ "${1:-release}" = release ] || cat "$ROX_TOP/qemu/kernel-$1.config"; } | sha256sum | cut -c1-16
 }
 # $1: flavour (release|debug)
-kernel_dir() { echo "$ROX_CACHE/kernel-$(kernel_key)-${1:-release}"; }
+kernel_dir() { echo "$ROX_CACHE/kernel-$(kernel_key "${1:-release}")-${1:-release}"; }
 # $1: flavour. Where rox.ko of this clone is built (one per clone: builds never mix).
 module_dir() { echo "$(kernel_dir "$1")/rox-module-$(echo "$ROX_TOP" | sha256sum | cut -c1-8)"; }
 
