@@ -30,7 +30,7 @@ host-test:
 device:
 	cargo build --release -p rox-nic
 
-guest-test: module device
+guest-test: module provider device
 	tests/guest/run $(ROX_KERNEL_FLAVOUR)
 
 test:

@@ -1,28 +1,72 @@
 // SPDX-License-Identifier: GPL-2.0
 //! rox.ko: the Rust-for-Linux kernel driver for the rox-nic emulated RoCEv2 NIC.
 //!
-//! Control path only (PCI probe, admin queue, ib_device verbs); the data path lives in the
-//! librox provider and the device.
+//! Control path only (PCI probe, admin queue, event queues, ib_device verbs); the data path
+//! lives in the librox provider and the device.
+//!
+//! Layout: `ib/` is the thin safe layer over ib_core (all `unsafe` lives there); `hw.rs` the
+//! hardware interface from `uapi/`; `dev.rs` bring-up and events; `admin.rs`, `eq.rs` the
+//! admin and event queues; `verbs.rs`, `mr.rs`, `cq.rs`, `qp.rs`, `srq.rs` the verbs.
 
-use kernel::prelude::*;
+use kernel::{device::Core, pci, prelude::*};
 
-module! {
-    type: RoxModule,
-    name: "rox",
-    authors: ["rox developers"],
-    description: "rox: RDMA driver for the rox-nic emulated RoCEv2 NIC",
-    license: "GPL",
-}
+mod admin;
+mod cq;
+mod dev;
+mod eq;
+mod hw;
+mod ib;
+mod ids;
+mod mr;
+mod qp;
+mod srq;
+mod verbs;
+
+/// The hardware/software interface (`uapi/`), included by path: the crate is `no_std` with no
+/// dependencies so that the very same definitions build here.
+#[path = "../uapi/src/lib.rs"]
+#[allow(dead_code, unreachable_pub, missing_docs, unused_attributes)]
+mod uapi;
+
+use hw::regs;
 
 /// Driver version, logged at load time.
 const VERSION: &str = "0.1.0";
 
-struct RoxModule;
+struct RoxDriver;
+
+kernel::pci_device_table!(
+    PCI_TABLE,
+    <RoxDriver as pci::Driver>::IdInfo,
+    [(ib::pci_device_id(regs::PCI_VENDOR_ID, regs::PCI_DEVICE_ID), ())]
+);
+
+impl pci::Driver for RoxDriver {
+    type IdInfo = ();
+    type Data<'bound> = dev::RoxPci<'bound>;
+
+    const ID_TABLE: pci::IdTable<Self::IdInfo> = &PCI_TABLE;
+
+    fn probe<'bound>(
+        pdev: &'bound pci::Device<Core<'_>>,
+        _info: Option<&'bound Self::IdInfo>,
+    ) -> impl PinInit<Self::Data<'bound>, Error> + 'bound {
+        dev::RoxPci::probe(pdev)
+    }
+}
+
+struct RoxModule {
+    _driver: Pin<KBox<kernel::driver::Registration<pci::Adapter<RoxDriver>>>>,
+}
 
 impl kernel::Module for RoxModule {
-    fn init(_module: &'static ThisModule) -> Result<Self> {
+    fn init(module: &'static ThisModule) -> Result<Self> {
         pr_info!("rox {} loaded\n", VERSION);
-        Ok(RoxModule)
+        let driver = KBox::pin_init(
+            kernel::driver::Registration::new(c"rox", module),
+            GFP_KERNEL,
+        )?;
+        Ok(RoxModule { _driver: driver })
     }
 }
 
@@ -30,4 +74,12 @@ impl Drop for RoxModule {
     fn drop(&mut self) {
         pr_info!("rox {} unloaded\n", VERSION);
     }
+}
+
+module! {
+    type: RoxModule,
+    name: "rox",
+    authors: ["rox developers"],
+    description: "rox: RDMA driver for the rox-nic emulated RoCEv2 NIC",
+    license: "GPL",
 }

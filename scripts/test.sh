@@ -15,6 +15,7 @@ cd "$ROX_TOP"
 stage root scripts/setup-root.sh || exit 1
 stage kernel scripts/setup-kernel.sh "$flavour" || exit 1
 stage module scripts/build-module.sh "$flavour" || exit 1
+stage provider scripts/build-provider.sh --test || exit 1
 stage host-tests cargo test --workspace || exit 1
 stage capture tests/host/tshark-capture.sh || exit 1
 stage device cargo build --release -p rox-nic || exit 1

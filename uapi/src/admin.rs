@@ -56,6 +56,11 @@ pub const ADMIN_OP_DESTROY_SRQ: u8 = 0x43;
 /// Payload [`QueryCmd`]; response `[u64; STATS_COUNT]` indexed by `STAT_*`; result0 =
 /// STATS_COUNT.
 pub const ADMIN_OP_QUERY_STATS: u8 = 0x50;
+/// Payload [`SetPortStateCmd`]: the driver reports the link state of the paired netdev. A
+/// change posts `EQE_TYPE_PORT_CHANGE` (handle = port, aux = new `verbs::PORT_*` state) on
+/// EQ 0; QUERY_PORT reports the state. While the port is `PORT_DOWN` the device neither sends
+/// nor accepts fabric packets (RC peers retry). The port starts `PORT_ACTIVE` after reset.
+pub const ADMIN_OP_SET_PORT_STATE: u8 = 0x05;
 
 // Status codes (AdminCpl::status).
 pub const ADMIN_STATUS_SUCCESS: u8 = 0;
@@ -112,6 +117,7 @@ pub union AdminPayload {
     pub modify_qp: ModifyQpCmd,
     pub create_srq: CreateSrqCmd,
     pub modify_srq: ModifySrqCmd,
+    pub set_port_state: SetPortStateCmd,
 }
 const _: () = assert!(core::mem::size_of::<AdminPayload>() == ADMIN_PAYLOAD_SIZE);
 
@@ -318,6 +324,17 @@ pub struct ModifySrqCmd {
     pub reserved: u32,
 }
 
+/// Payload of `ADMIN_OP_SET_PORT_STATE`.
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct SetPortStateCmd {
+    /// `PORT_NUM`.
+    pub port: u32,
+    /// `verbs::PORT_ACTIVE` (netdev up with carrier) or `verbs::PORT_DOWN`.
+    pub state: u32,
+}
+
+const _: () = assert!(core::mem::size_of::<SetPortStateCmd>() == 8);
 const _: () = assert!(core::mem::size_of::<QueryCmd>() <= ADMIN_PAYLOAD_SIZE);
 const _: () = assert!(core::mem::size_of::<SetGidCmd>() <= ADMIN_PAYLOAD_SIZE);
 const _: () = assert!(core::mem::size_of::<RegMrCmd>() == 48);
@@ -388,6 +405,8 @@ pub struct PortAttr {
 }
 const _: () = assert!(core::mem::size_of::<PortAttr>() == 24);
 pub const PHYS_STATE_LINK_UP: u8 = 5;
+/// IB physical port state reported while the port is `PORT_DOWN`.
+pub const PHYS_STATE_DISABLED: u8 = 3;
 /// rox has one port, number 1.
 pub const PORT_NUM: u8 = 1;
 

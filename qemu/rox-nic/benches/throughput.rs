@@ -1,11 +1,13 @@
 //! Host benchmark of the device between two rox-nic instances over the UDP fabric: messages/s
-//! and GB/s for RDMA WRITE and SEND from 8 B to 1 MiB, next to this host's memcpy bandwidth.
+//! and GB/s for RDMA WRITE and SEND from 8 B to 1 MiB, next to this host's memcpy bandwidth
+//! (one table, see `rox_nic::benchkit`).
 //! Run: `cargo bench -p rox-nic --bench throughput` (set ROX_BENCH_SECS to change the time per
 //! point; default 0.3 s).
 
 use std::net::Ipv4Addr;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
+use rox_nic::benchkit::{self, Rate, SIZES};
 use rox_nic::device::FabricConfig;
 use rox_nic::testkit::*;
 use rox_nic::DeviceConfig;
@@ -15,12 +17,9 @@ use rox_uapi::verbs::*;
 const PD: u32 = 1;
 const ALL: u32 = ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE | ACCESS_REMOTE_READ;
 const MAX_MSG: u64 = 1 << 20;
-/// WQEs in flight.
+/// WQEs in flight (64 MiB at 1 MiB: the requester's send window keeps the wire within what
+/// the socket buffers hold).
 const WINDOW: u32 = 64;
-/// Bytes in flight are capped too: the fabric's UDP socket buffers hold 8 MiB, and a go-back-N
-/// transport that overflows them retransmits into the same overflow.
-const MAX_BYTES_IN_FLIGHT: u64 = 4 << 20;
-const SIZES: [u64; 7] = [8, 64, 512, 4096, 32 << 10, 256 << 10, 1 << 20];
 
 struct Side {
     d: TestDriver,
@@ -32,41 +31,39 @@ struct Side {
 
 fn side(dir: &std::path::Path, last: u8) -> Side {
     let mut cfg = DeviceConfig::new([2, 0, 0, 0, 9, last]);
-    cfg.fabric = Some(FabricConfig { directory: dir.to_path_buf(), bind: Ipv4Addr::LOCALHOST, faults: None, pcap: None });
+    cfg.fabric = Some(FabricConfig {
+        directory: dir.to_path_buf(),
+        bind: Ipv4Addr::LOCALHOST,
+        faults: None,
+        pcap: None,
+    });
     let mut d = TestDriver::new(cfg);
     d.set_gid(0, gid_v4(127, 0, 9, last));
     let cq = d.create_cq(12);
     let (c, mut qp) = d.create_qp_cmd(QPT_RC, PD, cq.id, cq.id, rox_uapi::admin::SRQ_NONE, 10, 10);
-    qp.qpn = d.admin_ok(rox_uapi::admin::ADMIN_OP_CREATE_QP, payload(&c)).result0;
+    qp.qpn = d
+        .admin_ok(rox_uapi::admin::ADMIN_OP_CREATE_QP, payload(&c))
+        .result0;
     let size = 2 * MAX_MSG;
     let buf = d.ram.alloc(size, 4096);
     let key = d.reg_mr(PD, buf, size, ALL).unwrap();
-    Side { d, cq, qp, buf, key }
-}
-
-fn memcpy_gbps() -> f64 {
-    const SIZE: usize = 64 << 20;
-    let src = vec![1u8; SIZE];
-    let mut dst = vec![0u8; SIZE];
-    dst.copy_from_slice(&src);
-    let start = Instant::now();
-    let mut n = 0;
-    while start.elapsed() < Duration::from_millis(500) {
-        dst.copy_from_slice(std::hint::black_box(&src));
-        n += 1;
+    Side {
+        d,
+        cq,
+        qp,
+        buf,
+        key,
     }
-    std::hint::black_box(&dst);
-    (n * SIZE) as f64 / start.elapsed().as_secs_f64() / 1e9
 }
 
-fn run(a: &mut Side, b: &mut Side, opcode: u8, size: u64, secs: f64) -> (f64, f64) {
+fn run(a: &mut Side, b: &mut Side, opcode: u8, size: u64, secs: f64) -> Rate {
     let (mut posted, mut done) = (0u64, 0u64);
-    let window = (WINDOW as u64).min((MAX_BYTES_IN_FLIGHT / size).max(1));
+    let window = WINDOW as u64;
     let mut recvs = 0u64;
     let send = opcode == WR_SEND;
     if send {
         for _ in 0..WINDOW {
-            b.d.post_recv(&mut b.qp, recvs, &[Sge { addr: b.buf, length: MAX_MSG as u32, lkey: b.key }]);
+            b.d.post_recv(&mut b.qp, recvs, &[sge(b.buf, MAX_MSG as u32, b.key)]);
             recvs += 1;
         }
     }
@@ -85,7 +82,12 @@ fn run(a: &mut Side, b: &mut Side, opcode: u8, size: u64, secs: f64) -> (f64, f6
         let before = done;
         let mut n = 0;
         while !stop && posted - done < window {
-            let w = send_wqe(posted, opcode, WQE_FLAG_SIGNALED, &[Sge { addr: a.buf, length: size as u32, lkey: a.key }]);
+            let w = send_wqe(
+                posted,
+                opcode,
+                WQE_FLAG_SIGNALED,
+                &[sge(a.buf, size as u32, a.key)],
+            );
             let w = with_rdma(w, b.buf + MAX_MSG, b.key);
             a.d.write_send(&mut a.qp, &w);
             posted += 1;
@@ -102,36 +104,55 @@ fn run(a: &mut Side, b: &mut Side, opcode: u8, size: u64, secs: f64) -> (f64, f6
         if send {
             while let Some(c) = b.d.poll_cq(&mut b.cq) {
                 assert_eq!(c.status, WC_SUCCESS);
-                b.d.post_recv(&mut b.qp, recvs, &[Sge { addr: b.buf, length: MAX_MSG as u32, lkey: b.key }]);
+                b.d.post_recv(&mut b.qp, recvs, &[sge(b.buf, MAX_MSG as u32, b.key)]);
                 recvs += 1;
             }
         }
-        idle_polls = if done == before && n == 0 { idle_polls + 1 } else { 0 };
+        idle_polls = if done == before && n == 0 {
+            idle_polls + 1
+        } else {
+            0
+        };
     }
     let t = start.elapsed().as_secs_f64();
     if send {
         // Drain the receive side and its spare receive WRs.
         while b.d.poll_cq(&mut b.cq).is_some() {}
     }
-    (done as f64 / t, done as f64 * size as f64 / t / 1e9)
+    Rate::new(done, size, t)
 }
 
 fn main() {
     // `cargo test --benches` runs this with --bench absent; keep that quick.
-    let secs: f64 = std::env::var("ROX_BENCH_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(0.3);
+    let secs: f64 = std::env::var("ROX_BENCH_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0.3);
     let dir = tempfile::tempdir().unwrap();
     let mut a = side(dir.path(), 1);
     let mut b = side(dir.path(), 2);
     let (qa, qb) = (a.qp, b.qp);
     a.d.connect_mtu(&qa, gid_v4(127, 0, 9, 2), qb.qpn, ALL, MTU_4096);
     b.d.connect_mtu(&qb, gid_v4(127, 0, 9, 1), qa.qpn, ALL, MTU_4096);
-    let memcpy = memcpy_gbps();
-    println!("rox-nic host benchmark: two devices, RC, UDP fabric on 127.0.0.1, MTU 4096, {WINDOW} WQEs (at most {} MiB) in flight", MAX_BYTES_IN_FLIGHT >> 20);
-    println!("host memcpy bandwidth: {memcpy:.2} GB/s");
-    println!("{:>9} | {:>12} {:>9} | {:>12} {:>9}", "size", "WRITE msg/s", "GB/s", "SEND msg/s", "GB/s");
+    benchkit::print_header(&format!(
+        "rox-nic host benchmark: two devices, RC, UDP fabric on 127.0.0.1, MTU 4096, {WINDOW} WQEs in flight, {secs} s per point"
+    ));
     for size in SIZES {
-        let (wm, wg) = run(&mut a, &mut b, WR_RDMA_WRITE, size, secs);
-        let (sm, sg) = run(&mut a, &mut b, WR_SEND, size, secs);
-        println!("{size:>9} | {wm:>12.0} {wg:>9.3} | {sm:>12.0} {sg:>9.3}");
+        let write = run(&mut a, &mut b, WR_RDMA_WRITE, size, secs);
+        let send = run(&mut a, &mut b, WR_SEND, size, secs);
+        benchkit::print_row(size, write, send);
     }
+    benchkit::print_footer();
+    use rox_uapi::admin::{STAT_ACKS_SENT, STAT_RETRANSMITS, STAT_TIMEOUTS, STAT_TX_PACKETS};
+    let requester = a.d.query_stats();
+    let responder = b.d.query_stats();
+    println!(
+        "requester: {} packets sent, {} retransmissions ({} ACK timeouts); responder: {} ACKs \
+         (coalesced: {:.1} packets per ACK)",
+        requester[STAT_TX_PACKETS],
+        requester[STAT_RETRANSMITS],
+        requester[STAT_TIMEOUTS],
+        responder[STAT_ACKS_SENT],
+        requester[STAT_TX_PACKETS] as f64 / responder[STAT_ACKS_SENT].max(1) as f64
+    );
 }

@@ -45,6 +45,7 @@ pod!(
     rox_uapi::admin::ModifyQpCmd,
     rox_uapi::admin::CreateSrqCmd,
     rox_uapi::admin::ModifySrqCmd,
+    rox_uapi::admin::SetPortStateCmd,
 );
 
 /// View a Pod value as bytes.
@@ -84,8 +85,18 @@ impl MappedRegion {
     }
 
     /// [`MappedRegion::map`], read-only unless `writable`.
-    pub fn map_with(fd: &File, offset: u64, iova: u64, size: u64, writable: bool) -> std::io::Result<MappedRegion> {
-        let prot = if writable { libc::PROT_READ | libc::PROT_WRITE } else { libc::PROT_READ };
+    pub fn map_with(
+        fd: &File,
+        offset: u64,
+        iova: u64,
+        size: u64,
+        writable: bool,
+    ) -> std::io::Result<MappedRegion> {
+        let prot = if writable {
+            libc::PROT_READ | libc::PROT_WRITE
+        } else {
+            libc::PROT_READ
+        };
         if size == 0 || iova.checked_add(size).is_none() {
             return Err(std::io::Error::from_raw_os_error(libc::EINVAL));
         }
@@ -103,7 +114,12 @@ impl MappedRegion {
         if ptr == libc::MAP_FAILED {
             return Err(std::io::Error::last_os_error());
         }
-        Ok(MappedRegion { iova, size, writable, ptr: ptr as *mut u8 })
+        Ok(MappedRegion {
+            iova,
+            size,
+            writable,
+            ptr: ptr as *mut u8,
+        })
     }
 
     fn contains(&self, addr: u64) -> bool {

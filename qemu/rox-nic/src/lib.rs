@@ -4,8 +4,10 @@
 //!   queue processing, protection checks) — the "chassis";
 //! - [`roce`]: RoCEv2 wire format, fabric and transport engine;
 //! - [`server`]: the vfio-user glue (regions, IRQs, DMA mapping);
-//! - [`testkit`]: a userspace "driver" for tests and benchmarks.
+//! - [`testkit`]: a userspace "driver" for tests and benchmarks;
+//! - [`benchkit`]: the memcpy reference and result table of the host benchmarks.
 
+pub mod benchkit;
 pub mod device;
 pub mod dma;
 pub mod pci;

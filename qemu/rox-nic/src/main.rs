@@ -38,7 +38,9 @@ struct Args {
 fn parse_mac(s: &str) -> Result<[u8; 6], String> {
     let parts: Vec<&str> = s.split(':').collect();
     if parts.len() != 6 {
-        return Err(format!("{s:?} is not a MAC address (want xx:xx:xx:xx:xx:xx)"));
+        return Err(format!(
+            "{s:?} is not a MAC address (want xx:xx:xx:xx:xx:xx)"
+        ));
     }
     let mut mac = [0u8; 6];
     for (b, p) in mac.iter_mut().zip(parts) {

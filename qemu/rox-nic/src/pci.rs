@@ -41,6 +41,9 @@ pub const PCIE_CAP_OFFSET: usize = 0x50;
 pub const MSIX_CTRL_ENABLE: u16 = 1 << 15;
 pub const MSIX_CTRL_MASKALL: u16 = 1 << 14;
 
+/// What reads of absent PCI space return (all ones: no device there).
+pub const NO_DEVICE_BYTE: u8 = 0xff;
+
 pub struct ConfigSpace {
     bytes: [u8; CONFIG_SPACE_SIZE],
     /// Writable bits of every byte (BARs: address bits; command; MSI-X control enable/mask).
@@ -55,7 +58,10 @@ impl Default for ConfigSpace {
 
 impl ConfigSpace {
     pub fn new() -> ConfigSpace {
-        let mut c = ConfigSpace { bytes: [0; CONFIG_SPACE_SIZE], wmask: [0; CONFIG_SPACE_SIZE] };
+        let mut c = ConfigSpace {
+            bytes: [0; CONFIG_SPACE_SIZE],
+            wmask: [0; CONFIG_SPACE_SIZE],
+        };
         c.put16(PCI_VENDOR_ID, regs::PCI_VENDOR_ID);
         c.put16(PCI_DEVICE_ID, regs::PCI_DEVICE_ID);
         c.put16(PCI_STATUS, PCI_STATUS_CAP_LIST);
@@ -87,7 +93,10 @@ impl ConfigSpace {
         let e = PCIE_CAP_OFFSET;
         c.bytes[e] = PCI_CAP_ID_EXP;
         c.bytes[e + 1] = 0;
-        c.put16(e + 2, PCI_EXP_FLAGS_VERSION_2 | (PCI_EXP_TYPE_ENDPOINT << 4));
+        c.put16(
+            e + 2,
+            PCI_EXP_FLAGS_VERSION_2 | (PCI_EXP_TYPE_ENDPOINT << 4),
+        );
         const _: () = assert!(PCIE_CAP_OFFSET + PCI_EXP_CAP_SIZE <= 0x100);
         c
     }
@@ -101,10 +110,17 @@ impl ConfigSpace {
 
     fn add_bar64(&mut self, bar: usize, size: u64, prefetch: bool) {
         let off = PCI_BASE_ADDRESS_0 + bar * 4;
-        let flags = PCI_BASE_ADDRESS_MEM_TYPE_64 | if prefetch { PCI_BASE_ADDRESS_MEM_PREFETCH } else { 0 };
+        let flags = PCI_BASE_ADDRESS_MEM_TYPE_64
+            | if prefetch {
+                PCI_BASE_ADDRESS_MEM_PREFETCH
+            } else {
+                0
+            };
         self.put32(off, flags);
         let mask = !(size - 1);
-        let lo = (mask as u32) & !0xf;
+        // The low bits of a memory BAR are its read-only type/prefetch flags.
+        const BAR_FLAG_BITS: u32 = 0xf;
+        let lo = (mask as u32) & !BAR_FLAG_BITS;
         self.wmask[off..off + 4].copy_from_slice(&lo.to_le_bytes());
         self.wmask[off + 4..off + 8].copy_from_slice(&((mask >> 32) as u32).to_le_bytes());
     }
@@ -116,14 +132,16 @@ impl ConfigSpace {
                 .checked_add(i as u64)
                 .and_then(|o| self.bytes.get(o as usize))
                 .copied()
-                .unwrap_or(0xff);
+                .unwrap_or(NO_DEVICE_BYTE);
         }
     }
 
     /// Write; only writable bits change.
     pub fn write(&mut self, offset: u64, data: &[u8]) {
         for (i, b) in data.iter().enumerate() {
-            let Some(o) = offset.checked_add(i as u64).map(|o| o as usize) else { return };
+            let Some(o) = offset.checked_add(i as u64).map(|o| o as usize) else {
+                return;
+            };
             if o >= CONFIG_SPACE_SIZE {
                 return;
             }
@@ -133,7 +151,10 @@ impl ConfigSpace {
     }
 
     pub fn msix_control(&self) -> u16 {
-        u16::from_le_bytes([self.bytes[MSIX_CAP_OFFSET + 2], self.bytes[MSIX_CAP_OFFSET + 3]])
+        u16::from_le_bytes([
+            self.bytes[MSIX_CAP_OFFSET + 2],
+            self.bytes[MSIX_CAP_OFFSET + 3],
+        ])
     }
 
     pub fn u16_at(&self, off: usize) -> u16 {
@@ -161,7 +182,10 @@ mod tests {
         let hi = c.u32_at(bar2 + 4) as u64;
         let mask = (hi << 32) | (lo & !0xf);
         assert_eq!(!mask + 1, regs::BAR_DB_SIZE);
-        assert_eq!(lo & 0xf, (PCI_BASE_ADDRESS_MEM_TYPE_64 | PCI_BASE_ADDRESS_MEM_PREFETCH) as u64);
+        assert_eq!(
+            lo & 0xf,
+            (PCI_BASE_ADDRESS_MEM_TYPE_64 | PCI_BASE_ADDRESS_MEM_PREFETCH) as u64
+        );
         // Read-only identity cannot be overwritten.
         c.write(0, &[0; 4]);
         assert_eq!(c.u16_at(PCI_VENDOR_ID), regs::PCI_VENDOR_ID);

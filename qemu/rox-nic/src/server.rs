@@ -7,7 +7,9 @@ use std::path::Path;
 
 use rox_uapi::regs::{self, BAR_CTRL, BAR_DB};
 use vfio_bindings::bindings::vfio::*;
-use vfio_user::{DmaMapFlags, DmaUnmapFlags, IrqInfo, Server, ServerBackend, ServerRegion, SparseArea};
+use vfio_user::{
+    DmaMapFlags, DmaUnmapFlags, IrqInfo, Server, ServerBackend, ServerRegion, SparseArea,
+};
 
 use crate::device::RoxNic;
 use crate::pci::CONFIG_SPACE_SIZE;
@@ -44,14 +46,21 @@ pub fn regions(nic: &RoxNic) -> Vec<ServerRegion> {
                 info.flags = rw | VFIO_REGION_INFO_FLAG_MMAP;
                 info.offset = 0;
                 sparse_areas.push(SparseArea {
-                    area: vfio_region_sparse_mmap_area { offset: 0, size: regs::BAR_DB_SIZE },
+                    area: vfio_region_sparse_mmap_area {
+                        offset: 0,
+                        size: regs::BAR_DB_SIZE,
+                    },
                 });
                 mmap_fd = Some(nic.doorbell_fd());
             } else if index == VFIO_PCI_CONFIG_REGION_INDEX {
                 info.size = CONFIG_SPACE_SIZE as u64;
                 info.flags = rw;
             }
-            ServerRegion { region_info: info, sparse_areas, mmap_fd }
+            ServerRegion {
+                region_info: info,
+                sparse_areas,
+                mmap_fd,
+            }
         })
         .collect()
 }
@@ -61,7 +70,11 @@ pub fn irqs() -> Vec<IrqInfo> {
     (0..VFIO_PCI_NUM_IRQS)
         .map(|index| IrqInfo {
             index,
-            count: if index == VFIO_PCI_MSIX_IRQ_INDEX { regs::MSIX_VECTORS } else { 0 },
+            count: if index == VFIO_PCI_MSIX_IRQ_INDEX {
+                regs::MSIX_VECTORS
+            } else {
+                0
+            },
             flags: if index == VFIO_PCI_MSIX_IRQ_INDEX {
                 VFIO_IRQ_INFO_EVENTFD | VFIO_IRQ_INFO_NORESIZE
             } else {
@@ -79,13 +92,19 @@ pub fn bind(path: &Path, nic: &RoxNic) -> Result<Server, ServerError> {
             return Err(ServerError::SocketInUse(path.display().to_string()));
         }
         log::warn!("removing stale socket {}", path.display());
-        std::fs::remove_file(path).map_err(|e| ServerError::Stale(path.display().to_string(), e))?;
+        std::fs::remove_file(path)
+            .map_err(|e| ServerError::Stale(path.display().to_string(), e))?;
     }
     Ok(Server::new(path, true, irqs(), regions(nic))?)
 }
 
 impl ServerBackend for RoxNic {
-    fn region_read(&mut self, region: u32, offset: u64, data: &mut [u8]) -> Result<(), std::io::Error> {
+    fn region_read(
+        &mut self,
+        region: u32,
+        offset: u64,
+        data: &mut [u8],
+    ) -> Result<(), std::io::Error> {
         match region {
             VFIO_PCI_CONFIG_REGION_INDEX => self.config_read(offset, data),
             BAR_CTRL => self.bar0_read(offset, data),
@@ -94,12 +113,17 @@ impl ServerBackend for RoxNic {
                 let n = data.len().min(4);
                 data[..n].copy_from_slice(&v.to_le_bytes()[..n]);
             }
-            _ => data.fill(0xff),
+            _ => data.fill(crate::pci::NO_DEVICE_BYTE),
         }
         Ok(())
     }
 
-    fn region_write(&mut self, region: u32, offset: u64, data: &[u8]) -> Result<(), std::io::Error> {
+    fn region_write(
+        &mut self,
+        region: u32,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<(), std::io::Error> {
         match region {
             VFIO_PCI_CONFIG_REGION_INDEX => self.config_write(offset, data),
             BAR_CTRL => self.bar0_write(offset, data),
@@ -114,11 +138,30 @@ impl ServerBackend for RoxNic {
         Ok(())
     }
 
-    fn dma_map(&mut self, flags: DmaMapFlags, offset: u64, address: u64, size: u64, fd: Option<File>) -> Result<(), std::io::Error> {
-        RoxNic::dma_map_with(self, fd, offset, address, size, flags.contains(DmaMapFlags::WRITE))
+    fn dma_map(
+        &mut self,
+        flags: DmaMapFlags,
+        offset: u64,
+        address: u64,
+        size: u64,
+        fd: Option<File>,
+    ) -> Result<(), std::io::Error> {
+        RoxNic::dma_map_with(
+            self,
+            fd,
+            offset,
+            address,
+            size,
+            flags.contains(DmaMapFlags::WRITE),
+        )
     }
 
-    fn dma_unmap(&mut self, _flags: DmaUnmapFlags, address: u64, size: u64) -> Result<(), std::io::Error> {
+    fn dma_unmap(
+        &mut self,
+        _flags: DmaUnmapFlags,
+        address: u64,
+        size: u64,
+    ) -> Result<(), std::io::Error> {
         RoxNic::dma_unmap(self, address, size);
         Ok(())
     }
@@ -128,9 +171,20 @@ impl ServerBackend for RoxNic {
         Ok(())
     }
 
-    fn set_irqs(&mut self, index: u32, flags: u32, start: u32, count: u32, fds: Vec<File>) -> Result<(), std::io::Error> {
+    fn set_irqs(
+        &mut self,
+        index: u32,
+        flags: u32,
+        start: u32,
+        count: u32,
+        fds: Vec<File>,
+    ) -> Result<(), std::io::Error> {
         if index != VFIO_PCI_MSIX_IRQ_INDEX {
-            return if count == 0 { Ok(()) } else { Err(std::io::Error::from_raw_os_error(libc::EINVAL)) };
+            return if count == 0 {
+                Ok(())
+            } else {
+                Err(std::io::Error::from_raw_os_error(libc::EINVAL))
+            };
         }
         if flags & VFIO_IRQ_SET_ACTION_TRIGGER == 0 {
             // Mask/unmask of MSI-X vectors is done by QEMU in the emulated table.

@@ -1103,6 +1103,11 @@ pub fn recv_wqe(wr_id: u64, sges: &[Sge]) -> RqWqe {
 }
 
 /// A send WQE with SGEs.
+/// One scatter/gather element (`lkey` names the MR).
+pub fn sge(addr: u64, length: u32, lkey: u32) -> Sge {
+    Sge { addr, length, lkey }
+}
+
 pub fn send_wqe(wr_id: u64, opcode: u8, flags: u8, sges: &[Sge]) -> SqWqe {
     let mut data = [0u8; SQ_WQE_DATA_SIZE];
     for (i, s) in sges.iter().enumerate() {

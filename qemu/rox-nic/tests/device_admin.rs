@@ -22,7 +22,10 @@ fn registers_identify_the_device() {
     assert_eq!(d.read_reg(REG_MSIX_VECTORS), MSIX_VECTORS);
     assert_eq!(d.read_reg(REG_MAX_EQS), MAX_EQS);
     let caps = d.read_reg(REG_CAPS);
-    assert_eq!(caps & (CAP_RC | CAP_UC | CAP_UD | CAP_SRQ), CAP_RC | CAP_UC | CAP_UD | CAP_SRQ);
+    assert_eq!(
+        caps & (CAP_RC | CAP_UC | CAP_UD | CAP_SRQ),
+        CAP_RC | CAP_UC | CAP_UD | CAP_SRQ
+    );
     let st = d.read_reg(REG_STATUS);
     assert!(st & STATUS_READY != 0 && st & STATUS_ADMIN_ENABLED != 0 && st & STATUS_FATAL == 0);
     d.write_reg(REG_SCRATCH, 0xdead_beef);
@@ -33,21 +36,44 @@ fn registers_identify_the_device() {
 fn query_device_port_and_mac() {
     let mut d = driver();
     let resp = d.ram.alloc(4096, 4096);
-    d.admin_ok(ADMIN_OP_QUERY_DEVICE, payload(&QueryCmd { resp_addr: resp, ..Default::default() }));
+    d.admin_ok(
+        ADMIN_OP_QUERY_DEVICE,
+        payload(&QueryCmd {
+            resp_addr: resp,
+            ..Default::default()
+        }),
+    );
     let attr: DeviceAttr = d.ram.read_obj(resp);
     assert_eq!(attr.vendor_id, PCI_VENDOR_ID as u32);
     assert_eq!(attr.max_send_sge, SQ_MAX_SGE);
     assert_eq!(attr.max_inline_data, SQ_MAX_INLINE);
     assert_eq!(attr.num_comp_eqs, MAX_EQS - 1);
-    d.admin_ok(ADMIN_OP_QUERY_PORT, payload(&QueryCmd { index: PORT_NUM as u32, resp_addr: resp, ..Default::default() }));
+    d.admin_ok(
+        ADMIN_OP_QUERY_PORT,
+        payload(&QueryCmd {
+            index: PORT_NUM as u32,
+            resp_addr: resp,
+            ..Default::default()
+        }),
+    );
     let port: PortAttr = d.ram.read_obj(resp);
     assert_eq!(port.mac, MAC);
     assert_eq!(port.state, PORT_ACTIVE);
     let cpl = d.admin_ok(ADMIN_OP_READ_MAC, payload(&HandleCmd::default()));
     assert_eq!(cpl.result0.to_le_bytes(), [MAC[0], MAC[1], MAC[2], MAC[3]]);
-    assert_eq!(cpl.result1 & 0xffff, u16::from_le_bytes([MAC[4], MAC[5]]) as u32);
+    assert_eq!(
+        cpl.result1 & 0xffff,
+        u16::from_le_bytes([MAC[4], MAC[5]]) as u32
+    );
     // Port 2 does not exist.
-    let cpl = d.admin(ADMIN_OP_QUERY_PORT, payload(&QueryCmd { index: 2, resp_addr: resp, ..Default::default() }));
+    let cpl = d.admin(
+        ADMIN_OP_QUERY_PORT,
+        payload(&QueryCmd {
+            index: 2,
+            resp_addr: resp,
+            ..Default::default()
+        }),
+    );
     assert_eq!(cpl.status, ADMIN_STATUS_BAD_PARAM);
     // Every admin command posted an event on EQ 0 and fired vector 0 while EQ 0 was armed.
     let events = d.drain_eq(EQ_ADMIN_ASYNC);
@@ -59,53 +85,216 @@ fn query_device_port_and_mac() {
 fn bad_admin_input_gets_error_status() {
     let mut d = driver();
     const UNKNOWN_OPCODE: u8 = 0xee;
-    assert_eq!(d.admin(UNKNOWN_OPCODE, payload(&HandleCmd::default())).status, ADMIN_STATUS_BAD_OPCODE);
-    assert_eq!(d.admin(ADMIN_OP_DESTROY_QP, payload(&HandleCmd { handle: 999, reserved: 0 })).status, ADMIN_STATUS_BAD_HANDLE);
-    assert_eq!(d.admin(ADMIN_OP_DESTROY_CQ, payload(&HandleCmd { handle: 999, reserved: 0 })).status, ADMIN_STATUS_BAD_HANDLE);
-    assert_eq!(d.admin(ADMIN_OP_DEREG_MR, payload(&HandleCmd { handle: 999, reserved: 0 })).status, ADMIN_STATUS_BAD_HANDLE);
-    assert_eq!(d.admin(ADMIN_OP_DESTROY_SRQ, payload(&HandleCmd { handle: 999, reserved: 0 })).status, ADMIN_STATUS_BAD_HANDLE);
-    assert_eq!(d.admin(ADMIN_OP_MODIFY_QP, payload(&ModifyQpCmd { qpn: 999, ..Default::default() })).status, ADMIN_STATUS_BAD_HANDLE);
+    assert_eq!(
+        d.admin(UNKNOWN_OPCODE, payload(&HandleCmd::default()))
+            .status,
+        ADMIN_STATUS_BAD_OPCODE
+    );
+    const NO_SUCH_OBJECT: u32 = 999;
+    for opcode in [
+        ADMIN_OP_DESTROY_QP,
+        ADMIN_OP_DESTROY_CQ,
+        ADMIN_OP_DEREG_MR,
+        ADMIN_OP_DESTROY_SRQ,
+    ] {
+        let cmd = HandleCmd {
+            handle: NO_SUCH_OBJECT,
+            reserved: 0,
+        };
+        assert_eq!(
+            d.admin(opcode, payload(&cmd)).status,
+            ADMIN_STATUS_BAD_HANDLE,
+            "opcode {opcode:#x}"
+        );
+    }
+    assert_eq!(
+        d.admin(
+            ADMIN_OP_MODIFY_QP,
+            payload(&ModifyQpCmd {
+                qpn: 999,
+                ..Default::default()
+            })
+        )
+        .status,
+        ADMIN_STATUS_BAD_HANDLE
+    );
     // Response buffer not in guest memory.
-    let cpl = d.admin(ADMIN_OP_QUERY_DEVICE, payload(&QueryCmd { resp_addr: 0x10, ..Default::default() }));
+    let cpl = d.admin(
+        ADMIN_OP_QUERY_DEVICE,
+        payload(&QueryCmd {
+            resp_addr: 0x10,
+            ..Default::default()
+        }),
+    );
     assert_eq!(cpl.status, ADMIN_STATUS_BAD_DMA);
     // CQ: bad EQ, bad depth, unmapped page list, doorbell slot out of range or reused.
     let base = d.ram.alloc(4096, 4096);
     let ring = d.page_list(base, 4096);
-    let good = CreateCqCmd { ring, log_depth: 7, eqn: COMP_EQ, db_page: TEST_DB_PAGE, db_slot: 100, ..Default::default() };
-    assert_eq!(d.admin(ADMIN_OP_CREATE_CQ, payload(&CreateCqCmd { eqn: 0, ..good })).status, ADMIN_STATUS_BAD_PARAM);
-    assert_eq!(d.admin(ADMIN_OP_CREATE_CQ, payload(&CreateCqCmd { eqn: MAX_EQS, ..good })).status, ADMIN_STATUS_BAD_PARAM);
-    assert_eq!(d.admin(ADMIN_OP_CREATE_CQ, payload(&CreateCqCmd { log_depth: 8, ..good })).status, ADMIN_STATUS_BAD_PARAM, "ring too small");
-    assert_eq!(d.admin(ADMIN_OP_CREATE_CQ, payload(&CreateCqCmd { log_depth: 40, ..good })).status, ADMIN_STATUS_BAD_PARAM);
-    let wild = PageList { addr: 0xdead_0000, ..ring };
-    assert_eq!(d.admin(ADMIN_OP_CREATE_CQ, payload(&CreateCqCmd { ring: wild, ..good })).status, ADMIN_STATUS_BAD_DMA);
+    let good = CreateCqCmd {
+        ring,
+        log_depth: 7,
+        eqn: COMP_EQ,
+        db_page: TEST_DB_PAGE,
+        db_slot: 100,
+        ..Default::default()
+    };
+    assert_eq!(
+        d.admin(ADMIN_OP_CREATE_CQ, payload(&CreateCqCmd { eqn: 0, ..good }))
+            .status,
+        ADMIN_STATUS_BAD_PARAM
+    );
+    assert_eq!(
+        d.admin(
+            ADMIN_OP_CREATE_CQ,
+            payload(&CreateCqCmd {
+                eqn: MAX_EQS,
+                ..good
+            })
+        )
+        .status,
+        ADMIN_STATUS_BAD_PARAM
+    );
+    assert_eq!(
+        d.admin(
+            ADMIN_OP_CREATE_CQ,
+            payload(&CreateCqCmd {
+                log_depth: 8,
+                ..good
+            })
+        )
+        .status,
+        ADMIN_STATUS_BAD_PARAM,
+        "ring too small"
+    );
+    assert_eq!(
+        d.admin(
+            ADMIN_OP_CREATE_CQ,
+            payload(&CreateCqCmd {
+                log_depth: 40,
+                ..good
+            })
+        )
+        .status,
+        ADMIN_STATUS_BAD_PARAM
+    );
+    let wild = PageList {
+        addr: 0xdead_0000,
+        ..ring
+    };
+    assert_eq!(
+        d.admin(
+            ADMIN_OP_CREATE_CQ,
+            payload(&CreateCqCmd { ring: wild, ..good })
+        )
+        .status,
+        ADMIN_STATUS_BAD_DMA
+    );
     let unaligned = d.page_list(base + 8, 4096);
     let _ = unaligned;
     assert_eq!(
-        d.admin(ADMIN_OP_CREATE_CQ, payload(&CreateCqCmd { db_slot: DB_SLOTS_PER_PAGE as u32, ..good })).status,
+        d.admin(
+            ADMIN_OP_CREATE_CQ,
+            payload(&CreateCqCmd {
+                db_slot: DB_SLOTS_PER_PAGE as u32,
+                ..good
+            })
+        )
+        .status,
         ADMIN_STATUS_BAD_DOORBELL
     );
-    assert_eq!(d.admin(ADMIN_OP_CREATE_CQ, payload(&CreateCqCmd { db_page: DB_PAGE_COUNT, ..good })).status, ADMIN_STATUS_BAD_DOORBELL);
+    assert_eq!(
+        d.admin(
+            ADMIN_OP_CREATE_CQ,
+            payload(&CreateCqCmd {
+                db_page: DB_PAGE_COUNT,
+                ..good
+            })
+        )
+        .status,
+        ADMIN_STATUS_BAD_DOORBELL
+    );
     let cq = d.admin_ok(ADMIN_OP_CREATE_CQ, payload(&good)).result0;
-    assert_eq!(d.admin(ADMIN_OP_CREATE_CQ, payload(&good)).status, ADMIN_STATUS_BAD_DOORBELL, "slot reused");
+    assert_eq!(
+        d.admin(ADMIN_OP_CREATE_CQ, payload(&good)).status,
+        ADMIN_STATUS_BAD_DOORBELL,
+        "slot reused"
+    );
     // QP: unknown type, unknown CQ, SRQ of another PD.
     let (c, _) = d.create_qp_cmd(QPT_RC, PD, cq, cq, SRQ_NONE, 4, 4);
-    assert_eq!(d.admin(ADMIN_OP_CREATE_QP, payload(&CreateQpCmd { qp_type: 9, ..c })).status, ADMIN_STATUS_BAD_PARAM);
-    assert_eq!(d.admin(ADMIN_OP_CREATE_QP, payload(&CreateQpCmd { send_cq: 77, ..c })).status, ADMIN_STATUS_BAD_HANDLE);
+    assert_eq!(
+        d.admin(
+            ADMIN_OP_CREATE_QP,
+            payload(&CreateQpCmd { qp_type: 9, ..c })
+        )
+        .status,
+        ADMIN_STATUS_BAD_PARAM
+    );
+    assert_eq!(
+        d.admin(
+            ADMIN_OP_CREATE_QP,
+            payload(&CreateQpCmd { send_cq: 77, ..c })
+        )
+        .status,
+        ADMIN_STATUS_BAD_HANDLE
+    );
     let srq = d.create_srq(PD + 1, 4, 0);
-    assert_eq!(d.admin(ADMIN_OP_CREATE_QP, payload(&CreateQpCmd { srq: srq.id, ..c })).status, ADMIN_STATUS_BAD_HANDLE);
+    assert_eq!(
+        d.admin(
+            ADMIN_OP_CREATE_QP,
+            payload(&CreateQpCmd { srq: srq.id, ..c })
+        )
+        .status,
+        ADMIN_STATUS_BAD_HANDLE
+    );
     let qpn = d.admin_ok(ADMIN_OP_CREATE_QP, payload(&c)).result0;
     assert!(qpn >= 2);
     // A CQ in use cannot be destroyed; after the QP is gone it can.
-    assert_eq!(d.admin(ADMIN_OP_DESTROY_CQ, payload(&HandleCmd { handle: cq, reserved: 0 })).status, ADMIN_STATUS_BUSY);
-    d.admin_ok(ADMIN_OP_DESTROY_QP, payload(&HandleCmd { handle: qpn, reserved: 0 }));
-    d.admin_ok(ADMIN_OP_DESTROY_CQ, payload(&HandleCmd { handle: cq, reserved: 0 }));
+    assert_eq!(
+        d.admin(
+            ADMIN_OP_DESTROY_CQ,
+            payload(&HandleCmd {
+                handle: cq,
+                reserved: 0
+            })
+        )
+        .status,
+        ADMIN_STATUS_BUSY
+    );
+    d.admin_ok(
+        ADMIN_OP_DESTROY_QP,
+        payload(&HandleCmd {
+            handle: qpn,
+            reserved: 0,
+        }),
+    );
+    d.admin_ok(
+        ADMIN_OP_DESTROY_CQ,
+        payload(&HandleCmd {
+            handle: cq,
+            reserved: 0,
+        }),
+    );
     // MR: unknown access bits, remote write without local write.
     let buf = d.ram.alloc(8192, 4096);
-    assert_eq!(d.reg_mr(PD, buf, 8192, 1 << 20), Err(ADMIN_STATUS_BAD_PARAM));
-    assert_eq!(d.reg_mr(PD, buf, 8192, ACCESS_REMOTE_WRITE), Err(ADMIN_STATUS_BAD_PARAM));
+    assert_eq!(
+        d.reg_mr(PD, buf, 8192, 1 << 20),
+        Err(ADMIN_STATUS_BAD_PARAM)
+    );
+    assert_eq!(
+        d.reg_mr(PD, buf, 8192, ACCESS_REMOTE_WRITE),
+        Err(ADMIN_STATUS_BAD_PARAM)
+    );
     // GID index out of range.
-    let c = SetGidCmd { index: GID_TABLE_LEN, gid_type: GID_TYPE_ROCE_UDP_ENCAP, valid: 1, ..Default::default() };
-    assert_eq!(d.admin(ADMIN_OP_SET_GID, payload(&c)).status, ADMIN_STATUS_BAD_PARAM);
+    let c = SetGidCmd {
+        index: GID_TABLE_LEN,
+        gid_type: GID_TYPE_ROCE_UDP_ENCAP,
+        valid: 1,
+        ..Default::default()
+    };
+    assert_eq!(
+        d.admin(ADMIN_OP_SET_GID, payload(&c)).status,
+        ADMIN_STATUS_BAD_PARAM
+    );
     // The device is still healthy.
     assert_eq!(d.read_reg(REG_STATUS) & STATUS_FATAL, 0);
 }
@@ -116,19 +305,52 @@ fn qp_state_machine_through_admin_queue() {
     d.set_gid(0, gid_v4(127, 0, 0, 1));
     let cq = d.create_cq(6);
     let qp = d.create_qp(QPT_RC, PD, cq.id, cq.id, SRQ_NONE);
-    let init = QpAttr { qp_state: QPS_INIT, port_num: PORT_NUM, qp_access_flags: ACCESS_REMOTE_WRITE, ..Default::default() };
+    let init = QpAttr {
+        qp_state: QPS_INIT,
+        port_num: PORT_NUM,
+        qp_access_flags: ACCESS_REMOTE_WRITE,
+        ..Default::default()
+    };
     // RESET -> RTR is not a transition.
-    assert_eq!(d.modify_qp(qp.qpn, QP_STATE, QpAttr { qp_state: QPS_RTR, ..init }).status, ADMIN_STATUS_BAD_STATE);
+    assert_eq!(
+        d.modify_qp(
+            qp.qpn,
+            QP_STATE,
+            QpAttr {
+                qp_state: QPS_RTR,
+                ..init
+            }
+        )
+        .status,
+        ADMIN_STATUS_BAD_STATE
+    );
     // RESET -> INIT without ACCESS_FLAGS (required for RC).
-    assert_eq!(d.modify_qp(qp.qpn, QP_STATE | QP_PKEY_INDEX | QP_PORT, init).status, ADMIN_STATUS_BAD_STATE);
+    assert_eq!(
+        d.modify_qp(qp.qpn, QP_STATE | QP_PKEY_INDEX | QP_PORT, init)
+            .status,
+        ADMIN_STATUS_BAD_STATE
+    );
     // With a forbidden attribute (SQ_PSN is not allowed in RESET -> INIT).
     assert_eq!(
-        d.modify_qp(qp.qpn, QP_STATE | QP_PKEY_INDEX | QP_PORT | QP_ACCESS_FLAGS | QP_SQ_PSN, init).status,
+        d.modify_qp(
+            qp.qpn,
+            QP_STATE | QP_PKEY_INDEX | QP_PORT | QP_ACCESS_FLAGS | QP_SQ_PSN,
+            init
+        )
+        .status,
         ADMIN_STATUS_BAD_STATE
     );
     // Bad port number.
     assert_eq!(
-        d.modify_qp(qp.qpn, QP_STATE | QP_PKEY_INDEX | QP_PORT | QP_ACCESS_FLAGS, QpAttr { port_num: 2, ..init }).status,
+        d.modify_qp(
+            qp.qpn,
+            QP_STATE | QP_PKEY_INDEX | QP_PORT | QP_ACCESS_FLAGS,
+            QpAttr {
+                port_num: 2,
+                ..init
+            }
+        )
+        .status,
         ADMIN_STATUS_BAD_PARAM
     );
     assert_eq!(d.query_qp(qp.qpn).qp_state, QPS_RESET);
@@ -139,14 +361,69 @@ fn qp_state_machine_through_admin_queue() {
     assert_eq!(q.path_mtu, MTU_1024);
     assert_eq!(q.qp_access_flags, ACCESS_REMOTE_WRITE);
     // RTS -> SQD -> RTS, then ERR, then RESET.
-    assert_eq!(d.modify_qp(qp.qpn, QP_STATE, QpAttr { qp_state: QPS_SQD, ..q }).status, ADMIN_STATUS_SUCCESS);
+    assert_eq!(
+        d.modify_qp(
+            qp.qpn,
+            QP_STATE,
+            QpAttr {
+                qp_state: QPS_SQD,
+                ..q
+            }
+        )
+        .status,
+        ADMIN_STATUS_SUCCESS
+    );
     assert_eq!(d.query_qp(qp.qpn).qp_state, QPS_SQD);
-    assert_eq!(d.modify_qp(qp.qpn, QP_STATE, QpAttr { qp_state: QPS_RTS, ..q }).status, ADMIN_STATUS_SUCCESS);
-    assert_eq!(d.modify_qp(qp.qpn, QP_STATE, QpAttr { qp_state: QPS_ERR, ..q }).status, ADMIN_STATUS_SUCCESS);
+    assert_eq!(
+        d.modify_qp(
+            qp.qpn,
+            QP_STATE,
+            QpAttr {
+                qp_state: QPS_RTS,
+                ..q
+            }
+        )
+        .status,
+        ADMIN_STATUS_SUCCESS
+    );
+    assert_eq!(
+        d.modify_qp(
+            qp.qpn,
+            QP_STATE,
+            QpAttr {
+                qp_state: QPS_ERR,
+                ..q
+            }
+        )
+        .status,
+        ADMIN_STATUS_SUCCESS
+    );
     assert_eq!(d.query_qp(qp.qpn).qp_state, QPS_ERR);
     // ERR -> RTS is not allowed.
-    assert_eq!(d.modify_qp(qp.qpn, QP_STATE, QpAttr { qp_state: QPS_RTS, ..q }).status, ADMIN_STATUS_BAD_STATE);
-    assert_eq!(d.modify_qp(qp.qpn, QP_STATE, QpAttr { qp_state: QPS_RESET, ..q }).status, ADMIN_STATUS_SUCCESS);
+    assert_eq!(
+        d.modify_qp(
+            qp.qpn,
+            QP_STATE,
+            QpAttr {
+                qp_state: QPS_RTS,
+                ..q
+            }
+        )
+        .status,
+        ADMIN_STATUS_BAD_STATE
+    );
+    assert_eq!(
+        d.modify_qp(
+            qp.qpn,
+            QP_STATE,
+            QpAttr {
+                qp_state: QPS_RESET,
+                ..q
+            }
+        )
+        .status,
+        ADMIN_STATUS_SUCCESS
+    );
     assert_eq!(d.query_qp(qp.qpn).qp_state, QPS_RESET);
 }
 
@@ -154,17 +431,53 @@ fn qp_state_machine_through_admin_queue() {
 fn srq_limit_modify_and_query() {
     let mut d = driver();
     let srq = d.create_srq(PD, 5, 4);
-    let cpl = d.admin_ok(ADMIN_OP_QUERY_SRQ, payload(&HandleCmd { handle: srq.id, reserved: 0 }));
+    let cpl = d.admin_ok(
+        ADMIN_OP_QUERY_SRQ,
+        payload(&HandleCmd {
+            handle: srq.id,
+            reserved: 0,
+        }),
+    );
     assert_eq!((cpl.result0, cpl.result1), (4, 0));
-    let m = ModifySrqCmd { srq: srq.id, attr_mask: SRQ_ATTR_LIMIT, limit: 9, reserved: 0 };
+    let m = ModifySrqCmd {
+        srq: srq.id,
+        attr_mask: SRQ_ATTR_LIMIT,
+        limit: 9,
+        reserved: 0,
+    };
     d.admin_ok(ADMIN_OP_MODIFY_SRQ, payload(&m));
-    assert_eq!(d.admin_ok(ADMIN_OP_QUERY_SRQ, payload(&HandleCmd { handle: srq.id, reserved: 0 })).result0, 9);
+    assert_eq!(
+        d.admin_ok(
+            ADMIN_OP_QUERY_SRQ,
+            payload(&HandleCmd {
+                handle: srq.id,
+                reserved: 0
+            })
+        )
+        .result0,
+        9
+    );
     // Resizing is not supported; a limit above the depth is invalid.
-    let m2 = ModifySrqCmd { attr_mask: SRQ_ATTR_MAX_WR, ..m };
-    assert_eq!(d.admin(ADMIN_OP_MODIFY_SRQ, payload(&m2)).status, ADMIN_STATUS_BAD_PARAM);
+    let m2 = ModifySrqCmd {
+        attr_mask: SRQ_ATTR_MAX_WR,
+        ..m
+    };
+    assert_eq!(
+        d.admin(ADMIN_OP_MODIFY_SRQ, payload(&m2)).status,
+        ADMIN_STATUS_BAD_PARAM
+    );
     let m3 = ModifySrqCmd { limit: 1000, ..m };
-    assert_eq!(d.admin(ADMIN_OP_MODIFY_SRQ, payload(&m3)).status, ADMIN_STATUS_BAD_PARAM);
-    d.admin_ok(ADMIN_OP_DESTROY_SRQ, payload(&HandleCmd { handle: srq.id, reserved: 0 }));
+    assert_eq!(
+        d.admin(ADMIN_OP_MODIFY_SRQ, payload(&m3)).status,
+        ADMIN_STATUS_BAD_PARAM
+    );
+    d.admin_ok(
+        ADMIN_OP_DESTROY_SRQ,
+        payload(&HandleCmd {
+            handle: srq.id,
+            reserved: 0,
+        }),
+    );
 }
 
 #[test]

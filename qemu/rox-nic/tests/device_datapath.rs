@@ -66,24 +66,12 @@ fn rc_send_recv_with_imm_loopback() {
     let mut p = pair(QPT_RC);
     let msg = pattern(1, 3000);
     p.d.ram.write(p.buf_a, &msg);
-    p.d.post_recv(
-        &mut p.b,
-        77,
-        &[Sge {
-            addr: p.buf_b,
-            length: 4096,
-            lkey: p.key_b,
-        }],
-    );
+    p.d.post_recv(&mut p.b, 77, &[sge(p.buf_b, 4096, p.key_b)]);
     let mut w = send_wqe(
         5,
         WR_SEND_WITH_IMM,
         WQE_FLAG_SIGNALED,
-        &[Sge {
-            addr: p.buf_a,
-            length: 3000,
-            lkey: p.key_a,
-        }],
+        &[sge(p.buf_a, 3000, p.key_a)],
     );
     w.imm_data = 0x1234_5678u32.to_be();
     p.d.post_send(&mut p.a, &w);
@@ -111,11 +99,7 @@ fn rc_write_read_atomics_and_inline() {
             1,
             WR_RDMA_WRITE,
             WQE_FLAG_SIGNALED,
-            &[Sge {
-                addr: p.buf_a,
-                length: 10_000,
-                lkey: p.key_a,
-            }],
+            &[sge(p.buf_a, 10_000, p.key_a)],
         ),
         p.buf_b + 100,
         p.key_b,
@@ -130,11 +114,7 @@ fn rc_write_read_atomics_and_inline() {
             2,
             WR_RDMA_READ,
             WQE_FLAG_SIGNALED,
-            &[Sge {
-                addr: p.buf_a + 20_000,
-                length: 10_000,
-                lkey: p.key_a,
-            }],
+            &[sge(p.buf_a + 20_000, 10_000, p.key_a)],
         ),
         p.buf_b + 100,
         p.key_b,
@@ -149,11 +129,7 @@ fn rc_write_read_atomics_and_inline() {
     // Atomics on b's memory.
     let target = p.buf_b + 40_000;
     p.d.ram.write(target, &100u64.to_le_bytes());
-    let res = Sge {
-        addr: p.buf_a + 40_000,
-        length: 8,
-        lkey: p.key_a,
-    };
+    let res = sge(p.buf_a + 40_000, 8, p.key_a);
     p.d.post_send(
         &mut p.a,
         &with_atomic(
@@ -230,11 +206,7 @@ fn protection_violations_leave_guard_patterns_intact() {
             1,
             WR_RDMA_WRITE,
             WQE_FLAG_SIGNALED,
-            &[Sge {
-                addr: p.buf_a,
-                length: 64,
-                lkey: p.key_a,
-            }],
+            &[sge(p.buf_a, 64, p.key_a)],
         ),
         region + 4096,
         ro,
@@ -260,11 +232,7 @@ fn protection_violations_leave_guard_patterns_intact() {
             1,
             WR_RDMA_WRITE,
             WQE_FLAG_SIGNALED,
-            &[Sge {
-                addr: p.buf_a,
-                length: 200,
-                lkey: p.key_a,
-            }],
+            &[sge(p.buf_a, 200, p.key_a)],
         ),
         region + 2 * 4096 - 100,
         rw,
@@ -280,11 +248,7 @@ fn protection_violations_leave_guard_patterns_intact() {
             1,
             WR_RDMA_WRITE,
             WQE_FLAG_SIGNALED,
-            &[Sge {
-                addr: p.buf_a,
-                length: 64,
-                lkey: other_pd_key,
-            }],
+            &[sge(p.buf_a, 64, other_pd_key)],
         ),
         p.buf_b,
         p.key_b,
@@ -321,15 +285,7 @@ fn wild_producer_index_is_a_qp_fatal_event_not_a_crash() {
     assert_eq!(e.aux, VENDOR_ERR_WILD_INDEX as u32);
     assert_eq!(p.d.query_qp(p.a.qpn).qp_state, QPS_ERR);
     // The other QP and the device keep working.
-    p.d.post_recv(
-        &mut p.a,
-        1,
-        &[Sge {
-            addr: p.buf_a,
-            length: 64,
-            lkey: p.key_a,
-        }],
-    );
+    p.d.post_recv(&mut p.a, 1, &[sge(p.buf_a, 64, p.key_a)]);
     assert_eq!(p.d.read_reg(REG_STATUS) & STATUS_FATAL, 0);
 }
 
@@ -345,11 +301,7 @@ fn armed_cq_posts_completion_event_and_fires_msix() {
             1,
             WR_RDMA_WRITE,
             WQE_FLAG_SIGNALED,
-            &[Sge {
-                addr: p.buf_a,
-                length: 8,
-                lkey: p.key_a,
-            }],
+            &[sge(p.buf_a, 8, p.key_a)],
         ),
         p.buf_b,
         p.key_b,
@@ -378,52 +330,18 @@ fn armed_cq_posts_completion_event_and_fires_msix() {
     assert!(p.d.poll_eq(COMP_EQ).is_none());
     // Solicited-only arm: an unsolicited receive does not trigger, a solicited one does.
     p.d.arm_cq(&mut p.cq_b, CQ_ARM_SOLICITED);
-    p.d.post_recv(
-        &mut p.b,
-        10,
-        &[Sge {
-            addr: p.buf_b,
-            length: 64,
-            lkey: p.key_b,
-        }],
-    );
-    p.d.post_recv(
-        &mut p.b,
-        11,
-        &[Sge {
-            addr: p.buf_b,
-            length: 64,
-            lkey: p.key_b,
-        }],
-    );
+    p.d.post_recv(&mut p.b, 10, &[sge(p.buf_b, 64, p.key_b)]);
+    p.d.post_recv(&mut p.b, 11, &[sge(p.buf_b, 64, p.key_b)]);
     p.d.post_send(
         &mut p.a,
-        &send_wqe(
-            4,
-            WR_SEND,
-            0,
-            &[Sge {
-                addr: p.buf_a,
-                length: 8,
-                lkey: p.key_a,
-            }],
-        ),
+        &send_wqe(4, WR_SEND, 0, &[sge(p.buf_a, 8, p.key_a)]),
     );
     assert_eq!(p.d.wait_cqe(&mut p.cq_b).wr_id, 10);
     std::thread::sleep(Duration::from_millis(20));
     assert!(p.d.poll_eq(COMP_EQ).is_none());
     p.d.post_send(
         &mut p.a,
-        &send_wqe(
-            5,
-            WR_SEND,
-            WQE_FLAG_SOLICITED,
-            &[Sge {
-                addr: p.buf_a,
-                length: 8,
-                lkey: p.key_a,
-            }],
-        ),
+        &send_wqe(5, WR_SEND, WQE_FLAG_SOLICITED, &[sge(p.buf_a, 8, p.key_a)]),
     );
     assert_eq!(p.d.wait_cqe(&mut p.cq_b).wr_id, 11);
     assert_eq!(
@@ -470,16 +388,7 @@ fn idle_device_sleeps_and_doorbell_wakes_it() {
     // the idle flag is set, and the work completes.
     let wakes = d.wakes;
     let w = with_rdma(
-        send_wqe(
-            1,
-            WR_RDMA_WRITE,
-            WQE_FLAG_SIGNALED,
-            &[Sge {
-                addr: buf,
-                length: 16,
-                lkey: key,
-            }],
-        ),
+        send_wqe(1, WR_RDMA_WRITE, WQE_FLAG_SIGNALED, &[sge(buf, 16, key)]),
         buf + 4096,
         key,
     );
@@ -519,15 +428,7 @@ fn srq_shared_by_two_qps_and_limit_event() {
     let buf = d.ram.alloc(BUF, 4096);
     let key = d.reg_mr(PD, buf, BUF, ALL_ACCESS).unwrap();
     for i in 0..4u64 {
-        d.post_srq(
-            &mut srq,
-            100 + i,
-            &[Sge {
-                addr: buf + 4096 * (i + 1),
-                length: 4096,
-                lkey: key,
-            }],
-        );
+        d.post_srq(&mut srq, 100 + i, &[sge(buf + 4096 * (i + 1), 4096, key)]);
     }
     // Arm the limit: fires when fewer than 3 WQEs remain.
     let m = ModifySrqCmd {
@@ -538,38 +439,14 @@ fn srq_shared_by_two_qps_and_limit_event() {
     };
     d.admin_ok(ADMIN_OP_MODIFY_SRQ, payload(&m));
     d.ram.write(buf, b"via srq");
-    d.post_send(
-        &mut a,
-        &send_wqe(
-            1,
-            WR_SEND,
-            0,
-            &[Sge {
-                addr: buf,
-                length: 7,
-                lkey: key,
-            }],
-        ),
-    );
+    d.post_send(&mut a, &send_wqe(1, WR_SEND, 0, &[sge(buf, 7, key)]));
     let r = d.wait_cqe(&mut cq);
     assert_eq!(
         (r.wr_id, r.status, r.byte_len, r.qp_num),
         (100, WC_SUCCESS, 7, b.qpn)
     );
     assert_eq!(d.ram.read(buf + 4096, 7), b"via srq");
-    d.post_send(
-        &mut a,
-        &send_wqe(
-            2,
-            WR_SEND,
-            0,
-            &[Sge {
-                addr: buf,
-                length: 7,
-                lkey: key,
-            }],
-        ),
-    );
+    d.post_send(&mut a, &send_wqe(2, WR_SEND, 0, &[sge(buf, 7, key)]));
     assert_eq!(d.wait_cqe(&mut cq).wr_id, 101);
     let e = d.wait_event(EQ_ADMIN_ASYNC, EQE_TYPE_SRQ_LIMIT);
     assert_eq!(e.handle, srq.id);
@@ -588,27 +465,10 @@ fn srq_shared_by_two_qps_and_limit_event() {
 fn ud_send_between_two_qps_with_grh() {
     let mut p = pair(QPT_UD);
     let gid = gid_v4(127, 0, 0, 1);
-    p.d.post_recv(
-        &mut p.b,
-        1,
-        &[Sge {
-            addr: p.buf_b,
-            length: 4096,
-            lkey: p.key_b,
-        }],
-    );
+    p.d.post_recv(&mut p.b, 1, &[sge(p.buf_b, 4096, p.key_b)]);
     p.d.ram.write(p.buf_a, b"datagram");
     let w = with_ud(
-        send_wqe(
-            1,
-            WR_SEND,
-            WQE_FLAG_SIGNALED,
-            &[Sge {
-                addr: p.buf_a,
-                length: 8,
-                lkey: p.key_a,
-            }],
-        ),
+        send_wqe(1, WR_SEND, WQE_FLAG_SIGNALED, &[sge(p.buf_a, 8, p.key_a)]),
         gid,
         p.b.qpn,
         0x1111,
@@ -623,26 +483,9 @@ fn ud_send_between_two_qps_with_grh() {
     assert_eq!(r.wc_flags & WC_FLAG_GRH, WC_FLAG_GRH);
     assert_eq!(p.d.ram.read(p.buf_b + GRH_SIZE as u64, 8), b"datagram");
     // A wrong Q_Key is dropped silently (no receive completion).
-    p.d.post_recv(
-        &mut p.b,
-        2,
-        &[Sge {
-            addr: p.buf_b,
-            length: 4096,
-            lkey: p.key_b,
-        }],
-    );
+    p.d.post_recv(&mut p.b, 2, &[sge(p.buf_b, 4096, p.key_b)]);
     let w = with_ud(
-        send_wqe(
-            2,
-            WR_SEND,
-            WQE_FLAG_SIGNALED,
-            &[Sge {
-                addr: p.buf_a,
-                length: 8,
-                lkey: p.key_a,
-            }],
-        ),
+        send_wqe(2, WR_SEND, WQE_FLAG_SIGNALED, &[sge(p.buf_a, 8, p.key_a)]),
         gid,
         p.b.qpn,
         0x2222,
@@ -661,11 +504,7 @@ fn uc_write_and_send() {
             1,
             WR_RDMA_WRITE,
             WQE_FLAG_SIGNALED,
-            &[Sge {
-                addr: p.buf_a,
-                length: 5000,
-                lkey: p.key_a,
-            }],
+            &[sge(p.buf_a, 5000, p.key_a)],
         ),
         p.buf_b,
         p.key_b,
@@ -677,27 +516,10 @@ fn uc_write_and_send() {
         assert!(start.elapsed() < TIMEOUT);
         std::thread::yield_now();
     }
-    p.d.post_recv(
-        &mut p.b,
-        3,
-        &[Sge {
-            addr: p.buf_b + 8192,
-            length: 4096,
-            lkey: p.key_b,
-        }],
-    );
+    p.d.post_recv(&mut p.b, 3, &[sge(p.buf_b + 8192, 4096, p.key_b)]);
     p.d.post_send(
         &mut p.a,
-        &send_wqe(
-            2,
-            WR_SEND,
-            WQE_FLAG_SIGNALED,
-            &[Sge {
-                addr: p.buf_a,
-                length: 100,
-                lkey: p.key_a,
-            }],
-        ),
+        &send_wqe(2, WR_SEND, WQE_FLAG_SIGNALED, &[sge(p.buf_a, 100, p.key_a)]),
     );
     assert_eq!(p.d.wait_cqe(&mut p.cq_a).status, WC_SUCCESS);
     assert_eq!(p.d.wait_cqe(&mut p.cq_b).byte_len, 100);
@@ -707,11 +529,7 @@ fn uc_write_and_send() {
             3,
             WR_RDMA_READ,
             WQE_FLAG_SIGNALED,
-            &[Sge {
-                addr: p.buf_a,
-                length: 8,
-                lkey: p.key_a,
-            }],
+            &[sge(p.buf_a, 8, p.key_a)],
         ),
         p.buf_b,
         p.key_b,
@@ -732,16 +550,7 @@ fn cq_overflow_is_a_cq_error_event() {
     let key = d.reg_mr(PD, buf, 8192, ALL_ACCESS).unwrap();
     for i in 0..3 {
         let w = with_rdma(
-            send_wqe(
-                i,
-                WR_RDMA_WRITE,
-                WQE_FLAG_SIGNALED,
-                &[Sge {
-                    addr: buf,
-                    length: 8,
-                    lkey: key,
-                }],
-            ),
+            send_wqe(i, WR_RDMA_WRITE, WQE_FLAG_SIGNALED, &[sge(buf, 8, key)]),
             buf + 4096,
             key,
         );
@@ -792,11 +601,7 @@ fn mr_translation_through_scattered_pages_level2_list_and_offset() {
             1,
             WR_RDMA_WRITE,
             WQE_FLAG_SIGNALED,
-            &[Sge {
-                addr: p.buf_a,
-                length: len as u32,
-                lkey: p.key_a,
-            }],
+            &[sge(p.buf_a, len as u32, p.key_a)],
         ),
         IOVA,
         rkey,
@@ -832,11 +637,7 @@ fn mr_translation_through_scattered_pages_level2_list_and_offset() {
             2,
             WR_RDMA_WRITE,
             WQE_FLAG_SIGNALED,
-            &[Sge {
-                addr: p.buf_a,
-                length: 64,
-                lkey: p.key_a,
-            }],
+            &[sge(p.buf_a, 64, p.key_a)],
         ),
         target,
         pkey,
@@ -862,11 +663,7 @@ fn deregistered_key_is_refused() {
             1,
             WR_RDMA_WRITE,
             WQE_FLAG_SIGNALED,
-            &[Sge {
-                addr: p.buf_a,
-                length: 64,
-                lkey: p.key_a,
-            }],
+            &[sge(p.buf_a, 64, p.key_a)],
         ),
         p.buf_b,
         p.key_b,
@@ -886,11 +683,7 @@ fn read_into_read_only_local_mr_is_local_protection_error() {
             1,
             WR_RDMA_READ,
             WQE_FLAG_SIGNALED,
-            &[Sge {
-                addr: p.buf_a,
-                length: 64,
-                lkey: ro_local,
-            }],
+            &[sge(p.buf_a, 64, ro_local)],
         ),
         p.buf_b,
         p.key_b,
@@ -905,31 +698,14 @@ fn rnr_then_success_when_receive_is_posted_late() {
     let mut p = pair(QPT_RC);
     p.d.post_send(
         &mut p.a,
-        &send_wqe(
-            1,
-            WR_SEND,
-            WQE_FLAG_SIGNALED,
-            &[Sge {
-                addr: p.buf_a,
-                length: 32,
-                lkey: p.key_a,
-            }],
-        ),
+        &send_wqe(1, WR_SEND, WQE_FLAG_SIGNALED, &[sge(p.buf_a, 32, p.key_a)]),
     );
     std::thread::sleep(Duration::from_millis(30));
     assert!(
         p.d.poll_cq(&mut p.cq_a).is_none(),
         "the send waits for a receive WR (RNR)"
     );
-    p.d.post_recv(
-        &mut p.b,
-        5,
-        &[Sge {
-            addr: p.buf_b,
-            length: 64,
-            lkey: p.key_b,
-        }],
-    );
+    p.d.post_recv(&mut p.b, 5, &[sge(p.buf_b, 64, p.key_b)]);
     assert_eq!(p.d.wait_cqe(&mut p.cq_a).status, WC_SUCCESS);
     assert_eq!(p.d.wait_cqe(&mut p.cq_b).wr_id, 5);
 }
@@ -957,11 +733,7 @@ fn guest_memory_unmapped_under_the_device_is_fatal_not_a_crash() {
             1,
             WR_RDMA_WRITE,
             WQE_FLAG_SIGNALED,
-            &[Sge {
-                addr: p.buf_a,
-                length: 64,
-                lkey: p.key_a,
-            }],
+            &[sge(p.buf_a, 64, p.key_a)],
         ),
         p.buf_b,
         p.key_b,
@@ -992,11 +764,7 @@ fn guest_memory_unmapped_under_the_device_is_fatal_not_a_crash() {
             9,
             WR_RDMA_WRITE,
             WQE_FLAG_SIGNALED,
-            &[Sge {
-                addr: p.buf_a,
-                length: 64,
-                lkey: key,
-            }],
+            &[sge(p.buf_a, 64, key)],
         ),
         p.buf_a + 4096,
         key,
@@ -1015,11 +783,7 @@ fn qp_reset_restarts_indices_at_zero_and_qp_is_reusable() {
                 i,
                 WR_RDMA_WRITE,
                 WQE_FLAG_SIGNALED,
-                &[Sge {
-                    addr: p.buf_a,
-                    length: 8,
-                    lkey: p.key_a,
-                }],
+                &[sge(p.buf_a, 8, p.key_a)],
             ),
             p.buf_b,
             p.key_b,
@@ -1052,27 +816,10 @@ fn qp_reset_restarts_indices_at_zero_and_qp_is_reusable() {
     p.d.connect(&p.a, gid, p.b.qpn, ALL_ACCESS);
     p.d.connect(&p.b, gid, p.a.qpn, ALL_ACCESS);
     p.d.ram.write(p.buf_a, b"again");
-    p.d.post_recv(
-        &mut p.b,
-        1,
-        &[Sge {
-            addr: p.buf_b + 100,
-            length: 64,
-            lkey: p.key_b,
-        }],
-    );
+    p.d.post_recv(&mut p.b, 1, &[sge(p.buf_b + 100, 64, p.key_b)]);
     p.d.post_send(
         &mut p.a,
-        &send_wqe(
-            9,
-            WR_SEND,
-            WQE_FLAG_SIGNALED,
-            &[Sge {
-                addr: p.buf_a,
-                length: 5,
-                lkey: p.key_a,
-            }],
-        ),
+        &send_wqe(9, WR_SEND, WQE_FLAG_SIGNALED, &[sge(p.buf_a, 5, p.key_a)]),
     );
     assert_eq!(p.d.wait_cqe(&mut p.cq_a).wr_id, 9);
     assert_eq!(p.d.wait_cqe(&mut p.cq_b).wr_id, 1);
@@ -1106,27 +853,10 @@ fn srq_qp_entering_error_reports_last_wqe_reached() {
 #[test]
 fn receive_buffer_too_small_is_length_error_on_both_sides() {
     let mut p = pair(QPT_RC);
-    p.d.post_recv(
-        &mut p.b,
-        1,
-        &[Sge {
-            addr: p.buf_b,
-            length: 64,
-            lkey: p.key_b,
-        }],
-    );
+    p.d.post_recv(&mut p.b, 1, &[sge(p.buf_b, 64, p.key_b)]);
     p.d.post_send(
         &mut p.a,
-        &send_wqe(
-            2,
-            WR_SEND,
-            WQE_FLAG_SIGNALED,
-            &[Sge {
-                addr: p.buf_a,
-                length: 100,
-                lkey: p.key_a,
-            }],
-        ),
+        &send_wqe(2, WR_SEND, WQE_FLAG_SIGNALED, &[sge(p.buf_a, 100, p.key_a)]),
     );
     let r = p.d.wait_cqe(&mut p.cq_b);
     assert_eq!((r.wr_id, r.status), (1, WC_LOC_LEN_ERR));
@@ -1143,11 +873,7 @@ fn uc_and_ud_immediate_data() {
             1,
             WR_RDMA_WRITE_WITH_IMM,
             WQE_FLAG_SIGNALED,
-            &[Sge {
-                addr: p.buf_a,
-                length: 16,
-                lkey: p.key_a,
-            }],
+            &[sge(p.buf_a, 16, p.key_a)],
         ),
         p.buf_b,
         p.key_b,
@@ -1159,24 +885,12 @@ fn uc_and_ud_immediate_data() {
         (r.opcode, u32::from_be(r.imm_data), r.byte_len),
         (WC_OPC_RECV_RDMA_WITH_IMM, 0xabcd, 16)
     );
-    p.d.post_recv(
-        &mut p.b,
-        2,
-        &[Sge {
-            addr: p.buf_b,
-            length: 64,
-            lkey: p.key_b,
-        }],
-    );
+    p.d.post_recv(&mut p.b, 2, &[sge(p.buf_b, 64, p.key_b)]);
     let mut w = send_wqe(
         2,
         WR_SEND_WITH_IMM,
         WQE_FLAG_SIGNALED,
-        &[Sge {
-            addr: p.buf_a,
-            length: 16,
-            lkey: p.key_a,
-        }],
+        &[sge(p.buf_a, 16, p.key_a)],
     );
     w.imm_data = 7u32.to_be();
     p.d.post_send(&mut p.a, &w);
@@ -1191,15 +905,7 @@ fn uc_and_ud_immediate_data() {
     );
 
     let mut u = pair(QPT_UD);
-    u.d.post_recv(
-        &mut u.b,
-        3,
-        &[Sge {
-            addr: u.buf_b,
-            length: 256,
-            lkey: u.key_b,
-        }],
-    );
+    u.d.post_recv(&mut u.b, 3, &[sge(u.buf_b, 256, u.key_b)]);
     let mut w = with_ud(
         inline_wqe(3, WR_SEND_WITH_IMM, WQE_FLAG_SIGNALED, b"ud inline"),
         gid_v4(127, 0, 0, 1),
@@ -1218,11 +924,7 @@ fn uc_and_ud_immediate_data() {
             4,
             WR_RDMA_WRITE,
             WQE_FLAG_SIGNALED,
-            &[Sge {
-                addr: u.buf_a,
-                length: 8,
-                lkey: u.key_a,
-            }],
+            &[sge(u.buf_a, 8, u.key_a)],
         ),
         gid_v4(127, 0, 0, 1),
         u.b.qpn,
@@ -1241,11 +943,7 @@ fn arming_a_cq_with_unconsumed_cqes_fires_at_once() {
             1,
             WR_RDMA_WRITE,
             WQE_FLAG_SIGNALED,
-            &[Sge {
-                addr: p.buf_a,
-                length: 8,
-                lkey: p.key_a,
-            }],
+            &[sge(p.buf_a, 8, p.key_a)],
         ),
         p.buf_b,
         p.key_b,
@@ -1279,7 +977,15 @@ fn read_only_dma_mapping_is_never_written() {
     let rom = GuestRam::new(ROM_BASE, ROM_SIZE);
     rom.fill(ROM_BASE, 4096, 0x77);
     match &p.d.link {
-        Link::InProcess(nic) => nic.dma_map_with(Some(rom.file.try_clone().unwrap()), 0, ROM_BASE, ROM_SIZE, false).unwrap(),
+        Link::InProcess(nic) => nic
+            .dma_map_with(
+                Some(rom.file.try_clone().unwrap()),
+                0,
+                ROM_BASE,
+                ROM_SIZE,
+                false,
+            )
+            .unwrap(),
         Link::Socket { .. } => return, // the crate's client always maps read-write
     }
     let c = RegMrCmd {
@@ -1292,13 +998,331 @@ fn read_only_dma_mapping_is_never_written() {
     };
     let key = p.d.admin_ok(ADMIN_OP_REG_MR, payload(&c)).result0;
     // Reading it works.
-    let w = with_rdma(send_wqe(1, WR_RDMA_READ, WQE_FLAG_SIGNALED, &[Sge { addr: p.buf_a, length: 64, lkey: p.key_a }]), ROM_BASE, key);
+    let w = with_rdma(
+        send_wqe(
+            1,
+            WR_RDMA_READ,
+            WQE_FLAG_SIGNALED,
+            &[Sge {
+                addr: p.buf_a,
+                length: 64,
+                lkey: p.key_a,
+            }],
+        ),
+        ROM_BASE,
+        key,
+    );
     p.d.post_send(&mut p.a, &w);
     assert_eq!(p.d.wait_cqe(&mut p.cq_a).status, WC_SUCCESS);
     assert_eq!(p.d.ram.read(p.buf_a, 64), vec![0x77; 64]);
     // Writing it is refused and nothing changes.
-    let w = with_rdma(send_wqe(2, WR_RDMA_WRITE, WQE_FLAG_SIGNALED, &[Sge { addr: p.buf_a + 4096, length: 64, lkey: p.key_a }]), ROM_BASE, key);
+    let w = with_rdma(
+        send_wqe(
+            2,
+            WR_RDMA_WRITE,
+            WQE_FLAG_SIGNALED,
+            &[Sge {
+                addr: p.buf_a + 4096,
+                length: 64,
+                lkey: p.key_a,
+            }],
+        ),
+        ROM_BASE,
+        key,
+    );
     p.d.post_send(&mut p.a, &w);
     assert_eq!(p.d.wait_cqe(&mut p.cq_a).status, WC_REM_ACCESS_ERR);
     assert_eq!(rom.read(ROM_BASE, 4096), vec![0x77; 4096]);
+}
+
+/// Event types on EQ 0 other than admin completions, in order.
+fn async_events(d: &mut TestDriver) -> Vec<(u8, u32)> {
+    d.drain_eq(EQ_ADMIN_ASYNC)
+        .into_iter()
+        .filter(|e| e.event_type != EQE_TYPE_ADMIN)
+        .map(|e| (e.event_type, e.handle))
+        .collect()
+}
+
+/// A WQE the device cannot decode completes in SQ order: after the SEND posted before it
+/// (held up here by RNR NAKs until a receive is posted), then the WR behind it is flushed.
+#[test]
+fn undecodable_wqe_completes_after_earlier_wrs_then_flushes() {
+    let mut p = pair(QPT_RC);
+    let s = [sge(p.buf_a, 32, p.key_a)];
+    p.d.write_send(&mut p.a, &send_wqe(1, WR_SEND, WQE_FLAG_SIGNALED, &s));
+    let mut bad = send_wqe(2, WR_SEND, WQE_FLAG_SIGNALED, &s);
+    bad.opcode = 0x7f;
+    p.d.write_send(&mut p.a, &bad);
+    p.d.write_send(&mut p.a, &send_wqe(3, WR_SEND, WQE_FLAG_SIGNALED, &s));
+    let qa = p.a;
+    p.d.ring_sq(&qa);
+    p.d.expect_no_cqe(&mut p.cq_a, Duration::from_millis(30));
+    assert_eq!(
+        p.d.query_qp(p.a.qpn).qp_state,
+        QPS_RTS,
+        "still RTS behind the RNR wait"
+    );
+    p.d.post_recv(&mut p.b, 9, &[sge(p.buf_b, 64, p.key_b)]);
+    let c = p.d.wait_cqe(&mut p.cq_a);
+    assert_eq!((c.wr_id, c.status), (1, WC_SUCCESS));
+    let c = p.d.wait_cqe(&mut p.cq_a);
+    assert_eq!(
+        (c.wr_id, c.status, c.vendor_err, c.opcode),
+        (2, WC_LOC_QP_OP_ERR, VENDOR_ERR_BAD_OPCODE, WC_OPC_SEND)
+    );
+    let c = p.d.wait_cqe(&mut p.cq_a);
+    assert_eq!((c.wr_id, c.status), (3, WC_WR_FLUSH_ERR));
+    assert_eq!(p.d.query_qp(p.a.qpn).qp_state, QPS_ERR);
+    assert_eq!(p.d.wait_cqe(&mut p.cq_b).wr_id, 9);
+    assert_eq!(p.d.query_stats()[STAT_WQE_ERRORS], 1);
+}
+
+/// UD: a send WR completing in error moves the QP to SQE (IBA 10.3.1), not ERR: later sends
+/// are flushed, receives keep working, and SQE -> RTS resumes sending.
+#[test]
+fn ud_send_error_enters_sqe_receives_continue_and_rts_resumes() {
+    let mut p = pair(QPT_UD);
+    let gid = gid_v4(127, 0, 0, 1);
+    const QKEY: u32 = 0x1111;
+    let mut bad = send_wqe(1, WR_SEND, WQE_FLAG_SIGNALED, &[]);
+    bad.num_sge = 200;
+    p.d.post_send(&mut p.a, &with_ud(bad, gid, p.b.qpn, QKEY));
+    let c = p.d.wait_cqe(&mut p.cq_a);
+    assert_eq!(
+        (c.wr_id, c.status, c.vendor_err),
+        (1, WC_LOC_QP_OP_ERR, VENDOR_ERR_BAD_SGE_COUNT)
+    );
+    assert_eq!(p.d.query_qp(p.a.qpn).qp_state, QPS_SQE);
+    let (b_qpn, buf_a, key_a) = (p.b.qpn, p.buf_a, p.key_a);
+    let send_to_b = |wr_id| {
+        with_ud(
+            send_wqe(wr_id, WR_SEND, WQE_FLAG_SIGNALED, &[sge(buf_a, 16, key_a)]),
+            gid,
+            b_qpn,
+            QKEY,
+        )
+    };
+    p.d.post_send(&mut p.a, &send_to_b(2));
+    let c = p.d.wait_cqe(&mut p.cq_a);
+    assert_eq!((c.wr_id, c.status), (2, WC_WR_FLUSH_ERR));
+    // The receive queue of the QP in SQE still works.
+    p.d.post_recv(&mut p.a, 20, &[sge(p.buf_a + 1024, 1024, p.key_a)]);
+    let to_a = with_ud(
+        send_wqe(30, WR_SEND, WQE_FLAG_SIGNALED, &[sge(p.buf_b, 16, p.key_b)]),
+        gid,
+        p.a.qpn,
+        QKEY,
+    );
+    p.d.post_send(&mut p.b, &to_a);
+    assert_eq!(p.d.wait_cqe(&mut p.cq_b).status, WC_SUCCESS);
+    let r = p.d.wait_cqe(&mut p.cq_a);
+    assert_eq!(
+        (r.wr_id, r.status, r.byte_len),
+        (20, WC_SUCCESS, 16 + GRH_SIZE)
+    );
+    // SQE -> RTS, and sending works again.
+    let attr = QpAttr {
+        qp_state: QPS_RTS,
+        ..Default::default()
+    };
+    assert_eq!(
+        p.d.modify_qp(p.a.qpn, QP_STATE, attr).status,
+        ADMIN_STATUS_SUCCESS
+    );
+    p.d.post_recv(&mut p.b, 40, &[sge(p.buf_b + 1024, 1024, p.key_b)]);
+    p.d.post_send(&mut p.a, &send_to_b(3));
+    let c = p.d.wait_cqe(&mut p.cq_a);
+    assert_eq!((c.wr_id, c.status), (3, WC_SUCCESS));
+    assert_eq!(p.d.wait_cqe(&mut p.cq_b).wr_id, 40);
+}
+
+/// RTS -> SQD: a WR already started (here waiting out RNR NAKs) still completes, new WRs wait
+/// in the SQ, QUERY_QP says `sq_draining` until the drain ends, then SQ_DRAINED arrives on
+/// EQ 0; SQD -> RTS sends the waiting WR.
+#[test]
+fn sqd_finishes_started_wrs_then_reports_sq_drained() {
+    let mut p = pair(QPT_RC);
+    let s = [sge(p.buf_a, 32, p.key_a)];
+    p.d.post_send(&mut p.a, &send_wqe(1, WR_SEND, WQE_FLAG_SIGNALED, &s));
+    p.d.expect_no_cqe(&mut p.cq_a, Duration::from_millis(20));
+    let sqd = QpAttr {
+        qp_state: QPS_SQD,
+        en_sqd_async_notify: 1,
+        ..Default::default()
+    };
+    async_events(&mut p.d);
+    let cpl =
+        p.d.modify_qp(p.a.qpn, QP_STATE | QP_EN_SQD_ASYNC_NOTIFY, sqd);
+    assert_eq!(cpl.status, ADMIN_STATUS_SUCCESS);
+    let attr = p.d.query_qp(p.a.qpn);
+    assert_eq!((attr.qp_state, attr.sq_draining), (QPS_SQD, 1));
+    p.d.post_send(&mut p.a, &send_wqe(2, WR_SEND, WQE_FLAG_SIGNALED, &s));
+    std::thread::sleep(Duration::from_millis(20));
+    assert_eq!(
+        async_events(&mut p.d),
+        vec![],
+        "not drained while WR 1 is in flight"
+    );
+    // A receive ends the RNR wait: WR 1 completes, and the drain with it.
+    p.d.post_recv(&mut p.b, 10, &[sge(p.buf_b, 64, p.key_b)]);
+    p.d.post_recv(&mut p.b, 11, &[sge(p.buf_b, 64, p.key_b)]);
+    let c = p.d.wait_cqe(&mut p.cq_a);
+    assert_eq!((c.wr_id, c.status), (1, WC_SUCCESS));
+    let e = p.d.wait_event(EQ_ADMIN_ASYNC, EQE_TYPE_SQ_DRAINED);
+    assert_eq!(e.handle, p.a.qpn);
+    assert_eq!(p.d.query_qp(p.a.qpn).sq_draining, 0);
+    p.d.expect_no_cqe(&mut p.cq_a, Duration::from_millis(20));
+    // Back to RTS: the WR posted in SQD goes out.
+    let rts = QpAttr {
+        qp_state: QPS_RTS,
+        ..Default::default()
+    };
+    assert_eq!(
+        p.d.modify_qp(p.a.qpn, QP_STATE, rts).status,
+        ADMIN_STATUS_SUCCESS
+    );
+    let c = p.d.wait_cqe(&mut p.cq_a);
+    assert_eq!((c.wr_id, c.status), (2, WC_SUCCESS));
+    // An idle QP drains at once; without en_sqd_async_notify there is no event.
+    let quiet = QpAttr {
+        qp_state: QPS_SQD,
+        ..Default::default()
+    };
+    assert_eq!(
+        p.d.modify_qp(p.a.qpn, QP_STATE, quiet).status,
+        ADMIN_STATUS_SUCCESS
+    );
+    assert_eq!(p.d.query_qp(p.a.qpn).sq_draining, 0);
+    assert_eq!(
+        p.d.modify_qp(p.a.qpn, QP_STATE, rts).status,
+        ADMIN_STATUS_SUCCESS
+    );
+    assert_eq!(
+        p.d.modify_qp(p.a.qpn, QP_STATE | QP_EN_SQD_ASYNC_NOTIFY, sqd)
+            .status,
+        0
+    );
+    let e = p.d.wait_event(EQ_ADMIN_ASYNC, EQE_TYPE_SQ_DRAINED);
+    assert_eq!(e.handle, p.a.qpn);
+    std::thread::sleep(Duration::from_millis(10));
+    assert_eq!(async_events(&mut p.d), vec![], "one event per drain");
+}
+
+fn set_port_state(d: &mut TestDriver, port: u32, state: u32) -> AdminCpl {
+    d.admin(
+        ADMIN_OP_SET_PORT_STATE,
+        payload(&SetPortStateCmd { port, state }),
+    )
+}
+
+fn query_port(d: &mut TestDriver) -> PortAttr {
+    let resp = d.ram.alloc(ROX_PAGE_SIZE as u64, ROX_PAGE_SIZE as u64);
+    d.admin_ok(
+        ADMIN_OP_QUERY_PORT,
+        payload(&QueryCmd {
+            index: PORT_NUM as u32,
+            resp_addr: resp,
+            ..Default::default()
+        }),
+    );
+    d.ram.read_obj(resp)
+}
+
+/// The driver reports its netdev's link: a change is a PORT_CHANGE event (handle = port, aux =
+/// new state), QUERY_PORT follows it, a down port moves no packets (RC retransmits once it is
+/// up again), and a repeated state is no event.
+#[test]
+fn port_state_changes_are_events_and_a_down_port_moves_no_packets() {
+    let mut p = pair(QPT_RC);
+    assert_eq!(query_port(&mut p.d).state, PORT_ACTIVE);
+    async_events(&mut p.d);
+    let port = PORT_NUM as u32;
+    assert_eq!(
+        set_port_state(&mut p.d, port, PORT_DOWN as u32).status,
+        ADMIN_STATUS_SUCCESS
+    );
+    let e = p.d.wait_event(EQ_ADMIN_ASYNC, EQE_TYPE_PORT_CHANGE);
+    assert_eq!((e.handle, e.aux), (port, PORT_DOWN as u32));
+    let attr = query_port(&mut p.d);
+    assert_eq!(
+        (attr.state, attr.phys_state),
+        (PORT_DOWN, PHYS_STATE_DISABLED)
+    );
+    assert_eq!(
+        set_port_state(&mut p.d, port, PORT_DOWN as u32).status,
+        ADMIN_STATUS_SUCCESS
+    );
+    assert_eq!(async_events(&mut p.d), vec![], "no change, no event");
+    // Bad port number or a state the driver cannot report.
+    assert_eq!(
+        set_port_state(&mut p.d, 2, PORT_ACTIVE as u32).status,
+        ADMIN_STATUS_BAD_PARAM
+    );
+    assert_eq!(
+        set_port_state(&mut p.d, port, PORT_ARMED as u32).status,
+        ADMIN_STATUS_BAD_PARAM
+    );
+    // No link: the SEND does not arrive.
+    p.d.post_recv(&mut p.b, 7, &[sge(p.buf_b, 64, p.key_b)]);
+    p.d.ram.write(p.buf_a, b"after the link");
+    p.d.post_send(
+        &mut p.a,
+        &send_wqe(1, WR_SEND, WQE_FLAG_SIGNALED, &[sge(p.buf_a, 14, p.key_a)]),
+    );
+    p.d.expect_no_cqe(&mut p.cq_b, Duration::from_millis(30));
+    // Link back: event, and the retransmission delivers it.
+    assert_eq!(
+        set_port_state(&mut p.d, port, PORT_ACTIVE as u32).status,
+        ADMIN_STATUS_SUCCESS
+    );
+    let e = p.d.wait_event(EQ_ADMIN_ASYNC, EQE_TYPE_PORT_CHANGE);
+    assert_eq!((e.handle, e.aux), (port, PORT_ACTIVE as u32));
+    assert_eq!(query_port(&mut p.d).phys_state, PHYS_STATE_LINK_UP);
+    let r = p.d.wait_cqe(&mut p.cq_b);
+    assert_eq!((r.wr_id, r.status, r.byte_len), (7, WC_SUCCESS, 14));
+    assert_eq!(p.d.ram.read(p.buf_b, 14), b"after the link");
+    assert_eq!(p.d.wait_cqe(&mut p.cq_a).status, WC_SUCCESS);
+    assert!(p.d.query_stats()[STAT_RETRANSMITS] > 0);
+}
+
+/// LAST_WQE_REACHED follows every entry into ERR of a QP with an SRQ, also one the transport
+/// causes by itself (here retry exhaustion towards a QP that does not exist).
+#[test]
+fn srq_qp_failing_by_retry_exhaustion_reports_last_wqe_reached() {
+    let mut d = TestDriver::new(DeviceConfig::new([2, 0, 0, 0, 0, 7]));
+    let gid = gid_v4(127, 0, 0, 7);
+    d.set_gid(0, gid);
+    let mut cq = d.create_cq(4);
+    let srq = d.create_srq(PD, 4, 0);
+    let mut qp = d.create_qp(QPT_RC, PD, cq.id, cq.id, srq.id);
+    const NO_SUCH_QPN: u32 = 0xabcd;
+    let p = ConnectParams {
+        timeout: 1,
+        retry_cnt: 1,
+        ..Default::default()
+    };
+    d.connect_with(&qp, gid, NO_SUCH_QPN, ALL_ACCESS, &p);
+    let buf = d.ram.alloc(4096, 4096);
+    let key = d.reg_mr(PD, buf, 4096, ALL_ACCESS).unwrap();
+    async_events(&mut d);
+    d.post_send(
+        &mut qp,
+        &send_wqe(1, WR_SEND, WQE_FLAG_SIGNALED, &[sge(buf, 8, key)]),
+    );
+    let c = d.wait_cqe(&mut cq);
+    assert_eq!((c.wr_id, c.status), (1, WC_RETRY_EXC_ERR));
+    let e = d.wait_event(EQ_ADMIN_ASYNC, EQE_TYPE_QP_LAST_WQE);
+    assert_eq!(e.handle, qp.qpn);
+    assert_eq!(d.query_qp(qp.qpn).qp_state, QPS_ERR);
+    // A modify to ERR of a QP already in ERR is no second event.
+    let err = QpAttr {
+        qp_state: QPS_ERR,
+        ..Default::default()
+    };
+    assert_eq!(
+        d.modify_qp(qp.qpn, QP_STATE, err).status,
+        ADMIN_STATUS_SUCCESS
+    );
+    assert_eq!(async_events(&mut d), vec![]);
 }

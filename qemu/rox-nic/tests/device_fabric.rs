@@ -78,27 +78,10 @@ fn rc_between_two_devices_send_write_read_atomic() {
     // SEND 100 KiB (many MTU packets).
     let msg = pattern(11, 100_000);
     a.d.ram.write(a.buf, &msg);
-    b.d.post_recv(
-        &mut b.qp,
-        1,
-        &[Sge {
-            addr: b.buf,
-            length: 200_000,
-            lkey: b.key,
-        }],
-    );
+    b.d.post_recv(&mut b.qp, 1, &[sge(b.buf, 200_000, b.key)]);
     a.d.post_send(
         &mut a.qp,
-        &send_wqe(
-            1,
-            WR_SEND,
-            WQE_FLAG_SIGNALED,
-            &[Sge {
-                addr: a.buf,
-                length: 100_000,
-                lkey: a.key,
-            }],
-        ),
+        &send_wqe(1, WR_SEND, WQE_FLAG_SIGNALED, &[sge(a.buf, 100_000, a.key)]),
     );
     assert_eq!(a.d.wait_cqe(&mut a.cq).status, WC_SUCCESS);
     let r = b.d.wait_cqe(&mut b.cq);
@@ -110,11 +93,7 @@ fn rc_between_two_devices_send_write_read_atomic() {
             2,
             WR_RDMA_WRITE,
             WQE_FLAG_SIGNALED,
-            &[Sge {
-                addr: a.buf,
-                length: 50_000,
-                lkey: a.key,
-            }],
+            &[sge(a.buf, 50_000, a.key)],
         ),
         b.buf + 300_000,
         b.key,
@@ -127,11 +106,7 @@ fn rc_between_two_devices_send_write_read_atomic() {
             3,
             WR_RDMA_READ,
             WQE_FLAG_SIGNALED,
-            &[Sge {
-                addr: a.buf + 500_000,
-                length: 50_000,
-                lkey: a.key,
-            }],
+            &[sge(a.buf + 500_000, 50_000, a.key)],
         ),
         b.buf + 300_000,
         b.key,
@@ -146,11 +121,7 @@ fn rc_between_two_devices_send_write_read_atomic() {
             4,
             WR_ATOMIC_FETCH_AND_ADD,
             WQE_FLAG_SIGNALED,
-            &[Sge {
-                addr: a.buf + 900_000,
-                length: 8,
-                lkey: a.key,
-            }],
+            &[sge(a.buf + 900_000, 8, a.key)],
         ),
         b.buf + 800_000,
         b.key,
@@ -207,11 +178,7 @@ fn missing_peer_ends_in_retry_exceeded_then_flush() {
     at.rnr_retry = 0;
     let m = QP_STATE | QP_SQ_PSN | QP_TIMEOUT | QP_RETRY_CNT | QP_RNR_RETRY | QP_MAX_QP_RD_ATOMIC;
     assert_eq!(a.d.modify_qp(qa.qpn, m, at).status, 0);
-    let sge = [Sge {
-        addr: a.buf,
-        length: 8,
-        lkey: a.key,
-    }];
+    let sge = [sge(a.buf, 8, a.key)];
     a.d.post_send(&mut a.qp, &send_wqe(1, WR_SEND, WQE_FLAG_SIGNALED, &sge));
     a.d.post_send(&mut a.qp, &send_wqe(2, WR_SEND, WQE_FLAG_SIGNALED, &sge));
     let c = a.d.wait_cqe(&mut a.cq);
@@ -229,26 +196,14 @@ fn ud_between_two_devices() {
     let (qa, qb) = (a.qp, b.qp);
     a.d.activate_ud(&qa, 0x42);
     b.d.activate_ud(&qb, 0x42);
-    b.d.post_recv(
-        &mut b.qp,
-        7,
-        &[Sge {
-            addr: b.buf,
-            length: 2048,
-            lkey: b.key,
-        }],
-    );
+    b.d.post_recv(&mut b.qp, 7, &[sge(b.buf, 2048, b.key)]);
     a.d.ram.write(a.buf, b"hello over udp");
     let w = with_ud(
         send_wqe(
             1,
             WR_SEND_WITH_IMM,
             WQE_FLAG_SIGNALED,
-            &[Sge {
-                addr: a.buf,
-                length: 14,
-                lkey: a.key,
-            }],
+            &[sge(a.buf, 14, a.key)],
         ),
         gid_v4(127, 0, 1, 2),
         qb.qpn,
@@ -284,11 +239,11 @@ fn rc_in_order_exactly_once_through_devices_with_faults() {
         b.d.post_recv(
             &mut b.qp,
             posted_recv,
-            &[Sge {
-                addr: b.buf + (posted_recv % recv_slots as u64) * SLOT,
-                length: SLOT as u32,
-                lkey: b.key,
-            }],
+            &[sge(
+                b.buf + (posted_recv % recv_slots as u64) * SLOT,
+                SLOT as u32,
+                b.key,
+            )],
         );
         posted_recv += 1;
     }
@@ -348,11 +303,11 @@ fn rc_in_order_exactly_once_through_devices_with_faults() {
             b.d.post_recv(
                 &mut b.qp,
                 posted_recv,
-                &[Sge {
-                    addr: b.buf + (posted_recv % recv_slots as u64) * SLOT,
-                    length: SLOT as u32,
-                    lkey: b.key,
-                }],
+                &[sge(
+                    b.buf + (posted_recv % recv_slots as u64) * SLOT,
+                    SLOT as u32,
+                    b.key,
+                )],
             );
             posted_recv += 1;
         }
@@ -385,16 +340,7 @@ fn device_writes_a_pcap_of_its_fabric_traffic() {
         let buf = d.ram.alloc(8192, 4096);
         let key = d.reg_mr(PD, buf, 8192, ALL_ACCESS).unwrap();
         let w = with_rdma(
-            send_wqe(
-                1,
-                WR_RDMA_WRITE,
-                WQE_FLAG_SIGNALED,
-                &[Sge {
-                    addr: buf,
-                    length: 100,
-                    lkey: key,
-                }],
-            ),
+            send_wqe(1, WR_RDMA_WRITE, WQE_FLAG_SIGNALED, &[sge(buf, 100, key)]),
             buf + 4096,
             key,
         );
@@ -412,4 +358,68 @@ fn device_writes_a_pcap_of_its_fabric_traffic() {
         bytes.len() > PCAP_HEADER + 100,
         "the WRITE and its ACK were captured"
     );
+}
+
+/// 64 RDMA WRITEs of 1 MiB posted at once (64 MiB outstanding as far as the application is
+/// concerned) between two devices over the real UDP fabric: the requester's send window
+/// (`MAX_INFLIGHT_PSNS` packets) keeps the bytes on the wire within what the socket buffers
+/// hold, so no WRITE ends in RETRY_EXC_ERR and every byte arrives.
+#[test]
+fn rc_64_writes_of_1_mib_posted_at_once_all_arrive() {
+    const WRITES: u64 = 64;
+    const MSG: u64 = 1 << 20;
+    /// Distinct source buffers (each with its own pattern); WRITE i sends source i % SOURCES.
+    const SOURCES: u64 = 4;
+    let dir = tempfile::tempdir().unwrap();
+    let mut a = device(dir.path(), 1, None);
+    let mut b = device(dir.path(), 2, None);
+    let mut a_cq = a.create_cq(8);
+    let b_cq = b.create_cq(8);
+    // An SQ deep enough for every WRITE at once.
+    let (c, mut qa) = a.create_qp_cmd(QPT_RC, PD, a_cq.id, a_cq.id, SRQ_NONE, 7, 1);
+    qa.qpn = a.admin_ok(ADMIN_OP_CREATE_QP, payload(&c)).result0;
+    let qb = b.create_qp(QPT_RC, PD, b_cq.id, b_cq.id, SRQ_NONE);
+    let p = ConnectParams {
+        mtu: MTU_4096,
+        ..Default::default()
+    };
+    a.connect_with(&qa, gid_v4(127, 0, 1, 2), qb.qpn, ALL_ACCESS, &p);
+    b.connect_with(&qb, gid_v4(127, 0, 1, 1), qa.qpn, ALL_ACCESS, &p);
+    let src = a.ram.alloc(SOURCES * MSG, 4096);
+    let src_key = a.reg_mr(PD, src, SOURCES * MSG, ALL_ACCESS).unwrap();
+    let patterns: Vec<Vec<u8>> = (0..SOURCES)
+        .map(|i| pattern(100 + i, MSG as usize))
+        .collect();
+    for (i, p) in patterns.iter().enumerate() {
+        a.ram.write(src + i as u64 * MSG, p);
+    }
+    let dst = b.ram.alloc(WRITES * MSG, 4096);
+    let dst_key = b.reg_mr(PD, dst, WRITES * MSG, ALL_ACCESS).unwrap();
+    for i in 0..WRITES {
+        let w = with_rdma(
+            send_wqe(
+                i,
+                WR_RDMA_WRITE,
+                WQE_FLAG_SIGNALED,
+                &[sge(src + (i % SOURCES) * MSG, MSG as u32, src_key)],
+            ),
+            dst + i * MSG,
+            dst_key,
+        );
+        a.write_send(&mut qa, &w);
+    }
+    a.ring_sq(&qa);
+    for i in 0..WRITES {
+        let c = a.wait_cqe(&mut a_cq);
+        assert_eq!((c.wr_id, c.status, c.byte_len), (i, WC_SUCCESS, MSG as u32));
+    }
+    for i in 0..WRITES {
+        assert!(
+            b.ram.read(dst + i * MSG, MSG as usize) == patterns[(i % SOURCES) as usize],
+            "WRITE {i} arrived intact"
+        );
+    }
+    // ACK timeouts may still happen when a loaded host deschedules a data-path thread for
+    // longer than the timeout; they resend at most one window and must not end the QP.
+    assert_eq!(a.query_qp(qa.qpn).qp_state, QPS_RTS);
 }

@@ -13,14 +13,32 @@ use rox_uapi::verbs::*;
 
 const PD: u32 = 1;
 const OPCODES: [u8; 18] = [
-    ADMIN_OP_QUERY_DEVICE, ADMIN_OP_QUERY_PORT, ADMIN_OP_SET_GID, ADMIN_OP_READ_MAC, ADMIN_OP_REG_MR,
-    ADMIN_OP_DEREG_MR, ADMIN_OP_CREATE_CQ, ADMIN_OP_DESTROY_CQ, ADMIN_OP_CREATE_QP, ADMIN_OP_MODIFY_QP,
-    ADMIN_OP_QUERY_QP, ADMIN_OP_DESTROY_QP, ADMIN_OP_CREATE_SRQ, ADMIN_OP_MODIFY_SRQ, ADMIN_OP_QUERY_SRQ,
-    ADMIN_OP_DESTROY_SRQ, ADMIN_OP_QUERY_STATS, 0xab,
+    ADMIN_OP_QUERY_DEVICE,
+    ADMIN_OP_QUERY_PORT,
+    ADMIN_OP_SET_GID,
+    ADMIN_OP_READ_MAC,
+    ADMIN_OP_REG_MR,
+    ADMIN_OP_DEREG_MR,
+    ADMIN_OP_CREATE_CQ,
+    ADMIN_OP_DESTROY_CQ,
+    ADMIN_OP_CREATE_QP,
+    ADMIN_OP_MODIFY_QP,
+    ADMIN_OP_QUERY_QP,
+    ADMIN_OP_DESTROY_QP,
+    ADMIN_OP_CREATE_SRQ,
+    ADMIN_OP_MODIFY_SRQ,
+    ADMIN_OP_QUERY_SRQ,
+    ADMIN_OP_DESTROY_SRQ,
+    ADMIN_OP_QUERY_STATS,
+    0xab,
 ];
 
 fn alive(d: &mut TestDriver) {
-    assert_eq!(d.read_reg(REG_STATUS) & STATUS_FATAL, 0, "device went fatal");
+    assert_eq!(
+        d.read_reg(REG_STATUS) & STATUS_FATAL,
+        0,
+        "device went fatal"
+    );
     d.admin_ok(ADMIN_OP_READ_MAC, payload(&HandleCmd::default()));
 }
 
@@ -43,7 +61,11 @@ fn random_admin_commands_get_completions() {
         }
         let op = OPCODES[rng.gen_range(0..OPCODES.len())];
         let cpl = d.admin(op, AdminPayload { raw });
-        assert!(cpl.status <= ADMIN_STATUS_BAD_DOORBELL, "command {i}: unknown status {}", cpl.status);
+        assert!(
+            cpl.status <= ADMIN_STATUS_BAD_DOORBELL,
+            "command {i}: unknown status {}",
+            cpl.status
+        );
         if i % 512 == 0 {
             d.drain_eq(EQ_ADMIN_ASYNC);
         }
@@ -59,17 +81,38 @@ fn random_wqes_complete_or_fail_cleanly() {
     d.set_gid(0, gid);
     let mut rng = StdRng::seed_from_u64(0x5e);
     let buf = d.ram.alloc(1 << 16, 4096);
-    let key = d.reg_mr(PD, buf, 1 << 16, ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE | ACCESS_REMOTE_READ).unwrap();
+    let key = d
+        .reg_mr(
+            PD,
+            buf,
+            1 << 16,
+            ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE | ACCESS_REMOTE_READ,
+        )
+        .unwrap();
     for round in 0..20 {
         let mut cq = d.create_cq(10);
-        let mut qp = d.create_qp(if round % 2 == 0 { QPT_RC } else { QPT_UD }, PD, cq.id, cq.id, SRQ_NONE);
+        let mut qp = d.create_qp(
+            if round % 2 == 0 { QPT_RC } else { QPT_UD },
+            PD,
+            cq.id,
+            cq.id,
+            SRQ_NONE,
+        );
         if qp.qp_type == QPT_UD {
             d.activate_ud(&qp, 1);
         } else {
             d.connect(&qp, gid, qp.qpn, ACCESS_REMOTE_WRITE);
         }
         for _ in 0..4 {
-            d.post_recv(&mut qp, 0, &[Sge { addr: buf, length: 4096, lkey: key }]);
+            d.post_recv(
+                &mut qp,
+                0,
+                &[Sge {
+                    addr: buf,
+                    length: 4096,
+                    lkey: key,
+                }],
+            );
         }
         for _ in 0..32 {
             let mut bytes = [0u8; SQ_WQE_SIZE];
@@ -86,7 +129,14 @@ fn random_wqes_complete_or_fail_cleanly() {
         // Everything the device consumed is accounted for: it does not hang either.
         std::thread::sleep(std::time::Duration::from_millis(5));
         while d.poll_cq(&mut cq).is_some() {}
-        d.modify_qp(qp.qpn, rox_uapi::verbs::QP_STATE, QpAttr { qp_state: QPS_ERR, ..Default::default() });
+        d.modify_qp(
+            qp.qpn,
+            rox_uapi::verbs::QP_STATE,
+            QpAttr {
+                qp_state: QPS_ERR,
+                ..Default::default()
+            },
+        );
         d.drain_eq(EQ_ADMIN_ASYNC);
         alive(&mut d);
     }

@@ -49,7 +49,8 @@ fn vfio_user_client_programs_the_device() {
 
     // Identity from config space.
     let mut id = [0u8; 4];
-    c.region_read(VFIO_PCI_CONFIG_REGION_INDEX, 0, &mut id).unwrap();
+    c.region_read(VFIO_PCI_CONFIG_REGION_INDEX, 0, &mut id)
+        .unwrap();
     assert_eq!(u16::from_le_bytes([id[0], id[1]]), PCI_VENDOR_ID);
     assert_eq!(u16::from_le_bytes([id[2], id[3]]), PCI_DEVICE_ID);
     assert_eq!(c.region(BAR_CTRL).unwrap().size, BAR_CTRL_SIZE);
@@ -57,21 +58,41 @@ fn vfio_user_client_programs_the_device() {
     assert_eq!(db.size, BAR_DB_SIZE);
     assert_eq!(db.sparse_areas.len(), 1);
     assert!(db.flags & VFIO_REGION_INFO_FLAG_MMAP != 0);
-    let db_fd = db.file_offset.as_ref().expect("doorbell BAR comes with an mmap fd").file().as_raw_fd();
+    let db_fd = db
+        .file_offset
+        .as_ref()
+        .expect("doorbell BAR comes with an mmap fd")
+        .file()
+        .as_raw_fd();
     // SAFETY: mapping the fd the server sent for BAR2, as QEMU does.
     let db_map = unsafe {
-        libc::mmap(std::ptr::null_mut(), BAR_DB_SIZE as usize, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, db_fd, 0)
+        libc::mmap(
+            std::ptr::null_mut(),
+            BAR_DB_SIZE as usize,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            db_fd,
+            0,
+        )
     };
     assert_ne!(db_map, libc::MAP_FAILED);
 
     // Guest RAM and interrupts.
     let mut ram = GuestRam::new(RAM_BASE, RAM_SIZE);
-    c.dma_map(0, RAM_BASE, RAM_SIZE, ram.file.as_raw_fd()).unwrap();
+    c.dma_map(0, RAM_BASE, RAM_SIZE, ram.file.as_raw_fd())
+        .unwrap();
     let irq = c.get_irq_info(VFIO_PCI_MSIX_IRQ_INDEX).unwrap();
     assert_eq!(irq.count, MSIX_VECTORS);
     let vectors: Vec<EventFd> = (0..MSIX_VECTORS).map(|_| EventFd::new().unwrap()).collect();
     let fds: Vec<i32> = vectors.iter().map(|e| e.as_raw_fd()).collect();
-    c.set_irqs(VFIO_PCI_MSIX_IRQ_INDEX, VFIO_IRQ_SET_DATA_EVENTFD | VFIO_IRQ_SET_ACTION_TRIGGER, 0, MSIX_VECTORS, &fds).unwrap();
+    c.set_irqs(
+        VFIO_PCI_MSIX_IRQ_INDEX,
+        VFIO_IRQ_SET_DATA_EVENTFD | VFIO_IRQ_SET_ACTION_TRIGGER,
+        0,
+        MSIX_VECTORS,
+        &fds,
+    )
+    .unwrap();
 
     // Registers and one admin command through the rings, with its EQ 0 interrupt.
     assert_eq!(rd(&mut c, REG_VERSION), rox_uapi::ROX_VERSION);
@@ -91,14 +112,23 @@ fn vfio_user_client_programs_the_device() {
     wr(&mut c, REG_ADMIN_LOG_DEPTH, log_depth);
     wr(&mut c, REG_ADMIN_CTRL, ADMIN_CTRL_ENABLE);
     let cmd = AdminCmd {
-        hdr: AdminCmdHdr { opcode: ADMIN_OP_READ_MAC, cmd_id: 0x77, ..Default::default() },
-        payload: AdminPayload { raw: [0; ADMIN_PAYLOAD_SIZE] },
+        hdr: AdminCmdHdr {
+            opcode: ADMIN_OP_READ_MAC,
+            cmd_id: 0x77,
+            ..Default::default()
+        },
+        payload: AdminPayload {
+            raw: [0; ADMIN_PAYLOAD_SIZE],
+        },
     };
     ram.write_obj(cmd_ring, &cmd);
     wr(&mut c, REG_ADMIN_DB, 1);
     let start = Instant::now();
     while ram.owner(cpl_ring + ADMIN_CPL_SIZE as u64 - 1) != owner_for(0, 1 << log_depth) {
-        assert!(start.elapsed() < Duration::from_secs(5), "no admin completion");
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "no admin completion"
+        );
         std::thread::yield_now();
     }
     let cpl: AdminCpl = ram.read_obj(cpl_ring);
@@ -106,17 +136,25 @@ fn vfio_user_client_programs_the_device() {
     assert_eq!(cpl.result0.to_le_bytes(), MAC[..4]);
     let start = Instant::now();
     while !vectors[0].drain() {
-        assert!(start.elapsed() < Duration::from_secs(5), "MSI-X vector 0 did not fire");
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "MSI-X vector 0 did not fire"
+        );
         std::thread::sleep(Duration::from_millis(1));
     }
     let eqe: Eqe = ram.read_obj(eq);
     assert_eq!(eqe.event_type, EQE_TYPE_ADMIN);
 
     // The device announces idleness in the doorbell page the client mapped.
-    let idle = |page: usize| unsafe { std::ptr::read_volatile((db_map as *const u8).add(page * ROX_PAGE_SIZE) as *const u32) };
+    let idle = |page: usize| unsafe {
+        std::ptr::read_volatile((db_map as *const u8).add(page * ROX_PAGE_SIZE) as *const u32)
+    };
     let start = Instant::now();
     while idle(3) != DB_DEVICE_IDLE {
-        assert!(start.elapsed() < Duration::from_secs(5), "device never went idle");
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "device never went idle"
+        );
         std::thread::sleep(Duration::from_millis(1));
     }
     wr(&mut c, WAKE_REG, 3);
@@ -139,7 +177,10 @@ fn vfio_user_client_programs_the_device() {
 fn wait_for(path: &std::path::Path) {
     let start = Instant::now();
     while !path.exists() {
-        assert!(start.elapsed() < Duration::from_secs(10), "rox-nic did not create its socket");
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "rox-nic did not create its socket"
+        );
         std::thread::sleep(Duration::from_millis(5));
     }
 }
@@ -151,7 +192,14 @@ fn binary_serves_one_client_and_reports_bad_configuration() {
     let path = dir.path().join("rox0.sock");
     let fabric = dir.path().join("fabric");
     let mut child = std::process::Command::new(exe)
-        .args(["--socket", path.to_str().unwrap(), "--mac", "52:54:00:00:00:01", "--fabric-dir", fabric.to_str().unwrap()])
+        .args([
+            "--socket",
+            path.to_str().unwrap(),
+            "--mac",
+            "52:54:00:00:00:01",
+            "--fabric-dir",
+            fabric.to_str().unwrap(),
+        ])
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
@@ -161,7 +209,12 @@ fn binary_serves_one_client_and_reports_bad_configuration() {
 
     // A second instance on the same socket fails with a clear message.
     let out = std::process::Command::new(exe)
-        .args(["--socket", path.to_str().unwrap(), "--mac", "52:54:00:00:00:02"])
+        .args([
+            "--socket",
+            path.to_str().unwrap(),
+            "--mac",
+            "52:54:00:00:00:02",
+        ])
         .output()
         .unwrap();
     assert!(!out.status.success());
@@ -187,10 +240,29 @@ fn binary_serves_one_client_and_reports_bad_configuration() {
     // Bad arguments: a malformed MAC, faults without a fabric.
     for args in [
         vec!["--socket", "/tmp/unused.sock", "--mac", "52:54:00"],
-        vec!["--socket", "/tmp/unused.sock", "--mac", "52:54:00:00:00:03", "--faults", "loss=0.1"],
-        vec!["--socket", "/tmp/unused.sock", "--mac", "52:54:00:00:00:03", "--fabric-dir", "/tmp", "--faults", "loss=7"],
+        vec![
+            "--socket",
+            "/tmp/unused.sock",
+            "--mac",
+            "52:54:00:00:00:03",
+            "--faults",
+            "loss=0.1",
+        ],
+        vec![
+            "--socket",
+            "/tmp/unused.sock",
+            "--mac",
+            "52:54:00:00:00:03",
+            "--fabric-dir",
+            "/tmp",
+            "--faults",
+            "loss=7",
+        ],
     ] {
-        let out = std::process::Command::new(exe).args(&args).output().unwrap();
+        let out = std::process::Command::new(exe)
+            .args(&args)
+            .output()
+            .unwrap();
         assert!(!out.status.success(), "{args:?} accepted");
         assert!(!out.stderr.is_empty());
     }
@@ -214,12 +286,35 @@ fn testkit_over_socket_runs_traffic_events_and_wake() {
     let key = d.reg_mr(PD, buf, 1 << 16, all).unwrap();
     d.ram.write(buf, &pattern(5, 9000));
     // SEND to itself with an armed CQ: CQEs, a completion event, MSI-X through SET_IRQS eventfds.
-    d.post_recv(&mut qp, 1, &[Sge { addr: buf + 20_000, length: 10_000, lkey: key }]);
+    d.post_recv(
+        &mut qp,
+        1,
+        &[Sge {
+            addr: buf + 20_000,
+            length: 10_000,
+            lkey: key,
+        }],
+    );
     d.arm_cq(&mut cq, CQ_ARM_NEXT);
-    d.post_send(&mut qp, &send_wqe(2, WR_SEND, WQE_FLAG_SIGNALED, &[Sge { addr: buf, length: 9000, lkey: key }]));
+    d.post_send(
+        &mut qp,
+        &send_wqe(
+            2,
+            WR_SEND,
+            WQE_FLAG_SIGNALED,
+            &[Sge {
+                addr: buf,
+                length: 9000,
+                lkey: key,
+            }],
+        ),
+    );
     let mut got = [d.wait_cqe(&mut cq), d.wait_cqe(&mut cq)];
     got.sort_by_key(|c| c.wr_id);
-    assert_eq!((got[0].wr_id, got[0].status, got[0].byte_len), (1, WC_SUCCESS, 9000));
+    assert_eq!(
+        (got[0].wr_id, got[0].status, got[0].byte_len),
+        (1, WC_SUCCESS, 9000)
+    );
     assert_eq!((got[1].wr_id, got[1].status), (2, WC_SUCCESS));
     assert_eq!(d.ram.read(buf + 20_000, 9000), pattern(5, 9000));
     assert_eq!(d.wait_event(COMP_EQ, EQE_TYPE_COMPLETION).handle, cq.id);
@@ -231,7 +326,20 @@ fn testkit_over_socket_runs_traffic_events_and_wake() {
         std::thread::sleep(Duration::from_millis(1));
     }
     let wakes = d.wakes;
-    let w = with_rdma(send_wqe(3, WR_RDMA_WRITE, WQE_FLAG_SIGNALED, &[Sge { addr: buf, length: 64, lkey: key }]), buf + 40_000, key);
+    let w = with_rdma(
+        send_wqe(
+            3,
+            WR_RDMA_WRITE,
+            WQE_FLAG_SIGNALED,
+            &[Sge {
+                addr: buf,
+                length: 64,
+                lkey: key,
+            }],
+        ),
+        buf + 40_000,
+        key,
+    );
     d.post_send(&mut qp, &w);
     assert_eq!(d.wakes, wakes + 1);
     assert_eq!(d.wait_cqe(&mut cq).wr_id, 3);

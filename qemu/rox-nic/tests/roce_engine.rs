@@ -414,7 +414,7 @@ fn uc_drops_a_message_with_a_lost_packet() {
     ));
     // Lose the middle packet of the first (3-packet) message.
     let lost = t.net.devs[0].env.outbox.remove(1);
-    assert_eq!(lost.1.len() > 256, true);
+    assert!(lost.1.len() > 256);
     t.run();
     assert_eq!(t.cqes(0).len(), 2, "UC requester completes on send");
     let r = one(&t.cqes(1));
@@ -425,7 +425,7 @@ fn uc_drops_a_message_with_a_lost_packet() {
 }
 
 #[test]
-fn uc_rejects_read_and_atomic_as_local_qp_operation_error() {
+fn uc_rejects_read_and_atomic_as_local_qp_operation_error_and_enters_sqe() {
     let mut t = pair(&QpParams::of(QpType::Uc));
     let mut wr = send_wr(
         1,
@@ -441,7 +441,8 @@ fn uc_rejects_read_and_atomic_as_local_qp_operation_error() {
         c.iter().map(|c| (c.wr_id, c.status)).collect::<Vec<_>>(),
         [(1, WcStatus::LocQpOpErr), (2, WcStatus::WrFlushErr)]
     );
-    assert_eq!(t.net.devs[0].engine.qp_state(QPN_A), Some(QpState::Err));
+    // A UC send error stops only the send queue (IBA 10.3.1: Send Queue Error state).
+    assert_eq!(t.net.devs[0].engine.qp_state(QPN_A), Some(QpState::Sqe));
 }
 
 fn ud_pair(gid_a: Gid, gid_b: Gid) -> (Net, u32, u32) {
@@ -1385,4 +1386,52 @@ fn uc_without_receive_wr_or_with_bad_rkey_drops_silently() {
     assert_eq!(t.net.devs[1].env.bytes(RECV_AREA + 0x100, 5), b"after");
     assert_eq!(t.net.devs[1].engine.stats().rx_no_recv_wr, 1);
     assert_eq!(t.net.devs[1].engine.qp_state(QPN_B), Some(QpState::Rts));
+}
+
+/// Flow control: a receiver that takes only 32 packets per burst (a small socket buffer) drops
+/// the tail of every larger burst. The requester halves its send window on each loss, so the
+/// WRITEs complete with a bounded number of extra packets instead of resending full
+/// `MAX_INFLIGHT_PSNS` windows into the same overflow.
+#[test]
+fn send_window_shrinks_to_what_a_small_receive_buffer_holds() {
+    const RX_CAPACITY: usize = 32;
+    const WRITES: u64 = 8;
+    const LEN: u64 = 64 << 10;
+    const MTU_BYTES: u64 = 1024;
+    const DST: u64 = BUF + WRITES * LEN;
+    let mut t = pair(&QpParams {
+        mtu: Mtu::Mtu1024,
+        ..QpParams::rc()
+    });
+    t.net.rx_capacity = Some(RX_CAPACITY);
+    let data: Vec<u8> = (0..WRITES * LEN).map(|i| (i * 7 + i / 251) as u8).collect();
+    t.net.devs[0].env.fill(BUF, &data);
+    for i in 0..WRITES {
+        let mut wr = send_wr(
+            i,
+            WrOpcode::RdmaWrite,
+            SendData::Sges(vec![sge(BUF + i * LEN, LEN as u32, t.key_a)]),
+        );
+        wr.remote_addr = DST + i * LEN;
+        wr.rkey = t.key_b;
+        t.post(wr);
+    }
+    t.run();
+    let c = t.cqes(0);
+    assert_eq!(
+        c.iter().map(|c| (c.wr_id, c.status)).collect::<Vec<_>>(),
+        (0..WRITES)
+            .map(|i| (i, WcStatus::Success))
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(t.net.devs[1].env.bytes(DST, data.len()), &data[..]);
+    let needed = WRITES * LEN / MTU_BYTES;
+    let sent = t.net.devs[0].engine.stats().tx_packets;
+    assert!(t.net.overflow_drops > 0, "the receiver did overflow");
+    // A fixed 256-packet window resends ~8 packets for every one that fits (> 4000 here).
+    assert!(
+        sent < 3 * needed,
+        "{sent} packets sent for {needed} ({} dropped)",
+        t.net.overflow_drops
+    );
 }

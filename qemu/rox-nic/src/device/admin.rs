@@ -45,6 +45,7 @@ pub fn execute(hw: &mut Hw, engine: &mut Engine, cmd: &AdminCmd) -> AdminCpl {
             ADMIN_OP_QUERY_SRQ => query_srq(hw, p.handle.handle),
             ADMIN_OP_DESTROY_SRQ => destroy_srq(hw, p.handle.handle),
             ADMIN_OP_QUERY_STATS => query_stats(hw, engine, &p.query),
+            ADMIN_OP_SET_PORT_STATE => set_port_state(hw, &p.set_port_state),
             _ => Err(ADMIN_STATUS_BAD_OPCODE),
         }
     };
@@ -110,12 +111,14 @@ fn query_device(hw: &mut Hw, q: &QueryCmd) -> AdminResult {
 /// EUI-64 from a MAC, as RoCE devices derive their node GUID.
 fn mac_to_guid(mac: [u8; 6]) -> u64 {
     const EUI64_UL_BIT: u8 = 0x02;
+    /// The two bytes EUI-64 inserts between the OUI and the NIC-specific half of a MAC.
+    const EUI64_FILLER: [u8; 2] = [0xff, 0xfe];
     u64::from_be_bytes([
         mac[0] ^ EUI64_UL_BIT,
         mac[1],
         mac[2],
-        0xff,
-        0xfe,
+        EUI64_FILLER[0],
+        EUI64_FILLER[1],
         mac[3],
         mac[4],
         mac[5],
@@ -129,10 +132,14 @@ fn query_port(hw: &mut Hw, q: &QueryCmd) -> AdminResult {
     const IB_WIDTH_4X: u8 = 2;
     const IB_SPEED_EDR: u8 = 32;
     let attr = PortAttr {
-        state: PORT_ACTIVE,
+        state: hw.port_state,
         max_mtu: MTU_4096,
         active_mtu: MTU_4096,
-        phys_state: PHYS_STATE_LINK_UP,
+        phys_state: if hw.port_state == PORT_ACTIVE {
+            PHYS_STATE_LINK_UP
+        } else {
+            PHYS_STATE_DISABLED
+        },
         gid_tbl_len: GID_TABLE_LEN,
         max_msg_sz: MAX_MSG_SIZE,
         pkey_tbl_len: 1,
@@ -142,6 +149,22 @@ fn query_port(hw: &mut Hw, q: &QueryCmd) -> AdminResult {
         reserved: [0; 2],
     };
     write_resp(hw, q.resp_addr, as_bytes(&attr))?;
+    Ok((0, 0))
+}
+
+/// The driver reports its netdev's link state; a change is an async PORT_CHANGE event.
+fn set_port_state(hw: &mut Hw, c: &SetPortStateCmd) -> AdminResult {
+    if c.port != u32::from(PORT_NUM) {
+        return Err(ADMIN_STATUS_BAD_PARAM);
+    }
+    let state = match u8::try_from(c.state) {
+        Ok(s @ (PORT_ACTIVE | PORT_DOWN)) => s,
+        _ => return Err(ADMIN_STATUS_BAD_PARAM),
+    };
+    if state != hw.port_state {
+        hw.port_state = state;
+        hw.async_event(EQE_TYPE_PORT_CHANGE, u32::from(PORT_NUM), u32::from(state));
+    }
     Ok((0, 0))
 }
 
@@ -559,14 +582,16 @@ fn modify_qp(hw: &mut Hw, engine: &mut Engine, c: &ModifyQpCmd) -> AdminResult {
     keep!(QP_SQ_PSN, sq_psn);
     keep!(QP_DEST_QPN, dest_qp_num);
     keep!(QP_AV, ah);
-    keep!(QP_EN_SQD_ASYNC_NOTIFY, en_sqd_async_notify);
-    at.qp_state = next;
-    let srq_attached = qp.srq != SRQ_NONE;
-    if next == QPS_ERR && cur != QPS_ERR && srq_attached {
-        // No more receive WQEs of this QP will be taken from the SRQ.
-        hw.async_event(EQE_TYPE_QP_LAST_WQE, c.qpn, 0);
-        return Ok((next as u32, 0));
+    if next == QPS_SQD && cur != QPS_SQD {
+        // The notification request belongs to this RTS -> SQD transition only.
+        at.en_sqd_async_notify = if m & QP_EN_SQD_ASYNC_NOTIFY != 0 {
+            a.en_sqd_async_notify
+        } else {
+            0
+        };
     }
+    at.qp_state = next;
+    // Entering ERR, the engine reported LAST_WQE for a QP with an SRQ.
     if next == QPS_RESET {
         // RESET empties the work queues: the slot and all indices start again at 0 (software
         // resets its producer indices to 0 too, as after create).
@@ -590,6 +615,7 @@ fn query_qp(hw: &mut Hw, engine: &mut Engine, q: &QueryCmd) -> AdminResult {
     let mut attr = qp.attr;
     attr.qp_state = current_state(hw, engine, q.index);
     attr.cur_qp_state = attr.qp_state;
+    attr.sq_draining = u8::from(engine.sq_draining(q.index));
     write_resp(hw, q.resp_addr, as_bytes(&attr))?;
     Ok((attr.qp_state as u32, 0))
 }
@@ -614,8 +640,12 @@ fn query_stats(hw: &mut Hw, engine: &mut Engine, q: &QueryCmd) -> AdminResult {
     let mut s = hw.stats;
     s[STAT_RX_PACKETS] = es.rx_packets;
     s[STAT_RX_ICRC_ERRORS] = es.rx_icrc_errors;
-    s[STAT_RX_DROPPED] =
-        es.rx_malformed + es.rx_no_qp + es.rx_qkey_violations + es.rx_no_recv_wr + es.rx_wrong_source;
+    s[STAT_RX_DROPPED] = es.rx_malformed
+        + es.rx_no_qp
+        + es.rx_qkey_violations
+        + es.rx_no_recv_wr
+        + es.rx_wrong_source
+        + hw.rx_port_down_drops;
     s[STAT_RETRANSMITS] = es.retransmit_timeouts + es.nak_rewinds;
     s[STAT_TIMEOUTS] = es.retransmit_timeouts;
     s[STAT_NAKS_SENT] = es.naks_sent + es.rnr_naks_sent;

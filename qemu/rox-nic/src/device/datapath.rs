@@ -14,10 +14,12 @@ use rox_uapi::regs::*;
 use rox_uapi::verbs::*;
 
 use super::admin::{current_state, execute};
-use super::hw::{Eq, Hw};
+use super::hw::{posted_entries, Eq, Hw, WildIndex};
 use super::{Control, DeviceConfig, DeviceError, Shared};
-use crate::roce::fabric::{Fabric, FabricConfig, FabricError, MAX_DATAGRAM};
-use crate::roce::{self, AddressVector, Engine, Gid, SendData, SendWr, UdDest, WrOpcode};
+use crate::roce::fabric::{self, Fabric, FabricConfig, FabricError, RxBatch};
+use crate::roce::{
+    self, AddressVector, Engine, FailedWr, Gid, SendData, SendWr, UdDest, WcStatus, WrOpcode,
+};
 
 pub use super::admin::DEVICE_CAPS;
 
@@ -27,8 +29,11 @@ const SPIN_PERIOD: Duration = Duration::from_micros(50);
 const MAX_NAP: Duration = Duration::from_micros(500);
 /// WQEs fetched from one SQ per pass, so one busy QP cannot starve the others.
 const SQ_BATCH: u32 = 64;
-/// Datagrams received per pass.
+/// Loopback packets handled per pass (the device without a fabric).
 const RX_BATCH: usize = 256;
+/// `recvmmsg` calls per pass (each takes up to `fabric::BATCH` datagrams): bounds a pass so
+/// doorbells and timers are looked at between bursts.
+const RX_BATCHES_PER_PASS: usize = 4;
 
 struct AdminQueue {
     cmd_base: u64,
@@ -49,7 +54,7 @@ pub struct DataPath {
     admin_pi: u32,
     mac: [u8; 6],
     idle_after: Duration,
-    rx_buf: Vec<u8>,
+    rx_batch: RxBatch,
     scan_buf: Vec<u32>,
 }
 
@@ -82,7 +87,7 @@ impl DataPath {
             admin_pi: 0,
             mac: cfg.mac,
             idle_after: cfg.idle_after,
-            rx_buf: vec![0; MAX_DATAGRAM],
+            rx_batch: RxBatch::new(),
             scan_buf: Vec::new(),
         })
     }
@@ -102,6 +107,7 @@ impl DataPath {
                 work |= self.scan_doorbells();
                 work |= self.receive_packets();
                 self.engine.poll(&mut self.hw);
+                self.hw.post_deferred_events();
                 work |= self.flush_outbound();
             }
             if work {
@@ -289,13 +295,13 @@ impl DataPath {
 
     fn run_admin(&mut self) -> bool {
         let Some(aq) = &self.admin else { return false };
-        let pending = self.admin_pi.wrapping_sub(aq.ci);
-        if pending == 0 {
-            return false;
-        }
-        if pending > aq.depth {
-            self.hw.set_fatal(FATAL_ADMIN_DOORBELL);
-            return true;
+        match posted_entries(self.admin_pi, aq.ci, aq.depth) {
+            Ok(0) => return false,
+            Ok(_) => {}
+            Err(WildIndex) => {
+                self.hw.set_fatal(FATAL_ADMIN_DOORBELL);
+                return true;
+            }
         }
         let (cmd_base, cpl_base, depth, mut ci) = (aq.cmd_base, aq.cpl_base, aq.depth, aq.ci);
         while ci != self.admin_pi {
@@ -327,6 +333,7 @@ impl DataPath {
                 aq.ci = ci;
             }
             self.hw.post_event(EQ_ADMIN_ASYNC, EQE_TYPE_ADMIN, idx, 0);
+            self.hw.post_deferred_events();
             if std::mem::take(&mut self.hw.gids_changed) {
                 self.sync_gids();
             }
@@ -387,18 +394,14 @@ impl DataPath {
         !fire.is_empty()
     }
 
-    /// A QP whose queues cannot be trusted any more: async event, error state.
+    /// A QP whose queues cannot be trusted any more: async event, error state (which reports
+    /// LAST_WQE for a QP with an SRQ).
     fn qp_fatal(&mut self, qpn: u32, why: u16) {
-        let mut srq_attached = false;
         if let Some(qp) = self.hw.qps.get_mut(&qpn) {
             qp.broken = true;
-            srq_attached = qp.srq != SRQ_NONE;
         }
         self.hw.async_event(EQE_TYPE_QP_FATAL, qpn, why as u32);
         let _ = self.engine.set_error(&mut self.hw, qpn);
-        if srq_attached {
-            self.hw.async_event(EQE_TYPE_QP_LAST_WQE, qpn, 0);
-        }
     }
 
     fn process_sq(&mut self, qpn: u32) -> bool {
@@ -414,14 +417,14 @@ impl DataPath {
             return false;
         }
         let pi = self.shared.doorbells.slot(qp.db_page, qp.db_slot).a;
-        let pending = pi.wrapping_sub(qp.sq_ci);
-        if pending == 0 {
-            return false;
-        }
-        if pending > qp.sq.depth {
-            self.qp_fatal(qpn, VENDOR_ERR_WILD_INDEX);
-            return true;
-        }
+        let pending = match posted_entries(pi, qp.sq_ci, qp.sq.depth) {
+            Ok(0) => return false,
+            Ok(n) => n,
+            Err(WildIndex) => {
+                self.qp_fatal(qpn, VENDOR_ERR_WILD_INDEX);
+                return true;
+            }
+        };
         for _ in 0..pending.min(SQ_BATCH) {
             let Some(qp) = self.hw.qps.get_mut(&qpn) else {
                 return true;
@@ -443,14 +446,16 @@ impl DataPath {
                     let _ = self.engine.post_send(&mut self.hw, qpn, wr);
                 }
                 Err((status, vendor_err)) => {
-                    self.hw.complete_send_error(
-                        qpn,
-                        wqe.wr_id,
+                    // Completes behind the WRs already in the engine, then the QP leaves RTS.
+                    self.hw.stats[STAT_WQE_ERRORS] += 1;
+                    let failed = FailedWr {
+                        wr_id: wqe.wr_id,
+                        // An unknown opcode completes as a SEND (what ibv reports for it).
+                        opcode: wr_opcode(wqe.opcode).unwrap_or(WrOpcode::Send),
                         status,
-                        wc_opcode_of(wqe.opcode),
                         vendor_err,
-                    );
-                    let _ = self.engine.set_error(&mut self.hw, qpn);
+                    };
+                    let _ = self.engine.post_failed(&mut self.hw, qpn, failed);
                 }
             }
         }
@@ -488,18 +493,22 @@ impl DataPath {
             let Some(p) = self.hw.loopback.pop_front() else {
                 break;
             };
-            let _ = self.engine.receive(&mut self.hw, &p);
+            deliver(&mut self.engine, &mut self.hw, &p);
             work = true;
         }
         if let Some(f) = &mut self.fabric {
-            for _ in 0..RX_BATCH {
-                match f.recv(&mut self.rx_buf, None) {
-                    Ok(Some(n)) => {
-                        self.hw.stats[STAT_RX_BYTES] += n as u64;
-                        let _ = self.engine.receive(&mut self.hw, &self.rx_buf[..n]);
-                        work = true;
+            for _ in 0..RX_BATCHES_PER_PASS {
+                match f.recv_batch(&mut self.rx_batch) {
+                    Ok(n) => {
+                        for p in self.rx_batch.packets() {
+                            self.hw.stats[STAT_RX_BYTES] += p.len() as u64;
+                            deliver(&mut self.engine, &mut self.hw, p);
+                        }
+                        work |= n > 0;
+                        if n < fabric::BATCH {
+                            break;
+                        }
                     }
-                    Ok(None) => break,
                     Err(e) => {
                         log::warn!("rox-nic: fabric receive: {e}");
                         break;
@@ -519,7 +528,7 @@ impl DataPath {
             return true;
         };
         for (dgid, p) in out {
-            match f.send(&dgid, p) {
+            match f.queue(&dgid, p) {
                 Ok(()) => {}
                 Err(e @ FabricError::UnknownPeer(_)) => {
                     if self.warned_peers.insert(dgid) {
@@ -529,23 +538,25 @@ impl DataPath {
                 Err(e) => log::warn!("rox-nic: {e}"),
             }
         }
+        if let Err(e) = f.flush() {
+            log::debug!("rox-nic: {e}");
+        }
         true
+    }
+}
+
+/// Hands a received packet to the transport, unless the port is down (no link, no packets).
+fn deliver(engine: &mut Engine, hw: &mut Hw, packet: &[u8]) {
+    if hw.port_up() {
+        // Drops (bad ICRC, no such QP, ...) are counted by the engine.
+        let _ = engine.receive(hw, packet);
+    } else {
+        hw.rx_port_down_drops += 1;
     }
 }
 
 fn open_fabric(cfg: &FabricConfig) -> Result<Fabric, DeviceError> {
     Fabric::open(cfg).map_err(|e| DeviceError::Fabric(e.to_string()))
-}
-
-/// The WC opcode a send WR completes with (for completions the device writes itself).
-pub fn wc_opcode_of(wr_opcode: u8) -> u8 {
-    match wr_opcode {
-        WR_RDMA_WRITE | WR_RDMA_WRITE_WITH_IMM => WC_OPC_RDMA_WRITE,
-        WR_RDMA_READ => WC_OPC_RDMA_READ,
-        WR_ATOMIC_CMP_AND_SWP => WC_OPC_COMP_SWAP,
-        WR_ATOMIC_FETCH_AND_ADD => WC_OPC_FETCH_ADD,
-        _ => WC_OPC_SEND,
-    }
 }
 
 fn wr_opcode(op: u8) -> Option<WrOpcode> {
@@ -562,19 +573,24 @@ fn wr_opcode(op: u8) -> Option<WrOpcode> {
 }
 
 /// Decode a send WQE. Errors are (WC status, vendor_err) for the error CQE.
-pub fn decode_send(hw: &Hw, qp_type: u8, sig_all: bool, w: &SqWqe) -> Result<SendWr, (u8, u16)> {
-    let opcode = wr_opcode(w.opcode).ok_or((WC_LOC_QP_OP_ERR, VENDOR_ERR_BAD_OPCODE))?;
+pub fn decode_send(
+    hw: &Hw,
+    qp_type: u8,
+    sig_all: bool,
+    w: &SqWqe,
+) -> Result<SendWr, (WcStatus, u16)> {
+    let opcode = wr_opcode(w.opcode).ok_or((WcStatus::LocQpOpErr, VENDOR_ERR_BAD_OPCODE))?;
     if w.flags & !WQE_FLAGS_ALL != 0 {
-        return Err((WC_LOC_QP_OP_ERR, VENDOR_ERR_BAD_OPCODE));
+        return Err((WcStatus::LocQpOpErr, VENDOR_ERR_BAD_OPCODE));
     }
     let data = if w.flags & WQE_FLAG_INLINE != 0 {
         if w.inline_len > SQ_MAX_INLINE {
-            return Err((WC_LOC_LEN_ERR, VENDOR_ERR_BAD_INLINE));
+            return Err((WcStatus::LocLenErr, VENDOR_ERR_BAD_INLINE));
         }
         SendData::Inline(w.data[..w.inline_len as usize].to_vec())
     } else {
         if w.num_sge as u32 > SQ_MAX_SGE {
-            return Err((WC_LOC_QP_OP_ERR, VENDOR_ERR_BAD_SGE_COUNT));
+            return Err((WcStatus::LocQpOpErr, VENDOR_ERR_BAD_SGE_COUNT));
         }
         let sges = w.data[..w.num_sge as usize * size_of::<Sge>()]
             .chunks_exact(size_of::<Sge>())
@@ -611,7 +627,7 @@ pub fn decode_send(hw: &Hw, qp_type: u8, sig_all: bool, w: &SqWqe) -> Result<Sen
             .get(ud.sgid_index as usize)
             .copied()
             .flatten()
-            .ok_or((WC_LOC_QP_OP_ERR, VENDOR_ERR_BAD_OPCODE))?;
+            .ok_or((WcStatus::LocQpOpErr, VENDOR_ERR_BAD_OPCODE))?;
         wr.ud = Some(UdDest {
             av: AddressVector {
                 dgid: ud.dgid,

@@ -34,6 +34,22 @@ impl Ring {
     }
 }
 
+/// A producer index more than a ring's depth ahead of the device's consumer index: software
+/// wrote garbage (or attacks the device); the object stops.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WildIndex;
+
+/// Entries posted and not yet consumed on a ring of `depth`, from software's free-running
+/// producer index and the device's consumer index.
+pub fn posted_entries(pi: u32, ci: u32, depth: u32) -> Result<u32, WildIndex> {
+    let posted = pi.wrapping_sub(ci);
+    if posted > depth {
+        Err(WildIndex)
+    } else {
+        Ok(posted)
+    }
+}
+
 /// Read and validate a page list from guest memory. Errors are admin statuses.
 pub fn load_page_list(mem: &GuestMemory, pl: &PageList) -> Result<Vec<u64>, u8> {
     if !(PAGE_SHIFT_MIN..=PAGE_SHIFT_MAX).contains(&pl.page_shift)
@@ -230,6 +246,13 @@ pub struct Hw {
     pub loopback: VecDeque<Vec<u8>>,
     /// Packets for the fabric.
     pub outbound: Vec<(Gid, Vec<u8>)>,
+    /// Async events (type, QPN) the engine caused during the current admin command or pass,
+    /// posted after it by [`Hw::post_deferred_events`].
+    pub deferred_events: Vec<(u8, u32)>,
+    /// `PORT_ACTIVE` or `PORT_DOWN`, as the driver last reported its netdev's link.
+    pub port_state: u8,
+    /// Packets received and dropped while the port was down.
+    pub rx_port_down_drops: u64,
     /// With a fabric every packet goes through it (it loops local GIDs back itself, with
     /// fault injection); without one only local GIDs are reachable.
     pub has_fabric: bool,
@@ -263,6 +286,9 @@ impl Hw {
             doorbells_used: HashMap::new(),
             loopback: VecDeque::new(),
             outbound: Vec::new(),
+            deferred_events: Vec::new(),
+            port_state: PORT_ACTIVE,
+            rx_port_down_drops: 0,
             has_fabric: false,
             stats: [0; STATS_COUNT],
             next_key: 1 << KEY_INDEX_SHIFT,
@@ -270,6 +296,10 @@ impl Hw {
             next_qpn: FIRST_QPN,
             next_srq: 1,
         }
+    }
+
+    pub fn port_up(&self) -> bool {
+        self.port_state == PORT_ACTIVE
     }
 
     pub fn gid_valid(&self) -> Vec<bool> {
@@ -358,6 +388,22 @@ impl Hw {
         self.post_event(EQ_ADMIN_ASYNC, event_type, handle, aux);
     }
 
+    /// Posts the async events the engine caused. They wait so that a modify's own admin
+    /// completion comes first, and SQ_DRAINED is posted only if software asked for it when it
+    /// moved the QP to SQD (`en_sqd_async_notify`, known once the modify is done).
+    pub fn post_deferred_events(&mut self) {
+        for (event_type, qpn) in std::mem::take(&mut self.deferred_events) {
+            let wanted = event_type != EQE_TYPE_SQ_DRAINED
+                || self
+                    .qps
+                    .get(&qpn)
+                    .is_some_and(|qp| qp.attr.en_sqd_async_notify != 0);
+            if wanted {
+                self.async_event(event_type, qpn, 0);
+            }
+        }
+    }
+
     // ---- completions -----------------------------------------------------------------------
 
     /// Write a CQE to CQ `cq_id`; handles overflow, arming and the completion event.
@@ -406,29 +452,6 @@ impl Hw {
             cq.arm_seq = seq;
             cq.armed = word & CQ_ARM_TYPE_MASK;
         }
-    }
-
-    /// A completion the device produces itself (bad WQE): goes to the QP's send CQ.
-    pub fn complete_send_error(
-        &mut self,
-        qpn: u32,
-        wr_id: u64,
-        status: u8,
-        opcode: u8,
-        vendor_err: u16,
-    ) {
-        let Some(qp) = self.qps.get(&qpn) else { return };
-        let cq = qp.send_cq;
-        let cqe = Cqe {
-            wr_id,
-            status,
-            opcode,
-            qp_num: qpn,
-            vendor_err,
-            ..Default::default()
-        };
-        self.stats[STAT_WQE_ERRORS] += 1;
-        self.write_cqe(cq, cqe, true);
     }
 
     // ---- memory access with protection -----------------------------------------------------
@@ -517,15 +540,15 @@ impl Hw {
             return None;
         }
         let pi = self.shared.doorbells.slot(srq.db_page, srq.db_slot).a;
-        let avail = pi.wrapping_sub(srq.ci);
-        if avail == 0 {
-            return None;
-        }
-        if avail > srq.ring.depth {
-            srq.error = true;
-            self.async_event(EQE_TYPE_SRQ_ERROR, srq_id, VENDOR_ERR_WILD_INDEX as u32);
-            return None;
-        }
+        let avail = match posted_entries(pi, srq.ci, srq.ring.depth) {
+            Ok(0) => return None,
+            Ok(n) => n,
+            Err(WildIndex) => {
+                srq.error = true;
+                self.async_event(EQE_TYPE_SRQ_ERROR, srq_id, VENDOR_ERR_WILD_INDEX as u32);
+                return None;
+            }
+        };
         let w: Result<RqWqe, _> = self.mem.read_obj(srq.ring.entry_addr(srq.ci));
         srq.ci = srq.ci.wrapping_add(1);
         let left = avail - 1;
@@ -557,14 +580,14 @@ impl Hw {
         }
         let rq = qp.rq.as_ref()?;
         let pi = self.shared.doorbells.slot(qp.db_page, qp.db_slot).b;
-        let avail = pi.wrapping_sub(qp.rq_ci);
-        if avail == 0 {
-            return None;
-        }
-        if avail > rq.depth {
-            qp.broken = true;
-            self.async_event(EQE_TYPE_QP_FATAL, qpn, VENDOR_ERR_WILD_INDEX as u32);
-            return None;
+        match posted_entries(pi, qp.rq_ci, rq.depth) {
+            Ok(0) => return None,
+            Ok(_) => {}
+            Err(WildIndex) => {
+                qp.broken = true;
+                self.async_event(EQE_TYPE_QP_FATAL, qpn, VENDOR_ERR_WILD_INDEX as u32);
+                return None;
+            }
         }
         let w: Result<RqWqe, _> = self.mem.read_obj(rq.entry_addr(qp.rq_ci));
         qp.rq_ci = qp.rq_ci.wrapping_add(1);
@@ -687,12 +710,30 @@ impl DeviceEnv for Hw {
             status: c.status as u8,
             opcode: c.opcode as u8,
             wc_flags: c.wc_flags,
+            vendor_err: c.vendor_err,
             ..Default::default()
         };
         self.write_cqe(cq, cqe, c.solicited);
     }
 
+    fn sq_drained(&mut self, qpn: u32) {
+        // A modify to SQD with nothing in flight drains at once: deferred so the driver sees
+        // its modify complete before the event.
+        self.deferred_events.push((EQE_TYPE_SQ_DRAINED, qpn));
+    }
+
+    fn qp_entered_error(&mut self, qpn: u32) {
+        // No more receive WQEs of this QP will be taken from its SRQ (IBA 11.6.3.2).
+        if self.qps.get(&qpn).is_some_and(|qp| qp.srq != SRQ_NONE) {
+            self.deferred_events.push((EQE_TYPE_QP_LAST_WQE, qpn));
+        }
+    }
+
     fn transmit(&mut self, dgid: &Gid, packet: Vec<u8>) {
+        if !self.port_up() {
+            // No link: the packet is lost like on a real wire (RC retransmits later).
+            return;
+        }
         self.stats[STAT_TX_PACKETS] += 1;
         self.stats[STAT_TX_BYTES] += packet.len() as u64;
         if self.has_fabric {

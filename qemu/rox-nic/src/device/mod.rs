@@ -356,7 +356,13 @@ impl RoxNic {
 
     // ---- DMA and interrupts ----------------------------------------------------------------
 
-    pub fn dma_map(&self, fd: Option<File>, offset: u64, iova: u64, size: u64) -> std::io::Result<()> {
+    pub fn dma_map(
+        &self,
+        fd: Option<File>,
+        offset: u64,
+        iova: u64,
+        size: u64,
+    ) -> std::io::Result<()> {
         self.dma_map_with(fd, offset, iova, size, true)
     }
 
@@ -381,7 +387,9 @@ impl RoxNic {
         let region = match MappedRegion::map_with(&fd, offset, iova, size, writable) {
             Ok(r) => r,
             Err(e) => {
-                log::error!("DMA_MAP of [{iova:#x}, +{size:#x}): mmap failed ({e}); range not reachable");
+                log::error!(
+                    "DMA_MAP of [{iova:#x}, +{size:#x}): mmap failed ({e}); range not reachable"
+                );
                 return Ok(());
             }
         };

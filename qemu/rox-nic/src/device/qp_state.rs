@@ -223,6 +223,7 @@ pub fn check_modify(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rox_uapi::admin::DEV_MAX_RD_ATOMIC;
 
     fn attr(state: u8) -> QpAttr {
         QpAttr {
@@ -238,7 +239,14 @@ mod tests {
         let gids = [true];
         let init = QP_STATE | QP_PKEY_INDEX | QP_PORT | QP_ACCESS_FLAGS;
         assert_eq!(
-            check_modify(QPT_RC, QPS_RESET, init, &attr(QPS_INIT), 16, &gids),
+            check_modify(
+                QPT_RC,
+                QPS_RESET,
+                init,
+                &attr(QPS_INIT),
+                DEV_MAX_RD_ATOMIC,
+                &gids
+            ),
             Ok(QPS_INIT)
         );
         // RC needs ACCESS_FLAGS, UD needs QKEY instead.
@@ -248,13 +256,20 @@ mod tests {
                 QPS_RESET,
                 QP_STATE | QP_PKEY_INDEX | QP_PORT,
                 &attr(QPS_INIT),
-                16,
+                DEV_MAX_RD_ATOMIC,
                 &gids
             ),
             Err(ModifyError::BadState)
         );
         assert_eq!(
-            check_modify(QPT_UD, QPS_RESET, init, &attr(QPS_INIT), 16, &gids),
+            check_modify(
+                QPT_UD,
+                QPS_RESET,
+                init,
+                &attr(QPS_INIT),
+                DEV_MAX_RD_ATOMIC,
+                &gids
+            ),
             Err(ModifyError::BadState)
         );
         let rtr = QP_STATE
@@ -265,31 +280,73 @@ mod tests {
             | QP_MAX_DEST_RD_ATOMIC
             | QP_MIN_RNR_TIMER;
         assert_eq!(
-            check_modify(QPT_RC, QPS_INIT, rtr, &attr(QPS_RTR), 16, &gids),
+            check_modify(
+                QPT_RC,
+                QPS_INIT,
+                rtr,
+                &attr(QPS_RTR),
+                DEV_MAX_RD_ATOMIC,
+                &gids
+            ),
             Ok(QPS_RTR)
         );
         assert_eq!(
-            check_modify(QPT_UC, QPS_INIT, rtr, &attr(QPS_RTR), 16, &gids),
+            check_modify(
+                QPT_UC,
+                QPS_INIT,
+                rtr,
+                &attr(QPS_RTR),
+                DEV_MAX_RD_ATOMIC,
+                &gids
+            ),
             Err(ModifyError::BadState)
         );
         // RESET -> RTS skips states.
         assert_eq!(
-            check_modify(QPT_RC, QPS_RESET, QP_STATE, &attr(QPS_RTS), 16, &gids),
+            check_modify(
+                QPT_RC,
+                QPS_RESET,
+                QP_STATE,
+                &attr(QPS_RTS),
+                DEV_MAX_RD_ATOMIC,
+                &gids
+            ),
             Err(ModifyError::BadState)
         );
         // SQE -> RTS is not an RC transition.
         assert_eq!(
-            check_modify(QPT_RC, QPS_SQE, QP_STATE, &attr(QPS_RTS), 16, &gids),
+            check_modify(
+                QPT_RC,
+                QPS_SQE,
+                QP_STATE,
+                &attr(QPS_RTS),
+                DEV_MAX_RD_ATOMIC,
+                &gids
+            ),
             Err(ModifyError::BadState)
         );
         assert_eq!(
-            check_modify(QPT_UC, QPS_SQE, QP_STATE, &attr(QPS_RTS), 16, &gids),
+            check_modify(
+                QPT_UC,
+                QPS_SQE,
+                QP_STATE,
+                &attr(QPS_RTS),
+                DEV_MAX_RD_ATOMIC,
+                &gids
+            ),
             Ok(QPS_RTS)
         );
         // Anything -> ERR / RESET.
         for s in QPS_RESET..=QPS_ERR {
             assert_eq!(
-                check_modify(QPT_RC, s, QP_STATE, &attr(QPS_ERR), 16, &gids),
+                check_modify(
+                    QPT_RC,
+                    s,
+                    QP_STATE,
+                    &attr(QPS_ERR),
+                    DEV_MAX_RD_ATOMIC,
+                    &gids
+                ),
                 Ok(QPS_ERR)
             );
         }
@@ -302,24 +359,24 @@ mod tests {
         let rtr = QP_STATE | QP_AV | QP_PATH_MTU | QP_DEST_QPN | QP_RQ_PSN;
         a.path_mtu = 6;
         assert_eq!(
-            check_modify(QPT_UC, QPS_INIT, rtr, &a, 16, &gids),
+            check_modify(QPT_UC, QPS_INIT, rtr, &a, DEV_MAX_RD_ATOMIC, &gids),
             Err(ModifyError::BadParam)
         );
         a.path_mtu = MTU_4096;
         a.rq_psn = 1 << 24;
         assert_eq!(
-            check_modify(QPT_UC, QPS_INIT, rtr, &a, 16, &gids),
+            check_modify(QPT_UC, QPS_INIT, rtr, &a, DEV_MAX_RD_ATOMIC, &gids),
             Err(ModifyError::BadParam)
         );
         a.rq_psn = 0;
         a.ah.sgid_index = 1;
         assert_eq!(
-            check_modify(QPT_UC, QPS_INIT, rtr, &a, 16, &gids),
+            check_modify(QPT_UC, QPS_INIT, rtr, &a, DEV_MAX_RD_ATOMIC, &gids),
             Err(ModifyError::BadParam)
         );
         a.ah.sgid_index = 0;
         assert_eq!(
-            check_modify(QPT_UC, QPS_INIT, rtr, &a, 16, &gids),
+            check_modify(QPT_UC, QPS_INIT, rtr, &a, DEV_MAX_RD_ATOMIC, &gids),
             Ok(QPS_RTR)
         );
     }

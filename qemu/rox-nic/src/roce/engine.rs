@@ -18,7 +18,10 @@ use super::*;
 /// Most PSNs a requester keeps in flight (unacknowledged) per QP; bounds retransmission bursts
 /// and the fabric's socket buffer use.
 pub const MAX_INFLIGHT_PSNS: u32 = 256;
-/// A requester asks for an ACK at the end of every message and at least every this many packets.
+/// The send window never shrinks below this many packets.
+pub const MIN_INFLIGHT_PSNS: u32 = 16;
+/// A requester asks for an ACK at the end of every message and at least every this many packets
+/// (or twice per send window, if that is smaller, so a small window never waits for a timeout).
 pub const ACK_REQ_INTERVAL: u32 = 64;
 /// Largest message (IBA: 2^31 bytes).
 const MAX_MESSAGE_BYTES: u64 = rox_uapi::verbs::MAX_MSG_SIZE as u64;
@@ -113,9 +116,36 @@ struct Wqe {
     atomic_done: bool,
     /// The WR failed; it completes with this status when it reaches the head of the SQ.
     error: Option<WcStatus>,
+    /// `VENDOR_ERR_*` detail reported with `error`.
+    vendor_err: u16,
 }
 
 impl Wqe {
+    fn new(wr: SendWr, kind: WqeKind, len: u64, npsn: u32) -> Wqe {
+        Wqe {
+            wr,
+            kind,
+            len,
+            started: false,
+            first_psn: 0,
+            npsn,
+            acked: false,
+            read_pkts_done: 0,
+            atomic_done: false,
+            error: None,
+            vendor_err: 0,
+        }
+    }
+
+    /// A WR that failed before it started: it only waits for its turn to complete.
+    fn failed(wr: SendWr, kind: WqeKind, status: WcStatus, vendor_err: u16) -> Wqe {
+        Wqe {
+            error: Some(status),
+            vendor_err,
+            ..Wqe::new(wr, kind, 0, 1)
+        }
+    }
+
     fn done(&self) -> bool {
         match self.kind {
             WqeKind::Send | WqeKind::Write => self.acked,
@@ -167,6 +197,37 @@ struct Requester {
     /// A READ was re-requested from this PSN after an out-of-order response.
     read_gap_psn: Option<u32>,
     pkts_since_ack_req: u32,
+    /// In SQD and the drain has not been reported yet ([`DeviceEnv::sq_drained`]).
+    drain_pending: bool,
+    /// Send window in packets (flow control): halved on every loss (ACK timeout, sequence
+    /// NAK), grown by one per ACK that makes progress, between [`MIN_INFLIGHT_PSNS`] and
+    /// [`MAX_INFLIGHT_PSNS`]. A receiver whose socket buffer holds less than a full window
+    /// loses the tail of every burst; go-back-N would resend into the same overflow forever,
+    /// the shrinking window makes the bursts fit.
+    window: u32,
+}
+
+impl Requester {
+    fn new() -> Requester {
+        Requester {
+            window: MAX_INFLIGHT_PSNS,
+            ..Default::default()
+        }
+    }
+
+    /// A loss: halve the window.
+    fn on_loss(&mut self) {
+        self.window = (self.window / 2).max(MIN_INFLIGHT_PSNS);
+    }
+
+    /// An ACK made progress: grow the window.
+    fn on_progress(&mut self) {
+        self.window = (self.window + 1).min(MAX_INFLIGHT_PSNS);
+    }
+
+    fn ack_req_interval(&self) -> u32 {
+        ACK_REQ_INTERVAL.min(self.window / 2)
+    }
 }
 
 /// A multi-packet message the responder is in the middle of.
@@ -246,6 +307,15 @@ fn wc_opcode(kind: WqeKind, opcode: WrOpcode) -> WcOpcode {
     }
 }
 
+fn wqe_kind(opcode: WrOpcode) -> WqeKind {
+    match opcode {
+        WrOpcode::Send | WrOpcode::SendWithImm => WqeKind::Send,
+        WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm => WqeKind::Write,
+        WrOpcode::RdmaRead => WqeKind::Read,
+        WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd => WqeKind::Atomic,
+    }
+}
+
 fn sges_len(sges: &[Sge]) -> u64 {
     sges.iter().map(|s| u64::from(s.length)).sum()
 }
@@ -255,6 +325,39 @@ enum SgError {
     Length,
     /// The device refused an access (key, PD, access flags or bounds).
     Access,
+}
+
+/// Walks bytes `[offset, offset + len)` of the buffer an SGE list describes, in pieces that
+/// each lie in one SGE: `piece(sge, address in it, range of the walked bytes)`. Returns how
+/// many bytes the list covered (less than `len` if it is too short).
+fn walk_sges(
+    sges: &[Sge],
+    offset: u64,
+    len: usize,
+    mut piece: impl FnMut(&Sge, u64, std::ops::Range<usize>) -> Result<(), SgError>,
+) -> Result<usize, SgError> {
+    let mut skip = offset;
+    let mut done = 0usize;
+    for sge in sges {
+        if done == len {
+            break;
+        }
+        let sge_len = u64::from(sge.length);
+        if skip >= sge_len {
+            skip -= sge_len;
+            continue;
+        }
+        let n = ((sge_len - skip) as usize).min(len - done);
+        piece(sge, sge.addr + skip, done..done + n)?;
+        done += n;
+        skip = 0;
+    }
+    Ok(done)
+}
+
+fn access_refused(e: AccessError) -> SgError {
+    log::debug!("local access refused: {e}");
+    SgError::Access
 }
 
 /// Copies `out.len()` bytes starting at byte `offset` of the payload described by `data`.
@@ -273,27 +376,12 @@ fn gather(
             Ok(())
         }
         SendData::Sges(sges) => {
-            let mut skip = offset;
-            let mut done = 0usize;
-            for sge in sges {
-                if done == out.len() {
-                    break;
-                }
-                let len = u64::from(sge.length);
-                if skip >= len {
-                    skip -= len;
-                    continue;
-                }
-                let n = ((len - skip) as usize).min(out.len() - done);
-                env.read_local(pd, sge.lkey, sge.addr + skip, &mut out[done..done + n])
-                    .map_err(|e| {
-                        log::debug!("local access refused: {e}");
-                        SgError::Access
-                    })?;
-                done += n;
-                skip = 0;
-            }
-            if done == out.len() {
+            let len = out.len();
+            let done = walk_sges(sges, offset, len, |sge, addr, range| {
+                env.read_local(pd, sge.lkey, addr, &mut out[range])
+                    .map_err(access_refused)
+            })?;
+            if done == len {
                 Ok(())
             } else {
                 Err(SgError::Length)
@@ -313,26 +401,10 @@ fn scatter(
     if offset + data.len() as u64 > sges_len(sges) {
         return Err(SgError::Length);
     }
-    let mut skip = offset;
-    let mut done = 0usize;
-    for sge in sges {
-        if done == data.len() {
-            break;
-        }
-        let len = u64::from(sge.length);
-        if skip >= len {
-            skip -= len;
-            continue;
-        }
-        let n = ((len - skip) as usize).min(data.len() - done);
-        env.write_local(pd, sge.lkey, sge.addr + skip, &data[done..done + n])
-            .map_err(|e| {
-                log::debug!("local access refused: {e}");
-                SgError::Access
-            })?;
-        done += n;
-        skip = 0;
-    }
+    walk_sges(sges, offset, data.len(), |sge, addr, range| {
+        env.write_local(pd, sge.lkey, addr, &data[range])
+            .map_err(access_refused)
+    })?;
     Ok(())
 }
 
@@ -369,12 +441,18 @@ impl Qp {
         }
     }
 
+    /// The requester may transmit: in RTS anything, in SQD only the rest (and retransmissions)
+    /// of WRs already started.
     fn can_send(&self) -> bool {
-        matches!(self.state, QpState::Rts)
+        matches!(self.state, QpState::Rts | QpState::Sqd)
     }
 
+    /// SQE stops only the send queue; the receive queue keeps working (IBA 10.3.1).
     fn can_receive(&self) -> bool {
-        matches!(self.state, QpState::Rtr | QpState::Rts | QpState::Sqd)
+        matches!(
+            self.state,
+            QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe
+        )
     }
 
     /// Sends a packet on the QP's connection (RC/UC).
@@ -433,18 +511,13 @@ impl Qp {
         opcode: WcOpcode,
         byte_len: u32,
     ) {
-        env.complete(Completion {
+        env.complete(Completion::recv(
+            self.cfg.qpn,
             wr_id,
             status,
             opcode,
             byte_len,
-            imm: 0,
-            src_qp: 0,
-            qp_num: self.cfg.qpn,
-            wc_flags: 0,
-            is_recv: true,
-            solicited: false,
-        });
+        ));
     }
 
     /// Moves the QP to the error state: every outstanding send WR and (unless the QP uses an
@@ -454,28 +527,51 @@ impl Qp {
             return;
         }
         self.state = QpState::Err;
-        self.flush(env);
+        self.flush_sq(env);
+        self.flush_rq(env);
+        env.qp_entered_error(self.cfg.qpn);
     }
 
-    fn flush(&mut self, env: &mut dyn DeviceEnv) {
+    /// Moves a UC/UD QP to the Send Queue Error state (IBA 10.3.1: a send WR completed in
+    /// error): the send WRs behind the failed one are flushed, the receive queue keeps working,
+    /// and software may return the QP to RTS.
+    fn enter_sq_error(&mut self, env: &mut dyn DeviceEnv) {
+        if matches!(self.state, QpState::Sqe | QpState::Err) {
+            return;
+        }
+        self.state = QpState::Sqe;
+        self.flush_sq(env);
+    }
+
+    /// A send WR failed at the head of the SQ: RC QPs go to ERR, UC/UD QPs to SQE.
+    fn send_queue_failed(&mut self, env: &mut dyn DeviceEnv) {
+        if self.cfg.qp_type == QpType::Rc {
+            self.enter_error(env);
+        } else {
+            self.enter_sq_error(env);
+        }
+    }
+
+    /// Completes every send WR with WR_FLUSH_ERR and stops the requester.
+    fn flush_sq(&mut self, env: &mut dyn DeviceEnv) {
         while let Some(wqe) = self.req.sq.pop_front() {
-            env.complete(Completion {
-                wr_id: wqe.wr.wr_id,
-                status: WcStatus::WrFlushErr,
-                opcode: wc_opcode(wqe.kind, wqe.wr.opcode),
-                byte_len: 0,
-                imm: 0,
-                src_qp: 0,
-                qp_num: self.cfg.qpn,
-                wc_flags: 0,
-                is_recv: false,
-                solicited: false,
-            });
+            env.complete(Completion::send(
+                self.cfg.qpn,
+                wqe.wr.wr_id,
+                WcStatus::WrFlushErr,
+                wc_opcode(wqe.kind, wqe.wr.opcode),
+                0,
+            ));
         }
         self.req.cursor = 0;
         self.req.cursor_pkt = 0;
         self.req.timer_deadline = None;
         self.req.rnr_until = None;
+    }
+
+    /// Completes the receive WRs the responder holds and (unless they belong to an SRQ) every
+    /// posted one with WR_FLUSH_ERR.
+    fn flush_rq(&mut self, env: &mut dyn DeviceEnv) {
         let held = match self.resp.cur.take() {
             Some(InMessage::Send { wr, .. }) => Some(wr),
             _ => None,
@@ -490,16 +586,47 @@ impl Qp {
         }
     }
 
+    /// Send WRs started (first packet sent) and not yet retired: what an SQD drain waits for.
+    fn sq_in_flight(&self) -> bool {
+        self.req.sq.front().is_some_and(|w| w.started)
+    }
+
+    /// Reports the end of an SQD drain once.
+    fn check_drained(&mut self, env: &mut dyn DeviceEnv) {
+        if self.state == QpState::Sqd && self.req.drain_pending && !self.sq_in_flight() {
+            self.req.drain_pending = false;
+            env.sq_drained(self.cfg.qpn);
+        }
+    }
+
     // ---------------------------------------------------------------- requester
 
-    /// Decodes and validates a WR into a WQE; `Err` carries the immediate error status.
-    fn make_wqe(&self, wr: SendWr) -> Result<Wqe, (SendWr, WqeKind, WcStatus)> {
-        let kind = match wr.opcode {
-            WrOpcode::Send | WrOpcode::SendWithImm => WqeKind::Send,
-            WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm => WqeKind::Write,
-            WrOpcode::RdmaRead => WqeKind::Read,
-            WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd => WqeKind::Atomic,
-        };
+    /// Queues a WQE on the SQ; in ERR or SQE it is flushed at once.
+    fn enqueue(&mut self, env: &mut dyn DeviceEnv, stats: &mut EngineStats, wqe: Wqe) {
+        self.req.sq.push_back(wqe);
+        match self.state {
+            QpState::Err => {
+                self.flush_sq(env);
+                // Receive WRs posted since the QP entered ERR are flushed too.
+                self.flush_rq(env);
+            }
+            QpState::Sqe => self.flush_sq(env),
+            _ => self.transmit(env, stats),
+        }
+    }
+
+    /// Validates a WR and makes it a WQE; an invalid one becomes a failed WQE that completes
+    /// with its error status in SQ order.
+    fn make_wqe(&self, wr: SendWr) -> Wqe {
+        let kind = wqe_kind(wr.opcode);
+        match self.check_wr(&wr, kind) {
+            Ok((len, npsn)) => Wqe::new(wr, kind, len, npsn),
+            Err(status) => Wqe::failed(wr, kind, status, 0),
+        }
+    }
+
+    /// The payload length and PSN count of a valid WR, or its error status.
+    fn check_wr(&self, wr: &SendWr, kind: WqeKind) -> Result<(u64, u32), WcStatus> {
         let len = wr.data.len();
         let mtu = u64::from(self.mtu.bytes());
         let allowed = match self.cfg.qp_type {
@@ -508,34 +635,23 @@ impl Qp {
             QpType::Ud => kind == WqeKind::Send && wr.ud.is_some(),
         };
         if !allowed {
-            return Err((wr, kind, WcStatus::LocQpOpErr));
+            return Err(WcStatus::LocQpOpErr);
         }
         let inline = matches!(wr.data, SendData::Inline(_));
         if inline && matches!(kind, WqeKind::Read | WqeKind::Atomic) {
-            return Err((wr, kind, WcStatus::LocQpOpErr));
+            return Err(WcStatus::LocQpOpErr);
         }
         let bad_len = len > MAX_MESSAGE_BYTES
             || (kind == WqeKind::Atomic && len != ATOMIC_BYTES as u64)
             || (self.cfg.qp_type == QpType::Ud && len > mtu);
         if bad_len {
-            return Err((wr, kind, WcStatus::LocLenErr));
+            return Err(WcStatus::LocLenErr);
         }
         let npsn = match kind {
             WqeKind::Atomic => 1,
             _ => len.div_ceil(mtu).max(1) as u32,
         };
-        Ok(Wqe {
-            wr,
-            kind,
-            len,
-            started: false,
-            first_psn: 0,
-            npsn,
-            acked: false,
-            read_pkts_done: 0,
-            atomic_done: false,
-            error: None,
-        })
+        Ok((len, npsn))
     }
 
     /// READ/atomic WRs started and not yet retired. A finished one behind an unfinished one
@@ -567,6 +683,10 @@ impl Qp {
                 continue;
             }
             if !wqe.started {
+                if self.state == QpState::Sqd {
+                    // SQD: no new WR starts until the QP returns to RTS.
+                    break;
+                }
                 let rd_atomic = matches!(wqe.kind, WqeKind::Read | WqeKind::Atomic);
                 let outstanding = self.outstanding_rd_atomic();
                 if (rd_atomic && outstanding >= usize::from(self.max_rd_atomic.max(1)))
@@ -582,7 +702,7 @@ impl Qp {
             };
             if self.cfg.qp_type == QpType::Rc {
                 let una = self.una();
-                if psn_cmp(psn, psn_add(una, MAX_INFLIGHT_PSNS)) >= 0 {
+                if psn_cmp(psn, psn_add(una, self.req.window)) >= 0 {
                     break;
                 }
             }
@@ -605,6 +725,7 @@ impl Qp {
             }
         }
         self.retire(env);
+        self.check_drained(env);
     }
 
     /// Sends the packet at the cursor and advances the cursor.
@@ -692,7 +813,7 @@ impl Qp {
         bth.solicited = last && wqe.wr.solicited;
         self.req.pkts_since_ack_req += 1;
         bth.ack_req = self.cfg.qp_type == QpType::Rc
-            && (last || self.req.pkts_since_ack_req >= ACK_REQ_INTERVAL);
+            && (last || self.req.pkts_since_ack_req >= self.req.ack_req_interval());
         if bth.ack_req {
             self.req.pkts_since_ack_req = 0;
         }
@@ -784,6 +905,7 @@ impl Qp {
         if progress {
             self.req.retry_left = self.retry_cnt;
             self.req.rnr_left = self.rnr_retry;
+            self.req.on_progress();
             self.restart_timer(now);
         }
         progress
@@ -808,32 +930,50 @@ impl Qp {
                 None => break,
             };
             let wqe = self.req.sq.pop_front().expect("head exists");
-            self.req.cursor = self.req.cursor.saturating_sub(1);
+            if self.req.cursor == 0 {
+                // The cursor was inside the retired WQE (a go-back-N rewind that a late ACK
+                // overtook): continue at the start of the next one, not at the same packet
+                // index of a different message.
+                self.req.cursor_pkt = 0;
+            } else {
+                self.req.cursor -= 1;
+            }
             if status != WcStatus::Success || wqe.wr.signaled {
+                let byte_len = if status == WcStatus::Success {
+                    wqe.len as u32
+                } else {
+                    0
+                };
                 env.complete(Completion {
-                    wr_id: wqe.wr.wr_id,
-                    status,
-                    opcode: wc_opcode(wqe.kind, wqe.wr.opcode),
-                    byte_len: if status == WcStatus::Success {
-                        wqe.len as u32
-                    } else {
-                        0
-                    },
-                    imm: 0,
-                    src_qp: 0,
-                    qp_num: self.cfg.qpn,
-                    wc_flags: 0,
-                    is_recv: false,
-                    solicited: false,
+                    vendor_err: wqe.vendor_err,
+                    ..Completion::send(
+                        self.cfg.qpn,
+                        wqe.wr.wr_id,
+                        status,
+                        wc_opcode(wqe.kind, wqe.wr.opcode),
+                        byte_len,
+                    )
                 });
             }
             if status != WcStatus::Success {
-                self.enter_error(env);
+                self.send_queue_failed(env);
                 return;
             }
         }
         if self.req.sq.is_empty() {
             self.req.timer_deadline = None;
+        }
+    }
+
+    /// An RNR or sequence NAK for `psn` acknowledges every PSN before it; it asks for a
+    /// rewind only if `psn` is then the oldest outstanding PSN (otherwise it is stale).
+    fn accept_nak(&mut self, psn: u32, now: u64, stats: &mut EngineStats) -> bool {
+        self.ack_through(psn_add(psn, PSN_MASK), now);
+        if psn == self.una() {
+            true
+        } else {
+            stats.rx_stale_responses += 1;
+            false
         }
     }
 
@@ -882,9 +1022,7 @@ impl Qp {
                         }
                     }
                     Syndrome::RnrNak(code) => {
-                        self.ack_through(psn_add(psn, PSN_MASK), now); // everything before psn
-                        if psn != self.una() {
-                            stats.rx_stale_responses += 1;
+                        if !self.accept_nak(psn, now, stats) {
                             return;
                         }
                         if self.rnr_retry != RNR_RETRY_INFINITE {
@@ -901,9 +1039,7 @@ impl Qp {
                         self.req.rnr_until = Some(now + rnr_timer_ns(code));
                     }
                     Syndrome::Nak(NakCode::PsnSequenceError) => {
-                        self.ack_through(psn_add(psn, PSN_MASK), now);
-                        if psn != self.una() {
-                            stats.rx_stale_responses += 1;
+                        if !self.accept_nak(psn, now, stats) {
                             return;
                         }
                         if self.req.retry_left == 0 {
@@ -913,6 +1049,7 @@ impl Qp {
                         }
                         self.req.retry_left -= 1;
                         stats.nak_rewinds += 1;
+                        self.req.on_loss();
                         self.rewind_to(psn);
                         self.restart_timer(now);
                     }
@@ -1019,6 +1156,7 @@ impl Qp {
             } else {
                 self.req.retry_left -= 1;
                 stats.retransmit_timeouts += 1;
+                self.req.on_loss();
                 self.rewind_to(una);
                 self.req.timer_deadline = None;
             }
@@ -1297,20 +1435,20 @@ impl Qp {
                     unreachable!("checked")
                 };
                 env.complete(Completion {
-                    wr_id: wr.wr_id,
-                    status: WcStatus::Success,
-                    opcode: WcOpcode::Recv,
-                    byte_len: offset as u32,
                     imm: p.hdr.imm.unwrap_or(0),
-                    src_qp: 0,
-                    qp_num: self.cfg.qpn,
                     wc_flags: if p.hdr.imm.is_some() {
                         WC_FLAG_WITH_IMM
                     } else {
                         0
                     },
-                    is_recv: true,
                     solicited: bth.solicited,
+                    ..Completion::recv(
+                        self.cfg.qpn,
+                        wr.wr_id,
+                        WcStatus::Success,
+                        WcOpcode::Recv,
+                        offset as u32,
+                    )
                 });
                 self.resp.msn = psn_add(self.resp.msn, 1);
             }
@@ -1395,16 +1533,16 @@ impl Qp {
                 self.resp.cur = None;
                 if let Some(wr) = recv {
                     env.complete(Completion {
-                        wr_id: wr.wr_id,
-                        status: WcStatus::Success,
-                        opcode: WcOpcode::RecvRdmaWithImm,
-                        byte_len: total,
                         imm: p.hdr.imm.unwrap_or(0),
-                        src_qp: 0,
-                        qp_num: self.cfg.qpn,
                         wc_flags: WC_FLAG_WITH_IMM,
-                        is_recv: true,
                         solicited: bth.solicited,
+                        ..Completion::recv(
+                            self.cfg.qpn,
+                            wr.wr_id,
+                            WcStatus::Success,
+                            WcOpcode::RecvRdmaWithImm,
+                            total,
+                        )
                     });
                 }
                 self.resp.msn = psn_add(self.resp.msn, 1);
@@ -1435,7 +1573,7 @@ impl Qp {
         } else {
             // Atomics.
             let a = p.hdr.atomic_eth.expect("parsed AtomicETH");
-            if self.max_dest_rd_atomic == 0 || a.va % ATOMIC_BYTES as u64 != 0 {
+            if self.max_dest_rd_atomic == 0 || !a.va.is_multiple_of(ATOMIC_BYTES as u64) {
                 self.responder_fatal(env, stats, psn, NakCode::InvalidRequest, None);
                 return;
             }
@@ -1511,21 +1649,17 @@ impl Qp {
             Err(SgError::Access) => WcStatus::LocProtErr,
         };
         let with_imm = p.hdr.imm.is_some();
+        let byte_len = if status == WcStatus::Success {
+            total as u32
+        } else {
+            0
+        };
         env.complete(Completion {
-            wr_id: wr.wr_id,
-            status,
-            opcode: WcOpcode::Recv,
-            byte_len: if status == WcStatus::Success {
-                total as u32
-            } else {
-                0
-            },
             imm: p.hdr.imm.unwrap_or(0),
             src_qp: deth.src_qpn,
-            qp_num: self.cfg.qpn,
             wc_flags: WC_FLAG_GRH | if with_imm { WC_FLAG_WITH_IMM } else { 0 },
-            is_recv: true,
             solicited: p.hdr.bth.solicited,
+            ..Completion::recv(self.cfg.qpn, wr.wr_id, status, WcOpcode::Recv, byte_len)
         });
         if status == WcStatus::LocProtErr {
             self.enter_error(env);
@@ -1564,7 +1698,7 @@ impl Engine {
                 qkey: 0,
                 access: 0,
                 av: None,
-                req: Requester::default(),
+                req: Requester::new(),
                 resp: Responder::default(),
             },
         );
@@ -1648,19 +1782,43 @@ impl Engine {
                 self.create_qp(cfg)?;
                 return Ok(());
             }
-            QpState::Err | QpState::Sqe => {
+            QpState::Err => {
                 qp.enter_error(env);
+                return Ok(());
+            }
+            // Only the engine enters SQE (the IB table has no modify into it).
+            QpState::Sqe => {
+                qp.enter_sq_error(env);
                 return Ok(());
             }
             _ => {}
         }
+        let entering_sqd = state == QpState::Sqd && qp.state != QpState::Sqd;
         qp.state = state;
-        if state == QpState::Rts {
-            qp.req.retry_left = qp.retry_cnt;
-            qp.req.rnr_left = qp.rnr_retry;
-            qp.transmit(env, &mut self.stats);
+        match state {
+            QpState::Rts => {
+                qp.req.drain_pending = false;
+                qp.req.retry_left = qp.retry_cnt;
+                qp.req.rnr_left = qp.rnr_retry;
+                qp.transmit(env, &mut self.stats);
+            }
+            QpState::Sqd if entering_sqd => {
+                // The drain ends when the WRs already started have completed (at once if
+                // none has).
+                qp.req.drain_pending = true;
+                qp.check_drained(env);
+            }
+            _ => {}
         }
         Ok(())
+    }
+
+    /// True while a QP in SQD still has started send WRs to complete (QUERY_QP's
+    /// `sq_draining`).
+    pub fn sq_draining(&self, qpn: u32) -> bool {
+        self.qps
+            .get(&qpn)
+            .is_some_and(|qp| qp.state == QpState::Sqd && qp.sq_in_flight())
     }
 
     /// Posts a decoded send WR. In the error state it completes at once with WR_FLUSH_ERR;
@@ -1673,38 +1831,46 @@ impl Engine {
         wr: SendWr,
     ) -> Result<(), EngineError> {
         let qp = self.qps.get_mut(&qpn).ok_or(EngineError::NoSuchQp(qpn))?;
-        let wqe = match qp.make_wqe(wr) {
-            Ok(wqe) => wqe,
-            Err((wr, kind, status)) => {
-                let npsn = 1;
-                Wqe {
-                    wr,
-                    kind,
-                    len: 0,
-                    started: false,
-                    first_psn: 0,
-                    npsn,
-                    acked: false,
-                    read_pkts_done: 0,
-                    atomic_done: false,
-                    error: Some(status),
-                }
-            }
+        let wqe = qp.make_wqe(wr);
+        qp.enqueue(env, &mut self.stats, wqe);
+        Ok(())
+    }
+
+    /// Posts a send WR the device could not decode. It completes with `failed.status` after
+    /// every WR posted before it (IB completion ordering), then the QP leaves RTS (RC: ERR,
+    /// UC/UD: SQE) and flushes what follows.
+    pub fn post_failed(
+        &mut self,
+        env: &mut dyn DeviceEnv,
+        qpn: u32,
+        failed: FailedWr,
+    ) -> Result<(), EngineError> {
+        let qp = self.qps.get_mut(&qpn).ok_or(EngineError::NoSuchQp(qpn))?;
+        let kind = wqe_kind(failed.opcode);
+        let wr = SendWr {
+            wr_id: failed.wr_id,
+            opcode: failed.opcode,
+            signaled: true,
+            solicited: false,
+            fence: false,
+            data: SendData::Inline(Vec::new()),
+            imm: 0,
+            remote_addr: 0,
+            rkey: 0,
+            compare_add: 0,
+            swap: 0,
+            ud: None,
         };
-        qp.req.sq.push_back(wqe);
-        if qp.state == QpState::Err {
-            qp.flush(env);
-            return Ok(());
-        }
-        qp.transmit(env, &mut self.stats);
+        let wqe = Wqe::failed(wr, kind, failed.status, failed.vendor_err);
+        qp.enqueue(env, &mut self.stats, wqe);
         Ok(())
     }
 
     /// Tells the engine receive WRs were posted to a QP: in the error state they are flushed.
     pub fn recv_posted(&mut self, env: &mut dyn DeviceEnv, qpn: u32) -> Result<(), EngineError> {
         let qp = self.qps.get_mut(&qpn).ok_or(EngineError::NoSuchQp(qpn))?;
-        if qp.state == QpState::Err && !qp.cfg.uses_srq {
-            qp.flush(env);
+        if qp.state == QpState::Err {
+            qp.flush_rq(env);
         }
         Ok(())
     }

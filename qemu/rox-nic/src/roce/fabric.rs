@@ -6,6 +6,11 @@
 //! digits whose content is the `127.a.b.c:port` of its fabric socket. To reach a GID a device
 //! reads that file (cached for [`PEER_CACHE_TTL`]). Packets to the device's own GIDs go through
 //! its own socket (loopback), so there is one receive path and one pollable fd.
+//!
+//! System calls, not bytes, bound a host fabric: a data path [`Fabric::queue`]s the packets of
+//! one pass and [`Fabric::flush`]es them with one `sendmmsg`, and takes up to [`BATCH`]
+//! datagrams per `recvmmsg` with [`Fabric::recv_batch`]. The socket is non-blocking for good
+//! (no `fcntl` per call); waiting is `poll`.
 
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
@@ -24,6 +29,12 @@ pub const PEER_CACHE_TTL: Duration = Duration::from_secs(1);
 pub const MAX_DATAGRAM: usize = 65535;
 /// Socket buffer size requested so bursts of a full send window are not dropped by the host.
 const SOCKET_BUFFER_BYTES: libc::c_int = 8 << 20;
+/// Datagrams moved per `sendmmsg` / `recvmmsg` call.
+pub const BATCH: usize = 64;
+/// Receive slot of a [`RxBatch`]: the largest packet the transport builds (a 4096-byte MTU
+/// payload behind IPv6, UDP, BTH and extension headers, plus ICRC) with room to spare. A
+/// longer datagram is not a packet of ours; it arrives truncated and is dropped.
+pub const RX_SLOT_BYTES: usize = 8192;
 
 /// Fault injection probabilities (each in [0, 1]) and the seed that makes a run repeat.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -225,6 +236,87 @@ pub struct FabricStats {
     pub received: u64,
     pub unknown_peer: u64,
     pub send_errors: u64,
+    /// Datagrams longer than [`RX_SLOT_BYTES`] (dropped).
+    pub truncated: u64,
+    /// `sendmmsg` / `recvmmsg` calls that moved at least one datagram.
+    pub send_calls: u64,
+    pub recv_calls: u64,
+}
+
+/// Receive buffers for one `recvmmsg`: [`BATCH`] slots of [`RX_SLOT_BYTES`].
+pub struct RxBatch {
+    slots: Vec<u8>,
+    lens: [usize; BATCH],
+    count: usize,
+}
+
+impl Default for RxBatch {
+    fn default() -> RxBatch {
+        RxBatch {
+            slots: vec![0; BATCH * RX_SLOT_BYTES],
+            lens: [0; BATCH],
+            count: 0,
+        }
+    }
+}
+
+impl RxBatch {
+    pub fn new() -> RxBatch {
+        RxBatch::default()
+    }
+
+    /// The datagrams of the last [`Fabric::recv_batch`], in arrival order.
+    pub fn packets(&self) -> impl Iterator<Item = &[u8]> {
+        self.slots
+            .chunks_exact(RX_SLOT_BYTES)
+            .zip(&self.lens)
+            .take(self.count)
+            .map(|(slot, &len)| &slot[..len])
+    }
+
+    pub fn len(&self) -> usize {
+        self.count
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+}
+
+/// A socket address in the C form `sendmmsg` takes.
+fn sockaddr_of(addr: &SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
+    // SAFETY: sockaddr_storage is plain data; all zeroes is a valid (unspecified) address.
+    let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let len = match addr {
+        SocketAddr::V4(a) => {
+            let sin = libc::sockaddr_in {
+                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_port: a.port().to_be(),
+                sin_addr: libc::in_addr {
+                    s_addr: u32::from(*a.ip()).to_be(),
+                },
+                sin_zero: [0; 8],
+            };
+            // SAFETY: sockaddr_storage is larger than and aligned for sockaddr_in.
+            unsafe { std::ptr::write((&mut storage as *mut libc::sockaddr_storage).cast(), sin) };
+            std::mem::size_of::<libc::sockaddr_in>()
+        }
+        SocketAddr::V6(a) => {
+            let sin6 = libc::sockaddr_in6 {
+                sin6_family: libc::AF_INET6 as libc::sa_family_t,
+                sin6_port: a.port().to_be(),
+                sin6_flowinfo: a.flowinfo(),
+                sin6_addr: libc::in6_addr {
+                    s6_addr: a.ip().octets(),
+                },
+                sin6_scope_id: a.scope_id(),
+            };
+            // SAFETY: sockaddr_storage is larger than and aligned for sockaddr_in6.
+            unsafe { std::ptr::write((&mut storage as *mut libc::sockaddr_storage).cast(), sin6) };
+            std::mem::size_of::<libc::sockaddr_in6>()
+        }
+    };
+    (storage, len as libc::socklen_t)
 }
 
 /// Formats a GID as the 32 hex digits used for directory entries.
@@ -243,7 +335,8 @@ pub struct Fabric {
     pcap: Option<PcapWriter<BufWriter<File>>>,
     epoch: Instant,
     stats: FabricStats,
-    scratch: Vec<(SocketAddr, Vec<u8>)>,
+    /// Packets queued for the next [`Fabric::flush`], with their destination.
+    tx_queue: Vec<(SocketAddr, Vec<u8>)>,
 }
 
 /// Asks for a large socket buffer: first past the sysctl cap (net.core.[rw]mem_max; allowed
@@ -280,6 +373,9 @@ impl Fabric {
         })?;
         let addr = SocketAddrV4::new(cfg.bind, 0);
         let socket = UdpSocket::bind(addr).map_err(|source| FabricError::Bind { addr, source })?;
+        socket
+            .set_nonblocking(true)
+            .map_err(|source| FabricError::Bind { addr, source })?;
         set_buffer(socket.as_raw_fd(), libc::SO_RCVBUFFORCE, libc::SO_RCVBUF);
         set_buffer(socket.as_raw_fd(), libc::SO_SNDBUFFORCE, libc::SO_SNDBUF);
         let local = socket
@@ -303,7 +399,7 @@ impl Fabric {
             pcap,
             epoch: Instant::now(),
             stats: FabricStats::default(),
-            scratch: Vec::new(),
+            tx_queue: Vec::new(),
         })
     }
 
@@ -366,9 +462,10 @@ impl Fabric {
         Ok(addr)
     }
 
-    /// Sends one RoCEv2 IP packet to the device owning `dgid` (through the fault injector).
-    /// An unknown peer is an error (the packet is lost; RC recovers or reports retry exceeded).
-    pub fn send(&mut self, dgid: &Gid, packet: Vec<u8>) -> Result<(), FabricError> {
+    /// Queues one RoCEv2 IP packet for the device owning `dgid` (through the fault injector);
+    /// [`Fabric::flush`] sends the queue. An unknown peer is an error (the packet is lost; RC
+    /// recovers or reports retry exceeded).
+    pub fn queue(&mut self, dgid: &Gid, packet: Vec<u8>) -> Result<(), FabricError> {
         let addr = match self.resolve(dgid) {
             Ok(addr) => addr,
             Err(e) => {
@@ -381,36 +478,160 @@ impl Fabric {
             pcap.write_packet(t, &packet)
                 .map_err(FabricError::Capture)?;
         }
-        let mut out = std::mem::take(&mut self.scratch);
         match &mut self.faults {
-            Some(f) => f.apply(addr, packet, &mut out),
-            None => out.push((addr, packet)),
+            Some(f) => f.apply(addr, packet, &mut self.tx_queue),
+            None => self.tx_queue.push((addr, packet)),
         }
+        Ok(())
+    }
+
+    /// Sends every queued packet, [`BATCH`] per `sendmmsg`. A packet the host refuses (e.g. a
+    /// full socket buffer) is lost like on a wire; the first such error is returned after the
+    /// rest of the queue went out.
+    pub fn flush(&mut self) -> Result<(), FabricError> {
+        let mut queue = std::mem::take(&mut self.tx_queue);
         let mut result = Ok(());
-        for (addr, p) in out.drain(..) {
-            if let Err(e) = self.socket.send_to(&p, addr) {
-                self.stats.send_errors += 1;
-                self.peers.remove(dgid);
-                result = Err(FabricError::Send(e));
-            } else {
-                self.stats.sent += 1;
+        let mut next = 0;
+        while next < queue.len() {
+            let chunk = &queue[next..(next + BATCH).min(queue.len())];
+            match self.send_chunk(chunk) {
+                Ok(sent) => {
+                    self.stats.sent += sent as u64;
+                    next += sent;
+                }
+                Err(e) => {
+                    // The datagram at `next` failed: drop it and forget its peer's address
+                    // (the directory may have a newer one).
+                    self.stats.send_errors += 1;
+                    let failed = queue[next].0;
+                    self.peers.retain(|_, (addr, _)| *addr != failed);
+                    if result.is_ok() {
+                        result = Err(FabricError::Send(e));
+                    }
+                    next += 1;
+                }
             }
         }
-        self.scratch = out;
+        queue.clear();
+        self.tx_queue = queue;
         result
+    }
+
+    /// One `sendmmsg` of up to [`BATCH`] datagrams; returns how many left (at least one), or
+    /// the error of the first one.
+    fn send_chunk(&mut self, chunk: &[(SocketAddr, Vec<u8>)]) -> std::io::Result<usize> {
+        debug_assert!(chunk.len() <= BATCH);
+        // On the stack: this runs once per data-path pass with traffic, and a heap allocation
+        // per call showed in profiles.
+        // SAFETY (zeroed): sockaddr_storage, iovec and mmsghdr are plain C data for which all
+        // zeroes (null pointers, zero lengths) is valid.
+        let mut addrs: [(libc::sockaddr_storage, libc::socklen_t); BATCH] =
+            unsafe { std::mem::zeroed() };
+        let mut iovs: [libc::iovec; BATCH] = unsafe { std::mem::zeroed() };
+        let mut msgs: [libc::mmsghdr; BATCH] = unsafe { std::mem::zeroed() };
+        for (i, (addr, packet)) in chunk.iter().enumerate() {
+            addrs[i] = sockaddr_of(addr);
+            iovs[i] = libc::iovec {
+                iov_base: packet.as_ptr() as *mut libc::c_void,
+                iov_len: packet.len(),
+            };
+            let hdr = &mut msgs[i].msg_hdr;
+            hdr.msg_name = (&mut addrs[i].0 as *mut libc::sockaddr_storage).cast();
+            hdr.msg_namelen = addrs[i].1;
+            hdr.msg_iov = &mut iovs[i];
+            hdr.msg_iovlen = 1;
+        }
+        // SAFETY: the first `chunk.len()` messages point into `addrs`, `iovs` and `chunk`,
+        // which live across the call; the kernel only reads them (and writes msg_len).
+        let n = unsafe {
+            libc::sendmmsg(
+                self.socket.as_raw_fd(),
+                msgs.as_mut_ptr(),
+                chunk.len() as libc::c_uint,
+                0,
+            )
+        };
+        if n < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        self.stats.send_calls += 1;
+        Ok(n as usize)
+    }
+
+    /// Sends one packet at once ([`Fabric::queue`] then [`Fabric::flush`]).
+    pub fn send(&mut self, dgid: &Gid, packet: Vec<u8>) -> Result<(), FabricError> {
+        self.queue(dgid, packet)?;
+        self.flush()
     }
 
     /// Releases a packet held back by reordering injection (call when idle).
     pub fn flush_faults(&mut self) -> Result<(), FabricError> {
-        let mut out = Vec::new();
         if let Some(f) = &mut self.faults {
-            f.flush(&mut out);
+            f.flush(&mut self.tx_queue);
         }
-        for (addr, p) in out {
-            self.socket.send_to(&p, addr).map_err(FabricError::Send)?;
-            self.stats.sent += 1;
+        self.flush()
+    }
+
+    /// Takes up to [`BATCH`] waiting datagrams with one `recvmmsg` (never waits). Returns how
+    /// many; with none waiting, a packet held back by reorder injection is released.
+    pub fn recv_batch(&mut self, batch: &mut RxBatch) -> std::io::Result<usize> {
+        batch.count = 0;
+        // SAFETY (zeroed): iovec and mmsghdr are plain C data; all zeroes is valid.
+        let mut iovs: [libc::iovec; BATCH] = unsafe { std::mem::zeroed() };
+        let mut msgs: [libc::mmsghdr; BATCH] = unsafe { std::mem::zeroed() };
+        for ((m, iov), slot) in msgs
+            .iter_mut()
+            .zip(iovs.iter_mut())
+            .zip(batch.slots.chunks_exact_mut(RX_SLOT_BYTES))
+        {
+            *iov = libc::iovec {
+                iov_base: slot.as_mut_ptr().cast(),
+                iov_len: slot.len(),
+            };
+            m.msg_hdr.msg_iov = iov;
+            m.msg_hdr.msg_iovlen = 1;
         }
-        Ok(())
+        // SAFETY: each message's single iovec points into `batch.slots`, alive and exclusively
+        // borrowed across the call; no timeout pointer.
+        let n = unsafe {
+            libc::recvmmsg(
+                self.socket.as_raw_fd(),
+                msgs.as_mut_ptr(),
+                BATCH as libc::c_uint,
+                libc::MSG_DONTWAIT,
+                std::ptr::null_mut(),
+            )
+        };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::WouldBlock {
+                self.release_held_back();
+                return Ok(0);
+            }
+            return Err(e);
+        }
+        self.stats.recv_calls += 1;
+        for (len, m) in batch.lens.iter_mut().zip(&msgs[..n as usize]) {
+            *len = if m.msg_hdr.msg_flags & libc::MSG_TRUNC != 0 {
+                // Not one of our packets; an empty one is dropped by the transport's parser.
+                self.stats.truncated += 1;
+                0
+            } else {
+                m.msg_len as usize
+            };
+        }
+        batch.count = n as usize;
+        self.stats.received += n as u64;
+        Ok(n as usize)
+    }
+
+    /// Nothing to receive: a packet held back by reorder injection must not wait for the next
+    /// send, which may never come.
+    fn release_held_back(&mut self) {
+        if self.faults.is_some() {
+            self.flush_faults()
+                .unwrap_or_else(|e| log::debug!("held-back packet lost: {e}"));
+        }
     }
 
     /// Receives one datagram into `buf` (size it [`MAX_DATAGRAM`]); waits up to `timeout`
@@ -421,35 +642,38 @@ impl Fabric {
         buf: &mut [u8],
         timeout: Option<Duration>,
     ) -> std::io::Result<Option<usize>> {
-        match timeout {
-            None => self.socket.set_nonblocking(true)?,
-            Some(t) => {
-                self.socket.set_nonblocking(false)?;
-                self.socket
-                    .set_read_timeout(Some(t.max(Duration::from_micros(1))))?;
-            }
+        if let Some(t) = timeout {
+            self.wait_readable(t)?;
         }
         match self.socket.recv_from(buf) {
             Ok((n, _)) => {
                 self.stats.received += 1;
                 Ok(Some(n))
             }
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                ) =>
-            {
-                // Nothing to receive: a packet held back by reorder injection must not wait
-                // for the next send, which may never come.
-                if self.faults.is_some() {
-                    self.flush_faults()
-                        .unwrap_or_else(|e| log::debug!("held-back packet lost: {e}"));
-                }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                self.release_held_back();
                 Ok(None)
             }
             Err(e) => Err(e),
         }
+    }
+
+    /// Waits until a datagram is waiting or `timeout` passed.
+    fn wait_readable(&self, timeout: Duration) -> std::io::Result<()> {
+        let mut fd = libc::pollfd {
+            fd: self.socket.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ms = timeout.as_millis().clamp(1, libc::c_int::MAX as u128) as libc::c_int;
+        // SAFETY: one valid pollfd.
+        if unsafe { libc::poll(&mut fd, 1, ms) } < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() != std::io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        }
+        Ok(())
     }
 
     /// Flushes the pcap capture to disk.

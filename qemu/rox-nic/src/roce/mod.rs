@@ -134,6 +134,62 @@ pub struct Completion {
     pub is_recv: bool,
     /// The incoming message had the solicited-event bit (for armed-solicited CQs).
     pub solicited: bool,
+    /// Device-specific detail of an error status (`rox_uapi::queue::VENDOR_ERR_*`), 0 if none.
+    pub vendor_err: u16,
+}
+
+impl Completion {
+    /// A send-queue completion of QP `qp_num` (no immediate data, flags or source QP).
+    pub fn send(
+        qp_num: u32,
+        wr_id: u64,
+        status: WcStatus,
+        opcode: WcOpcode,
+        byte_len: u32,
+    ) -> Completion {
+        Completion {
+            wr_id,
+            status,
+            opcode,
+            byte_len,
+            imm: 0,
+            src_qp: 0,
+            qp_num,
+            wc_flags: 0,
+            is_recv: false,
+            solicited: false,
+            vendor_err: 0,
+        }
+    }
+
+    /// A receive-queue completion of QP `qp_num`; set `imm`, `wc_flags`, `src_qp` and
+    /// `solicited` on the result where the message carried them.
+    pub fn recv(
+        qp_num: u32,
+        wr_id: u64,
+        status: WcStatus,
+        opcode: WcOpcode,
+        byte_len: u32,
+    ) -> Completion {
+        Completion {
+            is_recv: true,
+            ..Completion::send(qp_num, wr_id, status, opcode, byte_len)
+        }
+    }
+}
+
+/// A send WR the device could not even decode (unknown opcode, too many SGEs, oversized
+/// inline data, ...). [`Engine::post_failed`] queues it behind the WRs already posted so its
+/// error completion keeps IB ordering: it completes after every earlier WR, then the QP leaves
+/// RTS and flushes the WRs behind it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FailedWr {
+    pub wr_id: u64,
+    /// The opcode the completion reports (the device picks one for an unknown opcode).
+    pub opcode: WrOpcode,
+    pub status: WcStatus,
+    /// `rox_uapi::queue::VENDOR_ERR_*`: why the device refused the WQE.
+    pub vendor_err: u16,
 }
 
 /// Why a memory access was refused by the device. The engine maps it to the IB status of the
@@ -209,6 +265,13 @@ pub trait DeviceEnv {
     fn complete(&mut self, completion: Completion);
     /// Send one RoCEv2 IP packet to the device owning `dgid`.
     fn transmit(&mut self, dgid: &Gid, packet: Vec<u8>);
+    /// QP `qpn` is in SQD and its last outstanding send WR has completed (the drain is over;
+    /// IB_EVENT_SQ_DRAINED). Called once per entry into SQD. Must not call back into the engine.
+    fn sq_drained(&mut self, _qpn: u32) {}
+    /// QP `qpn` entered the error state (modify, device-detected fatal error or a transport
+    /// error), after its flush completions: e.g. IB_EVENT_QP_LAST_WQE_REACHED for a QP with
+    /// an SRQ. Must not call back into the engine.
+    fn qp_entered_error(&mut self, _qpn: u32) {}
 }
 
 /// Static properties of a QP, fixed at creation.

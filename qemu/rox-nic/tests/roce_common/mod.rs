@@ -166,7 +166,7 @@ impl DeviceEnv for MockEnv {
         va: u64,
         op: AtomicOp,
     ) -> Result<u64, AccessError> {
-        if va % 8 != 0 {
+        if !va.is_multiple_of(8) {
             return Err(AccessError::Misaligned);
         }
         let at = self.check(pd, rkey, va, 8, ACCESS_REMOTE_ATOMIC)?;
@@ -210,6 +210,11 @@ pub struct Net {
     pub capture: Option<Vec<(u64, Vec<u8>)>>,
     /// Packets to GIDs nobody owns.
     pub unroutable: u64,
+    /// Packets a device can take per step, like a socket buffer: the rest of a burst is
+    /// dropped at the tail (None: unlimited).
+    pub rx_capacity: Option<usize>,
+    /// Packets dropped for `rx_capacity`.
+    pub overflow_drops: u64,
 }
 
 pub fn gid_v4(last: u8) -> Gid {
@@ -238,6 +243,8 @@ impl Net {
             faults: None,
             capture: None,
             unroutable: 0,
+            rx_capacity: None,
+            overflow_drops: 0,
         }
     }
 
@@ -264,11 +271,17 @@ impl Net {
                 None => deliver.push((gid, p)),
             }
         }
+        let mut taken = vec![0usize; self.devs.len()];
         for (gid, p) in deliver {
             moved += 1;
             let now = self.now;
-            match self.devs.iter_mut().find(|d| d.gid == gid) {
-                Some(d) => {
+            match self.devs.iter().position(|d| d.gid == gid) {
+                Some(i) if self.rx_capacity.is_some_and(|cap| taken[i] >= cap) => {
+                    self.overflow_drops += 1;
+                }
+                Some(i) => {
+                    taken[i] += 1;
+                    let d = &mut self.devs[i];
                     d.env.now = now;
                     let _ = d.engine.receive(&mut d.env, &p);
                 }

@@ -1,0 +1,199 @@
+// SPDX-License-Identifier: GPL-2.0
+//! The admin queue: a command ring the driver writes and a completion ring the device writes
+//! (`uapi/src/admin.rs`). One command is in flight at a time; the driver waits for its
+//! completion by polling (commands are rare and off the data path).
+
+use crate::hw::{
+    regs,
+    uapi::{
+        admin::{self, AdminCmd, AdminCmdHdr, AdminCpl, AdminPayload},
+        queue::owner_for,
+    },
+    Regs,
+};
+use crate::ib::dma::DmaArray;
+use kernel::{
+    device::{Bound, Device},
+    new_mutex,
+    prelude::*,
+    sync::Mutex,
+    time::{delay::fsleep, Delta},
+    transmute::{AsBytes, FromBytes},
+};
+
+/// log2 of the admin ring depth (both rings).
+const ADMIN_LOG_DEPTH: u32 = 6;
+const _: () = assert!(
+    ADMIN_LOG_DEPTH >= regs::ADMIN_LOG_DEPTH_MIN && ADMIN_LOG_DEPTH <= regs::ADMIN_LOG_DEPTH_MAX
+);
+/// First and longest wait between two looks at the completion ring.
+const POLL_FIRST_US: i64 = 10;
+const POLL_MAX_US: i64 = 1000;
+/// Give up on a command after this long (the device answers in microseconds; its own socket
+/// round trip is bounded by 5 s).
+const TIMEOUT_US: i64 = 10_000_000;
+
+struct AdminState {
+    /// Free-running producer index of the command ring.
+    producer: u32,
+    next_cmd_id: u16,
+    /// A command timed out: the rings may be out of step with the device, refuse further use.
+    broken: bool,
+}
+
+pub(crate) struct AdminQueue {
+    cmds: DmaArray<AdminCmd>,
+    cpls: DmaArray<AdminCpl>,
+    state: Pin<KBox<Mutex<AdminState>>>,
+}
+
+/// An errno for an admin status.
+fn status_to_result(status: u8) -> Result {
+    match status {
+        admin::ADMIN_STATUS_SUCCESS => Ok(()),
+        admin::ADMIN_STATUS_BAD_OPCODE => Err(EOPNOTSUPP),
+        admin::ADMIN_STATUS_BAD_HANDLE
+        | admin::ADMIN_STATUS_BAD_STATE
+        | admin::ADMIN_STATUS_BAD_PARAM
+        | admin::ADMIN_STATUS_BAD_DOORBELL => Err(EINVAL),
+        admin::ADMIN_STATUS_NO_RESOURCES => Err(ENOMEM),
+        admin::ADMIN_STATUS_BAD_DMA => Err(EFAULT),
+        admin::ADMIN_STATUS_BUSY => Err(EBUSY),
+        _ => Err(EIO),
+    }
+}
+
+impl AdminQueue {
+    /// Allocates the rings.
+    pub(crate) fn new(dev: &Device<Bound>) -> Result<Self> {
+        let depth = 1usize << ADMIN_LOG_DEPTH;
+        Ok(Self {
+            cmds: DmaArray::zeroed(dev, depth)?,
+            cpls: DmaArray::zeroed(dev, depth)?,
+            state: KBox::pin_init(
+                new_mutex!(AdminState {
+                    producer: 0,
+                    next_cmd_id: 0,
+                    broken: false
+                }),
+                GFP_KERNEL,
+            )?,
+        })
+    }
+
+    /// Hands the rings to the device and enables the queue (the device is freshly reset).
+    pub(crate) fn enable(&self, regs: &Regs<'_>) -> Result {
+        regs.write_addr(
+            regs::REG_ADMIN_CMD_BASE_LO,
+            regs::REG_ADMIN_CMD_BASE_HI,
+            self.cmds.dma_address(),
+        );
+        regs.write_addr(
+            regs::REG_ADMIN_CPL_BASE_LO,
+            regs::REG_ADMIN_CPL_BASE_HI,
+            self.cpls.dma_address(),
+        );
+        regs.write(regs::REG_ADMIN_LOG_DEPTH, ADMIN_LOG_DEPTH);
+        regs.write(regs::REG_ADMIN_CTRL, regs::ADMIN_CTRL_ENABLE);
+        if regs.read(regs::REG_STATUS) & regs::STATUS_ADMIN_ENABLED == 0 {
+            pr_err!(
+                "rox: admin queue not enabled (fatal code {})\n",
+                regs.read(regs::REG_FATAL_CODE)
+            );
+            return Err(EIO);
+        }
+        Ok(())
+    }
+
+    /// Executes one command and returns its completion (status checked).
+    pub(crate) fn exec(
+        &self,
+        regs: &Regs<'_>,
+        opcode: u8,
+        payload: AdminPayload,
+    ) -> Result<AdminCpl> {
+        let mut state = self.state.lock();
+        if state.broken {
+            return Err(EIO);
+        }
+        let depth = 1u32 << ADMIN_LOG_DEPTH;
+        let index = state.producer;
+        let slot = (index & (depth - 1)) as usize;
+        let cmd_id = state.next_cmd_id;
+        state.next_cmd_id = cmd_id.wrapping_add(1);
+        let hdr = AdminCmdHdr {
+            opcode,
+            flags: 0,
+            cmd_id,
+            reserved: 0,
+        };
+        self.cmds.write(slot, AdminCmd { hdr, payload })?;
+        state.producer = index.wrapping_add(1);
+        // The MMIO write orders after the command's store to coherent memory.
+        regs.write(regs::REG_ADMIN_DB, state.producer);
+
+        let owner = owner_for(index, depth);
+        let mut waited_us = 0;
+        let mut step_us = POLL_FIRST_US;
+        while self.cpls.read_owner(slot)? != owner {
+            if waited_us >= TIMEOUT_US || regs.read(regs::REG_STATUS) & regs::STATUS_FATAL != 0 {
+                state.broken = true;
+                pr_err!(
+                    "rox: admin command {:#x} got no completion (status {:#x}, fatal code {})\n",
+                    opcode,
+                    regs.read(regs::REG_STATUS),
+                    regs.read(regs::REG_FATAL_CODE)
+                );
+                return Err(ETIMEDOUT);
+            }
+            fsleep(Delta::from_micros(step_us));
+            waited_us += step_us;
+            step_us = core::cmp::min(step_us * 2, POLL_MAX_US);
+        }
+        let cpl = self.cpls.read(slot)?;
+        if cpl.cmd_id != cmd_id || cpl.opcode != opcode {
+            state.broken = true;
+            pr_err!(
+                "rox: admin completion {:?} does not match command {}\n",
+                cpl,
+                cmd_id
+            );
+            return Err(EIO);
+        }
+        status_to_result(cpl.status)?;
+        Ok(cpl)
+    }
+
+    /// Executes a command that writes a response structure `T` to a DMA buffer.
+    pub(crate) fn query<T: AsBytes + FromBytes + Copy>(
+        &self,
+        dev: &Device<Bound>,
+        regs: &Regs<'_>,
+        opcode: u8,
+        index: u32,
+    ) -> Result<(T, AdminCpl)> {
+        let resp = DmaArray::<T>::zeroed(dev, 1)?;
+        let mut payload = AdminPayload {
+            raw: [0; admin::ADMIN_PAYLOAD_SIZE],
+        };
+        payload.query = admin::QueryCmd {
+            index,
+            reserved: 0,
+            resp_addr: resp.dma_address(),
+        };
+        let cpl = self.exec(regs, opcode, payload)?;
+        Ok((resp.read(0)?, cpl))
+    }
+}
+
+/// A zeroed payload with `cmd` in front (the bytes after it stay zero).
+macro_rules! payload {
+    ($field:ident: $cmd:expr) => {{
+        let mut payload = $crate::hw::uapi::admin::AdminPayload {
+            raw: [0; $crate::hw::uapi::admin::ADMIN_PAYLOAD_SIZE],
+        };
+        payload.$field = $cmd;
+        payload
+    }};
+}
+pub(crate) use payload;

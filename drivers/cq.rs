@@ -1,0 +1,262 @@
+// SPDX-License-Identifier: GPL-2.0
+//! Completion queues.
+//!
+//! User CQs: the ring lives in user memory (allocated by the provider, pinned here), the
+//! consumer index and arm word in a slot of the context's doorbell page. Arming makes the device
+//! post a completion event on the CQ's event queue, which calls the CQ's comp_handler
+//! (`ib::Registry::cq_completion`), so `ibv_get_cq_event` works.
+//!
+//! Kernel CQs (ib_mad's): the ring is coherent DMA memory, the slot one of the driver's own
+//! doorbell page; `poll` and `arm` are the kernel consumer's data path.
+
+use crate::{
+    admin::payload,
+    dev::RoxDev,
+    hw::{
+        regs,
+        uapi::{admin, queue, udata as ud, verbs},
+    },
+    ib::{bindings as b, CqInit, Created, DeviceId, IbDev, Udata},
+    ids::DbSlot,
+    mr::{KernelRing, UserRing},
+    verbs::Ucontext,
+};
+use kernel::{new_spinlock_irq, prelude::*, sync::SpinLockIrq};
+
+/// log2 of the largest kernel CQ (ib_mad asks for a few hundred entries).
+const KERNEL_MAX_LOG_CQ_DEPTH: u32 = 12;
+
+pub(crate) struct Cq {
+    id: u32,
+    queue: CqQueue,
+}
+
+enum CqQueue {
+    User { _ring: UserRing, _db: DbSlot },
+    Kernel(KernelCq),
+}
+
+struct KernelCq {
+    ring: KernelRing<queue::Cqe>,
+    log_depth: u32,
+    db: DbSlot,
+    state: Pin<KBox<SpinLockIrq<KernelCqState>>>,
+}
+
+struct KernelCqState {
+    /// Free-running consumer index.
+    consumer: u32,
+    /// Sequence number of the last arm request (`regs::cq_arm_word`).
+    arm_seq: u32,
+}
+
+impl DeviceId for Cq {
+    fn device_id(&self) -> u32 {
+        self.id
+    }
+}
+
+/// The smallest allowed log2 depth holding `entries`.
+fn log_depth_for(entries: u32) -> u32 {
+    entries
+        .max(1)
+        .next_power_of_two()
+        .trailing_zeros()
+        .max(admin::DEV_MIN_LOG_DEPTH.into())
+}
+
+pub(crate) fn create(
+    dev: &RoxDev<'_>,
+    ib: IbDev<'_>,
+    uctx: Option<&Ucontext>,
+    init: &CqInit,
+    udata: &mut Udata<'_>,
+) -> Result<Created<Cq>> {
+    if init.comp_vector >= dev.num_comp_vectors() {
+        return Err(EINVAL);
+    }
+    let Some(uctx) = uctx else {
+        return create_kernel(dev, init);
+    };
+    let req: ud::CreateCqReq = udata.read()?;
+    let log_depth = req.log_depth;
+    if !(u32::from(admin::DEV_MIN_LOG_DEPTH)..=u32::from(admin::DEV_MAX_LOG_CQ_DEPTH))
+        .contains(&log_depth)
+    {
+        return Err(EINVAL);
+    }
+    let depth = 1u32 << log_depth;
+    if init.cqe == 0 || init.cqe > depth || init.cqe > dev.attr.max_cqe {
+        return Err(EINVAL);
+    }
+    let ring = UserRing::new(
+        dev,
+        ib,
+        req.buf_addr,
+        queue::CQE_SIZE << log_depth,
+        verbs::ACCESS_LOCAL_WRITE,
+    )?;
+    let db = uctx.alloc_db_slot()?;
+    let cmd = admin::CreateCqCmd {
+        ring: ring.desc(),
+        log_depth: log_depth as u8,
+        eqn: dev.comp_eqn(init.comp_vector),
+        db_page: uctx.db_page(),
+        db_slot: db.slot(),
+        ..Default::default()
+    };
+    let id = dev
+        .exec(admin::ADMIN_OP_CREATE_CQ, payload!(create_cq: cmd))?
+        .result0;
+    let resp = ud::CreateCqResp {
+        cq_id: id,
+        db_slot: db.slot(),
+    };
+    let cq = Cq {
+        id,
+        queue: CqQueue::User {
+            _ring: ring,
+            _db: db,
+        },
+    };
+    if let Err(err) = udata.respond(&resp) {
+        destroy(dev, &cq);
+        return Err(err);
+    }
+    Ok(Created {
+        data: cq,
+        id,
+        size: depth,
+    })
+}
+
+fn create_kernel(dev: &RoxDev<'_>, init: &CqInit) -> Result<Created<Cq>> {
+    let log_depth = log_depth_for(init.cqe);
+    if init.cqe == 0 || log_depth > KERNEL_MAX_LOG_CQ_DEPTH {
+        return Err(EINVAL);
+    }
+    let ring = KernelRing::<queue::Cqe>::new(dev.pdev.as_ref(), 1 << log_depth)?;
+    let db = DbSlot::alloc(&dev.kernel_slots)?;
+    let cmd = admin::CreateCqCmd {
+        ring: ring.desc(),
+        log_depth: log_depth as u8,
+        eqn: dev.comp_eqn(init.comp_vector),
+        db_page: regs::DB_PAGE_KERNEL,
+        db_slot: db.slot(),
+        ..Default::default()
+    };
+    let state = KBox::pin_init(
+        new_spinlock_irq!(KernelCqState {
+            consumer: 0,
+            arm_seq: 0
+        }),
+        GFP_KERNEL,
+    )?;
+    let id = dev
+        .exec(admin::ADMIN_OP_CREATE_CQ, payload!(create_cq: cmd))?
+        .result0;
+    let cq = Cq {
+        id,
+        queue: CqQueue::Kernel(KernelCq {
+            ring,
+            log_depth,
+            db,
+            state,
+        }),
+    };
+    Ok(Created {
+        data: cq,
+        id,
+        size: 1 << log_depth,
+    })
+}
+
+/// ib_core's form of a completion.
+fn fill_wc(dev: &RoxDev<'_>, wc: &mut b::ib_wc, cqe: &queue::Cqe) {
+    wc.__bindgen_anon_1.wr_id = cqe.wr_id;
+    wc.status = cqe.status.into();
+    wc.opcode = cqe.opcode.into();
+    wc.vendor_err = cqe.vendor_err.into();
+    wc.byte_len = cqe.byte_len;
+    wc.qp = dev.registry().qp_ptr(cqe.qp_num);
+    wc.ex.imm_data = cqe.imm_data;
+    wc.src_qp = cqe.src_qp;
+    wc.slid = 0;
+    let mut flags = 0;
+    if cqe.wc_flags & verbs::WC_FLAG_GRH != 0 {
+        flags |= b::ib_wc_flags_IB_WC_GRH;
+    }
+    if cqe.wc_flags & verbs::WC_FLAG_WITH_IMM != 0 {
+        flags |= b::ib_wc_flags_IB_WC_WITH_IMM;
+    }
+    wc.wc_flags = flags as i32;
+    wc.pkey_index = 0;
+    wc.sl = cqe.sl;
+    wc.dlid_path_bits = 0;
+    wc.port_num = admin::PORT_NUM.into();
+    wc.smac = [0; 6];
+    wc.vlan_id = 0;
+    wc.network_hdr_type = 0;
+}
+
+/// Kernel CQs: moves completions into `wc`.
+pub(crate) fn poll(dev: &RoxDev<'_>, cq: &Cq, wc: &mut [b::ib_wc]) -> Result<usize> {
+    let CqQueue::Kernel(k) = &cq.queue else {
+        return Err(EOPNOTSUPP);
+    };
+    let depth = 1u32 << k.log_depth;
+    let mut state = k.state.lock();
+    let mut count = 0;
+    while count < wc.len() {
+        let slot = (state.consumer & (depth - 1)) as usize;
+        if k.ring.ring.read_owner(slot)? != queue::owner_for(state.consumer, depth) {
+            break;
+        }
+        let cqe = k.ring.ring.read(slot)?;
+        fill_wc(dev, &mut wc[count], &cqe);
+        state.consumer = state.consumer.wrapping_add(1);
+        count += 1;
+    }
+    if count > 0 {
+        dev.kernel_doorbell(k.db.slot(), Some(state.consumer), None);
+    }
+    Ok(count)
+}
+
+/// Kernel CQs: asks for an event at the next (solicited) completion; returns whether
+/// completions are already waiting (so the caller polls again instead of waiting).
+pub(crate) fn arm(dev: &RoxDev<'_>, cq: &Cq, solicited_only: bool) -> Result<bool> {
+    let CqQueue::Kernel(k) = &cq.queue else {
+        return Err(EOPNOTSUPP);
+    };
+    let depth = 1u32 << k.log_depth;
+    let mut state = k.state.lock();
+    state.arm_seq = state.arm_seq.wrapping_add(1);
+    let arm_type = if solicited_only {
+        regs::CQ_ARM_SOLICITED
+    } else {
+        regs::CQ_ARM_NEXT
+    };
+    dev.kernel_doorbell(
+        k.db.slot(),
+        None,
+        Some(regs::cq_arm_word(state.arm_seq, arm_type)),
+    );
+    let slot = (state.consumer & (depth - 1)) as usize;
+    Ok(k.ring.ring.read_owner(slot)? == queue::owner_for(state.consumer, depth))
+}
+
+pub(crate) fn destroy(dev: &RoxDev<'_>, cq: &Cq) {
+    let cmd = admin::HandleCmd {
+        handle: cq.id,
+        reserved: 0,
+    };
+    if let Err(err) = dev.exec(admin::ADMIN_OP_DESTROY_CQ, payload!(handle: cmd)) {
+        dev_warn!(
+            dev.pdev.as_ref(),
+            "DESTROY_CQ {} failed: {:?}\n",
+            cq.id,
+            err
+        );
+    }
+}

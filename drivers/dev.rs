@@ -1,0 +1,328 @@
+// SPDX-License-Identifier: GPL-2.0
+//! One rox-nic: bring-up (reset, version check, admin queue, capabilities, event queues,
+//! MSI-X, ib_device), event dispatch, and tear-down.
+
+use crate::{
+    admin::{payload, AdminQueue},
+    eq::EventQueue,
+    hw::{
+        regs,
+        uapi::{self, admin, queue::Eqe},
+        Regs,
+    },
+    ib::{self, irq::MsixIrqs, AsyncEvent, DeviceParams, IbRegistration, Registry},
+    ids::{DbSlots, IdBitmap},
+    verbs::RoxVerbs,
+};
+use core::sync::atomic::{AtomicU32, Ordering};
+use kernel::{
+    device::{Bound, Core},
+    io::Io,
+    irq::{IrqReturn, ThreadedHandler},
+    pci,
+    prelude::*,
+    sync::Arc,
+    time::{delay::fsleep, Delta},
+};
+
+/// Doorbell pages of BAR2, one per user context (page `DB_PAGE_KERNEL` is the driver's).
+pub(crate) type DbPages = IdBitmap<{ (regs::DB_PAGE_COUNT as usize).div_ceil(u64::BITS as usize) }>;
+
+/// The start of BAR2, which holds the driver's doorbell page (`DB_PAGE_KERNEL`).
+pub(crate) type DbBar<'bound> = pci::Bar<'bound, { regs::ROX_PAGE_SIZE }>;
+const _: () = assert!(
+    regs::DB_PAGE_KERNEL == 0,
+    "the kernel's doorbell page is mapped at BAR2 offset 0"
+);
+
+/// How long a reset may take, and how often to look.
+const RESET_TIMEOUT_US: i64 = 5_000_000;
+const RESET_POLL_US: i64 = 1000;
+/// Completion event queues rox uses at most (one per vCPU of the 2-vCPU test guests is plenty;
+/// the device offers up to `MAX_EQS - 1`).
+const MAX_COMP_EQS: u32 = 2;
+
+/// The state of one bound rox-nic, shared by the verbs, the interrupt handlers and the PCI
+/// driver. Dropped after the ib_device is unregistered and the interrupts are freed.
+pub(crate) struct RoxDev<'bound> {
+    pub(crate) pdev: &'bound pci::Device<Bound>,
+    pub(crate) regs: Regs<'bound>,
+    pub(crate) admin: AdminQueue,
+    /// `eqs[0]` is `EQ_ADMIN_ASYNC`; `eqs[1..]` carry completion events.
+    eqs: KVec<EventQueue>,
+    pub(crate) attr: admin::DeviceAttr,
+    pub(crate) port: admin::PortAttr,
+    /// MAC of the paired network device (port 1 is bound to it; RoCEv2 GIDs come from its
+    /// addresses).
+    pub(crate) mac: [u8; 6],
+    registry: Pin<KBox<Registry>>,
+    pub(crate) db_pages: DbPages,
+    /// The driver's own doorbell page (`DB_PAGE_KERNEL` of BAR2) and its slots, for the
+    /// queues of kernel consumers.
+    db_kernel: DbBar<'bound>,
+    pub(crate) kernel_slots: Arc<DbSlots>,
+    next_pd: AtomicU32,
+    /// Physical addresses of BAR0 (wake page) and BAR2 (doorbell pages), for user mappings.
+    pub(crate) ctrl_bar_start: u64,
+    pub(crate) db_bar_start: u64,
+}
+
+impl<'bound> RoxDev<'bound> {
+    pub(crate) fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// Number of completion vectors (EQ 1..=n).
+    pub(crate) fn num_comp_vectors(&self) -> u32 {
+        (self.eqs.len() as u32).saturating_sub(1)
+    }
+
+    /// The completion EQ of completion vector `vector`.
+    pub(crate) fn comp_eqn(&self, vector: u32) -> u32 {
+        1 + vector.checked_rem(self.num_comp_vectors()).unwrap_or(0)
+    }
+
+    /// A fresh protection domain number (PDs exist only in the driver; the device checks that
+    /// an MR and a QP name the same one).
+    pub(crate) fn alloc_pdn(&self) -> u32 {
+        self.next_pd.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Writes a slot of the driver's doorbell page (`a` and/or `b`, see `regs::DbSlot`), then
+    /// wakes the device if it sleeps (the arm/wake protocol of `regs::DbPage`).
+    pub(crate) fn kernel_doorbell(&self, slot: u32, a: Option<u32>, b: Option<u32>) {
+        use core::sync::atomic::{fence, Ordering};
+        let offset = regs::db_slot_offset(slot);
+        if let Some(a) = a {
+            let _ = self.db_kernel.try_write32(a, offset);
+        }
+        if let Some(b) = b {
+            let _ = self
+                .db_kernel
+                .try_write32(b, offset + core::mem::size_of::<u32>());
+        }
+        fence(Ordering::SeqCst);
+        if self
+            .db_kernel
+            .read32(core::mem::offset_of!(regs::DbPage, device_idle))
+            == regs::DB_DEVICE_IDLE
+        {
+            self.regs.write(regs::WAKE_REG, regs::DB_PAGE_KERNEL);
+        }
+    }
+
+    /// Runs one admin command.
+    pub(crate) fn exec(&self, opcode: u8, payload: admin::AdminPayload) -> Result<admin::AdminCpl> {
+        self.admin.exec(&self.regs, opcode, payload)
+    }
+
+    /// Runs one admin command that answers with a `T` in a DMA buffer.
+    pub(crate) fn query<T>(&self, opcode: u8, index: u32) -> Result<(T, admin::AdminCpl)>
+    where
+        T: kernel::transmute::AsBytes + kernel::transmute::FromBytes + Copy,
+    {
+        self.admin
+            .query(self.pdev.as_ref(), &self.regs, opcode, index)
+    }
+
+    /// Services event queue `eqn` (its interrupt thread).
+    fn service_eq(&self, eqn: u32) {
+        if let Some(eq) = self.eqs.get(eqn as usize) {
+            eq.service(&self.regs, |eqe| self.dispatch(eqe));
+        }
+    }
+
+    fn dispatch(&self, eqe: &Eqe) {
+        use uapi::queue::*;
+        let registry = self.registry();
+        match eqe.event_type {
+            EQE_TYPE_COMPLETION => registry.cq_completion(eqe.handle),
+            EQE_TYPE_ADMIN => {}
+            EQE_TYPE_QP_FATAL => registry.qp_event(eqe.handle, AsyncEvent::QpFatal),
+            EQE_TYPE_QP_LAST_WQE => registry.qp_event(eqe.handle, AsyncEvent::QpLastWqeReached),
+            EQE_TYPE_SQ_DRAINED => registry.qp_event(eqe.handle, AsyncEvent::SqDrained),
+            EQE_TYPE_CQ_ERROR => registry.cq_event(eqe.handle, AsyncEvent::CqError),
+            EQE_TYPE_SRQ_LIMIT => registry.srq_event(eqe.handle, AsyncEvent::SrqLimitReached),
+            EQE_TYPE_SRQ_ERROR => registry.srq_event(eqe.handle, AsyncEvent::SrqError),
+            EQE_TYPE_PORT_CHANGE => registry.port_changed(u32::from(admin::PORT_NUM)),
+            EQE_TYPE_DEVICE_FATAL => {
+                dev_err!(self.pdev.as_ref(), "device fatal error, code {}\n", eqe.aux);
+                registry.device_event(0, AsyncEvent::DeviceFatal);
+            }
+            other => dev_warn!(self.pdev.as_ref(), "unknown event type {}\n", other),
+        }
+    }
+}
+
+impl Drop for RoxDev<'_> {
+    fn drop(&mut self) {
+        for eq in self.eqs.iter() {
+            eq.disable(&self.regs);
+        }
+        // The device forgets every ring and object before the DMA memory is freed.
+        self.regs.write(regs::REG_RESET, regs::RESET_VALUE);
+    }
+}
+
+/// The interrupt handler of one event queue.
+pub(crate) struct EqHandler<'bound> {
+    dev: Arc<RoxDev<'bound>>,
+    eqn: u32,
+}
+
+impl ThreadedHandler for EqHandler<'_> {
+    fn handle_threaded(&self) -> IrqReturn {
+        self.dev.service_eq(self.eqn);
+        IrqReturn::Handled
+    }
+}
+
+/// The PCI driver's data of one bound rox-nic. Fields drop in order: the ib_device goes
+/// first (no verb runs afterwards), then the interrupts, then the device state (reset).
+pub(crate) struct RoxPci<'bound> {
+    _ib: IbRegistration<'bound, RoxVerbs>,
+    _irqs: MsixIrqs<'bound, EqHandler<'bound>>,
+    _dev: Arc<RoxDev<'bound>>,
+}
+
+/// Resets the device and waits until it is ready.
+fn reset(regs: &Regs<'_>) -> Result {
+    regs.write(regs::REG_RESET, regs::RESET_VALUE);
+    let mut waited_us = 0;
+    while regs.read(regs::REG_STATUS) & regs::STATUS_READY == 0 {
+        if waited_us >= RESET_TIMEOUT_US {
+            return Err(ETIMEDOUT);
+        }
+        fsleep(Delta::from_micros(RESET_POLL_US));
+        waited_us += RESET_POLL_US;
+    }
+    Ok(())
+}
+
+/// The MAC address READ_MAC returns in two result words (byte 0 in the low bits).
+fn mac_from_completion(cpl: &admin::AdminCpl) -> [u8; 6] {
+    let lo = cpl.result0.to_le_bytes();
+    let hi = cpl.result1.to_le_bytes();
+    [lo[0], lo[1], lo[2], lo[3], hi[0], hi[1]]
+}
+
+impl<'bound> RoxPci<'bound> {
+    pub(crate) fn probe(pdev: &'bound pci::Device<Core<'_>>) -> Result<Self> {
+        let bound: &'bound pci::Device<Bound> = pdev;
+        let dev = bound.as_ref();
+        pdev.enable_device_mem()?;
+        pdev.set_master();
+        ib::dma::set_dma_mask_64(pdev)?;
+
+        let bar =
+            bound.iomap_region_sized::<{ regs::BAR_CTRL_SIZE as usize }>(regs::BAR_CTRL, c"rox")?;
+        let regs = Regs::new(bar);
+        let version = regs.read(regs::REG_VERSION);
+        if version != uapi::ROX_VERSION {
+            dev_err!(
+                dev,
+                "interface version {} (driver speaks {})\n",
+                version,
+                uapi::ROX_VERSION
+            );
+            return Err(ENODEV);
+        }
+        reset(&regs).inspect_err(|_| dev_err!(dev, "device did not come out of reset\n"))?;
+
+        let admin = AdminQueue::new(dev)?;
+        admin.enable(&regs)?;
+        let (attr, _) =
+            admin.query::<admin::DeviceAttr>(dev, &regs, admin::ADMIN_OP_QUERY_DEVICE, 0)?;
+        let (port, _) = admin.query::<admin::PortAttr>(
+            dev,
+            &regs,
+            admin::ADMIN_OP_QUERY_PORT,
+            admin::PORT_NUM.into(),
+        )?;
+        let mac_cpl = admin.exec(
+            &regs,
+            admin::ADMIN_OP_READ_MAC,
+            payload!(raw: [0; admin::ADMIN_PAYLOAD_SIZE]),
+        )?;
+        let mac = mac_from_completion(&mac_cpl);
+
+        let num_comp = attr.num_comp_eqs.min(regs::MAX_EQS - 1).min(MAX_COMP_EQS);
+        if num_comp == 0 {
+            dev_err!(dev, "device offers no completion event queue\n");
+            return Err(ENODEV);
+        }
+        let mut eqs = KVec::with_capacity(num_comp as usize + 1, GFP_KERNEL)?;
+        for eqn in 0..=num_comp {
+            eqs.push(EventQueue::new(dev, eqn)?, GFP_KERNEL)?;
+        }
+
+        let db_kernel =
+            bound.iomap_region_sized::<{ regs::ROX_PAGE_SIZE }>(regs::BAR_DB, c"rox-db")?;
+        let rox = Arc::new(
+            RoxDev {
+                pdev: bound,
+                regs,
+                admin,
+                eqs,
+                attr,
+                port,
+                mac,
+                registry: KBox::pin_init(Registry::new(), GFP_KERNEL)?,
+                db_pages: DbPages::new(regs::DB_PAGE_KERNEL + 1, regs::DB_PAGE_COUNT),
+                db_kernel,
+                kernel_slots: DbSlots::new_page()?,
+                next_pd: AtomicU32::new(1),
+                ctrl_bar_start: bound.resource_start(regs::BAR_CTRL)?,
+                db_bar_start: bound.resource_start(regs::BAR_DB)?,
+            },
+            GFP_KERNEL,
+        )?;
+
+        let irqs = MsixIrqs::new(bound, num_comp + 1, c"rox-eq", |eqn| EqHandler {
+            dev: rox.clone(),
+            eqn,
+        })?;
+        for eq in rox.eqs.iter() {
+            eq.enable(&rox.regs)?;
+        }
+
+        let ib = IbRegistration::register(
+            bound,
+            rox.clone(),
+            &DeviceParams {
+                name: c"rox_%d",
+                node_guid: rox.attr.node_guid,
+                num_comp_vectors: rox.num_comp_vectors(),
+                mac: rox.mac,
+            },
+        )?;
+        dev_info!(
+            dev,
+            "{}: rox-nic interface v{}, {} completion vectors, caps {:#x}\n",
+            ib.name(),
+            version,
+            rox.num_comp_vectors(),
+            rox.attr.caps
+        );
+        match ib.ib().netdev(u32::from(admin::PORT_NUM)) {
+            Some(n) => dev_info!(
+                dev,
+                "{}: port 1 on {} ({:02x?})\n",
+                ib.name(),
+                n.name(),
+                mac
+            ),
+            None => dev_warn!(
+                dev,
+                "{}: no netdev has MAC {:02x?} yet; port 1 is down\n",
+                ib.name(),
+                mac
+            ),
+        }
+        Ok(Self {
+            _ib: ib,
+            _irqs: irqs,
+            _dev: rox,
+        })
+    }
+}

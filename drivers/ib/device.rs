@@ -1,0 +1,1234 @@
+// SPDX-License-Identifier: GPL-2.0
+//! The ib_device of a bound PCI device: allocation, the ops table (C trampolines into the safe
+//! [`Verbs`] trait), registration with ib_core, the driver objects ib_core allocates for rox
+//! (ucontext, PD, CQ, QP, SRQ, AH) or rox allocates itself (MR), and the routing of device
+//! events to them ([`Registry`]).
+
+use super::{
+    bindings as b,
+    mmap::{self, UcontextRef},
+    netdev::NetDevice,
+    registry::Registry,
+    wr::{RecvWr, SendWr},
+    Udata,
+};
+use core::{
+    ffi::c_void,
+    marker::PhantomData,
+    mem::{size_of, MaybeUninit},
+    ptr::{self, NonNull},
+};
+use kernel::{
+    device::Bound,
+    error::{from_result, to_result},
+    ffi::c_int,
+    pci,
+    prelude::*,
+    sync::Arc,
+};
+
+/// A handle on the registered ib_device, given to every [`Verbs`] call.
+#[derive(Clone, Copy)]
+pub(crate) struct IbDev<'a> {
+    raw: NonNull<b::ib_device>,
+    _life: PhantomData<&'a b::ib_device>,
+}
+
+impl IbDev<'_> {
+    pub(crate) fn as_raw(&self) -> *mut b::ib_device {
+        self.raw.as_ptr()
+    }
+
+    /// The network device port `port` is bound to, if any (held while the value lives).
+    pub(crate) fn netdev(&self, port: u32) -> Option<NetDevice> {
+        // SAFETY: a registered device; `ib_device_get_netdev` returns a held netdev or null,
+        // whose reference `from_held` takes over.
+        unsafe { NetDevice::from_held(b::ib_device_get_netdev(self.raw.as_ptr(), port)) }
+    }
+}
+
+/// Initial attributes of a CQ.
+pub(crate) struct CqInit {
+    /// Requested number of CQEs.
+    pub(crate) cqe: u32,
+    pub(crate) comp_vector: u32,
+}
+
+/// Initial attributes of a QP, with the objects it attaches to.
+pub(crate) struct QpInit<'a, V: Verbs> {
+    /// `ib_qp_type`.
+    pub(crate) qp_type: u32,
+    /// In: requested capacities; out: actual ones.
+    pub(crate) cap: &'a mut b::ib_qp_cap,
+    pub(crate) sq_sig_all: bool,
+    /// The port of GSI QPs (unused by RC/UC/UD).
+    #[allow(dead_code)]
+    pub(crate) port: u32,
+    pub(crate) pd: &'a V::Pd,
+    pub(crate) send_cq: &'a V::Cq,
+    pub(crate) recv_cq: &'a V::Cq,
+    pub(crate) srq: Option<&'a V::Srq>,
+}
+
+/// What a created object tells ib_core about itself.
+pub(crate) struct Created<T> {
+    pub(crate) data: T,
+    /// The device's id of the object (CQ id, QPN, SRQ id): events name objects by it.
+    pub(crate) id: u32,
+    /// CQ: the actual number of CQEs. QP: unused.
+    pub(crate) size: u32,
+}
+
+/// A memory region: its data plus the keys ib_core reports.
+pub(crate) struct RegisteredMr<T> {
+    pub(crate) data: T,
+    pub(crate) lkey: u32,
+    pub(crate) rkey: u32,
+}
+
+/// The verbs of a driver, in safe Rust. ib_core calls them through the trampolines of this
+/// file; objects are the driver's own types, stored next to ib_core's structures.
+pub(crate) trait Verbs: Sized + 'static {
+    /// The driver's per-device state (lives at least as long as the registration).
+    type Dev<'a>: Sync + 'a;
+    type Ucontext: Send + Sync;
+    type Pd: Send + Sync;
+    type Cq: Send + Sync + DeviceId;
+    type Qp: Send + Sync;
+    type Srq: Send + Sync + DeviceId;
+    type Ah: Send + Sync;
+    type Mr: Send + Sync;
+
+    /// Where the wrapper keeps the objects events are routed to.
+    fn registry<'a>(dev: &'a Self::Dev<'_>) -> &'a Registry;
+
+    /// Names of the port counters (`rdma statistic`), in the order `read_counters` fills them.
+    const COUNTER_NAMES: &'static [&'static CStr];
+    /// Reads the counters into `values` (`COUNTER_NAMES.len()` entries).
+    fn read_counters(dev: &Self::Dev<'_>, values: &mut [u64]) -> Result;
+
+    fn query_device(
+        dev: &Self::Dev<'_>,
+        attr: &mut b::ib_device_attr,
+        udata: &mut Udata<'_>,
+    ) -> Result;
+    fn query_port(
+        dev: &Self::Dev<'_>,
+        ib: IbDev<'_>,
+        port: u32,
+        attr: &mut b::ib_port_attr,
+    ) -> Result;
+    fn get_port_immutable(dev: &Self::Dev<'_>, port: u32, imm: &mut b::ib_port_immutable)
+        -> Result;
+    fn set_gid(dev: &Self::Dev<'_>, index: u32, gid: Option<&[u8; 16]>) -> Result;
+
+    fn alloc_ucontext(
+        dev: &Self::Dev<'_>,
+        uctx: UcontextRef<'_>,
+        udata: &mut Udata<'_>,
+    ) -> Result<Self::Ucontext>;
+    fn dealloc_ucontext(dev: &Self::Dev<'_>, uctx: &Self::Ucontext);
+
+    fn alloc_pd(dev: &Self::Dev<'_>, udata: &mut Udata<'_>) -> Result<Self::Pd>;
+    fn dealloc_pd(dev: &Self::Dev<'_>, pd: &Self::Pd);
+
+    fn reg_user_mr(
+        dev: &Self::Dev<'_>,
+        ib: IbDev<'_>,
+        pd: &Self::Pd,
+        start: u64,
+        length: u64,
+        iova: u64,
+        access: u32,
+        udata: &mut Udata<'_>,
+    ) -> Result<RegisteredMr<Self::Mr>>;
+    fn get_dma_mr(
+        dev: &Self::Dev<'_>,
+        pd: &Self::Pd,
+        access: u32,
+    ) -> Result<RegisteredMr<Self::Mr>>;
+    fn dereg_mr(dev: &Self::Dev<'_>, mr: &Self::Mr);
+
+    fn create_cq(
+        dev: &Self::Dev<'_>,
+        ib: IbDev<'_>,
+        uctx: Option<&Self::Ucontext>,
+        init: &CqInit,
+        udata: &mut Udata<'_>,
+    ) -> Result<Created<Self::Cq>>;
+    fn destroy_cq(dev: &Self::Dev<'_>, cq: &Self::Cq);
+
+    fn create_qp(
+        dev: &Self::Dev<'_>,
+        ib: IbDev<'_>,
+        uctx: Option<&Self::Ucontext>,
+        init: QpInit<'_, Self>,
+        udata: &mut Udata<'_>,
+    ) -> Result<Created<Self::Qp>>;
+    fn modify_qp(
+        dev: &Self::Dev<'_>,
+        qp: &Self::Qp,
+        attr: &b::ib_qp_attr,
+        mask: u32,
+        udata: &mut Udata<'_>,
+    ) -> Result;
+    fn query_qp(
+        dev: &Self::Dev<'_>,
+        qp: &Self::Qp,
+        attr: &mut b::ib_qp_attr,
+        init: &mut b::ib_qp_init_attr,
+    ) -> Result;
+    fn destroy_qp(dev: &Self::Dev<'_>, qp: &Self::Qp);
+
+    fn create_srq(
+        dev: &Self::Dev<'_>,
+        ib: IbDev<'_>,
+        uctx: Option<&Self::Ucontext>,
+        pd: &Self::Pd,
+        attr: &mut b::ib_srq_attr,
+        udata: &mut Udata<'_>,
+    ) -> Result<Created<Self::Srq>>;
+    fn modify_srq(
+        dev: &Self::Dev<'_>,
+        srq: &Self::Srq,
+        attr: &b::ib_srq_attr,
+        mask: u32,
+        udata: &mut Udata<'_>,
+    ) -> Result;
+    fn query_srq(dev: &Self::Dev<'_>, srq: &Self::Srq, attr: &mut b::ib_srq_attr) -> Result;
+    fn destroy_srq(dev: &Self::Dev<'_>, srq: &Self::Srq);
+
+    /// Kernel QPs (ib_mad's GSI QP1): queue one send work request (rung by `ring_sq`).
+    fn post_send(dev: &Self::Dev<'_>, qp: &Self::Qp, wr: &SendWr<'_, Self>) -> Result;
+    /// Tells the device about the send WRs queued since the last call.
+    fn ring_sq(dev: &Self::Dev<'_>, qp: &Self::Qp);
+    /// Kernel QPs: queue one receive work request (rung by `ring_rq`).
+    fn post_recv(dev: &Self::Dev<'_>, qp: &Self::Qp, wr: &RecvWr<'_>) -> Result;
+    fn ring_rq(dev: &Self::Dev<'_>, qp: &Self::Qp);
+    /// Kernel CQs: moves up to `wc.len()` completions into `wc`, returns how many.
+    fn poll_cq(dev: &Self::Dev<'_>, cq: &Self::Cq, wc: &mut [b::ib_wc]) -> Result<usize>;
+    /// Kernel CQs: arms the CQ; returns whether completions may have been missed.
+    fn req_notify_cq(dev: &Self::Dev<'_>, cq: &Self::Cq, solicited_only: bool) -> Result<bool>;
+
+    fn create_ah(
+        dev: &Self::Dev<'_>,
+        attr: &b::rdma_ah_attr,
+        udata: &mut Udata<'_>,
+    ) -> Result<Self::Ah>;
+    fn query_ah(dev: &Self::Dev<'_>, ah: &Self::Ah, attr: &mut b::rdma_ah_attr) -> Result;
+    fn destroy_ah(dev: &Self::Dev<'_>, ah: &Self::Ah);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Objects
+// ---------------------------------------------------------------------------------------------
+
+/// A driver object as ib_core allocates it: ib_core's structure first (ib_core requires offset
+/// 0), then the driver's data.
+///
+/// # Invariants
+///
+/// `data` is initialised from the successful return of the create callback until the destroy
+/// callback drops it; ib_core only passes initialised objects to the other callbacks.
+#[repr(C)]
+pub(super) struct Obj<I, D> {
+    ib: I,
+    data: MaybeUninit<D>,
+}
+
+impl<I, D> Obj<I, D> {
+    const SIZE: usize = {
+        // ib_core allocates with kzalloc: natural alignment up to 8 bytes is guaranteed.
+        assert!(core::mem::align_of::<Self>() <= 8);
+        size_of::<Self>()
+    };
+
+    /// # Safety
+    ///
+    /// `ib` points to the `I` at the start of a live `Obj<I, D>` whose data is initialised.
+    pub(super) unsafe fn data_of<'a>(ib: *const I) -> &'a D {
+        // SAFETY: per the function's requirements; `Obj` is `repr(C)` with `ib` first.
+        unsafe { (*ib.cast::<Self>()).data.assume_init_ref() }
+    }
+
+    /// # Safety
+    ///
+    /// `ib` points to the `I` at the start of an `Obj<I, D>` whose data is not initialised.
+    unsafe fn init(ib: *mut I, data: D) {
+        // SAFETY: per the function's requirements.
+        unsafe { (*ib.cast::<Self>()).data.write(data) };
+    }
+
+    /// Drops the data.
+    ///
+    /// # Safety
+    ///
+    /// `ib` points to the `I` at the start of an `Obj<I, D>` whose data is initialised; it is
+    /// not used again.
+    unsafe fn drop_data(ib: *mut I) {
+        // SAFETY: per the function's requirements.
+        unsafe { (*ib.cast::<Self>()).data.assume_init_drop() };
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The device
+// ---------------------------------------------------------------------------------------------
+
+/// What ib_core allocates for the device: its `ib_device`, then a pointer to the driver's state.
+#[repr(C)]
+struct Container {
+    ib: b::ib_device,
+    dev: *const c_void,
+    /// The counter descriptors (owned by the registration).
+    counter_descs: *const b::rdma_stat_desc,
+    num_counters: usize,
+}
+
+/// Static description of the device at registration.
+pub(crate) struct DeviceParams<'a> {
+    /// `rox_%d`.
+    pub(crate) name: &'a CStr,
+    pub(crate) node_guid: u64,
+    pub(crate) num_comp_vectors: u32,
+    /// MAC of the network device port 1 is bound to (RoCEv2 GIDs come from its addresses).
+    pub(crate) mac: [u8; 6],
+}
+
+/// Keeps port 1 bound to the network device with the device's MAC: binds it when it registers
+/// (if the port has none), unbinds it when it unregisters (ib_core requires both of drivers).
+#[repr(C)]
+struct PortBinder {
+    nb: b::notifier_block,
+    ibdev: *mut b::ib_device,
+    mac: [u8; 6],
+}
+
+/// The RoCE port number of rox (one port).
+const PORT: u32 = 1;
+
+unsafe extern "C" fn netdev_event(
+    nb: *mut b::notifier_block,
+    event: kernel::ffi::c_ulong,
+    ptr: *mut c_void,
+) -> c_int {
+    // SAFETY: `nb` is the first field of a registered `PortBinder`, alive until unregistered
+    // (which waits for running callbacks); netdev notifiers run under RTNL with a valid `ptr`.
+    unsafe {
+        let binder = &*nb.cast::<PortBinder>();
+        let ndev = b::rox_shim_netdev_notifier_info_to_dev(ptr);
+        let bound = b::ib_device_get_netdev(binder.ibdev, PORT);
+        match event as u32 {
+            b::netdev_cmd_NETDEV_REGISTER
+                if bound.is_null() && b::rox_shim_netdev_has_mac(ndev, binder.mac.as_ptr()) =>
+            {
+                b::ib_device_set_netdev(binder.ibdev, ndev, PORT);
+            }
+            b::netdev_cmd_NETDEV_UNREGISTER if bound == ndev => {
+                b::ib_device_set_netdev(binder.ibdev, ptr::null_mut(), PORT);
+            }
+            _ => {}
+        }
+        if !bound.is_null() {
+            b::rox_shim_dev_put(bound);
+        }
+    }
+    b::NOTIFY_DONE as c_int
+}
+
+/// A registered ib_device, unregistered and freed on drop.
+///
+/// # Invariants
+///
+/// `container` was allocated by `_ib_alloc_device`, is registered with ib_core, and its `dev`
+/// points to the `V::Dev` held by `dev`.
+pub(crate) struct IbRegistration<'bound, V: Verbs> {
+    container: NonNull<Container>,
+    /// Referenced by ib_core's counter structures until the device is released.
+    _counter_descs: KVec<b::rdma_stat_desc>,
+    /// Registered with the netdevice notifier chain.
+    binder: NonNull<PortBinder>,
+    dev: Arc<V::Dev<'bound>>,
+}
+
+// SAFETY: the registration only hands out shared access to `V::Dev` (which is `Sync`) and the
+// ib_device, which ib_core lets any thread unregister.
+unsafe impl<V: Verbs> Send for IbRegistration<'_, V> {}
+// SAFETY: see `Send`.
+unsafe impl<V: Verbs> Sync for IbRegistration<'_, V> {}
+
+/// The `struct device` of a kernel-crate device.
+fn raw_device(dev: &kernel::device::Device<Bound>) -> *mut b::device {
+    // `kernel::device::Device` is `#[repr(transparent)]` over `Opaque<struct device>`, itself
+    // transparent: the reference is the address of the C `struct device` (which bindgen renders
+    // here from the same header as the kernel crate's bindings).
+    core::ptr::from_ref(dev).cast::<b::device>().cast_mut()
+}
+
+/// The `ib_device` at the start of the allocation.
+fn ibdev_of(container: NonNull<Container>) -> *mut b::ib_device {
+    // SAFETY: `container` is a live allocation; taking a field address does not read it.
+    unsafe { ptr::addr_of_mut!((*container.as_ptr()).ib) }
+}
+
+impl<'bound, V: Verbs> IbRegistration<'bound, V> {
+    /// Allocates the ib_device, binds port 1 to `params.netdev`, and registers it with ib_core
+    /// (which calls the verbs from then on).
+    pub(crate) fn register(
+        pdev: &'bound pci::Device<Bound>,
+        dev: Arc<V::Dev<'bound>>,
+        params: &DeviceParams<'_>,
+    ) -> Result<Self> {
+        // SAFETY: `init_net` is the initial network namespace, which lives forever.
+        let raw =
+            unsafe { b::_ib_alloc_device(size_of::<Container>(), ptr::addr_of_mut!(b::init_net)) };
+        let container = NonNull::new(raw.cast::<Container>()).ok_or(ENOMEM)?;
+        let ibdev = ibdev_of(container);
+        let free = move |err: Error| -> Error {
+            // SAFETY: allocated above, never registered.
+            unsafe { b::ib_dealloc_device(ibdev) };
+            err
+        };
+        let mut counter_descs =
+            KVec::with_capacity(V::COUNTER_NAMES.len(), GFP_KERNEL).map_err(|e| free(e.into()))?;
+        for name in V::COUNTER_NAMES {
+            let desc = b::rdma_stat_desc {
+                name: name.as_char_ptr(),
+                flags: 0,
+                priv_: ptr::null(),
+            };
+            counter_descs
+                .push(desc, GFP_KERNEL)
+                .map_err(|e| free(e.into()))?;
+        }
+        let pci_dev: &kernel::device::Device<Bound> = pdev.as_ref();
+
+        // SAFETY: `ibdev` was just allocated and is not yet visible to anyone else; the
+        // device pointer cast is between bindgen renderings of the same `struct device`.
+        unsafe {
+            (*container.as_ptr()).dev = Arc::as_ptr(&dev).cast::<c_void>();
+            (*container.as_ptr()).counter_descs = counter_descs.as_ptr();
+            (*container.as_ptr()).num_counters = counter_descs.len();
+            (*ibdev).node_type = b::RDMA_NODE_IB_CA as u8;
+            (*ibdev).phys_port_cnt = 1;
+            (*ibdev).num_comp_vectors = params.num_comp_vectors as c_int;
+            (*ibdev).node_guid = params.node_guid.to_be();
+            (*ibdev).__bindgen_anon_1.dev.parent = raw_device(pci_dev);
+            b::ib_set_device_ops(ibdev, &ops::<V>());
+        }
+        if let Some(netdev) = NetDevice::by_mac(&params.mac) {
+            // SAFETY: `ibdev` is allocated; `netdev` is held; ib_core takes its own reference
+            // (ours goes at the end of this block).
+            to_result(unsafe { b::ib_device_set_netdev(ibdev, netdev.as_raw(), PORT) })
+                .map_err(free)?;
+        }
+        let mut binder = KBox::<PortBinder>::new_uninit(GFP_KERNEL).map_err(|e| free(e.into()))?;
+        let raw_binder = binder.as_mut_ptr();
+        // SAFETY: fresh allocation; an all-zero notifier_block is its initial state.
+        let binder = unsafe {
+            ptr::addr_of_mut!((*raw_binder).nb).write_bytes(0, 1);
+            (*raw_binder).nb.notifier_call = Some(netdev_event);
+            (*raw_binder).ibdev = ibdev;
+            (*raw_binder).mac = params.mac;
+            NonNull::new_unchecked(KBox::into_raw(binder.assume_init()))
+        };
+        let free_binder = move |err: Error| -> Error {
+            // SAFETY: from `KBox::into_raw` above, not registered.
+            drop(unsafe { KBox::from_raw(binder.as_ptr()) });
+            free(err)
+        };
+        // Events may arrive as soon as the device is registered.
+        V::registry(&dev).set_ibdev(NonNull::new(ibdev));
+        // SAFETY: `ibdev` is fully set up; `name` is a valid C string; the DMA device is the
+        // PCI device, bound for 'bound, which outlives the registration.
+        let ret =
+            unsafe { b::ib_register_device(ibdev, params.name.as_char_ptr(), raw_device(pci_dev)) };
+        if let Err(err) = to_result(ret) {
+            V::registry(&dev).set_ibdev(None);
+            return Err(free_binder(err));
+        }
+        // SAFETY: `binder` is a live, pinned allocation with a valid callback; it stays
+        // registered until `drop` (or the unwinding below).
+        if let Err(err) =
+            to_result(unsafe { b::register_netdevice_notifier(&mut (*binder.as_ptr()).nb) })
+        {
+            V::registry(&dev).set_ibdev(None);
+            // SAFETY: registered above.
+            unsafe { b::ib_unregister_device(ibdev) };
+            return Err(free_binder(err));
+        }
+        // INVARIANT: allocated, registered, `dev` points into `dev`.
+        Ok(Self {
+            container,
+            _counter_descs: counter_descs,
+            binder,
+            dev,
+        })
+    }
+
+    pub(crate) fn ib(&self) -> IbDev<'_> {
+        ib_of(ibdev_of(self.container))
+    }
+
+    /// The device's name (`rox_0`, ...).
+    pub(crate) fn name(&self) -> &CStr {
+        // SAFETY: ib_core keeps the name in the device's `struct device` while registered.
+        unsafe {
+            let ibdev = ibdev_of(self.container);
+            let name = b::rox_shim_dev_name(ptr::addr_of!((*ibdev).__bindgen_anon_1.dev));
+            CStr::from_char_ptr(name)
+        }
+    }
+}
+
+impl<V: Verbs> Drop for IbRegistration<'_, V> {
+    fn drop(&mut self) {
+        let ibdev = ibdev_of(self.container);
+        // SAFETY: registered in `register`; unregistering waits for running callbacks, then
+        // nothing refers to the binder.
+        unsafe {
+            b::unregister_netdevice_notifier(&mut (*self.binder.as_ptr()).nb);
+            drop(KBox::from_raw(self.binder.as_ptr()));
+        }
+        // SAFETY: registered (type invariant). Unregistering disassociates user contexts,
+        // destroys every remaining object through our callbacks and waits for running ones.
+        unsafe { b::ib_unregister_device(ibdev) };
+        V::registry(&self.dev).set_ibdev(None);
+        // SAFETY: unregistered; nothing refers to it any more.
+        unsafe { b::ib_dealloc_device(ibdev) };
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Trampolines
+// ---------------------------------------------------------------------------------------------
+
+/// The driver state of the ib_device `ibdev`.
+///
+/// # Safety
+///
+/// `ibdev` is an ib_device allocated by [`IbRegistration::register`] for `V` and not yet
+/// deallocated (true for every callback ib_core makes).
+unsafe fn dev_of<'a, V: Verbs>(ibdev: *mut b::ib_device) -> &'a V::Dev<'a> {
+    // SAFETY: per the function's requirements, `dev` points to the live `V::Dev` held by the
+    // registration, which outlives every callback.
+    unsafe { &*(*ibdev.cast::<Container>()).dev.cast::<V::Dev<'a>>() }
+}
+
+pub(super) fn ib_of<'a>(ibdev: *mut b::ib_device) -> IbDev<'a> {
+    IbDev {
+        raw: NonNull::new(ibdev).unwrap_or(NonNull::dangling()),
+        _life: PhantomData,
+    }
+}
+
+/// The driver's ucontext of a user call, if any.
+///
+/// # Safety
+///
+/// `udata` is null or the udata ib_core passed to a callback of a `V` device.
+unsafe fn ucontext_of<'a, V: Verbs>(udata: *mut b::ib_udata) -> Option<&'a V::Ucontext> {
+    // SAFETY: a non-null udata is embedded in the call's attribute bundle.
+    let uctx = unsafe { b::rox_shim_udata_ucontext(udata) };
+    if uctx.is_null() {
+        None
+    } else {
+        // SAFETY: ib_core allocated the ucontext with our size and it is alive (initialised)
+        // for the duration of any call made through it.
+        Some(unsafe { Obj::<b::ib_ucontext, V::Ucontext>::data_of(uctx) })
+    }
+}
+
+fn errno(result: Result) -> c_int {
+    from_result(|| result.map(|()| 0))
+}
+
+unsafe extern "C" fn query_device<V: Verbs>(
+    ibdev: *mut b::ib_device,
+    attr: *mut b::ib_device_attr,
+    udata: *mut b::ib_udata,
+) -> c_int {
+    // SAFETY: ib_core passes its device and a valid attribute buffer.
+    let (dev, attr) = unsafe { (dev_of::<V>(ibdev), &mut *attr) };
+    // SAFETY: `udata` is null or valid for this call.
+    let mut udata = unsafe { Udata::from_raw(udata) };
+    errno(V::query_device(dev, attr, &mut udata))
+}
+
+unsafe extern "C" fn query_port<V: Verbs>(
+    ibdev: *mut b::ib_device,
+    port: u32,
+    attr: *mut b::ib_port_attr,
+) -> c_int {
+    // SAFETY: ib_core passes its device and a valid, zeroed attribute buffer.
+    let (dev, attr) = unsafe { (dev_of::<V>(ibdev), &mut *attr) };
+    errno(V::query_port(dev, ib_of(ibdev), port, attr))
+}
+
+unsafe extern "C" fn get_port_immutable<V: Verbs>(
+    ibdev: *mut b::ib_device,
+    port: u32,
+    imm: *mut b::ib_port_immutable,
+) -> c_int {
+    // SAFETY: ib_core passes its device and a valid buffer.
+    let (dev, imm) = unsafe { (dev_of::<V>(ibdev), &mut *imm) };
+    errno(V::get_port_immutable(dev, port, imm))
+}
+
+unsafe extern "C" fn get_link_layer(_ibdev: *mut b::ib_device, _port: u32) -> b::rdma_link_layer {
+    b::rdma_link_layer_IB_LINK_LAYER_ETHERNET
+}
+
+unsafe extern "C" fn query_pkey(
+    _ibdev: *mut b::ib_device,
+    _port: u32,
+    index: u16,
+    pkey: *mut u16,
+) -> c_int {
+    /// The default (full membership) P_Key, the only entry of a RoCE port's table.
+    const DEFAULT_PKEY: u16 = 0xffff;
+    if index != 0 {
+        return EINVAL.to_errno();
+    }
+    // SAFETY: ib_core passes a valid output pointer.
+    unsafe { *pkey = DEFAULT_PKEY };
+    0
+}
+
+unsafe extern "C" fn add_gid<V: Verbs>(
+    attr: *const b::ib_gid_attr,
+    _ctx: *mut *mut c_void,
+) -> c_int {
+    // SAFETY: ib_core passes a valid GID attribute of one of our devices.
+    let (dev, attr) = unsafe { (dev_of::<V>((*attr).device), &*attr) };
+    // SAFETY: every bit pattern of the GID union is a valid byte array.
+    let gid = unsafe { &attr.gid.raw };
+    errno(V::set_gid(dev, attr.index.into(), Some(gid)))
+}
+
+unsafe extern "C" fn del_gid<V: Verbs>(
+    attr: *const b::ib_gid_attr,
+    _ctx: *mut *mut c_void,
+) -> c_int {
+    // SAFETY: ib_core passes a valid GID attribute of one of our devices.
+    let (dev, attr) = unsafe { (dev_of::<V>((*attr).device), &*attr) };
+    errno(V::set_gid(dev, attr.index.into(), None))
+}
+
+unsafe extern "C" fn alloc_ucontext<V: Verbs>(
+    uctx: *mut b::ib_ucontext,
+    udata: *mut b::ib_udata,
+) -> c_int {
+    // SAFETY: ib_core passes a ucontext it allocated with our size for one of our devices.
+    let dev = unsafe { dev_of::<V>((*uctx).device) };
+    // SAFETY: `udata` is valid for this call.
+    let mut udata = unsafe { Udata::from_raw(udata) };
+    // SAFETY: `uctx` is alive until dealloc_ucontext.
+    let uref = unsafe { UcontextRef::from_raw(uctx) };
+    errno(V::alloc_ucontext(dev, uref, &mut udata).map(|data| {
+        // SAFETY: fresh object, data not initialised.
+        unsafe { Obj::<b::ib_ucontext, V::Ucontext>::init(uctx, data) }
+    }))
+}
+
+unsafe extern "C" fn dealloc_ucontext<V: Verbs>(uctx: *mut b::ib_ucontext) {
+    // SAFETY: a ucontext created by `alloc_ucontext`, destroyed once.
+    unsafe {
+        let dev = dev_of::<V>((*uctx).device);
+        V::dealloc_ucontext(dev, Obj::<b::ib_ucontext, V::Ucontext>::data_of(uctx));
+        Obj::<b::ib_ucontext, V::Ucontext>::drop_data(uctx);
+    }
+}
+
+unsafe extern "C" fn disassociate_ucontext(_uctx: *mut b::ib_ucontext) {
+    // Nothing to do: ib_core zaps the user mappings of our mmap entries itself, and the
+    // objects are destroyed through the ordinary callbacks.
+}
+
+unsafe extern "C" fn alloc_pd<V: Verbs>(pd: *mut b::ib_pd, udata: *mut b::ib_udata) -> c_int {
+    // SAFETY: ib_core passes a PD it allocated with our size for one of our devices.
+    let dev = unsafe { dev_of::<V>((*pd).device) };
+    // SAFETY: `udata` is null or valid for this call.
+    let mut udata = unsafe { Udata::from_raw(udata) };
+    errno(V::alloc_pd(dev, &mut udata).map(|data| {
+        // SAFETY: fresh object, data not initialised.
+        unsafe { Obj::<b::ib_pd, V::Pd>::init(pd, data) }
+    }))
+}
+
+unsafe extern "C" fn dealloc_pd<V: Verbs>(pd: *mut b::ib_pd, _udata: *mut b::ib_udata) -> c_int {
+    // SAFETY: a PD created by `alloc_pd`, destroyed once.
+    unsafe {
+        V::dealloc_pd(
+            dev_of::<V>((*pd).device),
+            Obj::<b::ib_pd, V::Pd>::data_of(pd),
+        );
+        Obj::<b::ib_pd, V::Pd>::drop_data(pd);
+    }
+    0
+}
+
+/// Allocates an `ib_mr` with the driver's data, as ib_core expects of reg_user_mr/get_dma_mr.
+fn new_mr<D>(mr: Result<RegisteredMr<D>>) -> *mut b::ib_mr {
+    let mr = match mr {
+        Ok(mr) => mr,
+        Err(err) => return err.to_ptr(),
+    };
+    let mut obj = match KBox::<Obj<b::ib_mr, D>>::new_uninit(GFP_KERNEL) {
+        Ok(obj) => obj,
+        // `mr.data` is dropped here: the driver's drop releases the device object.
+        Err(_) => return ENOMEM.to_ptr(),
+    };
+    let raw = obj.as_mut_ptr();
+    // SAFETY: `raw` is a fresh allocation of an `Obj`; an all-zero `ib_mr` is its initial state
+    // (ib_core fills in the generic fields after we return).
+    unsafe {
+        ptr::addr_of_mut!((*raw).ib).write_bytes(0, 1);
+        (*raw).ib.lkey = mr.lkey;
+        (*raw).ib.rkey = mr.rkey;
+        (*raw).data.write(mr.data);
+    }
+    // SAFETY: fully initialised above.
+    let obj = unsafe { obj.assume_init() };
+    KBox::into_raw(obj).cast::<b::ib_mr>()
+}
+
+unsafe extern "C" fn reg_user_mr<V: Verbs>(
+    pd: *mut b::ib_pd,
+    start: u64,
+    length: u64,
+    iova: u64,
+    access: c_int,
+    _dmah: *mut b::ib_dmah,
+    udata: *mut b::ib_udata,
+) -> *mut b::ib_mr {
+    // SAFETY: ib_core passes one of our live PDs.
+    let (dev, pd_data, ibdev) = unsafe {
+        let ibdev = (*pd).device;
+        (
+            dev_of::<V>(ibdev),
+            Obj::<b::ib_pd, V::Pd>::data_of(pd),
+            ibdev,
+        )
+    };
+    // SAFETY: `udata` is null or valid for this call.
+    let mut udata = unsafe { Udata::from_raw(udata) };
+    new_mr(V::reg_user_mr(
+        dev,
+        ib_of(ibdev),
+        pd_data,
+        start,
+        length,
+        iova,
+        access as u32,
+        &mut udata,
+    ))
+}
+
+unsafe extern "C" fn get_dma_mr<V: Verbs>(pd: *mut b::ib_pd, access: c_int) -> *mut b::ib_mr {
+    // SAFETY: ib_core passes one of our live PDs.
+    let (dev, pd_data) = unsafe {
+        (
+            dev_of::<V>((*pd).device),
+            Obj::<b::ib_pd, V::Pd>::data_of(pd),
+        )
+    };
+    new_mr(V::get_dma_mr(dev, pd_data, access as u32))
+}
+
+unsafe extern "C" fn dereg_mr<V: Verbs>(mr: *mut b::ib_mr, _udata: *mut b::ib_udata) -> c_int {
+    // SAFETY: an MR made by `new_mr` (a `KBox<Obj<ib_mr, V::Mr>>`), deregistered once.
+    unsafe {
+        let dev = dev_of::<V>((*mr).device);
+        V::dereg_mr(dev, Obj::<b::ib_mr, V::Mr>::data_of(mr));
+        // `Obj` keeps its data in `MaybeUninit`: drop it, then free the allocation.
+        Obj::<b::ib_mr, V::Mr>::drop_data(mr);
+        drop(KBox::from_raw(mr.cast::<Obj<b::ib_mr, V::Mr>>()));
+    }
+    0
+}
+
+unsafe extern "C" fn create_cq<V: Verbs>(
+    cq: *mut b::ib_cq,
+    attr: *const b::ib_cq_init_attr,
+    attrs: *mut b::uverbs_attr_bundle,
+) -> c_int {
+    // SAFETY: ib_core passes a CQ it allocated with our size and valid attributes.
+    let (dev, ibdev, attr) = unsafe { (dev_of::<V>((*cq).device), (*cq).device, &*attr) };
+    // SAFETY: `attrs` is null (kernel CQ) or the call's attribute bundle.
+    let raw_udata = unsafe { b::rox_shim_attrs_udata(attrs) };
+    // SAFETY: as above.
+    let (mut udata, uctx) = unsafe { (Udata::from_raw(raw_udata), ucontext_of::<V>(raw_udata)) };
+    let init = CqInit {
+        cqe: attr.cqe,
+        comp_vector: attr.comp_vector,
+    };
+    errno((|| {
+        let created = V::create_cq(dev, ib_of(ibdev), uctx, &init, &mut udata)?;
+        // SAFETY: fresh object; `cqe` is ours to set.
+        unsafe { (*cq).cqe = created.size as c_int };
+        let id = created.id;
+        // SAFETY: fresh object, data not initialised.
+        unsafe { Obj::<b::ib_cq, V::Cq>::init(cq, created.data) };
+        if let Err(err) = V::registry(dev).insert_cq(id, cq) {
+            // SAFETY: initialised just above; ib_core frees the memory on error.
+            unsafe {
+                V::destroy_cq(dev, Obj::<b::ib_cq, V::Cq>::data_of(cq));
+                Obj::<b::ib_cq, V::Cq>::drop_data(cq);
+            }
+            return Err(err);
+        }
+        Ok(())
+    })())
+}
+
+/// The device id a created object was registered under, kept behind the driver's data.
+pub(crate) trait DeviceId {
+    fn device_id(&self) -> u32;
+}
+
+unsafe extern "C" fn destroy_cq<V: Verbs>(cq: *mut b::ib_cq, _udata: *mut b::ib_udata) -> c_int {
+    // SAFETY: a CQ created by `create_cq`, destroyed once.
+    unsafe {
+        let dev = dev_of::<V>((*cq).device);
+        let data = Obj::<b::ib_cq, V::Cq>::data_of(cq);
+        V::registry(dev).remove_cq(data.device_id());
+        V::destroy_cq(dev, data);
+        Obj::<b::ib_cq, V::Cq>::drop_data(cq);
+    }
+    0
+}
+
+unsafe extern "C" fn create_qp<V: Verbs>(
+    qp: *mut b::ib_qp,
+    init: *mut b::ib_qp_init_attr,
+    udata: *mut b::ib_udata,
+) -> c_int {
+    // SAFETY: ib_core passes a QP it allocated with our size (pd set) and valid attributes whose
+    // CQs, SRQ belong to the same device and are alive for the QP's lifetime.
+    let (dev, ibdev, init, pd, send_cq, recv_cq, srq) = unsafe {
+        let init = &mut *init;
+        (
+            dev_of::<V>((*qp).device),
+            (*qp).device,
+            &mut *(init as *mut b::ib_qp_init_attr),
+            Obj::<b::ib_pd, V::Pd>::data_of((*qp).pd),
+            init.send_cq,
+            init.recv_cq,
+            init.srq,
+        )
+    };
+    if send_cq.is_null() || recv_cq.is_null() || (*init).qp_type == b::ib_qp_type_IB_QPT_XRC_TGT {
+        return EOPNOTSUPP.to_errno();
+    }
+    // SAFETY: non-null CQs and SRQ of this device, alive (see above).
+    let (send_cq, recv_cq, srq) = unsafe {
+        (
+            Obj::<b::ib_cq, V::Cq>::data_of(send_cq),
+            Obj::<b::ib_cq, V::Cq>::data_of(recv_cq),
+            if srq.is_null() {
+                None
+            } else {
+                Some(Obj::<b::ib_srq, V::Srq>::data_of(srq))
+            },
+        )
+    };
+    // SAFETY: `udata` is null or valid for this call.
+    let (mut udata_w, uctx) = unsafe { (Udata::from_raw(udata), ucontext_of::<V>(udata)) };
+    let qp_init = QpInit {
+        qp_type: init.qp_type,
+        sq_sig_all: init.sq_sig_type == b::ib_sig_type_IB_SIGNAL_ALL_WR,
+        port: init.port_num,
+        cap: &mut init.cap,
+        pd,
+        send_cq,
+        recv_cq,
+        srq,
+    };
+    errno((|| {
+        let created = V::create_qp(dev, ib_of(ibdev), uctx, qp_init, &mut udata_w)?;
+        let id = created.id;
+        // SAFETY: fresh object; `qp_num` is ours to set; data not initialised.
+        unsafe {
+            (*qp).qp_num = id;
+            Obj::<b::ib_qp, V::Qp>::init(qp, created.data);
+        }
+        if let Err(err) = V::registry(dev).insert_qp(id, qp) {
+            // SAFETY: initialised just above; ib_core frees the memory on error.
+            unsafe {
+                V::destroy_qp(dev, Obj::<b::ib_qp, V::Qp>::data_of(qp));
+                Obj::<b::ib_qp, V::Qp>::drop_data(qp);
+            }
+            return Err(err);
+        }
+        Ok(())
+    })())
+}
+
+unsafe extern "C" fn modify_qp<V: Verbs>(
+    qp: *mut b::ib_qp,
+    attr: *mut b::ib_qp_attr,
+    mask: c_int,
+    udata: *mut b::ib_udata,
+) -> c_int {
+    // SAFETY: one of our live QPs and valid attributes.
+    let (dev, data, attr) = unsafe {
+        (
+            dev_of::<V>((*qp).device),
+            Obj::<b::ib_qp, V::Qp>::data_of(qp),
+            &*attr,
+        )
+    };
+    // SAFETY: `udata` is null or valid for this call.
+    let mut udata = unsafe { Udata::from_raw(udata) };
+    errno(V::modify_qp(dev, data, attr, mask as u32, &mut udata))
+}
+
+unsafe extern "C" fn query_qp<V: Verbs>(
+    qp: *mut b::ib_qp,
+    attr: *mut b::ib_qp_attr,
+    _mask: c_int,
+    init: *mut b::ib_qp_init_attr,
+) -> c_int {
+    // SAFETY: one of our live QPs and valid output buffers.
+    let (dev, data, attr, init) = unsafe {
+        (
+            dev_of::<V>((*qp).device),
+            Obj::<b::ib_qp, V::Qp>::data_of(qp),
+            &mut *attr,
+            &mut *init,
+        )
+    };
+    errno(V::query_qp(dev, data, attr, init))
+}
+
+unsafe extern "C" fn destroy_qp<V: Verbs>(qp: *mut b::ib_qp, _udata: *mut b::ib_udata) -> c_int {
+    // SAFETY: a QP created by `create_qp`, destroyed once.
+    unsafe {
+        let dev = dev_of::<V>((*qp).device);
+        V::registry(dev).remove_qp((*qp).qp_num);
+        V::destroy_qp(dev, Obj::<b::ib_qp, V::Qp>::data_of(qp));
+        Obj::<b::ib_qp, V::Qp>::drop_data(qp);
+    }
+    0
+}
+
+unsafe extern "C" fn create_srq<V: Verbs>(
+    srq: *mut b::ib_srq,
+    init: *mut b::ib_srq_init_attr,
+    udata: *mut b::ib_udata,
+) -> c_int {
+    // SAFETY: ib_core passes an SRQ it allocated with our size (pd set) and valid attributes.
+    let (dev, ibdev, init, pd) = unsafe {
+        (
+            dev_of::<V>((*srq).device),
+            (*srq).device,
+            &mut *init,
+            Obj::<b::ib_pd, V::Pd>::data_of((*srq).pd),
+        )
+    };
+    if init.srq_type != b::ib_srq_type_IB_SRQT_BASIC {
+        return EOPNOTSUPP.to_errno();
+    }
+    // SAFETY: `udata` is null or valid for this call.
+    let (mut udata_w, uctx) = unsafe { (Udata::from_raw(udata), ucontext_of::<V>(udata)) };
+    errno((|| {
+        let created = V::create_srq(dev, ib_of(ibdev), uctx, pd, &mut init.attr, &mut udata_w)?;
+        let id = created.id;
+        // SAFETY: fresh object, data not initialised.
+        unsafe { Obj::<b::ib_srq, V::Srq>::init(srq, created.data) };
+        if let Err(err) = V::registry(dev).insert_srq(id, srq) {
+            // SAFETY: initialised just above; ib_core frees the memory on error.
+            unsafe {
+                V::destroy_srq(dev, Obj::<b::ib_srq, V::Srq>::data_of(srq));
+                Obj::<b::ib_srq, V::Srq>::drop_data(srq);
+            }
+            return Err(err);
+        }
+        Ok(())
+    })())
+}
+
+unsafe extern "C" fn modify_srq<V: Verbs>(
+    srq: *mut b::ib_srq,
+    attr: *mut b::ib_srq_attr,
+    mask: b::ib_srq_attr_mask,
+    udata: *mut b::ib_udata,
+) -> c_int {
+    // SAFETY: one of our live SRQs and valid attributes.
+    let (dev, data, attr) = unsafe {
+        (
+            dev_of::<V>((*srq).device),
+            Obj::<b::ib_srq, V::Srq>::data_of(srq),
+            &*attr,
+        )
+    };
+    // SAFETY: `udata` is null or valid for this call.
+    let mut udata = unsafe { Udata::from_raw(udata) };
+    errno(V::modify_srq(dev, data, attr, mask, &mut udata))
+}
+
+unsafe extern "C" fn query_srq<V: Verbs>(srq: *mut b::ib_srq, attr: *mut b::ib_srq_attr) -> c_int {
+    // SAFETY: one of our live SRQs and a valid output buffer.
+    let (dev, data, attr) = unsafe {
+        (
+            dev_of::<V>((*srq).device),
+            Obj::<b::ib_srq, V::Srq>::data_of(srq),
+            &mut *attr,
+        )
+    };
+    errno(V::query_srq(dev, data, attr))
+}
+
+unsafe extern "C" fn destroy_srq<V: Verbs>(srq: *mut b::ib_srq, _udata: *mut b::ib_udata) -> c_int {
+    // SAFETY: an SRQ created by `create_srq`, destroyed once.
+    unsafe {
+        let dev = dev_of::<V>((*srq).device);
+        let data = Obj::<b::ib_srq, V::Srq>::data_of(srq);
+        V::registry(dev).remove_srq(data.device_id());
+        V::destroy_srq(dev, data);
+        Obj::<b::ib_srq, V::Srq>::drop_data(srq);
+    }
+    0
+}
+
+unsafe extern "C" fn create_ah<V: Verbs>(
+    ah: *mut b::ib_ah,
+    init: *mut b::rdma_ah_init_attr,
+    udata: *mut b::ib_udata,
+) -> c_int {
+    // SAFETY: ib_core passes an AH it allocated with our size and a valid address.
+    let (dev, attr) = unsafe { (dev_of::<V>((*ah).device), &*(*init).ah_attr) };
+    // SAFETY: `udata` is null or valid for this call.
+    let mut udata = unsafe { Udata::from_raw(udata) };
+    errno(V::create_ah(dev, attr, &mut udata).map(|data| {
+        // SAFETY: fresh object, data not initialised.
+        unsafe { Obj::<b::ib_ah, V::Ah>::init(ah, data) }
+    }))
+}
+
+unsafe extern "C" fn query_ah<V: Verbs>(ah: *mut b::ib_ah, attr: *mut b::rdma_ah_attr) -> c_int {
+    // SAFETY: one of our live AHs and a valid output buffer.
+    let (dev, data, attr) = unsafe {
+        (
+            dev_of::<V>((*ah).device),
+            Obj::<b::ib_ah, V::Ah>::data_of(ah),
+            &mut *attr,
+        )
+    };
+    errno(V::query_ah(dev, data, attr))
+}
+
+unsafe extern "C" fn destroy_ah<V: Verbs>(ah: *mut b::ib_ah, _flags: u32) -> c_int {
+    // SAFETY: an AH created by `create_ah`, destroyed once.
+    unsafe {
+        V::destroy_ah(
+            dev_of::<V>((*ah).device),
+            Obj::<b::ib_ah, V::Ah>::data_of(ah),
+        );
+        Obj::<b::ib_ah, V::Ah>::drop_data(ah);
+    }
+    0
+}
+
+unsafe extern "C" fn alloc_hw_port_stats(
+    ibdev: *mut b::ib_device,
+    _port: u32,
+) -> *mut b::rdma_hw_stats {
+    // SAFETY: one of our devices; the descriptors live as long as the registration, which
+    // outlives every use ib_core makes of them.
+    unsafe {
+        let container = ibdev.cast::<Container>();
+        b::rdma_alloc_hw_stats_struct(
+            (*container).counter_descs,
+            (*container).num_counters as c_int,
+            b::RDMA_HW_STATS_DEFAULT_LIFESPAN as _,
+        )
+    }
+}
+
+unsafe extern "C" fn get_hw_stats<V: Verbs>(
+    ibdev: *mut b::ib_device,
+    stats: *mut b::rdma_hw_stats,
+    _port: u32,
+    _index: c_int,
+) -> c_int {
+    // SAFETY: one of our devices and a counter structure `alloc_hw_port_stats` made, whose
+    // `value` array holds `num_counters` entries; ib_core holds its lock during the call.
+    let (dev, values) = unsafe {
+        let count = (*stats).num_counters as usize;
+        (dev_of::<V>(ibdev), (*stats).value.as_mut_slice(count))
+    };
+    match V::read_counters(dev, values) {
+        Ok(()) => values.len() as c_int,
+        Err(err) => err.to_errno(),
+    }
+}
+
+// Kernel consumers' data path (ib_mad's GSI QP1 and its CQ); user QPs and CQs never get here,
+// their data path is in the provider.
+unsafe extern "C" fn post_send<V: Verbs>(
+    qp: *mut b::ib_qp,
+    wr: *const b::ib_send_wr,
+    bad: *mut *const b::ib_send_wr,
+) -> c_int {
+    // SAFETY: one of our live QPs; `wr` is a valid chain for the duration of the call.
+    let (dev, data, is_ud) = unsafe {
+        let qp_type = (*qp).qp_type;
+        (
+            dev_of::<V>((*qp).device),
+            Obj::<b::ib_qp, V::Qp>::data_of(qp),
+            qp_type == b::ib_qp_type_IB_QPT_UD || qp_type == b::ib_qp_type_IB_QPT_GSI,
+        )
+    };
+    let mut cur = wr;
+    let mut result = Ok(());
+    while !cur.is_null() {
+        // SAFETY: non-null element of the caller's chain.
+        let raw = unsafe { &*cur };
+        let view = SendWr::<V> {
+            raw,
+            is_ud,
+            _verbs: PhantomData,
+        };
+        if let Err(err) = V::post_send(dev, data, &view) {
+            // SAFETY: ib_core passes a valid output pointer.
+            unsafe { *bad = cur };
+            result = Err(err);
+            break;
+        }
+        cur = raw.next;
+    }
+    V::ring_sq(dev, data);
+    errno(result)
+}
+
+unsafe extern "C" fn post_recv<V: Verbs>(
+    qp: *mut b::ib_qp,
+    wr: *const b::ib_recv_wr,
+    bad: *mut *const b::ib_recv_wr,
+) -> c_int {
+    // SAFETY: one of our live QPs; `wr` is a valid chain for the duration of the call.
+    let (dev, data) = unsafe {
+        (
+            dev_of::<V>((*qp).device),
+            Obj::<b::ib_qp, V::Qp>::data_of(qp),
+        )
+    };
+    let mut cur = wr;
+    let mut result = Ok(());
+    while !cur.is_null() {
+        // SAFETY: non-null element of the caller's chain.
+        let raw = unsafe { &*cur };
+        if let Err(err) = V::post_recv(dev, data, &RecvWr { raw }) {
+            // SAFETY: ib_core passes a valid output pointer.
+            unsafe { *bad = cur };
+            result = Err(err);
+            break;
+        }
+        cur = raw.next;
+    }
+    V::ring_rq(dev, data);
+    errno(result)
+}
+
+unsafe extern "C" fn poll_cq<V: Verbs>(cq: *mut b::ib_cq, n: c_int, wc: *mut b::ib_wc) -> c_int {
+    if n <= 0 || wc.is_null() {
+        return 0;
+    }
+    // SAFETY: one of our live CQs; `wc` has room for `n` completions.
+    let (dev, data, wcs) = unsafe {
+        (
+            dev_of::<V>((*cq).device),
+            Obj::<b::ib_cq, V::Cq>::data_of(cq),
+            core::slice::from_raw_parts_mut(wc, n as usize),
+        )
+    };
+    match V::poll_cq(dev, data, wcs) {
+        Ok(count) => count as c_int,
+        Err(err) => err.to_errno(),
+    }
+}
+
+unsafe extern "C" fn req_notify_cq<V: Verbs>(
+    cq: *mut b::ib_cq,
+    flags: b::ib_cq_notify_flags,
+) -> c_int {
+    // SAFETY: one of our live CQs.
+    let (dev, data) = unsafe {
+        (
+            dev_of::<V>((*cq).device),
+            Obj::<b::ib_cq, V::Cq>::data_of(cq),
+        )
+    };
+    let solicited =
+        flags & b::ib_cq_notify_flags_IB_CQ_SOLICITED_MASK == b::ib_cq_notify_flags_IB_CQ_SOLICITED;
+    match V::req_notify_cq(dev, data, solicited) {
+        Ok(missed) if flags & b::ib_cq_notify_flags_IB_CQ_REPORT_MISSED_EVENTS != 0 => {
+            missed.into()
+        }
+        Ok(_) => 0,
+        Err(err) => err.to_errno(),
+    }
+}
+
+/// The ops table of a `V` device (ib_set_device_ops copies it).
+fn ops<V: Verbs>() -> b::ib_device_ops {
+    /// ABI version of rox's udata (uapi/src/udata.rs), checked by the provider.
+    const UVERBS_ABI_VERSION: u32 = 1;
+    let mut ops = b::ib_device_ops::default();
+    // SAFETY: the shim returns this module's `THIS_MODULE`.
+    ops.owner = unsafe { b::rox_shim_this_module() };
+    ops.driver_id = b::rdma_driver_id_RDMA_DRIVER_UNKNOWN;
+    ops.uverbs_abi_ver = UVERBS_ABI_VERSION;
+    // The provider matches by PCI id (no rdma_driver_id exists for rox).
+    ops.set_uverbs_no_driver_id_binding(1);
+    // Every udata is checked for size and answered through the udata helpers.
+    ops.set_uverbs_robust_udata(1);
+
+    ops.query_device = Some(query_device::<V>);
+    ops.query_port = Some(query_port::<V>);
+    ops.get_port_immutable = Some(get_port_immutable::<V>);
+    ops.get_link_layer = Some(get_link_layer);
+    ops.query_pkey = Some(query_pkey);
+    ops.add_gid = Some(add_gid::<V>);
+    ops.del_gid = Some(del_gid::<V>);
+    ops.alloc_ucontext = Some(alloc_ucontext::<V>);
+    ops.dealloc_ucontext = Some(dealloc_ucontext::<V>);
+    ops.disassociate_ucontext = Some(disassociate_ucontext);
+    ops.mmap = Some(mmap::mmap);
+    ops.mmap_free = Some(mmap::mmap_free);
+    ops.alloc_pd = Some(alloc_pd::<V>);
+    ops.dealloc_pd = Some(dealloc_pd::<V>);
+    ops.reg_user_mr = Some(reg_user_mr::<V>);
+    ops.get_dma_mr = Some(get_dma_mr::<V>);
+    ops.dereg_mr = Some(dereg_mr::<V>);
+    ops.create_cq = Some(create_cq::<V>);
+    ops.destroy_cq = Some(destroy_cq::<V>);
+    ops.create_qp = Some(create_qp::<V>);
+    ops.modify_qp = Some(modify_qp::<V>);
+    ops.query_qp = Some(query_qp::<V>);
+    ops.destroy_qp = Some(destroy_qp::<V>);
+    ops.create_srq = Some(create_srq::<V>);
+    ops.modify_srq = Some(modify_srq::<V>);
+    ops.query_srq = Some(query_srq::<V>);
+    ops.destroy_srq = Some(destroy_srq::<V>);
+    ops.create_ah = Some(create_ah::<V>);
+    ops.create_user_ah = Some(create_ah::<V>);
+    ops.query_ah = Some(query_ah::<V>);
+    ops.destroy_ah = Some(destroy_ah::<V>);
+    ops.alloc_hw_port_stats = Some(alloc_hw_port_stats);
+    ops.get_hw_stats = Some(get_hw_stats::<V>);
+    ops.post_send = Some(post_send::<V>);
+    ops.post_recv = Some(post_recv::<V>);
+    ops.poll_cq = Some(poll_cq::<V>);
+    ops.req_notify_cq = Some(req_notify_cq::<V>);
+
+    ops.size_ib_ucontext = Obj::<b::ib_ucontext, V::Ucontext>::SIZE;
+    ops.size_ib_pd = Obj::<b::ib_pd, V::Pd>::SIZE;
+    ops.size_ib_cq = Obj::<b::ib_cq, V::Cq>::SIZE;
+    ops.size_ib_qp = Obj::<b::ib_qp, V::Qp>::SIZE;
+    ops.size_ib_srq = Obj::<b::ib_srq, V::Srq>::SIZE;
+    ops.size_ib_ah = Obj::<b::ib_ah, V::Ah>::SIZE;
+    ops
+}

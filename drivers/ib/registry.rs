@@ -1,0 +1,223 @@
+// SPDX-License-Identifier: GPL-2.0
+//! Routing of device events to ib_core's objects: the live CQs, QPs and SRQs by device id, and
+//! the asynchronous events ib_core knows.
+
+use super::bindings as b;
+use core::ptr::{self, NonNull};
+use kernel::{
+    new_spinlock_irq,
+    prelude::*,
+    rbtree::{RBTree, RBTreeNode},
+    sync::SpinLockIrq,
+};
+
+/// Asynchronous events of objects and of the device.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum AsyncEvent {
+    QpFatal,
+    QpLastWqeReached,
+    SqDrained,
+    CqError,
+    SrqLimitReached,
+    SrqError,
+    DeviceFatal,
+    PortActive,
+    PortError,
+}
+
+impl AsyncEvent {
+    fn as_raw(self) -> b::ib_event_type {
+        match self {
+            Self::QpFatal => b::ib_event_type_IB_EVENT_QP_FATAL,
+            Self::QpLastWqeReached => b::ib_event_type_IB_EVENT_QP_LAST_WQE_REACHED,
+            Self::SqDrained => b::ib_event_type_IB_EVENT_SQ_DRAINED,
+            Self::CqError => b::ib_event_type_IB_EVENT_CQ_ERR,
+            Self::SrqLimitReached => b::ib_event_type_IB_EVENT_SRQ_LIMIT_REACHED,
+            Self::SrqError => b::ib_event_type_IB_EVENT_SRQ_ERR,
+            Self::DeviceFatal => b::ib_event_type_IB_EVENT_DEVICE_FATAL,
+            Self::PortActive => b::ib_event_type_IB_EVENT_PORT_ACTIVE,
+            Self::PortError => b::ib_event_type_IB_EVENT_PORT_ERR,
+        }
+    }
+}
+
+struct ObjPtr<T>(NonNull<T>);
+// SAFETY: the pointers are only dereferenced under the registry lock while the object is
+// registered, and ib_core's objects may be used from any thread.
+unsafe impl<T> Send for ObjPtr<T> {}
+
+struct RegistryInner {
+    ibdev: Option<ObjPtr<b::ib_device>>,
+    cqs: RBTree<u32, ObjPtr<b::ib_cq>>,
+    qps: RBTree<u32, ObjPtr<b::ib_qp>>,
+    srqs: RBTree<u32, ObjPtr<b::ib_srq>>,
+}
+
+/// The live CQs, QPs and SRQs of a device by device id, so that events from the device reach
+/// them. The trampolines insert objects after a successful create and remove them before
+/// destroy; callbacks into ib_core run under the lock, so no event reaches a destroyed object.
+/// The lock is an IRQ-safe spinlock: kernel consumers may poll CQs (which look QPs up here) in
+/// any context; ib_core's handlers called under it do not sleep.
+#[pin_data]
+pub(crate) struct Registry {
+    #[pin]
+    inner: SpinLockIrq<RegistryInner>,
+}
+
+impl Registry {
+    pub(crate) fn new() -> impl PinInit<Self> {
+        pin_init!(Self {
+            inner <- new_spinlock_irq!(RegistryInner {
+                ibdev: None,
+                cqs: RBTree::new(),
+                qps: RBTree::new(),
+                srqs: RBTree::new(),
+            }),
+        })
+    }
+
+    /// A completion event for CQ `id`: calls its completion handler.
+    pub(crate) fn cq_completion(&self, id: u32) {
+        let inner = self.inner.lock();
+        if let Some(cq) = inner.cqs.get(&id) {
+            let cq = cq.0.as_ptr();
+            // SAFETY: `cq` is registered, hence alive (removed under this lock before destroy);
+            // ib_core sets `comp_handler` and `cq_context` before the CQ is used.
+            unsafe {
+                if let Some(handler) = (*cq).comp_handler {
+                    handler(cq, (*cq).cq_context);
+                }
+            }
+        }
+    }
+
+    /// An asynchronous event of CQ `id`.
+    pub(crate) fn cq_event(&self, id: u32, event: AsyncEvent) {
+        let inner = self.inner.lock();
+        if let Some(cq) = inner.cqs.get(&id) {
+            let cq = cq.0.as_ptr();
+            let mut ev = b::ib_event::default();
+            // SAFETY: `cq` is registered, hence alive; `ev` is a local the handler only reads.
+            unsafe {
+                ev.device = (*cq).device;
+                ev.element.cq = cq;
+                ev.event = event.as_raw();
+                if let Some(handler) = (*cq).event_handler {
+                    handler(&mut ev, (*cq).cq_context);
+                }
+            }
+        }
+    }
+
+    /// An asynchronous event of QP `qpn`.
+    pub(crate) fn qp_event(&self, qpn: u32, event: AsyncEvent) {
+        let inner = self.inner.lock();
+        if let Some(qp) = inner.qps.get(&qpn) {
+            let qp = qp.0.as_ptr();
+            let mut ev = b::ib_event::default();
+            // SAFETY: `qp` is registered, hence alive; `ev` is a local the handler only reads.
+            unsafe {
+                ev.device = (*qp).device;
+                ev.element.qp = qp;
+                ev.event = event.as_raw();
+                if let Some(handler) = (*qp).event_handler {
+                    handler(&mut ev, (*qp).qp_context);
+                }
+            }
+        }
+    }
+
+    /// An asynchronous event of SRQ `id`.
+    pub(crate) fn srq_event(&self, id: u32, event: AsyncEvent) {
+        let inner = self.inner.lock();
+        if let Some(srq) = inner.srqs.get(&id) {
+            let srq = srq.0.as_ptr();
+            let mut ev = b::ib_event::default();
+            // SAFETY: `srq` is registered, hence alive; `ev` is a local the handler only reads.
+            unsafe {
+                ev.device = (*srq).device;
+                ev.element.srq = srq;
+                ev.event = event.as_raw();
+                if let Some(handler) = (*srq).event_handler {
+                    handler(&mut ev, (*srq).srq_context);
+                }
+            }
+        }
+    }
+
+    /// ib_core's QP with number `qpn` (for work completions), null if none.
+    pub(crate) fn qp_ptr(&self, qpn: u32) -> *mut b::ib_qp {
+        self.inner
+            .lock()
+            .qps
+            .get(&qpn)
+            .map_or(ptr::null_mut(), |qp| qp.0.as_ptr())
+    }
+
+    /// A port (`port` != 0) or device event, dispatched to every ib_core client.
+    pub(crate) fn device_event(&self, port: u32, event: AsyncEvent) {
+        let inner = self.inner.lock();
+        if let Some(ibdev) = &inner.ibdev {
+            let mut ev = b::ib_event::default();
+            ev.device = ibdev.0.as_ptr();
+            ev.element.port_num = port;
+            ev.event = event.as_raw();
+            // SAFETY: the device is registered (cleared under this lock before unregistering);
+            // `ib_dispatch_event` copies the event.
+            unsafe { b::ib_dispatch_event(&ev) };
+        }
+    }
+
+    /// The port's state may have changed: tells ib_core's clients the state of its netdev
+    /// (PORT_ACTIVE when it is up with carrier, PORT_ERR otherwise).
+    pub(crate) fn port_changed(&self, port: u32) {
+        let up = {
+            let inner = self.inner.lock();
+            let Some(ibdev) = &inner.ibdev else { return };
+            super::device::ib_of(ibdev.0.as_ptr())
+                .netdev(port)
+                .is_some_and(|n| n.is_up())
+        };
+        let event = if up {
+            AsyncEvent::PortActive
+        } else {
+            AsyncEvent::PortError
+        };
+        self.device_event(port, event);
+    }
+
+    pub(super) fn set_ibdev(&self, ibdev: Option<NonNull<b::ib_device>>) {
+        self.inner.lock().ibdev = ibdev.map(ObjPtr);
+    }
+
+    pub(super) fn insert_cq(&self, id: u32, cq: *mut b::ib_cq) -> Result {
+        let cq = NonNull::new(cq).ok_or(EINVAL)?;
+        // Allocated before taking the (spin) lock.
+        let node = RBTreeNode::new(id, ObjPtr(cq), GFP_KERNEL)?;
+        self.inner.lock().cqs.insert(node);
+        Ok(())
+    }
+    pub(super) fn remove_cq(&self, id: u32) {
+        self.inner.lock().cqs.remove(&id);
+    }
+    pub(super) fn insert_qp(&self, id: u32, qp: *mut b::ib_qp) -> Result {
+        let qp = NonNull::new(qp).ok_or(EINVAL)?;
+        // Allocated before taking the (spin) lock.
+        let node = RBTreeNode::new(id, ObjPtr(qp), GFP_KERNEL)?;
+        self.inner.lock().qps.insert(node);
+        Ok(())
+    }
+    pub(super) fn remove_qp(&self, id: u32) {
+        self.inner.lock().qps.remove(&id);
+    }
+    pub(super) fn insert_srq(&self, id: u32, srq: *mut b::ib_srq) -> Result {
+        let srq = NonNull::new(srq).ok_or(EINVAL)?;
+        // Allocated before taking the (spin) lock.
+        let node = RBTreeNode::new(id, ObjPtr(srq), GFP_KERNEL)?;
+        self.inner.lock().srqs.insert(node);
+        Ok(())
+    }
+    pub(super) fn remove_srq(&self, id: u32) {
+        self.inner.lock().srqs.remove(&id);
+    }
+}

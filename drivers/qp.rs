@@ -1,0 +1,577 @@
+// SPDX-License-Identifier: GPL-2.0
+//! Queue pairs (RC, UC, UD; GSI for ib_mad): rings in user memory pinned here (or, for kernel
+//! consumers, coherent DMA memory with the driver posting WQEs), SQ/RQ producer indices in a
+//! doorbell slot, state transitions checked against ib_core's table before the device sees them.
+
+use crate::{
+    admin::payload,
+    dev::RoxDev,
+    hw::{
+        regs,
+        uapi::{admin, queue, udata as ud, verbs},
+    },
+    ib::{self, bindings as b, Created, DeviceId, IbDev, QpInit, RecvWr, SendWr, Udata},
+    ids::DbSlot,
+    mr::{KernelRing, UserRing},
+    srq::Srq,
+    verbs::{RoxVerbs, Ucontext},
+};
+use core::sync::atomic::{AtomicU32, Ordering};
+use kernel::{new_spinlock_irq, prelude::*, sync::SpinLockIrq};
+
+pub(crate) struct Qp {
+    qpn: u32,
+    qp_type: u32,
+    sq_sig_all: bool,
+    /// The state after the last successful modify (`ib_qp_state`).
+    state: AtomicU32,
+    cap: b::ib_qp_cap,
+    queue: QpQueue,
+}
+
+enum QpQueue {
+    User {
+        _sq: UserRing,
+        _rq: Option<UserRing>,
+        _db: DbSlot,
+    },
+    Kernel(KernelQp),
+}
+
+/// The queues of a kernel consumer's QP (ib_mad's GSI QP1).
+struct KernelQp {
+    sq: KernelRing<queue::SqWqe>,
+    rq: KernelRing<queue::RqWqe>,
+    log_sq: u32,
+    log_rq: u32,
+    db: DbSlot,
+    state: Pin<KBox<SpinLockIrq<KernelQpState>>>,
+}
+
+/// Free-running producer indices, and what the device has been told.
+struct KernelQpState {
+    sq_producer: u32,
+    rq_producer: u32,
+    sq_rung: u32,
+    rq_rung: u32,
+}
+
+/// log2 of the deepest kernel queue (ib_mad uses a few hundred WRs).
+const KERNEL_MAX_LOG_WQ_DEPTH: u32 = 12;
+
+fn log_depth_for(wrs: u32, requested_log: u32) -> Result<u32> {
+    let range = u32::from(admin::DEV_MIN_LOG_DEPTH)..=u32::from(admin::DEV_MAX_LOG_WQ_DEPTH);
+    if !range.contains(&requested_log) || wrs > 1 << requested_log {
+        return Err(EINVAL);
+    }
+    Ok(requested_log)
+}
+
+pub(crate) fn create(
+    dev: &RoxDev<'_>,
+    ib: IbDev<'_>,
+    uctx: Option<&Ucontext>,
+    init: QpInit<'_, RoxVerbs>,
+    udata: &mut Udata<'_>,
+) -> Result<Created<Qp>> {
+    let qp_type = match init.qp_type {
+        b::ib_qp_type_IB_QPT_RC => verbs::QPT_RC,
+        b::ib_qp_type_IB_QPT_UC => verbs::QPT_UC,
+        b::ib_qp_type_IB_QPT_UD => verbs::QPT_UD,
+        b::ib_qp_type_IB_QPT_GSI if uctx.is_none() => verbs::QPT_GSI,
+        _ => return Err(EOPNOTSUPP),
+    };
+    let Some(uctx) = uctx else {
+        return create_kernel(dev, qp_type, init);
+    };
+    let req: ud::CreateQpReq = udata.read()?;
+    let cap = &mut *init.cap;
+    // What a WQE holds, within what the device advertises.
+    let max_send_sge = queue::SQ_MAX_SGE.min(dev.attr.max_send_sge);
+    let max_recv_sge = queue::RQ_MAX_SGE.min(dev.attr.max_recv_sge);
+    let max_inline = queue::SQ_MAX_INLINE.min(dev.attr.max_inline_data);
+    if cap.max_send_wr == 0
+        || cap.max_send_sge > max_send_sge
+        || cap.max_recv_sge > max_recv_sge
+        || cap.max_inline_data > max_inline
+        || cap.max_send_wr > dev.attr.max_qp_wr
+        || cap.max_recv_wr > dev.attr.max_qp_wr
+    {
+        return Err(EINVAL);
+    }
+    let log_sq = log_depth_for(cap.max_send_wr, req.log_sq_depth)?;
+    let sq = UserRing::new(dev, ib, req.sq_buf_addr, queue::SQ_WQE_SIZE << log_sq, 0)?;
+    let (rq, log_rq) = match init.srq {
+        Some(_) => (None, 0),
+        None => {
+            if cap.max_recv_wr == 0 {
+                return Err(EINVAL);
+            }
+            let log_rq = log_depth_for(cap.max_recv_wr, req.log_rq_depth)?;
+            (
+                Some(UserRing::new(
+                    dev,
+                    ib,
+                    req.rq_buf_addr,
+                    queue::RQ_WQE_SIZE << log_rq,
+                    0,
+                )?),
+                log_rq,
+            )
+        }
+    };
+    let db = uctx.alloc_db_slot()?;
+    let cmd = admin::CreateQpCmd {
+        qp_type,
+        sq_sig_all: init.sq_sig_all.into(),
+        log_sq_depth: log_sq as u8,
+        log_rq_depth: log_rq as u8,
+        pd: init.pd.pdn(),
+        send_cq: init.send_cq.device_id(),
+        recv_cq: init.recv_cq.device_id(),
+        srq: init.srq.map_or(admin::SRQ_NONE, Srq::device_id),
+        db_page: uctx.db_page(),
+        db_slot: db.slot(),
+        reserved: 0,
+        sq: sq.desc(),
+        rq: rq.as_ref().map(UserRing::desc).unwrap_or_default(),
+    };
+    let qpn = dev
+        .exec(admin::ADMIN_OP_CREATE_QP, payload!(create_qp: cmd))?
+        .result0;
+    cap.max_send_wr = 1 << log_sq;
+    cap.max_recv_wr = if rq.is_some() { 1 << log_rq } else { 0 };
+    // libibverbs knows one `max_sge` (ib_core reports the smaller of send and receive): report
+    // no more than that unless more was asked for, so the caps can be passed back in again.
+    cap.max_send_sge = cap.max_send_sge.max(max_send_sge.min(max_recv_sge));
+    cap.max_recv_sge = if rq.is_some() { max_recv_sge } else { 0 };
+    cap.max_inline_data = max_inline;
+    let resp = ud::CreateQpResp {
+        qpn,
+        db_slot: db.slot(),
+    };
+    let qp = Qp {
+        qpn,
+        qp_type: init.qp_type,
+        sq_sig_all: init.sq_sig_all,
+        state: AtomicU32::new(b::ib_qp_state_IB_QPS_RESET),
+        cap: *cap,
+        queue: QpQueue::User {
+            _sq: sq,
+            _rq: rq,
+            _db: db,
+        },
+    };
+    if let Err(err) = udata.respond(&resp) {
+        destroy(dev, &qp);
+        return Err(err);
+    }
+    Ok(Created {
+        data: qp,
+        id: qpn,
+        size: 0,
+    })
+}
+
+fn kernel_log_depth(wrs: u32) -> Result<u32> {
+    let log = wrs
+        .max(1)
+        .next_power_of_two()
+        .trailing_zeros()
+        .max(admin::DEV_MIN_LOG_DEPTH.into());
+    if wrs == 0 || log > KERNEL_MAX_LOG_WQ_DEPTH {
+        return Err(EINVAL);
+    }
+    Ok(log)
+}
+
+/// A kernel consumer's QP: rings in coherent DMA memory, a slot of the driver's doorbell page.
+fn create_kernel(dev: &RoxDev<'_>, qp_type: u8, init: QpInit<'_, RoxVerbs>) -> Result<Created<Qp>> {
+    let cap = &mut *init.cap;
+    if init.srq.is_some() || cap.max_inline_data > 0 {
+        return Err(EOPNOTSUPP);
+    }
+    let max_send_sge = queue::SQ_MAX_SGE.min(dev.attr.max_send_sge);
+    let max_recv_sge = queue::RQ_MAX_SGE.min(dev.attr.max_recv_sge);
+    if cap.max_send_sge > max_send_sge || cap.max_recv_sge > max_recv_sge {
+        return Err(EINVAL);
+    }
+    let log_sq = kernel_log_depth(cap.max_send_wr)?;
+    let log_rq = kernel_log_depth(cap.max_recv_wr)?;
+    let sq = KernelRing::<queue::SqWqe>::new(dev.pdev.as_ref(), 1 << log_sq)?;
+    let rq = KernelRing::<queue::RqWqe>::new(dev.pdev.as_ref(), 1 << log_rq)?;
+    let db = DbSlot::alloc(&dev.kernel_slots)?;
+    let state = KBox::pin_init(
+        new_spinlock_irq!(KernelQpState {
+            sq_producer: 0,
+            rq_producer: 0,
+            sq_rung: 0,
+            rq_rung: 0
+        }),
+        GFP_KERNEL,
+    )?;
+    let cmd = admin::CreateQpCmd {
+        qp_type,
+        sq_sig_all: init.sq_sig_all.into(),
+        log_sq_depth: log_sq as u8,
+        log_rq_depth: log_rq as u8,
+        pd: init.pd.pdn(),
+        send_cq: init.send_cq.device_id(),
+        recv_cq: init.recv_cq.device_id(),
+        srq: admin::SRQ_NONE,
+        db_page: regs::DB_PAGE_KERNEL,
+        db_slot: db.slot(),
+        reserved: 0,
+        sq: sq.desc(),
+        rq: rq.desc(),
+    };
+    let qpn = dev
+        .exec(admin::ADMIN_OP_CREATE_QP, payload!(create_qp: cmd))?
+        .result0;
+    cap.max_send_wr = 1 << log_sq;
+    cap.max_recv_wr = 1 << log_rq;
+    cap.max_send_sge = max_send_sge;
+    cap.max_recv_sge = max_recv_sge;
+    cap.max_inline_data = 0;
+    let qp = Qp {
+        qpn,
+        qp_type: init.qp_type,
+        sq_sig_all: init.sq_sig_all,
+        state: AtomicU32::new(b::ib_qp_state_IB_QPS_RESET),
+        cap: *cap,
+        queue: QpQueue::Kernel(KernelQp {
+            sq,
+            rq,
+            log_sq,
+            log_rq,
+            db,
+            state,
+        }),
+    };
+    Ok(Created {
+        data: qp,
+        id: qpn,
+        size: 0,
+    })
+}
+
+/// The device's scatter/gather list of a work request, into the WQE's data area.
+fn write_sges(data: &mut [u8], sges: &[b::ib_sge]) -> Result {
+    let size = core::mem::size_of::<queue::Sge>();
+    for (i, sge) in sges.iter().enumerate() {
+        let entry = data.get_mut(i * size..(i + 1) * size).ok_or(EINVAL)?;
+        entry[..8].copy_from_slice(&sge.addr.to_le_bytes());
+        entry[8..12].copy_from_slice(&sge.length.to_le_bytes());
+        entry[12..16].copy_from_slice(&sge.lkey.to_le_bytes());
+    }
+    Ok(())
+}
+
+/// Kernel QPs: writes one send WQE.
+pub(crate) fn post_send(_dev: &RoxDev<'_>, qp: &Qp, wr: &SendWr<'_, RoxVerbs>) -> Result {
+    let QpQueue::Kernel(k) = &qp.queue else {
+        return Err(EOPNOTSUPP);
+    };
+    let sges = wr.sges();
+    if sges.len() > qp.cap.max_send_sge as usize {
+        return Err(EINVAL);
+    }
+    let opcode = match wr.opcode() {
+        b::ib_wr_opcode_IB_WR_SEND => verbs::WR_SEND,
+        b::ib_wr_opcode_IB_WR_SEND_WITH_IMM => verbs::WR_SEND_WITH_IMM,
+        b::ib_wr_opcode_IB_WR_RDMA_WRITE => verbs::WR_RDMA_WRITE,
+        b::ib_wr_opcode_IB_WR_RDMA_WRITE_WITH_IMM => verbs::WR_RDMA_WRITE_WITH_IMM,
+        b::ib_wr_opcode_IB_WR_RDMA_READ => verbs::WR_RDMA_READ,
+        _ => return Err(EINVAL),
+    };
+    let send_flags = wr.send_flags();
+    if send_flags & b::ib_send_flags_IB_SEND_INLINE as u32 != 0 {
+        return Err(EINVAL);
+    }
+    let mut flags = 0;
+    if send_flags & b::ib_send_flags_IB_SEND_SIGNALED as u32 != 0 {
+        flags |= queue::WQE_FLAG_SIGNALED;
+    }
+    if send_flags & b::ib_send_flags_IB_SEND_SOLICITED as u32 != 0 {
+        flags |= queue::WQE_FLAG_SOLICITED;
+    }
+    if send_flags & b::ib_send_flags_IB_SEND_FENCE as u32 != 0 {
+        flags |= queue::WQE_FLAG_FENCE;
+    }
+    let seg = if let Some(ud) = wr.ud() {
+        let av = ud.ah.av();
+        queue::SqSeg {
+            ud: queue::UdSeg {
+                dgid: av.dgid,
+                dest_qpn: ud.remote_qpn,
+                qkey: ud.remote_qkey,
+                flow_label: av.flow_label,
+                sgid_index: av.sgid_index,
+                hop_limit: av.hop_limit,
+                traffic_class: av.traffic_class,
+                reserved0: 0,
+                dmac: av.dmac,
+                reserved1: [0; 2],
+            },
+        }
+    } else if let Some((remote_addr, rkey)) = wr.rdma() {
+        queue::SqSeg {
+            rdma: queue::RdmaSeg {
+                remote_addr,
+                rkey,
+                ..Default::default()
+            },
+        }
+    } else {
+        queue::SqSeg {
+            rdma: queue::RdmaSeg::default(),
+        }
+    };
+    let mut data = [0u8; queue::SQ_WQE_DATA_SIZE];
+    write_sges(&mut data, sges)?;
+    let wqe = queue::SqWqe {
+        wr_id: wr.wr_id(),
+        opcode,
+        flags,
+        num_sge: sges.len() as u8,
+        reserved0: 0,
+        imm_data: wr.imm_data(),
+        inline_len: 0,
+        reserved1: 0,
+        seg,
+        data,
+    };
+    let depth = 1u32 << k.log_sq;
+    let mut state = k.state.lock();
+    k.sq.ring
+        .write((state.sq_producer & (depth - 1)) as usize, wqe)?;
+    state.sq_producer = state.sq_producer.wrapping_add(1);
+    Ok(())
+}
+
+/// Kernel QPs: tells the device about new send WQEs.
+pub(crate) fn ring_sq(dev: &RoxDev<'_>, qp: &Qp) {
+    let QpQueue::Kernel(k) = &qp.queue else {
+        return;
+    };
+    let mut state = k.state.lock();
+    if state.sq_rung != state.sq_producer {
+        state.sq_rung = state.sq_producer;
+        dev.kernel_doorbell(k.db.slot(), Some(state.sq_producer), None);
+    }
+}
+
+/// Kernel QPs: writes one receive WQE.
+pub(crate) fn post_recv(_dev: &RoxDev<'_>, qp: &Qp, wr: &RecvWr<'_>) -> Result {
+    let QpQueue::Kernel(k) = &qp.queue else {
+        return Err(EOPNOTSUPP);
+    };
+    let sges = wr.sges();
+    if sges.len() > qp.cap.max_recv_sge as usize {
+        return Err(EINVAL);
+    }
+    let mut wqe = queue::RqWqe {
+        wr_id: wr.wr_id(),
+        num_sge: sges.len() as u8,
+        ..Default::default()
+    };
+    for (dst, src) in wqe.sge.iter_mut().zip(sges) {
+        *dst = queue::Sge {
+            addr: src.addr,
+            length: src.length,
+            lkey: src.lkey,
+        };
+    }
+    let depth = 1u32 << k.log_rq;
+    let mut state = k.state.lock();
+    k.rq.ring
+        .write((state.rq_producer & (depth - 1)) as usize, wqe)?;
+    state.rq_producer = state.rq_producer.wrapping_add(1);
+    Ok(())
+}
+
+/// Kernel QPs: tells the device about new receive WQEs.
+pub(crate) fn ring_rq(dev: &RoxDev<'_>, qp: &Qp) {
+    let QpQueue::Kernel(k) = &qp.queue else {
+        return;
+    };
+    let mut state = k.state.lock();
+    if state.rq_rung != state.rq_producer {
+        state.rq_rung = state.rq_producer;
+        dev.kernel_doorbell(k.db.slot(), None, Some(state.rq_producer));
+    }
+}
+
+/// The device's address vector of a RoCE address.
+pub(crate) fn addr_vector(ah: &b::rdma_ah_attr) -> admin::AddrVector {
+    admin::AddrVector {
+        dgid: ib::gid_bytes(&ah.grh.dgid),
+        flow_label: ah.grh.flow_label,
+        sgid_index: ah.grh.sgid_index,
+        hop_limit: ah.grh.hop_limit,
+        traffic_class: ah.grh.traffic_class,
+        sl: ah.sl,
+        dmac: ib::roce_dmac(ah),
+        reserved: [0; 2],
+    }
+}
+
+/// ib_core's form of a device address vector (the source GID entry reference is left as is).
+pub(crate) fn fill_ah_attr(attr: &mut b::rdma_ah_attr, av: &admin::AddrVector) {
+    attr.type_ = b::rdma_ah_attr_type_RDMA_AH_ATTR_TYPE_ROCE;
+    attr.ah_flags = b::ib_ah_flags_IB_AH_GRH as u8;
+    attr.port_num = admin::PORT_NUM.into();
+    attr.sl = av.sl;
+    attr.grh.dgid.raw = av.dgid;
+    attr.grh.flow_label = av.flow_label;
+    attr.grh.sgid_index = av.sgid_index;
+    attr.grh.hop_limit = av.hop_limit;
+    attr.grh.traffic_class = av.traffic_class;
+    attr.__bindgen_anon_1.roce.dmac = av.dmac;
+}
+
+/// Attribute mask bits rox cannot honour (alternate paths, resizing, rate limits).
+const UNSUPPORTED_MASK: u32 = b::ib_qp_attr_mask_IB_QP_ALT_PATH
+    | b::ib_qp_attr_mask_IB_QP_PATH_MIG_STATE
+    | b::ib_qp_attr_mask_IB_QP_CAP
+    | b::ib_qp_attr_mask_IB_QP_RATE_LIMIT;
+
+pub(crate) fn modify(
+    dev: &RoxDev<'_>,
+    qp: &Qp,
+    attr: &b::ib_qp_attr,
+    mask: u32,
+    udata: &mut Udata<'_>,
+) -> Result {
+    udata.expect_no_input()?;
+    if mask & UNSUPPORTED_MASK != 0 {
+        return Err(EOPNOTSUPP);
+    }
+    let stored = qp.state.load(Ordering::Acquire);
+    let cur = if mask & b::ib_qp_attr_mask_IB_QP_CUR_STATE != 0 {
+        attr.cur_qp_state
+    } else {
+        stored
+    };
+    let next = if mask & b::ib_qp_attr_mask_IB_QP_STATE != 0 {
+        attr.qp_state
+    } else {
+        cur
+    };
+    if cur != stored || !ib::modify_qp_is_ok(cur, next, qp.qp_type, mask) {
+        return Err(EINVAL);
+    }
+    if mask & b::ib_qp_attr_mask_IB_QP_PORT != 0 && attr.port_num != u32::from(admin::PORT_NUM) {
+        return Err(EINVAL);
+    }
+    if mask & b::ib_qp_attr_mask_IB_QP_PKEY_INDEX != 0 && attr.pkey_index != 0 {
+        return Err(EINVAL);
+    }
+    if mask & b::ib_qp_attr_mask_IB_QP_PATH_MTU != 0 && verbs::mtu_bytes(attr.path_mtu as u8) == 0 {
+        return Err(EINVAL);
+    }
+    if mask & b::ib_qp_attr_mask_IB_QP_ACCESS_FLAGS != 0
+        && attr.qp_access_flags as u32 & !verbs::ACCESS_SUPPORTED != 0
+    {
+        return Err(EINVAL);
+    }
+    let rd_atomic_max = admin::DEV_MAX_RD_ATOMIC;
+    if (mask & b::ib_qp_attr_mask_IB_QP_MAX_QP_RD_ATOMIC != 0 && attr.max_rd_atomic > rd_atomic_max)
+        || (mask & b::ib_qp_attr_mask_IB_QP_MAX_DEST_RD_ATOMIC != 0
+            && attr.max_dest_rd_atomic > rd_atomic_max)
+    {
+        return Err(EINVAL);
+    }
+    let av = if mask & b::ib_qp_attr_mask_IB_QP_AV != 0 {
+        if attr.ah_attr.type_ != b::rdma_ah_attr_type_RDMA_AH_ATTR_TYPE_ROCE
+            || u32::from(attr.ah_attr.grh.sgid_index) >= admin::GID_TABLE_LEN
+        {
+            return Err(EINVAL);
+        }
+        addr_vector(&attr.ah_attr)
+    } else {
+        admin::AddrVector::default()
+    };
+    let cmd = admin::ModifyQpCmd {
+        qpn: qp.qpn,
+        attr_mask: mask,
+        attr: admin::QpAttr {
+            qp_state: next as u8,
+            cur_qp_state: cur as u8,
+            path_mtu: attr.path_mtu as u8,
+            timeout: attr.timeout,
+            retry_cnt: attr.retry_cnt,
+            rnr_retry: attr.rnr_retry,
+            min_rnr_timer: attr.min_rnr_timer,
+            max_rd_atomic: attr.max_rd_atomic,
+            max_dest_rd_atomic: attr.max_dest_rd_atomic,
+            port_num: attr.port_num as u8,
+            en_sqd_async_notify: attr.en_sqd_async_notify,
+            pkey_index: attr.pkey_index,
+            qp_access_flags: attr.qp_access_flags as u32,
+            qkey: attr.qkey,
+            rq_psn: attr.rq_psn & verbs::PSN_MASK,
+            sq_psn: attr.sq_psn & verbs::PSN_MASK,
+            dest_qp_num: attr.dest_qp_num & verbs::QPN_MASK,
+            ah: av,
+            ..Default::default()
+        },
+    };
+    dev.exec(admin::ADMIN_OP_MODIFY_QP, payload!(modify_qp: cmd))?;
+    qp.state.store(next, Ordering::Release);
+    udata.respond_empty()
+}
+
+pub(crate) fn query(
+    dev: &RoxDev<'_>,
+    qp: &Qp,
+    attr: &mut b::ib_qp_attr,
+    init: &mut b::ib_qp_init_attr,
+) -> Result {
+    let (hw, _) = dev.query::<admin::QpAttr>(admin::ADMIN_OP_QUERY_QP, qp.qpn)?;
+    attr.qp_state = hw.qp_state.into();
+    attr.cur_qp_state = hw.qp_state.into();
+    attr.path_mtu = hw.path_mtu.into();
+    attr.path_mig_state = b::ib_mig_state_IB_MIG_MIGRATED;
+    attr.qkey = hw.qkey;
+    attr.rq_psn = hw.rq_psn;
+    attr.sq_psn = hw.sq_psn;
+    attr.dest_qp_num = hw.dest_qp_num;
+    attr.qp_access_flags = hw.qp_access_flags as _;
+    attr.pkey_index = hw.pkey_index;
+    attr.en_sqd_async_notify = hw.en_sqd_async_notify;
+    attr.sq_draining = hw.sq_draining;
+    attr.max_rd_atomic = hw.max_rd_atomic;
+    attr.max_dest_rd_atomic = hw.max_dest_rd_atomic;
+    attr.min_rnr_timer = hw.min_rnr_timer;
+    attr.port_num = hw.port_num.into();
+    attr.timeout = hw.timeout;
+    attr.retry_cnt = hw.retry_cnt;
+    attr.rnr_retry = hw.rnr_retry;
+    attr.cap = qp.cap;
+    fill_ah_attr(&mut attr.ah_attr, &hw.ah);
+    init.qp_type = qp.qp_type;
+    init.cap = qp.cap;
+    init.sq_sig_type = if qp.sq_sig_all {
+        b::ib_sig_type_IB_SIGNAL_ALL_WR
+    } else {
+        b::ib_sig_type_IB_SIGNAL_REQ_WR
+    };
+    qp.state.store(attr.qp_state, Ordering::Release);
+    Ok(())
+}
+
+pub(crate) fn destroy(dev: &RoxDev<'_>, qp: &Qp) {
+    let cmd = admin::HandleCmd {
+        handle: qp.qpn,
+        reserved: 0,
+    };
+    if let Err(err) = dev.exec(admin::ADMIN_OP_DESTROY_QP, payload!(handle: cmd)) {
+        dev_warn!(
+            dev.pdev.as_ref(),
+            "DESTROY_QP {} failed: {:?}\n",
+            qp.qpn,
+            err
+        );
+    }
+}

@@ -1,0 +1,459 @@
+// SPDX-License-Identifier: GPL-2.0
+//! The verbs of rox: device, port and GID queries, user contexts (doorbell page and wake page
+//! mappings), protection domains and address handles; CQs, QPs, SRQs and MRs live in their own
+//! files. All safe Rust over `crate::ib`.
+
+use crate::{
+    cq::{self, Cq},
+    dev::RoxDev,
+    hw::{
+        regs,
+        uapi::{admin, queue, udata as ud, verbs},
+    },
+    ib::{
+        bindings as b, mmap::MmapEntry, mmap::UcontextRef, CqInit, Created, IbDev, QpInit, RecvWr,
+        RegisteredMr, Registry, SendWr, Udata, Verbs,
+    },
+    ids::{DbSlot, DbSlots},
+    mr::{self, Mr},
+    qp::{self, Qp},
+    srq::{self, Srq},
+};
+use kernel::{prelude::*, sync::Arc};
+
+/// The driver, as ib_core sees it.
+pub(crate) struct RoxVerbs;
+
+// User mappings of device pages (`MmapEntry`) and page lists assume the CPU's pages are rox's.
+const _: () = assert!(b::PAGE_SIZE as usize == regs::ROX_PAGE_SIZE);
+
+/// The protection domains rox reports it can hold (PDs are numbers in the driver only).
+const MAX_PD: u32 = 1 << 16;
+/// The address handles rox reports it can hold (AHs are kept in the driver only).
+const MAX_AH: u32 = 1 << 16;
+
+/// Bytes RoCEv2 adds around a payload on an IPv6 fabric (the larger header): IPv6 header, UDP
+/// header, BTH, ICRC.
+const ROCEV2_OVERHEAD: u32 = 40 + 8 + 12 + 4;
+
+/// Names of the device's statistics counters (`rdma statistic`), indexed by `admin::STAT_*`.
+const COUNTER_NAMES: [&CStr; admin::STATS_COUNT] = {
+    let mut names = [c""; admin::STATS_COUNT];
+    names[admin::STAT_TX_PACKETS] = c"tx_packets";
+    names[admin::STAT_TX_BYTES] = c"tx_bytes";
+    names[admin::STAT_RX_PACKETS] = c"rx_packets";
+    names[admin::STAT_RX_BYTES] = c"rx_bytes";
+    names[admin::STAT_RX_DROPPED] = c"rx_dropped";
+    names[admin::STAT_RX_ICRC_ERRORS] = c"rx_icrc_errors";
+    names[admin::STAT_RETRANSMITS] = c"retransmits";
+    names[admin::STAT_NAKS_SENT] = c"naks_sent";
+    names[admin::STAT_ACKS_SENT] = c"acks_sent";
+    names[admin::STAT_TIMEOUTS] = c"timeouts";
+    names[admin::STAT_DUP_REQUESTS] = c"duplicate_requests";
+    names[admin::STAT_SEND_WQES] = c"send_wqes";
+    names[admin::STAT_RECV_WQES] = c"recv_wqes";
+    names[admin::STAT_CQES] = c"cqes";
+    names[admin::STAT_EQES] = c"eqes";
+    names[admin::STAT_INTERRUPTS] = c"interrupts";
+    names[admin::STAT_DOORBELL_SCANS] = c"doorbell_scans";
+    names[admin::STAT_WAKEUPS] = c"wakeups";
+    names[admin::STAT_WQE_ERRORS] = c"wqe_errors";
+    let mut i = 0;
+    while i < admin::STATS_COUNT {
+        assert!(!names[i].is_empty(), "every STAT_* counter needs a name");
+        i += 1;
+    }
+    names
+};
+
+/// A user context: its doorbell page (mapped by the provider, together with the wake page) and
+/// the allocator of that page's slots.
+pub(crate) struct Ucontext {
+    db_page: u32,
+    slots: Arc<DbSlots>,
+    _db_entry: MmapEntry,
+    _wake_entry: MmapEntry,
+}
+
+impl Ucontext {
+    pub(crate) fn db_page(&self) -> u32 {
+        self.db_page
+    }
+
+    pub(crate) fn alloc_db_slot(&self) -> Result<DbSlot> {
+        DbSlot::alloc(&self.slots)
+    }
+}
+
+/// The doorbell page of a context, returned when the context goes.
+struct DbPage<'a, 'bound> {
+    dev: &'a RoxDev<'bound>,
+    page: u32,
+}
+
+impl Drop for DbPage<'_, '_> {
+    fn drop(&mut self) {
+        self.dev.db_pages.free(self.page);
+    }
+}
+
+pub(crate) struct Pd {
+    pdn: u32,
+}
+
+impl Pd {
+    pub(crate) fn pdn(&self) -> u32 {
+        self.pdn
+    }
+}
+
+/// An address handle: the device's form of the address (UD WQEs carry it).
+pub(crate) struct Ah {
+    av: admin::AddrVector,
+}
+
+impl Ah {
+    pub(crate) fn av(&self) -> &admin::AddrVector {
+        &self.av
+    }
+}
+
+/// The largest IB MTU whose RoCEv2 packets fit in `netdev_mtu`.
+fn active_mtu(netdev_mtu: u32) -> u32 {
+    let payload = netdev_mtu.saturating_sub(ROCEV2_OVERHEAD);
+    let mut mtu = b::ib_mtu_IB_MTU_256;
+    for candidate in [
+        b::ib_mtu_IB_MTU_512,
+        b::ib_mtu_IB_MTU_1024,
+        b::ib_mtu_IB_MTU_2048,
+        b::ib_mtu_IB_MTU_4096,
+    ] {
+        if verbs::mtu_bytes(candidate as u8) <= payload {
+            mtu = candidate;
+        }
+    }
+    mtu
+}
+
+impl Verbs for RoxVerbs {
+    type Dev<'a> = RoxDev<'a>;
+    type Ucontext = Ucontext;
+    type Pd = Pd;
+    type Cq = Cq;
+    type Qp = Qp;
+    type Srq = Srq;
+    type Ah = Ah;
+    type Mr = Mr;
+
+    fn registry<'a>(dev: &'a RoxDev<'_>) -> &'a Registry {
+        dev.registry()
+    }
+
+    const COUNTER_NAMES: &'static [&'static CStr] = &COUNTER_NAMES;
+
+    fn read_counters(dev: &RoxDev<'_>, values: &mut [u64]) -> Result {
+        let (stats, _) = dev.query::<[u64; admin::STATS_COUNT]>(admin::ADMIN_OP_QUERY_STATS, 0)?;
+        for (value, stat) in values.iter_mut().zip(stats) {
+            *value = stat;
+        }
+        Ok(())
+    }
+
+    fn query_device(
+        dev: &RoxDev<'_>,
+        attr: &mut b::ib_device_attr,
+        udata: &mut Udata<'_>,
+    ) -> Result {
+        udata.expect_no_input()?;
+        let hw = &dev.attr;
+        attr.fw_ver = hw.fw_ver;
+        attr.sys_image_guid = hw.sys_image_guid.to_be();
+        attr.max_mr_size = hw.max_mr_size;
+        attr.page_size_cap = hw.page_size_cap;
+        attr.vendor_id = hw.vendor_id;
+        attr.vendor_part_id = hw.vendor_part_id;
+        attr.hw_ver = hw.hw_ver;
+        attr.max_qp = hw.max_qp;
+        attr.max_qp_wr = hw.max_qp_wr;
+        attr.device_cap_flags = b::ib_device_cap_flags_IB_DEVICE_RC_RNR_NAK_GEN as u64;
+        attr.max_send_sge = hw.max_send_sge;
+        attr.max_recv_sge = hw.max_recv_sge;
+        attr.max_sge_rd = hw.max_sge_rd;
+        attr.max_cq = hw.max_cq;
+        attr.max_cqe = hw.max_cqe;
+        attr.max_mr = hw.max_mr;
+        attr.max_pd = MAX_PD;
+        attr.max_qp_rd_atom = hw.max_qp_rd_atom;
+        attr.max_qp_init_rd_atom = hw.max_qp_init_rd_atom;
+        attr.max_res_rd_atom = hw.max_qp_rd_atom * hw.max_qp;
+        attr.atomic_cap = if hw.atomic_cap == admin::ATOMIC_CAP_HCA {
+            b::ib_atomic_cap_IB_ATOMIC_HCA
+        } else {
+            b::ib_atomic_cap_IB_ATOMIC_NONE
+        };
+        attr.max_ah = MAX_AH;
+        attr.max_srq = hw.max_srq;
+        attr.max_srq_wr = hw.max_srq_wr;
+        attr.max_srq_sge = hw.max_srq_sge;
+        attr.max_pkeys = 1;
+        attr.local_ca_ack_delay = hw.local_ca_ack_delay as u8;
+        udata.respond_empty()
+    }
+
+    fn query_port(
+        dev: &RoxDev<'_>,
+        ib: IbDev<'_>,
+        port: u32,
+        attr: &mut b::ib_port_attr,
+    ) -> Result {
+        if port != u32::from(admin::PORT_NUM) {
+            return Err(EINVAL);
+        }
+        let hw = &dev.port;
+        let netdev = ib.netdev(port);
+        let active = netdev.as_ref().is_some_and(|n| n.is_up());
+        attr.state = if active {
+            b::ib_port_state_IB_PORT_ACTIVE
+        } else {
+            b::ib_port_state_IB_PORT_DOWN
+        };
+        attr.phys_state = if active {
+            b::ib_port_phys_state_IB_PORT_PHYS_STATE_LINK_UP as u8
+        } else {
+            b::ib_port_phys_state_IB_PORT_PHYS_STATE_DISABLED as u8
+        };
+        attr.max_mtu = u32::from(hw.max_mtu).clamp(b::ib_mtu_IB_MTU_256, b::ib_mtu_IB_MTU_4096);
+        let netdev_mtu = netdev.as_ref().map_or(0, |n| n.mtu());
+        attr.active_mtu = active_mtu(netdev_mtu).min(attr.max_mtu);
+        attr.phys_mtu = netdev_mtu;
+        attr.gid_tbl_len = admin::GID_TABLE_LEN as i32;
+        attr.port_cap_flags = b::ib_port_capability_mask_bits_IB_PORT_CM_SUP;
+        attr.max_msg_sz = verbs::MAX_MSG_SIZE;
+        attr.pkey_tbl_len = 1;
+        attr.active_width = hw.active_width;
+        attr.active_speed = hw.active_speed.into();
+        Ok(())
+    }
+
+    fn get_port_immutable(_dev: &RoxDev<'_>, port: u32, imm: &mut b::ib_port_immutable) -> Result {
+        if port != u32::from(admin::PORT_NUM) {
+            return Err(EINVAL);
+        }
+        imm.pkey_tbl_len = 1;
+        imm.gid_tbl_len = admin::GID_TABLE_LEN as i32;
+        imm.core_cap_flags = b::RDMA_CORE_PORT_IBA_ROCE_UDP_ENCAP;
+        imm.max_mad_size = b::IB_MGMT_MAD_SIZE;
+        Ok(())
+    }
+
+    fn set_gid(dev: &RoxDev<'_>, index: u32, gid: Option<&[u8; 16]>) -> Result {
+        if index >= admin::GID_TABLE_LEN {
+            return Err(EINVAL);
+        }
+        let cmd = admin::SetGidCmd {
+            index,
+            gid_type: verbs::GID_TYPE_ROCE_UDP_ENCAP,
+            valid: gid.is_some().into(),
+            reserved: 0,
+            gid: gid.copied().unwrap_or_default(),
+        };
+        dev.exec(
+            admin::ADMIN_OP_SET_GID,
+            crate::admin::payload!(set_gid: cmd),
+        )?;
+        Ok(())
+    }
+
+    fn alloc_ucontext(
+        dev: &RoxDev<'_>,
+        uctx: UcontextRef<'_>,
+        udata: &mut Udata<'_>,
+    ) -> Result<Ucontext> {
+        udata.expect_no_input()?;
+        let page = DbPage {
+            dev,
+            page: dev.db_pages.alloc().map_err(|_| ENOMEM)?,
+        };
+        let page_size = regs::ROX_PAGE_SIZE as u64;
+        let db_pfn = (dev.db_bar_start + u64::from(page.page) * page_size) >> regs::ROX_PAGE_SHIFT;
+        let wake_pfn = (dev.ctrl_bar_start + regs::WAKE_PAGE_OFFSET) >> regs::ROX_PAGE_SHIFT;
+        let db_entry = MmapEntry::new(uctx, db_pfn, regs::ROX_PAGE_SIZE)?;
+        let wake_entry = MmapEntry::new(uctx, wake_pfn, regs::ROX_PAGE_SIZE)?;
+        let slots = DbSlots::new_page()?;
+        let resp = ud::AllocUcontextResp {
+            db_mmap_key: db_entry.offset(),
+            wake_mmap_key: wake_entry.offset(),
+            db_page: page.page,
+            caps: dev.attr.caps,
+            sq_wqe_size: queue::SQ_WQE_SIZE as u32,
+            rq_wqe_size: queue::RQ_WQE_SIZE as u32,
+            cqe_size: queue::CQE_SIZE as u32,
+            max_inline: queue::SQ_MAX_INLINE.min(dev.attr.max_inline_data),
+        };
+        udata.respond(&resp)?;
+        // From here on the page belongs to the context (returned by `dealloc_ucontext`).
+        let db_page = page.page;
+        core::mem::forget(page);
+        Ok(Ucontext {
+            db_page,
+            slots,
+            _db_entry: db_entry,
+            _wake_entry: wake_entry,
+        })
+    }
+
+    fn dealloc_ucontext(dev: &RoxDev<'_>, uctx: &Ucontext) {
+        dev.db_pages.free(uctx.db_page);
+    }
+
+    fn alloc_pd(dev: &RoxDev<'_>, udata: &mut Udata<'_>) -> Result<Pd> {
+        udata.expect_no_input()?;
+        udata.respond_empty()?;
+        Ok(Pd {
+            pdn: dev.alloc_pdn(),
+        })
+    }
+
+    fn dealloc_pd(_dev: &RoxDev<'_>, _pd: &Pd) {}
+
+    fn reg_user_mr(
+        dev: &RoxDev<'_>,
+        ib: IbDev<'_>,
+        pd: &Pd,
+        start: u64,
+        length: u64,
+        iova: u64,
+        access: u32,
+        udata: &mut Udata<'_>,
+    ) -> Result<RegisteredMr<Mr>> {
+        mr::reg_user_mr(dev, ib, pd.pdn, start, length, iova, access, udata)
+    }
+
+    fn get_dma_mr(dev: &RoxDev<'_>, pd: &Pd, access: u32) -> Result<RegisteredMr<Mr>> {
+        mr::get_dma_mr(dev, pd.pdn, access)
+    }
+
+    fn dereg_mr(dev: &RoxDev<'_>, mr: &Mr) {
+        mr::dereg_mr(dev, mr)
+    }
+
+    fn create_cq(
+        dev: &RoxDev<'_>,
+        ib: IbDev<'_>,
+        uctx: Option<&Ucontext>,
+        init: &CqInit,
+        udata: &mut Udata<'_>,
+    ) -> Result<Created<Cq>> {
+        cq::create(dev, ib, uctx, init, udata)
+    }
+
+    fn destroy_cq(dev: &RoxDev<'_>, cq: &Cq) {
+        cq::destroy(dev, cq)
+    }
+
+    fn create_qp(
+        dev: &RoxDev<'_>,
+        ib: IbDev<'_>,
+        uctx: Option<&Ucontext>,
+        init: QpInit<'_, Self>,
+        udata: &mut Udata<'_>,
+    ) -> Result<Created<Qp>> {
+        qp::create(dev, ib, uctx, init, udata)
+    }
+
+    fn modify_qp(
+        dev: &RoxDev<'_>,
+        qp: &Qp,
+        attr: &b::ib_qp_attr,
+        mask: u32,
+        udata: &mut Udata<'_>,
+    ) -> Result {
+        qp::modify(dev, qp, attr, mask, udata)
+    }
+
+    fn query_qp(
+        dev: &RoxDev<'_>,
+        qp: &Qp,
+        attr: &mut b::ib_qp_attr,
+        init: &mut b::ib_qp_init_attr,
+    ) -> Result {
+        qp::query(dev, qp, attr, init)
+    }
+
+    fn destroy_qp(dev: &RoxDev<'_>, qp: &Qp) {
+        qp::destroy(dev, qp)
+    }
+
+    fn create_srq(
+        dev: &RoxDev<'_>,
+        ib: IbDev<'_>,
+        uctx: Option<&Ucontext>,
+        pd: &Pd,
+        attr: &mut b::ib_srq_attr,
+        udata: &mut Udata<'_>,
+    ) -> Result<Created<Srq>> {
+        srq::create(dev, ib, uctx, pd.pdn, attr, udata)
+    }
+
+    fn modify_srq(
+        dev: &RoxDev<'_>,
+        srq: &Srq,
+        attr: &b::ib_srq_attr,
+        mask: u32,
+        udata: &mut Udata<'_>,
+    ) -> Result {
+        srq::modify(dev, srq, attr, mask, udata)
+    }
+
+    fn query_srq(dev: &RoxDev<'_>, srq: &Srq, attr: &mut b::ib_srq_attr) -> Result {
+        srq::query(dev, srq, attr)
+    }
+
+    fn destroy_srq(dev: &RoxDev<'_>, srq: &Srq) {
+        srq::destroy(dev, srq)
+    }
+
+    fn post_send(dev: &RoxDev<'_>, qp: &Qp, wr: &SendWr<'_, Self>) -> Result {
+        qp::post_send(dev, qp, wr)
+    }
+
+    fn ring_sq(dev: &RoxDev<'_>, qp: &Qp) {
+        qp::ring_sq(dev, qp)
+    }
+
+    fn post_recv(dev: &RoxDev<'_>, qp: &Qp, wr: &RecvWr<'_>) -> Result {
+        qp::post_recv(dev, qp, wr)
+    }
+
+    fn ring_rq(dev: &RoxDev<'_>, qp: &Qp) {
+        qp::ring_rq(dev, qp)
+    }
+
+    fn poll_cq(dev: &RoxDev<'_>, cq: &Cq, wc: &mut [b::ib_wc]) -> Result<usize> {
+        cq::poll(dev, cq, wc)
+    }
+
+    fn req_notify_cq(dev: &RoxDev<'_>, cq: &Cq, solicited_only: bool) -> Result<bool> {
+        cq::arm(dev, cq, solicited_only)
+    }
+
+    fn create_ah(_dev: &RoxDev<'_>, attr: &b::rdma_ah_attr, udata: &mut Udata<'_>) -> Result<Ah> {
+        if attr.type_ != b::rdma_ah_attr_type_RDMA_AH_ATTR_TYPE_ROCE
+            || u32::from(attr.grh.sgid_index) >= admin::GID_TABLE_LEN
+        {
+            return Err(EINVAL);
+        }
+        udata.expect_no_input()?;
+        udata.respond_empty()?;
+        Ok(Ah {
+            av: qp::addr_vector(attr),
+        })
+    }
+
+    fn query_ah(_dev: &RoxDev<'_>, ah: &Ah, attr: &mut b::rdma_ah_attr) -> Result {
+        qp::fill_ah_attr(attr, &ah.av);
+        Ok(())
+    }
+
+    fn destroy_ah(_dev: &RoxDev<'_>, _ah: &Ah) {}
+}

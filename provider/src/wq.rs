@@ -1,0 +1,223 @@
+//! Bookkeeping of one work queue (SQ, RQ or SRQ) on the software side.
+//!
+//! The WQE librox writes carries, as its `wr_id`, the free-running index of its ring slot; the
+//! device copies it into the CQE, so a completion names its slot. The caller's wr_id lives here,
+//! per slot. Send and RQ completions come back in ring order (one CQE may stand for earlier
+//! unsignaled WQEs too); SRQ completions may come back out of order across QPs, so each slot
+//! is freed on its own and the consumer index advances over freed slots.
+
+use crate::errno::Result;
+use crate::lock::Locked;
+use crate::memory::QueueBuffer;
+use core::ops::Deref;
+
+/// A ring of WQEs in librox's memory (pinned by rox.ko) with its bookkeeping, behind the lock
+/// posting and completion processing take (`Deref` to it).
+pub struct Ring {
+    pub buf: QueueBuffer,
+    pub depth: u32,
+    wq: Locked<WorkQueue>,
+}
+
+impl Ring {
+    /// A zeroed ring of `depth` (a power of two) entries of `1 << entry_shift` bytes.
+    pub fn new(depth: u32, entry_shift: u32, order: CompletionOrder) -> Result<Self> {
+        Ok(Ring {
+            buf: QueueBuffer::new(depth, entry_shift)?,
+            depth,
+            wq: Locked::new(WorkQueue::new(depth, order)),
+        })
+    }
+}
+
+impl Deref for Ring {
+    type Target = Locked<WorkQueue>;
+    fn deref(&self) -> &Locked<WorkQueue> {
+        &self.wq
+    }
+}
+
+/// One work queue's producer/consumer indices (free-running, wrapping u32, as the doorbell
+/// carries them) and the wr_id of every ring slot.
+pub struct WorkQueue {
+    depth: u32,
+    /// Next index to post at.
+    pi: u32,
+    /// Oldest index not completed yet.
+    ci: u32,
+    wr_ids: Box<[u64]>,
+    /// Out-of-order queues (SRQ): slots completed while an older one is still outstanding.
+    done: Option<Box<[bool]>>,
+}
+
+/// How completions of a queue arrive.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum CompletionOrder {
+    /// SQ and RQ: a completion also retires every older slot.
+    InOrder,
+    /// SRQ: each completion retires its own slot only.
+    AnyOrder,
+}
+
+impl WorkQueue {
+    pub fn new(depth: u32, order: CompletionOrder) -> Self {
+        assert!(depth.is_power_of_two());
+        let slots = depth as usize;
+        WorkQueue {
+            depth,
+            pi: 0,
+            ci: 0,
+            wr_ids: vec![0; slots].into_boxed_slice(),
+            done: (order == CompletionOrder::AnyOrder)
+                .then(|| vec![false; slots].into_boxed_slice()),
+        }
+    }
+
+    /// The producer index (what the doorbell announces).
+    pub fn pi(&self) -> u32 {
+        self.pi
+    }
+
+    pub fn is_full(&self) -> bool {
+        self.pi.wrapping_sub(self.ci) >= self.depth
+    }
+
+    fn slot(&self, index: u32) -> usize {
+        (index & (self.depth - 1)) as usize
+    }
+
+    /// Reserve the next slot for `wr_id`; returns its index (the caller writes the WQE there,
+    /// then [`Self::commit`]s). `None` when the queue is full.
+    pub fn next_index(&self) -> Option<u32> {
+        (!self.is_full()).then_some(self.pi)
+    }
+
+    /// The WQE at the index [`Self::next_index`] gave is written: account for it.
+    pub fn commit(&mut self, wr_id: u64) {
+        let slot = self.slot(self.pi);
+        self.wr_ids[slot] = wr_id;
+        self.pi = self.pi.wrapping_add(1);
+    }
+
+    /// A completion for slot `index`: the caller's wr_id, or `None` if `index` is not an
+    /// outstanding slot (a completion this queue does not know; the slot state is unchanged).
+    pub fn complete(&mut self, index: u32) -> Option<u64> {
+        let outstanding = self.pi.wrapping_sub(self.ci);
+        if index.wrapping_sub(self.ci) >= outstanding {
+            return None;
+        }
+        let slot = self.slot(index);
+        let wr_id = self.wr_ids[slot];
+        match self.done.as_deref_mut() {
+            None => self.ci = index.wrapping_add(1),
+            Some(done) => {
+                if done[slot] {
+                    return None;
+                }
+                done[slot] = true;
+                let mask = self.depth - 1;
+                while self.ci != self.pi && done[(self.ci & mask) as usize] {
+                    done[(self.ci & mask) as usize] = false;
+                    self.ci = self.ci.wrapping_add(1);
+                }
+            }
+        }
+        Some(wr_id)
+    }
+
+    /// Forget the WQEs committed since the producer index was `pi` (never announced to the
+    /// device: an aborted `ibv_wr_start` batch).
+    pub fn rollback(&mut self, pi: u32) {
+        debug_assert!(self.pi.wrapping_sub(pi) <= self.pi.wrapping_sub(self.ci));
+        self.pi = pi;
+    }
+
+    /// Back to empty at index 0 (QP moved to RESET: the device restarts its indices at 0).
+    pub fn reset(&mut self) {
+        self.pi = 0;
+        self.ci = 0;
+        if let Some(done) = self.done.as_deref_mut() {
+            done.fill(false);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn post(wq: &mut WorkQueue, wr_id: u64) -> Option<u32> {
+        let index = wq.next_index()?;
+        wq.commit(wr_id);
+        Some(index)
+    }
+
+    #[test]
+    fn in_order_completion_retires_older_unsignaled_slots() {
+        let mut wq = WorkQueue::new(4, CompletionOrder::InOrder);
+        for id in 10..14 {
+            post(&mut wq, id).expect("room");
+        }
+        assert!(wq.is_full());
+        assert_eq!(post(&mut wq, 99), None);
+        // One signaled completion for the third WQE frees the first three.
+        assert_eq!(wq.complete(2), Some(12));
+        assert_eq!(post(&mut wq, 14), Some(4));
+        assert_eq!(post(&mut wq, 15), Some(5));
+        assert_eq!(post(&mut wq, 16), Some(6));
+        assert_eq!(post(&mut wq, 17), None);
+        // A stale or unknown index changes nothing.
+        assert_eq!(wq.complete(1), None);
+        assert_eq!(wq.complete(7), None);
+        assert_eq!(wq.complete(3), Some(13));
+        assert_eq!(wq.complete(6), Some(16));
+        assert!(!wq.is_full());
+        assert_eq!(wq.pi(), 7);
+    }
+
+    #[test]
+    fn indices_wrap_around_u32() {
+        let mut wq = WorkQueue::new(2, CompletionOrder::InOrder);
+        wq.pi = u32::MAX;
+        wq.ci = u32::MAX;
+        assert_eq!(post(&mut wq, 1), Some(u32::MAX));
+        assert_eq!(post(&mut wq, 2), Some(0));
+        assert!(wq.is_full());
+        assert_eq!(wq.complete(0), Some(2));
+        assert_eq!(wq.pi(), 1);
+        assert!(!wq.is_full());
+    }
+
+    #[test]
+    fn any_order_frees_slots_as_they_complete() {
+        let mut wq = WorkQueue::new(4, CompletionOrder::AnyOrder);
+        for id in 0..4 {
+            post(&mut wq, 100 + id).expect("room");
+        }
+        assert_eq!(wq.complete(2), Some(102));
+        assert!(wq.is_full(), "slot 0 is still outstanding");
+        assert_eq!(wq.complete(2), None, "completed twice");
+        assert_eq!(wq.complete(0), Some(100));
+        assert_eq!(post(&mut wq, 104), Some(4));
+        assert!(wq.is_full());
+        assert_eq!(wq.complete(1), Some(101));
+        // 1 and 2 are done: two slots free.
+        assert_eq!(post(&mut wq, 105), Some(5));
+        assert_eq!(post(&mut wq, 106), Some(6));
+        assert_eq!(post(&mut wq, 107), None);
+    }
+
+    #[test]
+    fn reset_empties() {
+        let mut wq = WorkQueue::new(2, CompletionOrder::AnyOrder);
+        post(&mut wq, 1);
+        post(&mut wq, 2);
+        assert_eq!(wq.complete(1), Some(2));
+        wq.reset();
+        assert_eq!(wq.pi(), 0);
+        assert_eq!(post(&mut wq, 3), Some(0));
+        assert_eq!(post(&mut wq, 4), Some(1));
+        assert_eq!(wq.complete(1), Some(4));
+        assert_eq!(wq.complete(0), Some(3));
+    }
+}

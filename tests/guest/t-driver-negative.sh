@@ -1,0 +1,254 @@
+#!/bin/bash
+# rox.ko answers bad input from user space with an errno, never an oops or a leak (guest; skips
+# without a rox-nic). A small C program talks to /dev/infiniband/uverbsN of rox_0 through the
+# raw uverbs write() ABI (<rdma/ib_user_verbs.h>), bypassing librox's own checks, so every
+# case reaches the driver: udata of the wrong size, zero/oversized queues, unaligned or
+# unmapped rings, MRs over unmapped memory, bad handles, invalid QP transitions, bad port/pkey,
+# bad SRQ limits (bad handles are ib_core's: ENOENT). Then the objects are destroyed by closing the file, rox.ko is unloaded, and
+# dmesg must hold no warning.
+set -u
+# Leave no rox.ko behind for the next test, whatever happens here.
+trap 'grep -q "^rox " /proc/modules && rmmod rox' EXIT
+fail() { echo "FAIL: $*"; dmesg | tail -20; exit 1; }
+skip() { echo "SKIP: $*"; exit 0; }
+rox_vendor=0x524f   # uapi/src/regs.rs PCI_VENDOR_ID
+
+grep -qx $rox_vendor /sys/bus/pci/devices/*/vendor 2>/dev/null || skip "no rox-nic attached"
+command -v gcc >/dev/null || skip "no C compiler in the guest"
+if ! grep -q '^rox ' /proc/modules; then
+	[ -f "${ROX_KO:-}" ] || fail "no module at ${ROX_KO:-}"
+	insmod "$ROX_KO" || fail "insmod failed"
+fi
+for _ in $(seq 50); do [ -e /sys/class/infiniband/rox_0 ] && break; sleep 0.2; done
+uverbs=$(ls /sys/class/infiniband/rox_0/device/infiniband_verbs/ 2>/dev/null | head -1)
+[ -n "$uverbs" ] || fail "rox_0 has no uverbs device"
+
+work=$(mktemp -d /tmp/rox-negative.XXXXXX)
+cat >"$work/negative.c" <<'EOF'
+/* Raw uverbs negative tests for rox.ko. The driver udata layouts mirror uapi/src/udata.rs (the
+ * one definition, in Rust); the sizes are checked against the uapi crate's own assertions. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+#include <rdma/ib_user_verbs.h>
+#include <rdma/ib_user_ioctl_verbs.h>
+
+struct rox_alloc_ucontext_resp { uint64_t db_mmap_key, wake_mmap_key; uint32_t db_page, caps,
+	sq_wqe_size, rq_wqe_size, cqe_size, max_inline; };
+struct rox_create_cq_req { uint64_t buf_addr; uint32_t log_depth, reserved; };
+struct rox_create_cq_resp { uint32_t cq_id, db_slot; };
+struct rox_create_qp_req { uint64_t sq_buf_addr, rq_buf_addr; uint32_t log_sq_depth, log_rq_depth; };
+struct rox_create_qp_resp { uint32_t qpn, db_slot; };
+struct rox_create_srq_req { uint64_t buf_addr; uint32_t log_depth, reserved; };
+struct rox_create_srq_resp { uint32_t srq_id, db_slot; };
+_Static_assert(sizeof(struct rox_alloc_ucontext_resp) == 40, "uapi AllocUcontextResp");
+_Static_assert(sizeof(struct rox_create_cq_req) == 16, "uapi CreateCqReq");
+_Static_assert(sizeof(struct rox_create_qp_req) == 24, "uapi CreateQpReq");
+_Static_assert(sizeof(struct rox_create_srq_req) == 16, "uapi CreateSrqReq");
+
+enum { PAGE = 4096, CQE_SIZE = 32, SQ_WQE_SIZE = 256, RQ_WQE_SIZE = 128 };
+enum { QPS_RESET = 0, QPS_INIT = 1, QPS_RTS = 3, QPT_RC = 2 };
+enum { QP_STATE = 1 << 0, QP_ACCESS_FLAGS = 1 << 3, QP_PKEY_INDEX = 1 << 4, QP_PORT = 1 << 5 };
+
+static int fd, failures, checks;
+
+/* One legacy write() command: header, core request, driver request; response buffer given
+ * through the request's `response` field. Returns 0 or errno. */
+static int cmd(uint32_t op, void *req, size_t req_len, const void *drv, size_t drv_len,
+	       size_t resp_len)
+{
+	char buf[1024];
+	struct ib_uverbs_cmd_hdr hdr = {
+		.command = op,
+		.in_words = (sizeof(hdr) + req_len + drv_len) / 4,
+		.out_words = resp_len / 4,
+	};
+	memcpy(buf, &hdr, sizeof(hdr));
+	memcpy(buf + sizeof(hdr), req, req_len);
+	if (drv_len)
+		memcpy(buf + sizeof(hdr) + req_len, drv, drv_len);
+	return write(fd, buf, sizeof(hdr) + req_len + drv_len) < 0 ? errno : 0;
+}
+
+static void expect(const char *what, int got, int want)
+{
+	checks++;
+	if (got == want) {
+		printf("ok   %-58s %s\n", what, want ? strerror(want) : "success");
+	} else {
+		printf("FAIL %-58s got %s, want %s\n", what, got ? strerror(got) : "success",
+		       want ? strerror(want) : "success");
+		failures++;
+	}
+}
+
+static void *ring(size_t bytes)
+{
+	void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (p == MAP_FAILED) { perror("mmap"); exit(2); }
+	memset(p, 0, bytes);
+	return p;
+}
+
+/* An address with nothing mapped behind it. */
+static uint64_t unmapped(void)
+{
+	void *p = ring(PAGE);
+	munmap(p, PAGE);
+	return (uintptr_t)p;
+}
+
+struct cq_resp { struct ib_uverbs_create_cq_resp core; struct rox_create_cq_resp drv; };
+static int create_cq(uint32_t cqe, uint32_t vector, const void *drv, size_t drv_len, uint32_t *handle)
+{
+	struct cq_resp resp = {0};
+	struct ib_uverbs_create_cq c = { .response = (uintptr_t)&resp, .cqe = cqe,
+		.comp_vector = vector, .comp_channel = -1 };
+	int err = cmd(IB_USER_VERBS_CMD_CREATE_CQ, &c, sizeof(c), drv, drv_len, sizeof(resp));
+	if (!err && handle) *handle = resp.core.cq_handle;
+	return err;
+}
+
+struct qp_resp { struct ib_uverbs_create_qp_resp core; struct rox_create_qp_resp drv; };
+static int create_qp(uint32_t pd, uint32_t cq, uint32_t send_wr, uint32_t send_sge,
+		     const struct rox_create_qp_req *drv, uint32_t *handle)
+{
+	struct qp_resp resp = {0};
+	struct ib_uverbs_create_qp c = { .response = (uintptr_t)&resp, .pd_handle = pd,
+		.send_cq_handle = cq, .recv_cq_handle = cq, .max_send_wr = send_wr,
+		.max_recv_wr = 16, .max_send_sge = send_sge, .max_recv_sge = 1, .qp_type = QPT_RC };
+	int err = cmd(IB_USER_VERBS_CMD_CREATE_QP, &c, sizeof(c), drv, sizeof(*drv), sizeof(resp));
+	if (!err && handle) *handle = resp.core.qp_handle;
+	return err;
+}
+
+static int modify_qp(uint32_t qp, uint32_t mask, uint8_t state, uint8_t port, uint16_t pkey)
+{
+	struct ib_uverbs_modify_qp m = { .qp_handle = qp, .attr_mask = mask, .qp_state = state,
+		.port_num = port, .pkey_index = pkey };
+	return cmd(IB_USER_VERBS_CMD_MODIFY_QP, &m, sizeof(m), NULL, 0, 0);
+}
+
+int main(int argc, char **argv)
+{
+	fd = open(argv[1], O_RDWR);
+	if (fd < 0) { perror(argv[1]); return 2; }
+
+	/* --- ucontext */
+	struct { struct ib_uverbs_get_context_resp core; struct rox_alloc_ucontext_resp drv; } ctx = {0};
+	struct ib_uverbs_get_context gc = { .response = (uintptr_t)&ctx };
+	uint64_t junk = 0x5a5a5a5a;
+	expect("get_context: driver response buffer too small",
+	       cmd(IB_USER_VERBS_CMD_GET_CONTEXT, &gc, sizeof(gc), NULL, 0, sizeof(ctx.core) + 8), EINVAL);
+	expect("get_context: unexpected non-zero driver input",
+	       cmd(IB_USER_VERBS_CMD_GET_CONTEXT, &gc, sizeof(gc), &junk, sizeof(junk), sizeof(ctx)), EOPNOTSUPP);
+	expect("get_context", cmd(IB_USER_VERBS_CMD_GET_CONTEXT, &gc, sizeof(gc), NULL, 0, sizeof(ctx)), 0);
+
+	/* --- PD */
+	struct ib_uverbs_alloc_pd_resp pd_resp;
+	struct ib_uverbs_alloc_pd ap = { .response = (uintptr_t)&pd_resp };
+	expect("alloc_pd", cmd(IB_USER_VERBS_CMD_ALLOC_PD, &ap, sizeof(ap), NULL, 0, sizeof(pd_resp)), 0);
+	uint32_t pd = pd_resp.pd_handle;
+
+	/* --- MR */
+	struct ib_uverbs_reg_mr_resp mr_resp;
+	struct ib_uverbs_reg_mr rm = { .response = (uintptr_t)&mr_resp, .start = unmapped(),
+		.length = PAGE, .hca_va = 0x10000, .pd_handle = pd, .access_flags = IB_UVERBS_ACCESS_LOCAL_WRITE };
+	expect("reg_mr over unmapped memory", cmd(IB_USER_VERBS_CMD_REG_MR, &rm, sizeof(rm), NULL, 0, sizeof(mr_resp)), EFAULT);
+	rm.start = (uintptr_t)ring(4 * PAGE);
+	rm.access_flags = IB_UVERBS_ACCESS_REMOTE_WRITE;
+	expect("reg_mr: remote write without local write", cmd(IB_USER_VERBS_CMD_REG_MR, &rm, sizeof(rm), NULL, 0, sizeof(mr_resp)), EINVAL);
+	rm.access_flags = IB_UVERBS_ACCESS_LOCAL_WRITE | IB_UVERBS_ACCESS_MW_BIND;
+	expect("reg_mr: access flag the device lacks (MW bind)", cmd(IB_USER_VERBS_CMD_REG_MR, &rm, sizeof(rm), NULL, 0, sizeof(mr_resp)), EOPNOTSUPP);
+	rm.access_flags = IB_UVERBS_ACCESS_LOCAL_WRITE;
+	rm.pd_handle = 0xdead;
+	expect("reg_mr: bad PD handle", cmd(IB_USER_VERBS_CMD_REG_MR, &rm, sizeof(rm), NULL, 0, sizeof(mr_resp)), ENOENT);
+	rm.pd_handle = pd;
+	expect("reg_mr 4 pages", cmd(IB_USER_VERBS_CMD_REG_MR, &rm, sizeof(rm), NULL, 0, sizeof(mr_resp)), 0);
+
+	/* --- CQ */
+	void *cq_ring = ring(64 * CQE_SIZE < PAGE ? PAGE : 64 * CQE_SIZE);
+	struct rox_create_cq_req cq_req = { .buf_addr = (uintptr_t)cq_ring, .log_depth = 6 };
+	uint32_t cq;
+	expect("create_cq: driver request too short", create_cq(64, 0, &cq_req, 8, NULL), EINVAL);
+	cq_req.log_depth = 0;
+	expect("create_cq: ring depth below the minimum", create_cq(1, 0, &cq_req, sizeof(cq_req), NULL), EINVAL);
+	cq_req.log_depth = 30;
+	expect("create_cq: ring depth above the maximum", create_cq(64, 0, &cq_req, sizeof(cq_req), NULL), EINVAL);
+	cq_req.log_depth = 6;
+	expect("create_cq: more CQEs than the ring holds", create_cq(65, 0, &cq_req, sizeof(cq_req), NULL), EINVAL);
+	expect("create_cq: zero CQEs", create_cq(0, 0, &cq_req, sizeof(cq_req), NULL), EINVAL);
+	expect("create_cq: completion vector out of range", create_cq(64, 99, &cq_req, sizeof(cq_req), NULL), EINVAL);
+	cq_req.buf_addr = (uintptr_t)cq_ring + 8;
+	expect("create_cq: unaligned ring", create_cq(64, 0, &cq_req, sizeof(cq_req), NULL), EINVAL);
+	cq_req.buf_addr = unmapped();
+	expect("create_cq: ring in unmapped memory", create_cq(64, 0, &cq_req, sizeof(cq_req), NULL), EFAULT);
+	cq_req.buf_addr = (uintptr_t)cq_ring;
+	expect("create_cq 64", create_cq(64, 0, &cq_req, sizeof(cq_req), &cq), 0);
+
+	/* --- QP */
+	struct rox_create_qp_req qp_req = { .sq_buf_addr = (uintptr_t)ring(16 * SQ_WQE_SIZE),
+		.rq_buf_addr = (uintptr_t)ring(16 * RQ_WQE_SIZE), .log_sq_depth = 4, .log_rq_depth = 4 };
+	uint32_t qp;
+	expect("create_qp: zero send queue", create_qp(pd, cq, 0, 1, &qp_req, NULL), EINVAL);
+	expect("create_qp: more WRs than the ring holds", create_qp(pd, cq, 17, 1, &qp_req, NULL), EINVAL);
+	expect("create_qp: too many send SGEs", create_qp(pd, cq, 16, 100, &qp_req, NULL), EINVAL);
+	qp_req.log_sq_depth = 20;
+	expect("create_qp: ring depth above the maximum", create_qp(pd, cq, 16, 1, &qp_req, NULL), EINVAL);
+	qp_req.log_sq_depth = 4;
+	expect("create_qp: bad CQ handle", create_qp(pd, 0xdead, 16, 1, &qp_req, NULL), ENOENT);
+	qp_req.rq_buf_addr = unmapped();
+	expect("create_qp: receive ring in unmapped memory", create_qp(pd, cq, 16, 1, &qp_req, NULL), EFAULT);
+	qp_req.rq_buf_addr = (uintptr_t)ring(16 * RQ_WQE_SIZE);
+	expect("create_qp RC", create_qp(pd, cq, 16, 1, &qp_req, &qp), 0);
+	expect("modify_qp: RESET -> RTS", modify_qp(qp, QP_STATE, QPS_RTS, 0, 0), EINVAL);
+	expect("modify_qp: RESET -> INIT without required attributes", modify_qp(qp, QP_STATE, QPS_INIT, 0, 0), EINVAL);
+	uint32_t init_mask = QP_STATE | QP_PKEY_INDEX | QP_PORT | QP_ACCESS_FLAGS;
+	expect("modify_qp: port 2", modify_qp(qp, init_mask, QPS_INIT, 2, 0), EINVAL);
+	expect("modify_qp: pkey index 1", modify_qp(qp, init_mask, QPS_INIT, 1, 1), EINVAL);
+	expect("modify_qp: bad QP handle", modify_qp(0xdead, init_mask, QPS_INIT, 1, 0), ENOENT);
+	expect("modify_qp RESET -> INIT", modify_qp(qp, init_mask, QPS_INIT, 1, 0), 0);
+	expect("modify_qp: INIT -> RTS", modify_qp(qp, QP_STATE, QPS_RTS, 0, 0), EINVAL);
+
+	/* --- SRQ */
+	struct { struct ib_uverbs_create_srq_resp core; struct rox_create_srq_resp drv; } srq_resp;
+	struct rox_create_srq_req srq_req = { .buf_addr = (uintptr_t)ring(16 * RQ_WQE_SIZE), .log_depth = 4 };
+	struct ib_uverbs_create_srq cs = { .response = (uintptr_t)&srq_resp, .pd_handle = pd,
+		.max_wr = 0, .max_sge = 1 };
+	expect("create_srq: zero WRs", cmd(IB_USER_VERBS_CMD_CREATE_SRQ, &cs, sizeof(cs), &srq_req, sizeof(srq_req), sizeof(srq_resp)), EINVAL);
+	cs.max_wr = 16; cs.srq_limit = 17;
+	expect("create_srq: limit above max_wr", cmd(IB_USER_VERBS_CMD_CREATE_SRQ, &cs, sizeof(cs), &srq_req, sizeof(srq_req), sizeof(srq_resp)), EINVAL);
+	cs.srq_limit = 0;
+	expect("create_srq 16", cmd(IB_USER_VERBS_CMD_CREATE_SRQ, &cs, sizeof(cs), &srq_req, sizeof(srq_req), sizeof(srq_resp)), 0);
+
+	/* --- destroy */
+	struct ib_uverbs_destroy_qp_resp dq_resp;
+	struct ib_uverbs_destroy_qp dq = { .response = (uintptr_t)&dq_resp, .qp_handle = qp };
+	expect("destroy_qp", cmd(IB_USER_VERBS_CMD_DESTROY_QP, &dq, sizeof(dq), NULL, 0, sizeof(dq_resp)), 0);
+	expect("destroy_qp again (stale handle)", cmd(IB_USER_VERBS_CMD_DESTROY_QP, &dq, sizeof(dq), NULL, 0, sizeof(dq_resp)), ENOENT);
+
+	/* The CQ, SRQ, MR, PD and ucontext go with the file. */
+	close(fd);
+	printf("%d checks, %d failed\n", checks, failures);
+	return failures != 0;
+}
+EOF
+gcc -O1 -Wall -o "$work/negative" "$work/negative.c" || fail "cannot compile the negative test"
+dmesg -C
+# ib_core's own objects on rox_0 (ib_mad's PD, CQ and QP1) stay; ours must all go.
+before=$(rdma res show rox_0 | sed 's/^[0-9]*: //')
+"$work/negative" "/dev/infiniband/$uverbs" || fail "some bad input got the wrong answer"
+sleep 1
+after=$(rdma res show rox_0 | sed 's/^[0-9]*: //')
+echo "objects before: $before"
+echo "objects after:  $after"
+[ "$after" = "$before" ] || fail "objects left after close"
+rmmod rox || fail "rmmod failed"
+dmesg | grep -E 'BUG:|Oops|WARNING:|kmemleak' && fail "kernel complained"
+echo "rox.ko rejected every bad input with the expected errno and cleaned up"
