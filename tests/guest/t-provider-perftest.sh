@@ -50,11 +50,12 @@ wait_for_server() {
 	return 1
 }
 
-failed=()
-for run in "${RUNS[@]}"; do
-	read -ra cmd <<<"$run"
+# One server+client run; sets $row to the client's result row. 0 when both succeed.
+run_pair() {
+	local -a cmd
+	read -ra cmd <<<"$1"
 	timeout "$RUN_TIMEOUT" "${cmd[@]}" -d rox_0 -x "$GID_INDEX" >/tmp/pt-server.log 2>&1 &
-	server=$!
+	local server=$!
 	wait_for_server "$server"
 	timeout "$RUN_TIMEOUT" "${cmd[@]}" -d rox_0 -x "$GID_INDEX" 127.0.0.1 >/tmp/pt-client.log 2>&1
 	client_rc=$?
@@ -62,14 +63,30 @@ for run in "${RUNS[@]}"; do
 	server_rc=$?
 	# The result row starts with the message size and the iteration count.
 	row=$(grep -E "^ *[0-9]+ +$ITERS +" /tmp/pt-client.log | tail -1)
-	if [ $client_rc = 0 ] && [ $server_rc = 0 ] && [ -n "$row" ]; then
+	[ $client_rc = 0 ] && [ $server_rc = 0 ] && [ -n "$row" ]
+}
+
+failed=() flaky=()
+for run in "${RUNS[@]}"; do
+	if run_pair "$run"; then
 		echo "ok   $run: $(echo $row)"
+		continue
+	fi
+	echo "FAIL $run (client exit $client_rc, server exit $server_rc); full logs:"
+	sed 's/^/  client: /' /tmp/pt-client.log
+	sed 's/^/  server: /' /tmp/pt-server.log
+	# A second failure fails the test; a pass on the retry is reported as a flake (seen once
+	# under heavy host load: ib_send_bw's client exited 1 after the header, server fine).
+	if run_pair "$run"; then
+		echo "FLAKY $run passed on its retry: $(echo $row)"
+		flaky+=("$run")
 	else
-		echo "FAIL $run (client exit $client_rc, server exit $server_rc)"
+		echo "FAIL $run again (client exit $client_rc, server exit $server_rc)"
 		sed 's/^/  client: /' /tmp/pt-client.log | tail -6
 		sed 's/^/  server: /' /tmp/pt-server.log | tail -6
 		failed+=("$run")
 	fi
 done
+[ ${#flaky[@]} = 0 ] || echo "WARNING: flaky perftest runs on rox_0: ${flaky[*]}"
 [ ${#failed[@]} = 0 ] || fail "perftest runs failed on rox_0: ${failed[*]}"
 echo "all ${#RUNS[@]} perftest runs passed on rox_0"

@@ -4,13 +4,10 @@
 //! Run: `cargo bench -p rox-nic --bench throughput` (set ROX_BENCH_SECS to change the time per
 //! point; default 0.3 s).
 
-use std::net::Ipv4Addr;
 use std::time::Instant;
 
 use rox_nic::benchkit::{self, Rate, SIZES};
-use rox_nic::device::FabricConfig;
 use rox_nic::testkit::*;
-use rox_nic::DeviceConfig;
 use rox_uapi::queue::*;
 use rox_uapi::verbs::*;
 
@@ -30,15 +27,9 @@ struct Side {
 }
 
 fn side(dir: &std::path::Path, last: u8) -> Side {
-    let mut cfg = DeviceConfig::new([2, 0, 0, 0, 9, last]);
-    cfg.fabric = Some(FabricConfig {
-        directory: dir.to_path_buf(),
-        bind: Ipv4Addr::LOCALHOST,
-        faults: None,
-        pcap: None,
-    });
-    let mut d = TestDriver::new(cfg);
-    d.set_gid(0, gid_v4(127, 0, 9, last));
+    /// The benchmark's devices own GIDs 127.0.9.x.
+    const SUBNET: u8 = 9;
+    let mut d = fabric_device(dir, SUBNET, last, None);
     let cq = d.create_cq(12);
     let (c, mut qp) = d.create_qp_cmd(QPT_RC, PD, cq.id, cq.id, rox_uapi::admin::SRQ_NONE, 10, 10);
     qp.qpn = d

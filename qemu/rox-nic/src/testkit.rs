@@ -309,6 +309,26 @@ pub struct TestDriver {
     pub wakes: u64,
 }
 
+/// A device on the UDP fabric whose directory is `dir`, owning GID `::ffff:127.0.<subnet>.<host>`
+/// (set at index 0) on a socket bound to 127.0.0.1; `faults` are injected on its transmissions.
+pub fn fabric_device(
+    dir: &std::path::Path,
+    subnet: u8,
+    host: u8,
+    faults: Option<crate::device::FaultConfig>,
+) -> TestDriver {
+    let mut cfg = DeviceConfig::new([2, 0, 0, 0, subnet, host]);
+    cfg.fabric = Some(crate::device::FabricConfig {
+        directory: dir.to_path_buf(),
+        bind: std::net::Ipv4Addr::LOCALHOST,
+        faults,
+        pcap: None,
+    });
+    let mut d = TestDriver::new(cfg);
+    d.set_gid(0, gid_v4(127, 0, subnet, host));
+    d
+}
+
 /// An IPv4-mapped GID `::ffff:a.b.c.d`.
 pub fn gid_v4(a: u8, b: u8, c: u8, d: u8) -> [u8; 16] {
     let mut g = [0u8; 16];

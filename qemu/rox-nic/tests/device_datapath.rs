@@ -1326,3 +1326,32 @@ fn srq_qp_failing_by_retry_exhaustion_reports_last_wqe_reached() {
     );
     assert_eq!(async_events(&mut d), vec![]);
 }
+
+/// A wild receive-queue producer index, found when a SEND arrives and the device takes a
+/// receive WQE, makes the QP fatal like a wild SQ index: QP_FATAL event and the ERR state (the
+/// engine's too, it used to stay RTS); the device keeps working.
+#[test]
+fn wild_receive_index_found_by_an_arriving_send_makes_the_qp_fatal() {
+    let mut p = pair(QPT_RC);
+    const WILD_INDEX: u32 = 0x7fff_0000;
+    p.d.db.store_b(TEST_DB_PAGE, p.a.db_slot, WILD_INDEX);
+    async_events(&mut p.d);
+    p.d.post_send(
+        &mut p.b,
+        &send_wqe(1, WR_SEND, WQE_FLAG_SIGNALED, &[sge(p.buf_b, 16, p.key_b)]),
+    );
+    let e = p.d.wait_event(EQ_ADMIN_ASYNC, EQE_TYPE_QP_FATAL);
+    assert_eq!((e.handle, e.aux), (p.a.qpn, VENDOR_ERR_WILD_INDEX as u32));
+    assert_eq!(p.d.query_qp(p.a.qpn).qp_state, QPS_ERR);
+    assert_eq!(p.d.read_reg(REG_STATUS) & STATUS_FATAL, 0);
+    // The device stops consuming the fatal QP's queues; RESET makes the QP usable again.
+    let reset = QpAttr {
+        qp_state: QPS_RESET,
+        ..Default::default()
+    };
+    assert_eq!(
+        p.d.modify_qp(p.a.qpn, QP_STATE, reset).status,
+        ADMIN_STATUS_SUCCESS
+    );
+    assert_eq!(p.d.query_qp(p.a.qpn).qp_state, QPS_RESET);
+}

@@ -16,17 +16,11 @@ const ALL_ACCESS: u32 =
     ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE | ACCESS_REMOTE_READ | ACCESS_REMOTE_ATOMIC;
 const BUF: u64 = 1 << 20;
 
+/// The devices of these tests own GIDs 127.0.1.x.
+const SUBNET: u8 = 1;
+
 fn device(dir: &Path, last: u8, faults: Option<FaultConfig>) -> TestDriver {
-    let mut cfg = DeviceConfig::new([2, 0, 0, 0, 1, last]);
-    cfg.fabric = Some(FabricConfig {
-        directory: dir.to_path_buf(),
-        bind: Ipv4Addr::LOCALHOST,
-        faults,
-        pcap: None,
-    });
-    let mut d = TestDriver::new(cfg);
-    d.set_gid(0, gid_v4(127, 0, 1, last));
-    d
+    fabric_device(dir, SUBNET, last, faults)
 }
 
 struct Side {
@@ -56,8 +50,9 @@ fn connected(dir: &Path, qp_type: u8, faults: Option<FaultConfig>) -> (Side, Sid
     let mut a = side(dir, 1, qp_type, faults);
     let mut b = side(dir, 2, qp_type, faults);
     let (qa, qb) = (a.qp, b.qp);
-    // With injected loss, tail losses wait for the ACK timeout: keep it short (17 ms).
-    const LOSSY_TIMEOUT: u8 = 12;
+    // With injected loss, tail losses wait for the ACK timeout: 67 ms is short enough, and long
+    // enough that a loaded 2-core host descheduling a data path does not exhaust the retries.
+    const LOSSY_TIMEOUT: u8 = 14;
     let p = ConnectParams {
         timeout: if faults.is_some() {
             LOSSY_TIMEOUT

@@ -31,6 +31,9 @@ const MAX_NAP: Duration = Duration::from_micros(500);
 const SQ_BATCH: u32 = 64;
 /// Loopback packets handled per pass (the device without a fabric).
 const RX_BATCH: usize = 256;
+/// While no datagram arrives, the data path looks at the fabric socket at most this often; an
+/// empty `recvmmsg` per pass of a spinning loop cost more system calls than the traffic did.
+const FABRIC_POLL_INTERVAL: Duration = Duration::from_micros(5);
 /// `recvmmsg` calls per pass (each takes up to `fabric::BATCH` datagrams): bounds a pass so
 /// doorbells and timers are looked at between bursts.
 const RX_BATCHES_PER_PASS: usize = 4;
@@ -55,6 +58,9 @@ pub struct DataPath {
     mac: [u8; 6],
     idle_after: Duration,
     rx_batch: RxBatch,
+    /// The last look at the fabric socket found datagrams.
+    fabric_busy: bool,
+    last_fabric_poll: Instant,
     scan_buf: Vec<u32>,
 }
 
@@ -88,6 +94,8 @@ impl DataPath {
             mac: cfg.mac,
             idle_after: cfg.idle_after,
             rx_batch: RxBatch::new(),
+            fabric_busy: false,
+            last_fabric_poll: Instant::now(),
             scan_buf: Vec::new(),
         })
     }
@@ -105,8 +113,15 @@ impl DataPath {
             if !self.shared.is_fatal() {
                 work |= self.run_admin();
                 work |= self.scan_doorbells();
-                work |= self.receive_packets();
+                work |= self.receive_loopback();
+                if self.fabric_due() {
+                    let got = self.receive_fabric();
+                    self.fabric_busy = got;
+                    self.last_fabric_poll = Instant::now();
+                    work |= got;
+                }
                 self.engine.poll(&mut self.hw);
+                self.fail_broken_qps();
                 self.hw.post_deferred_events();
                 work |= self.flush_outbound();
             }
@@ -125,10 +140,13 @@ impl DataPath {
                 let nap = (idle_for / 8).min(MAX_NAP);
                 let timeout = self.timer_timeout().map_or(nap, |t| t.min(nap));
                 self.wait(Some(timeout));
+                // The wait may have ended for a datagram: look at once.
+                self.fabric_busy = true;
                 continue;
             }
             if self.go_idle() {
                 last_work = Instant::now();
+                self.fabric_busy = true;
             }
         }
         if let Some(f) = &mut self.fabric {
@@ -333,6 +351,7 @@ impl DataPath {
                 aq.ci = ci;
             }
             self.hw.post_event(EQ_ADMIN_ASYNC, EQE_TYPE_ADMIN, idx, 0);
+            self.fail_broken_qps();
             self.hw.post_deferred_events();
             if std::mem::take(&mut self.hw.gids_changed) {
                 self.sync_gids();
@@ -392,6 +411,13 @@ impl DataPath {
             self.hw.post_event(*eqn, EQE_TYPE_COMPLETION, *id, 0);
         }
         !fire.is_empty()
+    }
+
+    /// QPs the env found broken inside an engine call become fatal now.
+    fn fail_broken_qps(&mut self) {
+        for (qpn, why) in std::mem::take(&mut self.hw.fatal_qps) {
+            self.qp_fatal(qpn, why);
+        }
     }
 
     /// A QP whose queues cannot be trusted any more: async event, error state (which reports
@@ -487,7 +513,8 @@ impl DataPath {
 
     // ---- fabric ----------------------------------------------------------------------------
 
-    fn receive_packets(&mut self) -> bool {
+    /// Packets the device sent to itself without a fabric.
+    fn receive_loopback(&mut self) -> bool {
         let mut work = false;
         for _ in 0..RX_BATCH {
             let Some(p) = self.hw.loopback.pop_front() else {
@@ -496,6 +523,19 @@ impl DataPath {
             deliver(&mut self.engine, &mut self.hw, &p);
             work = true;
         }
+        work
+    }
+
+    /// Whether to look at the fabric socket on this pass: always while packets keep coming,
+    /// else at most every `FABRIC_POLL_INTERVAL` (each look is a system call; doorbells are
+    /// memory and are looked at on every pass).
+    fn fabric_due(&self) -> bool {
+        self.fabric.is_some()
+            && (self.fabric_busy || self.last_fabric_poll.elapsed() >= FABRIC_POLL_INTERVAL)
+    }
+
+    fn receive_fabric(&mut self) -> bool {
+        let mut work = false;
         if let Some(f) = &mut self.fabric {
             for _ in 0..RX_BATCHES_PER_PASS {
                 match f.recv_batch(&mut self.rx_batch) {

@@ -249,6 +249,9 @@ pub struct Hw {
     /// Async events (type, QPN) the engine caused during the current admin command or pass,
     /// posted after it by [`Hw::post_deferred_events`].
     pub deferred_events: Vec<(u8, u32)>,
+    /// QPs whose receive queue turned out unusable while the engine was taking a WQE from it
+    /// (`VENDOR_ERR_*` why): the data path makes them fatal once the engine call returned.
+    pub fatal_qps: Vec<(u32, u16)>,
     /// `PORT_ACTIVE` or `PORT_DOWN`, as the driver last reported its netdev's link.
     pub port_state: u8,
     /// Packets received and dropped while the port was down.
@@ -287,6 +290,7 @@ impl Hw {
             loopback: VecDeque::new(),
             outbound: Vec::new(),
             deferred_events: Vec::new(),
+            fatal_qps: Vec::new(),
             port_state: PORT_ACTIVE,
             rx_port_down_drops: 0,
             has_fabric: false,
@@ -585,7 +589,7 @@ impl Hw {
             Ok(_) => {}
             Err(WildIndex) => {
                 qp.broken = true;
-                self.async_event(EQE_TYPE_QP_FATAL, qpn, VENDOR_ERR_WILD_INDEX as u32);
+                self.fatal_qps.push((qpn, VENDOR_ERR_WILD_INDEX));
                 return None;
             }
         }
@@ -596,7 +600,7 @@ impl Hw {
             if let Some(qp) = self.qps.get_mut(&qpn) {
                 qp.broken = true;
             }
-            self.async_event(EQE_TYPE_QP_FATAL, qpn, VENDOR_ERR_BAD_SGE_COUNT as u32);
+            self.fatal_qps.push((qpn, VENDOR_ERR_BAD_SGE_COUNT));
         } else {
             self.stats[STAT_RECV_WQES] += 1;
         }
