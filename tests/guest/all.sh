@@ -1,8 +1,9 @@
 #!/bin/bash
 # Guest side: run each tests/guest/t-*.sh (matching an optional pattern), report each,
-# fail if any fails. Usage (in the guest): all.sh /path/to/rox.ko [pattern]
+# fail if any fails. Usage (in the guest): all.sh /path/to/rox.ko [pattern] [kernel flavour]
 export ROX_KO=$1
 pattern=${2:-}
+export ROX_KERNEL_FLAVOUR=${3:-release}
 cd "$(dirname "$0")"
 pass=0 fail=0 failed=()
 for t in t-*.sh; do
