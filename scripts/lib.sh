@@ -14,7 +14,9 @@ die() { printf 'rox: error: %s\n' "$*" >&2; exit 1; }
 # Content key of a set of files: changing any of them changes the key.
 content_key() { cat "$@" | sha256sum | cut -c1-16; }
 
-root_key() { content_key "$ROX_TOP/scripts/root-packages.txt" "$ROX_TOP/scripts/setup-root.sh"; }
+# Bump when setup-root.sh changes what goes into the root (not how it reports or recovers).
+ROX_ROOT_RECIPE=1
+root_key() { { echo "$ROX_ROOT_RECIPE"; cat "$ROX_TOP/scripts/root-packages.txt"; } | sha256sum | cut -c1-16; }
 root_dir() { echo "$ROX_CACHE/root-$(root_key)"; }
 
 # Bump when setup-kernel.sh changes how the kernel is built (not how it reports progress).

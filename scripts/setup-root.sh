@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build the hermetic Debian trixie root: kernel toolchain, QEMU 11.1, rdma-core userspace,
-# kernel and rdma-core sources. Idempotent: keyed by the package list and this script.
+# kernel and rdma-core sources. Idempotent: keyed by the package list and ROX_ROOT_RECIPE.
 #   setup-root.sh              build the root (if the cache has none for this key)
 #   setup-root.sh customize R  (mmdebstrap hook) finish root R while its apt lists exist
 set -euo pipefail
@@ -55,7 +55,9 @@ fi
 [ "$(id -u)" = 0 ] || die "make setup needs root (mmdebstrap, chroot)"
 command -v mmdebstrap >/dev/null || {
 	log "installing mmdebstrap from the host's apt"
-	apt-get install -y mmdebstrap >/dev/null || die "cannot install mmdebstrap (apt-get install mmdebstrap)"
+	apt-get install -y mmdebstrap >/dev/null ||
+		{ apt-get update >/dev/null && apt-get install -y mmdebstrap >/dev/null; } ||
+		die "cannot install mmdebstrap (apt-get install mmdebstrap)"
 }
 
 tmp="$root.tmp.$$"
