@@ -470,10 +470,16 @@ pub(crate) fn modify(
     if mask & b::ib_qp_attr_mask_IB_QP_PATH_MTU != 0 && verbs::mtu_bytes(attr.path_mtu as u8) == 0 {
         return Err(EINVAL);
     }
-    if mask & b::ib_qp_attr_mask_IB_QP_ACCESS_FLAGS != 0
-        && attr.qp_access_flags as u32 & !verbs::ACCESS_SUPPORTED != 0
-    {
-        return Err(EINVAL);
+    if mask & b::ib_qp_attr_mask_IB_QP_ACCESS_FLAGS != 0 {
+        let access = attr.qp_access_flags as u32;
+        // Flags IB defines but the device lacks (FLUSH, MW bind, ...) are "not supported",
+        // which applications and pyverbs treat as a missing feature; others are invalid.
+        if access & !verbs::ACCESS_IB_DEFINED != 0 {
+            return Err(EINVAL);
+        }
+        if access & !verbs::ACCESS_SUPPORTED != 0 {
+            return Err(EOPNOTSUPP);
+        }
     }
     let rd_atomic_max = admin::DEV_MAX_RD_ATOMIC;
     if (mask & b::ib_qp_attr_mask_IB_QP_MAX_QP_RD_ATOMIC != 0 && attr.max_rd_atomic > rd_atomic_max)

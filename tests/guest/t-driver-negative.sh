@@ -135,6 +135,14 @@ static int modify_qp(uint32_t qp, uint32_t mask, uint8_t state, uint8_t port, ui
 	return cmd(IB_USER_VERBS_CMD_MODIFY_QP, &m, sizeof(m), NULL, 0, 0);
 }
 
+/* RESET -> INIT asking for the given QP access flags. */
+static int modify_qp_access(uint32_t qp, uint32_t mask, uint32_t access)
+{
+	struct ib_uverbs_modify_qp m = { .qp_handle = qp, .attr_mask = mask, .qp_state = QPS_INIT,
+		.port_num = 1, .qp_access_flags = access };
+	return cmd(IB_USER_VERBS_CMD_MODIFY_QP, &m, sizeof(m), NULL, 0, 0);
+}
+
 int main(int argc, char **argv)
 {
 	fd = open(argv[1], O_RDWR);
@@ -213,6 +221,9 @@ int main(int argc, char **argv)
 	expect("modify_qp: port 2", modify_qp(qp, init_mask, QPS_INIT, 2, 0), EINVAL);
 	expect("modify_qp: pkey index 1", modify_qp(qp, init_mask, QPS_INIT, 1, 1), EINVAL);
 	expect("modify_qp: bad QP handle", modify_qp(0xdead, init_mask, QPS_INIT, 1, 0), ENOENT);
+	expect("modify_qp: access flag the device lacks (FLUSH_GLOBAL)",
+		modify_qp_access(qp, init_mask, IB_UVERBS_ACCESS_REMOTE_WRITE | IB_UVERBS_ACCESS_FLUSH_GLOBAL), EOPNOTSUPP);
+	expect("modify_qp: undefined access flag", modify_qp_access(qp, init_mask, 1u << 30), EINVAL);
 	expect("modify_qp RESET -> INIT", modify_qp(qp, init_mask, QPS_INIT, 1, 0), 0);
 	expect("modify_qp: INIT -> RTS", modify_qp(qp, QP_STATE, QPS_RTS, 0, 0), EINVAL);
 

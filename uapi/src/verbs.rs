@@ -55,6 +55,13 @@ pub const ACCESS_REMOTE_ATOMIC: u32 = 1 << 3;
 /// All access bits the device understands; others are rejected with `ADMIN_STATUS_BAD_PARAM`.
 pub const ACCESS_SUPPORTED: u32 =
     ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE | ACCESS_REMOTE_READ | ACCESS_REMOTE_ATOMIC;
+/// The last access bit IB defines individually (`IB_ACCESS_FLUSH_PERSISTENT`).
+pub const ACCESS_FLUSH_PERSISTENT: u32 = 1 << 9;
+/// IB's optional (hint) access bits, `IB_ACCESS_OPTIONAL_FIRST..=IB_ACCESS_OPTIONAL_LAST`.
+pub const ACCESS_OPTIONAL_MASK: u32 = ((1 << 30) - 1) & !((1 << 20) - 1);
+/// Every access bit IB defines: a bit outside this is invalid, a bit inside it but outside
+/// [`ACCESS_SUPPORTED`] is a feature rox lacks (EOPNOTSUPP).
+pub const ACCESS_IB_DEFINED: u32 = ((ACCESS_FLUSH_PERSISTENT << 1) - 1) | ACCESS_OPTIONAL_MASK;
 
 /// QP states (`enum ib_qp_state` / `enum ibv_qp_state`).
 pub const QPS_RESET: u8 = 0;
