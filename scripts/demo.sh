@@ -1,25 +1,43 @@
 #!/usr/bin/env bash
-# make demo: set everything up (cached), boot a guest with two rox NICs, load rox.ko and show
-# what the RDMA stack sees.
+# make demo: set everything up (cached), then
+#   1. one guest with two rox NICs: rox.ko loaded, the devices as the RDMA stack sees them, and
+#      unmodified ibv_rc_pingpong and ib_write_bw on rox_0;
+#   2. two guests on one fabric: ibv_rc_pingpong from guest 0's rox_0 to guest 1's rox_0.
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 flavour=${ROX_KERNEL_FLAVOUR:-release}
 "$ROX_TOP/scripts/setup-root.sh"
 "$ROX_TOP/scripts/setup-kernel.sh" "$flavour"
 "$ROX_TOP/scripts/build-module.sh" "$flavour"
-[ ! -x "$ROX_TOP/scripts/build-provider.sh" ] || "$ROX_TOP/scripts/build-provider.sh"
+"$ROX_TOP/scripts/build-provider.sh"
 (cd "$ROX_TOP" && cargo build --release -p rox-nic)
 ko=$(cache_path_in_root "$(module_dir "$flavour")")/rox.ko
-exec "$ROX_TOP/qemu/vm" --flavour "$flavour" --rox 2 -- bash -c "
+
+echo
+echo "=== 1. one guest, two rox NICs"
+"$ROX_TOP/qemu/vm" --flavour "$flavour" --rox 2 -- bash -c "
 	set -e
 	show() { echo; echo \"\$ \$*\"; \"\$@\"; }
 	show uname -r
 	show lspci -nn -d 524f:
 	show insmod $ko
-	show grep '^rox ' /proc/modules
 	show bash -c 'dmesg | grep -w rox | grep -v ib_mad'
 	show rdma link
 	show ibv_devices
 	show ibv_devinfo -d rox_0
-	show rmmod rox
+	echo; echo '\$ ibv_rc_pingpong -d rox_0 -g 1 -n 1000 (server)  &&  ibv_rc_pingpong ... 127.0.0.1 (client)'
+	ibv_rc_pingpong -d rox_0 -g 1 -n 1000 >/tmp/server.log 2>&1 &
+	sleep 2
+	ibv_rc_pingpong -d rox_0 -g 1 -n 1000 127.0.0.1
+	wait
+	echo; echo '\$ ib_write_bw -d rox_0 -x 1 -s 65536 -n 2000 (server)  &&  ib_write_bw ... 127.0.0.1 (client)'
+	ib_write_bw -d rox_0 -x 1 -s 65536 -n 2000 >/tmp/server.log 2>&1 &
+	sleep 2
+	ib_write_bw -d rox_0 -x 1 -s 65536 -n 2000 127.0.0.1
+	wait
 "
+echo
+echo "=== 2. two guests on one fabric: guest 0 rox_0 (169.254.1.1) -> guest 1 rox_0 (169.254.1.2)"
+"$ROX_TOP/tests/guest/run-pair" --rox 1 --flavour "$flavour" \
+	"insmod $ko && sleep 2 && ibv_rc_pingpong -d rox_0 -g 1 -n 1000" \
+	"insmod $ko && for i in \$(seq 30); do ping -c1 -W1 169.254.1.2 >/dev/null && break; sleep 1; done; sleep 3; ibv_rc_pingpong -d rox_0 -g 1 -n 1000 169.254.1.2"
