@@ -7,7 +7,6 @@ set -u
 fail() { echo "FAIL: $*"; exit 1; }
 skip() { echo "SKIP: $*"; exit 0; }
 
-ROX_VENDOR=0x524f # rox_uapi::regs::PCI_VENDOR_ID
 ITERS=200
 RUN_TIMEOUT=120
 GID_INDEX=0
@@ -25,30 +24,8 @@ RUNS=(
 	"ib_atomic_lat -n $ITERS"
 )
 
-[ -f /usr/lib/x86_64-linux-gnu/libibverbs/librox-rdmav34.so ] ||
-	skip "librox is not installed in the root (scripts/build-provider.sh installs it)"
-if ! ls -d /sys/class/infiniband/rox_* >/dev/null 2>&1; then
-	grep -qx "$ROX_VENDOR" /sys/bus/pci/devices/*/vendor 2>/dev/null ||
-		skip "no rox device in this guest (no PCI function with vendor $ROX_VENDOR)"
-	if ! grep -q '^rox ' /proc/modules; then
-		[ -f "${ROX_KO:-}" ] || fail "a rox PCI device exists but no rox.ko to load (ROX_KO=${ROX_KO:-})"
-		insmod "$ROX_KO" || fail "insmod $ROX_KO failed"
-	fi
-	for _ in $(seq 50); do ls -d /sys/class/infiniband/rox_* >/dev/null 2>&1 && break; sleep 0.2; done
-	ls -d /sys/class/infiniband/rox_* >/dev/null 2>&1 || fail "no rox_* ib device appeared"
-fi
-for _ in $(seq 50); do ibv_devinfo -d rox_0 | grep -q PORT_ACTIVE && break; sleep 0.2; done
-ibv_devinfo -d rox_0 | grep -q PORT_ACTIVE || fail "rox_0 port 1 is not active"
-
-# Wait until the server listens, so the client does not race it (up to 20 s under TCG).
-wait_for_server() {
-	for _ in $(seq 200); do
-		ss -Hltn "sport = :$EXCHANGE_PORT" | grep -q . && return 0
-		kill -0 "$1" 2>/dev/null || return 1
-		sleep 0.1
-	done
-	return 1
-}
+. "$(dirname "$0")/lib.sh"
+need_rox_0
 
 # One server+client run; sets $row to the client's result row. 0 when both succeed.
 run_pair() {
@@ -56,7 +33,7 @@ run_pair() {
 	read -ra cmd <<<"$1"
 	timeout "$RUN_TIMEOUT" "${cmd[@]}" -d rox_0 -x "$GID_INDEX" >/tmp/pt-server.log 2>&1 &
 	local server=$!
-	wait_for_server "$server"
+	wait_for_server "$server" "$EXCHANGE_PORT"
 	timeout "$RUN_TIMEOUT" "${cmd[@]}" -d rox_0 -x "$GID_INDEX" 127.0.0.1 >/tmp/pt-client.log 2>&1
 	client_rc=$?
 	wait "$server"

@@ -1,0 +1,34 @@
+# Shared by the guest tests that need rox_0 (sourced). Each test defines fail() and skip().
+
+ROX_VENDOR=0x524f # rox_uapi::regs::PCI_VENDOR_ID
+LIBROX=/usr/lib/x86_64-linux-gnu/libibverbs/librox-rdmav34.so
+
+# Make sure librox is installed, rox.ko is loaded ($ROX_KO) and rox_0's port is active; skip
+# when the guest has no rox device (tests/guest/all.sh turns that skip into a failure in
+# strict runs, where devices are attached).
+need_rox_0() {
+	[ -f "$LIBROX" ] || skip "librox is not installed in the root (scripts/build-provider.sh installs it)"
+	if ! ls -d /sys/class/infiniband/rox_* >/dev/null 2>&1; then
+		grep -qx "$ROX_VENDOR" /sys/bus/pci/devices/*/vendor 2>/dev/null ||
+			skip "no rox device in this guest (no PCI function with vendor $ROX_VENDOR)"
+		if ! grep -q '^rox ' /proc/modules; then
+			[ -f "${ROX_KO:-}" ] || fail "a rox PCI device exists but no rox.ko to load (ROX_KO=${ROX_KO:-})"
+			insmod "$ROX_KO" || fail "insmod $ROX_KO failed"
+		fi
+		for _ in $(seq 50); do ls -d /sys/class/infiniband/rox_* >/dev/null 2>&1 && break; sleep 0.2; done
+		ls -d /sys/class/infiniband/rox_* >/dev/null 2>&1 || fail "no rox_* ib device appeared"
+	fi
+	for _ in $(seq 50); do ibv_devinfo -d rox_0 | grep -q PORT_ACTIVE && break; sleep 0.2; done
+	ibv_devinfo -d rox_0 | grep -q PORT_ACTIVE || fail "rox_0 port 1 is not active"
+}
+
+# Wait until the server (pid $1) listens on TCP port $2, so the client does not race it
+# (up to 20 s under TCG). Fails early if the server died.
+wait_for_server() {
+	for _ in $(seq 200); do
+		ss -Hltn "sport = :$2" | grep -q . && return 0
+		kill -0 "$1" 2>/dev/null || return 1
+		sleep 0.1
+	done
+	return 1
+}
