@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # make demo: set everything up (cached), then
 #   1. one guest with two rox NICs: rox.ko loaded, the devices as the RDMA stack sees them, and
-#      unmodified ibv_rc_pingpong and ib_write_bw on rox_0;
+#      unmodified ibv_rc_pingpong and ib_write_bw between rox_0 (server) and rox_1 (client);
 #   2. two guests on one fabric: ibv_rc_pingpong from guest 0's rox_0 to guest 1's rox_0.
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
@@ -25,16 +25,17 @@ echo "=== 1. one guest, two rox NICs"
 	show rdma link
 	show ibv_devices
 	show ibv_devinfo -d rox_0
-	echo; echo '\$ ibv_rc_pingpong -d rox_0 -g 1 -n 1000 (server)  &&  ibv_rc_pingpong ... 127.0.0.1 (client)'
+	echo; echo '\$ ibv_rc_pingpong -d rox_0 -g 1 -n 1000 (server)  &&  ibv_rc_pingpong -d rox_1 -g 1 -n 1000 169.254.1.1 (client)'
 	ibv_rc_pingpong -d rox_0 -g 1 -n 1000 >/tmp/server.log 2>&1 &
 	sleep 2
-	ibv_rc_pingpong -d rox_0 -g 1 -n 1000 127.0.0.1
+	ibv_rc_pingpong -d rox_1 -g 1 -n 1000 169.254.1.1
 	wait
-	echo; echo '\$ ib_write_bw -d rox_0 -x 1 -s 65536 -n 2000 (server)  &&  ib_write_bw ... 127.0.0.1 (client)'
+	echo; echo '\$ ib_write_bw -d rox_0 -x 1 -s 65536 -n 2000 (server)  &&  ib_write_bw -d rox_1 -x 1 -s 65536 -n 2000 169.254.1.1 (client)'
 	ib_write_bw -d rox_0 -x 1 -s 65536 -n 2000 >/tmp/server.log 2>&1 &
 	sleep 2
-	ib_write_bw -d rox_0 -x 1 -s 65536 -n 2000 127.0.0.1
+	ib_write_bw -d rox_1 -x 1 -s 65536 -n 2000 169.254.1.1
 	wait
+	show rdma statistic show link rox_1/1
 "
 echo
 echo "=== 2. two guests on one fabric: guest 0 rox_0 (169.254.1.1) -> guest 1 rox_0 (169.254.1.2)"
