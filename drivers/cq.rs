@@ -21,7 +21,11 @@ use crate::{
     mr::{KernelRing, UserRing},
     verbs::Ucontext,
 };
-use kernel::{new_spinlock_irq, prelude::*, sync::SpinLockIrq};
+use kernel::{
+    new_mutex, new_spinlock_irq,
+    prelude::*,
+    sync::{Mutex, SpinLockIrq},
+};
 
 /// log2 of the largest kernel CQ (ib_mad asks for a few hundred entries).
 const KERNEL_MAX_LOG_CQ_DEPTH: u32 = 12;
@@ -32,7 +36,11 @@ pub(crate) struct Cq {
 }
 
 enum CqQueue {
-    User { _ring: UserRing, _db: DbSlot },
+    User {
+        /// The ring the device writes; replaced by a resize (its pin goes with it).
+        ring: Pin<KBox<Mutex<UserRing>>>,
+        _db: DbSlot,
+    },
     Kernel(KernelCq),
 }
 
@@ -97,8 +105,10 @@ pub(crate) fn create(
         verbs::ACCESS_LOCAL_WRITE,
     )?;
     let db = uctx.alloc_db_slot()?;
+    let desc = ring.desc();
+    let ring = KBox::pin_init(new_mutex!(ring), GFP_KERNEL)?;
     let cmd = admin::CreateCqCmd {
-        ring: ring.desc(),
+        ring: desc,
         log_depth: log_depth as u8,
         eqn: dev.comp_eqn(init.comp_vector),
         db_page: uctx.db_page(),
@@ -115,7 +125,7 @@ pub(crate) fn create(
     let cq = Cq {
         id,
         queue: CqQueue::User {
-            _ring: ring,
+            ring,
             _db: db,
         },
     };
@@ -128,6 +138,54 @@ pub(crate) fn create(
         id,
         size: depth,
     })
+}
+
+/// Resizes a user CQ: librox's new ring (udata `ResizeCqReq`, zeroed) is pinned, the device
+/// moves the unconsumed CQEs into it and writes there from now on (`RESIZE_CQ`); then the old
+/// ring's pin is dropped. librox holds its CQ lock (nobody polls) meanwhile. EINVAL for a depth
+/// out of range, fewer entries than `cqe`, or more unconsumed CQEs than the new ring holds (the
+/// old ring stays); EOPNOTSUPP for kernel CQs.
+pub(crate) fn resize(
+    dev: &RoxDev<'_>,
+    ib: IbDev<'_>,
+    cq: &Cq,
+    cqe: u32,
+    udata: &mut Udata<'_>,
+) -> Result<u32> {
+    let CqQueue::User { ring, .. } = &cq.queue else {
+        return Err(EOPNOTSUPP);
+    };
+    let req: ud::ResizeCqReq = udata.read()?;
+    let log_depth = req.log_depth;
+    if !(u32::from(admin::DEV_MIN_LOG_DEPTH)..=u32::from(admin::DEV_MAX_LOG_CQ_DEPTH))
+        .contains(&log_depth)
+    {
+        return Err(EINVAL);
+    }
+    let depth = 1u32 << log_depth;
+    if cqe == 0 || cqe > depth || cqe > dev.attr.max_cqe {
+        return Err(EINVAL);
+    }
+    let new_ring = UserRing::new(
+        dev,
+        ib,
+        req.buf_addr,
+        queue::CQE_SIZE << log_depth,
+        verbs::ACCESS_LOCAL_WRITE,
+    )?;
+    let mut current = ring.lock();
+    let cmd = admin::ResizeCqCmd {
+        cq: cq.id,
+        log_depth: log_depth as u8,
+        ring: new_ring.desc(),
+        ..Default::default()
+    };
+    dev.exec(admin::ADMIN_OP_RESIZE_CQ, payload!(resize_cq: cmd))?;
+    // The device writes to the new ring now; the old one is unpinned with the old value.
+    *current = new_ring;
+    drop(current);
+    udata.respond_empty()?;
+    Ok(depth)
 }
 
 fn create_kernel(dev: &RoxDev<'_>, init: &CqInit) -> Result<Created<Cq>> {

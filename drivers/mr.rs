@@ -251,3 +251,46 @@ impl<T: kernel::transmute::AsBytes + kernel::transmute::FromBytes + Copy> Kernel
         self.desc
     }
 }
+
+/// A memory window (type 1 or 2): the device keeps its binding; the driver only names it.
+pub(crate) struct Mw {
+    rkey: u32,
+}
+
+/// Allocates a memory window in PD `pdn`; returns its rkey (the device's).
+pub(crate) fn alloc_mw(dev: &RoxDev<'_>, pdn: u32, mw_type: u32, udata: &mut Udata<'_>) -> Result<(u32, Mw)> {
+    udata.expect_no_input()?;
+    let mw_type = match u8::try_from(mw_type) {
+        Ok(t @ (verbs::MW_TYPE_1 | verbs::MW_TYPE_2)) => t,
+        _ => return Err(EINVAL),
+    };
+    let cmd = admin::AllocMwCmd {
+        pd: pdn,
+        mw_type,
+        ..Default::default()
+    };
+    let rkey = dev
+        .exec(admin::ADMIN_OP_ALLOC_MW, payload!(alloc_mw: cmd))?
+        .result0;
+    let mw = Mw { rkey };
+    if let Err(err) = udata.respond_empty() {
+        dealloc_mw(dev, &mw);
+        return Err(err);
+    }
+    Ok((rkey, mw))
+}
+
+pub(crate) fn dealloc_mw(dev: &RoxDev<'_>, mw: &Mw) {
+    let cmd = admin::HandleCmd {
+        handle: mw.rkey,
+        reserved: 0,
+    };
+    if let Err(err) = dev.exec(admin::ADMIN_OP_DEALLOC_MW, payload!(handle: cmd)) {
+        dev_warn!(
+            dev.pdev.as_ref(),
+            "DEALLOC_MW {:#x} failed: {:?}\n",
+            mw.rkey,
+            err
+        );
+    }
+}

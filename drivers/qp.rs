@@ -472,12 +472,13 @@ pub(crate) fn modify(
     }
     if mask & b::ib_qp_attr_mask_IB_QP_ACCESS_FLAGS != 0 {
         let access = attr.qp_access_flags as u32;
-        // Flags IB defines but the device lacks (FLUSH, MW bind, ...) are "not supported",
-        // which applications and pyverbs treat as a missing feature; others are invalid.
+        // Flags IB defines but the device lacks (MW bind, ...) are "not supported", which
+        // applications and pyverbs treat as a missing feature; others are invalid. Both FLUSH
+        // types are accepted: they say what a peer may ask for, the MR decides.
         if access & !verbs::ACCESS_IB_DEFINED != 0 {
             return Err(EINVAL);
         }
-        if access & !verbs::ACCESS_SUPPORTED != 0 {
+        if access & !verbs::ACCESS_QP_SUPPORTED != 0 {
             return Err(EOPNOTSUPP);
         }
     }

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 //! Shared receive queues: ring in user memory, producer index in a doorbell slot, the limit
-//! event (`IB_EVENT_SRQ_LIMIT_REACHED`) from the device.
+//! event (`IB_EVENT_SRQ_LIMIT_REACHED`) from the device, and resizing: librox hands a new
+//! ring that already holds every posted WQE at its free-running index; the device switches
+//! to it (MODIFY_SRQ with `SRQ_ATTR_MAX_WR`) and the old ring's pin is dropped.
 
 use crate::{
     admin::payload,
@@ -11,14 +13,30 @@ use crate::{
     mr::UserRing,
     verbs::Ucontext,
 };
-use kernel::prelude::*;
+use kernel::{new_mutex, prelude::*, sync::Mutex};
+
+/// The ring the device reads and its depth; replaced by a resize.
+struct SrqRing {
+    max_wr: u32,
+    _ring: UserRing,
+}
 
 pub(crate) struct Srq {
     id: u32,
-    max_wr: u32,
     max_sge: u32,
-    _ring: UserRing,
+    /// Taken by modify (resize, limit) and query: ib_core runs them concurrently.
+    ring: Pin<KBox<Mutex<SrqRing>>>,
     _db: DbSlot,
+}
+
+/// Checks a ring depth of udata and returns it (`1 << log_depth`).
+fn ring_depth(log_depth: u32) -> Result<u32> {
+    if !(u32::from(admin::DEV_MIN_LOG_DEPTH)..=u32::from(admin::DEV_MAX_LOG_WQ_DEPTH))
+        .contains(&log_depth)
+    {
+        return Err(EINVAL);
+    }
+    Ok(1 << log_depth)
 }
 
 impl DeviceId for Srq {
@@ -38,12 +56,7 @@ pub(crate) fn create(
     let uctx = uctx.ok_or(EOPNOTSUPP)?;
     let req: ud::CreateSrqReq = udata.read()?;
     let log_depth = req.log_depth;
-    if !(u32::from(admin::DEV_MIN_LOG_DEPTH)..=u32::from(admin::DEV_MAX_LOG_WQ_DEPTH))
-        .contains(&log_depth)
-    {
-        return Err(EINVAL);
-    }
-    let depth = 1u32 << log_depth;
+    let depth = ring_depth(log_depth)?;
     if attr.max_wr == 0
         || attr.max_wr > depth
         || attr.max_wr > dev.attr.max_srq_wr
@@ -72,11 +85,23 @@ pub(crate) fn create(
     let id = dev
         .exec(admin::ADMIN_OP_CREATE_SRQ, payload!(create_srq: cmd))?
         .result0;
+    let ring = match KBox::pin_init(
+        new_mutex!(SrqRing {
+            max_wr: depth,
+            _ring: ring,
+        }),
+        GFP_KERNEL,
+    ) {
+        Ok(ring) => ring,
+        Err(err) => {
+            destroy_id(dev, id);
+            return Err(err);
+        }
+    };
     let srq = Srq {
         id,
-        max_wr: depth,
         max_sge: queue::RQ_MAX_SGE.min(dev.attr.max_srq_sge),
-        _ring: ring,
+        ring,
         _db: db,
     };
     let resp = ud::CreateSrqResp {
@@ -87,7 +112,7 @@ pub(crate) fn create(
         destroy(dev, &srq);
         return Err(err);
     }
-    attr.max_wr = srq.max_wr;
+    attr.max_wr = depth;
     attr.max_sge = srq.max_sge;
     Ok(Created {
         data: srq,
@@ -96,30 +121,68 @@ pub(crate) fn create(
     })
 }
 
+/// Resize (`IB_SRQ_MAX_WR`, with the new ring in udata) and/or arm the limit
+/// (`IB_SRQ_LIMIT`). A resize never loses a posted WQE: librox copied them into the new ring,
+/// and the device refuses a ring too small for the WQEs still posted (EINVAL), in which case
+/// the old ring stays in use.
 pub(crate) fn modify(
     dev: &RoxDev<'_>,
+    ib: IbDev<'_>,
     srq: &Srq,
     attr: &b::ib_srq_attr,
     mask: u32,
     udata: &mut Udata<'_>,
 ) -> Result {
-    udata.expect_no_input()?;
-    if mask & b::ib_srq_attr_mask_IB_SRQ_MAX_WR != 0 {
-        // The ring is fixed: resizing is not supported (and not advertised).
+    let known = b::ib_srq_attr_mask_IB_SRQ_MAX_WR | b::ib_srq_attr_mask_IB_SRQ_LIMIT;
+    if mask & !known != 0 {
         return Err(EINVAL);
     }
-    if mask & b::ib_srq_attr_mask_IB_SRQ_LIMIT != 0 {
-        if attr.srq_limit > srq.max_wr {
+    let resize = mask & b::ib_srq_attr_mask_IB_SRQ_MAX_WR != 0;
+    let mut state = srq.ring.lock();
+    let mut cmd = admin::ModifySrqCmd {
+        srq: srq.id,
+        ..Default::default()
+    };
+    let mut new_ring = None;
+    if resize {
+        let req: ud::ModifySrqReq = udata.read()?;
+        let depth = ring_depth(req.log_depth)?;
+        if attr.max_wr == 0 || attr.max_wr > depth || attr.max_wr > dev.attr.max_srq_wr {
             return Err(EINVAL);
         }
-        let cmd = admin::ModifySrqCmd {
-            srq: srq.id,
-            attr_mask: admin::SRQ_ATTR_LIMIT,
-            limit: attr.srq_limit,
-            reserved: 0,
-        };
+        let ring = UserRing::new(
+            dev,
+            ib,
+            req.buf_addr,
+            queue::RQ_WQE_SIZE << req.log_depth,
+            verbs::ACCESS_LOCAL_WRITE,
+        )?;
+        cmd.attr_mask |= admin::SRQ_ATTR_MAX_WR;
+        cmd.log_depth = req.log_depth as u8;
+        cmd.ring = ring.desc();
+        new_ring = Some((depth, ring));
+    } else {
+        udata.expect_no_input()?;
+    }
+    let depth = new_ring.as_ref().map_or(state.max_wr, |(d, _)| *d);
+    if mask & b::ib_srq_attr_mask_IB_SRQ_LIMIT != 0 {
+        if attr.srq_limit > depth {
+            return Err(EINVAL);
+        }
+        cmd.attr_mask |= admin::SRQ_ATTR_LIMIT;
+        cmd.limit = attr.srq_limit;
+    }
+    if cmd.attr_mask != 0 {
         dev.exec(admin::ADMIN_OP_MODIFY_SRQ, payload!(modify_srq: cmd))?;
     }
+    if let Some((max_wr, ring)) = new_ring {
+        // The device reads the new ring now; the old one's pin goes with the old value.
+        *state = SrqRing {
+            max_wr,
+            _ring: ring,
+        };
+    }
+    drop(state);
     udata.respond_empty()
 }
 
@@ -128,23 +191,28 @@ pub(crate) fn query(dev: &RoxDev<'_>, srq: &Srq, attr: &mut b::ib_srq_attr) -> R
         handle: srq.id,
         reserved: 0,
     };
+    let state = srq.ring.lock();
     let cpl = dev.exec(admin::ADMIN_OP_QUERY_SRQ, payload!(handle: cmd))?;
-    attr.max_wr = srq.max_wr;
+    attr.max_wr = state.max_wr;
     attr.max_sge = srq.max_sge;
     attr.srq_limit = cpl.result0;
     Ok(())
 }
 
 pub(crate) fn destroy(dev: &RoxDev<'_>, srq: &Srq) {
+    destroy_id(dev, srq.id)
+}
+
+fn destroy_id(dev: &RoxDev<'_>, id: u32) {
     let cmd = admin::HandleCmd {
-        handle: srq.id,
+        handle: id,
         reserved: 0,
     };
     if let Err(err) = dev.exec(admin::ADMIN_OP_DESTROY_SRQ, payload!(handle: cmd)) {
         dev_warn!(
             dev.pdev.as_ref(),
             "DESTROY_SRQ {} failed: {:?}\n",
-            srq.id,
+            id,
             err
         );
     }

@@ -27,6 +27,28 @@ pub(crate) struct RoxVerbs;
 // User mappings of device pages (`MmapEntry`) and page lists assume the CPU's pages are rox's.
 const _: () = assert!(b::PAGE_SIZE as usize == regs::ROX_PAGE_SIZE);
 
+/// ib_core's device capability flags for the device's `regs::CAP_*`: FLUSH (placement type
+/// GLOBAL only: rox has no persistent memory), ATOMIC WRITE, SRQ resize and memory windows
+/// (type 1 and 2B) when the device does them, as
+/// ib_core's MR access check (`ib_check_mr_access`) and libibverbs' users expect.
+fn device_cap_flags(caps: u32) -> u64 {
+    let mut flags = b::ib_device_cap_flags_IB_DEVICE_RC_RNR_NAK_GEN as u64;
+    if caps & regs::CAP_FLUSH != 0 {
+        flags |= b::ib_device_cap_flags_IB_DEVICE_FLUSH_GLOBAL as u64;
+    }
+    if caps & regs::CAP_ATOMIC_WRITE != 0 {
+        flags |= b::ib_device_cap_flags_IB_DEVICE_ATOMIC_WRITE as u64;
+    }
+    if caps & regs::CAP_SRQ_RESIZE != 0 {
+        flags |= b::ib_device_cap_flags_IB_DEVICE_SRQ_RESIZE as u64;
+    }
+    if caps & regs::CAP_MW != 0 {
+        flags |= (b::ib_device_cap_flags_IB_DEVICE_MEM_WINDOW
+            | b::ib_device_cap_flags_IB_DEVICE_MEM_WINDOW_TYPE_2B) as u64;
+    }
+    flags
+}
+
 /// The protection domains rox reports it can hold (PDs are numbers in the driver only).
 const MAX_PD: u32 = 1 << 16;
 /// The address handles rox reports it can hold (AHs are kept in the driver only).
@@ -144,6 +166,7 @@ impl Verbs for RoxVerbs {
     type Srq = Srq;
     type Ah = Ah;
     type Mr = Mr;
+    type Mw = mr::Mw;
 
     fn registry<'a>(dev: &'a RoxDev<'_>) -> &'a Registry {
         dev.registry()
@@ -175,13 +198,16 @@ impl Verbs for RoxVerbs {
         attr.hw_ver = hw.hw_ver;
         attr.max_qp = hw.max_qp;
         attr.max_qp_wr = hw.max_qp_wr;
-        attr.device_cap_flags = b::ib_device_cap_flags_IB_DEVICE_RC_RNR_NAK_GEN as u64;
+        attr.device_cap_flags = device_cap_flags(hw.caps);
         attr.max_send_sge = hw.max_send_sge;
         attr.max_recv_sge = hw.max_recv_sge;
         attr.max_sge_rd = hw.max_sge_rd;
         attr.max_cq = hw.max_cq;
         attr.max_cqe = hw.max_cqe;
         attr.max_mr = hw.max_mr;
+        if hw.caps & regs::CAP_MW != 0 {
+            attr.max_mw = admin::DEV_MAX_MW;
+        }
         attr.max_pd = MAX_PD;
         attr.max_qp_rd_atom = hw.max_qp_rd_atom;
         attr.max_qp_init_rd_atom = hw.max_qp_init_rd_atom;
@@ -316,6 +342,19 @@ impl Verbs for RoxVerbs {
 
     fn dealloc_pd(_dev: &RoxDev<'_>, _pd: &Pd) {}
 
+    fn alloc_mw(
+        dev: &RoxDev<'_>,
+        pd: &Pd,
+        mw_type: u32,
+        udata: &mut Udata<'_>,
+    ) -> Result<(u32, mr::Mw)> {
+        mr::alloc_mw(dev, pd.pdn, mw_type, udata)
+    }
+
+    fn dealloc_mw(dev: &RoxDev<'_>, mw: &mr::Mw) {
+        mr::dealloc_mw(dev, mw)
+    }
+
     fn reg_user_mr(
         dev: &RoxDev<'_>,
         ib: IbDev<'_>,
@@ -349,6 +388,16 @@ impl Verbs for RoxVerbs {
 
     fn destroy_cq(dev: &RoxDev<'_>, cq: &Cq) {
         cq::destroy(dev, cq)
+    }
+
+    fn resize_cq(
+        dev: &RoxDev<'_>,
+        ib: IbDev<'_>,
+        cq: &Cq,
+        cqe: u32,
+        udata: &mut Udata<'_>,
+    ) -> Result<u32> {
+        cq::resize(dev, ib, cq, cqe, udata)
     }
 
     fn create_qp(
@@ -397,12 +446,13 @@ impl Verbs for RoxVerbs {
 
     fn modify_srq(
         dev: &RoxDev<'_>,
+        ib: IbDev<'_>,
         srq: &Srq,
         attr: &b::ib_srq_attr,
         mask: u32,
         udata: &mut Udata<'_>,
     ) -> Result {
-        srq::modify(dev, srq, attr, mask, udata)
+        srq::modify(dev, ib, srq, attr, mask, udata)
     }
 
     fn query_srq(dev: &RoxDev<'_>, srq: &Srq, attr: &mut b::ib_srq_attr) -> Result {

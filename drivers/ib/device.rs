@@ -21,7 +21,7 @@ use core::{
 use kernel::{
     device::Bound,
     error::{from_result, to_result},
-    ffi::c_int,
+    ffi::{c_int, c_uint},
     pci,
     prelude::*,
     sync::Arc,
@@ -98,6 +98,7 @@ pub(crate) trait Verbs: Sized + 'static {
     type Srq: Send + Sync + DeviceId;
     type Ah: Send + Sync;
     type Mr: Send + Sync;
+    type Mw: Send + Sync;
 
     /// Where the wrapper keeps the objects events are routed to.
     fn registry<'a>(dev: &'a Self::Dev<'_>) -> &'a Registry;
@@ -132,6 +133,15 @@ pub(crate) trait Verbs: Sized + 'static {
     fn alloc_pd(dev: &Self::Dev<'_>, udata: &mut Udata<'_>) -> Result<Self::Pd>;
     fn dealloc_pd(dev: &Self::Dev<'_>, pd: &Self::Pd);
 
+    /// A memory window of `mw_type` (`enum ib_mw_type`) in `pd`: its rkey and the driver's data.
+    fn alloc_mw(
+        dev: &Self::Dev<'_>,
+        pd: &Self::Pd,
+        mw_type: u32,
+        udata: &mut Udata<'_>,
+    ) -> Result<(u32, Self::Mw)>;
+    fn dealloc_mw(dev: &Self::Dev<'_>, mw: &Self::Mw);
+
     fn reg_user_mr(
         dev: &Self::Dev<'_>,
         ib: IbDev<'_>,
@@ -157,6 +167,14 @@ pub(crate) trait Verbs: Sized + 'static {
         udata: &mut Udata<'_>,
     ) -> Result<Created<Self::Cq>>;
     fn destroy_cq(dev: &Self::Dev<'_>, cq: &Self::Cq);
+    /// Resizes a CQ to hold at least `cqe` entries; returns the new number of entries.
+    fn resize_cq(
+        dev: &Self::Dev<'_>,
+        ib: IbDev<'_>,
+        cq: &Self::Cq,
+        cqe: u32,
+        udata: &mut Udata<'_>,
+    ) -> Result<u32>;
 
     fn create_qp(
         dev: &Self::Dev<'_>,
@@ -190,6 +208,7 @@ pub(crate) trait Verbs: Sized + 'static {
     ) -> Result<Created<Self::Srq>>;
     fn modify_srq(
         dev: &Self::Dev<'_>,
+        ib: IbDev<'_>,
         srq: &Self::Srq,
         attr: &b::ib_srq_attr,
         mask: u32,
@@ -668,6 +687,38 @@ unsafe extern "C" fn dealloc_pd<V: Verbs>(pd: *mut b::ib_pd, _udata: *mut b::ib_
     0
 }
 
+unsafe extern "C" fn alloc_mw<V: Verbs>(mw: *mut b::ib_mw, udata: *mut b::ib_udata) -> c_int {
+    // SAFETY: ib_core passes an MW it allocated with our size, in one of our PDs.
+    let (dev, pd, mw_type) = unsafe {
+        (
+            dev_of::<V>((*mw).device),
+            Obj::<b::ib_pd, V::Pd>::data_of((*mw).pd),
+            (*mw).type_,
+        )
+    };
+    // SAFETY: `udata` is null or valid for this call.
+    let mut udata = unsafe { Udata::from_raw(udata) };
+    errno(V::alloc_mw(dev, pd, mw_type, &mut udata).map(|(rkey, data)| {
+        // SAFETY: fresh object, data not initialised; ib_core reads `rkey` after we return.
+        unsafe {
+            (*mw).rkey = rkey;
+            Obj::<b::ib_mw, V::Mw>::init(mw, data)
+        }
+    }))
+}
+
+unsafe extern "C" fn dealloc_mw<V: Verbs>(mw: *mut b::ib_mw) -> c_int {
+    // SAFETY: an MW created by `alloc_mw`, destroyed once.
+    unsafe {
+        V::dealloc_mw(
+            dev_of::<V>((*mw).device),
+            Obj::<b::ib_mw, V::Mw>::data_of(mw),
+        );
+        Obj::<b::ib_mw, V::Mw>::drop_data(mw);
+    }
+    0
+}
+
 /// Allocates an `ib_mr` with the driver's data, as ib_core expects of reg_user_mr/get_dma_mr.
 fn new_mr<D>(mr: Result<RegisteredMr<D>>) -> *mut b::ib_mr {
     let mr = match mr {
@@ -797,6 +848,27 @@ unsafe extern "C" fn destroy_cq<V: Verbs>(cq: *mut b::ib_cq, _udata: *mut b::ib_
         Obj::<b::ib_cq, V::Cq>::drop_data(cq);
     }
     0
+}
+
+unsafe extern "C" fn resize_user_cq<V: Verbs>(
+    cq: *mut b::ib_cq,
+    cqe: c_uint,
+    udata: *mut b::ib_udata,
+) -> c_int {
+    // SAFETY: one of our live CQs (ib_core holds it for the call).
+    let (dev, ib, data) = unsafe {
+        (
+            dev_of::<V>((*cq).device),
+            ib_of((*cq).device),
+            Obj::<b::ib_cq, V::Cq>::data_of(cq),
+        )
+    };
+    // SAFETY: `udata` is null or valid for this call.
+    let mut udata = unsafe { Udata::from_raw(udata) };
+    errno(V::resize_cq(dev, ib, data, cqe, &mut udata).map(|entries| {
+        // SAFETY: our CQ; ib_core reports `cqe` back to user space after the call.
+        unsafe { (*cq).cqe = entries as c_int };
+    }))
 }
 
 unsafe extern "C" fn create_qp<V: Verbs>(
@@ -965,7 +1037,9 @@ unsafe extern "C" fn modify_srq<V: Verbs>(
     };
     // SAFETY: `udata` is null or valid for this call.
     let mut udata = unsafe { Udata::from_raw(udata) };
-    errno(V::modify_srq(dev, data, attr, mask, &mut udata))
+    // SAFETY: a live SRQ belongs to a registered device.
+    let ib = ib_of(unsafe { (*srq).device });
+    errno(V::modify_srq(dev, ib, data, attr, mask, &mut udata))
 }
 
 unsafe extern "C" fn query_srq<V: Verbs>(srq: *mut b::ib_srq, attr: *mut b::ib_srq_attr) -> c_int {
@@ -1200,11 +1274,14 @@ fn ops<V: Verbs>() -> b::ib_device_ops {
     ops.mmap_free = Some(mmap::mmap_free);
     ops.alloc_pd = Some(alloc_pd::<V>);
     ops.dealloc_pd = Some(dealloc_pd::<V>);
+    ops.alloc_mw = Some(alloc_mw::<V>);
+    ops.dealloc_mw = Some(dealloc_mw::<V>);
     ops.reg_user_mr = Some(reg_user_mr::<V>);
     ops.get_dma_mr = Some(get_dma_mr::<V>);
     ops.dereg_mr = Some(dereg_mr::<V>);
     ops.create_cq = Some(create_cq::<V>);
     ops.destroy_cq = Some(destroy_cq::<V>);
+    ops.resize_user_cq = Some(resize_user_cq::<V>);
     ops.create_qp = Some(create_qp::<V>);
     ops.modify_qp = Some(modify_qp::<V>);
     ops.query_qp = Some(query_qp::<V>);
@@ -1226,6 +1303,7 @@ fn ops<V: Verbs>() -> b::ib_device_ops {
 
     ops.size_ib_ucontext = Obj::<b::ib_ucontext, V::Ucontext>::SIZE;
     ops.size_ib_pd = Obj::<b::ib_pd, V::Pd>::SIZE;
+    ops.size_ib_mw = Obj::<b::ib_mw, V::Mw>::SIZE;
     ops.size_ib_cq = Obj::<b::ib_cq, V::Cq>::SIZE;
     ops.size_ib_qp = Obj::<b::ib_qp, V::Qp>::SIZE;
     ops.size_ib_srq = Obj::<b::ib_srq, V::Srq>::SIZE;

@@ -34,4 +34,6 @@ plain_old_data!(
     udata::CreateQpResp,
     udata::CreateSrqReq,
     udata::CreateSrqResp,
+    udata::ModifySrqReq,
+    udata::ResizeCqReq,
 );

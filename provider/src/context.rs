@@ -7,7 +7,7 @@ use crate::errno::{ptr_or_errno, Errno, Result, EPROTO};
 use crate::ffi::{self, DrvResp, Zeroable};
 use crate::memory::DevicePage;
 use crate::qp::RoxQp;
-use crate::{ah, cq, pd, qp, srq};
+use crate::{ah, cq, mw, pd, qp, srq};
 use core::ffi::{c_int, c_void};
 use core::mem::{offset_of, size_of};
 use core::ptr::{self, NonNull};
@@ -359,11 +359,15 @@ static CONTEXT_OPS: ffi::verbs_context_ops = ffi::verbs_context_ops {
     query_port: Some(query_port),
     alloc_pd: Some(pd::alloc_pd),
     dealloc_pd: Some(pd::dealloc_pd),
+    alloc_mw: Some(mw::alloc_mw),
+    dealloc_mw: Some(mw::dealloc_mw),
+    bind_mw: Some(mw::bind_mw),
     reg_mr: Some(pd::reg_mr),
     dereg_mr: Some(pd::dereg_mr),
     create_cq: Some(cq::create_cq),
     create_cq_ex: Some(cq::create_cq_ex),
     destroy_cq: Some(cq::destroy_cq),
+    resize_cq: Some(cq::resize_cq),
     create_qp: Some(qp::create_qp),
     create_qp_ex: Some(qp::create_qp_ex),
     modify_qp: Some(qp::modify_qp),

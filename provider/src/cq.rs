@@ -20,23 +20,22 @@ use core::mem::{offset_of, size_of_val};
 use core::sync::atomic::{AtomicU8, Ordering};
 use rox_uapi::queue::{owner_for, Cqe, CQE_SHIFT};
 use rox_uapi::regs::{cq_arm_word, CQ_ARM_NEXT, CQ_ARM_SOLICITED};
-use rox_uapi::udata::{CreateCqReq, CreateCqResp};
+use rox_uapi::udata::{CreateCqReq, CreateCqResp, ResizeCqReq};
 use rox_uapi::verbs;
 
 #[repr(C)]
 pub struct RoxCq {
     pub vcq: ffi::verbs_cq,
-    /// The CQE ring (`depth` entries of `queue::Cqe`).
-    ring: QueueBuffer,
-    depth: u32,
     db_slot: u32,
     state: Locked<CqState>,
 }
 const _: () = assert!(offset_of!(RoxCq, vcq) == 0);
 
 /// Software side of a CQ.
-#[derive(Default)]
 struct CqState {
+    /// The CQE ring (`depth` entries of `queue::Cqe`); replaced by a resize.
+    ring: QueueBuffer,
+    depth: u32,
     /// Free-running consumer index (published in the doorbell slot's `a`).
     ci: u32,
     /// Sequence number of the last arm request (in the arm word, slot `b`).
@@ -56,11 +55,23 @@ impl RoxCq {
 
     /// Take the next CQE (advancing the consumer index) and the caller's wr_id for it.
     fn next(&self, state: &mut CqState, hw: &ContextHw) -> Option<(Cqe, u64)> {
-        let cqe = self.take(state.ci)?;
+        let cqe = state.take(state.ci)?;
         state.ci = state.ci.wrapping_add(1);
         // A CQE of a QP librox does not know (destroyed meanwhile) keeps the device's wr_id.
         let wr_id = hw.qps.retire(&cqe).unwrap_or(cqe.wr_id);
         Some((cqe, wr_id))
+    }
+}
+
+impl CqState {
+    fn new(ring: QueueBuffer, depth: u32) -> CqState {
+        CqState {
+            ring,
+            depth,
+            ci: 0,
+            arm_seq: 0,
+            current: Cqe::default(),
+        }
     }
 
     /// The CQE at `ci` if the device has written it (owner byte checked with acquire).
@@ -132,17 +143,16 @@ fn create(ibctx: *mut ffi::ibv_context, command: CreateCommand<'_>) -> Result<*m
     }
     let depth = ring_depth(wanted, ctx.hw().limits.max_cqe).ok_or(EINVAL)?;
     let ring = QueueBuffer::new(depth, CQE_SHIFT)?;
+    let buf_addr = ring.addr();
     let cq = Box::into_raw(Box::new(RoxCq {
         vcq: Zeroable::zeroed(),
-        ring,
-        depth,
         db_slot: 0,
-        state: Locked::new(CqState::default()),
+        state: Locked::new(CqState::new(ring, depth)),
     }));
     // SAFETY: `cq` is live and exclusively ours until returned.
     let cq_ref = unsafe { &mut *cq };
     let req = CreateCqReq {
-        buf_addr: cq_ref.ring.addr(),
+        buf_addr,
         log_depth: depth.trailing_zeros(),
         reserved: 0,
     };
@@ -274,6 +284,11 @@ const _: () = {
     assert!(ffi::IBV_WC_GENERAL_ERR == verbs::WC_GENERAL_ERR as u32);
     assert!(ffi::IBV_WC_SEND == verbs::WC_OPC_SEND as u32);
     assert!(ffi::IBV_WC_FETCH_ADD == verbs::WC_OPC_FETCH_ADD as u32);
+    assert!(ffi::IBV_WC_FLUSH == verbs::WC_OPC_FLUSH as u32);
+    assert!(ffi::IBV_WC_BIND_MW == verbs::WC_OPC_BIND_MW as u32);
+    assert!(ffi::IBV_WC_LOCAL_INV == verbs::WC_OPC_LOCAL_INV as u32);
+    assert!(ffi::IBV_WC_WITH_INV == verbs::WC_FLAG_WITH_INV as u32);
+    assert!(ffi::IBV_WC_ATOMIC_WRITE == verbs::WC_OPC_ATOMIC_WRITE as u32);
     assert!(ffi::IBV_WC_RECV == verbs::WC_OPC_RECV as u32);
     assert!(ffi::IBV_WC_RECV_RDMA_WITH_IMM == verbs::WC_OPC_RECV_RDMA_WITH_IMM as u32);
     assert!(ffi::IBV_WC_GRH == verbs::WC_FLAG_GRH as u32);
@@ -461,6 +476,52 @@ unsafe extern "C" fn read_dlid_path_bits(_ibcq: *mut ffi::ibv_cq_ex) -> u8 {
     0
 }
 
+fn resize(ibcq: *mut ffi::ibv_cq, cqe: c_int) -> Result<()> {
+    // SAFETY: libibverbs passes a CQ made by create_cq, of a live context.
+    let (cq, limits) = unsafe {
+        (
+            RoxCq::from_ibv(ibcq),
+            &RoxContext::from_ibv((*ibcq).context).hw().limits,
+        )
+    };
+    let wanted = u32::try_from(cqe).ok().filter(|&n| n > 0).ok_or(EINVAL)?;
+    let depth = ring_depth(wanted, limits.max_cqe).ok_or(EINVAL)?;
+    let ring = QueueBuffer::new(depth, CQE_SHIFT)?;
+    // Held until the end: nobody polls while the device moves the unconsumed CQEs (from the
+    // consumer index this lock's holders publish) into the new ring.
+    let mut state = cq.state.lock();
+    let mut cmd = DrvCmd::<ffi::ibv_resize_cq, _>::new(ResizeCqReq {
+        buf_addr: ring.addr(),
+        log_depth: depth.trailing_zeros(),
+        reserved: 0,
+    });
+    let mut resp = ffi::ib_uverbs_resize_cq_resp::zeroed();
+    // SAFETY: our CQ and command/response buffers of the sizes given; on success libibverbs
+    // sets `ibcq->cqe` from the response.
+    let ret = unsafe {
+        ffi::ibv_cmd_resize_cq(
+            ibcq,
+            cqe,
+            &mut cmd.core,
+            size_of_val(&cmd),
+            &mut resp,
+            size_of_val(&resp),
+        )
+    };
+    // On failure `ring` goes (the kernel unpinned it; the device kept the old one).
+    Errno::check(ret)?;
+    // The device writes to the new ring now; the old one is unpinned and can go.
+    state.ring = ring;
+    state.depth = depth;
+    Ok(())
+}
+
+/// `ibv_resize_cq`: a new ring of `next_pow2(cqe)` entries; the device moves the CQEs not
+/// polled yet into it (EINVAL if they do not fit: the old ring stays).
+pub unsafe extern "C" fn resize_cq(ibcq: *mut ffi::ibv_cq, cqe: c_int) -> c_int {
+    int_errno(resize(ibcq, cqe))
+}
+
 pub unsafe extern "C" fn req_notify_cq(ibcq: *mut ffi::ibv_cq, solicited_only: c_int) -> c_int {
     // SAFETY: libibverbs passes a CQ made by create_cq, of a live context.
     let (cq, hw) = unsafe {
@@ -491,23 +552,28 @@ mod tests {
     fn test_cq(depth: u32) -> RoxCq {
         RoxCq {
             vcq: Zeroable::zeroed(),
-            ring: QueueBuffer::new(depth, CQE_SHIFT).expect("ring"),
-            depth,
             db_slot: 0,
-            state: Locked::new(CqState::default()),
+            state: Locked::new(CqState::new(
+                QueueBuffer::new(depth, CQE_SHIFT).expect("ring"),
+                depth,
+            )),
         }
     }
 
     /// What the device does: body, then the owner byte of pass `index / depth`.
     fn device_writes(cq: &RoxCq, index: u32, mut cqe: Cqe) {
-        cqe.owner = owner_for(index, cq.depth);
-        unsafe { cq.ring.entry::<Cqe>(index, cq.depth).write(cqe) };
+        let state = cq.state.lock();
+        cqe.owner = owner_for(index, state.depth);
+        unsafe { state.ring.entry::<Cqe>(index, state.depth).write(cqe) };
     }
 
     #[test]
     fn owner_bit_decides_what_is_valid_across_passes() {
         let cq = test_cq(2);
-        assert!(cq.take(0).is_none(), "a zeroed ring holds no CQE");
+        assert!(
+            cq.state.lock().take(0).is_none(),
+            "a zeroed ring holds no CQE"
+        );
         device_writes(
             &cq,
             0,
@@ -524,10 +590,10 @@ mod tests {
                 ..Default::default()
             },
         );
-        assert_eq!(cq.take(0).map(|c| c.wr_id), Some(10));
-        assert_eq!(cq.take(1).map(|c| c.wr_id), Some(11));
+        assert_eq!(cq.state.lock().take(0).map(|c| c.wr_id), Some(10));
+        assert_eq!(cq.state.lock().take(1).map(|c| c.wr_id), Some(11));
         // Second pass: slot 0 still holds the pass-0 entry until the device rewrites it.
-        assert!(cq.take(2).is_none());
+        assert!(cq.state.lock().take(2).is_none());
         device_writes(
             &cq,
             2,
@@ -536,8 +602,8 @@ mod tests {
                 ..Default::default()
             },
         );
-        assert_eq!(cq.take(2).map(|c| c.wr_id), Some(12));
-        assert!(cq.take(3).is_none());
+        assert_eq!(cq.state.lock().take(2).map(|c| c.wr_id), Some(12));
+        assert!(cq.state.lock().take(3).is_none());
     }
 
     #[test]

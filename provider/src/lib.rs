@@ -22,11 +22,13 @@ mod errno;
 mod ffi;
 mod lock;
 mod memory;
+mod mw;
 mod pd;
 mod qp;
 mod qp_ex;
 mod srq;
 mod wq;
+mod wqe;
 
 /// The `PROVIDER_DRIVER(rox, ...)` constructor: runs when libibverbs dlopens librox.
 extern "C" fn register_provider() {

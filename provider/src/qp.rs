@@ -17,16 +17,16 @@ use crate::ffi::{self, DrvCmd, DrvResp, Zeroable};
 use crate::memory::ring_depth;
 use crate::qp_ex::{self, WrBatch, SUPPORTED_SEND_OPS};
 use crate::srq::RoxSrq;
-use crate::wq::{CompletionOrder, Ring};
+use crate::wq::{CompletionOrder, Ring, WorkQueue};
+use crate::wqe;
 use core::cell::UnsafeCell;
-use core::ffi::c_int;
+use core::ffi::{c_int, c_void};
 use core::mem::{offset_of, size_of, size_of_val};
-use core::ptr::{self, NonNull};
+use core::ptr::NonNull;
 use core::sync::atomic::{AtomicU32, Ordering};
 use rox_uapi::queue::{
     Cqe, RdmaSeg, RqWqe, Sge, SqSeg, SqWqe, UdSeg, RQ_MAX_SGE, RQ_WQE_SHIFT, SQ_MAX_INLINE,
-    SQ_WQE_DATA_SIZE, SQ_WQE_SHIFT, WQE_FLAG_FENCE, WQE_FLAG_INLINE, WQE_FLAG_SIGNALED,
-    WQE_FLAG_SOLICITED,
+    SQ_WQE_SHIFT,
 };
 use rox_uapi::udata::{CreateQpReq, CreateQpResp};
 use rox_uapi::verbs;
@@ -164,8 +164,8 @@ fn create(
     // SAFETY: `qp` is live and exclusively ours until returned.
     let qp_ref = unsafe { &mut *qp };
     let mut cmd = DrvCmd::<ffi::ibv_create_qp, _>::new(CreateQpReq {
-        sq_buf_addr: qp_ref.sq.buf.addr(),
-        rq_buf_addr: qp_ref.rq.as_ref().map_or(0, |rq| rq.buf.addr()),
+        sq_buf_addr: qp_ref.sq.lock().buf_addr(),
+        rq_buf_addr: qp_ref.rq.as_ref().map_or(0, |rq| rq.lock().buf_addr()),
         log_sq_depth: sq_depth.trailing_zeros(),
         log_rq_depth: if rq_depth == 0 {
             0
@@ -345,35 +345,6 @@ pub unsafe extern "C" fn destroy_qp(qp: *mut ffi::ibv_qp) -> c_int {
 // Data path
 // ---------------------------------------------------------------------------------------------
 
-/// libibverbs' WR opcode -> rox's (`verbs::WR_*`, numbered alike; only these exist on rox).
-fn wr_opcode(opcode: ffi::ibv_wr_opcode) -> Option<u8> {
-    Some(match opcode {
-        ffi::IBV_WR_RDMA_WRITE => verbs::WR_RDMA_WRITE,
-        ffi::IBV_WR_RDMA_WRITE_WITH_IMM => verbs::WR_RDMA_WRITE_WITH_IMM,
-        ffi::IBV_WR_SEND => verbs::WR_SEND,
-        ffi::IBV_WR_SEND_WITH_IMM => verbs::WR_SEND_WITH_IMM,
-        ffi::IBV_WR_RDMA_READ => verbs::WR_RDMA_READ,
-        ffi::IBV_WR_ATOMIC_CMP_AND_SWP => verbs::WR_ATOMIC_CMP_AND_SWP,
-        ffi::IBV_WR_ATOMIC_FETCH_AND_ADD => verbs::WR_ATOMIC_FETCH_AND_ADD,
-        _ => return None,
-    })
-}
-
-pub(crate) fn opcode_allowed(qp_type: ffi::ibv_qp_type, op: u8) -> bool {
-    match qp_type {
-        ffi::IBV_QPT_RC => true,
-        ffi::IBV_QPT_UC => matches!(
-            op,
-            verbs::WR_SEND
-                | verbs::WR_SEND_WITH_IMM
-                | verbs::WR_RDMA_WRITE
-                | verbs::WR_RDMA_WRITE_WITH_IMM
-        ),
-        ffi::IBV_QPT_UD => matches!(op, verbs::WR_SEND | verbs::WR_SEND_WITH_IMM),
-        _ => false,
-    }
-}
-
 /// The WR's scatter/gather list.
 ///
 /// # Safety
@@ -397,47 +368,19 @@ unsafe fn sg_list(
     Ok(unsafe { core::slice::from_raw_parts(sg_list, n as usize) })
 }
 
-/// WQE flags for `IBV_SEND_*` flags (SIGNALED also from `sq_sig_all`; INLINE is set by whoever
-/// copies the payload).
-pub(crate) fn wqe_flags(qp: &RoxQp, send_flags: u32) -> u8 {
-    let mut flags = 0;
-    if qp.sq_sig_all || send_flags & ffi::IBV_SEND_SIGNALED != 0 {
-        flags |= WQE_FLAG_SIGNALED;
-    }
-    if send_flags & ffi::IBV_SEND_SOLICITED != 0 {
-        flags |= WQE_FLAG_SOLICITED;
-    }
-    if send_flags & ffi::IBV_SEND_FENCE != 0 {
-        flags |= WQE_FLAG_FENCE;
-    }
-    flags
-}
-
 /// Format the send WQE of `wr` (to be written at slot `index`).
 ///
 /// # Safety
 /// `wr` is an application's work request: its SGE list and (inline) buffers are readable, and a
 /// UD WR's AH was made by [`crate::ah`].
 unsafe fn send_wqe(qp: &RoxQp, wr: &ffi::ibv_send_wr, index: u32) -> Result<SqWqe> {
-    let opcode = wr_opcode(wr.opcode).ok_or(EINVAL)?;
-    if !opcode_allowed(qp.qp_type, opcode) {
+    let opcode = wqe::wr_opcode(wr.opcode).ok_or(EINVAL)?;
+    // `ibv_send_wr` has no fields for FLUSH / ATOMIC WRITE: only the extended post API
+    // (ibv_wr_flush / ibv_wr_atomic_write) can express them.
+    if matches!(opcode, verbs::WR_FLUSH | verbs::WR_ATOMIC_WRITE) {
         return Err(EINVAL);
     }
-    let send_flags = wr.send_flags;
-    let mut wqe = SqWqe {
-        wr_id: u64::from(index),
-        opcode,
-        flags: wqe_flags(qp, send_flags),
-        num_sge: 0,
-        reserved0: 0,
-        imm_data: 0,
-        inline_len: 0,
-        reserved1: 0,
-        seg: SqSeg {
-            rdma: RdmaSeg::default(),
-        },
-        data: [0; SQ_WQE_DATA_SIZE],
-    };
+    let mut wqe = wqe::new_wqe(qp, opcode, wr.send_flags, index)?;
     if matches!(
         opcode,
         verbs::WR_SEND_WITH_IMM | verbs::WR_RDMA_WRITE_WITH_IMM
@@ -451,78 +394,45 @@ unsafe fn send_wqe(qp: &RoxQp, wr: &ffi::ibv_send_wr, index: u32) -> Result<SqWq
             _ if qp.qp_type == ffi::IBV_QPT_UD => SqSeg {
                 ud: ud_seg(qp, wr.wr.ud.ah, wr.wr.ud.remote_qpn, wr.wr.ud.remote_qkey)?,
             },
-            verbs::WR_ATOMIC_CMP_AND_SWP | verbs::WR_ATOMIC_FETCH_AND_ADD => SqSeg {
-                rdma: RdmaSeg {
-                    remote_addr: wr.wr.atomic.remote_addr,
-                    rkey: wr.wr.atomic.rkey,
-                    compare_add: wr.wr.atomic.compare_add,
-                    swap: wr.wr.atomic.swap,
-                    ..Default::default()
-                },
-            },
+            verbs::WR_ATOMIC_CMP_AND_SWP | verbs::WR_ATOMIC_FETCH_AND_ADD => wqe::atomic_seg(
+                wr.wr.atomic.remote_addr,
+                wr.wr.atomic.rkey,
+                wr.wr.atomic.compare_add,
+                wr.wr.atomic.swap,
+            ),
             verbs::WR_SEND | verbs::WR_SEND_WITH_IMM => SqSeg {
                 rdma: RdmaSeg::default(),
             },
-            _ => SqSeg {
-                rdma: RdmaSeg {
-                    remote_addr: wr.wr.rdma.remote_addr,
-                    rkey: wr.wr.rdma.rkey,
-                    ..Default::default()
-                },
-            },
+            verbs::WR_SEND_WITH_INV | verbs::WR_LOCAL_INV => {
+                wqe::invalidate_seg(wr.__bindgen_anon_1.invalidate_rkey)
+            }
+            verbs::WR_BIND_MW => {
+                // Type 1 windows are bound with ibv_bind_mw only (crate::mw).
+                let b = &wr.__bindgen_anon_2.bind_mw;
+                if b.mw.is_null() || (*b.mw).type_ != ffi::IBV_MW_TYPE_2 {
+                    return Err(EINVAL);
+                }
+                wqe::bind_seg(b.mw, b.rkey, &b.bind_info)?
+            }
+            _ => wqe::rdma_seg(wr.wr.rdma.remote_addr, wr.wr.rdma.rkey),
         }
     };
-    let inline = send_flags & ffi::IBV_SEND_INLINE != 0;
-    let sge_max = if inline { u32::MAX } else { qp.max_send_sge };
-    // SAFETY: per the contract.
-    let sges = unsafe { sg_list(wr.sg_list, wr.num_sge, sge_max)? };
-    if inline {
-        if !matches!(
-            opcode,
-            verbs::WR_SEND
-                | verbs::WR_SEND_WITH_IMM
-                | verbs::WR_RDMA_WRITE
-                | verbs::WR_RDMA_WRITE_WITH_IMM
-        ) {
-            return Err(EINVAL);
-        }
-        let total: u64 = sges.iter().map(|s| u64::from(s.length)).sum();
-        if total > u64::from(qp.max_inline) || total > SQ_WQE_DATA_SIZE as u64 {
-            return Err(EINVAL);
-        }
-        let mut at = 0;
-        for s in sges {
-            let len = s.length as usize;
-            // SAFETY: the application's buffer of `len` bytes (the inline contract: read at
-            // post time, no lkey needed); `at + len <= SQ_WQE_DATA_SIZE` was checked above.
-            unsafe {
-                ptr::copy_nonoverlapping(
-                    s.addr as usize as *const u8,
-                    wqe.data.as_mut_ptr().add(at),
-                    len,
-                )
-            };
-            at += len;
-        }
-        wqe.flags |= WQE_FLAG_INLINE;
-        wqe.inline_len = at as u32;
+    if matches!(opcode, verbs::WR_BIND_MW | verbs::WR_LOCAL_INV) {
+        // No data: the SGE list is ignored.
+        return Ok(wqe);
+    }
+    if wr.send_flags & ffi::IBV_SEND_INLINE != 0 {
+        // SAFETY: per the contract.
+        let sges = unsafe { sg_list(wr.sg_list, wr.num_sge, u32::MAX)? };
+        let bufs = sges
+            .iter()
+            .map(|s| (s.addr as usize as *const c_void, s.length as usize));
+        // SAFETY: the application's buffers (the inline contract: read at post time).
+        unsafe { wqe::set_inline(qp, &mut wqe, bufs)? };
     } else {
-        for (i, s) in sges.iter().enumerate() {
-            let sge = Sge {
-                addr: s.addr,
-                length: s.length,
-                lkey: s.lkey,
-            };
-            // SAFETY: i < max_send_sge <= SQ_MAX_SGE, so the SGE lies inside `data`.
-            unsafe {
-                wqe.data
-                    .as_mut_ptr()
-                    .cast::<Sge>()
-                    .add(i)
-                    .write_unaligned(sge)
-            };
-        }
-        wqe.num_sge = sges.len() as u8;
+        // SAFETY: per the contract.
+        let sges = unsafe { sg_list(wr.sg_list, wr.num_sge, qp.max_send_sge)? };
+        wqe::set_sges(qp, &mut wqe, sges)?;
     }
     Ok(wqe)
 }
@@ -567,7 +477,7 @@ fn post_list<W>(
     ring_doorbell: impl FnOnce(u32),
     first: *mut W,
     next: impl Fn(&W) -> *mut W,
-    mut write: impl FnMut(&W, u32) -> Result<u64>,
+    mut write: impl FnMut(&W, u32, &WorkQueue) -> Result<u64>,
 ) -> core::result::Result<(), (*mut W, Errno)> {
     let mut wq = ring.lock();
     let start = wq.pi();
@@ -580,7 +490,7 @@ fn post_list<W>(
             failure = Some((cur, ENOMEM));
             break;
         };
-        match write(wr, index) {
+        match write(wr, index, &wq) {
             Ok(wr_id) => wq.commit(wr_id),
             Err(e) => {
                 failure = Some((cur, e));
@@ -593,6 +503,33 @@ fn post_list<W>(
         ring_doorbell(wq.pi());
     }
     failure.map_or(Ok(()), Err)
+}
+
+/// Post one WQE that `make` formats for a slot index, and ring the doorbell: for work
+/// requests that do not come as an `ibv_send_wr` list (ibv_bind_mw).
+pub(crate) fn post_one(
+    ibqp: *mut ffi::ibv_qp,
+    wr_id: u64,
+    make: impl FnOnce(&RoxQp, u32) -> Result<SqWqe>,
+) -> Result<()> {
+    // SAFETY: libibverbs passes a QP made by this module, of a live context.
+    let (qp, hw) = unsafe {
+        (
+            RoxQp::from_ibv(ibqp),
+            RoxContext::from_ibv((*ibqp).context).hw(),
+        )
+    };
+    if !qp.can_send() {
+        return Err(EINVAL);
+    }
+    let mut wq = qp.sq.lock();
+    let index = wq.next_index().ok_or(ENOMEM)?;
+    let wqe = make(qp, index)?;
+    // SAFETY: the slot is free (next_index) and inside the ring.
+    unsafe { wq.entry::<SqWqe>(index).write(wqe) };
+    wq.commit(wr_id);
+    hw.ring(qp.db_slot, SlotWord::A, wq.pi());
+    Ok(())
 }
 
 pub unsafe extern "C" fn post_send(
@@ -615,11 +552,11 @@ pub unsafe extern "C" fn post_send(
         |pi| hw.ring(qp.db_slot, SlotWord::A, pi),
         wr,
         |w| w.next,
-        |w, index| {
+        |w, index, wq| {
             // SAFETY: an application WR (see send_wqe).
             let wqe = unsafe { send_wqe(qp, w, index)? };
             // SAFETY: the slot is free (next_index) and inside the ring.
-            unsafe { qp.sq.buf.entry::<SqWqe>(index, qp.sq.depth).write(wqe) };
+            unsafe { wq.entry::<SqWqe>(index).write(wqe) };
             Ok(w.wr_id)
         },
     );
@@ -661,11 +598,11 @@ pub fn post_recv_list(
         ring_doorbell,
         wr,
         |w| w.next,
-        |w, index| {
+        |w, index, wq| {
             // SAFETY: an application WR.
             let wqe = unsafe { recv_wqe(w, index, max_sge)? };
             // SAFETY: the slot is free (next_index) and inside the ring.
-            unsafe { ring.buf.entry::<RqWqe>(index, ring.depth).write(wqe) };
+            unsafe { wq.entry::<RqWqe>(index).write(wqe) };
             Ok(w.wr_id)
         },
     );
@@ -717,6 +654,7 @@ const _: () =
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use rox_uapi::queue::{WQE_FLAG_FENCE, WQE_FLAG_INLINE, WQE_FLAG_SIGNALED};
 
     const LIMITS: DeviceLimits = DeviceLimits {
         max_qp_wr: 1024,
@@ -777,7 +715,7 @@ pub(crate) mod tests {
         send_ops.send_ops_flags =
             u64::from(ffi::IBV_QP_EX_WITH_SEND | ffi::IBV_QP_EX_WITH_RDMA_WRITE);
         assert_eq!(ring_depths(&send_ops, &LIMITS), Ok((2, 2)));
-        send_ops.send_ops_flags |= u64::from(ffi::IBV_QP_EX_WITH_BIND_MW);
+        send_ops.send_ops_flags |= u64::from(ffi::IBV_QP_EX_WITH_TSO);
         assert_eq!(ring_depths(&send_ops, &LIMITS), Err(EOPNOTSUPP));
         let mut flags = rc(1, 1);
         flags.comp_mask |= ffi::IBV_QP_INIT_ATTR_CREATE_FLAGS;
@@ -905,8 +843,27 @@ pub(crate) mod tests {
             Some(EINVAL)
         );
         assert_eq!(
-            unsafe { send_wqe(&qp, &send_wr(ffi::IBV_WR_LOCAL_INV, &mut [], 0), 0) }.err(),
+            unsafe { send_wqe(&qp, &send_wr(ffi::IBV_WR_TSO, &mut [], 0), 0) }.err(),
             Some(EINVAL)
+        );
+        // FLUSH / ATOMIC WRITE only through ibv_wr_*; BIND_MW needs a type 2 window.
+        for op in [
+            ffi::IBV_WR_FLUSH,
+            ffi::IBV_WR_ATOMIC_WRITE,
+            ffi::IBV_WR_BIND_MW,
+        ] {
+            assert_eq!(
+                unsafe { send_wqe(&qp, &send_wr(op, &mut [], 0), 0) }.err(),
+                Some(EINVAL)
+            );
+        }
+        // LOCAL_INV and SEND_WITH_INV carry the rkey to invalidate.
+        let mut inv = send_wr(ffi::IBV_WR_LOCAL_INV, &mut [], 0);
+        inv.__bindgen_anon_1.invalidate_rkey = 0x8000_0123;
+        let wqe = unsafe { send_wqe(&qp, &inv, 0) }.expect("valid");
+        assert_eq!(
+            (wqe.opcode, unsafe { wqe.seg.rdma }.rkey),
+            (verbs::WR_LOCAL_INV, 0x8000_0123)
         );
         let uc = test_qp(ffi::IBV_QPT_UC);
         assert_eq!(
@@ -944,9 +901,9 @@ pub(crate) mod tests {
             |pi| rung = Some(pi),
             wrs.as_mut_ptr(),
             |w| w.next,
-            |w, index| {
+            |w, index, wq| {
                 let wqe = unsafe { send_wqe(&qp, w, index)? };
-                unsafe { qp.sq.buf.entry::<SqWqe>(index, qp.sq.depth).write(wqe) };
+                unsafe { wq.entry::<SqWqe>(index).write(wqe) };
                 Ok(w.wr_id)
             },
         );
@@ -963,9 +920,9 @@ pub(crate) mod tests {
             |pi| rung = Some(pi),
             &mut wrs[2],
             |w| w.next,
-            |w, index| {
+            |w, index, wq| {
                 let wqe = unsafe { send_wqe(&qp, w, index)? };
-                unsafe { qp.sq.buf.entry::<SqWqe>(index, qp.sq.depth).write(wqe) };
+                unsafe { wq.entry::<SqWqe>(index).write(wqe) };
                 Ok(w.wr_id)
             },
         );
@@ -974,7 +931,7 @@ pub(crate) mod tests {
             Err((&wrs[4] as *const _, ENOMEM))
         );
         assert_eq!(rung, Some(4));
-        let written = unsafe { qp.sq.buf.entry::<SqWqe>(3, qp.sq.depth).read() };
+        let written = unsafe { qp.sq.lock().entry::<SqWqe>(3).read() };
         assert_eq!(written.wr_id, 3);
         // A completion of slot 1 (signaled) frees slots 0 and 1 and names wr 101.
         let cqe = Cqe {

@@ -11,20 +11,25 @@ use crate::context::RoxContext;
 use crate::doorbell::SlotWord;
 use crate::errno::{Errno, Result, EINVAL, ENOMEM};
 use crate::ffi;
-use crate::qp::{opcode_allowed, ud_seg, wqe_flags, RoxQp};
+use crate::qp::{ud_seg, RoxQp};
+use crate::wqe;
 use core::ffi::{c_int, c_void};
-use core::ptr;
-use rox_uapi::queue::{RdmaSeg, Sge, SqSeg, SqWqe, SQ_WQE_DATA_SIZE, WQE_FLAG_INLINE};
+use rox_uapi::queue::{SqSeg, SqWqe};
 use rox_uapi::verbs;
 
-/// The `IBV_QP_EX_WITH_*` operations rox supports (its 7 opcodes).
+/// The `IBV_QP_EX_WITH_*` operations rox supports (its 12 opcodes).
 pub(crate) const SUPPORTED_SEND_OPS: u64 = (ffi::IBV_QP_EX_WITH_RDMA_WRITE
     | ffi::IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM
     | ffi::IBV_QP_EX_WITH_SEND
     | ffi::IBV_QP_EX_WITH_SEND_WITH_IMM
     | ffi::IBV_QP_EX_WITH_RDMA_READ
     | ffi::IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP
-    | ffi::IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD) as u64;
+    | ffi::IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD
+    | ffi::IBV_QP_EX_WITH_FLUSH
+    | ffi::IBV_QP_EX_WITH_ATOMIC_WRITE
+    | ffi::IBV_QP_EX_WITH_BIND_MW
+    | ffi::IBV_QP_EX_WITH_LOCAL_INV
+    | ffi::IBV_QP_EX_WITH_SEND_WITH_INV) as u64;
 
 /// State of one `ibv_wr_start` .. `ibv_wr_complete` batch.
 #[derive(Default)]
@@ -52,6 +57,11 @@ pub(crate) fn install(vqp: &mut ffi::verbs_qp) {
     ex.wr_rdma_read = Some(wr_rdma_read);
     ex.wr_atomic_cmp_swp = Some(wr_atomic_cmp_swp);
     ex.wr_atomic_fetch_add = Some(wr_atomic_fetch_add);
+    ex.wr_flush = Some(wr_flush);
+    ex.wr_atomic_write = Some(wr_atomic_write);
+    ex.wr_bind_mw = Some(wr_bind_mw);
+    ex.wr_local_inv = Some(wr_local_inv);
+    ex.wr_send_inv = Some(wr_send_inv);
     ex.wr_set_sge = Some(wr_set_sge);
     ex.wr_set_sge_list = Some(wr_set_sge_list);
     ex.wr_set_inline_data = Some(wr_set_inline_data);
@@ -94,7 +104,7 @@ unsafe fn begin<'a>(ibqp: *mut ffi::ibv_qp_ex, opcode: u8) -> Option<&'a mut SqW
     if batch.error.is_some() {
         return None;
     }
-    if !opcode_allowed(qp.qp_type, opcode) || !qp.can_send() {
+    if !qp.can_send() {
         fail(batch, EINVAL);
         return None;
     }
@@ -102,24 +112,18 @@ unsafe fn begin<'a>(ibqp: *mut ffi::ibv_qp_ex, opcode: u8) -> Option<&'a mut SqW
         fail(batch, ENOMEM);
         return None;
     };
-    let slot = qp.sq.buf.entry::<SqWqe>(index, qp.sq.depth);
+    let new = match wqe::new_wqe(qp, opcode, wr_flags, index) {
+        Ok(w) => w,
+        Err(e) => {
+            fail(batch, e);
+            return None;
+        }
+    };
+    let slot = wq.entry::<SqWqe>(index);
     // SAFETY: a free slot of the ring (next_index), not visible to the device before the
     // doorbell.
     let wqe = unsafe {
-        slot.write(SqWqe {
-            wr_id: u64::from(index),
-            opcode,
-            flags: wqe_flags(qp, wr_flags),
-            num_sge: 0,
-            reserved0: 0,
-            imm_data: 0,
-            inline_len: 0,
-            reserved1: 0,
-            seg: SqSeg {
-                rdma: RdmaSeg::default(),
-            },
-            data: [0; SQ_WQE_DATA_SIZE],
-        });
+        slot.write(new);
         &mut *slot
     };
     wq.commit(wr_id);
@@ -147,7 +151,8 @@ unsafe fn current<'a>(
         return None;
     };
     // SAFETY: the slot `begin` wrote, still owned by this batch.
-    let wqe = unsafe { &mut *qp.sq.buf.entry::<SqWqe>(index, qp.sq.depth) };
+    // SAFETY: the SQ lock is held (contract).
+    let wqe = unsafe { &mut *qp.sq.held().entry::<SqWqe>(index) };
     Some((qp, batch, wqe))
 }
 
@@ -228,19 +233,9 @@ unsafe extern "C" fn wr_send_imm(ibqp: *mut ffi::ibv_qp_ex, imm_data: ffi::__be3
     }
 }
 
-fn rdma(remote_addr: u64, rkey: u32) -> SqSeg {
-    SqSeg {
-        rdma: RdmaSeg {
-            remote_addr,
-            rkey,
-            ..Default::default()
-        },
-    }
-}
-
 unsafe extern "C" fn wr_rdma_write(ibqp: *mut ffi::ibv_qp_ex, rkey: u32, remote_addr: u64) {
     if let Some(wqe) = unsafe { begin(ibqp, verbs::WR_RDMA_WRITE) } {
-        wqe.seg = rdma(remote_addr, rkey);
+        wqe.seg = wqe::rdma_seg(remote_addr, rkey);
     }
 }
 
@@ -251,14 +246,14 @@ unsafe extern "C" fn wr_rdma_write_imm(
     imm_data: ffi::__be32,
 ) {
     if let Some(wqe) = unsafe { begin(ibqp, verbs::WR_RDMA_WRITE_WITH_IMM) } {
-        wqe.seg = rdma(remote_addr, rkey);
+        wqe.seg = wqe::rdma_seg(remote_addr, rkey);
         wqe.imm_data = imm_data;
     }
 }
 
 unsafe extern "C" fn wr_rdma_read(ibqp: *mut ffi::ibv_qp_ex, rkey: u32, remote_addr: u64) {
     if let Some(wqe) = unsafe { begin(ibqp, verbs::WR_RDMA_READ) } {
-        wqe.seg = rdma(remote_addr, rkey);
+        wqe.seg = wqe::rdma_seg(remote_addr, rkey);
     }
 }
 
@@ -270,15 +265,7 @@ unsafe extern "C" fn wr_atomic_cmp_swp(
     swap: u64,
 ) {
     if let Some(wqe) = unsafe { begin(ibqp, verbs::WR_ATOMIC_CMP_AND_SWP) } {
-        wqe.seg = SqSeg {
-            rdma: RdmaSeg {
-                remote_addr,
-                rkey,
-                compare_add: compare,
-                swap,
-                ..Default::default()
-            },
-        };
+        wqe.seg = wqe::atomic_seg(remote_addr, rkey, compare, swap);
     }
 }
 
@@ -289,47 +276,98 @@ unsafe extern "C" fn wr_atomic_fetch_add(
     add: u64,
 ) {
     if let Some(wqe) = unsafe { begin(ibqp, verbs::WR_ATOMIC_FETCH_AND_ADD) } {
-        wqe.seg = SqSeg {
-            rdma: RdmaSeg {
-                remote_addr,
-                rkey,
-                compare_add: add,
-                ..Default::default()
-            },
-        };
+        wqe.seg = wqe::atomic_seg(remote_addr, rkey, add, 0);
+    }
+}
+
+/// SEND with invalidate (RC): the peer invalidates its window `invalidate_rkey`.
+unsafe extern "C" fn wr_send_inv(ibqp: *mut ffi::ibv_qp_ex, invalidate_rkey: u32) {
+    if let Some(wqe) = unsafe { begin(ibqp, verbs::WR_SEND_WITH_INV) } {
+        wqe.seg = wqe::invalidate_seg(invalidate_rkey);
+    }
+}
+
+/// LOCAL_INV of a type 2 window: complete in itself.
+unsafe extern "C" fn wr_local_inv(ibqp: *mut ffi::ibv_qp_ex, invalidate_rkey: u32) {
+    if let Some(wqe) = unsafe { begin(ibqp, verbs::WR_LOCAL_INV) } {
+        wqe.seg = wqe::invalidate_seg(invalidate_rkey);
+    }
+}
+
+/// BIND_MW of a type 2 window to `rkey` (its index, a new low byte): complete in itself.
+unsafe extern "C" fn wr_bind_mw(
+    ibqp: *mut ffi::ibv_qp_ex,
+    mw: *mut ffi::ibv_mw,
+    rkey: u32,
+    bind_info: *const ffi::ibv_mw_bind_info,
+) {
+    // SAFETY: libibverbs' arguments: a live window or null, bind info or null.
+    let type_2 = !mw.is_null() && unsafe { (*mw).type_ } == ffi::IBV_MW_TYPE_2;
+    if !type_2 || bind_info.is_null() {
+        // SAFETY: between wr_start and wr_complete (this function's contract).
+        return fail(unsafe { batch(qp_of(ibqp)) }, EINVAL);
+    }
+    if let Some(wqe) = unsafe { begin(ibqp, verbs::WR_BIND_MW) } {
+        // SAFETY: a live window and the caller's bind info (checked non-null above).
+        match unsafe { wqe::bind_seg(mw, rkey, &*bind_info) } {
+            Ok(seg) => wqe.seg = seg,
+            // SAFETY: between wr_start and wr_complete (this function's contract).
+            Err(e) => fail(unsafe { batch(qp_of(ibqp)) }, e),
+        }
+    }
+}
+
+/// FLUSH (RC): complete in itself, no `ibv_wr_set_*` follows.
+unsafe extern "C" fn wr_flush(
+    ibqp: *mut ffi::ibv_qp_ex,
+    rkey: u32,
+    remote_addr: u64,
+    len: usize,
+    flush_type: u8,
+    level: u8,
+) {
+    if let Some(wqe) = unsafe { begin(ibqp, verbs::WR_FLUSH) } {
+        match wqe::flush_seg(remote_addr, rkey, len, flush_type, level) {
+            Ok(seg) => wqe.seg = seg,
+            // SAFETY: between wr_start and wr_complete (this function's contract).
+            Err(e) => fail(unsafe { batch(qp_of(ibqp)) }, e),
+        }
+    }
+}
+
+/// ATOMIC WRITE (RC) of the 8 bytes at `atomic_wr`: complete in itself.
+unsafe extern "C" fn wr_atomic_write(
+    ibqp: *mut ffi::ibv_qp_ex,
+    rkey: u32,
+    remote_addr: u64,
+    atomic_wr: *const c_void,
+) {
+    if atomic_wr.is_null() {
+        // SAFETY: between wr_start and wr_complete (this function's contract).
+        return fail(unsafe { batch(qp_of(ibqp)) }, EINVAL);
+    }
+    if let Some(wqe) = unsafe { begin(ibqp, verbs::WR_ATOMIC_WRITE) } {
+        // SAFETY: the caller's 8-byte value (ibv_wr_atomic_write's contract).
+        let value = unsafe { atomic_wr.cast::<[u8; 8]>().read_unaligned() };
+        wqe.seg = wqe::atomic_write_seg(remote_addr, rkey, value);
     }
 }
 
 // ---- data and address --------------------------------------------------------------------
 
-/// Store `sges` as the WQE's scatter/gather list.
-fn set_sges(qp: &RoxQp, batch: &mut WrBatch, wqe: &mut SqWqe, sges: &[ffi::ibv_sge]) {
-    if sges.len() > qp.max_send_sge as usize {
-        fail(batch, EINVAL);
-        return;
+/// Record a failed `ibv_wr_set_*` in the batch.
+fn check(batch: &mut WrBatch, result: Result<()>) {
+    if let Err(e) = result {
+        fail(batch, e);
     }
-    for (i, s) in sges.iter().enumerate() {
-        let sge = Sge {
-            addr: s.addr,
-            length: s.length,
-            lkey: s.lkey,
-        };
-        // SAFETY: i < max_send_sge <= SQ_MAX_SGE: inside `data`.
-        unsafe {
-            wqe.data
-                .as_mut_ptr()
-                .cast::<Sge>()
-                .add(i)
-                .write_unaligned(sge)
-        };
-    }
-    wqe.flags &= !WQE_FLAG_INLINE;
-    wqe.num_sge = sges.len() as u8;
 }
 
 unsafe extern "C" fn wr_set_sge(ibqp: *mut ffi::ibv_qp_ex, lkey: u32, addr: u64, length: u32) {
     if let Some((qp, batch, wqe)) = unsafe { current(ibqp) } {
-        set_sges(qp, batch, wqe, &[ffi::ibv_sge { addr, length, lkey }]);
+        check(
+            batch,
+            wqe::set_sges(qp, wqe, &[ffi::ibv_sge { addr, length, lkey }]),
+        );
     }
 }
 
@@ -345,34 +383,8 @@ unsafe extern "C" fn wr_set_sge_list(
             n if !sg_list.is_null() => unsafe { core::slice::from_raw_parts(sg_list, n) },
             _ => return fail(batch, EINVAL),
         };
-        set_sges(qp, batch, wqe, sges);
+        check(batch, wqe::set_sges(qp, wqe, sges));
     }
-}
-
-/// Copy `bufs` (address, length) into the WQE as inline payload.
-///
-/// # Safety
-/// Each buffer is readable for its length.
-unsafe fn set_inline(
-    qp: &RoxQp,
-    batch: &mut WrBatch,
-    wqe: &mut SqWqe,
-    bufs: &[(*const c_void, usize)],
-) {
-    let total: usize = bufs.iter().map(|&(_, len)| len).sum();
-    if total > qp.max_inline as usize || total > SQ_WQE_DATA_SIZE {
-        fail(batch, EINVAL);
-        return;
-    }
-    let mut at = 0;
-    for &(addr, len) in bufs {
-        // SAFETY: per the contract; `at + len <= SQ_WQE_DATA_SIZE` (checked above).
-        unsafe { ptr::copy_nonoverlapping(addr.cast::<u8>(), wqe.data.as_mut_ptr().add(at), len) };
-        at += len;
-    }
-    wqe.flags |= WQE_FLAG_INLINE;
-    wqe.num_sge = 0;
-    wqe.inline_len = at as u32;
 }
 
 unsafe extern "C" fn wr_set_inline_data(
@@ -381,8 +393,9 @@ unsafe extern "C" fn wr_set_inline_data(
     length: usize,
 ) {
     if let Some((qp, batch, wqe)) = unsafe { current(ibqp) } {
+        let buf = core::iter::once((addr.cast_const(), length));
         // SAFETY: the caller's buffer.
-        unsafe { set_inline(qp, batch, wqe, &[(addr.cast_const(), length)]) };
+        check(batch, unsafe { wqe::set_inline(qp, wqe, buf) });
     }
 }
 
@@ -400,12 +413,9 @@ unsafe extern "C" fn wr_set_inline_data_list(
             // SAFETY: the caller's list of num_buf entries.
             n => unsafe { core::slice::from_raw_parts(buf_list, n) },
         };
-        let bufs: Vec<(*const c_void, usize)> = list
-            .iter()
-            .map(|b| (b.addr.cast_const(), b.length))
-            .collect();
+        let bufs = list.iter().map(|b| (b.addr.cast_const(), b.length));
         // SAFETY: the caller's buffers.
-        unsafe { set_inline(qp, batch, wqe, &bufs) };
+        check(batch, unsafe { wqe::set_inline(qp, wqe, bufs) });
     }
 }
 
@@ -431,6 +441,7 @@ unsafe extern "C" fn wr_set_ud_addr(
 mod tests {
     use super::*;
     use crate::qp::tests::test_qp;
+    use rox_uapi::queue::WQE_FLAG_INLINE;
 
     fn ex(qp: &mut RoxQp) -> *mut ffi::ibv_qp_ex {
         install(&mut qp.vqp);
@@ -440,7 +451,7 @@ mod tests {
 
     fn slot(qp: &RoxQp, index: u32) -> SqWqe {
         // SAFETY: reading a ring entry of the test QP.
-        unsafe { qp.sq.buf.entry::<SqWqe>(index, qp.sq.depth).read() }
+        unsafe { qp.sq.lock().entry::<SqWqe>(index).read() }
     }
 
     #[test]
@@ -519,6 +530,66 @@ mod tests {
             wr_send(ibqp);
             wr_abort(ibqp);
             assert_eq!(qp.sq.lock().pi(), 0);
+        }
+    }
+
+    #[test]
+    fn flush_and_atomic_write() {
+        let mut qp = test_qp(ffi::IBV_QPT_RC);
+        let ibqp = ex(&mut qp);
+        let value = *b"atomic!!";
+        unsafe {
+            wr_start(ibqp);
+            wr_flush(
+                ibqp,
+                3,
+                0x4000,
+                64,
+                ffi::IBV_FLUSH_GLOBAL as u8,
+                ffi::IBV_FLUSH_RANGE as u8,
+            );
+            wr_atomic_write(ibqp, 4, 0x5000, value.as_ptr().cast());
+            assert_eq!(finish(&qp), Ok(Some(2)));
+            qp.sq.release();
+        }
+        let f = slot(&qp, 0);
+        let r = unsafe { f.seg.rdma };
+        assert_eq!(f.opcode, verbs::WR_FLUSH);
+        assert_eq!(
+            (r.remote_addr, r.rkey, r.length, r.flush_type, r.flush_level),
+            (
+                0x4000,
+                3,
+                64,
+                verbs::FLUSH_TYPE_GLOBAL,
+                verbs::FLUSH_LEVEL_RANGE
+            )
+        );
+        let a = slot(&qp, 1);
+        let r = unsafe { a.seg.rdma };
+        assert_eq!((a.opcode, a.num_sge), (verbs::WR_ATOMIC_WRITE, 0));
+        assert_eq!((r.remote_addr, r.rkey), (0x5000, 4));
+        assert_eq!(r.compare_add.to_ne_bytes(), value);
+        unsafe {
+            // A bad placement type fails the batch; so does an SGE on a FLUSH.
+            wr_start(ibqp);
+            wr_flush(ibqp, 3, 0, 8, 0, ffi::IBV_FLUSH_RANGE as u8);
+            assert_eq!(finish(&qp), Err(EINVAL));
+            qp.sq.release();
+            wr_start(ibqp);
+            wr_flush(ibqp, 3, 0, 8, 1, ffi::IBV_FLUSH_MR as u8);
+            wr_set_sge(ibqp, 1, 0x1000, 8);
+            assert_eq!(finish(&qp), Err(EINVAL));
+            qp.sq.release();
+        }
+        // UC has neither.
+        let mut uc = test_qp(ffi::IBV_QPT_UC);
+        let ibuc = ex(&mut uc);
+        unsafe {
+            wr_start(ibuc);
+            wr_atomic_write(ibuc, 4, 0x5000, value.as_ptr().cast());
+            assert_eq!(finish(&uc), Err(EINVAL));
+            uc.sq.release();
         }
     }
 }

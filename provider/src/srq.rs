@@ -2,8 +2,12 @@
 //!
 //! Control: librox allocates the ring (a power-of-two number of `queue::RqWqe`s) and passes it
 //! in the create_srq udata; rox.ko pins it and returns the SRQ id and the doorbell slot
-//! (`a` = producer index). The ring cannot be resized (IBV_SRQ_MAX_WR in modify_srq is
-//! refused); the limit can be armed.
+//! (`a` = producer index). The limit can be armed. Resizing (IBV_SRQ_MAX_WR) loses no posted
+//! WR: with the SRQ lock held (nobody posts, no completion is retired) librox copies every
+//! outstanding WQE into a new ring at the same free-running index and hands it to rox.ko in
+//! the modify_srq udata; the device switches rings at its own consumer index, which lies
+//! among the copied WQEs. Only then does librox adopt the new ring and drop the old one; on
+//! failure the old ring stays.
 //!
 //! Data: post_srq_recv writes RQ WQEs and rings slot `a`; completions (on the CQs of the QPs
 //! attached) free their slots, possibly out of order.
@@ -18,7 +22,7 @@ use crate::wq::{CompletionOrder, Ring};
 use core::ffi::c_int;
 use core::mem::{offset_of, size_of_val};
 use rox_uapi::queue::RQ_WQE_SHIFT;
-use rox_uapi::udata::{CreateSrqReq, CreateSrqResp};
+use rox_uapi::udata::{CreateSrqReq, CreateSrqResp, ModifySrqReq};
 
 #[repr(C)]
 pub struct RoxSrq {
@@ -69,7 +73,7 @@ fn create(
     // SAFETY: `srq` is live and exclusively ours until returned.
     let srq_ref = unsafe { &mut *srq };
     let mut cmd = DrvCmd::<ffi::ibv_create_srq, _>::new(CreateSrqReq {
-        buf_addr: srq_ref.ring.buf.addr(),
+        buf_addr: srq_ref.ring.lock().buf_addr(),
         log_depth: depth.trailing_zeros(),
         reserved: 0,
     });
@@ -113,19 +117,50 @@ pub unsafe extern "C" fn create_srq(
     ptr_or_errno(create(pd, unsafe { &mut *attr }))
 }
 
+fn modify(srq: &RoxSrq, attr: &mut ffi::ibv_srq_attr, attr_mask: c_int) -> Result<()> {
+    let ibsrq = (&srq.ibv_srq as *const ffi::ibv_srq).cast_mut();
+    if attr_mask as u32 & ffi::IBV_SRQ_MAX_WR == 0 {
+        let mut cmd = ffi::ibv_modify_srq::zeroed();
+        // SAFETY: our SRQ, the caller's attributes, a command buffer of the size given.
+        let ret =
+            unsafe { ffi::ibv_cmd_modify_srq(ibsrq, attr, attr_mask, &mut cmd, size_of_val(&cmd)) };
+        return Errno::check(ret);
+    }
+    // SAFETY: a live SRQ of a live context.
+    let limits = &unsafe { RoxContext::from_ibv(srq.ibv_srq.context) }
+        .hw()
+        .limits;
+    let depth = ring_depth(attr.max_wr, limits.max_srq_wr).ok_or(EINVAL)?;
+    // Held until the end: no post and no completion retirement while rings change.
+    let mut wq = srq.ring.lock();
+    let buf = wq.resized_copy(depth)?;
+    let mut cmd = DrvCmd::<ffi::ibv_modify_srq, _>::new(ModifySrqReq {
+        buf_addr: buf.addr(),
+        log_depth: depth.trailing_zeros(),
+        reserved: 0,
+    });
+    // SAFETY: our SRQ, the caller's attributes, a command buffer of the size given.
+    let ret = unsafe {
+        ffi::ibv_cmd_modify_srq(ibsrq, attr, attr_mask, &mut cmd.core, size_of_val(&cmd))
+    };
+    // On failure `buf` is dropped: the kernel unpinned it and the device kept the old ring.
+    Errno::check(ret)?;
+    // The device reads the new ring now; the old one is unpinned and can go.
+    drop(wq.install(buf, depth));
+    Ok(())
+}
+
 pub unsafe extern "C" fn modify_srq(
     srq: *mut ffi::ibv_srq,
     attr: *mut ffi::ibv_srq_attr,
     attr_mask: c_int,
 ) -> c_int {
-    if attr_mask as u32 & ffi::IBV_SRQ_MAX_WR != 0 {
-        // The ring rox.ko pinned has a fixed size.
-        return EINVAL.0;
-    }
-    let mut cmd = ffi::ibv_modify_srq::zeroed();
-    // SAFETY: arguments from libibverbs; command buffer of the size given.
-    let ret = unsafe { ffi::ibv_cmd_modify_srq(srq, attr, attr_mask, &mut cmd, size_of_val(&cmd)) };
-    int_errno(Errno::check(ret))
+    // SAFETY: libibverbs passes an SRQ made by create_srq and valid attributes.
+    int_errno(modify(
+        unsafe { RoxSrq::from_ibv(srq) },
+        unsafe { &mut *attr },
+        attr_mask,
+    ))
 }
 
 pub unsafe extern "C" fn query_srq(srq: *mut ffi::ibv_srq, attr: *mut ffi::ibv_srq_attr) -> c_int {

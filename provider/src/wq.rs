@@ -6,16 +6,16 @@
 //! unsignaled WQEs too); SRQ completions may come back out of order across QPs, so each slot
 //! is freed on its own and the consumer index advances over freed slots.
 
-use crate::errno::Result;
+use crate::errno::{Result, EINVAL};
 use crate::lock::Locked;
 use crate::memory::QueueBuffer;
 use core::ops::Deref;
+use core::ptr;
 
 /// A ring of WQEs in librox's memory (pinned by rox.ko) with its bookkeeping, behind the lock
-/// posting and completion processing take (`Deref` to it).
+/// posting and completion processing take (`Deref` to it). The buffer lives inside the lock
+/// too, so an SRQ resize can swap it while nobody posts.
 pub struct Ring {
-    pub buf: QueueBuffer,
-    pub depth: u32,
     wq: Locked<WorkQueue>,
 }
 
@@ -23,9 +23,7 @@ impl Ring {
     /// A zeroed ring of `depth` (a power of two) entries of `1 << entry_shift` bytes.
     pub fn new(depth: u32, entry_shift: u32, order: CompletionOrder) -> Result<Self> {
         Ok(Ring {
-            buf: QueueBuffer::new(depth, entry_shift)?,
-            depth,
-            wq: Locked::new(WorkQueue::new(depth, order)),
+            wq: Locked::new(WorkQueue::new(depth, entry_shift, order)?),
         })
     }
 }
@@ -37,9 +35,11 @@ impl Deref for Ring {
     }
 }
 
-/// One work queue's producer/consumer indices (free-running, wrapping u32, as the doorbell
-/// carries them) and the wr_id of every ring slot.
+/// One work queue's ring buffer, producer/consumer indices (free-running, wrapping u32, as
+/// the doorbell carries them) and the wr_id of every ring slot.
 pub struct WorkQueue {
+    buf: QueueBuffer,
+    entry_shift: u32,
     depth: u32,
     /// Next index to post at.
     pi: u32,
@@ -60,17 +60,76 @@ pub enum CompletionOrder {
 }
 
 impl WorkQueue {
-    pub fn new(depth: u32, order: CompletionOrder) -> Self {
+    pub fn new(depth: u32, entry_shift: u32, order: CompletionOrder) -> Result<Self> {
         assert!(depth.is_power_of_two());
         let slots = depth as usize;
-        WorkQueue {
+        Ok(WorkQueue {
+            buf: QueueBuffer::new(depth, entry_shift)?,
+            entry_shift,
             depth,
             pi: 0,
             ci: 0,
             wr_ids: vec![0; slots].into_boxed_slice(),
             done: (order == CompletionOrder::AnyOrder)
                 .then(|| vec![false; slots].into_boxed_slice()),
+        })
+    }
+
+    /// User virtual address of the ring (what rox.ko pins).
+    pub fn buf_addr(&self) -> u64 {
+        self.buf.addr()
+    }
+
+    /// The ring entry of free-running index `index`, as a `T` (the entry type of this ring).
+    pub fn entry<T>(&self, index: u32) -> *mut T {
+        assert_eq!(size_of::<T>(), 1 << self.entry_shift);
+        self.buf.entry::<T>(index, self.depth)
+    }
+
+    /// A new buffer of `depth` entries holding a copy of every entry not completed yet, at the
+    /// same free-running index (for a resize: the device keeps reading at its own consumer
+    /// index, which lies among them). EINVAL if they do not fit.
+    pub fn resized_copy(&self, depth: u32) -> Result<QueueBuffer> {
+        let outstanding = self.pi.wrapping_sub(self.ci);
+        if !depth.is_power_of_two() || outstanding > depth {
+            return Err(EINVAL);
         }
+        let buf = QueueBuffer::new(depth, self.entry_shift)?;
+        let size = 1usize << self.entry_shift;
+        for k in 0..outstanding {
+            let index = self.ci.wrapping_add(k);
+            let from =
+                self.buf.entry::<u8>(0, 1) as usize + (index & (self.depth - 1)) as usize * size;
+            let to = buf.entry::<u8>(0, 1) as usize + (index & (depth - 1)) as usize * size;
+            // SAFETY: both are whole entries inside their buffers (slot < depth, depth entries
+            // of `size` bytes each); the buffers are distinct mappings.
+            unsafe { ptr::copy_nonoverlapping(from as *const u8, to as *mut u8, size) };
+        }
+        Ok(buf)
+    }
+
+    /// Switch to `buf` (made by [`Self::resized_copy`] with `depth`), keeping every
+    /// outstanding entry's wr_id and completion state under its index. Returns the old buffer.
+    pub fn install(&mut self, buf: QueueBuffer, depth: u32) -> QueueBuffer {
+        let slots = depth as usize;
+        let mut wr_ids = vec![0; slots].into_boxed_slice();
+        let mut done = self
+            .done
+            .as_ref()
+            .map(|_| vec![false; slots].into_boxed_slice());
+        let outstanding = self.pi.wrapping_sub(self.ci);
+        for k in 0..outstanding {
+            let index = self.ci.wrapping_add(k);
+            let (old, new) = (self.slot(index), (index & (depth - 1)) as usize);
+            wr_ids[new] = self.wr_ids[old];
+            if let (Some(d), Some(old_done)) = (done.as_deref_mut(), self.done.as_deref()) {
+                d[new] = old_done[old];
+            }
+        }
+        self.wr_ids = wr_ids;
+        self.done = done;
+        self.depth = depth;
+        core::mem::replace(&mut self.buf, buf)
     }
 
     /// The producer index (what the doorbell announces).
@@ -154,7 +213,7 @@ mod tests {
 
     #[test]
     fn in_order_completion_retires_older_unsignaled_slots() {
-        let mut wq = WorkQueue::new(4, CompletionOrder::InOrder);
+        let mut wq = WorkQueue::new(4, 7, CompletionOrder::InOrder).unwrap();
         for id in 10..14 {
             post(&mut wq, id).expect("room");
         }
@@ -177,7 +236,7 @@ mod tests {
 
     #[test]
     fn indices_wrap_around_u32() {
-        let mut wq = WorkQueue::new(2, CompletionOrder::InOrder);
+        let mut wq = WorkQueue::new(2, 7, CompletionOrder::InOrder).unwrap();
         wq.pi = u32::MAX;
         wq.ci = u32::MAX;
         assert_eq!(post(&mut wq, 1), Some(u32::MAX));
@@ -190,7 +249,7 @@ mod tests {
 
     #[test]
     fn any_order_frees_slots_as_they_complete() {
-        let mut wq = WorkQueue::new(4, CompletionOrder::AnyOrder);
+        let mut wq = WorkQueue::new(4, 7, CompletionOrder::AnyOrder).unwrap();
         for id in 0..4 {
             post(&mut wq, 100 + id).expect("room");
         }
@@ -209,7 +268,7 @@ mod tests {
 
     #[test]
     fn reset_empties() {
-        let mut wq = WorkQueue::new(2, CompletionOrder::AnyOrder);
+        let mut wq = WorkQueue::new(2, 7, CompletionOrder::AnyOrder).unwrap();
         post(&mut wq, 1);
         post(&mut wq, 2);
         assert_eq!(wq.complete(1), Some(2));
@@ -219,5 +278,41 @@ mod tests {
         assert_eq!(post(&mut wq, 4), Some(1));
         assert_eq!(wq.complete(1), Some(4));
         assert_eq!(wq.complete(0), Some(3));
+    }
+
+    #[test]
+    fn resize_keeps_outstanding_entries_and_wr_ids() {
+        let mut wq = WorkQueue::new(4, 7, CompletionOrder::AnyOrder).unwrap();
+        // Indices 0..6 posted over time; 0, 1 and 3 completed: 2, 4, 5 outstanding (ci = 2).
+        for id in 0..4 {
+            let i = post(&mut wq, 100 + id).unwrap();
+            unsafe { wq.entry::<[u8; 128]>(i).write([i as u8; 128]) };
+        }
+        assert_eq!(wq.complete(0), Some(100));
+        assert_eq!(wq.complete(1), Some(101));
+        assert_eq!(wq.complete(3), Some(103));
+        for id in 4..6 {
+            let i = post(&mut wq, 100 + id).unwrap();
+            unsafe { wq.entry::<[u8; 128]>(i).write([i as u8; 128]) };
+        }
+        assert!(wq.resized_copy(2).is_err(), "indices 2..=5 do not fit in 2");
+        let buf = wq.resized_copy(8).unwrap();
+        let old = wq.install(buf, 8);
+        drop(old);
+        assert_eq!(wq.depth, 8);
+        for i in [2u32, 4, 5] {
+            assert_eq!(unsafe { wq.entry::<[u8; 128]>(i).read() }, [i as u8; 128]);
+        }
+        // Indices 2..=5 still occupy the ring (3 is done, 2 is not): four more fit.
+        for id in 6..10 {
+            assert_eq!(post(&mut wq, 100 + id), Some(id as u32));
+        }
+        assert_eq!(post(&mut wq, 99), None);
+        assert_eq!(wq.complete(4), Some(104));
+        assert_eq!(wq.complete(3), None, "completed before the resize");
+        assert_eq!(wq.complete(2), Some(102));
+        assert_eq!(wq.complete(9), Some(109));
+        assert_eq!(wq.complete(5), Some(105));
+        assert_eq!(post(&mut wq, 110), Some(10));
     }
 }

@@ -4,7 +4,7 @@
 # raw uverbs write() ABI (<rdma/ib_user_verbs.h>), bypassing librox's own checks, so every
 # case reaches the driver: udata of the wrong size, zero/oversized queues, unaligned or
 # unmapped rings, MRs over unmapped memory, bad handles, invalid QP transitions, bad port/pkey,
-# bad SRQ limits (bad handles are ib_core's: ENOENT). Then the objects are destroyed by closing the file, rox.ko is unloaded, and
+# bad SRQ limits and resizes (bad handles are ib_core's: ENOENT). Then the objects are destroyed by closing the file, rox.ko is unloaded, and
 # dmesg must hold no warning.
 set -u
 # Leave no rox.ko behind for the next test, whatever happens here.
@@ -47,14 +47,19 @@ struct rox_create_qp_req { uint64_t sq_buf_addr, rq_buf_addr; uint32_t log_sq_de
 struct rox_create_qp_resp { uint32_t qpn, db_slot; };
 struct rox_create_srq_req { uint64_t buf_addr; uint32_t log_depth, reserved; };
 struct rox_create_srq_resp { uint32_t srq_id, db_slot; };
+struct rox_modify_srq_req { uint64_t buf_addr; uint32_t log_depth, reserved; };
+struct rox_resize_cq_req { uint64_t buf_addr; uint32_t log_depth, reserved; };
 _Static_assert(sizeof(struct rox_alloc_ucontext_resp) == 40, "uapi AllocUcontextResp");
 _Static_assert(sizeof(struct rox_create_cq_req) == 16, "uapi CreateCqReq");
 _Static_assert(sizeof(struct rox_create_qp_req) == 24, "uapi CreateQpReq");
 _Static_assert(sizeof(struct rox_create_srq_req) == 16, "uapi CreateSrqReq");
+_Static_assert(sizeof(struct rox_modify_srq_req) == 16, "uapi ModifySrqReq");
+_Static_assert(sizeof(struct rox_resize_cq_req) == 16, "uapi ResizeCqReq");
 
 enum { PAGE = 4096, CQE_SIZE = 32, SQ_WQE_SIZE = 256, RQ_WQE_SIZE = 128 };
 enum { QPS_RESET = 0, QPS_INIT = 1, QPS_RTS = 3, QPT_RC = 2 };
 enum { QP_STATE = 1 << 0, QP_ACCESS_FLAGS = 1 << 3, QP_PKEY_INDEX = 1 << 4, QP_PORT = 1 << 5 };
+enum { SRQ_MAX_WR = 1 << 0, SRQ_LIMIT = 1 << 1 }; /* enum ib_srq_attr_mask */
 
 static int fd, failures, checks;
 
@@ -172,13 +177,31 @@ int main(int argc, char **argv)
 	rm.start = (uintptr_t)ring(4 * PAGE);
 	rm.access_flags = IB_UVERBS_ACCESS_REMOTE_WRITE;
 	expect("reg_mr: remote write without local write", cmd(IB_USER_VERBS_CMD_REG_MR, &rm, sizeof(rm), NULL, 0, sizeof(mr_resp)), EINVAL);
-	rm.access_flags = IB_UVERBS_ACCESS_LOCAL_WRITE | IB_UVERBS_ACCESS_MW_BIND;
-	expect("reg_mr: access flag the device lacks (MW bind)", cmd(IB_USER_VERBS_CMD_REG_MR, &rm, sizeof(rm), NULL, 0, sizeof(mr_resp)), EOPNOTSUPP);
+	rm.access_flags = IB_UVERBS_ACCESS_LOCAL_WRITE | IB_UVERBS_ACCESS_ZERO_BASED;
+	expect("reg_mr: access flag the device lacks (zero based)", cmd(IB_USER_VERBS_CMD_REG_MR, &rm, sizeof(rm), NULL, 0, sizeof(mr_resp)), EOPNOTSUPP);
+	rm.access_flags = IB_UVERBS_ACCESS_LOCAL_WRITE | IB_UVERBS_ACCESS_FLUSH_PERSISTENT;
+	expect("reg_mr: FLUSH_PERSISTENT (no persistent memory)", cmd(IB_USER_VERBS_CMD_REG_MR, &rm, sizeof(rm), NULL, 0, sizeof(mr_resp)), EOPNOTSUPP);
 	rm.access_flags = IB_UVERBS_ACCESS_LOCAL_WRITE;
 	rm.pd_handle = 0xdead;
 	expect("reg_mr: bad PD handle", cmd(IB_USER_VERBS_CMD_REG_MR, &rm, sizeof(rm), NULL, 0, sizeof(mr_resp)), ENOENT);
 	rm.pd_handle = pd;
 	expect("reg_mr 4 pages", cmd(IB_USER_VERBS_CMD_REG_MR, &rm, sizeof(rm), NULL, 0, sizeof(mr_resp)), 0);
+
+	/* --- MW */
+	struct ib_uverbs_alloc_mw_resp mw_resp;
+	struct ib_uverbs_alloc_mw am = { .response = (uintptr_t)&mw_resp, .pd_handle = pd, .mw_type = 3 };
+	expect("alloc_mw: type 3", cmd(IB_USER_VERBS_CMD_ALLOC_MW, &am, sizeof(am), NULL, 0, sizeof(mw_resp)), EINVAL);
+	am.mw_type = 2;
+	expect("alloc_mw: unexpected non-zero driver input", cmd(IB_USER_VERBS_CMD_ALLOC_MW, &am, sizeof(am), &junk, sizeof(junk), sizeof(mw_resp)), EOPNOTSUPP);
+	am.pd_handle = 0xdead;
+	expect("alloc_mw: bad PD handle", cmd(IB_USER_VERBS_CMD_ALLOC_MW, &am, sizeof(am), NULL, 0, sizeof(mw_resp)), ENOENT);
+	am.pd_handle = pd;
+	expect("alloc_mw type 2", cmd(IB_USER_VERBS_CMD_ALLOC_MW, &am, sizeof(am), NULL, 0, sizeof(mw_resp)), 0);
+	struct ib_uverbs_dealloc_mw dm = { .mw_handle = mw_resp.mw_handle };
+	expect("dealloc_mw", cmd(IB_USER_VERBS_CMD_DEALLOC_MW, &dm, sizeof(dm), NULL, 0, 0), 0);
+	expect("dealloc_mw again (stale handle)", cmd(IB_USER_VERBS_CMD_DEALLOC_MW, &dm, sizeof(dm), NULL, 0, 0), ENOENT);
+	am.mw_type = 1;
+	expect("alloc_mw type 1 (left for close)", cmd(IB_USER_VERBS_CMD_ALLOC_MW, &am, sizeof(am), NULL, 0, sizeof(mw_resp)), 0);
 
 	/* --- CQ */
 	void *cq_ring = ring(64 * CQE_SIZE < PAGE ? PAGE : 64 * CQE_SIZE);
@@ -199,6 +222,27 @@ int main(int argc, char **argv)
 	expect("create_cq: ring in unmapped memory", create_cq(64, 0, &cq_req, sizeof(cq_req), NULL), EFAULT);
 	cq_req.buf_addr = (uintptr_t)cq_ring;
 	expect("create_cq 64", create_cq(64, 0, &cq_req, sizeof(cq_req), &cq), 0);
+	struct ib_uverbs_resize_cq_resp rc_resp = {0};
+	struct ib_uverbs_resize_cq rc = { .response = (uintptr_t)&rc_resp, .cq_handle = cq, .cqe = 128 };
+	struct rox_resize_cq_req rc_req = { .buf_addr = (uintptr_t)ring(128 * CQE_SIZE), .log_depth = 7 };
+	expect("resize_cq: no new ring in udata", cmd(IB_USER_VERBS_CMD_RESIZE_CQ, &rc, sizeof(rc), NULL, 0, sizeof(rc_resp)), EINVAL);
+	rc_req.log_depth = 30;
+	expect("resize_cq: ring depth above the maximum", cmd(IB_USER_VERBS_CMD_RESIZE_CQ, &rc, sizeof(rc), &rc_req, sizeof(rc_req), sizeof(rc_resp)), EINVAL);
+	rc_req.log_depth = 7; rc.cqe = 129;
+	expect("resize_cq: more CQEs than the ring holds", cmd(IB_USER_VERBS_CMD_RESIZE_CQ, &rc, sizeof(rc), &rc_req, sizeof(rc_req), sizeof(rc_resp)), EINVAL);
+	rc.cqe = 0;
+	expect("resize_cq: zero CQEs", cmd(IB_USER_VERBS_CMD_RESIZE_CQ, &rc, sizeof(rc), &rc_req, sizeof(rc_req), sizeof(rc_resp)), EINVAL);
+	rc.cqe = 128;
+	rc_req.buf_addr = unmapped();
+	expect("resize_cq: ring in unmapped memory", cmd(IB_USER_VERBS_CMD_RESIZE_CQ, &rc, sizeof(rc), &rc_req, sizeof(rc_req), sizeof(rc_resp)), EFAULT);
+	rc_req.buf_addr = (uintptr_t)ring(128 * CQE_SIZE) + 8;
+	expect("resize_cq: unaligned ring", cmd(IB_USER_VERBS_CMD_RESIZE_CQ, &rc, sizeof(rc), &rc_req, sizeof(rc_req), sizeof(rc_resp)), EINVAL);
+	rc.cq_handle = 0xdead;
+	expect("resize_cq: bad CQ handle", cmd(IB_USER_VERBS_CMD_RESIZE_CQ, &rc, sizeof(rc), &rc_req, sizeof(rc_req), sizeof(rc_resp)), ENOENT);
+	rc.cq_handle = cq;
+	rc_req.buf_addr = (uintptr_t)ring(128 * CQE_SIZE);
+	expect("resize_cq 64 -> 128", cmd(IB_USER_VERBS_CMD_RESIZE_CQ, &rc, sizeof(rc), &rc_req, sizeof(rc_req), sizeof(rc_resp)), 0);
+	expect("resize_cq reports 128 CQEs", rc_resp.cqe == 128 ? 0 : EINVAL, 0);
 
 	/* --- QP */
 	struct rox_create_qp_req qp_req = { .sq_buf_addr = (uintptr_t)ring(16 * SQ_WQE_SIZE),
@@ -221,8 +265,8 @@ int main(int argc, char **argv)
 	expect("modify_qp: port 2", modify_qp(qp, init_mask, QPS_INIT, 2, 0), EINVAL);
 	expect("modify_qp: pkey index 1", modify_qp(qp, init_mask, QPS_INIT, 1, 1), EINVAL);
 	expect("modify_qp: bad QP handle", modify_qp(0xdead, init_mask, QPS_INIT, 1, 0), ENOENT);
-	expect("modify_qp: access flag the device lacks (FLUSH_GLOBAL)",
-		modify_qp_access(qp, init_mask, IB_UVERBS_ACCESS_REMOTE_WRITE | IB_UVERBS_ACCESS_FLUSH_GLOBAL), EOPNOTSUPP);
+	expect("modify_qp: access flag the device lacks (ZERO_BASED)",
+		modify_qp_access(qp, init_mask, IB_UVERBS_ACCESS_REMOTE_WRITE | IB_UVERBS_ACCESS_ZERO_BASED), EOPNOTSUPP);
 	expect("modify_qp: undefined access flag", modify_qp_access(qp, init_mask, 1u << 30), EINVAL);
 	expect("modify_qp RESET -> INIT", modify_qp(qp, init_mask, QPS_INIT, 1, 0), 0);
 	expect("modify_qp: INIT -> RTS", modify_qp(qp, QP_STATE, QPS_RTS, 0, 0), EINVAL);
@@ -237,6 +281,30 @@ int main(int argc, char **argv)
 	expect("create_srq: limit above max_wr", cmd(IB_USER_VERBS_CMD_CREATE_SRQ, &cs, sizeof(cs), &srq_req, sizeof(srq_req), sizeof(srq_resp)), EINVAL);
 	cs.srq_limit = 0;
 	expect("create_srq 16", cmd(IB_USER_VERBS_CMD_CREATE_SRQ, &cs, sizeof(cs), &srq_req, sizeof(srq_req), sizeof(srq_resp)), 0);
+	uint32_t srq = srq_resp.core.srq_handle;
+	struct ib_uverbs_modify_srq ms = { .srq_handle = srq, .attr_mask = SRQ_MAX_WR, .max_wr = 32 };
+	struct rox_modify_srq_req rs = { .buf_addr = (uintptr_t)ring(32 * RQ_WQE_SIZE), .log_depth = 5 };
+	expect("modify_srq resize: no new ring in udata", cmd(IB_USER_VERBS_CMD_MODIFY_SRQ, &ms, sizeof(ms), NULL, 0, 0), EINVAL);
+	rs.log_depth = 30;
+	expect("modify_srq resize: ring depth above the maximum", cmd(IB_USER_VERBS_CMD_MODIFY_SRQ, &ms, sizeof(ms), &rs, sizeof(rs), 0), EINVAL);
+	rs.log_depth = 5; ms.max_wr = 33;
+	expect("modify_srq resize: more WRs than the ring holds", cmd(IB_USER_VERBS_CMD_MODIFY_SRQ, &ms, sizeof(ms), &rs, sizeof(rs), 0), EINVAL);
+	ms.max_wr = 32; ms.attr_mask = SRQ_MAX_WR | SRQ_LIMIT; ms.srq_limit = 33;
+	expect("modify_srq resize: limit above the new depth", cmd(IB_USER_VERBS_CMD_MODIFY_SRQ, &ms, sizeof(ms), &rs, sizeof(rs), 0), EINVAL);
+	ms.attr_mask = SRQ_MAX_WR; ms.srq_limit = 0;
+	rs.buf_addr = unmapped();
+	expect("modify_srq resize: ring in unmapped memory", cmd(IB_USER_VERBS_CMD_MODIFY_SRQ, &ms, sizeof(ms), &rs, sizeof(rs), 0), EFAULT);
+	rs.buf_addr = (uintptr_t)ring(32 * RQ_WQE_SIZE) + 64;
+	expect("modify_srq resize: unaligned ring", cmd(IB_USER_VERBS_CMD_MODIFY_SRQ, &ms, sizeof(ms), &rs, sizeof(rs), 0), EINVAL);
+	ms.attr_mask = 1u << 7;
+	expect("modify_srq: unknown attribute", cmd(IB_USER_VERBS_CMD_MODIFY_SRQ, &ms, sizeof(ms), NULL, 0, 0), EINVAL);
+	ms.attr_mask = SRQ_MAX_WR;
+	rs.buf_addr = (uintptr_t)ring(32 * RQ_WQE_SIZE);
+	expect("modify_srq resize 16 -> 32", cmd(IB_USER_VERBS_CMD_MODIFY_SRQ, &ms, sizeof(ms), &rs, sizeof(rs), 0), 0);
+	struct ib_uverbs_query_srq_resp qs_resp = {0};
+	struct ib_uverbs_query_srq qs = { .response = (uintptr_t)&qs_resp, .srq_handle = srq };
+	expect("query_srq", cmd(IB_USER_VERBS_CMD_QUERY_SRQ, &qs, sizeof(qs), NULL, 0, sizeof(qs_resp)), 0);
+	expect("query_srq after resize: max_wr is 32", qs_resp.max_wr == 32 ? 0 : EINVAL, 0);
 
 	/* --- destroy */
 	struct ib_uverbs_destroy_qp_resp dq_resp;

@@ -1,8 +1,11 @@
 #!/bin/bash
-# librox's control path on a rox device (guest): ibv_devinfo -v shows rox_0 with real caps,
-# PORT_ACTIVE and link layer Ethernet; rdma-core's own pyverbs object tests (device, PD, MR, CQ,
-# QP, SRQ) run on rox_0 and, for comparison, on rdma_rxe in the same guest. Passes when rox_0
-# has no failure and no error. Skips (exit 0) when the guest has no rox device.
+# librox on a rox device (guest): ibv_devinfo -v shows rox_0 with real caps (FLUSH, ATOMIC
+# WRITE, SRQ resize, memory windows among them), PORT_ACTIVE and link layer Ethernet; rdma-core's own pyverbs
+# tests (device, PD, MR, CQ, QP, SRQ, the extended post API of test_qpex) run on rox_0 and, for
+# comparison, on rdma_rxe in the same guest. Fails on any rox_0 failure or error, if a test in
+# REQUIRED does not pass on rox_0, or if a test passes on rxe0 but not on rox_0 unless
+# RXE_ONLY names it with the reason. Then an SRQ resize with WRs posted must lose none.
+# Skips (exit 0) when the guest has no rox device.
 set -u
 fail() { echo "FAIL: $*"; exit 1; }
 skip() { echo "SKIP: $*"; exit 0; }
@@ -11,10 +14,40 @@ ROX_VENDOR=0x524f # rox_uapi::regs::PCI_VENDOR_ID
 # rdma-core's pyverbs suite as Debian ships it: most files gzipped by dh_compress, so it runs
 # from an unpacked copy.
 PYVERBS_SUITE=/usr/share/doc/rdma-core/tests
-# Test modules of the control path (issue 4); the trailing dot keeps test_qp from matching
-# test_qpex.
-MODULES=(test_device test_pd test_mr test_cq test_qp test_srq)
+# Test modules of the control path (issue 4) and of the extended post API (FLUSH, ATOMIC
+# WRITE); the trailing dot keeps test_qp from matching test_qpex.
+MODULES=(test_device test_pd test_mr test_cq test_qp test_srq test_qpex)
 TEST_TIMEOUT=1200
+# Tests that must pass on rox_0 (Class.test): what rox implemented for issue 5.
+REQUIRED=(
+	QpExTestCase.test_qp_ex_rc_flush
+	QpExTestCase.test_qp_ex_rc_flush_type_violate
+	QpExTestCase.test_qp_ex_rc_atomic_write
+	QpExTestCase.test_qp_ex_rc_send
+	QpExTestCase.test_qp_ex_rc_send_imm
+	QpExTestCase.test_qp_ex_rc_rdma_write
+	QpExTestCase.test_qp_ex_rc_rdma_write_imm
+	QpExTestCase.test_qp_ex_rc_rdma_write_zero_length
+	QpExTestCase.test_qp_ex_rc_rdma_read
+	QpExTestCase.test_qp_ex_rc_rdma_read_zero_size
+	QpExTestCase.test_qp_ex_rc_atomic_cmp_swp
+	QpExTestCase.test_qp_ex_rc_atomic_fetch_add
+	QpExTestCase.test_qp_ex_ud_send
+	QpExTestCase.test_qp_ex_rc_bind_mw
+	CQTest.test_resize_cq
+	SrqTestCase.test_resize_srq
+	SrqTestCase.test_rc_srq_traffic
+	MWTest.test_mw_type1
+	MWTest.test_invalidate_mw_type1
+	MWTest.test_mw_type2
+	MWTest.test_mw_type2_invalidate_local
+	MWTest.test_mw_type2_invalidate_remote
+	MWTest.test_mw_type2_invalidate_dealloc
+	MWTest.test_reg_mw_wrong_type
+)
+# Tests rxe0 passes that rox_0 may skip, each with the reason (Class.test=reason). Empty: rox
+# passes everything rxe passes in these modules.
+RXE_ONLY=()
 
 [ -f /usr/lib/x86_64-linux-gnu/libibverbs/librox-rdmav34.so ] ||
 	skip "librox is not installed in the root (scripts/build-provider.sh installs it)"
@@ -45,6 +78,14 @@ for cap in max_qp max_qp_wr max_cq max_cqe max_mr max_pd max_sge max_srq max_srq
 done
 [ "$(devinfo_value vendor_id)" = "$ROX_VENDOR" ] ||
 	fail "rox_0 vendor_id is '$(devinfo_value vendor_id)', want $ROX_VENDOR"
+for flag in SRQ_RESIZE MEM_WINDOW MEM_WINDOW_TYPE_2B; do
+	grep -qw "$flag" /tmp/devinfo.out || fail "rox_0 does not advertise $flag"
+done
+# ibv_devinfo prints no names for these bits of device_cap_flags_ex (enum ib_uverbs_device_cap_flags).
+caps_ex=$(devinfo_value device_cap_flags_ex)
+for bit in 38:FLUSH_GLOBAL 40:ATOMIC_WRITE; do
+	(( (${caps_ex:-0} >> ${bit%%:*}) & 1 )) || fail "rox_0 does not advertise ${bit#*:} ($caps_ex)"
+done
 
 # --- pyverbs object tests, rox_0 next to rxe0
 netdev=$(ip -o link show | awk -F': ' '$2 != "lo" { print $2; exit }')
@@ -81,9 +122,109 @@ printf '%-8s %6s %6s %6s %6s\n' rox_0 "$rox_pass" "$rox_fail" "$rox_err" "$rox_s
 printf '%-8s %6s %6s %6s %6s\n' rxe0 "$rxe_pass" "$rxe_fail" "$rxe_err" "$rxe_skip"
 [ -e /sys/class/infiniband/rxe0 ] && rdma link delete rxe0
 
+# Per-test results (Class.test status) of a unittest -v log; a status may follow output the
+# test printed, on a later line.
+results() {
+	python3 - "$1" <<'PY'
+import re, sys
+lines = open(sys.argv[1], errors="replace").read().splitlines()
+for i, line in enumerate(lines):
+    m = re.match(r"^(test\w+) \(([\w.]+)\)(?: \.\.\. ?(.*))?$", line)
+    if not m:
+        continue
+    status, j = (m.group(3) or "").strip(), i
+    while not re.match(r"(ok|FAIL|ERROR|skipped)", status):
+        j += 1
+        if j >= len(lines) or re.match(r"^test\w+ \(", lines[j]):
+            status = "?"
+            break
+        found = re.search(r"(?:^|\s)(ok|FAIL|ERROR|skipped .*)$", lines[j])
+        status = found.group(1) if found else status
+    print(m.group(2).split(".")[-2] + "." + m.group(1), status.split()[0])
+PY
+}
+results /tmp/pyverbs-rox_0.log >/tmp/pyverbs-rox_0.results
+missing=()
+for t in "${REQUIRED[@]}"; do
+	grep -qx "$t ok" /tmp/pyverbs-rox_0.results || missing+=("$t ($(awk -v t="$t" '$1 == t { print $2 }' /tmp/pyverbs-rox_0.results))")
+done
+rxe_only=()
+if [ -s /tmp/pyverbs-rxe0.log ]; then
+	results /tmp/pyverbs-rxe0.log >/tmp/pyverbs-rxe0.results
+	while read -r t status; do
+		[ "$status" = ok ] || continue
+		grep -qx "$t ok" /tmp/pyverbs-rox_0.results && continue
+		reason=
+		for r in ${RXE_ONLY[@]+"${RXE_ONLY[@]}"}; do [ "${r%%=*}" = "$t" ] && reason=${r#*=}; done
+		if [ -n "$reason" ]; then
+			echo "rxe0 only: $t ($reason)"
+		else
+			rxe_only+=("$t")
+		fi
+	done </tmp/pyverbs-rxe0.results
+fi
+
 if [ "$rox_fail" != 0 ] || [ "$rox_err" != 0 ] || [ "$rox_pass" = 0 ]; then
 	grep -E '^(FAIL|ERROR):' /tmp/pyverbs-rox_0.log
 	tail -60 /tmp/pyverbs-rox_0.log
 	fail "pyverbs object tests on rox_0: $rox_fail failed, $rox_err errors, $rox_pass passed"
 fi
-echo "librox: pyverbs object tests pass on rox_0"
+[ ${#missing[@]} = 0 ] || fail "required pyverbs tests did not pass on rox_0: ${missing[*]}"
+[ ${#rxe_only[@]} = 0 ] || fail "pass on rxe0 but not on rox_0 (and RXE_ONLY gives no reason): ${rxe_only[*]}"
+echo "librox: pyverbs tests pass on rox_0 (${#REQUIRED[@]} required ones among them)"
+
+# --- SRQ resize with WRs posted: none is lost, every one completes with its own wr_id.
+cat >/tmp/srq-resize.py <<'PY'
+import sys
+# The suite as package `tests` (argv[2]/tests -> the unpacked suite), its helpers (argv[1]).
+sys.path[:0] = [sys.argv[2], sys.argv[1]]
+import pyverbs.enums as e
+from pyverbs.device import Context
+from pyverbs.srq import SrqAttr
+from tests.base import RCResources
+import tests.utils as u
+
+DEPTH = 8
+with Context(name="rox_0") as ctx:
+    # The first GID table entry in use (loopback on one port works with any).
+    gid_index = next(i for i in range(ctx.query_port(1).gid_tbl_len)
+                     if int(str(ctx.query_gid(1, i)).replace(":", ""), 16) != 0)
+
+class Res(RCResources):
+    def create_srq_attr(self):
+        return SrqAttr(max_wr=DEPTH)
+
+server = Res(dev_name="rox_0", ib_port=1, gid_index=gid_index, with_srq=True)
+client = Res(dev_name="rox_0", ib_port=1, gid_index=gid_index, with_srq=True)
+server.pre_run(client.psns, client.qps_num)
+client.pre_run(server.psns, server.qps_num)
+before = server.srq.query().max_wr
+posted = before - 2
+total = before * 2
+for i in range(posted):
+    wr = u.get_recv_wr(server)
+    wr.wr_id = 1000 + i
+    server.srq.post_recv(wr)
+server.srq.modify(SrqAttr(max_wr=before * 4), e.IBV_SRQ_MAX_WR)
+after = server.srq.query().max_wr
+assert after >= before * 4, f"max_wr {before} -> {after}"
+for i in range(posted, total):
+    wr = u.get_recv_wr(server)
+    wr.wr_id = 1000 + i
+    server.srq.post_recv(wr)
+seen = []
+for i in range(total):
+    send_wr, _ = u.get_send_elements(client, False)
+    u.send(client, send_wr)
+    u.poll_cq(client.cq)
+    wc = u._poll_cq(server.cq)[0]
+    assert wc.status == e.IBV_WC_SUCCESS, wc
+    seen.append(wc.wr_id)
+assert seen == [1000 + i for i in range(total)], seen
+print(f"srq resize {before} -> {after} with {posted} WRs posted: {total} receives in order")
+for res in (client, server):
+    res.ctx.close()
+PY
+mkdir -p /tmp/rdma-tests-pkg && ln -sfn "$suite" /tmp/rdma-tests-pkg/tests
+python3 -B /tmp/srq-resize.py "$suite" /tmp/rdma-tests-pkg || fail "SRQ resize lost or reordered receive WRs"
+echo "librox: SRQ resize keeps posted receive WRs"

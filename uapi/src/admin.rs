@@ -30,12 +30,19 @@ pub const ADMIN_OP_SET_GID: u8 = 0x03;
 pub const ADMIN_OP_READ_MAC: u8 = 0x04;
 /// Payload [`RegMrCmd`]; result0 = lkey, result1 = rkey.
 pub const ADMIN_OP_REG_MR: u8 = 0x10;
-/// Payload [`HandleCmd`] (handle = lkey).
+/// Payload [`HandleCmd`] (handle = lkey). Memory windows bound to the MR are unbound.
 pub const ADMIN_OP_DEREG_MR: u8 = 0x11;
+/// Payload [`AllocMwCmd`]; result0 = the window's rkey (`MW_KEY_FLAG` set; the low 8 bits
+/// change with binds, the rest names the window).
+pub const ADMIN_OP_ALLOC_MW: u8 = 0x12;
+/// Payload [`HandleCmd`] (handle = any rkey of the window).
+pub const ADMIN_OP_DEALLOC_MW: u8 = 0x13;
 /// Payload [`CreateCqCmd`]; result0 = CQ id.
 pub const ADMIN_OP_CREATE_CQ: u8 = 0x20;
 /// Payload [`HandleCmd`] (handle = CQ id).
 pub const ADMIN_OP_DESTROY_CQ: u8 = 0x21;
+/// Payload [`ResizeCqCmd`]: the CQ continues in a new ring; result0 = its depth.
+pub const ADMIN_OP_RESIZE_CQ: u8 = 0x22;
 /// Payload [`CreateQpCmd`]; result0 = QPN.
 pub const ADMIN_OP_CREATE_QP: u8 = 0x30;
 /// Payload [`ModifyQpCmd`].
@@ -116,6 +123,8 @@ pub union AdminPayload {
     pub create_qp: CreateQpCmd,
     pub modify_qp: ModifyQpCmd,
     pub create_srq: CreateSrqCmd,
+    pub alloc_mw: AllocMwCmd,
+    pub resize_cq: ResizeCqCmd,
     pub modify_srq: ModifySrqCmd,
     pub set_port_state: SetPortStateCmd,
 }
@@ -294,6 +303,36 @@ pub struct ModifyQpCmd {
     pub attr: QpAttr,
 }
 
+/// Resize a CQ: the device moves the CQEs software has not consumed (from the consumer index
+/// in the CQ's doorbell slot to its producer index) to the same free-running indices of the
+/// new ring, with the owner bit of the new depth, marks every other entry of the new ring
+/// not valid for the next index that lands on it, and writes all later CQEs there. BAD_PARAM
+/// if the unconsumed CQEs do not fit, the CQ is in error, or the depth is out of range.
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct ResizeCqCmd {
+    pub cq: u32,
+    /// log2 of the new depth (`DEV_MIN_LOG_DEPTH..=DEV_MAX_LOG_CQ_DEPTH`).
+    pub log_depth: u8,
+    pub reserved: [u8; 3],
+    pub ring: PageList,
+}
+
+/// Allocate a memory window.
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct AllocMwCmd {
+    pub pd: u32,
+    /// `verbs::MW_TYPE_1` or `verbs::MW_TYPE_2`.
+    pub mw_type: u8,
+    pub reserved: [u8; 3],
+}
+/// Memory window rkeys have this bit set; MR keys never do.
+pub const MW_KEY_FLAG: u32 = 1 << 31;
+/// The bits of a key that change from binding to binding (type 1: librox increments them;
+/// type 2: the binder chooses them).
+pub const KEY_VARIANT_MASK: u32 = 0xff;
+
 /// Create a shared receive queue.
 #[repr(C)]
 #[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
@@ -318,10 +357,18 @@ pub const SRQ_ATTR_LIMIT: u32 = 1 << 1;
 #[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
 pub struct ModifySrqCmd {
     pub srq: u32,
-    /// Only `SRQ_ATTR_LIMIT` is supported (resizing is not).
+    /// `SRQ_ATTR_LIMIT` and/or `SRQ_ATTR_MAX_WR` (resize: switch to `ring`).
     pub attr_mask: u32,
     pub limit: u32,
-    pub reserved: u32,
+    /// `SRQ_ATTR_MAX_WR`: log2 of the new ring's depth (`DEV_MIN_LOG_DEPTH..=
+    /// DEV_MAX_LOG_WQ_DEPTH`).
+    pub log_depth: u8,
+    pub reserved: [u8; 3],
+    /// `SRQ_ATTR_MAX_WR`: the new ring. Free-running indices carry on: software copies every
+    /// WQE still posted (index `i` at slot `i & (new_depth - 1)`) before the command; the
+    /// device then reads the WQEs from `ci` on in the new ring. BAD_PARAM if more WQEs are
+    /// posted than the new ring holds, or if the limit exceeds its depth.
+    pub ring: PageList,
 }
 
 /// Payload of `ADMIN_OP_SET_PORT_STATE`.
@@ -415,6 +462,7 @@ pub const DEV_MAX_QP: u32 = 1024;
 pub const DEV_MAX_CQ: u32 = 1024;
 pub const DEV_MAX_SRQ: u32 = 256;
 pub const DEV_MAX_MR: u32 = 4096;
+pub const DEV_MAX_MW: u32 = 4096;
 /// Largest log2 depth of an SQ, RQ or SRQ.
 pub const DEV_MAX_LOG_WQ_DEPTH: u8 = 14;
 /// Largest log2 depth of a CQ.

@@ -50,19 +50,25 @@ pub const WQE_FLAG_FENCE: u8 = 1 << 3;
 pub const WQE_FLAGS_ALL: u8 =
     WQE_FLAG_SIGNALED | WQE_FLAG_SOLICITED | WQE_FLAG_INLINE | WQE_FLAG_FENCE;
 
-/// RDMA / atomic segment of an RC/UC send WQE (bytes 24..64).
+/// RDMA / atomic / FLUSH segment of an RC/UC send WQE (bytes 24..64).
 #[repr(C)]
 #[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
 pub struct RdmaSeg {
-    /// WRITE/READ: remote virtual address; atomics: remote address (8-byte aligned).
+    /// WRITE/READ/FLUSH: remote virtual address; atomics: remote address (8-byte aligned).
     pub remote_addr: u64,
     pub rkey: u32,
-    pub reserved0: u32,
-    /// CMP_AND_SWP: compare value; FETCH_AND_ADD: add value.
+    /// FLUSH with `FLUSH_LEVEL_RANGE`: bytes to flush from `remote_addr`.
+    pub length: u32,
+    /// CMP_AND_SWP: compare value; FETCH_AND_ADD: add value; ATOMIC_WRITE: the 8 bytes to
+    /// write, in memory order (`u64::from_ne_bytes` of them).
     pub compare_add: u64,
     /// CMP_AND_SWP: swap value.
     pub swap: u64,
-    pub reserved1: u64,
+    /// FLUSH: `verbs::FLUSH_TYPE_*` bits (at least one).
+    pub flush_type: u8,
+    /// FLUSH: `verbs::FLUSH_LEVEL_*`.
+    pub flush_level: u8,
+    pub reserved: [u8; 6],
 }
 const _: () = assert!(core::mem::size_of::<RdmaSeg>() == 40);
 
@@ -85,12 +91,30 @@ pub struct UdSeg {
 }
 const _: () = assert!(core::mem::size_of::<UdSeg>() == 40);
 
-/// Bytes 24..64 of a send WQE: [`RdmaSeg`] for RC/UC, [`UdSeg`] for UD/GSI.
+/// Memory window bind segment of a `WR_BIND_MW` WQE (bytes 24..64): bind the window whose
+/// rkey index (`new_rkey >> 8`) this names to `[addr, addr + length)` of the MR `lkey`, with
+/// `access` (`verbs::ACCESS_MW_ALLOWED` bits); its rkey becomes `new_rkey`. Length 0 unbinds
+/// a type 1 window.
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct BindSeg {
+    pub addr: u64,
+    pub length: u64,
+    pub new_rkey: u32,
+    pub lkey: u32,
+    pub access: u32,
+    pub reserved: [u8; 12],
+}
+const _: () = assert!(core::mem::size_of::<BindSeg>() == 40);
+
+/// Bytes 24..64 of a send WQE: [`RdmaSeg`] for RC/UC, [`UdSeg`] for UD/GSI, [`BindSeg`] for
+/// `WR_BIND_MW`.
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub union SqSeg {
     pub rdma: RdmaSeg,
     pub ud: UdSeg,
+    pub bind: BindSeg,
 }
 const _: () = assert!(core::mem::size_of::<SqSeg>() == 40);
 

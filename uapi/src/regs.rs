@@ -158,6 +158,15 @@ pub const CAP_SRQ: u32 = 1 << 3;
 pub const CAP_ATOMIC: u32 = 1 << 4;
 pub const CAP_INLINE: u32 = 1 << 5;
 pub const CAP_IMM: u32 = 1 << 6;
+/// RC FLUSH (placement type GLOBAL) and RC ATOMIC_WRITE (IBA memory placement extensions).
+pub const CAP_FLUSH: u32 = 1 << 7;
+pub const CAP_ATOMIC_WRITE: u32 = 1 << 8;
+/// MODIFY_SRQ with `SRQ_ATTR_MAX_WR` switches an SRQ to a new ring (resize).
+pub const CAP_SRQ_RESIZE: u32 = 1 << 9;
+/// Memory windows of type 1 and 2 (2B: bound to one QP), LOCAL_INV, SEND_WITH_INV.
+pub const CAP_MW: u32 = 1 << 10;
+/// RESIZE_CQ.
+pub const CAP_CQ_RESIZE: u32 = 1 << 11;
 
 // ---------------------------------------------------------------------------------------------
 // Doorbell pages (BAR2)

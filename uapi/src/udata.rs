@@ -83,9 +83,30 @@ pub struct CreateSrqResp {
     pub db_slot: u32,
 }
 
+/// `ibv_resize_cq`: the new ring (zeroed; the device fills it, see `admin::ResizeCqCmd`).
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct ResizeCqReq {
+    pub buf_addr: u64,
+    pub log_depth: u32,
+    pub reserved: u32,
+}
+
+/// `ibv_modify_srq` with `IBV_SRQ_MAX_WR` (resize): the new ring, already holding a copy of
+/// every WQE still posted at the same free-running index.
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct ModifySrqReq {
+    pub buf_addr: u64,
+    pub log_depth: u32,
+    pub reserved: u32,
+}
+
 const _: () = assert!(core::mem::size_of::<CreateCqReq>() == 16);
 const _: () = assert!(core::mem::size_of::<CreateCqResp>() == 8);
 const _: () = assert!(core::mem::size_of::<CreateQpReq>() == 24);
 const _: () = assert!(core::mem::size_of::<CreateQpResp>() == 8);
 const _: () = assert!(core::mem::size_of::<CreateSrqReq>() == 16);
 const _: () = assert!(core::mem::size_of::<CreateSrqResp>() == 8);
+const _: () = assert!(core::mem::size_of::<ModifySrqReq>() == 16);
+const _: () = assert!(core::mem::size_of::<ResizeCqReq>() == 16);

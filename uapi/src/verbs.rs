@@ -31,12 +31,19 @@ pub const WC_OPC_RDMA_WRITE: u8 = 1;
 pub const WC_OPC_RDMA_READ: u8 = 2;
 pub const WC_OPC_COMP_SWAP: u8 = 3;
 pub const WC_OPC_FETCH_ADD: u8 = 4;
+pub const WC_OPC_BIND_MW: u8 = 5;
+pub const WC_OPC_LOCAL_INV: u8 = 6;
+pub const WC_OPC_FLUSH: u8 = 8;
+pub const WC_OPC_ATOMIC_WRITE: u8 = 9;
 pub const WC_OPC_RECV: u8 = 128;
 pub const WC_OPC_RECV_RDMA_WITH_IMM: u8 = 129;
 
 /// Work completion flags (`IBV_WC_GRH`, `IBV_WC_WITH_IMM`; same bits in the kernel).
 pub const WC_FLAG_GRH: u8 = 1 << 0;
 pub const WC_FLAG_WITH_IMM: u8 = 1 << 1;
+/// The message was a SEND with invalidate: `Cqe::imm_data` holds the invalidated rkey (host
+/// order, like `ibv_wc.invalidated_rkey`).
+pub const WC_FLAG_WITH_INV: u8 = 1 << 3;
 
 /// Work request opcode (`enum ibv_wr_opcode` / `enum ib_wr_opcode`), used in [`super::queue::SqWqe::opcode`].
 pub const WR_RDMA_WRITE: u8 = 0;
@@ -46,21 +53,58 @@ pub const WR_SEND_WITH_IMM: u8 = 3;
 pub const WR_RDMA_READ: u8 = 4;
 pub const WR_ATOMIC_CMP_AND_SWP: u8 = 5;
 pub const WR_ATOMIC_FETCH_AND_ADD: u8 = 6;
+/// Invalidate the memory window named by `RdmaSeg::rkey` (type 2, bound, same PD).
+pub const WR_LOCAL_INV: u8 = 7;
+/// Bind a memory window (`SqSeg::bind`).
+pub const WR_BIND_MW: u8 = 8;
+/// RC SEND whose last packet asks the responder to invalidate `RdmaSeg::rkey` (a type 2
+/// memory window bound to the responder's QP).
+pub const WR_SEND_WITH_INV: u8 = 9;
+/// RC only: make earlier writes to a remote range (or whole MR) globally visible / persistent
+/// (IBA memory placement extensions; the WQE's `RdmaSeg` carries length, type and level).
+pub const WR_FLUSH: u8 = 14;
+/// RC only: write 8 bytes atomically (`RdmaSeg::compare_add` holds them, in memory order).
+pub const WR_ATOMIC_WRITE: u8 = 15;
+
+/// FLUSH placement types (`IBV_FLUSH_GLOBAL` / `IBV_FLUSH_PERSISTENT`; the FETH's PLT bits).
+pub const FLUSH_TYPE_GLOBAL: u8 = 1 << 0;
+pub const FLUSH_TYPE_PERSISTENT: u8 = 1 << 1;
+pub const FLUSH_TYPES_ALL: u8 = FLUSH_TYPE_GLOBAL | FLUSH_TYPE_PERSISTENT;
+/// FLUSH selectivity levels (`IBV_FLUSH_RANGE` / `IBV_FLUSH_MR`; the FETH's SEL field).
+pub const FLUSH_LEVEL_RANGE: u8 = 0;
+pub const FLUSH_LEVEL_MR: u8 = 1;
 
 /// Memory access flags (`IB_ACCESS_*` / `IBV_ACCESS_*`).
 pub const ACCESS_LOCAL_WRITE: u32 = 1 << 0;
 pub const ACCESS_REMOTE_WRITE: u32 = 1 << 1;
 pub const ACCESS_REMOTE_READ: u32 = 1 << 2;
 pub const ACCESS_REMOTE_ATOMIC: u32 = 1 << 3;
-/// All access bits the device understands; others are rejected with `ADMIN_STATUS_BAD_PARAM`.
-pub const ACCESS_SUPPORTED: u32 =
+/// Memory windows may be bound to the region.
+pub const ACCESS_MW_BIND: u32 = 1 << 4;
+/// The access bits a memory window can grant (`ibv_mw_bind_info.mw_access_flags`; LOCAL_WRITE
+/// is accepted and means nothing for a window).
+pub const ACCESS_MW_ALLOWED: u32 =
     ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE | ACCESS_REMOTE_READ | ACCESS_REMOTE_ATOMIC;
-/// The last access bit IB defines individually (`IB_ACCESS_FLUSH_PERSISTENT`).
+/// The region / QP accepts FLUSH requests of placement type GLOBAL.
+pub const ACCESS_FLUSH_GLOBAL: u32 = 1 << 8;
+/// The region / QP accepts FLUSH requests of placement type PERSISTENT. The last access bit IB
+/// defines individually (`IB_ACCESS_FLUSH_PERSISTENT`).
 pub const ACCESS_FLUSH_PERSISTENT: u32 = 1 << 9;
+/// All access bits the device understands on an MR; others are rejected with
+/// `ADMIN_STATUS_BAD_PARAM`. No FLUSH_PERSISTENT: rox has no persistent memory (like rdma_rxe
+/// on pages that are not pmem), so a PERSISTENT FLUSH always meets a region without it.
+pub const ACCESS_SUPPORTED: u32 = ACCESS_LOCAL_WRITE
+    | ACCESS_REMOTE_WRITE
+    | ACCESS_REMOTE_READ
+    | ACCESS_REMOTE_ATOMIC
+    | ACCESS_MW_BIND
+    | ACCESS_FLUSH_GLOBAL;
+/// All access bits the device understands on a QP (which FLUSH types a peer may request).
+pub const ACCESS_QP_SUPPORTED: u32 = ACCESS_SUPPORTED | ACCESS_FLUSH_PERSISTENT;
 /// IB's optional (hint) access bits, `IB_ACCESS_OPTIONAL_FIRST..=IB_ACCESS_OPTIONAL_LAST`.
 pub const ACCESS_OPTIONAL_MASK: u32 = ((1 << 30) - 1) & !((1 << 20) - 1);
 /// Every access bit IB defines: a bit outside this is invalid, a bit inside it but outside
-/// [`ACCESS_SUPPORTED`] is a feature rox lacks (EOPNOTSUPP).
+/// [`ACCESS_SUPPORTED`] / [`ACCESS_QP_SUPPORTED`] is a feature rox lacks (EOPNOTSUPP).
 pub const ACCESS_IB_DEFINED: u32 = ((ACCESS_FLUSH_PERSISTENT << 1) - 1) | ACCESS_OPTIONAL_MASK;
 
 /// QP states (`enum ib_qp_state` / `enum ibv_qp_state`).
@@ -71,6 +115,10 @@ pub const QPS_RTS: u8 = 3;
 pub const QPS_SQD: u8 = 4;
 pub const QPS_SQE: u8 = 5;
 pub const QPS_ERR: u8 = 6;
+
+/// Memory window types (`enum ibv_mw_type`).
+pub const MW_TYPE_1: u8 = 1;
+pub const MW_TYPE_2: u8 = 2;
 
 /// QP types (`enum ib_qp_type`; RC/UC/UD equal `enum ibv_qp_type`).
 pub const QPT_GSI: u8 = 1;

@@ -41,6 +41,8 @@ pod!(
     rox_uapi::admin::SetGidCmd,
     rox_uapi::admin::RegMrCmd,
     rox_uapi::admin::CreateCqCmd,
+    rox_uapi::admin::AllocMwCmd,
+    rox_uapi::admin::ResizeCqCmd,
     rox_uapi::admin::CreateQpCmd,
     rox_uapi::admin::ModifyQpCmd,
     rox_uapi::admin::CreateSrqCmd,

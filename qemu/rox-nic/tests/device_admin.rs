@@ -443,7 +443,7 @@ fn srq_limit_modify_and_query() {
         srq: srq.id,
         attr_mask: SRQ_ATTR_LIMIT,
         limit: 9,
-        reserved: 0,
+        ..Default::default()
     };
     d.admin_ok(ADMIN_OP_MODIFY_SRQ, payload(&m));
     assert_eq!(

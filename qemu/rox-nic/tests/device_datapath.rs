@@ -14,6 +14,8 @@ use rox_uapi::verbs::*;
 const PD: u32 = 3;
 const ALL_ACCESS: u32 =
     ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE | ACCESS_REMOTE_READ | ACCESS_REMOTE_ATOMIC;
+/// The pair's QPs also accept FLUSH requests of both types (their MRs decide).
+const QP_ACCESS: u32 = ALL_ACCESS | ACCESS_FLUSH_GLOBAL | ACCESS_FLUSH_PERSISTENT;
 
 struct Pair {
     d: TestDriver,
@@ -41,8 +43,8 @@ fn pair(qp_type: u8) -> Pair {
         d.activate_ud(&a, 0x1111);
         d.activate_ud(&b, 0x1111);
     } else {
-        d.connect(&a, gid, b.qpn, ALL_ACCESS);
-        d.connect(&b, gid, a.qpn, ALL_ACCESS);
+        d.connect(&a, gid, b.qpn, QP_ACCESS);
+        d.connect(&b, gid, a.qpn, QP_ACCESS);
     }
     let buf_a = d.ram.alloc(BUF, 4096);
     let buf_b = d.ram.alloc(BUF, 4096);
@@ -435,7 +437,7 @@ fn srq_shared_by_two_qps_and_limit_event() {
         srq: srq.id,
         attr_mask: SRQ_ATTR_LIMIT,
         limit: 3,
-        reserved: 0,
+        ..Default::default()
     };
     d.admin_ok(ADMIN_OP_MODIFY_SRQ, payload(&m));
     d.ram.write(buf, b"via srq");
@@ -1354,4 +1356,488 @@ fn wild_receive_index_found_by_an_arriving_send_makes_the_qp_fatal() {
         ADMIN_STATUS_SUCCESS
     );
     assert_eq!(p.d.query_qp(p.a.qpn).qp_state, QPS_RESET);
+}
+
+/// FLUSH and ATOMIC WRITE WQEs through the device: the segment fields decode, the MR's FLUSH
+/// access is checked, an MR cannot claim persistence, and bad WQEs complete in error.
+#[test]
+fn flush_and_atomic_write_wqes() {
+    let mut p = pair(QPT_RC);
+    assert_eq!(
+        p.d.reg_mr(PD, p.buf_b, 4096, ALL_ACCESS | ACCESS_FLUSH_PERSISTENT),
+        Err(ADMIN_STATUS_BAD_PARAM),
+        "no persistent memory"
+    );
+    let flush_key =
+        p.d.reg_mr(
+            PD,
+            p.buf_b,
+            BUF,
+            ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE | ACCESS_FLUSH_GLOBAL,
+        )
+        .unwrap();
+    // ATOMIC WRITE: the 8 bytes travel in compare_add.
+    let target = p.buf_b + 64;
+    let value = u64::from_ne_bytes(*b"8 bytes!");
+    let w = with_atomic(
+        send_wqe(1, WR_ATOMIC_WRITE, WQE_FLAG_SIGNALED, &[]),
+        target,
+        p.key_b,
+        value,
+        0,
+    );
+    p.d.post_send(&mut p.a, &w);
+    let c = p.d.wait_cqe(&mut p.cq_a);
+    assert_eq!((c.status, c.opcode), (WC_SUCCESS, WC_OPC_ATOMIC_WRITE));
+    assert_eq!(p.d.ram.read(target, 8), b"8 bytes!");
+    let flush = |wr_id, rkey, length, flush_type, flush_level| {
+        let mut w = send_wqe(wr_id, WR_FLUSH, WQE_FLAG_SIGNALED, &[]);
+        w.seg = SqSeg {
+            rdma: RdmaSeg {
+                remote_addr: target,
+                rkey,
+                length,
+                flush_type,
+                flush_level,
+                ..Default::default()
+            },
+        };
+        w
+    };
+    for (wr_id, level) in [(2, FLUSH_LEVEL_RANGE), (3, FLUSH_LEVEL_MR)] {
+        p.d.post_send(
+            &mut p.a,
+            &flush(wr_id, flush_key, 8, FLUSH_TYPE_GLOBAL, level),
+        );
+        let c = p.d.wait_cqe(&mut p.cq_a);
+        assert_eq!(
+            (c.wr_id, c.status, c.opcode),
+            (wr_id, WC_SUCCESS, WC_OPC_FLUSH)
+        );
+    }
+    // The pair's MR has no FLUSH access: remote access error (the QP goes to ERR).
+    p.d.post_send(
+        &mut p.a,
+        &flush(4, p.key_b, 8, FLUSH_TYPE_GLOBAL, FLUSH_LEVEL_RANGE),
+    );
+    let c = p.d.wait_cqe(&mut p.cq_a);
+    assert_eq!((c.status, c.opcode), (WC_REM_ACCESS_ERR, WC_OPC_FLUSH));
+
+    // A FLUSH with an unknown placement type is a local QP operation error.
+    let mut p = pair(QPT_RC);
+    p.d.post_send(&mut p.a, &flush(5, p.key_b, 8, 0x4, FLUSH_LEVEL_RANGE));
+    let c = p.d.wait_cqe(&mut p.cq_a);
+    assert_eq!((c.status, c.opcode), (WC_LOC_QP_OP_ERR, WC_OPC_FLUSH));
+}
+
+/// SRQ resize (MODIFY_SRQ with SRQ_ATTR_MAX_WR): WQEs posted before it stay, in order, and the
+/// new ring takes more; a ring smaller than what is posted, or than the limit, is refused.
+#[test]
+fn srq_resize_keeps_posted_wqes() {
+    let mut d = TestDriver::new(DeviceConfig::new([2, 0, 0, 0, 0, 4]));
+    let gid = gid_v4(127, 0, 0, 1);
+    d.set_gid(0, gid);
+    let mut cq = d.create_cq(5);
+    let mut srq = d.create_srq(PD, 2, 0);
+    let mut a = d.create_qp(QPT_RC, PD, cq.id, cq.id, SRQ_NONE);
+    let b = d.create_qp(QPT_RC, PD, cq.id, cq.id, srq.id);
+    d.connect(&a, gid, b.qpn, ALL_ACCESS);
+    d.connect(&b, gid, a.qpn, ALL_ACCESS);
+    let buf = d.ram.alloc(BUF, 4096);
+    let key = d.reg_mr(PD, buf, BUF, ALL_ACCESS).unwrap();
+    // Index 0 is consumed before the resize; 1..=3 are posted and waiting.
+    for i in 0..4u64 {
+        d.post_srq(&mut srq, 100 + i, &[sge(buf + 64 * (i + 1), 64, key)]);
+    }
+    d.ram.write(buf, b"msg");
+    d.post_send(&mut a, &send_wqe(1, WR_SEND, 0, &[sge(buf, 3, key)]));
+    assert_eq!(d.wait_cqe(&mut cq).wr_id, 100);
+    let resize = |d: &mut TestDriver, srq: &TestSrq, log_depth: u8, limit_mask, limit| {
+        let depth = 1u32 << log_depth;
+        let bytes = depth as u64 * RQ_WQE_SIZE as u64;
+        let base = d.ram.alloc(bytes, ROX_PAGE_SIZE as u64);
+        // Copy the posted WQEs to the same free-running indices of the new ring.
+        for i in 1..srq.pi {
+            let old = srq.ring + (i & (srq.depth - 1)) as u64 * RQ_WQE_SIZE as u64;
+            let new = base + (i & (depth - 1)) as u64 * RQ_WQE_SIZE as u64;
+            let w = d.ram.read(old, RQ_WQE_SIZE);
+            d.ram.write(new, &w);
+        }
+        let m = ModifySrqCmd {
+            srq: srq.id,
+            attr_mask: SRQ_ATTR_MAX_WR | limit_mask,
+            limit,
+            log_depth,
+            ring: d.page_list(base, bytes),
+            ..Default::default()
+        };
+        (
+            d.admin(ADMIN_OP_MODIFY_SRQ, payload(&m)).status,
+            base,
+            depth,
+        )
+    };
+    // Three WQEs wait: a ring of 2 cannot hold them; a limit of 8 exceeds a ring of 4.
+    assert_eq!(resize(&mut d, &srq, 1, 0, 0).0, ADMIN_STATUS_BAD_PARAM);
+    assert_eq!(
+        resize(&mut d, &srq, 2, SRQ_ATTR_LIMIT, 8).0,
+        ADMIN_STATUS_BAD_PARAM
+    );
+    let (status, base, depth) = resize(&mut d, &srq, 3, 0, 0);
+    assert_eq!(status, ADMIN_STATUS_SUCCESS);
+    srq.ring = base;
+    srq.depth = depth;
+    for i in 4..8u64 {
+        d.post_srq(&mut srq, 100 + i, &[sge(buf + 64 * (i + 1), 64, key)]);
+    }
+    for i in 1..8u64 {
+        d.post_send(&mut a, &send_wqe(1 + i, WR_SEND, 0, &[sge(buf, 3, key)]));
+        let r = d.wait_cqe(&mut cq);
+        assert_eq!((r.wr_id, r.status, r.qp_num), (100 + i, WC_SUCCESS, b.qpn));
+        assert_eq!(d.ram.read(buf + 64 * (i + 1), 3), b"msg");
+    }
+    let bad = ModifySrqCmd {
+        srq: 0xdead,
+        attr_mask: SRQ_ATTR_MAX_WR,
+        ..Default::default()
+    };
+    assert_eq!(
+        d.admin(ADMIN_OP_MODIFY_SRQ, payload(&bad)).status,
+        ADMIN_STATUS_BAD_HANDLE
+    );
+}
+
+fn alloc_mw(d: &mut TestDriver, pd: u32, mw_type: u8) -> u32 {
+    let c = AllocMwCmd {
+        pd,
+        mw_type,
+        ..Default::default()
+    };
+    d.admin_ok(ADMIN_OP_ALLOC_MW, payload(&c)).result0
+}
+
+fn bind_wqe(wr_id: u64, new_rkey: u32, lkey: u32, addr: u64, length: u64, access: u32) -> SqWqe {
+    let mut w = send_wqe(wr_id, WR_BIND_MW, WQE_FLAG_SIGNALED, &[]);
+    w.seg = SqSeg {
+        bind: BindSeg {
+            addr,
+            length,
+            new_rkey,
+            lkey,
+            access,
+            ..Default::default()
+        },
+    };
+    w
+}
+
+fn inc_rkey(rkey: u32) -> u32 {
+    (rkey & !KEY_VARIANT_MASK) | (rkey.wrapping_add(1) & KEY_VARIANT_MASK)
+}
+
+/// A pair whose b side has an MR windows may be bound to; returns (pair, its lkey).
+fn mw_pair() -> (Pair, u32) {
+    let mut p = pair(QPT_RC);
+    let mr =
+        p.d.reg_mr(PD, p.buf_b, BUF, ACCESS_LOCAL_WRITE | ACCESS_MW_BIND)
+            .unwrap();
+    (p, mr)
+}
+
+/// An 8-byte RDMA WRITE from a to `addr` through `rkey`; its completion status.
+fn mw_write(p: &mut Pair, id: u64, addr: u64, rkey: u32) -> u8 {
+    let w = with_rdma(
+        send_wqe(
+            id,
+            WR_RDMA_WRITE,
+            WQE_FLAG_SIGNALED,
+            &[sge(p.buf_a, 8, p.key_a)],
+        ),
+        addr,
+        rkey,
+    );
+    p.d.post_send(&mut p.a, &w);
+    p.d.wait_cqe(&mut p.cq_a).status
+}
+
+/// Memory windows through the device: a type 2 window bound by b's QP lets a's QP write
+/// inside it only; LOCAL_INV and SEND with invalidate end it; a type 1 window is rebound
+/// (new rkey) and unbound with length 0; binds that break the rules fail with MW_BIND_ERR;
+/// deregistering the MR or deallocating the window leaves its rkey reaching nothing.
+#[test]
+fn memory_windows() {
+    // Unbound, a window's rkey reaches nothing (the failed write leaves a's QP in ERR: fresh
+    // pairs follow).
+    let (mut p, _) = mw_pair();
+    let window = p.buf_b + 4096;
+    let mw = alloc_mw(&mut p.d, PD, MW_TYPE_2);
+    assert_ne!(mw & MW_KEY_FLAG, 0);
+    assert_eq!(
+        mw_write(&mut p, 1, window, mw),
+        WC_REM_ACCESS_ERR,
+        "unbound"
+    );
+
+    // Type 2, bound on b's QP (the responder of a's writes): writes inside it only.
+    let (mut p, mw_mr) = mw_pair();
+    let mw = alloc_mw(&mut p.d, PD, MW_TYPE_2);
+    let rkey = inc_rkey(mw);
+    p.d.post_send(
+        &mut p.b,
+        &bind_wqe(2, rkey, mw_mr, window, 64, ACCESS_REMOTE_WRITE),
+    );
+    let c = p.d.wait_cqe(&mut p.cq_b);
+    assert_eq!((c.status, c.opcode), (WC_SUCCESS, WC_OPC_BIND_MW));
+    p.d.ram.write(p.buf_a, b"windowed");
+    assert_eq!(mw_write(&mut p, 3, window + 8, rkey), WC_SUCCESS);
+    assert_eq!(p.d.ram.read(window + 8, 8), b"windowed");
+    assert_eq!(mw_write(&mut p, 4, window + 60, rkey), WC_REM_ACCESS_ERR);
+
+    // Bound on a's QP: b's QP (which a's writes reach) may not use it (type 2B).
+    let (mut p, mw_mr) = mw_pair();
+    let mw = alloc_mw(&mut p.d, PD, MW_TYPE_2);
+    let rkey = inc_rkey(mw);
+    p.d.post_send(
+        &mut p.a,
+        &bind_wqe(5, rkey, mw_mr, window, 64, ACCESS_REMOTE_WRITE),
+    );
+    assert_eq!(p.d.wait_cqe(&mut p.cq_a).status, WC_SUCCESS);
+    assert_eq!(mw_write(&mut p, 6, window, rkey), WC_REM_ACCESS_ERR);
+
+    // A bound type 2 window cannot be bound again before it is invalidated.
+    let (mut p, mw_mr) = mw_pair();
+    let mw = alloc_mw(&mut p.d, PD, MW_TYPE_2);
+    let bind = bind_wqe(7, inc_rkey(mw), mw_mr, window, 64, ACCESS_REMOTE_WRITE);
+    p.d.post_send(&mut p.b, &bind);
+    assert_eq!(p.d.wait_cqe(&mut p.cq_b).status, WC_SUCCESS);
+    p.d.post_send(&mut p.b, &bind);
+    let c = p.d.wait_cqe(&mut p.cq_b);
+    assert_eq!((c.status, c.opcode), (WC_MW_BIND_ERR, WC_OPC_BIND_MW));
+
+    // LOCAL_INV on b ends the window; invalidating it again fails.
+    let (mut p, mw_mr) = mw_pair();
+    let mw = alloc_mw(&mut p.d, PD, MW_TYPE_2);
+    let rkey = inc_rkey(mw);
+    p.d.post_send(
+        &mut p.b,
+        &bind_wqe(8, rkey, mw_mr, window, 64, ACCESS_REMOTE_WRITE),
+    );
+    assert_eq!(p.d.wait_cqe(&mut p.cq_b).status, WC_SUCCESS);
+    let mut inv = with_rdma(send_wqe(9, WR_LOCAL_INV, WQE_FLAG_SIGNALED, &[]), 0, rkey);
+    p.d.post_send(&mut p.b, &inv);
+    let c = p.d.wait_cqe(&mut p.cq_b);
+    assert_eq!((c.status, c.opcode), (WC_SUCCESS, WC_OPC_LOCAL_INV));
+    assert_eq!(mw_write(&mut p, 10, window, rkey), WC_REM_ACCESS_ERR);
+    inv.wr_id = 11;
+    p.d.post_send(&mut p.b, &inv);
+    let c = p.d.wait_cqe(&mut p.cq_b);
+    assert_eq!((c.status, c.opcode), (WC_LOC_QP_OP_ERR, WC_OPC_LOCAL_INV));
+
+    // SEND with invalidate from a: b's window bound on b's QP ends with the message.
+    let (mut p, mw_mr) = mw_pair();
+    let mw = alloc_mw(&mut p.d, PD, MW_TYPE_2);
+    let rkey = inc_rkey(mw);
+    p.d.post_send(
+        &mut p.b,
+        &bind_wqe(12, rkey, mw_mr, window, 64, ACCESS_REMOTE_WRITE),
+    );
+    assert_eq!(p.d.wait_cqe(&mut p.cq_b).status, WC_SUCCESS);
+    p.d.post_recv(&mut p.b, 13, &[sge(p.buf_b + 8192, 64, p.key_b)]);
+    let send = with_rdma(
+        send_wqe(
+            14,
+            WR_SEND_WITH_INV,
+            WQE_FLAG_SIGNALED,
+            &[sge(p.buf_a, 8, p.key_a)],
+        ),
+        0,
+        rkey,
+    );
+    p.d.post_send(&mut p.a, &send);
+    assert_eq!(p.d.wait_cqe(&mut p.cq_a).status, WC_SUCCESS);
+    let r = p.d.wait_cqe(&mut p.cq_b);
+    assert_eq!(
+        (r.wr_id, r.status, r.wc_flags, r.imm_data),
+        (13, WC_SUCCESS, WC_FLAG_WITH_INV, rkey)
+    );
+    assert_eq!(mw_write(&mut p, 15, window, rkey), WC_REM_ACCESS_ERR);
+
+    // Type 1: rebinding changes the rkey; any QP of the PD may use it; length 0 unbinds.
+    let (mut p, mw_mr) = mw_pair();
+    let mw = alloc_mw(&mut p.d, PD, MW_TYPE_1);
+    let k1 = inc_rkey(mw);
+    let k2 = inc_rkey(k1);
+    for (id, key) in [(16, k1), (17, k2)] {
+        p.d.post_send(
+            &mut p.a,
+            &bind_wqe(id, key, mw_mr, window, 64, ACCESS_REMOTE_WRITE),
+        );
+        assert_eq!(p.d.wait_cqe(&mut p.cq_a).status, WC_SUCCESS);
+    }
+    assert_eq!(mw_write(&mut p, 18, window, k2), WC_SUCCESS);
+    let k3 = inc_rkey(k2);
+    p.d.post_send(&mut p.a, &bind_wqe(19, k3, mw_mr, window, 0, 0));
+    assert_eq!(p.d.wait_cqe(&mut p.cq_a).status, WC_SUCCESS);
+    assert_eq!(mw_write(&mut p, 20, window, k3), WC_REM_ACCESS_ERR);
+
+    // Rule breakers: an MR without MW_BIND, remote write over an MR without local write, a
+    // window beyond the MR, another PD's window, an rkey naming no window.
+    let cases: [(&str, u32, u32, u64); 5] = [
+        ("MR without MW_BIND", PD, 0, window),
+        ("remote write, MR without local write", PD, 1, window),
+        ("beyond the MR", PD, 2, p.buf_b + BUF - 32),
+        ("window of another PD", PD + 1, 2, window),
+        ("no such window", PD, 3, window),
+    ];
+    for (what, mw_pd, mr_kind, addr) in cases {
+        let mut p = pair(QPT_RC);
+        let lkey = match mr_kind {
+            0 => p.key_b,
+            1 => {
+                p.d.reg_mr(PD, p.buf_b, BUF, ACCESS_MW_BIND | ACCESS_REMOTE_READ)
+                    .unwrap()
+            }
+            _ => {
+                p.d.reg_mr(PD, p.buf_b, BUF, ACCESS_LOCAL_WRITE | ACCESS_MW_BIND)
+                    .unwrap()
+            }
+        };
+        let mw = alloc_mw(&mut p.d, mw_pd, MW_TYPE_2);
+        let key = if mr_kind == 3 {
+            inc_rkey(mw) + (1 << 8)
+        } else {
+            inc_rkey(mw)
+        };
+        p.d.post_send(
+            &mut p.b,
+            &bind_wqe(21, key, lkey, addr, 64, ACCESS_REMOTE_WRITE),
+        );
+        let c = p.d.wait_cqe(&mut p.cq_b);
+        assert_eq!(
+            (c.status, c.opcode),
+            (WC_MW_BIND_ERR, WC_OPC_BIND_MW),
+            "{what}"
+        );
+    }
+
+    // Deregistering the MR (or deallocating the window) leaves the rkey reaching nothing.
+    for dealloc in [false, true] {
+        let (mut p, mw_mr) = mw_pair();
+        let mw = alloc_mw(&mut p.d, PD, MW_TYPE_2);
+        let rkey = inc_rkey(mw);
+        p.d.post_send(
+            &mut p.b,
+            &bind_wqe(22, rkey, mw_mr, window, 64, ACCESS_REMOTE_WRITE),
+        );
+        assert_eq!(p.d.wait_cqe(&mut p.cq_b).status, WC_SUCCESS);
+        let (op, handle) = if dealloc {
+            (ADMIN_OP_DEALLOC_MW, rkey)
+        } else {
+            (ADMIN_OP_DEREG_MR, mw_mr)
+        };
+        p.d.admin_ok(
+            op,
+            payload(&HandleCmd {
+                handle,
+                reserved: 0,
+            }),
+        );
+        assert_eq!(
+            mw_write(&mut p, 23, window, rkey),
+            WC_REM_ACCESS_ERR,
+            "dealloc {dealloc}"
+        );
+    }
+    // Bad admin input.
+    let mut d = TestDriver::new(DeviceConfig::new([2, 0, 0, 0, 0, 5]));
+    let bad_type = AllocMwCmd {
+        pd: PD,
+        mw_type: 3,
+        ..Default::default()
+    };
+    assert_eq!(
+        d.admin(ADMIN_OP_ALLOC_MW, payload(&bad_type)).status,
+        ADMIN_STATUS_BAD_PARAM
+    );
+    for handle in [0x1234, MW_KEY_FLAG | 0x7700] {
+        let c = d.admin(
+            ADMIN_OP_DEALLOC_MW,
+            payload(&HandleCmd {
+                handle,
+                reserved: 0,
+            }),
+        );
+        assert_eq!(c.status, ADMIN_STATUS_BAD_HANDLE);
+    }
+}
+
+/// CQ resize (RESIZE_CQ): unconsumed CQEs move to the new ring with the owner bit of its depth,
+/// the rest of it reads empty, later CQEs land there; too small a ring is refused and the old
+/// one keeps working.
+#[test]
+fn cq_resize_keeps_unconsumed_cqes() {
+    let mut d = TestDriver::new(DeviceConfig::new([2, 0, 0, 0, 0, 6]));
+    let gid = gid_v4(127, 0, 0, 1);
+    d.set_gid(0, gid);
+    let mut cq = d.create_cq(2);
+    let mut qp = d.create_qp(QPT_RC, PD, cq.id, cq.id, SRQ_NONE);
+    d.connect(&qp, gid, qp.qpn, ALL_ACCESS);
+    let buf = d.ram.alloc(BUF, 4096);
+    let key = d.reg_mr(PD, buf, BUF, ALL_ACCESS).unwrap();
+    let write = |d: &mut TestDriver, qp: &mut TestQp, id| {
+        let w = with_rdma(
+            send_wqe(id, WR_RDMA_WRITE, WQE_FLAG_SIGNALED, &[sge(buf, 8, key)]),
+            buf + 64,
+            key,
+        );
+        d.post_send(qp, &w);
+    };
+    // One CQE consumed (ci = 1), then three unconsumed (indices 1..=3, a full ring of 4).
+    write(&mut d, &mut qp, 1);
+    assert_eq!(d.wait_cqe(&mut cq).wr_id, 1);
+    for id in 2..5 {
+        write(&mut d, &mut qp, id);
+    }
+    std::thread::sleep(Duration::from_millis(50));
+    let resize = |d: &mut TestDriver, cq: &TestCq, log_depth: u8| {
+        let depth = 1u32 << log_depth;
+        let bytes = depth as u64 * CQE_SIZE as u64;
+        // A ring full of junk: the device must set every owner byte itself.
+        let base = d.ram.alloc(bytes, ROX_PAGE_SIZE as u64);
+        d.ram.write(base, &vec![0xff; bytes as usize]);
+        let c = ResizeCqCmd {
+            cq: cq.id,
+            log_depth,
+            ring: d.page_list(base, bytes),
+            ..Default::default()
+        };
+        (d.admin(ADMIN_OP_RESIZE_CQ, payload(&c)), base, depth)
+    };
+    let (cpl, _, _) = resize(&mut d, &cq, 1);
+    assert_eq!(cpl.status, ADMIN_STATUS_BAD_PARAM, "3 CQEs do not fit in 2");
+    let (cpl, base, depth) = resize(&mut d, &cq, 4);
+    assert_eq!((cpl.status, cpl.result0), (ADMIN_STATUS_SUCCESS, 16));
+    cq.ring.base = base;
+    cq.ring.depth = depth;
+    for id in 2..5 {
+        assert_eq!(d.wait_cqe(&mut cq).wr_id, id);
+    }
+    assert!(
+        d.poll_cq(&mut cq).is_none(),
+        "the rest of the new ring is empty"
+    );
+    // Past the end of the first pass over the new ring: owner bits keep working.
+    for id in 5..25 {
+        write(&mut d, &mut qp, id);
+        assert_eq!(d.wait_cqe(&mut cq).wr_id, id);
+    }
+    let bad = ResizeCqCmd {
+        cq: 0xdead,
+        log_depth: 4,
+        ..Default::default()
+    };
+    assert_eq!(
+        d.admin(ADMIN_OP_RESIZE_CQ, payload(&bad)).status,
+        ADMIN_STATUS_BAD_HANDLE
+    );
 }

@@ -64,6 +64,25 @@ fn exchange(net: &mut Net, qp_type: QpType, qpn_a: u32, qpn_b: u32) {
             with(WrOpcode::RdmaRead, 40, 0);
             with(WrOpcode::AtomicCmpAndSwp, 8, 0);
             with(WrOpcode::AtomicFetchAndAdd, 8, 0);
+            // Memory placement extensions and SEND with invalidate.
+            with(WrOpcode::AtomicWrite, 8, 0);
+            with(WrOpcode::SendWithInv, 40, 0);
+            with(WrOpcode::SendWithInv, 1000, 0);
+            let mut flush = send_wr(
+                wrs.len() as u64,
+                WrOpcode::Flush,
+                SendData::Sges(Vec::new()),
+            );
+            flush.remote_addr = REMOTE;
+            flush.rkey = kb;
+            flush.flush = FlushSpec {
+                length: 64,
+                placement_type: FLUSH_TYPE_GLOBAL,
+                level: FLUSH_LEVEL_RANGE,
+            };
+            wrs.push(flush);
+            // The responder may invalidate the key the two SENDs name.
+            net.devs[1].env.invalidatable.extend([kb, kb]);
         }
     }
     for wr in wrs {
@@ -117,8 +136,11 @@ fn capture_every_packet_kind() {
         .iter()
         .map(|(_, p)| parse_packet(p).expect("valid packet").hdr.bth.opcode)
         .collect();
-    // 21 RC opcodes, 12 UC, 2 UD: all but the few the exchange does not need.
-    assert!(opcodes.len() >= 30, "opcodes on the wire: {opcodes:x?}");
+    // 25 RC opcodes, 12 UC, 2 UD: all but the few the exchange does not need.
+    assert!(opcodes.len() >= 34, "opcodes on the wire: {opcodes:x?}");
+    for op in [0x16, 0x17, 0x1c, 0x1d] {
+        assert!(opcodes.contains(&op), "opcode {op:#x} not on the wire");
+    }
     let path = match std::env::var_os("ROX_PCAP_OUT") {
         Some(p) => std::path::PathBuf::from(p),
         None => std::env::temp_dir().join(format!("rox-roce-capture-{}.pcap", std::process::id())),

@@ -1169,7 +1169,7 @@ fn random_packets_never_panic_or_escape_regions() {
     use rand::rngs::StdRng;
     use rand::{Rng, SeedableRng};
     use roce_common::roce::wire::{
-        self, Aeth, AtomicEth, Bth, Deth, Headers, IpInfo, NakCode, Reth, Syndrome,
+        self, Aeth, AtomicEth, Bth, Deth, Feth, Headers, IpInfo, NakCode, Reth, Syndrome,
     };
     const PACKETS: usize = 8_000;
     let mut rng = StdRng::seed_from_u64(0xf022);
@@ -1233,6 +1233,15 @@ fn random_packets_never_panic_or_escape_regions() {
                     } else {
                         rng.gen()
                     },
+                });
+            }
+            if info.ieth {
+                h.ieth = Some(if rng.gen_bool(0.5) { kb } else { rng.gen() });
+            }
+            if info.feth {
+                h.feth = Some(Feth {
+                    placement_type: rng.gen_range(0..16),
+                    selectivity_level: rng.gen_range(0..4),
                 });
             }
             if info.atomic_eth {
@@ -1434,4 +1443,455 @@ fn send_window_shrinks_to_what_a_small_receive_buffer_holds() {
         "{sent} packets sent for {needed} ({} dropped)",
         t.net.overflow_drops
     );
+}
+
+// ---- memory placement extensions: FLUSH and ATOMIC WRITE ----------------------------------
+
+fn atomic_write_wr(id: u64, remote_addr: u64, rkey: u32, value: [u8; 8]) -> SendWr {
+    let mut wr = send_wr(id, WrOpcode::AtomicWrite, SendData::Inline(value.to_vec()));
+    wr.remote_addr = remote_addr;
+    wr.rkey = rkey;
+    wr
+}
+
+fn flush_wr(id: u64, remote_addr: u64, rkey: u32, length: u32, ptype: u8, level: u8) -> SendWr {
+    let mut wr = send_wr(id, WrOpcode::Flush, SendData::Sges(Vec::new()));
+    wr.remote_addr = remote_addr;
+    wr.rkey = rkey;
+    wr.flush = FlushSpec {
+        length,
+        placement_type: ptype,
+        level,
+    };
+    wr
+}
+
+fn statuses(cqes: &[Completion]) -> Vec<(u64, WcStatus, WcOpcode)> {
+    cqes.iter().map(|c| (c.wr_id, c.status, c.opcode)).collect()
+}
+
+#[test]
+fn rc_atomic_write_stores_eight_bytes_once() {
+    let mut t = pair(&QpParams::rc());
+    let target = RECV_AREA + 64;
+    let kb = t.key_b;
+    t.post(atomic_write_wr(1, target, kb, *b"ABCDEFGH"));
+    t.post(atomic_write_wr(2, target + 8, kb, 7u64.to_le_bytes()));
+    t.run();
+    assert_eq!(
+        statuses(&t.cqes(0)),
+        [
+            (1, WcStatus::Success, WcOpcode::AtomicWrite),
+            (2, WcStatus::Success, WcOpcode::AtomicWrite)
+        ]
+    );
+    let env = &t.net.devs[1].env;
+    assert_eq!(env.bytes(target, 8), b"ABCDEFGH");
+    assert_eq!(env.bytes(target + 8, 8), 7u64.to_le_bytes());
+    assert_eq!(
+        env.bytes(target + 16, 8),
+        [0; 8],
+        "nothing beyond the 8 bytes"
+    );
+    t.assert_guards();
+}
+
+#[test]
+fn rc_atomic_write_errors() {
+    // Misaligned target: invalid request (the responder's QP goes to ERR).
+    let mut t = pair(&QpParams::rc());
+    t.post(atomic_write_wr(1, RECV_AREA + 4, t.key_b, [1; 8]));
+    t.run();
+    assert_eq!(one(&t.cqes(0)).status, WcStatus::RemInvReqErr);
+    assert_eq!(t.net.devs[1].engine.qp_state(QPN_B), Some(QpState::Err));
+    // Past the end of the region, a bad rkey, a region without remote write: remote access.
+    for (what, addr, rkey_delta, mr_access) in [
+        ("past MR end", BUF + BUF_LEN, 0, ALL_ACCESS),
+        ("bad rkey", RECV_AREA, 7, ALL_ACCESS),
+        (
+            "no remote write",
+            RECV_AREA,
+            0,
+            ACCESS_LOCAL_WRITE | ACCESS_REMOTE_READ,
+        ),
+    ] {
+        let mut t = pair(&QpParams::rc());
+        t.net.devs[1].env.mrs[0].access = mr_access;
+        t.post(atomic_write_wr(1, addr, t.key_b + rkey_delta, [2; 8]));
+        t.post(send_wr(2, WrOpcode::Send, SendData::Inline(vec![1])));
+        t.run();
+        assert_eq!(
+            statuses(&t.cqes(0)),
+            [
+                (1, WcStatus::RemAccessErr, WcOpcode::AtomicWrite),
+                (2, WcStatus::WrFlushErr, WcOpcode::Send)
+            ],
+            "{what}"
+        );
+        t.assert_guards();
+    }
+    // QP without remote write access.
+    let params = QpParams {
+        access: ACCESS_REMOTE_READ,
+        ..QpParams::rc()
+    };
+    let mut t = pair(&params);
+    t.post(atomic_write_wr(1, RECV_AREA, t.key_b, [3; 8]));
+    t.run();
+    assert_eq!(one(&t.cqes(0)).status, WcStatus::RemAccessErr);
+    assert_eq!(t.net.devs[1].env.bytes(RECV_AREA, 8), [0; 8]);
+    // Not 8 bytes: local length error, nothing sent.
+    let mut t = pair(&QpParams::rc());
+    let mut wr = atomic_write_wr(1, RECV_AREA, t.key_b, [4; 8]);
+    wr.data = SendData::Sges(vec![sge(BUF, 4, t.key_a)]);
+    t.post(wr);
+    t.run();
+    assert_eq!(one(&t.cqes(0)).status, WcStatus::LocLenErr);
+    assert_eq!(t.net.devs[0].engine.stats().tx_packets, 0);
+    // UC has no ATOMIC WRITE or FLUSH.
+    for wr in [
+        atomic_write_wr(1, RECV_AREA, 1, [5; 8]),
+        flush_wr(1, RECV_AREA, 1, 8, FLUSH_TYPE_GLOBAL, FLUSH_LEVEL_RANGE),
+    ] {
+        let mut t = pair(&QpParams::of(QpType::Uc));
+        t.post(wr);
+        t.run();
+        assert_eq!(one(&t.cqes(0)).status, WcStatus::LocQpOpErr);
+    }
+}
+
+#[test]
+fn duplicate_atomic_write_is_answered_not_reexecuted() {
+    let mut t = pair(&QpParams::rc());
+    let target = RECV_AREA;
+    t.post(atomic_write_wr(1, target, t.key_b, 0x1111u64.to_le_bytes()));
+    // The responder executes it, its response is lost; software then changes the word; the
+    // requester's retransmission must be answered without writing again.
+    t.net.step();
+    t.net.devs[1].env.outbox.clear();
+    t.net.devs[1].env.fill(target, &0x2222u64.to_le_bytes());
+    t.run();
+    assert_eq!(one(&t.cqes(0)).status, WcStatus::Success);
+    assert_eq!(t.net.devs[1].env.bytes(target, 8), 0x2222u64.to_le_bytes());
+    assert!(t.net.devs[1].engine.stats().rx_duplicates >= 1);
+}
+
+#[test]
+fn rc_flush_range_and_whole_region() {
+    let mut t = pair(&QpParams::rc());
+    let kb = t.key_b;
+    let mut write = send_wr(1, WrOpcode::RdmaWrite, SendData::Inline(vec![9; 16]));
+    write.remote_addr = RECV_AREA;
+    write.rkey = kb;
+    write.signaled = false;
+    t.post(write);
+    t.post(flush_wr(
+        2,
+        RECV_AREA,
+        kb,
+        16,
+        FLUSH_TYPE_GLOBAL,
+        FLUSH_LEVEL_RANGE,
+    ));
+    t.post(flush_wr(
+        3,
+        RECV_AREA,
+        kb,
+        0,
+        FLUSH_TYPE_GLOBAL,
+        FLUSH_LEVEL_RANGE,
+    ));
+    // Level MR ignores address and length.
+    t.post(flush_wr(
+        4,
+        0,
+        kb,
+        u32::MAX,
+        FLUSH_TYPE_GLOBAL,
+        FLUSH_LEVEL_MR,
+    ));
+    t.run();
+    assert_eq!(
+        statuses(&t.cqes(0)),
+        [
+            (2, WcStatus::Success, WcOpcode::Flush),
+            (3, WcStatus::Success, WcOpcode::Flush),
+            (4, WcStatus::Success, WcOpcode::Flush)
+        ]
+    );
+    assert_eq!(t.net.devs[1].env.bytes(RECV_AREA, 16), [9; 16]);
+    assert_eq!(t.net.devs[1].engine.qp_state(QPN_B), Some(QpState::Rts));
+}
+
+/// (what, type, level, addr, len, rkey delta, MR access, QP access, status)
+type FlushCase = (&'static str, u8, u8, u64, u32, u32, u32, u32, WcStatus);
+
+#[test]
+fn rc_flush_errors() {
+    let global = FLUSH_TYPE_GLOBAL;
+    let cases: [FlushCase; 6] = [
+        (
+            "persistent on a region without FLUSH_PERSISTENT",
+            FLUSH_TYPE_PERSISTENT,
+            FLUSH_LEVEL_RANGE,
+            RECV_AREA,
+            8,
+            0,
+            ALL_ACCESS,
+            ALL_QP_ACCESS,
+            WcStatus::RemAccessErr,
+        ),
+        (
+            "region without FLUSH_GLOBAL",
+            global,
+            FLUSH_LEVEL_MR,
+            RECV_AREA,
+            8,
+            0,
+            ALL_ACCESS & !ACCESS_FLUSH_GLOBAL,
+            ALL_QP_ACCESS,
+            WcStatus::RemAccessErr,
+        ),
+        (
+            "QP without FLUSH_GLOBAL",
+            global,
+            FLUSH_LEVEL_RANGE,
+            RECV_AREA,
+            8,
+            0,
+            ALL_ACCESS,
+            ALL_QP_ACCESS & !ACCESS_FLUSH_GLOBAL,
+            WcStatus::RemAccessErr,
+        ),
+        (
+            "range past the region",
+            global,
+            FLUSH_LEVEL_RANGE,
+            BUF + BUF_LEN - 4,
+            8,
+            0,
+            ALL_ACCESS,
+            ALL_QP_ACCESS,
+            WcStatus::RemAccessErr,
+        ),
+        (
+            "bad rkey",
+            global,
+            FLUSH_LEVEL_MR,
+            RECV_AREA,
+            8,
+            5,
+            ALL_ACCESS,
+            ALL_QP_ACCESS,
+            WcStatus::RemAccessErr,
+        ),
+        (
+            "no placement type",
+            0,
+            FLUSH_LEVEL_RANGE,
+            RECV_AREA,
+            8,
+            0,
+            ALL_ACCESS,
+            ALL_QP_ACCESS,
+            WcStatus::LocQpOpErr,
+        ),
+    ];
+    for (what, ptype, level, addr, len, delta, mr_access, qp_access, status) in cases {
+        let params = QpParams {
+            access: qp_access,
+            ..QpParams::rc()
+        };
+        let mut t = pair(&params);
+        t.net.devs[1].env.mrs[0].access = mr_access;
+        t.post(flush_wr(1, addr, t.key_b + delta, len, ptype, level));
+        t.post(send_wr(2, WrOpcode::Send, SendData::Inline(vec![1])));
+        t.run();
+        assert_eq!(
+            statuses(&t.cqes(0)),
+            [
+                (1, status, WcOpcode::Flush),
+                (2, WcStatus::WrFlushErr, WcOpcode::Send)
+            ],
+            "{what}"
+        );
+        // A remote access error leaves the responder's QP working.
+        if status == WcStatus::RemAccessErr {
+            assert_eq!(
+                t.net.devs[1].engine.qp_state(QPN_B),
+                Some(QpState::Rts),
+                "{what}"
+            );
+        }
+    }
+}
+
+#[test]
+fn flush_and_atomic_write_count_against_max_rd_atomic() {
+    let params = QpParams {
+        max_rd_atomic: 1,
+        ..QpParams::rc()
+    };
+    let mut t = pair(&params);
+    let kb = t.key_b;
+    t.post(flush_wr(
+        1,
+        RECV_AREA,
+        kb,
+        8,
+        FLUSH_TYPE_GLOBAL,
+        FLUSH_LEVEL_RANGE,
+    ));
+    t.post(atomic_write_wr(2, RECV_AREA, kb, [6; 8]));
+    // Only the first request may be on the wire until its response is back.
+    assert_eq!(t.net.devs[0].env.outbox.len(), 1);
+    t.run();
+    assert_eq!(
+        statuses(&t.cqes(0)),
+        [
+            (1, WcStatus::Success, WcOpcode::Flush),
+            (2, WcStatus::Success, WcOpcode::AtomicWrite)
+        ]
+    );
+}
+
+// ---- memory windows: BIND_MW, LOCAL_INV, SEND with invalidate ------------------------------
+
+fn bind_wr(id: u64, new_rkey: u32, lkey: u32) -> SendWr {
+    let mut wr = send_wr(id, WrOpcode::BindMw, SendData::Sges(Vec::new()));
+    wr.bind = Some(MwBind {
+        addr: BUF,
+        length: 4096,
+        new_rkey,
+        lkey,
+        access: ACCESS_REMOTE_WRITE,
+    });
+    wr
+}
+
+#[test]
+fn local_operations_complete_in_sq_order_without_packets() {
+    let mut t = pair(&QpParams::rc());
+    let ka = t.key_a;
+    t.post(bind_wr(1, 0x8000_0101, ka));
+    let mut inv = send_wr(2, WrOpcode::LocalInv, SendData::Sges(Vec::new()));
+    inv.rkey = 0x8000_0101;
+    t.net.devs[0].env.invalidatable.push(0x8000_0101);
+    t.post(inv);
+    t.post(send_wr(3, WrOpcode::Send, SendData::Inline(vec![1, 2])));
+    t.recv_b(9, vec![sge(RECV_AREA, 64, t.key_b)]);
+    t.run();
+    assert_eq!(
+        statuses(&t.cqes(0)),
+        [
+            (1, WcStatus::Success, WcOpcode::BindMw),
+            (2, WcStatus::Success, WcOpcode::LocalInv),
+            (3, WcStatus::Success, WcOpcode::Send)
+        ]
+    );
+    let ops = &t.net.devs[0].env.local_ops;
+    assert_eq!(ops.len(), 2);
+    assert!(
+        matches!(ops[0], (QPN_A, LocalOp::Bind(b)) if b.new_rkey == 0x8000_0101 && b.lkey == ka)
+    );
+    assert_eq!(
+        ops[1],
+        (
+            QPN_A,
+            LocalOp::Invalidate {
+                rkey: 0x8000_0101,
+                remote: false
+            }
+        )
+    );
+    // The SEND took the first PSN: the local operations took none.
+    assert_eq!(t.net.devs[0].engine.stats().tx_packets, 1);
+}
+
+#[test]
+fn failed_bind_and_invalidate_complete_in_error_and_flush() {
+    let mut t = pair(&QpParams::rc());
+    t.post(bind_wr(1, BAD_RKEY, t.key_a));
+    t.post(send_wr(2, WrOpcode::Send, SendData::Inline(vec![1])));
+    t.run();
+    assert_eq!(
+        statuses(&t.cqes(0)),
+        [
+            (1, WcStatus::MwBindErr, WcOpcode::BindMw),
+            (2, WcStatus::WrFlushErr, WcOpcode::Send)
+        ]
+    );
+    assert_eq!(t.net.devs[0].engine.qp_state(QPN_A), Some(QpState::Err));
+    let mut t = pair(&QpParams::rc());
+    let mut inv = send_wr(1, WrOpcode::LocalInv, SendData::Sges(Vec::new()));
+    inv.rkey = 0x8000_0200;
+    t.post(inv);
+    t.run();
+    assert_eq!(
+        statuses(&t.cqes(0)),
+        [(1, WcStatus::LocQpOpErr, WcOpcode::LocalInv)]
+    );
+    // UD has no memory windows; a BIND_MW without its segment is malformed.
+    let (mut net, _, _) = ud_pair(gid_v4(1), gid_v4(2));
+    let (engine, env) = net.dev(0);
+    engine
+        .post_send(env, QPN_A, bind_wr(1, 0x8000_0300, 1))
+        .unwrap();
+    assert_eq!(one(&env.take_completions()).status, WcStatus::LocQpOpErr);
+    let mut t = pair(&QpParams::rc());
+    t.post(send_wr(1, WrOpcode::BindMw, SendData::Sges(Vec::new())));
+    t.run();
+    assert_eq!(one(&t.cqes(0)).status, WcStatus::LocQpOpErr);
+}
+
+#[test]
+fn send_with_invalidate_invalidates_at_the_responder() {
+    let mut t = pair(&QpParams::rc());
+    let rkey = 0x8000_0405;
+    t.net.devs[1].env.invalidatable.push(rkey);
+    // Multi-packet (MTU 256): the IETH rides on the last packet only.
+    let payload = pattern(4, 600);
+    let mut wr = send_wr(1, WrOpcode::SendWithInv, SendData::Inline(payload.clone()));
+    wr.rkey = rkey;
+    t.recv_b(7, vec![sge(RECV_AREA, 1024, t.key_b)]);
+    t.post(wr);
+    t.run();
+    assert_eq!(
+        statuses(&t.cqes(0)),
+        [(1, WcStatus::Success, WcOpcode::Send)]
+    );
+    let r = one(&t.cqes(1));
+    assert_eq!(
+        (r.wr_id, r.status, r.opcode, r.byte_len, r.wc_flags, r.imm),
+        (
+            7,
+            WcStatus::Success,
+            WcOpcode::Recv,
+            600,
+            WC_FLAG_WITH_INV,
+            rkey
+        )
+    );
+    assert_eq!(t.net.devs[1].env.bytes(RECV_AREA, 600), &payload[..]);
+    assert_eq!(
+        t.net.devs[1].env.local_ops,
+        [(QPN_B, LocalOp::Invalidate { rkey, remote: true })]
+    );
+    // An rkey the responder cannot invalidate: invalid request, both QPs end in ERR.
+    t.recv_b(8, vec![sge(RECV_AREA, 1024, t.key_b)]);
+    let mut wr = send_wr(2, WrOpcode::SendWithInv, SendData::Inline(vec![1; 8]));
+    wr.rkey = rkey;
+    t.post(wr);
+    t.run();
+    assert_eq!(one(&t.cqes(0)).status, WcStatus::RemInvReqErr);
+    let r = one(&t.cqes(1));
+    assert_eq!((r.wr_id, r.status), (8, WcStatus::LocQpOpErr));
+    assert_eq!(t.net.devs[1].engine.qp_state(QPN_B), Some(QpState::Err));
+    // Only RC can carry it.
+    let mut t = pair(&QpParams::of(QpType::Uc));
+    let mut wr = send_wr(1, WrOpcode::SendWithInv, SendData::Inline(vec![1]));
+    wr.rkey = rkey;
+    t.post(wr);
+    t.run();
+    assert_eq!(one(&t.cqes(0)).status, WcStatus::LocQpOpErr);
 }

@@ -30,6 +30,12 @@ fn headers_for(opcode: u8) -> Headers {
         ack_req: true,
         psn: 0x123456,
     });
+    if info.feth {
+        h.feth = Some(Feth {
+            placement_type: 0x3,
+            selectivity_level: 0x1,
+        });
+    }
     if info.reth {
         h.reth = Some(Reth {
             va: 0x1122_3344_5566_7788,
@@ -56,6 +62,9 @@ fn headers_for(opcode: u8) -> Headers {
     }
     if info.immdt {
         h.imm = Some(0xcafe_f00d);
+    }
+    if info.ieth {
+        h.ieth = Some(0x1357_9bdf);
     }
     if info.deth {
         h.deth = Some(Deth {
@@ -88,7 +97,7 @@ fn opcode_table_covers_rc_uc_ud() {
         ops.iter()
             .filter(|&&o| o & op::CLASS_MASK == op::CLASS_RC)
             .count(),
-        21
+        25
     );
     assert_eq!(
         ops.iter()
@@ -119,6 +128,48 @@ fn opcode_table_covers_rc_uc_ud() {
         12 + 8 + 4
     );
     assert_eq!(opcode_info(0x15), None, "RC RESYNC is not implemented");
+    // Memory placement extensions: FLUSH is BTH, FETH, RETH; ATOMIC WRITE is BTH, RETH + data.
+    assert_eq!(opcode_info(op::RC_FLUSH).unwrap().header_len(), 12 + 4 + 16);
+    assert_eq!(
+        opcode_info(op::RC_ATOMIC_WRITE).unwrap().header_len(),
+        12 + 16
+    );
+    assert_eq!(opcode_info(op::CLASS_UC | op::RC_FLUSH), None);
+    assert_eq!(opcode_info(op::CLASS_UC | op::RC_ATOMIC_WRITE), None);
+    // SEND with invalidate: BTH, IETH (RC only).
+    assert_eq!(
+        opcode_info(op::RC_SEND_ONLY_INV).unwrap().header_len(),
+        12 + 4
+    );
+    assert_eq!(
+        opcode_info(op::RC_SEND_LAST_INV).unwrap().header_len(),
+        12 + 4
+    );
+    assert_eq!(opcode_info(op::CLASS_UC | op::RC_SEND_ONLY_INV), None);
+}
+
+#[test]
+fn feth_bits_are_the_placement_type_and_selectivity_level() {
+    let mut h = headers_for(op::RC_FLUSH);
+    h.feth = Some(Feth {
+        placement_type: FLUSH_TYPE_GLOBAL | FLUSH_TYPE_PERSISTENT,
+        selectivity_level: FLUSH_LEVEL_MR,
+    });
+    let ip = IpInfo {
+        sgid: ipv4_gid([10, 0, 0, 1]),
+        dgid: ipv4_gid([10, 0, 0, 2]),
+        traffic_class: 0,
+        hop_limit: 64,
+        flow_label: 0,
+        src_port: 0xc000,
+    };
+    let packet = build_packet(&ip, &h, &[]);
+    // IPv4 (20) + UDP (8) + BTH (12): the FETH word, big-endian: SEL in bits 5..4, PLT 3..0.
+    assert_eq!(&packet[40..44], &[0, 0, 0, 0x13]);
+    let parsed = parse_packet(&packet).unwrap();
+    assert_eq!(parsed.hdr.feth, h.feth);
+    assert_eq!(parsed.hdr.reth, h.reth);
+    assert!(parsed.payload.is_empty());
 }
 
 #[test]

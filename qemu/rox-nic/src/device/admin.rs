@@ -5,7 +5,9 @@ use rox_uapi::queue::*;
 use rox_uapi::regs::*;
 use rox_uapi::verbs::*;
 
-use super::hw::{load_page_list, load_ring, Cq, Hw, Mr, Qp, Srq, FIRST_QPN, KEY_INDEX_SHIFT};
+use super::hw::{
+    load_page_list, load_ring, mw_index, Cq, Hw, Mr, Mw, Qp, Srq, FIRST_QPN, KEY_INDEX_SHIFT,
+};
 use super::qp_state::check_modify;
 use crate::dma::as_bytes;
 use crate::roce::{AddressVector, Engine, Mtu, QpConfig, QpModify, QpState, QpType};
@@ -13,7 +15,18 @@ use crate::roce::{AddressVector, Engine, Mtu, QpConfig, QpModify, QpState, QpTyp
 type AdminResult = Result<(u32, u32), u8>;
 
 /// The capabilities the device reports (REG_CAPS and DeviceAttr::caps).
-pub const DEVICE_CAPS: u32 = CAP_RC | CAP_UC | CAP_UD | CAP_SRQ | CAP_ATOMIC | CAP_INLINE | CAP_IMM;
+pub const DEVICE_CAPS: u32 = CAP_RC
+    | CAP_UC
+    | CAP_UD
+    | CAP_SRQ
+    | CAP_ATOMIC
+    | CAP_INLINE
+    | CAP_IMM
+    | CAP_FLUSH
+    | CAP_ATOMIC_WRITE
+    | CAP_SRQ_RESIZE
+    | CAP_MW
+    | CAP_CQ_RESIZE;
 
 /// Execute one admin command and build its completion.
 pub fn execute(hw: &mut Hw, engine: &mut Engine, cmd: &AdminCmd) -> AdminCpl {
@@ -29,13 +42,12 @@ pub fn execute(hw: &mut Hw, engine: &mut Engine, cmd: &AdminCmd) -> AdminCpl {
                 u32::from_le_bytes([hw.mac[4], hw.mac[5], 0, 0]),
             )),
             ADMIN_OP_REG_MR => reg_mr(hw, &p.reg_mr),
-            ADMIN_OP_DEREG_MR => hw
-                .mrs
-                .remove(&p.handle.handle)
-                .map(|_| (0, 0))
-                .ok_or(ADMIN_STATUS_BAD_HANDLE),
+            ADMIN_OP_DEREG_MR => dereg_mr(hw, p.handle.handle),
+            ADMIN_OP_ALLOC_MW => alloc_mw(hw, &p.alloc_mw),
+            ADMIN_OP_DEALLOC_MW => dealloc_mw(hw, p.handle.handle),
             ADMIN_OP_CREATE_CQ => create_cq(hw, &p.create_cq),
             ADMIN_OP_DESTROY_CQ => destroy_cq(hw, p.handle.handle),
+            ADMIN_OP_RESIZE_CQ => resize_cq(hw, &p.resize_cq),
             ADMIN_OP_CREATE_QP => create_qp(hw, engine, &p.create_qp),
             ADMIN_OP_MODIFY_QP => modify_qp(hw, engine, &p.modify_qp),
             ADMIN_OP_QUERY_QP => query_qp(hw, engine, &p.query),
@@ -230,10 +242,57 @@ fn reg_mr(hw: &mut Hw, c: &RegMrCmd) -> AdminResult {
 }
 
 /// A fresh key: index bits count up, the low byte changes so stale keys do not match.
+fn dereg_mr(hw: &mut Hw, lkey: u32) -> AdminResult {
+    hw.mrs.remove(&lkey).ok_or(ADMIN_STATUS_BAD_HANDLE)?;
+    // Windows into the MR are unbound: their rkeys reach nothing any more.
+    for mw in hw.mws.values_mut() {
+        if mw.binding.is_some_and(|b| b.mr == lkey) {
+            mw.binding = None;
+        }
+    }
+    Ok((0, 0))
+}
+
+fn alloc_mw(hw: &mut Hw, c: &AllocMwCmd) -> AdminResult {
+    if !matches!(c.mw_type, MW_TYPE_1 | MW_TYPE_2) {
+        return Err(ADMIN_STATUS_BAD_PARAM);
+    }
+    if hw.mws.len() >= DEV_MAX_MW as usize {
+        return Err(ADMIN_STATUS_NO_RESOURCES);
+    }
+    const MAX_INDEX: u32 = (MW_KEY_FLAG - 1) >> KEY_INDEX_SHIFT;
+    let mws = &hw.mws;
+    let index = next_id(&mut hw.next_mw, 1, |i| {
+        i > MAX_INDEX || mws.contains_key(&i)
+    });
+    let rkey = MW_KEY_FLAG | index << KEY_INDEX_SHIFT;
+    hw.mws.insert(
+        index,
+        Mw {
+            pd: c.pd,
+            mw_type: c.mw_type,
+            rkey,
+            binding: None,
+        },
+    );
+    Ok((rkey, 0))
+}
+
+fn dealloc_mw(hw: &mut Hw, rkey: u32) -> AdminResult {
+    if rkey & MW_KEY_FLAG == 0 {
+        return Err(ADMIN_STATUS_BAD_HANDLE);
+    }
+    hw.mws
+        .remove(&mw_index(rkey))
+        .map(|_| (0, 0))
+        .ok_or(ADMIN_STATUS_BAD_HANDLE)
+}
+
 fn alloc_key(hw: &mut Hw) -> u32 {
     loop {
         let k = hw.next_key;
-        hw.next_key = hw.next_key.wrapping_add(1).max(1 << KEY_INDEX_SHIFT);
+        // MR keys stay below MW_KEY_FLAG (window rkeys have it).
+        hw.next_key = (hw.next_key.wrapping_add(1) & !MW_KEY_FLAG).max(1 << KEY_INDEX_SHIFT);
         if !hw.mrs.contains_key(&k) {
             return k;
         }
@@ -302,6 +361,42 @@ fn create_cq(hw: &mut Hw, c: &CreateCqCmd) -> AdminResult {
     Ok((id, 0))
 }
 
+fn resize_cq(hw: &mut Hw, c: &ResizeCqCmd) -> AdminResult {
+    let cq = hw.cqs.get(&c.cq).ok_or(ADMIN_STATUS_BAD_HANDLE)?;
+    let ring = load_ring(
+        &hw.mem,
+        &c.ring,
+        c.log_depth,
+        CQE_SHIFT,
+        DEV_MAX_LOG_CQ_DEPTH,
+    )?;
+    let ci = hw.shared.doorbells.slot(cq.db_page, cq.db_slot).a;
+    let pending = cq.pi.wrapping_sub(ci);
+    if cq.error || pending > cq.ring.depth || pending > ring.depth {
+        return Err(ADMIN_STATUS_BAD_PARAM);
+    }
+    // Unconsumed CQEs move to the same indices; every other slot is made not valid for the
+    // next index that will land on it, so the new ring reads empty beyond the producer index.
+    for k in 0..ring.depth {
+        let index = ci.wrapping_add(k);
+        let mut cqe = if k < pending {
+            hw.mem
+                .read_obj::<Cqe>(cq.ring.entry_addr(index))
+                .map_err(|_| ADMIN_STATUS_BAD_DMA)?
+        } else {
+            Cqe::default()
+        };
+        let valid = owner_for(index, ring.depth);
+        cqe.owner = if k < pending { valid } else { valid ^ 1 };
+        hw.mem
+            .write_entry_owner_last(ring.entry_addr(index), &cqe)
+            .map_err(|_| ADMIN_STATUS_BAD_DMA)?;
+    }
+    let depth = ring.depth;
+    hw.cqs.get_mut(&c.cq).expect("looked up above").ring = ring;
+    Ok((depth, 0))
+}
+
 fn destroy_cq(hw: &mut Hw, id: u32) -> AdminResult {
     let cq = hw.cqs.get(&id).ok_or(ADMIN_STATUS_BAD_HANDLE)?;
     if cq.users != 0 {
@@ -346,13 +441,43 @@ fn create_srq(hw: &mut Hw, c: &CreateSrqCmd) -> AdminResult {
 }
 
 fn modify_srq(hw: &mut Hw, c: &ModifySrqCmd) -> AdminResult {
-    let srq = hw.srqs.get_mut(&c.srq).ok_or(ADMIN_STATUS_BAD_HANDLE)?;
-    if c.attr_mask & !SRQ_ATTR_LIMIT != 0 || c.limit > srq.ring.depth {
+    let srq = hw.srqs.get(&c.srq).ok_or(ADMIN_STATUS_BAD_HANDLE)?;
+    if c.attr_mask & !(SRQ_ATTR_LIMIT | SRQ_ATTR_MAX_WR) != 0 {
         return Err(ADMIN_STATUS_BAD_PARAM);
     }
-    if c.attr_mask & SRQ_ATTR_LIMIT != 0 {
-        srq.limit = c.limit;
+    // Resize: the new ring must hold every WQE posted and not yet taken; software copied
+    // them to the same indices, so reading goes on at `ci` in the new ring.
+    let new_ring = if c.attr_mask & SRQ_ATTR_MAX_WR != 0 {
+        let ring = load_ring(
+            &hw.mem,
+            &c.ring,
+            c.log_depth,
+            RQ_WQE_SHIFT,
+            DEV_MAX_LOG_WQ_DEPTH,
+        )?;
+        let pi = hw.shared.doorbells.slot(srq.db_page, srq.db_slot).a;
+        let posted = pi.wrapping_sub(srq.ci);
+        if srq.error || posted > srq.ring.depth || posted > ring.depth {
+            return Err(ADMIN_STATUS_BAD_PARAM);
+        }
+        Some(ring)
+    } else {
+        None
+    };
+    let depth = new_ring.as_ref().map_or(srq.ring.depth, |r| r.depth);
+    let limit = if c.attr_mask & SRQ_ATTR_LIMIT != 0 {
+        c.limit
+    } else {
+        srq.limit
+    };
+    if limit > depth {
+        return Err(ADMIN_STATUS_BAD_PARAM);
     }
+    let srq = hw.srqs.get_mut(&c.srq).expect("looked up above");
+    if let Some(ring) = new_ring {
+        srq.ring = ring;
+    }
+    srq.limit = limit;
     Ok((0, 0))
 }
 

@@ -18,7 +18,8 @@ use super::hw::{posted_entries, Eq, Hw, WildIndex};
 use super::{Control, DeviceConfig, DeviceError, Shared};
 use crate::roce::fabric::{self, Fabric, FabricConfig, FabricError, RxBatch};
 use crate::roce::{
-    self, AddressVector, Engine, FailedWr, Gid, SendData, SendWr, UdDest, WcStatus, WrOpcode,
+    self, AddressVector, Engine, FailedWr, FlushSpec, Gid, MwBind, SendData, SendWr, UdDest,
+    WcStatus, WrOpcode,
 };
 
 pub use super::admin::DEVICE_CAPS;
@@ -608,6 +609,11 @@ fn wr_opcode(op: u8) -> Option<WrOpcode> {
         WR_RDMA_READ => WrOpcode::RdmaRead,
         WR_ATOMIC_CMP_AND_SWP => WrOpcode::AtomicCmpAndSwp,
         WR_ATOMIC_FETCH_AND_ADD => WrOpcode::AtomicFetchAndAdd,
+        WR_LOCAL_INV => WrOpcode::LocalInv,
+        WR_BIND_MW => WrOpcode::BindMw,
+        WR_SEND_WITH_INV => WrOpcode::SendWithInv,
+        WR_FLUSH => WrOpcode::Flush,
+        WR_ATOMIC_WRITE => WrOpcode::AtomicWrite,
         _ => return None,
     })
 }
@@ -657,6 +663,8 @@ pub fn decode_send(
         rkey: 0,
         compare_add: 0,
         swap: 0,
+        flush: FlushSpec::default(),
+        bind: None,
         ud: None,
     };
     if qp_type == QPT_UD || qp_type == QPT_GSI {
@@ -686,6 +694,32 @@ pub fn decode_send(
         wr.rkey = r.rkey;
         wr.compare_add = r.compare_add;
         wr.swap = r.swap;
+        match opcode {
+            // The 8 bytes to write travel in compare_add; they become the WR's payload.
+            WrOpcode::AtomicWrite => {
+                wr.data = SendData::Inline(r.compare_add.to_ne_bytes().to_vec());
+            }
+            WrOpcode::BindMw => {
+                // SAFETY: every union variant is plain integers.
+                let b = unsafe { w.seg.bind };
+                wr.bind = Some(MwBind {
+                    addr: b.addr,
+                    length: b.length,
+                    new_rkey: b.new_rkey,
+                    lkey: b.lkey,
+                    access: b.access,
+                });
+                wr.data = SendData::Sges(Vec::new());
+            }
+            WrOpcode::Flush => {
+                wr.flush = FlushSpec {
+                    length: r.length,
+                    placement_type: r.flush_type,
+                    level: r.flush_level,
+                };
+            }
+            _ => {}
+        }
     }
     Ok(wr)
 }

@@ -15,7 +15,9 @@ use rox_uapi::verbs::*;
 use super::sys::signal_irq;
 use super::Shared;
 use crate::dma::{DmaError, GuestMemory};
-use crate::roce::{self, AccessError, AtomicOp, Completion, DeviceEnv, Gid, RecvWr};
+use crate::roce::{
+    self, AccessError, AtomicOp, Completion, DeviceEnv, FlushSpec, Gid, MwBind, RecvWr,
+};
 
 /// A ring in guest memory described by a page list.
 #[derive(Clone, Debug)]
@@ -159,6 +161,29 @@ impl Mr {
     }
 }
 
+/// A memory window: a window into one MR that a peer reaches through the window's rkey.
+#[derive(Clone, Debug)]
+pub struct Mw {
+    pub pd: u32,
+    /// `MW_TYPE_1` or `MW_TYPE_2`.
+    pub mw_type: u8,
+    /// The current rkey (`MW_KEY_FLAG | index << KEY_INDEX_SHIFT | variant`).
+    pub rkey: u32,
+    pub binding: Option<MwBinding>,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct MwBinding {
+    /// The MR (its lkey) the window looks into.
+    pub mr: u32,
+    pub addr: u64,
+    pub length: u64,
+    /// `ACCESS_REMOTE_*` the window grants.
+    pub access: u32,
+    /// Type 2: the only QP that may use (and remotely invalidate) the window.
+    pub qpn: Option<u32>,
+}
+
 #[derive(Debug)]
 pub struct Cq {
     pub ring: Ring,
@@ -236,6 +261,9 @@ pub struct Hw {
     /// The GID table changed: the fabric must republish our addresses.
     pub gids_changed: bool,
     pub mrs: HashMap<u32, Mr>,
+    /// Memory windows by index (`rkey & !MW_KEY_FLAG) >> KEY_INDEX_SHIFT`).
+    pub mws: HashMap<u32, Mw>,
+    pub next_mw: u32,
     pub cqs: HashMap<u32, Cq>,
     pub qps: HashMap<u32, Qp>,
     pub srqs: HashMap<u32, Srq>,
@@ -271,6 +299,11 @@ pub const FIRST_QPN: u32 = 2;
 /// lkey = (MR index << KEY_INDEX_SHIFT) | 8-bit key that changes on every registration.
 pub const KEY_INDEX_SHIFT: u32 = 8;
 
+/// The window index an MW rkey names.
+pub fn mw_index(rkey: u32) -> u32 {
+    (rkey & !MW_KEY_FLAG) >> KEY_INDEX_SHIFT
+}
+
 impl Hw {
     pub fn new(shared: Arc<Shared>, mac: [u8; 6]) -> Hw {
         let mem = shared.mem();
@@ -282,6 +315,8 @@ impl Hw {
             gids: [None; GID_TABLE_LEN as usize],
             gids_changed: false,
             mrs: HashMap::new(),
+            mws: HashMap::new(),
+            next_mw: 1,
             cqs: HashMap::new(),
             qps: HashMap::new(),
             srqs: HashMap::new(),
@@ -460,6 +495,149 @@ impl Hw {
 
     // ---- memory access with protection -----------------------------------------------------
 
+    /// The MR a remote request reaches through `key` for `[va, va+len)`: the MR itself, or the
+    /// MR a memory window is bound to (window in `pd`, bound, type 2 bound to `qpn`, granting
+    /// `need`, containing the range).
+    fn remote_mr(
+        &self,
+        pd: u32,
+        qpn: u32,
+        key: u32,
+        need: u32,
+        va: u64,
+        len: u64,
+    ) -> Result<&Mr, AccessError> {
+        if key & MW_KEY_FLAG == 0 {
+            return self.mr_for(pd, key, need);
+        }
+        let mw = self
+            .mws
+            .get(&mw_index(key))
+            .ok_or(AccessError::InvalidKey)?;
+        if mw.rkey != key {
+            return Err(AccessError::InvalidKey);
+        }
+        if mw.pd != pd {
+            return Err(AccessError::PdMismatch);
+        }
+        let b = mw.binding.ok_or(AccessError::InvalidKey)?;
+        if b.qpn.is_some_and(|q| q != qpn) {
+            return Err(AccessError::InvalidKey);
+        }
+        if b.access & need != need {
+            return Err(AccessError::AccessDenied);
+        }
+        let end = va.checked_add(len).ok_or(AccessError::OutOfBounds)?;
+        if va < b.addr || end > b.addr + b.length {
+            return Err(AccessError::OutOfBounds);
+        }
+        // The MR outlives its bindings (DEREG_MR unbinds); its access was checked at bind.
+        self.mrs.get(&b.mr).ok_or(AccessError::InvalidKey)
+    }
+
+    fn remote_read(
+        &self,
+        pd: u32,
+        qpn: u32,
+        key: u32,
+        va: u64,
+        buf: &mut [u8],
+    ) -> Result<(), AccessError> {
+        let mr = self.remote_mr(pd, qpn, key, ACCESS_REMOTE_READ, va, buf.len() as u64)?;
+        self.read_through(mr, va, buf)
+    }
+
+    fn remote_write(
+        &self,
+        pd: u32,
+        qpn: u32,
+        key: u32,
+        va: u64,
+        data: &[u8],
+    ) -> Result<(), AccessError> {
+        let mr = self.remote_mr(pd, qpn, key, ACCESS_REMOTE_WRITE, va, data.len() as u64)?;
+        self.write_through(mr, va, data)
+    }
+
+    /// Binds a memory window (BIND_MW work request of QP `qpn` in `pd`).
+    pub fn do_bind_mw(&mut self, pd: u32, qpn: u32, bind: &MwBind) -> Result<(), AccessError> {
+        let index = mw_index(bind.new_rkey);
+        let mw = self.mws.get(&index).ok_or(AccessError::InvalidKey)?;
+        if bind.new_rkey & MW_KEY_FLAG == 0 {
+            return Err(AccessError::InvalidKey);
+        }
+        if mw.pd != pd {
+            return Err(AccessError::PdMismatch);
+        }
+        if bind.access & !ACCESS_MW_ALLOWED != 0 {
+            return Err(AccessError::AccessDenied);
+        }
+        let binding = if bind.length == 0 && mw.mw_type == MW_TYPE_1 {
+            // A zero-length bind of a type 1 window unbinds it.
+            None
+        } else {
+            // Type 2 windows are bound once, then invalidated before the next bind.
+            if mw.mw_type == MW_TYPE_2 && mw.binding.is_some() {
+                return Err(AccessError::AccessDenied);
+            }
+            let mr = self.mr_for(pd, bind.lkey, ACCESS_MW_BIND)?;
+            let remote_writes = ACCESS_REMOTE_WRITE | ACCESS_REMOTE_ATOMIC;
+            if bind.access & remote_writes != 0 && mr.access & ACCESS_LOCAL_WRITE == 0 {
+                return Err(AccessError::AccessDenied);
+            }
+            let end = bind
+                .addr
+                .checked_add(bind.length)
+                .ok_or(AccessError::OutOfBounds)?;
+            if mr.physical || bind.addr < mr.iova || end > mr.iova + mr.length {
+                return Err(AccessError::OutOfBounds);
+            }
+            Some(MwBinding {
+                mr: bind.lkey,
+                addr: bind.addr,
+                length: bind.length,
+                access: bind.access & !ACCESS_LOCAL_WRITE,
+                qpn: (mw.mw_type == MW_TYPE_2).then_some(qpn),
+            })
+        };
+        let mw = self.mws.get_mut(&index).expect("looked up above");
+        mw.rkey = bind.new_rkey;
+        mw.binding = binding;
+        Ok(())
+    }
+
+    /// Invalidates the type 2 window `rkey` of `pd` (LOCAL_INV, or a peer's SEND with
+    /// invalidate on QP `qpn` when `remote`).
+    pub fn do_invalidate(
+        &mut self,
+        pd: u32,
+        qpn: u32,
+        rkey: u32,
+        remote: bool,
+    ) -> Result<(), AccessError> {
+        if rkey & MW_KEY_FLAG == 0 {
+            return Err(AccessError::InvalidKey);
+        }
+        let mw = self
+            .mws
+            .get_mut(&mw_index(rkey))
+            .ok_or(AccessError::InvalidKey)?;
+        if mw.rkey != rkey || mw.mw_type != MW_TYPE_2 {
+            return Err(AccessError::InvalidKey);
+        }
+        if mw.pd != pd {
+            return Err(AccessError::PdMismatch);
+        }
+        let Some(b) = mw.binding else {
+            return Err(AccessError::InvalidKey);
+        };
+        if remote && b.qpn != Some(qpn) {
+            return Err(AccessError::InvalidKey);
+        }
+        mw.binding = None;
+        Ok(())
+    }
+
     fn mr_for(&self, pd: u32, key: u32, need: u32) -> Result<&Mr, AccessError> {
         let mr = self.mrs.get(&key).ok_or(AccessError::InvalidKey)?;
         if mr.pd != pd {
@@ -480,6 +658,10 @@ impl Hw {
         buf: &mut [u8],
     ) -> Result<(), AccessError> {
         let mr = self.mr_for(pd, key, need)?;
+        self.read_through(mr, va, buf)
+    }
+
+    fn read_through(&self, mr: &Mr, va: u64, buf: &mut [u8]) -> Result<(), AccessError> {
         let mut done = 0usize;
         for (addr, n) in mr.chunks(va, buf.len() as u64)? {
             let n = n as usize;
@@ -500,6 +682,10 @@ impl Hw {
         data: &[u8],
     ) -> Result<(), AccessError> {
         let mr = self.mr_for(pd, key, need)?;
+        self.write_through(mr, va, data)
+    }
+
+    fn write_through(&self, mr: &Mr, va: u64, data: &[u8]) -> Result<(), AccessError> {
         let chunks = mr.chunks(va, data.len() as u64)?;
         // Check every chunk first so a failing write changes nothing.
         for &(addr, n) in &chunks {
@@ -636,26 +822,43 @@ impl DeviceEnv for Hw {
     fn read_remote(
         &mut self,
         pd: u32,
+        qpn: u32,
         rkey: u32,
         va: u64,
         buf: &mut [u8],
     ) -> Result<(), AccessError> {
-        self.mr_read(pd, rkey, ACCESS_REMOTE_READ, va, buf)
+        self.remote_read(pd, qpn, rkey, va, buf)
     }
 
     fn write_remote(
         &mut self,
         pd: u32,
+        qpn: u32,
         rkey: u32,
         va: u64,
         data: &[u8],
     ) -> Result<(), AccessError> {
-        self.mr_write(pd, rkey, ACCESS_REMOTE_WRITE, va, data)
+        self.remote_write(pd, qpn, rkey, va, data)
+    }
+
+    fn bind_mw(&mut self, pd: u32, qpn: u32, bind: &MwBind) -> Result<(), AccessError> {
+        self.do_bind_mw(pd, qpn, bind)
+    }
+
+    fn invalidate(
+        &mut self,
+        pd: u32,
+        qpn: u32,
+        rkey: u32,
+        remote: bool,
+    ) -> Result<(), AccessError> {
+        self.do_invalidate(pd, qpn, rkey, remote)
     }
 
     fn atomic_remote(
         &mut self,
         pd: u32,
+        qpn: u32,
         rkey: u32,
         va: u64,
         op: AtomicOp,
@@ -663,7 +866,11 @@ impl DeviceEnv for Hw {
         if !va.is_multiple_of(ATOMIC_SIZE as u64) {
             return Err(AccessError::Misaligned);
         }
-        let mr = self.mr_for(pd, rkey, ACCESS_REMOTE_ATOMIC)?;
+        let need = match op {
+            AtomicOp::Write { .. } => ACCESS_REMOTE_WRITE,
+            AtomicOp::CompareSwap { .. } | AtomicOp::FetchAdd { .. } => ACCESS_REMOTE_ATOMIC,
+        };
+        let mr = self.remote_mr(pd, qpn, rkey, need, va, ATOMIC_SIZE as u64)?;
         let chunks = mr.chunks(va, ATOMIC_SIZE as u64)?;
         let [(addr, _)] = chunks[..] else {
             return Err(AccessError::OutOfBounds);
@@ -688,7 +895,41 @@ impl DeviceEnv for Hw {
                 // Guest memory is little-endian like the host (x86); fetch_add is exact.
                 u64::from_le(cell.fetch_add(add, Ordering::AcqRel))
             }
+            // The value's bytes in memory order (the requester sent them as they were).
+            AtomicOp::Write { value } => cell.swap(value, Ordering::AcqRel),
         })
+    }
+
+    fn flush_remote(
+        &mut self,
+        pd: u32,
+        qpn: u32,
+        rkey: u32,
+        va: u64,
+        flush: FlushSpec,
+    ) -> Result<(), AccessError> {
+        let (len, whole_mr) = (flush.length, flush.level == FLUSH_LEVEL_MR);
+        let mut need = 0;
+        if flush.placement_type & FLUSH_TYPE_GLOBAL != 0 {
+            need |= ACCESS_FLUSH_GLOBAL;
+        }
+        if flush.placement_type & FLUSH_TYPE_PERSISTENT != 0 {
+            need |= ACCESS_FLUSH_PERSISTENT;
+        }
+        if rkey & MW_KEY_FLAG != 0 {
+            // Windows grant no FLUSH access.
+            return Err(AccessError::AccessDenied);
+        }
+        let _ = qpn;
+        let mr = self.mr_for(pd, rkey, need)?;
+        if !whole_mr {
+            mr.chunks(va, u64::from(len))?;
+        }
+        // Every write of this device went straight into guest RAM (a shared mapping): a full
+        // fence makes them visible to every CPU before the response leaves. rox has no
+        // persistent memory, so no region grants FLUSH_PERSISTENT.
+        std::sync::atomic::fence(Ordering::SeqCst);
+        Ok(())
     }
 
     fn pop_recv(&mut self, qpn: u32) -> Option<RecvWr> {
@@ -708,7 +949,12 @@ impl DeviceEnv for Hw {
         let cqe = Cqe {
             wr_id: c.wr_id,
             byte_len: c.byte_len,
-            imm_data: c.imm.to_be(),
+            // Immediate data travels in network order, an invalidated rkey in host order.
+            imm_data: if c.wc_flags & WC_FLAG_WITH_INV != 0 {
+                c.imm
+            } else {
+                c.imm.to_be()
+            },
             qp_num: c.qp_num,
             src_qp: c.src_qp,
             status: c.status as u8,

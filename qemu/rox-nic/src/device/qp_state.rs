@@ -190,7 +190,7 @@ pub fn check_modify(
     if mask & QP_DEST_QPN != 0 && attr.dest_qp_num & !QPN_MASK != 0 {
         return Err(ModifyError::BadParam);
     }
-    if mask & QP_ACCESS_FLAGS != 0 && attr.qp_access_flags & !ACCESS_SUPPORTED != 0 {
+    if mask & QP_ACCESS_FLAGS != 0 && attr.qp_access_flags & !ACCESS_QP_SUPPORTED != 0 {
         return Err(ModifyError::BadParam);
     }
     if mask & QP_PKEY_INDEX != 0 && attr.pkey_index != 0 {

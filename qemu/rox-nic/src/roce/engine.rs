@@ -10,8 +10,8 @@
 use std::collections::{HashMap, VecDeque};
 
 use super::wire::{
-    self, opcode as op, psn_add, psn_cmp, Aeth, AtomicEth, Bth, Deth, Headers, IpInfo, NakCode,
-    ParseError, Parsed, Reth, Syndrome, DEFAULT_PKEY, GRH_LEN, IPV4_HEADER_LEN, PSN_MASK,
+    self, opcode as op, psn_add, psn_cmp, Aeth, AtomicEth, Bth, Deth, Feth, Headers, IpInfo,
+    NakCode, ParseError, Parsed, Reth, Syndrome, DEFAULT_PKEY, GRH_LEN, IPV4_HEADER_LEN, PSN_MASK,
 };
 use super::*;
 
@@ -95,6 +95,27 @@ enum WqeKind {
     Write,
     Read,
     Atomic,
+    /// FLUSH: one request packet, answered by a zero-length READ RESPONSE ONLY.
+    Flush,
+    /// ATOMIC WRITE: one request packet with 8 bytes, answered like FLUSH.
+    AtomicWrite,
+    /// BIND_MW / LOCAL_INV: executed by the device when its turn comes; no packet, no PSN.
+    Local,
+}
+
+impl WqeKind {
+    /// Uses a responder resource (counts against max_rd_atomic, waits for a response).
+    fn rd_atomic(self) -> bool {
+        matches!(
+            self,
+            WqeKind::Read | WqeKind::Atomic | WqeKind::Flush | WqeKind::AtomicWrite
+        )
+    }
+
+    /// Completes on a response without data (an ACK beyond it also proves it was executed).
+    fn ack_only_response(self) -> bool {
+        matches!(self, WqeKind::Flush | WqeKind::AtomicWrite)
+    }
 }
 
 /// A send WR the requester owns until it retires.
@@ -112,8 +133,8 @@ struct Wqe {
     acked: bool,
     /// READ: response packets received, in order.
     read_pkts_done: u32,
-    /// Atomic: the original value came back.
-    atomic_done: bool,
+    /// Atomic: the original value came back; FLUSH / ATOMIC WRITE: the response came.
+    responded: bool,
     /// The WR failed; it completes with this status when it reaches the head of the SQ.
     error: Option<WcStatus>,
     /// `VENDOR_ERR_*` detail reported with `error`.
@@ -131,7 +152,7 @@ impl Wqe {
             npsn,
             acked: false,
             read_pkts_done: 0,
-            atomic_done: false,
+            responded: false,
             error: None,
             vendor_err: 0,
         }
@@ -148,14 +169,15 @@ impl Wqe {
 
     fn done(&self) -> bool {
         match self.kind {
-            WqeKind::Send | WqeKind::Write => self.acked,
+            WqeKind::Send | WqeKind::Write | WqeKind::Local => self.acked,
             WqeKind::Read => self.started && self.read_pkts_done == self.npsn,
-            WqeKind::Atomic => self.atomic_done,
+            WqeKind::Atomic | WqeKind::Flush | WqeKind::AtomicWrite => self.responded,
         }
     }
 
+    /// The last PSN of the WQE (a local operation has none: the PSN before its first).
     fn last_psn(&self) -> u32 {
-        psn_add(self.first_psn, self.npsn - 1)
+        psn_add(self.first_psn, self.npsn.wrapping_sub(1))
     }
 
     fn contains(&self, psn: u32) -> bool {
@@ -166,8 +188,8 @@ impl Wqe {
     fn resume_psn(&self, acked_psn: u32) -> u32 {
         match self.kind {
             WqeKind::Read => psn_add(self.first_psn, self.read_pkts_done),
-            WqeKind::Atomic => self.first_psn,
-            WqeKind::Send | WqeKind::Write => {
+            WqeKind::Atomic | WqeKind::Flush | WqeKind::AtomicWrite => self.first_psn,
+            WqeKind::Send | WqeKind::Write | WqeKind::Local => {
                 if self.contains(acked_psn) {
                     psn_add(acked_psn, 1)
                 } else {
@@ -248,8 +270,18 @@ enum InMessage {
 /// Saved READ/atomic request, for duplicates.
 #[derive(Clone, Copy, Debug)]
 enum RdAtomic {
-    Read { first_psn: u32, last_psn: u32 },
-    Atomic { psn: u32, original: u64 },
+    Read {
+        first_psn: u32,
+        last_psn: u32,
+    },
+    Atomic {
+        psn: u32,
+        original: u64,
+    },
+    /// FLUSH / ATOMIC WRITE: executed; a duplicate is only answered again.
+    Executed {
+        psn: u32,
+    },
 }
 
 #[derive(Debug, Default)]
@@ -304,15 +336,22 @@ fn wc_opcode(kind: WqeKind, opcode: WrOpcode) -> WcOpcode {
         WqeKind::Read => WcOpcode::RdmaRead,
         WqeKind::Atomic if opcode == WrOpcode::AtomicCmpAndSwp => WcOpcode::CompSwap,
         WqeKind::Atomic => WcOpcode::FetchAdd,
+        WqeKind::Flush => WcOpcode::Flush,
+        WqeKind::AtomicWrite => WcOpcode::AtomicWrite,
+        WqeKind::Local if opcode == WrOpcode::BindMw => WcOpcode::BindMw,
+        WqeKind::Local => WcOpcode::LocalInv,
     }
 }
 
 fn wqe_kind(opcode: WrOpcode) -> WqeKind {
     match opcode {
-        WrOpcode::Send | WrOpcode::SendWithImm => WqeKind::Send,
+        WrOpcode::Send | WrOpcode::SendWithImm | WrOpcode::SendWithInv => WqeKind::Send,
+        WrOpcode::BindMw | WrOpcode::LocalInv => WqeKind::Local,
         WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm => WqeKind::Write,
         WrOpcode::RdmaRead => WqeKind::Read,
         WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd => WqeKind::Atomic,
+        WrOpcode::Flush => WqeKind::Flush,
+        WrOpcode::AtomicWrite => WqeKind::AtomicWrite,
     }
 }
 
@@ -629,26 +668,43 @@ impl Qp {
     fn check_wr(&self, wr: &SendWr, kind: WqeKind) -> Result<(u64, u32), WcStatus> {
         let len = wr.data.len();
         let mtu = u64::from(self.mtu.bytes());
+        let invalidates = wr.opcode == WrOpcode::SendWithInv;
         let allowed = match self.cfg.qp_type {
             QpType::Rc => true,
-            QpType::Uc => matches!(kind, WqeKind::Send | WqeKind::Write),
-            QpType::Ud => kind == WqeKind::Send && wr.ud.is_some(),
+            QpType::Uc => {
+                matches!(kind, WqeKind::Send | WqeKind::Write | WqeKind::Local) && !invalidates
+            }
+            QpType::Ud => kind == WqeKind::Send && wr.ud.is_some() && !invalidates,
         };
-        if !allowed {
+        if !allowed || (wr.opcode == WrOpcode::BindMw && wr.bind.is_none()) {
             return Err(WcStatus::LocQpOpErr);
+        }
+        if kind == WqeKind::Local {
+            return Ok((0, 0));
         }
         let inline = matches!(wr.data, SendData::Inline(_));
-        if inline && matches!(kind, WqeKind::Read | WqeKind::Atomic) {
+        if inline && matches!(kind, WqeKind::Read | WqeKind::Atomic | WqeKind::Flush) {
             return Err(WcStatus::LocQpOpErr);
         }
+        if kind == WqeKind::Flush {
+            let f = wr.flush;
+            if f.placement_type == 0
+                || f.placement_type & !FLUSH_TYPES_ALL != 0
+                || f.level > FLUSH_LEVEL_MR
+            {
+                return Err(WcStatus::LocQpOpErr);
+            }
+        }
         let bad_len = len > MAX_MESSAGE_BYTES
-            || (kind == WqeKind::Atomic && len != ATOMIC_BYTES as u64)
+            || (matches!(kind, WqeKind::Atomic | WqeKind::AtomicWrite)
+                && len != ATOMIC_BYTES as u64)
+            || (kind == WqeKind::Flush && len != 0)
             || (self.cfg.qp_type == QpType::Ud && len > mtu);
         if bad_len {
             return Err(WcStatus::LocLenErr);
         }
         let npsn = match kind {
-            WqeKind::Atomic => 1,
+            WqeKind::Atomic | WqeKind::Flush | WqeKind::AtomicWrite => 1,
             _ => len.div_ceil(mtu).max(1) as u32,
         };
         Ok((len, npsn))
@@ -662,7 +718,7 @@ impl Qp {
             .sq
             .iter()
             .take_while(|w| w.started)
-            .filter(|w| matches!(w.kind, WqeKind::Read | WqeKind::Atomic))
+            .filter(|w| w.kind.rd_atomic())
             .count()
     }
 
@@ -687,12 +743,16 @@ impl Qp {
                     // SQD: no new WR starts until the QP returns to RTS.
                     break;
                 }
-                let rd_atomic = matches!(wqe.kind, WqeKind::Read | WqeKind::Atomic);
+                let rd_atomic = wqe.kind.rd_atomic();
                 let outstanding = self.outstanding_rd_atomic();
                 if (rd_atomic && outstanding >= usize::from(self.max_rd_atomic.max(1)))
                     || (wqe.wr.fence && outstanding > 0)
                 {
                     break;
+                }
+                if wqe.kind == WqeKind::Local {
+                    self.execute_local(env, cursor);
+                    continue;
                 }
             }
             let psn = if wqe.started {
@@ -726,6 +786,30 @@ impl Qp {
         }
         self.retire(env);
         self.check_drained(env);
+    }
+
+    /// Executes the local operation (BIND_MW, LOCAL_INV) at the cursor: it takes no PSN and
+    /// completes at once, in SQ order.
+    fn execute_local(&mut self, env: &mut dyn DeviceEnv, index: usize) {
+        let (pd, qpn) = (self.cfg.pd, self.cfg.qpn);
+        let next_psn = self.req.next_psn;
+        let wqe = &mut self.req.sq[index];
+        wqe.started = true;
+        wqe.first_psn = next_psn;
+        let result = match (wqe.wr.opcode, wqe.wr.bind) {
+            (WrOpcode::BindMw, Some(bind)) => {
+                env.bind_mw(pd, qpn, &bind).map_err(|_| WcStatus::MwBindErr)
+            }
+            _ => env
+                .invalidate(pd, qpn, wqe.wr.rkey, false)
+                .map_err(|_| WcStatus::LocQpOpErr),
+        };
+        match result {
+            Ok(()) => wqe.acked = true,
+            Err(status) => wqe.error = Some(status),
+        }
+        self.req.cursor += 1;
+        self.req.cursor_pkt = 0;
     }
 
     /// Sends the packet at the cursor and advances the cursor.
@@ -782,6 +866,45 @@ impl Qp {
             self.req.pkts_since_ack_req = 0;
             return Ok(());
         }
+        if wqe.kind == WqeKind::Flush {
+            bth.opcode = op::RC_FLUSH;
+            bth.ack_req = true;
+            let mut hdr = Headers::new(bth);
+            hdr.feth = Some(Feth {
+                placement_type: wqe.wr.flush.placement_type,
+                selectivity_level: wqe.wr.flush.level,
+            });
+            hdr.reth = Some(Reth {
+                va: wqe.wr.remote_addr,
+                rkey: wqe.wr.rkey,
+                dma_len: wqe.wr.flush.length,
+            });
+            self.send_connected(env, stats, &hdr, &[]);
+            self.req.cursor += 1;
+            self.req.cursor_pkt = 0;
+            self.req.pkts_since_ack_req = 0;
+            return Ok(());
+        }
+        if wqe.kind == WqeKind::AtomicWrite {
+            let mut value = [0u8; ATOMIC_BYTES];
+            gather(env, self.cfg.pd, &wqe.wr.data, 0, &mut value).map_err(|e| match e {
+                SgError::Length => WcStatus::LocLenErr,
+                SgError::Access => WcStatus::LocProtErr,
+            })?;
+            bth.opcode = op::RC_ATOMIC_WRITE;
+            bth.ack_req = true;
+            let mut hdr = Headers::new(bth);
+            hdr.reth = Some(Reth {
+                va: wqe.wr.remote_addr,
+                rkey: wqe.wr.rkey,
+                dma_len: ATOMIC_BYTES as u32,
+            });
+            self.send_connected(env, stats, &hdr, &value);
+            self.req.cursor += 1;
+            self.req.cursor_pkt = 0;
+            self.req.pkts_since_ack_req = 0;
+            return Ok(());
+        }
         let offset = u64::from(pkt) * mtu;
         let chunk = (wqe.len - offset).min(mtu) as usize;
         let mut payload = vec![0u8; chunk];
@@ -795,7 +918,10 @@ impl Qp {
             wqe.wr.opcode,
             WrOpcode::SendWithImm | WrOpcode::RdmaWriteWithImm
         );
+        let inv = wqe.wr.opcode == WrOpcode::SendWithInv;
         let base = match (wqe.kind, first, last) {
+            (WqeKind::Send, true, true) if inv => op::RC_SEND_ONLY_INV,
+            (WqeKind::Send, false, true) if inv => op::RC_SEND_LAST_INV,
             (WqeKind::Send, true, true) if imm => op::RC_SEND_ONLY_IMM,
             (WqeKind::Send, true, true) => op::RC_SEND_ONLY,
             (WqeKind::Send, true, false) => op::RC_SEND_FIRST,
@@ -820,6 +946,9 @@ impl Qp {
         let mut hdr = Headers::new(bth);
         if last && imm {
             hdr.imm = Some(wqe.wr.imm);
+        }
+        if last && inv {
+            hdr.ieth = Some(wqe.wr.rkey);
         }
         if first && wqe.kind == WqeKind::Write {
             hdr.reth = Some(Reth {
@@ -894,10 +1023,14 @@ impl Qp {
             if psn_cmp(wqe.first_psn, psn) > 0 {
                 break;
             }
-            if matches!(wqe.kind, WqeKind::Send | WqeKind::Write)
-                && psn_cmp(wqe.last_psn(), psn) <= 0
-            {
-                wqe.acked = true;
+            if psn_cmp(wqe.last_psn(), psn) <= 0 {
+                match wqe.kind {
+                    WqeKind::Send | WqeKind::Write => wqe.acked = true,
+                    // The responder executes in PSN order: an ACK beyond a FLUSH / ATOMIC
+                    // WRITE means it was executed (its own response may have been lost).
+                    WqeKind::Flush | WqeKind::AtomicWrite => wqe.responded = true,
+                    WqeKind::Read | WqeKind::Atomic | WqeKind::Local => {}
+                }
             }
         }
         let after = self.una();
@@ -1069,7 +1202,7 @@ impl Qp {
                     stats.rx_stale_responses += 1;
                     return;
                 };
-                if self.req.sq[index].kind != WqeKind::Atomic || self.req.sq[index].atomic_done {
+                if self.req.sq[index].kind != WqeKind::Atomic || self.req.sq[index].responded {
                     stats.rx_stale_responses += 1;
                     return;
                 }
@@ -1082,7 +1215,7 @@ impl Qp {
                 let result = scatter(env, self.cfg.pd, sges, 0, &original.to_le_bytes());
                 let wqe = &mut self.req.sq[index];
                 match result {
-                    Ok(()) => wqe.atomic_done = true,
+                    Ok(()) => wqe.responded = true,
                     Err(_) => wqe.error = Some(WcStatus::LocProtErr),
                 }
                 self.restart_timer(now);
@@ -1095,6 +1228,25 @@ impl Qp {
                     return;
                 };
                 let wqe = &self.req.sq[index];
+                if wqe.kind.ack_only_response() {
+                    // FLUSH / ATOMIC WRITE: a zero-length READ RESPONSE ONLY.
+                    if wqe.responded {
+                        stats.rx_stale_responses += 1;
+                        return;
+                    }
+                    if base != op::RC_READ_RESPONSE_ONLY || !p.payload.is_empty() {
+                        self.req.sq[index].error = Some(WcStatus::BadRespErr);
+                        self.retire(env);
+                        return;
+                    }
+                    self.ack_through(psn, now);
+                    self.req.retry_left = self.retry_cnt;
+                    self.req.rnr_left = self.rnr_retry;
+                    self.restart_timer(now);
+                    self.retire(env);
+                    self.transmit(env, stats);
+                    return;
+                }
                 let next = psn_add(wqe.first_psn, wqe.read_pkts_done);
                 if wqe.kind != WqeKind::Read || psn != next {
                     stats.rx_stale_responses += 1;
@@ -1222,10 +1374,10 @@ impl Qp {
             let mut probe = [0u8; 1];
             let last = reth.va.wrapping_add(u64::from(len) - 1);
             let ok = env
-                .read_remote(self.cfg.pd, reth.rkey, reth.va, &mut probe)
+                .read_remote(self.cfg.pd, self.cfg.qpn, reth.rkey, reth.va, &mut probe)
                 .is_ok()
                 && env
-                    .read_remote(self.cfg.pd, reth.rkey, last, &mut probe)
+                    .read_remote(self.cfg.pd, self.cfg.qpn, reth.rkey, last, &mut probe)
                     .is_ok()
                 && last >= reth.va;
             if !ok {
@@ -1242,6 +1394,7 @@ impl Qp {
                 && env
                     .read_remote(
                         self.cfg.pd,
+                        self.cfg.qpn,
                         reth.rkey,
                         reth.va.wrapping_add(u64::from(offset)),
                         data,
@@ -1285,6 +1438,16 @@ impl Qp {
         self.send_connected(env, stats, &hdr, &[]);
     }
 
+    /// The response to a FLUSH or ATOMIC WRITE: a READ RESPONSE ONLY without data (IBA A19).
+    fn send_empty_read_response(&self, env: &mut dyn DeviceEnv, stats: &mut EngineStats, psn: u32) {
+        let mut hdr = Headers::new(self.bth(op::RC_READ_RESPONSE_ONLY, psn));
+        hdr.aeth = Some(Aeth {
+            syndrome: Syndrome::Ack,
+            msn: self.resp.msn,
+        });
+        self.send_connected(env, stats, &hdr, &[]);
+    }
+
     /// An RC duplicate request: re-acknowledge, replay a READ, or replay a saved atomic result.
     fn duplicate(&mut self, env: &mut dyn DeviceEnv, stats: &mut EngineStats, p: &Parsed<'_>) {
         stats.rx_duplicates += 1;
@@ -1296,7 +1459,7 @@ impl Qp {
                         first_psn,
                         last_psn,
                     } => psn_cmp(psn, first_psn) >= 0 && psn_cmp(psn, last_psn) <= 0,
-                    RdAtomic::Atomic { .. } => false,
+                    RdAtomic::Atomic { .. } | RdAtomic::Executed { .. } => false,
                 });
                 if known && self.access & ACCESS_REMOTE_READ != 0 {
                     let reth = p.hdr.reth.expect("parsed RETH");
@@ -1313,6 +1476,17 @@ impl Qp {
                 });
                 if let Some(original) = saved {
                     self.send_atomic_ack(env, stats, psn, original);
+                }
+            }
+            op::RC_FLUSH | op::RC_ATOMIC_WRITE => {
+                // Executed once; a duplicate (its response was lost) is answered again.
+                let known = self
+                    .resp
+                    .history
+                    .iter()
+                    .any(|h| matches!(*h, RdAtomic::Executed { psn: saved } if saved == psn));
+                if known {
+                    self.send_empty_read_response(env, stats, psn);
                 }
             }
             _ => self.resp.ack_pending = true,
@@ -1379,7 +1553,9 @@ impl Qp {
         let base = bth.opcode & op::OP_MASK;
         let in_send = matches!(self.resp.cur, Some(InMessage::Send { .. }));
         let in_write = matches!(self.resp.cur, Some(InMessage::Write { .. }));
-        let is_send = base <= op::RC_SEND_ONLY_IMM;
+        let is_send = base <= op::RC_SEND_ONLY_IMM
+            || base == op::RC_SEND_LAST_INV
+            || base == op::RC_SEND_ONLY_INV;
         let is_write = (op::RC_WRITE_FIRST..=op::RC_WRITE_ONLY_IMM).contains(&base);
         let continues = !p.info.first;
         let sequence_ok = if continues {
@@ -1396,7 +1572,7 @@ impl Qp {
             }
             return;
         }
-        let pd = self.cfg.pd;
+        let (pd, qpn) = (self.cfg.pd, self.cfg.qpn);
         if is_send {
             if p.info.first {
                 let Some(wr) = self.take_recv(env) else {
@@ -1434,13 +1610,27 @@ impl Qp {
                 let Some(InMessage::Send { wr, offset }) = self.resp.cur.take() else {
                     unreachable!("checked")
                 };
+                if let Some(rkey) = p.hdr.ieth {
+                    if env.invalidate(pd, self.cfg.qpn, rkey, true).is_err() {
+                        let status = WcStatus::LocQpOpErr;
+                        self.responder_fatal(
+                            env,
+                            stats,
+                            psn,
+                            NakCode::InvalidRequest,
+                            Some((wr.wr_id, status)),
+                        );
+                        return;
+                    }
+                }
+                let (imm, wc_flags) = match (p.hdr.imm, p.hdr.ieth) {
+                    (Some(imm), _) => (imm, WC_FLAG_WITH_IMM),
+                    (None, Some(rkey)) => (rkey, WC_FLAG_WITH_INV),
+                    (None, None) => (0, 0),
+                };
                 env.complete(Completion {
-                    imm: p.hdr.imm.unwrap_or(0),
-                    wc_flags: if p.hdr.imm.is_some() {
-                        WC_FLAG_WITH_IMM
-                    } else {
-                        0
-                    },
+                    imm,
+                    wc_flags,
                     solicited: bth.solicited,
                     ..Completion::recv(
                         self.cfg.qpn,
@@ -1517,7 +1707,7 @@ impl Qp {
                 unreachable!("checked")
             };
             if !p.payload.is_empty() {
-                if env.write_remote(pd, *rkey, *va, p.payload).is_err() {
+                if env.write_remote(pd, qpn, *rkey, *va, p.payload).is_err() {
                     if let Some(wr) = recv {
                         self.resp.spare_recv = Some(wr);
                     }
@@ -1570,6 +1760,64 @@ impl Qp {
             self.resp.epsn = psn_add(psn, npkts);
             self.resp.nak_sent = false;
             return;
+        } else if base == op::RC_FLUSH {
+            let feth = p.hdr.feth.expect("parsed FETH");
+            let reth = p.hdr.reth.expect("parsed RETH");
+            let plt = feth.placement_type;
+            if self.max_dest_rd_atomic == 0
+                || plt == 0
+                || plt & !FLUSH_TYPES_ALL != 0
+                || feth.selectivity_level > FLUSH_LEVEL_MR
+            {
+                self.responder_fatal(env, stats, psn, NakCode::InvalidRequest, None);
+                return;
+            }
+            let mut need = 0;
+            if plt & FLUSH_TYPE_GLOBAL != 0 {
+                need |= ACCESS_FLUSH_GLOBAL;
+            }
+            if plt & FLUSH_TYPE_PERSISTENT != 0 {
+                need |= ACCESS_FLUSH_PERSISTENT;
+            }
+            let flush = FlushSpec {
+                length: reth.dma_len,
+                placement_type: plt,
+                level: feth.selectivity_level,
+            };
+            if self.access & need != need
+                || env
+                    .flush_remote(pd, qpn, reth.rkey, reth.va, flush)
+                    .is_err()
+            {
+                self.remote_access_error(env, stats, psn);
+                return;
+            }
+            self.finish_executed(env, stats, psn);
+            return;
+        } else if base == op::RC_ATOMIC_WRITE {
+            let reth = p.hdr.reth.expect("parsed RETH");
+            let value: Option<[u8; ATOMIC_BYTES]> = p.payload.try_into().ok();
+            let Some(value) = value.filter(|_| {
+                self.max_dest_rd_atomic != 0
+                    && reth.dma_len == ATOMIC_BYTES as u32
+                    && reth.va.is_multiple_of(ATOMIC_BYTES as u64)
+            }) else {
+                self.responder_fatal(env, stats, psn, NakCode::InvalidRequest, None);
+                return;
+            };
+            let write = AtomicOp::Write {
+                value: u64::from_ne_bytes(value),
+            };
+            if self.access & ACCESS_REMOTE_WRITE == 0
+                || env
+                    .atomic_remote(pd, qpn, reth.rkey, reth.va, write)
+                    .is_err()
+            {
+                self.remote_access_error(env, stats, psn);
+                return;
+            }
+            self.finish_executed(env, stats, psn);
+            return;
         } else {
             // Atomics.
             let a = p.hdr.atomic_eth.expect("parsed AtomicETH");
@@ -1589,7 +1837,7 @@ impl Qp {
             } else {
                 AtomicOp::FetchAdd { add: a.swap_add }
             };
-            let original = match env.atomic_remote(pd, a.rkey, a.va, atomic) {
+            let original = match env.atomic_remote(pd, qpn, a.rkey, a.va, atomic) {
                 Ok(v) => v,
                 Err(_) => {
                     self.remote_access_error(env, stats, psn);
@@ -1608,6 +1856,16 @@ impl Qp {
         if rc && bth.ack_req {
             self.resp.ack_pending = true;
         }
+    }
+
+    /// A FLUSH / ATOMIC WRITE was executed: count the message, remember it for duplicates,
+    /// answer it and expect the next PSN.
+    fn finish_executed(&mut self, env: &mut dyn DeviceEnv, stats: &mut EngineStats, psn: u32) {
+        self.resp.msn = psn_add(self.resp.msn, 1);
+        self.remember(RdAtomic::Executed { psn });
+        self.send_empty_read_response(env, stats, psn);
+        self.resp.epsn = psn_add(psn, 1);
+        self.resp.nak_sent = false;
     }
 
     /// R_Key/access/bounds violation of a remote request: RC NAKs (the requester's WR fails
@@ -1859,6 +2117,8 @@ impl Engine {
             rkey: 0,
             compare_add: 0,
             swap: 0,
+            flush: FlushSpec::default(),
+            bind: None,
             ud: None,
         };
         let wqe = Wqe::failed(wr, kind, failed.status, failed.vendor_err);

@@ -104,8 +104,37 @@ pub struct SendWr {
     pub compare_add: u64,
     /// Swap value (CMP_AND_SWP).
     pub swap: u64,
+    /// What a FLUSH asks for (other opcodes ignore it).
+    pub flush: FlushSpec,
+    /// BIND_MW: the binding (other opcodes: None). LOCAL_INV and SEND_WITH_INV name the
+    /// window to invalidate in `rkey`.
+    pub bind: Option<MwBind>,
     /// UD only.
     pub ud: Option<UdDest>,
+}
+
+/// A memory window bind: the window whose rkey index `new_rkey` names gets
+/// `[addr, addr + length)` of the MR `lkey` (same PD as the QP) with `access`, and rkey
+/// `new_rkey`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MwBind {
+    pub addr: u64,
+    pub length: u64,
+    pub new_rkey: u32,
+    pub lkey: u32,
+    pub access: u32,
+}
+
+/// The target of a FLUSH work request (IBA memory placement extensions): `remote_addr` /
+/// `rkey` of the [`SendWr`] and these.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FlushSpec {
+    /// Bytes from `remote_addr` (level RANGE; level MR flushes the whole region).
+    pub length: u32,
+    /// `rox_uapi::verbs::FLUSH_TYPE_*` bits.
+    pub placement_type: u8,
+    /// `rox_uapi::verbs::FLUSH_LEVEL_*`.
+    pub level: u8,
 }
 
 /// A decoded receive work request (from an RQ or an SRQ).
@@ -215,6 +244,8 @@ pub enum AtomicOp {
     CompareSwap { compare: u64, swap: u64 },
     /// `*va += add` (wrapping).
     FetchAdd { add: u64 },
+    /// `*va = value` (ATOMIC WRITE): needs IBV_ACCESS_REMOTE_WRITE instead of REMOTE_ATOMIC.
+    Write { value: u64 },
 }
 
 /// What the device provides to the engine. Every method must be cheap and must not call back
@@ -239,26 +270,56 @@ pub trait DeviceEnv {
         addr: u64,
         data: &[u8],
     ) -> Result<(), AccessError>;
-    /// Read memory for a remote peer through `rkey`; requires IBV_ACCESS_REMOTE_READ.
+    /// Read memory for a remote peer through `rkey` (an MR, or a memory window bound in `pd`
+    /// and, for type 2, to the responder QP `qpn`); requires IBV_ACCESS_REMOTE_READ.
     fn read_remote(
         &mut self,
         pd: u32,
+        qpn: u32,
         rkey: u32,
         va: u64,
         buf: &mut [u8],
     ) -> Result<(), AccessError>;
-    /// Write memory for a remote peer through `rkey`; requires IBV_ACCESS_REMOTE_WRITE.
-    fn write_remote(&mut self, pd: u32, rkey: u32, va: u64, data: &[u8])
-        -> Result<(), AccessError>;
-    /// 8-byte atomic for a remote peer through `rkey`; requires IBV_ACCESS_REMOTE_ATOMIC and
-    /// 8-byte alignment. Returns the original value.
+    /// Write memory for a remote peer through `rkey` (as for `read_remote`); requires
+    /// IBV_ACCESS_REMOTE_WRITE.
+    fn write_remote(
+        &mut self,
+        pd: u32,
+        qpn: u32,
+        rkey: u32,
+        va: u64,
+        data: &[u8],
+    ) -> Result<(), AccessError>;
+    /// 8-byte atomic for a remote peer through `rkey`; requires IBV_ACCESS_REMOTE_ATOMIC
+    /// (IBV_ACCESS_REMOTE_WRITE for [`AtomicOp::Write`]) and 8-byte alignment. Returns the
+    /// original value.
     fn atomic_remote(
         &mut self,
         pd: u32,
+        qpn: u32,
         rkey: u32,
         va: u64,
         op: AtomicOp,
     ) -> Result<u64, AccessError>;
+    /// FLUSH for a remote peer through `rkey`: the region must grant the FLUSH access bit of
+    /// every type in `flush.placement_type` (`FLUSH_TYPE_GLOBAL` → IBV_ACCESS_FLUSH_GLOBAL,
+    /// `FLUSH_TYPE_PERSISTENT` → IBV_ACCESS_FLUSH_PERSISTENT) and, unless the level is
+    /// `FLUSH_LEVEL_MR`, contain `[va, va + flush.length)`; then every earlier write through the
+    /// device is made globally visible.
+    fn flush_remote(
+        &mut self,
+        pd: u32,
+        qpn: u32,
+        rkey: u32,
+        va: u64,
+        flush: FlushSpec,
+    ) -> Result<(), AccessError>;
+    /// Bind a memory window for QP `qpn` of `pd` (BIND_MW work request, executed in SQ order).
+    fn bind_mw(&mut self, pd: u32, qpn: u32, bind: &MwBind) -> Result<(), AccessError>;
+    /// Invalidate the type 2 memory window `rkey` of `pd`: locally (LOCAL_INV) or for a peer
+    /// (SEND with invalidate, `remote`: the window must be bound to QP `qpn`).
+    fn invalidate(&mut self, pd: u32, qpn: u32, rkey: u32, remote: bool)
+        -> Result<(), AccessError>;
     /// Take the next receive WR of QP `qpn` (from its RQ, or its SRQ if it has one).
     fn pop_recv(&mut self, qpn: u32) -> Option<RecvWr>;
     /// Deliver a completion to the QP's send or receive CQ.

@@ -14,6 +14,7 @@ pub enum WcStatus {
     LocLenErr = uv::WC_LOC_LEN_ERR,
     LocQpOpErr = uv::WC_LOC_QP_OP_ERR,
     LocProtErr = uv::WC_LOC_PROT_ERR,
+    MwBindErr = uv::WC_MW_BIND_ERR,
     WrFlushErr = uv::WC_WR_FLUSH_ERR,
     BadRespErr = uv::WC_BAD_RESP_ERR,
     LocAccessErr = uv::WC_LOC_ACCESS_ERR,
@@ -35,6 +36,10 @@ pub enum WcOpcode {
     RdmaRead = uv::WC_OPC_RDMA_READ,
     CompSwap = uv::WC_OPC_COMP_SWAP,
     FetchAdd = uv::WC_OPC_FETCH_ADD,
+    BindMw = uv::WC_OPC_BIND_MW,
+    LocalInv = uv::WC_OPC_LOCAL_INV,
+    Flush = uv::WC_OPC_FLUSH,
+    AtomicWrite = uv::WC_OPC_ATOMIC_WRITE,
     Recv = uv::WC_OPC_RECV,
     RecvRdmaWithImm = uv::WC_OPC_RECV_RDMA_WITH_IMM,
 }
@@ -50,14 +55,24 @@ pub enum WrOpcode {
     RdmaRead = uv::WR_RDMA_READ,
     AtomicCmpAndSwp = uv::WR_ATOMIC_CMP_AND_SWP,
     AtomicFetchAndAdd = uv::WR_ATOMIC_FETCH_AND_ADD,
+    LocalInv = uv::WR_LOCAL_INV,
+    BindMw = uv::WR_BIND_MW,
+    SendWithInv = uv::WR_SEND_WITH_INV,
+    Flush = uv::WR_FLUSH,
+    AtomicWrite = uv::WR_ATOMIC_WRITE,
 }
 
 /// Access flags of MRs and QPs.
 pub use rox_uapi::verbs::{
-    ACCESS_LOCAL_WRITE, ACCESS_REMOTE_ATOMIC, ACCESS_REMOTE_READ, ACCESS_REMOTE_WRITE,
+    ACCESS_FLUSH_GLOBAL, ACCESS_FLUSH_PERSISTENT, ACCESS_LOCAL_WRITE, ACCESS_REMOTE_ATOMIC,
+    ACCESS_REMOTE_READ, ACCESS_REMOTE_WRITE,
+};
+/// FLUSH placement types and levels.
+pub use rox_uapi::verbs::{
+    FLUSH_LEVEL_MR, FLUSH_LEVEL_RANGE, FLUSH_TYPES_ALL, FLUSH_TYPE_GLOBAL, FLUSH_TYPE_PERSISTENT,
 };
 /// Completion flags (u8 in uapi; the engine's [`super::Completion::wc_flags`] holds them).
-pub use rox_uapi::verbs::{WC_FLAG_GRH, WC_FLAG_WITH_IMM};
+pub use rox_uapi::verbs::{WC_FLAG_GRH, WC_FLAG_WITH_IMM, WC_FLAG_WITH_INV};
 
 /// QP state, numbered as `enum ibv_qp_state`.
 #[repr(u8)]

@@ -20,6 +20,10 @@ pub const RETH_LEN: usize = 16;
 pub const AETH_LEN: usize = 4;
 pub const ATOMIC_ETH_LEN: usize = 28;
 pub const ATOMIC_ACK_ETH_LEN: usize = 8;
+/// FLUSH extended transport header (IBA memory placement extensions, A19).
+pub const FETH_LEN: usize = 4;
+/// Invalidate extended transport header: the R_Key to invalidate (SEND with invalidate).
+pub const IETH_LEN: usize = 4;
 pub const IMMDT_LEN: usize = 4;
 pub const DETH_LEN: usize = 8;
 pub const ICRC_LEN: usize = 4;
@@ -125,6 +129,13 @@ pub mod opcode {
     pub const RC_ATOMIC_ACKNOWLEDGE: u8 = 0x12;
     pub const RC_COMPARE_SWAP: u8 = 0x13;
     pub const RC_FETCH_ADD: u8 = 0x14;
+    /// RC SEND with invalidate (IETH: the R_Key the responder invalidates).
+    pub const RC_SEND_LAST_INV: u8 = 0x16;
+    pub const RC_SEND_ONLY_INV: u8 = 0x17;
+    /// IBA memory placement extensions (RC only): FLUSH (BTH, FETH, RETH) and ATOMIC WRITE
+    /// (BTH, RETH, 8 bytes of payload); both answered by a zero-length READ RESPONSE ONLY.
+    pub const RC_FLUSH: u8 = 0x1c;
+    pub const RC_ATOMIC_WRITE: u8 = 0x1d;
     /// Opcode-class offsets: the low 5 bits are the operation, the high 3 the transport.
     pub const CLASS_RC: u8 = 0x00;
     pub const CLASS_UC: u8 = 0x20;
@@ -138,6 +149,8 @@ pub mod opcode {
 /// Which headers follow the BTH for an opcode, and what the opcode means.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct OpcodeInfo {
+    pub feth: bool,
+    pub ieth: bool,
     pub reth: bool,
     pub aeth: bool,
     pub atomic_eth: bool,
@@ -156,7 +169,13 @@ pub fn opcode_info(op: u8) -> Option<OpcodeInfo> {
     let class = op & CLASS_MASK;
     let base = op & OP_MASK;
     let allowed = match class {
-        CLASS_RC => base <= RC_FETCH_ADD,
+        CLASS_RC => {
+            base <= RC_FETCH_ADD
+                || matches!(
+                    base,
+                    RC_SEND_LAST_INV | RC_SEND_ONLY_INV | RC_FLUSH | RC_ATOMIC_WRITE
+                )
+        }
         CLASS_UC => base <= RC_WRITE_ONLY_IMM,
         CLASS_UD => base == RC_SEND_ONLY || base == RC_SEND_ONLY_IMM,
         _ => false,
@@ -165,6 +184,8 @@ pub fn opcode_info(op: u8) -> Option<OpcodeInfo> {
         return None;
     }
     let none = OpcodeInfo {
+        feth: false,
+        ieth: false,
         reth: false,
         aeth: false,
         atomic_eth: false,
@@ -252,6 +273,30 @@ pub fn opcode_info(op: u8) -> Option<OpcodeInfo> {
             atomic_eth: true,
             ..none
         },
+        RC_SEND_LAST_INV => OpcodeInfo {
+            last: true,
+            ieth: true,
+            ..none
+        },
+        RC_SEND_ONLY_INV => OpcodeInfo {
+            first: true,
+            last: true,
+            ieth: true,
+            ..none
+        },
+        RC_FLUSH => OpcodeInfo {
+            first: true,
+            last: true,
+            feth: true,
+            reth: true,
+            ..none
+        },
+        RC_ATOMIC_WRITE => OpcodeInfo {
+            first: true,
+            last: true,
+            reth: true,
+            ..none
+        },
         _ => return None,
     })
 }
@@ -261,6 +306,7 @@ impl OpcodeInfo {
     pub fn header_len(&self) -> usize {
         BTH_LEN
             + if self.deth { DETH_LEN } else { 0 }
+            + if self.feth { FETH_LEN } else { 0 }
             + if self.reth { RETH_LEN } else { 0 }
             + if self.atomic_eth { ATOMIC_ETH_LEN } else { 0 }
             + if self.aeth { AETH_LEN } else { 0 }
@@ -270,6 +316,7 @@ impl OpcodeInfo {
                 0
             }
             + if self.immdt { IMMDT_LEN } else { 0 }
+            + if self.ieth { IETH_LEN } else { 0 }
     }
 }
 
@@ -290,6 +337,33 @@ pub struct Reth {
     pub va: u64,
     pub rkey: u32,
     pub dma_len: u32,
+}
+
+/// FLUSH extended transport header: placement type (PLT, bits 3..0: `FLUSH_TYPE_*`) and
+/// selectivity level (SEL, bits 5..4: `FLUSH_LEVEL_*`); the other bits are reserved (sent 0,
+/// ignored).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Feth {
+    pub placement_type: u8,
+    pub selectivity_level: u8,
+}
+
+const FETH_PLT_MASK: u32 = 0xf;
+const FETH_SEL_SHIFT: u32 = 4;
+const FETH_SEL_MASK: u32 = 0x3;
+
+impl Feth {
+    fn encode(self) -> u32 {
+        (u32::from(self.placement_type) & FETH_PLT_MASK)
+            | ((u32::from(self.selectivity_level) & FETH_SEL_MASK) << FETH_SEL_SHIFT)
+    }
+
+    fn decode(word: u32) -> Feth {
+        Feth {
+            placement_type: (word & FETH_PLT_MASK) as u8,
+            selectivity_level: ((word >> FETH_SEL_SHIFT) & FETH_SEL_MASK) as u8,
+        }
+    }
 }
 
 /// Atomic extended transport header.
@@ -374,11 +448,14 @@ pub struct Aeth {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Headers {
     pub bth: Bth,
+    pub feth: Option<Feth>,
     pub reth: Option<Reth>,
     pub aeth: Option<Aeth>,
     pub atomic_eth: Option<AtomicEth>,
     pub atomic_ack: Option<u64>,
     pub imm: Option<u32>,
+    /// The R_Key a SEND with invalidate names.
+    pub ieth: Option<u32>,
     pub deth: Option<Deth>,
 }
 
@@ -386,11 +463,13 @@ impl Headers {
     pub fn new(bth: Bth) -> Headers {
         Headers {
             bth,
+            feth: None,
             reth: None,
             aeth: None,
             atomic_eth: None,
             atomic_ack: None,
             imm: None,
+            ieth: None,
             deth: None,
         }
     }
@@ -541,6 +620,12 @@ pub fn build_packet(ip: &IpInfo, hdr: &Headers, payload: &[u8]) -> Vec<u8> {
         put_u32(&mut buf, d.qkey);
         put_u32(&mut buf, d.src_qpn & QPN_MASK);
     }
+    if info.feth {
+        put_u32(
+            &mut buf,
+            hdr.feth.expect("FETH required by opcode").encode(),
+        );
+    }
     if info.reth {
         let r = hdr.reth.expect("RETH required by opcode");
         put_u64(&mut buf, r.va);
@@ -569,6 +654,9 @@ pub fn build_packet(ip: &IpInfo, hdr: &Headers, payload: &[u8]) -> Vec<u8> {
     }
     if info.immdt {
         put_u32(&mut buf, hdr.imm.expect("ImmDt required by opcode"));
+    }
+    if info.ieth {
+        put_u32(&mut buf, hdr.ieth.expect("IETH required by opcode"));
     }
     buf.extend_from_slice(payload);
     buf.resize(buf.len() + pad, 0);
@@ -722,6 +810,9 @@ pub fn parse_packet(packet: &[u8]) -> Result<Parsed<'_>, ParseError> {
             src_qpn: r.u32() & QPN_MASK,
         });
     }
+    if info.feth {
+        hdr.feth = Some(Feth::decode(r.u32()));
+    }
     if info.reth {
         hdr.reth = Some(Reth {
             va: r.u64(),
@@ -747,6 +838,9 @@ pub fn parse_packet(packet: &[u8]) -> Result<Parsed<'_>, ParseError> {
     }
     if info.immdt {
         hdr.imm = Some(r.u32());
+    }
+    if info.ieth {
+        hdr.ieth = Some(r.u32());
     }
     let at = r.at;
     debug_assert_eq!(at, hlen);

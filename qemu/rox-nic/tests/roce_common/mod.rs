@@ -14,8 +14,14 @@ pub use roce::*;
 pub const MEM_BASE: u64 = 0x10_0000;
 pub const MEM_SIZE: usize = 4 << 20;
 pub const PD: u32 = 1;
-pub const ALL_ACCESS: u32 =
-    ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE | ACCESS_REMOTE_READ | ACCESS_REMOTE_ATOMIC;
+/// Every access an MR can have (rox has no persistent memory: no FLUSH_PERSISTENT).
+pub const ALL_ACCESS: u32 = ACCESS_LOCAL_WRITE
+    | ACCESS_REMOTE_WRITE
+    | ACCESS_REMOTE_READ
+    | ACCESS_REMOTE_ATOMIC
+    | ACCESS_FLUSH_GLOBAL;
+/// Every access a QP can allow its peer.
+pub const ALL_QP_ACCESS: u32 = ALL_ACCESS | ACCESS_FLUSH_PERSISTENT;
 
 #[derive(Clone, Copy, Debug)]
 pub struct Mr {
@@ -34,7 +40,20 @@ pub struct MockEnv {
     pub recv_queues: HashMap<u32, VecDeque<RecvWr>>,
     pub completions: Vec<Completion>,
     pub outbox: Vec<(Gid, Vec<u8>)>,
+    /// Memory window operations the engine asked for, in order: (qpn, op).
+    pub local_ops: Vec<(u32, LocalOp)>,
+    /// rkeys that `invalidate` accepts (once each); binds with `new_rkey == BAD_RKEY` fail.
+    pub invalidatable: Vec<u32>,
     next_key: u32,
+}
+
+/// A bind the mock refuses.
+pub const BAD_RKEY: u32 = 0xdead_beef;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LocalOp {
+    Bind(MwBind),
+    Invalidate { rkey: u32, remote: bool },
 }
 
 impl MockEnv {
@@ -46,6 +65,8 @@ impl MockEnv {
             recv_queues: HashMap::new(),
             completions: Vec::new(),
             outbox: Vec::new(),
+            local_ops: Vec::new(),
+            invalidatable: Vec::new(),
             next_key: 0x100,
         }
     }
@@ -140,6 +161,7 @@ impl DeviceEnv for MockEnv {
     fn read_remote(
         &mut self,
         pd: u32,
+        _qpn: u32,
         rkey: u32,
         va: u64,
         buf: &mut [u8],
@@ -151,6 +173,7 @@ impl DeviceEnv for MockEnv {
     fn write_remote(
         &mut self,
         pd: u32,
+        _qpn: u32,
         rkey: u32,
         va: u64,
         data: &[u8],
@@ -162,6 +185,7 @@ impl DeviceEnv for MockEnv {
     fn atomic_remote(
         &mut self,
         pd: u32,
+        _qpn: u32,
         rkey: u32,
         va: u64,
         op: AtomicOp,
@@ -169,7 +193,11 @@ impl DeviceEnv for MockEnv {
         if !va.is_multiple_of(8) {
             return Err(AccessError::Misaligned);
         }
-        let at = self.check(pd, rkey, va, 8, ACCESS_REMOTE_ATOMIC)?;
+        let need = match op {
+            AtomicOp::Write { .. } => ACCESS_REMOTE_WRITE,
+            _ => ACCESS_REMOTE_ATOMIC,
+        };
+        let at = self.check(pd, rkey, va, 8, need)?;
         let old = u64::from_le_bytes(self.mem[at..at + 8].try_into().unwrap());
         let new = match op {
             AtomicOp::CompareSwap { compare, swap } => {
@@ -180,9 +208,60 @@ impl DeviceEnv for MockEnv {
                 }
             }
             AtomicOp::FetchAdd { add } => old.wrapping_add(add),
+            AtomicOp::Write { value } => u64::from_le(value),
         };
         self.mem[at..at + 8].copy_from_slice(&new.to_le_bytes());
         Ok(old)
+    }
+    fn flush_remote(
+        &mut self,
+        pd: u32,
+        _qpn: u32,
+        rkey: u32,
+        va: u64,
+        flush: FlushSpec,
+    ) -> Result<(), AccessError> {
+        let (len, whole_mr) = (flush.length, flush.level == FLUSH_LEVEL_MR);
+        let mut need = 0;
+        if flush.placement_type & FLUSH_TYPE_GLOBAL != 0 {
+            need |= ACCESS_FLUSH_GLOBAL;
+        }
+        if flush.placement_type & FLUSH_TYPE_PERSISTENT != 0 {
+            need |= ACCESS_FLUSH_PERSISTENT;
+        }
+        if whole_mr {
+            let mr = self
+                .mrs
+                .iter()
+                .find(|m| m.key == rkey)
+                .ok_or(AccessError::InvalidKey)?;
+            return self.check(pd, rkey, mr.addr, 0, need).map(|_| ());
+        }
+        self.check(pd, rkey, va, len as usize, need).map(|_| ())
+    }
+    fn bind_mw(&mut self, _pd: u32, qpn: u32, bind: &MwBind) -> Result<(), AccessError> {
+        self.local_ops.push((qpn, LocalOp::Bind(*bind)));
+        if bind.new_rkey == BAD_RKEY {
+            return Err(AccessError::InvalidKey);
+        }
+        Ok(())
+    }
+    fn invalidate(
+        &mut self,
+        _pd: u32,
+        qpn: u32,
+        rkey: u32,
+        remote: bool,
+    ) -> Result<(), AccessError> {
+        self.local_ops
+            .push((qpn, LocalOp::Invalidate { rkey, remote }));
+        let at = self
+            .invalidatable
+            .iter()
+            .position(|&k| k == rkey)
+            .ok_or(AccessError::InvalidKey)?;
+        self.invalidatable.remove(at);
+        Ok(())
     }
     fn pop_recv(&mut self, qpn: u32) -> Option<RecvWr> {
         self.recv_queues.get_mut(&qpn)?.pop_front()
@@ -366,7 +445,7 @@ impl QpParams {
             rnr_retry: 7,
             min_rnr_timer: 1,
             max_rd_atomic: 4,
-            access: ALL_ACCESS,
+            access: ALL_QP_ACCESS,
             qkey: 0,
         }
     }
@@ -460,6 +539,8 @@ pub fn send_wr(wr_id: u64, opcode: WrOpcode, data: SendData) -> SendWr {
         rkey: 0,
         compare_add: 0,
         swap: 0,
+        flush: FlushSpec::default(),
+        bind: None,
         ud: None,
     }
 }

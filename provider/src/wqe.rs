@@ -1,0 +1,403 @@
+//! Send WQE formatting, shared by `ibv_post_send` (crate::qp) and the extended post API
+//! (crate::qp_ex): which operations a QP takes, the WQE header, the RDMA / atomic / FLUSH
+//! segment, the scatter/gather list and inline payload are each written in one place.
+
+use crate::errno::{Result, EINVAL};
+use crate::ffi;
+use crate::qp::RoxQp;
+use core::ffi::c_void;
+use core::ptr;
+use rox_uapi::admin::KEY_VARIANT_MASK;
+use rox_uapi::queue::{
+    BindSeg, RdmaSeg, Sge, SqSeg, SqWqe, SQ_WQE_DATA_SIZE, WQE_FLAG_FENCE, WQE_FLAG_INLINE,
+    WQE_FLAG_SIGNALED, WQE_FLAG_SOLICITED,
+};
+use rox_uapi::verbs;
+
+// rox's WR opcodes are libibverbs' numbers (`verbs::WR_*` = `IBV_WR_*`).
+const _: () = {
+    assert!(ffi::IBV_WR_RDMA_WRITE == verbs::WR_RDMA_WRITE as u32);
+    assert!(ffi::IBV_WR_ATOMIC_FETCH_AND_ADD == verbs::WR_ATOMIC_FETCH_AND_ADD as u32);
+    assert!(ffi::IBV_WR_FLUSH == verbs::WR_FLUSH as u32);
+    assert!(ffi::IBV_WR_ATOMIC_WRITE == verbs::WR_ATOMIC_WRITE as u32);
+    assert!(ffi::IBV_FLUSH_GLOBAL == verbs::FLUSH_TYPE_GLOBAL as u32);
+    assert!(ffi::IBV_FLUSH_PERSISTENT == verbs::FLUSH_TYPE_PERSISTENT as u32);
+    assert!(ffi::IBV_FLUSH_RANGE == verbs::FLUSH_LEVEL_RANGE as u32);
+    assert!(ffi::IBV_FLUSH_MR == verbs::FLUSH_LEVEL_MR as u32);
+    assert!(ffi::IBV_WR_LOCAL_INV == verbs::WR_LOCAL_INV as u32);
+    assert!(ffi::IBV_WR_BIND_MW == verbs::WR_BIND_MW as u32);
+    assert!(ffi::IBV_WR_SEND_WITH_INV == verbs::WR_SEND_WITH_INV as u32);
+    assert!(ffi::IBV_MW_TYPE_1 == verbs::MW_TYPE_1 as u32);
+    assert!(ffi::IBV_MW_TYPE_2 == verbs::MW_TYPE_2 as u32);
+    assert!(ffi::IBV_ACCESS_MW_BIND == verbs::ACCESS_MW_BIND);
+};
+
+/// libibverbs' WR opcode -> rox's (`verbs::WR_*`; only these exist on rox).
+pub(crate) fn wr_opcode(opcode: ffi::ibv_wr_opcode) -> Option<u8> {
+    Some(match opcode {
+        ffi::IBV_WR_RDMA_WRITE => verbs::WR_RDMA_WRITE,
+        ffi::IBV_WR_RDMA_WRITE_WITH_IMM => verbs::WR_RDMA_WRITE_WITH_IMM,
+        ffi::IBV_WR_SEND => verbs::WR_SEND,
+        ffi::IBV_WR_SEND_WITH_IMM => verbs::WR_SEND_WITH_IMM,
+        ffi::IBV_WR_RDMA_READ => verbs::WR_RDMA_READ,
+        ffi::IBV_WR_ATOMIC_CMP_AND_SWP => verbs::WR_ATOMIC_CMP_AND_SWP,
+        ffi::IBV_WR_ATOMIC_FETCH_AND_ADD => verbs::WR_ATOMIC_FETCH_AND_ADD,
+        ffi::IBV_WR_LOCAL_INV => verbs::WR_LOCAL_INV,
+        ffi::IBV_WR_BIND_MW => verbs::WR_BIND_MW,
+        ffi::IBV_WR_SEND_WITH_INV => verbs::WR_SEND_WITH_INV,
+        ffi::IBV_WR_FLUSH => verbs::WR_FLUSH,
+        ffi::IBV_WR_ATOMIC_WRITE => verbs::WR_ATOMIC_WRITE,
+        _ => return None,
+    })
+}
+
+/// Whether a QP of `qp_type` takes operation `op`: RC all, UC SEND/WRITE and the memory
+/// window operations, UD SEND.
+pub(crate) fn opcode_allowed(qp_type: ffi::ibv_qp_type, op: u8) -> bool {
+    match qp_type {
+        ffi::IBV_QPT_RC => true,
+        ffi::IBV_QPT_UC => matches!(
+            op,
+            verbs::WR_SEND
+                | verbs::WR_SEND_WITH_IMM
+                | verbs::WR_RDMA_WRITE
+                | verbs::WR_RDMA_WRITE_WITH_IMM
+                | verbs::WR_BIND_MW
+                | verbs::WR_LOCAL_INV
+        ),
+        ffi::IBV_QPT_UD => matches!(op, verbs::WR_SEND | verbs::WR_SEND_WITH_IMM),
+        _ => false,
+    }
+}
+
+/// Operations whose payload comes from SGEs or inline data (READ/atomics take SGEs only, as
+/// their local destination; FLUSH and ATOMIC WRITE take neither).
+fn takes_inline(op: u8) -> bool {
+    matches!(
+        op,
+        verbs::WR_SEND
+            | verbs::WR_SEND_WITH_IMM
+            | verbs::WR_SEND_WITH_INV
+            | verbs::WR_RDMA_WRITE
+            | verbs::WR_RDMA_WRITE_WITH_IMM
+    )
+}
+
+fn takes_sges(op: u8) -> bool {
+    !matches!(
+        op,
+        verbs::WR_FLUSH | verbs::WR_ATOMIC_WRITE | verbs::WR_BIND_MW | verbs::WR_LOCAL_INV
+    )
+}
+
+/// WQE flags for `IBV_SEND_*` flags (SIGNALED also from `sq_sig_all`; INLINE is set by
+/// [`set_inline`]).
+fn wqe_flags(qp: &RoxQp, send_flags: u32) -> u8 {
+    let mut flags = 0;
+    if qp.sq_sig_all || send_flags & ffi::IBV_SEND_SIGNALED != 0 {
+        flags |= WQE_FLAG_SIGNALED;
+    }
+    if send_flags & ffi::IBV_SEND_SOLICITED != 0 {
+        flags |= WQE_FLAG_SOLICITED;
+    }
+    if send_flags & ffi::IBV_SEND_FENCE != 0 {
+        flags |= WQE_FLAG_FENCE;
+    }
+    flags
+}
+
+/// A new WQE of `opcode` for ring slot `index` (its `wr_id`: the device echoes it in the CQE),
+/// with no segment and no data yet; EINVAL if the QP's type does not take the operation.
+pub(crate) fn new_wqe(qp: &RoxQp, opcode: u8, send_flags: u32, index: u32) -> Result<SqWqe> {
+    if !opcode_allowed(qp.qp_type, opcode) {
+        return Err(EINVAL);
+    }
+    Ok(SqWqe {
+        wr_id: u64::from(index),
+        opcode,
+        flags: wqe_flags(qp, send_flags),
+        num_sge: 0,
+        reserved0: 0,
+        imm_data: 0,
+        inline_len: 0,
+        reserved1: 0,
+        seg: SqSeg {
+            rdma: RdmaSeg::default(),
+        },
+        data: [0; SQ_WQE_DATA_SIZE],
+    })
+}
+
+/// The segment of a WRITE / READ.
+pub(crate) fn rdma_seg(remote_addr: u64, rkey: u32) -> SqSeg {
+    SqSeg {
+        rdma: RdmaSeg {
+            remote_addr,
+            rkey,
+            ..Default::default()
+        },
+    }
+}
+
+/// The segment of a CMP_AND_SWP / FETCH_AND_ADD (`swap` is ignored by FETCH_AND_ADD).
+pub(crate) fn atomic_seg(remote_addr: u64, rkey: u32, compare_add: u64, swap: u64) -> SqSeg {
+    SqSeg {
+        rdma: RdmaSeg {
+            remote_addr,
+            rkey,
+            compare_add,
+            swap,
+            ..Default::default()
+        },
+    }
+}
+
+/// The segment of an ATOMIC WRITE: the 8 bytes ride in `compare_add`, in memory order.
+pub(crate) fn atomic_write_seg(remote_addr: u64, rkey: u32, value: [u8; 8]) -> SqSeg {
+    atomic_seg(remote_addr, rkey, u64::from_ne_bytes(value), 0)
+}
+
+/// The segment of a LOCAL_INV / SEND_WITH_INV: the rkey to invalidate.
+pub(crate) fn invalidate_seg(rkey: u32) -> SqSeg {
+    rdma_seg(0, rkey)
+}
+
+/// The next rkey of a window (`ibv_inc_rkey`): same index, low byte incremented.
+pub(crate) fn inc_rkey(rkey: u32) -> u32 {
+    (rkey & !KEY_VARIANT_MASK) | (rkey.wrapping_add(1) & KEY_VARIANT_MASK)
+}
+
+/// The segment of a BIND_MW giving window `mw` the rkey `new_rkey` (same window index) and
+/// `info`; EINVAL for another window's rkey, access bits a window cannot grant (zero based
+/// included), or no MR with a non-zero length.
+///
+/// # Safety
+/// `mw` is a live window and `info.mr` null or a live MR (libibverbs' contract).
+pub(crate) unsafe fn bind_seg(
+    mw: *const ffi::ibv_mw,
+    new_rkey: u32,
+    info: &ffi::ibv_mw_bind_info,
+) -> Result<SqSeg> {
+    if mw.is_null() {
+        return Err(EINVAL);
+    }
+    // SAFETY: per the contract.
+    let old_rkey = unsafe { (*mw).rkey };
+    if new_rkey & !KEY_VARIANT_MASK != old_rkey & !KEY_VARIANT_MASK
+        || info.mw_access_flags & !verbs::ACCESS_MW_ALLOWED != 0
+    {
+        return Err(EINVAL);
+    }
+    let lkey = if info.mr.is_null() {
+        if info.length != 0 {
+            return Err(EINVAL);
+        }
+        0
+    } else {
+        // SAFETY: per the contract.
+        unsafe { (*info.mr).lkey }
+    };
+    Ok(SqSeg {
+        bind: BindSeg {
+            addr: info.addr,
+            length: info.length,
+            new_rkey,
+            lkey,
+            access: info.mw_access_flags,
+            ..Default::default()
+        },
+    })
+}
+
+/// The segment of a FLUSH; EINVAL for a placement type that is empty or has unknown bits, an
+/// unknown level, or a range length the wire cannot carry (32 bits; level MR ignores it).
+pub(crate) fn flush_seg(
+    remote_addr: u64,
+    rkey: u32,
+    len: usize,
+    flush_type: u8,
+    level: u8,
+) -> Result<SqSeg> {
+    let length = match level {
+        verbs::FLUSH_LEVEL_RANGE => u32::try_from(len).map_err(|_| EINVAL)?,
+        verbs::FLUSH_LEVEL_MR => 0,
+        _ => return Err(EINVAL),
+    };
+    if flush_type == 0 || flush_type & !verbs::FLUSH_TYPES_ALL != 0 {
+        return Err(EINVAL);
+    }
+    Ok(SqSeg {
+        rdma: RdmaSeg {
+            remote_addr,
+            rkey,
+            length,
+            flush_type,
+            flush_level: level,
+            ..Default::default()
+        },
+    })
+}
+
+/// Store `sges` as the WQE's scatter/gather list (at most the QP's `max_send_sge`).
+pub(crate) fn set_sges(qp: &RoxQp, wqe: &mut SqWqe, sges: &[ffi::ibv_sge]) -> Result<()> {
+    if sges.len() > qp.max_send_sge as usize || (!sges.is_empty() && !takes_sges(wqe.opcode)) {
+        return Err(EINVAL);
+    }
+    for (i, s) in sges.iter().enumerate() {
+        let sge = Sge {
+            addr: s.addr,
+            length: s.length,
+            lkey: s.lkey,
+        };
+        // SAFETY: i < max_send_sge <= SQ_MAX_SGE (rox.ko's cap), so the SGE lies inside `data`.
+        unsafe {
+            wqe.data
+                .as_mut_ptr()
+                .cast::<Sge>()
+                .add(i)
+                .write_unaligned(sge)
+        };
+    }
+    wqe.flags &= !WQE_FLAG_INLINE;
+    wqe.inline_len = 0;
+    wqe.num_sge = sges.len() as u8;
+    Ok(())
+}
+
+/// Copy `bufs` (address, length) into the WQE as its inline payload (at most the QP's
+/// `max_inline_data`; SEND and WRITE only).
+///
+/// # Safety
+/// Each buffer is readable for its length (the inline contract: read now, no lkey).
+pub(crate) unsafe fn set_inline(
+    qp: &RoxQp,
+    wqe: &mut SqWqe,
+    bufs: impl Iterator<Item = (*const c_void, usize)> + Clone,
+) -> Result<()> {
+    if !takes_inline(wqe.opcode) {
+        return Err(EINVAL);
+    }
+    let total = bufs
+        .clone()
+        .try_fold(0usize, |sum, (_, len)| sum.checked_add(len))
+        .ok_or(EINVAL)?;
+    if total > qp.max_inline as usize || total > SQ_WQE_DATA_SIZE {
+        return Err(EINVAL);
+    }
+    let mut at = 0;
+    for (addr, len) in bufs {
+        // SAFETY: per the contract; `at + len <= SQ_WQE_DATA_SIZE` (checked above).
+        unsafe { ptr::copy_nonoverlapping(addr.cast::<u8>(), wqe.data.as_mut_ptr().add(at), len) };
+        at += len;
+    }
+    wqe.flags |= WQE_FLAG_INLINE;
+    wqe.num_sge = 0;
+    wqe.inline_len = at as u32;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::qp::tests::test_qp;
+
+    #[test]
+    fn operations_per_qp_type() {
+        let rc = test_qp(ffi::IBV_QPT_RC);
+        let uc = test_qp(ffi::IBV_QPT_UC);
+        let ud = test_qp(ffi::IBV_QPT_UD);
+        for op in [verbs::WR_FLUSH, verbs::WR_ATOMIC_WRITE, verbs::WR_RDMA_READ] {
+            assert!(new_wqe(&rc, op, 0, 0).is_ok());
+            assert_eq!(new_wqe(&uc, op, 0, 0).err(), Some(EINVAL));
+            assert_eq!(new_wqe(&ud, op, 0, 0).err(), Some(EINVAL));
+        }
+        assert_eq!(wr_opcode(ffi::IBV_WR_TSO), None);
+        assert_eq!(wr_opcode(ffi::IBV_WR_BIND_MW), Some(verbs::WR_BIND_MW));
+        assert_eq!(inc_rkey(0x8000_01ff), 0x8000_0100);
+        assert_eq!(wr_opcode(ffi::IBV_WR_FLUSH), Some(verbs::WR_FLUSH));
+    }
+
+    #[test]
+    fn flush_segment_checks_type_level_and_length() {
+        let seg = flush_seg(
+            0x1000,
+            7,
+            4096,
+            verbs::FLUSH_TYPE_GLOBAL,
+            verbs::FLUSH_LEVEL_RANGE,
+        )
+        .expect("valid");
+        // SAFETY: the RDMA member was written.
+        let r = unsafe { seg.rdma };
+        assert_eq!(
+            (r.remote_addr, r.rkey, r.length, r.flush_type, r.flush_level),
+            (
+                0x1000,
+                7,
+                4096,
+                verbs::FLUSH_TYPE_GLOBAL,
+                verbs::FLUSH_LEVEL_RANGE
+            )
+        );
+        // Level MR ignores the length, even one beyond 32 bits.
+        let seg = flush_seg(
+            0,
+            7,
+            usize::MAX,
+            verbs::FLUSH_TYPE_GLOBAL,
+            verbs::FLUSH_LEVEL_MR,
+        )
+        .expect("valid");
+        assert_eq!(unsafe { seg.rdma }.length, 0);
+        let bad = [
+            (
+                1usize << 32,
+                verbs::FLUSH_TYPE_GLOBAL,
+                verbs::FLUSH_LEVEL_RANGE,
+            ),
+            (8, 0, verbs::FLUSH_LEVEL_RANGE),
+            (8, 0x4, verbs::FLUSH_LEVEL_RANGE),
+            (8, verbs::FLUSH_TYPE_GLOBAL, 2),
+        ];
+        for (len, ptype, level) in bad {
+            assert_eq!(flush_seg(0, 7, len, ptype, level).err(), Some(EINVAL));
+        }
+    }
+
+    #[test]
+    fn atomic_write_value_is_in_memory_order() {
+        let seg = atomic_write_seg(8, 1, *b"12345678");
+        assert_eq!(unsafe { seg.rdma }.compare_add.to_ne_bytes(), *b"12345678");
+    }
+
+    #[test]
+    fn data_rules() {
+        let qp = test_qp(ffi::IBV_QPT_RC);
+        let sge = ffi::ibv_sge {
+            addr: 1,
+            length: 2,
+            lkey: 3,
+        };
+        let mut flush = new_wqe(&qp, verbs::WR_FLUSH, 0, 0).unwrap();
+        assert_eq!(set_sges(&qp, &mut flush, &[sge]), Err(EINVAL));
+        assert_eq!(set_sges(&qp, &mut flush, &[]), Ok(()));
+        let mut read = new_wqe(&qp, verbs::WR_RDMA_READ, 0, 0).unwrap();
+        let byte = [0u8; 1];
+        let one = core::iter::once((byte.as_ptr().cast::<c_void>(), 1));
+        assert_eq!(unsafe { set_inline(&qp, &mut read, one) }, Err(EINVAL));
+        assert_eq!(
+            set_sges(&qp, &mut read, &[sge; 3]),
+            Err(EINVAL),
+            "max_send_sge 2"
+        );
+        let mut send = new_wqe(&qp, verbs::WR_SEND, ffi::IBV_SEND_SIGNALED, 3).unwrap();
+        assert_eq!((send.wr_id, send.flags), (3, WQE_FLAG_SIGNALED));
+        let big = [0u8; 65];
+        let too_big = core::iter::once((big.as_ptr().cast::<c_void>(), 65));
+        assert_eq!(
+            unsafe { set_inline(&qp, &mut send, too_big) },
+            Err(EINVAL),
+            "max_inline 64"
+        );
+    }
+}
