@@ -1845,6 +1845,35 @@ fn failed_bind_and_invalidate_complete_in_error_and_flush() {
 }
 
 #[test]
+fn failed_bind_behind_an_unacked_write_stops_the_send_queue() {
+    // The WRITE is on the wire (not yet ACKed) when the BIND fails: the SEND behind the BIND
+    // must never reach the responder, which would otherwise complete a receive for a message
+    // the requester reports as flushed.
+    let mut t = pair(&QpParams::rc());
+    t.net.devs[0].env.fill(BUF, &pattern(5, 64));
+    let mut write = send_wr(1, WrOpcode::RdmaWrite, SendData::Sges(vec![sge(BUF, 64, t.key_a)]));
+    write.remote_addr = RECV_AREA;
+    write.rkey = t.key_b;
+    t.recv_b(9, vec![sge(RECV_AREA + 1024, 64, t.key_b)]);
+    t.post(write);
+    t.post(bind_wr(2, BAD_RKEY, t.key_a));
+    t.post(send_wr(3, WrOpcode::Send, SendData::Inline(vec![1])));
+    t.run();
+    assert_eq!(
+        statuses(&t.cqes(0)),
+        [
+            (1, WcStatus::Success, WcOpcode::RdmaWrite),
+            (2, WcStatus::MwBindErr, WcOpcode::BindMw),
+            (3, WcStatus::WrFlushErr, WcOpcode::Send)
+        ]
+    );
+    assert!(
+        t.cqes(1).is_empty(),
+        "the SEND after the failed BIND reached the responder"
+    );
+}
+
+#[test]
 fn send_with_invalidate_invalidates_at_the_responder() {
     let mut t = pair(&QpParams::rc());
     let rkey = 0x8000_0405;

@@ -805,11 +805,15 @@ impl Qp {
                 .map_err(|_| WcStatus::LocQpOpErr),
         };
         match result {
-            Ok(()) => wqe.acked = true,
+            Ok(()) => {
+                wqe.acked = true;
+                self.req.cursor += 1;
+                self.req.cursor_pkt = 0;
+            }
+            // Like a send error, the cursor stays on the failed WR: nothing after it may be
+            // sent (it completes in error once the WRs before it have, the rest flush).
             Err(status) => wqe.error = Some(status),
         }
-        self.req.cursor += 1;
-        self.req.cursor_pkt = 0;
     }
 
     /// Sends the packet at the cursor and advances the cursor.
