@@ -105,7 +105,9 @@ impl AdminQueue {
         Ok(())
     }
 
-    /// Executes one command and returns its completion (status checked).
+    /// Executes one command and returns its completion (status checked). When the queue breaks
+    /// (no completion in time, or one out of step), the device is reset: the command may still
+    /// run later, and the caller frees what it pointed at (a ring, a page list) on the error.
     pub(crate) fn exec(
         &self,
         regs: &Regs<'_>,
@@ -144,6 +146,7 @@ impl AdminQueue {
                     regs.read(regs::REG_STATUS),
                     regs.read(regs::REG_FATAL_CODE)
                 );
+                quiesce(regs);
                 return Err(ETIMEDOUT);
             }
             fsleep(Delta::from_micros(step_us));
@@ -158,6 +161,7 @@ impl AdminQueue {
                 cpl,
                 cmd_id
             );
+            quiesce(regs);
             return Err(EIO);
         }
         status_to_result(cpl.status)?;
@@ -197,3 +201,10 @@ macro_rules! payload {
     }};
 }
 pub(crate) use payload;
+
+/// Makes a device whose admin queue broke forget every ring and object, so nothing it runs
+/// later can reach memory the driver frees. The device stays unusable (every command answers
+/// EIO) until the driver is bound again.
+fn quiesce(regs: &Regs<'_>) {
+    regs.write(regs::REG_RESET, regs::RESET_VALUE);
+}

@@ -82,22 +82,18 @@ pub(crate) fn create(
         ring: ring.desc(),
         ..Default::default()
     };
-    let id = dev
-        .exec(admin::ADMIN_OP_CREATE_SRQ, payload!(create_srq: cmd))?
-        .result0;
-    let ring = match KBox::pin_init(
+    // The ring's home is allocated first: once the device has the SRQ, nothing may fail and
+    // unpin the ring before the SRQ is destroyed.
+    let ring = KBox::pin_init(
         new_mutex!(SrqRing {
             max_wr: depth,
             _ring: ring,
         }),
         GFP_KERNEL,
-    ) {
-        Ok(ring) => ring,
-        Err(err) => {
-            destroy_id(dev, id);
-            return Err(err);
-        }
-    };
+    )?;
+    let id = dev
+        .exec(admin::ADMIN_OP_CREATE_SRQ, payload!(create_srq: cmd))?
+        .result0;
     let srq = Srq {
         id,
         max_sge: queue::RQ_MAX_SGE.min(dev.attr.max_srq_sge),
