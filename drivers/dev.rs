@@ -56,6 +56,8 @@ pub(crate) struct RoxDev<'bound> {
     /// addresses).
     pub(crate) mac: [u8; 6],
     registry: Pin<KBox<Registry>>,
+    /// On-demand paging regions by lkey (for page fault events).
+    pub(crate) odp_mrs: crate::mr::OdpMrs,
     pub(crate) db_pages: DbPages,
     /// The driver's own doorbell page (`DB_PAGE_KERNEL` of BAR2) and its slots, for the
     /// queues of kernel consumers.
@@ -144,6 +146,7 @@ impl<'bound> RoxDev<'bound> {
             EQE_TYPE_CQ_ERROR => registry.cq_event(eqe.handle, AsyncEvent::CqError),
             EQE_TYPE_SRQ_LIMIT => registry.srq_event(eqe.handle, AsyncEvent::SrqLimitReached),
             EQE_TYPE_SRQ_ERROR => registry.srq_event(eqe.handle, AsyncEvent::SrqError),
+            EQE_TYPE_PAGE_FAULT => crate::mr::odp_fault(self, eqe.handle, eqe.aux),
             EQE_TYPE_PORT_CHANGE => registry.port_changed(u32::from(admin::PORT_NUM)),
             EQE_TYPE_DEVICE_FATAL => {
                 dev_err!(self.pdev.as_ref(), "device fatal error, code {}\n", eqe.aux);
@@ -268,6 +271,7 @@ impl<'bound> RoxPci<'bound> {
                 port,
                 mac,
                 registry: KBox::pin_init(Registry::new(), GFP_KERNEL)?,
+                odp_mrs: crate::mr::OdpMrs::new()?,
                 db_pages: DbPages::new(regs::DB_PAGE_KERNEL + 1, regs::DB_PAGE_COUNT),
                 db_kernel,
                 kernel_slots: DbSlots::new_page()?,

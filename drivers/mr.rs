@@ -10,13 +10,23 @@ use crate::{
         uapi::{admin, queue, verbs},
     },
     ib::{
-        bindings::IB_UVERBS_ACCESS_OPTIONAL_FIRST, bindings::IB_UVERBS_ACCESS_OPTIONAL_LAST,
-        dma::DmaArray, umem::Umem, IbDev, RegisteredMr, Udata,
+        bindings as b,
+        bindings::IB_UVERBS_ACCESS_OPTIONAL_FIRST,
+        bindings::IB_UVERBS_ACCESS_OPTIONAL_LAST,
+        dma::DmaArray,
+        umem::Umem,
+        umem_odp::{OdpLocked, UmemOdp},
+        IbDev, RegisteredMr, Udata,
     },
+    verbs::RoxVerbs,
 };
+use core::sync::atomic::{AtomicU32, Ordering};
 use kernel::{
     device::{Bound, Device},
+    new_mutex,
     prelude::*,
+    rbtree::{RBTree, RBTreeNode},
+    sync::{Arc, Mutex},
 };
 
 /// A page list in DMA memory (`uapi::queue::PageList`), kept alive as long as the device may
@@ -118,6 +128,320 @@ pub(crate) struct Mr {
     lkey: u32,
     /// User MRs: the pinned pages and their page list, which the device may read any time.
     _mem: Option<(Umem, PageList)>,
+    /// On-demand paging regions (not pinned).
+    odp: Option<Arc<OdpMr>>,
+}
+
+// ---------------------------------------------------------------------------------------------
+// On-demand paging
+// ---------------------------------------------------------------------------------------------
+
+/// The driver's state of an on-demand paging region that the mmu notifier sees.
+pub(crate) struct OdpState {
+    /// The device's key of the region; 0 while the device does not use its pages (before
+    /// REG_MR completes, after DEREG_MR). Changed under the umem's mutex.
+    lkey: AtomicU32,
+}
+
+/// An on-demand paging region: user memory that is not pinned. The device's page table of it
+/// (`MR_FLAG_ON_DEMAND`) is kept current under the umem's mutex: pages are handed to the device
+/// when its page fault events ask for them, and taken back (synchronously, `ODP_OP_UNMAP`)
+/// before the mmu notifier lets the kernel change the CPU mapping.
+pub(crate) struct OdpMr {
+    umem: UmemOdp<RoxVerbs>,
+    pdn: u32,
+    /// The region's iova range, and the byte offset of its start in the umem's first page.
+    iova: u64,
+    length: u64,
+    offset: u64,
+    /// One page of page table entries for `ODP_OP_MAP` (used under the umem's mutex).
+    list: DmaArray<u64>,
+}
+
+/// The on-demand paging regions of a device by lkey, for its page fault events.
+pub(crate) struct OdpMrs {
+    inner: Pin<KBox<Mutex<RBTree<u32, Arc<OdpMr>>>>>,
+}
+
+impl OdpMrs {
+    pub(crate) fn new() -> Result<Self> {
+        Ok(Self {
+            inner: KBox::pin_init(new_mutex!(RBTree::new()), GFP_KERNEL)?,
+        })
+    }
+
+    fn get(&self, lkey: u32) -> Option<Arc<OdpMr>> {
+        self.inner.lock().get(&lkey).cloned()
+    }
+}
+
+/// Pages a page fault makes present at once (the faulting page and the ones after it).
+const ODP_FAULT_PAGES: usize = 16;
+const _: () = assert!(ODP_FAULT_PAGES <= admin::ODP_MAX_UPDATE_PAGES as usize);
+
+/// What rox reports in `ib_device_attr.odp_caps`: RC requesters and responders wait for
+/// missing pages (SQ stall / RNR NAK), UD senders stall; UD receives have no RNR (a missing
+/// page fails the receive), so they are not claimed.
+pub(crate) fn odp_caps() -> b::ib_odp_caps {
+    let rc = b::ib_odp_transport_cap_bits_IB_ODP_SUPPORT_SEND
+        | b::ib_odp_transport_cap_bits_IB_ODP_SUPPORT_RECV
+        | b::ib_odp_transport_cap_bits_IB_ODP_SUPPORT_WRITE
+        | b::ib_odp_transport_cap_bits_IB_ODP_SUPPORT_READ
+        | b::ib_odp_transport_cap_bits_IB_ODP_SUPPORT_ATOMIC
+        | b::ib_odp_transport_cap_bits_IB_ODP_SUPPORT_SRQ_RECV;
+    let mut caps = b::ib_odp_caps {
+        general_caps: b::ib_odp_general_cap_bits_IB_ODP_SUPPORT as u64,
+        ..Default::default()
+    };
+    caps.per_transport_caps.rc_odp_caps = rc;
+    caps.per_transport_caps.ud_odp_caps = b::ib_odp_transport_cap_bits_IB_ODP_SUPPORT_SEND;
+    caps
+}
+
+/// Tells the device the current state of pages `[first, first + count)` (at most
+/// `ODP_MAX_UPDATE_PAGES`), under the umem's mutex.
+fn odp_push(
+    dev: &RoxDev<'_>,
+    odp: &OdpMr,
+    locked: &OdpLocked<'_>,
+    first: usize,
+    count: usize,
+) -> Result {
+    let lkey = odp.umem.data().lkey.load(Ordering::Relaxed);
+    if lkey == 0 {
+        return Ok(());
+    }
+    for i in 0..count {
+        let entry = match locked.page(first + i)? {
+            Some((dma, writable)) => {
+                dma | admin::ODP_PTE_PRESENT | if writable { admin::ODP_PTE_WRITE } else { 0 }
+            }
+            None => 0,
+        };
+        odp.list.write(i, entry)?;
+    }
+    odp_update(
+        dev,
+        lkey,
+        first,
+        count,
+        admin::ODP_OP_MAP,
+        odp.list.dma_address(),
+    )
+}
+
+fn odp_update(
+    dev: &RoxDev<'_>,
+    lkey: u32,
+    first: usize,
+    count: usize,
+    op: u32,
+    pages: u64,
+) -> Result {
+    let cmd = admin::OdpUpdateCmd {
+        key: lkey,
+        first_page: u32::try_from(first)?,
+        npages: u32::try_from(count)?,
+        op,
+        pages,
+    };
+    dev.exec(admin::ADMIN_OP_ODP_UPDATE, payload!(odp_update: cmd))
+        .map(|_| ())
+}
+
+/// The mmu notifier: pages `[first, first + count)` lose their CPU mapping. Once the device
+/// has completed `ODP_OP_UNMAP` it no longer touches them.
+pub(crate) fn odp_invalidate(dev: &RoxDev<'_>, state: &OdpState, first: usize, count: usize) {
+    let lkey = state.lkey.load(Ordering::Relaxed);
+    if lkey == 0 {
+        return;
+    }
+    if let Err(err) = odp_update(dev, lkey, first, count, admin::ODP_OP_UNMAP, 0) {
+        dev_warn!(
+            dev.pdev.as_ref(),
+            "ODP unmap of MR {:#x} pages {}+{} failed: {:?}\n",
+            lkey,
+            first,
+            count,
+            err
+        );
+    }
+}
+
+/// A page fault event of the device (`EQE_TYPE_PAGE_FAULT`): makes the page (and a few after
+/// it) present and maps them on the device, or tells the device the page cannot be had.
+pub(crate) fn odp_fault(dev: &RoxDev<'_>, lkey: u32, aux: u32) {
+    let Some(odp) = dev.odp_mrs.get(lkey) else {
+        return;
+    };
+    let page = (aux & !queue::EQE_PAGE_FAULT_WRITE) as usize;
+    let npages = odp.umem.npages();
+    if page >= npages {
+        return;
+    }
+    // A writable region is faulted in writable at once (one fault, not read then write).
+    let write = odp.umem.writable();
+    let resolve = |count: usize| {
+        odp.umem
+            .map(page, count, write, true, |locked| {
+                odp_push(dev, &odp, locked, page, count)
+            })
+            .and_then(|r| r)
+    };
+    let count = ODP_FAULT_PAGES.min(npages - page);
+    if resolve(count).is_ok() || (count > 1 && resolve(1).is_ok()) {
+        return;
+    }
+    // The page cannot be made present (no mapping, no permission): accesses to it fail.
+    odp.umem.locked(|_| {
+        let lkey = odp.umem.data().lkey.load(Ordering::Relaxed);
+        if lkey != 0 {
+            let _ = odp_update(dev, lkey, page, 1, admin::ODP_OP_FAIL, 0);
+        }
+    });
+}
+
+/// ibv_advise_mr: makes `(addr, length, lkey)` ranges of on-demand regions of PD `pdn` present
+/// on the device (PREFETCH: readable, PREFETCH_WRITE: writable, PREFETCH_NO_FAULT: only what
+/// the CPU has mapped already).
+pub(crate) fn odp_prefetch(
+    dev: &RoxDev<'_>,
+    pdn: u32,
+    advice: u32,
+    sges: &[(u64, u32, u32)],
+) -> Result {
+    let (write, fault) = match advice {
+        b::ib_uverbs_advise_mr_advice_IB_UVERBS_ADVISE_MR_ADVICE_PREFETCH => (false, true),
+        b::ib_uverbs_advise_mr_advice_IB_UVERBS_ADVISE_MR_ADVICE_PREFETCH_WRITE => (true, true),
+        b::ib_uverbs_advise_mr_advice_IB_UVERBS_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT => {
+            (false, false)
+        }
+        _ => return Err(EOPNOTSUPP),
+    };
+    for &(addr, length, lkey) in sges {
+        let odp = dev.odp_mrs.get(lkey).ok_or(EINVAL)?;
+        if odp.pdn != pdn {
+            return Err(EINVAL);
+        }
+        if write && !odp.umem.writable() {
+            return Err(EPERM);
+        }
+        let end = addr.checked_add(u64::from(length)).ok_or(EINVAL)?;
+        if addr < odp.iova || end > odp.iova + odp.length {
+            return Err(EINVAL);
+        }
+        if length == 0 {
+            continue;
+        }
+        let shift = odp.umem.page_shift();
+        let first = ((addr - odp.iova + odp.offset) >> shift) as usize;
+        let last = ((end - 1 - odp.iova + odp.offset) >> shift) as usize;
+        let chunk = admin::ODP_MAX_UPDATE_PAGES as usize;
+        let mut page = first;
+        while page <= last {
+            let count = chunk.min(last + 1 - page);
+            odp.umem
+                .map(page, count, write || odp.umem.writable(), fault, |locked| {
+                    odp_push(dev, &odp, locked, page, count)
+                })??;
+            page += count;
+        }
+    }
+    Ok(())
+}
+
+fn reg_odp_mr(
+    dev: &RoxDev<'_>,
+    ib: IbDev<'_>,
+    pdn: u32,
+    start: u64,
+    length: u64,
+    iova: u64,
+    access: u32,
+) -> Result<RegisteredMr<Mr>> {
+    if dev.attr.caps & regs::CAP_ODP == 0 {
+        return Err(EOPNOTSUPP);
+    }
+    let page_size = regs::ROX_PAGE_SIZE as u64;
+    // Implicit ODP (the whole address space) is not supported; iova keeps the page offset.
+    if (iova ^ start) & (page_size - 1) != 0 || length == u64::MAX {
+        return Err(EINVAL);
+    }
+    let state = OdpState {
+        lkey: AtomicU32::new(0),
+    };
+    let umem = UmemOdp::<RoxVerbs>::get(
+        ib,
+        start,
+        usize::try_from(length)?,
+        access | verbs::ACCESS_ON_DEMAND,
+        state,
+    )?;
+    let npages = umem.npages();
+    if umem.page_shift() != regs::ROX_PAGE_SHIFT || npages > admin::DEV_MAX_PBL_PAGES as usize {
+        return Err(EINVAL);
+    }
+    let list = DmaArray::<u64>::zeroed(dev.pdev.as_ref(), admin::ODP_MAX_UPDATE_PAGES as usize)?;
+    let offset = start - umem.start();
+    let odp = Arc::new(
+        OdpMr {
+            umem,
+            pdn,
+            iova,
+            length,
+            offset,
+            list,
+        },
+        GFP_KERNEL,
+    )?;
+    let cmd = admin::RegMrCmd {
+        pd: pdn,
+        access,
+        iova,
+        length,
+        pbl: queue::PageList {
+            addr: 0,
+            npages: npages as u32,
+            page_shift: regs::ROX_PAGE_SHIFT as u8,
+            level: queue::PBL_LEVEL_1,
+            reserved: 0,
+        },
+        offset_in_first_page: offset as u32,
+        flags: admin::MR_FLAG_ON_DEMAND,
+    };
+    let cpl = dev.exec(admin::ADMIN_OP_REG_MR, payload!(reg_mr: cmd))?;
+    let lkey = cpl.result0;
+    let mr = Mr {
+        lkey,
+        _mem: None,
+        odp: Some(odp.clone()),
+    };
+    odp.umem
+        .locked(|_| odp.umem.data().lkey.store(lkey, Ordering::Relaxed));
+    match RBTreeNode::new(lkey, odp.clone(), GFP_KERNEL) {
+        Ok(node) => {
+            dev.odp_mrs.inner.lock().insert(node);
+        }
+        Err(err) => {
+            dereg_mr(dev, &mr);
+            return Err(err.into());
+        }
+    }
+    // Hand the device what the CPU has mapped already (no faulting, nothing pinned).
+    let chunk = admin::ODP_MAX_UPDATE_PAGES as usize;
+    let mut first = 0;
+    while first < npages {
+        let count = chunk.min(npages - first);
+        let _ = odp.umem.map(first, count, false, false, |locked| {
+            odp_push(dev, &odp, locked, first, count)
+        });
+        first += count;
+    }
+    Ok(RegisteredMr {
+        data: mr,
+        lkey,
+        rkey: cpl.result1,
+    })
 }
 
 /// The IB access flags the device implements; the optional ones (hints) are ignored.
@@ -141,6 +465,7 @@ fn register(
         data: Mr {
             lkey: cpl.result0,
             _mem: mem,
+            odp: None,
         },
         lkey: cpl.result0,
         rkey: cpl.result1,
@@ -158,9 +483,18 @@ pub(crate) fn reg_user_mr(
     udata: &mut Udata<'_>,
 ) -> Result<RegisteredMr<Mr>> {
     udata.expect_no_input()?;
-    let access = device_access(access)?;
+    let on_demand = access & verbs::ACCESS_ON_DEMAND != 0;
+    let access = device_access(access & !verbs::ACCESS_ON_DEMAND)?;
     if length == 0 || length > dev.attr.max_mr_size {
         return Err(EINVAL);
+    }
+    if on_demand {
+        let mr = reg_odp_mr(dev, ib, pdn, start, length, iova, access)?;
+        if let Err(err) = udata.respond_empty() {
+            dereg_mr(dev, &mr.data);
+            return Err(err);
+        }
+        return Ok(mr);
     }
     let umem = Umem::get(ib, start, usize::try_from(length)?, access)?;
     let page_size = umem
@@ -200,7 +534,19 @@ pub(crate) fn dereg_mr(dev: &RoxDev<'_>, mr: &Mr) {
         handle: mr.lkey,
         reserved: 0,
     };
-    if let Err(err) = dev.exec(admin::ADMIN_OP_DEREG_MR, payload!(handle: cmd)) {
+    let result = match &mr.odp {
+        // Under the umem's mutex: no invalidation may skip the device while it still uses the
+        // pages, and no fault handler maps pages into a dead key.
+        Some(odp) => {
+            dev.odp_mrs.inner.lock().remove(&mr.lkey);
+            odp.umem.locked(|_| {
+                odp.umem.data().lkey.store(0, Ordering::Relaxed);
+                dev.exec(admin::ADMIN_OP_DEREG_MR, payload!(handle: cmd))
+            })
+        }
+        None => dev.exec(admin::ADMIN_OP_DEREG_MR, payload!(handle: cmd)),
+    };
+    if let Err(err) = result {
         dev_warn!(
             dev.pdev.as_ref(),
             "DEREG_MR {:#x} failed: {:?}\n",

@@ -471,7 +471,9 @@ pub(crate) fn modify(
         return Err(EINVAL);
     }
     if mask & b::ib_qp_attr_mask_IB_QP_ACCESS_FLAGS != 0 {
-        let access = attr.qp_access_flags as u32;
+        // ON_DEMAND describes memory regions; applications (pyverbs' ODP tests) pass an MR's
+        // flags to the QP too.
+        let access = attr.qp_access_flags as u32 & !verbs::ACCESS_ON_DEMAND;
         // Flags IB defines but the device lacks (MW bind, ...) are "not supported", which
         // applications and pyverbs treat as a missing feature; others are invalid. Both FLUSH
         // types are accepted: they say what a peer may ask for, the MR decides.
@@ -515,7 +517,7 @@ pub(crate) fn modify(
             port_num: attr.port_num as u8,
             en_sqd_async_notify: attr.en_sqd_async_notify,
             pkey_index: attr.pkey_index,
-            qp_access_flags: attr.qp_access_flags as u32,
+            qp_access_flags: attr.qp_access_flags as u32 & !verbs::ACCESS_ON_DEMAND,
             qkey: attr.qkey,
             rq_psn: attr.rq_psn & verbs::PSN_MASK,
             sq_psn: attr.sq_psn & verbs::PSN_MASK,

@@ -80,6 +80,7 @@ const COUNTER_NAMES: [&CStr; admin::STATS_COUNT] = {
     names[admin::STAT_DOORBELL_SCANS] = c"doorbell_scans";
     names[admin::STAT_WAKEUPS] = c"wakeups";
     names[admin::STAT_WQE_ERRORS] = c"wqe_errors";
+    names[admin::STAT_PAGE_FAULTS] = c"page_faults";
     let mut i = 0;
     while i < admin::STATS_COUNT {
         assert!(!names[i].is_empty(), "every STAT_* counter needs a name");
@@ -167,6 +168,11 @@ impl Verbs for RoxVerbs {
     type Ah = Ah;
     type Mr = Mr;
     type Mw = mr::Mw;
+    type Odp = mr::OdpState;
+
+    fn odp_invalidate(dev: &RoxDev<'_>, odp: &mr::OdpState, first: usize, count: usize) {
+        mr::odp_invalidate(dev, odp, first, count)
+    }
 
     fn registry<'a>(dev: &'a RoxDev<'_>) -> &'a Registry {
         dev.registry()
@@ -223,6 +229,10 @@ impl Verbs for RoxVerbs {
         attr.max_srq_sge = hw.max_srq_sge;
         attr.max_pkeys = 1;
         attr.local_ca_ack_delay = hw.local_ca_ack_delay as u8;
+        if hw.caps & regs::CAP_ODP != 0 {
+            attr.kernel_cap_flags |= b::ib_kernel_cap_flags_IBK_ON_DEMAND_PAGING as u64;
+            attr.odp_caps = mr::odp_caps();
+        }
         udata.respond_empty()
     }
 
@@ -374,6 +384,18 @@ impl Verbs for RoxVerbs {
 
     fn dereg_mr(dev: &RoxDev<'_>, mr: &Mr) {
         mr::dereg_mr(dev, mr)
+    }
+
+    fn advise_mr(
+        dev: &RoxDev<'_>,
+        pd: &Pd,
+        advice: u32,
+        _flush: bool,
+        sges: &[(u64, u32, u32)],
+    ) -> Result {
+        // Prefetching is done before returning, asked to or not (allowed: the asynchronous
+        // form is best effort).
+        mr::odp_prefetch(dev, pd.pdn, advice, sges)
     }
 
     fn create_cq(

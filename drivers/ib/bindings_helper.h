@@ -18,6 +18,9 @@
 #include <rdma/uverbs_ioctl.h>
 #include <rdma/ib_addr.h>
 #include <rdma/iter.h>
+#include <rdma/ib_umem_odp.h>
+#include <linux/mmu_notifier.h>
+#include <linux/hmm.h>
 
 /* Constants bindgen cannot evaluate from macros (same trick as rust/bindings/bindings_helper.h). */
 const unsigned long RUST_CONST_HELPER_PAGE_SIZE = PAGE_SIZE;
@@ -43,3 +46,15 @@ unsigned int rox_shim_netdev_mtu(const struct net_device *ndev);
 const char *rox_shim_netdev_name(const struct net_device *ndev);
 struct net_device *rox_shim_netdev_notifier_info_to_dev(void *ptr);
 bool rox_shim_netdev_has_mac(const struct net_device *ndev, const u8 *mac);
+struct ib_umem_odp *rox_shim_umem_odp_of_notifier(struct mmu_interval_notifier *mni);
+unsigned long rox_shim_umem_odp_start(struct ib_umem_odp *odp);
+unsigned long rox_shim_umem_odp_end(struct ib_umem_odp *odp);
+void rox_shim_umem_odp_lock(struct ib_umem_odp *odp);
+void rox_shim_umem_odp_unlock(struct ib_umem_odp *odp);
+void rox_shim_mmu_interval_set_seq(struct mmu_interval_notifier *mni, unsigned long seq);
+bool rox_shim_mmu_range_blockable(const struct mmu_notifier_range *range);
+bool rox_shim_umem_odp_page_valid(struct ib_umem_odp *odp, size_t idx);
+bool rox_shim_umem_odp_page_writable(struct ib_umem_odp *odp, size_t idx);
+dma_addr_t rox_shim_umem_odp_dma_map_page(struct ib_umem_odp *odp, size_t idx);
+bool rox_shim_umem_odp_dma_mapping_error(struct ib_umem_odp *odp, dma_addr_t addr);
+unsigned long rox_shim_hmm_pfn_write(void);

@@ -99,6 +99,13 @@ pub(crate) trait Verbs: Sized + 'static {
     type Ah: Send + Sync;
     type Mr: Send + Sync;
     type Mw: Send + Sync;
+    /// The driver's data of an on-demand paging region (see [`super::umem_odp::UmemOdp`]).
+    type Odp: Send + Sync;
+
+    /// Pages `[first, first + count)` of an on-demand paging region lose their CPU mapping:
+    /// the device must not use them once this returns. Called by the mmu notifier with the
+    /// umem's mutex held; may sleep.
+    fn odp_invalidate(dev: &Self::Dev<'_>, odp: &Self::Odp, first: usize, count: usize);
 
     /// Where the wrapper keeps the objects events are routed to.
     fn registry<'a>(dev: &'a Self::Dev<'_>) -> &'a Registry;
@@ -158,6 +165,15 @@ pub(crate) trait Verbs: Sized + 'static {
         access: u32,
     ) -> Result<RegisteredMr<Self::Mr>>;
     fn dereg_mr(dev: &Self::Dev<'_>, mr: &Self::Mr);
+    /// ibv_advise_mr: make the ranges `(addr, length, lkey)` of on-demand paging regions of
+    /// `pd` present (`advice`: `enum ib_uverbs_advise_mr_advice`); `flush`: before returning.
+    fn advise_mr(
+        dev: &Self::Dev<'_>,
+        pd: &Self::Pd,
+        advice: u32,
+        flush: bool,
+        sges: &[(u64, u32, u32)],
+    ) -> Result;
 
     fn create_cq(
         dev: &Self::Dev<'_>,
@@ -528,7 +544,7 @@ impl<V: Verbs> Drop for IbRegistration<'_, V> {
 ///
 /// `ibdev` is an ib_device allocated by [`IbRegistration::register`] for `V` and not yet
 /// deallocated (true for every callback ib_core makes).
-unsafe fn dev_of<'a, V: Verbs>(ibdev: *mut b::ib_device) -> &'a V::Dev<'a> {
+pub(super) unsafe fn dev_of<'a, V: Verbs>(ibdev: *mut b::ib_device) -> &'a V::Dev<'a> {
     // SAFETY: per the function's requirements, `dev` points to the live `V::Dev` held by the
     // registration, which outlives every callback.
     unsafe { &*(*ibdev.cast::<Container>()).dev.cast::<V::Dev<'a>>() }
@@ -774,6 +790,37 @@ unsafe extern "C" fn reg_user_mr<V: Verbs>(
         access as u32,
         &mut udata,
     ))
+}
+
+unsafe extern "C" fn advise_mr<V: Verbs>(
+    pd: *mut b::ib_pd,
+    advice: b::ib_uverbs_advise_mr_advice,
+    flags: u32,
+    sg_list: *mut b::ib_sge,
+    num_sge: u32,
+    _attrs: *mut b::uverbs_attr_bundle,
+) -> c_int {
+    // SAFETY: ib_core passes one of our live PDs and `num_sge` SGEs it copied in.
+    let (dev, pd_data, sg) = unsafe {
+        (
+            dev_of::<V>((*pd).device),
+            Obj::<b::ib_pd, V::Pd>::data_of(pd),
+            core::slice::from_raw_parts(sg_list, num_sge as usize),
+        )
+    };
+    let mut sges = KVec::with_capacity(sg.len(), GFP_KERNEL);
+    let sges = match &mut sges {
+        Ok(v) => {
+            for s in sg {
+                // Capacity reserved above.
+                let _ = v.push((s.addr, s.length, s.lkey), GFP_KERNEL);
+            }
+            v
+        }
+        Err(_) => return ENOMEM.to_errno(),
+    };
+    let flush = flags & b::ib_uverbs_advise_mr_flag_IB_UVERBS_ADVISE_MR_FLAG_FLUSH != 0;
+    errno(V::advise_mr(dev, pd_data, advice, flush, sges))
 }
 
 unsafe extern "C" fn get_dma_mr<V: Verbs>(pd: *mut b::ib_pd, access: c_int) -> *mut b::ib_mr {
@@ -1279,6 +1326,7 @@ fn ops<V: Verbs>() -> b::ib_device_ops {
     ops.reg_user_mr = Some(reg_user_mr::<V>);
     ops.get_dma_mr = Some(get_dma_mr::<V>);
     ops.dereg_mr = Some(dereg_mr::<V>);
+    ops.advise_mr = Some(advise_mr::<V>);
     ops.create_cq = Some(create_cq::<V>);
     ops.destroy_cq = Some(destroy_cq::<V>);
     ops.resize_user_cq = Some(resize_user_cq::<V>);

@@ -14,6 +14,7 @@ mod pod;
 mod registry;
 mod udata;
 pub(crate) mod umem;
+pub(crate) mod umem_odp;
 mod wr;
 
 pub(crate) use device::{

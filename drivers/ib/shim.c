@@ -5,6 +5,7 @@
  * drivers/ib/bindings_helper.h, so bindgen generates their Rust prototypes. No logic here.
  */
 #include "bindings_helper.h"
+#include <linux/pci-p2pdma.h>
 
 struct module *rox_shim_this_module(void) { return THIS_MODULE; }
 void rox_shim_dev_hold(struct net_device *ndev) { dev_hold(ndev); }
@@ -25,3 +26,15 @@ unsigned int rox_shim_netdev_mtu(const struct net_device *ndev) { return READ_ON
 const char *rox_shim_netdev_name(const struct net_device *ndev) { return netdev_name(ndev); }
 struct net_device *rox_shim_netdev_notifier_info_to_dev(void *ptr) { return netdev_notifier_info_to_dev(ptr); }
 bool rox_shim_netdev_has_mac(const struct net_device *ndev, const u8 *mac) { return ndev->addr_len == ETH_ALEN && ether_addr_equal(ndev->dev_addr, mac); }
+struct ib_umem_odp *rox_shim_umem_odp_of_notifier(struct mmu_interval_notifier *mni) { return container_of(mni, struct ib_umem_odp, notifier); }
+unsigned long rox_shim_umem_odp_start(struct ib_umem_odp *odp) { return ib_umem_start(odp); }
+unsigned long rox_shim_umem_odp_end(struct ib_umem_odp *odp) { return ib_umem_end(odp); }
+void rox_shim_umem_odp_lock(struct ib_umem_odp *odp) { mutex_lock(&odp->umem_mutex); }
+void rox_shim_umem_odp_unlock(struct ib_umem_odp *odp) { mutex_unlock(&odp->umem_mutex); }
+void rox_shim_mmu_interval_set_seq(struct mmu_interval_notifier *mni, unsigned long seq) { mmu_interval_set_seq(mni, seq); }
+bool rox_shim_mmu_range_blockable(const struct mmu_notifier_range *range) { return mmu_notifier_range_blockable(range); }
+bool rox_shim_umem_odp_page_valid(struct ib_umem_odp *odp, size_t idx) { return odp->map.pfn_list[idx] & HMM_PFN_VALID; }
+bool rox_shim_umem_odp_page_writable(struct ib_umem_odp *odp, size_t idx) { return odp->map.pfn_list[idx] & HMM_PFN_WRITE; }
+dma_addr_t rox_shim_umem_odp_dma_map_page(struct ib_umem_odp *odp, size_t idx) { struct pci_p2pdma_map_state p2p = {}; return hmm_dma_map_pfn(odp->umem.ibdev->dma_device, &odp->map, idx, &p2p); }
+bool rox_shim_umem_odp_dma_mapping_error(struct ib_umem_odp *odp, dma_addr_t addr) { return ib_dma_mapping_error(odp->umem.ibdev, addr); }
+unsigned long rox_shim_hmm_pfn_write(void) { return HMM_PFN_WRITE; }

@@ -364,6 +364,8 @@ static CONTEXT_OPS: ffi::verbs_context_ops = ffi::verbs_context_ops {
     bind_mw: Some(mw::bind_mw),
     reg_mr: Some(pd::reg_mr),
     dereg_mr: Some(pd::dereg_mr),
+    // On-demand paging regions: prefetch is the kernel's (rox.ko faults the pages in).
+    advise_mr: Some(ffi::ibv_cmd_advise_mr),
     create_cq: Some(cq::create_cq),
     create_cq_ex: Some(cq::create_cq_ex),
     destroy_cq: Some(cq::destroy_cq),

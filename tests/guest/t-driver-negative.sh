@@ -3,7 +3,8 @@
 # without a rox-nic). A small C program talks to /dev/infiniband/uverbsN of rox_0 through the
 # raw uverbs write() ABI (<rdma/ib_user_verbs.h>), bypassing librox's own checks, so every
 # case reaches the driver: udata of the wrong size, zero/oversized queues, unaligned or
-# unmapped rings, MRs over unmapped memory, bad handles, invalid QP transitions, bad port/pkey,
+# unmapped rings, MRs over unmapped memory, on-demand paging MRs (unmapped memory is fine, no
+# implicit or huge-page regions; ibv_advise_mr through pyverbs), bad handles, invalid QP transitions, bad port/pkey,
 # bad SRQ limits and resizes (bad handles are ib_core's: ENOENT). Then the objects are destroyed by closing the file, rox.ko is unloaded, and
 # dmesg must hold no warning.
 set -u
@@ -186,6 +187,20 @@ int main(int argc, char **argv)
 	expect("reg_mr: bad PD handle", cmd(IB_USER_VERBS_CMD_REG_MR, &rm, sizeof(rm), NULL, 0, sizeof(mr_resp)), ENOENT);
 	rm.pd_handle = pd;
 	expect("reg_mr 4 pages", cmd(IB_USER_VERBS_CMD_REG_MR, &rm, sizeof(rm), NULL, 0, sizeof(mr_resp)), 0);
+	/* On-demand paging: nothing is pinned at registration, so unmapped memory registers (an
+	 * access would fail at fault time); no implicit regions; no huge pages. */
+	struct ib_uverbs_reg_mr odp = rm;
+	odp.access_flags = IB_UVERBS_ACCESS_LOCAL_WRITE | IB_UVERBS_ACCESS_ON_DEMAND;
+	odp.start = unmapped();
+	odp.hca_va = odp.start;
+	expect("reg_mr on demand over unmapped memory (left for close)", cmd(IB_USER_VERBS_CMD_REG_MR, &odp, sizeof(odp), NULL, 0, sizeof(mr_resp)), 0);
+	odp.start = 0;
+	odp.hca_va = 0;
+	odp.length = UINT64_MAX;
+	expect("reg_mr: implicit on-demand region", cmd(IB_USER_VERBS_CMD_REG_MR, &odp, sizeof(odp), NULL, 0, sizeof(mr_resp)), EINVAL);
+	odp = rm;
+	odp.access_flags = IB_UVERBS_ACCESS_LOCAL_WRITE | IB_UVERBS_ACCESS_ON_DEMAND | IB_UVERBS_ACCESS_HUGETLB;
+	expect("reg_mr: on demand with huge pages", cmd(IB_USER_VERBS_CMD_REG_MR, &odp, sizeof(odp), NULL, 0, sizeof(mr_resp)), EOPNOTSUPP);
 
 	/* --- MW */
 	struct ib_uverbs_alloc_mw_resp mw_resp;
@@ -328,6 +343,49 @@ after=$(rdma res show rox_0 | sed 's/^[0-9]*: //')
 echo "objects before: $before"
 echo "objects after:  $after"
 [ "$after" = "$before" ] || fail "objects left after close"
+
+# ibv_advise_mr (an ioctl, so through libibverbs/librox): prefetching on-demand regions.
+if python3 -c 'import pyverbs' 2>/dev/null; then
+	python3 - <<'PY' || fail "ibv_advise_mr got the wrong answer"
+import errno, sys
+import pyverbs.enums as e
+from pyverbs.device import Context
+from pyverbs.pd import PD
+from pyverbs.mr import MR
+from pyverbs.wr import SGE
+from pyverbs.pyverbs_error import PyverbsRDMAError
+
+bad = 0
+def check(what, fn, want):
+    global bad
+    try:
+        fn()
+        got = 0
+    except PyverbsRDMAError as ex:
+        got = ex.error_code
+    ok = got == want
+    bad += not ok
+    print(f"{'ok  ' if ok else 'FAIL'} advise_mr: {what:48} {got} (want {want})")
+
+ctx = Context(name='rox_0')
+pd, pd2 = PD(ctx), PD(ctx)
+odp = MR(pd, 3 * 4096, e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_ON_DEMAND)
+odp_ro = MR(pd, 4096, e.IBV_ACCESS_ON_DEMAND)
+pinned = MR(pd, 4096, e.IBV_ACCESS_LOCAL_WRITE)
+PF, PFW, NOF = (e._IBV_ADVISE_MR_ADVICE_PREFETCH, e._IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE,
+                e._IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT)
+FLUSH = e._IBV_ADVISE_MR_FLAG_FLUSH
+check("prefetch for write", lambda: pd.advise_mr(PFW, FLUSH, [SGE(odp.buf, 3 * 4096, odp.lkey)]), 0)
+check("prefetch, no fault", lambda: pd.advise_mr(NOF, FLUSH, [SGE(odp.buf, 100, odp.lkey)]), 0)
+check("prefetch (asynchronous)", lambda: pd.advise_mr(PF, 0, [SGE(odp.buf + 4096, 8, odp.lkey)]), 0)
+check("pinned MR", lambda: pd.advise_mr(PF, FLUSH, [SGE(pinned.buf, 8, pinned.lkey)]), errno.EINVAL)
+check("range beyond the MR", lambda: pd.advise_mr(PF, FLUSH, [SGE(odp.buf, 4 * 4096, odp.lkey)]), errno.EINVAL)
+check("MR of another PD", lambda: pd2.advise_mr(PF, FLUSH, [SGE(odp.buf, 8, odp.lkey)]), errno.EINVAL)
+check("prefetch for write, read-only MR", lambda: pd.advise_mr(PFW, FLUSH, [SGE(odp_ro.buf, 8, odp_ro.lkey)]), errno.EPERM)
+check("unknown lkey", lambda: pd.advise_mr(PF, FLUSH, [SGE(odp.buf, 8, 0xdead00)]), errno.EINVAL)
+sys.exit(1 if bad else 0)
+PY
+fi
 rmmod rox || fail "rmmod failed"
 dmesg | grep -E 'BUG:|Oops|WARNING:|kmemleak' && fail "kernel complained"
 echo "rox.ko rejected every bad input with the expected errno and cleaned up"

@@ -37,6 +37,10 @@ pub const ADMIN_OP_DEREG_MR: u8 = 0x11;
 pub const ADMIN_OP_ALLOC_MW: u8 = 0x12;
 /// Payload [`HandleCmd`] (handle = any rkey of the window).
 pub const ADMIN_OP_DEALLOC_MW: u8 = 0x13;
+/// Payload [`OdpUpdateCmd`]: map, unmap or fail pages of an on-demand (`MR_FLAG_ON_DEMAND`)
+/// region. When the completion is written the device no longer uses an unmapped page (the
+/// command runs between data-path passes; no access through the old translation is in flight).
+pub const ADMIN_OP_ODP_UPDATE: u8 = 0x14;
 /// Payload [`CreateCqCmd`]; result0 = CQ id.
 pub const ADMIN_OP_CREATE_CQ: u8 = 0x20;
 /// Payload [`HandleCmd`] (handle = CQ id).
@@ -127,6 +131,7 @@ pub union AdminPayload {
     pub resize_cq: ResizeCqCmd,
     pub modify_srq: ModifySrqCmd,
     pub set_port_state: SetPortStateCmd,
+    pub odp_update: OdpUpdateCmd,
 }
 const _: () = assert!(core::mem::size_of::<AdminPayload>() == ADMIN_PAYLOAD_SIZE);
 
@@ -202,6 +207,39 @@ pub struct RegMrCmd {
 /// The region is guest-physical: `iova` is the DMA address itself, `pbl` is ignored (the
 /// kernel's DMA MR / local_dma_lkey-like use).
 pub const MR_FLAG_PHYSICAL: u32 = 1 << 0;
+/// On-demand paging: `pbl.addr` is ignored, `pbl.npages` pages of `pbl.page_shift` =
+/// `ROX_PAGE_SHIFT` describe the region and all start not present. The driver maps pages with
+/// `ADMIN_OP_ODP_UPDATE`; an access to a page that is not present (or not writable, for a
+/// write) posts `EQE_TYPE_PAGE_FAULT` and waits: a requester stalls its send queue, a responder
+/// answers RNR NAK; a page the driver failed (`ODP_OP_FAIL`) makes the access fail with a
+/// protection / remote access error.
+pub const MR_FLAG_ON_DEMAND: u32 = 1 << 1;
+
+/// Update the translation of pages `[first_page, first_page + npages)` of on-demand region
+/// `key` (its lkey). `ODP_OP_MAP`: `pages` is the DMA address of `npages` little-endian u64
+/// entries, each `ODP_PTE_PRESENT | ODP_PTE_WRITE? | page DMA address` (an entry without
+/// `ODP_PTE_PRESENT` leaves its page as it is); `npages <= ODP_MAX_UPDATE_PAGES`.
+/// `ODP_OP_UNMAP`: the pages become not present (`pages` ignored). `ODP_OP_FAIL`: the pages
+/// cannot be made present (the fault failed); accesses to them fail until they are mapped.
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct OdpUpdateCmd {
+    pub key: u32,
+    pub first_page: u32,
+    pub npages: u32,
+    /// `ODP_OP_*`.
+    pub op: u32,
+    pub pages: u64,
+}
+pub const ODP_OP_MAP: u32 = 1;
+pub const ODP_OP_UNMAP: u32 = 2;
+pub const ODP_OP_FAIL: u32 = 3;
+/// Page table entry bits (a page is at least 4 KiB aligned, the low bits are free).
+pub const ODP_PTE_PRESENT: u64 = 1 << 0;
+pub const ODP_PTE_WRITE: u64 = 1 << 1;
+pub const ODP_PTE_FLAGS: u64 = ODP_PTE_PRESENT | ODP_PTE_WRITE;
+/// Most pages one `ODP_OP_MAP` carries (one 4 KiB page of entries).
+pub const ODP_MAX_UPDATE_PAGES: u32 = 512;
 
 /// Create a completion queue.
 #[repr(C)]
@@ -382,6 +420,7 @@ pub struct SetPortStateCmd {
 }
 
 const _: () = assert!(core::mem::size_of::<SetPortStateCmd>() == 8);
+const _: () = assert!(core::mem::size_of::<OdpUpdateCmd>() == 24);
 const _: () = assert!(core::mem::size_of::<QueryCmd>() <= ADMIN_PAYLOAD_SIZE);
 const _: () = assert!(core::mem::size_of::<SetGidCmd>() <= ADMIN_PAYLOAD_SIZE);
 const _: () = assert!(core::mem::size_of::<RegMrCmd>() == 48);
@@ -505,4 +544,6 @@ pub const STAT_INTERRUPTS: usize = 15;
 pub const STAT_DOORBELL_SCANS: usize = 16;
 pub const STAT_WAKEUPS: usize = 17;
 pub const STAT_WQE_ERRORS: usize = 18;
-pub const STATS_COUNT: usize = 19;
+/// Page fault events posted for on-demand paging regions (`EQE_TYPE_PAGE_FAULT`).
+pub const STAT_PAGE_FAULTS: usize = 19;
+pub const STATS_COUNT: usize = 20;

@@ -257,6 +257,12 @@ pub const EQE_TYPE_QP_LAST_WQE: u8 = 8;
 pub const EQE_TYPE_SQ_DRAINED: u8 = 9;
 /// An SRQ became unusable (wild producer index, unreachable ring) (IB_EVENT_SRQ_ERR).
 pub const EQE_TYPE_SRQ_ERROR: u8 = 10;
+/// An access hit a page of an on-demand region that is not present (or not writable for a
+/// write): handle = the region's lkey, aux = page index within the region, with
+/// `EQE_PAGE_FAULT_WRITE` for a write. Posted once per page until the driver answers with
+/// `ADMIN_OP_ODP_UPDATE` (MAP, or FAIL); the access waits meanwhile.
+pub const EQE_TYPE_PAGE_FAULT: u8 = 11;
+pub const EQE_PAGE_FAULT_WRITE: u32 = 1 << 31;
 
 // ---------------------------------------------------------------------------------------------
 // DMA page lists

@@ -167,6 +167,8 @@ pub const CAP_SRQ_RESIZE: u32 = 1 << 9;
 pub const CAP_MW: u32 = 1 << 10;
 /// RESIZE_CQ.
 pub const CAP_CQ_RESIZE: u32 = 1 << 11;
+/// On-demand paging: `MR_FLAG_ON_DEMAND` regions, `ADMIN_OP_ODP_UPDATE`, `EQE_TYPE_PAGE_FAULT`.
+pub const CAP_ODP: u32 = 1 << 12;
 
 // ---------------------------------------------------------------------------------------------
 // Doorbell pages (BAR2)

@@ -85,6 +85,10 @@ pub const ACCESS_MW_BIND: u32 = 1 << 4;
 /// is accepted and means nothing for a window).
 pub const ACCESS_MW_ALLOWED: u32 =
     ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE | ACCESS_REMOTE_READ | ACCESS_REMOTE_ATOMIC;
+/// On-demand paging: the region is not pinned (the driver registers it with
+/// `admin::MR_FLAG_ON_DEMAND`; the device never sees this bit). Meaningless for a QP (ignored
+/// there, as other providers do).
+pub const ACCESS_ON_DEMAND: u32 = 1 << 6;
 /// The region / QP accepts FLUSH requests of placement type GLOBAL.
 pub const ACCESS_FLUSH_GLOBAL: u32 = 1 << 8;
 /// The region / QP accepts FLUSH requests of placement type PERSISTENT. The last access bit IB

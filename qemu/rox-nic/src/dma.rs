@@ -48,6 +48,7 @@ pod!(
     rox_uapi::admin::CreateSrqCmd,
     rox_uapi::admin::ModifySrqCmd,
     rox_uapi::admin::SetPortStateCmd,
+    rox_uapi::admin::OdpUpdateCmd,
 );
 
 /// View a Pod value as bytes.

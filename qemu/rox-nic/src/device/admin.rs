@@ -7,6 +7,7 @@ use rox_uapi::verbs::*;
 
 use super::hw::{
     load_page_list, load_ring, mw_index, Cq, Hw, Mr, Mw, Qp, Srq, FIRST_QPN, KEY_INDEX_SHIFT,
+    ODP_PTE_FAILED,
 };
 use super::qp_state::check_modify;
 use crate::dma::as_bytes;
@@ -26,7 +27,8 @@ pub const DEVICE_CAPS: u32 = CAP_RC
     | CAP_ATOMIC_WRITE
     | CAP_SRQ_RESIZE
     | CAP_MW
-    | CAP_CQ_RESIZE;
+    | CAP_CQ_RESIZE
+    | CAP_ODP;
 
 /// Execute one admin command and build its completion.
 pub fn execute(hw: &mut Hw, engine: &mut Engine, cmd: &AdminCmd) -> AdminCpl {
@@ -45,6 +47,7 @@ pub fn execute(hw: &mut Hw, engine: &mut Engine, cmd: &AdminCmd) -> AdminCpl {
             ADMIN_OP_DEREG_MR => dereg_mr(hw, p.handle.handle),
             ADMIN_OP_ALLOC_MW => alloc_mw(hw, &p.alloc_mw),
             ADMIN_OP_DEALLOC_MW => dealloc_mw(hw, p.handle.handle),
+            ADMIN_OP_ODP_UPDATE => odp_update(hw, &p.odp_update),
             ADMIN_OP_CREATE_CQ => create_cq(hw, &p.create_cq),
             ADMIN_OP_DESTROY_CQ => destroy_cq(hw, p.handle.handle),
             ADMIN_OP_RESIZE_CQ => resize_cq(hw, &p.resize_cq),
@@ -196,7 +199,8 @@ fn set_gid(hw: &mut Hw, c: &SetGidCmd) -> AdminResult {
 
 fn reg_mr(hw: &mut Hw, c: &RegMrCmd) -> AdminResult {
     if c.access & !ACCESS_SUPPORTED != 0
-        || c.flags & !MR_FLAG_PHYSICAL != 0
+        || c.flags & !(MR_FLAG_PHYSICAL | MR_FLAG_ON_DEMAND) != 0
+        || c.flags == MR_FLAG_PHYSICAL | MR_FLAG_ON_DEMAND
         || c.length > DEV_MAX_MR_SIZE
         || c.iova.checked_add(c.length).is_none()
     {
@@ -212,8 +216,25 @@ fn reg_mr(hw: &mut Hw, c: &RegMrCmd) -> AdminResult {
         return Err(ADMIN_STATUS_NO_RESOURCES);
     }
     let physical = c.flags & MR_FLAG_PHYSICAL != 0;
+    let odp = c.flags & MR_FLAG_ON_DEMAND != 0;
     let (pages, page_shift) = if physical {
         (Vec::new(), 0)
+    } else if odp {
+        // Every page starts not present; the driver maps them with ODP_UPDATE.
+        let pl = &c.pbl;
+        if !(PAGE_SHIFT_MIN..=PAGE_SHIFT_MAX).contains(&pl.page_shift)
+            || pl.npages == 0
+            || pl.npages > DEV_MAX_PBL_PAGES
+        {
+            return Err(ADMIN_STATUS_BAD_PARAM);
+        }
+        let psize = 1u64 << pl.page_shift;
+        if c.offset_in_first_page as u64 >= psize
+            || c.offset_in_first_page as u64 + c.length > u64::from(pl.npages) * psize
+        {
+            return Err(ADMIN_STATUS_BAD_PARAM);
+        }
+        (vec![0; pl.npages as usize], pl.page_shift as u32)
     } else {
         let pages = load_page_list(&hw.mem, &c.pbl)?;
         let psize = 1u64 << c.pbl.page_shift;
@@ -228,6 +249,7 @@ fn reg_mr(hw: &mut Hw, c: &RegMrCmd) -> AdminResult {
     hw.mrs.insert(
         key,
         Mr {
+            key,
             pd: c.pd,
             access: c.access,
             iova: c.iova,
@@ -236,9 +258,59 @@ fn reg_mr(hw: &mut Hw, c: &RegMrCmd) -> AdminResult {
             pages,
             page_shift,
             physical,
+            odp,
         },
     );
     Ok((key, key))
+}
+
+/// Maps, unmaps or fails pages of an on-demand region. Admin commands run between data-path
+/// passes, so once this returns no access uses an unmapped page.
+fn odp_update(hw: &mut Hw, c: &OdpUpdateCmd) -> AdminResult {
+    let mr = hw.mrs.get(&c.key).ok_or(ADMIN_STATUS_BAD_HANDLE)?;
+    if !mr.odp {
+        return Err(ADMIN_STATUS_BAD_HANDLE);
+    }
+    let first = c.first_page as usize;
+    let end = first
+        .checked_add(c.npages as usize)
+        .filter(|&end| end <= mr.pages.len() && c.npages != 0)
+        .ok_or(ADMIN_STATUS_BAD_PARAM)?;
+    let psize = 1u64 << mr.page_shift;
+    let new: Vec<u64> = match c.op {
+        ODP_OP_MAP => {
+            if c.npages > ODP_MAX_UPDATE_PAGES {
+                return Err(ADMIN_STATUS_BAD_PARAM);
+            }
+            let mut bytes = vec![0u8; c.npages as usize * 8];
+            hw.mem
+                .read(c.pages, &mut bytes)
+                .map_err(|_| ADMIN_STATUS_BAD_DMA)?;
+            let mut new = Vec::with_capacity(c.npages as usize);
+            for (i, b) in bytes.chunks_exact(8).enumerate() {
+                let e = u64::from_le_bytes(b.try_into().expect("8"));
+                if e & ODP_PTE_PRESENT == 0 {
+                    new.push(mr.pages[first + i]);
+                    continue;
+                }
+                let addr = e & !ODP_PTE_FLAGS;
+                if addr & (psize - 1) != 0 {
+                    return Err(ADMIN_STATUS_BAD_PARAM);
+                }
+                hw.mem
+                    .check_access(addr, psize, e & ODP_PTE_WRITE != 0)
+                    .map_err(|_| ADMIN_STATUS_BAD_DMA)?;
+                new.push(e & ODP_PTE_FLAGS | addr);
+            }
+            new
+        }
+        ODP_OP_UNMAP => vec![0; c.npages as usize],
+        ODP_OP_FAIL => vec![ODP_PTE_FAILED; c.npages as usize],
+        _ => return Err(ADMIN_STATUS_BAD_PARAM),
+    };
+    let mr = hw.mrs.get_mut(&c.key).expect("looked up above");
+    mr.pages[first..end].copy_from_slice(&new);
+    Ok((0, 0))
 }
 
 /// A fresh key: index bits count up, the low byte changes so stale keys do not match.

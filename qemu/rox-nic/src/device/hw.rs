@@ -120,6 +120,8 @@ pub fn load_ring(
 /// A registered memory region.
 #[derive(Clone, Debug)]
 pub struct Mr {
+    /// Its lkey (= rkey).
+    pub key: u32,
     pub pd: u32,
     pub access: u32,
     pub iova: u64,
@@ -129,13 +131,57 @@ pub struct Mr {
     pub pages: Vec<u64>,
     pub page_shift: u32,
     pub physical: bool,
+    /// On-demand paging (`MR_FLAG_ON_DEMAND`): `pages` holds page table entries
+    /// (`ODP_PTE_*` bits | DMA address; 0 = not present, see [`ODP_PTE_FAULT_SENT`] and
+    /// [`ODP_PTE_FAILED`]).
+    pub odp: bool,
 }
 
+/// Device-internal PTE bit of an on-demand region: a page fault event for this page is
+/// outstanding (not posted again until the driver answers).
+pub const ODP_PTE_FAULT_SENT: u64 = 1 << 2;
+/// Device-internal PTE bit: the driver could not make the page present (`ODP_OP_FAIL`).
+pub const ODP_PTE_FAILED: u64 = 1 << 3;
+/// Low bits of a PTE that are not address bits.
+const ODP_PTE_ALL_FLAGS: u64 = ODP_PTE_FLAGS | ODP_PTE_FAULT_SENT | ODP_PTE_FAILED;
+
 impl Mr {
-    /// The DMA chunks of `[va, va+len)`, after the bounds check.
-    fn chunks(&self, va: u64, len: u64) -> Result<Vec<(u64, u64)>, AccessError> {
-        let end = va.checked_add(len).ok_or(AccessError::OutOfBounds)?;
-        if va < self.iova || end > self.iova + self.length {
+    /// The DMA address of page `page` for an access (`write` or not): on-demand regions check
+    /// the page is present (and writable).
+    fn page_addr(&self, page: usize, write: bool) -> Result<u64, AccessError> {
+        let entry = *self.pages.get(page).ok_or(AccessError::OutOfBounds)?;
+        if !self.odp {
+            return Ok(entry);
+        }
+        let need = if write {
+            ODP_PTE_PRESENT | ODP_PTE_WRITE
+        } else {
+            ODP_PTE_PRESENT
+        };
+        if entry & need == need {
+            Ok(entry & !ODP_PTE_ALL_FLAGS)
+        } else if entry & ODP_PTE_FAILED != 0 {
+            Err(AccessError::AccessDenied)
+        } else {
+            Err(AccessError::PageFault {
+                key: self.key,
+                page: page as u32,
+                write,
+            })
+        }
+    }
+
+    /// Whether `[va, va+len)` lies inside the region.
+    fn contains(&self, va: u64, len: u64) -> bool {
+        va.checked_add(len)
+            .is_some_and(|end| va >= self.iova && end <= self.iova + self.length)
+    }
+
+    /// The DMA chunks of `[va, va+len)` for a read or a `write`, after the bounds check (and,
+    /// for on-demand regions, the presence check of every page: nothing is touched unless all
+    /// pages are there).
+    fn chunks(&self, va: u64, len: u64, write: bool) -> Result<Vec<(u64, u64)>, AccessError> {
+        if !self.contains(va, len) {
             return Err(AccessError::OutOfBounds);
         }
         if self.physical {
@@ -149,7 +195,7 @@ impl Mr {
             let page = (off >> self.page_shift) as usize;
             let in_page = off & (psize - 1);
             let n = left.min(psize - in_page);
-            let base = *self.pages.get(page).ok_or(AccessError::OutOfBounds)?;
+            let base = self.page_addr(page, write)?;
             match out.last_mut() {
                 Some((a, l)) if *a + *l == base + in_page => *l += n,
                 _ => out.push((base + in_page, n)),
@@ -663,7 +709,7 @@ impl Hw {
 
     fn read_through(&self, mr: &Mr, va: u64, buf: &mut [u8]) -> Result<(), AccessError> {
         let mut done = 0usize;
-        for (addr, n) in mr.chunks(va, buf.len() as u64)? {
+        for (addr, n) in mr.chunks(va, buf.len() as u64, false)? {
             let n = n as usize;
             self.mem
                 .read(addr, &mut buf[done..done + n])
@@ -686,7 +732,7 @@ impl Hw {
     }
 
     fn write_through(&self, mr: &Mr, va: u64, data: &[u8]) -> Result<(), AccessError> {
-        let chunks = mr.chunks(va, data.len() as u64)?;
+        let chunks = mr.chunks(va, data.len() as u64, true)?;
         // Check every chunk first so a failing write changes nothing.
         for &(addr, n) in &chunks {
             self.mem
@@ -702,6 +748,28 @@ impl Hw {
             done += n;
         }
         Ok(())
+    }
+
+    // ---- on-demand paging ---------------------------------------------------------------
+
+    /// Passes `r` on; a page fault posts `EQE_TYPE_PAGE_FAULT` for the page unless one is
+    /// outstanding already.
+    fn page_fault<T>(&mut self, r: Result<T, AccessError>) -> Result<T, AccessError> {
+        if let Err(AccessError::PageFault { key, page, write }) = r {
+            let entry = self
+                .mrs
+                .get_mut(&key)
+                .and_then(|mr| mr.pages.get_mut(page as usize));
+            if let Some(entry) = entry {
+                if *entry & ODP_PTE_FAULT_SENT == 0 {
+                    *entry |= ODP_PTE_FAULT_SENT;
+                    self.stats[STAT_PAGE_FAULTS] += 1;
+                    let aux = page | if write { EQE_PAGE_FAULT_WRITE } else { 0 };
+                    self.async_event(EQE_TYPE_PAGE_FAULT, key, aux);
+                }
+            }
+        }
+        r
     }
 
     // ---- receive queues --------------------------------------------------------------------
@@ -806,7 +874,8 @@ impl DeviceEnv for Hw {
         addr: u64,
         buf: &mut [u8],
     ) -> Result<(), AccessError> {
-        self.mr_read(pd, lkey, 0, addr, buf)
+        let r = self.mr_read(pd, lkey, 0, addr, buf);
+        self.page_fault(r)
     }
 
     fn write_local(
@@ -816,7 +885,8 @@ impl DeviceEnv for Hw {
         addr: u64,
         data: &[u8],
     ) -> Result<(), AccessError> {
-        self.mr_write(pd, lkey, ACCESS_LOCAL_WRITE, addr, data)
+        let r = self.mr_write(pd, lkey, ACCESS_LOCAL_WRITE, addr, data);
+        self.page_fault(r)
     }
 
     fn read_remote(
@@ -827,7 +897,8 @@ impl DeviceEnv for Hw {
         va: u64,
         buf: &mut [u8],
     ) -> Result<(), AccessError> {
-        self.remote_read(pd, qpn, rkey, va, buf)
+        let r = self.remote_read(pd, qpn, rkey, va, buf);
+        self.page_fault(r)
     }
 
     fn write_remote(
@@ -838,7 +909,8 @@ impl DeviceEnv for Hw {
         va: u64,
         data: &[u8],
     ) -> Result<(), AccessError> {
-        self.remote_write(pd, qpn, rkey, va, data)
+        let r = self.remote_write(pd, qpn, rkey, va, data);
+        self.page_fault(r)
     }
 
     fn bind_mw(&mut self, pd: u32, qpn: u32, bind: &MwBind) -> Result<(), AccessError> {
@@ -871,7 +943,8 @@ impl DeviceEnv for Hw {
             AtomicOp::CompareSwap { .. } | AtomicOp::FetchAdd { .. } => ACCESS_REMOTE_ATOMIC,
         };
         let mr = self.remote_mr(pd, qpn, rkey, need, va, ATOMIC_SIZE as u64)?;
-        let chunks = mr.chunks(va, ATOMIC_SIZE as u64)?;
+        let chunks = mr.chunks(va, ATOMIC_SIZE as u64, true);
+        let chunks = self.page_fault(chunks)?;
         let [(addr, _)] = chunks[..] else {
             return Err(AccessError::OutOfBounds);
         };
@@ -922,8 +995,10 @@ impl DeviceEnv for Hw {
         }
         let _ = qpn;
         let mr = self.mr_for(pd, rkey, need)?;
-        if !whole_mr {
-            mr.chunks(va, u64::from(len))?;
+        // Only the range matters (the bytes were placed already): pages of an on-demand
+        // region need not be present.
+        if !whole_mr && !mr.contains(va, u64::from(len)) {
+            return Err(AccessError::OutOfBounds);
         }
         // Every write of this device went straight into guest RAM (a shared mapping): a full
         // fence makes them visible to every CPU before the response leaves. rox has no

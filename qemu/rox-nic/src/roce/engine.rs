@@ -70,6 +70,10 @@ pub struct EngineStats {
     pub acks_sent: u64,
     pub naks_sent: u64,
     pub rnr_naks_sent: u64,
+    /// RNR NAKs a responder sent because a page of an on-demand region was not present.
+    pub page_fault_naks: u64,
+    /// Requester stalls on a page of an on-demand region that was not present.
+    pub page_fault_stalls: u64,
     /// Local ACK timeouts that caused a go-back-N retransmission.
     pub retransmit_timeouts: u64,
     /// Rewinds caused by NAKs (sequence error or RNR).
@@ -364,6 +368,8 @@ enum SgError {
     Length,
     /// The device refused an access (key, PD, access flags or bounds).
     Access,
+    /// A page of an on-demand region is not present yet: try again later.
+    Fault,
 }
 
 /// Walks bytes `[offset, offset + len)` of the buffer an SGE list describes, in pieces that
@@ -394,9 +400,34 @@ fn walk_sges(
     Ok(done)
 }
 
+/// Why the requester could not send a packet.
+enum SendStop {
+    /// The WR fails with this status.
+    Error(WcStatus),
+    /// A page of an on-demand region is not present: the SQ waits and tries again.
+    Fault,
+}
+
+impl From<SgError> for SendStop {
+    fn from(e: SgError) -> SendStop {
+        match e {
+            SgError::Length => SendStop::Error(WcStatus::LocLenErr),
+            SgError::Access => SendStop::Error(WcStatus::LocProtErr),
+            SgError::Fault => SendStop::Fault,
+        }
+    }
+}
+
+/// How long a requester waits before trying again an access that hit a page of an on-demand
+/// region that was not present (the driver answers the device's page fault meanwhile).
+pub const PAGE_FAULT_RETRY_NS: u64 = 100_000;
+
 fn access_refused(e: AccessError) -> SgError {
     log::debug!("local access refused: {e}");
-    SgError::Access
+    match e {
+        AccessError::PageFault { .. } => SgError::Fault,
+        _ => SgError::Access,
+    }
 }
 
 /// Copies `out.len()` bytes starting at byte `offset` of the payload described by `data`.
@@ -767,7 +798,8 @@ impl Qp {
                 }
             }
             let wqe = &mut self.req.sq[cursor];
-            if !wqe.started {
+            let fresh = !wqe.started;
+            if fresh {
                 wqe.started = true;
                 wqe.first_psn = self.req.next_psn;
                 self.req.next_psn = psn_add(self.req.next_psn, wqe.npsn);
@@ -778,7 +810,19 @@ impl Qp {
                         self.req.timer_deadline = self.ack_timeout_ns().map(|t| env.now_ns() + t);
                     }
                 }
-                Err(status) => {
+                Err(SendStop::Fault) => {
+                    // Nothing was sent: a WR that had not started gives its PSNs back; the SQ
+                    // waits like after an RNR NAK and tries again.
+                    if fresh {
+                        let wqe = &mut self.req.sq[cursor];
+                        wqe.started = false;
+                        self.req.next_psn = wqe.first_psn;
+                    }
+                    stats.page_fault_stalls += 1;
+                    self.req.rnr_until = Some(env.now_ns() + PAGE_FAULT_RETRY_NS);
+                    break;
+                }
+                Err(SendStop::Error(status)) => {
                     self.req.sq[cursor].error = Some(status);
                     break;
                 }
@@ -822,7 +866,7 @@ impl Qp {
         env: &mut dyn DeviceEnv,
         stats: &mut EngineStats,
         index: usize,
-    ) -> Result<(), WcStatus> {
+    ) -> Result<(), SendStop> {
         let mtu = u64::from(self.mtu.bytes());
         let class = self.class();
         let pkt = self.req.cursor_pkt;
@@ -891,10 +935,7 @@ impl Qp {
         }
         if wqe.kind == WqeKind::AtomicWrite {
             let mut value = [0u8; ATOMIC_BYTES];
-            gather(env, self.cfg.pd, &wqe.wr.data, 0, &mut value).map_err(|e| match e {
-                SgError::Length => WcStatus::LocLenErr,
-                SgError::Access => WcStatus::LocProtErr,
-            })?;
+            gather(env, self.cfg.pd, &wqe.wr.data, 0, &mut value).map_err(SendStop::from)?;
             bth.opcode = op::RC_ATOMIC_WRITE;
             bth.ack_req = true;
             let mut hdr = Headers::new(bth);
@@ -912,10 +953,7 @@ impl Qp {
         let offset = u64::from(pkt) * mtu;
         let chunk = (wqe.len - offset).min(mtu) as usize;
         let mut payload = vec![0u8; chunk];
-        gather(env, self.cfg.pd, &wqe.wr.data, offset, &mut payload).map_err(|e| match e {
-            SgError::Length => WcStatus::LocLenErr,
-            SgError::Access => WcStatus::LocProtErr,
-        })?;
+        gather(env, self.cfg.pd, &wqe.wr.data, offset, &mut payload).map_err(SendStop::from)?;
         let first = pkt == 0;
         let last = pkt + 1 == wqe.npsn;
         let imm = matches!(
@@ -1220,6 +1258,15 @@ impl Qp {
                 let wqe = &mut self.req.sq[index];
                 match result {
                     Ok(()) => wqe.responded = true,
+                    Err(SgError::Fault) => {
+                        // The result buffer is not present: ask again later (the responder
+                        // answers the duplicate from its saved result).
+                        stats.page_fault_stalls += 1;
+                        self.rewind_to(psn);
+                        self.req.timer_deadline = None;
+                        self.req.rnr_until = Some(now + PAGE_FAULT_RETRY_NS);
+                        return;
+                    }
                     Err(_) => wqe.error = Some(WcStatus::LocProtErr),
                 }
                 self.restart_timer(now);
@@ -1282,6 +1329,15 @@ impl Qp {
                 let wqe = &mut self.req.sq[index];
                 match result {
                     Ok(()) => wqe.read_pkts_done += 1,
+                    Err(SgError::Fault) => {
+                        // The destination page is not present: request the rest of the READ
+                        // again later.
+                        stats.page_fault_stalls += 1;
+                        self.rewind_to(psn);
+                        self.req.timer_deadline = None;
+                        self.req.rnr_until = Some(now + PAGE_FAULT_RETRY_NS);
+                        return;
+                    }
                     Err(SgError::Length) => wqe.error = Some(WcStatus::LocLenErr),
                     Err(SgError::Access) => wqe.error = Some(WcStatus::LocProtErr),
                 }
@@ -1354,6 +1410,22 @@ impl Qp {
             .or_else(|| env.pop_recv(self.cfg.qpn))
     }
 
+    /// A request hit a page of an on-demand region that is not present: the device asked the
+    /// driver for it; RC answers RNR NAK (the requester retries after its RNR timer, the
+    /// request is not executed), UC drops the message.
+    fn page_fault_rnr(&mut self, env: &mut dyn DeviceEnv, stats: &mut EngineStats, psn: u32) {
+        stats.page_fault_naks += 1;
+        if self.cfg.qp_type == QpType::Rc {
+            let timer = self.min_rnr_timer;
+            self.send_ack(env, stats, psn, Syndrome::RnrNak(timer));
+            // Later packets of the window are dropped silently until the retry.
+            self.resp.nak_sent = true;
+        } else {
+            self.uc_drop_message();
+            self.resp.epsn = psn_add(psn, 1);
+        }
+    }
+
     fn remember(&mut self, entry: RdAtomic) {
         self.resp.history.push_back(entry);
         while self.resp.history.len() > usize::from(self.max_dest_rd_atomic.max(1)) {
@@ -1372,24 +1444,32 @@ impl Qp {
         let mtu = self.mtu.bytes();
         let len = reth.dma_len;
         let npkts = len.div_ceil(mtu).max(1);
-        // Check the whole range before the first response leaves: an R_Key names one
-        // contiguous region, so its first and last byte being accessible covers all of it.
+        // Check the whole range before the first response leaves (every page: a page of an
+        // on-demand region may be missing; page states only change between data-path passes).
+        let mut buf = vec![0u8; mtu.min(len) as usize];
         if len > 0 {
-            let mut probe = [0u8; 1];
             let last = reth.va.wrapping_add(u64::from(len) - 1);
-            let ok = env
-                .read_remote(self.cfg.pd, self.cfg.qpn, reth.rkey, reth.va, &mut probe)
-                .is_ok()
-                && env
-                    .read_remote(self.cfg.pd, self.cfg.qpn, reth.rkey, last, &mut probe)
-                    .is_ok()
-                && last >= reth.va;
-            if !ok {
+            if last < reth.va {
                 self.nak(env, stats, psn, NakCode::RemoteAccessError);
                 return false;
             }
+            for i in 0..npkts {
+                let offset = i * mtu;
+                let chunk = (len - offset).min(mtu) as usize;
+                let va = reth.va.wrapping_add(u64::from(offset));
+                match env.read_remote(self.cfg.pd, self.cfg.qpn, reth.rkey, va, &mut buf[..chunk]) {
+                    Ok(()) => {}
+                    Err(AccessError::PageFault { .. }) => {
+                        self.page_fault_rnr(env, stats, psn);
+                        return false;
+                    }
+                    Err(_) => {
+                        self.nak(env, stats, psn, NakCode::RemoteAccessError);
+                        return false;
+                    }
+                }
+            }
         }
-        let mut buf = vec![0u8; mtu.min(len) as usize];
         for i in 0..npkts {
             let offset = i * mtu;
             let chunk = (len - offset).min(mtu) as usize;
@@ -1599,12 +1679,25 @@ impl Qp {
             };
             match scatter(env, pd, &wr.sges, *offset, p.payload) {
                 Ok(()) => *offset += p.payload.len() as u64,
+                Err(SgError::Fault) => {
+                    // Nothing of this packet was written; the first packet gives its receive
+                    // WR back for the retry.
+                    if p.info.first {
+                        if let Some(InMessage::Send { wr, .. }) = self.resp.cur.take() {
+                            self.resp.spare_recv = Some(wr);
+                        }
+                    }
+                    self.page_fault_rnr(env, stats, psn);
+                    return;
+                }
                 Err(e) => {
                     let wr_id = wr.wr_id;
                     self.resp.cur = None;
                     let (code, status) = match e {
                         SgError::Length => (NakCode::InvalidRequest, WcStatus::LocLenErr),
-                        SgError::Access => (NakCode::RemoteOperationalError, WcStatus::LocProtErr),
+                        SgError::Access | SgError::Fault => {
+                            (NakCode::RemoteOperationalError, WcStatus::LocProtErr)
+                        }
                     };
                     self.responder_fatal(env, stats, psn, code, Some((wr_id, status)));
                     return;
@@ -1711,13 +1804,27 @@ impl Qp {
                 unreachable!("checked")
             };
             if !p.payload.is_empty() {
-                if env.write_remote(pd, qpn, *rkey, *va, p.payload).is_err() {
-                    if let Some(wr) = recv {
-                        self.resp.spare_recv = Some(wr);
+                match env.write_remote(pd, qpn, *rkey, *va, p.payload) {
+                    Ok(()) => {}
+                    Err(AccessError::PageFault { .. }) => {
+                        // Not written: the retry of this packet starts over from here.
+                        if let Some(wr) = recv {
+                            self.resp.spare_recv = Some(wr);
+                        }
+                        if p.info.first {
+                            self.resp.cur = None;
+                        }
+                        self.page_fault_rnr(env, stats, psn);
+                        return;
                     }
-                    self.resp.cur = None;
-                    self.remote_access_error(env, stats, psn);
-                    return;
+                    Err(_) => {
+                        if let Some(wr) = recv {
+                            self.resp.spare_recv = Some(wr);
+                        }
+                        self.resp.cur = None;
+                        self.remote_access_error(env, stats, psn);
+                        return;
+                    }
                 }
                 *va = va.wrapping_add(p.payload.len() as u64);
                 *remaining -= p.payload.len() as u64;
@@ -1812,13 +1919,20 @@ impl Qp {
             let write = AtomicOp::Write {
                 value: u64::from_ne_bytes(value),
             };
-            if self.access & ACCESS_REMOTE_WRITE == 0
-                || env
-                    .atomic_remote(pd, qpn, reth.rkey, reth.va, write)
-                    .is_err()
-            {
+            if self.access & ACCESS_REMOTE_WRITE == 0 {
                 self.remote_access_error(env, stats, psn);
                 return;
+            }
+            match env.atomic_remote(pd, qpn, reth.rkey, reth.va, write) {
+                Ok(_) => {}
+                Err(AccessError::PageFault { .. }) => {
+                    self.page_fault_rnr(env, stats, psn);
+                    return;
+                }
+                Err(_) => {
+                    self.remote_access_error(env, stats, psn);
+                    return;
+                }
             }
             self.finish_executed(env, stats, psn);
             return;
@@ -1843,6 +1957,10 @@ impl Qp {
             };
             let original = match env.atomic_remote(pd, qpn, a.rkey, a.va, atomic) {
                 Ok(v) => v,
+                Err(AccessError::PageFault { .. }) => {
+                    self.page_fault_rnr(env, stats, psn);
+                    return;
+                }
                 Err(_) => {
                     self.remote_access_error(env, stats, psn);
                     return;
@@ -1908,7 +2026,8 @@ impl Qp {
         let status = match result {
             Ok(()) => WcStatus::Success,
             Err(SgError::Length) => WcStatus::LocLenErr,
-            Err(SgError::Access) => WcStatus::LocProtErr,
+            // UD has no RNR: a receive buffer of an on-demand region must be present.
+            Err(SgError::Access | SgError::Fault) => WcStatus::LocProtErr,
         };
         let with_imm = p.hdr.imm.is_some();
         let byte_len = if status == WcStatus::Success {

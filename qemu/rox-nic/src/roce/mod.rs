@@ -235,6 +235,11 @@ pub enum AccessError {
     OutOfBounds,
     #[error("atomic target not 8-byte aligned")]
     Misaligned,
+    /// An on-demand region's page is not present (or not writable for a write): the device
+    /// asked the driver to map it; the access must wait (requester: retry later; responder:
+    /// RNR NAK) and nothing was read or written.
+    #[error("page {page} of on-demand region {key:#x} not present")]
+    PageFault { key: u32, page: u32, write: bool },
 }
 
 /// An 8-byte atomic operation on remote memory (done under the device's memory lock).

@@ -1,0 +1,435 @@
+//! On-demand paging: regions registered with `MR_FLAG_ON_DEMAND` start with no page present;
+//! an access to a missing page posts `EQE_TYPE_PAGE_FAULT` and waits (requester: the SQ
+//! stalls; responder: RNR NAK) until the driver maps the page with `ADMIN_OP_ODP_UPDATE`; an
+//! unmapped page is never touched again; a failed page makes accesses fail.
+
+use std::time::Duration;
+
+use rox_nic::testkit::*;
+use rox_nic::DeviceConfig;
+use rox_uapi::admin::*;
+use rox_uapi::queue::*;
+use rox_uapi::regs::*;
+use rox_uapi::verbs::*;
+
+const PD: u32 = 3;
+const ALL_ACCESS: u32 =
+    ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE | ACCESS_REMOTE_READ | ACCESS_REMOTE_ATOMIC;
+const QUIET: Duration = Duration::from_millis(50);
+
+struct Pair {
+    d: TestDriver,
+    cq_a: TestCq,
+    cq_b: TestCq,
+    a: TestQp,
+    b: TestQp,
+}
+
+fn pair(qp_type: u8) -> Pair {
+    let mut d = TestDriver::new(DeviceConfig::new([2, 0, 0, 0, 0, 2]));
+    let gid = gid_v4(127, 0, 0, 1);
+    d.set_gid(0, gid);
+    let cq_a = d.create_cq(8);
+    let cq_b = d.create_cq(8);
+    let a = d.create_qp(qp_type, PD, cq_a.id, cq_a.id, SRQ_NONE);
+    let b = d.create_qp(qp_type, PD, cq_b.id, cq_b.id, SRQ_NONE);
+    if qp_type == QPT_UD {
+        d.activate_ud(&a, 0x1111);
+        d.activate_ud(&b, 0x1111);
+    } else {
+        d.connect(&a, gid, b.qpn, ALL_ACCESS | ACCESS_FLUSH_GLOBAL);
+        d.connect(&b, gid, a.qpn, ALL_ACCESS | ACCESS_FLUSH_GLOBAL);
+    }
+    d.drain_eq(0);
+    Pair {
+        d,
+        cq_a,
+        cq_b,
+        a,
+        b,
+    }
+}
+
+/// Registers an on-demand region of `len` bytes at iova `iova` (no page present).
+fn reg_odp(d: &mut TestDriver, iova: u64, len: u64, access: u32) -> u32 {
+    let npages = (iova % 4096 + len).div_ceil(4096) as u32;
+    let c = RegMrCmd {
+        pd: PD,
+        access,
+        iova,
+        length: len,
+        pbl: PageList {
+            addr: 0,
+            npages,
+            page_shift: ROX_PAGE_SHIFT as u8,
+            level: PBL_LEVEL_1,
+            reserved: 0,
+        },
+        offset_in_first_page: (iova % 4096) as u32,
+        flags: MR_FLAG_ON_DEMAND,
+    };
+    d.admin_ok(ADMIN_OP_REG_MR, payload(&c)).result0
+}
+
+fn odp_cmd(d: &mut TestDriver, key: u32, first: u32, npages: u32, op: u32, pages: u64) -> u8 {
+    let c = OdpUpdateCmd {
+        key,
+        first_page: first,
+        npages,
+        op,
+        pages,
+    };
+    d.admin(ADMIN_OP_ODP_UPDATE, payload(&c)).status
+}
+
+/// Maps pages `first..` of region `key` to the guest pages `pages` (writable if `write`).
+fn map(d: &mut TestDriver, key: u32, first: u32, pages: &[u64], write: bool) {
+    let list = d.ram.alloc(pages.len() as u64 * 8, 4096);
+    for (i, p) in pages.iter().enumerate() {
+        let e = p | ODP_PTE_PRESENT | if write { ODP_PTE_WRITE } else { 0 };
+        d.ram.write(list + i as u64 * 8, &e.to_le_bytes());
+    }
+    let st = odp_cmd(d, key, first, pages.len() as u32, ODP_OP_MAP, list);
+    assert_eq!(st, ADMIN_STATUS_SUCCESS);
+}
+
+fn page_fault(d: &mut TestDriver) -> Eqe {
+    d.wait_event(0, EQE_TYPE_PAGE_FAULT)
+}
+
+fn no_page_fault(d: &mut TestDriver) {
+    std::thread::sleep(QUIET);
+    let faults: Vec<Eqe> = d
+        .drain_eq(0)
+        .into_iter()
+        .filter(|e| e.event_type == EQE_TYPE_PAGE_FAULT)
+        .collect();
+    assert!(faults.is_empty(), "unexpected page faults {faults:?}");
+}
+
+#[test]
+fn requester_stalls_on_missing_source_page_until_the_driver_maps_it() {
+    let mut p = pair(QPT_RC);
+    // The region's backing page lives somewhere the driver chooses; iova is user-like.
+    let backing = p.d.ram.alloc(4096, 4096);
+    let msg = pattern(7, 1000);
+    p.d.ram.write(backing + 100, &msg);
+    let iova = 0x7f00_0000_0000u64;
+    let key_a = reg_odp(&mut p.d, iova, 4096, ACCESS_LOCAL_WRITE);
+    let buf_b = p.d.ram.alloc(4096, 4096);
+    let key_b = p.d.reg_mr(PD, buf_b, 4096, ALL_ACCESS).unwrap();
+    p.d.post_recv(&mut p.b, 1, &[sge(buf_b, 4096, key_b)]);
+    let w = send_wqe(
+        2,
+        WR_SEND,
+        WQE_FLAG_SIGNALED,
+        &[sge(iova + 100, 1000, key_a)],
+    );
+    p.d.post_send(&mut p.a, &w);
+
+    let e = page_fault(&mut p.d);
+    assert_eq!((e.handle, e.aux), (key_a, 0), "page 0, read");
+    p.d.expect_no_cqe(&mut p.cq_a, QUIET);
+    // One event per page while the fault is outstanding, though the SQ keeps retrying.
+    no_page_fault(&mut p.d);
+
+    map(&mut p.d, key_a, 0, &[backing], false);
+    let c = p.d.wait_cqe(&mut p.cq_a);
+    assert_eq!((c.wr_id, c.status), (2, WC_SUCCESS));
+    let r = p.d.wait_cqe(&mut p.cq_b);
+    assert_eq!((r.wr_id, r.status, r.byte_len), (1, WC_SUCCESS, 1000));
+    assert_eq!(p.d.ram.read(buf_b, 1000), msg);
+}
+
+#[test]
+fn responder_nak_rnr_until_the_page_is_writable_then_the_write_lands() {
+    let mut p = pair(QPT_RC);
+    let buf_a = p.d.ram.alloc(4096, 4096);
+    let key_a = p.d.reg_mr(PD, buf_a, 4096, ALL_ACCESS).unwrap();
+    let msg = pattern(9, 2000);
+    p.d.ram.write(buf_a, &msg);
+    let iova = 0x5555_0000_0000u64;
+    let key_b = reg_odp(&mut p.d, iova, 3 * 4096, ALL_ACCESS);
+    let pages = [
+        p.d.ram.alloc(4096, 4096),
+        p.d.ram.alloc(4096, 4096),
+        p.d.ram.alloc(4096, 4096),
+    ];
+    // Read-only mapping: a write still faults (and asks for write access).
+    map(&mut p.d, key_b, 0, &pages, false);
+    let target = iova + 4096 + 3000; // crosses from page 1 into page 2
+    let w = with_rdma(
+        send_wqe(
+            3,
+            WR_RDMA_WRITE,
+            WQE_FLAG_SIGNALED,
+            &[sge(buf_a, 2000, key_a)],
+        ),
+        target,
+        key_b,
+    );
+    p.d.post_send(&mut p.a, &w);
+    let e = page_fault(&mut p.d);
+    assert_eq!((e.handle, e.aux), (key_b, 1 | EQE_PAGE_FAULT_WRITE));
+    p.d.expect_no_cqe(&mut p.cq_a, QUIET);
+    assert!(
+        p.d.ram.read(pages[1], 4096).iter().all(|&b| b == 0),
+        "nothing written"
+    );
+
+    map(&mut p.d, key_b, 1, &pages[1..2], true);
+    let e = page_fault(&mut p.d);
+    assert_eq!((e.handle, e.aux), (key_b, 2 | EQE_PAGE_FAULT_WRITE));
+    map(&mut p.d, key_b, 2, &pages[2..3], true);
+    let c = p.d.wait_cqe(&mut p.cq_a);
+    assert_eq!((c.wr_id, c.status), (3, WC_SUCCESS));
+    let mut got = p.d.ram.read(pages[1] + 3000, 1096);
+    got.extend(p.d.ram.read(pages[2], 904));
+    assert_eq!(got, msg);
+    let stats = p.d.query_stats();
+    assert_eq!(stats[STAT_PAGE_FAULTS], 2);
+}
+
+#[test]
+fn unmapped_page_is_never_read_again_and_remapping_serves_the_new_page() {
+    let mut p = pair(QPT_RC);
+    let buf_a = p.d.ram.alloc(4096, 4096);
+    let key_a = p.d.reg_mr(PD, buf_a, 4096, ALL_ACCESS).unwrap();
+    let iova = 0x1000_0000u64;
+    let key_b = reg_odp(&mut p.d, iova, 4096, ALL_ACCESS);
+    let old = p.d.ram.alloc(4096, 4096);
+    let new = p.d.ram.alloc(4096, 4096);
+    p.d.ram.fill(old, 4096, 0x0d);
+    p.d.ram.fill(new, 4096, 0x4e);
+    map(&mut p.d, key_b, 0, &[old], true);
+    let read = |d: &mut TestDriver, qp: &mut TestQp, id: u64| {
+        let w = with_rdma(
+            send_wqe(
+                id,
+                WR_RDMA_READ,
+                WQE_FLAG_SIGNALED,
+                &[sge(buf_a, 64, key_a)],
+            ),
+            iova + 8,
+            key_b,
+        );
+        d.post_send(qp, &w);
+    };
+    read(&mut p.d, &mut p.a, 10);
+    assert_eq!(p.d.wait_cqe(&mut p.cq_a).status, WC_SUCCESS);
+    assert_eq!(p.d.ram.read(buf_a, 64), vec![0x0d; 64]);
+
+    // The mmu notifier's invalidation: once the command completes the old page is not used.
+    assert_eq!(
+        odp_cmd(&mut p.d, key_b, 0, 1, ODP_OP_UNMAP, 0),
+        ADMIN_STATUS_SUCCESS
+    );
+    read(&mut p.d, &mut p.a, 11);
+    let e = page_fault(&mut p.d);
+    assert_eq!((e.handle, e.aux), (key_b, 0));
+    p.d.expect_no_cqe(&mut p.cq_a, QUIET);
+    map(&mut p.d, key_b, 0, &[new], true);
+    assert_eq!(p.d.wait_cqe(&mut p.cq_a).status, WC_SUCCESS);
+    assert_eq!(p.d.ram.read(buf_a, 64), vec![0x4e; 64]);
+
+    // Atomics fault too and execute once the page is back.
+    assert_eq!(
+        odp_cmd(&mut p.d, key_b, 0, 1, ODP_OP_UNMAP, 0),
+        ADMIN_STATUS_SUCCESS
+    );
+    p.d.ram.write(new, &5u64.to_le_bytes());
+    let w = with_atomic(
+        send_wqe(
+            12,
+            WR_ATOMIC_FETCH_AND_ADD,
+            WQE_FLAG_SIGNALED,
+            &[sge(buf_a, 8, key_a)],
+        ),
+        iova,
+        key_b,
+        3,
+        0,
+    );
+    p.d.post_send(&mut p.a, &w);
+    let e = page_fault(&mut p.d);
+    assert_eq!((e.handle, e.aux), (key_b, EQE_PAGE_FAULT_WRITE));
+    map(&mut p.d, key_b, 0, &[new], true);
+    assert_eq!(p.d.wait_cqe(&mut p.cq_a).status, WC_SUCCESS);
+    assert_eq!(p.d.ram.read(buf_a, 8), 5u64.to_le_bytes());
+    assert_eq!(p.d.ram.read(new, 8), 8u64.to_le_bytes());
+}
+
+#[test]
+fn read_response_into_a_missing_local_page_waits_for_it() {
+    let mut p = pair(QPT_RC);
+    let buf_b = p.d.ram.alloc(4096, 4096);
+    let key_b = p.d.reg_mr(PD, buf_b, 4096, ALL_ACCESS).unwrap();
+    let msg = pattern(3, 3000);
+    p.d.ram.write(buf_b, &msg);
+    let iova = 0x2000_0000u64;
+    let key_a = reg_odp(&mut p.d, iova, 4096, ALL_ACCESS);
+    let w = with_rdma(
+        send_wqe(
+            20,
+            WR_RDMA_READ,
+            WQE_FLAG_SIGNALED,
+            &[sge(iova, 3000, key_a)],
+        ),
+        buf_b,
+        key_b,
+    );
+    p.d.post_send(&mut p.a, &w);
+    let e = page_fault(&mut p.d);
+    assert_eq!((e.handle, e.aux), (key_a, EQE_PAGE_FAULT_WRITE));
+    p.d.expect_no_cqe(&mut p.cq_a, QUIET);
+    let page = p.d.ram.alloc(4096, 4096);
+    map(&mut p.d, key_a, 0, &[page], true);
+    assert_eq!(p.d.wait_cqe(&mut p.cq_a).status, WC_SUCCESS);
+    assert_eq!(p.d.ram.read(page, 3000), msg);
+}
+
+#[test]
+fn ud_send_from_a_missing_page_waits_for_it() {
+    let mut p = pair(QPT_UD);
+    let gid = gid_v4(127, 0, 0, 1);
+    let iova = 0x3000_0000u64;
+    let key_a = reg_odp(&mut p.d, iova, 4096, ACCESS_LOCAL_WRITE);
+    let buf_b = p.d.ram.alloc(4096, 4096);
+    let key_b = p.d.reg_mr(PD, buf_b, 4096, ALL_ACCESS).unwrap();
+    p.d.post_recv(&mut p.b, 1, &[sge(buf_b, 4096, key_b)]);
+    let w = with_ud(
+        send_wqe(4, WR_SEND, WQE_FLAG_SIGNALED, &[sge(iova, 256, key_a)]),
+        gid,
+        p.b.qpn,
+        0x1111,
+    );
+    p.d.post_send(&mut p.a, &w);
+    let e = page_fault(&mut p.d);
+    assert_eq!((e.handle, e.aux), (key_a, 0));
+    p.d.expect_no_cqe(&mut p.cq_b, QUIET);
+    let page = p.d.ram.alloc(4096, 4096);
+    p.d.ram.fill(page, 4096, 0x77);
+    map(&mut p.d, key_a, 0, &[page], false);
+    assert_eq!(p.d.wait_cqe(&mut p.cq_a).status, WC_SUCCESS);
+    let r = p.d.wait_cqe(&mut p.cq_b);
+    assert_eq!((r.status, r.byte_len), (WC_SUCCESS, 256 + 40));
+    assert_eq!(p.d.ram.read(buf_b + 40, 256), vec![0x77; 256]);
+}
+
+#[test]
+fn failed_pages_fail_the_access_with_protection_errors() {
+    let mut p = pair(QPT_RC);
+    let buf_a = p.d.ram.alloc(4096, 4096);
+    let key_a = p.d.reg_mr(PD, buf_a, 4096, ALL_ACCESS).unwrap();
+    let iova = 0x4000_0000u64;
+    let key_b = reg_odp(&mut p.d, iova, 4096, ALL_ACCESS);
+    assert_eq!(
+        odp_cmd(&mut p.d, key_b, 0, 1, ODP_OP_FAIL, 0),
+        ADMIN_STATUS_SUCCESS
+    );
+    let w = with_rdma(
+        send_wqe(
+            30,
+            WR_RDMA_WRITE,
+            WQE_FLAG_SIGNALED,
+            &[sge(buf_a, 16, key_a)],
+        ),
+        iova,
+        key_b,
+    );
+    p.d.post_send(&mut p.a, &w);
+    assert_eq!(p.d.wait_cqe(&mut p.cq_a).status, WC_REM_ACCESS_ERR);
+    no_page_fault(&mut p.d);
+    let _ = &mut p.cq_b;
+}
+
+#[test]
+fn odp_update_is_validated() {
+    let mut p = pair(QPT_RC);
+    let buf = p.d.ram.alloc(4096, 4096);
+    let plain = p.d.reg_mr(PD, buf, 4096, ALL_ACCESS).unwrap();
+    let key = reg_odp(&mut p.d, 0x9000_0000, 2 * 4096, ALL_ACCESS);
+    let list = p.d.ram.alloc(4096, 4096);
+    p.d.ram.write(list, &(buf | ODP_PTE_PRESENT).to_le_bytes());
+    let d = &mut p.d;
+    assert_eq!(
+        odp_cmd(d, plain, 0, 1, ODP_OP_UNMAP, 0),
+        ADMIN_STATUS_BAD_HANDLE
+    );
+    assert_eq!(
+        odp_cmd(d, 0xdead00, 0, 1, ODP_OP_UNMAP, 0),
+        ADMIN_STATUS_BAD_HANDLE
+    );
+    assert_eq!(
+        odp_cmd(d, key, 1, 2, ODP_OP_UNMAP, 0),
+        ADMIN_STATUS_BAD_PARAM
+    );
+    assert_eq!(
+        odp_cmd(d, key, 0, 0, ODP_OP_UNMAP, 0),
+        ADMIN_STATUS_BAD_PARAM
+    );
+    assert_eq!(
+        odp_cmd(d, key, u32::MAX, 2, ODP_OP_UNMAP, 0),
+        ADMIN_STATUS_BAD_PARAM
+    );
+    assert_eq!(odp_cmd(d, key, 0, 1, 99, 0), ADMIN_STATUS_BAD_PARAM);
+    // Unaligned or unmapped page addresses.
+    d.ram
+        .write(list, &((buf + 8) | ODP_PTE_PRESENT).to_le_bytes());
+    assert_eq!(
+        odp_cmd(d, key, 0, 1, ODP_OP_MAP, list),
+        ADMIN_STATUS_BAD_PARAM
+    );
+    d.ram
+        .write(list, &(0xffff_f000_0000u64 | ODP_PTE_PRESENT).to_le_bytes());
+    assert_eq!(
+        odp_cmd(d, key, 0, 1, ODP_OP_MAP, list),
+        ADMIN_STATUS_BAD_DMA
+    );
+    assert_eq!(
+        odp_cmd(d, key, 0, 1, ODP_OP_MAP, 0xffff_f000_0000),
+        ADMIN_STATUS_BAD_DMA
+    );
+    // ON_DEMAND with PHYSICAL is refused.
+    let mut c = d.reg_mr_cmd(PD, buf, 4096, ALL_ACCESS);
+    c.flags = MR_FLAG_ON_DEMAND | MR_FLAG_PHYSICAL;
+    assert_eq!(
+        d.admin(ADMIN_OP_REG_MR, payload(&c)).status,
+        ADMIN_STATUS_BAD_PARAM
+    );
+    // A deregistered region's key is gone.
+    let h = HandleCmd {
+        handle: key,
+        reserved: 0,
+    };
+    d.admin_ok(ADMIN_OP_DEREG_MR, payload(&h));
+    assert_eq!(
+        odp_cmd(d, key, 0, 1, ODP_OP_UNMAP, 0),
+        ADMIN_STATUS_BAD_HANDLE
+    );
+}
+
+#[test]
+fn flush_of_an_on_demand_region_needs_no_present_page() {
+    let mut p = pair(QPT_RC);
+    let iova = 0x6000_0000u64;
+    let key_b = reg_odp(&mut p.d, iova, 4096, ALL_ACCESS | ACCESS_FLUSH_GLOBAL);
+    let mut w = send_wqe(40, WR_FLUSH, WQE_FLAG_SIGNALED, &[]);
+    w.seg = SqSeg {
+        rdma: RdmaSeg {
+            remote_addr: iova,
+            rkey: key_b,
+            length: 64,
+            flush_type: FLUSH_TYPE_GLOBAL,
+            flush_level: FLUSH_LEVEL_RANGE,
+            ..Default::default()
+        },
+    };
+    p.d.post_send(&mut p.a, &w);
+    let c = p.d.wait_cqe(&mut p.cq_a);
+    assert_eq!(
+        (c.wr_id, c.status, c.opcode),
+        (40, WC_SUCCESS, WC_OPC_FLUSH)
+    );
+    no_page_fault(&mut p.d);
+}
