@@ -367,9 +367,11 @@ pub struct AllocMwCmd {
 }
 /// Memory window rkeys have this bit set; MR keys never do.
 pub const MW_KEY_FLAG: u32 = 1 << 31;
+/// A key (MR lkey/rkey, window rkey) is `index << KEY_INDEX_SHIFT | variant`.
+pub const KEY_INDEX_SHIFT: u32 = 8;
 /// The bits of a key that change from binding to binding (type 1: librox increments them;
 /// type 2: the binder chooses them).
-pub const KEY_VARIANT_MASK: u32 = 0xff;
+pub const KEY_VARIANT_MASK: u32 = (1 << KEY_INDEX_SHIFT) - 1;
 
 /// Create a shared receive queue.
 #[repr(C)]

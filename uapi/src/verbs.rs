@@ -38,7 +38,9 @@ pub const WC_OPC_ATOMIC_WRITE: u8 = 9;
 pub const WC_OPC_RECV: u8 = 128;
 pub const WC_OPC_RECV_RDMA_WITH_IMM: u8 = 129;
 
-/// Work completion flags (`IBV_WC_GRH`, `IBV_WC_WITH_IMM`; same bits in the kernel).
+/// Work completion flags as libibverbs numbers them (`IBV_WC_GRH`, `IBV_WC_WITH_IMM`,
+/// `IBV_WC_WITH_INV`). The kernel's `IB_WC_*` agree for GRH and WITH_IMM only
+/// (`IB_WC_WITH_INVALIDATE` is bit 2); kernel QPs never see WITH_INV (they bind no windows).
 pub const WC_FLAG_GRH: u8 = 1 << 0;
 pub const WC_FLAG_WITH_IMM: u8 = 1 << 1;
 /// The message was a SEND with invalidate: `Cqe::imm_data` holds the invalidated rkey (host

@@ -1430,6 +1430,71 @@ fn flush_and_atomic_write_wqes() {
     assert_eq!((c.status, c.opcode), (WC_LOC_QP_OP_ERR, WC_OPC_FLUSH));
 }
 
+/// A FLUSH of a range as large as the region is checked by bounds alone, and one a byte past
+/// the region is a remote access error.
+#[test]
+fn flush_of_a_whole_region_range() {
+    let mut p = pair(QPT_RC);
+    let key =
+        p.d.reg_mr(PD, p.buf_b, BUF, ACCESS_LOCAL_WRITE | ACCESS_FLUSH_GLOBAL)
+            .unwrap();
+    let flush = |wr_id, length: u32| {
+        let mut w = send_wqe(wr_id, WR_FLUSH, WQE_FLAG_SIGNALED, &[]);
+        w.seg = SqSeg {
+            rdma: RdmaSeg {
+                remote_addr: p.buf_b,
+                rkey: key,
+                length,
+                flush_type: FLUSH_TYPE_GLOBAL,
+                flush_level: FLUSH_LEVEL_RANGE,
+                ..Default::default()
+            },
+        };
+        w
+    };
+    let (whole, past) = (flush(1, BUF as u32), flush(2, BUF as u32 + 1));
+    p.d.post_send(&mut p.a, &whole);
+    assert_eq!(p.d.wait_cqe(&mut p.cq_a).status, WC_SUCCESS);
+    p.d.post_send(&mut p.a, &past);
+    assert_eq!(p.d.wait_cqe(&mut p.cq_a).status, WC_REM_ACCESS_ERR);
+}
+
+/// A type 2 window is never bound to an empty range, and its binding ends with the QP that
+/// bound it: another QP of the PD may then bind it without an invalidation.
+#[test]
+fn type2_window_empty_bind_and_bound_qp_destroyed() {
+    let (mut p, mw_mr) = mw_pair();
+    let window = p.buf_b + 4096;
+    let mw = alloc_mw(&mut p.d, PD, MW_TYPE_2);
+    let rkey = inc_rkey(mw);
+    p.d.post_send(
+        &mut p.b,
+        &bind_wqe(1, rkey, mw_mr, window, 0, ACCESS_REMOTE_WRITE),
+    );
+    let c = p.d.wait_cqe(&mut p.cq_b);
+    assert_eq!((c.status, c.opcode), (WC_MW_BIND_ERR, WC_OPC_BIND_MW));
+
+    let (mut p, mw_mr) = mw_pair();
+    let mw = alloc_mw(&mut p.d, PD, MW_TYPE_2);
+    let rkey = inc_rkey(mw);
+    p.d.post_send(
+        &mut p.b,
+        &bind_wqe(2, rkey, mw_mr, window, 64, ACCESS_REMOTE_WRITE),
+    );
+    assert_eq!(p.d.wait_cqe(&mut p.cq_b).status, WC_SUCCESS);
+    p.d.admin_ok(
+        ADMIN_OP_DESTROY_QP,
+        payload(&HandleCmd {
+            handle: p.b.qpn,
+            reserved: 0,
+        }),
+    );
+    let rebind = bind_wqe(3, inc_rkey(rkey), mw_mr, window, 64, ACCESS_REMOTE_WRITE);
+    p.d.post_send(&mut p.a, &rebind);
+    let c = p.d.wait_cqe(&mut p.cq_a);
+    assert_eq!((c.status, c.opcode), (WC_SUCCESS, WC_OPC_BIND_MW));
+}
+
 /// SRQ resize (MODIFY_SRQ with SRQ_ATTR_MAX_WR): WQEs posted before it stay, in order, and the
 /// new ring takes more; a ring smaller than what is posted, or than the limit, is refused.
 #[test]

@@ -313,10 +313,10 @@ fn odp_update(hw: &mut Hw, c: &OdpUpdateCmd) -> AdminResult {
     Ok((0, 0))
 }
 
-/// A fresh key: index bits count up, the low byte changes so stale keys do not match.
+/// Forgets an MR. Windows bound to it are unbound (their rkeys reach nothing any more) rather
+/// than making the deregistration fail as rxe does: a dereg at process teardown cannot fail.
 fn dereg_mr(hw: &mut Hw, lkey: u32) -> AdminResult {
     hw.mrs.remove(&lkey).ok_or(ADMIN_STATUS_BAD_HANDLE)?;
-    // Windows into the MR are unbound: their rkeys reach nothing any more.
     for mw in hw.mws.values_mut() {
         if mw.binding.is_some_and(|b| b.mr == lkey) {
             mw.binding = None;
@@ -360,6 +360,7 @@ fn dealloc_mw(hw: &mut Hw, rkey: u32) -> AdminResult {
         .ok_or(ADMIN_STATUS_BAD_HANDLE)
 }
 
+/// A fresh key: index bits count up, the low byte changes so stale keys do not match.
 fn alloc_key(hw: &mut Hw) -> u32 {
     loop {
         let k = hw.next_key;
@@ -828,6 +829,13 @@ fn destroy_qp(hw: &mut Hw, engine: &mut Engine, qpn: u32) -> AdminResult {
     }
     if let Some(srq) = hw.srqs.get_mut(&qp.srq) {
         srq.users -= 1;
+    }
+    // A type 2 window bound to the QP dies with it: a later QP that reuses the number must
+    // not inherit the binding.
+    for mw in hw.mws.values_mut() {
+        if mw.binding.is_some_and(|b| b.qpn == Some(qpn)) {
+            mw.binding = None;
+        }
     }
     Ok((0, 0))
 }

@@ -342,8 +342,8 @@ pub struct Hw {
 
 /// The first QPN handed to ordinary QPs (0 and 1 are SMI/GSI).
 pub const FIRST_QPN: u32 = 2;
-/// lkey = (MR index << KEY_INDEX_SHIFT) | 8-bit key that changes on every registration.
-pub const KEY_INDEX_SHIFT: u32 = 8;
+/// lkey = (MR index << KEY_INDEX_SHIFT) | variant that changes on every registration.
+pub use rox_uapi::admin::KEY_INDEX_SHIFT;
 
 /// The window index an MW rkey names.
 pub fn mw_index(rkey: u32) -> u32 {
@@ -622,8 +622,9 @@ impl Hw {
             // A zero-length bind of a type 1 window unbinds it.
             None
         } else {
-            // Type 2 windows are bound once, then invalidated before the next bind.
-            if mw.mw_type == MW_TYPE_2 && mw.binding.is_some() {
+            // Type 2 windows are bound once, then invalidated before the next bind, and never
+            // to an empty range (only a type 1 bind of length 0 means "unbind").
+            if mw.mw_type == MW_TYPE_2 && (mw.binding.is_some() || bind.length == 0) {
                 return Err(AccessError::AccessDenied);
             }
             let mr = self.mr_for(pd, bind.lkey, ACCESS_MW_BIND)?;
@@ -976,24 +977,17 @@ impl DeviceEnv for Hw {
     fn flush_remote(
         &mut self,
         pd: u32,
-        qpn: u32,
+        _qpn: u32,
         rkey: u32,
         va: u64,
         flush: FlushSpec,
     ) -> Result<(), AccessError> {
         let (len, whole_mr) = (flush.length, flush.level == FLUSH_LEVEL_MR);
-        let mut need = 0;
-        if flush.placement_type & FLUSH_TYPE_GLOBAL != 0 {
-            need |= ACCESS_FLUSH_GLOBAL;
-        }
-        if flush.placement_type & FLUSH_TYPE_PERSISTENT != 0 {
-            need |= ACCESS_FLUSH_PERSISTENT;
-        }
+        let need = flush.required_access();
         if rkey & MW_KEY_FLAG != 0 {
             // Windows grant no FLUSH access.
             return Err(AccessError::AccessDenied);
         }
-        let _ = qpn;
         let mr = self.mr_for(pd, rkey, need)?;
         // Only the range matters (the bytes were placed already): pages of an on-demand
         // region need not be present.

@@ -717,14 +717,8 @@ impl Qp {
         if inline && matches!(kind, WqeKind::Read | WqeKind::Atomic | WqeKind::Flush) {
             return Err(WcStatus::LocQpOpErr);
         }
-        if kind == WqeKind::Flush {
-            let f = wr.flush;
-            if f.placement_type == 0
-                || f.placement_type & !FLUSH_TYPES_ALL != 0
-                || f.level > FLUSH_LEVEL_MR
-            {
-                return Err(WcStatus::LocQpOpErr);
-            }
+        if kind == WqeKind::Flush && !wr.flush.is_valid() {
+            return Err(WcStatus::LocQpOpErr);
         }
         let bad_len = len > MAX_MESSAGE_BYTES
             || (matches!(kind, WqeKind::Atomic | WqeKind::AtomicWrite)
@@ -1874,27 +1868,16 @@ impl Qp {
         } else if base == op::RC_FLUSH {
             let feth = p.hdr.feth.expect("parsed FETH");
             let reth = p.hdr.reth.expect("parsed RETH");
-            let plt = feth.placement_type;
-            if self.max_dest_rd_atomic == 0
-                || plt == 0
-                || plt & !FLUSH_TYPES_ALL != 0
-                || feth.selectivity_level > FLUSH_LEVEL_MR
-            {
+            let flush = FlushSpec {
+                length: reth.dma_len,
+                placement_type: feth.placement_type,
+                level: feth.selectivity_level,
+            };
+            if self.max_dest_rd_atomic == 0 || !flush.is_valid() {
                 self.responder_fatal(env, stats, psn, NakCode::InvalidRequest, None);
                 return;
             }
-            let mut need = 0;
-            if plt & FLUSH_TYPE_GLOBAL != 0 {
-                need |= ACCESS_FLUSH_GLOBAL;
-            }
-            if plt & FLUSH_TYPE_PERSISTENT != 0 {
-                need |= ACCESS_FLUSH_PERSISTENT;
-            }
-            let flush = FlushSpec {
-                length: reth.dma_len,
-                placement_type: plt,
-                level: feth.selectivity_level,
-            };
+            let need = flush.required_access();
             if self.access & need != need
                 || env
                     .flush_remote(pd, qpn, reth.rkey, reth.va, flush)

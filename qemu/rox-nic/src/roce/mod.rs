@@ -137,6 +137,28 @@ pub struct FlushSpec {
     pub level: u8,
 }
 
+impl FlushSpec {
+    /// At least one placement type, only known types, a known level.
+    pub fn is_valid(&self) -> bool {
+        self.placement_type != 0
+            && self.placement_type & !verbs::FLUSH_TYPES_ALL == 0
+            && self.level <= verbs::FLUSH_LEVEL_MR
+    }
+
+    /// The `ACCESS_FLUSH_*` bits a QP and a region must grant for this FLUSH: one per
+    /// placement type asked for.
+    pub fn required_access(&self) -> u32 {
+        let mut need = 0;
+        if self.placement_type & verbs::FLUSH_TYPE_GLOBAL != 0 {
+            need |= verbs::ACCESS_FLUSH_GLOBAL;
+        }
+        if self.placement_type & verbs::FLUSH_TYPE_PERSISTENT != 0 {
+            need |= verbs::ACCESS_FLUSH_PERSISTENT;
+        }
+        need
+    }
+}
+
 /// A decoded receive work request (from an RQ or an SRQ).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RecvWr {
