@@ -474,7 +474,7 @@ pub(crate) fn modify(
         // ON_DEMAND describes memory regions; applications (pyverbs' ODP tests) pass an MR's
         // flags to the QP too.
         let access = attr.qp_access_flags as u32 & !verbs::ACCESS_ON_DEMAND;
-        // Flags IB defines but the device lacks (MW bind, ...) are "not supported", which
+        // Flags IB defines but the device lacks (e.g. ZERO_BASED) are "not supported", which
         // applications and pyverbs treat as a missing feature; others are invalid. Both FLUSH
         // types are accepted: they say what a peer may ask for, the MR decides.
         if access & !verbs::ACCESS_IB_DEFINED != 0 {

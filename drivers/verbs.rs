@@ -211,9 +211,7 @@ impl Verbs for RoxVerbs {
         attr.max_cq = hw.max_cq;
         attr.max_cqe = hw.max_cqe;
         attr.max_mr = hw.max_mr;
-        if hw.caps & regs::CAP_MW != 0 {
-            attr.max_mw = admin::DEV_MAX_MW;
-        }
+        attr.max_mw = hw.max_mw;
         attr.max_pd = MAX_PD;
         attr.max_qp_rd_atom = hw.max_qp_rd_atom;
         attr.max_qp_init_rd_atom = hw.max_qp_init_rd_atom;

@@ -46,18 +46,21 @@ REQUIRED=(
 	MWTest.test_mw_type2_invalidate_remote
 	MWTest.test_mw_type2_invalidate_dealloc
 	MWTest.test_reg_mw_wrong_type
+	OdpTestCase.test_odp_rc_traffic
+	OdpTestCase.test_odp_ud_traffic
+	OdpTestCase.test_odp_rc_rdma_write
+	OdpTestCase.test_odp_rc_rdma_read
+	OdpTestCase.test_odp_rc_atomic_cmp_and_swp
+	OdpTestCase.test_odp_rc_atomic_fetch_and_add
+	OdpTestCase.test_odp_rc_mixed_mr
+	OdpTestCase.test_odp_sync_prefetch_rc_traffic
+	OdpTestCase.test_odp_async_prefetch_rc_traffic
+	OdpTestCase.test_odp_prefetch_sync_no_page_fault_rc_traffic
+	OdpTestCase.test_odp_prefetch_async_no_page_fault_rc_traffic
 )
-# Tests rxe0 passes that rox_0 may skip, each with the reason (Class.test=reason).
-ODP_REASON="on-demand paging is not implemented in rox (MRs are pinned)"
-RXE_ONLY=(
-	"OdpTestCase.test_odp_rc_traffic=$ODP_REASON"
-	"OdpTestCase.test_odp_ud_traffic=$ODP_REASON"
-	"OdpTestCase.test_odp_rc_rdma_write=$ODP_REASON"
-	"OdpTestCase.test_odp_rc_rdma_read=$ODP_REASON"
-	"OdpTestCase.test_odp_rc_atomic_cmp_and_swp=$ODP_REASON"
-	"OdpTestCase.test_odp_rc_atomic_fetch_and_add=$ODP_REASON"
-	"OdpTestCase.test_odp_rc_mixed_mr=$ODP_REASON"
-)
+# Tests rxe0 passes that rox_0 may skip, each with the reason (Class.test=reason). Empty: rox
+# passes every non-vendor test rxe passes.
+RXE_ONLY=()
 
 [ -f /usr/lib/x86_64-linux-gnu/libibverbs/librox-rdmav34.so ] ||
 	skip "librox is not installed in the root (scripts/build-provider.sh installs it)"
@@ -82,7 +85,7 @@ cat /tmp/devinfo.out
 devinfo_value() { awk -v k="$1" '$1 == k":" { print $2; exit }' /tmp/devinfo.out; }
 grep -q 'state:.*PORT_ACTIVE' /tmp/devinfo.out || fail "rox_0 port 1 is not PORT_ACTIVE"
 grep -q 'link_layer:.*Ethernet' /tmp/devinfo.out || fail "rox_0 link layer is not Ethernet"
-for cap in max_qp max_qp_wr max_cq max_cqe max_mr max_pd max_sge max_srq max_srq_wr; do
+for cap in max_qp max_qp_wr max_cq max_cqe max_mr max_mw max_pd max_sge max_srq max_srq_wr; do
 	v=$(devinfo_value "$cap")
 	[[ ${v:-0} =~ ^[0-9]+$ ]] && [ "$v" -gt 0 ] || fail "rox_0 reports $cap='${v:-}' (want > 0)"
 done

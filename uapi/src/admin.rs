@@ -466,8 +466,11 @@ pub struct DeviceAttr {
     pub atomic_cap: u32,
     /// `regs::CAP_*`.
     pub caps: u32,
+    /// Memory windows (0 without `regs::CAP_MW`).
+    pub max_mw: u32,
+    pub reserved: u32,
 }
-const _: () = assert!(core::mem::size_of::<DeviceAttr>() == 128);
+const _: () = assert!(core::mem::size_of::<DeviceAttr>() == 136);
 pub const ATOMIC_CAP_NONE: u32 = 0;
 pub const ATOMIC_CAP_HCA: u32 = 1;
 
