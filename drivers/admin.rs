@@ -204,7 +204,11 @@ pub(crate) use payload;
 
 /// Makes a device whose admin queue broke forget every ring and object, so nothing it runs
 /// later can reach memory the driver frees. The device stays unusable (every command answers
-/// EIO) until the driver is bound again.
+/// EIO) until the driver is bound again. Returns once the reset is over (`STATUS_READY`), so
+/// the caller (e.g. the mmu notifier after a failed ODP unmap) knows the device no longer uses
+/// any page.
 fn quiesce(regs: &Regs<'_>) {
-    regs.write(regs::REG_RESET, regs::RESET_VALUE);
+    if crate::dev::reset(regs).is_err() {
+        pr_err!("rox: device did not come back from a reset\n");
+    }
 }

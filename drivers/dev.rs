@@ -134,6 +134,14 @@ impl<'bound> RoxDev<'bound> {
         }
     }
 
+    /// Takes the new events of EQ 0 off its ring (see [`EventQueue::skim`]). Only from EQ 0's
+    /// interrupt thread (its event handlers).
+    pub(crate) fn skim_async_eq(&self) {
+        if let Some(eq) = self.eqs.first() {
+            eq.skim(&self.regs);
+        }
+    }
+
     fn dispatch(&self, eqe: &Eqe) {
         use uapi::queue::*;
         let registry = self.registry();
@@ -146,7 +154,9 @@ impl<'bound> RoxDev<'bound> {
             EQE_TYPE_CQ_ERROR => registry.cq_event(eqe.handle, AsyncEvent::CqError),
             EQE_TYPE_SRQ_LIMIT => registry.srq_event(eqe.handle, AsyncEvent::SrqLimitReached),
             EQE_TYPE_SRQ_ERROR => registry.srq_event(eqe.handle, AsyncEvent::SrqError),
-            EQE_TYPE_PAGE_FAULT => crate::mr::odp_fault(self, eqe.handle, eqe.aux),
+            EQE_TYPE_PAGE_FAULT => {
+                crate::mr::odp_fault(self, eqe.handle, eqe.aux, eqe.fault_count())
+            }
             EQE_TYPE_PORT_CHANGE => registry.port_changed(u32::from(admin::PORT_NUM)),
             EQE_TYPE_DEVICE_FATAL => {
                 dev_err!(self.pdev.as_ref(), "device fatal error, code {}\n", eqe.aux);
@@ -181,7 +191,9 @@ impl ThreadedHandler for EqHandler<'_> {
 }
 
 /// The PCI driver's data of one bound rox-nic. Fields drop in order: the ib_device goes
-/// first (no verb runs afterwards), then the interrupts, then the device state (reset).
+/// first (no verb runs afterwards), then the interrupts, then the device state (reset). EQ 0's
+/// interrupt thread may still be resolving a page fault while the ib_device is unregistered:
+/// dereg_mr waits for it (`mr::OdpMrs`), so no region outlives the ib_device.
 pub(crate) struct RoxPci<'bound> {
     _ib: IbRegistration<'bound, RoxVerbs>,
     _irqs: MsixIrqs<'bound, EqHandler<'bound>>,
@@ -189,7 +201,7 @@ pub(crate) struct RoxPci<'bound> {
 }
 
 /// Resets the device and waits until it is ready.
-fn reset(regs: &Regs<'_>) -> Result {
+pub(crate) fn reset(regs: &Regs<'_>) -> Result {
     regs.write(regs::REG_RESET, regs::RESET_VALUE);
     let mut waited_us = 0;
     while regs.read(regs::REG_STATUS) & regs::STATUS_READY == 0 {

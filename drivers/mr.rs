@@ -20,13 +20,16 @@ use crate::{
     },
     verbs::RoxVerbs,
 };
-use core::sync::atomic::{AtomicU32, Ordering};
+use core::{
+    ops::Deref,
+    sync::atomic::{AtomicU32, Ordering},
+};
 use kernel::{
     device::{Bound, Device},
-    new_mutex,
+    new_condvar, new_mutex,
     prelude::*,
     rbtree::{RBTree, RBTreeNode},
-    sync::{Arc, Mutex},
+    sync::{Arc, CondVar, Mutex},
 };
 
 /// A page list in DMA memory (`uapi::queue::PageList`), kept alive as long as the device may
@@ -158,26 +161,91 @@ pub(crate) struct OdpMr {
     list: DmaArray<u64>,
 }
 
-/// The on-demand paging regions of a device by lkey, for its page fault events.
+/// A region in [`OdpMrs`]: the handlers using it (page faults, prefetches) and whether it is
+/// being deregistered (then no new user finds it).
+struct OdpEntry {
+    mr: Arc<OdpMr>,
+    users: u32,
+    dying: bool,
+}
+
+/// The on-demand paging regions of a device by lkey, for its page fault events and advise_mr.
+/// `dereg_mr` waits until no handler uses a region before it lets it go, so the umem is always
+/// released by `dereg_mr` itself, while the ib_device exists.
 pub(crate) struct OdpMrs {
-    inner: Pin<KBox<Mutex<RBTree<u32, Arc<OdpMr>>>>>,
+    inner: Pin<KBox<Mutex<RBTree<u32, OdpEntry>>>>,
+    /// Signalled when the last user of a dying region is gone.
+    idle: Pin<KBox<CondVar>>,
+}
+
+/// A use of a registered on-demand region (see [`OdpMrs::get`]).
+pub(crate) struct OdpRef<'a> {
+    mrs: &'a OdpMrs,
+    lkey: u32,
+    mr: Option<Arc<OdpMr>>,
+}
+
+impl Deref for OdpRef<'_> {
+    type Target = OdpMr;
+
+    fn deref(&self) -> &OdpMr {
+        self.mr.as_deref().expect("set until drop")
+    }
+}
+
+impl Drop for OdpRef<'_> {
+    fn drop(&mut self) {
+        // Our reference goes first: the table's entry (and the Mr) still hold theirs, so this
+        // never releases the umem.
+        drop(self.mr.take());
+        let mut tree = self.mrs.inner.lock();
+        if let Some(entry) = tree.get_mut(&self.lkey) {
+            entry.users -= 1;
+            if entry.users == 0 && entry.dying {
+                self.mrs.idle.notify_all();
+            }
+        }
+    }
 }
 
 impl OdpMrs {
     pub(crate) fn new() -> Result<Self> {
         Ok(Self {
             inner: KBox::pin_init(new_mutex!(RBTree::new()), GFP_KERNEL)?,
+            idle: KBox::pin_init(new_condvar!(), GFP_KERNEL)?,
         })
     }
 
-    fn get(&self, lkey: u32) -> Option<Arc<OdpMr>> {
-        self.inner.lock().get(&lkey).cloned()
+    /// The region `lkey`, unless it is unknown or being deregistered.
+    fn get(&self, lkey: u32) -> Option<OdpRef<'_>> {
+        let mut tree = self.inner.lock();
+        let entry = tree.get_mut(&lkey).filter(|e| !e.dying)?;
+        entry.users += 1;
+        let mr = entry.mr.clone();
+        Some(OdpRef {
+            mrs: self,
+            lkey,
+            mr: Some(mr),
+        })
+    }
+
+    /// Takes region `lkey` out of the table once no handler uses it any more.
+    fn remove(&self, lkey: u32) {
+        let mut tree = self.inner.lock();
+        if let Some(entry) = tree.get_mut(&lkey) {
+            entry.dying = true;
+        }
+        while tree.get(&lkey).is_some_and(|e| e.users > 0) {
+            self.idle.wait(&mut tree);
+        }
+        tree.remove(&lkey);
     }
 }
 
 /// Pages a page fault makes present at once (the faulting page and the ones after it).
 const ODP_FAULT_PAGES: usize = 16;
 const _: () = assert!(ODP_FAULT_PAGES <= admin::ODP_MAX_UPDATE_PAGES as usize);
+const _: () = assert!(verbs::ACCESS_ON_DEMAND == b::ib_access_flags_IB_ACCESS_ON_DEMAND);
 
 /// What rox reports in `ib_device_attr.odp_caps`: RC requesters and responders wait for
 /// missing pages (SQ stall / RNR NAK), UD senders stall; UD receives have no RNR (a missing
@@ -199,7 +267,8 @@ pub(crate) fn odp_caps() -> b::ib_odp_caps {
 }
 
 /// Tells the device the current state of pages `[first, first + count)` (at most
-/// `ODP_MAX_UPDATE_PAGES`), under the umem's mutex.
+/// `ODP_MAX_UPDATE_PAGES`), under the umem's mutex. Nothing is sent if none is present (an
+/// entry without `ODP_PTE_PRESENT` would leave its page as it is anyway).
 fn odp_push(
     dev: &RoxDev<'_>,
     odp: &OdpMr,
@@ -211,14 +280,19 @@ fn odp_push(
     if lkey == 0 {
         return Ok(());
     }
+    let mut any = false;
     for i in 0..count {
         let entry = match locked.page(first + i)? {
             Some((dma, writable)) => {
+                any = true;
                 dma | admin::ODP_PTE_PRESENT | if writable { admin::ODP_PTE_WRITE } else { 0 }
             }
             None => 0,
         };
         odp.list.write(i, entry)?;
+    }
+    if !any {
+        return Ok(());
     }
     odp_update(
         dev,
@@ -268,36 +342,85 @@ pub(crate) fn odp_invalidate(dev: &RoxDev<'_>, state: &OdpState, first: usize, c
     }
 }
 
-/// A page fault event of the device (`EQE_TYPE_PAGE_FAULT`): makes the page (and a few after
-/// it) present and maps them on the device, or tells the device the page cannot be had.
-pub(crate) fn odp_fault(dev: &RoxDev<'_>, lkey: u32, aux: u32) {
+/// Whether a failure to make pages present is worth a later retry rather than failing the
+/// accesses (the range was busy being invalidated, memory was short, a signal came).
+fn transient(err: Error) -> bool {
+    [EBUSY, ENOMEM, EINTR, EAGAIN, ERESTARTSYS]
+        .iter()
+        .any(|e| e.to_errno() == err.to_errno())
+}
+
+/// A page fault event of the device (`EQE_TYPE_PAGE_FAULT`, on EQ 0's interrupt thread): makes
+/// the `count` pages the access needs from `page` on (at least a few) present and maps them on
+/// the device, in `ODP_MAX_UPDATE_PAGES` chunks, so that one fault resolves one access. A read
+/// fault maps pages as the CPU has them (a later write faults again), a write fault writable.
+/// A page that cannot be had is failed on the device (its access fails); after a transient
+/// error, or for a region the driver does not know (yet: a fault can come between REG_MR and
+/// the region's insertion), the device is told to forget the fault (`ODP_OP_UNMAP` of the
+/// page), so the access faults again later.
+pub(crate) fn odp_fault(dev: &RoxDev<'_>, lkey: u32, aux: u32, count: u32) {
+    let page = (aux & !queue::EQE_PAGE_FAULT_WRITE) as usize;
+    let write = aux & queue::EQE_PAGE_FAULT_WRITE != 0;
+    // The device marked the `count` pages from `page` on as faulting: each of them must get an
+    // answer (MAP, FAIL or UNMAP), or it would never fault again.
+    let count = (count as usize).max(1);
     let Some(odp) = dev.odp_mrs.get(lkey) else {
+        let _ = odp_update(dev, lkey, page, count, admin::ODP_OP_UNMAP, 0);
         return;
     };
-    let page = (aux & !queue::EQE_PAGE_FAULT_WRITE) as usize;
     let npages = odp.umem.npages();
     if page >= npages {
         return;
     }
-    // A writable region is faulted in writable at once (one fault, not read then write).
-    let write = odp.umem.writable();
-    let resolve = |count: usize| {
+    let count = count.min(npages - page);
+    let resolve = |first: usize, count: usize| {
         odp.umem
-            .map(page, count, write, true, |locked| {
-                odp_push(dev, &odp, locked, page, count)
+            .map(first, count, write, true, |locked| {
+                odp_push(dev, &odp, locked, first, count)
             })
             .and_then(|r| r)
     };
-    let count = ODP_FAULT_PAGES.min(npages - page);
-    if resolve(count).is_ok() || (count > 1 && resolve(1).is_ok()) {
-        return;
+    let want = count.max(ODP_FAULT_PAGES).min(npages - page);
+    let chunk = admin::ODP_MAX_UPDATE_PAGES as usize;
+    // Pages `[page, done)` are answered.
+    let mut done = page;
+    while done < page + want {
+        let n = chunk.min(page + want - done);
+        match resolve(done, n) {
+            Ok(()) => done += n,
+            // The faulting page is present: the access faults again for the rest.
+            Err(_) if done > page => break,
+            Err(err) => {
+                if n == 1 || resolve(page, 1).is_err() {
+                    odp_fault_failed(dev, &odp, page, err);
+                }
+                done = page + 1;
+                break;
+            }
+        }
+        // Each chunk's admin completion posts an event to EQ 0: keep its ring from filling.
+        dev.skim_async_eq();
     }
-    // The page cannot be made present (no mapping, no permission): accesses to it fail.
+    if done < page + count {
+        // The device forgets the fault of the pages not answered (they fault again).
+        let _ = odp_update(dev, lkey, done, page + count - done, admin::ODP_OP_UNMAP, 0);
+    }
+}
+
+/// Page `page` of `odp` could not be made present (`err`).
+fn odp_fault_failed(dev: &RoxDev<'_>, odp: &OdpMr, page: usize, err: Error) {
     odp.umem.locked(|_| {
         let lkey = odp.umem.data().lkey.load(Ordering::Relaxed);
-        if lkey != 0 {
-            let _ = odp_update(dev, lkey, page, 1, admin::ODP_OP_FAIL, 0);
+        if lkey == 0 {
+            return;
         }
+        let op = if transient(err) {
+            admin::ODP_OP_UNMAP
+        } else {
+            // No mapping, no permission: accesses to the page fail.
+            admin::ODP_OP_FAIL
+        };
+        let _ = odp_update(dev, lkey, page, 1, op, 0);
     });
 }
 
@@ -363,8 +486,12 @@ fn reg_odp_mr(
         return Err(EOPNOTSUPP);
     }
     let page_size = regs::ROX_PAGE_SIZE as u64;
-    // Implicit ODP (the whole address space) is not supported; iova keeps the page offset.
-    if (iova ^ start) & (page_size - 1) != 0 || length == u64::MAX {
+    // Implicit ODP (the whole address space) is not supported; iova keeps the page offset; the
+    // device's page table holds at most DEV_MAX_PBL_PAGES pages (checked again exactly below,
+    // but before ib_umem_odp_get sizes its own tables after `length`).
+    if (iova ^ start) & (page_size - 1) != 0
+        || length > u64::from(admin::DEV_MAX_PBL_PAGES) << regs::ROX_PAGE_SHIFT
+    {
         return Err(EINVAL);
     }
     let state = OdpState {
@@ -418,7 +545,12 @@ fn reg_odp_mr(
     };
     odp.umem
         .locked(|_| odp.umem.data().lkey.store(lkey, Ordering::Relaxed));
-    match RBTreeNode::new(lkey, odp.clone(), GFP_KERNEL) {
+    let entry = OdpEntry {
+        mr: odp.clone(),
+        users: 0,
+        dying: false,
+    };
+    match RBTreeNode::new(lkey, entry, GFP_KERNEL) {
         Ok(node) => {
             dev.odp_mrs.inner.lock().insert(node);
         }
@@ -535,10 +667,11 @@ pub(crate) fn dereg_mr(dev: &RoxDev<'_>, mr: &Mr) {
         reserved: 0,
     };
     let result = match &mr.odp {
-        // Under the umem's mutex: no invalidation may skip the device while it still uses the
-        // pages, and no fault handler maps pages into a dead key.
+        // No fault handler or prefetch uses the region after this (so the Mr's drop releases
+        // the umem, here, while the device exists). Under the umem's mutex: no invalidation
+        // may skip the device while it still uses the pages.
         Some(odp) => {
-            dev.odp_mrs.inner.lock().remove(&mr.lkey);
+            dev.odp_mrs.remove(mr.lkey);
             odp.umem.locked(|_| {
                 odp.umem.data().lkey.store(0, Ordering::Relaxed);
                 dev.exec(admin::ADMIN_OP_DEREG_MR, payload!(handle: cmd))

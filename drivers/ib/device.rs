@@ -529,7 +529,10 @@ impl<V: Verbs> Drop for IbRegistration<'_, V> {
         // destroys every remaining object through our callbacks and waits for running ones.
         unsafe { b::ib_unregister_device(ibdev) };
         V::registry(&self.dev).set_ibdev(None);
-        // SAFETY: unregistered; nothing refers to it any more.
+        // SAFETY: unregistered; nothing refers to it any more: every object was destroyed
+        // through our callbacks, and the one that holds a device reference beyond its C
+        // object, an on-demand umem (`umem.ibdev`), is released inside our dereg_mr (the
+        // driver's event handlers keep no region past it, see `UmemOdp`).
         unsafe { b::ib_dealloc_device(ibdev) };
     }
 }

@@ -76,9 +76,12 @@ unsafe extern "C" fn invalidate<V: Verbs>(
     range: *const b::mmu_notifier_range,
     cur_seq: c_ulong,
 ) -> bool {
-    // SAFETY: `mni` is the notifier of a live `ib_umem_odp` (its removal waits for running
-    // callbacks); `range` is valid for the call; `private` is null or our `OdpBox`, which is
-    // freed only after the umem is released; the ib_device outlives its MRs.
+    // SAFETY: `mni` is the notifier of a live `ib_umem_odp` (its removal, in
+    // `ib_umem_odp_release`, waits for running callbacks); `range` is valid for the call;
+    // `private` is null or our `OdpBox`, which is freed only after the umem is released; the
+    // umem is released before its ib_device is deallocated (the driver drops every `UmemOdp`
+    // in its dereg_mr, which ib_unregister_device runs before `IbRegistration` deallocates the
+    // device, and no event handler keeps one past dereg_mr), so `umem.ibdev` is live.
     unsafe {
         if !b::rox_shim_mmu_range_blockable(range) {
             return false;
@@ -245,7 +248,9 @@ impl<V: Verbs> UmemOdp<V> {
 impl<V: Verbs> Drop for UmemOdp<V> {
     fn drop(&mut self) {
         // SAFETY: live umem (type invariant), released once; this removes the notifier (waiting
-        // for running callbacks) before `boxed` goes.
+        // for running callbacks) before `boxed` goes. It reads `umem.ibdev` (DMA unmapping):
+        // the driver drops every `UmemOdp` in its dereg_mr, while the ib_device exists (see
+        // `invalidate`).
         unsafe { b::ib_umem_odp_release(self.raw.as_ptr()) };
     }
 }

@@ -211,8 +211,8 @@ pub const MR_FLAG_PHYSICAL: u32 = 1 << 0;
 /// `ROX_PAGE_SHIFT` describe the region and all start not present. The driver maps pages with
 /// `ADMIN_OP_ODP_UPDATE`; an access to a page that is not present (or not writable, for a
 /// write) posts `EQE_TYPE_PAGE_FAULT` and waits: a requester stalls its send queue, a responder
-/// answers RNR NAK; a page the driver failed (`ODP_OP_FAIL`) makes the access fail with a
-/// protection / remote access error.
+/// answers RNR NAK; a page the driver failed (`ODP_OP_FAIL`) makes the next access fail with
+/// a protection / remote access error (then the page is not present again).
 pub const MR_FLAG_ON_DEMAND: u32 = 1 << 1;
 
 /// Update the translation of pages `[first_page, first_page + npages)` of on-demand region
@@ -220,7 +220,9 @@ pub const MR_FLAG_ON_DEMAND: u32 = 1 << 1;
 /// entries, each `ODP_PTE_PRESENT | ODP_PTE_WRITE? | page DMA address` (an entry without
 /// `ODP_PTE_PRESENT` leaves its page as it is); `npages <= ODP_MAX_UPDATE_PAGES`.
 /// `ODP_OP_UNMAP`: the pages become not present (`pages` ignored). `ODP_OP_FAIL`: the pages
-/// cannot be made present (the fault failed); accesses to them fail until they are mapped.
+/// cannot be made present (the fault failed): the next access to each fails, after which the
+/// page is not present again (a later access faults anew). Each op ends an outstanding page
+/// fault of its pages (UNMAP of a not-present page just lets its access fault again).
 #[repr(C)]
 #[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
 pub struct OdpUpdateCmd {

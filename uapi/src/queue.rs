@@ -230,7 +230,9 @@ pub struct Eqe {
     /// Extra detail: for `EQE_TYPE_DEVICE_FATAL` the `FATAL_*` code; for QP fatal a
     /// `VENDOR_ERR_*` code.
     pub aux: u32,
-    pub reserved1: [u8; 3],
+    /// `EQE_TYPE_PAGE_FAULT`: the pages the access needs from `aux`'s page on, 24-bit
+    /// little-endian (≥ 1); 0 otherwise.
+    pub count: [u8; 3],
     /// Written last, see the module documentation.
     pub owner: u8,
 }
@@ -259,10 +261,22 @@ pub const EQE_TYPE_SQ_DRAINED: u8 = 9;
 pub const EQE_TYPE_SRQ_ERROR: u8 = 10;
 /// An access hit a page of an on-demand region that is not present (or not writable for a
 /// write): handle = the region's lkey, aux = page index within the region, with
-/// `EQE_PAGE_FAULT_WRITE` for a write. Posted once per page until the driver answers with
-/// `ADMIN_OP_ODP_UPDATE` (MAP, or FAIL); the access waits meanwhile.
+/// `EQE_PAGE_FAULT_WRITE` for a write, `count` = the pages the access needs from there on.
+/// While one is outstanding for a page (until the driver answers with `ADMIN_OP_ODP_UPDATE`
+/// MAP, UNMAP or FAIL) no other is posted for it, and none is posted while EQ 0 is half full
+/// (the access waits and retries either way).
 pub const EQE_TYPE_PAGE_FAULT: u8 = 11;
 pub const EQE_PAGE_FAULT_WRITE: u32 = 1 << 31;
+const _: () = assert!(super::admin::DEV_MAX_PBL_PAGES <= EQE_PAGE_FAULT_WRITE);
+/// Largest `count` of a page fault event.
+pub const EQE_PAGE_FAULT_MAX_COUNT: u32 = (1 << 24) - 1;
+
+impl Eqe {
+    /// The `count` field as a number.
+    pub fn fault_count(&self) -> u32 {
+        u32::from_le_bytes([self.count[0], self.count[1], self.count[2], 0])
+    }
+}
 
 // ---------------------------------------------------------------------------------------------
 // DMA page lists

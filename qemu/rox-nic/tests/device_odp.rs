@@ -433,3 +433,160 @@ fn flush_of_an_on_demand_region_needs_no_present_page() {
     );
     no_page_fault(&mut p.d);
 }
+
+#[test]
+fn a_failed_page_fails_one_access_then_faults_again() {
+    let mut p = pair(QPT_RC);
+    let buf_a = p.d.ram.alloc(4096, 4096);
+    let key_a = p.d.reg_mr(PD, buf_a, 4096, ALL_ACCESS).unwrap();
+    let iova = 0x4000_0000u64;
+    let key_b = reg_odp(&mut p.d, iova, 4096, ALL_ACCESS);
+    assert_eq!(
+        odp_cmd(&mut p.d, key_b, 0, 1, ODP_OP_FAIL, 0),
+        ADMIN_STATUS_SUCCESS
+    );
+    let write = |wr_id| {
+        with_rdma(
+            send_wqe(
+                wr_id,
+                WR_RDMA_WRITE,
+                WQE_FLAG_SIGNALED,
+                &[sge(buf_a, 16, key_a)],
+            ),
+            iova,
+            key_b,
+        )
+    };
+    p.d.post_send(&mut p.a, &write(30));
+    assert_eq!(p.d.wait_cqe(&mut p.cq_a).status, WC_REM_ACCESS_ERR);
+    // The failure was for that access: a new one (on a fresh QP pair) faults the page again.
+    let gid = gid_v4(127, 0, 0, 1);
+    let mut cq_c = p.d.create_cq(8);
+    let cq_d = p.d.create_cq(8);
+    let mut c = p.d.create_qp(QPT_RC, PD, cq_c.id, cq_c.id, SRQ_NONE);
+    let dq = p.d.create_qp(QPT_RC, PD, cq_d.id, cq_d.id, SRQ_NONE);
+    p.d.connect(&c, gid, dq.qpn, ALL_ACCESS);
+    p.d.connect(&dq, gid, c.qpn, ALL_ACCESS);
+    p.d.drain_eq(0);
+    p.d.post_send(&mut c, &write(31));
+    let e = page_fault(&mut p.d);
+    assert_eq!((e.handle, e.aux), (key_b, EQE_PAGE_FAULT_WRITE));
+    let page = p.d.ram.alloc(4096, 4096);
+    map(&mut p.d, key_b, 0, &[page], true);
+    let c = p.d.wait_cqe(&mut cq_c);
+    assert_eq!((c.wr_id, c.status), (31, WC_SUCCESS));
+    let _ = &mut p.cq_b;
+}
+
+#[test]
+fn read_of_an_untouched_region_faults_once_for_the_whole_range() {
+    let mut p = pair(QPT_RC);
+    let len = 8 * 4096u64;
+    let buf_a = p.d.ram.alloc(len, 4096);
+    let key_a = p.d.reg_mr(PD, buf_a, len, ALL_ACCESS).unwrap();
+    let iova = 0x6000_0000u64;
+    let key_b = reg_odp(&mut p.d, iova, len, ALL_ACCESS);
+    let w = with_rdma(
+        send_wqe(
+            40,
+            WR_RDMA_READ,
+            WQE_FLAG_SIGNALED,
+            &[sge(buf_a, len as u32, key_a)],
+        ),
+        iova,
+        key_b,
+    );
+    p.d.post_send(&mut p.a, &w);
+    let e = page_fault(&mut p.d);
+    assert_eq!((e.handle, e.aux, e.fault_count()), (key_b, 0, 8));
+    let pages: Vec<u64> = (0..8).map(|_| p.d.ram.alloc(4096, 4096)).collect();
+    let data = pattern(11, len as usize);
+    for (i, pg) in pages.iter().enumerate() {
+        p.d.ram.write(*pg, &data[i * 4096..(i + 1) * 4096]);
+    }
+    // The fault stands for all 8 pages: with only the first mapped, the retries post none.
+    map(&mut p.d, key_b, 0, &pages[..1], false);
+    no_page_fault(&mut p.d);
+    map(&mut p.d, key_b, 1, &pages[1..], false);
+    let c = p.d.wait_cqe(&mut p.cq_a);
+    assert_eq!((c.wr_id, c.status), (40, WC_SUCCESS));
+    assert_eq!(p.d.ram.read(buf_a, len as usize), data);
+    assert_eq!(p.d.query_stats()[STAT_PAGE_FAULTS], 1);
+    let _ = &mut p.cq_b;
+}
+
+/// Page faults never fill EQ 0: while it is half full (here with unconsumed admin completion
+/// events) an access to a missing page waits without posting its fault, and posts it once the
+/// driver has made room.
+#[test]
+fn no_page_fault_is_posted_while_eq0_is_half_full() {
+    let mut p = pair(QPT_RC);
+    let iova = 0x7000_0000u64;
+    let key_a = reg_odp(&mut p.d, iova, 4096, ACCESS_LOCAL_WRITE);
+    let buf_b = p.d.ram.alloc(4096, 4096);
+    let key_b = p.d.reg_mr(PD, buf_b, 4096, ALL_ACCESS).unwrap();
+    p.d.drain_eq(0);
+    let half = (1u32 << TEST_EQ_LOG_DEPTH) / 2;
+    for _ in 0..half {
+        p.d.admin_ok(ADMIN_OP_READ_MAC, payload(&HandleCmd::default()));
+    }
+    let w = with_rdma(
+        send_wqe(
+            50,
+            WR_RDMA_WRITE,
+            WQE_FLAG_SIGNALED,
+            &[sge(iova, 64, key_a)],
+        ),
+        buf_b,
+        key_b,
+    );
+    p.d.post_send(&mut p.a, &w);
+    std::thread::sleep(QUIET);
+    assert_eq!(p.d.query_stats()[STAT_PAGE_FAULTS], 0, "EQ 0 is half full");
+    // The driver consumes EQ 0: the retried access posts its fault.
+    let e = page_fault(&mut p.d);
+    assert_eq!((e.handle, e.aux), (key_a, 0));
+    let page = p.d.ram.alloc(4096, 4096);
+    map(&mut p.d, key_a, 0, &[page], false);
+    let c = p.d.wait_cqe(&mut p.cq_a);
+    assert_eq!((c.wr_id, c.status), (50, WC_SUCCESS));
+    assert_eq!(p.d.query_stats()[STAT_PAGE_FAULTS], 1);
+    let _ = &mut p.cq_b;
+}
+
+/// The driver's answer for a fault it cannot serve yet (a key it does not know yet, a
+/// transient error) is `ODP_OP_UNMAP` of the page: that ends the outstanding fault, so the
+/// waiting access posts a new one rather than waiting forever.
+#[test]
+fn unmap_of_a_faulting_page_lets_the_access_fault_again() {
+    let mut p = pair(QPT_RC);
+    let iova = 0x7100_0000u64;
+    let key_a = reg_odp(&mut p.d, iova, 4096, ACCESS_LOCAL_WRITE);
+    let buf_b = p.d.ram.alloc(4096, 4096);
+    let key_b = p.d.reg_mr(PD, buf_b, 4096, ALL_ACCESS).unwrap();
+    let w = with_rdma(
+        send_wqe(
+            60,
+            WR_RDMA_WRITE,
+            WQE_FLAG_SIGNALED,
+            &[sge(iova, 64, key_a)],
+        ),
+        buf_b,
+        key_b,
+    );
+    p.d.post_send(&mut p.a, &w);
+    let e = page_fault(&mut p.d);
+    assert_eq!((e.handle, e.aux, e.fault_count()), (key_a, 0, 1));
+    no_page_fault(&mut p.d);
+    assert_eq!(
+        odp_cmd(&mut p.d, key_a, 0, 1, ODP_OP_UNMAP, 0),
+        ADMIN_STATUS_SUCCESS
+    );
+    let e = page_fault(&mut p.d);
+    assert_eq!((e.handle, e.aux), (key_a, 0));
+    let page = p.d.ram.alloc(4096, 4096);
+    map(&mut p.d, key_a, 0, &[page], false);
+    let c = p.d.wait_cqe(&mut p.cq_a);
+    assert_eq!((c.wr_id, c.status), (60, WC_SUCCESS));
+    let _ = &mut p.cq_b;
+}

@@ -251,6 +251,57 @@ fn rc_read_multi_packet() {
     t.assert_guards();
 }
 
+/// The responder checks a READ's range before the first response without copying it: the
+/// data is read once, for the responses (the check probes a byte at each end).
+#[test]
+fn rc_read_reads_its_range_once() {
+    let mut t = pair(&QpParams::rc());
+    let len = 3 * 4096 + 100;
+    let data = pattern(9, len);
+    t.net.devs[1].env.fill(RECV_AREA, &data);
+    let mut wr = send_wr(
+        6,
+        WrOpcode::RdmaRead,
+        SendData::Sges(vec![sge(BUF, len as u32, t.key_a)]),
+    );
+    wr.remote_addr = RECV_AREA;
+    wr.rkey = t.key_b;
+    t.post(wr);
+    t.run();
+    assert_eq!(one(&t.cqes(0)).status, WcStatus::Success);
+    assert_eq!(t.net.devs[0].env.bytes(BUF, len), &data[..]);
+    assert!(
+        t.net.devs[1].env.remote_bytes_read <= len as u64 + 2,
+        "{} bytes read for a {len}-byte READ",
+        t.net.devs[1].env.remote_bytes_read
+    );
+}
+
+/// A requester whose source page stays missing backs off (doubling its wait up to
+/// PAGE_FAULT_RETRY_MAX_NS) instead of retrying every PAGE_FAULT_RETRY_NS, and sends once the
+/// page is there.
+#[test]
+fn page_fault_stalls_back_off() {
+    let mut t = pair(&QpParams::rc());
+    let data = pattern(5, 300);
+    t.net.devs[0].env.fill(BUF, &data);
+    t.net.devs[0].env.fault_until = Some((t.key_a, 50_000_000));
+    let mut wr = send_wr(
+        7,
+        WrOpcode::RdmaWrite,
+        SendData::Sges(vec![sge(BUF, 300, t.key_a)]),
+    );
+    wr.remote_addr = RECV_AREA;
+    wr.rkey = t.key_b;
+    t.post(wr);
+    t.run();
+    assert_eq!(one(&t.cqes(0)).status, WcStatus::Success);
+    assert_eq!(t.net.devs[1].env.bytes(RECV_AREA, 300), &data[..]);
+    let faults = t.net.devs[0].env.page_faults;
+    // 50 ms: 100 µs doubling to 10 ms is a dozen tries; 100 µs flat would be 500.
+    assert!((5..=20).contains(&faults), "{faults} tries");
+}
+
 #[test]
 fn rc_atomics() {
     let mut t = pair(&QpParams::rc());

@@ -118,7 +118,11 @@ fn query_device(hw: &mut Hw, q: &QueryCmd) -> AdminResult {
         num_db_pages: DB_PAGE_COUNT,
         atomic_cap: ATOMIC_CAP_HCA,
         caps: DEVICE_CAPS,
-        max_mw: if DEVICE_CAPS & CAP_MW != 0 { DEV_MAX_MW } else { 0 },
+        max_mw: if DEVICE_CAPS & CAP_MW != 0 {
+            DEV_MAX_MW
+        } else {
+            0
+        },
         reserved: 0,
     };
     write_resp(hw, q.resp_addr, as_bytes(&attr))?;

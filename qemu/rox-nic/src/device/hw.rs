@@ -161,14 +161,49 @@ impl Mr {
         if entry & need == need {
             Ok(entry & !ODP_PTE_ALL_FLAGS)
         } else if entry & ODP_PTE_FAILED != 0 {
-            Err(AccessError::AccessDenied)
+            Err(AccessError::PageFailed {
+                key: self.key,
+                page: page as u32,
+            })
         } else {
             Err(AccessError::PageFault {
                 key: self.key,
                 page: page as u32,
                 write,
+                count: 1,
             })
         }
+    }
+
+    /// Page `page` for an access that needs pages up to `last`: a page fault names the pages
+    /// from `page` to `last`.
+    fn page_addr_upto(&self, page: usize, last: usize, write: bool) -> Result<u64, AccessError> {
+        self.page_addr(page, write).map_err(|e| match e {
+            AccessError::PageFault {
+                key, page, write, ..
+            } => AccessError::PageFault {
+                key,
+                page,
+                write,
+                count: ((last as u64 + 1).saturating_sub(u64::from(page)))
+                    .clamp(1, u64::from(EQE_PAGE_FAULT_MAX_COUNT)) as u32,
+            },
+            e => e,
+        })
+    }
+
+    /// Whether every page of `[va, va+len)` (inside the region, `len` > 0) is present for a
+    /// read, without touching memory; the first missing page is the error.
+    fn check_present(&self, va: u64, len: u64) -> Result<(), AccessError> {
+        if !self.odp {
+            return Ok(());
+        }
+        let first = ((va - self.iova + self.offset) >> self.page_shift) as usize;
+        let last = ((va - self.iova + self.offset + len - 1) >> self.page_shift) as usize;
+        for page in first..=last {
+            self.page_addr_upto(page, last, false)?;
+        }
+        Ok(())
     }
 
     /// Whether `[va, va+len)` lies inside the region.
@@ -189,13 +224,14 @@ impl Mr {
         }
         let mut out = Vec::new();
         let mut off = va - self.iova + self.offset;
+        let last = ((off + len.max(1) - 1) >> self.page_shift) as usize;
         let mut left = len;
         let psize = 1u64 << self.page_shift;
         while left > 0 {
             let page = (off >> self.page_shift) as usize;
             let in_page = off & (psize - 1);
             let n = left.min(psize - in_page);
-            let base = self.page_addr(page, write)?;
+            let base = self.page_addr_upto(page, last, write)?;
             match out.last_mut() {
                 Some((a, l)) if *a + *l == base + in_page => *l += n,
                 _ => out.push((base + in_page, n)),
@@ -425,6 +461,26 @@ impl Hw {
     }
 
     fn post_event_raw(&mut self, eqn: u32, event_type: u8, handle: u32, aux: u32) {
+        self.post_eqe_raw(
+            eqn,
+            Eqe {
+                event_type,
+                handle,
+                aux,
+                ..Default::default()
+            },
+        );
+    }
+
+    /// Posts `eqe` (its owner bit is set here) to EQ `eqn`, unless the device is fatal.
+    pub fn post_eqe(&mut self, eqn: u32, eqe: Eqe) {
+        if self.shared.is_fatal() {
+            return;
+        }
+        self.post_eqe_raw(eqn, eqe);
+    }
+
+    fn post_eqe_raw(&mut self, eqn: u32, eqe: Eqe) {
         let Some(Some(eq)) = self.eqs.get_mut(eqn as usize) else {
             return;
         };
@@ -434,11 +490,8 @@ impl Hw {
             return;
         }
         let eqe = Eqe {
-            event_type,
-            handle,
-            aux,
             owner: owner_for(eq.pi, eq.depth),
-            ..Default::default()
+            ..eqe
         };
         let addr = eq.base + (((eq.pi & (eq.depth - 1)) as u64) << EQE_SHIFT);
         if self.mem.write_entry_owner_last(addr, &eqe).is_err() {
@@ -754,23 +807,69 @@ impl Hw {
     // ---- on-demand paging ---------------------------------------------------------------
 
     /// Passes `r` on; a page fault posts `EQE_TYPE_PAGE_FAULT` for the page unless one is
-    /// outstanding already.
+    /// outstanding already or EQ 0 is half full (then the access just waits and retries: the
+    /// driver's own admin completions must always find room in EQ 0). A failed page fails
+    /// this access and becomes not present again (a later access faults it anew).
     fn page_fault<T>(&mut self, r: Result<T, AccessError>) -> Result<T, AccessError> {
-        if let Err(AccessError::PageFault { key, page, write }) = r {
-            let entry = self
-                .mrs
-                .get_mut(&key)
-                .and_then(|mr| mr.pages.get_mut(page as usize));
-            if let Some(entry) = entry {
-                if *entry & ODP_PTE_FAULT_SENT == 0 {
-                    *entry |= ODP_PTE_FAULT_SENT;
-                    self.stats[STAT_PAGE_FAULTS] += 1;
-                    let aux = page | if write { EQE_PAGE_FAULT_WRITE } else { 0 };
-                    self.async_event(EQE_TYPE_PAGE_FAULT, key, aux);
+        match r {
+            Err(AccessError::PageFault {
+                key,
+                page,
+                write,
+                count,
+            }) => {
+                let room = match self.eqs.get(EQ_ADMIN_ASYNC as usize) {
+                    Some(Some(eq)) => (eq.pi.wrapping_sub(eq.ci) & EQ_DB_CI_MASK) < eq.depth / 2,
+                    _ => false,
+                };
+                let need = if write {
+                    ODP_PTE_PRESENT | ODP_PTE_WRITE
+                } else {
+                    ODP_PTE_PRESENT
+                };
+                let pages = self.mrs.get_mut(&key).map(|mr| &mut mr.pages[..]);
+                if let Some(pages) = pages.filter(|p| (page as usize) < p.len()) {
+                    if pages[page as usize] & ODP_PTE_FAULT_SENT == 0 && room {
+                        // The fault covers every page of the access that is missing: none of
+                        // them faults again until the driver's answer (which ends the fault
+                        // of each of them: MAP, UNMAP or FAIL).
+                        let end = (page as usize + count as usize).min(pages.len());
+                        for entry in &mut pages[page as usize..end] {
+                            if *entry & need != need && *entry & ODP_PTE_FAILED == 0 {
+                                *entry |= ODP_PTE_FAULT_SENT;
+                            }
+                        }
+                        self.stats[STAT_PAGE_FAULTS] += 1;
+                        let aux = page | if write { EQE_PAGE_FAULT_WRITE } else { 0 };
+                        let c = count.min(EQE_PAGE_FAULT_MAX_COUNT).to_le_bytes();
+                        self.post_eqe(
+                            EQ_ADMIN_ASYNC,
+                            Eqe {
+                                event_type: EQE_TYPE_PAGE_FAULT,
+                                handle: key,
+                                aux,
+                                count: [c[0], c[1], c[2]],
+                                ..Default::default()
+                            },
+                        );
+                    }
                 }
+                r
             }
+            Err(AccessError::PageFailed { key, page }) => {
+                if let Some(entry) = self
+                    .mrs
+                    .get_mut(&key)
+                    .and_then(|mr| mr.pages.get_mut(page as usize))
+                {
+                    if *entry & ODP_PTE_FAILED != 0 {
+                        *entry = 0;
+                    }
+                }
+                Err(AccessError::AccessDenied)
+            }
+            r => r,
         }
-        r
     }
 
     // ---- receive queues --------------------------------------------------------------------
@@ -911,6 +1010,27 @@ impl DeviceEnv for Hw {
         data: &[u8],
     ) -> Result<(), AccessError> {
         let r = self.remote_write(pd, qpn, rkey, va, data);
+        self.page_fault(r)
+    }
+
+    fn check_remote_read(
+        &mut self,
+        pd: u32,
+        qpn: u32,
+        rkey: u32,
+        va: u64,
+        len: u64,
+    ) -> Result<(), AccessError> {
+        let r = self
+            .remote_mr(pd, qpn, rkey, ACCESS_REMOTE_READ, va, len)
+            .and_then(|mr| {
+                if !mr.contains(va, len) {
+                    return Err(AccessError::OutOfBounds);
+                }
+                // Pinned regions: the bounds suffice (every page of the list was checked at
+                // registration); on-demand regions: every page must be present.
+                mr.check_present(va, len)
+            });
         self.page_fault(r)
     }
 

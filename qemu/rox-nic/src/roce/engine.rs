@@ -222,6 +222,8 @@ struct Requester {
     rnr_until: Option<u64>,
     /// A READ was re-requested from this PSN after an out-of-order response.
     read_gap_psn: Option<u32>,
+    /// The wait of the last page-fault stall (0: the last attempt made progress).
+    fault_wait_ns: u64,
     pkts_since_ack_req: u32,
     /// In SQD and the drain has not been reported yet ([`DeviceEnv::sq_drained`]).
     drain_pending: bool,
@@ -249,6 +251,16 @@ impl Requester {
     /// An ACK made progress: grow the window.
     fn on_progress(&mut self) {
         self.window = (self.window + 1).min(MAX_INFLIGHT_PSNS);
+    }
+
+    /// A page-fault stall at `now`: wait [`PAGE_FAULT_RETRY_NS`], doubled on every stall
+    /// in a row up to [`PAGE_FAULT_RETRY_MAX_NS`].
+    fn fault_stall(&mut self, now: u64) {
+        self.fault_wait_ns = match self.fault_wait_ns {
+            0 => PAGE_FAULT_RETRY_NS,
+            w => (w * 2).min(PAGE_FAULT_RETRY_MAX_NS),
+        };
+        self.rnr_until = Some(now + self.fault_wait_ns);
     }
 
     fn ack_req_interval(&self) -> u32 {
@@ -421,6 +433,9 @@ impl From<SgError> for SendStop {
 /// How long a requester waits before trying again an access that hit a page of an on-demand
 /// region that was not present (the driver answers the device's page fault meanwhile).
 pub const PAGE_FAULT_RETRY_NS: u64 = 100_000;
+/// Consecutive page-fault stalls of a requester double its wait, up to this (a page the
+/// driver does not answer for a while costs no busy retrying).
+pub const PAGE_FAULT_RETRY_MAX_NS: u64 = 10_000_000;
 
 fn access_refused(e: AccessError) -> SgError {
     log::debug!("local access refused: {e}");
@@ -800,6 +815,7 @@ impl Qp {
             }
             match self.send_packet(env, stats, cursor) {
                 Ok(()) => {
+                    self.req.fault_wait_ns = 0;
                     if self.cfg.qp_type == QpType::Rc && self.req.timer_deadline.is_none() {
                         self.req.timer_deadline = self.ack_timeout_ns().map(|t| env.now_ns() + t);
                     }
@@ -813,7 +829,8 @@ impl Qp {
                         self.req.next_psn = wqe.first_psn;
                     }
                     stats.page_fault_stalls += 1;
-                    self.req.rnr_until = Some(env.now_ns() + PAGE_FAULT_RETRY_NS);
+                    let now = env.now_ns();
+                    self.req.fault_stall(now);
                     break;
                 }
                 Err(SendStop::Error(status)) => {
@@ -1251,14 +1268,17 @@ impl Qp {
                 let result = scatter(env, self.cfg.pd, sges, 0, &original.to_le_bytes());
                 let wqe = &mut self.req.sq[index];
                 match result {
-                    Ok(()) => wqe.responded = true,
+                    Ok(()) => {
+                        wqe.responded = true;
+                        self.req.fault_wait_ns = 0;
+                    }
                     Err(SgError::Fault) => {
                         // The result buffer is not present: ask again later (the responder
                         // answers the duplicate from its saved result).
                         stats.page_fault_stalls += 1;
                         self.rewind_to(psn);
                         self.req.timer_deadline = None;
-                        self.req.rnr_until = Some(now + PAGE_FAULT_RETRY_NS);
+                        self.req.fault_stall(now);
                         return;
                     }
                     Err(_) => wqe.error = Some(WcStatus::LocProtErr),
@@ -1322,14 +1342,17 @@ impl Qp {
                 let result = scatter(env, self.cfg.pd, sges, offset, p.payload);
                 let wqe = &mut self.req.sq[index];
                 match result {
-                    Ok(()) => wqe.read_pkts_done += 1,
+                    Ok(()) => {
+                        wqe.read_pkts_done += 1;
+                        self.req.fault_wait_ns = 0;
+                    }
                     Err(SgError::Fault) => {
                         // The destination page is not present: request the rest of the READ
                         // again later.
                         stats.page_fault_stalls += 1;
                         self.rewind_to(psn);
                         self.req.timer_deadline = None;
-                        self.req.rnr_until = Some(now + PAGE_FAULT_RETRY_NS);
+                        self.req.fault_stall(now);
                         return;
                     }
                     Err(SgError::Length) => wqe.error = Some(WcStatus::LocLenErr),
@@ -1438,32 +1461,29 @@ impl Qp {
         let mtu = self.mtu.bytes();
         let len = reth.dma_len;
         let npkts = len.div_ceil(mtu).max(1);
-        // Check the whole range before the first response leaves (every page: a page of an
-        // on-demand region may be missing; page states only change between data-path passes).
-        let mut buf = vec![0u8; mtu.min(len) as usize];
+        // Check the whole range before the first response leaves, without reading it (the
+        // device walks an on-demand region's page entries; other regions are contiguous
+        // behind their key, so their bounds suffice).
         if len > 0 {
-            let last = reth.va.wrapping_add(u64::from(len) - 1);
-            if last < reth.va {
-                self.nak(env, stats, psn, NakCode::RemoteAccessError);
-                return false;
-            }
-            for i in 0..npkts {
-                let offset = i * mtu;
-                let chunk = (len - offset).min(mtu) as usize;
-                let va = reth.va.wrapping_add(u64::from(offset));
-                match env.read_remote(self.cfg.pd, self.cfg.qpn, reth.rkey, va, &mut buf[..chunk]) {
-                    Ok(()) => {}
-                    Err(AccessError::PageFault { .. }) => {
-                        self.page_fault_rnr(env, stats, psn);
-                        return false;
-                    }
-                    Err(_) => {
-                        self.nak(env, stats, psn, NakCode::RemoteAccessError);
-                        return false;
-                    }
+            match env.check_remote_read(
+                self.cfg.pd,
+                self.cfg.qpn,
+                reth.rkey,
+                reth.va,
+                u64::from(len),
+            ) {
+                Ok(()) => {}
+                Err(AccessError::PageFault { .. }) => {
+                    self.page_fault_rnr(env, stats, psn);
+                    return false;
+                }
+                Err(_) => {
+                    self.nak(env, stats, psn, NakCode::RemoteAccessError);
+                    return false;
                 }
             }
         }
+        let mut buf = vec![0u8; mtu.min(len) as usize];
         for i in 0..npkts {
             let offset = i * mtu;
             let chunk = (len - offset).min(mtu) as usize;

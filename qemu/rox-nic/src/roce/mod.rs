@@ -260,8 +260,20 @@ pub enum AccessError {
     /// An on-demand region's page is not present (or not writable for a write): the device
     /// asked the driver to map it; the access must wait (requester: retry later; responder:
     /// RNR NAK) and nothing was read or written.
+    /// `count`: pages the access needs from `page` on (≥ 1), so that one fault can make the
+    /// whole access present.
     #[error("page {page} of on-demand region {key:#x} not present")]
-    PageFault { key: u32, page: u32, write: bool },
+    PageFault {
+        key: u32,
+        page: u32,
+        write: bool,
+        count: u32,
+    },
+    /// A page of an on-demand region that the driver could not make present
+    /// (`ODP_OP_FAIL`): the device fails this access (as [`AccessError::AccessDenied`]) and
+    /// forgets the failure, so a later access faults the page again.
+    #[error("page {page} of on-demand region {key:#x} failed")]
+    PageFailed { key: u32, page: u32 },
 }
 
 /// An 8-byte atomic operation on remote memory (done under the device's memory lock).
@@ -307,6 +319,26 @@ pub trait DeviceEnv {
         va: u64,
         buf: &mut [u8],
     ) -> Result<(), AccessError>;
+    /// Checks that `[va, va + len)` could be read for a remote peer through `rkey` (as
+    /// `read_remote`) without reading it: the key, PD, access and bounds, and for an on-demand
+    /// region that every page is present (the first missing one posts its page fault and
+    /// answers [`AccessError::PageFault`]). `len` > 0. The default probes the first and the
+    /// last byte (enough for a region whose pages are all there).
+    fn check_remote_read(
+        &mut self,
+        pd: u32,
+        qpn: u32,
+        rkey: u32,
+        va: u64,
+        len: u64,
+    ) -> Result<(), AccessError> {
+        let last = va
+            .checked_add(len.saturating_sub(1))
+            .ok_or(AccessError::OutOfBounds)?;
+        let mut probe = [0u8; 1];
+        self.read_remote(pd, qpn, rkey, va, &mut probe)?;
+        self.read_remote(pd, qpn, rkey, last, &mut probe)
+    }
     /// Write memory for a remote peer through `rkey` (as for `read_remote`); requires
     /// IBV_ACCESS_REMOTE_WRITE.
     fn write_remote(

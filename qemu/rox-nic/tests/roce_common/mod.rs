@@ -44,6 +44,12 @@ pub struct MockEnv {
     pub local_ops: Vec<(u32, LocalOp)>,
     /// rkeys that `invalidate` accepts (once each); binds with `new_rkey == BAD_RKEY` fail.
     pub invalidatable: Vec<u32>,
+    /// Bytes `read_remote` copied out of memory.
+    pub remote_bytes_read: u64,
+    /// `read_local` through this key answers a page fault until this time (an on-demand
+    /// region whose page the driver is slow to map); `page_faults` counts the answers.
+    pub fault_until: Option<(u32, u64)>,
+    pub page_faults: u64,
     next_key: u32,
 }
 
@@ -67,6 +73,9 @@ impl MockEnv {
             outbox: Vec::new(),
             local_ops: Vec::new(),
             invalidatable: Vec::new(),
+            remote_bytes_read: 0,
+            fault_until: None,
+            page_faults: 0,
             next_key: 0x100,
         }
     }
@@ -144,6 +153,18 @@ impl DeviceEnv for MockEnv {
         buf: &mut [u8],
     ) -> Result<(), AccessError> {
         let at = self.check(pd, lkey, addr, buf.len(), 0)?;
+        if self
+            .fault_until
+            .is_some_and(|(key, until)| key == lkey && self.now < until)
+        {
+            self.page_faults += 1;
+            return Err(AccessError::PageFault {
+                key: lkey,
+                page: 0,
+                write: false,
+                count: 1,
+            });
+        }
         buf.copy_from_slice(&self.mem[at..at + buf.len()]);
         Ok(())
     }
@@ -168,6 +189,7 @@ impl DeviceEnv for MockEnv {
     ) -> Result<(), AccessError> {
         let at = self.check(pd, rkey, va, buf.len(), ACCESS_REMOTE_READ)?;
         buf.copy_from_slice(&self.mem[at..at + buf.len()]);
+        self.remote_bytes_read += buf.len() as u64;
         Ok(())
     }
     fn write_remote(
