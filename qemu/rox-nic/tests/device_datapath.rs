@@ -1896,6 +1896,20 @@ fn cq_resize_keeps_unconsumed_cqes() {
         write(&mut d, &mut qp, id);
         assert_eq!(d.wait_cqe(&mut cq).wr_id, id);
     }
+    // Send WRs posted but not completed are owed to the CQ: a QP still in INIT holds them (they
+    // wait for RTS), so a ring with room for the unconsumed CQEs alone is refused.
+    let mut waiting = d.create_qp(QPT_RC, PD, cq.id, cq.id, SRQ_NONE);
+    for id in 100..103 {
+        write(&mut d, &mut waiting, id);
+    }
+    std::thread::sleep(Duration::from_millis(50));
+    let (cpl, _, _) = resize(&mut d, &cq, 1);
+    assert_eq!(
+        cpl.status, ADMIN_STATUS_BAD_PARAM,
+        "3 posted send WRs do not fit in 2"
+    );
+    let (cpl, _, _) = resize(&mut d, &cq, 2);
+    assert_eq!(cpl.status, ADMIN_STATUS_SUCCESS, "they fit in 4");
     let bad = ResizeCqCmd {
         cq: 0xdead,
         log_depth: 4,

@@ -6,8 +6,8 @@ use rox_uapi::regs::*;
 use rox_uapi::verbs::*;
 
 use super::hw::{
-    load_page_list, load_ring, mw_index, Cq, Hw, Mr, Mw, Qp, Srq, FIRST_QPN, KEY_INDEX_SHIFT,
-    ODP_PTE_FAILED,
+    load_page_list, load_ring, mw_index, posted_entries, Cq, Hw, Mr, Mw, Qp, Srq, FIRST_QPN,
+    KEY_INDEX_SHIFT, ODP_PTE_FAILED,
 };
 use super::qp_state::check_modify;
 use crate::dma::as_bytes;
@@ -50,7 +50,7 @@ pub fn execute(hw: &mut Hw, engine: &mut Engine, cmd: &AdminCmd) -> AdminCpl {
             ADMIN_OP_ODP_UPDATE => odp_update(hw, &p.odp_update),
             ADMIN_OP_CREATE_CQ => create_cq(hw, &p.create_cq),
             ADMIN_OP_DESTROY_CQ => destroy_cq(hw, p.handle.handle),
-            ADMIN_OP_RESIZE_CQ => resize_cq(hw, &p.resize_cq),
+            ADMIN_OP_RESIZE_CQ => resize_cq(hw, engine, &p.resize_cq),
             ADMIN_OP_CREATE_QP => create_qp(hw, engine, &p.create_qp),
             ADMIN_OP_MODIFY_QP => modify_qp(hw, engine, &p.modify_qp),
             ADMIN_OP_QUERY_QP => query_qp(hw, engine, &p.query),
@@ -440,7 +440,11 @@ fn create_cq(hw: &mut Hw, c: &CreateCqCmd) -> AdminResult {
     Ok((id, 0))
 }
 
-fn resize_cq(hw: &mut Hw, c: &ResizeCqCmd) -> AdminResult {
+/// Moves a CQ to a new ring. It is refused if the new ring cannot hold the completions the
+/// CQ already owes: its unconsumed CQEs plus every send WR posted to a QP that completes into
+/// it (taken by the engine or still in the SQ) — those complete whatever happens next, and a
+/// smaller ring would overrun.
+fn resize_cq(hw: &mut Hw, engine: &Engine, c: &ResizeCqCmd) -> AdminResult {
     let cq = hw.cqs.get(&c.cq).ok_or(ADMIN_STATUS_BAD_HANDLE)?;
     let ring = load_ring(
         &hw.mem,
@@ -451,7 +455,17 @@ fn resize_cq(hw: &mut Hw, c: &ResizeCqCmd) -> AdminResult {
     )?;
     let ci = hw.shared.doorbells.slot(cq.db_page, cq.db_slot).a;
     let pending = cq.pi.wrapping_sub(ci);
-    if cq.error || pending > cq.ring.depth || pending > ring.depth {
+    let owed: u64 = hw
+        .qps
+        .values()
+        .filter(|qp| qp.send_cq == c.cq)
+        .map(|qp| {
+            let pi = hw.shared.doorbells.slot(qp.db_page, qp.db_slot).a;
+            let unfetched = posted_entries(pi, qp.sq_ci, qp.sq.depth).unwrap_or(0);
+            u64::from(unfetched) + engine.sq_outstanding(qp.qpn) as u64
+        })
+        .sum();
+    if cq.error || pending > cq.ring.depth || u64::from(pending) + owed > u64::from(ring.depth) {
         return Err(ADMIN_STATUS_BAD_PARAM);
     }
     // Unconsumed CQEs move to the same indices; every other slot is made not valid for the

@@ -2197,6 +2197,11 @@ impl Engine {
         Ok(())
     }
 
+    /// Send WRs the QP has taken that have not completed yet.
+    pub fn sq_outstanding(&self, qpn: u32) -> usize {
+        self.qps.get(&qpn).map_or(0, |qp| qp.req.sq.len())
+    }
+
     /// True while a QP in SQD still has started send WRs to complete (QUERY_QP's
     /// `sq_draining`).
     pub fn sq_draining(&self, qpn: u32) -> bool {
