@@ -35,6 +35,8 @@ pub const RAM_SIZE: u64 = 256 << 20;
 /// How long helpers wait for the device before failing a test.
 pub const TIMEOUT: Duration = Duration::from_secs(10);
 pub const ADMIN_LOG_DEPTH: u32 = 6;
+/// Q_Key of the UD QPs [`TestDriver::qp_pair`] makes.
+pub const PAIR_QKEY: u32 = 0x1111;
 pub const TEST_EQ_LOG_DEPTH: u32 = 10;
 /// The completion EQ the helpers put CQs on.
 pub const COMP_EQ: u32 = 1;
@@ -914,6 +916,32 @@ impl TestDriver {
             ADMIN_STATUS_SUCCESS,
             "to RTS"
         );
+    }
+
+    /// Two QPs of `qp_type` in `pd`, each with its own CQ of 2^`log_cq` entries, ready to talk
+    /// over GID 0 (127.0.0.1): RC/UC connected to each other with `access`, UD activated with
+    /// [`PAIR_QKEY`]. Returns (cq_a, cq_b, a, b).
+    pub fn qp_pair(
+        &mut self,
+        qp_type: u8,
+        pd: u32,
+        log_cq: u8,
+        access: u32,
+    ) -> (TestCq, TestCq, TestQp, TestQp) {
+        let gid = gid_v4(127, 0, 0, 1);
+        self.set_gid(0, gid);
+        let cq_a = self.create_cq(log_cq);
+        let cq_b = self.create_cq(log_cq);
+        let a = self.create_qp(qp_type, pd, cq_a.id, cq_a.id, SRQ_NONE);
+        let b = self.create_qp(qp_type, pd, cq_b.id, cq_b.id, SRQ_NONE);
+        if qp_type == QPT_UD {
+            self.activate_ud(&a, PAIR_QKEY);
+            self.activate_ud(&b, PAIR_QKEY);
+        } else {
+            self.connect(&a, gid, b.qpn, access);
+            self.connect(&b, gid, a.qpn, access);
+        }
+        (cq_a, cq_b, a, b)
     }
 
     /// RESET -> INIT -> RTR -> RTS for a UD QP.

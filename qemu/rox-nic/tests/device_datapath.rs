@@ -33,19 +33,7 @@ const BUF: u64 = 64 * 1024;
 
 fn pair(qp_type: u8) -> Pair {
     let mut d = TestDriver::new(DeviceConfig::new([2, 0, 0, 0, 0, 1]));
-    let gid = gid_v4(127, 0, 0, 1);
-    d.set_gid(0, gid);
-    let cq_a = d.create_cq(8);
-    let cq_b = d.create_cq(8);
-    let a = d.create_qp(qp_type, PD, cq_a.id, cq_a.id, SRQ_NONE);
-    let b = d.create_qp(qp_type, PD, cq_b.id, cq_b.id, SRQ_NONE);
-    if qp_type == QPT_UD {
-        d.activate_ud(&a, 0x1111);
-        d.activate_ud(&b, 0x1111);
-    } else {
-        d.connect(&a, gid, b.qpn, QP_ACCESS);
-        d.connect(&b, gid, a.qpn, QP_ACCESS);
-    }
+    let (cq_a, cq_b, a, b) = d.qp_pair(qp_type, PD, 8, QP_ACCESS);
     let buf_a = d.ram.alloc(BUF, 4096);
     let buf_b = d.ram.alloc(BUF, 4096);
     let key_a = d.reg_mr(PD, buf_a, BUF, ALL_ACCESS).unwrap();
@@ -473,7 +461,7 @@ fn ud_send_between_two_qps_with_grh() {
         send_wqe(1, WR_SEND, WQE_FLAG_SIGNALED, &[sge(p.buf_a, 8, p.key_a)]),
         gid,
         p.b.qpn,
-        0x1111,
+        PAIR_QKEY,
     );
     p.d.post_send(&mut p.a, &w);
     assert_eq!(p.d.wait_cqe(&mut p.cq_a).status, WC_SUCCESS);
@@ -912,7 +900,7 @@ fn uc_and_ud_immediate_data() {
         inline_wqe(3, WR_SEND_WITH_IMM, WQE_FLAG_SIGNALED, b"ud inline"),
         gid_v4(127, 0, 0, 1),
         u.b.qpn,
-        0x1111,
+        PAIR_QKEY,
     );
     w.imm_data = 99u32.to_be();
     u.d.post_send(&mut u.a, &w);
@@ -930,7 +918,7 @@ fn uc_and_ud_immediate_data() {
         ),
         gid_v4(127, 0, 0, 1),
         u.b.qpn,
-        0x1111,
+        PAIR_QKEY,
     );
     u.d.post_send(&mut u.a, &w);
     let c = u.d.wait_cqe(&mut u.cq_a);
@@ -1086,7 +1074,7 @@ fn undecodable_wqe_completes_after_earlier_wrs_then_flushes() {
 fn ud_send_error_enters_sqe_receives_continue_and_rts_resumes() {
     let mut p = pair(QPT_UD);
     let gid = gid_v4(127, 0, 0, 1);
-    const QKEY: u32 = 0x1111;
+    const QKEY: u32 = PAIR_QKEY;
     let mut bad = send_wqe(1, WR_SEND, WQE_FLAG_SIGNALED, &[]);
     bad.num_sge = 200;
     p.d.post_send(&mut p.a, &with_ud(bad, gid, p.b.qpn, QKEY));

@@ -27,19 +27,7 @@ struct Pair {
 
 fn pair(qp_type: u8) -> Pair {
     let mut d = TestDriver::new(DeviceConfig::new([2, 0, 0, 0, 0, 2]));
-    let gid = gid_v4(127, 0, 0, 1);
-    d.set_gid(0, gid);
-    let cq_a = d.create_cq(8);
-    let cq_b = d.create_cq(8);
-    let a = d.create_qp(qp_type, PD, cq_a.id, cq_a.id, SRQ_NONE);
-    let b = d.create_qp(qp_type, PD, cq_b.id, cq_b.id, SRQ_NONE);
-    if qp_type == QPT_UD {
-        d.activate_ud(&a, 0x1111);
-        d.activate_ud(&b, 0x1111);
-    } else {
-        d.connect(&a, gid, b.qpn, ALL_ACCESS | ACCESS_FLUSH_GLOBAL);
-        d.connect(&b, gid, a.qpn, ALL_ACCESS | ACCESS_FLUSH_GLOBAL);
-    }
+    let (cq_a, cq_b, a, b) = d.qp_pair(qp_type, PD, 8, ALL_ACCESS | ACCESS_FLUSH_GLOBAL);
     d.drain_eq(0);
     Pair {
         d,
@@ -301,7 +289,7 @@ fn ud_send_from_a_missing_page_waits_for_it() {
         send_wqe(4, WR_SEND, WQE_FLAG_SIGNALED, &[sge(iova, 256, key_a)]),
         gid,
         p.b.qpn,
-        0x1111,
+        PAIR_QKEY,
     );
     p.d.post_send(&mut p.a, &w);
     let e = page_fault(&mut p.d);

@@ -1051,6 +1051,15 @@ impl Qp {
             .unwrap_or(self.req.next_psn)
     }
 
+    /// A response (PSN `psn`) could not be placed because a local page is absent: drop it,
+    /// go back to its request and send that again once the page-fault wait is over.
+    fn stall_response_for_fault(&mut self, stats: &mut EngineStats, psn: u32, now: u64) {
+        stats.page_fault_stalls += 1;
+        self.rewind_to(psn);
+        self.req.timer_deadline = None;
+        self.req.fault_stall(now);
+    }
+
     /// Points the cursor at PSN `psn` (go-back-N).
     fn rewind_to(&mut self, psn: u32) {
         let Some(index) = self.req.sq.iter().position(|w| w.contains(psn)) else {
@@ -1275,10 +1284,7 @@ impl Qp {
                     Err(SgError::Fault) => {
                         // The result buffer is not present: ask again later (the responder
                         // answers the duplicate from its saved result).
-                        stats.page_fault_stalls += 1;
-                        self.rewind_to(psn);
-                        self.req.timer_deadline = None;
-                        self.req.fault_stall(now);
+                        self.stall_response_for_fault(stats, psn, now);
                         return;
                     }
                     Err(_) => wqe.error = Some(WcStatus::LocProtErr),
@@ -1349,10 +1355,7 @@ impl Qp {
                     Err(SgError::Fault) => {
                         // The destination page is not present: request the rest of the READ
                         // again later.
-                        stats.page_fault_stalls += 1;
-                        self.rewind_to(psn);
-                        self.req.timer_deadline = None;
-                        self.req.fault_stall(now);
+                        self.stall_response_for_fault(stats, psn, now);
                         return;
                     }
                     Err(SgError::Length) => wqe.error = Some(WcStatus::LocLenErr),
