@@ -81,6 +81,17 @@ const COUNTER_NAMES: [&CStr; admin::STATS_COUNT] = {
     names[admin::STAT_WAKEUPS] = c"wakeups";
     names[admin::STAT_WQE_ERRORS] = c"wqe_errors";
     names[admin::STAT_PAGE_FAULTS] = c"page_faults";
+    names[admin::STAT_PORT_RX_FRAMES] = c"port_rx_frames";
+    names[admin::STAT_PORT_TX_FRAMES] = c"port_tx_frames";
+    names[admin::STAT_PORT_TO_NETDEV] = c"port_to_netdev";
+    names[admin::STAT_PORT_FROM_NETDEV] = c"port_from_netdev";
+    names[admin::STAT_PORT_DROP_MALFORMED] = c"port_drop_malformed";
+    names[admin::STAT_PORT_DROP_OVERSIZE] = c"port_drop_oversize";
+    names[admin::STAT_PORT_DROP_OTHER_MAC] = c"port_drop_other_mac";
+    names[admin::STAT_PORT_DROP_VLAN] = c"port_drop_vlan";
+    names[admin::STAT_PORT_DROP_NETDEV] = c"port_drop_netdev";
+    names[admin::STAT_RX_UNKNOWN_QP] = c"rx_unknown_qp";
+    names[admin::STAT_RX_BAD_KEY] = c"rx_bad_key";
     let mut i = 0;
     while i < admin::STATS_COUNT {
         assert!(!names[i].is_empty(), "every STAT_* counter needs a name");

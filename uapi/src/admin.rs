@@ -553,4 +553,27 @@ pub const STAT_WAKEUPS: usize = 17;
 pub const STAT_WQE_ERRORS: usize = 18;
 /// Page fault events posted for on-demand paging regions (`EQE_TYPE_PAGE_FAULT`).
 pub const STAT_PAGE_FAULTS: usize = 19;
-pub const STATS_COUNT: usize = 20;
+/// Ethernet frames received on the port (every frame, before any check).
+pub const STAT_PORT_RX_FRAMES: usize = 20;
+/// Ethernet frames sent on the port (RoCE and the paired netdev's).
+pub const STAT_PORT_TX_FRAMES: usize = 21;
+/// Frames from the port handed to the paired netdev (not RoCE for this device).
+pub const STAT_PORT_TO_NETDEV: usize = 22;
+/// Frames the paired netdev sent, put on the port.
+pub const STAT_PORT_FROM_NETDEV: usize = 23;
+/// Dropped: shorter than their headers say, a malformed IP/UDP header, or IPv4 options on a
+/// RoCEv2 packet.
+pub const STAT_PORT_DROP_MALFORMED: usize = 24;
+/// Dropped: longer than the port MTU allows.
+pub const STAT_PORT_DROP_OVERSIZE: usize = 25;
+/// Dropped: unicast to another MAC.
+pub const STAT_PORT_DROP_OTHER_MAC: usize = 26;
+/// Dropped: VLAN-tagged (rox's port is untagged).
+pub const STAT_PORT_DROP_VLAN: usize = 27;
+/// Dropped: the paired netdev could not take the frame (not attached, or its socket full).
+pub const STAT_PORT_DROP_NETDEV: usize = 28;
+/// RoCE packets dropped because no QP of this device has the destination QPN.
+pub const STAT_RX_UNKNOWN_QP: usize = 29;
+/// RoCE packets dropped for a P_Key or (UD) Q_Key that does not match the QP's.
+pub const STAT_RX_BAD_KEY: usize = 30;
+pub const STATS_COUNT: usize = 31;
