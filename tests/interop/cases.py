@@ -1,0 +1,185 @@
+#!/usr/bin/env python3
+"""Guest side of tests/interop/run: the interop cases between two guests, each running this
+script at the same time. Every case runs twice, once with each guest as the client; per step
+one guest is the server and the other the client, in the same order on both sides. Each step
+uses its own TCP/rdma_cm port, so a server left waiting by a failed step can never meet the
+client of a later one.
+
+Each side prints one machine-readable line per step:
+    RESULT <step> <server|client> <ok|fail> <case> | <detail>
+tests/interop/run pairs them up: a case passes in one direction only if both sides said ok.
+"""
+import argparse
+import os
+import re
+import subprocess
+import sys
+import time
+
+BASE_PORT = 21000
+# How long a client keeps trying while the server of its step is not listening yet, and how
+# long a server waits for its client: a lost step costs at most this, and never meets a later one.
+CONNECT_WINDOW_S = 150
+STEP_TIMEOUT_S = 300
+XFER_MIB = 256
+
+
+def sh(cmd, timeout):
+    """Runs a shell command; returns (exit status, combined output). 124 on timeout."""
+    try:
+        p = subprocess.run(cmd, shell=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           timeout=timeout, text=True, errors="replace")
+        return p.returncode, p.stdout
+    except subprocess.TimeoutExpired as e:
+        out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
+        return 124, out + f"\n(timed out after {timeout} s)"
+
+
+def roce_v2_gid_index(dev, ip):
+    """The GID index of `dev` whose GID is the IPv4-mapped `ip` with type RoCE v2."""
+    port = f"/sys/class/infiniband/{dev}/ports/1"
+    want = "0000:0000:0000:0000:0000:ffff:" + "".join(
+        f"{int(b):02x}" for b in ip.split("."))
+    want = want[:-4] + ":" + want[-4:]
+    for _ in range(100):
+        for name in sorted(os.listdir(f"{port}/gids"), key=int):
+            try:
+                gid = open(f"{port}/gids/{name}").read().strip()
+                kind = open(f"{port}/gid_attrs/types/{name}").read().strip()
+            except OSError:
+                continue
+            if gid == want and kind == "RoCE v2":
+                return int(name)
+        time.sleep(0.2)
+    sys.exit(f"interop: {dev} has no RoCE v2 GID for {ip}")
+
+
+class Ctx:
+    def __init__(self, dev, gid, ip, peer):
+        self.dev, self.gid, self.ip, self.peer = dev, gid, ip, peer
+
+
+def pingpong(prog):
+    # -c validates every received buffer.
+    srv = f"{prog} -d {{dev}} -g {{gid}} -n 200 -c -p {{port}}"
+    cli = srv + " {peer}"
+    return srv, cli, lambda out: "iters in" in out
+
+
+def perftest(prog, extra=""):
+    srv = f"{prog} -d {{dev}} -x {{gid}} -p {{port}} -F {extra}"
+    cli = srv + " {peer}"
+    # A result row: a number at the start of a line after the header (bytes column).
+    return srv, cli, lambda out: re.search(r"^\s*\d+\s+\d+\s+[\d.]+", out, re.M) is not None
+
+
+def rping():
+    n = 10
+    srv = f"rping -s -a {{ip}} -p {{port}} -C {n} -v -V"
+    cli = f"rping -c -a {{peer}} -p {{port}} -C {n} -v -V"
+    return srv, cli, lambda out: out.count("ping data") == n
+
+
+def ucmatose():
+    srv = "ucmatose -b {ip} -p {port} -c 2 -C 20 -S 1024"
+    cli = "ucmatose -s {peer} -p {port} -c 2 -C 20 -S 1024"
+    return srv, cli, lambda out: "return status 0" in out
+
+
+def xfer(op):
+    srv = f"/tmp/rdma-xfer -s {{ip}} -p {{port}} -m {XFER_MIB}"
+    cli = f"/tmp/rdma-xfer -c {{peer}} -p {{port}} -m {XFER_MIB} -o {op}"
+    return srv, cli, lambda out: ": equal" in out
+
+
+CASES = [
+    ("ibv_rc_pingpong", pingpong("ibv_rc_pingpong")),
+    ("ibv_uc_pingpong", pingpong("ibv_uc_pingpong")),
+    ("ibv_ud_pingpong", pingpong("ibv_ud_pingpong")),
+    ("ibv_srq_pingpong", pingpong("ibv_srq_pingpong")),
+    ("ib_send_bw RC", perftest("ib_send_bw", "-n 500")),
+    ("ib_send_bw UD", perftest("ib_send_bw", "-c UD -n 500")),
+    ("ib_write_bw", perftest("ib_write_bw", "-n 500")),
+    ("ib_read_bw", perftest("ib_read_bw", "-n 500")),
+    ("ib_atomic_bw", perftest("ib_atomic_bw", "-n 500")),
+    ("ib_send_lat", perftest("ib_send_lat", "-n 200")),
+    ("ib_write_lat", perftest("ib_write_lat", "-n 200")),
+    ("ib_read_lat", perftest("ib_read_lat", "-n 200")),
+    ("rping", rping()),
+    ("ucmatose", ucmatose()),
+    (f"RDMA WRITE {XFER_MIB} MiB checksummed", xfer("write")),
+    (f"RDMA READ {XFER_MIB} MiB checksummed", xfer("read")),
+]
+
+# What a client sees while its server is not listening yet (the only reason to try again).
+NOT_LISTENING = re.compile(
+    r"Couldn't connect|Unable to Connect|Connection refused|REJECTED|UNREACHABLE|"
+    r"rdma_connect|Failed to connect|Couldn't resolve", re.I)
+
+
+def run_step(step, me, ctx, names, case, srv_tmpl, cli_tmpl, check):
+    client = step % 2  # even steps: guest 0 is the client; odd: guest 1
+    role = "client" if me == client else "server"
+    port = BASE_PORT + step
+    cmd = (cli_tmpl if role == "client" else srv_tmpl).format(
+        dev=ctx.dev, gid=ctx.gid, ip=ctx.ip, peer=ctx.peer, port=port)
+    label = f"{case} | {names[client]} client -> {names[1 - client]} server"
+    t0 = time.monotonic()
+    if role == "server":
+        rc, out = sh(cmd, STEP_TIMEOUT_S)
+    else:
+        while True:
+            rc, out = sh(cmd, STEP_TIMEOUT_S)
+            if rc == 0 or not NOT_LISTENING.search(out):
+                break
+            if time.monotonic() - t0 > CONNECT_WINDOW_S:
+                break
+            time.sleep(1)
+    ok = rc == 0 and check(out)
+    lines = [l for l in out.strip().splitlines() if l.strip()]
+    detail = lines[-1].strip() if lines else "(no output)"
+    print(f"RESULT {step} {role} {'ok' if ok else 'fail'} {label} | {detail}", flush=True)
+    if not ok:
+        print(f"--- {role} of step {step} ({cmd}) exited {rc}:", flush=True)
+        print("\n".join(lines[-25:]), flush=True)
+    # Let the other side's program finish and release its port before the next step.
+    time.sleep(1)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--me", type=int, required=True, choices=(0, 1), help="this guest's index")
+    ap.add_argument("--dev", required=True, help="this guest's RDMA device (rox_0 or rxe0)")
+    ap.add_argument("--netdev", help="create rdma_rxe on this netdev first (as --dev)")
+    ap.add_argument("--ip", required=True, help="this guest's IPv4 address on the link")
+    ap.add_argument("--peer", required=True, help="the other guest's IPv4 address")
+    ap.add_argument("--names", default="rox,rxe", help="names of guests 0 and 1")
+    ap.add_argument("--only", help="run only cases whose name contains this")
+    a = ap.parse_args()
+    if a.netdev:
+        rc, out = sh(f"modprobe rdma_rxe && rdma link add {a.dev} type rxe netdev {a.netdev}", 60)
+        if rc != 0:
+            sys.exit(f"interop: cannot create {a.dev} on {a.netdev}: {out}")
+    rc, out = sh("gcc -O2 -o /tmp/rdma-xfer /rox/tests/interop/rdma-xfer.c -lrdmacm -libverbs", 300)
+    if rc != 0:
+        sys.exit(f"interop: cannot build rdma-xfer: {out}")
+    ctx = Ctx(a.dev, roce_v2_gid_index(a.dev, a.ip), a.ip, a.peer)
+    names = a.names.split(",")
+    print(f"interop: guest {a.me} ({names[a.me]}): {a.dev} GID index {ctx.gid}, {a.ip} <-> {a.peer}",
+          flush=True)
+    # The peer must answer on the link before the first step (its NIC may come up later).
+    for _ in range(120):
+        if sh(f"ping -c1 -W1 {a.peer}", 5)[0] == 0:
+            break
+    else:
+        sys.exit(f"interop: {a.peer} does not answer ping")
+    step = 0
+    for case, (srv, cli, check) in CASES:
+        for _direction in range(2):
+            if not a.only or a.only in case:
+                run_step(step, a.me, ctx, names, case, srv, cli, check)
+            step += 1
+
+
+if __name__ == "__main__":
+    main()
