@@ -150,16 +150,21 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--me", type=int, required=True, choices=(0, 1), help="this guest's index")
     ap.add_argument("--dev", required=True, help="this guest's RDMA device (rox_0 or rxe0)")
-    ap.add_argument("--netdev", help="create rdma_rxe on this netdev first (as --dev)")
+    ap.add_argument("--netdev-mac", help="create rdma_rxe (named --dev) on the netdev with this MAC first")
     ap.add_argument("--ip", required=True, help="this guest's IPv4 address on the link")
     ap.add_argument("--peer", required=True, help="the other guest's IPv4 address")
     ap.add_argument("--names", default="rox,rxe", help="names of guests 0 and 1")
     ap.add_argument("--only", help="run only cases whose name contains this")
     a = ap.parse_args()
-    if a.netdev:
-        rc, out = sh(f"modprobe rdma_rxe && rdma link add {a.dev} type rxe netdev {a.netdev}", 60)
+    if a.netdev_mac:
+        netdev = next((n for n in os.listdir("/sys/class/net")
+                       if open(f"/sys/class/net/{n}/address").read().strip() == a.netdev_mac.lower()),
+                      None)
+        if netdev is None:
+            sys.exit(f"interop: no netdev has MAC {a.netdev_mac}")
+        rc, out = sh(f"modprobe rdma_rxe && rdma link add {a.dev} type rxe netdev {netdev}", 60)
         if rc != 0:
-            sys.exit(f"interop: cannot create {a.dev} on {a.netdev}: {out}")
+            sys.exit(f"interop: cannot create {a.dev} on {netdev}: {out}")
     rc, out = sh("gcc -O2 -o /tmp/rdma-xfer /rox/tests/interop/rdma-xfer.c -lrdmacm -libverbs", 300)
     if rc != 0:
         sys.exit(f"interop: cannot build rdma-xfer: {out}")
