@@ -8,13 +8,14 @@
 # Environment: PAIR_ITERS (default 200), PAIR_PP_ARGS (extra rc/uc/srq pingpong arguments,
 # e.g. "-s 8192 -m 1024"), PAIR_ROUTED=1 (the client asserts the server is on another subnet,
 # reached through the router), PAIR_ACTIVE_MTU (both assert the port's active_mtu).
+# PAIR_PEER: the server's address when it is in another lab (rox-lab --uplink).
 set -u
 role=$1
 shift
 . "$(dirname "$0")/../guest/lab.sh"
 fail() { echo "FAIL $role: $*"; exit 1; }
 
-peer=$ROX_IP_1_0 # the server's address: guest 1's lab NIC 0
+peer=${PAIR_PEER:-${ROX_IP_1_0:-}} # the server: guest 1's lab NIC 0 (PAIR_PEER: in another lab)
 kind_var=ROX_NIC_${ROX_GUEST}_0
 case ${!kind_var:-} in
 virtio)

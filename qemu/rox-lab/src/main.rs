@@ -69,6 +69,16 @@ struct Cli {
     /// Extra vfio-user device socket (under $ROX_CACHE) attached to guest 0; repeatable.
     #[arg(long = "vfio-user")]
     vfio_user: Vec<PathBuf>,
+    /// Number this lab's guests from N (their MACs, addresses and taps follow), so labs on two
+    /// hosts joined with --uplink do not collide.
+    #[arg(long, default_value_t = 0)]
+    first_guest: usize,
+    /// An interface of the host namespace (a VXLAN device, a veth, a spare NIC) moved into
+    /// the lab and enslaved to bridge 0: the lab's segment then extends through it
+    /// (docs/networking.md). Physical NICs return to the host at the end; virtual ones are
+    /// deleted with the lab.
+    #[arg(long)]
+    uplink: Option<String>,
     /// After a guest fails, give the others this many seconds to finish before stopping them.
     #[arg(long, default_value_t = 30)]
     grace: u64,
@@ -287,6 +297,23 @@ impl Runner {
                 )?;
             }
         }
+        if let Some(up) = self.cli.uplink.clone() {
+            ip(&["link", "set", &up, "netns", &ns])
+                .with_context(|| format!("cannot move --uplink {up} into the lab"))?;
+            ip_in(
+                &ns,
+                &[
+                    "link",
+                    "set",
+                    &up,
+                    "mtu",
+                    &mtu,
+                    "master",
+                    &bridge_name(0),
+                    "up",
+                ],
+            )?;
+        }
         if self.lab.routed {
             let r = self.router_ns.clone();
             self.add_netns(&r)?;
@@ -497,6 +524,7 @@ impl Runner {
         let dir = self.guest_dir(g);
         fs::create_dir_all(&dir)?;
         let guest = self.lab.guests[g].clone();
+        let gi = guest.index;
         // The command, with the lab's addresses in its environment (bash reads it in /rox).
         let mut script = String::new();
         for (k, v) in self.lab.env_for(g) {
@@ -535,7 +563,7 @@ impl Runner {
             format!(
                 "console=ttyS0 loglevel=4 panic=-1 oops=panic no_timer_check rootfstype=9p root=rootfs \
                  rootflags=trans=virtio,version=9p2000.L,msize=1048576,cache=loose ro init=/rox/qemu/guest-init \
-                 rox.run={} rox.modules={}/modules rox.guest={g}",
+                 rox.run={} rox.modules={}/modules rox.guest={gi}",
                 dir_in_root.display(),
                 kernel.display()
             ),
@@ -551,7 +579,7 @@ impl Runner {
             "-netdev".into(),
             "user,id=net0,restrict=on".into(),
             "-device".into(),
-            format!("virtio-net-pci,netdev=net0,mac=52:54:00:12:34:{g}{g},romfile="),
+            format!("virtio-net-pci,netdev=net0,mac=52:54:00:12:34:{gi}{gi},romfile="),
         ];
         let mut vfio_sockets = Vec::new();
         for nic in &guest.nics {
@@ -601,7 +629,7 @@ impl Runner {
             .env("ROX_CACHE", &self.paths.cache);
         cmd.arg("qemu-system-x86_64").args(&args);
         let prefix = if self.lab.guests.len() > 1 {
-            format!("[g{g}] ")
+            format!("[g{gi}] ")
         } else {
             String::new()
         };
@@ -650,7 +678,8 @@ impl Runner {
                 .map(|n| format!("{} {} {}", n.kind, n.ip4, n.mac))
                 .collect();
             eprintln!(
-                "rox-lab: guest {g} on subnet {}: {}",
+                "rox-lab: guest {} on subnet {}: {}",
+                self.lab.guests[g].index,
                 self.lab.guests[g].subnet,
                 desc.join(", ")
             );
@@ -682,8 +711,9 @@ impl Runner {
             }
             for (i, h) in self.helpers.iter_mut().enumerate() {
                 if !reported_helpers[i] {
-                    if let Some(st) = h.poll() {
-                        eprintln!("rox-lab: {} exited early ({st})", h.what);
+                    // rox-nic ends by itself (status 0) when its QEMU disconnects.
+                    if let Some(st) = h.poll().filter(|st| !st.success()) {
+                        eprintln!("rox-lab: {} failed ({st})", h.what);
                         reported_helpers[i] = true;
                     }
                 }
@@ -815,7 +845,7 @@ impl Drop for Runner {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let lab = match Lab::new(cli.mtu, cli.routed, &cli.guests, &cli.cmds) {
+    let lab = match Lab::new(cli.mtu, cli.routed, cli.first_guest, &cli.guests, &cli.cmds) {
         Ok(l) => l,
         Err(e) => {
             eprintln!("rox-lab: error: {e}");

@@ -26,7 +26,7 @@ pub enum SpecError {
     Subnet(String),
     #[error("a guest has at most {MAX_NICS} NICs, '{0}' names more")]
     TooManyNics(String),
-    #[error("at most {MAX_GUESTS} guests")]
+    #[error("at most {MAX_GUESTS} guests, numbered 0-8 (--first-guest counts)")]
     TooManyGuests,
     #[error("{guests} --guest but {cmds} --cmd: give each guest exactly one command")]
     CmdCount { guests: usize, cmds: usize },
@@ -182,9 +182,12 @@ pub fn tap_name(guest: usize, nic: usize) -> String {
 
 impl Lab {
     /// Builds the lab from the repeated `--guest` and `--cmd` arguments (paired in order).
+    /// Guests are numbered from `first_guest` (labs on two hosts joined by an uplink use
+    /// disjoint numbers, hence disjoint MACs and addresses).
     pub fn new(
         mtu: u32,
         routed: bool,
+        first_guest: usize,
         guests: &[GuestArg],
         cmds: &[String],
     ) -> Result<Lab, SpecError> {
@@ -200,18 +203,19 @@ impl Lab {
                 cmds: cmds.len(),
             });
         }
-        if guests.len() > MAX_GUESTS {
+        if first_guest + guests.len() > MAX_GUESTS {
             return Err(SpecError::TooManyGuests);
         }
         let guests: Vec<Guest> = guests
             .iter()
             .zip(cmds)
             .enumerate()
-            .map(|(g, (arg, cmd))| {
-                // In the routed shape guest g sits on subnet g unless told otherwise (two
-                // guests: one on each side of the router).
+            .map(|(pos, (arg, cmd))| {
+                let g = first_guest + pos;
+                // In the routed shape the lab's guest i sits on subnet i unless told otherwise
+                // (two guests: one on each side of the router).
                 let default_subnet = if routed {
-                    u8::try_from(g).expect("at most 9 guests")
+                    u8::try_from(pos).expect("at most 9 guests")
                 } else {
                     0
                 };
@@ -263,9 +267,13 @@ impl Lab {
     }
 
     /// The environment every guest command gets, so it can find its peers.
+    /// (`guest`: position in this lab; ROX_GUEST is its number.)
     pub fn env_for(&self, guest: usize) -> Vec<(String, String)> {
         let mut env = vec![
-            ("ROX_GUEST".to_string(), guest.to_string()),
+            (
+                "ROX_GUEST".to_string(),
+                self.guests[guest].index.to_string(),
+            ),
             ("ROX_GUESTS".to_string(), self.guests.len().to_string()),
             ("ROX_MTU".to_string(), self.mtu.to_string()),
             ("ROX_ROUTED".to_string(), u8::from(self.routed).to_string()),
@@ -380,7 +388,7 @@ mod tests {
     fn pair_and_routed_shapes() {
         let rox: GuestArg = "rox".parse().unwrap();
         let virtio: GuestArg = "virtio".parse().unwrap();
-        let lab = Lab::new(9000, false, &[rox.clone(), virtio.clone()], &cmds(2)).unwrap();
+        let lab = Lab::new(9000, false, 0, &[rox.clone(), virtio.clone()], &cmds(2)).unwrap();
         assert_eq!(lab.subnets, 1);
         assert_eq!(lab.guests[1].nics[0].ip4.to_string(), "10.50.0.21");
         let env = lab.env_for(0);
@@ -391,7 +399,7 @@ mod tests {
             "0 52:54:00:52:4f:00 9000 10.50.0.11/24 fd00:50::11/64 - - 10.50.0.0/16 fd00:50::/32\n"
         );
 
-        let routed = Lab::new(1500, true, &[rox.clone(), rox.clone()], &cmds(2)).unwrap();
+        let routed = Lab::new(1500, true, 0, &[rox.clone(), rox.clone()], &cmds(2)).unwrap();
         assert_eq!(routed.subnets, 2);
         assert_eq!(routed.guests[1].subnet, 1);
         assert_eq!(
@@ -408,21 +416,21 @@ mod tests {
         let rox: GuestArg = "rox".parse().unwrap();
         let rox1: GuestArg = "rox@1".parse().unwrap();
         assert_eq!(
-            Lab::new(9000, false, std::slice::from_ref(&rox), &cmds(2)),
+            Lab::new(9000, false, 0, std::slice::from_ref(&rox), &cmds(2)),
             Err(SpecError::CmdCount { guests: 1, cmds: 2 })
         );
         assert_eq!(
-            Lab::new(9000, true, std::slice::from_ref(&rox), &cmds(1)),
+            Lab::new(9000, true, 0, std::slice::from_ref(&rox), &cmds(1)),
             Err(SpecError::RoutedOneSubnet)
         );
         assert_eq!(
-            Lab::new(9000, false, &[rox.clone(), rox1], &cmds(2)),
+            Lab::new(9000, false, 0, &[rox.clone(), rox1], &cmds(2)),
             Err(SpecError::SubnetsWithoutRouter(vec![0, 1]))
         );
         assert_eq!(
-            Lab::new(100, false, &[rox], &cmds(1)),
+            Lab::new(100, false, 0, &[rox], &cmds(1)),
             Err(SpecError::Mtu(100))
         );
-        assert_eq!(Lab::new(9000, false, &[], &[]), Err(SpecError::NoGuest));
+        assert_eq!(Lab::new(9000, false, 0, &[], &[]), Err(SpecError::NoGuest));
     }
 }
