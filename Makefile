@@ -28,7 +28,7 @@ host-test:
 	cargo test --workspace
 
 device:
-	cargo build --release -p rox-nic
+	cargo build --release -p rox-nic -p rox-lab
 
 guest-test: module provider device
 	tests/guest/run $(ROX_KERNEL_FLAVOUR)

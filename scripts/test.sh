@@ -18,9 +18,13 @@ stage module scripts/build-module.sh "$flavour" || exit 1
 stage provider scripts/build-provider.sh --test || exit 1
 stage host-tests cargo test --workspace || exit 1
 stage capture tests/host/tshark-capture.sh || exit 1
-stage device cargo build --release -p rox-nic || exit 1
+stage device cargo build --release -p rox-nic -p rox-lab || exit 1
 stage guest-tests tests/guest/run "$flavour" || exit 1
 stage guest-pair tests/guest/pair-pingpong || exit 1
+# The lab's other shapes (rox-lab, docs/networking.md): two guests on two subnets through the
+# router namespace, and one guest on a 1500-byte Ethernet.
+stage guest-routed tests/net/routed-pingpong || exit 1
+stage guest-mtu1500 tests/net/mtu1500 || exit 1
 # Reliability under the debug kernel (kmemleak, KFENCE, SLUB debug): 50 load/probe/unload
 # cycles and rmmod with live objects, with kmemleak required to report nothing.
 stage kernel-debug scripts/setup-kernel.sh debug || exit 1
