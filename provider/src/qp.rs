@@ -197,7 +197,15 @@ fn create(
         drop(unsafe { Box::from_raw(qp) });
         return Err(e);
     }
-    // ibv_cmd_create_qp_ex copied the granted capacities into attr.cap.
+    // ibv_cmd_create_qp_ex copied the granted capacities into attr.cap. A queue granted no
+    // work requests (asked with 0: send-only / receive-only QPs) has a minimal ring that
+    // nothing may be posted to.
+    if attr.cap.max_send_wr == 0 {
+        qp_ref.sq.lock().disable();
+    }
+    if let (Some(rq), 0) = (&qp_ref.rq, attr.cap.max_recv_wr) {
+        rq.lock().disable();
+    }
     qp_ref.max_send_sge = attr.cap.max_send_sge.min(hw.limits.max_send_sge);
     qp_ref.max_recv_sge = attr.cap.max_recv_sge.min(RQ_MAX_SGE);
     qp_ref.max_inline = attr.cap.max_inline_data.min(SQ_MAX_INLINE);

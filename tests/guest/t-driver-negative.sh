@@ -125,16 +125,22 @@ static int create_cq(uint32_t cqe, uint32_t vector, const void *drv, size_t drv_
 }
 
 struct qp_resp { struct ib_uverbs_create_qp_resp core; struct rox_create_qp_resp drv; };
+static struct qp_resp last_qp; /* the response of the last create_qp */
+static int create_qp_wrs(uint32_t pd, uint32_t cq, uint32_t send_wr, uint32_t recv_wr,
+			 uint32_t send_sge, const struct rox_create_qp_req *drv, uint32_t *handle)
+{
+	memset(&last_qp, 0, sizeof(last_qp));
+	struct ib_uverbs_create_qp c = { .response = (uintptr_t)&last_qp, .pd_handle = pd,
+		.send_cq_handle = cq, .recv_cq_handle = cq, .max_send_wr = send_wr,
+		.max_recv_wr = recv_wr, .max_send_sge = send_sge, .max_recv_sge = 1, .qp_type = QPT_RC };
+	int err = cmd(IB_USER_VERBS_CMD_CREATE_QP, &c, sizeof(c), drv, sizeof(*drv), sizeof(last_qp));
+	if (!err && handle) *handle = last_qp.core.qp_handle;
+	return err;
+}
 static int create_qp(uint32_t pd, uint32_t cq, uint32_t send_wr, uint32_t send_sge,
 		     const struct rox_create_qp_req *drv, uint32_t *handle)
 {
-	struct qp_resp resp = {0};
-	struct ib_uverbs_create_qp c = { .response = (uintptr_t)&resp, .pd_handle = pd,
-		.send_cq_handle = cq, .recv_cq_handle = cq, .max_send_wr = send_wr,
-		.max_recv_wr = 16, .max_send_sge = send_sge, .max_recv_sge = 1, .qp_type = QPT_RC };
-	int err = cmd(IB_USER_VERBS_CMD_CREATE_QP, &c, sizeof(c), drv, sizeof(*drv), sizeof(resp));
-	if (!err && handle) *handle = resp.core.qp_handle;
-	return err;
+	return create_qp_wrs(pd, cq, send_wr, 16, send_sge, drv, handle);
 }
 
 static int modify_qp(uint32_t qp, uint32_t mask, uint8_t state, uint8_t port, uint16_t pkey)
@@ -293,7 +299,19 @@ int main(int argc, char **argv)
 	struct rox_create_qp_req qp_req = { .sq_buf_addr = (uintptr_t)ring(16 * SQ_WQE_SIZE),
 		.rq_buf_addr = (uintptr_t)ring(16 * RQ_WQE_SIZE), .log_sq_depth = 4, .log_rq_depth = 4 };
 	uint32_t qp;
-	expect("create_qp: zero send queue", create_qp(pd, cq, 0, 1, &qp_req, NULL), EINVAL);
+	/* Receive-only and send-only QPs (0 WRs on one queue, as the verbs allow): created with
+	 * the smallest ring, and 0 granted for that queue. Left for close. */
+	expect("create_qp receive-only (0 send WRs)", create_qp(pd, cq, 0, 1, &qp_req, NULL), 0);
+	expect("create_qp receive-only: 0 send WRs granted", last_qp.core.max_send_wr == 0 && last_qp.core.max_recv_wr == 16 ? 0 : EINVAL, 0);
+	qp_req.sq_buf_addr = (uintptr_t)ring(16 * SQ_WQE_SIZE);
+	qp_req.rq_buf_addr = (uintptr_t)ring(16 * RQ_WQE_SIZE);
+	expect("create_qp send-only (0 receive WRs)", create_qp_wrs(pd, cq, 16, 0, 1, &qp_req, NULL), 0);
+	expect("create_qp send-only: 0 receive WRs granted", last_qp.core.max_recv_wr == 0 && last_qp.core.max_send_wr == 16 ? 0 : EINVAL, 0);
+	qp_req.sq_buf_addr = (uintptr_t)ring(16 * SQ_WQE_SIZE);
+	qp_req.rq_buf_addr = (uintptr_t)ring(16 * RQ_WQE_SIZE);
+	qp_req.log_rq_depth = 0;
+	expect("create_qp send-only without a receive ring", create_qp_wrs(pd, cq, 16, 0, 1, &qp_req, NULL), EINVAL);
+	qp_req.log_rq_depth = 4;
 	expect("create_qp: more WRs than the ring holds", create_qp(pd, cq, 17, 1, &qp_req, NULL), EINVAL);
 	expect("create_qp: too many send SGEs", create_qp(pd, cq, 16, 100, &qp_req, NULL), EINVAL);
 	qp_req.log_sq_depth = 20;

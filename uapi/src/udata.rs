@@ -49,7 +49,9 @@ pub struct CreateCqResp {
 
 /// create_qp request: rings allocated by the provider (page aligned, zeroed; SQ `SQ_WQE_SIZE <<
 /// log_sq_depth` bytes, RQ `RQ_WQE_SIZE << log_rq_depth` bytes). With an SRQ there is no RQ:
-/// `rq_buf_addr = 0` and `log_rq_depth = 0`.
+/// `rq_buf_addr = 0` and `log_rq_depth = 0`. A queue of 0 work requests (send-only or
+/// receive-only QP) still has a ring of at least `admin::DEV_MIN_LOG_DEPTH`; the kernel grants
+/// it 0 WRs, so nothing is posted to it and the device never reads it.
 #[repr(C)]
 #[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
 pub struct CreateQpReq {
