@@ -13,7 +13,7 @@ need_rox_0
 command -v gcc >/dev/null || skip "no C compiler in the guest"
 
 work=$(mktemp -d /tmp/rox-qp-depth.XXXXXX)
-cat >"$work/qp-depth.c" <<'EOF'
+cat >"$work/qp-depth.c" <<'EOF_C'
 /* Usage: qp-depth <device> <gid index>. Exit status: number of failed checks. */
 #include <errno.h>
 #include <stdio.h>
@@ -21,6 +21,7 @@ cat >"$work/qp-depth.c" <<'EOF'
 #include <string.h>
 #include <time.h>
 #include <infiniband/verbs.h>
+#include "qp-loop.h"
 
 static int failures;
 
@@ -39,55 +40,6 @@ static struct ibv_qp *create(struct ibv_pd *pd, struct ibv_cq *cq, enum ibv_qp_t
 	struct ibv_qp *qp = ibv_create_qp(pd, &attr);
 	*granted = attr.cap;
 	return qp;
-}
-
-static int to_rts(struct ibv_qp *qp, enum ibv_qp_type type, uint32_t dest_qpn,
-		  const union ibv_gid *gid, int gid_index)
-{
-	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .pkey_index = 0, .port_num = 1 };
-	int mask = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT;
-	if (type == IBV_QPT_UD) {
-		a.qkey = 0x11111111;
-		mask |= IBV_QP_QKEY;
-	} else {
-		a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
-		mask |= IBV_QP_ACCESS_FLAGS;
-	}
-	if (ibv_modify_qp(qp, &a, mask))
-		return -1;
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTR;
-	mask = IBV_QP_STATE;
-	if (type != IBV_QPT_UD) {
-		a.path_mtu = IBV_MTU_1024;
-		a.dest_qp_num = dest_qpn;
-		a.rq_psn = 0;
-		a.ah_attr.is_global = 1;
-		a.ah_attr.grh.dgid = *gid;
-		a.ah_attr.grh.sgid_index = gid_index;
-		a.ah_attr.grh.hop_limit = 1;
-		a.ah_attr.port_num = 1;
-		mask |= IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
-		if (type == IBV_QPT_RC) {
-			a.max_dest_rd_atomic = 1;
-			a.min_rnr_timer = 12;
-			mask |= IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
-		}
-	}
-	if (ibv_modify_qp(qp, &a, mask))
-		return -1;
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTS;
-	a.sq_psn = 0;
-	mask = IBV_QP_STATE | IBV_QP_SQ_PSN;
-	if (type == IBV_QPT_RC) {
-		a.timeout = 14;
-		a.retry_cnt = 7;
-		a.rnr_retry = 7;
-		a.max_rd_atomic = 1;
-		mask |= IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
-	}
-	return ibv_modify_qp(qp, &a, mask);
 }
 
 static void one_type(struct ibv_context *ctx, enum ibv_qp_type type, const char *name, int gid_index)
@@ -145,7 +97,7 @@ static void one_type(struct ibv_context *ctx, enum ibv_qp_type type, const char 
 			goto out;
 		swr.wr.ud.ah = ah;
 		swr.wr.ud.remote_qpn = rcv->qp_num;
-		swr.wr.ud.remote_qkey = 0x11111111;
+		swr.wr.ud.remote_qkey = QP_LOOP_QKEY;
 	}
 	err = ibv_post_recv(snd, &rwr, &bad_rwr);
 	check(name, "post_recv to the send-only QP: ENOMEM", err == ENOMEM, strerror(err));
@@ -210,8 +162,8 @@ int main(int argc, char **argv)
 	printf("%s: %d failed\n", argv[1], failures);
 	return failures;
 }
-EOF
-gcc -O1 -Wall -o "$work/qp-depth" "$work/qp-depth.c" -libverbs || fail "cannot compile the test program"
+EOF_C
+gcc -O1 -Wall -I"$(dirname "$0")" -o "$work/qp-depth" "$work/qp-depth.c" -libverbs || fail "cannot compile the test program"
 
 echo "--- rox_0"
 timeout 120 "$work/qp-depth" rox_0 0
