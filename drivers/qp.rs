@@ -90,8 +90,7 @@ pub(crate) fn create(
     let max_send_sge = queue::SQ_MAX_SGE.min(dev.attr.max_send_sge);
     let max_recv_sge = queue::RQ_MAX_SGE.min(dev.attr.max_recv_sge);
     let max_inline = queue::SQ_MAX_INLINE.min(dev.attr.max_inline_data);
-    if cap.max_send_wr == 0
-        || cap.max_send_sge > max_send_sge
+    if cap.max_send_sge > max_send_sge
         || cap.max_recv_sge > max_recv_sge
         || cap.max_inline_data > max_inline
         || cap.max_send_wr > dev.attr.max_qp_wr
@@ -104,9 +103,6 @@ pub(crate) fn create(
     let (rq, log_rq) = match init.srq {
         Some(_) => (None, 0),
         None => {
-            if cap.max_recv_wr == 0 {
-                return Err(EINVAL);
-            }
             let log_rq = log_depth_for(cap.max_recv_wr, req.log_rq_depth)?;
             (
                 Some(UserRing::new(
@@ -139,8 +135,12 @@ pub(crate) fn create(
     let qpn = dev
         .exec(admin::ADMIN_OP_CREATE_QP, payload!(create_qp: cmd))?
         .result0;
-    cap.max_send_wr = 1 << log_sq;
-    cap.max_recv_wr = if rq.is_some() { 1 << log_rq } else { 0 };
+    cap.max_send_wr = granted_wrs(cap.max_send_wr, log_sq);
+    cap.max_recv_wr = if rq.is_some() {
+        granted_wrs(cap.max_recv_wr, log_rq)
+    } else {
+        0
+    };
     // libibverbs knows one `max_sge` (ib_core reports the smaller of send and receive): report
     // no more than that unless more was asked for, so the caps can be passed back in again.
     cap.max_send_sge = cap.max_send_sge.max(max_send_sge.min(max_recv_sge));
@@ -179,10 +179,22 @@ fn kernel_log_depth(wrs: u32) -> Result<u32> {
         .next_power_of_two()
         .trailing_zeros()
         .max(admin::DEV_MIN_LOG_DEPTH.into());
-    if wrs == 0 || log > KERNEL_MAX_LOG_WQ_DEPTH {
+    if log > KERNEL_MAX_LOG_WQ_DEPTH {
         return Err(EINVAL);
     }
     Ok(log)
+}
+
+/// The work requests a queue of `1 << log` entries takes when `wanted` were asked for. A queue
+/// asked with 0 (a send-only or receive-only QP, as the verbs allow) keeps 0: nothing can be
+/// posted to it (ENOMEM), while the device still gets a real ring of the smallest depth, which
+/// it never reads (its producer index stays 0).
+fn granted_wrs(wanted: u32, log: u32) -> u32 {
+    if wanted == 0 {
+        0
+    } else {
+        1 << log
+    }
 }
 
 /// A kernel consumer's QP: rings in coherent DMA memory, a slot of the driver's doorbell page.
@@ -228,8 +240,8 @@ fn create_kernel(dev: &RoxDev<'_>, qp_type: u8, init: QpInit<'_, RoxVerbs>) -> R
     let qpn = dev
         .exec(admin::ADMIN_OP_CREATE_QP, payload!(create_qp: cmd))?
         .result0;
-    cap.max_send_wr = 1 << log_sq;
-    cap.max_recv_wr = 1 << log_rq;
+    cap.max_send_wr = granted_wrs(cap.max_send_wr, log_sq);
+    cap.max_recv_wr = granted_wrs(cap.max_recv_wr, log_rq);
     cap.max_send_sge = max_send_sge;
     cap.max_recv_sge = max_recv_sge;
     cap.max_inline_data = 0;
@@ -272,6 +284,9 @@ pub(crate) fn post_send(_dev: &RoxDev<'_>, qp: &Qp, wr: &SendWr<'_, RoxVerbs>) -
     let QpQueue::Kernel(k) = &qp.queue else {
         return Err(EOPNOTSUPP);
     };
+    if qp.cap.max_send_wr == 0 {
+        return Err(ENOMEM);
+    }
     let sges = wr.sges();
     if sges.len() > qp.cap.max_send_sge as usize {
         return Err(EINVAL);
@@ -366,6 +381,9 @@ pub(crate) fn post_recv(_dev: &RoxDev<'_>, qp: &Qp, wr: &RecvWr<'_>) -> Result {
     let QpQueue::Kernel(k) = &qp.queue else {
         return Err(EOPNOTSUPP);
     };
+    if qp.cap.max_recv_wr == 0 {
+        return Err(ENOMEM);
+    }
     let sges = wr.sges();
     if sges.len() > qp.cap.max_recv_sge as usize {
         return Err(EINVAL);

@@ -41,6 +41,10 @@ pub struct WorkQueue {
     buf: QueueBuffer,
     entry_shift: u32,
     depth: u32,
+    /// Entries that may be outstanding: `depth`, or 0 for a queue created with no work requests
+    /// (a send-only or receive-only QP keeps a ring of the device's smallest depth that nothing
+    /// is ever posted to).
+    capacity: u32,
     /// Next index to post at.
     pi: u32,
     /// Oldest index not completed yet.
@@ -67,6 +71,7 @@ impl WorkQueue {
             buf: QueueBuffer::new(depth, entry_shift)?,
             entry_shift,
             depth,
+            capacity: depth,
             pi: 0,
             ci: 0,
             wr_ids: vec![0; slots].into_boxed_slice(),
@@ -129,7 +134,13 @@ impl WorkQueue {
         self.wr_ids = wr_ids;
         self.done = done;
         self.depth = depth;
+        self.capacity = depth;
         core::mem::replace(&mut self.buf, buf)
+    }
+
+    /// Make the queue take no work requests (it was created with none): posting is ENOMEM.
+    pub fn disable(&mut self) {
+        self.capacity = 0;
     }
 
     /// The producer index (what the doorbell announces).
@@ -138,7 +149,7 @@ impl WorkQueue {
     }
 
     pub fn is_full(&self) -> bool {
-        self.pi.wrapping_sub(self.ci) >= self.depth
+        self.pi.wrapping_sub(self.ci) >= self.capacity
     }
 
     fn slot(&self, index: u32) -> usize {
@@ -209,6 +220,17 @@ mod tests {
         let index = wq.next_index()?;
         wq.commit(wr_id);
         Some(index)
+    }
+
+    #[test]
+    fn a_queue_created_with_no_work_requests_takes_none() {
+        let mut wq = WorkQueue::new(2, 7, CompletionOrder::InOrder).unwrap();
+        wq.disable();
+        assert!(wq.is_full());
+        assert_eq!(post(&mut wq, 1), None);
+        wq.reset();
+        assert_eq!(post(&mut wq, 1), None, "still none after a reset");
+        assert_eq!(wq.complete(0), None);
     }
 
     #[test]

@@ -369,7 +369,8 @@ pub struct AllocMwCmd {
 }
 /// Memory window rkeys have this bit set; MR keys never do.
 pub const MW_KEY_FLAG: u32 = 1 << 31;
-/// A key (MR lkey/rkey, window rkey) is `index << KEY_INDEX_SHIFT | variant`.
+/// A key (MR lkey/rkey, window rkey) is `index << KEY_INDEX_SHIFT | variant`; the device picks
+/// a random variant for every new MR and window, so keys cannot be guessed from one another.
 pub const KEY_INDEX_SHIFT: u32 = 8;
 /// The bits of a key that change from binding to binding (type 1: librox increments them;
 /// type 2: the binder chooses them).

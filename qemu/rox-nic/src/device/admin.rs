@@ -322,6 +322,7 @@ fn odp_update(hw: &mut Hw, c: &OdpUpdateCmd) -> AdminResult {
 /// than making the deregistration fail as rxe does: a dereg at process teardown cannot fail.
 fn dereg_mr(hw: &mut Hw, lkey: u32) -> AdminResult {
     hw.mrs.remove(&lkey).ok_or(ADMIN_STATUS_BAD_HANDLE)?;
+    hw.mr_indices.remove(&(lkey >> KEY_INDEX_SHIFT));
     for mw in hw.mws.values_mut() {
         if mw.binding.is_some_and(|b| b.mr == lkey) {
             mw.binding = None;
@@ -342,7 +343,9 @@ fn alloc_mw(hw: &mut Hw, c: &AllocMwCmd) -> AdminResult {
     let index = next_id(&mut hw.next_mw, 1, |i| {
         i > MAX_INDEX || mws.contains_key(&i)
     });
-    let rkey = MW_KEY_FLAG | index << KEY_INDEX_SHIFT;
+    // The first rkey's key part is random too; binds change it (librox increments it for type
+    // 1 windows, the binder chooses it for type 2).
+    let rkey = MW_KEY_FLAG | index << KEY_INDEX_SHIFT | random_key_part();
     hw.mws.insert(
         index,
         Mw {
@@ -365,16 +368,24 @@ fn dealloc_mw(hw: &mut Hw, rkey: u32) -> AdminResult {
         .ok_or(ADMIN_STATUS_BAD_HANDLE)
 }
 
-/// A fresh key: index bits count up, the low byte changes so stale keys do not match.
+/// A fresh MR key: the next free index (counting up, so a freed index is reused last) over a
+/// random key part, as HCAs and rxe make them: a peer holding one rkey cannot guess another
+/// MR's, nor a later registration's at a reused index.
 fn alloc_key(hw: &mut Hw) -> u32 {
+    // MR keys stay below MW_KEY_FLAG (window rkeys have it); index 0 is never used.
+    const MAX_INDEX: u32 = (MW_KEY_FLAG - 1) >> KEY_INDEX_SHIFT;
     loop {
-        let k = hw.next_key;
-        // MR keys stay below MW_KEY_FLAG (window rkeys have it).
-        hw.next_key = (hw.next_key.wrapping_add(1) & !MW_KEY_FLAG).max(1 << KEY_INDEX_SHIFT);
-        if !hw.mrs.contains_key(&k) {
-            return k;
+        let index = hw.next_mr_index;
+        hw.next_mr_index = if index >= MAX_INDEX { 1 } else { index + 1 };
+        if hw.mr_indices.insert(index) {
+            return index << KEY_INDEX_SHIFT | random_key_part();
         }
     }
+}
+
+/// The variable low byte of a new key (`KEY_VARIANT_MASK`), from a generator seeded by the OS.
+fn random_key_part() -> u32 {
+    u32::from(rand::random::<u8>()) & KEY_VARIANT_MASK
 }
 
 /// Take a doorbell slot for a new object and zero it: every object's indices start at 0.
@@ -882,4 +893,44 @@ fn query_stats(hw: &mut Hw, engine: &mut Engine, q: &QueryCmd) -> AdminResult {
     let bytes: Vec<u8> = s.iter().flat_map(|v| v.to_le_bytes()).collect();
     write_resp(hw, q.resp_addr, &bytes)?;
     Ok((STATS_COUNT as u32, 0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testkit::{payload, TestDriver};
+    use crate::DeviceConfig;
+
+    #[test]
+    fn mr_keys_have_a_random_key_part_under_a_unique_index() {
+        let mut d = TestDriver::new(DeviceConfig::new([0x52, 0x54, 0, 0x12, 0x34, 0x56]));
+        let buf = d.ram.alloc(4096, 4096);
+        let keys: Vec<u32> = (0..32)
+            .map(|_| d.reg_mr(7, buf, 4096, ACCESS_LOCAL_WRITE).expect("reg_mr"))
+            .collect();
+        let mut indices: Vec<u32> = keys.iter().map(|k| k >> KEY_INDEX_SHIFT).collect();
+        indices.sort_unstable();
+        indices.dedup();
+        assert_eq!(indices.len(), keys.len(), "one index per MR: {keys:x?}");
+        assert!(keys
+            .iter()
+            .all(|k| k & MW_KEY_FLAG == 0 && k >> KEY_INDEX_SHIFT != 0));
+        // A counter gives 31 successors in a row; 32 random bytes give about 0.1.
+        let successors = keys.windows(2).filter(|w| w[1] == w[0] + 1).count();
+        assert!(successors <= 3, "sequential keys: {keys:x?}");
+        // A deregistered key is gone.
+        let old = keys[0];
+        let cmd = HandleCmd {
+            handle: old,
+            reserved: 0,
+        };
+        assert_eq!(
+            d.admin(ADMIN_OP_DEREG_MR, payload(&cmd)).status,
+            ADMIN_STATUS_SUCCESS
+        );
+        assert_eq!(
+            d.admin(ADMIN_OP_DEREG_MR, payload(&cmd)).status,
+            ADMIN_STATUS_BAD_HANDLE
+        );
+    }
 }

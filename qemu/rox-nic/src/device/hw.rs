@@ -2,7 +2,7 @@
 //! the [`DeviceEnv`] the transport engine works through: every memory access on behalf of a
 //! work request is checked here against key, PD, access flags and MR bounds.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
@@ -372,7 +372,10 @@ pub struct Hw {
     /// resolved (all zeroes).
     pub tx_no_dmac_drops: u64,
     pub stats: Stats,
-    pub next_key: u32,
+    /// Next MR key index to try (`alloc_key` in admin.rs).
+    pub next_mr_index: u32,
+    /// Key indices of the registered MRs (an index names one MR whatever its key part).
+    pub mr_indices: HashSet<u32>,
     pub next_cq: u32,
     pub next_qpn: u32,
     pub next_srq: u32,
@@ -380,7 +383,7 @@ pub struct Hw {
 
 /// The first QPN handed to ordinary QPs (0 and 1 are SMI/GSI).
 pub const FIRST_QPN: u32 = 2;
-/// lkey = (MR index << KEY_INDEX_SHIFT) | variant that changes on every registration.
+/// lkey = (MR index << KEY_INDEX_SHIFT) | a random key part (`KEY_VARIANT_MASK`).
 pub use rox_uapi::admin::KEY_INDEX_SHIFT;
 
 /// The window index an MW rkey names.
@@ -414,7 +417,8 @@ impl Hw {
             has_port: false,
             tx_no_dmac_drops: 0,
             stats: [0; STATS_COUNT],
-            next_key: 1 << KEY_INDEX_SHIFT,
+            next_mr_index: 1,
+            mr_indices: HashSet::new(),
             next_cq: 1,
             next_qpn: FIRST_QPN,
             next_srq: 1,
