@@ -1908,3 +1908,73 @@ fn cq_resize_keeps_unconsumed_cqes() {
         ADMIN_STATUS_BAD_HANDLE
     );
 }
+
+/// A WRITE that overruns its target (8001 bytes into an 8000-byte region, 65537 into 65536,
+/// one starting inside and running past the end, one through a memory window one byte too
+/// short) completes with REM_ACCESS_ERR and writes not one byte: the responder checks the
+/// whole RETH range on the first packet.
+#[test]
+fn write_overrunning_a_region_or_window_writes_nothing() {
+    const GUARD_LEN: u64 = 4096;
+    // (what, region length, offset of the write in it, write length, through a window)
+    let cases: [(&str, u64, u64, u32, bool); 5] = [
+        ("8001 into 8000", 8000, 0, 8001, false),
+        ("65537 into 65536", 65536, 0, 65537, false),
+        ("inside and overrunning", 8000, 4000, 5000, false),
+        ("8001 with immediate", 8000, 0, 8001, false),
+        ("8001 into an 8000-byte window", 8000, 0, 8001, true),
+    ];
+    for (what, region_len, offset, len, window) in cases {
+        let mut p = pair(QPT_RC);
+        let src = p.d.ram.alloc(u64::from(len), 4096);
+        p.d.ram.write(src, &pattern(5, len as usize));
+        let src_key = p.d.reg_mr(PD, src, u64::from(len), ALL_ACCESS).unwrap();
+        // The region inside a known pattern; the write must change none of it.
+        let area_len = region_len + 2 * GUARD_LEN;
+        let area = p.d.ram.alloc(area_len, 4096);
+        p.d.ram.write(area, &pattern(6, area_len as usize));
+        let region = area + GUARD_LEN;
+        let rkey = if window {
+            let access = ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE | ACCESS_MW_BIND;
+            let mr = p.d.reg_mr(PD, area, area_len, access).unwrap();
+            let rkey = inc_rkey(alloc_mw(&mut p.d, PD, MW_TYPE_2));
+            let bind = bind_wqe(9, rkey, mr, region, region_len, ACCESS_REMOTE_WRITE);
+            p.d.post_send(&mut p.b, &bind);
+            assert_eq!(p.d.wait_cqe(&mut p.cq_b).status, WC_SUCCESS, "{what}: bind");
+            rkey
+        } else {
+            p.d.reg_mr(PD, region, region_len, ALL_ACCESS).unwrap()
+        };
+        let before = p.d.ram.read(area, area_len as usize);
+        p.d.post_recv(&mut p.b, 50, &[sge(p.buf_b, 64, p.key_b)]);
+        let opcode = if what.contains("immediate") {
+            WR_RDMA_WRITE_WITH_IMM
+        } else {
+            WR_RDMA_WRITE
+        };
+        let w = with_rdma(
+            send_wqe(1, opcode, WQE_FLAG_SIGNALED, &[sge(src, len, src_key)]),
+            region + offset,
+            rkey,
+        );
+        p.d.post_send(&mut p.a, &w);
+        let c = p.d.wait_cqe(&mut p.cq_a);
+        assert_eq!((c.wr_id, c.status), (1, WC_REM_ACCESS_ERR), "{what}");
+        let after = p.d.ram.read(area, area_len as usize);
+        if let Some(at) = after.iter().zip(&before).position(|(a, b)| a != b) {
+            panic!(
+                "{what}: byte {} of the region changed ({:#x} -> {:#x})",
+                at as i64 - GUARD_LEN as i64,
+                before[at],
+                after[at]
+            );
+        }
+        // The receive WR was not consumed by the failed WRITE with immediate: it is flushed
+        // when the responder's QP fails.
+        let r = p.d.poll_cq(&mut p.cq_b);
+        assert!(
+            r.is_none_or(|r| r.wr_id == 50 && r.status != WC_SUCCESS),
+            "{what}: {r:?}"
+        );
+    }
+}

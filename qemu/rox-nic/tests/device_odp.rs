@@ -578,3 +578,56 @@ fn unmap_of_a_faulting_page_lets_the_access_fault_again() {
     assert_eq!((c.wr_id, c.status), (60, WC_SUCCESS));
     let _ = &mut p.cq_b;
 }
+
+/// A WRITE past the end of an on-demand region fails with REM_ACCESS_ERR before any byte
+/// lands: with every page mapped nothing changes, with none mapped no page fault is posted
+/// (the range is refused before a page is looked at).
+#[test]
+fn write_overrunning_an_on_demand_region_writes_nothing_and_faults_nothing() {
+    const LEN: u64 = 8000;
+    for mapped in [true, false] {
+        let mut p = pair(QPT_RC);
+        let src = p.d.ram.alloc(LEN + 1, 4096);
+        p.d.ram.write(src, &pattern(4, LEN as usize + 1));
+        let src_key = p.d.reg_mr(PD, src, LEN + 1, ALL_ACCESS).unwrap();
+        let iova = 0x6666_0000_0000u64;
+        let key = reg_odp(&mut p.d, iova, LEN, ALL_ACCESS);
+        let pages = [p.d.ram.alloc(4096, 4096), p.d.ram.alloc(4096, 4096)];
+        let before: Vec<Vec<u8>> = pages
+            .iter()
+            .map(|&page| {
+                p.d.ram.write(page, &pattern(page, 4096));
+                p.d.ram.read(page, 4096)
+            })
+            .collect();
+        if mapped {
+            map(&mut p.d, key, 0, &pages, true);
+        }
+        let w = with_rdma(
+            send_wqe(
+                1,
+                WR_RDMA_WRITE,
+                WQE_FLAG_SIGNALED,
+                &[sge(src, LEN as u32 + 1, src_key)],
+            ),
+            iova,
+            key,
+        );
+        p.d.post_send(&mut p.a, &w);
+        let c = p.d.wait_cqe(&mut p.cq_a);
+        assert_eq!(
+            (c.wr_id, c.status),
+            (1, WC_REM_ACCESS_ERR),
+            "mapped {mapped}"
+        );
+        for (i, (page, before)) in pages.iter().zip(&before).enumerate() {
+            let after = p.d.ram.read(*page, 4096);
+            let changed = after.iter().zip(before).position(|(a, b)| a != b);
+            assert_eq!(
+                changed, None,
+                "mapped {mapped}: page {i} changed at this offset"
+            );
+        }
+        no_page_fault(&mut p.d);
+    }
+}

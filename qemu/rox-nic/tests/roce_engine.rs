@@ -738,6 +738,76 @@ fn remote_access_errors_leave_memory_untouched() {
     }
 }
 
+/// A WRITE that overruns its target region (from its start or from inside it, one packet or
+/// many, with or without immediate data, RC and UC) fails without writing a single byte: the
+/// responder checks the whole RETH range on the first packet, not packet by packet.
+#[test]
+fn write_overrunning_its_region_writes_nothing() {
+    // (what, region length, offset of the write in it, write length, with immediate)
+    let cases: [(&str, u64, u64, u32, bool); 5] = [
+        ("8001 into 8000", 8000, 0, 8001, false),
+        ("65537 into 65536", 65536, 0, 65537, false),
+        ("inside and overrunning", 8000, 4000, 5000, false),
+        ("one packet overrunning", 8000, 7990, 20, false),
+        ("with immediate", 8000, 0, 8001, true),
+    ];
+    for qp_type in [QpType::Rc, QpType::Uc] {
+        for (what, region_len, offset, len, imm) in cases {
+            let what = format!("{qp_type:?} {what}");
+            let params = QpParams {
+                mtu: Mtu::Mtu1024,
+                ..QpParams::of(qp_type)
+            };
+            let mut t = pair(&params);
+            let data = pattern(7, len as usize);
+            t.net.devs[0].env.fill(BUF, &data);
+            // The target region sits in a known pattern, which the whole memory of the
+            // responder keeps.
+            let target = RECV_AREA + 0x1000;
+            let env = &mut t.net.devs[1].env;
+            let fill = pattern(9, env.mem.len());
+            env.mem.copy_from_slice(&fill);
+            let rkey = env.reg_mr(PD, target, region_len, ALL_ACCESS);
+            let before = env.mem.clone();
+            t.recv_b(50, vec![sge(RECV_AREA, 64, t.key_b)]);
+            let opcode = if imm {
+                WrOpcode::RdmaWriteWithImm
+            } else {
+                WrOpcode::RdmaWrite
+            };
+            let mut wr = send_wr(1, opcode, SendData::Sges(vec![sge(BUF, len, t.key_a)]));
+            wr.remote_addr = target + offset;
+            wr.rkey = rkey;
+            t.post(wr);
+            t.run();
+            let c = t.cqes(0);
+            let expect = if qp_type == QpType::Rc {
+                WcStatus::RemAccessErr
+            } else {
+                // UC has no NAK: the requester completes, the responder drops the message.
+                WcStatus::Success
+            };
+            assert_eq!(
+                c.iter().map(|c| (c.wr_id, c.status)).collect::<Vec<_>>(),
+                [(1, expect)],
+                "{what}"
+            );
+            let env = &t.net.devs[1].env;
+            if let Some(at) = env.mem.iter().zip(&before).position(|(a, b)| a != b) {
+                panic!(
+                    "{what}: responder memory changed at {:#x} (region {target:#x}..{:#x})",
+                    MEM_BASE + at as u64,
+                    target + region_len
+                );
+            }
+            assert!(
+                t.cqes(1).is_empty(),
+                "{what}: the failed WRITE consumed no receive WR"
+            );
+        }
+    }
+}
+
 #[test]
 fn remote_access_error_when_qp_forbids_the_operation() {
     let params = QpParams {

@@ -1045,6 +1045,22 @@ impl DeviceEnv for Hw {
         self.page_fault(r)
     }
 
+    fn check_remote_write(
+        &mut self,
+        pd: u32,
+        qpn: u32,
+        rkey: u32,
+        va: u64,
+        len: u64,
+    ) -> Result<(), AccessError> {
+        let mr = self.remote_mr(pd, qpn, rkey, ACCESS_REMOTE_WRITE, va, len)?;
+        if mr.contains(va, len) {
+            Ok(())
+        } else {
+            Err(AccessError::OutOfBounds)
+        }
+    }
+
     fn bind_mw(&mut self, pd: u32, qpn: u32, bind: &MwBind) -> Result<(), AccessError> {
         self.do_bind_mw(pd, qpn, bind)
     }

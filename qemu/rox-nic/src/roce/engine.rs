@@ -1787,6 +1787,22 @@ impl Qp {
                 }
                 return;
             }
+            // The first packet checks the whole RETH range before any byte lands (as the IBA
+            // responder, rxe's check_rkey and the READ path do): a WRITE that overruns its
+            // target writes nothing. Later packets stay inside it (`remaining`).
+            let reth = p.hdr.reth.filter(|reth| p.info.first && reth.dma_len > 0);
+            if let Some(reth) = reth {
+                let len = u64::from(reth.dma_len);
+                if let Err(e) = env.check_remote_write(pd, qpn, reth.rkey, reth.va, len) {
+                    self.resp.cur = None;
+                    if let AccessError::PageFault { .. } = e {
+                        self.page_fault_rnr(env, stats, psn);
+                    } else {
+                        self.remote_access_error(env, stats, psn);
+                    }
+                    return;
+                }
+            }
             // WRITE with immediate consumes a receive WR; get it before touching memory so an
             // RNR NAK leaves nothing half-done.
             let recv = if p.hdr.imm.is_some() {

@@ -341,6 +341,20 @@ pub trait DeviceEnv {
         self.read_remote(pd, qpn, rkey, va, &mut probe)?;
         self.read_remote(pd, qpn, rkey, last, &mut probe)
     }
+    /// Checks that `[va, va + len)` may be written for a remote peer through `rkey` (as
+    /// `write_remote`) without writing: the key, PD, access and bounds (of the region, and of
+    /// a memory window's binding). The responder checks a WRITE's whole RETH range with it on
+    /// the first packet, so a WRITE that overruns its target writes no byte.
+    /// Pages of an on-demand region need not be present: each packet faults its own pages.
+    /// `len` > 0.
+    fn check_remote_write(
+        &mut self,
+        pd: u32,
+        qpn: u32,
+        rkey: u32,
+        va: u64,
+        len: u64,
+    ) -> Result<(), AccessError>;
     /// Write memory for a remote peer through `rkey` (as for `read_remote`); requires
     /// IBV_ACCESS_REMOTE_WRITE.
     fn write_remote(

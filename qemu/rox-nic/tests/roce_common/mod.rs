@@ -207,6 +207,18 @@ impl DeviceEnv for MockEnv {
         self.mem[at..at + data.len()].copy_from_slice(data);
         Ok(())
     }
+    fn check_remote_write(
+        &mut self,
+        pd: u32,
+        _qpn: u32,
+        rkey: u32,
+        va: u64,
+        len: u64,
+    ) -> Result<(), AccessError> {
+        let len = usize::try_from(len).map_err(|_| AccessError::OutOfBounds)?;
+        self.check(pd, rkey, va, len, ACCESS_REMOTE_WRITE)
+            .map(|_| ())
+    }
     fn atomic_remote(
         &mut self,
         pd: u32,
