@@ -19,8 +19,8 @@ use super::{Control, DeviceConfig, DeviceError, Shared};
 use crate::port::frame::{self, Rx, ETH_HEADER_LEN};
 use crate::port::{FrameRef, Link, Port, RxBatch, DEFAULT_SOCKET_MTU};
 use crate::roce::{
-    self, AddressVector, Engine, FailedWr, FlushSpec, MwBind, SendData, SendWr, UdDest, WcStatus,
-    WrOpcode,
+    self, AddressVector, Engine, FailedWr, FlushSpec, Mtu, MwBind, SendData, SendWr, UdDest,
+    WcStatus, WrOpcode,
 };
 
 pub use super::admin::DEVICE_CAPS;
@@ -96,7 +96,7 @@ impl DataPath {
             shared,
             ctl,
             hw,
-            engine: Engine::new(),
+            engine: Engine::with_ud_mtu(Mtu::largest_within(max_frame - ETH_HEADER_LEN)),
             port,
             netdev,
             admin: None,
@@ -272,7 +272,7 @@ impl DataPath {
         let has_port = self.port.is_some();
         self.hw = Hw::new(self.shared.clone(), self.mac);
         self.hw.has_port = has_port;
-        self.engine = Engine::new();
+        self.engine = Engine::with_ud_mtu(self.engine.ud_mtu());
         self.admin = None;
         self.admin_pi = 0;
         self.shared.doorbells.clear();

@@ -341,10 +341,22 @@ struct Qp {
 }
 
 /// Transport engine of one device: the QP table of transport contexts and their state machines.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Engine {
     qps: HashMap<u32, Qp>,
     stats: EngineStats,
+    /// MTU of UD (and GSI) QPs, which no modify_qp sets: the largest the port carries.
+    ud_mtu: Mtu,
+}
+
+impl Default for Engine {
+    fn default() -> Engine {
+        Engine {
+            qps: HashMap::new(),
+            stats: EngineStats::default(),
+            ud_mtu: Mtu::Mtu4096,
+        }
+    }
 }
 
 fn wc_opcode(kind: WqeKind, opcode: WrOpcode) -> WcOpcode {
@@ -2077,6 +2089,18 @@ impl Engine {
         Engine::default()
     }
 
+    pub fn ud_mtu(&self) -> Mtu {
+        self.ud_mtu
+    }
+
+    /// An engine whose UD QPs send at most `ud_mtu` bytes per message (the port's limit).
+    pub fn with_ud_mtu(ud_mtu: Mtu) -> Engine {
+        Engine {
+            ud_mtu,
+            ..Engine::default()
+        }
+    }
+
     pub fn stats(&self) -> &EngineStats {
         &self.stats
     }
@@ -2087,12 +2111,18 @@ impl Engine {
             return Err(EngineError::QpExists(cfg.qpn));
         }
         const DEFAULT_RETRY: u8 = 7;
+        // RC/UC get their path MTU from modify_qp; UD has none and uses the port's.
+        let mtu = if cfg.qp_type == QpType::Ud {
+            self.ud_mtu
+        } else {
+            Mtu::Mtu1024
+        };
         self.qps.insert(
             cfg.qpn,
             Qp {
                 cfg,
                 state: QpState::Reset,
-                mtu: Mtu::Mtu1024,
+                mtu,
                 dest_qpn: 0,
                 timeout: 0,
                 retry_cnt: DEFAULT_RETRY,

@@ -113,6 +113,16 @@ impl Mtu {
         uv::mtu_bytes(self as u8)
     }
 
+    /// The largest MTU whose UD packets fit in an IP MTU of `ip_mtu` bytes: payload plus the
+    /// largest RoCEv2 headers (IPv6, UDP, BTH, DETH) and the ICRC. At least 256.
+    pub fn largest_within(ip_mtu: usize) -> Mtu {
+        const UD_OVERHEAD: usize = 40 + 8 + 12 + 8 + 4;
+        [Mtu::Mtu4096, Mtu::Mtu2048, Mtu::Mtu1024, Mtu::Mtu512]
+            .into_iter()
+            .find(|m| m.bytes() as usize + UD_OVERHEAD <= ip_mtu)
+            .unwrap_or(Mtu::Mtu256)
+    }
+
     /// Decodes an `ibv_mtu` value.
     pub fn from_ibv(value: u8) -> Option<Mtu> {
         Some(match value {
@@ -123,5 +133,19 @@ impl Mtu {
             uv::MTU_4096 => Mtu::Mtu4096,
             _ => return None,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Mtu;
+
+    #[test]
+    fn ud_mtu_is_the_largest_that_fits_the_port() {
+        assert_eq!(Mtu::largest_within(9000), Mtu::Mtu4096);
+        assert_eq!(Mtu::largest_within(4096 + 72), Mtu::Mtu4096);
+        assert_eq!(Mtu::largest_within(4096 + 71), Mtu::Mtu2048);
+        assert_eq!(Mtu::largest_within(1500), Mtu::Mtu1024);
+        assert_eq!(Mtu::largest_within(100), Mtu::Mtu256);
     }
 }
