@@ -111,10 +111,12 @@ CASES = [
     (f"RDMA READ {XFER_MIB} MiB checksummed", xfer("read")),
 ]
 
-# What a client sees while its server is not listening yet (the only reason to try again).
-NOT_LISTENING = re.compile(
-    r"Couldn't connect|Unable to Connect|Connection refused|REJECTED|UNREACHABLE|"
-    r"rdma_connect|Failed to connect|Couldn't resolve", re.I)
+# What a client sees while its server is not listening yet, and nothing else (the only reason
+# to try again): a refused TCP connection (pingpong, perftest), or an rdma_cm REJ with reason 8,
+# invalid service ID (rping, ucmatose, rdma-xfer).
+NOT_LISTENING = re.compile(r"Couldn't connect to \S+:\d+|REJECTED\D{1,12}8\b")
+# The line that says what a passing run achieved, per kind of program.
+SUMMARY = re.compile(r"iters in|^\s*\d+\s+\d+\s+[\d.]+|ping data|return status|rdma-xfer: (write|read)")
 
 
 def run_step(step, me, ctx, names, case, srv_tmpl, cli_tmpl, check):
@@ -137,7 +139,8 @@ def run_step(step, me, ctx, names, case, srv_tmpl, cli_tmpl, check):
             time.sleep(1)
     ok = rc == 0 and check(out)
     lines = [l for l in out.strip().splitlines() if l.strip()]
-    detail = lines[-1].strip() if lines else "(no output)"
+    summary = [l for l in lines if SUMMARY.search(l)]
+    detail = (summary or lines or ["(no output)"])[-1].strip()
     print(f"RESULT {step} {role} {'ok' if ok else 'fail'} {label} | {detail}", flush=True)
     if not ok:
         print(f"--- {role} of step {step} ({cmd}) exited {rc}:", flush=True)

@@ -137,7 +137,9 @@ fn main() {
         benchkit::print_row(size, write, send);
     }
     benchkit::print_footer();
-    let (fps, mbps) = port_limit(secs.max(0.5));
+    let dir = tempfile::tempdir().unwrap();
+    let (la, lb) = dgram_wire(dir.path(), "ra.sock", "rb.sock");
+    let (fps, mbps) = benchkit::port_limit(&la, &lb, 9000, secs.max(0.5)).unwrap();
     println!(
         "port raw limit (dgram socket pair, 4 KiB frames, no RDMA): {fps:.0} frames/s, {mbps:.0} MB/s"
     );
@@ -153,56 +155,4 @@ fn main() {
         responder[STAT_ACKS_SENT],
         requester[STAT_TX_PACKETS] as f64 / responder[STAT_ACKS_SENT].max(1) as f64
     );
-}
-
-/// The raw limit of a dgram port pair: 4 KiB frames from one port to the other (a sender
-/// and a receiver thread, batched sendmmsg/recvmmsg, no RDMA on top) for `secs`.
-fn port_limit(secs: f64) -> (f64, f64) {
-    use rox_nic::port::{Link, Port};
-    const FRAME: usize = 4096;
-    const MTU: usize = 9000;
-    let dir = tempfile::tempdir().unwrap();
-    let (la, lb) = dgram_wire(dir.path(), "ra.sock", "rb.sock");
-    let (mac_a, mac_b) = ([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]);
-    let mut rx = Port::with_link(Link::open(&lb).unwrap(), mac_b, MTU, None, None).unwrap();
-    let mut tx = Port::with_link(Link::open(&la).unwrap(), mac_a, MTU, None, None).unwrap();
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let receiver = {
-        let stop = stop.clone();
-        std::thread::spawn(move || {
-            let mut frames = 0u64;
-            let mut bytes = 0u64;
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                match rx.recv().unwrap() {
-                    0 => std::thread::yield_now(),
-                    _ => {
-                        for f in rx.frames() {
-                            frames += 1;
-                            bytes += f.len() as u64;
-                        }
-                    }
-                }
-            }
-            (frames, bytes)
-        })
-    };
-    let payload = vec![0x45u8; FRAME - rox_nic::port::frame::ETH_HEADER_LEN];
-    let start = Instant::now();
-    while start.elapsed().as_secs_f64() < secs {
-        while tx.has_backlog() {
-            if tx.flush() == 0 {
-                std::thread::yield_now();
-            }
-        }
-        for _ in 0..rox_nic::port::BATCH {
-            tx.queue_ip(&mac_b, payload.clone());
-        }
-        tx.flush();
-    }
-    let t = start.elapsed().as_secs_f64();
-    // Let the receiver take what is still queued, then stop it.
-    std::thread::sleep(std::time::Duration::from_millis(50));
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let (frames, bytes) = receiver.join().unwrap();
-    (frames as f64 / t, bytes as f64 / t / 1e6)
 }

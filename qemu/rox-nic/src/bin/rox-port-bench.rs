@@ -1,0 +1,127 @@
+//! rox-port-bench: the raw limit of the wires a rox-nic port can own — how many 4 KiB frames per
+//! second (and MB/s) this host moves through them with no RDMA on top, batched the way the
+//! device's data path batches. tests/bench/compare prints it next to the RDMA numbers, so the
+//! distance to the physical limit is visible.
+//!
+//!   rox-port-bench [--seconds S] [--mtu N]
+//!
+//! Measures a pair of unix dgram sockets (QEMU `-netdev dgram` framing) and two taps on a Linux
+//! bridge. The taps and the bridge live in a network namespace private to this process (it
+//! vanishes with the process, so nothing is left behind); that part needs root.
+
+use std::process::{Command, ExitCode};
+
+use clap::Parser;
+use rox_nic::benchkit::{port_limit, RAW_FRAME_BYTES};
+use rox_nic::port::LinkSpec;
+
+#[derive(Parser, Debug)]
+#[command(about = "Raw frames/s and MB/s of the wires a rox-nic port can own")]
+struct Args {
+    /// Seconds per measurement.
+    #[arg(long, default_value_t = 2.0)]
+    seconds: f64,
+    /// MTU of the taps and the bridge.
+    #[arg(long, default_value_t = 9000)]
+    mtu: usize,
+}
+
+fn ip(args: &[&str]) -> Result<(), String> {
+    let status = Command::new("ip")
+        .args(args)
+        .status()
+        .map_err(|e| format!("ip {}: {e}", args.join(" ")))?;
+    status
+        .success()
+        .then_some(())
+        .ok_or_else(|| format!("ip {} failed ({status})", args.join(" ")))
+}
+
+/// Two taps on a bridge, in a network namespace of this process's own.
+fn private_bridge(mtu: usize) -> Result<(LinkSpec, LinkSpec), String> {
+    // SAFETY: unshare only changes this (still single-threaded) process's namespaces.
+    if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
+        return Err(format!(
+            "unshare(CLONE_NEWNET): {} (needs root)",
+            std::io::Error::last_os_error()
+        ));
+    }
+    let mtu = mtu.to_string();
+    ip(&["link", "add", "br0", "mtu", &mtu, "type", "bridge"])?;
+    for tap in ["tapa", "tapb"] {
+        ip(&["tuntap", "add", tap, "mode", "tap"])?;
+        ip(&["link", "set", tap, "mtu", &mtu, "master", "br0", "up"])?;
+    }
+    ip(&["link", "set", "br0", "up"])?;
+    Ok((LinkSpec::Tap("tapa".into()), LinkSpec::Tap("tapb".into())))
+}
+
+fn report(what: &str, result: std::io::Result<(f64, f64)>) -> bool {
+    match result {
+        Ok((fps, mbps)) => {
+            println!(
+                "port raw limit, {what}, {} B frames: {fps:.0} frames/s, {mbps:.0} MB/s",
+                RAW_FRAME_BYTES
+            );
+            true
+        }
+        Err(e) => {
+            eprintln!("rox-port-bench: {what}: {e}");
+            false
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    // The namespace first, while this process has one thread.
+    let bridge = private_bridge(args.mtu);
+    let dir = match tempfile_dir() {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("rox-port-bench: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let (a, b) = (dir.join("a.sock"), dir.join("b.sock"));
+    let dgram = (
+        LinkSpec::Dgram {
+            local: a.clone(),
+            remote: b.clone(),
+        },
+        LinkSpec::Dgram {
+            local: b,
+            remote: a,
+        },
+    );
+    let mut ok = report(
+        "unix dgram socket pair",
+        port_limit(&dgram.0, &dgram.1, args.mtu, args.seconds),
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    ok &= match bridge {
+        Ok((ta, tb)) => report(
+            &format!("two taps on a Linux bridge (MTU {})", args.mtu),
+            port_limit(&ta, &tb, args.mtu, args.seconds),
+        ),
+        Err(e) => {
+            eprintln!("rox-port-bench: tap pair: {e}");
+            false
+        }
+    };
+    if std::env::var_os("ROX_PORT_BENCH_DEBUG").is_some() {
+        let _ = Command::new("ip").args(["-s", "link"]).status();
+    }
+    if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+/// A fresh directory for the dgram sockets (unix socket paths must stay short).
+fn tempfile_dir() -> Result<std::path::PathBuf, String> {
+    let dir = std::env::temp_dir().join(format!("rox-port-bench.{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    Ok(dir)
+}
