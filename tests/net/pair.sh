@@ -50,7 +50,10 @@ if [ "$role" = client ]; then
 		# One router on the path: the reply's TTL is 64 - 1.
 		ttl=$(ping -c1 -W2 "$peer" | sed -n 's/.*ttl=\([0-9]*\).*/\1/p')
 		[ "$ttl" = 63 ] || fail "ping $peer: TTL ${ttl:-none}, expected 63 (one router hop)"
-		echo "client: $peer is on subnet $ROX_SUBNET_1, routed via ${!router_var} (ping TTL 63)"
+		peer6=$ROX_IP6_1_0
+		hops=$(ping -6 -c1 -W2 "$peer6" | sed -n 's/.*ttl=\([0-9]*\).*/\1/p')
+		[ "$hops" = 63 ] || fail "ping -6 $peer6: hop limit ${hops:-none}, expected 63 (one router hop)"
+		echo "client: $peer ($peer6) is on subnet $ROX_SUBNET_1, routed via ${!router_var} (ping TTL 63, IPv4 and IPv6)"
 	fi
 fi
 

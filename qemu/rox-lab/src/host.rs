@@ -243,7 +243,10 @@ fn relay(src: impl Read + Send + 'static, prefix: String, to_stderr: bool) -> Jo
                 let mut o = std::io::stdout().lock();
                 o.write_all(&buf).and_then(|_| o.flush())
             };
+            // Our output is gone (e.g. piped into `head`): keep draining the child's, or a
+            // guest blocked on its serial console would stall until the timeout.
             if res.is_err() {
+                let _ = std::io::copy(&mut src, &mut std::io::sink());
                 break;
             }
         }
