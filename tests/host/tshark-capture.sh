@@ -6,8 +6,12 @@
 # checksums). tshark 4.4 shows the ICRC but does not verify it; the ICRC is checked by
 # roce_wire's tests and by every receive in the engine tests.
 #
-# Usage: tests/host/tshark-capture.sh [--pcap FILE]   (FILE: check an existing capture instead;
-#        it must lie inside the clone so the root sees it under /rox)
+# Usage: tests/host/tshark-capture.sh [--pcap FILE [--bridge]]
+#   --pcap FILE  check an existing capture instead (inside the clone or the cache, which the root
+#                sees as /rox and /cache)
+#   --bridge     FILE is a capture of a lab bridge (tests/interop/run --capture): it also holds
+#                ARP, IP, TCP... of the guests' netdevs; every RoCEv2 frame (UDP 4791) must
+#                decode as InfiniBand with no malformed or flagged field
 set -euo pipefail
 
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -18,9 +22,10 @@ fail() {
 	exit 1
 }
 
-pcap=
+pcap= bridge=
 if [ "${1:-}" = "--pcap" ]; then
 	pcap=$(realpath "${2:?--pcap needs a file}")
+	[ "${3:-}" != --bridge ] || bridge=1
 else
 	out_dir="$top/target/roce-capture"
 	mkdir -p "$out_dir"
@@ -33,7 +38,8 @@ fi
 [ -s "$pcap" ] || fail "no capture at $pcap"
 case "$pcap" in
 "$top"/*) in_root_pcap="/rox/${pcap#"$top"/}" ;;
-*) fail "capture $pcap is outside the clone $top (the root sees only the clone, at /rox)" ;;
+"$ROX_CACHE"/*) in_root_pcap=$(cache_path_in_root "$pcap") ;;
+*) fail "capture $pcap is outside the clone $top and the cache $ROX_CACHE (the root sees only those)" ;;
 esac
 
 root=$(root_dir)
@@ -51,6 +57,21 @@ tshark() {
 
 frames=$(tshark -T fields -e frame.number | wc -l)
 [ "$frames" -gt 0 ] || fail "tshark read no frames from $pcap"
+
+if [ -n "$bridge" ]; then
+	roce=$(tshark -Y 'udp.dstport == 4791' -T fields -e frame.number | wc -l)
+	[ "$roce" -gt 0 ] || fail "no RoCEv2 frames (UDP 4791) among the $frames frames of $pcap"
+	not_ib=$(tshark -Y 'udp.dstport == 4791 && !infiniband' -T fields -e frame.number | head -20)
+	[ -z "$not_ib" ] || fail "RoCEv2 frames not decoded as InfiniBand: $(echo $not_ib)"
+	bad=$(tshark -Y 'udp.dstport == 4791 && (_ws.malformed || _ws.expert.severity >= "Warning")' \
+		-T fields -e frame.number -e _ws.expert.message | head -20)
+	[ -z "$bad" ] || fail "malformed or flagged RoCEv2 frames:"$'\n'"$bad"
+	macs=$(tshark -Y 'udp.dstport == 4791' -T fields -e eth.src | sort -u | wc -l)
+	opcodes=$(tshark -Y 'udp.dstport == 4791' -T fields -e infiniband.bth.opcode | sort -n | uniq | wc -l)
+	printf 'tshark-capture: OK: %d frames on the bridge, %d RoCEv2 from %d MACs all decoded as InfiniBand (%d distinct BTH opcodes), none malformed or flagged\n' \
+		"$frames" "$roce" "$macs" "$opcodes"
+	exit 0
+fi
 
 not_roce=$(tshark -T fields -e frame.number -e frame.protocols | awk -F'\t' '$2 !~ /:udp:infiniband/ {print $1}')
 [ -z "$not_roce" ] || fail "frames not decoded as RoCEv2 (UDP 4791 / InfiniBand): $(echo $not_roce)"

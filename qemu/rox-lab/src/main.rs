@@ -66,6 +66,9 @@ struct Cli {
     /// Capture bridge 0 with tcpdump into this pcap file.
     #[arg(long)]
     capture: Option<PathBuf>,
+    /// Stop capturing after this many frames (tcpdump -c; the default takes every frame).
+    #[arg(long, requires = "capture")]
+    capture_frames: Option<u64>,
     /// Extra vfio-user device socket (under $ROX_CACHE) attached to guest 0; repeatable.
     #[arg(long = "vfio-user")]
     vfio_user: Vec<PathBuf>,
@@ -387,9 +390,11 @@ impl Runner {
             "root",
             "-s",
             "0",
-            "-w",
-        ])
-        .arg(self.paths.in_root(&pcap)?);
+        ]);
+        if let Some(n) = self.cli.capture_frames {
+            cmd.args(["-c", &n.to_string()]);
+        }
+        cmd.arg("-w").arg(self.paths.in_root(&pcap)?);
         self.helpers.push(Supervised::spawn(
             format!("tcpdump -> {}", file.display()),
             cmd,
