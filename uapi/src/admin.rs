@@ -516,8 +516,10 @@ pub const DEV_MAX_LOG_WQ_DEPTH: u8 = 14;
 pub const DEV_MAX_LOG_CQ_DEPTH: u8 = 16;
 /// Smallest log2 depth of any ring.
 pub const DEV_MIN_LOG_DEPTH: u8 = 1;
-/// Outstanding RDMA READ / atomic requests per QP (initiator and responder).
-pub const DEV_MAX_RD_ATOMIC: u8 = 16;
+/// Outstanding RDMA READ / atomic requests per QP (initiator and responder). 128 as rdma_rxe:
+/// perftest sets a QP's initiator depth to the peer's responder resources without clamping it
+/// to the local limit, so a smaller limit fails READ and atomic runs against rxe (EINVAL at RTS).
+pub const DEV_MAX_RD_ATOMIC: u8 = 128;
 /// Largest page list (data pages) of one MR or ring.
 pub const DEV_MAX_PBL_PAGES: u32 = 1 << 20;
 pub const DEV_MAX_MR_SIZE: u64 = 1 << 40;
