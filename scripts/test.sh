@@ -25,6 +25,14 @@ stage guest-pair tests/guest/pair-pingpong || exit 1
 # router namespace, and one guest on a 1500-byte Ethernet.
 stage guest-routed tests/net/routed-pingpong || exit 1
 stage guest-mtu1500 tests/net/mtu1500 || exit 1
+# Interop with Linux's rdma_rxe over the bridge, both directions (tests/interop/run), capturing
+# the bridge's first frames; then every RoCEv2 frame of that capture (rox's and rxe's) must
+# decode as InfiniBand in tshark and carry the ICRC rox-nic recomputes.
+capture=$ROX_CACHE/capture/interop.pcap
+mkdir -p "$(dirname "$capture")" && rm -f "$capture"
+stage interop tests/interop/run --capture "$capture" --capture-frames 40000 || exit 1
+stage bridge-tshark tests/host/tshark-capture.sh --pcap "$capture" --bridge || exit 1
+stage bridge-icrc target/release/rox-pcap-check "$capture" --min-roce 1000 || exit 1
 # Reliability under the debug kernel (kmemleak, KFENCE, SLUB debug): 50 load/probe/unload
 # cycles and rmmod with live objects, with kmemleak required to report nothing.
 stage kernel-debug scripts/setup-kernel.sh debug || exit 1
