@@ -448,7 +448,14 @@ fn peer_gid() -> [u8; 16] {
 }
 
 /// A RoCEv2 frame from the test's side to the rig's device.
-fn roce_frame(rig: &Rig, opcode: u8, dest_qpn: u32, pkey: u16, deth: Option<wire::Deth>, payload: &[u8]) -> Vec<u8> {
+fn roce_frame(
+    rig: &Rig,
+    opcode: u8,
+    dest_qpn: u32,
+    pkey: u16,
+    deth: Option<wire::Deth>,
+    payload: &[u8],
+) -> Vec<u8> {
     let mut hdr = wire::Headers::new(wire::Bth {
         opcode,
         solicited: false,
@@ -470,7 +477,11 @@ fn roce_frame(rig: &Rig, opcode: u8, dest_qpn: u32, pkey: u16, deth: Option<wire
         &hdr,
         payload,
     );
-    [&frame::roce_header(&rig.mac, &PEER_MAC, &packet)[..], &packet].concat()
+    [
+        &frame::roce_header(&rig.mac, &PEER_MAC, &packet)[..],
+        &packet,
+    ]
+    .concat()
 }
 
 /// An ARP-like broadcast frame carrying `marker` (for the netdev).
@@ -496,7 +507,11 @@ fn wait_stat(d: &mut TestDriver, counter: usize, at_least: u64) -> Vec<u64> {
         if s[counter] >= at_least {
             return s;
         }
-        assert!(Instant::now() < give_up, "counter {counter} stayed at {}", s[counter]);
+        assert!(
+            Instant::now() < give_up,
+            "counter {counter} stayed at {}",
+            s[counter]
+        );
         std::thread::sleep(Duration::from_millis(2));
     }
 }
@@ -517,7 +532,12 @@ fn bad_frames_on_the_port_are_dropped_and_counted_and_netdev_traffic_goes_on() {
     let buf = r.d.ram.alloc(4096, 4096);
     let key = r.d.reg_mr(PD, buf, 4096, ALL_ACCESS).unwrap();
     r.d.post_recv(&mut ud, 1, &[sge(buf, 4096, key)]);
-    let deth = |qkey| Some(wire::Deth { qkey, src_qpn: 0x77 });
+    let deth = |qkey| {
+        Some(wire::Deth {
+            qkey,
+            src_qpn: 0x77,
+        })
+    };
     let good = roce_frame(&r, UD_SEND_ONLY, ud.qpn, 0xffff, deth(UD_QKEY), b"fine");
     let mut bad_icrc = good.clone();
     *bad_icrc.last_mut().unwrap() ^= 0x10;
@@ -541,17 +561,49 @@ fn bad_frames_on_the_port_are_dropped_and_counted_and_netdev_traffic_goes_on() {
     let mut bad_ip_len = good.clone();
     bad_ip_len[ETH_HEADER_LEN + 2..ETH_HEADER_LEN + 4].copy_from_slice(&9999u16.to_be_bytes());
     let cases: Vec<(&str, Vec<u8>, usize)> = vec![
-        ("shorter than a header", good[..10].to_vec(), STAT_PORT_DROP_MALFORMED),
-        ("truncated IP packet", good[..ETH_HEADER_LEN + 30].to_vec(), STAT_PORT_DROP_MALFORMED),
-        ("IP length beyond the frame", bad_ip_len, STAT_PORT_DROP_MALFORMED),
+        (
+            "shorter than a header",
+            good[..10].to_vec(),
+            STAT_PORT_DROP_MALFORMED,
+        ),
+        (
+            "truncated IP packet",
+            good[..ETH_HEADER_LEN + 30].to_vec(),
+            STAT_PORT_DROP_MALFORMED,
+        ),
+        (
+            "IP length beyond the frame",
+            bad_ip_len,
+            STAT_PORT_DROP_MALFORMED,
+        ),
         ("IPv4 options on RoCE", options, STAT_PORT_DROP_MALFORMED),
         ("wrong ICRC", bad_icrc, STAT_RX_ICRC_ERRORS),
-        ("unknown QP", roce_frame(&r, UD_SEND_ONLY, 0x7777, 0xffff, deth(UD_QKEY), b"x"), STAT_RX_UNKNOWN_QP),
-        ("bad P_Key", roce_frame(&r, UD_SEND_ONLY, ud.qpn, 0x1234, deth(UD_QKEY), b"x"), STAT_RX_BAD_KEY),
-        ("bad UD Q_Key", roce_frame(&r, UD_SEND_ONLY, ud.qpn, 0xffff, deth(UD_QKEY + 1), b"x"), STAT_RX_BAD_KEY),
+        (
+            "unknown QP",
+            roce_frame(&r, UD_SEND_ONLY, 0x7777, 0xffff, deth(UD_QKEY), b"x"),
+            STAT_RX_UNKNOWN_QP,
+        ),
+        (
+            "bad P_Key",
+            roce_frame(&r, UD_SEND_ONLY, ud.qpn, 0x1234, deth(UD_QKEY), b"x"),
+            STAT_RX_BAD_KEY,
+        ),
+        (
+            "bad UD Q_Key",
+            roce_frame(&r, UD_SEND_ONLY, ud.qpn, 0xffff, deth(UD_QKEY + 1), b"x"),
+            STAT_RX_BAD_KEY,
+        ),
         ("VLAN-tagged", vlan, STAT_PORT_DROP_VLAN),
-        ("longer than MTU + header", vec![0xff; 9000 + ETH_HEADER_LEN + 1], STAT_PORT_DROP_OVERSIZE),
-        ("unicast to another MAC", other_mac, STAT_PORT_DROP_OTHER_MAC),
+        (
+            "longer than MTU + header",
+            vec![0xff; 9000 + ETH_HEADER_LEN + 1],
+            STAT_PORT_DROP_OVERSIZE,
+        ),
+        (
+            "unicast to another MAC",
+            other_mac,
+            STAT_PORT_DROP_OTHER_MAC,
+        ),
     ];
     let guest = r.guest.take().unwrap();
     for (marker, (what, bad, counter)) in cases.into_iter().enumerate() {
@@ -559,10 +611,17 @@ fn bad_frames_on_the_port_are_dropped_and_counted_and_netdev_traffic_goes_on() {
         r.wire.send(&bad).unwrap();
         let normal = netdev_frame([0xff; 6], marker as u32);
         r.wire.send(&normal).unwrap();
-        assert_eq!(recv(&guest), normal, "{what}: the netdev frame behind it arrived");
+        assert_eq!(
+            recv(&guest),
+            normal,
+            "{what}: the netdev frame behind it arrived"
+        );
         let after = wait_stat(&mut r.d, counter, before[counter] + 1);
         assert_eq!(after[counter], before[counter] + 1, "{what}");
-        assert_eq!(after[STAT_CQES], before[STAT_CQES], "{what}: nothing delivered");
+        assert_eq!(
+            after[STAT_CQES], before[STAT_CQES],
+            "{what}: nothing delivered"
+        );
     }
     // The device still works: the good frame arrives at the UD QP.
     r.wire.send(&good).unwrap();
@@ -592,7 +651,17 @@ fn netdev_frames_are_forwarded_both_ways_unchanged() {
         netdev_frame([0xff; 6], 2),
         netdev_frame([0x01, 0x00, 0x5e, 0, 0, 0xfb], 3),
     ];
-    let mut mcast = roce_frame(&r, UD_SEND_ONLY, 1, 0xffff, Some(wire::Deth { qkey: 1, src_qpn: 2 }), b"m");
+    let mut mcast = roce_frame(
+        &r,
+        UD_SEND_ONLY,
+        1,
+        0xffff,
+        Some(wire::Deth {
+            qkey: 1,
+            src_qpn: 2,
+        }),
+        b"m",
+    );
     mcast[..6].copy_from_slice(&[0x01, 0x00, 0x5e, 0x01, 0x02, 0x03]);
     let ip = ETH_HEADER_LEN;
     mcast[ip + 16..ip + 20].copy_from_slice(&[239, 1, 2, 3]);
@@ -645,7 +714,10 @@ fn same_device_loopback_without_a_port_and_never_on_the_wire_with_one() {
         let msg = pattern(5, 10_000);
         d.ram.write(buf, &msg);
         d.post_recv(&mut q2, 1, &[sge(buf + 32768, 16384, key)]);
-        d.post_send(&mut q1, &send_wqe(2, WR_SEND, WQE_FLAG_SIGNALED, &[sge(buf, 10_000, key)]));
+        d.post_send(
+            &mut q1,
+            &send_wqe(2, WR_SEND, WQE_FLAG_SIGNALED, &[sge(buf, 10_000, key)]),
+        );
         let mut done = [d.wait_cqe(&mut cq), d.wait_cqe(&mut cq)];
         done.sort_by_key(|c| c.wr_id);
         assert_eq!((done[0].status, done[0].byte_len), (WC_SUCCESS, 10_000));
@@ -686,7 +758,11 @@ fn device_pcap_of_a_real_exchange_is_ethernet_with_good_icrcs() {
         let kb = b.reg_mr(PD, bbuf, BUF, ALL_ACCESS).unwrap();
         let mut qa = qa;
         for (i, op) in [WR_RDMA_WRITE, WR_RDMA_READ].into_iter().enumerate() {
-            let w = with_rdma(send_wqe(i as u64, op, WQE_FLAG_SIGNALED, &[sge(abuf, 5000, ka)]), bbuf, kb);
+            let w = with_rdma(
+                send_wqe(i as u64, op, WQE_FLAG_SIGNALED, &[sge(abuf, 5000, ka)]),
+                bbuf,
+                kb,
+            );
             a.post_send(&mut qa, &w);
             assert_eq!(a.wait_cqe(&mut cqa).status, WC_SUCCESS);
         }
@@ -697,7 +773,10 @@ fn device_pcap_of_a_real_exchange_is_ethernet_with_good_icrcs() {
     for (_, f) in &frames {
         let (dst, src) = (&f[..6], &f[6..12]);
         assert!((src, dst) == (&ma[..], &mb[..]) || (src, dst) == (&mb[..], &ma[..]));
-        assert_eq!(frame::ethertype(f[..ETH_HEADER_LEN].try_into().unwrap()), frame::ETHERTYPE_IPV4);
+        assert_eq!(
+            frame::ethertype(f[..ETH_HEADER_LEN].try_into().unwrap()),
+            frame::ETHERTYPE_IPV4
+        );
         let ip = &f[ETH_HEADER_LEN..];
         let at = ip.len() - wire::ICRC_LEN;
         assert_eq!(

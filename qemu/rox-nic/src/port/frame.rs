@@ -152,8 +152,7 @@ fn ipv4(p: &[u8]) -> Result<Ip, Malformed> {
         return Ok(Ip::Other);
     }
     check_udp_header(udp)?;
-    if dst[0] & IPV4_MULTICAST_MASK == IPV4_MULTICAST_HIGH_BITS
-        || be16(udp, 2) != ROCE_V2_UDP_PORT
+    if dst[0] & IPV4_MULTICAST_MASK == IPV4_MULTICAST_HIGH_BITS || be16(udp, 2) != ROCE_V2_UDP_PORT
     {
         return Ok(Ip::Other);
     }
@@ -245,7 +244,8 @@ pub fn corruptible_from(ethertype: u16, body: &[u8]) -> usize {
         ETHERTYPE_IPV6 => IPV6_HEADER_LEN,
         _ => return 0,
     };
-    let is_roce = body.len() >= ip_len + UDP_HEADER_LEN && be16(body, ip_len + 2) == ROCE_V2_UDP_PORT;
+    let is_roce =
+        body.len() >= ip_len + UDP_HEADER_LEN && be16(body, ip_len + 2) == ROCE_V2_UDP_PORT;
     if is_roce {
         ip_len + UDP_HEADER_LEN
     } else {
