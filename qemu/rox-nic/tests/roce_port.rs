@@ -234,7 +234,11 @@ fn rc_over_a_dgram_wire_every_captured_frame_is_ethernet_with_a_good_icrc() {
     let mut b = PortDevice::new(&sb, gb, None, None);
     let ka = a.env.reg_mr(PD, BUF, BUF_LEN, ALL_ACCESS);
     let kb = b.env.reg_mr(PD, BUF, BUF_LEN, ALL_ACCESS);
-    connect_pair(&mut a, &mut b, &QpParams::rc());
+    let params = QpParams {
+        mtu: Mtu::Mtu1024,
+        ..QpParams::rc()
+    };
+    connect_pair(&mut a, &mut b, &params);
     a.env.fill(BUF, &pattern(3, 5000));
     b.env.fill(REMOTE + 0x1000, &pattern(4, 3000));
     b.env.post_recv(
@@ -303,7 +307,20 @@ fn rc_over_a_dgram_wire_every_captured_frame_is_ethernet_with_a_good_icrc() {
             u32::from_le_bytes(ip[icrc_at..].try_into().unwrap()),
             "ICRC of a captured frame"
         );
-        parse_packet(ip).expect("a valid RoCEv2 packet");
+        let p = parse_packet(ip).expect("a valid RoCEv2 packet");
+        // rxe's acceptance rules: UDP checksum 0 over IPv4, first and middle packets exactly
+        // the path MTU, AckReq on the last packet of every SEND/WRITE.
+        const UDP_CHECKSUM_AT: usize = wire::IPV4_HEADER_LEN + 6;
+        assert_eq!(&ip[UDP_CHECKSUM_AT..UDP_CHECKSUM_AT + 2], &[0, 0]);
+        let opcode = p.hdr.bth.opcode;
+        const FIRST_OR_MIDDLE: [u8; 4] = [0x00, 0x01, 0x06, 0x07];
+        const LAST_OR_ONLY: [u8; 8] = [0x02, 0x03, 0x04, 0x05, 0x08, 0x09, 0x0a, 0x0b];
+        if FIRST_OR_MIDDLE.contains(&opcode) {
+            assert_eq!(p.payload.len(), 1024, "opcode {opcode:#x}: exactly the path MTU");
+        }
+        if LAST_OR_ONLY.contains(&opcode) {
+            assert!(p.hdr.bth.ack_req, "opcode {opcode:#x} asks for an ACK");
+        }
     }
     // SEND 2500 (3 packets at 1024), WRITE 5000 (5), READ request (1) at least; the ACKs and
     // 3 READ responses come back.
