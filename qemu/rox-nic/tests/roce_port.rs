@@ -316,7 +316,11 @@ fn rc_over_a_dgram_wire_every_captured_frame_is_ethernet_with_a_good_icrc() {
         const FIRST_OR_MIDDLE: [u8; 4] = [0x00, 0x01, 0x06, 0x07];
         const LAST_OR_ONLY: [u8; 8] = [0x02, 0x03, 0x04, 0x05, 0x08, 0x09, 0x0a, 0x0b];
         if FIRST_OR_MIDDLE.contains(&opcode) {
-            assert_eq!(p.payload.len(), 1024, "opcode {opcode:#x}: exactly the path MTU");
+            assert_eq!(
+                p.payload.len(),
+                1024,
+                "opcode {opcode:#x}: exactly the path MTU"
+            );
         }
         if LAST_OR_ONLY.contains(&opcode) {
             assert!(p.hdr.bth.ack_req, "opcode {opcode:#x} asks for an ACK");

@@ -333,6 +333,10 @@ pub struct Port {
 impl Port {
     /// Opens the wire `cfg` names for a device with MAC `mac`.
     pub fn open(cfg: &PortConfig, mac: Mac) -> Result<Port, PortError> {
+        let link = Link::open(&cfg.link).map_err(|source| PortError::Open {
+            spec: cfg.link.clone(),
+            source,
+        })?;
         let mtu = match (&cfg.link, cfg.mtu) {
             (_, Some(m)) => m,
             (LinkSpec::Tap(name), None) => {
@@ -343,10 +347,6 @@ impl Port {
             }
             (_, None) => DEFAULT_SOCKET_MTU,
         };
-        let link = Link::open(&cfg.link).map_err(|source| PortError::Open {
-            spec: cfg.link.clone(),
-            source,
-        })?;
         Port::with_link(link, mac, mtu, cfg.faults, cfg.pcap.as_deref())
     }
 
