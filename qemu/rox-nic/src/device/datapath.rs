@@ -59,6 +59,8 @@ pub struct DataPath {
     mac: [u8; 6],
     idle_after: Duration,
     netdev_rx: RxBatch,
+    /// The port's own count of frames sent, as far as `STAT_PORT_TX_FRAMES` has it.
+    port_tx_seen: u64,
     /// The last look at the port and netdev found frames.
     wire_busy: bool,
     last_wire_poll: Instant,
@@ -104,6 +106,7 @@ impl DataPath {
             mac: cfg.mac,
             idle_after: cfg.idle_after,
             netdev_rx: RxBatch::new(max_frame),
+            port_tx_seen: 0,
             wire_busy: false,
             last_wire_poll: Instant::now(),
             scan_buf: Vec::new(),
@@ -223,9 +226,10 @@ impl DataPath {
     /// slept (or found work).
     fn go_idle(&mut self) -> bool {
         if let Some(p) = &mut self.port {
-            self.hw.stats[STAT_PORT_TX_FRAMES] += p.flush_faults() as u64;
+            p.flush_faults();
             let _ = p.flush_capture();
         }
+        self.account_port_tx();
         self.shared.idle.store(DB_DEVICE_IDLE, Ordering::SeqCst);
         self.shared.doorbells.set_idle(DB_DEVICE_IDLE);
         fence(Ordering::SeqCst);
@@ -638,8 +642,19 @@ impl DataPath {
             port.queue_ip(&dmac, p);
         }
         let sent = port.flush();
-        self.hw.stats[STAT_PORT_TX_FRAMES] += sent as u64;
+        self.account_port_tx();
         queued || sent > 0
+    }
+
+    /// Adds the frames the port sent since the last look to `STAT_PORT_TX_FRAMES` (the port
+    /// also sends on its own: a frame held back by reorder injection leaves when nothing
+    /// arrives).
+    fn account_port_tx(&mut self) {
+        if let Some(port) = &self.port {
+            let sent = port.stats().tx_frames;
+            self.hw.stats[STAT_PORT_TX_FRAMES] += sent - self.port_tx_seen;
+            self.port_tx_seen = sent;
+        }
     }
 }
 
