@@ -17,7 +17,8 @@ use super::admin::{current_state, execute};
 use super::hw::{posted_entries, Eq, Hw, WildIndex};
 use super::{Control, DeviceConfig, DeviceError, Shared};
 use crate::port::frame::{self, Rx, ETH_HEADER_LEN};
-use crate::port::{FrameRef, Link, Port, RxBatch, DEFAULT_SOCKET_MTU};
+use crate::port::netdev::{Forwarded, Netdev};
+use crate::port::{FrameRef, Port, DEFAULT_SOCKET_MTU};
 use crate::roce::{
     self, AddressVector, Engine, FailedWr, FlushSpec, MwBind, SendData, SendWr, UdDest, WcStatus,
     WrOpcode,
@@ -53,12 +54,11 @@ pub struct DataPath {
     hw: Hw,
     engine: Engine,
     port: Option<Port>,
-    netdev: Option<Link>,
+    netdev: Option<Netdev>,
     admin: Option<AdminQueue>,
     admin_pi: u32,
     mac: [u8; 6],
     idle_after: Duration,
-    netdev_rx: RxBatch,
     /// The port's own count of frames sent, as far as `STAT_PORT_TX_FRAMES` has it.
     port_tx_seen: u64,
     /// The last look at the port and netdev found frames.
@@ -82,16 +82,20 @@ impl DataPath {
             Some(pc) => Some(Port::open(pc, cfg.mac)?),
             None => None,
         };
-        let netdev = match &cfg.netdev {
-            Some(spec) => Some(Link::open(spec).map_err(|source| DeviceError::Netdev {
-                spec: spec.clone(),
-                source,
-            })?),
-            None => None,
-        };
         let max_frame = port
             .as_ref()
             .map_or(DEFAULT_SOCKET_MTU + ETH_HEADER_LEN, Port::max_frame);
+        let netdev = match &cfg.netdev {
+            Some(spec) => {
+                Some(
+                    Netdev::open(spec, max_frame).map_err(|source| DeviceError::Netdev {
+                        spec: spec.clone(),
+                        source,
+                    })?,
+                )
+            }
+            None => None,
+        };
         let mut hw = Hw::new(shared.clone(), cfg.mac);
         hw.has_port = port.is_some();
         Ok(DataPath {
@@ -105,7 +109,6 @@ impl DataPath {
             admin_pi: 0,
             mac: cfg.mac,
             idle_after: cfg.idle_after,
-            netdev_rx: RxBatch::new(max_frame),
             port_tx_seen: 0,
             wire_busy: false,
             last_wire_poll: Instant::now(),
@@ -573,16 +576,14 @@ impl DataPath {
                 }
             }
             if !to_netdev.is_empty() {
-                // The guest's queue is a NIC ring: what it cannot take now is lost.
-                let delivered = match &mut self.netdev {
-                    Some(nd) => {
-                        let sent = nd.send(&to_netdev);
-                        sent.taken - sent.dropped
-                    }
-                    None => 0,
+                let forwarded = match &mut self.netdev {
+                    Some(nd) => nd.forward(&to_netdev),
+                    None => Forwarded {
+                        delivered: 0,
+                        dropped: to_netdev.len() as u64,
+                    },
                 };
-                self.hw.stats[STAT_PORT_TO_NETDEV] += delivered as u64;
-                self.hw.stats[STAT_PORT_DROP_NETDEV] += (to_netdev.len() - delivered) as u64;
+                count_forwarded(&mut self.hw, forwarded);
             }
             if n < crate::port::BATCH {
                 break;
@@ -596,10 +597,11 @@ impl DataPath {
         let Some(nd) = &mut self.netdev else {
             return false;
         };
-        nd.flush_writes();
-        let mut work = false;
+        let backlog = nd.backlog();
+        count_forwarded(&mut self.hw, nd.flush());
+        let mut work = nd.backlog() < backlog;
         for _ in 0..RX_BATCHES_PER_PASS {
-            let n = match nd.recv(&mut self.netdev_rx) {
+            let n = match nd.recv() {
                 Ok(n) => n,
                 Err(e) => {
                     log::warn!("rox-nic: netdev receive: {e}");
@@ -614,7 +616,7 @@ impl DataPath {
                 // No wire: the frames have nowhere to go.
                 continue;
             };
-            for f in self.netdev_rx.frames() {
+            for f in nd.frames() {
                 if f.len() < ETH_HEADER_LEN {
                     self.hw.stats[STAT_PORT_DROP_MALFORMED] += 1;
                 } else if f.len() > port.max_frame() {
@@ -656,6 +658,11 @@ impl DataPath {
             self.port_tx_seen = sent;
         }
     }
+}
+
+fn count_forwarded(hw: &mut Hw, f: Forwarded) {
+    hw.stats[STAT_PORT_TO_NETDEV] += f.delivered;
+    hw.stats[STAT_PORT_DROP_NETDEV] += f.dropped;
 }
 
 /// Hands a received packet to the transport, unless the port is down (no link, no packets).

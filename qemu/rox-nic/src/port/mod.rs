@@ -8,10 +8,12 @@
 //!
 //! A [`Port`] queues frames and sends them in batches ([`Port::flush`]), receives in batches
 //! ([`Port::recv`]), and applies faults and capture to every frame it sends. The netdev side
-//! is a bare [`Link`] of the same kinds (dgram or stream), driven by the data path.
+//! ([`netdev::Netdev`]) is a [`Link`] of the same kinds (dgram or stream) with a backlog for a
+//! guest that is slow to take frames.
 
 pub mod faults;
 pub mod frame;
+pub mod netdev;
 pub mod pcap;
 pub mod socket;
 pub mod tap;
