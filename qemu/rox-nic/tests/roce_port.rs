@@ -660,4 +660,46 @@ fn frames_are_classified_by_mac_vlan_ip_and_udp_port() {
     let arp = [&own[..], &peer, &[0x08, 0x06], &[0u8; 28]].concat();
     assert_eq!(class(&arp), Rx::Netdev);
     assert_eq!(class(&vec![0u8; 1515]), Rx::Drop(STAT_PORT_DROP_OVERSIZE));
+
+    // IPv6: the UDP checksum (mandatory, filled by the sender) is verified.
+    let (v6_own, v6_peer) = (gid_v6(1), gid_v6(2));
+    let packet6 = wire::build_packet(
+        &wire::IpInfo {
+            sgid: v6_peer,
+            dgid: v6_own,
+            traffic_class: 0,
+            hop_limit: 64,
+            flow_label: 7,
+            src_port: 0xc000,
+        },
+        &wire::Headers::new(wire::Bth {
+            opcode: 0x04,
+            solicited: false,
+            pkey: 0xffff,
+            dest_qpn: 1,
+            ack_req: false,
+            psn: 0,
+        }),
+        &[1u8; 13],
+    );
+    let roce6 = [&frame::roce_header(&own, &peer, &packet6)[..], &packet6].concat();
+    assert_eq!(
+        frame::ethertype(roce6[..ETH_HEADER_LEN].try_into().unwrap()),
+        frame::ETHERTYPE_IPV6
+    );
+    let class6 = |f: &[u8]| classify(f, &own, 1514, |g| *g == v6_own);
+    assert_eq!(class6(&roce6), Rx::Roce(ETH_HEADER_LEN..roce6.len()));
+    let mut bad_udp_sum = roce6.clone();
+    bad_udp_sum[ETH_HEADER_LEN + wire::IPV6_HEADER_LEN + 6] ^= 0x40;
+    assert_eq!(class6(&bad_udp_sum), Rx::Drop(STAT_PORT_DROP_MALFORMED));
+    let mut short_payload_len = roce6.clone();
+    short_payload_len[ETH_HEADER_LEN + 4..ETH_HEADER_LEN + 6].copy_from_slice(&4u16.to_be_bytes());
+    assert_eq!(
+        class6(&short_payload_len),
+        Rx::Drop(STAT_PORT_DROP_MALFORMED)
+    );
+    // To a multicast group: the netdev's.
+    let mut mcast6 = roce6.clone();
+    mcast6[ETH_HEADER_LEN + 24] = 0xff;
+    assert_eq!(classify(&mcast6, &own, 1514, |_| true), Rx::Netdev);
 }
