@@ -1,10 +1,12 @@
 #!/bin/bash
-# Capture test of the rox fabric: produce a pcap of every packet kind rox-nic sends (RC/UC/UD
-# opcodes, ACK/NAK/RNR NAK, READ responses, atomic ACKs; IPv4 and IPv6) with the roce_capture
-# test, then decode it with tshark from the toolchain root. Fails if any frame is not decoded as
-# InfiniBand (RoCEv2), or is malformed, or carries an expert warning/error (bad lengths or
-# checksums). tshark 4.4 shows the ICRC but does not verify it; the ICRC is checked by
-# roce_wire's tests and by every receive in the engine tests.
+# Capture test of the rox port: produce a pcap of every packet kind rox-nic sends (RC/UC/UD
+# opcodes, ACK/NAK/RNR NAK, READ responses, atomic ACKs; IPv4 and IPv6) as the Ethernet frames
+# its port puts on the wire, with the roce_capture test, then decode it with tshark from the
+# toolchain root. Fails if any frame is not Ethernet, if any UDP 4791 frame is not decoded as
+# InfiniBand (RoCEv2), or if a frame is malformed or carries an expert warning/error (bad
+# lengths or checksums). tshark 4.4 shows the ICRC but does not verify it; the ICRC is
+# recomputed from captures by roce_port's and device_port's capture tests and checked by every
+# receive in the engine tests.
 #
 # Usage: tests/host/tshark-capture.sh [--pcap FILE [--bridge]]
 #   --pcap FILE  check an existing capture instead (inside the clone or the cache, which the root
@@ -73,13 +75,19 @@ if [ -n "$bridge" ]; then
 	exit 0
 fi
 
-not_roce=$(tshark -T fields -e frame.number -e frame.protocols | awk -F'\t' '$2 !~ /:udp:infiniband/ {print $1}')
-[ -z "$not_roce" ] || fail "frames not decoded as RoCEv2 (UDP 4791 / InfiniBand): $(echo $not_roce)"
+not_eth=$(tshark -T fields -e frame.number -e frame.protocols | awk -F'\t' '$2 !~ /^eth:ethertype:/ {print $1}')
+[ -z "$not_eth" ] || fail "frames that are not Ethernet II: $(echo $not_eth)"
+
+roce=$(tshark -Y 'udp.dstport == 4791' -T fields -e frame.number | wc -l)
+[ "$roce" -gt 0 ] || fail "no UDP 4791 frame in $pcap"
+not_roce=$(tshark -Y 'udp.dstport == 4791' -T fields -e frame.number -e frame.protocols |
+	awk -F'\t' '$2 !~ /^eth:ethertype:ipv?6?:udp:infiniband/ {print $1}')
+[ -z "$not_roce" ] || fail "UDP 4791 frames not decoded as RoCEv2 (InfiniBand): $(echo $not_roce)"
 
 bad=$(tshark -Y '_ws.malformed || _ws.expert.severity >= "Warning"' \
 	-T fields -e frame.number -e _ws.expert.message)
 [ -z "$bad" ] || fail "malformed or flagged frames:"$'\n'"$bad"
 
 summary=$(tshark -T fields -e infiniband.bth.opcode | sort -n | uniq | wc -l)
-printf 'tshark-capture: OK: %d frames, all decoded as InfiniBand over UDP 4791 (%d distinct BTH opcodes), none malformed or flagged\n' \
-	"$frames" "$summary"
+printf 'tshark-capture: OK: %d Ethernet frames, %d RoCEv2 frames all decoded as InfiniBand over UDP 4791 (%d distinct BTH opcodes), none malformed or flagged\n' \
+	"$frames" "$roce" "$summary"

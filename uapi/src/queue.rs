@@ -86,7 +86,8 @@ pub struct UdSeg {
     pub traffic_class: u8,
     pub reserved0: u8,
     /// Destination MAC of the Ethernet frame: the one ib_core resolved for the address handle
-    /// (kernel UD: from the AH; user UD: librox from rox.ko's `udata::CreateAhResp`).
+    /// (kernel UD: from the AH; user UD: librox from rox.ko's `udata::CreateAhResp`). rox-nic
+    /// drops a packet to another device's GID whose dmac is all zeroes.
     pub dmac: [u8; 6],
     pub reserved1: [u8; 2],
 }

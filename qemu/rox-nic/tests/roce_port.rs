@@ -234,7 +234,11 @@ fn rc_over_a_dgram_wire_every_captured_frame_is_ethernet_with_a_good_icrc() {
     let mut b = PortDevice::new(&sb, gb, None, None);
     let ka = a.env.reg_mr(PD, BUF, BUF_LEN, ALL_ACCESS);
     let kb = b.env.reg_mr(PD, BUF, BUF_LEN, ALL_ACCESS);
-    connect_pair(&mut a, &mut b, &QpParams::rc());
+    let params = QpParams {
+        mtu: Mtu::Mtu1024,
+        ..QpParams::rc()
+    };
+    connect_pair(&mut a, &mut b, &params);
     a.env.fill(BUF, &pattern(3, 5000));
     b.env.fill(REMOTE + 0x1000, &pattern(4, 3000));
     b.env.post_recv(
@@ -303,7 +307,24 @@ fn rc_over_a_dgram_wire_every_captured_frame_is_ethernet_with_a_good_icrc() {
             u32::from_le_bytes(ip[icrc_at..].try_into().unwrap()),
             "ICRC of a captured frame"
         );
-        parse_packet(ip).expect("a valid RoCEv2 packet");
+        let p = parse_packet(ip).expect("a valid RoCEv2 packet");
+        // rxe's acceptance rules: UDP checksum 0 over IPv4, first and middle packets exactly
+        // the path MTU, AckReq on the last packet of every SEND/WRITE.
+        const UDP_CHECKSUM_AT: usize = wire::IPV4_HEADER_LEN + 6;
+        assert_eq!(&ip[UDP_CHECKSUM_AT..UDP_CHECKSUM_AT + 2], &[0, 0]);
+        let opcode = p.hdr.bth.opcode;
+        const FIRST_OR_MIDDLE: [u8; 4] = [0x00, 0x01, 0x06, 0x07];
+        const LAST_OR_ONLY: [u8; 8] = [0x02, 0x03, 0x04, 0x05, 0x08, 0x09, 0x0a, 0x0b];
+        if FIRST_OR_MIDDLE.contains(&opcode) {
+            assert_eq!(
+                p.payload.len(),
+                1024,
+                "opcode {opcode:#x}: exactly the path MTU"
+            );
+        }
+        if LAST_OR_ONLY.contains(&opcode) {
+            assert!(p.hdr.bth.ack_req, "opcode {opcode:#x} asks for an ACK");
+        }
     }
     // SEND 2500 (3 packets at 1024), WRITE 5000 (5), READ request (1) at least; the ACKs and
     // 3 READ responses come back.
@@ -639,4 +660,46 @@ fn frames_are_classified_by_mac_vlan_ip_and_udp_port() {
     let arp = [&own[..], &peer, &[0x08, 0x06], &[0u8; 28]].concat();
     assert_eq!(class(&arp), Rx::Netdev);
     assert_eq!(class(&vec![0u8; 1515]), Rx::Drop(STAT_PORT_DROP_OVERSIZE));
+
+    // IPv6: the UDP checksum (mandatory, filled by the sender) is verified.
+    let (v6_own, v6_peer) = (gid_v6(1), gid_v6(2));
+    let packet6 = wire::build_packet(
+        &wire::IpInfo {
+            sgid: v6_peer,
+            dgid: v6_own,
+            traffic_class: 0,
+            hop_limit: 64,
+            flow_label: 7,
+            src_port: 0xc000,
+        },
+        &wire::Headers::new(wire::Bth {
+            opcode: 0x04,
+            solicited: false,
+            pkey: 0xffff,
+            dest_qpn: 1,
+            ack_req: false,
+            psn: 0,
+        }),
+        &[1u8; 13],
+    );
+    let roce6 = [&frame::roce_header(&own, &peer, &packet6)[..], &packet6].concat();
+    assert_eq!(
+        frame::ethertype(roce6[..ETH_HEADER_LEN].try_into().unwrap()),
+        frame::ETHERTYPE_IPV6
+    );
+    let class6 = |f: &[u8]| classify(f, &own, 1514, |g| *g == v6_own);
+    assert_eq!(class6(&roce6), Rx::Roce(ETH_HEADER_LEN..roce6.len()));
+    let mut bad_udp_sum = roce6.clone();
+    bad_udp_sum[ETH_HEADER_LEN + wire::IPV6_HEADER_LEN + 6] ^= 0x40;
+    assert_eq!(class6(&bad_udp_sum), Rx::Drop(STAT_PORT_DROP_MALFORMED));
+    let mut short_payload_len = roce6.clone();
+    short_payload_len[ETH_HEADER_LEN + 4..ETH_HEADER_LEN + 6].copy_from_slice(&4u16.to_be_bytes());
+    assert_eq!(
+        class6(&short_payload_len),
+        Rx::Drop(STAT_PORT_DROP_MALFORMED)
+    );
+    // To a multicast group: the netdev's.
+    let mut mcast6 = roce6.clone();
+    mcast6[ETH_HEADER_LEN + 24] = 0xff;
+    assert_eq!(classify(&mcast6, &own, 1514, |_| true), Rx::Netdev);
 }

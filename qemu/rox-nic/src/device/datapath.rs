@@ -17,7 +17,8 @@ use super::admin::{current_state, execute};
 use super::hw::{posted_entries, Eq, Hw, WildIndex};
 use super::{Control, DeviceConfig, DeviceError, Shared};
 use crate::port::frame::{self, Rx, ETH_HEADER_LEN};
-use crate::port::{FrameRef, Link, Port, RxBatch, DEFAULT_SOCKET_MTU};
+use crate::port::netdev::{Forwarded, Netdev};
+use crate::port::{FrameRef, Port, DEFAULT_SOCKET_MTU};
 use crate::roce::{
     self, AddressVector, Engine, FailedWr, FlushSpec, Mtu, MwBind, SendData, SendWr, UdDest,
     WcStatus, WrOpcode,
@@ -53,12 +54,13 @@ pub struct DataPath {
     hw: Hw,
     engine: Engine,
     port: Option<Port>,
-    netdev: Option<Link>,
+    netdev: Option<Netdev>,
     admin: Option<AdminQueue>,
     admin_pi: u32,
     mac: [u8; 6],
     idle_after: Duration,
-    netdev_rx: RxBatch,
+    /// The port's own count of frames sent, as far as `STAT_PORT_TX_FRAMES` has it.
+    port_tx_seen: u64,
     /// The last look at the port and netdev found frames.
     wire_busy: bool,
     last_wire_poll: Instant,
@@ -80,16 +82,20 @@ impl DataPath {
             Some(pc) => Some(Port::open(pc, cfg.mac)?),
             None => None,
         };
-        let netdev = match &cfg.netdev {
-            Some(spec) => Some(Link::open(spec).map_err(|source| DeviceError::Netdev {
-                spec: spec.clone(),
-                source,
-            })?),
-            None => None,
-        };
         let max_frame = port
             .as_ref()
             .map_or(DEFAULT_SOCKET_MTU + ETH_HEADER_LEN, Port::max_frame);
+        let netdev = match &cfg.netdev {
+            Some(spec) => {
+                Some(
+                    Netdev::open(spec, max_frame).map_err(|source| DeviceError::Netdev {
+                        spec: spec.clone(),
+                        source,
+                    })?,
+                )
+            }
+            None => None,
+        };
         let mut hw = Hw::new(shared.clone(), cfg.mac);
         hw.has_port = port.is_some();
         Ok(DataPath {
@@ -103,7 +109,7 @@ impl DataPath {
             admin_pi: 0,
             mac: cfg.mac,
             idle_after: cfg.idle_after,
-            netdev_rx: RxBatch::new(max_frame),
+            port_tx_seen: 0,
             wire_busy: false,
             last_wire_poll: Instant::now(),
             scan_buf: Vec::new(),
@@ -223,9 +229,10 @@ impl DataPath {
     /// slept (or found work).
     fn go_idle(&mut self) -> bool {
         if let Some(p) = &mut self.port {
-            self.hw.stats[STAT_PORT_TX_FRAMES] += p.flush_faults() as u64;
+            p.flush_faults();
             let _ = p.flush_capture();
         }
+        self.account_port_tx();
         self.shared.idle.store(DB_DEVICE_IDLE, Ordering::SeqCst);
         self.shared.doorbells.set_idle(DB_DEVICE_IDLE);
         fence(Ordering::SeqCst);
@@ -569,16 +576,14 @@ impl DataPath {
                 }
             }
             if !to_netdev.is_empty() {
-                // The guest's queue is a NIC ring: what it cannot take now is lost.
-                let delivered = match &mut self.netdev {
-                    Some(nd) => {
-                        let sent = nd.send(&to_netdev);
-                        sent.taken - sent.dropped
-                    }
-                    None => 0,
+                let forwarded = match &mut self.netdev {
+                    Some(nd) => nd.forward(&to_netdev),
+                    None => Forwarded {
+                        delivered: 0,
+                        dropped: to_netdev.len() as u64,
+                    },
                 };
-                self.hw.stats[STAT_PORT_TO_NETDEV] += delivered as u64;
-                self.hw.stats[STAT_PORT_DROP_NETDEV] += (to_netdev.len() - delivered) as u64;
+                count_forwarded(&mut self.hw, forwarded);
             }
             if n < crate::port::BATCH {
                 break;
@@ -592,10 +597,11 @@ impl DataPath {
         let Some(nd) = &mut self.netdev else {
             return false;
         };
-        nd.flush_writes();
-        let mut work = false;
+        let backlog = nd.backlog();
+        count_forwarded(&mut self.hw, nd.flush());
+        let mut work = nd.backlog() < backlog;
         for _ in 0..RX_BATCHES_PER_PASS {
-            let n = match nd.recv(&mut self.netdev_rx) {
+            let n = match nd.recv() {
                 Ok(n) => n,
                 Err(e) => {
                     log::warn!("rox-nic: netdev receive: {e}");
@@ -610,7 +616,7 @@ impl DataPath {
                 // No wire: the frames have nowhere to go.
                 continue;
             };
-            for f in self.netdev_rx.frames() {
+            for f in nd.frames() {
                 if f.len() < ETH_HEADER_LEN {
                     self.hw.stats[STAT_PORT_DROP_MALFORMED] += 1;
                 } else if f.len() > port.max_frame() {
@@ -638,9 +644,25 @@ impl DataPath {
             port.queue_ip(&dmac, p);
         }
         let sent = port.flush();
-        self.hw.stats[STAT_PORT_TX_FRAMES] += sent as u64;
+        self.account_port_tx();
         queued || sent > 0
     }
+
+    /// Adds the frames the port sent since the last look to `STAT_PORT_TX_FRAMES` (the port
+    /// also sends on its own: a frame held back by reorder injection leaves when nothing
+    /// arrives).
+    fn account_port_tx(&mut self) {
+        if let Some(port) = &self.port {
+            let sent = port.stats().tx_frames;
+            self.hw.stats[STAT_PORT_TX_FRAMES] += sent - self.port_tx_seen;
+            self.port_tx_seen = sent;
+        }
+    }
+}
+
+fn count_forwarded(hw: &mut Hw, f: Forwarded) {
+    hw.stats[STAT_PORT_TO_NETDEV] += f.delivered;
+    hw.stats[STAT_PORT_DROP_NETDEV] += f.dropped;
 }
 
 /// Hands a received packet to the transport, unless the port is down (no link, no packets).

@@ -8,10 +8,12 @@
 //!
 //! A [`Port`] queues frames and sends them in batches ([`Port::flush`]), receives in batches
 //! ([`Port::recv`]), and applies faults and capture to every frame it sends. The netdev side
-//! is a bare [`Link`] of the same kinds (dgram or stream), driven by the data path.
+//! ([`netdev::Netdev`]) is a [`Link`] of the same kinds (dgram or stream) with a backlog for a
+//! guest that is slow to take frames.
 
 pub mod faults;
 pub mod frame;
+pub mod netdev;
 pub mod pcap;
 pub mod socket;
 pub mod tap;
@@ -333,6 +335,10 @@ pub struct Port {
 impl Port {
     /// Opens the wire `cfg` names for a device with MAC `mac`.
     pub fn open(cfg: &PortConfig, mac: Mac) -> Result<Port, PortError> {
+        let link = Link::open(&cfg.link).map_err(|source| PortError::Open {
+            spec: cfg.link.clone(),
+            source,
+        })?;
         let mtu = match (&cfg.link, cfg.mtu) {
             (_, Some(m)) => m,
             (LinkSpec::Tap(name), None) => {
@@ -343,10 +349,6 @@ impl Port {
             }
             (_, None) => DEFAULT_SOCKET_MTU,
         };
-        let link = Link::open(&cfg.link).map_err(|source| PortError::Open {
-            spec: cfg.link.clone(),
-            source,
-        })?;
         Port::with_link(link, mac, mtu, cfg.faults, cfg.pcap.as_deref())
     }
 

@@ -78,20 +78,8 @@ impl Dgram {
         Ok(d)
     }
 
-    /// A link over an already connected datagram socket (e.g. one end of a socketpair).
-    pub fn from_connected(socket: UnixDatagram) -> std::io::Result<Dgram> {
-        socket.set_nonblocking(true)?;
-        set_buffer(socket.as_raw_fd(), libc::SO_SNDBUFFORCE, libc::SO_SNDBUF);
-        set_buffer(socket.as_raw_fd(), libc::SO_RCVBUFFORCE, libc::SO_RCVBUF);
-        Ok(Dgram {
-            socket,
-            remote: PathBuf::new(),
-            connected: true,
-        })
-    }
-
     fn try_connect(&mut self) -> bool {
-        if !self.connected && !self.remote.as_os_str().is_empty() {
+        if !self.connected {
             self.connected = self.socket.connect(&self.remote).is_ok();
         }
         self.connected

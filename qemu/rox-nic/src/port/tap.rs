@@ -32,8 +32,17 @@ fn ifreq(name: &str) -> std::io::Result<libc::ifreq> {
 }
 
 impl Tap {
-    /// Attaches to the existing tap interface `name`.
+    /// Attaches to the existing tap interface `name` (TUNSETIFF would create a missing one:
+    /// a tap nobody wired up is refused instead).
     pub fn open(name: &str) -> std::io::Result<Tap> {
+        let req = ifreq(name)?;
+        // SAFETY: `ifr_name` is a NUL-terminated name (ifreq leaves at least one NUL).
+        if unsafe { libc::if_nametoindex(req.ifr_name.as_ptr()) } == 0 {
+            return Err(std::io::Error::new(
+                ErrorKind::NotFound,
+                format!("no interface {name} in this network namespace"),
+            ));
+        }
         let file = OpenOptions::new()
             .read(true)
             .write(true)
