@@ -1,0 +1,164 @@
+#!/bin/bash
+# GID table changes reach user space (guest; skips without a rox device): a C program opens
+# rox_0 and, for comparison, rdma_rxe's rxe0 on the same netdev, then adds and removes an IPv4
+# and an IPv6 address on that netdev and takes it down and up; after each change every open
+# device must report
+# IBV_EVENT_GID_CHANGE through ibv_get_async_event (rox_0 asserted, rxe0 printed). Issue 10
+# item 5.
+set -u
+fail() { echo "FAIL: $*"; exit 1; }
+skip() { echo "SKIP: $*"; exit 0; }
+. "$(dirname "$0")/lib.sh"
+need_rox_0
+command -v gcc >/dev/null || skip "no C compiler in the guest"
+
+netdev=$(cat /sys/class/infiniband/rox_0/ports/1/gid_attrs/ndevs/0)
+[ -n "$netdev" ] || fail "rox_0 has no netdev"
+# rxe0 for comparison goes on another netdev (rox_1's): ib_core sends a netdev's port events
+# (PORT_ERR/PORT_ACTIVE) to the first ib_device bound to it only (ib_device_get_by_netdev), so
+# two devices on one netdev cannot both see them.
+pairs=(rox_0 "$netdev")
+rxe_netdev=$(cat /sys/class/infiniband/rox_1/ports/1/gid_attrs/ndevs/0 2>/dev/null)
+made_rxe=
+if [ -n "$rxe_netdev" ] && modprobe rdma_rxe 2>/dev/null && ! rdma link show rxe_gid >/dev/null 2>&1 &&
+	rdma link add rxe_gid type rxe netdev "$rxe_netdev"; then
+	made_rxe=rxe_gid
+	pairs+=(rxe_gid "$rxe_netdev")
+else
+	echo "note: no rxe device for comparison"
+fi
+
+work=$(mktemp -d /tmp/rox-gid-events.XXXXXX)
+cat >"$work/gid-events.c" <<'EOF_C'
+/* Usage: gid-events <device> <netdev> [<device> <netdev>]... Makes the same changes to each
+ * device's netdev (addresses added and removed, link down and up) and reports, per device and
+ * change, the async events that followed. Exit status: how many events the first device
+ * failed to report. */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <infiniband/verbs.h>
+
+enum { MAX_DEVS = 4, WAIT_MS = 8000, SETTLE_MS = 500 };
+
+struct change {
+	const char *what, *cmd; /* cmd: printf format of (netdev, device number) */
+	enum ibv_event_type want[2];
+	int nwant;
+};
+
+static const struct change changes[] = {
+	{ "add IPv4 10.77.N.1/24", "ip addr add 10.77.%2$d.1/24 dev %1$s", { IBV_EVENT_GID_CHANGE }, 1 },
+	{ "remove IPv4 10.77.N.1/24", "ip addr del 10.77.%2$d.1/24 dev %1$s", { IBV_EVENT_GID_CHANGE }, 1 },
+	{ "add IPv6 fd77:N::1/64", "ip addr add fd77:%2$d::1/64 dev %1$s nodad", { IBV_EVENT_GID_CHANGE }, 1 },
+	{ "remove IPv6 fd77:N::1/64", "ip addr del fd77:%2$d::1/64 dev %1$s", { IBV_EVENT_GID_CHANGE }, 1 },
+	{ "add IPv6 fd78:N::1/64", "ip addr add fd78:%2$d::1/64 dev %1$s nodad", { IBV_EVENT_GID_CHANGE }, 1 },
+	/* Link down also drops the IPv6 address (addrconf), hence its GID. */
+	{ "link down", "ip link set %1$s down", { IBV_EVENT_PORT_ERR, IBV_EVENT_GID_CHANGE }, 2 },
+	{ "link up", "ip link set %1$s up", { IBV_EVENT_PORT_ACTIVE }, 1 },
+};
+
+static double now(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return t.tv_sec + t.tv_nsec / 1e9;
+}
+
+/* Takes every pending event of `ctx`, counting them by type. */
+static void drain(struct ibv_context *ctx, int *count)
+{
+	struct ibv_async_event ev;
+	while (ibv_get_async_event(ctx, &ev) == 0) {
+		if (ev.event_type >= 0 && ev.event_type <= IBV_EVENT_WQ_FATAL)
+			count[ev.event_type]++;
+		ibv_ack_async_event(&ev);
+	}
+}
+
+int main(int argc, char **argv)
+{
+	int ndev = (argc - 1) / 2 < MAX_DEVS ? (argc - 1) / 2 : MAX_DEVS, n, missing_first = 0;
+	struct ibv_context *ctx[MAX_DEVS];
+	const char *name[MAX_DEVS], *netdev[MAX_DEVS];
+	struct ibv_device **list = ibv_get_device_list(&n);
+	for (int d = 0; d < ndev; d++) {
+		name[d] = argv[1 + 2 * d];
+		netdev[d] = argv[2 + 2 * d];
+		ctx[d] = NULL;
+		for (int i = 0; list && i < n; i++)
+			if (!strcmp(ibv_get_device_name(list[i]), name[d]))
+				ctx[d] = ibv_open_device(list[i]);
+		if (!ctx[d]) {
+			fprintf(stderr, "cannot open %s\n", name[d]);
+			return 100;
+		}
+		fcntl(ctx[d]->async_fd, F_SETFL, fcntl(ctx[d]->async_fd, F_GETFL) | O_NONBLOCK);
+	}
+	for (size_t c = 0; c < sizeof(changes) / sizeof(changes[0]); c++) {
+		const struct change *ch = &changes[c];
+		int count[MAX_DEVS][IBV_EVENT_WQ_FATAL + 1] = { { 0 } };
+		for (int d = 0; d < ndev; d++) {
+			char cmd[160];
+			snprintf(cmd, sizeof(cmd), ch->cmd, netdev[d], d);
+			if (system(cmd) != 0) {
+				fprintf(stderr, "'%s' failed\n", cmd);
+				return 100;
+			}
+		}
+		/* Until every device reported what is expected (or WAIT_MS), then SETTLE_MS more
+		 * to see what else comes. */
+		double start = now(), done_at = 0;
+		while (now() - start < WAIT_MS / 1000.0 && (!done_at || now() - done_at < SETTLE_MS / 1000.0)) {
+			struct pollfd p[MAX_DEVS];
+			for (int d = 0; d < ndev; d++)
+				p[d] = (struct pollfd){ .fd = ctx[d]->async_fd, .events = POLLIN };
+			poll(p, ndev, 50);
+			int all = 1;
+			for (int d = 0; d < ndev; d++) {
+				drain(ctx[d], count[d]);
+				for (int w = 0; w < ch->nwant; w++)
+					all &= count[d][ch->want[w]] > 0;
+			}
+			if (all && !done_at)
+				done_at = now();
+		}
+		for (int d = 0; d < ndev; d++) {
+			char seen[200] = "";
+			int missing = 0;
+			for (int t = 0; t <= IBV_EVENT_WQ_FATAL; t++)
+				if (count[d][t])
+					snprintf(seen + strlen(seen), sizeof(seen) - strlen(seen), " %s x%d",
+						 ibv_event_type_str(t), count[d][t]);
+			for (int w = 0; w < ch->nwant; w++)
+				missing += !count[d][ch->want[w]];
+			printf("%s %-8s %-26s events:%s\n", !missing ? "ok  " : d ? "MISS" : "FAIL",
+			       name[d], ch->what, seen[0] ? seen : " none");
+			if (d == 0)
+				missing_first += missing;
+		}
+	}
+	for (int d = 0; d < ndev; d++)
+		ibv_close_device(ctx[d]);
+	ibv_free_device_list(list);
+	return missing_first;
+}
+EOF_C
+gcc -O1 -Wall -o "$work/gid-events" "$work/gid-events.c" -libverbs || fail "cannot compile the test program"
+timeout 150 "$work/gid-events" "${pairs[@]}"
+rc=$?
+# Leave the netdevs as they were, whatever happened.
+for ((d = 0; d < ${#pairs[@]} / 2; d++)); do
+	dev=${pairs[2 * d + 1]}
+	for a in 10.77.$d.1/24 fd77:$d::1/64 fd78:$d::1/64; do ip addr del "$a" dev "$dev" 2>/dev/null; done
+	ip link set "$dev" up
+done
+[ -z "$made_rxe" ] || rdma link delete "$made_rxe"
+for _ in $(seq 50); do ibv_devinfo -d rox_0 | grep -q PORT_ACTIVE && break; sleep 0.2; done
+rm -rf "$work"
+[ "$rc" = 0 ] || fail "rox_0 missed $rc of the events its netdev's changes must cause"
+echo "rox_0 reports GID_CHANGE on address changes and PORT_ERR/PORT_ACTIVE on link down/up"
