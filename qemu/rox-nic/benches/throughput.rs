@@ -1,6 +1,8 @@
-//! Host benchmark of the device between two rox-nic instances over the UDP fabric: messages/s
-//! and GB/s for RDMA WRITE and SEND from 8 B to 1 MiB, next to this host's memcpy bandwidth
-//! (one table, see `rox_nic::benchkit`).
+//! Host benchmark of the device between two rox-nic instances wired back to back through
+//! `dgram` ports (Ethernet frames on unix datagram sockets): messages/s and GB/s for RDMA WRITE
+//! and SEND from 8 B to 1 MiB, next to this host's memcpy bandwidth (one table, see
+//! `rox_nic::benchkit`), and below it the raw limit of such a port: 4 KiB frames moved between
+//! two ports with no RDMA on top.
 //! Run: `cargo bench -p rox-nic --bench throughput` (set ROX_BENCH_SECS to change the time per
 //! point; default 0.3 s).
 
@@ -26,10 +28,10 @@ struct Side {
     key: u32,
 }
 
-fn side(dir: &std::path::Path, last: u8) -> Side {
+fn side(link: LinkSpec, last: u8) -> Side {
     /// The benchmark's devices own GIDs 127.0.9.x.
     const SUBNET: u8 = 9;
-    let mut d = fabric_device(dir, SUBNET, last, None);
+    let mut d = port_device(link, SUBNET, last, None);
     let cq = d.create_cq(12);
     let (c, mut qp) = d.create_qp_cmd(QPT_RC, PD, cq.id, cq.id, rox_uapi::admin::SRQ_NONE, 10, 10);
     qp.qpn = d
@@ -120,13 +122,14 @@ fn main() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(0.3);
     let dir = tempfile::tempdir().unwrap();
-    let mut a = side(dir.path(), 1);
-    let mut b = side(dir.path(), 2);
+    let (la, lb) = dgram_wire(dir.path(), "a.sock", "b.sock");
+    let mut a = side(la, 1);
+    let mut b = side(lb, 2);
     let (qa, qb) = (a.qp, b.qp);
     a.d.connect_mtu(&qa, gid_v4(127, 0, 9, 2), qb.qpn, ALL, MTU_4096);
     b.d.connect_mtu(&qb, gid_v4(127, 0, 9, 1), qa.qpn, ALL, MTU_4096);
     benchkit::print_header(&format!(
-        "rox-nic host benchmark: two devices, RC, UDP fabric on 127.0.0.1, MTU 4096, {WINDOW} WQEs in flight, {secs} s per point"
+        "rox-nic host benchmark: two devices, RC, dgram ports back to back (unix sockets), MTU 4096, {WINDOW} WQEs in flight, {secs} s per point"
     ));
     for size in SIZES {
         let write = run(&mut a, &mut b, WR_RDMA_WRITE, size, secs);
@@ -134,6 +137,10 @@ fn main() {
         benchkit::print_row(size, write, send);
     }
     benchkit::print_footer();
+    let (fps, mbps) = port_limit(secs.max(0.5));
+    println!(
+        "port raw limit (dgram socket pair, 4 KiB frames, no RDMA): {fps:.0} frames/s, {mbps:.0} MB/s"
+    );
     use rox_uapi::admin::{STAT_ACKS_SENT, STAT_RETRANSMITS, STAT_TIMEOUTS, STAT_TX_PACKETS};
     let requester = a.d.query_stats();
     let responder = b.d.query_stats();
@@ -146,4 +153,56 @@ fn main() {
         responder[STAT_ACKS_SENT],
         requester[STAT_TX_PACKETS] as f64 / responder[STAT_ACKS_SENT].max(1) as f64
     );
+}
+
+/// The raw limit of a dgram port pair: 4 KiB frames from one port to the other (a sender
+/// and a receiver thread, batched sendmmsg/recvmmsg, no RDMA on top) for `secs`.
+fn port_limit(secs: f64) -> (f64, f64) {
+    use rox_nic::port::{Link, Port};
+    const FRAME: usize = 4096;
+    const MTU: usize = 9000;
+    let dir = tempfile::tempdir().unwrap();
+    let (la, lb) = dgram_wire(dir.path(), "ra.sock", "rb.sock");
+    let (mac_a, mac_b) = ([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]);
+    let mut rx = Port::with_link(Link::open(&lb).unwrap(), mac_b, MTU, None, None).unwrap();
+    let mut tx = Port::with_link(Link::open(&la).unwrap(), mac_a, MTU, None, None).unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let receiver = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut frames = 0u64;
+            let mut bytes = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                match rx.recv().unwrap() {
+                    0 => std::thread::yield_now(),
+                    _ => {
+                        for f in rx.frames() {
+                            frames += 1;
+                            bytes += f.len() as u64;
+                        }
+                    }
+                }
+            }
+            (frames, bytes)
+        })
+    };
+    let payload = vec![0x45u8; FRAME - rox_nic::port::frame::ETH_HEADER_LEN];
+    let start = Instant::now();
+    while start.elapsed().as_secs_f64() < secs {
+        while tx.has_backlog() {
+            if tx.flush() == 0 {
+                std::thread::yield_now();
+            }
+        }
+        for _ in 0..rox_nic::port::BATCH {
+            tx.queue_ip(&mac_b, payload.clone());
+        }
+        tx.flush();
+    }
+    let t = start.elapsed().as_secs_f64();
+    // Let the receiver take what is still queued, then stop it.
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (frames, bytes) = receiver.join().unwrap();
+    (frames as f64 / t, bytes as f64 / t / 1e6)
 }

@@ -2,7 +2,8 @@
 //!
 //! - [`device`]: the device model (BAR0 registers, admin queue, event queues, doorbell polling,
 //!   queue processing, protection checks) — the "chassis";
-//! - [`roce`]: RoCEv2 wire format, fabric and transport engine;
+//! - [`roce`]: RoCEv2 wire format and transport engine;
+//! - [`port`]: the Ethernet port (tap or QEMU socket framings) shared with the paired netdev;
 //! - [`server`]: the vfio-user glue (regions, IRQs, DMA mapping);
 //! - [`testkit`]: a userspace "driver" for tests and benchmarks;
 //! - [`benchkit`]: the memcpy reference and result table of the host benchmarks.
@@ -11,6 +12,7 @@ pub mod benchkit;
 pub mod device;
 pub mod dma;
 pub mod pci;
+pub mod port;
 pub mod roce;
 pub mod server;
 pub mod testkit;

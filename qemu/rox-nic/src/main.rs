@@ -1,12 +1,12 @@
 //! rox-nic command line: serve one emulated RoCEv2 NIC on a vfio-user socket.
 
-use std::net::Ipv4Addr;
 use std::path::PathBuf;
 
 use clap::Parser;
-use rox_nic::device::{DeviceConfig, FabricConfig, FaultConfig, RoxNic, DEFAULT_IDLE_AFTER};
+use rox_nic::device::{DeviceConfig, FaultConfig, LinkSpec, PortConfig, RoxNic, DEFAULT_IDLE_AFTER};
 
-/// An emulated PCIe RoCEv2 NIC for QEMU's vfio-user-pci.
+/// An emulated PCIe RoCEv2 NIC for QEMU's vfio-user-pci, with an Ethernet port shared with
+/// the guest's paired virtio-net (like a converged RoCE NIC).
 #[derive(Parser, Debug)]
 #[command(version, about)]
 struct Args {
@@ -14,21 +14,33 @@ struct Args {
     /// (`-device '{"driver":"vfio-user-pci","socket":{"type":"unix","path":PATH}}'`).
     #[arg(long)]
     socket: PathBuf,
-    /// MAC of the guest's paired virtio-net NIC, reported to the driver (xx:xx:xx:xx:xx:xx).
+    /// MAC of the device and of the guest's paired virtio-net NIC (xx:xx:xx:xx:xx:xx): the
+    /// source MAC of RoCE frames, and the unicast MAC the port accepts.
     #[arg(long, value_parser = parse_mac)]
     mac: [u8; 6],
-    /// Fabric directory shared by all rox-nic processes (GID -> UDP address entries).
-    /// Without it only QP-to-QP loopback on this device works.
+    /// The Ethernet port: `tap:IFNAME` (an existing tap interface in this network
+    /// namespace), `dgram:local=PATH,remote=PATH` (QEMU `-netdev dgram` framing over unix
+    /// datagram sockets: binds `local`, sends to `remote`), `stream:connect=PATH` or
+    /// `stream:listen=PATH` (QEMU `-netdev stream` framing: 4-byte big-endian length before
+    /// each frame). Without it there is no wire: only QP-to-QP loopback on this device works.
     #[arg(long)]
-    fabric_dir: Option<PathBuf>,
-    /// Loopback address of this device's fabric socket.
-    #[arg(long, default_value = "127.0.0.1")]
-    fabric_addr: Ipv4Addr,
-    /// Fabric fault injection, e.g. `loss=0.01,dup=0.01,reorder=0.01,corrupt=0.01,seed=42`.
-    #[arg(long, alias = "fabric-faults")]
+    port: Option<LinkSpec>,
+    /// IP MTU of the port (default: the tap's MTU; 9000 for socket ports).
+    #[arg(long)]
+    mtu: Option<usize>,
+    /// The guest's paired virtio-net, as `dgram:local=PATH,remote=PATH` (or a `stream:` form).
+    /// QEMU runs it as `-netdev dgram,id=N,local.type=unix,local.path=<remote>,
+    /// remote.type=unix,remote.path=<local>`. Its frames go out on the port; frames from the
+    /// port that are not RoCEv2 for this device go to it.
+    #[arg(long)]
+    netdev: Option<LinkSpec>,
+    /// Fault injection on every frame the port sends, e.g.
+    /// `loss=0.01,dup=0.01,reorder=0.01,corrupt=0.01,seed=42`.
+    #[arg(long)]
     faults: Option<String>,
-    /// Write every transmitted RoCEv2 packet to this pcap file (tshark decodes it).
-    #[arg(long, alias = "capture")]
+    /// Write every frame the port sends and receives to this pcap file (Ethernet; tshark
+    /// decodes RoCEv2 as InfiniBand).
+    #[arg(long)]
     pcap: Option<PathBuf>,
     /// Milliseconds without work before the data path sleeps until woken.
     #[arg(long, default_value_t = DEFAULT_IDLE_AFTER.as_millis() as u64)]
@@ -60,17 +72,21 @@ fn main() {
 
 fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let faults = args.faults.as_deref().map(FaultConfig::parse).transpose()?;
-    if args.fabric_dir.is_none() && (faults.is_some() || args.pcap.is_some()) {
-        return Err("--faults and --pcap need --fabric-dir (they act on the fabric)".into());
-    }
-    let fabric = args.fabric_dir.map(|directory| FabricConfig {
-        directory,
-        bind: args.fabric_addr,
-        faults,
-        pcap: args.pcap,
-    });
+    let port = match args.port {
+        Some(link) => Some(PortConfig {
+            link,
+            mtu: args.mtu,
+            faults,
+            pcap: args.pcap,
+        }),
+        None if faults.is_some() || args.pcap.is_some() || args.mtu.is_some() => {
+            return Err("--faults, --pcap and --mtu need --port (they act on the port)".into());
+        }
+        None => None,
+    };
     let mut config = DeviceConfig::new(args.mac);
-    config.fabric = fabric;
+    config.port = port;
+    config.netdev = args.netdev;
     config.idle_after = std::time::Duration::from_millis(args.idle_ms);
     let mut nic = RoxNic::new(config)?;
     let server = rox_nic::server::bind(&args.socket, &nic)?;

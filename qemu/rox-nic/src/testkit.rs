@@ -26,6 +26,7 @@ use rox_uapi::verbs::*;
 
 use crate::device::sys::EventFd;
 use crate::device::{DeviceConfig, RoxNic, Shared};
+pub use crate::port::{LinkSpec, PortConfig};
 use crate::dma::{as_bytes, from_bytes, Pod};
 
 /// Guest-physical address where the test RAM starts (not 0, so address 0 is a bad address).
@@ -311,24 +312,50 @@ pub struct TestDriver {
     pub wakes: u64,
 }
 
-/// A device on the UDP fabric whose directory is `dir`, owning GID `::ffff:127.0.<subnet>.<host>`
-/// (set at index 0) on a socket bound to 127.0.0.1; `faults` are injected on its transmissions.
-pub fn fabric_device(
-    dir: &std::path::Path,
+/// The MAC of the testkit device owning `gid`: 02:00 and the GID's last 4 bytes (so a test
+/// that knows a peer's GID knows its MAC, as ib_core would after neighbour resolution).
+pub fn test_mac(gid: &[u8; 16]) -> [u8; 6] {
+    const LOCALLY_ADMINISTERED: u8 = 0x02;
+    [LOCALLY_ADMINISTERED, 0, gid[12], gid[13], gid[14], gid[15]]
+}
+
+/// The two ends of a wire between two devices: `dgram` ports on unix sockets `a` and `b` in
+/// `dir`, each sending to the other.
+pub fn dgram_wire(dir: &std::path::Path, a: &str, b: &str) -> (LinkSpec, LinkSpec) {
+    let (pa, pb) = (dir.join(a), dir.join(b));
+    (
+        LinkSpec::Dgram {
+            local: pa.clone(),
+            remote: pb.clone(),
+        },
+        LinkSpec::Dgram {
+            local: pb,
+            remote: pa,
+        },
+    )
+}
+
+/// A device owning GID `::ffff:127.0.<subnet>.<host>` (set at index 0), with MAC
+/// [`test_mac`] of it and the port `port`.
+pub fn port_device_with(port: PortConfig, subnet: u8, host: u8) -> TestDriver {
+    let gid = gid_v4(127, 0, subnet, host);
+    let mut cfg = DeviceConfig::new(test_mac(&gid));
+    cfg.port = Some(port);
+    let mut d = TestDriver::new(cfg);
+    d.set_gid(0, gid);
+    d
+}
+
+/// [`port_device_with`] a port on `link` with `faults` injected on what it sends.
+pub fn port_device(
+    link: LinkSpec,
     subnet: u8,
     host: u8,
     faults: Option<crate::device::FaultConfig>,
 ) -> TestDriver {
-    let mut cfg = DeviceConfig::new([2, 0, 0, 0, subnet, host]);
-    cfg.fabric = Some(crate::device::FabricConfig {
-        directory: dir.to_path_buf(),
-        bind: std::net::Ipv4Addr::LOCALHOST,
-        faults,
-        pcap: None,
-    });
-    let mut d = TestDriver::new(cfg);
-    d.set_gid(0, gid_v4(127, 0, subnet, host));
-    d
+    let mut port = PortConfig::new(link);
+    port.faults = faults;
+    port_device_with(port, subnet, host)
 }
 
 /// An IPv4-mapped GID `::ffff:a.b.c.d`.
@@ -889,6 +916,7 @@ impl TestDriver {
         a.dest_qp_num = dest_qpn;
         a.rq_psn = 0;
         a.ah.dgid = dgid;
+        a.ah.dmac = test_mac(&dgid);
         a.ah.hop_limit = 64;
         a.max_dest_rd_atomic = 4;
         a.min_rnr_timer = p.min_rnr_timer;
@@ -1222,6 +1250,7 @@ pub fn with_ud(mut w: SqWqe, dgid: [u8; 16], dest_qpn: u32, qkey: u32) -> SqWqe 
             dest_qpn,
             qkey,
             hop_limit: 64,
+            dmac: test_mac(&dgid),
             ..Default::default()
         },
     };

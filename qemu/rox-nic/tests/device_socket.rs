@@ -190,15 +190,21 @@ fn binary_serves_one_client_and_reports_bad_configuration() {
     let exe = env!("CARGO_BIN_EXE_rox-nic");
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("rox0.sock");
-    let fabric = dir.path().join("fabric");
+    let d = |name: &str| dir.path().join(name).to_str().unwrap().to_string();
+    let port = format!("dgram:local={},remote={}", d("port.sock"), d("wire.sock"));
+    let netdev = format!("dgram:local={},remote={}", d("nd.sock"), d("guest.sock"));
     let mut child = std::process::Command::new(exe)
         .args([
             "--socket",
             path.to_str().unwrap(),
             "--mac",
             "52:54:00:00:00:01",
-            "--fabric-dir",
-            fabric.to_str().unwrap(),
+            "--port",
+            &port,
+            "--netdev",
+            &netdev,
+            "--mtu",
+            "1500",
         ])
         .stderr(std::process::Stdio::null())
         .spawn()
@@ -237,34 +243,33 @@ fn binary_serves_one_client_and_reports_bad_configuration() {
         std::thread::sleep(Duration::from_millis(10));
     }
 
-    // Bad arguments: a malformed MAC, faults without a fabric.
-    for args in [
-        vec!["--socket", "/tmp/unused.sock", "--mac", "52:54:00"],
-        vec![
-            "--socket",
-            "/tmp/unused.sock",
-            "--mac",
-            "52:54:00:00:00:03",
-            "--faults",
-            "loss=0.1",
-        ],
-        vec![
-            "--socket",
-            "/tmp/unused.sock",
-            "--mac",
-            "52:54:00:00:00:03",
-            "--fabric-dir",
-            "/tmp",
-            "--faults",
+    // Bad arguments: a malformed MAC, faults without a port, bad faults, a bad port, a tap
+    // that does not exist, an MTU out of range.
+    for (args, says) in [
+        (vec!["--mac", "52:54:00"], "not a MAC address"),
+        (vec!["--mac", "52:54:00:00:00:03", "--faults", "loss=0.1"], "need --port"),
+        (
+            vec!["--mac", "52:54:00:00:00:03", "--port", &port, "--faults", "loss=7"],
             "loss=7",
-        ],
+        ),
+        (vec!["--mac", "52:54:00:00:00:03", "--port", "udp:x"], "want tap:IFNAME"),
+        (
+            vec!["--mac", "52:54:00:00:00:03", "--port", "tap:rox-no-such"],
+            "rox-no-such",
+        ),
+        (
+            vec!["--mac", "52:54:00:00:00:03", "--port", &port, "--mtu", "100"],
+            "MTU 100",
+        ),
     ] {
         let out = std::process::Command::new(exe)
+            .args(["--socket", &d("unused.sock")])
             .args(&args)
             .output()
             .unwrap();
         assert!(!out.status.success(), "{args:?} accepted");
-        assert!(!out.stderr.is_empty());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(says), "{args:?}: {err}");
     }
 }
 

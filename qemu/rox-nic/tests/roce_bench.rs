@@ -2,8 +2,8 @@
 //! messages/s and GB/s of RDMA WRITE and SEND from 8 B to 1 MiB at MTU 4096, next to the host's
 //! memcpy bandwidth measured in the same run (one table, `rox_nic::benchkit`). The first test
 //! measures the engine alone (packet building, ICRC, parsing, PSN/ACK logic, memory copies
-//! through the env); the second puts the fabric's UDP sockets (batched sendmmsg/recvmmsg)
-//! between the two engines.
+//! through the env); the second puts two ports (Ethernet frames on a unix datagram socket
+//! pair, batched sendmmsg/recvmmsg) between the two engines.
 //!
 //! Run: cargo test --release -p rox-nic --test roce_bench -- --ignored --nocapture
 
@@ -133,19 +133,17 @@ fn engine_write_and_send_bandwidth() {
     );
 }
 
-/// The same exchange with every packet going through a host UDP socket of the fabric (two
-/// sockets in one process, one thread): what two rox-nic processes' data paths can reach.
-fn run_over_fabric(opcode: WrOpcode, size: u32) -> Rate {
-    use roce_common::roce::fabric::{Fabric, FabricConfig, RxBatch};
+/// The same exchange with every packet going through a port, as an Ethernet frame on a unix
+/// datagram socket pair (two ports in one process, one thread): what two rox-nic processes'
+/// data paths can reach.
+fn run_over_ports(opcode: WrOpcode, size: u32) -> Rate {
+    use rox_nic::port::frame::{classify, Rx};
+    use rox_nic::port::{Link, LinkSpec, Port};
     /// Real time and a loaded host: the ACK timeout of ibv_rc_pingpong (67 ms).
     const ACK_TIMEOUT: u8 = 14;
+    const MTU: usize = 9000;
     let dir = tempfile::tempdir().unwrap();
-    let cfg = FabricConfig {
-        directory: dir.path().to_path_buf(),
-        bind: std::net::Ipv4Addr::LOCALHOST,
-        faults: None,
-        pcap: None,
-    };
+    let (pa, pb) = (dir.path().join("a"), dir.path().join("b"));
     let params = QpParams {
         mtu: Mtu::Mtu4096,
         timeout: ACK_TIMEOUT,
@@ -153,25 +151,35 @@ fn run_over_fabric(opcode: WrOpcode, size: u32) -> Rate {
     };
     let messages = (BYTES_PER_POINT / 4 / u64::from(size)).clamp(MIN_MESSAGES, MAX_MESSAGES / 4);
     let mut x = Exchange::new(opcode, size, &params, messages);
-    let mut fabrics: Vec<Fabric> = (0..2).map(|_| Fabric::open(&cfg).unwrap()).collect();
-    for (f, d) in fabrics.iter_mut().zip(&x.net.devs) {
-        f.add_gid(d.gid).unwrap();
-    }
+    let mut ports: Vec<Port> = [(&pa, &pb), (&pb, &pa)]
+        .into_iter()
+        .zip(&x.net.devs)
+        .map(|((local, remote), d)| {
+            let link = Link::open(&LinkSpec::Dgram {
+                local: local.clone(),
+                remote: remote.clone(),
+            })
+            .unwrap();
+            Port::with_link(link, mac_of(&d.gid), MTU, None, None).unwrap()
+        })
+        .collect();
     let epoch = Instant::now();
-    let mut batch = RxBatch::new();
     while !x.finished() {
         // The engines run on the real clock here (Net::dev hands out `net.now`).
         x.net.now = epoch.elapsed().as_nanos() as u64;
         x.post();
-        for (d, f) in x.net.devs.iter_mut().zip(fabrics.iter_mut()) {
+        for (d, port) in x.net.devs.iter_mut().zip(ports.iter_mut()) {
             d.env.now = epoch.elapsed().as_nanos() as u64;
-            for (gid, p) in std::mem::take(&mut d.env.outbox) {
-                f.queue(&gid, p).unwrap();
+            for ((_, p), dmac) in d.env.outbox.drain(..).zip(d.env.tx_dmacs.drain(..)) {
+                port.queue_ip(&dmac, p);
             }
-            f.flush().unwrap();
-            while f.recv_batch(&mut batch).unwrap() > 0 {
-                for p in batch.packets() {
-                    let _ = d.engine.receive(&mut d.env, p);
+            port.flush();
+            let (mac, max, gid) = (port.mac(), port.max_frame(), d.gid);
+            while port.recv().unwrap() > 0 {
+                for f in port.frames() {
+                    if let Rx::Roce(ip) = classify(f, &mac, max, |g| *g == gid) {
+                        let _ = d.engine.receive(&mut d.env, &f[ip]);
+                    }
                 }
             }
             d.engine.poll(&mut d.env);
@@ -191,9 +199,9 @@ fn run_over_fabric(opcode: WrOpcode, size: u32) -> Rate {
 
 #[test]
 #[ignore = "benchmark: run with --release --ignored --nocapture"]
-fn fabric_write_and_send_bandwidth() {
+fn port_write_and_send_bandwidth() {
     table(
-        &format!("two engines over UDP sockets on 127.0.0.1 (sendmmsg/recvmmsg), one thread for both, RC, MTU 4096, {DEPTH} WRs in flight"),
-        run_over_fabric,
+        &format!("two engines over a unix dgram socket pair (Ethernet frames, sendmmsg/recvmmsg), one thread for both, RC, MTU 4096, {DEPTH} WRs in flight"),
+        run_over_ports,
     );
 }

@@ -1,10 +1,12 @@
-//! Produces a pcap of every packet kind rox-nic puts on the fabric (RC/UC/UD opcodes, ACK, NAK,
-//! RNR NAK, READ responses, atomic ACKs, IPv4 and IPv6), for `tests/host/tshark-capture.sh`
-//! to decode with tshark. Set `ROX_PCAP_OUT=/path/file.pcap` to keep the capture.
+//! Produces a pcap of every packet kind rox-nic puts on the wire (RC/UC/UD opcodes, ACK, NAK,
+//! RNR NAK, READ responses, atomic ACKs, IPv4 and IPv6) as the Ethernet frames a port sends,
+//! for `tests/host/tshark-capture.sh` to decode with tshark. Set `ROX_PCAP_OUT=/path/file.pcap`
+//! to keep the capture.
 
 mod roce_common;
-use roce_common::roce::fabric::write_capture;
 use roce_common::roce::wire::parse_packet;
+use rox_nic::port::frame::ETH_HEADER_LEN;
+use rox_nic::port::pcap::PcapWriter;
 use roce_common::*;
 
 const BUF: u64 = MEM_BASE + 0x1000;
@@ -42,6 +44,7 @@ fn exchange(net: &mut Net, qp_type: QpType, qpn_a: u32, qpn_b: u32) {
             traffic_class: 0,
             hop_limit: 64,
             flow_label: 0,
+            dmac: mac_of(&net.devs[1].gid),
         };
         for wr in &mut wrs {
             wr.ud = Some(UdDest {
@@ -134,7 +137,13 @@ fn capture_every_packet_kind() {
     }
     let opcodes: std::collections::BTreeSet<u8> = all
         .iter()
-        .map(|(_, p)| parse_packet(p).expect("valid packet").hdr.bth.opcode)
+        .map(|(_, f)| {
+            parse_packet(&f[ETH_HEADER_LEN..])
+                .expect("valid packet")
+                .hdr
+                .bth
+                .opcode
+        })
         .collect();
     // 25 RC opcodes, 12 UC, 2 UD: all but the few the exchange does not need.
     assert!(opcodes.len() >= 34, "opcodes on the wire: {opcodes:x?}");
@@ -145,7 +154,15 @@ fn capture_every_packet_kind() {
         Some(p) => std::path::PathBuf::from(p),
         None => std::env::temp_dir().join(format!("rox-roce-capture-{}.pcap", std::process::id())),
     };
-    write_capture(&path, &all).unwrap();
+    let mut w = PcapWriter::new(std::io::BufWriter::new(
+        std::fs::File::create(&path).unwrap(),
+    ))
+    .unwrap();
+    for (t, f) in &all {
+        w.write_frame(*t, &[f]).unwrap();
+    }
+    w.flush().unwrap();
+    drop(w);
     let written = std::fs::metadata(&path).unwrap().len();
     assert!(written > 24 + 16 * all.len() as u64);
     println!(

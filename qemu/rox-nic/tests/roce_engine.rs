@@ -513,6 +513,7 @@ fn ud_wr(net: &Net, wr_id: u64, data: SendData, qkey: u32) -> SendWr {
         traffic_class: 0,
         hop_limit: 64,
         flow_label: 0,
+        dmac: mac_of(&net.devs[1].gid),
     };
     wr.ud = Some(UdDest {
         av,
@@ -639,6 +640,7 @@ fn ud_wr_len(gids: &[Gid; 2], key: u32, len: u32, qkey: u32) -> SendWr {
         traffic_class: 0,
         hop_limit: 64,
         flow_label: 0,
+        dmac: mac_of(&gids[1]),
     };
     wr.ud = Some(UdDest {
         av,
@@ -1148,6 +1150,7 @@ fn work_posted_before_rts_is_sent_on_rts() {
         traffic_class: 0,
         hop_limit: 64,
         flow_label: 0,
+        dmac: mac_of(&gid_v4(2)),
     };
     let rtr = QpModify {
         state: Some(QpState::Rtr),

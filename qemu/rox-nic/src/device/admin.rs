@@ -199,7 +199,6 @@ fn set_gid(hw: &mut Hw, c: &SetGidCmd) -> AdminResult {
         1 if c.gid_type == GID_TYPE_ROCE_UDP_ENCAP => *slot = Some(c.gid),
         _ => return Err(ADMIN_STATUS_BAD_PARAM),
     }
-    hw.gids_changed = true;
     Ok((0, 0))
 }
 
@@ -771,6 +770,7 @@ fn modify_qp(hw: &mut Hw, engine: &mut Engine, c: &ModifyQpCmd) -> AdminResult {
             traffic_class: a.ah.traffic_class,
             hop_limit: a.ah.hop_limit,
             flow_label: a.ah.flow_label,
+            dmac: a.ah.dmac,
         });
     }
     engine
@@ -868,6 +868,7 @@ fn query_stats(hw: &mut Hw, engine: &mut Engine, q: &QueryCmd) -> AdminResult {
     s[STAT_RX_DROPPED] = es.rx_malformed
         + es.rx_no_qp
         + es.rx_qkey_violations
+        + es.rx_bad_pkey
         + es.rx_no_recv_wr
         + es.rx_wrong_source
         + hw.rx_port_down_drops;
@@ -876,6 +877,8 @@ fn query_stats(hw: &mut Hw, engine: &mut Engine, q: &QueryCmd) -> AdminResult {
     s[STAT_NAKS_SENT] = es.naks_sent + es.rnr_naks_sent;
     s[STAT_ACKS_SENT] = es.acks_sent;
     s[STAT_DUP_REQUESTS] = es.rx_duplicates;
+    s[STAT_RX_UNKNOWN_QP] = es.rx_no_qp;
+    s[STAT_RX_BAD_KEY] = es.rx_bad_pkey + es.rx_qkey_violations;
     let bytes: Vec<u8> = s.iter().flat_map(|v| v.to_le_bytes()).collect();
     write_resp(hw, q.resp_addr, &bytes)?;
     Ok((STATS_COUNT as u32, 0))

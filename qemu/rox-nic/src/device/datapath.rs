@@ -1,7 +1,7 @@
 //! The data-path thread: admin queue, event queues, doorbell polling with adaptive backoff and
-//! the idle/arm/wake protocol, WQE fetch and decode, the transport engine and the fabric.
+//! the idle/arm/wake protocol, WQE fetch and decode, the transport engine, the Ethernet port
+//! and the paired netdev.
 
-use std::collections::HashSet;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
@@ -16,10 +16,11 @@ use rox_uapi::verbs::*;
 use super::admin::{current_state, execute};
 use super::hw::{posted_entries, Eq, Hw, WildIndex};
 use super::{Control, DeviceConfig, DeviceError, Shared};
-use crate::roce::fabric::{self, Fabric, FabricConfig, FabricError, RxBatch};
+use crate::port::frame::{self, Rx, ETH_HEADER_LEN};
+use crate::port::{FrameRef, Link, Port, RxBatch, DEFAULT_SOCKET_MTU};
 use crate::roce::{
-    self, AddressVector, Engine, FailedWr, FlushSpec, Gid, MwBind, SendData, SendWr, UdDest,
-    WcStatus, WrOpcode,
+    self, AddressVector, Engine, FailedWr, FlushSpec, MwBind, SendData, SendWr, UdDest, WcStatus,
+    WrOpcode,
 };
 
 pub use super::admin::DEVICE_CAPS;
@@ -30,12 +31,12 @@ const SPIN_PERIOD: Duration = Duration::from_micros(50);
 const MAX_NAP: Duration = Duration::from_micros(500);
 /// WQEs fetched from one SQ per pass, so one busy QP cannot starve the others.
 const SQ_BATCH: u32 = 64;
-/// Loopback packets handled per pass (the device without a fabric).
+/// Loopback packets handled per pass.
 const RX_BATCH: usize = 256;
-/// While no datagram arrives, the data path looks at the fabric socket at most this often; an
+/// While no frame arrives, the data path looks at the port and netdev at most this often; an
 /// empty `recvmmsg` per pass of a spinning loop cost more system calls than the traffic did.
-const FABRIC_POLL_INTERVAL: Duration = Duration::from_micros(5);
-/// `recvmmsg` calls per pass (each takes up to `fabric::BATCH` datagrams): bounds a pass so
+const WIRE_POLL_INTERVAL: Duration = Duration::from_micros(5);
+/// Receive batches per pass and link (each up to `port::BATCH` frames): bounds a pass so
 /// doorbells and timers are looked at between bursts.
 const RX_BATCHES_PER_PASS: usize = 4;
 
@@ -51,17 +52,16 @@ pub struct DataPath {
     ctl: Receiver<Control>,
     hw: Hw,
     engine: Engine,
-    fabric: Option<Fabric>,
-    published: HashSet<Gid>,
-    warned_peers: HashSet<Gid>,
+    port: Option<Port>,
+    netdev: Option<Link>,
     admin: Option<AdminQueue>,
     admin_pi: u32,
     mac: [u8; 6],
     idle_after: Duration,
-    rx_batch: RxBatch,
-    /// The last look at the fabric socket found datagrams.
-    fabric_busy: bool,
-    last_fabric_poll: Instant,
+    netdev_rx: RxBatch,
+    /// The last look at the port and netdev found frames.
+    wire_busy: bool,
+    last_wire_poll: Instant,
     scan_buf: Vec<u32>,
 }
 
@@ -76,27 +76,36 @@ impl DataPath {
         ctl: Receiver<Control>,
         cfg: &DeviceConfig,
     ) -> Result<DataPath, DeviceError> {
-        let fabric = match &cfg.fabric {
-            Some(fc) => Some(open_fabric(fc)?),
+        let port = match &cfg.port {
+            Some(pc) => Some(Port::open(pc, cfg.mac)?),
             None => None,
         };
+        let netdev = match &cfg.netdev {
+            Some(spec) => Some(Link::open(spec).map_err(|source| DeviceError::Netdev {
+                spec: spec.clone(),
+                source,
+            })?),
+            None => None,
+        };
+        let max_frame = port
+            .as_ref()
+            .map_or(DEFAULT_SOCKET_MTU + ETH_HEADER_LEN, Port::max_frame);
         let mut hw = Hw::new(shared.clone(), cfg.mac);
-        hw.has_fabric = fabric.is_some();
+        hw.has_port = port.is_some();
         Ok(DataPath {
             shared,
             ctl,
             hw,
             engine: Engine::new(),
-            fabric,
-            published: HashSet::new(),
-            warned_peers: HashSet::new(),
+            port,
+            netdev,
             admin: None,
             admin_pi: 0,
             mac: cfg.mac,
             idle_after: cfg.idle_after,
-            rx_batch: RxBatch::new(),
-            fabric_busy: false,
-            last_fabric_poll: Instant::now(),
+            netdev_rx: RxBatch::new(max_frame),
+            wire_busy: false,
+            last_wire_poll: Instant::now(),
             scan_buf: Vec::new(),
         })
     }
@@ -115,10 +124,10 @@ impl DataPath {
                 work |= self.run_admin();
                 work |= self.scan_doorbells();
                 work |= self.receive_loopback();
-                if self.fabric_due() {
-                    let got = self.receive_fabric();
-                    self.fabric_busy = got;
-                    self.last_fabric_poll = Instant::now();
+                if self.wire_due() {
+                    let got = self.receive_port() | self.receive_netdev();
+                    self.wire_busy = got;
+                    self.last_wire_poll = Instant::now();
                     work |= got;
                 }
                 self.engine.poll(&mut self.hw);
@@ -141,17 +150,17 @@ impl DataPath {
                 let nap = (idle_for / 8).min(MAX_NAP);
                 let timeout = self.timer_timeout().map_or(nap, |t| t.min(nap));
                 self.wait(Some(timeout));
-                // The wait may have ended for a datagram: look at once.
-                self.fabric_busy = true;
+                // The wait may have ended for a frame: look at once.
+                self.wire_busy = true;
                 continue;
             }
             if self.go_idle() {
                 last_work = Instant::now();
-                self.fabric_busy = true;
+                self.wire_busy = true;
             }
         }
-        if let Some(f) = &mut self.fabric {
-            let _ = f.flush_capture();
+        if let Some(p) = &mut self.port {
+            let _ = p.flush_capture();
         }
     }
 
@@ -164,19 +173,31 @@ impl DataPath {
         ))
     }
 
-    /// Block on the wake eventfd and the fabric socket for at most `timeout`.
-    fn wait(&self, timeout: Option<Duration>) {
-        let mut fds = vec![libc::pollfd {
+    /// Block on the wake eventfd, the port and the netdev for at most `timeout` (and no
+    /// longer than until a link tries again to reach a missing peer).
+    fn wait(&self, mut timeout: Option<Duration>) {
+        let mut fds = [libc::pollfd {
             fd: self.shared.wake.as_raw_fd(),
             events: libc::POLLIN,
             revents: 0,
-        }];
-        if let Some(f) = &self.fabric {
-            fds.push(libc::pollfd {
-                fd: f.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            });
+        }; 3];
+        let mut nfds = 1;
+        let links = [
+            self.port.as_ref().map(|p| (p.poll_fd(), p.retry_in())),
+            self.netdev.as_ref().map(|l| (l.poll_fd(), l.retry_in())),
+        ];
+        for (poll_fd, retry_in) in links.into_iter().flatten() {
+            if let Some((fd, wants_write)) = poll_fd {
+                fds[nfds] = libc::pollfd {
+                    fd,
+                    events: libc::POLLIN | if wants_write { libc::POLLOUT } else { 0 },
+                    revents: 0,
+                };
+                nfds += 1;
+            }
+            if let Some(r) = retry_in {
+                timeout = Some(timeout.map_or(r, |t| t.min(r)));
+            }
         }
         let ts = timeout.map(|t| libc::timespec {
             tv_sec: t.as_secs() as libc::time_t,
@@ -185,11 +206,11 @@ impl DataPath {
         let tsp = ts
             .as_ref()
             .map_or(std::ptr::null(), |t| t as *const libc::timespec);
-        // SAFETY: fds and ts are valid for the duration of the call.
+        // SAFETY: the first `nfds` entries of fds and ts are valid for the duration of the call.
         unsafe {
             libc::ppoll(
                 fds.as_mut_ptr(),
-                fds.len() as libc::nfds_t,
+                nfds as libc::nfds_t,
                 tsp,
                 std::ptr::null(),
             )
@@ -201,9 +222,9 @@ impl DataPath {
     /// raced with the announcement is seen here), then sleep until woken. Returns true if it
     /// slept (or found work).
     fn go_idle(&mut self) -> bool {
-        if let Some(f) = &mut self.fabric {
-            let _ = f.flush_faults();
-            let _ = f.flush_capture();
+        if let Some(p) = &mut self.port {
+            self.hw.stats[STAT_PORT_TX_FRAMES] += p.flush_faults() as u64;
+            let _ = p.flush_capture();
         }
         self.shared.idle.store(DB_DEVICE_IDLE, Ordering::SeqCst);
         self.shared.doorbells.set_idle(DB_DEVICE_IDLE);
@@ -248,11 +269,10 @@ impl DataPath {
     }
 
     fn reset(&mut self) {
-        let has_fabric = self.fabric.is_some();
+        let has_port = self.port.is_some();
         self.hw = Hw::new(self.shared.clone(), self.mac);
-        self.hw.has_fabric = has_fabric;
+        self.hw.has_port = has_port;
         self.engine = Engine::new();
-        self.sync_gids();
         self.admin = None;
         self.admin_pi = 0;
         self.shared.doorbells.clear();
@@ -354,26 +374,8 @@ impl DataPath {
             self.hw.post_event(EQ_ADMIN_ASYNC, EQE_TYPE_ADMIN, idx, 0);
             self.fail_broken_qps();
             self.hw.post_deferred_events();
-            if std::mem::take(&mut self.hw.gids_changed) {
-                self.sync_gids();
-            }
         }
         true
-    }
-
-    /// Publish the GID table on the fabric.
-    fn sync_gids(&mut self) {
-        let Some(f) = &mut self.fabric else { return };
-        let now: HashSet<Gid> = self.hw.gids.iter().flatten().copied().collect();
-        for gone in self.published.difference(&now) {
-            f.remove_gid(gone);
-        }
-        for new in now.difference(&self.published) {
-            if let Err(e) = f.add_gid(*new) {
-                log::error!("rox-nic: cannot publish GID on the fabric: {e}");
-            }
-        }
-        self.published = now;
     }
 
     // ---- doorbells and send queues ---------------------------------------------------------
@@ -512,9 +514,9 @@ impl DataPath {
         false
     }
 
-    // ---- fabric ----------------------------------------------------------------------------
+    // ---- port and netdev -------------------------------------------------------------------
 
-    /// Packets the device sent to itself without a fabric.
+    /// Packets the device sent to its own GIDs.
     fn receive_loopback(&mut self) -> bool {
         let mut work = false;
         for _ in 0..RX_BATCH {
@@ -527,62 +529,117 @@ impl DataPath {
         work
     }
 
-    /// Whether to look at the fabric socket on this pass: always while packets keep coming,
-    /// else at most every `FABRIC_POLL_INTERVAL` (each look is a system call; doorbells are
+    /// Whether to look at the port and netdev on this pass: always while frames keep coming,
+    /// else at most every `WIRE_POLL_INTERVAL` (each look is a system call; doorbells are
     /// memory and are looked at on every pass).
-    fn fabric_due(&self) -> bool {
-        self.fabric.is_some()
-            && (self.fabric_busy || self.last_fabric_poll.elapsed() >= FABRIC_POLL_INTERVAL)
+    fn wire_due(&self) -> bool {
+        (self.port.is_some() || self.netdev.is_some())
+            && (self.wire_busy || self.last_wire_poll.elapsed() >= WIRE_POLL_INTERVAL)
     }
 
-    fn receive_fabric(&mut self) -> bool {
+    /// Frames from the port: RoCEv2 for this device to the engine, the rest to the netdev.
+    fn receive_port(&mut self) -> bool {
+        let Some(port) = &mut self.port else {
+            return false;
+        };
         let mut work = false;
-        if let Some(f) = &mut self.fabric {
-            for _ in 0..RX_BATCHES_PER_PASS {
-                match f.recv_batch(&mut self.rx_batch) {
-                    Ok(n) => {
-                        for p in self.rx_batch.packets() {
-                            self.hw.stats[STAT_RX_BYTES] += p.len() as u64;
-                            deliver(&mut self.engine, &mut self.hw, p);
-                        }
-                        work |= n > 0;
-                        if n < fabric::BATCH {
-                            break;
-                        }
-                    }
-                    Err(e) => {
-                        log::warn!("rox-nic: fabric receive: {e}");
-                        break;
-                    }
+        let (mac, max_frame) = (port.mac(), port.max_frame());
+        for _ in 0..RX_BATCHES_PER_PASS {
+            let n = match port.recv() {
+                Ok(n) => n,
+                Err(e) => {
+                    log::warn!("rox-nic: port receive: {e}");
+                    break;
                 }
+            };
+            if n == 0 {
+                break;
+            }
+            work = true;
+            self.hw.stats[STAT_PORT_RX_FRAMES] += n as u64;
+            let mut to_netdev: Vec<FrameRef> = Vec::new();
+            for f in port.frames() {
+                match frame::classify(f, &mac, max_frame, |g| self.hw.is_own_gid(g)) {
+                    Rx::Roce(ip) => {
+                        self.hw.stats[STAT_RX_BYTES] += ip.len() as u64;
+                        deliver(&mut self.engine, &mut self.hw, &f[ip]);
+                    }
+                    Rx::Netdev => to_netdev.push(FrameRef::whole(f)),
+                    Rx::Drop(counter) => self.hw.stats[counter] += 1,
+                }
+            }
+            if !to_netdev.is_empty() {
+                // The guest's queue is a NIC ring: what it cannot take now is lost.
+                let delivered = match &mut self.netdev {
+                    Some(nd) => {
+                        let sent = nd.send(&to_netdev);
+                        sent.taken - sent.dropped
+                    }
+                    None => 0,
+                };
+                self.hw.stats[STAT_PORT_TO_NETDEV] += delivered as u64;
+                self.hw.stats[STAT_PORT_DROP_NETDEV] += (to_netdev.len() - delivered) as u64;
+            }
+            if n < crate::port::BATCH {
+                break;
             }
         }
         work
     }
 
-    fn flush_outbound(&mut self) -> bool {
-        if self.hw.outbound.is_empty() {
+    /// Frames the netdev sent: out on the port unchanged.
+    fn receive_netdev(&mut self) -> bool {
+        let Some(nd) = &mut self.netdev else {
             return false;
-        }
-        let out = std::mem::take(&mut self.hw.outbound);
-        let Some(f) = &mut self.fabric else {
-            return true;
         };
-        for (dgid, p) in out {
-            match f.queue(&dgid, p) {
-                Ok(()) => {}
-                Err(e @ FabricError::UnknownPeer(_)) => {
-                    if self.warned_peers.insert(dgid) {
-                        log::warn!("rox-nic: {e}");
-                    }
+        nd.flush_writes();
+        let mut work = false;
+        for _ in 0..RX_BATCHES_PER_PASS {
+            let n = match nd.recv(&mut self.netdev_rx) {
+                Ok(n) => n,
+                Err(e) => {
+                    log::warn!("rox-nic: netdev receive: {e}");
+                    break;
                 }
-                Err(e) => log::warn!("rox-nic: {e}"),
+            };
+            if n == 0 {
+                break;
+            }
+            work = true;
+            let Some(port) = &mut self.port else {
+                // No wire: the frames have nowhere to go.
+                continue;
+            };
+            for f in self.netdev_rx.frames() {
+                if f.len() < ETH_HEADER_LEN {
+                    self.hw.stats[STAT_PORT_DROP_MALFORMED] += 1;
+                } else if f.len() > port.max_frame() {
+                    self.hw.stats[STAT_PORT_DROP_OVERSIZE] += 1;
+                } else {
+                    self.hw.stats[STAT_PORT_FROM_NETDEV] += 1;
+                    port.queue_frame(f);
+                }
+            }
+            if n < crate::port::BATCH {
+                break;
             }
         }
-        if let Err(e) = f.flush() {
-            log::debug!("rox-nic: {e}");
+        work
+    }
+
+    /// Puts the engine's packets (and queued netdev frames) on the port.
+    fn flush_outbound(&mut self) -> bool {
+        let Some(port) = &mut self.port else {
+            self.hw.outbound.clear();
+            return false;
+        };
+        let queued = !self.hw.outbound.is_empty();
+        for (dmac, p) in self.hw.outbound.drain(..) {
+            port.queue_ip(&dmac, p);
         }
-        true
+        let sent = port.flush();
+        self.hw.stats[STAT_PORT_TX_FRAMES] += sent as u64;
+        queued || sent > 0
     }
 }
 
@@ -594,10 +651,6 @@ fn deliver(engine: &mut Engine, hw: &mut Hw, packet: &[u8]) {
     } else {
         hw.rx_port_down_drops += 1;
     }
-}
-
-fn open_fabric(cfg: &FabricConfig) -> Result<Fabric, DeviceError> {
-    Fabric::open(cfg).map_err(|e| DeviceError::Fabric(e.to_string()))
 }
 
 fn wr_opcode(op: u8) -> Option<WrOpcode> {
@@ -683,6 +736,7 @@ pub fn decode_send(
                 traffic_class: ud.traffic_class,
                 hop_limit: ud.hop_limit,
                 flow_label: ud.flow_label,
+                dmac: ud.dmac,
             },
             remote_qpn: ud.dest_qpn,
             remote_qkey: ud.qkey,

@@ -16,7 +16,8 @@ use super::sys::signal_irq;
 use super::Shared;
 use crate::dma::{DmaError, GuestMemory};
 use crate::roce::{
-    self, AccessError, AtomicOp, Completion, DeviceEnv, FlushSpec, Gid, MwBind, RecvWr,
+    self, AccessError, AddressVector, AtomicOp, Completion, DeviceEnv, FlushSpec, Gid, MwBind,
+    RecvWr,
 };
 
 /// A ring in guest memory described by a page list.
@@ -340,8 +341,6 @@ pub struct Hw {
     pub epoch: Instant,
     pub mac: [u8; 6],
     pub gids: [Option<Gid>; GID_TABLE_LEN as usize],
-    /// The GID table changed: the fabric must republish our addresses.
-    pub gids_changed: bool,
     pub mrs: HashMap<u32, Mr>,
     /// Memory windows by index (`rkey & !MW_KEY_FLAG) >> KEY_INDEX_SHIFT`).
     pub mws: HashMap<u32, Mw>,
@@ -354,8 +353,8 @@ pub struct Hw {
     pub doorbells_used: HashMap<(u32, u32), ()>,
     /// Packets to local GIDs, fed back into the engine by the data path.
     pub loopback: VecDeque<Vec<u8>>,
-    /// Packets for the fabric.
-    pub outbound: Vec<(Gid, Vec<u8>)>,
+    /// RoCEv2 IP packets for the port, with their destination MAC.
+    pub outbound: Vec<([u8; 6], Vec<u8>)>,
     /// Async events (type, QPN) the engine caused during the current admin command or pass,
     /// posted after it by [`Hw::post_deferred_events`].
     pub deferred_events: Vec<(u8, u32)>,
@@ -366,9 +365,12 @@ pub struct Hw {
     pub port_state: u8,
     /// Packets received and dropped while the port was down.
     pub rx_port_down_drops: u64,
-    /// With a fabric every packet goes through it (it loops local GIDs back itself, with
-    /// fault injection); without one only local GIDs are reachable.
-    pub has_fabric: bool,
+    /// The device has a port: packets to other GIDs go out on it (packets to its own GIDs
+    /// never reach the wire either way).
+    pub has_port: bool,
+    /// Packets to a GID of another device dropped because their destination MAC was not
+    /// resolved (all zeroes).
+    pub tx_no_dmac_drops: u64,
     pub stats: Stats,
     pub next_key: u32,
     pub next_cq: u32,
@@ -395,7 +397,6 @@ impl Hw {
             epoch: Instant::now(),
             mac,
             gids: [None; GID_TABLE_LEN as usize],
-            gids_changed: false,
             mrs: HashMap::new(),
             mws: HashMap::new(),
             next_mw: 1,
@@ -410,7 +411,8 @@ impl Hw {
             fatal_qps: Vec::new(),
             port_state: PORT_ACTIVE,
             rx_port_down_drops: 0,
-            has_fabric: false,
+            has_port: false,
+            tx_no_dmac_drops: 0,
             stats: [0; STATS_COUNT],
             next_key: 1 << KEY_INDEX_SHIFT,
             next_cq: 1,
@@ -421,6 +423,11 @@ impl Hw {
 
     pub fn port_up(&self) -> bool {
         self.port_state == PORT_ACTIVE
+    }
+
+    /// `gid` is in this device's GID table.
+    pub fn is_own_gid(&self, gid: &Gid) -> bool {
+        self.gids.iter().any(|g| g.as_ref() == Some(gid))
     }
 
     pub fn gid_valid(&self) -> Vec<bool> {
@@ -1168,19 +1175,28 @@ impl DeviceEnv for Hw {
         }
     }
 
-    fn transmit(&mut self, dgid: &Gid, packet: Vec<u8>) {
+    fn transmit(&mut self, av: &AddressVector, packet: Vec<u8>) {
         if !self.port_up() {
             // No link: the packet is lost like on a real wire (RC retransmits later).
             return;
         }
         self.stats[STAT_TX_PACKETS] += 1;
         self.stats[STAT_TX_BYTES] += packet.len() as u64;
-        if self.has_fabric {
-            self.outbound.push((*dgid, packet));
-        } else if self.gids.iter().any(|g| g.as_ref() == Some(dgid)) {
+        if self.is_own_gid(&av.dgid) {
+            // Same-device QP to QP: looped back inside the device, never on the wire.
             self.loopback.push_back(packet);
+        } else if !self.has_port {
+            log::debug!("rox-nic: no port, dropping packet to a remote GID");
+        } else if av.dmac == [0; 6] {
+            if self.tx_no_dmac_drops == 0 {
+                log::warn!(
+                    "rox-nic: dropping packets to a GID of another device without a resolved \
+                     destination MAC (logged once)"
+                );
+            }
+            self.tx_no_dmac_drops += 1;
         } else {
-            log::debug!("rox-nic: no fabric, dropping packet to a remote GID");
+            self.outbound.push((av.dmac, packet));
         }
     }
 }

@@ -28,14 +28,17 @@ use sys::{DoorbellBar, EventFd};
 pub struct DeviceConfig {
     /// MAC of the guest's paired virtio-net NIC (reported by READ_MAC / QUERY_PORT).
     pub mac: [u8; 6],
-    /// Fabric: where this device's UDP socket lives and how peers are found. Without one,
-    /// only QP-to-QP loopback on this device works.
-    pub fabric: Option<FabricConfig>,
+    /// The Ethernet port. Without one there is no wire: only QP-to-QP loopback on this
+    /// device works.
+    pub port: Option<PortConfig>,
+    /// The guest's paired virtio-net: frames it sends go out on the port; frames from the
+    /// port that are not RoCEv2 for this device go to it.
+    pub netdev: Option<LinkSpec>,
     /// How long the data path keeps polling with nothing to do before it sleeps.
     pub idle_after: std::time::Duration,
 }
 
-pub use crate::roce::fabric::{FabricConfig, FaultConfig};
+pub use crate::port::{FaultConfig, LinkSpec, PortConfig};
 
 /// Default idle grace period of the data path.
 pub const DEFAULT_IDLE_AFTER: std::time::Duration = std::time::Duration::from_millis(20);
@@ -44,7 +47,8 @@ impl DeviceConfig {
     pub fn new(mac: [u8; 6]) -> DeviceConfig {
         DeviceConfig {
             mac,
-            fabric: None,
+            port: None,
+            netdev: None,
             idle_after: DEFAULT_IDLE_AFTER,
         }
     }
@@ -134,8 +138,13 @@ pub enum DeviceError {
     Doorbells(std::io::Error),
     #[error("cannot create an eventfd: {0}")]
     EventFd(std::io::Error),
-    #[error("fabric: {0}")]
-    Fabric(String),
+    #[error("{0}")]
+    Port(#[from] crate::port::PortError),
+    #[error("paired netdev {spec:?}: {source}")]
+    Netdev {
+        spec: LinkSpec,
+        source: std::io::Error,
+    },
     #[error("cannot start the data-path thread: {0}")]
     Thread(std::io::Error),
 }

@@ -16,7 +16,7 @@ use super::wire::{
 use super::*;
 
 /// Most PSNs a requester keeps in flight (unacknowledged) per QP; bounds retransmission bursts
-/// and the fabric's socket buffer use.
+/// and the port's socket buffer use.
 pub const MAX_INFLIGHT_PSNS: u32 = 256;
 /// The send window never shrinks below this many packets.
 pub const MIN_INFLIGHT_PSNS: u32 = 16;
@@ -59,6 +59,8 @@ pub struct EngineStats {
     pub rx_wrong_source: u64,
     /// UD packets dropped for a Q_Key mismatch.
     pub rx_qkey_violations: u64,
+    /// Packets dropped for a partition key that is not ours.
+    pub rx_bad_pkey: u64,
     /// UD/UC messages dropped because no receive WR was posted.
     pub rx_no_recv_wr: u64,
     /// Duplicate requests (PSN below the expected one) seen by responders.
@@ -554,7 +556,7 @@ impl Qp {
         };
         let packet = wire::build_packet(&self.ip_info(&av), hdr, payload);
         stats.tx_packets += 1;
-        env.transmit(&av.dgid, packet);
+        env.transmit(&av, packet);
     }
 
     fn bth(&self, opcode: u8, psn: u32) -> Bth {
@@ -1023,7 +1025,7 @@ impl Qp {
             });
             let packet = wire::build_packet(&self.ip_info(&ud.av), &hdr, &payload);
             stats.tx_packets += 1;
-            env.transmit(&ud.av.dgid, packet);
+            env.transmit(&ud.av, packet);
         } else {
             self.send_connected(env, stats, &hdr, &payload);
         }
@@ -2269,7 +2271,7 @@ impl Engine {
         Ok(())
     }
 
-    /// Handles one received RoCEv2 IP packet (from the fabric or a local loopback).
+    /// Handles one received RoCEv2 IP packet (from the port or a local loopback).
     pub fn receive(&mut self, env: &mut dyn DeviceEnv, packet: &[u8]) -> Result<(), RxDrop> {
         self.stats.rx_packets += 1;
         let p = match wire::parse_packet(packet) {
@@ -2284,7 +2286,7 @@ impl Engine {
         };
         const PKEY_MEMBER_BITS: u16 = 0x7fff;
         if p.hdr.bth.pkey & PKEY_MEMBER_BITS != DEFAULT_PKEY & PKEY_MEMBER_BITS {
-            self.stats.rx_malformed += 1;
+            self.stats.rx_bad_pkey += 1;
             return Err(RxDrop::BadPkey(p.hdr.bth.pkey));
         }
         let qpn = p.hdr.bth.dest_qpn;

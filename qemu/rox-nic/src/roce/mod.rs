@@ -1,4 +1,4 @@
-//! RoCEv2 transport of rox-nic: wire format, fabric and the RC/UC/UD transport engine.
+//! RoCEv2 transport of rox-nic: wire format and the RC/UC/UD transport engine.
 //!
 //! The engine ([`Engine`]) is pure logic: it never touches guest memory, queues, sockets or
 //! clocks itself. The device hands it decoded work requests and received packets and gives it a
@@ -10,16 +10,15 @@
 //! - control path: [`Engine::create_qp`], [`Engine::modify_qp`], [`Engine::destroy_qp`];
 //! - SQ doorbell: decode each WQE into a [`SendWr`] and call [`Engine::post_send`];
 //! - RQ doorbell: [`Engine::recv_posted`] (flushes new receive WRs of a QP in the error state);
-//! - fabric: for each received datagram call [`Engine::receive`], then after the batch call
+//! - port: for each received RoCEv2 packet call [`Engine::receive`], then after the batch call
 //!   [`Engine::poll`] — it sends the coalesced ACKs and runs the retransmit/RNR timers; call it
 //!   again no later than [`Engine::next_deadline`].
 //!
 //! Packets leave through [`DeviceEnv::transmit`] as complete RoCEv2 IP packets (IPv4 or IPv6
-//! header, UDP to port 4791, BTH and extension headers, payload, ICRC); [`fabric`] carries them
-//! between rox-nic processes inside host UDP datagrams and can inject faults.
+//! header, UDP to port 4791, BTH and extension headers, payload, ICRC); the device's port
+//! (`crate::port`) puts them in Ethernet frames.
 
 pub mod engine;
-pub mod fabric;
 pub mod verbs;
 pub mod wire;
 
@@ -70,6 +69,9 @@ pub struct AddressVector {
     pub traffic_class: u8,
     pub hop_limit: u8,
     pub flow_label: u32,
+    /// Destination MAC of the Ethernet frame (ib_core's resolved `rdma_ah_attr.roce.dmac`);
+    /// all zeroes when unresolved (then only a GID of this device is reachable).
+    pub dmac: [u8; 6],
 }
 
 /// UD destination of a send work request (from the `ibv_ah` and the WR).
@@ -383,8 +385,9 @@ pub trait DeviceEnv {
     fn pop_recv(&mut self, qpn: u32) -> Option<RecvWr>;
     /// Deliver a completion to the QP's send or receive CQ.
     fn complete(&mut self, completion: Completion);
-    /// Send one RoCEv2 IP packet to the device owning `dgid`.
-    fn transmit(&mut self, dgid: &Gid, packet: Vec<u8>);
+    /// Send one RoCEv2 IP packet along `av` (to the device owning `av.dgid`, in an Ethernet
+    /// frame to `av.dmac`).
+    fn transmit(&mut self, av: &AddressVector, packet: Vec<u8>);
     /// QP `qpn` is in SQD and its last outstanding send WR has completed (the drain is over;
     /// IB_EVENT_SQ_DRAINED). Called once per entry into SQD. Must not call back into the engine.
     fn sq_drained(&mut self, _qpn: u32) {}

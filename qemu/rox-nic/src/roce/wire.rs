@@ -1,4 +1,4 @@
-//! RoCEv2 wire format: IP/UDP encapsulation, BTH and extension headers, ICRC, pcap records.
+//! RoCEv2 wire format: IP/UDP encapsulation, BTH and extension headers, ICRC.
 //!
 //! A packet here is a complete IP packet: IPv4 (for v4-mapped GIDs) or IPv6 header, UDP header
 //! (destination port 4791), BTH, extension headers, payload, pad to 4 bytes, ICRC. The ICRC is
@@ -525,7 +525,8 @@ fn put_u64(buf: &mut Vec<u8>, v: u64) {
     buf.extend_from_slice(&v.to_be_bytes());
 }
 
-fn ipv4_header_checksum(header: &[u8]) -> u16 {
+/// The IPv4 header checksum of `header` (0 when `header` carries a correct one).
+pub fn ipv4_header_checksum(header: &[u8]) -> u16 {
     let mut sum: u32 = header
         .chunks(2)
         .map(|w| u32::from(u16::from_be_bytes([w[0], w[1]])))
@@ -853,72 +854,6 @@ pub fn parse_packet(packet: &[u8]) -> Result<Parsed<'_>, ParseError> {
         info,
         payload: &t[at..payload_end],
     })
-}
-
-/// Writes a classic pcap file (Ethernet link type) of RoCEv2 IP packets, each wrapped in a
-/// synthetic Ethernet header, so tshark/wireshark decode them as IP/UDP/InfiniBand.
-pub struct PcapWriter<W: std::io::Write> {
-    out: W,
-}
-
-const PCAP_MAGIC: u32 = 0xa1b2_c3d4;
-const PCAP_VERSION_MAJOR: u16 = 2;
-const PCAP_VERSION_MINOR: u16 = 4;
-const PCAP_SNAPLEN: u32 = 65535;
-const PCAP_LINKTYPE_ETHERNET: u32 = 1;
-const ETHERTYPE_IPV4: u16 = 0x0800;
-const ETHERTYPE_IPV6: u16 = 0x86dd;
-/// Locally administered MAC addresses derived from the IP addresses: 02:00:<last 4 bytes>.
-const SYNTHETIC_MAC_PREFIX: [u8; 2] = [0x02, 0x00];
-
-impl<W: std::io::Write> PcapWriter<W> {
-    pub fn new(mut out: W) -> std::io::Result<Self> {
-        let mut h = Vec::with_capacity(24);
-        h.extend_from_slice(&PCAP_MAGIC.to_le_bytes());
-        h.extend_from_slice(&PCAP_VERSION_MAJOR.to_le_bytes());
-        h.extend_from_slice(&PCAP_VERSION_MINOR.to_le_bytes());
-        h.extend_from_slice(&0i32.to_le_bytes()); // thiszone
-        h.extend_from_slice(&0u32.to_le_bytes()); // sigfigs
-        h.extend_from_slice(&PCAP_SNAPLEN.to_le_bytes());
-        h.extend_from_slice(&PCAP_LINKTYPE_ETHERNET.to_le_bytes());
-        out.write_all(&h)?;
-        Ok(PcapWriter { out })
-    }
-
-    /// Appends one RoCEv2 IP packet with timestamp `time_ns`.
-    pub fn write_packet(&mut self, time_ns: u64, packet: &[u8]) -> std::io::Result<()> {
-        let v6 = is_ipv6(packet);
-        // The MACs carry the last 4 bytes of each address.
-        const MAC_ADDR_BYTES: usize = 4;
-        let (src_end, dst_end) = if v6 {
-            (field::V6_SRC + GID_LEN, field::V6_DST + GID_LEN)
-        } else {
-            (field::V4_SRC + IPV4_ADDR_LEN, field::V4_DST + IPV4_ADDR_LEN)
-        };
-        let src = &packet[src_end - MAC_ADDR_BYTES..src_end];
-        let dst = &packet[dst_end - MAC_ADDR_BYTES..dst_end];
-        let mut eth = Vec::with_capacity(14);
-        eth.extend_from_slice(&SYNTHETIC_MAC_PREFIX);
-        eth.extend_from_slice(dst);
-        eth.extend_from_slice(&SYNTHETIC_MAC_PREFIX);
-        eth.extend_from_slice(src);
-        eth.extend_from_slice(&(if v6 { ETHERTYPE_IPV6 } else { ETHERTYPE_IPV4 }).to_be_bytes());
-        let len = (eth.len() + packet.len()) as u32;
-        const NS_PER_S: u64 = 1_000_000_000;
-        const NS_PER_US: u64 = 1_000;
-        let mut rec = Vec::with_capacity(16);
-        rec.extend_from_slice(&((time_ns / NS_PER_S) as u32).to_le_bytes());
-        rec.extend_from_slice(&(((time_ns % NS_PER_S) / NS_PER_US) as u32).to_le_bytes());
-        rec.extend_from_slice(&len.to_le_bytes());
-        rec.extend_from_slice(&len.to_le_bytes());
-        self.out.write_all(&rec)?;
-        self.out.write_all(&eth)?;
-        self.out.write_all(packet)
-    }
-
-    pub fn flush(&mut self) -> std::io::Result<()> {
-        self.out.flush()
-    }
 }
 
 /// Compares 24-bit PSNs in serial-number arithmetic: negative if `a` precedes `b`.

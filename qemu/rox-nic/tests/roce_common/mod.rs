@@ -7,7 +7,7 @@ pub use rox_nic::roce;
 use std::collections::{HashMap, VecDeque};
 
 #[allow(unused_imports)]
-pub use roce::fabric::{FaultConfig, FaultInjector};
+pub use rox_nic::port::{FaultConfig, FaultInjector};
 pub use roce::*;
 
 /// Guest-physical base of every mock device's memory (address 0 stays invalid).
@@ -40,6 +40,8 @@ pub struct MockEnv {
     pub recv_queues: HashMap<u32, VecDeque<RecvWr>>,
     pub completions: Vec<Completion>,
     pub outbox: Vec<(Gid, Vec<u8>)>,
+    /// The destination MAC of each packet transmitted, in order.
+    pub tx_dmacs: Vec<[u8; 6]>,
     /// Memory window operations the engine asked for, in order: (qpn, op).
     pub local_ops: Vec<(u32, LocalOp)>,
     /// rkeys that `invalidate` accepts (once each); binds with `new_rkey == BAD_RKEY` fail.
@@ -71,6 +73,7 @@ impl MockEnv {
             recv_queues: HashMap::new(),
             completions: Vec::new(),
             outbox: Vec::new(),
+            tx_dmacs: Vec::new(),
             local_ops: Vec::new(),
             invalidatable: Vec::new(),
             remote_bytes_read: 0,
@@ -291,8 +294,9 @@ impl DeviceEnv for MockEnv {
     fn complete(&mut self, completion: Completion) {
         self.completions.push(completion);
     }
-    fn transmit(&mut self, dgid: &Gid, packet: Vec<u8>) {
-        self.outbox.push((*dgid, packet));
+    fn transmit(&mut self, av: &AddressVector, packet: Vec<u8>) {
+        self.outbox.push((av.dgid, packet));
+        self.tx_dmacs.push(av.dmac);
     }
 }
 
@@ -307,7 +311,8 @@ pub struct Net {
     pub devs: Vec<Device>,
     pub now: u64,
     pub faults: Option<FaultInjector<Gid>>,
-    /// Every packet that went on the wire (before faults), with its time.
+    /// Every packet that went on the wire (before faults) as an Ethernet frame between the
+    /// devices' [`mac_of`] MACs, with its time.
     pub capture: Option<Vec<(u64, Vec<u8>)>>,
     /// Packets to GIDs nobody owns.
     pub unroutable: u64,
@@ -316,6 +321,11 @@ pub struct Net {
     pub rx_capacity: Option<usize>,
     /// Packets dropped for `rx_capacity`.
     pub overflow_drops: u64,
+}
+
+/// The MAC of the mock device owning `gid`: 02:00 and the GID's last 4 bytes.
+pub fn mac_of(gid: &Gid) -> [u8; 6] {
+    [0x02, 0, gid[12], gid[13], gid[14], gid[15]]
 }
 
 pub fn gid_v4(last: u8) -> Gid {
@@ -358,17 +368,26 @@ impl Net {
     /// Delivers every pending packet once, then polls every engine. Returns packets moved.
     pub fn step(&mut self) -> usize {
         let mut moved = 0;
-        let mut wire: Vec<(Gid, Vec<u8>)> = Vec::new();
+        let mut wire: Vec<(Gid, Gid, Vec<u8>)> = Vec::new();
         for d in &mut self.devs {
-            wire.append(&mut d.env.outbox);
+            let src = d.gid;
+            wire.extend(d.env.outbox.drain(..).map(|(dst, p)| (src, dst, p)));
         }
         let mut deliver: Vec<(Gid, Vec<u8>)> = Vec::new();
-        for (gid, p) in wire {
+        for (src, gid, p) in wire {
             if let Some(c) = &mut self.capture {
-                c.push((self.now, p.clone()));
+                let head = rox_nic::port::frame::roce_header(&mac_of(&gid), &mac_of(&src), &p);
+                c.push((self.now, [&head[..], &p].concat()));
             }
             match &mut self.faults {
-                Some(f) => f.apply(gid, p, &mut deliver),
+                Some(f) => {
+                    let ip_len = if roce::wire::is_ipv6(&p) {
+                        roce::wire::IPV6_HEADER_LEN
+                    } else {
+                        roce::wire::IPV4_HEADER_LEN
+                    };
+                    f.apply(gid, p, ip_len + roce::wire::UDP_HEADER_LEN, &mut deliver)
+                }
                 None => deliver.push((gid, p)),
             }
         }
@@ -506,6 +525,7 @@ pub fn connect(net: &mut Net, a: usize, qpn_a: u32, b: usize, qpn_b: u32, p: &Qp
             traffic_class: 0,
             hop_limit: 64,
             flow_label: 0,
+            dmac: mac_of(&dgid),
         };
         let steps = [
             QpModify {

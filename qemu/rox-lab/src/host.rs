@@ -1,0 +1,305 @@
+//! Host-side plumbing: running `ip`, network namespaces, supervised child processes.
+
+use std::fs;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use rustix::process::{kill_process_group, Pid, Signal};
+
+/// Namespaces this program creates are named `roxlab-<pid>` (the lab) and `roxlab-<pid>-r`
+/// (its router), so a lab whose owner died can be recognised and removed.
+pub const NETNS_PREFIX: &str = "roxlab-";
+
+/// Runs a command to completion; a non-zero exit is an error carrying its stderr.
+pub fn run(cmd: &mut Command) -> Result<Output> {
+    let out = cmd
+        .stdin(Stdio::null())
+        .output()
+        .with_context(|| format!("cannot run {cmd:?}"))?;
+    if !out.status.success() {
+        bail!(
+            "{cmd:?} failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(out)
+}
+
+/// `ip ARGS...`
+pub fn ip(args: &[&str]) -> Result<()> {
+    run(Command::new("ip").args(args)).map(|_| ())
+}
+
+/// `ip -n NS ARGS...`
+pub fn ip_in(ns: &str, args: &[&str]) -> Result<()> {
+    run(Command::new("ip").arg("-n").arg(ns).args(args)).map(|_| ())
+}
+
+/// A command that runs inside network namespace `ns` (`ip netns exec` execs it: the child's pid
+/// is the program's own).
+pub fn in_netns(ns: &str, program: impl AsRef<std::ffi::OsStr>) -> Command {
+    let mut c = Command::new("ip");
+    c.args(["netns", "exec", ns]).arg(program);
+    c
+}
+
+/// `sysctl -qw` inside a namespace.
+pub fn sysctl_in(ns: &str, settings: &[&str]) -> Result<()> {
+    run(in_netns(ns, "sysctl").arg("-qw").args(settings)).map(|_| ())
+}
+
+pub fn netns_list() -> Result<Vec<String>> {
+    let out = run(Command::new("ip").args(["netns", "list"]))?;
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().next().map(str::to_string))
+        .collect())
+}
+
+/// Pids of the processes inside a namespace.
+pub fn netns_pids(ns: &str) -> Vec<i32> {
+    match run(Command::new("ip").args(["netns", "pids", ns])) {
+        Ok(out) => String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| l.trim().parse().ok())
+            .collect(),
+        Err(_) => Vec::new(),
+    }
+}
+
+/// The pid a lab namespace or run directory name belongs to (`roxlab-123`, `roxlab-123-r`).
+pub fn owner_pid(name: &str) -> Option<i32> {
+    let rest = name
+        .strip_prefix(NETNS_PREFIX)
+        .or_else(|| name.strip_prefix("lab."))?;
+    rest.split('-').next()?.parse().ok()
+}
+
+/// Is `pid` a live rox-lab (not a zombie waiting to be reaped)?
+pub fn is_live_lab(pid: i32) -> bool {
+    // /proc/PID/stat: "PID (COMM) STATE ...".
+    let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    let Some((comm, rest)) = stat.split_once('(').and_then(|(_, r)| r.rsplit_once(')')) else {
+        return false;
+    };
+    comm == "rox-lab" && !matches!(rest.split_whitespace().next(), Some("Z" | "X"))
+}
+
+/// Kills every process left in a namespace and deletes it.
+pub fn remove_netns(ns: &str) -> Result<()> {
+    for pid in netns_pids(ns) {
+        if let Some(p) = Pid::from_raw(pid) {
+            let _ = rustix::process::kill_process(p, Signal::KILL);
+        }
+    }
+    ip(&["netns", "del", ns])
+}
+
+/// Removes labs (namespaces and run directories) whose rox-lab is gone, e.g. killed with
+/// SIGKILL, which no handler can clean up after.
+pub fn sweep_stale(run_root: &Path) {
+    if let Ok(names) = netns_list() {
+        for ns in names.iter().filter(|n| n.starts_with(NETNS_PREFIX)) {
+            if owner_pid(ns).is_some_and(|p| !is_live_lab(p)) {
+                eprintln!("rox-lab: removing stale namespace {ns} (its rox-lab is gone)");
+                if let Err(e) = remove_netns(ns) {
+                    eprintln!("rox-lab: {e:#}");
+                }
+            }
+        }
+    }
+    if let Ok(dirs) = fs::read_dir(run_root) {
+        for d in dirs.flatten() {
+            let name = d.file_name().to_string_lossy().into_owned();
+            if name.starts_with("lab.") && owner_pid(&name).is_some_and(|p| !is_live_lab(p)) {
+                let _ = fs::remove_dir_all(d.path());
+            }
+        }
+    }
+}
+
+/// A child process in its own process group, so stopping it reaches everything it started
+/// (in-root's unshare, the chroot, QEMU) and a Ctrl-C on the terminal reaches only rox-lab,
+/// which then stops them in order.
+pub struct Supervised {
+    pub what: String,
+    child: Child,
+    status: Option<ExitStatus>,
+    readers: Vec<JoinHandle<()>>,
+}
+
+/// Where a child's output goes.
+pub enum Sink {
+    /// A log file.
+    File(PathBuf),
+    /// rox-lab's own stdout/stderr, each line prefixed (empty prefix: passed through as is).
+    Console(String),
+}
+
+impl Supervised {
+    pub fn spawn(what: impl Into<String>, mut cmd: Command, sink: Sink) -> Result<Supervised> {
+        use std::os::unix::process::CommandExt;
+        let what = what.into();
+        cmd.stdin(Stdio::null()).process_group(0);
+        match &sink {
+            Sink::File(path) => {
+                let f = fs::File::create(path)
+                    .with_context(|| format!("cannot create {}", path.display()))?;
+                cmd.stdout(f.try_clone()?).stderr(f);
+            }
+            Sink::Console(_) => {
+                cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+            }
+        }
+        let mut child = cmd
+            .spawn()
+            .with_context(|| format!("cannot start {what}: {cmd:?}"))?;
+        let mut readers = Vec::new();
+        if let Sink::Console(prefix) = sink {
+            if let Some(out) = child.stdout.take() {
+                readers.push(relay(out, prefix.clone(), false));
+            }
+            if let Some(err) = child.stderr.take() {
+                readers.push(relay(err, prefix, true));
+            }
+        }
+        Ok(Supervised {
+            what,
+            child,
+            status: None,
+            readers,
+        })
+    }
+
+    /// The exit status once the process has ended (never blocks).
+    pub fn poll(&mut self) -> Option<ExitStatus> {
+        if self.status.is_none() {
+            self.status = self.child.try_wait().ok().flatten();
+        }
+        self.status
+    }
+
+    fn signal_group(&self, sig: Signal) {
+        if let Some(pgid) = i32::try_from(self.child.id()).ok().and_then(Pid::from_raw) {
+            // ESRCH: the group is already gone.
+            let _ = kill_process_group(pgid, sig);
+        }
+    }
+
+    /// SIGTERM to the process group, SIGKILL after `grace`; waits for the process and the
+    /// threads relaying its output.
+    pub fn stop(&mut self, grace: Duration) {
+        if self.poll().is_none() {
+            self.signal_group(Signal::TERM);
+            let deadline = Instant::now() + grace;
+            while self.poll().is_none() && Instant::now() < deadline {
+                thread::sleep(Duration::from_millis(50));
+            }
+        }
+        // Also when the leader has exited: a child of it may linger in the group.
+        self.signal_group(Signal::KILL);
+        if self.status.is_none() {
+            self.status = self.child.wait().ok();
+        }
+        for r in self.readers.drain(..) {
+            let _ = r.join();
+        }
+    }
+}
+
+/// Copies a child's output to ours line by line, with a prefix (and the serial console's
+/// carriage returns removed) when guests share the terminal.
+fn relay(src: impl Read + Send + 'static, prefix: String, to_stderr: bool) -> JoinHandle<()> {
+    thread::spawn(move || {
+        let mut src = BufReader::new(src);
+        let mut line = Vec::new();
+        loop {
+            line.clear();
+            match src.read_until(b'\n', &mut line) {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {}
+            }
+            let mut buf = Vec::with_capacity(line.len() + prefix.len());
+            if prefix.is_empty() {
+                buf.extend_from_slice(&line);
+            } else {
+                while matches!(line.last(), Some(b'\n' | b'\r')) {
+                    line.pop();
+                }
+                buf.extend_from_slice(prefix.as_bytes());
+                buf.extend_from_slice(&line);
+                buf.push(b'\n');
+            }
+            let res = if to_stderr {
+                std::io::stderr().lock().write_all(&buf)
+            } else {
+                let mut o = std::io::stdout().lock();
+                o.write_all(&buf).and_then(|_| o.flush())
+            };
+            if res.is_err() {
+                break;
+            }
+        }
+    })
+}
+
+/// A counter from /proc/net/snmp: a `Proto: names...` line followed by `Proto: values...`.
+pub fn snmp_field(snmp: &str, proto: &str, field: &str) -> Option<u64> {
+    let tag = format!("{proto}:");
+    let mut rows = snmp.lines().filter(|l| l.starts_with(&tag));
+    let names = rows.next()?.split_whitespace().skip(1);
+    let values = rows.next()?.split_whitespace().skip(1);
+    names
+        .zip(values)
+        .find(|(n, _)| *n == field)
+        .and_then(|(_, v)| v.parse().ok())
+}
+
+/// A counter from /proc/net/snmp6 (`Name value` lines).
+pub fn snmp6_field(snmp6: &str, field: &str) -> Option<u64> {
+    snmp6.lines().find_map(|l| {
+        let mut it = l.split_whitespace();
+        (it.next()? == field).then(|| it.next()?.parse().ok())?
+    })
+}
+
+/// The last `n` lines of a file (for logs of processes that failed).
+pub fn tail(path: &Path, n: usize) -> String {
+    let text = fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn owner_pids() {
+        assert_eq!(owner_pid("roxlab-123"), Some(123));
+        assert_eq!(owner_pid("roxlab-123-r"), Some(123));
+        assert_eq!(owner_pid("lab.77"), Some(77));
+        assert_eq!(owner_pid("other-1"), None);
+    }
+
+    #[test]
+    fn snmp_counters() {
+        let snmp = "Ip: Forwarding DefaultTTL InReceives ForwDatagrams\nIp: 1 64 10 7\nIcmp: InMsgs\nIcmp: 3\n";
+        assert_eq!(snmp_field(snmp, "Ip", "ForwDatagrams"), Some(7));
+        assert_eq!(snmp_field(snmp, "Ip", "Nope"), None);
+        assert_eq!(
+            snmp6_field(
+                "Ip6InReceives 5\nIp6OutForwDatagrams 42\n",
+                "Ip6OutForwDatagrams"
+            ),
+            Some(42)
+        );
+    }
+}

@@ -1,0 +1,258 @@
+//! Ethernet frames on the port: building the header of a RoCEv2 frame and classifying what
+//! arrives (RoCEv2 for this device, for the paired netdev, or dropped with the counter that
+//! says why).
+
+use std::ops::Range;
+
+use rox_uapi::admin::{
+    STAT_PORT_DROP_MALFORMED, STAT_PORT_DROP_OTHER_MAC, STAT_PORT_DROP_OVERSIZE,
+    STAT_PORT_DROP_VLAN,
+};
+
+use crate::roce::wire::{
+    ipv4_gid, ipv4_header_checksum, IPV4_HEADER_LEN, IPV6_HEADER_LEN, ROCE_V2_UDP_PORT,
+    UDP_HEADER_LEN,
+};
+use crate::roce::Gid;
+
+pub type Mac = [u8; 6];
+pub const MAC_LEN: usize = 6;
+/// Destination MAC, source MAC, ethertype.
+pub const ETH_HEADER_LEN: usize = 2 * MAC_LEN + 2;
+pub type EthHeader = [u8; ETH_HEADER_LEN];
+pub const ETHERTYPE_IPV4: u16 = 0x0800;
+pub const ETHERTYPE_IPV6: u16 = 0x86dd;
+/// IEEE 802.1Q and 802.1ad tags: rox's port is untagged.
+pub const ETHERTYPE_VLAN: u16 = 0x8100;
+pub const ETHERTYPE_QINQ: u16 = 0x88a8;
+const ETHERTYPE_AT: usize = 2 * MAC_LEN;
+/// The I/G bit: set in group (multicast and broadcast) addresses.
+const MAC_GROUP_BIT: u8 = 0x01;
+pub const ZERO_MAC: Mac = [0; MAC_LEN];
+const IP_PROTO_UDP: u8 = 17;
+const IPV4_VERSION: u8 = 4;
+const IPV6_VERSION: u8 = 6;
+const IP_VERSION_SHIFT: u8 = 4;
+const IPV4_IHL_MASK: u8 = 0x0f;
+/// IHL counts 32-bit words.
+const IPV4_IHL_UNIT: usize = 4;
+/// More-fragments flag and fragment offset: a fragment is never a whole RoCEv2 packet.
+const IPV4_FRAGMENT_MASK: u16 = 0x3fff;
+const IPV4_FRAGMENT_OFFSET_MASK: u16 = 0x1fff;
+const IPV4_MULTICAST_HIGH_BITS: u8 = 0xe0;
+const IPV4_MULTICAST_MASK: u8 = 0xf0;
+const IPV6_MULTICAST_PREFIX: u8 = 0xff;
+
+/// The Ethernet header this port puts in front of a RoCEv2 IP packet.
+pub fn roce_header(dmac: &Mac, smac: &Mac, ip_packet: &[u8]) -> EthHeader {
+    let ethertype = if ip_packet.first().map(|b| b >> IP_VERSION_SHIFT) == Some(IPV6_VERSION) {
+        ETHERTYPE_IPV6
+    } else {
+        ETHERTYPE_IPV4
+    };
+    let mut h = [0u8; ETH_HEADER_LEN];
+    h[..MAC_LEN].copy_from_slice(dmac);
+    h[MAC_LEN..2 * MAC_LEN].copy_from_slice(smac);
+    h[ETHERTYPE_AT..].copy_from_slice(&ethertype.to_be_bytes());
+    h
+}
+
+pub fn is_group_mac(mac: &[u8]) -> bool {
+    mac.first().is_some_and(|b| b & MAC_GROUP_BIT != 0)
+}
+
+fn be16(b: &[u8], at: usize) -> u16 {
+    u16::from_be_bytes([b[at], b[at + 1]])
+}
+
+/// Where a frame that arrived on the port goes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Rx {
+    /// A RoCEv2 packet for this device: the IP packet's bytes in the frame (Ethernet padding
+    /// excluded), for the transport engine.
+    Roce(Range<usize>),
+    /// Anything else: for the paired netdev.
+    Netdev,
+    /// Dropped; the `STAT_PORT_DROP_*` counter to raise.
+    Drop(usize),
+}
+
+/// What the IP layer of a frame says.
+enum Ip {
+    /// Not a RoCEv2 packet for this device (or not IP at all).
+    Other,
+    /// A unicast UDP packet to port 4791 at `range`, to destination GID `dgid`, that passed
+    /// the IP and UDP header checks.
+    Roce { range: Range<usize>, dgid: Gid },
+}
+
+/// Classifies one received frame for a port whose device has MAC `own_mac`, owns the GIDs
+/// `own_gid` accepts, and whose longest valid frame is `max_frame` bytes (IP MTU + Ethernet
+/// header).
+pub fn classify(
+    frame: &[u8],
+    own_mac: &Mac,
+    max_frame: usize,
+    own_gid: impl Fn(&Gid) -> bool,
+) -> Rx {
+    if frame.len() < ETH_HEADER_LEN {
+        return Rx::Drop(STAT_PORT_DROP_MALFORMED);
+    }
+    if frame.len() > max_frame {
+        return Rx::Drop(STAT_PORT_DROP_OVERSIZE);
+    }
+    let dst = &frame[..MAC_LEN];
+    if !is_group_mac(dst) && dst != own_mac {
+        return Rx::Drop(STAT_PORT_DROP_OTHER_MAC);
+    }
+    let ethertype = be16(frame, ETHERTYPE_AT);
+    let l3 = &frame[ETH_HEADER_LEN..];
+    let ip = match ethertype {
+        ETHERTYPE_VLAN | ETHERTYPE_QINQ => return Rx::Drop(STAT_PORT_DROP_VLAN),
+        ETHERTYPE_IPV4 => ipv4(l3),
+        ETHERTYPE_IPV6 => ipv6(l3),
+        _ => Ok(Ip::Other),
+    };
+    match ip {
+        Err(Malformed) => Rx::Drop(STAT_PORT_DROP_MALFORMED),
+        Ok(Ip::Roce { range, dgid }) if own_gid(&dgid) => {
+            Rx::Roce(range.start + ETH_HEADER_LEN..range.end + ETH_HEADER_LEN)
+        }
+        Ok(_) => Rx::Netdev,
+    }
+}
+
+struct Malformed;
+
+/// Checks an IPv4 packet (with Ethernet padding possibly behind it).
+fn ipv4(p: &[u8]) -> Result<Ip, Malformed> {
+    if p.len() < IPV4_HEADER_LEN || p[0] >> IP_VERSION_SHIFT != IPV4_VERSION {
+        return Err(Malformed);
+    }
+    let header_len = usize::from(p[0] & IPV4_IHL_MASK) * IPV4_IHL_UNIT;
+    let total = usize::from(be16(p, 2));
+    if header_len < IPV4_HEADER_LEN || total < header_len || total > p.len() {
+        return Err(Malformed);
+    }
+    if ipv4_header_checksum(&p[..header_len]) != 0 {
+        return Err(Malformed);
+    }
+    const PROTOCOL: usize = 9;
+    const FLAGS_FRAGMENT: usize = 6;
+    const SRC: usize = 12;
+    const DST: usize = 16;
+    if p[PROTOCOL] != IP_PROTO_UDP {
+        return Ok(Ip::Other);
+    }
+    let dst: [u8; 4] = p[DST..DST + 4].try_into().unwrap();
+    let udp = &p[header_len..total];
+    let is_fragment = be16(p, FLAGS_FRAGMENT) & IPV4_FRAGMENT_MASK != 0;
+    if be16(p, FLAGS_FRAGMENT) & IPV4_FRAGMENT_OFFSET_MASK != 0 {
+        // A later fragment: no UDP header to look at; the guest's stack reassembles.
+        return Ok(Ip::Other);
+    }
+    check_udp_header(udp)?;
+    if dst[0] & IPV4_MULTICAST_MASK == IPV4_MULTICAST_HIGH_BITS
+        || be16(udp, 2) != ROCE_V2_UDP_PORT
+    {
+        return Ok(Ip::Other);
+    }
+    // A RoCEv2 packet: rxe's rules (no options, no fragments, UDP length = IP payload).
+    if header_len != IPV4_HEADER_LEN || is_fragment || usize::from(be16(udp, 4)) != udp.len() {
+        return Err(Malformed);
+    }
+    if be16(udp, 6) != 0 && !udp_checksum_ok(&p[SRC..SRC + 4], &dst, udp) {
+        return Err(Malformed);
+    }
+    Ok(Ip::Roce {
+        range: 0..total,
+        dgid: ipv4_gid(dst),
+    })
+}
+
+/// Checks an IPv6 packet (with Ethernet padding possibly behind it).
+fn ipv6(p: &[u8]) -> Result<Ip, Malformed> {
+    if p.len() < IPV6_HEADER_LEN || p[0] >> IP_VERSION_SHIFT != IPV6_VERSION {
+        return Err(Malformed);
+    }
+    let total = IPV6_HEADER_LEN + usize::from(be16(p, 4));
+    if total > p.len() {
+        return Err(Malformed);
+    }
+    const NEXT_HEADER: usize = 6;
+    const SRC: usize = 8;
+    const DST: usize = 24;
+    if p[NEXT_HEADER] != IP_PROTO_UDP {
+        // Extension headers are not RoCEv2 (rxe sends none); the guest's stack decides.
+        return Ok(Ip::Other);
+    }
+    let udp = &p[IPV6_HEADER_LEN..total];
+    check_udp_header(udp)?;
+    let dgid: Gid = p[DST..DST + 16].try_into().unwrap();
+    if dgid[0] == IPV6_MULTICAST_PREFIX || be16(udp, 2) != ROCE_V2_UDP_PORT {
+        return Ok(Ip::Other);
+    }
+    if usize::from(be16(udp, 4)) != udp.len() {
+        return Err(Malformed);
+    }
+    if be16(udp, 6) != 0 && !udp_checksum_ok(&p[SRC..SRC + 16], &dgid, udp) {
+        return Err(Malformed);
+    }
+    Ok(Ip::Roce {
+        range: 0..total,
+        dgid,
+    })
+}
+
+/// A UDP header that fits and a length field within the IP payload.
+fn check_udp_header(udp: &[u8]) -> Result<(), Malformed> {
+    if udp.len() < UDP_HEADER_LEN {
+        return Err(Malformed);
+    }
+    let len = usize::from(be16(udp, 4));
+    if len < UDP_HEADER_LEN || len > udp.len() {
+        return Err(Malformed);
+    }
+    Ok(())
+}
+
+/// Verifies a UDP checksum (RFC 768) over the pseudo header of `src`/`dst` (4 or 16 bytes).
+fn udp_checksum_ok(src: &[u8], dst: &[u8], udp: &[u8]) -> bool {
+    let mut sum: u64 = udp.len() as u64 + u64::from(IP_PROTO_UDP);
+    let mut add = |bytes: &[u8]| {
+        let mut words = bytes.chunks_exact(2);
+        for w in &mut words {
+            sum += u64::from(u16::from_be_bytes([w[0], w[1]]));
+        }
+        if let [last] = words.remainder() {
+            sum += u64::from(*last) << 8;
+        }
+    };
+    add(src);
+    add(dst);
+    add(udp);
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    sum == 0xffff
+}
+
+/// Where fault injection may corrupt a frame body that starts at the IP header: after the
+/// IP and UDP headers of a RoCEv2 packet (so the ICRC catches it), anywhere otherwise.
+pub fn corruptible_from(ethertype: u16, body: &[u8]) -> usize {
+    let ip_len = match ethertype {
+        ETHERTYPE_IPV4 => IPV4_HEADER_LEN,
+        ETHERTYPE_IPV6 => IPV6_HEADER_LEN,
+        _ => return 0,
+    };
+    let is_roce = body.len() >= ip_len + UDP_HEADER_LEN && be16(body, ip_len + 2) == ROCE_V2_UDP_PORT;
+    if is_roce {
+        ip_len + UDP_HEADER_LEN
+    } else {
+        0
+    }
+}
+
+pub fn ethertype(header: &EthHeader) -> u16 {
+    be16(header, ETHERTYPE_AT)
+}

@@ -1,0 +1,44 @@
+# Guest-side helpers for commands run by rox-lab (sourced). rox-lab exports the lab's
+# addresses (ROX_GUEST, ROX_IP_<G>_<N>, ROX_IP6_<G>_<N>, ROX_IF_<N>, ...; docs/networking.md).
+
+# gid_index DEV [4|6]: print the index of DEV's (port 1) RoCEv2 GID holding this guest's lab
+# IPv4 (default) or IPv6 address. GIDs appear asynchronously after an address or a device is
+# added: waits up to 20 s. ib_core's table order depends on when addresses and devices came
+# up, so tests look the index up instead of assuming one.
+gid_index() {
+	local dev=$1 family=${2:-4} d=/sys/class/infiniband/$1/ports/1 i gid type
+	for _ in $(seq 100); do
+		for i in $(ls "$d/gids" 2>/dev/null | sort -n); do
+			read -r gid <"$d/gids/$i" 2>/dev/null || continue
+			read -r type <"$d/gid_attrs/types/$i" 2>/dev/null || continue
+			[ "$type" = "RoCE v2" ] || continue
+			case $family:$gid in
+			4:0000:0000:0000:0000:0000:ffff:0a32:*) echo "$i"; return 0 ;;
+			6:fd00:0050:*) echo "$i"; return 0 ;;
+			esac
+		done
+		sleep 0.2
+	done
+	echo "gid_index: $dev has no RoCE v2 GID for a lab IPv$family address" >&2
+	return 1
+}
+
+# wait_ping ADDR [SECONDS]: wait until ADDR answers ping (a peer guest still booting).
+wait_ping() {
+	local i
+	for i in $(seq "${2:-90}"); do
+		ping -c1 -W1 "$1" >/dev/null 2>&1 && return 0
+	done
+	echo "wait_ping: $1 did not answer within ${2:-90} s" >&2
+	return 1
+}
+
+# wait_port_active DEV: wait until DEV's port 1 is ACTIVE (up to 20 s).
+wait_port_active() {
+	for _ in $(seq 100); do
+		ibv_devinfo -d "$1" 2>/dev/null | grep -q PORT_ACTIVE && return 0
+		sleep 0.2
+	done
+	echo "wait_port_active: $1 port 1 is not active" >&2
+	return 1
+}

@@ -1,0 +1,100 @@
+#!/bin/bash
+# Guest side of the two-guest RDMA tests (rox-lab): guest 1 serves, guest 0 connects, each on
+# its lab NIC 0 — a rox device (rox.ko, $ROX_KO) or, on a virtio NIC, rdma_rxe. Unmodified
+# programs: the libibverbs pingpongs with -c validation (their TCP side channel and the RoCE
+# packets both cross the lab network), rping and ucmatose over rdma_cm (the CM handshake over
+# both guests' QP1).
+#   pair.sh server|client TEST...      TEST: rc rc-events uc ud srq rping ucmatose
+# Environment: PAIR_ITERS (default 200), PAIR_PP_ARGS (extra rc/uc/srq pingpong arguments,
+# e.g. "-s 8192 -m 1024"), PAIR_ROUTED=1 (the client asserts the server is on another subnet,
+# reached through the router), PAIR_ACTIVE_MTU (both assert the port's active_mtu).
+set -u
+role=$1
+shift
+. "$(dirname "$0")/../guest/lab.sh"
+fail() { echo "FAIL $role: $*"; exit 1; }
+
+peer=$ROX_IP_1_0 # the server's address: guest 1's lab NIC 0
+kind_var=ROX_NIC_${ROX_GUEST}_0
+case ${!kind_var:-} in
+virtio)
+	modprobe rdma_rxe || fail "modprobe rdma_rxe"
+	rdma link add rxe0 type rxe netdev "$ROX_IF_0" || fail "rdma link add rxe0 on $ROX_IF_0"
+	dev=rxe0 ;;
+rox)
+	[ -f "${ROX_KO:-}" ] || fail "no rox.ko (ROX_KO=${ROX_KO:-})"
+	grep -q '^rox ' /proc/modules || insmod "$ROX_KO" || fail "insmod $ROX_KO"
+	dev=
+	for _ in $(seq 100); do
+		dev=$(rdma link show | awk -v nd="$ROX_IF_0" '$0 ~ "netdev " nd "( |$)" { split($2, a, "/"); print a[1] }')
+		[ -n "$dev" ] && break
+		sleep 0.2
+	done
+	[ -n "$dev" ] || fail "no RDMA device on $ROX_IF_0: $(rdma link show)" ;;
+*) fail "guest $ROX_GUEST has no lab NIC 0" ;;
+esac
+wait_port_active "$dev" || fail "$dev port not active"
+gid=$(gid_index "$dev") || fail "no IPv4 RoCE v2 GID on $dev"
+active_mtu=$(ibv_devinfo -d "$dev" | awk '/active_mtu/ { print $2; exit }')
+echo "$role: $dev on $ROX_IF_0 ($(ip -br addr show "$ROX_IF_0" | awk '{ print $3 }'), MTU $(cat /sys/class/net/"$ROX_IF_0"/mtu)), GID $gid, active_mtu $active_mtu"
+[ -z "${PAIR_ACTIVE_MTU:-}" ] || [ "$active_mtu" = "$PAIR_ACTIVE_MTU" ] ||
+	fail "$dev active_mtu is $active_mtu, expected $PAIR_ACTIVE_MTU"
+
+if [ "$role" = client ]; then
+	wait_ping "$peer" 120 || fail "guest 1 ($peer) unreachable"
+	if [ "${PAIR_ROUTED:-0}" = 1 ]; then
+		[ "$ROX_SUBNET_0" != "$ROX_SUBNET_1" ] || fail "routed test but both guests are on subnet $ROX_SUBNET_0"
+		router_var=ROX_ROUTER_IP_$ROX_SUBNET_0
+		ip route get "$peer" | grep -q "via ${!router_var} " || fail "$peer is not routed via ${!router_var}: $(ip route get "$peer")"
+		# One router on the path: the reply's TTL is 64 - 1.
+		ttl=$(ping -c1 -W2 "$peer" | sed -n 's/.*ttl=\([0-9]*\).*/\1/p')
+		[ "$ttl" = 63 ] || fail "ping $peer: TTL ${ttl:-none}, expected 63 (one router hop)"
+		echo "client: $peer is on subnet $ROX_SUBNET_1, routed via ${!router_var} (ping TTL 63)"
+	fi
+fi
+
+iters=${PAIR_ITERS:-200}
+pp="-d $dev -g $gid -n $iters"
+rc=0
+for t in "$@"; do
+	case $t in
+	rc) cmd="ibv_rc_pingpong -c $pp ${PAIR_PP_ARGS:-}" ;;
+	rc-events) cmd="ibv_rc_pingpong -c -e $pp ${PAIR_PP_ARGS:-}" ;;
+	uc) cmd="ibv_uc_pingpong -c $pp ${PAIR_PP_ARGS:-}" ;;
+	ud) cmd="ibv_ud_pingpong -c $pp" ;;
+	srq) cmd="ibv_srq_pingpong -c $pp ${PAIR_PP_ARGS:-}" ;;
+	rping) cmd= ;;
+	ucmatose) cmd= ;;
+	*) fail "unknown test $t" ;;
+	esac
+	if [ "$role" = server ]; then
+		case $t in
+		rping) cmd="rping -s -a $peer -C 10 -v" ;;
+		ucmatose) cmd="ucmatose -b $peer -c 2 -C 20 -S 1024" ;;
+		esac
+		timeout 120 $cmd >/tmp/s.log 2>&1 || { echo "FAIL server: $t ($cmd)"; cat /tmp/s.log; rc=1; }
+		continue
+	fi
+	case $t in
+	rping) cmd="rping -c -a $peer -C 10 -v"; check() { [ "$(grep -c 'ping data' /tmp/c.log)" = 10 ]; } ;;
+	ucmatose) cmd="ucmatose -s $peer -c 2 -C 20 -S 1024"; check() { grep -q 'return status 0' /tmp/c.log; } ;;
+	*) cmd="$cmd $peer"; check() { grep -q 'iters in' /tmp/c.log; } ;;
+	esac
+	# Retry only while the server is not listening yet (TCP refused, or the CM REQ rejected).
+	for _ in $(seq 60); do
+		timeout 120 $cmd >/tmp/c.log 2>&1
+		c=$?
+		[ $c = 0 ] && break
+		grep -qE "Couldn't connect|REJECTED|UNREACHABLE" /tmp/c.log || break
+		sleep 1
+	done
+	if [ $c = 0 ] && check; then
+		echo "ok   $t: $(grep 'iters in' /tmp/c.log || tail -1 /tmp/c.log)"
+	else
+		echo "FAIL client: $t ($cmd, exit $c)"
+		cat /tmp/c.log
+		rc=1
+	fi
+	sleep 1
+done
+exit $rc
