@@ -525,10 +525,16 @@ impl Verbs for RoxVerbs {
             return Err(EINVAL);
         }
         udata.expect_no_input()?;
-        udata.respond_empty()?;
-        Ok(Ah {
-            av: qp::addr_vector(attr),
-        })
+        let av = qp::addr_vector(attr);
+        // User AHs (`rdma_create_user_ah` resolved `roce.dmac`): librox puts the MAC in its UD
+        // WQEs. Kernel AHs have no udata; the kernel data path reads `av` itself.
+        if udata.is_user() {
+            udata.respond(&ud::CreateAhResp {
+                dmac: av.dmac,
+                reserved: [0; 2],
+            })?;
+        }
+        Ok(Ah { av })
     }
 
     fn query_ah(_dev: &RoxDev<'_>, ah: &Ah, attr: &mut b::rdma_ah_attr) -> Result {

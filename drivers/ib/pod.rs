@@ -28,6 +28,7 @@ plain_old_data!(
     queue::RqWqe,
     queue::SqWqe,
     udata::AllocUcontextResp,
+    udata::CreateAhResp,
     udata::CreateCqReq,
     udata::CreateCqResp,
     udata::CreateQpReq,

@@ -25,6 +25,11 @@ impl Udata<'_> {
         }
     }
 
+    /// Whether the call comes from user space (a uverbs command) rather than a kernel consumer.
+    pub(crate) fn is_user(&self) -> bool {
+        self.raw.is_some()
+    }
+
     /// Copies in the request `T`. Input shorter than `T` is `EINVAL`; input longer than `T` must
     /// be zero beyond it (else `EOPNOTSUPP`), ib_core's forward-compatibility rule.
     pub(crate) fn read<T: FromBytes + AsBytes + Default>(&mut self) -> Result<T> {

@@ -1,11 +1,12 @@
 //! Address handles (UD): created through rox.ko (which validates the GID and SGID index); librox
-//! keeps the address vector UD send WQEs (`queue::UdSeg`) are built from. rox-nic routes by
-//! destination GID (RoCEv2 in UDP on its fabric), so no MAC is needed: no rox udata.
+//! keeps the address vector UD send WQEs (`queue::UdSeg`) are built from, with the destination
+//! MAC ib_core resolved for it (rox.ko's `udata::CreateAhResp`): rox-nic puts it on the frame.
 
 use crate::errno::{int_errno, ptr_or_errno, Errno, Result};
-use crate::ffi::{self, Zeroable};
+use crate::ffi::{self, DrvResp, Zeroable};
 use core::ffi::c_int;
 use core::mem::{offset_of, size_of_val};
+use rox_uapi::udata::CreateAhResp;
 
 #[repr(C)]
 pub struct RoxAh {
@@ -13,6 +14,8 @@ pub struct RoxAh {
     /// The attributes the AH was created with (destination GID, SGID index, hop limit,
     /// traffic class, flow label).
     pub attr: ffi::ibv_ah_attr,
+    /// Destination MAC resolved by the kernel (`udata::CreateAhResp::dmac`).
+    pub dmac: [u8; 6],
 }
 const _: () = assert!(offset_of!(RoxAh, ibv_ah) == 0);
 
@@ -29,18 +32,27 @@ fn create(pd: *mut ffi::ibv_pd, attr: &mut ffi::ibv_ah_attr) -> Result<*mut ffi:
     let ah = Box::into_raw(Box::new(RoxAh {
         ibv_ah: Zeroable::zeroed(),
         attr: *attr,
+        dmac: [0; 6],
     }));
-    let mut resp = ffi::ib_uverbs_create_ah_resp::zeroed();
+    let mut resp = DrvResp::<ffi::ib_uverbs_create_ah_resp, CreateAhResp>::new();
     // SAFETY: arguments from libibverbs; our own ibv_ah (stable heap address) and a response
-    // buffer of the size given.
+    // buffer of the size given (core response followed by rox's).
     let ret = unsafe {
-        ffi::ibv_cmd_create_ah(pd, &mut (*ah).ibv_ah, attr, &mut resp, size_of_val(&resp))
+        ffi::ibv_cmd_create_ah(
+            pd,
+            &mut (*ah).ibv_ah,
+            attr,
+            &mut resp.core,
+            size_of_val(&resp),
+        )
     };
     if let Err(e) = Errno::check(ret) {
         // SAFETY: the kernel has no AH; reclaim the box made above.
         drop(unsafe { Box::from_raw(ah) });
         return Err(e);
     }
+    // SAFETY: `ah` is live and not yet shared.
+    unsafe { (*ah).dmac = resp.drv.dmac };
     // SAFETY: `ah` is live.
     Ok(unsafe { &raw mut (*ah).ibv_ah })
 }

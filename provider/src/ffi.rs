@@ -73,6 +73,7 @@ zeroable!(
     ib_uverbs_create_qp_resp,
     ib_uverbs_create_srq_resp,
     ib_uverbs_create_ah_resp,
+    ibv_ah_attr,
     ibv_send_wr,
     ibv_recv_wr,
     ibv_create_cq_ex,

@@ -451,7 +451,8 @@ pub(crate) unsafe fn ud_seg(
         return Err(EINVAL);
     }
     // SAFETY: per the contract.
-    let grh = &unsafe { RoxAh::from_ibv(ah) }.attr.grh;
+    let ah = unsafe { RoxAh::from_ibv(ah) };
+    let grh = &ah.attr.grh;
     let qkey = if remote_qkey & QKEY_USE_QP != 0 {
         qp.qkey.load(Ordering::Relaxed)
     } else {
@@ -466,6 +467,7 @@ pub(crate) unsafe fn ud_seg(
         sgid_index: grh.sgid_index,
         hop_limit: grh.hop_limit,
         traffic_class: grh.traffic_class,
+        dmac: ah.dmac,
         ..Default::default()
     })
 }
@@ -940,6 +942,56 @@ pub(crate) mod tests {
             ..Default::default()
         };
         assert_eq!(qp.retire(&cqe), Some(101));
+    }
+
+    /// An AH as create_ah leaves it: the caller's attributes and the kernel's resolved MAC.
+    pub(crate) fn test_ah() -> RoxAh {
+        let mut attr = ffi::ibv_ah_attr::zeroed();
+        attr.is_global = 1;
+        attr.grh.dgid.raw = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 0, 0, 2];
+        attr.grh.sgid_index = 1;
+        attr.grh.hop_limit = 64;
+        attr.grh.traffic_class = 0x20;
+        attr.grh.flow_label = 0x12345;
+        RoxAh {
+            ibv_ah: Zeroable::zeroed(),
+            attr,
+            dmac: [0x52, 0x54, 0x00, 0x12, 0x34, 0x56],
+        }
+    }
+
+    #[test]
+    fn ud_send_carries_the_ahs_address_and_mac() {
+        let qp = test_qp(ffi::IBV_QPT_UD);
+        let mut ah = test_ah();
+        let mut sges = [ffi::ibv_sge {
+            addr: 0x1000,
+            length: 8,
+            lkey: 1,
+        }];
+        let mut wr = send_wr(ffi::IBV_WR_SEND, &mut sges, 0);
+        wr.wr.ud = ffi::ibv_send_wr__bindgen_ty_2__bindgen_ty_3 {
+            ah: &raw mut ah.ibv_ah,
+            remote_qpn: 0x42,
+            remote_qkey: QKEY_USE_QP,
+        };
+        let wqe = unsafe { send_wqe(&qp, &wr, 0) }.expect("valid WR");
+        let ud = unsafe { wqe.seg.ud };
+        assert_eq!(
+            ud,
+            UdSeg {
+                dgid: unsafe { ah.attr.grh.dgid.raw },
+                dest_qpn: 0x42,
+                qkey: 0x1111_1111,
+                flow_label: 0x12345,
+                sgid_index: 1,
+                hop_limit: 64,
+                traffic_class: 0x20,
+                dmac: [0x52, 0x54, 0x00, 0x12, 0x34, 0x56],
+                ..Default::default()
+            },
+            "the QP's Q_Key for a Q_Key with the high bit set, the AH's MAC"
+        );
     }
 
     #[test]

@@ -507,6 +507,26 @@ mod tests {
     }
 
     #[test]
+    fn ud_addr_carries_the_ahs_mac() {
+        let mut qp = test_qp(ffi::IBV_QPT_UD);
+        let ibqp = ex(&mut qp);
+        let mut ah = crate::qp::tests::test_ah();
+        unsafe {
+            wr_start(ibqp);
+            wr_send(ibqp);
+            wr_set_ud_addr(ibqp, &raw mut ah.ibv_ah, 7, 0x0bad_cafe);
+            wr_set_sge(ibqp, 1, 0x1000, 8);
+            assert_eq!(finish(&qp), Ok(Some(1)));
+            qp.sq.release();
+        }
+        let ud = unsafe { slot(&qp, 0).seg.ud };
+        assert_eq!(
+            (ud.dest_qpn, ud.qkey, ud.dmac),
+            (7, 0x0bad_cafe, [0x52, 0x54, 0x00, 0x12, 0x34, 0x56])
+        );
+    }
+
+    #[test]
     fn an_error_drops_the_whole_batch() {
         let mut qp = test_qp(ffi::IBV_QPT_UC);
         let ibqp = ex(&mut qp);

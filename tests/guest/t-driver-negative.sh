@@ -5,7 +5,8 @@
 # case reaches the driver: udata of the wrong size, zero/oversized queues, unaligned or
 # unmapped rings, MRs over unmapped memory, on-demand paging MRs (unmapped memory is fine, no
 # implicit or huge-page regions; ibv_advise_mr through pyverbs), bad handles, invalid QP transitions, bad port/pkey,
-# bad SRQ limits and resizes (bad handles are ib_core's: ENOENT). Then the objects are destroyed by closing the file, rox.ko is unloaded, and
+# bad SRQ limits and resizes (bad handles are ib_core's: ENOENT), and the destination MAC
+# create_ah hands back (udata::CreateAhResp). Then the objects are destroyed by closing the file, rox.ko is unloaded, and
 # dmesg must hold no warning.
 set -u
 # Leave no rox.ko behind for the next test, whatever happens here.
@@ -50,12 +51,14 @@ struct rox_create_srq_req { uint64_t buf_addr; uint32_t log_depth, reserved; };
 struct rox_create_srq_resp { uint32_t srq_id, db_slot; };
 struct rox_modify_srq_req { uint64_t buf_addr; uint32_t log_depth, reserved; };
 struct rox_resize_cq_req { uint64_t buf_addr; uint32_t log_depth, reserved; };
+struct rox_create_ah_resp { uint8_t dmac[6], reserved[2]; };
 _Static_assert(sizeof(struct rox_alloc_ucontext_resp) == 40, "uapi AllocUcontextResp");
 _Static_assert(sizeof(struct rox_create_cq_req) == 16, "uapi CreateCqReq");
 _Static_assert(sizeof(struct rox_create_qp_req) == 24, "uapi CreateQpReq");
 _Static_assert(sizeof(struct rox_create_srq_req) == 16, "uapi CreateSrqReq");
 _Static_assert(sizeof(struct rox_modify_srq_req) == 16, "uapi ModifySrqReq");
 _Static_assert(sizeof(struct rox_resize_cq_req) == 16, "uapi ResizeCqReq");
+_Static_assert(sizeof(struct rox_create_ah_resp) == 8, "uapi CreateAhResp");
 
 enum { PAGE = 4096, CQE_SIZE = 32, SQ_WQE_SIZE = 256, RQ_WQE_SIZE = 128 };
 enum { QPS_RESET = 0, QPS_INIT = 1, QPS_RTS = 3, QPT_RC = 2 };
@@ -169,6 +172,33 @@ int main(int argc, char **argv)
 	struct ib_uverbs_alloc_pd ap = { .response = (uintptr_t)&pd_resp };
 	expect("alloc_pd", cmd(IB_USER_VERBS_CMD_ALLOC_PD, &ap, sizeof(ap), NULL, 0, sizeof(pd_resp)), 0);
 	uint32_t pd = pd_resp.pd_handle;
+
+	/* --- AH: rox.ko hands back the destination MAC ib_core resolved (librox puts it in UD
+	 * WQEs). A multicast GID maps to its multicast MAC; rox_0's own GID (argv[2]) resolves to
+	 * its netdev's MAC (argv[3]). */
+	struct { struct ib_uverbs_create_ah_resp core; struct rox_create_ah_resp drv; } ah_resp;
+	struct ib_uverbs_create_ah ca = { .response = (uintptr_t)&ah_resp, .pd_handle = pd,
+		.attr = { .is_global = 1, .port_num = 1, .grh = { .sgid_index = 0, .hop_limit = 64 } } };
+	static const uint8_t mcast_gid[16] = { [10] = 0xff, [11] = 0xff, 224, 0, 0, 1 };
+	static const uint8_t mcast_mac[6] = { 0x01, 0x00, 0x5e, 0x00, 0x00, 0x01 };
+	memcpy(ca.attr.grh.dgid, mcast_gid, 16);
+	expect("create_ah: no room for the driver response",
+	       cmd(IB_USER_VERBS_CMD_CREATE_AH, &ca, sizeof(ca), NULL, 0, sizeof(ah_resp.core)), EINVAL);
+	memset(&ah_resp, 0xa5, sizeof(ah_resp));
+	expect("create_ah 224.0.0.1", cmd(IB_USER_VERBS_CMD_CREATE_AH, &ca, sizeof(ca), NULL, 0, sizeof(ah_resp)), 0);
+	expect("create_ah 224.0.0.1: dmac 01:00:5e:00:00:01",
+	       memcmp(ah_resp.drv.dmac, mcast_mac, 6) || ah_resp.drv.reserved[0] || ah_resp.drv.reserved[1] ? EINVAL : 0, 0);
+	uint8_t own_gid[16], own_mac[6];
+	for (int i = 0; i < 16; i++) sscanf(argv[2] + 2 * i + i / 2, "%2hhx", &own_gid[i]);
+	sscanf(argv[3], "%hhx:%hhx:%hhx:%hhx:%hhx:%hhx", &own_mac[0], &own_mac[1], &own_mac[2],
+	       &own_mac[3], &own_mac[4], &own_mac[5]);
+	memcpy(ca.attr.grh.dgid, own_gid, 16);
+	memset(&ah_resp, 0xa5, sizeof(ah_resp));
+	expect("create_ah to rox_0's own GID 0", cmd(IB_USER_VERBS_CMD_CREATE_AH, &ca, sizeof(ca), NULL, 0, sizeof(ah_resp)), 0);
+	printf("     dmac %02x:%02x:%02x:%02x:%02x:%02x (netdev %s)\n", ah_resp.drv.dmac[0], ah_resp.drv.dmac[1],
+	       ah_resp.drv.dmac[2], ah_resp.drv.dmac[3], ah_resp.drv.dmac[4], ah_resp.drv.dmac[5], argv[3]);
+	expect("create_ah to rox_0's own GID: dmac is its netdev's MAC",
+	       memcmp(ah_resp.drv.dmac, own_mac, 6) ? EINVAL : 0, 0);
 
 	/* --- MR */
 	struct ib_uverbs_reg_mr_resp mr_resp;
@@ -327,7 +357,7 @@ int main(int argc, char **argv)
 	expect("destroy_qp", cmd(IB_USER_VERBS_CMD_DESTROY_QP, &dq, sizeof(dq), NULL, 0, sizeof(dq_resp)), 0);
 	expect("destroy_qp again (stale handle)", cmd(IB_USER_VERBS_CMD_DESTROY_QP, &dq, sizeof(dq), NULL, 0, sizeof(dq_resp)), ENOENT);
 
-	/* The CQ, SRQ, MR, PD and ucontext go with the file. */
+	/* The AHs, CQ, SRQ, MR, PD and ucontext go with the file. */
 	close(fd);
 	printf("%d checks, %d failed\n", checks, failures);
 	return failures != 0;
@@ -337,7 +367,10 @@ gcc -O1 -Wall -o "$work/negative" "$work/negative.c" || fail "cannot compile the
 dmesg -C
 # ib_core's own objects on rox_0 (ib_mad's PD, CQ and QP1) stay; ours must all go.
 before=$(rdma res show rox_0 | sed 's/^[0-9]*: //')
-"$work/negative" "/dev/infiniband/$uverbs" || fail "some bad input got the wrong answer"
+# GID 0 of rox_0 (the paired netdev's link-local address) and that netdev's MAC.
+gid0=$(cat /sys/class/infiniband/rox_0/ports/1/gids/0)
+ndev=$(cat /sys/class/infiniband/rox_0/ports/1/gid_attrs/ndevs/0)
+"$work/negative" "/dev/infiniband/$uverbs" "$gid0" "$(cat "/sys/class/net/$ndev/address")" || fail "some bad input got the wrong answer"
 sleep 1
 after=$(rdma res show rox_0 | sed 's/^[0-9]*: //')
 echo "objects before: $before"

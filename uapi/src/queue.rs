@@ -85,7 +85,8 @@ pub struct UdSeg {
     pub hop_limit: u8,
     pub traffic_class: u8,
     pub reserved0: u8,
-    /// Ignored by rox-nic (it routes by `dgid`); software leaves it zero.
+    /// Destination MAC of the Ethernet frame: the one ib_core resolved for the address handle
+    /// (kernel UD: from the AH; user UD: librox from rox.ko's `udata::CreateAhResp`).
     pub dmac: [u8; 6],
     pub reserved1: [u8; 2],
 }

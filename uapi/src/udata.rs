@@ -1,8 +1,9 @@
 //! Kernel <-> provider udata structures (the driver-specific parts of uverbs commands).
 //! Small and obvious on purpose; the driver team extends them. Sizes are multiples of 8.
 //!
-//! create_ah has no udata: rox-nic routes UD packets by destination GID and ignores
-//! `queue::UdSeg::dmac` (the provider leaves it zero).
+//! create_ah answers [`CreateAhResp`]: the destination MAC ib_core resolved for the AH, which
+//! the provider writes into every UD send WQE (`queue::UdSeg::dmac`) so rox-nic's Ethernet
+//! port can address the frame.
 
 /// uverbs ABI version of rox.ko (`ib_device_ops.uverbs_abi_ver`); librox accepts exactly this
 /// version (`match_min_abi_version = match_max_abi_version`).
@@ -83,6 +84,16 @@ pub struct CreateSrqResp {
     pub db_slot: u32,
 }
 
+/// create_ah response (`ibv_create_ah`, no request): the destination MAC ib_core resolved for
+/// the AH's GID (neighbour table, multicast mapping or the local netdev's MAC for a local GID;
+/// `rdma_ah_attr.roce.dmac`), as `mlx5_ib_create_ah_resp` hands it to mlx5's provider.
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct CreateAhResp {
+    pub dmac: [u8; 6],
+    pub reserved: [u8; 2],
+}
+
 /// `ibv_resize_cq`: the new ring (zeroed; the device fills it, see `admin::ResizeCqCmd`).
 #[repr(C)]
 #[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
@@ -110,3 +121,4 @@ const _: () = assert!(core::mem::size_of::<CreateSrqReq>() == 16);
 const _: () = assert!(core::mem::size_of::<CreateSrqResp>() == 8);
 const _: () = assert!(core::mem::size_of::<ModifySrqReq>() == 16);
 const _: () = assert!(core::mem::size_of::<ResizeCqReq>() == 16);
+const _: () = assert!(core::mem::size_of::<CreateAhResp>() == 8);
