@@ -3,7 +3,9 @@
 use std::path::PathBuf;
 
 use clap::Parser;
-use rox_nic::device::{DeviceConfig, FaultConfig, LinkSpec, PortConfig, RoxNic, DEFAULT_IDLE_AFTER};
+use rox_nic::device::{
+    DeviceConfig, FaultConfig, LinkSpec, PortConfig, RoxNic, DEFAULT_IDLE_AFTER,
+};
 
 /// An emulated PCIe RoCEv2 NIC for QEMU's vfio-user-pci, with an Ethernet port shared with
 /// the guest's paired virtio-net (like a converged RoCE NIC).

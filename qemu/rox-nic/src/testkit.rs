@@ -26,8 +26,8 @@ use rox_uapi::verbs::*;
 
 use crate::device::sys::EventFd;
 use crate::device::{DeviceConfig, RoxNic, Shared};
-pub use crate::port::{LinkSpec, PortConfig};
 use crate::dma::{as_bytes, from_bytes, Pod};
+pub use crate::port::{LinkSpec, PortConfig};
 
 /// Guest-physical address where the test RAM starts (not 0, so address 0 is a bad address).
 pub const RAM_BASE: u64 = 0x1_0000_0000;

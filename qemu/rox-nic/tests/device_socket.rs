@@ -247,18 +247,38 @@ fn binary_serves_one_client_and_reports_bad_configuration() {
     // that does not exist, an MTU out of range.
     for (args, says) in [
         (vec!["--mac", "52:54:00"], "not a MAC address"),
-        (vec!["--mac", "52:54:00:00:00:03", "--faults", "loss=0.1"], "need --port"),
         (
-            vec!["--mac", "52:54:00:00:00:03", "--port", &port, "--faults", "loss=7"],
+            vec!["--mac", "52:54:00:00:00:03", "--faults", "loss=0.1"],
+            "need --port",
+        ),
+        (
+            vec![
+                "--mac",
+                "52:54:00:00:00:03",
+                "--port",
+                &port,
+                "--faults",
+                "loss=7",
+            ],
             "loss=7",
         ),
-        (vec!["--mac", "52:54:00:00:00:03", "--port", "udp:x"], "want tap:IFNAME"),
+        (
+            vec!["--mac", "52:54:00:00:00:03", "--port", "udp:x"],
+            "want tap:IFNAME",
+        ),
         (
             vec!["--mac", "52:54:00:00:00:03", "--port", "tap:rox-no-such"],
             "rox-no-such",
         ),
         (
-            vec!["--mac", "52:54:00:00:00:03", "--port", &port, "--mtu", "100"],
+            vec![
+                "--mac",
+                "52:54:00:00:00:03",
+                "--port",
+                &port,
+                "--mtu",
+                "100",
+            ],
             "MTU 100",
         ),
     ] {

@@ -5,9 +5,9 @@
 
 mod roce_common;
 use roce_common::roce::wire::parse_packet;
+use roce_common::*;
 use rox_nic::port::frame::ETH_HEADER_LEN;
 use rox_nic::port::pcap::PcapWriter;
-use roce_common::*;
 
 const BUF: u64 = MEM_BASE + 0x1000;
 const BUF_LEN: u64 = 0x10_0000;

@@ -37,7 +37,12 @@ fn wire_specs(dir: &Path) -> (LinkSpec, LinkSpec) {
     )
 }
 
-fn open_port(spec: &LinkSpec, mac: [u8; 6], faults: Option<FaultConfig>, pcap: Option<&Path>) -> Port {
+fn open_port(
+    spec: &LinkSpec,
+    mac: [u8; 6],
+    faults: Option<FaultConfig>,
+    pcap: Option<&Path>,
+) -> Port {
     Port::with_link(Link::open(spec).unwrap(), mac, MTU, faults, pcap).unwrap()
 }
 
@@ -53,7 +58,12 @@ struct PortDevice {
 }
 
 impl PortDevice {
-    fn new(spec: &LinkSpec, gid: Gid, faults: Option<FaultConfig>, pcap: Option<&Path>) -> PortDevice {
+    fn new(
+        spec: &LinkSpec,
+        gid: Gid,
+        faults: Option<FaultConfig>,
+        pcap: Option<&Path>,
+    ) -> PortDevice {
         PortDevice {
             engine: Engine::new(),
             env: MockEnv::new(),
@@ -94,7 +104,10 @@ fn drive(devs: &mut [&mut PortDevice], until: impl Fn(&[&mut PortDevice]) -> boo
     let epoch = Instant::now();
     let give_up = Instant::now() + Duration::from_secs(20);
     while !until(devs) {
-        assert!(Instant::now() < give_up, "exchange over the port did not finish");
+        assert!(
+            Instant::now() < give_up,
+            "exchange over the port did not finish"
+        );
         let moved: usize = devs.iter_mut().map(|d| d.service(epoch)).sum();
         if moved == 0 {
             std::thread::sleep(Duration::from_micros(50));
@@ -171,8 +184,16 @@ fn link_specs_and_fault_specs_parse_or_give_clear_errors() {
         Ok(LinkSpec::StreamListen("/s".into()))
     );
     for bad in [
-        "", "tap", "tap:", "udp:x", "dgram:local=/a", "dgram:local=/a,remote=/b,x=1",
-        "dgram:local=/a,local=/b", "stream:", "stream:connect=", "stream:serve=/s",
+        "",
+        "tap",
+        "tap:",
+        "udp:x",
+        "dgram:local=/a",
+        "dgram:local=/a,remote=/b,x=1",
+        "dgram:local=/a,local=/b",
+        "stream:",
+        "stream:connect=",
+        "stream:serve=/s",
         "tap:a,b",
     ] {
         let e = bad.parse::<LinkSpec>().unwrap_err();
@@ -223,10 +244,18 @@ fn rc_over_a_dgram_wire_every_captured_frame_is_ethernet_with_a_good_icrc() {
             sges: vec![sge(REMOTE, 0x1000, kb)],
         },
     );
-    let mut write = send_wr(2, WrOpcode::RdmaWrite, SendData::Sges(vec![sge(BUF, 5000, ka)]));
+    let mut write = send_wr(
+        2,
+        WrOpcode::RdmaWrite,
+        SendData::Sges(vec![sge(BUF, 5000, ka)]),
+    );
     write.remote_addr = REMOTE + 0x4000;
     write.rkey = kb;
-    let mut read = send_wr(3, WrOpcode::RdmaRead, SendData::Sges(vec![sge(BUF + 0x8000, 3000, ka)]));
+    let mut read = send_wr(
+        3,
+        WrOpcode::RdmaRead,
+        SendData::Sges(vec![sge(BUF + 0x8000, 3000, ka)]),
+    );
     read.remote_addr = REMOTE + 0x1000;
     read.rkey = kb;
     for wr in [
@@ -237,17 +266,28 @@ fn rc_over_a_dgram_wire_every_captured_frame_is_ethernet_with_a_good_icrc() {
         a.engine.post_send(&mut a.env, QPN_A, wr).unwrap();
     }
     drive(&mut [&mut a, &mut b], |d| d[0].env.completions.len() == 3);
-    assert!(a.env.completions.iter().all(|c| c.status == WcStatus::Success));
+    assert!(a
+        .env
+        .completions
+        .iter()
+        .all(|c| c.status == WcStatus::Success));
     assert_eq!(b.env.bytes(REMOTE, 2500), &pattern(3, 5000)[..2500]);
     assert_eq!(b.env.bytes(REMOTE + 0x4000, 5000), &pattern(3, 5000)[..]);
     assert_eq!(a.env.bytes(BUF + 0x8000, 3000), &pattern(4, 3000)[..]);
-    assert!(a.dropped.is_empty() && b.dropped.is_empty(), "{:?}", a.dropped);
+    assert!(
+        a.dropped.is_empty() && b.dropped.is_empty(),
+        "{:?}",
+        a.dropped
+    );
     drop(a); // flushes the capture
     let frames = read_frames(&std::fs::read(&pcap).unwrap()).unwrap();
     let (mac_a, mac_b) = (mac_of(&ga), mac_of(&gb));
     let (mut sent, mut received) = (0, 0);
     for (_, f) in &frames {
-        assert_eq!(frame::ethertype(f[..ETH_HEADER_LEN].try_into().unwrap()), frame::ETHERTYPE_IPV4);
+        assert_eq!(
+            frame::ethertype(f[..ETH_HEADER_LEN].try_into().unwrap()),
+            frame::ETHERTYPE_IPV4
+        );
         let (dst, src) = (&f[..6], &f[6..12]);
         if src == mac_a {
             assert_eq!(dst, mac_b);
@@ -267,7 +307,10 @@ fn rc_over_a_dgram_wire_every_captured_frame_is_ethernet_with_a_good_icrc() {
     }
     // SEND 2500 (3 packets at 1024), WRITE 5000 (5), READ request (1) at least; the ACKs and
     // 3 READ responses come back.
-    assert!(sent >= 9 && received >= 4, "sent {sent}, received {received}");
+    assert!(
+        sent >= 9 && received >= 4,
+        "sent {sent}, received {received}"
+    );
 }
 
 #[test]
@@ -290,7 +333,10 @@ fn fault_injection_on_the_port_is_seeded_and_counted() {
             a.queue_ip(&[2, 0, 0, 0, 0, 2], clean.clone());
             a.flush();
             while b.recv().unwrap() > 0 {
-                corrupted_seen += b.frames().filter(|f| f[ETH_HEADER_LEN..] != clean[..]).count();
+                corrupted_seen += b
+                    .frames()
+                    .filter(|f| f[ETH_HEADER_LEN..] != clean[..])
+                    .count();
             }
         }
         (a.fault_stats().unwrap(), corrupted_seen)
@@ -369,13 +415,21 @@ fn rc_1e5_messages_exactly_once_in_order_through_faulty_ports() {
             m.extend_from_slice(&body);
             let addr = BUF + (posted % WINDOW) * SLOT;
             a.env.fill(addr, &m);
-            let wr = send_wr(posted, WrOpcode::Send, SendData::Sges(vec![sge(addr, len as u32, ka)]));
+            let wr = send_wr(
+                posted,
+                WrOpcode::Send,
+                SendData::Sges(vec![sge(addr, len as u32, ka)]),
+            );
             a.engine.post_send(&mut a.env, QPN_A, wr).unwrap();
             posted += 1;
         }
         let moved = a.service(epoch) + b.service(epoch);
         for c in a.env.take_completions() {
-            assert_eq!((c.status, c.wr_id), (WcStatus::Success, sent), "send completions in order");
+            assert_eq!(
+                (c.status, c.wr_id),
+                (WcStatus::Success, sent),
+                "send completions in order"
+            );
             sent += 1;
         }
         for c in b.env.take_completions() {
@@ -401,7 +455,11 @@ fn rc_1e5_messages_exactly_once_in_order_through_faulty_ports() {
     }
     let (fa, fb) = (a.port.fault_stats().unwrap(), b.port.fault_stats().unwrap());
     println!("faults A {fa:?}\nfaults B {fb:?}");
-    println!("requester {:?}\nresponder {:?}", a.engine.stats(), b.engine.stats());
+    println!(
+        "requester {:?}\nresponder {:?}",
+        a.engine.stats(),
+        b.engine.stats()
+    );
     assert!(fa.lost > 0 && fa.duplicated > 0 && fa.reordered > 0 && fa.corrupted > 0);
     assert!(
         a.engine.stats().rx_icrc_errors + b.engine.stats().rx_icrc_errors > 0,
@@ -442,13 +500,20 @@ fn batched_send_and_receive_keep_order_and_oversize_is_dropped() {
             assert_eq!(f.len(), ETH_HEADER_LEN + 100 + seen);
             assert_eq!(&f[..6], &mac_b);
             assert_eq!(
-                u64::from_le_bytes(f[ETH_HEADER_LEN + 1..ETH_HEADER_LEN + 9].try_into().unwrap()),
+                u64::from_le_bytes(
+                    f[ETH_HEADER_LEN + 1..ETH_HEADER_LEN + 9]
+                        .try_into()
+                        .unwrap()
+                ),
                 seen as u64
             );
             seen += 1;
         }
     }
-    assert!(b.stats().recv_calls < FRAMES as u64, "several frames per recvmmsg");
+    assert!(
+        b.stats().recv_calls < FRAMES as u64,
+        "several frames per recvmmsg"
+    );
     // A frame one byte longer than MTU + header.
     let big = vec![0xabu8; MTU + 1];
     a.queue(frame::roce_header(&mac_b, &[2, 0, 0, 0, 0, 1], &big), big);
@@ -477,7 +542,11 @@ fn stream_links_frame_both_ways_skip_oversize_and_accept_a_new_peer() {
         let mut got = Vec::new();
         let give_up = Instant::now() + Duration::from_secs(5);
         while got.len() < want {
-            assert!(Instant::now() < give_up, "got {} of {want} frames", got.len());
+            assert!(
+                Instant::now() < give_up,
+                "got {} of {want} frames",
+                got.len()
+            );
             link.recv(batch).unwrap();
             got.extend(batch.frames().map(<[u8]>::to_vec));
         }
@@ -485,7 +554,9 @@ fn stream_links_frame_both_ways_skip_oversize_and_accept_a_new_peer() {
     };
     for round in 0..2u8 {
         let mut client = Link::open(&LinkSpec::StreamConnect(path.clone())).unwrap();
-        let frames: Vec<Vec<u8>> = (0..10u8).map(|i| vec![round * 16 + i; 60 + i as usize]).collect();
+        let frames: Vec<Vec<u8>> = (0..10u8)
+            .map(|i| vec![round * 16 + i; 60 + i as usize])
+            .collect();
         let refs: Vec<FrameRef> = frames.iter().map(|f| FrameRef::whole(f)).collect();
         let give_up = Instant::now() + Duration::from_secs(5);
         // The listener accepts on its next look.
@@ -506,7 +577,10 @@ fn stream_links_frame_both_ways_skip_oversize_and_accept_a_new_peer() {
         drop(client);
         let give_up = Instant::now() + Duration::from_secs(5);
         while server.is_connected() {
-            assert!(Instant::now() < give_up, "server did not notice the peer leaving");
+            assert!(
+                Instant::now() < give_up,
+                "server did not notice the peer leaving"
+            );
             server.recv(&mut batch).unwrap();
         }
     }
@@ -555,7 +629,10 @@ fn frames_are_classified_by_mac_vlan_ip_and_udp_port() {
     vlan[12..14].copy_from_slice(&frame::ETHERTYPE_VLAN.to_be_bytes());
     assert_eq!(class(&vlan), Rx::Drop(STAT_PORT_DROP_VLAN));
     assert_eq!(class(&roce[..10]), Rx::Drop(STAT_PORT_DROP_MALFORMED));
-    assert_eq!(class(&roce[..ETH_HEADER_LEN + 30]), Rx::Drop(STAT_PORT_DROP_MALFORMED));
+    assert_eq!(
+        class(&roce[..ETH_HEADER_LEN + 30]),
+        Rx::Drop(STAT_PORT_DROP_MALFORMED)
+    );
     let mut bad_sum = roce.clone();
     bad_sum[ETH_HEADER_LEN + 10] ^= 1;
     assert_eq!(class(&bad_sum), Rx::Drop(STAT_PORT_DROP_MALFORMED));

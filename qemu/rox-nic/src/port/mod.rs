@@ -335,10 +335,12 @@ impl Port {
     pub fn open(cfg: &PortConfig, mac: Mac) -> Result<Port, PortError> {
         let mtu = match (&cfg.link, cfg.mtu) {
             (_, Some(m)) => m,
-            (LinkSpec::Tap(name), None) => tap::Tap::mtu(name).map_err(|source| PortError::Mtu {
-                name: name.clone(),
-                source,
-            })?,
+            (LinkSpec::Tap(name), None) => {
+                tap::Tap::mtu(name).map_err(|source| PortError::Mtu {
+                    name: name.clone(),
+                    source,
+                })?
+            }
             (_, None) => DEFAULT_SOCKET_MTU,
         };
         let link = Link::open(&cfg.link).map_err(|source| PortError::Open {

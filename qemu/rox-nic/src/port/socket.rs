@@ -64,9 +64,8 @@ pub struct Dgram {
 impl Dgram {
     pub fn open(local: &Path, remote: &Path) -> std::io::Result<Dgram> {
         remove_stale_socket(local);
-        let socket = UnixDatagram::bind(local).map_err(|e| {
-            std::io::Error::new(e.kind(), format!("bind {}: {e}", local.display()))
-        })?;
+        let socket = UnixDatagram::bind(local)
+            .map_err(|e| std::io::Error::new(e.kind(), format!("bind {}: {e}", local.display())))?;
         socket.set_nonblocking(true)?;
         set_buffer(socket.as_raw_fd(), libc::SO_SNDBUFFORCE, libc::SO_SNDBUF);
         set_buffer(socket.as_raw_fd(), libc::SO_RCVBUFFORCE, libc::SO_RCVBUF);
@@ -194,7 +193,9 @@ impl Dgram {
             match e.raw_os_error() {
                 Some(libc::EAGAIN) | Some(libc::ENOBUFS) => break,
                 Some(libc::EINTR) => continue,
-                Some(libc::ECONNREFUSED) | Some(libc::ENOTCONN) | Some(libc::ENOENT)
+                Some(libc::ECONNREFUSED)
+                | Some(libc::ENOTCONN)
+                | Some(libc::ENOENT)
                 | Some(libc::ECONNRESET) => {
                     // The peer went away: everything queued is lost, like on a cut cable.
                     self.connected = false;
@@ -246,9 +247,8 @@ impl Stream {
 
     pub fn listen(path: &Path) -> std::io::Result<Stream> {
         remove_stale_socket(path);
-        let listener = UnixListener::bind(path).map_err(|e| {
-            std::io::Error::new(e.kind(), format!("bind {}: {e}", path.display()))
-        })?;
+        let listener = UnixListener::bind(path)
+            .map_err(|e| std::io::Error::new(e.kind(), format!("bind {}: {e}", path.display())))?;
         listener.set_nonblocking(true)?;
         Ok(Stream::new(Role::Listen(listener)))
     }

@@ -77,9 +77,8 @@ impl Tap {
         while batch.len() < BATCH {
             let slot = batch.next_slot();
             // SAFETY: `slot` is a writable buffer of `slot.len()` bytes.
-            let n = unsafe {
-                libc::read(self.file.as_raw_fd(), slot.as_mut_ptr().cast(), slot.len())
-            };
+            let n =
+                unsafe { libc::read(self.file.as_raw_fd(), slot.as_mut_ptr().cast(), slot.len()) };
             if n < 0 {
                 let e = std::io::Error::last_os_error();
                 match e.kind() {

@@ -6,9 +6,9 @@ pub use rox_nic::roce;
 
 use std::collections::{HashMap, VecDeque};
 
+pub use roce::*;
 #[allow(unused_imports)]
 pub use rox_nic::port::{FaultConfig, FaultInjector};
-pub use roce::*;
 
 /// Guest-physical base of every mock device's memory (address 0 stays invalid).
 pub const MEM_BASE: u64 = 0x10_0000;
