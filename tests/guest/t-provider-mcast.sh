@@ -61,11 +61,12 @@ run_mckey() {
 	raddr=$(addr_of "$rdev" "$family") || fail "$label: $rdev has no IPv$family address"
 	saddr=$(addr_of "$sdev" "$family") || fail "$label: $sdev has no IPv$family address"
 	before=$(counter "$rdev" rx_mcast_copies)
-	timeout 60 mckey -m "$group" -b "$raddr" -C $messages -S $size >"$out.recv" 2>&1 &
+	# stdbuf: mckey printf()s without flushing; its "joined" line must show while it waits.
+	timeout 60 stdbuf -oL mckey -m "$group" -b "$raddr" -C $messages -S $size >"$out.recv" 2>&1 &
 	local receiver=$!
 	for _ in $(seq 100); do grep -q 'joined dgid' "$out.recv" && break; sleep 0.2; done
 	grep -q 'joined dgid' "$out.recv" || { kill $receiver; fail "$label: receiver did not join: $(cat "$out.recv")"; }
-	timeout 60 mckey -m "$group" -b "$saddr" -s -C $messages -S $size >"$out.send" 2>&1
+	timeout 60 stdbuf -oL mckey -m "$group" -b "$saddr" -s -C $messages -S $size >"$out.send" 2>&1
 	local src=$?
 	wait $receiver
 	local rrc=$?
