@@ -3,9 +3,11 @@
 # rdma_cm with rdma-core's `mckey` between guests. Guest 0 and 1 have a rox NIC, guest 2 a
 # virtio NIC with rdma_rxe. Each guest runs this script; the rounds, in order:
 #   1  IPv4 group, guest 1 (rox) sends, guest 0 (rox) receives
-#   2  IPv6 group, guest 1 (rox) sends, guest 0 (rox) receives
 #   3  IPv4 group, guest 2 (rxe) sends, guest 0 (rox) receives
 #   4  IPv4 group, guest 1 (rox) sends, guest 2 (rxe) receives
+# (No IPv6 round: the kernel's rdma_cm does not join IPv6 groups on RoCEv2 — ENOTSUPP from
+# cma_iboe_join_multicast, for rxe as for rox; tests/guest/t-provider-mcast.sh covers IPv6
+# groups through libibverbs.)
 # A receiver joins, then opens TCP port MCAST_READY_PORT+round on its lab address; the sender
 # of the round waits until it can connect there before it sends (mckey has no handshake, and a
 # message sent before the join is lost). The receiver must get all messages (mckey waits for
@@ -41,7 +43,7 @@ rox)
 *) fail "guest $me has no lab NIC 0" ;;
 esac
 wait_port_active "$dev" || fail "$dev port not active"
-gid_index "$dev" 4 >/dev/null && gid_index "$dev" 6 >/dev/null || fail "$dev lacks its lab GIDs"
+gid_index "$dev" 4 >/dev/null || fail "$dev lacks its lab IPv4 GID"
 echo "guest $me: $dev on $ROX_IF_0"
 
 ip4_of() { local v=ROX_IP_$1_0; echo "${!v}"; }
@@ -94,11 +96,9 @@ send() {
 case $me in
 0)
 	receive 1 239.1.2.1 4
-	receive 2 ff0e::1:2:2 6
 	receive 3 239.1.2.3 4 ;;
 1)
 	send 1 239.1.2.1 4 0
-	send 2 ff0e::1:2:2 6 0
 	send 4 239.1.2.4 4 2 ;;
 2)
 	send 3 239.1.2.3 4 0
