@@ -46,6 +46,7 @@ wait_port_active "$dev" || fail "$dev port not active"
 gid_index "$dev" 4 >/dev/null || fail "$dev lacks its lab IPv4 GID"
 echo "guest $me: $dev on $ROX_IF_0"
 
+counters() { echo "$dev counters: $(rdma statistic show link $dev/1 2>/dev/null | grep -oE '(rx_mcast_copies|port_rx_frames|port_to_netdev|rx_unknown_qp|rx_bad_key|rx_dropped|rx_packets) [0-9]+' | tr '\n' ' ')"; }
 ip4_of() { local v=ROX_IP_$1_0; echo "${!v}"; }
 ip6_of() { local v=ROX_IP6_$1_0; echo "${!v}"; }
 
@@ -73,7 +74,7 @@ c.close()
 	kill $ready 2>/dev/null
 	wait $ready 2>/dev/null
 	[ $rc = 0 ] && grep -q 'data transfers complete' "$out" && grep -q 'return status 0' "$out" ||
-		fail "round $round: receiver on $dev exit $rc (124: not all $MESSAGES messages arrived): $(cat "$out")"
+		fail "round $round: receiver on $dev exit $rc (124: not all $MESSAGES messages arrived): $(cat "$out"); $(counters)"
 	echo "ok   round $round: $dev received $MESSAGES x $SIZE bytes on $group"
 }
 
@@ -105,5 +106,5 @@ case $me in
 	receive 4 239.1.2.4 4 ;;
 *) fail "mcast.sh runs on guests 0..2" ;;
 esac
-echo "$dev: $(rdma statistic show link $dev/1 2>/dev/null | grep -oE '(rx_mcast_copies|port_drop_no_dmac|rx_bad_key) [0-9]+' | tr '\n' ' ')"
+counters
 echo "guest $me: multicast rounds done"
