@@ -7,6 +7,12 @@
  * with EINVAL, and after the detach nothing arrives.
  *
  *   mcast-verbs SEND_DEV SEND_GID_INDEX RECV_DEV GROUP [COUNT]
+ *
+ * Between hosts, one side each (the sender waits for every send completion, so nothing is
+ * lost to the QP going away early, unlike mckey's sender):
+ *   mcast-verbs recv DEV GROUP COUNT      attach, print "attached", receive COUNT messages
+ *   mcast-verbs send DEV GID_INDEX GROUP COUNT
+ * GROUP: an IPv6 group or an IPv4 one (then the GID is IPv4-mapped).
  * Exit 0 only if everything above held; every failure prints why.
  */
 #include <arpa/inet.h>
@@ -141,19 +147,102 @@ static void send_all(struct side *s, struct ibv_ah *ah, int count)
 	}
 }
 
+static void parse_group(const char *text, union ibv_gid *gid)
+{
+	struct in_addr v4;
+
+	memset(gid, 0, sizeof(*gid));
+	if (inet_pton(AF_INET, text, &v4) == 1) {
+		gid->raw[10] = gid->raw[11] = 0xff;
+		memcpy(&gid->raw[12], &v4, 4);
+	} else if (inet_pton(AF_INET6, text, gid->raw) != 1) {
+		fail("GROUP is not an IP address", EINVAL);
+	}
+}
+
+/* Checks `count` receive completions in `wc`, from `src_qp` (0: any) to `group`. */
+static void check_received(struct side *rcv, struct ibv_wc *wc, int count, uint32_t src_qp,
+			   const union ibv_gid *group)
+{
+	for (int i = 0; i < count; i++) {
+		char *msg = rcv->buf + wc[i].wr_id * (MSG_SIZE + GRH_SIZE) + GRH_SIZE;
+		char want = msg[0];
+
+		if (wc[i].status != IBV_WC_SUCCESS || wc[i].byte_len != MSG_SIZE + GRH_SIZE ||
+		    (src_qp && wc[i].src_qp != src_qp) || !(wc[i].wc_flags & IBV_WC_GRH))
+			fail("receive completion (status, length, src_qp or GRH flag)", EIO);
+		for (int j = 0; j < MSG_SIZE; j++)
+			if (msg[j] != want)
+				fail("payload", EIO);
+		/* The GRH area: an IPv6 header's destination at 24, an IPv4 one's at 36. */
+		if (group->raw[0] == 0xff ? memcmp(msg - GRH_SIZE + 24, group->raw, 16)
+					  : memcmp(msg - GRH_SIZE + 36, &group->raw[12], 4))
+			fail("GRH destination is not the group", EIO);
+	}
+}
+
+static int one_side(int argc, char **argv)
+{
+	struct side s = {0};
+	union ibv_gid group;
+	struct ibv_wc wc[64];
+	int recv = !strcmp(argv[1], "recv");
+	int count = atoi(argv[recv ? 4 : 5]);
+
+	if (count < 1 || count > 64)
+		fail("COUNT must be 1..64", EINVAL);
+	parse_group(argv[recv ? 3 : 4], &group);
+	setup(&s, argv[2], count);
+	if (recv) {
+		int err = ibv_attach_mcast(s.qp, &group, 0);
+
+		if (err)
+			fail("ibv_attach_mcast", err);
+		for (int i = 0; i < count; i++)
+			post_recv(&s, i);
+		printf("attached\n");
+		fflush(stdout);
+		if (poll_n(&s, wc, count, 120000) != count)
+			fail("not every message arrived", ETIMEDOUT);
+		check_received(&s, wc, count, 0, &group);
+		err = ibv_detach_mcast(s.qp, &group, 0);
+		if (err)
+			fail("ibv_detach_mcast", err);
+		printf("ok   received %d x %d bytes on %s (%s)\n", count, MSG_SIZE, argv[3], argv[2]);
+		return 0;
+	}
+	struct ibv_ah_attr ah_attr = {
+		.is_global = 1, .port_num = 1,
+		.grh = { .dgid = group, .sgid_index = atoi(argv[3]), .hop_limit = 1 },
+	};
+	struct ibv_ah *ah = ibv_create_ah(s.pd, &ah_attr);
+
+	if (!ah)
+		fail("create_ah to the group", errno);
+	send_all(&s, ah, count);
+	printf("ok   sent %d x %d bytes to %s (%s), every send completed\n", count, MSG_SIZE, argv[4], argv[2]);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
+	if (argc == 5 && !strcmp(argv[1], "recv"))
+		return one_side(argc, argv);
+	if (argc == 6 && !strcmp(argv[1], "send"))
+		return one_side(argc, argv);
+
 	struct side snd = {0}, rcv = {0};
 	union ibv_gid group, unicast;
 	struct ibv_wc wc[64];
 	int count = argc > 5 ? atoi(argv[5]) : 16;
 
 	if (argc < 5 || count < 1 || count > 64) {
-		fprintf(stderr, "usage: mcast-verbs SEND_DEV SEND_GID_INDEX RECV_DEV GROUP [COUNT <= 64]\n");
+		fprintf(stderr, "usage: mcast-verbs SEND_DEV SEND_GID_INDEX RECV_DEV GROUP [COUNT <= 64]\n"
+				"       mcast-verbs recv DEV GROUP COUNT\n"
+				"       mcast-verbs send DEV GID_INDEX GROUP COUNT\n");
 		return 2;
 	}
-	if (inet_pton(AF_INET6, argv[4], group.raw) != 1)
-		fail("GROUP is not an IPv6 address", EINVAL);
+	parse_group(argv[4], &group);
 	setup(&snd, argv[1], count);
 	setup(&rcv, argv[3], count);
 
@@ -183,20 +272,7 @@ int main(int argc, char **argv)
 	int got = poll_n(&rcv, wc, count, WAIT_MS);
 	if (got != count)
 		fail("not every message arrived", ETIMEDOUT);
-	for (int i = 0; i < count; i++) {
-		char *msg = rcv.buf + wc[i].wr_id * (MSG_SIZE + GRH_SIZE) + GRH_SIZE;
-		char want = msg[0];
-
-		if (wc[i].status != IBV_WC_SUCCESS || wc[i].byte_len != MSG_SIZE + GRH_SIZE ||
-		    wc[i].src_qp != snd.qp->qp_num || !(wc[i].wc_flags & IBV_WC_GRH))
-			fail("receive completion (status, length, src_qp or GRH flag)", EIO);
-		for (int j = 0; j < MSG_SIZE; j++)
-			if (msg[j] != want)
-				fail("payload", EIO);
-		/* The GRH holds the IPv6 header: its destination is the group. */
-		if (memcmp(msg - GRH_SIZE + 24, group.raw, 16))
-			fail("GRH destination is not the group", EIO);
-	}
+	check_received(&rcv, wc, count, snd.qp->qp_num, &group);
 	printf("ok   %d x %d bytes from %s to %s on %s\n", count, MSG_SIZE, argv[1], argv[4], argv[3]);
 
 	err = ibv_detach_mcast(rcv.qp, &group, 0);
