@@ -118,9 +118,36 @@ send() {
 # none on RoCEv2), and a sender that waits for its send completions.
 gcc -O2 -Wall -o /tmp/mcast-verbs "$(dirname "$0")/../guest/mcast-verbs.c" -libverbs || fail "cannot build mcast-verbs"
 
+# join_ip_group GROUP: hold an IP-level membership of GROUP on the lab NIC until killed. rxe
+# receives through the IP stack, which delivers a group's packets only if the host joined it
+# (rdma_cm joins for it; a bare ibv_attach_mcast on rxe adds only the group's MAC).
+join_ip_group() {
+	python3 -c '
+import socket, struct, sys, time
+group, ifindex = sys.argv[1], socket.if_nametoindex(sys.argv[2])
+if ":" in group:
+    s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+    s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_JOIN_GROUP,
+                 socket.inet_pton(socket.AF_INET6, group) + struct.pack("@I", ifindex))
+else:
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    # struct ip_mreqn: group, local address (any), interface index
+    s.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP,
+                 socket.inet_aton(group) + bytes(4) + struct.pack("@i", ifindex))
+print("joined", flush=True)
+time.sleep(3600)
+' "$1" "$ROX_IF_0"
+}
+
 # verbs_receive ROUND GROUP
 verbs_receive() {
-	local round=$1 group=$2 out=/tmp/mcast-verbs-$1
+	local round=$1 group=$2 out=/tmp/mcast-verbs-$1 member=
+	if [ "$dev" = rxe0 ]; then
+		join_ip_group "$group" >/tmp/ip-group-$round 2>&1 &
+		member=$!
+		for _ in $(seq 50); do grep -q joined /tmp/ip-group-$round && break; sleep 0.2; done
+		grep -q joined /tmp/ip-group-$round || fail "round $round: cannot join $group: $(cat /tmp/ip-group-$round)"
+	fi
 	timeout $RECV_TIMEOUT /tmp/mcast-verbs recv "$dev" "$group" $MESSAGES >"$out" 2>&1 &
 	local pid=$!
 	for _ in $(seq 150); do grep -q attached "$out" && break; sleep 0.2; done
@@ -131,8 +158,9 @@ verbs_receive() {
 	local rc=$?
 	kill $ready 2>/dev/null
 	wait $ready 2>/dev/null
+	[ -z "$member" ] || kill $member
 	[ $rc = 0 ] || fail "round $round: verbs receiver on $dev exit $rc: $(cat "$out"); $(counters)"
-	echo "ok   round $round: $(grep '^ok' "$out")"
+	echo "ok   round $round: $(sed -n 's/^ok *//p' "$out")"
 }
 
 # verbs_send ROUND GROUP FAMILY RECEIVER_GUEST
@@ -142,7 +170,7 @@ verbs_send() {
 	wait_ready "$round" "$peer"
 	timeout 60 /tmp/mcast-verbs send "$dev" "$gid" "$group" $MESSAGES >"$out" 2>&1 ||
 		fail "round $round: verbs sender on $dev: $(cat "$out")"
-	echo "ok   round $round: $(grep '^ok' "$out")"
+	echo "ok   round $round: $(sed -n 's/^ok *//p' "$out")"
 }
 
 case $me in
