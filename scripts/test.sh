@@ -21,6 +21,7 @@ stage capture tests/host/tshark-capture.sh || exit 1
 stage device cargo build --release -p rox-nic || exit 1
 stage guest-tests tests/guest/run "$flavour" || exit 1
 stage guest-pair tests/guest/pair-pingpong || exit 1
+stage guest-mcast tests/net/mcast-pair || exit 1
 # Reliability under the debug kernel (kmemleak, KFENCE, SLUB debug): 50 load/probe/unload
 # cycles and rmmod with live objects, with kmemleak required to report nothing.
 stage kernel-debug scripts/setup-kernel.sh debug || exit 1
