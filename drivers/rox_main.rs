@@ -17,6 +17,7 @@ mod eq;
 mod hw;
 mod ib;
 mod ids;
+mod mcast;
 mod mr;
 mod qp;
 mod srq;

@@ -15,6 +15,7 @@ use crate::{
         RegisteredMr, Registry, SendWr, Udata, Verbs,
     },
     ids::{DbSlot, DbSlots},
+    mcast,
     mr::{self, Mr},
     qp::{self, Qp},
     srq::{self, Srq},
@@ -92,6 +93,8 @@ const COUNTER_NAMES: [&CStr; admin::STATS_COUNT] = {
     names[admin::STAT_PORT_DROP_NETDEV] = c"port_drop_netdev";
     names[admin::STAT_RX_UNKNOWN_QP] = c"rx_unknown_qp";
     names[admin::STAT_RX_BAD_KEY] = c"rx_bad_key";
+    names[admin::STAT_PORT_DROP_NO_DMAC] = c"port_drop_no_dmac";
+    names[admin::STAT_RX_MCAST_COPIES] = c"rx_mcast_copies";
     let mut i = 0;
     while i < admin::STATS_COUNT {
         assert!(!names[i].is_empty(), "every STAT_* counter needs a name");
@@ -237,6 +240,9 @@ impl Verbs for RoxVerbs {
         attr.max_srq_wr = hw.max_srq_wr;
         attr.max_srq_sge = hw.max_srq_sge;
         attr.max_pkeys = 1;
+        attr.max_mcast_grp = hw.max_mcast_grp;
+        attr.max_mcast_qp_attach = hw.max_mcast_qp_attach;
+        attr.max_total_mcast_qp_attach = hw.max_total_mcast_qp_attach;
         attr.local_ca_ack_delay = hw.local_ca_ack_delay as u8;
         if hw.caps & regs::CAP_ODP != 0 {
             attr.kernel_cap_flags |= b::ib_kernel_cap_flags_IBK_ON_DEMAND_PAGING as u64;
@@ -543,4 +549,12 @@ impl Verbs for RoxVerbs {
     }
 
     fn destroy_ah(_dev: &RoxDev<'_>, _ah: &Ah) {}
+
+    fn attach_mcast(dev: &RoxDev<'_>, qpn: u32, gid: &[u8; 16]) -> Result {
+        mcast::attach(dev, qpn, gid)
+    }
+
+    fn detach_mcast(dev: &RoxDev<'_>, qpn: u32, gid: &[u8; 16]) -> Result {
+        mcast::detach(dev, qpn, gid)
+    }
 }

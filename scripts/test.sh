@@ -33,6 +33,7 @@ mkdir -p "$(dirname "$capture")" && rm -f "$capture"
 stage interop tests/interop/run --capture "$capture" --capture-frames 40000 || exit 1
 stage bridge-tshark tests/host/tshark-capture.sh --pcap "$capture" --bridge || exit 1
 stage bridge-icrc target/release/rox-pcap-check "$capture" --min-roce 1000 || exit 1
+stage guest-mcast tests/net/mcast-pair || exit 1
 # Reliability under the debug kernel (kmemleak, KFENCE, SLUB debug): 50 load/probe/unload
 # cycles and rmmod with live objects, with kmemleak required to report nothing.
 stage kernel-debug scripts/setup-kernel.sh debug || exit 1

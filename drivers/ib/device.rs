@@ -252,6 +252,11 @@ pub(crate) trait Verbs: Sized + 'static {
     ) -> Result<Self::Ah>;
     fn query_ah(dev: &Self::Dev<'_>, ah: &Self::Ah, attr: &mut b::rdma_ah_attr) -> Result;
     fn destroy_ah(dev: &Self::Dev<'_>, ah: &Self::Ah);
+
+    /// UD QP `qpn` joins multicast group `gid` (ib_core checked both).
+    fn attach_mcast(dev: &Self::Dev<'_>, qpn: u32, gid: &[u8; 16]) -> Result;
+    /// QP `qpn` leaves multicast group `gid`.
+    fn detach_mcast(dev: &Self::Dev<'_>, qpn: u32, gid: &[u8; 16]) -> Result;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1155,6 +1160,27 @@ unsafe extern "C" fn destroy_ah<V: Verbs>(ah: *mut b::ib_ah, _flags: u32) -> c_i
     0
 }
 
+unsafe extern "C" fn attach_mcast<V: Verbs>(
+    qp: *mut b::ib_qp,
+    gid: *mut b::ib_gid,
+    _lid: u16,
+) -> c_int {
+    // SAFETY: one of our live QPs and a GID ib_core owns for the call; every bit pattern of
+    // the union is a valid `raw` array.
+    let (dev, qpn, gid) = unsafe { (dev_of::<V>((*qp).device), (*qp).qp_num, (*gid).raw) };
+    errno(V::attach_mcast(dev, qpn, &gid))
+}
+
+unsafe extern "C" fn detach_mcast<V: Verbs>(
+    qp: *mut b::ib_qp,
+    gid: *mut b::ib_gid,
+    _lid: u16,
+) -> c_int {
+    // SAFETY: as in `attach_mcast`.
+    let (dev, qpn, gid) = unsafe { (dev_of::<V>((*qp).device), (*qp).qp_num, (*gid).raw) };
+    errno(V::detach_mcast(dev, qpn, &gid))
+}
+
 unsafe extern "C" fn alloc_hw_port_stats(
     ibdev: *mut b::ib_device,
     _port: u32,
@@ -1345,6 +1371,8 @@ fn ops<V: Verbs>() -> b::ib_device_ops {
     ops.create_user_ah = Some(create_ah::<V>);
     ops.query_ah = Some(query_ah::<V>);
     ops.destroy_ah = Some(destroy_ah::<V>);
+    ops.attach_mcast = Some(attach_mcast::<V>);
+    ops.detach_mcast = Some(detach_mcast::<V>);
     ops.alloc_hw_port_stats = Some(alloc_hw_port_stats);
     ops.get_hw_stats = Some(get_hw_stats::<V>);
     ops.post_send = Some(post_send::<V>);

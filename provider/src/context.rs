@@ -381,6 +381,10 @@ static CONTEXT_OPS: ffi::verbs_context_ops = ffi::verbs_context_ops {
     destroy_srq: Some(srq::destroy_srq),
     create_ah: Some(ah::create_ah),
     destroy_ah: Some(ah::destroy_ah),
+    // Multicast groups are the device's (rox.ko's attach_mcast/detach_mcast); the data path
+    // needs nothing beyond the group's AH (its MAC, QPN 0xFFFFFF from rdma_cm).
+    attach_mcast: Some(ffi::ibv_cmd_attach_mcast),
+    detach_mcast: Some(ffi::ibv_cmd_detach_mcast),
     post_send: Some(qp::post_send),
     post_recv: Some(qp::post_recv),
     post_srq_recv: Some(srq::post_srq_recv),

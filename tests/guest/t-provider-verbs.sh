@@ -58,6 +58,9 @@ REQUIRED=(
 	OdpTestCase.test_odp_async_prefetch_rc_traffic
 	OdpTestCase.test_odp_prefetch_sync_no_page_fault_rc_traffic
 	OdpTestCase.test_odp_prefetch_async_no_page_fault_rc_traffic
+	CMTestCase.test_rdmacm_async_multicast_traffic
+	CMTestCase.test_rdmacm_async_ex_multicast_traffic
+	CMTestCase.test_rdmacm_async_ex_leave_multicast_traffic
 )
 # Tests rxe0 passes that rox_0 may skip, each with the reason (Class.test=reason). Empty: rox
 # passes every non-vendor test rxe passes.

@@ -53,8 +53,16 @@ pub const ADMIN_OP_CREATE_QP: u8 = 0x30;
 pub const ADMIN_OP_MODIFY_QP: u8 = 0x31;
 /// Payload [`QueryCmd`] (index = QPN); response [`QpAttr`]; result0 = QP state.
 pub const ADMIN_OP_QUERY_QP: u8 = 0x32;
-/// Payload [`HandleCmd`] (handle = QPN).
+/// Payload [`HandleCmd`] (handle = QPN). The QP leaves every multicast group it is in.
 pub const ADMIN_OP_DESTROY_QP: u8 = 0x33;
+/// Payload [`McastCmd`]: UD QP `qpn` receives the RoCEv2 packets to multicast GID `gid`
+/// (destination QPN [`MULTICAST_QPN`]); each attached QP checks its own Q_Key. BAD_HANDLE:
+/// no such QP; BAD_PARAM: not a multicast GID or not a UD QP; NO_RESOURCES: the group table
+/// or the group is full. Attaching a QP that is already attached succeeds (no change).
+pub const ADMIN_OP_ATTACH_MCAST: u8 = 0x34;
+/// Payload [`McastCmd`]: the QP leaves the group (the group goes when its last QP leaves).
+/// BAD_HANDLE: the QP is not attached to that group.
+pub const ADMIN_OP_DETACH_MCAST: u8 = 0x35;
 /// Payload [`CreateSrqCmd`]; result0 = SRQ id.
 pub const ADMIN_OP_CREATE_SRQ: u8 = 0x40;
 /// Payload [`ModifySrqCmd`].
@@ -132,6 +140,7 @@ pub union AdminPayload {
     pub modify_srq: ModifySrqCmd,
     pub set_port_state: SetPortStateCmd,
     pub odp_update: OdpUpdateCmd,
+    pub mcast: McastCmd,
 }
 const _: () = assert!(core::mem::size_of::<AdminPayload>() == ADMIN_PAYLOAD_SIZE);
 
@@ -425,6 +434,31 @@ pub struct SetPortStateCmd {
 }
 
 const _: () = assert!(core::mem::size_of::<SetPortStateCmd>() == 8);
+
+/// Payload of `ADMIN_OP_ATTACH_MCAST` / `ADMIN_OP_DETACH_MCAST`.
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct McastCmd {
+    pub qpn: u32,
+    pub reserved: u32,
+    /// The group's GID, network order: an IPv6 multicast address (`ff..`), or an IPv4 one
+    /// (224.0.0.0/4) as an IPv4-mapped GID (`::ffff:a.b.c.d`), as RoCEv2 carries them.
+    pub gid: [u8; 16],
+}
+const _: () = assert!(core::mem::size_of::<McastCmd>() == 24);
+/// IBA 9.6.1: the destination QPN of every multicast packet.
+pub const MULTICAST_QPN: u32 = 0x00ff_ffff;
+
+/// Whether `gid` names a multicast group (see [`McastCmd::gid`]).
+pub fn is_multicast_gid(gid: &[u8; 16]) -> bool {
+    const IPV6_MULTICAST_PREFIX: u8 = 0xff;
+    const IPV4_MAPPED_PREFIX: [u8; 12] = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff];
+    const IPV4_MULTICAST_MASK: u8 = 0xf0;
+    const IPV4_MULTICAST_HIGH_BITS: u8 = 0xe0;
+    gid[0] == IPV6_MULTICAST_PREFIX
+        || (gid[..12] == IPV4_MAPPED_PREFIX
+            && gid[12] & IPV4_MULTICAST_MASK == IPV4_MULTICAST_HIGH_BITS)
+}
 const _: () = assert!(core::mem::size_of::<OdpUpdateCmd>() == 24);
 const _: () = assert!(core::mem::size_of::<QueryCmd>() <= ADMIN_PAYLOAD_SIZE);
 const _: () = assert!(core::mem::size_of::<SetGidCmd>() <= ADMIN_PAYLOAD_SIZE);
@@ -471,9 +505,14 @@ pub struct DeviceAttr {
     pub caps: u32,
     /// Memory windows (0 without `regs::CAP_MW`).
     pub max_mw: u32,
-    pub reserved: u32,
+    /// Multicast groups the device can hold.
+    pub max_mcast_grp: u32,
+    /// QPs one group can hold.
+    pub max_mcast_qp_attach: u32,
+    /// QP attachments over all groups.
+    pub max_total_mcast_qp_attach: u32,
 }
-const _: () = assert!(core::mem::size_of::<DeviceAttr>() == 136);
+const _: () = assert!(core::mem::size_of::<DeviceAttr>() == 144);
 pub const ATOMIC_CAP_NONE: u32 = 0;
 pub const ATOMIC_CAP_HCA: u32 = 1;
 
@@ -529,6 +568,9 @@ pub const DEV_FW_VERSION: u64 = 1;
 pub const DEV_HW_VERSION: u32 = 1;
 /// IB ACK delay encoding reported to ib_core.
 pub const DEV_LOCAL_CA_ACK_DELAY: u32 = 15;
+pub const DEV_MAX_MCAST_GRP: u32 = 64;
+pub const DEV_MAX_MCAST_QP_ATTACH: u32 = 32;
+pub const DEV_MAX_TOTAL_MCAST_QP_ATTACH: u32 = 512;
 
 /// Statistics counters (indices into the QUERY_STATS response).
 pub const STAT_TX_PACKETS: usize = 0;
@@ -579,4 +621,11 @@ pub const STAT_PORT_DROP_NETDEV: usize = 28;
 pub const STAT_RX_UNKNOWN_QP: usize = 29;
 /// RoCE packets dropped for a P_Key or (UD) Q_Key that does not match the QP's.
 pub const STAT_RX_BAD_KEY: usize = 30;
-pub const STATS_COUNT: usize = 31;
+/// RoCE packets to another device dropped before the port because their destination MAC was
+/// all zeroes (the sender had no resolved address).
+pub const STAT_PORT_DROP_NO_DMAC: usize = 31;
+/// Copies of multicast RoCE packets (received, or sent by this device to a group it has QPs
+/// in) handed to attached QPs: one per packet and QP; each QP then checks its own Q_Key
+/// (`STAT_RX_BAD_KEY`) and state.
+pub const STAT_RX_MCAST_COPIES: usize = 32;
+pub const STATS_COUNT: usize = 33;

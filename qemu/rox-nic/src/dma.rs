@@ -39,6 +39,7 @@ pod!(
     rox_uapi::admin::QueryCmd,
     rox_uapi::admin::HandleCmd,
     rox_uapi::admin::SetGidCmd,
+    rox_uapi::admin::McastCmd,
     rox_uapi::admin::RegMrCmd,
     rox_uapi::admin::CreateCqCmd,
     rox_uapi::admin::AllocMwCmd,

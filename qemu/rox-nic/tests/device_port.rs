@@ -458,6 +458,30 @@ fn roce_frame(
     deth: Option<wire::Deth>,
     payload: &[u8],
 ) -> Vec<u8> {
+    roce_frame_to(
+        peer_gid(),
+        rig.gid,
+        rig.mac,
+        opcode,
+        dest_qpn,
+        pkey,
+        deth,
+        payload,
+    )
+}
+
+/// A RoCEv2 frame from `sgid` to `dgid` in an Ethernet frame to `dmac`.
+#[allow(clippy::too_many_arguments)]
+fn roce_frame_to(
+    sgid: [u8; 16],
+    dgid: [u8; 16],
+    dmac: [u8; 6],
+    opcode: u8,
+    dest_qpn: u32,
+    pkey: u16,
+    deth: Option<wire::Deth>,
+    payload: &[u8],
+) -> Vec<u8> {
     let mut hdr = wire::Headers::new(wire::Bth {
         opcode,
         solicited: false,
@@ -469,8 +493,8 @@ fn roce_frame(
     hdr.deth = deth;
     let packet = wire::build_packet(
         &wire::IpInfo {
-            sgid: peer_gid(),
-            dgid: rig.gid,
+            sgid,
+            dgid,
             traffic_class: 0,
             hop_limit: 64,
             flow_label: 0,
@@ -479,11 +503,7 @@ fn roce_frame(
         &hdr,
         payload,
     );
-    [
-        &frame::roce_header(&rig.mac, &PEER_MAC, &packet)[..],
-        &packet,
-    ]
-    .concat()
+    [&frame::roce_header(&dmac, &PEER_MAC, &packet)[..], &packet].concat()
 }
 
 /// An ARP-like broadcast frame carrying `marker` (for the netdev).
@@ -647,7 +667,7 @@ fn netdev_frames_are_forwarded_both_ways_unchanged() {
         assert_eq!(recv(&r.wire), f);
     }
     // Wire -> guest: unicast to the device's MAC, broadcast, multicast, and UDP 4791 to a
-    // multicast group (RoCE multicast is not delivered to QPs yet).
+    // multicast group no QP of the device is attached to.
     let mut to_guest = vec![
         netdev_frame(r.mac, 1),
         netdev_frame([0xff; 6], 2),
@@ -808,4 +828,323 @@ fn a_burst_for_a_slow_guest_waits_in_the_backlog_and_arrives_in_order() {
     }
     let s = wait_stat(&mut r.d, STAT_PORT_TO_NETDEV, BURST as u64);
     assert_eq!(s[STAT_PORT_DROP_NETDEV], 0);
+}
+
+/// An IPv4 multicast group as a GID, its MAC (RFC 1112), an IPv6 one and its MAC (RFC 2464).
+const GROUP_V4: [u8; 4] = [239, 1, 2, 3];
+const GROUP_V4_MAC: [u8; 6] = [0x01, 0x00, 0x5e, 0x01, 0x02, 0x03];
+const GROUP_V6: [u8; 16] = [
+    0xff, 0x0e, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x01, 0x02, 0x03,
+];
+const GROUP_V6_MAC: [u8; 6] = [0x33, 0x33, 0x00, 0x01, 0x02, 0x03];
+/// The test side's IPv6 address (a GID of the peer).
+const PEER_GID_V6: [u8; 16] = [0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x99];
+
+fn mcast(qpn: u32, gid: [u8; 16]) -> AdminPayload {
+    payload(&McastCmd {
+        qpn,
+        reserved: 0,
+        gid,
+    })
+}
+
+/// A UD QP with the Q_Key `qkey` and one receive buffer posted.
+fn ud_receiver(r: &mut Rig, cq: &TestCq, qkey: u32, wr_id: u64) -> (TestQp, u64) {
+    let mut qp = r.d.create_qp(QPT_UD, PD, cq.id, cq.id, SRQ_NONE);
+    r.d.activate_ud(&qp, qkey);
+    let buf = r.d.ram.alloc(4096, 4096);
+    let key = r.d.reg_mr(PD, buf, 4096, ALL_ACCESS).unwrap();
+    r.d.post_recv(&mut qp, wr_id, &[sge(buf, 4096, key)]);
+    (qp, buf)
+}
+
+/// Frames to a group reach every attached QP that has the packet's Q_Key (IPv4 and IPv6
+/// groups); a detached group's frames go to the netdev again; bad attach/detach commands get
+/// their status and change nothing.
+#[test]
+fn multicast_frames_reach_every_attached_qp_with_its_own_qkey() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut r = rig(dir.path(), true, None);
+    let guest = r.guest.take().unwrap();
+    let mut cq = r.d.create_cq(6);
+    let (q1, buf1) = ud_receiver(&mut r, &cq, UD_QKEY, 1);
+    let (q2, buf2) = ud_receiver(&mut r, &cq, UD_QKEY, 2);
+    let (q3, _) = ud_receiver(&mut r, &cq, UD_QKEY + 1, 3);
+    let group = gid_v4(GROUP_V4[0], GROUP_V4[1], GROUP_V4[2], GROUP_V4[3]);
+    for q in [&q1, &q2, &q3] {
+        r.d.admin_ok(ADMIN_OP_ATTACH_MCAST, mcast(q.qpn, group));
+    }
+    // Attaching twice is no change (one copy per QP below).
+    r.d.admin_ok(ADMIN_OP_ATTACH_MCAST, mcast(q1.qpn, group));
+    let before = r.d.query_stats();
+    let deth = Some(wire::Deth {
+        qkey: UD_QKEY,
+        src_qpn: 0x77,
+    });
+    let f = roce_frame_to(
+        peer_gid(),
+        group,
+        GROUP_V4_MAC,
+        UD_SEND_ONLY,
+        MULTICAST_QPN,
+        0xffff,
+        deth,
+        b"group",
+    );
+    r.wire.send(&f).unwrap();
+    let mut got = [r.d.wait_cqe(&mut cq), r.d.wait_cqe(&mut cq)];
+    got.sort_by_key(|c| c.wr_id);
+    for (c, (wr_id, qpn)) in got.iter().zip([(1, q1.qpn), (2, q2.qpn)]) {
+        assert_eq!(
+            (c.status, c.wr_id, c.qp_num, c.src_qp, c.byte_len),
+            (WC_SUCCESS, wr_id, qpn, 0x77, 5 + GRH_SIZE)
+        );
+    }
+    for buf in [buf1, buf2] {
+        assert_eq!(r.d.ram.read(buf + GRH_SIZE as u64, 5), b"group");
+        // The GRH area holds the IPv4 header: its destination is the group.
+        assert_eq!(r.d.ram.read(buf + GRH_SIZE as u64 - 4, 4), GROUP_V4);
+    }
+    r.d.expect_no_cqe(&mut cq, Duration::from_millis(50));
+    let after = r.d.query_stats();
+    assert_eq!(
+        after[STAT_RX_MCAST_COPIES],
+        before[STAT_RX_MCAST_COPIES] + 3
+    );
+    assert_eq!(
+        after[STAT_RX_BAD_KEY],
+        before[STAT_RX_BAD_KEY] + 1,
+        "q3's Q_Key differs"
+    );
+    assert_eq!(after[STAT_PORT_TO_NETDEV], before[STAT_PORT_TO_NETDEV]);
+
+    // An IPv6 group with q3 only.
+    r.d.admin_ok(ADMIN_OP_ATTACH_MCAST, mcast(q3.qpn, GROUP_V6));
+    let deth3 = Some(wire::Deth {
+        qkey: UD_QKEY + 1,
+        src_qpn: 0x78,
+    });
+    let f6 = roce_frame_to(
+        PEER_GID_V6,
+        GROUP_V6,
+        GROUP_V6_MAC,
+        UD_SEND_ONLY,
+        MULTICAST_QPN,
+        0xffff,
+        deth3,
+        b"six",
+    );
+    r.wire.send(&f6).unwrap();
+    let c = r.d.wait_cqe(&mut cq);
+    assert_eq!(
+        (c.status, c.qp_num, c.src_qp, c.byte_len),
+        (WC_SUCCESS, q3.qpn, 0x78, 3 + GRH_SIZE)
+    );
+
+    // Bad commands.
+    let mut rc_cq = r.d.create_cq(2);
+    let rc = r.d.create_qp(QPT_RC, PD, rc_cq.id, rc_cq.id, SRQ_NONE);
+    let status = |r: &mut Rig, op, qpn, gid| r.d.admin(op, mcast(qpn, gid)).status;
+    assert_eq!(
+        status(&mut r, ADMIN_OP_ATTACH_MCAST, rc.qpn, group),
+        ADMIN_STATUS_BAD_PARAM,
+        "RC QP"
+    );
+    let own_gid = r.gid;
+    assert_eq!(
+        status(&mut r, ADMIN_OP_ATTACH_MCAST, q1.qpn, own_gid),
+        ADMIN_STATUS_BAD_PARAM,
+        "unicast GID"
+    );
+    assert_eq!(
+        status(&mut r, ADMIN_OP_ATTACH_MCAST, 0x7777, group),
+        ADMIN_STATUS_BAD_HANDLE,
+        "no QP"
+    );
+    assert_eq!(
+        status(&mut r, ADMIN_OP_DETACH_MCAST, rc.qpn, group),
+        ADMIN_STATUS_BAD_HANDLE,
+        "not attached"
+    );
+    assert_eq!(
+        status(&mut r, ADMIN_OP_DETACH_MCAST, q1.qpn, GROUP_V6),
+        ADMIN_STATUS_BAD_HANDLE,
+        "not in that group"
+    );
+    r.d.expect_no_cqe(&mut rc_cq, Duration::from_millis(1));
+
+    // Leaving: q1 and q2 detach, q3 is destroyed (which detaches it): the group is gone and
+    // its frames are the netdev's again.
+    r.d.admin_ok(ADMIN_OP_DETACH_MCAST, mcast(q1.qpn, group));
+    assert_eq!(
+        status(&mut r, ADMIN_OP_DETACH_MCAST, q1.qpn, group),
+        ADMIN_STATUS_BAD_HANDLE,
+        "detached twice"
+    );
+    r.d.admin_ok(ADMIN_OP_DETACH_MCAST, mcast(q2.qpn, group));
+    r.d.admin_ok(
+        ADMIN_OP_DESTROY_QP,
+        payload(&HandleCmd {
+            handle: q3.qpn,
+            reserved: 0,
+        }),
+    );
+    assert_eq!(
+        status(&mut r, ADMIN_OP_DETACH_MCAST, q3.qpn, GROUP_V6),
+        ADMIN_STATUS_BAD_HANDLE,
+        "destroyed QP"
+    );
+    for frame in [&f, &f6] {
+        r.wire.send(frame).unwrap();
+        assert_eq!(
+            &recv(&guest),
+            frame,
+            "an unattached group's frame goes to the netdev"
+        );
+    }
+    r.d.expect_no_cqe(&mut cq, Duration::from_millis(50));
+}
+
+/// The group table's limits answer NO_RESOURCES, and QUERY_DEVICE reports them.
+#[test]
+fn multicast_table_limits() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut r = rig(dir.path(), false, None);
+    let resp = r.d.ram.alloc(4096, 4096);
+    r.d.admin_ok(
+        ADMIN_OP_QUERY_DEVICE,
+        payload(&QueryCmd {
+            index: 0,
+            reserved: 0,
+            resp_addr: resp,
+        }),
+    );
+    let attr: DeviceAttr = r.d.ram.read_obj(resp);
+    assert_eq!(
+        (
+            attr.max_mcast_grp,
+            attr.max_mcast_qp_attach,
+            attr.max_total_mcast_qp_attach
+        ),
+        (
+            DEV_MAX_MCAST_GRP,
+            DEV_MAX_MCAST_QP_ATTACH,
+            DEV_MAX_TOTAL_MCAST_QP_ATTACH
+        )
+    );
+    let cq = r.d.create_cq(2);
+    let qps: Vec<TestQp> = (0..DEV_MAX_MCAST_QP_ATTACH + 1)
+        .map(|_| r.d.create_qp(QPT_UD, PD, cq.id, cq.id, SRQ_NONE))
+        .collect();
+    let group = |i: u32| gid_v4(239, 2, (i >> 8) as u8, i as u8);
+    for i in 0..DEV_MAX_MCAST_GRP {
+        r.d.admin_ok(ADMIN_OP_ATTACH_MCAST, mcast(qps[0].qpn, group(i)));
+    }
+    let full = r.d.admin(
+        ADMIN_OP_ATTACH_MCAST,
+        mcast(qps[0].qpn, group(DEV_MAX_MCAST_GRP)),
+    );
+    assert_eq!(full.status, ADMIN_STATUS_NO_RESOURCES, "group table full");
+    for q in &qps[1..DEV_MAX_MCAST_QP_ATTACH as usize] {
+        r.d.admin_ok(ADMIN_OP_ATTACH_MCAST, mcast(q.qpn, group(0)));
+    }
+    let last = qps[DEV_MAX_MCAST_QP_ATTACH as usize].qpn;
+    assert_eq!(
+        r.d.admin(ADMIN_OP_ATTACH_MCAST, mcast(last, group(0)))
+            .status,
+        ADMIN_STATUS_NO_RESOURCES,
+        "group full"
+    );
+    // A free place in the group lets the QP in.
+    r.d.admin_ok(ADMIN_OP_DETACH_MCAST, mcast(qps[1].qpn, group(0)));
+    r.d.admin_ok(ADMIN_OP_ATTACH_MCAST, mcast(last, group(0)));
+}
+
+/// A UD send to a group leaves on the port in a frame to the group's MAC, and reaches this
+/// device's own attached QPs (the sender's too); a send to another device's GID without a
+/// destination MAC is dropped and counted.
+#[test]
+fn multicast_send_goes_on_the_wire_and_loops_back_to_attached_qps() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut r = rig(dir.path(), false, None);
+    let mut cq = r.d.create_cq(6);
+    let (mut sender, sbuf) = ud_receiver(&mut r, &cq, UD_QKEY, 1);
+    let (member, mbuf) = ud_receiver(&mut r, &cq, UD_QKEY, 2);
+    let group = gid_v4(GROUP_V4[0], GROUP_V4[1], GROUP_V4[2], GROUP_V4[3]);
+    for q in [&sender, &member] {
+        r.d.admin_ok(ADMIN_OP_ATTACH_MCAST, mcast(q.qpn, group));
+    }
+    let data = r.d.ram.alloc(4096, 4096);
+    let key = r.d.reg_mr(PD, data, 4096, ALL_ACCESS).unwrap();
+    r.d.ram.write(data, b"to all");
+    let mut w = with_ud(
+        send_wqe(9, WR_SEND, WQE_FLAG_SIGNALED, &[sge(data, 6, key)]),
+        group,
+        MULTICAST_QPN,
+        UD_QKEY,
+    );
+    w.seg = SqSeg {
+        ud: UdSeg {
+            dgid: group,
+            dest_qpn: MULTICAST_QPN,
+            qkey: UD_QKEY,
+            hop_limit: 1,
+            dmac: GROUP_V4_MAC,
+            ..Default::default()
+        },
+    };
+    r.d.post_send(&mut sender, &w);
+    let f = recv(&r.wire);
+    assert_eq!(&f[..6], &GROUP_V4_MAC, "destination MAC");
+    assert_eq!(&f[6..12], &r.mac, "source MAC");
+    let ip = ETH_HEADER_LEN;
+    assert_eq!(&f[ip + 16..ip + 20], &GROUP_V4, "destination IP");
+    let mut cqes: Vec<Cqe> = (0..3).map(|_| r.d.wait_cqe(&mut cq)).collect();
+    cqes.sort_by_key(|c| (c.qp_num, c.wr_id));
+    let send = cqes.iter().find(|c| c.wr_id == 9).expect("send completion");
+    assert_eq!(send.status, WC_SUCCESS);
+    for (qpn, buf) in [(sender.qpn, sbuf), (member.qpn, mbuf)] {
+        let c = cqes
+            .iter()
+            .find(|c| c.qp_num == qpn && c.wr_id != 9)
+            .expect("a copy per QP");
+        assert_eq!(
+            (c.status, c.src_qp, c.byte_len),
+            (WC_SUCCESS, sender.qpn, 6 + GRH_SIZE)
+        );
+        assert_eq!(r.d.ram.read(buf + GRH_SIZE as u64, 6), b"to all");
+    }
+    // No destination MAC for a unicast peer: dropped before the port, counted.
+    let before = r.d.query_stats();
+    let mut w = with_ud(
+        send_wqe(10, WR_SEND, WQE_FLAG_SIGNALED, &[sge(data, 6, key)]),
+        peer_gid(),
+        5,
+        UD_QKEY,
+    );
+    w.seg = SqSeg {
+        ud: UdSeg {
+            dgid: peer_gid(),
+            dest_qpn: 5,
+            qkey: UD_QKEY,
+            hop_limit: 64,
+            ..Default::default()
+        },
+    };
+    r.d.post_send(&mut sender, &w);
+    assert_eq!(
+        r.d.wait_cqe(&mut cq).status,
+        WC_SUCCESS,
+        "UD completes once sent"
+    );
+    let after = wait_stat(
+        &mut r.d,
+        STAT_PORT_DROP_NO_DMAC,
+        before[STAT_PORT_DROP_NO_DMAC] + 1,
+    );
+    assert_eq!(
+        after[STAT_PORT_DROP_NO_DMAC],
+        before[STAT_PORT_DROP_NO_DMAC] + 1
+    );
+    assert_eq!(after[STAT_PORT_TX_FRAMES], before[STAT_PORT_TX_FRAMES]);
 }

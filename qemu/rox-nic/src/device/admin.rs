@@ -55,6 +55,8 @@ pub fn execute(hw: &mut Hw, engine: &mut Engine, cmd: &AdminCmd) -> AdminCpl {
             ADMIN_OP_MODIFY_QP => modify_qp(hw, engine, &p.modify_qp),
             ADMIN_OP_QUERY_QP => query_qp(hw, engine, &p.query),
             ADMIN_OP_DESTROY_QP => destroy_qp(hw, engine, p.handle.handle),
+            ADMIN_OP_ATTACH_MCAST => attach_mcast(hw, &p.mcast),
+            ADMIN_OP_DETACH_MCAST => detach_mcast(hw, &p.mcast),
             ADMIN_OP_CREATE_SRQ => create_srq(hw, &p.create_srq),
             ADMIN_OP_MODIFY_SRQ => modify_srq(hw, &p.modify_srq),
             ADMIN_OP_QUERY_SRQ => query_srq(hw, p.handle.handle),
@@ -123,7 +125,9 @@ fn query_device(hw: &mut Hw, q: &QueryCmd) -> AdminResult {
         } else {
             0
         },
-        reserved: 0,
+        max_mcast_grp: DEV_MAX_MCAST_GRP,
+        max_mcast_qp_attach: DEV_MAX_MCAST_QP_ATTACH,
+        max_total_mcast_qp_attach: DEV_MAX_TOTAL_MCAST_QP_ATTACH,
     };
     write_resp(hw, q.resp_addr, as_bytes(&attr))?;
     Ok((0, 0))
@@ -867,6 +871,53 @@ fn destroy_qp(hw: &mut Hw, engine: &mut Engine, qpn: u32) -> AdminResult {
         if mw.binding.is_some_and(|b| b.qpn == Some(qpn)) {
             mw.binding = None;
         }
+    }
+    // So do its multicast attachments (ib_core detaches first; this covers any other driver).
+    hw.mcast.retain(|_, members| {
+        members.retain(|&m| m != qpn);
+        !members.is_empty()
+    });
+    Ok((0, 0))
+}
+
+fn attach_mcast(hw: &mut Hw, c: &McastCmd) -> AdminResult {
+    let qp = hw.qps.get(&c.qpn).ok_or(ADMIN_STATUS_BAD_HANDLE)?;
+    if qp.qp_type != QPT_UD || !is_multicast_gid(&c.gid) {
+        return Err(ADMIN_STATUS_BAD_PARAM);
+    }
+    let total = hw.mcast_attachments();
+    let groups = hw.mcast.len();
+    match hw.mcast.get_mut(&c.gid) {
+        Some(members) if members.contains(&c.qpn) => {}
+        Some(members) => {
+            if members.len() >= DEV_MAX_MCAST_QP_ATTACH as usize
+                || total >= DEV_MAX_TOTAL_MCAST_QP_ATTACH as usize
+            {
+                return Err(ADMIN_STATUS_NO_RESOURCES);
+            }
+            members.push(c.qpn);
+        }
+        None => {
+            if groups >= DEV_MAX_MCAST_GRP as usize
+                || total >= DEV_MAX_TOTAL_MCAST_QP_ATTACH as usize
+            {
+                return Err(ADMIN_STATUS_NO_RESOURCES);
+            }
+            hw.mcast.insert(c.gid, vec![c.qpn]);
+        }
+    }
+    Ok((0, 0))
+}
+
+fn detach_mcast(hw: &mut Hw, c: &McastCmd) -> AdminResult {
+    let members = hw.mcast.get_mut(&c.gid).ok_or(ADMIN_STATUS_BAD_HANDLE)?;
+    let at = members
+        .iter()
+        .position(|&m| m == c.qpn)
+        .ok_or(ADMIN_STATUS_BAD_HANDLE)?;
+    members.remove(at);
+    if members.is_empty() {
+        hw.mcast.remove(&c.gid);
     }
     Ok((0, 0))
 }

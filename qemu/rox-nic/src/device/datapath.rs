@@ -566,7 +566,9 @@ impl DataPath {
             self.hw.stats[STAT_PORT_RX_FRAMES] += n as u64;
             let mut to_netdev: Vec<FrameRef> = Vec::new();
             for f in port.frames() {
-                match frame::classify(f, &mac, max_frame, |g| self.hw.is_own_gid(g)) {
+                match frame::classify(f, &mac, max_frame, |g| {
+                    self.hw.is_own_gid(g) || self.hw.has_mcast_group(g)
+                }) {
                     Rx::Roce(ip) => {
                         self.hw.stats[STAT_RX_BYTES] += ip.len() as u64;
                         deliver(&mut self.engine, &mut self.hw, &f[ip]);

@@ -368,9 +368,8 @@ pub struct Hw {
     /// The device has a port: packets to other GIDs go out on it (packets to its own GIDs
     /// never reach the wire either way).
     pub has_port: bool,
-    /// Packets to a GID of another device dropped because their destination MAC was not
-    /// resolved (all zeroes).
-    pub tx_no_dmac_drops: u64,
+    /// Multicast groups: group GID -> attached QPNs, in attach order.
+    pub mcast: HashMap<Gid, Vec<u32>>,
     pub stats: Stats,
     /// Next MR key index to try (`alloc_key` in admin.rs).
     pub next_mr_index: u32,
@@ -415,7 +414,7 @@ impl Hw {
             port_state: PORT_ACTIVE,
             rx_port_down_drops: 0,
             has_port: false,
-            tx_no_dmac_drops: 0,
+            mcast: HashMap::new(),
             stats: [0; STATS_COUNT],
             next_mr_index: 1,
             mr_indices: HashSet::new(),
@@ -432,6 +431,16 @@ impl Hw {
     /// `gid` is in this device's GID table.
     pub fn is_own_gid(&self, gid: &Gid) -> bool {
         self.gids.iter().any(|g| g.as_ref() == Some(gid))
+    }
+
+    /// `gid` is a multicast group with at least one QP of this device attached.
+    pub fn has_mcast_group(&self, gid: &Gid) -> bool {
+        self.mcast.contains_key(gid)
+    }
+
+    /// QP attachments over all groups.
+    pub fn mcast_attachments(&self) -> usize {
+        self.mcast.values().map(Vec::len).sum()
     }
 
     pub fn gid_valid(&self) -> Vec<bool> {
@@ -978,6 +987,14 @@ impl DeviceEnv for Hw {
         self.epoch.elapsed().as_nanos() as u64
     }
 
+    fn multicast_members(&self, group: &Gid) -> Vec<u32> {
+        self.mcast.get(group).cloned().unwrap_or_default()
+    }
+
+    fn multicast_copy(&mut self) {
+        self.stats[STAT_RX_MCAST_COPIES] += 1;
+    }
+
     fn read_local(
         &mut self,
         pd: u32,
@@ -1205,16 +1222,25 @@ impl DeviceEnv for Hw {
         if self.is_own_gid(&av.dgid) {
             // Same-device QP to QP: looped back inside the device, never on the wire.
             self.loopback.push_back(packet);
-        } else if !self.has_port {
+            return;
+        }
+        if self.has_mcast_group(&av.dgid) {
+            // Like mlx5 (and rdma_rxe through IP multicast loopback), a packet to a group
+            // reaches this device's own attached QPs too, the sender included (IBA leaves
+            // the sender's copy to the CA; nothing here asks to block it). It still goes
+            // out on the port for the other members.
+            self.loopback.push_back(packet.clone());
+        }
+        if !self.has_port {
             log::debug!("rox-nic: no port, dropping packet to a remote GID");
         } else if av.dmac == [0; 6] {
-            if self.tx_no_dmac_drops == 0 {
+            if self.stats[STAT_PORT_DROP_NO_DMAC] == 0 {
                 log::warn!(
                     "rox-nic: dropping packets to a GID of another device without a resolved \
-                     destination MAC (logged once)"
+                     destination MAC (logged once; counter port_drop_no_dmac)"
                 );
             }
-            self.tx_no_dmac_drops += 1;
+            self.stats[STAT_PORT_DROP_NO_DMAC] += 1;
         } else {
             self.outbound.push((av.dmac, packet));
         }

@@ -39,9 +39,6 @@ const IPV4_IHL_UNIT: usize = 4;
 /// More-fragments flag and fragment offset: a fragment is never a whole RoCEv2 packet.
 const IPV4_FRAGMENT_MASK: u16 = 0x3fff;
 const IPV4_FRAGMENT_OFFSET_MASK: u16 = 0x1fff;
-const IPV4_MULTICAST_HIGH_BITS: u8 = 0xe0;
-const IPV4_MULTICAST_MASK: u8 = 0xf0;
-const IPV6_MULTICAST_PREFIX: u8 = 0xff;
 
 /// The Ethernet header this port puts in front of a RoCEv2 IP packet.
 pub fn roce_header(dmac: &Mac, smac: &Mac, ip_packet: &[u8]) -> EthHeader {
@@ -81,13 +78,13 @@ pub enum Rx {
 enum Ip {
     /// Not a RoCEv2 packet for this device (or not IP at all).
     Other,
-    /// A unicast UDP packet to port 4791 at `range`, to destination GID `dgid`, that passed
-    /// the IP and UDP header checks.
+    /// A UDP packet to port 4791 at `range`, to destination GID `dgid` (unicast, or a
+    /// multicast group the device may have QPs in), that passed the IP and UDP header checks.
     Roce { range: Range<usize>, dgid: Gid },
 }
 
 /// Classifies one received frame for a port whose device has MAC `own_mac`, owns the GIDs
-/// `own_gid` accepts, and whose longest valid frame is `max_frame` bytes (IP MTU + Ethernet
+/// (its own, and the multicast groups it has QPs attached to) `own_gid` accepts, and whose longest valid frame is `max_frame` bytes (IP MTU + Ethernet
 /// header).
 pub fn classify(
     frame: &[u8],
@@ -152,8 +149,7 @@ fn ipv4(p: &[u8]) -> Result<Ip, Malformed> {
         return Ok(Ip::Other);
     }
     check_udp_header(udp)?;
-    if dst[0] & IPV4_MULTICAST_MASK == IPV4_MULTICAST_HIGH_BITS || be16(udp, 2) != ROCE_V2_UDP_PORT
-    {
+    if be16(udp, 2) != ROCE_V2_UDP_PORT {
         return Ok(Ip::Other);
     }
     // A RoCEv2 packet: rxe's rules (no options, no fragments, UDP length = IP payload).
@@ -188,7 +184,7 @@ fn ipv6(p: &[u8]) -> Result<Ip, Malformed> {
     let udp = &p[IPV6_HEADER_LEN..total];
     check_udp_header(udp)?;
     let dgid: Gid = p[DST..DST + 16].try_into().unwrap();
-    if dgid[0] == IPV6_MULTICAST_PREFIX || be16(udp, 2) != ROCE_V2_UDP_PORT {
+    if be16(udp, 2) != ROCE_V2_UDP_PORT {
         return Ok(Ip::Other);
     }
     if usize::from(be16(udp, 4)) != udp.len() {

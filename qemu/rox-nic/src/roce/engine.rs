@@ -14,6 +14,7 @@ use super::wire::{
     NakCode, ParseError, Parsed, Reth, Syndrome, DEFAULT_PKEY, GRH_LEN, IPV4_HEADER_LEN, PSN_MASK,
 };
 use super::*;
+use rox_uapi::admin::MULTICAST_QPN;
 
 /// Most PSNs a requester keeps in flight (unacknowledged) per QP; bounds retransmission bursts
 /// and the port's socket buffer use.
@@ -2336,6 +2337,9 @@ impl Engine {
             return Err(RxDrop::BadPkey(p.hdr.bth.pkey));
         }
         let qpn = p.hdr.bth.dest_qpn;
+        if qpn == MULTICAST_QPN {
+            return self.receive_multicast(env, &p);
+        }
         let Some(qp) = self.qps.get_mut(&qpn) else {
             self.stats.rx_no_qp += 1;
             return Err(RxDrop::NoQp(qpn));
@@ -2359,6 +2363,27 @@ impl Engine {
             qp.requester_receive(env, &mut self.stats, &p);
         } else {
             qp.responder_receive(env, &mut self.stats, &p);
+        }
+        Ok(())
+    }
+
+    /// A packet to the multicast QPN: a UD SEND for every QP attached to its destination
+    /// GID, each checking its own Q_Key and state (IBA 10.5.2.5). Reliable and connected
+    /// opcodes never go to a group.
+    fn receive_multicast(&mut self, env: &mut dyn DeviceEnv, p: &Parsed<'_>) -> Result<(), RxDrop> {
+        let members = env.multicast_members(&p.dgid);
+        if members.is_empty() || p.hdr.bth.opcode & op::CLASS_MASK != op::CLASS_UD {
+            self.stats.rx_no_qp += 1;
+            return Err(RxDrop::NoQp(MULTICAST_QPN));
+        }
+        for qpn in members {
+            let Some(qp) = self.qps.get_mut(&qpn) else {
+                continue;
+            };
+            if qp.cfg.qp_type == QpType::Ud {
+                env.multicast_copy();
+                qp.responder_receive(env, &mut self.stats, p);
+            }
         }
         Ok(())
     }

@@ -409,6 +409,12 @@ pub trait DeviceEnv {
     /// error), after its flush completions: e.g. IB_EVENT_QP_LAST_WQE_REACHED for a QP with
     /// an SRQ. Must not call back into the engine.
     fn qp_entered_error(&mut self, _qpn: u32) {}
+    /// The QPs attached to multicast group `group` (none: the device has no such group).
+    fn multicast_members(&self, _group: &Gid) -> Vec<u32> {
+        Vec::new()
+    }
+    /// A copy of a multicast packet was handed to one attached QP.
+    fn multicast_copy(&mut self) {}
 }
 
 /// Static properties of a QP, fixed at creation.
