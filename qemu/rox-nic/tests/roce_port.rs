@@ -698,8 +698,15 @@ fn frames_are_classified_by_mac_vlan_ip_and_udp_port() {
         class6(&short_payload_len),
         Rx::Drop(STAT_PORT_DROP_MALFORMED)
     );
-    // To a multicast group: the netdev's.
+    // To a multicast group (UDP checksum 0, which RoCEv2 allows): the engine's when the device
+    // joined the group, else the netdev's.
     let mut mcast6 = roce6.clone();
     mcast6[ETH_HEADER_LEN + 24] = 0xff;
-    assert_eq!(classify(&mcast6, &own, 1514, |_| true), Rx::Netdev);
+    let udp_sum = ETH_HEADER_LEN + wire::IPV6_HEADER_LEN + 6;
+    mcast6[udp_sum..udp_sum + 2].fill(0);
+    assert_eq!(class6(&mcast6), Rx::Netdev);
+    assert_eq!(
+        classify(&mcast6, &own, 1514, |_| true),
+        Rx::Roce(ETH_HEADER_LEN..mcast6.len())
+    );
 }
