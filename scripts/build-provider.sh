@@ -90,7 +90,11 @@ so_name=lib$PROVIDER_NAME-rdmav$pabi.so
 log "provider ABI $pabi: building $so_name"
 
 prov_cache=$ROX_CACHE/provider
-mkdir -p "$prov_cache/cargo-home" "$prov_cache/target"
+# One target directory per clone: every clone's sources appear at the same path (/rox) inside
+# the root, so a shared one would let cargo take another clone's newer build for fresh and
+# install that librox.
+prov_target=$prov_cache/target-$(echo "$ROX_TOP" | sha256sum | cut -c1-8)
+mkdir -p "$prov_cache/cargo-home" "$prov_target"
 # Crates are fetched by the host's cargo (the host's TLS setup reaches crates.io; the root's
 # may not), into the CARGO_HOME the root's cargo then builds from, offline.
 if ! CARGO_HOME=$prov_cache/cargo-home cargo fetch --manifest-path "$ROX_TOP/provider/Cargo.toml" \
@@ -99,7 +103,7 @@ if ! CARGO_HOME=$prov_cache/cargo-home cargo fetch --manifest-path "$ROX_TOP/pro
 	CARGO_HOME=$prov_cache/cargo-home cargo fetch --manifest-path "$ROX_TOP/provider/Cargo.toml" --locked
 fi
 cargo_env=(env CARGO_HOME="$(cache_path_in_root "$prov_cache/cargo-home")"
-	CARGO_TARGET_DIR="$(cache_path_in_root "$prov_cache/target")"
+	CARGO_TARGET_DIR="$(cache_path_in_root "$prov_target")"
 	ROX_RDMA_CORE_BUILD="$rc_in_root/build")
 cargo_args=(--manifest-path /rox/provider/Cargo.toml --release --locked --offline)
 in_root "${cargo_env[@]}" cargo build "${cargo_args[@]}"
@@ -108,7 +112,7 @@ if $run_tests; then
 	in_root "${cargo_env[@]}" cargo test "${cargo_args[@]}"
 fi
 
-built=$prov_cache/target/release/lib$PROVIDER_NAME.so
+built=$prov_target/release/lib$PROVIDER_NAME.so
 [ -f "$built" ] || die "cargo did not produce $built"
 
 # Install into the root only what changed (keeps timestamps stable for a no-op run).
