@@ -172,7 +172,7 @@ rox_rc=$?
 # An rdma_rxe device on rox_0's netdev for comparison: the one there already, else one made
 # here and deleted again (a netdev takes one rxe device; later tests make their own).
 netdev=$(cat /sys/class/infiniband/rox_0/ports/1/gid_attrs/ndevs/0)
-rxe=$(rdma link show | awk -v n="$netdev" '$NF == n { split($2, a, "/"); print a[1]; exit }')
+rxe=$(rdma link show | awk -v n="$netdev" '$NF == n && $2 !~ /^rox_/ { split($2, a, "/"); print a[1]; exit }')
 made_rxe=
 if [ -z "$rxe" ] && modprobe rdma_rxe 2>/dev/null && rdma link add rxe_cmp type rxe netdev "$netdev"; then
 	rxe=rxe_cmp made_rxe=rxe_cmp
