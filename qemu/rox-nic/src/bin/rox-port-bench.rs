@@ -14,6 +14,7 @@ use std::process::{Command, ExitCode};
 use clap::Parser;
 use rox_nic::benchkit::{port_limit, RAW_FRAME_BYTES};
 use rox_nic::port::LinkSpec;
+use rox_nic::testkit::dgram_wire;
 
 #[derive(Parser, Debug)]
 #[command(about = "Raw frames/s and MB/s of the wires a rox-nic port can own")]
@@ -83,17 +84,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let (a, b) = (dir.join("a.sock"), dir.join("b.sock"));
-    let dgram = (
-        LinkSpec::Dgram {
-            local: a.clone(),
-            remote: b.clone(),
-        },
-        LinkSpec::Dgram {
-            local: b,
-            remote: a,
-        },
-    );
+    let dgram = dgram_wire(&dir, "a.sock", "b.sock");
     let mut ok = report(
         "unix dgram socket pair",
         port_limit(&dgram.0, &dgram.1, args.mtu, args.seconds),
