@@ -9,10 +9,10 @@
 # flooding), flood.stop (target: pingpongs done), flood.out (host: what flood.py sent), done
 # (target: finished; the host passes it on to guest 1, which then stops answering pings).
 # Each check prints one line, `ok   WHAT` or `FAIL WHAT`; the exit status is 1 if any failed.
-# Environment: FLOOD_ITERS (pingpong iterations, default 1000), FLOOD_RATE (frames/s, 2000).
+# Environment: FLOOD_ITERS (pingpong iterations, default 5000: ~10 s each), FLOOD_RATE (frames/s, 2000).
 set -u
 role=$1
-iters=${FLOOD_ITERS:-1000}
+iters=${FLOOD_ITERS:-5000}
 failed=0
 ok() { echo "ok   $role: $*"; }
 bad() { echo "FAIL $role: $*"; failed=1; }
