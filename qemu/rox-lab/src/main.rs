@@ -825,8 +825,10 @@ impl Runner {
     /// Stops the host command and the guests, then rox-nic and tcpdump, deletes the namespaces (with every bridge, tap
     /// and veth in them) and copies the capture out. Idempotent.
     fn stop_all(&mut self) {
+        // Its output is awaited only once the namespace is gone: removing it kills anything
+        // the command left running outside its process group, which may hold the pipe.
         if let Some(h) = &mut self.host_cmd {
-            h.stop(Duration::from_secs(3));
+            h.stop_group(Duration::from_secs(3));
         }
         for q in &mut self.guests {
             q.stop(Duration::from_secs(3));
@@ -841,6 +843,9 @@ impl Runner {
             if let Err(e) = host::remove_netns(&ns) {
                 eprintln!("rox-lab: {e:#}");
             }
+        }
+        if let Some(h) = &mut self.host_cmd {
+            h.join_output();
         }
         if let Some(file) = &self.cli.capture {
             let pcap = self.run.join("capture.pcap");
