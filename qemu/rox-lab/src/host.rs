@@ -196,6 +196,13 @@ impl Supervised {
     /// SIGTERM to the process group, SIGKILL after `grace`; waits for the process and the
     /// threads relaying its output.
     pub fn stop(&mut self, grace: Duration) {
+        self.stop_group(grace);
+        self.join_output();
+    }
+
+    /// As `stop`, without waiting for its output to end: a process that left the group (e.g.
+    /// with setsid) may still hold the pipe until it is killed some other way.
+    pub fn stop_group(&mut self, grace: Duration) {
         if self.poll().is_none() {
             self.signal_group(Signal::TERM);
             let deadline = Instant::now() + grace;
@@ -208,6 +215,10 @@ impl Supervised {
         if self.status.is_none() {
             self.status = self.child.wait().ok();
         }
+    }
+
+    /// Waits until the threads relaying the output have seen its end.
+    pub fn join_output(&mut self) {
         for r in self.readers.drain(..) {
             let _ = r.join();
         }

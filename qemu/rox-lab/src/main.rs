@@ -23,6 +23,15 @@ use spec::{bridge_name, router_ip4, router_ip6, GuestArg, Lab, NicKind};
 /// Exit status when the --timeout watchdog stopped the guests (as timeout(1)).
 const EXIT_TIMEOUT: u8 = 124;
 
+/// The host command's interface on bridge 0 (`--host-cmd`) and the veth end enslaved to it.
+const HOST_IF: &str = "host0";
+const HOST_IF_BRIDGE_END: &str = "host0-br";
+/// The host interface's MTU is the lab's plus an 802.1Q header: a Linux bridge forwards a
+/// frame to a port of MTU M if it is at most M + 14 + 4 bytes, so with this the host command
+/// can put every frame the bridge delivers on it — including ones just over the lab MTU, which
+/// a NIC must drop as oversize.
+const HOST_IF_MTU_EXTRA: u32 = 4;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum Accel {
     Auto,
@@ -34,7 +43,8 @@ enum Accel {
 /// and tear everything down.
 ///
 /// Each --guest pairs with the --cmd in the same position. Exit status: 0 when every guest's
-/// command exited 0, 124 on timeout, 130/143 when interrupted, else the first failing guest's.
+/// command exited 0, 124 on timeout, 130/143 when interrupted, else the first failing guest's
+/// (1 when only the --host-cmd failed).
 #[derive(Parser, Debug)]
 #[command(name = "rox-lab", version)]
 struct Cli {
@@ -82,6 +92,13 @@ struct Cli {
     /// deleted with the lab.
     #[arg(long)]
     uplink: Option<String>,
+    /// A command run on the host by bash, in the clone and inside the lab's namespace, once
+    /// the guests are started; stopped (its process group) when the guests finish. Its output
+    /// is prefixed `[host] `; a non-zero exit of its own fails the lab. It gets the guests'
+    /// address environment, ROX_BRIDGE_<S>, ROX_HOST_IF (an interface on bridge 0, MTU lab
+    /// MTU + 4) and ROX_RUN_<G> (guest G's run directory, /run/rox in the guest).
+    #[arg(long, allow_hyphen_values = true, value_name = "CMD")]
+    host_cmd: Option<String>,
     /// After a guest fails, give the others this many seconds to finish before stopping them.
     #[arg(long, default_value_t = 30)]
     grace: u64,
@@ -200,6 +217,10 @@ struct Runner {
     helpers: Vec<Supervised>,
     /// One QEMU per guest, by guest index.
     guests: Vec<Supervised>,
+    /// The --host-cmd process, once started.
+    host_cmd: Option<Supervised>,
+    /// How the host command ended when it ended by itself (not stopped by us).
+    host_cmd_status: Option<std::process::ExitStatus>,
     capture_copied: bool,
 }
 
@@ -224,6 +245,8 @@ impl Runner {
             namespaces: Vec::new(),
             helpers: Vec::new(),
             guests: Vec::new(),
+            host_cmd: None,
+            host_cmd_status: None,
             capture_copied: false,
         }
     }
@@ -316,6 +339,38 @@ impl Runner {
                     "up",
                 ],
             )?;
+        }
+        if self.cli.host_cmd.is_some() {
+            let host_mtu = (self.lab.mtu + HOST_IF_MTU_EXTRA).to_string();
+            ip_in(
+                &ns,
+                &[
+                    "link",
+                    "add",
+                    HOST_IF,
+                    "mtu",
+                    &host_mtu,
+                    "type",
+                    "veth",
+                    "peer",
+                    "name",
+                    HOST_IF_BRIDGE_END,
+                    "mtu",
+                    &host_mtu,
+                ],
+            )?;
+            ip_in(
+                &ns,
+                &[
+                    "link",
+                    "set",
+                    HOST_IF_BRIDGE_END,
+                    "master",
+                    &bridge_name(0),
+                    "up",
+                ],
+            )?;
+            ip_in(&ns, &["link", "set", HOST_IF, "up"])?;
         }
         if self.lab.routed {
             let r = self.router_ns.clone();
@@ -690,6 +745,33 @@ impl Runner {
             );
             self.start_guest(g, accel)?;
         }
+        if let Some(c) = self.cli.host_cmd.clone() {
+            self.start_host_cmd(&c)?;
+        }
+        Ok(())
+    }
+
+    /// The --host-cmd: bash in the lab namespace, in its own process group (stopped with the
+    /// guests; `remove_netns` kills anything of it still in the namespace).
+    fn start_host_cmd(&mut self, command: &str) -> Result<()> {
+        let mut cmd = in_netns(&self.ns, "bash");
+        cmd.arg("-c").arg(command).current_dir(&self.paths.top);
+        cmd.envs(self.lab.host_env()).env("ROX_HOST_IF", HOST_IF);
+        for g in 0..self.lab.guests.len() {
+            cmd.env(
+                format!("ROX_RUN_{}", self.lab.guests[g].index),
+                self.guest_dir(g),
+            );
+        }
+        eprintln!(
+            "rox-lab: host command on {HOST_IF} (bridge {}): {command}",
+            bridge_name(0)
+        );
+        self.host_cmd = Some(Supervised::spawn(
+            "host command",
+            cmd,
+            Sink::Console("[host] ".to_string()),
+        )?);
         Ok(())
     }
 
@@ -723,6 +805,14 @@ impl Runner {
                     }
                 }
             }
+            if self.host_cmd_status.is_none() {
+                if let Some(st) = self.host_cmd.as_mut().and_then(Supervised::poll) {
+                    if !st.success() {
+                        eprintln!("rox-lab: host command failed ({st})");
+                    }
+                    self.host_cmd_status = Some(st);
+                }
+            }
             if running == 0 {
                 return Outcome::Done;
             }
@@ -737,9 +827,14 @@ impl Runner {
         }
     }
 
-    /// Stops guests, then rox-nic and tcpdump, deletes the namespaces (with every bridge, tap
+    /// Stops the host command and the guests, then rox-nic and tcpdump, deletes the namespaces (with every bridge, tap
     /// and veth in them) and copies the capture out. Idempotent.
     fn stop_all(&mut self) {
+        // Its output is awaited only once the namespace is gone: removing it kills anything
+        // the command left running outside its process group, which may hold the pipe.
+        if let Some(h) = &mut self.host_cmd {
+            h.stop_group(Duration::from_secs(3));
+        }
         for q in &mut self.guests {
             q.stop(Duration::from_secs(3));
         }
@@ -753,6 +848,9 @@ impl Runner {
             if let Err(e) = host::remove_netns(&ns) {
                 eprintln!("rox-lab: {e:#}");
             }
+        }
+        if let Some(h) = &mut self.host_cmd {
+            h.join_output();
         }
         if let Some(file) = &self.cli.capture {
             let pcap = self.run.join("capture.pcap");
@@ -837,6 +935,9 @@ impl Runner {
                         .unwrap_or(1);
                 }
             }
+        }
+        if rc == 0 && self.host_cmd_status.is_some_and(|st| !st.success()) {
+            rc = 1;
         }
         rc
     }

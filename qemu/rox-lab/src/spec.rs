@@ -269,11 +269,27 @@ impl Lab {
     /// The environment every guest command gets, so it can find its peers.
     /// (`guest`: position in this lab; ROX_GUEST is its number.)
     pub fn env_for(&self, guest: usize) -> Vec<(String, String)> {
+        let mut env = vec![(
+            "ROX_GUEST".to_string(),
+            self.guests[guest].index.to_string(),
+        )];
+        env.extend(self.shared_env());
+        env
+    }
+
+    /// The environment of the host command (rox-lab --host-cmd): what every guest gets except
+    /// ROX_GUEST, plus each subnet's bridge (ROX_BRIDGE_<S>).
+    pub fn host_env(&self) -> Vec<(String, String)> {
+        let mut env = self.shared_env();
+        for s in 0..self.subnets {
+            env.push((format!("ROX_BRIDGE_{s}"), bridge_name(s)));
+        }
+        env
+    }
+
+    /// The lab's shape and every NIC's addresses.
+    fn shared_env(&self) -> Vec<(String, String)> {
         let mut env = vec![
-            (
-                "ROX_GUEST".to_string(),
-                self.guests[guest].index.to_string(),
-            ),
             ("ROX_GUESTS".to_string(), self.guests.len().to_string()),
             ("ROX_MTU".to_string(), self.mtu.to_string()),
             ("ROX_ROUTED".to_string(), u8::from(self.routed).to_string()),
@@ -409,6 +425,10 @@ mod tests {
         assert!(routed
             .env_for(0)
             .contains(&("ROX_ROUTER_IP_1".into(), "10.50.1.254".into())));
+        let host = routed.host_env();
+        assert!(host.contains(&("ROX_MAC_1_0".into(), "52:54:00:52:4f:10".into())));
+        assert!(host.contains(&("ROX_BRIDGE_1".into(), "br1".into())));
+        assert!(!host.iter().any(|(k, _)| k == "ROX_GUEST"));
     }
 
     #[test]

@@ -1,0 +1,166 @@
+#!/bin/bash
+# The three sides of tests/net/flood (rox-lab, one rox NIC in each of two guests):
+#   flood.sh target   guest 0: the flooded rox_0; pingpong client; asserts its counters
+#   flood.sh peer     guest 1: pingpong server
+#   flood.sh host     rox-lab --host-cmd: floods guest 0's rox NIC from the lab's host
+#                     interface on bridge 0 (tests/net/flood.py) while the pingpongs run
+# The guests and the host command meet through files in guest 0's run directory (/run/rox in
+# the guest, $ROX_RUN_0 on the host): flood.start (target: flood now), flood.running (host:
+# flooding), flood.stop (target: pingpongs done), flood.out (host: what flood.py sent), done
+# (target: finished; the host passes it on to guest 1, which then stops answering pings).
+# Each check prints one line, `ok   WHAT` or `FAIL WHAT`; the exit status is 1 if any failed.
+# Environment: FLOOD_ITERS (pingpong iterations, default 5000: ~10 s each), FLOOD_RATE (frames/s, 2000).
+set -u
+role=$1
+iters=${FLOOD_ITERS:-5000}
+failed=0
+ok() { echo "ok   $role: $*"; }
+bad() { echo "FAIL $role: $*"; failed=1; }
+# wait_file FILE SECONDS
+wait_file() {
+	local i
+	for i in $(seq $(($2 * 10))); do
+		[ -e "$1" ] && return 0
+		sleep 0.1
+	done
+	return 1
+}
+
+if [ "$role" = host ]; then
+	run0=$ROX_RUN_0 run1=$ROX_RUN_1
+	wait_file "$run0/flood.start" 600 || { bad "guest 0 never asked for the flood"; exit 1; }
+	touch "$run0/flood.running"
+	# --seconds: a cap in case guest 0 never says stop.
+	python3 tests/net/flood.py --iface "$ROX_HOST_IF" --dst-mac "$ROX_MAC_0_0" --dst-ip "$ROX_IP_0_0" \
+		--target-mtu "$ROX_MTU" --rate "${FLOOD_RATE:-2000}" --seconds 300 --until "$run0/flood.stop" \
+		>"$run0/flood.out.tmp" || { bad "flood.py failed: $(cat "$run0/flood.out.tmp")"; exit 1; }
+	mv "$run0/flood.out.tmp" "$run0/flood.out"
+	cat "$run0/flood.out"
+	wait_file "$run0/done" 600 || { bad "guest 0 did not finish"; exit 1; }
+	touch "$run1/done"
+	exit 0
+fi
+
+. "$(dirname "$0")/../guest/lab.sh"
+fatal() { bad "$*"; exit 1; }
+[ -f "${ROX_KO:-}" ] || fatal "no rox.ko (ROX_KO=${ROX_KO:-})"
+insmod "$ROX_KO" || fatal "insmod $ROX_KO"
+dev=rox_0
+wait_port_active $dev || fatal "$dev port not active"
+gid=$(gid_index $dev) || fatal "no IPv4 RoCE v2 GID on $dev"
+pp="-d $dev -g $gid -n $iters"
+
+# guest_health: no kernel warning or oops in dmesg; this guest's rox-nic log has no panic.
+guest_health() {
+	local oops
+	oops=$(dmesg | grep -E 'WARNING:|Oops|BUG:|general protection|Call Trace' | head -5)
+	[ -z "$oops" ] && ok "no kernel oops or WARN in dmesg" || bad "kernel: $oops"
+	if grep -qi 'panick' /run/rox/rox-nic0.log; then
+		bad "rox-nic: $(grep -i -m3 'panick' /run/rox/rox-nic0.log)"
+	else
+		ok "rox-nic log has no panic ($(wc -l </run/rox/rox-nic0.log) lines)"
+	fi
+}
+
+if [ "$role" = peer ]; then
+	for t in rc ud; do
+		timeout 300 ibv_${t}_pingpong -c $pp >/tmp/$t.log 2>&1 &&
+			ok "ibv_${t}_pingpong -c server ($iters iterations)" ||
+			{ bad "ibv_${t}_pingpong -c server"; cat /tmp/$t.log; }
+	done
+	# Guest 0 pings this guest after the flood: stay up until it is done.
+	wait_file /run/rox/done 300 || bad "guest 0 did not finish"
+	guest_health
+	exit $failed
+fi
+
+[ "$role" = target ] || fatal "unknown role"
+# Whatever happens, let the host stop flooding and guest 1 go.
+trap 'touch /run/rox/flood.stop /run/rox/done' EXIT
+peer=$ROX_IP_1_0
+wait_ping "$peer" 120 || fatal "guest 1 ($peer) unreachable"
+
+# stats: "name value" lines of rox_0's port counters.
+stats() { rdma statistic show link $dev/1 | tr ' ' '\n' | awk 'NR > 2 && NF { if (n == "") n = $0; else { print n, $0; n = "" } }'; }
+before=$(stats)
+[ -n "$before" ] || fatal "no counters from rdma statistic show link $dev/1"
+touch /run/rox/flood.start
+wait_file /run/rox/flood.running 60 || fatal "the host did not start flooding"
+sleep 1
+ping -i 0.5 -W 2 "$peer" >/tmp/ping.log 2>&1 &
+pinger=$!
+start=$(date +%s)
+for t in rc ud; do
+	cmd="ibv_${t}_pingpong -c $pp $peer"
+	# Retry only while the server is not listening yet.
+	for _ in $(seq 60); do
+		timeout 300 $cmd >/tmp/$t.log 2>&1
+		c=$?
+		[ $c = 0 ] && break
+		grep -q "Couldn't connect" /tmp/$t.log || break
+		sleep 1
+	done
+	if [ $c = 0 ] && grep -q 'iters in' /tmp/$t.log; then
+		ok "ibv_${t}_pingpong -c during the flood: $(grep 'iters in' /tmp/$t.log)"
+	else
+		bad "ibv_${t}_pingpong -c during the flood (exit $c)"
+		cat /tmp/$t.log
+	fi
+done
+kill -INT $pinger
+wait $pinger
+touch /run/rox/flood.stop
+wait_file /run/rox/flood.out 60 || fatal "the host did not report the flood"
+echo "target: pingpongs took $(($(date +%s) - start)) s"
+cat /run/rox/flood.out
+# "N packets transmitted, M received"
+read -r sent_pings got_pings < <(sed -n 's/^\([0-9]*\) packets transmitted, \([0-9]*\) received.*/\1 \2/p' /tmp/ping.log)
+[ "${sent_pings:-0}" -gt 0 ] && [ $((got_pings * 2)) -ge "$sent_pings" ] &&
+	ok "netdev during the flood: ping $peer answered $got_pings of $sent_pings" ||
+	bad "netdev during the flood: ping $peer answered ${got_pings:-0} of ${sent_pings:-0}: $(tail -2 /tmp/ping.log)"
+ping -c 3 -W 2 "$peer" >/tmp/ping.log 2>&1 && ok "netdev after the flood: ping $peer 3 of 3" ||
+	bad "netdev after the flood: $(tail -2 /tmp/ping.log)"
+after=$(stats)
+
+counter() { echo "$1" | awk -v n="$2" '$1 == n { print $2 }'; }
+rose() { echo $(($(counter "$after" "$1") - $(counter "$before" "$1"))); }
+flooded() { # flooded KIND...: frames of these kinds flood.py sent
+	local k n=0
+	for k in "$@"; do n=$((n + $(awk -v k="$k" '$1 == "FLOOD" && $2 == k { print $3 }' /run/rox/flood.out))); done
+	echo $n
+}
+refused=$(grep -c '^FLOOD refused_' /run/rox/flood.out)
+total=0
+for k in truncated garbage bad_icrc unknown_qp bad_pkey ipv4_options vlan other_mac oversize broadcast multicast; do
+	n=$(flooded $k)
+	[ "$n" -gt 0 ] || bad "flood.py sent no $k frames"
+	total=$((total + n))
+done
+[ "$refused" = 0 ] && ok "flood.py sent every kind ($total frames)" || bad "the kernel refused some flood frames: $(grep refused_ /run/rox/flood.out)"
+
+# expect COUNTER KIND...: the counter rose by at least half of what was sent of these kinds,
+# and (for drop counters, which nothing else raises) by at most that plus a little.
+expect() {
+	local counter=$1 sent r
+	shift
+	sent=$(flooded "$@")
+	r=$(rose "$counter")
+	if [ $((r * 2)) -lt "$sent" ]; then
+		bad "$counter rose by $r, flood.py sent $sent ($*)"
+	elif [ "$counter" != port_to_netdev ] && [ "$r" -gt $((sent + 50)) ]; then
+		bad "$counter rose by $r, more than the $sent flood.py sent ($*)"
+	else
+		ok "$counter rose by $r for $sent sent ($*)"
+	fi
+}
+expect rx_icrc_errors bad_icrc
+expect rx_unknown_qp unknown_qp
+expect rx_bad_key bad_pkey
+expect port_drop_malformed truncated garbage ipv4_options
+expect port_drop_vlan vlan
+expect port_drop_other_mac other_mac
+expect port_drop_oversize oversize
+expect port_to_netdev broadcast multicast
+echo "target: port_rx_frames rose by $(rose port_rx_frames), port_drop_netdev by $(rose port_drop_netdev)"
+guest_health
+exit $failed
