@@ -34,6 +34,9 @@ stage interop tests/interop/run --capture "$capture" --capture-frames 40000 || e
 stage bridge-tshark tests/host/tshark-capture.sh --pcap "$capture" --bridge || exit 1
 stage bridge-icrc target/release/rox-pcap-check "$capture" --min-roce 1000 || exit 1
 stage guest-mcast tests/net/mcast-pair || exit 1
+# Bad input on the wire: a host on the bridge floods rox_0's port with every kind of frame it
+# must drop (and broadcast/multicast for its netdev) while pingpongs run; each drop counted.
+stage port-flood tests/net/flood || exit 1
 # Reliability under the debug kernel (kmemleak, KFENCE, SLUB debug): 50 load/probe/unload
 # cycles and rmmod with live objects, with kmemleak required to report nothing.
 stage kernel-debug scripts/setup-kernel.sh debug || exit 1
