@@ -5,7 +5,8 @@
 # 40-byte GRH area; a device that reports nothing there has its IPv4 packets parsed as IPv6
 # and dropped (UCX_UD_VERBS_ETH_DGID_CHECK=n hides that; it is NOT set here). Runs, server
 # and client processes in this guest over the device's loopback:
-#   - ucx_perftest UCT tests: ud_verbs am_lat and am_bw, rc_verbs am_lat and put_bw;
+#   - ucx_perftest UCT tests: ud_verbs am_lat and am_bw (bcopy), rc_verbs am_lat and put_bw
+#     (zcopy: the default short layout takes only what fits inline);
 #   - ucx_perftest UCP tag_bw over ud_verbs and over rc (rc_verbs, ud_verbs for wireup);
 #   - a two-rank MPI program (built with mpicc) under mpirun with pml ucx over ud_verbs and rc.
 # Each must succeed on rox_0 and move packets through it (rox_0's rx_packets grows). The same
@@ -143,9 +144,9 @@ run_all() {
 		fi
 	}
 	one "uct ud_verbs am_lat" perftest "$dev" "uct ud_verbs am_lat" -- -d "$dev:1" -x ud_verbs -t am_lat -n 1000
-	one "uct ud_verbs am_bw" perftest "$dev" "uct ud_verbs am_bw" -- -d "$dev:1" -x ud_verbs -t am_bw -s 1024 -n 1000
+	one "uct ud_verbs am_bw" perftest "$dev" "uct ud_verbs am_bw" -- -d "$dev:1" -x ud_verbs -t am_bw -D bcopy -s 1024 -n 1000
 	one "uct rc_verbs am_lat" perftest "$dev" "uct rc_verbs am_lat" -- -d "$dev:1" -x rc_verbs -t am_lat -n 1000
-	one "uct rc_verbs put_bw" perftest "$dev" "uct rc_verbs put_bw" -- -d "$dev:1" -x rc_verbs -t put_bw -s 65536 -n 500
+	one "uct rc_verbs put_bw" perftest "$dev" "uct rc_verbs put_bw" -- -d "$dev:1" -x rc_verbs -t put_bw -D zcopy -s 65536 -n 500
 	one "ucp tag_bw ud_verbs" perftest "$dev" "ucp tag_bw ud_verbs" UCX_NET_DEVICES="$dev:1" UCX_TLS=ud_verbs -- -t tag_bw -s 4096 -n 1000
 	one "ucp tag_bw rc" perftest "$dev" "ucp tag_bw rc" UCX_NET_DEVICES="$dev:1" UCX_TLS=rc -- -t tag_bw -s 65536 -n 500
 	one "mpi ud_verbs" mpi "$dev" "mpi ud_verbs" ud_verbs,self
@@ -153,6 +154,10 @@ run_all() {
 }
 
 ucx_info -v | head -2
+# UCX picks a RoCEv2 IPv4 GID first, then IPv6: show which the devices have.
+for dev in rox_0 rxe0; do
+	[ -e /sys/class/infiniband/$dev ] && ibv_devinfo -v -d $dev | grep -E 'GID\[' | sed "s/^/$dev /"
+done
 echo "--- rox_0"
 run_all rox_0
 rox_failed=("${failed[@]}")
