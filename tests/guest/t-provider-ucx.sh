@@ -144,7 +144,7 @@ run_all() {
 		fi
 	}
 	one "uct ud_verbs am_lat" perftest "$dev" "uct ud_verbs am_lat" -- -d "$dev:1" -x ud_verbs -t am_lat -n 1000
-	one "uct ud_verbs am_bw" perftest "$dev" "uct ud_verbs am_bw" -- -d "$dev:1" -x ud_verbs -t am_bw -D bcopy -s 1024 -n 1000
+	one "uct ud_verbs am_bw" perftest "$dev" "uct ud_verbs am_bw" -- -d "$dev:1" -x ud_verbs -t am_bw -D bcopy -s 1000 -n 1000
 	one "uct rc_verbs am_lat" perftest "$dev" "uct rc_verbs am_lat" -- -d "$dev:1" -x rc_verbs -t am_lat -n 1000
 	one "uct rc_verbs put_bw" perftest "$dev" "uct rc_verbs put_bw" -- -d "$dev:1" -x rc_verbs -t put_bw -D zcopy -s 65536 -n 500
 	one "ucp tag_bw ud_verbs" perftest "$dev" "ucp tag_bw ud_verbs" UCX_NET_DEVICES="$dev:1" UCX_TLS=ud_verbs -- -t tag_bw -s 4096 -n 1000
