@@ -247,14 +247,26 @@ fn fill_wc(dev: &RoxDev<'_>, wc: &mut b::ib_wc, cqe: &queue::Cqe) {
     if cqe.wc_flags & verbs::WC_FLAG_WITH_IMM != 0 {
         flags |= b::ib_wc_flags_IB_WC_WITH_IMM;
     }
-    wc.wc_flags = flags as i32;
     wc.pkey_index = 0;
     wc.sl = cqe.sl;
     wc.dlid_path_bits = 0;
     wc.port_num = admin::PORT_NUM.into();
     wc.smac = [0; 6];
     wc.vlan_id = 0;
+    // UD receives say which header the GRH area holds (as mlx5 does): ib_core's
+    // ib_init_ah_attr_from_wc reads it to build the reply's address (an IPv4 header sits
+    // in the last 20 bytes of the GRH area).
+    let network_hdr_type = match cqe.network_hdr {
+        queue::CQE_NETWORK_HDR_IPV4 => Some(b::rdma_network_type_RDMA_NETWORK_IPV4),
+        queue::CQE_NETWORK_HDR_IPV6 => Some(b::rdma_network_type_RDMA_NETWORK_IPV6),
+        _ => None,
+    };
     wc.network_hdr_type = 0;
+    if let Some(network_hdr_type) = network_hdr_type {
+        wc.network_hdr_type = network_hdr_type as u8;
+        flags |= b::ib_wc_flags_IB_WC_WITH_NETWORK_HDR_TYPE;
+    }
+    wc.wc_flags = flags as i32;
 }
 
 /// Kernel CQs: moves completions into `wc`.

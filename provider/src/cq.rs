@@ -18,7 +18,7 @@ use crate::memory::{ring_depth, QueueBuffer};
 use core::ffi::{c_int, c_uint};
 use core::mem::{offset_of, size_of_val};
 use core::sync::atomic::{AtomicU8, Ordering};
-use rox_uapi::queue::{owner_for, Cqe, CQE_SHIFT};
+use rox_uapi::queue::{owner_for, Cqe, CQE_NETWORK_HDR_NONE, CQE_SHIFT};
 use rox_uapi::regs::{cq_arm_word, CQ_ARM_NEXT, CQ_ARM_SOLICITED};
 use rox_uapi::udata::{CreateCqReq, CreateCqResp, ResizeCqReq};
 use rox_uapi::verbs;
@@ -295,6 +295,19 @@ const _: () = {
     assert!(ffi::IBV_WC_WITH_IMM == verbs::WC_FLAG_WITH_IMM as u32);
 };
 
+/// `ibv_wc.sl` of a RoCE completion as mlx5 reports it (its CQE's packet type, which UCX's UD
+/// transport reads to find the destination GID in the GRH area): bit 3 set for a RoCE frame
+/// with a UDP header (RoCEv2), bits 2:0 the L3 header type (1 IPv6, 2 IPv4). rox's
+/// `CQE_NETWORK_HDR_*` values are those L3 types; completions without one report the CQE's sl.
+const ROCE_PKT_TYPE_UDP: u8 = 0x8;
+
+fn work_completion_sl(cqe: &Cqe) -> u8 {
+    match cqe.network_hdr {
+        CQE_NETWORK_HDR_NONE => cqe.sl,
+        l3 => ROCE_PKT_TYPE_UDP | l3,
+    }
+}
+
 /// The `ibv_wc` of a CQE whose caller wr_id is `wr_id`.
 fn work_completion(cqe: &Cqe, wr_id: u64) -> ffi::ibv_wc {
     ffi::ibv_wc {
@@ -312,7 +325,7 @@ fn work_completion(cqe: &Cqe, wr_id: u64) -> ffi::ibv_wc {
         wc_flags: u32::from(cqe.wc_flags),
         pkey_index: 0,
         slid: 0,
-        sl: cqe.sl,
+        sl: work_completion_sl(cqe),
         dlid_path_bits: 0,
     }
 }
@@ -469,7 +482,7 @@ unsafe extern "C" fn read_slid(_ibcq: *mut ffi::ibv_cq_ex) -> u32 {
 }
 unsafe extern "C" fn read_sl(ibcq: *mut ffi::ibv_cq_ex) -> u8 {
     // SAFETY: as above.
-    unsafe { current(ibcq) }.sl
+    work_completion_sl(&unsafe { current(ibcq) })
 }
 /// RoCE has no LIDs.
 unsafe extern "C" fn read_dlid_path_bits(_ibcq: *mut ffi::ibv_cq_ex) -> u8 {
@@ -631,5 +644,20 @@ mod tests {
             (4096, 17, 18, 2, 5)
         );
         assert_eq!(wc.wc_flags, ffi::IBV_WC_WITH_IMM);
+    }
+
+    /// A UD receive reports its packet type in `sl` as mlx5 does (UCX's ud_verbs reads it).
+    #[test]
+    fn ud_receive_sl_is_the_roce_packet_type() {
+        use rox_uapi::queue::{CQE_NETWORK_HDR_IPV4, CQE_NETWORK_HDR_IPV6};
+        for (network_hdr, sl) in [(CQE_NETWORK_HDR_IPV4, 0xa), (CQE_NETWORK_HDR_IPV6, 0x9)] {
+            let cqe = Cqe {
+                opcode: verbs::WC_OPC_RECV,
+                wc_flags: verbs::WC_FLAG_GRH,
+                network_hdr,
+                ..Default::default()
+            };
+            assert_eq!(work_completion(&cqe, 1).sl, sl);
+        }
     }
 }

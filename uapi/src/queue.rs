@@ -194,13 +194,24 @@ pub struct Cqe {
     pub sl: u8,
     /// Device-specific detail for error statuses (`VENDOR_ERR_*`).
     pub vendor_err: u16,
-    pub reserved: u8,
+    /// UD receives: the network header the packet arrived with (`CQE_NETWORK_HDR_*`), so that
+    /// the consumer knows where the destination GID sits in the 40-byte GRH area (an IPv4
+    /// header fills its last 20 bytes). `CQE_NETWORK_HDR_NONE` for every other completion.
+    pub network_hdr: u8,
     /// Written last, see the module documentation.
     pub owner: u8,
 }
 const _: () = assert!(core::mem::size_of::<Cqe>() == CQE_SIZE);
 const _: () = assert!(core::mem::offset_of!(Cqe, owner) == CQE_SIZE - 1);
 const _: () = assert!(1 << CQE_SHIFT == CQE_SIZE);
+
+/// `Cqe::network_hdr`: not reported (not a UD receive).
+pub const CQE_NETWORK_HDR_NONE: u8 = 0;
+/// `Cqe::network_hdr`: RoCEv2 over IPv6 (the GRH area holds the IPv6 header).
+pub const CQE_NETWORK_HDR_IPV6: u8 = 1;
+/// `Cqe::network_hdr`: RoCEv2 over IPv4 (the IPv4 header is in the last 20 bytes of the GRH
+/// area). The values are those of the L3 header type mlx5 reports, which UCX reads.
+pub const CQE_NETWORK_HDR_IPV4: u8 = 2;
 
 /// `Cqe::vendor_err` values: why a WQE failed, for debugging.
 pub const VENDOR_ERR_NONE: u16 = 0;

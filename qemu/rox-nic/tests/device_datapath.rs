@@ -471,6 +471,10 @@ fn ud_send_between_two_qps_with_grh() {
         (WC_SUCCESS, p.a.qpn, 8 + GRH_SIZE)
     );
     assert_eq!(r.wc_flags & WC_FLAG_GRH, WC_FLAG_GRH);
+    assert_eq!(
+        r.network_hdr, CQE_NETWORK_HDR_IPV4,
+        "an IPv4 GID: RoCEv2 over IPv4"
+    );
     assert_eq!(p.d.ram.read(p.buf_b + GRH_SIZE as u64, 8), b"datagram");
     // A wrong Q_Key is dropped silently (no receive completion).
     p.d.post_recv(&mut p.b, 2, &[sge(p.buf_b, 4096, p.key_b)]);

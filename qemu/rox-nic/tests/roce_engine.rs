@@ -568,6 +568,16 @@ fn ud_send_delivers_grh_src_qp_and_checks_qkey() {
         assert_eq!(net.devs[1].engine.stats().rx_qkey_violations, 1);
         let env = &net.devs[1].env;
         let grh = env.bytes(RECV_AREA, 40);
+        // The completion says which header the GRH area holds (as mlx5's CQE does).
+        let network_hdr = if gid_a == gid_v4(1) {
+            rox_uapi::queue::CQE_NETWORK_HDR_IPV4
+        } else {
+            rox_uapi::queue::CQE_NETWORK_HDR_IPV6
+        };
+        assert_eq!(
+            (r[0].network_hdr, r[1].network_hdr),
+            (network_hdr, network_hdr)
+        );
         if gid_a == gid_v4(1) {
             assert!(
                 grh[..20].iter().all(|&b| b == 0),

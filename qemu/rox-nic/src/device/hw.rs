@@ -1194,6 +1194,7 @@ impl DeviceEnv for Hw {
             opcode: c.opcode as u8,
             wc_flags: c.wc_flags,
             vendor_err: c.vendor_err,
+            network_hdr: c.network_hdr,
             ..Default::default()
         };
         self.write_cqe(cq, cqe, c.solicited);

@@ -15,6 +15,7 @@ use super::wire::{
 };
 use super::*;
 use rox_uapi::admin::MULTICAST_QPN;
+use rox_uapi::queue::{CQE_NETWORK_HDR_IPV4, CQE_NETWORK_HDR_IPV6};
 
 /// Most PSNs a requester keeps in flight (unacknowledged) per QP; bounds retransmission bursts
 /// and the port's socket buffer use.
@@ -2051,11 +2052,13 @@ impl Qp {
         // The GRH area: for IPv4 the IP header sits in its last 20 bytes (as rdma_rxe and
         // RoCEv2 HCAs do), for IPv6 the 40-byte IP header is the GRH.
         let mut grh = [0u8; GRH_LEN];
-        if p.ip_header.len() == IPV4_HEADER_LEN {
+        let network_hdr = if p.ip_header.len() == IPV4_HEADER_LEN {
             grh[GRH_LEN - IPV4_HEADER_LEN..].copy_from_slice(p.ip_header);
+            CQE_NETWORK_HDR_IPV4
         } else {
             grh.copy_from_slice(p.ip_header);
-        }
+            CQE_NETWORK_HDR_IPV6
+        };
         let pd = self.cfg.pd;
         let total = GRH_LEN + p.payload.len();
         let result = scatter(env, pd, &wr.sges, 0, &grh)
@@ -2077,6 +2080,7 @@ impl Qp {
             src_qp: deth.src_qpn,
             wc_flags: WC_FLAG_GRH | if with_imm { WC_FLAG_WITH_IMM } else { 0 },
             solicited: p.hdr.bth.solicited,
+            network_hdr,
             ..Completion::recv(self.cfg.qpn, wr.wr_id, status, WcOpcode::Recv, byte_len)
         });
         if status == WcStatus::LocProtErr {

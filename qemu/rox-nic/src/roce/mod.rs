@@ -189,6 +189,9 @@ pub struct Completion {
     pub solicited: bool,
     /// Device-specific detail of an error status (`rox_uapi::queue::VENDOR_ERR_*`), 0 if none.
     pub vendor_err: u16,
+    /// UD receives: the network header of the packet (`rox_uapi::queue::CQE_NETWORK_HDR_*`),
+    /// `CQE_NETWORK_HDR_NONE` otherwise.
+    pub network_hdr: u8,
 }
 
 impl Completion {
@@ -212,6 +215,7 @@ impl Completion {
             is_recv: false,
             solicited: false,
             vendor_err: 0,
+            network_hdr: rox_uapi::queue::CQE_NETWORK_HDR_NONE,
         }
     }
 
