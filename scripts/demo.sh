@@ -7,6 +7,8 @@
 #      with rdma_rxe on it): ibv_rc_pingpong rox_0 -> rox_0, then rox <-> rdma_rxe in both
 #      directions, with the bridge captured (rox-lab --capture);
 #   3. a few of the captured rox <-> rxe RoCEv2 frames, decoded by tshark.
+# ROX_LIBROX=$ROX_CACHE/.../librox-rdmav34.so: use that librox build (guests load it through
+# RDMAV_DRIVERS) instead of building and installing librox into the shared root.
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 flavour=${ROX_KERNEL_FLAVOUR:-release}
@@ -14,13 +16,22 @@ t0=$(date +%s)
 "$ROX_TOP/scripts/setup-root.sh"
 "$ROX_TOP/scripts/setup-kernel.sh" "$flavour"
 "$ROX_TOP/scripts/build-module.sh" "$flavour"
-"$ROX_TOP/scripts/build-provider.sh"
+drivers=
+if [ -n "${ROX_LIBROX:-}" ]; then
+	case $ROX_LIBROX in "$ROX_CACHE"/*-rdmav34.so) ;; *) die "ROX_LIBROX must be a lib<x>-rdmav34.so under $ROX_CACHE" ;; esac
+	[ -f "$ROX_LIBROX" ] || die "no file $ROX_LIBROX"
+	# libibverbs appends the suffix; providers named here register before the configured ones.
+	drivers="export RDMAV_DRIVERS=$(cache_path_in_root "${ROX_LIBROX%-rdmav34.so}")"
+else
+	"$ROX_TOP/scripts/build-provider.sh"
+fi
 (cd "$ROX_TOP" && cargo build --release -p rox-nic -p rox-lab)
 ko=$(cache_path_in_root "$(module_dir "$flavour")")/rox.ko
 
 # Guest-side helpers, prepended to each guest command: echo a command, then run it; a client
 # that tries again only while its server is not listening yet.
-helpers='. tests/guest/lab.sh
+helpers="$drivers"'
+. tests/guest/lab.sh
 show() { echo; echo "\$ $*"; "$@"; }
 client() {
 	local out rc
