@@ -537,7 +537,8 @@ impl Verbs for RoxVerbs {
         if udata.is_user() {
             udata.respond(&ud::CreateAhResp {
                 dmac: av.dmac,
-                reserved: [0; 2],
+                hop_limit: av.hop_limit,
+                reserved: 0,
             })?;
         }
         Ok(Ah { av })

@@ -14,7 +14,8 @@ pub struct RoxAh {
     /// The attributes the AH was created with (destination GID, SGID index, hop limit,
     /// traffic class, flow label).
     pub attr: ffi::ibv_ah_attr,
-    /// Destination MAC resolved by the kernel (`udata::CreateAhResp::dmac`).
+    /// Destination MAC resolved by the kernel (`udata::CreateAhResp::dmac`); `attr`'s hop limit
+    /// is the kernel's too.
     pub dmac: [u8; 6],
 }
 const _: () = assert!(offset_of!(RoxAh, ibv_ah) == 0);
@@ -52,7 +53,12 @@ fn create(pd: *mut ffi::ibv_pd, attr: &mut ffi::ibv_ah_attr) -> Result<*mut ffi:
         return Err(e);
     }
     // SAFETY: `ah` is live and not yet shared.
-    unsafe { (*ah).dmac = resp.drv.dmac };
+    unsafe {
+        (*ah).dmac = resp.drv.dmac;
+        // The hop limit of the route ib_core resolved (a routed GID needs more than the 1 an
+        // application may have asked for).
+        (*ah).attr.grh.hop_limit = resp.drv.hop_limit;
+    }
     // SAFETY: `ah` is live.
     Ok(unsafe { &raw mut (*ah).ibv_ah })
 }

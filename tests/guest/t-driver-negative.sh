@@ -51,7 +51,7 @@ struct rox_create_srq_req { uint64_t buf_addr; uint32_t log_depth, reserved; };
 struct rox_create_srq_resp { uint32_t srq_id, db_slot; };
 struct rox_modify_srq_req { uint64_t buf_addr; uint32_t log_depth, reserved; };
 struct rox_resize_cq_req { uint64_t buf_addr; uint32_t log_depth, reserved; };
-struct rox_create_ah_resp { uint8_t dmac[6], reserved[2]; };
+struct rox_create_ah_resp { uint8_t dmac[6], hop_limit, reserved; };
 _Static_assert(sizeof(struct rox_alloc_ucontext_resp) == 40, "uapi AllocUcontextResp");
 _Static_assert(sizeof(struct rox_create_cq_req) == 16, "uapi CreateCqReq");
 _Static_assert(sizeof(struct rox_create_qp_req) == 24, "uapi CreateQpReq");
@@ -192,8 +192,8 @@ int main(int argc, char **argv)
 	       cmd(IB_USER_VERBS_CMD_CREATE_AH, &ca, sizeof(ca), NULL, 0, sizeof(ah_resp.core)), EINVAL);
 	memset(&ah_resp, 0xa5, sizeof(ah_resp));
 	expect("create_ah 224.0.0.1", cmd(IB_USER_VERBS_CMD_CREATE_AH, &ca, sizeof(ca), NULL, 0, sizeof(ah_resp)), 0);
-	expect("create_ah 224.0.0.1: dmac 01:00:5e:00:00:01",
-	       memcmp(ah_resp.drv.dmac, mcast_mac, 6) || ah_resp.drv.reserved[0] || ah_resp.drv.reserved[1] ? EINVAL : 0, 0);
+	expect("create_ah 224.0.0.1: dmac 01:00:5e:00:00:01, hop limit 64",
+	       memcmp(ah_resp.drv.dmac, mcast_mac, 6) || ah_resp.drv.hop_limit != 64 || ah_resp.drv.reserved ? EINVAL : 0, 0);
 	uint8_t own_gid[16], own_mac[6];
 	for (int i = 0; i < 16; i++) sscanf(argv[2] + 2 * i + i / 2, "%2hhx", &own_gid[i]);
 	sscanf(argv[3], "%hhx:%hhx:%hhx:%hhx:%hhx:%hhx", &own_mac[0], &own_mac[1], &own_mac[2],

@@ -88,12 +88,16 @@ pub struct CreateSrqResp {
 
 /// create_ah response (`ibv_create_ah`, no request): the destination MAC ib_core resolved for
 /// the AH's GID (neighbour table, multicast mapping or the local netdev's MAC for a local GID;
-/// `rdma_ah_attr.roce.dmac`), as `mlx5_ib_create_ah_resp` hands it to mlx5's provider.
+/// `rdma_ah_attr.roce.dmac`), as `mlx5_ib_create_ah_resp` hands it to mlx5's provider, and the
+/// hop limit of the route it resolved through: applications often ask for 1 (the libibverbs
+/// pingpongs do), which ib_core replaces with the route's for a routed RoCEv2 GID, else an IP
+/// router would drop every UD packet.
 #[repr(C)]
 #[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
 pub struct CreateAhResp {
     pub dmac: [u8; 6],
-    pub reserved: [u8; 2],
+    pub hop_limit: u8,
+    pub reserved: u8,
 }
 
 /// `ibv_resize_cq`: the new ring (zeroed; the device fills it, see `admin::ResizeCqCmd`).
