@@ -223,6 +223,14 @@ pub const MR_FLAG_PHYSICAL: u32 = 1 << 0;
 /// answers RNR NAK; a page the driver failed (`ODP_OP_FAIL`) makes the next access fail with
 /// a protection / remote access error (then the page is not present again).
 pub const MR_FLAG_ON_DEMAND: u32 = 1 << 1;
+/// A fast-registration MR (`ib_alloc_mr(IB_MR_TYPE_MEM_REG)`): `pbl.npages` is its capacity
+/// (the most pages one `verbs::WR_REG_MR` may bind, at most `DEV_MAX_FAST_REG_PAGES`); `iova`,
+/// `length`, `access`, `pbl.addr`, `pbl.page_shift` and `offset_in_first_page` are ignored. The
+/// key starts invalid (no access through it) until a `WR_REG_MR` on a QP of the same PD binds
+/// pages to it; `WR_LOCAL_INV` or a remote `WR_SEND_WITH_INV` makes it invalid again.
+pub const MR_FLAG_FAST_REG: u32 = 1 << 2;
+/// Most pages a fast-registration MR may hold (`max_fast_reg_page_list_len`).
+pub const DEV_MAX_FAST_REG_PAGES: u32 = 4096;
 
 /// Update the translation of pages `[first_page, first_page + npages)` of on-demand region
 /// `key` (its lkey). `ODP_OP_MAP`: `pages` is the DMA address of `npages` little-endian u64

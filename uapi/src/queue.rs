@@ -109,14 +109,42 @@ pub struct BindSeg {
 }
 const _: () = assert!(core::mem::size_of::<BindSeg>() == 40);
 
+/// Fast-registration segment of a `WR_REG_MR` WQE (bytes 24..64), executed in send-queue order
+/// like every other WQE: the fast-registration MR (`admin::MR_FLAG_FAST_REG`) whose key index
+/// (`key >> KEY_INDEX_SHIFT`) this names, in the QP's PD and currently invalid, maps
+/// `[iova, iova + length)` onto `npages` pages of `1 << page_shift` bytes whose DMA addresses
+/// the device reads (when it executes the WQE) from `page_list`: `npages` little-endian u64,
+/// each aligned to the page size. `iova` sits `iova & (page size - 1)` bytes into the first
+/// page. The MR's lkey and rkey both become `key` (the consumer picks the variant byte, as
+/// `ib_update_fast_reg_key` does) and its access becomes `access` (`verbs::ACCESS_*`).
+/// Failures (unknown key or index, another PD, not a fast-registration MR, still valid,
+/// `npages` over the MR's capacity or 0, pages not covering `length`, page_shift outside
+/// 12..=30, a misaligned page) complete with `verbs::WC_MW_BIND_ERR` and change nothing.
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct FastRegSeg {
+    pub iova: u64,
+    pub length: u64,
+    /// DMA address of the page list.
+    pub page_list: u64,
+    pub key: u32,
+    /// `verbs::ACCESS_*`.
+    pub access: u32,
+    pub npages: u32,
+    pub page_shift: u8,
+    pub reserved: [u8; 3],
+}
+const _: () = assert!(core::mem::size_of::<FastRegSeg>() == 40);
+
 /// Bytes 24..64 of a send WQE: [`RdmaSeg`] for RC/UC, [`UdSeg`] for UD/GSI, [`BindSeg`] for
-/// `WR_BIND_MW`.
+/// `WR_BIND_MW`, [`FastRegSeg`] for `WR_REG_MR`.
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub union SqSeg {
     pub rdma: RdmaSeg,
     pub ud: UdSeg,
     pub bind: BindSeg,
+    pub fast_reg: FastRegSeg,
 }
 const _: () = assert!(core::mem::size_of::<SqSeg>() == 40);
 

@@ -35,6 +35,8 @@ pub const WC_OPC_BIND_MW: u8 = 5;
 pub const WC_OPC_LOCAL_INV: u8 = 6;
 pub const WC_OPC_FLUSH: u8 = 8;
 pub const WC_OPC_ATOMIC_WRITE: u8 = 9;
+/// A `WR_REG_MR` completed (`IB_WC_REG_MR`).
+pub const WC_OPC_REG_MR: u8 = 10;
 pub const WC_OPC_RECV: u8 = 128;
 pub const WC_OPC_RECV_RDMA_WITH_IMM: u8 = 129;
 
@@ -55,18 +57,23 @@ pub const WR_SEND_WITH_IMM: u8 = 3;
 pub const WR_RDMA_READ: u8 = 4;
 pub const WR_ATOMIC_CMP_AND_SWP: u8 = 5;
 pub const WR_ATOMIC_FETCH_AND_ADD: u8 = 6;
-/// Invalidate the memory window named by `RdmaSeg::rkey` (type 2, bound, same PD).
+/// Invalidate the key named by `RdmaSeg::rkey`: a bound type 2 memory window, or a valid
+/// fast-registration MR (`admin::MR_FLAG_FAST_REG`), of the QP's PD; the key must match
+/// exactly (variant included). Anything else completes with `WC_MW_BIND_ERR`.
 pub const WR_LOCAL_INV: u8 = 7;
 /// Bind a memory window (`SqSeg::bind`).
 pub const WR_BIND_MW: u8 = 8;
 /// RC SEND whose last packet asks the responder to invalidate `RdmaSeg::rkey` (a type 2
-/// memory window bound to the responder's QP).
+/// memory window bound to the responder's QP, or a valid fast-registration MR of the
+/// responder QP's PD).
 pub const WR_SEND_WITH_INV: u8 = 9;
 /// RC only: make earlier writes to a remote range (or whole MR) globally visible / persistent
 /// (IBA memory placement extensions; the WQE's `RdmaSeg` carries length, type and level).
 pub const WR_FLUSH: u8 = 14;
 /// RC only: write 8 bytes atomically (`RdmaSeg::compare_add` holds them, in memory order).
 pub const WR_ATOMIC_WRITE: u8 = 15;
+/// Fast registration (`IB_WR_REG_MR`): `SqSeg::fast_reg`. Kernel consumers only.
+pub const WR_REG_MR: u8 = 0x20;
 
 /// FLUSH placement types (`IBV_FLUSH_GLOBAL` / `IBV_FLUSH_PERSISTENT`; the FETH's PLT bits).
 pub const FLUSH_TYPE_GLOBAL: u8 = 1 << 0;
