@@ -25,10 +25,13 @@ for _ in $(seq 50); do [ -e /sys/class/infiniband/rox_0 ] && break; sleep 0.2; d
 uverbs=$(ls /sys/class/infiniband/rox_0/device/infiniband_verbs/ 2>/dev/null | head -1)
 [ -n "$uverbs" ] || fail "rox_0 has no uverbs device"
 
+# The udata structs as uapi defines them (tests/guest/run generates the header on the host).
+uapi_header=$(realpath "$(dirname "$0")/../../target/rox-uapi.h")
+[ -f "$uapi_header" ] || fail "$uapi_header missing: tests/guest/run generates it (cargo run -p rox-uapi --bin rox-uapi-header)"
 work=$(mktemp -d /tmp/rox-negative.XXXXXX)
 cat >"$work/negative.c" <<'EOF'
-/* Raw uverbs negative tests for rox.ko. The driver udata layouts mirror uapi/src/udata.rs (the
- * one definition, in Rust); the sizes are checked against the uapi crate's own assertions. */
+/* Raw uverbs negative tests for rox.ko. The driver udata layouts come from rox-uapi.h, which
+ * rox-uapi-header generates from uapi/src/udata.rs (the one definition, in Rust). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -41,26 +44,9 @@ cat >"$work/negative.c" <<'EOF'
 #include <rdma/ib_user_verbs.h>
 #include <rdma/ib_user_ioctl_verbs.h>
 
-struct rox_alloc_ucontext_resp { uint64_t db_mmap_key, wake_mmap_key; uint32_t db_page, caps,
-	sq_wqe_size, rq_wqe_size, cqe_size, max_inline; };
-struct rox_create_cq_req { uint64_t buf_addr; uint32_t log_depth, reserved; };
-struct rox_create_cq_resp { uint32_t cq_id, db_slot; };
-struct rox_create_qp_req { uint64_t sq_buf_addr, rq_buf_addr; uint32_t log_sq_depth, log_rq_depth; };
-struct rox_create_qp_resp { uint32_t qpn, db_slot; };
-struct rox_create_srq_req { uint64_t buf_addr; uint32_t log_depth, reserved; };
-struct rox_create_srq_resp { uint32_t srq_id, db_slot; };
-struct rox_modify_srq_req { uint64_t buf_addr; uint32_t log_depth, reserved; };
-struct rox_resize_cq_req { uint64_t buf_addr; uint32_t log_depth, reserved; };
-struct rox_create_ah_resp { uint8_t dmac[6], hop_limit, reserved; };
-_Static_assert(sizeof(struct rox_alloc_ucontext_resp) == 40, "uapi AllocUcontextResp");
-_Static_assert(sizeof(struct rox_create_cq_req) == 16, "uapi CreateCqReq");
-_Static_assert(sizeof(struct rox_create_qp_req) == 24, "uapi CreateQpReq");
-_Static_assert(sizeof(struct rox_create_srq_req) == 16, "uapi CreateSrqReq");
-_Static_assert(sizeof(struct rox_modify_srq_req) == 16, "uapi ModifySrqReq");
-_Static_assert(sizeof(struct rox_resize_cq_req) == 16, "uapi ResizeCqReq");
-_Static_assert(sizeof(struct rox_create_ah_resp) == 8, "uapi CreateAhResp");
+#include "rox-uapi.h" /* the driver udata structs, generated from uapi/src/udata.rs */
 
-enum { PAGE = 4096, CQE_SIZE = 32, SQ_WQE_SIZE = 256, RQ_WQE_SIZE = 128 };
+enum { PAGE = 4096, CQE_SIZE = ROX_CQE_SIZE, SQ_WQE_SIZE = ROX_SQ_WQE_SIZE, RQ_WQE_SIZE = ROX_RQ_WQE_SIZE };
 enum { QPS_RESET = 0, QPS_INIT = 1, QPS_RTS = 3, QPT_RC = 2 };
 enum { QP_STATE = 1 << 0, QP_ACCESS_FLAGS = 1 << 3, QP_PKEY_INDEX = 1 << 4, QP_PORT = 1 << 5 };
 enum { SRQ_MAX_WR = 1 << 0, SRQ_LIMIT = 1 << 1 }; /* enum ib_srq_attr_mask */
@@ -381,7 +367,7 @@ int main(int argc, char **argv)
 	return failures != 0;
 }
 EOF
-gcc -O1 -Wall -o "$work/negative" "$work/negative.c" || fail "cannot compile the negative test"
+gcc -O1 -Wall -I "$(dirname "$uapi_header")" -o "$work/negative" "$work/negative.c" || fail "cannot compile the negative test"
 dmesg -C
 # ib_core's own objects on rox_0 (ib_mad's PD, CQ and QP1) stay; ours must all go.
 before=$(rdma res show rox_0 | sed 's/^[0-9]*: //')

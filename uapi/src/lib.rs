@@ -12,6 +12,8 @@
 //! enums with the numbering of libibverbs / ib_verbs.h; [`udata`] kernel <-> provider structs.
 #![no_std]
 
+#[macro_use]
+mod c_decl;
 pub mod admin;
 pub mod queue;
 pub mod regs;

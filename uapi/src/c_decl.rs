@@ -1,0 +1,47 @@
+//! `c_struct!`: a `#[repr(C)]` struct together with its C declaration, so C programs that speak
+//! the same interface (the raw-uverbs negative test) use declarations generated from these
+//! definitions (`rox-uapi-header`) instead of a hand copy that could drift.
+//!
+//! Field types are fixed-width integers or arrays of them. Declared with `#[macro_use]` before the
+//! other modules (macro_rules scope is textual), and it names no paths, so it works both in this
+//! crate and where rox.ko includes the files by path.
+
+/// `c_struct! { /// docs  pub struct Name as c_name { /// docs  pub field: u32, pub mac: [u8; 6] } }`
+/// defines `Name` (`#[repr(C)]`, `Clone, Copy, Default, Debug, PartialEq, Eq`) and
+/// `Name::C_DECL`, `"struct c_name { uint32_t field; uint8_t mac[6]; };"`.
+macro_rules! c_struct {
+    (
+        $(#[$meta:meta])*
+        pub struct $name:ident as $c_name:ident {
+            $( $(#[$field_meta:meta])* pub $field:ident : $ty:tt ),* $(,)?
+        }
+    ) => {
+        $(#[$meta])*
+        #[repr(C)]
+        #[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+        pub struct $name {
+            $( $(#[$field_meta])* pub $field: c_struct!(@rust $ty), )*
+        }
+
+        impl $name {
+            /// This struct's C declaration.
+            pub const C_DECL: &'static str = concat!(
+                "struct ", stringify!($c_name), " {",
+                $( c_struct!(@c_field $field $ty), )*
+                " };"
+            );
+        }
+    };
+    (@rust [$elem:ident; $len:expr]) => { [$elem; $len] };
+    (@rust $ty:ident) => { $ty };
+    (@c_field $field:ident [$elem:ident; $len:expr]) => {
+        concat!(" ", c_struct!(@c_type $elem), " ", stringify!($field), "[", stringify!($len), "];")
+    };
+    (@c_field $field:ident $ty:ident) => {
+        concat!(" ", c_struct!(@c_type $ty), " ", stringify!($field), ";")
+    };
+    (@c_type u8) => { "uint8_t" };
+    (@c_type u16) => { "uint16_t" };
+    (@c_type u32) => { "uint32_t" };
+    (@c_type u64) => { "uint64_t" };
+}
