@@ -518,3 +518,429 @@ fn send_with_invalidate_ends_the_registration() {
     // Invalid, it can be registered again (same variant even).
     register(d, &mut f.p, &reg);
 }
+
+/// Posts `w` (a REG_MR or LOCAL_INV expected to fail) and a SEND behind it on `p.b`: the first
+/// completes with MW_BIND_ERR and `opcode`, the QP goes to ERR and the SEND is flushed.
+fn expect_refused(d: &mut TestDriver, p: &mut Pair, w: &SqWqe, opcode: u8, what: &str) {
+    d.write_send(&mut p.b, w);
+    d.write_send(
+        &mut p.b,
+        &inline_wqe(2, WR_SEND, WQE_FLAG_SIGNALED, b"after"),
+    );
+    d.ring_sq(&p.b);
+    let c = d.wait_cqe(&mut p.cq_b);
+    assert_eq!(
+        (c.wr_id, c.status, c.opcode),
+        (w.wr_id, WC_MW_BIND_ERR, opcode),
+        "{what}"
+    );
+    let c = d.wait_cqe(&mut p.cq_b);
+    assert_eq!((c.wr_id, c.status), (2, WC_WR_FLUSH_ERR), "{what}");
+}
+
+/// Every rule a REG_MR can break: MW_BIND_ERR in SQ order, the QP in ERR, and nothing changed
+/// — the region stays invalid (or keeps its earlier registration) and no byte is written.
+#[test]
+fn refused_registrations_change_nothing() {
+    type Breaker = fn(&mut TestDriver, &mut Reg, u32, &mut u64, &mut u32);
+    let cases: [(&str, u32, Breaker); 14] = [
+        ("unknown index", 8, |_, r, _, _, _| {
+            r.key += 1000 << KEY_INDEX_SHIFT;
+        }),
+        ("a window key", 8, |_, r, _, _, _| r.key |= MW_KEY_FLAG),
+        ("another PD's region", 8, |d, r, _, _, _| {
+            r.key = inc_key(alloc_fast_mr(d, OTHER_PD, 8).unwrap());
+        }),
+        ("an ordinary MR", 8, |_, r, key_b, _, _| r.key = key_b),
+        ("npages 0", 8, |_, _, _, _, n| *n = 0),
+        ("npages over the capacity", 2, |_, _, _, _, _| {}),
+        ("pages not covering the length", 8, |_, r, _, _, _| {
+            r.length = 3 * SMALL - 0x100 + 1;
+        }),
+        ("page_shift below 12", 8, |_, r, _, _, _| {
+            r.page_shift = PAGE_SHIFT_MIN - 1;
+        }),
+        ("page_shift above 30", 8, |_, r, _, _, _| {
+            r.page_shift = PAGE_SHIFT_MAX + 1;
+        }),
+        ("a misaligned page", 8, |d, r, _, list, _| {
+            r.pages[1] += 8;
+            *list = write_page_list(d, &r.pages);
+        }),
+        ("a page outside guest RAM", 8, |d, r, _, list, _| {
+            r.pages[2] = RAM_BASE + RAM_SIZE;
+            *list = write_page_list(d, &r.pages);
+        }),
+        ("an unreadable page list", 8, |_, _, _, list, _| {
+            *list = RAM_BASE + RAM_SIZE;
+        }),
+        ("remote write without local write", 8, |_, r, _, _, _| {
+            r.access = ACCESS_REMOTE_WRITE | ACCESS_REMOTE_READ;
+        }),
+        ("an access bit the device lacks", 8, |_, r, _, _, _| {
+            r.access |= ACCESS_FLUSH_PERSISTENT;
+        }),
+    ];
+    for (what, capacity, breaker) in cases {
+        let mut f = fx();
+        let d = &mut f.d;
+        let mr = alloc_fast_mr(d, PD, capacity).unwrap();
+        let (mut reg, area, expected) = scattered_reg(d, inc_key(mr));
+        let mut list = write_page_list(d, &reg.pages);
+        let mut npages = reg.pages.len() as u32;
+        breaker(d, &mut reg, f.key_b, &mut list, &mut npages);
+        let w = reg.wqe_with(1, list, npages);
+        expect_refused(d, &mut f.p, &w, WC_OPC_REG_MR, what);
+        // Still invalid: the key (the one asked for, and the region's own next variant)
+        // reaches nothing.
+        let mut q = pair_on(d, PD);
+        d.ram.write(f.buf_a, &pattern(5, 64));
+        let c = rdma(
+            d,
+            &mut q,
+            WR_RDMA_WRITE,
+            sge(f.buf_a, 64, f.key_a),
+            reg.iova,
+            reg.key,
+        );
+        assert_eq!(c.status, WC_REM_ACCESS_ERR, "{what}: asked-for key");
+        let mut q = pair_on(d, PD);
+        let c = rdma(
+            d,
+            &mut q,
+            WR_RDMA_WRITE,
+            sge(f.buf_a, 64, f.key_a),
+            reg.iova,
+            inc_key(mr),
+        );
+        assert_eq!(c.status, WC_REM_ACCESS_ERR, "{what}: the region's key");
+        area_is(d, area, &expected, what);
+    }
+
+    // A region that is still valid keeps its registration.
+    let mut f = fx();
+    let d = &mut f.d;
+    let mr = alloc_fast_mr(d, PD, 8).unwrap();
+    let key1 = inc_key(mr);
+    let (reg, area, mut expected) = scattered_reg(d, key1);
+    register(d, &mut f.p, &reg);
+    let (other_area, other_expected) = guarded_area(d, PAGE_SHIFT_MIN, 2);
+    let again = Reg {
+        key: inc_key(key1),
+        pages: vec![other_area, other_area + SMALL],
+        length: 2 * SMALL - 0x100,
+        ..reg.clone()
+    };
+    let w = again.wqe(d, 1);
+    expect_refused(d, &mut f.p, &w, WC_OPC_REG_MR, "still valid");
+    let mut q = pair_on(d, PD);
+    d.ram.write(f.buf_a, &pattern(6, 64));
+    let c = rdma(
+        d,
+        &mut q,
+        WR_RDMA_WRITE,
+        sge(f.buf_a, 64, f.key_a),
+        reg.iova,
+        key1,
+    );
+    assert_eq!(c.status, WC_SUCCESS, "the first registration");
+    expect_placed(&mut expected, area, &reg, reg.iova, &pattern(6, 64));
+    let c = rdma(
+        d,
+        &mut q,
+        WR_RDMA_WRITE,
+        sge(f.buf_a, 64, f.key_a),
+        reg.iova,
+        again.key,
+    );
+    assert_eq!(c.status, WC_REM_ACCESS_ERR, "the refused variant");
+    area_is(d, area, &expected, "still valid: its pages");
+    area_is(
+        d,
+        other_area,
+        &other_expected,
+        "still valid: the refused pages",
+    );
+}
+
+/// What a refused invalidation names, relative to a valid region `key1` of b's PD.
+#[derive(Clone, Copy, Debug)]
+enum BadInvalidation {
+    WrongVariant,
+    OtherPdRegion,
+    OrdinaryMr,
+    InvalidRegion,
+    UnknownIndex,
+}
+
+const BAD_INVALIDATIONS: [BadInvalidation; 5] = [
+    BadInvalidation::WrongVariant,
+    BadInvalidation::OtherPdRegion,
+    BadInvalidation::OrdinaryMr,
+    BadInvalidation::InvalidRegion,
+    BadInvalidation::UnknownIndex,
+];
+
+/// A fixture with b's valid region `key1` (its `Reg`, area and contents) and, for
+/// `OtherPdRegion`, a valid region of another PD (the pair that registered it, its key and
+/// iova); returns the key the bad invalidation names.
+struct InvFx {
+    f: Fx,
+    key1: u32,
+    reg: Reg,
+    area: u64,
+    expected: Vec<u8>,
+    other: Option<(Pair, u32, u64)>,
+    bad_key: u32,
+}
+
+fn inv_fx(bad: BadInvalidation) -> InvFx {
+    let mut f = fx();
+    let d = &mut f.d;
+    let mr = alloc_fast_mr(d, PD, 8).unwrap();
+    let key1 = inc_key(mr);
+    let (reg, area, expected) = scattered_reg(d, key1);
+    register(d, &mut f.p, &reg);
+    let mut other = None;
+    let bad_key = match bad {
+        BadInvalidation::WrongVariant => inc_key(key1),
+        BadInvalidation::OtherPdRegion => {
+            let mut o = pair_on(d, OTHER_PD);
+            let okey = inc_key(alloc_fast_mr(d, OTHER_PD, 8).unwrap());
+            let buf = d.ram.alloc(SMALL, SMALL);
+            let oreg = Reg {
+                key: okey,
+                iova: 0x77_0000_0000,
+                length: SMALL,
+                pages: vec![buf],
+                page_shift: PAGE_SHIFT_MIN,
+                access: ALL_ACCESS,
+            };
+            register(d, &mut o, &oreg);
+            other = Some((o, okey, oreg.iova));
+            okey
+        }
+        BadInvalidation::OrdinaryMr => f.key_b,
+        BadInvalidation::InvalidRegion => inc_key(alloc_fast_mr(d, PD, 8).unwrap()),
+        BadInvalidation::UnknownIndex => key1 + (1000 << KEY_INDEX_SHIFT),
+    };
+    InvFx {
+        f,
+        key1,
+        reg,
+        area,
+        expected,
+        other,
+        bad_key,
+    }
+}
+
+impl InvFx {
+    /// Nothing was invalidated: `key1` (and the other PD's region) still take a WRITE, and the
+    /// ordinary MR still works.
+    fn still_valid(&mut self, what: &str) {
+        let d = &mut self.f.d;
+        let (buf_a, key_a) = (self.f.buf_a, self.f.key_a);
+        let data = pattern(7, 64);
+        d.ram.write(buf_a, &data);
+        let mut q = pair_on(d, PD);
+        let c = rdma(
+            d,
+            &mut q,
+            WR_RDMA_WRITE,
+            sge(buf_a, 64, key_a),
+            self.reg.iova,
+            self.key1,
+        );
+        assert_eq!(c.status, WC_SUCCESS, "{what}: the region");
+        expect_placed(
+            &mut self.expected,
+            self.area,
+            &self.reg,
+            self.reg.iova,
+            &data,
+        );
+        area_is(d, self.area, &self.expected, what);
+        let c = rdma(
+            d,
+            &mut q,
+            WR_RDMA_WRITE,
+            sge(buf_a, 8, key_a),
+            self.f.buf_b,
+            self.f.key_b,
+        );
+        assert_eq!(c.status, WC_SUCCESS, "{what}: the ordinary MR");
+        if let Some((o, okey, iova)) = &mut self.other {
+            let src = d.ram.alloc(64, 64);
+            let skey = d.reg_mr(OTHER_PD, src, 64, ALL_ACCESS).unwrap();
+            let c = rdma(d, o, WR_RDMA_WRITE, sge(src, 8, skey), *iova, *okey);
+            assert_eq!(c.status, WC_SUCCESS, "{what}: the other PD's region");
+        }
+    }
+}
+
+/// LOCAL_INV of anything but a valid region (or bound type 2 window) of the QP's PD, with the
+/// exact key: MW_BIND_ERR, the QP in ERR, nothing invalidated.
+#[test]
+fn refused_local_invalidations_change_nothing() {
+    for bad in BAD_INVALIDATIONS {
+        let what = format!("{bad:?}");
+        let mut t = inv_fx(bad);
+        let w = inv_wqe(1, t.bad_key);
+        expect_refused(&mut t.f.d, &mut t.f.p, &w, WC_OPC_LOCAL_INV, &what);
+        t.still_valid(&what);
+    }
+}
+
+/// A SEND with invalidate naming a key the responder may not invalidate: the requester gets
+/// REM_INV_REQ_ERR, the receive LOC_QP_OP_ERR, the responder QP goes to ERR, nothing is
+/// invalidated and the message writes no byte.
+#[test]
+fn refused_send_with_invalidate_writes_nothing() {
+    for bad in BAD_INVALIDATIONS {
+        let what = format!("{bad:?}");
+        let mut t = inv_fx(bad);
+        let f = &mut t.f;
+        f.d.ram.fill(f.buf_b, 8192, GUARD);
+        f.d.post_recv(&mut f.p.b, 9, &[sge(f.buf_b, 8192, f.key_b)]);
+        f.d.ram.write(f.buf_a, &pattern(8, 100));
+        let w = with_rdma(
+            send_wqe(
+                1,
+                WR_SEND_WITH_INV,
+                WQE_FLAG_SIGNALED,
+                &[sge(f.buf_a, 100, f.key_a)],
+            ),
+            0,
+            t.bad_key,
+        );
+        let c = post_wait(&mut f.d, &mut f.p.a, &mut f.p.cq_a, &w);
+        assert_eq!(
+            (c.status, c.opcode),
+            (WC_REM_INV_REQ_ERR, WC_OPC_SEND),
+            "{what}"
+        );
+        let r = f.d.wait_cqe(&mut f.p.cq_b);
+        assert_eq!((r.wr_id, r.status), (9, WC_LOC_QP_OP_ERR), "{what}");
+        assert_eq!(f.d.ram.read(f.buf_b, 8192), vec![GUARD; 8192], "{what}");
+        assert_eq!(f.d.query_qp(f.p.b.qpn).qp_state, QPS_ERR, "{what}");
+        t.still_valid(&what);
+    }
+}
+
+/// Allocation limits, deregistration in either state and by any variant of the region's key,
+/// and windows bound into a region losing their binding when it is invalidated.
+#[test]
+fn region_lifecycle_and_bad_admin_input() {
+    let mut f = fx();
+    let d = &mut f.d;
+    for (what, capacity, flags) in [
+        ("capacity 0", 0, MR_FLAG_FAST_REG),
+        (
+            "capacity over the limit",
+            DEV_MAX_FAST_REG_PAGES + 1,
+            MR_FLAG_FAST_REG,
+        ),
+        ("and physical", 8, MR_FLAG_FAST_REG | MR_FLAG_PHYSICAL),
+        ("and on demand", 8, MR_FLAG_FAST_REG | MR_FLAG_ON_DEMAND),
+    ] {
+        let c = RegMrCmd {
+            pd: PD,
+            pbl: PageList {
+                npages: capacity,
+                ..Default::default()
+            },
+            flags,
+            ..Default::default()
+        };
+        assert_eq!(
+            d.admin(ADMIN_OP_REG_MR, payload(&c)).status,
+            ADMIN_STATUS_BAD_PARAM,
+            "{what}"
+        );
+    }
+    let largest = alloc_fast_mr(d, PD, DEV_MAX_FAST_REG_PAGES).unwrap();
+    assert_eq!(dereg(d, largest), ADMIN_STATUS_SUCCESS, "invalid region");
+    assert_eq!(dereg(d, largest), ADMIN_STATUS_BAD_HANDLE, "twice");
+    // An ordinary MR is named by its exact key.
+    assert_eq!(dereg(d, inc_key(f.key_b)), ADMIN_STATUS_BAD_HANDLE);
+
+    // A window bound into a valid region loses its binding when the region is invalidated;
+    // registering the region again (same variant) does not bring it back.
+    let mr = alloc_fast_mr(d, PD, 8).unwrap();
+    let key = inc_key(mr);
+    let (mut reg, area, mut expected) = scattered_reg(d, key);
+    reg.access |= ACCESS_MW_BIND;
+    register(d, &mut f.p, &reg);
+    let mw = d
+        .admin_ok(
+            ADMIN_OP_ALLOC_MW,
+            payload(&AllocMwCmd {
+                pd: PD,
+                mw_type: MW_TYPE_2,
+                ..Default::default()
+            }),
+        )
+        .result0;
+    let rkey = inc_key(mw);
+    let mut bind = send_wqe(3, WR_BIND_MW, WQE_FLAG_SIGNALED, &[]);
+    bind.seg = SqSeg {
+        bind: BindSeg {
+            addr: reg.iova,
+            length: 64,
+            new_rkey: rkey,
+            lkey: key,
+            access: ACCESS_REMOTE_WRITE,
+            ..Default::default()
+        },
+    };
+    let c = post_wait(d, &mut f.p.b, &mut f.p.cq_b, &bind);
+    assert_eq!((c.status, c.opcode), (WC_SUCCESS, WC_OPC_BIND_MW));
+    let data = pattern(9, 64);
+    d.ram.write(f.buf_a, &data);
+    let c = rdma(
+        d,
+        &mut f.p,
+        WR_RDMA_WRITE,
+        sge(f.buf_a, 64, f.key_a),
+        reg.iova,
+        rkey,
+    );
+    assert_eq!(c.status, WC_SUCCESS, "through the window");
+    expect_placed(&mut expected, area, &reg, reg.iova, &data);
+    let c = post_wait(d, &mut f.p.b, &mut f.p.cq_b, &inv_wqe(4, key));
+    assert_eq!(c.status, WC_SUCCESS);
+    register(d, &mut f.p, &reg);
+    let c = rdma(
+        d,
+        &mut f.p,
+        WR_RDMA_WRITE,
+        sge(f.buf_a, 8, f.key_a),
+        reg.iova,
+        rkey,
+    );
+    assert_eq!(c.status, WC_REM_ACCESS_ERR, "window after the invalidation");
+    area_is(d, area, &expected, "window");
+
+    // A valid region is deregistered by the key it was allocated with (the consumer changed
+    // the variant since); its keys then reach nothing and REG_MR no longer finds it.
+    assert_eq!(dereg(d, mr), ADMIN_STATUS_SUCCESS, "valid region");
+    assert_eq!(dereg(d, key), ADMIN_STATUS_BAD_HANDLE, "twice");
+    let mut q = pair_on(d, PD);
+    let c = rdma(
+        d,
+        &mut q,
+        WR_RDMA_WRITE,
+        sge(f.buf_a, 8, f.key_a),
+        reg.iova,
+        key,
+    );
+    assert_eq!(c.status, WC_REM_ACCESS_ERR, "deregistered");
+    area_is(d, area, &expected, "deregistered");
+    let w = Reg {
+        key: inc_key(key),
+        ..reg
+    }
+    .wqe(d, 5);
+    expect_refused(d, &mut f.p, &w, WC_OPC_REG_MR, "deregistered region");
+}
