@@ -830,7 +830,11 @@ impl Hw {
                 // The pages go back to the consumer: nothing may reach them any more.
                 mr.pages = Vec::new();
                 mr.length = 0;
-                self.unbind_windows_into(index);
+                // Only a registration with MW_BIND can have windows bound into it (kernel
+                // ULPs' never do: no walk over the windows per I/O).
+                if mr.access & ACCESS_MW_BIND != 0 {
+                    self.unbind_windows_into(index);
+                }
             }
         }
         Ok(())
