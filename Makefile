@@ -2,13 +2,14 @@
 #   make setup    toolchain root + guest kernel into $(ROX_CACHE) (idempotent, cached)
 #   make module   build rox.ko against the cached kernel
 #   make provider build librox and install it into the root
+#   make quality  rustfmt + clippy (warnings denied, every unsafe block with // SAFETY:)
 #   make test     everything: setup, module, host tests, guest tests (stage timings printed)
 #   make demo     boot a guest and show rox at work
 ROX_CACHE ?= $(HOME)/.cache/rox
 ROX_KERNEL_FLAVOUR ?= release
 export ROX_CACHE ROX_KERNEL_FLAVOUR
 
-.PHONY: setup root kernel module provider device host-test guest-test test demo clean
+.PHONY: setup root kernel module provider device host-test guest-test quality test demo clean
 
 setup: root kernel
 
@@ -32,6 +33,9 @@ device:
 
 guest-test: module provider device
 	tests/guest/run $(ROX_KERNEL_FLAVOUR)
+
+quality:
+	scripts/quality.sh
 
 test:
 	scripts/test.sh

@@ -12,6 +12,8 @@ summary() {
 }
 trap summary EXIT
 cd "$ROX_TOP"
+# The quality gate first: rustfmt and clippy (warnings denied, unsafe documented) take a minute.
+stage quality scripts/quality.sh || exit 1
 stage root scripts/setup-root.sh || exit 1
 stage kernel scripts/setup-kernel.sh "$flavour" || exit 1
 stage module scripts/build-module.sh "$flavour" || exit 1

@@ -21,7 +21,13 @@ pub struct DmaError {
 pub unsafe trait Pod: Copy + 'static {}
 
 macro_rules! pod {
-    ($($t:ty),* $(,)?) => { $(unsafe impl Pod for $t {})* };
+    ($($t:ty),* $(,)?) => {
+        $(
+            // SAFETY: only listed for integers and uapi's `#[repr(C)]` structs of integers and
+            // integer arrays (checked by their layout asserts), as `Pod` requires.
+            unsafe impl Pod for $t {}
+        )*
+    };
 }
 pod!(u8, u16, u32, u64);
 pod!(
@@ -80,6 +86,7 @@ pub struct MappedRegion {
 
 // SAFETY: the mapping is shared memory; all accesses go through raw pointer copies and atomics.
 unsafe impl Send for MappedRegion {}
+// SAFETY: as for Send: no access relies on exclusive use of the mapping.
 unsafe impl Sync for MappedRegion {}
 
 impl MappedRegion {

@@ -146,6 +146,7 @@ fn vfio_user_client_programs_the_device() {
     assert_eq!(eqe.event_type, EQE_TYPE_ADMIN);
 
     // The device announces idleness in the doorbell page the client mapped.
+    // SAFETY: db_map maps the whole doorbell BAR (every page of it) for the rest of the test.
     let idle = |page: usize| unsafe {
         std::ptr::read_volatile((db_map as *const u8).add(page * ROX_PAGE_SIZE) as *const u32)
     };

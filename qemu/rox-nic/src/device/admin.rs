@@ -33,8 +33,8 @@ pub const DEVICE_CAPS: u32 = CAP_RC
 
 /// Execute one admin command and build its completion.
 pub fn execute(hw: &mut Hw, engine: &mut Engine, cmd: &AdminCmd) -> AdminCpl {
-    // SAFETY (union reads below): every payload variant is Pod; any bytes are a valid value.
     let p = &cmd.payload;
+    // SAFETY: the union reads below: every payload variant is Pod, any bytes are a valid value.
     let r = unsafe {
         match cmd.hdr.opcode {
             ADMIN_OP_QUERY_DEVICE => query_device(hw, &p.query),

@@ -57,6 +57,7 @@ pub struct DoorbellBar {
 
 // SAFETY: shared memory accessed only through atomics.
 unsafe impl Send for DoorbellBar {}
+// SAFETY: as for Send: every access is an atomic load or store.
 unsafe impl Sync for DoorbellBar {}
 
 impl DoorbellBar {

@@ -93,8 +93,9 @@ impl Dgram {
     pub fn recv(&mut self, batch: &mut RxBatch) -> std::io::Result<usize> {
         batch.clear();
         let slot_len = batch.slot_len;
-        // SAFETY (zeroed): iovec and mmsghdr are plain C data; all zeroes is valid.
+        // SAFETY: iovec is plain C data; all zeroes is a valid value.
         let mut iovs: [libc::iovec; BATCH] = unsafe { std::mem::zeroed() };
+        // SAFETY: mmsghdr is plain C data; all zeroes is a valid value.
         let mut msgs: [libc::mmsghdr; BATCH] = unsafe { std::mem::zeroed() };
         for ((m, iov), slot) in msgs
             .iter_mut()
@@ -145,8 +146,9 @@ impl Dgram {
         }
         while sent.taken < frames.len() {
             let chunk = &frames[sent.taken..(sent.taken + BATCH).min(frames.len())];
-            // SAFETY (zeroed): iovec and mmsghdr are plain C data; all zeroes is valid.
+            // SAFETY: iovec is plain C data; all zeroes is a valid value.
             let mut iovs: [[libc::iovec; 2]; BATCH] = unsafe { std::mem::zeroed() };
+            // SAFETY: mmsghdr is plain C data; all zeroes is a valid value.
             let mut msgs: [libc::mmsghdr; BATCH] = unsafe { std::mem::zeroed() };
             for (i, f) in chunk.iter().enumerate() {
                 iovs[i] = [
