@@ -49,7 +49,7 @@ pub const ADMIN_OP_DESTROY_CQ: u8 = 0x21;
 pub const ADMIN_OP_RESIZE_CQ: u8 = 0x22;
 /// Payload [`CreateQpCmd`]; result0 = QPN.
 pub const ADMIN_OP_CREATE_QP: u8 = 0x30;
-/// Payload [`ModifyQpCmd`].
+/// Payload [`ModifyQpCmd`]; result0 = the new QP state.
 pub const ADMIN_OP_MODIFY_QP: u8 = 0x31;
 /// Payload [`QueryCmd`] (index = QPN); response [`QpAttr`]; result0 = QP state.
 pub const ADMIN_OP_QUERY_QP: u8 = 0x32;
@@ -637,3 +637,162 @@ pub const STAT_PORT_DROP_NO_DMAC: usize = 31;
 /// (`STAT_RX_BAD_KEY`) and state.
 pub const STAT_RX_MCAST_COPIES: usize = 32;
 pub const STATS_COUNT: usize = 33;
+
+// ---------------------------------------------------------------------------------------------
+// Typed commands
+// ---------------------------------------------------------------------------------------------
+
+/// An admin command: its opcode, the payload it carries and what its completion's two result
+/// words mean. rox-nic dispatches through it and the driver can execute through it, so a payload
+/// or a result that does not belong to the opcode does not compile (nova-core's `CommandToGsp`
+/// does the same for its firmware queue).
+pub trait AdminCommand {
+    const OPCODE: u8;
+    /// The payload struct, at the start of [`AdminCmd::payload`].
+    type Payload: Copy + Default;
+    /// The completion's `result0`/`result1`, typed.
+    type Result: ResultWords;
+}
+
+/// A typed result carried in an [`AdminCpl`]'s `result0` and `result1`.
+pub trait ResultWords: Sized {
+    fn to_words(self) -> (u32, u32);
+    fn from_words(result0: u32, result1: u32) -> Self;
+}
+
+/// Commands that answer nothing but their status.
+impl ResultWords for () {
+    fn to_words(self) -> (u32, u32) {
+        (0, 0)
+    }
+    fn from_words(_: u32, _: u32) -> Self {}
+}
+
+/// Commands that answer one number (an id, a key, a depth, a count): `result0`.
+impl ResultWords for u32 {
+    fn to_words(self) -> (u32, u32) {
+        (self, 0)
+    }
+    fn from_words(result0: u32, _: u32) -> Self {
+        result0
+    }
+}
+
+/// REG_MR: the new region's keys.
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct MrKeys {
+    pub lkey: u32,
+    pub rkey: u32,
+}
+impl ResultWords for MrKeys {
+    fn to_words(self) -> (u32, u32) {
+        (self.lkey, self.rkey)
+    }
+    fn from_words(result0: u32, result1: u32) -> Self {
+        MrKeys {
+            lkey: result0,
+            rkey: result1,
+        }
+    }
+}
+
+/// READ_MAC: the port's MAC (bytes 0..4 in `result0`, byte 0 in its low bits; 4..6 in
+/// `result1`).
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct MacAddr(pub [u8; 6]);
+impl ResultWords for MacAddr {
+    fn to_words(self) -> (u32, u32) {
+        let m = self.0;
+        (
+            u32::from_le_bytes([m[0], m[1], m[2], m[3]]),
+            u32::from_le_bytes([m[4], m[5], 0, 0]),
+        )
+    }
+    fn from_words(result0: u32, result1: u32) -> Self {
+        let (a, b) = (result0.to_le_bytes(), result1.to_le_bytes());
+        MacAddr([a[0], a[1], a[2], a[3], b[0], b[1]])
+    }
+}
+
+/// QUERY_SRQ: its limit and the WQEs posted and not yet consumed.
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct SrqCounts {
+    pub limit: u32,
+    pub posted: u32,
+}
+impl ResultWords for SrqCounts {
+    fn to_words(self) -> (u32, u32) {
+        (self.limit, self.posted)
+    }
+    fn from_words(result0: u32, result1: u32) -> Self {
+        SrqCounts {
+            limit: result0,
+            posted: result1,
+        }
+    }
+}
+
+/// The payload of a command that carries none (READ_MAC).
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct NoPayload {
+    pub reserved: u64,
+}
+
+/// `admin_commands! { Type = OPCODE, Payload => Result; ... }`: one marker type per opcode.
+macro_rules! admin_commands {
+    ($( $(#[$meta:meta])* $name:ident = $op:ident, $payload:ty => $result:ty; )*) => {
+        $(
+            $(#[$meta])*
+            pub struct $name;
+            impl AdminCommand for $name {
+                const OPCODE: u8 = $op;
+                type Payload = $payload;
+                type Result = $result;
+            }
+        )*
+    };
+}
+
+admin_commands! {
+    /// Writes [`DeviceAttr`] to `resp_addr`.
+    QueryDevice = ADMIN_OP_QUERY_DEVICE, QueryCmd => ();
+    /// Writes [`PortAttr`] of port `index` to `resp_addr`.
+    QueryPort = ADMIN_OP_QUERY_PORT, QueryCmd => ();
+    SetGid = ADMIN_OP_SET_GID, SetGidCmd => ();
+    ReadMac = ADMIN_OP_READ_MAC, NoPayload => MacAddr;
+    SetPortState = ADMIN_OP_SET_PORT_STATE, SetPortStateCmd => ();
+    RegMr = ADMIN_OP_REG_MR, RegMrCmd => MrKeys;
+    /// handle = lkey.
+    DeregMr = ADMIN_OP_DEREG_MR, HandleCmd => ();
+    /// Answers the window's rkey.
+    AllocMw = ADMIN_OP_ALLOC_MW, AllocMwCmd => u32;
+    /// handle = any rkey of the window.
+    DeallocMw = ADMIN_OP_DEALLOC_MW, HandleCmd => ();
+    OdpUpdate = ADMIN_OP_ODP_UPDATE, OdpUpdateCmd => ();
+    /// Answers the CQ id.
+    CreateCq = ADMIN_OP_CREATE_CQ, CreateCqCmd => u32;
+    /// handle = CQ id.
+    DestroyCq = ADMIN_OP_DESTROY_CQ, HandleCmd => ();
+    /// Answers the new depth.
+    ResizeCq = ADMIN_OP_RESIZE_CQ, ResizeCqCmd => u32;
+    /// Answers the QPN.
+    CreateQp = ADMIN_OP_CREATE_QP, CreateQpCmd => u32;
+    /// Answers the QP's new state (`verbs::QPS_*`).
+    ModifyQp = ADMIN_OP_MODIFY_QP, ModifyQpCmd => u32;
+    /// index = QPN; writes [`QpAttr`] to `resp_addr`, answers the QP state.
+    QueryQp = ADMIN_OP_QUERY_QP, QueryCmd => u32;
+    /// handle = QPN.
+    DestroyQp = ADMIN_OP_DESTROY_QP, HandleCmd => ();
+    AttachMcast = ADMIN_OP_ATTACH_MCAST, McastCmd => ();
+    DetachMcast = ADMIN_OP_DETACH_MCAST, McastCmd => ();
+    /// Answers the SRQ id.
+    CreateSrq = ADMIN_OP_CREATE_SRQ, CreateSrqCmd => u32;
+    ModifySrq = ADMIN_OP_MODIFY_SRQ, ModifySrqCmd => ();
+    /// handle = SRQ id.
+    QuerySrq = ADMIN_OP_QUERY_SRQ, HandleCmd => SrqCounts;
+    /// handle = SRQ id.
+    DestroySrq = ADMIN_OP_DESTROY_SRQ, HandleCmd => ();
+    /// Writes `[u64; STATS_COUNT]` to `resp_addr`, answers STATS_COUNT.
+    QueryStats = ADMIN_OP_QUERY_STATS, QueryCmd => u32;
+}

@@ -56,6 +56,7 @@ pod!(
     rox_uapi::admin::ModifySrqCmd,
     rox_uapi::admin::SetPortStateCmd,
     rox_uapi::admin::OdpUpdateCmd,
+    rox_uapi::admin::NoPayload,
 );
 
 /// View a Pod value as bytes.

@@ -11,10 +11,23 @@ use super::hw::{
     KEY_INDEX_SHIFT, ODP_PTE_FAILED,
 };
 use super::qp_state::check_modify;
-use crate::dma::as_bytes;
+use crate::dma::{as_bytes, from_bytes, Pod};
 use crate::roce::{AddressVector, Engine, Mtu, QpConfig, QpModify, QpState, QpType};
+use core::mem::size_of;
 
-type AdminResult = Result<(u32, u32), u8>;
+/// A command's outcome: its typed result ([`AdminCommand::Result`]) or an `ADMIN_STATUS_*`.
+type AdminResult<T = ()> = Result<T, u8>;
+
+/// Decodes the payload `C` carries and runs `exec` on it; the result words are `C`'s.
+fn run<C: AdminCommand>(
+    payload: &[u8],
+    exec: impl FnOnce(&C::Payload) -> AdminResult<C::Result>,
+) -> AdminResult<(u32, u32)>
+where
+    C::Payload: Pod,
+{
+    exec(&from_bytes::<C::Payload>(payload)).map(ResultWords::to_words)
+}
 
 /// The capabilities the device reports (REG_CAPS and DeviceAttr::caps).
 pub const DEVICE_CAPS: u32 = CAP_RC
@@ -33,39 +46,33 @@ pub const DEVICE_CAPS: u32 = CAP_RC
 
 /// Execute one admin command and build its completion.
 pub fn execute(hw: &mut Hw, engine: &mut Engine, cmd: &AdminCmd) -> AdminCpl {
-    let p = &cmd.payload;
-    // SAFETY: the union reads below: every payload variant is Pod, any bytes are a valid value.
-    let r = unsafe {
-        match cmd.hdr.opcode {
-            ADMIN_OP_QUERY_DEVICE => query_device(hw, &p.query),
-            ADMIN_OP_QUERY_PORT => query_port(hw, &p.query),
-            ADMIN_OP_SET_GID => set_gid(hw, &p.set_gid),
-            ADMIN_OP_READ_MAC => Ok((
-                u32::from_le_bytes([hw.mac[0], hw.mac[1], hw.mac[2], hw.mac[3]]),
-                u32::from_le_bytes([hw.mac[4], hw.mac[5], 0, 0]),
-            )),
-            ADMIN_OP_REG_MR => reg_mr(hw, &p.reg_mr),
-            ADMIN_OP_DEREG_MR => dereg_mr(hw, p.handle.handle),
-            ADMIN_OP_ALLOC_MW => alloc_mw(hw, &p.alloc_mw),
-            ADMIN_OP_DEALLOC_MW => dealloc_mw(hw, p.handle.handle),
-            ADMIN_OP_ODP_UPDATE => odp_update(hw, &p.odp_update),
-            ADMIN_OP_CREATE_CQ => create_cq(hw, &p.create_cq),
-            ADMIN_OP_DESTROY_CQ => destroy_cq(hw, p.handle.handle),
-            ADMIN_OP_RESIZE_CQ => resize_cq(hw, engine, &p.resize_cq),
-            ADMIN_OP_CREATE_QP => create_qp(hw, engine, &p.create_qp),
-            ADMIN_OP_MODIFY_QP => modify_qp(hw, engine, &p.modify_qp),
-            ADMIN_OP_QUERY_QP => query_qp(hw, engine, &p.query),
-            ADMIN_OP_DESTROY_QP => destroy_qp(hw, engine, p.handle.handle),
-            ADMIN_OP_ATTACH_MCAST => attach_mcast(hw, &p.mcast),
-            ADMIN_OP_DETACH_MCAST => detach_mcast(hw, &p.mcast),
-            ADMIN_OP_CREATE_SRQ => create_srq(hw, &p.create_srq),
-            ADMIN_OP_MODIFY_SRQ => modify_srq(hw, &p.modify_srq),
-            ADMIN_OP_QUERY_SRQ => query_srq(hw, p.handle.handle),
-            ADMIN_OP_DESTROY_SRQ => destroy_srq(hw, p.handle.handle),
-            ADMIN_OP_QUERY_STATS => query_stats(hw, engine, &p.query),
-            ADMIN_OP_SET_PORT_STATE => set_port_state(hw, &p.set_port_state),
-            _ => Err(ADMIN_STATUS_BAD_OPCODE),
-        }
+    let payload = &as_bytes(cmd)[size_of::<AdminCmdHdr>()..];
+    let r = match cmd.hdr.opcode {
+        QueryDevice::OPCODE => run::<QueryDevice>(payload, |c| query_device(hw, c)),
+        QueryPort::OPCODE => run::<QueryPort>(payload, |c| query_port(hw, c)),
+        SetGid::OPCODE => run::<SetGid>(payload, |c| set_gid(hw, c)),
+        ReadMac::OPCODE => run::<ReadMac>(payload, |_| Ok(MacAddr(hw.mac))),
+        RegMr::OPCODE => run::<RegMr>(payload, |c| reg_mr(hw, c)),
+        DeregMr::OPCODE => run::<DeregMr>(payload, |c| dereg_mr(hw, c.handle)),
+        AllocMw::OPCODE => run::<AllocMw>(payload, |c| alloc_mw(hw, c)),
+        DeallocMw::OPCODE => run::<DeallocMw>(payload, |c| dealloc_mw(hw, c.handle)),
+        OdpUpdate::OPCODE => run::<OdpUpdate>(payload, |c| odp_update(hw, c)),
+        CreateCq::OPCODE => run::<CreateCq>(payload, |c| create_cq(hw, c)),
+        DestroyCq::OPCODE => run::<DestroyCq>(payload, |c| destroy_cq(hw, c.handle)),
+        ResizeCq::OPCODE => run::<ResizeCq>(payload, |c| resize_cq(hw, engine, c)),
+        CreateQp::OPCODE => run::<CreateQp>(payload, |c| create_qp(hw, engine, c)),
+        ModifyQp::OPCODE => run::<ModifyQp>(payload, |c| modify_qp(hw, engine, c)),
+        QueryQp::OPCODE => run::<QueryQp>(payload, |c| query_qp(hw, engine, c)),
+        DestroyQp::OPCODE => run::<DestroyQp>(payload, |c| destroy_qp(hw, engine, c.handle)),
+        AttachMcast::OPCODE => run::<AttachMcast>(payload, |c| attach_mcast(hw, c)),
+        DetachMcast::OPCODE => run::<DetachMcast>(payload, |c| detach_mcast(hw, c)),
+        CreateSrq::OPCODE => run::<CreateSrq>(payload, |c| create_srq(hw, c)),
+        ModifySrq::OPCODE => run::<ModifySrq>(payload, |c| modify_srq(hw, c)),
+        QuerySrq::OPCODE => run::<QuerySrq>(payload, |c| query_srq(hw, c.handle)),
+        DestroySrq::OPCODE => run::<DestroySrq>(payload, |c| destroy_srq(hw, c.handle)),
+        QueryStats::OPCODE => run::<QueryStats>(payload, |c| query_stats(hw, engine, c)),
+        SetPortState::OPCODE => run::<SetPortState>(payload, |c| set_port_state(hw, c)),
+        _ => Err(ADMIN_STATUS_BAD_OPCODE),
     };
     let (status, (result0, result1)) = match r {
         Ok(res) => (ADMIN_STATUS_SUCCESS, res),
@@ -131,7 +138,7 @@ fn query_device(hw: &mut Hw, q: &QueryCmd) -> AdminResult {
         max_total_mcast_qp_attach: DEV_MAX_TOTAL_MCAST_QP_ATTACH,
     };
     write_resp(hw, q.resp_addr, as_bytes(&attr))?;
-    Ok((0, 0))
+    Ok(())
 }
 
 /// EUI-64 from a MAC, as RoCE devices derive their node GUID.
@@ -175,7 +182,7 @@ fn query_port(hw: &mut Hw, q: &QueryCmd) -> AdminResult {
         reserved: [0; 2],
     };
     write_resp(hw, q.resp_addr, as_bytes(&attr))?;
-    Ok((0, 0))
+    Ok(())
 }
 
 /// The driver reports its netdev's link state; a change is an async PORT_CHANGE event.
@@ -191,7 +198,7 @@ fn set_port_state(hw: &mut Hw, c: &SetPortStateCmd) -> AdminResult {
         hw.port_state = state;
         hw.async_event(EQE_TYPE_PORT_CHANGE, u32::from(PORT_NUM), u32::from(state));
     }
-    Ok((0, 0))
+    Ok(())
 }
 
 fn set_gid(hw: &mut Hw, c: &SetGidCmd) -> AdminResult {
@@ -204,10 +211,10 @@ fn set_gid(hw: &mut Hw, c: &SetGidCmd) -> AdminResult {
         1 if c.gid_type == GID_TYPE_ROCE_UDP_ENCAP => *slot = Some(c.gid),
         _ => return Err(ADMIN_STATUS_BAD_PARAM),
     }
-    Ok((0, 0))
+    Ok(())
 }
 
-fn reg_mr(hw: &mut Hw, c: &RegMrCmd) -> AdminResult {
+fn reg_mr(hw: &mut Hw, c: &RegMrCmd) -> AdminResult<MrKeys> {
     if c.flags & MR_FLAG_FAST_REG != 0 {
         return alloc_fast_reg_mr(hw, c);
     }
@@ -272,12 +279,15 @@ fn reg_mr(hw: &mut Hw, c: &RegMrCmd) -> AdminResult {
             fast_reg: None,
         },
     );
-    Ok((key, key))
+    Ok(MrKeys {
+        lkey: key,
+        rkey: key,
+    })
 }
 
 /// Allocates a fast-registration region of `pbl.npages` pages capacity in `pd`: no pages, key
 /// invalid until a `WR_REG_MR` binds some (the other fields of the command are ignored).
-fn alloc_fast_reg_mr(hw: &mut Hw, c: &RegMrCmd) -> AdminResult {
+fn alloc_fast_reg_mr(hw: &mut Hw, c: &RegMrCmd) -> AdminResult<MrKeys> {
     if c.flags != MR_FLAG_FAST_REG || c.pbl.npages == 0 || c.pbl.npages > DEV_MAX_FAST_REG_PAGES {
         return Err(ADMIN_STATUS_BAD_PARAM);
     }
@@ -304,7 +314,10 @@ fn alloc_fast_reg_mr(hw: &mut Hw, c: &RegMrCmd) -> AdminResult {
             }),
         },
     );
-    Ok((key, key))
+    Ok(MrKeys {
+        lkey: key,
+        rkey: key,
+    })
 }
 
 /// Maps, unmaps or fails pages of an on-demand region. Admin commands run between data-path
@@ -353,7 +366,7 @@ fn odp_update(hw: &mut Hw, c: &OdpUpdateCmd) -> AdminResult {
     };
     let mr = hw.mrs.get_mut(&mr_index(c.key)).expect("looked up above");
     mr.pages[first..end].copy_from_slice(&new);
-    Ok((0, 0))
+    Ok(())
 }
 
 /// Forgets an MR. Windows bound to it are unbound (their rkeys reach nothing any more) rather
@@ -371,10 +384,10 @@ fn dereg_mr(hw: &mut Hw, lkey: u32) -> AdminResult {
     }
     hw.mrs.remove(&index);
     hw.unbind_windows_into(index);
-    Ok((0, 0))
+    Ok(())
 }
 
-fn alloc_mw(hw: &mut Hw, c: &AllocMwCmd) -> AdminResult {
+fn alloc_mw(hw: &mut Hw, c: &AllocMwCmd) -> AdminResult<u32> {
     if !matches!(c.mw_type, MW_TYPE_1 | MW_TYPE_2) {
         return Err(ADMIN_STATUS_BAD_PARAM);
     }
@@ -398,7 +411,7 @@ fn alloc_mw(hw: &mut Hw, c: &AllocMwCmd) -> AdminResult {
             binding: None,
         },
     );
-    Ok((rkey, 0))
+    Ok(rkey)
 }
 
 fn dealloc_mw(hw: &mut Hw, rkey: u32) -> AdminResult {
@@ -407,7 +420,7 @@ fn dealloc_mw(hw: &mut Hw, rkey: u32) -> AdminResult {
     }
     hw.mws
         .remove(&mw_index(rkey))
-        .map(|_| (0, 0))
+        .map(|_| ())
         .ok_or(ADMIN_STATUS_BAD_HANDLE)
 }
 
@@ -459,7 +472,7 @@ fn next_id(next: &mut u32, first: u32, used: impl Fn(u32) -> bool) -> u32 {
     }
 }
 
-fn create_cq(hw: &mut Hw, c: &CreateCqCmd) -> AdminResult {
+fn create_cq(hw: &mut Hw, c: &CreateCqCmd) -> AdminResult<u32> {
     if c.eqn == EQ_ADMIN_ASYNC || c.eqn >= MAX_EQS {
         return Err(ADMIN_STATUS_BAD_PARAM);
     }
@@ -490,14 +503,14 @@ fn create_cq(hw: &mut Hw, c: &CreateCqCmd) -> AdminResult {
             users: 0,
         },
     );
-    Ok((id, 0))
+    Ok(id)
 }
 
 /// Moves a CQ to a new ring. It is refused if the new ring cannot hold the completions the
 /// CQ already owes: its unconsumed CQEs plus every send WR posted to a QP that completes into
 /// it (taken by the engine or still in the SQ) — those complete whatever happens next, and a
 /// smaller ring would overrun.
-fn resize_cq(hw: &mut Hw, engine: &Engine, c: &ResizeCqCmd) -> AdminResult {
+fn resize_cq(hw: &mut Hw, engine: &Engine, c: &ResizeCqCmd) -> AdminResult<u32> {
     let cq = hw.cqs.get(&c.cq).ok_or(ADMIN_STATUS_BAD_HANDLE)?;
     let ring = load_ring(
         &hw.mem,
@@ -540,7 +553,7 @@ fn resize_cq(hw: &mut Hw, engine: &Engine, c: &ResizeCqCmd) -> AdminResult {
     }
     let depth = ring.depth;
     hw.cqs.get_mut(&c.cq).expect("looked up above").ring = ring;
-    Ok((depth, 0))
+    Ok(depth)
 }
 
 fn destroy_cq(hw: &mut Hw, id: u32) -> AdminResult {
@@ -550,10 +563,10 @@ fn destroy_cq(hw: &mut Hw, id: u32) -> AdminResult {
     }
     let cq = hw.cqs.remove(&id).expect("present");
     hw.doorbells_used.remove(&(cq.db_page, cq.db_slot));
-    Ok((0, 0))
+    Ok(())
 }
 
-fn create_srq(hw: &mut Hw, c: &CreateSrqCmd) -> AdminResult {
+fn create_srq(hw: &mut Hw, c: &CreateSrqCmd) -> AdminResult<u32> {
     if hw.srqs.len() >= DEV_MAX_SRQ as usize {
         return Err(ADMIN_STATUS_NO_RESOURCES);
     }
@@ -583,7 +596,7 @@ fn create_srq(hw: &mut Hw, c: &CreateSrqCmd) -> AdminResult {
             error: false,
         },
     );
-    Ok((id, 0))
+    Ok(id)
 }
 
 fn modify_srq(hw: &mut Hw, c: &ModifySrqCmd) -> AdminResult {
@@ -624,13 +637,16 @@ fn modify_srq(hw: &mut Hw, c: &ModifySrqCmd) -> AdminResult {
         srq.ring = ring;
     }
     srq.limit = limit;
-    Ok((0, 0))
+    Ok(())
 }
 
-fn query_srq(hw: &mut Hw, id: u32) -> AdminResult {
+fn query_srq(hw: &mut Hw, id: u32) -> AdminResult<SrqCounts> {
     let srq = hw.srqs.get(&id).ok_or(ADMIN_STATUS_BAD_HANDLE)?;
     let pi = hw.shared.doorbells.slot(srq.db_page, srq.db_slot).a;
-    Ok((srq.limit, pi.wrapping_sub(srq.ci).min(srq.ring.depth)))
+    Ok(SrqCounts {
+        limit: srq.limit,
+        posted: pi.wrapping_sub(srq.ci).min(srq.ring.depth),
+    })
 }
 
 fn destroy_srq(hw: &mut Hw, id: u32) -> AdminResult {
@@ -640,7 +656,7 @@ fn destroy_srq(hw: &mut Hw, id: u32) -> AdminResult {
     }
     let srq = hw.srqs.remove(&id).expect("present");
     hw.doorbells_used.remove(&(srq.db_page, srq.db_slot));
-    Ok((0, 0))
+    Ok(())
 }
 
 fn qp_type_of(t: u8) -> Option<QpType> {
@@ -652,7 +668,7 @@ fn qp_type_of(t: u8) -> Option<QpType> {
     }
 }
 
-fn create_qp(hw: &mut Hw, engine: &mut Engine, c: &CreateQpCmd) -> AdminResult {
+fn create_qp(hw: &mut Hw, engine: &mut Engine, c: &CreateQpCmd) -> AdminResult<u32> {
     let qp_type = qp_type_of(c.qp_type).ok_or(ADMIN_STATUS_BAD_PARAM)?;
     if hw.qps.len() >= DEV_MAX_QP as usize {
         return Err(ADMIN_STATUS_NO_RESOURCES);
@@ -735,7 +751,7 @@ fn create_qp(hw: &mut Hw, engine: &mut Engine, c: &CreateQpCmd) -> AdminResult {
             broken: false,
         },
     );
-    Ok((qpn, 0))
+    Ok(qpn)
 }
 
 fn state_of(s: QpState) -> u8 {
@@ -764,7 +780,7 @@ pub fn current_state(hw: &Hw, engine: &Engine, qpn: u32) -> u8 {
     }
 }
 
-fn modify_qp(hw: &mut Hw, engine: &mut Engine, c: &ModifyQpCmd) -> AdminResult {
+fn modify_qp(hw: &mut Hw, engine: &mut Engine, c: &ModifyQpCmd) -> AdminResult<u32> {
     let qp = hw.qps.get(&c.qpn).ok_or(ADMIN_STATUS_BAD_HANDLE)?;
     let qp_type = qp.qp_type;
     let cur = current_state(hw, engine, c.qpn);
@@ -879,17 +895,17 @@ fn modify_qp(hw: &mut Hw, engine: &mut Engine, c: &ModifyQpCmd) -> AdminResult {
             ..Default::default()
         };
     }
-    Ok((next as u32, 0))
+    Ok(next as u32)
 }
 
-fn query_qp(hw: &mut Hw, engine: &mut Engine, q: &QueryCmd) -> AdminResult {
+fn query_qp(hw: &mut Hw, engine: &mut Engine, q: &QueryCmd) -> AdminResult<u32> {
     let qp = hw.qps.get(&q.index).ok_or(ADMIN_STATUS_BAD_HANDLE)?;
     let mut attr = qp.attr;
     attr.qp_state = current_state(hw, engine, q.index);
     attr.cur_qp_state = attr.qp_state;
     attr.sq_draining = u8::from(engine.sq_draining(q.index));
     write_resp(hw, q.resp_addr, as_bytes(&attr))?;
-    Ok((attr.qp_state as u32, 0))
+    Ok(attr.qp_state as u32)
 }
 
 fn destroy_qp(hw: &mut Hw, engine: &mut Engine, qpn: u32) -> AdminResult {
@@ -916,7 +932,7 @@ fn destroy_qp(hw: &mut Hw, engine: &mut Engine, qpn: u32) -> AdminResult {
         members.retain(|&m| m != qpn);
         !members.is_empty()
     });
-    Ok((0, 0))
+    Ok(())
 }
 
 fn attach_mcast(hw: &mut Hw, c: &McastCmd) -> AdminResult {
@@ -945,7 +961,7 @@ fn attach_mcast(hw: &mut Hw, c: &McastCmd) -> AdminResult {
             hw.mcast.insert(c.gid, vec![c.qpn]);
         }
     }
-    Ok((0, 0))
+    Ok(())
 }
 
 fn detach_mcast(hw: &mut Hw, c: &McastCmd) -> AdminResult {
@@ -958,10 +974,10 @@ fn detach_mcast(hw: &mut Hw, c: &McastCmd) -> AdminResult {
     if members.is_empty() {
         hw.mcast.remove(&c.gid);
     }
-    Ok((0, 0))
+    Ok(())
 }
 
-fn query_stats(hw: &mut Hw, engine: &mut Engine, q: &QueryCmd) -> AdminResult {
+fn query_stats(hw: &mut Hw, engine: &mut Engine, q: &QueryCmd) -> AdminResult<u32> {
     let es = engine.stats();
     let mut s = hw.stats;
     s[STAT_RX_PACKETS] = es.rx_packets;
@@ -982,7 +998,7 @@ fn query_stats(hw: &mut Hw, engine: &mut Engine, q: &QueryCmd) -> AdminResult {
     s[STAT_RX_BAD_KEY] = es.rx_bad_pkey + es.rx_qkey_violations;
     let bytes: Vec<u8> = s.iter().flat_map(|v| v.to_le_bytes()).collect();
     write_resp(hw, q.resp_addr, &bytes)?;
-    Ok((STATS_COUNT as u32, 0))
+    Ok(STATS_COUNT as u32)
 }
 
 #[cfg(test)]
