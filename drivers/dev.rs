@@ -118,6 +118,15 @@ impl<'bound> RoxDev<'bound> {
         self.admin.exec(&self.regs, opcode, payload)
     }
 
+    /// Runs one typed admin command (`uapi::admin::AdminCommand`): `C`'s payload in, `C`'s
+    /// result out, so the opcode, its payload and the meaning of its result words cannot
+    /// disagree.
+    pub(crate) fn run<C: admin::AdminCommand>(&self, payload: C::Payload) -> Result<C::Result> {
+        use admin::ResultWords;
+        let cpl = self.exec(C::OPCODE, C::payload(payload))?;
+        Ok(C::Result::from_words(cpl.result0, cpl.result1))
+    }
+
     /// Runs one admin command that answers with a `T` in a DMA buffer.
     pub(crate) fn query<T>(&self, opcode: u8, index: u32) -> Result<(T, admin::AdminCpl)>
     where

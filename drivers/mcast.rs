@@ -10,14 +10,12 @@
 use crate::{dev::RoxDev, hw::uapi::admin};
 use kernel::prelude::*;
 
-fn exec(dev: &RoxDev<'_>, opcode: u8, qpn: u32, gid: &[u8; 16]) -> Result {
-    let cmd = admin::McastCmd {
+fn mcast_cmd(qpn: u32, gid: &[u8; 16]) -> admin::McastCmd {
+    admin::McastCmd {
         qpn,
         reserved: 0,
         gid: *gid,
-    };
-    dev.exec(opcode, crate::admin::payload!(mcast: cmd))?;
-    Ok(())
+    }
 }
 
 /// QP `qpn` receives the packets sent to group `gid`.
@@ -25,10 +23,10 @@ pub(crate) fn attach(dev: &RoxDev<'_>, qpn: u32, gid: &[u8; 16]) -> Result {
     if !admin::is_multicast_gid(gid) {
         return Err(EINVAL);
     }
-    exec(dev, admin::ADMIN_OP_ATTACH_MCAST, qpn, gid)
+    dev.run::<admin::AttachMcast>(mcast_cmd(qpn, gid))
 }
 
 /// QP `qpn` leaves group `gid`.
 pub(crate) fn detach(dev: &RoxDev<'_>, qpn: u32, gid: &[u8; 16]) -> Result {
-    exec(dev, admin::ADMIN_OP_DETACH_MCAST, qpn, gid)
+    dev.run::<admin::DetachMcast>(mcast_cmd(qpn, gid))
 }

@@ -141,6 +141,7 @@ pub union AdminPayload {
     pub set_port_state: SetPortStateCmd,
     pub odp_update: OdpUpdateCmd,
     pub mcast: McastCmd,
+    pub none: NoPayload,
 }
 const _: () = assert!(core::mem::size_of::<AdminPayload>() == ADMIN_PAYLOAD_SIZE);
 
@@ -652,6 +653,8 @@ pub trait AdminCommand {
     type Payload: Copy + Default;
     /// The completion's `result0`/`result1`, typed.
     type Result: ResultWords;
+    /// The command's payload area holding `payload` (zeroes after it).
+    fn payload(payload: Self::Payload) -> AdminPayload;
 }
 
 /// A typed result carried in an [`AdminCpl`]'s `result0` and `result1`.
@@ -739,9 +742,10 @@ pub struct NoPayload {
     pub reserved: u64,
 }
 
-/// `admin_commands! { Type = OPCODE, Payload => Result; ... }`: one marker type per opcode.
+/// `admin_commands! { Type = OPCODE, union_field: Payload => Result; ... }`: one marker type
+/// per opcode.
 macro_rules! admin_commands {
-    ($( $(#[$meta:meta])* $name:ident = $op:ident, $payload:ty => $result:ty; )*) => {
+    ($( $(#[$meta:meta])* $name:ident = $op:ident, $field:ident: $payload:ty => $result:ty; )*) => {
         $(
             $(#[$meta])*
             pub struct $name;
@@ -749,6 +753,11 @@ macro_rules! admin_commands {
                 const OPCODE: u8 = $op;
                 type Payload = $payload;
                 type Result = $result;
+                fn payload(payload: $payload) -> AdminPayload {
+                    let mut area = AdminPayload { raw: [0; ADMIN_PAYLOAD_SIZE] };
+                    area.$field = payload;
+                    area
+                }
             }
         )*
     };
@@ -756,43 +765,43 @@ macro_rules! admin_commands {
 
 admin_commands! {
     /// Writes [`DeviceAttr`] to `resp_addr`.
-    QueryDevice = ADMIN_OP_QUERY_DEVICE, QueryCmd => ();
+    QueryDevice = ADMIN_OP_QUERY_DEVICE, query: QueryCmd => ();
     /// Writes [`PortAttr`] of port `index` to `resp_addr`.
-    QueryPort = ADMIN_OP_QUERY_PORT, QueryCmd => ();
-    SetGid = ADMIN_OP_SET_GID, SetGidCmd => ();
-    ReadMac = ADMIN_OP_READ_MAC, NoPayload => MacAddr;
-    SetPortState = ADMIN_OP_SET_PORT_STATE, SetPortStateCmd => ();
-    RegMr = ADMIN_OP_REG_MR, RegMrCmd => MrKeys;
+    QueryPort = ADMIN_OP_QUERY_PORT, query: QueryCmd => ();
+    SetGid = ADMIN_OP_SET_GID, set_gid: SetGidCmd => ();
+    ReadMac = ADMIN_OP_READ_MAC, none: NoPayload => MacAddr;
+    SetPortState = ADMIN_OP_SET_PORT_STATE, set_port_state: SetPortStateCmd => ();
+    RegMr = ADMIN_OP_REG_MR, reg_mr: RegMrCmd => MrKeys;
     /// handle = lkey.
-    DeregMr = ADMIN_OP_DEREG_MR, HandleCmd => ();
+    DeregMr = ADMIN_OP_DEREG_MR, handle: HandleCmd => ();
     /// Answers the window's rkey.
-    AllocMw = ADMIN_OP_ALLOC_MW, AllocMwCmd => u32;
+    AllocMw = ADMIN_OP_ALLOC_MW, alloc_mw: AllocMwCmd => u32;
     /// handle = any rkey of the window.
-    DeallocMw = ADMIN_OP_DEALLOC_MW, HandleCmd => ();
-    OdpUpdate = ADMIN_OP_ODP_UPDATE, OdpUpdateCmd => ();
+    DeallocMw = ADMIN_OP_DEALLOC_MW, handle: HandleCmd => ();
+    OdpUpdate = ADMIN_OP_ODP_UPDATE, odp_update: OdpUpdateCmd => ();
     /// Answers the CQ id.
-    CreateCq = ADMIN_OP_CREATE_CQ, CreateCqCmd => u32;
+    CreateCq = ADMIN_OP_CREATE_CQ, create_cq: CreateCqCmd => u32;
     /// handle = CQ id.
-    DestroyCq = ADMIN_OP_DESTROY_CQ, HandleCmd => ();
+    DestroyCq = ADMIN_OP_DESTROY_CQ, handle: HandleCmd => ();
     /// Answers the new depth.
-    ResizeCq = ADMIN_OP_RESIZE_CQ, ResizeCqCmd => u32;
+    ResizeCq = ADMIN_OP_RESIZE_CQ, resize_cq: ResizeCqCmd => u32;
     /// Answers the QPN.
-    CreateQp = ADMIN_OP_CREATE_QP, CreateQpCmd => u32;
+    CreateQp = ADMIN_OP_CREATE_QP, create_qp: CreateQpCmd => u32;
     /// Answers the QP's new state (`verbs::QPS_*`).
-    ModifyQp = ADMIN_OP_MODIFY_QP, ModifyQpCmd => u32;
+    ModifyQp = ADMIN_OP_MODIFY_QP, modify_qp: ModifyQpCmd => u32;
     /// index = QPN; writes [`QpAttr`] to `resp_addr`, answers the QP state.
-    QueryQp = ADMIN_OP_QUERY_QP, QueryCmd => u32;
+    QueryQp = ADMIN_OP_QUERY_QP, query: QueryCmd => u32;
     /// handle = QPN.
-    DestroyQp = ADMIN_OP_DESTROY_QP, HandleCmd => ();
-    AttachMcast = ADMIN_OP_ATTACH_MCAST, McastCmd => ();
-    DetachMcast = ADMIN_OP_DETACH_MCAST, McastCmd => ();
+    DestroyQp = ADMIN_OP_DESTROY_QP, handle: HandleCmd => ();
+    AttachMcast = ADMIN_OP_ATTACH_MCAST, mcast: McastCmd => ();
+    DetachMcast = ADMIN_OP_DETACH_MCAST, mcast: McastCmd => ();
     /// Answers the SRQ id.
-    CreateSrq = ADMIN_OP_CREATE_SRQ, CreateSrqCmd => u32;
-    ModifySrq = ADMIN_OP_MODIFY_SRQ, ModifySrqCmd => ();
+    CreateSrq = ADMIN_OP_CREATE_SRQ, create_srq: CreateSrqCmd => u32;
+    ModifySrq = ADMIN_OP_MODIFY_SRQ, modify_srq: ModifySrqCmd => ();
     /// handle = SRQ id.
-    QuerySrq = ADMIN_OP_QUERY_SRQ, HandleCmd => SrqCounts;
+    QuerySrq = ADMIN_OP_QUERY_SRQ, handle: HandleCmd => SrqCounts;
     /// handle = SRQ id.
-    DestroySrq = ADMIN_OP_DESTROY_SRQ, HandleCmd => ();
+    DestroySrq = ADMIN_OP_DESTROY_SRQ, handle: HandleCmd => ();
     /// Writes `[u64; STATS_COUNT]` to `resp_addr`, answers STATS_COUNT.
-    QueryStats = ADMIN_OP_QUERY_STATS, QueryCmd => u32;
+    QueryStats = ADMIN_OP_QUERY_STATS, query: QueryCmd => u32;
 }
