@@ -24,6 +24,7 @@
 #include <linux/scatterlist.h>
 #include <linux/completion.h>
 #include <linux/inet.h>
+#include <linux/etherdevice.h>
 #include <rdma/ib_verbs.h>
 #include <rdma/ib_cache.h>
 
@@ -59,6 +60,8 @@ struct side {
 	struct ib_cq *cq;
 	int gid_index;
 	union ib_gid gid;
+	/* MAC of the GID's netdev: kernel consumers hand ib_core resolved addresses. */
+	u8 mac[ETH_ALEN];
 };
 
 static struct ib_device *dev_a, *dev_b;
@@ -100,8 +103,15 @@ static int find_gid(struct side *s)
 		v4 = attr->gid_type == IB_GID_TYPE_ROCE_UDP_ENCAP &&
 		     ipv6_addr_v4mapped((struct in6_addr *)attr->gid.raw);
 		if (v4) {
+			struct net_device *ndev;
+
 			s->gid = attr->gid;
 			s->gid_index = i;
+			rcu_read_lock();
+			ndev = rdma_read_gid_attr_ndev_rcu(attr);
+			if (!IS_ERR(ndev))
+				ether_addr_copy(s->mac, ndev->dev_addr);
+			rcu_read_unlock();
 		}
 		rdma_put_gid_attr(attr);
 		if (v4)
@@ -208,6 +218,7 @@ static void roce_av(struct rdma_ah_attr *ah, struct side *from, struct side *to)
 	ah->grh.dgid = to->gid;
 	ah->grh.sgid_index = from->gid_index;
 	ah->grh.hop_limit = 64;
+	ether_addr_copy(ah->roce.dmac, to->mac);
 }
 
 /* RESET -> INIT -> RTR -> RTS of an RC/UC QP talking to `rqpn` on side `to`. */
