@@ -39,6 +39,8 @@ end=$(date +%s.%N)
 echo "write $mib MiB: $(echo "$mid - $start" | bc) s, read back: $(echo "$end - $mid" | bc) s"
 [ "$a" = "$b" ] && [ "$a" = "$c" ] || fail "checksums differ: src $a nfs $b export $c"
 echo "checksums equal ($mib MiB)"
+rdma statistic show link rox_0/1 | tr ' ' '\n' | grep -A1 -E '^(retransmits|timeouts|naks_sent|wqe_errors|rx_dropped)$' | paste - - | tr '\n' ' '; echo
+dmesg | grep -iE 'rpcrdma|svcrdma|xprtrdma|nfs:' | tail -10
 umount /mnt/nfs || fail "umount"
 rpc.nfsd 0; exportfs -ua
 modprobe -r rpcrdma 2>/dev/null
