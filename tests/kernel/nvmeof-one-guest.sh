@@ -3,9 +3,11 @@
 # data path with a real consumer; the two-guest tests are tests/ulp/run): nvmet-rdma exports a
 # memory-backed null_blk on rox_0's IPv4 address, nvme-rdma connects to it (rdma_cm picks
 # rox_0: QP-to-QP loopback on one device), fio writes and verifies (crc32c), disconnect, unload.
-# Usage (host): qemu/vm --rox 2 -- tests/kernel/nvmeof-one-guest.sh /cache/<kernel>/<module dir>/rox.ko
+# With "cross" as second argument the host side binds to rox_1's address (nvme connect -w):
+# traffic rox_1 -> lab bridge -> rox_0, if rdma_cm resolves that local route.
+# Usage (host): qemu/vm --rox 2 -- tests/kernel/nvmeof-one-guest.sh /cache/<kernel>/<module dir>/rox.ko [cross]
 set -u
-ko=$1
+ko=$1 mode=${2:-loopback}
 fail() { echo "FAIL: $*"; dmesg | tail -40; exit 1; }
 insmod "$ko" || fail "insmod rox.ko"
 for _ in $(seq 50); do [ -e /sys/class/infiniband/rox_0 ] && break; sleep 0.2; done
@@ -29,11 +31,18 @@ mkdir $t/ports/1 && echo "$ip" >$t/ports/1/addr_traddr && echo rdma >$t/ports/1/
 	echo 4420 >$t/ports/1/addr_trsvcid && echo ipv4 >$t/ports/1/addr_adrfam &&
 	ln -s $t/subsystems/$nqn $t/ports/1/subsystems/$nqn || fail "nvmet port"
 echo "nvmet-rdma listens on $ip:4420 ($ndev, rox_0)"
-timeout 120 nvme connect -t rdma -a "$ip" -s 4420 -n $nqn -i 2 || fail "nvme connect"
+host=()
+if [ "$mode" = cross ]; then
+	ndev1=$(cat /sys/class/infiniband/rox_1/ports/1/gid_attrs/ndevs/0)
+	ip1=$(ip -4 -o addr show dev "$ndev1" | awk '{ print $4 }' | cut -d/ -f1 | head -1)
+	host=(-w "$ip1")
+	echo "host side from $ip1 ($ndev1, rox_1)"
+fi
+timeout 120 nvme connect -t rdma -a "$ip" -s 4420 -n $nqn -i 2 "${host[@]}" || fail "nvme connect"
 for _ in $(seq 50); do dev=$(ls /dev/nvme*n1 2>/dev/null | head -1); [ -n "$dev" ] && break; sleep 0.2; done
 [ -n "$dev" ] || fail "no namespace block device"
 nvme list
-rdma res show qp | grep -c rox_0 | sed 's/^/rox_0 QPs: /'
+for d in rox_0 rox_1; do echo "$d QPs: $(rdma res show qp link $d/1 | grep -vc 'qpn 1 ')"; done
 for bs in 4k 128k 1M; do
 	timeout 300 fio --name=verify-$bs --filename="$dev" --rw=randwrite --bs=$bs --size=32M \
 		--iodepth=32 --ioengine=libaio --direct=1 --verify=crc32c --do_verify=1 \
