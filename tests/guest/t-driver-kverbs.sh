@@ -7,7 +7,9 @@
 # then fails), ib_inc_rkey re-registration, a kernel SRQ with its limit event, zero-depth
 # RC/UC/UD QPs on both devices, a CQ per ib_cq poll context with ib_drain_qp, and issue 11's
 # bad input (error completions, guard pages intact). It prints one ok/FAIL line per check and
-# "result: N passed, M failed"; this script asserts that, then a clean dmesg and unload.
+# "result: N passed, M failed"; this script asserts that, then a clean unload and dmesg (and
+# no kmemleak report on debug kernels, whose DEBUG_ATOMIC_SLEEP also catches sleeping in the
+# softirq/interrupt paths).
 set -u
 trap 'grep -q "^rox_kverbs_test " /proc/modules && rmmod rox_kverbs_test; grep -q "^rox " /proc/modules && rmmod rox' EXIT
 fail() { echo "FAIL: $*"; dmesg | tail -40; exit 1; }
@@ -18,6 +20,8 @@ grep -qx $rox_vendor /sys/bus/pci/devices/*/vendor 2>/dev/null || skip "no rox-n
 test_ko=$(dirname "${ROX_KO:-/nonexistent}")/kverbs/rox_kverbs_test.ko
 [ -f "$test_ko" ] || fail "no test module at $test_ko (scripts/build-module.sh builds it)"
 dmesg -C
+kmemleak=/sys/kernel/debug/kmemleak
+[ -w $kmemleak ] && echo clear >$kmemleak
 if ! grep -q '^rox ' /proc/modules; then
 	[ -f "${ROX_KO:-}" ] || fail "no module at ${ROX_KO:-}"
 	insmod "$ROX_KO" || fail "insmod rox.ko failed"
@@ -39,7 +43,13 @@ result=$(dmesg | grep -o 'rox_kverbs: result: .*' | tail -1)
 echo "kernel verbs checks took $(( $(date +%s) - start )) s: ${result#rox_kverbs: result: }"
 rmmod rox_kverbs_test || fail "rmmod rox_kverbs_test failed"
 rmmod rox || fail "rmmod rox failed"
-dmesg | grep -E 'BUG:|Oops|WARNING:|general protection|refcount_t:|hung task' && fail "kernel complained"
+if [ -w $kmemleak ]; then
+	echo scan >$kmemleak; sleep 5; echo scan >$kmemleak
+	leaks=$(grep -c unreferenced $kmemleak)
+	[ "$leaks" = 0 ] || { head -60 $kmemleak; fail "kmemleak reports $leaks leaks"; }
+	echo "kmemleak: no leaks"
+fi
+dmesg | grep -E 'BUG:|Oops|WARNING:|general protection|refcount_t:|hung task|sleeping function' && fail "kernel complained"
 [[ $result =~ result:\ ([0-9]+)\ passed,\ 0\ failed ]] && [ "${BASH_REMATCH[1]}" -gt 0 ] ||
 	fail "kernel verbs checks: ${result#rox_kverbs: result: }"
 echo "ok   t-driver-kverbs: ${result#rox_kverbs: result: }"
