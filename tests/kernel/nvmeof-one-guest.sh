@@ -55,5 +55,10 @@ rm $t/ports/1/subsystems/$nqn; rmdir $t/ports/1 $t/subsystems/$nqn/namespaces/1 
 echo 0 >$nb/power; rmdir $nb
 modprobe -r nvme-rdma nvmet-rdma || fail "unload nvme modules"
 rmmod rox || fail "rmmod rox"
-dmesg | grep -E 'BUG:|Oops|WARNING:|general protection|hung task' && fail "kernel complained"
+kmemleak=/sys/kernel/debug/kmemleak
+if [ -w $kmemleak ]; then
+	echo scan >$kmemleak; sleep 5; echo scan >$kmemleak
+	echo "kmemleak: $(grep -c unreferenced $kmemleak) unreferenced objects"
+fi
+dmesg | grep -E 'BUG:|Oops|WARNING:|general protection|hung task|sleeping function' && fail "kernel complained"
 echo "ok   nvmeof-one-guest"
