@@ -3,7 +3,7 @@
 # tests/kernel/rox_kverbs_test.ko (built next to rox.ko by scripts/build-module.sh), which
 # drives kernel QPs between rox_0 and rox_1 (two rox NICs on one bridge): inline SEND and
 # SEND_WITH_IMM, fast registration (alloc_mr / ib_map_mr_sg / IB_WR_REG_MR) with the peer's
-# RDMA WRITE/READ and atomics through the new rkey, SEND_WITH_INV and LOCAL_INV (the old rkey
+# RDMA WRITE (also inline and WITH_IMM)/READ and atomics through the new rkey, SEND_WITH_INV and LOCAL_INV (the old rkey
 # then fails), ib_inc_rkey re-registration, a kernel SRQ with its limit event, zero-depth
 # RC/UC/UD QPs on both devices, a CQ per ib_cq poll context with ib_drain_qp, and issue 11's
 # bad input (error completions, guard pages intact). It prints one ok/FAIL line per check and

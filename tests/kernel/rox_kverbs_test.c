@@ -610,6 +610,38 @@ static void check_fast_reg(struct side *a, struct side *b)
 		      !memcmp(data_of(&tb), data_of(&lb), NPAGES * PAGE_SIZE),
 	      "fastreg: peer RDMA READ through rkey %#x returns the data", rkey);
 
+	/* Inline RDMA WRITE from a kernel virtual address, then WRITE_WITH_IMM. */
+	{
+		static const char pat[] = "inline RDMA WRITE through a fast-registered rkey";
+		struct ib_sge sge = { .addr = (u64)(uintptr_t)pat, .length = sizeof(pat) };
+		struct ib_rdma_wr w = {
+			.wr = { .wr_id = 24, .opcode = IB_WR_RDMA_WRITE, .sg_list = &sge,
+				.num_sge = 1, .send_flags = IB_SEND_INLINE },
+			.remote_addr = mr->iova + 200, .rkey = rkey,
+		};
+
+		ret = post_send(p.qa, &w.wr);
+		ret = ret ? ret : wait_wr(a->cq, 24, &wc);
+		buf_sync_cpu(&tb);
+		CHECK(!ret && !memcmp(data_of(&tb) + 200, pat, sizeof(pat)),
+		      "fastreg: inline RDMA WRITE of %zu bytes lands (status %d)", sizeof(pat), ret);
+		post_recv(p.qb, 25, data_dma(&rb), PAGE_SIZE, b->pd->local_dma_lkey);
+		sge.addr = data_dma(&lb);
+		sge.lkey = a->pd->local_dma_lkey;
+		sge.length = 32;
+		w.wr.wr_id = 26;
+		w.wr.opcode = IB_WR_RDMA_WRITE_WITH_IMM;
+		w.wr.send_flags = 0;
+		w.wr.ex.imm_data = cpu_to_be32(0xabcd);
+		ret = post_send(p.qa, &w.wr);
+		ret = ret ? ret : wait_wr(a->cq, 26, NULL);
+		ret = ret ? ret : wait_wr(b->cq, 25, &wc);
+		CHECK(!ret && wc.opcode == IB_WC_RECV_RDMA_WITH_IMM && (wc.wc_flags & IB_WC_WITH_IMM) &&
+			      wc.ex.imm_data == cpu_to_be32(0xabcd),
+		      "fastreg: RDMA WRITE_WITH_IMM completes IB_WC_RECV_RDMA_WITH_IMM imm 0x%x (status %d)",
+		      be32_to_cpu(wc.ex.imm_data), ret);
+	}
+
 	/* Atomics on the registered memory (offset 64, 8-byte aligned). */
 	res = (u64 *)data_of(&lb);
 	*(u64 *)(data_of(&tb) + 64) = 100;
