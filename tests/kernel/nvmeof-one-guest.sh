@@ -7,7 +7,7 @@
 # traffic rox_1 -> lab bridge -> rox_0, if rdma_cm resolves that local route.
 # Usage (host): qemu/vm --rox 2 -- tests/kernel/nvmeof-one-guest.sh /cache/<kernel>/<module dir>/rox.ko [cross]
 set -u
-ko=$1 mode=${2:-loopback}
+ko=$1 mode=${2:-loopback} queues=${NVME_QUEUES:-2}
 fail() { echo "FAIL: $*"; dmesg | tail -40; exit 1; }
 insmod "$ko" || fail "insmod rox.ko"
 for _ in $(seq 50); do [ -e /sys/class/infiniband/rox_0 ] && break; sleep 0.2; done
@@ -38,7 +38,7 @@ if [ "$mode" = cross ]; then
 	host=(-w "$ip1")
 	echo "host side from $ip1 ($ndev1, rox_1)"
 fi
-timeout 120 nvme connect -t rdma -a "$ip" -s 4420 -n $nqn -i 2 "${host[@]}" || fail "nvme connect"
+timeout 120 nvme connect -t rdma -a "$ip" -s 4420 -n $nqn -i "$queues" "${host[@]}" || fail "nvme connect"
 for _ in $(seq 50); do dev=$(ls /dev/nvme*n1 2>/dev/null | head -1); [ -n "$dev" ] && break; sleep 0.2; done
 [ -n "$dev" ] || fail "no namespace block device"
 nvme list
@@ -50,6 +50,13 @@ for bs in 4k 128k 1M; do
 		{ cat /tmp/fio-$bs.out; fail "fio bs=$bs"; }
 	grep "^3;" /tmp/fio-$bs.out | awk -F";" -v bs=$bs '{ printf "fio bs=%s: write %s KiB/s, read %s KiB/s, errors %s\n", bs, $48, $7, $5 }'
 done
+# Mixed sizes from 4 jobs at once (several I/O queues busy).
+timeout 600 fio --name=mixed --filename="$dev" --rw=randwrite --bsrange=4k-1M --size=64M \
+	--numjobs=4 --offset_increment=64M --iodepth=32 --ioengine=libaio --direct=1 \
+	--verify=crc32c --do_verify=1 --verify_fatal=1 --group_reporting \
+	--output-format=terse --terse-version=3 >/tmp/fio-mixed.out 2>&1 ||
+	{ cat /tmp/fio-mixed.out; fail "fio mixed 4k-1M, 4 jobs"; }
+grep "^3;" /tmp/fio-mixed.out | awk -F";" '{ printf "fio 4k-1M x4 jobs: write %s KiB/s, read %s KiB/s, errors %s\n", $48, $7, $5 }'
 nvme disconnect -n $nqn || fail "nvme disconnect"
 rm $t/ports/1/subsystems/$nqn; rmdir $t/ports/1 $t/subsystems/$nqn/namespaces/1 $t/subsystems/$nqn
 echo 0 >$nb/power; rmdir $nb
