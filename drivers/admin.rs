@@ -6,7 +6,10 @@
 use crate::hw::{
     regs,
     uapi::{
-        admin::{self, AdminCmd, AdminCmdHdr, AdminCpl, AdminPayload},
+        admin::{
+            self, AdminCmd, AdminCmdHdr, AdminCommand, AdminCpl, AdminPayload, AdminQuery,
+            ResultWords,
+        },
         queue::owner_for,
     },
     Regs,
@@ -105,10 +108,17 @@ impl AdminQueue {
         Ok(())
     }
 
+    /// Runs one typed command (`uapi::admin::AdminCommand`): `C`'s payload in, `C`'s result
+    /// out, so an opcode, its payload and the meaning of its result words cannot disagree.
+    pub(crate) fn run<C: AdminCommand>(&self, regs: &Regs<'_>, payload: C::Payload) -> Result<C::Result> {
+        let cpl = self.exec(regs, C::OPCODE, C::payload(payload))?;
+        Ok(C::Result::from_words(cpl.result0, cpl.result1))
+    }
+
     /// Executes one command and returns its completion (status checked). When the queue breaks
     /// (no completion in time, or one out of step), the device is reset: the command may still
     /// run later, and the caller frees what it pointed at (a ring, a page list) on the error.
-    pub(crate) fn exec(
+    fn exec(
         &self,
         regs: &Regs<'_>,
         opcode: u8,
@@ -169,38 +179,25 @@ impl AdminQueue {
     }
 
     /// Executes a command that writes a response structure `T` to a DMA buffer.
-    pub(crate) fn query<T: AsBytes + FromBytes + Copy>(
+    pub(crate) fn query<C: AdminQuery>(
         &self,
         dev: &Device<Bound>,
         regs: &Regs<'_>,
-        opcode: u8,
         index: u32,
-    ) -> Result<(T, AdminCpl)> {
-        let resp = DmaArray::<T>::zeroed(dev, 1)?;
-        let mut payload = AdminPayload {
-            raw: [0; admin::ADMIN_PAYLOAD_SIZE],
-        };
-        payload.query = admin::QueryCmd {
+    ) -> Result<(C::Response, C::Result)>
+    where
+        C::Response: AsBytes + FromBytes,
+    {
+        let resp = DmaArray::<C::Response>::zeroed(dev, 1)?;
+        let cmd = admin::QueryCmd {
             index,
             reserved: 0,
             resp_addr: resp.dma_address(),
         };
-        let cpl = self.exec(regs, opcode, payload)?;
-        Ok((resp.read(0)?, cpl))
+        let result = self.run::<C>(regs, cmd)?;
+        Ok((resp.read(0)?, result))
     }
 }
-
-/// A zeroed payload with `cmd` in front (the bytes after it stay zero).
-macro_rules! payload {
-    ($field:ident: $cmd:expr) => {{
-        let mut payload = $crate::hw::uapi::admin::AdminPayload {
-            raw: [0; $crate::hw::uapi::admin::ADMIN_PAYLOAD_SIZE],
-        };
-        payload.$field = $cmd;
-        payload
-    }};
-}
-pub(crate) use payload;
 
 /// Makes a device whose admin queue broke forget every ring and object, so nothing it runs
 /// later can reach memory the driver frees. The device stays unusable (every command answers

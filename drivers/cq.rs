@@ -10,7 +10,6 @@
 //! doorbell page; `poll` and `arm` are the kernel consumer's data path.
 
 use crate::{
-    admin::payload,
     dev::RoxDev,
     hw::{
         regs,
@@ -126,8 +125,7 @@ pub(crate) fn create(
         ..Default::default()
     };
     let id = dev
-        .exec(admin::ADMIN_OP_CREATE_CQ, payload!(create_cq: cmd))?
-        .result0;
+        .run::<admin::CreateCq>(cmd)?;
     let resp = ud::CreateCqResp {
         cq_id: id,
         db_slot: db.slot(),
@@ -190,7 +188,7 @@ pub(crate) fn resize(
         ring: new_ring.desc(),
         ..Default::default()
     };
-    dev.exec(admin::ADMIN_OP_RESIZE_CQ, payload!(resize_cq: cmd))?;
+    dev.run::<admin::ResizeCq>(cmd)?;
     // The device writes to the new ring now; the old one is unpinned with the old value.
     *current = new_ring;
     drop(current);
@@ -221,8 +219,7 @@ fn create_kernel(dev: &RoxDev<'_>, init: &CqInit) -> Result<Created<Cq>> {
         GFP_KERNEL,
     )?;
     let id = dev
-        .exec(admin::ADMIN_OP_CREATE_CQ, payload!(create_cq: cmd))?
-        .result0;
+        .run::<admin::CreateCq>(cmd)?;
     let cq = Cq {
         id,
         queue: CqQueue::Kernel(KernelCq {
@@ -357,7 +354,7 @@ pub(crate) fn destroy(dev: &RoxDev<'_>, cq: &Cq) {
         handle: cq.id,
         reserved: 0,
     };
-    if let Err(err) = dev.exec(admin::ADMIN_OP_DESTROY_CQ, payload!(handle: cmd)) {
+    if let Err(err) = dev.run::<admin::DestroyCq>(cmd) {
         dev_warn!(
             dev.pdev.as_ref(),
             "DESTROY_CQ {} failed: {:?}\n",

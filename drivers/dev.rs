@@ -3,7 +3,7 @@
 //! MSI-X, ib_device), event dispatch, and tear-down.
 
 use crate::{
-    admin::{payload, AdminQueue},
+    admin::AdminQueue,
     eq::EventQueue,
     hw::{
         regs,
@@ -113,27 +113,19 @@ impl<'bound> RoxDev<'bound> {
         }
     }
 
-    /// Runs one admin command.
-    pub(crate) fn exec(&self, opcode: u8, payload: admin::AdminPayload) -> Result<admin::AdminCpl> {
-        self.admin.exec(&self.regs, opcode, payload)
-    }
-
     /// Runs one typed admin command (`uapi::admin::AdminCommand`): `C`'s payload in, `C`'s
     /// result out, so the opcode, its payload and the meaning of its result words cannot
     /// disagree.
     pub(crate) fn run<C: admin::AdminCommand>(&self, payload: C::Payload) -> Result<C::Result> {
-        use admin::ResultWords;
-        let cpl = self.exec(C::OPCODE, C::payload(payload))?;
-        Ok(C::Result::from_words(cpl.result0, cpl.result1))
+        self.admin.run::<C>(&self.regs, payload)
     }
 
     /// Runs one admin command that answers with a `T` in a DMA buffer.
-    pub(crate) fn query<T>(&self, opcode: u8, index: u32) -> Result<(T, admin::AdminCpl)>
+    pub(crate) fn query<C: admin::AdminQuery>(&self, index: u32) -> Result<(C::Response, C::Result)>
     where
-        T: kernel::transmute::AsBytes + kernel::transmute::FromBytes + Copy,
+        C::Response: kernel::transmute::AsBytes + kernel::transmute::FromBytes,
     {
-        self.admin
-            .query(self.pdev.as_ref(), &self.regs, opcode, index)
+        self.admin.query::<C>(self.pdev.as_ref(), &self.regs, index)
     }
 
     /// Services event queue `eqn` (its interrupt thread).
@@ -223,13 +215,6 @@ pub(crate) fn reset(regs: &Regs<'_>) -> Result {
     Ok(())
 }
 
-/// The MAC address READ_MAC returns in two result words (byte 0 in the low bits).
-fn mac_from_completion(cpl: &admin::AdminCpl) -> [u8; 6] {
-    let lo = cpl.result0.to_le_bytes();
-    let hi = cpl.result1.to_le_bytes();
-    [lo[0], lo[1], lo[2], lo[3], hi[0], hi[1]]
-}
-
 impl<'bound> RoxPci<'bound> {
     pub(crate) fn probe(pdev: &'bound pci::Device<Core<'_>>) -> Result<Self> {
         let bound: &'bound pci::Device<Bound> = pdev;
@@ -255,20 +240,9 @@ impl<'bound> RoxPci<'bound> {
 
         let admin = AdminQueue::new(dev)?;
         admin.enable(&regs)?;
-        let (attr, _) =
-            admin.query::<admin::DeviceAttr>(dev, &regs, admin::ADMIN_OP_QUERY_DEVICE, 0)?;
-        let (port, _) = admin.query::<admin::PortAttr>(
-            dev,
-            &regs,
-            admin::ADMIN_OP_QUERY_PORT,
-            admin::PORT_NUM.into(),
-        )?;
-        let mac_cpl = admin.exec(
-            &regs,
-            admin::ADMIN_OP_READ_MAC,
-            payload!(raw: [0; admin::ADMIN_PAYLOAD_SIZE]),
-        )?;
-        let mac = mac_from_completion(&mac_cpl);
+        let (attr, ()) = admin.query::<admin::QueryDevice>(dev, &regs, 0)?;
+        let (port, ()) = admin.query::<admin::QueryPort>(dev, &regs, admin::PORT_NUM.into())?;
+        let admin::MacAddr(mac) = admin.run::<admin::ReadMac>(&regs, Default::default())?;
 
         let num_comp = attr.num_comp_eqs.min(regs::MAX_EQS - 1).min(MAX_COMP_EQS);
         if num_comp == 0 {

@@ -3,7 +3,6 @@
 //! (MR buffers and the rings of CQs, QPs and SRQs).
 
 use crate::{
-    admin::payload,
     dev::RoxDev,
     hw::{
         regs,
@@ -202,10 +201,10 @@ pub(crate) fn alloc_fast_reg_mr(dev: &RoxDev<'_>, pdn: u32, max_num_sg: u32) -> 
         flags: admin::MR_FLAG_FAST_REG,
         ..Default::default()
     };
-    let cpl = dev.exec(admin::ADMIN_OP_REG_MR, payload!(reg_mr: cmd))?;
+    let keys = dev.run::<admin::RegMr>(cmd)?;
     Ok(RegisteredMr {
         data: Mr {
-            lkey: cpl.result0,
+            lkey: keys.lkey,
             _mem: None,
             odp: None,
             fast_reg: Some(FastRegPages {
@@ -213,8 +212,8 @@ pub(crate) fn alloc_fast_reg_mr(dev: &RoxDev<'_>, pdn: u32, max_num_sg: u32) -> 
                 count: AtomicU32::new(0),
             }),
         },
-        lkey: cpl.result0,
-        rkey: cpl.result1,
+        lkey: keys.lkey,
+        rkey: keys.rkey,
     })
 }
 
@@ -402,7 +401,7 @@ fn odp_update(
         op,
         pages,
     };
-    dev.exec(admin::ADMIN_OP_ODP_UPDATE, payload!(odp_update: cmd))
+    dev.run::<admin::OdpUpdate>(cmd)
         .map(|_| ())
 }
 
@@ -619,8 +618,8 @@ fn reg_odp_mr(
         offset_in_first_page: offset as u32,
         flags: admin::MR_FLAG_ON_DEMAND,
     };
-    let cpl = dev.exec(admin::ADMIN_OP_REG_MR, payload!(reg_mr: cmd))?;
-    let lkey = cpl.result0;
+    let keys = dev.run::<admin::RegMr>(cmd)?;
+    let lkey = keys.lkey;
     let mr = Mr {
         lkey,
         _mem: None,
@@ -656,7 +655,7 @@ fn reg_odp_mr(
     Ok(RegisteredMr {
         data: mr,
         lkey,
-        rkey: cpl.result1,
+        rkey: keys.rkey,
     })
 }
 
@@ -676,16 +675,16 @@ fn register(
     cmd: admin::RegMrCmd,
     mem: Option<(Umem, PageList)>,
 ) -> Result<RegisteredMr<Mr>> {
-    let cpl = dev.exec(admin::ADMIN_OP_REG_MR, payload!(reg_mr: cmd))?;
+    let keys = dev.run::<admin::RegMr>(cmd)?;
     Ok(RegisteredMr {
         data: Mr {
-            lkey: cpl.result0,
+            lkey: keys.lkey,
             _mem: mem,
             odp: None,
             fast_reg: None,
         },
-        lkey: cpl.result0,
-        rkey: cpl.result1,
+        lkey: keys.lkey,
+        rkey: keys.rkey,
     })
 }
 
@@ -759,10 +758,10 @@ pub(crate) fn dereg_mr(dev: &RoxDev<'_>, mr: &Mr) {
             dev.odp_mrs.remove(mr.lkey);
             odp.umem.locked(|_| {
                 odp.umem.data().lkey.store(0, Ordering::Relaxed);
-                dev.exec(admin::ADMIN_OP_DEREG_MR, payload!(handle: cmd))
+                dev.run::<admin::DeregMr>(cmd)
             })
         }
-        None => dev.exec(admin::ADMIN_OP_DEREG_MR, payload!(handle: cmd)),
+        None => dev.run::<admin::DeregMr>(cmd),
     };
     if let Err(err) = result {
         dev_warn!(
@@ -834,8 +833,7 @@ pub(crate) fn alloc_mw(dev: &RoxDev<'_>, pdn: u32, mw_type: u32, udata: &mut Uda
         ..Default::default()
     };
     let rkey = dev
-        .exec(admin::ADMIN_OP_ALLOC_MW, payload!(alloc_mw: cmd))?
-        .result0;
+        .run::<admin::AllocMw>(cmd)?;
     let mw = Mw { rkey };
     if let Err(err) = udata.respond_empty() {
         dealloc_mw(dev, &mw);
@@ -849,7 +847,7 @@ pub(crate) fn dealloc_mw(dev: &RoxDev<'_>, mw: &Mw) {
         handle: mw.rkey,
         reserved: 0,
     };
-    if let Err(err) = dev.exec(admin::ADMIN_OP_DEALLOC_MW, payload!(handle: cmd)) {
+    if let Err(err) = dev.run::<admin::DeallocMw>(cmd) {
         dev_warn!(
             dev.pdev.as_ref(),
             "DEALLOC_MW {:#x} failed: {:?}\n",

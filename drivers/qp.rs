@@ -4,7 +4,6 @@
 //! doorbell slot, state transitions checked against ib_core's table before the device sees them.
 
 use crate::{
-    admin::payload,
     dev::RoxDev,
     hw::{
         regs,
@@ -131,8 +130,7 @@ pub(crate) fn create(
         rq: rq.as_ref().map(UserRing::desc).unwrap_or_default(),
     };
     let qpn = dev
-        .exec(admin::ADMIN_OP_CREATE_QP, payload!(create_qp: cmd))?
-        .result0;
+        .run::<admin::CreateQp>(cmd)?;
     cap.max_send_wr = granted_wrs(cap.max_send_wr, log_sq);
     cap.max_recv_wr = if rq.is_some() {
         granted_wrs(cap.max_recv_wr, log_rq)
@@ -255,8 +253,7 @@ fn create_kernel(dev: &RoxDev<'_>, qp_type: u8, init: QpInit<'_, RoxVerbs>) -> R
         rq: rq.as_ref().map(KernelRing::desc).unwrap_or_default(),
     };
     let qpn = dev
-        .exec(admin::ADMIN_OP_CREATE_QP, payload!(create_qp: cmd))?
-        .result0;
+        .run::<admin::CreateQp>(cmd)?;
     cap.max_send_wr = granted_wrs(cap.max_send_wr, log_sq);
     cap.max_recv_wr = if has_srq {
         0
@@ -648,7 +645,7 @@ pub(crate) fn modify(
             ..Default::default()
         },
     };
-    dev.exec(admin::ADMIN_OP_MODIFY_QP, payload!(modify_qp: cmd))?;
+    dev.run::<admin::ModifyQp>(cmd)?;
     qp.state.store(next, Ordering::Release);
     udata.respond_empty()
 }
@@ -659,7 +656,7 @@ pub(crate) fn query(
     attr: &mut b::ib_qp_attr,
     init: &mut b::ib_qp_init_attr,
 ) -> Result {
-    let (hw, _) = dev.query::<admin::QpAttr>(admin::ADMIN_OP_QUERY_QP, qp.qpn)?;
+    let (hw, _) = dev.query::<admin::QueryQp>(qp.qpn)?;
     attr.qp_state = hw.qp_state.into();
     attr.cur_qp_state = hw.qp_state.into();
     attr.path_mtu = hw.path_mtu.into();
@@ -697,7 +694,7 @@ pub(crate) fn destroy(dev: &RoxDev<'_>, qp: &Qp) {
         handle: qp.qpn,
         reserved: 0,
     };
-    if let Err(err) = dev.exec(admin::ADMIN_OP_DESTROY_QP, payload!(handle: cmd)) {
+    if let Err(err) = dev.run::<admin::DestroyQp>(cmd) {
         dev_warn!(
             dev.pdev.as_ref(),
             "DESTROY_QP {} failed: {:?}\n",

@@ -9,7 +9,6 @@
 //! The limit event works as for user SRQs; kernel SRQs are not resized.
 
 use crate::{
-    admin::payload,
     dev::RoxDev,
     hw::uapi::{admin, queue, udata as ud, verbs},
     hw::regs,
@@ -113,8 +112,7 @@ pub(crate) fn create(
         GFP_KERNEL,
     )?;
     let id = dev
-        .exec(admin::ADMIN_OP_CREATE_SRQ, payload!(create_srq: cmd))?
-        .result0;
+        .run::<admin::CreateSrq>(cmd)?;
     let srq = Srq {
         id,
         max_sge: queue::RQ_MAX_SGE.min(dev.attr.max_srq_sge),
@@ -171,8 +169,7 @@ fn create_kernel(dev: &RoxDev<'_>, pdn: u32, attr: &mut b::ib_srq_attr) -> Resul
         ..Default::default()
     };
     let id = dev
-        .exec(admin::ADMIN_OP_CREATE_SRQ, payload!(create_srq: cmd))?
-        .result0;
+        .run::<admin::CreateSrq>(cmd)?;
     attr.max_wr = depth;
     attr.max_sge = max_sge;
     Ok(Created {
@@ -271,7 +268,7 @@ pub(crate) fn modify(
         cmd.limit = attr.srq_limit;
     }
     if cmd.attr_mask != 0 {
-        dev.exec(admin::ADMIN_OP_MODIFY_SRQ, payload!(modify_srq: cmd))?;
+        dev.run::<admin::ModifySrq>(cmd)?;
     }
     if let Some((max_wr, ring)) = new_ring {
         // The device reads the new ring now; the old one's pin goes with the old value.
@@ -290,10 +287,10 @@ pub(crate) fn query(dev: &RoxDev<'_>, srq: &Srq, attr: &mut b::ib_srq_attr) -> R
         reserved: 0,
     };
     let state = srq.ring.lock();
-    let cpl = dev.exec(admin::ADMIN_OP_QUERY_SRQ, payload!(handle: cmd))?;
+    let counts = dev.run::<admin::QuerySrq>(cmd)?;
     attr.max_wr = state.max_wr;
     attr.max_sge = srq.max_sge;
-    attr.srq_limit = cpl.result0;
+    attr.srq_limit = counts.limit;
     Ok(())
 }
 
@@ -306,7 +303,7 @@ fn destroy_id(dev: &RoxDev<'_>, id: u32) {
         handle: id,
         reserved: 0,
     };
-    if let Err(err) = dev.exec(admin::ADMIN_OP_DESTROY_SRQ, payload!(handle: cmd)) {
+    if let Err(err) = dev.run::<admin::DestroySrq>(cmd) {
         dev_warn!(
             dev.pdev.as_ref(),
             "DESTROY_SRQ {} failed: {:?}\n",

@@ -198,7 +198,7 @@ impl Verbs for RoxVerbs {
     const COUNTER_NAMES: &'static [&'static CStr] = &COUNTER_NAMES;
 
     fn read_counters(dev: &RoxDev<'_>, values: &mut [u64]) -> Result {
-        let (stats, _) = dev.query::<[u64; admin::STATS_COUNT]>(admin::ADMIN_OP_QUERY_STATS, 0)?;
+        let (stats, _) = dev.query::<admin::QueryStats>(0)?;
         for (value, stat) in values.iter_mut().zip(stats) {
             *value = stat;
         }
@@ -312,11 +312,7 @@ impl Verbs for RoxVerbs {
             reserved: 0,
             gid: gid.copied().unwrap_or_default(),
         };
-        dev.exec(
-            admin::ADMIN_OP_SET_GID,
-            crate::admin::payload!(set_gid: cmd),
-        )?;
-        Ok(())
+        dev.run::<admin::SetGid>(cmd)
     }
 
     fn alloc_ucontext(

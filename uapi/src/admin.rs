@@ -805,3 +805,20 @@ admin_commands! {
     /// Writes `[u64; STATS_COUNT]` to `resp_addr`, answers STATS_COUNT.
     QueryStats = ADMIN_OP_QUERY_STATS, query: QueryCmd => u32;
 }
+
+/// A command that writes a response structure to [`QueryCmd::resp_addr`]: which one.
+pub trait AdminQuery: AdminCommand<Payload = QueryCmd> {
+    type Response: Copy;
+}
+impl AdminQuery for QueryDevice {
+    type Response = DeviceAttr;
+}
+impl AdminQuery for QueryPort {
+    type Response = PortAttr;
+}
+impl AdminQuery for QueryQp {
+    type Response = QpAttr;
+}
+impl AdminQuery for QueryStats {
+    type Response = [u64; STATS_COUNT];
+}
