@@ -45,3 +45,26 @@ macro_rules! c_struct {
     (@c_type u32) => { "uint32_t" };
     (@c_type u64) => { "uint64_t" };
 }
+
+/// `uapi_enum! { /// docs  pub enum Name { Variant = CONST, ... } }` defines a `#[repr(u8)]` enum
+/// whose discriminants are the uapi constants, and `Name::from_u8`, which decodes a number read
+/// from a queue entry or command (None for a number that names no variant).
+macro_rules! uapi_enum {
+    (
+        $(#[$meta:meta])*
+        pub enum $name:ident { $( $(#[$vmeta:meta])* $variant:ident = $value:path ),* $(,)? }
+    ) => {
+        $(#[$meta])*
+        #[repr(u8)]
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub enum $name { $( $(#[$vmeta])* $variant = $value ),* }
+
+        impl $name {
+            /// The variant numbered `value`, if any.
+            pub const fn from_u8(value: u8) -> Option<Self> {
+                $( if value == $value { return Some($name::$variant); } )*
+                None
+            }
+        }
+    };
+}

@@ -200,3 +200,127 @@ pub const MAX_MSG_SIZE: u32 = 1 << 31;
 pub const ATOMIC_SIZE: u32 = 8;
 /// Bytes of the GRH the device writes in front of every UD receive buffer.
 pub const GRH_SIZE: u32 = 40;
+
+// Typed views of the numbers above (rox-nic's engine matches on them; decode with `from_u8`).
+
+uapi_enum! {
+    /// Work completion status, numbered as `enum ibv_wc_status`.
+    pub enum WcStatus {
+        Success = WC_SUCCESS,
+        LocLenErr = WC_LOC_LEN_ERR,
+        LocQpOpErr = WC_LOC_QP_OP_ERR,
+        LocProtErr = WC_LOC_PROT_ERR,
+        MwBindErr = WC_MW_BIND_ERR,
+        WrFlushErr = WC_WR_FLUSH_ERR,
+        BadRespErr = WC_BAD_RESP_ERR,
+        LocAccessErr = WC_LOC_ACCESS_ERR,
+        RemInvReqErr = WC_REM_INV_REQ_ERR,
+        RemAccessErr = WC_REM_ACCESS_ERR,
+        RemOpErr = WC_REM_OP_ERR,
+        RetryExcErr = WC_RETRY_EXC_ERR,
+        RnrRetryExcErr = WC_RNR_RETRY_EXC_ERR,
+        FatalErr = WC_FATAL_ERR,
+        GeneralErr = WC_GENERAL_ERR,
+    }
+}
+
+uapi_enum! {
+    /// Work completion opcode, numbered as `enum ibv_wc_opcode`.
+    pub enum WcOpcode {
+        Send = WC_OPC_SEND,
+        RdmaWrite = WC_OPC_RDMA_WRITE,
+        RdmaRead = WC_OPC_RDMA_READ,
+        CompSwap = WC_OPC_COMP_SWAP,
+        FetchAdd = WC_OPC_FETCH_ADD,
+        BindMw = WC_OPC_BIND_MW,
+        LocalInv = WC_OPC_LOCAL_INV,
+        Flush = WC_OPC_FLUSH,
+        AtomicWrite = WC_OPC_ATOMIC_WRITE,
+        RegMr = WC_OPC_REG_MR,
+        Recv = WC_OPC_RECV,
+        RecvRdmaWithImm = WC_OPC_RECV_RDMA_WITH_IMM,
+    }
+}
+
+uapi_enum! {
+    /// Send work request opcode, numbered as `enum ibv_wr_opcode`.
+    pub enum WrOpcode {
+        RdmaWrite = WR_RDMA_WRITE,
+        RdmaWriteWithImm = WR_RDMA_WRITE_WITH_IMM,
+        Send = WR_SEND,
+        SendWithImm = WR_SEND_WITH_IMM,
+        RdmaRead = WR_RDMA_READ,
+        AtomicCmpAndSwp = WR_ATOMIC_CMP_AND_SWP,
+        AtomicFetchAndAdd = WR_ATOMIC_FETCH_AND_ADD,
+        LocalInv = WR_LOCAL_INV,
+        BindMw = WR_BIND_MW,
+        SendWithInv = WR_SEND_WITH_INV,
+        Flush = WR_FLUSH,
+        AtomicWrite = WR_ATOMIC_WRITE,
+        RegMr = WR_REG_MR,
+    }
+}
+
+uapi_enum! {
+    /// QP state, numbered as `enum ibv_qp_state`.
+    pub enum QpState {
+        Reset = QPS_RESET,
+        Init = QPS_INIT,
+        Rtr = QPS_RTR,
+        Rts = QPS_RTS,
+        Sqd = QPS_SQD,
+        Sqe = QPS_SQE,
+        Err = QPS_ERR,
+    }
+}
+
+uapi_enum! {
+    /// QP transport type, numbered as `enum ibv_qp_type`.
+    pub enum QpType {
+        Rc = QPT_RC,
+        Uc = QPT_UC,
+        Ud = QPT_UD,
+    }
+}
+
+uapi_enum! {
+    /// Path MTU, numbered as `enum ibv_mtu`.
+    pub enum Mtu {
+        Mtu256 = MTU_256,
+        Mtu512 = MTU_512,
+        Mtu1024 = MTU_1024,
+        Mtu2048 = MTU_2048,
+        Mtu4096 = MTU_4096,
+    }
+}
+
+impl Mtu {
+    /// Payload bytes per packet.
+    pub fn bytes(self) -> u32 {
+        mtu_bytes(self as u8)
+    }
+
+    /// The largest MTU whose UD packets fit in an IP MTU of `ip_mtu` bytes: payload plus the
+    /// largest RoCEv2 headers (IPv6, UDP, BTH, DETH) and the ICRC. At least 256.
+    pub fn largest_within(ip_mtu: usize) -> Mtu {
+        const UD_OVERHEAD: usize = 40 + 8 + 12 + 8 + 4;
+        [Mtu::Mtu4096, Mtu::Mtu2048, Mtu::Mtu1024, Mtu::Mtu512]
+            .into_iter()
+            .find(|m| m.bytes() as usize + UD_OVERHEAD <= ip_mtu)
+            .unwrap_or(Mtu::Mtu256)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Mtu;
+
+    #[test]
+    fn ud_mtu_is_the_largest_that_fits_the_port() {
+        assert_eq!(Mtu::largest_within(9000), Mtu::Mtu4096);
+        assert_eq!(Mtu::largest_within(4096 + 72), Mtu::Mtu4096);
+        assert_eq!(Mtu::largest_within(4096 + 71), Mtu::Mtu2048);
+        assert_eq!(Mtu::largest_within(1500), Mtu::Mtu1024);
+        assert_eq!(Mtu::largest_within(100), Mtu::Mtu256);
+    }
+}

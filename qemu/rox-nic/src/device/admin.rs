@@ -758,16 +758,9 @@ fn state_of(s: QpState) -> u8 {
     s as u8
 }
 
+/// A state the device stored (always a valid one; anything else reads as ERR).
 fn qp_state_enum(s: u8) -> QpState {
-    match s {
-        QPS_RESET => QpState::Reset,
-        QPS_INIT => QpState::Init,
-        QPS_RTR => QpState::Rtr,
-        QPS_RTS => QpState::Rts,
-        QPS_SQD => QpState::Sqd,
-        QPS_SQE => QpState::Sqe,
-        _ => QpState::Err,
-    }
+    QpState::from_u8(s).unwrap_or(QpState::Err)
 }
 
 /// The current state: the engine may have moved the QP to ERR by itself.
@@ -798,7 +791,7 @@ fn modify_qp(hw: &mut Hw, engine: &mut Engine, c: &ModifyQpCmd) -> AdminResult<u
         ..Default::default()
     };
     if m & QP_PATH_MTU != 0 {
-        md.path_mtu = Mtu::from_ibv(a.path_mtu);
+        md.path_mtu = Mtu::from_u8(a.path_mtu);
     }
     if m & QP_DEST_QPN != 0 {
         md.dest_qpn = Some(a.dest_qp_num);

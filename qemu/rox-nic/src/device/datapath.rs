@@ -487,7 +487,7 @@ impl DataPath {
                     let failed = FailedWr {
                         wr_id: wqe.wr_id,
                         // An unknown opcode completes as a SEND (what ibv reports for it).
-                        opcode: wr_opcode(wqe.opcode).unwrap_or(WrOpcode::Send),
+                        opcode: WrOpcode::from_u8(wqe.opcode).unwrap_or(WrOpcode::Send),
                         status,
                         vendor_err,
                     };
@@ -677,25 +677,6 @@ fn deliver(engine: &mut Engine, hw: &mut Hw, packet: &[u8]) {
     }
 }
 
-fn wr_opcode(op: u8) -> Option<WrOpcode> {
-    Some(match op {
-        WR_RDMA_WRITE => WrOpcode::RdmaWrite,
-        WR_RDMA_WRITE_WITH_IMM => WrOpcode::RdmaWriteWithImm,
-        WR_SEND => WrOpcode::Send,
-        WR_SEND_WITH_IMM => WrOpcode::SendWithImm,
-        WR_RDMA_READ => WrOpcode::RdmaRead,
-        WR_ATOMIC_CMP_AND_SWP => WrOpcode::AtomicCmpAndSwp,
-        WR_ATOMIC_FETCH_AND_ADD => WrOpcode::AtomicFetchAndAdd,
-        WR_LOCAL_INV => WrOpcode::LocalInv,
-        WR_BIND_MW => WrOpcode::BindMw,
-        WR_SEND_WITH_INV => WrOpcode::SendWithInv,
-        WR_FLUSH => WrOpcode::Flush,
-        WR_ATOMIC_WRITE => WrOpcode::AtomicWrite,
-        WR_REG_MR => WrOpcode::RegMr,
-        _ => return None,
-    })
-}
-
 /// Decode a send WQE. Errors are (WC status, vendor_err) for the error CQE.
 pub fn decode_send(
     hw: &Hw,
@@ -703,7 +684,8 @@ pub fn decode_send(
     sig_all: bool,
     w: &SqWqe,
 ) -> Result<SendWr, (WcStatus, u16)> {
-    let opcode = wr_opcode(w.opcode).ok_or((WcStatus::LocQpOpErr, VENDOR_ERR_BAD_OPCODE))?;
+    let opcode =
+        WrOpcode::from_u8(w.opcode).ok_or((WcStatus::LocQpOpErr, VENDOR_ERR_BAD_OPCODE))?;
     if w.flags & !WQE_FLAGS_ALL != 0 {
         return Err((WcStatus::LocQpOpErr, VENDOR_ERR_BAD_OPCODE));
     }
