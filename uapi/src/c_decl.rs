@@ -68,3 +68,61 @@ macro_rules! uapi_enum {
         }
     };
 }
+
+/// `uapi_flags! { /// docs  pub struct Name: u32 { /// docs  FLAG = CONST, ... } }` defines a
+/// flag word: a `#[repr(transparent)]` newtype over the integer with one associated const per
+/// flag (its value is the uapi constant), `ALL` (every defined flag), `from_bits` (None when an
+/// undefined bit is set: a consumer decoding a word from a queue entry refuses it instead of
+/// ignoring it), `bits`, `contains`, `intersects` and `|`.
+macro_rules! uapi_flags {
+    (
+        $(#[$meta:meta])*
+        pub struct $name:ident: $int:ty { $( $(#[$fmeta:meta])* $flag:ident = $value:path ),* $(,)? }
+    ) => {
+        $(#[$meta])*
+        #[repr(transparent)]
+        #[derive(Clone, Copy, Default, Debug, PartialEq, Eq, Hash)]
+        pub struct $name($int);
+
+        impl $name {
+            $( $(#[$fmeta])* pub const $flag: $name = $name($value); )*
+            /// Every flag this word defines.
+            pub const ALL: $name = $name(0 $( | $value )*);
+            /// No flag.
+            pub const fn empty() -> Self {
+                $name(0)
+            }
+            /// The word `bits`, if it sets only defined flags.
+            pub const fn from_bits(bits: $int) -> Option<Self> {
+                if bits & !Self::ALL.0 == 0 {
+                    Some($name(bits))
+                } else {
+                    None
+                }
+            }
+            /// The raw word, as it sits in the queue entry or register.
+            pub const fn bits(self) -> $int {
+                self.0
+            }
+            /// Every flag of `other` is set.
+            pub const fn contains(self, other: Self) -> bool {
+                self.0 & other.0 == other.0
+            }
+            /// Some flag of `other` is set.
+            pub const fn intersects(self, other: Self) -> bool {
+                self.0 & other.0 != 0
+            }
+            /// Both words' flags.
+            pub const fn union(self, other: Self) -> Self {
+                $name(self.0 | other.0)
+            }
+        }
+
+        impl core::ops::BitOr for $name {
+            type Output = Self;
+            fn bitor(self, other: Self) -> Self {
+                self.union(other)
+            }
+        }
+    };
+}

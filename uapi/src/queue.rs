@@ -47,8 +47,17 @@ pub const WQE_FLAG_SOLICITED: u8 = 1 << 1;
 pub const WQE_FLAG_INLINE: u8 = 1 << 2;
 /// Wait for outstanding READ/atomic responses before executing this WQE.
 pub const WQE_FLAG_FENCE: u8 = 1 << 3;
-pub const WQE_FLAGS_ALL: u8 =
-    WQE_FLAG_SIGNALED | WQE_FLAG_SOLICITED | WQE_FLAG_INLINE | WQE_FLAG_FENCE;
+pub const WQE_FLAGS_ALL: u8 = WqeFlags::ALL.bits();
+
+uapi_flags! {
+    /// `SqWqe::flags`, typed.
+    pub struct WqeFlags: u8 {
+        SIGNALED = WQE_FLAG_SIGNALED,
+        SOLICITED = WQE_FLAG_SOLICITED,
+        INLINE = WQE_FLAG_INLINE,
+        FENCE = WQE_FLAG_FENCE,
+    }
+}
 
 /// RDMA / atomic / FLUSH segment of an RC/UC send WQE (bytes 24..64).
 #[repr(C)]

@@ -113,6 +113,26 @@ pub const EQ_CTRL: u64 = 0x0c;
 pub const EQ_DB: u64 = 0x10;
 pub const EQ_DB_ARM: u32 = 1 << 31;
 pub const EQ_DB_CI_MASK: u32 = !EQ_DB_ARM;
+
+/// An EQ doorbell word (`EQ_DB`), as fields.
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct EqDoorbell {
+    /// Free-running consumer index, mod 2^31.
+    pub ci: u32,
+    /// Request one MSI-X message for the next event.
+    pub arm: bool,
+}
+impl EqDoorbell {
+    pub const fn bits(self) -> u32 {
+        (self.ci & EQ_DB_CI_MASK) | if self.arm { EQ_DB_ARM } else { 0 }
+    }
+    pub const fn from_bits(word: u32) -> Self {
+        EqDoorbell {
+            ci: word & EQ_DB_CI_MASK,
+            arm: word & EQ_DB_ARM != 0,
+        }
+    }
+}
 pub const EQ_CTRL_ENABLE: u32 = 1;
 
 /// Offset of register `reg` (`EQ_*`) of event queue `eqn`.
@@ -169,6 +189,34 @@ pub const CAP_MW: u32 = 1 << 10;
 pub const CAP_CQ_RESIZE: u32 = 1 << 11;
 /// On-demand paging: `MR_FLAG_ON_DEMAND` regions, `ADMIN_OP_ODP_UPDATE`, `EQE_TYPE_PAGE_FAULT`.
 pub const CAP_ODP: u32 = 1 << 12;
+
+uapi_flags! {
+    /// `REG_STATUS`, typed.
+    pub struct DeviceStatus: u32 {
+        READY = STATUS_READY,
+        ADMIN_ENABLED = STATUS_ADMIN_ENABLED,
+        FATAL = STATUS_FATAL,
+    }
+}
+
+uapi_flags! {
+    /// `REG_CAPS` / `DeviceAttr::caps`, typed.
+    pub struct DeviceCaps: u32 {
+        RC = CAP_RC,
+        UC = CAP_UC,
+        UD = CAP_UD,
+        SRQ = CAP_SRQ,
+        ATOMIC = CAP_ATOMIC,
+        INLINE = CAP_INLINE,
+        IMM = CAP_IMM,
+        FLUSH = CAP_FLUSH,
+        ATOMIC_WRITE = CAP_ATOMIC_WRITE,
+        SRQ_RESIZE = CAP_SRQ_RESIZE,
+        MW = CAP_MW,
+        CQ_RESIZE = CAP_CQ_RESIZE,
+        ODP = CAP_ODP,
+    }
+}
 
 // ---------------------------------------------------------------------------------------------
 // Doorbell pages (BAR2)
@@ -235,5 +283,25 @@ pub const CQ_ARM_SEQ_SHIFT: u32 = 2;
 
 /// Build a CQ arm word.
 pub const fn cq_arm_word(seq: u32, arm_type: u32) -> u32 {
-    (seq << CQ_ARM_SEQ_SHIFT) | (arm_type & CQ_ARM_TYPE_MASK)
+    CqArm { seq, arm_type }.bits()
+}
+
+/// A CQ arm word, as fields.
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct CqArm {
+    /// Incremented by software on every arm request (30 bits).
+    pub seq: u32,
+    /// `CQ_ARM_NEXT` or `CQ_ARM_SOLICITED` (0: not an arm request).
+    pub arm_type: u32,
+}
+impl CqArm {
+    pub const fn bits(self) -> u32 {
+        (self.seq << CQ_ARM_SEQ_SHIFT) | (self.arm_type & CQ_ARM_TYPE_MASK)
+    }
+    pub const fn from_bits(word: u32) -> Self {
+        CqArm {
+            seq: word >> CQ_ARM_SEQ_SHIFT,
+            arm_type: word & CQ_ARM_TYPE_MASK,
+        }
+    }
 }

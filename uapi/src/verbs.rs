@@ -120,6 +120,36 @@ pub const ACCESS_OPTIONAL_MASK: u32 = ((1 << 30) - 1) & !((1 << 20) - 1);
 /// [`ACCESS_SUPPORTED`] / [`ACCESS_QP_SUPPORTED`] is a feature rox lacks (EOPNOTSUPP).
 pub const ACCESS_IB_DEFINED: u32 = ((ACCESS_FLUSH_PERSISTENT << 1) - 1) | ACCESS_OPTIONAL_MASK;
 
+uapi_flags! {
+    /// The access bits of a region, window or QP that the device understands (what
+    /// [`ACCESS_QP_SUPPORTED`] holds), typed; `from_bits` refuses any other bit.
+    pub struct Access: u32 {
+        LOCAL_WRITE = ACCESS_LOCAL_WRITE,
+        REMOTE_WRITE = ACCESS_REMOTE_WRITE,
+        REMOTE_READ = ACCESS_REMOTE_READ,
+        REMOTE_ATOMIC = ACCESS_REMOTE_ATOMIC,
+        MW_BIND = ACCESS_MW_BIND,
+        FLUSH_GLOBAL = ACCESS_FLUSH_GLOBAL,
+        FLUSH_PERSISTENT = ACCESS_FLUSH_PERSISTENT,
+    }
+}
+
+impl Access {
+    /// Accesses that write memory on a peer's behalf; IB requires local write with them.
+    pub const REMOTE_WRITES: Access = Access::REMOTE_WRITE.union(Access::REMOTE_ATOMIC);
+    /// Valid on a region: known bits within [`ACCESS_SUPPORTED`], and remote write or atomic
+    /// only with local write.
+    pub const fn valid_for_region(bits: u32) -> bool {
+        match Access::from_bits(bits) {
+            Some(a) => {
+                bits & !ACCESS_SUPPORTED == 0
+                    && (!a.intersects(Access::REMOTE_WRITES) || a.contains(Access::LOCAL_WRITE))
+            }
+            None => false,
+        }
+    }
+}
+
 /// QP states (`enum ib_qp_state` / `enum ibv_qp_state`).
 pub const QPS_RESET: u8 = 0;
 pub const QPS_INIT: u8 = 1;

@@ -29,20 +29,8 @@ where
     exec(&from_bytes::<C::Payload>(payload)).map(ResultWords::to_words)
 }
 
-/// The capabilities the device reports (REG_CAPS and DeviceAttr::caps).
-pub const DEVICE_CAPS: u32 = CAP_RC
-    | CAP_UC
-    | CAP_UD
-    | CAP_SRQ
-    | CAP_ATOMIC
-    | CAP_INLINE
-    | CAP_IMM
-    | CAP_FLUSH
-    | CAP_ATOMIC_WRITE
-    | CAP_SRQ_RESIZE
-    | CAP_MW
-    | CAP_CQ_RESIZE
-    | CAP_ODP;
+/// The capabilities the device reports (REG_CAPS and DeviceAttr::caps): all it defines.
+pub const DEVICE_CAPS: u32 = DeviceCaps::ALL.bits();
 
 /// Execute one admin command and build its completion.
 pub fn execute(hw: &mut Hw, engine: &mut Engine, cmd: &AdminCmd) -> AdminCpl {

@@ -408,7 +408,7 @@ impl DataPath {
         let mut fire = Vec::new();
         for (&id, cq) in self.hw.cqs.iter_mut() {
             let slot = self.shared.doorbells.slot(cq.db_page, cq.db_slot);
-            if slot.b >> CQ_ARM_SEQ_SHIFT == cq.arm_seq {
+            if CqArm::from_bits(slot.b).seq == cq.arm_seq {
                 continue;
             }
             Hw::update_arm(cq, slot.b);
@@ -686,10 +686,9 @@ pub fn decode_send(
 ) -> Result<SendWr, (WcStatus, u16)> {
     let opcode =
         WrOpcode::from_u8(w.opcode).ok_or((WcStatus::LocQpOpErr, VENDOR_ERR_BAD_OPCODE))?;
-    if w.flags & !WQE_FLAGS_ALL != 0 {
-        return Err((WcStatus::LocQpOpErr, VENDOR_ERR_BAD_OPCODE));
-    }
-    let data = if w.flags & WQE_FLAG_INLINE != 0 {
+    let flags =
+        WqeFlags::from_bits(w.flags).ok_or((WcStatus::LocQpOpErr, VENDOR_ERR_BAD_OPCODE))?;
+    let data = if flags.contains(WqeFlags::INLINE) {
         if w.inline_len > SQ_MAX_INLINE {
             return Err((WcStatus::LocLenErr, VENDOR_ERR_BAD_INLINE));
         }
@@ -714,9 +713,9 @@ pub fn decode_send(
     let mut wr = SendWr {
         wr_id: w.wr_id,
         opcode,
-        signaled: sig_all || w.flags & WQE_FLAG_SIGNALED != 0,
-        solicited: w.flags & WQE_FLAG_SOLICITED != 0,
-        fence: w.flags & WQE_FLAG_FENCE != 0,
+        signaled: sig_all || flags.contains(WqeFlags::SIGNALED),
+        solicited: flags.contains(WqeFlags::SOLICITED),
+        fence: flags.contains(WqeFlags::FENCE),
         data,
         imm: u32::from_be(w.imm_data),
         remote_addr: 0,

@@ -121,9 +121,7 @@ pub fn load_ring(
 /// The access flags of a region are ones the device knows, and (IB) remote write or atomic
 /// access comes with local write.
 pub fn region_access_valid(access: u32) -> bool {
-    let remote_writes = ACCESS_REMOTE_WRITE | ACCESS_REMOTE_ATOMIC;
-    access & !ACCESS_SUPPORTED == 0
-        && (access & remote_writes == 0 || access & ACCESS_LOCAL_WRITE != 0)
+    Access::valid_for_region(access)
 }
 
 /// `[iova, iova + length)` is a range a region may have.
@@ -577,8 +575,9 @@ impl Hw {
         let Some(Some(eq)) = self.eqs.get_mut(eqn as usize) else {
             return;
         };
-        eq.ci = value & EQ_DB_CI_MASK;
-        if value & EQ_DB_ARM != 0 {
+        let db = EqDoorbell::from_bits(value);
+        eq.ci = db.ci;
+        if db.arm {
             if (eq.pi & EQ_DB_CI_MASK) != eq.ci {
                 eq.armed = false;
                 self.fire_vector(eqn);
@@ -651,10 +650,10 @@ impl Hw {
 
     /// Pick up a new arm request from the CQ's arm word.
     pub fn update_arm(cq: &mut Cq, word: u32) {
-        let seq = word >> CQ_ARM_SEQ_SHIFT;
-        if seq != cq.arm_seq {
-            cq.arm_seq = seq;
-            cq.armed = word & CQ_ARM_TYPE_MASK;
+        let arm = CqArm::from_bits(word);
+        if arm.seq != cq.arm_seq {
+            cq.arm_seq = arm.seq;
+            cq.armed = arm.arm_type;
         }
     }
 
