@@ -36,7 +36,8 @@ STEP_TIMEOUT_S = 600
 # how long fio may take to fail after that before the case calls it a hang.
 CTRL_LOSS_TMO_S = 10
 RECONNECT_DELAY_S = 2
-FAULT_IO_LIMIT_S = 120
+KEEP_ALIVE_TMO_S = 5
+FAULT_IO_LIMIT_S = 180
 # What must never appear in dmesg.
 KERNEL_COMPLAINT = re.compile(
     r"Oops|BUG:|WARNING:|general protection|blocked for more than|hung_task|KASAN|KFENCE|"
@@ -485,7 +486,8 @@ def fault(a, ctl, rdma, mark):
     """nvme-rdma with a short controller-loss timeout; fio runs while the host kills the
     target's NIC; fio must end with errors within the limit, and disconnect and unload work."""
     ctrl, dev = nvme_connect(a.peer, rdma.ip, a.queues,
-                             f"--ctrl-loss-tmo {CTRL_LOSS_TMO_S} --reconnect-delay {RECONNECT_DELAY_S}")
+                             f"--ctrl-loss-tmo {CTRL_LOSS_TMO_S} --reconnect-delay {RECONNECT_DELAY_S}"
+                             f" --keep-alive-tmo {KEEP_ALIVE_TMO_S}")
     job = (f"fio --output-format=json --name=ulp-fault --filename={dev} --direct=1 --ioengine=libaio"
            f" --iodepth=32 --rw=randrw --bs=64k --time_based --runtime={FAULT_IO_LIMIT_S * 2}")
     proc = subprocess.Popen(job, shell=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
