@@ -8,7 +8,7 @@ Each side prints one machine-readable line per case:
     RESULT <case> <target|initiator> <ok|fail> | <detail>
 and the initiator `ULP-FAULT-NOW` when its I/O for the fault case is running (tests/ulp/run
 then kills the target's rox-nic, or takes its tap down for rxe). The bench mode prints
-`BENCH <transport> <metric> <value>` lines instead.
+`BENCH <metric> <transport> <value>` lines too (the format of tests/bench/compare).
 
 The RDMA device is rox (rox.ko on a rox NIC) or rdma_rxe on a virtio NIC, per transport.
 """
@@ -546,7 +546,7 @@ def bench(a, rdma):
             raise Step(f"fio {key} exited {rc}: {out[-400:]}")
         rd = js["jobs"][0]["read"]
         value = rd["iops"] if field == "iops" else rd["bw_bytes"] / 1e6
-        print(f"BENCH {a.transport} {key} {value:.1f}", flush=True)
+        print(f"BENCH {key} {a.transport} {value:.1f}", flush=True)
         got.append(f"{key} {value:.1f}")
     nvme_disconnect()
     return ", ".join(got)
