@@ -1688,7 +1688,7 @@ fn memory_windows() {
     inv.wr_id = 11;
     p.d.post_send(&mut p.b, &inv);
     let c = p.d.wait_cqe(&mut p.cq_b);
-    assert_eq!((c.status, c.opcode), (WC_LOC_QP_OP_ERR, WC_OPC_LOCAL_INV));
+    assert_eq!((c.status, c.opcode), (WC_MW_BIND_ERR, WC_OPC_LOCAL_INV));
 
     // SEND with invalidate from a: b's window bound on b's QP ends with the message.
     let (mut p, mw_mr) = mw_pair();

@@ -1912,6 +1912,18 @@ fn local_operations_complete_in_sq_order_without_packets() {
     inv.rkey = 0x8000_0101;
     t.net.devs[0].env.invalidatable.push(0x8000_0101);
     t.post(inv);
+    let fast_reg = FastReg {
+        iova: 0xabcd_0000_1000,
+        length: 4096,
+        page_list: BUF,
+        key: 0x0000_0207,
+        access: ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE,
+        npages: 1,
+        page_shift: 12,
+    };
+    let mut reg = send_wr(4, WrOpcode::RegMr, SendData::Sges(Vec::new()));
+    reg.fast_reg = Some(fast_reg);
+    t.post(reg);
     t.post(send_wr(3, WrOpcode::Send, SendData::Inline(vec![1, 2])));
     t.recv_b(9, vec![sge(RECV_AREA, 64, t.key_b)]);
     t.run();
@@ -1920,11 +1932,13 @@ fn local_operations_complete_in_sq_order_without_packets() {
         [
             (1, WcStatus::Success, WcOpcode::BindMw),
             (2, WcStatus::Success, WcOpcode::LocalInv),
+            (4, WcStatus::Success, WcOpcode::RegMr),
             (3, WcStatus::Success, WcOpcode::Send)
         ]
     );
     let ops = &t.net.devs[0].env.local_ops;
-    assert_eq!(ops.len(), 2);
+    assert_eq!(ops.len(), 3);
+    assert_eq!(ops[2], (QPN_A, LocalOp::FastReg(fast_reg)));
     assert!(
         matches!(ops[0], (QPN_A, LocalOp::Bind(b)) if b.new_rkey == 0x8000_0101 && b.lkey == ka)
     );
@@ -1963,8 +1977,30 @@ fn failed_bind_and_invalidate_complete_in_error_and_flush() {
     t.run();
     assert_eq!(
         statuses(&t.cqes(0)),
-        [(1, WcStatus::LocQpOpErr, WcOpcode::LocalInv)]
+        [(1, WcStatus::MwBindErr, WcOpcode::LocalInv)]
     );
+    // A fast registration the device refuses: MW_BIND_ERR with the REG_MR opcode, then flush.
+    let mut t = pair(&QpParams::rc());
+    let mut reg = send_wr(1, WrOpcode::RegMr, SendData::Sges(Vec::new()));
+    reg.fast_reg = Some(FastReg {
+        key: BAD_RKEY,
+        ..Default::default()
+    });
+    t.post(reg);
+    t.post(send_wr(2, WrOpcode::Send, SendData::Inline(vec![1])));
+    t.run();
+    assert_eq!(
+        statuses(&t.cqes(0)),
+        [
+            (1, WcStatus::MwBindErr, WcOpcode::RegMr),
+            (2, WcStatus::WrFlushErr, WcOpcode::Send)
+        ]
+    );
+    // A REG_MR without its segment is malformed; UD has no memory registration WRs.
+    let mut t = pair(&QpParams::rc());
+    t.post(send_wr(1, WrOpcode::RegMr, SendData::Sges(Vec::new())));
+    t.run();
+    assert_eq!(one(&t.cqes(0)).status, WcStatus::LocQpOpErr);
     // UD has no memory windows; a BIND_MW without its segment is malformed.
     let (mut net, _, _) = ud_pair(gid_v4(1), gid_v4(2));
     let (engine, env) = net.dev(0);

@@ -6,8 +6,8 @@ use rox_uapi::regs::*;
 use rox_uapi::verbs::*;
 
 use super::hw::{
-    load_page_list, load_ring, mw_index, posted_entries, Cq, Hw, Mr, Mw, Qp, Srq, FIRST_QPN,
-    KEY_INDEX_SHIFT, ODP_PTE_FAILED,
+    load_page_list, load_ring, mr_index, mw_index, posted_entries, Cq, FastRegState, Hw, Mr, Mw,
+    Qp, Srq, FIRST_QPN, KEY_INDEX_SHIFT, ODP_PTE_FAILED,
 };
 use super::qp_state::check_modify;
 use crate::dma::as_bytes;
@@ -207,6 +207,9 @@ fn set_gid(hw: &mut Hw, c: &SetGidCmd) -> AdminResult {
 }
 
 fn reg_mr(hw: &mut Hw, c: &RegMrCmd) -> AdminResult {
+    if c.flags & MR_FLAG_FAST_REG != 0 {
+        return alloc_fast_reg_mr(hw, c);
+    }
     if c.access & !ACCESS_SUPPORTED != 0
         || c.flags & !(MR_FLAG_PHYSICAL | MR_FLAG_ON_DEMAND) != 0
         || c.flags == MR_FLAG_PHYSICAL | MR_FLAG_ON_DEMAND
@@ -256,7 +259,7 @@ fn reg_mr(hw: &mut Hw, c: &RegMrCmd) -> AdminResult {
     };
     let key = alloc_key(hw);
     hw.mrs.insert(
-        key,
+        mr_index(key),
         Mr {
             key,
             pd: c.pd,
@@ -268,6 +271,39 @@ fn reg_mr(hw: &mut Hw, c: &RegMrCmd) -> AdminResult {
             page_shift,
             physical,
             odp,
+            fast_reg: None,
+        },
+    );
+    Ok((key, key))
+}
+
+/// Allocates a fast-registration region of `pbl.npages` pages capacity in `pd`: no pages, key
+/// invalid until a `WR_REG_MR` binds some (the other fields of the command are ignored).
+fn alloc_fast_reg_mr(hw: &mut Hw, c: &RegMrCmd) -> AdminResult {
+    if c.flags != MR_FLAG_FAST_REG || c.pbl.npages == 0 || c.pbl.npages > DEV_MAX_FAST_REG_PAGES {
+        return Err(ADMIN_STATUS_BAD_PARAM);
+    }
+    if hw.mrs.len() >= DEV_MAX_MR as usize {
+        return Err(ADMIN_STATUS_NO_RESOURCES);
+    }
+    let key = alloc_key(hw);
+    hw.mrs.insert(
+        mr_index(key),
+        Mr {
+            key,
+            pd: c.pd,
+            access: 0,
+            iova: 0,
+            length: 0,
+            offset: 0,
+            pages: Vec::new(),
+            page_shift: u32::from(PAGE_SHIFT_MIN),
+            physical: false,
+            odp: false,
+            fast_reg: Some(FastRegState {
+                capacity: c.pbl.npages,
+                valid: false,
+            }),
         },
     );
     Ok((key, key))
@@ -276,7 +312,7 @@ fn reg_mr(hw: &mut Hw, c: &RegMrCmd) -> AdminResult {
 /// Maps, unmaps or fails pages of an on-demand region. Admin commands run between data-path
 /// passes, so once this returns no access uses an unmapped page.
 fn odp_update(hw: &mut Hw, c: &OdpUpdateCmd) -> AdminResult {
-    let mr = hw.mrs.get(&c.key).ok_or(ADMIN_STATUS_BAD_HANDLE)?;
+    let mr = hw.mr(c.key).map_err(|_| ADMIN_STATUS_BAD_HANDLE)?;
     if !mr.odp {
         return Err(ADMIN_STATUS_BAD_HANDLE);
     }
@@ -317,21 +353,26 @@ fn odp_update(hw: &mut Hw, c: &OdpUpdateCmd) -> AdminResult {
         ODP_OP_FAIL => vec![ODP_PTE_FAILED; c.npages as usize],
         _ => return Err(ADMIN_STATUS_BAD_PARAM),
     };
-    let mr = hw.mrs.get_mut(&c.key).expect("looked up above");
+    let mr = hw.mrs.get_mut(&mr_index(c.key)).expect("looked up above");
     mr.pages[first..end].copy_from_slice(&new);
     Ok((0, 0))
 }
 
 /// Forgets an MR. Windows bound to it are unbound (their rkeys reach nothing any more) rather
 /// than making the deregistration fail as rxe does: a dereg at process teardown cannot fail.
+/// An ordinary MR is named by its lkey; a fast-registration region, valid or not, by any key
+/// of its index (the consumer may have changed the variant without the driver knowing).
 fn dereg_mr(hw: &mut Hw, lkey: u32) -> AdminResult {
-    hw.mrs.remove(&lkey).ok_or(ADMIN_STATUS_BAD_HANDLE)?;
-    hw.mr_indices.remove(&(lkey >> KEY_INDEX_SHIFT));
-    for mw in hw.mws.values_mut() {
-        if mw.binding.is_some_and(|b| b.mr == lkey) {
-            mw.binding = None;
-        }
+    let index = mr_index(lkey);
+    let named = hw
+        .mrs
+        .get(&index)
+        .is_some_and(|mr| mr.key == lkey || mr.fast_reg.is_some());
+    if !named {
+        return Err(ADMIN_STATUS_BAD_HANDLE);
     }
+    hw.mrs.remove(&index);
+    hw.unbind_windows_into(index);
     Ok((0, 0))
 }
 
@@ -381,7 +422,7 @@ fn alloc_key(hw: &mut Hw) -> u32 {
     loop {
         let index = hw.next_mr_index;
         hw.next_mr_index = if index >= MAX_INDEX { 1 } else { index + 1 };
-        if hw.mr_indices.insert(index) {
+        if !hw.mrs.contains_key(&index) {
             return index << KEY_INDEX_SHIFT | random_key_part();
         }
     }

@@ -20,8 +20,8 @@ use crate::port::frame::{self, Rx, ETH_HEADER_LEN};
 use crate::port::netdev::{Forwarded, Netdev};
 use crate::port::{FrameRef, Port, DEFAULT_SOCKET_MTU};
 use crate::roce::{
-    self, AddressVector, Engine, FailedWr, FlushSpec, Mtu, MwBind, SendData, SendWr, UdDest,
-    WcStatus, WrOpcode,
+    self, AddressVector, Engine, FailedWr, FastReg, FlushSpec, Mtu, MwBind, SendData, SendWr,
+    UdDest, WcStatus, WrOpcode,
 };
 
 pub use super::admin::DEVICE_CAPS;
@@ -691,6 +691,7 @@ fn wr_opcode(op: u8) -> Option<WrOpcode> {
         WR_SEND_WITH_INV => WrOpcode::SendWithInv,
         WR_FLUSH => WrOpcode::Flush,
         WR_ATOMIC_WRITE => WrOpcode::AtomicWrite,
+        WR_REG_MR => WrOpcode::RegMr,
         _ => return None,
     })
 }
@@ -742,6 +743,7 @@ pub fn decode_send(
         swap: 0,
         flush: FlushSpec::default(),
         bind: None,
+        fast_reg: None,
         ud: None,
     };
     if qp_type == QPT_UD || qp_type == QPT_GSI {
@@ -786,6 +788,20 @@ pub fn decode_send(
                     new_rkey: b.new_rkey,
                     lkey: b.lkey,
                     access: b.access,
+                });
+                wr.data = SendData::Sges(Vec::new());
+            }
+            WrOpcode::RegMr => {
+                // SAFETY: every union variant is plain integers.
+                let f = unsafe { w.seg.fast_reg };
+                wr.fast_reg = Some(FastReg {
+                    iova: f.iova,
+                    length: f.length,
+                    page_list: f.page_list,
+                    key: f.key,
+                    access: f.access,
+                    npages: f.npages,
+                    page_shift: f.page_shift,
                 });
                 wr.data = SendData::Sges(Vec::new());
             }

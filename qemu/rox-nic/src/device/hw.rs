@@ -2,7 +2,7 @@
 //! the [`DeviceEnv`] the transport engine works through: every memory access on behalf of a
 //! work request is checked here against key, PD, access flags and MR bounds.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
@@ -16,8 +16,8 @@ use super::sys::signal_irq;
 use super::Shared;
 use crate::dma::{DmaError, GuestMemory};
 use crate::roce::{
-    self, AccessError, AddressVector, AtomicOp, Completion, DeviceEnv, FlushSpec, Gid, MwBind,
-    RecvWr,
+    self, AccessError, AddressVector, AtomicOp, Completion, DeviceEnv, FastReg, FlushSpec, Gid,
+    MwBind, RecvWr,
 };
 
 /// A ring in guest memory described by a page list.
@@ -121,7 +121,8 @@ pub fn load_ring(
 /// A registered memory region.
 #[derive(Clone, Debug)]
 pub struct Mr {
-    /// Its lkey (= rkey).
+    /// Its lkey (= rkey). A fast-registration region's changes with every `WR_REG_MR` (the
+    /// consumer picks the variant); the index part never changes.
     pub key: u32,
     pub pd: u32,
     pub access: u32,
@@ -136,6 +137,18 @@ pub struct Mr {
     /// (`ODP_PTE_*` bits | DMA address; 0 = not present, see [`ODP_PTE_FAULT_SENT`] and
     /// [`ODP_PTE_FAILED`]).
     pub odp: bool,
+    /// A fast-registration region (`MR_FLAG_FAST_REG`); None for the others.
+    pub fast_reg: Option<FastRegState>,
+}
+
+/// What a fast-registration region is between `WR_REG_MR`s.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FastRegState {
+    /// The most pages one `WR_REG_MR` may bind (`pbl.npages` at allocation).
+    pub capacity: u32,
+    /// Pages are bound (by a `WR_REG_MR`, until LOCAL_INV / SEND with invalidate): only then
+    /// does the key reach memory. An invalid region answers like an unknown key.
+    pub valid: bool,
 }
 
 /// Device-internal PTE bit of an on-demand region: a page fault event for this page is
@@ -341,6 +354,8 @@ pub struct Hw {
     pub epoch: Instant,
     pub mac: [u8; 6],
     pub gids: [Option<Gid>; GID_TABLE_LEN as usize],
+    /// MRs by key index (`key >> KEY_INDEX_SHIFT`): an index names one MR whatever the
+    /// variant part of its key; lookups compare the whole key ([`Hw::mr`]).
     pub mrs: HashMap<u32, Mr>,
     /// Memory windows by index (`rkey & !MW_KEY_FLAG) >> KEY_INDEX_SHIFT`).
     pub mws: HashMap<u32, Mw>,
@@ -373,8 +388,6 @@ pub struct Hw {
     pub stats: Stats,
     /// Next MR key index to try (`alloc_key` in admin.rs).
     pub next_mr_index: u32,
-    /// Key indices of the registered MRs (an index names one MR whatever its key part).
-    pub mr_indices: HashSet<u32>,
     pub next_cq: u32,
     pub next_qpn: u32,
     pub next_srq: u32,
@@ -388,6 +401,20 @@ pub use rox_uapi::admin::KEY_INDEX_SHIFT;
 /// The window index an MW rkey names.
 pub fn mw_index(rkey: u32) -> u32 {
     (rkey & !MW_KEY_FLAG) >> KEY_INDEX_SHIFT
+}
+
+/// The MR index an MR key names (the key of `Hw::mrs`).
+pub fn mr_index(key: u32) -> u32 {
+    key >> KEY_INDEX_SHIFT
+}
+
+/// What an invalidation (LOCAL_INV, SEND with invalidate) names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum InvalidationTarget {
+    /// A bound type 2 window (its index).
+    Window(u32),
+    /// A valid fast-registration region (its index).
+    Region(u32),
 }
 
 impl Hw {
@@ -417,7 +444,6 @@ impl Hw {
             mcast: HashMap::new(),
             stats: [0; STATS_COUNT],
             next_mr_index: 1,
-            mr_indices: HashSet::new(),
             next_cq: 1,
             next_qpn: FIRST_QPN,
             next_srq: 1,
@@ -650,8 +676,9 @@ impl Hw {
         if va < b.addr || end > b.addr + b.length {
             return Err(AccessError::OutOfBounds);
         }
-        // The MR outlives its bindings (DEREG_MR unbinds); its access was checked at bind.
-        self.mrs.get(&b.mr).ok_or(AccessError::InvalidKey)
+        // The MR outlives its bindings (DEREG_MR and the invalidation of a fast-registration
+        // region unbind); its access was checked at bind.
+        self.mr(b.mr)
     }
 
     fn remote_read(
@@ -726,22 +753,29 @@ impl Hw {
         Ok(())
     }
 
-    /// Invalidates the type 2 window `rkey` of `pd` (LOCAL_INV, or a peer's SEND with
-    /// invalidate on QP `qpn` when `remote`).
-    pub fn do_invalidate(
-        &mut self,
+    /// What `rkey` names for an invalidation by QP `qpn` of `pd` (LOCAL_INV, or a peer's SEND
+    /// with invalidate when `remote`): a bound type 2 window of `pd` (remotely: bound to
+    /// `qpn`), or a valid fast-registration region of `pd`; the key must match exactly.
+    fn invalidation_target(
+        &self,
         pd: u32,
         qpn: u32,
         rkey: u32,
         remote: bool,
-    ) -> Result<(), AccessError> {
+    ) -> Result<InvalidationTarget, AccessError> {
         if rkey & MW_KEY_FLAG == 0 {
-            return Err(AccessError::InvalidKey);
+            let mr = self.mr(rkey)?;
+            if mr.fast_reg.is_none() {
+                // Ordinary regions are only ever deregistered.
+                return Err(AccessError::InvalidKey);
+            }
+            if mr.pd != pd {
+                return Err(AccessError::PdMismatch);
+            }
+            return Ok(InvalidationTarget::Region(mr_index(rkey)));
         }
-        let mw = self
-            .mws
-            .get_mut(&mw_index(rkey))
-            .ok_or(AccessError::InvalidKey)?;
+        let index = mw_index(rkey);
+        let mw = self.mws.get(&index).ok_or(AccessError::InvalidKey)?;
         if mw.rkey != rkey || mw.mw_type != MW_TYPE_2 {
             return Err(AccessError::InvalidKey);
         }
@@ -754,12 +788,124 @@ impl Hw {
         if remote && b.qpn != Some(qpn) {
             return Err(AccessError::InvalidKey);
         }
-        mw.binding = None;
+        Ok(InvalidationTarget::Window(index))
+    }
+
+    /// Invalidates `rkey` (see [`Hw::invalidation_target`]); a failure changes nothing.
+    pub fn do_invalidate(
+        &mut self,
+        pd: u32,
+        qpn: u32,
+        rkey: u32,
+        remote: bool,
+    ) -> Result<(), AccessError> {
+        match self.invalidation_target(pd, qpn, rkey, remote)? {
+            InvalidationTarget::Window(index) => {
+                let mw = self.mws.get_mut(&index).expect("looked up above");
+                mw.binding = None;
+            }
+            InvalidationTarget::Region(index) => {
+                let mr = self.mrs.get_mut(&index).expect("looked up above");
+                mr.fast_reg = mr.fast_reg.map(|f| FastRegState { valid: false, ..f });
+                // The pages go back to the consumer: nothing may reach them any more.
+                mr.pages = Vec::new();
+                mr.length = 0;
+                self.unbind_windows_into(index);
+            }
+        }
         Ok(())
     }
 
+    /// Unbinds every memory window bound to the MR of index `index` (it was deregistered or,
+    /// a fast-registration region, invalidated): their rkeys then reach nothing.
+    pub fn unbind_windows_into(&mut self, index: u32) {
+        for mw in self.mws.values_mut() {
+            if mw.binding.is_some_and(|b| mr_index(b.mr) == index) {
+                mw.binding = None;
+            }
+        }
+    }
+
+    /// Executes a `WR_REG_MR` of QP `qpn` in `pd`: binds the page list to the invalid
+    /// fast-registration region whose index `reg.key` names. Every rule is checked (and the
+    /// page list read and checked) before anything changes.
+    pub fn do_fast_register(
+        &mut self,
+        pd: u32,
+        _qpn: u32,
+        reg: &FastReg,
+    ) -> Result<(), AccessError> {
+        if reg.key & MW_KEY_FLAG != 0 {
+            return Err(AccessError::InvalidKey);
+        }
+        let index = mr_index(reg.key);
+        let mr = self.mrs.get(&index).ok_or(AccessError::InvalidKey)?;
+        let Some(state) = mr.fast_reg else {
+            return Err(AccessError::InvalidKey);
+        };
+        if mr.pd != pd {
+            return Err(AccessError::PdMismatch);
+        }
+        if state.valid {
+            // IB: a fast registration needs the region invalid (invalidate first).
+            return Err(AccessError::AccessDenied);
+        }
+        let remote_writes = ACCESS_REMOTE_WRITE | ACCESS_REMOTE_ATOMIC;
+        if reg.access & !ACCESS_SUPPORTED != 0
+            || (reg.access & remote_writes != 0 && reg.access & ACCESS_LOCAL_WRITE == 0)
+        {
+            return Err(AccessError::AccessDenied);
+        }
+        if !(PAGE_SHIFT_MIN..=PAGE_SHIFT_MAX).contains(&reg.page_shift)
+            || reg.npages == 0
+            || reg.npages > state.capacity
+        {
+            return Err(AccessError::OutOfBounds);
+        }
+        let page_size = 1u64 << reg.page_shift;
+        let offset = reg.iova & (page_size - 1);
+        let covered = u64::from(reg.npages) << reg.page_shift;
+        let fits = reg.length <= DEV_MAX_MR_SIZE
+            && reg.iova.checked_add(reg.length).is_some()
+            && offset + reg.length <= covered;
+        if !fits {
+            return Err(AccessError::OutOfBounds);
+        }
+        // The same reading and checks (alignment, mapped guest RAM) as every page list.
+        let list = PageList {
+            addr: reg.page_list,
+            npages: reg.npages,
+            page_shift: reg.page_shift,
+            level: PBL_LEVEL_1,
+            reserved: 0,
+        };
+        let pages = load_page_list(&self.mem, &list).map_err(|_| AccessError::OutOfBounds)?;
+        let mr = self.mrs.get_mut(&index).expect("looked up above");
+        mr.key = reg.key;
+        mr.access = reg.access;
+        mr.iova = reg.iova;
+        mr.length = reg.length;
+        mr.offset = offset;
+        mr.pages = pages;
+        mr.page_shift = u32::from(reg.page_shift);
+        mr.fast_reg = Some(FastRegState {
+            valid: true,
+            ..state
+        });
+        Ok(())
+    }
+
+    /// The MR `key` names: it exists, the whole key matches (variant included) and, for a
+    /// fast-registration region, pages are bound. Every access through an MR key starts here.
+    pub fn mr(&self, key: u32) -> Result<&Mr, AccessError> {
+        self.mrs
+            .get(&mr_index(key))
+            .filter(|mr| mr.key == key && mr.fast_reg.is_none_or(|f| f.valid))
+            .ok_or(AccessError::InvalidKey)
+    }
+
     fn mr_for(&self, pd: u32, key: u32, need: u32) -> Result<&Mr, AccessError> {
-        let mr = self.mrs.get(&key).ok_or(AccessError::InvalidKey)?;
+        let mr = self.mr(key)?;
         if mr.pd != pd {
             return Err(AccessError::PdMismatch);
         }
@@ -847,7 +993,11 @@ impl Hw {
                 } else {
                     ODP_PTE_PRESENT
                 };
-                let pages = self.mrs.get_mut(&key).map(|mr| &mut mr.pages[..]);
+                let pages = self
+                    .mrs
+                    .get_mut(&mr_index(key))
+                    .filter(|mr| mr.key == key)
+                    .map(|mr| &mut mr.pages[..]);
                 if let Some(pages) = pages.filter(|p| (page as usize) < p.len()) {
                     if pages[page as usize] & ODP_PTE_FAULT_SENT == 0 && room {
                         // The fault covers every page of the access that is missing: none of
@@ -879,7 +1029,8 @@ impl Hw {
             Err(AccessError::PageFailed { key, page }) => {
                 if let Some(entry) = self
                     .mrs
-                    .get_mut(&key)
+                    .get_mut(&mr_index(key))
+                    .filter(|mr| mr.key == key)
                     .and_then(|mr| mr.pages.get_mut(page as usize))
                 {
                     if *entry & ODP_PTE_FAILED != 0 {
@@ -1082,6 +1233,10 @@ impl DeviceEnv for Hw {
         self.do_bind_mw(pd, qpn, bind)
     }
 
+    fn fast_register(&mut self, pd: u32, qpn: u32, reg: &FastReg) -> Result<(), AccessError> {
+        self.do_fast_register(pd, qpn, reg)
+    }
+
     fn invalidate(
         &mut self,
         pd: u32,
@@ -1090,6 +1245,16 @@ impl DeviceEnv for Hw {
         remote: bool,
     ) -> Result<(), AccessError> {
         self.do_invalidate(pd, qpn, rkey, remote)
+    }
+
+    fn check_invalidate(
+        &mut self,
+        pd: u32,
+        qpn: u32,
+        rkey: u32,
+        remote: bool,
+    ) -> Result<(), AccessError> {
+        self.invalidation_target(pd, qpn, rkey, remote).map(|_| ())
     }
 
     fn atomic_remote(

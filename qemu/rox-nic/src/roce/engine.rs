@@ -107,7 +107,8 @@ enum WqeKind {
     Flush,
     /// ATOMIC WRITE: one request packet with 8 bytes, answered like FLUSH.
     AtomicWrite,
-    /// BIND_MW / LOCAL_INV: executed by the device when its turn comes; no packet, no PSN.
+    /// BIND_MW / LOCAL_INV / REG_MR: executed by the device when its turn comes; no packet,
+    /// no PSN.
     Local,
 }
 
@@ -371,6 +372,7 @@ fn wc_opcode(kind: WqeKind, opcode: WrOpcode) -> WcOpcode {
         WqeKind::Flush => WcOpcode::Flush,
         WqeKind::AtomicWrite => WcOpcode::AtomicWrite,
         WqeKind::Local if opcode == WrOpcode::BindMw => WcOpcode::BindMw,
+        WqeKind::Local if opcode == WrOpcode::RegMr => WcOpcode::RegMr,
         WqeKind::Local => WcOpcode::LocalInv,
     }
 }
@@ -378,7 +380,7 @@ fn wc_opcode(kind: WqeKind, opcode: WrOpcode) -> WcOpcode {
 fn wqe_kind(opcode: WrOpcode) -> WqeKind {
     match opcode {
         WrOpcode::Send | WrOpcode::SendWithImm | WrOpcode::SendWithInv => WqeKind::Send,
-        WrOpcode::BindMw | WrOpcode::LocalInv => WqeKind::Local,
+        WrOpcode::BindMw | WrOpcode::LocalInv | WrOpcode::RegMr => WqeKind::Local,
         WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm => WqeKind::Write,
         WrOpcode::RdmaRead => WqeKind::Read,
         WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd => WqeKind::Atomic,
@@ -738,7 +740,9 @@ impl Qp {
             }
             QpType::Ud => kind == WqeKind::Send && wr.ud.is_some() && !invalidates,
         };
-        if !allowed || (wr.opcode == WrOpcode::BindMw && wr.bind.is_none()) {
+        let segment_missing = (wr.opcode == WrOpcode::BindMw && wr.bind.is_none())
+            || (wr.opcode == WrOpcode::RegMr && wr.fast_reg.is_none());
+        if !allowed || segment_missing {
             return Err(WcStatus::LocQpOpErr);
         }
         if kind == WqeKind::Local {
@@ -859,22 +863,21 @@ impl Qp {
         self.check_drained(env);
     }
 
-    /// Executes the local operation (BIND_MW, LOCAL_INV) at the cursor: it takes no PSN and
-    /// completes at once, in SQ order.
+    /// Executes the local operation (BIND_MW, LOCAL_INV, REG_MR) at the cursor: it takes no
+    /// PSN and completes at once, in SQ order. Any failure is MW_BIND_ERR (a memory
+    /// management operation failed) and changes nothing.
     fn execute_local(&mut self, env: &mut dyn DeviceEnv, index: usize) {
         let (pd, qpn) = (self.cfg.pd, self.cfg.qpn);
         let next_psn = self.req.next_psn;
         let wqe = &mut self.req.sq[index];
         wqe.started = true;
         wqe.first_psn = next_psn;
-        let result = match (wqe.wr.opcode, wqe.wr.bind) {
-            (WrOpcode::BindMw, Some(bind)) => {
-                env.bind_mw(pd, qpn, &bind).map_err(|_| WcStatus::MwBindErr)
-            }
-            _ => env
-                .invalidate(pd, qpn, wqe.wr.rkey, false)
-                .map_err(|_| WcStatus::LocQpOpErr),
-        };
+        let result = match (wqe.wr.opcode, wqe.wr.bind, wqe.wr.fast_reg) {
+            (WrOpcode::BindMw, Some(bind), _) => env.bind_mw(pd, qpn, &bind),
+            (WrOpcode::RegMr, _, Some(reg)) => env.fast_register(pd, qpn, &reg),
+            _ => env.invalidate(pd, qpn, wqe.wr.rkey, false),
+        }
+        .map_err(|_| WcStatus::MwBindErr);
         match result {
             Ok(()) => {
                 wqe.acked = true;
@@ -1710,6 +1713,24 @@ impl Qp {
             let Some(InMessage::Send { wr, offset }) = &mut self.resp.cur else {
                 unreachable!("checked")
             };
+            // The key a SEND with invalidate names is checked before its last packet is
+            // placed; it is invalidated only once the whole message has been.
+            let bad_invalidation = p.info.last
+                && p.hdr
+                    .ieth
+                    .is_some_and(|rkey| env.check_invalidate(pd, qpn, rkey, true).is_err());
+            if bad_invalidation {
+                let wr_id = wr.wr_id;
+                self.resp.cur = None;
+                self.responder_fatal(
+                    env,
+                    stats,
+                    psn,
+                    NakCode::InvalidRequest,
+                    Some((wr_id, WcStatus::LocQpOpErr)),
+                );
+                return;
+            }
             match scatter(env, pd, &wr.sges, *offset, p.payload) {
                 Ok(()) => *offset += p.payload.len() as u64,
                 Err(SgError::Fault) => {
@@ -1741,17 +1762,9 @@ impl Qp {
                     unreachable!("checked")
                 };
                 if let Some(rkey) = p.hdr.ieth {
-                    if env.invalidate(pd, self.cfg.qpn, rkey, true).is_err() {
-                        let status = WcStatus::LocQpOpErr;
-                        self.responder_fatal(
-                            env,
-                            stats,
-                            psn,
-                            NakCode::InvalidRequest,
-                            Some((wr.wr_id, status)),
-                        );
-                        return;
-                    }
+                    // Checked before the packet was placed; nothing ran in between.
+                    let done = env.invalidate(pd, qpn, rkey, true);
+                    debug_assert!(done.is_ok(), "invalidation checked: {done:?}");
                 }
                 let (imm, wc_flags) = match (p.hdr.imm, p.hdr.ieth) {
                     (Some(imm), _) => (imm, WC_FLAG_WITH_IMM),
@@ -2306,6 +2319,7 @@ impl Engine {
             swap: 0,
             flush: FlushSpec::default(),
             bind: None,
+            fast_reg: None,
             ud: None,
         };
         let wqe = Wqe::failed(wr, kind, failed.status, failed.vendor_err);

@@ -109,8 +109,10 @@ pub struct SendWr {
     /// What a FLUSH asks for (other opcodes ignore it).
     pub flush: FlushSpec,
     /// BIND_MW: the binding (other opcodes: None). LOCAL_INV and SEND_WITH_INV name the
-    /// window to invalidate in `rkey`.
+    /// window or fast-registration region to invalidate in `rkey`.
     pub bind: Option<MwBind>,
+    /// REG_MR: the registration (other opcodes: None).
+    pub fast_reg: Option<FastReg>,
     /// UD only.
     pub ud: Option<UdDest>,
 }
@@ -125,6 +127,21 @@ pub struct MwBind {
     pub new_rkey: u32,
     pub lkey: u32,
     pub access: u32,
+}
+
+/// A fast registration (`IB_WR_REG_MR`): the fast-registration region whose key index `key`
+/// names (same PD as the QP, currently invalid) maps `[iova, iova + length)` onto `npages`
+/// pages of `1 << page_shift` bytes whose DMA addresses the device reads from `page_list`
+/// when the work request executes; its lkey and rkey become `key`, its access `access`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FastReg {
+    pub iova: u64,
+    pub length: u64,
+    pub page_list: u64,
+    pub key: u32,
+    pub access: u32,
+    pub npages: u32,
+    pub page_shift: u8,
 }
 
 /// The target of a FLUSH work request (IBA memory placement extensions): `remote_addr` /
@@ -395,10 +412,24 @@ pub trait DeviceEnv {
     ) -> Result<(), AccessError>;
     /// Bind a memory window for QP `qpn` of `pd` (BIND_MW work request, executed in SQ order).
     fn bind_mw(&mut self, pd: u32, qpn: u32, bind: &MwBind) -> Result<(), AccessError>;
-    /// Invalidate the type 2 memory window `rkey` of `pd`: locally (LOCAL_INV) or for a peer
-    /// (SEND with invalidate, `remote`: the window must be bound to QP `qpn`).
+    /// Register pages to a fast-registration region for QP `qpn` of `pd` (REG_MR work
+    /// request, executed in SQ order); a failure changes nothing.
+    fn fast_register(&mut self, pd: u32, qpn: u32, reg: &FastReg) -> Result<(), AccessError>;
+    /// Invalidate `rkey` of `pd` — a bound type 2 memory window or a valid fast-registration
+    /// region — locally (LOCAL_INV) or for a peer (SEND with invalidate, `remote`: a window
+    /// must be bound to QP `qpn`); a failure changes nothing.
     fn invalidate(&mut self, pd: u32, qpn: u32, rkey: u32, remote: bool)
         -> Result<(), AccessError>;
+    /// Whether [`DeviceEnv::invalidate`] with these arguments would succeed, changing nothing:
+    /// the responder asks before it places the last packet of a SEND with invalidate, so a
+    /// message naming a key it may not invalidate writes no byte of that packet.
+    fn check_invalidate(
+        &mut self,
+        pd: u32,
+        qpn: u32,
+        rkey: u32,
+        remote: bool,
+    ) -> Result<(), AccessError>;
     /// Take the next receive WR of QP `qpn` (from its RQ, or its SRQ if it has one).
     fn pop_recv(&mut self, qpn: u32) -> Option<RecvWr>;
     /// Deliver a completion to the QP's send or receive CQ.

@@ -40,6 +40,7 @@ pub enum WcOpcode {
     LocalInv = uv::WC_OPC_LOCAL_INV,
     Flush = uv::WC_OPC_FLUSH,
     AtomicWrite = uv::WC_OPC_ATOMIC_WRITE,
+    RegMr = uv::WC_OPC_REG_MR,
     Recv = uv::WC_OPC_RECV,
     RecvRdmaWithImm = uv::WC_OPC_RECV_RDMA_WITH_IMM,
 }
@@ -60,6 +61,7 @@ pub enum WrOpcode {
     SendWithInv = uv::WR_SEND_WITH_INV,
     Flush = uv::WR_FLUSH,
     AtomicWrite = uv::WR_ATOMIC_WRITE,
+    RegMr = uv::WR_REG_MR,
 }
 
 /// Access flags of MRs and QPs.

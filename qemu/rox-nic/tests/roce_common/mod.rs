@@ -44,7 +44,8 @@ pub struct MockEnv {
     pub tx_dmacs: Vec<[u8; 6]>,
     /// Memory window operations the engine asked for, in order: (qpn, op).
     pub local_ops: Vec<(u32, LocalOp)>,
-    /// rkeys that `invalidate` accepts (once each); binds with `new_rkey == BAD_RKEY` fail.
+    /// rkeys that `invalidate` accepts (once each); binds with `new_rkey == BAD_RKEY` and fast
+    /// registrations with `key == BAD_RKEY` fail.
     pub invalidatable: Vec<u32>,
     /// Bytes `read_remote` copied out of memory.
     pub remote_bytes_read: u64,
@@ -61,6 +62,7 @@ pub const BAD_RKEY: u32 = 0xdead_beef;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LocalOp {
     Bind(MwBind),
+    FastReg(FastReg),
     Invalidate { rkey: u32, remote: bool },
 }
 
@@ -283,6 +285,13 @@ impl DeviceEnv for MockEnv {
         }
         Ok(())
     }
+    fn fast_register(&mut self, _pd: u32, qpn: u32, reg: &FastReg) -> Result<(), AccessError> {
+        self.local_ops.push((qpn, LocalOp::FastReg(*reg)));
+        if reg.key == BAD_RKEY {
+            return Err(AccessError::InvalidKey);
+        }
+        Ok(())
+    }
     fn invalidate(
         &mut self,
         _pd: u32,
@@ -299,6 +308,19 @@ impl DeviceEnv for MockEnv {
             .ok_or(AccessError::InvalidKey)?;
         self.invalidatable.remove(at);
         Ok(())
+    }
+    fn check_invalidate(
+        &mut self,
+        _pd: u32,
+        _qpn: u32,
+        rkey: u32,
+        _remote: bool,
+    ) -> Result<(), AccessError> {
+        if self.invalidatable.contains(&rkey) {
+            Ok(())
+        } else {
+            Err(AccessError::InvalidKey)
+        }
     }
     fn pop_recv(&mut self, qpn: u32) -> Option<RecvWr> {
         self.recv_queues.get_mut(&qpn)?.pop_front()
@@ -595,6 +617,7 @@ pub fn send_wr(wr_id: u64, opcode: WrOpcode, data: SendData) -> SendWr {
         swap: 0,
         flush: FlushSpec::default(),
         bind: None,
+        fast_reg: None,
         ud: None,
     }
 }
