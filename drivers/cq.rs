@@ -27,8 +27,18 @@ use kernel::{
     sync::{Mutex, SpinLockIrq},
 };
 
-/// log2 of the largest kernel CQ (ib_mad asks for a few hundred entries).
-const KERNEL_MAX_LOG_CQ_DEPTH: u32 = 12;
+/// log2 of the largest kernel CQ: the device's largest, as far as one level of ring page
+/// list describes it.
+const KERNEL_MAX_LOG_CQ_DEPTH: u32 = {
+    let ring_bytes = queue::PBL_ENTRIES_PER_PAGE as usize * regs::ROX_PAGE_SIZE;
+    let ring_max = (ring_bytes / queue::CQE_SIZE).trailing_zeros();
+    let dev_max = admin::DEV_MAX_LOG_CQ_DEPTH as u32;
+    if ring_max < dev_max {
+        ring_max
+    } else {
+        dev_max
+    }
+};
 
 pub(crate) struct Cq {
     id: u32,
@@ -229,14 +239,36 @@ fn create_kernel(dev: &RoxDev<'_>, init: &CqInit) -> Result<Created<Cq>> {
     })
 }
 
+/// ib_core's opcode of a device completion (`ib_wc_opcode`).
+fn wc_opcode(opcode: u8) -> b::ib_wc_opcode {
+    match opcode {
+        verbs::WC_OPC_SEND => b::ib_wc_opcode_IB_WC_SEND,
+        verbs::WC_OPC_RDMA_WRITE => b::ib_wc_opcode_IB_WC_RDMA_WRITE,
+        verbs::WC_OPC_RDMA_READ => b::ib_wc_opcode_IB_WC_RDMA_READ,
+        verbs::WC_OPC_COMP_SWAP => b::ib_wc_opcode_IB_WC_COMP_SWAP,
+        verbs::WC_OPC_FETCH_ADD => b::ib_wc_opcode_IB_WC_FETCH_ADD,
+        verbs::WC_OPC_BIND_MW => b::ib_wc_opcode_IB_WC_BIND_MW,
+        verbs::WC_OPC_LOCAL_INV => b::ib_wc_opcode_IB_WC_LOCAL_INV,
+        verbs::WC_OPC_REG_MR => b::ib_wc_opcode_IB_WC_REG_MR,
+        verbs::WC_OPC_FLUSH => b::ib_wc_opcode_IB_WC_FLUSH,
+        verbs::WC_OPC_ATOMIC_WRITE => b::ib_wc_opcode_IB_WC_ATOMIC_WRITE,
+        verbs::WC_OPC_RECV => b::ib_wc_opcode_IB_WC_RECV,
+        verbs::WC_OPC_RECV_RDMA_WITH_IMM => b::ib_wc_opcode_IB_WC_RECV_RDMA_WITH_IMM,
+        // Unknown to this driver: passed on as the device numbers it (the numbering is the
+        // kernel's, see uapi/src/verbs.rs).
+        other => other.into(),
+    }
+}
+
 /// ib_core's form of a completion.
 fn fill_wc(dev: &RoxDev<'_>, wc: &mut b::ib_wc, cqe: &queue::Cqe) {
     wc.__bindgen_anon_1.wr_id = cqe.wr_id;
     wc.status = cqe.status.into();
-    wc.opcode = cqe.opcode.into();
+    wc.opcode = wc_opcode(cqe.opcode);
     wc.vendor_err = cqe.vendor_err.into();
     wc.byte_len = cqe.byte_len;
     wc.qp = dev.registry().qp_ptr(cqe.qp_num);
+    // The union holds the immediate data (network order) or the invalidated rkey.
     wc.ex.imm_data = cqe.imm_data;
     wc.src_qp = cqe.src_qp;
     wc.slid = 0;
@@ -246,6 +278,10 @@ fn fill_wc(dev: &RoxDev<'_>, wc: &mut b::ib_wc, cqe: &queue::Cqe) {
     }
     if cqe.wc_flags & verbs::WC_FLAG_WITH_IMM != 0 {
         flags |= b::ib_wc_flags_IB_WC_WITH_IMM;
+    }
+    if cqe.wc_flags & verbs::WC_FLAG_WITH_INV != 0 {
+        // `Cqe::imm_data` holds the invalidated rkey (host order), as `ex.invalidate_rkey`.
+        flags |= b::ib_wc_flags_IB_WC_WITH_INVALIDATE;
     }
     wc.pkey_index = 0;
     wc.sl = cqe.sl;

@@ -133,6 +133,89 @@ pub(crate) struct Mr {
     _mem: Option<(Umem, PageList)>,
     /// On-demand paging regions (not pinned).
     odp: Option<Arc<OdpMr>>,
+    /// Fast-registration MRs: the page list `IB_WR_REG_MR` hands the device.
+    fast_reg: Option<FastRegPages>,
+}
+
+/// The page list of a fast-registration MR (`admin::MR_FLAG_FAST_REG`): `ib_map_mr_sg` fills
+/// it (through `ib_sg_to_pages`), an `IB_WR_REG_MR` names it, and the device reads it when it
+/// executes that WQE. Its capacity is the MR's (`max_num_sg` of `ib_alloc_mr`).
+pub(crate) struct FastRegPages {
+    list: DmaArray<u64>,
+    /// Pages of the current mapping. Kernel consumers map an MR from one thread at a time and
+    /// only post its REG_MR after mapping it (the verbs' rules); atomic so that a `&Mr` will do.
+    count: AtomicU32,
+}
+
+/// What an `IB_WR_REG_MR` WQE needs of a fast-registration MR.
+pub(crate) struct FastRegList {
+    pub(crate) dma_address: u64,
+    pub(crate) npages: u32,
+    pub(crate) capacity: u32,
+}
+
+impl Mr {
+    /// The page list of a fast-registration MR; None for other MRs.
+    pub(crate) fn fast_reg_list(&self) -> Option<FastRegList> {
+        self.fast_reg.as_ref().map(|f| FastRegList {
+            dma_address: f.list.dma_address(),
+            npages: f.count.load(Ordering::Acquire),
+            capacity: f.list.len() as u32,
+        })
+    }
+
+    /// `ib_map_mr_sg` starts a new mapping.
+    pub(crate) fn clear_pages(&self) -> Result {
+        let f = self.fast_reg.as_ref().ok_or(EINVAL)?;
+        f.count.store(0, Ordering::Release);
+        Ok(())
+    }
+
+    /// Appends one page (its DMA address) to the mapping; ENOMEM once the list is full (then
+    /// `ib_sg_to_pages` stops and `ib_map_mr_sg` reports how much it mapped).
+    pub(crate) fn set_page(&self, addr: u64) -> Result {
+        let f = self.fast_reg.as_ref().ok_or(EINVAL)?;
+        let n = f.count.load(Ordering::Acquire);
+        if n as usize >= f.list.len() {
+            return Err(ENOMEM);
+        }
+        f.list.write(n as usize, addr.to_le())?;
+        f.count.store(n + 1, Ordering::Release);
+        Ok(())
+    }
+}
+
+/// `ib_alloc_mr(IB_MR_TYPE_MEM_REG, max_num_sg)`: a device MR with `MR_FLAG_FAST_REG` whose
+/// capacity is `max_num_sg` pages (1..=`DEV_MAX_FAST_REG_PAGES`, else EINVAL), and its page
+/// list in coherent DMA memory. Its key is invalid until a REG_MR binds pages to it.
+pub(crate) fn alloc_fast_reg_mr(dev: &RoxDev<'_>, pdn: u32, max_num_sg: u32) -> Result<RegisteredMr<Mr>> {
+    if max_num_sg == 0 || max_num_sg > admin::DEV_MAX_FAST_REG_PAGES {
+        return Err(EINVAL);
+    }
+    let list = DmaArray::<u64>::zeroed(dev.pdev.as_ref(), max_num_sg as usize)?;
+    let cmd = admin::RegMrCmd {
+        pd: pdn,
+        pbl: queue::PageList {
+            npages: max_num_sg,
+            ..Default::default()
+        },
+        flags: admin::MR_FLAG_FAST_REG,
+        ..Default::default()
+    };
+    let cpl = dev.exec(admin::ADMIN_OP_REG_MR, payload!(reg_mr: cmd))?;
+    Ok(RegisteredMr {
+        data: Mr {
+            lkey: cpl.result0,
+            _mem: None,
+            odp: None,
+            fast_reg: Some(FastRegPages {
+                list,
+                count: AtomicU32::new(0),
+            }),
+        },
+        lkey: cpl.result0,
+        rkey: cpl.result1,
+    })
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -542,6 +625,7 @@ fn reg_odp_mr(
         lkey,
         _mem: None,
         odp: Some(odp.clone()),
+        fast_reg: None,
     };
     odp.umem
         .locked(|_| odp.umem.data().lkey.store(lkey, Ordering::Relaxed));
@@ -598,6 +682,7 @@ fn register(
             lkey: cpl.result0,
             _mem: mem,
             odp: None,
+            fast_reg: None,
         },
         lkey: cpl.result0,
         rkey: cpl.result1,

@@ -38,10 +38,11 @@ enum QpQueue {
     Kernel(KernelQp),
 }
 
-/// The queues of a kernel consumer's QP (ib_mad's GSI QP1).
+/// The queues of a kernel consumer's QP (ib_mad's GSI QP1, ULPs' RC/UC/UD QPs).
 struct KernelQp {
     sq: KernelRing<queue::SqWqe>,
-    rq: KernelRing<queue::RqWqe>,
+    /// None with an SRQ.
+    rq: Option<KernelRing<queue::RqWqe>>,
     log_sq: u32,
     log_rq: u32,
     db: DbSlot,
@@ -55,9 +56,6 @@ struct KernelQpState {
     sq_rung: u32,
     rq_rung: u32,
 }
-
-/// log2 of the deepest kernel queue (ib_mad uses a few hundred WRs).
-const KERNEL_MAX_LOG_WQ_DEPTH: u32 = 12;
 
 fn log_depth_for(wrs: u32, requested_log: u32) -> Result<u32> {
     let range = u32::from(admin::DEV_MIN_LOG_DEPTH)..=u32::from(admin::DEV_MAX_LOG_WQ_DEPTH);
@@ -173,13 +171,19 @@ pub(crate) fn create(
     })
 }
 
-fn kernel_log_depth(wrs: u32) -> Result<u32> {
+/// log2 of the depth of a kernel queue of `T` entries holding `wrs` work requests (at least
+/// the device's smallest depth: a queue asked for 0 still gets a ring), EINVAL beyond the
+/// device's deepest queue or what one level of ring page list describes.
+pub(crate) fn kernel_log_depth<T>(wrs: u32) -> Result<u32> {
     let log = wrs
         .max(1)
-        .next_power_of_two()
+        .checked_next_power_of_two()
+        .ok_or(EINVAL)?
         .trailing_zeros()
         .max(admin::DEV_MIN_LOG_DEPTH.into());
-    if log > KERNEL_MAX_LOG_WQ_DEPTH {
+    let ring_bytes = (queue::PBL_ENTRIES_PER_PAGE as usize) * regs::ROX_PAGE_SIZE;
+    let ring_max = (ring_bytes / core::mem::size_of::<T>()).trailing_zeros();
+    if log > u32::from(admin::DEV_MAX_LOG_WQ_DEPTH).min(ring_max) {
         return Err(EINVAL);
     }
     Ok(log)
@@ -198,20 +202,33 @@ fn granted_wrs(wanted: u32, log: u32) -> u32 {
 }
 
 /// A kernel consumer's QP: rings in coherent DMA memory, a slot of the driver's doorbell page.
+/// With an SRQ it has no receive ring of its own (0 receive WRs).
 fn create_kernel(dev: &RoxDev<'_>, qp_type: u8, init: QpInit<'_, RoxVerbs>) -> Result<Created<Qp>> {
     let cap = &mut *init.cap;
-    if init.srq.is_some() || cap.max_inline_data > 0 {
-        return Err(EOPNOTSUPP);
-    }
     let max_send_sge = queue::SQ_MAX_SGE.min(dev.attr.max_send_sge);
     let max_recv_sge = queue::RQ_MAX_SGE.min(dev.attr.max_recv_sge);
-    if cap.max_send_sge > max_send_sge || cap.max_recv_sge > max_recv_sge {
+    let max_inline = queue::SQ_MAX_INLINE.min(dev.attr.max_inline_data);
+    if cap.max_send_sge > max_send_sge
+        || cap.max_recv_sge > max_recv_sge
+        || cap.max_inline_data > max_inline
+        || cap.max_send_wr > dev.attr.max_qp_wr
+        || cap.max_recv_wr > dev.attr.max_qp_wr
+    {
         return Err(EINVAL);
     }
-    let log_sq = kernel_log_depth(cap.max_send_wr)?;
-    let log_rq = kernel_log_depth(cap.max_recv_wr)?;
+    let has_srq = init.srq.is_some();
+    let log_sq = kernel_log_depth::<queue::SqWqe>(cap.max_send_wr)?;
+    let log_rq = if has_srq {
+        0
+    } else {
+        kernel_log_depth::<queue::RqWqe>(cap.max_recv_wr)?
+    };
     let sq = KernelRing::<queue::SqWqe>::new(dev.pdev.as_ref(), 1 << log_sq)?;
-    let rq = KernelRing::<queue::RqWqe>::new(dev.pdev.as_ref(), 1 << log_rq)?;
+    let rq = if has_srq {
+        None
+    } else {
+        Some(KernelRing::<queue::RqWqe>::new(dev.pdev.as_ref(), 1 << log_rq)?)
+    };
     let db = DbSlot::alloc(&dev.kernel_slots)?;
     let state = KBox::pin_init(
         new_spinlock_irq!(KernelQpState {
@@ -230,21 +247,25 @@ fn create_kernel(dev: &RoxDev<'_>, qp_type: u8, init: QpInit<'_, RoxVerbs>) -> R
         pd: init.pd.pdn(),
         send_cq: init.send_cq.device_id(),
         recv_cq: init.recv_cq.device_id(),
-        srq: admin::SRQ_NONE,
+        srq: init.srq.map_or(admin::SRQ_NONE, Srq::device_id),
         db_page: regs::DB_PAGE_KERNEL,
         db_slot: db.slot(),
         reserved: 0,
         sq: sq.desc(),
-        rq: rq.desc(),
+        rq: rq.as_ref().map(KernelRing::desc).unwrap_or_default(),
     };
     let qpn = dev
         .exec(admin::ADMIN_OP_CREATE_QP, payload!(create_qp: cmd))?
         .result0;
     cap.max_send_wr = granted_wrs(cap.max_send_wr, log_sq);
-    cap.max_recv_wr = granted_wrs(cap.max_recv_wr, log_rq);
+    cap.max_recv_wr = if has_srq {
+        0
+    } else {
+        granted_wrs(cap.max_recv_wr, log_rq)
+    };
     cap.max_send_sge = max_send_sge;
-    cap.max_recv_sge = max_recv_sge;
-    cap.max_inline_data = 0;
+    cap.max_recv_sge = if has_srq { 0 } else { max_recv_sge };
+    cap.max_inline_data = max_inline;
     let qp = Qp {
         qpn,
         qp_type: init.qp_type,
@@ -279,43 +300,29 @@ fn write_sges(data: &mut [u8], sges: &[b::ib_sge]) -> Result {
     Ok(())
 }
 
-/// Kernel QPs: writes one send WQE.
-pub(crate) fn post_send(_dev: &RoxDev<'_>, qp: &Qp, wr: &SendWr<'_, RoxVerbs>) -> Result {
-    let QpQueue::Kernel(k) = &qp.queue else {
-        return Err(EOPNOTSUPP);
-    };
-    if qp.cap.max_send_wr == 0 {
-        return Err(ENOMEM);
-    }
-    let sges = wr.sges();
-    if sges.len() > qp.cap.max_send_sge as usize {
-        return Err(EINVAL);
-    }
-    let opcode = match wr.opcode() {
+/// The device's opcode of a kernel work request (`ib_wr_opcode`); EINVAL for the ones rox
+/// lacks (LSO, masked atomics, signature handover, ...).
+fn wr_opcode(opcode: u32) -> Result<u8> {
+    Ok(match opcode {
         b::ib_wr_opcode_IB_WR_SEND => verbs::WR_SEND,
         b::ib_wr_opcode_IB_WR_SEND_WITH_IMM => verbs::WR_SEND_WITH_IMM,
+        b::ib_wr_opcode_IB_WR_SEND_WITH_INV => verbs::WR_SEND_WITH_INV,
         b::ib_wr_opcode_IB_WR_RDMA_WRITE => verbs::WR_RDMA_WRITE,
         b::ib_wr_opcode_IB_WR_RDMA_WRITE_WITH_IMM => verbs::WR_RDMA_WRITE_WITH_IMM,
         b::ib_wr_opcode_IB_WR_RDMA_READ => verbs::WR_RDMA_READ,
+        b::ib_wr_opcode_IB_WR_ATOMIC_CMP_AND_SWP => verbs::WR_ATOMIC_CMP_AND_SWP,
+        b::ib_wr_opcode_IB_WR_ATOMIC_FETCH_AND_ADD => verbs::WR_ATOMIC_FETCH_AND_ADD,
+        b::ib_wr_opcode_IB_WR_LOCAL_INV => verbs::WR_LOCAL_INV,
+        b::ib_wr_opcode_IB_WR_REG_MR => verbs::WR_REG_MR,
         _ => return Err(EINVAL),
-    };
-    let send_flags = wr.send_flags();
-    if send_flags & b::ib_send_flags_IB_SEND_INLINE as u32 != 0 {
-        return Err(EINVAL);
-    }
-    let mut flags = 0;
-    if send_flags & b::ib_send_flags_IB_SEND_SIGNALED as u32 != 0 {
-        flags |= queue::WQE_FLAG_SIGNALED;
-    }
-    if send_flags & b::ib_send_flags_IB_SEND_SOLICITED as u32 != 0 {
-        flags |= queue::WQE_FLAG_SOLICITED;
-    }
-    if send_flags & b::ib_send_flags_IB_SEND_FENCE as u32 != 0 {
-        flags |= queue::WQE_FLAG_FENCE;
-    }
-    let seg = if let Some(ud) = wr.ud() {
+    })
+}
+
+/// Bytes 24..64 of a kernel send WQE.
+fn send_seg(qp: &Qp, opcode: u8, wr: &SendWr<'_, RoxVerbs>) -> Result<queue::SqSeg> {
+    if let Some(ud) = wr.ud() {
         let av = ud.ah.av();
-        queue::SqSeg {
+        return Ok(queue::SqSeg {
             ud: queue::UdSeg {
                 dgid: av.dgid,
                 dest_qpn: ud.remote_qpn,
@@ -328,30 +335,118 @@ pub(crate) fn post_send(_dev: &RoxDev<'_>, qp: &Qp, wr: &SendWr<'_, RoxVerbs>) -
                 dmac: av.dmac,
                 reserved1: [0; 2],
             },
-        }
-    } else if let Some((remote_addr, rkey)) = wr.rdma() {
-        queue::SqSeg {
-            rdma: queue::RdmaSeg {
+        });
+    }
+    if qp.qp_type == b::ib_qp_type_IB_QPT_UD || qp.qp_type == b::ib_qp_type_IB_QPT_GSI {
+        // A datagram needs an address handle.
+        return Err(EINVAL);
+    }
+    let rdma = match opcode {
+        verbs::WR_RDMA_WRITE | verbs::WR_RDMA_WRITE_WITH_IMM | verbs::WR_RDMA_READ => {
+            let (remote_addr, rkey) = wr.rdma().ok_or(EINVAL)?;
+            queue::RdmaSeg {
                 remote_addr,
                 rkey,
                 ..Default::default()
-            },
+            }
         }
-    } else {
-        queue::SqSeg {
-            rdma: queue::RdmaSeg::default(),
+        verbs::WR_ATOMIC_CMP_AND_SWP | verbs::WR_ATOMIC_FETCH_AND_ADD => {
+            let a = wr.atomic().ok_or(EINVAL)?;
+            queue::RdmaSeg {
+                remote_addr: a.remote_addr,
+                rkey: a.rkey,
+                compare_add: a.compare_add,
+                swap: a.swap,
+                ..Default::default()
+            }
         }
+        verbs::WR_SEND_WITH_INV | verbs::WR_LOCAL_INV => queue::RdmaSeg {
+            rkey: wr.invalidate_rkey(),
+            ..Default::default()
+        },
+        verbs::WR_REG_MR => {
+            let reg = wr.reg().ok_or(EINVAL)?;
+            // Only fast-registration MRs (alloc_mr) take a REG_MR; the page list is the one
+            // ib_map_mr_sg filled, at most the MR's capacity.
+            let list = reg.mr.fast_reg_list().ok_or(EINVAL)?;
+            if !reg.page_size.is_power_of_two() || list.npages > list.capacity {
+                return Err(EINVAL);
+            }
+            return Ok(queue::SqSeg {
+                fast_reg: queue::FastRegSeg {
+                    iova: reg.iova,
+                    length: reg.length,
+                    page_list: list.dma_address,
+                    key: reg.key,
+                    access: reg.access,
+                    npages: list.npages,
+                    page_shift: reg.page_size.trailing_zeros() as u8,
+                    reserved: [0; 3],
+                },
+            });
+        }
+        _ => queue::RdmaSeg::default(),
     };
+    Ok(queue::SqSeg { rdma })
+}
+
+/// Kernel QPs: writes one send WQE (the consumer keeps at most `max_send_wr` outstanding, as
+/// the verbs require; ib_drain_* post one more, for which ULPs add one to their depth).
+pub(crate) fn post_send(_dev: &RoxDev<'_>, qp: &Qp, wr: &SendWr<'_, RoxVerbs>) -> Result {
+    let QpQueue::Kernel(k) = &qp.queue else {
+        return Err(EOPNOTSUPP);
+    };
+    if qp.cap.max_send_wr == 0 {
+        return Err(ENOMEM);
+    }
+    let opcode = wr_opcode(wr.opcode())?;
+    let send_flags = wr.send_flags();
+    let mut flags = 0;
+    if send_flags & b::ib_send_flags_IB_SEND_SIGNALED as u32 != 0 {
+        flags |= queue::WQE_FLAG_SIGNALED;
+    }
+    if send_flags & b::ib_send_flags_IB_SEND_SOLICITED as u32 != 0 {
+        flags |= queue::WQE_FLAG_SOLICITED;
+    }
+    if send_flags & b::ib_send_flags_IB_SEND_FENCE as u32 != 0 {
+        flags |= queue::WQE_FLAG_FENCE;
+    }
+    let seg = send_seg(qp, opcode, wr)?;
     let mut data = [0u8; queue::SQ_WQE_DATA_SIZE];
-    write_sges(&mut data, sges)?;
+    let sges = wr.sges();
+    let (num_sge, inline_len) = if matches!(opcode, verbs::WR_LOCAL_INV | verbs::WR_REG_MR) {
+        // Local operations carry no data.
+        (0, 0)
+    } else if send_flags & b::ib_send_flags_IB_SEND_INLINE as u32 != 0 {
+        if !matches!(
+            opcode,
+            verbs::WR_SEND
+                | verbs::WR_SEND_WITH_IMM
+                | verbs::WR_SEND_WITH_INV
+                | verbs::WR_RDMA_WRITE
+                | verbs::WR_RDMA_WRITE_WITH_IMM
+        ) {
+            return Err(EINVAL);
+        }
+        let max = (qp.cap.max_inline_data as usize).min(data.len());
+        let len = wr.copy_inline(&mut data[..max])?;
+        flags |= queue::WQE_FLAG_INLINE;
+        (0, len as u32)
+    } else {
+        if sges.len() > qp.cap.max_send_sge as usize {
+            return Err(EINVAL);
+        }
+        write_sges(&mut data, sges)?;
+        (sges.len() as u8, 0)
+    };
     let wqe = queue::SqWqe {
         wr_id: wr.wr_id(),
         opcode,
         flags,
-        num_sge: sges.len() as u8,
+        num_sge,
         reserved0: 0,
         imm_data: wr.imm_data(),
-        inline_len: 0,
+        inline_len,
         reserved1: 0,
         seg,
         data,
@@ -376,16 +471,10 @@ pub(crate) fn ring_sq(dev: &RoxDev<'_>, qp: &Qp) {
     }
 }
 
-/// Kernel QPs: writes one receive WQE.
-pub(crate) fn post_recv(_dev: &RoxDev<'_>, qp: &Qp, wr: &RecvWr<'_>) -> Result {
-    let QpQueue::Kernel(k) = &qp.queue else {
-        return Err(EOPNOTSUPP);
-    };
-    if qp.cap.max_recv_wr == 0 {
-        return Err(ENOMEM);
-    }
+/// The receive WQE of a kernel work request with at most `max_sge` SGEs.
+pub(crate) fn rq_wqe(wr: &RecvWr<'_>, max_sge: u32) -> Result<queue::RqWqe> {
     let sges = wr.sges();
-    if sges.len() > qp.cap.max_recv_sge as usize {
+    if sges.len() > max_sge as usize {
         return Err(EINVAL);
     }
     let mut wqe = queue::RqWqe {
@@ -400,9 +489,24 @@ pub(crate) fn post_recv(_dev: &RoxDev<'_>, qp: &Qp, wr: &RecvWr<'_>) -> Result {
             lkey: src.lkey,
         };
     }
+    Ok(wqe)
+}
+
+/// Kernel QPs: writes one receive WQE (EINVAL with an SRQ: receives go to the SRQ).
+pub(crate) fn post_recv(_dev: &RoxDev<'_>, qp: &Qp, wr: &RecvWr<'_>) -> Result {
+    let QpQueue::Kernel(k) = &qp.queue else {
+        return Err(EOPNOTSUPP);
+    };
+    let Some(rq) = &k.rq else {
+        return Err(EINVAL);
+    };
+    if qp.cap.max_recv_wr == 0 {
+        return Err(ENOMEM);
+    }
+    let wqe = rq_wqe(wr, qp.cap.max_recv_sge)?;
     let depth = 1u32 << k.log_rq;
     let mut state = k.state.lock();
-    k.rq.ring
+    rq.ring
         .write((state.rq_producer & (depth - 1)) as usize, wqe)?;
     state.rq_producer = state.rq_producer.wrapping_add(1);
     Ok(())

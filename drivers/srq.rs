@@ -3,22 +3,32 @@
 //! event (`IB_EVENT_SRQ_LIMIT_REACHED`) from the device, and resizing: librox hands a new
 //! ring that already holds every posted WQE at its free-running index; the device switches
 //! to it (MODIFY_SRQ with `SRQ_ATTR_MAX_WR`) and the old ring's pin is dropped.
+//!
+//! Kernel SRQs (nvmet-rdma, svcrdma): the ring is coherent DMA memory, the producer index a
+//! slot of the driver's own doorbell page; `post_recv` writes WQEs, `ring` tells the device.
+//! The limit event works as for user SRQs; kernel SRQs are not resized.
 
 use crate::{
     admin::payload,
     dev::RoxDev,
     hw::uapi::{admin, queue, udata as ud, verbs},
-    ib::{bindings as b, Created, DeviceId, IbDev, Udata},
+    hw::regs,
+    ib::{bindings as b, Created, DeviceId, IbDev, RecvWr, Udata},
     ids::DbSlot,
-    mr::UserRing,
+    mr::{KernelRing, UserRing},
     verbs::Ucontext,
 };
-use kernel::{new_mutex, prelude::*, sync::Mutex};
+use kernel::{
+    new_mutex, new_spinlock_irq,
+    prelude::*,
+    sync::{Mutex, SpinLockIrq},
+};
 
 /// The ring the device reads and its depth; replaced by a resize.
 struct SrqRing {
     max_wr: u32,
-    _ring: UserRing,
+    /// None for kernel SRQs (their ring is `Srq::kernel`'s).
+    _ring: Option<UserRing>,
 }
 
 pub(crate) struct Srq {
@@ -26,7 +36,16 @@ pub(crate) struct Srq {
     max_sge: u32,
     /// Taken by modify (resize, limit) and query: ib_core runs them concurrently.
     ring: Pin<KBox<Mutex<SrqRing>>>,
-    _db: DbSlot,
+    db: DbSlot,
+    /// Kernel SRQs: the ring the driver writes.
+    kernel: Option<KernelSrq>,
+}
+
+struct KernelSrq {
+    ring: KernelRing<queue::RqWqe>,
+    log_depth: u32,
+    /// Free-running producer index and the last value rung.
+    state: Pin<KBox<SpinLockIrq<(u32, u32)>>>,
 }
 
 /// Checks a ring depth of udata and returns it (`1 << log_depth`).
@@ -53,7 +72,9 @@ pub(crate) fn create(
     attr: &mut b::ib_srq_attr,
     udata: &mut Udata<'_>,
 ) -> Result<Created<Srq>> {
-    let uctx = uctx.ok_or(EOPNOTSUPP)?;
+    let Some(uctx) = uctx else {
+        return create_kernel(dev, pdn, attr);
+    };
     let req: ud::CreateSrqReq = udata.read()?;
     let log_depth = req.log_depth;
     let depth = ring_depth(log_depth)?;
@@ -87,7 +108,7 @@ pub(crate) fn create(
     let ring = KBox::pin_init(
         new_mutex!(SrqRing {
             max_wr: depth,
-            _ring: ring,
+            _ring: Some(ring),
         }),
         GFP_KERNEL,
     )?;
@@ -98,11 +119,12 @@ pub(crate) fn create(
         id,
         max_sge: queue::RQ_MAX_SGE.min(dev.attr.max_srq_sge),
         ring,
-        _db: db,
+        db,
+        kernel: None,
     };
     let resp = ud::CreateSrqResp {
         srq_id: id,
-        db_slot: srq._db.slot(),
+        db_slot: srq.db.slot(),
     };
     if let Err(err) = udata.respond(&resp) {
         destroy(dev, &srq);
@@ -115,6 +137,83 @@ pub(crate) fn create(
         id,
         size: depth,
     })
+}
+
+/// A kernel consumer's SRQ: ring in coherent DMA memory, a slot of the driver's doorbell page.
+fn create_kernel(dev: &RoxDev<'_>, pdn: u32, attr: &mut b::ib_srq_attr) -> Result<Created<Srq>> {
+    let max_sge = queue::RQ_MAX_SGE.min(dev.attr.max_srq_sge);
+    if attr.max_wr == 0
+        || attr.max_wr > dev.attr.max_srq_wr
+        || attr.max_sge > max_sge
+        || attr.srq_limit > attr.max_wr
+    {
+        return Err(EINVAL);
+    }
+    let log_depth = crate::qp::kernel_log_depth::<queue::RqWqe>(attr.max_wr)?;
+    let depth = 1u32 << log_depth;
+    let ring = KernelRing::<queue::RqWqe>::new(dev.pdev.as_ref(), depth as usize)?;
+    let db = DbSlot::alloc(&dev.kernel_slots)?;
+    let state = KBox::pin_init(new_spinlock_irq!((0u32, 0u32)), GFP_KERNEL)?;
+    let ring_state = KBox::pin_init(
+        new_mutex!(SrqRing {
+            max_wr: depth,
+            _ring: None,
+        }),
+        GFP_KERNEL,
+    )?;
+    let cmd = admin::CreateSrqCmd {
+        pd: pdn,
+        log_depth: log_depth as u8,
+        limit: attr.srq_limit,
+        db_page: regs::DB_PAGE_KERNEL,
+        db_slot: db.slot(),
+        ring: ring.desc(),
+        ..Default::default()
+    };
+    let id = dev
+        .exec(admin::ADMIN_OP_CREATE_SRQ, payload!(create_srq: cmd))?
+        .result0;
+    attr.max_wr = depth;
+    attr.max_sge = max_sge;
+    Ok(Created {
+        data: Srq {
+            id,
+            max_sge,
+            ring: ring_state,
+            db,
+            kernel: Some(KernelSrq {
+                ring,
+                log_depth,
+                state,
+            }),
+        },
+        id,
+        size: depth,
+    })
+}
+
+/// Kernel SRQs: writes one receive WQE (the consumer keeps at most `max_wr` posted, as the
+/// verbs require).
+pub(crate) fn post_recv(_dev: &RoxDev<'_>, srq: &Srq, wr: &RecvWr<'_>) -> Result {
+    let k = srq.kernel.as_ref().ok_or(EOPNOTSUPP)?;
+    let wqe = crate::qp::rq_wqe(wr, srq.max_sge)?;
+    let depth = 1u32 << k.log_depth;
+    let mut state = k.state.lock();
+    k.ring.ring.write((state.0 & (depth - 1)) as usize, wqe)?;
+    state.0 = state.0.wrapping_add(1);
+    Ok(())
+}
+
+/// Kernel SRQs: tells the device about new receive WQEs.
+pub(crate) fn ring(dev: &RoxDev<'_>, srq: &Srq) {
+    let Some(k) = srq.kernel.as_ref() else {
+        return;
+    };
+    let mut state = k.state.lock();
+    if state.1 != state.0 {
+        state.1 = state.0;
+        dev.kernel_doorbell(srq.db.slot(), Some(state.0), None);
+    }
 }
 
 /// Resize (`IB_SRQ_MAX_WR`, with the new ring in udata) and/or arm the limit
@@ -134,6 +233,9 @@ pub(crate) fn modify(
         return Err(EINVAL);
     }
     let resize = mask & b::ib_srq_attr_mask_IB_SRQ_MAX_WR != 0;
+    if resize && srq.kernel.is_some() {
+        return Err(EOPNOTSUPP);
+    }
     let mut state = srq.ring.lock();
     let mut cmd = admin::ModifySrqCmd {
         srq: srq.id,
@@ -175,7 +277,7 @@ pub(crate) fn modify(
         // The device reads the new ring now; the old one's pin goes with the old value.
         *state = SrqRing {
             max_wr,
-            _ring: ring,
+            _ring: Some(ring),
         };
     }
     drop(state);

@@ -43,6 +43,9 @@ fn device_cap_flags(caps: u32) -> u64 {
     if caps & regs::CAP_SRQ_RESIZE != 0 {
         flags |= b::ib_device_cap_flags_IB_DEVICE_SRQ_RESIZE as u64;
     }
+    // Fast registration (alloc_mr / IB_WR_REG_MR / LOCAL_INV / SEND_WITH_INV), which
+    // nvme-rdma and xprtrdma require.
+    flags |= b::ib_device_cap_flags_IB_DEVICE_MEM_MGT_EXTENSIONS as u64;
     if caps & regs::CAP_MW != 0 {
         flags |= (b::ib_device_cap_flags_IB_DEVICE_MEM_WINDOW
             | b::ib_device_cap_flags_IB_DEVICE_MEM_WINDOW_TYPE_2B) as u64;
@@ -244,6 +247,7 @@ impl Verbs for RoxVerbs {
         attr.max_mcast_qp_attach = hw.max_mcast_qp_attach;
         attr.max_total_mcast_qp_attach = hw.max_total_mcast_qp_attach;
         attr.local_ca_ack_delay = hw.local_ca_ack_delay as u8;
+        attr.max_fast_reg_page_list_len = admin::DEV_MAX_FAST_REG_PAGES;
         if hw.caps & regs::CAP_ODP != 0 {
             attr.kernel_cap_flags |= b::ib_kernel_cap_flags_IBK_ON_DEMAND_PAGING as u64;
             attr.odp_caps = mr::odp_caps();
@@ -401,6 +405,18 @@ impl Verbs for RoxVerbs {
         mr::dereg_mr(dev, mr)
     }
 
+    fn alloc_mr(dev: &RoxDev<'_>, pd: &Pd, max_num_sg: u32) -> Result<RegisteredMr<Mr>> {
+        mr::alloc_fast_reg_mr(dev, pd.pdn, max_num_sg)
+    }
+
+    fn mr_clear_pages(mr: &Mr) -> Result {
+        mr.clear_pages()
+    }
+
+    fn mr_set_page(mr: &Mr, addr: u64) -> Result {
+        mr.set_page(addr)
+    }
+
     fn advise_mr(
         dev: &RoxDev<'_>,
         pd: &Pd,
@@ -514,6 +530,14 @@ impl Verbs for RoxVerbs {
 
     fn ring_rq(dev: &RoxDev<'_>, qp: &Qp) {
         qp::ring_rq(dev, qp)
+    }
+
+    fn post_srq_recv(dev: &RoxDev<'_>, srq: &Srq, wr: &RecvWr<'_>) -> Result {
+        srq::post_recv(dev, srq, wr)
+    }
+
+    fn ring_srq(dev: &RoxDev<'_>, srq: &Srq) {
+        srq::ring(dev, srq)
     }
 
     fn poll_cq(dev: &RoxDev<'_>, cq: &Cq, wc: &mut [b::ib_wc]) -> Result<usize> {

@@ -11,3 +11,9 @@ mkdir -p "$mdir"
 in_root make -C "$(cache_path_in_root "$kdir")/linux" M=/rox MO="$(cache_path_in_root "$mdir")" \
 	-j"$(nproc)" modules
 log "module: $mdir/rox.ko"
+# The kernel verbs test module (tests/kernel, loaded by tests/guest/t-driver-kverbs.sh), next
+# to rox.ko in the module directory's kverbs/.
+mkdir -p "$mdir/kverbs"
+in_root make -C "$(cache_path_in_root "$kdir")/linux" M=/rox/tests/kernel \
+	MO="$(cache_path_in_root "$mdir")/kverbs" -j"$(nproc)" modules
+log "test module: $mdir/kverbs/rox_kverbs_test.ko"

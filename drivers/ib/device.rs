@@ -165,6 +165,18 @@ pub(crate) trait Verbs: Sized + 'static {
         access: u32,
     ) -> Result<RegisteredMr<Self::Mr>>;
     fn dereg_mr(dev: &Self::Dev<'_>, mr: &Self::Mr);
+    /// A fast-registration MR (`ib_alloc_mr(IB_MR_TYPE_MEM_REG)`) of up to `max_num_sg` pages:
+    /// no access until an `IB_WR_REG_MR` binds pages to it.
+    fn alloc_mr(
+        dev: &Self::Dev<'_>,
+        pd: &Self::Pd,
+        max_num_sg: u32,
+    ) -> Result<RegisteredMr<Self::Mr>>;
+    /// `ib_map_mr_sg` starts: the MR's page list is emptied.
+    fn mr_clear_pages(mr: &Self::Mr) -> Result;
+    /// `ib_map_mr_sg`: appends the DMA address of one page to the MR's page list (ENOMEM when
+    /// it is full). May run in any context.
+    fn mr_set_page(mr: &Self::Mr, addr: u64) -> Result;
     /// ibv_advise_mr: make the ranges `(addr, length, lkey)` of on-demand paging regions of
     /// `pd` present (`advice`: `enum ib_uverbs_advise_mr_advice`); `flush`: before returning.
     fn advise_mr(
@@ -240,6 +252,9 @@ pub(crate) trait Verbs: Sized + 'static {
     /// Kernel QPs: queue one receive work request (rung by `ring_rq`).
     fn post_recv(dev: &Self::Dev<'_>, qp: &Self::Qp, wr: &RecvWr<'_>) -> Result;
     fn ring_rq(dev: &Self::Dev<'_>, qp: &Self::Qp);
+    /// Kernel SRQs: queue one receive work request (rung by `ring_srq`).
+    fn post_srq_recv(dev: &Self::Dev<'_>, srq: &Self::Srq, wr: &RecvWr<'_>) -> Result;
+    fn ring_srq(dev: &Self::Dev<'_>, srq: &Self::Srq);
     /// Kernel CQs: moves up to `wc.len()` completions into `wc`, returns how many.
     fn poll_cq(dev: &Self::Dev<'_>, cq: &Self::Cq, wc: &mut [b::ib_wc]) -> Result<usize>;
     /// Kernel CQs: arms the CQ; returns whether completions may have been missed.
@@ -854,6 +869,54 @@ unsafe extern "C" fn dereg_mr<V: Verbs>(mr: *mut b::ib_mr, _udata: *mut b::ib_ud
     0
 }
 
+unsafe extern "C" fn alloc_mr<V: Verbs>(
+    pd: *mut b::ib_pd,
+    mr_type: b::ib_mr_type,
+    max_num_sg: u32,
+) -> *mut b::ib_mr {
+    if mr_type != b::ib_mr_type_IB_MR_TYPE_MEM_REG {
+        return EOPNOTSUPP.to_ptr();
+    }
+    // SAFETY: ib_core passes one of our live PDs.
+    let (dev, pd_data) = unsafe {
+        (
+            dev_of::<V>((*pd).device),
+            Obj::<b::ib_pd, V::Pd>::data_of(pd),
+        )
+    };
+    new_mr(V::alloc_mr(dev, pd_data, max_num_sg))
+}
+
+/// `ib_sg_to_pages`' callback: one page of the mapping.
+///
+/// # Safety
+///
+/// `mr` is a fast-registration MR of a `V` device (made by `alloc_mr`, so an `Obj<ib_mr,
+/// V::Mr>` with initialised data), alive for the call: `ib_sg_to_pages` only calls this with
+/// the MR `map_mr_sg` passed it.
+unsafe extern "C" fn mr_set_page<V: Verbs>(mr: *mut b::ib_mr, addr: u64) -> c_int {
+    // SAFETY: per the function's requirements.
+    let data = unsafe { Obj::<b::ib_mr, V::Mr>::data_of(mr) };
+    errno(V::mr_set_page(data, addr))
+}
+
+unsafe extern "C" fn map_mr_sg<V: Verbs>(
+    mr: *mut b::ib_mr,
+    sg: *mut b::scatterlist,
+    sg_nents: c_int,
+    sg_offset: *mut c_uint,
+) -> c_int {
+    // SAFETY: ib_map_mr_sg passes one of our live MRs (ib_core calls map_mr_sg only for MRs of
+    // this device, which `alloc_mr` made) and a DMA-mapped scatterlist of `sg_nents` entries.
+    let data = unsafe { Obj::<b::ib_mr, V::Mr>::data_of(mr) };
+    if let Err(err) = V::mr_clear_pages(data) {
+        return err.to_errno();
+    }
+    // SAFETY: as above; `mr_set_page::<V>` is called with this MR only (its contract), and
+    // `ib_sg_to_pages` sets the MR's iova/length from the scatterlist.
+    unsafe { b::ib_sg_to_pages(mr, sg, sg_nents, sg_offset, Some(mr_set_page::<V>)) }
+}
+
 unsafe extern "C" fn create_cq<V: Verbs>(
     cq: *mut b::ib_cq,
     attr: *const b::ib_cq_init_attr,
@@ -1282,6 +1345,35 @@ unsafe extern "C" fn post_recv<V: Verbs>(
     errno(result)
 }
 
+unsafe extern "C" fn post_srq_recv<V: Verbs>(
+    srq: *mut b::ib_srq,
+    wr: *const b::ib_recv_wr,
+    bad: *mut *const b::ib_recv_wr,
+) -> c_int {
+    // SAFETY: one of our live SRQs; `wr` is a valid chain for the duration of the call.
+    let (dev, data) = unsafe {
+        (
+            dev_of::<V>((*srq).device),
+            Obj::<b::ib_srq, V::Srq>::data_of(srq),
+        )
+    };
+    let mut cur = wr;
+    let mut result = Ok(());
+    while !cur.is_null() {
+        // SAFETY: non-null element of the caller's chain.
+        let raw = unsafe { &*cur };
+        if let Err(err) = V::post_srq_recv(dev, data, &RecvWr { raw }) {
+            // SAFETY: ib_core passes a valid output pointer.
+            unsafe { *bad = cur };
+            result = Err(err);
+            break;
+        }
+        cur = raw.next;
+    }
+    V::ring_srq(dev, data);
+    errno(result)
+}
+
 unsafe extern "C" fn poll_cq<V: Verbs>(cq: *mut b::ib_cq, n: c_int, wc: *mut b::ib_wc) -> c_int {
     if n <= 0 || wc.is_null() {
         return 0;
@@ -1355,6 +1447,8 @@ fn ops<V: Verbs>() -> b::ib_device_ops {
     ops.reg_user_mr = Some(reg_user_mr::<V>);
     ops.get_dma_mr = Some(get_dma_mr::<V>);
     ops.dereg_mr = Some(dereg_mr::<V>);
+    ops.alloc_mr = Some(alloc_mr::<V>);
+    ops.map_mr_sg = Some(map_mr_sg::<V>);
     ops.advise_mr = Some(advise_mr::<V>);
     ops.create_cq = Some(create_cq::<V>);
     ops.destroy_cq = Some(destroy_cq::<V>);
@@ -1377,6 +1471,7 @@ fn ops<V: Verbs>() -> b::ib_device_ops {
     ops.get_hw_stats = Some(get_hw_stats::<V>);
     ops.post_send = Some(post_send::<V>);
     ops.post_recv = Some(post_recv::<V>);
+    ops.post_srq_recv = Some(post_srq_recv::<V>);
     ops.poll_cq = Some(poll_cq::<V>);
     ops.req_notify_cq = Some(req_notify_cq::<V>);
 

@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
-//! Safe views of the work requests kernel consumers post (ib_mad's GSI QP1).
+//! Safe views of the work requests kernel consumers post (ib_mad's GSI QP1, nvme-rdma,
+//! xprtrdma, ...): the common part, and the part of the containing structure (`ib_ud_wr`,
+//! `ib_rdma_wr`, `ib_atomic_wr`, `ib_reg_wr`) its opcode names.
 
 use super::{bindings as b, Verbs};
 use core::{marker::PhantomData, ptr};
@@ -74,6 +76,101 @@ impl<'a, V: Verbs> SendWr<'a, V> {
             }
             _ => None,
         }
+    }
+}
+
+/// The atomic part of an `IB_WR_ATOMIC_CMP_AND_SWP` / `IB_WR_ATOMIC_FETCH_AND_ADD` request.
+pub(crate) struct AtomicWr {
+    pub(crate) remote_addr: u64,
+    pub(crate) rkey: u32,
+    /// CMP_AND_SWP: the compare value; FETCH_AND_ADD: the value to add.
+    pub(crate) compare_add: u64,
+    /// CMP_AND_SWP: the swap value.
+    pub(crate) swap: u64,
+}
+
+/// The fast registration of an `IB_WR_REG_MR` request: the MR (its driver data and the
+/// mapping `ib_map_mr_sg` gave it), the key it gets and the access it grants.
+pub(crate) struct RegWr<'a, V: Verbs> {
+    pub(crate) mr: &'a V::Mr,
+    pub(crate) iova: u64,
+    pub(crate) length: u64,
+    /// The page size `ib_map_mr_sg` mapped the MR with.
+    pub(crate) page_size: u32,
+    pub(crate) key: u32,
+    /// `ib_access_flags`.
+    pub(crate) access: u32,
+}
+
+impl<'a, V: Verbs> SendWr<'a, V> {
+    /// The rkey a SEND_WITH_INV or LOCAL_INV request invalidates.
+    pub(crate) fn invalidate_rkey(&self) -> u32 {
+        // SAFETY: both members of the union are 32-bit values.
+        unsafe { self.raw.ex.invalidate_rkey }
+    }
+
+    pub(crate) fn atomic(&self) -> Option<AtomicWr> {
+        match self.raw.opcode {
+            b::ib_wr_opcode_IB_WR_ATOMIC_CMP_AND_SWP | b::ib_wr_opcode_IB_WR_ATOMIC_FETCH_AND_ADD
+                if !self.is_ud =>
+            {
+                // SAFETY: ib_core's contract: atomic requests are the `wr` member (first) of an
+                // `ib_atomic_wr`.
+                let a = unsafe { &*ptr::from_ref(self.raw).cast::<b::ib_atomic_wr>() };
+                Some(AtomicWr {
+                    remote_addr: a.remote_addr,
+                    rkey: a.rkey,
+                    compare_add: a.compare_add,
+                    swap: a.swap,
+                })
+            }
+            _ => None,
+        }
+    }
+
+    pub(crate) fn reg(&self) -> Option<RegWr<'a, V>> {
+        if self.raw.opcode != b::ib_wr_opcode_IB_WR_REG_MR || self.is_ud {
+            return None;
+        }
+        // SAFETY: ib_core's contract: REG_MR requests are the `wr` member (first) of an
+        // `ib_reg_wr` whose MR belongs to this device (allocated by our `alloc_mr`, hence an
+        // `Obj<ib_mr, V::Mr>` with initialised data) and stays alive during the call.
+        unsafe {
+            let reg = &*ptr::from_ref(self.raw).cast::<b::ib_reg_wr>();
+            if reg.mr.is_null() {
+                return None;
+            }
+            let mr = &*reg.mr;
+            Some(RegWr {
+                mr: super::device::Obj::<b::ib_mr, V::Mr>::data_of(reg.mr),
+                iova: mr.iova,
+                length: mr.length,
+                page_size: mr.page_size,
+                key: reg.key,
+                access: reg.access as u32,
+            })
+        }
+    }
+
+    /// `IB_SEND_INLINE`: copies the bytes the SGEs name (kernel virtual addresses, as the
+    /// verbs define for inline sends) into `out`; returns how many. EINVAL if they do not fit.
+    pub(crate) fn copy_inline(&self, out: &mut [u8]) -> Result<usize, kernel::error::Error> {
+        let mut len = 0usize;
+        for sge in self.sges() {
+            let n = sge.length as usize;
+            let dst = out
+                .get_mut(len..len.checked_add(n).ok_or(kernel::error::code::EINVAL)?)
+                .ok_or(kernel::error::code::EINVAL)?;
+            if n > 0 {
+                // SAFETY: ib_core's contract for `IB_SEND_INLINE`: each SGE's `addr` is a kernel
+                // virtual address of `length` readable bytes, valid during the post call (the
+                // device never sees it: the bytes are copied into the WQE here).
+                let src = unsafe { core::slice::from_raw_parts(sge.addr as usize as *const u8, n) };
+                dst.copy_from_slice(src);
+            }
+            len += n;
+        }
+        Ok(len)
     }
 }
 

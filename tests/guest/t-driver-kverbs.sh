@@ -1,0 +1,45 @@
+#!/bin/bash
+# Kernel verbs through rox.ko (guest; skips without a rox-nic): loads the test module
+# tests/kernel/rox_kverbs_test.ko (built next to rox.ko by scripts/build-module.sh), which
+# drives kernel QPs between rox_0 and rox_1 (two rox NICs on one bridge): inline SEND and
+# SEND_WITH_IMM, fast registration (alloc_mr / ib_map_mr_sg / IB_WR_REG_MR) with the peer's
+# RDMA WRITE/READ and atomics through the new rkey, SEND_WITH_INV and LOCAL_INV (the old rkey
+# then fails), ib_inc_rkey re-registration, a kernel SRQ with its limit event, zero-depth
+# RC/UC/UD QPs on both devices, a CQ per ib_cq poll context with ib_drain_qp, and issue 11's
+# bad input (error completions, guard pages intact). It prints one ok/FAIL line per check and
+# "result: N passed, M failed"; this script asserts that, then a clean dmesg and unload.
+set -u
+trap 'grep -q "^rox_kverbs_test " /proc/modules && rmmod rox_kverbs_test; grep -q "^rox " /proc/modules && rmmod rox' EXIT
+fail() { echo "FAIL: $*"; dmesg | tail -40; exit 1; }
+skip() { echo "SKIP: $*"; exit 0; }
+rox_vendor=0x524f   # uapi/src/regs.rs PCI_VENDOR_ID
+
+grep -qx $rox_vendor /sys/bus/pci/devices/*/vendor 2>/dev/null || skip "no rox-nic attached"
+test_ko=$(dirname "${ROX_KO:-/nonexistent}")/kverbs/rox_kverbs_test.ko
+[ -f "$test_ko" ] || fail "no test module at $test_ko (scripts/build-module.sh builds it)"
+dmesg -C
+if ! grep -q '^rox ' /proc/modules; then
+	[ -f "${ROX_KO:-}" ] || fail "no module at ${ROX_KO:-}"
+	insmod "$ROX_KO" || fail "insmod rox.ko failed"
+fi
+for dev in rox_0 rox_1; do
+	for _ in $(seq 50); do [ -e /sys/class/infiniband/$dev ] && break; sleep 0.2; done
+	[ -e /sys/class/infiniband/$dev ] || skip "no $dev (the guest needs two rox NICs)"
+	# The test needs an IPv4 RoCEv2 GID on each device.
+	for _ in $(seq 50); do
+		grep -q '0000:0000:0000:0000:0000:ffff' /sys/class/infiniband/$dev/ports/1/gids/* 2>/dev/null && break
+		sleep 0.2
+	done
+done
+start=$(date +%s)
+timeout 300 insmod "$test_ko" || fail "insmod rox_kverbs_test.ko failed"
+dmesg | grep 'rox_kverbs: ' | sed 's/^\[[^]]*\] //'
+result=$(dmesg | grep -o 'rox_kverbs: result: .*' | tail -1)
+[ -n "$result" ] || fail "the test module printed no result"
+echo "kernel verbs checks took $(( $(date +%s) - start )) s: ${result#rox_kverbs: result: }"
+rmmod rox_kverbs_test || fail "rmmod rox_kverbs_test failed"
+rmmod rox || fail "rmmod rox failed"
+dmesg | grep -E 'BUG:|Oops|WARNING:|general protection|refcount_t:|hung task' && fail "kernel complained"
+[[ $result =~ result:\ ([0-9]+)\ passed,\ 0\ failed ]] && [ "${BASH_REMATCH[1]}" -gt 0 ] ||
+	fail "kernel verbs checks: ${result#rox_kverbs: result: }"
+echo "ok   t-driver-kverbs: ${result#rox_kverbs: result: }"
