@@ -503,9 +503,10 @@ def fault(a, ctl, rdma, mark):
     try:
         out, _ = proc.communicate(timeout=FAULT_IO_LIMIT_S)
     except subprocess.TimeoutExpired:
+        # fio is most likely in uninterruptible sleep: kill it, but never wait on it.
         proc.kill()
-        proc.communicate()
-        raise Step(f"fio still running {FAULT_IO_LIMIT_S} s after the target's NIC died (hang)")
+        raise Step(f"fio still running {FAULT_IO_LIMIT_S} s after the target's NIC died (hang);"
+                   f" {blocked_tasks()}")
     took = time.monotonic() - t0
     start = out.find("{")
     err = None
@@ -516,8 +517,10 @@ def fault(a, ctl, rdma, mark):
     if proc.returncode == 0 and not err:
         raise Step(f"fio ended without an error {took:.0f} s after the fault")
     t1 = time.monotonic()
-    must(f"nvme disconnect -n {NQN}", 180)
-    must("modprobe -r nvme_rdma nvme_fabrics nvme_core", 120)
+    for cmd in (f"nvme disconnect -n {NQN}", "modprobe -r nvme_rdma nvme_fabrics nvme_core"):
+        rc, out2 = sh_bounded(cmd, 180)
+        if rc != 0:
+            raise Step(f"`{cmd}` exited {rc} after the fault: {out2.strip()[-300:]}; {blocked_tasks()}")
     rdma.down()
     bad = kernel_complaints(mark)
     if bad:
@@ -526,6 +529,30 @@ def fault(a, ctl, rdma, mark):
     return (f"fio failed {took:.0f} s after the target's NIC died (exit {proc.returncode},"
             f" error {err}{': ' + errline.strip()[:120] if errline else ''}); nvme disconnect and"
             f" unload took {time.monotonic() - t1:.0f} s")
+
+
+def sh_bounded(cmd, timeout):
+    """Like sh(), but a command stuck in the kernel past `timeout` is killed and left behind
+    (waiting on an unkillable process would turn a hang into a silent one). 124 on timeout."""
+    proc = subprocess.Popen(cmd, shell=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            errors="replace", start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+        return proc.returncode, out
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, 9)
+        return 124, f"(timed out after {timeout} s)"
+
+
+def blocked_tasks():
+    """The kernel stacks of tasks in uninterruptible sleep (sysrq w into dmesg, printed here)."""
+    mark = dmesg_mark()
+    write("/proc/sysrq-trigger", "w")
+    time.sleep(1)
+    lines = must("dmesg").splitlines()[mark:]
+    print("--- blocked tasks (sysrq w):\n" + "\n".join(lines[-120:]), flush=True)
+    funcs = [l.split()[-1] for l in lines if re.search(r"\s(\w+)\+0x", l)]
+    return "blocked in: " + " <- ".join(dict.fromkeys(funcs[:12]))
 
 
 def bench(a, rdma):
