@@ -551,7 +551,7 @@ def blocked_tasks():
     time.sleep(1)
     lines = must("dmesg").splitlines()[mark:]
     print("--- blocked tasks (sysrq w):\n" + "\n".join(lines[-120:]), flush=True)
-    funcs = [l.split()[-1] for l in lines if re.search(r"\s(\w+)\+0x", l)]
+    funcs = [m.group(1) for l in lines for m in [re.search(r"\s(\w+)\+0x", l)] if m]
     return "blocked in: " + " <- ".join(dict.fromkeys(funcs[:12]))
 
 
