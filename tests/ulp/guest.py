@@ -554,13 +554,20 @@ def blocked_tasks():
             if state != "D":
                 continue
             comm = open(f"/proc/{pid}/comm").read().strip()
-            stack = open(f"/proc/{pid}/stack").read()
         except OSError:
             continue
+        try:
+            stack = open(f"/proc/{pid}/stack").read()
+        except OSError:
+            stack = "(no /proc/PID/stack)"
         print(f"--- blocked task {pid} {comm}:\n{stack}", flush=True)
         funcs = [m.group(1) for m in re.finditer(r"\] (\w+)\+0x", stack)]
         found.append(f"{comm}: {' <- '.join(funcs[:6])}")
-    return "blocked tasks: " + ("; ".join(found[:4]) if found else "none")
+    states = {c: open(f"/sys/class/nvme/{c}/state").read().strip()
+              for c in (os.listdir("/sys/class/nvme") if os.path.isdir("/sys/class/nvme") else [])}
+    print("--- dmesg tail:\n" + "\n".join(must("dmesg").splitlines()[-40:]), flush=True)
+    return (f"nvme controllers {states or 'none'}; blocked tasks: "
+            + ("; ".join(found[:4]) if found else "none"))
 
 
 def bench(a, rdma):
