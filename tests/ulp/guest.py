@@ -493,11 +493,18 @@ def fault(a, ctl, rdma, mark):
     proc = subprocess.Popen(job, shell=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             errors="replace")
     stat = f"/sys/block/{os.path.basename(dev)}/stat"
-    before = open(stat).read().split()
-    time.sleep(3)
-    if open(stat).read().split() == before or proc.poll() is not None:
+    # Reads and writes completed (fields 1 and 5): the fault must hit I/O in flight, so wait
+    # (fio starts slowly on a loaded TCG host) until some has completed.
+    def done():
+        f = open(stat).read().split()
+        return int(f[0]) + int(f[4])
+    before, end = done(), time.monotonic() + 60
+    while done() < before + 64 and proc.poll() is None and time.monotonic() < end:
+        time.sleep(0.5)
+    if proc.poll() is not None or done() < before + 64:
         proc.kill()
-        raise Step("fio made no progress before the fault")
+        out = proc.communicate()[0] if proc.poll() is not None else ""
+        raise Step(f"fio made no progress before the fault: {out.strip()[-300:]}")
     print("ULP-FAULT-NOW", flush=True)
     t0 = time.monotonic()
     try:
