@@ -37,6 +37,10 @@ STEP_TIMEOUT_S = 600
 CTRL_LOSS_TMO_S = 10
 RECONNECT_DELAY_S = 2
 KEEP_ALIVE_TMO_S = 5
+# nvme-rdma counts reconnect attempts, not time (ctrl_loss_tmo / reconnect_delay of them), and
+# one attempt at a dead peer lasts as long as ib_cm's REQ retries (~80 s): without
+# fast_io_fail_tmo the queued I/O would wait for all of them.
+FAST_IO_FAIL_TMO_S = 4
 FAULT_IO_LIMIT_S = 180
 # What must never appear in dmesg.
 KERNEL_COMPLAINT = re.compile(
@@ -487,7 +491,7 @@ def fault(a, ctl, rdma, mark):
     target's NIC; fio must end with errors within the limit, and disconnect and unload work."""
     ctrl, dev = nvme_connect(a.peer, rdma.ip, a.queues,
                              f"--ctrl-loss-tmo {CTRL_LOSS_TMO_S} --reconnect-delay {RECONNECT_DELAY_S}"
-                             f" --keep-alive-tmo {KEEP_ALIVE_TMO_S}")
+                             f" --keep-alive-tmo {KEEP_ALIVE_TMO_S} --fast_io_fail_tmo {FAST_IO_FAIL_TMO_S}")
     job = (f"fio --output-format=json --name=ulp-fault --filename={dev} --direct=1 --ioengine=libaio"
            f" --iodepth=32 --rw=randrw --bs=64k --time_based --runtime={FAULT_IO_LIMIT_S * 2}")
     proc = subprocess.Popen(job, shell=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
