@@ -891,9 +891,9 @@ unsafe extern "C" fn alloc_mr<V: Verbs>(
 ///
 /// # Safety
 ///
-/// `mr` is a fast-registration MR of a `V` device (made by `alloc_mr`, so an `Obj<ib_mr,
-/// V::Mr>` with initialised data), alive for the call: `ib_sg_to_pages` only calls this with
-/// the MR `map_mr_sg` passed it.
+/// `mr` is an MR of a `V` device (made by `new_mr`, so an `Obj<ib_mr, V::Mr>` with
+/// initialised data), alive for the call: `ib_sg_to_pages` only calls this with the MR
+/// `map_mr_sg` passed it.
 unsafe extern "C" fn mr_set_page<V: Verbs>(mr: *mut b::ib_mr, addr: u64) -> c_int {
     // SAFETY: per the function's requirements.
     let data = unsafe { Obj::<b::ib_mr, V::Mr>::data_of(mr) };
@@ -906,8 +906,9 @@ unsafe extern "C" fn map_mr_sg<V: Verbs>(
     sg_nents: c_int,
     sg_offset: *mut c_uint,
 ) -> c_int {
-    // SAFETY: ib_map_mr_sg passes one of our live MRs (ib_core calls map_mr_sg only for MRs of
-    // this device, which `alloc_mr` made) and a DMA-mapped scatterlist of `sg_nents` entries.
+    // SAFETY: ib_map_mr_sg passes one of our live MRs (every MR of this device is made by
+    // `new_mr`) and a DMA-mapped scatterlist of `sg_nents` entries; MRs that are not
+    // fast-registration ones are refused by `mr_clear_pages` before any page is set.
     let data = unsafe { Obj::<b::ib_mr, V::Mr>::data_of(mr) };
     if let Err(err) = V::mr_clear_pages(data) {
         return err.to_errno();

@@ -5,7 +5,7 @@
 
 use super::{bindings as b, Verbs};
 use core::{marker::PhantomData, ptr};
-use kernel::ffi::c_int;
+use kernel::{ffi::c_int, prelude::*};
 
 /// A send work request of a kernel consumer.
 pub(crate) struct SendWr<'a, V: Verbs> {
@@ -133,8 +133,10 @@ impl<'a, V: Verbs> SendWr<'a, V> {
             return None;
         }
         // SAFETY: ib_core's contract: REG_MR requests are the `wr` member (first) of an
-        // `ib_reg_wr` whose MR belongs to this device (allocated by our `alloc_mr`, hence an
-        // `Obj<ib_mr, V::Mr>` with initialised data) and stays alive during the call.
+        // `ib_reg_wr` whose MR belongs to this device and stays alive during the call. Every
+        // MR of a `V` device is made by `device::new_mr` (reg_user_mr, get_dma_mr, alloc_mr),
+        // hence an `Obj<ib_mr, V::Mr>` with initialised data; whether it is a
+        // fast-registration MR is the driver's check.
         unsafe {
             let reg = &*ptr::from_ref(self.raw).cast::<b::ib_reg_wr>();
             if reg.mr.is_null() {
@@ -154,13 +156,13 @@ impl<'a, V: Verbs> SendWr<'a, V> {
 
     /// `IB_SEND_INLINE`: copies the bytes the SGEs name (kernel virtual addresses, as the
     /// verbs define for inline sends) into `out`; returns how many. EINVAL if they do not fit.
-    pub(crate) fn copy_inline(&self, out: &mut [u8]) -> Result<usize, kernel::error::Error> {
+    pub(crate) fn copy_inline(&self, out: &mut [u8]) -> Result<usize> {
         let mut len = 0usize;
         for sge in self.sges() {
             let n = sge.length as usize;
             let dst = out
-                .get_mut(len..len.checked_add(n).ok_or(kernel::error::code::EINVAL)?)
-                .ok_or(kernel::error::code::EINVAL)?;
+                .get_mut(len..len.checked_add(n).ok_or(EINVAL)?)
+                .ok_or(EINVAL)?;
             if n > 0 {
                 // SAFETY: ib_core's contract for `IB_SEND_INLINE`: each SGE's `addr` is a kernel
                 // virtual address of `length` readable bytes, valid during the post call (the

@@ -3,11 +3,14 @@
 # tests/kernel/rox_kverbs_test.ko (built next to rox.ko by scripts/build-module.sh), which
 # drives kernel QPs between rox_0 and rox_1 (two rox NICs on one bridge): inline SEND and
 # SEND_WITH_IMM, fast registration (alloc_mr / ib_map_mr_sg / IB_WR_REG_MR) with the peer's
-# RDMA WRITE/READ and atomics through the new rkey, SEND_WITH_INV and LOCAL_INV (the old rkey
+# RDMA WRITE (also inline and WITH_IMM)/READ and atomics through the new rkey, SEND_WITH_INV and LOCAL_INV (the old rkey
 # then fails), ib_inc_rkey re-registration, a kernel SRQ with its limit event, zero-depth
 # RC/UC/UD QPs on both devices, a CQ per ib_cq poll context with ib_drain_qp, and issue 11's
-# bad input (error completions, guard pages intact). It prints one ok/FAIL line per check and
-# "result: N passed, M failed"; this script asserts that, then a clean dmesg and unload.
+# bad input (error completions, guard pages intact). Run twice: side B on rox_1, then on rox_0
+# (loopback on one device, as rdma_cm-based ULPs in one guest use it). It prints one ok/FAIL line per check and
+# "result: N passed, M failed"; this script asserts that, then a clean unload and dmesg (and
+# no kmemleak report on debug kernels, whose DEBUG_ATOMIC_SLEEP also catches sleeping in the
+# softirq/interrupt paths).
 set -u
 trap 'grep -q "^rox_kverbs_test " /proc/modules && rmmod rox_kverbs_test; grep -q "^rox " /proc/modules && rmmod rox' EXIT
 fail() { echo "FAIL: $*"; dmesg | tail -40; exit 1; }
@@ -18,6 +21,8 @@ grep -qx $rox_vendor /sys/bus/pci/devices/*/vendor 2>/dev/null || skip "no rox-n
 test_ko=$(dirname "${ROX_KO:-/nonexistent}")/kverbs/rox_kverbs_test.ko
 [ -f "$test_ko" ] || fail "no test module at $test_ko (scripts/build-module.sh builds it)"
 dmesg -C
+kmemleak=/sys/kernel/debug/kmemleak
+[ -w $kmemleak ] && echo clear >$kmemleak
 if ! grep -q '^rox ' /proc/modules; then
 	[ -f "${ROX_KO:-}" ] || fail "no module at ${ROX_KO:-}"
 	insmod "$ROX_KO" || fail "insmod rox.ko failed"
@@ -31,15 +36,28 @@ for dev in rox_0 rox_1; do
 		sleep 0.2
 	done
 done
-start=$(date +%s)
-timeout 300 insmod "$test_ko" || fail "insmod rox_kverbs_test.ko failed"
-dmesg | grep 'rox_kverbs: ' | sed 's/^\[[^]]*\] //'
-result=$(dmesg | grep -o 'rox_kverbs: result: .*' | tail -1)
-[ -n "$result" ] || fail "the test module printed no result"
-echo "kernel verbs checks took $(( $(date +%s) - start )) s: ${result#rox_kverbs: result: }"
-rmmod rox_kverbs_test || fail "rmmod rox_kverbs_test failed"
+# Side B on rox_1 (traffic over the lab bridge), then on rox_0 itself (QP-to-QP loopback).
+results=()
+for peer in rox_1 rox_0; do
+	dmesg -C
+	start=$(date +%s)
+	timeout 300 insmod "$test_ko" peer=$peer || fail "insmod rox_kverbs_test.ko peer=$peer failed"
+	dmesg | grep 'rox_kverbs: ' | sed 's/^\[[^]]*\] //'
+	result=$(dmesg | grep -o 'rox_kverbs: result: .*' | tail -1)
+	[ -n "$result" ] || fail "the test module printed no result (peer $peer)"
+	echo "kernel verbs checks rox_0 <-> $peer took $(( $(date +%s) - start )) s: ${result#rox_kverbs: result: }"
+	rmmod rox_kverbs_test || fail "rmmod rox_kverbs_test failed"
+	dmesg | grep -E 'BUG:|Oops|WARNING:|general protection|refcount_t:|hung task|sleeping function' && fail "kernel complained"
+	[[ $result =~ result:\ ([0-9]+)\ passed,\ 0\ failed ]] && [ "${BASH_REMATCH[1]}" -gt 0 ] ||
+		fail "kernel verbs checks rox_0 <-> $peer: ${result#rox_kverbs: result: }"
+	results+=("rox_0<->$peer ${result#rox_kverbs: result: }")
+done
 rmmod rox || fail "rmmod rox failed"
-dmesg | grep -E 'BUG:|Oops|WARNING:|general protection|refcount_t:|hung task' && fail "kernel complained"
-[[ $result =~ result:\ ([0-9]+)\ passed,\ 0\ failed ]] && [ "${BASH_REMATCH[1]}" -gt 0 ] ||
-	fail "kernel verbs checks: ${result#rox_kverbs: result: }"
-echo "ok   t-driver-kverbs: ${result#rox_kverbs: result: }"
+if [ -w $kmemleak ]; then
+	echo scan >$kmemleak; sleep 5; echo scan >$kmemleak
+	leaks=$(grep -c unreferenced $kmemleak)
+	[ "$leaks" = 0 ] || { head -60 $kmemleak; fail "kmemleak reports $leaks leaks"; }
+	echo "kmemleak: no leaks"
+fi
+dmesg | grep -E 'BUG:|Oops|WARNING:|general protection|refcount_t:|hung task|sleeping function' && fail "kernel complained"
+echo "ok   t-driver-kverbs: ${results[*]}"

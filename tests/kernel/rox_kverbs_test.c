@@ -24,6 +24,7 @@
 #include <linux/scatterlist.h>
 #include <linux/completion.h>
 #include <linux/inet.h>
+#include <linux/etherdevice.h>
 #include <rdma/ib_verbs.h>
 #include <rdma/ib_cache.h>
 
@@ -59,6 +60,8 @@ struct side {
 	struct ib_cq *cq;
 	int gid_index;
 	union ib_gid gid;
+	/* MAC of the GID's netdev: kernel consumers hand ib_core resolved addresses. */
+	u8 mac[ETH_ALEN];
 };
 
 static struct ib_device *dev_a, *dev_b;
@@ -100,8 +103,15 @@ static int find_gid(struct side *s)
 		v4 = attr->gid_type == IB_GID_TYPE_ROCE_UDP_ENCAP &&
 		     ipv6_addr_v4mapped((struct in6_addr *)attr->gid.raw);
 		if (v4) {
+			struct net_device *ndev;
+
 			s->gid = attr->gid;
 			s->gid_index = i;
+			rcu_read_lock();
+			ndev = rdma_read_gid_attr_ndev_rcu(attr);
+			if (!IS_ERR(ndev))
+				ether_addr_copy(s->mac, ndev->dev_addr);
+			rcu_read_unlock();
 		}
 		rdma_put_gid_attr(attr);
 		if (v4)
@@ -208,6 +218,7 @@ static void roce_av(struct rdma_ah_attr *ah, struct side *from, struct side *to)
 	ah->grh.dgid = to->gid;
 	ah->grh.sgid_index = from->gid_index;
 	ah->grh.hop_limit = 64;
+	ether_addr_copy(ah->roce.dmac, to->mac);
 }
 
 /* RESET -> INIT -> RTR -> RTS of an RC/UC QP talking to `rqpn` on side `to`. */
@@ -598,6 +609,38 @@ static void check_fast_reg(struct side *a, struct side *b)
 	CHECK(!ret && wc.opcode == IB_WC_RDMA_READ &&
 		      !memcmp(data_of(&tb), data_of(&lb), NPAGES * PAGE_SIZE),
 	      "fastreg: peer RDMA READ through rkey %#x returns the data", rkey);
+
+	/* Inline RDMA WRITE from a kernel virtual address, then WRITE_WITH_IMM. */
+	{
+		static const char pat[] = "inline RDMA WRITE through a fast-registered rkey";
+		struct ib_sge sge = { .addr = (u64)(uintptr_t)pat, .length = sizeof(pat) };
+		struct ib_rdma_wr w = {
+			.wr = { .wr_id = 24, .opcode = IB_WR_RDMA_WRITE, .sg_list = &sge,
+				.num_sge = 1, .send_flags = IB_SEND_INLINE },
+			.remote_addr = mr->iova + 200, .rkey = rkey,
+		};
+
+		ret = post_send(p.qa, &w.wr);
+		ret = ret ? ret : wait_wr(a->cq, 24, &wc);
+		buf_sync_cpu(&tb);
+		CHECK(!ret && !memcmp(data_of(&tb) + 200, pat, sizeof(pat)),
+		      "fastreg: inline RDMA WRITE of %zu bytes lands (status %d)", sizeof(pat), ret);
+		post_recv(p.qb, 25, data_dma(&rb), PAGE_SIZE, b->pd->local_dma_lkey);
+		sge.addr = data_dma(&lb);
+		sge.lkey = a->pd->local_dma_lkey;
+		sge.length = 32;
+		w.wr.wr_id = 26;
+		w.wr.opcode = IB_WR_RDMA_WRITE_WITH_IMM;
+		w.wr.send_flags = 0;
+		w.wr.ex.imm_data = cpu_to_be32(0xabcd);
+		ret = post_send(p.qa, &w.wr);
+		ret = ret ? ret : wait_wr(a->cq, 26, NULL);
+		ret = ret ? ret : wait_wr(b->cq, 25, &wc);
+		CHECK(!ret && wc.opcode == IB_WC_RECV_RDMA_WITH_IMM && (wc.wc_flags & IB_WC_WITH_IMM) &&
+			      wc.ex.imm_data == cpu_to_be32(0xabcd),
+		      "fastreg: RDMA WRITE_WITH_IMM completes IB_WC_RECV_RDMA_WITH_IMM imm 0x%x (status %d)",
+		      be32_to_cpu(wc.ex.imm_data), ret);
+	}
 
 	/* Atomics on the registered memory (offset 64, 8-byte aligned). */
 	res = (u64 *)data_of(&lb);

@@ -58,7 +58,7 @@ fn fx() -> Fx {
 
 /// Another connected pair on the same device (after an error put a QP of the first in ERR).
 fn pair_on(d: &mut TestDriver, pd: u32) -> Pair {
-    let (cq_a, cq_b, a, b) = d.qp_pair(QPT_RC, pd, 8, ALL_ACCESS);
+    let (cq_a, cq_b, a, b) = d.qp_pair(QPT_RC, pd, 8, ALL_ACCESS | ACCESS_FLUSH_GLOBAL);
     Pair { cq_a, cq_b, a, b }
 }
 
@@ -223,15 +223,16 @@ fn area_is(d: &TestDriver, area: u64, expected: &[u8], what: &str) {
     }
 }
 
-/// REG_MR binds scattered pages; remote WRITE, READ and atomics through the rkey and local
-/// gathers and scatters through the lkey reach exactly those bytes.
+/// REG_MR binds scattered pages; remote WRITE, READ, atomics, ATOMIC WRITE and FLUSH through
+/// the rkey and local gathers and scatters through the lkey reach exactly those bytes.
 #[test]
 fn registration_maps_scattered_pages_for_remote_and_local_access() {
     let mut f = fx();
     let d = &mut f.d;
     let mr = alloc_fast_mr(d, PD, 8).unwrap();
     let key = inc_key(mr);
-    let (reg, area, mut expected) = scattered_reg(d, key);
+    let (mut reg, area, mut expected) = scattered_reg(d, key);
+    reg.access |= ACCESS_FLUSH_GLOBAL;
     register(d, &mut f.p, &reg);
 
     // WRITE the whole registration from a.
@@ -321,6 +322,34 @@ fn registration_maps_scattered_pages_for_remote_and_local_access() {
     assert_eq!((r.wr_id, r.status, r.byte_len), (8, WC_SUCCESS, 3000));
     expect_placed(&mut expected, area, &reg, dst, &msg);
     area_is(d, area, &expected, "after the receive");
+
+    // ATOMIC WRITE on the third page, then a FLUSH of the whole registration.
+    let target = reg.iova + 2 * SMALL;
+    let value = *b"8 bytes!";
+    let w = with_atomic(
+        send_wqe(5, WR_ATOMIC_WRITE, WQE_FLAG_SIGNALED, &[]),
+        target,
+        key,
+        u64::from_ne_bytes(value),
+        0,
+    );
+    let c = post_wait(d, &mut f.p.a, &mut f.p.cq_a, &w);
+    assert_eq!((c.status, c.opcode), (WC_SUCCESS, WC_OPC_ATOMIC_WRITE));
+    expect_placed(&mut expected, area, &reg, target, &value);
+    let mut w = send_wqe(6, WR_FLUSH, WQE_FLAG_SIGNALED, &[]);
+    w.seg = SqSeg {
+        rdma: RdmaSeg {
+            remote_addr: reg.iova,
+            rkey: key,
+            length: reg.length as u32,
+            flush_type: FLUSH_TYPE_GLOBAL,
+            flush_level: FLUSH_LEVEL_RANGE,
+            ..Default::default()
+        },
+    };
+    let c = post_wait(d, &mut f.p.a, &mut f.p.cq_a, &w);
+    assert_eq!((c.status, c.opcode), (WC_SUCCESS, WC_OPC_FLUSH));
+    area_is(d, area, &expected, "after ATOMIC WRITE and FLUSH");
 
     // The ends of the registration are its ends: one byte beyond is a remote access error,
     // and nothing is written.

@@ -6,8 +6,9 @@ use rox_uapi::regs::*;
 use rox_uapi::verbs::*;
 
 use super::hw::{
-    load_page_list, load_ring, mr_index, mw_index, posted_entries, Cq, FastRegState, Hw, Mr, Mw,
-    Qp, Srq, FIRST_QPN, KEY_INDEX_SHIFT, ODP_PTE_FAILED,
+    load_page_list, load_ring, mr_index, mw_index, pages_cover, posted_entries,
+    region_access_valid, region_fits, Cq, FastRegState, Hw, Mr, Mw, Qp, Srq, FIRST_QPN,
+    KEY_INDEX_SHIFT, ODP_PTE_FAILED,
 };
 use super::qp_state::check_modify;
 use crate::dma::as_bytes;
@@ -210,17 +211,10 @@ fn reg_mr(hw: &mut Hw, c: &RegMrCmd) -> AdminResult {
     if c.flags & MR_FLAG_FAST_REG != 0 {
         return alloc_fast_reg_mr(hw, c);
     }
-    if c.access & !ACCESS_SUPPORTED != 0
+    if !region_access_valid(c.access)
         || c.flags & !(MR_FLAG_PHYSICAL | MR_FLAG_ON_DEMAND) != 0
         || c.flags == MR_FLAG_PHYSICAL | MR_FLAG_ON_DEMAND
-        || c.length > DEV_MAX_MR_SIZE
-        || c.iova.checked_add(c.length).is_none()
-    {
-        return Err(ADMIN_STATUS_BAD_PARAM);
-    }
-    // IB: remote write/atomic require local write.
-    if c.access & (ACCESS_REMOTE_WRITE | ACCESS_REMOTE_ATOMIC) != 0
-        && c.access & ACCESS_LOCAL_WRITE == 0
+        || !region_fits(c.iova, c.length)
     {
         return Err(ADMIN_STATUS_BAD_PARAM);
     }
@@ -240,19 +234,23 @@ fn reg_mr(hw: &mut Hw, c: &RegMrCmd) -> AdminResult {
         {
             return Err(ADMIN_STATUS_BAD_PARAM);
         }
-        let psize = 1u64 << pl.page_shift;
-        if c.offset_in_first_page as u64 >= psize
-            || c.offset_in_first_page as u64 + c.length > u64::from(pl.npages) * psize
-        {
+        if !pages_cover(
+            c.offset_in_first_page.into(),
+            c.length,
+            pl.npages,
+            pl.page_shift,
+        ) {
             return Err(ADMIN_STATUS_BAD_PARAM);
         }
         (vec![0; pl.npages as usize], pl.page_shift as u32)
     } else {
         let pages = load_page_list(&hw.mem, &c.pbl)?;
-        let psize = 1u64 << c.pbl.page_shift;
-        if c.offset_in_first_page as u64 >= psize
-            || c.offset_in_first_page as u64 + c.length > (pages.len() as u64) * psize
-        {
+        if !pages_cover(
+            c.offset_in_first_page.into(),
+            c.length,
+            c.pbl.npages,
+            c.pbl.page_shift,
+        ) {
             return Err(ADMIN_STATUS_BAD_PARAM);
         }
         (pages, c.pbl.page_shift as u32)

@@ -118,6 +118,26 @@ pub fn load_ring(
     })
 }
 
+/// The access flags of a region are ones the device knows, and (IB) remote write or atomic
+/// access comes with local write.
+pub fn region_access_valid(access: u32) -> bool {
+    let remote_writes = ACCESS_REMOTE_WRITE | ACCESS_REMOTE_ATOMIC;
+    access & !ACCESS_SUPPORTED == 0
+        && (access & remote_writes == 0 || access & ACCESS_LOCAL_WRITE != 0)
+}
+
+/// `[iova, iova + length)` is a range a region may have.
+pub fn region_fits(iova: u64, length: u64) -> bool {
+    length <= DEV_MAX_MR_SIZE && iova.checked_add(length).is_some()
+}
+
+/// `npages` pages of `1 << page_shift` bytes (`page_shift` in `PAGE_SHIFT_MIN..=MAX`) hold a
+/// region of `length` bytes starting `offset` bytes into the first page.
+pub fn pages_cover(offset: u64, length: u64, npages: u32, page_shift: u8) -> bool {
+    let page_size = 1u64 << page_shift;
+    offset < page_size && offset + length <= u64::from(npages) << page_shift
+}
+
 /// A registered memory region.
 #[derive(Clone, Debug)]
 pub struct Mr {
@@ -810,7 +830,11 @@ impl Hw {
                 // The pages go back to the consumer: nothing may reach them any more.
                 mr.pages = Vec::new();
                 mr.length = 0;
-                self.unbind_windows_into(index);
+                // Only a registration with MW_BIND can have windows bound into it (kernel
+                // ULPs' never do: no walk over the windows per I/O).
+                if mr.access & ACCESS_MW_BIND != 0 {
+                    self.unbind_windows_into(index);
+                }
             }
         }
         Ok(())
@@ -850,10 +874,7 @@ impl Hw {
             // IB: a fast registration needs the region invalid (invalidate first).
             return Err(AccessError::AccessDenied);
         }
-        let remote_writes = ACCESS_REMOTE_WRITE | ACCESS_REMOTE_ATOMIC;
-        if reg.access & !ACCESS_SUPPORTED != 0
-            || (reg.access & remote_writes != 0 && reg.access & ACCESS_LOCAL_WRITE == 0)
-        {
+        if !region_access_valid(reg.access) {
             return Err(AccessError::AccessDenied);
         }
         if !(PAGE_SHIFT_MIN..=PAGE_SHIFT_MAX).contains(&reg.page_shift)
@@ -862,13 +883,12 @@ impl Hw {
         {
             return Err(AccessError::OutOfBounds);
         }
-        let page_size = 1u64 << reg.page_shift;
-        let offset = reg.iova & (page_size - 1);
-        let covered = u64::from(reg.npages) << reg.page_shift;
-        let fits = reg.length <= DEV_MAX_MR_SIZE
-            && reg.iova.checked_add(reg.length).is_some()
-            && offset + reg.length <= covered;
-        if !fits {
+        // The iova's own low bits say where it sits in the first page (its high bits are the
+        // consumer's to choose).
+        let offset = reg.iova & ((1u64 << reg.page_shift) - 1);
+        if !region_fits(reg.iova, reg.length)
+            || !pages_cover(offset, reg.length, reg.npages, reg.page_shift)
+        {
             return Err(AccessError::OutOfBounds);
         }
         // The same reading and checks (alignment, mapped guest RAM) as every page list.
