@@ -36,6 +36,9 @@ stage interop tests/interop/run --capture "$capture" --capture-frames 40000 || e
 stage bridge-tshark tests/host/tshark-capture.sh --pcap "$capture" --bridge || exit 1
 stage bridge-icrc target/release/rox-pcap-check "$capture" --min-roce 1000 || exit 1
 stage guest-mcast tests/net/mcast-pair || exit 1
+# Kernel RDMA upper layers between two rox guests (tests/ulp/run): NVMe-oF (nvmet-rdma/nvme-rdma,
+# fio crc32c verify), NFS over RDMA, clean unloads, the target's rox-nic killed mid-I/O.
+stage guest-ulp tests/ulp/run || exit 1
 # Bad input on the wire: a host on the bridge floods rox_0's port with every kind of frame it
 # must drop (and broadcast/multicast for its netdev) while pingpongs run; each drop counted.
 stage port-flood tests/net/flood || exit 1

@@ -1,0 +1,661 @@
+#!/usr/bin/env python3
+"""Guest side of tests/ulp/run and tests/bench/nvmeof: kernel RDMA upper layers between two
+guests. Guest 0 is the target (nvmet-rdma, nfsd), guest 1 the initiator (nvme-rdma, the NFS
+client). They keep step over a TCP control connection on the lab link (the initiator drives:
+`setup CASE` / `ready CASE ok|fail DETAIL`, `teardown CASE ARG` / `torn CASE ok|fail DETAIL`).
+
+Each side prints one machine-readable line per case:
+    RESULT <case> <target|initiator> <ok|fail> | <detail>
+and the initiator `ULP-FAULT-NOW` when its I/O for the fault case is running (tests/ulp/run
+then kills the target's rox-nic, or takes its tap down for rxe). The bench mode prints
+`BENCH <metric> <transport> <value>` lines too (the format of tests/bench/compare).
+
+The RDMA device is rox (rox.ko on a rox NIC) or rdma_rxe on a virtio NIC, per transport.
+"""
+import argparse
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, "/rox/tests/interop")
+from cases import roce_v2_gid_index, sh  # noqa: E402  (shell runner, RoCE v2 GID lookup)
+
+CTL_PORT = 4499
+NVME_PORT = 4420
+NFS_RDMA_PORT = 20049
+NQN = "nqn.2026-11.dev.rox:ulp"
+NULLB_MIB = 512
+NFS_MIB = 256
+CFS = "/sys/kernel/config"
+STEP_TIMEOUT_S = 600
+# The fault case: how fast nvme-rdma gives up on a dead target (nvme connect options), and
+# how long fio may take to fail after that before the case calls it a hang.
+CTRL_LOSS_TMO_S = 10
+RECONNECT_DELAY_S = 2
+KEEP_ALIVE_TMO_S = 5
+# nvme-rdma counts reconnect attempts, not time (ctrl_loss_tmo / reconnect_delay of them), and
+# one attempt at a dead peer lasts as long as ib_cm's REQ retries (~80 s): without
+# fast_io_fail_tmo the queued I/O would wait for all of them.
+FAST_IO_FAIL_TMO_S = 4
+FAULT_IO_LIMIT_S = 180
+# What must never appear in dmesg.
+KERNEL_COMPLAINT = re.compile(
+    r"Oops|BUG:|WARNING:|general protection|blocked for more than|hung_task|KASAN|KFENCE|"
+    r"kmemleak:.*new suspected|Call Trace")
+
+
+def log(msg):
+    print(f"ulp: {msg}", flush=True)
+
+
+def must(cmd, timeout=120):
+    rc, out = sh(cmd, timeout)
+    if rc != 0:
+        raise Step(f"`{cmd}` exited {rc}: {out.strip()[-600:]}")
+    return out
+
+
+class Step(Exception):
+    """A case step failed; the message says which command and why."""
+
+
+def write(path, value):
+    with open(path, "w") as f:
+        f.write(str(value))
+
+
+# ---- the RDMA device --------------------------------------------------------------------
+
+class Rdma:
+    """rox.ko on rox NIC `nic`, or rdma_rxe on virtio NIC `nic` (the lab's NIC index)."""
+
+    def __init__(self, transport, nic, ko):
+        self.transport, self.nic, self.ko = transport, nic, ko
+        g = os.environ["ROX_GUEST"]
+        self.ip = os.environ[f"ROX_IP_{g}_{nic}"]
+        self.netdev = os.environ[f"ROX_IF_{nic}"]
+        self.dev = None
+
+    def up(self):
+        if self.transport == "rox":
+            if not os.path.exists("/sys/module/rox"):
+                must(f"insmod {self.ko}")
+            for _ in range(100):
+                for d in sorted(os.listdir("/sys/class/infiniband") if os.path.isdir("/sys/class/infiniband") else []):
+                    if d.startswith("rox") and os.path.exists(f"/sys/class/infiniband/{d}/ports/1/gid_attrs/ndevs/0"):
+                        if open(f"/sys/class/infiniband/{d}/ports/1/gid_attrs/ndevs/0").read().strip() == self.netdev:
+                            self.dev = d
+                if self.dev:
+                    break
+                time.sleep(0.1)
+            if not self.dev:
+                raise Step(f"no rox device on {self.netdev}")
+        else:
+            self.dev = f"rxe{self.nic}"
+            must("modprobe rdma_rxe")
+            if not os.path.exists(f"/sys/class/infiniband/{self.dev}"):
+                must(f"rdma link add {self.dev} type rxe netdev {self.netdev}")
+        roce_v2_gid_index(self.dev, self.ip)  # exits if the address never becomes a GID
+        return self.dev
+
+    def down(self):
+        if self.transport == "rox":
+            if os.path.exists("/sys/module/rox"):
+                must("rmmod rox", 120)
+        else:
+            if self.dev and os.path.exists(f"/sys/class/infiniband/{self.dev}"):
+                must(f"rdma link del {self.dev}", 120)
+            if os.path.exists("/sys/module/rdma_rxe"):
+                must("modprobe -r rdma_rxe", 120)
+        self.dev = None
+
+
+def kernel_complaints(since):
+    """New dmesg lines since line `since` that show a kernel problem (at most a few)."""
+    lines = must("dmesg").splitlines()[since:]
+    bad = [l for l in lines if KERNEL_COMPLAINT.search(l)]
+    return bad[:5]
+
+
+def dmesg_mark():
+    return len(must("dmesg").splitlines())
+
+
+def kmemleak_report():
+    path = "/sys/kernel/debug/kmemleak"
+    if not os.access(path, os.W_OK):
+        return None
+    # Two scans: an object is reported only once it has stayed unreferenced over a scan.
+    for _ in range(2):
+        write(path, "scan")
+        time.sleep(5)
+    return open(path).read()
+
+
+# ---- control connection --------------------------------------------------------------------
+
+class Ctl:
+    def __init__(self, sock):
+        self.sock = sock
+        self.buf = b""
+
+    @classmethod
+    def listen(cls, ip, timeout):
+        srv = socket.socket()
+        srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        srv.bind((ip, CTL_PORT))
+        srv.listen(1)
+        srv.settimeout(timeout)
+        conn, _ = srv.accept()
+        srv.close()
+        return cls(conn)
+
+    @classmethod
+    def connect(cls, peer, timeout):
+        end = time.monotonic() + timeout
+        while True:
+            try:
+                return cls(socket.create_connection((peer, CTL_PORT), timeout=5))
+            except OSError:
+                if time.monotonic() > end:
+                    raise
+                time.sleep(1)
+
+    def send(self, *words):
+        self.sock.sendall((" ".join(str(w) for w in words) + "\n").encode())
+
+    def recv(self, timeout=STEP_TIMEOUT_S):
+        """The next line, or None when the peer closed (or nothing came within timeout)."""
+        self.sock.settimeout(timeout)
+        while b"\n" not in self.buf:
+            try:
+                data = self.sock.recv(4096)
+            except OSError:
+                return None
+            if not data:
+                return None
+            self.buf += data
+        line, self.buf = self.buf.split(b"\n", 1)
+        return line.decode()
+
+
+def result(case, role, ok, detail):
+    print(f"RESULT {case} {role} {'ok' if ok else 'fail'} | {detail}", flush=True)
+
+
+# ---- NVMe-oF target and initiator ------------------------------------------------------
+
+def nvme_target_up(ip):
+    must("modprobe null_blk nr_devices=0")
+    nb = f"{CFS}/nullb/ulp0"
+    os.makedirs(nb, exist_ok=True)
+    for attr, val in (("size", NULLB_MIB), ("blocksize", 4096), ("memory_backed", 1), ("power", 1)):
+        write(f"{nb}/{attr}", val)
+    index = open(f"{nb}/index").read().strip()
+    # The disk is named after the configfs item in newer kernels, nullb<index> in older ones.
+    blk = next(p for p in ("/dev/ulp0", f"/dev/nullb{index}") if os.path.exists(p))
+    must("modprobe nvmet_rdma")
+    sub = f"{CFS}/nvmet/subsystems/{NQN}"
+    os.makedirs(sub, exist_ok=True)
+    write(f"{sub}/attr_allow_any_host", 1)
+    os.makedirs(f"{sub}/namespaces/1", exist_ok=True)
+    write(f"{sub}/namespaces/1/device_path", blk)
+    write(f"{sub}/namespaces/1/enable", 1)
+    port = f"{CFS}/nvmet/ports/1"
+    os.makedirs(port, exist_ok=True)
+    for attr, val in (("addr_trtype", "rdma"), ("addr_adrfam", "ipv4"), ("addr_traddr", ip),
+                      ("addr_trsvcid", NVME_PORT)):
+        write(f"{port}/{attr}", val)
+    os.symlink(sub, f"{port}/subsystems/{NQN}")
+    return f"{blk} as {NQN} on rdma {ip}:{NVME_PORT}"
+
+
+def nvme_target_down():
+    port = f"{CFS}/nvmet/ports/1"
+    sub = f"{CFS}/nvmet/subsystems/{NQN}"
+    if os.path.islink(f"{port}/subsystems/{NQN}"):
+        os.unlink(f"{port}/subsystems/{NQN}")
+    if os.path.isdir(port):
+        os.rmdir(port)
+    if os.path.isdir(f"{sub}/namespaces/1"):
+        write(f"{sub}/namespaces/1/enable", 0)
+        os.rmdir(f"{sub}/namespaces/1")
+    if os.path.isdir(sub):
+        os.rmdir(sub)
+    must("modprobe -r nvmet_rdma nvmet", 120)
+    if os.path.isdir(f"{CFS}/nullb/ulp0"):
+        write(f"{CFS}/nullb/ulp0/power", 0)
+        os.rmdir(f"{CFS}/nullb/ulp0")
+    must("modprobe -r null_blk", 60)
+
+
+def host_ids():
+    uuid = open("/proc/sys/kernel/random/uuid").read().strip()
+    return f"--hostnqn nqn.2014-08.org.nvmexpress:uuid:{uuid} --hostid {uuid}"
+
+
+def nvme_connect(peer, src_ip, queues, extra=""):
+    """Connects to the target; returns the namespace's block device (/dev/nvmeXn1)."""
+    must("modprobe nvme_rdma")
+    must(f"nvme connect -t rdma -a {peer} -s {NVME_PORT} -n {NQN} -w {src_ip}"
+         f" --nr-io-queues {queues} {host_ids()} {extra}", 120)
+    for _ in range(100):
+        for c in sorted(os.listdir("/sys/class/nvme") if os.path.isdir("/sys/class/nvme") else []):
+            try:
+                if open(f"/sys/class/nvme/{c}/subsysnqn").read().strip() == NQN:
+                    for name in sorted(os.listdir(f"/sys/class/nvme/{c}")):
+                        if re.fullmatch(rf"{c}n\d+|nvme\d+c\d+n\d+", name) and os.path.exists(f"/dev/{name}"):
+                            return c, f"/dev/{name}"
+            except OSError:
+                pass
+        time.sleep(0.1)
+    raise Step("nvme connect succeeded but no namespace block device appeared")
+
+
+def nvme_disconnect():
+    out = must(f"nvme disconnect -n {NQN}", 180)
+    if "disconnected 0" in out:
+        raise Step(f"nvme disconnect found no controller: {out.strip()}")
+    must("modprobe -r nvme_rdma nvme_fabrics nvme_core", 120)
+
+
+def fio(args, timeout):
+    """Runs fio with JSON output; returns (rc, parsed json or None, raw output)."""
+    rc, out = sh(f"fio --output-format=json {args}", timeout)
+    start = out.find("{")
+    try:
+        return rc, json.loads(out[start:]) if start >= 0 else None, out
+    except ValueError:
+        return rc, None, out
+
+
+def fio_verify(dev, size_mib, jobs=2):
+    """Writes `size_mib` over `jobs` jobs with crc32c verification, reading everything back."""
+    per_job = size_mib // jobs
+    args = (f"--name=ulp-verify --filename={dev} --direct=1 --ioengine=libaio --iodepth=32"
+            f" --rw=write --bssplit=4k/25:16k/15:64k/20:256k/20:1m/20 --verify=crc32c"
+            f" --do_verify=1 --verify_fatal=1 --numjobs={jobs} --size={per_job}M"
+            f" --offset_increment={per_job}M --group_reporting")
+    rc, js, out = fio(args, STEP_TIMEOUT_S)
+    if rc != 0 or js is None:
+        raise Step(f"fio exited {rc}: {out.strip()[-800:]}")
+    job = js["jobs"][0]
+    if job["error"] != 0:
+        raise Step(f"fio error {job['error']}")
+    w, r = job["write"]["io_bytes"], job["read"]["io_bytes"]
+    # The verify pass reads back everything written.
+    if w < size_mib * 2**20 // 2 or r < w:
+        raise Step(f"fio wrote {w} and read back {r} bytes, wanted {size_mib} MiB both ways")
+    return (f"fio wrote {w >> 20} MiB (4k-1m, qd32, {jobs} jobs), read back and verified"
+            f" crc32c {r >> 20} MiB")
+
+
+# ---- NFS over RDMA ---------------------------------------------------------------------
+
+EXPORT = "/tmp/ulp-export"
+MNT = "/tmp/ulp-mnt"
+
+
+def nfs_server_up():
+    os.makedirs(EXPORT, exist_ok=True)
+    must(f"mount -t tmpfs -o size={NFS_MIB + 64}M tmpfs {EXPORT}")
+    # The root is read-only: nfs-utils' state directory goes on a tmpfs.
+    must("mount -t tmpfs tmpfs /var/lib/nfs && mkdir -p /var/lib/nfs/rpc_pipefs /var/lib/nfs/v4recovery"
+         " /var/lib/nfs/sm /var/lib/nfs/sm.bak && touch /var/lib/nfs/etab /var/lib/nfs/rmtab")
+    must("modprobe nfsd && modprobe rpcrdma")
+    if not os.path.exists("/proc/fs/nfsd/portlist"):
+        must("mount -t nfsd nfsd /proc/fs/nfsd")
+    must("mount -t rpc_pipefs sunrpc /var/lib/nfs/rpc_pipefs")
+    must(f"exportfs -i -o rw,no_root_squash,insecure,no_subtree_check,fsid=0 '*:{EXPORT}'")
+    must("rpc.mountd -N 3 --no-udp")
+    # A short grace period: the client may open files 10 s after nfsd starts, not 90.
+    must("rpc.nfsd -N 3 -G 10 -L 10 4")
+    write("/proc/fs/nfsd/portlist", f"rdma {NFS_RDMA_PORT}")
+    ports = open("/proc/fs/nfsd/portlist").read().split("\n")
+    if f"rdma {NFS_RDMA_PORT}" not in ports:
+        raise Step(f"nfsd portlist has no RDMA listener: {ports}")
+    return f"nfsd exports {EXPORT} (tmpfs), listeners {', '.join(p for p in ports if p)}"
+
+
+def nfs_server_down():
+    must("rpc.nfsd 0", 120)
+    must("exportfs -ua")
+    sh("kill $(pidof rpc.mountd)", 10)
+    for _ in range(50):
+        if sh("pidof rpc.mountd", 5)[0] != 0:
+            break
+        time.sleep(0.1)
+    must("umount /var/lib/nfs/rpc_pipefs && umount /proc/fs/nfsd && umount /var/lib/nfs")
+    must(f"umount {EXPORT}")
+    must("modprobe -r nfsd rpcrdma", 120)
+
+
+def file_sum(path):
+    return must(f"sha256sum {path}", STEP_TIMEOUT_S).split()[0]
+
+
+def nfs_client(peer):
+    must("modprobe rpcrdma && modprobe nfsv4")
+    os.makedirs(MNT, exist_ok=True)
+    opts = f"proto=rdma,port={NFS_RDMA_PORT},vers=4.1"
+    mount = f"mount -t nfs4 -o {opts} {peer}:/ {MNT}"
+    must(mount, 180)
+    mounted = [l for l in open("/proc/mounts") if f" {MNT} " in l]
+    if not mounted or "proto=rdma" not in mounted[0]:
+        raise Step(f"{MNT} is not an RDMA mount: {mounted}")
+    src = "/tmp/ulp-src"
+    must(f"head -c {NFS_MIB}M /dev/urandom >{src}")
+    want = file_sum(src)
+    t0 = time.monotonic()
+    must(f"cp {src} {MNT}/data && sync", STEP_TIMEOUT_S)
+    wrote = time.monotonic() - t0
+    os.unlink(src)
+    # Read back through the wire, not the page cache: a fresh mount.
+    must(f"umount {MNT}", 120)
+    must(mount, 180)
+    t0 = time.monotonic()
+    got = file_sum(f"{MNT}/data")
+    read = time.monotonic() - t0
+    must(f"umount {MNT}", 120)
+    must("modprobe -r nfsv4 nfs rpcrdma", 120)
+    if got != want:
+        raise Step(f"read back sha256 {got}, wrote {want}")
+    return want, (f"{opts}: wrote {NFS_MIB} MiB in {wrote:.1f} s, read back in {read:.1f} s,"
+                  f" sha256 equal {want[:16]}")
+
+
+# ---- the two roles ----------------------------------------------------------------------
+
+def target(a, rdma):
+    ctl = Ctl.listen(rdma.ip, STEP_TIMEOUT_S)
+    log(f"target: initiator connected; {rdma.dev} {rdma.ip}")
+    while True:
+        line = ctl.recv(STEP_TIMEOUT_S if a.fault_wait is None else a.fault_wait)
+        if line is None:
+            return
+        words = line.split()
+        verb, case = words[0], words[1] if len(words) > 1 else ""
+        mark = getattr(target, "mark", 0)
+        try:
+            if verb == "setup":
+                target.mark = dmesg_mark()
+                if case in ("nvme", "fault", "bench"):
+                    if rdma.dev is None:
+                        rdma.up()
+                    detail = nvme_target_up(rdma.ip)
+                elif case == "nfs":
+                    detail = nfs_server_up()
+                elif case == "unload":
+                    rdma.down()
+                    detail = f"{a.transport} unloaded"
+                else:
+                    raise Step(f"unknown case {case}")
+                ctl.send("ready", case, "ok", detail)
+                if case == "fault":
+                    result(case, "target", True, detail + "; its NIC is killed next")
+                    a.fault_wait = a.fault_linger
+            elif verb == "teardown":
+                if case in ("nvme", "bench"):
+                    nvme_target_down()
+                    detail = "nvmet and null_blk removed"
+                elif case == "nfs":
+                    theirs = words[2] if len(words) > 2 else ""
+                    ours = file_sum(f"{EXPORT}/data")
+                    nfs_server_down()
+                    if ours != theirs:
+                        raise Step(f"the export holds sha256 {ours}, the client wrote {theirs}")
+                    detail = f"nfsd stopped; the exported file's sha256 equals the client's {ours[:16]}"
+                elif case == "unload":
+                    detail = "all ULP modules and the RDMA device unloaded"
+                    left = [m for m in ("nvmet", "nvmet_rdma", "nfsd", "rpcrdma", "null_blk", "rox", "rdma_rxe")
+                            if os.path.exists(f"/sys/module/{m}")]
+                    if left:
+                        raise Step(f"still loaded: {left}")
+                else:
+                    raise Step(f"unknown case {case}")
+                bad = kernel_complaints(mark)
+                if bad:
+                    raise Step("kernel: " + " / ".join(bad))
+                result(case, "target", True, detail)
+                ctl.send("torn", case, "ok", detail)
+            elif verb == "kmemleak":
+                rep = kmemleak_report()
+                ok = rep is not None and "unreferenced object" not in rep
+                detail = ("kmemleak reports nothing" if ok else
+                          "no kmemleak in this kernel" if rep is None else rep[:600].replace("\n", " / "))
+                result("kmemleak", "target", ok, detail)
+                ctl.send("torn", "kmemleak", "ok" if ok else "fail", detail)
+            elif verb == "bye":
+                return
+        except (Step, OSError, StopIteration) as e:
+            detail = f"{type(e).__name__}: {e}" if not isinstance(e, Step) else str(e)
+            if verb == "teardown":
+                result(case, "target", False, detail)
+            ctl.send("ready" if verb == "setup" else "torn", case, "fail", detail.replace("\n", " "))
+
+
+def ask(ctl, *words):
+    """Sends a request; returns (ok, detail) of the target's answer."""
+    ctl.send(*words)
+    line = ctl.recv()
+    if line is None:
+        return False, "target did not answer"
+    parts = line.split(" ", 3)
+    return parts[2] == "ok", parts[3] if len(parts) > 3 else ""
+
+
+def initiator_case(a, ctl, rdma, case):
+    mark = dmesg_mark()
+    if case in ("nvme", "fault", "bench") and rdma.dev is None:
+        rdma.up()
+    ok, detail = ask(ctl, "setup", case)
+    if not ok:
+        raise Step(f"target setup: {detail}")
+    arg = "-"
+    if case == "nvme":
+        ctrl, dev = nvme_connect(a.peer, rdma.ip, a.queues)
+        queues = open(f"/sys/class/nvme/{ctrl}/queue_count").read().strip() \
+            if os.path.exists(f"/sys/class/nvme/{ctrl}/queue_count") else "?"
+        mine = f"{dev} over {rdma.dev}, {queues} queues (admin + I/O); " + fio_verify(dev, a.fio_mib)
+        nvme_disconnect()
+        mine += "; disconnected"
+    elif case == "nfs":
+        arg, mine = nfs_client(a.peer)
+    elif case == "unload":
+        rdma.down()
+        left = [m for m in ("nvme_rdma", "nvme_fabrics", "nvme_core", "nfs", "nfsv4", "rpcrdma",
+                            "rox", "rdma_rxe") if os.path.exists(f"/sys/module/{m}")]
+        if left:
+            raise Step(f"still loaded: {left}")
+        mine = f"{a.transport} and every ULP module unloaded"
+    elif case == "fault":
+        return fault(a, ctl, rdma, mark)
+    elif case == "bench":
+        arg = "-"
+        mine = bench(a, rdma)
+    bad = kernel_complaints(mark)
+    if bad:
+        raise Step("kernel: " + " / ".join(bad))
+    ok, theirs = ask(ctl, "teardown", case, arg)
+    if not ok:
+        raise Step(f"target: {theirs}")
+    return mine
+
+
+def fault(a, ctl, rdma, mark):
+    """nvme-rdma with a short controller-loss timeout; fio runs while the host kills the
+    target's NIC; fio must end with errors within the limit, and disconnect and unload work."""
+    ctrl, dev = nvme_connect(a.peer, rdma.ip, a.queues,
+                             f"--ctrl-loss-tmo {CTRL_LOSS_TMO_S} --reconnect-delay {RECONNECT_DELAY_S}"
+                             f" --keep-alive-tmo {KEEP_ALIVE_TMO_S} --fast_io_fail_tmo {FAST_IO_FAIL_TMO_S}")
+    job = (f"fio --output-format=json --name=ulp-fault --filename={dev} --direct=1 --ioengine=libaio"
+           f" --iodepth=32 --rw=randrw --bs=64k --time_based --runtime={FAULT_IO_LIMIT_S * 2}")
+    proc = subprocess.Popen(job, shell=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            errors="replace")
+    stat = f"/sys/block/{os.path.basename(dev)}/stat"
+    # Reads and writes completed (fields 1 and 5): the fault must hit I/O in flight, so wait
+    # (fio starts slowly on a loaded TCG host) until some has completed.
+    def done():
+        f = open(stat).read().split()
+        return int(f[0]) + int(f[4])
+    before, end = done(), time.monotonic() + 60
+    while done() < before + 64 and proc.poll() is None and time.monotonic() < end:
+        time.sleep(0.5)
+    if proc.poll() is not None or done() < before + 64:
+        proc.kill()
+        out = proc.communicate()[0] if proc.poll() is not None else ""
+        raise Step(f"fio made no progress before the fault: {out.strip()[-300:]}")
+    print("ULP-FAULT-NOW", flush=True)
+    t0 = time.monotonic()
+    try:
+        out, _ = proc.communicate(timeout=FAULT_IO_LIMIT_S)
+    except subprocess.TimeoutExpired:
+        # fio is most likely in uninterruptible sleep: kill it, but never wait on it.
+        proc.kill()
+        raise Step(f"fio still running {FAULT_IO_LIMIT_S} s after the target's NIC died (hang);"
+                   f" {blocked_tasks()}")
+    took = time.monotonic() - t0
+    start = out.find("{")
+    err = None
+    try:
+        err = json.loads(out[start:])["jobs"][0]["error"] if start >= 0 else None
+    except (ValueError, KeyError, IndexError):
+        pass
+    if proc.returncode == 0 and not err:
+        raise Step(f"fio ended without an error {took:.0f} s after the fault")
+    t1 = time.monotonic()
+    for cmd in (f"nvme disconnect -n {NQN}", "modprobe -r nvme_rdma nvme_fabrics nvme_core"):
+        rc, out2 = sh_bounded(cmd, 180)
+        if rc != 0:
+            raise Step(f"`{cmd}` exited {rc} after the fault: {out2.strip()[-300:]}; {blocked_tasks()}")
+    rdma.down()
+    bad = kernel_complaints(mark)
+    if bad:
+        raise Step("kernel: " + " / ".join(bad))
+    errline = next((l for l in out.splitlines() if "error" in l.lower() and "fio" in l.lower()), "")
+    return (f"fio failed {took:.0f} s after the target's NIC died (exit {proc.returncode},"
+            f" error {err}{': ' + errline.strip()[:120] if errline else ''}); nvme disconnect and"
+            f" unload took {time.monotonic() - t1:.0f} s")
+
+
+def sh_bounded(cmd, timeout):
+    """Like sh(), but a command stuck in the kernel past `timeout` is killed and left behind
+    (waiting on an unkillable process would turn a hang into a silent one). 124 on timeout."""
+    proc = subprocess.Popen(cmd, shell=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            errors="replace", start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+        return proc.returncode, out
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, 9)
+        return 124, f"(timed out after {timeout} s)"
+
+
+def blocked_tasks():
+    """Which tasks sit in uninterruptible sleep, and where (/proc/PID/stack), printed in full;
+    returns a one-line summary."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+            if state != "D":
+                continue
+            comm = open(f"/proc/{pid}/comm").read().strip()
+        except OSError:
+            continue
+        try:
+            stack = open(f"/proc/{pid}/stack").read()
+        except OSError:
+            stack = "(no /proc/PID/stack)"
+        print(f"--- blocked task {pid} {comm}:\n{stack}", flush=True)
+        funcs = [m.group(1) for m in re.finditer(r"\] (\w+)\+0x", stack)]
+        found.append(f"{comm}: {' <- '.join(funcs[:6])}")
+    states = {c: open(f"/sys/class/nvme/{c}/state").read().strip()
+              for c in (os.listdir("/sys/class/nvme") if os.path.isdir("/sys/class/nvme") else [])}
+    print("--- dmesg tail:\n" + "\n".join(must("dmesg").splitlines()[-40:]), flush=True)
+    return (f"nvme controllers {states or 'none'}; blocked tasks: "
+            + ("; ".join(found[:4]) if found else "none"))
+
+
+def bench(a, rdma):
+    """fio over NVMe-oF: 4 KiB random read IOPS at qd 32, 128 KiB sequential read MB/s."""
+    ctrl, dev = nvme_connect(a.peer, rdma.ip, a.queues)
+    # Fill the namespace once so reads hit written (memory-backed) blocks.
+    rc, js, out = fio(f"--name=fill --filename={dev} --direct=1 --ioengine=libaio --iodepth=16"
+                      f" --rw=write --bs=1m --size={NULLB_MIB}M", STEP_TIMEOUT_S)
+    if rc != 0:
+        raise Step(f"fio fill exited {rc}: {out[-400:]}")
+    runs = (("randread_4k_qd32_iops", f"--rw=randread --bs=4k --iodepth=32", "iops"),
+            ("seqread_128k_mbs", f"--rw=read --bs=128k --iodepth=32", "bw"))
+    got = []
+    for key, args, field in runs:
+        rc, js, out = fio(f"--name={key} --filename={dev} --direct=1 --ioengine=libaio {args}"
+                          f" --time_based --runtime={a.bench_seconds} --ramp_time=2", STEP_TIMEOUT_S)
+        if rc != 0 or js is None or js["jobs"][0]["error"]:
+            raise Step(f"fio {key} exited {rc}: {out[-400:]}")
+        rd = js["jobs"][0]["read"]
+        value = rd["iops"] if field == "iops" else rd["bw_bytes"] / 1e6
+        print(f"BENCH {key} {a.transport} {value:.1f}", flush=True)
+        got.append(f"{key} {value:.1f}")
+    nvme_disconnect()
+    return ", ".join(got)
+
+
+def initiator(a, rdma):
+    ctl = Ctl.connect(a.peer, STEP_TIMEOUT_S)
+    log(f"initiator: connected to the target at {a.peer}; {rdma.dev} {rdma.ip}")
+    for case in a.cases:
+        try:
+            detail = initiator_case(a, ctl, rdma, case)
+            result(case, "initiator", True, detail)
+        except (Step, OSError) as e:
+            result(case, "initiator", False, str(e).replace("\n", " "))
+            if case == "fault":
+                break
+            # Leave nothing behind for the next case.
+            sh(f"nvme disconnect -n {NQN}; umount {MNT}", 120)
+            ctl.send("teardown", case, "-")
+            ctl.recv()
+    if a.kmemleak:
+        rep = kmemleak_report()
+        ok = rep is not None and "unreferenced object" not in rep
+        result("kmemleak", "initiator", ok, "kmemleak reports nothing" if ok else
+               "no kmemleak in this kernel" if rep is None else rep[:600].replace("\n", " / "))
+        ask(ctl, "kmemleak")
+    if "fault" not in a.cases:
+        ctl.send("bye")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--role", choices=("target", "initiator"), required=True)
+    ap.add_argument("--transport", choices=("rox", "rxe"), required=True)
+    ap.add_argument("--nic", type=int, default=0, help="the lab NIC carrying the transport")
+    ap.add_argument("--ko", help="rox.ko (transport rox)")
+    ap.add_argument("--peer", required=True, help="the other guest's address on that NIC")
+    ap.add_argument("--cases", default="nvme,nfs,unload,fault")
+    ap.add_argument("--queues", type=int, default=2, help="nvme I/O queues")
+    ap.add_argument("--fio-mib", type=int, default=256, help="MiB fio writes and verifies")
+    ap.add_argument("--bench-seconds", type=int, default=15)
+    ap.add_argument("--kmemleak", action="store_true", help="end with a kmemleak scan on both sides")
+    ap.add_argument("--fault-linger", type=int, default=300,
+                    help="how long the target waits, once its NIC is due to die, to be stopped")
+    a = ap.parse_args()
+    a.cases = a.cases.split(",")
+    a.fault_wait = None
+    if a.kmemleak and os.access("/sys/kernel/debug/kmemleak", os.W_OK):
+        write("/sys/kernel/debug/kmemleak", "clear")
+    rdma = Rdma(a.transport, a.nic, a.ko)
+    try:
+        rdma.up()
+    except Step as e:
+        sys.exit(f"ulp: {e}")
+    (target if a.role == "target" else initiator)(a, rdma)
+
+
+if __name__ == "__main__":
+    main()
