@@ -47,3 +47,5 @@ stage port-flood tests/net/flood || exit 1
 stage kernel-debug scripts/setup-kernel.sh debug || exit 1
 stage module-debug scripts/build-module.sh debug || exit 1
 stage guest-debug tests/guest/run debug driver-load-cycles || exit 1
+# One NVMe-oF connect / fio / disconnect cycle and unload on the debug kernel: kmemleak silent.
+stage guest-ulp-debug tests/ulp/run --flavour debug || exit 1
