@@ -11,8 +11,25 @@ use std::path::PathBuf;
 const RDMA_CORE_BUILD_ENV: &str = "ROX_RDMA_CORE_BUILD";
 /// `config.h` macro that names the private ABI (`verbs_register_driver_<N>`).
 const PABI_MACRO: &str = "IBVERBS_PABI_VERSION";
+/// A directory holding the two files this script generates (`rdma_core.rs`, `pabi.rs`), kept by
+/// an earlier build in the root (scripts/build-provider.sh): lint runs on the host
+/// (scripts/quality.sh) reuse them instead of running bindgen without the root's headers.
+const PREGENERATED_ENV: &str = "ROX_PROVIDER_BINDINGS";
+/// The generated files.
+const GENERATED: [&str; 2] = ["rdma_core.rs", "pabi.rs"];
 
 fn main() {
+    println!("cargo:rerun-if-env-changed={PREGENERATED_ENV}");
+    if let Some(dir) = env::var_os(PREGENERATED_ENV).map(PathBuf::from) {
+        let out = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
+        for name in GENERATED {
+            let from = dir.join(name);
+            println!("cargo:rerun-if-changed={}", from.display());
+            fs::copy(&from, out.join(name))
+                .unwrap_or_else(|e| panic!("cannot copy {}: {e}", from.display()));
+        }
+        return;
+    }
     println!("cargo:rerun-if-env-changed={RDMA_CORE_BUILD_ENV}");
     println!("cargo:rerun-if-changed=src/rdma_core.h");
     let build = env::var_os(RDMA_CORE_BUILD_ENV)

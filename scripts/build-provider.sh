@@ -114,6 +114,12 @@ fi
 
 built=$prov_target/release/lib$PROVIDER_NAME.so
 [ -f "$built" ] || die "cargo did not produce $built"
+# Keep the bindings build.rs generated (the newest build's) where scripts/quality.sh finds them:
+# clippy runs on the host, which has no rdma-core build tree of its own.
+generated=$(ls -td "$prov_target"/release/build/rox-provider-*/out 2>/dev/null | head -1)
+[ -n "$generated" ] && [ -f "$generated/rdma_core.rs" ] || die "no generated bindings under $prov_target"
+mkdir -p "$prov_target/bindings"
+cp "$generated/rdma_core.rs" "$generated/pabi.rs" "$prov_target/bindings/"
 
 # Install into the root only what changed (keeps timestamps stable for a no-op run).
 install_if_changed() { # src dest

@@ -13,11 +13,12 @@ summary() {
 trap summary EXIT
 cd "$ROX_TOP"
 # The quality gate first: rustfmt and clippy (warnings denied, unsafe documented) take a minute.
-stage quality scripts/quality.sh || exit 1
+stage quality scripts/quality.sh --workspace || exit 1
 stage root scripts/setup-root.sh || exit 1
 stage kernel scripts/setup-kernel.sh "$flavour" || exit 1
 stage module scripts/build-module.sh "$flavour" || exit 1
 stage provider scripts/build-provider.sh --test || exit 1
+stage quality-provider scripts/quality.sh --provider || exit 1
 stage host-tests cargo test --workspace || exit 1
 stage capture tests/host/tshark-capture.sh || exit 1
 stage device cargo build --release -p rox-nic -p rox-lab || exit 1
