@@ -2,8 +2,8 @@
 //! keeps the address vector UD send WQEs (`queue::UdSeg`) are built from, with the destination
 //! MAC ib_core resolved for it (rox.ko's `udata::CreateAhResp`): rox-nic puts it on the frame.
 
-use crate::errno::{int_errno, ptr_or_errno, Errno, Result};
-use crate::ffi::{self, DrvResp, Zeroable};
+use crate::sys::errno::{int_errno, ptr_or_errno, Errno, Result};
+use crate::sys::ffi::{self, DrvResp, Zeroable};
 use core::ffi::c_int;
 use core::mem::{offset_of, size_of_val};
 use rox_uapi::udata::CreateAhResp;

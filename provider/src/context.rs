@@ -3,9 +3,9 @@
 //! page and of the wake page), maps those pages, and caches the device limits that object
 //! creation checks against.
 
-use crate::errno::{ptr_or_errno, Errno, Result, EPROTO};
-use crate::ffi::{self, DrvResp, Zeroable};
-use crate::memory::DevicePage;
+use crate::sys::errno::{ptr_or_errno, Errno, Result, EPROTO};
+use crate::sys::ffi::{self, DrvResp, Zeroable};
+use crate::sys::memory::DevicePage;
 use crate::qp::RoxQp;
 use crate::{ah, cq, mw, pd, qp, srq};
 use core::ffi::{c_int, c_void};

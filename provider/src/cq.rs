@@ -10,11 +10,11 @@
 //! reads both words when it writes the next CQE).
 
 use crate::context::{ContextHw, RoxContext};
-use crate::doorbell::SlotWord;
-use crate::errno::{int_errno, ptr_or_errno, Errno, Result, EINVAL, ENOENT, EOPNOTSUPP};
-use crate::ffi::{self, DrvCmd, DrvResp, Zeroable};
-use crate::lock::Locked;
-use crate::memory::{ring_depth, QueueBuffer};
+use crate::sys::doorbell::SlotWord;
+use crate::sys::errno::{int_errno, ptr_or_errno, Errno, Result, EINVAL, ENOENT, EOPNOTSUPP};
+use crate::sys::ffi::{self, DrvCmd, DrvResp, Zeroable};
+use crate::sys::lock::Locked;
+use crate::sys::memory::{ring_depth, QueueBuffer};
 use core::ffi::{c_int, c_uint};
 use core::mem::{offset_of, size_of_val};
 use core::sync::atomic::{AtomicU8, Ordering};

@@ -1,10 +1,10 @@
 //! librox: the rdma-core provider (libibverbs driver) of the rox RoCEv2 NIC.
 //!
 //! libibverbs 56.1 dlopens `librox-rdmav34.so` (named in /etc/libibverbs.d/rox.driver); the
-//! `.init_array` constructor below registers [`device::DEVICE_OPS`] with
+//! `.init_array` constructor below registers [`sys::device::DEVICE_OPS`] with
 //! `verbs_register_driver_34`, and libibverbs binds it to every uverbs device whose PCI id is
 //! rox's (or whose name starts with `rox_`). Everything of the provider ABI comes from
-//! rdma-core's own headers through bindgen ([`ffi`]); everything shared with rox.ko and the
+//! rdma-core's own headers through bindgen ([`sys::ffi`]); everything shared with rox.ko and the
 //! device comes from `rox_uapi`.
 //!
 //! Control path: context (ucontext, doorbell and wake pages), device and port queries, PD, MR,
@@ -16,23 +16,18 @@
 mod ah;
 mod context;
 mod cq;
-mod device;
-mod doorbell;
-mod errno;
-mod ffi;
-mod lock;
-mod memory;
 mod mw;
 mod pd;
 mod qp;
 mod qp_ex;
 mod srq;
+mod sys;
 mod wq;
 mod wqe;
 
 /// The `PROVIDER_DRIVER(rox, ...)` constructor: runs when libibverbs dlopens librox.
 extern "C" fn register_provider() {
-    device::register();
+    sys::device::register();
 }
 
 #[used]

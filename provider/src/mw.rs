@@ -5,8 +5,8 @@
 //! windows are bound with IBV_WR_BIND_MW work requests (crate::qp, crate::qp_ex) and ended
 //! with LOCAL_INV or a peer's SEND_WITH_INV.
 
-use crate::errno::{int_errno, ptr_or_errno, Errno, Result, EINVAL};
-use crate::ffi::{self, Zeroable};
+use crate::sys::errno::{int_errno, ptr_or_errno, Errno, Result, EINVAL};
+use crate::sys::ffi::{self, Zeroable};
 use crate::qp::post_one;
 use crate::wqe;
 use core::ffi::c_int;

@@ -1,8 +1,8 @@
 //! Protection domains and memory regions: plain uverbs commands (rox.ko pins MR pages and
 //! programs the device; no rox udata).
 
-use crate::errno::{int_errno, ptr_or_errno, Errno, Result};
-use crate::ffi::{self, Zeroable};
+use crate::sys::errno::{int_errno, ptr_or_errno, Errno, Result};
+use crate::sys::ffi::{self, Zeroable};
 use core::ffi::{c_int, c_void};
 use core::mem::{offset_of, size_of_val};
 

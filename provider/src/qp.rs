@@ -7,14 +7,14 @@
 //! commands (rox.ko checks the state transitions).
 //!
 //! Data: post_send/post_recv format WQEs straight into the rings and ring the doorbell
-//! (crate::doorbell); each WQE's `wr_id` is its slot index (crate::wq), which the CQE echoes.
+//! (crate::sys::doorbell); each WQE's `wr_id` is its slot index (crate::wq), which the CQE echoes.
 
 use crate::ah::RoxAh;
 use crate::context::{DeviceLimits, RoxContext};
-use crate::doorbell::SlotWord;
-use crate::errno::{int_errno, ptr_or_errno, Errno, Result, EINVAL, ENOMEM, EOPNOTSUPP};
-use crate::ffi::{self, DrvCmd, DrvResp, Zeroable};
-use crate::memory::ring_depth;
+use crate::sys::doorbell::SlotWord;
+use crate::sys::errno::{int_errno, ptr_or_errno, Errno, Result, EINVAL, ENOMEM, EOPNOTSUPP};
+use crate::sys::ffi::{self, DrvCmd, DrvResp, Zeroable};
+use crate::sys::memory::ring_depth;
 use crate::qp_ex::{self, WrBatch, SUPPORTED_SEND_OPS};
 use crate::srq::RoxSrq;
 use crate::wq::{CompletionOrder, Ring, WorkQueue};

@@ -8,9 +8,9 @@
 //! reaches the device) and returns the errno, as the verbs API specifies.
 
 use crate::context::RoxContext;
-use crate::doorbell::SlotWord;
-use crate::errno::{Errno, Result, EINVAL, ENOMEM};
-use crate::ffi;
+use crate::sys::doorbell::SlotWord;
+use crate::sys::errno::{Errno, Result, EINVAL, ENOMEM};
+use crate::sys::ffi;
 use crate::qp::{ud_seg, RoxQp};
 use crate::wqe;
 use core::ffi::{c_int, c_void};

@@ -13,10 +13,10 @@
 //! attached) free their slots, possibly out of order.
 
 use crate::context::{DeviceLimits, RoxContext};
-use crate::doorbell::SlotWord;
-use crate::errno::{int_errno, ptr_or_errno, Errno, Result, EINVAL};
-use crate::ffi::{self, DrvCmd, DrvResp, Zeroable};
-use crate::memory::ring_depth;
+use crate::sys::doorbell::SlotWord;
+use crate::sys::errno::{int_errno, ptr_or_errno, Errno, Result, EINVAL};
+use crate::sys::ffi::{self, DrvCmd, DrvResp, Zeroable};
+use crate::sys::memory::ring_depth;
 use crate::qp::post_recv_list;
 use crate::wq::{CompletionOrder, Ring};
 use core::ffi::c_int;

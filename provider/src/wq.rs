@@ -6,9 +6,9 @@
 //! unsignaled WQEs too); SRQ completions may come back out of order across QPs, so each slot
 //! is freed on its own and the consumer index advances over freed slots.
 
-use crate::errno::{Result, EINVAL};
-use crate::lock::Locked;
-use crate::memory::QueueBuffer;
+use crate::sys::errno::{Result, EINVAL};
+use crate::sys::lock::Locked;
+use crate::sys::memory::QueueBuffer;
 use core::ops::Deref;
 use core::ptr;
 

@@ -2,8 +2,8 @@
 //! (crate::qp_ex): which operations a QP takes, the WQE header, the RDMA / atomic / FLUSH
 //! segment, the scatter/gather list and inline payload are each written in one place.
 
-use crate::errno::{Result, EINVAL};
-use crate::ffi;
+use crate::sys::errno::{Result, EINVAL};
+use crate::sys::ffi;
 use crate::qp::RoxQp;
 use core::ffi::c_void;
 use core::ptr;

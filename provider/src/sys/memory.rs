@@ -2,8 +2,8 @@
 //! that rox.ko pins and hands to the device as a page list) and pages of the device mapped
 //! through the uverbs command fd (the doorbell page and the wake page).
 
-use crate::errno::{Errno, Result, EINVAL};
-use crate::ffi;
+use crate::sys::errno::{Errno, Result, EINVAL};
+use crate::sys::ffi;
 use core::ffi::c_void;
 use core::mem::size_of;
 use core::ptr::{self, NonNull};

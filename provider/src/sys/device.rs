@@ -2,7 +2,7 @@
 //! id, and the `rox_` name prefix), the per-device object, and the provider's ops.
 
 use crate::context;
-use crate::ffi::{self, Zeroable};
+use crate::sys::ffi::{self, Zeroable};
 use core::mem::offset_of;
 use core::ptr;
 use rox_uapi::regs::{PCI_DEVICE_ID, PCI_VENDOR_ID};
