@@ -5,20 +5,11 @@
 use crate::sys::errno::{Errno, Result, EINVAL};
 use crate::sys::ffi;
 use core::ffi::c_void;
-use core::mem::size_of;
+use core::mem::{offset_of, size_of};
 use core::ptr::{self, NonNull};
-use rox_uapi::admin::DEV_MIN_LOG_DEPTH;
+use core::sync::atomic::{AtomicU8, Ordering};
+use rox_uapi::queue::{owner_for, Cqe, RqWqe, SqWqe, CQE_SHIFT};
 use rox_uapi::regs::ROX_PAGE_SIZE;
-
-/// Smallest ring the device accepts (`admin::DEV_MIN_LOG_DEPTH`).
-const MIN_RING_DEPTH: u32 = 1 << DEV_MIN_LOG_DEPTH;
-
-/// Number of entries of a ring that must hold at least `wanted` entries: the next power of two,
-/// at least the device's minimum, or `None` above `max`.
-pub fn ring_depth(wanted: u32, max: u32) -> Option<u32> {
-    let depth = wanted.max(MIN_RING_DEPTH).checked_next_power_of_two()?;
-    (depth <= max).then_some(depth)
-}
 
 /// A ring buffer in this process's memory, handed to the kernel by address: page aligned,
 /// whole pages, zero-filled (so a fresh CQ ring holds no valid CQE under the owner-bit rule),
@@ -67,7 +58,7 @@ impl QueueBuffer {
     }
 
     /// Entry `index` (a free-running index) of this buffer seen as a ring of `depth` `T`s.
-    pub fn entry<T>(&self, index: u32, depth: u32) -> *mut T {
+    fn entry<T>(&self, index: u32, depth: u32) -> *mut T {
         assert!(depth.is_power_of_two() && depth as usize * size_of::<T>() <= self.len);
         // SAFETY: `index & (depth - 1)` < depth, and depth entries of T fit in the buffer.
         unsafe {
@@ -93,7 +84,145 @@ impl Drop for QueueBuffer {
 // SAFETY: the buffer is plain memory owned by this value; access to its contents is
 // synchronised by the owning queue.
 unsafe impl Send for QueueBuffer {}
+// SAFETY: as above.
 unsafe impl Sync for QueueBuffer {}
+
+/// The entry types of rox's rings: plain old data (integers, arrays and unions of them), for
+/// which every bit pattern is a valid value, so an entry may be read whatever the device or a
+/// previous use of the slot left in it.
+///
+/// # Safety
+/// Implement only for such types.
+pub unsafe trait RingEntry: Copy {}
+// SAFETY: rox_uapi's ring formats are `repr(C)` structs of integers, byte arrays and a union of
+// such structs (`SqSeg`).
+unsafe impl RingEntry for SqWqe {}
+// SAFETY: as above.
+unsafe impl RingEntry for RqWqe {}
+// SAFETY: as above.
+unsafe impl RingEntry for Cqe {}
+// SAFETY: bytes.
+unsafe impl<const N: usize> RingEntry for [u8; N] {}
+
+/// A ring of `depth` (a power of two) slots of `1 << entry_shift` bytes in a [`QueueBuffer`],
+/// indexed by free-running index. The software side owns every slot the device does not read
+/// (a send/receive ring's slots outside [consumer, producer) of the device): it writes them
+/// through `&mut self`.
+pub struct SlotRing {
+    buf: QueueBuffer,
+    depth: u32,
+    entry_shift: u32,
+}
+
+impl SlotRing {
+    pub fn new(depth: u32, entry_shift: u32) -> Result<Self> {
+        assert!(depth.is_power_of_two());
+        Ok(SlotRing {
+            buf: QueueBuffer::new(depth, entry_shift)?,
+            depth,
+            entry_shift,
+        })
+    }
+
+    /// User virtual address of the ring (what rox.ko pins).
+    pub fn addr(&self) -> u64 {
+        self.buf.addr()
+    }
+
+    pub fn depth(&self) -> u32 {
+        self.depth
+    }
+
+    /// The slot of free-running index `index`, as a `T` (the ring's entry type).
+    fn slot<T: RingEntry>(&self, index: u32) -> *mut T {
+        assert_eq!(size_of::<T>(), 1 << self.entry_shift);
+        self.buf.entry::<T>(index, self.depth)
+    }
+
+    /// Store an entry in slot `index`.
+    pub fn write<T: RingEntry>(&mut self, index: u32, entry: T) {
+        // SAFETY: a whole entry inside the ring (`slot`); `&mut self` excludes any other access
+        // from this process, and the device does not read a slot before the doorbell announces
+        // it.
+        unsafe { self.slot::<T>(index).write(entry) };
+    }
+
+    /// Slot `index` for formatting in place.
+    pub fn slot_mut<T: RingEntry>(&mut self, index: u32) -> &mut T {
+        // SAFETY: as for `write`; every bit pattern is a valid T (RingEntry), and the borrow
+        // of `self` bounds the reference.
+        unsafe { &mut *self.slot::<T>(index) }
+    }
+
+    /// A copy of slot `index` (tests).
+    #[cfg(test)]
+    pub fn read<T: RingEntry>(&self, index: u32) -> T {
+        // SAFETY: a whole entry inside the ring; every bit pattern is a valid T. Volatile: the
+        // device may have written it.
+        unsafe { self.slot::<T>(index).read_volatile() }
+    }
+
+    /// Copy slot `index` of `from` (same entry size) into slot `index` of this ring.
+    pub fn copy_slot_from(&mut self, from: &SlotRing, index: u32) {
+        assert_eq!(self.entry_shift, from.entry_shift);
+        let size = 1usize << self.entry_shift;
+        let src = from.buf.entry::<u8>(0, 1) as usize + (index & (from.depth - 1)) as usize * size;
+        let dst = self.buf.entry::<u8>(0, 1) as usize + (index & (self.depth - 1)) as usize * size;
+        // SAFETY: both are whole entries inside their buffers (slot < depth, depth entries of
+        // `size` bytes each); the buffers are distinct mappings; `&mut self` excludes other
+        // writers of the destination.
+        unsafe { ptr::copy_nonoverlapping(src as *const u8, dst as *mut u8, size) };
+    }
+}
+
+/// A CQ's ring of `Cqe`s as the consumer sees it: the device writes each entry, its owner byte
+/// last (release); a CQE is valid when its owner byte is the one of the current pass.
+pub struct CqeRing {
+    ring: SlotRing,
+}
+
+impl CqeRing {
+    /// A zeroed ring of `depth` CQEs (no entry valid under the owner-bit rule).
+    pub fn new(depth: u32) -> Result<Self> {
+        Ok(CqeRing {
+            ring: SlotRing::new(depth, CQE_SHIFT)?,
+        })
+    }
+
+    pub fn addr(&self) -> u64 {
+        self.ring.addr()
+    }
+
+    pub fn depth(&self) -> u32 {
+        self.ring.depth()
+    }
+
+    /// The CQE at consumer index `ci` if the device has written it.
+    pub fn take(&self, ci: u32) -> Option<Cqe> {
+        let entry = self.ring.slot::<Cqe>(ci);
+        // SAFETY: the owner byte of a CQE inside the ring (an AtomicU8 has u8's layout); the
+        // device writes it last with release ordering.
+        let owner = unsafe {
+            &*entry
+                .cast::<u8>()
+                .add(offset_of!(Cqe, owner))
+                .cast::<AtomicU8>()
+        };
+        if owner.load(Ordering::Acquire) != owner_for(ci, self.ring.depth) {
+            return None;
+        }
+        // SAFETY: the entry is complete (owner seen above) and the device does not touch it
+        // again until the consumer index passes it.
+        Some(unsafe { entry.read_volatile() })
+    }
+
+    /// What the device does (tests): the body, then the owner byte of pass `index / depth`.
+    #[cfg(test)]
+    pub fn device_writes(&mut self, index: u32, mut cqe: Cqe) {
+        cqe.owner = owner_for(index, self.ring.depth);
+        self.ring.write(index, cqe);
+    }
+}
 
 /// One page of the device (BAR memory) mapped into this process with the mmap key rox.ko gave
 /// in the ucontext response.
@@ -138,21 +267,12 @@ impl Drop for DevicePage {
 // SAFETY: a device page is shared with the device by design; every access to it is a volatile
 // or atomic access made by the data path.
 unsafe impl Send for DevicePage {}
+// SAFETY: as above.
 unsafe impl Sync for DevicePage {}
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn ring_depth_rounds_up_to_a_power_of_two_within_the_limit() {
-        assert_eq!(ring_depth(0, 16), Some(MIN_RING_DEPTH));
-        assert_eq!(ring_depth(1, 16), Some(MIN_RING_DEPTH));
-        assert_eq!(ring_depth(5, 16), Some(8));
-        assert_eq!(ring_depth(16, 16), Some(16));
-        assert_eq!(ring_depth(17, 16), None);
-        assert_eq!(ring_depth(u32::MAX, u32::MAX), None);
-    }
 
     #[test]
     fn queue_buffer_is_page_aligned_zeroed_whole_pages() {
