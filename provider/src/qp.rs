@@ -788,4 +788,58 @@ pub(crate) mod tests {
         );
         assert_eq!(recv_wqe(&w, 9, 1).err(), Some(EINVAL));
     }
+
+    /// Host micro-benchmark of librox's own data-path work per message (no device, no
+    /// syscall): post one signaled SEND with one SGE (lock, format, write the WQE, commit),
+    /// then — after the test writes its CQE as the device would — poll it (owner check, read,
+    /// retire the slot, build the `ibv_wc`). Run with
+    /// `cargo test --release -- --ignored --nocapture post_poll_benchmark` (in the root).
+    #[test]
+    #[ignore = "micro-benchmark"]
+    fn post_poll_benchmark() {
+        use crate::cq::work_completion;
+        use crate::sys::memory::CqeRing;
+        const ROUNDS: u32 = 2_000_000;
+        let qp = test_qp(ffi::IBV_QPT_RC);
+        let mut cq = CqeRing::new(4).expect("ring");
+        let mut sges = [ffi::ibv_sge {
+            addr: 0x1000,
+            length: 64,
+            lkey: 7,
+        }];
+        let mut wr = send_wr(ffi::IBV_WR_SEND, &mut sges, ffi::IBV_SEND_SIGNALED);
+        let mut ci = 0u32;
+        let mut sum = 0u64;
+        let start = std::time::Instant::now();
+        for round in 0..ROUNDS {
+            wr.wr_id = u64::from(round);
+            let mut rung = 0;
+            let r = post_list(
+                &mut qp.sq.lock().wq,
+                |pi| rung = pi,
+                list(&raw mut wr),
+                |w, index, wq| {
+                    let wqe = send_wqe(&qp.sq_attrs, &qp.qkey, w, index)?;
+                    wq.write(index, wqe);
+                    Ok(w.wr_id())
+                },
+            );
+            assert!(r.is_ok() && rung == round.wrapping_add(1));
+            cq.device_writes(
+                ci,
+                Cqe {
+                    wr_id: u64::from(round),
+                    opcode: verbs::WC_OPC_SEND,
+                    ..Default::default()
+                },
+            );
+            let cqe = cq.take(ci).expect("a CQE");
+            ci = ci.wrapping_add(1);
+            let wc = work_completion(&cqe, qp.retire(&cqe).expect("outstanding"));
+            sum = sum.wrapping_add(wc.wr_id);
+        }
+        let ns = start.elapsed().as_nanos() as f64 / f64::from(ROUNDS);
+        assert_eq!(sum, (0..u64::from(ROUNDS)).sum::<u64>());
+        println!("post_poll_benchmark: {ns:.1} ns per post_send + poll_cq ({ROUNDS} rounds)");
+    }
 }
