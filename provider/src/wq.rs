@@ -84,6 +84,7 @@ impl WorkQueue {
     }
 
     /// Store the entry of free-running index `index` (a slot [`Self::next_index`] gave).
+    #[inline]
     pub fn write<T: RingEntry>(&mut self, index: u32, entry: T) {
         self.ring.write(index, entry);
     }

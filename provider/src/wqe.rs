@@ -111,6 +111,7 @@ fn takes_sges(op: u8) -> bool {
 
 /// WQE flags for `IBV_SEND_*` flags (SIGNALED also from `sq_sig_all`; INLINE is set by
 /// [`set_inline`]).
+#[inline]
 fn wqe_flags(sq: &SqAttrs, send_flags: u32) -> u8 {
     let mut flags = 0;
     if sq.sig_all || send_flags & ffi::IBV_SEND_SIGNALED != 0 {
@@ -127,6 +128,7 @@ fn wqe_flags(sq: &SqAttrs, send_flags: u32) -> u8 {
 
 /// A new WQE of `opcode` for ring slot `index` (its `wr_id`: the device echoes it in the CQE),
 /// with no segment and no data yet; EINVAL if the QP's type does not take the operation.
+#[inline]
 pub(crate) fn new_wqe(sq: &SqAttrs, opcode: u8, send_flags: u32, index: u32) -> Result<SqWqe> {
     if !opcode_allowed(sq.qp_type, opcode) {
         return Err(EINVAL);
@@ -275,12 +277,18 @@ pub(crate) fn flush_seg(
 
 /// Store SGE `i` in a send WQE's data area, in `Sge`'s layout (native byte order, as the
 /// device reads it).
+#[inline]
 fn put_sge(data: &mut [u8; SQ_WQE_DATA_SIZE], i: usize, sge: &ffi::ibv_sge) {
-    let at = i * size_of::<Sge>();
-    let field = |offset: usize, len: usize| at + offset..at + offset + len;
-    data[field(offset_of!(Sge, addr), 8)].copy_from_slice(&sge.addr.to_ne_bytes());
-    data[field(offset_of!(Sge, length), 4)].copy_from_slice(&sge.length.to_ne_bytes());
-    data[field(offset_of!(Sge, lkey), 4)].copy_from_slice(&sge.lkey.to_ne_bytes());
+    const SGE: usize = size_of::<Sge>();
+    let mut bytes = [0u8; SGE];
+    let mut field = |offset: usize, value: &[u8]| {
+        bytes[offset..offset + value.len()].copy_from_slice(value);
+    };
+    field(offset_of!(Sge, addr), &sge.addr.to_ne_bytes());
+    field(offset_of!(Sge, length), &sge.length.to_ne_bytes());
+    field(offset_of!(Sge, lkey), &sge.lkey.to_ne_bytes());
+    // One store of the whole SGE (one bounds check).
+    data[i * SGE..(i + 1) * SGE].copy_from_slice(&bytes);
 }
 
 /// SGE `i` of a send WQE's data area (tests).
@@ -296,6 +304,7 @@ pub(crate) fn sge_at(data: &[u8; SQ_WQE_DATA_SIZE], i: usize) -> Sge {
 }
 
 /// Store `sges` as the WQE's scatter/gather list (at most the queue's `max_sge`).
+#[inline]
 pub(crate) fn set_sges(sq: &SqAttrs, wqe: &mut SqWqe, sges: &[ffi::ibv_sge]) -> Result<()> {
     if sges.len() > sq.max_sge as usize || (!sges.is_empty() && !takes_sges(wqe.opcode)) {
         return Err(EINVAL);

@@ -58,6 +58,7 @@ impl QueueBuffer {
     }
 
     /// Entry `index` (a free-running index) of this buffer seen as a ring of `depth` `T`s.
+    #[inline]
     fn entry<T>(&self, index: u32, depth: u32) -> *mut T {
         assert!(depth.is_power_of_two() && depth as usize * size_of::<T>() <= self.len);
         // SAFETY: `index & (depth - 1)` < depth, and depth entries of T fit in the buffer.
@@ -134,12 +135,14 @@ impl SlotRing {
     }
 
     /// The slot of free-running index `index`, as a `T` (the ring's entry type).
+    #[inline]
     fn slot<T: RingEntry>(&self, index: u32) -> *mut T {
         assert_eq!(size_of::<T>(), 1 << self.entry_shift);
         self.buf.entry::<T>(index, self.depth)
     }
 
     /// Store an entry in slot `index`.
+    #[inline]
     pub fn write<T: RingEntry>(&mut self, index: u32, entry: T) {
         // SAFETY: a whole entry inside the ring (`slot`); `&mut self` excludes any other access
         // from this process, and the device does not read a slot before the doorbell announces
@@ -199,7 +202,8 @@ impl CqeRing {
 
     /// The CQE at consumer index `ci` if the device has written it.
     pub fn take(&self, ci: u32) -> Option<Cqe> {
-        let entry = self.ring.slot::<Cqe>(ci);
+        // (The ring's entries are Cqes by construction: no size check per poll.)
+        let entry = self.ring.buf.entry::<Cqe>(ci, self.ring.depth);
         // SAFETY: the owner byte of a CQE inside the ring (an AtomicU8 has u8's layout); the
         // device writes it last with release ordering.
         let owner = unsafe {
