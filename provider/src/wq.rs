@@ -100,7 +100,7 @@ impl WorkQueue {
         self.ring.read(index)
     }
 
-    /// A new buffer of `depth` entries holding a copy of every entry not completed yet, at the
+    /// A new ring of `depth` entries holding a copy of every entry not completed yet, at the
     /// same free-running index (for a resize: the device keeps reading at its own consumer
     /// index, which lies among them). EINVAL if they do not fit.
     pub fn resized_copy(&self, depth: u32) -> Result<SlotRing> {
@@ -115,8 +115,8 @@ impl WorkQueue {
         Ok(ring)
     }
 
-    /// Switch to `buf` (made by [`Self::resized_copy`] with `depth`), keeping every
-    /// outstanding entry's wr_id and completion state under its index. Returns the old buffer.
+    /// Switch to `ring` (made by [`Self::resized_copy`]), keeping every outstanding entry's
+    /// wr_id and completion state under its index. Returns the old ring.
     pub fn install(&mut self, ring: SlotRing) -> SlotRing {
         let depth = ring.depth();
         let slots = depth as usize;
