@@ -1,10 +1,10 @@
 //! librox: the rdma-core provider (libibverbs driver) of the rox RoCEv2 NIC.
 //!
 //! libibverbs 56.1 dlopens `librox-rdmav34.so` (named in /etc/libibverbs.d/rox.driver); the
-//! `.init_array` constructor below registers [`device::DEVICE_OPS`] with
+//! `.init_array` constructor of [`sys::device`] registers its `DEVICE_OPS` with
 //! `verbs_register_driver_34`, and libibverbs binds it to every uverbs device whose PCI id is
 //! rox's (or whose name starts with `rox_`). Everything of the provider ABI comes from
-//! rdma-core's own headers through bindgen ([`ffi`]); everything shared with rox.ko and the
+//! rdma-core's own headers through bindgen ([`sys::ffi`]); everything shared with rox.ko and the
 //! device comes from `rox_uapi`.
 //!
 //! Control path: context (ucontext, doorbell and wake pages), device and port queries, PD, MR,
@@ -12,29 +12,18 @@
 //! pins. Data path: post_send/post_recv/post_srq_recv format WQEs straight into those rings and
 //! ring the doorbell page; poll_cq/req_notify_cq work on the CQ ring and its doorbell slot; the
 //! extended CQ (`ibv_start_poll`...) and post (`ibv_wr_*`) APIs likewise. See docs/provider.md.
+//!
+//! Every `unsafe` of the crate is in [`sys`] (FFI, entry points, shared memory, locks), each
+//! with its `// SAFETY:` reason; the logic modules are `#![deny(unsafe_code)]`.
 
 mod ah;
 mod context;
 mod cq;
-mod device;
-mod doorbell;
-mod errno;
-mod ffi;
-mod lock;
-mod memory;
 mod mw;
 mod pd;
 mod qp;
 mod qp_ex;
 mod srq;
+mod sys;
 mod wq;
 mod wqe;
-
-/// The `PROVIDER_DRIVER(rox, ...)` constructor: runs when libibverbs dlopens librox.
-extern "C" fn register_provider() {
-    device::register();
-}
-
-#[used]
-#[link_section = ".init_array"]
-static REGISTER_PROVIDER: extern "C" fn() = register_provider;

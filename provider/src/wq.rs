@@ -6,39 +6,37 @@
 //! unsignaled WQEs too); SRQ completions may come back out of order across QPs, so each slot
 //! is freed on its own and the consumer index advances over freed slots.
 
-use crate::errno::{Result, EINVAL};
-use crate::lock::Locked;
-use crate::memory::QueueBuffer;
-use core::ops::Deref;
-use core::ptr;
+#![deny(unsafe_code)]
+
+use crate::sys::errno::{Result, EINVAL};
+use crate::sys::lock::Locked;
+use crate::sys::memory::{RingEntry, SlotRing};
+use rox_uapi::admin::DEV_MIN_LOG_DEPTH;
+
+/// Smallest ring the device accepts (`admin::DEV_MIN_LOG_DEPTH`).
+const MIN_RING_DEPTH: u32 = 1 << DEV_MIN_LOG_DEPTH;
+
+/// Number of entries of a ring that must hold at least `wanted` entries: the next power of two,
+/// at least the device's minimum, or `None` above `max`.
+pub fn ring_depth(wanted: u32, max: u32) -> Option<u32> {
+    let depth = wanted.max(MIN_RING_DEPTH).checked_next_power_of_two()?;
+    (depth <= max).then_some(depth)
+}
 
 /// A ring of WQEs in librox's memory (pinned by rox.ko) with its bookkeeping, behind the lock
-/// posting and completion processing take (`Deref` to it). The buffer lives inside the lock
-/// too, so an SRQ resize can swap it while nobody posts.
-pub struct Ring {
-    wq: Locked<WorkQueue>,
-}
+/// posting and completion processing take. The buffer lives inside the lock too, so an SRQ
+/// resize can swap it while nobody posts.
+pub type Ring = Locked<WorkQueue>;
 
-impl Ring {
-    /// A zeroed ring of `depth` (a power of two) entries of `1 << entry_shift` bytes.
-    pub fn new(depth: u32, entry_shift: u32, order: CompletionOrder) -> Result<Self> {
-        Ok(Ring {
-            wq: Locked::new(WorkQueue::new(depth, entry_shift, order)?),
-        })
-    }
-}
-
-impl Deref for Ring {
-    type Target = Locked<WorkQueue>;
-    fn deref(&self) -> &Locked<WorkQueue> {
-        &self.wq
-    }
+/// A zeroed ring of `depth` (a power of two) entries of `1 << entry_shift` bytes.
+pub fn new_ring(depth: u32, entry_shift: u32, order: CompletionOrder) -> Result<Ring> {
+    Ok(Locked::new(WorkQueue::new(depth, entry_shift, order)?))
 }
 
 /// One work queue's ring buffer, producer/consumer indices (free-running, wrapping u32, as
 /// the doorbell carries them) and the wr_id of every ring slot.
 pub struct WorkQueue {
-    buf: QueueBuffer,
+    ring: SlotRing,
     entry_shift: u32,
     depth: u32,
     /// Entries that may be outstanding: `depth`, or 0 for a queue created with no work requests
@@ -68,7 +66,7 @@ impl WorkQueue {
         assert!(depth.is_power_of_two());
         let slots = depth as usize;
         Ok(WorkQueue {
-            buf: QueueBuffer::new(depth, entry_shift)?,
+            ring: SlotRing::new(depth, entry_shift)?,
             entry_shift,
             depth,
             capacity: depth,
@@ -82,40 +80,45 @@ impl WorkQueue {
 
     /// User virtual address of the ring (what rox.ko pins).
     pub fn buf_addr(&self) -> u64 {
-        self.buf.addr()
+        self.ring.addr()
     }
 
-    /// The ring entry of free-running index `index`, as a `T` (the entry type of this ring).
-    pub fn entry<T>(&self, index: u32) -> *mut T {
-        assert_eq!(size_of::<T>(), 1 << self.entry_shift);
-        self.buf.entry::<T>(index, self.depth)
+    /// Store the entry of free-running index `index` (a slot [`Self::next_index`] gave).
+    #[inline]
+    pub fn write<T: RingEntry>(&mut self, index: u32, entry: T) {
+        self.ring.write(index, entry);
     }
 
-    /// A new buffer of `depth` entries holding a copy of every entry not completed yet, at the
+    /// The entry of free-running index `index`, for formatting in place.
+    pub fn entry_mut<T: RingEntry>(&mut self, index: u32) -> &mut T {
+        self.ring.slot_mut(index)
+    }
+
+    /// A copy of the entry of free-running index `index`.
+    #[cfg(test)]
+    pub fn read<T: RingEntry>(&self, index: u32) -> T {
+        self.ring.read(index)
+    }
+
+    /// A new ring of `depth` entries holding a copy of every entry not completed yet, at the
     /// same free-running index (for a resize: the device keeps reading at its own consumer
     /// index, which lies among them). EINVAL if they do not fit.
-    pub fn resized_copy(&self, depth: u32) -> Result<QueueBuffer> {
+    pub fn resized_copy(&self, depth: u32) -> Result<SlotRing> {
         let outstanding = self.pi.wrapping_sub(self.ci);
         if !depth.is_power_of_two() || outstanding > depth {
             return Err(EINVAL);
         }
-        let buf = QueueBuffer::new(depth, self.entry_shift)?;
-        let size = 1usize << self.entry_shift;
+        let mut ring = SlotRing::new(depth, self.entry_shift)?;
         for k in 0..outstanding {
-            let index = self.ci.wrapping_add(k);
-            let from =
-                self.buf.entry::<u8>(0, 1) as usize + (index & (self.depth - 1)) as usize * size;
-            let to = buf.entry::<u8>(0, 1) as usize + (index & (depth - 1)) as usize * size;
-            // SAFETY: both are whole entries inside their buffers (slot < depth, depth entries
-            // of `size` bytes each); the buffers are distinct mappings.
-            unsafe { ptr::copy_nonoverlapping(from as *const u8, to as *mut u8, size) };
+            ring.copy_slot_from(&self.ring, self.ci.wrapping_add(k));
         }
-        Ok(buf)
+        Ok(ring)
     }
 
-    /// Switch to `buf` (made by [`Self::resized_copy`] with `depth`), keeping every
-    /// outstanding entry's wr_id and completion state under its index. Returns the old buffer.
-    pub fn install(&mut self, buf: QueueBuffer, depth: u32) -> QueueBuffer {
+    /// Switch to `ring` (made by [`Self::resized_copy`]), keeping every outstanding entry's
+    /// wr_id and completion state under its index. Returns the old ring.
+    pub fn install(&mut self, ring: SlotRing) -> SlotRing {
+        let depth = ring.depth();
         let slots = depth as usize;
         let mut wr_ids = vec![0; slots].into_boxed_slice();
         let mut done = self
@@ -135,7 +138,7 @@ impl WorkQueue {
         self.done = done;
         self.depth = depth;
         self.capacity = depth;
-        core::mem::replace(&mut self.buf, buf)
+        core::mem::replace(&mut self.ring, ring)
     }
 
     /// Make the queue take no work requests (it was created with none): posting is ENOMEM.
@@ -215,6 +218,16 @@ impl WorkQueue {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ring_depth_rounds_up_to_a_power_of_two_within_the_limit() {
+        assert_eq!(ring_depth(0, 16), Some(MIN_RING_DEPTH));
+        assert_eq!(ring_depth(1, 16), Some(MIN_RING_DEPTH));
+        assert_eq!(ring_depth(5, 16), Some(8));
+        assert_eq!(ring_depth(16, 16), Some(16));
+        assert_eq!(ring_depth(17, 16), None);
+        assert_eq!(ring_depth(u32::MAX, u32::MAX), None);
+    }
 
     fn post(wq: &mut WorkQueue, wr_id: u64) -> Option<u32> {
         let index = wq.next_index()?;
@@ -308,22 +321,22 @@ mod tests {
         // Indices 0..6 posted over time; 0, 1 and 3 completed: 2, 4, 5 outstanding (ci = 2).
         for id in 0..4 {
             let i = post(&mut wq, 100 + id).unwrap();
-            unsafe { wq.entry::<[u8; 128]>(i).write([i as u8; 128]) };
+            wq.write(i, [i as u8; 128]);
         }
         assert_eq!(wq.complete(0), Some(100));
         assert_eq!(wq.complete(1), Some(101));
         assert_eq!(wq.complete(3), Some(103));
         for id in 4..6 {
             let i = post(&mut wq, 100 + id).unwrap();
-            unsafe { wq.entry::<[u8; 128]>(i).write([i as u8; 128]) };
+            wq.write(i, [i as u8; 128]);
         }
         assert!(wq.resized_copy(2).is_err(), "indices 2..=5 do not fit in 2");
-        let buf = wq.resized_copy(8).unwrap();
-        let old = wq.install(buf, 8);
+        let ring = wq.resized_copy(8).unwrap();
+        let old = wq.install(ring);
         drop(old);
         assert_eq!(wq.depth, 8);
         for i in [2u32, 4, 5] {
-            assert_eq!(unsafe { wq.entry::<[u8; 128]>(i).read() }, [i as u8; 128]);
+            assert_eq!(wq.read::<[u8; 128]>(i), [i as u8; 128]);
         }
         // Indices 2..=5 still occupy the ring (3 is done, 2 is not): four more fit.
         for id in 6..10 {

@@ -1,18 +1,37 @@
 //! Send WQE formatting, shared by `ibv_post_send` (crate::qp) and the extended post API
 //! (crate::qp_ex): which operations a QP takes, the WQE header, the RDMA / atomic / FLUSH
-//! segment, the scatter/gather list and inline payload are each written in one place.
+//! segment, the scatter/gather list and inline payload are each written in one place. It knows
+//! of its queue only the few facts in [`SqAttrs`], not the QP.
 
-use crate::errno::{Result, EINVAL};
-use crate::ffi;
-use crate::qp::RoxQp;
-use core::ffi::c_void;
-use core::ptr;
+#![deny(unsafe_code)]
+
+use crate::ah::UdAddress;
+use crate::sys::errno::{Result, EINVAL};
+use crate::sys::ffi;
+use crate::sys::wr::UserBuf;
+use core::mem::{offset_of, size_of};
 use rox_uapi::admin::KEY_VARIANT_MASK;
 use rox_uapi::queue::{
-    BindSeg, RdmaSeg, Sge, SqSeg, SqWqe, SQ_WQE_DATA_SIZE, WQE_FLAG_FENCE, WQE_FLAG_INLINE,
+    BindSeg, RdmaSeg, Sge, SqSeg, SqWqe, UdSeg, SQ_WQE_DATA_SIZE, WQE_FLAG_FENCE, WQE_FLAG_INLINE,
     WQE_FLAG_SIGNALED, WQE_FLAG_SOLICITED,
 };
 use rox_uapi::verbs;
+
+/// What formatting a send WQE needs to know of its queue (set at QP creation).
+#[derive(Clone, Copy, Debug)]
+pub struct SqAttrs {
+    /// `IBV_QPT_*`: which operations the queue takes.
+    pub qp_type: ffi::ibv_qp_type,
+    /// `sq_sig_all`: every WQE is signaled.
+    pub sig_all: bool,
+    /// SGEs per WQE rox.ko granted (at most `queue::SQ_MAX_SGE`).
+    pub max_sge: u32,
+    /// Inline bytes per WQE rox.ko granted (at most `queue::SQ_MAX_INLINE`).
+    pub max_inline: u32,
+}
+
+/// A WR's Q_Key with this bit set means "use the QP's Q_Key" (IB spec 10.2.5).
+pub(crate) const QKEY_USE_QP: u32 = 1 << 31;
 
 // rox's WR opcodes are libibverbs' numbers (`verbs::WR_*` = `IBV_WR_*`).
 const _: () = {
@@ -92,9 +111,10 @@ fn takes_sges(op: u8) -> bool {
 
 /// WQE flags for `IBV_SEND_*` flags (SIGNALED also from `sq_sig_all`; INLINE is set by
 /// [`set_inline`]).
-fn wqe_flags(qp: &RoxQp, send_flags: u32) -> u8 {
+#[inline]
+fn wqe_flags(sq: &SqAttrs, send_flags: u32) -> u8 {
     let mut flags = 0;
-    if qp.sq_sig_all || send_flags & ffi::IBV_SEND_SIGNALED != 0 {
+    if sq.sig_all || send_flags & ffi::IBV_SEND_SIGNALED != 0 {
         flags |= WQE_FLAG_SIGNALED;
     }
     if send_flags & ffi::IBV_SEND_SOLICITED != 0 {
@@ -108,14 +128,15 @@ fn wqe_flags(qp: &RoxQp, send_flags: u32) -> u8 {
 
 /// A new WQE of `opcode` for ring slot `index` (its `wr_id`: the device echoes it in the CQE),
 /// with no segment and no data yet; EINVAL if the QP's type does not take the operation.
-pub(crate) fn new_wqe(qp: &RoxQp, opcode: u8, send_flags: u32, index: u32) -> Result<SqWqe> {
-    if !opcode_allowed(qp.qp_type, opcode) {
+#[inline]
+pub(crate) fn new_wqe(sq: &SqAttrs, opcode: u8, send_flags: u32, index: u32) -> Result<SqWqe> {
+    if !opcode_allowed(sq.qp_type, opcode) {
         return Err(EINVAL);
     }
     Ok(SqWqe {
         wr_id: u64::from(index),
         opcode,
-        flags: wqe_flags(qp, send_flags),
+        flags: wqe_flags(sq, send_flags),
         num_sge: 0,
         reserved0: 0,
         imm_data: 0,
@@ -167,35 +188,30 @@ pub(crate) fn inc_rkey(rkey: u32) -> u32 {
     (rkey & !KEY_VARIANT_MASK) | (rkey.wrapping_add(1) & KEY_VARIANT_MASK)
 }
 
-/// The segment of a BIND_MW giving window `mw` the rkey `new_rkey` (same window index) and
-/// `info`; EINVAL for another window's rkey, access bits a window cannot grant (zero based
-/// included), or no MR with a non-zero length.
-///
-/// # Safety
-/// `mw` is a live window and `info.mr` null or a live MR (libibverbs' contract).
-pub(crate) unsafe fn bind_seg(
-    mw: *const ffi::ibv_mw,
-    new_rkey: u32,
-    info: &ffi::ibv_mw_bind_info,
-) -> Result<SqSeg> {
-    if mw.is_null() {
-        return Err(EINVAL);
-    }
-    // SAFETY: per the contract.
-    let old_rkey = unsafe { (*mw).rkey };
+/// A window binding as the application describes it (`ibv_mw_bind_info`).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct BindInfo {
+    /// The lkey of the MR bound to, `None` for no MR (an unbind, length 0).
+    pub mr_lkey: Option<u32>,
+    pub addr: u64,
+    pub length: u64,
+    /// `IBV_ACCESS_*` of the window.
+    pub access: u32,
+}
+
+/// The segment of a BIND_MW giving the window whose rkey is `old_rkey` the rkey `new_rkey`
+/// (same window index) and `info`; EINVAL for another window's rkey, access bits a window
+/// cannot grant (zero based included), or no MR with a non-zero length.
+pub(crate) fn bind_seg(old_rkey: u32, new_rkey: u32, info: &BindInfo) -> Result<SqSeg> {
     if new_rkey & !KEY_VARIANT_MASK != old_rkey & !KEY_VARIANT_MASK
-        || info.mw_access_flags & !verbs::ACCESS_MW_ALLOWED != 0
+        || info.access & !verbs::ACCESS_MW_ALLOWED != 0
     {
         return Err(EINVAL);
     }
-    let lkey = if info.mr.is_null() {
-        if info.length != 0 {
-            return Err(EINVAL);
-        }
-        0
-    } else {
-        // SAFETY: per the contract.
-        unsafe { (*info.mr).lkey }
+    let lkey = match info.mr_lkey {
+        None if info.length != 0 => return Err(EINVAL),
+        None => 0,
+        Some(lkey) => lkey,
     };
     Ok(SqSeg {
         bind: BindSeg {
@@ -203,10 +219,31 @@ pub(crate) unsafe fn bind_seg(
             length: info.length,
             new_rkey,
             lkey,
-            access: info.mw_access_flags,
+            access: info.access,
             ..Default::default()
         },
     })
+}
+
+/// The UD address segment for a destination: the AH's address vector, the remote QP and its
+/// Q_Key (`qp_qkey`, the QP's own, for a Q_Key with the high bit set).
+pub(crate) fn ud_seg(ah: &UdAddress, remote_qpn: u32, remote_qkey: u32, qp_qkey: u32) -> UdSeg {
+    let qkey = if remote_qkey & QKEY_USE_QP != 0 {
+        qp_qkey
+    } else {
+        remote_qkey
+    };
+    UdSeg {
+        dgid: ah.dgid,
+        dest_qpn: remote_qpn,
+        qkey,
+        flow_label: ah.flow_label,
+        sgid_index: ah.sgid_index,
+        hop_limit: ah.hop_limit,
+        traffic_class: ah.traffic_class,
+        dmac: ah.dmac,
+        ..Default::default()
+    }
 }
 
 /// The segment of a FLUSH; EINVAL for a placement type that is empty or has unknown bits, an
@@ -238,25 +275,43 @@ pub(crate) fn flush_seg(
     })
 }
 
-/// Store `sges` as the WQE's scatter/gather list (at most the QP's `max_send_sge`).
-pub(crate) fn set_sges(qp: &RoxQp, wqe: &mut SqWqe, sges: &[ffi::ibv_sge]) -> Result<()> {
-    if sges.len() > qp.max_send_sge as usize || (!sges.is_empty() && !takes_sges(wqe.opcode)) {
+/// Store SGE `i` in a send WQE's data area, in `Sge`'s layout (native byte order, as the
+/// device reads it).
+#[inline]
+fn put_sge(data: &mut [u8; SQ_WQE_DATA_SIZE], i: usize, sge: &ffi::ibv_sge) {
+    const SGE: usize = size_of::<Sge>();
+    let mut bytes = [0u8; SGE];
+    let mut field = |offset: usize, value: &[u8]| {
+        bytes[offset..offset + value.len()].copy_from_slice(value);
+    };
+    field(offset_of!(Sge, addr), &sge.addr.to_ne_bytes());
+    field(offset_of!(Sge, length), &sge.length.to_ne_bytes());
+    field(offset_of!(Sge, lkey), &sge.lkey.to_ne_bytes());
+    // One store of the whole SGE (one bounds check).
+    data[i * SGE..(i + 1) * SGE].copy_from_slice(&bytes);
+}
+
+/// SGE `i` of a send WQE's data area (tests).
+#[cfg(test)]
+pub(crate) fn sge_at(data: &[u8; SQ_WQE_DATA_SIZE], i: usize) -> Sge {
+    let at = i * size_of::<Sge>();
+    let bytes = |offset: usize, len: usize| &data[at + offset..at + offset + len];
+    Sge {
+        addr: u64::from_ne_bytes(bytes(offset_of!(Sge, addr), 8).try_into().unwrap()),
+        length: u32::from_ne_bytes(bytes(offset_of!(Sge, length), 4).try_into().unwrap()),
+        lkey: u32::from_ne_bytes(bytes(offset_of!(Sge, lkey), 4).try_into().unwrap()),
+    }
+}
+
+/// Store `sges` as the WQE's scatter/gather list (at most the queue's `max_sge`).
+#[inline]
+pub(crate) fn set_sges(sq: &SqAttrs, wqe: &mut SqWqe, sges: &[ffi::ibv_sge]) -> Result<()> {
+    if sges.len() > sq.max_sge as usize || (!sges.is_empty() && !takes_sges(wqe.opcode)) {
         return Err(EINVAL);
     }
     for (i, s) in sges.iter().enumerate() {
-        let sge = Sge {
-            addr: s.addr,
-            length: s.length,
-            lkey: s.lkey,
-        };
-        // SAFETY: i < max_send_sge <= SQ_MAX_SGE (rox.ko's cap), so the SGE lies inside `data`.
-        unsafe {
-            wqe.data
-                .as_mut_ptr()
-                .cast::<Sge>()
-                .add(i)
-                .write_unaligned(sge)
-        };
+        // i < max_sge <= SQ_MAX_SGE (rox.ko's cap), so the SGE lies inside `data`.
+        put_sge(&mut wqe.data, i, s);
     }
     wqe.flags &= !WQE_FLAG_INLINE;
     wqe.inline_len = 0;
@@ -264,31 +319,28 @@ pub(crate) fn set_sges(qp: &RoxQp, wqe: &mut SqWqe, sges: &[ffi::ibv_sge]) -> Re
     Ok(())
 }
 
-/// Copy `bufs` (address, length) into the WQE as its inline payload (at most the QP's
-/// `max_inline_data`; SEND and WRITE only).
-///
-/// # Safety
-/// Each buffer is readable for its length (the inline contract: read now, no lkey).
-pub(crate) unsafe fn set_inline(
-    qp: &RoxQp,
+/// Copy the application's buffers `bufs` into the WQE as its inline payload (at most the
+/// queue's `max_inline`; SEND and WRITE only). Nothing is read before the sizes are checked.
+pub(crate) fn set_inline<'a>(
+    sq: &SqAttrs,
     wqe: &mut SqWqe,
-    bufs: impl Iterator<Item = (*const c_void, usize)> + Clone,
+    bufs: impl Iterator<Item = UserBuf<'a>> + Clone,
 ) -> Result<()> {
     if !takes_inline(wqe.opcode) {
         return Err(EINVAL);
     }
     let total = bufs
         .clone()
-        .try_fold(0usize, |sum, (_, len)| sum.checked_add(len))
+        .try_fold(0usize, |sum, buf| sum.checked_add(buf.len()))
         .ok_or(EINVAL)?;
-    if total > qp.max_inline as usize || total > SQ_WQE_DATA_SIZE {
+    if total > sq.max_inline as usize || total > SQ_WQE_DATA_SIZE {
         return Err(EINVAL);
     }
     let mut at = 0;
-    for (addr, len) in bufs {
-        // SAFETY: per the contract; `at + len <= SQ_WQE_DATA_SIZE` (checked above).
-        unsafe { ptr::copy_nonoverlapping(addr.cast::<u8>(), wqe.data.as_mut_ptr().add(at), len) };
-        at += len;
+    for buf in bufs {
+        // `at + len <= SQ_WQE_DATA_SIZE` (checked above).
+        buf.copy_to(&mut wqe.data[at..at + buf.len()]);
+        at += buf.len();
     }
     wqe.flags |= WQE_FLAG_INLINE;
     wqe.num_sge = 0;
@@ -297,15 +349,25 @@ pub(crate) unsafe fn set_inline(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
-    use crate::qp::tests::test_qp;
+    use crate::sys::wr::seg;
+
+    /// A queue as the tests' QPs have it: 2 SGEs, 64 inline bytes.
+    pub(crate) fn test_sq(qp_type: ffi::ibv_qp_type) -> SqAttrs {
+        SqAttrs {
+            qp_type,
+            sig_all: false,
+            max_sge: 2,
+            max_inline: 64,
+        }
+    }
 
     #[test]
     fn operations_per_qp_type() {
-        let rc = test_qp(ffi::IBV_QPT_RC);
-        let uc = test_qp(ffi::IBV_QPT_UC);
-        let ud = test_qp(ffi::IBV_QPT_UD);
+        let rc = test_sq(ffi::IBV_QPT_RC);
+        let uc = test_sq(ffi::IBV_QPT_UC);
+        let ud = test_sq(ffi::IBV_QPT_UD);
         for op in [verbs::WR_FLUSH, verbs::WR_ATOMIC_WRITE, verbs::WR_RDMA_READ] {
             assert!(new_wqe(&rc, op, 0, 0).is_ok());
             assert_eq!(new_wqe(&uc, op, 0, 0).err(), Some(EINVAL));
@@ -327,8 +389,7 @@ mod tests {
             verbs::FLUSH_LEVEL_RANGE,
         )
         .expect("valid");
-        // SAFETY: the RDMA member was written.
-        let r = unsafe { seg.rdma };
+        let r = seg::rdma(&seg);
         assert_eq!(
             (r.remote_addr, r.rkey, r.length, r.flush_type, r.flush_level),
             (
@@ -348,7 +409,7 @@ mod tests {
             verbs::FLUSH_LEVEL_MR,
         )
         .expect("valid");
-        assert_eq!(unsafe { seg.rdma }.length, 0);
+        assert_eq!(seg::rdma(&seg).length, 0);
         let bad = [
             (
                 1usize << 32,
@@ -367,12 +428,12 @@ mod tests {
     #[test]
     fn atomic_write_value_is_in_memory_order() {
         let seg = atomic_write_seg(8, 1, *b"12345678");
-        assert_eq!(unsafe { seg.rdma }.compare_add.to_ne_bytes(), *b"12345678");
+        assert_eq!(seg::rdma(&seg).compare_add.to_ne_bytes(), *b"12345678");
     }
 
     #[test]
     fn data_rules() {
-        let qp = test_qp(ffi::IBV_QPT_RC);
+        let qp = test_sq(ffi::IBV_QPT_RC);
         let sge = ffi::ibv_sge {
             addr: 1,
             length: 2,
@@ -383,8 +444,8 @@ mod tests {
         assert_eq!(set_sges(&qp, &mut flush, &[]), Ok(()));
         let mut read = new_wqe(&qp, verbs::WR_RDMA_READ, 0, 0).unwrap();
         let byte = [0u8; 1];
-        let one = core::iter::once((byte.as_ptr().cast::<c_void>(), 1));
-        assert_eq!(unsafe { set_inline(&qp, &mut read, one) }, Err(EINVAL));
+        let one = core::iter::once(UserBuf::from_slice(&byte));
+        assert_eq!(set_inline(&qp, &mut read, one), Err(EINVAL));
         assert_eq!(
             set_sges(&qp, &mut read, &[sge; 3]),
             Err(EINVAL),
@@ -393,9 +454,9 @@ mod tests {
         let mut send = new_wqe(&qp, verbs::WR_SEND, ffi::IBV_SEND_SIGNALED, 3).unwrap();
         assert_eq!((send.wr_id, send.flags), (3, WQE_FLAG_SIGNALED));
         let big = [0u8; 65];
-        let too_big = core::iter::once((big.as_ptr().cast::<c_void>(), 65));
+        let too_big = core::iter::once(UserBuf::from_slice(&big));
         assert_eq!(
-            unsafe { set_inline(&qp, &mut send, too_big) },
+            set_inline(&qp, &mut send, too_big),
             Err(EINVAL),
             "max_inline 64"
         );

@@ -13,6 +13,7 @@ pub struct Locked<T> {
 
 // SAFETY: the value is only reached with the mutex held.
 unsafe impl<T: Send> Send for Locked<T> {}
+// SAFETY: as above: sharing a Locked shares the value only through the mutex.
 unsafe impl<T: Send> Sync for Locked<T> {}
 
 impl<T> Locked<T> {

@@ -1,8 +1,8 @@
 //! Device discovery: the match table libibverbs compares each uverbs device against (rox's PCI
 //! id, and the `rox_` name prefix), the per-device object, and the provider's ops.
 
-use crate::context;
-use crate::ffi::{self, Zeroable};
+use crate::sys::context;
+use crate::sys::ffi::{self, Zeroable};
 use core::mem::offset_of;
 use core::ptr;
 use rox_uapi::regs::{PCI_DEVICE_ID, PCI_VENDOR_ID};
@@ -86,8 +86,13 @@ static DEVICE_OPS: ConstC<ffi::verbs_device_ops> = ConstC(ffi::verbs_device_ops 
     uninit_device: Some(uninit_device),
 });
 
-/// The provider registration `PROVIDER_DRIVER` makes: `verbs_register_driver_<PABI>(&ops)`.
-pub fn register() {
+/// The `PROVIDER_DRIVER(rox, ...)` constructor, run when libibverbs dlopens librox: the
+/// registration `verbs_register_driver_<PABI>(&ops)`.
+extern "C" fn register_provider() {
     // SAFETY: DEVICE_OPS is a complete, immutable 'static verbs_device_ops.
     unsafe { ffi::pabi::verbs_register_driver(&DEVICE_OPS.0) };
 }
+
+#[used]
+#[link_section = ".init_array"]
+static REGISTER_PROVIDER: extern "C" fn() = register_provider;
