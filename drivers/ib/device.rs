@@ -5,6 +5,9 @@
 //! events to them ([`Registry`]).
 
 use super::{
+    attr::{
+        DeviceAttr, MrAdvice, PortAttr, PortImmutable, SrqAttr, SrqAttrMask, WcOut,
+    },
     bindings as b,
     mmap::{self, UcontextRef},
     netdev::NetDevice,
@@ -115,19 +118,9 @@ pub(crate) trait Verbs: Sized + 'static {
     /// Reads the counters into `values` (`COUNTER_NAMES.len()` entries).
     fn read_counters(dev: &Self::Dev<'_>, values: &mut [u64]) -> Result;
 
-    fn query_device(
-        dev: &Self::Dev<'_>,
-        attr: &mut b::ib_device_attr,
-        udata: &mut Udata<'_>,
-    ) -> Result;
-    fn query_port(
-        dev: &Self::Dev<'_>,
-        ib: IbDev<'_>,
-        port: u32,
-        attr: &mut b::ib_port_attr,
-    ) -> Result;
-    fn get_port_immutable(dev: &Self::Dev<'_>, port: u32, imm: &mut b::ib_port_immutable)
-        -> Result;
+    fn query_device(dev: &Self::Dev<'_>, udata: &mut Udata<'_>) -> Result<DeviceAttr>;
+    fn query_port(dev: &Self::Dev<'_>, ib: IbDev<'_>, port: u32) -> Result<PortAttr>;
+    fn get_port_immutable(dev: &Self::Dev<'_>, port: u32) -> Result<PortImmutable>;
     fn set_gid(dev: &Self::Dev<'_>, index: u32, gid: Option<&[u8; 16]>) -> Result;
 
     fn alloc_ucontext(
@@ -178,11 +171,11 @@ pub(crate) trait Verbs: Sized + 'static {
     /// it is full). May run in any context.
     fn mr_set_page(mr: &Self::Mr, addr: u64) -> Result;
     /// ibv_advise_mr: make the ranges `(addr, length, lkey)` of on-demand paging regions of
-    /// `pd` present (`advice`: `enum ib_uverbs_advise_mr_advice`); `flush`: before returning.
+    /// `pd` present; `flush`: before returning.
     fn advise_mr(
         dev: &Self::Dev<'_>,
         pd: &Self::Pd,
-        advice: u32,
+        advice: MrAdvice,
         flush: bool,
         sges: &[(u64, u32, u32)],
     ) -> Result;
@@ -231,18 +224,18 @@ pub(crate) trait Verbs: Sized + 'static {
         ib: IbDev<'_>,
         uctx: Option<&Self::Ucontext>,
         pd: &Self::Pd,
-        attr: &mut b::ib_srq_attr,
+        attr: &mut SrqAttr,
         udata: &mut Udata<'_>,
     ) -> Result<Created<Self::Srq>>;
     fn modify_srq(
         dev: &Self::Dev<'_>,
         ib: IbDev<'_>,
         srq: &Self::Srq,
-        attr: &b::ib_srq_attr,
-        mask: u32,
+        attr: &SrqAttr,
+        mask: SrqAttrMask,
         udata: &mut Udata<'_>,
     ) -> Result;
-    fn query_srq(dev: &Self::Dev<'_>, srq: &Self::Srq, attr: &mut b::ib_srq_attr) -> Result;
+    fn query_srq(dev: &Self::Dev<'_>, srq: &Self::Srq) -> Result<SrqAttr>;
     fn destroy_srq(dev: &Self::Dev<'_>, srq: &Self::Srq);
 
     /// Kernel QPs (ib_mad's GSI QP1): queue one send work request (rung by `ring_sq`).
@@ -256,7 +249,7 @@ pub(crate) trait Verbs: Sized + 'static {
     fn post_srq_recv(dev: &Self::Dev<'_>, srq: &Self::Srq, wr: &RecvWr<'_>) -> Result;
     fn ring_srq(dev: &Self::Dev<'_>, srq: &Self::Srq);
     /// Kernel CQs: moves up to `wc.len()` completions into `wc`, returns how many.
-    fn poll_cq(dev: &Self::Dev<'_>, cq: &Self::Cq, wc: &mut [b::ib_wc]) -> Result<usize>;
+    fn poll_cq(dev: &Self::Dev<'_>, cq: &Self::Cq, wc: &mut WcOut<'_>) -> Result<usize>;
     /// Kernel CQs: arms the CQ; returns whether completions may have been missed.
     fn req_notify_cq(dev: &Self::Dev<'_>, cq: &Self::Cq, solicited_only: bool) -> Result<bool>;
 
@@ -610,7 +603,7 @@ unsafe extern "C" fn query_device<V: Verbs>(
     let (dev, attr) = unsafe { (dev_of::<V>(ibdev), &mut *attr) };
     // SAFETY: `udata` is null or valid for this call.
     let mut udata = unsafe { Udata::from_raw(udata) };
-    errno(V::query_device(dev, attr, &mut udata))
+    errno(V::query_device(dev, &mut udata).map(|a| a.write_to(attr)))
 }
 
 unsafe extern "C" fn query_port<V: Verbs>(
@@ -620,7 +613,7 @@ unsafe extern "C" fn query_port<V: Verbs>(
 ) -> c_int {
     // SAFETY: ib_core passes its device and a valid, zeroed attribute buffer.
     let (dev, attr) = unsafe { (dev_of::<V>(ibdev), &mut *attr) };
-    errno(V::query_port(dev, ib_of(ibdev), port, attr))
+    errno(V::query_port(dev, ib_of(ibdev), port).map(|a| a.write_to(attr)))
 }
 
 unsafe extern "C" fn get_port_immutable<V: Verbs>(
@@ -630,7 +623,7 @@ unsafe extern "C" fn get_port_immutable<V: Verbs>(
 ) -> c_int {
     // SAFETY: ib_core passes its device and a valid buffer.
     let (dev, imm) = unsafe { (dev_of::<V>(ibdev), &mut *imm) };
-    errno(V::get_port_immutable(dev, port, imm))
+    errno(V::get_port_immutable(dev, port).map(|i| i.write_to(imm)))
 }
 
 unsafe extern "C" fn get_link_layer(_ibdev: *mut b::ib_device, _port: u32) -> b::rdma_link_layer {
@@ -843,6 +836,9 @@ unsafe extern "C" fn advise_mr<V: Verbs>(
         Err(_) => return ENOMEM.to_errno(),
     };
     let flush = flags & b::ib_uverbs_advise_mr_flag_IB_UVERBS_ADVISE_MR_FLAG_FLUSH != 0;
+    let Some(advice) = MrAdvice::from_raw(advice) else {
+        return EOPNOTSUPP.to_errno();
+    };
     errno(V::advise_mr(dev, pd_data, advice, flush, sges))
 }
 
@@ -1124,7 +1120,9 @@ unsafe extern "C" fn create_srq<V: Verbs>(
     // SAFETY: `udata` is null or valid for this call.
     let (mut udata_w, uctx) = unsafe { (Udata::from_raw(udata), ucontext_of::<V>(udata)) };
     errno((|| {
-        let created = V::create_srq(dev, ib_of(ibdev), uctx, pd, &mut init.attr, &mut udata_w)?;
+        let mut attr = SrqAttr::from_raw(&init.attr);
+        let created = V::create_srq(dev, ib_of(ibdev), uctx, pd, &mut attr, &mut udata_w)?;
+        attr.write_to(&mut init.attr);
         let id = created.id;
         // SAFETY: fresh object, data not initialised.
         unsafe { Obj::<b::ib_srq, V::Srq>::init(srq, created.data) };
@@ -1158,7 +1156,8 @@ unsafe extern "C" fn modify_srq<V: Verbs>(
     let mut udata = unsafe { Udata::from_raw(udata) };
     // SAFETY: a live SRQ belongs to a registered device.
     let ib = ib_of(unsafe { (*srq).device });
-    errno(V::modify_srq(dev, ib, data, attr, mask, &mut udata))
+    let (attr, mask) = (SrqAttr::from_raw(attr), SrqAttrMask::from_bits(mask));
+    errno(V::modify_srq(dev, ib, data, &attr, mask, &mut udata))
 }
 
 unsafe extern "C" fn query_srq<V: Verbs>(srq: *mut b::ib_srq, attr: *mut b::ib_srq_attr) -> c_int {
@@ -1170,7 +1169,7 @@ unsafe extern "C" fn query_srq<V: Verbs>(srq: *mut b::ib_srq, attr: *mut b::ib_s
             &mut *attr,
         )
     };
-    errno(V::query_srq(dev, data, attr))
+    errno(V::query_srq(dev, data).map(|a| a.write_to(attr)))
 }
 
 unsafe extern "C" fn destroy_srq<V: Verbs>(srq: *mut b::ib_srq, _udata: *mut b::ib_udata) -> c_int {
@@ -1387,7 +1386,11 @@ unsafe extern "C" fn poll_cq<V: Verbs>(cq: *mut b::ib_cq, n: c_int, wc: *mut b::
             core::slice::from_raw_parts_mut(wc, n as usize),
         )
     };
-    match V::poll_cq(dev, data, wcs) {
+    let mut out = WcOut {
+        raw: wcs,
+        registry: V::registry(dev),
+    };
+    match V::poll_cq(dev, data, &mut out) {
         Ok(count) => count as c_int,
         Err(err) => err.to_errno(),
     }

@@ -4,6 +4,7 @@
 //! directory, each with a `// SAFETY:` comment. The driver logic above it (`drivers/*.rs`) is
 //! safe Rust.
 
+mod attr;
 pub(crate) mod bindings;
 mod device;
 pub(crate) mod dma;
@@ -19,6 +20,10 @@ mod wr;
 
 pub(crate) use device::{
     CqInit, Created, DeviceId, DeviceParams, IbDev, IbRegistration, QpInit, RegisteredMr, Verbs,
+};
+pub(crate) use attr::{
+    DeviceAttr, DeviceCapFlags, MrAdvice, NetworkHdr, OdpCaps, OdpTransportCaps, PortAttr,
+    PortImmutable, SrqAttr, SrqAttrMask, Wc, WcFlags, WcOpcode, WcOut,
 };
 pub(crate) use registry::{AsyncEvent, Registry};
 pub(crate) use udata::Udata;
