@@ -11,9 +11,9 @@ use crate::{
         uapi::{admin, queue, udata as ud, verbs},
     },
     ib::{
-        bindings as b, mmap::MmapEntry, mmap::UcontextRef, CqInit, Created, DeviceAttr,
-        DeviceCapFlags, IbDev, MrAdvice, PortAttr, PortImmutable, QpInit, RecvWr, RegisteredMr,
-        Registry, SendWr, SrqAttr, SrqAttrMask, Udata, Verbs, WcOut,
+        mmap::MmapEntry, mmap::UcontextRef, AhAttr, CqInit, Created, DeviceAttr, DeviceCapFlags,
+        IbDev, MrAdvice, PortAttr, PortImmutable, QpAttr, QpInit, QpInitAttr, RecvWr,
+        RegisteredMr, Registry, SendWr, SrqAttr, SrqAttrMask, Udata, Verbs, WcOut,
     },
     ids::{DbSlot, DbSlots},
     mcast,
@@ -438,20 +438,15 @@ impl Verbs for RoxVerbs {
     fn modify_qp(
         dev: &RoxDev<'_>,
         qp: &Qp,
-        attr: &b::ib_qp_attr,
+        attr: &QpAttr,
         mask: u32,
         udata: &mut Udata<'_>,
     ) -> Result {
         qp::modify(dev, qp, attr, mask, udata)
     }
 
-    fn query_qp(
-        dev: &RoxDev<'_>,
-        qp: &Qp,
-        attr: &mut b::ib_qp_attr,
-        init: &mut b::ib_qp_init_attr,
-    ) -> Result {
-        qp::query(dev, qp, attr, init)
+    fn query_qp(dev: &RoxDev<'_>, qp: &Qp) -> Result<(QpAttr, QpInitAttr)> {
+        qp::query(dev, qp)
     }
 
     fn destroy_qp(dev: &RoxDev<'_>, qp: &Qp) {
@@ -520,10 +515,8 @@ impl Verbs for RoxVerbs {
         cq::arm(dev, cq, solicited_only)
     }
 
-    fn create_ah(_dev: &RoxDev<'_>, attr: &b::rdma_ah_attr, udata: &mut Udata<'_>) -> Result<Ah> {
-        if attr.type_ != b::rdma_ah_attr_type_RDMA_AH_ATTR_TYPE_ROCE
-            || u32::from(attr.grh.sgid_index) >= admin::GID_TABLE_LEN
-        {
+    fn create_ah(_dev: &RoxDev<'_>, attr: &AhAttr, udata: &mut Udata<'_>) -> Result<Ah> {
+        if !attr.roce || u32::from(attr.sgid_index) >= admin::GID_TABLE_LEN {
             return Err(EINVAL);
         }
         udata.expect_no_input()?;
@@ -540,9 +533,8 @@ impl Verbs for RoxVerbs {
         Ok(Ah { av })
     }
 
-    fn query_ah(_dev: &RoxDev<'_>, ah: &Ah, attr: &mut b::rdma_ah_attr) -> Result {
-        qp::fill_ah_attr(attr, &ah.av);
-        Ok(())
+    fn query_ah(_dev: &RoxDev<'_>, ah: &Ah) -> Result<AhAttr> {
+        Ok(qp::ah_attr(&ah.av))
     }
 
     fn destroy_ah(_dev: &RoxDev<'_>, _ah: &Ah) {}

@@ -479,3 +479,222 @@ impl WcOut<'_> {
         raw.wc_flags = flags as i32;
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// QP and AH
+// ---------------------------------------------------------------------------------------------
+
+// QP types and states, and the modify mask passed on to the device, are numbered as uapi's.
+const _: () = {
+    assert!(verbs::QPT_GSI as u32 == b::ib_qp_type_IB_QPT_GSI);
+    assert!(verbs::QPT_RC as u32 == b::ib_qp_type_IB_QPT_RC);
+    assert!(verbs::QPT_UC as u32 == b::ib_qp_type_IB_QPT_UC);
+    assert!(verbs::QPT_UD as u32 == b::ib_qp_type_IB_QPT_UD);
+    assert!(verbs::QPS_RESET as u32 == b::ib_qp_state_IB_QPS_RESET);
+    assert!(verbs::QPS_INIT as u32 == b::ib_qp_state_IB_QPS_INIT);
+    assert!(verbs::QPS_RTR as u32 == b::ib_qp_state_IB_QPS_RTR);
+    assert!(verbs::QPS_RTS as u32 == b::ib_qp_state_IB_QPS_RTS);
+    assert!(verbs::QPS_SQD as u32 == b::ib_qp_state_IB_QPS_SQD);
+    assert!(verbs::QPS_SQE as u32 == b::ib_qp_state_IB_QPS_SQE);
+    assert!(verbs::QPS_ERR as u32 == b::ib_qp_state_IB_QPS_ERR);
+    assert!(verbs::QP_STATE == b::ib_qp_attr_mask_IB_QP_STATE);
+    assert!(verbs::QP_CUR_STATE == b::ib_qp_attr_mask_IB_QP_CUR_STATE);
+    assert!(verbs::QP_EN_SQD_ASYNC_NOTIFY == b::ib_qp_attr_mask_IB_QP_EN_SQD_ASYNC_NOTIFY);
+    assert!(verbs::QP_ACCESS_FLAGS == b::ib_qp_attr_mask_IB_QP_ACCESS_FLAGS);
+    assert!(verbs::QP_PKEY_INDEX == b::ib_qp_attr_mask_IB_QP_PKEY_INDEX);
+    assert!(verbs::QP_PORT == b::ib_qp_attr_mask_IB_QP_PORT);
+    assert!(verbs::QP_QKEY == b::ib_qp_attr_mask_IB_QP_QKEY);
+    assert!(verbs::QP_AV == b::ib_qp_attr_mask_IB_QP_AV);
+    assert!(verbs::QP_PATH_MTU == b::ib_qp_attr_mask_IB_QP_PATH_MTU);
+    assert!(verbs::QP_TIMEOUT == b::ib_qp_attr_mask_IB_QP_TIMEOUT);
+    assert!(verbs::QP_RETRY_CNT == b::ib_qp_attr_mask_IB_QP_RETRY_CNT);
+    assert!(verbs::QP_RNR_RETRY == b::ib_qp_attr_mask_IB_QP_RNR_RETRY);
+    assert!(verbs::QP_RQ_PSN == b::ib_qp_attr_mask_IB_QP_RQ_PSN);
+    assert!(verbs::QP_MAX_QP_RD_ATOMIC == b::ib_qp_attr_mask_IB_QP_MAX_QP_RD_ATOMIC);
+    assert!(verbs::QP_ALT_PATH == b::ib_qp_attr_mask_IB_QP_ALT_PATH);
+    assert!(verbs::QP_MIN_RNR_TIMER == b::ib_qp_attr_mask_IB_QP_MIN_RNR_TIMER);
+    assert!(verbs::QP_SQ_PSN == b::ib_qp_attr_mask_IB_QP_SQ_PSN);
+    assert!(verbs::QP_MAX_DEST_RD_ATOMIC == b::ib_qp_attr_mask_IB_QP_MAX_DEST_RD_ATOMIC);
+    assert!(verbs::QP_PATH_MIG_STATE == b::ib_qp_attr_mask_IB_QP_PATH_MIG_STATE);
+    assert!(verbs::QP_CAP == b::ib_qp_attr_mask_IB_QP_CAP);
+    assert!(verbs::QP_DEST_QPN == b::ib_qp_attr_mask_IB_QP_DEST_QPN);
+};
+
+/// `IB_QP_RATE_LIMIT`, the one modify mask bit uapi has no name for (rox refuses it).
+pub(crate) const QP_RATE_LIMIT: u32 = b::ib_qp_attr_mask_IB_QP_RATE_LIMIT;
+
+/// The capacities of a QP (`ib_qp_cap`).
+#[derive(Clone, Copy, Default)]
+pub(crate) struct QpCap {
+    pub(crate) max_send_wr: u32,
+    pub(crate) max_recv_wr: u32,
+    pub(crate) max_send_sge: u32,
+    pub(crate) max_recv_sge: u32,
+    pub(crate) max_inline_data: u32,
+    /// Kept for the consumer (rox does not use it).
+    pub(crate) max_rdma_ctxs: u32,
+}
+
+impl QpCap {
+    pub(super) fn from_raw(raw: &b::ib_qp_cap) -> Self {
+        Self {
+            max_send_wr: raw.max_send_wr,
+            max_recv_wr: raw.max_recv_wr,
+            max_send_sge: raw.max_send_sge,
+            max_recv_sge: raw.max_recv_sge,
+            max_inline_data: raw.max_inline_data,
+            max_rdma_ctxs: raw.max_rdma_ctxs,
+        }
+    }
+    pub(super) fn write_to(&self, raw: &mut b::ib_qp_cap) {
+        raw.max_send_wr = self.max_send_wr;
+        raw.max_recv_wr = self.max_recv_wr;
+        raw.max_send_sge = self.max_send_sge;
+        raw.max_recv_sge = self.max_recv_sge;
+        raw.max_inline_data = self.max_inline_data;
+        raw.max_rdma_ctxs = self.max_rdma_ctxs;
+    }
+}
+
+/// A RoCE address (`rdma_ah_attr` of type `RDMA_AH_ATTR_TYPE_ROCE`, with a GRH).
+#[derive(Clone, Copy, Default)]
+pub(crate) struct AhAttr {
+    /// The address is a RoCE one (the only type rox takes; read from ib_core, always set
+    /// when written back).
+    pub(crate) roce: bool,
+    pub(crate) dgid: [u8; 16],
+    pub(crate) flow_label: u32,
+    pub(crate) sgid_index: u8,
+    pub(crate) hop_limit: u8,
+    pub(crate) traffic_class: u8,
+    pub(crate) sl: u8,
+    pub(crate) dmac: [u8; 6],
+    pub(crate) port_num: u32,
+}
+
+impl AhAttr {
+    pub(super) fn from_raw(raw: &b::rdma_ah_attr) -> Self {
+        Self {
+            roce: raw.type_ == b::rdma_ah_attr_type_RDMA_AH_ATTR_TYPE_ROCE,
+            dgid: super::gid_bytes(&raw.grh.dgid),
+            flow_label: raw.grh.flow_label,
+            sgid_index: raw.grh.sgid_index,
+            hop_limit: raw.grh.hop_limit,
+            traffic_class: raw.grh.traffic_class,
+            sl: raw.sl,
+            dmac: super::roce_dmac(raw),
+            port_num: raw.port_num.into(),
+        }
+    }
+    /// The source GID entry reference (`grh.sgid_attr`) is left as it is.
+    pub(super) fn write_to(&self, raw: &mut b::rdma_ah_attr) {
+        raw.type_ = b::rdma_ah_attr_type_RDMA_AH_ATTR_TYPE_ROCE;
+        raw.ah_flags = b::ib_ah_flags_IB_AH_GRH as u8;
+        raw.port_num = self.port_num as _;
+        raw.sl = self.sl;
+        raw.grh.dgid.raw = self.dgid;
+        raw.grh.flow_label = self.flow_label;
+        raw.grh.sgid_index = self.sgid_index;
+        raw.grh.hop_limit = self.hop_limit;
+        raw.grh.traffic_class = self.traffic_class;
+        raw.__bindgen_anon_1.roce.dmac = self.dmac;
+    }
+}
+
+/// The attributes of a QP a modify sets or a query reports (`ib_qp_attr`). States, path MTU
+/// and access flags are numbered as uapi's `verbs::*`.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct QpAttr {
+    pub(crate) qp_state: u32,
+    pub(crate) cur_qp_state: u32,
+    pub(crate) path_mtu: u32,
+    pub(crate) qkey: u32,
+    pub(crate) rq_psn: u32,
+    pub(crate) sq_psn: u32,
+    pub(crate) dest_qp_num: u32,
+    pub(crate) qp_access_flags: u32,
+    pub(crate) cap: QpCap,
+    pub(crate) ah_attr: AhAttr,
+    pub(crate) pkey_index: u16,
+    pub(crate) en_sqd_async_notify: u8,
+    pub(crate) sq_draining: u8,
+    pub(crate) max_rd_atomic: u8,
+    pub(crate) max_dest_rd_atomic: u8,
+    pub(crate) min_rnr_timer: u8,
+    pub(crate) port_num: u32,
+    pub(crate) timeout: u8,
+    pub(crate) retry_cnt: u8,
+    pub(crate) rnr_retry: u8,
+}
+
+impl QpAttr {
+    pub(super) fn from_raw(raw: &b::ib_qp_attr) -> Self {
+        Self {
+            qp_state: raw.qp_state,
+            cur_qp_state: raw.cur_qp_state,
+            path_mtu: raw.path_mtu,
+            qkey: raw.qkey,
+            rq_psn: raw.rq_psn,
+            sq_psn: raw.sq_psn,
+            dest_qp_num: raw.dest_qp_num,
+            qp_access_flags: raw.qp_access_flags as u32,
+            cap: QpCap::from_raw(&raw.cap),
+            ah_attr: AhAttr::from_raw(&raw.ah_attr),
+            pkey_index: raw.pkey_index,
+            en_sqd_async_notify: raw.en_sqd_async_notify,
+            sq_draining: raw.sq_draining,
+            max_rd_atomic: raw.max_rd_atomic,
+            max_dest_rd_atomic: raw.max_dest_rd_atomic,
+            min_rnr_timer: raw.min_rnr_timer,
+            port_num: raw.port_num,
+            timeout: raw.timeout,
+            retry_cnt: raw.retry_cnt,
+            rnr_retry: raw.rnr_retry,
+        }
+    }
+    /// rox has no alternate path: the path migration state is always `IB_MIG_MIGRATED`.
+    pub(super) fn write_to(&self, raw: &mut b::ib_qp_attr) {
+        raw.qp_state = self.qp_state;
+        raw.cur_qp_state = self.cur_qp_state;
+        raw.path_mtu = self.path_mtu;
+        raw.path_mig_state = b::ib_mig_state_IB_MIG_MIGRATED;
+        raw.qkey = self.qkey;
+        raw.rq_psn = self.rq_psn;
+        raw.sq_psn = self.sq_psn;
+        raw.dest_qp_num = self.dest_qp_num;
+        raw.qp_access_flags = self.qp_access_flags as _;
+        raw.pkey_index = self.pkey_index;
+        raw.en_sqd_async_notify = self.en_sqd_async_notify;
+        raw.sq_draining = self.sq_draining;
+        raw.max_rd_atomic = self.max_rd_atomic;
+        raw.max_dest_rd_atomic = self.max_dest_rd_atomic;
+        raw.min_rnr_timer = self.min_rnr_timer;
+        raw.port_num = self.port_num;
+        raw.timeout = self.timeout;
+        raw.retry_cnt = self.retry_cnt;
+        raw.rnr_retry = self.rnr_retry;
+        self.cap.write_to(&mut raw.cap);
+        self.ah_attr.write_to(&mut raw.ah_attr);
+    }
+}
+
+/// What a QP query reports of its creation attributes (`ib_qp_init_attr`).
+pub(crate) struct QpInitAttr {
+    /// `enum ib_qp_type`, numbered as uapi's `verbs::QPT_*`.
+    pub(crate) qp_type: u32,
+    pub(crate) cap: QpCap,
+    /// Every send WR completes (`IB_SIGNAL_ALL_WR`), not only signalled ones.
+    pub(crate) sq_sig_all: bool,
+}
+
+impl QpInitAttr {
+    pub(super) fn write_to(&self, raw: &mut b::ib_qp_init_attr) {
+        raw.qp_type = self.qp_type;
+        self.cap.write_to(&mut raw.cap);
+        raw.sq_sig_type = if self.sq_sig_all {
+            b::ib_sig_type_IB_SIGNAL_ALL_WR
+        } else {
+            b::ib_sig_type_IB_SIGNAL_REQ_WR
+        };
+    }
+}

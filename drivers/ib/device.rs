@@ -6,7 +6,8 @@
 
 use super::{
     attr::{
-        DeviceAttr, MrAdvice, PortAttr, PortImmutable, SrqAttr, SrqAttrMask, WcOut,
+        AhAttr, DeviceAttr, MrAdvice, PortAttr, PortImmutable, QpAttr, QpCap, QpInitAttr,
+        SrqAttr, SrqAttrMask, WcOut,
     },
     bindings as b,
     mmap::{self, UcontextRef},
@@ -59,10 +60,10 @@ pub(crate) struct CqInit {
 
 /// Initial attributes of a QP, with the objects it attaches to.
 pub(crate) struct QpInit<'a, V: Verbs> {
-    /// `ib_qp_type`.
+    /// `enum ib_qp_type`, numbered as uapi's `verbs::QPT_*` where rox knows the type.
     pub(crate) qp_type: u32,
     /// In: requested capacities; out: actual ones.
-    pub(crate) cap: &'a mut b::ib_qp_cap,
+    pub(crate) cap: &'a mut QpCap,
     pub(crate) sq_sig_all: bool,
     /// The port of GSI QPs (unused by RC/UC/UD).
     #[allow(dead_code)]
@@ -207,16 +208,11 @@ pub(crate) trait Verbs: Sized + 'static {
     fn modify_qp(
         dev: &Self::Dev<'_>,
         qp: &Self::Qp,
-        attr: &b::ib_qp_attr,
+        attr: &QpAttr,
         mask: u32,
         udata: &mut Udata<'_>,
     ) -> Result;
-    fn query_qp(
-        dev: &Self::Dev<'_>,
-        qp: &Self::Qp,
-        attr: &mut b::ib_qp_attr,
-        init: &mut b::ib_qp_init_attr,
-    ) -> Result;
+    fn query_qp(dev: &Self::Dev<'_>, qp: &Self::Qp) -> Result<(QpAttr, QpInitAttr)>;
     fn destroy_qp(dev: &Self::Dev<'_>, qp: &Self::Qp);
 
     fn create_srq(
@@ -253,12 +249,8 @@ pub(crate) trait Verbs: Sized + 'static {
     /// Kernel CQs: arms the CQ; returns whether completions may have been missed.
     fn req_notify_cq(dev: &Self::Dev<'_>, cq: &Self::Cq, solicited_only: bool) -> Result<bool>;
 
-    fn create_ah(
-        dev: &Self::Dev<'_>,
-        attr: &b::rdma_ah_attr,
-        udata: &mut Udata<'_>,
-    ) -> Result<Self::Ah>;
-    fn query_ah(dev: &Self::Dev<'_>, ah: &Self::Ah, attr: &mut b::rdma_ah_attr) -> Result;
+    fn create_ah(dev: &Self::Dev<'_>, attr: &AhAttr, udata: &mut Udata<'_>) -> Result<Self::Ah>;
+    fn query_ah(dev: &Self::Dev<'_>, ah: &Self::Ah) -> Result<AhAttr>;
     fn destroy_ah(dev: &Self::Dev<'_>, ah: &Self::Ah);
 
     /// UD QP `qpn` joins multicast group `gid` (ib_core checked both).
@@ -1022,17 +1014,18 @@ unsafe extern "C" fn create_qp<V: Verbs>(
     };
     // SAFETY: `udata` is null or valid for this call.
     let (mut udata_w, uctx) = unsafe { (Udata::from_raw(udata), ucontext_of::<V>(udata)) };
+    let mut cap = QpCap::from_raw(&init.cap);
     let qp_init = QpInit {
         qp_type: init.qp_type,
         sq_sig_all: init.sq_sig_type == b::ib_sig_type_IB_SIGNAL_ALL_WR,
         port: init.port_num,
-        cap: &mut init.cap,
+        cap: &mut cap,
         pd,
         send_cq,
         recv_cq,
         srq,
     };
-    errno((|| {
+    let rc = errno((|| {
         let created = V::create_qp(dev, ib_of(ibdev), uctx, qp_init, &mut udata_w)?;
         let id = created.id;
         // SAFETY: fresh object; `qp_num` is ours to set; data not initialised.
@@ -1049,7 +1042,9 @@ unsafe extern "C" fn create_qp<V: Verbs>(
             return Err(err);
         }
         Ok(())
-    })())
+    })());
+    cap.write_to(&mut init.cap);
+    rc
 }
 
 unsafe extern "C" fn modify_qp<V: Verbs>(
@@ -1068,7 +1063,7 @@ unsafe extern "C" fn modify_qp<V: Verbs>(
     };
     // SAFETY: `udata` is null or valid for this call.
     let mut udata = unsafe { Udata::from_raw(udata) };
-    errno(V::modify_qp(dev, data, attr, mask as u32, &mut udata))
+    errno(V::modify_qp(dev, data, &QpAttr::from_raw(attr), mask as u32, &mut udata))
 }
 
 unsafe extern "C" fn query_qp<V: Verbs>(
@@ -1086,7 +1081,10 @@ unsafe extern "C" fn query_qp<V: Verbs>(
             &mut *init,
         )
     };
-    errno(V::query_qp(dev, data, attr, init))
+    errno(V::query_qp(dev, data).map(|(a, i)| {
+        a.write_to(attr);
+        i.write_to(init);
+    }))
 }
 
 unsafe extern "C" fn destroy_qp<V: Verbs>(qp: *mut b::ib_qp, _udata: *mut b::ib_udata) -> c_int {
@@ -1193,7 +1191,7 @@ unsafe extern "C" fn create_ah<V: Verbs>(
     let (dev, attr) = unsafe { (dev_of::<V>((*ah).device), &*(*init).ah_attr) };
     // SAFETY: `udata` is null or valid for this call.
     let mut udata = unsafe { Udata::from_raw(udata) };
-    errno(V::create_ah(dev, attr, &mut udata).map(|data| {
+    errno(V::create_ah(dev, &AhAttr::from_raw(attr), &mut udata).map(|data| {
         // SAFETY: fresh object, data not initialised.
         unsafe { Obj::<b::ib_ah, V::Ah>::init(ah, data) }
     }))
@@ -1208,7 +1206,7 @@ unsafe extern "C" fn query_ah<V: Verbs>(ah: *mut b::ib_ah, attr: *mut b::rdma_ah
             &mut *attr,
         )
     };
-    errno(V::query_ah(dev, data, attr))
+    errno(V::query_ah(dev, data).map(|a| a.write_to(attr)))
 }
 
 unsafe extern "C" fn destroy_ah<V: Verbs>(ah: *mut b::ib_ah, _flags: u32) -> c_int {

@@ -22,12 +22,13 @@ pub(crate) use device::{
     CqInit, Created, DeviceId, DeviceParams, IbDev, IbRegistration, QpInit, RegisteredMr, Verbs,
 };
 pub(crate) use attr::{
-    DeviceAttr, DeviceCapFlags, MrAdvice, NetworkHdr, OdpCaps, OdpTransportCaps, PortAttr,
-    PortImmutable, SrqAttr, SrqAttrMask, Wc, WcFlags, WcOpcode, WcOut,
+    AhAttr, DeviceAttr, DeviceCapFlags, MrAdvice, NetworkHdr, OdpCaps, OdpTransportCaps,
+    PortAttr, PortImmutable, QpAttr, QpCap, QpInitAttr, SrqAttr, SrqAttrMask, Wc, WcFlags,
+    WcOpcode, WcOut, QP_RATE_LIMIT,
 };
 pub(crate) use registry::{AsyncEvent, Registry};
 pub(crate) use udata::Udata;
-pub(crate) use wr::{RecvWr, SendWr};
+pub(crate) use wr::{RecvWr, SendFlags, SendWr, Sge, WrOpcode};
 
 /// Whether ib_core's table of QP state transitions allows `cur -> next` for a QP of type
 /// `qp_type` with attribute mask `mask` (IB spec 11.2.4.2 / `ib_modify_qp_is_ok`).
