@@ -347,6 +347,13 @@ struct PortBinder {
 /// The RoCE port number of rox (one port).
 const PORT: u32 = 1;
 
+/// The netdev notifier of a registration.
+///
+/// # Safety
+///
+/// Called only by the netdev notifier chain with the `notifier_block` embedded in a live
+/// registration's state (registered until that state is dropped) and `ptr` a
+/// `netdev_notifier_info` valid for the call.
 unsafe extern "C" fn netdev_event(
     nb: *mut b::notifier_block,
     event: kernel::ffi::c_ulong,
@@ -586,6 +593,14 @@ fn errno(result: Result) -> c_int {
     from_result(|| result.map(|()| 0))
 }
 
+/// ib_core's `query_device` callback (`ib_device_ops`), in the ops table of a `V` device.
+///
+/// # Safety
+///
+/// Called only by ib_core, with its contract for this callback: `ibdev` is the ib_device
+/// registered for `V` (not yet deallocated); `attr` is valid for reading and writing for the
+/// duration of the call; `udata` is null (kernel caller) or the user call's udata, valid for
+/// the call.
 unsafe extern "C" fn query_device<V: Verbs>(
     ibdev: *mut b::ib_device,
     attr: *mut b::ib_device_attr,
@@ -598,6 +613,13 @@ unsafe extern "C" fn query_device<V: Verbs>(
     errno(V::query_device(dev, &mut udata).map(|a| a.write_to(attr)))
 }
 
+/// ib_core's `query_port` callback (`ib_device_ops`), in the ops table of a `V` device.
+///
+/// # Safety
+///
+/// Called only by ib_core, with its contract for this callback: `ibdev` is the ib_device
+/// registered for `V` (not yet deallocated); `attr` is valid for reading and writing for the
+/// duration of the call.
 unsafe extern "C" fn query_port<V: Verbs>(
     ibdev: *mut b::ib_device,
     port: u32,
@@ -608,6 +630,13 @@ unsafe extern "C" fn query_port<V: Verbs>(
     errno(V::query_port(dev, ib_of(ibdev), port).map(|a| a.write_to(attr)))
 }
 
+/// ib_core's `get_port_immutable` callback (`ib_device_ops`), in the ops table of a `V` device.
+///
+/// # Safety
+///
+/// Called only by ib_core, with its contract for this callback: `ibdev` is the ib_device
+/// registered for `V` (not yet deallocated); `imm` is valid for reading and writing for the
+/// duration of the call.
 unsafe extern "C" fn get_port_immutable<V: Verbs>(
     ibdev: *mut b::ib_device,
     port: u32,
@@ -618,10 +647,22 @@ unsafe extern "C" fn get_port_immutable<V: Verbs>(
     errno(V::get_port_immutable(dev, port).map(|i| i.write_to(imm)))
 }
 
+/// ib_core's `get_link_layer` callback (`ib_device_ops`), in the ops table of a `V` device.
+///
+/// # Safety
+///
+/// Called only by ib_core, with its contract for this callback: nothing beyond being called by
+/// ib_core (the arguments are not dereferenced).
 unsafe extern "C" fn get_link_layer(_ibdev: *mut b::ib_device, _port: u32) -> b::rdma_link_layer {
     b::rdma_link_layer_IB_LINK_LAYER_ETHERNET
 }
 
+/// ib_core's `query_pkey` callback (`ib_device_ops`), in the ops table of a `V` device.
+///
+/// # Safety
+///
+/// Called only by ib_core, with its contract for this callback: `pkey` is valid for reading and
+/// writing for the duration of the call.
 unsafe extern "C" fn query_pkey(
     _ibdev: *mut b::ib_device,
     _port: u32,
@@ -638,6 +679,12 @@ unsafe extern "C" fn query_pkey(
     0
 }
 
+/// ib_core's `add_gid` callback (`ib_device_ops`), in the ops table of a `V` device.
+///
+/// # Safety
+///
+/// Called only by ib_core, with its contract for this callback: `attr` is valid for reading for
+/// the duration of the call.
 unsafe extern "C" fn add_gid<V: Verbs>(
     attr: *const b::ib_gid_attr,
     _ctx: *mut *mut c_void,
@@ -649,6 +696,12 @@ unsafe extern "C" fn add_gid<V: Verbs>(
     errno(V::set_gid(dev, attr.index.into(), Some(gid)))
 }
 
+/// ib_core's `del_gid` callback (`ib_device_ops`), in the ops table of a `V` device.
+///
+/// # Safety
+///
+/// Called only by ib_core, with its contract for this callback: `attr` is valid for reading for
+/// the duration of the call.
 unsafe extern "C" fn del_gid<V: Verbs>(
     attr: *const b::ib_gid_attr,
     _ctx: *mut *mut c_void,
@@ -658,6 +711,13 @@ unsafe extern "C" fn del_gid<V: Verbs>(
     errno(V::set_gid(dev, attr.index.into(), None))
 }
 
+/// ib_core's `alloc_ucontext` callback (`ib_device_ops`), in the ops table of a `V` device.
+///
+/// # Safety
+///
+/// Called only by ib_core, with its contract for this callback: `uctx` is a ucontext ib_core
+/// allocated with the size of an `Obj` of `V`'s type, its driver data not initialised; `udata`
+/// is null (kernel caller) or the user call's udata, valid for the call.
 unsafe extern "C" fn alloc_ucontext<V: Verbs>(
     uctx: *mut b::ib_ucontext,
     udata: *mut b::ib_udata,
@@ -674,6 +734,12 @@ unsafe extern "C" fn alloc_ucontext<V: Verbs>(
     }))
 }
 
+/// ib_core's `dealloc_ucontext` callback (`ib_device_ops`), in the ops table of a `V` device.
+///
+/// # Safety
+///
+/// Called only by ib_core, with its contract for this callback: `uctx` is a live ucontext this
+/// driver created, passed here once, with no other callback on it running or following.
 unsafe extern "C" fn dealloc_ucontext<V: Verbs>(uctx: *mut b::ib_ucontext) {
     // SAFETY: a ucontext created by `alloc_ucontext`, destroyed once.
     unsafe {
@@ -683,11 +749,24 @@ unsafe extern "C" fn dealloc_ucontext<V: Verbs>(uctx: *mut b::ib_ucontext) {
     }
 }
 
+/// ib_core's `disassociate_ucontext` callback (`ib_device_ops`), in the ops table of a `V` device.
+///
+/// # Safety
+///
+/// Called only by ib_core, with its contract for this callback: nothing beyond being called by
+/// ib_core (the arguments are not dereferenced).
 unsafe extern "C" fn disassociate_ucontext(_uctx: *mut b::ib_ucontext) {
     // Nothing to do: ib_core zaps the user mappings of our mmap entries itself, and the
     // objects are destroyed through the ordinary callbacks.
 }
 
+/// ib_core's `alloc_pd` callback (`ib_device_ops`), in the ops table of a `V` device.
+///
+/// # Safety
+///
+/// Called only by ib_core, with its contract for this callback: `pd` is a PD ib_core allocated
+/// with the size of an `Obj` of `V`'s type, its driver data not initialised; `udata` is null
+/// (kernel caller) or the user call's udata, valid for the call.
 unsafe extern "C" fn alloc_pd<V: Verbs>(pd: *mut b::ib_pd, udata: *mut b::ib_udata) -> c_int {
     // SAFETY: ib_core passes a PD it allocated with our size for one of our devices.
     let dev = unsafe { dev_of::<V>((*pd).device) };
@@ -699,6 +778,12 @@ unsafe extern "C" fn alloc_pd<V: Verbs>(pd: *mut b::ib_pd, udata: *mut b::ib_uda
     }))
 }
 
+/// ib_core's `dealloc_pd` callback (`ib_device_ops`), in the ops table of a `V` device.
+///
+/// # Safety
+///
+/// Called only by ib_core, with its contract for this callback: `pd` is a live PD this driver
+/// created, passed here once, with no other callback on it running or following.
 unsafe extern "C" fn dealloc_pd<V: Verbs>(pd: *mut b::ib_pd, _udata: *mut b::ib_udata) -> c_int {
     // SAFETY: a PD created by `alloc_pd`, destroyed once.
     unsafe {
@@ -711,6 +796,13 @@ unsafe extern "C" fn dealloc_pd<V: Verbs>(pd: *mut b::ib_pd, _udata: *mut b::ib_
     0
 }
 
+/// ib_core's `alloc_mw` callback (`ib_device_ops`), in the ops table of a `V` device.
+///
+/// # Safety
+///
+/// Called only by ib_core, with its contract for this callback: `mw` is a MW ib_core allocated
+/// with the size of an `Obj` of `V`'s type, its driver data not initialised; `udata` is null
+/// (kernel caller) or the user call's udata, valid for the call.
 unsafe extern "C" fn alloc_mw<V: Verbs>(mw: *mut b::ib_mw, udata: *mut b::ib_udata) -> c_int {
     // SAFETY: ib_core passes an MW it allocated with our size, in one of our PDs.
     let (dev, pd, mw_type) = unsafe {
@@ -731,6 +823,12 @@ unsafe extern "C" fn alloc_mw<V: Verbs>(mw: *mut b::ib_mw, udata: *mut b::ib_uda
     }))
 }
 
+/// ib_core's `dealloc_mw` callback (`ib_device_ops`), in the ops table of a `V` device.
+///
+/// # Safety
+///
+/// Called only by ib_core, with its contract for this callback: `mw` is a live MW this driver
+/// created, passed here once, with no other callback on it running or following.
 unsafe extern "C" fn dealloc_mw<V: Verbs>(mw: *mut b::ib_mw) -> c_int {
     // SAFETY: an MW created by `alloc_mw`, destroyed once.
     unsafe {
@@ -768,6 +866,13 @@ fn new_mr<D>(mr: Result<RegisteredMr<D>>) -> *mut b::ib_mr {
     KBox::into_raw(obj).cast::<b::ib_mr>()
 }
 
+/// ib_core's `reg_user_mr` callback (`ib_device_ops`), in the ops table of a `V` device.
+///
+/// # Safety
+///
+/// Called only by ib_core, with its contract for this callback: `pd` is a live PD of a `V`
+/// device, created by this driver; `udata` is null (kernel caller) or the user call's udata,
+/// valid for the call.
 unsafe extern "C" fn reg_user_mr<V: Verbs>(
     pd: *mut b::ib_pd,
     start: u64,
@@ -800,6 +905,12 @@ unsafe extern "C" fn reg_user_mr<V: Verbs>(
     ))
 }
 
+/// ib_core's `advise_mr` callback (`ib_device_ops`), in the ops table of a `V` device.
+///
+/// # Safety
+///
+/// Called only by ib_core, with its contract for this callback: `pd` is a live PD of a `V`
+/// device, created by this driver; `sg_list` holds `num_sge` entries.
 unsafe extern "C" fn advise_mr<V: Verbs>(
     pd: *mut b::ib_pd,
     advice: b::ib_uverbs_advise_mr_advice,
@@ -834,6 +945,12 @@ unsafe extern "C" fn advise_mr<V: Verbs>(
     errno(V::advise_mr(dev, pd_data, advice, flush, sges))
 }
 
+/// ib_core's `get_dma_mr` callback (`ib_device_ops`), in the ops table of a `V` device.
+///
+/// # Safety
+///
+/// Called only by ib_core, with its contract for this callback: `pd` is a live PD of a `V`
+/// device, created by this driver.
 unsafe extern "C" fn get_dma_mr<V: Verbs>(pd: *mut b::ib_pd, access: c_int) -> *mut b::ib_mr {
     // SAFETY: ib_core passes one of our live PDs.
     let (dev, pd_data) = unsafe {
@@ -845,6 +962,12 @@ unsafe extern "C" fn get_dma_mr<V: Verbs>(pd: *mut b::ib_pd, access: c_int) -> *
     new_mr(V::get_dma_mr(dev, pd_data, access as u32))
 }
 
+/// ib_core's `dereg_mr` callback (`ib_device_ops`), in the ops table of a `V` device.
+///
+/// # Safety
+///
+/// Called only by ib_core, with its contract for this callback: `mr` is a live MR this driver
+/// created, passed here once, with no other callback on it running or following.
 unsafe extern "C" fn dereg_mr<V: Verbs>(mr: *mut b::ib_mr, _udata: *mut b::ib_udata) -> c_int {
     // SAFETY: an MR made by `new_mr` (a `KBox<Obj<ib_mr, V::Mr>>`), deregistered once.
     unsafe {
@@ -857,6 +980,12 @@ unsafe extern "C" fn dereg_mr<V: Verbs>(mr: *mut b::ib_mr, _udata: *mut b::ib_ud
     0
 }
 
+/// ib_core's `alloc_mr` callback (`ib_device_ops`), in the ops table of a `V` device.
+///
+/// # Safety
+///
+/// Called only by ib_core, with its contract for this callback: `pd` is a live PD of a `V`
+/// device, created by this driver.
 unsafe extern "C" fn alloc_mr<V: Verbs>(
     pd: *mut b::ib_pd,
     mr_type: b::ib_mr_type,
@@ -888,6 +1017,13 @@ unsafe extern "C" fn mr_set_page<V: Verbs>(mr: *mut b::ib_mr, addr: u64) -> c_in
     errno(V::mr_set_page(data, addr))
 }
 
+/// ib_core's `map_mr_sg` callback (`ib_device_ops`), in the ops table of a `V` device.
+///
+/// # Safety
+///
+/// Called only by ib_core, with its contract for this callback: `mr` is a live MR of a `V`
+/// device, created by this driver; `sg` is a DMA-mapped scatterlist of `sg_nents` entries,
+/// `sg_offset` null or valid.
 unsafe extern "C" fn map_mr_sg<V: Verbs>(
     mr: *mut b::ib_mr,
     sg: *mut b::scatterlist,
@@ -906,6 +1042,14 @@ unsafe extern "C" fn map_mr_sg<V: Verbs>(
     unsafe { b::ib_sg_to_pages(mr, sg, sg_nents, sg_offset, Some(mr_set_page::<V>)) }
 }
 
+/// ib_core's `create_cq` callback (`ib_device_ops`), in the ops table of a `V` device.
+///
+/// # Safety
+///
+/// Called only by ib_core, with its contract for this callback: `cq` is a CQ ib_core allocated
+/// with the size of an `Obj` of `V`'s type, its driver data not initialised; `attr` is valid
+/// for reading for the duration of the call; `attrs` is null or the uverbs attribute bundle of
+/// the call.
 unsafe extern "C" fn create_cq<V: Verbs>(
     cq: *mut b::ib_cq,
     attr: *const b::ib_cq_init_attr,
@@ -945,6 +1089,12 @@ pub(crate) trait DeviceId {
     fn device_id(&self) -> u32;
 }
 
+/// ib_core's `destroy_cq` callback (`ib_device_ops`), in the ops table of a `V` device.
+///
+/// # Safety
+///
+/// Called only by ib_core, with its contract for this callback: `cq` is a live CQ this driver
+/// created, passed here once, with no other callback on it running or following.
 unsafe extern "C" fn destroy_cq<V: Verbs>(cq: *mut b::ib_cq, _udata: *mut b::ib_udata) -> c_int {
     // SAFETY: a CQ created by `create_cq`, destroyed once.
     unsafe {
@@ -957,6 +1107,13 @@ unsafe extern "C" fn destroy_cq<V: Verbs>(cq: *mut b::ib_cq, _udata: *mut b::ib_
     0
 }
 
+/// ib_core's `resize_user_cq` callback (`ib_device_ops`), in the ops table of a `V` device.
+///
+/// # Safety
+///
+/// Called only by ib_core, with its contract for this callback: `cq` is a live CQ of a `V`
+/// device, created by this driver; `udata` is null (kernel caller) or the user call's udata,
+/// valid for the call.
 unsafe extern "C" fn resize_user_cq<V: Verbs>(
     cq: *mut b::ib_cq,
     cqe: c_uint,
@@ -978,6 +1135,14 @@ unsafe extern "C" fn resize_user_cq<V: Verbs>(
     }))
 }
 
+/// ib_core's `create_qp` callback (`ib_device_ops`), in the ops table of a `V` device.
+///
+/// # Safety
+///
+/// Called only by ib_core, with its contract for this callback: `qp` is a QP ib_core allocated
+/// with the size of an `Obj` of `V`'s type, its driver data not initialised; `init` is valid
+/// for reading and writing for the duration of the call; `udata` is null (kernel caller) or the
+/// user call's udata, valid for the call.
 unsafe extern "C" fn create_qp<V: Verbs>(
     qp: *mut b::ib_qp,
     init: *mut b::ib_qp_init_attr,
@@ -1047,6 +1212,13 @@ unsafe extern "C" fn create_qp<V: Verbs>(
     rc
 }
 
+/// ib_core's `modify_qp` callback (`ib_device_ops`), in the ops table of a `V` device.
+///
+/// # Safety
+///
+/// Called only by ib_core, with its contract for this callback: `qp` is a live QP of a `V`
+/// device, created by this driver; `attr` is valid for reading and writing for the duration of
+/// the call; `udata` is null (kernel caller) or the user call's udata, valid for the call.
 unsafe extern "C" fn modify_qp<V: Verbs>(
     qp: *mut b::ib_qp,
     attr: *mut b::ib_qp_attr,
@@ -1066,6 +1238,13 @@ unsafe extern "C" fn modify_qp<V: Verbs>(
     errno(V::modify_qp(dev, data, &QpAttr::from_raw(attr), mask as u32, &mut udata))
 }
 
+/// ib_core's `query_qp` callback (`ib_device_ops`), in the ops table of a `V` device.
+///
+/// # Safety
+///
+/// Called only by ib_core, with its contract for this callback: `qp` is a live QP of a `V`
+/// device, created by this driver; `attr` is valid for reading and writing for the duration of
+/// the call; `init` is valid for reading and writing for the duration of the call.
 unsafe extern "C" fn query_qp<V: Verbs>(
     qp: *mut b::ib_qp,
     attr: *mut b::ib_qp_attr,
@@ -1087,6 +1266,12 @@ unsafe extern "C" fn query_qp<V: Verbs>(
     }))
 }
 
+/// ib_core's `destroy_qp` callback (`ib_device_ops`), in the ops table of a `V` device.
+///
+/// # Safety
+///
+/// Called only by ib_core, with its contract for this callback: `qp` is a live QP this driver
+/// created, passed here once, with no other callback on it running or following.
 unsafe extern "C" fn destroy_qp<V: Verbs>(qp: *mut b::ib_qp, _udata: *mut b::ib_udata) -> c_int {
     // SAFETY: a QP created by `create_qp`, destroyed once.
     unsafe {
@@ -1098,6 +1283,14 @@ unsafe extern "C" fn destroy_qp<V: Verbs>(qp: *mut b::ib_qp, _udata: *mut b::ib_
     0
 }
 
+/// ib_core's `create_srq` callback (`ib_device_ops`), in the ops table of a `V` device.
+///
+/// # Safety
+///
+/// Called only by ib_core, with its contract for this callback: `srq` is a SRQ ib_core
+/// allocated with the size of an `Obj` of `V`'s type, its driver data not initialised; `init`
+/// is valid for reading and writing for the duration of the call; `udata` is null (kernel
+/// caller) or the user call's udata, valid for the call.
 unsafe extern "C" fn create_srq<V: Verbs>(
     srq: *mut b::ib_srq,
     init: *mut b::ib_srq_init_attr,
@@ -1136,6 +1329,13 @@ unsafe extern "C" fn create_srq<V: Verbs>(
     })())
 }
 
+/// ib_core's `modify_srq` callback (`ib_device_ops`), in the ops table of a `V` device.
+///
+/// # Safety
+///
+/// Called only by ib_core, with its contract for this callback: `srq` is a live SRQ of a `V`
+/// device, created by this driver; `attr` is valid for reading and writing for the duration of
+/// the call; `udata` is null (kernel caller) or the user call's udata, valid for the call.
 unsafe extern "C" fn modify_srq<V: Verbs>(
     srq: *mut b::ib_srq,
     attr: *mut b::ib_srq_attr,
@@ -1158,6 +1358,13 @@ unsafe extern "C" fn modify_srq<V: Verbs>(
     errno(V::modify_srq(dev, ib, data, &attr, mask, &mut udata))
 }
 
+/// ib_core's `query_srq` callback (`ib_device_ops`), in the ops table of a `V` device.
+///
+/// # Safety
+///
+/// Called only by ib_core, with its contract for this callback: `srq` is a live SRQ of a `V`
+/// device, created by this driver; `attr` is valid for reading and writing for the duration of
+/// the call.
 unsafe extern "C" fn query_srq<V: Verbs>(srq: *mut b::ib_srq, attr: *mut b::ib_srq_attr) -> c_int {
     // SAFETY: one of our live SRQs and a valid output buffer.
     let (dev, data, attr) = unsafe {
@@ -1170,6 +1377,12 @@ unsafe extern "C" fn query_srq<V: Verbs>(srq: *mut b::ib_srq, attr: *mut b::ib_s
     errno(V::query_srq(dev, data).map(|a| a.write_to(attr)))
 }
 
+/// ib_core's `destroy_srq` callback (`ib_device_ops`), in the ops table of a `V` device.
+///
+/// # Safety
+///
+/// Called only by ib_core, with its contract for this callback: `srq` is a live SRQ this driver
+/// created, passed here once, with no other callback on it running or following.
 unsafe extern "C" fn destroy_srq<V: Verbs>(srq: *mut b::ib_srq, _udata: *mut b::ib_udata) -> c_int {
     // SAFETY: an SRQ created by `create_srq`, destroyed once.
     unsafe {
@@ -1182,6 +1395,14 @@ unsafe extern "C" fn destroy_srq<V: Verbs>(srq: *mut b::ib_srq, _udata: *mut b::
     0
 }
 
+/// ib_core's `create_ah` callback (`ib_device_ops`), in the ops table of a `V` device.
+///
+/// # Safety
+///
+/// Called only by ib_core, with its contract for this callback: `ah` is a AH ib_core allocated
+/// with the size of an `Obj` of `V`'s type, its driver data not initialised; `init` is valid
+/// for reading and writing for the duration of the call; `udata` is null (kernel caller) or the
+/// user call's udata, valid for the call.
 unsafe extern "C" fn create_ah<V: Verbs>(
     ah: *mut b::ib_ah,
     init: *mut b::rdma_ah_init_attr,
@@ -1197,6 +1418,13 @@ unsafe extern "C" fn create_ah<V: Verbs>(
     }))
 }
 
+/// ib_core's `query_ah` callback (`ib_device_ops`), in the ops table of a `V` device.
+///
+/// # Safety
+///
+/// Called only by ib_core, with its contract for this callback: `ah` is a live AH of a `V`
+/// device, created by this driver; `attr` is valid for reading and writing for the duration of
+/// the call.
 unsafe extern "C" fn query_ah<V: Verbs>(ah: *mut b::ib_ah, attr: *mut b::rdma_ah_attr) -> c_int {
     // SAFETY: one of our live AHs and a valid output buffer.
     let (dev, data, attr) = unsafe {
@@ -1209,6 +1437,12 @@ unsafe extern "C" fn query_ah<V: Verbs>(ah: *mut b::ib_ah, attr: *mut b::rdma_ah
     errno(V::query_ah(dev, data).map(|a| a.write_to(attr)))
 }
 
+/// ib_core's `destroy_ah` callback (`ib_device_ops`), in the ops table of a `V` device.
+///
+/// # Safety
+///
+/// Called only by ib_core, with its contract for this callback: `ah` is a live AH this driver
+/// created, passed here once, with no other callback on it running or following.
 unsafe extern "C" fn destroy_ah<V: Verbs>(ah: *mut b::ib_ah, _flags: u32) -> c_int {
     // SAFETY: an AH created by `create_ah`, destroyed once.
     unsafe {
@@ -1221,6 +1455,12 @@ unsafe extern "C" fn destroy_ah<V: Verbs>(ah: *mut b::ib_ah, _flags: u32) -> c_i
     0
 }
 
+/// ib_core's `attach_mcast` callback (`ib_device_ops`), in the ops table of a `V` device.
+///
+/// # Safety
+///
+/// Called only by ib_core, with its contract for this callback: `qp` is a live QP of a `V`
+/// device, created by this driver; `gid` is valid for reading.
 unsafe extern "C" fn attach_mcast<V: Verbs>(
     qp: *mut b::ib_qp,
     gid: *mut b::ib_gid,
@@ -1232,6 +1472,12 @@ unsafe extern "C" fn attach_mcast<V: Verbs>(
     errno(V::attach_mcast(dev, qpn, &gid))
 }
 
+/// ib_core's `detach_mcast` callback (`ib_device_ops`), in the ops table of a `V` device.
+///
+/// # Safety
+///
+/// Called only by ib_core, with its contract for this callback: `qp` is a live QP of a `V`
+/// device, created by this driver; `gid` is valid for reading.
 unsafe extern "C" fn detach_mcast<V: Verbs>(
     qp: *mut b::ib_qp,
     gid: *mut b::ib_gid,
@@ -1242,6 +1488,12 @@ unsafe extern "C" fn detach_mcast<V: Verbs>(
     errno(V::detach_mcast(dev, qpn, &gid))
 }
 
+/// ib_core's `alloc_hw_port_stats` callback (`ib_device_ops`), in the ops table of a `V` device.
+///
+/// # Safety
+///
+/// Called only by ib_core, with its contract for this callback: `ibdev` is the ib_device
+/// registered for `V` (not yet deallocated).
 unsafe extern "C" fn alloc_hw_port_stats(
     ibdev: *mut b::ib_device,
     _port: u32,
@@ -1258,6 +1510,13 @@ unsafe extern "C" fn alloc_hw_port_stats(
     }
 }
 
+/// ib_core's `get_hw_stats` callback (`ib_device_ops`), in the ops table of a `V` device.
+///
+/// # Safety
+///
+/// Called only by ib_core, with its contract for this callback: `ibdev` is the ib_device
+/// registered for `V` (not yet deallocated); `stats` is valid for reading and writing for the
+/// duration of the call.
 unsafe extern "C" fn get_hw_stats<V: Verbs>(
     ibdev: *mut b::ib_device,
     stats: *mut b::rdma_hw_stats,
@@ -1278,6 +1537,14 @@ unsafe extern "C" fn get_hw_stats<V: Verbs>(
 
 // Kernel consumers' data path (ib_mad's GSI QP1 and its CQ); user QPs and CQs never get here,
 // their data path is in the provider.
+
+/// ib_core's `post_send` callback (`ib_device_ops`), in the ops table of a `V` device.
+///
+/// # Safety
+///
+/// Called only by ib_core, with its contract for this callback: `qp` is a live QP of a `V`
+/// device, created by this driver; `wr` is a null-terminated chain of work requests valid for
+/// the call (for a UD/GSI QP each one the `wr` member of an `ib_ud_wr`); `bad` is writable.
 unsafe extern "C" fn post_send<V: Verbs>(
     qp: *mut b::ib_qp,
     wr: *const b::ib_send_wr,
@@ -1314,6 +1581,13 @@ unsafe extern "C" fn post_send<V: Verbs>(
     errno(result)
 }
 
+/// ib_core's `post_recv` callback (`ib_device_ops`), in the ops table of a `V` device.
+///
+/// # Safety
+///
+/// Called only by ib_core, with its contract for this callback: `qp` is a live QP of a `V`
+/// device, created by this driver; `wr` is a null-terminated chain of work requests valid for
+/// the call (for a UD/GSI QP each one the `wr` member of an `ib_ud_wr`); `bad` is writable.
 unsafe extern "C" fn post_recv<V: Verbs>(
     qp: *mut b::ib_qp,
     wr: *const b::ib_recv_wr,
@@ -1343,6 +1617,13 @@ unsafe extern "C" fn post_recv<V: Verbs>(
     errno(result)
 }
 
+/// ib_core's `post_srq_recv` callback (`ib_device_ops`), in the ops table of a `V` device.
+///
+/// # Safety
+///
+/// Called only by ib_core, with its contract for this callback: `srq` is a live SRQ of a `V`
+/// device, created by this driver; `wr` is a null-terminated chain of work requests valid for
+/// the call (for a UD/GSI QP each one the `wr` member of an `ib_ud_wr`); `bad` is writable.
 unsafe extern "C" fn post_srq_recv<V: Verbs>(
     srq: *mut b::ib_srq,
     wr: *const b::ib_recv_wr,
@@ -1372,6 +1653,12 @@ unsafe extern "C" fn post_srq_recv<V: Verbs>(
     errno(result)
 }
 
+/// ib_core's `poll_cq` callback (`ib_device_ops`), in the ops table of a `V` device.
+///
+/// # Safety
+///
+/// Called only by ib_core, with its contract for this callback: `cq` is a live CQ of a `V`
+/// device, created by this driver; `wc` has room for `n` completions.
 unsafe extern "C" fn poll_cq<V: Verbs>(cq: *mut b::ib_cq, n: c_int, wc: *mut b::ib_wc) -> c_int {
     if n <= 0 || wc.is_null() {
         return 0;
@@ -1394,6 +1681,12 @@ unsafe extern "C" fn poll_cq<V: Verbs>(cq: *mut b::ib_cq, n: c_int, wc: *mut b::
     }
 }
 
+/// ib_core's `req_notify_cq` callback (`ib_device_ops`), in the ops table of a `V` device.
+///
+/// # Safety
+///
+/// Called only by ib_core, with its contract for this callback: `cq` is a live CQ of a `V`
+/// device, created by this driver.
 unsafe extern "C" fn req_notify_cq<V: Verbs>(
     cq: *mut b::ib_cq,
     flags: b::ib_cq_notify_flags,
