@@ -18,7 +18,7 @@ use crate::{
     ib::{CqInit, Created, DeviceId, IbDev, NetworkHdr, Udata, Wc, WcFlags, WcOpcode, WcOut},
     ids::DbSlot,
     mr::{KernelRing, UserRing},
-    verbs::Ucontext,
+    ucontext::Ucontext,
 };
 use kernel::{
     new_mutex, new_spinlock_irq,

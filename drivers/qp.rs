@@ -16,7 +16,8 @@ use crate::{
     ids::DbSlot,
     mr::{KernelRing, UserRing},
     srq::Srq,
-    verbs::{RoxVerbs, Ucontext},
+    ucontext::Ucontext,
+    verbs::RoxVerbs,
 };
 use core::sync::atomic::{AtomicU32, Ordering};
 use kernel::{new_spinlock_irq, prelude::*, sync::SpinLockIrq};

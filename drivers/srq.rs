@@ -15,7 +15,7 @@ use crate::{
     ib::{Created, DeviceId, IbDev, RecvWr, SrqAttr, SrqAttrMask, Udata},
     ids::DbSlot,
     mr::{KernelRing, UserRing},
-    verbs::Ucontext,
+    ucontext::Ucontext,
 };
 use kernel::{
     new_mutex, new_spinlock_irq,

@@ -8,20 +8,19 @@ use crate::{
     dev::RoxDev,
     hw::{
         regs,
-        uapi::{admin, queue, udata as ud, verbs},
+        uapi::{admin, udata as ud, verbs},
     },
     ib::{
-        mmap::MmapEntry, mmap::UcontextRef, AhAttr, CqInit, Created, DeviceAttr, DeviceCapFlags,
-        IbDev, MrAdvice, PortAttr, PortImmutable, QpAttr, QpInit, QpInitAttr, RecvWr,
+        mmap::UcontextRef, AhAttr, CqInit, Created, DeviceAttr, DeviceCapFlags, IbDev, MrAdvice, PortAttr, PortImmutable, QpAttr, QpInit, QpInitAttr, RecvWr,
         RegisteredMr, Registry, SendWr, SrqAttr, SrqAttrMask, Udata, Verbs, WcOut,
     },
-    ids::{DbSlot, DbSlots},
     mcast,
     mr::{self, Mr},
     qp::{self, Qp},
     srq::{self, Srq},
+    ucontext::{self, Ucontext},
 };
-use kernel::{prelude::*, sync::Arc};
+use kernel::prelude::*;
 
 /// The driver, as ib_core sees it.
 pub(crate) struct RoxVerbs;
@@ -103,37 +102,6 @@ const COUNTER_NAMES: [&CStr; admin::STATS_COUNT] = {
     }
     names
 };
-
-/// A user context: its doorbell page (mapped by the provider, together with the wake page) and
-/// the allocator of that page's slots.
-pub(crate) struct Ucontext {
-    db_page: u32,
-    slots: Arc<DbSlots>,
-    _db_entry: MmapEntry,
-    _wake_entry: MmapEntry,
-}
-
-impl Ucontext {
-    pub(crate) fn db_page(&self) -> u32 {
-        self.db_page
-    }
-
-    pub(crate) fn alloc_db_slot(&self) -> Result<DbSlot> {
-        DbSlot::alloc(&self.slots)
-    }
-}
-
-/// The doorbell page of a context, returned when the context goes.
-struct DbPage<'a, 'bound> {
-    dev: &'a RoxDev<'bound>,
-    page: u32,
-}
-
-impl Drop for DbPage<'_, '_> {
-    fn drop(&mut self) {
-        self.dev.db_pages.free(self.page);
-    }
-}
 
 pub(crate) struct Pd {
     pdn: u32,
@@ -296,41 +264,11 @@ impl Verbs for RoxVerbs {
         uctx: UcontextRef<'_>,
         udata: &mut Udata<'_>,
     ) -> Result<Ucontext> {
-        udata.expect_no_input()?;
-        let page = DbPage {
-            dev,
-            page: dev.db_pages.alloc().map_err(|_| ENOMEM)?,
-        };
-        let page_size = regs::ROX_PAGE_SIZE as u64;
-        let db_pfn = (dev.db_bar_start + u64::from(page.page) * page_size) >> regs::ROX_PAGE_SHIFT;
-        let wake_pfn = (dev.ctrl_bar_start + regs::WAKE_PAGE_OFFSET) >> regs::ROX_PAGE_SHIFT;
-        let db_entry = MmapEntry::new(uctx, db_pfn, regs::ROX_PAGE_SIZE)?;
-        let wake_entry = MmapEntry::new(uctx, wake_pfn, regs::ROX_PAGE_SIZE)?;
-        let slots = DbSlots::new_page()?;
-        let resp = ud::AllocUcontextResp {
-            db_mmap_key: db_entry.offset(),
-            wake_mmap_key: wake_entry.offset(),
-            db_page: page.page,
-            caps: dev.attr.caps,
-            sq_wqe_size: queue::SQ_WQE_SIZE as u32,
-            rq_wqe_size: queue::RQ_WQE_SIZE as u32,
-            cqe_size: queue::CQE_SIZE as u32,
-            max_inline: queue::SQ_MAX_INLINE.min(dev.attr.max_inline_data),
-        };
-        udata.respond(&resp)?;
-        // From here on the page belongs to the context (returned by `dealloc_ucontext`).
-        let db_page = page.page;
-        core::mem::forget(page);
-        Ok(Ucontext {
-            db_page,
-            slots,
-            _db_entry: db_entry,
-            _wake_entry: wake_entry,
-        })
+        ucontext::alloc(dev, uctx, udata)
     }
 
     fn dealloc_ucontext(dev: &RoxDev<'_>, uctx: &Ucontext) {
-        dev.db_pages.free(uctx.db_page);
+        ucontext::dealloc(dev, uctx)
     }
 
     fn alloc_pd(dev: &RoxDev<'_>, udata: &mut Udata<'_>) -> Result<Pd> {
