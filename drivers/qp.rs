@@ -10,8 +10,8 @@ use crate::{
         uapi::{admin, queue, udata as ud, verbs},
     },
     ib::{
-        self, AhAttr, Created, DeviceId, IbDev, QpAttr, QpCap, QpInit, QpInitAttr, RecvWr, SendFlags,
-        SendWr, Sge, Udata, WrOpcode,
+        self, AhAttr, Created, DeviceId, IbDev, QpAttr, QpCap, QpInit, QpInitAttr, RecvWr,
+        SendFlags, SendWr, Sge, Udata, WrOpcode,
     },
     ids::DbSlot,
     mr::{KernelRing, UserRing},

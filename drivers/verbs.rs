@@ -11,7 +11,8 @@ use crate::{
         uapi::{admin, udata as ud, verbs},
     },
     ib::{
-        mmap::UcontextRef, AhAttr, CqInit, Created, DeviceAttr, DeviceCapFlags, IbDev, MrAdvice, PortAttr, PortImmutable, QpAttr, QpInit, QpInitAttr, RecvWr,
+        mmap::UcontextRef, AhAttr, CqInit, Created, DeviceAttr, DeviceCapFlags, IbDev,
+        MrAdvice, PortAttr, PortImmutable, QpAttr, QpInit, QpInitAttr, RecvWr,
         RegisteredMr, Registry, SendWr, SrqAttr, SrqAttrMask, Udata, Verbs, WcOut,
     },
     mcast,

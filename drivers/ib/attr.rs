@@ -2,8 +2,8 @@
 //! Rust forms of the attribute structures, flag words and enums ib_core exchanges with a
 //! driver: the driver logic fills or reads these, and the trampolines of `device.rs` copy them
 //! into / out of ib_core's C structures. Where the kernel numbers a value as uapi does (access
-//! flags, QP states and types, path MTUs, QP attribute masks), the logic uses uapi's constants
-//! and this file asserts at build time that the two numberings agree.
+//! flags, QP states and types, path MTUs, QP attribute masks, MW types, WC statuses), the logic
+//! uses uapi's constants and this file asserts at build time that the two numberings agree.
 
 use super::bindings as b;
 use crate::hw::uapi::verbs;
@@ -79,6 +79,8 @@ const _: () = {
     assert!(verbs::MTU_1024 as u32 == b::ib_mtu_IB_MTU_1024);
     assert!(verbs::MTU_2048 as u32 == b::ib_mtu_IB_MTU_2048);
     assert!(verbs::MTU_4096 as u32 == b::ib_mtu_IB_MTU_4096);
+    assert!(verbs::MW_TYPE_1 as u32 == b::ib_mw_type_IB_MW_TYPE_1);
+    assert!(verbs::MW_TYPE_2 as u32 == b::ib_mw_type_IB_MW_TYPE_2);
 };
 
 // User mappings of device pages (`mmap::MmapEntry`) and the driver's page lists assume the

@@ -38,13 +38,13 @@ pub(crate) fn modify_qp_is_ok(cur: u32, next: u32, qp_type: u32, mask: u32) -> b
 }
 
 /// The 16 bytes of a GID (network order).
-pub(crate) fn gid_bytes(gid: &bindings::ib_gid) -> [u8; 16] {
+pub(super) fn gid_bytes(gid: &bindings::ib_gid) -> [u8; 16] {
     // SAFETY: both members of the `ib_gid` union are plain bytes; any bit pattern is valid.
     unsafe { gid.raw }
 }
 
 /// The destination MAC of a RoCE address (ib_core resolves it before calling the driver).
-pub(crate) fn roce_dmac(ah: &bindings::rdma_ah_attr) -> [u8; 6] {
+pub(super) fn roce_dmac(ah: &bindings::rdma_ah_attr) -> [u8; 6] {
     // SAFETY: the union's members are plain bytes; for RoCE (`RDMA_AH_ATTR_TYPE_ROCE`) `roce` is
     // the live member, and any bit pattern is valid for the others.
     unsafe { ah.__bindgen_anon_1.roce.dmac }

@@ -242,7 +242,8 @@ impl<'a, V: Verbs> SendWr<'a, V> {
                 // SAFETY: ib_core's contract for `IB_SEND_INLINE`: each SGE's `addr` is a kernel
                 // virtual address of `length` readable bytes, valid during the post call (the
                 // device never sees it: the bytes are copied into the WQE here).
-                let src = unsafe { core::slice::from_raw_parts(sge.addr() as usize as *const u8, n) };
+                let src =
+                    unsafe { core::slice::from_raw_parts(sge.addr() as usize as *const u8, n) };
                 dst.copy_from_slice(src);
             }
             len += n;
