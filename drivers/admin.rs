@@ -204,8 +204,29 @@ impl AdminQueue {
 /// EIO) until the driver is bound again. Returns once the reset is over (`STATUS_READY`), so
 /// the caller (e.g. the mmu notifier after a failed ODP unmap) knows the device no longer uses
 /// any page.
+/// How long a reset may take, and how often to look.
+const RESET_TIMEOUT_US: i64 = 5_000_000;
+const RESET_POLL_US: i64 = 1000;
+
+/// Resets the device and waits until it is ready.
+///
+/// (Bring-up resets the device before enabling the admin queue; a broken queue resets it
+/// too, see [`quiesce`].)
+pub(crate) fn reset(regs: &Regs<'_>) -> Result {
+    regs.write(regs::REG_RESET, regs::RESET_VALUE);
+    let mut waited_us = 0;
+    while regs.read(regs::REG_STATUS) & regs::STATUS_READY == 0 {
+        if waited_us >= RESET_TIMEOUT_US {
+            return Err(ETIMEDOUT);
+        }
+        fsleep(Delta::from_micros(RESET_POLL_US));
+        waited_us += RESET_POLL_US;
+    }
+    Ok(())
+}
+
 fn quiesce(regs: &Regs<'_>) {
-    if crate::dev::reset(regs).is_err() {
+    if reset(regs).is_err() {
         pr_err!("rox: device did not come back from a reset\n");
     }
 }

@@ -15,10 +15,10 @@ use crate::{
         regs,
         uapi::{admin, queue, udata as ud, verbs},
     },
-    ib::{bindings as b, CqInit, Created, DeviceId, IbDev, Udata},
+    ib::{CqInit, Created, DeviceId, IbDev, NetworkHdr, Udata, Wc, WcFlags, WcOpcode, WcOut},
     ids::DbSlot,
     mr::{KernelRing, UserRing},
-    verbs::Ucontext,
+    ucontext::Ucontext,
 };
 use kernel::{
     new_mutex, new_spinlock_irq,
@@ -236,74 +236,65 @@ fn create_kernel(dev: &RoxDev<'_>, init: &CqInit) -> Result<Created<Cq>> {
     })
 }
 
-/// ib_core's opcode of a device completion (`ib_wc_opcode`).
-fn wc_opcode(opcode: u8) -> b::ib_wc_opcode {
+/// ib_core's opcode of a device completion.
+fn wc_opcode(opcode: u8) -> WcOpcode {
     match opcode {
-        verbs::WC_OPC_SEND => b::ib_wc_opcode_IB_WC_SEND,
-        verbs::WC_OPC_RDMA_WRITE => b::ib_wc_opcode_IB_WC_RDMA_WRITE,
-        verbs::WC_OPC_RDMA_READ => b::ib_wc_opcode_IB_WC_RDMA_READ,
-        verbs::WC_OPC_COMP_SWAP => b::ib_wc_opcode_IB_WC_COMP_SWAP,
-        verbs::WC_OPC_FETCH_ADD => b::ib_wc_opcode_IB_WC_FETCH_ADD,
-        verbs::WC_OPC_BIND_MW => b::ib_wc_opcode_IB_WC_BIND_MW,
-        verbs::WC_OPC_LOCAL_INV => b::ib_wc_opcode_IB_WC_LOCAL_INV,
-        verbs::WC_OPC_REG_MR => b::ib_wc_opcode_IB_WC_REG_MR,
-        verbs::WC_OPC_FLUSH => b::ib_wc_opcode_IB_WC_FLUSH,
-        verbs::WC_OPC_ATOMIC_WRITE => b::ib_wc_opcode_IB_WC_ATOMIC_WRITE,
-        verbs::WC_OPC_RECV => b::ib_wc_opcode_IB_WC_RECV,
-        verbs::WC_OPC_RECV_RDMA_WITH_IMM => b::ib_wc_opcode_IB_WC_RECV_RDMA_WITH_IMM,
+        verbs::WC_OPC_SEND => WcOpcode::Send,
+        verbs::WC_OPC_RDMA_WRITE => WcOpcode::RdmaWrite,
+        verbs::WC_OPC_RDMA_READ => WcOpcode::RdmaRead,
+        verbs::WC_OPC_COMP_SWAP => WcOpcode::CompSwap,
+        verbs::WC_OPC_FETCH_ADD => WcOpcode::FetchAdd,
+        verbs::WC_OPC_BIND_MW => WcOpcode::BindMw,
+        verbs::WC_OPC_LOCAL_INV => WcOpcode::LocalInv,
+        verbs::WC_OPC_REG_MR => WcOpcode::RegMr,
+        verbs::WC_OPC_FLUSH => WcOpcode::Flush,
+        verbs::WC_OPC_ATOMIC_WRITE => WcOpcode::AtomicWrite,
+        verbs::WC_OPC_RECV => WcOpcode::Recv,
+        verbs::WC_OPC_RECV_RDMA_WITH_IMM => WcOpcode::RecvRdmaWithImm,
         // Unknown to this driver: passed on as the device numbers it (the numbering is the
         // kernel's, see uapi/src/verbs.rs).
-        other => other.into(),
+        other => WcOpcode::Other(other.into()),
     }
 }
 
 /// ib_core's form of a completion.
-fn fill_wc(dev: &RoxDev<'_>, wc: &mut b::ib_wc, cqe: &queue::Cqe) {
-    wc.__bindgen_anon_1.wr_id = cqe.wr_id;
-    wc.status = cqe.status.into();
-    wc.opcode = wc_opcode(cqe.opcode);
-    wc.vendor_err = cqe.vendor_err.into();
-    wc.byte_len = cqe.byte_len;
-    wc.qp = dev.registry().qp_ptr(cqe.qp_num);
-    // The union holds the immediate data (network order) or the invalidated rkey.
-    wc.ex.imm_data = cqe.imm_data;
-    wc.src_qp = cqe.src_qp;
-    wc.slid = 0;
-    let mut flags = 0;
+fn wc_of(cqe: &queue::Cqe) -> Wc {
+    let mut flags = WcFlags::empty();
     if cqe.wc_flags & verbs::WC_FLAG_GRH != 0 {
-        flags |= b::ib_wc_flags_IB_WC_GRH;
+        flags |= WcFlags::GRH;
     }
     if cqe.wc_flags & verbs::WC_FLAG_WITH_IMM != 0 {
-        flags |= b::ib_wc_flags_IB_WC_WITH_IMM;
+        flags |= WcFlags::WITH_IMM;
     }
     if cqe.wc_flags & verbs::WC_FLAG_WITH_INV != 0 {
         // `Cqe::imm_data` holds the invalidated rkey (host order), as `ex.invalidate_rkey`.
-        flags |= b::ib_wc_flags_IB_WC_WITH_INVALIDATE;
+        flags |= WcFlags::WITH_INVALIDATE;
     }
-    wc.pkey_index = 0;
-    wc.sl = cqe.sl;
-    wc.dlid_path_bits = 0;
-    wc.port_num = admin::PORT_NUM.into();
-    wc.smac = [0; 6];
-    wc.vlan_id = 0;
-    // UD receives say which header the GRH area holds (as mlx5 does): ib_core's
-    // ib_init_ah_attr_from_wc reads it to build the reply's address (an IPv4 header sits
-    // in the last 20 bytes of the GRH area).
-    let network_hdr_type = match cqe.network_hdr {
-        queue::CQE_NETWORK_HDR_IPV4 => Some(b::rdma_network_type_RDMA_NETWORK_IPV4),
-        queue::CQE_NETWORK_HDR_IPV6 => Some(b::rdma_network_type_RDMA_NETWORK_IPV6),
-        _ => None,
-    };
-    wc.network_hdr_type = 0;
-    if let Some(network_hdr_type) = network_hdr_type {
-        wc.network_hdr_type = network_hdr_type as u8;
-        flags |= b::ib_wc_flags_IB_WC_WITH_NETWORK_HDR_TYPE;
+    Wc {
+        wr_id: cqe.wr_id,
+        status: cqe.status.into(),
+        opcode: wc_opcode(cqe.opcode),
+        vendor_err: cqe.vendor_err.into(),
+        byte_len: cqe.byte_len,
+        qp_num: cqe.qp_num,
+        imm_data: cqe.imm_data,
+        src_qp: cqe.src_qp,
+        flags,
+        sl: cqe.sl,
+        port_num: admin::PORT_NUM.into(),
+        // UD receives say which header the GRH area holds (as mlx5 does): ib_core's
+        // ib_init_ah_attr_from_wc reads it to build the reply's address (an IPv4 header sits
+        // in the last 20 bytes of the GRH area).
+        network_hdr: match cqe.network_hdr {
+            queue::CQE_NETWORK_HDR_IPV4 => Some(NetworkHdr::Ipv4),
+            queue::CQE_NETWORK_HDR_IPV6 => Some(NetworkHdr::Ipv6),
+            _ => None,
+        },
     }
-    wc.wc_flags = flags as i32;
 }
 
 /// Kernel CQs: moves completions into `wc`.
-pub(crate) fn poll(dev: &RoxDev<'_>, cq: &Cq, wc: &mut [b::ib_wc]) -> Result<usize> {
+pub(crate) fn poll(dev: &RoxDev<'_>, cq: &Cq, wc: &mut WcOut<'_>) -> Result<usize> {
     let CqQueue::Kernel(k) = &cq.queue else {
         return Err(EOPNOTSUPP);
     };
@@ -316,7 +307,7 @@ pub(crate) fn poll(dev: &RoxDev<'_>, cq: &Cq, wc: &mut [b::ib_wc]) -> Result<usi
             break;
         }
         let cqe = k.ring.ring.read(slot)?;
-        fill_wc(dev, &mut wc[count], &cqe);
+        wc.set(count, &wc_of(&cqe));
         state.consumer = state.consumer.wrapping_add(1);
         count += 1;
     }

@@ -22,7 +22,6 @@ use kernel::{
     pci,
     prelude::*,
     sync::Arc,
-    time::{delay::fsleep, Delta},
 };
 
 /// Doorbell pages of BAR2, one per user context (page `DB_PAGE_KERNEL` is the driver's).
@@ -35,9 +34,6 @@ const _: () = assert!(
     "the kernel's doorbell page is mapped at BAR2 offset 0"
 );
 
-/// How long a reset may take, and how often to look.
-const RESET_TIMEOUT_US: i64 = 5_000_000;
-const RESET_POLL_US: i64 = 1000;
 /// Completion event queues rox uses at most (one per vCPU of the 2-vCPU test guests is plenty;
 /// the device offers up to `MAX_EQS - 1`).
 const MAX_COMP_EQS: u32 = 2;
@@ -201,20 +197,6 @@ pub(crate) struct RoxPci<'bound> {
     _dev: Arc<RoxDev<'bound>>,
 }
 
-/// Resets the device and waits until it is ready.
-pub(crate) fn reset(regs: &Regs<'_>) -> Result {
-    regs.write(regs::REG_RESET, regs::RESET_VALUE);
-    let mut waited_us = 0;
-    while regs.read(regs::REG_STATUS) & regs::STATUS_READY == 0 {
-        if waited_us >= RESET_TIMEOUT_US {
-            return Err(ETIMEDOUT);
-        }
-        fsleep(Delta::from_micros(RESET_POLL_US));
-        waited_us += RESET_POLL_US;
-    }
-    Ok(())
-}
-
 impl<'bound> RoxPci<'bound> {
     pub(crate) fn probe(pdev: &'bound pci::Device<Core<'_>>) -> Result<Self> {
         let bound: &'bound pci::Device<Bound> = pdev;
@@ -236,7 +218,8 @@ impl<'bound> RoxPci<'bound> {
             );
             return Err(ENODEV);
         }
-        reset(&regs).inspect_err(|_| dev_err!(dev, "device did not come out of reset\n"))?;
+        crate::admin::reset(&regs)
+            .inspect_err(|_| dev_err!(dev, "device did not come out of reset\n"))?;
 
         let admin = AdminQueue::new(dev)?;
         admin.enable(&regs)?;

@@ -9,13 +9,10 @@ use crate::{
         uapi::{admin, queue, verbs},
     },
     ib::{
-        bindings as b,
-        bindings::IB_UVERBS_ACCESS_OPTIONAL_FIRST,
-        bindings::IB_UVERBS_ACCESS_OPTIONAL_LAST,
         dma::DmaArray,
         umem::Umem,
         umem_odp::{OdpLocked, UmemOdp},
-        IbDev, RegisteredMr, Udata,
+        IbDev, MrAdvice, OdpCaps, OdpTransportCaps, RegisteredMr, Udata,
     },
     verbs::RoxVerbs,
 };
@@ -327,25 +324,20 @@ impl OdpMrs {
 /// Pages a page fault makes present at once (the faulting page and the ones after it).
 const ODP_FAULT_PAGES: usize = 16;
 const _: () = assert!(ODP_FAULT_PAGES <= admin::ODP_MAX_UPDATE_PAGES as usize);
-const _: () = assert!(verbs::ACCESS_ON_DEMAND == b::ib_access_flags_IB_ACCESS_ON_DEMAND);
 
 /// What rox reports in `ib_device_attr.odp_caps`: RC requesters and responders wait for
 /// missing pages (SQ stall / RNR NAK), UD senders stall; UD receives have no RNR (a missing
 /// page fails the receive), so they are not claimed.
-pub(crate) fn odp_caps() -> b::ib_odp_caps {
-    let rc = b::ib_odp_transport_cap_bits_IB_ODP_SUPPORT_SEND
-        | b::ib_odp_transport_cap_bits_IB_ODP_SUPPORT_RECV
-        | b::ib_odp_transport_cap_bits_IB_ODP_SUPPORT_WRITE
-        | b::ib_odp_transport_cap_bits_IB_ODP_SUPPORT_READ
-        | b::ib_odp_transport_cap_bits_IB_ODP_SUPPORT_ATOMIC
-        | b::ib_odp_transport_cap_bits_IB_ODP_SUPPORT_SRQ_RECV;
-    let mut caps = b::ib_odp_caps {
-        general_caps: b::ib_odp_general_cap_bits_IB_ODP_SUPPORT as u64,
-        ..Default::default()
-    };
-    caps.per_transport_caps.rc_odp_caps = rc;
-    caps.per_transport_caps.ud_odp_caps = b::ib_odp_transport_cap_bits_IB_ODP_SUPPORT_SEND;
-    caps
+pub(crate) fn odp_caps() -> OdpCaps {
+    OdpCaps {
+        rc: OdpTransportCaps::SEND
+            | OdpTransportCaps::RECV
+            | OdpTransportCaps::WRITE
+            | OdpTransportCaps::READ
+            | OdpTransportCaps::ATOMIC
+            | OdpTransportCaps::SRQ_RECV,
+        ud: OdpTransportCaps::SEND,
+    }
 }
 
 /// Tells the device the current state of pages `[first, first + count)` (at most
@@ -512,16 +504,13 @@ fn odp_fault_failed(dev: &RoxDev<'_>, odp: &OdpMr, page: usize, err: Error) {
 pub(crate) fn odp_prefetch(
     dev: &RoxDev<'_>,
     pdn: u32,
-    advice: u32,
+    advice: MrAdvice,
     sges: &[(u64, u32, u32)],
 ) -> Result {
     let (write, fault) = match advice {
-        b::ib_uverbs_advise_mr_advice_IB_UVERBS_ADVISE_MR_ADVICE_PREFETCH => (false, true),
-        b::ib_uverbs_advise_mr_advice_IB_UVERBS_ADVISE_MR_ADVICE_PREFETCH_WRITE => (true, true),
-        b::ib_uverbs_advise_mr_advice_IB_UVERBS_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT => {
-            (false, false)
-        }
-        _ => return Err(EOPNOTSUPP),
+        MrAdvice::Prefetch => (false, true),
+        MrAdvice::PrefetchWrite => (true, true),
+        MrAdvice::PrefetchNoFault => (false, false),
     };
     for &(addr, length, lkey) in sges {
         let odp = dev.odp_mrs.get(lkey).ok_or(EINVAL)?;
@@ -661,9 +650,7 @@ fn reg_odp_mr(
 
 /// The IB access flags the device implements; the optional ones (hints) are ignored.
 fn device_access(access: u32) -> Result<u32> {
-    let optional = IB_UVERBS_ACCESS_OPTIONAL_FIRST..=IB_UVERBS_ACCESS_OPTIONAL_LAST;
-    let optional_mask = (optional.end() << 1).wrapping_sub(*optional.start());
-    let access = access & !optional_mask;
+    let access = access & !verbs::ACCESS_OPTIONAL_MASK;
     if access & !verbs::ACCESS_SUPPORTED != 0 {
         return Err(EOPNOTSUPP);
     }

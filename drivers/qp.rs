@@ -9,11 +9,15 @@ use crate::{
         regs,
         uapi::{admin, queue, udata as ud, verbs},
     },
-    ib::{self, bindings as b, Created, DeviceId, IbDev, QpInit, RecvWr, SendWr, Udata},
+    ib::{
+        self, AhAttr, Created, DeviceId, IbDev, QpAttr, QpCap, QpInit, QpInitAttr, RecvWr,
+        SendFlags, SendWr, Sge, Udata, WrOpcode,
+    },
     ids::DbSlot,
     mr::{KernelRing, UserRing},
     srq::Srq,
-    verbs::{RoxVerbs, Ucontext},
+    ucontext::Ucontext,
+    verbs::RoxVerbs,
 };
 use core::sync::atomic::{AtomicU32, Ordering};
 use kernel::{new_spinlock_irq, prelude::*, sync::SpinLockIrq};
@@ -24,7 +28,7 @@ pub(crate) struct Qp {
     sq_sig_all: bool,
     /// The state after the last successful modify (`ib_qp_state`).
     state: AtomicU32,
-    cap: b::ib_qp_cap,
+    cap: QpCap,
     queue: QpQueue,
 }
 
@@ -71,11 +75,10 @@ pub(crate) fn create(
     init: QpInit<'_, RoxVerbs>,
     udata: &mut Udata<'_>,
 ) -> Result<Created<Qp>> {
-    let qp_type = match init.qp_type {
-        b::ib_qp_type_IB_QPT_RC => verbs::QPT_RC,
-        b::ib_qp_type_IB_QPT_UC => verbs::QPT_UC,
-        b::ib_qp_type_IB_QPT_UD => verbs::QPT_UD,
-        b::ib_qp_type_IB_QPT_GSI if uctx.is_none() => verbs::QPT_GSI,
+    // ib_core numbers QP types as uapi does (checked in `ib`).
+    let qp_type = match u8::try_from(init.qp_type) {
+        Ok(t @ (verbs::QPT_RC | verbs::QPT_UC | verbs::QPT_UD)) => t,
+        Ok(verbs::QPT_GSI) if uctx.is_none() => verbs::QPT_GSI,
         _ => return Err(EOPNOTSUPP),
     };
     let Some(uctx) = uctx else {
@@ -150,7 +153,7 @@ pub(crate) fn create(
         qpn,
         qp_type: init.qp_type,
         sq_sig_all: init.sq_sig_all,
-        state: AtomicU32::new(b::ib_qp_state_IB_QPS_RESET),
+        state: AtomicU32::new(verbs::QPS_RESET.into()),
         cap: *cap,
         queue: QpQueue::User {
             _sq: sq,
@@ -267,7 +270,7 @@ fn create_kernel(dev: &RoxDev<'_>, qp_type: u8, init: QpInit<'_, RoxVerbs>) -> R
         qpn,
         qp_type: init.qp_type,
         sq_sig_all: init.sq_sig_all,
-        state: AtomicU32::new(b::ib_qp_state_IB_QPS_RESET),
+        state: AtomicU32::new(verbs::QPS_RESET.into()),
         cap: *cap,
         queue: QpQueue::Kernel(KernelQp {
             sq,
@@ -286,32 +289,39 @@ fn create_kernel(dev: &RoxDev<'_>, qp_type: u8, init: QpInit<'_, RoxVerbs>) -> R
 }
 
 /// The device's scatter/gather list of a work request, into the WQE's data area.
-fn write_sges(data: &mut [u8], sges: &[b::ib_sge]) -> Result {
+fn write_sges(data: &mut [u8], sges: &[Sge]) -> Result {
     let size = core::mem::size_of::<queue::Sge>();
     for (i, sge) in sges.iter().enumerate() {
         let entry = data.get_mut(i * size..(i + 1) * size).ok_or(EINVAL)?;
-        entry[..8].copy_from_slice(&sge.addr.to_le_bytes());
-        entry[8..12].copy_from_slice(&sge.length.to_le_bytes());
-        entry[12..16].copy_from_slice(&sge.lkey.to_le_bytes());
+        entry[..8].copy_from_slice(&sge.addr().to_le_bytes());
+        entry[8..12].copy_from_slice(&sge.length().to_le_bytes());
+        entry[12..16].copy_from_slice(&sge.lkey().to_le_bytes());
     }
     Ok(())
 }
 
-/// The device's opcode of a kernel work request (`ib_wr_opcode`); EINVAL for the ones rox
-/// lacks (LSO, masked atomics, signature handover, ...).
-fn wr_opcode(opcode: u32) -> Result<u8> {
-    Ok(match opcode {
-        b::ib_wr_opcode_IB_WR_SEND => verbs::WR_SEND,
-        b::ib_wr_opcode_IB_WR_SEND_WITH_IMM => verbs::WR_SEND_WITH_IMM,
-        b::ib_wr_opcode_IB_WR_SEND_WITH_INV => verbs::WR_SEND_WITH_INV,
-        b::ib_wr_opcode_IB_WR_RDMA_WRITE => verbs::WR_RDMA_WRITE,
-        b::ib_wr_opcode_IB_WR_RDMA_WRITE_WITH_IMM => verbs::WR_RDMA_WRITE_WITH_IMM,
-        b::ib_wr_opcode_IB_WR_RDMA_READ => verbs::WR_RDMA_READ,
-        b::ib_wr_opcode_IB_WR_ATOMIC_CMP_AND_SWP => verbs::WR_ATOMIC_CMP_AND_SWP,
-        b::ib_wr_opcode_IB_WR_ATOMIC_FETCH_AND_ADD => verbs::WR_ATOMIC_FETCH_AND_ADD,
-        b::ib_wr_opcode_IB_WR_LOCAL_INV => verbs::WR_LOCAL_INV,
-        b::ib_wr_opcode_IB_WR_REG_MR => verbs::WR_REG_MR,
-        _ => return Err(EINVAL),
+/// The device's opcode of a kernel work request; EINVAL for the ones rox lacks (LSO, masked
+/// atomics, signature handover, ...) and numbers the kernel has no name for.
+fn wr_opcode(opcode: Option<WrOpcode>) -> Result<u8> {
+    Ok(match opcode.ok_or(EINVAL)? {
+        WrOpcode::Send => verbs::WR_SEND,
+        WrOpcode::SendWithImm => verbs::WR_SEND_WITH_IMM,
+        WrOpcode::SendWithInv => verbs::WR_SEND_WITH_INV,
+        WrOpcode::RdmaWrite => verbs::WR_RDMA_WRITE,
+        WrOpcode::RdmaWriteWithImm => verbs::WR_RDMA_WRITE_WITH_IMM,
+        WrOpcode::RdmaRead => verbs::WR_RDMA_READ,
+        WrOpcode::AtomicCmpAndSwp => verbs::WR_ATOMIC_CMP_AND_SWP,
+        WrOpcode::AtomicFetchAndAdd => verbs::WR_ATOMIC_FETCH_AND_ADD,
+        WrOpcode::LocalInv => verbs::WR_LOCAL_INV,
+        WrOpcode::RegMr => verbs::WR_REG_MR,
+        WrOpcode::BindMw
+        | WrOpcode::Lso
+        | WrOpcode::RdmaReadWithInv
+        | WrOpcode::MaskedAtomicCmpAndSwp
+        | WrOpcode::MaskedAtomicFetchAndAdd
+        | WrOpcode::Flush
+        | WrOpcode::AtomicWrite
+        | WrOpcode::RegMrIntegrity => return Err(EINVAL),
     })
 }
 
@@ -334,7 +344,7 @@ fn send_seg(qp: &Qp, opcode: u8, wr: &SendWr<'_, RoxVerbs>) -> Result<queue::SqS
             },
         });
     }
-    if qp.qp_type == b::ib_qp_type_IB_QPT_UD || qp.qp_type == b::ib_qp_type_IB_QPT_GSI {
+    if qp.qp_type == verbs::QPT_UD.into() || qp.qp_type == verbs::QPT_GSI.into() {
         // A datagram needs an address handle.
         return Err(EINVAL);
     }
@@ -399,13 +409,13 @@ pub(crate) fn post_send(_dev: &RoxDev<'_>, qp: &Qp, wr: &SendWr<'_, RoxVerbs>) -
     let opcode = wr_opcode(wr.opcode())?;
     let send_flags = wr.send_flags();
     let mut flags = 0;
-    if send_flags & b::ib_send_flags_IB_SEND_SIGNALED as u32 != 0 {
+    if send_flags.contains(SendFlags::SIGNALED) {
         flags |= queue::WQE_FLAG_SIGNALED;
     }
-    if send_flags & b::ib_send_flags_IB_SEND_SOLICITED as u32 != 0 {
+    if send_flags.contains(SendFlags::SOLICITED) {
         flags |= queue::WQE_FLAG_SOLICITED;
     }
-    if send_flags & b::ib_send_flags_IB_SEND_FENCE as u32 != 0 {
+    if send_flags.contains(SendFlags::FENCE) {
         flags |= queue::WQE_FLAG_FENCE;
     }
     let seg = send_seg(qp, opcode, wr)?;
@@ -414,7 +424,7 @@ pub(crate) fn post_send(_dev: &RoxDev<'_>, qp: &Qp, wr: &SendWr<'_, RoxVerbs>) -
     let (num_sge, inline_len) = if matches!(opcode, verbs::WR_LOCAL_INV | verbs::WR_REG_MR) {
         // Local operations carry no data.
         (0, 0)
-    } else if send_flags & b::ib_send_flags_IB_SEND_INLINE as u32 != 0 {
+    } else if send_flags.contains(SendFlags::INLINE) {
         if !matches!(
             opcode,
             verbs::WR_SEND
@@ -481,9 +491,9 @@ pub(crate) fn rq_wqe(wr: &RecvWr<'_>, max_sge: u32) -> Result<queue::RqWqe> {
     };
     for (dst, src) in wqe.sge.iter_mut().zip(sges) {
         *dst = queue::Sge {
-            addr: src.addr,
-            length: src.length,
-            lkey: src.lkey,
+            addr: src.addr(),
+            length: src.length(),
+            lkey: src.lkey(),
         };
     }
     Ok(wqe)
@@ -522,43 +532,42 @@ pub(crate) fn ring_rq(dev: &RoxDev<'_>, qp: &Qp) {
 }
 
 /// The device's address vector of a RoCE address.
-pub(crate) fn addr_vector(ah: &b::rdma_ah_attr) -> admin::AddrVector {
+pub(crate) fn addr_vector(ah: &AhAttr) -> admin::AddrVector {
     admin::AddrVector {
-        dgid: ib::gid_bytes(&ah.grh.dgid),
-        flow_label: ah.grh.flow_label,
-        sgid_index: ah.grh.sgid_index,
-        hop_limit: ah.grh.hop_limit,
-        traffic_class: ah.grh.traffic_class,
+        dgid: ah.dgid,
+        flow_label: ah.flow_label,
+        sgid_index: ah.sgid_index,
+        hop_limit: ah.hop_limit,
+        traffic_class: ah.traffic_class,
         sl: ah.sl,
-        dmac: ib::roce_dmac(ah),
+        dmac: ah.dmac,
         reserved: [0; 2],
     }
 }
 
-/// ib_core's form of a device address vector (the source GID entry reference is left as is).
-pub(crate) fn fill_ah_attr(attr: &mut b::rdma_ah_attr, av: &admin::AddrVector) {
-    attr.type_ = b::rdma_ah_attr_type_RDMA_AH_ATTR_TYPE_ROCE;
-    attr.ah_flags = b::ib_ah_flags_IB_AH_GRH as u8;
-    attr.port_num = admin::PORT_NUM.into();
-    attr.sl = av.sl;
-    attr.grh.dgid.raw = av.dgid;
-    attr.grh.flow_label = av.flow_label;
-    attr.grh.sgid_index = av.sgid_index;
-    attr.grh.hop_limit = av.hop_limit;
-    attr.grh.traffic_class = av.traffic_class;
-    attr.__bindgen_anon_1.roce.dmac = av.dmac;
+/// ib_core's form of a device address vector.
+pub(crate) fn ah_attr(av: &admin::AddrVector) -> AhAttr {
+    AhAttr {
+        roce: true,
+        dgid: av.dgid,
+        flow_label: av.flow_label,
+        sgid_index: av.sgid_index,
+        hop_limit: av.hop_limit,
+        traffic_class: av.traffic_class,
+        sl: av.sl,
+        dmac: av.dmac,
+        port_num: admin::PORT_NUM.into(),
+    }
 }
 
 /// Attribute mask bits rox cannot honour (alternate paths, resizing, rate limits).
-const UNSUPPORTED_MASK: u32 = b::ib_qp_attr_mask_IB_QP_ALT_PATH
-    | b::ib_qp_attr_mask_IB_QP_PATH_MIG_STATE
-    | b::ib_qp_attr_mask_IB_QP_CAP
-    | b::ib_qp_attr_mask_IB_QP_RATE_LIMIT;
+const UNSUPPORTED_MASK: u32 =
+    verbs::QP_ALT_PATH | verbs::QP_PATH_MIG_STATE | verbs::QP_CAP | ib::QP_RATE_LIMIT;
 
 pub(crate) fn modify(
     dev: &RoxDev<'_>,
     qp: &Qp,
-    attr: &b::ib_qp_attr,
+    attr: &QpAttr,
     mask: u32,
     udata: &mut Udata<'_>,
 ) -> Result {
@@ -567,12 +576,12 @@ pub(crate) fn modify(
         return Err(EOPNOTSUPP);
     }
     let stored = qp.state.load(Ordering::Acquire);
-    let cur = if mask & b::ib_qp_attr_mask_IB_QP_CUR_STATE != 0 {
+    let cur = if mask & verbs::QP_CUR_STATE != 0 {
         attr.cur_qp_state
     } else {
         stored
     };
-    let next = if mask & b::ib_qp_attr_mask_IB_QP_STATE != 0 {
+    let next = if mask & verbs::QP_STATE != 0 {
         attr.qp_state
     } else {
         cur
@@ -580,19 +589,19 @@ pub(crate) fn modify(
     if cur != stored || !ib::modify_qp_is_ok(cur, next, qp.qp_type, mask) {
         return Err(EINVAL);
     }
-    if mask & b::ib_qp_attr_mask_IB_QP_PORT != 0 && attr.port_num != u32::from(admin::PORT_NUM) {
+    if mask & verbs::QP_PORT != 0 && attr.port_num != u32::from(admin::PORT_NUM) {
         return Err(EINVAL);
     }
-    if mask & b::ib_qp_attr_mask_IB_QP_PKEY_INDEX != 0 && attr.pkey_index != 0 {
+    if mask & verbs::QP_PKEY_INDEX != 0 && attr.pkey_index != 0 {
         return Err(EINVAL);
     }
-    if mask & b::ib_qp_attr_mask_IB_QP_PATH_MTU != 0 && verbs::mtu_bytes(attr.path_mtu as u8) == 0 {
+    if mask & verbs::QP_PATH_MTU != 0 && verbs::mtu_bytes(attr.path_mtu as u8) == 0 {
         return Err(EINVAL);
     }
-    if mask & b::ib_qp_attr_mask_IB_QP_ACCESS_FLAGS != 0 {
+    if mask & verbs::QP_ACCESS_FLAGS != 0 {
         // ON_DEMAND describes memory regions; applications (pyverbs' ODP tests) pass an MR's
         // flags to the QP too.
-        let access = attr.qp_access_flags as u32 & !verbs::ACCESS_ON_DEMAND;
+        let access = attr.qp_access_flags & !verbs::ACCESS_ON_DEMAND;
         // Flags IB defines but the device lacks (e.g. ZERO_BASED) are "not supported", which
         // applications and pyverbs treat as a missing feature; others are invalid. Both FLUSH
         // types are accepted: they say what a peer may ask for, the MR decides.
@@ -604,16 +613,14 @@ pub(crate) fn modify(
         }
     }
     let rd_atomic_max = admin::DEV_MAX_RD_ATOMIC;
-    if (mask & b::ib_qp_attr_mask_IB_QP_MAX_QP_RD_ATOMIC != 0 && attr.max_rd_atomic > rd_atomic_max)
-        || (mask & b::ib_qp_attr_mask_IB_QP_MAX_DEST_RD_ATOMIC != 0
+    if (mask & verbs::QP_MAX_QP_RD_ATOMIC != 0 && attr.max_rd_atomic > rd_atomic_max)
+        || (mask & verbs::QP_MAX_DEST_RD_ATOMIC != 0
             && attr.max_dest_rd_atomic > rd_atomic_max)
     {
         return Err(EINVAL);
     }
-    let av = if mask & b::ib_qp_attr_mask_IB_QP_AV != 0 {
-        if attr.ah_attr.type_ != b::rdma_ah_attr_type_RDMA_AH_ATTR_TYPE_ROCE
-            || u32::from(attr.ah_attr.grh.sgid_index) >= admin::GID_TABLE_LEN
-        {
+    let av = if mask & verbs::QP_AV != 0 {
+        if !attr.ah_attr.roce || u32::from(attr.ah_attr.sgid_index) >= admin::GID_TABLE_LEN {
             return Err(EINVAL);
         }
         addr_vector(&attr.ah_attr)
@@ -636,7 +643,7 @@ pub(crate) fn modify(
             port_num: attr.port_num as u8,
             en_sqd_async_notify: attr.en_sqd_async_notify,
             pkey_index: attr.pkey_index,
-            qp_access_flags: attr.qp_access_flags as u32 & !verbs::ACCESS_ON_DEMAND,
+            qp_access_flags: attr.qp_access_flags & !verbs::ACCESS_ON_DEMAND,
             qkey: attr.qkey,
             rq_psn: attr.rq_psn & verbs::PSN_MASK,
             sq_psn: attr.sq_psn & verbs::PSN_MASK,
@@ -650,43 +657,37 @@ pub(crate) fn modify(
     udata.respond_empty()
 }
 
-pub(crate) fn query(
-    dev: &RoxDev<'_>,
-    qp: &Qp,
-    attr: &mut b::ib_qp_attr,
-    init: &mut b::ib_qp_init_attr,
-) -> Result {
+pub(crate) fn query(dev: &RoxDev<'_>, qp: &Qp) -> Result<(QpAttr, QpInitAttr)> {
     let (hw, _) = dev.query::<admin::QueryQp>(qp.qpn)?;
-    attr.qp_state = hw.qp_state.into();
-    attr.cur_qp_state = hw.qp_state.into();
-    attr.path_mtu = hw.path_mtu.into();
-    attr.path_mig_state = b::ib_mig_state_IB_MIG_MIGRATED;
-    attr.qkey = hw.qkey;
-    attr.rq_psn = hw.rq_psn;
-    attr.sq_psn = hw.sq_psn;
-    attr.dest_qp_num = hw.dest_qp_num;
-    attr.qp_access_flags = hw.qp_access_flags as _;
-    attr.pkey_index = hw.pkey_index;
-    attr.en_sqd_async_notify = hw.en_sqd_async_notify;
-    attr.sq_draining = hw.sq_draining;
-    attr.max_rd_atomic = hw.max_rd_atomic;
-    attr.max_dest_rd_atomic = hw.max_dest_rd_atomic;
-    attr.min_rnr_timer = hw.min_rnr_timer;
-    attr.port_num = hw.port_num.into();
-    attr.timeout = hw.timeout;
-    attr.retry_cnt = hw.retry_cnt;
-    attr.rnr_retry = hw.rnr_retry;
-    attr.cap = qp.cap;
-    fill_ah_attr(&mut attr.ah_attr, &hw.ah);
-    init.qp_type = qp.qp_type;
-    init.cap = qp.cap;
-    init.sq_sig_type = if qp.sq_sig_all {
-        b::ib_sig_type_IB_SIGNAL_ALL_WR
-    } else {
-        b::ib_sig_type_IB_SIGNAL_REQ_WR
+    let attr = QpAttr {
+        qp_state: hw.qp_state.into(),
+        cur_qp_state: hw.qp_state.into(),
+        path_mtu: hw.path_mtu.into(),
+        qkey: hw.qkey,
+        rq_psn: hw.rq_psn,
+        sq_psn: hw.sq_psn,
+        dest_qp_num: hw.dest_qp_num,
+        qp_access_flags: hw.qp_access_flags,
+        pkey_index: hw.pkey_index,
+        en_sqd_async_notify: hw.en_sqd_async_notify,
+        sq_draining: hw.sq_draining,
+        max_rd_atomic: hw.max_rd_atomic,
+        max_dest_rd_atomic: hw.max_dest_rd_atomic,
+        min_rnr_timer: hw.min_rnr_timer,
+        port_num: hw.port_num.into(),
+        timeout: hw.timeout,
+        retry_cnt: hw.retry_cnt,
+        rnr_retry: hw.rnr_retry,
+        cap: qp.cap,
+        ah_attr: ah_attr(&hw.ah),
+    };
+    let init = QpInitAttr {
+        qp_type: qp.qp_type,
+        cap: qp.cap,
+        sq_sig_all: qp.sq_sig_all,
     };
     qp.state.store(attr.qp_state, Ordering::Release);
-    Ok(())
+    Ok((attr, init))
 }
 
 pub(crate) fn destroy(dev: &RoxDev<'_>, qp: &Qp) {

@@ -21,6 +21,7 @@ mod mcast;
 mod mr;
 mod qp;
 mod srq;
+mod ucontext;
 mod verbs;
 
 /// The hardware/software interface (`uapi/`), included by path: the crate is `no_std` with no

@@ -12,10 +12,10 @@ use crate::{
     dev::RoxDev,
     hw::uapi::{admin, queue, udata as ud, verbs},
     hw::regs,
-    ib::{bindings as b, Created, DeviceId, IbDev, RecvWr, Udata},
+    ib::{Created, DeviceId, IbDev, RecvWr, SrqAttr, SrqAttrMask, Udata},
     ids::DbSlot,
     mr::{KernelRing, UserRing},
-    verbs::Ucontext,
+    ucontext::Ucontext,
 };
 use kernel::{
     new_mutex, new_spinlock_irq,
@@ -68,7 +68,7 @@ pub(crate) fn create(
     ib: IbDev<'_>,
     uctx: Option<&Ucontext>,
     pdn: u32,
-    attr: &mut b::ib_srq_attr,
+    attr: &mut SrqAttr,
     udata: &mut Udata<'_>,
 ) -> Result<Created<Srq>> {
     let Some(uctx) = uctx else {
@@ -138,7 +138,7 @@ pub(crate) fn create(
 }
 
 /// A kernel consumer's SRQ: ring in coherent DMA memory, a slot of the driver's doorbell page.
-fn create_kernel(dev: &RoxDev<'_>, pdn: u32, attr: &mut b::ib_srq_attr) -> Result<Created<Srq>> {
+fn create_kernel(dev: &RoxDev<'_>, pdn: u32, attr: &mut SrqAttr) -> Result<Created<Srq>> {
     let max_sge = queue::RQ_MAX_SGE.min(dev.attr.max_srq_sge);
     if attr.max_wr == 0
         || attr.max_wr > dev.attr.max_srq_wr
@@ -221,15 +221,17 @@ pub(crate) fn modify(
     dev: &RoxDev<'_>,
     ib: IbDev<'_>,
     srq: &Srq,
-    attr: &b::ib_srq_attr,
-    mask: u32,
+    attr: &SrqAttr,
+    mask: SrqAttrMask,
     udata: &mut Udata<'_>,
 ) -> Result {
-    let known = b::ib_srq_attr_mask_IB_SRQ_MAX_WR | b::ib_srq_attr_mask_IB_SRQ_LIMIT;
-    if mask & !known != 0 {
+    if !mask
+        .difference(SrqAttrMask::MAX_WR | SrqAttrMask::LIMIT)
+        .is_empty()
+    {
         return Err(EINVAL);
     }
-    let resize = mask & b::ib_srq_attr_mask_IB_SRQ_MAX_WR != 0;
+    let resize = mask.contains(SrqAttrMask::MAX_WR);
     if resize && srq.kernel.is_some() {
         return Err(EOPNOTSUPP);
     }
@@ -260,7 +262,7 @@ pub(crate) fn modify(
         udata.expect_no_input()?;
     }
     let depth = new_ring.as_ref().map_or(state.max_wr, |(d, _)| *d);
-    if mask & b::ib_srq_attr_mask_IB_SRQ_LIMIT != 0 {
+    if mask.contains(SrqAttrMask::LIMIT) {
         if attr.srq_limit > depth {
             return Err(EINVAL);
         }
@@ -281,17 +283,18 @@ pub(crate) fn modify(
     udata.respond_empty()
 }
 
-pub(crate) fn query(dev: &RoxDev<'_>, srq: &Srq, attr: &mut b::ib_srq_attr) -> Result {
+pub(crate) fn query(dev: &RoxDev<'_>, srq: &Srq) -> Result<SrqAttr> {
     let cmd = admin::HandleCmd {
         handle: srq.id,
         reserved: 0,
     };
     let state = srq.ring.lock();
     let counts = dev.run::<admin::QuerySrq>(cmd)?;
-    attr.max_wr = state.max_wr;
-    attr.max_sge = srq.max_sge;
-    attr.srq_limit = counts.limit;
-    Ok(())
+    Ok(SrqAttr {
+        max_wr: state.max_wr,
+        max_sge: srq.max_sge,
+        srq_limit: counts.limit,
+    })
 }
 
 pub(crate) fn destroy(dev: &RoxDev<'_>, srq: &Srq) {

@@ -8,47 +8,45 @@ use crate::{
     dev::RoxDev,
     hw::{
         regs,
-        uapi::{admin, queue, udata as ud, verbs},
+        uapi::{admin, udata as ud, verbs},
     },
     ib::{
-        bindings as b, mmap::MmapEntry, mmap::UcontextRef, CqInit, Created, IbDev, QpInit, RecvWr,
-        RegisteredMr, Registry, SendWr, Udata, Verbs,
+        mmap::UcontextRef, AhAttr, CqInit, Created, DeviceAttr, DeviceCapFlags, IbDev,
+        MrAdvice, PortAttr, PortImmutable, QpAttr, QpInit, QpInitAttr, RecvWr,
+        RegisteredMr, Registry, SendWr, SrqAttr, SrqAttrMask, Udata, Verbs, WcOut,
     },
-    ids::{DbSlot, DbSlots},
     mcast,
     mr::{self, Mr},
     qp::{self, Qp},
     srq::{self, Srq},
+    ucontext::{self, Ucontext},
 };
-use kernel::{prelude::*, sync::Arc};
+use kernel::prelude::*;
 
 /// The driver, as ib_core sees it.
 pub(crate) struct RoxVerbs;
 
-// User mappings of device pages (`MmapEntry`) and page lists assume the CPU's pages are rox's.
-const _: () = assert!(b::PAGE_SIZE as usize == regs::ROX_PAGE_SIZE);
 
 /// ib_core's device capability flags for the device's `regs::CAP_*`: FLUSH (placement type
 /// GLOBAL only: rox has no persistent memory), ATOMIC WRITE, SRQ resize and memory windows
 /// (type 1 and 2B) when the device does them, as
 /// ib_core's MR access check (`ib_check_mr_access`) and libibverbs' users expect.
-fn device_cap_flags(caps: u32) -> u64 {
-    let mut flags = b::ib_device_cap_flags_IB_DEVICE_RC_RNR_NAK_GEN as u64;
+fn device_cap_flags(caps: u32) -> DeviceCapFlags {
+    let mut flags = DeviceCapFlags::RC_RNR_NAK_GEN;
     if caps & regs::CAP_FLUSH != 0 {
-        flags |= b::ib_device_cap_flags_IB_DEVICE_FLUSH_GLOBAL as u64;
+        flags |= DeviceCapFlags::FLUSH_GLOBAL;
     }
     if caps & regs::CAP_ATOMIC_WRITE != 0 {
-        flags |= b::ib_device_cap_flags_IB_DEVICE_ATOMIC_WRITE as u64;
+        flags |= DeviceCapFlags::ATOMIC_WRITE;
     }
     if caps & regs::CAP_SRQ_RESIZE != 0 {
-        flags |= b::ib_device_cap_flags_IB_DEVICE_SRQ_RESIZE as u64;
+        flags |= DeviceCapFlags::SRQ_RESIZE;
     }
     // Fast registration (alloc_mr / IB_WR_REG_MR / LOCAL_INV / SEND_WITH_INV), which
     // nvme-rdma and xprtrdma require.
-    flags |= b::ib_device_cap_flags_IB_DEVICE_MEM_MGT_EXTENSIONS as u64;
+    flags |= DeviceCapFlags::MEM_MGT_EXTENSIONS;
     if caps & regs::CAP_MW != 0 {
-        flags |= (b::ib_device_cap_flags_IB_DEVICE_MEM_WINDOW
-            | b::ib_device_cap_flags_IB_DEVICE_MEM_WINDOW_TYPE_2B) as u64;
+        flags |= DeviceCapFlags::MEM_WINDOW | DeviceCapFlags::MEM_WINDOW_TYPE_2B;
     }
     flags
 }
@@ -106,37 +104,6 @@ const COUNTER_NAMES: [&CStr; admin::STATS_COUNT] = {
     names
 };
 
-/// A user context: its doorbell page (mapped by the provider, together with the wake page) and
-/// the allocator of that page's slots.
-pub(crate) struct Ucontext {
-    db_page: u32,
-    slots: Arc<DbSlots>,
-    _db_entry: MmapEntry,
-    _wake_entry: MmapEntry,
-}
-
-impl Ucontext {
-    pub(crate) fn db_page(&self) -> u32 {
-        self.db_page
-    }
-
-    pub(crate) fn alloc_db_slot(&self) -> Result<DbSlot> {
-        DbSlot::alloc(&self.slots)
-    }
-}
-
-/// The doorbell page of a context, returned when the context goes.
-struct DbPage<'a, 'bound> {
-    dev: &'a RoxDev<'bound>,
-    page: u32,
-}
-
-impl Drop for DbPage<'_, '_> {
-    fn drop(&mut self) {
-        self.dev.db_pages.free(self.page);
-    }
-}
-
 pub(crate) struct Pd {
     pdn: u32,
 }
@@ -159,16 +126,16 @@ impl Ah {
 }
 
 /// The largest IB MTU whose RoCEv2 packets fit in `netdev_mtu`.
-fn active_mtu(netdev_mtu: u32) -> u32 {
+fn active_mtu(netdev_mtu: u32) -> u8 {
     let payload = netdev_mtu.saturating_sub(ROCEV2_OVERHEAD);
-    let mut mtu = b::ib_mtu_IB_MTU_256;
+    let mut mtu = verbs::MTU_256;
     for candidate in [
-        b::ib_mtu_IB_MTU_512,
-        b::ib_mtu_IB_MTU_1024,
-        b::ib_mtu_IB_MTU_2048,
-        b::ib_mtu_IB_MTU_4096,
+        verbs::MTU_512,
+        verbs::MTU_1024,
+        verbs::MTU_2048,
+        verbs::MTU_4096,
     ] {
-        if verbs::mtu_bytes(candidate as u8) <= payload {
+        if verbs::mtu_bytes(candidate) <= payload {
             mtu = candidate;
         }
     }
@@ -205,100 +172,78 @@ impl Verbs for RoxVerbs {
         Ok(())
     }
 
-    fn query_device(
-        dev: &RoxDev<'_>,
-        attr: &mut b::ib_device_attr,
-        udata: &mut Udata<'_>,
-    ) -> Result {
+    fn query_device(dev: &RoxDev<'_>, udata: &mut Udata<'_>) -> Result<DeviceAttr> {
         udata.expect_no_input()?;
         let hw = &dev.attr;
-        attr.fw_ver = hw.fw_ver;
-        attr.sys_image_guid = hw.sys_image_guid.to_be();
-        attr.max_mr_size = hw.max_mr_size;
-        attr.page_size_cap = hw.page_size_cap;
-        attr.vendor_id = hw.vendor_id;
-        attr.vendor_part_id = hw.vendor_part_id;
-        attr.hw_ver = hw.hw_ver;
-        attr.max_qp = hw.max_qp;
-        attr.max_qp_wr = hw.max_qp_wr;
-        attr.device_cap_flags = device_cap_flags(hw.caps);
-        attr.max_send_sge = hw.max_send_sge;
-        attr.max_recv_sge = hw.max_recv_sge;
-        attr.max_sge_rd = hw.max_sge_rd;
-        attr.max_cq = hw.max_cq;
-        attr.max_cqe = hw.max_cqe;
-        attr.max_mr = hw.max_mr;
-        attr.max_mw = hw.max_mw;
-        attr.max_pd = MAX_PD;
-        attr.max_qp_rd_atom = hw.max_qp_rd_atom;
-        attr.max_qp_init_rd_atom = hw.max_qp_init_rd_atom;
-        attr.max_res_rd_atom = hw.max_qp_rd_atom * hw.max_qp;
-        attr.atomic_cap = if hw.atomic_cap == admin::ATOMIC_CAP_HCA {
-            b::ib_atomic_cap_IB_ATOMIC_HCA
-        } else {
-            b::ib_atomic_cap_IB_ATOMIC_NONE
+        let attr = DeviceAttr {
+            fw_ver: hw.fw_ver,
+            sys_image_guid: hw.sys_image_guid,
+            max_mr_size: hw.max_mr_size,
+            page_size_cap: hw.page_size_cap,
+            vendor_id: hw.vendor_id,
+            vendor_part_id: hw.vendor_part_id,
+            hw_ver: hw.hw_ver,
+            max_qp: hw.max_qp,
+            max_qp_wr: hw.max_qp_wr,
+            device_cap_flags: device_cap_flags(hw.caps),
+            max_send_sge: hw.max_send_sge,
+            max_recv_sge: hw.max_recv_sge,
+            max_sge_rd: hw.max_sge_rd,
+            max_cq: hw.max_cq,
+            max_cqe: hw.max_cqe,
+            max_mr: hw.max_mr,
+            max_mw: hw.max_mw,
+            max_pd: MAX_PD,
+            max_qp_rd_atom: hw.max_qp_rd_atom,
+            max_qp_init_rd_atom: hw.max_qp_init_rd_atom,
+            max_res_rd_atom: hw.max_qp_rd_atom * hw.max_qp,
+            atomic_hca: hw.atomic_cap == admin::ATOMIC_CAP_HCA,
+            max_ah: MAX_AH,
+            max_srq: hw.max_srq,
+            max_srq_wr: hw.max_srq_wr,
+            max_srq_sge: hw.max_srq_sge,
+            max_pkeys: 1,
+            max_mcast_grp: hw.max_mcast_grp,
+            max_mcast_qp_attach: hw.max_mcast_qp_attach,
+            max_total_mcast_qp_attach: hw.max_total_mcast_qp_attach,
+            local_ca_ack_delay: hw.local_ca_ack_delay as u8,
+            max_fast_reg_page_list_len: admin::DEV_MAX_FAST_REG_PAGES,
+            odp: (hw.caps & regs::CAP_ODP != 0).then(mr::odp_caps),
         };
-        attr.max_ah = MAX_AH;
-        attr.max_srq = hw.max_srq;
-        attr.max_srq_wr = hw.max_srq_wr;
-        attr.max_srq_sge = hw.max_srq_sge;
-        attr.max_pkeys = 1;
-        attr.max_mcast_grp = hw.max_mcast_grp;
-        attr.max_mcast_qp_attach = hw.max_mcast_qp_attach;
-        attr.max_total_mcast_qp_attach = hw.max_total_mcast_qp_attach;
-        attr.local_ca_ack_delay = hw.local_ca_ack_delay as u8;
-        attr.max_fast_reg_page_list_len = admin::DEV_MAX_FAST_REG_PAGES;
-        if hw.caps & regs::CAP_ODP != 0 {
-            attr.kernel_cap_flags |= b::ib_kernel_cap_flags_IBK_ON_DEMAND_PAGING as u64;
-            attr.odp_caps = mr::odp_caps();
-        }
-        udata.respond_empty()
+        udata.respond_empty()?;
+        Ok(attr)
     }
 
-    fn query_port(
-        dev: &RoxDev<'_>,
-        ib: IbDev<'_>,
-        port: u32,
-        attr: &mut b::ib_port_attr,
-    ) -> Result {
+    fn query_port(dev: &RoxDev<'_>, ib: IbDev<'_>, port: u32) -> Result<PortAttr> {
         if port != u32::from(admin::PORT_NUM) {
             return Err(EINVAL);
         }
         let hw = &dev.port;
         let netdev = ib.netdev(port);
-        let active = netdev.as_ref().is_some_and(|n| n.is_up());
-        attr.state = if active {
-            b::ib_port_state_IB_PORT_ACTIVE
-        } else {
-            b::ib_port_state_IB_PORT_DOWN
-        };
-        attr.phys_state = if active {
-            b::ib_port_phys_state_IB_PORT_PHYS_STATE_LINK_UP as u8
-        } else {
-            b::ib_port_phys_state_IB_PORT_PHYS_STATE_DISABLED as u8
-        };
-        attr.max_mtu = u32::from(hw.max_mtu).clamp(b::ib_mtu_IB_MTU_256, b::ib_mtu_IB_MTU_4096);
+        let max_mtu = hw.max_mtu.clamp(verbs::MTU_256, verbs::MTU_4096);
         let netdev_mtu = netdev.as_ref().map_or(0, |n| n.mtu());
-        attr.active_mtu = active_mtu(netdev_mtu).min(attr.max_mtu);
-        attr.phys_mtu = netdev_mtu;
-        attr.gid_tbl_len = admin::GID_TABLE_LEN as i32;
-        attr.port_cap_flags = b::ib_port_capability_mask_bits_IB_PORT_CM_SUP;
-        attr.max_msg_sz = verbs::MAX_MSG_SIZE;
-        attr.pkey_tbl_len = 1;
-        attr.active_width = hw.active_width;
-        attr.active_speed = hw.active_speed.into();
-        Ok(())
+        Ok(PortAttr {
+            active: netdev.as_ref().is_some_and(|n| n.is_up()),
+            max_mtu,
+            active_mtu: active_mtu(netdev_mtu).min(max_mtu),
+            phys_mtu: netdev_mtu,
+            gid_tbl_len: admin::GID_TABLE_LEN,
+            cm_sup: true,
+            max_msg_sz: verbs::MAX_MSG_SIZE,
+            pkey_tbl_len: 1,
+            active_width: hw.active_width,
+            active_speed: hw.active_speed.into(),
+        })
     }
 
-    fn get_port_immutable(_dev: &RoxDev<'_>, port: u32, imm: &mut b::ib_port_immutable) -> Result {
+    fn get_port_immutable(_dev: &RoxDev<'_>, port: u32) -> Result<PortImmutable> {
         if port != u32::from(admin::PORT_NUM) {
             return Err(EINVAL);
         }
-        imm.pkey_tbl_len = 1;
-        imm.gid_tbl_len = admin::GID_TABLE_LEN as i32;
-        imm.core_cap_flags = b::RDMA_CORE_PORT_IBA_ROCE_UDP_ENCAP;
-        imm.max_mad_size = b::IB_MGMT_MAD_SIZE;
-        Ok(())
+        Ok(PortImmutable {
+            pkey_tbl_len: 1,
+            gid_tbl_len: admin::GID_TABLE_LEN,
+        })
     }
 
     fn set_gid(dev: &RoxDev<'_>, index: u32, gid: Option<&[u8; 16]>) -> Result {
@@ -320,41 +265,11 @@ impl Verbs for RoxVerbs {
         uctx: UcontextRef<'_>,
         udata: &mut Udata<'_>,
     ) -> Result<Ucontext> {
-        udata.expect_no_input()?;
-        let page = DbPage {
-            dev,
-            page: dev.db_pages.alloc().map_err(|_| ENOMEM)?,
-        };
-        let page_size = regs::ROX_PAGE_SIZE as u64;
-        let db_pfn = (dev.db_bar_start + u64::from(page.page) * page_size) >> regs::ROX_PAGE_SHIFT;
-        let wake_pfn = (dev.ctrl_bar_start + regs::WAKE_PAGE_OFFSET) >> regs::ROX_PAGE_SHIFT;
-        let db_entry = MmapEntry::new(uctx, db_pfn, regs::ROX_PAGE_SIZE)?;
-        let wake_entry = MmapEntry::new(uctx, wake_pfn, regs::ROX_PAGE_SIZE)?;
-        let slots = DbSlots::new_page()?;
-        let resp = ud::AllocUcontextResp {
-            db_mmap_key: db_entry.offset(),
-            wake_mmap_key: wake_entry.offset(),
-            db_page: page.page,
-            caps: dev.attr.caps,
-            sq_wqe_size: queue::SQ_WQE_SIZE as u32,
-            rq_wqe_size: queue::RQ_WQE_SIZE as u32,
-            cqe_size: queue::CQE_SIZE as u32,
-            max_inline: queue::SQ_MAX_INLINE.min(dev.attr.max_inline_data),
-        };
-        udata.respond(&resp)?;
-        // From here on the page belongs to the context (returned by `dealloc_ucontext`).
-        let db_page = page.page;
-        core::mem::forget(page);
-        Ok(Ucontext {
-            db_page,
-            slots,
-            _db_entry: db_entry,
-            _wake_entry: wake_entry,
-        })
+        ucontext::alloc(dev, uctx, udata)
     }
 
     fn dealloc_ucontext(dev: &RoxDev<'_>, uctx: &Ucontext) {
-        dev.db_pages.free(uctx.db_page);
+        ucontext::dealloc(dev, uctx)
     }
 
     fn alloc_pd(dev: &RoxDev<'_>, udata: &mut Udata<'_>) -> Result<Pd> {
@@ -416,7 +331,7 @@ impl Verbs for RoxVerbs {
     fn advise_mr(
         dev: &RoxDev<'_>,
         pd: &Pd,
-        advice: u32,
+        advice: MrAdvice,
         _flush: bool,
         sges: &[(u64, u32, u32)],
     ) -> Result {
@@ -462,20 +377,15 @@ impl Verbs for RoxVerbs {
     fn modify_qp(
         dev: &RoxDev<'_>,
         qp: &Qp,
-        attr: &b::ib_qp_attr,
+        attr: &QpAttr,
         mask: u32,
         udata: &mut Udata<'_>,
     ) -> Result {
         qp::modify(dev, qp, attr, mask, udata)
     }
 
-    fn query_qp(
-        dev: &RoxDev<'_>,
-        qp: &Qp,
-        attr: &mut b::ib_qp_attr,
-        init: &mut b::ib_qp_init_attr,
-    ) -> Result {
-        qp::query(dev, qp, attr, init)
+    fn query_qp(dev: &RoxDev<'_>, qp: &Qp) -> Result<(QpAttr, QpInitAttr)> {
+        qp::query(dev, qp)
     }
 
     fn destroy_qp(dev: &RoxDev<'_>, qp: &Qp) {
@@ -487,7 +397,7 @@ impl Verbs for RoxVerbs {
         ib: IbDev<'_>,
         uctx: Option<&Ucontext>,
         pd: &Pd,
-        attr: &mut b::ib_srq_attr,
+        attr: &mut SrqAttr,
         udata: &mut Udata<'_>,
     ) -> Result<Created<Srq>> {
         srq::create(dev, ib, uctx, pd.pdn, attr, udata)
@@ -497,15 +407,15 @@ impl Verbs for RoxVerbs {
         dev: &RoxDev<'_>,
         ib: IbDev<'_>,
         srq: &Srq,
-        attr: &b::ib_srq_attr,
-        mask: u32,
+        attr: &SrqAttr,
+        mask: SrqAttrMask,
         udata: &mut Udata<'_>,
     ) -> Result {
         srq::modify(dev, ib, srq, attr, mask, udata)
     }
 
-    fn query_srq(dev: &RoxDev<'_>, srq: &Srq, attr: &mut b::ib_srq_attr) -> Result {
-        srq::query(dev, srq, attr)
+    fn query_srq(dev: &RoxDev<'_>, srq: &Srq) -> Result<SrqAttr> {
+        srq::query(dev, srq)
     }
 
     fn destroy_srq(dev: &RoxDev<'_>, srq: &Srq) {
@@ -536,7 +446,7 @@ impl Verbs for RoxVerbs {
         srq::ring(dev, srq)
     }
 
-    fn poll_cq(dev: &RoxDev<'_>, cq: &Cq, wc: &mut [b::ib_wc]) -> Result<usize> {
+    fn poll_cq(dev: &RoxDev<'_>, cq: &Cq, wc: &mut WcOut<'_>) -> Result<usize> {
         cq::poll(dev, cq, wc)
     }
 
@@ -544,10 +454,8 @@ impl Verbs for RoxVerbs {
         cq::arm(dev, cq, solicited_only)
     }
 
-    fn create_ah(_dev: &RoxDev<'_>, attr: &b::rdma_ah_attr, udata: &mut Udata<'_>) -> Result<Ah> {
-        if attr.type_ != b::rdma_ah_attr_type_RDMA_AH_ATTR_TYPE_ROCE
-            || u32::from(attr.grh.sgid_index) >= admin::GID_TABLE_LEN
-        {
+    fn create_ah(_dev: &RoxDev<'_>, attr: &AhAttr, udata: &mut Udata<'_>) -> Result<Ah> {
+        if !attr.roce || u32::from(attr.sgid_index) >= admin::GID_TABLE_LEN {
             return Err(EINVAL);
         }
         udata.expect_no_input()?;
@@ -564,9 +472,8 @@ impl Verbs for RoxVerbs {
         Ok(Ah { av })
     }
 
-    fn query_ah(_dev: &RoxDev<'_>, ah: &Ah, attr: &mut b::rdma_ah_attr) -> Result {
-        qp::fill_ah_attr(attr, &ah.av);
-        Ok(())
+    fn query_ah(_dev: &RoxDev<'_>, ah: &Ah) -> Result<AhAttr> {
+        Ok(qp::ah_attr(&ah.av))
     }
 
     fn destroy_ah(_dev: &RoxDev<'_>, _ah: &Ah) {}

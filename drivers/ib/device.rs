@@ -5,6 +5,10 @@
 //! events to them ([`Registry`]).
 
 use super::{
+    attr::{
+        AhAttr, DeviceAttr, MrAdvice, PortAttr, PortImmutable, QpAttr, QpCap, QpInitAttr,
+        SrqAttr, SrqAttrMask, WcOut,
+    },
     bindings as b,
     mmap::{self, UcontextRef},
     netdev::NetDevice,
@@ -56,10 +60,10 @@ pub(crate) struct CqInit {
 
 /// Initial attributes of a QP, with the objects it attaches to.
 pub(crate) struct QpInit<'a, V: Verbs> {
-    /// `ib_qp_type`.
+    /// `enum ib_qp_type`, numbered as uapi's `verbs::QPT_*` where rox knows the type.
     pub(crate) qp_type: u32,
     /// In: requested capacities; out: actual ones.
-    pub(crate) cap: &'a mut b::ib_qp_cap,
+    pub(crate) cap: &'a mut QpCap,
     pub(crate) sq_sig_all: bool,
     /// The port of GSI QPs (unused by RC/UC/UD).
     #[allow(dead_code)]
@@ -115,19 +119,9 @@ pub(crate) trait Verbs: Sized + 'static {
     /// Reads the counters into `values` (`COUNTER_NAMES.len()` entries).
     fn read_counters(dev: &Self::Dev<'_>, values: &mut [u64]) -> Result;
 
-    fn query_device(
-        dev: &Self::Dev<'_>,
-        attr: &mut b::ib_device_attr,
-        udata: &mut Udata<'_>,
-    ) -> Result;
-    fn query_port(
-        dev: &Self::Dev<'_>,
-        ib: IbDev<'_>,
-        port: u32,
-        attr: &mut b::ib_port_attr,
-    ) -> Result;
-    fn get_port_immutable(dev: &Self::Dev<'_>, port: u32, imm: &mut b::ib_port_immutable)
-        -> Result;
+    fn query_device(dev: &Self::Dev<'_>, udata: &mut Udata<'_>) -> Result<DeviceAttr>;
+    fn query_port(dev: &Self::Dev<'_>, ib: IbDev<'_>, port: u32) -> Result<PortAttr>;
+    fn get_port_immutable(dev: &Self::Dev<'_>, port: u32) -> Result<PortImmutable>;
     fn set_gid(dev: &Self::Dev<'_>, index: u32, gid: Option<&[u8; 16]>) -> Result;
 
     fn alloc_ucontext(
@@ -178,11 +172,11 @@ pub(crate) trait Verbs: Sized + 'static {
     /// it is full). May run in any context.
     fn mr_set_page(mr: &Self::Mr, addr: u64) -> Result;
     /// ibv_advise_mr: make the ranges `(addr, length, lkey)` of on-demand paging regions of
-    /// `pd` present (`advice`: `enum ib_uverbs_advise_mr_advice`); `flush`: before returning.
+    /// `pd` present; `flush`: before returning.
     fn advise_mr(
         dev: &Self::Dev<'_>,
         pd: &Self::Pd,
-        advice: u32,
+        advice: MrAdvice,
         flush: bool,
         sges: &[(u64, u32, u32)],
     ) -> Result;
@@ -214,16 +208,11 @@ pub(crate) trait Verbs: Sized + 'static {
     fn modify_qp(
         dev: &Self::Dev<'_>,
         qp: &Self::Qp,
-        attr: &b::ib_qp_attr,
+        attr: &QpAttr,
         mask: u32,
         udata: &mut Udata<'_>,
     ) -> Result;
-    fn query_qp(
-        dev: &Self::Dev<'_>,
-        qp: &Self::Qp,
-        attr: &mut b::ib_qp_attr,
-        init: &mut b::ib_qp_init_attr,
-    ) -> Result;
+    fn query_qp(dev: &Self::Dev<'_>, qp: &Self::Qp) -> Result<(QpAttr, QpInitAttr)>;
     fn destroy_qp(dev: &Self::Dev<'_>, qp: &Self::Qp);
 
     fn create_srq(
@@ -231,18 +220,18 @@ pub(crate) trait Verbs: Sized + 'static {
         ib: IbDev<'_>,
         uctx: Option<&Self::Ucontext>,
         pd: &Self::Pd,
-        attr: &mut b::ib_srq_attr,
+        attr: &mut SrqAttr,
         udata: &mut Udata<'_>,
     ) -> Result<Created<Self::Srq>>;
     fn modify_srq(
         dev: &Self::Dev<'_>,
         ib: IbDev<'_>,
         srq: &Self::Srq,
-        attr: &b::ib_srq_attr,
-        mask: u32,
+        attr: &SrqAttr,
+        mask: SrqAttrMask,
         udata: &mut Udata<'_>,
     ) -> Result;
-    fn query_srq(dev: &Self::Dev<'_>, srq: &Self::Srq, attr: &mut b::ib_srq_attr) -> Result;
+    fn query_srq(dev: &Self::Dev<'_>, srq: &Self::Srq) -> Result<SrqAttr>;
     fn destroy_srq(dev: &Self::Dev<'_>, srq: &Self::Srq);
 
     /// Kernel QPs (ib_mad's GSI QP1): queue one send work request (rung by `ring_sq`).
@@ -256,16 +245,12 @@ pub(crate) trait Verbs: Sized + 'static {
     fn post_srq_recv(dev: &Self::Dev<'_>, srq: &Self::Srq, wr: &RecvWr<'_>) -> Result;
     fn ring_srq(dev: &Self::Dev<'_>, srq: &Self::Srq);
     /// Kernel CQs: moves up to `wc.len()` completions into `wc`, returns how many.
-    fn poll_cq(dev: &Self::Dev<'_>, cq: &Self::Cq, wc: &mut [b::ib_wc]) -> Result<usize>;
+    fn poll_cq(dev: &Self::Dev<'_>, cq: &Self::Cq, wc: &mut WcOut<'_>) -> Result<usize>;
     /// Kernel CQs: arms the CQ; returns whether completions may have been missed.
     fn req_notify_cq(dev: &Self::Dev<'_>, cq: &Self::Cq, solicited_only: bool) -> Result<bool>;
 
-    fn create_ah(
-        dev: &Self::Dev<'_>,
-        attr: &b::rdma_ah_attr,
-        udata: &mut Udata<'_>,
-    ) -> Result<Self::Ah>;
-    fn query_ah(dev: &Self::Dev<'_>, ah: &Self::Ah, attr: &mut b::rdma_ah_attr) -> Result;
+    fn create_ah(dev: &Self::Dev<'_>, attr: &AhAttr, udata: &mut Udata<'_>) -> Result<Self::Ah>;
+    fn query_ah(dev: &Self::Dev<'_>, ah: &Self::Ah) -> Result<AhAttr>;
     fn destroy_ah(dev: &Self::Dev<'_>, ah: &Self::Ah);
 
     /// UD QP `qpn` joins multicast group `gid` (ib_core checked both).
@@ -362,6 +347,13 @@ struct PortBinder {
 /// The RoCE port number of rox (one port).
 const PORT: u32 = 1;
 
+/// The netdev notifier of a registration.
+///
+/// # Safety
+///
+/// Called only by the netdev notifier chain with the `notifier_block` embedded in a live
+/// registration's state (registered until that state is dropped) and `ptr` a
+/// `netdev_notifier_info` valid for the call.
 unsafe extern "C" fn netdev_event(
     nb: *mut b::notifier_block,
     event: kernel::ffi::c_ulong,
@@ -601,6 +593,14 @@ fn errno(result: Result) -> c_int {
     from_result(|| result.map(|()| 0))
 }
 
+/// ib_core's `query_device` callback (`ib_device_ops`), in the ops table of a `V` device.
+///
+/// # Safety
+///
+/// Called only by ib_core, with its contract for this callback: `ibdev` is the ib_device
+/// registered for `V` (not yet deallocated); `attr` is valid for reading and writing for the
+/// duration of the call; `udata` is null (kernel caller) or the user call's udata, valid for
+/// the call.
 unsafe extern "C" fn query_device<V: Verbs>(
     ibdev: *mut b::ib_device,
     attr: *mut b::ib_device_attr,
@@ -610,9 +610,16 @@ unsafe extern "C" fn query_device<V: Verbs>(
     let (dev, attr) = unsafe { (dev_of::<V>(ibdev), &mut *attr) };
     // SAFETY: `udata` is null or valid for this call.
     let mut udata = unsafe { Udata::from_raw(udata) };
-    errno(V::query_device(dev, attr, &mut udata))
+    errno(V::query_device(dev, &mut udata).map(|a| a.write_to(attr)))
 }
 
+/// ib_core's `query_port` callback (`ib_device_ops`), in the ops table of a `V` device.
+///
+/// # Safety
+///
+/// Called only by ib_core, with its contract for this callback: `ibdev` is the ib_device
+/// registered for `V` (not yet deallocated); `attr` is valid for reading and writing for the
+/// duration of the call.
 unsafe extern "C" fn query_port<V: Verbs>(
     ibdev: *mut b::ib_device,
     port: u32,
@@ -620,9 +627,16 @@ unsafe extern "C" fn query_port<V: Verbs>(
 ) -> c_int {
     // SAFETY: ib_core passes its device and a valid, zeroed attribute buffer.
     let (dev, attr) = unsafe { (dev_of::<V>(ibdev), &mut *attr) };
-    errno(V::query_port(dev, ib_of(ibdev), port, attr))
+    errno(V::query_port(dev, ib_of(ibdev), port).map(|a| a.write_to(attr)))
 }
 
+/// ib_core's `get_port_immutable` callback (`ib_device_ops`), in the ops table of a `V` device.
+///
+/// # Safety
+///
+/// Called only by ib_core, with its contract for this callback: `ibdev` is the ib_device
+/// registered for `V` (not yet deallocated); `imm` is valid for reading and writing for the
+/// duration of the call.
 unsafe extern "C" fn get_port_immutable<V: Verbs>(
     ibdev: *mut b::ib_device,
     port: u32,
@@ -630,13 +644,25 @@ unsafe extern "C" fn get_port_immutable<V: Verbs>(
 ) -> c_int {
     // SAFETY: ib_core passes its device and a valid buffer.
     let (dev, imm) = unsafe { (dev_of::<V>(ibdev), &mut *imm) };
-    errno(V::get_port_immutable(dev, port, imm))
+    errno(V::get_port_immutable(dev, port).map(|i| i.write_to(imm)))
 }
 
+/// ib_core's `get_link_layer` callback (`ib_device_ops`), in the ops table of a `V` device.
+///
+/// # Safety
+///
+/// Called only by ib_core, with its contract for this callback: nothing beyond being called by
+/// ib_core (the arguments are not dereferenced).
 unsafe extern "C" fn get_link_layer(_ibdev: *mut b::ib_device, _port: u32) -> b::rdma_link_layer {
     b::rdma_link_layer_IB_LINK_LAYER_ETHERNET
 }
 
+/// ib_core's `query_pkey` callback (`ib_device_ops`), in the ops table of a `V` device.
+///
+/// # Safety
+///
+/// Called only by ib_core, with its contract for this callback: `pkey` is valid for reading and
+/// writing for the duration of the call.
 unsafe extern "C" fn query_pkey(
     _ibdev: *mut b::ib_device,
     _port: u32,
@@ -653,6 +679,12 @@ unsafe extern "C" fn query_pkey(
     0
 }
 
+/// ib_core's `add_gid` callback (`ib_device_ops`), in the ops table of a `V` device.
+///
+/// # Safety
+///
+/// Called only by ib_core, with its contract for this callback: `attr` is valid for reading for
+/// the duration of the call.
 unsafe extern "C" fn add_gid<V: Verbs>(
     attr: *const b::ib_gid_attr,
     _ctx: *mut *mut c_void,
@@ -664,6 +696,12 @@ unsafe extern "C" fn add_gid<V: Verbs>(
     errno(V::set_gid(dev, attr.index.into(), Some(gid)))
 }
 
+/// ib_core's `del_gid` callback (`ib_device_ops`), in the ops table of a `V` device.
+///
+/// # Safety
+///
+/// Called only by ib_core, with its contract for this callback: `attr` is valid for reading for
+/// the duration of the call.
 unsafe extern "C" fn del_gid<V: Verbs>(
     attr: *const b::ib_gid_attr,
     _ctx: *mut *mut c_void,
@@ -673,6 +711,13 @@ unsafe extern "C" fn del_gid<V: Verbs>(
     errno(V::set_gid(dev, attr.index.into(), None))
 }
 
+/// ib_core's `alloc_ucontext` callback (`ib_device_ops`), in the ops table of a `V` device.
+///
+/// # Safety
+///
+/// Called only by ib_core, with its contract for this callback: `uctx` is a ucontext ib_core
+/// allocated with the size of an `Obj` of `V`'s type, its driver data not initialised; `udata`
+/// is null (kernel caller) or the user call's udata, valid for the call.
 unsafe extern "C" fn alloc_ucontext<V: Verbs>(
     uctx: *mut b::ib_ucontext,
     udata: *mut b::ib_udata,
@@ -689,6 +734,12 @@ unsafe extern "C" fn alloc_ucontext<V: Verbs>(
     }))
 }
 
+/// ib_core's `dealloc_ucontext` callback (`ib_device_ops`), in the ops table of a `V` device.
+///
+/// # Safety
+///
+/// Called only by ib_core, with its contract for this callback: `uctx` is a live ucontext this
+/// driver created, passed here once, with no other callback on it running or following.
 unsafe extern "C" fn dealloc_ucontext<V: Verbs>(uctx: *mut b::ib_ucontext) {
     // SAFETY: a ucontext created by `alloc_ucontext`, destroyed once.
     unsafe {
@@ -698,11 +749,24 @@ unsafe extern "C" fn dealloc_ucontext<V: Verbs>(uctx: *mut b::ib_ucontext) {
     }
 }
 
+/// ib_core's `disassociate_ucontext` callback (`ib_device_ops`), in the ops table of a `V` device.
+///
+/// # Safety
+///
+/// Called only by ib_core, with its contract for this callback: nothing beyond being called by
+/// ib_core (the arguments are not dereferenced).
 unsafe extern "C" fn disassociate_ucontext(_uctx: *mut b::ib_ucontext) {
     // Nothing to do: ib_core zaps the user mappings of our mmap entries itself, and the
     // objects are destroyed through the ordinary callbacks.
 }
 
+/// ib_core's `alloc_pd` callback (`ib_device_ops`), in the ops table of a `V` device.
+///
+/// # Safety
+///
+/// Called only by ib_core, with its contract for this callback: `pd` is a PD ib_core allocated
+/// with the size of an `Obj` of `V`'s type, its driver data not initialised; `udata` is null
+/// (kernel caller) or the user call's udata, valid for the call.
 unsafe extern "C" fn alloc_pd<V: Verbs>(pd: *mut b::ib_pd, udata: *mut b::ib_udata) -> c_int {
     // SAFETY: ib_core passes a PD it allocated with our size for one of our devices.
     let dev = unsafe { dev_of::<V>((*pd).device) };
@@ -714,6 +778,12 @@ unsafe extern "C" fn alloc_pd<V: Verbs>(pd: *mut b::ib_pd, udata: *mut b::ib_uda
     }))
 }
 
+/// ib_core's `dealloc_pd` callback (`ib_device_ops`), in the ops table of a `V` device.
+///
+/// # Safety
+///
+/// Called only by ib_core, with its contract for this callback: `pd` is a live PD this driver
+/// created, passed here once, with no other callback on it running or following.
 unsafe extern "C" fn dealloc_pd<V: Verbs>(pd: *mut b::ib_pd, _udata: *mut b::ib_udata) -> c_int {
     // SAFETY: a PD created by `alloc_pd`, destroyed once.
     unsafe {
@@ -726,6 +796,13 @@ unsafe extern "C" fn dealloc_pd<V: Verbs>(pd: *mut b::ib_pd, _udata: *mut b::ib_
     0
 }
 
+/// ib_core's `alloc_mw` callback (`ib_device_ops`), in the ops table of a `V` device.
+///
+/// # Safety
+///
+/// Called only by ib_core, with its contract for this callback: `mw` is a MW ib_core allocated
+/// with the size of an `Obj` of `V`'s type, its driver data not initialised; `udata` is null
+/// (kernel caller) or the user call's udata, valid for the call.
 unsafe extern "C" fn alloc_mw<V: Verbs>(mw: *mut b::ib_mw, udata: *mut b::ib_udata) -> c_int {
     // SAFETY: ib_core passes an MW it allocated with our size, in one of our PDs.
     let (dev, pd, mw_type) = unsafe {
@@ -746,6 +823,12 @@ unsafe extern "C" fn alloc_mw<V: Verbs>(mw: *mut b::ib_mw, udata: *mut b::ib_uda
     }))
 }
 
+/// ib_core's `dealloc_mw` callback (`ib_device_ops`), in the ops table of a `V` device.
+///
+/// # Safety
+///
+/// Called only by ib_core, with its contract for this callback: `mw` is a live MW this driver
+/// created, passed here once, with no other callback on it running or following.
 unsafe extern "C" fn dealloc_mw<V: Verbs>(mw: *mut b::ib_mw) -> c_int {
     // SAFETY: an MW created by `alloc_mw`, destroyed once.
     unsafe {
@@ -783,6 +866,13 @@ fn new_mr<D>(mr: Result<RegisteredMr<D>>) -> *mut b::ib_mr {
     KBox::into_raw(obj).cast::<b::ib_mr>()
 }
 
+/// ib_core's `reg_user_mr` callback (`ib_device_ops`), in the ops table of a `V` device.
+///
+/// # Safety
+///
+/// Called only by ib_core, with its contract for this callback: `pd` is a live PD of a `V`
+/// device, created by this driver; `udata` is null (kernel caller) or the user call's udata,
+/// valid for the call.
 unsafe extern "C" fn reg_user_mr<V: Verbs>(
     pd: *mut b::ib_pd,
     start: u64,
@@ -815,6 +905,12 @@ unsafe extern "C" fn reg_user_mr<V: Verbs>(
     ))
 }
 
+/// ib_core's `advise_mr` callback (`ib_device_ops`), in the ops table of a `V` device.
+///
+/// # Safety
+///
+/// Called only by ib_core, with its contract for this callback: `pd` is a live PD of a `V`
+/// device, created by this driver; `sg_list` holds `num_sge` entries.
 unsafe extern "C" fn advise_mr<V: Verbs>(
     pd: *mut b::ib_pd,
     advice: b::ib_uverbs_advise_mr_advice,
@@ -843,9 +939,18 @@ unsafe extern "C" fn advise_mr<V: Verbs>(
         Err(_) => return ENOMEM.to_errno(),
     };
     let flush = flags & b::ib_uverbs_advise_mr_flag_IB_UVERBS_ADVISE_MR_FLAG_FLUSH != 0;
+    let Some(advice) = MrAdvice::from_raw(advice) else {
+        return EOPNOTSUPP.to_errno();
+    };
     errno(V::advise_mr(dev, pd_data, advice, flush, sges))
 }
 
+/// ib_core's `get_dma_mr` callback (`ib_device_ops`), in the ops table of a `V` device.
+///
+/// # Safety
+///
+/// Called only by ib_core, with its contract for this callback: `pd` is a live PD of a `V`
+/// device, created by this driver.
 unsafe extern "C" fn get_dma_mr<V: Verbs>(pd: *mut b::ib_pd, access: c_int) -> *mut b::ib_mr {
     // SAFETY: ib_core passes one of our live PDs.
     let (dev, pd_data) = unsafe {
@@ -857,6 +962,12 @@ unsafe extern "C" fn get_dma_mr<V: Verbs>(pd: *mut b::ib_pd, access: c_int) -> *
     new_mr(V::get_dma_mr(dev, pd_data, access as u32))
 }
 
+/// ib_core's `dereg_mr` callback (`ib_device_ops`), in the ops table of a `V` device.
+///
+/// # Safety
+///
+/// Called only by ib_core, with its contract for this callback: `mr` is a live MR this driver
+/// created, passed here once, with no other callback on it running or following.
 unsafe extern "C" fn dereg_mr<V: Verbs>(mr: *mut b::ib_mr, _udata: *mut b::ib_udata) -> c_int {
     // SAFETY: an MR made by `new_mr` (a `KBox<Obj<ib_mr, V::Mr>>`), deregistered once.
     unsafe {
@@ -869,6 +980,12 @@ unsafe extern "C" fn dereg_mr<V: Verbs>(mr: *mut b::ib_mr, _udata: *mut b::ib_ud
     0
 }
 
+/// ib_core's `alloc_mr` callback (`ib_device_ops`), in the ops table of a `V` device.
+///
+/// # Safety
+///
+/// Called only by ib_core, with its contract for this callback: `pd` is a live PD of a `V`
+/// device, created by this driver.
 unsafe extern "C" fn alloc_mr<V: Verbs>(
     pd: *mut b::ib_pd,
     mr_type: b::ib_mr_type,
@@ -900,6 +1017,13 @@ unsafe extern "C" fn mr_set_page<V: Verbs>(mr: *mut b::ib_mr, addr: u64) -> c_in
     errno(V::mr_set_page(data, addr))
 }
 
+/// ib_core's `map_mr_sg` callback (`ib_device_ops`), in the ops table of a `V` device.
+///
+/// # Safety
+///
+/// Called only by ib_core, with its contract for this callback: `mr` is a live MR of a `V`
+/// device, created by this driver; `sg` is a DMA-mapped scatterlist of `sg_nents` entries,
+/// `sg_offset` null or valid.
 unsafe extern "C" fn map_mr_sg<V: Verbs>(
     mr: *mut b::ib_mr,
     sg: *mut b::scatterlist,
@@ -918,6 +1042,14 @@ unsafe extern "C" fn map_mr_sg<V: Verbs>(
     unsafe { b::ib_sg_to_pages(mr, sg, sg_nents, sg_offset, Some(mr_set_page::<V>)) }
 }
 
+/// ib_core's `create_cq` callback (`ib_device_ops`), in the ops table of a `V` device.
+///
+/// # Safety
+///
+/// Called only by ib_core, with its contract for this callback: `cq` is a CQ ib_core allocated
+/// with the size of an `Obj` of `V`'s type, its driver data not initialised; `attr` is valid
+/// for reading for the duration of the call; `attrs` is null or the uverbs attribute bundle of
+/// the call.
 unsafe extern "C" fn create_cq<V: Verbs>(
     cq: *mut b::ib_cq,
     attr: *const b::ib_cq_init_attr,
@@ -957,6 +1089,12 @@ pub(crate) trait DeviceId {
     fn device_id(&self) -> u32;
 }
 
+/// ib_core's `destroy_cq` callback (`ib_device_ops`), in the ops table of a `V` device.
+///
+/// # Safety
+///
+/// Called only by ib_core, with its contract for this callback: `cq` is a live CQ this driver
+/// created, passed here once, with no other callback on it running or following.
 unsafe extern "C" fn destroy_cq<V: Verbs>(cq: *mut b::ib_cq, _udata: *mut b::ib_udata) -> c_int {
     // SAFETY: a CQ created by `create_cq`, destroyed once.
     unsafe {
@@ -969,6 +1107,13 @@ unsafe extern "C" fn destroy_cq<V: Verbs>(cq: *mut b::ib_cq, _udata: *mut b::ib_
     0
 }
 
+/// ib_core's `resize_user_cq` callback (`ib_device_ops`), in the ops table of a `V` device.
+///
+/// # Safety
+///
+/// Called only by ib_core, with its contract for this callback: `cq` is a live CQ of a `V`
+/// device, created by this driver; `udata` is null (kernel caller) or the user call's udata,
+/// valid for the call.
 unsafe extern "C" fn resize_user_cq<V: Verbs>(
     cq: *mut b::ib_cq,
     cqe: c_uint,
@@ -990,6 +1135,14 @@ unsafe extern "C" fn resize_user_cq<V: Verbs>(
     }))
 }
 
+/// ib_core's `create_qp` callback (`ib_device_ops`), in the ops table of a `V` device.
+///
+/// # Safety
+///
+/// Called only by ib_core, with its contract for this callback: `qp` is a QP ib_core allocated
+/// with the size of an `Obj` of `V`'s type, its driver data not initialised; `init` is valid
+/// for reading and writing for the duration of the call; `udata` is null (kernel caller) or the
+/// user call's udata, valid for the call.
 unsafe extern "C" fn create_qp<V: Verbs>(
     qp: *mut b::ib_qp,
     init: *mut b::ib_qp_init_attr,
@@ -1026,17 +1179,18 @@ unsafe extern "C" fn create_qp<V: Verbs>(
     };
     // SAFETY: `udata` is null or valid for this call.
     let (mut udata_w, uctx) = unsafe { (Udata::from_raw(udata), ucontext_of::<V>(udata)) };
+    let mut cap = QpCap::from_raw(&init.cap);
     let qp_init = QpInit {
         qp_type: init.qp_type,
         sq_sig_all: init.sq_sig_type == b::ib_sig_type_IB_SIGNAL_ALL_WR,
         port: init.port_num,
-        cap: &mut init.cap,
+        cap: &mut cap,
         pd,
         send_cq,
         recv_cq,
         srq,
     };
-    errno((|| {
+    let rc = errno((|| {
         let created = V::create_qp(dev, ib_of(ibdev), uctx, qp_init, &mut udata_w)?;
         let id = created.id;
         // SAFETY: fresh object; `qp_num` is ours to set; data not initialised.
@@ -1053,9 +1207,18 @@ unsafe extern "C" fn create_qp<V: Verbs>(
             return Err(err);
         }
         Ok(())
-    })())
+    })());
+    cap.write_to(&mut init.cap);
+    rc
 }
 
+/// ib_core's `modify_qp` callback (`ib_device_ops`), in the ops table of a `V` device.
+///
+/// # Safety
+///
+/// Called only by ib_core, with its contract for this callback: `qp` is a live QP of a `V`
+/// device, created by this driver; `attr` is valid for reading and writing for the duration of
+/// the call; `udata` is null (kernel caller) or the user call's udata, valid for the call.
 unsafe extern "C" fn modify_qp<V: Verbs>(
     qp: *mut b::ib_qp,
     attr: *mut b::ib_qp_attr,
@@ -1072,9 +1235,16 @@ unsafe extern "C" fn modify_qp<V: Verbs>(
     };
     // SAFETY: `udata` is null or valid for this call.
     let mut udata = unsafe { Udata::from_raw(udata) };
-    errno(V::modify_qp(dev, data, attr, mask as u32, &mut udata))
+    errno(V::modify_qp(dev, data, &QpAttr::from_raw(attr), mask as u32, &mut udata))
 }
 
+/// ib_core's `query_qp` callback (`ib_device_ops`), in the ops table of a `V` device.
+///
+/// # Safety
+///
+/// Called only by ib_core, with its contract for this callback: `qp` is a live QP of a `V`
+/// device, created by this driver; `attr` is valid for reading and writing for the duration of
+/// the call; `init` is valid for reading and writing for the duration of the call.
 unsafe extern "C" fn query_qp<V: Verbs>(
     qp: *mut b::ib_qp,
     attr: *mut b::ib_qp_attr,
@@ -1090,9 +1260,18 @@ unsafe extern "C" fn query_qp<V: Verbs>(
             &mut *init,
         )
     };
-    errno(V::query_qp(dev, data, attr, init))
+    errno(V::query_qp(dev, data).map(|(a, i)| {
+        a.write_to(attr);
+        i.write_to(init);
+    }))
 }
 
+/// ib_core's `destroy_qp` callback (`ib_device_ops`), in the ops table of a `V` device.
+///
+/// # Safety
+///
+/// Called only by ib_core, with its contract for this callback: `qp` is a live QP this driver
+/// created, passed here once, with no other callback on it running or following.
 unsafe extern "C" fn destroy_qp<V: Verbs>(qp: *mut b::ib_qp, _udata: *mut b::ib_udata) -> c_int {
     // SAFETY: a QP created by `create_qp`, destroyed once.
     unsafe {
@@ -1104,6 +1283,14 @@ unsafe extern "C" fn destroy_qp<V: Verbs>(qp: *mut b::ib_qp, _udata: *mut b::ib_
     0
 }
 
+/// ib_core's `create_srq` callback (`ib_device_ops`), in the ops table of a `V` device.
+///
+/// # Safety
+///
+/// Called only by ib_core, with its contract for this callback: `srq` is a SRQ ib_core
+/// allocated with the size of an `Obj` of `V`'s type, its driver data not initialised; `init`
+/// is valid for reading and writing for the duration of the call; `udata` is null (kernel
+/// caller) or the user call's udata, valid for the call.
 unsafe extern "C" fn create_srq<V: Verbs>(
     srq: *mut b::ib_srq,
     init: *mut b::ib_srq_init_attr,
@@ -1124,7 +1311,9 @@ unsafe extern "C" fn create_srq<V: Verbs>(
     // SAFETY: `udata` is null or valid for this call.
     let (mut udata_w, uctx) = unsafe { (Udata::from_raw(udata), ucontext_of::<V>(udata)) };
     errno((|| {
-        let created = V::create_srq(dev, ib_of(ibdev), uctx, pd, &mut init.attr, &mut udata_w)?;
+        let mut attr = SrqAttr::from_raw(&init.attr);
+        let created = V::create_srq(dev, ib_of(ibdev), uctx, pd, &mut attr, &mut udata_w)?;
+        attr.write_to(&mut init.attr);
         let id = created.id;
         // SAFETY: fresh object, data not initialised.
         unsafe { Obj::<b::ib_srq, V::Srq>::init(srq, created.data) };
@@ -1140,6 +1329,13 @@ unsafe extern "C" fn create_srq<V: Verbs>(
     })())
 }
 
+/// ib_core's `modify_srq` callback (`ib_device_ops`), in the ops table of a `V` device.
+///
+/// # Safety
+///
+/// Called only by ib_core, with its contract for this callback: `srq` is a live SRQ of a `V`
+/// device, created by this driver; `attr` is valid for reading and writing for the duration of
+/// the call; `udata` is null (kernel caller) or the user call's udata, valid for the call.
 unsafe extern "C" fn modify_srq<V: Verbs>(
     srq: *mut b::ib_srq,
     attr: *mut b::ib_srq_attr,
@@ -1158,9 +1354,17 @@ unsafe extern "C" fn modify_srq<V: Verbs>(
     let mut udata = unsafe { Udata::from_raw(udata) };
     // SAFETY: a live SRQ belongs to a registered device.
     let ib = ib_of(unsafe { (*srq).device });
-    errno(V::modify_srq(dev, ib, data, attr, mask, &mut udata))
+    let (attr, mask) = (SrqAttr::from_raw(attr), SrqAttrMask::from_bits(mask));
+    errno(V::modify_srq(dev, ib, data, &attr, mask, &mut udata))
 }
 
+/// ib_core's `query_srq` callback (`ib_device_ops`), in the ops table of a `V` device.
+///
+/// # Safety
+///
+/// Called only by ib_core, with its contract for this callback: `srq` is a live SRQ of a `V`
+/// device, created by this driver; `attr` is valid for reading and writing for the duration of
+/// the call.
 unsafe extern "C" fn query_srq<V: Verbs>(srq: *mut b::ib_srq, attr: *mut b::ib_srq_attr) -> c_int {
     // SAFETY: one of our live SRQs and a valid output buffer.
     let (dev, data, attr) = unsafe {
@@ -1170,9 +1374,15 @@ unsafe extern "C" fn query_srq<V: Verbs>(srq: *mut b::ib_srq, attr: *mut b::ib_s
             &mut *attr,
         )
     };
-    errno(V::query_srq(dev, data, attr))
+    errno(V::query_srq(dev, data).map(|a| a.write_to(attr)))
 }
 
+/// ib_core's `destroy_srq` callback (`ib_device_ops`), in the ops table of a `V` device.
+///
+/// # Safety
+///
+/// Called only by ib_core, with its contract for this callback: `srq` is a live SRQ this driver
+/// created, passed here once, with no other callback on it running or following.
 unsafe extern "C" fn destroy_srq<V: Verbs>(srq: *mut b::ib_srq, _udata: *mut b::ib_udata) -> c_int {
     // SAFETY: an SRQ created by `create_srq`, destroyed once.
     unsafe {
@@ -1185,6 +1395,14 @@ unsafe extern "C" fn destroy_srq<V: Verbs>(srq: *mut b::ib_srq, _udata: *mut b::
     0
 }
 
+/// ib_core's `create_ah` callback (`ib_device_ops`), in the ops table of a `V` device.
+///
+/// # Safety
+///
+/// Called only by ib_core, with its contract for this callback: `ah` is a AH ib_core allocated
+/// with the size of an `Obj` of `V`'s type, its driver data not initialised; `init` is valid
+/// for reading and writing for the duration of the call; `udata` is null (kernel caller) or the
+/// user call's udata, valid for the call.
 unsafe extern "C" fn create_ah<V: Verbs>(
     ah: *mut b::ib_ah,
     init: *mut b::rdma_ah_init_attr,
@@ -1194,12 +1412,19 @@ unsafe extern "C" fn create_ah<V: Verbs>(
     let (dev, attr) = unsafe { (dev_of::<V>((*ah).device), &*(*init).ah_attr) };
     // SAFETY: `udata` is null or valid for this call.
     let mut udata = unsafe { Udata::from_raw(udata) };
-    errno(V::create_ah(dev, attr, &mut udata).map(|data| {
+    errno(V::create_ah(dev, &AhAttr::from_raw(attr), &mut udata).map(|data| {
         // SAFETY: fresh object, data not initialised.
         unsafe { Obj::<b::ib_ah, V::Ah>::init(ah, data) }
     }))
 }
 
+/// ib_core's `query_ah` callback (`ib_device_ops`), in the ops table of a `V` device.
+///
+/// # Safety
+///
+/// Called only by ib_core, with its contract for this callback: `ah` is a live AH of a `V`
+/// device, created by this driver; `attr` is valid for reading and writing for the duration of
+/// the call.
 unsafe extern "C" fn query_ah<V: Verbs>(ah: *mut b::ib_ah, attr: *mut b::rdma_ah_attr) -> c_int {
     // SAFETY: one of our live AHs and a valid output buffer.
     let (dev, data, attr) = unsafe {
@@ -1209,9 +1434,15 @@ unsafe extern "C" fn query_ah<V: Verbs>(ah: *mut b::ib_ah, attr: *mut b::rdma_ah
             &mut *attr,
         )
     };
-    errno(V::query_ah(dev, data, attr))
+    errno(V::query_ah(dev, data).map(|a| a.write_to(attr)))
 }
 
+/// ib_core's `destroy_ah` callback (`ib_device_ops`), in the ops table of a `V` device.
+///
+/// # Safety
+///
+/// Called only by ib_core, with its contract for this callback: `ah` is a live AH this driver
+/// created, passed here once, with no other callback on it running or following.
 unsafe extern "C" fn destroy_ah<V: Verbs>(ah: *mut b::ib_ah, _flags: u32) -> c_int {
     // SAFETY: an AH created by `create_ah`, destroyed once.
     unsafe {
@@ -1224,6 +1455,12 @@ unsafe extern "C" fn destroy_ah<V: Verbs>(ah: *mut b::ib_ah, _flags: u32) -> c_i
     0
 }
 
+/// ib_core's `attach_mcast` callback (`ib_device_ops`), in the ops table of a `V` device.
+///
+/// # Safety
+///
+/// Called only by ib_core, with its contract for this callback: `qp` is a live QP of a `V`
+/// device, created by this driver; `gid` is valid for reading.
 unsafe extern "C" fn attach_mcast<V: Verbs>(
     qp: *mut b::ib_qp,
     gid: *mut b::ib_gid,
@@ -1235,6 +1472,12 @@ unsafe extern "C" fn attach_mcast<V: Verbs>(
     errno(V::attach_mcast(dev, qpn, &gid))
 }
 
+/// ib_core's `detach_mcast` callback (`ib_device_ops`), in the ops table of a `V` device.
+///
+/// # Safety
+///
+/// Called only by ib_core, with its contract for this callback: `qp` is a live QP of a `V`
+/// device, created by this driver; `gid` is valid for reading.
 unsafe extern "C" fn detach_mcast<V: Verbs>(
     qp: *mut b::ib_qp,
     gid: *mut b::ib_gid,
@@ -1245,6 +1488,12 @@ unsafe extern "C" fn detach_mcast<V: Verbs>(
     errno(V::detach_mcast(dev, qpn, &gid))
 }
 
+/// ib_core's `alloc_hw_port_stats` callback (`ib_device_ops`), in the ops table of a `V` device.
+///
+/// # Safety
+///
+/// Called only by ib_core, with its contract for this callback: `ibdev` is the ib_device
+/// registered for `V` (not yet deallocated).
 unsafe extern "C" fn alloc_hw_port_stats(
     ibdev: *mut b::ib_device,
     _port: u32,
@@ -1261,6 +1510,13 @@ unsafe extern "C" fn alloc_hw_port_stats(
     }
 }
 
+/// ib_core's `get_hw_stats` callback (`ib_device_ops`), in the ops table of a `V` device.
+///
+/// # Safety
+///
+/// Called only by ib_core, with its contract for this callback: `ibdev` is the ib_device
+/// registered for `V` (not yet deallocated); `stats` is valid for reading and writing for the
+/// duration of the call.
 unsafe extern "C" fn get_hw_stats<V: Verbs>(
     ibdev: *mut b::ib_device,
     stats: *mut b::rdma_hw_stats,
@@ -1281,6 +1537,14 @@ unsafe extern "C" fn get_hw_stats<V: Verbs>(
 
 // Kernel consumers' data path (ib_mad's GSI QP1 and its CQ); user QPs and CQs never get here,
 // their data path is in the provider.
+
+/// ib_core's `post_send` callback (`ib_device_ops`), in the ops table of a `V` device.
+///
+/// # Safety
+///
+/// Called only by ib_core, with its contract for this callback: `qp` is a live QP of a `V`
+/// device, created by this driver; `wr` is a null-terminated chain of work requests valid for
+/// the call (for a UD/GSI QP each one the `wr` member of an `ib_ud_wr`); `bad` is writable.
 unsafe extern "C" fn post_send<V: Verbs>(
     qp: *mut b::ib_qp,
     wr: *const b::ib_send_wr,
@@ -1317,6 +1581,13 @@ unsafe extern "C" fn post_send<V: Verbs>(
     errno(result)
 }
 
+/// ib_core's `post_recv` callback (`ib_device_ops`), in the ops table of a `V` device.
+///
+/// # Safety
+///
+/// Called only by ib_core, with its contract for this callback: `qp` is a live QP of a `V`
+/// device, created by this driver; `wr` is a null-terminated chain of work requests valid for
+/// the call (for a UD/GSI QP each one the `wr` member of an `ib_ud_wr`); `bad` is writable.
 unsafe extern "C" fn post_recv<V: Verbs>(
     qp: *mut b::ib_qp,
     wr: *const b::ib_recv_wr,
@@ -1346,6 +1617,13 @@ unsafe extern "C" fn post_recv<V: Verbs>(
     errno(result)
 }
 
+/// ib_core's `post_srq_recv` callback (`ib_device_ops`), in the ops table of a `V` device.
+///
+/// # Safety
+///
+/// Called only by ib_core, with its contract for this callback: `srq` is a live SRQ of a `V`
+/// device, created by this driver; `wr` is a null-terminated chain of work requests valid for
+/// the call (for a UD/GSI QP each one the `wr` member of an `ib_ud_wr`); `bad` is writable.
 unsafe extern "C" fn post_srq_recv<V: Verbs>(
     srq: *mut b::ib_srq,
     wr: *const b::ib_recv_wr,
@@ -1375,6 +1653,12 @@ unsafe extern "C" fn post_srq_recv<V: Verbs>(
     errno(result)
 }
 
+/// ib_core's `poll_cq` callback (`ib_device_ops`), in the ops table of a `V` device.
+///
+/// # Safety
+///
+/// Called only by ib_core, with its contract for this callback: `cq` is a live CQ of a `V`
+/// device, created by this driver; `wc` has room for `n` completions.
 unsafe extern "C" fn poll_cq<V: Verbs>(cq: *mut b::ib_cq, n: c_int, wc: *mut b::ib_wc) -> c_int {
     if n <= 0 || wc.is_null() {
         return 0;
@@ -1387,12 +1671,22 @@ unsafe extern "C" fn poll_cq<V: Verbs>(cq: *mut b::ib_cq, n: c_int, wc: *mut b::
             core::slice::from_raw_parts_mut(wc, n as usize),
         )
     };
-    match V::poll_cq(dev, data, wcs) {
+    let mut out = WcOut {
+        raw: wcs,
+        registry: V::registry(dev),
+    };
+    match V::poll_cq(dev, data, &mut out) {
         Ok(count) => count as c_int,
         Err(err) => err.to_errno(),
     }
 }
 
+/// ib_core's `req_notify_cq` callback (`ib_device_ops`), in the ops table of a `V` device.
+///
+/// # Safety
+///
+/// Called only by ib_core, with its contract for this callback: `cq` is a live CQ of a `V`
+/// device, created by this driver.
 unsafe extern "C" fn req_notify_cq<V: Verbs>(
     cq: *mut b::ib_cq,
     flags: b::ib_cq_notify_flags,

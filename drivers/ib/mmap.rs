@@ -92,6 +92,11 @@ impl Drop for MmapEntry {
 }
 
 /// ops.mmap: maps the entry at the VMA's offset, non-cached.
+///
+/// # Safety
+///
+/// Called only by ib_core (`ib_device_ops.mmap`) with a live ucontext of this device and the
+/// VMA of the mmap call, valid (and its mm locked) for the call.
 pub(super) unsafe extern "C" fn mmap(
     uctx: *mut b::ib_ucontext,
     vma: *mut b::vm_area_struct,
@@ -115,6 +120,11 @@ pub(super) unsafe extern "C" fn mmap(
 }
 
 /// ops.mmap_free: the last reference to an entry is gone.
+///
+/// # Safety
+///
+/// Called only by ib_core (`ib_device_ops.mmap_free`), once per entry, with the `entry` member
+/// of an `MmapEntry` this file allocated and inserted; nothing uses the entry afterwards.
 pub(super) unsafe extern "C" fn mmap_free(entry: *mut b::rdma_user_mmap_entry) {
     // SAFETY: the entry was allocated as a `KBox<RoxEntry>` by `MmapEntry::new` and ib_core
     // holds no reference any more.

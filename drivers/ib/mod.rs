@@ -4,6 +4,7 @@
 //! directory, each with a `// SAFETY:` comment. The driver logic above it (`drivers/*.rs`) is
 //! safe Rust.
 
+mod attr;
 pub(crate) mod bindings;
 mod device;
 pub(crate) mod dma;
@@ -20,9 +21,14 @@ mod wr;
 pub(crate) use device::{
     CqInit, Created, DeviceId, DeviceParams, IbDev, IbRegistration, QpInit, RegisteredMr, Verbs,
 };
+pub(crate) use attr::{
+    AhAttr, DeviceAttr, DeviceCapFlags, MrAdvice, NetworkHdr, OdpCaps, OdpTransportCaps,
+    PortAttr, PortImmutable, QpAttr, QpCap, QpInitAttr, SrqAttr, SrqAttrMask, Wc, WcFlags,
+    WcOpcode, WcOut, QP_RATE_LIMIT,
+};
 pub(crate) use registry::{AsyncEvent, Registry};
 pub(crate) use udata::Udata;
-pub(crate) use wr::{RecvWr, SendWr};
+pub(crate) use wr::{RecvWr, SendFlags, SendWr, Sge, WrOpcode};
 
 /// Whether ib_core's table of QP state transitions allows `cur -> next` for a QP of type
 /// `qp_type` with attribute mask `mask` (IB spec 11.2.4.2 / `ib_modify_qp_is_ok`).
@@ -32,13 +38,13 @@ pub(crate) fn modify_qp_is_ok(cur: u32, next: u32, qp_type: u32, mask: u32) -> b
 }
 
 /// The 16 bytes of a GID (network order).
-pub(crate) fn gid_bytes(gid: &bindings::ib_gid) -> [u8; 16] {
+pub(super) fn gid_bytes(gid: &bindings::ib_gid) -> [u8; 16] {
     // SAFETY: both members of the `ib_gid` union are plain bytes; any bit pattern is valid.
     unsafe { gid.raw }
 }
 
 /// The destination MAC of a RoCE address (ib_core resolves it before calling the driver).
-pub(crate) fn roce_dmac(ah: &bindings::rdma_ah_attr) -> [u8; 6] {
+pub(super) fn roce_dmac(ah: &bindings::rdma_ah_attr) -> [u8; 6] {
     // SAFETY: the union's members are plain bytes; for RoCE (`RDMA_AH_ATTR_TYPE_ROCE`) `roce` is
     // the live member, and any bit pattern is valid for the others.
     unsafe { ah.__bindgen_anon_1.roce.dmac }

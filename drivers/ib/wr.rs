@@ -3,9 +3,85 @@
 //! xprtrdma, ...): the common part, and the part of the containing structure (`ib_ud_wr`,
 //! `ib_rdma_wr`, `ib_atomic_wr`, `ib_reg_wr`) its opcode names.
 
-use super::{bindings as b, Verbs};
+use super::{attr::ib_flags, bindings as b, Verbs};
 use core::{marker::PhantomData, ptr};
 use kernel::{ffi::c_int, prelude::*};
+
+/// The opcode of a kernel send work request (`enum ib_wr_opcode`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum WrOpcode {
+    RdmaWrite,
+    RdmaWriteWithImm,
+    Send,
+    SendWithImm,
+    RdmaRead,
+    AtomicCmpAndSwp,
+    AtomicFetchAndAdd,
+    LocalInv,
+    BindMw,
+    SendWithInv,
+    Lso,
+    RdmaReadWithInv,
+    MaskedAtomicCmpAndSwp,
+    MaskedAtomicFetchAndAdd,
+    Flush,
+    AtomicWrite,
+    RegMr,
+    RegMrIntegrity,
+}
+
+impl WrOpcode {
+    fn from_raw(raw: b::ib_wr_opcode) -> Option<Self> {
+        Some(match raw {
+            b::ib_wr_opcode_IB_WR_RDMA_WRITE => Self::RdmaWrite,
+            b::ib_wr_opcode_IB_WR_RDMA_WRITE_WITH_IMM => Self::RdmaWriteWithImm,
+            b::ib_wr_opcode_IB_WR_SEND => Self::Send,
+            b::ib_wr_opcode_IB_WR_SEND_WITH_IMM => Self::SendWithImm,
+            b::ib_wr_opcode_IB_WR_RDMA_READ => Self::RdmaRead,
+            b::ib_wr_opcode_IB_WR_ATOMIC_CMP_AND_SWP => Self::AtomicCmpAndSwp,
+            b::ib_wr_opcode_IB_WR_ATOMIC_FETCH_AND_ADD => Self::AtomicFetchAndAdd,
+            b::ib_wr_opcode_IB_WR_LOCAL_INV => Self::LocalInv,
+            b::ib_wr_opcode_IB_WR_BIND_MW => Self::BindMw,
+            b::ib_wr_opcode_IB_WR_SEND_WITH_INV => Self::SendWithInv,
+            b::ib_wr_opcode_IB_WR_LSO => Self::Lso,
+            b::ib_wr_opcode_IB_WR_RDMA_READ_WITH_INV => Self::RdmaReadWithInv,
+            b::ib_wr_opcode_IB_WR_MASKED_ATOMIC_CMP_AND_SWP => Self::MaskedAtomicCmpAndSwp,
+            b::ib_wr_opcode_IB_WR_MASKED_ATOMIC_FETCH_AND_ADD => Self::MaskedAtomicFetchAndAdd,
+            b::ib_wr_opcode_IB_WR_FLUSH => Self::Flush,
+            b::ib_wr_opcode_IB_WR_ATOMIC_WRITE => Self::AtomicWrite,
+            b::ib_wr_opcode_IB_WR_REG_MR => Self::RegMr,
+            b::ib_wr_opcode_IB_WR_REG_MR_INTEGRITY => Self::RegMrIntegrity,
+            _ => return None,
+        })
+    }
+}
+
+ib_flags! {
+    /// Flags of a kernel send work request (`ib_send_flags`).
+    SendFlags: u32 {
+        FENCE = b::ib_send_flags_IB_SEND_FENCE;
+        SIGNALED = b::ib_send_flags_IB_SEND_SIGNALED;
+        SOLICITED = b::ib_send_flags_IB_SEND_SOLICITED;
+        INLINE = b::ib_send_flags_IB_SEND_INLINE;
+    }
+}
+
+/// One scatter/gather entry of a kernel work request (`ib_sge`).
+#[repr(transparent)]
+pub(crate) struct Sge(b::ib_sge);
+
+impl Sge {
+    /// DMA address (or, for inline sends, kernel virtual address).
+    pub(crate) fn addr(&self) -> u64 {
+        self.0.addr
+    }
+    pub(crate) fn length(&self) -> u32 {
+        self.0.length
+    }
+    pub(crate) fn lkey(&self) -> u32 {
+        self.0.lkey
+    }
+}
 
 /// A send work request of a kernel consumer.
 pub(crate) struct SendWr<'a, V: Verbs> {
@@ -27,20 +103,19 @@ impl<'a, V: Verbs> SendWr<'a, V> {
         // SAFETY: both members of the union are 64-bit values; any bit pattern is a valid u64.
         unsafe { self.raw.__bindgen_anon_1.wr_id }
     }
-    /// `ib_wr_opcode`.
-    pub(crate) fn opcode(&self) -> u32 {
-        self.raw.opcode
+    /// The opcode; None for a number this driver does not know.
+    pub(crate) fn opcode(&self) -> Option<WrOpcode> {
+        WrOpcode::from_raw(self.raw.opcode)
     }
-    /// `ib_send_flags`.
-    pub(crate) fn send_flags(&self) -> u32 {
-        self.raw.send_flags as u32
+    pub(crate) fn send_flags(&self) -> SendFlags {
+        SendFlags::from_bits(self.raw.send_flags as u32)
     }
     /// Immediate data (network order).
     pub(crate) fn imm_data(&self) -> u32 {
         // SAFETY: both members of the union are 32-bit values.
         unsafe { self.raw.ex.imm_data }
     }
-    pub(crate) fn sges(&self) -> &'a [b::ib_sge] {
+    pub(crate) fn sges(&self) -> &'a [Sge] {
         sge_slice(self.raw.sg_list, self.raw.num_sge)
     }
     pub(crate) fn ud(&self) -> Option<UdWr<'a, V>> {
@@ -159,7 +234,7 @@ impl<'a, V: Verbs> SendWr<'a, V> {
     pub(crate) fn copy_inline(&self, out: &mut [u8]) -> Result<usize> {
         let mut len = 0usize;
         for sge in self.sges() {
-            let n = sge.length as usize;
+            let n = sge.length() as usize;
             let dst = out
                 .get_mut(len..len.checked_add(n).ok_or(EINVAL)?)
                 .ok_or(EINVAL)?;
@@ -167,7 +242,8 @@ impl<'a, V: Verbs> SendWr<'a, V> {
                 // SAFETY: ib_core's contract for `IB_SEND_INLINE`: each SGE's `addr` is a kernel
                 // virtual address of `length` readable bytes, valid during the post call (the
                 // device never sees it: the bytes are copied into the WQE here).
-                let src = unsafe { core::slice::from_raw_parts(sge.addr as usize as *const u8, n) };
+                let src =
+                    unsafe { core::slice::from_raw_parts(sge.addr() as usize as *const u8, n) };
                 dst.copy_from_slice(src);
             }
             len += n;
@@ -186,15 +262,16 @@ impl<'a> RecvWr<'a> {
         // SAFETY: both members of the union are 64-bit values.
         unsafe { self.raw.__bindgen_anon_1.wr_id }
     }
-    pub(crate) fn sges(&self) -> &'a [b::ib_sge] {
+    pub(crate) fn sges(&self) -> &'a [Sge] {
         sge_slice(self.raw.sg_list, self.raw.num_sge)
     }
 }
 
-fn sge_slice<'a>(list: *const b::ib_sge, num: c_int) -> &'a [b::ib_sge] {
+fn sge_slice<'a>(list: *const b::ib_sge, num: c_int) -> &'a [Sge] {
     if list.is_null() || num <= 0 {
         return &[];
     }
-    // SAFETY: a work request's `sg_list` holds `num_sge` entries, alive during the post call.
-    unsafe { core::slice::from_raw_parts(list, num as usize) }
+    // SAFETY: a work request's `sg_list` holds `num_sge` entries, alive during the post call;
+    // `Sge` is `repr(transparent)` over `ib_sge`.
+    unsafe { core::slice::from_raw_parts(list.cast::<Sge>(), num as usize) }
 }

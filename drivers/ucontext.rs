@@ -1,0 +1,89 @@
+// SPDX-License-Identifier: GPL-2.0
+//! User contexts: the doorbell page a process gets (mapped by the provider, together with the
+//! device's wake page) and the allocator of that page's slots, which its CQs, QPs and SRQs
+//! take their doorbells from.
+
+use crate::{
+    dev::RoxDev,
+    hw::{
+        regs,
+        uapi::{queue, udata as ud},
+    },
+    ib::{mmap::MmapEntry, mmap::UcontextRef, Udata},
+    ids::{DbSlot, DbSlots},
+};
+use kernel::{prelude::*, sync::Arc};
+
+/// A user context: its doorbell page (mapped by the provider, together with the wake page) and
+/// the allocator of that page's slots.
+pub(crate) struct Ucontext {
+    db_page: u32,
+    slots: Arc<DbSlots>,
+    _db_entry: MmapEntry,
+    _wake_entry: MmapEntry,
+}
+
+impl Ucontext {
+    pub(crate) fn db_page(&self) -> u32 {
+        self.db_page
+    }
+
+    pub(crate) fn alloc_db_slot(&self) -> Result<DbSlot> {
+        DbSlot::alloc(&self.slots)
+    }
+}
+
+/// The doorbell page of a context, returned when the context goes.
+struct DbPage<'a, 'bound> {
+    dev: &'a RoxDev<'bound>,
+    page: u32,
+}
+
+impl Drop for DbPage<'_, '_> {
+    fn drop(&mut self) {
+        self.dev.db_pages.free(self.page);
+    }
+}
+
+/// A new user context: a doorbell page of its own and the mappings of it and the wake page.
+pub(crate) fn alloc(
+    dev: &RoxDev<'_>,
+    uctx: UcontextRef<'_>,
+    udata: &mut Udata<'_>,
+) -> Result<Ucontext> {
+    udata.expect_no_input()?;
+    let page = DbPage {
+        dev,
+        page: dev.db_pages.alloc().map_err(|_| ENOMEM)?,
+    };
+    let page_size = regs::ROX_PAGE_SIZE as u64;
+    let db_pfn = (dev.db_bar_start + u64::from(page.page) * page_size) >> regs::ROX_PAGE_SHIFT;
+    let wake_pfn = (dev.ctrl_bar_start + regs::WAKE_PAGE_OFFSET) >> regs::ROX_PAGE_SHIFT;
+    let db_entry = MmapEntry::new(uctx, db_pfn, regs::ROX_PAGE_SIZE)?;
+    let wake_entry = MmapEntry::new(uctx, wake_pfn, regs::ROX_PAGE_SIZE)?;
+    let slots = DbSlots::new_page()?;
+    let resp = ud::AllocUcontextResp {
+        db_mmap_key: db_entry.offset(),
+        wake_mmap_key: wake_entry.offset(),
+        db_page: page.page,
+        caps: dev.attr.caps,
+        sq_wqe_size: queue::SQ_WQE_SIZE as u32,
+        rq_wqe_size: queue::RQ_WQE_SIZE as u32,
+        cqe_size: queue::CQE_SIZE as u32,
+        max_inline: queue::SQ_MAX_INLINE.min(dev.attr.max_inline_data),
+    };
+    udata.respond(&resp)?;
+    // From here on the page belongs to the context (returned by `dealloc`).
+    let db_page = page.page;
+    core::mem::forget(page);
+    Ok(Ucontext {
+        db_page,
+        slots,
+        _db_entry: db_entry,
+        _wake_entry: wake_entry,
+    })
+}
+
+pub(crate) fn dealloc(dev: &RoxDev<'_>, uctx: &Ucontext) {
+    dev.db_pages.free(uctx.db_page);
+}
