@@ -10,6 +10,7 @@
 //! Commands that return more than 8 bytes write a response structure to a driver-provided DMA
 //! buffer (`resp_addr`, at least [`ADMIN_RESP_MAX`] bytes, or the size of the response).
 
+use super::ids::{Key, Psn, Qpn};
 use super::queue::PageList;
 
 pub const ADMIN_CMD_SIZE: usize = 128;
@@ -30,12 +31,12 @@ pub const ADMIN_OP_SET_GID: u8 = 0x03;
 pub const ADMIN_OP_READ_MAC: u8 = 0x04;
 /// Payload [`RegMrCmd`]; result0 = lkey, result1 = rkey.
 pub const ADMIN_OP_REG_MR: u8 = 0x10;
-/// Payload [`HandleCmd`] (handle = lkey). Memory windows bound to the MR are unbound.
+/// Payload [`KeyCmd`] (key = lkey). Memory windows bound to the MR are unbound.
 pub const ADMIN_OP_DEREG_MR: u8 = 0x11;
-/// Payload [`AllocMwCmd`]; result0 = the window's rkey (`MW_KEY_FLAG` set; the low 8 bits
+/// Payload [`AllocMwCmd`]; result0 = the window's rkey (`Key::WINDOW_FLAG` set; the low 8 bits
 /// change with binds, the rest names the window).
 pub const ADMIN_OP_ALLOC_MW: u8 = 0x12;
-/// Payload [`HandleCmd`] (handle = any rkey of the window).
+/// Payload [`KeyCmd`] (key = any rkey of the window).
 pub const ADMIN_OP_DEALLOC_MW: u8 = 0x13;
 /// Payload [`OdpUpdateCmd`]: map, unmap or fail pages of an on-demand (`MR_FLAG_ON_DEMAND`)
 /// region. When the completion is written the device no longer uses an unmapped page (the
@@ -53,10 +54,10 @@ pub const ADMIN_OP_CREATE_QP: u8 = 0x30;
 pub const ADMIN_OP_MODIFY_QP: u8 = 0x31;
 /// Payload [`QueryCmd`] (index = QPN); response [`QpAttr`]; result0 = QP state.
 pub const ADMIN_OP_QUERY_QP: u8 = 0x32;
-/// Payload [`HandleCmd`] (handle = QPN). The QP leaves every multicast group it is in.
+/// Payload [`QpnCmd`]. The QP leaves every multicast group it is in.
 pub const ADMIN_OP_DESTROY_QP: u8 = 0x33;
 /// Payload [`McastCmd`]: UD QP `qpn` receives the RoCEv2 packets to multicast GID `gid`
-/// (destination QPN [`MULTICAST_QPN`]); each attached QP checks its own Q_Key. BAD_HANDLE:
+/// (destination QPN `Qpn::MULTICAST`); each attached QP checks its own Q_Key. BAD_HANDLE:
 /// no such QP; BAD_PARAM: not a multicast GID or not a UD QP; NO_RESOURCES: the group table
 /// or the group is full. Attaching a QP that is already attached succeeds (no change).
 pub const ADMIN_OP_ATTACH_MCAST: u8 = 0x34;
@@ -129,6 +130,8 @@ pub union AdminPayload {
     pub raw: [u8; ADMIN_PAYLOAD_SIZE],
     pub query: QueryCmd,
     pub handle: HandleCmd,
+    pub key: KeyCmd,
+    pub qp: QpnCmd,
     pub set_gid: SetGidCmd,
     pub reg_mr: RegMrCmd,
     pub create_cq: CreateCqCmd,
@@ -169,6 +172,24 @@ pub struct HandleCmd {
     pub handle: u32,
     pub reserved: u32,
 }
+
+/// Commands that name a memory region or window by one of its keys.
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct KeyCmd {
+    pub key: Key,
+    pub reserved: u32,
+}
+
+/// Commands that name a queue pair.
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct QpnCmd {
+    pub qpn: Qpn,
+    pub reserved: u32,
+}
+const _: () = assert!(core::mem::size_of::<KeyCmd>() == core::mem::size_of::<HandleCmd>());
+const _: () = assert!(core::mem::size_of::<QpnCmd>() == core::mem::size_of::<HandleCmd>());
 
 /// Commands that write a response structure.
 #[repr(C)]
@@ -244,7 +265,7 @@ pub const DEV_MAX_FAST_REG_PAGES: u32 = 4096;
 #[repr(C)]
 #[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
 pub struct OdpUpdateCmd {
-    pub key: u32,
+    pub key: Key,
     pub first_page: u32,
     pub npages: u32,
     /// `ODP_OP_*`.
@@ -344,9 +365,9 @@ pub struct QpAttr {
     /// `verbs::ACCESS_*` for remote access to this QP.
     pub qp_access_flags: u32,
     pub qkey: u32,
-    pub rq_psn: u32,
-    pub sq_psn: u32,
-    pub dest_qp_num: u32,
+    pub rq_psn: Psn,
+    pub sq_psn: Psn,
+    pub dest_qp_num: Qpn,
     pub reserved1: u32,
     pub ah: AddrVector,
 }
@@ -355,7 +376,7 @@ const _: () = assert!(core::mem::size_of::<QpAttr>() == 72);
 #[repr(C)]
 #[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
 pub struct ModifyQpCmd {
-    pub qpn: u32,
+    pub qpn: Qpn,
     /// `verbs::QP_*` mask bits.
     pub attr_mask: u32,
     pub attr: QpAttr,
@@ -385,14 +406,8 @@ pub struct AllocMwCmd {
     pub mw_type: u8,
     pub reserved: [u8; 3],
 }
-/// Memory window rkeys have this bit set; MR keys never do.
-pub const MW_KEY_FLAG: u32 = 1 << 31;
-/// A key (MR lkey/rkey, window rkey) is `index << KEY_INDEX_SHIFT | variant`; the device picks
-/// a random variant for every new MR and window, so keys cannot be guessed from one another.
-pub const KEY_INDEX_SHIFT: u32 = 8;
-/// The bits of a key that change from binding to binding (type 1: librox increments them;
-/// type 2: the binder chooses them).
-pub const KEY_VARIANT_MASK: u32 = (1 << KEY_INDEX_SHIFT) - 1;
+// Keys (MR lkey/rkey, window rkey): `super::ids::Key`. The device picks a random variant for
+// every new MR and window, so keys cannot be guessed from one another.
 
 /// Create a shared receive queue.
 #[repr(C)]
@@ -448,15 +463,13 @@ const _: () = assert!(core::mem::size_of::<SetPortStateCmd>() == 8);
 #[repr(C)]
 #[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
 pub struct McastCmd {
-    pub qpn: u32,
+    pub qpn: Qpn,
     pub reserved: u32,
     /// The group's GID, network order: an IPv6 multicast address (`ff..`), or an IPv4 one
     /// (224.0.0.0/4) as an IPv4-mapped GID (`::ffff:a.b.c.d`), as RoCEv2 carries them.
     pub gid: [u8; 16],
 }
 const _: () = assert!(core::mem::size_of::<McastCmd>() == 24);
-/// IBA 9.6.1: the destination QPN of every multicast packet.
-pub const MULTICAST_QPN: u32 = 0x00ff_ffff;
 
 /// Whether `gid` names a multicast group (see [`McastCmd::gid`]).
 pub fn is_multicast_gid(gid: &[u8; 16]) -> bool {
@@ -681,20 +694,40 @@ impl ResultWords for u32 {
     }
 }
 
+/// ALLOC_MW: the window's rkey.
+impl ResultWords for Key {
+    fn to_words(self) -> (u32, u32) {
+        (self.get(), 0)
+    }
+    fn from_words(result0: u32, _: u32) -> Self {
+        Key::from_raw(result0)
+    }
+}
+
+/// CREATE_QP: the new QP's number.
+impl ResultWords for Qpn {
+    fn to_words(self) -> (u32, u32) {
+        (self.get(), 0)
+    }
+    fn from_words(result0: u32, _: u32) -> Self {
+        Qpn::from_raw(result0)
+    }
+}
+
 /// REG_MR: the new region's keys.
 #[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
 pub struct MrKeys {
-    pub lkey: u32,
-    pub rkey: u32,
+    pub lkey: Key,
+    pub rkey: Key,
 }
 impl ResultWords for MrKeys {
     fn to_words(self) -> (u32, u32) {
-        (self.lkey, self.rkey)
+        (self.lkey.get(), self.rkey.get())
     }
     fn from_words(result0: u32, result1: u32) -> Self {
         MrKeys {
-            lkey: result0,
-            rkey: result1,
+            lkey: Key::from_raw(result0),
+            rkey: Key::from_raw(result1),
         }
     }
 }
@@ -772,12 +805,11 @@ admin_commands! {
     ReadMac = ADMIN_OP_READ_MAC, none: NoPayload => MacAddr;
     SetPortState = ADMIN_OP_SET_PORT_STATE, set_port_state: SetPortStateCmd => ();
     RegMr = ADMIN_OP_REG_MR, reg_mr: RegMrCmd => MrKeys;
-    /// handle = lkey.
-    DeregMr = ADMIN_OP_DEREG_MR, handle: HandleCmd => ();
-    /// Answers the window's rkey.
-    AllocMw = ADMIN_OP_ALLOC_MW, alloc_mw: AllocMwCmd => u32;
-    /// handle = any rkey of the window.
-    DeallocMw = ADMIN_OP_DEALLOC_MW, handle: HandleCmd => ();
+    /// key = its lkey.
+    DeregMr = ADMIN_OP_DEREG_MR, key: KeyCmd => ();
+    AllocMw = ADMIN_OP_ALLOC_MW, alloc_mw: AllocMwCmd => Key;
+    /// key = any rkey of the window.
+    DeallocMw = ADMIN_OP_DEALLOC_MW, key: KeyCmd => ();
     OdpUpdate = ADMIN_OP_ODP_UPDATE, odp_update: OdpUpdateCmd => ();
     /// Answers the CQ id.
     CreateCq = ADMIN_OP_CREATE_CQ, create_cq: CreateCqCmd => u32;
@@ -785,14 +817,12 @@ admin_commands! {
     DestroyCq = ADMIN_OP_DESTROY_CQ, handle: HandleCmd => ();
     /// Answers the new depth.
     ResizeCq = ADMIN_OP_RESIZE_CQ, resize_cq: ResizeCqCmd => u32;
-    /// Answers the QPN.
-    CreateQp = ADMIN_OP_CREATE_QP, create_qp: CreateQpCmd => u32;
+    CreateQp = ADMIN_OP_CREATE_QP, create_qp: CreateQpCmd => Qpn;
     /// Answers the QP's new state (`verbs::QPS_*`).
     ModifyQp = ADMIN_OP_MODIFY_QP, modify_qp: ModifyQpCmd => u32;
     /// index = QPN; writes [`QpAttr`] to `resp_addr`, answers the QP state.
     QueryQp = ADMIN_OP_QUERY_QP, query: QueryCmd => u32;
-    /// handle = QPN.
-    DestroyQp = ADMIN_OP_DESTROY_QP, handle: HandleCmd => ();
+    DestroyQp = ADMIN_OP_DESTROY_QP, qp: QpnCmd => ();
     AttachMcast = ADMIN_OP_ATTACH_MCAST, mcast: McastCmd => ();
     DetachMcast = ADMIN_OP_DETACH_MCAST, mcast: McastCmd => ();
     /// Answers the SRQ id.

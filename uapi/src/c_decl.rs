@@ -44,6 +44,8 @@ macro_rules! c_struct {
     (@c_type u16) => { "uint16_t" };
     (@c_type u32) => { "uint32_t" };
     (@c_type u64) => { "uint64_t" };
+    (@c_type Qpn) => { "uint32_t" };
+    (@c_type Key) => { "uint32_t" };
 }
 
 /// `uapi_enum! { /// docs  pub enum Name { Variant = CONST, ... } }` defines a `#[repr(u8)]` enum

@@ -13,6 +13,8 @@
 //! accepts the entry at `ci` when `owner == ((ci / depth) & 1) ^ 1`. The device writes the owner
 //! byte last with release ordering; software reads it with acquire ordering.
 
+use super::ids::{Key, Qpn};
+
 /// Owner value the device writes for entries at `index` of a ring of `depth` entries.
 pub const fn owner_for(index: u32, depth: u32) -> u8 {
     (((index / depth) & 1) ^ 1) as u8
@@ -24,7 +26,7 @@ pub const fn owner_for(index: u32, depth: u32) -> u8 {
 pub struct Sge {
     pub addr: u64,
     pub length: u32,
-    pub lkey: u32,
+    pub lkey: Key,
 }
 const _: () = assert!(core::mem::size_of::<Sge>() == 16);
 
@@ -65,7 +67,7 @@ uapi_flags! {
 pub struct RdmaSeg {
     /// WRITE/READ/FLUSH: remote virtual address; atomics: remote address (8-byte aligned).
     pub remote_addr: u64,
-    pub rkey: u32,
+    pub rkey: Key,
     /// FLUSH with `FLUSH_LEVEL_RANGE`: bytes to flush from `remote_addr`.
     pub length: u32,
     /// CMP_AND_SWP: compare value; FETCH_AND_ADD: add value; ATOMIC_WRITE: the 8 bytes to
@@ -87,7 +89,7 @@ const _: () = assert!(core::mem::size_of::<RdmaSeg>() == 40);
 pub struct UdSeg {
     /// Destination GID, network order (a RoCEv2 IPv4-mapped or IPv6 address).
     pub dgid: [u8; 16],
-    pub dest_qpn: u32,
+    pub dest_qpn: Qpn,
     pub qkey: u32,
     pub flow_label: u32,
     pub sgid_index: u8,
@@ -103,7 +105,7 @@ pub struct UdSeg {
 const _: () = assert!(core::mem::size_of::<UdSeg>() == 40);
 
 /// Memory window bind segment of a `WR_BIND_MW` WQE (bytes 24..64): bind the window whose
-/// rkey index (`new_rkey >> 8`) this names to `[addr, addr + length)` of the MR `lkey`, with
+/// rkey index (`new_rkey.index()`) this names to `[addr, addr + length)` of the MR `lkey`, with
 /// `access` (`verbs::ACCESS_MW_ALLOWED` bits); its rkey becomes `new_rkey`. Length 0 unbinds
 /// a type 1 window.
 #[repr(C)]
@@ -111,8 +113,8 @@ const _: () = assert!(core::mem::size_of::<UdSeg>() == 40);
 pub struct BindSeg {
     pub addr: u64,
     pub length: u64,
-    pub new_rkey: u32,
-    pub lkey: u32,
+    pub new_rkey: Key,
+    pub lkey: Key,
     pub access: u32,
     pub reserved: [u8; 12],
 }
@@ -120,7 +122,7 @@ const _: () = assert!(core::mem::size_of::<BindSeg>() == 40);
 
 /// Fast-registration segment of a `WR_REG_MR` WQE (bytes 24..64), executed in send-queue order
 /// like every other WQE: the fast-registration MR (`admin::MR_FLAG_FAST_REG`) whose key index
-/// (`key >> KEY_INDEX_SHIFT`) this names, in the QP's PD and currently invalid, maps
+/// (`key.index()`) this names, in the QP's PD and currently invalid, maps
 /// `[iova, iova + length)` onto `npages` pages of `1 << page_shift` bytes whose DMA addresses
 /// the device reads (when it executes the WQE) from `page_list`: `npages` little-endian u64,
 /// each aligned to the page size. `iova` sits `iova & (page size - 1)` bytes into the first
@@ -136,7 +138,7 @@ pub struct FastRegSeg {
     pub length: u64,
     /// DMA address of the page list.
     pub page_list: u64,
-    pub key: u32,
+    pub key: Key,
     /// `verbs::ACCESS_*`.
     pub access: u32,
     pub npages: u32,
@@ -219,9 +221,9 @@ pub struct Cqe {
     /// Immediate data, network order; valid with `verbs::WC_FLAG_WITH_IMM`.
     pub imm_data: u32,
     /// The local QP number.
-    pub qp_num: u32,
+    pub qp_num: Qpn,
     /// UD receives: source QP number.
-    pub src_qp: u32,
+    pub src_qp: Qpn,
     /// `verbs::WC_*` status.
     pub status: u8,
     /// `verbs::WC_OPC_*`.

@@ -9,6 +9,8 @@
 /// version (`match_min_abi_version = match_max_abi_version`).
 pub const UVERBS_ABI_VERSION: u32 = 1;
 
+use super::ids::Qpn;
+
 c_struct! {
     /// Response of alloc_ucontext.
     pub struct AllocUcontextResp as rox_alloc_ucontext_resp {
@@ -63,7 +65,7 @@ c_struct! {
 
 c_struct! {
     pub struct CreateQpResp as rox_create_qp_resp {
-        pub qpn: u32,
+        pub qpn: Qpn,
         /// Slot in the context's doorbell page: `a` = SQ producer index, `b` = RQ producer index.
         pub db_slot: u32,
     }
