@@ -222,6 +222,18 @@ impl Key {
     }
 }
 
+// `{:#x}` in log and error messages prints the number as the wire and the specs show it.
+impl core::fmt::LowerHex for Qpn {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        core::fmt::LowerHex::fmt(&self.0, f)
+    }
+}
+impl core::fmt::LowerHex for Key {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        core::fmt::LowerHex::fmt(&self.0, f)
+    }
+}
+
 const _: () = assert!(core::mem::size_of::<Qpn>() == 4);
 const _: () = assert!(core::mem::size_of::<Psn>() == 4);
 const _: () = assert!(core::mem::size_of::<Key>() == 4);
@@ -251,7 +263,10 @@ mod tests {
         assert!(Psn::from_wire(1).within(last, Psn::from_wire(2)));
         assert!(!Psn::from_wire(3).within(last, Psn::from_wire(2)));
         // Half the space ahead is still "after"; one more is "before".
-        assert_eq!(Psn::from_wire((1 << 23) - 1).diff(Psn::default()), (1 << 23) - 1);
+        assert_eq!(
+            Psn::from_wire((1 << 23) - 1).diff(Psn::default()),
+            (1 << 23) - 1
+        );
         assert_eq!(Psn::from_wire(1 << 23).diff(Psn::default()), -(1 << 23));
         assert_eq!(Psn::new(1 << 24), None);
         assert!(!Psn::from_raw(1 << 24).is_valid());
@@ -261,7 +276,10 @@ mod tests {
     fn key_parts() {
         let mr = Key::region(0x12_3456, 0x9a);
         assert_eq!(mr.get(), 0x1234_569a);
-        assert_eq!((mr.index(), mr.variant(), mr.is_window()), (0x12_3456, 0x9a, false));
+        assert_eq!(
+            (mr.index(), mr.variant(), mr.is_window()),
+            (0x12_3456, 0x9a, false)
+        );
         let mw = Key::window(7, 1);
         assert_eq!(mw.get(), 0x8000_0701);
         assert_eq!((mw.index(), mw.variant(), mw.is_window()), (7, 1, true));
