@@ -111,7 +111,7 @@ fn bad_admin_input_gets_error_status() {
         d.admin(
             ADMIN_OP_MODIFY_QP,
             payload(&ModifyQpCmd {
-                qpn: 999,
+                qpn: Qpn::new(NO_SUCH_OBJECT).unwrap(),
                 ..Default::default()
             })
         )
@@ -246,8 +246,8 @@ fn bad_admin_input_gets_error_status() {
         .status,
         ADMIN_STATUS_BAD_HANDLE
     );
-    let qpn = d.admin_ok(ADMIN_OP_CREATE_QP, payload(&c)).result0;
-    assert!(qpn >= 2);
+    let qpn = d.run::<CreateQp>(c);
+    assert!(qpn > Qpn::GSI);
     // A CQ in use cannot be destroyed; after the QP is gone it can.
     assert_eq!(
         d.admin(
@@ -260,13 +260,7 @@ fn bad_admin_input_gets_error_status() {
         .status,
         ADMIN_STATUS_BUSY
     );
-    d.admin_ok(
-        ADMIN_OP_DESTROY_QP,
-        payload(&HandleCmd {
-            handle: qpn,
-            reserved: 0,
-        }),
-    );
+    d.admin_ok(ADMIN_OP_DESTROY_QP, payload(&QpnCmd { qpn, reserved: 0 }));
     d.admin_ok(
         ADMIN_OP_DESTROY_CQ,
         payload(&HandleCmd {
