@@ -25,7 +25,7 @@ struct Side {
     cq: TestCq,
     qp: TestQp,
     buf: u64,
-    key: u32,
+    key: Key,
 }
 
 fn side(link: LinkSpec, last: u8) -> Side {
@@ -34,9 +34,8 @@ fn side(link: LinkSpec, last: u8) -> Side {
     let mut d = port_device(link, SUBNET, last, None);
     let cq = d.create_cq(12);
     let (c, mut qp) = d.create_qp_cmd(QPT_RC, PD, cq.id, cq.id, rox_uapi::admin::SRQ_NONE, 10, 10);
-    qp.qpn = d
-        .admin_ok(rox_uapi::admin::ADMIN_OP_CREATE_QP, payload(&c))
-        .result0;
+    qp.qpn = d.run::<rox_uapi::admin::CreateQp>(c);
+
     let size = 2 * MAX_MSG;
     let buf = d.ram.alloc(size, 4096);
     let key = d.reg_mr(PD, buf, size, ALL).unwrap();

@@ -17,14 +17,16 @@ pub struct DmaError {
 /// Plain-old-data: every bit pattern is a valid value and the type has no padding that matters.
 ///
 /// # Safety
-/// Implement only for `#[repr(C)]` types made of integers and arrays of integers.
+/// Implement only for `#[repr(C)]` types made of integers, arrays of integers and uapi's
+/// `ids` newtypes (`#[repr(transparent)]` u32s of which every bit pattern is a value).
 pub unsafe trait Pod: Copy + 'static {}
 
 macro_rules! pod {
     ($($t:ty),* $(,)?) => {
         $(
-            // SAFETY: only listed for integers and uapi's `#[repr(C)]` structs of integers and
-            // integer arrays (checked by their layout asserts), as `Pod` requires.
+            // SAFETY: only listed for integers and uapi's `#[repr(C)]` structs of integers,
+            // integer arrays and `ids` newtypes (checked by their layout asserts), as `Pod`
+            // requires.
             unsafe impl Pod for $t {}
         )*
     };
@@ -44,6 +46,8 @@ pod!(
     rox_uapi::admin::PortAttr,
     rox_uapi::admin::QueryCmd,
     rox_uapi::admin::HandleCmd,
+    rox_uapi::admin::KeyCmd,
+    rox_uapi::admin::QpnCmd,
     rox_uapi::admin::SetGidCmd,
     rox_uapi::admin::McastCmd,
     rox_uapi::admin::RegMrCmd,

@@ -20,6 +20,7 @@ use vfio_bindings::bindings::vfio::{
 };
 
 use rox_uapi::admin::*;
+pub use rox_uapi::ids::{Key, Psn, Qpn};
 use rox_uapi::queue::*;
 use rox_uapi::regs::*;
 use rox_uapi::verbs::*;
@@ -170,7 +171,7 @@ pub struct TestCq {
 
 #[derive(Clone, Copy, Debug)]
 pub struct TestQp {
-    pub qpn: u32,
+    pub qpn: Qpn,
     pub qp_type: u8,
     pub pd: u32,
     pub sq: u64,
@@ -653,6 +654,13 @@ impl TestDriver {
         cpl
     }
 
+    /// Runs admin command `C`, which must succeed; answers its typed result (the `MrKeys` of
+    /// a REG_MR, the `Key` of an ALLOC_MW, the `Qpn` of a CREATE_QP, ...).
+    pub fn run<C: AdminCommand>(&mut self, p: C::Payload) -> C::Result {
+        let cpl = self.admin_ok(C::OPCODE, C::payload(p));
+        C::Result::from_words(cpl.result0, cpl.result1)
+    }
+
     pub fn set_gid(&mut self, index: u32, gid: [u8; 16]) {
         let c = SetGidCmd {
             index,
@@ -698,11 +706,11 @@ impl TestDriver {
     }
 
     /// Register `[addr, addr+len)` with iova = addr; returns the key or the admin status.
-    pub fn reg_mr(&mut self, pd: u32, addr: u64, len: u64, access: u32) -> Result<u32, u8> {
+    pub fn reg_mr(&mut self, pd: u32, addr: u64, len: u64, access: u32) -> Result<Key, u8> {
         let c = self.reg_mr_cmd(pd, addr, len, access);
         let cpl = self.admin(ADMIN_OP_REG_MR, payload(&c));
         if cpl.status == ADMIN_STATUS_SUCCESS {
-            Ok(cpl.result0)
+            Ok(MrKeys::from_words(cpl.result0, cpl.result1).lkey)
         } else {
             Err(cpl.status)
         }
@@ -802,7 +810,7 @@ impl TestDriver {
             ..Default::default()
         };
         let qp = TestQp {
-            qpn: 0,
+            qpn: Qpn::default(),
             qp_type,
             pd,
             sq,
@@ -818,11 +826,11 @@ impl TestDriver {
 
     pub fn create_qp(&mut self, qp_type: u8, pd: u32, scq: u32, rcq: u32, srq: u32) -> TestQp {
         let (c, mut qp) = self.create_qp_cmd(qp_type, pd, scq, rcq, srq, 8, 8);
-        qp.qpn = self.admin_ok(ADMIN_OP_CREATE_QP, payload(&c)).result0;
+        qp.qpn = self.run::<CreateQp>(c);
         qp
     }
 
-    pub fn modify_qp(&mut self, qpn: u32, attr_mask: u32, attr: QpAttr) -> AdminCpl {
+    pub fn modify_qp(&mut self, qpn: Qpn, attr_mask: u32, attr: QpAttr) -> AdminCpl {
         self.admin(
             ADMIN_OP_MODIFY_QP,
             payload(&ModifyQpCmd {
@@ -833,12 +841,12 @@ impl TestDriver {
         )
     }
 
-    pub fn query_qp(&mut self, qpn: u32) -> QpAttr {
+    pub fn query_qp(&mut self, qpn: Qpn) -> QpAttr {
         let resp = self.ram.alloc(ROX_PAGE_SIZE as u64, ROX_PAGE_SIZE as u64);
         self.admin_ok(
             ADMIN_OP_QUERY_QP,
             payload(&QueryCmd {
-                index: qpn,
+                index: qpn.get(),
                 resp_addr: resp,
                 ..Default::default()
             }),
@@ -863,7 +871,7 @@ impl TestDriver {
 
     /// RESET -> INIT -> RTR -> RTS for an RC/UC QP towards (dgid, dest_qpn), with
     /// [`ConnectParams::default`].
-    pub fn connect(&mut self, qp: &TestQp, dgid: [u8; 16], dest_qpn: u32, access: u32) {
+    pub fn connect(&mut self, qp: &TestQp, dgid: [u8; 16], dest_qpn: Qpn, access: u32) {
         self.connect_with(qp, dgid, dest_qpn, access, &ConnectParams::default())
     }
 
@@ -872,7 +880,7 @@ impl TestDriver {
         &mut self,
         qp: &TestQp,
         dgid: [u8; 16],
-        dest_qpn: u32,
+        dest_qpn: Qpn,
         access: u32,
         mtu: u8,
     ) {
@@ -893,7 +901,7 @@ impl TestDriver {
         &mut self,
         qp: &TestQp,
         dgid: [u8; 16],
-        dest_qpn: u32,
+        dest_qpn: Qpn,
         access: u32,
         p: &ConnectParams,
     ) {
@@ -914,7 +922,7 @@ impl TestDriver {
         a.qp_state = QPS_RTR;
         a.path_mtu = mtu;
         a.dest_qp_num = dest_qpn;
-        a.rq_psn = 0;
+        a.rq_psn = Psn::default();
         a.ah.dgid = dgid;
         a.ah.dmac = test_mac(&dgid);
         a.ah.hop_limit = 64;
@@ -930,8 +938,9 @@ impl TestDriver {
             "to RTR"
         );
         a.qp_state = QPS_RTS;
-        a.sq_psn = 0;
+        a.sq_psn = Psn::default();
         a.timeout = p.timeout;
+
         a.retry_cnt = p.retry_cnt;
         a.rnr_retry = p.rnr_retry;
         a.max_rd_atomic = 4;
@@ -1180,7 +1189,7 @@ pub fn recv_wqe(wr_id: u64, sges: &[Sge]) -> RqWqe {
 
 /// A send WQE with SGEs.
 /// One scatter/gather element (`lkey` names the MR).
-pub fn sge(addr: u64, length: u32, lkey: u32) -> Sge {
+pub fn sge(addr: u64, length: u32, lkey: Key) -> Sge {
     Sge { addr, length, lkey }
 }
 
@@ -1213,7 +1222,7 @@ pub fn inline_wqe(wr_id: u64, opcode: u8, flags: u8, bytes: &[u8]) -> SqWqe {
     w
 }
 
-pub fn with_rdma(mut w: SqWqe, remote_addr: u64, rkey: u32) -> SqWqe {
+pub fn with_rdma(mut w: SqWqe, remote_addr: u64, rkey: Key) -> SqWqe {
     w.seg = SqSeg {
         rdma: RdmaSeg {
             remote_addr,
@@ -1227,7 +1236,7 @@ pub fn with_rdma(mut w: SqWqe, remote_addr: u64, rkey: u32) -> SqWqe {
 pub fn with_atomic(
     mut w: SqWqe,
     remote_addr: u64,
-    rkey: u32,
+    rkey: Key,
     compare_add: u64,
     swap: u64,
 ) -> SqWqe {
@@ -1243,7 +1252,7 @@ pub fn with_atomic(
     w
 }
 
-pub fn with_ud(mut w: SqWqe, dgid: [u8; 16], dest_qpn: u32, qkey: u32) -> SqWqe {
+pub fn with_ud(mut w: SqWqe, dgid: [u8; 16], dest_qpn: Qpn, qkey: u32) -> SqWqe {
     w.seg = SqSeg {
         ud: UdSeg {
             dgid,

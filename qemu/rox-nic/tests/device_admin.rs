@@ -91,27 +91,41 @@ fn bad_admin_input_gets_error_status() {
         ADMIN_STATUS_BAD_OPCODE
     );
     const NO_SUCH_OBJECT: u32 = 999;
-    for opcode in [
-        ADMIN_OP_DESTROY_QP,
-        ADMIN_OP_DESTROY_CQ,
-        ADMIN_OP_DEREG_MR,
-        ADMIN_OP_DESTROY_SRQ,
-    ] {
-        let cmd = HandleCmd {
-            handle: NO_SUCH_OBJECT,
-            reserved: 0,
-        };
+    let handle = HandleCmd {
+        handle: NO_SUCH_OBJECT,
+        reserved: 0,
+    };
+    let no_such_objects = [
+        (
+            ADMIN_OP_DESTROY_QP,
+            payload(&QpnCmd {
+                qpn: Qpn::new(NO_SUCH_OBJECT).unwrap(),
+                reserved: 0,
+            }),
+        ),
+        (ADMIN_OP_DESTROY_CQ, payload(&handle)),
+        (
+            ADMIN_OP_DEREG_MR,
+            payload(&KeyCmd {
+                key: Key::from_raw(NO_SUCH_OBJECT),
+                reserved: 0,
+            }),
+        ),
+        (ADMIN_OP_DESTROY_SRQ, payload(&handle)),
+    ];
+    for (opcode, cmd) in no_such_objects {
         assert_eq!(
-            d.admin(opcode, payload(&cmd)).status,
+            d.admin(opcode, cmd).status,
             ADMIN_STATUS_BAD_HANDLE,
             "opcode {opcode:#x}"
         );
     }
+
     assert_eq!(
         d.admin(
             ADMIN_OP_MODIFY_QP,
             payload(&ModifyQpCmd {
-                qpn: 999,
+                qpn: Qpn::new(NO_SUCH_OBJECT).unwrap(),
                 ..Default::default()
             })
         )
@@ -246,8 +260,8 @@ fn bad_admin_input_gets_error_status() {
         .status,
         ADMIN_STATUS_BAD_HANDLE
     );
-    let qpn = d.admin_ok(ADMIN_OP_CREATE_QP, payload(&c)).result0;
-    assert!(qpn >= 2);
+    let qpn = d.run::<CreateQp>(c);
+    assert!(qpn > Qpn::GSI);
     // A CQ in use cannot be destroyed; after the QP is gone it can.
     assert_eq!(
         d.admin(
@@ -260,13 +274,7 @@ fn bad_admin_input_gets_error_status() {
         .status,
         ADMIN_STATUS_BUSY
     );
-    d.admin_ok(
-        ADMIN_OP_DESTROY_QP,
-        payload(&HandleCmd {
-            handle: qpn,
-            reserved: 0,
-        }),
-    );
+    d.admin_ok(ADMIN_OP_DESTROY_QP, payload(&QpnCmd { qpn, reserved: 0 }));
     d.admin_ok(
         ADMIN_OP_DESTROY_CQ,
         payload(&HandleCmd {

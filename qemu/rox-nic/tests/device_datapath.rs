@@ -25,8 +25,8 @@ struct Pair {
     b: TestQp,
     buf_a: u64,
     buf_b: u64,
-    key_a: u32,
-    key_b: u32,
+    key_a: Key,
+    key_b: Key,
 }
 
 const BUF: u64 = 64 * 1024;
@@ -271,7 +271,7 @@ fn wild_producer_index_is_a_qp_fatal_event_not_a_crash() {
     let mut p = pair(QPT_RC);
     p.d.ring_sq_raw(&p.a, 0x7fff_0000);
     let e = p.d.wait_event(EQ_ADMIN_ASYNC, EQE_TYPE_QP_FATAL);
-    assert_eq!(e.handle, p.a.qpn);
+    assert_eq!(e.handle, p.a.qpn.get());
     assert_eq!(e.aux, VENDOR_ERR_WILD_INDEX as u32);
     assert_eq!(p.d.query_qp(p.a.qpn).qp_state, QPS_ERR);
     // The other QP and the device keep working.
@@ -587,7 +587,7 @@ fn mr_translation_through_scattered_pages_level2_list_and_offset() {
         offset_in_first_page: OFFSET,
         flags: 0,
     };
-    let rkey = p.d.admin_ok(ADMIN_OP_REG_MR, payload(&c)).result0;
+    let rkey = p.d.run::<RegMr>(c).rkey;
     let data = pattern(21, len as usize);
     p.d.ram.write(p.buf_a, &data);
     let w = with_rdma(
@@ -625,7 +625,7 @@ fn mr_translation_through_scattered_pages_level2_list_and_offset() {
         flags: MR_FLAG_PHYSICAL,
         ..Default::default()
     };
-    let pkey = p.d.admin_ok(ADMIN_OP_REG_MR, payload(&phys)).result0;
+    let pkey = p.d.run::<RegMr>(phys).rkey;
     let w = with_rdma(
         send_wqe(
             2,
@@ -646,8 +646,8 @@ fn deregistered_key_is_refused() {
     let mut p = pair(QPT_RC);
     p.d.admin_ok(
         ADMIN_OP_DEREG_MR,
-        payload(&HandleCmd {
-            handle: p.key_b,
+        payload(&KeyCmd {
+            key: p.key_b,
             reserved: 0,
         }),
     );
@@ -709,7 +709,7 @@ fn gsi_qp_is_qp1_and_unique() {
     let mut d = TestDriver::new(DeviceConfig::new([2, 0, 0, 0, 0, 5]));
     let cq = d.create_cq(4);
     let gsi = d.create_qp(QPT_GSI, PD, cq.id, cq.id, SRQ_NONE);
-    assert_eq!(gsi.qpn, GSI_QPN);
+    assert_eq!(gsi.qpn, Qpn::GSI);
     let (c, _) = d.create_qp_cmd(QPT_GSI, PD, cq.id, cq.id, SRQ_NONE, 4, 4);
     assert_eq!(
         d.admin(ADMIN_OP_CREATE_QP, payload(&c)).status,
@@ -840,7 +840,7 @@ fn srq_qp_entering_error_reports_last_wqe_reached() {
     );
     assert_eq!(
         d.wait_event(EQ_ADMIN_ASYNC, EQE_TYPE_QP_LAST_WQE).handle,
-        qp.qpn
+        qp.qpn.get()
     );
 }
 
@@ -990,7 +990,7 @@ fn read_only_dma_mapping_is_never_written() {
         flags: MR_FLAG_PHYSICAL,
         ..Default::default()
     };
-    let key = p.d.admin_ok(ADMIN_OP_REG_MR, payload(&c)).result0;
+    let key = p.d.run::<RegMr>(c).rkey;
     // Reading it works.
     let w = with_rdma(
         send_wqe(
@@ -1164,7 +1164,7 @@ fn sqd_finishes_started_wrs_then_reports_sq_drained() {
     let c = p.d.wait_cqe(&mut p.cq_a);
     assert_eq!((c.wr_id, c.status), (1, WC_SUCCESS));
     let e = p.d.wait_event(EQ_ADMIN_ASYNC, EQE_TYPE_SQ_DRAINED);
-    assert_eq!(e.handle, p.a.qpn);
+    assert_eq!(e.handle, p.a.qpn.get());
     assert_eq!(p.d.query_qp(p.a.qpn).sq_draining, 0);
     p.d.expect_no_cqe(&mut p.cq_a, Duration::from_millis(20));
     // Back to RTS: the WR posted in SQD goes out.
@@ -1198,7 +1198,7 @@ fn sqd_finishes_started_wrs_then_reports_sq_drained() {
         0
     );
     let e = p.d.wait_event(EQ_ADMIN_ASYNC, EQE_TYPE_SQ_DRAINED);
-    assert_eq!(e.handle, p.a.qpn);
+    assert_eq!(e.handle, p.a.qpn.get());
     std::thread::sleep(Duration::from_millis(10));
     assert_eq!(async_events(&mut p.d), vec![], "one event per drain");
 }
@@ -1290,7 +1290,7 @@ fn srq_qp_failing_by_retry_exhaustion_reports_last_wqe_reached() {
     let mut cq = d.create_cq(4);
     let srq = d.create_srq(PD, 4, 0);
     let mut qp = d.create_qp(QPT_RC, PD, cq.id, cq.id, srq.id);
-    const NO_SUCH_QPN: u32 = 0xabcd;
+    const NO_SUCH_QPN: Qpn = Qpn::new(0xabcd).unwrap();
     let p = ConnectParams {
         timeout: 1,
         retry_cnt: 1,
@@ -1307,7 +1307,7 @@ fn srq_qp_failing_by_retry_exhaustion_reports_last_wqe_reached() {
     let c = d.wait_cqe(&mut cq);
     assert_eq!((c.wr_id, c.status), (1, WC_RETRY_EXC_ERR));
     let e = d.wait_event(EQ_ADMIN_ASYNC, EQE_TYPE_QP_LAST_WQE);
-    assert_eq!(e.handle, qp.qpn);
+    assert_eq!(e.handle, qp.qpn.get());
     assert_eq!(d.query_qp(qp.qpn).qp_state, QPS_ERR);
     // A modify to ERR of a QP already in ERR is no second event.
     let err = QpAttr {
@@ -1335,7 +1335,10 @@ fn wild_receive_index_found_by_an_arriving_send_makes_the_qp_fatal() {
         &send_wqe(1, WR_SEND, WQE_FLAG_SIGNALED, &[sge(p.buf_b, 16, p.key_b)]),
     );
     let e = p.d.wait_event(EQ_ADMIN_ASYNC, EQE_TYPE_QP_FATAL);
-    assert_eq!((e.handle, e.aux), (p.a.qpn, VENDOR_ERR_WILD_INDEX as u32));
+    assert_eq!(
+        (e.handle, e.aux),
+        (p.a.qpn.get(), VENDOR_ERR_WILD_INDEX as u32)
+    );
     assert_eq!(p.d.query_qp(p.a.qpn).qp_state, QPS_ERR);
     assert_eq!(p.d.read_reg(REG_STATUS) & STATUS_FATAL, 0);
     // The device stops consuming the fatal QP's queues; RESET makes the QP usable again.
@@ -1476,8 +1479,8 @@ fn type2_window_empty_bind_and_bound_qp_destroyed() {
     assert_eq!(p.d.wait_cqe(&mut p.cq_b).status, WC_SUCCESS);
     p.d.admin_ok(
         ADMIN_OP_DESTROY_QP,
-        payload(&HandleCmd {
-            handle: p.b.qpn,
+        payload(&QpnCmd {
+            qpn: p.b.qpn,
             reserved: 0,
         }),
     );
@@ -1564,16 +1567,15 @@ fn srq_resize_keeps_posted_wqes() {
     );
 }
 
-fn alloc_mw(d: &mut TestDriver, pd: u32, mw_type: u8) -> u32 {
-    let c = AllocMwCmd {
+fn alloc_mw(d: &mut TestDriver, pd: u32, mw_type: u8) -> Key {
+    d.run::<AllocMw>(AllocMwCmd {
         pd,
         mw_type,
         ..Default::default()
-    };
-    d.admin_ok(ADMIN_OP_ALLOC_MW, payload(&c)).result0
+    })
 }
 
-fn bind_wqe(wr_id: u64, new_rkey: u32, lkey: u32, addr: u64, length: u64, access: u32) -> SqWqe {
+fn bind_wqe(wr_id: u64, new_rkey: Key, lkey: Key, addr: u64, length: u64, access: u32) -> SqWqe {
     let mut w = send_wqe(wr_id, WR_BIND_MW, WQE_FLAG_SIGNALED, &[]);
     w.seg = SqSeg {
         bind: BindSeg {
@@ -1588,12 +1590,12 @@ fn bind_wqe(wr_id: u64, new_rkey: u32, lkey: u32, addr: u64, length: u64, access
     w
 }
 
-fn inc_rkey(rkey: u32) -> u32 {
-    (rkey & !KEY_VARIANT_MASK) | (rkey.wrapping_add(1) & KEY_VARIANT_MASK)
+fn inc_rkey(rkey: Key) -> Key {
+    rkey.with_variant(rkey.variant().wrapping_add(1))
 }
 
 /// A pair whose b side has an MR windows may be bound to; returns (pair, its lkey).
-fn mw_pair() -> (Pair, u32) {
+fn mw_pair() -> (Pair, Key) {
     let mut p = pair(QPT_RC);
     let mr =
         p.d.reg_mr(PD, p.buf_b, BUF, ACCESS_LOCAL_WRITE | ACCESS_MW_BIND)
@@ -1602,7 +1604,7 @@ fn mw_pair() -> (Pair, u32) {
 }
 
 /// An 8-byte RDMA WRITE from a to `addr` through `rkey`; its completion status.
-fn mw_write(p: &mut Pair, id: u64, addr: u64, rkey: u32) -> u8 {
+fn mw_write(p: &mut Pair, id: u64, addr: u64, rkey: Key) -> u8 {
     let w = with_rdma(
         send_wqe(
             id,
@@ -1628,7 +1630,7 @@ fn memory_windows() {
     let (mut p, _) = mw_pair();
     let window = p.buf_b + 4096;
     let mw = alloc_mw(&mut p.d, PD, MW_TYPE_2);
-    assert_ne!(mw & MW_KEY_FLAG, 0);
+    assert!(mw.is_window());
     assert_eq!(
         mw_write(&mut p, 1, window, mw),
         WC_REM_ACCESS_ERR,
@@ -1715,7 +1717,7 @@ fn memory_windows() {
     let r = p.d.wait_cqe(&mut p.cq_b);
     assert_eq!(
         (r.wr_id, r.status, r.wc_flags, r.imm_data),
-        (13, WC_SUCCESS, WC_FLAG_WITH_INV, rkey)
+        (13, WC_SUCCESS, WC_FLAG_WITH_INV, rkey.get())
     );
     assert_eq!(mw_write(&mut p, 15, window, rkey), WC_REM_ACCESS_ERR);
 
@@ -1761,7 +1763,8 @@ fn memory_windows() {
         };
         let mw = alloc_mw(&mut p.d, mw_pd, MW_TYPE_2);
         let key = if mr_kind == 3 {
-            inc_rkey(mw) + (1 << 8)
+            // The next window's index.
+            Key::window(mw.index() + 1, inc_rkey(mw).variant())
         } else {
             inc_rkey(mw)
         };
@@ -1787,18 +1790,13 @@ fn memory_windows() {
             &bind_wqe(22, rkey, mw_mr, window, 64, ACCESS_REMOTE_WRITE),
         );
         assert_eq!(p.d.wait_cqe(&mut p.cq_b).status, WC_SUCCESS);
-        let (op, handle) = if dealloc {
+        let (op, key) = if dealloc {
             (ADMIN_OP_DEALLOC_MW, rkey)
         } else {
             (ADMIN_OP_DEREG_MR, mw_mr)
         };
-        p.d.admin_ok(
-            op,
-            payload(&HandleCmd {
-                handle,
-                reserved: 0,
-            }),
-        );
+        p.d.admin_ok(op, payload(&KeyCmd { key, reserved: 0 }));
+
         assert_eq!(
             mw_write(&mut p, 23, window, rkey),
             WC_REM_ACCESS_ERR,
@@ -1816,14 +1814,9 @@ fn memory_windows() {
         d.admin(ADMIN_OP_ALLOC_MW, payload(&bad_type)).status,
         ADMIN_STATUS_BAD_PARAM
     );
-    for handle in [0x1234, MW_KEY_FLAG | 0x7700] {
-        let c = d.admin(
-            ADMIN_OP_DEALLOC_MW,
-            payload(&HandleCmd {
-                handle,
-                reserved: 0,
-            }),
-        );
+    for key in [Key::from_raw(0x1234), Key::window(0x77, 0)] {
+        let c = d.admin(ADMIN_OP_DEALLOC_MW, payload(&KeyCmd { key, reserved: 0 }));
+
         assert_eq!(c.status, ADMIN_STATUS_BAD_HANDLE);
     }
 }

@@ -33,10 +33,10 @@ struct Fx {
     p: Pair,
     /// An ordinary buffer and MR (the initiator's sources and destinations).
     buf_a: u64,
-    key_a: u32,
+    key_a: Key,
     /// An ordinary buffer and MR of b's (receives that do not go into a fast region).
     buf_b: u64,
-    key_b: u32,
+    key_b: Key,
 }
 
 fn fx() -> Fx {
@@ -63,7 +63,7 @@ fn pair_on(d: &mut TestDriver, pd: u32) -> Pair {
 }
 
 /// `ib_alloc_mr(IB_MR_TYPE_MEM_REG)`: a fast-registration region of `capacity` pages.
-fn alloc_fast_mr(d: &mut TestDriver, pd: u32, capacity: u32) -> Result<u32, u8> {
+fn alloc_fast_mr(d: &mut TestDriver, pd: u32, capacity: u32) -> Result<Key, u8> {
     let c = RegMrCmd {
         pd,
         pbl: PageList {
@@ -75,27 +75,22 @@ fn alloc_fast_mr(d: &mut TestDriver, pd: u32, capacity: u32) -> Result<u32, u8> 
     };
     let cpl = d.admin(ADMIN_OP_REG_MR, payload(&c));
     if cpl.status == ADMIN_STATUS_SUCCESS {
-        assert_eq!(cpl.result0, cpl.result1, "lkey = rkey");
-        Ok(cpl.result0)
+        let keys = MrKeys::from_words(cpl.result0, cpl.result1);
+        assert_eq!(keys.lkey, keys.rkey, "lkey = rkey");
+        Ok(keys.lkey)
     } else {
         Err(cpl.status)
     }
 }
 
-fn dereg(d: &mut TestDriver, handle: u32) -> u8 {
-    d.admin(
-        ADMIN_OP_DEREG_MR,
-        payload(&HandleCmd {
-            handle,
-            reserved: 0,
-        }),
-    )
-    .status
+fn dereg(d: &mut TestDriver, key: Key) -> u8 {
+    d.admin(ADMIN_OP_DEREG_MR, payload(&KeyCmd { key, reserved: 0 }))
+        .status
 }
 
 /// `ib_inc_rkey`: the next variant of a key (the index part stays).
-fn inc_key(key: u32) -> u32 {
-    (key & !KEY_VARIANT_MASK) | (key.wrapping_add(1) & KEY_VARIANT_MASK)
+fn inc_key(key: Key) -> Key {
+    key.with_variant(key.variant().wrapping_add(1))
 }
 
 /// A page list in guest memory (what the driver's `map_mr_sg` fills).
@@ -111,7 +106,7 @@ fn write_page_list(d: &mut TestDriver, pages: &[u64]) -> u64 {
 /// `iova` (which sits `iova & (page size - 1)` into the first page) for `length` bytes.
 #[derive(Clone, Debug)]
 struct Reg {
-    key: u32,
+    key: Key,
     iova: u64,
     length: u64,
     pages: Vec<u64>,
@@ -167,7 +162,7 @@ fn register(d: &mut TestDriver, p: &mut Pair, reg: &Reg) {
     );
 }
 
-fn inv_wqe(wr_id: u64, rkey: u32) -> SqWqe {
+fn inv_wqe(wr_id: u64, rkey: Key) -> SqWqe {
     with_rdma(
         send_wqe(wr_id, WR_LOCAL_INV, WQE_FLAG_SIGNALED, &[]),
         0,
@@ -176,7 +171,7 @@ fn inv_wqe(wr_id: u64, rkey: u32) -> SqWqe {
 }
 
 /// An RDMA WRITE or READ from `p.a` of `local` to/from `(remote, rkey)`; its completion.
-fn rdma(d: &mut TestDriver, p: &mut Pair, op: u8, local: Sge, remote: u64, rkey: u32) -> Cqe {
+fn rdma(d: &mut TestDriver, p: &mut Pair, op: u8, local: Sge, remote: u64, rkey: Key) -> Cqe {
     let w = with_rdma(send_wqe(1, op, WQE_FLAG_SIGNALED, &[local]), remote, rkey);
     post_wait(d, &mut p.a, &mut p.cq_a, &w)
 }
@@ -200,7 +195,7 @@ fn expect_placed(expected: &mut [u8], area: u64, reg: &Reg, va: u64, data: &[u8]
 /// The registration the tests share: three scattered, out-of-order 4 KiB pages of a guarded
 /// area of eight, an iova whose high 32 bits have nothing to do with the DMA addresses (as
 /// NFS/RDMA rewrites them) sitting 0x100 bytes into the first page.
-fn scattered_reg(d: &mut TestDriver, key: u32) -> (Reg, u64, Vec<u8>) {
+fn scattered_reg(d: &mut TestDriver, key: Key) -> (Reg, u64, Vec<u8>) {
     let (area, expected) = guarded_area(d, PAGE_SHIFT_MIN, 8);
     let reg = Reg {
         key,
@@ -531,7 +526,14 @@ fn send_with_invalidate_ends_the_registration() {
     let r = d.wait_cqe(&mut f.p.cq_b);
     assert_eq!(
         (r.wr_id, r.status, r.opcode, r.byte_len, r.wc_flags, r.imm_data),
-        (9, WC_SUCCESS, WC_OPC_RECV, 5000, WC_FLAG_WITH_INV, key)
+        (
+            9,
+            WC_SUCCESS,
+            WC_OPC_RECV,
+            5000,
+            WC_FLAG_WITH_INV,
+            key.get()
+        )
     );
     assert_eq!(d.ram.read(f.buf_b, 5000), msg);
     let c = rdma(
@@ -571,12 +573,14 @@ fn expect_refused(d: &mut TestDriver, p: &mut Pair, w: &SqWqe, opcode: u8, what:
 /// — the region stays invalid (or keeps its earlier registration) and no byte is written.
 #[test]
 fn refused_registrations_change_nothing() {
-    type Breaker = fn(&mut TestDriver, &mut Reg, u32, &mut u64, &mut u32);
+    type Breaker = fn(&mut TestDriver, &mut Reg, Key, &mut u64, &mut u32);
     let cases: [(&str, u32, Breaker); 14] = [
         ("unknown index", 8, |_, r, _, _, _| {
-            r.key += 1000 << KEY_INDEX_SHIFT;
+            r.key = Key::region(r.key.index() + 1000, r.key.variant());
         }),
-        ("a window key", 8, |_, r, _, _, _| r.key |= MW_KEY_FLAG),
+        ("a window key", 8, |_, r, _, _, _| {
+            r.key = Key::window(r.key.index(), r.key.variant());
+        }),
         ("another PD's region", 8, |d, r, _, _, _| {
             r.key = inc_key(alloc_fast_mr(d, OTHER_PD, 8).unwrap());
         }),
@@ -715,12 +719,13 @@ const BAD_INVALIDATIONS: [BadInvalidation; 5] = [
 /// iova); returns the key the bad invalidation names.
 struct InvFx {
     f: Fx,
-    key1: u32,
+    key1: Key,
     reg: Reg,
     area: u64,
     expected: Vec<u8>,
-    other: Option<(Pair, u32, u64)>,
-    bad_key: u32,
+    other: Option<(Pair, Key, u64)>,
+
+    bad_key: Key,
 }
 
 fn inv_fx(bad: BadInvalidation) -> InvFx {
@@ -751,7 +756,7 @@ fn inv_fx(bad: BadInvalidation) -> InvFx {
         }
         BadInvalidation::OrdinaryMr => f.key_b,
         BadInvalidation::InvalidRegion => inc_key(alloc_fast_mr(d, PD, 8).unwrap()),
-        BadInvalidation::UnknownIndex => key1 + (1000 << KEY_INDEX_SHIFT),
+        BadInvalidation::UnknownIndex => Key::region(key1.index() + 1000, key1.variant()),
     };
     InvFx {
         f,
@@ -901,16 +906,12 @@ fn region_lifecycle_and_bad_admin_input() {
     let (mut reg, area, mut expected) = scattered_reg(d, key);
     reg.access |= ACCESS_MW_BIND;
     register(d, &mut f.p, &reg);
-    let mw = d
-        .admin_ok(
-            ADMIN_OP_ALLOC_MW,
-            payload(&AllocMwCmd {
-                pd: PD,
-                mw_type: MW_TYPE_2,
-                ..Default::default()
-            }),
-        )
-        .result0;
+    let mw = d.run::<AllocMw>(AllocMwCmd {
+        pd: PD,
+        mw_type: MW_TYPE_2,
+        ..Default::default()
+    });
+
     let rkey = inc_key(mw);
     let mut bind = send_wqe(3, WR_BIND_MW, WQE_FLAG_SIGNALED, &[]);
     bind.seg = SqSeg {

@@ -39,7 +39,7 @@ fn pair(qp_type: u8) -> Pair {
 }
 
 /// Registers an on-demand region of `len` bytes at iova `iova` (no page present).
-fn reg_odp(d: &mut TestDriver, iova: u64, len: u64, access: u32) -> u32 {
+fn reg_odp(d: &mut TestDriver, iova: u64, len: u64, access: u32) -> Key {
     let npages = (iova % 4096 + len).div_ceil(4096) as u32;
     let c = RegMrCmd {
         pd: PD,
@@ -56,10 +56,10 @@ fn reg_odp(d: &mut TestDriver, iova: u64, len: u64, access: u32) -> u32 {
         offset_in_first_page: (iova % 4096) as u32,
         flags: MR_FLAG_ON_DEMAND,
     };
-    d.admin_ok(ADMIN_OP_REG_MR, payload(&c)).result0
+    d.run::<RegMr>(c).lkey
 }
 
-fn odp_cmd(d: &mut TestDriver, key: u32, first: u32, npages: u32, op: u32, pages: u64) -> u8 {
+fn odp_cmd(d: &mut TestDriver, key: Key, first: u32, npages: u32, op: u32, pages: u64) -> u8 {
     let c = OdpUpdateCmd {
         key,
         first_page: first,
@@ -71,7 +71,7 @@ fn odp_cmd(d: &mut TestDriver, key: u32, first: u32, npages: u32, op: u32, pages
 }
 
 /// Maps pages `first..` of region `key` to the guest pages `pages` (writable if `write`).
-fn map(d: &mut TestDriver, key: u32, first: u32, pages: &[u64], write: bool) {
+fn map(d: &mut TestDriver, key: Key, first: u32, pages: &[u64], write: bool) {
     let list = d.ram.alloc(pages.len() as u64 * 8, 4096);
     for (i, p) in pages.iter().enumerate() {
         let e = p | ODP_PTE_PRESENT | if write { ODP_PTE_WRITE } else { 0 };
@@ -116,7 +116,7 @@ fn requester_stalls_on_missing_source_page_until_the_driver_maps_it() {
     p.d.post_send(&mut p.a, &w);
 
     let e = page_fault(&mut p.d);
-    assert_eq!((e.handle, e.aux), (key_a, 0), "page 0, read");
+    assert_eq!((Key::from_raw(e.handle), e.aux), (key_a, 0), "page 0, read");
     p.d.expect_no_cqe(&mut p.cq_a, QUIET);
     // One event per page while the fault is outstanding, though the SQ keeps retrying.
     no_page_fault(&mut p.d);
@@ -158,7 +158,10 @@ fn responder_nak_rnr_until_the_page_is_writable_then_the_write_lands() {
     );
     p.d.post_send(&mut p.a, &w);
     let e = page_fault(&mut p.d);
-    assert_eq!((e.handle, e.aux), (key_b, 1 | EQE_PAGE_FAULT_WRITE));
+    assert_eq!(
+        (Key::from_raw(e.handle), e.aux),
+        (key_b, 1 | EQE_PAGE_FAULT_WRITE)
+    );
     p.d.expect_no_cqe(&mut p.cq_a, QUIET);
     assert!(
         p.d.ram.read(pages[1], 4096).iter().all(|&b| b == 0),
@@ -167,7 +170,10 @@ fn responder_nak_rnr_until_the_page_is_writable_then_the_write_lands() {
 
     map(&mut p.d, key_b, 1, &pages[1..2], true);
     let e = page_fault(&mut p.d);
-    assert_eq!((e.handle, e.aux), (key_b, 2 | EQE_PAGE_FAULT_WRITE));
+    assert_eq!(
+        (Key::from_raw(e.handle), e.aux),
+        (key_b, 2 | EQE_PAGE_FAULT_WRITE)
+    );
     map(&mut p.d, key_b, 2, &pages[2..3], true);
     let c = p.d.wait_cqe(&mut p.cq_a);
     assert_eq!((c.wr_id, c.status), (3, WC_SUCCESS));
@@ -214,7 +220,7 @@ fn unmapped_page_is_never_read_again_and_remapping_serves_the_new_page() {
     );
     read(&mut p.d, &mut p.a, 11);
     let e = page_fault(&mut p.d);
-    assert_eq!((e.handle, e.aux), (key_b, 0));
+    assert_eq!((Key::from_raw(e.handle), e.aux), (key_b, 0));
     p.d.expect_no_cqe(&mut p.cq_a, QUIET);
     map(&mut p.d, key_b, 0, &[new], true);
     assert_eq!(p.d.wait_cqe(&mut p.cq_a).status, WC_SUCCESS);
@@ -240,7 +246,10 @@ fn unmapped_page_is_never_read_again_and_remapping_serves_the_new_page() {
     );
     p.d.post_send(&mut p.a, &w);
     let e = page_fault(&mut p.d);
-    assert_eq!((e.handle, e.aux), (key_b, EQE_PAGE_FAULT_WRITE));
+    assert_eq!(
+        (Key::from_raw(e.handle), e.aux),
+        (key_b, EQE_PAGE_FAULT_WRITE)
+    );
     map(&mut p.d, key_b, 0, &[new], true);
     assert_eq!(p.d.wait_cqe(&mut p.cq_a).status, WC_SUCCESS);
     assert_eq!(p.d.ram.read(buf_a, 8), 5u64.to_le_bytes());
@@ -268,7 +277,10 @@ fn read_response_into_a_missing_local_page_waits_for_it() {
     );
     p.d.post_send(&mut p.a, &w);
     let e = page_fault(&mut p.d);
-    assert_eq!((e.handle, e.aux), (key_a, EQE_PAGE_FAULT_WRITE));
+    assert_eq!(
+        (Key::from_raw(e.handle), e.aux),
+        (key_a, EQE_PAGE_FAULT_WRITE)
+    );
     p.d.expect_no_cqe(&mut p.cq_a, QUIET);
     let page = p.d.ram.alloc(4096, 4096);
     map(&mut p.d, key_a, 0, &[page], true);
@@ -293,7 +305,7 @@ fn ud_send_from_a_missing_page_waits_for_it() {
     );
     p.d.post_send(&mut p.a, &w);
     let e = page_fault(&mut p.d);
-    assert_eq!((e.handle, e.aux), (key_a, 0));
+    assert_eq!((Key::from_raw(e.handle), e.aux), (key_a, 0));
     p.d.expect_no_cqe(&mut p.cq_b, QUIET);
     let page = p.d.ram.alloc(4096, 4096);
     p.d.ram.fill(page, 4096, 0x77);
@@ -345,7 +357,7 @@ fn odp_update_is_validated() {
         ADMIN_STATUS_BAD_HANDLE
     );
     assert_eq!(
-        odp_cmd(d, 0xdead00, 0, 1, ODP_OP_UNMAP, 0),
+        odp_cmd(d, Key::from_raw(0xdead00), 0, 1, ODP_OP_UNMAP, 0),
         ADMIN_STATUS_BAD_HANDLE
     );
     assert_eq!(
@@ -386,10 +398,8 @@ fn odp_update_is_validated() {
         ADMIN_STATUS_BAD_PARAM
     );
     // A deregistered region's key is gone.
-    let h = HandleCmd {
-        handle: key,
-        reserved: 0,
-    };
+    let h = KeyCmd { key, reserved: 0 };
+
     d.admin_ok(ADMIN_OP_DEREG_MR, payload(&h));
     assert_eq!(
         odp_cmd(d, key, 0, 1, ODP_OP_UNMAP, 0),
@@ -458,7 +468,10 @@ fn a_failed_page_fails_one_access_then_faults_again() {
     p.d.drain_eq(0);
     p.d.post_send(&mut c, &write(31));
     let e = page_fault(&mut p.d);
-    assert_eq!((e.handle, e.aux), (key_b, EQE_PAGE_FAULT_WRITE));
+    assert_eq!(
+        (Key::from_raw(e.handle), e.aux),
+        (key_b, EQE_PAGE_FAULT_WRITE)
+    );
     let page = p.d.ram.alloc(4096, 4096);
     map(&mut p.d, key_b, 0, &[page], true);
     let c = p.d.wait_cqe(&mut cq_c);
@@ -486,7 +499,10 @@ fn read_of_an_untouched_region_faults_once_for_the_whole_range() {
     );
     p.d.post_send(&mut p.a, &w);
     let e = page_fault(&mut p.d);
-    assert_eq!((e.handle, e.aux, e.fault_count()), (key_b, 0, 8));
+    assert_eq!(
+        (Key::from_raw(e.handle), e.aux, e.fault_count()),
+        (key_b, 0, 8)
+    );
     let pages: Vec<u64> = (0..8).map(|_| p.d.ram.alloc(4096, 4096)).collect();
     let data = pattern(11, len as usize);
     for (i, pg) in pages.iter().enumerate() {
@@ -533,7 +549,7 @@ fn no_page_fault_is_posted_while_eq0_is_half_full() {
     assert_eq!(p.d.query_stats()[STAT_PAGE_FAULTS], 0, "EQ 0 is half full");
     // The driver consumes EQ 0: the retried access posts its fault.
     let e = page_fault(&mut p.d);
-    assert_eq!((e.handle, e.aux), (key_a, 0));
+    assert_eq!((Key::from_raw(e.handle), e.aux), (key_a, 0));
     let page = p.d.ram.alloc(4096, 4096);
     map(&mut p.d, key_a, 0, &[page], false);
     let c = p.d.wait_cqe(&mut p.cq_a);
@@ -564,14 +580,17 @@ fn unmap_of_a_faulting_page_lets_the_access_fault_again() {
     );
     p.d.post_send(&mut p.a, &w);
     let e = page_fault(&mut p.d);
-    assert_eq!((e.handle, e.aux, e.fault_count()), (key_a, 0, 1));
+    assert_eq!(
+        (Key::from_raw(e.handle), e.aux, e.fault_count()),
+        (key_a, 0, 1)
+    );
     no_page_fault(&mut p.d);
     assert_eq!(
         odp_cmd(&mut p.d, key_a, 0, 1, ODP_OP_UNMAP, 0),
         ADMIN_STATUS_SUCCESS
     );
     let e = page_fault(&mut p.d);
-    assert_eq!((e.handle, e.aux), (key_a, 0));
+    assert_eq!((Key::from_raw(e.handle), e.aux), (key_a, 0));
     let page = p.d.ram.alloc(4096, 4096);
     map(&mut p.d, key_a, 0, &[page], false);
     let c = p.d.wait_cqe(&mut p.cq_a);

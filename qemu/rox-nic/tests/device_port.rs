@@ -36,7 +36,7 @@ struct Side {
     cq: TestCq,
     qp: TestQp,
     buf: u64,
-    key: u32,
+    key: Key,
 }
 
 fn side(dir: &Path, last: u8, qp_type: u8, faults: Option<FaultConfig>) -> Side {
@@ -165,7 +165,8 @@ fn missing_peer_ends_in_retry_exceeded_then_flush() {
     );
     at.qp_state = QPS_RTR;
     at.path_mtu = MTU_1024;
-    at.dest_qp_num = 5;
+    at.dest_qp_num = Qpn::new(5).unwrap();
+
     at.ah.dgid = gid;
     let m = QP_STATE
         | QP_AV
@@ -344,7 +345,7 @@ fn rc_64_writes_of_1_mib_posted_at_once_all_arrive() {
     let b_cq = b.create_cq(8);
     // An SQ deep enough for every WRITE at once.
     let (c, mut qa) = a.create_qp_cmd(QPT_RC, PD, a_cq.id, a_cq.id, SRQ_NONE, 7, 1);
-    qa.qpn = a.admin_ok(ADMIN_OP_CREATE_QP, payload(&c)).result0;
+    qa.qpn = a.run::<CreateQp>(c);
     let qb = b.create_qp(QPT_RC, PD, b_cq.id, b_cq.id, SRQ_NONE);
     let p = ConnectParams {
         mtu: MTU_4096,
@@ -453,7 +454,7 @@ fn peer_gid() -> [u8; 16] {
 fn roce_frame(
     rig: &Rig,
     opcode: u8,
-    dest_qpn: u32,
+    dest_qpn: Qpn,
     pkey: u16,
     deth: Option<wire::Deth>,
     payload: &[u8],
@@ -477,7 +478,7 @@ fn roce_frame_to(
     dgid: [u8; 16],
     dmac: [u8; 6],
     opcode: u8,
-    dest_qpn: u32,
+    dest_qpn: Qpn,
     pkey: u16,
     deth: Option<wire::Deth>,
     payload: &[u8],
@@ -488,7 +489,7 @@ fn roce_frame_to(
         pkey,
         dest_qpn,
         ack_req: false,
-        psn: 0,
+        psn: Psn::default(),
     });
     hdr.deth = deth;
     let packet = wire::build_packet(
@@ -539,6 +540,8 @@ fn wait_stat(d: &mut TestDriver, counter: usize, at_least: u64) -> Vec<u64> {
 }
 
 const UD_QKEY: u32 = 0x42;
+/// A QPN no test creates.
+const NO_SUCH_QPN: Qpn = Qpn::new(0x7777).unwrap();
 const UD_SEND_ONLY: u8 = 0x64;
 
 /// One bad frame of each kind: dropped, the right counter rises, the device keeps working
@@ -557,7 +560,7 @@ fn bad_frames_on_the_port_are_dropped_and_counted_and_netdev_traffic_goes_on() {
     let deth = |qkey| {
         Some(wire::Deth {
             qkey,
-            src_qpn: 0x77,
+            src_qpn: Qpn::new(0x77).unwrap(),
         })
     };
     let good = roce_frame(&r, UD_SEND_ONLY, ud.qpn, 0xffff, deth(UD_QKEY), b"fine");
@@ -602,7 +605,7 @@ fn bad_frames_on_the_port_are_dropped_and_counted_and_netdev_traffic_goes_on() {
         ("wrong ICRC", bad_icrc, STAT_RX_ICRC_ERRORS),
         (
             "unknown QP",
-            roce_frame(&r, UD_SEND_ONLY, 0x7777, 0xffff, deth(UD_QKEY), b"x"),
+            roce_frame(&r, UD_SEND_ONLY, NO_SUCH_QPN, 0xffff, deth(UD_QKEY), b"x"),
             STAT_RX_UNKNOWN_QP,
         ),
         (
@@ -676,11 +679,11 @@ fn netdev_frames_are_forwarded_both_ways_unchanged() {
     let mut mcast = roce_frame(
         &r,
         UD_SEND_ONLY,
-        1,
+        Qpn::GSI,
         0xffff,
         Some(wire::Deth {
             qkey: 1,
-            src_qpn: 2,
+            src_qpn: Qpn::new(2).unwrap(),
         }),
         b"m",
     );
@@ -840,7 +843,7 @@ const GROUP_V6_MAC: [u8; 6] = [0x33, 0x33, 0x00, 0x01, 0x02, 0x03];
 /// The test side's IPv6 address (a GID of the peer).
 const PEER_GID_V6: [u8; 16] = [0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x99];
 
-fn mcast(qpn: u32, gid: [u8; 16]) -> AdminPayload {
+fn mcast(qpn: Qpn, gid: [u8; 16]) -> AdminPayload {
     payload(&McastCmd {
         qpn,
         reserved: 0,
@@ -879,14 +882,14 @@ fn multicast_frames_reach_every_attached_qp_with_its_own_qkey() {
     let before = r.d.query_stats();
     let deth = Some(wire::Deth {
         qkey: UD_QKEY,
-        src_qpn: 0x77,
+        src_qpn: Qpn::new(0x77).unwrap(),
     });
     let f = roce_frame_to(
         peer_gid(),
         group,
         GROUP_V4_MAC,
         UD_SEND_ONLY,
-        MULTICAST_QPN,
+        Qpn::MULTICAST,
         0xffff,
         deth,
         b"group",
@@ -897,7 +900,13 @@ fn multicast_frames_reach_every_attached_qp_with_its_own_qkey() {
     for (c, (wr_id, qpn)) in got.iter().zip([(1, q1.qpn), (2, q2.qpn)]) {
         assert_eq!(
             (c.status, c.wr_id, c.qp_num, c.src_qp, c.byte_len),
-            (WC_SUCCESS, wr_id, qpn, 0x77, 5 + GRH_SIZE)
+            (
+                WC_SUCCESS,
+                wr_id,
+                qpn,
+                Qpn::new(0x77).unwrap(),
+                5 + GRH_SIZE
+            )
         );
     }
     for buf in [buf1, buf2] {
@@ -922,14 +931,14 @@ fn multicast_frames_reach_every_attached_qp_with_its_own_qkey() {
     r.d.admin_ok(ADMIN_OP_ATTACH_MCAST, mcast(q3.qpn, GROUP_V6));
     let deth3 = Some(wire::Deth {
         qkey: UD_QKEY + 1,
-        src_qpn: 0x78,
+        src_qpn: Qpn::new(0x78).unwrap(),
     });
     let f6 = roce_frame_to(
         PEER_GID_V6,
         GROUP_V6,
         GROUP_V6_MAC,
         UD_SEND_ONLY,
-        MULTICAST_QPN,
+        Qpn::MULTICAST,
         0xffff,
         deth3,
         b"six",
@@ -938,7 +947,7 @@ fn multicast_frames_reach_every_attached_qp_with_its_own_qkey() {
     let c = r.d.wait_cqe(&mut cq);
     assert_eq!(
         (c.status, c.qp_num, c.src_qp, c.byte_len),
-        (WC_SUCCESS, q3.qpn, 0x78, 3 + GRH_SIZE)
+        (WC_SUCCESS, q3.qpn, Qpn::new(0x78).unwrap(), 3 + GRH_SIZE)
     );
 
     // Bad commands.
@@ -957,7 +966,7 @@ fn multicast_frames_reach_every_attached_qp_with_its_own_qkey() {
         "unicast GID"
     );
     assert_eq!(
-        status(&mut r, ADMIN_OP_ATTACH_MCAST, 0x7777, group),
+        status(&mut r, ADMIN_OP_ATTACH_MCAST, NO_SUCH_QPN, group),
         ADMIN_STATUS_BAD_HANDLE,
         "no QP"
     );
@@ -984,8 +993,8 @@ fn multicast_frames_reach_every_attached_qp_with_its_own_qkey() {
     r.d.admin_ok(ADMIN_OP_DETACH_MCAST, mcast(q2.qpn, group));
     r.d.admin_ok(
         ADMIN_OP_DESTROY_QP,
-        payload(&HandleCmd {
-            handle: q3.qpn,
+        payload(&QpnCmd {
+            qpn: q3.qpn,
             reserved: 0,
         }),
     );
@@ -1080,13 +1089,13 @@ fn multicast_send_goes_on_the_wire_and_loops_back_to_attached_qps() {
     let mut w = with_ud(
         send_wqe(9, WR_SEND, WQE_FLAG_SIGNALED, &[sge(data, 6, key)]),
         group,
-        MULTICAST_QPN,
+        Qpn::MULTICAST,
         UD_QKEY,
     );
     w.seg = SqSeg {
         ud: UdSeg {
             dgid: group,
-            dest_qpn: MULTICAST_QPN,
+            dest_qpn: Qpn::MULTICAST,
             qkey: UD_QKEY,
             hop_limit: 1,
             dmac: GROUP_V4_MAC,
@@ -1119,13 +1128,13 @@ fn multicast_send_goes_on_the_wire_and_loops_back_to_attached_qps() {
     let mut w = with_ud(
         send_wqe(10, WR_SEND, WQE_FLAG_SIGNALED, &[sge(data, 6, key)]),
         peer_gid(),
-        5,
+        Qpn::new(5).unwrap(),
         UD_QKEY,
     );
     w.seg = SqSeg {
         ud: UdSeg {
             dgid: peer_gid(),
-            dest_qpn: 5,
+            dest_qpn: Qpn::new(5).unwrap(),
             qkey: UD_QKEY,
             hop_limit: 64,
             ..Default::default()

@@ -14,8 +14,8 @@ use std::time::Instant;
 
 use rox_nic::benchkit::{self, Rate};
 
-const QPN_A: u32 = 0x11;
-const QPN_B: u32 = 0x22;
+const QPN_A: Qpn = Qpn::new(0x11).unwrap();
+const QPN_B: Qpn = Qpn::new(0x22).unwrap();
 const SRC: u64 = MEM_BASE;
 const DST: u64 = MEM_BASE + (2 << 20);
 const MAX_SIZE: u32 = 1 << 20;
@@ -30,8 +30,8 @@ const MAX_MESSAGES: u64 = 200_000;
 /// size in flight; a SEND run gets all its receive WRs up front.
 struct Exchange {
     net: Net,
-    key_a: u32,
-    key_b: u32,
+    key_a: Key,
+    key_b: Key,
     opcode: WrOpcode,
     size: u32,
     messages: u64,

@@ -13,7 +13,7 @@ const BUF: u64 = MEM_BASE + 0x1000;
 const BUF_LEN: u64 = 0x10_0000;
 const REMOTE: u64 = BUF + 0x8_0000;
 
-fn exchange(net: &mut Net, qp_type: QpType, qpn_a: u32, qpn_b: u32) {
+fn exchange(net: &mut Net, qp_type: QpType, qpn_a: Qpn, qpn_b: Qpn) {
     let ka = net.devs[0].env.reg_mr(PD, BUF, BUF_LEN, ALL_ACCESS);
     let kb = net.devs[1].env.reg_mr(PD, BUF, BUF_LEN, ALL_ACCESS);
     let params = QpParams {
@@ -114,7 +114,7 @@ fn exchange(net: &mut Net, qp_type: QpType, qpn_a: u32, qpn_b: u32) {
             WrOpcode::RdmaWrite,
             SendData::Sges(vec![sge(BUF, 8, ka)]),
         );
-        wr.rkey = kb + 1000;
+        wr.rkey = key_plus(kb, 1000);
         let (engine, env) = net.dev(0);
         engine.post_send(env, qpn_a, wr).unwrap();
         net.run(10_000);
@@ -132,7 +132,9 @@ fn capture_every_packet_kind() {
     ] {
         let mut net = Net::new(&gids);
         net.capture = Some(Vec::new());
-        exchange(&mut net, qp_type, 0x11, 0x22);
+        let qpn = |n| Qpn::new(n).unwrap();
+        exchange(&mut net, qp_type, qpn(0x11), qpn(0x22));
+
         all.append(net.capture.as_mut().unwrap());
     }
     let opcodes: std::collections::BTreeSet<u8> = all

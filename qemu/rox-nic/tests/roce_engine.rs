@@ -4,8 +4,8 @@
 mod roce_common;
 use roce_common::*;
 
-const QPN_A: u32 = 0x11;
-const QPN_B: u32 = 0x22;
+const QPN_A: Qpn = Qpn::new(0x11).unwrap();
+const QPN_B: Qpn = Qpn::new(0x22).unwrap();
 /// Registered window on each device; everything outside it is a guard area.
 const BUF: u64 = MEM_BASE + 0x10_0000;
 const BUF_LEN: u64 = 0x10_0000;
@@ -14,13 +14,13 @@ const RECV_AREA: u64 = BUF + 0x8_0000;
 
 struct Pair {
     net: Net,
-    key_a: u32,
-    key_b: u32,
+    key_a: Key,
+    key_b: Key,
 }
 
 fn pair_with(p: &QpParams, gid_b: Gid) -> Pair {
     let mut net = Net::new(&[gid_v4(1), gid_b]);
-    let mut keys = [0; 2];
+    let mut keys = [Key::default(); 2];
     for (i, key) in keys.iter_mut().enumerate() {
         let env = &mut net.devs[i].env;
         env.mem.fill(GUARD);
@@ -496,7 +496,7 @@ fn uc_rejects_read_and_atomic_as_local_qp_operation_error_and_enters_sqe() {
     assert_eq!(t.net.devs[0].engine.qp_state(QPN_A), Some(QpState::Sqe));
 }
 
-fn ud_pair(gid_a: Gid, gid_b: Gid) -> (Net, u32, u32) {
+fn ud_pair(gid_a: Gid, gid_b: Gid) -> (Net, Key, Key) {
     let mut net = Net::new(&[gid_a, gid_b]);
     let ka = net.devs[0].env.reg_mr(PD, BUF, BUF_LEN, ALL_ACCESS);
     let kb = net.devs[1].env.reg_mr(PD, BUF, BUF_LEN, ALL_ACCESS);
@@ -642,7 +642,7 @@ fn net_gids() -> [Gid; 2] {
     [gid_v4(1), gid_v4(2)]
 }
 
-fn ud_wr_len(gids: &[Gid; 2], key: u32, len: u32, qkey: u32) -> SendWr {
+fn ud_wr_len(gids: &[Gid; 2], key: Key, len: u32, qkey: u32) -> SendWr {
     let mut wr = send_wr(1, WrOpcode::Send, SendData::Sges(vec![sge(BUF, len, key)]));
     let av = AddressVector {
         dgid: gids[1],
@@ -666,7 +666,7 @@ fn local_protection_error_then_flush() {
     t.post(send_wr(
         1,
         WrOpcode::Send,
-        SendData::Sges(vec![sge(BUF, 16, t.key_a + 99)]),
+        SendData::Sges(vec![sge(BUF, 16, key_plus(t.key_a, 99))]),
     ));
     t.post(send_wr(2, WrOpcode::Send, SendData::Inline(vec![1])));
     t.run();
@@ -734,7 +734,7 @@ fn remote_access_errors_leave_memory_untouched() {
         let mut t = pair(&QpParams::rc());
         let mut wr = send_wr(1, opcode, SendData::Sges(vec![sge(BUF, len, t.key_a)]));
         wr.remote_addr = remote_addr;
-        wr.rkey = t.key_b + rkey_delta;
+        wr.rkey = key_plus(t.key_b, rkey_delta);
         t.post(wr);
         t.post(send_wr(2, WrOpcode::Send, SendData::Inline(vec![1])));
         t.run();
@@ -878,7 +878,7 @@ fn send_larger_than_recv_buffer_is_remote_invalid_request() {
 fn bad_recv_lkey_is_remote_operational_error() {
     let mut t = pair(&QpParams::rc());
     let kb = t.key_b;
-    t.recv_b(1, vec![sge(RECV_AREA, 100, kb + 5)]);
+    t.recv_b(1, vec![sge(RECV_AREA, 100, key_plus(kb, 5))]);
     t.post(send_wr(1, WrOpcode::Send, SendData::Inline(vec![9; 10])));
     t.run();
     assert_eq!(one(&t.cqes(0)).status, WcStatus::RemOpErr);
@@ -1157,16 +1157,17 @@ fn lost_last_read_response_is_recovered_by_timeout() {
 fn srq_receive_wrs_are_not_flushed_with_the_qp() {
     let mut net = Net::new(&[gid_v4(1)]);
     let (engine, env) = net.dev(0);
+    let qpn = Qpn::new(5).unwrap();
     engine
         .create_qp(QpConfig {
-            qpn: 5,
+            qpn,
             qp_type: QpType::Rc,
             pd: PD,
             uses_srq: true,
         })
         .unwrap();
     env.post_recv(
-        5,
+        qpn,
         RecvWr {
             wr_id: 1,
             sges: vec![],
@@ -1175,7 +1176,7 @@ fn srq_receive_wrs_are_not_flushed_with_the_qp() {
     engine
         .modify_qp(
             env,
-            5,
+            qpn,
             &QpModify {
                 state: Some(QpState::Err),
                 ..Default::default()
@@ -1186,7 +1187,7 @@ fn srq_receive_wrs_are_not_flushed_with_the_qp() {
         env.take_completions().is_empty(),
         "SRQ WRs belong to the SRQ, not the QP"
     );
-    assert_eq!(env.recv_queues[&5].len(), 1);
+    assert_eq!(env.recv_queues[&qpn].len(), 1);
 }
 
 #[test]
@@ -1266,9 +1267,10 @@ fn work_posted_before_rts_is_sent_on_rts() {
 fn rtr_without_address_vector_is_refused_for_connected_qps() {
     let mut net = Net::new(&[gid_v4(1)]);
     let (engine, env) = net.dev(0);
+    let qpn = Qpn::new(5).unwrap();
     engine
         .create_qp(QpConfig {
-            qpn: 5,
+            qpn,
             qp_type: QpType::Rc,
             pd: PD,
             uses_srq: false,
@@ -1277,22 +1279,22 @@ fn rtr_without_address_vector_is_refused_for_connected_qps() {
     let e = engine
         .modify_qp(
             env,
-            5,
+            qpn,
             &QpModify {
                 state: Some(QpState::Rtr),
                 ..Default::default()
             },
         )
         .unwrap_err();
-    assert_eq!(e, EngineError::MissingAttribute(5, "av"));
+    assert_eq!(e, EngineError::MissingAttribute(qpn, "av"));
     assert_eq!(
         engine.create_qp(QpConfig {
-            qpn: 5,
+            qpn,
             qp_type: QpType::Rc,
             pd: PD,
             uses_srq: false
         }),
-        Err(EngineError::QpExists(5))
+        Err(EngineError::QpExists(qpn))
     );
 }
 
@@ -1334,7 +1336,7 @@ fn random_packets_never_panic_or_escape_regions() {
             }
             let opcode = opcodes[rng.gen_range(0..opcodes.len())];
             let info = wire::opcode_info(opcode).unwrap();
-            let near = |rng: &mut StdRng, base: u32| wire::psn_add(base, rng.gen_range(0..8));
+            let near = |rng: &mut StdRng, base: Psn| base.add(rng.gen_range(0..8));
             let mut h = Headers::new(Bth {
                 opcode,
                 solicited: rng.gen(),
@@ -1346,18 +1348,22 @@ fn random_packets_never_panic_or_escape_regions() {
                 dest_qpn: if rng.gen_bool(0.9) {
                     QPN_B
                 } else {
-                    rng.gen_range(0..0x100)
+                    Qpn::from_wire(rng.gen_range(0..0x100))
                 },
                 ack_req: rng.gen(),
                 psn: if rng.gen_bool(0.8) {
-                    near(&mut rng, SQ_PSN_A.wrapping_sub(4) & 0xff_ffff)
+                    near(&mut rng, SQ_PSN_A.sub(4))
                 } else {
-                    rng.gen_range(0..0x100_0000)
+                    Psn::from_wire(rng.gen_range(0..0x100_0000))
                 },
             });
             let va = || BUF + BUF_LEN / 2;
             let va = if rng.gen_bool(0.5) { va() } else { rng.gen() };
-            let rkey = if rng.gen_bool(0.7) { kb } else { rng.gen() };
+            let rkey = if rng.gen_bool(0.7) {
+                kb
+            } else {
+                Key::from_raw(rng.gen())
+            };
             if info.reth {
                 h.reth = Some(Reth {
                     va,
@@ -1370,7 +1376,11 @@ fn random_packets_never_panic_or_escape_regions() {
                 });
             }
             if info.ieth {
-                h.ieth = Some(if rng.gen_bool(0.5) { kb } else { rng.gen() });
+                h.ieth = Some(if rng.gen_bool(0.5) {
+                    kb
+                } else {
+                    Key::from_raw(rng.gen())
+                });
             }
             if info.feth {
                 h.feth = Some(Feth {
@@ -1394,7 +1404,7 @@ fn random_packets_never_panic_or_escape_regions() {
                 };
                 h.aeth = Some(Aeth {
                     syndrome,
-                    msn: rng.gen_range(0..0x100_0000),
+                    msn: Msn::from_wire(rng.gen_range(0..0x100_0000)),
                 });
             }
             if info.atomic_ack_eth {
@@ -1410,7 +1420,7 @@ fn random_packets_never_panic_or_escape_regions() {
                     } else {
                         rng.gen()
                     },
-                    src_qpn: rng.gen_range(0..0x100_0000),
+                    src_qpn: Qpn::from_wire(rng.gen_range(0..0x100_0000)),
                 });
             }
             let mut payload = vec![0u8; rng.gen_range(0..600)];
@@ -1506,7 +1516,7 @@ fn uc_without_receive_wr_or_with_bad_rkey_drops_silently() {
     // Bad rkey: the WRITE is dropped, no NAK, the requester still completes.
     let mut wr = send_wr(2, WrOpcode::RdmaWrite, SendData::Inline(vec![2; 32]));
     wr.remote_addr = RECV_AREA;
-    wr.rkey = kb + 7;
+    wr.rkey = key_plus(kb, 7);
     t.post(wr);
     // The connection keeps working afterwards.
     t.run();
@@ -1581,14 +1591,14 @@ fn send_window_shrinks_to_what_a_small_receive_buffer_holds() {
 
 // ---- memory placement extensions: FLUSH and ATOMIC WRITE ----------------------------------
 
-fn atomic_write_wr(id: u64, remote_addr: u64, rkey: u32, value: [u8; 8]) -> SendWr {
+fn atomic_write_wr(id: u64, remote_addr: u64, rkey: Key, value: [u8; 8]) -> SendWr {
     let mut wr = send_wr(id, WrOpcode::AtomicWrite, SendData::Inline(value.to_vec()));
     wr.remote_addr = remote_addr;
     wr.rkey = rkey;
     wr
 }
 
-fn flush_wr(id: u64, remote_addr: u64, rkey: u32, length: u32, ptype: u8, level: u8) -> SendWr {
+fn flush_wr(id: u64, remote_addr: u64, rkey: Key, length: u32, ptype: u8, level: u8) -> SendWr {
     let mut wr = send_wr(id, WrOpcode::Flush, SendData::Sges(Vec::new()));
     wr.remote_addr = remote_addr;
     wr.rkey = rkey;
@@ -1651,7 +1661,12 @@ fn rc_atomic_write_errors() {
     ] {
         let mut t = pair(&QpParams::rc());
         t.net.devs[1].env.mrs[0].access = mr_access;
-        t.post(atomic_write_wr(1, addr, t.key_b + rkey_delta, [2; 8]));
+        t.post(atomic_write_wr(
+            1,
+            addr,
+            key_plus(t.key_b, rkey_delta),
+            [2; 8],
+        ));
         t.post(send_wr(2, WrOpcode::Send, SendData::Inline(vec![1])));
         t.run();
         assert_eq!(
@@ -1684,8 +1699,15 @@ fn rc_atomic_write_errors() {
     assert_eq!(t.net.devs[0].engine.stats().tx_packets, 0);
     // UC has no ATOMIC WRITE or FLUSH.
     for wr in [
-        atomic_write_wr(1, RECV_AREA, 1, [5; 8]),
-        flush_wr(1, RECV_AREA, 1, 8, FLUSH_TYPE_GLOBAL, FLUSH_LEVEL_RANGE),
+        atomic_write_wr(1, RECV_AREA, Key::from_raw(1), [5; 8]),
+        flush_wr(
+            1,
+            RECV_AREA,
+            Key::from_raw(1),
+            8,
+            FLUSH_TYPE_GLOBAL,
+            FLUSH_LEVEL_RANGE,
+        ),
     ] {
         let mut t = pair(&QpParams::of(QpType::Uc));
         t.post(wr);
@@ -1838,7 +1860,14 @@ fn rc_flush_errors() {
         };
         let mut t = pair(&params);
         t.net.devs[1].env.mrs[0].access = mr_access;
-        t.post(flush_wr(1, addr, t.key_b + delta, len, ptype, level));
+        t.post(flush_wr(
+            1,
+            addr,
+            key_plus(t.key_b, delta),
+            len,
+            ptype,
+            level,
+        ));
         t.post(send_wr(2, WrOpcode::Send, SendData::Inline(vec![1])));
         t.run();
         assert_eq!(
@@ -1891,7 +1920,7 @@ fn flush_and_atomic_write_count_against_max_rd_atomic() {
 
 // ---- memory windows: BIND_MW, LOCAL_INV, SEND with invalidate ------------------------------
 
-fn bind_wr(id: u64, new_rkey: u32, lkey: u32) -> SendWr {
+fn bind_wr(id: u64, new_rkey: Key, lkey: Key) -> SendWr {
     let mut wr = send_wr(id, WrOpcode::BindMw, SendData::Sges(Vec::new()));
     wr.bind = Some(MwBind {
         addr: BUF,
@@ -1907,16 +1936,17 @@ fn bind_wr(id: u64, new_rkey: u32, lkey: u32) -> SendWr {
 fn local_operations_complete_in_sq_order_without_packets() {
     let mut t = pair(&QpParams::rc());
     let ka = t.key_a;
-    t.post(bind_wr(1, 0x8000_0101, ka));
+    let window = Key::window(1, 1);
+    t.post(bind_wr(1, window, ka));
     let mut inv = send_wr(2, WrOpcode::LocalInv, SendData::Sges(Vec::new()));
-    inv.rkey = 0x8000_0101;
-    t.net.devs[0].env.invalidatable.push(0x8000_0101);
+    inv.rkey = window;
+    t.net.devs[0].env.invalidatable.push(window);
     t.post(inv);
     let fast_reg = FastReg {
         iova: 0xabcd_0000_1000,
         length: 4096,
         page_list: BUF,
-        key: 0x0000_0207,
+        key: Key::region(2, 7),
         access: ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE,
         npages: 1,
         page_shift: 12,
@@ -1939,15 +1969,13 @@ fn local_operations_complete_in_sq_order_without_packets() {
     let ops = &t.net.devs[0].env.local_ops;
     assert_eq!(ops.len(), 3);
     assert_eq!(ops[2], (QPN_A, LocalOp::FastReg(fast_reg)));
-    assert!(
-        matches!(ops[0], (QPN_A, LocalOp::Bind(b)) if b.new_rkey == 0x8000_0101 && b.lkey == ka)
-    );
+    assert!(matches!(ops[0], (QPN_A, LocalOp::Bind(b)) if b.new_rkey == window && b.lkey == ka));
     assert_eq!(
         ops[1],
         (
             QPN_A,
             LocalOp::Invalidate {
-                rkey: 0x8000_0101,
+                rkey: window,
                 remote: false
             }
         )
@@ -1972,7 +2000,7 @@ fn failed_bind_and_invalidate_complete_in_error_and_flush() {
     assert_eq!(t.net.devs[0].engine.qp_state(QPN_A), Some(QpState::Err));
     let mut t = pair(&QpParams::rc());
     let mut inv = send_wr(1, WrOpcode::LocalInv, SendData::Sges(Vec::new()));
-    inv.rkey = 0x8000_0200;
+    inv.rkey = Key::window(2, 0);
     t.post(inv);
     t.run();
     assert_eq!(
@@ -2005,7 +2033,7 @@ fn failed_bind_and_invalidate_complete_in_error_and_flush() {
     let (mut net, _, _) = ud_pair(gid_v4(1), gid_v4(2));
     let (engine, env) = net.dev(0);
     engine
-        .post_send(env, QPN_A, bind_wr(1, 0x8000_0300, 1))
+        .post_send(env, QPN_A, bind_wr(1, Key::window(3, 0), Key::from_raw(1)))
         .unwrap();
     assert_eq!(one(&env.take_completions()).status, WcStatus::LocQpOpErr);
     let mut t = pair(&QpParams::rc());
@@ -2050,7 +2078,7 @@ fn failed_bind_behind_an_unacked_write_stops_the_send_queue() {
 #[test]
 fn send_with_invalidate_invalidates_at_the_responder() {
     let mut t = pair(&QpParams::rc());
-    let rkey = 0x8000_0405;
+    let rkey = Key::window(4, 5);
     t.net.devs[1].env.invalidatable.push(rkey);
     // Multi-packet (MTU 256): the IETH rides on the last packet only.
     let payload = pattern(4, 600);
@@ -2072,7 +2100,7 @@ fn send_with_invalidate_invalidates_at_the_responder() {
             WcOpcode::Recv,
             600,
             WC_FLAG_WITH_INV,
-            rkey
+            rkey.get()
         )
     );
     assert_eq!(t.net.devs[1].env.bytes(RECV_AREA, 600), &payload[..]);

@@ -16,8 +16,8 @@ use rand::{Rng, SeedableRng};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-const QPN_A: u32 = 0x31;
-const QPN_B: u32 = 0x42;
+const QPN_A: Qpn = Qpn::new(0x31).unwrap();
+const QPN_B: Qpn = Qpn::new(0x42).unwrap();
 const BUF: u64 = MEM_BASE + 0x1000;
 const BUF_LEN: u64 = 0x10_0000;
 const REMOTE: u64 = BUF + 0x8_0000;
@@ -117,9 +117,10 @@ fn drive(devs: &mut [&mut PortDevice], until: impl Fn(&[&mut PortDevice]) -> boo
 
 fn connect_pair(a: &mut PortDevice, b: &mut PortDevice, p: &QpParams) {
     let (ga, gb) = (a.gid, b.gid);
+    let (one, two) = (Psn::new(1).unwrap(), Psn::new(2).unwrap());
     for (dev, qpn, peer, sgid, dgid, sq, rq) in [
-        (&mut *a, QPN_A, QPN_B, ga, gb, 1, 2),
-        (&mut *b, QPN_B, QPN_A, gb, ga, 2, 1),
+        (&mut *a, QPN_A, QPN_B, ga, gb, one, two),
+        (&mut *b, QPN_B, QPN_A, gb, ga, two, one),
     ] {
         dev.engine
             .create_qp(QpConfig {
@@ -626,9 +627,9 @@ fn frames_are_classified_by_mac_vlan_ip_and_udp_port() {
             opcode: 0x04,
             solicited: false,
             pkey: 0xffff,
-            dest_qpn: 1,
+            dest_qpn: Qpn::GSI,
             ack_req: false,
-            psn: 0,
+            psn: Psn::default(),
         }),
         &[0u8; 8],
     );
@@ -676,9 +677,9 @@ fn frames_are_classified_by_mac_vlan_ip_and_udp_port() {
             opcode: 0x04,
             solicited: false,
             pkey: 0xffff,
-            dest_qpn: 1,
+            dest_qpn: Qpn::GSI,
             ack_req: false,
-            psn: 0,
+            psn: Psn::default(),
         }),
         &[1u8; 13],
     );

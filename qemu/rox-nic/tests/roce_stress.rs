@@ -8,8 +8,8 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 const MESSAGES: u64 = 100_000;
-const QPN_A: u32 = 0x101;
-const QPN_B: u32 = 0x202;
+const QPN_A: Qpn = Qpn::new(0x101).unwrap();
+const QPN_B: Qpn = Qpn::new(0x202).unwrap();
 /// Send WRs outstanding at once (each owns a send slot until it completes).
 const SEND_WINDOW: u64 = 32;
 /// Receive WRs kept posted (more than the send window: no RNR in this test).

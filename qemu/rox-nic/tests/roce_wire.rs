@@ -16,7 +16,7 @@ fn ip(v6: bool) -> IpInfo {
         traffic_class: 0x12,
         hop_limit: 33,
         flow_label: 0xabcde,
-        src_port: flow_source_port(0x11),
+        src_port: flow_source_port(Qpn::new(0x11).unwrap()),
     }
 }
 
@@ -26,9 +26,9 @@ fn headers_for(opcode: u8) -> Headers {
         opcode,
         solicited: true,
         pkey: DEFAULT_PKEY,
-        dest_qpn: 0xabcdef,
+        dest_qpn: Qpn::new(0xabcdef).unwrap(),
         ack_req: true,
-        psn: 0x123456,
+        psn: Psn::new(0x123456).unwrap(),
     });
     if info.feth {
         h.feth = Some(Feth {
@@ -39,20 +39,20 @@ fn headers_for(opcode: u8) -> Headers {
     if info.reth {
         h.reth = Some(Reth {
             va: 0x1122_3344_5566_7788,
-            rkey: 0x99aa_bbcc,
+            rkey: Key::from_raw(0x99aa_bbcc),
             dma_len: 4242,
         });
     }
     if info.aeth {
         h.aeth = Some(Aeth {
             syndrome: Syndrome::Nak(NakCode::RemoteAccessError),
-            msn: 0x00fe_dcba,
+            msn: Msn::new(0x00fe_dcba).unwrap(),
         });
     }
     if info.atomic_eth {
         h.atomic_eth = Some(AtomicEth {
             va: 0x1000,
-            rkey: 7,
+            rkey: Key::from_raw(7),
             swap_add: 0xdead,
             compare: 0xbeef,
         });
@@ -64,12 +64,12 @@ fn headers_for(opcode: u8) -> Headers {
         h.imm = Some(0xcafe_f00d);
     }
     if info.ieth {
-        h.ieth = Some(0x1357_9bdf);
+        h.ieth = Some(Key::from_raw(0x1357_9bdf));
     }
     if info.deth {
         h.deth = Some(Deth {
             qkey: 0x8001_0000,
-            src_qpn: 0x000042,
+            src_qpn: Qpn::new(0x000042).unwrap(),
         });
     }
     h
@@ -280,10 +280,12 @@ fn truncated_and_foreign_packets_are_rejected() {
 
 #[test]
 fn psn_arithmetic_wraps_at_24_bits() {
-    assert_eq!(psn_add(0xff_ffff, 1), 0);
-    assert!(psn_cmp(0, 0xff_ffff) > 0);
-    assert!(psn_cmp(0xff_fff0, 5) < 0);
-    assert_eq!(psn_cmp(7, 7), 0);
+    let psn = Psn::from_wire;
+    assert_eq!(psn(0xff_ffff).next(), psn(0));
+    assert!(psn(0).after(psn(0xff_ffff)));
+    assert!(psn(0xff_fff0).before(psn(5)));
+    assert_eq!(psn(7).diff(psn(7)), 0);
+
     assert_eq!(wire::gid_ipv4(&gid_v4(9)), Some([10, 0, 0, 9]));
     assert_eq!(wire::gid_ipv4(&gid_v6(9)), None);
 }

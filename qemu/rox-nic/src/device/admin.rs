@@ -6,14 +6,14 @@ use rox_uapi::regs::*;
 use rox_uapi::verbs::*;
 
 use super::hw::{
-    load_page_list, load_ring, mr_index, mw_index, pages_cover, posted_entries,
-    region_access_valid, region_fits, Cq, FastRegState, Hw, Mr, Mw, Qp, Srq, FIRST_QPN,
-    KEY_INDEX_SHIFT, ODP_PTE_FAILED,
+    load_page_list, load_ring, pages_cover, posted_entries, region_access_valid, region_fits, Cq,
+    FastRegState, Hw, Mr, Mw, Qp, Srq, FIRST_QPN, ODP_PTE_FAILED,
 };
 use super::qp_state::check_modify;
 use crate::dma::{as_bytes, from_bytes, Pod};
 use crate::roce::{AddressVector, Engine, Mtu, QpConfig, QpModify, QpState, QpType};
 use core::mem::size_of;
+use rox_uapi::ids::{Key, Qpn};
 
 /// A command's outcome: its typed result ([`AdminCommand::Result`]) or an `ADMIN_STATUS_*`.
 type AdminResult<T = ()> = Result<T, u8>;
@@ -41,9 +41,9 @@ pub fn execute(hw: &mut Hw, engine: &mut Engine, cmd: &AdminCmd) -> AdminCpl {
         SetGid::OPCODE => run::<SetGid>(payload, |c| set_gid(hw, c)),
         ReadMac::OPCODE => run::<ReadMac>(payload, |_| Ok(MacAddr(hw.mac))),
         RegMr::OPCODE => run::<RegMr>(payload, |c| reg_mr(hw, c)),
-        DeregMr::OPCODE => run::<DeregMr>(payload, |c| dereg_mr(hw, c.handle)),
+        DeregMr::OPCODE => run::<DeregMr>(payload, |c| dereg_mr(hw, c.key)),
         AllocMw::OPCODE => run::<AllocMw>(payload, |c| alloc_mw(hw, c)),
-        DeallocMw::OPCODE => run::<DeallocMw>(payload, |c| dealloc_mw(hw, c.handle)),
+        DeallocMw::OPCODE => run::<DeallocMw>(payload, |c| dealloc_mw(hw, c.key)),
         OdpUpdate::OPCODE => run::<OdpUpdate>(payload, |c| odp_update(hw, c)),
         CreateCq::OPCODE => run::<CreateCq>(payload, |c| create_cq(hw, c)),
         DestroyCq::OPCODE => run::<DestroyCq>(payload, |c| destroy_cq(hw, c.handle)),
@@ -51,7 +51,7 @@ pub fn execute(hw: &mut Hw, engine: &mut Engine, cmd: &AdminCmd) -> AdminCpl {
         CreateQp::OPCODE => run::<CreateQp>(payload, |c| create_qp(hw, engine, c)),
         ModifyQp::OPCODE => run::<ModifyQp>(payload, |c| modify_qp(hw, engine, c)),
         QueryQp::OPCODE => run::<QueryQp>(payload, |c| query_qp(hw, engine, c)),
-        DestroyQp::OPCODE => run::<DestroyQp>(payload, |c| destroy_qp(hw, engine, c.handle)),
+        DestroyQp::OPCODE => run::<DestroyQp>(payload, |c| destroy_qp(hw, engine, c.qpn)),
         AttachMcast::OPCODE => run::<AttachMcast>(payload, |c| attach_mcast(hw, c)),
         DetachMcast::OPCODE => run::<DetachMcast>(payload, |c| detach_mcast(hw, c)),
         CreateSrq::OPCODE => run::<CreateSrq>(payload, |c| create_srq(hw, c)),
@@ -252,7 +252,7 @@ fn reg_mr(hw: &mut Hw, c: &RegMrCmd) -> AdminResult<MrKeys> {
     };
     let key = alloc_key(hw);
     hw.mrs.insert(
-        mr_index(key),
+        key.index(),
         Mr {
             key,
             pd: c.pd,
@@ -284,7 +284,7 @@ fn alloc_fast_reg_mr(hw: &mut Hw, c: &RegMrCmd) -> AdminResult<MrKeys> {
     }
     let key = alloc_key(hw);
     hw.mrs.insert(
-        mr_index(key),
+        key.index(),
         Mr {
             key,
             pd: c.pd,
@@ -352,7 +352,7 @@ fn odp_update(hw: &mut Hw, c: &OdpUpdateCmd) -> AdminResult {
         ODP_OP_FAIL => vec![ODP_PTE_FAILED; c.npages as usize],
         _ => return Err(ADMIN_STATUS_BAD_PARAM),
     };
-    let mr = hw.mrs.get_mut(&mr_index(c.key)).expect("looked up above");
+    let mr = hw.mrs.get_mut(&c.key.index()).expect("looked up above");
     mr.pages[first..end].copy_from_slice(&new);
     Ok(())
 }
@@ -361,12 +361,14 @@ fn odp_update(hw: &mut Hw, c: &OdpUpdateCmd) -> AdminResult {
 /// than making the deregistration fail as rxe does: a dereg at process teardown cannot fail.
 /// An ordinary MR is named by its lkey; a fast-registration region, valid or not, by any key
 /// of its index (the consumer may have changed the variant without the driver knowing).
-fn dereg_mr(hw: &mut Hw, lkey: u32) -> AdminResult {
-    let index = mr_index(lkey);
-    let named = hw
-        .mrs
-        .get(&index)
-        .is_some_and(|mr| mr.key == lkey || mr.fast_reg.is_some());
+fn dereg_mr(hw: &mut Hw, lkey: Key) -> AdminResult {
+    // A window's key names no MR, whatever its index.
+    let index = lkey.index();
+    let named = !lkey.is_window()
+        && hw
+            .mrs
+            .get(&index)
+            .is_some_and(|mr| mr.key == lkey || mr.fast_reg.is_some());
     if !named {
         return Err(ADMIN_STATUS_BAD_HANDLE);
     }
@@ -375,21 +377,20 @@ fn dereg_mr(hw: &mut Hw, lkey: u32) -> AdminResult {
     Ok(())
 }
 
-fn alloc_mw(hw: &mut Hw, c: &AllocMwCmd) -> AdminResult<u32> {
+fn alloc_mw(hw: &mut Hw, c: &AllocMwCmd) -> AdminResult<Key> {
     if !matches!(c.mw_type, MW_TYPE_1 | MW_TYPE_2) {
         return Err(ADMIN_STATUS_BAD_PARAM);
     }
     if hw.mws.len() >= DEV_MAX_MW as usize {
         return Err(ADMIN_STATUS_NO_RESOURCES);
     }
-    const MAX_INDEX: u32 = (MW_KEY_FLAG - 1) >> KEY_INDEX_SHIFT;
     let mws = &hw.mws;
     let index = next_id(&mut hw.next_mw, 1, |i| {
-        i > MAX_INDEX || mws.contains_key(&i)
+        i > Key::MAX_INDEX || mws.contains_key(&i)
     });
     // The first rkey's key part is random too; binds change it (librox increments it for type
     // 1 windows, the binder chooses it for type 2).
-    let rkey = MW_KEY_FLAG | index << KEY_INDEX_SHIFT | random_key_part();
+    let rkey = Key::window(index, random_key_part());
     hw.mws.insert(
         index,
         Mw {
@@ -402,12 +403,12 @@ fn alloc_mw(hw: &mut Hw, c: &AllocMwCmd) -> AdminResult<u32> {
     Ok(rkey)
 }
 
-fn dealloc_mw(hw: &mut Hw, rkey: u32) -> AdminResult {
-    if rkey & MW_KEY_FLAG == 0 {
+fn dealloc_mw(hw: &mut Hw, rkey: Key) -> AdminResult {
+    if !rkey.is_window() {
         return Err(ADMIN_STATUS_BAD_HANDLE);
     }
     hw.mws
-        .remove(&mw_index(rkey))
+        .remove(&rkey.index())
         .map(|_| ())
         .ok_or(ADMIN_STATUS_BAD_HANDLE)
 }
@@ -415,21 +416,24 @@ fn dealloc_mw(hw: &mut Hw, rkey: u32) -> AdminResult {
 /// A fresh MR key: the next free index (counting up, so a freed index is reused last) over a
 /// random key part, as HCAs and rxe make them: a peer holding one rkey cannot guess another
 /// MR's, nor a later registration's at a reused index.
-fn alloc_key(hw: &mut Hw) -> u32 {
-    // MR keys stay below MW_KEY_FLAG (window rkeys have it); index 0 is never used.
-    const MAX_INDEX: u32 = (MW_KEY_FLAG - 1) >> KEY_INDEX_SHIFT;
+fn alloc_key(hw: &mut Hw) -> Key {
+    // Index 0 is never used.
     loop {
         let index = hw.next_mr_index;
-        hw.next_mr_index = if index >= MAX_INDEX { 1 } else { index + 1 };
+        hw.next_mr_index = if index >= Key::MAX_INDEX {
+            1
+        } else {
+            index + 1
+        };
         if !hw.mrs.contains_key(&index) {
-            return index << KEY_INDEX_SHIFT | random_key_part();
+            return Key::region(index, random_key_part());
         }
     }
 }
 
-/// The variable low byte of a new key (`KEY_VARIANT_MASK`), from a generator seeded by the OS.
-fn random_key_part() -> u32 {
-    u32::from(rand::random::<u8>()) & KEY_VARIANT_MASK
+/// The variable low byte of a new key ([`Key::variant`]), from a generator seeded by the OS.
+fn random_key_part() -> u8 {
+    rand::random::<u8>()
 }
 
 /// Take a doorbell slot for a new object and zero it: every object's indices start at 0.
@@ -446,16 +450,29 @@ fn claim_doorbell(hw: &mut Hw, page: u32, slot: u32) -> Result<(), u8> {
     Ok(())
 }
 
+/// The next unused number from `next` on, wrapping to `first` past 24 bits (CQ, SRQ and
+/// window numbers are as wide as QPNs).
 fn next_id(next: &mut u32, first: u32, used: impl Fn(u32) -> bool) -> u32 {
     loop {
         let id = *next;
-        *next = if next.wrapping_add(1) & !QPN_MASK != 0 {
+        *next = if Qpn::new(next.wrapping_add(1)).is_none() {
             first
         } else {
             *next + 1
         };
         if !used(id) {
             return id;
+        }
+    }
+}
+
+/// The next unused QPN from `hw.next_qpn` on, wrapping to [`FIRST_QPN`] past 24 bits.
+fn alloc_qpn(hw: &mut Hw) -> Qpn {
+    loop {
+        let qpn = hw.next_qpn;
+        hw.next_qpn = Qpn::new(qpn.get() + 1).unwrap_or(FIRST_QPN);
+        if !hw.qps.contains_key(&qpn) {
+            return qpn;
         }
     }
 }
@@ -656,12 +673,12 @@ fn qp_type_of(t: u8) -> Option<QpType> {
     }
 }
 
-fn create_qp(hw: &mut Hw, engine: &mut Engine, c: &CreateQpCmd) -> AdminResult<u32> {
+fn create_qp(hw: &mut Hw, engine: &mut Engine, c: &CreateQpCmd) -> AdminResult<Qpn> {
     let qp_type = qp_type_of(c.qp_type).ok_or(ADMIN_STATUS_BAD_PARAM)?;
     if hw.qps.len() >= DEV_MAX_QP as usize {
         return Err(ADMIN_STATUS_NO_RESOURCES);
     }
-    if c.qp_type == QPT_GSI && hw.qps.contains_key(&GSI_QPN) {
+    if c.qp_type == QPT_GSI && hw.qps.contains_key(&Qpn::GSI) {
         return Err(ADMIN_STATUS_NO_RESOURCES);
     }
     if !hw.cqs.contains_key(&c.send_cq) || !hw.cqs.contains_key(&c.recv_cq) {
@@ -693,10 +710,9 @@ fn create_qp(hw: &mut Hw, engine: &mut Engine, c: &CreateQpCmd) -> AdminResult<u
     };
     claim_doorbell(hw, c.db_page, c.db_slot)?;
     let qpn = if c.qp_type == QPT_GSI {
-        GSI_QPN
+        Qpn::GSI
     } else {
-        let qps = &hw.qps;
-        next_id(&mut hw.next_qpn, FIRST_QPN, |id| qps.contains_key(&id))
+        alloc_qpn(hw)
     };
     let cfg = QpConfig {
         qpn,
@@ -752,7 +768,7 @@ fn qp_state_enum(s: u8) -> QpState {
 }
 
 /// The current state: the engine may have moved the QP to ERR by itself.
-pub fn current_state(hw: &Hw, engine: &Engine, qpn: u32) -> u8 {
+pub fn current_state(hw: &Hw, engine: &Engine, qpn: Qpn) -> u8 {
     let mine = hw.qps.get(&qpn).map(|q| q.attr.qp_state).unwrap_or(QPS_ERR);
     match engine.qp_state(qpn) {
         Some(s) if state_of(s) == QPS_ERR => QPS_ERR,
@@ -880,16 +896,18 @@ fn modify_qp(hw: &mut Hw, engine: &mut Engine, c: &ModifyQpCmd) -> AdminResult<u
 }
 
 fn query_qp(hw: &mut Hw, engine: &mut Engine, q: &QueryCmd) -> AdminResult<u32> {
-    let qp = hw.qps.get(&q.index).ok_or(ADMIN_STATUS_BAD_HANDLE)?;
+    // index = QPN: a word wider than 24 bits names no QP.
+    let qpn = Qpn::from_raw(q.index);
+    let qp = hw.qps.get(&qpn).ok_or(ADMIN_STATUS_BAD_HANDLE)?;
     let mut attr = qp.attr;
-    attr.qp_state = current_state(hw, engine, q.index);
+    attr.qp_state = current_state(hw, engine, qpn);
     attr.cur_qp_state = attr.qp_state;
-    attr.sq_draining = u8::from(engine.sq_draining(q.index));
+    attr.sq_draining = u8::from(engine.sq_draining(qpn));
     write_resp(hw, q.resp_addr, as_bytes(&attr))?;
     Ok(attr.qp_state as u32)
 }
 
-fn destroy_qp(hw: &mut Hw, engine: &mut Engine, qpn: u32) -> AdminResult {
+fn destroy_qp(hw: &mut Hw, engine: &mut Engine, qpn: Qpn) -> AdminResult {
     let qp = hw.qps.remove(&qpn).ok_or(ADMIN_STATUS_BAD_HANDLE)?;
     let _ = engine.destroy_qp(qpn);
     hw.doorbells_used.remove(&(qp.db_page, qp.db_slot));
@@ -992,25 +1010,25 @@ mod tests {
     fn mr_keys_have_a_random_key_part_under_a_unique_index() {
         let mut d = TestDriver::new(DeviceConfig::new([0x52, 0x54, 0, 0x12, 0x34, 0x56]));
         let buf = d.ram.alloc(4096, 4096);
-        let keys: Vec<u32> = (0..32)
+        let keys: Vec<Key> = (0..32)
             .map(|_| d.reg_mr(7, buf, 4096, ACCESS_LOCAL_WRITE).expect("reg_mr"))
             .collect();
-        let mut indices: Vec<u32> = keys.iter().map(|k| k >> KEY_INDEX_SHIFT).collect();
+        let words: Vec<u32> = keys.iter().map(|k| k.get()).collect();
+        let mut indices: Vec<u32> = keys.iter().map(|k| k.index()).collect();
         indices.sort_unstable();
         indices.dedup();
-        assert_eq!(indices.len(), keys.len(), "one index per MR: {keys:x?}");
-        assert!(keys
-            .iter()
-            .all(|k| k & MW_KEY_FLAG == 0 && k >> KEY_INDEX_SHIFT != 0));
+        assert_eq!(indices.len(), keys.len(), "one index per MR: {words:x?}");
+        assert!(keys.iter().all(|k| !k.is_window() && k.index() != 0));
         // A counter gives 31 successors in a row; 32 random bytes give about 0.1.
-        let successors = keys.windows(2).filter(|w| w[1] == w[0] + 1).count();
-        assert!(successors <= 3, "sequential keys: {keys:x?}");
+        let successors = words.windows(2).filter(|w| w[1] == w[0] + 1).count();
+        assert!(successors <= 3, "sequential keys: {words:x?}");
         // A deregistered key is gone.
         let old = keys[0];
-        let cmd = HandleCmd {
-            handle: old,
+        let cmd = KeyCmd {
+            key: old,
             reserved: 0,
         };
+
         assert_eq!(
             d.admin(ADMIN_OP_DEREG_MR, payload(&cmd)).status,
             ADMIN_STATUS_SUCCESS

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::Receiver;
 use rox_uapi::admin::*;
+use rox_uapi::ids::{Key, Qpn};
 use rox_uapi::queue::*;
 use rox_uapi::regs::*;
 use rox_uapi::verbs::*;
@@ -64,7 +65,7 @@ pub struct DataPath {
     /// The last look at the port and netdev found frames.
     wire_busy: bool,
     last_wire_poll: Instant,
-    scan_buf: Vec<u32>,
+    scan_buf: Vec<Qpn>,
 }
 
 enum Flow {
@@ -432,15 +433,16 @@ impl DataPath {
 
     /// A QP whose queues cannot be trusted any more: async event, error state (which reports
     /// LAST_WQE for a QP with an SRQ).
-    fn qp_fatal(&mut self, qpn: u32, why: u16) {
+    fn qp_fatal(&mut self, qpn: Qpn, why: u16) {
         if let Some(qp) = self.hw.qps.get_mut(&qpn) {
             qp.broken = true;
         }
-        self.hw.async_event(EQE_TYPE_QP_FATAL, qpn, why as u32);
+        self.hw
+            .async_event(EQE_TYPE_QP_FATAL, qpn.get(), why as u32);
         let _ = self.engine.set_error(&mut self.hw, qpn);
     }
 
-    fn process_sq(&mut self, qpn: u32) -> bool {
+    fn process_sq(&mut self, qpn: Qpn) -> bool {
         let Some(qp) = self.hw.qps.get(&qpn) else {
             return false;
         };
@@ -500,7 +502,7 @@ impl DataPath {
 
     /// Receive WQEs are consumed on demand by the engine; the doorbell only matters to flush
     /// new ones in the error state.
-    fn process_rq(&mut self, qpn: u32) -> bool {
+    fn process_rq(&mut self, qpn: Qpn) -> bool {
         let Some(qp) = self.hw.qps.get(&qpn) else {
             return false;
         };
@@ -719,7 +721,7 @@ pub fn decode_send(
         data,
         imm: u32::from_be(w.imm_data),
         remote_addr: 0,
-        rkey: 0,
+        rkey: Key::default(),
         compare_add: 0,
         swap: 0,
         flush: FlushSpec::default(),

@@ -19,6 +19,7 @@ use crate::roce::{
     self, AccessError, AddressVector, AtomicOp, Completion, DeviceEnv, FastReg, FlushSpec, Gid,
     MwBind, RecvWr,
 };
+use rox_uapi::ids::{Key, Qpn};
 
 /// A ring in guest memory described by a page list.
 #[derive(Clone, Debug)]
@@ -141,7 +142,7 @@ pub fn pages_cover(offset: u64, length: u64, npages: u32, page_shift: u8) -> boo
 pub struct Mr {
     /// Its lkey (= rkey). A fast-registration region's changes with every `WR_REG_MR` (the
     /// consumer picks the variant); the index part never changes.
-    pub key: u32,
+    pub key: Key,
     pub pd: u32,
     pub access: u32,
     pub iova: u64,
@@ -281,21 +282,21 @@ pub struct Mw {
     pub pd: u32,
     /// `MW_TYPE_1` or `MW_TYPE_2`.
     pub mw_type: u8,
-    /// The current rkey (`MW_KEY_FLAG | index << KEY_INDEX_SHIFT | variant`).
-    pub rkey: u32,
+    /// The current rkey (`Key::window(index, variant)`).
+    pub rkey: Key,
     pub binding: Option<MwBinding>,
 }
 
 #[derive(Clone, Copy, Debug)]
 pub struct MwBinding {
     /// The MR (its lkey) the window looks into.
-    pub mr: u32,
+    pub mr: Key,
     pub addr: u64,
     pub length: u64,
     /// `ACCESS_REMOTE_*` the window grants.
     pub access: u32,
     /// Type 2: the only QP that may use (and remotely invalidate) the window.
-    pub qpn: Option<u32>,
+    pub qpn: Option<Qpn>,
 }
 
 #[derive(Debug)]
@@ -339,7 +340,7 @@ pub struct Srq {
 
 #[derive(Debug)]
 pub struct Qp {
-    pub qpn: u32,
+    pub qpn: Qpn,
     pub qp_type: u8,
     pub pd: u32,
     pub send_cq: u32,
@@ -372,14 +373,14 @@ pub struct Hw {
     pub epoch: Instant,
     pub mac: [u8; 6],
     pub gids: [Option<Gid>; GID_TABLE_LEN as usize],
-    /// MRs by key index (`key >> KEY_INDEX_SHIFT`): an index names one MR whatever the
-    /// variant part of its key; lookups compare the whole key ([`Hw::mr`]).
+    /// MRs by key index ([`Key::index`]): an index names one MR whatever the variant part
+    /// of its key; lookups compare the whole key ([`Hw::mr`]).
     pub mrs: HashMap<u32, Mr>,
-    /// Memory windows by index (`rkey & !MW_KEY_FLAG) >> KEY_INDEX_SHIFT`).
+    /// Memory windows by rkey index ([`Key::index`]).
     pub mws: HashMap<u32, Mw>,
     pub next_mw: u32,
     pub cqs: HashMap<u32, Cq>,
-    pub qps: HashMap<u32, Qp>,
+    pub qps: HashMap<Qpn, Qp>,
     pub srqs: HashMap<u32, Srq>,
     pub eqs: Vec<Option<Eq>>,
     /// (page, slot) -> in use.
@@ -390,10 +391,10 @@ pub struct Hw {
     pub outbound: Vec<([u8; 6], Vec<u8>)>,
     /// Async events (type, QPN) the engine caused during the current admin command or pass,
     /// posted after it by [`Hw::post_deferred_events`].
-    pub deferred_events: Vec<(u8, u32)>,
+    pub deferred_events: Vec<(u8, Qpn)>,
     /// QPs whose receive queue turned out unusable while the engine was taking a WQE from it
     /// (`VENDOR_ERR_*` why): the data path makes them fatal once the engine call returned.
-    pub fatal_qps: Vec<(u32, u16)>,
+    pub fatal_qps: Vec<(Qpn, u16)>,
     /// `PORT_ACTIVE` or `PORT_DOWN`, as the driver last reported its netdev's link.
     pub port_state: u8,
     /// Packets received and dropped while the port was down.
@@ -402,29 +403,17 @@ pub struct Hw {
     /// never reach the wire either way).
     pub has_port: bool,
     /// Multicast groups: group GID -> attached QPNs, in attach order.
-    pub mcast: HashMap<Gid, Vec<u32>>,
+    pub mcast: HashMap<Gid, Vec<Qpn>>,
     pub stats: Stats,
     /// Next MR key index to try (`alloc_key` in admin.rs).
     pub next_mr_index: u32,
     pub next_cq: u32,
-    pub next_qpn: u32,
+    pub next_qpn: Qpn,
     pub next_srq: u32,
 }
 
 /// The first QPN handed to ordinary QPs (0 and 1 are SMI/GSI).
-pub const FIRST_QPN: u32 = 2;
-/// lkey = (MR index << KEY_INDEX_SHIFT) | a random key part (`KEY_VARIANT_MASK`).
-pub use rox_uapi::admin::KEY_INDEX_SHIFT;
-
-/// The window index an MW rkey names.
-pub fn mw_index(rkey: u32) -> u32 {
-    (rkey & !MW_KEY_FLAG) >> KEY_INDEX_SHIFT
-}
-
-/// The MR index an MR key names (the key of `Hw::mrs`).
-pub fn mr_index(key: u32) -> u32 {
-    key >> KEY_INDEX_SHIFT
-}
+pub const FIRST_QPN: Qpn = Qpn::new(2).unwrap();
 
 /// What an invalidation (LOCAL_INV, SEND with invalidate) names.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -602,7 +591,7 @@ impl Hw {
                     .get(&qpn)
                     .is_some_and(|qp| qp.attr.en_sqd_async_notify != 0);
             if wanted {
-                self.async_event(event_type, qpn, 0);
+                self.async_event(event_type, qpn.get(), 0);
             }
         }
     }
@@ -665,19 +654,16 @@ impl Hw {
     fn remote_mr(
         &self,
         pd: u32,
-        qpn: u32,
-        key: u32,
+        qpn: Qpn,
+        key: Key,
         need: u32,
         va: u64,
         len: u64,
     ) -> Result<&Mr, AccessError> {
-        if key & MW_KEY_FLAG == 0 {
+        if !key.is_window() {
             return self.mr_for(pd, key, need);
         }
-        let mw = self
-            .mws
-            .get(&mw_index(key))
-            .ok_or(AccessError::InvalidKey)?;
+        let mw = self.mws.get(&key.index()).ok_or(AccessError::InvalidKey)?;
         if mw.rkey != key {
             return Err(AccessError::InvalidKey);
         }
@@ -703,8 +689,8 @@ impl Hw {
     fn remote_read(
         &self,
         pd: u32,
-        qpn: u32,
-        key: u32,
+        qpn: Qpn,
+        key: Key,
         va: u64,
         buf: &mut [u8],
     ) -> Result<(), AccessError> {
@@ -715,8 +701,8 @@ impl Hw {
     fn remote_write(
         &self,
         pd: u32,
-        qpn: u32,
-        key: u32,
+        qpn: Qpn,
+        key: Key,
         va: u64,
         data: &[u8],
     ) -> Result<(), AccessError> {
@@ -725,10 +711,10 @@ impl Hw {
     }
 
     /// Binds a memory window (BIND_MW work request of QP `qpn` in `pd`).
-    pub fn do_bind_mw(&mut self, pd: u32, qpn: u32, bind: &MwBind) -> Result<(), AccessError> {
-        let index = mw_index(bind.new_rkey);
+    pub fn do_bind_mw(&mut self, pd: u32, qpn: Qpn, bind: &MwBind) -> Result<(), AccessError> {
+        let index = bind.new_rkey.index();
         let mw = self.mws.get(&index).ok_or(AccessError::InvalidKey)?;
-        if bind.new_rkey & MW_KEY_FLAG == 0 {
+        if !bind.new_rkey.is_window() {
             return Err(AccessError::InvalidKey);
         }
         if mw.pd != pd {
@@ -778,11 +764,11 @@ impl Hw {
     fn invalidation_target(
         &self,
         pd: u32,
-        qpn: u32,
-        rkey: u32,
+        qpn: Qpn,
+        rkey: Key,
         remote: bool,
     ) -> Result<InvalidationTarget, AccessError> {
-        if rkey & MW_KEY_FLAG == 0 {
+        if !rkey.is_window() {
             let mr = self.mr(rkey)?;
             if mr.fast_reg.is_none() {
                 // Ordinary regions are only ever deregistered.
@@ -791,9 +777,9 @@ impl Hw {
             if mr.pd != pd {
                 return Err(AccessError::PdMismatch);
             }
-            return Ok(InvalidationTarget::Region(mr_index(rkey)));
+            return Ok(InvalidationTarget::Region(rkey.index()));
         }
-        let index = mw_index(rkey);
+        let index = rkey.index();
         let mw = self.mws.get(&index).ok_or(AccessError::InvalidKey)?;
         if mw.rkey != rkey || mw.mw_type != MW_TYPE_2 {
             return Err(AccessError::InvalidKey);
@@ -814,8 +800,8 @@ impl Hw {
     pub fn do_invalidate(
         &mut self,
         pd: u32,
-        qpn: u32,
-        rkey: u32,
+        qpn: Qpn,
+        rkey: Key,
         remote: bool,
     ) -> Result<(), AccessError> {
         match self.invalidation_target(pd, qpn, rkey, remote)? {
@@ -843,7 +829,7 @@ impl Hw {
     /// a fast-registration region, invalidated): their rkeys then reach nothing.
     pub fn unbind_windows_into(&mut self, index: u32) {
         for mw in self.mws.values_mut() {
-            if mw.binding.is_some_and(|b| mr_index(b.mr) == index) {
+            if mw.binding.is_some_and(|b| b.mr.index() == index) {
                 mw.binding = None;
             }
         }
@@ -855,13 +841,13 @@ impl Hw {
     pub fn do_fast_register(
         &mut self,
         pd: u32,
-        _qpn: u32,
+        _qpn: Qpn,
         reg: &FastReg,
     ) -> Result<(), AccessError> {
-        if reg.key & MW_KEY_FLAG != 0 {
+        if reg.key.is_window() {
             return Err(AccessError::InvalidKey);
         }
-        let index = mr_index(reg.key);
+        let index = reg.key.index();
         let mr = self.mrs.get(&index).ok_or(AccessError::InvalidKey)?;
         let Some(state) = mr.fast_reg else {
             return Err(AccessError::InvalidKey);
@@ -916,14 +902,14 @@ impl Hw {
 
     /// The MR `key` names: it exists, the whole key matches (variant included) and, for a
     /// fast-registration region, pages are bound. Every access through an MR key starts here.
-    pub fn mr(&self, key: u32) -> Result<&Mr, AccessError> {
+    pub fn mr(&self, key: Key) -> Result<&Mr, AccessError> {
         self.mrs
-            .get(&mr_index(key))
+            .get(&key.index())
             .filter(|mr| mr.key == key && mr.fast_reg.is_none_or(|f| f.valid))
             .ok_or(AccessError::InvalidKey)
     }
 
-    fn mr_for(&self, pd: u32, key: u32, need: u32) -> Result<&Mr, AccessError> {
+    fn mr_for(&self, pd: u32, key: Key, need: u32) -> Result<&Mr, AccessError> {
         let mr = self.mr(key)?;
         if mr.pd != pd {
             return Err(AccessError::PdMismatch);
@@ -937,7 +923,7 @@ impl Hw {
     fn mr_read(
         &self,
         pd: u32,
-        key: u32,
+        key: Key,
         need: u32,
         va: u64,
         buf: &mut [u8],
@@ -961,7 +947,7 @@ impl Hw {
     fn mr_write(
         &self,
         pd: u32,
-        key: u32,
+        key: Key,
         need: u32,
         va: u64,
         data: &[u8],
@@ -1014,7 +1000,7 @@ impl Hw {
                 };
                 let pages = self
                     .mrs
-                    .get_mut(&mr_index(key))
+                    .get_mut(&key.index())
                     .filter(|mr| mr.key == key)
                     .map(|mr| &mut mr.pages[..]);
                 if let Some(pages) = pages.filter(|p| (page as usize) < p.len()) {
@@ -1035,7 +1021,8 @@ impl Hw {
                             EQ_ADMIN_ASYNC,
                             Eqe {
                                 event_type: EQE_TYPE_PAGE_FAULT,
-                                handle: key,
+                                handle: key.get(),
+
                                 aux,
                                 count: [c[0], c[1], c[2]],
                                 ..Default::default()
@@ -1048,7 +1035,7 @@ impl Hw {
             Err(AccessError::PageFailed { key, page }) => {
                 if let Some(entry) = self
                     .mrs
-                    .get_mut(&mr_index(key))
+                    .get_mut(&key.index())
                     .filter(|mr| mr.key == key)
                     .and_then(|mr| mr.pages.get_mut(page as usize))
                 {
@@ -1121,7 +1108,7 @@ impl Hw {
         wr
     }
 
-    fn pop_rq(&mut self, qpn: u32) -> Option<RecvWr> {
+    fn pop_rq(&mut self, qpn: Qpn) -> Option<RecvWr> {
         let qp = self.qps.get_mut(&qpn)?;
         if qp.broken {
             return None;
@@ -1157,7 +1144,7 @@ impl DeviceEnv for Hw {
         self.epoch.elapsed().as_nanos() as u64
     }
 
-    fn multicast_members(&self, group: &Gid) -> Vec<u32> {
+    fn multicast_members(&self, group: &Gid) -> Vec<Qpn> {
         self.mcast.get(group).cloned().unwrap_or_default()
     }
 
@@ -1168,7 +1155,7 @@ impl DeviceEnv for Hw {
     fn read_local(
         &mut self,
         pd: u32,
-        lkey: u32,
+        lkey: Key,
         addr: u64,
         buf: &mut [u8],
     ) -> Result<(), AccessError> {
@@ -1179,7 +1166,7 @@ impl DeviceEnv for Hw {
     fn write_local(
         &mut self,
         pd: u32,
-        lkey: u32,
+        lkey: Key,
         addr: u64,
         data: &[u8],
     ) -> Result<(), AccessError> {
@@ -1190,8 +1177,8 @@ impl DeviceEnv for Hw {
     fn read_remote(
         &mut self,
         pd: u32,
-        qpn: u32,
-        rkey: u32,
+        qpn: Qpn,
+        rkey: Key,
         va: u64,
         buf: &mut [u8],
     ) -> Result<(), AccessError> {
@@ -1202,8 +1189,8 @@ impl DeviceEnv for Hw {
     fn write_remote(
         &mut self,
         pd: u32,
-        qpn: u32,
-        rkey: u32,
+        qpn: Qpn,
+        rkey: Key,
         va: u64,
         data: &[u8],
     ) -> Result<(), AccessError> {
@@ -1214,8 +1201,8 @@ impl DeviceEnv for Hw {
     fn check_remote_read(
         &mut self,
         pd: u32,
-        qpn: u32,
-        rkey: u32,
+        qpn: Qpn,
+        rkey: Key,
         va: u64,
         len: u64,
     ) -> Result<(), AccessError> {
@@ -1235,8 +1222,8 @@ impl DeviceEnv for Hw {
     fn check_remote_write(
         &mut self,
         pd: u32,
-        qpn: u32,
-        rkey: u32,
+        qpn: Qpn,
+        rkey: Key,
         va: u64,
         len: u64,
     ) -> Result<(), AccessError> {
@@ -1248,19 +1235,19 @@ impl DeviceEnv for Hw {
         }
     }
 
-    fn bind_mw(&mut self, pd: u32, qpn: u32, bind: &MwBind) -> Result<(), AccessError> {
+    fn bind_mw(&mut self, pd: u32, qpn: Qpn, bind: &MwBind) -> Result<(), AccessError> {
         self.do_bind_mw(pd, qpn, bind)
     }
 
-    fn fast_register(&mut self, pd: u32, qpn: u32, reg: &FastReg) -> Result<(), AccessError> {
+    fn fast_register(&mut self, pd: u32, qpn: Qpn, reg: &FastReg) -> Result<(), AccessError> {
         self.do_fast_register(pd, qpn, reg)
     }
 
     fn invalidate(
         &mut self,
         pd: u32,
-        qpn: u32,
-        rkey: u32,
+        qpn: Qpn,
+        rkey: Key,
         remote: bool,
     ) -> Result<(), AccessError> {
         self.do_invalidate(pd, qpn, rkey, remote)
@@ -1269,8 +1256,8 @@ impl DeviceEnv for Hw {
     fn check_invalidate(
         &mut self,
         pd: u32,
-        qpn: u32,
-        rkey: u32,
+        qpn: Qpn,
+        rkey: Key,
         remote: bool,
     ) -> Result<(), AccessError> {
         self.invalidation_target(pd, qpn, rkey, remote).map(|_| ())
@@ -1279,8 +1266,8 @@ impl DeviceEnv for Hw {
     fn atomic_remote(
         &mut self,
         pd: u32,
-        qpn: u32,
-        rkey: u32,
+        qpn: Qpn,
+        rkey: Key,
         va: u64,
         op: AtomicOp,
     ) -> Result<u64, AccessError> {
@@ -1325,14 +1312,14 @@ impl DeviceEnv for Hw {
     fn flush_remote(
         &mut self,
         pd: u32,
-        _qpn: u32,
-        rkey: u32,
+        _qpn: Qpn,
+        rkey: Key,
         va: u64,
         flush: FlushSpec,
     ) -> Result<(), AccessError> {
         let (len, whole_mr) = (flush.length, flush.level == FLUSH_LEVEL_MR);
         let need = flush.required_access();
-        if rkey & MW_KEY_FLAG != 0 {
+        if rkey.is_window() {
             // Windows grant no FLUSH access.
             return Err(AccessError::AccessDenied);
         }
@@ -1349,7 +1336,7 @@ impl DeviceEnv for Hw {
         Ok(())
     }
 
-    fn pop_recv(&mut self, qpn: u32) -> Option<RecvWr> {
+    fn pop_recv(&mut self, qpn: Qpn) -> Option<RecvWr> {
         let srq = self.qps.get(&qpn)?.srq;
         if srq != SRQ_NONE {
             self.pop_srq(srq)
@@ -1384,13 +1371,13 @@ impl DeviceEnv for Hw {
         self.write_cqe(cq, cqe, c.solicited);
     }
 
-    fn sq_drained(&mut self, qpn: u32) {
+    fn sq_drained(&mut self, qpn: Qpn) {
         // A modify to SQD with nothing in flight drains at once: deferred so the driver sees
         // its modify complete before the event.
         self.deferred_events.push((EQE_TYPE_SQ_DRAINED, qpn));
     }
 
-    fn qp_entered_error(&mut self, qpn: u32) {
+    fn qp_entered_error(&mut self, qpn: Qpn) {
         // No more receive WQEs of this QP will be taken from its SRQ (IBA 11.6.3.2).
         if self.qps.get(&qpn).is_some_and(|qp| qp.srq != SRQ_NONE) {
             self.deferred_events.push((EQE_TYPE_QP_LAST_WQE, qpn));

@@ -181,13 +181,13 @@ pub fn check_modify(
     if mask & QP_RNR_RETRY != 0 && attr.rnr_retry > MAX_RETRY {
         return Err(ModifyError::BadParam);
     }
-    if mask & QP_SQ_PSN != 0 && attr.sq_psn & !PSN_MASK != 0 {
+    if mask & QP_SQ_PSN != 0 && !attr.sq_psn.is_valid() {
         return Err(ModifyError::BadParam);
     }
-    if mask & QP_RQ_PSN != 0 && attr.rq_psn & !PSN_MASK != 0 {
+    if mask & QP_RQ_PSN != 0 && !attr.rq_psn.is_valid() {
         return Err(ModifyError::BadParam);
     }
-    if mask & QP_DEST_QPN != 0 && attr.dest_qp_num & !QPN_MASK != 0 {
+    if mask & QP_DEST_QPN != 0 && !attr.dest_qp_num.is_valid() {
         return Err(ModifyError::BadParam);
     }
     if mask & QP_ACCESS_FLAGS != 0 && attr.qp_access_flags & !ACCESS_QP_SUPPORTED != 0 {
@@ -354,6 +354,8 @@ mod tests {
 
     #[test]
     fn value_ranges() {
+        use rox_uapi::ids::Psn;
+
         let gids = [true, false];
         let mut a = attr(QPS_RTR);
         let rtr = QP_STATE | QP_AV | QP_PATH_MTU | QP_DEST_QPN | QP_RQ_PSN;
@@ -363,12 +365,12 @@ mod tests {
             Err(ModifyError::BadParam)
         );
         a.path_mtu = MTU_4096;
-        a.rq_psn = 1 << 24;
+        a.rq_psn = Psn::from_raw(1 << 24);
         assert_eq!(
             check_modify(QPT_UC, QPS_INIT, rtr, &a, DEV_MAX_RD_ATOMIC, &gids),
             Err(ModifyError::BadParam)
         );
-        a.rq_psn = 0;
+        a.rq_psn = Psn::default();
         a.ah.sgid_index = 1;
         assert_eq!(
             check_modify(QPT_UC, QPS_INIT, rtr, &a, DEV_MAX_RD_ATOMIC, &gids),

@@ -10,11 +10,10 @@
 use std::collections::{HashMap, VecDeque};
 
 use super::wire::{
-    self, opcode as op, psn_add, psn_cmp, Aeth, AtomicEth, Bth, Deth, Feth, Headers, IpInfo,
-    NakCode, ParseError, Parsed, Reth, Syndrome, DEFAULT_PKEY, GRH_LEN, IPV4_HEADER_LEN, PSN_MASK,
+    self, opcode as op, Aeth, AtomicEth, Bth, Deth, Feth, Headers, IpInfo, NakCode, ParseError,
+    Parsed, Reth, Syndrome, DEFAULT_PKEY, GRH_LEN, IPV4_HEADER_LEN,
 };
 use super::*;
-use rox_uapi::admin::MULTICAST_QPN;
 use rox_uapi::queue::{CQE_NETWORK_HDR_IPV4, CQE_NETWORK_HDR_IPV6};
 
 /// Most PSNs a requester keeps in flight (unacknowledged) per QP; bounds retransmission bursts
@@ -89,10 +88,10 @@ pub struct EngineStats {
 pub enum RxDrop {
     #[error("bad packet: {0}")]
     Parse(#[from] ParseError),
-    #[error("no QP {0:#x} able to take this packet")]
-    NoQp(u32),
-    #[error("packet for connected QP {0:#x} from an address other than its peer")]
-    WrongSource(u32),
+    #[error("no QP {:#x} able to take this packet", .0.get())]
+    NoQp(Qpn),
+    #[error("packet for connected QP {:#x} from an address other than its peer", .0.get())]
+    WrongSource(Qpn),
     #[error("partition key {0:#06x} not ours")]
     BadPkey(u16),
 }
@@ -135,7 +134,7 @@ struct Wqe {
     len: u64,
     /// PSNs were assigned (the first packet was sent).
     started: bool,
-    first_psn: u32,
+    first_psn: Psn,
     /// PSNs the message consumes (packets of a SEND/WRITE, response packets of a READ, 1 for atomics).
     npsn: u32,
     /// SEND/WRITE: every packet acknowledged (UC/UD: every packet sent).
@@ -157,7 +156,7 @@ impl Wqe {
             kind,
             len,
             started: false,
-            first_psn: 0,
+            first_psn: Psn::default(),
             npsn,
             acked: false,
             read_pkts_done: 0,
@@ -185,22 +184,22 @@ impl Wqe {
     }
 
     /// The last PSN of the WQE (a local operation has none: the PSN before its first).
-    fn last_psn(&self) -> u32 {
-        psn_add(self.first_psn, self.npsn.wrapping_sub(1))
+    fn last_psn(&self) -> Psn {
+        self.first_psn.add(self.npsn).prev()
     }
 
-    fn contains(&self, psn: u32) -> bool {
-        self.started && psn_cmp(psn, self.first_psn) >= 0 && psn_cmp(psn, self.last_psn()) <= 0
+    fn contains(&self, psn: Psn) -> bool {
+        self.started && psn.within(self.first_psn, self.last_psn())
     }
 
     /// The oldest PSN of this WQE not yet known to have arrived.
-    fn resume_psn(&self, acked_psn: u32) -> u32 {
+    fn resume_psn(&self, acked_psn: Psn) -> Psn {
         match self.kind {
-            WqeKind::Read => psn_add(self.first_psn, self.read_pkts_done),
+            WqeKind::Read => self.first_psn.add(self.read_pkts_done),
             WqeKind::Atomic | WqeKind::Flush | WqeKind::AtomicWrite => self.first_psn,
             WqeKind::Send | WqeKind::Write | WqeKind::Local => {
                 if self.contains(acked_psn) {
-                    psn_add(acked_psn, 1)
+                    acked_psn.next()
                 } else {
                     self.first_psn
                 }
@@ -213,9 +212,9 @@ impl Wqe {
 struct Requester {
     sq: VecDeque<Wqe>,
     /// PSN of the next never-sent packet.
-    next_psn: u32,
+    next_psn: Psn,
     /// Highest PSN acknowledged by an ACK (or implied by a response).
-    acked_psn: u32,
+    acked_psn: Psn,
     /// Index in `sq` of the WQE to (re)transmit next, and its next packet.
     cursor: usize,
     cursor_pkt: u32,
@@ -226,7 +225,7 @@ struct Requester {
     /// Waiting out an RNR NAK until then.
     rnr_until: Option<u64>,
     /// A READ was re-requested from this PSN after an out-of-order response.
-    read_gap_psn: Option<u32>,
+    read_gap_psn: Option<Psn>,
     /// The wait of the last page-fault stall (0: the last attempt made progress).
     fault_wait_ns: u64,
     pkts_since_ack_req: u32,
@@ -282,7 +281,7 @@ enum InMessage {
     },
     Write {
         va: u64,
-        rkey: u32,
+        rkey: Key,
         remaining: u64,
         total: u32,
     },
@@ -292,25 +291,25 @@ enum InMessage {
 #[derive(Clone, Copy, Debug)]
 enum RdAtomic {
     Read {
-        first_psn: u32,
-        last_psn: u32,
+        first_psn: Psn,
+        last_psn: Psn,
     },
     Atomic {
-        psn: u32,
+        psn: Psn,
         original: u64,
     },
     /// FLUSH / ATOMIC WRITE: executed; a duplicate is only answered again.
     Executed {
-        psn: u32,
+        psn: Psn,
     },
 }
 
 #[derive(Debug, Default)]
 struct Responder {
     /// Expected PSN.
-    epsn: u32,
+    epsn: Psn,
     /// Message sequence number: messages completed.
-    msn: u32,
+    msn: Msn,
     cur: Option<InMessage>,
     /// UC: a receive WR taken for a message that was then dropped; used for the next one.
     spare_recv: Option<RecvWr>,
@@ -329,7 +328,7 @@ struct Qp {
     cfg: QpConfig,
     state: QpState,
     mtu: Mtu,
-    dest_qpn: u32,
+    dest_qpn: Qpn,
     timeout: u8,
     retry_cnt: u8,
     rnr_retry: u8,
@@ -346,7 +345,8 @@ struct Qp {
 /// Transport engine of one device: the QP table of transport contexts and their state machines.
 #[derive(Debug)]
 pub struct Engine {
-    qps: HashMap<u32, Qp>,
+    qps: HashMap<Qpn, Qp>,
+
     stats: EngineStats,
     /// MTU of UD (and GSI) QPs, which no modify_qp sets: the largest the port carries.
     ud_mtu: Mtu,
@@ -567,7 +567,10 @@ impl Qp {
         payload: &[u8],
     ) {
         let Some(av) = self.av else {
-            log::warn!("QP {:#x}: no address vector; packet dropped", self.cfg.qpn);
+            log::warn!(
+                "QP {:#x}: no address vector; packet dropped",
+                self.cfg.qpn.get()
+            );
             return;
         };
         let packet = wire::build_packet(&self.ip_info(&av), hdr, payload);
@@ -575,7 +578,7 @@ impl Qp {
         env.transmit(&av, packet);
     }
 
-    fn bth(&self, opcode: u8, psn: u32) -> Bth {
+    fn bth(&self, opcode: u8, psn: Psn) -> Bth {
         Bth {
             opcode,
             solicited: false,
@@ -590,7 +593,7 @@ impl Qp {
         &self,
         env: &mut dyn DeviceEnv,
         stats: &mut EngineStats,
-        psn: u32,
+        psn: Psn,
         syndrome: Syndrome,
     ) {
         let mut hdr = Headers::new(self.bth(op::RC_ACKNOWLEDGE, psn));
@@ -816,13 +819,13 @@ impl Qp {
                 }
             }
             let psn = if wqe.started {
-                psn_add(wqe.first_psn, self.req.cursor_pkt)
+                wqe.first_psn.add(self.req.cursor_pkt)
             } else {
                 self.req.next_psn
             };
             if self.cfg.qp_type == QpType::Rc {
                 let una = self.una();
-                if psn_cmp(psn, psn_add(una, self.req.window)) >= 0 {
+                if psn.diff(una.add(self.req.window)) >= 0 {
                     break;
                 }
             }
@@ -831,7 +834,7 @@ impl Qp {
             if fresh {
                 wqe.started = true;
                 wqe.first_psn = self.req.next_psn;
-                self.req.next_psn = psn_add(self.req.next_psn, wqe.npsn);
+                self.req.next_psn = self.req.next_psn.add(wqe.npsn);
             }
             match self.send_packet(env, stats, cursor) {
                 Ok(()) => {
@@ -901,7 +904,7 @@ impl Qp {
         let class = self.class();
         let pkt = self.req.cursor_pkt;
         let wqe = &self.req.sq[index];
-        let psn = psn_add(wqe.first_psn, pkt);
+        let psn = wqe.first_psn.add(pkt);
         let mut bth = self.bth(0, psn);
         if wqe.kind == WqeKind::Read {
             // One request covers the rest of the READ (a retransmission resumes mid-way).
@@ -1060,7 +1063,7 @@ impl Qp {
     }
 
     /// Oldest PSN not known to have arrived (the go-back-N point).
-    fn una(&self) -> u32 {
+    fn una(&self) -> Psn {
         self.req
             .sq
             .iter()
@@ -1072,7 +1075,7 @@ impl Qp {
 
     /// A response (PSN `psn`) could not be placed because a local page is absent: drop it,
     /// go back to its request and send that again once the page-fault wait is over.
-    fn stall_response_for_fault(&mut self, stats: &mut EngineStats, psn: u32, now: u64) {
+    fn stall_response_for_fault(&mut self, stats: &mut EngineStats, psn: Psn, now: u64) {
         stats.page_fault_stalls += 1;
         self.rewind_to(psn);
         self.req.timer_deadline = None;
@@ -1080,31 +1083,32 @@ impl Qp {
     }
 
     /// Points the cursor at PSN `psn` (go-back-N).
-    fn rewind_to(&mut self, psn: u32) {
+    fn rewind_to(&mut self, psn: Psn) {
         let Some(index) = self.req.sq.iter().position(|w| w.contains(psn)) else {
             return;
         };
         let wqe = &self.req.sq[index];
         self.req.cursor = index;
-        self.req.cursor_pkt = psn.wrapping_sub(wqe.first_psn) & PSN_MASK;
+        self.req.cursor_pkt = psn.distance_from(wqe.first_psn);
+
         self.req.pkts_since_ack_req = 0;
     }
 
     /// Marks SEND/WRITE WQEs whose every PSN is at or before `psn` as acknowledged.
     /// Returns true if the oldest outstanding PSN moved (progress).
-    fn ack_through(&mut self, psn: u32, now: u64) -> bool {
+    fn ack_through(&mut self, psn: Psn, now: u64) -> bool {
         let before = self.una();
-        if psn_cmp(psn, before) < 0 && psn_cmp(psn, self.req.acked_psn) <= 0 {
+        if psn.before(before) && psn.diff(self.req.acked_psn) <= 0 {
             return false;
         }
-        if psn_cmp(psn, self.req.acked_psn) > 0 {
+        if psn.after(self.req.acked_psn) {
             self.req.acked_psn = psn;
         }
         for wqe in self.req.sq.iter_mut().take_while(|w| w.started) {
-            if psn_cmp(wqe.first_psn, psn) > 0 {
+            if wqe.first_psn.after(psn) {
                 break;
             }
-            if psn_cmp(wqe.last_psn(), psn) <= 0 {
+            if wqe.last_psn().diff(psn) <= 0 {
                 match wqe.kind {
                     WqeKind::Send | WqeKind::Write => wqe.acked = true,
                     // The responder executes in PSN order: an ACK beyond a FLUSH / ATOMIC
@@ -1181,8 +1185,8 @@ impl Qp {
 
     /// An RNR or sequence NAK for `psn` acknowledges every PSN before it; it asks for a
     /// rewind only if `psn` is then the oldest outstanding PSN (otherwise it is stale).
-    fn accept_nak(&mut self, psn: u32, now: u64, stats: &mut EngineStats) -> bool {
-        self.ack_through(psn_add(psn, PSN_MASK), now);
+    fn accept_nak(&mut self, psn: Psn, now: u64, stats: &mut EngineStats) -> bool {
+        self.ack_through(psn.prev(), now);
         if psn == self.una() {
             true
         } else {
@@ -1192,7 +1196,7 @@ impl Qp {
     }
 
     /// Fails the WQE holding `psn` with `status` (NAKs).
-    fn fail_psn(&mut self, psn: u32, status: WcStatus) {
+    fn fail_psn(&mut self, psn: Psn, status: WcStatus) {
         let index = self
             .req
             .sq
@@ -1221,7 +1225,7 @@ impl Qp {
         let psn = p.hdr.bth.psn;
         let now = env.now_ns();
         // A response for a PSN never sent is bogus.
-        if psn_cmp(psn, self.req.next_psn) >= 0 {
+        if psn.diff(self.req.next_psn) >= 0 {
             stats.rx_stale_responses += 1;
             return;
         }
@@ -1268,7 +1272,7 @@ impl Qp {
                         self.restart_timer(now);
                     }
                     Syndrome::Nak(code) => {
-                        self.ack_through(psn_add(psn, PSN_MASK), now);
+                        self.ack_through(psn.prev(), now);
                         let status = match code {
                             NakCode::RemoteAccessError => WcStatus::RemAccessErr,
                             NakCode::RemoteOperationalError => WcStatus::RemOpErr,
@@ -1287,7 +1291,7 @@ impl Qp {
                     stats.rx_stale_responses += 1;
                     return;
                 }
-                self.ack_through(psn_add(psn, PSN_MASK), now);
+                self.ack_through(psn.prev(), now);
                 let original = p.hdr.atomic_ack.expect("parsed AtomicAckETH");
                 let wqe = &self.req.sq[index];
                 let SendData::Sges(sges) = &wqe.wr.data else {
@@ -1337,10 +1341,10 @@ impl Qp {
                     self.transmit(env, stats);
                     return;
                 }
-                let next = psn_add(wqe.first_psn, wqe.read_pkts_done);
+                let next = wqe.first_psn.add(wqe.read_pkts_done);
                 if wqe.kind != WqeKind::Read || psn != next {
                     stats.rx_stale_responses += 1;
-                    let gap = wqe.kind == WqeKind::Read && psn_cmp(psn, next) > 0;
+                    let gap = wqe.kind == WqeKind::Read && psn.after(next);
                     if gap && self.req.read_gap_psn != Some(next) {
                         // A response was lost (responses arrive in order): ask again from the
                         // gap now rather than at the ACK timeout; once per gap.
@@ -1351,7 +1355,7 @@ impl Qp {
                     }
                     return;
                 }
-                self.ack_through(psn_add(psn, PSN_MASK), now);
+                self.ack_through(psn.prev(), now);
                 let mtu = u64::from(self.mtu.bytes());
                 let wqe = &self.req.sq[index];
                 let offset = u64::from(wqe.read_pkts_done) * mtu;
@@ -1417,7 +1421,7 @@ impl Qp {
 
     // ---------------------------------------------------------------- responder
 
-    fn nak(&mut self, env: &mut dyn DeviceEnv, stats: &mut EngineStats, psn: u32, code: NakCode) {
+    fn nak(&mut self, env: &mut dyn DeviceEnv, stats: &mut EngineStats, psn: Psn, code: NakCode) {
         // One NAK per expected PSN: the rest of the requester's window is dropped silently.
         self.resp.nak_sent = true;
         self.send_ack(env, stats, psn, Syndrome::Nak(code));
@@ -1429,7 +1433,7 @@ impl Qp {
         &mut self,
         env: &mut dyn DeviceEnv,
         stats: &mut EngineStats,
-        psn: u32,
+        psn: Psn,
         code: NakCode,
         recv: Option<(u64, WcStatus)>,
     ) {
@@ -1452,7 +1456,7 @@ impl Qp {
     /// A request hit a page of an on-demand region that is not present: the device asked the
     /// driver for it; RC answers RNR NAK (the requester retries after its RNR timer, the
     /// request is not executed), UC drops the message.
-    fn page_fault_rnr(&mut self, env: &mut dyn DeviceEnv, stats: &mut EngineStats, psn: u32) {
+    fn page_fault_rnr(&mut self, env: &mut dyn DeviceEnv, stats: &mut EngineStats, psn: Psn) {
         stats.page_fault_naks += 1;
         if self.cfg.qp_type == QpType::Rc {
             let timer = self.min_rnr_timer;
@@ -1461,7 +1465,7 @@ impl Qp {
             self.resp.nak_sent = true;
         } else {
             self.uc_drop_message();
-            self.resp.epsn = psn_add(psn, 1);
+            self.resp.epsn = psn.next();
         }
     }
 
@@ -1477,7 +1481,7 @@ impl Qp {
         &mut self,
         env: &mut dyn DeviceEnv,
         stats: &mut EngineStats,
-        psn: u32,
+        psn: Psn,
         reth: &Reth,
     ) -> bool {
         let mtu = self.mtu.bytes();
@@ -1521,7 +1525,7 @@ impl Qp {
                     )
                     .is_err()
             {
-                self.nak(env, stats, psn_add(psn, i), NakCode::RemoteAccessError);
+                self.nak(env, stats, psn.add(i), NakCode::RemoteAccessError);
                 return false;
             }
             let base = match (i == 0, i + 1 == npkts) {
@@ -1530,7 +1534,7 @@ impl Qp {
                 (false, false) => op::RC_READ_RESPONSE_MIDDLE,
                 (false, true) => op::RC_READ_RESPONSE_LAST,
             };
-            let mut hdr = Headers::new(self.bth(base, psn_add(psn, i)));
+            let mut hdr = Headers::new(self.bth(base, psn.add(i)));
             if wire::opcode_info(base).is_some_and(|info| info.aeth) {
                 hdr.aeth = Some(Aeth {
                     syndrome: Syndrome::Ack,
@@ -1546,7 +1550,7 @@ impl Qp {
         &self,
         env: &mut dyn DeviceEnv,
         stats: &mut EngineStats,
-        psn: u32,
+        psn: Psn,
         original: u64,
     ) {
         let mut hdr = Headers::new(self.bth(op::RC_ATOMIC_ACKNOWLEDGE, psn));
@@ -1559,7 +1563,7 @@ impl Qp {
     }
 
     /// The response to a FLUSH or ATOMIC WRITE: a READ RESPONSE ONLY without data (IBA A19).
-    fn send_empty_read_response(&self, env: &mut dyn DeviceEnv, stats: &mut EngineStats, psn: u32) {
+    fn send_empty_read_response(&self, env: &mut dyn DeviceEnv, stats: &mut EngineStats, psn: Psn) {
         let mut hdr = Headers::new(self.bth(op::RC_READ_RESPONSE_ONLY, psn));
         hdr.aeth = Some(Aeth {
             syndrome: Syndrome::Ack,
@@ -1578,7 +1582,7 @@ impl Qp {
                     RdAtomic::Read {
                         first_psn,
                         last_psn,
-                    } => psn_cmp(psn, first_psn) >= 0 && psn_cmp(psn, last_psn) <= 0,
+                    } => psn.within(first_psn, last_psn),
                     RdAtomic::Atomic { .. } | RdAtomic::Executed { .. } => false,
                 });
                 if known && self.access & ACCESS_REMOTE_READ != 0 {
@@ -1627,7 +1631,7 @@ impl Qp {
         match self.cfg.qp_type {
             QpType::Ud => self.ud_receive(env, stats, p),
             QpType::Rc => {
-                let diff = psn_cmp(p.hdr.bth.psn, self.resp.epsn);
+                let diff = p.hdr.bth.psn.diff(self.resp.epsn);
                 if diff > 0 {
                     stats.rx_out_of_sequence += 1;
                     if !self.resp.nak_sent {
@@ -1649,7 +1653,7 @@ impl Qp {
                     self.resp.epsn = p.hdr.bth.psn;
                 }
                 if self.resp.uc_dropping && !p.info.first {
-                    self.resp.epsn = psn_add(p.hdr.bth.psn, 1);
+                    self.resp.epsn = p.hdr.bth.psn.next();
                     return;
                 }
                 self.resp.uc_dropping = false;
@@ -1688,7 +1692,7 @@ impl Qp {
                 self.responder_fatal(env, stats, psn, NakCode::InvalidRequest, None);
             } else {
                 self.uc_drop_message();
-                self.resp.epsn = psn_add(psn, 1);
+                self.resp.epsn = psn.next();
             }
             return;
         }
@@ -1704,7 +1708,7 @@ impl Qp {
                     } else {
                         stats.rx_no_recv_wr += 1;
                         self.resp.uc_dropping = true;
-                        self.resp.epsn = psn_add(psn, 1);
+                        self.resp.epsn = psn.next();
                     }
                     return;
                 };
@@ -1768,7 +1772,7 @@ impl Qp {
                 }
                 let (imm, wc_flags) = match (p.hdr.imm, p.hdr.ieth) {
                     (Some(imm), _) => (imm, WC_FLAG_WITH_IMM),
-                    (None, Some(rkey)) => (rkey, WC_FLAG_WITH_INV),
+                    (None, Some(rkey)) => (rkey.get(), WC_FLAG_WITH_INV),
                     (None, None) => (0, 0),
                 };
                 env.complete(Completion {
@@ -1783,7 +1787,7 @@ impl Qp {
                         offset as u32,
                     )
                 });
-                self.resp.msn = psn_add(self.resp.msn, 1);
+                self.resp.msn = self.resp.msn.next();
             }
         } else if is_write {
             if p.info.first {
@@ -1810,7 +1814,7 @@ impl Qp {
                     self.responder_fatal(env, stats, psn, NakCode::InvalidRequest, None);
                 } else {
                     self.uc_drop_message();
-                    self.resp.epsn = psn_add(psn, 1);
+                    self.resp.epsn = psn.next();
                 }
                 return;
             }
@@ -1848,7 +1852,7 @@ impl Qp {
                         } else {
                             stats.rx_no_recv_wr += 1;
                             self.uc_drop_message();
-                            self.resp.epsn = psn_add(psn, 1);
+                            self.resp.epsn = psn.next();
                         }
                         return;
                     }
@@ -1908,7 +1912,7 @@ impl Qp {
                         )
                     });
                 }
-                self.resp.msn = psn_add(self.resp.msn, 1);
+                self.resp.msn = self.resp.msn.next();
             }
         } else if base == op::RC_READ_REQUEST {
             let reth = p.hdr.reth.expect("parsed RETH");
@@ -1921,16 +1925,16 @@ impl Qp {
                 return;
             }
             let npkts = reth.dma_len.div_ceil(self.mtu.bytes()).max(1);
-            self.resp.msn = psn_add(self.resp.msn, 1);
+            self.resp.msn = self.resp.msn.next();
             if !self.send_read_responses(env, stats, psn, &reth) {
-                self.resp.msn = psn_add(self.resp.msn, PSN_MASK);
+                self.resp.msn = self.resp.msn.prev();
                 return;
             }
             self.remember(RdAtomic::Read {
                 first_psn: psn,
-                last_psn: psn_add(psn, npkts - 1),
+                last_psn: psn.add(npkts - 1),
             });
-            self.resp.epsn = psn_add(psn, npkts);
+            self.resp.epsn = psn.add(npkts);
             self.resp.nak_sent = false;
             return;
         } else if base == op::RC_FLUSH {
@@ -2017,14 +2021,14 @@ impl Qp {
                     return;
                 }
             };
-            self.resp.msn = psn_add(self.resp.msn, 1);
+            self.resp.msn = self.resp.msn.next();
             self.remember(RdAtomic::Atomic { psn, original });
             self.send_atomic_ack(env, stats, psn, original);
-            self.resp.epsn = psn_add(psn, 1);
+            self.resp.epsn = psn.next();
             self.resp.nak_sent = false;
             return;
         }
-        self.resp.epsn = psn_add(psn, 1);
+        self.resp.epsn = psn.next();
         self.resp.nak_sent = false;
         if rc && bth.ack_req {
             self.resp.ack_pending = true;
@@ -2033,22 +2037,22 @@ impl Qp {
 
     /// A FLUSH / ATOMIC WRITE was executed: count the message, remember it for duplicates,
     /// answer it and expect the next PSN.
-    fn finish_executed(&mut self, env: &mut dyn DeviceEnv, stats: &mut EngineStats, psn: u32) {
-        self.resp.msn = psn_add(self.resp.msn, 1);
+    fn finish_executed(&mut self, env: &mut dyn DeviceEnv, stats: &mut EngineStats, psn: Psn) {
+        self.resp.msn = self.resp.msn.next();
         self.remember(RdAtomic::Executed { psn });
         self.send_empty_read_response(env, stats, psn);
-        self.resp.epsn = psn_add(psn, 1);
+        self.resp.epsn = psn.next();
         self.resp.nak_sent = false;
     }
 
     /// R_Key/access/bounds violation of a remote request: RC NAKs (the requester's WR fails
     /// with REM_ACCESS_ERR); UC drops the message.
-    fn remote_access_error(&mut self, env: &mut dyn DeviceEnv, stats: &mut EngineStats, psn: u32) {
+    fn remote_access_error(&mut self, env: &mut dyn DeviceEnv, stats: &mut EngineStats, psn: Psn) {
         if self.cfg.qp_type == QpType::Rc {
             self.nak(env, stats, psn, NakCode::RemoteAccessError);
         } else {
             self.uc_drop_message();
-            self.resp.epsn = psn_add(psn, 1);
+            self.resp.epsn = psn.next();
         }
     }
 
@@ -2141,7 +2145,7 @@ impl Engine {
                 cfg,
                 state: QpState::Reset,
                 mtu,
-                dest_qpn: 0,
+                dest_qpn: Qpn::default(),
                 timeout: 0,
                 retry_cnt: DEFAULT_RETRY,
                 rnr_retry: DEFAULT_RETRY,
@@ -2159,7 +2163,7 @@ impl Engine {
     }
 
     /// Destroys a QP's transport context (no completions: the device destroys its queues).
-    pub fn destroy_qp(&mut self, qpn: u32) -> Result<(), EngineError> {
+    pub fn destroy_qp(&mut self, qpn: Qpn) -> Result<(), EngineError> {
         self.qps
             .remove(&qpn)
             .map(|_| ())
@@ -2167,7 +2171,7 @@ impl Engine {
     }
 
     /// The current state of a QP (it changes by itself to ERR on fatal errors).
-    pub fn qp_state(&self, qpn: u32) -> Option<QpState> {
+    pub fn qp_state(&self, qpn: Qpn) -> Option<QpState> {
         self.qps.get(&qpn).map(|qp| qp.state)
     }
 
@@ -2177,15 +2181,17 @@ impl Engine {
     pub fn modify_qp(
         &mut self,
         env: &mut dyn DeviceEnv,
-        qpn: u32,
+        qpn: Qpn,
         m: &QpModify,
     ) -> Result<(), EngineError> {
         let qp = self.qps.get_mut(&qpn).ok_or(EngineError::NoSuchQp(qpn))?;
         if let Some(v) = m.path_mtu {
             qp.mtu = v;
         }
+        // The device refused numbers wider than 24 bits; from_wire keeps the engine's
+        // numbers in range whatever a caller passes.
         if let Some(v) = m.dest_qpn {
-            qp.dest_qpn = v & wire::QPN_MASK;
+            qp.dest_qpn = Qpn::from_wire(v.get());
         }
         if let Some(v) = m.timeout {
             qp.timeout = v;
@@ -2217,11 +2223,11 @@ impl Engine {
             qp.av = Some(v);
         }
         if let Some(v) = m.rq_psn {
-            qp.resp.epsn = v & PSN_MASK;
+            qp.resp.epsn = Psn::from_wire(v.get());
         }
         if let Some(v) = m.sq_psn {
-            qp.req.next_psn = v & PSN_MASK;
-            qp.req.acked_psn = psn_add(v, PSN_MASK);
+            qp.req.next_psn = Psn::from_wire(v.get());
+            qp.req.acked_psn = v.prev();
         }
         let Some(state) = m.state else { return Ok(()) };
         let connected = qp.cfg.qp_type != QpType::Ud;
@@ -2267,13 +2273,13 @@ impl Engine {
     }
 
     /// Send WRs the QP has taken that have not completed yet.
-    pub fn sq_outstanding(&self, qpn: u32) -> usize {
+    pub fn sq_outstanding(&self, qpn: Qpn) -> usize {
         self.qps.get(&qpn).map_or(0, |qp| qp.req.sq.len())
     }
 
     /// True while a QP in SQD still has started send WRs to complete (QUERY_QP's
     /// `sq_draining`).
-    pub fn sq_draining(&self, qpn: u32) -> bool {
+    pub fn sq_draining(&self, qpn: Qpn) -> bool {
         self.qps
             .get(&qpn)
             .is_some_and(|qp| qp.state == QpState::Sqd && qp.sq_in_flight())
@@ -2285,7 +2291,7 @@ impl Engine {
     pub fn post_send(
         &mut self,
         env: &mut dyn DeviceEnv,
-        qpn: u32,
+        qpn: Qpn,
         wr: SendWr,
     ) -> Result<(), EngineError> {
         let qp = self.qps.get_mut(&qpn).ok_or(EngineError::NoSuchQp(qpn))?;
@@ -2300,7 +2306,7 @@ impl Engine {
     pub fn post_failed(
         &mut self,
         env: &mut dyn DeviceEnv,
-        qpn: u32,
+        qpn: Qpn,
         failed: FailedWr,
     ) -> Result<(), EngineError> {
         let qp = self.qps.get_mut(&qpn).ok_or(EngineError::NoSuchQp(qpn))?;
@@ -2314,7 +2320,7 @@ impl Engine {
             data: SendData::Inline(Vec::new()),
             imm: 0,
             remote_addr: 0,
-            rkey: 0,
+            rkey: Key::default(),
             compare_add: 0,
             swap: 0,
             flush: FlushSpec::default(),
@@ -2328,7 +2334,7 @@ impl Engine {
     }
 
     /// Tells the engine receive WRs were posted to a QP: in the error state they are flushed.
-    pub fn recv_posted(&mut self, env: &mut dyn DeviceEnv, qpn: u32) -> Result<(), EngineError> {
+    pub fn recv_posted(&mut self, env: &mut dyn DeviceEnv, qpn: Qpn) -> Result<(), EngineError> {
         let qp = self.qps.get_mut(&qpn).ok_or(EngineError::NoSuchQp(qpn))?;
         if qp.state == QpState::Err {
             qp.flush_rq(env);
@@ -2355,7 +2361,7 @@ impl Engine {
             return Err(RxDrop::BadPkey(p.hdr.bth.pkey));
         }
         let qpn = p.hdr.bth.dest_qpn;
-        if qpn == MULTICAST_QPN {
+        if qpn == Qpn::MULTICAST {
             return self.receive_multicast(env, &p);
         }
         let Some(qp) = self.qps.get_mut(&qpn) else {
@@ -2392,7 +2398,7 @@ impl Engine {
         let members = env.multicast_members(&p.dgid);
         if members.is_empty() || p.hdr.bth.opcode & op::CLASS_MASK != op::CLASS_UD {
             self.stats.rx_no_qp += 1;
-            return Err(RxDrop::NoQp(MULTICAST_QPN));
+            return Err(RxDrop::NoQp(Qpn::MULTICAST));
         }
         for qpn in members {
             let Some(qp) = self.qps.get_mut(&qpn) else {
@@ -2413,7 +2419,7 @@ impl Engine {
             if qp.resp.ack_pending {
                 qp.resp.ack_pending = false;
                 if qp.can_receive() {
-                    let psn = psn_add(qp.resp.epsn, PSN_MASK);
+                    let psn = qp.resp.epsn.prev();
                     qp.send_ack(env, &mut self.stats, psn, Syndrome::Ack);
                 }
             }
@@ -2433,7 +2439,7 @@ impl Engine {
     }
 
     /// Moves a QP to the error state (flushing its WRs), e.g. on a device-detected fatal error.
-    pub fn set_error(&mut self, env: &mut dyn DeviceEnv, qpn: u32) -> Result<(), EngineError> {
+    pub fn set_error(&mut self, env: &mut dyn DeviceEnv, qpn: Qpn) -> Result<(), EngineError> {
         let qp = self.qps.get_mut(&qpn).ok_or(EngineError::NoSuchQp(qpn))?;
         qp.enter_error(env);
         Ok(())

@@ -23,6 +23,7 @@ pub mod verbs;
 pub mod wire;
 
 pub use engine::{Engine, EngineStats, RxDrop};
+pub use rox_uapi::ids::{Key, Msn, Psn, Qpn};
 pub use verbs::*;
 
 /// A 128-bit GID (RoCEv2: an IPv6 address, or an IPv4-mapped one `::ffff:a.b.c.d`).
@@ -33,7 +34,7 @@ pub type Gid = [u8; 16];
 pub struct Sge {
     pub addr: u64,
     pub length: u32,
-    pub lkey: u32,
+    pub lkey: Key,
 }
 
 /// Where the payload of a send work request comes from.
@@ -78,7 +79,7 @@ pub struct AddressVector {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct UdDest {
     pub av: AddressVector,
-    pub remote_qpn: u32,
+    pub remote_qpn: Qpn,
     /// Q_Key for the DETH; a value with the most significant bit set means "use the QP's Q_Key".
     pub remote_qkey: u32,
 }
@@ -101,7 +102,7 @@ pub struct SendWr {
     pub imm: u32,
     /// RDMA/atomic target.
     pub remote_addr: u64,
-    pub rkey: u32,
+    pub rkey: Key,
     /// Compare value (CMP_AND_SWP) or addend (FETCH_AND_ADD).
     pub compare_add: u64,
     /// Swap value (CMP_AND_SWP).
@@ -124,8 +125,8 @@ pub struct SendWr {
 pub struct MwBind {
     pub addr: u64,
     pub length: u64,
-    pub new_rkey: u32,
-    pub lkey: u32,
+    pub new_rkey: Key,
+    pub lkey: Key,
     pub access: u32,
 }
 
@@ -138,7 +139,7 @@ pub struct FastReg {
     pub iova: u64,
     pub length: u64,
     pub page_list: u64,
-    pub key: u32,
+    pub key: Key,
     pub access: u32,
     pub npages: u32,
     pub page_shift: u8,
@@ -196,9 +197,9 @@ pub struct Completion {
     /// Immediate data, host order; valid when `wc_flags` has [`WC_FLAG_WITH_IMM`].
     pub imm: u32,
     /// UD: the sender's QPN.
-    pub src_qp: u32,
+    pub src_qp: Qpn,
     /// The local QP this completion belongs to.
-    pub qp_num: u32,
+    pub qp_num: Qpn,
     /// [`WC_FLAG_GRH`], [`WC_FLAG_WITH_IMM`].
     pub wc_flags: u8,
     pub is_recv: bool,
@@ -214,7 +215,7 @@ pub struct Completion {
 impl Completion {
     /// A send-queue completion of QP `qp_num` (no immediate data, flags or source QP).
     pub fn send(
-        qp_num: u32,
+        qp_num: Qpn,
         wr_id: u64,
         status: WcStatus,
         opcode: WcOpcode,
@@ -226,7 +227,7 @@ impl Completion {
             opcode,
             byte_len,
             imm: 0,
-            src_qp: 0,
+            src_qp: Qpn::default(),
             qp_num,
             wc_flags: 0,
             is_recv: false,
@@ -239,7 +240,7 @@ impl Completion {
     /// A receive-queue completion of QP `qp_num`; set `imm`, `wc_flags`, `src_qp` and
     /// `solicited` on the result where the message carried them.
     pub fn recv(
-        qp_num: u32,
+        qp_num: Qpn,
         wr_id: u64,
         status: WcStatus,
         opcode: WcOpcode,
@@ -285,9 +286,9 @@ pub enum AccessError {
     /// RNR NAK) and nothing was read or written.
     /// `count`: pages the access needs from `page` on (≥ 1), so that one fault can make the
     /// whole access present.
-    #[error("page {page} of on-demand region {key:#x} not present")]
+    #[error("page {page} of on-demand region {:#x} not present", .key.get())]
     PageFault {
-        key: u32,
+        key: Key,
         page: u32,
         write: bool,
         count: u32,
@@ -295,8 +296,8 @@ pub enum AccessError {
     /// A page of an on-demand region that the driver could not make present
     /// (`ODP_OP_FAIL`): the device fails this access (as [`AccessError::AccessDenied`]) and
     /// forgets the failure, so a later access faults the page again.
-    #[error("page {page} of on-demand region {key:#x} failed")]
-    PageFailed { key: u32, page: u32 },
+    #[error("page {page} of on-demand region {:#x} failed", .key.get())]
+    PageFailed { key: Key, page: u32 },
 }
 
 /// An 8-byte atomic operation on remote memory (done under the device's memory lock).
@@ -320,7 +321,7 @@ pub trait DeviceEnv {
     fn read_local(
         &mut self,
         pd: u32,
-        lkey: u32,
+        lkey: Key,
         addr: u64,
         buf: &mut [u8],
     ) -> Result<(), AccessError>;
@@ -328,7 +329,7 @@ pub trait DeviceEnv {
     fn write_local(
         &mut self,
         pd: u32,
-        lkey: u32,
+        lkey: Key,
         addr: u64,
         data: &[u8],
     ) -> Result<(), AccessError>;
@@ -337,8 +338,8 @@ pub trait DeviceEnv {
     fn read_remote(
         &mut self,
         pd: u32,
-        qpn: u32,
-        rkey: u32,
+        qpn: Qpn,
+        rkey: Key,
         va: u64,
         buf: &mut [u8],
     ) -> Result<(), AccessError>;
@@ -350,8 +351,8 @@ pub trait DeviceEnv {
     fn check_remote_read(
         &mut self,
         pd: u32,
-        qpn: u32,
-        rkey: u32,
+        qpn: Qpn,
+        rkey: Key,
         va: u64,
         len: u64,
     ) -> Result<(), AccessError> {
@@ -371,8 +372,8 @@ pub trait DeviceEnv {
     fn check_remote_write(
         &mut self,
         pd: u32,
-        qpn: u32,
-        rkey: u32,
+        qpn: Qpn,
+        rkey: Key,
         va: u64,
         len: u64,
     ) -> Result<(), AccessError>;
@@ -381,8 +382,8 @@ pub trait DeviceEnv {
     fn write_remote(
         &mut self,
         pd: u32,
-        qpn: u32,
-        rkey: u32,
+        qpn: Qpn,
+        rkey: Key,
         va: u64,
         data: &[u8],
     ) -> Result<(), AccessError>;
@@ -392,8 +393,8 @@ pub trait DeviceEnv {
     fn atomic_remote(
         &mut self,
         pd: u32,
-        qpn: u32,
-        rkey: u32,
+        qpn: Qpn,
+        rkey: Key,
         va: u64,
         op: AtomicOp,
     ) -> Result<u64, AccessError>;
@@ -405,20 +406,20 @@ pub trait DeviceEnv {
     fn flush_remote(
         &mut self,
         pd: u32,
-        qpn: u32,
-        rkey: u32,
+        qpn: Qpn,
+        rkey: Key,
         va: u64,
         flush: FlushSpec,
     ) -> Result<(), AccessError>;
     /// Bind a memory window for QP `qpn` of `pd` (BIND_MW work request, executed in SQ order).
-    fn bind_mw(&mut self, pd: u32, qpn: u32, bind: &MwBind) -> Result<(), AccessError>;
+    fn bind_mw(&mut self, pd: u32, qpn: Qpn, bind: &MwBind) -> Result<(), AccessError>;
     /// Register pages to a fast-registration region for QP `qpn` of `pd` (REG_MR work
     /// request, executed in SQ order); a failure changes nothing.
-    fn fast_register(&mut self, pd: u32, qpn: u32, reg: &FastReg) -> Result<(), AccessError>;
+    fn fast_register(&mut self, pd: u32, qpn: Qpn, reg: &FastReg) -> Result<(), AccessError>;
     /// Invalidate `rkey` of `pd` — a bound type 2 memory window or a valid fast-registration
     /// region — locally (LOCAL_INV) or for a peer (SEND with invalidate, `remote`: a window
     /// must be bound to QP `qpn`); a failure changes nothing.
-    fn invalidate(&mut self, pd: u32, qpn: u32, rkey: u32, remote: bool)
+    fn invalidate(&mut self, pd: u32, qpn: Qpn, rkey: Key, remote: bool)
         -> Result<(), AccessError>;
     /// Whether [`DeviceEnv::invalidate`] with these arguments would succeed, changing nothing:
     /// the responder asks before it places the last packet of a SEND with invalidate, so a
@@ -426,12 +427,12 @@ pub trait DeviceEnv {
     fn check_invalidate(
         &mut self,
         pd: u32,
-        qpn: u32,
-        rkey: u32,
+        qpn: Qpn,
+        rkey: Key,
         remote: bool,
     ) -> Result<(), AccessError>;
     /// Take the next receive WR of QP `qpn` (from its RQ, or its SRQ if it has one).
-    fn pop_recv(&mut self, qpn: u32) -> Option<RecvWr>;
+    fn pop_recv(&mut self, qpn: Qpn) -> Option<RecvWr>;
     /// Deliver a completion to the QP's send or receive CQ.
     fn complete(&mut self, completion: Completion);
     /// Send one RoCEv2 IP packet along `av` (to the device owning `av.dgid`, in an Ethernet
@@ -439,13 +440,13 @@ pub trait DeviceEnv {
     fn transmit(&mut self, av: &AddressVector, packet: Vec<u8>);
     /// QP `qpn` is in SQD and its last outstanding send WR has completed (the drain is over;
     /// IB_EVENT_SQ_DRAINED). Called once per entry into SQD. Must not call back into the engine.
-    fn sq_drained(&mut self, _qpn: u32) {}
+    fn sq_drained(&mut self, _qpn: Qpn) {}
     /// QP `qpn` entered the error state (modify, device-detected fatal error or a transport
     /// error), after its flush completions: e.g. IB_EVENT_QP_LAST_WQE_REACHED for a QP with
     /// an SRQ. Must not call back into the engine.
-    fn qp_entered_error(&mut self, _qpn: u32) {}
+    fn qp_entered_error(&mut self, _qpn: Qpn) {}
     /// The QPs attached to multicast group `group` (none: the device has no such group).
-    fn multicast_members(&self, _group: &Gid) -> Vec<u32> {
+    fn multicast_members(&self, _group: &Gid) -> Vec<Qpn> {
         Vec::new()
     }
     /// A copy of a multicast packet was handed to one attached QP.
@@ -455,7 +456,7 @@ pub trait DeviceEnv {
 /// Static properties of a QP, fixed at creation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct QpConfig {
-    pub qpn: u32,
+    pub qpn: Qpn,
     pub qp_type: QpType,
     pub pd: u32,
     /// Receive WRs come from an SRQ: they are not flushed when the QP enters the error state.
@@ -468,11 +469,11 @@ pub struct QpConfig {
 pub struct QpModify {
     pub state: Option<QpState>,
     pub path_mtu: Option<Mtu>,
-    pub dest_qpn: Option<u32>,
+    pub dest_qpn: Option<Qpn>,
     /// Expected PSN of the responder (rq_psn).
-    pub rq_psn: Option<u32>,
+    pub rq_psn: Option<Psn>,
     /// First PSN the requester sends (sq_psn).
-    pub sq_psn: Option<u32>,
+    pub sq_psn: Option<Psn>,
     /// Local ACK timeout exponent: 4.096 µs × 2^timeout, 0 = infinite.
     pub timeout: Option<u8>,
     pub retry_cnt: Option<u8>,
@@ -494,10 +495,10 @@ pub struct QpModify {
 /// Errors of the engine's control entry points.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum EngineError {
-    #[error("no QP {0:#x}")]
-    NoSuchQp(u32),
-    #[error("QP {0:#x} already exists")]
-    QpExists(u32),
-    #[error("QP {0:#x} lacks attribute {1} required to enter its state")]
-    MissingAttribute(u32, &'static str),
+    #[error("no QP {:#x}", .0.get())]
+    NoSuchQp(Qpn),
+    #[error("QP {:#x} already exists", .0.get())]
+    QpExists(Qpn),
+    #[error("QP {qpn:#x} lacks attribute {attr} required to enter its state", qpn = .0.get(), attr = .1)]
+    MissingAttribute(Qpn, &'static str),
 }

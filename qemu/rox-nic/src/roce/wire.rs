@@ -8,7 +8,7 @@
 //! set to all ones, the BTH with its reserved byte (resv8a) set to all ones, then the rest of the
 //! headers, payload and pad; transmitted as a little-endian 32-bit value.
 
-use super::Gid;
+use super::{Gid, Key, Msn, Psn, Qpn};
 
 /// IANA UDP port of RoCEv2.
 pub const ROCE_V2_UDP_PORT: u16 = 4791;
@@ -31,7 +31,6 @@ pub const ICRC_LEN: usize = 4;
 pub const GRH_LEN: usize = rox_uapi::verbs::GRH_SIZE as usize;
 /// The default partition key (full membership).
 pub const DEFAULT_PKEY: u16 = 0xffff;
-pub use rox_uapi::verbs::{PSN_MASK, QPN_MASK};
 const IP_PROTO_UDP: u8 = 17;
 const IPV4_VERSION_IHL: u8 = 0x45;
 const IPV4_DONT_FRAGMENT: u16 = 0x4000;
@@ -326,16 +325,16 @@ pub struct Bth {
     pub opcode: u8,
     pub solicited: bool,
     pub pkey: u16,
-    pub dest_qpn: u32,
+    pub dest_qpn: Qpn,
     pub ack_req: bool,
-    pub psn: u32,
+    pub psn: Psn,
 }
 
 /// RDMA extended transport header.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Reth {
     pub va: u64,
-    pub rkey: u32,
+    pub rkey: Key,
     pub dma_len: u32,
 }
 
@@ -370,7 +369,7 @@ impl Feth {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AtomicEth {
     pub va: u64,
-    pub rkey: u32,
+    pub rkey: Key,
     pub swap_add: u64,
     pub compare: u64,
 }
@@ -379,7 +378,7 @@ pub struct AtomicEth {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Deth {
     pub qkey: u32,
-    pub src_qpn: u32,
+    pub src_qpn: Qpn,
 }
 
 /// ACK extended transport header syndrome, decoded.
@@ -441,7 +440,7 @@ impl Syndrome {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Aeth {
     pub syndrome: Syndrome,
-    pub msn: u32,
+    pub msn: Msn,
 }
 
 /// Everything a packet carries besides the IP/UDP header and the payload.
@@ -455,7 +454,7 @@ pub struct Headers {
     pub atomic_ack: Option<u64>,
     pub imm: Option<u32>,
     /// The R_Key a SEND with invalidate names.
-    pub ieth: Option<u32>,
+    pub ieth: Option<Key>,
     pub deth: Option<Deth>,
 }
 
@@ -492,8 +491,8 @@ pub fn is_ipv6(packet: &[u8]) -> bool {
 }
 
 /// The UDP source port of a QP's flow.
-pub fn flow_source_port(qpn: u32) -> u16 {
-    ROCE_SOURCE_PORT_BASE | (qpn as u16 & ROCE_SOURCE_PORT_MASK)
+pub fn flow_source_port(qpn: Qpn) -> u16 {
+    ROCE_SOURCE_PORT_BASE | (qpn.get() as u16 & ROCE_SOURCE_PORT_MASK)
 }
 
 /// The IPv4 address of a v4-mapped GID (`::ffff:a.b.c.d`).
@@ -611,15 +610,16 @@ pub fn build_packet(ip: &IpInfo, hdr: &Headers, payload: &[u8]) -> Vec<u8> {
             | BTH_TVER,
     );
     put_u16(&mut buf, b.pkey);
-    put_u32(&mut buf, b.dest_qpn & QPN_MASK);
+    // from_wire: a number wider than its field must not spill into the neighbouring bits.
+    put_u32(&mut buf, Qpn::from_wire(b.dest_qpn.get()).get());
     put_u32(
         &mut buf,
-        (b.psn & PSN_MASK) | if b.ack_req { BTH_ACK_REQ } else { 0 },
+        Psn::from_wire(b.psn.get()).get() | if b.ack_req { BTH_ACK_REQ } else { 0 },
     );
     if info.deth {
         let d = hdr.deth.expect("DETH required by opcode");
         put_u32(&mut buf, d.qkey);
-        put_u32(&mut buf, d.src_qpn & QPN_MASK);
+        put_u32(&mut buf, Qpn::from_wire(d.src_qpn.get()).get());
     }
     if info.feth {
         put_u32(
@@ -630,13 +630,13 @@ pub fn build_packet(ip: &IpInfo, hdr: &Headers, payload: &[u8]) -> Vec<u8> {
     if info.reth {
         let r = hdr.reth.expect("RETH required by opcode");
         put_u64(&mut buf, r.va);
-        put_u32(&mut buf, r.rkey);
+        put_u32(&mut buf, r.rkey.get());
         put_u32(&mut buf, r.dma_len);
     }
     if info.atomic_eth {
         let a = hdr.atomic_eth.expect("AtomicETH required by opcode");
         put_u64(&mut buf, a.va);
-        put_u32(&mut buf, a.rkey);
+        put_u32(&mut buf, a.rkey.get());
         put_u64(&mut buf, a.swap_add);
         put_u64(&mut buf, a.compare);
     }
@@ -644,7 +644,7 @@ pub fn build_packet(ip: &IpInfo, hdr: &Headers, payload: &[u8]) -> Vec<u8> {
         let a = hdr.aeth.expect("AETH required by opcode");
         put_u32(
             &mut buf,
-            (u32::from(a.syndrome.encode()) << 24) | (a.msn & PSN_MASK),
+            (u32::from(a.syndrome.encode()) << 24) | Msn::from_wire(a.msn.get()).get(),
         );
     }
     if info.atomic_ack_eth {
@@ -657,7 +657,7 @@ pub fn build_packet(ip: &IpInfo, hdr: &Headers, payload: &[u8]) -> Vec<u8> {
         put_u32(&mut buf, hdr.imm.expect("ImmDt required by opcode"));
     }
     if info.ieth {
-        put_u32(&mut buf, hdr.ieth.expect("IETH required by opcode"));
+        put_u32(&mut buf, hdr.ieth.expect("IETH required by opcode").get());
     }
     buf.extend_from_slice(payload);
     buf.resize(buf.len() + pad, 0);
@@ -800,15 +800,15 @@ pub fn parse_packet(packet: &[u8]) -> Result<Parsed<'_>, ParseError> {
         opcode,
         solicited: flags & BTH_SE != 0,
         pkey,
-        dest_qpn: qpn_word & QPN_MASK,
+        dest_qpn: Qpn::from_wire(qpn_word),
         ack_req: psn_word & BTH_ACK_REQ != 0,
-        psn: psn_word & PSN_MASK,
+        psn: Psn::from_wire(psn_word),
     };
     let mut hdr = Headers::new(bth);
     if info.deth {
         hdr.deth = Some(Deth {
             qkey: r.u32(),
-            src_qpn: r.u32() & QPN_MASK,
+            src_qpn: Qpn::from_wire(r.u32()),
         });
     }
     if info.feth {
@@ -817,21 +817,21 @@ pub fn parse_packet(packet: &[u8]) -> Result<Parsed<'_>, ParseError> {
     if info.reth {
         hdr.reth = Some(Reth {
             va: r.u64(),
-            rkey: r.u32(),
+            rkey: Key::from_raw(r.u32()),
             dma_len: r.u32(),
         });
     }
     if info.atomic_eth {
         hdr.atomic_eth = Some(AtomicEth {
             va: r.u64(),
-            rkey: r.u32(),
+            rkey: Key::from_raw(r.u32()),
             swap_add: r.u64(),
             compare: r.u64(),
         });
     }
     if info.aeth {
         let syndrome = Syndrome::decode(r.u8()).ok_or(ParseError::Malformed)?;
-        let msn = u32::from_be_bytes([0, r.u8(), r.u8(), r.u8()]);
+        let msn = Msn::from_wire(u32::from_be_bytes([0, r.u8(), r.u8(), r.u8()]));
         hdr.aeth = Some(Aeth { syndrome, msn });
     }
     if info.atomic_ack_eth {
@@ -841,7 +841,7 @@ pub fn parse_packet(packet: &[u8]) -> Result<Parsed<'_>, ParseError> {
         hdr.imm = Some(r.u32());
     }
     if info.ieth {
-        hdr.ieth = Some(r.u32());
+        hdr.ieth = Some(Key::from_raw(r.u32()));
     }
     let at = r.at;
     debug_assert_eq!(at, hlen);
@@ -854,15 +854,4 @@ pub fn parse_packet(packet: &[u8]) -> Result<Parsed<'_>, ParseError> {
         info,
         payload: &t[at..payload_end],
     })
-}
-
-/// Compares 24-bit PSNs in serial-number arithmetic: negative if `a` precedes `b`.
-pub fn psn_cmp(a: u32, b: u32) -> i32 {
-    const PSN_SIGN_SHIFT: u32 = 8;
-    ((a.wrapping_sub(b)) << PSN_SIGN_SHIFT) as i32 >> PSN_SIGN_SHIFT
-}
-
-/// `psn + n` modulo 2^24.
-pub fn psn_add(psn: u32, n: u32) -> u32 {
-    psn.wrapping_add(n) & PSN_MASK
 }

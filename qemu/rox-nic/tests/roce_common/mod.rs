@@ -26,7 +26,7 @@ pub const ALL_QP_ACCESS: u32 = ALL_ACCESS | ACCESS_FLUSH_PERSISTENT;
 #[derive(Clone, Copy, Debug)]
 pub struct Mr {
     pub pd: u32,
-    pub key: u32,
+    pub key: Key,
     pub addr: u64,
     pub len: u64,
     pub access: u32,
@@ -37,33 +37,33 @@ pub struct MockEnv {
     pub now: u64,
     pub mem: Vec<u8>,
     pub mrs: Vec<Mr>,
-    pub recv_queues: HashMap<u32, VecDeque<RecvWr>>,
+    pub recv_queues: HashMap<Qpn, VecDeque<RecvWr>>,
     pub completions: Vec<Completion>,
     pub outbox: Vec<(Gid, Vec<u8>)>,
     /// The destination MAC of each packet transmitted, in order.
     pub tx_dmacs: Vec<[u8; 6]>,
     /// Memory window operations the engine asked for, in order: (qpn, op).
-    pub local_ops: Vec<(u32, LocalOp)>,
+    pub local_ops: Vec<(Qpn, LocalOp)>,
     /// rkeys that `invalidate` accepts (once each); binds with `new_rkey == BAD_RKEY` and fast
     /// registrations with `key == BAD_RKEY` fail.
-    pub invalidatable: Vec<u32>,
+    pub invalidatable: Vec<Key>,
     /// Bytes `read_remote` copied out of memory.
     pub remote_bytes_read: u64,
     /// `read_local` through this key answers a page fault until this time (an on-demand
     /// region whose page the driver is slow to map); `page_faults` counts the answers.
-    pub fault_until: Option<(u32, u64)>,
+    pub fault_until: Option<(Key, u64)>,
     pub page_faults: u64,
     next_key: u32,
 }
 
 /// A bind the mock refuses.
-pub const BAD_RKEY: u32 = 0xdead_beef;
+pub const BAD_RKEY: Key = Key::from_raw(0xdead_beef);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LocalOp {
     Bind(MwBind),
     FastReg(FastReg),
-    Invalidate { rkey: u32, remote: bool },
+    Invalidate { rkey: Key, remote: bool },
 }
 
 impl MockEnv {
@@ -86,9 +86,9 @@ impl MockEnv {
     }
 
     /// Registers `[addr, addr+len)`; lkey == rkey.
-    pub fn reg_mr(&mut self, pd: u32, addr: u64, len: u64, access: u32) -> u32 {
+    pub fn reg_mr(&mut self, pd: u32, addr: u64, len: u64, access: u32) -> Key {
         self.next_key += 1;
-        let key = self.next_key;
+        let key = Key::from_raw(self.next_key);
         self.mrs.push(Mr {
             pd,
             key,
@@ -102,7 +102,7 @@ impl MockEnv {
     fn check(
         &self,
         pd: u32,
-        key: u32,
+        key: Key,
         addr: u64,
         len: usize,
         need: u32,
@@ -137,7 +137,7 @@ impl MockEnv {
         &self.mem[at..at + len]
     }
 
-    pub fn post_recv(&mut self, qpn: u32, wr: RecvWr) {
+    pub fn post_recv(&mut self, qpn: Qpn, wr: RecvWr) {
         self.recv_queues.entry(qpn).or_default().push_back(wr);
     }
 
@@ -153,7 +153,7 @@ impl DeviceEnv for MockEnv {
     fn read_local(
         &mut self,
         pd: u32,
-        lkey: u32,
+        lkey: Key,
         addr: u64,
         buf: &mut [u8],
     ) -> Result<(), AccessError> {
@@ -176,7 +176,7 @@ impl DeviceEnv for MockEnv {
     fn write_local(
         &mut self,
         pd: u32,
-        lkey: u32,
+        lkey: Key,
         addr: u64,
         data: &[u8],
     ) -> Result<(), AccessError> {
@@ -187,8 +187,8 @@ impl DeviceEnv for MockEnv {
     fn read_remote(
         &mut self,
         pd: u32,
-        _qpn: u32,
-        rkey: u32,
+        _qpn: Qpn,
+        rkey: Key,
         va: u64,
         buf: &mut [u8],
     ) -> Result<(), AccessError> {
@@ -200,8 +200,8 @@ impl DeviceEnv for MockEnv {
     fn write_remote(
         &mut self,
         pd: u32,
-        _qpn: u32,
-        rkey: u32,
+        _qpn: Qpn,
+        rkey: Key,
         va: u64,
         data: &[u8],
     ) -> Result<(), AccessError> {
@@ -212,8 +212,8 @@ impl DeviceEnv for MockEnv {
     fn check_remote_write(
         &mut self,
         pd: u32,
-        _qpn: u32,
-        rkey: u32,
+        _qpn: Qpn,
+        rkey: Key,
         va: u64,
         len: u64,
     ) -> Result<(), AccessError> {
@@ -224,8 +224,8 @@ impl DeviceEnv for MockEnv {
     fn atomic_remote(
         &mut self,
         pd: u32,
-        _qpn: u32,
-        rkey: u32,
+        _qpn: Qpn,
+        rkey: Key,
         va: u64,
         op: AtomicOp,
     ) -> Result<u64, AccessError> {
@@ -255,8 +255,8 @@ impl DeviceEnv for MockEnv {
     fn flush_remote(
         &mut self,
         pd: u32,
-        _qpn: u32,
-        rkey: u32,
+        _qpn: Qpn,
+        rkey: Key,
         va: u64,
         flush: FlushSpec,
     ) -> Result<(), AccessError> {
@@ -278,14 +278,14 @@ impl DeviceEnv for MockEnv {
         }
         self.check(pd, rkey, va, len as usize, need).map(|_| ())
     }
-    fn bind_mw(&mut self, _pd: u32, qpn: u32, bind: &MwBind) -> Result<(), AccessError> {
+    fn bind_mw(&mut self, _pd: u32, qpn: Qpn, bind: &MwBind) -> Result<(), AccessError> {
         self.local_ops.push((qpn, LocalOp::Bind(*bind)));
         if bind.new_rkey == BAD_RKEY {
             return Err(AccessError::InvalidKey);
         }
         Ok(())
     }
-    fn fast_register(&mut self, _pd: u32, qpn: u32, reg: &FastReg) -> Result<(), AccessError> {
+    fn fast_register(&mut self, _pd: u32, qpn: Qpn, reg: &FastReg) -> Result<(), AccessError> {
         self.local_ops.push((qpn, LocalOp::FastReg(*reg)));
         if reg.key == BAD_RKEY {
             return Err(AccessError::InvalidKey);
@@ -295,8 +295,8 @@ impl DeviceEnv for MockEnv {
     fn invalidate(
         &mut self,
         _pd: u32,
-        qpn: u32,
-        rkey: u32,
+        qpn: Qpn,
+        rkey: Key,
         remote: bool,
     ) -> Result<(), AccessError> {
         self.local_ops
@@ -312,8 +312,8 @@ impl DeviceEnv for MockEnv {
     fn check_invalidate(
         &mut self,
         _pd: u32,
-        _qpn: u32,
-        rkey: u32,
+        _qpn: Qpn,
+        rkey: Key,
         _remote: bool,
     ) -> Result<(), AccessError> {
         if self.invalidatable.contains(&rkey) {
@@ -322,7 +322,7 @@ impl DeviceEnv for MockEnv {
             Err(AccessError::InvalidKey)
         }
     }
-    fn pop_recv(&mut self, qpn: u32) -> Option<RecvWr> {
+    fn pop_recv(&mut self, qpn: Qpn) -> Option<RecvWr> {
         self.recv_queues.get_mut(&qpn)?.pop_front()
     }
     fn complete(&mut self, completion: Completion) {
@@ -534,11 +534,11 @@ impl QpParams {
 }
 
 /// Both sides start close to the 24-bit PSN wrap so every test crosses it.
-pub const SQ_PSN_A: u32 = 0xff_ff00;
-pub const SQ_PSN_B: u32 = 0xff_fff0;
+pub const SQ_PSN_A: Psn = Psn::new(0xff_ff00).unwrap();
+pub const SQ_PSN_B: Psn = Psn::new(0xff_fff0).unwrap();
 
 /// Creates QP `qpn_a` on device `a` and `qpn_b` on device `b` and connects them (RTS both).
-pub fn connect(net: &mut Net, a: usize, qpn_a: u32, b: usize, qpn_b: u32, p: &QpParams) {
+pub fn connect(net: &mut Net, a: usize, qpn_a: Qpn, b: usize, qpn_b: Qpn, p: &QpParams) {
     let (ga, gb) = (net.devs[a].gid, net.devs[b].gid);
     for (dev, qpn, peer_qpn, sgid, dgid, sq_psn, rq_psn) in [
         (a, qpn_a, qpn_b, ga, gb, SQ_PSN_A, SQ_PSN_B),
@@ -598,7 +598,12 @@ pub fn connect(net: &mut Net, a: usize, qpn_a: u32, b: usize, qpn_b: u32, p: &Qp
     }
 }
 
-pub fn sge(addr: u64, length: u32, lkey: u32) -> Sge {
+/// The mock key `delta` after `key` (0: `key` itself): another region's key, or no region's.
+pub fn key_plus(key: Key, delta: u32) -> Key {
+    Key::from_raw(key.get() + delta)
+}
+
+pub fn sge(addr: u64, length: u32, lkey: Key) -> Sge {
     Sge { addr, length, lkey }
 }
 
@@ -612,8 +617,9 @@ pub fn send_wr(wr_id: u64, opcode: WrOpcode, data: SendData) -> SendWr {
         data,
         imm: 0,
         remote_addr: 0,
-        rkey: 0,
+        rkey: Key::default(),
         compare_add: 0,
+
         swap: 0,
         flush: FlushSpec::default(),
         bind: None,
