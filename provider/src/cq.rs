@@ -217,8 +217,9 @@ pub fn work_completion(cqe: &Cqe, wr_id: u64) -> ffi::ibv_wc {
         __bindgen_anon_1: ffi::ibv_wc__bindgen_ty_1 {
             imm_data: cqe.imm_data,
         },
-        qp_num: cqe.qp_num,
-        src_qp: cqe.src_qp,
+        // The QP numbers leave as the C struct's integers here.
+        qp_num: cqe.qp_num.get(),
+        src_qp: cqe.src_qp.get(),
         wc_flags: u32::from(cqe.wc_flags),
         pkey_index: 0,
         slid: 0,
@@ -230,6 +231,7 @@ pub fn work_completion(cqe: &Cqe, wr_id: u64) -> ffi::ibv_wc {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rox_uapi::ids::Qpn;
 
     fn test_cq(depth: u32) -> RoxCq {
         RoxCq {
@@ -289,8 +291,8 @@ mod tests {
             wr_id: 3,
             byte_len: 4096,
             imm_data: 0x1234_5678,
-            qp_num: 17,
-            src_qp: 18,
+            qp_num: Qpn::new(17).expect("a QPN"),
+            src_qp: Qpn::new(18).expect("a QPN"),
             status: verbs::WC_REM_ACCESS_ERR,
             opcode: verbs::WC_OPC_RECV_RDMA_WITH_IMM,
             wc_flags: verbs::WC_FLAG_WITH_IMM,

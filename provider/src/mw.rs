@@ -1,7 +1,7 @@
 //! Memory windows. Allocated and freed through rox.ko (plain uverbs commands; the device keeps
 //! the window and its binding; crate::sys::pd). Type 1 windows are bound with `ibv_bind_mw`: a
-//! BIND_MW WQE on the QP's send queue whose new rkey is the window's rkey with its low byte
-//! incremented (`ibv_mw.rkey` takes it at once; a failed bind completes with
+//! BIND_MW WQE on the QP's send queue whose new rkey is the window's rkey with the next
+//! variant ([`next_rkey`]; `ibv_mw.rkey` takes it at once; a failed bind completes with
 //! IBV_WC_MW_BIND_ERR). Type 2 windows are bound with IBV_WR_BIND_MW work requests (crate::qp,
 //! crate::qp_ex) and ended with LOCAL_INV or a peer's SEND_WITH_INV.
 
@@ -13,6 +13,7 @@ use crate::sys::errno::{Result, EINVAL};
 use crate::sys::ffi;
 use crate::sys::wr::MwView;
 use crate::wqe::{self, BindInfo};
+use rox_uapi::ids::Key;
 use rox_uapi::verbs;
 
 /// `ibv_bind_mw` of a type 1 window `mw` (an `ibv_mw_bind` of `wr_id`, `send_flags` and
@@ -24,15 +25,21 @@ pub fn bind(
     wr_id: u64,
     send_flags: u32,
     info: &BindInfo,
-) -> Result<u32> {
+) -> Result<Key> {
     if mw.mw_type != ffi::IBV_MW_TYPE_1 {
         return Err(EINVAL);
     }
-    let new_rkey = wqe::inc_rkey(mw.rkey);
+    let new_rkey = next_rkey(mw.rkey);
     post_one(qp, hw, wr_id, |sq, index| {
         let mut w = wqe::new_wqe(sq, verbs::WR_BIND_MW, send_flags, index)?;
         w.seg = wqe::bind_seg(mw.rkey, new_rkey, info)?;
         Ok(w)
     })?;
     Ok(new_rkey)
+}
+
+/// The rkey a type 1 window takes at its next bind (`ibv_inc_rkey`): the same window with the
+/// next variant, wrapping.
+pub(crate) fn next_rkey(rkey: Key) -> Key {
+    rkey.with_variant(rkey.variant().wrapping_add(1))
 }

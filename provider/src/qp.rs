@@ -25,8 +25,9 @@ use crate::wqe::{self, SqAttrs};
 use core::mem::offset_of;
 use core::ops::{Deref, DerefMut};
 use core::sync::atomic::{AtomicU32, Ordering};
+use rox_uapi::ids::Qpn;
 use rox_uapi::queue::{
-    Cqe, RdmaSeg, RqWqe, Sge, SqSeg, SqWqe, RQ_MAX_SGE, RQ_WQE_SHIFT, SQ_MAX_INLINE, SQ_WQE_SHIFT,
+    Cqe, RdmaSeg, RqWqe, SqSeg, SqWqe, RQ_MAX_SGE, RQ_WQE_SHIFT, SQ_MAX_INLINE, SQ_WQE_SHIFT,
 };
 use rox_uapi::udata::CreateQpReq;
 use rox_uapi::verbs;
@@ -34,6 +35,9 @@ use rox_uapi::verbs;
 #[repr(C)]
 pub struct RoxQp {
     pub vqp: ffi::verbs_qp,
+    /// The QP's number (rox.ko's create_qp answer): the context's QP table holds the QP under
+    /// it, and its CQEs name it.
+    pub qpn: Qpn,
     /// The send ring (`SqWqe`s) and the extended post API's batch.
     pub sq: Locked<SendQueue>,
     /// The receive ring (`RqWqe`s); `None` when the QP receives through an SRQ.
@@ -98,6 +102,8 @@ impl RoxQp {
         };
         let qp = Box::new(RoxQp {
             vqp: Zeroable::zeroed(),
+            // Set once rox.ko created the QP.
+            qpn: Qpn::default(),
             sq: Locked::new(SendQueue {
                 wq: sq,
                 batch: WrBatch::default(),
@@ -118,8 +124,10 @@ impl RoxQp {
         Ok((qp, req))
     }
 
-    /// rox.ko created the QP and granted `cap` (what ibv_cmd_create_qp_ex copied back).
-    pub fn created(&mut self, cap: &ffi::ibv_qp_cap, limits: &DeviceLimits) {
+    /// rox.ko created the QP as number `qpn` and granted `cap` (what ibv_cmd_create_qp_ex
+    /// copied back).
+    pub fn created(&mut self, qpn: Qpn, cap: &ffi::ibv_qp_cap, limits: &DeviceLimits) {
+        self.qpn = qpn;
         // A queue granted no work requests (asked with 0: send-only / receive-only QPs) has a
         // minimal ring that nothing may be posted to.
         if cap.max_send_wr == 0 {
@@ -370,12 +378,8 @@ pub fn recv_wqe(wr: &RecvWr<'_>, index: u32, max_sge: u32) -> Result<RqWqe> {
         num_sge: sges.len() as u8,
         ..Default::default()
     };
-    for (dst, s) in wqe.sge.iter_mut().zip(sges) {
-        *dst = Sge {
-            addr: s.addr,
-            length: s.length,
-            lkey: s.lkey,
-        };
+    for (dst, sge) in wqe.sge.iter_mut().zip(sges) {
+        *dst = sge;
     }
     Ok(wqe)
 }
@@ -424,7 +428,8 @@ pub(crate) mod tests {
     use crate::sys::wr::seg;
     use crate::wqe::{sge_at, QKEY_USE_QP};
     use core::ffi::c_int;
-    use rox_uapi::queue::{UdSeg, WQE_FLAG_FENCE, WQE_FLAG_INLINE, WQE_FLAG_SIGNALED};
+    use rox_uapi::ids::Key;
+    use rox_uapi::queue::{Sge, UdSeg, WQE_FLAG_FENCE, WQE_FLAG_INLINE, WQE_FLAG_SIGNALED};
 
     const LIMITS: DeviceLimits = DeviceLimits {
         max_qp_wr: 1024,
@@ -497,6 +502,7 @@ pub(crate) mod tests {
     pub(crate) fn test_qp(qp_type: ffi::ibv_qp_type) -> RoxQp {
         RoxQp {
             vqp: Zeroable::zeroed(),
+            qpn: Qpn::new(0x12).expect("a QPN"),
             sq: Locked::new(SendQueue {
                 wq: WorkQueue::new(4, SQ_WQE_SHIFT, CompletionOrder::InOrder).expect("ring"),
                 batch: WrBatch::default(),
@@ -567,13 +573,16 @@ pub(crate) mod tests {
         assert_eq!(wqe.imm_data, 0x0102_0304);
         assert_eq!(wqe.num_sge, 1);
         let rdma = seg::rdma(&wqe.seg);
-        assert_eq!((rdma.remote_addr, rdma.rkey), (0xdead_0000, 9));
+        assert_eq!(
+            (rdma.remote_addr, rdma.rkey),
+            (0xdead_0000, Key::from_raw(9))
+        );
         assert_eq!(
             sge_at(&wqe.data, 0),
             Sge {
                 addr: 0x1000,
                 length: 64,
-                lkey: 7
+                lkey: Key::from_raw(7)
             }
         );
     }
@@ -639,7 +648,7 @@ pub(crate) mod tests {
         let wqe = format(&qp, &inv, 0).expect("valid");
         assert_eq!(
             (wqe.opcode, seg::rdma(&wqe.seg).rkey),
-            (verbs::WR_LOCAL_INV, 0x8000_0123)
+            (verbs::WR_LOCAL_INV, Key::from_raw(0x8000_0123))
         );
         let uc = test_qp(ffi::IBV_QPT_UC);
         assert_eq!(
@@ -752,7 +761,7 @@ pub(crate) mod tests {
             ud,
             UdSeg {
                 dgid: ah.addr.dgid,
-                dest_qpn: 0x42,
+                dest_qpn: Qpn::new(0x42).expect("a QPN"),
                 qkey: 0x1111_1111,
                 flow_label: 0x12345,
                 sgid_index: 1,
@@ -783,7 +792,7 @@ pub(crate) mod tests {
             Sge {
                 addr: 0x2000,
                 length: 128,
-                lkey: 3
+                lkey: Key::from_raw(3)
             }
         );
         assert_eq!(recv_wqe(&w, 9, 1).err(), Some(EINVAL));

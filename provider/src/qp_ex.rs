@@ -20,7 +20,8 @@ use crate::sys::errno::{Errno, Result, EINVAL, ENOMEM};
 use crate::sys::ffi;
 use crate::sys::wr::{AppSlice, MwView, UserBuf};
 use crate::wqe::{self, BindInfo};
-use rox_uapi::queue::{SqSeg, SqWqe};
+use rox_uapi::ids::{Key, Qpn};
+use rox_uapi::queue::{Sge, SqSeg, SqWqe};
 use rox_uapi::verbs;
 
 /// The `IBV_QP_EX_WITH_*` operations rox supports (its 12 opcodes).
@@ -157,7 +158,7 @@ pub fn send_imm(qp: &RoxQp, sq: &mut SendQueue, meta: WrMeta, imm_data: u32) {
     }
 }
 
-pub fn rdma_write(qp: &RoxQp, sq: &mut SendQueue, meta: WrMeta, rkey: u32, remote_addr: u64) {
+pub fn rdma_write(qp: &RoxQp, sq: &mut SendQueue, meta: WrMeta, rkey: Key, remote_addr: u64) {
     if let Some(wqe) = begin(qp, sq, meta, verbs::WR_RDMA_WRITE) {
         wqe.seg = wqe::rdma_seg(remote_addr, rkey);
     }
@@ -167,7 +168,7 @@ pub fn rdma_write_imm(
     qp: &RoxQp,
     sq: &mut SendQueue,
     meta: WrMeta,
-    rkey: u32,
+    rkey: Key,
     remote_addr: u64,
     imm_data: u32,
 ) {
@@ -177,7 +178,7 @@ pub fn rdma_write_imm(
     }
 }
 
-pub fn rdma_read(qp: &RoxQp, sq: &mut SendQueue, meta: WrMeta, rkey: u32, remote_addr: u64) {
+pub fn rdma_read(qp: &RoxQp, sq: &mut SendQueue, meta: WrMeta, rkey: Key, remote_addr: u64) {
     if let Some(wqe) = begin(qp, sq, meta, verbs::WR_RDMA_READ) {
         wqe.seg = wqe::rdma_seg(remote_addr, rkey);
     }
@@ -187,7 +188,7 @@ pub fn atomic_cmp_swp(
     qp: &RoxQp,
     sq: &mut SendQueue,
     meta: WrMeta,
-    rkey: u32,
+    rkey: Key,
     remote_addr: u64,
     compare: u64,
     swap: u64,
@@ -201,7 +202,7 @@ pub fn atomic_fetch_add(
     qp: &RoxQp,
     sq: &mut SendQueue,
     meta: WrMeta,
-    rkey: u32,
+    rkey: Key,
     remote_addr: u64,
     add: u64,
 ) {
@@ -211,27 +212,27 @@ pub fn atomic_fetch_add(
 }
 
 /// SEND with invalidate (RC): the peer invalidates its window `invalidate_rkey`.
-pub fn send_inv(qp: &RoxQp, sq: &mut SendQueue, meta: WrMeta, invalidate_rkey: u32) {
+pub fn send_inv(qp: &RoxQp, sq: &mut SendQueue, meta: WrMeta, invalidate_rkey: Key) {
     if let Some(wqe) = begin(qp, sq, meta, verbs::WR_SEND_WITH_INV) {
         wqe.seg = wqe::invalidate_seg(invalidate_rkey);
     }
 }
 
 /// LOCAL_INV of a type 2 window: complete in itself.
-pub fn local_inv(qp: &RoxQp, sq: &mut SendQueue, meta: WrMeta, invalidate_rkey: u32) {
+pub fn local_inv(qp: &RoxQp, sq: &mut SendQueue, meta: WrMeta, invalidate_rkey: Key) {
     if let Some(wqe) = begin(qp, sq, meta, verbs::WR_LOCAL_INV) {
         wqe.seg = wqe::invalidate_seg(invalidate_rkey);
     }
 }
 
-/// BIND_MW of a type 2 window `mw` to `rkey` (its index, a new low byte) with `info`: complete
-/// in itself. A missing window or binding, or a type 1 window, is EINVAL.
+/// BIND_MW of a type 2 window `mw` to `rkey` (the same window with the consumer's variant)
+/// with `info`: complete in itself. A missing window or binding, or a type 1 window, is EINVAL.
 pub fn bind_mw(
     qp: &RoxQp,
     sq: &mut SendQueue,
     meta: WrMeta,
     mw: Option<MwView>,
-    rkey: u32,
+    rkey: Key,
     info: Option<BindInfo>,
 ) {
     let (Some(mw), Some(info)) = (mw.filter(|mw| mw.mw_type == ffi::IBV_MW_TYPE_2), info) else {
@@ -251,7 +252,7 @@ pub fn flush(
     qp: &RoxQp,
     sq: &mut SendQueue,
     meta: WrMeta,
-    rkey: u32,
+    rkey: Key,
     remote_addr: u64,
     len: usize,
     flush_type: u8,
@@ -271,7 +272,7 @@ pub fn atomic_write(
     qp: &RoxQp,
     sq: &mut SendQueue,
     meta: WrMeta,
-    rkey: u32,
+    rkey: Key,
     remote_addr: u64,
     value: Option<[u8; 8]>,
 ) {
@@ -292,11 +293,11 @@ fn check(batch: &mut WrBatch, result: Result<()>) {
     }
 }
 
-pub fn set_sge(qp: &RoxQp, sq: &mut SendQueue, lkey: u32, addr: u64, length: u32) {
+pub fn set_sge(qp: &RoxQp, sq: &mut SendQueue, sge: Sge) {
     if let Some((batch, wqe)) = current(sq) {
         check(
             batch,
-            wqe::set_sges(&qp.sq_attrs, wqe, &[ffi::ibv_sge { addr, length, lkey }]),
+            wqe::set_sges(&qp.sq_attrs, wqe, core::iter::once(sge)),
         );
     }
 }
@@ -304,7 +305,7 @@ pub fn set_sge(qp: &RoxQp, sq: &mut SendQueue, lkey: u32, addr: u64, length: u32
 pub fn set_sge_list(qp: &RoxQp, sq: &mut SendQueue, sges: AppSlice<'_, ffi::ibv_sge>) {
     if let Some((batch, wqe)) = current(sq) {
         let result = sges
-            .get()
+            .sges()
             .and_then(|sges| wqe::set_sges(&qp.sq_attrs, wqe, sges));
         check(batch, result);
     }
@@ -332,7 +333,7 @@ pub fn set_ud_addr(
     qp: &RoxQp,
     sq: &mut SendQueue,
     ah: Option<&RoxAh>,
-    remote_qpn: u32,
+    remote_qpn: Qpn,
     remote_qkey: u32,
 ) {
     if let Some((batch, wqe)) = current(sq) {

@@ -10,7 +10,7 @@ use crate::sys::errno::{Result, EINVAL};
 use crate::sys::ffi;
 use crate::sys::wr::UserBuf;
 use core::mem::{offset_of, size_of};
-use rox_uapi::admin::KEY_VARIANT_MASK;
+use rox_uapi::ids::{Key, Qpn};
 use rox_uapi::queue::{
     BindSeg, RdmaSeg, Sge, SqSeg, SqWqe, UdSeg, SQ_WQE_DATA_SIZE, WQE_FLAG_FENCE, WQE_FLAG_INLINE,
     WQE_FLAG_SIGNALED, WQE_FLAG_SOLICITED,
@@ -150,7 +150,7 @@ pub(crate) fn new_wqe(sq: &SqAttrs, opcode: u8, send_flags: u32, index: u32) -> 
 }
 
 /// The segment of a WRITE / READ.
-pub(crate) fn rdma_seg(remote_addr: u64, rkey: u32) -> SqSeg {
+pub(crate) fn rdma_seg(remote_addr: u64, rkey: Key) -> SqSeg {
     SqSeg {
         rdma: RdmaSeg {
             remote_addr,
@@ -161,7 +161,7 @@ pub(crate) fn rdma_seg(remote_addr: u64, rkey: u32) -> SqSeg {
 }
 
 /// The segment of a CMP_AND_SWP / FETCH_AND_ADD (`swap` is ignored by FETCH_AND_ADD).
-pub(crate) fn atomic_seg(remote_addr: u64, rkey: u32, compare_add: u64, swap: u64) -> SqSeg {
+pub(crate) fn atomic_seg(remote_addr: u64, rkey: Key, compare_add: u64, swap: u64) -> SqSeg {
     SqSeg {
         rdma: RdmaSeg {
             remote_addr,
@@ -174,25 +174,20 @@ pub(crate) fn atomic_seg(remote_addr: u64, rkey: u32, compare_add: u64, swap: u6
 }
 
 /// The segment of an ATOMIC WRITE: the 8 bytes ride in `compare_add`, in memory order.
-pub(crate) fn atomic_write_seg(remote_addr: u64, rkey: u32, value: [u8; 8]) -> SqSeg {
+pub(crate) fn atomic_write_seg(remote_addr: u64, rkey: Key, value: [u8; 8]) -> SqSeg {
     atomic_seg(remote_addr, rkey, u64::from_ne_bytes(value), 0)
 }
 
 /// The segment of a LOCAL_INV / SEND_WITH_INV: the rkey to invalidate.
-pub(crate) fn invalidate_seg(rkey: u32) -> SqSeg {
+pub(crate) fn invalidate_seg(rkey: Key) -> SqSeg {
     rdma_seg(0, rkey)
-}
-
-/// The next rkey of a window (`ibv_inc_rkey`): same index, low byte incremented.
-pub(crate) fn inc_rkey(rkey: u32) -> u32 {
-    (rkey & !KEY_VARIANT_MASK) | (rkey.wrapping_add(1) & KEY_VARIANT_MASK)
 }
 
 /// A window binding as the application describes it (`ibv_mw_bind_info`).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct BindInfo {
     /// The lkey of the MR bound to, `None` for no MR (an unbind, length 0).
-    pub mr_lkey: Option<u32>,
+    pub mr_lkey: Option<Key>,
     pub addr: u64,
     pub length: u64,
     /// `IBV_ACCESS_*` of the window.
@@ -200,17 +195,18 @@ pub struct BindInfo {
 }
 
 /// The segment of a BIND_MW giving the window whose rkey is `old_rkey` the rkey `new_rkey`
-/// (same window index) and `info`; EINVAL for another window's rkey, access bits a window
-/// cannot grant (zero based included), or no MR with a non-zero length.
-pub(crate) fn bind_seg(old_rkey: u32, new_rkey: u32, info: &BindInfo) -> Result<SqSeg> {
-    if new_rkey & !KEY_VARIANT_MASK != old_rkey & !KEY_VARIANT_MASK
+/// (the same window: only the variant may differ) and `info`; EINVAL for a key of another window,
+/// access bits a window cannot grant (zero based included), or no MR with a non-zero length.
+pub(crate) fn bind_seg(old_rkey: Key, new_rkey: Key, info: &BindInfo) -> Result<SqSeg> {
+    if old_rkey.with_variant(new_rkey.variant()) != new_rkey
         || info.access & !verbs::ACCESS_MW_ALLOWED != 0
     {
         return Err(EINVAL);
     }
     let lkey = match info.mr_lkey {
         None if info.length != 0 => return Err(EINVAL),
-        None => 0,
+        // No MR means length 0, and the device reads no lkey for a bind of length 0.
+        None => Key::default(),
         Some(lkey) => lkey,
     };
     Ok(SqSeg {
@@ -227,7 +223,7 @@ pub(crate) fn bind_seg(old_rkey: u32, new_rkey: u32, info: &BindInfo) -> Result<
 
 /// The UD address segment for a destination: the AH's address vector, the remote QP and its
 /// Q_Key (`qp_qkey`, the QP's own, for a Q_Key with the high bit set).
-pub(crate) fn ud_seg(ah: &UdAddress, remote_qpn: u32, remote_qkey: u32, qp_qkey: u32) -> UdSeg {
+pub(crate) fn ud_seg(ah: &UdAddress, remote_qpn: Qpn, remote_qkey: u32, qp_qkey: u32) -> UdSeg {
     let qkey = if remote_qkey & QKEY_USE_QP != 0 {
         qp_qkey
     } else {
@@ -250,7 +246,7 @@ pub(crate) fn ud_seg(ah: &UdAddress, remote_qpn: u32, remote_qkey: u32, qp_qkey:
 /// unknown level, or a range length the wire cannot carry (32 bits; level MR ignores it).
 pub(crate) fn flush_seg(
     remote_addr: u64,
-    rkey: u32,
+    rkey: Key,
     len: usize,
     flush_type: u8,
     level: u8,
@@ -278,7 +274,7 @@ pub(crate) fn flush_seg(
 /// Store SGE `i` in a send WQE's data area, in `Sge`'s layout (native byte order, as the
 /// device reads it).
 #[inline]
-fn put_sge(data: &mut [u8; SQ_WQE_DATA_SIZE], i: usize, sge: &ffi::ibv_sge) {
+fn put_sge(data: &mut [u8; SQ_WQE_DATA_SIZE], i: usize, sge: &Sge) {
     const SGE: usize = size_of::<Sge>();
     let mut bytes = [0u8; SGE];
     let mut field = |offset: usize, value: &[u8]| {
@@ -286,7 +282,7 @@ fn put_sge(data: &mut [u8; SQ_WQE_DATA_SIZE], i: usize, sge: &ffi::ibv_sge) {
     };
     field(offset_of!(Sge, addr), &sge.addr.to_ne_bytes());
     field(offset_of!(Sge, length), &sge.length.to_ne_bytes());
-    field(offset_of!(Sge, lkey), &sge.lkey.to_ne_bytes());
+    field(offset_of!(Sge, lkey), &sge.lkey.get().to_ne_bytes());
     // One store of the whole SGE (one bounds check).
     data[i * SGE..(i + 1) * SGE].copy_from_slice(&bytes);
 }
@@ -299,23 +295,30 @@ pub(crate) fn sge_at(data: &[u8; SQ_WQE_DATA_SIZE], i: usize) -> Sge {
     Sge {
         addr: u64::from_ne_bytes(bytes(offset_of!(Sge, addr), 8).try_into().unwrap()),
         length: u32::from_ne_bytes(bytes(offset_of!(Sge, length), 4).try_into().unwrap()),
-        lkey: u32::from_ne_bytes(bytes(offset_of!(Sge, lkey), 4).try_into().unwrap()),
+        lkey: Key::from_raw(u32::from_ne_bytes(
+            bytes(offset_of!(Sge, lkey), 4).try_into().unwrap(),
+        )),
     }
 }
 
 /// Store `sges` as the WQE's scatter/gather list (at most the queue's `max_sge`).
 #[inline]
-pub(crate) fn set_sges(sq: &SqAttrs, wqe: &mut SqWqe, sges: &[ffi::ibv_sge]) -> Result<()> {
-    if sges.len() > sq.max_sge as usize || (!sges.is_empty() && !takes_sges(wqe.opcode)) {
+pub(crate) fn set_sges(
+    sq: &SqAttrs,
+    wqe: &mut SqWqe,
+    sges: impl ExactSizeIterator<Item = Sge>,
+) -> Result<()> {
+    let n = sges.len();
+    if n > sq.max_sge as usize || (n != 0 && !takes_sges(wqe.opcode)) {
         return Err(EINVAL);
     }
-    for (i, s) in sges.iter().enumerate() {
+    for (i, s) in sges.enumerate() {
         // i < max_sge <= SQ_MAX_SGE (rox.ko's cap), so the SGE lies inside `data`.
-        put_sge(&mut wqe.data, i, s);
+        put_sge(&mut wqe.data, i, &s);
     }
     wqe.flags &= !WQE_FLAG_INLINE;
     wqe.inline_len = 0;
-    wqe.num_sge = sges.len() as u8;
+    wqe.num_sge = n as u8;
     Ok(())
 }
 
@@ -375,7 +378,11 @@ pub(crate) mod tests {
         }
         assert_eq!(wr_opcode(ffi::IBV_WR_TSO), None);
         assert_eq!(wr_opcode(ffi::IBV_WR_BIND_MW), Some(verbs::WR_BIND_MW));
-        assert_eq!(inc_rkey(0x8000_01ff), 0x8000_0100);
+        assert_eq!(
+            crate::mw::next_rkey(Key::from_raw(0x8000_01ff)),
+            Key::from_raw(0x8000_0100),
+            "a type 1 bind moves the variant on, wrapping, and keeps the window"
+        );
         assert_eq!(wr_opcode(ffi::IBV_WR_FLUSH), Some(verbs::WR_FLUSH));
     }
 
@@ -383,7 +390,7 @@ pub(crate) mod tests {
     fn flush_segment_checks_type_level_and_length() {
         let seg = flush_seg(
             0x1000,
-            7,
+            Key::from_raw(7),
             4096,
             verbs::FLUSH_TYPE_GLOBAL,
             verbs::FLUSH_LEVEL_RANGE,
@@ -394,7 +401,7 @@ pub(crate) mod tests {
             (r.remote_addr, r.rkey, r.length, r.flush_type, r.flush_level),
             (
                 0x1000,
-                7,
+                Key::from_raw(7),
                 4096,
                 verbs::FLUSH_TYPE_GLOBAL,
                 verbs::FLUSH_LEVEL_RANGE
@@ -403,7 +410,7 @@ pub(crate) mod tests {
         // Level MR ignores the length, even one beyond 32 bits.
         let seg = flush_seg(
             0,
-            7,
+            Key::from_raw(7),
             usize::MAX,
             verbs::FLUSH_TYPE_GLOBAL,
             verbs::FLUSH_LEVEL_MR,
@@ -421,33 +428,36 @@ pub(crate) mod tests {
             (8, verbs::FLUSH_TYPE_GLOBAL, 2),
         ];
         for (len, ptype, level) in bad {
-            assert_eq!(flush_seg(0, 7, len, ptype, level).err(), Some(EINVAL));
+            assert_eq!(
+                flush_seg(0, Key::from_raw(7), len, ptype, level).err(),
+                Some(EINVAL)
+            );
         }
     }
 
     #[test]
     fn atomic_write_value_is_in_memory_order() {
-        let seg = atomic_write_seg(8, 1, *b"12345678");
+        let seg = atomic_write_seg(8, Key::from_raw(1), *b"12345678");
         assert_eq!(seg::rdma(&seg).compare_add.to_ne_bytes(), *b"12345678");
     }
 
     #[test]
     fn data_rules() {
         let qp = test_sq(ffi::IBV_QPT_RC);
-        let sge = ffi::ibv_sge {
+        let sge = Sge {
             addr: 1,
             length: 2,
-            lkey: 3,
+            lkey: Key::from_raw(3),
         };
         let mut flush = new_wqe(&qp, verbs::WR_FLUSH, 0, 0).unwrap();
-        assert_eq!(set_sges(&qp, &mut flush, &[sge]), Err(EINVAL));
-        assert_eq!(set_sges(&qp, &mut flush, &[]), Ok(()));
+        assert_eq!(set_sges(&qp, &mut flush, [sge].into_iter()), Err(EINVAL));
+        assert_eq!(set_sges(&qp, &mut flush, [].into_iter()), Ok(()));
         let mut read = new_wqe(&qp, verbs::WR_RDMA_READ, 0, 0).unwrap();
         let byte = [0u8; 1];
         let one = core::iter::once(UserBuf::from_slice(&byte));
         assert_eq!(set_inline(&qp, &mut read, one), Err(EINVAL));
         assert_eq!(
-            set_sges(&qp, &mut read, &[sge; 3]),
+            set_sges(&qp, &mut read, [sge; 3].into_iter()),
             Err(EINVAL),
             "max_send_sge 2"
         );

@@ -12,6 +12,7 @@ use crate::sys::{cq, pd, qp, srq};
 use core::ffi::{c_int, c_void};
 use core::mem::{offset_of, size_of};
 use core::ptr::{self, NonNull};
+use rox_uapi::ids::Qpn;
 use rox_uapi::queue::{Cqe, CQE_SIZE, RQ_WQE_SIZE, SQ_MAX_INLINE, SQ_WQE_SIZE};
 use rox_uapi::regs::DB_SLOTS_PER_PAGE;
 use rox_uapi::udata::AllocUcontextResp;
@@ -30,7 +31,7 @@ pub struct RoxContext {
 /// QPs of a context by QP number, for completion processing. Only crate::sys::qp adds and
 /// removes QPs: a QP is added once created and removed before it is freed.
 #[derive(Default)]
-pub struct QpTable(Mutex<HashMap<u32, QpRef>>);
+pub struct QpTable(Mutex<HashMap<Qpn, QpRef>>);
 
 struct QpRef(NonNull<RoxQp>);
 // SAFETY: a QpRef is only dereferenced under the table lock while its QP is registered (QPs
@@ -38,7 +39,7 @@ struct QpRef(NonNull<RoxQp>);
 unsafe impl Send for QpRef {}
 
 impl QpTable {
-    fn lock(&self) -> MutexGuard<'_, HashMap<u32, QpRef>> {
+    fn lock(&self) -> MutexGuard<'_, HashMap<Qpn, QpRef>> {
         self.0
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -46,11 +47,11 @@ impl QpTable {
 
     /// # Safety
     /// `qp` stays alive until [`Self::remove`] of `qpn` returned.
-    pub(super) unsafe fn insert(&self, qpn: u32, qp: NonNull<RoxQp>) {
+    pub(super) unsafe fn insert(&self, qpn: Qpn, qp: NonNull<RoxQp>) {
         self.lock().insert(qpn, QpRef(qp));
     }
 
-    pub(super) fn remove(&self, qpn: u32) {
+    pub(super) fn remove(&self, qpn: Qpn) {
         self.lock().remove(&qpn);
     }
 
@@ -307,7 +308,7 @@ static CONTEXT_OPS: ffi::verbs_context_ops = ffi::verbs_context_ops {
     create_ah: Some(pd::create_ah),
     destroy_ah: Some(pd::destroy_ah),
     // Multicast groups are the device's (rox.ko's attach_mcast/detach_mcast); the data path
-    // needs nothing beyond the group's AH (its MAC, QPN 0xFFFFFF from rdma_cm).
+    // needs nothing beyond the group's AH (its MAC, `Qpn::MULTICAST` from rdma_cm).
     attach_mcast: Some(ffi::ibv_cmd_attach_mcast),
     detach_mcast: Some(ffi::ibv_cmd_detach_mcast),
     post_send: Some(qp::post_send),
@@ -318,3 +319,32 @@ static CONTEXT_OPS: ffi::verbs_context_ops = ffi::verbs_context_ops {
     // SAFETY: every other member is an Option of a function pointer; None is all-zero.
     ..unsafe { core::mem::zeroed() }
 };
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::qp::tests::test_qp;
+    use rox_uapi::verbs;
+
+    /// A CQE finds its QP by the number the QP holds, and finds nothing once the QP left.
+    #[test]
+    fn qp_table_finds_a_qp_by_its_number() {
+        let qp = test_qp(ffi::IBV_QPT_RC);
+        qp.sq.lock().commit(0xabc);
+        let send_cqe = |qp_num| Cqe {
+            wr_id: 0,
+            opcode: verbs::WC_OPC_SEND,
+            qp_num,
+            ..Default::default()
+        };
+        let table = QpTable::default();
+        // SAFETY: `qp` outlives the table.
+        unsafe { table.insert(qp.qpn, NonNull::from(&qp)) };
+        let other = Qpn::new(qp.qpn.get() + 1).expect("a QPN");
+        assert_eq!(table.retire(&send_cqe(other)), None, "another QP's number");
+        assert_eq!(table.retire(&send_cqe(qp.qpn)), Some(0xabc));
+        qp.sq.lock().commit(0xdef);
+        table.remove(qp.qpn);
+        assert_eq!(table.retire(&send_cqe(qp.qpn)), None, "removed");
+    }
+}

@@ -289,11 +289,11 @@ unsafe extern "C" fn read_imm_data(ibcq: *mut ffi::ibv_cq_ex) -> ffi::__be32 {
 }
 unsafe extern "C" fn read_qp_num(ibcq: *mut ffi::ibv_cq_ex) -> u32 {
     // SAFETY: as above.
-    unsafe { current(ibcq) }.qp_num
+    unsafe { current(ibcq) }.qp_num.get()
 }
 unsafe extern "C" fn read_src_qp(ibcq: *mut ffi::ibv_cq_ex) -> u32 {
     // SAFETY: as above.
-    unsafe { current(ibcq) }.src_qp
+    unsafe { current(ibcq) }.src_qp.get()
 }
 unsafe extern "C" fn read_wc_flags(ibcq: *mut ffi::ibv_cq_ex) -> c_uint {
     // SAFETY: as above.

@@ -176,7 +176,7 @@ pub unsafe extern "C" fn bind_mw(
     match mw::bind(qp, hw, window, mw_bind.wr_id, mw_bind.send_flags, &info) {
         Ok(new_rkey) => {
             // SAFETY: a live window; the application reads the new rkey from here.
-            unsafe { (*mw).rkey = new_rkey };
+            unsafe { (*mw).rkey = new_rkey.get() };
             0
         }
         Err(e) => e.0,

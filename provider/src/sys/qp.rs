@@ -48,8 +48,10 @@ unsafe fn create(
     attr.comp_mask = requested_mask;
     // On failure the kernel has no QP: the box goes (unmapping the rings).
     Errno::check(ret)?;
-    // ibv_cmd_create_qp_ex copied the granted capacities into attr.cap.
-    qp.created(&attr.cap, &hw.limits);
+    // ibv_cmd_create_qp_ex copied the granted capacities into attr.cap; the QP number comes in
+    // rox's response (the core response struct is only filled on the write path, not on the
+    // ioctl path).
+    qp.created(resp.drv.qpn, &attr.cap, &hw.limits);
     if attr.comp_mask & ffi::IBV_QP_INIT_ATTR_SEND_OPS_FLAGS != 0 {
         qp_ex::install(&mut qp.vqp);
     }
@@ -66,11 +68,9 @@ unsafe fn create(
             return Err(e);
         }
     }
-    // libibverbs set qp_num (the core response struct is only filled on the write path, not
-    // on the ioctl path).
-    // SAFETY: `ibv_qp` points into the live QP, which stays registered until `destroy`
-    // removes it, before freeing it.
-    unsafe { hw.qps.insert((*ibv_qp).qp_num, NonNull::new_unchecked(qp)) };
+    // SAFETY: `qp` is live and stays registered under its number until `destroy` removes it,
+    // before freeing it.
+    unsafe { hw.qps.insert((*qp).qpn, NonNull::new_unchecked(qp)) };
     Ok(ibv_qp)
 }
 
@@ -158,7 +158,7 @@ unsafe fn destroy(ibqp: *mut ffi::ibv_qp) -> c_int {
     let (ret, qpn, ibctx) = unsafe {
         (
             ffi::ibv_cmd_destroy_qp(ibqp),
-            (*ibqp).qp_num,
+            objects::qp(ibqp).qpn,
             (*ibqp).context,
         )
     };

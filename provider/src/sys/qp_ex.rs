@@ -1,7 +1,8 @@
 //! The `ibv_qp_ex` entry points of the extended post API (crate::qp_ex): `ibv_wr_start` takes
 //! the SQ lock and `ibv_wr_complete` / `ibv_wr_abort` release it; every call in between gets
-//! the QP, its locked send queue and `qp_ex->wr_id` / `wr_flags`, and the application's
-//! pointers as views (crate::sys::wr).
+//! the QP, its locked send queue and `qp_ex->wr_id` / `wr_flags`, the application's pointers
+//! as views (crate::sys::wr), and its keys and QP numbers as `Key` / `Qpn` (converted here,
+//! once).
 
 use crate::qp::{RoxQp, SendQueue};
 use crate::qp_ex::{self as logic, WrMeta};
@@ -10,6 +11,8 @@ use crate::sys::ffi;
 use crate::sys::objects;
 use crate::sys::wr::{bind_info, AppSlice, MwView, UserBuf};
 use core::ffi::{c_int, c_void};
+use rox_uapi::ids::{Key, Qpn};
+use rox_uapi::queue::Sge;
 
 /// Mark a QP as extended and install the `ibv_wr_*` functions.
 pub fn install(vqp: &mut ffi::verbs_qp) {
@@ -103,7 +106,7 @@ unsafe extern "C" fn wr_send_imm(ibqp: *mut ffi::ibv_qp_ex, imm_data: ffi::__be3
 unsafe extern "C" fn wr_rdma_write(ibqp: *mut ffi::ibv_qp_ex, rkey: u32, remote_addr: u64) {
     // SAFETY: see above.
     let (qp, sq, meta) = unsafe { batch(ibqp) };
-    logic::rdma_write(qp, sq, meta, rkey, remote_addr);
+    logic::rdma_write(qp, sq, meta, Key::from_raw(rkey), remote_addr);
 }
 
 unsafe extern "C" fn wr_rdma_write_imm(
@@ -114,13 +117,13 @@ unsafe extern "C" fn wr_rdma_write_imm(
 ) {
     // SAFETY: see above.
     let (qp, sq, meta) = unsafe { batch(ibqp) };
-    logic::rdma_write_imm(qp, sq, meta, rkey, remote_addr, imm_data);
+    logic::rdma_write_imm(qp, sq, meta, Key::from_raw(rkey), remote_addr, imm_data);
 }
 
 unsafe extern "C" fn wr_rdma_read(ibqp: *mut ffi::ibv_qp_ex, rkey: u32, remote_addr: u64) {
     // SAFETY: see above.
     let (qp, sq, meta) = unsafe { batch(ibqp) };
-    logic::rdma_read(qp, sq, meta, rkey, remote_addr);
+    logic::rdma_read(qp, sq, meta, Key::from_raw(rkey), remote_addr);
 }
 
 unsafe extern "C" fn wr_atomic_cmp_swp(
@@ -132,7 +135,15 @@ unsafe extern "C" fn wr_atomic_cmp_swp(
 ) {
     // SAFETY: see above.
     let (qp, sq, meta) = unsafe { batch(ibqp) };
-    logic::atomic_cmp_swp(qp, sq, meta, rkey, remote_addr, compare, swap);
+    logic::atomic_cmp_swp(
+        qp,
+        sq,
+        meta,
+        Key::from_raw(rkey),
+        remote_addr,
+        compare,
+        swap,
+    );
 }
 
 unsafe extern "C" fn wr_atomic_fetch_add(
@@ -143,19 +154,19 @@ unsafe extern "C" fn wr_atomic_fetch_add(
 ) {
     // SAFETY: see above.
     let (qp, sq, meta) = unsafe { batch(ibqp) };
-    logic::atomic_fetch_add(qp, sq, meta, rkey, remote_addr, add);
+    logic::atomic_fetch_add(qp, sq, meta, Key::from_raw(rkey), remote_addr, add);
 }
 
 unsafe extern "C" fn wr_send_inv(ibqp: *mut ffi::ibv_qp_ex, invalidate_rkey: u32) {
     // SAFETY: see above.
     let (qp, sq, meta) = unsafe { batch(ibqp) };
-    logic::send_inv(qp, sq, meta, invalidate_rkey);
+    logic::send_inv(qp, sq, meta, Key::from_raw(invalidate_rkey));
 }
 
 unsafe extern "C" fn wr_local_inv(ibqp: *mut ffi::ibv_qp_ex, invalidate_rkey: u32) {
     // SAFETY: see above.
     let (qp, sq, meta) = unsafe { batch(ibqp) };
-    logic::local_inv(qp, sq, meta, invalidate_rkey);
+    logic::local_inv(qp, sq, meta, Key::from_raw(invalidate_rkey));
 }
 
 unsafe extern "C" fn wr_bind_mw(
@@ -171,7 +182,7 @@ unsafe extern "C" fn wr_bind_mw(
         let info = bind_info_ptr.as_ref().map(|info| bind_info(info));
         (qp, sq, meta, MwView::of(mw), info)
     };
-    logic::bind_mw(qp, sq, meta, mw, rkey, info);
+    logic::bind_mw(qp, sq, meta, mw, Key::from_raw(rkey), info);
 }
 
 unsafe extern "C" fn wr_flush(
@@ -184,7 +195,16 @@ unsafe extern "C" fn wr_flush(
 ) {
     // SAFETY: see above.
     let (qp, sq, meta) = unsafe { batch(ibqp) };
-    logic::flush(qp, sq, meta, rkey, remote_addr, len, flush_type, level);
+    logic::flush(
+        qp,
+        sq,
+        meta,
+        Key::from_raw(rkey),
+        remote_addr,
+        len,
+        flush_type,
+        level,
+    );
 }
 
 unsafe extern "C" fn wr_atomic_write(
@@ -198,13 +218,18 @@ unsafe extern "C" fn wr_atomic_write(
     // SAFETY: the caller's 8-byte value when not null (ibv_wr_atomic_write's contract).
     let value =
         (!atomic_wr.is_null()).then(|| unsafe { atomic_wr.cast::<[u8; 8]>().read_unaligned() });
-    logic::atomic_write(qp, sq, meta, rkey, remote_addr, value);
+    logic::atomic_write(qp, sq, meta, Key::from_raw(rkey), remote_addr, value);
 }
 
 unsafe extern "C" fn wr_set_sge(ibqp: *mut ffi::ibv_qp_ex, lkey: u32, addr: u64, length: u32) {
     // SAFETY: see above.
     let (qp, sq, _) = unsafe { batch(ibqp) };
-    logic::set_sge(qp, sq, lkey, addr, length);
+    let sge = Sge {
+        addr,
+        length,
+        lkey: Key::from_raw(lkey),
+    };
+    logic::set_sge(qp, sq, sge);
 }
 
 unsafe extern "C" fn wr_set_sge_list(
@@ -257,7 +282,7 @@ unsafe extern "C" fn wr_set_ud_addr(
         let (qp, sq, _) = batch(ibqp);
         (qp, sq, (!ah.is_null()).then(|| objects::ah(ah)))
     };
-    logic::set_ud_addr(qp, sq, ah, remote_qpn, remote_qkey);
+    logic::set_ud_addr(qp, sq, ah, Qpn::from_raw(remote_qpn), remote_qkey);
 }
 
 #[cfg(test)]
@@ -326,7 +351,7 @@ mod tests {
             w0.flags & rox_uapi::queue::WQE_FLAG_SIGNALED,
             rox_uapi::queue::WQE_FLAG_SIGNALED
         );
-        assert_eq!(seg::rdma(&w0.seg).rkey, 5);
+        assert_eq!(seg::rdma(&w0.seg).rkey, Key::from_raw(5));
         let w1 = slot(&qp, 1);
         assert_eq!(
             (w1.opcode, w1.flags, w1.inline_len),
@@ -360,7 +385,11 @@ mod tests {
         let ud = seg::ud(&slot(&qp, 0).seg);
         assert_eq!(
             (ud.dest_qpn, ud.qkey, ud.dmac),
-            (7, 0x0bad_cafe, [0x52, 0x54, 0x00, 0x12, 0x34, 0x56])
+            (
+                Qpn::from_raw(7),
+                0x0bad_cafe,
+                [0x52, 0x54, 0x00, 0x12, 0x34, 0x56]
+            )
         );
     }
 
@@ -421,7 +450,7 @@ mod tests {
             (r.remote_addr, r.rkey, r.length, r.flush_type, r.flush_level),
             (
                 0x4000,
-                3,
+                Key::from_raw(3),
                 64,
                 verbs::FLUSH_TYPE_GLOBAL,
                 verbs::FLUSH_LEVEL_RANGE
@@ -430,7 +459,7 @@ mod tests {
         let a = slot(&qp, 1);
         let r = seg::rdma(&a.seg);
         assert_eq!((a.opcode, a.num_sge), (verbs::WR_ATOMIC_WRITE, 0));
-        assert_eq!((r.remote_addr, r.rkey), (0x5000, 4));
+        assert_eq!((r.remote_addr, r.rkey), (0x5000, Key::from_raw(4)));
         assert_eq!(r.compare_add.to_ne_bytes(), value);
         // SAFETY: the test plays libibverbs: our extended QP, calls in wr_start ..
         // wr_complete order, the lock released after each batch.

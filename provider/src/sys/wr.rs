@@ -1,7 +1,9 @@
 //! Work requests as the application hands them over (`ibv_send_wr` / `ibv_recv_wr` lists and
 //! the buffers they name), read through safe views: which union member a WR carries depends on
 //! its opcode and QP type, so the logic (crate::qp) picks the accessor; every pointer the
-//! application passes (SGE list, inline buffers, AH, window, MR) is followed only here.
+//! application passes (SGE list, inline buffers, AH, window, MR) is followed only here. Keys
+//! and QP numbers leave here typed (`Key`, `Qpn`): the application's u32s are converted once,
+//! by these accessors.
 
 use crate::ah::RoxAh;
 use crate::sys::errno::{Result, EINVAL};
@@ -10,6 +12,8 @@ use crate::sys::objects;
 use crate::wqe::BindInfo;
 use core::ffi::{c_int, c_void};
 use core::marker::PhantomData;
+use rox_uapi::ids::{Key, Qpn};
+use rox_uapi::queue::Sge;
 
 /// A buffer of the application, readable for `len` bytes while `'a` lasts.
 #[derive(Clone, Copy)]
@@ -63,7 +67,7 @@ pub type RecvWr<'a> = AppWr<'a, ffi::ibv_recv_wr>;
 #[derive(Clone, Copy, Debug)]
 pub struct MwView {
     pub mw_type: ffi::ibv_mw_type,
-    pub rkey: u32,
+    pub rkey: Key,
 }
 
 impl MwView {
@@ -75,7 +79,7 @@ impl MwView {
         // SAFETY: per the contract.
         unsafe { mw.as_ref() }.map(|mw| MwView {
             mw_type: mw.type_,
-            rkey: mw.rkey,
+            rkey: Key::from_raw(mw.rkey),
         })
     }
 }
@@ -87,11 +91,25 @@ impl MwView {
 pub unsafe fn bind_info(info: &ffi::ibv_mw_bind_info) -> BindInfo {
     BindInfo {
         // SAFETY: per the contract.
-        mr_lkey: unsafe { info.mr.as_ref() }.map(|mr| mr.lkey),
+        mr_lkey: unsafe { info.mr.as_ref() }.map(|mr| Key::from_raw(mr.lkey)),
         addr: info.addr,
         length: info.length,
         access: info.mw_access_flags,
     }
+}
+
+/// An application's SGE as a queue entry carries it.
+fn queue_sge(sge: &ffi::ibv_sge) -> Sge {
+    Sge {
+        addr: sge.addr,
+        length: sge.length,
+        lkey: Key::from_raw(sge.lkey),
+    }
+}
+
+/// The application's SGEs `sges` as queue entries.
+fn queue_sges(sges: &[ffi::ibv_sge]) -> impl ExactSizeIterator<Item = Sge> + '_ {
+    sges.iter().map(queue_sge)
 }
 
 /// The scatter/gather list of `num_sge` entries at `sg_list`: EINVAL for a negative count,
@@ -138,54 +156,62 @@ impl<'a> SendWr<'a> {
     }
 
     /// The rkey to invalidate, for LOCAL_INV / SEND_WITH_INV.
-    pub fn invalidate_rkey(&self) -> u32 {
+    pub fn invalidate_rkey(&self) -> Key {
         // SAFETY: as for `imm_data`.
-        unsafe { self.0.__bindgen_anon_1.invalidate_rkey }
+        Key::from_raw(unsafe { self.0.__bindgen_anon_1.invalidate_rkey })
     }
 
     /// (remote address, rkey) of an RDMA WR (WRITE, READ).
-    pub fn rdma(&self) -> (u64, u32) {
+    pub fn rdma(&self) -> (u64, Key) {
         // SAFETY: the member of an RDMA WR (the caller's choice by opcode); integers.
         let r = unsafe { self.0.wr.rdma };
-        (r.remote_addr, r.rkey)
+        (r.remote_addr, Key::from_raw(r.rkey))
     }
 
     /// (remote address, rkey, compare/add, swap) of an atomic WR.
-    pub fn atomic(&self) -> (u64, u32, u64, u64) {
+    pub fn atomic(&self) -> (u64, Key, u64, u64) {
         // SAFETY: the member of an atomic WR (the caller's choice by opcode); integers.
         let a = unsafe { self.0.wr.atomic };
-        (a.remote_addr, a.rkey, a.compare_add, a.swap)
+        (a.remote_addr, Key::from_raw(a.rkey), a.compare_add, a.swap)
     }
 
-    /// (AH, remote QPN, remote Q_Key) of a UD WR; the AH is `None` when null.
-    pub fn ud(&self) -> (Option<&'a RoxAh>, u32, u32) {
+    /// (AH, remote QPN, remote Q_Key) of a UD WR; the AH is `None` when null. The QPN is the
+    /// application's word as given, unchecked (as the device receives it).
+    pub fn ud(&self) -> (Option<&'a RoxAh>, Qpn, u32) {
         // SAFETY: the member of a UD QP's WR (the caller's choice by QP type); a pointer and
         // integers.
         let ud = unsafe { self.0.wr.ud };
         // SAFETY: a non-null AH of a UD WR is one librox made (the constructor's contract).
         let ah = (!ud.ah.is_null()).then(|| unsafe { objects::ah(ud.ah) });
-        (ah, ud.remote_qpn, ud.remote_qkey)
+        (ah, Qpn::from_raw(ud.remote_qpn), ud.remote_qkey)
     }
 
     /// (window, new rkey, binding) of a BIND_MW WR; `None` for a null window.
-    pub fn bind_mw(&self) -> Option<(MwView, u32, BindInfo)> {
+    pub fn bind_mw(&self) -> Option<(MwView, Key, BindInfo)> {
         // SAFETY: the member of a BIND_MW WR (the caller's choice by opcode).
         let b = unsafe { &self.0.__bindgen_anon_2.bind_mw };
         // SAFETY: the window and MR of a BIND_MW WR are live (the constructor's contract).
         let mw = unsafe { MwView::of(b.mw) }?;
         // SAFETY: as above.
-        Some((mw, b.rkey, unsafe { bind_info(&b.bind_info) }))
+        Some((mw, Key::from_raw(b.rkey), unsafe {
+            bind_info(&b.bind_info)
+        }))
     }
 
-    /// The SGE list (at most `max` entries, else EINVAL).
-    pub fn sges(&self, max: u32) -> Result<&'a [ffi::ibv_sge]> {
+    /// The application's SGE list (at most `max` entries, else EINVAL).
+    fn app_sg_list(&self, max: u32) -> Result<&'a [ffi::ibv_sge]> {
         // SAFETY: the list holds num_sge entries (the constructor's contract).
         unsafe { sg_list(self.0.sg_list, self.0.num_sge, max) }
     }
 
+    /// The SGE list (at most `max` entries, else EINVAL).
+    pub fn sges(&self, max: u32) -> Result<impl ExactSizeIterator<Item = Sge> + 'a> {
+        self.app_sg_list(max).map(queue_sges)
+    }
+
     /// The buffers of an `IBV_SEND_INLINE` WR (its SGEs, read by address, no lkey).
     pub fn inline_bufs(&self) -> Result<impl Iterator<Item = UserBuf<'a>> + Clone> {
-        Ok(self.sges(u32::MAX)?.iter().map(|s| {
+        Ok(self.app_sg_list(u32::MAX)?.iter().map(|s| {
             // SAFETY: an inline WR's SGEs name readable buffers (the constructor's contract).
             unsafe { UserBuf::new(s.addr as usize as *const c_void, s.length as usize) }
         }))
@@ -198,9 +224,9 @@ impl<'a> RecvWr<'a> {
     }
 
     /// The SGE list (at most `max` entries, else EINVAL).
-    pub fn sges(&self, max: u32) -> Result<&'a [ffi::ibv_sge]> {
+    pub fn sges(&self, max: u32) -> Result<impl ExactSizeIterator<Item = Sge> + 'a> {
         // SAFETY: the list holds num_sge entries (the constructor's contract).
-        unsafe { sg_list(self.0.sg_list, self.0.num_sge, max) }
+        unsafe { sg_list(self.0.sg_list, self.0.num_sge, max) }.map(queue_sges)
     }
 }
 
@@ -233,6 +259,13 @@ impl<'a, T> AppSlice<'a, T> {
             // SAFETY: `len` readable entries (the constructor's contract).
             len => Ok(unsafe { core::slice::from_raw_parts(self.ptr, len) }),
         }
+    }
+}
+
+impl<'a> AppSlice<'a, ffi::ibv_sge> {
+    /// The SGEs (`ibv_wr_set_sge_list`); EINVAL for a null list of some entries.
+    pub fn sges(&self) -> Result<impl ExactSizeIterator<Item = Sge> + 'a> {
+        self.get().map(queue_sges)
     }
 }
 
