@@ -231,7 +231,10 @@ fn create_kernel(
     let rq = if has_srq {
         None
     } else {
-        Some(KernelRing::<queue::RqWqe>::new(dev.pdev.as_ref(), 1 << log_rq)?)
+        Some(KernelRing::<queue::RqWqe>::new(
+            dev.pdev.as_ref(),
+            1 << log_rq,
+        )?)
     };
     let db = DbSlot::alloc(&dev.kernel_slots)?;
     let state = KBox::pin_init(
@@ -619,8 +622,7 @@ pub(crate) fn modify(
     }
     let rd_atomic_max = admin::DEV_MAX_RD_ATOMIC;
     if (mask & verbs::QP_MAX_QP_RD_ATOMIC != 0 && attr.max_rd_atomic > rd_atomic_max)
-        || (mask & verbs::QP_MAX_DEST_RD_ATOMIC != 0
-            && attr.max_dest_rd_atomic > rd_atomic_max)
+        || (mask & verbs::QP_MAX_DEST_RD_ATOMIC != 0 && attr.max_dest_rd_atomic > rd_atomic_max)
     {
         return Err(EINVAL);
     }

@@ -15,9 +15,9 @@ use crate::{
         },
     },
     ib::{
-        mmap::UcontextRef, AhAttr, CqInit, Created, DeviceAttr, DeviceCapFlags, IbDev,
-        MrAdvice, PortAttr, PortImmutable, QpAttr, QpInit, QpInitAttr, RecvWr,
-        RegisteredMr, Registry, SendWr, SrqAttr, SrqAttrMask, Udata, Verbs, WcOut,
+        mmap::UcontextRef, AhAttr, CqInit, Created, DeviceAttr, DeviceCapFlags, IbDev, MrAdvice,
+        PortAttr, PortImmutable, QpAttr, QpInit, QpInitAttr, RecvWr, RegisteredMr, Registry,
+        SendWr, SrqAttr, SrqAttrMask, Udata, Verbs, WcOut,
     },
     mcast,
     mr::{self, Mr},
@@ -29,7 +29,6 @@ use kernel::prelude::*;
 
 /// The driver, as ib_core sees it.
 pub(crate) struct RoxVerbs;
-
 
 /// ib_core's device capability flags for the device's `regs::CAP_*`: FLUSH (placement type
 /// GLOBAL only: rox has no persistent memory), ATOMIC WRITE, SRQ resize and memory windows

@@ -6,8 +6,8 @@
 
 use super::{
     attr::{
-        AhAttr, DeviceAttr, MrAdvice, PortAttr, PortImmutable, QpAttr, QpCap, QpInitAttr,
-        SrqAttr, SrqAttrMask, WcOut,
+        AhAttr, DeviceAttr, MrAdvice, PortAttr, PortImmutable, QpAttr, QpCap, QpInitAttr, SrqAttr,
+        SrqAttrMask, WcOut,
     },
     bindings as b,
     mmap::{self, UcontextRef},
@@ -828,13 +828,15 @@ unsafe extern "C" fn alloc_mw<V: Verbs>(mw: *mut b::ib_mw, udata: *mut b::ib_uda
     };
     // SAFETY: `udata` is null or valid for this call.
     let mut udata = unsafe { Udata::from_raw(udata) };
-    errno(V::alloc_mw(dev, pd, mw_type, &mut udata).map(|(rkey, data)| {
-        // SAFETY: fresh object, data not initialised; ib_core reads `rkey` after we return.
-        unsafe {
-            (*mw).rkey = rkey.get();
-            Obj::<b::ib_mw, V::Mw>::init(mw, data)
-        }
-    }))
+    errno(
+        V::alloc_mw(dev, pd, mw_type, &mut udata).map(|(rkey, data)| {
+            // SAFETY: fresh object, data not initialised; ib_core reads `rkey` after we return.
+            unsafe {
+                (*mw).rkey = rkey.get();
+                Obj::<b::ib_mw, V::Mw>::init(mw, data)
+            }
+        }),
+    )
 }
 
 /// ib_core's `dealloc_mw` callback (`ib_device_ops`), in the ops table of a `V` device.
@@ -1249,7 +1251,13 @@ unsafe extern "C" fn modify_qp<V: Verbs>(
     };
     // SAFETY: `udata` is null or valid for this call.
     let mut udata = unsafe { Udata::from_raw(udata) };
-    errno(V::modify_qp(dev, data, &QpAttr::from_raw(attr), mask as u32, &mut udata))
+    errno(V::modify_qp(
+        dev,
+        data,
+        &QpAttr::from_raw(attr),
+        mask as u32,
+        &mut udata,
+    ))
 }
 
 /// ib_core's `query_qp` callback (`ib_device_ops`), in the ops table of a `V` device.
@@ -1426,10 +1434,12 @@ unsafe extern "C" fn create_ah<V: Verbs>(
     let (dev, attr) = unsafe { (dev_of::<V>((*ah).device), &*(*init).ah_attr) };
     // SAFETY: `udata` is null or valid for this call.
     let mut udata = unsafe { Udata::from_raw(udata) };
-    errno(V::create_ah(dev, &AhAttr::from_raw(attr), &mut udata).map(|data| {
-        // SAFETY: fresh object, data not initialised.
-        unsafe { Obj::<b::ib_ah, V::Ah>::init(ah, data) }
-    }))
+    errno(
+        V::create_ah(dev, &AhAttr::from_raw(attr), &mut udata).map(|data| {
+            // SAFETY: fresh object, data not initialised.
+            unsafe { Obj::<b::ib_ah, V::Ah>::init(ah, data) }
+        }),
+    )
 }
 
 /// ib_core's `query_ah` callback (`ib_device_ops`), in the ops table of a `V` device.

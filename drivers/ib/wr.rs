@@ -190,7 +190,8 @@ impl<'a, V: Verbs> SendWr<'a, V> {
 
     pub(crate) fn atomic(&self) -> Option<AtomicWr> {
         match self.raw.opcode {
-            b::ib_wr_opcode_IB_WR_ATOMIC_CMP_AND_SWP | b::ib_wr_opcode_IB_WR_ATOMIC_FETCH_AND_ADD
+            b::ib_wr_opcode_IB_WR_ATOMIC_CMP_AND_SWP
+            | b::ib_wr_opcode_IB_WR_ATOMIC_FETCH_AND_ADD
                 if !self.is_ud =>
             {
                 // SAFETY: ib_core's contract: atomic requests are the `wr` member (first) of an
