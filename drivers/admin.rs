@@ -110,7 +110,11 @@ impl AdminQueue {
 
     /// Runs one typed command (`uapi::admin::AdminCommand`): `C`'s payload in, `C`'s result
     /// out, so an opcode, its payload and the meaning of its result words cannot disagree.
-    pub(crate) fn run<C: AdminCommand>(&self, regs: &Regs<'_>, payload: C::Payload) -> Result<C::Result> {
+    pub(crate) fn run<C: AdminCommand>(
+        &self,
+        regs: &Regs<'_>,
+        payload: C::Payload,
+    ) -> Result<C::Result> {
         let cpl = self.exec(regs, C::OPCODE, C::payload(payload))?;
         Ok(C::Result::from_words(cpl.result0, cpl.result1))
     }
@@ -118,12 +122,7 @@ impl AdminQueue {
     /// Executes one command and returns its completion (status checked). When the queue breaks
     /// (no completion in time, or one out of step), the device is reset: the command may still
     /// run later, and the caller frees what it pointed at (a ring, a page list) on the error.
-    fn exec(
-        &self,
-        regs: &Regs<'_>,
-        opcode: u8,
-        payload: AdminPayload,
-    ) -> Result<AdminCpl> {
+    fn exec(&self, regs: &Regs<'_>, opcode: u8, payload: AdminPayload) -> Result<AdminCpl> {
         let mut state = self.state.lock();
         if state.broken {
             return Err(EIO);

@@ -124,18 +124,14 @@ pub(crate) fn create(
         db_slot: db.slot(),
         ..Default::default()
     };
-    let id = dev
-        .run::<admin::CreateCq>(cmd)?;
+    let id = dev.run::<admin::CreateCq>(cmd)?;
     let resp = ud::CreateCqResp {
         cq_id: id,
         db_slot: db.slot(),
     };
     let cq = Cq {
         id,
-        queue: CqQueue::User {
-            ring,
-            _db: db,
-        },
+        queue: CqQueue::User { ring, _db: db },
     };
     if let Err(err) = udata.respond(&resp) {
         destroy(dev, &cq);
@@ -218,8 +214,7 @@ fn create_kernel(dev: &RoxDev<'_>, init: &CqInit) -> Result<Created<Cq>> {
         }),
         GFP_KERNEL,
     )?;
-    let id = dev
-        .run::<admin::CreateCq>(cmd)?;
+    let id = dev.run::<admin::CreateCq>(cmd)?;
     let cq = Cq {
         id,
         queue: CqQueue::Kernel(KernelCq {

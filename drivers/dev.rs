@@ -7,7 +7,11 @@ use crate::{
     eq::EventQueue,
     hw::{
         regs,
-        uapi::{self, admin, queue::Eqe},
+        uapi::{
+            self, admin,
+            ids::{Key, Qpn},
+            queue::Eqe,
+        },
         Regs,
     },
     ib::{self, irq::MsixIrqs, AsyncEvent, DeviceParams, IbRegistration, Registry},
@@ -145,14 +149,19 @@ impl<'bound> RoxDev<'bound> {
         match eqe.event_type {
             EQE_TYPE_COMPLETION => registry.cq_completion(eqe.handle),
             EQE_TYPE_ADMIN => {}
-            EQE_TYPE_QP_FATAL => registry.qp_event(eqe.handle, AsyncEvent::QpFatal),
-            EQE_TYPE_QP_LAST_WQE => registry.qp_event(eqe.handle, AsyncEvent::QpLastWqeReached),
-            EQE_TYPE_SQ_DRAINED => registry.qp_event(eqe.handle, AsyncEvent::SqDrained),
+            // QP events name the QP by its number, page faults the region by its lkey.
+            EQE_TYPE_QP_FATAL => registry.qp_event(Qpn::from_raw(eqe.handle), AsyncEvent::QpFatal),
+            EQE_TYPE_QP_LAST_WQE => {
+                registry.qp_event(Qpn::from_raw(eqe.handle), AsyncEvent::QpLastWqeReached)
+            }
+            EQE_TYPE_SQ_DRAINED => {
+                registry.qp_event(Qpn::from_raw(eqe.handle), AsyncEvent::SqDrained)
+            }
             EQE_TYPE_CQ_ERROR => registry.cq_event(eqe.handle, AsyncEvent::CqError),
             EQE_TYPE_SRQ_LIMIT => registry.srq_event(eqe.handle, AsyncEvent::SrqLimitReached),
             EQE_TYPE_SRQ_ERROR => registry.srq_event(eqe.handle, AsyncEvent::SrqError),
             EQE_TYPE_PAGE_FAULT => {
-                crate::mr::odp_fault(self, eqe.handle, eqe.aux, eqe.fault_count())
+                crate::mr::odp_fault(self, Key::from_raw(eqe.handle), eqe.aux, eqe.fault_count())
             }
             EQE_TYPE_PORT_CHANGE => registry.port_changed(u32::from(admin::PORT_NUM)),
             EQE_TYPE_DEVICE_FATAL => {

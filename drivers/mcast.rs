@@ -7,10 +7,13 @@
 //! Errors: EINVAL for a QP not attached to the group (detach) or input the device refuses;
 //! ENOMEM when the group table or the group is full (`admin::DEV_MAX_MCAST_*`).
 
-use crate::{dev::RoxDev, hw::uapi::admin};
+use crate::{
+    dev::RoxDev,
+    hw::uapi::{admin, ids::Qpn},
+};
 use kernel::prelude::*;
 
-fn mcast_cmd(qpn: u32, gid: &[u8; 16]) -> admin::McastCmd {
+fn mcast_cmd(qpn: Qpn, gid: &[u8; 16]) -> admin::McastCmd {
     admin::McastCmd {
         qpn,
         reserved: 0,
@@ -19,7 +22,7 @@ fn mcast_cmd(qpn: u32, gid: &[u8; 16]) -> admin::McastCmd {
 }
 
 /// QP `qpn` receives the packets sent to group `gid`.
-pub(crate) fn attach(dev: &RoxDev<'_>, qpn: u32, gid: &[u8; 16]) -> Result {
+pub(crate) fn attach(dev: &RoxDev<'_>, qpn: Qpn, gid: &[u8; 16]) -> Result {
     if !admin::is_multicast_gid(gid) {
         return Err(EINVAL);
     }
@@ -27,6 +30,6 @@ pub(crate) fn attach(dev: &RoxDev<'_>, qpn: u32, gid: &[u8; 16]) -> Result {
 }
 
 /// QP `qpn` leaves group `gid`.
-pub(crate) fn detach(dev: &RoxDev<'_>, qpn: u32, gid: &[u8; 16]) -> Result {
+pub(crate) fn detach(dev: &RoxDev<'_>, qpn: Qpn, gid: &[u8; 16]) -> Result {
     dev.run::<admin::DetachMcast>(mcast_cmd(qpn, gid))
 }

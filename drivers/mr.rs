@@ -6,7 +6,7 @@ use crate::{
     dev::RoxDev,
     hw::{
         regs,
-        uapi::{admin, queue, verbs},
+        uapi::{admin, ids::Key, queue, verbs},
     },
     ib::{
         dma::DmaArray,
@@ -124,7 +124,7 @@ impl UserRing {
 
 /// A registered memory region.
 pub(crate) struct Mr {
-    lkey: u32,
+    lkey: Key,
     /// User MRs: the pinned pages and their page list, which the device may read any time.
     _mem: Option<(Umem, PageList)>,
     /// On-demand paging regions (not pinned).
@@ -184,7 +184,11 @@ impl Mr {
 /// `ib_alloc_mr(IB_MR_TYPE_MEM_REG, max_num_sg)`: a device MR with `MR_FLAG_FAST_REG` whose
 /// capacity is `max_num_sg` pages (1..=`DEV_MAX_FAST_REG_PAGES`, else EINVAL), and its page
 /// list in coherent DMA memory. Its key is invalid until a REG_MR binds pages to it.
-pub(crate) fn alloc_fast_reg_mr(dev: &RoxDev<'_>, pdn: u32, max_num_sg: u32) -> Result<RegisteredMr<Mr>> {
+pub(crate) fn alloc_fast_reg_mr(
+    dev: &RoxDev<'_>,
+    pdn: u32,
+    max_num_sg: u32,
+) -> Result<RegisteredMr<Mr>> {
     if max_num_sg == 0 || max_num_sg > admin::DEV_MAX_FAST_REG_PAGES {
         return Err(EINVAL);
     }
@@ -220,9 +224,31 @@ pub(crate) fn alloc_fast_reg_mr(dev: &RoxDev<'_>, pdn: u32, max_num_sg: u32) -> 
 
 /// The driver's state of an on-demand paging region that the mmu notifier sees.
 pub(crate) struct OdpState {
-    /// The device's key of the region; 0 while the device does not use its pages (before
-    /// REG_MR completes, after DEREG_MR). Changed under the umem's mutex.
+    /// The device's key of the region (`Key::get`); 0 while the device does not use its pages
+    /// (before REG_MR completes, after DEREG_MR): no MR key is 0, the device never uses key
+    /// index 0. Changed under the umem's mutex.
     lkey: AtomicU32,
+}
+
+impl OdpState {
+    fn new() -> Self {
+        Self {
+            lkey: AtomicU32::new(0),
+        }
+    }
+
+    /// The region's key while the device uses its pages.
+    fn lkey(&self) -> Option<Key> {
+        match self.lkey.load(Ordering::Relaxed) {
+            0 => None,
+            word => Some(Key::from_raw(word)),
+        }
+    }
+
+    /// Sets the key (None: the device no longer uses the pages). Under the umem's mutex.
+    fn set_lkey(&self, lkey: Option<Key>) {
+        self.lkey.store(lkey.map_or(0, Key::get), Ordering::Relaxed);
+    }
 }
 
 /// An on-demand paging region: user memory that is not pinned. The device's page table of it
@@ -252,6 +278,8 @@ struct OdpEntry {
 /// `dereg_mr` waits until no handler uses a region before it lets it go, so the umem is always
 /// released by `dereg_mr` itself, while the ib_device exists.
 pub(crate) struct OdpMrs {
+    // TODO(uapi): `RBTree<Key, _>` once `Key` derives `PartialOrd, Ord` (as `Qpn` does); until
+    // then the tree is keyed by `Key::get`, converted only in `get`, `remove` and `insert`.
     inner: Pin<KBox<Mutex<RBTree<u32, OdpEntry>>>>,
     /// Signalled when the last user of a dying region is gone.
     idle: Pin<KBox<CondVar>>,
@@ -260,7 +288,7 @@ pub(crate) struct OdpMrs {
 /// A use of a registered on-demand region (see [`OdpMrs::get`]).
 pub(crate) struct OdpRef<'a> {
     mrs: &'a OdpMrs,
-    lkey: u32,
+    lkey: Key,
     mr: Option<Arc<OdpMr>>,
 }
 
@@ -278,7 +306,7 @@ impl Drop for OdpRef<'_> {
         // never releases the umem.
         drop(self.mr.take());
         let mut tree = self.mrs.inner.lock();
-        if let Some(entry) = tree.get_mut(&self.lkey) {
+        if let Some(entry) = tree.get_mut(&self.lkey.get()) {
             entry.users -= 1;
             if entry.users == 0 && entry.dying {
                 self.mrs.idle.notify_all();
@@ -296,9 +324,9 @@ impl OdpMrs {
     }
 
     /// The region `lkey`, unless it is unknown or being deregistered.
-    fn get(&self, lkey: u32) -> Option<OdpRef<'_>> {
+    fn get(&self, lkey: Key) -> Option<OdpRef<'_>> {
         let mut tree = self.inner.lock();
-        let entry = tree.get_mut(&lkey).filter(|e| !e.dying)?;
+        let entry = tree.get_mut(&lkey.get()).filter(|e| !e.dying)?;
         entry.users += 1;
         let mr = entry.mr.clone();
         Some(OdpRef {
@@ -308,8 +336,16 @@ impl OdpMrs {
         })
     }
 
+    /// Enters region `lkey`.
+    fn insert(&self, lkey: Key, entry: OdpEntry) -> Result {
+        let node = RBTreeNode::new(lkey.get(), entry, GFP_KERNEL)?;
+        self.inner.lock().insert(node);
+        Ok(())
+    }
+
     /// Takes region `lkey` out of the table once no handler uses it any more.
-    fn remove(&self, lkey: u32) {
+    fn remove(&self, lkey: Key) {
+        let lkey = lkey.get();
         let mut tree = self.inner.lock();
         if let Some(entry) = tree.get_mut(&lkey) {
             entry.dying = true;
@@ -350,10 +386,9 @@ fn odp_push(
     first: usize,
     count: usize,
 ) -> Result {
-    let lkey = odp.umem.data().lkey.load(Ordering::Relaxed);
-    if lkey == 0 {
+    let Some(lkey) = odp.umem.data().lkey() else {
         return Ok(());
-    }
+    };
     let mut any = false;
     for i in 0..count {
         let entry = match locked.page(first + i)? {
@@ -380,7 +415,7 @@ fn odp_push(
 
 fn odp_update(
     dev: &RoxDev<'_>,
-    lkey: u32,
+    lkey: Key,
     first: usize,
     count: usize,
     op: u32,
@@ -394,21 +429,19 @@ fn odp_update(
         pages,
     };
     dev.run::<admin::OdpUpdate>(cmd)
-        .map(|_| ())
 }
 
 /// The mmu notifier: pages `[first, first + count)` lose their CPU mapping. Once the device
 /// has completed `ODP_OP_UNMAP` it no longer touches them.
 pub(crate) fn odp_invalidate(dev: &RoxDev<'_>, state: &OdpState, first: usize, count: usize) {
-    let lkey = state.lkey.load(Ordering::Relaxed);
-    if lkey == 0 {
+    let Some(lkey) = state.lkey() else {
         return;
-    }
+    };
     if let Err(err) = odp_update(dev, lkey, first, count, admin::ODP_OP_UNMAP, 0) {
         dev_warn!(
             dev.pdev.as_ref(),
             "ODP unmap of MR {:#x} pages {}+{} failed: {:?}\n",
-            lkey,
+            lkey.get(),
             first,
             count,
             err
@@ -432,7 +465,7 @@ fn transient(err: Error) -> bool {
 /// error, or for a region the driver does not know (yet: a fault can come between REG_MR and
 /// the region's insertion), the device is told to forget the fault (`ODP_OP_UNMAP` of the
 /// page), so the access faults again later.
-pub(crate) fn odp_fault(dev: &RoxDev<'_>, lkey: u32, aux: u32, count: u32) {
+pub(crate) fn odp_fault(dev: &RoxDev<'_>, lkey: Key, aux: u32, count: u32) {
     let page = (aux & !queue::EQE_PAGE_FAULT_WRITE) as usize;
     let write = aux & queue::EQE_PAGE_FAULT_WRITE != 0;
     // The device marked the `count` pages from `page` on as faulting: each of them must get an
@@ -484,10 +517,9 @@ pub(crate) fn odp_fault(dev: &RoxDev<'_>, lkey: u32, aux: u32, count: u32) {
 /// Page `page` of `odp` could not be made present (`err`).
 fn odp_fault_failed(dev: &RoxDev<'_>, odp: &OdpMr, page: usize, err: Error) {
     odp.umem.locked(|_| {
-        let lkey = odp.umem.data().lkey.load(Ordering::Relaxed);
-        if lkey == 0 {
+        let Some(lkey) = odp.umem.data().lkey() else {
             return;
-        }
+        };
         let op = if transient(err) {
             admin::ODP_OP_UNMAP
         } else {
@@ -505,7 +537,7 @@ pub(crate) fn odp_prefetch(
     dev: &RoxDev<'_>,
     pdn: u32,
     advice: MrAdvice,
-    sges: &[(u64, u32, u32)],
+    sges: &[(u64, u32, Key)],
 ) -> Result {
     let (write, fault) = match advice {
         MrAdvice::Prefetch => (false, true),
@@ -565,9 +597,7 @@ fn reg_odp_mr(
     {
         return Err(EINVAL);
     }
-    let state = OdpState {
-        lkey: AtomicU32::new(0),
-    };
+    let state = OdpState::new();
     let umem = UmemOdp::<RoxVerbs>::get(
         ib,
         start,
@@ -615,21 +645,15 @@ fn reg_odp_mr(
         odp: Some(odp.clone()),
         fast_reg: None,
     };
-    odp.umem
-        .locked(|_| odp.umem.data().lkey.store(lkey, Ordering::Relaxed));
+    odp.umem.locked(|_| odp.umem.data().set_lkey(Some(lkey)));
     let entry = OdpEntry {
         mr: odp.clone(),
         users: 0,
         dying: false,
     };
-    match RBTreeNode::new(lkey, entry, GFP_KERNEL) {
-        Ok(node) => {
-            dev.odp_mrs.inner.lock().insert(node);
-        }
-        Err(err) => {
-            dereg_mr(dev, &mr);
-            return Err(err.into());
-        }
+    if let Err(err) = dev.odp_mrs.insert(lkey, entry) {
+        dereg_mr(dev, &mr);
+        return Err(err);
     }
     // Hand the device what the CPU has mapped already (no faulting, nothing pinned).
     let chunk = admin::ODP_MAX_UPDATE_PAGES as usize;
@@ -733,8 +757,8 @@ pub(crate) fn get_dma_mr(dev: &RoxDev<'_>, pdn: u32, access: u32) -> Result<Regi
 }
 
 pub(crate) fn dereg_mr(dev: &RoxDev<'_>, mr: &Mr) {
-    let cmd = admin::HandleCmd {
-        handle: mr.lkey,
+    let cmd = admin::KeyCmd {
+        key: mr.lkey,
         reserved: 0,
     };
     let result = match &mr.odp {
@@ -744,7 +768,7 @@ pub(crate) fn dereg_mr(dev: &RoxDev<'_>, mr: &Mr) {
         Some(odp) => {
             dev.odp_mrs.remove(mr.lkey);
             odp.umem.locked(|_| {
-                odp.umem.data().lkey.store(0, Ordering::Relaxed);
+                odp.umem.data().set_lkey(None);
                 dev.run::<admin::DeregMr>(cmd)
             })
         }
@@ -754,7 +778,7 @@ pub(crate) fn dereg_mr(dev: &RoxDev<'_>, mr: &Mr) {
         dev_warn!(
             dev.pdev.as_ref(),
             "DEREG_MR {:#x} failed: {:?}\n",
-            mr.lkey,
+            mr.lkey.get(),
             err
         );
     }
@@ -804,11 +828,16 @@ impl<T: kernel::transmute::AsBytes + kernel::transmute::FromBytes + Copy> Kernel
 
 /// A memory window (type 1 or 2): the device keeps its binding; the driver only names it.
 pub(crate) struct Mw {
-    rkey: u32,
+    rkey: Key,
 }
 
 /// Allocates a memory window in PD `pdn`; returns its rkey (the device's).
-pub(crate) fn alloc_mw(dev: &RoxDev<'_>, pdn: u32, mw_type: u32, udata: &mut Udata<'_>) -> Result<(u32, Mw)> {
+pub(crate) fn alloc_mw(
+    dev: &RoxDev<'_>,
+    pdn: u32,
+    mw_type: u32,
+    udata: &mut Udata<'_>,
+) -> Result<(Key, Mw)> {
     udata.expect_no_input()?;
     let mw_type = match u8::try_from(mw_type) {
         Ok(t @ (verbs::MW_TYPE_1 | verbs::MW_TYPE_2)) => t,
@@ -819,8 +848,7 @@ pub(crate) fn alloc_mw(dev: &RoxDev<'_>, pdn: u32, mw_type: u32, udata: &mut Uda
         mw_type,
         ..Default::default()
     };
-    let rkey = dev
-        .run::<admin::AllocMw>(cmd)?;
+    let rkey = dev.run::<admin::AllocMw>(cmd)?;
     let mw = Mw { rkey };
     if let Err(err) = udata.respond_empty() {
         dealloc_mw(dev, &mw);
@@ -830,15 +858,15 @@ pub(crate) fn alloc_mw(dev: &RoxDev<'_>, pdn: u32, mw_type: u32, udata: &mut Uda
 }
 
 pub(crate) fn dealloc_mw(dev: &RoxDev<'_>, mw: &Mw) {
-    let cmd = admin::HandleCmd {
-        handle: mw.rkey,
+    let cmd = admin::KeyCmd {
+        key: mw.rkey,
         reserved: 0,
     };
     if let Err(err) = dev.run::<admin::DeallocMw>(cmd) {
         dev_warn!(
             dev.pdev.as_ref(),
             "DEALLOC_MW {:#x} failed: {:?}\n",
-            mw.rkey,
+            mw.rkey.get(),
             err
         );
     }

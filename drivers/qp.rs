@@ -7,7 +7,7 @@ use crate::{
     dev::RoxDev,
     hw::{
         regs,
-        uapi::{admin, queue, udata as ud, verbs},
+        uapi::{admin, ids::Qpn, queue, udata as ud, verbs},
     },
     ib::{
         self, AhAttr, Created, DeviceId, IbDev, QpAttr, QpCap, QpInit, QpInitAttr, RecvWr,
@@ -20,10 +20,10 @@ use crate::{
     verbs::RoxVerbs,
 };
 use core::sync::atomic::{AtomicU32, Ordering};
-use kernel::{new_spinlock_irq, prelude::*, sync::SpinLockIrq};
+use kernel::{new_spinlock_irq, prelude::*, sync::SpinLockIrq, transmute::AsBytes};
 
 pub(crate) struct Qp {
-    qpn: u32,
+    qpn: Qpn,
     qp_type: u32,
     sq_sig_all: bool,
     /// The state after the last successful modify (`ib_qp_state`).
@@ -74,7 +74,7 @@ pub(crate) fn create(
     uctx: Option<&Ucontext>,
     init: QpInit<'_, RoxVerbs>,
     udata: &mut Udata<'_>,
-) -> Result<Created<Qp>> {
+) -> Result<Created<Qp, Qpn>> {
     // ib_core numbers QP types as uapi does (checked in `ib`).
     let qp_type = match u8::try_from(init.qp_type) {
         Ok(t @ (verbs::QPT_RC | verbs::QPT_UC | verbs::QPT_UD)) => t,
@@ -132,8 +132,7 @@ pub(crate) fn create(
         sq: sq.desc(),
         rq: rq.as_ref().map(UserRing::desc).unwrap_or_default(),
     };
-    let qpn = dev
-        .run::<admin::CreateQp>(cmd)?;
+    let qpn = dev.run::<admin::CreateQp>(cmd)?;
     cap.max_send_wr = granted_wrs(cap.max_send_wr, log_sq);
     cap.max_recv_wr = if rq.is_some() {
         granted_wrs(cap.max_recv_wr, log_rq)
@@ -204,7 +203,11 @@ fn granted_wrs(wanted: u32, log: u32) -> u32 {
 
 /// A kernel consumer's QP: rings in coherent DMA memory, a slot of the driver's doorbell page.
 /// With an SRQ it has no receive ring of its own (0 receive WRs).
-fn create_kernel(dev: &RoxDev<'_>, qp_type: u8, init: QpInit<'_, RoxVerbs>) -> Result<Created<Qp>> {
+fn create_kernel(
+    dev: &RoxDev<'_>,
+    qp_type: u8,
+    init: QpInit<'_, RoxVerbs>,
+) -> Result<Created<Qp, Qpn>> {
     let cap = &mut *init.cap;
     let max_send_sge = queue::SQ_MAX_SGE.min(dev.attr.max_send_sge);
     let max_recv_sge = queue::RQ_MAX_SGE.min(dev.attr.max_recv_sge);
@@ -228,7 +231,10 @@ fn create_kernel(dev: &RoxDev<'_>, qp_type: u8, init: QpInit<'_, RoxVerbs>) -> R
     let rq = if has_srq {
         None
     } else {
-        Some(KernelRing::<queue::RqWqe>::new(dev.pdev.as_ref(), 1 << log_rq)?)
+        Some(KernelRing::<queue::RqWqe>::new(
+            dev.pdev.as_ref(),
+            1 << log_rq,
+        )?)
     };
     let db = DbSlot::alloc(&dev.kernel_slots)?;
     let state = KBox::pin_init(
@@ -255,8 +261,7 @@ fn create_kernel(dev: &RoxDev<'_>, qp_type: u8, init: QpInit<'_, RoxVerbs>) -> R
         sq: sq.desc(),
         rq: rq.as_ref().map(KernelRing::desc).unwrap_or_default(),
     };
-    let qpn = dev
-        .run::<admin::CreateQp>(cmd)?;
+    let qpn = dev.run::<admin::CreateQp>(cmd)?;
     cap.max_send_wr = granted_wrs(cap.max_send_wr, log_sq);
     cap.max_recv_wr = if has_srq {
         0
@@ -288,14 +293,21 @@ fn create_kernel(dev: &RoxDev<'_>, qp_type: u8, init: QpInit<'_, RoxVerbs>) -> R
     })
 }
 
+/// The device's form of a kernel work request's SGE.
+fn device_sge(sge: &Sge) -> queue::Sge {
+    queue::Sge {
+        addr: sge.addr(),
+        length: sge.length(),
+        lkey: sge.lkey(),
+    }
+}
+
 /// The device's scatter/gather list of a work request, into the WQE's data area.
 fn write_sges(data: &mut [u8], sges: &[Sge]) -> Result {
     let size = core::mem::size_of::<queue::Sge>();
     for (i, sge) in sges.iter().enumerate() {
         let entry = data.get_mut(i * size..(i + 1) * size).ok_or(EINVAL)?;
-        entry[..8].copy_from_slice(&sge.addr().to_le_bytes());
-        entry[8..12].copy_from_slice(&sge.length().to_le_bytes());
-        entry[12..16].copy_from_slice(&sge.lkey().to_le_bytes());
+        entry.copy_from_slice(device_sge(sge).as_bytes());
     }
     Ok(())
 }
@@ -490,11 +502,7 @@ pub(crate) fn rq_wqe(wr: &RecvWr<'_>, max_sge: u32) -> Result<queue::RqWqe> {
         ..Default::default()
     };
     for (dst, src) in wqe.sge.iter_mut().zip(sges) {
-        *dst = queue::Sge {
-            addr: src.addr(),
-            length: src.length(),
-            lkey: src.lkey(),
-        };
+        *dst = device_sge(src);
     }
     Ok(wqe)
 }
@@ -614,8 +622,7 @@ pub(crate) fn modify(
     }
     let rd_atomic_max = admin::DEV_MAX_RD_ATOMIC;
     if (mask & verbs::QP_MAX_QP_RD_ATOMIC != 0 && attr.max_rd_atomic > rd_atomic_max)
-        || (mask & verbs::QP_MAX_DEST_RD_ATOMIC != 0
-            && attr.max_dest_rd_atomic > rd_atomic_max)
+        || (mask & verbs::QP_MAX_DEST_RD_ATOMIC != 0 && attr.max_dest_rd_atomic > rd_atomic_max)
     {
         return Err(EINVAL);
     }
@@ -645,9 +652,9 @@ pub(crate) fn modify(
             pkey_index: attr.pkey_index,
             qp_access_flags: attr.qp_access_flags & !verbs::ACCESS_ON_DEMAND,
             qkey: attr.qkey,
-            rq_psn: attr.rq_psn & verbs::PSN_MASK,
-            sq_psn: attr.sq_psn & verbs::PSN_MASK,
-            dest_qp_num: attr.dest_qp_num & verbs::QPN_MASK,
+            rq_psn: attr.rq_psn,
+            sq_psn: attr.sq_psn,
+            dest_qp_num: attr.dest_qp_num,
             ah: av,
             ..Default::default()
         },
@@ -658,7 +665,8 @@ pub(crate) fn modify(
 }
 
 pub(crate) fn query(dev: &RoxDev<'_>, qp: &Qp) -> Result<(QpAttr, QpInitAttr)> {
-    let (hw, _) = dev.query::<admin::QueryQp>(qp.qpn)?;
+    // QUERY_QP names the QP by its number in the generic query index.
+    let (hw, _) = dev.query::<admin::QueryQp>(qp.qpn.get())?;
     let attr = QpAttr {
         qp_state: hw.qp_state.into(),
         cur_qp_state: hw.qp_state.into(),
@@ -691,15 +699,15 @@ pub(crate) fn query(dev: &RoxDev<'_>, qp: &Qp) -> Result<(QpAttr, QpInitAttr)> {
 }
 
 pub(crate) fn destroy(dev: &RoxDev<'_>, qp: &Qp) {
-    let cmd = admin::HandleCmd {
-        handle: qp.qpn,
+    let cmd = admin::QpnCmd {
+        qpn: qp.qpn,
         reserved: 0,
     };
     if let Err(err) = dev.run::<admin::DestroyQp>(cmd) {
         dev_warn!(
             dev.pdev.as_ref(),
             "DESTROY_QP {} failed: {:?}\n",
-            qp.qpn,
+            qp.qpn.get(),
             err
         );
     }

@@ -40,7 +40,10 @@ struct RoxDriver;
 kernel::pci_device_table!(
     PCI_TABLE,
     <RoxDriver as pci::Driver>::IdInfo,
-    [(ib::pci_device_id(regs::PCI_VENDOR_ID, regs::PCI_DEVICE_ID), ())]
+    [(
+        ib::pci_device_id(regs::PCI_VENDOR_ID, regs::PCI_DEVICE_ID),
+        ()
+    )]
 );
 
 impl pci::Driver for RoxDriver {

@@ -10,8 +10,8 @@
 
 use crate::{
     dev::RoxDev,
-    hw::uapi::{admin, queue, udata as ud, verbs},
     hw::regs,
+    hw::uapi::{admin, queue, udata as ud, verbs},
     ib::{Created, DeviceId, IbDev, RecvWr, SrqAttr, SrqAttrMask, Udata},
     ids::DbSlot,
     mr::{KernelRing, UserRing},
@@ -111,8 +111,7 @@ pub(crate) fn create(
         }),
         GFP_KERNEL,
     )?;
-    let id = dev
-        .run::<admin::CreateSrq>(cmd)?;
+    let id = dev.run::<admin::CreateSrq>(cmd)?;
     let srq = Srq {
         id,
         max_sge: queue::RQ_MAX_SGE.min(dev.attr.max_srq_sge),
@@ -168,8 +167,7 @@ fn create_kernel(dev: &RoxDev<'_>, pdn: u32, attr: &mut SrqAttr) -> Result<Creat
         ring: ring.desc(),
         ..Default::default()
     };
-    let id = dev
-        .run::<admin::CreateSrq>(cmd)?;
+    let id = dev.run::<admin::CreateSrq>(cmd)?;
     attr.max_wr = depth;
     attr.max_sge = max_sge;
     Ok(Created {
@@ -307,11 +305,6 @@ fn destroy_id(dev: &RoxDev<'_>, id: u32) {
         reserved: 0,
     };
     if let Err(err) = dev.run::<admin::DestroySrq>(cmd) {
-        dev_warn!(
-            dev.pdev.as_ref(),
-            "DESTROY_SRQ {} failed: {:?}\n",
-            id,
-            err
-        );
+        dev_warn!(dev.pdev.as_ref(), "DESTROY_SRQ {} failed: {:?}\n", id, err);
     }
 }

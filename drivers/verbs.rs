@@ -8,12 +8,16 @@ use crate::{
     dev::RoxDev,
     hw::{
         regs,
-        uapi::{admin, udata as ud, verbs},
+        uapi::{
+            admin,
+            ids::{Key, Qpn},
+            udata as ud, verbs,
+        },
     },
     ib::{
-        mmap::UcontextRef, AhAttr, CqInit, Created, DeviceAttr, DeviceCapFlags, IbDev,
-        MrAdvice, PortAttr, PortImmutable, QpAttr, QpInit, QpInitAttr, RecvWr,
-        RegisteredMr, Registry, SendWr, SrqAttr, SrqAttrMask, Udata, Verbs, WcOut,
+        mmap::UcontextRef, AhAttr, CqInit, Created, DeviceAttr, DeviceCapFlags, IbDev, MrAdvice,
+        PortAttr, PortImmutable, QpAttr, QpInit, QpInitAttr, RecvWr, RegisteredMr, Registry,
+        SendWr, SrqAttr, SrqAttrMask, Udata, Verbs, WcOut,
     },
     mcast,
     mr::{self, Mr},
@@ -25,7 +29,6 @@ use kernel::prelude::*;
 
 /// The driver, as ib_core sees it.
 pub(crate) struct RoxVerbs;
-
 
 /// ib_core's device capability flags for the device's `regs::CAP_*`: FLUSH (placement type
 /// GLOBAL only: rox has no persistent memory), ATOMIC WRITE, SRQ resize and memory windows
@@ -287,7 +290,7 @@ impl Verbs for RoxVerbs {
         pd: &Pd,
         mw_type: u32,
         udata: &mut Udata<'_>,
-    ) -> Result<(u32, mr::Mw)> {
+    ) -> Result<(Key, mr::Mw)> {
         mr::alloc_mw(dev, pd.pdn, mw_type, udata)
     }
 
@@ -333,7 +336,7 @@ impl Verbs for RoxVerbs {
         pd: &Pd,
         advice: MrAdvice,
         _flush: bool,
-        sges: &[(u64, u32, u32)],
+        sges: &[(u64, u32, Key)],
     ) -> Result {
         // Prefetching is done before returning, asked to or not (allowed: the asynchronous
         // form is best effort).
@@ -370,7 +373,7 @@ impl Verbs for RoxVerbs {
         uctx: Option<&Ucontext>,
         init: QpInit<'_, Self>,
         udata: &mut Udata<'_>,
-    ) -> Result<Created<Qp>> {
+    ) -> Result<Created<Qp, Qpn>> {
         qp::create(dev, ib, uctx, init, udata)
     }
 
@@ -478,11 +481,11 @@ impl Verbs for RoxVerbs {
 
     fn destroy_ah(_dev: &RoxDev<'_>, _ah: &Ah) {}
 
-    fn attach_mcast(dev: &RoxDev<'_>, qpn: u32, gid: &[u8; 16]) -> Result {
+    fn attach_mcast(dev: &RoxDev<'_>, qpn: Qpn, gid: &[u8; 16]) -> Result {
         mcast::attach(dev, qpn, gid)
     }
 
-    fn detach_mcast(dev: &RoxDev<'_>, qpn: u32, gid: &[u8; 16]) -> Result {
+    fn detach_mcast(dev: &RoxDev<'_>, qpn: Qpn, gid: &[u8; 16]) -> Result {
         mcast::detach(dev, qpn, gid)
     }
 }

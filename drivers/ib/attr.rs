@@ -6,7 +6,10 @@
 //! uses uapi's constants and this file asserts at build time that the two numberings agree.
 
 use super::bindings as b;
-use crate::hw::uapi::verbs;
+use crate::hw::uapi::{
+    ids::{Psn, Qpn},
+    verbs,
+};
 
 /// A word of flag bits with named members (the bit values are ib_core's).
 macro_rules! ib_flags {
@@ -425,10 +428,10 @@ pub(crate) struct Wc {
     pub(crate) vendor_err: u32,
     pub(crate) byte_len: u32,
     /// The QP the completion belongs to (ib_core gets its `ib_qp`).
-    pub(crate) qp_num: u32,
+    pub(crate) qp_num: Qpn,
     /// Immediate data (network order) or, with `WITH_INVALIDATE`, the invalidated rkey.
     pub(crate) imm_data: u32,
-    pub(crate) src_qp: u32,
+    pub(crate) src_qp: Qpn,
     pub(crate) flags: WcFlags,
     pub(crate) sl: u8,
     pub(crate) port_num: u32,
@@ -461,7 +464,7 @@ impl WcOut<'_> {
         raw.qp = self.registry.qp_ptr(wc.qp_num);
         // The union holds the immediate data (network order) or the invalidated rkey.
         raw.ex.imm_data = wc.imm_data;
-        raw.src_qp = wc.src_qp;
+        raw.src_qp = wc.src_qp.get();
         raw.slid = 0;
         raw.pkey_index = 0;
         raw.sl = wc.sl;
@@ -604,16 +607,17 @@ impl AhAttr {
 }
 
 /// The attributes of a QP a modify sets or a query reports (`ib_qp_attr`). States, path MTU
-/// and access flags are numbered as uapi's `verbs::*`.
+/// and access flags are numbered as uapi's `verbs::*`; PSNs and the destination QPN are typed
+/// here, ib_core's u32 converted once in `from_raw` / `write_to`.
 #[derive(Clone, Copy, Default)]
 pub(crate) struct QpAttr {
     pub(crate) qp_state: u32,
     pub(crate) cur_qp_state: u32,
     pub(crate) path_mtu: u32,
     pub(crate) qkey: u32,
-    pub(crate) rq_psn: u32,
-    pub(crate) sq_psn: u32,
-    pub(crate) dest_qp_num: u32,
+    pub(crate) rq_psn: Psn,
+    pub(crate) sq_psn: Psn,
+    pub(crate) dest_qp_num: Qpn,
     pub(crate) qp_access_flags: u32,
     pub(crate) cap: QpCap,
     pub(crate) ah_attr: AhAttr,
@@ -636,9 +640,11 @@ impl QpAttr {
             cur_qp_state: raw.cur_qp_state,
             path_mtu: raw.path_mtu,
             qkey: raw.qkey,
-            rq_psn: raw.rq_psn,
-            sq_psn: raw.sq_psn,
-            dest_qp_num: raw.dest_qp_num,
+            // ib_core passes the caller's words unchecked; rox keeps their low 24 bits (it
+            // always has: a modify with a wider number is not refused).
+            rq_psn: Psn::from_wire(raw.rq_psn),
+            sq_psn: Psn::from_wire(raw.sq_psn),
+            dest_qp_num: Qpn::from_wire(raw.dest_qp_num),
             qp_access_flags: raw.qp_access_flags as u32,
             cap: QpCap::from_raw(&raw.cap),
             ah_attr: AhAttr::from_raw(&raw.ah_attr),
@@ -661,9 +667,9 @@ impl QpAttr {
         raw.path_mtu = self.path_mtu;
         raw.path_mig_state = b::ib_mig_state_IB_MIG_MIGRATED;
         raw.qkey = self.qkey;
-        raw.rq_psn = self.rq_psn;
-        raw.sq_psn = self.sq_psn;
-        raw.dest_qp_num = self.dest_qp_num;
+        raw.rq_psn = self.rq_psn.get();
+        raw.sq_psn = self.sq_psn.get();
+        raw.dest_qp_num = self.dest_qp_num.get();
         raw.qp_access_flags = self.qp_access_flags as _;
         raw.pkey_index = self.pkey_index;
         raw.en_sqd_async_notify = self.en_sqd_async_notify;

@@ -6,8 +6,8 @@
 
 use super::{
     attr::{
-        AhAttr, DeviceAttr, MrAdvice, PortAttr, PortImmutable, QpAttr, QpCap, QpInitAttr,
-        SrqAttr, SrqAttrMask, WcOut,
+        AhAttr, DeviceAttr, MrAdvice, PortAttr, PortImmutable, QpAttr, QpCap, QpInitAttr, SrqAttr,
+        SrqAttrMask, WcOut,
     },
     bindings as b,
     mmap::{self, UcontextRef},
@@ -16,6 +16,7 @@ use super::{
     wr::{RecvWr, SendWr},
     Udata,
 };
+use crate::hw::uapi::ids::{Key, Qpn};
 use core::{
     ffi::c_void,
     marker::PhantomData,
@@ -75,10 +76,11 @@ pub(crate) struct QpInit<'a, V: Verbs> {
 }
 
 /// What a created object tells ib_core about itself.
-pub(crate) struct Created<T> {
+pub(crate) struct Created<T, Id = u32> {
     pub(crate) data: T,
-    /// The device's id of the object (CQ id, QPN, SRQ id): events name objects by it.
-    pub(crate) id: u32,
+    /// The device's id of the object (CQ id, SRQ id; a QP's [`Qpn`]): events name objects by
+    /// it.
+    pub(crate) id: Id,
     /// CQ: the actual number of CQEs. QP: unused.
     pub(crate) size: u32,
 }
@@ -86,8 +88,8 @@ pub(crate) struct Created<T> {
 /// A memory region: its data plus the keys ib_core reports.
 pub(crate) struct RegisteredMr<T> {
     pub(crate) data: T,
-    pub(crate) lkey: u32,
-    pub(crate) rkey: u32,
+    pub(crate) lkey: Key,
+    pub(crate) rkey: Key,
 }
 
 /// The verbs of a driver, in safe Rust. ib_core calls them through the trampolines of this
@@ -140,7 +142,7 @@ pub(crate) trait Verbs: Sized + 'static {
         pd: &Self::Pd,
         mw_type: u32,
         udata: &mut Udata<'_>,
-    ) -> Result<(u32, Self::Mw)>;
+    ) -> Result<(Key, Self::Mw)>;
     fn dealloc_mw(dev: &Self::Dev<'_>, mw: &Self::Mw);
 
     fn reg_user_mr(
@@ -178,7 +180,7 @@ pub(crate) trait Verbs: Sized + 'static {
         pd: &Self::Pd,
         advice: MrAdvice,
         flush: bool,
-        sges: &[(u64, u32, u32)],
+        sges: &[(u64, u32, Key)],
     ) -> Result;
 
     fn create_cq(
@@ -204,7 +206,7 @@ pub(crate) trait Verbs: Sized + 'static {
         uctx: Option<&Self::Ucontext>,
         init: QpInit<'_, Self>,
         udata: &mut Udata<'_>,
-    ) -> Result<Created<Self::Qp>>;
+    ) -> Result<Created<Self::Qp, Qpn>>;
     fn modify_qp(
         dev: &Self::Dev<'_>,
         qp: &Self::Qp,
@@ -254,9 +256,9 @@ pub(crate) trait Verbs: Sized + 'static {
     fn destroy_ah(dev: &Self::Dev<'_>, ah: &Self::Ah);
 
     /// UD QP `qpn` joins multicast group `gid` (ib_core checked both).
-    fn attach_mcast(dev: &Self::Dev<'_>, qpn: u32, gid: &[u8; 16]) -> Result;
+    fn attach_mcast(dev: &Self::Dev<'_>, qpn: Qpn, gid: &[u8; 16]) -> Result;
     /// QP `qpn` leaves multicast group `gid`.
-    fn detach_mcast(dev: &Self::Dev<'_>, qpn: u32, gid: &[u8; 16]) -> Result;
+    fn detach_mcast(dev: &Self::Dev<'_>, qpn: Qpn, gid: &[u8; 16]) -> Result;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -572,6 +574,18 @@ pub(super) fn ib_of<'a>(ibdev: *mut b::ib_device) -> IbDev<'a> {
     }
 }
 
+/// The QP number of a QP this driver created (`create_qp` set `qp_num` from the device's
+/// [`Qpn`]).
+///
+/// # Safety
+///
+/// `qp` is a live QP of this driver.
+unsafe fn qpn_of(qp: *const b::ib_qp) -> Qpn {
+    // SAFETY: per the function's requirements.
+    let word = unsafe { (*qp).qp_num };
+    Qpn::from_raw(word)
+}
+
 /// The driver's ucontext of a user call, if any.
 ///
 /// # Safety
@@ -814,13 +828,15 @@ unsafe extern "C" fn alloc_mw<V: Verbs>(mw: *mut b::ib_mw, udata: *mut b::ib_uda
     };
     // SAFETY: `udata` is null or valid for this call.
     let mut udata = unsafe { Udata::from_raw(udata) };
-    errno(V::alloc_mw(dev, pd, mw_type, &mut udata).map(|(rkey, data)| {
-        // SAFETY: fresh object, data not initialised; ib_core reads `rkey` after we return.
-        unsafe {
-            (*mw).rkey = rkey;
-            Obj::<b::ib_mw, V::Mw>::init(mw, data)
-        }
-    }))
+    errno(
+        V::alloc_mw(dev, pd, mw_type, &mut udata).map(|(rkey, data)| {
+            // SAFETY: fresh object, data not initialised; ib_core reads `rkey` after we return.
+            unsafe {
+                (*mw).rkey = rkey.get();
+                Obj::<b::ib_mw, V::Mw>::init(mw, data)
+            }
+        }),
+    )
 }
 
 /// ib_core's `dealloc_mw` callback (`ib_device_ops`), in the ops table of a `V` device.
@@ -857,8 +873,8 @@ fn new_mr<D>(mr: Result<RegisteredMr<D>>) -> *mut b::ib_mr {
     // (ib_core fills in the generic fields after we return).
     unsafe {
         ptr::addr_of_mut!((*raw).ib).write_bytes(0, 1);
-        (*raw).ib.lkey = mr.lkey;
-        (*raw).ib.rkey = mr.rkey;
+        (*raw).ib.lkey = mr.lkey.get();
+        (*raw).ib.rkey = mr.rkey.get();
         (*raw).data.write(mr.data);
     }
     // SAFETY: fully initialised above.
@@ -932,7 +948,7 @@ unsafe extern "C" fn advise_mr<V: Verbs>(
         Ok(v) => {
             for s in sg {
                 // Capacity reserved above.
-                let _ = v.push((s.addr, s.length, s.lkey), GFP_KERNEL);
+                let _ = v.push((s.addr, s.length, Key::from_raw(s.lkey)), GFP_KERNEL);
             }
             v
         }
@@ -1195,7 +1211,7 @@ unsafe extern "C" fn create_qp<V: Verbs>(
         let id = created.id;
         // SAFETY: fresh object; `qp_num` is ours to set; data not initialised.
         unsafe {
-            (*qp).qp_num = id;
+            (*qp).qp_num = id.get();
             Obj::<b::ib_qp, V::Qp>::init(qp, created.data);
         }
         if let Err(err) = V::registry(dev).insert_qp(id, qp) {
@@ -1235,7 +1251,13 @@ unsafe extern "C" fn modify_qp<V: Verbs>(
     };
     // SAFETY: `udata` is null or valid for this call.
     let mut udata = unsafe { Udata::from_raw(udata) };
-    errno(V::modify_qp(dev, data, &QpAttr::from_raw(attr), mask as u32, &mut udata))
+    errno(V::modify_qp(
+        dev,
+        data,
+        &QpAttr::from_raw(attr),
+        mask as u32,
+        &mut udata,
+    ))
 }
 
 /// ib_core's `query_qp` callback (`ib_device_ops`), in the ops table of a `V` device.
@@ -1276,7 +1298,7 @@ unsafe extern "C" fn destroy_qp<V: Verbs>(qp: *mut b::ib_qp, _udata: *mut b::ib_
     // SAFETY: a QP created by `create_qp`, destroyed once.
     unsafe {
         let dev = dev_of::<V>((*qp).device);
-        V::registry(dev).remove_qp((*qp).qp_num);
+        V::registry(dev).remove_qp(qpn_of(qp));
         V::destroy_qp(dev, Obj::<b::ib_qp, V::Qp>::data_of(qp));
         Obj::<b::ib_qp, V::Qp>::drop_data(qp);
     }
@@ -1412,10 +1434,12 @@ unsafe extern "C" fn create_ah<V: Verbs>(
     let (dev, attr) = unsafe { (dev_of::<V>((*ah).device), &*(*init).ah_attr) };
     // SAFETY: `udata` is null or valid for this call.
     let mut udata = unsafe { Udata::from_raw(udata) };
-    errno(V::create_ah(dev, &AhAttr::from_raw(attr), &mut udata).map(|data| {
-        // SAFETY: fresh object, data not initialised.
-        unsafe { Obj::<b::ib_ah, V::Ah>::init(ah, data) }
-    }))
+    errno(
+        V::create_ah(dev, &AhAttr::from_raw(attr), &mut udata).map(|data| {
+            // SAFETY: fresh object, data not initialised.
+            unsafe { Obj::<b::ib_ah, V::Ah>::init(ah, data) }
+        }),
+    )
 }
 
 /// ib_core's `query_ah` callback (`ib_device_ops`), in the ops table of a `V` device.
@@ -1468,7 +1492,7 @@ unsafe extern "C" fn attach_mcast<V: Verbs>(
 ) -> c_int {
     // SAFETY: one of our live QPs and a GID ib_core owns for the call; every bit pattern of
     // the union is a valid `raw` array.
-    let (dev, qpn, gid) = unsafe { (dev_of::<V>((*qp).device), (*qp).qp_num, (*gid).raw) };
+    let (dev, qpn, gid) = unsafe { (dev_of::<V>((*qp).device), qpn_of(qp), (*gid).raw) };
     errno(V::attach_mcast(dev, qpn, &gid))
 }
 
@@ -1484,7 +1508,7 @@ unsafe extern "C" fn detach_mcast<V: Verbs>(
     _lid: u16,
 ) -> c_int {
     // SAFETY: as in `attach_mcast`.
-    let (dev, qpn, gid) = unsafe { (dev_of::<V>((*qp).device), (*qp).qp_num, (*gid).raw) };
+    let (dev, qpn, gid) = unsafe { (dev_of::<V>((*qp).device), qpn_of(qp), (*gid).raw) };
     errno(V::detach_mcast(dev, qpn, &gid))
 }
 

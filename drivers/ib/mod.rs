@@ -18,13 +18,13 @@ pub(crate) mod umem;
 pub(crate) mod umem_odp;
 mod wr;
 
+pub(crate) use attr::{
+    AhAttr, DeviceAttr, DeviceCapFlags, MrAdvice, NetworkHdr, OdpCaps, OdpTransportCaps, PortAttr,
+    PortImmutable, QpAttr, QpCap, QpInitAttr, SrqAttr, SrqAttrMask, Wc, WcFlags, WcOpcode, WcOut,
+    QP_RATE_LIMIT,
+};
 pub(crate) use device::{
     CqInit, Created, DeviceId, DeviceParams, IbDev, IbRegistration, QpInit, RegisteredMr, Verbs,
-};
-pub(crate) use attr::{
-    AhAttr, DeviceAttr, DeviceCapFlags, MrAdvice, NetworkHdr, OdpCaps, OdpTransportCaps,
-    PortAttr, PortImmutable, QpAttr, QpCap, QpInitAttr, SrqAttr, SrqAttrMask, Wc, WcFlags,
-    WcOpcode, WcOut, QP_RATE_LIMIT,
 };
 pub(crate) use registry::{AsyncEvent, Registry};
 pub(crate) use udata::Udata;

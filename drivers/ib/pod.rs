@@ -7,10 +7,11 @@ use kernel::transmute::{AsBytes, FromBytes};
 
 macro_rules! plain_old_data {
     ($($ty:ty),* $(,)?) => {$(
-        // SAFETY: `uapi/` types are `#[repr(C)]` structs (or unions) of fixed-width integers and
-        // integer arrays with explicit reserved fields: every bit pattern is a valid value, there
-        // is no interior mutability, and the uapi crate's compile-time size assertions pin the
-        // layouts to padding-free sizes, so no byte is uninitialised.
+        // SAFETY: `uapi/` types are `#[repr(C)]` structs (or unions) of fixed-width integers,
+        // integer arrays and `uapi::ids` numbers (`#[repr(transparent)]` over u32, any bit
+        // pattern a value) with explicit reserved fields: every bit pattern is a valid value,
+        // there is no interior mutability, and the uapi crate's compile-time size assertions
+        // pin the layouts to padding-free sizes, so no byte is uninitialised.
         unsafe impl FromBytes for $ty {}
         // SAFETY: see above.
         unsafe impl AsBytes for $ty {}
@@ -26,6 +27,7 @@ plain_old_data!(
     queue::Cqe,
     queue::Eqe,
     queue::RqWqe,
+    queue::Sge,
     queue::SqWqe,
     udata::AllocUcontextResp,
     udata::CreateAhResp,

@@ -3,6 +3,7 @@
 //! the asynchronous events ib_core knows.
 
 use super::bindings as b;
+use crate::hw::uapi::ids::Qpn;
 use core::ptr::{self, NonNull};
 use kernel::{
     new_spinlock_irq,
@@ -49,15 +50,15 @@ unsafe impl<T> Send for ObjPtr<T> {}
 struct RegistryInner {
     ibdev: Option<ObjPtr<b::ib_device>>,
     cqs: RBTree<u32, ObjPtr<b::ib_cq>>,
-    qps: RBTree<u32, ObjPtr<b::ib_qp>>,
+    qps: RBTree<Qpn, ObjPtr<b::ib_qp>>,
     srqs: RBTree<u32, ObjPtr<b::ib_srq>>,
 }
 
-/// The live CQs, QPs and SRQs of a device by device id, so that events from the device reach
-/// them. The trampolines insert objects after a successful create and remove them before
-/// destroy; callbacks into ib_core run under the lock, so no event reaches a destroyed object.
-/// The lock is an IRQ-safe spinlock: kernel consumers may poll CQs (which look QPs up here) in
-/// any context; ib_core's handlers called under it do not sleep.
+/// The live CQs, QPs and SRQs of a device by device id (QPs by QPN), so that events from the
+/// device reach them. The trampolines insert objects after a successful create and remove them
+/// before destroy; callbacks into ib_core run under the lock, so no event reaches a destroyed
+/// object. The lock is an IRQ-safe spinlock: kernel consumers may poll CQs (which look QPs up
+/// here) in any context; ib_core's handlers called under it do not sleep.
 #[pin_data]
 pub(crate) struct Registry {
     #[pin]
@@ -110,7 +111,7 @@ impl Registry {
     }
 
     /// An asynchronous event of QP `qpn`.
-    pub(crate) fn qp_event(&self, qpn: u32, event: AsyncEvent) {
+    pub(crate) fn qp_event(&self, qpn: Qpn, event: AsyncEvent) {
         let inner = self.inner.lock();
         if let Some(qp) = inner.qps.get(&qpn) {
             let qp = qp.0.as_ptr();
@@ -146,7 +147,7 @@ impl Registry {
     }
 
     /// ib_core's QP with number `qpn` (for work completions), null if none.
-    pub(crate) fn qp_ptr(&self, qpn: u32) -> *mut b::ib_qp {
+    pub(crate) fn qp_ptr(&self, qpn: Qpn) -> *mut b::ib_qp {
         self.inner
             .lock()
             .qps
@@ -200,15 +201,15 @@ impl Registry {
     pub(super) fn remove_cq(&self, id: u32) {
         self.inner.lock().cqs.remove(&id);
     }
-    pub(super) fn insert_qp(&self, id: u32, qp: *mut b::ib_qp) -> Result {
+    pub(super) fn insert_qp(&self, qpn: Qpn, qp: *mut b::ib_qp) -> Result {
         let qp = NonNull::new(qp).ok_or(EINVAL)?;
         // Allocated before taking the (spin) lock.
-        let node = RBTreeNode::new(id, ObjPtr(qp), GFP_KERNEL)?;
+        let node = RBTreeNode::new(qpn, ObjPtr(qp), GFP_KERNEL)?;
         self.inner.lock().qps.insert(node);
         Ok(())
     }
-    pub(super) fn remove_qp(&self, id: u32) {
-        self.inner.lock().qps.remove(&id);
+    pub(super) fn remove_qp(&self, qpn: Qpn) {
+        self.inner.lock().qps.remove(&qpn);
     }
     pub(super) fn insert_srq(&self, id: u32, srq: *mut b::ib_srq) -> Result {
         let srq = NonNull::new(srq).ok_or(EINVAL)?;

@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: GPL-2.0
 //! Safe views of the work requests kernel consumers post (ib_mad's GSI QP1, nvme-rdma,
 //! xprtrdma, ...): the common part, and the part of the containing structure (`ib_ud_wr`,
-//! `ib_rdma_wr`, `ib_atomic_wr`, `ib_reg_wr`) its opcode names.
+//! `ib_rdma_wr`, `ib_atomic_wr`, `ib_reg_wr`) its opcode names. The keys and QP numbers ib_core
+//! carries as u32 are handed out as [`Key`] and [`Qpn`].
 
 use super::{attr::ib_flags, bindings as b, Verbs};
+use crate::hw::uapi::ids::{Key, Qpn};
 use core::{marker::PhantomData, ptr};
 use kernel::{ffi::c_int, prelude::*};
 
@@ -78,8 +80,8 @@ impl Sge {
     pub(crate) fn length(&self) -> u32 {
         self.0.length
     }
-    pub(crate) fn lkey(&self) -> u32 {
-        self.0.lkey
+    pub(crate) fn lkey(&self) -> Key {
+        Key::from_raw(self.0.lkey)
     }
 }
 
@@ -94,7 +96,7 @@ pub(crate) struct SendWr<'a, V: Verbs> {
 /// The datagram part of a send work request to a UD/GSI QP.
 pub(crate) struct UdWr<'a, V: Verbs> {
     pub(crate) ah: &'a V::Ah,
-    pub(crate) remote_qpn: u32,
+    pub(crate) remote_qpn: Qpn,
     pub(crate) remote_qkey: u32,
 }
 
@@ -131,13 +133,13 @@ impl<'a, V: Verbs> SendWr<'a, V> {
             }
             Some(UdWr {
                 ah: super::device::Obj::<b::ib_ah, V::Ah>::data_of(ud.ah),
-                remote_qpn: ud.remote_qpn,
+                remote_qpn: Qpn::from_raw(ud.remote_qpn),
                 remote_qkey: ud.remote_qkey,
             })
         }
     }
     /// Remote address and rkey of an RDMA WRITE/READ request.
-    pub(crate) fn rdma(&self) -> Option<(u64, u32)> {
+    pub(crate) fn rdma(&self) -> Option<(u64, Key)> {
         match self.raw.opcode {
             b::ib_wr_opcode_IB_WR_RDMA_WRITE
             | b::ib_wr_opcode_IB_WR_RDMA_WRITE_WITH_IMM
@@ -147,7 +149,7 @@ impl<'a, V: Verbs> SendWr<'a, V> {
                 // SAFETY: ib_core's contract: RDMA requests are the `wr` member (first) of an
                 // `ib_rdma_wr`.
                 let rdma = unsafe { &*ptr::from_ref(self.raw).cast::<b::ib_rdma_wr>() };
-                Some((rdma.remote_addr, rdma.rkey))
+                Some((rdma.remote_addr, Key::from_raw(rdma.rkey)))
             }
             _ => None,
         }
@@ -157,7 +159,7 @@ impl<'a, V: Verbs> SendWr<'a, V> {
 /// The atomic part of an `IB_WR_ATOMIC_CMP_AND_SWP` / `IB_WR_ATOMIC_FETCH_AND_ADD` request.
 pub(crate) struct AtomicWr {
     pub(crate) remote_addr: u64,
-    pub(crate) rkey: u32,
+    pub(crate) rkey: Key,
     /// CMP_AND_SWP: the compare value; FETCH_AND_ADD: the value to add.
     pub(crate) compare_add: u64,
     /// CMP_AND_SWP: the swap value.
@@ -172,21 +174,24 @@ pub(crate) struct RegWr<'a, V: Verbs> {
     pub(crate) length: u64,
     /// The page size `ib_map_mr_sg` mapped the MR with.
     pub(crate) page_size: u32,
-    pub(crate) key: u32,
+    /// The MR's key with the variant the consumer chose (`ib_update_fast_reg_key`).
+    pub(crate) key: Key,
     /// `ib_access_flags`.
     pub(crate) access: u32,
 }
 
 impl<'a, V: Verbs> SendWr<'a, V> {
     /// The rkey a SEND_WITH_INV or LOCAL_INV request invalidates.
-    pub(crate) fn invalidate_rkey(&self) -> u32 {
+    pub(crate) fn invalidate_rkey(&self) -> Key {
         // SAFETY: both members of the union are 32-bit values.
-        unsafe { self.raw.ex.invalidate_rkey }
+        let word = unsafe { self.raw.ex.invalidate_rkey };
+        Key::from_raw(word)
     }
 
     pub(crate) fn atomic(&self) -> Option<AtomicWr> {
         match self.raw.opcode {
-            b::ib_wr_opcode_IB_WR_ATOMIC_CMP_AND_SWP | b::ib_wr_opcode_IB_WR_ATOMIC_FETCH_AND_ADD
+            b::ib_wr_opcode_IB_WR_ATOMIC_CMP_AND_SWP
+            | b::ib_wr_opcode_IB_WR_ATOMIC_FETCH_AND_ADD
                 if !self.is_ud =>
             {
                 // SAFETY: ib_core's contract: atomic requests are the `wr` member (first) of an
@@ -194,7 +199,7 @@ impl<'a, V: Verbs> SendWr<'a, V> {
                 let a = unsafe { &*ptr::from_ref(self.raw).cast::<b::ib_atomic_wr>() };
                 Some(AtomicWr {
                     remote_addr: a.remote_addr,
-                    rkey: a.rkey,
+                    rkey: Key::from_raw(a.rkey),
                     compare_add: a.compare_add,
                     swap: a.swap,
                 })
@@ -223,7 +228,7 @@ impl<'a, V: Verbs> SendWr<'a, V> {
                 iova: mr.iova,
                 length: mr.length,
                 page_size: mr.page_size,
-                key: reg.key,
+                key: Key::from_raw(reg.key),
                 access: reg.access as u32,
             })
         }
