@@ -3,16 +3,35 @@
 # (`// SAFETY:`), for each userspace crate.
 #   scripts/quality.sh --workspace  uapi, rox-nic, rox-lab (host toolchain) and rustfmt of librox
 #   scripts/quality.sh --provider   clippy of librox (provider/, its own cargo project, built in
-#                                   the toolchain root, whose toolchain has no clippy): on the
+#                                   the toolchain root with its own cargo setup): on the
 #                                   host, with the bindings the root build generated
 #                                   (scripts/build-provider.sh keeps them)
-#   scripts/quality.sh              both (`make quality`)
-# make test runs --workspace first and --provider right after the provider build.
+#   scripts/quality.sh --module     rox.ko built by the kernel's own
+#                                   `make CLIPPY=1` (clippy-driver of the root's rustc, the
+#                                   kernel's clippy lints) with warnings denied, into a scratch
+#                                   output directory (the module make test loads is not touched)
+#   scripts/quality.sh              all three (`make quality`)
+# make test runs --workspace first, --module after the module build and --provider right after
+# the provider build.
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 cd "$ROX_TOP"
 part=${1:-all}
-case $part in --workspace | --provider | all) ;; *) die "usage: scripts/quality.sh [--workspace|--provider]" ;; esac
+case $part in --workspace | --provider | --module | all) ;; *) die "usage: scripts/quality.sh [--workspace|--provider|--module]" ;; esac
+if [ "$part" = --module ] || [ "$part" = all ]; then
+	kdir=$(kernel_dir release)
+	[ -e "$kdir/.complete" ] || die "no release kernel in the cache; run 'make setup'"
+	in_root test -x /usr/bin/clippy-driver || die "the toolchain root has no clippy-driver (rust-clippy)"
+	scratch=$(module_dir release)-clippy
+	log "clippy: kernel build of rox.ko with CLIPPY=1, warnings denied"
+	rm -rf "$scratch" && mkdir -p "$scratch"
+	# KRUSTFLAGS reaches every rustc (here clippy-driver) call of the module build.
+	in_root make -C "$(cache_path_in_root "$kdir")/linux" M=/rox MO="$(cache_path_in_root "$scratch")" \
+		CLIPPY=1 KRUSTFLAGS=-Dwarnings -j"$(nproc)" modules ||
+		die "clippy found problems in rox.ko's Rust (above)"
+	rm -rf "$scratch"
+	[ "$part" = --module ] && { log "quality gate passed (--module)"; exit 0; }
+fi
 lints=(-D warnings -D clippy::undocumented_unsafe_blocks)
 for tool in rustfmt clippy-driver; do
 	command -v "$tool" >/dev/null || [ -x "${CARGO_HOME:-$HOME/.cargo}/bin/$tool" ] ||

@@ -17,6 +17,7 @@ stage quality scripts/quality.sh --workspace || exit 1
 stage root scripts/setup-root.sh || exit 1
 stage kernel scripts/setup-kernel.sh "$flavour" || exit 1
 stage module scripts/build-module.sh "$flavour" || exit 1
+stage quality-module scripts/quality.sh --module || exit 1
 stage provider scripts/build-provider.sh --test || exit 1
 stage quality-provider scripts/quality.sh --provider || exit 1
 stage host-tests cargo test --workspace || exit 1

@@ -9,6 +9,9 @@ client. Columns:
     rox-rxe  guest 1 rxe0  -> guest 0 rox_0
 Loopback mode (one guest): server and client on one device, TCP over 127.0.0.1; columns rox
 (rox_0) and rxe (rxe0 on the virtio NIC).
+Dual mode (one guest with NICs rox,rox,virtio,virtio, like the first harness's pair mode):
+    rox      rox_1 -> rox_0 (out of one rox-nic's tap, across the bridge, into the other's)
+    rxe      rxe1 (on the second virtio NIC) -> rxe0 (on the first)
 
 Every step has its own TCP port, so a server left waiting by a failed step never meets the
 client of a later one; a client tries again only while its server is not listening yet.
@@ -50,7 +53,7 @@ def wait_active(dev):
     sys.exit(f"bench: {dev} port 1 is not active")
 
 
-def setup(ko):
+def setup(ko, rxe_netdevs):
     if not os.path.isdir("/sys/class/infiniband/rox_0"):
         rc, out = sh(f"insmod {ko}", 60)
         if rc != 0:
@@ -60,11 +63,11 @@ def setup(ko):
                 break
             time.sleep(0.2)
     wait_active("rox_0")
-    virtio = env("ROX_IF_1")
-    rc, out = sh(f"modprobe rdma_rxe && rdma link add rxe0 type rxe netdev {virtio}", 60)
-    if rc != 0:
-        sys.exit(f"bench: cannot create rxe0 on {virtio}: {out}")
-    wait_active("rxe0")
+    for i, netdev in enumerate(rxe_netdevs):
+        rc, out = sh(f"modprobe rdma_rxe && rdma link add rxe{i} type rxe netdev {netdev}", 60)
+        if rc != 0:
+            sys.exit(f"bench: cannot create rxe{i} on {netdev}: {out}")
+        wait_active(f"rxe{i}")
 
 
 class Side:
@@ -194,7 +197,7 @@ def ping_rows(pairs):
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--me", type=int, choices=(0, 1), required=True)
-    ap.add_argument("--mode", choices=("pair", "loopback"), default="pair")
+    ap.add_argument("--mode", choices=("pair", "loopback", "dual"), default="pair")
     ap.add_argument("--ko", required=True, help="rox.ko path in the guest")
     ap.add_argument("--pp-iters", type=int, default=10000)
     ap.add_argument("--pp-size", type=int, default=4096)
@@ -207,10 +210,18 @@ def main():
     ap.add_argument("--step-timeout", type=int, default=300)
     a = ap.parse_args()
 
-    setup(a.ko)
     g = a.me
-    rox_if, virtio_if = env("ROX_IF_0"), env("ROX_IF_1")
-    if a.mode == "loopback":
+    if a.mode == "dual":
+        setup(a.ko, [env("ROX_IF_2"), env("ROX_IF_3")])
+        wait_active("rox_1")
+    else:
+        setup(a.ko, [env("ROX_IF_1")])
+        rox_if, virtio_if = env("ROX_IF_0"), env("ROX_IF_1")
+    if a.mode == "dual":
+        columns = [("rox", Side("rox_0", env("ROX_IP_0_0")), Side("rox_1", env("ROX_IP_0_1"))),
+                   ("rxe", Side("rxe0", env("ROX_IP_0_2")), Side("rxe1", env("ROX_IP_0_3")))]
+        role = "both"
+    elif a.mode == "loopback":
         lo = {"rox": Side("rox_0", env(f"ROX_IP_{g}_0")), "rxe": Side("rxe0", env(f"ROX_IP_{g}_1"))}
         for s in lo.values():
             s.ip = "127.0.0.1"
@@ -247,7 +258,7 @@ def main():
                 n += 1
                 # Let the other side's program finish and release its port.
                 time.sleep(1)
-    sh("rdma link delete rxe0", 30)
+    sh("rdma link delete rxe0; rdma link delete rxe1", 30)
     say("all benchmarks ran" if ok else "some benchmarks FAILED")
     return 0 if ok else 1
 
