@@ -12,7 +12,7 @@ use crate::{
         dma::DmaArray,
         umem::Umem,
         umem_odp::{OdpLocked, UmemOdp},
-        IbDev, MrAdvice, OdpCaps, OdpTransportCaps, RegisteredMr, Udata,
+        IbDev, MrAdvice, OdpCaps, OdpTransportCaps, RegisteredMr, Udata, UserRange,
     },
     verbs::RoxVerbs,
 };
@@ -278,9 +278,7 @@ struct OdpEntry {
 /// `dereg_mr` waits until no handler uses a region before it lets it go, so the umem is always
 /// released by `dereg_mr` itself, while the ib_device exists.
 pub(crate) struct OdpMrs {
-    // TODO(uapi): `RBTree<Key, _>` once `Key` derives `PartialOrd, Ord` (as `Qpn` does); until
-    // then the tree is keyed by `Key::get`, converted only in `get`, `remove` and `insert`.
-    inner: Pin<KBox<Mutex<RBTree<u32, OdpEntry>>>>,
+    inner: Pin<KBox<Mutex<RBTree<Key, OdpEntry>>>>,
     /// Signalled when the last user of a dying region is gone.
     idle: Pin<KBox<CondVar>>,
 }
@@ -306,7 +304,7 @@ impl Drop for OdpRef<'_> {
         // never releases the umem.
         drop(self.mr.take());
         let mut tree = self.mrs.inner.lock();
-        if let Some(entry) = tree.get_mut(&self.lkey.get()) {
+        if let Some(entry) = tree.get_mut(&self.lkey) {
             entry.users -= 1;
             if entry.users == 0 && entry.dying {
                 self.mrs.idle.notify_all();
@@ -326,7 +324,7 @@ impl OdpMrs {
     /// The region `lkey`, unless it is unknown or being deregistered.
     fn get(&self, lkey: Key) -> Option<OdpRef<'_>> {
         let mut tree = self.inner.lock();
-        let entry = tree.get_mut(&lkey.get()).filter(|e| !e.dying)?;
+        let entry = tree.get_mut(&lkey).filter(|e| !e.dying)?;
         entry.users += 1;
         let mr = entry.mr.clone();
         Some(OdpRef {
@@ -338,14 +336,13 @@ impl OdpMrs {
 
     /// Enters region `lkey`.
     fn insert(&self, lkey: Key, entry: OdpEntry) -> Result {
-        let node = RBTreeNode::new(lkey.get(), entry, GFP_KERNEL)?;
+        let node = RBTreeNode::new(lkey, entry, GFP_KERNEL)?;
         self.inner.lock().insert(node);
         Ok(())
     }
 
     /// Takes region `lkey` out of the table once no handler uses it any more.
     fn remove(&self, lkey: Key) {
-        let lkey = lkey.get();
         let mut tree = self.inner.lock();
         if let Some(entry) = tree.get_mut(&lkey) {
             entry.dying = true;
@@ -441,7 +438,7 @@ pub(crate) fn odp_invalidate(dev: &RoxDev<'_>, state: &OdpState, first: usize, c
         dev_warn!(
             dev.pdev.as_ref(),
             "ODP unmap of MR {:#x} pages {}+{} failed: {:?}\n",
-            lkey.get(),
+            lkey,
             first,
             count,
             err
@@ -703,12 +700,15 @@ pub(crate) fn reg_user_mr(
     dev: &RoxDev<'_>,
     ib: IbDev<'_>,
     pdn: u32,
-    start: u64,
-    length: u64,
-    iova: u64,
+    range: UserRange,
     access: u32,
     udata: &mut Udata<'_>,
 ) -> Result<RegisteredMr<Mr>> {
+    let UserRange {
+        start,
+        length,
+        iova,
+    } = range;
     udata.expect_no_input()?;
     let on_demand = access & verbs::ACCESS_ON_DEMAND != 0;
     let access = device_access(access & !verbs::ACCESS_ON_DEMAND)?;

@@ -17,7 +17,7 @@ use crate::{
     ib::{
         mmap::UcontextRef, AhAttr, CqInit, Created, DeviceAttr, DeviceCapFlags, IbDev, MrAdvice,
         PortAttr, PortImmutable, QpAttr, QpInit, QpInitAttr, RecvWr, RegisteredMr, Registry,
-        SendWr, SrqAttr, SrqAttrMask, Udata, Verbs, WcOut,
+        SendWr, SrqAttr, SrqAttrMask, Udata, UserRange, Verbs, WcOut,
     },
     mcast,
     mr::{self, Mr},
@@ -302,13 +302,11 @@ impl Verbs for RoxVerbs {
         dev: &RoxDev<'_>,
         ib: IbDev<'_>,
         pd: &Pd,
-        start: u64,
-        length: u64,
-        iova: u64,
+        range: UserRange,
         access: u32,
         udata: &mut Udata<'_>,
     ) -> Result<RegisteredMr<Mr>> {
-        mr::reg_user_mr(dev, ib, pd.pdn, start, length, iova, access, udata)
+        mr::reg_user_mr(dev, ib, pd.pdn, range, access, udata)
     }
 
     fn get_dma_mr(dev: &RoxDev<'_>, pd: &Pd, access: u32) -> Result<RegisteredMr<Mr>> {

@@ -2,6 +2,7 @@
 # The quality gate: rustfmt and clippy with warnings denied and every unsafe block documented
 # (`// SAFETY:`), for each userspace crate.
 #   scripts/quality.sh --workspace  uapi, rox-nic, rox-lab (host toolchain) and rustfmt of librox
+#                                   and rox.ko
 #   scripts/quality.sh --provider   clippy of librox (provider/, its own cargo project, built in
 #                                   the toolchain root with its own cargo setup): on the
 #                                   host, with the bindings the root build generated
@@ -42,6 +43,8 @@ if [ "$part" != --provider ]; then
 	cargo fmt --all --check
 	log "rustfmt: provider"
 	cargo fmt --manifest-path provider/Cargo.toml --check
+	log "rustfmt: rox.ko (drivers/, from its crate root)"
+	rustfmt --edition 2021 --check drivers/rox_main.rs
 	log "clippy: workspace (uapi, rox-nic, rox-lab), all targets"
 	cargo clippy --workspace --all-targets --quiet -- "${lints[@]}"
 fi

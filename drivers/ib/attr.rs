@@ -88,7 +88,7 @@ const _: () = {
 
 // User mappings of device pages (`mmap::MmapEntry`) and the driver's page lists assume the
 // CPU's pages are rox's.
-const _: () = assert!(b::PAGE_SIZE as usize == crate::hw::regs::ROX_PAGE_SIZE);
+const _: () = assert!(b::PAGE_SIZE == crate::hw::regs::ROX_PAGE_SIZE);
 
 // ---------------------------------------------------------------------------------------------
 // SRQ
@@ -151,7 +151,7 @@ pub(crate) struct OdpCaps {
 impl OdpCaps {
     fn to_raw(self) -> b::ib_odp_caps {
         let mut caps = b::ib_odp_caps {
-            general_caps: b::ib_odp_general_cap_bits_IB_ODP_SUPPORT as u64,
+            general_caps: u64::from(b::ib_odp_general_cap_bits_IB_ODP_SUPPORT),
             ..Default::default()
         };
         caps.per_transport_caps.rc_odp_caps = self.rc.bits();
@@ -283,7 +283,7 @@ impl DeviceAttr {
         raw.local_ca_ack_delay = self.local_ca_ack_delay;
         raw.max_fast_reg_page_list_len = self.max_fast_reg_page_list_len;
         if let Some(odp) = self.odp {
-            raw.kernel_cap_flags |= b::ib_kernel_cap_flags_IBK_ON_DEMAND_PAGING as u64;
+            raw.kernel_cap_flags |= u64::from(b::ib_kernel_cap_flags_IBK_ON_DEMAND_PAGING);
             raw.odp_caps = odp.to_raw();
         }
     }
@@ -588,14 +588,14 @@ impl AhAttr {
             traffic_class: raw.grh.traffic_class,
             sl: raw.sl,
             dmac: super::roce_dmac(raw),
-            port_num: raw.port_num.into(),
+            port_num: raw.port_num,
         }
     }
     /// The source GID entry reference (`grh.sgid_attr`) is left as it is.
     pub(super) fn write_to(&self, raw: &mut b::rdma_ah_attr) {
         raw.type_ = b::rdma_ah_attr_type_RDMA_AH_ATTR_TYPE_ROCE;
         raw.ah_flags = b::ib_ah_flags_IB_AH_GRH as u8;
-        raw.port_num = self.port_num as _;
+        raw.port_num = self.port_num;
         raw.sl = self.sl;
         raw.grh.dgid.raw = self.dgid;
         raw.grh.flow_label = self.flow_label;
@@ -670,7 +670,7 @@ impl QpAttr {
         raw.rq_psn = self.rq_psn.get();
         raw.sq_psn = self.sq_psn.get();
         raw.dest_qp_num = self.dest_qp_num.get();
-        raw.qp_access_flags = self.qp_access_flags as _;
+        raw.qp_access_flags = self.qp_access_flags as i32;
         raw.pkey_index = self.pkey_index;
         raw.en_sqd_async_notify = self.en_sqd_async_notify;
         raw.sq_draining = self.sq_draining;

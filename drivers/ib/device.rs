@@ -85,6 +85,15 @@ pub(crate) struct Created<T, Id = u32> {
     pub(crate) size: u32,
 }
 
+/// The user memory of `reg_user_mr`: `length` bytes at the process's virtual address `start`,
+/// which the device and remote peers address as `iova`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct UserRange {
+    pub(crate) start: u64,
+    pub(crate) length: u64,
+    pub(crate) iova: u64,
+}
+
 /// A memory region: its data plus the keys ib_core reports.
 pub(crate) struct RegisteredMr<T> {
     pub(crate) data: T,
@@ -149,9 +158,7 @@ pub(crate) trait Verbs: Sized + 'static {
         dev: &Self::Dev<'_>,
         ib: IbDev<'_>,
         pd: &Self::Pd,
-        start: u64,
-        length: u64,
-        iova: u64,
+        range: UserRange,
         access: u32,
         udata: &mut Udata<'_>,
     ) -> Result<RegisteredMr<Self::Mr>>;
@@ -498,9 +505,8 @@ impl<'bound, V: Verbs> IbRegistration<'bound, V> {
         }
         // SAFETY: `binder` is a live, pinned allocation with a valid callback; it stays
         // registered until `drop` (or the unwinding below).
-        if let Err(err) =
-            to_result(unsafe { b::register_netdevice_notifier(&mut (*binder.as_ptr()).nb) })
-        {
+        let ret = unsafe { b::register_netdevice_notifier(&mut (*binder.as_ptr()).nb) };
+        if let Err(err) = to_result(ret) {
             V::registry(&dev).set_ibdev(None);
             // SAFETY: registered above.
             unsafe { b::ib_unregister_device(ibdev) };
@@ -909,13 +915,16 @@ unsafe extern "C" fn reg_user_mr<V: Verbs>(
     };
     // SAFETY: `udata` is null or valid for this call.
     let mut udata = unsafe { Udata::from_raw(udata) };
+    let range = UserRange {
+        start,
+        length,
+        iova,
+    };
     new_mr(V::reg_user_mr(
         dev,
         ib_of(ibdev),
         pd_data,
-        start,
-        length,
-        iova,
+        range,
         access as u32,
         &mut udata,
     ))
@@ -1166,19 +1175,16 @@ unsafe extern "C" fn create_qp<V: Verbs>(
 ) -> c_int {
     // SAFETY: ib_core passes a QP it allocated with our size (pd set) and valid attributes whose
     // CQs, SRQ belong to the same device and are alive for the QP's lifetime.
-    let (dev, ibdev, init, pd, send_cq, recv_cq, srq) = unsafe {
-        let init = &mut *init;
+    let (dev, ibdev, init, pd) = unsafe {
         (
             dev_of::<V>((*qp).device),
             (*qp).device,
-            &mut *(init as *mut b::ib_qp_init_attr),
+            &mut *init,
             Obj::<b::ib_pd, V::Pd>::data_of((*qp).pd),
-            init.send_cq,
-            init.recv_cq,
-            init.srq,
         )
     };
-    if send_cq.is_null() || recv_cq.is_null() || (*init).qp_type == b::ib_qp_type_IB_QPT_XRC_TGT {
+    let (send_cq, recv_cq, srq) = (init.send_cq, init.recv_cq, init.srq);
+    if send_cq.is_null() || recv_cq.is_null() || init.qp_type == b::ib_qp_type_IB_QPT_XRC_TGT {
         return EOPNOTSUPP.to_errno();
     }
     // SAFETY: non-null CQs and SRQ of this device, alive (see above).
@@ -1529,7 +1535,7 @@ unsafe extern "C" fn alloc_hw_port_stats(
         b::rdma_alloc_hw_stats_struct(
             (*container).counter_descs,
             (*container).num_counters as c_int,
-            b::RDMA_HW_STATS_DEFAULT_LIFESPAN as _,
+            b::RDMA_HW_STATS_DEFAULT_LIFESPAN as usize,
         )
     }
 }
@@ -1737,11 +1743,13 @@ unsafe extern "C" fn req_notify_cq<V: Verbs>(
 fn ops<V: Verbs>() -> b::ib_device_ops {
     /// ABI version of rox's udata (uapi/src/udata.rs), checked by the provider.
     const UVERBS_ABI_VERSION: u32 = 1;
-    let mut ops = b::ib_device_ops::default();
-    // SAFETY: the shim returns this module's `THIS_MODULE`.
-    ops.owner = unsafe { b::rox_shim_this_module() };
-    ops.driver_id = b::rdma_driver_id_RDMA_DRIVER_UNKNOWN;
-    ops.uverbs_abi_ver = UVERBS_ABI_VERSION;
+    let mut ops = b::ib_device_ops {
+        // SAFETY: the shim returns this module's `THIS_MODULE`.
+        owner: unsafe { b::rox_shim_this_module() },
+        driver_id: b::rdma_driver_id_RDMA_DRIVER_UNKNOWN,
+        uverbs_abi_ver: UVERBS_ABI_VERSION,
+        ..Default::default()
+    };
     // The provider matches by PCI id (no rdma_driver_id exists for rox).
     ops.set_uverbs_no_driver_id_binding(1);
     // Every udata is checked for size and answered through the udata helpers.

@@ -108,15 +108,15 @@ pub(super) unsafe extern "C" fn mmap(
     }
     // SAFETY: every entry of our ucontexts is the first field of a `RoxEntry`; we hold the
     // reference `rdma_user_mmap_entry_get` took; the VMA is valid for this call.
-    let ret = unsafe {
+    unsafe {
         let rox = entry.cast::<RoxEntry>();
         let length = b::rox_shim_vma_size(vma);
         let prot = b::rox_shim_pgprot_noncached((*vma).vm_page_prot);
-        let ret = b::rdma_user_mmap_io(uctx, vma, (*rox).pfn as _, length as _, prot, entry);
+        let ret =
+            b::rdma_user_mmap_io(uctx, vma, (*rox).pfn as usize, length as usize, prot, entry);
         b::rdma_user_mmap_entry_put(entry);
         ret
-    };
-    ret
+    }
 }
 
 /// ops.mmap_free: the last reference to an entry is gone.

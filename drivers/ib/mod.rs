@@ -24,7 +24,8 @@ pub(crate) use attr::{
     QP_RATE_LIMIT,
 };
 pub(crate) use device::{
-    CqInit, Created, DeviceId, DeviceParams, IbDev, IbRegistration, QpInit, RegisteredMr, Verbs,
+    CqInit, Created, DeviceId, DeviceParams, IbDev, IbRegistration, QpInit, RegisteredMr,
+    UserRange, Verbs,
 };
 pub(crate) use registry::{AsyncEvent, Registry};
 pub(crate) use udata::Udata;

@@ -159,10 +159,12 @@ impl Registry {
     pub(crate) fn device_event(&self, port: u32, event: AsyncEvent) {
         let inner = self.inner.lock();
         if let Some(ibdev) = &inner.ibdev {
-            let mut ev = b::ib_event::default();
-            ev.device = ibdev.0.as_ptr();
+            let mut ev = b::ib_event {
+                device: ibdev.0.as_ptr(),
+                event: event.as_raw(),
+                ..Default::default()
+            };
             ev.element.port_num = port;
-            ev.event = event.as_raw();
             // SAFETY: the device is registered (cleared under this lock before unregistering);
             // `ib_dispatch_event` copies the event.
             unsafe { b::ib_dispatch_event(&ev) };

@@ -20,9 +20,8 @@ impl Udata<'_> {
     /// `raw` is null or a udata ib_core passed to the current callback.
     pub(crate) unsafe fn from_raw(raw: *mut b::ib_udata) -> Self {
         // SAFETY: per the function's requirements.
-        Self {
-            raw: unsafe { raw.as_mut() },
-        }
+        let raw = unsafe { raw.as_mut() };
+        Self { raw }
     }
 
     /// Whether the call comes from user space (a uverbs command) rather than a kernel consumer.

@@ -27,7 +27,7 @@ impl Umem {
         }
         // SAFETY: `ib` is a registered device; ib_core validates the range and access.
         let raw = from_err_ptr(unsafe {
-            b::rox_shim_umem_get(ib.as_raw(), addr as _, len, access as _)
+            b::rox_shim_umem_get(ib.as_raw(), addr as usize, len, access as i32)
         })?;
         // INVARIANT: a fresh umem.
         Ok(Self {
@@ -38,14 +38,15 @@ impl Umem {
     /// The largest page size of `pgsz_bitmap` that maps the umem at device address `iova`.
     pub(crate) fn best_page_size(&self, pgsz_bitmap: u64, iova: u64) -> Option<u64> {
         // SAFETY: live umem (type invariant).
-        let pgsz = unsafe { b::ib_umem_find_best_pgsz(self.raw.as_ptr(), pgsz_bitmap as _, iova) };
+        let pgsz =
+            unsafe { b::ib_umem_find_best_pgsz(self.raw.as_ptr(), pgsz_bitmap as usize, iova) };
         (pgsz != 0).then_some(pgsz as u64)
     }
 
     /// Number of `pgsz` blocks covering the umem.
     pub(crate) fn num_blocks(&self, pgsz: u64) -> usize {
         // SAFETY: live umem (type invariant).
-        unsafe { b::rox_shim_umem_num_dma_blocks(self.raw.as_ptr(), pgsz as _) }
+        unsafe { b::rox_shim_umem_num_dma_blocks(self.raw.as_ptr(), pgsz as usize) }
     }
 
     /// Calls `f` with the DMA address of each `pgsz` block, in order (`pgsz` from
@@ -53,7 +54,7 @@ impl Umem {
     pub(crate) fn for_each_block(&self, pgsz: u64, mut f: impl FnMut(u64) -> Result) -> Result {
         let mut iter = b::ib_block_iter::default();
         // SAFETY: live umem; the iterator is local and used only with it.
-        unsafe { b::rox_shim_umem_block_iter_start(&mut iter, self.raw.as_ptr(), pgsz as _) };
+        unsafe { b::rox_shim_umem_block_iter_start(&mut iter, self.raw.as_ptr(), pgsz as usize) };
         // SAFETY: as above.
         while unsafe { b::rox_shim_umem_block_iter_next(&mut iter) } {
             // SAFETY: the iterator points at a valid block.

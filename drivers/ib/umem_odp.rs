@@ -136,7 +136,7 @@ impl<V: Verbs> UmemOdp<V> {
         // SAFETY: `ib` is a registered device of `V`; ib_core validates the range and access;
         // `boxed.ops` outlives the umem (released before `boxed` is dropped).
         let raw = from_err_ptr(unsafe {
-            b::ib_umem_odp_get(ib.as_raw(), addr as _, len, access as _, &boxed.ops)
+            b::ib_umem_odp_get(ib.as_raw(), addr as usize, len, access as i32, &boxed.ops)
         })?;
         let raw = NonNull::new(raw).ok_or(ENOMEM)?;
         // SAFETY: a fresh live umem; `private` is written under its mutex, which the notifier

@@ -175,7 +175,7 @@ impl<K> Seq24<K> {
 /// variant (random at creation, chosen again at each fast registration or type 2 bind, bumped
 /// at each type 1 bind) makes keys unguessable from one another and stale keys invalid.
 #[repr(transparent)]
-#[derive(Clone, Copy, Default, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Key(u32);
 
 impl Key {
