@@ -220,10 +220,7 @@ pub const PORT_ACTIVE: u8 = 4;
 /// GID types of the GID table (`enum ib_gid_type`): rox only speaks RoCEv2.
 pub const GID_TYPE_ROCE_UDP_ENCAP: u8 = 2;
 
-/// PSNs are 24 bits.
-pub const PSN_MASK: u32 = 0x00ff_ffff;
-/// QP numbers are 24 bits.
-pub const QPN_MASK: u32 = 0x00ff_ffff;
+// PSNs and QP numbers are 24 bits: `super::ids::{Psn, Qpn}`.
 /// Largest RDMA message (2^31 bytes, IB spec).
 pub const MAX_MSG_SIZE: u32 = 1 << 31;
 /// Atomic operand size.
