@@ -940,7 +940,6 @@ impl TestDriver {
         a.qp_state = QPS_RTS;
         a.sq_psn = Psn::default();
         a.timeout = p.timeout;
-
         a.retry_cnt = p.retry_cnt;
         a.rnr_retry = p.rnr_retry;
         a.max_rd_atomic = 4;

@@ -724,7 +724,6 @@ struct InvFx {
     area: u64,
     expected: Vec<u8>,
     other: Option<(Pair, Key, u64)>,
-
     bad_key: Key,
 }
 

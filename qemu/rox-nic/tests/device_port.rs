@@ -166,7 +166,6 @@ fn missing_peer_ends_in_retry_exceeded_then_flush() {
     at.qp_state = QPS_RTR;
     at.path_mtu = MTU_1024;
     at.dest_qp_num = Qpn::new(5).unwrap();
-
     at.ah.dgid = gid;
     let m = QP_STATE
         | QP_AV

@@ -450,8 +450,8 @@ fn claim_doorbell(hw: &mut Hw, page: u32, slot: u32) -> Result<(), u8> {
     Ok(())
 }
 
-/// The next unused number from `next` on, wrapping to `first` past 24 bits (CQ, SRQ and
-/// window numbers are as wide as QPNs).
+/// The next unused number from `next` on, wrapping to `first` past 24 bits (QPNs, and CQ, SRQ
+/// and window numbers, which are as wide).
 fn next_id(next: &mut u32, first: u32, used: impl Fn(u32) -> bool) -> u32 {
     loop {
         let id = *next;
@@ -462,17 +462,6 @@ fn next_id(next: &mut u32, first: u32, used: impl Fn(u32) -> bool) -> u32 {
         };
         if !used(id) {
             return id;
-        }
-    }
-}
-
-/// The next unused QPN from `hw.next_qpn` on, wrapping to [`FIRST_QPN`] past 24 bits.
-fn alloc_qpn(hw: &mut Hw) -> Qpn {
-    loop {
-        let qpn = hw.next_qpn;
-        hw.next_qpn = Qpn::new(qpn.get() + 1).unwrap_or(FIRST_QPN);
-        if !hw.qps.contains_key(&qpn) {
-            return qpn;
         }
     }
 }
@@ -712,7 +701,11 @@ fn create_qp(hw: &mut Hw, engine: &mut Engine, c: &CreateQpCmd) -> AdminResult<Q
     let qpn = if c.qp_type == QPT_GSI {
         Qpn::GSI
     } else {
-        alloc_qpn(hw)
+        let qps = &hw.qps;
+        let first = FIRST_QPN.get();
+        Qpn::from_raw(next_id(&mut hw.next_qpn, first, |n| {
+            qps.contains_key(&Qpn::from_raw(n))
+        }))
     };
     let cfg = QpConfig {
         qpn,
@@ -1028,7 +1021,6 @@ mod tests {
             key: old,
             reserved: 0,
         };
-
         assert_eq!(
             d.admin(ADMIN_OP_DEREG_MR, payload(&cmd)).status,
             ADMIN_STATUS_SUCCESS

@@ -408,7 +408,8 @@ pub struct Hw {
     /// Next MR key index to try (`alloc_key` in admin.rs).
     pub next_mr_index: u32,
     pub next_cq: u32,
-    pub next_qpn: Qpn,
+    /// Next QPN to try (`next_id` in admin.rs).
+    pub next_qpn: u32,
     pub next_srq: u32,
 }
 
@@ -452,7 +453,7 @@ impl Hw {
             stats: [0; STATS_COUNT],
             next_mr_index: 1,
             next_cq: 1,
-            next_qpn: FIRST_QPN,
+            next_qpn: FIRST_QPN.get(),
             next_srq: 1,
         }
     }
@@ -1022,7 +1023,6 @@ impl Hw {
                             Eqe {
                                 event_type: EQE_TYPE_PAGE_FAULT,
                                 handle: key.get(),
-
                                 aux,
                                 count: [c[0], c[1], c[2]],
                                 ..Default::default()

@@ -88,9 +88,9 @@ pub struct EngineStats {
 pub enum RxDrop {
     #[error("bad packet: {0}")]
     Parse(#[from] ParseError),
-    #[error("no QP {:#x} able to take this packet", .0.get())]
+    #[error("no QP {0:#x} able to take this packet")]
     NoQp(Qpn),
-    #[error("packet for connected QP {:#x} from an address other than its peer", .0.get())]
+    #[error("packet for connected QP {0:#x} from an address other than its peer")]
     WrongSource(Qpn),
     #[error("partition key {0:#06x} not ours")]
     BadPkey(u16),
@@ -346,7 +346,6 @@ struct Qp {
 #[derive(Debug)]
 pub struct Engine {
     qps: HashMap<Qpn, Qp>,
-
     stats: EngineStats,
     /// MTU of UD (and GSI) QPs, which no modify_qp sets: the largest the port carries.
     ud_mtu: Mtu,
@@ -567,10 +566,7 @@ impl Qp {
         payload: &[u8],
     ) {
         let Some(av) = self.av else {
-            log::warn!(
-                "QP {:#x}: no address vector; packet dropped",
-                self.cfg.qpn.get()
-            );
+            log::warn!("QP {:#x}: no address vector; packet dropped", self.cfg.qpn);
             return;
         };
         let packet = wire::build_packet(&self.ip_info(&av), hdr, payload);
@@ -1090,7 +1086,6 @@ impl Qp {
         let wqe = &self.req.sq[index];
         self.req.cursor = index;
         self.req.cursor_pkt = psn.distance_from(wqe.first_psn);
-
         self.req.pkts_since_ack_req = 0;
     }
 

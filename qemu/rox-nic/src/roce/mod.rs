@@ -286,7 +286,7 @@ pub enum AccessError {
     /// RNR NAK) and nothing was read or written.
     /// `count`: pages the access needs from `page` on (≥ 1), so that one fault can make the
     /// whole access present.
-    #[error("page {page} of on-demand region {:#x} not present", .key.get())]
+    #[error("page {page} of on-demand region {key:#x} not present")]
     PageFault {
         key: Key,
         page: u32,
@@ -296,7 +296,7 @@ pub enum AccessError {
     /// A page of an on-demand region that the driver could not make present
     /// (`ODP_OP_FAIL`): the device fails this access (as [`AccessError::AccessDenied`]) and
     /// forgets the failure, so a later access faults the page again.
-    #[error("page {page} of on-demand region {:#x} failed", .key.get())]
+    #[error("page {page} of on-demand region {key:#x} failed")]
     PageFailed { key: Key, page: u32 },
 }
 
@@ -495,10 +495,10 @@ pub struct QpModify {
 /// Errors of the engine's control entry points.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum EngineError {
-    #[error("no QP {:#x}", .0.get())]
+    #[error("no QP {0:#x}")]
     NoSuchQp(Qpn),
-    #[error("QP {:#x} already exists", .0.get())]
+    #[error("QP {0:#x} already exists")]
     QpExists(Qpn),
-    #[error("QP {qpn:#x} lacks attribute {attr} required to enter its state", qpn = .0.get(), attr = .1)]
+    #[error("QP {0:#x} lacks attribute {1} required to enter its state")]
     MissingAttribute(Qpn, &'static str),
 }

@@ -619,7 +619,6 @@ pub fn send_wr(wr_id: u64, opcode: WrOpcode, data: SendData) -> SendWr {
         remote_addr: 0,
         rkey: Key::default(),
         compare_add: 0,
-
         swap: 0,
         flush: FlushSpec::default(),
         bind: None,
