@@ -778,7 +778,7 @@ pub(crate) fn dereg_mr(dev: &RoxDev<'_>, mr: &Mr) {
         dev_warn!(
             dev.pdev.as_ref(),
             "DEREG_MR {:#x} failed: {:?}\n",
-            mr.lkey.get(),
+            mr.lkey,
             err
         );
     }
@@ -866,7 +866,7 @@ pub(crate) fn dealloc_mw(dev: &RoxDev<'_>, mw: &Mw) {
         dev_warn!(
             dev.pdev.as_ref(),
             "DEALLOC_MW {:#x} failed: {:?}\n",
-            mw.rkey.get(),
+            mw.rkey,
             err
         );
     }

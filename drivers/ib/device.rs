@@ -1741,13 +1741,12 @@ unsafe extern "C" fn req_notify_cq<V: Verbs>(
 
 /// The ops table of a `V` device (ib_set_device_ops copies it).
 fn ops<V: Verbs>() -> b::ib_device_ops {
-    /// ABI version of rox's udata (uapi/src/udata.rs), checked by the provider.
-    const UVERBS_ABI_VERSION: u32 = 1;
     let mut ops = b::ib_device_ops {
         // SAFETY: the shim returns this module's `THIS_MODULE`.
         owner: unsafe { b::rox_shim_this_module() },
         driver_id: b::rdma_driver_id_RDMA_DRIVER_UNKNOWN,
-        uverbs_abi_ver: UVERBS_ABI_VERSION,
+        // The ABI of rox's udata, which the provider checks.
+        uverbs_abi_ver: crate::hw::uapi::udata::UVERBS_ABI_VERSION,
         ..Default::default()
     };
     // The provider matches by PCI id (no rdma_driver_id exists for rox).
