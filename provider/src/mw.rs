@@ -43,3 +43,21 @@ pub fn bind(
 pub(crate) fn next_rkey(rkey: Key) -> Key {
     rkey.with_variant(rkey.variant().wrapping_add(1))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn next_rkey_moves_the_variant_on_and_keeps_the_window() {
+        assert_eq!(
+            next_rkey(Key::from_raw(0x8000_01fe)),
+            Key::from_raw(0x8000_01ff)
+        );
+        assert_eq!(
+            next_rkey(Key::from_raw(0x8000_01ff)),
+            Key::from_raw(0x8000_0100),
+            "the variant wraps inside its byte"
+        );
+    }
+}
