@@ -54,6 +54,7 @@ def wait_active(dev):
 
 
 def setup(ko, rxe_netdevs):
+    """Loads rox.ko and makes rxe<i> on each of `rxe_netdevs`; returns the rxe devices."""
     if not os.path.isdir("/sys/class/infiniband/rox_0"):
         rc, out = sh(f"insmod {ko}", 60)
         if rc != 0:
@@ -68,6 +69,7 @@ def setup(ko, rxe_netdevs):
         if rc != 0:
             sys.exit(f"bench: cannot create rxe{i} on {netdev}: {out}")
         wait_active(f"rxe{i}")
+    return [f"rxe{i}" for i in range(len(rxe_netdevs))]
 
 
 class Side:
@@ -212,22 +214,21 @@ def main():
 
     g = a.me
     if a.mode == "dual":
-        setup(a.ko, [env("ROX_IF_2"), env("ROX_IF_3")])
+        rxe_devs = setup(a.ko, [env("ROX_IF_2"), env("ROX_IF_3")])
         wait_active("rox_1")
-    else:
-        setup(a.ko, [env("ROX_IF_1")])
-        rox_if, virtio_if = env("ROX_IF_0"), env("ROX_IF_1")
-    if a.mode == "dual":
         columns = [("rox", Side("rox_0", env("ROX_IP_0_0")), Side("rox_1", env("ROX_IP_0_1"))),
                    ("rxe", Side("rxe0", env("ROX_IP_0_2")), Side("rxe1", env("ROX_IP_0_3")))]
         role = "both"
     elif a.mode == "loopback":
+        rxe_devs = setup(a.ko, [env("ROX_IF_1")])
         lo = {"rox": Side("rox_0", env(f"ROX_IP_{g}_0")), "rxe": Side("rxe0", env(f"ROX_IP_{g}_1"))}
         for s in lo.values():
             s.ip = "127.0.0.1"
         columns = [(c, lo[c], lo[c]) for c in ("rox", "rxe")]
         role = "both"
     else:
+        rxe_devs = setup(a.ko, [env("ROX_IF_1")])
+        rox_if, virtio_if = env("ROX_IF_0"), env("ROX_IF_1")
         peer = 1 - g
         for n in (0, 1):
             ip = env(f"ROX_IP_{peer}_{n}")
@@ -258,7 +259,8 @@ def main():
                 n += 1
                 # Let the other side's program finish and release its port.
                 time.sleep(1)
-    sh("rdma link delete rxe0; rdma link delete rxe1", 30)
+    for dev in rxe_devs:
+        sh(f"rdma link delete {dev}", 30)
     say("all benchmarks ran" if ok else "some benchmarks FAILED")
     return 0 if ok else 1
 
