@@ -10,8 +10,8 @@
 use std::collections::{HashMap, VecDeque};
 
 use super::wire::{
-    self, opcode as op, Aeth, AtomicEth, Bth, Deth, Feth, Headers, IpInfo, NakCode, ParseError,
-    Parsed, Reth, Syndrome, DEFAULT_PKEY, GRH_LEN, IPV4_HEADER_LEN,
+    self, opcode as op, Aeth, AtomicEth, Bth, Deth, Feth, Headers, IpInfo, NakCode, OpcodeClass,
+    ParseError, Parsed, Reth, Syndrome, DEFAULT_PKEY, GRH_LEN, IPV4_HEADER_LEN,
 };
 use super::*;
 use rox_uapi::queue::{CQE_NETWORK_HDR_IPV4, CQE_NETWORK_HDR_IPV6};
@@ -1224,9 +1224,8 @@ impl Qp {
             stats.rx_stale_responses += 1;
             return;
         }
-        let base = p.hdr.bth.opcode & op::OP_MASK;
-        match base {
-            op::RC_ACKNOWLEDGE => {
+        match p.info.class {
+            OpcodeClass::Ack => {
                 let aeth = p.hdr.aeth.expect("parsed AETH");
                 match aeth.syndrome {
                     Syndrome::Ack => {
@@ -1277,7 +1276,7 @@ impl Qp {
                     }
                 }
             }
-            op::RC_ATOMIC_ACKNOWLEDGE => {
+            OpcodeClass::AtomicAck => {
                 let Some(index) = self.req.sq.iter().position(|w| w.contains(psn)) else {
                     stats.rx_stale_responses += 1;
                     return;
@@ -1323,7 +1322,8 @@ impl Qp {
                         stats.rx_stale_responses += 1;
                         return;
                     }
-                    if base != op::RC_READ_RESPONSE_ONLY || !p.payload.is_empty() {
+                    let only = p.info.first && p.info.last;
+                    if !only || !p.payload.is_empty() {
                         self.req.sq[index].error = Some(WcStatus::BadRespErr);
                         self.retire(env);
                         return;
@@ -1571,8 +1571,8 @@ impl Qp {
     fn duplicate(&mut self, env: &mut dyn DeviceEnv, stats: &mut EngineStats, p: &Parsed<'_>) {
         stats.rx_duplicates += 1;
         let psn = p.hdr.bth.psn;
-        match p.hdr.bth.opcode & op::OP_MASK {
-            op::RC_READ_REQUEST => {
+        match p.info.class {
+            OpcodeClass::ReadRequest => {
                 let known = self.resp.history.iter().any(|h| match *h {
                     RdAtomic::Read {
                         first_psn,
@@ -1585,7 +1585,7 @@ impl Qp {
                     self.send_read_responses(env, stats, psn, &reth);
                 }
             }
-            op::RC_COMPARE_SWAP | op::RC_FETCH_ADD => {
+            OpcodeClass::Atomic => {
                 let saved = self.resp.history.iter().find_map(|h| match *h {
                     RdAtomic::Atomic {
                         psn: saved_psn,
@@ -1597,7 +1597,7 @@ impl Qp {
                     self.send_atomic_ack(env, stats, psn, original);
                 }
             }
-            op::RC_FLUSH | op::RC_ATOMIC_WRITE => {
+            OpcodeClass::Flush | OpcodeClass::AtomicWrite => {
                 // Executed once; a duplicate (its response was lost) is answered again.
                 let known = self
                     .resp
@@ -1672,10 +1672,8 @@ impl Qp {
         let base = bth.opcode & op::OP_MASK;
         let in_send = matches!(self.resp.cur, Some(InMessage::Send { .. }));
         let in_write = matches!(self.resp.cur, Some(InMessage::Write { .. }));
-        let is_send = base <= op::RC_SEND_ONLY_IMM
-            || base == op::RC_SEND_LAST_INV
-            || base == op::RC_SEND_ONLY_INV;
-        let is_write = (op::RC_WRITE_FIRST..=op::RC_WRITE_ONLY_IMM).contains(&base);
+        let is_send = p.info.class == OpcodeClass::Send;
+        let is_write = p.info.class == OpcodeClass::Write;
         let continues = !p.info.first;
         let sequence_ok = if continues {
             (is_send && in_send) || (is_write && in_write)
@@ -1909,7 +1907,7 @@ impl Qp {
                 }
                 self.resp.msn = self.resp.msn.next();
             }
-        } else if base == op::RC_READ_REQUEST {
+        } else if p.info.class == OpcodeClass::ReadRequest {
             let reth = p.hdr.reth.expect("parsed RETH");
             if self.max_dest_rd_atomic == 0 || u64::from(reth.dma_len) > MAX_MESSAGE_BYTES {
                 self.responder_fatal(env, stats, psn, NakCode::InvalidRequest, None);
@@ -1932,7 +1930,7 @@ impl Qp {
             self.resp.epsn = psn.add(npkts);
             self.resp.nak_sent = false;
             return;
-        } else if base == op::RC_FLUSH {
+        } else if p.info.class == OpcodeClass::Flush {
             let feth = p.hdr.feth.expect("parsed FETH");
             let reth = p.hdr.reth.expect("parsed RETH");
             let flush = FlushSpec {
@@ -1955,7 +1953,7 @@ impl Qp {
             }
             self.finish_executed(env, stats, psn);
             return;
-        } else if base == op::RC_ATOMIC_WRITE {
+        } else if p.info.class == OpcodeClass::AtomicWrite {
             let reth = p.hdr.reth.expect("parsed RETH");
             let value: Option<[u8; ATOMIC_BYTES]> = p.payload.try_into().ok();
             let Some(value) = value.filter(|_| {
@@ -2375,9 +2373,7 @@ impl Engine {
                 return Err(RxDrop::WrongSource(qpn));
             }
         }
-        let base = p.hdr.bth.opcode & op::OP_MASK;
-        let is_response = qp.cfg.qp_type == QpType::Rc
-            && (op::RC_READ_RESPONSE_FIRST..=op::RC_ATOMIC_ACKNOWLEDGE).contains(&base);
+        let is_response = qp.cfg.qp_type == QpType::Rc && p.info.class.is_response();
         if is_response {
             qp.requester_receive(env, &mut self.stats, &p);
         } else {
