@@ -1,0 +1,380 @@
+//! The completer (as rxe_comp.c): ACKs, NAKs, READ responses and atomic ACKs for the
+//! requester, the go-back-N point, retiring WQEs in order, and the ACK and RNR timers.
+
+use super::qp::Qp;
+use super::sg::{scatter, SgError};
+use super::wqe::{wc_opcode, WqeKind};
+use super::EngineStats;
+use crate::roce::wire::{NakCode, OpcodeClass, Parsed, Syndrome};
+use crate::roce::*;
+
+/// rnr_retry value meaning "retry forever".
+pub(super) const RNR_RETRY_INFINITE: u8 = 7;
+/// IBA table 45: RNR NAK timer codes in units of 10 µs (code 0 is the longest, 655.36 ms).
+pub(super) const RNR_TIMER_10US: [u64; 32] = [
+    65536, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536,
+    2048, 3072, 4096, 6144, 8192, 12288, 16384, 24576, 32768, 49152,
+];
+pub(super) const NS_PER_10US: u64 = 10_000;
+
+pub(super) fn rnr_timer_ns(code: u8) -> u64 {
+    RNR_TIMER_10US[usize::from(code) % RNR_TIMER_10US.len()] * NS_PER_10US
+}
+
+impl Qp {
+    /// Oldest PSN not known to have arrived (the go-back-N point).
+    pub(super) fn una(&self) -> Psn {
+        self.req
+            .sq
+            .iter()
+            .take_while(|w| w.started)
+            .find(|w| !w.done())
+            .map(|w| w.resume_psn(self.req.acked_psn))
+            .unwrap_or(self.req.next_psn)
+    }
+
+    /// A response (PSN `psn`) could not be placed because a local page is absent: drop it,
+    /// go back to its request and send that again once the page-fault wait is over.
+    pub(super) fn stall_response_for_fault(&mut self, stats: &mut EngineStats, psn: Psn, now: u64) {
+        stats.page_fault_stalls += 1;
+        self.rewind_to(psn);
+        self.req.timer_deadline = None;
+        self.req.fault_stall(now);
+    }
+
+    /// Points the cursor at PSN `psn` (go-back-N).
+    pub(super) fn rewind_to(&mut self, psn: Psn) {
+        let Some(index) = self.req.sq.iter().position(|w| w.contains(psn)) else {
+            return;
+        };
+        let wqe = &self.req.sq[index];
+        self.req.cursor = index;
+        self.req.cursor_pkt = psn.distance_from(wqe.first_psn);
+        self.req.pkts_since_ack_req = 0;
+    }
+
+    /// Marks SEND/WRITE WQEs whose every PSN is at or before `psn` as acknowledged.
+    /// Returns true if the oldest outstanding PSN moved (progress).
+    pub(super) fn ack_through(&mut self, psn: Psn, now: u64) -> bool {
+        let before = self.una();
+        if psn.before(before) && psn.diff(self.req.acked_psn) <= 0 {
+            return false;
+        }
+        if psn.after(self.req.acked_psn) {
+            self.req.acked_psn = psn;
+        }
+        for wqe in self.req.sq.iter_mut().take_while(|w| w.started) {
+            if wqe.first_psn.after(psn) {
+                break;
+            }
+            if wqe.last_psn().diff(psn) <= 0 {
+                match wqe.kind {
+                    WqeKind::Send | WqeKind::Write => wqe.acked = true,
+                    // The responder executes in PSN order: an ACK beyond a FLUSH / ATOMIC
+                    // WRITE means it was executed (its own response may have been lost).
+                    WqeKind::Flush | WqeKind::AtomicWrite => wqe.responded = true,
+                    WqeKind::Read | WqeKind::Atomic | WqeKind::Local => {}
+                }
+            }
+        }
+        let after = self.una();
+        let progress = after != before;
+        if progress {
+            self.req.retry_left = self.retry_cnt;
+            self.req.rnr_left = self.rnr_retry;
+            self.req.on_progress();
+            self.restart_timer(now);
+        }
+        progress
+    }
+
+    pub(super) fn restart_timer(&mut self, now: u64) {
+        let outstanding = self.una() != self.req.next_psn;
+        self.req.timer_deadline = if outstanding {
+            self.ack_timeout_ns().map(|t| now + t)
+        } else {
+            None
+        };
+    }
+
+    /// Retires finished WQEs from the head of the SQ in order, completing signaled ones and
+    /// errored ones; an errored WQE moves the QP to the error state.
+    pub(super) fn retire(&mut self, env: &mut dyn DeviceEnv) {
+        while let Some(head) = self.req.sq.front() {
+            let status = match head.error {
+                Some(status) => status,
+                None if head.done() => WcStatus::Success,
+                None => break,
+            };
+            let wqe = self.req.sq.pop_front().expect("head exists");
+            if self.req.cursor == 0 {
+                // The cursor was inside the retired WQE (a go-back-N rewind that a late ACK
+                // overtook): continue at the start of the next one, not at the same packet
+                // index of a different message.
+                self.req.cursor_pkt = 0;
+            } else {
+                self.req.cursor -= 1;
+            }
+            if status != WcStatus::Success || wqe.wr.signaled {
+                let byte_len = if status == WcStatus::Success {
+                    wqe.len as u32
+                } else {
+                    0
+                };
+                env.complete(Completion {
+                    vendor_err: wqe.vendor_err,
+                    ..Completion::send(
+                        self.cfg.qpn,
+                        wqe.wr.wr_id,
+                        status,
+                        wc_opcode(wqe.kind, wqe.wr.opcode),
+                        byte_len,
+                    )
+                });
+            }
+            if status != WcStatus::Success {
+                self.send_queue_failed(env);
+                return;
+            }
+        }
+        if self.req.sq.is_empty() {
+            self.req.timer_deadline = None;
+        }
+    }
+
+    /// An RNR or sequence NAK for `psn` acknowledges every PSN before it; it asks for a
+    /// rewind only if `psn` is then the oldest outstanding PSN (otherwise it is stale).
+    pub(super) fn accept_nak(&mut self, psn: Psn, now: u64, stats: &mut EngineStats) -> bool {
+        self.ack_through(psn.prev(), now);
+        if psn == self.una() {
+            true
+        } else {
+            stats.rx_stale_responses += 1;
+            false
+        }
+    }
+
+    /// Fails the WQE holding `psn` with `status` (NAKs).
+    pub(super) fn fail_psn(&mut self, psn: Psn, status: WcStatus) {
+        let index = self
+            .req
+            .sq
+            .iter()
+            .position(|w| w.contains(psn))
+            .unwrap_or(0);
+        if let Some(wqe) = self.req.sq.get_mut(index) {
+            wqe.error = Some(status);
+        }
+        // Nothing at or after the failed WR may be sent any more.
+        self.req.cursor = self.req.cursor.min(index);
+        self.req.timer_deadline = None;
+    }
+
+    /// An ACK, NAK, READ response or atomic ACK arrived for this requester.
+    pub(super) fn requester_receive(
+        &mut self,
+        env: &mut dyn DeviceEnv,
+        stats: &mut EngineStats,
+        p: &Parsed<'_>,
+    ) {
+        if self.cfg.qp_type != QpType::Rc || !matches!(self.state, QpState::Rts | QpState::Sqd) {
+            stats.rx_stale_responses += 1;
+            return;
+        }
+        let psn = p.hdr.bth.psn;
+        let now = env.now_ns();
+        // A response for a PSN never sent is bogus.
+        if psn.diff(self.req.next_psn) >= 0 {
+            stats.rx_stale_responses += 1;
+            return;
+        }
+        match p.info.class {
+            OpcodeClass::Ack => {
+                let aeth = p.hdr.aeth.expect("parsed AETH");
+                match aeth.syndrome {
+                    Syndrome::Ack => {
+                        if !self.ack_through(psn, now) {
+                            stats.rx_stale_responses += 1;
+                        }
+                    }
+                    Syndrome::RnrNak(code) => {
+                        if !self.accept_nak(psn, now, stats) {
+                            return;
+                        }
+                        if self.rnr_retry != RNR_RETRY_INFINITE {
+                            if self.req.rnr_left == 0 {
+                                self.fail_psn(psn, WcStatus::RnrRetryExcErr);
+                                self.retire(env);
+                                return;
+                            }
+                            self.req.rnr_left -= 1;
+                        }
+                        stats.nak_rewinds += 1;
+                        self.rewind_to(psn);
+                        self.req.timer_deadline = None;
+                        self.req.rnr_until = Some(now + rnr_timer_ns(code));
+                    }
+                    Syndrome::Nak(NakCode::PsnSequenceError) => {
+                        if !self.accept_nak(psn, now, stats) {
+                            return;
+                        }
+                        if self.req.retry_left == 0 {
+                            self.fail_psn(psn, WcStatus::RetryExcErr);
+                            self.retire(env);
+                            return;
+                        }
+                        self.req.retry_left -= 1;
+                        stats.nak_rewinds += 1;
+                        self.req.on_loss();
+                        self.rewind_to(psn);
+                        self.restart_timer(now);
+                    }
+                    Syndrome::Nak(code) => {
+                        self.ack_through(psn.prev(), now);
+                        let status = match code {
+                            NakCode::RemoteAccessError => WcStatus::RemAccessErr,
+                            NakCode::RemoteOperationalError => WcStatus::RemOpErr,
+                            _ => WcStatus::RemInvReqErr,
+                        };
+                        self.fail_psn(psn, status);
+                    }
+                }
+            }
+            OpcodeClass::AtomicAck => {
+                let Some(index) = self.req.sq.iter().position(|w| w.contains(psn)) else {
+                    stats.rx_stale_responses += 1;
+                    return;
+                };
+                if self.req.sq[index].kind != WqeKind::Atomic || self.req.sq[index].responded {
+                    stats.rx_stale_responses += 1;
+                    return;
+                }
+                self.ack_through(psn.prev(), now);
+                let original = p.hdr.atomic_ack.expect("parsed AtomicAckETH");
+                let wqe = &self.req.sq[index];
+                let SendData::Sges(sges) = &wqe.wr.data else {
+                    unreachable!("atomics take SGEs")
+                };
+                let result = scatter(env, self.cfg.pd, sges, 0, &original.to_le_bytes());
+                let wqe = &mut self.req.sq[index];
+                match result {
+                    Ok(()) => {
+                        wqe.responded = true;
+                        self.req.fault_wait_ns = 0;
+                    }
+                    Err(SgError::Fault) => {
+                        // The result buffer is not present: ask again later (the responder
+                        // answers the duplicate from its saved result).
+                        self.stall_response_for_fault(stats, psn, now);
+                        return;
+                    }
+                    Err(_) => wqe.error = Some(WcStatus::LocProtErr),
+                }
+                self.restart_timer(now);
+                self.req.retry_left = self.retry_cnt;
+            }
+            _ => {
+                // READ response FIRST/MIDDLE/LAST/ONLY.
+                let Some(index) = self.req.sq.iter().position(|w| w.contains(psn)) else {
+                    stats.rx_stale_responses += 1;
+                    return;
+                };
+                let wqe = &self.req.sq[index];
+                if wqe.kind.ack_only_response() {
+                    // FLUSH / ATOMIC WRITE: a zero-length READ RESPONSE ONLY.
+                    if wqe.responded {
+                        stats.rx_stale_responses += 1;
+                        return;
+                    }
+                    let only = p.info.first && p.info.last;
+                    if !only || !p.payload.is_empty() {
+                        self.req.sq[index].error = Some(WcStatus::BadRespErr);
+                        self.retire(env);
+                        return;
+                    }
+                    self.ack_through(psn, now);
+                    self.req.retry_left = self.retry_cnt;
+                    self.req.rnr_left = self.rnr_retry;
+                    self.restart_timer(now);
+                    self.retire(env);
+                    self.transmit(env, stats);
+                    return;
+                }
+                let next = wqe.first_psn.add(wqe.read_pkts_done);
+                if wqe.kind != WqeKind::Read || psn != next {
+                    stats.rx_stale_responses += 1;
+                    let gap = wqe.kind == WqeKind::Read && psn.after(next);
+                    if gap && self.req.read_gap_psn != Some(next) {
+                        // A response was lost (responses arrive in order): ask again from the
+                        // gap now rather than at the ACK timeout; once per gap.
+                        self.req.read_gap_psn = Some(next);
+                        stats.nak_rewinds += 1;
+                        self.rewind_to(next);
+                        self.transmit(env, stats);
+                    }
+                    return;
+                }
+                self.ack_through(psn.prev(), now);
+                let mtu = u64::from(self.mtu.bytes());
+                let wqe = &self.req.sq[index];
+                let offset = u64::from(wqe.read_pkts_done) * mtu;
+                let expected = (wqe.len - offset).min(mtu) as usize;
+                if p.payload.len() != expected {
+                    self.req.sq[index].error = Some(WcStatus::BadRespErr);
+                    self.retire(env);
+                    return;
+                }
+                let SendData::Sges(sges) = &wqe.wr.data else {
+                    unreachable!("reads take SGEs")
+                };
+                let result = scatter(env, self.cfg.pd, sges, offset, p.payload);
+                let wqe = &mut self.req.sq[index];
+                match result {
+                    Ok(()) => {
+                        wqe.read_pkts_done += 1;
+                        self.req.fault_wait_ns = 0;
+                    }
+                    Err(SgError::Fault) => {
+                        // The destination page is not present: request the rest of the READ
+                        // again later.
+                        self.stall_response_for_fault(stats, psn, now);
+                        return;
+                    }
+                    Err(SgError::Length) => wqe.error = Some(WcStatus::LocLenErr),
+                    Err(SgError::Access) => wqe.error = Some(WcStatus::LocProtErr),
+                }
+                self.req.retry_left = self.retry_cnt;
+                self.req.rnr_left = self.rnr_retry;
+                self.restart_timer(now);
+            }
+        }
+        self.retire(env);
+        self.transmit(env, stats);
+    }
+
+    /// Timers: RNR wait over, or local ACK timeout (go-back-N or retry exhaustion).
+    pub(super) fn on_timers(&mut self, env: &mut dyn DeviceEnv, stats: &mut EngineStats) {
+        let now = env.now_ns();
+        if self.req.rnr_until.is_some_and(|t| now >= t) {
+            self.req.rnr_until = None;
+            self.restart_timer(now);
+        }
+        if self.req.timer_deadline.is_some_and(|t| now >= t) {
+            let una = self.una();
+            if una == self.req.next_psn {
+                self.req.timer_deadline = None;
+            } else if self.req.retry_left == 0 {
+                self.fail_psn(una, WcStatus::RetryExcErr);
+                self.retire(env);
+                return;
+            } else {
+                self.req.retry_left -= 1;
+                stats.retransmit_timeouts += 1;
+                self.req.on_loss();
+                self.rewind_to(una);
+                self.req.timer_deadline = None;
+            }
+        }
+        self.transmit(env, stats);
+    }
+}

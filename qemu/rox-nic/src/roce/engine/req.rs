@@ -1,0 +1,404 @@
+//! The requester (as rxe_req.c): the send queue, the send window and cursor, and turning
+//! WQEs into request packets in order, within the window, the RD/atomic limit and fences.
+
+use std::collections::VecDeque;
+
+use super::qp::Qp;
+use super::sg::{gather, SgError};
+use super::wqe::{Wqe, WqeKind, ATOMIC_BYTES};
+use super::{
+    EngineStats, ACK_REQ_INTERVAL, MAX_INFLIGHT_PSNS, MIN_INFLIGHT_PSNS, PAGE_FAULT_RETRY_MAX_NS,
+    PAGE_FAULT_RETRY_NS,
+};
+use crate::roce::wire::{self, opcode as op, AtomicEth, Deth, Feth, Headers, Reth};
+use crate::roce::*;
+
+/// A send WR Q_Key with this bit set means "use the QP's own Q_Key" (IBA 10.2.5).
+pub(super) const QKEY_USE_QP_QKEY: u32 = 0x8000_0000;
+
+#[derive(Debug, Default)]
+pub(super) struct Requester {
+    pub(super) sq: VecDeque<Wqe>,
+    /// PSN of the next never-sent packet.
+    pub(super) next_psn: Psn,
+    /// Highest PSN acknowledged by an ACK (or implied by a response).
+    pub(super) acked_psn: Psn,
+    /// Index in `sq` of the WQE to (re)transmit next, and its next packet.
+    pub(super) cursor: usize,
+    pub(super) cursor_pkt: u32,
+    pub(super) retry_left: u8,
+    pub(super) rnr_left: u8,
+    /// Local ACK timer.
+    pub(super) timer_deadline: Option<u64>,
+    /// Waiting out an RNR NAK until then.
+    pub(super) rnr_until: Option<u64>,
+    /// A READ was re-requested from this PSN after an out-of-order response.
+    pub(super) read_gap_psn: Option<Psn>,
+    /// The wait of the last page-fault stall (0: the last attempt made progress).
+    pub(super) fault_wait_ns: u64,
+    pub(super) pkts_since_ack_req: u32,
+    /// In SQD and the drain has not been reported yet ([`DeviceEnv::sq_drained`]).
+    pub(super) drain_pending: bool,
+    /// Send window in packets (flow control): halved on every loss (ACK timeout, sequence
+    /// NAK), grown by one per ACK that makes progress, between [`MIN_INFLIGHT_PSNS`] and
+    /// [`MAX_INFLIGHT_PSNS`]. A receiver whose socket buffer holds less than a full window
+    /// loses the tail of every burst; go-back-N would resend into the same overflow forever,
+    /// the shrinking window makes the bursts fit.
+    pub(super) window: u32,
+}
+
+impl Requester {
+    pub(super) fn new() -> Requester {
+        Requester {
+            window: MAX_INFLIGHT_PSNS,
+            ..Default::default()
+        }
+    }
+
+    /// A loss: halve the window.
+    pub(super) fn on_loss(&mut self) {
+        self.window = (self.window / 2).max(MIN_INFLIGHT_PSNS);
+    }
+
+    /// An ACK made progress: grow the window.
+    pub(super) fn on_progress(&mut self) {
+        self.window = (self.window + 1).min(MAX_INFLIGHT_PSNS);
+    }
+
+    /// A page-fault stall at `now`: wait [`PAGE_FAULT_RETRY_NS`], doubled on every stall
+    /// in a row up to [`PAGE_FAULT_RETRY_MAX_NS`].
+    pub(super) fn fault_stall(&mut self, now: u64) {
+        self.fault_wait_ns = match self.fault_wait_ns {
+            0 => PAGE_FAULT_RETRY_NS,
+            w => (w * 2).min(PAGE_FAULT_RETRY_MAX_NS),
+        };
+        self.rnr_until = Some(now + self.fault_wait_ns);
+    }
+
+    pub(super) fn ack_req_interval(&self) -> u32 {
+        ACK_REQ_INTERVAL.min(self.window / 2)
+    }
+}
+
+/// Why the requester could not send a packet.
+pub(super) enum SendStop {
+    /// The WR fails with this status.
+    Error(WcStatus),
+    /// A page of an on-demand region is not present: the SQ waits and tries again.
+    Fault,
+}
+
+impl From<SgError> for SendStop {
+    fn from(e: SgError) -> SendStop {
+        match e {
+            SgError::Length => SendStop::Error(WcStatus::LocLenErr),
+            SgError::Access => SendStop::Error(WcStatus::LocProtErr),
+            SgError::Fault => SendStop::Fault,
+        }
+    }
+}
+
+impl Qp {
+    /// Queues a WQE on the SQ; in ERR or SQE it is flushed at once.
+    pub(super) fn enqueue(&mut self, env: &mut dyn DeviceEnv, stats: &mut EngineStats, wqe: Wqe) {
+        self.req.sq.push_back(wqe);
+        match self.state {
+            QpState::Err => {
+                self.flush_sq(env);
+                // Receive WRs posted since the QP entered ERR are flushed too.
+                self.flush_rq(env);
+            }
+            QpState::Sqe => self.flush_sq(env),
+            _ => self.transmit(env, stats),
+        }
+    }
+
+    /// READ/atomic WRs started and not yet retired. A finished one behind an unfinished one
+    /// still counts: a go-back-N retransmission resends it, and the responder only keeps the
+    /// last max_dest_rd_atomic of them for replay.
+    pub(super) fn outstanding_rd_atomic(&self) -> usize {
+        self.req
+            .sq
+            .iter()
+            .take_while(|w| w.started)
+            .filter(|w| w.kind.rd_atomic())
+            .count()
+    }
+
+    /// Sends what the window, the RD/atomic limit, fences and RNR waits allow.
+    pub(super) fn transmit(&mut self, env: &mut dyn DeviceEnv, stats: &mut EngineStats) {
+        while self.can_send() && self.req.rnr_until.is_none() && self.req.cursor < self.req.sq.len()
+        {
+            let cursor = self.req.cursor;
+            let wqe = &self.req.sq[cursor];
+            if wqe.error.is_some() {
+                break;
+            }
+            if wqe.started && wqe.done() {
+                // Go-back-N resends from the oldest gap; a WR after it whose response or ACK
+                // already arrived was executed by the responder and needs no resending.
+                self.req.cursor += 1;
+                self.req.cursor_pkt = 0;
+                continue;
+            }
+            if !wqe.started {
+                if self.state == QpState::Sqd {
+                    // SQD: no new WR starts until the QP returns to RTS.
+                    break;
+                }
+                let rd_atomic = wqe.kind.rd_atomic();
+                let outstanding = self.outstanding_rd_atomic();
+                if (rd_atomic && outstanding >= usize::from(self.max_rd_atomic.max(1)))
+                    || (wqe.wr.fence && outstanding > 0)
+                {
+                    break;
+                }
+                if wqe.kind == WqeKind::Local {
+                    self.execute_local(env, cursor);
+                    continue;
+                }
+            }
+            let psn = if wqe.started {
+                wqe.first_psn.add(self.req.cursor_pkt)
+            } else {
+                self.req.next_psn
+            };
+            if self.cfg.qp_type == QpType::Rc {
+                let una = self.una();
+                if psn.diff(una.add(self.req.window)) >= 0 {
+                    break;
+                }
+            }
+            let wqe = &mut self.req.sq[cursor];
+            let fresh = !wqe.started;
+            if fresh {
+                wqe.started = true;
+                wqe.first_psn = self.req.next_psn;
+                self.req.next_psn = self.req.next_psn.add(wqe.npsn);
+            }
+            match self.send_packet(env, stats, cursor) {
+                Ok(()) => {
+                    self.req.fault_wait_ns = 0;
+                    if self.cfg.qp_type == QpType::Rc && self.req.timer_deadline.is_none() {
+                        self.req.timer_deadline = self.ack_timeout_ns().map(|t| env.now_ns() + t);
+                    }
+                }
+                Err(SendStop::Fault) => {
+                    // Nothing was sent: a WR that had not started gives its PSNs back; the SQ
+                    // waits like after an RNR NAK and tries again.
+                    if fresh {
+                        let wqe = &mut self.req.sq[cursor];
+                        wqe.started = false;
+                        self.req.next_psn = wqe.first_psn;
+                    }
+                    stats.page_fault_stalls += 1;
+                    let now = env.now_ns();
+                    self.req.fault_stall(now);
+                    break;
+                }
+                Err(SendStop::Error(status)) => {
+                    self.req.sq[cursor].error = Some(status);
+                    break;
+                }
+            }
+        }
+        self.retire(env);
+        self.check_drained(env);
+    }
+
+    /// Executes the local operation (BIND_MW, LOCAL_INV, REG_MR) at the cursor: it takes no
+    /// PSN and completes at once, in SQ order. Any failure is MW_BIND_ERR (a memory
+    /// management operation failed) and changes nothing.
+    pub(super) fn execute_local(&mut self, env: &mut dyn DeviceEnv, index: usize) {
+        let (pd, qpn) = (self.cfg.pd, self.cfg.qpn);
+        let next_psn = self.req.next_psn;
+        let wqe = &mut self.req.sq[index];
+        wqe.started = true;
+        wqe.first_psn = next_psn;
+        let result = match (wqe.wr.opcode, wqe.wr.bind, wqe.wr.fast_reg) {
+            (WrOpcode::BindMw, Some(bind), _) => env.bind_mw(pd, qpn, &bind),
+            (WrOpcode::RegMr, _, Some(reg)) => env.fast_register(pd, qpn, &reg),
+            _ => env.invalidate(pd, qpn, wqe.wr.rkey, false),
+        }
+        .map_err(|_| WcStatus::MwBindErr);
+        match result {
+            Ok(()) => {
+                wqe.acked = true;
+                self.req.cursor += 1;
+                self.req.cursor_pkt = 0;
+            }
+            // Like a send error, the cursor stays on the failed WR: nothing after it may be
+            // sent (it completes in error once the WRs before it have, the rest flush).
+            Err(status) => wqe.error = Some(status),
+        }
+    }
+
+    /// Sends the packet at the cursor and advances the cursor.
+    pub(super) fn send_packet(
+        &mut self,
+        env: &mut dyn DeviceEnv,
+        stats: &mut EngineStats,
+        index: usize,
+    ) -> Result<(), SendStop> {
+        let mtu = u64::from(self.mtu.bytes());
+        let class = self.class();
+        let pkt = self.req.cursor_pkt;
+        let wqe = &self.req.sq[index];
+        let psn = wqe.first_psn.add(pkt);
+        let mut bth = self.bth(0, psn);
+        if wqe.kind == WqeKind::Read {
+            // One request covers the rest of the READ (a retransmission resumes mid-way).
+            let offset = u64::from(pkt) * mtu;
+            bth.opcode = op::RC_READ_REQUEST;
+            bth.ack_req = true;
+            let mut hdr = Headers::new(bth);
+            hdr.reth = Some(Reth {
+                va: wqe.wr.remote_addr.wrapping_add(offset),
+                rkey: wqe.wr.rkey,
+                dma_len: (wqe.len - offset.min(wqe.len)) as u32,
+            });
+            self.send_connected(env, stats, &hdr, &[]);
+            self.req.cursor += 1;
+            self.req.cursor_pkt = 0;
+            self.req.pkts_since_ack_req = 0;
+            return Ok(());
+        }
+        if wqe.kind == WqeKind::Atomic {
+            bth.opcode = if wqe.wr.opcode == WrOpcode::AtomicCmpAndSwp {
+                op::RC_COMPARE_SWAP
+            } else {
+                op::RC_FETCH_ADD
+            };
+            bth.ack_req = true;
+            let mut hdr = Headers::new(bth);
+            hdr.atomic_eth = Some(AtomicEth {
+                va: wqe.wr.remote_addr,
+                rkey: wqe.wr.rkey,
+                swap_add: if wqe.wr.opcode == WrOpcode::AtomicCmpAndSwp {
+                    wqe.wr.swap
+                } else {
+                    wqe.wr.compare_add
+                },
+                compare: wqe.wr.compare_add,
+            });
+            self.send_connected(env, stats, &hdr, &[]);
+            self.req.cursor += 1;
+            self.req.cursor_pkt = 0;
+            self.req.pkts_since_ack_req = 0;
+            return Ok(());
+        }
+        if wqe.kind == WqeKind::Flush {
+            bth.opcode = op::RC_FLUSH;
+            bth.ack_req = true;
+            let mut hdr = Headers::new(bth);
+            hdr.feth = Some(Feth {
+                placement_type: wqe.wr.flush.placement_type,
+                selectivity_level: wqe.wr.flush.level,
+            });
+            hdr.reth = Some(Reth {
+                va: wqe.wr.remote_addr,
+                rkey: wqe.wr.rkey,
+                dma_len: wqe.wr.flush.length,
+            });
+            self.send_connected(env, stats, &hdr, &[]);
+            self.req.cursor += 1;
+            self.req.cursor_pkt = 0;
+            self.req.pkts_since_ack_req = 0;
+            return Ok(());
+        }
+        if wqe.kind == WqeKind::AtomicWrite {
+            let mut value = [0u8; ATOMIC_BYTES];
+            gather(env, self.cfg.pd, &wqe.wr.data, 0, &mut value).map_err(SendStop::from)?;
+            bth.opcode = op::RC_ATOMIC_WRITE;
+            bth.ack_req = true;
+            let mut hdr = Headers::new(bth);
+            hdr.reth = Some(Reth {
+                va: wqe.wr.remote_addr,
+                rkey: wqe.wr.rkey,
+                dma_len: ATOMIC_BYTES as u32,
+            });
+            self.send_connected(env, stats, &hdr, &value);
+            self.req.cursor += 1;
+            self.req.cursor_pkt = 0;
+            self.req.pkts_since_ack_req = 0;
+            return Ok(());
+        }
+        let offset = u64::from(pkt) * mtu;
+        let chunk = (wqe.len - offset).min(mtu) as usize;
+        let mut payload = vec![0u8; chunk];
+        gather(env, self.cfg.pd, &wqe.wr.data, offset, &mut payload).map_err(SendStop::from)?;
+        let first = pkt == 0;
+        let last = pkt + 1 == wqe.npsn;
+        let imm = matches!(
+            wqe.wr.opcode,
+            WrOpcode::SendWithImm | WrOpcode::RdmaWriteWithImm
+        );
+        let inv = wqe.wr.opcode == WrOpcode::SendWithInv;
+        let base = match (wqe.kind, first, last) {
+            (WqeKind::Send, true, true) if inv => op::RC_SEND_ONLY_INV,
+            (WqeKind::Send, false, true) if inv => op::RC_SEND_LAST_INV,
+            (WqeKind::Send, true, true) if imm => op::RC_SEND_ONLY_IMM,
+            (WqeKind::Send, true, true) => op::RC_SEND_ONLY,
+            (WqeKind::Send, true, false) => op::RC_SEND_FIRST,
+            (WqeKind::Send, false, false) => op::RC_SEND_MIDDLE,
+            (WqeKind::Send, false, true) if imm => op::RC_SEND_LAST_IMM,
+            (WqeKind::Send, false, true) => op::RC_SEND_LAST,
+            (_, true, true) if imm => op::RC_WRITE_ONLY_IMM,
+            (_, true, true) => op::RC_WRITE_ONLY,
+            (_, true, false) => op::RC_WRITE_FIRST,
+            (_, false, false) => op::RC_WRITE_MIDDLE,
+            (_, false, true) if imm => op::RC_WRITE_LAST_IMM,
+            (_, false, true) => op::RC_WRITE_LAST,
+        };
+        bth.opcode = class | base;
+        bth.solicited = last && wqe.wr.solicited;
+        self.req.pkts_since_ack_req += 1;
+        bth.ack_req = self.cfg.qp_type == QpType::Rc
+            && (last || self.req.pkts_since_ack_req >= self.req.ack_req_interval());
+        if bth.ack_req {
+            self.req.pkts_since_ack_req = 0;
+        }
+        let mut hdr = Headers::new(bth);
+        if last && imm {
+            hdr.imm = Some(wqe.wr.imm);
+        }
+        if last && inv {
+            hdr.ieth = Some(wqe.wr.rkey);
+        }
+        if first && wqe.kind == WqeKind::Write {
+            hdr.reth = Some(Reth {
+                va: wqe.wr.remote_addr,
+                rkey: wqe.wr.rkey,
+                dma_len: wqe.len as u32,
+            });
+        }
+        if let Some(ud) = wqe.wr.ud {
+            hdr.bth.dest_qpn = ud.remote_qpn;
+            let qkey = if ud.remote_qkey & QKEY_USE_QP_QKEY != 0 {
+                self.qkey
+            } else {
+                ud.remote_qkey
+            };
+            hdr.deth = Some(Deth {
+                qkey,
+                src_qpn: self.cfg.qpn,
+            });
+            let packet = wire::build_packet(&self.ip_info(&ud.av), &hdr, &payload);
+            stats.tx_packets += 1;
+            env.transmit(&ud.av, packet);
+        } else {
+            self.send_connected(env, stats, &hdr, &payload);
+        }
+        let wqe = &mut self.req.sq[index];
+        if last {
+            if self.cfg.qp_type != QpType::Rc {
+                wqe.acked = true; // UC/UD complete once sent
+            }
+            self.req.cursor += 1;
+            self.req.cursor_pkt = 0;
+        } else {
+            self.req.cursor_pkt += 1;
+        }
+        Ok(())
+    }
+}
