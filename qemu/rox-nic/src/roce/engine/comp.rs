@@ -17,6 +17,15 @@ pub(super) const RNR_TIMER_10US: [u64; 32] = [
 ];
 pub(super) const NS_PER_10US: u64 = 10_000;
 
+/// The status of a send WR failed by a NAK other than a PSN sequence error.
+fn nak_status(code: NakCode) -> WcStatus {
+    match code {
+        NakCode::RemoteAccessError => WcStatus::RemAccessErr,
+        NakCode::RemoteOperationalError => WcStatus::RemOpErr,
+        _ => WcStatus::RemInvReqErr,
+    }
+}
+
 pub(super) fn rnr_timer_ns(code: u8) -> u64 {
     RNR_TIMER_10US[usize::from(code) % RNR_TIMER_10US.len()] * NS_PER_10US
 }
@@ -171,7 +180,7 @@ impl Qp {
     }
 
     /// An ACK, NAK, READ response or atomic ACK arrived for this requester.
-    pub(super) fn requester_receive(
+    pub(super) fn completer_receive(
         &mut self,
         env: &mut dyn DeviceEnv,
         stats: &mut EngineStats,
@@ -188,168 +197,211 @@ impl Qp {
             stats.rx_stale_responses += 1;
             return;
         }
-        match p.info.class {
+        let go_on = match p.info.class {
             OpcodeClass::Ack => {
                 let aeth = p.hdr.aeth.expect("parsed AETH");
-                match aeth.syndrome {
-                    Syndrome::Ack => {
-                        if !self.ack_through(psn, now) {
-                            stats.rx_stale_responses += 1;
-                        }
-                    }
-                    Syndrome::RnrNak(code) => {
-                        if !self.accept_nak(psn, now, stats) {
-                            return;
-                        }
-                        if self.rnr_retry != RNR_RETRY_INFINITE {
-                            if self.req.rnr_left == 0 {
-                                self.fail_psn(psn, WcStatus::RnrRetryExcErr);
-                                self.retire(env);
-                                return;
-                            }
-                            self.req.rnr_left -= 1;
-                        }
-                        stats.nak_rewinds += 1;
-                        self.rewind_to(psn);
-                        self.req.timer_deadline = None;
-                        self.req.rnr_until = Some(now + rnr_timer_ns(code));
-                    }
-                    Syndrome::Nak(NakCode::PsnSequenceError) => {
-                        if !self.accept_nak(psn, now, stats) {
-                            return;
-                        }
-                        if self.req.retry_left == 0 {
-                            self.fail_psn(psn, WcStatus::RetryExcErr);
-                            self.retire(env);
-                            return;
-                        }
-                        self.req.retry_left -= 1;
-                        stats.nak_rewinds += 1;
-                        self.req.on_loss();
-                        self.rewind_to(psn);
-                        self.restart_timer(now);
-                    }
-                    Syndrome::Nak(code) => {
-                        self.ack_through(psn.prev(), now);
-                        let status = match code {
-                            NakCode::RemoteAccessError => WcStatus::RemAccessErr,
-                            NakCode::RemoteOperationalError => WcStatus::RemOpErr,
-                            _ => WcStatus::RemInvReqErr,
-                        };
-                        self.fail_psn(psn, status);
-                    }
+                self.on_ack(env, stats, psn, aeth.syndrome, now)
+            }
+            OpcodeClass::AtomicAck => self.on_atomic_ack(env, stats, p, now),
+            _ => self.on_read_response(env, stats, p, now),
+        };
+        if go_on {
+            self.retire(env);
+            self.transmit(env, stats);
+        }
+    }
+
+    /// An ACK, RNR NAK or NAK for `psn`. Returns false if the requester has nothing more to
+    /// do (stale, or the SQ failed and was retired).
+    fn on_ack(
+        &mut self,
+        env: &mut dyn DeviceEnv,
+        stats: &mut EngineStats,
+        psn: Psn,
+        syndrome: Syndrome,
+        now: u64,
+    ) -> bool {
+        match syndrome {
+            Syndrome::Ack => {
+                if !self.ack_through(psn, now) {
+                    stats.rx_stale_responses += 1;
                 }
             }
-            OpcodeClass::AtomicAck => {
-                let Some(index) = self.req.sq.iter().position(|w| w.contains(psn)) else {
-                    stats.rx_stale_responses += 1;
-                    return;
-                };
-                if self.req.sq[index].kind != WqeKind::Atomic || self.req.sq[index].responded {
-                    stats.rx_stale_responses += 1;
-                    return;
+            Syndrome::RnrNak(code) => {
+                if !self.accept_nak(psn, now, stats) {
+                    return false;
                 }
-                self.ack_through(psn.prev(), now);
-                let original = p.hdr.atomic_ack.expect("parsed AtomicAckETH");
-                let wqe = &self.req.sq[index];
-                let SendData::Sges(sges) = &wqe.wr.data else {
-                    unreachable!("atomics take SGEs")
-                };
-                let result = scatter(env, self.cfg.pd, sges, 0, &original.to_le_bytes());
-                let wqe = &mut self.req.sq[index];
-                match result {
-                    Ok(()) => {
-                        wqe.responded = true;
-                        self.req.fault_wait_ns = 0;
-                    }
-                    Err(SgError::Fault) => {
-                        // The result buffer is not present: ask again later (the responder
-                        // answers the duplicate from its saved result).
-                        self.stall_response_for_fault(stats, psn, now);
-                        return;
-                    }
-                    Err(_) => wqe.error = Some(WcStatus::LocProtErr),
-                }
-                self.restart_timer(now);
-                self.req.retry_left = self.retry_cnt;
-            }
-            _ => {
-                // READ response FIRST/MIDDLE/LAST/ONLY.
-                let Some(index) = self.req.sq.iter().position(|w| w.contains(psn)) else {
-                    stats.rx_stale_responses += 1;
-                    return;
-                };
-                let wqe = &self.req.sq[index];
-                if wqe.kind.ack_only_response() {
-                    // FLUSH / ATOMIC WRITE: a zero-length READ RESPONSE ONLY.
-                    if wqe.responded {
-                        stats.rx_stale_responses += 1;
-                        return;
-                    }
-                    let only = p.info.first && p.info.last;
-                    if !only || !p.payload.is_empty() {
-                        self.req.sq[index].error = Some(WcStatus::BadRespErr);
+                if self.rnr_retry != RNR_RETRY_INFINITE {
+                    if self.req.rnr_left == 0 {
+                        self.fail_psn(psn, WcStatus::RnrRetryExcErr);
                         self.retire(env);
-                        return;
+                        return false;
                     }
-                    self.ack_through(psn, now);
-                    self.req.retry_left = self.retry_cnt;
-                    self.req.rnr_left = self.rnr_retry;
-                    self.restart_timer(now);
+                    self.req.rnr_left -= 1;
+                }
+                stats.nak_rewinds += 1;
+                self.rewind_to(psn);
+                self.req.timer_deadline = None;
+                self.req.rnr_until = Some(now + rnr_timer_ns(code));
+            }
+            Syndrome::Nak(NakCode::PsnSequenceError) => {
+                if !self.accept_nak(psn, now, stats) {
+                    return false;
+                }
+                if self.req.retry_left == 0 {
+                    self.fail_psn(psn, WcStatus::RetryExcErr);
                     self.retire(env);
-                    self.transmit(env, stats);
-                    return;
+                    return false;
                 }
-                let next = wqe.first_psn.add(wqe.read_pkts_done);
-                if wqe.kind != WqeKind::Read || psn != next {
-                    stats.rx_stale_responses += 1;
-                    let gap = wqe.kind == WqeKind::Read && psn.after(next);
-                    if gap && self.req.read_gap_psn != Some(next) {
-                        // A response was lost (responses arrive in order): ask again from the
-                        // gap now rather than at the ACK timeout; once per gap.
-                        self.req.read_gap_psn = Some(next);
-                        stats.nak_rewinds += 1;
-                        self.rewind_to(next);
-                        self.transmit(env, stats);
-                    }
-                    return;
-                }
-                self.ack_through(psn.prev(), now);
-                let mtu = u64::from(self.mtu.bytes());
-                let wqe = &self.req.sq[index];
-                let offset = u64::from(wqe.read_pkts_done) * mtu;
-                let expected = (wqe.len - offset).min(mtu) as usize;
-                if p.payload.len() != expected {
-                    self.req.sq[index].error = Some(WcStatus::BadRespErr);
-                    self.retire(env);
-                    return;
-                }
-                let SendData::Sges(sges) = &wqe.wr.data else {
-                    unreachable!("reads take SGEs")
-                };
-                let result = scatter(env, self.cfg.pd, sges, offset, p.payload);
-                let wqe = &mut self.req.sq[index];
-                match result {
-                    Ok(()) => {
-                        wqe.read_pkts_done += 1;
-                        self.req.fault_wait_ns = 0;
-                    }
-                    Err(SgError::Fault) => {
-                        // The destination page is not present: request the rest of the READ
-                        // again later.
-                        self.stall_response_for_fault(stats, psn, now);
-                        return;
-                    }
-                    Err(SgError::Length) => wqe.error = Some(WcStatus::LocLenErr),
-                    Err(SgError::Access) => wqe.error = Some(WcStatus::LocProtErr),
-                }
-                self.req.retry_left = self.retry_cnt;
-                self.req.rnr_left = self.rnr_retry;
+                self.req.retry_left -= 1;
+                stats.nak_rewinds += 1;
+                self.req.on_loss();
+                self.rewind_to(psn);
                 self.restart_timer(now);
+            }
+            Syndrome::Nak(code) => {
+                self.ack_through(psn.prev(), now);
+                self.fail_psn(psn, nak_status(code));
             }
         }
-        self.retire(env);
-        self.transmit(env, stats);
+        true
+    }
+
+    /// The original value of a COMPARE SWAP / FETCH ADD came back: place it in the WR's
+    /// buffer. Returns false if the requester has nothing more to do.
+    fn on_atomic_ack(
+        &mut self,
+        env: &mut dyn DeviceEnv,
+        stats: &mut EngineStats,
+        p: &Parsed<'_>,
+        now: u64,
+    ) -> bool {
+        let psn = p.hdr.bth.psn;
+        let Some(index) = self.req.sq.iter().position(|w| w.contains(psn)) else {
+            stats.rx_stale_responses += 1;
+            return false;
+        };
+        if self.req.sq[index].kind != WqeKind::Atomic || self.req.sq[index].responded {
+            stats.rx_stale_responses += 1;
+            return false;
+        }
+        self.ack_through(psn.prev(), now);
+        let original = p.hdr.atomic_ack.expect("parsed AtomicAckETH");
+        let wqe = &self.req.sq[index];
+        let SendData::Sges(sges) = &wqe.wr.data else {
+            unreachable!("atomics take SGEs")
+        };
+        let result = scatter(env, self.cfg.pd, sges, 0, &original.to_le_bytes());
+        let wqe = &mut self.req.sq[index];
+        match result {
+            Ok(()) => {
+                wqe.responded = true;
+                self.req.fault_wait_ns = 0;
+            }
+            Err(SgError::Fault) => {
+                // The result buffer is not present: ask again later (the responder
+                // answers the duplicate from its saved result).
+                self.stall_response_for_fault(stats, psn, now);
+                return false;
+            }
+            Err(_) => wqe.error = Some(WcStatus::LocProtErr),
+        }
+        self.restart_timer(now);
+        self.req.retry_left = self.retry_cnt;
+        true
+    }
+
+    /// A READ RESPONSE FIRST/MIDDLE/LAST/ONLY: place its data (READ) or complete a FLUSH /
+    /// ATOMIC WRITE. Returns false if the requester has nothing more to do.
+    fn on_read_response(
+        &mut self,
+        env: &mut dyn DeviceEnv,
+        stats: &mut EngineStats,
+        p: &Parsed<'_>,
+        now: u64,
+    ) -> bool {
+        let psn = p.hdr.bth.psn;
+        let Some(index) = self.req.sq.iter().position(|w| w.contains(psn)) else {
+            stats.rx_stale_responses += 1;
+            return false;
+        };
+        let wqe = &self.req.sq[index];
+        if wqe.kind.ack_only_response() {
+            return self.on_empty_read_response(env, stats, p, index, now);
+        }
+        let next = wqe.first_psn.add(wqe.read_pkts_done);
+        if wqe.kind != WqeKind::Read || psn != next {
+            stats.rx_stale_responses += 1;
+            let gap = wqe.kind == WqeKind::Read && psn.after(next);
+            if gap && self.req.read_gap_psn != Some(next) {
+                // A response was lost (responses arrive in order): ask again from the
+                // gap now rather than at the ACK timeout; once per gap.
+                self.req.read_gap_psn = Some(next);
+                stats.nak_rewinds += 1;
+                self.rewind_to(next);
+                self.transmit(env, stats);
+            }
+            return false;
+        }
+        self.ack_through(psn.prev(), now);
+        let mtu = u64::from(self.mtu.bytes());
+        let wqe = &self.req.sq[index];
+        let offset = u64::from(wqe.read_pkts_done) * mtu;
+        let expected = (wqe.len - offset).min(mtu) as usize;
+        if p.payload.len() != expected {
+            self.req.sq[index].error = Some(WcStatus::BadRespErr);
+            self.retire(env);
+            return false;
+        }
+        let SendData::Sges(sges) = &wqe.wr.data else {
+            unreachable!("reads take SGEs")
+        };
+        let result = scatter(env, self.cfg.pd, sges, offset, p.payload);
+        let wqe = &mut self.req.sq[index];
+        match result {
+            Ok(()) => {
+                wqe.read_pkts_done += 1;
+                self.req.fault_wait_ns = 0;
+            }
+            Err(SgError::Fault) => {
+                // The destination page is not present: request the rest of the READ
+                // again later.
+                self.stall_response_for_fault(stats, psn, now);
+                return false;
+            }
+            Err(SgError::Length) => wqe.error = Some(WcStatus::LocLenErr),
+            Err(SgError::Access) => wqe.error = Some(WcStatus::LocProtErr),
+        }
+        self.req.retry_left = self.retry_cnt;
+        self.req.rnr_left = self.rnr_retry;
+        self.restart_timer(now);
+        true
+    }
+
+    /// The response of the FLUSH / ATOMIC WRITE at `index`: a zero-length READ RESPONSE ONLY.
+    fn on_empty_read_response(
+        &mut self,
+        env: &mut dyn DeviceEnv,
+        stats: &mut EngineStats,
+        p: &Parsed<'_>,
+        index: usize,
+        now: u64,
+    ) -> bool {
+        if self.req.sq[index].responded {
+            stats.rx_stale_responses += 1;
+            return false;
+        }
+        let only = p.info.first && p.info.last;
+        if !only || !p.payload.is_empty() {
+            self.req.sq[index].error = Some(WcStatus::BadRespErr);
+            self.retire(env);
+            return false;
+        }
+        self.ack_through(p.hdr.bth.psn, now);
+        self.req.retry_left = self.retry_cnt;
+        self.req.rnr_left = self.rnr_retry;
+        self.restart_timer(now);
+        true
     }
 
     /// Timers: RNR wait over, or local ACK timeout (go-back-N or retry exhaustion).

@@ -81,7 +81,8 @@ impl Qp {
         }
     }
 
-    pub(super) fn class(&self) -> u8 {
+    /// The transport bits (high 3) of the QP's opcodes.
+    pub(super) fn transport_bits(&self) -> u8 {
         match self.cfg.qp_type {
             QpType::Rc => op::CLASS_RC,
             QpType::Uc => op::CLASS_UC,

@@ -33,7 +33,7 @@ impl Engine {
             self.stats.rx_no_qp += 1;
             return Err(RxDrop::NoQp(qpn));
         };
-        if p.hdr.bth.opcode & op::CLASS_MASK != qp.class() {
+        if p.hdr.bth.opcode & op::CLASS_MASK != qp.transport_bits() {
             self.stats.rx_no_qp += 1;
             return Err(RxDrop::NoQp(qpn));
         }
@@ -47,7 +47,7 @@ impl Engine {
         }
         let is_response = qp.cfg.qp_type == QpType::Rc && p.info.class.is_response();
         if is_response {
-            qp.requester_receive(env, &mut self.stats, &p);
+            qp.completer_receive(env, &mut self.stats, &p);
         } else {
             qp.responder_receive(env, &mut self.stats, &p);
         }

@@ -10,7 +10,7 @@ use super::{
     EngineStats, ACK_REQ_INTERVAL, MAX_INFLIGHT_PSNS, MIN_INFLIGHT_PSNS, PAGE_FAULT_RETRY_MAX_NS,
     PAGE_FAULT_RETRY_NS,
 };
-use crate::roce::wire::{self, opcode as op, AtomicEth, Deth, Feth, Headers, Reth};
+use crate::roce::wire::{self, opcode as op, AtomicEth, Bth, Deth, Feth, Headers, Reth};
 use crate::roce::*;
 
 /// A send WR Q_Key with this bit set means "use the QP's own Q_Key" (IBA 10.2.5).
@@ -240,93 +240,141 @@ impl Qp {
         stats: &mut EngineStats,
         index: usize,
     ) -> Result<(), SendStop> {
+        let wqe = &self.req.sq[index];
+        let psn = wqe.first_psn.add(self.req.cursor_pkt);
+        let (hdr, payload) = match wqe.kind {
+            WqeKind::Read => (self.read_request(wqe, psn), None),
+            WqeKind::Atomic => (self.atomic_request(wqe, psn), None),
+            WqeKind::Flush => (self.flush_request(wqe, psn), None),
+            WqeKind::AtomicWrite => {
+                let mut value = [0u8; ATOMIC_BYTES];
+                gather(env, self.cfg.pd, &wqe.wr.data, 0, &mut value).map_err(SendStop::from)?;
+                (self.atomic_write_request(wqe, psn), Some(value))
+            }
+            // A local operation never gets here: transmit executes it.
+            WqeKind::Send | WqeKind::Write | WqeKind::Local => {
+                return self.send_data_packet(env, stats, index)
+            }
+        };
+        // A single-packet request: it asks for its response and ends the WQE's packets.
+        self.send_connected(env, stats, &hdr, payload.as_ref().map_or(&[], |v| &v[..]));
+        self.req.cursor += 1;
+        self.req.cursor_pkt = 0;
+        self.req.pkts_since_ack_req = 0;
+        Ok(())
+    }
+
+    /// The BTH of a request that asks for its response.
+    fn request_bth(&self, opcode: u8, psn: Psn) -> Bth {
+        Bth {
+            ack_req: true,
+            ..self.bth(opcode, psn)
+        }
+    }
+
+    /// One READ request covers the rest of the READ (a retransmission resumes mid-way).
+    fn read_request(&self, wqe: &Wqe, psn: Psn) -> Headers {
+        let offset = u64::from(self.req.cursor_pkt) * u64::from(self.mtu.bytes());
+        let mut hdr = Headers::new(self.request_bth(op::RC_READ_REQUEST, psn));
+        hdr.reth = Some(Reth {
+            va: wqe.wr.remote_addr.wrapping_add(offset),
+            rkey: wqe.wr.rkey,
+            dma_len: (wqe.len - offset.min(wqe.len)) as u32,
+        });
+        hdr
+    }
+
+    fn atomic_request(&self, wqe: &Wqe, psn: Psn) -> Headers {
+        let compare_swap = wqe.wr.opcode == WrOpcode::AtomicCmpAndSwp;
+        let opcode = if compare_swap {
+            op::RC_COMPARE_SWAP
+        } else {
+            op::RC_FETCH_ADD
+        };
+        let mut hdr = Headers::new(self.request_bth(opcode, psn));
+        hdr.atomic_eth = Some(AtomicEth {
+            va: wqe.wr.remote_addr,
+            rkey: wqe.wr.rkey,
+            swap_add: if compare_swap {
+                wqe.wr.swap
+            } else {
+                wqe.wr.compare_add
+            },
+            compare: wqe.wr.compare_add,
+        });
+        hdr
+    }
+
+    fn flush_request(&self, wqe: &Wqe, psn: Psn) -> Headers {
+        let mut hdr = Headers::new(self.request_bth(op::RC_FLUSH, psn));
+        hdr.feth = Some(Feth {
+            placement_type: wqe.wr.flush.placement_type,
+            selectivity_level: wqe.wr.flush.level,
+        });
+        hdr.reth = Some(Reth {
+            va: wqe.wr.remote_addr,
+            rkey: wqe.wr.rkey,
+            dma_len: wqe.wr.flush.length,
+        });
+        hdr
+    }
+
+    /// The headers of an ATOMIC WRITE; its 8 bytes are the payload.
+    fn atomic_write_request(&self, wqe: &Wqe, psn: Psn) -> Headers {
+        let mut hdr = Headers::new(self.request_bth(op::RC_ATOMIC_WRITE, psn));
+        hdr.reth = Some(Reth {
+            va: wqe.wr.remote_addr,
+            rkey: wqe.wr.rkey,
+            dma_len: ATOMIC_BYTES as u32,
+        });
+        hdr
+    }
+
+    /// Sends the SEND or WRITE packet at the cursor (RC, UC or UD) and advances the cursor.
+    fn send_data_packet(
+        &mut self,
+        env: &mut dyn DeviceEnv,
+        stats: &mut EngineStats,
+        index: usize,
+    ) -> Result<(), SendStop> {
         let mtu = u64::from(self.mtu.bytes());
-        let class = self.class();
         let pkt = self.req.cursor_pkt;
         let wqe = &self.req.sq[index];
-        let psn = wqe.first_psn.add(pkt);
-        let mut bth = self.bth(0, psn);
-        if wqe.kind == WqeKind::Read {
-            // One request covers the rest of the READ (a retransmission resumes mid-way).
-            let offset = u64::from(pkt) * mtu;
-            bth.opcode = op::RC_READ_REQUEST;
-            bth.ack_req = true;
-            let mut hdr = Headers::new(bth);
-            hdr.reth = Some(Reth {
-                va: wqe.wr.remote_addr.wrapping_add(offset),
-                rkey: wqe.wr.rkey,
-                dma_len: (wqe.len - offset.min(wqe.len)) as u32,
-            });
-            self.send_connected(env, stats, &hdr, &[]);
-            self.req.cursor += 1;
-            self.req.cursor_pkt = 0;
-            self.req.pkts_since_ack_req = 0;
-            return Ok(());
-        }
-        if wqe.kind == WqeKind::Atomic {
-            bth.opcode = if wqe.wr.opcode == WrOpcode::AtomicCmpAndSwp {
-                op::RC_COMPARE_SWAP
-            } else {
-                op::RC_FETCH_ADD
-            };
-            bth.ack_req = true;
-            let mut hdr = Headers::new(bth);
-            hdr.atomic_eth = Some(AtomicEth {
-                va: wqe.wr.remote_addr,
-                rkey: wqe.wr.rkey,
-                swap_add: if wqe.wr.opcode == WrOpcode::AtomicCmpAndSwp {
-                    wqe.wr.swap
-                } else {
-                    wqe.wr.compare_add
-                },
-                compare: wqe.wr.compare_add,
-            });
-            self.send_connected(env, stats, &hdr, &[]);
-            self.req.cursor += 1;
-            self.req.cursor_pkt = 0;
-            self.req.pkts_since_ack_req = 0;
-            return Ok(());
-        }
-        if wqe.kind == WqeKind::Flush {
-            bth.opcode = op::RC_FLUSH;
-            bth.ack_req = true;
-            let mut hdr = Headers::new(bth);
-            hdr.feth = Some(Feth {
-                placement_type: wqe.wr.flush.placement_type,
-                selectivity_level: wqe.wr.flush.level,
-            });
-            hdr.reth = Some(Reth {
-                va: wqe.wr.remote_addr,
-                rkey: wqe.wr.rkey,
-                dma_len: wqe.wr.flush.length,
-            });
-            self.send_connected(env, stats, &hdr, &[]);
-            self.req.cursor += 1;
-            self.req.cursor_pkt = 0;
-            self.req.pkts_since_ack_req = 0;
-            return Ok(());
-        }
-        if wqe.kind == WqeKind::AtomicWrite {
-            let mut value = [0u8; ATOMIC_BYTES];
-            gather(env, self.cfg.pd, &wqe.wr.data, 0, &mut value).map_err(SendStop::from)?;
-            bth.opcode = op::RC_ATOMIC_WRITE;
-            bth.ack_req = true;
-            let mut hdr = Headers::new(bth);
-            hdr.reth = Some(Reth {
-                va: wqe.wr.remote_addr,
-                rkey: wqe.wr.rkey,
-                dma_len: ATOMIC_BYTES as u32,
-            });
-            self.send_connected(env, stats, &hdr, &value);
-            self.req.cursor += 1;
-            self.req.cursor_pkt = 0;
-            self.req.pkts_since_ack_req = 0;
-            return Ok(());
-        }
         let offset = u64::from(pkt) * mtu;
         let chunk = (wqe.len - offset).min(mtu) as usize;
         let mut payload = vec![0u8; chunk];
         gather(env, self.cfg.pd, &wqe.wr.data, offset, &mut payload).map_err(SendStop::from)?;
+        let last = pkt + 1 == wqe.npsn;
+        self.req.pkts_since_ack_req += 1;
+        let ack_req = self.cfg.qp_type == QpType::Rc
+            && (last || self.req.pkts_since_ack_req >= self.req.ack_req_interval());
+        if ack_req {
+            self.req.pkts_since_ack_req = 0;
+        }
+        let wqe = &self.req.sq[index];
+        let hdr = self.data_headers(wqe, pkt, ack_req);
+        if let Some(ud) = wqe.wr.ud {
+            let packet = wire::build_packet(&self.ip_info(&ud.av), &hdr, &payload);
+            stats.tx_packets += 1;
+            env.transmit(&ud.av, packet);
+        } else {
+            self.send_connected(env, stats, &hdr, &payload);
+        }
+        let wqe = &mut self.req.sq[index];
+        if last {
+            if self.cfg.qp_type != QpType::Rc {
+                wqe.acked = true; // UC/UD complete once sent
+            }
+            self.req.cursor += 1;
+            self.req.cursor_pkt = 0;
+        } else {
+            self.req.cursor_pkt += 1;
+        }
+        Ok(())
+    }
+
+    /// The headers of packet `pkt` of a SEND or WRITE.
+    fn data_headers(&self, wqe: &Wqe, pkt: u32, ack_req: bool) -> Headers {
         let first = pkt == 0;
         let last = pkt + 1 == wqe.npsn;
         let imm = matches!(
@@ -334,31 +382,14 @@ impl Qp {
             WrOpcode::SendWithImm | WrOpcode::RdmaWriteWithImm
         );
         let inv = wqe.wr.opcode == WrOpcode::SendWithInv;
-        let base = match (wqe.kind, first, last) {
-            (WqeKind::Send, true, true) if inv => op::RC_SEND_ONLY_INV,
-            (WqeKind::Send, false, true) if inv => op::RC_SEND_LAST_INV,
-            (WqeKind::Send, true, true) if imm => op::RC_SEND_ONLY_IMM,
-            (WqeKind::Send, true, true) => op::RC_SEND_ONLY,
-            (WqeKind::Send, true, false) => op::RC_SEND_FIRST,
-            (WqeKind::Send, false, false) => op::RC_SEND_MIDDLE,
-            (WqeKind::Send, false, true) if imm => op::RC_SEND_LAST_IMM,
-            (WqeKind::Send, false, true) => op::RC_SEND_LAST,
-            (_, true, true) if imm => op::RC_WRITE_ONLY_IMM,
-            (_, true, true) => op::RC_WRITE_ONLY,
-            (_, true, false) => op::RC_WRITE_FIRST,
-            (_, false, false) => op::RC_WRITE_MIDDLE,
-            (_, false, true) if imm => op::RC_WRITE_LAST_IMM,
-            (_, false, true) => op::RC_WRITE_LAST,
-        };
-        bth.opcode = class | base;
-        bth.solicited = last && wqe.wr.solicited;
-        self.req.pkts_since_ack_req += 1;
-        bth.ack_req = self.cfg.qp_type == QpType::Rc
-            && (last || self.req.pkts_since_ack_req >= self.req.ack_req_interval());
-        if bth.ack_req {
-            self.req.pkts_since_ack_req = 0;
-        }
-        let mut hdr = Headers::new(bth);
+        let mut hdr = Headers::new(Bth {
+            solicited: last && wqe.wr.solicited,
+            ack_req,
+            ..self.bth(
+                self.transport_bits() | data_opcode(wqe.kind, first, last, imm, inv),
+                wqe.first_psn.add(pkt),
+            )
+        });
         if last && imm {
             hdr.imm = Some(wqe.wr.imm);
         }
@@ -383,22 +414,28 @@ impl Qp {
                 qkey,
                 src_qpn: self.cfg.qpn,
             });
-            let packet = wire::build_packet(&self.ip_info(&ud.av), &hdr, &payload);
-            stats.tx_packets += 1;
-            env.transmit(&ud.av, packet);
-        } else {
-            self.send_connected(env, stats, &hdr, &payload);
         }
-        let wqe = &mut self.req.sq[index];
-        if last {
-            if self.cfg.qp_type != QpType::Rc {
-                wqe.acked = true; // UC/UD complete once sent
-            }
-            self.req.cursor += 1;
-            self.req.cursor_pkt = 0;
-        } else {
-            self.req.cursor_pkt += 1;
-        }
-        Ok(())
+        hdr
+    }
+}
+
+/// The operation (low 5 bits) of a SEND or WRITE packet: where it lies in its message and
+/// what its last packet carries (immediate data or an R_Key to invalidate).
+fn data_opcode(kind: WqeKind, first: bool, last: bool, imm: bool, inv: bool) -> u8 {
+    match (kind, first, last) {
+        (WqeKind::Send, true, true) if inv => op::RC_SEND_ONLY_INV,
+        (WqeKind::Send, false, true) if inv => op::RC_SEND_LAST_INV,
+        (WqeKind::Send, true, true) if imm => op::RC_SEND_ONLY_IMM,
+        (WqeKind::Send, true, true) => op::RC_SEND_ONLY,
+        (WqeKind::Send, true, false) => op::RC_SEND_FIRST,
+        (WqeKind::Send, false, false) => op::RC_SEND_MIDDLE,
+        (WqeKind::Send, false, true) if imm => op::RC_SEND_LAST_IMM,
+        (WqeKind::Send, false, true) => op::RC_SEND_LAST,
+        (_, true, true) if imm => op::RC_WRITE_ONLY_IMM,
+        (_, true, true) => op::RC_WRITE_ONLY,
+        (_, true, false) => op::RC_WRITE_FIRST,
+        (_, false, false) => op::RC_WRITE_MIDDLE,
+        (_, false, true) if imm => op::RC_WRITE_LAST_IMM,
+        (_, false, true) => op::RC_WRITE_LAST,
     }
 }
