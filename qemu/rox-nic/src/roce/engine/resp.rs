@@ -60,7 +60,156 @@ pub(super) struct Responder {
     pub(super) history: VecDeque<RdAtomic>,
 }
 
+/// Where a request's PSN lies against the expected one (RC).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum PsnCheck {
+    Expected,
+    /// Before the expected PSN: already executed.
+    Duplicate,
+    /// Beyond the expected PSN: packets in between were lost or reordered.
+    Gap,
+}
+
+pub(super) fn check_psn(psn: Psn, epsn: Psn) -> PsnCheck {
+    match psn.diff(epsn) {
+        d if d > 0 => PsnCheck::Gap,
+        d if d < 0 => PsnCheck::Duplicate,
+        _ => PsnCheck::Expected,
+    }
+}
+
+/// The op-sequence check: a first (or only) packet may come only between messages, a middle
+/// or last one only inside a message of its own class (SEND or WRITE).
+pub(super) fn op_sequence_ok(cur: Option<&InMessage>, class: OpcodeClass, first: bool) -> bool {
+    match cur {
+        None => first,
+        Some(InMessage::Send { .. }) => !first && class == OpcodeClass::Send,
+        Some(InMessage::Write { .. }) => !first && class == OpcodeClass::Write,
+    }
+}
+
+/// How a responder answers an RC duplicate request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum DuplicateAnswer {
+    /// SEND/WRITE: acknowledge again (at the next poll).
+    Ack,
+    /// A READ still in the history: send its responses again (from memory as it is now).
+    ReplayRead,
+    /// An atomic still in the history: send its saved original value, never execute again.
+    ReplayAtomic(u64),
+    /// A FLUSH / ATOMIC WRITE still in the history: answer it again.
+    ReplayExecuted,
+    /// A READ/atomic/FLUSH older than the history: nothing to answer with.
+    Ignore,
+}
+
+pub(super) fn classify_duplicate(
+    history: &VecDeque<RdAtomic>,
+    class: OpcodeClass,
+    psn: Psn,
+) -> DuplicateAnswer {
+    let found = |answer: Option<DuplicateAnswer>| answer.unwrap_or(DuplicateAnswer::Ignore);
+    match class {
+        OpcodeClass::ReadRequest => found(history.iter().find_map(|h| match *h {
+            RdAtomic::Read {
+                first_psn,
+                last_psn,
+            } if psn.within(first_psn, last_psn) => Some(DuplicateAnswer::ReplayRead),
+            _ => None,
+        })),
+        OpcodeClass::Atomic => found(history.iter().find_map(|h| match *h {
+            RdAtomic::Atomic {
+                psn: saved,
+                original,
+            } if saved == psn => Some(DuplicateAnswer::ReplayAtomic(original)),
+            _ => None,
+        })),
+        OpcodeClass::Flush | OpcodeClass::AtomicWrite => found(history.iter().find_map(|h| {
+            matches!(*h, RdAtomic::Executed { psn: saved } if saved == psn)
+                .then_some(DuplicateAnswer::ReplayExecuted)
+        })),
+        _ => DuplicateAnswer::Ack,
+    }
+}
+
 impl Qp {
+    /// A request packet arrived for this responder.
+    pub(super) fn responder_receive(
+        &mut self,
+        env: &mut dyn DeviceEnv,
+        stats: &mut EngineStats,
+        p: &Parsed<'_>,
+    ) {
+        if !self.can_receive() {
+            stats.rx_no_qp += 1;
+            return;
+        }
+        match self.cfg.qp_type {
+            QpType::Ud => self.ud_receive(env, stats, p),
+            QpType::Rc => match check_psn(p.hdr.bth.psn, self.resp.epsn) {
+                PsnCheck::Gap => {
+                    stats.rx_out_of_sequence += 1;
+                    if !self.resp.nak_sent {
+                        let epsn = self.resp.epsn;
+                        self.nak(env, stats, epsn, NakCode::PsnSequenceError);
+                    }
+                }
+                PsnCheck::Duplicate => self.duplicate(env, stats, p),
+                PsnCheck::Expected => self.execute(env, stats, p),
+            },
+            QpType::Uc => {
+                if p.hdr.bth.psn != self.resp.epsn {
+                    // A gap: the message in progress is lost; resynchronise on this packet.
+                    stats.rx_out_of_sequence += 1;
+                    self.uc_drop_message();
+                    self.resp.epsn = p.hdr.bth.psn;
+                }
+                if self.resp.uc_dropping && !p.info.first {
+                    self.resp.epsn = p.hdr.bth.psn.next();
+                    return;
+                }
+                self.resp.uc_dropping = false;
+                self.execute(env, stats, p);
+            }
+        }
+    }
+
+    /// An RC duplicate request: re-acknowledge, replay a READ, or replay a saved atomic result.
+    fn duplicate(&mut self, env: &mut dyn DeviceEnv, stats: &mut EngineStats, p: &Parsed<'_>) {
+        stats.rx_duplicates += 1;
+        let psn = p.hdr.bth.psn;
+        match classify_duplicate(&self.resp.history, p.info.class, psn) {
+            DuplicateAnswer::Ack => self.resp.ack_pending = true,
+            DuplicateAnswer::ReplayRead => {
+                if self.access & ACCESS_REMOTE_READ != 0 {
+                    let reth = p.hdr.reth.expect("parsed RETH");
+                    self.send_read_responses(env, stats, psn, &reth);
+                }
+            }
+            DuplicateAnswer::ReplayAtomic(original) => {
+                self.send_atomic_ack(env, stats, psn, original)
+            }
+            DuplicateAnswer::ReplayExecuted => self.send_empty_read_response(env, stats, psn),
+            DuplicateAnswer::Ignore => {}
+        }
+    }
+
+    /// Remembers an executed READ/atomic/FLUSH/ATOMIC WRITE for duplicates: the last
+    /// max_dest_rd_atomic of them.
+    pub(super) fn remember(&mut self, entry: RdAtomic) {
+        self.resp.history.push_back(entry);
+        while self.resp.history.len() > usize::from(self.max_dest_rd_atomic.max(1)) {
+            self.resp.history.pop_front();
+        }
+    }
+
+    pub(super) fn take_recv(&mut self, env: &mut dyn DeviceEnv) -> Option<RecvWr> {
+        self.resp
+            .spare_recv
+            .take()
+            .or_else(|| env.pop_recv(self.cfg.qpn))
+    }
+
     pub(super) fn nak(
         &mut self,
         env: &mut dyn DeviceEnv,
@@ -71,6 +220,27 @@ impl Qp {
         // One NAK per expected PSN: the rest of the requester's window is dropped silently.
         self.resp.nak_sent = true;
         self.send_ack(env, stats, psn, Syndrome::Nak(code));
+    }
+
+    /// RC: RNR NAK for `psn`; the requester retries after its RNR timer.
+    fn rnr_nak(&mut self, env: &mut dyn DeviceEnv, stats: &mut EngineStats, psn: Psn) {
+        let timer = self.min_rnr_timer;
+        self.send_ack(env, stats, psn, Syndrome::RnrNak(timer));
+        // Later packets of the window are dropped silently until the retry.
+        self.resp.nak_sent = true;
+    }
+
+    /// UC: the message of the packet `psn` is lost; drop packets until the next first one.
+    fn uc_drop(&mut self, psn: Psn) {
+        self.uc_drop_message();
+        self.resp.epsn = psn.next();
+    }
+
+    pub(super) fn uc_drop_message(&mut self) {
+        if let Some(InMessage::Send { wr, .. }) = self.resp.cur.take() {
+            self.resp.spare_recv = Some(wr);
+        }
+        self.resp.uc_dropping = true;
     }
 
     /// A responder-side error of class "QP goes to error" (invalid request, remote operational
@@ -92,11 +262,39 @@ impl Qp {
         self.enter_error(env);
     }
 
-    pub(super) fn take_recv(&mut self, env: &mut dyn DeviceEnv) -> Option<RecvWr> {
-        self.resp
-            .spare_recv
-            .take()
-            .or_else(|| env.pop_recv(self.cfg.qpn))
+    /// A malformed request (out of op sequence, bad length, bad alignment): RC NAKs it and
+    /// the QP goes to ERR; UC drops the message.
+    pub(super) fn invalid_request(
+        &mut self,
+        env: &mut dyn DeviceEnv,
+        stats: &mut EngineStats,
+        psn: Psn,
+    ) {
+        if self.cfg.qp_type == QpType::Rc {
+            self.responder_fatal(env, stats, psn, NakCode::InvalidRequest, None);
+        } else {
+            self.uc_drop(psn);
+        }
+    }
+
+    /// A message that needs a receive WR found none: RC answers RNR NAK (a first packet
+    /// starts its message again on the retry), UC drops the message.
+    pub(super) fn no_recv_wr(
+        &mut self,
+        env: &mut dyn DeviceEnv,
+        stats: &mut EngineStats,
+        psn: Psn,
+        first: bool,
+    ) {
+        if self.cfg.qp_type == QpType::Rc {
+            if first {
+                self.resp.cur = None;
+            }
+            self.rnr_nak(env, stats, psn);
+        } else {
+            stats.rx_no_recv_wr += 1;
+            self.uc_drop(psn);
+        }
     }
 
     /// A request hit a page of an on-demand region that is not present: the device asked the
@@ -110,123 +308,10 @@ impl Qp {
     ) {
         stats.page_fault_naks += 1;
         if self.cfg.qp_type == QpType::Rc {
-            let timer = self.min_rnr_timer;
-            self.send_ack(env, stats, psn, Syndrome::RnrNak(timer));
-            // Later packets of the window are dropped silently until the retry.
-            self.resp.nak_sent = true;
+            self.rnr_nak(env, stats, psn);
         } else {
-            self.uc_drop_message();
-            self.resp.epsn = psn.next();
+            self.uc_drop(psn);
         }
-    }
-
-    pub(super) fn remember(&mut self, entry: RdAtomic) {
-        self.resp.history.push_back(entry);
-        while self.resp.history.len() > usize::from(self.max_dest_rd_atomic.max(1)) {
-            self.resp.history.pop_front();
-        }
-    }
-
-    /// An RC duplicate request: re-acknowledge, replay a READ, or replay a saved atomic result.
-    pub(super) fn duplicate(
-        &mut self,
-        env: &mut dyn DeviceEnv,
-        stats: &mut EngineStats,
-        p: &Parsed<'_>,
-    ) {
-        stats.rx_duplicates += 1;
-        let psn = p.hdr.bth.psn;
-        match p.info.class {
-            OpcodeClass::ReadRequest => {
-                let known = self.resp.history.iter().any(|h| match *h {
-                    RdAtomic::Read {
-                        first_psn,
-                        last_psn,
-                    } => psn.within(first_psn, last_psn),
-                    RdAtomic::Atomic { .. } | RdAtomic::Executed { .. } => false,
-                });
-                if known && self.access & ACCESS_REMOTE_READ != 0 {
-                    let reth = p.hdr.reth.expect("parsed RETH");
-                    self.send_read_responses(env, stats, psn, &reth);
-                }
-            }
-            OpcodeClass::Atomic => {
-                let saved = self.resp.history.iter().find_map(|h| match *h {
-                    RdAtomic::Atomic {
-                        psn: saved_psn,
-                        original,
-                    } if saved_psn == psn => Some(original),
-                    _ => None,
-                });
-                if let Some(original) = saved {
-                    self.send_atomic_ack(env, stats, psn, original);
-                }
-            }
-            OpcodeClass::Flush | OpcodeClass::AtomicWrite => {
-                // Executed once; a duplicate (its response was lost) is answered again.
-                let known = self
-                    .resp
-                    .history
-                    .iter()
-                    .any(|h| matches!(*h, RdAtomic::Executed { psn: saved } if saved == psn));
-                if known {
-                    self.send_empty_read_response(env, stats, psn);
-                }
-            }
-            _ => self.resp.ack_pending = true,
-        }
-    }
-
-    /// A request packet arrived for this responder.
-    pub(super) fn responder_receive(
-        &mut self,
-        env: &mut dyn DeviceEnv,
-        stats: &mut EngineStats,
-        p: &Parsed<'_>,
-    ) {
-        if !self.can_receive() {
-            stats.rx_no_qp += 1;
-            return;
-        }
-        match self.cfg.qp_type {
-            QpType::Ud => self.ud_receive(env, stats, p),
-            QpType::Rc => {
-                let diff = p.hdr.bth.psn.diff(self.resp.epsn);
-                if diff > 0 {
-                    stats.rx_out_of_sequence += 1;
-                    if !self.resp.nak_sent {
-                        self.resp.nak_sent = true;
-                        let epsn = self.resp.epsn;
-                        self.nak(env, stats, epsn, NakCode::PsnSequenceError);
-                    }
-                } else if diff < 0 {
-                    self.duplicate(env, stats, p);
-                } else {
-                    self.execute(env, stats, p);
-                }
-            }
-            QpType::Uc => {
-                if p.hdr.bth.psn != self.resp.epsn {
-                    // A gap: the message in progress is lost; resynchronise on this packet.
-                    stats.rx_out_of_sequence += 1;
-                    self.uc_drop_message();
-                    self.resp.epsn = p.hdr.bth.psn;
-                }
-                if self.resp.uc_dropping && !p.info.first {
-                    self.resp.epsn = p.hdr.bth.psn.next();
-                    return;
-                }
-                self.resp.uc_dropping = false;
-                self.execute(env, stats, p);
-            }
-        }
-    }
-
-    pub(super) fn uc_drop_message(&mut self) {
-        if let Some(InMessage::Send { wr, .. }) = self.resp.cur.take() {
-            self.resp.spare_recv = Some(wr);
-        }
-        self.resp.uc_dropping = true;
     }
 
     /// R_Key/access/bounds violation of a remote request: RC NAKs (the requester's WR fails
@@ -240,11 +325,27 @@ impl Qp {
         if self.cfg.qp_type == QpType::Rc {
             self.nak(env, stats, psn, NakCode::RemoteAccessError);
         } else {
-            self.uc_drop_message();
-            self.resp.epsn = psn.next();
+            self.uc_drop(psn);
         }
     }
 
+    /// The device refused a remote access: an absent on-demand page is waited for (RNR),
+    /// anything else is a remote access error.
+    pub(super) fn remote_refused(
+        &mut self,
+        env: &mut dyn DeviceEnv,
+        stats: &mut EngineStats,
+        psn: Psn,
+        e: AccessError,
+    ) {
+        if let AccessError::PageFault { .. } = e {
+            self.page_fault_rnr(env, stats, psn);
+        } else {
+            self.remote_access_error(env, stats, psn);
+        }
+    }
+
+    /// A UD SEND: Q_Key check, then GRH and payload into the next receive WR.
     pub(super) fn ud_receive(
         &mut self,
         env: &mut dyn DeviceEnv,
