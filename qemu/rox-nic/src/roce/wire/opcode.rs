@@ -122,122 +122,38 @@ fn operation_info(base: u8) -> Option<OpcodeInfo> {
         RC_ATOMIC_WRITE => OpcodeClass::AtomicWrite,
         _ => return None,
     };
-    let none = OpcodeInfo {
-        class,
-        feth: false,
-        ieth: false,
-        reth: false,
-        aeth: false,
-        atomic_eth: false,
-        atomic_ack_eth: false,
-        immdt: false,
-        deth: false,
-        first: false,
-        last: false,
+    let (first, last) = match base {
+        RC_SEND_FIRST | RC_WRITE_FIRST | RC_READ_RESPONSE_FIRST => (true, false),
+        RC_SEND_MIDDLE | RC_WRITE_MIDDLE | RC_READ_RESPONSE_MIDDLE => (false, false),
+        RC_SEND_LAST
+        | RC_SEND_LAST_IMM
+        | RC_SEND_LAST_INV
+        | RC_WRITE_LAST
+        | RC_WRITE_LAST_IMM
+        | RC_READ_RESPONSE_LAST => (false, true),
+        _ => (true, true),
     };
-    Some(match base {
-        RC_SEND_FIRST | RC_READ_RESPONSE_FIRST => OpcodeInfo {
-            first: true,
-            aeth: base == RC_READ_RESPONSE_FIRST,
-            ..none
+    Some(OpcodeInfo {
+        class,
+        feth: class == OpcodeClass::Flush,
+        ieth: matches!(base, RC_SEND_LAST_INV | RC_SEND_ONLY_INV),
+        // WRITE's first packet, READ, FLUSH and ATOMIC WRITE name their target.
+        reth: match class {
+            OpcodeClass::Write => first,
+            OpcodeClass::ReadRequest | OpcodeClass::Flush | OpcodeClass::AtomicWrite => true,
+            _ => false,
         },
-        RC_SEND_MIDDLE | RC_WRITE_MIDDLE | RC_READ_RESPONSE_MIDDLE => none,
-        RC_SEND_LAST => OpcodeInfo { last: true, ..none },
-        RC_SEND_LAST_IMM => OpcodeInfo {
-            last: true,
-            immdt: true,
-            ..none
-        },
-        RC_SEND_ONLY => OpcodeInfo {
-            first: true,
-            last: true,
-            ..none
-        },
-        RC_SEND_ONLY_IMM => OpcodeInfo {
-            first: true,
-            last: true,
-            immdt: true,
-            ..none
-        },
-        RC_WRITE_FIRST => OpcodeInfo {
-            first: true,
-            reth: true,
-            ..none
-        },
-        RC_WRITE_LAST => OpcodeInfo { last: true, ..none },
-        RC_WRITE_LAST_IMM => OpcodeInfo {
-            last: true,
-            immdt: true,
-            ..none
-        },
-        RC_WRITE_ONLY => OpcodeInfo {
-            first: true,
-            last: true,
-            reth: true,
-            ..none
-        },
-        RC_WRITE_ONLY_IMM => OpcodeInfo {
-            first: true,
-            last: true,
-            reth: true,
-            immdt: true,
-            ..none
-        },
-        RC_READ_REQUEST => OpcodeInfo {
-            first: true,
-            last: true,
-            reth: true,
-            ..none
-        },
-        RC_READ_RESPONSE_LAST => OpcodeInfo {
-            last: true,
-            aeth: true,
-            ..none
-        },
-        RC_READ_RESPONSE_ONLY | RC_ACKNOWLEDGE => OpcodeInfo {
-            first: true,
-            last: true,
-            aeth: true,
-            ..none
-        },
-        RC_ATOMIC_ACKNOWLEDGE => OpcodeInfo {
-            first: true,
-            last: true,
-            aeth: true,
-            atomic_ack_eth: true,
-            ..none
-        },
-        RC_COMPARE_SWAP | RC_FETCH_ADD => OpcodeInfo {
-            first: true,
-            last: true,
-            atomic_eth: true,
-            ..none
-        },
-        RC_SEND_LAST_INV => OpcodeInfo {
-            last: true,
-            ieth: true,
-            ..none
-        },
-        RC_SEND_ONLY_INV => OpcodeInfo {
-            first: true,
-            last: true,
-            ieth: true,
-            ..none
-        },
-        RC_FLUSH => OpcodeInfo {
-            first: true,
-            last: true,
-            feth: true,
-            reth: true,
-            ..none
-        },
-        RC_ATOMIC_WRITE => OpcodeInfo {
-            first: true,
-            last: true,
-            reth: true,
-            ..none
-        },
-        _ => return None,
+        // Every response but a READ RESPONSE MIDDLE carries the MSN.
+        aeth: class.is_response() && (first || last),
+        atomic_eth: class == OpcodeClass::Atomic,
+        atomic_ack_eth: class == OpcodeClass::AtomicAck,
+        immdt: matches!(
+            base,
+            RC_SEND_LAST_IMM | RC_SEND_ONLY_IMM | RC_WRITE_LAST_IMM | RC_WRITE_ONLY_IMM
+        ),
+        deth: false,
+        first,
+        last,
     })
 }
 
@@ -305,6 +221,74 @@ mod tests {
             expect.len(),
             "RC knows exactly these: {known:x?}"
         );
+    }
+
+    /// Which headers each opcode has: feth ieth reth aeth atomic_eth atomic_ack_eth immdt deth
+    /// first last (IBA table 38, the memory placement extensions and RoCEv2).
+    #[test]
+    fn header_layout_of_every_opcode() {
+        let expect = [
+            (0x00, "0000000010"),
+            (0x01, "0000000000"),
+            (0x02, "0000000001"),
+            (0x03, "0000001001"),
+            (0x04, "0000000011"),
+            (0x05, "0000001011"),
+            (0x06, "0010000010"),
+            (0x07, "0000000000"),
+            (0x08, "0000000001"),
+            (0x09, "0000001001"),
+            (0x0a, "0010000011"),
+            (0x0b, "0010001011"),
+            (0x0c, "0010000011"),
+            (0x0d, "0001000010"),
+            (0x0e, "0000000000"),
+            (0x0f, "0001000001"),
+            (0x10, "0001000011"),
+            (0x11, "0001000011"),
+            (0x12, "0001010011"),
+            (0x13, "0000100011"),
+            (0x14, "0000100011"),
+            (0x16, "0100000001"),
+            (0x17, "0100000011"),
+            (0x1c, "1010000011"),
+            (0x1d, "0010000011"),
+            (0x20, "0000000010"),
+            (0x21, "0000000000"),
+            (0x22, "0000000001"),
+            (0x23, "0000001001"),
+            (0x24, "0000000011"),
+            (0x25, "0000001011"),
+            (0x26, "0010000010"),
+            (0x27, "0000000000"),
+            (0x28, "0000000001"),
+            (0x29, "0000001001"),
+            (0x2a, "0010000011"),
+            (0x2b, "0010001011"),
+            (0x64, "0000000111"),
+            (0x65, "0000001111"),
+        ];
+        let b = |x: bool| if x { '1' } else { '0' };
+        let known: Vec<(u8, String)> = (0..=u8::MAX)
+            .filter_map(|op| {
+                let i = opcode_info(op)?;
+                let flags = [
+                    i.feth,
+                    i.ieth,
+                    i.reth,
+                    i.aeth,
+                    i.atomic_eth,
+                    i.atomic_ack_eth,
+                    i.immdt,
+                    i.deth,
+                    i.first,
+                    i.last,
+                ];
+                Some((op, flags.into_iter().map(b).collect()))
+            })
+            .collect();
+        let expect: Vec<(u8, String)> = expect.iter().map(|&(o, f)| (o, f.to_string())).collect();
+        assert_eq!(known, expect);
     }
 
     #[test]

@@ -246,10 +246,11 @@ fn be16(b: &[u8], at: usize) -> u16 {
     u16::from_be_bytes([b[at], b[at + 1]])
 }
 
-/// Parses and validates a received RoCEv2 IP packet (lengths, opcode, pad, ICRC).
-pub fn parse_packet(packet: &[u8]) -> Result<Parsed<'_>, ParseError> {
+/// The IP header of a RoCEv2 packet: its length, source and destination GIDs and the total
+/// length it claims.
+fn parse_ip(packet: &[u8]) -> Result<(usize, Gid, Gid, usize), ParseError> {
     let version = packet.first().ok_or(ParseError::Malformed)? >> IP_VERSION_SHIFT;
-    let (ip_len, sgid, dgid, total_len) = match version {
+    match version {
         IPV4_VERSION => {
             if packet.len() < IPV4_HEADER_LEN {
                 return Err(ParseError::Malformed);
@@ -262,12 +263,12 @@ pub fn parse_packet(packet: &[u8]) -> Result<Parsed<'_>, ParseError> {
                     .try_into()
                     .expect("length checked")
             };
-            (
+            Ok((
                 IPV4_HEADER_LEN,
                 ipv4_gid(addr(field::V4_SRC)),
                 ipv4_gid(addr(field::V4_DST)),
                 usize::from(be16(packet, field::V4_TOTAL_LEN)),
-            )
+            ))
         }
         IPV6_VERSION => {
             if packet.len() < IPV6_HEADER_LEN {
@@ -279,15 +280,20 @@ pub fn parse_packet(packet: &[u8]) -> Result<Parsed<'_>, ParseError> {
             let gid =
                 |at: usize| -> Gid { packet[at..at + GID_LEN].try_into().expect("length checked") };
             let (src, dst) = (gid(field::V6_SRC), gid(field::V6_DST));
-            (
+            Ok((
                 IPV6_HEADER_LEN,
                 src,
                 dst,
                 IPV6_HEADER_LEN + usize::from(be16(packet, field::V6_PAYLOAD_LEN)),
-            )
+            ))
         }
-        _ => return Err(ParseError::NotRoce),
-    };
+        _ => Err(ParseError::NotRoce),
+    }
+}
+
+/// Parses and validates a received RoCEv2 IP packet (lengths, opcode, pad, ICRC).
+pub fn parse_packet(packet: &[u8]) -> Result<Parsed<'_>, ParseError> {
+    let (ip_len, sgid, dgid, total_len) = parse_ip(packet)?;
     if total_len != packet.len() || packet.len() < ip_len + UDP_HEADER_LEN + BTH_LEN + ICRC_LEN {
         return Err(ParseError::Malformed);
     }
