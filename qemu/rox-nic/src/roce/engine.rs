@@ -14,6 +14,8 @@ mod req;
 mod resp;
 mod resp_exec;
 mod sg;
+#[cfg(test)]
+mod test_env;
 mod wqe;
 
 use std::collections::HashMap;

@@ -79,3 +79,120 @@ impl Engine {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_env::*;
+    use super::*;
+
+    fn engine_with_rc_qp(env: &mut TestEnv) -> Engine {
+        let mut engine = Engine::new();
+        let qp = rts_qp(QpType::Rc);
+        let av = qp.av;
+        engine.create_qp(qp.cfg).unwrap();
+        let modify = QpModify {
+            state: Some(QpState::Rts),
+            av,
+            dest_qpn: Some(PEER_QPN),
+            rq_psn: Some(Psn::from_wire(100)),
+            sq_psn: Some(Psn::from_wire(100)),
+            ..QpModify::default()
+        };
+        engine.modify_qp(env, LOCAL_QPN, &modify).unwrap();
+        engine
+    }
+
+    #[test]
+    fn packets_are_checked_before_any_qp_sees_them() {
+        let mut env = TestEnv::new();
+        let mut engine = engine_with_rc_qp(&mut env);
+        let send =
+            |pkey: u16, opcode: u8| packet_from_peer(opcode, 100, &[], |h| h.bth.pkey = pkey);
+        let mut bad = send(DEFAULT_PKEY, op::RC_SEND_ONLY);
+        let last = bad.len() - 1;
+        bad[last] ^= 1;
+        assert_eq!(
+            engine.receive(&mut env, &bad),
+            Err(RxDrop::Parse(ParseError::BadIcrc))
+        );
+        assert_eq!(
+            engine.receive(&mut env, &send(0x1234, op::RC_SEND_ONLY)),
+            Err(RxDrop::BadPkey(0x1234))
+        );
+        // Limited membership (the top bit clear) of the default partition is ours too.
+        let limited = engine.receive(&mut env, &send(0x7fff, op::CLASS_UC | op::RC_SEND_ONLY));
+        assert_eq!(
+            limited,
+            Err(RxDrop::NoQp(LOCAL_QPN)),
+            "a UC packet for an RC QP"
+        );
+        let mut other = send(DEFAULT_PKEY, op::RC_SEND_ONLY);
+        other[12..16].copy_from_slice(&[10, 0, 0, 9]);
+        let fixed = wire::ipv4_header_checksum(&{
+            let mut h = other[..20].to_vec();
+            h[10..12].fill(0);
+            h
+        });
+        other[10..12].copy_from_slice(&fixed.to_be_bytes());
+        let icrc_at = other.len() - 4;
+        let icrc = wire::compute_icrc(&other[..icrc_at], 20);
+        other[icrc_at..].copy_from_slice(&icrc.to_le_bytes());
+        assert_eq!(
+            engine.receive(&mut env, &other),
+            Err(RxDrop::WrongSource(LOCAL_QPN))
+        );
+        let stats = engine.stats();
+        assert_eq!(
+            (
+                stats.rx_icrc_errors,
+                stats.rx_bad_pkey,
+                stats.rx_no_qp,
+                stats.rx_wrong_source
+            ),
+            (1, 1, 1, 1)
+        );
+    }
+
+    #[test]
+    fn responses_go_to_the_completer_requests_to_the_responder() {
+        let mut env = TestEnv::new();
+        let mut engine = engine_with_rc_qp(&mut env);
+        let ack = packet_from_peer(op::RC_ACKNOWLEDGE, 100, &[], |h| {
+            h.aeth = Some(wire::Aeth {
+                syndrome: wire::Syndrome::Ack,
+                msn: Msn::default(),
+            })
+        });
+        engine.receive(&mut env, &ack).unwrap();
+        assert_eq!(
+            engine.stats().rx_stale_responses,
+            1,
+            "nothing was sent to acknowledge"
+        );
+        env.recv.push_back(RecvWr {
+            wr_id: 5,
+            sges: Vec::new(),
+        });
+        engine
+            .receive(
+                &mut env,
+                &packet_from_peer(op::RC_SEND_ONLY, 100, &[], |_| {}),
+            )
+            .unwrap();
+        assert_eq!(env.completions[0].wr_id, 5);
+        assert_eq!(
+            engine.receive(
+                &mut env,
+                &packet_from_peer(op::UD_SEND_ONLY, 0, &[], |h| {
+                    h.bth.dest_qpn = Qpn::MULTICAST;
+                    h.deth = Some(wire::Deth {
+                        qkey: 0,
+                        src_qpn: PEER_QPN,
+                    });
+                })
+            ),
+            Err(RxDrop::NoQp(Qpn::MULTICAST)),
+            "no multicast group here"
+        );
+    }
+}

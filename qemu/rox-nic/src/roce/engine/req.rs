@@ -439,3 +439,184 @@ fn data_opcode(kind: WqeKind, first: bool, last: bool, imm: bool, inv: bool) -> 
         (_, false, true) => op::RC_WRITE_LAST,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_env::*;
+    use super::*;
+
+    #[test]
+    fn window_halves_on_loss_and_grows_on_progress_within_bounds() {
+        let mut req = Requester::new();
+        assert_eq!(req.window, MAX_INFLIGHT_PSNS);
+        assert_eq!(req.ack_req_interval(), ACK_REQ_INTERVAL);
+        for _ in 0..10 {
+            req.on_loss();
+        }
+        assert_eq!(req.window, MIN_INFLIGHT_PSNS);
+        assert_eq!(
+            req.ack_req_interval(),
+            MIN_INFLIGHT_PSNS / 2,
+            "twice per window"
+        );
+        req.on_progress();
+        assert_eq!(req.window, MIN_INFLIGHT_PSNS + 1);
+        for _ in 0..1000 {
+            req.on_progress();
+        }
+        assert_eq!(req.window, MAX_INFLIGHT_PSNS);
+    }
+
+    #[test]
+    fn page_fault_stalls_double_their_wait_up_to_the_cap() {
+        let mut req = Requester::new();
+        let mut waits = Vec::new();
+        for _ in 0..10 {
+            req.fault_stall(1_000);
+            waits.push(req.rnr_until.unwrap() - 1_000);
+        }
+        assert_eq!(waits[0], PAGE_FAULT_RETRY_NS);
+        assert_eq!(waits[1], 2 * PAGE_FAULT_RETRY_NS);
+        assert_eq!(*waits.last().unwrap(), PAGE_FAULT_RETRY_MAX_NS);
+        assert!(waits.windows(2).all(|w| w[1] >= w[0]));
+    }
+
+    #[test]
+    fn data_opcodes_mark_position_immediate_and_invalidate() {
+        use WqeKind::{Send, Write};
+        assert_eq!(
+            data_opcode(Send, true, true, false, false),
+            op::RC_SEND_ONLY
+        );
+        assert_eq!(
+            data_opcode(Send, true, false, true, false),
+            op::RC_SEND_FIRST
+        );
+        assert_eq!(
+            data_opcode(Send, false, false, true, false),
+            op::RC_SEND_MIDDLE
+        );
+        assert_eq!(
+            data_opcode(Send, false, true, true, false),
+            op::RC_SEND_LAST_IMM
+        );
+        assert_eq!(
+            data_opcode(Send, true, true, false, true),
+            op::RC_SEND_ONLY_INV
+        );
+        assert_eq!(
+            data_opcode(Send, false, true, false, true),
+            op::RC_SEND_LAST_INV
+        );
+        assert_eq!(
+            data_opcode(Write, true, true, true, false),
+            op::RC_WRITE_ONLY_IMM
+        );
+        assert_eq!(
+            data_opcode(Write, true, false, false, false),
+            op::RC_WRITE_FIRST
+        );
+        assert_eq!(
+            data_opcode(Write, false, true, false, false),
+            op::RC_WRITE_LAST
+        );
+    }
+
+    #[test]
+    fn a_send_leaves_in_mtu_packets_asking_for_an_ack_at_its_end() {
+        let (mut env, mut stats, mut qp) =
+            (TestEnv::new(), EngineStats::default(), rts_qp(QpType::Rc));
+        env.mem[..2500]
+            .iter_mut()
+            .enumerate()
+            .for_each(|(i, b)| *b = i as u8);
+        let wqe = qp.make_wqe(send_wr(1, WrOpcode::SendWithImm, 2500));
+        qp.enqueue(&mut env, &mut stats, wqe);
+        let sent = env.sent_parsed();
+        let shape: Vec<(u8, u32, bool, usize)> = sent
+            .iter()
+            .map(|p| {
+                (
+                    p.hdr.bth.opcode,
+                    p.hdr.bth.psn.get(),
+                    p.hdr.bth.ack_req,
+                    p.payload.len(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            shape,
+            [
+                (op::RC_SEND_FIRST, 100, false, 1024),
+                (op::RC_SEND_MIDDLE, 101, false, 1024),
+                (op::RC_SEND_LAST_IMM, 102, true, 452),
+            ]
+        );
+        let data: Vec<u8> = sent.iter().flat_map(|p| p.payload.to_vec()).collect();
+        assert_eq!(data, env.mem[..2500]);
+        assert_eq!(qp.req.next_psn.get(), 103);
+        assert!(qp.req.timer_deadline.is_some(), "the ACK timer runs");
+    }
+
+    #[test]
+    fn the_window_bounds_unacknowledged_packets() {
+        let (mut env, mut stats, mut qp) =
+            (TestEnv::new(), EngineStats::default(), rts_qp(QpType::Rc));
+        qp.req.window = MIN_INFLIGHT_PSNS;
+        for id in 0..20 {
+            let wqe = qp.make_wqe(send_wr(id, WrOpcode::Send, 0));
+            qp.enqueue(&mut env, &mut stats, wqe);
+        }
+        assert_eq!(env.sent.len(), MIN_INFLIGHT_PSNS as usize);
+        // UC has no window: everything leaves at once.
+        let (mut env, mut qp) = (TestEnv::new(), rts_qp(QpType::Uc));
+        qp.req.window = MIN_INFLIGHT_PSNS;
+        for id in 0..20 {
+            let wqe = qp.make_wqe(send_wr(id, WrOpcode::Send, 0));
+            qp.enqueue(&mut env, &mut stats, wqe);
+        }
+        assert_eq!(env.sent.len(), 20);
+        assert_eq!(env.completions.len(), 20, "UC completes once sent");
+    }
+
+    #[test]
+    fn rd_atomic_limit_and_fence_hold_the_queue() {
+        let (mut env, mut stats, mut qp) =
+            (TestEnv::new(), EngineStats::default(), rts_qp(QpType::Rc));
+        qp.max_rd_atomic = 1;
+        for id in 0..2 {
+            let wqe = qp.make_wqe(send_wr(id, WrOpcode::RdmaRead, 8));
+            qp.enqueue(&mut env, &mut stats, wqe);
+        }
+        assert_eq!(env.sent.len(), 1, "one READ outstanding at most");
+        let (mut env, mut qp) = (TestEnv::new(), rts_qp(QpType::Rc));
+        qp.max_rd_atomic = 4;
+        let read = qp.make_wqe(send_wr(0, WrOpcode::RdmaRead, 8));
+        qp.enqueue(&mut env, &mut stats, read);
+        let fenced = qp.make_wqe(SendWr {
+            fence: true,
+            ..send_wr(1, WrOpcode::Send, 8)
+        });
+        qp.enqueue(&mut env, &mut stats, fenced);
+        assert_eq!(env.sent.len(), 1, "the fenced SEND waits for the READ");
+    }
+
+    #[test]
+    fn a_page_fault_gives_the_psns_back_and_waits() {
+        let (mut env, mut stats, mut qp) =
+            (TestEnv::new(), EngineStats::default(), rts_qp(QpType::Rc));
+        let mut wr = send_wr(1, WrOpcode::Send, 8);
+        wr.data = SendData::Sges(vec![Sge {
+            addr: 0,
+            length: 8,
+            lkey: FAULT_KEY,
+        }]);
+        let wqe = qp.make_wqe(wr);
+        qp.enqueue(&mut env, &mut stats, wqe);
+        assert!(env.sent.is_empty());
+        assert_eq!(qp.req.next_psn.get(), 100);
+        assert!(!qp.req.sq[0].started);
+        assert_eq!(qp.req.rnr_until, Some(PAGE_FAULT_RETRY_NS));
+        assert_eq!(stats.page_fault_stalls, 1);
+    }
+}

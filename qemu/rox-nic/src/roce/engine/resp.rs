@@ -400,3 +400,181 @@ impl Qp {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_env::*;
+    use super::*;
+    use crate::roce::wire::{self, opcode as op, Reth};
+
+    fn psn(n: u32) -> Psn {
+        Psn::from_wire(n)
+    }
+
+    #[test]
+    fn psn_window_check_classifies_expected_duplicate_and_gap() {
+        assert_eq!(check_psn(psn(100), psn(100)), PsnCheck::Expected);
+        assert_eq!(check_psn(psn(99), psn(100)), PsnCheck::Duplicate);
+        assert_eq!(check_psn(psn(101), psn(100)), PsnCheck::Gap);
+        // PSNs are 24 bits and wrap: 0 follows 0xffffff.
+        assert_eq!(check_psn(psn(0), psn(0xff_ffff)), PsnCheck::Gap);
+        assert_eq!(check_psn(psn(0xff_ffff), psn(0)), PsnCheck::Duplicate);
+        assert_eq!(check_psn(psn(5), psn(0xff_fffe)), PsnCheck::Gap);
+    }
+
+    #[test]
+    fn op_sequence_check_follows_the_message_in_progress() {
+        use OpcodeClass::*;
+        let send = InMessage::Send {
+            wr: RecvWr {
+                wr_id: 1,
+                sges: Vec::new(),
+            },
+            offset: 0,
+        };
+        let write = InMessage::Write {
+            va: 0,
+            rkey: Key::from_raw(2),
+            remaining: 10,
+            total: 10,
+        };
+        // Between messages: only first (or only) packets.
+        for class in [Send, Write, ReadRequest, Atomic, Flush, AtomicWrite] {
+            assert!(op_sequence_ok(None, class, true), "{class:?}");
+        }
+        assert!(!op_sequence_ok(None, Send, false));
+        assert!(!op_sequence_ok(None, Write, false));
+        // Inside a SEND: only its middle/last packets.
+        assert!(op_sequence_ok(Some(&send), Send, false));
+        assert!(!op_sequence_ok(Some(&send), Write, false));
+        assert!(!op_sequence_ok(Some(&send), Send, true));
+        assert!(!op_sequence_ok(Some(&send), ReadRequest, true));
+        // Inside a WRITE: only its middle/last packets.
+        assert!(op_sequence_ok(Some(&write), Write, false));
+        assert!(!op_sequence_ok(Some(&write), Send, false));
+        assert!(!op_sequence_ok(Some(&write), Atomic, true));
+    }
+
+    #[test]
+    fn duplicates_are_answered_from_the_history_only() {
+        use DuplicateAnswer::*;
+        let history: VecDeque<RdAtomic> = [
+            RdAtomic::Read {
+                first_psn: psn(100),
+                last_psn: psn(103),
+            },
+            RdAtomic::Atomic {
+                psn: psn(104),
+                original: 7,
+            },
+            RdAtomic::Executed { psn: psn(105) },
+        ]
+        .into();
+        let class = |c, n| classify_duplicate(&history, c, psn(n));
+        assert_eq!(class(OpcodeClass::ReadRequest, 100), ReplayRead);
+        assert_eq!(class(OpcodeClass::ReadRequest, 103), ReplayRead);
+        assert_eq!(class(OpcodeClass::ReadRequest, 99), Ignore);
+        assert_eq!(class(OpcodeClass::Atomic, 104), ReplayAtomic(7));
+        assert_eq!(class(OpcodeClass::Atomic, 103), Ignore);
+        assert_eq!(class(OpcodeClass::Flush, 105), ReplayExecuted);
+        assert_eq!(class(OpcodeClass::AtomicWrite, 105), ReplayExecuted);
+        assert_eq!(class(OpcodeClass::AtomicWrite, 104), Ignore);
+        assert_eq!(class(OpcodeClass::Send, 1), Ack);
+        assert_eq!(class(OpcodeClass::Write, 104), Ack);
+    }
+
+    #[test]
+    fn history_keeps_the_last_max_dest_rd_atomic_entries() {
+        let mut qp = rts_qp(QpType::Rc);
+        qp.max_dest_rd_atomic = 2;
+        for n in 0..5 {
+            qp.remember(RdAtomic::Executed { psn: psn(n) });
+        }
+        let kept: Vec<u32> = qp
+            .resp
+            .history
+            .iter()
+            .map(|h| match *h {
+                RdAtomic::Executed { psn } => psn.get(),
+                _ => unreachable!(),
+            })
+            .collect();
+        assert_eq!(kept, [3, 4]);
+    }
+
+    #[test]
+    fn no_receive_wr_is_rnr_nak_on_rc_and_a_dropped_message_on_uc() {
+        let mut env = TestEnv::new();
+        let mut stats = EngineStats::default();
+        let mut rc = rts_qp(QpType::Rc);
+        rc.min_rnr_timer = 12;
+        rc.no_recv_wr(&mut env, &mut stats, psn(100), true);
+        let sent = env.sent_parsed();
+        assert_eq!(sent.len(), 1);
+        assert_eq!(sent[0].hdr.aeth.unwrap().syndrome, Syndrome::RnrNak(12));
+        assert_eq!(sent[0].hdr.bth.psn, psn(100));
+        assert!(rc.resp.nak_sent);
+        assert_eq!(rc.resp.epsn, psn(100), "the retry brings the same PSN");
+        assert_eq!((stats.rnr_naks_sent, stats.rx_no_recv_wr), (1, 0));
+
+        let mut env = TestEnv::new();
+        let mut uc = rts_qp(QpType::Uc);
+        uc.no_recv_wr(&mut env, &mut stats, psn(100), true);
+        assert!(env.sent.is_empty(), "UC answers nothing");
+        assert!(uc.resp.uc_dropping);
+        assert_eq!(uc.resp.epsn, psn(101));
+        assert_eq!(stats.rx_no_recv_wr, 1);
+    }
+
+    #[test]
+    fn rc_gap_is_nakked_once_and_duplicates_reacknowledged() {
+        let mut env = TestEnv::new();
+        let mut stats = EngineStats::default();
+        let mut qp = rts_qp(QpType::Rc);
+        for n in [102, 103] {
+            let bytes = packet_from_peer(op::RC_SEND_ONLY, n, &[], |_| {});
+            let p = wire::parse_packet(&bytes).unwrap();
+            qp.responder_receive(&mut env, &mut stats, &p);
+        }
+        let sent = env.sent_parsed();
+        assert_eq!(sent.len(), 1, "one NAK per gap");
+        let aeth = sent[0].hdr.aeth.unwrap();
+        assert_eq!(aeth.syndrome, Syndrome::Nak(NakCode::PsnSequenceError));
+        assert_eq!(sent[0].hdr.bth.psn, psn(100), "NAK names the expected PSN");
+        assert_eq!(stats.rx_out_of_sequence, 2);
+
+        let bytes = packet_from_peer(op::RC_SEND_ONLY, 99, &[], |_| {});
+        qp.responder_receive(&mut env, &mut stats, &wire::parse_packet(&bytes).unwrap());
+        assert_eq!(stats.rx_duplicates, 1);
+        assert!(
+            qp.resp.ack_pending,
+            "a duplicate SEND is acknowledged again"
+        );
+        assert_eq!(qp.resp.epsn, psn(100));
+    }
+
+    #[test]
+    fn duplicate_read_is_replayed_only_with_remote_read_access() {
+        let mut env = TestEnv::new();
+        let mut stats = EngineStats::default();
+        let mut qp = rts_qp(QpType::Rc);
+        qp.resp.epsn = psn(110);
+        qp.remember(RdAtomic::Read {
+            first_psn: psn(100),
+            last_psn: psn(100),
+        });
+        let bytes = packet_from_peer(op::RC_READ_REQUEST, 100, &[], |h| {
+            h.reth = Some(Reth {
+                va: 0,
+                rkey: Key::from_raw(2),
+                dma_len: 8,
+            })
+        });
+        qp.responder_receive(&mut env, &mut stats, &wire::parse_packet(&bytes).unwrap());
+        assert_eq!(env.sent.len(), 1, "READ RESPONSE ONLY again");
+        qp.access = 0;
+        qp.responder_receive(&mut env, &mut stats, &wire::parse_packet(&bytes).unwrap());
+        assert_eq!(env.sent.len(), 1, "access revoked since: no replay");
+        assert_eq!(stats.rx_duplicates, 2);
+    }
+}

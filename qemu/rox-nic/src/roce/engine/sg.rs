@@ -99,3 +99,74 @@ pub(super) fn scatter(
     })?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_env::*;
+    use super::*;
+
+    fn sge(addr: u64, length: u32, lkey: Key) -> Sge {
+        Sge { addr, length, lkey }
+    }
+
+    #[test]
+    fn walk_covers_the_range_in_pieces_of_one_sge_each() {
+        let key = Key::from_raw(1);
+        let sges = [sge(0x100, 4, key), sge(0x200, 4, key), sge(0x300, 4, key)];
+        let mut pieces = Vec::new();
+        let done = walk_sges(&sges, 2, 7, |s, addr, range| {
+            pieces.push((s.addr, addr, range));
+            Ok(())
+        });
+        assert_eq!(done.ok(), Some(7));
+        assert_eq!(
+            pieces,
+            [
+                (0x100, 0x102, 0..2),
+                (0x200, 0x200, 2..6),
+                (0x300, 0x300, 6..7)
+            ]
+        );
+        let short = walk_sges(&sges, 10, 8, |_, _, _| Ok(()));
+        assert_eq!(short.ok(), Some(2), "the list ends 2 bytes in");
+    }
+
+    #[test]
+    fn gather_and_scatter_report_length_access_and_fault() {
+        let mut env = TestEnv::new();
+        let key = Key::from_raw(1);
+        let sges = vec![sge(0x10, 4, key), sge(0x20, 4, key)];
+        scatter(&mut env, 1, &sges, 2, b"abcd").ok().unwrap();
+        assert_eq!(&env.mem[0x12..0x14], b"ab");
+        assert_eq!(&env.mem[0x20..0x22], b"cd");
+        let mut out = [0u8; 4];
+        gather(&mut env, 1, &SendData::Sges(sges.clone()), 2, &mut out)
+            .ok()
+            .unwrap();
+        assert_eq!(&out, b"abcd");
+        assert!(matches!(
+            scatter(&mut env, 1, &sges, 5, b"abcd"),
+            Err(SgError::Length)
+        ));
+        assert_eq!(
+            &env.mem[0x21..0x24],
+            b"d\0\0",
+            "a list too short writes nothing"
+        );
+        let inline = SendData::Inline(b"xyz".to_vec());
+        assert!(matches!(
+            gather(&mut env, 1, &inline, 1, &mut out[..3]),
+            Err(SgError::Length)
+        ));
+        let faulting = SendData::Sges(vec![sge(0, 4, FAULT_KEY)]);
+        assert!(matches!(
+            gather(&mut env, 1, &faulting, 0, &mut out),
+            Err(SgError::Fault)
+        ));
+        let refused = vec![sge(0, 4, BAD_KEY)];
+        assert!(matches!(
+            scatter(&mut env, 1, &refused, 0, b"abcd"),
+            Err(SgError::Access)
+        ));
+    }
+}

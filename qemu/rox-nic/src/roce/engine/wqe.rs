@@ -201,3 +201,135 @@ impl Qp {
         Ok((len, npsn))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_env::*;
+    use super::*;
+
+    fn checked(qp_type: QpType, wr: SendWr) -> Result<(u64, u32), WcStatus> {
+        let qp = rts_qp(qp_type);
+        qp.check_wr(&wr, wqe_kind(wr.opcode))
+    }
+
+    #[test]
+    fn check_wr_counts_packets_of_the_path_mtu() {
+        assert_eq!(
+            checked(QpType::Rc, send_wr(0, WrOpcode::Send, 0)),
+            Ok((0, 1))
+        );
+        assert_eq!(
+            checked(QpType::Rc, send_wr(0, WrOpcode::Send, 1024)),
+            Ok((1024, 1))
+        );
+        assert_eq!(
+            checked(QpType::Rc, send_wr(0, WrOpcode::RdmaRead, 1025)),
+            Ok((1025, 2))
+        );
+        assert_eq!(
+            checked(QpType::Rc, send_wr(0, WrOpcode::AtomicFetchAndAdd, 8)),
+            Ok((8, 1))
+        );
+        assert_eq!(
+            checked(QpType::Uc, send_wr(0, WrOpcode::LocalInv, 0)),
+            Ok((0, 0))
+        );
+    }
+
+    #[test]
+    fn check_wr_refuses_what_the_qp_type_or_length_forbids() {
+        use WcStatus::{LocLenErr, LocQpOpErr};
+        let wr = |opcode, len| send_wr(0, opcode, len);
+        assert_eq!(
+            checked(QpType::Uc, wr(WrOpcode::RdmaRead, 8)),
+            Err(LocQpOpErr)
+        );
+        assert_eq!(
+            checked(QpType::Uc, wr(WrOpcode::SendWithInv, 8)),
+            Err(LocQpOpErr)
+        );
+        assert_eq!(
+            checked(QpType::Ud, wr(WrOpcode::Send, 8)),
+            Err(LocQpOpErr),
+            "no UD address"
+        );
+        assert_eq!(
+            checked(QpType::Rc, wr(WrOpcode::BindMw, 0)),
+            Err(LocQpOpErr),
+            "no segment"
+        );
+        assert_eq!(
+            checked(QpType::Rc, wr(WrOpcode::AtomicCmpAndSwp, 4)),
+            Err(LocLenErr)
+        );
+        assert_eq!(
+            checked(QpType::Rc, wr(WrOpcode::Flush, 0)),
+            Err(LocQpOpErr),
+            "invalid spec"
+        );
+        let inline_read = SendWr {
+            data: SendData::Inline(vec![0; 8]),
+            ..wr(WrOpcode::RdmaRead, 8)
+        };
+        assert_eq!(checked(QpType::Rc, inline_read), Err(LocQpOpErr));
+        let failed = rts_qp(QpType::Uc).make_wqe(wr(WrOpcode::RdmaRead, 8));
+        assert_eq!(failed.error, Some(LocQpOpErr));
+    }
+
+    #[test]
+    fn resume_psn_is_the_first_packet_not_known_to_have_arrived() {
+        let started = |opcode, len, npsn| Wqe {
+            started: true,
+            first_psn: Psn::from_wire(10),
+            ..Wqe::new(
+                send_wr(0, opcode, len),
+                wqe_kind(opcode),
+                u64::from(len),
+                npsn,
+            )
+        };
+        let send = started(WrOpcode::Send, 3000, 3);
+        assert_eq!(send.last_psn().get(), 12);
+        assert_eq!(
+            send.resume_psn(Psn::from_wire(11)).get(),
+            12,
+            "after the ACKed packet"
+        );
+        assert_eq!(
+            send.resume_psn(Psn::from_wire(9)).get(),
+            10,
+            "ACK before it: from its start"
+        );
+        let mut read = started(WrOpcode::RdmaRead, 3000, 3);
+        read.read_pkts_done = 2;
+        assert_eq!(
+            read.resume_psn(Psn::from_wire(50)).get(),
+            12,
+            "responses, not ACKs, count"
+        );
+        assert!(!read.done());
+        read.read_pkts_done = 3;
+        assert!(read.done());
+        let atomic = started(WrOpcode::AtomicFetchAndAdd, 8, 1);
+        assert_eq!(
+            atomic.resume_psn(Psn::from_wire(10)).get(),
+            10,
+            "until its value came back"
+        );
+        assert!(atomic.contains(Psn::from_wire(10)) && !atomic.contains(Psn::from_wire(11)));
+    }
+
+    #[test]
+    fn completion_opcodes_follow_the_wr() {
+        let wc = |opcode| wc_opcode(wqe_kind(opcode), opcode);
+        assert_eq!(wc(WrOpcode::SendWithImm), WcOpcode::Send);
+        assert_eq!(wc(WrOpcode::RdmaWriteWithImm), WcOpcode::RdmaWrite);
+        assert_eq!(wc(WrOpcode::AtomicCmpAndSwp), WcOpcode::CompSwap);
+        assert_eq!(wc(WrOpcode::AtomicFetchAndAdd), WcOpcode::FetchAdd);
+        assert_eq!(wc(WrOpcode::BindMw), WcOpcode::BindMw);
+        assert_eq!(wc(WrOpcode::RegMr), WcOpcode::RegMr);
+        assert_eq!(wc(WrOpcode::LocalInv), WcOpcode::LocalInv);
+        assert_eq!(wc(WrOpcode::Flush), WcOpcode::Flush);
+        assert_eq!(wc(WrOpcode::AtomicWrite), WcOpcode::AtomicWrite);
+    }
+}
