@@ -295,23 +295,7 @@ impl Engine {
     ) -> Result<(), EngineError> {
         let qp = self.qps.get_mut(&qpn).ok_or(EngineError::NoSuchQp(qpn))?;
         let kind = wqe_kind(failed.opcode);
-        let wr = SendWr {
-            wr_id: failed.wr_id,
-            opcode: failed.opcode,
-            signaled: true,
-            solicited: false,
-            fence: false,
-            data: SendData::Inline(Vec::new()),
-            imm: 0,
-            remote_addr: 0,
-            rkey: Key::default(),
-            compare_add: 0,
-            swap: 0,
-            flush: FlushSpec::default(),
-            bind: None,
-            fast_reg: None,
-            ud: None,
-        };
+        let wr = SendWr::new(failed.wr_id, failed.opcode);
         let wqe = Wqe::failed(wr, kind, failed.status, failed.vendor_err);
         qp.enqueue(env, &mut self.stats, wqe);
         Ok(())

@@ -17,6 +17,14 @@ pub(super) const RNR_TIMER_10US: [u64; 32] = [
 ];
 pub(super) const NS_PER_10US: u64 = 10_000;
 
+/// The retry counters of a requester: retry_cnt (ACK timeouts, sequence NAKs) and
+/// rnr_retry (RNR NAKs).
+#[derive(Clone, Copy, Debug)]
+enum Retry {
+    Transport,
+    Rnr,
+}
+
 /// The status of a send WR failed by a NAK other than a PSN sequence error.
 fn nak_status(code: NakCode) -> WcStatus {
     match code {
@@ -202,8 +210,13 @@ impl Qp {
                 let aeth = p.hdr.aeth.expect("parsed AETH");
                 self.on_ack(env, stats, psn, aeth.syndrome, now)
             }
-            OpcodeClass::AtomicAck => self.on_atomic_ack(env, stats, p, now),
-            _ => self.on_read_response(env, stats, p, now),
+            class => match self.wqe_of_response(stats, psn) {
+                None => false,
+                Some(index) if class == OpcodeClass::AtomicAck => {
+                    self.on_atomic_ack(env, stats, p, index, now)
+                }
+                Some(index) => self.on_read_response(env, stats, p, index, now),
+            },
         };
         if go_on {
             self.retire(env);
@@ -231,13 +244,8 @@ impl Qp {
                 if !self.accept_nak(psn, now, stats) {
                     return false;
                 }
-                if self.rnr_retry != RNR_RETRY_INFINITE {
-                    if self.req.rnr_left == 0 {
-                        self.fail_psn(psn, WcStatus::RnrRetryExcErr);
-                        self.retire(env);
-                        return false;
-                    }
-                    self.req.rnr_left -= 1;
+                if self.rnr_retry != RNR_RETRY_INFINITE && !self.spend_retry(env, psn, Retry::Rnr) {
+                    return false;
                 }
                 stats.nak_rewinds += 1;
                 self.rewind_to(psn);
@@ -248,12 +256,9 @@ impl Qp {
                 if !self.accept_nak(psn, now, stats) {
                     return false;
                 }
-                if self.req.retry_left == 0 {
-                    self.fail_psn(psn, WcStatus::RetryExcErr);
-                    self.retire(env);
+                if !self.spend_retry(env, psn, Retry::Transport) {
                     return false;
                 }
-                self.req.retry_left -= 1;
                 stats.nak_rewinds += 1;
                 self.req.on_loss();
                 self.rewind_to(psn);
@@ -267,6 +272,68 @@ impl Qp {
         true
     }
 
+    /// Takes one retry of `kind` for the WR at `psn`. None left: the WR fails (RETRY_EXC_ERR
+    /// or RNR_RETRY_EXC_ERR) and the SQ retires up to it; returns false.
+    fn spend_retry(&mut self, env: &mut dyn DeviceEnv, psn: Psn, kind: Retry) -> bool {
+        let (left, status) = match kind {
+            Retry::Transport => (&mut self.req.retry_left, WcStatus::RetryExcErr),
+            Retry::Rnr => (&mut self.req.rnr_left, WcStatus::RnrRetryExcErr),
+        };
+        if *left == 0 {
+            self.fail_psn(psn, status);
+            self.retire(env);
+            return false;
+        }
+        *left -= 1;
+        true
+    }
+
+    /// Scatters response data at byte `offset` of the buffer of the READ or atomic WR at
+    /// `index` (the response for its next PSN). Some(true): placed; Some(false): the WR
+    /// failed (its error is set); None: a local page is absent, the response is dropped and
+    /// its request sent again after the page-fault wait.
+    fn place_response(
+        &mut self,
+        env: &mut dyn DeviceEnv,
+        stats: &mut EngineStats,
+        index: usize,
+        offset: u64,
+        data: &[u8],
+        now: u64,
+    ) -> Option<bool> {
+        let wqe = &self.req.sq[index];
+        let SendData::Sges(sges) = &wqe.wr.data else {
+            unreachable!("READs and atomics take SGEs")
+        };
+        let psn = wqe.first_psn.add(wqe.read_pkts_done);
+        match scatter(env, self.cfg.pd, sges, offset, data) {
+            Ok(()) => {
+                self.req.fault_wait_ns = 0;
+                Some(true)
+            }
+            Err(SgError::Fault) => {
+                self.stall_response_for_fault(stats, psn, now);
+                None
+            }
+            Err(e) => {
+                self.req.sq[index].error = Some(match e {
+                    SgError::Length => WcStatus::LocLenErr,
+                    SgError::Access | SgError::Fault => WcStatus::LocProtErr,
+                });
+                Some(false)
+            }
+        }
+    }
+
+    /// The index of the WQE a response for `psn` belongs to (none: a stale response).
+    fn wqe_of_response(&self, stats: &mut EngineStats, psn: Psn) -> Option<usize> {
+        let index = self.req.sq.iter().position(|w| w.contains(psn));
+        if index.is_none() {
+            stats.rx_stale_responses += 1;
+        }
+        index
+    }
+
     /// The original value of a COMPARE SWAP / FETCH ADD came back: place it in the WR's
     /// buffer. Returns false if the requester has nothing more to do.
     fn on_atomic_ack(
@@ -274,37 +341,24 @@ impl Qp {
         env: &mut dyn DeviceEnv,
         stats: &mut EngineStats,
         p: &Parsed<'_>,
+        index: usize,
         now: u64,
     ) -> bool {
         let psn = p.hdr.bth.psn;
-        let Some(index) = self.req.sq.iter().position(|w| w.contains(psn)) else {
-            stats.rx_stale_responses += 1;
-            return false;
-        };
         if self.req.sq[index].kind != WqeKind::Atomic || self.req.sq[index].responded {
             stats.rx_stale_responses += 1;
             return false;
         }
         self.ack_through(psn.prev(), now);
         let original = p.hdr.atomic_ack.expect("parsed AtomicAckETH");
-        let wqe = &self.req.sq[index];
-        let SendData::Sges(sges) = &wqe.wr.data else {
-            unreachable!("atomics take SGEs")
+        // An absent result buffer: asked again later, the responder answers the duplicate
+        // from its saved result.
+        let bytes = original.to_le_bytes();
+        let Some(placed) = self.place_response(env, stats, index, 0, &bytes, now) else {
+            return false;
         };
-        let result = scatter(env, self.cfg.pd, sges, 0, &original.to_le_bytes());
-        let wqe = &mut self.req.sq[index];
-        match result {
-            Ok(()) => {
-                wqe.responded = true;
-                self.req.fault_wait_ns = 0;
-            }
-            Err(SgError::Fault) => {
-                // The result buffer is not present: ask again later (the responder
-                // answers the duplicate from its saved result).
-                self.stall_response_for_fault(stats, psn, now);
-                return false;
-            }
-            Err(_) => wqe.error = Some(WcStatus::LocProtErr),
+        if placed {
+            self.req.sq[index].responded = true;
         }
         self.restart_timer(now);
         self.req.retry_left = self.retry_cnt;
@@ -318,13 +372,10 @@ impl Qp {
         env: &mut dyn DeviceEnv,
         stats: &mut EngineStats,
         p: &Parsed<'_>,
+        index: usize,
         now: u64,
     ) -> bool {
         let psn = p.hdr.bth.psn;
-        let Some(index) = self.req.sq.iter().position(|w| w.contains(psn)) else {
-            stats.rx_stale_responses += 1;
-            return false;
-        };
         let wqe = &self.req.sq[index];
         if wqe.kind.ack_only_response() {
             return self.on_empty_read_response(env, stats, p, index, now);
@@ -353,24 +404,12 @@ impl Qp {
             self.retire(env);
             return false;
         }
-        let SendData::Sges(sges) = &wqe.wr.data else {
-            unreachable!("reads take SGEs")
+        // An absent destination page: the rest of the READ is requested again later.
+        let Some(placed) = self.place_response(env, stats, index, offset, p.payload, now) else {
+            return false;
         };
-        let result = scatter(env, self.cfg.pd, sges, offset, p.payload);
-        let wqe = &mut self.req.sq[index];
-        match result {
-            Ok(()) => {
-                wqe.read_pkts_done += 1;
-                self.req.fault_wait_ns = 0;
-            }
-            Err(SgError::Fault) => {
-                // The destination page is not present: request the rest of the READ
-                // again later.
-                self.stall_response_for_fault(stats, psn, now);
-                return false;
-            }
-            Err(SgError::Length) => wqe.error = Some(WcStatus::LocLenErr),
-            Err(SgError::Access) => wqe.error = Some(WcStatus::LocProtErr),
+        if placed {
+            self.req.sq[index].read_pkts_done += 1;
         }
         self.req.retry_left = self.retry_cnt;
         self.req.rnr_left = self.rnr_retry;
@@ -415,12 +454,9 @@ impl Qp {
             let una = self.una();
             if una == self.req.next_psn {
                 self.req.timer_deadline = None;
-            } else if self.req.retry_left == 0 {
-                self.fail_psn(una, WcStatus::RetryExcErr);
-                self.retire(env);
+            } else if !self.spend_retry(env, una, Retry::Transport) {
                 return;
             } else {
-                self.req.retry_left -= 1;
                 stats.retransmit_timeouts += 1;
                 self.req.on_loss();
                 self.rewind_to(una);
@@ -443,8 +479,7 @@ mod tests {
 
     /// An RC QP that has sent `wrs` (SEND of `len` bytes each; PSNs from 100).
     fn sent(wrs: &[(WrOpcode, u32)]) -> (TestEnv, EngineStats, Qp) {
-        let (mut env, mut stats, mut qp) =
-            (TestEnv::new(), EngineStats::default(), rts_qp(QpType::Rc));
+        let (mut env, mut stats, mut qp) = rc_fixture();
         for (id, &(opcode, len)) in wrs.iter().enumerate() {
             let wqe = qp.make_wqe(send_wr(id as u64, opcode, len));
             qp.enqueue(&mut env, &mut stats, wqe);

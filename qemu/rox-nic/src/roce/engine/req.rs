@@ -524,12 +524,8 @@ mod tests {
 
     #[test]
     fn a_send_leaves_in_mtu_packets_asking_for_an_ack_at_its_end() {
-        let (mut env, mut stats, mut qp) =
-            (TestEnv::new(), EngineStats::default(), rts_qp(QpType::Rc));
-        env.mem[..2500]
-            .iter_mut()
-            .enumerate()
-            .for_each(|(i, b)| *b = i as u8);
+        let (mut env, mut stats, mut qp) = rc_fixture();
+        fill_pattern(&mut env, 2500);
         let wqe = qp.make_wqe(send_wr(1, WrOpcode::SendWithImm, 2500));
         qp.enqueue(&mut env, &mut stats, wqe);
         let sent = env.sent_parsed();
@@ -560,8 +556,7 @@ mod tests {
 
     #[test]
     fn the_window_bounds_unacknowledged_packets() {
-        let (mut env, mut stats, mut qp) =
-            (TestEnv::new(), EngineStats::default(), rts_qp(QpType::Rc));
+        let (mut env, mut stats, mut qp) = rc_fixture();
         qp.req.window = MIN_INFLIGHT_PSNS;
         for id in 0..20 {
             let wqe = qp.make_wqe(send_wr(id, WrOpcode::Send, 0));
@@ -581,8 +576,7 @@ mod tests {
 
     #[test]
     fn rd_atomic_limit_and_fence_hold_the_queue() {
-        let (mut env, mut stats, mut qp) =
-            (TestEnv::new(), EngineStats::default(), rts_qp(QpType::Rc));
+        let (mut env, mut stats, mut qp) = rc_fixture();
         qp.max_rd_atomic = 1;
         for id in 0..2 {
             let wqe = qp.make_wqe(send_wr(id, WrOpcode::RdmaRead, 8));
@@ -603,8 +597,7 @@ mod tests {
 
     #[test]
     fn a_page_fault_gives_the_psns_back_and_waits() {
-        let (mut env, mut stats, mut qp) =
-            (TestEnv::new(), EngineStats::default(), rts_qp(QpType::Rc));
+        let (mut env, mut stats, mut qp) = rc_fixture();
         let mut wr = send_wr(1, WrOpcode::Send, 8);
         wr.data = SendData::Sges(vec![Sge {
             addr: 0,

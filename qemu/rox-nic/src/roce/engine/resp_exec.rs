@@ -516,8 +516,7 @@ mod tests {
 
     #[test]
     fn multi_packet_send_lands_in_one_receive_wr_and_completes_on_the_last() {
-        let (mut env, mut stats, mut qp) =
-            (TestEnv::new(), EngineStats::default(), rts_qp(QpType::Rc));
+        let (mut env, mut stats, mut qp) = rc_fixture();
         env.recv.push_back(recv_wr(7, 0x100, 64));
         receive(
             &mut qp,
@@ -575,8 +574,7 @@ mod tests {
 
     #[test]
     fn write_checks_the_whole_range_before_writing() {
-        let (mut env, mut stats, mut qp) =
-            (TestEnv::new(), EngineStats::default(), rts_qp(QpType::Rc));
+        let (mut env, mut stats, mut qp) = rc_fixture();
         let rkey = Key::from_raw(2);
         // Announces more than memory holds: nothing of the first packet lands.
         let first = packet_from_peer(
@@ -602,8 +600,7 @@ mod tests {
 
     #[test]
     fn write_longer_than_its_reth_is_an_invalid_request() {
-        let (mut env, mut stats, mut qp) =
-            (TestEnv::new(), EngineStats::default(), rts_qp(QpType::Rc));
+        let (mut env, mut stats, mut qp) = rc_fixture();
         let bytes = packet_from_peer(
             op::RC_WRITE_ONLY,
             100,
@@ -619,8 +616,7 @@ mod tests {
 
     #[test]
     fn write_with_immediate_waits_for_a_receive_wr_before_writing() {
-        let (mut env, mut stats, mut qp) =
-            (TestEnv::new(), EngineStats::default(), rts_qp(QpType::Rc));
+        let (mut env, mut stats, mut qp) = rc_fixture();
         let bytes = packet_from_peer(op::RC_WRITE_ONLY_IMM, 100, &[5; 8], |h| {
             reth(0x200, Key::from_raw(2), 8)(h);
             h.imm = Some(3);
@@ -646,8 +642,7 @@ mod tests {
 
     #[test]
     fn atomic_executes_once_and_a_duplicate_gets_the_saved_value() {
-        let (mut env, mut stats, mut qp) =
-            (TestEnv::new(), EngineStats::default(), rts_qp(QpType::Rc));
+        let (mut env, mut stats, mut qp) = rc_fixture();
         env.mem[0x300..0x308].copy_from_slice(&40u64.to_le_bytes());
         let bytes = packet_from_peer(op::RC_FETCH_ADD, 100, &[], |h| {
             h.atomic_eth = Some(AtomicEth {
@@ -668,8 +663,7 @@ mod tests {
 
     #[test]
     fn misaligned_atomic_and_read_without_resources_are_invalid_requests() {
-        let (mut env, mut stats, mut qp) =
-            (TestEnv::new(), EngineStats::default(), rts_qp(QpType::Rc));
+        let (mut env, mut stats, mut qp) = rc_fixture();
         let bytes = packet_from_peer(op::RC_COMPARE_SWAP, 100, &[], |h| {
             h.atomic_eth = Some(AtomicEth {
                 va: 0x301,
@@ -690,12 +684,8 @@ mod tests {
 
     #[test]
     fn read_answers_in_mtu_packets_and_advances_by_their_count() {
-        let (mut env, mut stats, mut qp) =
-            (TestEnv::new(), EngineStats::default(), rts_qp(QpType::Rc));
-        env.mem[..2500]
-            .iter_mut()
-            .enumerate()
-            .for_each(|(i, b)| *b = i as u8);
+        let (mut env, mut stats, mut qp) = rc_fixture();
+        fill_pattern(&mut env, 2500);
         let read = packet_from_peer(
             op::RC_READ_REQUEST,
             100,

@@ -6,6 +6,7 @@
 use std::collections::VecDeque;
 
 use super::qp::Qp;
+use super::EngineStats;
 use crate::roce::wire::{self, Bth, Headers, IpInfo, Parsed, DEFAULT_PKEY};
 use crate::roce::*;
 
@@ -210,25 +211,14 @@ pub(super) fn rts_qp(qp_type: QpType) -> Qp {
 /// A SEND WR of `len` bytes from address 0 through key 1.
 pub(super) fn send_wr(wr_id: u64, opcode: WrOpcode, len: u32) -> SendWr {
     SendWr {
-        wr_id,
-        opcode,
-        signaled: true,
-        solicited: false,
-        fence: false,
         data: SendData::Sges(vec![Sge {
             addr: 0,
             length: len,
             lkey: Key::from_raw(1),
         }]),
-        imm: 0,
         remote_addr: 0x1000,
         rkey: Key::from_raw(2),
-        compare_add: 0,
-        swap: 0,
-        flush: FlushSpec::default(),
-        bind: None,
-        fast_reg: None,
-        ud: None,
+        ..SendWr::new(wr_id, opcode)
     }
 }
 
@@ -258,4 +248,17 @@ pub(super) fn packet_from_peer(
         src_port: wire::flow_source_port(PEER_QPN),
     };
     wire::build_packet(&ip, &hdr, payload)
+}
+
+/// A fresh environment, counters and RC QP in RTS.
+pub(super) fn rc_fixture() -> (TestEnv, EngineStats, Qp) {
+    (TestEnv::new(), EngineStats::default(), rts_qp(QpType::Rc))
+}
+
+/// Fills the first `len` bytes of memory with a counting pattern.
+pub(super) fn fill_pattern(env: &mut TestEnv, len: usize) {
+    env.mem[..len]
+        .iter_mut()
+        .enumerate()
+        .for_each(|(i, b)| *b = i as u8);
 }
