@@ -272,6 +272,14 @@ impl Qp {
         true
     }
 
+    /// A response arrived for a request (progress, whatever the WR's fate): both retry
+    /// counts start over and the ACK timer restarts.
+    fn responded(&mut self, now: u64) {
+        self.req.retry_left = self.retry_cnt;
+        self.req.rnr_left = self.rnr_retry;
+        self.restart_timer(now);
+    }
+
     /// Takes one retry of `kind` for the WR at `psn`. None left: the WR fails (RETRY_EXC_ERR
     /// or RNR_RETRY_EXC_ERR) and the SQ retires up to it; returns false.
     fn spend_retry(&mut self, env: &mut dyn DeviceEnv, psn: Psn, kind: Retry) -> bool {
@@ -360,8 +368,7 @@ impl Qp {
         if placed {
             self.req.sq[index].responded = true;
         }
-        self.restart_timer(now);
-        self.req.retry_left = self.retry_cnt;
+        self.responded(now);
         true
     }
 
@@ -411,9 +418,7 @@ impl Qp {
         if placed {
             self.req.sq[index].read_pkts_done += 1;
         }
-        self.req.retry_left = self.retry_cnt;
-        self.req.rnr_left = self.rnr_retry;
-        self.restart_timer(now);
+        self.responded(now);
         true
     }
 
@@ -437,9 +442,7 @@ impl Qp {
             return false;
         }
         self.ack_through(p.hdr.bth.psn, now);
-        self.req.retry_left = self.retry_cnt;
-        self.req.rnr_left = self.rnr_retry;
-        self.restart_timer(now);
+        self.responded(now);
         true
     }
 
@@ -612,6 +615,35 @@ mod tests {
         let c = env.completions[0];
         assert_eq!(c.status, WcStatus::RnrRetryExcErr);
         assert_eq!(qp.state, QpState::Err);
+    }
+
+    #[test]
+    fn an_atomic_response_is_progress_that_renews_rnr_retry() {
+        let (mut env, mut stats, mut qp) =
+            sent(&[(WrOpcode::AtomicFetchAndAdd, 8), (WrOpcode::Send, 8)]);
+        qp.rnr_retry = 1;
+        qp.req.rnr_left = 1;
+        ack(&mut qp, &mut env, &mut stats, 100, Syndrome::RnrNak(1));
+        env.now = qp.req.rnr_until.expect("waiting out the RNR NAK");
+        qp.on_timers(&mut env, &mut stats);
+        assert_eq!(env.sent.len(), 2, "atomic and SEND sent again");
+        let bytes = packet_from_peer(op::RC_ATOMIC_ACKNOWLEDGE, 100, &[], |h| {
+            h.aeth = Some(Aeth {
+                syndrome: Syndrome::Ack,
+                msn: Msn::default(),
+            });
+            h.atomic_ack = Some(5);
+        });
+        qp.completer_receive(&mut env, &mut stats, &wire::parse_packet(&bytes).unwrap());
+        assert_eq!(env.completions[0].status, WcStatus::Success);
+        assert_eq!(qp.req.rnr_left, 1, "progress renews rnr_retry");
+        ack(&mut qp, &mut env, &mut stats, 101, Syndrome::RnrNak(1));
+        assert_eq!(
+            env.completions.len(),
+            1,
+            "the SEND waits, it has not failed"
+        );
+        assert_eq!(qp.state, QpState::Rts);
     }
 
     #[test]
