@@ -213,7 +213,8 @@ impl Qp {
             class => match self.wqe_of_response(stats, psn) {
                 None => false,
                 Some(index) if class == OpcodeClass::AtomicAck => {
-                    self.on_atomic_ack(env, stats, p, index, now)
+                    let original = p.hdr.atomic_ack.expect("parsed AtomicAckETH");
+                    self.on_atomic_ack(env, stats, index, original, now)
                 }
                 Some(index) => self.on_read_response(env, stats, p, index, now),
             },
@@ -348,17 +349,17 @@ impl Qp {
         &mut self,
         env: &mut dyn DeviceEnv,
         stats: &mut EngineStats,
-        p: &Parsed<'_>,
         index: usize,
+        original: u64,
         now: u64,
     ) -> bool {
-        let psn = p.hdr.bth.psn;
-        if self.req.sq[index].kind != WqeKind::Atomic || self.req.sq[index].responded {
+        let wqe = &self.req.sq[index];
+        if wqe.kind != WqeKind::Atomic || wqe.responded {
             stats.rx_stale_responses += 1;
             return false;
         }
-        self.ack_through(psn.prev(), now);
-        let original = p.hdr.atomic_ack.expect("parsed AtomicAckETH");
+        // An atomic has one PSN: the response's.
+        self.ack_through(wqe.first_psn.prev(), now);
         // An absent result buffer: asked again later, the responder answers the duplicate
         // from its saved result.
         let bytes = original.to_le_bytes();
@@ -385,7 +386,9 @@ impl Qp {
         let psn = p.hdr.bth.psn;
         let wqe = &self.req.sq[index];
         if wqe.kind.ack_only_response() {
-            return self.on_empty_read_response(env, stats, p, index, now);
+            // One zero-length READ RESPONSE ONLY answers it.
+            let well_formed = p.info.first && p.info.last && p.payload.is_empty();
+            return self.on_empty_read_response(env, stats, index, well_formed, now);
         }
         let next = wqe.first_psn.add(wqe.read_pkts_done);
         if wqe.kind != WqeKind::Read || psn != next {
@@ -422,26 +425,28 @@ impl Qp {
         true
     }
 
-    /// The response of the FLUSH / ATOMIC WRITE at `index`: a zero-length READ RESPONSE ONLY.
+    /// The response of the FLUSH / ATOMIC WRITE at `index` (`well_formed`: a READ RESPONSE
+    /// ONLY without data, as it must be).
     fn on_empty_read_response(
         &mut self,
         env: &mut dyn DeviceEnv,
         stats: &mut EngineStats,
-        p: &Parsed<'_>,
         index: usize,
+        well_formed: bool,
         now: u64,
     ) -> bool {
-        if self.req.sq[index].responded {
+        let wqe = &self.req.sq[index];
+        if wqe.responded {
             stats.rx_stale_responses += 1;
             return false;
         }
-        let only = p.info.first && p.info.last;
-        if !only || !p.payload.is_empty() {
+        if !well_formed {
             self.req.sq[index].error = Some(WcStatus::BadRespErr);
             self.retire(env);
             return false;
         }
-        self.ack_through(p.hdr.bth.psn, now);
+        // FLUSH and ATOMIC WRITE have one PSN: the response's.
+        self.ack_through(wqe.first_psn, now);
         self.responded(now);
         true
     }
@@ -475,6 +480,8 @@ mod tests {
     use super::super::test_env::*;
     use super::*;
     use crate::roce::wire::{self, opcode as op, Aeth};
+
+    const SEQ_NAK: Syndrome = Syndrome::Nak(NakCode::PsnSequenceError);
 
     fn psn(n: u32) -> Psn {
         Psn::from_wire(n)
@@ -565,13 +572,7 @@ mod tests {
     #[test]
     fn a_sequence_nak_rewinds_to_its_psn_and_shrinks_the_window() {
         let (mut env, mut stats, mut qp) = sent(&[(WrOpcode::Send, 3000)]);
-        ack(
-            &mut qp,
-            &mut env,
-            &mut stats,
-            101,
-            Syndrome::Nak(NakCode::PsnSequenceError),
-        );
+        ack(&mut qp, &mut env, &mut stats, 101, SEQ_NAK);
         assert_eq!(env.completions.len(), 0);
         let resent: Vec<u32> = env
             .sent_parsed()
@@ -582,24 +583,12 @@ mod tests {
         assert_eq!(qp.req.window, super::super::MAX_INFLIGHT_PSNS / 2);
         assert_eq!(stats.nak_rewinds, 1);
         // A NAK for a PSN that is not the oldest outstanding one is stale.
-        ack(
-            &mut qp,
-            &mut env,
-            &mut stats,
-            102,
-            Syndrome::Nak(NakCode::PsnSequenceError),
-        );
+        ack(&mut qp, &mut env, &mut stats, 102, SEQ_NAK);
         assert_eq!(
             stats.rx_stale_responses, 0,
             "102 is una after the implied ACK of 101"
         );
-        ack(
-            &mut qp,
-            &mut env,
-            &mut stats,
-            101,
-            Syndrome::Nak(NakCode::PsnSequenceError),
-        );
+        ack(&mut qp, &mut env, &mut stats, 101, SEQ_NAK);
         assert_eq!(stats.rx_stale_responses, 1);
     }
 
