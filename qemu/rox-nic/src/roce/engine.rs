@@ -343,3 +343,124 @@ impl Engine {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::test_env::*;
+    use super::*;
+    use crate::roce::wire::{self, opcode as op};
+
+    fn rc_config(qpn: Qpn) -> QpConfig {
+        QpConfig {
+            qpn,
+            qp_type: QpType::Rc,
+            pd: 1,
+            uses_srq: false,
+        }
+    }
+
+    fn to_rts(engine: &mut Engine, env: &mut TestEnv) {
+        engine.create_qp(rc_config(LOCAL_QPN)).unwrap();
+        let modify = QpModify {
+            state: Some(QpState::Rts),
+            av: rts_qp(QpType::Rc).av,
+            dest_qpn: Some(PEER_QPN),
+            rq_psn: Some(Psn::from_wire(100)),
+            sq_psn: Some(Psn::from_wire(100)),
+            ..QpModify::default()
+        };
+        engine.modify_qp(env, LOCAL_QPN, &modify).unwrap();
+    }
+
+    #[test]
+    fn rtr_without_address_vector_is_refused_for_connected_qps() {
+        let (mut engine, mut env) = (Engine::new(), TestEnv::new());
+        let qpn = Qpn::new(5).unwrap();
+        engine.create_qp(rc_config(qpn)).unwrap();
+        let rtr = QpModify {
+            state: Some(QpState::Rtr),
+            ..Default::default()
+        };
+        let e = engine.modify_qp(&mut env, qpn, &rtr).unwrap_err();
+        assert_eq!(e, EngineError::MissingAttribute(qpn, "av"));
+        assert_eq!(engine.qp_state(qpn), Some(QpState::Reset));
+        assert_eq!(
+            engine.create_qp(rc_config(qpn)),
+            Err(EngineError::QpExists(qpn))
+        );
+    }
+
+    #[test]
+    fn a_failed_wr_completes_in_order_and_stops_the_queue() {
+        let (mut engine, mut env) = (Engine::new(), TestEnv::new());
+        to_rts(&mut engine, &mut env);
+        engine
+            .post_send(&mut env, LOCAL_QPN, send_wr(1, WrOpcode::Send, 8))
+            .unwrap();
+        let failed = FailedWr {
+            wr_id: 2,
+            opcode: WrOpcode::Send,
+            status: WcStatus::LocQpOpErr,
+            vendor_err: 7,
+        };
+        engine.post_failed(&mut env, LOCAL_QPN, failed).unwrap();
+        engine
+            .post_send(&mut env, LOCAL_QPN, send_wr(3, WrOpcode::Send, 8))
+            .unwrap();
+        assert!(env.completions.is_empty(), "WR 1 is not acknowledged yet");
+        assert_eq!(engine.sq_outstanding(LOCAL_QPN), 3);
+        let ack = packet_from_peer(op::RC_ACKNOWLEDGE, 100, &[], |h| {
+            h.aeth = Some(wire::Aeth {
+                syndrome: wire::Syndrome::Ack,
+                msn: Msn::default(),
+            })
+        });
+        engine.receive(&mut env, &ack).unwrap();
+        let done: Vec<(u64, WcStatus, u16)> = env
+            .completions
+            .iter()
+            .map(|c| (c.wr_id, c.status, c.vendor_err))
+            .collect();
+        assert_eq!(
+            done,
+            [
+                (1, WcStatus::Success, 0),
+                (2, WcStatus::LocQpOpErr, 7),
+                (3, WcStatus::WrFlushErr, 0)
+            ]
+        );
+        assert_eq!(engine.qp_state(LOCAL_QPN), Some(QpState::Err));
+    }
+
+    #[test]
+    fn poll_sends_one_coalesced_ack_and_reset_forgets_the_qp() {
+        let (mut engine, mut env) = (Engine::new(), TestEnv::new());
+        to_rts(&mut engine, &mut env);
+        for (n, wr_id) in [(100, 1), (101, 2)] {
+            env.recv.push_back(RecvWr {
+                wr_id,
+                sges: Vec::new(),
+            });
+            let send = packet_from_peer(op::RC_SEND_ONLY, n, &[], |_| {});
+            engine.receive(&mut env, &send).unwrap();
+        }
+        assert!(env.sent.is_empty(), "ACKs wait for the poll");
+        engine.poll(&mut env);
+        let acks = env.sent_parsed();
+        assert_eq!(acks.len(), 1);
+        assert_eq!(acks[0].hdr.bth.psn.get(), 101);
+        assert_eq!(acks[0].hdr.aeth.unwrap().msn.get(), 2);
+        let reset = QpModify {
+            state: Some(QpState::Reset),
+            ..Default::default()
+        };
+        engine.modify_qp(&mut env, LOCAL_QPN, &reset).unwrap();
+        assert_eq!(engine.qp_state(LOCAL_QPN), Some(QpState::Reset));
+        assert_eq!(engine.next_deadline(), None);
+        assert_eq!(engine.destroy_qp(LOCAL_QPN), Ok(()));
+        assert_eq!(
+            engine.destroy_qp(LOCAL_QPN),
+            Err(EngineError::NoSuchQp(LOCAL_QPN))
+        );
+    }
+}
