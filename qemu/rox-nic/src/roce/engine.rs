@@ -6,6 +6,17 @@
 //! coalesces ACKs (one per [`Engine::poll`] batch for all packets that asked for one). The
 //! requester rewinds to the oldest unacknowledged PSN on a NAK or on the local ACK timeout,
 //! counting retries (retry_cnt) and RNR retries (rnr_retry) that reset whenever progress is made.
+//!
+//! One file per role, as rdma_rxe: `recv.rs` checks and dispatches received packets,
+//! `req.rs` turns send WQEs into requests, `comp.rs` takes the responses and runs the timers,
+//! `resp.rs` checks requests (PSN, op sequence, duplicates) and `resp_exec.rs` executes them;
+//! `qp.rs` is a QP's transport context, `wqe.rs` the send WQEs, `sg.rs` scatter/gather.
+//!
+//! A requester's invariants: `sq` holds WQEs in post order, the started ones first, and they
+//! own consecutive PSNs up to `next_psn`; `una` (the go-back-N point: the first PSN of the
+//! first started, unfinished WQE not known to have arrived) is never after `next_psn`; RC
+//! sends a PSN only while it is before `una + window`. The cursor (what to send next) may lag
+//! behind `una` after a rewind that a late ACK overtook: finished WQEs are skipped, not resent.
 
 mod comp;
 mod qp;
