@@ -5,9 +5,12 @@
 //! - [`roce`]: RoCEv2 wire format and transport engine;
 //! - [`port`]: the Ethernet port (tap or QEMU socket framings) shared with the paired netdev;
 //! - [`server`]: the vfio-user glue (regions, IRQs, DMA mapping);
-//! - [`testkit`]: a userspace "driver" for tests and benchmarks;
-//! - [`benchkit`]: the memcpy reference and result table of the host benchmarks.
+//! - [`testkit`] (feature `testkit`, tests and benchmarks only): a userspace "driver" and the
+//!   engine's in-memory test double;
+//! - [`benchkit`] (the same feature): the memcpy reference and result table of the host
+//!   benchmarks.
 
+#[cfg(any(test, feature = "testkit"))]
 pub mod benchkit;
 pub mod device;
 pub mod dma;
@@ -15,6 +18,7 @@ pub mod pci;
 pub mod port;
 pub mod roce;
 pub mod server;
+#[cfg(any(test, feature = "testkit"))]
 pub mod testkit;
 
 pub use device::{DeviceConfig, RoxNic};
