@@ -1,6 +1,7 @@
 //! Guest memory as seen by the device: the RAM fds QEMU passes in DMA_MAP, mmapped shared, and
 //! bounds-checked translation of DMA addresses. A bad address is an error value, never a crash.
 
+use std::cell::Cell;
 use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
@@ -12,6 +13,104 @@ use std::sync::Arc;
 pub struct DmaError {
     pub addr: u64,
     pub len: u64,
+}
+
+/// Guest memory as the protection table ([`crate::device::mem::MemTable`]) reaches it: the
+/// device's DMA mappings ([`GuestMemory`]) or, in the engine's host tests, plain memory
+/// ([`SliceRam`]). Every method fails with a [`DmaError`] outside the memory, never panics.
+pub trait GuestRam {
+    /// Copy guest memory at `addr` into `buf`.
+    fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), DmaError>;
+    /// Copy `data` into guest memory at `addr`.
+    fn write(&self, addr: u64, data: &[u8]) -> Result<(), DmaError>;
+    /// Check that `[addr, addr+len)` is memory, and writable if `write`.
+    fn check_access(&self, addr: u64, len: u64, write: bool) -> Result<(), DmaError>;
+    /// Replace the little-endian u64 at 8-aligned `addr` by `update(old)` (unless it answers
+    /// None) atomically with respect to everything else touching it; returns the old value.
+    fn fetch_update_u64(
+        &self,
+        addr: u64,
+        update: &mut dyn FnMut(u64) -> Option<u64>,
+    ) -> Result<u64, DmaError>;
+}
+
+impl<T: GuestRam + ?Sized> GuestRam for Arc<T> {
+    fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), DmaError> {
+        (**self).read(addr, buf)
+    }
+    fn write(&self, addr: u64, data: &[u8]) -> Result<(), DmaError> {
+        (**self).write(addr, data)
+    }
+    fn check_access(&self, addr: u64, len: u64, write: bool) -> Result<(), DmaError> {
+        (**self).check_access(addr, len, write)
+    }
+    fn fetch_update_u64(
+        &self,
+        addr: u64,
+        update: &mut dyn FnMut(u64) -> Option<u64>,
+    ) -> Result<u64, DmaError> {
+        (**self).fetch_update_u64(addr, update)
+    }
+}
+
+/// Plain memory as guest RAM at guest address `base` (the engine's test double and fuzzers):
+/// one thread, so a read-modify-write is atomic.
+pub struct SliceRam<'a> {
+    base: u64,
+    bytes: &'a [Cell<u8>],
+}
+
+impl<'a> SliceRam<'a> {
+    pub fn new(base: u64, bytes: &'a mut [u8]) -> SliceRam<'a> {
+        SliceRam {
+            base,
+            bytes: Cell::from_mut(bytes).as_slice_of_cells(),
+        }
+    }
+
+    fn range(&self, addr: u64, len: u64) -> Result<&'a [Cell<u8>], DmaError> {
+        let err = DmaError { addr, len };
+        let start = usize::try_from(addr.checked_sub(self.base).ok_or(err)?).map_err(|_| err)?;
+        let len = usize::try_from(len).map_err(|_| err)?;
+        let end = start.checked_add(len).ok_or(err)?;
+        self.bytes.get(start..end).ok_or(err)
+    }
+}
+
+impl GuestRam for SliceRam<'_> {
+    fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), DmaError> {
+        let src = self.range(addr, buf.len() as u64)?;
+        for (b, c) in buf.iter_mut().zip(src) {
+            *b = c.get();
+        }
+        Ok(())
+    }
+    fn write(&self, addr: u64, data: &[u8]) -> Result<(), DmaError> {
+        let dst = self.range(addr, data.len() as u64)?;
+        for (c, &b) in dst.iter().zip(data) {
+            c.set(b);
+        }
+        Ok(())
+    }
+    fn check_access(&self, addr: u64, len: u64, _write: bool) -> Result<(), DmaError> {
+        self.range(addr, len).map(|_| ())
+    }
+    fn fetch_update_u64(
+        &self,
+        addr: u64,
+        update: &mut dyn FnMut(u64) -> Option<u64>,
+    ) -> Result<u64, DmaError> {
+        if !addr.is_multiple_of(8) {
+            return Err(DmaError { addr, len: 8 });
+        }
+        let mut old = [0u8; 8];
+        self.read(addr, &mut old)?;
+        let old = u64::from_le_bytes(old);
+        if let Some(new) = update(old) {
+            self.write(addr, &new.to_le_bytes())?;
+        }
+        Ok(old)
+    }
 }
 
 /// Plain-old-data: every bit pattern is a valid value and the type has no padding that matters.
@@ -296,5 +395,30 @@ impl GuestMemory {
         }
         // SAFETY: 8 aligned bytes inside a live mapping that outlives &self.
         Ok(unsafe { &*(p as *const AtomicU64) })
+    }
+}
+
+impl GuestRam for GuestMemory {
+    fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), DmaError> {
+        GuestMemory::read(self, addr, buf)
+    }
+    fn write(&self, addr: u64, data: &[u8]) -> Result<(), DmaError> {
+        GuestMemory::write(self, addr, data)
+    }
+    fn check_access(&self, addr: u64, len: u64, write: bool) -> Result<(), DmaError> {
+        GuestMemory::check_access(self, addr, len, write)
+    }
+    fn fetch_update_u64(
+        &self,
+        addr: u64,
+        update: &mut dyn FnMut(u64) -> Option<u64>,
+    ) -> Result<u64, DmaError> {
+        // A real atomic on guest memory: atomic with respect to the guest's CPUs too. Guest
+        // memory is little-endian like the host (x86).
+        let cell = self.atomic_u64(addr)?;
+        let update = |raw: u64| update(u64::from_le(raw)).map(u64::to_le);
+        match cell.fetch_update(Ordering::AcqRel, Ordering::Acquire, update) {
+            Ok(old) | Err(old) => Ok(u64::from_le(old)),
+        }
     }
 }

@@ -15,7 +15,8 @@ use rox_uapi::regs::*;
 use rox_uapi::verbs::*;
 
 use super::admin::{current_state, execute};
-use super::hw::{posted_entries, Eq, Hw, WildIndex};
+use super::ring::{posted_entries, WildIndex};
+use super::state::{Eq, Hw};
 use super::{Control, DeviceConfig, DeviceError, Shared};
 use crate::port::frame::{self, Rx, ETH_HEADER_LEN};
 use crate::port::netdev::{Forwarded, Netdev};

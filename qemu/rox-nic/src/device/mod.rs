@@ -7,8 +7,15 @@
 
 pub mod admin;
 pub mod datapath;
-pub mod hw;
+pub mod env;
+pub mod events;
+pub mod mem;
+pub mod odp;
 pub mod qp_state;
+pub mod recv;
+pub mod region;
+pub mod ring;
+pub mod state;
 pub mod sys;
 
 use std::fs::File;
