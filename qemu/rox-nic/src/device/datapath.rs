@@ -31,6 +31,7 @@ use crate::roce::{
     self, AddressVector, Engine, FailedWr, FastReg, FlushSpec, Mtu, MwBind, SendData, SendWr,
     UdDest, WcStatus, WrOpcode,
 };
+use crate::sys;
 
 use admin_queue::AdminQueue;
 pub use sq::decode_send;
@@ -208,22 +209,7 @@ impl DataPath {
                 timeout = Some(timeout.map_or(r, |t| t.min(r)));
             }
         }
-        let ts = timeout.map(|t| libc::timespec {
-            tv_sec: t.as_secs() as libc::time_t,
-            tv_nsec: t.subsec_nanos() as libc::c_long,
-        });
-        let tsp = ts
-            .as_ref()
-            .map_or(std::ptr::null(), |t| t as *const libc::timespec);
-        // SAFETY: the first `nfds` entries of fds and ts are valid for the duration of the call.
-        unsafe {
-            libc::ppoll(
-                fds.as_mut_ptr(),
-                nfds as libc::nfds_t,
-                tsp,
-                std::ptr::null(),
-            )
-        };
+        sys::poll::ppoll(&mut fds[..nfds], timeout);
         self.shared.wake.drain();
     }
 

@@ -9,7 +9,7 @@ use rox_uapi::regs::*;
 use rox_uapi::verbs::*;
 
 use super::state::{Cq, Hw};
-use super::sys::signal_irq;
+use crate::sys::fd::signal_irq;
 
 impl Hw {
     pub fn fire_vector(&mut self, vector: u32) {

@@ -7,6 +7,7 @@
 
 pub mod admin;
 pub mod datapath;
+pub mod doorbell;
 pub mod env;
 pub mod events;
 pub mod mem;
@@ -16,7 +17,6 @@ pub mod recv;
 pub mod region;
 pub mod ring;
 pub mod state;
-pub mod sys;
 
 use std::fs::File;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -28,7 +28,10 @@ use rox_uapi::regs::*;
 
 use crate::dma::{GuestMemory, MappedRegion};
 use crate::pci::ConfigSpace;
-use sys::{DoorbellBar, EventFd};
+use doorbell::DoorbellBar;
+
+/// The eventfd type of the device's wake-up and interrupt vectors.
+pub use crate::sys::fd::EventFd;
 
 /// Everything needed to build a device.
 #[derive(Clone, Debug)]

@@ -24,9 +24,9 @@ pub use wqe::*;
 
 use std::cell::RefCell;
 use std::fs::File;
-use std::os::fd::{AsRawFd, FromRawFd, RawFd};
+use std::os::fd::{AsRawFd, RawFd};
 use std::path::PathBuf;
-use std::sync::atomic::{fence, AtomicU32, AtomicU8, Ordering};
+use std::sync::atomic::{fence, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -41,7 +41,7 @@ use rox_uapi::queue::*;
 use rox_uapi::regs::*;
 use rox_uapi::verbs::*;
 
-use crate::device::sys::EventFd;
+use crate::device::EventFd;
 use crate::device::{DeviceConfig, RoxNic, Shared};
 use crate::dma::{as_bytes, from_bytes, Pod};
 pub use crate::port::limit::dgram_wire;
@@ -218,7 +218,8 @@ impl TestDriver {
     pub fn in_process(config: DeviceConfig) -> TestDriver {
         let nic = RoxNic::new(config).expect("create device");
         let shared = nic.shared().clone();
-        let db = DbMap::map(nic.doorbell_fd());
+        let db = DbMap::map(nic.shared().doorbells.file().try_clone().expect("dup"))
+            .expect("map the doorbell BAR");
         Self::setup(Link::InProcess(Box::new(nic)), shared, db)
     }
 
@@ -244,8 +245,9 @@ impl TestDriver {
             .and_then(|r| r.file_offset.as_ref())
             .expect("doorbell BAR comes with an mmap fd")
             .file()
-            .as_raw_fd();
-        let db = DbMap::map(fd);
+            .try_clone()
+            .expect("dup");
+        let db = DbMap::map(fd).expect("map the doorbell BAR");
         let link = Link::Socket {
             client: RefCell::new(client),
             server: Some(thread),

@@ -1,44 +1,29 @@
 //! Guest RAM for the test driver: a memfd the device maps through DMA_MAP and the test maps
-//! too.
+//! too (the same vm-memory mapping the device uses).
 
 use super::*;
+use crate::dma::MappedRegion;
 
 /// Guest RAM in a memfd, mapped into the test too.
 pub struct GuestRam {
     pub file: File,
-    ptr: *mut u8,
+    map: MappedRegion,
     pub base: u64,
     pub size: u64,
     next: u64,
 }
 
-// SAFETY: shared memory accessed by copies.
-unsafe impl Send for GuestRam {}
-
 impl GuestRam {
     pub fn new(base: u64, size: u64) -> GuestRam {
-        // SAFETY: plain syscalls; results checked.
-        unsafe {
-            let fd = libc::memfd_create(c"rox-test-ram".as_ptr(), libc::MFD_CLOEXEC);
-            assert!(fd >= 0, "memfd_create");
-            let file = File::from_raw_fd(fd);
-            file.set_len(size).expect("size test RAM");
-            let ptr = libc::mmap(
-                std::ptr::null_mut(),
-                size as usize,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                file.as_raw_fd(),
-                0,
-            );
-            assert!(ptr != libc::MAP_FAILED, "mmap test RAM");
-            GuestRam {
-                file,
-                ptr: ptr as *mut u8,
-                base,
-                size,
-                next: base,
-            }
+        let file = crate::sys::fd::memfd(c"rox-test-ram").expect("memfd_create");
+        file.set_len(size).expect("size test RAM");
+        let map = MappedRegion::map(&file, 0, base, size).expect("mmap test RAM");
+        GuestRam {
+            file,
+            map,
+            base,
+            size,
+            next: base,
         }
     }
 
@@ -51,32 +36,31 @@ impl GuestRam {
         addr
     }
 
-    fn host(&self, addr: u64, len: usize) -> *mut u8 {
+    /// The offset of `[addr, addr+len)` in the RAM (which it must lie in).
+    fn offset(&self, addr: u64, len: usize) -> u64 {
         assert!(
             addr >= self.base && addr + len as u64 <= self.base + self.size,
             "address {addr:#x} outside test RAM"
         );
-        // SAFETY: bounds checked above.
-        unsafe { self.ptr.add((addr - self.base) as usize) }
+        addr - self.base
     }
 
     pub fn write(&self, addr: u64, data: &[u8]) {
-        // SAFETY: host() checks bounds.
-        unsafe {
-            std::ptr::copy_nonoverlapping(data.as_ptr(), self.host(addr, data.len()), data.len())
-        }
+        self.map
+            .write_at(self.offset(addr, data.len()), data)
+            .expect("inside test RAM");
     }
 
     pub fn read(&self, addr: u64, len: usize) -> Vec<u8> {
         let mut v = vec![0u8; len];
-        // SAFETY: host() checks bounds.
-        unsafe { std::ptr::copy_nonoverlapping(self.host(addr, len), v.as_mut_ptr(), len) };
+        self.map
+            .read_at(self.offset(addr, len), &mut v)
+            .expect("inside test RAM");
         v
     }
 
     pub fn fill(&self, addr: u64, len: usize, byte: u8) {
-        // SAFETY: host() checks bounds.
-        unsafe { std::ptr::write_bytes(self.host(addr, len), byte, len) }
+        self.write(addr, &vec![byte; len]);
     }
 
     pub fn write_obj<T: Pod>(&self, addr: u64, v: &T) {
@@ -89,14 +73,10 @@ impl GuestRam {
 
     /// The owner byte of an entry, read with acquire ordering.
     pub fn owner(&self, addr: u64) -> u8 {
-        // SAFETY: bounds checked; u8 atomics need no alignment.
-        unsafe { (*(self.host(addr, 1) as *const AtomicU8)).load(Ordering::Acquire) }
-    }
-}
-
-impl Drop for GuestRam {
-    fn drop(&mut self) {
-        // SAFETY: our mapping.
-        unsafe { libc::munmap(self.ptr as *mut libc::c_void, self.size as usize) };
+        let cell: &AtomicU8 = self
+            .map
+            .atomic_at(self.offset(addr, 1))
+            .expect("inside test RAM");
+        cell.load(Ordering::Acquire)
     }
 }

@@ -2,6 +2,7 @@
 //! decoding SQ WQEs for the engine, telling it about new receive WQEs, failing broken QPs.
 
 use super::*;
+use crate::dma::read_as;
 
 impl DataPath {
     pub(super) fn scan_doorbells(&mut self) -> bool {
@@ -191,8 +192,7 @@ pub fn decode_send(
         ud: None,
     };
     if qp_type == QPT_UD || qp_type == QPT_GSI {
-        // SAFETY: both union variants are plain integers.
-        let ud = unsafe { w.seg.ud };
+        let ud: UdSeg = read_as(&w.seg);
         let sgid = hw
             .gids
             .get(ud.sgid_index as usize)
@@ -212,8 +212,7 @@ pub fn decode_send(
             remote_qkey: ud.qkey,
         });
     } else {
-        // SAFETY: both union variants are plain integers.
-        let r = unsafe { w.seg.rdma };
+        let r: RdmaSeg = read_as(&w.seg);
         wr.remote_addr = r.remote_addr;
         wr.rkey = r.rkey;
         wr.compare_add = r.compare_add;
@@ -224,8 +223,7 @@ pub fn decode_send(
                 wr.data = SendData::Inline(r.compare_add.to_ne_bytes().to_vec());
             }
             WrOpcode::BindMw => {
-                // SAFETY: every union variant is plain integers.
-                let b = unsafe { w.seg.bind };
+                let b: BindSeg = read_as(&w.seg);
                 wr.bind = Some(MwBind {
                     addr: b.addr,
                     length: b.length,
@@ -236,8 +234,7 @@ pub fn decode_send(
                 wr.data = SendData::Sges(Vec::new());
             }
             WrOpcode::RegMr => {
-                // SAFETY: every union variant is plain integers.
-                let f = unsafe { w.seg.fast_reg };
+                let f: FastRegSeg = read_as(&w.seg);
                 wr.fast_reg = Some(FastReg {
                     iova: f.iova,
                     length: f.length,
