@@ -101,12 +101,10 @@ impl Dgram {
     /// Sends `frames` with `sendmmsg`, [`BATCH`] at a time; stops where the peer cannot take
     /// more (the rest stays with the caller).
     pub fn send(&mut self, frames: &[FrameRef]) -> Sent {
-        let mut sent = Sent::default();
         if !self.try_connect() {
-            sent.taken = frames.len();
-            sent.dropped = frames.len();
-            return sent;
+            return Sent::all_lost(frames.len());
         }
+        let mut sent = Sent::default();
         while sent.taken < frames.len() {
             let chunk = &frames[sent.taken..];
             let e = match sys::net::send_datagrams::<BATCH>(self.socket.as_raw_fd(), chunk) {
@@ -306,12 +304,10 @@ impl Stream {
     /// Frames and writes `frames`; what the socket cannot take now stays buffered (up to a
     /// limit, beyond which the rest stays with the caller).
     pub fn send(&mut self, frames: &[FrameRef]) -> Sent {
-        let mut sent = Sent::default();
         if !self.try_connect() {
-            sent.taken = frames.len();
-            sent.dropped = frames.len();
-            return sent;
+            return Sent::all_lost(frames.len());
         }
+        let mut sent = Sent::default();
         for f in frames {
             let len = f.head.len() + f.body.len();
             if self.wbuf.len() + STREAM_LENGTH_LEN + len > STREAM_WRITE_LIMIT {
