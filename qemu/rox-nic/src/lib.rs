@@ -7,9 +7,9 @@
 //! - [`server`]: the vfio-user glue (regions, IRQs, DMA mapping);
 //! - [`sys`]: every `unsafe` of rox-nic (system calls, plain-old-data views); the rest of the
 //!   crate denies unsafe code;
-//! - [`testkit`] (feature `testkit`, tests and benchmarks only): a userspace "driver" and the
+//! - `testkit` (feature `testkit`, tests and benchmarks only): a userspace "driver" and the
 //!   engine's in-memory test double;
-//! - [`benchkit`] (the same feature): the memcpy reference and result table of the host
+//! - `benchkit` (the same feature): the memcpy reference and result table of the host
 //!   benchmarks.
 
 #![deny(unsafe_code)]

@@ -2,7 +2,7 @@
 //! behalf of a work request obeys (key, PD, access flags, bounds, on-demand pages, window
 //! binding and invalidation, fast registration, atomics, FLUSH). One implementation, generic
 //! over the guest-memory backend ([`GuestRam`]): the device uses it over its DMA mappings, the
-//! engine's test double ([`crate::testkit::mock_env`]) over plain memory, so host tests run
+//! engine's test double (`testkit::mock_env`) over plain memory, so host tests run
 //! against the rules the device has.
 
 use std::collections::HashMap;
@@ -339,7 +339,8 @@ impl MemTable {
         self.invalidation_target(pd, qpn, rkey, remote).map(|_| ())
     }
 
-    /// Invalidates `rkey` (see [`MemTable::invalidation_target`]); a failure changes nothing.
+    /// Invalidates `rkey`: a bound type 2 window or a valid fast-registration region of `pd`
+    /// (remotely: a window bound to `qpn`); a failure changes nothing.
     pub fn invalidate(
         &mut self,
         pd: u32,
