@@ -296,8 +296,7 @@ fn testkit_over_socket_runs_traffic_events_and_wake() {
     let mut cq = d.create_cq(6);
     let mut qp = d.create_qp(QPT_RC, PD, cq.id, cq.id, SRQ_NONE);
     d.connect(&qp, gid, qp.qpn, all);
-    let buf = d.ram.alloc(1 << 16, 4096);
-    let key = d.reg_mr(PD, buf, 1 << 16, all).unwrap();
+    let (buf, key) = d.buffer(PD, 1 << 16, all);
     d.ram.write(buf, &pattern(5, 9000));
     // SEND to itself with an armed CQ: CQEs, a completion event, MSI-X through SET_IRQS eventfds.
     d.post_recv(

@@ -110,6 +110,16 @@ impl TestDriver {
         }
     }
 
+    /// A page-aligned buffer of `len` bytes in the test RAM, registered in `pd` with `access`:
+    /// its address and key.
+    pub fn buffer(&mut self, pd: u32, len: u64, access: u32) -> (u64, Key) {
+        let addr = self.ram.alloc(len, ROX_PAGE_SIZE as u64);
+        let key = self
+            .reg_mr(pd, addr, len, access)
+            .expect("register a test buffer");
+        (addr, key)
+    }
+
     pub fn alloc_slot(&mut self) -> u32 {
         let s = self.next_slot;
         self.next_slot += 1;
