@@ -19,7 +19,7 @@ pub struct DmaError {
     pub len: u64,
 }
 
-/// Guest memory as the protection table ([`crate::device::mem::MemTable`]) reaches it: the
+/// Guest memory as the protection table (`device::mem::MemTable`) reaches it: the
 /// device's DMA mappings ([`GuestMemory`]) or, in the engine's host tests, plain memory
 /// ([`SliceRam`]). Every method fails with a [`DmaError`] outside the memory, never panics.
 pub trait GuestRam {

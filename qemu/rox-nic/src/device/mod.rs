@@ -8,15 +8,15 @@
 pub mod admin;
 pub mod datapath;
 pub mod doorbell;
-pub mod env;
-pub mod events;
-pub mod mem;
-pub mod odp;
+pub(crate) mod env;
+pub(crate) mod events;
+pub(crate) mod mem;
+pub(crate) mod odp;
 pub mod qp_state;
-pub mod recv;
-pub mod region;
-pub mod ring;
-pub mod state;
+pub(crate) mod recv;
+pub(crate) mod region;
+pub(crate) mod ring;
+pub(crate) mod state;
 
 use std::fs::File;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
