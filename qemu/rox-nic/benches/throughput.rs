@@ -37,8 +37,7 @@ fn side(link: LinkSpec, last: u8) -> Side {
     qp.qpn = d.run::<rox_uapi::admin::CreateQp>(c);
 
     let size = 2 * MAX_MSG;
-    let buf = d.ram.alloc(size, 4096);
-    let key = d.reg_mr(PD, buf, size, ALL).unwrap();
+    let (buf, key) = d.buffer(PD, size, ALL);
     Side {
         d,
         cq,
@@ -138,7 +137,7 @@ fn main() {
     benchkit::print_footer();
     let dir = tempfile::tempdir().unwrap();
     let (la, lb) = dgram_wire(dir.path(), "ra.sock", "rb.sock");
-    let (fps, mbps) = benchkit::port_limit(&la, &lb, 9000, secs.max(0.5)).unwrap();
+    let (fps, mbps) = rox_nic::port::limit::port_limit(&la, &lb, 9000, secs.max(0.5)).unwrap();
     println!(
         "port raw limit (dgram socket pair, 4 KiB frames, no RDMA): {fps:.0} frames/s, {mbps:.0} MB/s"
     );

@@ -13,6 +13,7 @@
 
 pub mod faults;
 pub mod frame;
+pub mod limit;
 pub mod netdev;
 pub mod pcap;
 pub mod socket;
@@ -118,6 +119,17 @@ pub struct Sent {
     pub dropped: usize,
     /// System calls made.
     pub calls: u64,
+}
+
+impl Sent {
+    /// Every one of `frames` frames lost at once (no peer to send to).
+    pub fn all_lost(frames: usize) -> Sent {
+        Sent {
+            taken: frames,
+            dropped: frames,
+            calls: 0,
+        }
+    }
 }
 
 /// Receive buffers for one batch: [`BATCH`] slots of `slot_len` bytes, one frame each.
