@@ -6,11 +6,14 @@
 //! - [`port`]: the Ethernet port (tap or QEMU socket framings) shared with the paired netdev;
 //! - [`server`]: the vfio-user glue (regions, IRQs, DMA mapping);
 //! - [`testkit`]: a userspace "driver" for tests and benchmarks;
+//! - `fuzzing` (feature `fuzzing`): the bodies of the fuzz targets (fuzz/, docs/fuzzing.md);
 //! - [`benchkit`]: the memcpy reference and result table of the host benchmarks.
 
 pub mod benchkit;
 pub mod device;
 pub mod dma;
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing;
 pub mod pci;
 pub mod port;
 pub mod roce;
