@@ -138,7 +138,7 @@ fn main() {
     benchkit::print_footer();
     let dir = tempfile::tempdir().unwrap();
     let (la, lb) = dgram_wire(dir.path(), "ra.sock", "rb.sock");
-    let (fps, mbps) = benchkit::port_limit(&la, &lb, 9000, secs.max(0.5)).unwrap();
+    let (fps, mbps) = rox_nic::port::limit::port_limit(&la, &lb, 9000, secs.max(0.5)).unwrap();
     println!(
         "port raw limit (dgram socket pair, 4 KiB frames, no RDMA): {fps:.0} frames/s, {mbps:.0} MB/s"
     );

@@ -5,10 +5,14 @@
 //! - [`roce`]: RoCEv2 wire format and transport engine;
 //! - [`port`]: the Ethernet port (tap or QEMU socket framings) shared with the paired netdev;
 //! - [`server`]: the vfio-user glue (regions, IRQs, DMA mapping);
-//! - [`testkit`]: a userspace "driver" for tests and benchmarks;
-//! - `fuzzing` (feature `fuzzing`): the bodies of the fuzz targets (fuzz/, docs/fuzzing.md);
-//! - [`benchkit`]: the memcpy reference and result table of the host benchmarks.
+//! - [`testkit`] (feature `testkit`, tests and benchmarks only): a userspace "driver" and the
+//!   engine's in-memory test double;
+//! - [`benchkit`] (the same feature): the memcpy reference and result table of the host
+//!   benchmarks;
+//! - `fuzzing` (feature `fuzzing`, which needs the test kit): the bodies of the fuzz targets
+//!   (fuzz/, docs/fuzzing.md).
 
+#[cfg(any(test, feature = "testkit"))]
 pub mod benchkit;
 pub mod device;
 pub mod dma;
@@ -18,6 +22,7 @@ pub mod pci;
 pub mod port;
 pub mod roce;
 pub mod server;
+#[cfg(any(test, feature = "testkit"))]
 pub mod testkit;
 
 pub use device::{DeviceConfig, RoxNic};

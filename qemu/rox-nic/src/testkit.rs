@@ -6,6 +6,8 @@
 //! drives it with the `vfio_user` crate's client, mapping the doorbell BAR from the fd the
 //! server sends, as QEMU does.
 
+pub mod mock_env;
+
 use std::cell::RefCell;
 use std::fs::File;
 use std::os::fd::{AsRawFd, FromRawFd, RawFd};
@@ -28,6 +30,7 @@ use rox_uapi::verbs::*;
 use crate::device::sys::EventFd;
 use crate::device::{DeviceConfig, RoxNic, Shared};
 use crate::dma::{as_bytes, from_bytes, Pod};
+pub use crate::port::limit::dgram_wire;
 pub use crate::port::{LinkSpec, PortConfig};
 
 /// Guest-physical address where the test RAM starts (not 0, so address 0 is a bad address).
@@ -318,22 +321,6 @@ pub struct TestDriver {
 pub fn test_mac(gid: &[u8; 16]) -> [u8; 6] {
     const LOCALLY_ADMINISTERED: u8 = 0x02;
     [LOCALLY_ADMINISTERED, 0, gid[12], gid[13], gid[14], gid[15]]
-}
-
-/// The two ends of a wire between two devices: `dgram` ports on unix sockets `a` and `b` in
-/// `dir`, each sending to the other.
-pub fn dgram_wire(dir: &std::path::Path, a: &str, b: &str) -> (LinkSpec, LinkSpec) {
-    let (pa, pb) = (dir.join(a), dir.join(b));
-    (
-        LinkSpec::Dgram {
-            local: pa.clone(),
-            remote: pb.clone(),
-        },
-        LinkSpec::Dgram {
-            local: pb,
-            remote: pa,
-        },
-    )
 }
 
 /// A device owning GID `::ffff:127.0.<subnet>.<host>` (set at index 0), with MAC

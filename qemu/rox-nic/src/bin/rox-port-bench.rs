@@ -12,9 +12,8 @@
 use std::process::{Command, ExitCode};
 
 use clap::Parser;
-use rox_nic::benchkit::{port_limit, RAW_FRAME_BYTES};
+use rox_nic::port::limit::{dgram_wire, port_limit, RAW_FRAME_BYTES};
 use rox_nic::port::LinkSpec;
-use rox_nic::testkit::dgram_wire;
 
 #[derive(Parser, Debug)]
 #[command(about = "Raw frames/s and MB/s of the wires a rox-nic port can own")]

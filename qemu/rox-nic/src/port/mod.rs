@@ -13,6 +13,7 @@
 
 pub mod faults;
 pub mod frame;
+pub mod limit;
 pub mod netdev;
 pub mod pcap;
 pub mod socket;

@@ -1,0 +1,102 @@
+//! The raw limit of a wire, with no RDMA on top: what `rox-port-bench` and the throughput
+//! benchmark print next to the RDMA numbers, so the distance to the physical limit is visible.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+use super::frame::ETH_HEADER_LEN;
+use super::{Link, LinkSpec, Port, BATCH};
+
+/// A unix dgram wire between sockets `a` and `b` in `dir`: the two ends' link specs.
+pub fn dgram_wire(dir: &Path, a: &str, b: &str) -> (LinkSpec, LinkSpec) {
+    let (pa, pb) = (dir.join(a), dir.join(b));
+    (
+        LinkSpec::Dgram {
+            local: pa.clone(),
+            remote: pb.clone(),
+        },
+        LinkSpec::Dgram {
+            local: pb,
+            remote: pa,
+        },
+    )
+}
+
+/// Bytes per frame of [`port_limit`].
+pub const RAW_FRAME_BYTES: usize = 4096;
+
+/// The raw limit of a wire: 4 KiB frames from a port on `tx` to a port on `rx` (a sender and a
+/// receiver thread, batched as the data path batches, no RDMA on top) for `secs`. Returns
+/// (frames/s, MB/s) received.
+pub fn port_limit(
+    tx: &LinkSpec,
+    rx: &LinkSpec,
+    mtu: usize,
+    secs: f64,
+) -> std::io::Result<(f64, f64)> {
+    let (mac_tx, mac_rx) = ([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]);
+    let open = |spec, mac| -> std::io::Result<Port> {
+        Port::with_link(Link::open(spec)?, mac, mtu, None, None).map_err(std::io::Error::other)
+    };
+    let mut receiver_port = open(rx, mac_rx)?;
+    let mut sender = open(tx, mac_tx)?;
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    let receiver = {
+        let stop = stop.clone();
+        std::thread::spawn(move || -> std::io::Result<(u64, u64)> {
+            let (mut frames, mut bytes) = (0u64, 0u64);
+            while !stop.load(Ordering::Relaxed) {
+                if receiver_port.recv()? == 0 {
+                    std::thread::yield_now();
+                }
+                for f in receiver_port.frames() {
+                    frames += 1;
+                    bytes += f.len() as u64;
+                }
+            }
+            Ok((frames, bytes))
+        })
+    };
+    let payload = raw_udp_packet(RAW_FRAME_BYTES - ETH_HEADER_LEN);
+    let start = Instant::now();
+    while start.elapsed().as_secs_f64() < secs {
+        while sender.has_backlog() {
+            if sender.flush() == 0 {
+                std::thread::yield_now();
+            }
+        }
+        for _ in 0..BATCH {
+            sender.queue_ip(&mac_rx, payload.clone());
+        }
+        sender.flush();
+    }
+    let t = start.elapsed().as_secs_f64();
+    // Let the receiver take what is still queued, then stop it.
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    stop.store(true, Ordering::Relaxed);
+    let (frames, bytes) = receiver
+        .join()
+        .map_err(|_| std::io::Error::other("receiver thread panicked"))??;
+    Ok((frames as f64 / t, bytes as f64 / t / 1e6))
+}
+
+/// A well-formed IPv4 UDP packet of `len` bytes (zero payload) between two test addresses: a
+/// Linux bridge with br_netfilter loaded drops IP frames whose header does not check out.
+fn raw_udp_packet(len: usize) -> Vec<u8> {
+    const IPV4_UDP_TTL64: [u8; 12] = [0x45, 0, 0, 0, 0, 0, 0x40, 0, 64, 17, 0, 0];
+    const SRC: [u8; 4] = [192, 0, 2, 1];
+    const DST: [u8; 4] = [192, 0, 2, 2];
+    const DISCARD_PORT: u16 = 9;
+    let mut p = vec![0u8; len];
+    p[..12].copy_from_slice(&IPV4_UDP_TTL64);
+    p[2..4].copy_from_slice(&(len as u16).to_be_bytes());
+    p[12..16].copy_from_slice(&SRC);
+    p[16..20].copy_from_slice(&DST);
+    let checksum = crate::roce::wire::ipv4_header_checksum(&p[..20]);
+    p[10..12].copy_from_slice(&checksum.to_be_bytes());
+    p[20..22].copy_from_slice(&DISCARD_PORT.to_be_bytes());
+    p[22..24].copy_from_slice(&DISCARD_PORT.to_be_bytes());
+    p[24..26].copy_from_slice(&((len - 20) as u16).to_be_bytes());
+    p
+}
