@@ -155,7 +155,7 @@ impl Rig {
             2 => self.mw_key,
             // The right index with another key part.
             3 => Key::from_raw(self.rw_key.get() ^ 1),
-            _ => Key::from_raw(u.arbitrary()?),
+            _ => Key::from_raw(u.arbitrary::<u32>()?),
         })
     }
 
@@ -167,13 +167,13 @@ impl Rig {
         Ok(match u.int_in_range(0u8..=3)? {
             0 | 1 => near(self.rw, RW_LEN, u)?,
             2 => near(self.rw + RW_LEN + PAGE, RO_LEN, u)?,
-            _ => u.arbitrary()?,
+            _ => u.arbitrary::<u64>()?,
         })
     }
 
     fn length(u: &mut Unstructured) -> Result<u32> {
         Ok(match u.int_in_range(0u8..=7)? {
-            0 => u.arbitrary()?,
+            0 => u.arbitrary::<u32>()?,
             1 => u.int_in_range(0..=RW_LEN as u32 + 8)?,
             _ => u.int_in_range(0..=256)?,
         })
@@ -196,7 +196,7 @@ impl Rig {
 /// One WQE for QP `qp`, shaped by the fuzzer (or raw bytes).
 fn send_wqe_for(rig: &Rig, qp: usize, u: &mut Unstructured) -> Result<SqWqe> {
     if u.ratio(1u8, 8)? {
-        let raw: [u8; SQ_WQE_SIZE] = u.arbitrary()?;
+        let raw: [u8; SQ_WQE_SIZE] = u.arbitrary::<[u8; SQ_WQE_SIZE]>()?;
         return Ok(from_bytes(&raw));
     }
     let opcode = match u.int_in_range(0u8..=12)? {
@@ -204,37 +204,42 @@ fn send_wqe_for(rig: &Rig, qp: usize, u: &mut Unstructured) -> Result<SqWqe> {
         10 => u
             .choose(&[WR_FLUSH, WR_ATOMIC_WRITE, WR_REG_MR])?
             .to_owned(),
-        _ => u.arbitrary()?,
+        _ => u.arbitrary::<u8>()?,
     };
     let mut flags = u.arbitrary::<u8>()? & WQE_FLAGS_ALL;
     if u.ratio(1u8, 16)? {
-        flags = u.arbitrary()?;
+        flags = u.arbitrary::<u8>()?;
     }
     let mut w = if flags & WQE_FLAG_INLINE != 0 {
         let len = u.int_in_range(0..=SQ_MAX_INLINE as usize + 8)?;
         let bytes: Vec<u8> = (0..len.min(SQ_WQE_DATA_SIZE)).map(|i| i as u8).collect();
-        let mut w = inline_wqe(u.arbitrary()?, opcode, flags, &bytes);
+        let mut w = inline_wqe(u.arbitrary::<u64>()?, opcode, flags, &bytes);
         w.inline_len = len as u32;
         w
     } else {
         let sges = rig.sges(u, SQ_MAX_SGE)?;
-        let mut w = send_wqe(u.arbitrary()?, opcode, flags, &sges[..sges.len().min(12)]);
+        let mut w = send_wqe(
+            u.arbitrary::<u64>()?,
+            opcode,
+            flags,
+            &sges[..sges.len().min(12)],
+        );
         w.num_sge = sges.len() as u8;
         w
     };
-    w.imm_data = u.arbitrary()?;
+    w.imm_data = u.arbitrary::<u32>()?;
     let t = rig.qps[qp].qp_type;
     w = if t == QPT_UD {
         let dest = rig.qps[u.int_in_range(0..=rig.qps.len() - 1)?].qpn;
         let qkey = if u.ratio(7u8, 8)? {
             PAIR_QKEY
         } else {
-            u.arbitrary()?
+            u.arbitrary::<u32>()?
         };
         let dgid = if u.ratio(7u8, 8)? {
             rig.gid
         } else {
-            u.arbitrary()?
+            u.arbitrary::<[u8; 16]>()?
         };
         with_ud(w, dgid, dest, qkey)
     } else if opcode == WR_BIND_MW {
@@ -244,18 +249,24 @@ fn send_wqe_for(rig: &Rig, qp: usize, u: &mut Unstructured) -> Result<SqWqe> {
                 length: u64::from(Rig::length(u)?),
                 new_rkey: Key::from_raw(rig.mw_key.get().wrapping_add(u.int_in_range(0..=2)?)),
                 lkey: rig.key(u)?,
-                access: u.arbitrary()?,
+                access: u.arbitrary::<u32>()?,
                 reserved: [0; 12],
             },
         };
         w
     } else {
-        let rdma = with_atomic(w, rig.addr(u)?, rig.key(u)?, u.arbitrary()?, u.arbitrary()?);
+        let rdma = with_atomic(
+            w,
+            rig.addr(u)?,
+            rig.key(u)?,
+            u.arbitrary::<u64>()?,
+            u.arbitrary::<u64>()?,
+        );
         // SAFETY: every SqSeg variant is plain integers; `rdma` was just written.
         let mut seg = unsafe { rdma.seg.rdma };
         seg.length = Rig::length(u)?;
-        seg.flush_type = u.arbitrary()?;
-        seg.flush_level = u.arbitrary()?;
+        seg.flush_type = u.arbitrary::<u8>()?;
+        seg.flush_level = u.arbitrary::<u8>()?;
         SqWqe {
             seg: SqSeg { rdma: seg },
             ..rdma
@@ -280,8 +291,8 @@ fn step(rig: &mut Rig, u: &mut Unstructured) -> Result<()> {
             }
         }
         4 => {
-            let pi = if u.arbitrary()? {
-                u.arbitrary()?
+            let pi = if u.arbitrary::<bool>()? {
+                u.arbitrary::<u32>()?
             } else {
                 rig.qps[qp].sq_pi
             };
@@ -289,7 +300,7 @@ fn step(rig: &mut Rig, u: &mut Unstructured) -> Result<()> {
         }
         5 | 6 => {
             let to_srq = u.ratio(1u8, 3)?;
-            let mut wqe = recv_wqe(u.arbitrary()?, &[]);
+            let mut wqe = recv_wqe(u.arbitrary::<u64>()?, &[]);
             let sges = rig.sges(u, RQ_MAX_SGE)?;
             wqe.sge[..sges.len().min(RQ_MAX_SGE as usize)]
                 .copy_from_slice(&sges[..sges.len().min(RQ_MAX_SGE as usize)]);
@@ -301,7 +312,11 @@ fn step(rig: &mut Rig, u: &mut Unstructured) -> Result<()> {
                 rig.store(addr, as_bytes(&wqe));
                 rig.srq_ids.push(wqe.wr_id);
                 rig.srq.pi = s.pi.wrapping_add(1);
-                let pi = if wild { u.arbitrary()? } else { rig.srq.pi };
+                let pi = if wild {
+                    u.arbitrary::<u32>()?
+                } else {
+                    rig.srq.pi
+                };
                 rig.d.db.store_a(TEST_DB_PAGE, s.db_slot, pi);
             } else {
                 let q = rig.qps[qp];
@@ -310,7 +325,7 @@ fn step(rig: &mut Rig, u: &mut Unstructured) -> Result<()> {
                 rig.rq_ids[qp].push(wqe.wr_id);
                 rig.qps[qp].rq_pi = q.rq_pi.wrapping_add(1);
                 let pi = if wild {
-                    u.arbitrary()?
+                    u.arbitrary::<u32>()?
                 } else {
                     rig.qps[qp].rq_pi
                 };
@@ -325,28 +340,28 @@ fn step(rig: &mut Rig, u: &mut Unstructured) -> Result<()> {
                 rig.ci_tampered = true;
                 rig.d
                     .db
-                    .store_a(TEST_DB_PAGE, rig.cqs[cq].db_slot, u.arbitrary()?);
+                    .store_a(TEST_DB_PAGE, rig.cqs[cq].db_slot, u.arbitrary::<u32>()?);
             }
         }
         8 => {
             let cq = u.int_in_range(0..=rig.cqs.len() - 1)?;
-            if u.arbitrary()? {
+            if u.arbitrary::<bool>()? {
                 rig.d.arm_cq(&mut rig.cqs[cq], u.int_in_range(0..=3)?);
             } else {
                 rig.d
                     .db
-                    .store_b(TEST_DB_PAGE, rig.cqs[cq].db_slot, u.arbitrary()?);
+                    .store_b(TEST_DB_PAGE, rig.cqs[cq].db_slot, u.arbitrary::<u32>()?);
             }
         }
         9 => {
             let eqn = u.int_in_range(0..=MAX_EQS)?;
             let polled = rig.d.eqs.get(eqn as usize).copied().flatten().map(|r| r.ci);
-            let arm = if u.arbitrary()? { EQ_DB_ARM } else { 0 };
+            let arm = if u.arbitrary::<bool>()? { EQ_DB_ARM } else { 0 };
             let value = match polled {
                 Some(ci) if u.ratio(3u8, 4)? => (ci & EQ_DB_CI_MASK) | arm,
                 _ => {
                     rig.eq_tampered = true;
-                    u.arbitrary()?
+                    u.arbitrary::<u32>()?
                 }
             };
             rig.d.write_reg(reg_eq(eqn, EQ_DB), value);
