@@ -43,6 +43,7 @@ const ROCE_SOURCE_PORT_BASE: u16 = 0xc000;
 const ROCE_SOURCE_PORT_MASK: u16 = 0x3fff;
 /// BTH transport header version.
 const BTH_TVER: u8 = 0;
+const BTH_TVER_MASK: u8 = 0x0f;
 const BTH_SE: u8 = 0x80;
 const BTH_MIG: u8 = 0x40;
 const BTH_PAD_SHIFT: u8 = 4;
@@ -784,6 +785,10 @@ pub fn parse_packet(packet: &[u8]) -> Result<Parsed<'_>, ParseError> {
     let t = &udp[UDP_HEADER_LEN..];
     let op = t[0];
     let info = opcode_info(op).ok_or(ParseError::UnknownOpcode(op))?;
+    // Another transport header version is not a packet rox (or rxe) understands.
+    if t[1] & BTH_TVER_MASK != BTH_TVER {
+        return Err(ParseError::Malformed);
+    }
     let pad = usize::from((t[1] >> BTH_PAD_SHIFT) & BTH_PAD_MASK);
     let hlen = info.header_len();
     // Senders pad the payload to whole 4-byte words (IBA 9.2); any other length is malformed.
