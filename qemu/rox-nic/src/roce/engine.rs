@@ -2380,6 +2380,10 @@ impl Engine {
             && (op::RC_READ_RESPONSE_FIRST..=op::RC_ATOMIC_ACKNOWLEDGE).contains(&base);
         if is_response {
             qp.requester_receive(env, &mut self.stats, &p);
+        } else if !qp.can_receive() {
+            // The caller learns of the drop too, not only the counter.
+            self.stats.rx_no_qp += 1;
+            return Err(RxDrop::NoQp(qpn));
         } else {
             qp.responder_receive(env, &mut self.stats, &p);
         }
