@@ -57,7 +57,7 @@ fn replay_target(name: &str) {
 fn every_target_is_replayed_here() {
     let mut names: Vec<&str> = TARGETS.iter().map(|t| t.name).collect();
     names.sort();
-    assert_eq!(names, ["admin", "rings", "wire"]);
+    assert_eq!(names, ["admin", "conversation", "frame", "rings", "wire"]);
 }
 
 #[test]
@@ -73,4 +73,14 @@ fn admin_corpus_and_crashes_replay() {
 #[test]
 fn rings_corpus_and_crashes_replay() {
     replay_target("rings");
+}
+
+#[test]
+fn frame_corpus_and_crashes_replay() {
+    replay_target("frame");
+}
+
+#[test]
+fn conversation_corpus_and_crashes_replay() {
+    replay_target("conversation");
 }

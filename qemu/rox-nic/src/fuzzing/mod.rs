@@ -5,6 +5,9 @@
 //! docs/fuzzing.md says how to run them.
 
 pub mod admin;
+pub mod conversation;
+pub mod engine_kit;
+pub mod frame;
 pub mod rings;
 pub mod wire;
 
@@ -28,6 +31,14 @@ pub const TARGETS: &[Target] = &[
         name: "rings",
         run: rings::run,
     },
+    Target {
+        name: "frame",
+        run: frame::run,
+    },
+    Target {
+        name: "conversation",
+        run: conversation::run,
+    },
 ];
 
 /// Seed inputs of target `name`, built from the same code paths the host tests use.
@@ -36,6 +47,8 @@ pub fn seeds(name: &str) -> Vec<Vec<u8>> {
         "wire" => wire::seeds(),
         "admin" => admin::seeds(),
         "rings" => rings::seeds(),
+        "frame" => frame::seeds(),
+        "conversation" => conversation::seeds(),
         _ => Vec::new(),
     }
 }

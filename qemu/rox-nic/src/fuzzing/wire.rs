@@ -57,7 +57,7 @@ fn fix_lengths(p: &mut [u8]) {
 }
 
 /// The invariants for one packet.
-fn check_packet(packet: &[u8]) {
+pub(crate) fn check_packet(packet: &[u8]) {
     let reference = reference_icrc_ok(packet);
     match parse_packet(packet) {
         Ok(parsed) => {
