@@ -413,17 +413,27 @@ pub fn run(data: &[u8]) {
     }
     settle(&mut rig);
     check_memory(&rig);
-    if is_fatal(&rig.d) {
-        let code = rig.d.read_reg(REG_FATAL_CODE);
-        assert!(
-            rig.eq_tampered && code == FATAL_EQ_OVERFLOW,
-            "device went fatal (code {code}) without an EQ overrun by the driver"
-        );
-        rig.d.reset();
-    } else {
+    if !reset_if_fatal(&mut rig) {
         check_completions(&mut rig, cqes_before);
+        // The admin commands of the checks post events to the EQ the input may have overrun.
+        reset_if_fatal(&mut rig);
     }
     still_moves_messages(&mut rig);
+}
+
+/// A fatal device must have had an EQ overrun by the driver; it is reset. Answers whether it
+/// was fatal.
+fn reset_if_fatal(rig: &mut Rig) -> bool {
+    if !is_fatal(&rig.d) {
+        return false;
+    }
+    let code = rig.d.read_reg(REG_FATAL_CODE);
+    assert!(
+        rig.eq_tampered && code == FATAL_EQ_OVERFLOW,
+        "device went fatal (code {code}) without an EQ overrun by the driver"
+    );
+    rig.d.reset();
+    true
 }
 
 /// Nothing outside the writable MR and the CQ rings changed.
