@@ -16,6 +16,7 @@
 use rox_uapi::admin::*;
 use rox_uapi::queue::PageList;
 use rox_uapi::regs::{ROX_PAGE_SIZE, STATUS_FATAL};
+use rox_uapi::verbs::*;
 
 use crate::device::DeviceConfig;
 use crate::dma::as_bytes;
@@ -282,17 +283,18 @@ fn arena_pages(first: u64, n: u32) -> PageList {
 /// A driver's session: queries, an MR, a window, CQs, an SRQ, QPs walked through their
 /// states, and teardown; and each known opcode once with an empty payload.
 pub fn seeds() -> Vec<Vec<u8>> {
-    use rox_uapi::verbs::*;
-    let query = |op| {
-        cmd(
-            op,
-            &QueryCmd {
-                index: 0,
-                reserved: 0,
-                resp_addr: ARENA + 200 * PAGE,
-            },
-        )
-    };
+    let session = session();
+    let mut out = vec![encode(&session), encode(&session[..8])];
+    let every: Vec<Command> = (0..=0x60u8)
+        .filter(|&op| is_known(op))
+        .map(|op| cmd(op, &NoPayload::default()))
+        .collect();
+    out.push(encode(&every));
+    out
+}
+
+/// The objects a session makes: a CQ, an SRQ and an RC QP on arena pages, and GID 0.
+fn session_objects() -> (CreateCqCmd, CreateSrqCmd, CreateQpCmd, SetGidCmd) {
     let cq = CreateCqCmd {
         ring: arena_pages(1, 1),
         log_depth: 7,
@@ -328,6 +330,23 @@ pub fn seeds() -> Vec<Vec<u8>> {
         ..Default::default()
     };
     gid.gid[10..].copy_from_slice(&[0xff, 0xff, 127, 0, 0, 1]);
+    (cq, srq, qp, gid)
+}
+
+/// A driver's session: queries, an MR, a window, a CQ, an SRQ, a QP walked to RTS, and
+/// teardown; links name the objects the device numbered.
+fn session() -> Vec<Command> {
+    let (cq, srq, qp, gid) = session_objects();
+    let query = |op| {
+        cmd(
+            op,
+            &QueryCmd {
+                index: 0,
+                reserved: 0,
+                resp_addr: ARENA + 200 * PAGE,
+            },
+        )
+    };
     let to = |state: u8, mask: u32| ModifyQpCmd {
         qpn: Default::default(),
         attr_mask: mask,
@@ -344,7 +363,7 @@ pub fn seeds() -> Vec<Vec<u8>> {
             ..Default::default()
         },
     };
-    let session = vec![
+    vec![
         query(ADMIN_OP_QUERY_DEVICE),
         query(ADMIN_OP_QUERY_PORT),
         cmd(ADMIN_OP_SET_GID, &gid),
@@ -415,14 +434,7 @@ pub fn seeds() -> Vec<Vec<u8>> {
         linked(cmd(ADMIN_OP_DESTROY_CQ, &HandleCmd::default()), &[(5, 0)]),
         linked(cmd(ADMIN_OP_DEALLOC_MW, &KeyCmd::default()), &[(4, 0)]),
         linked(cmd(ADMIN_OP_DEREG_MR, &KeyCmd::default()), &[(3, 0)]),
-    ];
-    let mut out = vec![encode(&session), encode(&session[..8])];
-    let every: Vec<Command> = (0..=0x60u8)
-        .filter(|&op| is_known(op))
-        .map(|op| cmd(op, &NoPayload::default()))
-        .collect();
-    out.push(encode(&every));
-    out
+    ]
 }
 
 #[cfg(test)]
