@@ -5,11 +5,12 @@
 #   make quality  rustfmt + clippy (warnings denied, every unsafe block with // SAFETY:)
 #   make test     everything: setup, module, host tests, guest tests (stage timings printed)
 #   make demo     boot a guest and show rox at work
+#   make fuzz     every rox-nic fuzz target for FUZZ_SECONDS (default 300) each (nightly, cargo-fuzz)
 ROX_CACHE ?= $(HOME)/.cache/rox
 ROX_KERNEL_FLAVOUR ?= release
 export ROX_CACHE ROX_KERNEL_FLAVOUR
 
-.PHONY: setup root kernel module provider device host-test guest-test quality test demo clean
+.PHONY: setup root kernel module provider device host-test guest-test quality test demo fuzz clean
 
 setup: root kernel
 
@@ -42,6 +43,9 @@ test:
 
 demo:
 	scripts/demo.sh
+
+fuzz:
+	qemu/rox-nic/fuzz/run.sh
 
 clean:
 	cargo clean

@@ -10,7 +10,9 @@
 //! - `testkit` (feature `testkit`, tests and benchmarks only): a userspace "driver" and the
 //!   engine's in-memory test double;
 //! - `benchkit` (the same feature): the memcpy reference and result table of the host
-//!   benchmarks.
+//!   benchmarks;
+//! - `fuzzing` (feature `fuzzing`, which needs the test kit): the bodies of the fuzz targets
+//!   (fuzz/, docs/fuzzing.md).
 
 #![deny(unsafe_code)]
 
@@ -18,6 +20,8 @@
 pub mod benchkit;
 pub mod device;
 pub mod dma;
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing;
 pub mod pci;
 pub mod port;
 pub mod roce;

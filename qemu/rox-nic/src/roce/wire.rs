@@ -50,6 +50,7 @@ const ROCE_SOURCE_PORT_BASE: u16 = 0xc000;
 const ROCE_SOURCE_PORT_MASK: u16 = 0x3fff;
 /// BTH transport header version.
 const BTH_TVER: u8 = 0;
+const BTH_TVER_MASK: u8 = 0x0f;
 const BTH_SE: u8 = 0x80;
 const BTH_MIG: u8 = 0x40;
 const BTH_PAD_SHIFT: u8 = 4;

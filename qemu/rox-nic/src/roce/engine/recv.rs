@@ -48,6 +48,10 @@ impl Engine {
         let is_response = qp.cfg.qp_type == QpType::Rc && p.info.class.is_response();
         if is_response {
             qp.completer_receive(env, &mut self.stats, &p);
+        } else if !qp.can_receive() {
+            // The caller learns of the drop too, not only the counter.
+            self.stats.rx_no_qp += 1;
+            return Err(RxDrop::NoQp(qpn));
         } else {
             qp.responder_receive(env, &mut self.stats, &p);
         }

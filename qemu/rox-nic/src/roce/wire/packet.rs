@@ -307,9 +307,14 @@ pub fn parse_packet(packet: &[u8]) -> Result<Parsed<'_>, ParseError> {
     let t = &udp[UDP_HEADER_LEN..];
     let op = t[0];
     let info = opcode_info(op).ok_or(ParseError::UnknownOpcode(op))?;
+    // Another transport header version is not a packet rox (or rxe) understands.
+    if t[1] & BTH_TVER_MASK != BTH_TVER {
+        return Err(ParseError::Malformed);
+    }
     let pad = usize::from((t[1] >> BTH_PAD_SHIFT) & BTH_PAD_MASK);
     let hlen = info.header_len();
-    if t.len() < hlen + pad + ICRC_LEN {
+    // Senders pad the payload to whole 4-byte words (IBA 9.2); any other length is malformed.
+    if t.len() < hlen + pad + ICRC_LEN || !t.len().is_multiple_of(4) {
         return Err(ParseError::Malformed);
     }
     let icrc_at = packet.len() - ICRC_LEN;

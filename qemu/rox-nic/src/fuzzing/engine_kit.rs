@@ -1,0 +1,179 @@
+//! What the engine-level targets share: an [`Engine`] with the test kit's [`MockEnv`] as one
+//! node, QP set-up through the engine's control calls, and checks of what an engine sends.
+
+use crate::roce::wire::{ipv4_gid, parse_packet};
+use crate::roce::*;
+use crate::testkit::mock_env::MockEnv;
+
+/// An engine and its memory, MRs and queues.
+pub struct Node {
+    pub engine: Engine,
+    pub env: MockEnv,
+    pub gid: Gid,
+}
+
+impl Node {
+    pub fn new(host: u8) -> Node {
+        Node {
+            engine: Engine::new(),
+            env: MockEnv::new(),
+            gid: ipv4_gid([10, 0, 0, host]),
+        }
+    }
+
+    /// Receives one packet at time `now` and polls, as the device's data path does.
+    pub fn receive(&mut self, now: u64, packet: &[u8]) -> Result<(), RxDrop> {
+        self.env.now = now;
+        let r = self.engine.receive(&mut self.env, packet);
+        self.engine.poll(&mut self.env);
+        r
+    }
+
+    pub fn poll(&mut self, now: u64) {
+        self.env.now = now;
+        self.engine.poll(&mut self.env);
+    }
+
+    /// Packets sent since the last call; each must be one a peer accepts (see
+    /// [`check_sent`]).
+    pub fn take_sent(&mut self) -> Vec<(Gid, Vec<u8>)> {
+        let sent = std::mem::take(&mut self.env.outbox);
+        for (_, p) in &sent {
+            check_sent(p);
+        }
+        sent
+    }
+}
+
+/// The address vector from `src` to `dst`.
+pub fn av(src: Gid, dst: Gid) -> AddressVector {
+    AddressVector {
+        dgid: dst,
+        sgid: src,
+        traffic_class: 0,
+        hop_limit: 64,
+        flow_label: 0,
+        dmac: [2, 0, dst[12], dst[13], dst[14], dst[15]],
+    }
+}
+
+/// Transport parameters of a QP the targets make.
+#[derive(Clone, Copy, Debug)]
+pub struct Params {
+    pub qp_type: QpType,
+    pub timeout: u8,
+    pub retry_cnt: u8,
+    pub rnr_retry: u8,
+    pub access: u32,
+    pub qkey: u32,
+    pub sq_psn: Psn,
+    pub rq_psn: Psn,
+}
+
+/// Creates `qpn` on `node` and walks it to `state` (RESET .. RTS, or ERR/SQD from RTS)
+/// towards `peer_qpn` at `peer_gid`.
+pub fn make_qp(
+    node: &mut Node,
+    qpn: Qpn,
+    p: &Params,
+    uses_srq: bool,
+    peer_gid: Gid,
+    peer_qpn: Qpn,
+    state: QpState,
+) {
+    let cfg = QpConfig {
+        qpn,
+        qp_type: p.qp_type,
+        pd: PD,
+        uses_srq,
+    };
+    node.engine.create_qp(cfg).expect("create QP");
+    let connected = p.qp_type != QpType::Ud;
+    let steps = [
+        QpModify {
+            state: Some(QpState::Init),
+            access_flags: Some(p.access),
+            qkey: Some(p.qkey),
+            ..Default::default()
+        },
+        QpModify {
+            state: Some(QpState::Rtr),
+            path_mtu: Some(Mtu::Mtu256),
+            dest_qpn: Some(peer_qpn),
+            rq_psn: Some(p.rq_psn),
+            max_dest_rd_atomic: Some(4),
+            min_rnr_timer: Some(1),
+            av: connected.then(|| av(node.gid, peer_gid)),
+            ..Default::default()
+        },
+        QpModify {
+            state: Some(QpState::Rts),
+            sq_psn: Some(p.sq_psn),
+            timeout: Some(p.timeout),
+            retry_cnt: Some(p.retry_cnt),
+            rnr_retry: Some(p.rnr_retry),
+            max_rd_atomic: Some(4),
+            ..Default::default()
+        },
+    ];
+    let target = match state {
+        QpState::Reset => 0,
+        QpState::Init => 1,
+        QpState::Rtr => 2,
+        _ => 3,
+    };
+    for m in &steps[..target] {
+        node.engine
+            .modify_qp(&mut node.env, qpn, m)
+            .expect("modify QP");
+    }
+    if matches!(state, QpState::Sqd | QpState::Err) {
+        let m = QpModify {
+            state: Some(state),
+            ..Default::default()
+        };
+        node.engine
+            .modify_qp(&mut node.env, qpn, &m)
+            .expect("modify QP");
+    }
+}
+
+/// The protection domain of every object.
+pub const PD: u32 = 1;
+
+/// A packet an engine sent parses, and passes the wire target's invariants (ICRC agreed,
+/// re-encodes to itself).
+pub fn check_sent(packet: &[u8]) {
+    if let Err(e) = parse_packet(packet) {
+        panic!("the engine sent a packet rox itself rejects ({e}): {packet:02x?}");
+    }
+    super::wire::check_packet(packet);
+}
+
+/// A send work request with everything else zero.
+pub fn send_wr(wr_id: u64, opcode: WrOpcode, data: SendData) -> SendWr {
+    SendWr {
+        wr_id,
+        opcode,
+        signaled: true,
+        solicited: false,
+        fence: false,
+        data,
+        imm: 0,
+        remote_addr: 0,
+        rkey: Key::default(),
+        compare_add: 0,
+        swap: 0,
+        flush: FlushSpec::default(),
+        bind: None,
+        fast_reg: None,
+        ud: None,
+    }
+}
+
+/// Deterministic bytes for message `seed`.
+pub fn pattern(seed: u32, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| (seed as usize).wrapping_mul(131).wrapping_add(i * 7) as u8 ^ 0x5a)
+        .collect()
+}
