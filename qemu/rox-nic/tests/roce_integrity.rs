@@ -408,16 +408,15 @@ enum Step {
     },
 }
 
-/// rstream: a 16-byte sync each way, then `iterations` of `size` bytes client -> server,
-/// server -> client (ping-pong), or all client -> server (`one_way`, a bandwidth run).
-fn program(client: bool, size: usize, iterations: usize, one_way: bool) -> VecDeque<(bool, usize)> {
-    let mut p = VecDeque::new();
-    p.push_back((client, 16));
-    p.push_back((!client, 16));
+/// rstream's run_test: a 16-byte sync each way, then per iteration (`-I`) `count` (`-C`)
+/// messages of `size` (`-S`) client -> server and then `count` server -> client (none back if
+/// `one_way`). `rstream -S 65536 -C 200` is one iteration of 200 each way.
+fn program(size: usize, count: usize, iterations: usize, one_way: bool) -> VecDeque<(bool, usize)> {
+    let mut p = VecDeque::from([(true, 16), (false, 16)]);
     for _ in 0..iterations {
-        p.push_back((client, size));
+        p.extend(std::iter::repeat_n((true, size), count));
         if !one_way {
-            p.push_back((!client, size));
+            p.extend(std::iter::repeat_n((false, size), count));
         }
     }
     p
@@ -428,6 +427,7 @@ fn program(client: bool, size: usize, iterations: usize, one_way: bool) -> VecDe
 struct Case {
     mtu: Mtu,
     size: usize,
+    count: usize,
     iterations: usize,
     one_way: bool,
     loss: f64,
@@ -539,7 +539,7 @@ fn run_case(case: &Case, seed: u64) -> Outcome {
         Rs::connect(&mut net, 0, QPN_A, key_a, key_b),
         Rs::connect(&mut net, 1, QPN_B, key_b, key_a),
     ];
-    let mut plan = program(true, case.size, case.iterations, case.one_way);
+    let mut plan = program(case.size, case.count, case.iterations, case.one_way);
     let mut rng = StdRng::seed_from_u64(seed);
     // Each side works on its own head of the plan: the sender of a step may run ahead of the
     // receiver by one step (the send completes into rsockets' buffers).
@@ -639,7 +639,8 @@ fn run_seeds(name: &str, case: Case, default_seeds: u64) -> Outcome {
 const CLEAN: Case = Case {
     mtu: Mtu::Mtu4096,
     size: 65536,
-    iterations: 200,
+    count: 200,
+    iterations: 1,
     one_way: false,
     loss: 0.0,
     duplicate: 0.0,
@@ -653,7 +654,7 @@ const CLEAN: Case = Case {
 /// message ends in a 16-byte inline write at the start of a fresh ring half (the 16-byte
 /// sync shifts every message), where the guest run saw its bad byte.
 #[test]
-fn rstream_64k_ping_pong_clean_wire() {
+fn rstream_64k_200_each_way_clean_wire() {
     let out = run_case(&CLEAN, 1);
     assert_eq!(out.bytes, 2 * (16 + 200 * 65536));
     assert!(
@@ -663,6 +664,21 @@ fn rstream_64k_ping_pong_clean_wire() {
     println!("{out:?}");
 }
 
+/// The failing shape again under loss, duplication, reordering and corruption.
+#[test]
+fn rstream_64k_200_each_way_lossy_wire() {
+    let case = Case {
+        loss: 0.01,
+        duplicate: 0.01,
+        reorder: 0.02,
+        corrupt: 0.005,
+        ..CLEAN
+    };
+    let out = run_seeds("lossy-200", case, 2);
+    assert!(out.seq_naks + out.timeouts > 0 && out.duplicates > 0 && out.icrc_drops > 0);
+}
+
+/// `rstream -S 65536 -I 40`: ping-pong, one message in flight each way.
 #[test]
 fn rstream_64k_ping_pong_lossy_wire() {
     let case = Case {
@@ -670,6 +686,7 @@ fn rstream_64k_ping_pong_lossy_wire() {
         duplicate: 0.01,
         reorder: 0.02,
         corrupt: 0.005,
+        count: 1,
         iterations: 40,
         ..CLEAN
     };
@@ -684,7 +701,7 @@ fn rstream_one_way_slow_receiver_rnr() {
     let case = Case {
         one_way: true,
         size: 1000,
-        iterations: 4000,
+        count: 4000,
         repost_delay: 40,
         loss: 0.005,
         ..CLEAN
@@ -700,7 +717,7 @@ fn rstream_one_way_slow_receiver_rnr() {
 fn rstream_small_mtu_burst_drops() {
     let case = Case {
         mtu: Mtu::Mtu1024,
-        iterations: 30,
+        count: 30,
         rx_capacity: Some(24),
         duplicate: 0.01,
         reorder: 0.01,
@@ -726,11 +743,21 @@ fn rstream_random_cases_many_seeds() {
         let mut rng = StdRng::seed_from_u64(0xc0de_0000 + seed);
         let size = sizes[rng.gen_range(0..sizes.len())];
         let faulty = rng.gen_bool(0.7);
+        let ping_pong = rng.gen_bool(0.3);
         let p = |rng: &mut StdRng, max: f64| if faulty { rng.gen_range(0.0..max) } else { 0.0 };
         let case = Case {
             mtu: mtus[rng.gen_range(0..mtus.len())],
             size,
-            iterations: ((4 << 20) / size).clamp(4, 400),
+            count: if ping_pong {
+                1
+            } else {
+                ((4 << 20) / size).clamp(4, 400)
+            },
+            iterations: if ping_pong {
+                ((1 << 20) / size).clamp(4, 200)
+            } else {
+                1
+            },
             one_way: rng.gen_bool(0.3),
             loss: p(&mut rng, 0.03),
             duplicate: p(&mut rng, 0.03),
