@@ -1,425 +1,93 @@
-//! Data integrity of rsockets' traffic pattern, played exactly by two engines over a faulty
-//! wire. rsockets (librdmacm/rsocket.c) moves stream data with RDMA WRITE WITH IMMEDIATE into
-//! a ring buffer on the peer and tracks that ring purely from the immediates' lengths; credits
-//! (new ring halves) come back as small inline WRITE WITH IMMEDIATE into the sender's target
-//! SGL array, which the sender reads straight from memory. Any completion without its payload,
-//! payload without its completion, duplicated completion or early slot reuse corrupts the
-//! stream: every byte is verified, as `rstream -T v` does.
+//! Data integrity of rsockets' traffic pattern (`roce_integrity_rs`: rstream's program over
+//! rsockets' WRITE_WITH_IMM ring protocol, every byte verified) played by two transport
+//! engines over a virtual wire that loses, duplicates, reorders and corrupts packets, drops
+//! the tail of bursts, and with receivers slow to repost (RNR).
 //!
-//! The short seeds run in `cargo test`; `ROX_INTEGRITY_SEEDS=N` runs N seeds per case.
+//! The short seeds run in `cargo test`; `ROX_INTEGRITY_SEEDS=N` runs N seeds per case, and
+//! the ignored `rstream_random_cases_many_seeds` draws a new case per seed.
 
 mod roce_common;
+mod roce_integrity_rs;
 use roce_common::*;
+use roce_integrity_rs::{Layout, Payload, Program, Rs, Verbs, Wc, RECV_WR_ID};
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use std::collections::VecDeque;
 
 const QPN_A: Qpn = Qpn::new(0x111).unwrap();
 const QPN_B: Qpn = Qpn::new(0x222).unwrap();
+const QPNS: [Qpn; 2] = [QPN_A, QPN_B];
 
-// rsocket.c's defaults (def_mem, def_wmem, def_inline, RS_SNDLOWAT, RS_QP_CTRL_SIZE, ...).
-const RBUF_SIZE: u32 = 1 << 17;
-const SBUF_SIZE: u32 = 1 << 17;
-const SNDLOWAT: u32 = 2048;
-const RQ_SIZE: u16 = (RBUF_SIZE / SNDLOWAT) as u16;
-const SQ_SIZE: u32 = SBUF_SIZE / SNDLOWAT;
-const SQ_INLINE: u32 = 64;
-const CTRL_SIZE: u32 = 4;
-const SGL_SIZE: u32 = 2;
-const OLAP_START_SIZE: u32 = 2048;
-const MAX_TRANSFER: u32 = 65536;
-const OP_DATA: u32 = 0;
-const OP_SGL: u32 = 4;
-const RS_SGE_BYTES: u64 = 16;
-const RECV_WR_ID: u64 = 1 << 63;
-
-// Each endpoint's registered memory (in its own device's memory).
-const SBUF: u64 = MEM_BASE;
-const RBUF: u64 = SBUF + SBUF_SIZE as u64;
-const TARGET_SGL: u64 = RBUF + RBUF_SIZE as u64;
-const REGION_LEN: u64 = TARGET_SGL + SGL_SIZE as u64 * RS_SGE_BYTES - MEM_BASE;
-
-fn msg_set(op: u32, data: u32) -> u32 {
-    (op << 29) | (data & 0x1fff_ffff)
+/// The two engines and their mock memories as rsockets' verbs.
+struct EngineVerbs {
+    net: Net,
 }
 
-/// One rsocket (its state as rsocket.c keeps it) on device `dev`.
-struct Rs {
-    dev: usize,
-    qpn: Qpn,
-    key: Key,
-    peer_key: Key,
-    sseq_no: u16,
-    sseq_comp: u16,
-    sqe_avail: u32,
-    sbuf_bytes_avail: u32,
-    /// Where the next send-buffer copy goes (rs->ssgl[0].addr).
-    ssgl_addr: u64,
-    target_sge: u64,
-    rseq_no: u16,
-    rseq_comp: u16,
-    rbuf_bytes_avail: u32,
-    rbuf_free_offset: u32,
-    rbuf_offset: u32,
-    remote_sge: u64,
-    /// Lengths of data messages received and not yet read (rs->rmsg).
-    rmsg: VecDeque<u32>,
-    ctrl_seqno: u32,
-    ctrl_max_seqno: u32,
-    /// Receive WRs to post again, held back for `repost_delay` rounds (a slow receiver: RNR).
-    reposts: VecDeque<(u64, u32)>,
-    /// format_buf / verify_buf's running byte counters.
-    tx_pattern: u8,
-    rx_pattern: u8,
-    rx_total: u64,
-    writes_posted: u64,
-    inline_writes: u64,
-    credits_sent: u64,
-}
-
-/// The SGE rsockets keeps in the target SGL array: addr, key, length (native order).
-fn read_sge(env: &MockEnv, at: u64) -> (u64, u32, u32) {
-    let b = env.bytes(at, RS_SGE_BYTES as usize);
-    (
-        u64::from_le_bytes(b[..8].try_into().unwrap()),
-        u32::from_le_bytes(b[8..12].try_into().unwrap()),
-        u32::from_le_bytes(b[12..16].try_into().unwrap()),
-    )
-}
-
-fn sge_bytes(addr: u64, key: u32, length: u32) -> Vec<u8> {
-    [
-        &addr.to_le_bytes()[..],
-        &key.to_le_bytes(),
-        &length.to_le_bytes(),
-    ]
-    .concat()
-}
-
-fn write_imm(wr_id: u32, imm: u32, data: SendData, addr: u64, rkey: Key) -> SendWr {
-    let mut wr = send_wr(u64::from(wr_id), WrOpcode::RdmaWriteWithImm, data);
-    wr.imm = imm;
-    wr.remote_addr = addr;
-    wr.rkey = rkey;
-    wr
-}
-
-impl Rs {
-    /// rs_init_bufs + rs_save_conn_data: the peer gave the first half of its ring at connect.
-    fn connect(net: &mut Net, dev: usize, qpn: Qpn, key: Key, peer_key: Key) -> Rs {
-        let env = &mut net.devs[dev].env;
-        env.fill(TARGET_SGL, &sge_bytes(RBUF, peer_key.get(), RBUF_SIZE / 2));
-        env.fill(TARGET_SGL + RS_SGE_BYTES, &sge_bytes(0, 0, 0));
-        for _ in 0..RQ_SIZE {
-            env.post_recv(qpn, recv_wr());
-        }
-        Rs {
-            dev,
-            qpn,
-            key,
-            peer_key,
-            sseq_no: 0,
-            sseq_comp: RQ_SIZE,
-            sqe_avail: SQ_SIZE - CTRL_SIZE,
-            sbuf_bytes_avail: SBUF_SIZE,
-            ssgl_addr: SBUF,
-            target_sge: 0,
-            rseq_no: 0,
-            rseq_comp: RQ_SIZE / 2,
-            rbuf_bytes_avail: RBUF_SIZE / 2,
-            rbuf_free_offset: RBUF_SIZE / 2,
-            rbuf_offset: 0,
-            remote_sge: 1,
-            rmsg: VecDeque::new(),
-            ctrl_seqno: 0,
-            ctrl_max_seqno: CTRL_SIZE,
-            reposts: VecDeque::new(),
-            tx_pattern: 0,
-            rx_pattern: 0,
-            rx_total: 0,
-            writes_posted: 0,
-            inline_writes: 0,
-            credits_sent: 0,
-        }
+impl Verbs for EngineVerbs {
+    fn post_write_imm(
+        &mut self,
+        side: usize,
+        msg: u32,
+        data: Payload,
+        remote_addr: u64,
+        rkey: u32,
+    ) {
+        let data = match data {
+            Payload::Inline(bytes) => SendData::Inline(bytes),
+            Payload::Sges(pieces) => {
+                let key = self.net.devs[side].env.mrs[0].key;
+                SendData::Sges(pieces.iter().map(|&(a, n)| sge(a, n, key)).collect())
+            }
+        };
+        let mut wr = send_wr(u64::from(msg), WrOpcode::RdmaWriteWithImm, data);
+        wr.imm = msg;
+        wr.remote_addr = remote_addr;
+        wr.rkey = Key::from_raw(rkey);
+        let (engine, env) = self.net.dev(side);
+        engine.post_send(env, QPNS[side], wr).unwrap();
     }
 
-    fn post(&mut self, net: &mut Net, wr: SendWr) {
-        let (engine, env) = net.dev(self.dev);
-        engine.post_send(env, self.qpn, wr).unwrap();
-    }
-
-    /// rs_send_credits: a new ring half (inline SGE written into the peer's target SGL), or
-    /// just the credit count (a zero-length write).
-    fn send_credits(&mut self, net: &mut Net) {
-        self.ctrl_seqno += 1;
-        self.rseq_comp = self.rseq_no.wrapping_add(RQ_SIZE / 2);
-        let msg = msg_set(OP_SGL, u32::from(self.rseq_no) + u32::from(RQ_SIZE));
-        self.credits_sent += 1;
-        if self.rbuf_bytes_avail >= RBUF_SIZE / 2 {
-            let sge = sge_bytes(
-                RBUF + u64::from(self.rbuf_free_offset),
-                self.key.get(),
-                RBUF_SIZE / 2,
+    fn post_recvs(&mut self, side: usize, n: u32) {
+        let (engine, env) = self.net.dev(side);
+        for _ in 0..n {
+            env.post_recv(
+                QPNS[side],
+                RecvWr {
+                    wr_id: RECV_WR_ID,
+                    sges: Vec::new(),
+                },
             );
-            let at = TARGET_SGL + self.remote_sge * RS_SGE_BYTES;
-            let wr = write_imm(msg, msg, SendData::Inline(sge), at, self.peer_key);
-            self.post(net, wr);
-            self.rbuf_bytes_avail -= RBUF_SIZE / 2;
-            self.rbuf_free_offset += RBUF_SIZE / 2;
-            if self.rbuf_free_offset >= RBUF_SIZE {
-                self.rbuf_free_offset = 0;
-            }
-            self.remote_sge = (self.remote_sge + 1) % u64::from(SGL_SIZE);
-        } else {
-            // rs_post_msg: no SGE; its remote address and key are whatever was on the stack.
-            let wr = write_imm(msg, msg, SendData::Sges(Vec::new()), 0, Key::from_raw(0));
-            self.post(net, wr);
         }
+        engine.recv_posted(env, QPNS[side]).unwrap();
     }
 
-    /// rs_give_credits / rs_update_credits.
-    fn update_credits(&mut self, net: &mut Net) {
-        let behind = self.rseq_no.wrapping_sub(self.rseq_comp) as i16 >= 0;
-        if (self.rbuf_bytes_avail >= RBUF_SIZE / 2 || behind)
-            && self.ctrl_seqno != self.ctrl_max_seqno
-        {
-            self.send_credits(net);
-        }
-    }
-
-    /// rs_poll_cq, then the receive WRs go back (after `repost_delay` rounds).
-    fn poll_cq(&mut self, net: &mut Net, round: u32, repost_delay: u32) {
-        let mut rcnt = 0;
-        for c in net.devs[self.dev].env.take_completions() {
-            assert_eq!(c.qp_num, self.qpn);
-            assert_eq!(c.status, WcStatus::Success, "completion {c:?}");
-            if c.is_recv {
-                assert_eq!(c.wr_id, RECV_WR_ID);
-                assert_eq!(c.opcode, WcOpcode::RecvRdmaWithImm);
-                assert!(c.wc_flags & WC_FLAG_WITH_IMM != 0);
-                rcnt += 1;
-                let (op, data) = (c.imm >> 29, c.imm & 0x1fff_ffff);
-                match op {
-                    OP_SGL => self.sseq_comp = data as u16,
-                    OP_DATA => {
-                        assert_eq!(c.byte_len, data, "WRITE_WITH_IMM length = its immediate");
-                        self.rmsg.push_back(data);
-                        assert!(
-                            self.rmsg.len() <= usize::from(RQ_SIZE) + 1,
-                            "rmsg ring overrun"
-                        );
-                    }
-                    _ => panic!("unexpected immediate {:#x}", c.imm),
+    fn poll(&mut self, side: usize) -> Vec<Wc> {
+        let env = &mut self.net.devs[side].env;
+        env.take_completions()
+            .into_iter()
+            .map(|c| {
+                assert_eq!(c.qp_num, QPNS[side]);
+                if c.is_recv {
+                    assert_eq!(c.opcode, WcOpcode::RecvRdmaWithImm);
                 }
-            } else {
-                let wr_id = c.wr_id as u32;
-                match wr_id >> 29 {
-                    OP_SGL => self.ctrl_max_seqno += 1,
-                    OP_DATA => {
-                        self.sqe_avail += 1;
-                        self.sbuf_bytes_avail += wr_id & 0x1fff_ffff;
-                    }
-                    _ => panic!("unexpected send wr_id {:#x}", c.wr_id),
+                Wc {
+                    is_recv: c.is_recv,
+                    wr_id: c.wr_id,
+                    error: (c.status != WcStatus::Success).then(|| format!("{c:?}")),
+                    imm: (c.wc_flags & WC_FLAG_WITH_IMM != 0).then_some(c.imm),
+                    byte_len: c.byte_len,
                 }
-            }
-        }
-        if rcnt > 0 {
-            self.reposts
-                .push_back((u64::from(round + repost_delay), rcnt));
-        }
-        while self
-            .reposts
-            .front()
-            .is_some_and(|&(at, _)| at <= u64::from(round))
-        {
-            let (_, n) = self.reposts.pop_front().unwrap();
-            let (engine, env) = net.dev(self.dev);
-            for _ in 0..n {
-                env.post_recv(self.qpn, recv_wr());
-            }
-            engine.recv_posted(env, self.qpn).unwrap();
-        }
-    }
-
-    /// rs_process_cq's bookkeeping around one poll.
-    fn process_cq(&mut self, net: &mut Net, round: u32, repost_delay: u32) {
-        self.update_credits(net);
-        self.poll_cq(net, round, repost_delay);
-        self.update_credits(net);
-    }
-
-    fn can_send(&self, net: &Net) -> bool {
-        let env = &net.devs[self.dev].env;
-        let (_, _, len) = read_sge(env, TARGET_SGL + self.target_sge * RS_SGE_BYTES);
-        self.sqe_avail > 0
-            && self.sbuf_bytes_avail >= SNDLOWAT
-            && self.sseq_no != self.sseq_comp
-            && len != 0
-    }
-
-    /// rs_write_data: claim the target SGE's next `length` bytes and write there.
-    fn write_data(&mut self, net: &mut Net, data: SendData, length: u32) {
-        self.sseq_no = self.sseq_no.wrapping_add(1);
-        self.sqe_avail -= 1;
-        self.sbuf_bytes_avail -= length;
-        let at = TARGET_SGL + self.target_sge * RS_SGE_BYTES;
-        let (addr, key, len) = read_sge(&net.devs[self.dev].env, at);
-        net.devs[self.dev]
-            .env
-            .fill(at, &sge_bytes(addr + u64::from(length), key, len - length));
-        if len == length {
-            self.target_sge = (self.target_sge + 1) % u64::from(SGL_SIZE);
-        }
-        let msg = msg_set(OP_DATA, length);
-        self.writes_posted += 1;
-        let wr = write_imm(msg, msg, data, addr, Key::from_raw(key));
-        self.post(net, wr);
-    }
-
-    /// One pass of rsend's loop over `buf` (what a blocking rsend does between waits): sends
-    /// while it may, returns the bytes taken. `olen` carries over between passes of one call.
-    fn rsend(&mut self, net: &mut Net, buf: &[u8], olen: &mut u32) -> usize {
-        let mut done = 0usize;
-        while done < buf.len() && self.can_send(net) {
-            let left = (buf.len() - done) as u32;
-            let mut xfer = if *olen < left {
-                let x = *olen;
-                if *olen < MAX_TRANSFER {
-                    *olen <<= 1;
-                }
-                x
-            } else {
-                left
-            };
-            xfer = xfer.min(self.sbuf_bytes_avail);
-            let target = TARGET_SGL + self.target_sge * RS_SGE_BYTES;
-            xfer = xfer.min(read_sge(&net.devs[self.dev].env, target).2);
-            let piece = &buf[done..done + xfer as usize];
-            if xfer <= SQ_INLINE {
-                self.inline_writes += 1;
-                self.write_data(net, SendData::Inline(piece.to_vec()), xfer);
-            } else {
-                let sbuf_left = (SBUF + u64::from(SBUF_SIZE) - self.ssgl_addr) as u32;
-                let env = &mut net.devs[self.dev].env;
-                let sges = if xfer <= sbuf_left {
-                    env.fill(self.ssgl_addr, piece);
-                    let s = vec![sge(self.ssgl_addr, xfer, self.key)];
-                    self.ssgl_addr = if xfer < sbuf_left {
-                        self.ssgl_addr + u64::from(xfer)
-                    } else {
-                        SBUF
-                    };
-                    s
-                } else {
-                    let (a, b) = piece.split_at(sbuf_left as usize);
-                    env.fill(self.ssgl_addr, a);
-                    env.fill(SBUF, b);
-                    let s = vec![
-                        sge(self.ssgl_addr, sbuf_left, self.key),
-                        sge(SBUF, b.len() as u32, self.key),
-                    ];
-                    self.ssgl_addr = SBUF + b.len() as u64;
-                    s
-                };
-                self.write_data(net, SendData::Sges(sges), xfer);
-            }
-            done += xfer as usize;
-        }
-        done
-    }
-
-    /// rrecv: copy what has arrived (up to `want` bytes) out of the ring, in order.
-    fn rrecv(&mut self, net: &Net, want: usize) -> Vec<u8> {
-        let env = &net.devs[self.dev].env;
-        let mut out = Vec::new();
-        while out.len() < want {
-            let Some(head) = self.rmsg.front_mut() else {
-                break;
-            };
-            let left = (want - out.len()) as u32;
-            let mut rsize = if left < *head {
-                *head -= left;
-                left
-            } else {
-                self.rseq_no = self.rseq_no.wrapping_add(1);
-                self.rmsg.pop_front().unwrap()
-            };
-            let end_size = RBUF_SIZE - self.rbuf_offset;
-            if rsize > end_size {
-                out.extend_from_slice(
-                    env.bytes(RBUF + u64::from(self.rbuf_offset), end_size as usize),
-                );
-                self.rbuf_offset = 0;
-                rsize -= end_size;
-                self.rbuf_bytes_avail += end_size;
-            }
-            out.extend_from_slice(env.bytes(RBUF + u64::from(self.rbuf_offset), rsize as usize));
-            self.rbuf_offset += rsize;
-            self.rbuf_bytes_avail += rsize;
-        }
-        out
-    }
-
-    /// format_buf.
-    fn next_payload(&mut self, size: usize) -> Vec<u8> {
-        (0..size)
-            .map(|_| {
-                let b = self.tx_pattern;
-                self.tx_pattern = b.wrapping_add(1);
-                b
             })
             .collect()
     }
 
-    /// verify_buf: panics at the first wrong byte with where it sat in the ring.
-    fn verify(&mut self, data: &[u8], ring_at: u32) {
-        for (i, &b) in data.iter().enumerate() {
-            assert_eq!(
-                b,
-                self.rx_pattern,
-                "data verification failed byte {} (ring offset {:#x})",
-                self.rx_total,
-                (ring_at as usize + i) % RBUF_SIZE as usize
-            );
-            self.rx_pattern = self.rx_pattern.wrapping_add(1);
-            self.rx_total += 1;
-        }
+    fn read(&self, side: usize, addr: u64, len: usize) -> Vec<u8> {
+        self.net.devs[side].env.bytes(addr, len).to_vec()
     }
-}
 
-fn recv_wr() -> RecvWr {
-    RecvWr {
-        wr_id: RECV_WR_ID,
-        sges: Vec::new(),
+    fn write(&mut self, side: usize, addr: u64, data: &[u8]) {
+        self.net.devs[side].env.fill(addr, data);
     }
-}
-
-/// What one side of the test program does next (rstream's run_test).
-enum Step {
-    Send {
-        buf: Vec<u8>,
-        done: usize,
-        olen: u32,
-    },
-    Recv {
-        size: usize,
-        got: usize,
-    },
-}
-
-/// rstream's run_test: a 16-byte sync each way, then per iteration (`-I`) `count` (`-C`)
-/// messages of `size` (`-S`) client -> server and then `count` server -> client (none back if
-/// `one_way`). `rstream -S 65536 -C 200` is one iteration of 200 each way.
-fn program(size: usize, count: usize, iterations: usize, one_way: bool) -> VecDeque<(bool, usize)> {
-    let mut p = VecDeque::from([(true, 16), (false, 16)]);
-    for _ in 0..iterations {
-        p.extend(std::iter::repeat_n((true, size), count));
-        if !one_way {
-            p.extend(std::iter::repeat_n((false, size), count));
-        }
-    }
-    p
 }
 
 /// Wire impairments of one case.
@@ -435,7 +103,7 @@ struct Case {
     reorder: f64,
     corrupt: f64,
     /// Rounds a receiver takes to post its receive WRs again (RNR NAKs when > 0).
-    repost_delay: u32,
+    repost_delay: u64,
     /// Packets a device takes per round (a full socket buffer drops the rest of a burst).
     rx_capacity: Option<usize>,
 }
@@ -447,70 +115,12 @@ struct Outcome {
     writes: u64,
     inline_writes: u64,
     credits: u64,
-    rounds: u32,
+    rounds: u64,
     rnr_naks: u64,
     seq_naks: u64,
     timeouts: u64,
     duplicates: u64,
     icrc_drops: u64,
-}
-
-/// Steps of the program a side works through per round (a busy application).
-const STEPS_PER_ROUND: usize = 16;
-
-/// One side's turn in a round: it takes its next steps of the shared program (a receive the
-/// peer's send queued for it comes first) and works on them until one has to wait.
-struct Turn<'a> {
-    side: usize,
-    plan: &'a mut VecDeque<(bool, usize)>,
-    pending_recv: &'a mut [VecDeque<usize>; 2],
-}
-
-impl Turn<'_> {
-    fn run(self, rs: &mut Rs, current: &mut Option<Step>, net: &mut Net) -> bool {
-        let mut progress = false;
-        for _ in 0..STEPS_PER_ROUND {
-            if current.is_none() {
-                if let Some(size) = self.pending_recv[self.side].pop_front() {
-                    *current = Some(Step::Recv { size, got: 0 });
-                } else if self
-                    .plan
-                    .front()
-                    .is_some_and(|&(sender, _)| (self.side == 0) == sender)
-                {
-                    let (_, size) = self.plan.pop_front().unwrap();
-                    self.pending_recv[1 - self.side].push_back(size);
-                    *current = Some(Step::Send {
-                        buf: rs.next_payload(size),
-                        done: 0,
-                        olen: OLAP_START_SIZE,
-                    });
-                }
-            }
-            let finished = match current {
-                Some(Step::Send { buf, done, olen }) => {
-                    let n = rs.rsend(net, &buf[*done..], olen);
-                    *done += n;
-                    progress |= n > 0;
-                    *done == buf.len()
-                }
-                Some(Step::Recv { size, got }) => {
-                    let at = rs.rbuf_offset;
-                    let data = rs.rrecv(net, *size - *got);
-                    rs.verify(&data, at);
-                    *got += data.len();
-                    progress |= !data.is_empty();
-                    *got == *size
-                }
-                None => false,
-            };
-            if !finished {
-                break;
-            }
-            *current = None;
-        }
-        progress
-    }
 }
 
 fn run_case(case: &Case, seed: u64) -> Outcome {
@@ -525,8 +135,13 @@ fn run_case(case: &Case, seed: u64) -> Outcome {
             seed,
         }));
     }
-    let key_a = net.devs[0].env.reg_mr(PD, MEM_BASE, REGION_LEN, ALL_ACCESS);
-    let key_b = net.devs[1].env.reg_mr(PD, MEM_BASE, REGION_LEN, ALL_ACCESS);
+    let keys: Vec<Key> = (0..2)
+        .map(|d| {
+            net.devs[d]
+                .env
+                .reg_mr(PD, MEM_BASE, Layout::BYTES, ALL_ACCESS)
+        })
+        .collect();
     let params = QpParams {
         mtu: case.mtu,
         timeout: 8,
@@ -535,61 +150,45 @@ fn run_case(case: &Case, seed: u64) -> Outcome {
         ..QpParams::rc()
     };
     connect(&mut net, 0, QPN_A, 1, QPN_B, &params);
+    let layout = |d: usize| Layout::back_to_back(MEM_BASE, keys[d].get());
+    let mut v = EngineVerbs { net };
     let mut rs = [
-        Rs::connect(&mut net, 0, QPN_A, key_a, key_b),
-        Rs::connect(&mut net, 1, QPN_B, key_b, key_a),
+        Rs::connect(&mut v, 0, layout(0), layout(1)),
+        Rs::connect(&mut v, 1, layout(1), layout(0)),
     ];
-    let mut plan = program(case.size, case.count, case.iterations, case.one_way);
+    let mut program = Program::new(case.size, case.count, case.iterations, case.one_way);
     let mut rng = StdRng::seed_from_u64(seed);
-    // Each side works on its own head of the plan: the sender of a step may run ahead of the
-    // receiver by one step (the send completes into rsockets' buffers).
-    let mut current: [Option<Step>; 2] = [None, None];
-    let mut pending_recv: [VecDeque<usize>; 2] = [VecDeque::new(), VecDeque::new()];
-    let mut round = 0u32;
+    let mut round = 0u64;
     let mut idle = 0u32;
-    loop {
+    while !program.finished() {
         round += 1;
         assert!(round < 20_000_000, "no end after {round} rounds");
         let mut progress = false;
-        for side in 0..2 {
-            let delay = if case.repost_delay > 0 {
-                rng.gen_range(0..=case.repost_delay)
-            } else {
-                0
-            };
-            rs[side].process_cq(&mut net, round, delay);
-            let turn = Turn {
-                side,
-                plan: &mut plan,
-                pending_recv: &mut pending_recv,
-            };
-            progress |= turn.run(&mut rs[side], &mut current[side], &mut net);
+        for (side, r) in rs.iter_mut().enumerate() {
+            let delay = rng.gen_range(0..=case.repost_delay);
+            r.process_cq(&mut v, round, delay);
+            progress |= program.turn(side, r, &mut v);
         }
-        let finished = plan.is_empty()
-            && current.iter().all(Option::is_none)
-            && pending_recv.iter().all(VecDeque::is_empty);
-        if finished {
-            break;
-        }
-        let wire = net.pump();
+        let wire = v.net.pump();
         idle = if progress || wire { 0 } else { idle + 1 };
         let waiting = rs.iter().any(|r| !r.reposts.is_empty());
         assert!(
             idle < 1000 || waiting,
             "stalled at round {round}: {:#?} {:#?}",
-            net.devs[0].engine,
-            net.devs[1].engine
+            v.net.devs[0].engine,
+            v.net.devs[1].engine
         );
     }
     // Let the last ACKs settle: every write completes, nothing errs.
     for _ in 0..100_000 {
         for r in rs.iter_mut() {
-            r.poll_cq(&mut net, round, 0);
+            r.poll_cq(&mut v, round, 0);
         }
-        if !net.pump() {
+        if !v.net.pump() {
             break;
         }
     }
+    let net = &v.net;
     for (qpn, d) in [(QPN_A, 0), (QPN_B, 1)] {
         assert_eq!(net.devs[d].engine.qp_state(qpn), Some(QpState::Rts));
     }
