@@ -80,6 +80,37 @@ pub fn from_bytes<T: Pod>(bytes: &[u8]) -> T {
     }
 }
 
+/// Copies `src` to `dst` as a DMA engine writes: every byte stored exactly once, in ascending
+/// address order (aligned 8-byte stores, single bytes at the ends). `memcpy` may store bytes
+/// twice (glibc copies 16..31 bytes as two overlapping 16-byte stores, larger sizes with
+/// overlapping head and tail vectors): software that updates memory as soon as it sees the
+/// device's bytes there — rsockets rewrites the target SGE a credit WRITE placed, without
+/// waiting for the completion — would have its update undone by the second store.
+///
+/// # Safety
+/// `dst` must be valid for `src.len()` bytes of writes.
+unsafe fn store_once(dst: *mut u8, src: &[u8]) {
+    const WORD: usize = size_of::<u64>();
+    let n = src.len();
+    let head = dst.align_offset(WORD).min(n);
+    let words = (n - head) / WORD;
+    for (i, &b) in src[..head].iter().enumerate() {
+        // SAFETY: i < n, inside dst's range.
+        unsafe { dst.add(i).write_volatile(b) };
+    }
+    for w in 0..words {
+        let at = head + w * WORD;
+        let word = u64::from_ne_bytes(src[at..at + WORD].try_into().expect("a word"));
+        // SAFETY: at + WORD <= n, and dst + at is 8-byte aligned (after `head`).
+        unsafe { dst.add(at).cast::<u64>().write_volatile(word) };
+    }
+    let tail = head + words * WORD;
+    for (i, &b) in src[tail..].iter().enumerate() {
+        // SAFETY: tail + i < n, inside dst's range.
+        unsafe { dst.add(tail + i).write_volatile(b) };
+    }
+}
+
 /// One DMA_MAP'ed region: `size` bytes at guest address `iova`, mmapped from a fd.
 pub struct MappedRegion {
     pub iova: u64,
@@ -241,7 +272,7 @@ impl GuestMemory {
         Ok(())
     }
 
-    /// Copy `data` into guest memory at `addr`.
+    /// Copy `data` into guest memory at `addr`, every byte stored once ([`store_once`]).
     pub fn write(&self, addr: u64, data: &[u8]) -> Result<(), DmaError> {
         self.check_access(addr, data.len() as u64, true)?;
         let mut done = 0usize;
@@ -249,7 +280,7 @@ impl GuestMemory {
             let (p, avail) = self.host(addr + done as u64).expect("checked above");
             let n = (avail as usize).min(data.len() - done);
             // SAFETY: [p, p+n) is inside a live mapping (checked).
-            unsafe { std::ptr::copy_nonoverlapping(data[done..].as_ptr(), p, n) };
+            unsafe { store_once(p, &data[done..done + n]) };
             done += n;
         }
         Ok(())
@@ -296,5 +327,27 @@ impl GuestMemory {
         }
         // SAFETY: 8 aligned bytes inside a live mapping that outlives &self.
         Ok(unsafe { &*(p as *const AtomicU64) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn store_once_copies_every_length_at_every_alignment_and_nothing_else() {
+        let src: Vec<u8> = (1..=64).collect();
+        for offset in 0..8 {
+            for len in 0..=40 {
+                let mut buf = [0u8; 64];
+                // SAFETY: offset + len <= 48 < 64.
+                unsafe { store_once(buf.as_mut_ptr().add(offset), &src[..len]) };
+                assert_eq!(&buf[offset..offset + len], &src[..len], "{offset}+{len}");
+                assert!(buf[..offset]
+                    .iter()
+                    .chain(&buf[offset + len..])
+                    .all(|&b| b == 0));
+            }
+        }
     }
 }
