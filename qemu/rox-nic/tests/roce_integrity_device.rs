@@ -122,7 +122,12 @@ impl Verbs for DeviceVerbs {
 
 fn side(dir: &std::path::Path, host: u8, faults: Option<FaultConfig>) -> Side {
     let (one, two) = dgram_wire(dir, "1.sock", "2.sock");
-    let mut d = port_device(if host == 1 { one } else { two }, SUBNET, host, faults);
+    let mut port = PortConfig::new(if host == 1 { one } else { two });
+    port.faults = faults;
+    // ROX_INTEGRITY_PCAP=DIR: each device's frames in DIR/dev<host>.pcap (the last run's).
+    port.pcap = std::env::var_os("ROX_INTEGRITY_PCAP")
+        .map(|d| std::path::PathBuf::from(d).join(format!("dev{host}.pcap")));
+    let mut d = port_device_with(port, SUBNET, host);
     let cq = d.create_cq(LOG_CQ);
     let (cmd, mut qp) = d.create_qp_cmd(QPT_RC, PD, cq.id, cq.id, SRQ_NONE, LOG_SQ, LOG_RQ);
     qp.qpn = d.run::<CreateQp>(cmd);

@@ -135,9 +135,22 @@ pub struct Rs {
     pub writes_posted: u64,
     pub inline_writes: u64,
     pub credits_sent: u64,
+    /// The last events of this side, printed when verification fails.
+    pub trace: VecDeque<String>,
 }
 
+const TRACE_LEN: usize = 400;
+static TRACE: std::sync::Mutex<VecDeque<String>> = std::sync::Mutex::new(VecDeque::new());
+
 impl Rs {
+    fn log(&mut self, event: String) {
+        let mut t = TRACE.lock().unwrap();
+        if t.len() == TRACE_LEN {
+            t.pop_front();
+        }
+        t.push_back(format!("side {}: {event}", self.side));
+    }
+
     /// rs_init_bufs + rs_save_conn_data: the peer gave the first half of its ring at connect.
     pub fn connect(v: &mut impl Verbs, side: usize, me: Layout, peer: Layout) -> Rs {
         v.write(
@@ -173,6 +186,7 @@ impl Rs {
             writes_posted: 0,
             inline_writes: 0,
             credits_sent: 0,
+            trace: VecDeque::new(),
         }
     }
 
@@ -190,6 +204,10 @@ impl Rs {
                 RBUF_SIZE / 2,
             );
             let at = self.peer.target_sgl + self.remote_sge * RS_SGE_BYTES;
+            self.log(format!(
+                "credit half {:#x} -> peer sge {} (rseq_no {})",
+                self.rbuf_free_offset, self.remote_sge, self.rseq_no
+            ));
             v.post_write_imm(self.side, msg, Payload::Inline(sge), at, self.peer.key);
             self.rbuf_bytes_avail -= RBUF_SIZE / 2;
             self.rbuf_free_offset += RBUF_SIZE / 2;
@@ -199,6 +217,7 @@ impl Rs {
             self.remote_sge = (self.remote_sge + 1) % u64::from(SGL_SIZE);
         } else {
             // rs_post_msg: no SGE; its remote address and key are whatever was on the stack.
+            self.log(format!("credit count only (rseq_no {})", self.rseq_no));
             v.post_write_imm(self.side, msg, Payload::Sges(Vec::new()), 0, 0);
         }
     }
@@ -223,6 +242,10 @@ impl Rs {
                 let imm = c.imm.expect("every receive carries an immediate");
                 rcnt += 1;
                 let (op, data) = (imm >> 29, imm & 0x1fff_ffff);
+                self.log(format!(
+                    "recv imm op {op} data {data:#x} len {}",
+                    c.byte_len
+                ));
                 match op {
                     OP_SGL => self.sseq_comp = data as u16,
                     OP_DATA => {
@@ -281,6 +304,11 @@ impl Rs {
         self.sbuf_bytes_avail -= length;
         let at = self.target();
         let (addr, key, len) = read_sge(v, self.side, at);
+        self.log(format!(
+            "write {length:#x} at ring {:#x} from sge {} (len {len:#x})",
+            addr.wrapping_sub(self.peer.rbuf),
+            self.target_sge
+        ));
         v.write(
             self.side,
             at,
@@ -357,6 +385,7 @@ impl Rs {
                 self.rmsg.pop_front().unwrap()
             };
             let end_size = RBUF_SIZE - self.rbuf_offset;
+            self.log(format!("read {rsize:#x} at ring {:#x}", self.rbuf_offset));
             let at = |off: u32| self.me.rbuf + u64::from(off);
             if rsize > end_size {
                 out.extend(v.read(self.side, at(self.rbuf_offset), end_size as usize));
@@ -384,6 +413,15 @@ impl Rs {
 
     /// verify_buf: panics at the first wrong byte with where it sat in the ring.
     pub fn verify(&mut self, data: &[u8], ring_at: u32) {
+        if let Some(i) = data
+            .iter()
+            .enumerate()
+            .position(|(i, &b)| b != self.rx_pattern.wrapping_add(i as u8))
+        {
+            let t = TRACE.lock().unwrap();
+            eprintln!("trace:\n{}", Vec::from(t.clone()).join("\n"));
+            let _ = i;
+        }
         for (i, &b) in data.iter().enumerate() {
             assert_eq!(
                 b,
