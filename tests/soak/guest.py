@@ -89,6 +89,27 @@ class Ends:
         self.gid = roce_v2_gid_index(dev, ip)
 
 
+def route(ip, dev, src):
+    """Traffic to `ip` leaves through `dev` from `src` (both NICs of a guest share a subnet; the
+    RDMA device under test is chosen by the netdev rdma_cm's route takes)."""
+    rc, out = sh(f"ip route replace {ip}/32 dev {dev} src {src}", 30)
+    if rc != 0:
+        sys.exit(f"soak: ip route {ip} via {dev}: {out}")
+
+
+def setup_routes(me, plan, ip, ifs):
+    """rox <-> rox on the rox netdevs, rxe <-> rxe on the virtio ones; in a soak, guest 0's rox
+    answers guest 1's rxe (rox <-> rxe). ARP answers only for an interface's own address."""
+    for knob in ("arp_ignore=1", "arp_announce=2"):
+        sh(f"sysctl -qw net.ipv4.conf.all.{knob}", 30)
+    peer = 1 - me
+    route(ip[peer, 0], ifs[0], ip[me, 0])
+    if me == 1 or plan == "hunt":
+        route(ip[peer, 1], ifs[1], ip[me, 1])
+    else:
+        route(ip[peer, 1], ifs[0], ip[me, 0])
+
+
 def rsockets(tool, ends, size, count):
     common = f"-S {size} -C {count} -T v -p {{port}}"
     return (f"{tool} -b {ends.srv_ip} {common}", f"{tool} -s {ends.srv_ip} {common}")
@@ -127,9 +148,11 @@ def hunt_round(r, rox, rxe):
 
 
 def soak_round(a, rox, roxrxe):
-    """Jobs run one after the other in a soak round."""
-    jobs = []
+    """Jobs run one after the other in a soak round: (pair, jobs) for rox <-> rox, then for
+    rox <-> rxe."""
+    rounds = []
     for pair, ends in (("rox-rox", rox), ("rox-rxe", roxrxe)):
+        jobs = []
         jobs += [
             (f"rstream-64k-x200-{pair}", rsockets("rstream", ends, 65536, 200), True),
             (f"riostream-64k-x100-{pair}", rsockets("riostream", ends, 65536, 100), True),
@@ -137,7 +160,8 @@ def soak_round(a, rox, roxrxe):
             (f"rdma-read-{a.xfer_mib}m-{pair}", xfer(ends, "read", a.xfer_mib), True),
             (f"send-seq-{a.messages}-{pair}", send_seq(ends, a.messages), True),
         ]
-    return jobs
+        rounds.append((pair, jobs))
+    return rounds
 
 
 def start(cmd):
@@ -181,10 +205,12 @@ def report(r, name, role, cmd, rc, out):
     return ok
 
 
-def run_jobs(me, r, jobs, parallel):
-    """Runs this guest's side of `jobs` (all at once if `parallel`); returns the failures."""
+def run_jobs(me, r, jobs, parallel, first_job=0):
+    """Runs this guest's side of `jobs` (all at once if `parallel`); returns the failures. Job
+    j of round r has its own port (jobs of a round numbered from `first_job`)."""
     role = "server" if me == 0 else "client"
-    cmds = [(name, (srv if me == 0 else cli).format(port=BASE_PORT + (r * 16 + j) % 20000))
+    cmds = [(name, (srv if me == 0 else cli).format(
+                port=BASE_PORT + (r * 16 + first_job + j) % 20000))
             for j, (name, (srv, cli), _) in enumerate(jobs)]
     failed = 0
     if parallel:
@@ -224,8 +250,10 @@ def main():
     ap.add_argument("--xfer-mib", type=int, default=64)
     ap.add_argument("--messages", type=int, default=100000)
     a = ap.parse_args()
-    setup(a.ko, env("ROX_IF_1"))
+    ifs = (env("ROX_IF_0"), env("ROX_IF_1"))
+    setup(a.ko, ifs[1])
     ip = {(g, n): env(f"ROX_IP_{g}_{n}") for g in (0, 1) for n in (0, 1)}
+    setup_routes(a.me, a.plan, ip, ifs)
     rox = Ends(a.me, "rox_0", ip[0, 0], "rox_0", ip[1, 0])
     rxe = Ends(a.me, "rxe0", ip[0, 1], "rxe0", ip[1, 1])
     roxrxe = Ends(a.me, "rox_0", ip[0, 0], "rxe0", ip[1, 1])
@@ -242,11 +270,23 @@ def main():
         if a.plan == "hunt":
             failed += run_jobs(a.me, r, hunt_round(r, rox, rxe), parallel=True)
         else:
-            failed += run_jobs(a.me, r, soak_round(a, rox, roxrxe), parallel=False)
+            first_job = 0
+            for pair, jobs in soak_round(a, rox, roxrxe):
+                if a.me == 1:
+                    # The client's rxe (virtio netdev) reaches guest 0's rox address.
+                    dev, src = (ifs[1], ip[1, 1]) if pair == "rox-rxe" else (ifs[0], ip[1, 0])
+                    route(ip[0, 0], dev, src)
+                failed += run_jobs(a.me, r, jobs, parallel=False, first_job=first_job)
+                first_job += len(jobs)
         time.sleep(1)
     counters("rox_0")
     counters("rxe0")
-    rc, out = sh("dmesg | grep -E 'Oops|BUG:|WARNING:|Call Trace|rox.*(error|fatal)' | tail -20", 30)
+    # A kernel complaint fails the run; rox's own error lines are shown.
+    rc, out = sh("dmesg | grep -E 'Oops|BUG:|WARNING:|general protection|Call Trace' | tail -20", 30)
+    if out.strip():
+        print(f"soak: guest {a.me} FAIL kernel complaint:\n{out}", flush=True)
+        failed += 1
+    rc, out = sh("dmesg | grep -iE 'rox.*(error|fatal)' | tail -20", 30)
     if out.strip():
         print(f"soak: guest {a.me} dmesg:\n{out}", flush=True)
     print(f"soak: guest {a.me} done, {failed} jobs failed", flush=True)
