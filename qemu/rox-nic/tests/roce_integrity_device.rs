@@ -157,8 +157,11 @@ fn run(case: &Case) -> (u64, Vec<u64>, Vec<u64>) {
     let dir = tempfile::tempdir().unwrap();
     let mut a = side(dir.path(), 1, case.faults);
     let mut b = side(dir.path(), 2, case.faults);
+    // A 134 ms ACK timeout (7 retries: ~1 s): a data-path thread of a heavily loaded 2-core
+    // host can be off its CPU for longer than the default's 67 ms * 7.
     let p = ConnectParams {
         mtu: case.mtu,
+        timeout: 15,
         ..Default::default()
     };
     let (qa, qb) = (a.qp, b.qp);
