@@ -1,0 +1,297 @@
+#!/usr/bin/env python3
+"""Guest side of tests/soak/run: rounds of verified RDMA streams between two guests, each
+guest holding a rox NIC (rox_0) and a virtio-net NIC with rdma_rxe on it (rxe0), both guests
+running this script with the same arguments but --me. Guest 0 runs every server, guest 1
+every client; each job of a round has its own port, so a server left waiting by a failed job
+never meets the client of a later one, and the guests need no other coordination.
+
+Jobs (--plan):
+  hunt   per round, a verified rsockets stream rox_0 <-> rox_0 (`rstream -S 65536 -C 200 -T v`,
+         every third round riostream), with, at the same time, other traffic in turn: perftest
+         over 8 rox QPs, rdma_rxe traffic on the virtio NICs plus rox READs, a second
+         rsockets stream, or nothing.
+  soak   per round, one after the other: rsockets streams rox <-> rox and rox <-> rxe
+         (rstream, riostream, verified), RDMA WRITE and READ of --xfer-mib checksummed
+         (tests/interop/rdma-xfer.c) both pairs, and a sequence-numbered RC SEND stream of
+         --messages (tests/soak/send-seq.c) both pairs.
+
+Each side prints one line per job:
+    RESULT <round> <job> <server|client> <ok|fail> | <detail>
+and at the end the devices' counters (`rdma statistic`) as `COUNTERS <dev> name=value ...`.
+"""
+import argparse
+import os
+import re
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, "/rox/tests/interop")
+from cases import roce_v2_gid_index, sh  # noqa: E402  (shell runner, RoCE v2 GID lookup)
+
+BASE_PORT = 23000
+JOB_TIMEOUT_S = 900
+CONNECT_WINDOW_S = 120
+# In a hunt round the other traffic starts first; the verified stream joins it this much later.
+BACKGROUND_HEAD_START_S = 3
+# What a client sees while its server is not listening yet (the only reason to try again):
+# a refused TCP connection (perftest) or an rdma_cm reject (rsockets, rdma-xfer, send-seq).
+NOT_LISTENING = re.compile(r"Couldn't connect to \S+:\d+|REJECTED|Connection refused|"
+                           r"unable to connect|rconnect")
+# A verified stream that went wrong says so, whatever its exit status.
+BAD_DATA = re.compile(r"verification failed|DIFFERENT|corrupted [1-9]|lost [1-9]|duplicated [1-9]")
+SUMMARY = re.compile(r"^\s*\S+\s+\S+\s+\d+\s+[\d.]+\S*\s+[\d.]+|rdma-xfer: (write|read)|"
+                     r"send-seq: .*messages|^\s*\d+\s+\d+\s+[\d.]+")
+
+
+def env(name):
+    v = os.environ.get(name)
+    if not v:
+        sys.exit(f"soak: ${name} is not set (run under rox-lab)")
+    return v
+
+
+def wait_active(dev):
+    for _ in range(150):
+        if "PORT_ACTIVE" in sh(f"ibv_devinfo -d {dev}", 30)[1]:
+            return
+        time.sleep(0.2)
+    sys.exit(f"soak: {dev} port 1 is not active")
+
+
+def setup(ko, rxe_netdev):
+    rc, out = sh(f"insmod {ko}", 60)
+    if rc != 0:
+        sys.exit(f"soak: insmod {ko} failed: {out}")
+    for _ in range(100):
+        if os.path.isdir("/sys/class/infiniband/rox_0"):
+            break
+        time.sleep(0.2)
+    wait_active("rox_0")
+    rc, out = sh(f"modprobe rdma_rxe && rdma link add rxe0 type rxe netdev {rxe_netdev}", 60)
+    if rc != 0:
+        sys.exit(f"soak: cannot create rxe0 on {rxe_netdev}: {out}")
+    wait_active("rxe0")
+    for src, exe in (("/rox/tests/interop/rdma-xfer.c", "/tmp/rdma-xfer"),
+                     ("/rox/tests/soak/send-seq.c", "/tmp/send-seq")):
+        rc, out = sh(f"gcc -O2 -o {exe} {src} -lrdmacm -libverbs", 300)
+        if rc != 0:
+            sys.exit(f"soak: cannot build {exe}: {out}")
+
+
+class Ends:
+    """Addresses and GID indexes of one pair of devices: server side (guest 0), client side
+    (guest 1). Only this guest's own GID index is looked up (the other guest holds the other)."""
+
+    def __init__(self, me, srv_dev, srv_ip, cli_dev, cli_ip):
+        self.srv_dev, self.srv_ip, self.cli_dev, self.cli_ip = srv_dev, srv_ip, cli_dev, cli_ip
+        dev, ip = (srv_dev, srv_ip) if me == 0 else (cli_dev, cli_ip)
+        self.gid = roce_v2_gid_index(dev, ip)
+
+
+def route(ip, dev, src):
+    """Traffic to `ip` leaves through `dev` from `src` (both NICs of a guest share a subnet; the
+    RDMA device under test is chosen by the netdev rdma_cm's route takes)."""
+    rc, out = sh(f"ip route replace {ip}/32 dev {dev} src {src}", 30)
+    if rc != 0:
+        sys.exit(f"soak: ip route {ip} via {dev}: {out}")
+
+
+def setup_routes(me, plan, ip, ifs):
+    """rox <-> rox on the rox netdevs, rxe <-> rxe on the virtio ones; in a soak, guest 0's rox
+    answers guest 1's rxe (rox <-> rxe). ARP answers only for an interface's own address."""
+    for knob in ("arp_ignore=1", "arp_announce=2"):
+        sh(f"sysctl -qw net.ipv4.conf.all.{knob}", 30)
+    peer = 1 - me
+    route(ip[peer, 0], ifs[0], ip[me, 0])
+    if me == 1 or plan == "hunt":
+        route(ip[peer, 1], ifs[1], ip[me, 1])
+    else:
+        route(ip[peer, 1], ifs[0], ip[me, 0])
+
+
+def rsockets(tool, ends, size, count):
+    common = f"-S {size} -C {count} -T v -p {{port}}"
+    return (f"{tool} -b {ends.srv_ip} {common}", f"{tool} -s {ends.srv_ip} {common}")
+
+
+def perftest(tool, ends, extra):
+    srv = f"{tool} -d {ends.srv_dev} -x {ends.gid} -F -p {{port}} {extra}"
+    cli = f"{tool} -d {ends.cli_dev} -x {ends.gid} -F -p {{port}} {extra} {ends.srv_ip}"
+    return srv, cli
+
+
+def xfer(ends, op, mib):
+    return (f"/tmp/rdma-xfer -s {ends.srv_ip} -p {{port}} -m {mib}",
+            f"/tmp/rdma-xfer -c {ends.srv_ip} -p {{port}} -m {mib} -o {op}")
+
+
+def send_seq(ends, n):
+    return (f"/tmp/send-seq -s {ends.srv_ip} -p {{port}} -n {n}",
+            f"/tmp/send-seq -c {ends.srv_ip} -p {{port}} -n {n}")
+
+
+def hunt_round(r, rox, rxe):
+    """Jobs run at the same time in round r: (name, (server, client), verified)."""
+    tool = "riostream" if r % 3 == 2 else "rstream"
+    jobs = [(f"{tool}-64k-x200-rox", rsockets(tool, rox, 65536, 200), True)]
+    bg = r % 4
+    if bg == 0:
+        jobs.append(("write_bw-8qp-rox", perftest("ib_write_bw", rox, "-q 8 -D 8"), False))
+    elif bg == 1:
+        jobs.append(("send_bw-rxe", perftest("ib_send_bw", rxe, "-D 8"), False))
+        jobs.append(("read_bw-4qp-rox", perftest("ib_read_bw", rox, "-q 4 -D 8"), False))
+    elif bg == 2:
+        jobs.append(("rstream-1m-x8-rox", rsockets("rstream", rox, 1 << 20, 8), True))
+        jobs.append(("send_lat-rxe", perftest("ib_send_lat", rxe, "-n 200 -C"), False))
+    return jobs
+
+
+def soak_round(a, rox, roxrxe):
+    """Jobs run one after the other in a soak round: (pair, jobs) for rox <-> rox, then for
+    rox <-> rxe."""
+    rounds = []
+    for pair, ends in (("rox-rox", rox), ("rox-rxe", roxrxe)):
+        jobs = []
+        jobs += [
+            (f"rstream-64k-x200-{pair}", rsockets("rstream", ends, 65536, 200), True),
+            (f"riostream-64k-x100-{pair}", rsockets("riostream", ends, 65536, 100), True),
+            (f"rdma-write-{a.xfer_mib}m-{pair}", xfer(ends, "write", a.xfer_mib), True),
+            (f"rdma-read-{a.xfer_mib}m-{pair}", xfer(ends, "read", a.xfer_mib), True),
+            (f"send-seq-{a.messages}-{pair}", send_seq(ends, a.messages), True),
+        ]
+        rounds.append((pair, jobs))
+    return rounds
+
+
+def start(cmd):
+    return subprocess.Popen(cmd, shell=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, errors="replace")
+
+
+def finish(proc, timeout):
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+        return proc.returncode, out
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, _ = proc.communicate()
+        return 124, out + f"\n(timed out after {timeout} s)"
+
+
+def run_client(cmd, delay=0):
+    """A client: tried again only while its server is not listening yet. `delay`: start
+    this late (the verified stream starts once the other traffic is running)."""
+    time.sleep(delay)
+    t0 = time.monotonic()
+    while True:
+        rc, out = finish(start(cmd), JOB_TIMEOUT_S)
+        if rc == 0 or not NOT_LISTENING.search(out) or BAD_DATA.search(out):
+            return rc, out
+        if time.monotonic() - t0 > CONNECT_WINDOW_S:
+            return rc, out
+        time.sleep(1)
+
+
+def report(r, name, role, cmd, rc, out):
+    ok = rc == 0 and not BAD_DATA.search(out)
+    lines = [line for line in out.strip().splitlines() if line.strip()]
+    summary = [line for line in lines if SUMMARY.search(line) or BAD_DATA.search(line)]
+    detail = (summary or lines or ["(no output)"])[-1].strip()
+    print(f"RESULT {r} {name} {role} {'ok' if ok else 'fail'} | {detail}", flush=True)
+    if not ok:
+        print(f"--- {role} of {name} round {r} ({cmd}) exited {rc}:", flush=True)
+        print("\n".join(lines[-25:]), flush=True)
+    return ok
+
+
+def run_jobs(me, r, jobs, parallel, first_job=0):
+    """Runs this guest's side of `jobs` (all at once if `parallel`); returns the failures. Job
+    j of round r has its own port (jobs of a round numbered from `first_job`)."""
+    role = "server" if me == 0 else "client"
+    cmds = [(name, (srv if me == 0 else cli).format(
+                port=BASE_PORT + (r * 16 + first_job + j) % 20000))
+            for j, (name, (srv, cli), _) in enumerate(jobs)]
+    failed = 0
+    if parallel:
+        if me == 0:
+            procs = [(name, cmd, start(cmd)) for name, cmd in cmds]
+            done = [(name, cmd, *finish(p, JOB_TIMEOUT_S)) for name, cmd, p in procs]
+        else:
+            import concurrent.futures as cf
+            with cf.ThreadPoolExecutor(len(cmds)) as ex:
+                delay = BACKGROUND_HEAD_START_S if len(cmds) > 1 else 0
+                futs = [(name, cmd, ex.submit(run_client, cmd, delay if j == 0 else 0))
+                        for j, (name, cmd) in enumerate(cmds)]
+                done = [(name, cmd, *f.result()) for name, cmd, f in futs]
+        for name, cmd, rc, out in done:
+            failed += not report(r, name, role, cmd, rc, out)
+    else:
+        for name, cmd in cmds:
+            rc, out = finish(start(cmd), JOB_TIMEOUT_S) if me == 0 else run_client(cmd)
+            failed += not report(r, name, role, cmd, rc, out)
+            time.sleep(1)
+    return failed
+
+
+def counters(dev):
+    rc, out = sh(f"rdma statistic show link {dev}/1", 30)
+    pairs = re.findall(r"(\w+) (\d+)", out) if rc == 0 else []
+    print(f"COUNTERS {dev} " + " ".join(f"{k}={v}" for k, v in pairs if k != "link"), flush=True)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--me", type=int, required=True, choices=(0, 1))
+    ap.add_argument("--ko", required=True, help="rox.ko as the guest sees it")
+    ap.add_argument("--plan", choices=("hunt", "soak"), required=True)
+    ap.add_argument("--first-round", type=int, default=0)
+    ap.add_argument("--rounds", type=int, required=True)
+    ap.add_argument("--xfer-mib", type=int, default=64)
+    ap.add_argument("--messages", type=int, default=100000)
+    a = ap.parse_args()
+    ifs = (env("ROX_IF_0"), env("ROX_IF_1"))
+    setup(a.ko, ifs[1])
+    ip = {(g, n): env(f"ROX_IP_{g}_{n}") for g in (0, 1) for n in (0, 1)}
+    setup_routes(a.me, a.plan, ip, ifs)
+    rox = Ends(a.me, "rox_0", ip[0, 0], "rox_0", ip[1, 0])
+    rxe = Ends(a.me, "rxe0", ip[0, 1], "rxe0", ip[1, 1])
+    roxrxe = Ends(a.me, "rox_0", ip[0, 0], "rxe0", ip[1, 1])
+    peer = 1 - a.me
+    for n in (0, 1):
+        for _ in range(120):
+            if sh(f"ping -c1 -W1 {ip[peer, n]}", 5)[0] == 0:
+                break
+        else:
+            sys.exit(f"soak: {ip[peer, n]} does not answer ping")
+    print(f"soak: guest {a.me} ready: rox_0 {ip[a.me, 0]}, rxe0 {ip[a.me, 1]}", flush=True)
+    failed = 0
+    for r in range(a.first_round, a.first_round + a.rounds):
+        if a.plan == "hunt":
+            failed += run_jobs(a.me, r, hunt_round(r, rox, rxe), parallel=True)
+        else:
+            first_job = 0
+            for pair, jobs in soak_round(a, rox, roxrxe):
+                if a.me == 1:
+                    # The client's rxe (virtio netdev) reaches guest 0's rox address.
+                    dev, src = (ifs[1], ip[1, 1]) if pair == "rox-rxe" else (ifs[0], ip[1, 0])
+                    route(ip[0, 0], dev, src)
+                failed += run_jobs(a.me, r, jobs, parallel=False, first_job=first_job)
+                first_job += len(jobs)
+        time.sleep(1)
+    counters("rox_0")
+    counters("rxe0")
+    # A kernel complaint fails the run; rox's own error lines are shown.
+    rc, out = sh("dmesg | grep -E 'Oops|BUG:|WARNING:|general protection|Call Trace' | tail -20", 30)
+    if out.strip():
+        print(f"soak: guest {a.me} FAIL kernel complaint:\n{out}", flush=True)
+        failed += 1
+    rc, out = sh("dmesg | grep -iE 'rox.*(error|fatal)' | tail -20", 30)
+    if out.strip():
+        print(f"soak: guest {a.me} dmesg:\n{out}", flush=True)
+    print(f"soak: guest {a.me} done, {failed} jobs failed", flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
