@@ -4,7 +4,7 @@
 //! doorbell slot, state transitions checked against ib_core's table before the device sees them.
 
 use crate::{
-    dev::RoxDev,
+    dev::{RoxDev, RoxVerbs},
     hw::{
         regs,
         uapi::{admin, ids::Qpn, queue, udata as ud, verbs},
@@ -14,10 +14,9 @@ use crate::{
         SendFlags, SendWr, Sge, Udata, WrOpcode,
     },
     ids::DbSlot,
-    mr::{KernelRing, UserRing},
+    ring::{KernelRing, UserRing},
     srq::Srq,
     ucontext::Ucontext,
-    verbs::RoxVerbs,
 };
 use core::sync::atomic::{AtomicU32, Ordering};
 use kernel::{new_spinlock_irq, prelude::*, sync::SpinLockIrq, transmute::AsBytes};

@@ -14,7 +14,7 @@ use crate::{
     hw::uapi::{admin, queue, udata as ud, verbs},
     ib::{Created, DeviceId, IbDev, RecvWr, SrqAttr, SrqAttrMask, Udata},
     ids::DbSlot,
-    mr::{KernelRing, UserRing},
+    ring::{KernelRing, UserRing},
     ucontext::Ucontext,
 };
 use kernel::{
