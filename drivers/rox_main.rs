@@ -26,6 +26,7 @@ mod ring;
 mod srq;
 mod ucontext;
 mod verbs;
+mod wq;
 
 /// The hardware/software interface (`uapi/`), included by path: the crate is `no_std` with no
 /// dependencies so that the very same definitions build here.
