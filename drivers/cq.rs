@@ -17,7 +17,7 @@ use crate::{
     },
     ib::{CqInit, Created, DeviceId, IbDev, NetworkHdr, Udata, Wc, WcFlags, WcOpcode, WcOut},
     ids::DbSlot,
-    mr::{KernelRing, UserRing},
+    ring::{KernelRing, UserRing},
     ucontext::Ucontext,
 };
 use kernel::{

@@ -16,7 +16,6 @@ use crate::{
     },
     ib::{self, irq::MsixIrqs, AsyncEvent, DeviceParams, IbRegistration, Registry},
     ids::{DbSlots, IdBitmap},
-    verbs::RoxVerbs,
 };
 use core::sync::atomic::{AtomicU32, Ordering};
 use kernel::{
@@ -42,6 +41,10 @@ const _: () = assert!(
 /// the device offers up to `MAX_EQS - 1`).
 const MAX_COMP_EQS: u32 = 2;
 
+/// The driver, as ib_core sees it: its verbs (`impl Verbs for RoxVerbs`, verbs.rs) act on a
+/// [`RoxDev`].
+pub(crate) struct RoxVerbs;
+
 /// The state of one bound rox-nic, shared by the verbs, the interrupt handlers and the PCI
 /// driver. Dropped after the ib_device is unregistered and the interrupts are freed.
 pub(crate) struct RoxDev<'bound> {
@@ -57,7 +60,7 @@ pub(crate) struct RoxDev<'bound> {
     pub(crate) mac: [u8; 6],
     registry: Pin<KBox<Registry>>,
     /// On-demand paging regions by lkey (for page fault events).
-    pub(crate) odp_mrs: crate::mr::OdpMrs,
+    pub(crate) odp_mrs: crate::odp::OdpMrs,
     pub(crate) db_pages: DbPages,
     /// The driver's own doorbell page (`DB_PAGE_KERNEL` of BAR2) and its slots, for the
     /// queues of kernel consumers.
@@ -161,7 +164,7 @@ impl<'bound> RoxDev<'bound> {
             EQE_TYPE_SRQ_LIMIT => registry.srq_event(eqe.handle, AsyncEvent::SrqLimitReached),
             EQE_TYPE_SRQ_ERROR => registry.srq_event(eqe.handle, AsyncEvent::SrqError),
             EQE_TYPE_PAGE_FAULT => {
-                crate::mr::odp_fault(self, Key::from_raw(eqe.handle), eqe.aux, eqe.fault_count())
+                crate::odp::odp_fault(self, Key::from_raw(eqe.handle), eqe.aux, eqe.fault_count())
             }
             EQE_TYPE_PORT_CHANGE => registry.port_changed(u32::from(admin::PORT_NUM)),
             EQE_TYPE_DEVICE_FATAL => {
@@ -199,7 +202,7 @@ impl ThreadedHandler for EqHandler<'_> {
 /// The PCI driver's data of one bound rox-nic. Fields drop in order: the ib_device goes
 /// first (no verb runs afterwards), then the interrupts, then the device state (reset). EQ 0's
 /// interrupt thread may still be resolving a page fault while the ib_device is unregistered:
-/// dereg_mr waits for it (`mr::OdpMrs`), so no region outlives the ib_device.
+/// dereg_mr waits for it (`odp::OdpMrs`), so no region outlives the ib_device.
 pub(crate) struct RoxPci<'bound> {
     _ib: IbRegistration<'bound, RoxVerbs>,
     _irqs: MsixIrqs<'bound, EqHandler<'bound>>,
@@ -258,7 +261,7 @@ impl<'bound> RoxPci<'bound> {
                 port,
                 mac,
                 registry: KBox::pin_init(Registry::new(), GFP_KERNEL)?,
-                odp_mrs: crate::mr::OdpMrs::new()?,
+                odp_mrs: crate::odp::OdpMrs::new()?,
                 db_pages: DbPages::new(regs::DB_PAGE_KERNEL + 1, regs::DB_PAGE_COUNT),
                 db_kernel,
                 kernel_slots: DbSlots::new_page()?,

@@ -4,7 +4,7 @@
 //! doorbell slot, state transitions checked against ib_core's table before the device sees them.
 
 use crate::{
-    dev::RoxDev,
+    dev::{RoxDev, RoxVerbs},
     hw::{
         regs,
         uapi::{admin, ids::Qpn, queue, udata as ud, verbs},
@@ -14,13 +14,13 @@ use crate::{
         SendFlags, SendWr, Sge, Udata, WrOpcode,
     },
     ids::DbSlot,
-    mr::{KernelRing, UserRing},
+    ring::UserRing,
     srq::Srq,
     ucontext::Ucontext,
-    verbs::RoxVerbs,
+    wq::{device_sge, kernel_log_depth, rq_wqe, DbWord, KernelWq},
 };
 use core::sync::atomic::{AtomicU32, Ordering};
-use kernel::{new_spinlock_irq, prelude::*, sync::SpinLockIrq, transmute::AsBytes};
+use kernel::{prelude::*, transmute::AsBytes};
 
 pub(crate) struct Qp {
     qpn: Qpn,
@@ -41,23 +41,13 @@ enum QpQueue {
     Kernel(KernelQp),
 }
 
-/// The queues of a kernel consumer's QP (ib_mad's GSI QP1, ULPs' RC/UC/UD QPs).
+/// The queues of a kernel consumer's QP (ib_mad's GSI QP1, ULPs' RC/UC/UD QPs); their
+/// producer indices share one doorbell slot (SQ in word A, RQ in word B).
 struct KernelQp {
-    sq: KernelRing<queue::SqWqe>,
+    sq: KernelWq<queue::SqWqe>,
     /// None with an SRQ.
-    rq: Option<KernelRing<queue::RqWqe>>,
-    log_sq: u32,
-    log_rq: u32,
+    rq: Option<KernelWq<queue::RqWqe>>,
     db: DbSlot,
-    state: Pin<KBox<SpinLockIrq<KernelQpState>>>,
-}
-
-/// Free-running producer indices, and what the device has been told.
-struct KernelQpState {
-    sq_producer: u32,
-    rq_producer: u32,
-    sq_rung: u32,
-    rq_rung: u32,
 }
 
 fn log_depth_for(wrs: u32, requested_log: u32) -> Result<u32> {
@@ -171,24 +161,6 @@ pub(crate) fn create(
     })
 }
 
-/// log2 of the depth of a kernel queue of `T` entries holding `wrs` work requests (at least
-/// the device's smallest depth: a queue asked for 0 still gets a ring), EINVAL beyond the
-/// device's deepest queue or what one level of ring page list describes.
-pub(crate) fn kernel_log_depth<T>(wrs: u32) -> Result<u32> {
-    let log = wrs
-        .max(1)
-        .checked_next_power_of_two()
-        .ok_or(EINVAL)?
-        .trailing_zeros()
-        .max(admin::DEV_MIN_LOG_DEPTH.into());
-    let ring_bytes = (queue::PBL_ENTRIES_PER_PAGE as usize) * regs::ROX_PAGE_SIZE;
-    let ring_max = (ring_bytes / core::mem::size_of::<T>()).trailing_zeros();
-    if log > u32::from(admin::DEV_MAX_LOG_WQ_DEPTH).min(ring_max) {
-        return Err(EINVAL);
-    }
-    Ok(log)
-}
-
 /// The work requests a queue of `1 << log` entries takes when `wanted` were asked for. A queue
 /// asked with 0 (a send-only or receive-only QP, as the verbs allow) keeps 0: nothing can be
 /// posted to it (ENOMEM), while the device still gets a real ring of the smallest depth, which
@@ -227,25 +199,13 @@ fn create_kernel(
     } else {
         kernel_log_depth::<queue::RqWqe>(cap.max_recv_wr)?
     };
-    let sq = KernelRing::<queue::SqWqe>::new(dev.pdev.as_ref(), 1 << log_sq)?;
+    let sq = KernelWq::<queue::SqWqe>::new(dev.pdev.as_ref(), log_sq)?;
     let rq = if has_srq {
         None
     } else {
-        Some(KernelRing::<queue::RqWqe>::new(
-            dev.pdev.as_ref(),
-            1 << log_rq,
-        )?)
+        Some(KernelWq::<queue::RqWqe>::new(dev.pdev.as_ref(), log_rq)?)
     };
     let db = DbSlot::alloc(&dev.kernel_slots)?;
-    let state = KBox::pin_init(
-        new_spinlock_irq!(KernelQpState {
-            sq_producer: 0,
-            rq_producer: 0,
-            sq_rung: 0,
-            rq_rung: 0
-        }),
-        GFP_KERNEL,
-    )?;
     let cmd = admin::CreateQpCmd {
         qp_type,
         sq_sig_all: init.sq_sig_all.into(),
@@ -259,7 +219,7 @@ fn create_kernel(
         db_slot: db.slot(),
         reserved: 0,
         sq: sq.desc(),
-        rq: rq.as_ref().map(KernelRing::desc).unwrap_or_default(),
+        rq: rq.as_ref().map(KernelWq::desc).unwrap_or_default(),
     };
     let qpn = dev.run::<admin::CreateQp>(cmd)?;
     cap.max_send_wr = granted_wrs(cap.max_send_wr, log_sq);
@@ -277,29 +237,13 @@ fn create_kernel(
         sq_sig_all: init.sq_sig_all,
         state: AtomicU32::new(verbs::QPS_RESET.into()),
         cap: *cap,
-        queue: QpQueue::Kernel(KernelQp {
-            sq,
-            rq,
-            log_sq,
-            log_rq,
-            db,
-            state,
-        }),
+        queue: QpQueue::Kernel(KernelQp { sq, rq, db }),
     };
     Ok(Created {
         data: qp,
         id: qpn,
         size: 0,
     })
-}
-
-/// The device's form of a kernel work request's SGE.
-fn device_sge(sge: &Sge) -> queue::Sge {
-    queue::Sge {
-        addr: sge.addr(),
-        length: sge.length(),
-        lkey: sge.lkey(),
-    }
 }
 
 /// The device's scatter/gather list of a work request, into the WQE's data area.
@@ -470,12 +414,7 @@ pub(crate) fn post_send(_dev: &RoxDev<'_>, qp: &Qp, wr: &SendWr<'_, RoxVerbs>) -
         seg,
         data,
     };
-    let depth = 1u32 << k.log_sq;
-    let mut state = k.state.lock();
-    k.sq.ring
-        .write((state.sq_producer & (depth - 1)) as usize, wqe)?;
-    state.sq_producer = state.sq_producer.wrapping_add(1);
-    Ok(())
+    k.sq.post(wqe)
 }
 
 /// Kernel QPs: tells the device about new send WQEs.
@@ -483,28 +422,7 @@ pub(crate) fn ring_sq(dev: &RoxDev<'_>, qp: &Qp) {
     let QpQueue::Kernel(k) = &qp.queue else {
         return;
     };
-    let mut state = k.state.lock();
-    if state.sq_rung != state.sq_producer {
-        state.sq_rung = state.sq_producer;
-        dev.kernel_doorbell(k.db.slot(), Some(state.sq_producer), None);
-    }
-}
-
-/// The receive WQE of a kernel work request with at most `max_sge` SGEs.
-pub(crate) fn rq_wqe(wr: &RecvWr<'_>, max_sge: u32) -> Result<queue::RqWqe> {
-    let sges = wr.sges();
-    if sges.len() > max_sge as usize {
-        return Err(EINVAL);
-    }
-    let mut wqe = queue::RqWqe {
-        wr_id: wr.wr_id(),
-        num_sge: sges.len() as u8,
-        ..Default::default()
-    };
-    for (dst, src) in wqe.sge.iter_mut().zip(sges) {
-        *dst = device_sge(src);
-    }
-    Ok(wqe)
+    k.sq.ring(dev, k.db.slot(), DbWord::A);
 }
 
 /// Kernel QPs: writes one receive WQE (EINVAL with an SRQ: receives go to the SRQ).
@@ -519,12 +437,7 @@ pub(crate) fn post_recv(_dev: &RoxDev<'_>, qp: &Qp, wr: &RecvWr<'_>) -> Result {
         return Err(ENOMEM);
     }
     let wqe = rq_wqe(wr, qp.cap.max_recv_sge)?;
-    let depth = 1u32 << k.log_rq;
-    let mut state = k.state.lock();
-    rq.ring
-        .write((state.rq_producer & (depth - 1)) as usize, wqe)?;
-    state.rq_producer = state.rq_producer.wrapping_add(1);
-    Ok(())
+    rq.post(wqe)
 }
 
 /// Kernel QPs: tells the device about new receive WQEs.
@@ -532,10 +445,8 @@ pub(crate) fn ring_rq(dev: &RoxDev<'_>, qp: &Qp) {
     let QpQueue::Kernel(k) = &qp.queue else {
         return;
     };
-    let mut state = k.state.lock();
-    if state.rq_rung != state.rq_producer {
-        state.rq_rung = state.rq_producer;
-        dev.kernel_doorbell(k.db.slot(), None, Some(state.rq_producer));
+    if let Some(rq) = &k.rq {
+        rq.ring(dev, k.db.slot(), DbWord::B);
     }
 }
 

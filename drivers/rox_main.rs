@@ -19,10 +19,14 @@ mod ib;
 mod ids;
 mod mcast;
 mod mr;
+mod mw;
+mod odp;
 mod qp;
+mod ring;
 mod srq;
 mod ucontext;
 mod verbs;
+mod wq;
 
 /// The hardware/software interface (`uapi/`), included by path: the crate is `no_std` with no
 /// dependencies so that the very same definitions build here.

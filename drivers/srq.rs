@@ -14,14 +14,11 @@ use crate::{
     hw::uapi::{admin, queue, udata as ud, verbs},
     ib::{Created, DeviceId, IbDev, RecvWr, SrqAttr, SrqAttrMask, Udata},
     ids::DbSlot,
-    mr::{KernelRing, UserRing},
+    ring::UserRing,
     ucontext::Ucontext,
+    wq::{kernel_log_depth, rq_wqe, DbWord, KernelWq},
 };
-use kernel::{
-    new_mutex, new_spinlock_irq,
-    prelude::*,
-    sync::{Mutex, SpinLockIrq},
-};
+use kernel::{new_mutex, prelude::*, sync::Mutex};
 
 /// The ring the device reads and its depth; replaced by a resize.
 struct SrqRing {
@@ -37,14 +34,7 @@ pub(crate) struct Srq {
     ring: Pin<KBox<Mutex<SrqRing>>>,
     db: DbSlot,
     /// Kernel SRQs: the ring the driver writes.
-    kernel: Option<KernelSrq>,
-}
-
-struct KernelSrq {
-    ring: KernelRing<queue::RqWqe>,
-    log_depth: u32,
-    /// Free-running producer index and the last value rung.
-    state: Pin<KBox<SpinLockIrq<(u32, u32)>>>,
+    kernel: Option<KernelWq<queue::RqWqe>>,
 }
 
 /// Checks a ring depth of udata and returns it (`1 << log_depth`).
@@ -146,11 +136,10 @@ fn create_kernel(dev: &RoxDev<'_>, pdn: u32, attr: &mut SrqAttr) -> Result<Creat
     {
         return Err(EINVAL);
     }
-    let log_depth = crate::qp::kernel_log_depth::<queue::RqWqe>(attr.max_wr)?;
+    let log_depth = kernel_log_depth::<queue::RqWqe>(attr.max_wr)?;
     let depth = 1u32 << log_depth;
-    let ring = KernelRing::<queue::RqWqe>::new(dev.pdev.as_ref(), depth as usize)?;
+    let wq = KernelWq::<queue::RqWqe>::new(dev.pdev.as_ref(), log_depth)?;
     let db = DbSlot::alloc(&dev.kernel_slots)?;
-    let state = KBox::pin_init(new_spinlock_irq!((0u32, 0u32)), GFP_KERNEL)?;
     let ring_state = KBox::pin_init(
         new_mutex!(SrqRing {
             max_wr: depth,
@@ -164,7 +153,7 @@ fn create_kernel(dev: &RoxDev<'_>, pdn: u32, attr: &mut SrqAttr) -> Result<Creat
         limit: attr.srq_limit,
         db_page: regs::DB_PAGE_KERNEL,
         db_slot: db.slot(),
-        ring: ring.desc(),
+        ring: wq.desc(),
         ..Default::default()
     };
     let id = dev.run::<admin::CreateSrq>(cmd)?;
@@ -176,11 +165,7 @@ fn create_kernel(dev: &RoxDev<'_>, pdn: u32, attr: &mut SrqAttr) -> Result<Creat
             max_sge,
             ring: ring_state,
             db,
-            kernel: Some(KernelSrq {
-                ring,
-                log_depth,
-                state,
-            }),
+            kernel: Some(wq),
         },
         id,
         size: depth,
@@ -191,12 +176,7 @@ fn create_kernel(dev: &RoxDev<'_>, pdn: u32, attr: &mut SrqAttr) -> Result<Creat
 /// verbs require).
 pub(crate) fn post_recv(_dev: &RoxDev<'_>, srq: &Srq, wr: &RecvWr<'_>) -> Result {
     let k = srq.kernel.as_ref().ok_or(EOPNOTSUPP)?;
-    let wqe = crate::qp::rq_wqe(wr, srq.max_sge)?;
-    let depth = 1u32 << k.log_depth;
-    let mut state = k.state.lock();
-    k.ring.ring.write((state.0 & (depth - 1)) as usize, wqe)?;
-    state.0 = state.0.wrapping_add(1);
-    Ok(())
+    k.post(rq_wqe(wr, srq.max_sge)?)
 }
 
 /// Kernel SRQs: tells the device about new receive WQEs.
@@ -204,11 +184,7 @@ pub(crate) fn ring(dev: &RoxDev<'_>, srq: &Srq) {
     let Some(k) = srq.kernel.as_ref() else {
         return;
     };
-    let mut state = k.state.lock();
-    if state.1 != state.0 {
-        state.1 = state.0;
-        dev.kernel_doorbell(srq.db.slot(), Some(state.0), None);
-    }
+    k.ring(dev, srq.db.slot(), DbWord::A);
 }
 
 /// Resize (`IB_SRQ_MAX_WR`, with the new ring in udata) and/or arm the limit

@@ -5,7 +5,7 @@
 
 use crate::{
     cq::{self, Cq},
-    dev::RoxDev,
+    dev::{RoxDev, RoxVerbs},
     hw::{
         regs,
         uapi::{
@@ -21,14 +21,12 @@ use crate::{
     },
     mcast,
     mr::{self, Mr},
+    mw, odp,
     qp::{self, Qp},
     srq::{self, Srq},
     ucontext::{self, Ucontext},
 };
 use kernel::prelude::*;
-
-/// The driver, as ib_core sees it.
-pub(crate) struct RoxVerbs;
 
 /// ib_core's device capability flags for the device's `regs::CAP_*`: FLUSH (placement type
 /// GLOBAL only: rox has no persistent memory), ATOMIC WRITE, SRQ resize and memory windows
@@ -154,11 +152,11 @@ impl Verbs for RoxVerbs {
     type Srq = Srq;
     type Ah = Ah;
     type Mr = Mr;
-    type Mw = mr::Mw;
-    type Odp = mr::OdpState;
+    type Mw = mw::Mw;
+    type Odp = odp::OdpState;
 
-    fn odp_invalidate(dev: &RoxDev<'_>, odp: &mr::OdpState, first: usize, count: usize) {
-        mr::odp_invalidate(dev, odp, first, count)
+    fn odp_invalidate(dev: &RoxDev<'_>, odp: &odp::OdpState, first: usize, count: usize) {
+        odp::odp_invalidate(dev, odp, first, count)
     }
 
     fn registry<'a>(dev: &'a RoxDev<'_>) -> &'a Registry {
@@ -211,7 +209,7 @@ impl Verbs for RoxVerbs {
             max_total_mcast_qp_attach: hw.max_total_mcast_qp_attach,
             local_ca_ack_delay: hw.local_ca_ack_delay as u8,
             max_fast_reg_page_list_len: admin::DEV_MAX_FAST_REG_PAGES,
-            odp: (hw.caps & regs::CAP_ODP != 0).then(mr::odp_caps),
+            odp: (hw.caps & regs::CAP_ODP != 0).then(odp::odp_caps),
         };
         udata.respond_empty()?;
         Ok(attr)
@@ -290,12 +288,12 @@ impl Verbs for RoxVerbs {
         pd: &Pd,
         mw_type: u32,
         udata: &mut Udata<'_>,
-    ) -> Result<(Key, mr::Mw)> {
-        mr::alloc_mw(dev, pd.pdn, mw_type, udata)
+    ) -> Result<(Key, mw::Mw)> {
+        mw::alloc_mw(dev, pd.pdn, mw_type, udata)
     }
 
-    fn dealloc_mw(dev: &RoxDev<'_>, mw: &mr::Mw) {
-        mr::dealloc_mw(dev, mw)
+    fn dealloc_mw(dev: &RoxDev<'_>, mw: &mw::Mw) {
+        mw::dealloc_mw(dev, mw)
     }
 
     fn reg_user_mr(
@@ -338,7 +336,7 @@ impl Verbs for RoxVerbs {
     ) -> Result {
         // Prefetching is done before returning, asked to or not (allowed: the asynchronous
         // form is best effort).
-        mr::odp_prefetch(dev, pd.pdn, advice, sges)
+        odp::odp_prefetch(dev, pd.pdn, advice, sges)
     }
 
     fn create_cq(

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 //! Rust forms of the attribute structures, flag words and enums ib_core exchanges with a
-//! driver: the driver logic fills or reads these, and the trampolines of `device.rs` copy them
+//! driver: the driver logic fills or reads these, and the trampolines of `ops/` copy them
 //! into / out of ib_core's C structures. Where the kernel numbers a value as uapi does (access
 //! flags, QP states and types, path MTUs, QP attribute masks, MW types, WC statuses), the logic
 //! uses uapi's constants and this file asserts at build time that the two numberings agree.

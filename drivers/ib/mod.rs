@@ -6,16 +6,20 @@
 
 mod attr;
 pub(crate) mod bindings;
-mod device;
 pub(crate) mod dma;
+mod ibdev;
 pub(crate) mod irq;
 pub(crate) mod mmap;
 pub(crate) mod netdev;
+mod obj;
+mod ops;
 mod pod;
+mod registration;
 mod registry;
 mod udata;
 pub(crate) mod umem;
 pub(crate) mod umem_odp;
+mod verbs;
 mod wr;
 
 pub(crate) use attr::{
@@ -23,12 +27,11 @@ pub(crate) use attr::{
     PortImmutable, QpAttr, QpCap, QpInitAttr, SrqAttr, SrqAttrMask, Wc, WcFlags, WcOpcode, WcOut,
     QP_RATE_LIMIT,
 };
-pub(crate) use device::{
-    CqInit, Created, DeviceId, DeviceParams, IbDev, IbRegistration, QpInit, RegisteredMr,
-    UserRange, Verbs,
-};
+pub(crate) use ibdev::IbDev;
+pub(crate) use registration::{DeviceParams, IbRegistration};
 pub(crate) use registry::{AsyncEvent, Registry};
 pub(crate) use udata::Udata;
+pub(crate) use verbs::{CqInit, Created, DeviceId, QpInit, RegisteredMr, UserRange, Verbs};
 pub(crate) use wr::{RecvWr, SendFlags, SendWr, Sge, WrOpcode};
 
 /// Whether ib_core's table of QP state transitions allows `cur -> next` for a QP of type

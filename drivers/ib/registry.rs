@@ -177,7 +177,7 @@ impl Registry {
         let up = {
             let inner = self.inner.lock();
             let Some(ibdev) = &inner.ibdev else { return };
-            super::device::ib_of(ibdev.0.as_ptr())
+            super::ibdev::ib_of(ibdev.0.as_ptr())
                 .netdev(port)
                 .is_some_and(|n| n.is_up())
         };

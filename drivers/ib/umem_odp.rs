@@ -6,7 +6,7 @@
 //! (faulted in and DMA-mapped) with [`UmemOdp::map`], whose callback also runs under the mutex,
 //! so a translation handed to the device can never be stale.
 
-use super::{bindings as b, device::dev_of, IbDev, Verbs};
+use super::{bindings as b, obj::dev_of, IbDev, Verbs};
 use core::{marker::PhantomData, ptr::NonNull};
 use kernel::ffi::c_ulong;
 use kernel::{error::from_err_ptr, prelude::*};

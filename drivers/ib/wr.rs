@@ -132,7 +132,7 @@ impl<'a, V: Verbs> SendWr<'a, V> {
                 return None;
             }
             Some(UdWr {
-                ah: super::device::Obj::<b::ib_ah, V::Ah>::data_of(ud.ah),
+                ah: super::obj::Obj::<b::ib_ah, V::Ah>::data_of(ud.ah),
                 remote_qpn: Qpn::from_raw(ud.remote_qpn),
                 remote_qkey: ud.remote_qkey,
             })
@@ -214,7 +214,7 @@ impl<'a, V: Verbs> SendWr<'a, V> {
         }
         // SAFETY: ib_core's contract: REG_MR requests are the `wr` member (first) of an
         // `ib_reg_wr` whose MR belongs to this device and stays alive during the call. Every
-        // MR of a `V` device is made by `device::new_mr` (reg_user_mr, get_dma_mr, alloc_mr),
+        // MR of a `V` device is made by `obj::new_mr` (reg_user_mr, get_dma_mr, alloc_mr),
         // hence an `Obj<ib_mr, V::Mr>` with initialised data; whether it is a
         // fast-registration MR is the driver's check.
         unsafe {
@@ -224,7 +224,7 @@ impl<'a, V: Verbs> SendWr<'a, V> {
             }
             let mr = &*reg.mr;
             Some(RegWr {
-                mr: super::device::Obj::<b::ib_mr, V::Mr>::data_of(reg.mr),
+                mr: super::obj::Obj::<b::ib_mr, V::Mr>::data_of(reg.mr),
                 iova: mr.iova,
                 length: mr.length,
                 page_size: mr.page_size,

@@ -1,0 +1,136 @@
+// SPDX-License-Identifier: GPL-2.0
+//! The work queues of kernel consumers (a QP's send and receive queues, an SRQ): a ring in
+//! coherent DMA memory the driver writes WQEs into, its free-running producer index and the
+//! doorbell that tells the device ([`KernelWq`]); their depth, and the receive WQE QPs and
+//! SRQs share.
+
+use crate::{
+    dev::RoxDev,
+    hw::{
+        regs,
+        uapi::{admin, queue},
+    },
+    ib::{RecvWr, Sge},
+    ring::KernelRing,
+};
+use kernel::{
+    device::{Bound, Device},
+    new_spinlock_irq,
+    prelude::*,
+    sync::SpinLockIrq,
+    transmute::{AsBytes, FromBytes},
+};
+
+/// The word of a doorbell slot (`regs::DbSlot`) that carries a queue's producer index: `A`
+/// for send queues and SRQs, `B` for a QP's receive queue.
+#[derive(Clone, Copy)]
+pub(crate) enum DbWord {
+    A,
+    B,
+}
+
+/// The producer index of a kernel work queue (free-running) and the value last rung.
+struct WqIndices {
+    producer: u32,
+    rung: u32,
+}
+
+/// A kernel consumer's work queue of `1 << log_depth` WQEs of type `T`. The consumer keeps
+/// at most its depth posted, as the verbs require; the device consumes them in order.
+pub(crate) struct KernelWq<T: AsBytes + FromBytes + Copy> {
+    ring: KernelRing<T>,
+    log_depth: u32,
+    indices: Pin<KBox<SpinLockIrq<WqIndices>>>,
+}
+
+impl<T: AsBytes + FromBytes + Copy> KernelWq<T> {
+    pub(crate) fn new(dev: &Device<Bound>, log_depth: u32) -> Result<Self> {
+        let ring = KernelRing::<T>::new(dev, 1 << log_depth)?;
+        let indices = KBox::pin_init(
+            new_spinlock_irq!(WqIndices {
+                producer: 0,
+                rung: 0
+            }),
+            GFP_KERNEL,
+        )?;
+        Ok(Self {
+            ring,
+            log_depth,
+            indices,
+        })
+    }
+
+    pub(crate) fn desc(&self) -> queue::PageList {
+        self.ring.desc()
+    }
+
+    /// Writes `wqe` at the producer index and advances it; the device learns of it at the
+    /// next [`Self::ring`].
+    pub(crate) fn post(&self, wqe: T) -> Result {
+        let depth = 1u32 << self.log_depth;
+        let mut indices = self.indices.lock();
+        self.ring
+            .ring
+            .write((indices.producer & (depth - 1)) as usize, wqe)?;
+        indices.producer = indices.producer.wrapping_add(1);
+        Ok(())
+    }
+
+    /// Tells the device about the WQEs posted since the last call: the producer index goes to
+    /// word `word` of the driver's doorbell slot `slot`.
+    pub(crate) fn ring(&self, dev: &RoxDev<'_>, slot: u32, word: DbWord) {
+        let mut indices = self.indices.lock();
+        if indices.rung != indices.producer {
+            indices.rung = indices.producer;
+            let producer = Some(indices.producer);
+            match word {
+                DbWord::A => dev.kernel_doorbell(slot, producer, None),
+                DbWord::B => dev.kernel_doorbell(slot, None, producer),
+            }
+        }
+    }
+}
+
+/// log2 of the depth of a kernel queue of `T` entries holding `wrs` work requests (at least
+/// the device's smallest depth: a queue asked for 0 still gets a ring), EINVAL beyond the
+/// device's deepest queue or what one level of ring page list describes.
+pub(crate) fn kernel_log_depth<T>(wrs: u32) -> Result<u32> {
+    let log = wrs
+        .max(1)
+        .checked_next_power_of_two()
+        .ok_or(EINVAL)?
+        .trailing_zeros()
+        .max(admin::DEV_MIN_LOG_DEPTH.into());
+    let ring_bytes = (queue::PBL_ENTRIES_PER_PAGE as usize) * regs::ROX_PAGE_SIZE;
+    let ring_max = (ring_bytes / core::mem::size_of::<T>()).trailing_zeros();
+    if log > u32::from(admin::DEV_MAX_LOG_WQ_DEPTH).min(ring_max) {
+        return Err(EINVAL);
+    }
+    Ok(log)
+}
+
+/// The device's form of a kernel work request's SGE.
+pub(crate) fn device_sge(sge: &Sge) -> queue::Sge {
+    queue::Sge {
+        addr: sge.addr(),
+        length: sge.length(),
+        lkey: sge.lkey(),
+    }
+}
+
+/// The receive WQE of a kernel work request with at most `max_sge` SGEs.
+pub(crate) fn rq_wqe(wr: &RecvWr<'_>, max_sge: u32) -> Result<queue::RqWqe> {
+    let sges = wr.sges();
+    if sges.len() > max_sge as usize {
+        return Err(EINVAL);
+    }
+    let mut wqe = queue::RqWqe {
+        wr_id: wr.wr_id(),
+        num_sge: sges.len() as u8,
+        ..Default::default()
+    };
+    for (dst, src) in wqe.sge.iter_mut().zip(sges) {
+        *dst = device_sge(src);
+    }
+    Ok(wqe)
+}
