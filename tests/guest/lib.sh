@@ -66,3 +66,10 @@ kmemleak_check() {
 	[ "$leaks" = 0 ] || { head -60 $KMEMLEAK; fail "kmemleak reports $leaks leaks"; }
 	echo "kmemleak: no leaks (scanned after ${KMEMLEAK_MIN_AGE_S} s, twice)"
 }
+
+# A port 1 counter of an RDMA device from `rdma statistic` (e.g. rdma_counter rox_0
+# rx_packets): its value, or nothing when the device or counter is missing (callers fail then).
+rdma_counter() {
+	rdma statistic show link "$1/1" 2>/dev/null |
+		awk -v k="$2" '{ for (i = 1; i < NF; i++) if ($i == k && $(i + 1) ~ /^[0-9]+$/) print $(i + 1) }'
+}

@@ -56,7 +56,9 @@ addr_of() {
 	done
 	return 1
 }
-counter() { rdma statistic show link "$1/1" | tr ' ' '\n' | awk -v k="$2" 'f { print; exit } $0 == k { f = 1 }'; }
+# A device counter (tests/guest/lib.sh); empty makes the arithmetic below fail.
+. "$(dirname "$0")/lib.sh"
+counter() { rdma_counter "$@"; }
 
 # run_mckey LABEL GROUP RECV_DEV SEND_DEV FAMILY
 run_mckey() {
