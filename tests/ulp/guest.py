@@ -308,6 +308,10 @@ def fio(args, timeout):
         return rc, None, out
 
 
+# The largest block of fio_verify's bssplit.
+FIO_LARGEST_BLOCK = 2**20
+
+
 def fio_verify(dev, size_mib, jobs=2):
     """Writes `size_mib` over `jobs` jobs with crc32c verification, reading everything back."""
     per_job = size_mib // jobs
@@ -322,9 +326,11 @@ def fio_verify(dev, size_mib, jobs=2):
     if job["error"] != 0:
         raise Step(f"fio error {job['error']}")
     w, r = job["write"]["io_bytes"], job["read"]["io_bytes"]
-    # The verify pass reads back everything written.
-    if w < size_mib * 2**20 // 2 or r < w:
-        raise Step(f"fio wrote {w} and read back {r} bytes, wanted {size_mib} MiB both ways")
+    # Every job writes its whole region (short by at most its last, largest block) and the
+    # verify pass reads back everything written.
+    want = jobs * per_job * 2**20
+    if not want - FIO_LARGEST_BLOCK <= w <= want or r < w:
+        raise Step(f"fio wrote {w} and read back {r} bytes, wanted {want} both ways")
     return (f"fio wrote {w >> 20} MiB (4k-1m, qd32, {jobs} jobs), read back and verified"
             f" crc32c {r >> 20} MiB")
 
@@ -493,8 +499,9 @@ def initiator_case(a, ctl, rdma, case):
     arg = "-"
     if case == "nvme":
         ctrl, dev = nvme_connect(a.peer, rdma.ip, a.queues)
-        queues = open(f"/sys/class/nvme/{ctrl}/queue_count").read().strip() \
-            if os.path.exists(f"/sys/class/nvme/{ctrl}/queue_count") else "?"
+        queues = int(open(f"/sys/class/nvme/{ctrl}/queue_count").read())
+        if queues != a.queues + 1:
+            raise Step(f"{ctrl} has {queues} queues, wanted the admin queue + {a.queues} I/O queues")
         mine = f"{dev} over {rdma.dev}, {queues} queues (admin + I/O); " + fio_verify(dev, a.fio_mib)
         nvme_disconnect()
         mine += "; disconnected"
