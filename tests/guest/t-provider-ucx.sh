@@ -128,19 +128,21 @@ mpi() {
 # run_all DEV: every run on DEV; prints one line each, returns the names that failed or
 # moved no packet through DEV (in $failed).
 run_all() {
-	local dev=$1 before after
+	local dev=$1 before after rx=rx_packets
+	# rdma_rxe names its receive counter otherwise.
+	[[ $dev == rxe* ]] && rx=rcvd_pkts
 	failed=()
 	one() {
 		local name=$1
 		shift
-		before=$(rdma_counter "$dev" rx_packets)
+		before=$(rdma_counter "$dev" $rx)
 		"$@" || { failed+=("$name"); return; }
-		after=$(rdma_counter "$dev" rx_packets)
+		after=$(rdma_counter "$dev" $rx)
 		if [ -z "$before" ] || [ -z "$after" ]; then
-			echo "$dev $name: no rx_packets counter in 'rdma statistic show link $dev/1'"
+			echo "$dev $name: no $rx counter in 'rdma statistic show link $dev/1'"
 			failed+=("$name")
 		elif [ "$after" -le "$before" ]; then
-			echo "$dev $name: no packet went through $dev (rx_packets $before -> $after)"
+			echo "$dev $name: no packet went through $dev ($rx $before -> $after)"
 			failed+=("$name")
 		fi
 	}
