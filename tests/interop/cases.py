@@ -181,7 +181,7 @@ def main():
     ap.add_argument("--ip6", required=True, help="this guest's IPv6 address on the link")
     ap.add_argument("--peer6", required=True, help="the other guest's IPv6 address")
     ap.add_argument("--names", default="rox,rxe", help="names of guests 0 and 1")
-    ap.add_argument("--only", help="run only cases whose name contains this")
+    ap.add_argument("--only", help="run only cases whose name matches this regular expression")
     a = ap.parse_args()
     if a.netdev_mac:
         netdev = next((n for n in os.listdir("/sys/class/net")
@@ -210,7 +210,7 @@ def main():
     step = 0
     for case, (srv, cli, check) in CASES:
         for _direction in range(2):
-            if not a.only or a.only in case:
+            if not a.only or re.search(a.only, case):
                 run_step(step, a.me, ctx, names, case, srv, cli, check)
             step += 1
 
