@@ -1,6 +1,7 @@
 #!/bin/bash
 # Guest side: run each tests/guest/t-*.sh (matching an optional pattern), report each,
-# fail if any fails. Usage (in the guest): all.sh /path/to/rox.ko [pattern] [kernel flavour] [strict]
+# fail if any fails. Usage (in the guest): all.sh /path/to/rox.ko [patterns] [kernel flavour] [strict]
+# Patterns: comma-separated substrings of the test names (any one selects a test).
 # With "strict" (the guest has rox devices and librox), a test that skips ("SKIP: ...") fails:
 # a missing device or library must not pass for a green run.
 export ROX_KO=$1
@@ -10,7 +11,12 @@ strict=${4:-}
 cd "$(dirname "$0")"
 pass=0 fail=0 failed=()
 for t in t-*.sh; do
-	[ -z "$pattern" ] || [[ $t == *$pattern* ]] || continue
+	if [ -n "$pattern" ]; then
+		selected=
+		IFS=, read -ra wanted <<<"$pattern"
+		for w in "${wanted[@]}"; do [[ $t == *$w* ]] && selected=1; done
+		[ -n "$selected" ] || continue
+	fi
 	echo "=== guest test $t"
 	start=$(date +%s)
 	bash "$t" 2>&1 | tee /tmp/guest-test.out

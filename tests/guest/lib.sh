@@ -32,3 +32,44 @@ wait_for_server() {
 	done
 	return 1
 }
+
+# kmemleak on debug kernels (CONFIG_DEBUG_KMEMLEAK). kmemleak_clear at the start of a test
+# forgets what earlier tests left; kmemleak_check at its end reports what leaked since, and
+# fails (through the test's fail()) when the check could not be made: a debug kernel without
+# kmemleak, a scan kmemleak refuses (it disables itself, e.g. when its object pool runs out,
+# and then an empty report means nothing), or a "kmemleak: ... disabled" line in dmesg.
+# On a release kernel (no kmemleak) it prints a note and returns.
+KMEMLEAK=/sys/kernel/debug/kmemleak
+# kmemleak reports only objects older than this (its minimum object age, 5 s) at a scan.
+KMEMLEAK_MIN_AGE_S=5
+kmemleak_clear() {
+	[ -w $KMEMLEAK ] || return 0
+	echo clear >$KMEMLEAK || fail "echo clear >$KMEMLEAK failed: kmemleak is off"
+}
+kmemleak_check() {
+	local leaks
+	if [ ! -w $KMEMLEAK ]; then
+		[ "${ROX_KERNEL_FLAVOUR:-release}" != debug ] || fail "debug kernel without a writable $KMEMLEAK"
+		echo "note: no kmemleak in this kernel (release flavour); leak check not made"
+		return 0
+	fi
+	# Past the minimum age of the last objects freed (or leaked) just before, then two scans:
+	# the second sees what the first still took for referenced from a stale stack or register.
+	sleep $((KMEMLEAK_MIN_AGE_S + 1))
+	echo scan >$KMEMLEAK || fail "echo scan >$KMEMLEAK failed: kmemleak is off, no leak check possible"
+	sleep 1
+	echo scan >$KMEMLEAK || fail "the second kmemleak scan failed: kmemleak is off"
+	if dmesg | grep -E 'kmemleak: .*disabled'; then
+		fail "kmemleak disabled itself: no leak check possible"
+	fi
+	leaks=$(grep -c '^unreferenced object' $KMEMLEAK)
+	[ "$leaks" = 0 ] || { head -60 $KMEMLEAK; fail "kmemleak reports $leaks leaks"; }
+	echo "kmemleak: no leaks (scanned after ${KMEMLEAK_MIN_AGE_S} s, twice)"
+}
+
+# A port 1 counter of an RDMA device from `rdma statistic` (e.g. rdma_counter rox_0
+# rx_packets): its value, or nothing when the device or counter is missing (callers fail then).
+rdma_counter() {
+	rdma statistic show link "$1/1" 2>/dev/null |
+		awk -v k="$2" '{ for (i = 1; i < NF; i++) if ($i == k && $(i + 1) ~ /^[0-9]+$/) print $(i + 1) }'
+}

@@ -127,6 +127,22 @@ static int poll_n(struct side *s, struct ibv_wc *wc, int want, int wait_ms)
 	return got;
 }
 
+/* Message `seq`: its number in the first 4 bytes, then a pattern of the number and the offset,
+ * so a receiver can tell every message from another and from a zeroed or stale buffer. */
+static char pattern_byte(int seq, int offset)
+{
+	return (char)('a' + (seq * 7 + offset) % 26);
+}
+
+static void fill_message(char *msg, int seq)
+{
+	uint32_t tag = (uint32_t)seq;
+
+	memcpy(msg, &tag, sizeof(tag));
+	for (int j = sizeof(tag); j < MSG_SIZE; j++)
+		msg[j] = pattern_byte(seq, j);
+}
+
 static void send_all(struct side *s, struct ibv_ah *ah, int count)
 {
 	struct ibv_wc wc[64];
@@ -139,7 +155,7 @@ static void send_all(struct side *s, struct ibv_ah *ah, int count)
 			.wr.ud = { .ah = ah, .remote_qpn = MULTICAST_QPN, .remote_qkey = QKEY },
 		}, *bad;
 
-		memset(s->buf, 'a' + i % 26, MSG_SIZE);
+		fill_message(s->buf, i);
 		if (ibv_post_send(s->qp, &wr, &bad))
 			fail("post_send", errno);
 		if (poll_n(s, wc, 1, WAIT_MS) != 1 || wc[0].status != IBV_WC_SUCCESS)
@@ -164,16 +180,22 @@ static void parse_group(const char *text, union ibv_gid *gid)
 static void check_received(struct side *rcv, struct ibv_wc *wc, int count, uint32_t src_qp,
 			   const union ibv_gid *group)
 {
+	char seen[64] = { 0 };
+
 	for (int i = 0; i < count; i++) {
 		char *msg = rcv->buf + wc[i].wr_id * (MSG_SIZE + GRH_SIZE) + GRH_SIZE;
-		char want = msg[0];
+		uint32_t seq;
 
 		if (wc[i].status != IBV_WC_SUCCESS || wc[i].byte_len != MSG_SIZE + GRH_SIZE ||
 		    (src_qp && wc[i].src_qp != src_qp) || !(wc[i].wc_flags & IBV_WC_GRH))
 			fail("receive completion (status, length, src_qp or GRH flag)", EIO);
-		for (int j = 0; j < MSG_SIZE; j++)
-			if (msg[j] != want)
-				fail("payload", EIO);
+		/* Each message the sender sent (fill_message), each once. */
+		memcpy(&seq, msg, sizeof(seq));
+		if (seq >= (uint32_t)count || seen[seq]++)
+			fail("payload: a message number not sent, or received twice", EIO);
+		for (int j = sizeof(seq); j < MSG_SIZE; j++)
+			if (msg[j] != pattern_byte(seq, j))
+				fail("payload differs from the sender's pattern", EIO);
 		/* The GRH area: an IPv6 header's destination at 24, an IPv4 one's at 36. */
 		if (group->raw[0] == 0xff ? memcmp(msg - GRH_SIZE + 24, group->raw, 16)
 					  : memcmp(msg - GRH_SIZE + 36, &group->raw[12], 4))

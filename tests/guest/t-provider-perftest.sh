@@ -1,8 +1,8 @@
 #!/bin/bash
 # librox's data path with unmodified perftest programs (guest): ib_{send,write,read,atomic}_{bw,lat}
 # (RC) and ib_send_bw over UD, server and client on rox_0 (same-device loopback over RoCEv2
-# GID 0); each run must exit 0 on both sides and print its result row. Skips (exit 0) when the
-# guest has no rox device.
+# GID 0); each run must exit 0 on both sides and print its result row, at the first attempt
+# (ROX_ALLOW_FLAKY=1 allows one visible retry). Skips (exit 0) when the guest has no rox device.
 set -u
 fail() { echo "FAIL: $*"; exit 1; }
 skip() { echo "SKIP: $*"; exit 0; }
@@ -52,18 +52,15 @@ for run in "${RUNS[@]}"; do
 	echo "FAIL $run (client exit $client_rc, server exit $server_rc); full logs:"
 	sed 's/^/  client: /' /tmp/pt-client.log
 	sed 's/^/  server: /' /tmp/pt-server.log
-	# A second failure fails the test; a pass on the retry is reported as a flake (seen once
-	# under heavy host load: ib_send_bw's client exited 1 after the header, server fine).
-	if run_pair "$run"; then
-		echo "FLAKY $run passed on its retry: $(echo $row)"
+	# A failure fails the test. Only with ROX_ALLOW_FLAKY=1 (set on purpose, passed on by
+	# tests/guest/run) is it run once more, and a pass on the retry is printed as a flake.
+	if [ "${ROX_ALLOW_FLAKY:-0}" = 1 ] && run_pair "$run"; then
+		echo "FLAKY $run passed on its retry (allowed by ROX_ALLOW_FLAKY=1): $(echo $row)"
 		flaky+=("$run")
 	else
-		echo "FAIL $run again (client exit $client_rc, server exit $server_rc)"
-		sed 's/^/  client: /' /tmp/pt-client.log | tail -6
-		sed 's/^/  server: /' /tmp/pt-server.log | tail -6
 		failed+=("$run")
 	fi
 done
-[ ${#flaky[@]} = 0 ] || echo "WARNING: flaky perftest runs on rox_0: ${flaky[*]}"
+[ ${#flaky[@]} = 0 ] || echo "WARNING: flaky perftest runs on rox_0 (allowed by ROX_ALLOW_FLAKY=1): ${flaky[*]}"
 [ ${#failed[@]} = 0 ] || fail "perftest runs failed on rox_0: ${failed[*]}"
 echo "all ${#RUNS[@]} perftest runs passed on rox_0"

@@ -39,8 +39,8 @@ need_rox_0
 [ -e /sys/class/infiniband/rox_1 ] || fail "rox_0 exists but rox_1 does not (tests/guest/run attaches two rox NICs)"
 for _ in $(seq 50); do ibv_devinfo -d rox_1 | grep -q PORT_ACTIVE && break; sleep 0.2; done
 
-# A device counter from `rdma statistic` (e.g. rx_packets of rox_1).
-counter() { rdma statistic show link "$1/1" | awk -v k="$2" '{ for (i = 1; i < NF; i++) if ($i == k) print $(i + 1) }'; }
+# A device counter (tests/guest/lib.sh); empty makes the arithmetic below fail.
+counter() { rdma_counter "$@"; }
 rox_1_rx_before=$(counter rox_1 rx_packets)
 cross_runs=0
 

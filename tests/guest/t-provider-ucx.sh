@@ -80,8 +80,6 @@ netdev=$(ip -o link show | awk -F': ' '$2 != "lo" { print $2; exit }')
 modprobe rdma_rxe && { rdma link show rxe0 >/dev/null 2>&1 || rdma link add rxe0 type rxe netdev "$netdev"; } ||
 	echo "note: no rxe0 for comparison (rdma_rxe on $netdev failed)"
 
-# A device counter from `rdma statistic` (e.g. rx_packets of rox_0).
-counter() { rdma statistic show link "$1/1" 2>/dev/null | awk -v k="$2" '{ for (i = 1; i < NF; i++) if ($i == k) print $(i + 1) }'; }
 
 # perftest DEV NAME VAR=VALUE... -- ARGS...: ucx_perftest server and client (127.0.0.1) with
 # ARGS and the environment; prints the client's final line; status 0 if both succeeded.
@@ -130,16 +128,21 @@ mpi() {
 # run_all DEV: every run on DEV; prints one line each, returns the names that failed or
 # moved no packet through DEV (in $failed).
 run_all() {
-	local dev=$1 before after
+	local dev=$1 before after rx=rx_packets
+	# rdma_rxe names its receive counter otherwise.
+	[[ $dev == rxe* ]] && rx=rcvd_pkts
 	failed=()
 	one() {
 		local name=$1
 		shift
-		before=$(counter "$dev" rx_packets)
+		before=$(rdma_counter "$dev" $rx)
 		"$@" || { failed+=("$name"); return; }
-		after=$(counter "$dev" rx_packets)
-		if [ -n "$before" ] && [ -n "$after" ] && [ "$after" -le "$before" ]; then
-			echo "$dev $name: no packet went through $dev (rx_packets $before -> $after)"
+		after=$(rdma_counter "$dev" $rx)
+		if [ -z "$before" ] || [ -z "$after" ]; then
+			echo "$dev $name: no $rx counter in 'rdma statistic show link $dev/1'"
+			failed+=("$name")
+		elif [ "$after" -le "$before" ]; then
+			echo "$dev $name: no packet went through $dev ($rx $before -> $after)"
 			failed+=("$name")
 		fi
 	}

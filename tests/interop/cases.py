@@ -10,6 +10,7 @@ Each side prints one machine-readable line per step:
 tests/interop/run pairs them up: a case passes in one direction only if both sides said ok.
 """
 import argparse
+import ipaddress
 import os
 import re
 import subprocess
@@ -22,6 +23,11 @@ BASE_PORT = 21000
 CONNECT_WINDOW_S = 150
 STEP_TIMEOUT_S = 300
 XFER_MIB = 256
+# Smaller transfers for the cases that add a path (IPv6) or an opcode (FLUSH, ATOMIC WRITE)
+# to what the 256 MiB cases already move: ATOMIC WRITE goes 8 bytes per WR.
+XFER6_MIB = 32
+FLUSH_MIB = 32
+ATOMIC_WRITE_KIB = 64
 
 
 def sh(cmd, timeout):
@@ -36,11 +42,11 @@ def sh(cmd, timeout):
 
 
 def roce_v2_gid_index(dev, ip):
-    """The GID index of `dev` whose GID is the IPv4-mapped `ip` with type RoCE v2."""
+    """The GID index of `dev` whose GID is `ip` (IPv4: mapped into IPv6) with type RoCE v2."""
     port = f"/sys/class/infiniband/{dev}/ports/1"
-    want = "0000:0000:0000:0000:0000:ffff:" + "".join(
-        f"{int(b):02x}" for b in ip.split("."))
-    want = want[:-4] + ":" + want[-4:]
+    addr = ipaddress.ip_address(ip)
+    if addr.version == 4:
+        addr = ipaddress.IPv6Address(b"\0" * 10 + b"\xff" * 2 + addr.packed)
     for _ in range(100):
         for name in sorted(os.listdir(f"{port}/gids"), key=int):
             try:
@@ -48,20 +54,21 @@ def roce_v2_gid_index(dev, ip):
                 kind = open(f"{port}/gid_attrs/types/{name}").read().strip()
             except OSError:
                 continue
-            if gid == want and kind == "RoCE v2":
+            if ipaddress.IPv6Address(gid) == addr and kind == "RoCE v2":
                 return int(name)
         time.sleep(0.2)
     sys.exit(f"interop: {dev} has no RoCE v2 GID for {ip}")
 
 
 class Ctx:
-    def __init__(self, dev, gid, ip, peer):
+    def __init__(self, dev, gid, ip, peer, gid6, ip6, peer6):
         self.dev, self.gid, self.ip, self.peer = dev, gid, ip, peer
+        self.gid6, self.ip6, self.peer6 = gid6, ip6, peer6
 
 
-def pingpong(prog):
-    # -c validates every received buffer.
-    srv = f"{prog} -d {{dev}} -g {{gid}} -n 200 -c -p {{port}}"
+def pingpong(prog, gid="{gid}"):
+    # -c validates every received buffer. gid: "{gid6}" for the IPv6 RoCE v2 GID.
+    srv = f"{prog} -d {{dev}} -g {gid} -n 200 -c -p {{port}}"
     cli = srv + " {peer}"
     return srv, cli, lambda out: "iters in" in out
 
@@ -73,10 +80,10 @@ def perftest(prog, extra=""):
     return srv, cli, lambda out: re.search(r"^\s*\d+\s+\d+\s+[\d.]+", out, re.M) is not None
 
 
-def rping():
+def rping(ip="{ip}", peer="{peer}"):
     n = 10
-    srv = f"rping -s -a {{ip}} -p {{port}} -C {n} -v -V"
-    cli = f"rping -c -a {{peer}} -p {{port}} -C {n} -v -V"
+    srv = f"rping -s -a {ip} -p {{port}} -C {n} -v -V"
+    cli = f"rping -c -a {peer} -p {{port}} -C {n} -v -V"
     return srv, cli, lambda out: out.count("ping data") == n
 
 
@@ -86,9 +93,9 @@ def ucmatose():
     return srv, cli, lambda out: "return status 0" in out
 
 
-def xfer(op):
-    srv = f"/tmp/rdma-xfer -s {{ip}} -p {{port}} -m {XFER_MIB}"
-    cli = f"/tmp/rdma-xfer -c {{peer}} -p {{port}} -m {XFER_MIB} -o {op}"
+def xfer(op, size=f"-m {XFER_MIB}", ip="{ip}", peer="{peer}"):
+    srv = f"/tmp/rdma-xfer -s {ip} -p {{port}} {size} -o {op}"
+    cli = f"/tmp/rdma-xfer -c {peer} -p {{port}} {size} -o {op}"
     return srv, cli, lambda out: ": equal" in out
 
 
@@ -113,6 +120,13 @@ CASES = [
     ("ucmatose", ucmatose()),
     (f"RDMA WRITE {XFER_MIB} MiB checksummed", xfer("write")),
     (f"RDMA READ {XFER_MIB} MiB checksummed", xfer("read")),
+    (f"RDMA WRITE {FLUSH_MIB} MiB + FLUSH checksummed", xfer("flush", f"-m {FLUSH_MIB}")),
+    (f"ATOMIC WRITE {ATOMIC_WRITE_KIB} KiB checksummed", xfer("atomic-write", f"-K {ATOMIC_WRITE_KIB}")),
+    # IPv6 RoCE v2 GIDs: verbs with the GID given, rdma_cm with IPv6 addresses.
+    ("ibv_rc_pingpong IPv6", pingpong("ibv_rc_pingpong", "{gid6}")),
+    ("rping IPv6", rping("{ip6}", "{peer6}")),
+    (f"RDMA WRITE {XFER6_MIB} MiB checksummed IPv6", xfer("write", f"-m {XFER6_MIB}", "{ip6}", "{peer6}")),
+    (f"RDMA READ {XFER6_MIB} MiB checksummed IPv6", xfer("read", f"-m {XFER6_MIB}", "{ip6}", "{peer6}")),
 ]
 
 # What a client sees while its server is not listening yet, and nothing else (the only reason
@@ -128,7 +142,8 @@ def run_step(step, me, ctx, names, case, srv_tmpl, cli_tmpl, check):
     role = "client" if me == client else "server"
     port = BASE_PORT + step
     cmd = (cli_tmpl if role == "client" else srv_tmpl).format(
-        dev=ctx.dev, gid=ctx.gid, ip=ctx.ip, peer=ctx.peer, port=port)
+        dev=ctx.dev, gid=ctx.gid, ip=ctx.ip, peer=ctx.peer, port=port, gid6=ctx.gid6,
+        ip6=ctx.ip6, peer6=ctx.peer6)
     label = f"{case} | {names[client]} client -> {names[1 - client]} server"
     t0 = time.monotonic()
     if role == "server":
@@ -163,8 +178,10 @@ def main():
     ap.add_argument("--netdev-mac", help="create rdma_rxe (named --dev) on the netdev with this MAC first")
     ap.add_argument("--ip", required=True, help="this guest's IPv4 address on the link")
     ap.add_argument("--peer", required=True, help="the other guest's IPv4 address")
+    ap.add_argument("--ip6", required=True, help="this guest's IPv6 address on the link")
+    ap.add_argument("--peer6", required=True, help="the other guest's IPv6 address")
     ap.add_argument("--names", default="rox,rxe", help="names of guests 0 and 1")
-    ap.add_argument("--only", help="run only cases whose name contains this")
+    ap.add_argument("--only", help="run only cases whose name matches this regular expression")
     a = ap.parse_args()
     if a.netdev_mac:
         netdev = next((n for n in os.listdir("/sys/class/net")
@@ -175,23 +192,25 @@ def main():
         rc, out = sh(f"modprobe rdma_rxe && rdma link add {a.dev} type rxe netdev {netdev}", 60)
         if rc != 0:
             sys.exit(f"interop: cannot create {a.dev} on {netdev}: {out}")
-    rc, out = sh("gcc -O2 -o /tmp/rdma-xfer /rox/tests/interop/rdma-xfer.c -lrdmacm -libverbs", 300)
+    rc, out = sh("gcc -O2 -Wall -Werror -o /tmp/rdma-xfer /rox/tests/interop/rdma-xfer.c -lrdmacm -libverbs", 300)
     if rc != 0:
         sys.exit(f"interop: cannot build rdma-xfer: {out}")
-    ctx = Ctx(a.dev, roce_v2_gid_index(a.dev, a.ip), a.ip, a.peer)
+    ctx = Ctx(a.dev, roce_v2_gid_index(a.dev, a.ip), a.ip, a.peer,
+              roce_v2_gid_index(a.dev, a.ip6), a.ip6, a.peer6)
     names = a.names.split(",")
-    print(f"interop: guest {a.me} ({names[a.me]}): {a.dev} GID index {ctx.gid}, {a.ip} <-> {a.peer}",
-          flush=True)
+    print(f"interop: guest {a.me} ({names[a.me]}): {a.dev} GID index {ctx.gid}, {a.ip} <-> {a.peer};"
+          f" IPv6 GID index {ctx.gid6}, {a.ip6} <-> {a.peer6}", flush=True)
     # The peer must answer on the link before the first step (its NIC may come up later).
-    for _ in range(120):
-        if sh(f"ping -c1 -W1 {a.peer}", 5)[0] == 0:
-            break
-    else:
-        sys.exit(f"interop: {a.peer} does not answer ping")
+    for peer in (a.peer, a.peer6):
+        for _ in range(120):
+            if sh(f"ping -c1 -W1 {peer}", 5)[0] == 0:
+                break
+        else:
+            sys.exit(f"interop: {peer} does not answer ping")
     step = 0
     for case, (srv, cli, check) in CASES:
         for _direction in range(2):
-            if not a.only or a.only in case:
+            if not a.only or re.search(a.only, case):
                 run_step(step, a.me, ctx, names, case, srv, cli, check)
             step += 1
 

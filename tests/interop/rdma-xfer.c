@@ -1,19 +1,27 @@
 /*
- * rdma-xfer: move a large buffer between two RDMA devices by RDMA WRITE or RDMA READ over an
- * rdma_cm connection and prove it arrived intact (a checksum of every byte on both sides).
+ * rdma-xfer: move a large buffer between two RDMA devices by RDMA WRITE, RDMA READ, RDMA
+ * WRITE + FLUSH or ATOMIC WRITE over an rdma_cm connection (IPv4 or IPv6 addresses) and prove
+ * it arrived intact (a checksum of every byte on both sides).
  *
- *   server: rdma-xfer -s ADDR [-p PORT] [-m MiB]
- *   client: rdma-xfer -c ADDR [-p PORT] -o write|read [-m MiB] [-k CHUNK_KiB]
+ *   server: rdma-xfer -s ADDR [-p PORT] [-o OP] [-m MiB | -K KiB]
+ *   client: rdma-xfer -c ADDR [-p PORT] -o OP [-m MiB | -K KiB] [-k CHUNK_KiB]
+ *   OP: write | read | flush | atomic-write (the server needs it for flush and atomic-write:
+ *       its buffer's access rights)
  *
  * write: the client fills its buffer with a seeded pattern and RDMA WRITEs it into the server's
  *        zeroed buffer, then SENDs its checksum; the server checksums what landed and answers
- *        with its own. read: the server fills its buffer, the client RDMA READs all of it and
- *        compares with the checksum the server put in the connection's private data.
- * Exit 0 only if both checksums are equal; every failure prints why.
+ *        with its own. flush: the same WRITEs, then one FLUSH (global visibility) of the whole
+ *        range before the checksum. atomic-write: the buffer goes as 8-byte ATOMIC WRITEs.
+ *        read: the server fills its buffer, the client RDMA READs all of it and compares with
+ *        the checksum the server put in the connection's private data.
+ * The server ends on the client's disconnect (the client disconnects only once it has the
+ * server's answer), never on its own last SEND's completion: a lost ACK of that SEND must not
+ * keep it waiting. Exit 0 only if both checksums are equal; every failure prints why.
  */
 #include <errno.h>
 #include <inttypes.h>
 #include <netdb.h>
+#include <poll.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,7 +36,7 @@ struct conn_info {
 	uint64_t addr;
 	uint64_t checksum;
 	uint32_t rkey;
-	uint32_t mib;
+	uint32_t kib; /* the buffer size */
 };
 
 struct msg {
@@ -90,7 +98,20 @@ static struct rdma_cm_event *expect(struct rdma_event_channel *ch, enum rdma_cm_
 	return ev;
 }
 
+enum op { OP_WRITE, OP_READ, OP_FLUSH, OP_ATOMIC_WRITE };
+static const char *const op_names[] = { "write", "read", "flush", "atomic-write" };
+
+static enum op parse_op(const char *name)
+{
+	for (unsigned int i = 0; i < sizeof(op_names) / sizeof(op_names[0]); i++)
+		if (strcmp(name, op_names[i]) == 0)
+			return (enum op)i;
+	fail("-o takes write, read, flush or atomic-write");
+	return OP_WRITE;
+}
+
 struct side {
+	struct ibv_qp_ex *qpx; /* flush and atomic-write: every WR goes through ibv_wr_* */
 	struct ibv_pd *pd;
 	struct ibv_cq *cq;
 	struct ibv_mr *mr, *msg_mr;
@@ -100,9 +121,12 @@ struct side {
 	int seen[3];       /* wr_ids 1 (receive) and 2 (send) completed */
 };
 
-static void setup_qp(struct rdma_cm_id *id, struct side *s)
+/* The QP (an extended one on a flush or atomic-write client) and the buffer's MR, with the
+ * access rights `op` needs at the responder. */
+static void setup_qp(struct rdma_cm_id *id, struct side *s, enum op op, int is_client)
 {
-	struct ibv_qp_init_attr qa = {0};
+	struct ibv_qp_init_attr_ex qa = {0};
+	int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
 	s->pd = ibv_alloc_pd(id->verbs);
 	if (!s->pd)
 		die("ibv_alloc_pd");
@@ -116,16 +140,33 @@ static void setup_qp(struct rdma_cm_id *id, struct side *s)
 	qa.cap.max_recv_wr = 2;
 	qa.cap.max_send_sge = 1;
 	qa.cap.max_recv_sge = 1;
-	if (rdma_create_qp(id, s->pd, &qa))
-		die("rdma_create_qp");
-	s->mr = ibv_reg_mr(s->pd, s->buf, s->len,
-			   IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
+	qa.pd = s->pd;
+	qa.comp_mask = IBV_QP_INIT_ATTR_PD;
+	if (is_client && (op == OP_FLUSH || op == OP_ATOMIC_WRITE)) {
+		qa.comp_mask |= IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+		qa.send_ops_flags = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_RDMA_WRITE |
+				    IBV_QP_EX_WITH_FLUSH | IBV_QP_EX_WITH_ATOMIC_WRITE;
+	}
+	if (rdma_create_qp_ex(id, &qa))
+		die("rdma_create_qp_ex");
+	if (qa.comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) {
+		s->qpx = ibv_qp_to_qp_ex(id->qp);
+		if (!s->qpx)
+			die("ibv_qp_to_qp_ex");
+	}
+	if (op == OP_FLUSH)
+		access |= IBV_ACCESS_FLUSH_GLOBAL;
+	if (op == OP_ATOMIC_WRITE)
+		access |= IBV_ACCESS_REMOTE_ATOMIC;
+	s->mr = ibv_reg_mr(s->pd, s->buf, s->len, access);
 	if (!s->mr)
 		die("ibv_reg_mr (buffer)");
 	s->msg_mr = ibv_reg_mr(s->pd, s->msg, sizeof(s->msg), IBV_ACCESS_LOCAL_WRITE);
 	if (!s->msg_mr)
 		die("ibv_reg_mr (message)");
 }
+
+static struct ibv_wc wait_wc(struct side *s);
 
 static void post_recv_msg(struct rdma_cm_id *id, struct side *s)
 {
@@ -140,8 +181,67 @@ static void post_send_msg(struct rdma_cm_id *id, struct side *s)
 	struct ibv_sge sge = { (uintptr_t)&s->msg[1], sizeof(s->msg[1]), s->msg_mr->lkey };
 	struct ibv_send_wr wr = { .wr_id = 2, .sg_list = &sge, .num_sge = 1,
 				  .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED }, *bad;
+	if (s->qpx) {
+		ibv_wr_start(s->qpx);
+		s->qpx->wr_id = 2;
+		s->qpx->wr_flags = IBV_SEND_SIGNALED;
+		ibv_wr_send(s->qpx);
+		ibv_wr_set_sge(s->qpx, sge.lkey, sge.addr, sge.length);
+		errno = ibv_wr_complete(s->qpx);
+		if (errno)
+			die("ibv_wr_send (message)");
+		return;
+	}
 	if (ibv_post_send(id->qp, &wr, &bad))
 		die("ibv_post_send (message)");
+}
+
+/* One data WR of `n` bytes at `off`: RDMA WRITE or READ through ibv_post_send, or RDMA
+ * WRITE / ATOMIC WRITE (8 bytes) through the extended QP. */
+static void post_data(struct rdma_cm_id *id, struct side *s, const struct conn_info *peer,
+		      enum op op, uint64_t wr_id, size_t off, size_t n)
+{
+	struct ibv_sge sge = { (uintptr_t)s->buf + off, (uint32_t)n, s->mr->lkey };
+	struct ibv_send_wr wr = { .wr_id = wr_id, .sg_list = &sge, .num_sge = 1,
+				  .opcode = op == OP_READ ? IBV_WR_RDMA_READ : IBV_WR_RDMA_WRITE,
+				  .send_flags = IBV_SEND_SIGNALED }, *bad;
+	if (!s->qpx) {
+		wr.wr.rdma.remote_addr = peer->addr + off;
+		wr.wr.rdma.rkey = peer->rkey;
+		if (ibv_post_send(id->qp, &wr, &bad))
+			die("ibv_post_send (data)");
+		return;
+	}
+	ibv_wr_start(s->qpx);
+	s->qpx->wr_id = wr_id;
+	s->qpx->wr_flags = IBV_SEND_SIGNALED;
+	if (op == OP_ATOMIC_WRITE) {
+		ibv_wr_atomic_write(s->qpx, peer->rkey, peer->addr + off, s->buf + off);
+	} else {
+		ibv_wr_rdma_write(s->qpx, peer->rkey, peer->addr + off);
+		ibv_wr_set_sge(s->qpx, sge.lkey, sge.addr, sge.length);
+	}
+	errno = ibv_wr_complete(s->qpx);
+	if (errno)
+		die("ibv_wr_* (data)");
+}
+
+/* FLUSH of the peer's whole buffer (global visibility) and its completion. */
+static void flush_all(struct side *s, const struct conn_info *peer)
+{
+	struct ibv_wc wc;
+	ibv_wr_start(s->qpx);
+	s->qpx->wr_id = 3;
+	s->qpx->wr_flags = IBV_SEND_SIGNALED;
+	ibv_wr_flush(s->qpx, peer->rkey, peer->addr, s->len, IBV_FLUSH_GLOBAL, IBV_FLUSH_RANGE);
+	errno = ibv_wr_complete(s->qpx);
+	if (errno)
+		die("ibv_wr_flush");
+	while ((wc = wait_wc(s)).wr_id != 3)
+		if (wc.wr_id == 1 || wc.wr_id == 2)
+			s->seen[wc.wr_id] = 1;
+	if (wc.opcode != IBV_WC_FLUSH)
+		fail("the FLUSH completed with another opcode");
 }
 
 /* Waits for one completion; any error status fails the run. */
@@ -175,21 +275,19 @@ static void wait_for(struct side *s, uint64_t wr_id)
 	}
 }
 
-/* RDMA WRITE or READ of the whole buffer in chunks, at most MAX_OUTSTANDING in flight. */
+/* The whole buffer in chunks (8 bytes each for ATOMIC WRITE), at most MAX_OUTSTANDING in
+ * flight. */
 static void move_all(struct rdma_cm_id *id, struct side *s, const struct conn_info *peer,
-		     enum ibv_wr_opcode op, size_t chunk)
+		     enum op op, size_t chunk)
 {
-	size_t off = 0, done = 0, posted = 0, total = (s->len + chunk - 1) / chunk;
+	size_t off = 0, done = 0, posted = 0, total;
+	if (op == OP_ATOMIC_WRITE)
+		chunk = sizeof(uint64_t);
+	total = (s->len + chunk - 1) / chunk;
 	while (done < total) {
 		while (posted < total && posted - done < MAX_OUTSTANDING) {
 			size_t n = s->len - off < chunk ? s->len - off : chunk;
-			struct ibv_sge sge = { (uintptr_t)s->buf + off, (uint32_t)n, s->mr->lkey };
-			struct ibv_send_wr wr = { .wr_id = 100 + posted, .sg_list = &sge, .num_sge = 1,
-						  .opcode = op, .send_flags = IBV_SEND_SIGNALED }, *bad;
-			wr.wr.rdma.remote_addr = peer->addr + off;
-			wr.wr.rdma.rkey = peer->rkey;
-			if (ibv_post_send(id->qp, &wr, &bad))
-				die("ibv_post_send (data)");
+			post_data(id, s, peer, op, 100 + posted, off, n);
 			off += n;
 			posted++;
 		}
@@ -213,13 +311,32 @@ static struct rdma_addrinfo *resolve(const char *addr, int passive)
 	return res;
 }
 
-static int server(const char *addr, size_t mib)
+/* Waits up to 120 s for the peer's disconnect: the server's end of a transfer. */
+static void wait_disconnect(struct rdma_event_channel *ch)
+{
+	struct pollfd pfd = { .fd = ch->fd, .events = POLLIN };
+	struct rdma_cm_event *ev;
+	double deadline = now() + 120;
+	for (;;) {
+		int left_ms = (int)((deadline - now()) * 1000);
+		if (left_ms <= 0 || poll(&pfd, 1, left_ms) == 0)
+			fail("the client did not disconnect within 120 s");
+		if (rdma_get_cm_event(ch, &ev))
+			die("rdma_get_cm_event");
+		enum rdma_cm_event_type type = ev->event;
+		rdma_ack_cm_event(ev);
+		if (type == RDMA_CM_EVENT_DISCONNECTED)
+			return;
+	}
+}
+
+static int server(const char *addr, size_t len, enum op op)
 {
 	struct rdma_event_channel *ch = rdma_create_event_channel();
 	struct rdma_cm_id *listen_id, *id;
 	struct rdma_addrinfo *ai = resolve(addr, 1);
 	struct rdma_cm_event *ev;
-	struct side s = { .len = mib << 20 };
+	struct side s = { .len = len };
 	struct conn_info info;
 	struct rdma_conn_param param = { .responder_resources = 16, .initiator_depth = 16,
 					 .retry_count = 7, .rnr_retry_count = 7 };
@@ -228,21 +345,21 @@ static int server(const char *addr, size_t mib)
 		die("rdma_create_id");
 	if (rdma_bind_addr(listen_id, ai->ai_src_addr) || rdma_listen(listen_id, 1))
 		die("rdma_bind_addr/listen");
-	printf("rdma-xfer: server listening on %s:%s, %zu MiB\n", addr, port, mib);
+	printf("rdma-xfer: server listening on %s:%s, %zu KiB, %s\n", addr, port, len >> 10,
+	       op_names[op]);
 	fflush(stdout);
 	ev = expect(ch, RDMA_CM_EVENT_CONNECT_REQUEST);
 	id = ev->id;
 	rdma_ack_cm_event(ev);
 	if (posix_memalign((void **)&s.buf, 4096, s.len))
 		fail("out of memory");
-	/* The client's request says which operation follows: write (zeroed target) or read. */
-	memset(s.buf, 0, s.len);
-	fill_pattern(s.buf, s.len, 0x7265616420ull); /* read mode data; write mode overwrites it */
-	setup_qp(id, &s);
+	/* Read mode data; the other modes overwrite it. */
+	fill_pattern(s.buf, s.len, 0x7265616420ull);
+	setup_qp(id, &s, op, 0);
 	post_recv_msg(id, &s);
 	info.addr = (uintptr_t)s.buf;
 	info.rkey = s.mr->rkey;
-	info.mib = mib;
+	info.kib = (uint32_t)(len >> 10);
 	info.checksum = checksum(s.buf, s.len);
 	param.private_data = &info;
 	param.private_data_len = sizeof(info);
@@ -255,31 +372,26 @@ static int server(const char *addr, size_t mib)
 	uint64_t theirs = s.msg[0].checksum, ours = checksum(s.buf, s.len);
 	s.msg[1].checksum = ours;
 	post_send_msg(id, &s);
-	wait_for(&s, 2);
+	/* The client disconnects once it has our answer; our SEND's own completion may never
+	 * come (its ACK lost, the client's QP gone). */
+	wait_disconnect(ch);
 	printf("rdma-xfer: server checksum %016" PRIx64 ", client's %016" PRIx64 ": %s\n", ours,
 	       theirs, ours == theirs ? "equal" : "DIFFERENT");
-	ev = NULL;
-	if (rdma_get_cm_event(ch, &ev) == 0)
-		rdma_ack_cm_event(ev);
-	rdma_disconnect(id);
 	return ours == theirs ? 0 : 1;
 }
 
-static int client(const char *addr, const char *op, size_t mib, size_t chunk)
+static int client(const char *addr, enum op op, size_t len, size_t chunk)
 {
 	struct rdma_event_channel *ch = rdma_create_event_channel();
 	struct rdma_cm_id *id;
 	struct rdma_addrinfo *ai = resolve(addr, 0);
 	struct rdma_cm_event *ev;
-	struct side s = { .len = mib << 20 };
+	struct side s = { .len = len };
 	struct conn_info peer;
 	struct rdma_conn_param param = { .responder_resources = 16, .initiator_depth = 16,
 					 .retry_count = 7, .rnr_retry_count = 7 };
-	int write = strcmp(op, "write") == 0;
 	double t0;
 
-	if (!write && strcmp(op, "read") != 0)
-		fail("-o takes write or read");
 	if (!ch || rdma_create_id(ch, &id, NULL, RDMA_PS_TCP))
 		die("rdma_create_id");
 	if (rdma_resolve_addr(id, NULL, ai->ai_dst_addr, 5000))
@@ -290,11 +402,11 @@ static int client(const char *addr, const char *op, size_t mib, size_t chunk)
 	rdma_ack_cm_event(expect(ch, RDMA_CM_EVENT_ROUTE_RESOLVED));
 	if (posix_memalign((void **)&s.buf, 4096, s.len))
 		fail("out of memory");
-	if (write)
-		fill_pattern(s.buf, s.len, 0x7772697465ull);
-	else
+	if (op == OP_READ)
 		memset(s.buf, 0, s.len);
-	setup_qp(id, &s);
+	else
+		fill_pattern(s.buf, s.len, 0x7772697465ull);
+	setup_qp(id, &s, op, 1);
 	post_recv_msg(id, &s);
 	if (rdma_connect(id, &param))
 		die("rdma_connect");
@@ -303,10 +415,12 @@ static int client(const char *addr, const char *op, size_t mib, size_t chunk)
 		fail("server sent no buffer description");
 	memcpy(&peer, ev->param.conn.private_data, sizeof(peer));
 	rdma_ack_cm_event(ev);
-	if (peer.mib != mib)
-		fail("server and client disagree on the size (-m)");
+	if (peer.kib != (uint32_t)(len >> 10))
+		fail("server and client disagree on the size (-m / -K)");
 	t0 = now();
-	move_all(id, &s, &peer, write ? IBV_WR_RDMA_WRITE : IBV_WR_RDMA_READ, chunk);
+	move_all(id, &s, &peer, op, chunk);
+	if (op == OP_FLUSH)
+		flush_all(&s, &peer);
 	double secs = now() - t0;
 	uint64_t ours = checksum(s.buf, s.len);
 	s.msg[1].checksum = ours;
@@ -314,34 +428,37 @@ static int client(const char *addr, const char *op, size_t mib, size_t chunk)
 	wait_for(&s, 2);
 	wait_for(&s, 1);
 	uint64_t theirs = s.msg[0].checksum;
-	int ok = ours == theirs && (write || ours == peer.checksum);
-	printf("rdma-xfer: %s %zu MiB in %.2f s (%.1f MB/s), checksum %016" PRIx64 " vs server's %016" PRIx64
-	       ": %s\n", op, mib, secs, (double)s.len / secs / 1e6, ours, theirs,
-	       ok ? "equal" : "DIFFERENT");
+	int ok = ours == theirs && (op != OP_READ || ours == peer.checksum);
+	printf("rdma-xfer: %s %zu KiB in %.2f s (%.1f MB/s), checksum %016" PRIx64
+	       " vs server's %016" PRIx64 ": %s\n", op_names[op], len >> 10, secs,
+	       (double)s.len / secs / 1e6, ours, theirs, ok ? "equal" : "DIFFERENT");
 	rdma_disconnect(id);
 	return ok ? 0 : 1;
 }
 
 int main(int argc, char **argv)
 {
-	const char *srv = NULL, *cli = NULL, *op = "write";
-	size_t mib = 256, chunk_kib = 1024;
+	const char *srv = NULL, *cli = NULL;
+	enum op op = OP_WRITE;
+	size_t kib = 256 << 10, chunk_kib = 1024;
 	int c;
-	while ((c = getopt(argc, argv, "s:c:o:m:k:p:")) != -1) {
+	while ((c = getopt(argc, argv, "s:c:o:m:K:k:p:")) != -1) {
 		switch (c) {
 		case 's': srv = optarg; break;
 		case 'c': cli = optarg; break;
-		case 'o': op = optarg; break;
-		case 'm': mib = strtoul(optarg, NULL, 0); break;
+		case 'o': op = parse_op(optarg); break;
+		case 'm': kib = strtoul(optarg, NULL, 0) << 10; break;
+		case 'K': kib = strtoul(optarg, NULL, 0); break;
 		case 'k': chunk_kib = strtoul(optarg, NULL, 0); break;
 		case 'p': port = optarg; break;
 		default:
-			fprintf(stderr, "usage: rdma-xfer -s ADDR [-p PORT] [-m MiB] | -c ADDR [-p PORT] -o write|read [-m MiB] [-k KiB]\n");
+			fprintf(stderr, "usage: rdma-xfer -s ADDR [-p PORT] [-o OP] [-m MiB | -K KiB] | "
+					"-c ADDR [-p PORT] -o OP [-m MiB | -K KiB] [-k KiB]\n");
 			return 2;
 		}
 	}
-	if (!!srv == !!cli || mib == 0 || chunk_kib == 0)
+	if (!!srv == !!cli || kib == 0 || chunk_kib == 0)
 		fail("give exactly one of -s ADDR / -c ADDR, and sizes above 0");
 	setvbuf(stdout, NULL, _IOLBF, 0);
-	return srv ? server(srv, mib) : client(cli, op, mib, chunk_kib << 10);
+	return srv ? server(srv, kib << 10, op) : client(cli, op, kib << 10, chunk_kib << 10);
 }

@@ -5,8 +5,10 @@
  *
  * Loaded after rox.ko by tests/guest/t-driver-kverbs.sh. It registers an ib_client, takes the
  * two devices, runs every check at load time, prints one "ok"/"FAIL" line per check and then
- * "rox_kverbs: result: N passed, M failed". The module stays loaded until rmmod (nothing of it
- * is left on the devices by then).
+ * "rox_kverbs: result: N passed, M failed". A setup step that fails and cuts a check short
+ * (a buffer, PD, MR or QP pair it needs) counts as a failure of its own (SETUP_FAILED), and
+ * t-driver-kverbs.sh also requires N to be the full number of checks. The module stays loaded
+ * until rmmod (nothing of it is left on the devices by then).
  *
  * Checks: device attributes; RC SEND/RECV with inline data and immediate; fast registration
  * (ib_alloc_mr, ib_map_mr_sg, IB_WR_REG_MR) then RDMA WRITE/READ through the new rkey from the
@@ -51,6 +53,14 @@ static int passed, failed;
 			pr_info(PFX "FAIL " fmt " (%s:%d)\n", ##__VA_ARGS__, __FILE__, \
 				__LINE__);                                             \
 		}                                                                      \
+	} while (0)
+
+/* A setup step a check needs failed: the check is cut short, which is a failure too. */
+#define SETUP_FAILED(fmt, ...)                                                          \
+	do {                                                                           \
+		failed++;                                                              \
+		pr_info(PFX "FAIL setup: " fmt " (%s:%d)\n", ##__VA_ARGS__, __FILE__,  \
+			__LINE__);                                                     \
 	} while (0)
 
 /* One side: a device, a PD and a CQ polled directly by these checks. */
@@ -333,12 +343,16 @@ static int buf_alloc(struct buf *b, struct ib_device *dev)
 {
 	b->dev = dev;
 	b->cpu = kmalloc(BUF_PAGES * PAGE_SIZE, GFP_KERNEL);
-	if (!b->cpu)
+	if (!b->cpu) {
+		SETUP_FAILED("buffer of %lu pages", (unsigned long)BUF_PAGES);
 		return -ENOMEM;
+	}
 	memset(b->cpu, GUARD, BUF_PAGES * PAGE_SIZE);
 	b->dma = ib_dma_map_single(dev, b->cpu, BUF_PAGES * PAGE_SIZE, DMA_BIDIRECTIONAL);
 	if (ib_dma_mapping_error(dev, b->dma)) {
+		SETUP_FAILED("DMA mapping of a buffer on %s", dev_name(&dev->dev));
 		kfree(b->cpu);
+		b->cpu = NULL;
 		return -EIO;
 	}
 	return 0;
@@ -491,7 +505,11 @@ static void check_send_inline(struct side *a, struct side *b)
 	CHECK(p.qa->qp_type == IB_QPT_RC, "send: RC pair rox_0 qpn %u <-> %s qpn %u connected",
 	      p.qa->qp_num, peer, p.qb->qp_num);
 	src = kmalloc(64, GFP_KERNEL);
-	if (!src || buf_alloc(&rb, b->dev))
+	if (!src) {
+		SETUP_FAILED("send: 64-byte source buffer");
+		goto out;
+	}
+	if (buf_alloc(&rb, b->dev))
 		goto out;
 	memcpy(src, msg, sizeof(msg));
 	post_recv(p.qb, 1, data_dma(&rb), PAGE_SIZE, b->pd->local_dma_lkey);
@@ -763,8 +781,10 @@ static void check_bad_input(struct side *a, struct side *b)
 	int ret, n;
 
 	pd2 = ib_alloc_pd(b->dev, 0);
-	if (IS_ERR(pd2))
+	if (IS_ERR(pd2)) {
+		SETUP_FAILED("bad: second PD: %ld", PTR_ERR(pd2));
 		return;
+	}
 	if (buf_alloc(&tb, b->dev) || buf_alloc(&tb2, b->dev) || buf_alloc(&lb, a->dev) ||
 	    buf_alloc(&snap, b->dev))
 		goto out;
@@ -788,8 +808,10 @@ static void check_bad_input(struct side *a, struct side *b)
 	      "bad: ib_alloc_mr beyond max_fast_reg_page_list_len refused");
 
 	/* A REG_MR whose pages do not cover its length: error completion, key stays invalid. */
-	if (pair_up(&p, a, b, NULL, NULL))
+	if (pair_up(&p, a, b, NULL, NULL)) {
+		SETUP_FAILED("bad: RC pair for the short REG_MR");
 		goto out;
+	}
 	sg_dma_len(&sg) = 2 * PAGE_SIZE;
 	n = ib_map_mr_sg(mr, &sg, 1, NULL, PAGE_SIZE);
 	mr->length = NPAGES * PAGE_SIZE; /* claims more than the 2 pages mapped */
@@ -815,14 +837,18 @@ static void check_bad_input(struct side *a, struct side *b)
 	/* Another PD's key: mr2 in pd2 (b), registered through a QP of pd2. */
 	mr2 = ib_alloc_mr(pd2, IB_MR_TYPE_MEM_REG, NPAGES);
 	if (IS_ERR(mr2)) {
+		SETUP_FAILED("bad: ib_alloc_mr in the second PD: %ld", PTR_ERR(mr2));
 		mr2 = NULL;
 		goto out;
 	}
-	if (pair_up(&p2, a, b, pd2, NULL))
+	if (pair_up(&p2, a, b, pd2, NULL)) {
+		SETUP_FAILED("bad: RC pair in the second PD");
 		goto out;
+	}
 	ret = fast_reg(p2.qb, b->cq, mr2, &tb2, NPAGES, RW_ACCESS);
 	CHECK(ret == 0, "bad: fast registration in a second PD (status %d)", ret);
 	if (pair_up(&p, a, b, NULL, NULL)) {
+		SETUP_FAILED("bad: RC pair for LOCAL_INV of another PD's key");
 		pair_down(&p2, a, b);
 		goto out;
 	}
@@ -852,8 +878,10 @@ static void check_bad_input(struct side *a, struct side *b)
 						 .sg_list = &sge, .num_sge = 1 };
 			int rret;
 
-			if (pair_up(&p, a, b, NULL, NULL))
+			if (pair_up(&p, a, b, NULL, NULL)) {
+				SETUP_FAILED("bad: RC pair for SEND_WITH_INV %d", k);
 				break;
+			}
 			post_recv(p.qb, 70 + k, data_dma(&snap), PAGE_SIZE, b->pd->local_dma_lkey);
 			wr.ex.invalidate_rkey = keys[k];
 			ret = post_send(p.qa, &wr);

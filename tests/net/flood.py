@@ -4,19 +4,27 @@ port has a counter for, plus well-formed RoCEv2 packets to a QP that does not ex
 wrong P_Key, and a broadcast/multicast flood. Runs on the host inside a lab network namespace,
 on an interface attached to the same bridge as the target NIC (a raw AF_PACKET socket).
 
+Every frame is made when it is sent, at random within its kind (lengths, payloads, QPNs,
+P_Keys, VLAN IDs, MACs, IPv4 options, which IPv4/UDP header field is wrong...) from one seeded
+generator: the seed is printed (`FLOOD seed N`) and --seed N replays the same frames.
+
     flood.py --iface IF --dst-mac MAC --dst-ip A.B.C.D --target-mtu MTU [--seconds S]
-             [--until FILE] [--rate FRAMES_PER_S]
-    flood.py --pcap FILE [--kinds K,K...] --dst-mac MAC --dst-ip A.B.C.D   (one frame per kind)
+             [--until FILE] [--rate FRAMES_PER_S] [--seed N] [--drops-of IF,IF...]
+    flood.py --pcap FILE [--kinds K,K...] [--per-kind N] --dst-mac MAC --dst-ip A.B.C.D
 
 Prints how many frames of each kind it sent (`FLOOD <kind> <count>`), so a test can compare
-them with the target's `rdma statistic` counters. --pcap writes one frame of each kind to a
-pcap instead (e.g. for rox-pcap-check, which recomputes their ICRCs as rox-nic does).
+them with the target's `rdma statistic` counters, and (--drops-of) `FLOOD path_dropped N`: the
+frames the named interfaces (the sending one, the target's tap) dropped meanwhile, which
+never reached the target. --pcap writes N frames of each kind to a pcap instead (e.g. for
+rox-pcap-check, which recomputes their ICRCs as rox-nic does).
 """
-import os
 import argparse
+import json
+import os
 import random
 import socket
 import struct
+import subprocess
 import time
 import zlib
 
@@ -31,6 +39,15 @@ ETH_P_LOCAL_EXPERIMENTAL = 0x88B5
 BTH_OPCODE_UD_SEND_ONLY = 0x64
 BTH_OPCODE_RC_SEND_ONLY = 0x04
 DEFAULT_PKEY = 0xFFFF
+# P_Key bits that name the partition (bit 15 is the membership type).
+PKEY_PARTITION_MASK = 0x7FFF
+# QPNs rox never hands out to a guest this small (its QPNs count up from 2).
+UNKNOWN_QPN_MIN = 0x10000
+# The multicast QPN (UD to a group): not an unknown QP.
+MULTICAST_QPN = 0xFFFFFF
+IPV4_FLAG_MORE_FRAGMENTS = 0x2000
+# Largest random payload of the RoCE kinds (a multiple of 4: BTH pad count 0 stays right).
+MAX_PAYLOAD = 1024
 
 
 def mac_bytes(mac):
@@ -44,10 +61,10 @@ def ip_checksum(header):
     return (~s) & 0xFFFF
 
 
-def ipv4_header(src, dst, payload_len, options=b""):
+def ipv4_header(src, dst, payload_len, options=b"", flags_fragment=0x4000):
     ihl = 5 + len(options) // 4
-    h = struct.pack("!BBHHHBBH4s4s", 0x40 | ihl, 0, ihl * 4 + payload_len, 0, 0x4000, 64, 17, 0,
-                    socket.inet_aton(src), socket.inet_aton(dst)) + options
+    h = struct.pack("!BBHHHBBH4s4s", 0x40 | ihl, 0, ihl * 4 + payload_len, 0, flags_fragment, 64,
+                    17, 0, socket.inet_aton(src), socket.inet_aton(dst)) + options
     return h[:10] + struct.pack("!H", ip_checksum(h)) + h[12:]
 
 
@@ -67,7 +84,7 @@ def icrc(ip_hdr, udp_hdr, bth_and_payload):
 
 
 def roce_frame(dst_mac, src_mac, src_ip, dst_ip, opcode, dest_qpn, pkey=DEFAULT_PKEY, qkey=None,
-               payload=b"x" * 32, bad_icrc=False, options=b""):
+               payload=b"x" * 32, icrc_xor=0, options=b""):
     bth = struct.pack("!BBHI I", opcode, 0, pkey, dest_qpn & 0xFFFFFF, 0x80000000 | 1)
     ext = struct.pack("!II", qkey, 0x1234) if qkey is not None else b""  # DETH for UD
     body = bth + ext + payload
@@ -75,46 +92,114 @@ def roce_frame(dst_mac, src_mac, src_ip, dst_ip, opcode, dest_qpn, pkey=DEFAULT_
     ip_hdr = ipv4_header(src_ip, dst_ip, udp_len, options)
     udp_hdr = struct.pack("!HHHH", 49152, ROCE_PORT, udp_len, 0)
     crc = icrc(ip_hdr, udp_hdr, body)
-    if bad_icrc:
-        crc = bytes(b ^ 0x5A for b in crc)
+    if icrc_xor:
+        crc = struct.pack("<I", struct.unpack("<I", crc)[0] ^ icrc_xor)
     return dst_mac + src_mac + struct.pack("!H", ETH_P_IP) + ip_hdr + udp_hdr + body + crc
 
 
+def payload(rnd, most=MAX_PAYLOAD):
+    """Random bytes, a random multiple of 4 long (0..most)."""
+    return rnd.randbytes(4 * rnd.randrange(most // 4 + 1))
+
+
 def garbage(rnd):
-    """60 random bytes after an IPv4 ethertype, whose first byte is not an IPv4 version/IHL."""
-    body = bytearray(rnd.getrandbits(8) for _ in range(60))
-    body[0] = 0x00
+    """20..200 random bytes after an IPv4 ethertype, whose first byte is neither an IPv4 nor an
+    IPv6 version nibble."""
+    body = bytearray(rnd.randbytes(rnd.randrange(20, 201)))
+    body[0] = rnd.choice([v for v in range(256) if v >> 4 not in (4, 6)])
     return bytes(body)
 
 
+def bad_ip(rnd, eth, src_ip, dst_ip, ud):
+    """A RoCEv2 UD frame with one IPv4/UDP header field wrong (chosen at random): the header
+    checksum, a total length past the frame, a UDP length that is not the IP payload's, or a
+    first fragment (MF set). Every one is malformed to rox (and to rxe)."""
+    good = roce_frame(*eth, src_ip, dst_ip, dest_qpn=1, payload=payload(rnd, 256), **ud)
+    f = bytearray(good)
+    ip, udp = ETH_HEADER_LEN, ETH_HEADER_LEN + 20
+    how = rnd.randrange(4)
+    if how == 0:
+        f[ip + 10] ^= rnd.randrange(1, 256)  # header checksum
+    elif how == 1:
+        total = struct.unpack("!H", f[ip + 2:ip + 4])[0] + rnd.randrange(1, 64)
+        f[ip + 2:ip + 4] = struct.pack("!H", total)
+        f[ip + 10:ip + 12] = b"\0\0"
+        f[ip + 10:ip + 12] = struct.pack("!H", ip_checksum(bytes(f[ip:ip + 20])))
+    elif how == 2:
+        udp_len = struct.unpack("!H", f[udp + 4:udp + 6])[0]
+        f[udp + 4:udp + 6] = struct.pack("!H", udp_len + rnd.choice([-4, -1, 1, 4, 8]))
+    else:
+        f[ip + 6:ip + 8] = struct.pack("!H", IPV4_FLAG_MORE_FRAGMENTS)
+        f[ip + 10:ip + 12] = b"\0\0"
+        f[ip + 10:ip + 12] = struct.pack("!H", ip_checksum(bytes(f[ip:ip + 20])))
+    return bytes(f)
+
+
+def random_unicast_mac(rnd, not_this):
+    while True:
+        mac = bytes([rnd.randrange(256) & 0xFE | 0x02]) + rnd.randbytes(5)
+        if mac != not_this:
+            return mac
+
+
 def kinds(dst_mac, src_mac, dst_ip, src_ip, mtu):
-    """(name, frame factory) for each kind of bad input."""
-    other_mac = b"\x02\x00\x00\xaa\xbb\xcc"
-    rnd = random.Random(7)
-    ud = dict(opcode=BTH_OPCODE_UD_SEND_ONLY, qkey=0x11111111)
-    oversize_len = mtu + ETH_HEADER_LEN + BRIDGE_MTU_SLACK
-    oversize_payload = oversize_len - len(roce_frame(dst_mac, src_mac, src_ip, dst_ip, dest_qpn=1,
-                                                     payload=b"", **ud))
+    """(name, frame factory) for each kind of bad input; a factory takes the random generator
+    and makes one frame of its kind, different each time."""
+    eth = (dst_mac, src_mac)
+    ud = dict(opcode=BTH_OPCODE_UD_SEND_ONLY)
+
+    def uqkey(rnd):
+        return dict(ud, qkey=rnd.getrandbits(32))
+
+    def oversize(rnd):
+        # Longer than the target's MTU by 1 to 4 bytes (4: the most a bridge delivers to it);
+        # the sending interface's MTU must be at least the target's + 4.
+        length = mtu + ETH_HEADER_LEN + rnd.randrange(1, BRIDGE_MTU_SLACK + 1)
+        empty = len(roce_frame(*eth, src_ip, dst_ip, dest_qpn=1, payload=b"", **uqkey(rnd)))
+        return roce_frame(*eth, src_ip, dst_ip, dest_qpn=1, payload=rnd.randbytes(length - empty),
+                          **uqkey(rnd))
+
+    def bad_pkey(rnd):
+        pkey = rnd.choice([p for p in (rnd.getrandbits(16) for _ in range(4))
+                           if p & PKEY_PARTITION_MASK != PKEY_PARTITION_MASK] or [0x1234])
+        return roce_frame(*eth, src_ip, dst_ip, dest_qpn=1, pkey=pkey, payload=payload(rnd),
+                          **uqkey(rnd))
+
     return [
-        ("truncated", lambda: dst_mac + src_mac + struct.pack("!H", ETH_P_IP) + b"\x45\x00\x00"),
-        ("garbage", lambda: dst_mac + src_mac + struct.pack("!H", ETH_P_IP) + garbage(rnd)),
-        ("bad_icrc", lambda: roce_frame(dst_mac, src_mac, src_ip, dst_ip, dest_qpn=1, bad_icrc=True, **ud)),
-        ("unknown_qp", lambda: roce_frame(dst_mac, src_mac, src_ip, dst_ip, dest_qpn=0xABCDE, **ud)),
-        ("bad_pkey", lambda: roce_frame(dst_mac, src_mac, src_ip, dst_ip, dest_qpn=1, pkey=0x1234, **ud)),
-        ("ipv4_options", lambda: roce_frame(dst_mac, src_mac, src_ip, dst_ip, dest_qpn=1,
-                                            options=b"\x01\x01\x01\x00", **ud)),
-        ("vlan", lambda: dst_mac + src_mac + struct.pack("!HH", ETH_P_8021Q, 7) +
-            roce_frame(dst_mac, src_mac, src_ip, dst_ip, dest_qpn=1, **ud)[12:]),
-        ("other_mac", lambda: roce_frame(other_mac, src_mac, src_ip, dst_ip, dest_qpn=1, **ud)),
-        # Longer than the target's MTU by 4 bytes (the most a bridge delivers to it); the
-        # sending interface's MTU must be at least the target's + 4.
-        ("oversize", lambda: roce_frame(dst_mac, src_mac, src_ip, dst_ip, dest_qpn=1,
-                                        payload=b"o" * oversize_payload, **ud)),
-        ("broadcast", lambda: b"\xff" * 6 + src_mac + struct.pack("!H", ETH_P_LOCAL_EXPERIMENTAL) +
-            b"\x00" * 46),
-        ("multicast", lambda: b"\x01\x00\x5e\x01\x02\x03" + src_mac +
-            struct.pack("!H", ETH_P_LOCAL_EXPERIMENTAL) + b"\x00" * 46),
+        ("truncated", lambda rnd: dst_mac + src_mac + struct.pack("!H", ETH_P_IP) +
+            bytes([0x45]) + rnd.randbytes(rnd.randrange(19))),
+        ("garbage", lambda rnd: dst_mac + src_mac + struct.pack("!H", ETH_P_IP) + garbage(rnd)),
+        ("bad_ip", lambda rnd: bad_ip(rnd, eth, src_ip, dst_ip, uqkey(rnd))),
+        ("bad_icrc", lambda rnd: roce_frame(*eth, src_ip, dst_ip, dest_qpn=1, payload=payload(rnd),
+                                            icrc_xor=rnd.randrange(1, 1 << 32), **uqkey(rnd))),
+        ("unknown_qp", lambda rnd: roce_frame(*eth, src_ip, dst_ip,
+                                              dest_qpn=rnd.randrange(UNKNOWN_QPN_MIN, MULTICAST_QPN),
+                                              payload=payload(rnd), **uqkey(rnd))),
+        ("bad_pkey", bad_pkey),
+        ("ipv4_options", lambda rnd: roce_frame(*eth, src_ip, dst_ip, dest_qpn=1, payload=payload(rnd, 256),
+                                                options=rnd.randbytes(4 * rnd.randrange(1, 11)),
+                                                **uqkey(rnd))),
+        ("vlan", lambda rnd: dst_mac + src_mac +
+            struct.pack("!HH", rnd.choice([ETH_P_8021Q, 0x88A8]), rnd.randrange(1, 1 << 16)) +
+            roce_frame(*eth, src_ip, dst_ip, dest_qpn=1, payload=payload(rnd, 256), **uqkey(rnd))[12:]),
+        ("other_mac", lambda rnd: roce_frame(random_unicast_mac(rnd, dst_mac), src_mac, src_ip, dst_ip,
+                                             dest_qpn=1, payload=payload(rnd), **uqkey(rnd))),
+        ("oversize", oversize),
+        ("broadcast", lambda rnd: b"\xff" * 6 + src_mac + struct.pack("!H", ETH_P_LOCAL_EXPERIMENTAL) +
+            rnd.randbytes(rnd.randrange(46, 300))),
+        ("multicast", lambda rnd: b"\x01\x00\x5e" + bytes([rnd.randrange(128)]) + rnd.randbytes(2) +
+            src_mac + struct.pack("!H", ETH_P_LOCAL_EXPERIMENTAL) + rnd.randbytes(rnd.randrange(46, 300))),
     ]
+
+
+def dropped(ifaces):
+    """Frames the interfaces dropped on transmit (ip -s -j: namespace-correct)."""
+    n = 0
+    for iface in ifaces:
+        out = subprocess.run(["ip", "-s", "-j", "link", "show", "dev", iface], check=True,
+                             stdout=subprocess.PIPE, text=True).stdout
+        n += json.loads(out)[0]["stats64"]["tx"]["dropped"]
+    return n
 
 
 def write_pcap(path, frames):
@@ -135,11 +220,17 @@ def main():
                     help="the target's MTU: oversize frames exceed it (default 1500)")
     ap.add_argument("--seconds", type=float, default=10, help="flood this long at most (default 10)")
     ap.add_argument("--until", metavar="FILE", help="stop early once FILE exists")
-    ap.add_argument("--pcap", metavar="FILE", help="write one frame of each kind to FILE and exit")
+    ap.add_argument("--pcap", metavar="FILE", help="write --per-kind frames of each kind to FILE and exit")
+    ap.add_argument("--per-kind", type=int, default=1, help="frames of each kind in --pcap (default 1)")
     ap.add_argument("--kinds", help="comma list of kinds (default: all)")
     ap.add_argument("--rate", type=float, default=2000, help="frames per second (default 2000)")
+    ap.add_argument("--seed", type=int, help="the generator's seed (default: a random one, printed)")
+    ap.add_argument("--drops-of", help="comma list of interfaces whose transmit drops to report")
     ap.add_argument("--self-test", action="store_true", help="print one frame of each kind in hex and exit")
     a = ap.parse_args()
+    seed = a.seed if a.seed is not None else int.from_bytes(os.urandom(4), "big")
+    print(f"FLOOD seed {seed}", flush=True)
+    rnd = random.Random(seed)
     dst_mac = mac_bytes(a.dst_mac)
     src_mac = b"\x02\x00\x00\x00\xf1\x00"
     ks = kinds(dst_mac, src_mac, a.dst_ip, a.src_ip, a.target_mtu)
@@ -151,17 +242,18 @@ def main():
         ks = [(name, make) for name, make in ks if name in wanted]
     if a.self_test:
         for name, make in ks:
-            print(name, make().hex())
+            print(name, make(rnd).hex())
         return
     if a.pcap:
-        write_pcap(a.pcap, [make() for _, make in ks])
+        write_pcap(a.pcap, [make(rnd) for _, make in ks for _ in range(a.per_kind)])
         return
     if not a.iface:
         ap.error("--iface is required to flood")
+    drop_ifaces = a.drops_of.split(",") if a.drops_of else []
+    drops_before = dropped(drop_ifaces)
     s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
     s.bind((a.iface, 0))
     sent = {name: 0 for name, _ in ks}
-    frames = [(name, make()) for name, make in ks]
     start = time.monotonic()
     end = start + a.seconds
     period = 1.0 / a.rate
@@ -170,9 +262,9 @@ def main():
     while time.monotonic() < end:
         if a.until and i % 100 == 0 and os.path.exists(a.until):
             break
-        name, frame = frames[i % len(frames)]
+        name, make = ks[rnd.randrange(len(ks))]
         try:
-            s.send(frame)
+            s.send(make(rnd))
             sent[name] += 1
         except OSError as e:  # a frame over the interface MTU: the kernel refuses it
             sent.setdefault(f"refused_{name}", 0)
@@ -184,9 +276,12 @@ def main():
         delay = next_at - time.monotonic()
         if delay > 0:
             time.sleep(delay)
+    # Frames still queued on the way have gone by now.
+    time.sleep(1)
     print(f"FLOOD seconds {time.monotonic() - start:.1f}", flush=True)
     for name, n in sent.items():
         print(f"FLOOD {name} {n}", flush=True)
+    print(f"FLOOD path_dropped {dropped(drop_ifaces) - drops_before}", flush=True)
 
 
 if __name__ == "__main__":

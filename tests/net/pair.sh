@@ -84,12 +84,15 @@ for t in "$@"; do
 	ucmatose) cmd="ucmatose -s $peer -c 2 -C 20 -S 1024"; check() { grep -q 'return status 0' /tmp/c.log; } ;;
 	*) cmd="$cmd $peer"; check() { grep -q 'iters in' /tmp/c.log; } ;;
 	esac
-	# Retry only while the server is not listening yet (TCP refused, or the CM REQ rejected).
+	# Retry only while the server is not listening yet, and nothing else (as
+	# tests/interop/cases.py): a refused TCP connection, or an rdma_cm REJ with reason 8
+	# (invalid service ID). UNREACHABLE (lost CM MADs) or any other reject is a failure.
 	for _ in $(seq 60); do
 		timeout 120 $cmd >/tmp/c.log 2>&1
 		c=$?
 		[ $c = 0 ] && break
-		grep -qE "Couldn't connect|REJECTED|UNREACHABLE" /tmp/c.log || break
+		grep -qE "Couldn't connect to [^ ]+:[0-9]+|REJECTED[^0-9]{1,12}8\b" /tmp/c.log || break
+		echo "retry $t: the server is not listening yet ($(grep -m1 -oE "Couldn't connect to [^ ]+:[0-9]+|REJECTED[^0-9]{1,12}8\b" /tmp/c.log))"
 		sleep 1
 	done
 	if [ $c = 0 ] && check; then

@@ -19,6 +19,7 @@ import re
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 sys.path.insert(0, "/rox/tests/interop")
@@ -42,6 +43,16 @@ KEEP_ALIVE_TMO_S = 5
 # fast_io_fail_tmo the queued I/O would wait for all of them.
 FAST_IO_FAIL_TMO_S = 4
 FAULT_IO_LIMIT_S = 180
+# The target after the fault: rox.ko meets its dead device when nvmet tears the initiator's
+# queues down (keep-alive expiry) or when the target does: its admin queue gets no completion,
+# which it says once (drivers/admin.rs), failing every later command at once. The target waits
+# this long for that line, then tears down (and unloads rox.ko) itself, within the limit.
+ROX_DEAD_DEVICE = re.compile(r"rox: admin command \S+ got no completion|device fatal error|"
+                             r"rox: device did not come back")
+FAULT_NOTICE_S = 240
+FAULT_TEARDOWN_LIMIT_S = 180
+# rxe: the tap is taken down on the host, which the guest cannot see; wait this long instead.
+RXE_FAULT_SETTLE_S = 90
 # What must never appear in dmesg.
 KERNEL_COMPLAINT = re.compile(
     r"Oops|BUG:|WARNING:|general protection|blocked for more than|hung_task|KASAN|KFENCE|"
@@ -126,14 +137,38 @@ def dmesg_mark():
 
 
 def kmemleak_report():
+    """kmemleak's report after two scans, None without kmemleak; a refused scan (kmemleak
+    disabled itself) or a "kmemleak: ... disabled" line raises Step: no check was made."""
     path = "/sys/kernel/debug/kmemleak"
     if not os.access(path, os.W_OK):
         return None
-    # Two scans: an object is reported only once it has stayed unreferenced over a scan.
+    # Past kmemleak's minimum object age (5 s), then two scans: an object is reported only
+    # once it has stayed unreferenced over a scan.
+    time.sleep(6)
     for _ in range(2):
-        write(path, "scan")
+        try:
+            write(path, "scan")
+        except OSError as e:
+            raise Step(f"kmemleak refused a scan ({e}): it is off, no leak check possible")
         time.sleep(5)
+    off = [l for l in must("dmesg").splitlines() if re.search(r"kmemleak: .*disabled", l)]
+    if off:
+        raise Step(f"kmemleak disabled itself: {off[0]}")
     return open(path).read()
+
+
+def kmemleak_result(role):
+    """Prints and returns (ok, detail) of this side's kmemleak check."""
+    try:
+        rep = kmemleak_report()
+    except Step as e:
+        rep, ok, detail = "", False, str(e)
+    else:
+        ok = rep is not None and "unreferenced object" not in rep
+        detail = ("kmemleak reports nothing" if ok else
+                  "no kmemleak in this kernel" if rep is None else rep[:600].replace("\n", " / "))
+    result("kmemleak", role, ok, detail)
+    return ok, detail
 
 
 # ---- control connection --------------------------------------------------------------------
@@ -273,6 +308,10 @@ def fio(args, timeout):
         return rc, None, out
 
 
+# The largest block of fio_verify's bssplit.
+FIO_LARGEST_BLOCK = 2**20
+
+
 def fio_verify(dev, size_mib, jobs=2):
     """Writes `size_mib` over `jobs` jobs with crc32c verification, reading everything back."""
     per_job = size_mib // jobs
@@ -287,9 +326,11 @@ def fio_verify(dev, size_mib, jobs=2):
     if job["error"] != 0:
         raise Step(f"fio error {job['error']}")
     w, r = job["write"]["io_bytes"], job["read"]["io_bytes"]
-    # The verify pass reads back everything written.
-    if w < size_mib * 2**20 // 2 or r < w:
-        raise Step(f"fio wrote {w} and read back {r} bytes, wanted {size_mib} MiB both ways")
+    # Every job writes its whole region (short by at most its last, largest block) and the
+    # verify pass reads back everything written.
+    want = jobs * per_job * 2**20
+    if not want - FIO_LARGEST_BLOCK <= w <= want or r < w:
+        raise Step(f"fio wrote {w} and read back {r} bytes, wanted {want} both ways")
     return (f"fio wrote {w >> 20} MiB (4k-1m, qd32, {jobs} jobs), read back and verified"
             f" crc32c {r >> 20} MiB")
 
@@ -374,7 +415,7 @@ def target(a, rdma):
     ctl = Ctl.listen(rdma.ip, STEP_TIMEOUT_S)
     log(f"target: initiator connected; {rdma.dev} {rdma.ip}")
     while True:
-        line = ctl.recv(STEP_TIMEOUT_S if a.fault_wait is None else a.fault_wait)
+        line = ctl.recv(STEP_TIMEOUT_S)
         if line is None:
             return
         words = line.split()
@@ -396,8 +437,12 @@ def target(a, rdma):
                     raise Step(f"unknown case {case}")
                 ctl.send("ready", case, "ok", detail)
                 if case == "fault":
-                    result(case, "target", True, detail + "; its NIC is killed next")
-                    a.fault_wait = a.fault_linger
+                    # The NIC dies next; the last case: judge this side, then end.
+                    try:
+                        result(case, "target", True, target_after_fault(a, rdma, target.mark))
+                    except Step as e:
+                        result(case, "target", False, str(e).replace("\n", " "))
+                    return
             elif verb == "teardown":
                 if case in ("nvme", "bench"):
                     nvme_target_down()
@@ -423,11 +468,7 @@ def target(a, rdma):
                 result(case, "target", True, detail)
                 ctl.send("torn", case, "ok", detail)
             elif verb == "kmemleak":
-                rep = kmemleak_report()
-                ok = rep is not None and "unreferenced object" not in rep
-                detail = ("kmemleak reports nothing" if ok else
-                          "no kmemleak in this kernel" if rep is None else rep[:600].replace("\n", " / "))
-                result("kmemleak", "target", ok, detail)
+                ok, detail = kmemleak_result("target")
                 ctl.send("torn", "kmemleak", "ok" if ok else "fail", detail)
             elif verb == "bye":
                 return
@@ -458,8 +499,9 @@ def initiator_case(a, ctl, rdma, case):
     arg = "-"
     if case == "nvme":
         ctrl, dev = nvme_connect(a.peer, rdma.ip, a.queues)
-        queues = open(f"/sys/class/nvme/{ctrl}/queue_count").read().strip() \
-            if os.path.exists(f"/sys/class/nvme/{ctrl}/queue_count") else "?"
+        queues = int(open(f"/sys/class/nvme/{ctrl}/queue_count").read())
+        if queues != a.queues + 1:
+            raise Step(f"{ctrl} has {queues} queues, wanted the admin queue + {a.queues} I/O queues")
         mine = f"{dev} over {rdma.dev}, {queues} queues (admin + I/O); " + fio_verify(dev, a.fio_mib)
         nvme_disconnect()
         mine += "; disconnected"
@@ -542,6 +584,53 @@ def fault(a, ctl, rdma, mark):
             f" unload took {time.monotonic() - t1:.0f} s")
 
 
+def target_after_fault(a, rdma, mark):
+    """The target once its NIC is due to die: rox.ko must notice the dead device (its admin
+    queue gets no completion), nvmet must tear down and rox.ko unload within the limit, and
+    dmesg must hold no complaint. Returns the detail; raises Step."""
+    t0 = time.monotonic()
+    noticed = None
+    if a.transport == "rox":
+        while noticed is None and time.monotonic() - t0 < FAULT_NOTICE_S:
+            noticed = next((l for l in must("dmesg").splitlines()[mark:] if ROX_DEAD_DEVICE.search(l)), None)
+            time.sleep(1)
+    else:
+        time.sleep(RXE_FAULT_SETTLE_S)
+    waited = time.monotonic() - t0
+    # nvmet and rox.ko down in a thread: a teardown stuck in the kernel is a hang to report,
+    # not one to wait out.
+    outcome = []
+
+    def teardown():
+        try:
+            nvme_target_down()
+            rdma.down()
+            outcome.append(None)
+        except (Step, OSError) as e:
+            outcome.append(e)
+    worker = threading.Thread(target=teardown, daemon=True)
+    worker.start()
+    worker.join(FAULT_TEARDOWN_LIMIT_S)
+    if worker.is_alive():
+        raise Step(f"nvmet teardown and unloading {a.transport} still running after"
+                   f" {FAULT_TEARDOWN_LIMIT_S} s with the NIC dead (hang); {blocked_tasks()}")
+    if outcome[0] is not None:
+        raise Step(f"teardown after the fault: {outcome[0]}")
+    lines = must("dmesg").splitlines()[mark:]
+    if a.transport == "rox" and noticed is None:
+        noticed = next((l for l in lines if ROX_DEAD_DEVICE.search(l)), None)
+        if noticed is None:
+            raise Step("rox.ko never reported its dead device (no admin command without completion"
+                       " in dmesg), even through nvmet's teardown and its own unload")
+    bad = kernel_complaints(mark)
+    if bad:
+        raise Step("kernel: " + " / ".join(bad))
+    how = (f"rox.ko noticed after {waited:.0f} s: {noticed.split('] ', 1)[-1].strip()[:100]}"
+           if noticed else f"waited {waited:.0f} s")
+    return (f"{how}; nvmet torn down and {a.transport} unloaded in"
+            f" {time.monotonic() - t0 - waited:.0f} s; no kernel complaint")
+
+
 def sh_bounded(cmd, timeout):
     """Like sh(), but a command stuck in the kernel past `timeout` is killed and left behind
     (waiting on an unkillable process would turn a hang into a silent one). 124 on timeout."""
@@ -621,10 +710,7 @@ def initiator(a, rdma):
             ctl.send("teardown", case, "-")
             ctl.recv()
     if a.kmemleak:
-        rep = kmemleak_report()
-        ok = rep is not None and "unreferenced object" not in rep
-        result("kmemleak", "initiator", ok, "kmemleak reports nothing" if ok else
-               "no kmemleak in this kernel" if rep is None else rep[:600].replace("\n", " / "))
+        kmemleak_result("initiator")
         ask(ctl, "kmemleak")
     if "fault" not in a.cases:
         ctl.send("bye")
@@ -642,11 +728,8 @@ def main():
     ap.add_argument("--fio-mib", type=int, default=256, help="MiB fio writes and verifies")
     ap.add_argument("--bench-seconds", type=int, default=15)
     ap.add_argument("--kmemleak", action="store_true", help="end with a kmemleak scan on both sides")
-    ap.add_argument("--fault-linger", type=int, default=300,
-                    help="how long the target waits, once its NIC is due to die, to be stopped")
     a = ap.parse_args()
     a.cases = a.cases.split(",")
-    a.fault_wait = None
     if a.kmemleak and os.access("/sys/kernel/debug/kmemleak", os.W_OK):
         write("/sys/kernel/debug/kmemleak", "clear")
     rdma = Rdma(a.transport, a.nic, a.ko)

@@ -255,13 +255,28 @@ fn garbage_wqe_gives_error_completion_and_flushes() {
     p.d.post_send(&mut p.a, &w);
     let c = p.d.wait_cqe(&mut p.cq_a);
     assert_eq!((c.wr_id, c.status), (11, WC_LOC_QP_OP_ERR));
-    // Too many SGEs: the QP is in error now, so it is flushed.
+    // Another WQE to the QP in error (its SGE count beyond the limit too) is flushed.
     let mut w = send_wqe(12, WR_SEND, WQE_FLAG_SIGNALED, &[]);
     w.num_sge = 200;
     p.d.post_send(&mut p.a, &w);
     let c = p.d.wait_cqe(&mut p.cq_a);
     assert_eq!(c.wr_id, 12);
     assert_ne!(c.status, WC_SUCCESS);
+    assert_eq!(p.d.query_qp(p.a.qpn).qp_state, QPS_ERR);
+    assert_eq!(p.d.read_reg(REG_STATUS) & STATUS_FATAL, 0);
+}
+
+#[test]
+fn too_many_sges_on_a_live_qp_is_a_local_error_completion() {
+    let mut p = pair(QPT_RC);
+    let mut w = send_wqe(13, WR_SEND, WQE_FLAG_SIGNALED, &[]);
+    w.num_sge = (SQ_MAX_SGE + 1) as u8;
+    p.d.post_send(&mut p.a, &w);
+    let c = p.d.wait_cqe(&mut p.cq_a);
+    assert_eq!(
+        (c.wr_id, c.status, c.vendor_err),
+        (13, WC_LOC_QP_OP_ERR, VENDOR_ERR_BAD_SGE_COUNT)
+    );
     assert_eq!(p.d.query_qp(p.a.qpn).qp_state, QPS_ERR);
     assert_eq!(p.d.read_reg(REG_STATUS) & STATUS_FATAL, 0);
 }

@@ -1022,9 +1022,20 @@ mod tests {
         indices.dedup();
         assert_eq!(indices.len(), keys.len(), "one index per MR: {words:x?}");
         assert!(keys.iter().all(|k| !k.is_window() && k.index() != 0));
-        // A counter gives 31 successors in a row; 32 random bytes give about 0.1.
-        let successors = words.windows(2).filter(|w| w[1] == w[0] + 1).count();
-        assert!(successors <= 3, "sequential keys: {words:x?}");
+        // The variant byte itself must look random. A constant variant has one value and 31
+        // equal steps, a counter 31 steps of +1; 32 random bytes have about 30 distinct values,
+        // and a given step between neighbours recurs 5 or more times with odds near 1e-5.
+        let variants: Vec<u8> = keys.iter().map(|k| k.variant()).collect();
+        let mut distinct = variants.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        assert!(distinct.len() >= 16, "few distinct key parts: {words:x?}");
+        let mut steps = [0usize; 256];
+        for w in variants.windows(2) {
+            steps[w[1].wrapping_sub(w[0]) as usize] += 1;
+        }
+        let most = steps.iter().max().copied().unwrap_or(0);
+        assert!(most <= 4, "key parts follow a fixed step: {words:x?}");
         // A deregistered key is gone.
         let old = keys[0];
         let cmd = KeyCmd {
