@@ -1,9 +1,11 @@
 //! Host-side plumbing: running `ip`, network namespaces, supervised child processes.
 
+use std::collections::VecDeque;
 use std::fs;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
@@ -133,6 +135,29 @@ pub struct Supervised {
     child: Child,
     status: Option<ExitStatus>,
     readers: Vec<JoinHandle<()>>,
+    /// Whether we signalled it to stop (so its end is ours, not its own).
+    stopped_by_us: bool,
+    /// When it started, and the last lines of its output (Sink::Console only).
+    started: Instant,
+    console: Arc<Mutex<ConsoleTail>>,
+}
+
+/// The last lines a child printed, each with when it arrived.
+#[derive(Default)]
+pub struct ConsoleTail {
+    lines: VecDeque<(Instant, String)>,
+}
+
+impl ConsoleTail {
+    /// Lines kept: enough to see where a boot stopped.
+    const KEEP: usize = 200;
+
+    fn push(&mut self, line: String) {
+        if self.lines.len() == Self::KEEP {
+            self.lines.pop_front();
+        }
+        self.lines.push_back((Instant::now(), line));
+    }
 }
 
 /// Where a child's output goes.
@@ -162,12 +187,13 @@ impl Supervised {
             .spawn()
             .with_context(|| format!("cannot start {what}: {cmd:?}"))?;
         let mut readers = Vec::new();
+        let console = Arc::new(Mutex::new(ConsoleTail::default()));
         if let Sink::Console(prefix) = sink {
             if let Some(out) = child.stdout.take() {
-                readers.push(relay(out, prefix.clone(), false));
+                readers.push(relay(out, prefix.clone(), false, console.clone()));
             }
             if let Some(err) = child.stderr.take() {
-                readers.push(relay(err, prefix, true));
+                readers.push(relay(err, prefix, true, console.clone()));
             }
         }
         Ok(Supervised {
@@ -175,7 +201,47 @@ impl Supervised {
             child,
             status: None,
             readers,
+            stopped_by_us: false,
+            started: Instant::now(),
+            console,
         })
+    }
+
+    /// The process id (of the group leader: the program itself, `ip netns exec` execs it).
+    pub fn pid(&self) -> i32 {
+        i32::try_from(self.child.id()).unwrap_or(i32::MAX)
+    }
+
+    /// Time since the process was started.
+    pub fn age(&self) -> Duration {
+        self.started.elapsed()
+    }
+
+    /// How the process ended, if it ended by itself (not stopped by us).
+    pub fn ended_by_itself(&mut self) -> Option<ExitStatus> {
+        self.poll().filter(|_| !self.stopped_by_us)
+    }
+
+    /// Sends a signal to the process group (e.g. SIGSTOP to force a hang when testing rox-lab).
+    pub fn signal(&self, sig: Signal) {
+        self.signal_group(sig);
+    }
+
+    /// The last `n` lines of its output, each with how long before now it arrived.
+    pub fn console_tail(&self, n: usize) -> Vec<(Duration, String)> {
+        let tail = self.console.lock().unwrap_or_else(|e| e.into_inner());
+        let skip = tail.lines.len().saturating_sub(n);
+        tail.lines
+            .iter()
+            .skip(skip)
+            .map(|(t, l)| (t.elapsed(), l.clone()))
+            .collect()
+    }
+
+    /// Whether any kept line of its output contains `needle`.
+    pub fn console_contains(&self, needle: &str) -> bool {
+        let tail = self.console.lock().unwrap_or_else(|e| e.into_inner());
+        tail.lines.iter().any(|(_, l)| l.contains(needle))
     }
 
     /// The exit status once the process has ended (never blocks).
@@ -204,7 +270,10 @@ impl Supervised {
     /// with setsid) may still hold the pipe until it is killed some other way.
     pub fn stop_group(&mut self, grace: Duration) {
         if self.poll().is_none() {
+            self.stopped_by_us = true;
             self.signal_group(Signal::TERM);
+            // A stopped process (SIGSTOP) acts on SIGTERM only once continued.
+            self.signal_group(Signal::CONT);
             let deadline = Instant::now() + grace;
             while self.poll().is_none() && Instant::now() < deadline {
                 thread::sleep(Duration::from_millis(50));
@@ -227,7 +296,12 @@ impl Supervised {
 
 /// Copies a child's output to ours line by line, with a prefix (and the serial console's
 /// carriage returns removed) when guests share the terminal.
-fn relay(src: impl Read + Send + 'static, prefix: String, to_stderr: bool) -> JoinHandle<()> {
+fn relay(
+    src: impl Read + Send + 'static,
+    prefix: String,
+    to_stderr: bool,
+    console: Arc<Mutex<ConsoleTail>>,
+) -> JoinHandle<()> {
     thread::spawn(move || {
         let mut src = BufReader::new(src);
         let mut line = Vec::new();
@@ -237,6 +311,11 @@ fn relay(src: impl Read + Send + 'static, prefix: String, to_stderr: bool) -> Jo
                 Ok(0) | Err(_) => break,
                 Ok(_) => {}
             }
+            let text = String::from_utf8_lossy(&line);
+            console
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(text.trim_end_matches(['\n', '\r']).to_string());
             let mut buf = Vec::with_capacity(line.len() + prefix.len());
             if prefix.is_empty() {
                 buf.extend_from_slice(&line);

@@ -2,10 +2,13 @@
 
 use std::path::PathBuf;
 
+use std::sync::Arc;
+
 use clap::Parser;
 use rox_nic::device::{
     DeviceConfig, FaultConfig, LinkSpec, PortConfig, RoxNic, DEFAULT_IDLE_AFTER,
 };
+use rox_nic::server::{Trace, Traced};
 
 /// An emulated PCIe RoCEv2 NIC for QEMU's vfio-user-pci, with an Ethernet port shared with
 /// the guest's paired virtio-net (like a converged RoCE NIC).
@@ -47,6 +50,10 @@ struct Args {
     /// Milliseconds without work before the data path sleeps until woken.
     #[arg(long, default_value_t = DEFAULT_IDLE_AFTER.as_millis() as u64)]
     idle_ms: u64,
+    /// Debugging only (rox-lab's own test that a rox-nic panic fails its lab): panic when
+    /// vfio-user request number N reaches the device.
+    #[arg(long, hide = true, value_name = "N")]
+    debug_panic_at: Option<u64>,
 }
 
 fn parse_mac(s: &str) -> Result<[u8; 6], String> {
@@ -92,8 +99,30 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     config.idle_after = std::time::Duration::from_millis(args.idle_ms);
     let mut nic = RoxNic::new(config)?;
     let server = rox_nic::server::bind(&args.socket, &nic)?;
+    let trace = Trace::new(Trace::DEFAULT_CAPACITY);
+    dump_trace_on_sigusr1(trace.clone())?;
     log::info!("rox-nic: serving on {}", args.socket.display());
-    server.run(&mut nic)?;
+    let mut traced = Traced {
+        backend: &mut nic,
+        trace,
+        panic_at: args.debug_panic_at,
+    };
+    server.run(&mut traced)?;
     log::info!("rox-nic: client disconnected, exiting");
+    Ok(())
+}
+
+/// On SIGUSR1, print the vfio-user trace to stderr (rox-nic's log in a lab): rox-lab asks for it
+/// when a guest misses its boot deadline. A thread of its own, so a server loop blocked in a read
+/// of its socket still answers.
+fn dump_trace_on_sigusr1(trace: Arc<Trace>) -> std::io::Result<()> {
+    let mut signals = signal_hook::iterator::Signals::new([signal_hook::consts::SIGUSR1])?;
+    std::thread::Builder::new()
+        .name("rox-trace-dump".into())
+        .spawn(move || {
+            for _ in signals.forever() {
+                eprint!("rox-nic: {}", trace.render());
+            }
+        })?;
     Ok(())
 }

@@ -1,9 +1,14 @@
-//! vfio-user glue: the regions and IRQs rox-nic declares, and the `ServerBackend` the crate's
-//! (single-threaded, control-only) server loop calls.
+//! vfio-user glue: the regions and IRQs rox-nic declares, the `ServerBackend` the crate's
+//! (single-threaded, control-only) server loop calls, and a bounded trace of those calls for
+//! diagnosing a guest that hangs while talking to the device.
 
+use std::collections::VecDeque;
+use std::fmt::{self, Write as _};
 use std::fs::File;
 use std::os::unix::net::UnixStream;
 use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use rox_uapi::regs::{self, BAR_CTRL, BAR_DB};
 use vfio_bindings::bindings::vfio::*;
@@ -196,5 +201,330 @@ impl ServerBackend for RoxNic {
             self.set_msix(0, regs::MSIX_VECTORS, Vec::new());
         }
         Ok(())
+    }
+}
+
+/// What a traced vfio-user request asked of the backend.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TraceOp {
+    Read,
+    Write,
+    DmaMap,
+    DmaUnmap,
+    Reset,
+    SetIrqs,
+}
+
+/// One request the crate handed to the backend: when, what, and (once answered) the result.
+#[derive(Clone, Debug)]
+pub struct TraceEntry {
+    /// Sequence number among all traced requests (1-based).
+    pub seq: u64,
+    /// Milliseconds since the trace began.
+    pub at_ms: u64,
+    pub op: TraceOp,
+    /// Region index (reads, writes), IRQ index (SET_IRQS), else 0.
+    pub region: u32,
+    /// Offset (reads, writes), IOVA (DMA), first vector (SET_IRQS).
+    pub offset: u64,
+    /// Bytes (reads, writes, DMA), vectors (SET_IRQS).
+    pub len: u64,
+    /// Written value, or the value read once answered (the first 8 bytes, little-endian).
+    pub value: Option<u64>,
+    /// Whether the backend has returned (a reply, if the request wanted one, follows).
+    pub answered: bool,
+}
+
+/// The last requests of the vfio-user conversation, bounded in memory: printed to rox-nic's
+/// log on SIGUSR1 (rox-lab asks when a guest misses its boot deadline), so a hang during
+/// firmware's PCI probing shows the last thing QEMU asked and whether it was answered.
+pub struct Trace {
+    start: Instant,
+    capacity: usize,
+    inner: Mutex<TraceRing>,
+}
+
+#[derive(Default)]
+struct TraceRing {
+    seq: u64,
+    entries: VecDeque<TraceEntry>,
+}
+
+impl Trace {
+    /// Entries kept by rox-nic: enough for the firmware's probe of the device and its BARs.
+    pub const DEFAULT_CAPACITY: usize = 128;
+
+    pub fn new(capacity: usize) -> Arc<Trace> {
+        Arc::new(Trace {
+            start: Instant::now(),
+            capacity: capacity.max(1),
+            inner: Mutex::new(TraceRing::default()),
+        })
+    }
+
+    fn ring(&self) -> std::sync::MutexGuard<'_, TraceRing> {
+        // A panic elsewhere while holding the lock leaves the ring consistent (plain pushes).
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn begin(&self, op: TraceOp, region: u32, offset: u64, len: u64, value: Option<u64>) -> u64 {
+        let at_ms = u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let mut ring = self.ring();
+        ring.seq += 1;
+        let seq = ring.seq;
+        if ring.entries.len() == self.capacity {
+            ring.entries.pop_front();
+        }
+        ring.entries.push_back(TraceEntry {
+            seq,
+            at_ms,
+            op,
+            region,
+            offset,
+            len,
+            value,
+            answered: false,
+        });
+        seq
+    }
+
+    fn finish(&self, seq: u64, value: Option<u64>) {
+        let mut ring = self.ring();
+        if let Some(e) = ring.entries.iter_mut().rev().find(|e| e.seq == seq) {
+            e.answered = true;
+            if value.is_some() {
+                e.value = value;
+            }
+        }
+    }
+
+    /// The entries kept, oldest first.
+    pub fn entries(&self) -> Vec<TraceEntry> {
+        self.ring().entries.iter().cloned().collect()
+    }
+
+    /// The trace as text, one request a line, oldest first.
+    pub fn render(&self) -> String {
+        let now = self.start.elapsed().as_millis();
+        let (total, entries) = {
+            let ring = self.ring();
+            (ring.seq, ring.entries.iter().cloned().collect::<Vec<_>>())
+        };
+        let mut out = format!(
+            "vfio-user trace: {total} request(s) reached the device, the last {} below, now +{now} ms \
+             (VERSION and the GET_INFO queries are answered by the vfio_user crate and not traced)\n",
+            entries.len()
+        );
+        for e in &entries {
+            let _ = writeln!(out, "  {e}");
+        }
+        out
+    }
+}
+
+fn region_name(region: u32) -> String {
+    match region {
+        VFIO_PCI_CONFIG_REGION_INDEX => "config".to_string(),
+        r if r <= VFIO_PCI_BAR5_REGION_INDEX => format!("BAR{r}"),
+        r => format!("region {r}"),
+    }
+}
+
+impl fmt::Display for TraceEntry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "+{} ms #{} ", self.at_ms, self.seq)?;
+        match self.op {
+            TraceOp::Read | TraceOp::Write => {
+                let dir = if self.op == TraceOp::Read {
+                    "read "
+                } else {
+                    "write"
+                };
+                write!(
+                    f,
+                    "{dir} {} {:#x} len {}",
+                    region_name(self.region),
+                    self.offset,
+                    self.len
+                )?;
+                if let Some(v) = self.value {
+                    let arrow = if self.op == TraceOp::Read { "->" } else { "=" };
+                    write!(f, " {arrow} {v:#x}")?;
+                }
+            }
+            TraceOp::DmaMap => write!(f, "DMA_MAP {:#x} +{:#x}", self.offset, self.len)?,
+            TraceOp::DmaUnmap => write!(f, "DMA_UNMAP {:#x} +{:#x}", self.offset, self.len)?,
+            TraceOp::Reset => write!(f, "DEVICE_RESET")?,
+            TraceOp::SetIrqs => write!(
+                f,
+                "SET_IRQS index {} start {} count {}",
+                self.region, self.offset, self.len
+            )?,
+        }
+        f.write_str(if self.answered {
+            ""
+        } else {
+            " (not answered yet)"
+        })
+    }
+}
+
+/// The first (up to) 8 bytes as a little-endian number.
+fn le_value(data: &[u8]) -> u64 {
+    let mut b = [0u8; 8];
+    let n = data.len().min(8);
+    b[..n].copy_from_slice(&data[..n]);
+    u64::from_le_bytes(b)
+}
+
+/// A backend that records every request in a [`Trace`] before handing it on.
+pub struct Traced<'a, B: ServerBackend> {
+    pub backend: &'a mut B,
+    pub trace: Arc<Trace>,
+    /// Debugging the lab's failure handling: panic when request number N arrives.
+    pub panic_at: Option<u64>,
+}
+
+impl<B: ServerBackend> Traced<'_, B> {
+    fn begin(&self, op: TraceOp, region: u32, offset: u64, len: u64, value: Option<u64>) -> u64 {
+        let seq = self.trace.begin(op, region, offset, len, value);
+        if self.panic_at == Some(seq) {
+            panic!("vfio-user request #{seq}: panicking as --debug-panic-at asked");
+        }
+        seq
+    }
+}
+
+impl<B: ServerBackend> ServerBackend for Traced<'_, B> {
+    fn region_read(
+        &mut self,
+        region: u32,
+        offset: u64,
+        data: &mut [u8],
+    ) -> Result<(), std::io::Error> {
+        let seq = self.begin(TraceOp::Read, region, offset, data.len() as u64, None);
+        let r = self.backend.region_read(region, offset, data);
+        self.trace.finish(seq, r.is_ok().then(|| le_value(data)));
+        r
+    }
+
+    fn region_write(
+        &mut self,
+        region: u32,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<(), std::io::Error> {
+        let value = Some(le_value(data));
+        let seq = self.begin(TraceOp::Write, region, offset, data.len() as u64, value);
+        let r = self.backend.region_write(region, offset, data);
+        self.trace.finish(seq, None);
+        r
+    }
+
+    fn dma_map(
+        &mut self,
+        flags: DmaMapFlags,
+        offset: u64,
+        address: u64,
+        size: u64,
+        fd: Option<File>,
+    ) -> Result<(), std::io::Error> {
+        let seq = self.begin(TraceOp::DmaMap, 0, address, size, None);
+        let r = self.backend.dma_map(flags, offset, address, size, fd);
+        self.trace.finish(seq, None);
+        r
+    }
+
+    fn dma_unmap(
+        &mut self,
+        flags: DmaUnmapFlags,
+        address: u64,
+        size: u64,
+    ) -> Result<(), std::io::Error> {
+        let seq = self.begin(TraceOp::DmaUnmap, 0, address, size, None);
+        let r = self.backend.dma_unmap(flags, address, size);
+        self.trace.finish(seq, None);
+        r
+    }
+
+    fn reset(&mut self) -> Result<(), std::io::Error> {
+        let seq = self.begin(TraceOp::Reset, 0, 0, 0, None);
+        let r = self.backend.reset();
+        self.trace.finish(seq, None);
+        r
+    }
+
+    fn set_irqs(
+        &mut self,
+        index: u32,
+        flags: u32,
+        start: u32,
+        count: u32,
+        fds: Vec<File>,
+    ) -> Result<(), std::io::Error> {
+        let seq = self.begin(
+            TraceOp::SetIrqs,
+            index,
+            u64::from(start),
+            u64::from(count),
+            Some(u64::from(flags)),
+        );
+        let r = self.backend.set_irqs(index, flags, start, count, fds);
+        self.trace.finish(seq, None);
+        r
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn trace_keeps_the_last_requests_and_marks_answers() {
+        let t = Trace::new(3);
+        for i in 0..5u64 {
+            let seq = t.begin(TraceOp::Read, VFIO_PCI_CONFIG_REGION_INDEX, i * 4, 4, None);
+            if i < 4 {
+                t.finish(seq, Some(0x1234_0000 + i));
+            }
+        }
+        let e = t.entries();
+        assert_eq!(e.iter().map(|e| e.seq).collect::<Vec<_>>(), [3, 4, 5]);
+        assert!(e[0].answered && e[1].answered && !e[2].answered);
+        assert_eq!(e[1].value, Some(0x1234_0003));
+        let text = t.render();
+        assert!(text.starts_with("vfio-user trace: 5 request(s)"), "{text}");
+        assert!(
+            text.contains("#4 read  config 0xc len 4 -> 0x12340003\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("#5 read  config 0x10 len 4 (not answered yet)"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn trace_lines_name_each_request() {
+        let t = Trace::new(8);
+        let s = t.begin(TraceOp::Write, BAR_CTRL, 0x40, 4, Some(1));
+        t.finish(s, None);
+        let s = t.begin(TraceOp::DmaMap, 0, 0x10_0000, 0x8000_0000, None);
+        t.finish(s, None);
+        t.begin(TraceOp::SetIrqs, VFIO_PCI_MSIX_IRQ_INDEX, 0, 4, Some(0x24));
+        let text = t.render();
+        assert!(text.contains("write BAR0 0x40 len 4 = 0x1\n"), "{text}");
+        assert!(text.contains("DMA_MAP 0x100000 +0x80000000\n"), "{text}");
+        assert!(
+            text.contains("SET_IRQS index 2 start 0 count 4 (not answered yet)"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn le_value_takes_at_most_eight_bytes() {
+        assert_eq!(le_value(&[0x34, 0x12]), 0x1234);
+        assert_eq!(le_value(&[1, 0, 0, 0, 0, 0, 0, 0, 9]), 1);
+        assert_eq!(le_value(&[]), 0);
     }
 }

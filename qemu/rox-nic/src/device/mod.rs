@@ -438,7 +438,12 @@ impl Drop for RoxNic {
     fn drop(&mut self) {
         self.shared.send(Control::Shutdown);
         if let Some(t) = self.thread.take() {
-            let _ = t.join();
+            // A panicked data path is a dead device: carry its panic on (exit status 101).
+            if let Err(panic) = t.join() {
+                if !std::thread::panicking() {
+                    std::panic::resume_unwind(panic);
+                }
+            }
         }
     }
 }

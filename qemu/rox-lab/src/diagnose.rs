@@ -1,0 +1,339 @@
+//! What explains a guest that hangs booting: the threads of its QEMU and rox-nic processes
+//! (waiting or spinning, and where in the kernel), QEMU's monitor (status, registers, PCI),
+//! rox-nic's trace of vfio-user requests, the console's last lines.
+
+use std::fmt::Write as _;
+use std::fs;
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use rustix::process::Signal;
+
+use crate::host;
+use crate::runner::{monitor_socket, Runner};
+
+/// HMP commands asked of a hung guest's QEMU.
+pub const MONITOR_COMMANDS: [&str; 3] = ["info status", "info registers -a", "info pci"];
+
+/// How long one monitor command may take: the monitor runs in QEMU's main loop, which a vCPU
+/// holding the big QEMU lock while waiting for its device blocks.
+const MONITOR_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// One thread of a process, as /proc shows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ThreadState {
+    pub tid: i32,
+    pub name: String,
+    /// R running, S sleeping, D uninterruptible, T stopped, ...
+    pub state: char,
+    /// Where in the kernel it sleeps (empty when running or unknown).
+    pub wchan: String,
+    /// utime + stime, in clock ticks.
+    pub cpu_ticks: u64,
+}
+
+/// The state and CPU ticks from a /proc/PID/stat or /proc/PID/task/TID/stat line.
+pub fn parse_stat(stat: &str) -> Option<(char, i32, u64)> {
+    // "PID (COMM) STATE PPID PGRP ... UTIME(14) STIME(15) ...": COMM may hold spaces or ')'.
+    let (_, rest) = stat.rsplit_once(')')?;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let state = f.first()?.chars().next()?;
+    let pgrp = f.get(2)?.parse().ok()?;
+    let utime: u64 = f.get(11)?.parse().ok()?;
+    let stime: u64 = f.get(12)?.parse().ok()?;
+    Some((state, pgrp, utime + stime))
+}
+
+/// The processes of process group `pgid` (a supervised child and what it started).
+pub fn group_pids(pgid: i32) -> Vec<i32> {
+    let Ok(dir) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut pids: Vec<i32> = dir
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .filter(|pid| {
+            fs::read_to_string(format!("/proc/{pid}/stat"))
+                .ok()
+                .and_then(|s| parse_stat(&s))
+                .is_some_and(|(_, pgrp, _)| pgrp == pgid)
+        })
+        .collect();
+    pids.sort_unstable();
+    pids
+}
+
+fn read_trim(path: String) -> String {
+    fs::read_to_string(path)
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
+
+/// The threads of `pid` now.
+pub fn threads(pid: i32) -> Vec<ThreadState> {
+    let Ok(dir) = fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    let mut out: Vec<ThreadState> = dir
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter_map(|tid| {
+            let base = format!("/proc/{pid}/task/{tid}");
+            let (state, _, cpu_ticks) =
+                parse_stat(&fs::read_to_string(format!("{base}/stat")).ok()?)?;
+            let wchan = read_trim(format!("{base}/wchan"));
+            Some(ThreadState {
+                tid,
+                name: read_trim(format!("{base}/comm")),
+                state,
+                wchan: if wchan == "0" { String::new() } else { wchan },
+                cpu_ticks,
+            })
+        })
+        .collect();
+    out.sort_by_key(|t| t.tid);
+    out
+}
+
+/// Threads of each process of `pids`, sampled twice `interval` apart: a line per thread with
+/// its state, where it waits, and the CPU it used in between (spinning or waiting).
+pub fn thread_report(pids: &[(String, i32)], interval: Duration) -> String {
+    let before: Vec<Vec<ThreadState>> = pids.iter().map(|(_, p)| threads(*p)).collect();
+    thread::sleep(interval);
+    // USER_HZ, the unit of /proc/PID/stat times, is 100 on Linux.
+    const TICKS_PER_SEC: u64 = 100;
+    let interval_ticks = (interval.as_millis() as u64 * TICKS_PER_SEC / 1000).max(1);
+    let mut out = String::new();
+    for ((what, pid), before) in pids.iter().zip(before) {
+        let comm = read_trim(format!("/proc/{pid}/comm"));
+        let after = threads(*pid);
+        if after.is_empty() {
+            let _ = writeln!(out, "  {what} (pid {pid}): gone");
+            continue;
+        }
+        let _ = writeln!(out, "  {what} (pid {pid}, {comm}):");
+        for t in &after {
+            let used = before
+                .iter()
+                .find(|b| b.tid == t.tid)
+                .map(|b| t.cpu_ticks.saturating_sub(b.cpu_ticks));
+            let cpu = used.map_or("new".to_string(), |u| {
+                format!("{}% CPU", u * 100 / interval_ticks)
+            });
+            let _ = writeln!(
+                out,
+                "    {:>7} {:<16} {} {:<24} {cpu}",
+                t.tid,
+                t.name,
+                t.state,
+                if t.wchan.is_empty() { "-" } else { &t.wchan }
+            );
+        }
+    }
+    out
+}
+
+/// Removes terminal escape sequences (HMP's readline redraws the line it echoes).
+pub fn strip_escapes(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut chars = s.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            if chars.peek() == Some(&'[') {
+                chars.next();
+                // CSI: parameters, then one final byte in @..~.
+                for c in chars.by_ref() {
+                    if ('@'..='~').contains(&c) {
+                        break;
+                    }
+                }
+            }
+            continue;
+        }
+        if c != '\r' {
+            out.push(c);
+        }
+    }
+    out
+}
+
+const PROMPT: &str = "(qemu) ";
+
+/// Reads until the monitor prompt or the deadline; the text before the prompt.
+fn read_to_prompt(sock: &mut UnixStream, deadline: Instant) -> Result<String, String> {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        let text = strip_escapes(&String::from_utf8_lossy(&buf));
+        if let Some(body) = text.strip_suffix(PROMPT) {
+            return Ok(body.to_string());
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(format!("no answer in {} s", MONITOR_TIMEOUT.as_secs()));
+        }
+        let _ = sock.set_read_timeout(Some(left.max(Duration::from_millis(10))));
+        match sock.read(&mut chunk) {
+            Ok(0) => return Err("monitor closed the connection".into()),
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {}
+            Err(e) => return Err(format!("monitor read: {e}")),
+        }
+    }
+}
+
+/// Asks QEMU's human monitor (a unix socket) each command; the answers, or why there are none.
+pub fn ask_monitor(socket: &Path, commands: &[&str]) -> String {
+    let mut out = String::new();
+    let mut sock = match UnixStream::connect(socket) {
+        Ok(s) => s,
+        Err(e) => return format!("  cannot connect to {}: {e}\n", socket.display()),
+    };
+    if let Err(e) = read_to_prompt(&mut sock, Instant::now() + MONITOR_TIMEOUT) {
+        return format!("  monitor: {e} (QEMU's main loop is blocked)\n");
+    }
+    for cmd in commands {
+        let _ = writeln!(out, "  (qemu) {cmd}");
+        if let Err(e) = sock.write_all(format!("{cmd}\n").as_bytes()) {
+            let _ = writeln!(out, "    cannot send: {e}");
+            break;
+        }
+        match read_to_prompt(&mut sock, Instant::now() + MONITOR_TIMEOUT) {
+            Ok(answer) => {
+                // The first line is the echo of the command.
+                for line in answer.lines().skip(1).filter(|l| !l.trim().is_empty()) {
+                    let _ = writeln!(out, "    {line}");
+                }
+            }
+            Err(e) => {
+                let _ = writeln!(out, "    {e} (QEMU's main loop is blocked)");
+                break;
+            }
+        }
+    }
+    out
+}
+
+impl Runner {
+    /// Prints what explains the late guests' hang: their QEMU's threads and monitor, their
+    /// rox-nics' threads and vfio-user traces, their consoles. Takes about 10 s.
+    pub fn diagnose_boot_hang(&self, late: &[usize]) {
+        let mut out = String::new();
+        for &g in late {
+            let _ = writeln!(
+                out,
+                "rox-lab: guest {} has not reached guest-init {:.0} s after its QEMU started",
+                self.lab.guests[g].index,
+                self.guests[g].age().as_secs_f64()
+            );
+        }
+        // Ask every rox-nic of the lab for its trace first: it prints while we look around.
+        for h in self.helpers.iter().filter(|h| h.nic_of.is_some()) {
+            h.proc.signal(Signal::USR1);
+        }
+        let mut procs: Vec<(String, i32)> = Vec::new();
+        for (g, q) in self.guests.iter().enumerate() {
+            for pid in group_pids(q.pid()) {
+                let comm = read_trim(format!("/proc/{pid}/comm"));
+                if comm.starts_with("qemu") {
+                    procs.push((format!("guest {g} QEMU"), pid));
+                }
+            }
+        }
+        for h in self.helpers.iter().filter(|h| h.nic_of.is_some()) {
+            procs.push((h.proc.what.clone(), h.proc.pid()));
+        }
+        let _ = writeln!(
+            out,
+            "--- threads (state, kernel wait channel, CPU over 1 s) of every guest's QEMU and rox-nic"
+        );
+        out.push_str(&thread_report(&procs, Duration::from_secs(1)));
+        for &g in late {
+            let _ = writeln!(out, "--- guest {g}: QEMU monitor");
+            out.push_str(&ask_monitor(
+                &monitor_socket(&self.guest_dir(g)),
+                &MONITOR_COMMANDS,
+            ));
+            let _ = writeln!(out, "--- guest {g}: last console lines (age)");
+            for (age, line) in self.guests[g].console_tail(25) {
+                let _ = writeln!(out, "  [{:>5.1} s ago] {line}", age.as_secs_f64());
+            }
+            for h in self
+                .helpers
+                .iter()
+                .filter(|h| h.nic_of.is_some_and(|(hg, _)| hg == g))
+            {
+                let _ = writeln!(
+                    out,
+                    "--- {}: its log's tail (the vfio-user trace it prints on SIGUSR1; none if stopped)",
+                    h.proc.what
+                );
+                out.push_str(&host::tail(&h.log, 60));
+                out.push('\n');
+            }
+        }
+        eprint!("{out}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_lines_parse_despite_odd_names() {
+        let line = "4242 (CPU 0/TCG) S 1 4000 4000 0 -1 4194560 10 0 0 0 250 50 0 0 20 0 5 0 1 2 3";
+        assert_eq!(parse_stat(line), Some(('S', 4000, 300)));
+        let odd = "7 (a) b) R 1 7 7 0 -1 0 0 0 0 0 1 2 0 0";
+        assert_eq!(parse_stat(odd), Some(('R', 7, 3)));
+        assert_eq!(parse_stat("garbage"), None);
+    }
+
+    #[test]
+    fn our_own_threads_are_found() {
+        let me = i32::try_from(std::process::id()).unwrap();
+        let t = threads(me);
+        assert!(t.iter().any(|t| t.tid == me), "{t:?}");
+        let report = thread_report(&[("me".into(), me)], Duration::from_millis(20));
+        assert!(report.contains(&format!("me (pid {me}")), "{report}");
+    }
+
+    #[test]
+    fn escapes_and_carriage_returns_are_removed() {
+        assert_eq!(
+            strip_escapes("info status\r\n\u{1b}[K\u{1b}[Dok\r\n(qemu) "),
+            "info status\nok\n(qemu) "
+        );
+    }
+
+    #[test]
+    fn a_silent_monitor_is_reported_not_waited_for() {
+        let dir = std::env::temp_dir().join(format!("rox-lab-mon-{}", std::process::id()));
+        let _ = fs::create_dir_all(&dir);
+        let path = dir.join("m.sock");
+        let _ = fs::remove_file(&path);
+        let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        // A monitor that greets and answers the first command, then says nothing.
+        let server = thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            s.write_all(b"QEMU 11 monitor\r\n(qemu) ").unwrap();
+            let mut b = [0u8; 64];
+            let _ = s.read(&mut b);
+            s.write_all(b"info status\r\nVM status: running\r\n(qemu) ")
+                .unwrap();
+            let _ = s.read(&mut b);
+            thread::sleep(MONITOR_TIMEOUT + Duration::from_secs(1));
+        });
+        let t0 = Instant::now();
+        let out = ask_monitor(&path, &["info status", "info pci"]);
+        assert!(t0.elapsed() < MONITOR_TIMEOUT + Duration::from_secs(2));
+        assert!(out.contains("    VM status: running\n"), "{out}");
+        assert!(out.contains("no answer in 5 s"), "{out}");
+        server.join().unwrap();
+        let _ = fs::remove_dir_all(&dir);
+    }
+}
