@@ -32,7 +32,11 @@ if [ "$role" = rox ]; then
 	fi
 fi
 oops=$(dmesg | grep -E 'WARNING:|Oops|BUG:|Call Trace' | head -3)
-[ -z "$oops" ] || { echo "RESULT kernel fail $oops"; status=1; }
+if [ -n "$oops" ]; then
+	echo "RESULT kernel fail $(echo "$oops" | head -1)"
+	dmesg | grep -B15 -A25 -m1 -E 'WARNING:|Oops|BUG:|Call Trace' | sed 's/^/dmesg: /'
+	status=1
+fi
 # rdma_rxe is the reference, not the device under test: its verdicts are its RESULT lines.
 [ "$role" = rxe ] && exit 0
 exit $status

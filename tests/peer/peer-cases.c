@@ -357,13 +357,12 @@ static int run_read_resp_long(struct qctx *q)
 {
 	struct ibv_wc wc;
 
-	if (post(q, IBV_WR_RDMA_READ, 1, 0, MSG, q->peer_va, q->peer_rkey) || take(q, &wc, 1, 0))
+	if (post(q, IBV_WR_RDMA_READ, 1, 0, MSG, q->peer_va, q->peer_rkey) || take(q, &wc, 1, 0) ||
+	    check_bytes(q, "past the READ", MSG, BUF_LEN - MSG, 0, sentinel_at, 0))
 		return -1;
 	if (wc.wr_id != 1 || (wc.status != IBV_WC_BAD_RESP_ERR && wc.status != IBV_WC_LOC_LEN_ERR))
 		return failf(q, "wr %llu: %s, expected bad response or local length error",
 			     (unsigned long long)wc.wr_id, ibv_wc_status_str(wc.status));
-	if (check_bytes(q, "past the READ", MSG, BUF_LEN - MSG, 0, sentinel_at, 0))
-		return -1;
 	snprintf(q->note, sizeof(q->note), "READ: %s", ibv_wc_status_str(wc.status));
 	return expect_state(q, IBV_QPS_ERR);
 }

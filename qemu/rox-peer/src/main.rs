@@ -131,8 +131,7 @@ fn serve(index: usize, iface: &str, ip: [u8; 4], stream: TcpStream) -> bool {
         // A fresh QPN per case, so late frames of an earlier case's QP are ignored.
         let qpn = 0x1000 * (index as u32 + 1) + case_index + 1;
         let npsn = PEER_FIRST_PSN.wrapping_sub(case_index) & 0xff_ffff;
-        s.qp = PeerQp::new(qpn, req.qpn, npsn, req.psn, req.rkey, req.va);
-        s.faults.clear();
+        s.start_case(PeerQp::new(qpn, req.qpn, npsn, req.psn, req.rkey, req.va));
         let (rkey, va) = cases::peer_region();
         if s.ctrl
             .send(&format!("PEER {qpn} {npsn} {} {va}", rkey.get()))
@@ -140,9 +139,10 @@ fn serve(index: usize, iface: &str, ip: [u8; 4], stream: TcpStream) -> bool {
         {
             break;
         }
-        match s.next_event(Duration::from_secs(30)) {
-            Event::Line(l) if l == "GO" => case(&mut s),
-            _ => s.fault("the guest never said GO".into()),
+        if s.await_go() {
+            case(&mut s);
+        } else {
+            s.fault("the guest never said GO".into());
         }
         let verdict = if s.faults.is_empty() {
             "ok".to_string()

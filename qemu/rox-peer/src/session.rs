@@ -17,6 +17,8 @@ pub const PEER_RKEY: u32 = 0x00c0_ff01;
 pub const MTU: usize = 1024;
 /// How long a case may take before the peer gives up on the guest.
 const CASE_DEADLINE: Duration = Duration::from_secs(30);
+/// How long the guest may take from the `PEER` line to its QP in RTS.
+const GO_DEADLINE: Duration = Duration::from_secs(30);
 
 /// What the event loop woke up for.
 pub enum Event {
@@ -67,6 +69,11 @@ pub struct Session {
     pub mem: Vec<u8>,
     /// What the peer saw that breaks the spec (the case fails if not empty).
     pub faults: Vec<String>,
+    /// The guest said `END` while the case was still watching the wire.
+    ended: bool,
+    /// Frames of the case's QP that arrived before the guest's `GO` line did (its first
+    /// request can overtake the TCP segment): handed to the case first.
+    early: std::collections::VecDeque<Rx>,
 }
 
 /// The peer memory's initial contents: byte i is a function of i, so a READ's data is known.
@@ -83,6 +90,8 @@ impl Session {
             qp: PeerQp::new(0, 0, 0, 0, 0, 0),
             mem: (0..PEER_MEM_LEN).map(mem_pattern).collect(),
             faults: Vec::new(),
+            ended: false,
+            early: Default::default(),
         }
     }
 
@@ -90,8 +99,31 @@ impl Session {
         self.faults.push(what);
     }
 
+    /// A new case starts: no faults, no `END` yet.
+    pub fn start_case(&mut self, qp: PeerQp) {
+        self.qp = qp;
+        self.faults.clear();
+        self.ended = false;
+        self.early.clear();
+    }
+
+    /// Waits for the guest's `GO` (its QP is in RTS), keeping the frames that come first.
+    pub fn await_go(&mut self) -> bool {
+        let deadline = Instant::now() + GO_DEADLINE;
+        loop {
+            match self.next_event(deadline.saturating_duration_since(Instant::now())) {
+                Event::Line(l) => return l == "GO",
+                Event::Frame(rx) => self.early.push_back(rx),
+                Event::Timeout => return false,
+            }
+        }
+    }
+
     /// Waits up to `timeout` for a frame to the current QP or a control line.
     pub fn next_event(&mut self, timeout: Duration) -> Event {
+        if let Some(rx) = self.early.pop_front() {
+            return Event::Frame(rx);
+        }
         let until = Instant::now() + timeout;
         loop {
             if let Some(line) = self.ctrl.take_line() {
@@ -138,10 +170,13 @@ impl Session {
     pub fn until_end(&mut self, on_frame: &mut dyn FnMut(&mut Session, Rx)) -> bool {
         let deadline = Instant::now() + CASE_DEADLINE;
         loop {
+            if self.ended {
+                return true;
+            }
             let left = deadline.saturating_duration_since(Instant::now());
             match self.next_event(left) {
                 Event::Frame(rx) => on_frame(self, rx),
-                Event::Line(line) if line == "END" => return true,
+                Event::Line(line) if line == "END" => self.ended = true,
                 Event::Line(line) => self.fault(format!("unexpected control line {line:?}")),
                 Event::Timeout => {
                     self.fault("the guest never said END".into());
@@ -151,7 +186,8 @@ impl Session {
         }
     }
 
-    /// Lets `wait` pass, handing frames that arrive meanwhile to `on_frame`.
+    /// Lets `wait` pass, handing frames that arrive meanwhile to `on_frame` (the guest may say
+    /// `END` meanwhile: its verbs side is done, the wire is still watched).
     pub fn pause(&mut self, wait: Duration, on_frame: &mut dyn FnMut(&mut Session, Rx)) {
         let until = Instant::now() + wait;
         loop {
@@ -161,7 +197,8 @@ impl Session {
             }
             match self.next_event(left) {
                 Event::Frame(rx) => on_frame(self, rx),
-                Event::Line(line) => self.fault(format!("control line {line:?} too early")),
+                Event::Line(line) if line == "END" && !self.ended => self.ended = true,
+                Event::Line(line) => self.fault(format!("unexpected control line {line:?}")),
                 Event::Timeout => {}
             }
         }
