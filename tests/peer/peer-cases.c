@@ -331,7 +331,7 @@ static int run_psn_duplicate(struct qctx *q)
 {
 	struct ibv_wc wc;
 
-	if (take(q, &wc, 1, 1500) || expect_wc(q, &wc, 100, IBV_WC_SUCCESS) ||
+	if (take(q, &wc, 1, 2000) || expect_wc(q, &wc, 100, IBV_WC_SUCCESS) ||
 	    check_bytes(q, "message", RECV_OFF, MSG, 0, msg_at, 2))
 		return -1;
 	return expect_state(q, IBV_QPS_RTS);

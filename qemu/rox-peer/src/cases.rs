@@ -18,7 +18,7 @@ pub const GUEST_RNR_RETRY: u32 = 2;
 /// RNR NAK timer code 1: 0.01 ms (IBA table 45).
 const RNR_TIMER_SHORT: u8 = 1;
 /// How long the peer watches for the guest's answer to one of its requests.
-const ANSWER_WAIT: Duration = Duration::from_millis(300);
+const ANSWER_WAIT: Duration = Duration::from_millis(500);
 /// A PSN this far from the expected one lies in the other half of the 24-bit space: the
 /// "duplicate" region (IBA 9.7.5.2.2 — more than 2^22 behind still counts as old).
 const FAR_BEHIND: u32 = 0x40_0000;
