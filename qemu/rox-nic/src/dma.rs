@@ -208,16 +208,25 @@ fn store_once(dst: &VolatileSlice<'_, ()>, first: usize, src: &[u8]) -> Option<(
     let head = first.wrapping_neg().rem_euclid(WORD).min(n);
     let words = (n - head) / WORD;
     for (i, &b) in src[..head].iter().enumerate() {
-        dst.get_atomic_ref::<AtomicU8>(i).ok()?.store(b, Ordering::Relaxed);
+        dst.get_atomic_ref::<AtomicU8>(i)
+            .ok()?
+            .store(b, Ordering::Relaxed);
     }
-    for (w, chunk) in src[head..head + words * WORD].chunks_exact(WORD).enumerate() {
+    for (w, chunk) in src[head..head + words * WORD]
+        .chunks_exact(WORD)
+        .enumerate()
+    {
         let word = u64::from_ne_bytes(chunk.try_into().ok()?);
         let at = head + w * WORD;
-        dst.get_atomic_ref::<AtomicU64>(at).ok()?.store(word, Ordering::Relaxed);
+        dst.get_atomic_ref::<AtomicU64>(at)
+            .ok()?
+            .store(word, Ordering::Relaxed);
     }
     let tail = head + words * WORD;
     for (i, &b) in src[tail..].iter().enumerate() {
-        dst.get_atomic_ref::<AtomicU8>(tail + i).ok()?.store(b, Ordering::Relaxed);
+        dst.get_atomic_ref::<AtomicU8>(tail + i)
+            .ok()?
+            .store(b, Ordering::Relaxed);
     }
     Some(())
 }
