@@ -37,8 +37,7 @@ fn side(link: LinkSpec, last: u8) -> Side {
     qp.qpn = d.run::<rox_uapi::admin::CreateQp>(c);
 
     let size = 2 * MAX_MSG;
-    let buf = d.ram.alloc(size, 4096);
-    let key = d.reg_mr(PD, buf, size, ALL).unwrap();
+    let (buf, key) = d.buffer(PD, size, ALL);
     Side {
         d,
         cq,

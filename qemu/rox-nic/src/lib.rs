@@ -5,12 +5,16 @@
 //! - [`roce`]: RoCEv2 wire format and transport engine;
 //! - [`port`]: the Ethernet port (tap or QEMU socket framings) shared with the paired netdev;
 //! - [`server`]: the vfio-user glue (regions, IRQs, DMA mapping);
-//! - [`testkit`] (feature `testkit`, tests and benchmarks only): a userspace "driver" and the
+//! - [`sys`]: every `unsafe` of rox-nic (system calls, plain-old-data views); the rest of the
+//!   crate denies unsafe code;
+//! - `testkit` (feature `testkit`, tests and benchmarks only): a userspace "driver" and the
 //!   engine's in-memory test double;
-//! - [`benchkit`] (the same feature): the memcpy reference and result table of the host
+//! - `benchkit` (the same feature): the memcpy reference and result table of the host
 //!   benchmarks;
 //! - `fuzzing` (feature `fuzzing`, which needs the test kit): the bodies of the fuzz targets
 //!   (fuzz/, docs/fuzzing.md).
+
+#![deny(unsafe_code)]
 
 #[cfg(any(test, feature = "testkit"))]
 pub mod benchkit;
@@ -22,6 +26,7 @@ pub mod pci;
 pub mod port;
 pub mod roce;
 pub mod server;
+pub mod sys;
 #[cfg(any(test, feature = "testkit"))]
 pub mod testkit;
 

@@ -350,8 +350,7 @@ fn idle_device_sleeps_and_doorbell_wakes_it() {
     let mut cq = d.create_cq(6);
     let mut qp = d.create_qp(QPT_RC, PD, cq.id, cq.id, SRQ_NONE);
     d.connect(&qp, gid, qp.qpn, ALL_ACCESS);
-    let buf = d.ram.alloc(8192, 4096);
-    let key = d.reg_mr(PD, buf, 8192, ALL_ACCESS).unwrap();
+    let (buf, key) = d.buffer(PD, 8192, ALL_ACCESS);
     // Wait for the device to announce idleness in the doorbell page and in REG_IDLE.
     let start = std::time::Instant::now();
     while d.db.idle(TEST_DB_PAGE) != DB_DEVICE_IDLE {
@@ -415,8 +414,7 @@ fn srq_shared_by_two_qps_and_limit_event() {
     let b = d.create_qp(QPT_RC, PD, cq.id, cq.id, srq.id);
     d.connect(&a, gid, b.qpn, ALL_ACCESS);
     d.connect(&b, gid, a.qpn, ALL_ACCESS);
-    let buf = d.ram.alloc(BUF, 4096);
-    let key = d.reg_mr(PD, buf, BUF, ALL_ACCESS).unwrap();
+    let (buf, key) = d.buffer(PD, BUF, ALL_ACCESS);
     for i in 0..4u64 {
         d.post_srq(&mut srq, 100 + i, &[sge(buf + 4096 * (i + 1), 4096, key)]);
     }
@@ -540,8 +538,7 @@ fn cq_overflow_is_a_cq_error_event() {
     let cq = d.create_cq(1); // two CQEs
     let mut qp = d.create_qp(QPT_RC, PD, cq.id, cq.id, SRQ_NONE);
     d.connect(&qp, gid, qp.qpn, ALL_ACCESS);
-    let buf = d.ram.alloc(8192, 4096);
-    let key = d.reg_mr(PD, buf, 8192, ALL_ACCESS).unwrap();
+    let (buf, key) = d.buffer(PD, 8192, ALL_ACCESS);
     for i in 0..3 {
         let w = with_rdma(
             send_wqe(i, WR_RDMA_WRITE, WQE_FLAG_SIGNALED, &[sge(buf, 8, key)]),
@@ -1297,8 +1294,7 @@ fn srq_qp_failing_by_retry_exhaustion_reports_last_wqe_reached() {
         ..Default::default()
     };
     d.connect_with(&qp, gid, NO_SUCH_QPN, ALL_ACCESS, &p);
-    let buf = d.ram.alloc(4096, 4096);
-    let key = d.reg_mr(PD, buf, 4096, ALL_ACCESS).unwrap();
+    let (buf, key) = d.buffer(PD, 4096, ALL_ACCESS);
     async_events(&mut d);
     d.post_send(
         &mut qp,
@@ -1503,8 +1499,7 @@ fn srq_resize_keeps_posted_wqes() {
     let b = d.create_qp(QPT_RC, PD, cq.id, cq.id, srq.id);
     d.connect(&a, gid, b.qpn, ALL_ACCESS);
     d.connect(&b, gid, a.qpn, ALL_ACCESS);
-    let buf = d.ram.alloc(BUF, 4096);
-    let key = d.reg_mr(PD, buf, BUF, ALL_ACCESS).unwrap();
+    let (buf, key) = d.buffer(PD, BUF, ALL_ACCESS);
     // Index 0 is consumed before the resize; 1..=3 are posted and waiting.
     for i in 0..4u64 {
         d.post_srq(&mut srq, 100 + i, &[sge(buf + 64 * (i + 1), 64, key)]);
@@ -1832,8 +1827,7 @@ fn cq_resize_keeps_unconsumed_cqes() {
     let mut cq = d.create_cq(2);
     let mut qp = d.create_qp(QPT_RC, PD, cq.id, cq.id, SRQ_NONE);
     d.connect(&qp, gid, qp.qpn, ALL_ACCESS);
-    let buf = d.ram.alloc(BUF, 4096);
-    let key = d.reg_mr(PD, buf, BUF, ALL_ACCESS).unwrap();
+    let (buf, key) = d.buffer(PD, BUF, ALL_ACCESS);
     let write = |d: &mut TestDriver, qp: &mut TestQp, id| {
         let w = with_rdma(
             send_wqe(id, WR_RDMA_WRITE, WQE_FLAG_SIGNALED, &[sge(buf, 8, key)]),

@@ -104,8 +104,7 @@ fn requester_stalls_on_missing_source_page_until_the_driver_maps_it() {
     p.d.ram.write(backing + 100, &msg);
     let iova = 0x7f00_0000_0000u64;
     let key_a = reg_odp(&mut p.d, iova, 4096, ACCESS_LOCAL_WRITE);
-    let buf_b = p.d.ram.alloc(4096, 4096);
-    let key_b = p.d.reg_mr(PD, buf_b, 4096, ALL_ACCESS).unwrap();
+    let (buf_b, key_b) = p.d.buffer(PD, 4096, ALL_ACCESS);
     p.d.post_recv(&mut p.b, 1, &[sge(buf_b, 4096, key_b)]);
     let w = send_wqe(
         2,
@@ -132,8 +131,7 @@ fn requester_stalls_on_missing_source_page_until_the_driver_maps_it() {
 #[test]
 fn responder_nak_rnr_until_the_page_is_writable_then_the_write_lands() {
     let mut p = pair(QPT_RC);
-    let buf_a = p.d.ram.alloc(4096, 4096);
-    let key_a = p.d.reg_mr(PD, buf_a, 4096, ALL_ACCESS).unwrap();
+    let (buf_a, key_a) = p.d.buffer(PD, 4096, ALL_ACCESS);
     let msg = pattern(9, 2000);
     p.d.ram.write(buf_a, &msg);
     let iova = 0x5555_0000_0000u64;
@@ -187,8 +185,7 @@ fn responder_nak_rnr_until_the_page_is_writable_then_the_write_lands() {
 #[test]
 fn unmapped_page_is_never_read_again_and_remapping_serves_the_new_page() {
     let mut p = pair(QPT_RC);
-    let buf_a = p.d.ram.alloc(4096, 4096);
-    let key_a = p.d.reg_mr(PD, buf_a, 4096, ALL_ACCESS).unwrap();
+    let (buf_a, key_a) = p.d.buffer(PD, 4096, ALL_ACCESS);
     let iova = 0x1000_0000u64;
     let key_b = reg_odp(&mut p.d, iova, 4096, ALL_ACCESS);
     let old = p.d.ram.alloc(4096, 4096);
@@ -259,8 +256,7 @@ fn unmapped_page_is_never_read_again_and_remapping_serves_the_new_page() {
 #[test]
 fn read_response_into_a_missing_local_page_waits_for_it() {
     let mut p = pair(QPT_RC);
-    let buf_b = p.d.ram.alloc(4096, 4096);
-    let key_b = p.d.reg_mr(PD, buf_b, 4096, ALL_ACCESS).unwrap();
+    let (buf_b, key_b) = p.d.buffer(PD, 4096, ALL_ACCESS);
     let msg = pattern(3, 3000);
     p.d.ram.write(buf_b, &msg);
     let iova = 0x2000_0000u64;
@@ -294,8 +290,7 @@ fn ud_send_from_a_missing_page_waits_for_it() {
     let gid = gid_v4(127, 0, 0, 1);
     let iova = 0x3000_0000u64;
     let key_a = reg_odp(&mut p.d, iova, 4096, ACCESS_LOCAL_WRITE);
-    let buf_b = p.d.ram.alloc(4096, 4096);
-    let key_b = p.d.reg_mr(PD, buf_b, 4096, ALL_ACCESS).unwrap();
+    let (buf_b, key_b) = p.d.buffer(PD, 4096, ALL_ACCESS);
     p.d.post_recv(&mut p.b, 1, &[sge(buf_b, 4096, key_b)]);
     let w = with_ud(
         send_wqe(4, WR_SEND, WQE_FLAG_SIGNALED, &[sge(iova, 256, key_a)]),
@@ -319,8 +314,7 @@ fn ud_send_from_a_missing_page_waits_for_it() {
 #[test]
 fn failed_pages_fail_the_access_with_protection_errors() {
     let mut p = pair(QPT_RC);
-    let buf_a = p.d.ram.alloc(4096, 4096);
-    let key_a = p.d.reg_mr(PD, buf_a, 4096, ALL_ACCESS).unwrap();
+    let (buf_a, key_a) = p.d.buffer(PD, 4096, ALL_ACCESS);
     let iova = 0x4000_0000u64;
     let key_b = reg_odp(&mut p.d, iova, 4096, ALL_ACCESS);
     assert_eq!(
@@ -346,8 +340,7 @@ fn failed_pages_fail_the_access_with_protection_errors() {
 #[test]
 fn odp_update_is_validated() {
     let mut p = pair(QPT_RC);
-    let buf = p.d.ram.alloc(4096, 4096);
-    let plain = p.d.reg_mr(PD, buf, 4096, ALL_ACCESS).unwrap();
+    let (buf, plain) = p.d.buffer(PD, 4096, ALL_ACCESS);
     let key = reg_odp(&mut p.d, 0x9000_0000, 2 * 4096, ALL_ACCESS);
     let list = p.d.ram.alloc(4096, 4096);
     p.d.ram.write(list, &(buf | ODP_PTE_PRESENT).to_le_bytes());
@@ -435,8 +428,7 @@ fn flush_of_an_on_demand_region_needs_no_present_page() {
 #[test]
 fn a_failed_page_fails_one_access_then_faults_again() {
     let mut p = pair(QPT_RC);
-    let buf_a = p.d.ram.alloc(4096, 4096);
-    let key_a = p.d.reg_mr(PD, buf_a, 4096, ALL_ACCESS).unwrap();
+    let (buf_a, key_a) = p.d.buffer(PD, 4096, ALL_ACCESS);
     let iova = 0x4000_0000u64;
     let key_b = reg_odp(&mut p.d, iova, 4096, ALL_ACCESS);
     assert_eq!(
@@ -483,8 +475,7 @@ fn a_failed_page_fails_one_access_then_faults_again() {
 fn read_of_an_untouched_region_faults_once_for_the_whole_range() {
     let mut p = pair(QPT_RC);
     let len = 8 * 4096u64;
-    let buf_a = p.d.ram.alloc(len, 4096);
-    let key_a = p.d.reg_mr(PD, buf_a, len, ALL_ACCESS).unwrap();
+    let (buf_a, key_a) = p.d.buffer(PD, len, ALL_ACCESS);
     let iova = 0x6000_0000u64;
     let key_b = reg_odp(&mut p.d, iova, len, ALL_ACCESS);
     let w = with_rdma(
@@ -527,8 +518,7 @@ fn no_page_fault_is_posted_while_eq0_is_half_full() {
     let mut p = pair(QPT_RC);
     let iova = 0x7000_0000u64;
     let key_a = reg_odp(&mut p.d, iova, 4096, ACCESS_LOCAL_WRITE);
-    let buf_b = p.d.ram.alloc(4096, 4096);
-    let key_b = p.d.reg_mr(PD, buf_b, 4096, ALL_ACCESS).unwrap();
+    let (buf_b, key_b) = p.d.buffer(PD, 4096, ALL_ACCESS);
     p.d.drain_eq(0);
     let half = (1u32 << TEST_EQ_LOG_DEPTH) / 2;
     for _ in 0..half {
@@ -566,8 +556,7 @@ fn unmap_of_a_faulting_page_lets_the_access_fault_again() {
     let mut p = pair(QPT_RC);
     let iova = 0x7100_0000u64;
     let key_a = reg_odp(&mut p.d, iova, 4096, ACCESS_LOCAL_WRITE);
-    let buf_b = p.d.ram.alloc(4096, 4096);
-    let key_b = p.d.reg_mr(PD, buf_b, 4096, ALL_ACCESS).unwrap();
+    let (buf_b, key_b) = p.d.buffer(PD, 4096, ALL_ACCESS);
     let w = with_rdma(
         send_wqe(
             60,

@@ -43,8 +43,7 @@ fn side(dir: &Path, last: u8, qp_type: u8, faults: Option<FaultConfig>) -> Side 
     let mut d = device(dir, last, faults);
     let cq = d.create_cq(10);
     let qp = d.create_qp(qp_type, PD, cq.id, cq.id, SRQ_NONE);
-    let buf = d.ram.alloc(BUF, 4096);
-    let key = d.reg_mr(PD, buf, BUF, ALL_ACCESS).unwrap();
+    let (buf, key) = d.buffer(PD, BUF, ALL_ACCESS);
     Side {
         d,
         cq,
@@ -352,16 +351,14 @@ fn rc_64_writes_of_1_mib_posted_at_once_all_arrive() {
     };
     a.connect_with(&qa, gid_v4(127, 0, 1, 2), qb.qpn, ALL_ACCESS, &p);
     b.connect_with(&qb, gid_v4(127, 0, 1, 1), qa.qpn, ALL_ACCESS, &p);
-    let src = a.ram.alloc(SOURCES * MSG, 4096);
-    let src_key = a.reg_mr(PD, src, SOURCES * MSG, ALL_ACCESS).unwrap();
+    let (src, src_key) = a.buffer(PD, SOURCES * MSG, ALL_ACCESS);
     let patterns: Vec<Vec<u8>> = (0..SOURCES)
         .map(|i| pattern(100 + i, MSG as usize))
         .collect();
     for (i, p) in patterns.iter().enumerate() {
         a.ram.write(src + i as u64 * MSG, p);
     }
-    let dst = b.ram.alloc(WRITES * MSG, 4096);
-    let dst_key = b.reg_mr(PD, dst, WRITES * MSG, ALL_ACCESS).unwrap();
+    let (dst, dst_key) = b.buffer(PD, WRITES * MSG, ALL_ACCESS);
     for i in 0..WRITES {
         let w = with_rdma(
             send_wqe(
@@ -553,8 +550,7 @@ fn bad_frames_on_the_port_are_dropped_and_counted_and_netdev_traffic_goes_on() {
     let mut cq = r.d.create_cq(6);
     let mut ud = r.d.create_qp(QPT_UD, PD, cq.id, cq.id, SRQ_NONE);
     r.d.activate_ud(&ud, UD_QKEY);
-    let buf = r.d.ram.alloc(4096, 4096);
-    let key = r.d.reg_mr(PD, buf, 4096, ALL_ACCESS).unwrap();
+    let (buf, key) = r.d.buffer(PD, 4096, ALL_ACCESS);
     r.d.post_recv(&mut ud, 1, &[sge(buf, 4096, key)]);
     let deth = |qkey| {
         Some(wire::Deth {
@@ -733,8 +729,7 @@ fn same_device_loopback_without_a_port_and_never_on_the_wire_with_one() {
         let mut q2 = d.create_qp(QPT_RC, PD, cq.id, cq.id, SRQ_NONE);
         d.connect(&q1, gid, q2.qpn, ALL_ACCESS);
         d.connect(&q2, gid, q1.qpn, ALL_ACCESS);
-        let buf = d.ram.alloc(65536, 4096);
-        let key = d.reg_mr(PD, buf, 65536, ALL_ACCESS).unwrap();
+        let (buf, key) = d.buffer(PD, 65536, ALL_ACCESS);
         let msg = pattern(5, 10_000);
         d.ram.write(buf, &msg);
         d.post_recv(&mut q2, 1, &[sge(buf + 32768, 16384, key)]);
@@ -854,8 +849,7 @@ fn mcast(qpn: Qpn, gid: [u8; 16]) -> AdminPayload {
 fn ud_receiver(r: &mut Rig, cq: &TestCq, qkey: u32, wr_id: u64) -> (TestQp, u64) {
     let mut qp = r.d.create_qp(QPT_UD, PD, cq.id, cq.id, SRQ_NONE);
     r.d.activate_ud(&qp, qkey);
-    let buf = r.d.ram.alloc(4096, 4096);
-    let key = r.d.reg_mr(PD, buf, 4096, ALL_ACCESS).unwrap();
+    let (buf, key) = r.d.buffer(PD, 4096, ALL_ACCESS);
     r.d.post_recv(&mut qp, wr_id, &[sge(buf, 4096, key)]);
     (qp, buf)
 }
@@ -1082,8 +1076,7 @@ fn multicast_send_goes_on_the_wire_and_loops_back_to_attached_qps() {
     for q in [&sender, &member] {
         r.d.admin_ok(ADMIN_OP_ATTACH_MCAST, mcast(q.qpn, group));
     }
-    let data = r.d.ram.alloc(4096, 4096);
-    let key = r.d.reg_mr(PD, data, 4096, ALL_ACCESS).unwrap();
+    let (data, key) = r.d.buffer(PD, 4096, ALL_ACCESS);
     r.d.ram.write(data, b"to all");
     let mut w = with_ud(
         send_wqe(9, WR_SEND, WQE_FLAG_SIGNALED, &[sge(data, 6, key)]),

@@ -5,7 +5,8 @@
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
-use rox_nic::device::sys::EventFd;
+use rox_nic::device::doorbell::DoorbellBar;
+use rox_nic::device::EventFd;
 use rox_nic::testkit::{GuestRam, RAM_BASE};
 use rox_nic::{DeviceConfig, RoxNic};
 use rox_uapi::admin::*;
@@ -58,24 +59,15 @@ fn vfio_user_client_programs_the_device() {
     assert_eq!(db.size, BAR_DB_SIZE);
     assert_eq!(db.sparse_areas.len(), 1);
     assert!(db.flags & VFIO_REGION_INFO_FLAG_MMAP != 0);
-    let db_fd = db
+    let db_file = db
         .file_offset
         .as_ref()
         .expect("doorbell BAR comes with an mmap fd")
         .file()
-        .as_raw_fd();
-    // SAFETY: mapping the fd the server sent for BAR2, as QEMU does.
-    let db_map = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            BAR_DB_SIZE as usize,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED,
-            db_fd,
-            0,
-        )
-    };
-    assert_ne!(db_map, libc::MAP_FAILED);
+        .try_clone()
+        .unwrap();
+    // Mapped from the fd the server sent for BAR2, as QEMU does.
+    let db_map = DoorbellBar::map(db_file).unwrap();
 
     // Guest RAM and interrupts.
     let mut ram = GuestRam::new(RAM_BASE, RAM_SIZE);
@@ -146,10 +138,7 @@ fn vfio_user_client_programs_the_device() {
     assert_eq!(eqe.event_type, EQE_TYPE_ADMIN);
 
     // The device announces idleness in the doorbell page the client mapped.
-    // SAFETY: db_map maps the whole doorbell BAR (every page of it) for the rest of the test.
-    let idle = |page: usize| unsafe {
-        std::ptr::read_volatile((db_map as *const u8).add(page * ROX_PAGE_SIZE) as *const u32)
-    };
+    let idle = |page: u32| db_map.idle(page);
     let start = Instant::now();
     while idle(3) != DB_DEVICE_IDLE {
         assert!(
@@ -168,8 +157,7 @@ fn vfio_user_client_programs_the_device() {
     }
     assert_eq!(rd(&mut c, REG_ADMIN_CTRL), 0);
 
-    // SAFETY: our mapping.
-    unsafe { libc::munmap(db_map, BAR_DB_SIZE as usize) };
+    drop(db_map);
     c.shutdown().unwrap();
     drop(c);
     thread.join().unwrap();
@@ -308,8 +296,7 @@ fn testkit_over_socket_runs_traffic_events_and_wake() {
     let mut cq = d.create_cq(6);
     let mut qp = d.create_qp(QPT_RC, PD, cq.id, cq.id, SRQ_NONE);
     d.connect(&qp, gid, qp.qpn, all);
-    let buf = d.ram.alloc(1 << 16, 4096);
-    let key = d.reg_mr(PD, buf, 1 << 16, all).unwrap();
+    let (buf, key) = d.buffer(PD, 1 << 16, all);
     d.ram.write(buf, &pattern(5, 9000));
     // SEND to itself with an armed CQ: CQEs, a completion event, MSI-X through SET_IRQS eventfds.
     d.post_recv(

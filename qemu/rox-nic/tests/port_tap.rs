@@ -4,6 +4,10 @@
 //! on the interface. Needs CAP_SYS_ADMIN, /dev/net/tun and `ip`; without them the test says so
 //! and checks nothing.
 
+// The host side of the test (making the tap up, a raw packet socket) is system calls rox-nic
+// itself never makes.
+#![allow(unsafe_code)]
+
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 

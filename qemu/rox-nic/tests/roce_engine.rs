@@ -1263,41 +1263,6 @@ fn work_posted_before_rts_is_sent_on_rts() {
     assert_eq!(net.devs[1].env.bytes(RECV_AREA, 5), b"early");
 }
 
-#[test]
-fn rtr_without_address_vector_is_refused_for_connected_qps() {
-    let mut net = Net::new(&[gid_v4(1)]);
-    let (engine, env) = net.dev(0);
-    let qpn = Qpn::new(5).unwrap();
-    engine
-        .create_qp(QpConfig {
-            qpn,
-            qp_type: QpType::Rc,
-            pd: PD,
-            uses_srq: false,
-        })
-        .unwrap();
-    let e = engine
-        .modify_qp(
-            env,
-            qpn,
-            &QpModify {
-                state: Some(QpState::Rtr),
-                ..Default::default()
-            },
-        )
-        .unwrap_err();
-    assert_eq!(e, EngineError::MissingAttribute(qpn, "av"));
-    assert_eq!(
-        engine.create_qp(QpConfig {
-            qpn,
-            qp_type: QpType::Rc,
-            pd: PD,
-            uses_srq: false
-        }),
-        Err(EngineError::QpExists(qpn))
-    );
-}
-
 /// Well-formed packets (valid ICRC) with random opcodes, PSNs, keys, addresses and lengths,
 /// plus raw garbage: the engine must neither panic nor touch memory outside registered regions.
 #[test]

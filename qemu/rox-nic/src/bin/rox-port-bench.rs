@@ -9,11 +9,14 @@
 //! bridge. The taps and the bridge live in a network namespace private to this process (it
 //! vanishes with the process, so nothing is left behind); that part needs root.
 
+#![deny(unsafe_code)]
+
 use std::process::{Command, ExitCode};
 
 use clap::Parser;
 use rox_nic::port::limit::{dgram_wire, port_limit, RAW_FRAME_BYTES};
 use rox_nic::port::LinkSpec;
+use rox_nic::sys;
 
 #[derive(Parser, Debug)]
 #[command(about = "Raw frames/s and MB/s of the wires a rox-nic port can own")]
@@ -39,13 +42,8 @@ fn ip(args: &[&str]) -> Result<(), String> {
 
 /// Two taps on a bridge, in a network namespace of this process's own.
 fn private_bridge(mtu: usize) -> Result<(LinkSpec, LinkSpec), String> {
-    // SAFETY: unshare only changes this (still single-threaded) process's namespaces.
-    if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
-        return Err(format!(
-            "unshare(CLONE_NEWNET): {} (needs root)",
-            std::io::Error::last_os_error()
-        ));
-    }
+    sys::net::unshare_network_namespace()
+        .map_err(|e| format!("unshare(CLONE_NEWNET): {e} (needs root)"))?;
     let mtu = mtu.to_string();
     ip(&["link", "add", "br0", "mtu", &mtu, "type", "bridge"])?;
     for tap in ["tapa", "tapb"] {

@@ -5,11 +5,12 @@ use rox_uapi::queue::*;
 use rox_uapi::regs::*;
 use rox_uapi::verbs::*;
 
-use super::hw::{
-    load_page_list, load_ring, pages_cover, posted_entries, region_access_valid, region_fits, Cq,
-    FastRegState, Hw, Mr, Mw, Qp, Srq, FIRST_QPN, ODP_PTE_FAILED,
-};
 use super::qp_state::check_modify;
+use super::region::{
+    pages_cover, region_access_valid, region_fits, FastRegState, Mr, Mw, ODP_PTE_FAILED,
+};
+use super::ring::{load_page_list, load_ring, posted_entries};
+use super::state::{Cq, Hw, Qp, Srq, FIRST_QPN};
 use crate::dma::{as_bytes, from_bytes, Pod};
 use crate::roce::{AddressVector, Engine, Mtu, QpConfig, QpModify, QpState, QpType};
 use core::mem::size_of;
@@ -213,7 +214,7 @@ fn reg_mr(hw: &mut Hw, c: &RegMrCmd) -> AdminResult<MrKeys> {
     {
         return Err(ADMIN_STATUS_BAD_PARAM);
     }
-    if hw.mrs.len() >= DEV_MAX_MR as usize {
+    if hw.mem_table.mrs.len() >= DEV_MAX_MR as usize {
         return Err(ADMIN_STATUS_NO_RESOURCES);
     }
     let physical = c.flags & MR_FLAG_PHYSICAL != 0;
@@ -251,7 +252,7 @@ fn reg_mr(hw: &mut Hw, c: &RegMrCmd) -> AdminResult<MrKeys> {
         (pages, c.pbl.page_shift as u32)
     };
     let key = alloc_key(hw);
-    hw.mrs.insert(
+    hw.mem_table.mrs.insert(
         key.index(),
         Mr {
             key,
@@ -279,11 +280,11 @@ fn alloc_fast_reg_mr(hw: &mut Hw, c: &RegMrCmd) -> AdminResult<MrKeys> {
     if c.flags != MR_FLAG_FAST_REG || c.pbl.npages == 0 || c.pbl.npages > DEV_MAX_FAST_REG_PAGES {
         return Err(ADMIN_STATUS_BAD_PARAM);
     }
-    if hw.mrs.len() >= DEV_MAX_MR as usize {
+    if hw.mem_table.mrs.len() >= DEV_MAX_MR as usize {
         return Err(ADMIN_STATUS_NO_RESOURCES);
     }
     let key = alloc_key(hw);
-    hw.mrs.insert(
+    hw.mem_table.mrs.insert(
         key.index(),
         Mr {
             key,
@@ -311,7 +312,10 @@ fn alloc_fast_reg_mr(hw: &mut Hw, c: &RegMrCmd) -> AdminResult<MrKeys> {
 /// Maps, unmaps or fails pages of an on-demand region. Admin commands run between data-path
 /// passes, so once this returns no access uses an unmapped page.
 fn odp_update(hw: &mut Hw, c: &OdpUpdateCmd) -> AdminResult {
-    let mr = hw.mr(c.key).map_err(|_| ADMIN_STATUS_BAD_HANDLE)?;
+    let mr = hw
+        .mem_table
+        .mr(c.key)
+        .map_err(|_| ADMIN_STATUS_BAD_HANDLE)?;
     if !mr.odp {
         return Err(ADMIN_STATUS_BAD_HANDLE);
     }
@@ -352,7 +356,11 @@ fn odp_update(hw: &mut Hw, c: &OdpUpdateCmd) -> AdminResult {
         ODP_OP_FAIL => vec![ODP_PTE_FAILED; c.npages as usize],
         _ => return Err(ADMIN_STATUS_BAD_PARAM),
     };
-    let mr = hw.mrs.get_mut(&c.key.index()).expect("looked up above");
+    let mr = hw
+        .mem_table
+        .mrs
+        .get_mut(&c.key.index())
+        .expect("looked up above");
     mr.pages[first..end].copy_from_slice(&new);
     Ok(())
 }
@@ -366,14 +374,15 @@ fn dereg_mr(hw: &mut Hw, lkey: Key) -> AdminResult {
     let index = lkey.index();
     let named = !lkey.is_window()
         && hw
+            .mem_table
             .mrs
             .get(&index)
             .is_some_and(|mr| mr.key == lkey || mr.fast_reg.is_some());
     if !named {
         return Err(ADMIN_STATUS_BAD_HANDLE);
     }
-    hw.mrs.remove(&index);
-    hw.unbind_windows_into(index);
+    hw.mem_table.mrs.remove(&index);
+    hw.mem_table.unbind_windows_into(index);
     Ok(())
 }
 
@@ -381,17 +390,17 @@ fn alloc_mw(hw: &mut Hw, c: &AllocMwCmd) -> AdminResult<Key> {
     if !matches!(c.mw_type, MW_TYPE_1 | MW_TYPE_2) {
         return Err(ADMIN_STATUS_BAD_PARAM);
     }
-    if hw.mws.len() >= DEV_MAX_MW as usize {
+    if hw.mem_table.mws.len() >= DEV_MAX_MW as usize {
         return Err(ADMIN_STATUS_NO_RESOURCES);
     }
-    let mws = &hw.mws;
+    let mws = &hw.mem_table.mws;
     let index = next_id(&mut hw.next_mw, 1, |i| {
         i > Key::MAX_INDEX || mws.contains_key(&i)
     });
     // The first rkey's key part is random too; binds change it (librox increments it for type
     // 1 windows, the binder chooses it for type 2).
     let rkey = Key::window(index, random_key_part());
-    hw.mws.insert(
+    hw.mem_table.mws.insert(
         index,
         Mw {
             pd: c.pd,
@@ -407,7 +416,8 @@ fn dealloc_mw(hw: &mut Hw, rkey: Key) -> AdminResult {
     if !rkey.is_window() {
         return Err(ADMIN_STATUS_BAD_HANDLE);
     }
-    hw.mws
+    hw.mem_table
+        .mws
         .remove(&rkey.index())
         .map(|_| ())
         .ok_or(ADMIN_STATUS_BAD_HANDLE)
@@ -425,7 +435,7 @@ fn alloc_key(hw: &mut Hw) -> Key {
         } else {
             index + 1
         };
-        if !hw.mrs.contains_key(&index) {
+        if !hw.mem_table.mrs.contains_key(&index) {
             return Key::region(index, random_key_part());
         }
     }
@@ -914,7 +924,7 @@ fn destroy_qp(hw: &mut Hw, engine: &mut Engine, qpn: Qpn) -> AdminResult {
     }
     // A type 2 window bound to the QP dies with it: a later QP that reuses the number must
     // not inherit the binding.
-    for mw in hw.mws.values_mut() {
+    for mw in hw.mem_table.mws.values_mut() {
         if mw.binding.is_some_and(|b| b.qpn == Some(qpn)) {
             mw.binding = None;
         }

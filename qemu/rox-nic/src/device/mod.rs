@@ -7,9 +7,16 @@
 
 pub mod admin;
 pub mod datapath;
-pub mod hw;
+pub mod doorbell;
+pub(crate) mod env;
+pub(crate) mod events;
+pub(crate) mod mem;
+pub(crate) mod odp;
 pub mod qp_state;
-pub mod sys;
+pub(crate) mod recv;
+pub(crate) mod region;
+pub(crate) mod ring;
+pub(crate) mod state;
 
 use std::fs::File;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -21,7 +28,10 @@ use rox_uapi::regs::*;
 
 use crate::dma::{GuestMemory, MappedRegion};
 use crate::pci::ConfigSpace;
-use sys::{DoorbellBar, EventFd};
+use doorbell::DoorbellBar;
+
+/// The eventfd type of the device's wake-up and interrupt vectors.
+pub use crate::sys::fd::EventFd;
 
 /// Everything needed to build a device.
 #[derive(Clone, Debug)]

@@ -121,6 +121,17 @@ pub struct Sent {
     pub calls: u64,
 }
 
+impl Sent {
+    /// Every one of `frames` frames lost at once (no peer to send to).
+    pub fn all_lost(frames: usize) -> Sent {
+        Sent {
+            taken: frames,
+            dropped: frames,
+            calls: 0,
+        }
+    }
+}
+
 /// Receive buffers for one batch: [`BATCH`] slots of `slot_len` bytes, one frame each.
 pub struct RxBatch {
     slots: Vec<u8>,

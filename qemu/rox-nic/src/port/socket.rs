@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use super::{FrameRef, RxBatch, Sent, BATCH};
+use crate::sys;
 
 /// How often a socket whose peer is missing tries to reach it again.
 pub const RECONNECT_INTERVAL: Duration = Duration::from_millis(100);
@@ -34,19 +35,8 @@ fn remove_stale_socket(path: &Path) {
 /// it. A small buffer only means more back-pressure.
 fn set_buffer(fd: RawFd, force: libc::c_int, capped: libc::c_int) {
     let size = SOCKET_BUFFER_BYTES;
-    let set = |option| {
-        // SAFETY: setsockopt reads `size_of::<c_int>()` bytes from a valid c_int.
-        unsafe {
-            libc::setsockopt(
-                fd,
-                libc::SOL_SOCKET,
-                option,
-                (&size as *const libc::c_int).cast(),
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-            )
-        }
-    };
-    if set(force) != 0 {
+    let set = |option| sys::net::set_socket_int(fd, option, size);
+    if !set(force) {
         set(capped);
     }
 }
@@ -93,93 +83,39 @@ impl Dgram {
     pub fn recv(&mut self, batch: &mut RxBatch) -> std::io::Result<usize> {
         batch.clear();
         let slot_len = batch.slot_len;
-        // SAFETY: iovec is plain C data; all zeroes is a valid value.
-        let mut iovs: [libc::iovec; BATCH] = unsafe { std::mem::zeroed() };
-        // SAFETY: mmsghdr is plain C data; all zeroes is a valid value.
-        let mut msgs: [libc::mmsghdr; BATCH] = unsafe { std::mem::zeroed() };
-        for ((m, iov), slot) in msgs
-            .iter_mut()
-            .zip(iovs.iter_mut())
-            .zip(batch.slots.chunks_exact_mut(slot_len))
-        {
-            *iov = libc::iovec {
-                iov_base: slot.as_mut_ptr().cast(),
-                iov_len: slot.len(),
-            };
-            m.msg_hdr.msg_iov = iov;
-            m.msg_hdr.msg_iovlen = 1;
-        }
-        // SAFETY: each message's single iovec points into `batch.slots`, alive and exclusively
-        // borrowed across the call; no timeout pointer.
-        let n = unsafe {
-            libc::recvmmsg(
-                self.socket.as_raw_fd(),
-                msgs.as_mut_ptr(),
-                BATCH as libc::c_uint,
-                libc::MSG_DONTWAIT,
-                std::ptr::null_mut(),
-            )
-        };
-        if n < 0 {
-            let e = std::io::Error::last_os_error();
-            return match e.kind() {
-                ErrorKind::WouldBlock | ErrorKind::Interrupted => Ok(0),
-                _ => Err(e),
-            };
-        }
-        for m in &msgs[..n as usize] {
+        let mut lens = [0usize; BATCH];
+        let n = sys::net::recv_datagrams(
+            self.socket.as_raw_fd(),
+            &mut batch.slots,
+            slot_len,
+            &mut lens,
+        )?;
+        for &len in &lens[..n] {
             // A datagram longer than a slot arrives cut to the slot: longer than any valid
             // frame, so the classifier drops it as oversize.
-            batch.push_len(m.msg_len as usize);
+            batch.push_len(len);
         }
-        Ok(n as usize)
+        Ok(n)
     }
 
     /// Sends `frames` with `sendmmsg`, [`BATCH`] at a time; stops where the peer cannot take
     /// more (the rest stays with the caller).
     pub fn send(&mut self, frames: &[FrameRef]) -> Sent {
-        let mut sent = Sent::default();
         if !self.try_connect() {
-            sent.taken = frames.len();
-            sent.dropped = frames.len();
-            return sent;
+            return Sent::all_lost(frames.len());
         }
+        let mut sent = Sent::default();
         while sent.taken < frames.len() {
-            let chunk = &frames[sent.taken..(sent.taken + BATCH).min(frames.len())];
-            // SAFETY: iovec is plain C data; all zeroes is a valid value.
-            let mut iovs: [[libc::iovec; 2]; BATCH] = unsafe { std::mem::zeroed() };
-            // SAFETY: mmsghdr is plain C data; all zeroes is a valid value.
-            let mut msgs: [libc::mmsghdr; BATCH] = unsafe { std::mem::zeroed() };
-            for (i, f) in chunk.iter().enumerate() {
-                iovs[i] = [
-                    libc::iovec {
-                        iov_base: f.head.as_ptr() as *mut libc::c_void,
-                        iov_len: f.head.len(),
-                    },
-                    libc::iovec {
-                        iov_base: f.body.as_ptr() as *mut libc::c_void,
-                        iov_len: f.body.len(),
-                    },
-                ];
-                msgs[i].msg_hdr.msg_iov = iovs[i].as_mut_ptr();
-                msgs[i].msg_hdr.msg_iovlen = 2;
-            }
-            // SAFETY: the first `chunk.len()` messages point into `iovs` and `chunk`, alive
-            // across the call; the kernel only reads them (and writes msg_len).
-            let n = unsafe {
-                libc::sendmmsg(
-                    self.socket.as_raw_fd(),
-                    msgs.as_mut_ptr(),
-                    chunk.len() as libc::c_uint,
-                    libc::MSG_DONTWAIT,
-                )
+            let chunk = &frames[sent.taken..];
+            let e = match sys::net::send_datagrams::<BATCH>(self.socket.as_raw_fd(), chunk) {
+                Ok(0) => break,
+                Ok(n) => {
+                    sent.taken += n;
+                    sent.calls += 1;
+                    continue;
+                }
+                Err(e) => e,
             };
-            if n > 0 {
-                sent.taken += n as usize;
-                sent.calls += 1;
-                continue;
-            }
-            let e = std::io::Error::last_os_error();
             match e.raw_os_error() {
                 Some(libc::EAGAIN) | Some(libc::ENOBUFS) => break,
                 Some(libc::EINTR) => continue,
@@ -368,12 +304,10 @@ impl Stream {
     /// Frames and writes `frames`; what the socket cannot take now stays buffered (up to a
     /// limit, beyond which the rest stays with the caller).
     pub fn send(&mut self, frames: &[FrameRef]) -> Sent {
-        let mut sent = Sent::default();
         if !self.try_connect() {
-            sent.taken = frames.len();
-            sent.dropped = frames.len();
-            return sent;
+            return Sent::all_lost(frames.len());
         }
+        let mut sent = Sent::default();
         for f in frames {
             let len = f.head.len() + f.body.len();
             if self.wbuf.len() + STREAM_LENGTH_LEN + len > STREAM_WRITE_LIMIT {

@@ -2,11 +2,12 @@
 //! /dev/net/tun (IFF_TAP | IFF_NO_PI), non-blocking.
 
 use std::fs::{File, OpenOptions};
-use std::io::ErrorKind;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::io::{ErrorKind, IoSlice, Read, Write};
+use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::fs::OpenOptionsExt;
 
 use super::{FrameRef, RxBatch, Sent, BATCH};
+use crate::sys;
 
 const TUN_DEVICE: &str = "/dev/net/tun";
 
@@ -14,30 +15,11 @@ pub struct Tap {
     file: File,
 }
 
-/// An `ifreq` naming `name` (at most IFNAMSIZ - 1 bytes).
-fn ifreq(name: &str) -> std::io::Result<libc::ifreq> {
-    let bytes = name.as_bytes();
-    if bytes.is_empty() || bytes.len() >= libc::IFNAMSIZ || bytes.contains(&0) {
-        return Err(std::io::Error::new(
-            ErrorKind::InvalidInput,
-            format!("{name:?} is not an interface name"),
-        ));
-    }
-    // SAFETY: ifreq is plain C data; all zeroes is a valid empty request.
-    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
-    for (d, s) in req.ifr_name.iter_mut().zip(bytes) {
-        *d = *s as libc::c_char;
-    }
-    Ok(req)
-}
-
 impl Tap {
     /// Attaches to the existing tap interface `name` (TUNSETIFF would create a missing one:
     /// a tap nobody wired up is refused instead).
     pub fn open(name: &str) -> std::io::Result<Tap> {
-        let req = ifreq(name)?;
-        // SAFETY: `ifr_name` is a NUL-terminated name (ifreq leaves at least one NUL).
-        if unsafe { libc::if_nametoindex(req.ifr_name.as_ptr()) } == 0 {
+        if !sys::net::interface_exists(name)? {
             return Err(std::io::Error::new(
                 ErrorKind::NotFound,
                 format!("no interface {name} in this network namespace"),
@@ -48,36 +30,14 @@ impl Tap {
             .write(true)
             .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
             .open(TUN_DEVICE)?;
-        let mut req = ifreq(name)?;
-        req.ifr_ifru.ifru_flags = (libc::IFF_TAP | libc::IFF_NO_PI) as libc::c_short;
-        // SAFETY: TUNSETIFF reads and writes one ifreq, which lives across the call.
-        if unsafe { libc::ioctl(file.as_raw_fd(), libc::TUNSETIFF as _, &mut req) } < 0 {
-            let e = std::io::Error::last_os_error();
-            return Err(std::io::Error::new(
-                e.kind(),
-                format!("attach to tap {name}: {e}"),
-            ));
-        }
+        sys::net::tap_attach(&file, name)
+            .map_err(|e| std::io::Error::new(e.kind(), format!("attach to tap {name}: {e}")))?;
         Ok(Tap { file })
     }
 
     /// The IP MTU of interface `name`.
     pub fn mtu(name: &str) -> std::io::Result<usize> {
-        // SAFETY: socket() has no memory arguments; the result is checked.
-        let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
-        if fd < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        // SAFETY: `fd` is a new socket this function owns.
-        let socket = unsafe { OwnedFd::from_raw_fd(fd) };
-        let mut req = ifreq(name)?;
-        // SAFETY: SIOCGIFMTU reads the name and writes the MTU of one ifreq that lives
-        // across the call.
-        if unsafe { libc::ioctl(socket.as_raw_fd(), libc::SIOCGIFMTU as _, &mut req) } < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        // SAFETY: SIOCGIFMTU filled the ifru_mtu member of the union.
-        Ok(unsafe { req.ifr_ifru.ifru_mtu } as usize)
+        sys::net::interface_mtu(name)
     }
 
     /// Up to [`BATCH`] frames, one `read` each; never waits.
@@ -85,18 +45,12 @@ impl Tap {
         batch.clear();
         while batch.len() < BATCH {
             let slot = batch.next_slot();
-            // SAFETY: `slot` is a writable buffer of `slot.len()` bytes.
-            let n =
-                unsafe { libc::read(self.file.as_raw_fd(), slot.as_mut_ptr().cast(), slot.len()) };
-            if n < 0 {
-                let e = std::io::Error::last_os_error();
-                match e.kind() {
-                    ErrorKind::WouldBlock => break,
-                    ErrorKind::Interrupted => continue,
-                    _ => return Err(e),
-                }
+            match (&self.file).read(slot) {
+                Ok(n) => batch.push_len(n),
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
             }
-            batch.push_len(n as usize);
         }
         Ok(batch.len())
     }
@@ -105,26 +59,14 @@ impl Tap {
     pub fn send(&mut self, frames: &[FrameRef]) -> Sent {
         let mut sent = Sent::default();
         for f in frames {
-            let iov = [
-                libc::iovec {
-                    iov_base: f.head.as_ptr() as *mut libc::c_void,
-                    iov_len: f.head.len(),
-                },
-                libc::iovec {
-                    iov_base: f.body.as_ptr() as *mut libc::c_void,
-                    iov_len: f.body.len(),
-                },
-            ];
-            // SAFETY: both iovecs point into `f`, alive across the call; writev only reads.
-            let n = unsafe { libc::writev(self.file.as_raw_fd(), iov.as_ptr(), 2) };
+            // One writev: a tap takes a frame per write.
+            let r = (&self.file).write_vectored(&[IoSlice::new(f.head), IoSlice::new(f.body)]);
             sent.calls += 1;
-            if n < 0 {
-                let e = std::io::Error::last_os_error();
-                if e.kind() == ErrorKind::WouldBlock {
-                    break;
-                }
+            match r {
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
                 // E.g. EIO while the interface is down: the frame is lost, like on a wire.
-                sent.dropped += 1;
+                Err(_) => sent.dropped += 1,
+                Ok(_) => {}
             }
             sent.taken += 1;
         }

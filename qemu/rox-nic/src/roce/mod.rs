@@ -118,6 +118,30 @@ pub struct SendWr {
     pub ud: Option<UdDest>,
 }
 
+impl SendWr {
+    /// A signaled WR `wr_id` of `opcode` with no payload, no remote target and no segments:
+    /// set the fields its opcode uses on the result.
+    pub fn new(wr_id: u64, opcode: WrOpcode) -> SendWr {
+        SendWr {
+            wr_id,
+            opcode,
+            signaled: true,
+            solicited: false,
+            fence: false,
+            data: SendData::Inline(Vec::new()),
+            imm: 0,
+            remote_addr: 0,
+            rkey: Key::default(),
+            compare_add: 0,
+            swap: 0,
+            flush: FlushSpec::default(),
+            bind: None,
+            fast_reg: None,
+            ud: None,
+        }
+    }
+}
+
 /// A memory window bind: the window whose rkey index `new_rkey` names gets
 /// `[addr, addr + length)` of the MR `lkey` (same PD as the QP) with `access`, and rkey
 /// `new_rkey`.

@@ -4,26 +4,45 @@
 //! operations) for the tests to look at.
 
 use std::collections::{HashMap, VecDeque};
+use std::ops::{Index, IndexMut};
 
+use crate::device::mem::MemTable;
+use crate::device::region::Mr;
+use crate::dma::SliceRam;
 use crate::roce::*;
 
 /// Guest-physical base of every mock device's memory (address 0 stays invalid).
 pub const MEM_BASE: u64 = 0x10_0000;
 pub const MEM_SIZE: usize = 4 << 20;
-#[derive(Clone, Copy, Debug)]
-pub struct Mr {
-    pub pd: u32,
-    pub key: Key,
-    pub addr: u64,
-    pub len: u64,
-    pub access: u32,
+/// The mock's regions: the device's protection table ([`MemTable`]), plus the order the test
+/// registered them in (`env.mrs[0]` is the first region a test registered).
+#[derive(Debug, Default)]
+pub struct MockRegions {
+    pub table: MemTable,
+    order: Vec<u32>,
+}
+
+impl Index<usize> for MockRegions {
+    type Output = Mr;
+    fn index(&self, n: usize) -> &Mr {
+        &self.table.mrs[&self.order[n]]
+    }
+}
+
+impl IndexMut<usize> for MockRegions {
+    fn index_mut(&mut self, n: usize) -> &mut Mr {
+        self.table
+            .mrs
+            .get_mut(&self.order[n])
+            .expect("registered regions stay")
+    }
 }
 
 /// A device's memory, MR table, receive queues and completion queue.
 pub struct MockEnv {
     pub now: u64,
     pub mem: Vec<u8>,
-    pub mrs: Vec<Mr>,
+    pub mrs: MockRegions,
     pub recv_queues: HashMap<Qpn, VecDeque<RecvWr>>,
     pub completions: Vec<Completion>,
     pub outbox: Vec<(Gid, Vec<u8>)>,
@@ -40,7 +59,7 @@ pub struct MockEnv {
     /// region whose page the driver is slow to map); `page_faults` counts the answers.
     pub fault_until: Option<(Key, u64)>,
     pub page_faults: u64,
-    next_key: u32,
+    next_index: u32,
 }
 
 /// A bind the mock refuses.
@@ -64,7 +83,7 @@ impl MockEnv {
         MockEnv {
             now: 0,
             mem: vec![0; MEM_SIZE],
-            mrs: Vec::new(),
+            mrs: MockRegions::default(),
             recv_queues: HashMap::new(),
             completions: Vec::new(),
             outbox: Vec::new(),
@@ -74,50 +93,37 @@ impl MockEnv {
             remote_bytes_read: 0,
             fault_until: None,
             page_faults: 0,
-            next_key: 0x100,
+            next_index: 0,
         }
     }
 
-    /// Registers `[addr, addr+len)`; lkey == rkey.
+    /// Registers `[addr, addr+len)` (guest-physical, like a DMA MR); lkey == rkey.
     pub fn reg_mr(&mut self, pd: u32, addr: u64, len: u64, access: u32) -> Key {
-        self.next_key += 1;
-        let key = Key::from_raw(self.next_key);
-        self.mrs.push(Mr {
-            pd,
-            key,
-            addr,
-            len,
-            access,
-        });
+        self.next_index += 1;
+        let key = Key::region(self.next_index, 0);
+        self.mrs.table.mrs.insert(
+            key.index(),
+            Mr {
+                key,
+                pd,
+                access,
+                iova: addr,
+                length: len,
+                offset: 0,
+                pages: Vec::new(),
+                page_shift: 0,
+                physical: true,
+                odp: false,
+                fast_reg: None,
+            },
+        );
+        self.mrs.order.push(key.index());
         key
     }
 
-    fn check(
-        &self,
-        pd: u32,
-        key: Key,
-        addr: u64,
-        len: usize,
-        need: u32,
-    ) -> Result<usize, AccessError> {
-        let mr = self
-            .mrs
-            .iter()
-            .find(|m| m.key == key)
-            .ok_or(AccessError::InvalidKey)?;
-        if mr.pd != pd {
-            return Err(AccessError::PdMismatch);
-        }
-        if mr.access & need != need {
-            return Err(AccessError::AccessDenied);
-        }
-        let end = addr
-            .checked_add(len as u64)
-            .ok_or(AccessError::OutOfBounds)?;
-        if addr < mr.addr || end > mr.addr + mr.len {
-            return Err(AccessError::OutOfBounds);
-        }
-        Ok((addr - MEM_BASE) as usize)
+    /// The memory as the protection table reaches it.
+    fn ram(&mut self) -> (&MemTable, SliceRam<'_>) {
+        (&self.mrs.table, SliceRam::new(MEM_BASE, &mut self.mem))
     }
 
     pub fn fill(&mut self, addr: u64, data: &[u8]) {
@@ -150,7 +156,8 @@ impl DeviceEnv for MockEnv {
         addr: u64,
         buf: &mut [u8],
     ) -> Result<(), AccessError> {
-        let at = self.check(pd, lkey, addr, buf.len(), 0)?;
+        let (table, ram) = self.ram();
+        table.read_local(&ram, pd, lkey, addr, buf)?;
         if self
             .fault_until
             .is_some_and(|(key, until)| key == lkey && self.now < until)
@@ -163,7 +170,6 @@ impl DeviceEnv for MockEnv {
                 count: 1,
             });
         }
-        buf.copy_from_slice(&self.mem[at..at + buf.len()]);
         Ok(())
     }
     fn write_local(
@@ -173,77 +179,53 @@ impl DeviceEnv for MockEnv {
         addr: u64,
         data: &[u8],
     ) -> Result<(), AccessError> {
-        let at = self.check(pd, lkey, addr, data.len(), ACCESS_LOCAL_WRITE)?;
-        self.mem[at..at + data.len()].copy_from_slice(data);
-        Ok(())
+        let (table, ram) = self.ram();
+        table.write_local(&ram, pd, lkey, addr, data)
     }
     fn read_remote(
         &mut self,
         pd: u32,
-        _qpn: Qpn,
+        qpn: Qpn,
         rkey: Key,
         va: u64,
         buf: &mut [u8],
     ) -> Result<(), AccessError> {
-        let at = self.check(pd, rkey, va, buf.len(), ACCESS_REMOTE_READ)?;
-        buf.copy_from_slice(&self.mem[at..at + buf.len()]);
+        let (table, ram) = self.ram();
+        table.read_remote(&ram, pd, qpn, rkey, va, buf)?;
         self.remote_bytes_read += buf.len() as u64;
         Ok(())
     }
     fn write_remote(
         &mut self,
         pd: u32,
-        _qpn: Qpn,
+        qpn: Qpn,
         rkey: Key,
         va: u64,
         data: &[u8],
     ) -> Result<(), AccessError> {
-        let at = self.check(pd, rkey, va, data.len(), ACCESS_REMOTE_WRITE)?;
-        self.mem[at..at + data.len()].copy_from_slice(data);
-        Ok(())
+        let (table, ram) = self.ram();
+        table.write_remote(&ram, pd, qpn, rkey, va, data)
     }
     fn check_remote_write(
         &mut self,
         pd: u32,
-        _qpn: Qpn,
+        qpn: Qpn,
         rkey: Key,
         va: u64,
         len: u64,
     ) -> Result<(), AccessError> {
-        let len = usize::try_from(len).map_err(|_| AccessError::OutOfBounds)?;
-        self.check(pd, rkey, va, len, ACCESS_REMOTE_WRITE)
-            .map(|_| ())
+        self.mrs.table.check_remote_write(pd, qpn, rkey, va, len)
     }
     fn atomic_remote(
         &mut self,
         pd: u32,
-        _qpn: Qpn,
+        qpn: Qpn,
         rkey: Key,
         va: u64,
         op: AtomicOp,
     ) -> Result<u64, AccessError> {
-        if !va.is_multiple_of(8) {
-            return Err(AccessError::Misaligned);
-        }
-        let need = match op {
-            AtomicOp::Write { .. } => ACCESS_REMOTE_WRITE,
-            _ => ACCESS_REMOTE_ATOMIC,
-        };
-        let at = self.check(pd, rkey, va, 8, need)?;
-        let old = u64::from_le_bytes(self.mem[at..at + 8].try_into().unwrap());
-        let new = match op {
-            AtomicOp::CompareSwap { compare, swap } => {
-                if old == compare {
-                    swap
-                } else {
-                    old
-                }
-            }
-            AtomicOp::FetchAdd { add } => old.wrapping_add(add),
-            AtomicOp::Write { value } => u64::from_le(value),
-        };
-        self.mem[at..at + 8].copy_from_slice(&new.to_le_bytes());
-        Ok(old)
+        let (table, ram) = self.ram();
+        table.atomic_remote(&ram, pd, qpn, rkey, va, op)
     }
     fn flush_remote(
         &mut self,
@@ -253,23 +235,7 @@ impl DeviceEnv for MockEnv {
         va: u64,
         flush: FlushSpec,
     ) -> Result<(), AccessError> {
-        let (len, whole_mr) = (flush.length, flush.level == FLUSH_LEVEL_MR);
-        let mut need = 0;
-        if flush.placement_type & FLUSH_TYPE_GLOBAL != 0 {
-            need |= ACCESS_FLUSH_GLOBAL;
-        }
-        if flush.placement_type & FLUSH_TYPE_PERSISTENT != 0 {
-            need |= ACCESS_FLUSH_PERSISTENT;
-        }
-        if whole_mr {
-            let mr = self
-                .mrs
-                .iter()
-                .find(|m| m.key == rkey)
-                .ok_or(AccessError::InvalidKey)?;
-            return self.check(pd, rkey, mr.addr, 0, need).map(|_| ());
-        }
-        self.check(pd, rkey, va, len as usize, need).map(|_| ())
+        self.mrs.table.flush_remote(pd, rkey, va, flush)
     }
     fn bind_mw(&mut self, _pd: u32, qpn: Qpn, bind: &MwBind) -> Result<(), AccessError> {
         self.local_ops.push((qpn, LocalOp::Bind(*bind)));

@@ -1,0 +1,260 @@
+//! Doorbells and send queues: scanning the doorbell pages and CQ arm words, fetching and
+//! decoding SQ WQEs for the engine, telling it about new receive WQEs, failing broken QPs.
+
+use super::*;
+use crate::dma::read_as;
+
+impl DataPath {
+    pub(super) fn scan_doorbells(&mut self) -> bool {
+        self.hw.stats[STAT_DOORBELL_SCANS] += 1;
+        let mut work = false;
+        // Reuse one buffer: this runs every few microseconds while busy.
+        let mut qpns = std::mem::take(&mut self.scan_buf);
+        qpns.clear();
+        qpns.extend(self.hw.qps.keys().copied());
+        for &qpn in &qpns {
+            work |= self.process_sq(qpn);
+            work |= self.process_rq(qpn);
+        }
+        self.scan_buf = qpns;
+        work | self.scan_cq_arms()
+    }
+
+    /// A CQ armed while it still holds unconsumed CQEs gets its event at once, so software
+    /// that arms after a poll never sleeps on a completion that already arrived.
+    pub(super) fn scan_cq_arms(&mut self) -> bool {
+        let mut fire = Vec::new();
+        for (&id, cq) in self.hw.cqs.iter_mut() {
+            let slot = self.shared.doorbells.slot(cq.db_page, cq.db_slot);
+            if CqArm::from_bits(slot.b).seq == cq.arm_seq {
+                continue;
+            }
+            Hw::update_arm(cq, slot.b);
+            if cq.armed != 0 && cq.pi != slot.a && !cq.error {
+                cq.armed = 0;
+                fire.push((id, cq.eqn));
+            }
+        }
+        for (id, eqn) in &fire {
+            self.hw.post_event(*eqn, EQE_TYPE_COMPLETION, *id, 0);
+        }
+        !fire.is_empty()
+    }
+
+    /// QPs the env found broken inside an engine call become fatal now.
+    pub(super) fn fail_broken_qps(&mut self) {
+        for (qpn, why) in std::mem::take(&mut self.hw.fatal_qps) {
+            self.qp_fatal(qpn, why);
+        }
+    }
+
+    /// A QP whose queues cannot be trusted any more: async event, error state (which reports
+    /// LAST_WQE for a QP with an SRQ).
+    pub(super) fn qp_fatal(&mut self, qpn: Qpn, why: u16) {
+        if let Some(qp) = self.hw.qps.get_mut(&qpn) {
+            qp.broken = true;
+        }
+        self.hw
+            .async_event(EQE_TYPE_QP_FATAL, qpn.get(), why as u32);
+        let _ = self.engine.set_error(&mut self.hw, qpn);
+    }
+
+    pub(super) fn process_sq(&mut self, qpn: Qpn) -> bool {
+        let Some(qp) = self.hw.qps.get(&qpn) else {
+            return false;
+        };
+        if qp.broken {
+            return false;
+        }
+        let state = current_state(&self.hw, &self.engine, qpn);
+        // WQEs posted before RTS wait; in SQD new WQEs wait for the return to RTS.
+        if !matches!(state, QPS_RTS | QPS_SQE | QPS_ERR) {
+            return false;
+        }
+        let pi = self.shared.doorbells.slot(qp.db_page, qp.db_slot).a;
+        let pending = match posted_entries(pi, qp.sq_ci, qp.sq.depth) {
+            Ok(0) => return false,
+            Ok(n) => n,
+            Err(WildIndex) => {
+                self.qp_fatal(qpn, VENDOR_ERR_WILD_INDEX);
+                return true;
+            }
+        };
+        for _ in 0..pending.min(SQ_BATCH) {
+            let Some(qp) = self.hw.qps.get_mut(&qpn) else {
+                return true;
+            };
+            let addr = qp.sq.entry_addr(qp.sq_ci);
+            qp.sq_ci = qp.sq_ci.wrapping_add(1);
+            let sig_all = qp.sq_sig_all;
+            let qp_type = qp.qp_type;
+            let wqe: SqWqe = match self.hw.mem.read_obj(addr) {
+                Ok(w) => w,
+                Err(_) => {
+                    self.qp_fatal(qpn, VENDOR_ERR_BAD_DMA);
+                    return true;
+                }
+            };
+            self.hw.stats[STAT_SEND_WQES] += 1;
+            match decode_send(&self.hw, qp_type, sig_all, &wqe) {
+                Ok(wr) => {
+                    let _ = self.engine.post_send(&mut self.hw, qpn, wr);
+                }
+                Err((status, vendor_err)) => {
+                    // Completes behind the WRs already in the engine, then the QP leaves RTS.
+                    self.hw.stats[STAT_WQE_ERRORS] += 1;
+                    let failed = FailedWr {
+                        wr_id: wqe.wr_id,
+                        // An unknown opcode completes as a SEND (what ibv reports for it).
+                        opcode: WrOpcode::from_u8(wqe.opcode).unwrap_or(WrOpcode::Send),
+                        status,
+                        vendor_err,
+                    };
+                    let _ = self.engine.post_failed(&mut self.hw, qpn, failed);
+                }
+            }
+        }
+        true
+    }
+
+    /// Receive WQEs are consumed on demand by the engine; the doorbell only matters to flush
+    /// new ones in the error state.
+    pub(super) fn process_rq(&mut self, qpn: Qpn) -> bool {
+        let Some(qp) = self.hw.qps.get(&qpn) else {
+            return false;
+        };
+        if qp.rq.is_none() || qp.broken {
+            return false;
+        }
+        let pi = self.shared.doorbells.slot(qp.db_page, qp.db_slot).b;
+        if pi == qp.rq_pi_seen {
+            return false;
+        }
+        if let Some(qp) = self.hw.qps.get_mut(&qpn) {
+            qp.rq_pi_seen = pi;
+        }
+        if current_state(&self.hw, &self.engine, qpn) == QPS_ERR {
+            let _ = self.engine.recv_posted(&mut self.hw, qpn);
+            return true;
+        }
+        false
+    }
+}
+
+/// Decode a send WQE. Errors are (WC status, vendor_err) for the error CQE.
+pub fn decode_send(
+    hw: &Hw,
+    qp_type: u8,
+    sig_all: bool,
+    w: &SqWqe,
+) -> Result<SendWr, (WcStatus, u16)> {
+    let opcode =
+        WrOpcode::from_u8(w.opcode).ok_or((WcStatus::LocQpOpErr, VENDOR_ERR_BAD_OPCODE))?;
+    let flags =
+        WqeFlags::from_bits(w.flags).ok_or((WcStatus::LocQpOpErr, VENDOR_ERR_BAD_OPCODE))?;
+    let data = if flags.contains(WqeFlags::INLINE) {
+        if w.inline_len > SQ_MAX_INLINE {
+            return Err((WcStatus::LocLenErr, VENDOR_ERR_BAD_INLINE));
+        }
+        SendData::Inline(w.data[..w.inline_len as usize].to_vec())
+    } else {
+        if w.num_sge as u32 > SQ_MAX_SGE {
+            return Err((WcStatus::LocQpOpErr, VENDOR_ERR_BAD_SGE_COUNT));
+        }
+        let sges = w.data[..w.num_sge as usize * size_of::<Sge>()]
+            .chunks_exact(size_of::<Sge>())
+            .map(|b| {
+                let s: Sge = crate::dma::from_bytes(b);
+                roce::Sge {
+                    addr: s.addr,
+                    length: s.length,
+                    lkey: s.lkey,
+                }
+            })
+            .collect();
+        SendData::Sges(sges)
+    };
+    let mut wr = SendWr {
+        wr_id: w.wr_id,
+        opcode,
+        signaled: sig_all || flags.contains(WqeFlags::SIGNALED),
+        solicited: flags.contains(WqeFlags::SOLICITED),
+        fence: flags.contains(WqeFlags::FENCE),
+        data,
+        imm: u32::from_be(w.imm_data),
+        remote_addr: 0,
+        rkey: Key::default(),
+        compare_add: 0,
+        swap: 0,
+        flush: FlushSpec::default(),
+        bind: None,
+        fast_reg: None,
+        ud: None,
+    };
+    if qp_type == QPT_UD || qp_type == QPT_GSI {
+        let ud: UdSeg = read_as(&w.seg);
+        let sgid = hw
+            .gids
+            .get(ud.sgid_index as usize)
+            .copied()
+            .flatten()
+            .ok_or((WcStatus::LocQpOpErr, VENDOR_ERR_BAD_OPCODE))?;
+        wr.ud = Some(UdDest {
+            av: AddressVector {
+                dgid: ud.dgid,
+                sgid,
+                traffic_class: ud.traffic_class,
+                hop_limit: ud.hop_limit,
+                flow_label: ud.flow_label,
+                dmac: ud.dmac,
+            },
+            remote_qpn: ud.dest_qpn,
+            remote_qkey: ud.qkey,
+        });
+    } else {
+        let r: RdmaSeg = read_as(&w.seg);
+        wr.remote_addr = r.remote_addr;
+        wr.rkey = r.rkey;
+        wr.compare_add = r.compare_add;
+        wr.swap = r.swap;
+        match opcode {
+            // The 8 bytes to write travel in compare_add; they become the WR's payload.
+            WrOpcode::AtomicWrite => {
+                wr.data = SendData::Inline(r.compare_add.to_ne_bytes().to_vec());
+            }
+            WrOpcode::BindMw => {
+                let b: BindSeg = read_as(&w.seg);
+                wr.bind = Some(MwBind {
+                    addr: b.addr,
+                    length: b.length,
+                    new_rkey: b.new_rkey,
+                    lkey: b.lkey,
+                    access: b.access,
+                });
+                wr.data = SendData::Sges(Vec::new());
+            }
+            WrOpcode::RegMr => {
+                let f: FastRegSeg = read_as(&w.seg);
+                wr.fast_reg = Some(FastReg {
+                    iova: f.iova,
+                    length: f.length,
+                    page_list: f.page_list,
+                    key: f.key,
+                    access: f.access,
+                    npages: f.npages,
+                    page_shift: f.page_shift,
+                });
+                wr.data = SendData::Sges(Vec::new());
+            }
+            WrOpcode::Flush => {
+                wr.flush = FlushSpec {
+                    length: r.length,
+                    placement_type: r.flush_type,
+                    level: r.flush_level,
+                };
+            }
+            _ => {}
+        }
+    }
+    Ok(wr)
+}

@@ -1,0 +1,108 @@
+//! The doorbell BAR: pages in a memfd that QEMU maps into the guest (and software writes
+//! producer indices and CQ arm words to); the device maps it too and polls it with atomic
+//! loads.
+
+use std::fs::File;
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use rox_uapi::regs::{self, DbSlot};
+use vm_memory::{FileOffset, MmapRegion, VolatileMemory};
+
+use crate::sys;
+
+/// The doorbell BAR: `DB_PAGE_COUNT` pages in a memfd that QEMU maps into the guest; we map it
+/// too and poll it.
+pub struct DoorbellBar {
+    file: File,
+    map: MmapRegion<()>,
+}
+
+impl DoorbellBar {
+    pub fn new() -> std::io::Result<DoorbellBar> {
+        let file = sys::fd::memfd(c"rox-nic-doorbells")?;
+        file.set_len(regs::BAR_DB_SIZE)?;
+        Self::map(file)
+    }
+
+    /// Maps the doorbell BAR behind `file` (the device's own, or the fd a driver got for it).
+    pub fn map(file: File) -> std::io::Result<DoorbellBar> {
+        let offset = FileOffset::new(file.try_clone()?, 0);
+        let map = MmapRegion::from_file(offset, regs::BAR_DB_SIZE as usize)
+            .map_err(std::io::Error::other)?;
+        Ok(DoorbellBar { file, map })
+    }
+
+    pub fn fd(&self) -> RawFd {
+        self.file.as_raw_fd()
+    }
+
+    pub fn file(&self) -> &File {
+        &self.file
+    }
+
+    fn word(&self, offset: usize) -> &AtomicU32 {
+        // Offsets are the device's own (slots, pages): always aligned and inside the BAR.
+        self.map
+            .get_atomic_ref(offset)
+            .expect("doorbell offsets are aligned and inside the BAR")
+    }
+
+    fn slot_offset(page: u32, slot: u32) -> usize {
+        page as usize * regs::ROX_PAGE_SIZE + regs::db_slot_offset(slot)
+    }
+
+    pub fn slot(&self, page: u32, slot: u32) -> DbSlot {
+        let off = Self::slot_offset(page, slot);
+        DbSlot {
+            a: self.word(off).load(Ordering::Acquire),
+            b: self.word(off + 4).load(Ordering::Acquire),
+        }
+    }
+
+    /// Software side (tests, the harness): store one half of a slot.
+    pub fn store_a(&self, page: u32, slot: u32, value: u32) {
+        self.word(Self::slot_offset(page, slot))
+            .store(value, Ordering::Release);
+    }
+    pub fn store_b(&self, page: u32, slot: u32, value: u32) {
+        self.word(Self::slot_offset(page, slot) + 4)
+            .store(value, Ordering::Release);
+    }
+
+    pub fn set_idle(&self, value: u32) {
+        for page in 0..regs::DB_PAGE_COUNT {
+            self.word(page as usize * regs::ROX_PAGE_SIZE)
+                .store(value, Ordering::SeqCst);
+        }
+    }
+
+    pub fn idle(&self, page: u32) -> u32 {
+        self.word(page as usize * regs::ROX_PAGE_SIZE)
+            .load(Ordering::SeqCst)
+    }
+
+    /// Zero every page (device reset).
+    pub fn clear(&self) {
+        for off in (0..regs::BAR_DB_SIZE as usize).step_by(4) {
+            self.word(off).store(0, Ordering::Relaxed);
+        }
+        std::sync::atomic::fence(Ordering::SeqCst);
+    }
+}
+
+impl DoorbellBar {
+    /// A trapped 32-bit access to the doorbell BAR (only if the guest did not mmap it).
+    pub fn read_word(&self, offset: u64) -> u32 {
+        if !offset.is_multiple_of(4) || offset >= regs::BAR_DB_SIZE {
+            return 0;
+        }
+        self.word(offset as usize).load(Ordering::Acquire)
+    }
+
+    pub fn write_word(&self, offset: u64, value: u32) {
+        if offset.is_multiple_of(4) && offset < regs::BAR_DB_SIZE {
+            self.word(offset as usize).store(value, Ordering::Release);
+        }
+    }
+}

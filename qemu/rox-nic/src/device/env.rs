@@ -1,0 +1,231 @@
+//! The [`DeviceEnv`] the transport engine works through: thin delegations to the protection
+//! table (memory access), the ODP fault path, the receive queues, the completion queues and
+//! the packet routing of the device.
+
+use rox_uapi::admin::*;
+use rox_uapi::ids::{Key, Qpn};
+use rox_uapi::queue::*;
+use rox_uapi::verbs::*;
+
+use super::state::Hw;
+use crate::roce::{
+    AccessError, AddressVector, AtomicOp, Completion, DeviceEnv, FastReg, FlushSpec, Gid, MwBind,
+    RecvWr,
+};
+
+impl DeviceEnv for Hw {
+    fn now_ns(&self) -> u64 {
+        self.epoch.elapsed().as_nanos() as u64
+    }
+
+    fn multicast_members(&self, group: &Gid) -> Vec<Qpn> {
+        self.mcast.get(group).cloned().unwrap_or_default()
+    }
+
+    fn multicast_copy(&mut self) {
+        self.stats[STAT_RX_MCAST_COPIES] += 1;
+    }
+
+    fn read_local(
+        &mut self,
+        pd: u32,
+        lkey: Key,
+        addr: u64,
+        buf: &mut [u8],
+    ) -> Result<(), AccessError> {
+        let r = self.mem_table.read_local(&*self.mem, pd, lkey, addr, buf);
+        self.page_fault(r)
+    }
+
+    fn write_local(
+        &mut self,
+        pd: u32,
+        lkey: Key,
+        addr: u64,
+        data: &[u8],
+    ) -> Result<(), AccessError> {
+        let r = self.mem_table.write_local(&*self.mem, pd, lkey, addr, data);
+        self.page_fault(r)
+    }
+
+    fn read_remote(
+        &mut self,
+        pd: u32,
+        qpn: Qpn,
+        rkey: Key,
+        va: u64,
+        buf: &mut [u8],
+    ) -> Result<(), AccessError> {
+        let r = self
+            .mem_table
+            .read_remote(&*self.mem, pd, qpn, rkey, va, buf);
+        self.page_fault(r)
+    }
+
+    fn write_remote(
+        &mut self,
+        pd: u32,
+        qpn: Qpn,
+        rkey: Key,
+        va: u64,
+        data: &[u8],
+    ) -> Result<(), AccessError> {
+        let r = self
+            .mem_table
+            .write_remote(&*self.mem, pd, qpn, rkey, va, data);
+        self.page_fault(r)
+    }
+
+    fn check_remote_read(
+        &mut self,
+        pd: u32,
+        qpn: Qpn,
+        rkey: Key,
+        va: u64,
+        len: u64,
+    ) -> Result<(), AccessError> {
+        let r = self.mem_table.check_remote_read(pd, qpn, rkey, va, len);
+        self.page_fault(r)
+    }
+
+    fn check_remote_write(
+        &mut self,
+        pd: u32,
+        qpn: Qpn,
+        rkey: Key,
+        va: u64,
+        len: u64,
+    ) -> Result<(), AccessError> {
+        self.mem_table.check_remote_write(pd, qpn, rkey, va, len)
+    }
+
+    fn bind_mw(&mut self, pd: u32, qpn: Qpn, bind: &MwBind) -> Result<(), AccessError> {
+        self.mem_table.bind_mw(pd, qpn, bind)
+    }
+
+    fn fast_register(&mut self, pd: u32, _qpn: Qpn, reg: &FastReg) -> Result<(), AccessError> {
+        self.mem_table.fast_register(&*self.mem, pd, reg)
+    }
+
+    fn invalidate(
+        &mut self,
+        pd: u32,
+        qpn: Qpn,
+        rkey: Key,
+        remote: bool,
+    ) -> Result<(), AccessError> {
+        self.mem_table.invalidate(pd, qpn, rkey, remote)
+    }
+
+    fn check_invalidate(
+        &mut self,
+        pd: u32,
+        qpn: Qpn,
+        rkey: Key,
+        remote: bool,
+    ) -> Result<(), AccessError> {
+        self.mem_table.check_invalidate(pd, qpn, rkey, remote)
+    }
+
+    fn atomic_remote(
+        &mut self,
+        pd: u32,
+        qpn: Qpn,
+        rkey: Key,
+        va: u64,
+        op: AtomicOp,
+    ) -> Result<u64, AccessError> {
+        let r = self
+            .mem_table
+            .atomic_remote(&*self.mem, pd, qpn, rkey, va, op);
+        self.page_fault(r)
+    }
+
+    fn flush_remote(
+        &mut self,
+        pd: u32,
+        _qpn: Qpn,
+        rkey: Key,
+        va: u64,
+        flush: FlushSpec,
+    ) -> Result<(), AccessError> {
+        self.mem_table.flush_remote(pd, rkey, va, flush)
+    }
+
+    fn pop_recv(&mut self, qpn: Qpn) -> Option<RecvWr> {
+        Hw::pop_recv(self, qpn)
+    }
+
+    fn complete(&mut self, c: Completion) {
+        let Some(qp) = self.qps.get(&c.qp_num) else {
+            return;
+        };
+        let cq = if c.is_recv { qp.recv_cq } else { qp.send_cq };
+        let cqe = Cqe {
+            wr_id: c.wr_id,
+            byte_len: c.byte_len,
+            // Immediate data travels in network order, an invalidated rkey in host order.
+            imm_data: if c.wc_flags & WC_FLAG_WITH_INV != 0 {
+                c.imm
+            } else {
+                c.imm.to_be()
+            },
+            qp_num: c.qp_num,
+            src_qp: c.src_qp,
+            status: c.status as u8,
+            opcode: c.opcode as u8,
+            wc_flags: c.wc_flags,
+            vendor_err: c.vendor_err,
+            network_hdr: c.network_hdr,
+            ..Default::default()
+        };
+        self.write_cqe(cq, cqe, c.solicited);
+    }
+
+    fn sq_drained(&mut self, qpn: Qpn) {
+        // A modify to SQD with nothing in flight drains at once: deferred so the driver sees
+        // its modify complete before the event.
+        self.deferred_events.push((EQE_TYPE_SQ_DRAINED, qpn));
+    }
+
+    fn qp_entered_error(&mut self, qpn: Qpn) {
+        // No more receive WQEs of this QP will be taken from its SRQ (IBA 11.6.3.2).
+        if self.qps.get(&qpn).is_some_and(|qp| qp.srq != SRQ_NONE) {
+            self.deferred_events.push((EQE_TYPE_QP_LAST_WQE, qpn));
+        }
+    }
+
+    fn transmit(&mut self, av: &AddressVector, packet: Vec<u8>) {
+        if !self.port_up() {
+            // No link: the packet is lost like on a real wire (RC retransmits later).
+            return;
+        }
+        self.stats[STAT_TX_PACKETS] += 1;
+        self.stats[STAT_TX_BYTES] += packet.len() as u64;
+        if self.is_own_gid(&av.dgid) {
+            // Same-device QP to QP: looped back inside the device, never on the wire.
+            self.loopback.push_back(packet);
+            return;
+        }
+        if self.has_mcast_group(&av.dgid) {
+            // Like mlx5 (and rdma_rxe through IP multicast loopback), a packet to a group
+            // reaches this device's own attached QPs too, the sender included (IBA leaves
+            // the sender's copy to the CA; nothing here asks to block it). It still goes
+            // out on the port for the other members.
+            self.loopback.push_back(packet.clone());
+        }
+        if !self.has_port {
+            log::debug!("rox-nic: no port, dropping packet to a remote GID");
+        } else if av.dmac == [0; 6] {
+            if self.stats[STAT_PORT_DROP_NO_DMAC] == 0 {
+                log::warn!(
+                    "rox-nic: dropping packets to a GID of another device without a resolved \
+                     destination MAC (logged once; counter port_drop_no_dmac)"
+                );
+            }
+            self.stats[STAT_PORT_DROP_NO_DMAC] += 1;
+        } else {
+            self.outbound.push((av.dmac, packet));
+        }
+    }
+}

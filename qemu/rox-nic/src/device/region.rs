@@ -1,0 +1,200 @@
+//! What a memory region and a memory window are: their state, the rules of their ranges and
+//! access flags, and how an access finds the DMA addresses of its bytes (page lists, on-demand
+//! page table entries). The protection table ([`super::mem::MemTable`]) holds them.
+
+use rox_uapi::admin::*;
+use rox_uapi::ids::{Key, Qpn};
+use rox_uapi::queue::*;
+use rox_uapi::verbs::*;
+
+use crate::roce::AccessError;
+
+/// The access flags of a region are ones the device knows, and (IB) remote write or atomic
+/// access comes with local write.
+pub fn region_access_valid(access: u32) -> bool {
+    Access::valid_for_region(access)
+}
+
+/// `[iova, iova + length)` is a range a region may have.
+pub fn region_fits(iova: u64, length: u64) -> bool {
+    length <= DEV_MAX_MR_SIZE && iova.checked_add(length).is_some()
+}
+
+/// `npages` pages of `1 << page_shift` bytes (`page_shift` in `PAGE_SHIFT_MIN..=MAX`) hold a
+/// region of `length` bytes starting `offset` bytes into the first page.
+pub fn pages_cover(offset: u64, length: u64, npages: u32, page_shift: u8) -> bool {
+    let page_size = 1u64 << page_shift;
+    offset < page_size && offset + length <= u64::from(npages) << page_shift
+}
+
+/// A registered memory region.
+#[derive(Clone, Debug)]
+pub struct Mr {
+    /// Its lkey (= rkey). A fast-registration region's changes with every `WR_REG_MR` (the
+    /// consumer picks the variant); the index part never changes.
+    pub key: Key,
+    pub pd: u32,
+    pub access: u32,
+    pub iova: u64,
+    pub length: u64,
+    /// Byte offset of `iova` in page 0.
+    pub offset: u64,
+    pub pages: Vec<u64>,
+    pub page_shift: u32,
+    pub physical: bool,
+    /// On-demand paging (`MR_FLAG_ON_DEMAND`): `pages` holds page table entries
+    /// (`ODP_PTE_*` bits | DMA address; 0 = not present, see [`ODP_PTE_FAULT_SENT`] and
+    /// [`ODP_PTE_FAILED`]).
+    pub odp: bool,
+    /// A fast-registration region (`MR_FLAG_FAST_REG`); None for the others.
+    pub fast_reg: Option<FastRegState>,
+}
+
+/// What a fast-registration region is between `WR_REG_MR`s.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FastRegState {
+    /// The most pages one `WR_REG_MR` may bind (`pbl.npages` at allocation).
+    pub capacity: u32,
+    /// Pages are bound (by a `WR_REG_MR`, until LOCAL_INV / SEND with invalidate): only then
+    /// does the key reach memory. An invalid region answers like an unknown key.
+    pub valid: bool,
+}
+
+/// Device-internal PTE bit of an on-demand region: a page fault event for this page is
+/// outstanding (not posted again until the driver answers).
+pub const ODP_PTE_FAULT_SENT: u64 = 1 << 2;
+/// Device-internal PTE bit: the driver could not make the page present (`ODP_OP_FAIL`).
+pub const ODP_PTE_FAILED: u64 = 1 << 3;
+/// Low bits of a PTE that are not address bits.
+const ODP_PTE_ALL_FLAGS: u64 = ODP_PTE_FLAGS | ODP_PTE_FAULT_SENT | ODP_PTE_FAILED;
+
+impl Mr {
+    /// The DMA address of page `page` for an access (`write` or not): on-demand regions check
+    /// the page is present (and writable).
+    pub(crate) fn page_addr(&self, page: usize, write: bool) -> Result<u64, AccessError> {
+        let entry = *self.pages.get(page).ok_or(AccessError::OutOfBounds)?;
+        if !self.odp {
+            return Ok(entry);
+        }
+        let need = if write {
+            ODP_PTE_PRESENT | ODP_PTE_WRITE
+        } else {
+            ODP_PTE_PRESENT
+        };
+        if entry & need == need {
+            Ok(entry & !ODP_PTE_ALL_FLAGS)
+        } else if entry & ODP_PTE_FAILED != 0 {
+            Err(AccessError::PageFailed {
+                key: self.key,
+                page: page as u32,
+            })
+        } else {
+            Err(AccessError::PageFault {
+                key: self.key,
+                page: page as u32,
+                write,
+                count: 1,
+            })
+        }
+    }
+
+    /// Page `page` for an access that needs pages up to `last`: a page fault names the pages
+    /// from `page` to `last`.
+    pub(crate) fn page_addr_upto(
+        &self,
+        page: usize,
+        last: usize,
+        write: bool,
+    ) -> Result<u64, AccessError> {
+        self.page_addr(page, write).map_err(|e| match e {
+            AccessError::PageFault {
+                key, page, write, ..
+            } => AccessError::PageFault {
+                key,
+                page,
+                write,
+                count: ((last as u64 + 1).saturating_sub(u64::from(page)))
+                    .clamp(1, u64::from(EQE_PAGE_FAULT_MAX_COUNT)) as u32,
+            },
+            e => e,
+        })
+    }
+
+    /// Whether every page of `[va, va+len)` (inside the region, `len` > 0) is present for a
+    /// read, without touching memory; the first missing page is the error.
+    pub(crate) fn check_present(&self, va: u64, len: u64) -> Result<(), AccessError> {
+        if !self.odp {
+            return Ok(());
+        }
+        let first = ((va - self.iova + self.offset) >> self.page_shift) as usize;
+        let last = ((va - self.iova + self.offset + len - 1) >> self.page_shift) as usize;
+        for page in first..=last {
+            self.page_addr_upto(page, last, false)?;
+        }
+        Ok(())
+    }
+
+    /// Whether `[va, va+len)` lies inside the region.
+    pub(crate) fn contains(&self, va: u64, len: u64) -> bool {
+        va.checked_add(len)
+            .is_some_and(|end| va >= self.iova && end <= self.iova + self.length)
+    }
+
+    /// The DMA chunks of `[va, va+len)` for a read or a `write`, after the bounds check (and,
+    /// for on-demand regions, the presence check of every page: nothing is touched unless all
+    /// pages are there).
+    pub(crate) fn chunks(
+        &self,
+        va: u64,
+        len: u64,
+        write: bool,
+    ) -> Result<Vec<(u64, u64)>, AccessError> {
+        if !self.contains(va, len) {
+            return Err(AccessError::OutOfBounds);
+        }
+        if self.physical {
+            return Ok(vec![(va, len)]);
+        }
+        let mut out = Vec::new();
+        let mut off = va - self.iova + self.offset;
+        let last = ((off + len.max(1) - 1) >> self.page_shift) as usize;
+        let mut left = len;
+        let psize = 1u64 << self.page_shift;
+        while left > 0 {
+            let page = (off >> self.page_shift) as usize;
+            let in_page = off & (psize - 1);
+            let n = left.min(psize - in_page);
+            let base = self.page_addr_upto(page, last, write)?;
+            match out.last_mut() {
+                Some((a, l)) if *a + *l == base + in_page => *l += n,
+                _ => out.push((base + in_page, n)),
+            }
+            off += n;
+            left -= n;
+        }
+        Ok(out)
+    }
+}
+
+/// A memory window: a window into one MR that a peer reaches through the window's rkey.
+#[derive(Clone, Debug)]
+pub struct Mw {
+    pub pd: u32,
+    /// `MW_TYPE_1` or `MW_TYPE_2`.
+    pub mw_type: u8,
+    /// The current rkey (`Key::window(index, variant)`).
+    pub rkey: Key,
+    pub binding: Option<MwBinding>,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct MwBinding {
+    /// The MR (its lkey) the window looks into.
+    pub mr: Key,
+    pub addr: u64,
+    pub length: u64,
+    /// `ACCESS_REMOTE_*` the window grants.
+    pub access: u32,
+    /// Type 2: the only QP that may use (and remotely invalidate) the window.
+    pub qpn: Option<Qpn>,
+}

@@ -1,0 +1,188 @@
+//! The device's objects as the data-path thread owns them (CQs, EQs, SRQs, QPs, the GID table,
+//! the protection table, counters) in one [`Hw`], and the questions about them every part asks.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::Instant;
+
+use rox_uapi::admin::*;
+use rox_uapi::ids::Qpn;
+use rox_uapi::regs::*;
+use rox_uapi::verbs::*;
+
+use super::mem::MemTable;
+use super::ring::Ring;
+use super::Shared;
+use crate::dma::GuestMemory;
+use crate::roce::Gid;
+
+#[derive(Debug)]
+pub struct Cq {
+    pub ring: Ring,
+    pub eqn: u32,
+    pub db_page: u32,
+    pub db_slot: u32,
+    /// Device producer index (free-running).
+    pub pi: u32,
+    pub arm_seq: u32,
+    /// 0, CQ_ARM_NEXT or CQ_ARM_SOLICITED.
+    pub armed: u32,
+    /// Overflowed or unreachable: no more CQEs.
+    pub error: bool,
+    /// QPs using this CQ.
+    pub users: u32,
+}
+
+#[derive(Debug)]
+pub struct Eq {
+    pub base: u64,
+    pub depth: u32,
+    pub pi: u32,
+    /// Consumer index reported by the driver (mod 2^31).
+    pub ci: u32,
+    pub armed: bool,
+}
+
+#[derive(Debug)]
+pub struct Srq {
+    pub pd: u32,
+    pub ring: Ring,
+    pub db_page: u32,
+    pub db_slot: u32,
+    pub ci: u32,
+    pub limit: u32,
+    pub users: u32,
+    pub error: bool,
+}
+
+#[derive(Debug)]
+pub struct Qp {
+    pub qpn: Qpn,
+    pub qp_type: u8,
+    pub pd: u32,
+    pub send_cq: u32,
+    pub recv_cq: u32,
+    pub srq: u32,
+    pub sq: Ring,
+    pub rq: Option<Ring>,
+    pub db_page: u32,
+    pub db_slot: u32,
+    pub sq_sig_all: bool,
+    /// Next SQ WQE the device fetches.
+    pub sq_ci: u32,
+    /// Next RQ WQE the device consumes.
+    pub rq_ci: u32,
+    /// Last RQ producer index seen (to tell the engine about new receives).
+    pub rq_pi_seen: u32,
+    /// The state and attributes as last modified (the engine may move it to ERR by itself).
+    pub attr: QpAttr,
+    /// Stopped consuming its queues after a device-detected error (wild index, bad WQE).
+    pub broken: bool,
+}
+
+/// Counters by `STAT_*` index.
+pub type Stats = [u64; STATS_COUNT];
+
+/// Everything the engine's environment touches.
+pub struct Hw {
+    pub shared: Arc<Shared>,
+    pub mem: Arc<GuestMemory>,
+    pub epoch: Instant,
+    pub mac: [u8; 6],
+    pub gids: [Option<Gid>; GID_TABLE_LEN as usize],
+    /// Memory regions and windows: every access on behalf of a work request is checked
+    /// there.
+    pub mem_table: MemTable,
+    pub next_mw: u32,
+    pub cqs: HashMap<u32, Cq>,
+    pub qps: HashMap<Qpn, Qp>,
+    pub srqs: HashMap<u32, Srq>,
+    pub eqs: Vec<Option<Eq>>,
+    /// (page, slot) -> in use.
+    pub doorbells_used: HashMap<(u32, u32), ()>,
+    /// Packets to local GIDs, fed back into the engine by the data path.
+    pub loopback: VecDeque<Vec<u8>>,
+    /// RoCEv2 IP packets for the port, with their destination MAC.
+    pub outbound: Vec<([u8; 6], Vec<u8>)>,
+    /// Async events (type, QPN) the engine caused during the current admin command or pass,
+    /// posted after it by [`Hw::post_deferred_events`].
+    pub deferred_events: Vec<(u8, Qpn)>,
+    /// QPs whose receive queue turned out unusable while the engine was taking a WQE from it
+    /// (`VENDOR_ERR_*` why): the data path makes them fatal once the engine call returned.
+    pub fatal_qps: Vec<(Qpn, u16)>,
+    /// `PORT_ACTIVE` or `PORT_DOWN`, as the driver last reported its netdev's link.
+    pub port_state: u8,
+    /// Packets received and dropped while the port was down.
+    pub rx_port_down_drops: u64,
+    /// The device has a port: packets to other GIDs go out on it (packets to its own GIDs
+    /// never reach the wire either way).
+    pub has_port: bool,
+    /// Multicast groups: group GID -> attached QPNs, in attach order.
+    pub mcast: HashMap<Gid, Vec<Qpn>>,
+    pub stats: Stats,
+    /// Next MR key index to try (`alloc_key` in admin.rs).
+    pub next_mr_index: u32,
+    pub next_cq: u32,
+    /// Next QPN to try (`next_id` in admin.rs).
+    pub next_qpn: u32,
+    pub next_srq: u32,
+}
+
+/// The first QPN handed to ordinary QPs (0 and 1 are SMI/GSI).
+pub const FIRST_QPN: Qpn = Qpn::new(2).unwrap();
+
+impl Hw {
+    pub fn new(shared: Arc<Shared>, mac: [u8; 6]) -> Hw {
+        let mem = shared.mem();
+        Hw {
+            shared,
+            mem,
+            epoch: Instant::now(),
+            mac,
+            gids: [None; GID_TABLE_LEN as usize],
+            mem_table: MemTable::default(),
+            next_mw: 1,
+            cqs: HashMap::new(),
+            qps: HashMap::new(),
+            srqs: HashMap::new(),
+            eqs: (0..MAX_EQS).map(|_| None).collect(),
+            doorbells_used: HashMap::new(),
+            loopback: VecDeque::new(),
+            outbound: Vec::new(),
+            deferred_events: Vec::new(),
+            fatal_qps: Vec::new(),
+            port_state: PORT_ACTIVE,
+            rx_port_down_drops: 0,
+            has_port: false,
+            mcast: HashMap::new(),
+            stats: [0; STATS_COUNT],
+            next_mr_index: 1,
+            next_cq: 1,
+            next_qpn: FIRST_QPN.get(),
+            next_srq: 1,
+        }
+    }
+
+    pub fn port_up(&self) -> bool {
+        self.port_state == PORT_ACTIVE
+    }
+
+    /// `gid` is in this device's GID table.
+    pub fn is_own_gid(&self, gid: &Gid) -> bool {
+        self.gids.iter().any(|g| g.as_ref() == Some(gid))
+    }
+
+    /// `gid` is a multicast group with at least one QP of this device attached.
+    pub fn has_mcast_group(&self, gid: &Gid) -> bool {
+        self.mcast.contains_key(gid)
+    }
+
+    /// QP attachments over all groups.
+    pub fn mcast_attachments(&self) -> usize {
+        self.mcast.values().map(Vec::len).sum()
+    }
+
+    pub fn gid_valid(&self) -> Vec<bool> {
+        self.gids.iter().map(|g| g.is_some()).collect()
+    }
+}

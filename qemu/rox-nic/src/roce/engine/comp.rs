@@ -1,0 +1,682 @@
+//! The completer (as rxe_comp.c): ACKs, NAKs, READ responses and atomic ACKs for the
+//! requester, the go-back-N point, retiring WQEs in order, and the ACK and RNR timers.
+
+use super::qp::Qp;
+use super::sg::{scatter, SgError};
+use super::wqe::{wc_opcode, WqeKind};
+use super::EngineStats;
+use crate::roce::wire::{NakCode, OpcodeClass, Parsed, Syndrome};
+use crate::roce::*;
+
+/// rnr_retry value meaning "retry forever".
+pub(super) const RNR_RETRY_INFINITE: u8 = 7;
+/// IBA table 45: RNR NAK timer codes in units of 10 µs (code 0 is the longest, 655.36 ms).
+pub(super) const RNR_TIMER_10US: [u64; 32] = [
+    65536, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536,
+    2048, 3072, 4096, 6144, 8192, 12288, 16384, 24576, 32768, 49152,
+];
+pub(super) const NS_PER_10US: u64 = 10_000;
+
+/// The retry counters of a requester: retry_cnt (ACK timeouts, sequence NAKs) and
+/// rnr_retry (RNR NAKs).
+#[derive(Clone, Copy, Debug)]
+enum Retry {
+    Transport,
+    Rnr,
+}
+
+/// The status of a send WR failed by a NAK other than a PSN sequence error.
+fn nak_status(code: NakCode) -> WcStatus {
+    match code {
+        NakCode::RemoteAccessError => WcStatus::RemAccessErr,
+        NakCode::RemoteOperationalError => WcStatus::RemOpErr,
+        _ => WcStatus::RemInvReqErr,
+    }
+}
+
+pub(super) fn rnr_timer_ns(code: u8) -> u64 {
+    RNR_TIMER_10US[usize::from(code) % RNR_TIMER_10US.len()] * NS_PER_10US
+}
+
+impl Qp {
+    /// Oldest PSN not known to have arrived (the go-back-N point).
+    pub(super) fn una(&self) -> Psn {
+        self.req
+            .sq
+            .iter()
+            .take_while(|w| w.started)
+            .find(|w| !w.done())
+            .map(|w| w.resume_psn(self.req.acked_psn))
+            .unwrap_or(self.req.next_psn)
+    }
+
+    /// A response (PSN `psn`) could not be placed because a local page is absent: drop it,
+    /// go back to its request and send that again once the page-fault wait is over.
+    pub(super) fn stall_response_for_fault(&mut self, stats: &mut EngineStats, psn: Psn, now: u64) {
+        stats.page_fault_stalls += 1;
+        self.rewind_to(psn);
+        self.req.timer_deadline = None;
+        self.req.fault_stall(now);
+    }
+
+    /// Points the cursor at PSN `psn` (go-back-N).
+    pub(super) fn rewind_to(&mut self, psn: Psn) {
+        let Some(index) = self.req.sq.iter().position(|w| w.contains(psn)) else {
+            return;
+        };
+        let wqe = &self.req.sq[index];
+        self.req.cursor = index;
+        self.req.cursor_pkt = psn.distance_from(wqe.first_psn);
+        self.req.pkts_since_ack_req = 0;
+    }
+
+    /// Marks SEND/WRITE WQEs whose every PSN is at or before `psn` as acknowledged.
+    /// Returns true if the oldest outstanding PSN moved (progress).
+    pub(super) fn ack_through(&mut self, psn: Psn, now: u64) -> bool {
+        let before = self.una();
+        if psn.before(before) && psn.diff(self.req.acked_psn) <= 0 {
+            return false;
+        }
+        if psn.after(self.req.acked_psn) {
+            self.req.acked_psn = psn;
+        }
+        for wqe in self.req.sq.iter_mut().take_while(|w| w.started) {
+            if wqe.first_psn.after(psn) {
+                break;
+            }
+            if wqe.last_psn().diff(psn) <= 0 {
+                match wqe.kind {
+                    WqeKind::Send | WqeKind::Write => wqe.acked = true,
+                    // The responder executes in PSN order: an ACK beyond a FLUSH / ATOMIC
+                    // WRITE means it was executed (its own response may have been lost).
+                    WqeKind::Flush | WqeKind::AtomicWrite => wqe.responded = true,
+                    WqeKind::Read | WqeKind::Atomic | WqeKind::Local => {}
+                }
+            }
+        }
+        let after = self.una();
+        let progress = after != before;
+        if progress {
+            self.req.retry_left = self.retry_cnt;
+            self.req.rnr_left = self.rnr_retry;
+            self.req.on_progress();
+            self.restart_timer(now);
+        }
+        progress
+    }
+
+    pub(super) fn restart_timer(&mut self, now: u64) {
+        let outstanding = self.una() != self.req.next_psn;
+        self.req.timer_deadline = if outstanding {
+            self.ack_timeout_ns().map(|t| now + t)
+        } else {
+            None
+        };
+    }
+
+    /// Retires finished WQEs from the head of the SQ in order, completing signaled ones and
+    /// errored ones; an errored WQE moves the QP to the error state.
+    pub(super) fn retire(&mut self, env: &mut dyn DeviceEnv) {
+        while let Some(head) = self.req.sq.front() {
+            let status = match head.error {
+                Some(status) => status,
+                None if head.done() => WcStatus::Success,
+                None => break,
+            };
+            let wqe = self.req.sq.pop_front().expect("head exists");
+            if self.req.cursor == 0 {
+                // The cursor was inside the retired WQE (a go-back-N rewind that a late ACK
+                // overtook): continue at the start of the next one, not at the same packet
+                // index of a different message.
+                self.req.cursor_pkt = 0;
+            } else {
+                self.req.cursor -= 1;
+            }
+            if status != WcStatus::Success || wqe.wr.signaled {
+                let byte_len = if status == WcStatus::Success {
+                    wqe.len as u32
+                } else {
+                    0
+                };
+                env.complete(Completion {
+                    vendor_err: wqe.vendor_err,
+                    ..Completion::send(
+                        self.cfg.qpn,
+                        wqe.wr.wr_id,
+                        status,
+                        wc_opcode(wqe.kind, wqe.wr.opcode),
+                        byte_len,
+                    )
+                });
+            }
+            if status != WcStatus::Success {
+                self.send_queue_failed(env);
+                return;
+            }
+        }
+        if self.req.sq.is_empty() {
+            self.req.timer_deadline = None;
+        }
+    }
+
+    /// An RNR or sequence NAK for `psn` acknowledges every PSN before it; it asks for a
+    /// rewind only if `psn` is then the oldest outstanding PSN (otherwise it is stale).
+    pub(super) fn accept_nak(&mut self, psn: Psn, now: u64, stats: &mut EngineStats) -> bool {
+        self.ack_through(psn.prev(), now);
+        if psn == self.una() {
+            true
+        } else {
+            stats.rx_stale_responses += 1;
+            false
+        }
+    }
+
+    /// Fails the WQE holding `psn` with `status` (NAKs).
+    pub(super) fn fail_psn(&mut self, psn: Psn, status: WcStatus) {
+        let index = self
+            .req
+            .sq
+            .iter()
+            .position(|w| w.contains(psn))
+            .unwrap_or(0);
+        if let Some(wqe) = self.req.sq.get_mut(index) {
+            wqe.error = Some(status);
+        }
+        // Nothing at or after the failed WR may be sent any more.
+        self.req.cursor = self.req.cursor.min(index);
+        self.req.timer_deadline = None;
+    }
+
+    /// An ACK, NAK, READ response or atomic ACK arrived for this requester.
+    pub(super) fn completer_receive(
+        &mut self,
+        env: &mut dyn DeviceEnv,
+        stats: &mut EngineStats,
+        p: &Parsed<'_>,
+    ) {
+        if self.cfg.qp_type != QpType::Rc || !matches!(self.state, QpState::Rts | QpState::Sqd) {
+            stats.rx_stale_responses += 1;
+            return;
+        }
+        let psn = p.hdr.bth.psn;
+        let now = env.now_ns();
+        // A response for a PSN never sent is bogus.
+        if psn.diff(self.req.next_psn) >= 0 {
+            stats.rx_stale_responses += 1;
+            return;
+        }
+        let go_on = match p.info.class {
+            OpcodeClass::Ack => {
+                let aeth = p.hdr.aeth.expect("parsed AETH");
+                self.on_ack(env, stats, psn, aeth.syndrome, now)
+            }
+            class => match self.wqe_of_response(stats, psn) {
+                None => false,
+                Some(index) if class == OpcodeClass::AtomicAck => {
+                    let original = p.hdr.atomic_ack.expect("parsed AtomicAckETH");
+                    self.on_atomic_ack(env, stats, index, original, now)
+                }
+                Some(index) => self.on_read_response(env, stats, p, index, now),
+            },
+        };
+        if go_on {
+            self.retire(env);
+            self.transmit(env, stats);
+        }
+    }
+
+    /// An ACK, RNR NAK or NAK for `psn`. Returns false if the requester has nothing more to
+    /// do (stale, or the SQ failed and was retired).
+    fn on_ack(
+        &mut self,
+        env: &mut dyn DeviceEnv,
+        stats: &mut EngineStats,
+        psn: Psn,
+        syndrome: Syndrome,
+        now: u64,
+    ) -> bool {
+        match syndrome {
+            Syndrome::Ack => {
+                if !self.ack_through(psn, now) {
+                    stats.rx_stale_responses += 1;
+                }
+            }
+            Syndrome::RnrNak(code) => {
+                if !self.accept_nak(psn, now, stats) {
+                    return false;
+                }
+                if self.rnr_retry != RNR_RETRY_INFINITE && !self.spend_retry(env, psn, Retry::Rnr) {
+                    return false;
+                }
+                stats.nak_rewinds += 1;
+                self.rewind_to(psn);
+                self.req.timer_deadline = None;
+                self.req.rnr_until = Some(now + rnr_timer_ns(code));
+            }
+            Syndrome::Nak(NakCode::PsnSequenceError) => {
+                if !self.accept_nak(psn, now, stats) {
+                    return false;
+                }
+                if !self.spend_retry(env, psn, Retry::Transport) {
+                    return false;
+                }
+                stats.nak_rewinds += 1;
+                self.req.on_loss();
+                self.rewind_to(psn);
+                self.restart_timer(now);
+            }
+            Syndrome::Nak(code) => {
+                self.ack_through(psn.prev(), now);
+                self.fail_psn(psn, nak_status(code));
+            }
+        }
+        true
+    }
+
+    /// A response arrived for a request (progress, whatever the WR's fate): both retry
+    /// counts start over and the ACK timer restarts.
+    fn responded(&mut self, now: u64) {
+        self.req.retry_left = self.retry_cnt;
+        self.req.rnr_left = self.rnr_retry;
+        self.restart_timer(now);
+    }
+
+    /// Takes one retry of `kind` for the WR at `psn`. None left: the WR fails (RETRY_EXC_ERR
+    /// or RNR_RETRY_EXC_ERR) and the SQ retires up to it; returns false.
+    fn spend_retry(&mut self, env: &mut dyn DeviceEnv, psn: Psn, kind: Retry) -> bool {
+        let (left, status) = match kind {
+            Retry::Transport => (&mut self.req.retry_left, WcStatus::RetryExcErr),
+            Retry::Rnr => (&mut self.req.rnr_left, WcStatus::RnrRetryExcErr),
+        };
+        if *left == 0 {
+            self.fail_psn(psn, status);
+            self.retire(env);
+            return false;
+        }
+        *left -= 1;
+        true
+    }
+
+    /// Scatters response data at byte `offset` of the buffer of the READ or atomic WR at
+    /// `index` (the response for its next PSN). Some(true): placed; Some(false): the WR
+    /// failed (its error is set); None: a local page is absent, the response is dropped and
+    /// its request sent again after the page-fault wait.
+    fn place_response(
+        &mut self,
+        env: &mut dyn DeviceEnv,
+        stats: &mut EngineStats,
+        index: usize,
+        offset: u64,
+        data: &[u8],
+        now: u64,
+    ) -> Option<bool> {
+        let wqe = &self.req.sq[index];
+        let SendData::Sges(sges) = &wqe.wr.data else {
+            unreachable!("READs and atomics take SGEs")
+        };
+        let psn = wqe.first_psn.add(wqe.read_pkts_done);
+        match scatter(env, self.cfg.pd, sges, offset, data) {
+            Ok(()) => {
+                self.req.fault_wait_ns = 0;
+                Some(true)
+            }
+            Err(SgError::Fault) => {
+                self.stall_response_for_fault(stats, psn, now);
+                None
+            }
+            Err(e) => {
+                self.req.sq[index].error = Some(match e {
+                    SgError::Length => WcStatus::LocLenErr,
+                    SgError::Access | SgError::Fault => WcStatus::LocProtErr,
+                });
+                Some(false)
+            }
+        }
+    }
+
+    /// The index of the WQE a response for `psn` belongs to (none: a stale response).
+    fn wqe_of_response(&self, stats: &mut EngineStats, psn: Psn) -> Option<usize> {
+        let index = self.req.sq.iter().position(|w| w.contains(psn));
+        if index.is_none() {
+            stats.rx_stale_responses += 1;
+        }
+        index
+    }
+
+    /// The original value of a COMPARE SWAP / FETCH ADD came back: place it in the WR's
+    /// buffer. Returns false if the requester has nothing more to do.
+    fn on_atomic_ack(
+        &mut self,
+        env: &mut dyn DeviceEnv,
+        stats: &mut EngineStats,
+        index: usize,
+        original: u64,
+        now: u64,
+    ) -> bool {
+        let wqe = &self.req.sq[index];
+        if wqe.kind != WqeKind::Atomic || wqe.responded {
+            stats.rx_stale_responses += 1;
+            return false;
+        }
+        // An atomic has one PSN: the response's.
+        self.ack_through(wqe.first_psn.prev(), now);
+        // An absent result buffer: asked again later, the responder answers the duplicate
+        // from its saved result.
+        let bytes = original.to_le_bytes();
+        let Some(placed) = self.place_response(env, stats, index, 0, &bytes, now) else {
+            return false;
+        };
+        if placed {
+            self.req.sq[index].responded = true;
+        }
+        self.responded(now);
+        true
+    }
+
+    /// A READ RESPONSE FIRST/MIDDLE/LAST/ONLY: place its data (READ) or complete a FLUSH /
+    /// ATOMIC WRITE. Returns false if the requester has nothing more to do.
+    fn on_read_response(
+        &mut self,
+        env: &mut dyn DeviceEnv,
+        stats: &mut EngineStats,
+        p: &Parsed<'_>,
+        index: usize,
+        now: u64,
+    ) -> bool {
+        let psn = p.hdr.bth.psn;
+        let wqe = &self.req.sq[index];
+        if wqe.kind.ack_only_response() {
+            // One zero-length READ RESPONSE ONLY answers it.
+            let well_formed = p.info.first && p.info.last && p.payload.is_empty();
+            return self.on_empty_read_response(env, stats, index, well_formed, now);
+        }
+        let next = wqe.first_psn.add(wqe.read_pkts_done);
+        if wqe.kind != WqeKind::Read || psn != next {
+            stats.rx_stale_responses += 1;
+            let gap = wqe.kind == WqeKind::Read && psn.after(next);
+            if gap && self.req.read_gap_psn != Some(next) {
+                // A response was lost (responses arrive in order): ask again from the
+                // gap now rather than at the ACK timeout; once per gap.
+                self.req.read_gap_psn = Some(next);
+                stats.nak_rewinds += 1;
+                self.rewind_to(next);
+                self.transmit(env, stats);
+            }
+            return false;
+        }
+        self.ack_through(psn.prev(), now);
+        let mtu = u64::from(self.mtu.bytes());
+        let wqe = &self.req.sq[index];
+        let offset = u64::from(wqe.read_pkts_done) * mtu;
+        let expected = (wqe.len - offset).min(mtu) as usize;
+        if p.payload.len() != expected {
+            self.req.sq[index].error = Some(WcStatus::BadRespErr);
+            self.retire(env);
+            return false;
+        }
+        // An absent destination page: the rest of the READ is requested again later.
+        let Some(placed) = self.place_response(env, stats, index, offset, p.payload, now) else {
+            return false;
+        };
+        if placed {
+            self.req.sq[index].read_pkts_done += 1;
+        }
+        self.responded(now);
+        true
+    }
+
+    /// The response of the FLUSH / ATOMIC WRITE at `index` (`well_formed`: a READ RESPONSE
+    /// ONLY without data, as it must be).
+    fn on_empty_read_response(
+        &mut self,
+        env: &mut dyn DeviceEnv,
+        stats: &mut EngineStats,
+        index: usize,
+        well_formed: bool,
+        now: u64,
+    ) -> bool {
+        let wqe = &self.req.sq[index];
+        if wqe.responded {
+            stats.rx_stale_responses += 1;
+            return false;
+        }
+        if !well_formed {
+            self.req.sq[index].error = Some(WcStatus::BadRespErr);
+            self.retire(env);
+            return false;
+        }
+        // FLUSH and ATOMIC WRITE have one PSN: the response's.
+        self.ack_through(wqe.first_psn, now);
+        self.responded(now);
+        true
+    }
+
+    /// Timers: RNR wait over, or local ACK timeout (go-back-N or retry exhaustion).
+    pub(super) fn on_timers(&mut self, env: &mut dyn DeviceEnv, stats: &mut EngineStats) {
+        let now = env.now_ns();
+        if self.req.rnr_until.is_some_and(|t| now >= t) {
+            self.req.rnr_until = None;
+            self.restart_timer(now);
+        }
+        if self.req.timer_deadline.is_some_and(|t| now >= t) {
+            let una = self.una();
+            if una == self.req.next_psn {
+                self.req.timer_deadline = None;
+            } else if !self.spend_retry(env, una, Retry::Transport) {
+                return;
+            } else {
+                stats.retransmit_timeouts += 1;
+                self.req.on_loss();
+                self.rewind_to(una);
+                self.req.timer_deadline = None;
+            }
+        }
+        self.transmit(env, stats);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_env::*;
+    use super::*;
+    use crate::roce::wire::{self, opcode as op, Aeth};
+
+    const SEQ_NAK: Syndrome = Syndrome::Nak(NakCode::PsnSequenceError);
+
+    fn psn(n: u32) -> Psn {
+        Psn::from_wire(n)
+    }
+
+    /// An RC QP that has sent `wrs` (SEND of `len` bytes each; PSNs from 100).
+    fn sent(wrs: &[(WrOpcode, u32)]) -> (TestEnv, EngineStats, Qp) {
+        let (mut env, mut stats, mut qp) = rc_fixture();
+        for (id, &(opcode, len)) in wrs.iter().enumerate() {
+            let wqe = qp.make_wqe(send_wr(id as u64, opcode, len));
+            qp.enqueue(&mut env, &mut stats, wqe);
+        }
+        env.sent.clear();
+        (env, stats, qp)
+    }
+
+    fn ack(qp: &mut Qp, env: &mut TestEnv, stats: &mut EngineStats, n: u32, syndrome: Syndrome) {
+        let bytes = packet_from_peer(op::RC_ACKNOWLEDGE, n, &[], |h| {
+            h.aeth = Some(Aeth {
+                syndrome,
+                msn: Msn::default(),
+            })
+        });
+        qp.completer_receive(env, stats, &wire::parse_packet(&bytes).unwrap());
+    }
+
+    #[test]
+    fn una_is_the_oldest_psn_not_known_to_have_arrived() {
+        // A 3-packet SEND (100..=102) and a 2-packet READ (103..=104).
+        let (_, _, mut qp) = sent(&[(WrOpcode::Send, 3000), (WrOpcode::RdmaRead, 2000)]);
+        assert_eq!(qp.una(), psn(100));
+        assert!(qp.ack_through(psn(101), 0), "progress");
+        assert_eq!(
+            qp.una(),
+            psn(102),
+            "inside the SEND: the packet after the ACKed one"
+        );
+        assert!(!qp.ack_through(psn(100), 0), "an older ACK is no progress");
+        qp.ack_through(psn(102), 0);
+        assert_eq!(qp.una(), psn(103), "the READ has no response yet");
+        qp.req.sq[1].read_pkts_done = 1;
+        assert_eq!(
+            qp.una(),
+            psn(104),
+            "the READ resumes at its first missing response"
+        );
+        qp.req.sq[1].read_pkts_done = 2;
+        assert_eq!(qp.una(), qp.req.next_psn, "nothing outstanding");
+    }
+
+    #[test]
+    fn an_ack_through_a_flush_proves_it_executed() {
+        let (mut env, mut stats, mut qp) = sent(&[]);
+        let flush = SendWr {
+            flush: FlushSpec {
+                length: 8,
+                placement_type: FLUSH_TYPE_GLOBAL,
+                level: FLUSH_LEVEL_RANGE,
+            },
+            ..send_wr(0, WrOpcode::Flush, 0)
+        };
+        for wr in [flush, send_wr(1, WrOpcode::Send, 8)] {
+            let wqe = qp.make_wqe(wr);
+            qp.enqueue(&mut env, &mut stats, wqe);
+        }
+        assert_eq!(env.sent.len(), 2);
+        assert!(qp.ack_through(psn(101), 0));
+        assert!(qp.req.sq[0].done() && qp.req.sq[1].done());
+    }
+
+    #[test]
+    fn acks_retire_in_order_and_progress_resets_the_retry_counts() {
+        let (mut env, mut stats, mut qp) = sent(&[(WrOpcode::Send, 8), (WrOpcode::Send, 8)]);
+        qp.req.retry_left = 1;
+        ack(&mut qp, &mut env, &mut stats, 100, Syndrome::Ack);
+        assert_eq!(env.completions.len(), 1);
+        assert_eq!(env.completions[0].wr_id, 0);
+        assert_eq!(qp.req.retry_left, qp.retry_cnt);
+        ack(&mut qp, &mut env, &mut stats, 100, Syndrome::Ack);
+        assert_eq!(stats.rx_stale_responses, 1, "the same ACK again");
+        ack(&mut qp, &mut env, &mut stats, 105, Syndrome::Ack);
+        assert_eq!(stats.rx_stale_responses, 2, "an ACK for a PSN never sent");
+        ack(&mut qp, &mut env, &mut stats, 101, Syndrome::Ack);
+        assert!(qp.req.sq.is_empty());
+        assert_eq!(qp.req.timer_deadline, None, "nothing outstanding: no timer");
+    }
+
+    #[test]
+    fn a_sequence_nak_rewinds_to_its_psn_and_shrinks_the_window() {
+        let (mut env, mut stats, mut qp) = sent(&[(WrOpcode::Send, 3000)]);
+        ack(&mut qp, &mut env, &mut stats, 101, SEQ_NAK);
+        assert_eq!(env.completions.len(), 0);
+        let resent: Vec<u32> = env
+            .sent_parsed()
+            .iter()
+            .map(|p| p.hdr.bth.psn.get())
+            .collect();
+        assert_eq!(resent, [101, 102], "go-back-N from the NAKed PSN");
+        assert_eq!(qp.req.window, super::super::MAX_INFLIGHT_PSNS / 2);
+        assert_eq!(stats.nak_rewinds, 1);
+        // A NAK for a PSN that is not the oldest outstanding one is stale.
+        ack(&mut qp, &mut env, &mut stats, 102, SEQ_NAK);
+        assert_eq!(
+            stats.rx_stale_responses, 0,
+            "102 is una after the implied ACK of 101"
+        );
+        ack(&mut qp, &mut env, &mut stats, 101, SEQ_NAK);
+        assert_eq!(stats.rx_stale_responses, 1);
+    }
+
+    #[test]
+    fn rnr_naks_wait_and_exhaust_rnr_retry() {
+        let (mut env, mut stats, mut qp) = sent(&[(WrOpcode::Send, 8)]);
+        qp.rnr_retry = 1;
+        qp.req.rnr_left = 1;
+        ack(&mut qp, &mut env, &mut stats, 100, Syndrome::RnrNak(1));
+        assert_eq!(qp.req.rnr_until, Some(rnr_timer_ns(1)));
+        assert!(env.sent.is_empty(), "waits out the RNR timer");
+        ack(&mut qp, &mut env, &mut stats, 100, Syndrome::RnrNak(1));
+        let c = env.completions[0];
+        assert_eq!(c.status, WcStatus::RnrRetryExcErr);
+        assert_eq!(qp.state, QpState::Err);
+    }
+
+    #[test]
+    fn an_atomic_response_is_progress_that_renews_rnr_retry() {
+        let (mut env, mut stats, mut qp) =
+            sent(&[(WrOpcode::AtomicFetchAndAdd, 8), (WrOpcode::Send, 8)]);
+        qp.rnr_retry = 1;
+        qp.req.rnr_left = 1;
+        ack(&mut qp, &mut env, &mut stats, 100, Syndrome::RnrNak(1));
+        env.now = qp.req.rnr_until.expect("waiting out the RNR NAK");
+        qp.on_timers(&mut env, &mut stats);
+        assert_eq!(env.sent.len(), 2, "atomic and SEND sent again");
+        let bytes = packet_from_peer(op::RC_ATOMIC_ACKNOWLEDGE, 100, &[], |h| {
+            h.aeth = Some(Aeth {
+                syndrome: Syndrome::Ack,
+                msn: Msn::default(),
+            });
+            h.atomic_ack = Some(5);
+        });
+        qp.completer_receive(&mut env, &mut stats, &wire::parse_packet(&bytes).unwrap());
+        assert_eq!(env.completions[0].status, WcStatus::Success);
+        assert_eq!(qp.req.rnr_left, 1, "progress renews rnr_retry");
+        ack(&mut qp, &mut env, &mut stats, 101, Syndrome::RnrNak(1));
+        assert_eq!(
+            env.completions.len(),
+            1,
+            "the SEND waits, it has not failed"
+        );
+        assert_eq!(qp.state, QpState::Rts);
+    }
+
+    #[test]
+    fn other_naks_fail_the_wr_with_their_status() {
+        for (code, status) in [
+            (NakCode::RemoteAccessError, WcStatus::RemAccessErr),
+            (NakCode::RemoteOperationalError, WcStatus::RemOpErr),
+            (NakCode::InvalidRequest, WcStatus::RemInvReqErr),
+            (NakCode::InvalidRdRequest, WcStatus::RemInvReqErr),
+        ] {
+            let (mut env, mut stats, mut qp) =
+                sent(&[(WrOpcode::RdmaWrite, 8), (WrOpcode::Send, 8)]);
+            ack(&mut qp, &mut env, &mut stats, 101, Syndrome::Nak(code));
+            let statuses: Vec<WcStatus> = env.completions.iter().map(|c| c.status).collect();
+            assert_eq!(
+                statuses,
+                [WcStatus::Success, status, WcStatus::WrFlushErr][..2],
+                "{code:?}"
+            );
+            assert_eq!(qp.state, QpState::Err);
+        }
+    }
+
+    #[test]
+    fn ack_timeout_goes_back_n_then_exhausts_retry_cnt() {
+        let (mut env, mut stats, mut qp) = sent(&[(WrOpcode::Send, 8)]);
+        qp.req.retry_left = 1;
+        let deadline = qp.req.timer_deadline.expect("armed");
+        env.now = deadline;
+        qp.on_timers(&mut env, &mut stats);
+        assert_eq!(env.sent.len(), 1, "retransmitted");
+        assert_eq!(stats.retransmit_timeouts, 1);
+        env.now = qp.req.timer_deadline.expect("re-armed");
+        qp.on_timers(&mut env, &mut stats);
+        assert_eq!(env.completions[0].status, WcStatus::RetryExcErr);
+        assert_eq!(qp.state, QpState::Err);
+    }
+
+    #[test]
+    fn rnr_timer_codes_follow_iba_table_45() {
+        assert_eq!(rnr_timer_ns(0), 655_360_000);
+        assert_eq!(rnr_timer_ns(1), 10_000);
+        assert_eq!(rnr_timer_ns(13), 960_000);
+        assert_eq!(rnr_timer_ns(14), 1_280_000);
+        assert_eq!(rnr_timer_ns(31), 491_520_000);
+    }
+}

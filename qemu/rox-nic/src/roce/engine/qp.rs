@@ -1,0 +1,250 @@
+//! The transport context of one QP (as rxe_qp.c): its attributes, its requester and
+//! responder state, state changes (ERR, SQE, SQD drain) and the flushes they cause, and the
+//! packets every role sends on the QP's connection (BTH, ACK/NAK).
+
+use super::req::Requester;
+use super::resp::{InMessage, Responder};
+use super::wqe::wc_opcode;
+use super::EngineStats;
+use crate::roce::wire::{self, opcode as op, Aeth, Bth, Headers, IpInfo, Syndrome, DEFAULT_PKEY};
+use crate::roce::*;
+
+/// Local ACK timeout unit: 4.096 µs × 2^timeout.
+pub(super) const ACK_TIMEOUT_UNIT_NS: u64 = 4096;
+/// The timeout attribute is a 5-bit field.
+pub(super) const MAX_ACK_TIMEOUT_EXPONENT: u8 = 31;
+/// Hop limit / TTL of packets whose QP has no address vector hop limit set.
+pub(super) const DEFAULT_HOP_LIMIT: u8 = 64;
+/// retry_cnt and rnr_retry of a new QP.
+const DEFAULT_RETRY: u8 = 7;
+
+/// Transport context of one QP.
+#[derive(Debug)]
+pub(super) struct Qp {
+    pub(super) cfg: QpConfig,
+    pub(super) state: QpState,
+    pub(super) mtu: Mtu,
+    pub(super) dest_qpn: Qpn,
+    pub(super) timeout: u8,
+    pub(super) retry_cnt: u8,
+    pub(super) rnr_retry: u8,
+    pub(super) min_rnr_timer: u8,
+    pub(super) max_rd_atomic: u8,
+    pub(super) max_dest_rd_atomic: u8,
+    pub(super) qkey: u32,
+    pub(super) access: u32,
+    pub(super) av: Option<AddressVector>,
+    pub(super) req: Requester,
+    pub(super) resp: Responder,
+}
+
+impl Qp {
+    /// The context of a new QP in RESET with IBA's defaults (retries 7, one RD/atomic each
+    /// way) and the path MTU `mtu` until modify_qp sets one.
+    pub(super) fn new(cfg: QpConfig, mtu: Mtu) -> Qp {
+        Qp {
+            cfg,
+            state: QpState::Reset,
+            mtu,
+            dest_qpn: Qpn::default(),
+            timeout: 0,
+            retry_cnt: DEFAULT_RETRY,
+            rnr_retry: DEFAULT_RETRY,
+            min_rnr_timer: 0,
+            max_rd_atomic: 1,
+            max_dest_rd_atomic: 1,
+            qkey: 0,
+            access: 0,
+            av: None,
+            req: Requester::new(),
+            resp: Responder::default(),
+        }
+    }
+
+    pub(super) fn ack_timeout_ns(&self) -> Option<u64> {
+        (self.timeout != 0)
+            .then(|| ACK_TIMEOUT_UNIT_NS << self.timeout.min(MAX_ACK_TIMEOUT_EXPONENT))
+    }
+
+    pub(super) fn ip_info(&self, av: &AddressVector) -> IpInfo {
+        IpInfo {
+            sgid: av.sgid,
+            dgid: av.dgid,
+            traffic_class: av.traffic_class,
+            hop_limit: if av.hop_limit == 0 {
+                DEFAULT_HOP_LIMIT
+            } else {
+                av.hop_limit
+            },
+            flow_label: av.flow_label,
+            src_port: wire::flow_source_port(self.cfg.qpn),
+        }
+    }
+
+    /// The transport bits (high 3) of the QP's opcodes.
+    pub(super) fn transport_bits(&self) -> u8 {
+        match self.cfg.qp_type {
+            QpType::Rc => op::CLASS_RC,
+            QpType::Uc => op::CLASS_UC,
+            QpType::Ud => op::CLASS_UD,
+        }
+    }
+
+    /// The requester may transmit: in RTS anything, in SQD only the rest (and retransmissions)
+    /// of WRs already started.
+    pub(super) fn can_send(&self) -> bool {
+        matches!(self.state, QpState::Rts | QpState::Sqd)
+    }
+
+    /// SQE stops only the send queue; the receive queue keeps working (IBA 10.3.1).
+    pub(super) fn can_receive(&self) -> bool {
+        matches!(
+            self.state,
+            QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe
+        )
+    }
+
+    /// Sends a packet on the QP's connection (RC/UC).
+    pub(super) fn send_connected(
+        &self,
+        env: &mut dyn DeviceEnv,
+        stats: &mut EngineStats,
+        hdr: &Headers,
+        payload: &[u8],
+    ) {
+        let Some(av) = self.av else {
+            log::warn!("QP {:#x}: no address vector; packet dropped", self.cfg.qpn);
+            return;
+        };
+        let packet = wire::build_packet(&self.ip_info(&av), hdr, payload);
+        stats.tx_packets += 1;
+        env.transmit(&av, packet);
+    }
+
+    pub(super) fn bth(&self, opcode: u8, psn: Psn) -> Bth {
+        Bth {
+            opcode,
+            solicited: false,
+            pkey: DEFAULT_PKEY,
+            dest_qpn: self.dest_qpn,
+            ack_req: false,
+            psn,
+        }
+    }
+
+    pub(super) fn send_ack(
+        &self,
+        env: &mut dyn DeviceEnv,
+        stats: &mut EngineStats,
+        psn: Psn,
+        syndrome: Syndrome,
+    ) {
+        let mut hdr = Headers::new(self.bth(op::RC_ACKNOWLEDGE, psn));
+        hdr.aeth = Some(Aeth {
+            syndrome,
+            msn: self.resp.msn,
+        });
+        match syndrome {
+            Syndrome::Ack => stats.acks_sent += 1,
+            Syndrome::RnrNak(_) => stats.rnr_naks_sent += 1,
+            Syndrome::Nak(_) => stats.naks_sent += 1,
+        }
+        self.send_connected(env, stats, &hdr, &[]);
+    }
+
+    pub(super) fn complete_recv(
+        &self,
+        env: &mut dyn DeviceEnv,
+        wr_id: u64,
+        status: WcStatus,
+        opcode: WcOpcode,
+        byte_len: u32,
+    ) {
+        env.complete(Completion::recv(
+            self.cfg.qpn,
+            wr_id,
+            status,
+            opcode,
+            byte_len,
+        ));
+    }
+
+    /// Moves the QP to the error state: every outstanding send WR and (unless the QP uses an
+    /// SRQ) every posted receive WR completes with WR_FLUSH_ERR.
+    pub(super) fn enter_error(&mut self, env: &mut dyn DeviceEnv) {
+        if self.state == QpState::Err {
+            return;
+        }
+        self.state = QpState::Err;
+        self.flush_sq(env);
+        self.flush_rq(env);
+        env.qp_entered_error(self.cfg.qpn);
+    }
+
+    /// Moves a UC/UD QP to the Send Queue Error state (IBA 10.3.1: a send WR completed in
+    /// error): the send WRs behind the failed one are flushed, the receive queue keeps working,
+    /// and software may return the QP to RTS.
+    pub(super) fn enter_sq_error(&mut self, env: &mut dyn DeviceEnv) {
+        if matches!(self.state, QpState::Sqe | QpState::Err) {
+            return;
+        }
+        self.state = QpState::Sqe;
+        self.flush_sq(env);
+    }
+
+    /// A send WR failed at the head of the SQ: RC QPs go to ERR, UC/UD QPs to SQE.
+    pub(super) fn send_queue_failed(&mut self, env: &mut dyn DeviceEnv) {
+        if self.cfg.qp_type == QpType::Rc {
+            self.enter_error(env);
+        } else {
+            self.enter_sq_error(env);
+        }
+    }
+
+    /// Completes every send WR with WR_FLUSH_ERR and stops the requester.
+    pub(super) fn flush_sq(&mut self, env: &mut dyn DeviceEnv) {
+        while let Some(wqe) = self.req.sq.pop_front() {
+            env.complete(Completion::send(
+                self.cfg.qpn,
+                wqe.wr.wr_id,
+                WcStatus::WrFlushErr,
+                wc_opcode(wqe.kind, wqe.wr.opcode),
+                0,
+            ));
+        }
+        self.req.cursor = 0;
+        self.req.cursor_pkt = 0;
+        self.req.timer_deadline = None;
+        self.req.rnr_until = None;
+    }
+
+    /// Completes the receive WRs the responder holds and (unless they belong to an SRQ) every
+    /// posted one with WR_FLUSH_ERR.
+    pub(super) fn flush_rq(&mut self, env: &mut dyn DeviceEnv) {
+        let held = match self.resp.cur.take() {
+            Some(InMessage::Send { wr, .. }) => Some(wr),
+            _ => None,
+        };
+        for wr in held.into_iter().chain(self.resp.spare_recv.take()) {
+            self.complete_recv(env, wr.wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, 0);
+        }
+        if !self.cfg.uses_srq {
+            while let Some(wr) = env.pop_recv(self.cfg.qpn) {
+                self.complete_recv(env, wr.wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, 0);
+            }
+        }
+    }
+
+    /// Send WRs started (first packet sent) and not yet retired: what an SQD drain waits for.
+    pub(super) fn sq_in_flight(&self) -> bool {
+        self.req.sq.front().is_some_and(|w| w.started)
+    }
+
+    /// Reports the end of an SQD drain once.
+    pub(super) fn check_drained(&mut self, env: &mut dyn DeviceEnv) {
+        if self.state == QpState::Sqd && self.req.drain_pending && !self.sq_in_flight() {
+            self.req.drain_pending = false;
+            env.sq_drained(self.cfg.qpn);
+        }
+    }
+}

@@ -1,0 +1,615 @@
+//! The requester (as rxe_req.c): the send queue, the send window and cursor, and turning
+//! WQEs into request packets in order, within the window, the RD/atomic limit and fences.
+
+use std::collections::VecDeque;
+
+use super::qp::Qp;
+use super::sg::{gather, SgError};
+use super::wqe::{Wqe, WqeKind, ATOMIC_BYTES};
+use super::{
+    EngineStats, ACK_REQ_INTERVAL, MAX_INFLIGHT_PSNS, MIN_INFLIGHT_PSNS, PAGE_FAULT_RETRY_MAX_NS,
+    PAGE_FAULT_RETRY_NS,
+};
+use crate::roce::wire::{self, opcode as op, AtomicEth, Bth, Deth, Feth, Headers, Reth};
+use crate::roce::*;
+
+/// A send WR Q_Key with this bit set means "use the QP's own Q_Key" (IBA 10.2.5).
+pub(super) const QKEY_USE_QP_QKEY: u32 = 0x8000_0000;
+
+#[derive(Debug, Default)]
+pub(super) struct Requester {
+    pub(super) sq: VecDeque<Wqe>,
+    /// PSN of the next never-sent packet.
+    pub(super) next_psn: Psn,
+    /// Highest PSN acknowledged by an ACK (or implied by a response).
+    pub(super) acked_psn: Psn,
+    /// Index in `sq` of the WQE to (re)transmit next, and its next packet.
+    pub(super) cursor: usize,
+    pub(super) cursor_pkt: u32,
+    pub(super) retry_left: u8,
+    pub(super) rnr_left: u8,
+    /// Local ACK timer.
+    pub(super) timer_deadline: Option<u64>,
+    /// Waiting out an RNR NAK until then.
+    pub(super) rnr_until: Option<u64>,
+    /// A READ was re-requested from this PSN after an out-of-order response.
+    pub(super) read_gap_psn: Option<Psn>,
+    /// The wait of the last page-fault stall (0: the last attempt made progress).
+    pub(super) fault_wait_ns: u64,
+    pub(super) pkts_since_ack_req: u32,
+    /// In SQD and the drain has not been reported yet ([`DeviceEnv::sq_drained`]).
+    pub(super) drain_pending: bool,
+    /// Send window in packets (flow control): halved on every loss (ACK timeout, sequence
+    /// NAK), grown by one per ACK that makes progress, between [`MIN_INFLIGHT_PSNS`] and
+    /// [`MAX_INFLIGHT_PSNS`]. A receiver whose socket buffer holds less than a full window
+    /// loses the tail of every burst; go-back-N would resend into the same overflow forever,
+    /// the shrinking window makes the bursts fit.
+    pub(super) window: u32,
+}
+
+impl Requester {
+    pub(super) fn new() -> Requester {
+        Requester {
+            window: MAX_INFLIGHT_PSNS,
+            ..Default::default()
+        }
+    }
+
+    /// A loss: halve the window.
+    pub(super) fn on_loss(&mut self) {
+        self.window = (self.window / 2).max(MIN_INFLIGHT_PSNS);
+    }
+
+    /// An ACK made progress: grow the window.
+    pub(super) fn on_progress(&mut self) {
+        self.window = (self.window + 1).min(MAX_INFLIGHT_PSNS);
+    }
+
+    /// A page-fault stall at `now`: wait [`PAGE_FAULT_RETRY_NS`], doubled on every stall
+    /// in a row up to [`PAGE_FAULT_RETRY_MAX_NS`].
+    pub(super) fn fault_stall(&mut self, now: u64) {
+        self.fault_wait_ns = match self.fault_wait_ns {
+            0 => PAGE_FAULT_RETRY_NS,
+            w => (w * 2).min(PAGE_FAULT_RETRY_MAX_NS),
+        };
+        self.rnr_until = Some(now + self.fault_wait_ns);
+    }
+
+    pub(super) fn ack_req_interval(&self) -> u32 {
+        ACK_REQ_INTERVAL.min(self.window / 2)
+    }
+}
+
+/// Why the requester could not send a packet.
+pub(super) enum SendStop {
+    /// The WR fails with this status.
+    Error(WcStatus),
+    /// A page of an on-demand region is not present: the SQ waits and tries again.
+    Fault,
+}
+
+impl From<SgError> for SendStop {
+    fn from(e: SgError) -> SendStop {
+        match e {
+            SgError::Length => SendStop::Error(WcStatus::LocLenErr),
+            SgError::Access => SendStop::Error(WcStatus::LocProtErr),
+            SgError::Fault => SendStop::Fault,
+        }
+    }
+}
+
+impl Qp {
+    /// Queues a WQE on the SQ; in ERR or SQE it is flushed at once.
+    pub(super) fn enqueue(&mut self, env: &mut dyn DeviceEnv, stats: &mut EngineStats, wqe: Wqe) {
+        self.req.sq.push_back(wqe);
+        match self.state {
+            QpState::Err => {
+                self.flush_sq(env);
+                // Receive WRs posted since the QP entered ERR are flushed too.
+                self.flush_rq(env);
+            }
+            QpState::Sqe => self.flush_sq(env),
+            _ => self.transmit(env, stats),
+        }
+    }
+
+    /// READ/atomic WRs started and not yet retired. A finished one behind an unfinished one
+    /// still counts: a go-back-N retransmission resends it, and the responder only keeps the
+    /// last max_dest_rd_atomic of them for replay.
+    pub(super) fn outstanding_rd_atomic(&self) -> usize {
+        self.req
+            .sq
+            .iter()
+            .take_while(|w| w.started)
+            .filter(|w| w.kind.rd_atomic())
+            .count()
+    }
+
+    /// Sends what the window, the RD/atomic limit, fences and RNR waits allow.
+    pub(super) fn transmit(&mut self, env: &mut dyn DeviceEnv, stats: &mut EngineStats) {
+        while self.can_send() && self.req.rnr_until.is_none() && self.req.cursor < self.req.sq.len()
+        {
+            let cursor = self.req.cursor;
+            let wqe = &self.req.sq[cursor];
+            if wqe.error.is_some() {
+                break;
+            }
+            if wqe.started && wqe.done() {
+                // Go-back-N resends from the oldest gap; a WR after it whose response or ACK
+                // already arrived was executed by the responder and needs no resending.
+                self.req.cursor += 1;
+                self.req.cursor_pkt = 0;
+                continue;
+            }
+            if !wqe.started {
+                if self.state == QpState::Sqd {
+                    // SQD: no new WR starts until the QP returns to RTS.
+                    break;
+                }
+                let rd_atomic = wqe.kind.rd_atomic();
+                let outstanding = self.outstanding_rd_atomic();
+                if (rd_atomic && outstanding >= usize::from(self.max_rd_atomic.max(1)))
+                    || (wqe.wr.fence && outstanding > 0)
+                {
+                    break;
+                }
+                if wqe.kind == WqeKind::Local {
+                    self.execute_local(env, cursor);
+                    continue;
+                }
+            }
+            let psn = if wqe.started {
+                wqe.first_psn.add(self.req.cursor_pkt)
+            } else {
+                self.req.next_psn
+            };
+            if self.cfg.qp_type == QpType::Rc {
+                let una = self.una();
+                if psn.diff(una.add(self.req.window)) >= 0 {
+                    break;
+                }
+            }
+            let wqe = &mut self.req.sq[cursor];
+            let fresh = !wqe.started;
+            if fresh {
+                wqe.started = true;
+                wqe.first_psn = self.req.next_psn;
+                self.req.next_psn = self.req.next_psn.add(wqe.npsn);
+            }
+            match self.send_packet(env, stats, cursor) {
+                Ok(()) => {
+                    self.req.fault_wait_ns = 0;
+                    if self.cfg.qp_type == QpType::Rc && self.req.timer_deadline.is_none() {
+                        self.req.timer_deadline = self.ack_timeout_ns().map(|t| env.now_ns() + t);
+                    }
+                }
+                Err(SendStop::Fault) => {
+                    // Nothing was sent: a WR that had not started gives its PSNs back; the SQ
+                    // waits like after an RNR NAK and tries again.
+                    if fresh {
+                        let wqe = &mut self.req.sq[cursor];
+                        wqe.started = false;
+                        self.req.next_psn = wqe.first_psn;
+                    }
+                    stats.page_fault_stalls += 1;
+                    let now = env.now_ns();
+                    self.req.fault_stall(now);
+                    break;
+                }
+                Err(SendStop::Error(status)) => {
+                    self.req.sq[cursor].error = Some(status);
+                    break;
+                }
+            }
+        }
+        self.retire(env);
+        self.check_drained(env);
+    }
+
+    /// Executes the local operation (BIND_MW, LOCAL_INV, REG_MR) at the cursor: it takes no
+    /// PSN and completes at once, in SQ order. Any failure is MW_BIND_ERR (a memory
+    /// management operation failed) and changes nothing.
+    pub(super) fn execute_local(&mut self, env: &mut dyn DeviceEnv, index: usize) {
+        let (pd, qpn) = (self.cfg.pd, self.cfg.qpn);
+        let next_psn = self.req.next_psn;
+        let wqe = &mut self.req.sq[index];
+        wqe.started = true;
+        wqe.first_psn = next_psn;
+        let result = match (wqe.wr.opcode, wqe.wr.bind, wqe.wr.fast_reg) {
+            (WrOpcode::BindMw, Some(bind), _) => env.bind_mw(pd, qpn, &bind),
+            (WrOpcode::RegMr, _, Some(reg)) => env.fast_register(pd, qpn, &reg),
+            _ => env.invalidate(pd, qpn, wqe.wr.rkey, false),
+        }
+        .map_err(|_| WcStatus::MwBindErr);
+        match result {
+            Ok(()) => {
+                wqe.acked = true;
+                self.req.cursor += 1;
+                self.req.cursor_pkt = 0;
+            }
+            // Like a send error, the cursor stays on the failed WR: nothing after it may be
+            // sent (it completes in error once the WRs before it have, the rest flush).
+            Err(status) => wqe.error = Some(status),
+        }
+    }
+
+    /// Sends the packet at the cursor and advances the cursor.
+    pub(super) fn send_packet(
+        &mut self,
+        env: &mut dyn DeviceEnv,
+        stats: &mut EngineStats,
+        index: usize,
+    ) -> Result<(), SendStop> {
+        let wqe = &self.req.sq[index];
+        let psn = wqe.first_psn.add(self.req.cursor_pkt);
+        let (hdr, payload) = match wqe.kind {
+            WqeKind::Read => (self.read_request(wqe, psn), None),
+            WqeKind::Atomic => (self.atomic_request(wqe, psn), None),
+            WqeKind::Flush => (self.flush_request(wqe, psn), None),
+            WqeKind::AtomicWrite => {
+                let mut value = [0u8; ATOMIC_BYTES];
+                gather(env, self.cfg.pd, &wqe.wr.data, 0, &mut value).map_err(SendStop::from)?;
+                (self.atomic_write_request(wqe, psn), Some(value))
+            }
+            // A local operation never gets here: transmit executes it.
+            WqeKind::Send | WqeKind::Write | WqeKind::Local => {
+                return self.send_data_packet(env, stats, index)
+            }
+        };
+        // A single-packet request: it asks for its response and ends the WQE's packets.
+        self.send_connected(env, stats, &hdr, payload.as_ref().map_or(&[], |v| &v[..]));
+        self.req.cursor += 1;
+        self.req.cursor_pkt = 0;
+        self.req.pkts_since_ack_req = 0;
+        Ok(())
+    }
+
+    /// The BTH of a request that asks for its response.
+    fn request_bth(&self, opcode: u8, psn: Psn) -> Bth {
+        Bth {
+            ack_req: true,
+            ..self.bth(opcode, psn)
+        }
+    }
+
+    /// One READ request covers the rest of the READ (a retransmission resumes mid-way).
+    fn read_request(&self, wqe: &Wqe, psn: Psn) -> Headers {
+        let offset = u64::from(self.req.cursor_pkt) * u64::from(self.mtu.bytes());
+        let mut hdr = Headers::new(self.request_bth(op::RC_READ_REQUEST, psn));
+        hdr.reth = Some(Reth {
+            va: wqe.wr.remote_addr.wrapping_add(offset),
+            rkey: wqe.wr.rkey,
+            dma_len: (wqe.len - offset.min(wqe.len)) as u32,
+        });
+        hdr
+    }
+
+    fn atomic_request(&self, wqe: &Wqe, psn: Psn) -> Headers {
+        let compare_swap = wqe.wr.opcode == WrOpcode::AtomicCmpAndSwp;
+        let opcode = if compare_swap {
+            op::RC_COMPARE_SWAP
+        } else {
+            op::RC_FETCH_ADD
+        };
+        let mut hdr = Headers::new(self.request_bth(opcode, psn));
+        hdr.atomic_eth = Some(AtomicEth {
+            va: wqe.wr.remote_addr,
+            rkey: wqe.wr.rkey,
+            swap_add: if compare_swap {
+                wqe.wr.swap
+            } else {
+                wqe.wr.compare_add
+            },
+            compare: wqe.wr.compare_add,
+        });
+        hdr
+    }
+
+    fn flush_request(&self, wqe: &Wqe, psn: Psn) -> Headers {
+        let mut hdr = Headers::new(self.request_bth(op::RC_FLUSH, psn));
+        hdr.feth = Some(Feth {
+            placement_type: wqe.wr.flush.placement_type,
+            selectivity_level: wqe.wr.flush.level,
+        });
+        hdr.reth = Some(Reth {
+            va: wqe.wr.remote_addr,
+            rkey: wqe.wr.rkey,
+            dma_len: wqe.wr.flush.length,
+        });
+        hdr
+    }
+
+    /// The headers of an ATOMIC WRITE; its 8 bytes are the payload.
+    fn atomic_write_request(&self, wqe: &Wqe, psn: Psn) -> Headers {
+        let mut hdr = Headers::new(self.request_bth(op::RC_ATOMIC_WRITE, psn));
+        hdr.reth = Some(Reth {
+            va: wqe.wr.remote_addr,
+            rkey: wqe.wr.rkey,
+            dma_len: ATOMIC_BYTES as u32,
+        });
+        hdr
+    }
+
+    /// Sends the SEND or WRITE packet at the cursor (RC, UC or UD) and advances the cursor.
+    fn send_data_packet(
+        &mut self,
+        env: &mut dyn DeviceEnv,
+        stats: &mut EngineStats,
+        index: usize,
+    ) -> Result<(), SendStop> {
+        let mtu = u64::from(self.mtu.bytes());
+        let pkt = self.req.cursor_pkt;
+        let wqe = &self.req.sq[index];
+        let offset = u64::from(pkt) * mtu;
+        let chunk = (wqe.len - offset).min(mtu) as usize;
+        let mut payload = vec![0u8; chunk];
+        gather(env, self.cfg.pd, &wqe.wr.data, offset, &mut payload).map_err(SendStop::from)?;
+        let last = pkt + 1 == wqe.npsn;
+        self.req.pkts_since_ack_req += 1;
+        let ack_req = self.cfg.qp_type == QpType::Rc
+            && (last || self.req.pkts_since_ack_req >= self.req.ack_req_interval());
+        if ack_req {
+            self.req.pkts_since_ack_req = 0;
+        }
+        let wqe = &self.req.sq[index];
+        let hdr = self.data_headers(wqe, pkt, ack_req);
+        if let Some(ud) = wqe.wr.ud {
+            let packet = wire::build_packet(&self.ip_info(&ud.av), &hdr, &payload);
+            stats.tx_packets += 1;
+            env.transmit(&ud.av, packet);
+        } else {
+            self.send_connected(env, stats, &hdr, &payload);
+        }
+        let wqe = &mut self.req.sq[index];
+        if last {
+            if self.cfg.qp_type != QpType::Rc {
+                wqe.acked = true; // UC/UD complete once sent
+            }
+            self.req.cursor += 1;
+            self.req.cursor_pkt = 0;
+        } else {
+            self.req.cursor_pkt += 1;
+        }
+        Ok(())
+    }
+
+    /// The headers of packet `pkt` of a SEND or WRITE.
+    fn data_headers(&self, wqe: &Wqe, pkt: u32, ack_req: bool) -> Headers {
+        let first = pkt == 0;
+        let last = pkt + 1 == wqe.npsn;
+        let imm = matches!(
+            wqe.wr.opcode,
+            WrOpcode::SendWithImm | WrOpcode::RdmaWriteWithImm
+        );
+        let inv = wqe.wr.opcode == WrOpcode::SendWithInv;
+        let mut hdr = Headers::new(Bth {
+            solicited: last && wqe.wr.solicited,
+            ack_req,
+            ..self.bth(
+                self.transport_bits() | data_opcode(wqe.kind, first, last, imm, inv),
+                wqe.first_psn.add(pkt),
+            )
+        });
+        if last && imm {
+            hdr.imm = Some(wqe.wr.imm);
+        }
+        if last && inv {
+            hdr.ieth = Some(wqe.wr.rkey);
+        }
+        if first && wqe.kind == WqeKind::Write {
+            hdr.reth = Some(Reth {
+                va: wqe.wr.remote_addr,
+                rkey: wqe.wr.rkey,
+                dma_len: wqe.len as u32,
+            });
+        }
+        if let Some(ud) = wqe.wr.ud {
+            hdr.bth.dest_qpn = ud.remote_qpn;
+            let qkey = if ud.remote_qkey & QKEY_USE_QP_QKEY != 0 {
+                self.qkey
+            } else {
+                ud.remote_qkey
+            };
+            hdr.deth = Some(Deth {
+                qkey,
+                src_qpn: self.cfg.qpn,
+            });
+        }
+        hdr
+    }
+}
+
+/// The operation (low 5 bits) of a SEND or WRITE packet: where it lies in its message and
+/// what its last packet carries (immediate data or an R_Key to invalidate).
+fn data_opcode(kind: WqeKind, first: bool, last: bool, imm: bool, inv: bool) -> u8 {
+    match (kind, first, last) {
+        (WqeKind::Send, true, true) if inv => op::RC_SEND_ONLY_INV,
+        (WqeKind::Send, false, true) if inv => op::RC_SEND_LAST_INV,
+        (WqeKind::Send, true, true) if imm => op::RC_SEND_ONLY_IMM,
+        (WqeKind::Send, true, true) => op::RC_SEND_ONLY,
+        (WqeKind::Send, true, false) => op::RC_SEND_FIRST,
+        (WqeKind::Send, false, false) => op::RC_SEND_MIDDLE,
+        (WqeKind::Send, false, true) if imm => op::RC_SEND_LAST_IMM,
+        (WqeKind::Send, false, true) => op::RC_SEND_LAST,
+        (_, true, true) if imm => op::RC_WRITE_ONLY_IMM,
+        (_, true, true) => op::RC_WRITE_ONLY,
+        (_, true, false) => op::RC_WRITE_FIRST,
+        (_, false, false) => op::RC_WRITE_MIDDLE,
+        (_, false, true) if imm => op::RC_WRITE_LAST_IMM,
+        (_, false, true) => op::RC_WRITE_LAST,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_env::*;
+    use super::*;
+
+    #[test]
+    fn window_halves_on_loss_and_grows_on_progress_within_bounds() {
+        let mut req = Requester::new();
+        assert_eq!(req.window, MAX_INFLIGHT_PSNS);
+        assert_eq!(req.ack_req_interval(), ACK_REQ_INTERVAL);
+        for _ in 0..10 {
+            req.on_loss();
+        }
+        assert_eq!(req.window, MIN_INFLIGHT_PSNS);
+        assert_eq!(
+            req.ack_req_interval(),
+            MIN_INFLIGHT_PSNS / 2,
+            "twice per window"
+        );
+        req.on_progress();
+        assert_eq!(req.window, MIN_INFLIGHT_PSNS + 1);
+        for _ in 0..1000 {
+            req.on_progress();
+        }
+        assert_eq!(req.window, MAX_INFLIGHT_PSNS);
+    }
+
+    #[test]
+    fn page_fault_stalls_double_their_wait_up_to_the_cap() {
+        let mut req = Requester::new();
+        let mut waits = Vec::new();
+        for _ in 0..10 {
+            req.fault_stall(1_000);
+            waits.push(req.rnr_until.unwrap() - 1_000);
+        }
+        assert_eq!(waits[0], PAGE_FAULT_RETRY_NS);
+        assert_eq!(waits[1], 2 * PAGE_FAULT_RETRY_NS);
+        assert_eq!(*waits.last().unwrap(), PAGE_FAULT_RETRY_MAX_NS);
+        assert!(waits.windows(2).all(|w| w[1] >= w[0]));
+    }
+
+    #[test]
+    fn data_opcodes_mark_position_immediate_and_invalidate() {
+        use WqeKind::{Send, Write};
+        assert_eq!(
+            data_opcode(Send, true, true, false, false),
+            op::RC_SEND_ONLY
+        );
+        assert_eq!(
+            data_opcode(Send, true, false, true, false),
+            op::RC_SEND_FIRST
+        );
+        assert_eq!(
+            data_opcode(Send, false, false, true, false),
+            op::RC_SEND_MIDDLE
+        );
+        assert_eq!(
+            data_opcode(Send, false, true, true, false),
+            op::RC_SEND_LAST_IMM
+        );
+        assert_eq!(
+            data_opcode(Send, true, true, false, true),
+            op::RC_SEND_ONLY_INV
+        );
+        assert_eq!(
+            data_opcode(Send, false, true, false, true),
+            op::RC_SEND_LAST_INV
+        );
+        assert_eq!(
+            data_opcode(Write, true, true, true, false),
+            op::RC_WRITE_ONLY_IMM
+        );
+        assert_eq!(
+            data_opcode(Write, true, false, false, false),
+            op::RC_WRITE_FIRST
+        );
+        assert_eq!(
+            data_opcode(Write, false, true, false, false),
+            op::RC_WRITE_LAST
+        );
+    }
+
+    #[test]
+    fn a_send_leaves_in_mtu_packets_asking_for_an_ack_at_its_end() {
+        let (mut env, mut stats, mut qp) = rc_fixture();
+        fill_pattern(&mut env, 2500);
+        let wqe = qp.make_wqe(send_wr(1, WrOpcode::SendWithImm, 2500));
+        qp.enqueue(&mut env, &mut stats, wqe);
+        let sent = env.sent_parsed();
+        let shape: Vec<(u8, u32, bool, usize)> = sent
+            .iter()
+            .map(|p| {
+                (
+                    p.hdr.bth.opcode,
+                    p.hdr.bth.psn.get(),
+                    p.hdr.bth.ack_req,
+                    p.payload.len(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            shape,
+            [
+                (op::RC_SEND_FIRST, 100, false, 1024),
+                (op::RC_SEND_MIDDLE, 101, false, 1024),
+                (op::RC_SEND_LAST_IMM, 102, true, 452),
+            ]
+        );
+        let data: Vec<u8> = sent.iter().flat_map(|p| p.payload.to_vec()).collect();
+        assert_eq!(data, env.mem[..2500]);
+        assert_eq!(qp.req.next_psn.get(), 103);
+        assert!(qp.req.timer_deadline.is_some(), "the ACK timer runs");
+    }
+
+    #[test]
+    fn the_window_bounds_unacknowledged_packets() {
+        let (mut env, mut stats, mut qp) = rc_fixture();
+        qp.req.window = MIN_INFLIGHT_PSNS;
+        for id in 0..20 {
+            let wqe = qp.make_wqe(send_wr(id, WrOpcode::Send, 0));
+            qp.enqueue(&mut env, &mut stats, wqe);
+        }
+        assert_eq!(env.sent.len(), MIN_INFLIGHT_PSNS as usize);
+        // UC has no window: everything leaves at once.
+        let (mut env, mut qp) = (TestEnv::new(), rts_qp(QpType::Uc));
+        qp.req.window = MIN_INFLIGHT_PSNS;
+        for id in 0..20 {
+            let wqe = qp.make_wqe(send_wr(id, WrOpcode::Send, 0));
+            qp.enqueue(&mut env, &mut stats, wqe);
+        }
+        assert_eq!(env.sent.len(), 20);
+        assert_eq!(env.completions.len(), 20, "UC completes once sent");
+    }
+
+    #[test]
+    fn rd_atomic_limit_and_fence_hold_the_queue() {
+        let (mut env, mut stats, mut qp) = rc_fixture();
+        qp.max_rd_atomic = 1;
+        for id in 0..2 {
+            let wqe = qp.make_wqe(send_wr(id, WrOpcode::RdmaRead, 8));
+            qp.enqueue(&mut env, &mut stats, wqe);
+        }
+        assert_eq!(env.sent.len(), 1, "one READ outstanding at most");
+        let (mut env, mut qp) = (TestEnv::new(), rts_qp(QpType::Rc));
+        qp.max_rd_atomic = 4;
+        let read = qp.make_wqe(send_wr(0, WrOpcode::RdmaRead, 8));
+        qp.enqueue(&mut env, &mut stats, read);
+        let fenced = qp.make_wqe(SendWr {
+            fence: true,
+            ..send_wr(1, WrOpcode::Send, 8)
+        });
+        qp.enqueue(&mut env, &mut stats, fenced);
+        assert_eq!(env.sent.len(), 1, "the fenced SEND waits for the READ");
+    }
+
+    #[test]
+    fn a_page_fault_gives_the_psns_back_and_waits() {
+        let (mut env, mut stats, mut qp) = rc_fixture();
+        let mut wr = send_wr(1, WrOpcode::Send, 8);
+        wr.data = SendData::Sges(vec![Sge {
+            addr: 0,
+            length: 8,
+            lkey: FAULT_KEY,
+        }]);
+        let wqe = qp.make_wqe(wr);
+        qp.enqueue(&mut env, &mut stats, wqe);
+        assert!(env.sent.is_empty());
+        assert_eq!(qp.req.next_psn.get(), 100);
+        assert!(!qp.req.sq[0].started);
+        assert_eq!(qp.req.rnr_until, Some(PAGE_FAULT_RETRY_NS));
+        assert_eq!(stats.page_fault_stalls, 1);
+    }
+}

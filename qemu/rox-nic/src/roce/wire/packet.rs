@@ -1,0 +1,385 @@
+//! Building and parsing RoCEv2 IP packets: IP/UDP encapsulation, the BTH and its extension
+//! headers in the order [`OpcodeInfo`] gives, pad, ICRC and checksums.
+
+use super::*;
+
+/// Reads big-endian fields one after the other.
+struct Reader<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl Reader<'_> {
+    fn take<const N: usize>(&mut self) -> [u8; N] {
+        let v = self.bytes[self.at..self.at + N]
+            .try_into()
+            .expect("length checked by the caller");
+        self.at += N;
+        v
+    }
+    fn u8(&mut self) -> u8 {
+        u8::from_be_bytes(self.take())
+    }
+    fn u16(&mut self) -> u16 {
+        u16::from_be_bytes(self.take())
+    }
+    fn u32(&mut self) -> u32 {
+        u32::from_be_bytes(self.take())
+    }
+    fn u64(&mut self) -> u64 {
+        u64::from_be_bytes(self.take())
+    }
+}
+
+fn put_u16(buf: &mut Vec<u8>, v: u16) {
+    buf.extend_from_slice(&v.to_be_bytes());
+}
+fn put_u32(buf: &mut Vec<u8>, v: u32) {
+    buf.extend_from_slice(&v.to_be_bytes());
+}
+fn put_u64(buf: &mut Vec<u8>, v: u64) {
+    buf.extend_from_slice(&v.to_be_bytes());
+}
+
+/// The IPv4 header checksum of `header` (0 when `header` carries a correct one).
+pub fn ipv4_header_checksum(header: &[u8]) -> u16 {
+    let mut sum: u32 = header
+        .chunks(2)
+        .map(|w| u32::from(u16::from_be_bytes([w[0], w[1]])))
+        .sum();
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    !(sum as u16)
+}
+
+/// UDP checksum over the IPv6 pseudo header (mandatory for UDP over IPv6).
+fn udp6_checksum(src: &Gid, dst: &Gid, udp: &[u8]) -> u16 {
+    let mut sum: u64 = 0;
+    for w in src.chunks(2).chain(dst.chunks(2)) {
+        sum += u64::from(u16::from_be_bytes([w[0], w[1]]));
+    }
+    sum += udp.len() as u64 + u64::from(IP_PROTO_UDP);
+    let mut chunks = udp.chunks_exact(2);
+    for w in &mut chunks {
+        sum += u64::from(u16::from_be_bytes([w[0], w[1]]));
+    }
+    if let [last] = chunks.remainder() {
+        sum += u64::from(*last) << 8;
+    }
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    match !(sum as u16) {
+        0 => 0xffff,
+        c => c,
+    }
+}
+
+/// Builds a complete RoCEv2 IP packet with a valid ICRC.
+pub fn build_packet(ip: &IpInfo, hdr: &Headers, payload: &[u8]) -> Vec<u8> {
+    let info = opcode_info(hdr.bth.opcode).expect("engine builds only known opcodes");
+    let pad = (4 - payload.len() % 4) % 4;
+    let v4 = gid_ipv4(&ip.dgid).zip(gid_ipv4(&ip.sgid));
+    let ip_len = if v4.is_some() {
+        IPV4_HEADER_LEN
+    } else {
+        IPV6_HEADER_LEN
+    };
+    let udp_len = UDP_HEADER_LEN + info.header_len() + payload.len() + pad + ICRC_LEN;
+    let mut buf = Vec::with_capacity(ip_len + udp_len);
+    if let Some((dst, src)) = v4 {
+        buf.push(IPV4_VERSION_IHL);
+        buf.push(ip.traffic_class);
+        put_u16(&mut buf, (ip_len + udp_len) as u16);
+        put_u16(&mut buf, 0); // identification: unused with DF
+        put_u16(&mut buf, IPV4_DONT_FRAGMENT);
+        buf.push(ip.hop_limit);
+        buf.push(IP_PROTO_UDP);
+        put_u16(&mut buf, 0);
+        buf.extend_from_slice(&src);
+        buf.extend_from_slice(&dst);
+        let csum = ipv4_header_checksum(&buf[..IPV4_HEADER_LEN]);
+        buf[field::V4_CHECKSUM..field::V4_CHECKSUM + 2].copy_from_slice(&csum.to_be_bytes());
+    } else {
+        put_u32(
+            &mut buf,
+            (u32::from(IPV6_VERSION) << 28)
+                | (u32::from(ip.traffic_class) << 20)
+                | (ip.flow_label & 0xfffff),
+        );
+        put_u16(&mut buf, udp_len as u16);
+        buf.push(IP_PROTO_UDP);
+        buf.push(ip.hop_limit);
+        buf.extend_from_slice(&ip.sgid);
+        buf.extend_from_slice(&ip.dgid);
+    }
+    put_u16(&mut buf, ip.src_port);
+    put_u16(&mut buf, ROCE_V2_UDP_PORT);
+    put_u16(&mut buf, udp_len as u16);
+    put_u16(&mut buf, 0); // UDP checksum: 0 (none) over IPv4, filled below for IPv6
+    let b = &hdr.bth;
+    buf.push(b.opcode);
+    buf.push(
+        if b.solicited { BTH_SE } else { 0 }
+            | BTH_MIG
+            | ((pad as u8 & BTH_PAD_MASK) << BTH_PAD_SHIFT)
+            | BTH_TVER,
+    );
+    put_u16(&mut buf, b.pkey);
+    // from_wire: a number wider than its field must not spill into the neighbouring bits.
+    put_u32(&mut buf, Qpn::from_wire(b.dest_qpn.get()).get());
+    put_u32(
+        &mut buf,
+        Psn::from_wire(b.psn.get()).get() | if b.ack_req { BTH_ACK_REQ } else { 0 },
+    );
+    if info.deth {
+        let d = hdr.deth.expect("DETH required by opcode");
+        put_u32(&mut buf, d.qkey);
+        put_u32(&mut buf, Qpn::from_wire(d.src_qpn.get()).get());
+    }
+    if info.feth {
+        put_u32(
+            &mut buf,
+            hdr.feth.expect("FETH required by opcode").encode(),
+        );
+    }
+    if info.reth {
+        let r = hdr.reth.expect("RETH required by opcode");
+        put_u64(&mut buf, r.va);
+        put_u32(&mut buf, r.rkey.get());
+        put_u32(&mut buf, r.dma_len);
+    }
+    if info.atomic_eth {
+        let a = hdr.atomic_eth.expect("AtomicETH required by opcode");
+        put_u64(&mut buf, a.va);
+        put_u32(&mut buf, a.rkey.get());
+        put_u64(&mut buf, a.swap_add);
+        put_u64(&mut buf, a.compare);
+    }
+    if info.aeth {
+        let a = hdr.aeth.expect("AETH required by opcode");
+        put_u32(
+            &mut buf,
+            (u32::from(a.syndrome.encode()) << 24) | Msn::from_wire(a.msn.get()).get(),
+        );
+    }
+    if info.atomic_ack_eth {
+        put_u64(
+            &mut buf,
+            hdr.atomic_ack.expect("AtomicAckETH required by opcode"),
+        );
+    }
+    if info.immdt {
+        put_u32(&mut buf, hdr.imm.expect("ImmDt required by opcode"));
+    }
+    if info.ieth {
+        put_u32(&mut buf, hdr.ieth.expect("IETH required by opcode").get());
+    }
+    buf.extend_from_slice(payload);
+    buf.resize(buf.len() + pad, 0);
+    let icrc = compute_icrc(&buf, ip_len);
+    buf.extend_from_slice(&icrc.to_le_bytes());
+    if v4.is_none() {
+        let csum = udp6_checksum(&ip.sgid, &ip.dgid, &buf[ip_len..]);
+        let at = ip_len + field::UDP_CHECKSUM;
+        buf[at..at + 2].copy_from_slice(&csum.to_be_bytes());
+    }
+    buf
+}
+
+/// ICRC of `packet` (IP header .. end of pad, without the ICRC itself); `ip_len` is the IP
+/// header length (20 or 40).
+pub fn compute_icrc(packet: &[u8], ip_len: usize) -> u32 {
+    let fixed_len = ip_len + UDP_HEADER_LEN + BTH_LEN;
+    let mut masked = [0u8; IPV6_HEADER_LEN + UDP_HEADER_LEN + BTH_LEN];
+    let masked = &mut masked[..fixed_len];
+    masked.copy_from_slice(&packet[..fixed_len]);
+    if ip_len == IPV4_HEADER_LEN {
+        masked[field::V4_TOS] = ICRC_MASK;
+        masked[field::V4_TTL] = ICRC_MASK;
+        masked[field::V4_CHECKSUM..field::V4_CHECKSUM + 2].fill(ICRC_MASK);
+    } else {
+        // Everything but the 4-bit version: traffic class and flow label.
+        const VERSION_BITS: u8 = 0xf0;
+        let word = field::V6_VERSION_CLASS_FLOW;
+        masked[word] |= !VERSION_BITS;
+        masked[word + 1..word + 4].fill(ICRC_MASK);
+        masked[field::V6_HOP_LIMIT] = ICRC_MASK;
+    }
+    let udp_checksum = ip_len + field::UDP_CHECKSUM;
+    masked[udp_checksum..udp_checksum + 2].fill(ICRC_MASK);
+    masked[ip_len + UDP_HEADER_LEN + field::BTH_RESV8A] = ICRC_MASK;
+    let mut hasher = crc32fast::Hasher::new();
+    hasher.update(&ICRC_MASKED_LRH);
+    hasher.update(masked);
+    hasher.update(&packet[fixed_len..]);
+    hasher.finalize()
+}
+
+/// Why a received packet was not accepted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ParseError {
+    #[error("truncated or inconsistent lengths")]
+    Malformed,
+    #[error("not IPv4/IPv6 UDP to port 4791")]
+    NotRoce,
+    #[error("unsupported BTH opcode {0:#04x}")]
+    UnknownOpcode(u8),
+    #[error("ICRC mismatch")]
+    BadIcrc,
+}
+
+/// A parsed, ICRC-checked received packet.
+#[derive(Clone, Copy, Debug)]
+pub struct Parsed<'a> {
+    pub sgid: Gid,
+    pub dgid: Gid,
+    /// The IP header (20 bytes for IPv4, 40 for IPv6): UD receives place it in the GRH area.
+    pub ip_header: &'a [u8],
+    pub hdr: Headers,
+    pub info: OpcodeInfo,
+    pub payload: &'a [u8],
+}
+
+fn be16(b: &[u8], at: usize) -> u16 {
+    u16::from_be_bytes([b[at], b[at + 1]])
+}
+
+/// The IP header of a RoCEv2 packet: its length, source and destination GIDs and the total
+/// length it claims.
+fn parse_ip(packet: &[u8]) -> Result<(usize, Gid, Gid, usize), ParseError> {
+    let version = packet.first().ok_or(ParseError::Malformed)? >> IP_VERSION_SHIFT;
+    match version {
+        IPV4_VERSION => {
+            if packet.len() < IPV4_HEADER_LEN {
+                return Err(ParseError::Malformed);
+            }
+            if packet[0] != IPV4_VERSION_IHL || packet[field::V4_PROTOCOL] != IP_PROTO_UDP {
+                return Err(ParseError::NotRoce);
+            }
+            let addr = |at: usize| -> [u8; IPV4_ADDR_LEN] {
+                packet[at..at + IPV4_ADDR_LEN]
+                    .try_into()
+                    .expect("length checked")
+            };
+            Ok((
+                IPV4_HEADER_LEN,
+                ipv4_gid(addr(field::V4_SRC)),
+                ipv4_gid(addr(field::V4_DST)),
+                usize::from(be16(packet, field::V4_TOTAL_LEN)),
+            ))
+        }
+        IPV6_VERSION => {
+            if packet.len() < IPV6_HEADER_LEN {
+                return Err(ParseError::Malformed);
+            }
+            if packet[field::V6_NEXT_HEADER] != IP_PROTO_UDP {
+                return Err(ParseError::NotRoce);
+            }
+            let gid =
+                |at: usize| -> Gid { packet[at..at + GID_LEN].try_into().expect("length checked") };
+            let (src, dst) = (gid(field::V6_SRC), gid(field::V6_DST));
+            Ok((
+                IPV6_HEADER_LEN,
+                src,
+                dst,
+                IPV6_HEADER_LEN + usize::from(be16(packet, field::V6_PAYLOAD_LEN)),
+            ))
+        }
+        _ => Err(ParseError::NotRoce),
+    }
+}
+
+/// Parses and validates a received RoCEv2 IP packet (lengths, opcode, pad, ICRC).
+pub fn parse_packet(packet: &[u8]) -> Result<Parsed<'_>, ParseError> {
+    let (ip_len, sgid, dgid, total_len) = parse_ip(packet)?;
+    if total_len != packet.len() || packet.len() < ip_len + UDP_HEADER_LEN + BTH_LEN + ICRC_LEN {
+        return Err(ParseError::Malformed);
+    }
+    let udp = &packet[ip_len..];
+    if be16(udp, field::UDP_DST_PORT) != ROCE_V2_UDP_PORT {
+        return Err(ParseError::NotRoce);
+    }
+    if usize::from(be16(udp, field::UDP_LEN)) != udp.len() {
+        return Err(ParseError::Malformed);
+    }
+    let t = &udp[UDP_HEADER_LEN..];
+    let op = t[0];
+    let info = opcode_info(op).ok_or(ParseError::UnknownOpcode(op))?;
+    // Another transport header version is not a packet rox (or rxe) understands.
+    if t[1] & BTH_TVER_MASK != BTH_TVER {
+        return Err(ParseError::Malformed);
+    }
+    let pad = usize::from((t[1] >> BTH_PAD_SHIFT) & BTH_PAD_MASK);
+    let hlen = info.header_len();
+    // Senders pad the payload to whole 4-byte words (IBA 9.2); any other length is malformed.
+    if t.len() < hlen + pad + ICRC_LEN || !t.len().is_multiple_of(4) {
+        return Err(ParseError::Malformed);
+    }
+    let icrc_at = packet.len() - ICRC_LEN;
+    let wire_icrc = u32::from_le_bytes(packet[icrc_at..].try_into().unwrap());
+    if compute_icrc(&packet[..icrc_at], ip_len) != wire_icrc {
+        return Err(ParseError::BadIcrc);
+    }
+    let mut r = Reader { bytes: t, at: 0 };
+    let (opcode, flags, pkey, qpn_word, psn_word) = (r.u8(), r.u8(), r.u16(), r.u32(), r.u32());
+    let bth = Bth {
+        opcode,
+        solicited: flags & BTH_SE != 0,
+        pkey,
+        dest_qpn: Qpn::from_wire(qpn_word),
+        ack_req: psn_word & BTH_ACK_REQ != 0,
+        psn: Psn::from_wire(psn_word),
+    };
+    let mut hdr = Headers::new(bth);
+    if info.deth {
+        hdr.deth = Some(Deth {
+            qkey: r.u32(),
+            src_qpn: Qpn::from_wire(r.u32()),
+        });
+    }
+    if info.feth {
+        hdr.feth = Some(Feth::decode(r.u32()));
+    }
+    if info.reth {
+        hdr.reth = Some(Reth {
+            va: r.u64(),
+            rkey: Key::from_raw(r.u32()),
+            dma_len: r.u32(),
+        });
+    }
+    if info.atomic_eth {
+        hdr.atomic_eth = Some(AtomicEth {
+            va: r.u64(),
+            rkey: Key::from_raw(r.u32()),
+            swap_add: r.u64(),
+            compare: r.u64(),
+        });
+    }
+    if info.aeth {
+        let syndrome = Syndrome::decode(r.u8()).ok_or(ParseError::Malformed)?;
+        let msn = Msn::from_wire(u32::from_be_bytes([0, r.u8(), r.u8(), r.u8()]));
+        hdr.aeth = Some(Aeth { syndrome, msn });
+    }
+    if info.atomic_ack_eth {
+        hdr.atomic_ack = Some(r.u64());
+    }
+    if info.immdt {
+        hdr.imm = Some(r.u32());
+    }
+    if info.ieth {
+        hdr.ieth = Some(Key::from_raw(r.u32()));
+    }
+    let at = r.at;
+    debug_assert_eq!(at, hlen);
+    let payload_end = t.len() - ICRC_LEN - pad;
+    Ok(Parsed {
+        sgid,
+        dgid,
+        ip_header: &packet[..ip_len],
+        hdr,
+        info,
+        payload: &t[at..payload_end],
+    })
+}

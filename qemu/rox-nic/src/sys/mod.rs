@@ -1,0 +1,16 @@
+//! rox-nic's unsafe code, all of it: the thin layer between the device and the OS (system
+//! calls with C structures) and the plain-old-data views of the uapi structures the device
+//! reads from and writes to guest memory. Everything above it is safe Rust
+//! (`#![deny(unsafe_code)]` in lib.rs and main.rs); guest memory itself is mapped and accessed
+//! through rust-vmm's `vm-memory` (`crate::dma`), which owns the pointers.
+//!
+//! - [`pod`]: `Pod`, byte views of plain-old-data values;
+//! - [`fd`]: eventfds and memfds;
+//! - [`net`]: tap interfaces, socket options, batched datagram I/O, network namespaces;
+//! - [`poll`]: sleeping on file descriptors (`ppoll`).
+#![allow(unsafe_code)]
+
+pub mod fd;
+pub mod net;
+pub mod pod;
+pub mod poll;

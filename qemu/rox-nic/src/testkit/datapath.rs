@@ -1,0 +1,152 @@
+//! The data path as the test driver drives it: posting WQEs, ringing doorbells, polling CQs
+//! and EQs, waiting for interrupts.
+
+use super::*;
+
+impl TestDriver {
+    /// The software half of the idle protocol after a doorbell store.
+    fn kick(&mut self) {
+        fence(Ordering::SeqCst);
+        if self.db.idle(TEST_DB_PAGE) == DB_DEVICE_IDLE {
+            self.wakes += 1;
+            self.write_reg(WAKE_REG, TEST_DB_PAGE);
+        }
+    }
+
+    /// Write a send WQE at the SQ producer index (not yet rung).
+    pub fn write_send(&mut self, qp: &mut TestQp, wqe: &SqWqe) {
+        let addr = qp.sq + (qp.sq_pi & (qp.sq_depth - 1)) as u64 * SQ_WQE_SIZE as u64;
+        self.ram.write_obj(addr, wqe);
+        qp.sq_pi = qp.sq_pi.wrapping_add(1);
+    }
+
+    pub fn ring_sq(&mut self, qp: &TestQp) {
+        fence(Ordering::Release);
+        self.db.store_a(TEST_DB_PAGE, qp.db_slot, qp.sq_pi);
+        self.kick();
+    }
+
+    pub fn post_send(&mut self, qp: &mut TestQp, wqe: &SqWqe) {
+        self.write_send(qp, wqe);
+        self.ring_sq(qp);
+    }
+
+    /// Set the SQ producer index to anything (for wild-index tests).
+    pub fn ring_sq_raw(&mut self, qp: &TestQp, pi: u32) {
+        self.db.store_a(TEST_DB_PAGE, qp.db_slot, pi);
+        self.kick();
+    }
+
+    pub fn post_recv(&mut self, qp: &mut TestQp, wr_id: u64, sges: &[Sge]) {
+        let addr = qp.rq + (qp.rq_pi & (qp.rq_depth - 1)) as u64 * RQ_WQE_SIZE as u64;
+        self.ram.write_obj(addr, &recv_wqe(wr_id, sges));
+        qp.rq_pi = qp.rq_pi.wrapping_add(1);
+        fence(Ordering::Release);
+        self.db.store_b(TEST_DB_PAGE, qp.db_slot, qp.rq_pi);
+        self.kick();
+    }
+
+    pub fn post_srq(&mut self, srq: &mut TestSrq, wr_id: u64, sges: &[Sge]) {
+        let addr = srq.ring + (srq.pi & (srq.depth - 1)) as u64 * RQ_WQE_SIZE as u64;
+        self.ram.write_obj(addr, &recv_wqe(wr_id, sges));
+        srq.pi = srq.pi.wrapping_add(1);
+        fence(Ordering::Release);
+        self.db.store_a(TEST_DB_PAGE, srq.db_slot, srq.pi);
+        self.kick();
+    }
+
+    pub fn poll_cq(&mut self, cq: &mut TestCq) -> Option<Cqe> {
+        if !cq.ring.ready(&self.ram) {
+            return None;
+        }
+        let cqe: Cqe = self.ram.read_obj(cq.ring.addr(cq.ring.ci));
+        cq.ring.ci = cq.ring.ci.wrapping_add(1);
+        self.db.store_a(TEST_DB_PAGE, cq.db_slot, cq.ring.ci);
+        Some(cqe)
+    }
+
+    pub fn wait_cqe(&mut self, cq: &mut TestCq) -> Cqe {
+        let start = Instant::now();
+        loop {
+            if let Some(c) = self.poll_cq(cq) {
+                return c;
+            }
+            assert!(start.elapsed() < TIMEOUT, "no CQE on CQ {}", cq.id);
+            std::thread::yield_now();
+        }
+    }
+
+    /// Expect no CQE for `dur`.
+    pub fn expect_no_cqe(&mut self, cq: &mut TestCq, dur: Duration) {
+        let start = Instant::now();
+        while start.elapsed() < dur {
+            if let Some(c) = self.poll_cq(cq) {
+                panic!("unexpected CQE {c:?}");
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    pub fn arm_cq(&mut self, cq: &mut TestCq, arm_type: u32) {
+        cq.arm_seq = cq.arm_seq.wrapping_add(1);
+        self.db
+            .store_b(TEST_DB_PAGE, cq.db_slot, cq_arm_word(cq.arm_seq, arm_type));
+        self.kick();
+    }
+
+    pub fn poll_eq(&mut self, eqn: u32) -> Option<Eqe> {
+        let ring = self.eqs[eqn as usize].as_mut().expect("EQ enabled");
+        if !ring.ready(&self.ram) {
+            return None;
+        }
+        let e: Eqe = self.ram.read_obj(ring.addr(ring.ci));
+        ring.ci = ring.ci.wrapping_add(1);
+        Some(e)
+    }
+
+    /// Next event of `event_type` on `eqn` (other events are skipped), acknowledging the EQ.
+    pub fn wait_event(&mut self, eqn: u32, event_type: u8) -> Eqe {
+        let start = Instant::now();
+        loop {
+            while let Some(e) = self.poll_eq(eqn) {
+                self.ack_eq(eqn, false);
+                if e.event_type == event_type {
+                    return e;
+                }
+            }
+            assert!(
+                start.elapsed() < TIMEOUT,
+                "no event {event_type} on EQ {eqn}"
+            );
+            std::thread::yield_now();
+        }
+    }
+
+    /// Report the EQ consumer index (and re-arm the interrupt if `arm`).
+    pub fn ack_eq(&mut self, eqn: u32, arm: bool) {
+        let ci = self.eqs[eqn as usize].expect("EQ enabled").ci & EQ_DB_CI_MASK;
+        self.write_reg(reg_eq(eqn, EQ_DB), ci | if arm { EQ_DB_ARM } else { 0 });
+    }
+
+    /// Drain EQ 0 (admin completion events pile up there).
+    pub fn drain_eq(&mut self, eqn: u32) -> Vec<Eqe> {
+        let mut v = Vec::new();
+        while let Some(e) = self.poll_eq(eqn) {
+            v.push(e);
+        }
+        self.ack_eq(eqn, false);
+        v
+    }
+
+    /// Wait until the MSI-X vector fired (consumes the eventfd count).
+    pub fn wait_vector(&self, vector: u32, timeout: Duration) -> bool {
+        let start = Instant::now();
+        while start.elapsed() < timeout {
+            if self.vectors[vector as usize].drain() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        false
+    }
+}
