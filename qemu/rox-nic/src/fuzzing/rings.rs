@@ -7,8 +7,9 @@
 //!   writable MR or in a CQ ring: the read-only MR, the guard pages around both MRs, the page
 //!   lists and the work queues (as the driver wrote them) are as they were;
 //! - every CQE names one of the QPs and a work request id the driver wrote to that QP's
-//!   queue; the device counted (`STAT_CQES`) the CQEs it wrote: as many as were polled when
-//!   no consumer index was tampered with, never fewer;
+//!   queue (after a wild producer index, any slot of the queue counts as posted); the device
+//!   counted (`STAT_CQES`) the CQEs it wrote: as many as were polled when no consumer index
+//!   was tampered with, never fewer;
 //! - the device is not fatal, unless the driver overran an EQ by writing a wild consumer
 //!   index (fatal by design: then a reset must bring it back); it answers READ_MAC, and a new
 //!   RC pair still moves a message.
@@ -20,7 +21,7 @@ use rox_uapi::regs::*;
 use rox_uapi::verbs::*;
 
 use crate::device::DeviceConfig;
-use crate::dma::{as_bytes, from_bytes, read_as};
+use crate::dma::{as_bytes, from_bytes};
 use crate::testkit::*;
 
 const MAC: [u8; 6] = [2, 0, 0, 0xf0, 0, 2];
@@ -151,6 +152,16 @@ impl Rig {
         self.expected[at..at + bytes.len()].copy_from_slice(bytes);
     }
 
+    /// The work request ids in every slot of a work queue, as the driver left them.
+    fn ring_ids(&self, base: u64, depth: u32, entry: usize) -> Vec<u64> {
+        (0..u64::from(depth))
+            .map(|i| {
+                let at = (base + i * entry as u64 - self.window.start) as usize;
+                u64::from_le_bytes(self.expected[at..at + 8].try_into().expect("8 bytes"))
+            })
+            .collect()
+    }
+
     fn key(&self, u: &mut Unstructured) -> Result<Key> {
         Ok(match u.int_in_range(0u8..=4)? {
             0 => self.rw_key,
@@ -258,21 +269,19 @@ fn send_wqe_for(rig: &Rig, qp: usize, u: &mut Unstructured) -> Result<SqWqe> {
         };
         w
     } else {
-        let rdma = with_atomic(
-            w,
-            rig.addr(u)?,
-            rig.key(u)?,
-            u.arbitrary::<u64>()?,
-            u.arbitrary::<u64>()?,
-        );
-        let mut seg: RdmaSeg = read_as(&rdma.seg);
-        seg.length = Rig::length(u)?;
-        seg.flush_type = u.arbitrary::<u8>()?;
-        seg.flush_level = u.arbitrary::<u8>()?;
-        SqWqe {
-            seg: SqSeg { rdma: seg },
-            ..rdma
-        }
+        w.seg = SqSeg {
+            rdma: RdmaSeg {
+                remote_addr: rig.addr(u)?,
+                rkey: rig.key(u)?,
+                length: Rig::length(u)?,
+                compare_add: u.arbitrary::<u64>()?,
+                swap: u.arbitrary::<u64>()?,
+                flush_type: u.arbitrary::<u8>()?,
+                flush_level: u.arbitrary::<u8>()?,
+                reserved: [0; 6],
+            },
+        };
+        w
     };
     Ok(w)
 }
@@ -293,12 +302,16 @@ fn step(rig: &mut Rig, u: &mut Unstructured) -> Result<()> {
             }
         }
         4 => {
+            let q = rig.qps[qp];
             let pi = if u.arbitrary::<bool>()? {
+                // Any slot may now be what the driver claims it posted.
+                let ids = rig.ring_ids(q.sq, q.sq_depth, SQ_WQE_SIZE);
+                rig.sq_ids[qp].extend(ids);
                 u.arbitrary::<u32>()?
             } else {
-                rig.qps[qp].sq_pi
+                q.sq_pi
             };
-            rig.d.ring_sq_raw(&rig.qps[qp], pi);
+            rig.d.ring_sq_raw(&q, pi);
         }
         5 | 6 => {
             let to_srq = u.ratio(1u8, 3)?;
@@ -315,6 +328,8 @@ fn step(rig: &mut Rig, u: &mut Unstructured) -> Result<()> {
                 rig.srq_ids.push(wqe.wr_id);
                 rig.srq.pi = s.pi.wrapping_add(1);
                 let pi = if wild {
+                    let ids = rig.ring_ids(s.ring, s.depth, RQ_WQE_SIZE);
+                    rig.srq_ids.extend(ids);
                     u.arbitrary::<u32>()?
                 } else {
                     rig.srq.pi
@@ -327,6 +342,8 @@ fn step(rig: &mut Rig, u: &mut Unstructured) -> Result<()> {
                 rig.rq_ids[qp].push(wqe.wr_id);
                 rig.qps[qp].rq_pi = q.rq_pi.wrapping_add(1);
                 let pi = if wild {
+                    let ids = rig.ring_ids(q.rq, q.rq_depth, RQ_WQE_SIZE);
+                    rig.rq_ids[qp].extend(ids);
                     u.arbitrary::<u32>()?
                 } else {
                     rig.qps[qp].rq_pi
