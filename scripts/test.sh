@@ -30,13 +30,19 @@ stage guest-pair tests/guest/pair-pingpong || exit 1
 stage guest-routed tests/net/routed-pingpong || exit 1
 stage guest-mtu1500 tests/net/mtu1500 || exit 1
 # Interop with Linux's rdma_rxe over the bridge, both directions (tests/interop/run), capturing
-# the bridge's first frames; then every RoCEv2 frame of that capture (rox's and rxe's) must
-# decode as InfiniBand in tshark and carry the ICRC rox-nic recomputes.
+# every frame on the bridge; then the RoCEv2 frames of that capture (rox's and rxe's) must
+# decode as InfiniBand in tshark (a sample: every frame but most MIDDLE packets) and every one
+# must carry the ICRC rox-nic recomputes, with every opcode the cases send present, over IPv4
+# and IPv6: SEND first/middle/last/only, RDMA WRITE first/middle/last/only, READ request and
+# response first/middle/last/only, ACK, atomic ACK, FETCH_ADD, ATOMIC WRITE (RC), UC
+# SEND first/middle/last, UD SEND only.
 capture=$ROX_CACHE/capture/interop.pcap
+interop_opcodes=0x00,0x01,0x02,0x04,0x06,0x07,0x08,0x0a,0x0c,0x0d,0x0e,0x0f,0x10,0x11,0x12,0x14,0x1d,0x20,0x21,0x22,0x64
 mkdir -p "$(dirname "$capture")" && rm -f "$capture"
-stage interop tests/interop/run --capture "$capture" --capture-frames 40000 || exit 1
+stage interop tests/interop/run --capture "$capture" || exit 1
 stage bridge-tshark tests/host/tshark-capture.sh --pcap "$capture" --bridge || exit 1
-stage bridge-icrc target/release/rox-pcap-check "$capture" --min-roce 1000 || exit 1
+stage bridge-icrc target/release/rox-pcap-check "$capture" --min-roce 1000 \
+	--require-opcodes "$interop_opcodes" --require-ipv6 || exit 1
 stage guest-mcast tests/net/mcast-pair || exit 1
 # Kernel RDMA upper layers between two rox guests (tests/ulp/run): NVMe-oF (nvmet-rdma/nvme-rdma,
 # fio crc32c verify), NFS over RDMA, clean unloads, the target's rox-nic killed mid-I/O.
@@ -45,9 +51,10 @@ stage guest-ulp tests/ulp/run || exit 1
 # must drop (and broadcast/multicast for its netdev) while pingpongs run; each drop counted.
 stage port-flood tests/net/flood || exit 1
 # Reliability under the debug kernel (kmemleak, KFENCE, SLUB debug): 50 load/probe/unload
-# cycles and rmmod with live objects, with kmemleak required to report nothing.
+# cycles and rmmod with live objects, kernel verbs, ODP and raw-uverbs bad input, each test
+# with a kmemleak scan that must run and report nothing.
 stage kernel-debug scripts/setup-kernel.sh debug || exit 1
 stage module-debug scripts/build-module.sh debug || exit 1
-stage guest-debug tests/guest/run debug driver-load-cycles || exit 1
+stage guest-debug tests/guest/run debug driver-load-cycles,driver-kverbs,driver-odp,driver-negative || exit 1
 # One NVMe-oF connect / fio / disconnect cycle and unload on the debug kernel: kmemleak silent.
 stage guest-ulp-debug tests/ulp/run --flavour debug || exit 1
