@@ -32,6 +32,10 @@ from cases import roce_v2_gid_index, sh  # noqa: E402  (shell runner, RoCE v2 GI
 BASE_PORT = 23000
 JOB_TIMEOUT_S = 900
 CONNECT_WINDOW_S = 120
+# Clients of a round start this late, so that every server (started at the same moment on the
+# other guest) listens: an rsockets client that meets no listener fails in rpoll with no clear
+# "not listening" message, and its server then waits for a client that never comes.
+SERVER_HEAD_START_S = 3
 # In a hunt round the other traffic starts first; the verified stream joins it this much later.
 BACKGROUND_HEAD_START_S = 3
 # What a client sees while its server is not listening yet (the only reason to try again):
@@ -220,15 +224,17 @@ def run_jobs(me, r, jobs, parallel, first_job=0):
         else:
             import concurrent.futures as cf
             with cf.ThreadPoolExecutor(len(cmds)) as ex:
-                delay = BACKGROUND_HEAD_START_S if len(cmds) > 1 else 0
-                futs = [(name, cmd, ex.submit(run_client, cmd, delay if j == 0 else 0))
+                main = SERVER_HEAD_START_S + (BACKGROUND_HEAD_START_S if len(cmds) > 1 else 0)
+                futs = [(name, cmd, ex.submit(run_client, cmd,
+                                              main if j == 0 else SERVER_HEAD_START_S))
                         for j, (name, cmd) in enumerate(cmds)]
                 done = [(name, cmd, *f.result()) for name, cmd, f in futs]
         for name, cmd, rc, out in done:
             failed += not report(r, name, role, cmd, rc, out)
     else:
         for name, cmd in cmds:
-            rc, out = finish(start(cmd), JOB_TIMEOUT_S) if me == 0 else run_client(cmd)
+            rc, out = (finish(start(cmd), JOB_TIMEOUT_S) if me == 0
+                       else run_client(cmd, SERVER_HEAD_START_S))
             failed += not report(r, name, role, cmd, rc, out)
             time.sleep(1)
     return failed
