@@ -110,13 +110,18 @@ impl Session {
     /// Waits for the guest's `GO` (its QP is in RTS), keeping the frames that come first.
     pub fn await_go(&mut self) -> bool {
         let deadline = Instant::now() + GO_DEADLINE;
-        loop {
+        // Kept aside until GO: next_event hands out `early` first, so pushing there now would
+        // return the same frame forever.
+        let mut before_go = std::collections::VecDeque::new();
+        let go = loop {
             match self.next_event(deadline.saturating_duration_since(Instant::now())) {
-                Event::Line(l) => return l == "GO",
-                Event::Frame(rx) => self.early.push_back(rx),
-                Event::Timeout => return false,
+                Event::Line(l) => break l == "GO",
+                Event::Frame(rx) => before_go.push_back(rx),
+                Event::Timeout => break false,
             }
-        }
+        };
+        self.early = before_go;
+        go
     }
 
     /// Waits up to `timeout` for a frame to the current QP or a control line.
