@@ -47,6 +47,9 @@ stage bridge-tshark tests/host/tshark-capture.sh --pcap "$capture" --bridge || e
 stage bridge-icrc target/release/rox-pcap-check "$capture" --min-roce 1000 \
 	--require-opcodes "$interop_opcodes" --require-ipv6 || exit 1
 stage guest-mcast tests/net/mcast-pair || exit 1
+# A hostile RoCE peer on the bridge (qemu/rox-peer) runs IBA RC conformance cases against a rox
+# guest and an rdma_rxe guest side by side (tests/peer/run, docs/peer.md).
+stage guest-peer tests/peer/run || exit 1
 # The wire under seeded loss, duplication, reordering and corruption (rox-nic's port faults):
 # verified rsockets streams, checksummed WRITE/READ and a numbered RC SEND stream, rox<->rox and
 # rox<->rxe; 0 lost, 0 duplicated, 0 corrupted (tests/soak/run; the long form in docs/transport.md).

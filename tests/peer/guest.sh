@@ -24,6 +24,9 @@ wait_port_active "$dev" || fail "$dev port not active"
 gid=$(gid_index "$dev") || fail "no IPv4 RoCE v2 GID on $dev"
 /tmp/peer-cases "$dev" "$gid" "$peer" "$port" "$@"
 status=$?
+# Exit 1 means a case failed: every case reports a RESULT line, which the host runner judges
+# (known deviations included). Any other status (a crash) fails the guest here.
+[ "$status" -eq 1 ] && status=0
 if [ "$role" = rox ]; then
 	# A hostile peer must never make the device panic or the kernel warn.
 	if grep -qi panick /run/rox/rox-nic0.log; then
