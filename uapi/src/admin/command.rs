@@ -1,0 +1,195 @@
+//! Typed commands: each opcode's payload and completion result as a type, so a payload or a
+//! result that does not belong to the opcode does not compile.
+
+use super::super::ids::{Key, Qpn};
+use super::*;
+
+/// An admin command: its opcode, the payload it carries and what its completion's two result
+/// words mean. rox-nic dispatches through it and the driver can execute through it, so a payload
+/// or a result that does not belong to the opcode does not compile (nova-core's `CommandToGsp`
+/// does the same for its firmware queue).
+pub trait AdminCommand {
+    const OPCODE: u8;
+    /// The payload struct, at the start of [`AdminCmd::payload`].
+    type Payload: Copy + Default;
+    /// The completion's `result0`/`result1`, typed.
+    type Result: ResultWords;
+    /// The command's payload area holding `payload` (zeroes after it).
+    fn payload(payload: Self::Payload) -> AdminPayload;
+}
+
+/// A typed result carried in an [`AdminCpl`]'s `result0` and `result1`.
+pub trait ResultWords: Sized {
+    fn to_words(self) -> (u32, u32);
+    fn from_words(result0: u32, result1: u32) -> Self;
+}
+
+/// Commands that answer nothing but their status.
+impl ResultWords for () {
+    fn to_words(self) -> (u32, u32) {
+        (0, 0)
+    }
+    fn from_words(_: u32, _: u32) -> Self {}
+}
+
+/// Commands that answer one number (an id, a key, a depth, a count): `result0`.
+impl ResultWords for u32 {
+    fn to_words(self) -> (u32, u32) {
+        (self, 0)
+    }
+    fn from_words(result0: u32, _: u32) -> Self {
+        result0
+    }
+}
+
+/// ALLOC_MW: the window's rkey.
+impl ResultWords for Key {
+    fn to_words(self) -> (u32, u32) {
+        (self.get(), 0)
+    }
+    fn from_words(result0: u32, _: u32) -> Self {
+        Key::from_raw(result0)
+    }
+}
+
+/// CREATE_QP: the new QP's number.
+impl ResultWords for Qpn {
+    fn to_words(self) -> (u32, u32) {
+        (self.get(), 0)
+    }
+    fn from_words(result0: u32, _: u32) -> Self {
+        Qpn::from_raw(result0)
+    }
+}
+
+/// REG_MR: the new region's keys.
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct MrKeys {
+    pub lkey: Key,
+    pub rkey: Key,
+}
+impl ResultWords for MrKeys {
+    fn to_words(self) -> (u32, u32) {
+        (self.lkey.get(), self.rkey.get())
+    }
+    fn from_words(result0: u32, result1: u32) -> Self {
+        MrKeys {
+            lkey: Key::from_raw(result0),
+            rkey: Key::from_raw(result1),
+        }
+    }
+}
+
+/// READ_MAC: the port's MAC (bytes 0..4 in `result0`, byte 0 in its low bits; 4..6 in
+/// `result1`).
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct MacAddr(pub [u8; 6]);
+impl ResultWords for MacAddr {
+    fn to_words(self) -> (u32, u32) {
+        let m = self.0;
+        (
+            u32::from_le_bytes([m[0], m[1], m[2], m[3]]),
+            u32::from_le_bytes([m[4], m[5], 0, 0]),
+        )
+    }
+    fn from_words(result0: u32, result1: u32) -> Self {
+        let (a, b) = (result0.to_le_bytes(), result1.to_le_bytes());
+        MacAddr([a[0], a[1], a[2], a[3], b[0], b[1]])
+    }
+}
+
+/// QUERY_SRQ: its limit and the WQEs posted and not yet consumed.
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct SrqCounts {
+    pub limit: u32,
+    pub posted: u32,
+}
+impl ResultWords for SrqCounts {
+    fn to_words(self) -> (u32, u32) {
+        (self.limit, self.posted)
+    }
+    fn from_words(result0: u32, result1: u32) -> Self {
+        SrqCounts {
+            limit: result0,
+            posted: result1,
+        }
+    }
+}
+
+/// `admin_commands! { Type = OPCODE, union_field: Payload => Result; ... }`: one marker type
+/// per opcode.
+macro_rules! admin_commands {
+    ($( $(#[$meta:meta])* $name:ident = $op:ident, $field:ident: $payload:ty => $result:ty; )*) => {
+        $(
+            $(#[$meta])*
+            pub struct $name;
+            impl AdminCommand for $name {
+                const OPCODE: u8 = $op;
+                type Payload = $payload;
+                type Result = $result;
+                fn payload(payload: $payload) -> AdminPayload {
+                    let mut area = AdminPayload { raw: [0; ADMIN_PAYLOAD_SIZE] };
+                    area.$field = payload;
+                    area
+                }
+            }
+        )*
+    };
+}
+
+admin_commands! {
+    /// Writes [`DeviceAttr`] to `resp_addr`.
+    QueryDevice = ADMIN_OP_QUERY_DEVICE, query: QueryCmd => ();
+    /// Writes [`PortAttr`] of port `index` to `resp_addr`.
+    QueryPort = ADMIN_OP_QUERY_PORT, query: QueryCmd => ();
+    SetGid = ADMIN_OP_SET_GID, set_gid: SetGidCmd => ();
+    ReadMac = ADMIN_OP_READ_MAC, none: NoPayload => MacAddr;
+    SetPortState = ADMIN_OP_SET_PORT_STATE, set_port_state: SetPortStateCmd => ();
+    RegMr = ADMIN_OP_REG_MR, reg_mr: RegMrCmd => MrKeys;
+    /// key = its lkey.
+    DeregMr = ADMIN_OP_DEREG_MR, key: KeyCmd => ();
+    AllocMw = ADMIN_OP_ALLOC_MW, alloc_mw: AllocMwCmd => Key;
+    /// key = any rkey of the window.
+    DeallocMw = ADMIN_OP_DEALLOC_MW, key: KeyCmd => ();
+    OdpUpdate = ADMIN_OP_ODP_UPDATE, odp_update: OdpUpdateCmd => ();
+    /// Answers the CQ id.
+    CreateCq = ADMIN_OP_CREATE_CQ, create_cq: CreateCqCmd => u32;
+    /// handle = CQ id.
+    DestroyCq = ADMIN_OP_DESTROY_CQ, handle: HandleCmd => ();
+    /// Answers the new depth.
+    ResizeCq = ADMIN_OP_RESIZE_CQ, resize_cq: ResizeCqCmd => u32;
+    CreateQp = ADMIN_OP_CREATE_QP, create_qp: CreateQpCmd => Qpn;
+    /// Answers the QP's new state (`verbs::QPS_*`).
+    ModifyQp = ADMIN_OP_MODIFY_QP, modify_qp: ModifyQpCmd => u32;
+    /// index = QPN; writes [`QpAttr`] to `resp_addr`, answers the QP state.
+    QueryQp = ADMIN_OP_QUERY_QP, query: QueryCmd => u32;
+    DestroyQp = ADMIN_OP_DESTROY_QP, qp: QpnCmd => ();
+    AttachMcast = ADMIN_OP_ATTACH_MCAST, mcast: McastCmd => ();
+    DetachMcast = ADMIN_OP_DETACH_MCAST, mcast: McastCmd => ();
+    /// Answers the SRQ id.
+    CreateSrq = ADMIN_OP_CREATE_SRQ, create_srq: CreateSrqCmd => u32;
+    ModifySrq = ADMIN_OP_MODIFY_SRQ, modify_srq: ModifySrqCmd => ();
+    /// handle = SRQ id.
+    QuerySrq = ADMIN_OP_QUERY_SRQ, handle: HandleCmd => SrqCounts;
+    /// handle = SRQ id.
+    DestroySrq = ADMIN_OP_DESTROY_SRQ, handle: HandleCmd => ();
+    /// Writes `[u64; STATS_COUNT]` to `resp_addr`, answers STATS_COUNT.
+    QueryStats = ADMIN_OP_QUERY_STATS, query: QueryCmd => u32;
+}
+
+/// A command that writes a response structure to [`QueryCmd::resp_addr`]: which one.
+pub trait AdminQuery: AdminCommand<Payload = QueryCmd> {
+    type Response: Copy;
+}
+impl AdminQuery for QueryDevice {
+    type Response = DeviceAttr;
+}
+impl AdminQuery for QueryPort {
+    type Response = PortAttr;
+}
+impl AdminQuery for QueryQp {
+    type Response = QpAttr;
+}
+impl AdminQuery for QueryStats {
+    type Response = [u64; STATS_COUNT];
+}

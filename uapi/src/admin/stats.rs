@@ -1,0 +1,58 @@
+//! The QUERY_STATS counters: indices into its `[u64; STATS_COUNT]` response.
+
+pub const STAT_TX_PACKETS: usize = 0;
+pub const STAT_TX_BYTES: usize = 1;
+pub const STAT_RX_PACKETS: usize = 2;
+pub const STAT_RX_BYTES: usize = 3;
+pub const STAT_RX_DROPPED: usize = 4;
+pub const STAT_RX_ICRC_ERRORS: usize = 5;
+/// Go-back-N rewinds (ACK timeouts plus sequence-error / RNR NAKs received).
+pub const STAT_RETRANSMITS: usize = 6;
+/// NAKs (sequence error, RNR) this device's responders sent.
+pub const STAT_NAKS_SENT: usize = 7;
+/// ACKs this device's responders sent (after coalescing).
+pub const STAT_ACKS_SENT: usize = 8;
+/// Local ACK timeouts that caused a retransmission.
+pub const STAT_TIMEOUTS: usize = 9;
+pub const STAT_DUP_REQUESTS: usize = 10;
+pub const STAT_SEND_WQES: usize = 11;
+pub const STAT_RECV_WQES: usize = 12;
+pub const STAT_CQES: usize = 13;
+pub const STAT_EQES: usize = 14;
+pub const STAT_INTERRUPTS: usize = 15;
+pub const STAT_DOORBELL_SCANS: usize = 16;
+pub const STAT_WAKEUPS: usize = 17;
+pub const STAT_WQE_ERRORS: usize = 18;
+/// Page fault events posted for on-demand paging regions (`EQE_TYPE_PAGE_FAULT`).
+pub const STAT_PAGE_FAULTS: usize = 19;
+/// Ethernet frames received on the port (every frame, before any check).
+pub const STAT_PORT_RX_FRAMES: usize = 20;
+/// Ethernet frames sent on the port (RoCE and the paired netdev's).
+pub const STAT_PORT_TX_FRAMES: usize = 21;
+/// Frames from the port handed to the paired netdev (not RoCE for this device).
+pub const STAT_PORT_TO_NETDEV: usize = 22;
+/// Frames the paired netdev sent, put on the port.
+pub const STAT_PORT_FROM_NETDEV: usize = 23;
+/// Dropped: shorter than their headers say, a malformed IP/UDP header, or IPv4 options on a
+/// RoCEv2 packet.
+pub const STAT_PORT_DROP_MALFORMED: usize = 24;
+/// Dropped: longer than the port MTU allows.
+pub const STAT_PORT_DROP_OVERSIZE: usize = 25;
+/// Dropped: unicast to another MAC.
+pub const STAT_PORT_DROP_OTHER_MAC: usize = 26;
+/// Dropped: VLAN-tagged (rox's port is untagged).
+pub const STAT_PORT_DROP_VLAN: usize = 27;
+/// Dropped: the paired netdev could not take the frame (not attached, or its socket full).
+pub const STAT_PORT_DROP_NETDEV: usize = 28;
+/// RoCE packets dropped because no QP of this device has the destination QPN.
+pub const STAT_RX_UNKNOWN_QP: usize = 29;
+/// RoCE packets dropped for a P_Key or (UD) Q_Key that does not match the QP's.
+pub const STAT_RX_BAD_KEY: usize = 30;
+/// RoCE packets to another device dropped before the port because their destination MAC was
+/// all zeroes (the sender had no resolved address).
+pub const STAT_PORT_DROP_NO_DMAC: usize = 31;
+/// Copies of multicast RoCE packets (received, or sent by this device to a group it has QPs
+/// in) handed to attached QPs: one per packet and QP; each QP then checks its own Q_Key
+/// (`STAT_RX_BAD_KEY`) and state.
+pub const STAT_RX_MCAST_COPIES: usize = 32;
+pub const STATS_COUNT: usize = 33;
