@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The quality gate: rustfmt and clippy with warnings denied and every unsafe block documented
-# (`// SAFETY:`), for each userspace crate.
-#   scripts/quality.sh --workspace  uapi, rox-nic, rox-lab (host toolchain) and rustfmt of librox
-#                                   and rox.ko
+# (`// SAFETY:`), for each userspace crate; and the size of all of rox's Rust.
+#   scripts/quality.sh --workspace  uapi, rox-nic, rox-lab (host toolchain), rustfmt of librox
+#                                   and rox.ko, and scripts/code-size.py over the whole tree
+#                                   (source files <= 800 lines, functions <= 120; test code
+#                                   exempt)
 #   scripts/quality.sh --provider   clippy of librox (provider/, its own cargo project, built in
 #                                   the toolchain root with its own cargo setup): on the
 #                                   host, with the bindings the root build generated
@@ -39,6 +41,8 @@ for tool in rustfmt clippy-driver; do
 		die "the host Rust toolchain has no $tool (rustup component add rustfmt clippy)"
 done
 if [ "$part" != --provider ]; then
+	log "size: source files and functions of every crate (scripts/code-size.py)"
+	python3 scripts/code-size.py || die "files or functions over the size limits (above)"
 	log "rustfmt: workspace"
 	cargo fmt --all --check
 	log "rustfmt: provider"
