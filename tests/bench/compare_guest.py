@@ -27,7 +27,9 @@ import sys
 import time
 
 sys.path.insert(0, "/rox/tests/interop")
+sys.path.insert(0, "/rox/tests/lib")
 from cases import NOT_LISTENING, roce_v2_gid_index, sh  # noqa: E402  (shared with interop)
+import in_guest  # noqa: E402  (tests/lib/in_guest.py: the lab's addresses, device ports)
 
 BASE_PORT = 22000
 CONNECT_WINDOW_S = 150
@@ -38,19 +40,8 @@ def say(msg):
     print(f"bench: [+{int(time.monotonic() - T0)}s] {msg}", flush=True)
 
 
-def env(name):
-    v = os.environ.get(name)
-    if not v:
-        sys.exit(f"bench: ${name} is not set (run under rox-lab)")
-    return v
-
-
-def wait_active(dev):
-    for _ in range(150):
-        if "PORT_ACTIVE" in sh(f"ibv_devinfo -d {dev}", 30)[1]:
-            return
-        time.sleep(0.2)
-    sys.exit(f"bench: {dev} port 1 is not active")
+GUEST = in_guest.Guest("bench")
+env, wait_active = GUEST.env, GUEST.wait_active
 
 
 def setup(ko, rxe_netdevs):

@@ -27,7 +27,9 @@ import sys
 import time
 
 sys.path.insert(0, "/rox/tests/interop")
+sys.path.insert(0, "/rox/tests/lib")
 from cases import roce_v2_gid_index, sh  # noqa: E402  (shell runner, RoCE v2 GID lookup)
+import in_guest  # noqa: E402  (tests/lib/in_guest.py: the lab's addresses, device ports)
 
 BASE_PORT = 23000
 JOB_TIMEOUT_S = 900
@@ -48,19 +50,8 @@ SUMMARY = re.compile(r"^\s*\S+\s+\S+\s+\d+\s+[\d.]+\S*\s+[\d.]+|rdma-xfer: (writ
                      r"send-seq: .*messages|^\s*\d+\s+\d+\s+[\d.]+")
 
 
-def env(name):
-    v = os.environ.get(name)
-    if not v:
-        sys.exit(f"soak: ${name} is not set (run under rox-lab)")
-    return v
-
-
-def wait_active(dev):
-    for _ in range(150):
-        if "PORT_ACTIVE" in sh(f"ibv_devinfo -d {dev}", 30)[1]:
-            return
-        time.sleep(0.2)
-    sys.exit(f"soak: {dev} port 1 is not active")
+GUEST = in_guest.Guest("soak")
+env, wait_active = GUEST.env, GUEST.wait_active
 
 
 def setup(ko, rxe_netdev):
