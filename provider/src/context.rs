@@ -97,8 +97,19 @@ pub fn format_fw_ver(raw: u64, out: &mut [c_char]) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+
+    /// Limits of a device for the QP and SRQ create rules' tests.
+    pub(crate) const LIMITS: DeviceLimits = DeviceLimits {
+        max_qp_wr: 1024,
+        max_send_sge: 12,
+        max_recv_sge: 7,
+        max_cqe: 4096,
+        max_srq_wr: 1024,
+        max_srq_sge: 7,
+        max_inline: 192,
+    };
 
     /// A C string field (fixed array) as text.
     fn c_field(field: &[core::ffi::c_char]) -> String {

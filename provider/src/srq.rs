@@ -89,16 +89,7 @@ pub fn ring_depth_for(attr: &ffi::ibv_srq_attr, limits: &DeviceLimits) -> Result
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    const LIMITS: DeviceLimits = DeviceLimits {
-        max_qp_wr: 1024,
-        max_send_sge: 12,
-        max_recv_sge: 7,
-        max_cqe: 4096,
-        max_srq_wr: 1024,
-        max_srq_sge: 7,
-        max_inline: 192,
-    };
+    use crate::context::tests::LIMITS;
 
     #[test]
     fn srq_depth() {

@@ -73,3 +73,27 @@ rdma_counter() {
 	rdma statistic show link "$1/1" 2>/dev/null |
 		awk -v k="$2" '{ for (i = 1; i < NF; i++) if ($i == k && $(i + 1) ~ /^[0-9]+$/) print $(i + 1) }'
 }
+
+# Run "$@ <device> 0" (a check program: device, GID index) on rox_0, its exit status in
+# $rox_rc, and then, for comparison (printed, not asserted), on an rdma_rxe device on rox_0's
+# netdev: the one there already, else one made here and deleted again (a netdev takes one rxe
+# device; later tests make their own).
+run_on_rox_0_and_rxe() {
+	local netdev rxe made_rxe=
+	echo "--- rox_0"
+	timeout 120 "$@" rox_0 0
+	rox_rc=$?
+	netdev=$(cat /sys/class/infiniband/rox_0/ports/1/gid_attrs/ndevs/0)
+	rxe=$(rdma link show | awk -v n="$netdev" '$NF == n && $2 !~ /^rox_/ { split($2, a, "/"); print a[1]; exit }')
+	if [ -z "$rxe" ] && modprobe rdma_rxe 2>/dev/null && rdma link add rxe_cmp type rxe netdev "$netdev"; then
+		rxe=rxe_cmp made_rxe=rxe_cmp
+	fi
+	if [ -n "$rxe" ]; then
+		echo "--- $rxe (for comparison, not asserted)"
+		timeout 120 "$@" "$rxe" 0
+		echo "$rxe: exit $?"
+		[ -z "$made_rxe" ] || rdma link delete "$made_rxe"
+	else
+		echo "note: no rxe device for comparison"
+	fi
+}

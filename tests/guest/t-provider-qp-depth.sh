@@ -165,26 +165,7 @@ int main(int argc, char **argv)
 EOF_C
 gcc -O1 -Wall -I"$(dirname "$0")" -o "$work/qp-depth" "$work/qp-depth.c" -libverbs || fail "cannot compile the test program"
 
-echo "--- rox_0"
-timeout 120 "$work/qp-depth" rox_0 0
-rox_rc=$?
-
-# An rdma_rxe device on rox_0's netdev for comparison: the one there already, else one made
-# here and deleted again (a netdev takes one rxe device; later tests make their own).
-netdev=$(cat /sys/class/infiniband/rox_0/ports/1/gid_attrs/ndevs/0)
-rxe=$(rdma link show | awk -v n="$netdev" '$NF == n && $2 !~ /^rox_/ { split($2, a, "/"); print a[1]; exit }')
-made_rxe=
-if [ -z "$rxe" ] && modprobe rdma_rxe 2>/dev/null && rdma link add rxe_cmp type rxe netdev "$netdev"; then
-	rxe=rxe_cmp made_rxe=rxe_cmp
-fi
-if [ -n "$rxe" ]; then
-	echo "--- $rxe (for comparison, not asserted)"
-	timeout 120 "$work/qp-depth" "$rxe" 0
-	echo "$rxe: exit $?"
-	[ -z "$made_rxe" ] || rdma link delete "$made_rxe"
-else
-	echo "note: no rxe device for comparison"
-fi
+run_on_rox_0_and_rxe "$work/qp-depth"
 rm -rf "$work"
 [ "$rox_rc" = 0 ] || fail "rox_0: $rox_rc send-only/receive-only QP checks failed"
 echo "send-only and receive-only RC/UC/UD QPs work on rox_0"

@@ -246,17 +246,8 @@ const _: () =
 pub(crate) mod tests {
     use super::*;
     use crate::ah::{RoxAh, UdAddress};
+    use crate::context::tests::LIMITS;
     use crate::sys::wr::WrList;
-
-    const LIMITS: DeviceLimits = DeviceLimits {
-        max_qp_wr: 1024,
-        max_send_sge: 12,
-        max_recv_sge: 7,
-        max_cqe: 4096,
-        max_srq_wr: 1024,
-        max_srq_sge: 7,
-        max_inline: 192,
-    };
 
     fn rc(max_send_wr: u32, max_recv_wr: u32) -> ffi::ibv_qp_init_attr_ex {
         ffi::ibv_qp_init_attr_ex {
