@@ -20,7 +20,7 @@ mod admin_queue;
 mod sq;
 mod wire_io;
 
-use super::admin::{current_state, execute};
+use super::admin::execute;
 use super::ring::{posted_entries, WildIndex};
 use super::state::{Eq, Hw};
 use super::{Control, DeviceConfig, DeviceError, Shared};

@@ -111,18 +111,10 @@ impl Hw {
     }
 
     /// Posts the async events the engine caused. They wait so that a modify's own admin
-    /// completion comes first, and SQ_DRAINED is posted only if software asked for it when it
-    /// moved the QP to SQD (`en_sqd_async_notify`, known once the modify is done).
+    /// completion comes first (the engine reports SQ_DRAINED only if software asked for it).
     pub fn post_deferred_events(&mut self) {
         for (event_type, qpn) in std::mem::take(&mut self.deferred_events) {
-            let wanted = event_type != EQE_TYPE_SQ_DRAINED
-                || self
-                    .qps
-                    .get(&qpn)
-                    .is_some_and(|qp| qp.attr.en_sqd_async_notify != 0);
-            if wanted {
-                self.async_event(event_type, qpn.get(), 0);
-            }
+            self.async_event(event_type, qpn.get(), 0);
         }
     }
 

@@ -55,8 +55,12 @@ pub struct Srq {
     pub error: bool,
 }
 
+/// A QP's work queues as the device fetches them: rings, doorbell slot, indices, CQs and SRQ.
+/// Its attributes and state are not here: they live once, in the engine's transport context
+/// ([`crate::roce::Engine::query_qp`]), which the admin path, the data path and the engine's
+/// roles all use.
 #[derive(Debug)]
-pub struct Qp {
+pub struct QpQueues {
     pub qpn: Qpn,
     pub qp_type: u8,
     pub pd: u32,
@@ -74,8 +78,6 @@ pub struct Qp {
     pub rq_ci: u32,
     /// Last RQ producer index seen (to tell the engine about new receives).
     pub rq_pi_seen: u32,
-    /// The state and attributes as last modified (the engine may move it to ERR by itself).
-    pub attr: QpAttr,
     /// Stopped consuming its queues after a device-detected error (wild index, bad WQE).
     pub broken: bool,
 }
@@ -95,7 +97,7 @@ pub struct Hw {
     pub mem_table: MemTable,
     pub next_mw: u32,
     pub cqs: HashMap<u32, Cq>,
-    pub qps: HashMap<Qpn, Qp>,
+    pub qps: HashMap<Qpn, QpQueues>,
     pub srqs: HashMap<u32, Srq>,
     pub eqs: Vec<Option<Eq>>,
     /// (page, slot) -> in use.

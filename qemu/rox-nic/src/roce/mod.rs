@@ -23,6 +23,7 @@ pub mod verbs;
 pub mod wire;
 
 pub use engine::{Engine, EngineStats, RxDrop};
+pub use rox_uapi::admin::{AddrVector, QpAttr};
 pub use rox_uapi::ids::{Key, Msn, Psn, Qpn};
 pub use verbs::*;
 
@@ -463,7 +464,8 @@ pub trait DeviceEnv {
     /// frame to `av.dmac`).
     fn transmit(&mut self, av: &AddressVector, packet: Vec<u8>);
     /// QP `qpn` is in SQD and its last outstanding send WR has completed (the drain is over;
-    /// IB_EVENT_SQ_DRAINED). Called once per entry into SQD. Must not call back into the engine.
+    /// IB_EVENT_SQ_DRAINED). Called once per entry into SQD, and only if the modify into SQD
+    /// asked for it (`en_sqd_async_notify`). Must not call back into the engine.
     fn sq_drained(&mut self, _qpn: Qpn) {}
     /// QP `qpn` entered the error state (modify, device-detected fatal error or a transport
     /// error), after its flush completions: e.g. IB_EVENT_QP_LAST_WQE_REACHED for a QP with
@@ -487,8 +489,10 @@ pub struct QpConfig {
     pub uses_srq: bool,
 }
 
-/// A `modify_qp`: each `Some` field is applied. The device validates the IB state machine
-/// (required/optional attributes per transition) before calling [`Engine::modify_qp`].
+/// A `modify_qp` in the engine's types: each `Some` field is applied. The device passes the
+/// verbs form (mask and [`QpAttr`]) to [`Engine::modify_qp_attr`] instead, after validating the
+/// IB state machine (required/optional attributes per transition); this form becomes the same
+/// mask and attributes ([`QpModify::to_attr`]), so both apply in one place.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct QpModify {
     pub state: Option<QpState>,
@@ -516,6 +520,76 @@ pub struct QpModify {
     pub av: Option<AddressVector>,
 }
 
+impl QpModify {
+    /// The verbs form of this modify: the `QP_*` mask of the fields set, their values, and the
+    /// source GID of the address vector (which the verbs form names by table index).
+    pub fn to_attr(&self) -> (u32, QpAttr, Option<Gid>) {
+        use rox_uapi::verbs::*;
+        let mut mask = 0;
+        let mut a = QpAttr::default();
+        let mut set = |bit: u32, present: bool| {
+            if present {
+                mask |= bit;
+            }
+            present
+        };
+        if set(QP_STATE, self.state.is_some()) {
+            a.qp_state = self.state.map_or(0, |s| s as u8);
+        }
+        if set(QP_PATH_MTU, self.path_mtu.is_some()) {
+            a.path_mtu = self.path_mtu.map_or(0, |m| m as u8);
+        }
+        if set(QP_DEST_QPN, self.dest_qpn.is_some()) {
+            a.dest_qp_num = self.dest_qpn.unwrap_or_default();
+        }
+        if set(QP_RQ_PSN, self.rq_psn.is_some()) {
+            a.rq_psn = self.rq_psn.unwrap_or_default();
+        }
+        if set(QP_SQ_PSN, self.sq_psn.is_some()) {
+            a.sq_psn = self.sq_psn.unwrap_or_default();
+        }
+        let bytes = [
+            (QP_TIMEOUT, self.timeout, &mut a.timeout),
+            (QP_RETRY_CNT, self.retry_cnt, &mut a.retry_cnt),
+            (QP_RNR_RETRY, self.rnr_retry, &mut a.rnr_retry),
+            (QP_MIN_RNR_TIMER, self.min_rnr_timer, &mut a.min_rnr_timer),
+            (
+                QP_MAX_QP_RD_ATOMIC,
+                self.max_rd_atomic,
+                &mut a.max_rd_atomic,
+            ),
+            (
+                QP_MAX_DEST_RD_ATOMIC,
+                self.max_dest_rd_atomic,
+                &mut a.max_dest_rd_atomic,
+            ),
+        ];
+        for (bit, value, field) in bytes {
+            if set(bit, value.is_some()) {
+                *field = value.unwrap_or_default();
+            }
+        }
+        if set(QP_QKEY, self.qkey.is_some()) {
+            a.qkey = self.qkey.unwrap_or_default();
+        }
+        if set(QP_ACCESS_FLAGS, self.access_flags.is_some()) {
+            a.qp_access_flags = self.access_flags.unwrap_or_default();
+        }
+        if let Some(av) = self.av {
+            set(QP_AV, true);
+            a.ah = AddrVector {
+                dgid: av.dgid,
+                flow_label: av.flow_label,
+                hop_limit: av.hop_limit,
+                traffic_class: av.traffic_class,
+                dmac: av.dmac,
+                ..AddrVector::default()
+            };
+        }
+        (mask, a, self.av.map(|av| av.sgid))
+    }
+}
+
 /// Errors of the engine's control entry points.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum EngineError {
@@ -525,4 +599,6 @@ pub enum EngineError {
     QpExists(Qpn),
     #[error("QP {0:#x} lacks attribute {1} required to enter its state")]
     MissingAttribute(Qpn, &'static str),
+    #[error("QP {0:#x}: {1} is not a QP state")]
+    BadState(Qpn, u8),
 }

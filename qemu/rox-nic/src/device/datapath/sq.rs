@@ -66,9 +66,9 @@ impl DataPath {
         if qp.broken {
             return false;
         }
-        let state = current_state(&self.hw, &self.engine, qpn);
         // WQEs posted before RTS wait; in SQD new WQEs wait for the return to RTS.
-        if !matches!(state, QPS_RTS | QPS_SQE | QPS_ERR) {
+        let state = self.engine.qp_state(qpn);
+        if !matches!(state, Some(QpState::Rts | QpState::Sqe | QpState::Err)) {
             return false;
         }
         let pi = self.shared.doorbells.slot(qp.db_page, qp.db_slot).a;
@@ -133,7 +133,7 @@ impl DataPath {
         if let Some(qp) = self.hw.qps.get_mut(&qpn) {
             qp.rq_pi_seen = pi;
         }
-        if current_state(&self.hw, &self.engine, qpn) == QPS_ERR {
+        if self.engine.qp_state(qpn) == Some(QpState::Err) {
             let _ = self.engine.recv_posted(&mut self.hw, qpn);
             return true;
         }

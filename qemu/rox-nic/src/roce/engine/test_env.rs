@@ -22,6 +22,8 @@ pub(super) struct TestEnv {
     pub(super) recv: VecDeque<RecvWr>,
     pub(super) completions: Vec<Completion>,
     pub(super) sent: Vec<Vec<u8>>,
+    /// QPs whose SQD drain was reported.
+    pub(super) drained: Vec<Qpn>,
 }
 
 impl TestEnv {
@@ -32,6 +34,7 @@ impl TestEnv {
             recv: VecDeque::new(),
             completions: Vec::new(),
             sent: Vec::new(),
+            drained: Vec::new(),
         }
     }
 
@@ -79,6 +82,10 @@ impl TestEnv {
 }
 
 impl DeviceEnv for TestEnv {
+    fn sq_drained(&mut self, qpn: Qpn) {
+        self.drained.push(qpn);
+    }
+
     fn now_ns(&self) -> u64 {
         self.now
     }
