@@ -110,14 +110,6 @@ impl Hw {
         self.post_event(EQ_ADMIN_ASYNC, event_type, handle, aux);
     }
 
-    /// Posts the async events the engine caused. They wait so that a modify's own admin
-    /// completion comes first (the engine reports SQ_DRAINED only if software asked for it).
-    pub fn post_deferred_events(&mut self) {
-        for (event_type, qpn) in std::mem::take(&mut self.deferred_events) {
-            self.async_event(event_type, qpn.get(), 0);
-        }
-    }
-
     /// Write a CQE to CQ `cq_id`; handles overflow, arming and the completion event.
     pub fn write_cqe(&mut self, cq_id: u32, mut cqe: Cqe, solicited: bool) {
         let Some(cq) = self.cqs.get_mut(&cq_id) else {

@@ -243,7 +243,6 @@ pub(super) fn next_id(next: &mut u32, first: u32, used: impl Fn(u32) -> bool) ->
 fn query_stats(hw: &mut Hw, engine: &mut Engine, q: &QueryCmd) -> AdminResult<u32> {
     let es = engine.stats();
     let mut s = hw.stats;
-    s[STAT_RX_PACKETS] = es.rx_packets;
     s[STAT_RX_ICRC_ERRORS] = es.rx_icrc_errors;
     s[STAT_RX_DROPPED] = es.rx_malformed
         + es.rx_no_qp

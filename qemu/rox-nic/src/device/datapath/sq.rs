@@ -41,13 +41,6 @@ impl DataPath {
         !fire.is_empty()
     }
 
-    /// QPs the env found broken inside an engine call become fatal now.
-    pub(super) fn fail_broken_qps(&mut self) {
-        for (qpn, why) in std::mem::take(&mut self.hw.fatal_qps) {
-            self.qp_fatal(qpn, why);
-        }
-    }
-
     /// A QP whose queues cannot be trusted any more: async event, error state (which reports
     /// LAST_WQE for a QP with an SRQ).
     pub(super) fn qp_fatal(&mut self, qpn: Qpn, why: u16) {

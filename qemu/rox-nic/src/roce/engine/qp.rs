@@ -235,9 +235,22 @@ impl Qp {
             log::warn!("QP {:#x}: no address vector; packet dropped", self.cfg.qpn);
             return;
         };
-        let packet = wire::build_packet(&self.ip_info(&av), hdr, payload);
+        self.transmit_packet(env, stats, &av, hdr, payload);
+    }
+
+    /// Builds a packet of this QP along `av` and hands it to the device: the one place the
+    /// engine sends (and counts) a packet.
+    pub(super) fn transmit_packet(
+        &self,
+        env: &mut dyn DeviceEnv,
+        stats: &mut EngineStats,
+        av: &AddressVector,
+        hdr: &Headers,
+        payload: &[u8],
+    ) {
+        let packet = wire::build_packet(&self.ip_info(av), hdr, payload);
         stats.tx_packets += 1;
-        env.transmit(&av, packet);
+        env.transmit(av, packet);
     }
 
     pub(super) fn bth(&self, opcode: u8, psn: Psn) -> Bth {
