@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::Receiver;
 use rox_uapi::admin::*;
-use rox_uapi::ids::{Key, Qpn};
+use rox_uapi::ids::Qpn;
 use rox_uapi::queue::*;
 use rox_uapi::regs::*;
 use rox_uapi::verbs::*;

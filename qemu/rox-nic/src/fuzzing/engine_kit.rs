@@ -3,6 +3,7 @@
 
 use crate::roce::wire::{ipv4_gid, parse_packet};
 use crate::roce::*;
+pub use crate::testkit::mock_env::send_wr;
 use crate::testkit::mock_env::MockEnv;
 
 /// An engine and its memory, MRs and queues.
@@ -148,27 +149,6 @@ pub fn check_sent(packet: &[u8]) {
         panic!("the engine sent a packet rox itself rejects ({e}): {packet:02x?}");
     }
     super::wire::check_packet(packet);
-}
-
-/// A send work request with everything else zero.
-pub fn send_wr(wr_id: u64, opcode: WrOpcode, data: SendData) -> SendWr {
-    SendWr {
-        wr_id,
-        opcode,
-        signaled: true,
-        solicited: false,
-        fence: false,
-        data,
-        imm: 0,
-        remote_addr: 0,
-        rkey: Key::default(),
-        compare_add: 0,
-        swap: 0,
-        flush: FlushSpec::default(),
-        bind: None,
-        fast_reg: None,
-        ud: None,
-    }
 }
 
 /// Deterministic bytes for message `seed`.

@@ -62,6 +62,15 @@ pub struct MockEnv {
     next_index: u32,
 }
 
+/// A signaled send work request of `opcode` with payload `data` and everything else zero:
+/// what the engine's tests and fuzzers post (set the other fields on the result).
+pub fn send_wr(wr_id: u64, opcode: WrOpcode, data: SendData) -> SendWr {
+    SendWr {
+        data,
+        ..SendWr::new(wr_id, opcode)
+    }
+}
+
 /// A bind the mock refuses.
 pub const BAD_RKEY: Key = Key::from_raw(0xdead_beef);
 

@@ -292,26 +292,6 @@ pub fn sge(addr: u64, length: u32, lkey: Key) -> Sge {
     Sge { addr, length, lkey }
 }
 
-pub fn send_wr(wr_id: u64, opcode: WrOpcode, data: SendData) -> SendWr {
-    SendWr {
-        wr_id,
-        opcode,
-        signaled: true,
-        solicited: false,
-        fence: false,
-        data,
-        imm: 0,
-        remote_addr: 0,
-        rkey: Key::default(),
-        compare_add: 0,
-        swap: 0,
-        flush: FlushSpec::default(),
-        bind: None,
-        fast_reg: None,
-        ud: None,
-    }
-}
-
 /// Deterministic test pattern.
 pub fn pattern(seed: u32, len: usize) -> Vec<u8> {
     (0..len)

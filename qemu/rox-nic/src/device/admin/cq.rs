@@ -5,7 +5,7 @@ use rox_uapi::queue::*;
 use rox_uapi::regs::*;
 
 use super::{claim_doorbell, next_id, AdminResult};
-use crate::device::ring::{load_ring, posted_entries};
+use crate::device::ring::{load_ring, posted_entries, RingKind};
 use crate::device::state::{Cq, Hw};
 use crate::roce::Engine;
 
@@ -16,13 +16,7 @@ pub(super) fn create_cq(hw: &mut Hw, c: &CreateCqCmd) -> AdminResult<u32> {
     if hw.cqs.len() >= DEV_MAX_CQ as usize {
         return Err(ADMIN_STATUS_NO_RESOURCES);
     }
-    let ring = load_ring(
-        &hw.mem,
-        &c.ring,
-        c.log_depth,
-        CQE_SHIFT,
-        DEV_MAX_LOG_CQ_DEPTH,
-    )?;
+    let ring = load_ring(&hw.mem, &c.ring, c.log_depth, RingKind::Cq)?;
     claim_doorbell(hw, c.db_page, c.db_slot)?;
     let cqs = &hw.cqs;
     let id = next_id(&mut hw.next_cq, 1, |id| cqs.contains_key(&id));
@@ -49,13 +43,7 @@ pub(super) fn create_cq(hw: &mut Hw, c: &CreateCqCmd) -> AdminResult<u32> {
 /// smaller ring would overrun.
 pub(super) fn resize_cq(hw: &mut Hw, engine: &Engine, c: &ResizeCqCmd) -> AdminResult<u32> {
     let cq = hw.cqs.get(&c.cq).ok_or(ADMIN_STATUS_BAD_HANDLE)?;
-    let ring = load_ring(
-        &hw.mem,
-        &c.ring,
-        c.log_depth,
-        CQE_SHIFT,
-        DEV_MAX_LOG_CQ_DEPTH,
-    )?;
+    let ring = load_ring(&hw.mem, &c.ring, c.log_depth, RingKind::Cq)?;
     let ci = hw.shared.doorbells.slot(cq.db_page, cq.db_slot).a;
     let pending = cq.pi.wrapping_sub(ci);
     let owed: u64 = hw

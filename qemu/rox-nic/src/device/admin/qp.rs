@@ -3,12 +3,11 @@
 
 use rox_uapi::admin::*;
 use rox_uapi::ids::Qpn;
-use rox_uapi::queue::*;
 use rox_uapi::verbs::*;
 
 use super::{claim_doorbell, next_id, write_resp, AdminResult};
 use crate::device::qp_state::check_modify;
-use crate::device::ring::load_ring;
+use crate::device::ring::{load_ring, RingKind};
 use crate::device::state::{Hw, QpQueues, FIRST_QPN};
 use crate::dma::as_bytes;
 use crate::roce::{Engine, QpConfig, QpType};
@@ -39,21 +38,9 @@ pub(super) fn create_qp(hw: &mut Hw, engine: &mut Engine, c: &CreateQpCmd) -> Ad
             return Err(ADMIN_STATUS_BAD_HANDLE);
         }
     }
-    let sq = load_ring(
-        &hw.mem,
-        &c.sq,
-        c.log_sq_depth,
-        SQ_WQE_SHIFT,
-        DEV_MAX_LOG_WQ_DEPTH,
-    )?;
+    let sq = load_ring(&hw.mem, &c.sq, c.log_sq_depth, RingKind::Sq)?;
     let rq = if c.srq == SRQ_NONE {
-        Some(load_ring(
-            &hw.mem,
-            &c.rq,
-            c.log_rq_depth,
-            RQ_WQE_SHIFT,
-            DEV_MAX_LOG_WQ_DEPTH,
-        )?)
+        Some(load_ring(&hw.mem, &c.rq, c.log_rq_depth, RingKind::Rq)?)
     } else {
         None
     };

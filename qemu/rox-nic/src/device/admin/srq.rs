@@ -1,23 +1,16 @@
 //! SRQ commands: create, modify (limit, resize), query and destroy.
 
 use rox_uapi::admin::*;
-use rox_uapi::queue::*;
 
 use super::{claim_doorbell, next_id, AdminResult};
-use crate::device::ring::load_ring;
+use crate::device::ring::{load_ring, RingKind};
 use crate::device::state::{Hw, Srq};
 
 pub(super) fn create_srq(hw: &mut Hw, c: &CreateSrqCmd) -> AdminResult<u32> {
     if hw.srqs.len() >= DEV_MAX_SRQ as usize {
         return Err(ADMIN_STATUS_NO_RESOURCES);
     }
-    let ring = load_ring(
-        &hw.mem,
-        &c.ring,
-        c.log_depth,
-        RQ_WQE_SHIFT,
-        DEV_MAX_LOG_WQ_DEPTH,
-    )?;
+    let ring = load_ring(&hw.mem, &c.ring, c.log_depth, RingKind::Rq)?;
     if c.limit > ring.depth {
         return Err(ADMIN_STATUS_BAD_PARAM);
     }
@@ -48,13 +41,7 @@ pub(super) fn modify_srq(hw: &mut Hw, c: &ModifySrqCmd) -> AdminResult {
     // Resize: the new ring must hold every WQE posted and not yet taken; software copied
     // them to the same indices, so reading goes on at `ci` in the new ring.
     let new_ring = if c.attr_mask & SRQ_ATTR_MAX_WR != 0 {
-        let ring = load_ring(
-            &hw.mem,
-            &c.ring,
-            c.log_depth,
-            RQ_WQE_SHIFT,
-            DEV_MAX_LOG_WQ_DEPTH,
-        )?;
+        let ring = load_ring(&hw.mem, &c.ring, c.log_depth, RingKind::Rq)?;
         let pi = hw.shared.doorbells.slot(srq.db_page, srq.db_slot).a;
         let posted = pi.wrapping_sub(srq.ci);
         if srq.error || posted > srq.ring.depth || posted > ring.depth {

@@ -168,21 +168,12 @@ pub fn decode_send(
         SendData::Sges(sges)
     };
     let mut wr = SendWr {
-        wr_id: w.wr_id,
-        opcode,
         signaled: sig_all || flags.contains(WqeFlags::SIGNALED),
         solicited: flags.contains(WqeFlags::SOLICITED),
         fence: flags.contains(WqeFlags::FENCE),
         data,
         imm: u32::from_be(w.imm_data),
-        remote_addr: 0,
-        rkey: Key::default(),
-        compare_add: 0,
-        swap: 0,
-        flush: FlushSpec::default(),
-        bind: None,
-        fast_reg: None,
-        ud: None,
+        ..SendWr::new(w.wr_id, opcode)
     };
     if qp_type == QPT_UD || qp_type == QPT_GSI {
         let ud: UdSeg = read_as(&w.seg);
