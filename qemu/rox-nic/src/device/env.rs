@@ -11,7 +11,7 @@ use super::deferred::Deferred;
 use super::state::Hw;
 use crate::roce::{
     AccessError, AddressVector, AtomicOp, Completion, DeviceEnv, FastReg, FlushSpec, Gid, MwBind,
-    RecvWr,
+    RecvWr, RemoteTarget,
 };
 
 impl DeviceEnv for Hw {
@@ -49,55 +49,23 @@ impl DeviceEnv for Hw {
         self.page_fault(r)
     }
 
-    fn read_remote(
-        &mut self,
-        pd: u32,
-        qpn: Qpn,
-        rkey: Key,
-        va: u64,
-        buf: &mut [u8],
-    ) -> Result<(), AccessError> {
-        let r = self
-            .mem_table
-            .read_remote(&*self.mem, pd, qpn, rkey, va, buf);
+    fn read_remote(&mut self, at: RemoteTarget, buf: &mut [u8]) -> Result<(), AccessError> {
+        let r = self.mem_table.read_remote(&*self.mem, at, buf);
         self.page_fault(r)
     }
 
-    fn write_remote(
-        &mut self,
-        pd: u32,
-        qpn: Qpn,
-        rkey: Key,
-        va: u64,
-        data: &[u8],
-    ) -> Result<(), AccessError> {
-        let r = self
-            .mem_table
-            .write_remote(&*self.mem, pd, qpn, rkey, va, data);
+    fn write_remote(&mut self, at: RemoteTarget, data: &[u8]) -> Result<(), AccessError> {
+        let r = self.mem_table.write_remote(&*self.mem, at, data);
         self.page_fault(r)
     }
 
-    fn check_remote_read(
-        &mut self,
-        pd: u32,
-        qpn: Qpn,
-        rkey: Key,
-        va: u64,
-        len: u64,
-    ) -> Result<(), AccessError> {
-        let r = self.mem_table.check_remote_read(pd, qpn, rkey, va, len);
+    fn check_remote_read(&mut self, at: RemoteTarget, len: u64) -> Result<(), AccessError> {
+        let r = self.mem_table.check_remote_read(at, len);
         self.page_fault(r)
     }
 
-    fn check_remote_write(
-        &mut self,
-        pd: u32,
-        qpn: Qpn,
-        rkey: Key,
-        va: u64,
-        len: u64,
-    ) -> Result<(), AccessError> {
-        self.mem_table.check_remote_write(pd, qpn, rkey, va, len)
+    fn check_remote_write(&mut self, at: RemoteTarget, len: u64) -> Result<(), AccessError> {
+        self.mem_table.check_remote_write(at, len)
     }
 
     fn bind_mw(&mut self, pd: u32, qpn: Qpn, bind: &MwBind) -> Result<(), AccessError> {
@@ -128,29 +96,13 @@ impl DeviceEnv for Hw {
         self.mem_table.check_invalidate(pd, qpn, rkey, remote)
     }
 
-    fn atomic_remote(
-        &mut self,
-        pd: u32,
-        qpn: Qpn,
-        rkey: Key,
-        va: u64,
-        op: AtomicOp,
-    ) -> Result<u64, AccessError> {
-        let r = self
-            .mem_table
-            .atomic_remote(&*self.mem, pd, qpn, rkey, va, op);
+    fn atomic_remote(&mut self, at: RemoteTarget, op: AtomicOp) -> Result<u64, AccessError> {
+        let r = self.mem_table.atomic_remote(&*self.mem, at, op);
         self.page_fault(r)
     }
 
-    fn flush_remote(
-        &mut self,
-        pd: u32,
-        _qpn: Qpn,
-        rkey: Key,
-        va: u64,
-        flush: FlushSpec,
-    ) -> Result<(), AccessError> {
-        self.mem_table.flush_remote(pd, rkey, va, flush)
+    fn flush_remote(&mut self, at: RemoteTarget, flush: FlushSpec) -> Result<(), AccessError> {
+        self.mem_table.flush_remote(at, flush)
     }
 
     fn pop_recv(&mut self, qpn: Qpn) -> Option<RecvWr> {

@@ -325,6 +325,26 @@ pub enum AccessError {
     PageFailed { key: Key, page: u32 },
 }
 
+/// Where a remote peer's access lands: `va` through `key` (an MR's rkey, or a memory window
+/// bound in `pd` and, for type 2, to the responder QP `qpn`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RemoteTarget {
+    pub pd: u32,
+    pub qpn: Qpn,
+    pub key: Key,
+    pub va: u64,
+}
+
+impl RemoteTarget {
+    /// The same target `offset` bytes further on.
+    pub fn offset(self, offset: u64) -> RemoteTarget {
+        RemoteTarget {
+            va: self.va.wrapping_add(offset),
+            ..self
+        }
+    }
+}
+
 /// An 8-byte atomic operation on remote memory (done under the device's memory lock).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AtomicOp {
@@ -358,84 +378,42 @@ pub trait DeviceEnv {
         addr: u64,
         data: &[u8],
     ) -> Result<(), AccessError>;
-    /// Read memory for a remote peer through `rkey` (an MR, or a memory window bound in `pd`
-    /// and, for type 2, to the responder QP `qpn`); requires IBV_ACCESS_REMOTE_READ.
-    fn read_remote(
-        &mut self,
-        pd: u32,
-        qpn: Qpn,
-        rkey: Key,
-        va: u64,
-        buf: &mut [u8],
-    ) -> Result<(), AccessError>;
-    /// Checks that `[va, va + len)` could be read for a remote peer through `rkey` (as
-    /// `read_remote`) without reading it: the key, PD, access and bounds, and for an on-demand
-    /// region that every page is present (the first missing one posts its page fault and
-    /// answers [`AccessError::PageFault`]). `len` > 0. The default probes the first and the
-    /// last byte (enough for a region whose pages are all there).
-    fn check_remote_read(
-        &mut self,
-        pd: u32,
-        qpn: Qpn,
-        rkey: Key,
-        va: u64,
-        len: u64,
-    ) -> Result<(), AccessError> {
-        let last = va
+    /// Read memory for a remote peer at `at` (an MR, or a memory window bound in `at.pd`
+    /// and, for type 2, to the responder QP `at.qpn`); requires IBV_ACCESS_REMOTE_READ.
+    fn read_remote(&mut self, at: RemoteTarget, buf: &mut [u8]) -> Result<(), AccessError>;
+    /// Checks that `len` bytes at `at` could be read for a remote peer (as `read_remote`)
+    /// without reading them: the key, PD, access and bounds, and for an on-demand region that
+    /// every page is present (the first missing one posts its page fault and answers
+    /// [`AccessError::PageFault`]). `len` > 0. The default probes the first and the last byte
+    /// (enough for a region whose pages are all there).
+    fn check_remote_read(&mut self, at: RemoteTarget, len: u64) -> Result<(), AccessError> {
+        at.va
             .checked_add(len.saturating_sub(1))
             .ok_or(AccessError::OutOfBounds)?;
         let mut probe = [0u8; 1];
-        self.read_remote(pd, qpn, rkey, va, &mut probe)?;
-        self.read_remote(pd, qpn, rkey, last, &mut probe)
+        self.read_remote(at, &mut probe)?;
+        self.read_remote(at.offset(len.saturating_sub(1)), &mut probe)
     }
-    /// Checks that `[va, va + len)` may be written for a remote peer through `rkey` (as
-    /// `write_remote`) without writing: the key, PD, access and bounds (of the region, and of
-    /// a memory window's binding). The responder checks a WRITE's whole RETH range with it on
-    /// the first packet, so a WRITE that overruns its target writes no byte.
+    /// Checks that `len` bytes at `at` may be written for a remote peer (as `write_remote`)
+    /// without writing: the key, PD, access and bounds (of the region, and of a memory
+    /// window's binding). The responder checks a WRITE's whole RETH range with it on the
+    /// first packet, so a WRITE that overruns its target writes no byte.
     /// Pages of an on-demand region need not be present: each packet faults its own pages.
     /// `len` > 0.
-    fn check_remote_write(
-        &mut self,
-        pd: u32,
-        qpn: Qpn,
-        rkey: Key,
-        va: u64,
-        len: u64,
-    ) -> Result<(), AccessError>;
-    /// Write memory for a remote peer through `rkey` (as for `read_remote`); requires
+    fn check_remote_write(&mut self, at: RemoteTarget, len: u64) -> Result<(), AccessError>;
+    /// Write memory for a remote peer at `at` (as for `read_remote`); requires
     /// IBV_ACCESS_REMOTE_WRITE.
-    fn write_remote(
-        &mut self,
-        pd: u32,
-        qpn: Qpn,
-        rkey: Key,
-        va: u64,
-        data: &[u8],
-    ) -> Result<(), AccessError>;
-    /// 8-byte atomic for a remote peer through `rkey`; requires IBV_ACCESS_REMOTE_ATOMIC
+    fn write_remote(&mut self, at: RemoteTarget, data: &[u8]) -> Result<(), AccessError>;
+    /// 8-byte atomic for a remote peer at `at`; requires IBV_ACCESS_REMOTE_ATOMIC
     /// (IBV_ACCESS_REMOTE_WRITE for [`AtomicOp::Write`]) and 8-byte alignment. Returns the
     /// original value.
-    fn atomic_remote(
-        &mut self,
-        pd: u32,
-        qpn: Qpn,
-        rkey: Key,
-        va: u64,
-        op: AtomicOp,
-    ) -> Result<u64, AccessError>;
-    /// FLUSH for a remote peer through `rkey`: the region must grant the FLUSH access bit of
-    /// every type in `flush.placement_type` (`FLUSH_TYPE_GLOBAL` → IBV_ACCESS_FLUSH_GLOBAL,
+    fn atomic_remote(&mut self, at: RemoteTarget, op: AtomicOp) -> Result<u64, AccessError>;
+    /// FLUSH for a remote peer at `at`: the region must grant the FLUSH access bit of every
+    /// type in `flush.placement_type` (`FLUSH_TYPE_GLOBAL` → IBV_ACCESS_FLUSH_GLOBAL,
     /// `FLUSH_TYPE_PERSISTENT` → IBV_ACCESS_FLUSH_PERSISTENT) and, unless the level is
-    /// `FLUSH_LEVEL_MR`, contain `[va, va + flush.length)`; then every earlier write through the
-    /// device is made globally visible.
-    fn flush_remote(
-        &mut self,
-        pd: u32,
-        qpn: Qpn,
-        rkey: Key,
-        va: u64,
-        flush: FlushSpec,
-    ) -> Result<(), AccessError>;
+    /// `FLUSH_LEVEL_MR`, contain `[at.va, at.va + flush.length)`; then every earlier write
+    /// through the device is made globally visible.
+    fn flush_remote(&mut self, at: RemoteTarget, flush: FlushSpec) -> Result<(), AccessError>;
     /// Bind a memory window for QP `qpn` of `pd` (BIND_MW work request, executed in SQ order).
     fn bind_mw(&mut self, pd: u32, qpn: Qpn, bind: &MwBind) -> Result<(), AccessError>;
     /// Register pages to a fast-registration region for QP `qpn` of `pd` (REG_MR work

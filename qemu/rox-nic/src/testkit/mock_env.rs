@@ -191,60 +191,25 @@ impl DeviceEnv for MockEnv {
         let (table, ram) = self.ram();
         table.write_local(&ram, pd, lkey, addr, data)
     }
-    fn read_remote(
-        &mut self,
-        pd: u32,
-        qpn: Qpn,
-        rkey: Key,
-        va: u64,
-        buf: &mut [u8],
-    ) -> Result<(), AccessError> {
+    fn read_remote(&mut self, at: RemoteTarget, buf: &mut [u8]) -> Result<(), AccessError> {
         let (table, ram) = self.ram();
-        table.read_remote(&ram, pd, qpn, rkey, va, buf)?;
+        table.read_remote(&ram, at, buf)?;
         self.remote_bytes_read += buf.len() as u64;
         Ok(())
     }
-    fn write_remote(
-        &mut self,
-        pd: u32,
-        qpn: Qpn,
-        rkey: Key,
-        va: u64,
-        data: &[u8],
-    ) -> Result<(), AccessError> {
+    fn write_remote(&mut self, at: RemoteTarget, data: &[u8]) -> Result<(), AccessError> {
         let (table, ram) = self.ram();
-        table.write_remote(&ram, pd, qpn, rkey, va, data)
+        table.write_remote(&ram, at, data)
     }
-    fn check_remote_write(
-        &mut self,
-        pd: u32,
-        qpn: Qpn,
-        rkey: Key,
-        va: u64,
-        len: u64,
-    ) -> Result<(), AccessError> {
-        self.mrs.table.check_remote_write(pd, qpn, rkey, va, len)
+    fn check_remote_write(&mut self, at: RemoteTarget, len: u64) -> Result<(), AccessError> {
+        self.mrs.table.check_remote_write(at, len)
     }
-    fn atomic_remote(
-        &mut self,
-        pd: u32,
-        qpn: Qpn,
-        rkey: Key,
-        va: u64,
-        op: AtomicOp,
-    ) -> Result<u64, AccessError> {
+    fn atomic_remote(&mut self, at: RemoteTarget, op: AtomicOp) -> Result<u64, AccessError> {
         let (table, ram) = self.ram();
-        table.atomic_remote(&ram, pd, qpn, rkey, va, op)
+        table.atomic_remote(&ram, at, op)
     }
-    fn flush_remote(
-        &mut self,
-        pd: u32,
-        _qpn: Qpn,
-        rkey: Key,
-        va: u64,
-        flush: FlushSpec,
-    ) -> Result<(), AccessError> {
-        self.mrs.table.flush_remote(pd, rkey, va, flush)
+    fn flush_remote(&mut self, at: RemoteTarget, flush: FlushSpec) -> Result<(), AccessError> {
+        self.mrs.table.flush_remote(at, flush)
     }
     fn bind_mw(&mut self, _pd: u32, qpn: Qpn, bind: &MwBind) -> Result<(), AccessError> {
         self.local_ops.push((qpn, LocalOp::Bind(*bind)));

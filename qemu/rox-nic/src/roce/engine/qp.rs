@@ -180,6 +180,17 @@ impl Qp {
         }
     }
 
+    /// A peer's access through `key` at `va` on this QP (its PD; a type 2 window must be
+    /// bound to it).
+    pub(super) fn remote_target(&self, key: Key, va: u64) -> RemoteTarget {
+        RemoteTarget {
+            pd: self.cfg.pd,
+            qpn: self.cfg.qpn,
+            key,
+            va,
+        }
+    }
+
     pub(super) fn ack_timeout_ns(&self) -> Option<u64> {
         (self.timeout != 0)
             .then(|| ACK_TIMEOUT_UNIT_NS << self.timeout.min(MAX_ACK_TIMEOUT_EXPONENT))
