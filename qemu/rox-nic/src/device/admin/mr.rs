@@ -61,27 +61,29 @@ pub(super) fn reg_mr(hw: &mut Hw, c: &RegMrCmd) -> AdminResult<MrKeys> {
         }
         (pages, c.pbl.page_shift as u32)
     };
+    Ok(insert_mr(hw, |key| Mr {
+        key,
+        pd: c.pd,
+        access: c.access,
+        iova: c.iova,
+        length: c.length,
+        offset: c.offset_in_first_page as u64,
+        pages,
+        page_shift,
+        physical,
+        odp,
+        fast_reg: None,
+    }))
+}
+
+/// Enters the region `make` builds under a fresh key; lkey and rkey are that key.
+fn insert_mr(hw: &mut Hw, make: impl FnOnce(Key) -> Mr) -> MrKeys {
     let key = alloc_key(hw);
-    hw.mem_table.mrs.insert(
-        key.index(),
-        Mr {
-            key,
-            pd: c.pd,
-            access: c.access,
-            iova: c.iova,
-            length: c.length,
-            offset: c.offset_in_first_page as u64,
-            pages,
-            page_shift,
-            physical,
-            odp,
-            fast_reg: None,
-        },
-    );
-    Ok(MrKeys {
+    hw.mem_table.mrs.insert(key.index(), make(key));
+    MrKeys {
         lkey: key,
         rkey: key,
-    })
+    }
 }
 
 /// Allocates a fast-registration region of `pbl.npages` pages capacity in `pd`: no pages, key
@@ -93,30 +95,22 @@ fn alloc_fast_reg_mr(hw: &mut Hw, c: &RegMrCmd) -> AdminResult<MrKeys> {
     if hw.mem_table.mrs.len() >= DEV_MAX_MR as usize {
         return Err(ADMIN_STATUS_NO_RESOURCES);
     }
-    let key = alloc_key(hw);
-    hw.mem_table.mrs.insert(
-        key.index(),
-        Mr {
-            key,
-            pd: c.pd,
-            access: 0,
-            iova: 0,
-            length: 0,
-            offset: 0,
-            pages: Vec::new(),
-            page_shift: u32::from(PAGE_SHIFT_MIN),
-            physical: false,
-            odp: false,
-            fast_reg: Some(FastRegState {
-                capacity: c.pbl.npages,
-                valid: false,
-            }),
-        },
-    );
-    Ok(MrKeys {
-        lkey: key,
-        rkey: key,
-    })
+    Ok(insert_mr(hw, |key| Mr {
+        key,
+        pd: c.pd,
+        access: 0,
+        iova: 0,
+        length: 0,
+        offset: 0,
+        pages: Vec::new(),
+        page_shift: u32::from(PAGE_SHIFT_MIN),
+        physical: false,
+        odp: false,
+        fast_reg: Some(FastRegState {
+            capacity: c.pbl.npages,
+            valid: false,
+        }),
+    }))
 }
 
 /// Maps, unmaps or fails pages of an on-demand region. Admin commands run between data-path

@@ -84,85 +84,89 @@ impl Qp {
     /// `a.ah.sgid_index` names (the device resolves it); without it an AV is recorded but not
     /// used. `next` is the state the modify moves to (the caller changes it).
     pub(super) fn apply_attr(&mut self, mask: u32, a: &QpAttr, sgid: Option<Gid>, next: QpState) {
-        let set = |bit: u32| mask & bit != 0;
-        let at = &mut self.attr;
-        if set(QP_PATH_MTU) {
-            at.path_mtu = a.path_mtu;
+        // Each named attribute is recorded as set, then its working value derived.
+        macro_rules! take {
+            ($bit:ident, $field:ident $(, $derive:expr)*) => {
+                if mask & $bit != 0 {
+                    self.attr.$field = a.$field;
+                    $($derive;)*
+                }
+            };
+        }
+        if mask & QP_PATH_MTU != 0 {
+            self.attr.path_mtu = a.path_mtu;
             if let Some(mtu) = Mtu::from_u8(a.path_mtu) {
                 self.mtu = mtu;
             }
         }
         // The device refused numbers wider than 24 bits; from_wire keeps the engine's numbers
         // in range whatever a caller passes.
-        if set(QP_DEST_QPN) {
-            at.dest_qp_num = a.dest_qp_num;
-            self.dest_qpn = Qpn::from_wire(a.dest_qp_num.get());
-        }
-        if set(QP_RQ_PSN) {
-            at.rq_psn = a.rq_psn;
-            self.resp.epsn = Psn::from_wire(a.rq_psn.get());
-        }
-        if set(QP_SQ_PSN) {
-            at.sq_psn = a.sq_psn;
-            self.req.next_psn = Psn::from_wire(a.sq_psn.get());
-            self.req.acked_psn = a.sq_psn.prev();
-        }
-        if set(QP_TIMEOUT) {
-            at.timeout = a.timeout;
-            self.timeout = a.timeout;
-        }
-        if set(QP_RETRY_CNT) {
-            at.retry_cnt = a.retry_cnt;
-            self.retry_cnt = a.retry_cnt;
-            self.req.retry_left = a.retry_cnt;
-        }
-        if set(QP_RNR_RETRY) {
-            at.rnr_retry = a.rnr_retry;
-            self.rnr_retry = a.rnr_retry;
-            self.req.rnr_left = a.rnr_retry;
-        }
-        if set(QP_MIN_RNR_TIMER) {
-            at.min_rnr_timer = a.min_rnr_timer;
-            self.min_rnr_timer = a.min_rnr_timer;
-        }
-        if set(QP_MAX_QP_RD_ATOMIC) {
-            at.max_rd_atomic = a.max_rd_atomic;
-            self.max_rd_atomic = a.max_rd_atomic;
-        }
-        if set(QP_MAX_DEST_RD_ATOMIC) {
-            at.max_dest_rd_atomic = a.max_dest_rd_atomic;
-            self.max_dest_rd_atomic = a.max_dest_rd_atomic;
-        }
-        if set(QP_QKEY) {
-            at.qkey = a.qkey;
-            self.qkey = a.qkey;
-        }
-        if set(QP_ACCESS_FLAGS) {
-            at.qp_access_flags = a.qp_access_flags;
-            self.access = a.qp_access_flags;
-        }
-        if set(QP_PKEY_INDEX) {
-            at.pkey_index = a.pkey_index;
-        }
-        if set(QP_PORT) {
-            at.port_num = a.port_num;
-        }
-        if set(QP_AV) {
-            at.ah = a.ah;
-            if let Some(sgid) = sgid {
-                self.av = Some(AddressVector {
-                    dgid: a.ah.dgid,
-                    sgid,
-                    traffic_class: a.ah.traffic_class,
-                    hop_limit: a.ah.hop_limit,
-                    flow_label: a.ah.flow_label,
-                    dmac: a.ah.dmac,
-                });
-            }
+        take!(
+            QP_DEST_QPN,
+            dest_qp_num,
+            self.dest_qpn = Qpn::from_wire(a.dest_qp_num.get())
+        );
+        take!(
+            QP_RQ_PSN,
+            rq_psn,
+            self.resp.epsn = Psn::from_wire(a.rq_psn.get())
+        );
+        take!(
+            QP_SQ_PSN,
+            sq_psn,
+            self.req.next_psn = Psn::from_wire(a.sq_psn.get()),
+            self.req.acked_psn = a.sq_psn.prev()
+        );
+        take!(QP_TIMEOUT, timeout, self.timeout = a.timeout);
+        take!(
+            QP_RETRY_CNT,
+            retry_cnt,
+            self.retry_cnt = a.retry_cnt,
+            self.req.retry_left = a.retry_cnt
+        );
+        take!(
+            QP_RNR_RETRY,
+            rnr_retry,
+            self.rnr_retry = a.rnr_retry,
+            self.req.rnr_left = a.rnr_retry
+        );
+        take!(
+            QP_MIN_RNR_TIMER,
+            min_rnr_timer,
+            self.min_rnr_timer = a.min_rnr_timer
+        );
+        take!(
+            QP_MAX_QP_RD_ATOMIC,
+            max_rd_atomic,
+            self.max_rd_atomic = a.max_rd_atomic
+        );
+        take!(
+            QP_MAX_DEST_RD_ATOMIC,
+            max_dest_rd_atomic,
+            self.max_dest_rd_atomic = a.max_dest_rd_atomic
+        );
+        take!(QP_QKEY, qkey, self.qkey = a.qkey);
+        take!(
+            QP_ACCESS_FLAGS,
+            qp_access_flags,
+            self.access = a.qp_access_flags
+        );
+        take!(QP_PKEY_INDEX, pkey_index);
+        take!(QP_PORT, port_num);
+        take!(QP_AV, ah);
+        if let Some(sgid) = sgid.filter(|_| mask & QP_AV != 0) {
+            self.av = Some(AddressVector {
+                dgid: a.ah.dgid,
+                sgid,
+                traffic_class: a.ah.traffic_class,
+                hop_limit: a.ah.hop_limit,
+                flow_label: a.ah.flow_label,
+                dmac: a.ah.dmac,
+            });
         }
         if next == QpState::Sqd && self.state != QpState::Sqd {
             // The notification request belongs to this transition into SQD only.
-            at.en_sqd_async_notify = if set(QP_EN_SQD_ASYNC_NOTIFY) {
+            self.attr.en_sqd_async_notify = if mask & QP_EN_SQD_ASYNC_NOTIFY != 0 {
                 a.en_sqd_async_notify
             } else {
                 0
