@@ -420,16 +420,15 @@ fn idle_device_sleeps_and_doorbell_wakes_it() {
 
 #[test]
 fn srq_shared_by_two_qps_and_limit_event() {
-    let mut d = TestDriver::new(DeviceConfig::new([2, 0, 0, 0, 0, 3]));
-    let gid = gid_v4(127, 0, 0, 1);
-    d.set_gid(0, gid);
-    let mut cq = d.create_cq(8);
-    let mut srq = d.create_srq(PD, 6, 0);
-    let mut a = d.create_qp(QPT_RC, PD, cq.id, cq.id, SRQ_NONE);
-    let b = d.create_qp(QPT_RC, PD, cq.id, cq.id, srq.id);
-    d.connect(&a, gid, b.qpn, ALL_ACCESS);
-    d.connect(&b, gid, a.qpn, ALL_ACCESS);
-    let (buf, key) = d.buffer(PD, BUF, ALL_ACCESS);
+    let SrqPair {
+        mut d,
+        mut cq,
+        mut srq,
+        mut a,
+        b,
+        buf,
+        key,
+    } = SrqPair::new(3, PD, ALL_ACCESS, 8, 6, BUF);
     for i in 0..4u64 {
         d.post_srq(&mut srq, 100 + i, &[sge(buf + 4096 * (i + 1), 4096, key)]);
     }
@@ -1505,16 +1504,15 @@ fn type2_window_empty_bind_and_bound_qp_destroyed() {
 /// new ring takes more; a ring smaller than what is posted, or than the limit, is refused.
 #[test]
 fn srq_resize_keeps_posted_wqes() {
-    let mut d = TestDriver::new(DeviceConfig::new([2, 0, 0, 0, 0, 4]));
-    let gid = gid_v4(127, 0, 0, 1);
-    d.set_gid(0, gid);
-    let mut cq = d.create_cq(5);
-    let mut srq = d.create_srq(PD, 2, 0);
-    let mut a = d.create_qp(QPT_RC, PD, cq.id, cq.id, SRQ_NONE);
-    let b = d.create_qp(QPT_RC, PD, cq.id, cq.id, srq.id);
-    d.connect(&a, gid, b.qpn, ALL_ACCESS);
-    d.connect(&b, gid, a.qpn, ALL_ACCESS);
-    let (buf, key) = d.buffer(PD, BUF, ALL_ACCESS);
+    let SrqPair {
+        mut d,
+        mut cq,
+        mut srq,
+        mut a,
+        b,
+        buf,
+        key,
+    } = SrqPair::new(4, PD, ALL_ACCESS, 5, 2, BUF);
     // Index 0 is consumed before the resize; 1..=3 are posted and waiting.
     for i in 0..4u64 {
         d.post_srq(&mut srq, 100 + i, &[sge(buf + 64 * (i + 1), 64, key)]);
