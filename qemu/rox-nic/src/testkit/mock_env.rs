@@ -71,6 +71,57 @@ pub fn send_wr(wr_id: u64, opcode: WrOpcode, data: SendData) -> SendWr {
     }
 }
 
+/// What the modifies of [`rts_steps`] set on an engine QP.
+#[derive(Clone, Copy, Debug)]
+pub struct QpSetup {
+    pub access: u32,
+    pub qkey: u32,
+    pub mtu: Mtu,
+    pub peer_qpn: Qpn,
+    pub rq_psn: Psn,
+    pub sq_psn: Psn,
+    /// Both ways: as requester and as responder.
+    pub max_rd_atomic: u8,
+    pub min_rnr_timer: u8,
+    pub timeout: u8,
+    pub retry_cnt: u8,
+    pub rnr_retry: u8,
+    /// The path of a connected QP (None for UD).
+    pub av: Option<AddressVector>,
+}
+
+/// The modifies that take a new engine QP to INIT, RTR and RTS, in order (a test applies as
+/// many as the state it wants).
+pub fn rts_steps(s: &QpSetup) -> [QpModify; 3] {
+    [
+        QpModify {
+            state: Some(QpState::Init),
+            access_flags: Some(s.access),
+            qkey: Some(s.qkey),
+            ..Default::default()
+        },
+        QpModify {
+            state: Some(QpState::Rtr),
+            path_mtu: Some(s.mtu),
+            dest_qpn: Some(s.peer_qpn),
+            rq_psn: Some(s.rq_psn),
+            max_dest_rd_atomic: Some(s.max_rd_atomic),
+            min_rnr_timer: Some(s.min_rnr_timer),
+            av: s.av,
+            ..Default::default()
+        },
+        QpModify {
+            state: Some(QpState::Rts),
+            sq_psn: Some(s.sq_psn),
+            timeout: Some(s.timeout),
+            retry_cnt: Some(s.retry_cnt),
+            rnr_retry: Some(s.rnr_retry),
+            max_rd_atomic: Some(s.max_rd_atomic),
+            ..Default::default()
+        },
+    ]
+}
+
 /// A bind the mock refuses.
 pub const BAD_RKEY: Key = Key::from_raw(0xdead_beef);
 
