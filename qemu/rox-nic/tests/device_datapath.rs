@@ -420,16 +420,15 @@ fn idle_device_sleeps_and_doorbell_wakes_it() {
 
 #[test]
 fn srq_shared_by_two_qps_and_limit_event() {
-    let mut d = TestDriver::new(DeviceConfig::new([2, 0, 0, 0, 0, 3]));
-    let gid = gid_v4(127, 0, 0, 1);
-    d.set_gid(0, gid);
-    let mut cq = d.create_cq(8);
-    let mut srq = d.create_srq(PD, 6, 0);
-    let mut a = d.create_qp(QPT_RC, PD, cq.id, cq.id, SRQ_NONE);
-    let b = d.create_qp(QPT_RC, PD, cq.id, cq.id, srq.id);
-    d.connect(&a, gid, b.qpn, ALL_ACCESS);
-    d.connect(&b, gid, a.qpn, ALL_ACCESS);
-    let (buf, key) = d.buffer(PD, BUF, ALL_ACCESS);
+    let SrqPair {
+        mut d,
+        mut cq,
+        mut srq,
+        mut a,
+        b,
+        buf,
+        key,
+    } = SrqPair::new(3, PD, ALL_ACCESS, 8, 6, BUF);
     for i in 0..4u64 {
         d.post_srq(&mut srq, 100 + i, &[sge(buf + 4096 * (i + 1), 4096, key)]);
     }
@@ -1480,14 +1479,7 @@ fn type2_window_empty_bind_and_bound_qp_destroyed() {
     let c = p.d.wait_cqe(&mut p.cq_b);
     assert_eq!((c.status, c.opcode), (WC_MW_BIND_ERR, WC_OPC_BIND_MW));
 
-    let (mut p, mw_mr) = mw_pair();
-    let mw = alloc_mw(&mut p.d, PD, MW_TYPE_2);
-    let rkey = inc_rkey(mw);
-    p.d.post_send(
-        &mut p.b,
-        &bind_wqe(2, rkey, mw_mr, window, 64, ACCESS_REMOTE_WRITE),
-    );
-    assert_eq!(p.d.wait_cqe(&mut p.cq_b).status, WC_SUCCESS);
+    let (mut p, mw_mr, rkey) = bound_type2_window(2, window);
     p.d.admin_ok(
         ADMIN_OP_DESTROY_QP,
         payload(&QpnCmd {
@@ -1505,16 +1497,15 @@ fn type2_window_empty_bind_and_bound_qp_destroyed() {
 /// new ring takes more; a ring smaller than what is posted, or than the limit, is refused.
 #[test]
 fn srq_resize_keeps_posted_wqes() {
-    let mut d = TestDriver::new(DeviceConfig::new([2, 0, 0, 0, 0, 4]));
-    let gid = gid_v4(127, 0, 0, 1);
-    d.set_gid(0, gid);
-    let mut cq = d.create_cq(5);
-    let mut srq = d.create_srq(PD, 2, 0);
-    let mut a = d.create_qp(QPT_RC, PD, cq.id, cq.id, SRQ_NONE);
-    let b = d.create_qp(QPT_RC, PD, cq.id, cq.id, srq.id);
-    d.connect(&a, gid, b.qpn, ALL_ACCESS);
-    d.connect(&b, gid, a.qpn, ALL_ACCESS);
-    let (buf, key) = d.buffer(PD, BUF, ALL_ACCESS);
+    let SrqPair {
+        mut d,
+        mut cq,
+        mut srq,
+        mut a,
+        b,
+        buf,
+        key,
+    } = SrqPair::new(4, PD, ALL_ACCESS, 5, 2, BUF);
     // Index 0 is consumed before the resize; 1..=3 are posted and waiting.
     for i in 0..4u64 {
         d.post_srq(&mut srq, 100 + i, &[sge(buf + 64 * (i + 1), 64, key)]);
@@ -1613,6 +1604,17 @@ fn mw_pair() -> (Pair, Key) {
     (p, mr)
 }
 
+/// A fresh [`mw_pair`] with a type 2 window bound on b's QP (WR `wr_id`) to 64 bytes at
+/// `addr` with remote write; returns the pair, the MR's lkey and the window's rkey.
+fn bound_type2_window(wr_id: u64, addr: u64) -> (Pair, Key, Key) {
+    let (mut p, mw_mr) = mw_pair();
+    let rkey = inc_rkey(alloc_mw(&mut p.d, PD, MW_TYPE_2));
+    let bind = bind_wqe(wr_id, rkey, mw_mr, addr, 64, ACCESS_REMOTE_WRITE);
+    p.d.post_send(&mut p.b, &bind);
+    assert_eq!(p.d.wait_cqe(&mut p.cq_b).status, WC_SUCCESS);
+    (p, mw_mr, rkey)
+}
+
 /// An 8-byte RDMA WRITE from a to `addr` through `rkey`; its completion status.
 fn mw_write(p: &mut Pair, id: u64, addr: u64, rkey: Key) -> u8 {
     let w = with_rdma(
@@ -1684,14 +1686,7 @@ fn memory_windows() {
     assert_eq!((c.status, c.opcode), (WC_MW_BIND_ERR, WC_OPC_BIND_MW));
 
     // LOCAL_INV on b ends the window; invalidating it again fails.
-    let (mut p, mw_mr) = mw_pair();
-    let mw = alloc_mw(&mut p.d, PD, MW_TYPE_2);
-    let rkey = inc_rkey(mw);
-    p.d.post_send(
-        &mut p.b,
-        &bind_wqe(8, rkey, mw_mr, window, 64, ACCESS_REMOTE_WRITE),
-    );
-    assert_eq!(p.d.wait_cqe(&mut p.cq_b).status, WC_SUCCESS);
+    let (mut p, _, rkey) = bound_type2_window(8, window);
     let mut inv = with_rdma(send_wqe(9, WR_LOCAL_INV, WQE_FLAG_SIGNALED, &[]), 0, rkey);
     p.d.post_send(&mut p.b, &inv);
     let c = p.d.wait_cqe(&mut p.cq_b);
@@ -1703,14 +1698,7 @@ fn memory_windows() {
     assert_eq!((c.status, c.opcode), (WC_MW_BIND_ERR, WC_OPC_LOCAL_INV));
 
     // SEND with invalidate from a: b's window bound on b's QP ends with the message.
-    let (mut p, mw_mr) = mw_pair();
-    let mw = alloc_mw(&mut p.d, PD, MW_TYPE_2);
-    let rkey = inc_rkey(mw);
-    p.d.post_send(
-        &mut p.b,
-        &bind_wqe(12, rkey, mw_mr, window, 64, ACCESS_REMOTE_WRITE),
-    );
-    assert_eq!(p.d.wait_cqe(&mut p.cq_b).status, WC_SUCCESS);
+    let (mut p, _, rkey) = bound_type2_window(12, window);
     p.d.post_recv(&mut p.b, 13, &[sge(p.buf_b + 8192, 64, p.key_b)]);
     let send = with_rdma(
         send_wqe(

@@ -85,6 +85,12 @@ fn page_fault(d: &mut TestDriver) -> Eqe {
     d.wait_event(0, EQE_TYPE_PAGE_FAULT)
 }
 
+/// Waits for a page fault of region `key` with `aux` (`EQE_PAGE_FAULT_*`).
+fn expect_page_fault(d: &mut TestDriver, key: Key, aux: u32) {
+    let e = page_fault(d);
+    assert_eq!((Key::from_raw(e.handle), e.aux), (key, aux));
+}
+
 fn no_page_fault(d: &mut TestDriver) {
     std::thread::sleep(QUIET);
     let faults: Vec<Eqe> = d
@@ -242,11 +248,7 @@ fn unmapped_page_is_never_read_again_and_remapping_serves_the_new_page() {
         0,
     );
     p.d.post_send(&mut p.a, &w);
-    let e = page_fault(&mut p.d);
-    assert_eq!(
-        (Key::from_raw(e.handle), e.aux),
-        (key_b, EQE_PAGE_FAULT_WRITE)
-    );
+    expect_page_fault(&mut p.d, key_b, EQE_PAGE_FAULT_WRITE);
     map(&mut p.d, key_b, 0, &[new], true);
     assert_eq!(p.d.wait_cqe(&mut p.cq_a).status, WC_SUCCESS);
     assert_eq!(p.d.ram.read(buf_a, 8), 5u64.to_le_bytes());
@@ -272,11 +274,7 @@ fn read_response_into_a_missing_local_page_waits_for_it() {
         key_b,
     );
     p.d.post_send(&mut p.a, &w);
-    let e = page_fault(&mut p.d);
-    assert_eq!(
-        (Key::from_raw(e.handle), e.aux),
-        (key_a, EQE_PAGE_FAULT_WRITE)
-    );
+    expect_page_fault(&mut p.d, key_a, EQE_PAGE_FAULT_WRITE);
     p.d.expect_no_cqe(&mut p.cq_a, QUIET);
     let page = p.d.ram.alloc(4096, 4096);
     map(&mut p.d, key_a, 0, &[page], true);
@@ -459,11 +457,7 @@ fn a_failed_page_fails_one_access_then_faults_again() {
     p.d.connect(&dq, gid, c.qpn, ALL_ACCESS);
     p.d.drain_eq(0);
     p.d.post_send(&mut c, &write(31));
-    let e = page_fault(&mut p.d);
-    assert_eq!(
-        (Key::from_raw(e.handle), e.aux),
-        (key_b, EQE_PAGE_FAULT_WRITE)
-    );
+    expect_page_fault(&mut p.d, key_b, EQE_PAGE_FAULT_WRITE);
     let page = p.d.ram.alloc(4096, 4096);
     map(&mut p.d, key_b, 0, &[page], true);
     let c = p.d.wait_cqe(&mut cq_c);

@@ -4,6 +4,7 @@
 //! control messages; `admin_queue`, `sq` (doorbells, send queues, WQE decoding) and `wire_io`
 //! (frames in and out) are the rest.
 
+use std::collections::VecDeque;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
@@ -11,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::Receiver;
 use rox_uapi::admin::*;
-use rox_uapi::ids::{Key, Qpn};
+use rox_uapi::ids::Qpn;
 use rox_uapi::queue::*;
 use rox_uapi::regs::*;
 use rox_uapi::verbs::*;
@@ -20,15 +21,17 @@ mod admin_queue;
 mod sq;
 mod wire_io;
 
-use super::admin::{current_state, execute};
+use super::admin::execute;
+use super::deferred::Deferred;
 use super::ring::{posted_entries, WildIndex};
 use super::state::{Eq, Hw};
 use super::{Control, DeviceConfig, DeviceError, Shared};
-use crate::port::frame::{self, Rx, ETH_HEADER_LEN};
+use crate::port::frame::{self, Arrival, Mac, ETH_HEADER_LEN};
 use crate::port::netdev::{Forwarded, Netdev};
 use crate::port::{FrameRef, Port, DEFAULT_SOCKET_MTU};
+use crate::roce::wire::{self, IpView};
 use crate::roce::{
-    self, AddressVector, Engine, FailedWr, FastReg, FlushSpec, Mtu, MwBind, SendData, SendWr,
+    self, AddressVector, Engine, FailedWr, FastReg, FlushSpec, Gid, Mtu, MwBind, SendData, SendWr,
     UdDest, WcStatus, WrOpcode,
 };
 use crate::sys;
@@ -69,6 +72,10 @@ pub struct DataPath {
     wire_busy: bool,
     last_wire_poll: Instant,
     scan_buf: Vec<Qpn>,
+    /// Packets the device sent to its own GIDs, received on the next look.
+    loopback: VecDeque<Vec<u8>>,
+    /// Something was queued on the port since the last flush.
+    port_queued: bool,
 }
 
 enum Flow {
@@ -117,6 +124,8 @@ impl DataPath {
             wire_busy: false,
             last_wire_poll: Instant::now(),
             scan_buf: Vec::new(),
+            loopback: VecDeque::new(),
+            port_queued: false,
         })
     }
 
@@ -131,8 +140,10 @@ impl DataPath {
             }
             self.hw.mem = self.shared.mem();
             if !self.shared.is_fatal() {
+                // Each engine call site drains the deferred work it left.
                 work |= self.run_admin();
                 work |= self.scan_doorbells();
+                work |= self.run_deferred();
                 work |= self.receive_loopback();
                 if self.wire_due() {
                     let got = self.receive_port() | self.receive_netdev();
@@ -141,9 +152,8 @@ impl DataPath {
                     work |= got;
                 }
                 self.engine.poll(&mut self.hw);
-                self.fail_broken_qps();
-                self.hw.post_deferred_events();
-                work |= self.flush_outbound();
+                work |= self.run_deferred();
+                work |= self.flush_port();
             }
             if work {
                 last_work = Instant::now();
@@ -269,6 +279,7 @@ impl DataPath {
         self.hw = Hw::new(self.shared.clone(), self.mac);
         self.hw.has_port = has_port;
         self.engine = Engine::with_ud_mtu(self.engine.ud_mtu());
+        self.loopback.clear();
         self.admin = None;
         self.admin_pi = 0;
         self.shared.doorbells.clear();

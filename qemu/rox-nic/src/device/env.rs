@@ -1,16 +1,17 @@
 //! The [`DeviceEnv`] the transport engine works through: thin delegations to the protection
-//! table (memory access), the ODP fault path, the receive queues, the completion queues and
-//! the packet routing of the device.
+//! table (memory access), the ODP fault path, the receive queues and the completion queues;
+//! packets and events go on the deferred-work queue the data path drains.
 
 use rox_uapi::admin::*;
 use rox_uapi::ids::{Key, Qpn};
 use rox_uapi::queue::*;
 use rox_uapi::verbs::*;
 
+use super::deferred::Deferred;
 use super::state::Hw;
 use crate::roce::{
     AccessError, AddressVector, AtomicOp, Completion, DeviceEnv, FastReg, FlushSpec, Gid, MwBind,
-    RecvWr,
+    RecvWr, RemoteTarget,
 };
 
 impl DeviceEnv for Hw {
@@ -48,55 +49,23 @@ impl DeviceEnv for Hw {
         self.page_fault(r)
     }
 
-    fn read_remote(
-        &mut self,
-        pd: u32,
-        qpn: Qpn,
-        rkey: Key,
-        va: u64,
-        buf: &mut [u8],
-    ) -> Result<(), AccessError> {
-        let r = self
-            .mem_table
-            .read_remote(&*self.mem, pd, qpn, rkey, va, buf);
+    fn read_remote(&mut self, at: RemoteTarget, buf: &mut [u8]) -> Result<(), AccessError> {
+        let r = self.mem_table.read_remote(&*self.mem, at, buf);
         self.page_fault(r)
     }
 
-    fn write_remote(
-        &mut self,
-        pd: u32,
-        qpn: Qpn,
-        rkey: Key,
-        va: u64,
-        data: &[u8],
-    ) -> Result<(), AccessError> {
-        let r = self
-            .mem_table
-            .write_remote(&*self.mem, pd, qpn, rkey, va, data);
+    fn write_remote(&mut self, at: RemoteTarget, data: &[u8]) -> Result<(), AccessError> {
+        let r = self.mem_table.write_remote(&*self.mem, at, data);
         self.page_fault(r)
     }
 
-    fn check_remote_read(
-        &mut self,
-        pd: u32,
-        qpn: Qpn,
-        rkey: Key,
-        va: u64,
-        len: u64,
-    ) -> Result<(), AccessError> {
-        let r = self.mem_table.check_remote_read(pd, qpn, rkey, va, len);
+    fn check_remote_read(&mut self, at: RemoteTarget, len: u64) -> Result<(), AccessError> {
+        let r = self.mem_table.check_remote_read(at, len);
         self.page_fault(r)
     }
 
-    fn check_remote_write(
-        &mut self,
-        pd: u32,
-        qpn: Qpn,
-        rkey: Key,
-        va: u64,
-        len: u64,
-    ) -> Result<(), AccessError> {
-        self.mem_table.check_remote_write(pd, qpn, rkey, va, len)
+    fn check_remote_write(&mut self, at: RemoteTarget, len: u64) -> Result<(), AccessError> {
+        self.mem_table.check_remote_write(at, len)
     }
 
     fn bind_mw(&mut self, pd: u32, qpn: Qpn, bind: &MwBind) -> Result<(), AccessError> {
@@ -127,29 +96,13 @@ impl DeviceEnv for Hw {
         self.mem_table.check_invalidate(pd, qpn, rkey, remote)
     }
 
-    fn atomic_remote(
-        &mut self,
-        pd: u32,
-        qpn: Qpn,
-        rkey: Key,
-        va: u64,
-        op: AtomicOp,
-    ) -> Result<u64, AccessError> {
-        let r = self
-            .mem_table
-            .atomic_remote(&*self.mem, pd, qpn, rkey, va, op);
+    fn atomic_remote(&mut self, at: RemoteTarget, op: AtomicOp) -> Result<u64, AccessError> {
+        let r = self.mem_table.atomic_remote(&*self.mem, at, op);
         self.page_fault(r)
     }
 
-    fn flush_remote(
-        &mut self,
-        pd: u32,
-        _qpn: Qpn,
-        rkey: Key,
-        va: u64,
-        flush: FlushSpec,
-    ) -> Result<(), AccessError> {
-        self.mem_table.flush_remote(pd, rkey, va, flush)
+    fn flush_remote(&mut self, at: RemoteTarget, flush: FlushSpec) -> Result<(), AccessError> {
+        self.mem_table.flush_remote(at, flush)
     }
 
     fn pop_recv(&mut self, qpn: Qpn) -> Option<RecvWr> {
@@ -185,47 +138,28 @@ impl DeviceEnv for Hw {
     fn sq_drained(&mut self, qpn: Qpn) {
         // A modify to SQD with nothing in flight drains at once: deferred so the driver sees
         // its modify complete before the event.
-        self.deferred_events.push((EQE_TYPE_SQ_DRAINED, qpn));
+        self.deferred.push_back(Deferred::Event {
+            event_type: EQE_TYPE_SQ_DRAINED,
+            qpn,
+        });
     }
 
     fn qp_entered_error(&mut self, qpn: Qpn) {
         // No more receive WQEs of this QP will be taken from its SRQ (IBA 11.6.3.2).
         if self.qps.get(&qpn).is_some_and(|qp| qp.srq != SRQ_NONE) {
-            self.deferred_events.push((EQE_TYPE_QP_LAST_WQE, qpn));
+            self.deferred.push_back(Deferred::Event {
+                event_type: EQE_TYPE_QP_LAST_WQE,
+                qpn,
+            });
         }
     }
 
+    /// Queued for the data path, which routes it (loopback, port, or lost with the link).
     fn transmit(&mut self, av: &AddressVector, packet: Vec<u8>) {
-        if !self.port_up() {
-            // No link: the packet is lost like on a real wire (RC retransmits later).
-            return;
-        }
-        self.stats[STAT_TX_PACKETS] += 1;
-        self.stats[STAT_TX_BYTES] += packet.len() as u64;
-        if self.is_own_gid(&av.dgid) {
-            // Same-device QP to QP: looped back inside the device, never on the wire.
-            self.loopback.push_back(packet);
-            return;
-        }
-        if self.has_mcast_group(&av.dgid) {
-            // Like mlx5 (and rdma_rxe through IP multicast loopback), a packet to a group
-            // reaches this device's own attached QPs too, the sender included (IBA leaves
-            // the sender's copy to the CA; nothing here asks to block it). It still goes
-            // out on the port for the other members.
-            self.loopback.push_back(packet.clone());
-        }
-        if !self.has_port {
-            log::debug!("rox-nic: no port, dropping packet to a remote GID");
-        } else if av.dmac == [0; 6] {
-            if self.stats[STAT_PORT_DROP_NO_DMAC] == 0 {
-                log::warn!(
-                    "rox-nic: dropping packets to a GID of another device without a resolved \
-                     destination MAC (logged once; counter port_drop_no_dmac)"
-                );
-            }
-            self.stats[STAT_PORT_DROP_NO_DMAC] += 1;
-        } else {
-            self.outbound.push((av.dmac, packet));
-        }
+        self.deferred.push_back(Deferred::Transmit {
+            dgid: av.dgid,
+            dmac: av.dmac,
+            packet,
+        });
     }
 }

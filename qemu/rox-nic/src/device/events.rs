@@ -110,22 +110,6 @@ impl Hw {
         self.post_event(EQ_ADMIN_ASYNC, event_type, handle, aux);
     }
 
-    /// Posts the async events the engine caused. They wait so that a modify's own admin
-    /// completion comes first, and SQ_DRAINED is posted only if software asked for it when it
-    /// moved the QP to SQD (`en_sqd_async_notify`, known once the modify is done).
-    pub fn post_deferred_events(&mut self) {
-        for (event_type, qpn) in std::mem::take(&mut self.deferred_events) {
-            let wanted = event_type != EQE_TYPE_SQ_DRAINED
-                || self
-                    .qps
-                    .get(&qpn)
-                    .is_some_and(|qp| qp.attr.en_sqd_async_notify != 0);
-            if wanted {
-                self.async_event(event_type, qpn.get(), 0);
-            }
-        }
-    }
-
     /// Write a CQE to CQ `cq_id`; handles overflow, arming and the completion event.
     pub fn write_cqe(&mut self, cq_id: u32, mut cqe: Cqe, solicited: bool) {
         let Some(cq) = self.cqs.get_mut(&cq_id) else {

@@ -15,7 +15,7 @@ use rox_uapi::verbs::*;
 use super::region::*;
 use super::ring::load_page_list;
 use crate::dma::GuestRam;
-use crate::roce::{AccessError, AtomicOp, FastReg, FlushSpec, MwBind};
+use crate::roce::{AccessError, AtomicOp, FastReg, FlushSpec, MwBind, RemoteTarget};
 
 /// Regions and windows by key index ([`Key::index`]): an index names one object whatever the
 /// variant part of its key; lookups compare the whole key ([`MemTable::mr`]).
@@ -56,18 +56,11 @@ impl MemTable {
         Ok(mr)
     }
 
-    /// The MR a remote request reaches through `key` for `[va, va+len)`: the MR itself, or the
-    /// MR a memory window is bound to (window in `pd`, bound, type 2 bound to `qpn`, granting
-    /// `need`, containing the range).
-    pub fn remote_mr(
-        &self,
-        pd: u32,
-        qpn: Qpn,
-        key: Key,
-        need: u32,
-        va: u64,
-        len: u64,
-    ) -> Result<&Mr, AccessError> {
+    /// The MR a remote request reaches at `at` for `len` bytes: the MR itself, or the MR a
+    /// memory window is bound to (window in `at.pd`, bound, type 2 bound to `at.qpn`,
+    /// granting `need`, containing the range).
+    pub fn remote_mr(&self, at: RemoteTarget, need: u32, len: u64) -> Result<&Mr, AccessError> {
+        let RemoteTarget { pd, qpn, key, va } = at;
         if !key.is_window() {
             return self.mr_for(pd, key, need);
         }
@@ -124,40 +117,28 @@ impl MemTable {
     pub fn read_remote<R: GuestRam + ?Sized>(
         &self,
         ram: &R,
-        pd: u32,
-        qpn: Qpn,
-        rkey: Key,
-        va: u64,
+        at: RemoteTarget,
         buf: &mut [u8],
     ) -> Result<(), AccessError> {
-        let mr = self.remote_mr(pd, qpn, rkey, ACCESS_REMOTE_READ, va, buf.len() as u64)?;
-        read_through(ram, mr, va, buf)
+        let mr = self.remote_mr(at, ACCESS_REMOTE_READ, buf.len() as u64)?;
+        read_through(ram, mr, at.va, buf)
     }
 
     /// An RDMA WRITE's target, through an MR or window rkey.
     pub fn write_remote<R: GuestRam + ?Sized>(
         &self,
         ram: &R,
-        pd: u32,
-        qpn: Qpn,
-        rkey: Key,
-        va: u64,
+        at: RemoteTarget,
         data: &[u8],
     ) -> Result<(), AccessError> {
-        let mr = self.remote_mr(pd, qpn, rkey, ACCESS_REMOTE_WRITE, va, data.len() as u64)?;
-        write_through(ram, mr, va, data)
+        let mr = self.remote_mr(at, ACCESS_REMOTE_WRITE, data.len() as u64)?;
+        write_through(ram, mr, at.va, data)
     }
 
     /// Whether an RDMA READ of `[va, va+len)` through `rkey` would succeed, touching nothing.
-    pub fn check_remote_read(
-        &self,
-        pd: u32,
-        qpn: Qpn,
-        rkey: Key,
-        va: u64,
-        len: u64,
-    ) -> Result<(), AccessError> {
-        let mr = self.remote_mr(pd, qpn, rkey, ACCESS_REMOTE_READ, va, len)?;
+    pub fn check_remote_read(&self, at: RemoteTarget, len: u64) -> Result<(), AccessError> {
+        let va = at.va;
+        let mr = self.remote_mr(at, ACCESS_REMOTE_READ, len)?;
         if !mr.contains(va, len) {
             return Err(AccessError::OutOfBounds);
         }
@@ -168,15 +149,9 @@ impl MemTable {
 
     /// Whether an RDMA WRITE of `[va, va+len)` through `rkey` may go ahead (key, PD, access,
     /// bounds; pages of an on-demand region are checked by the write itself).
-    pub fn check_remote_write(
-        &self,
-        pd: u32,
-        qpn: Qpn,
-        rkey: Key,
-        va: u64,
-        len: u64,
-    ) -> Result<(), AccessError> {
-        let mr = self.remote_mr(pd, qpn, rkey, ACCESS_REMOTE_WRITE, va, len)?;
+    pub fn check_remote_write(&self, at: RemoteTarget, len: u64) -> Result<(), AccessError> {
+        let va = at.va;
+        let mr = self.remote_mr(at, ACCESS_REMOTE_WRITE, len)?;
         if mr.contains(va, len) {
             Ok(())
         } else {
@@ -188,12 +163,10 @@ impl MemTable {
     pub fn atomic_remote<R: GuestRam + ?Sized>(
         &self,
         ram: &R,
-        pd: u32,
-        qpn: Qpn,
-        rkey: Key,
-        va: u64,
+        at: RemoteTarget,
         op: AtomicOp,
     ) -> Result<u64, AccessError> {
+        let va = at.va;
         if !va.is_multiple_of(ATOMIC_SIZE as u64) {
             return Err(AccessError::Misaligned);
         }
@@ -201,7 +174,7 @@ impl MemTable {
             AtomicOp::Write { .. } => ACCESS_REMOTE_WRITE,
             AtomicOp::CompareSwap { .. } | AtomicOp::FetchAdd { .. } => ACCESS_REMOTE_ATOMIC,
         };
-        let mr = self.remote_mr(pd, qpn, rkey, need, va, ATOMIC_SIZE as u64)?;
+        let mr = self.remote_mr(at, need, ATOMIC_SIZE as u64)?;
         let chunks = mr.chunks(va, ATOMIC_SIZE as u64, true)?;
         let [(addr, _)] = chunks[..] else {
             return Err(AccessError::OutOfBounds);
@@ -217,13 +190,10 @@ impl MemTable {
     }
 
     /// A FLUSH of `[va, va+length)` (or of the whole region) through `rkey`.
-    pub fn flush_remote(
-        &self,
-        pd: u32,
-        rkey: Key,
-        va: u64,
-        flush: FlushSpec,
-    ) -> Result<(), AccessError> {
+    pub fn flush_remote(&self, at: RemoteTarget, flush: FlushSpec) -> Result<(), AccessError> {
+        let RemoteTarget {
+            pd, key: rkey, va, ..
+        } = at;
         let (len, whole_mr) = (flush.length, flush.level == FLUSH_LEVEL_MR);
         if rkey.is_window() {
             // Windows grant no FLUSH access.
@@ -500,6 +470,10 @@ mod tests {
         | ACCESS_MW_BIND
         | ACCESS_FLUSH_GLOBAL;
 
+    fn at(pd: u32, qpn: Qpn, key: Key, va: u64) -> RemoteTarget {
+        RemoteTarget { pd, qpn, key, va }
+    }
+
     /// A table with one region `[BASE, BASE+0x100)` on one page at BASE (index 1) and one type 2 window
     /// (index 2) of the same PD, over 0x200 bytes of memory.
     fn table(access: u32) -> (MemTable, Vec<u8>, Key) {
@@ -539,7 +513,7 @@ mod tests {
         let (t, mut mem, key) = table(ACCESS_LOCAL_WRITE | ACCESS_REMOTE_READ);
         let ram = SliceRam::new(BASE, &mut mem);
         let mut buf = [0u8; 8];
-        let read = |pd, key, va, buf: &mut [u8]| t.read_remote(&ram, pd, QPN, key, va, buf);
+        let read = |pd, key, va, buf: &mut [u8]| t.read_remote(&ram, at(pd, QPN, key, va), buf);
         assert_eq!(
             read(PD, key.with_variant(1), BASE, &mut buf),
             Err(AccessError::InvalidKey)
@@ -558,7 +532,7 @@ mod tests {
         );
         assert_eq!(read(PD, key, BASE + 0xf8, &mut buf), Ok(()));
         assert_eq!(
-            t.write_remote(&ram, PD, QPN, key, BASE, &buf),
+            t.write_remote(&ram, at(PD, QPN, key, BASE), &buf),
             Err(AccessError::AccessDenied)
         );
     }
@@ -569,7 +543,7 @@ mod tests {
         let ram = SliceRam::new(BASE, &mut mem);
         t.write_local(&ram, PD, key, BASE + 0x10, b"rox").unwrap();
         let mut back = [0u8; 3];
-        t.read_remote(&ram, PD, QPN, key, BASE + 0x10, &mut back)
+        t.read_remote(&ram, at(PD, QPN, key, BASE + 0x10), &mut back)
             .unwrap();
         assert_eq!(&back, b"rox");
         assert_eq!(&mem[0x10..0x13], b"rox");
@@ -582,25 +556,37 @@ mod tests {
         let ram = SliceRam::new(BASE, &mut mem);
         let add = AtomicOp::FetchAdd { add: 2 };
         assert_eq!(
-            t.atomic_remote(&ram, PD, QPN, key, BASE + 4, add),
+            t.atomic_remote(&ram, at(PD, QPN, key, BASE + 4), add),
             Err(AccessError::Misaligned)
         );
         assert_eq!(
-            t.atomic_remote(&ram, PD, QPN, key, BASE + 8, add),
+            t.atomic_remote(&ram, at(PD, QPN, key, BASE + 8), add),
             Err(AccessError::AccessDenied)
         );
         // ATOMIC WRITE needs remote write, not remote atomic.
         let write = AtomicOp::Write {
             value: 9u64.to_le(),
         };
-        assert_eq!(t.atomic_remote(&ram, PD, QPN, key, BASE + 8, write), Ok(5));
+        assert_eq!(
+            t.atomic_remote(&ram, at(PD, QPN, key, BASE + 8), write),
+            Ok(5)
+        );
         let (t, mut mem, key) = table(ALL);
         mem[8..16].copy_from_slice(&5u64.to_le_bytes());
         let ram = SliceRam::new(BASE, &mut mem);
         let cas = |compare| AtomicOp::CompareSwap { compare, swap: 7 };
-        assert_eq!(t.atomic_remote(&ram, PD, QPN, key, BASE + 8, cas(4)), Ok(5));
-        assert_eq!(t.atomic_remote(&ram, PD, QPN, key, BASE + 8, cas(5)), Ok(5));
-        assert_eq!(t.atomic_remote(&ram, PD, QPN, key, BASE + 8, add), Ok(7));
+        assert_eq!(
+            t.atomic_remote(&ram, at(PD, QPN, key, BASE + 8), cas(4)),
+            Ok(5)
+        );
+        assert_eq!(
+            t.atomic_remote(&ram, at(PD, QPN, key, BASE + 8), cas(5)),
+            Ok(5)
+        );
+        assert_eq!(
+            t.atomic_remote(&ram, at(PD, QPN, key, BASE + 8), add),
+            Ok(7)
+        );
         assert_eq!(mem[8..16], 9u64.to_le_bytes());
     }
 
@@ -613,21 +599,21 @@ mod tests {
             level,
         };
         let global = flush(FLUSH_TYPE_GLOBAL, FLUSH_LEVEL_RANGE, 16);
-        assert_eq!(t.flush_remote(PD, key, BASE, global), Ok(()));
+        assert_eq!(t.flush_remote(at(PD, QPN, key, BASE), global), Ok(()));
         assert_eq!(
-            t.flush_remote(PD, key, BASE + 0xf8, global),
+            t.flush_remote(at(PD, QPN, key, BASE + 0xf8), global),
             Err(AccessError::OutOfBounds)
         );
         // The whole region: the range does not matter.
         let whole = flush(FLUSH_TYPE_GLOBAL, FLUSH_LEVEL_MR, 0);
-        assert_eq!(t.flush_remote(PD, key, 0, whole), Ok(()));
+        assert_eq!(t.flush_remote(at(PD, QPN, key, 0), whole), Ok(()));
         let persistent = flush(FLUSH_TYPE_PERSISTENT, FLUSH_LEVEL_RANGE, 16);
         assert_eq!(
-            t.flush_remote(PD, key, BASE, persistent),
+            t.flush_remote(at(PD, QPN, key, BASE), persistent),
             Err(AccessError::AccessDenied)
         );
         assert_eq!(
-            t.flush_remote(PD, Key::window(2, 0), BASE, global),
+            t.flush_remote(at(PD, QPN, Key::window(2, 0), BASE), global),
             Err(AccessError::AccessDenied)
         );
     }
@@ -649,20 +635,20 @@ mod tests {
         let ram = SliceRam::new(BASE, &mut mem);
         let mut buf = [0u8; 0x20];
         assert_eq!(
-            t.read_remote(&ram, PD, QPN, rkey, BASE + 0x40, &mut buf),
+            t.read_remote(&ram, at(PD, QPN, rkey, BASE + 0x40), &mut buf),
             Ok(())
         );
         let other = Qpn::new(6).unwrap();
         assert_eq!(
-            t.read_remote(&ram, PD, other, rkey, BASE + 0x40, &mut buf),
+            t.read_remote(&ram, at(PD, other, rkey, BASE + 0x40), &mut buf),
             Err(AccessError::InvalidKey)
         );
         assert_eq!(
-            t.read_remote(&ram, PD, QPN, rkey, BASE + 0x41, &mut buf),
+            t.read_remote(&ram, at(PD, QPN, rkey, BASE + 0x41), &mut buf),
             Err(AccessError::OutOfBounds)
         );
         assert_eq!(
-            t.write_remote(&ram, PD, QPN, rkey, BASE + 0x40, &buf),
+            t.write_remote(&ram, at(PD, QPN, rkey, BASE + 0x40), &buf),
             Err(AccessError::AccessDenied)
         );
         // Remotely, only the QP it is bound to may invalidate it.
@@ -672,7 +658,7 @@ mod tests {
         );
         t.invalidate(PD, QPN, rkey, true).unwrap();
         assert_eq!(
-            t.read_remote(&ram, PD, QPN, rkey, BASE + 0x40, &mut buf),
+            t.read_remote(&ram, at(PD, QPN, rkey, BASE + 0x40), &mut buf),
             Err(AccessError::InvalidKey)
         );
     }

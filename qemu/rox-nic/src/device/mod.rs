@@ -7,6 +7,7 @@
 
 pub mod admin;
 pub mod datapath;
+pub(crate) mod deferred;
 pub mod doorbell;
 pub(crate) mod env;
 pub(crate) mod events;

@@ -234,44 +234,20 @@ mod tests {
         }
     }
 
+    /// `check_modify` of a move to `next` with a valid GID 0 and the device's RD/atomic limit.
+    fn check(qp_type: u8, cur: u8, mask: u32, next: u8) -> Result<u8, ModifyError> {
+        check_modify(qp_type, cur, mask, &attr(next), DEV_MAX_RD_ATOMIC, &[true])
+    }
+
     #[test]
     fn rc_happy_path_and_missing_attributes() {
-        let gids = [true];
+        use ModifyError::BadState;
         let init = QP_STATE | QP_PKEY_INDEX | QP_PORT | QP_ACCESS_FLAGS;
-        assert_eq!(
-            check_modify(
-                QPT_RC,
-                QPS_RESET,
-                init,
-                &attr(QPS_INIT),
-                DEV_MAX_RD_ATOMIC,
-                &gids
-            ),
-            Ok(QPS_INIT)
-        );
+        assert_eq!(check(QPT_RC, QPS_RESET, init, QPS_INIT), Ok(QPS_INIT));
         // RC needs ACCESS_FLAGS, UD needs QKEY instead.
-        assert_eq!(
-            check_modify(
-                QPT_RC,
-                QPS_RESET,
-                QP_STATE | QP_PKEY_INDEX | QP_PORT,
-                &attr(QPS_INIT),
-                DEV_MAX_RD_ATOMIC,
-                &gids
-            ),
-            Err(ModifyError::BadState)
-        );
-        assert_eq!(
-            check_modify(
-                QPT_UD,
-                QPS_RESET,
-                init,
-                &attr(QPS_INIT),
-                DEV_MAX_RD_ATOMIC,
-                &gids
-            ),
-            Err(ModifyError::BadState)
-        );
+        let no_access = QP_STATE | QP_PKEY_INDEX | QP_PORT;
+        assert_eq!(check(QPT_RC, QPS_RESET, no_access, QPS_INIT), Err(BadState));
+        assert_eq!(check(QPT_UD, QPS_RESET, init, QPS_INIT), Err(BadState));
         let rtr = QP_STATE
             | QP_AV
             | QP_PATH_MTU
@@ -279,76 +255,16 @@ mod tests {
             | QP_RQ_PSN
             | QP_MAX_DEST_RD_ATOMIC
             | QP_MIN_RNR_TIMER;
-        assert_eq!(
-            check_modify(
-                QPT_RC,
-                QPS_INIT,
-                rtr,
-                &attr(QPS_RTR),
-                DEV_MAX_RD_ATOMIC,
-                &gids
-            ),
-            Ok(QPS_RTR)
-        );
-        assert_eq!(
-            check_modify(
-                QPT_UC,
-                QPS_INIT,
-                rtr,
-                &attr(QPS_RTR),
-                DEV_MAX_RD_ATOMIC,
-                &gids
-            ),
-            Err(ModifyError::BadState)
-        );
+        assert_eq!(check(QPT_RC, QPS_INIT, rtr, QPS_RTR), Ok(QPS_RTR));
+        assert_eq!(check(QPT_UC, QPS_INIT, rtr, QPS_RTR), Err(BadState));
         // RESET -> RTS skips states.
-        assert_eq!(
-            check_modify(
-                QPT_RC,
-                QPS_RESET,
-                QP_STATE,
-                &attr(QPS_RTS),
-                DEV_MAX_RD_ATOMIC,
-                &gids
-            ),
-            Err(ModifyError::BadState)
-        );
+        assert_eq!(check(QPT_RC, QPS_RESET, QP_STATE, QPS_RTS), Err(BadState));
         // SQE -> RTS is not an RC transition.
-        assert_eq!(
-            check_modify(
-                QPT_RC,
-                QPS_SQE,
-                QP_STATE,
-                &attr(QPS_RTS),
-                DEV_MAX_RD_ATOMIC,
-                &gids
-            ),
-            Err(ModifyError::BadState)
-        );
-        assert_eq!(
-            check_modify(
-                QPT_UC,
-                QPS_SQE,
-                QP_STATE,
-                &attr(QPS_RTS),
-                DEV_MAX_RD_ATOMIC,
-                &gids
-            ),
-            Ok(QPS_RTS)
-        );
+        assert_eq!(check(QPT_RC, QPS_SQE, QP_STATE, QPS_RTS), Err(BadState));
+        assert_eq!(check(QPT_UC, QPS_SQE, QP_STATE, QPS_RTS), Ok(QPS_RTS));
         // Anything -> ERR / RESET.
         for s in QPS_RESET..=QPS_ERR {
-            assert_eq!(
-                check_modify(
-                    QPT_RC,
-                    s,
-                    QP_STATE,
-                    &attr(QPS_ERR),
-                    DEV_MAX_RD_ATOMIC,
-                    &gids
-                ),
-                Ok(QPS_ERR)
-            );
+            assert_eq!(check(QPT_RC, s, QP_STATE, QPS_ERR), Ok(QPS_ERR));
         }
     }
 

@@ -5,6 +5,7 @@ use rox_uapi::admin::*;
 use rox_uapi::ids::Qpn;
 use rox_uapi::queue::*;
 
+use super::deferred::Deferred;
 use super::ring::{posted_entries, WildIndex};
 use super::state::Hw;
 use crate::roce::{self, RecvWr};
@@ -89,7 +90,10 @@ impl Hw {
             Ok(_) => {}
             Err(WildIndex) => {
                 qp.broken = true;
-                self.fatal_qps.push((qpn, VENDOR_ERR_WILD_INDEX));
+                self.deferred.push_back(Deferred::FatalQp {
+                    qpn,
+                    why: VENDOR_ERR_WILD_INDEX,
+                });
                 return None;
             }
         }
@@ -100,7 +104,10 @@ impl Hw {
             if let Some(qp) = self.qps.get_mut(&qpn) {
                 qp.broken = true;
             }
-            self.fatal_qps.push((qpn, VENDOR_ERR_BAD_SGE_COUNT));
+            self.deferred.push_back(Deferred::FatalQp {
+                qpn,
+                why: VENDOR_ERR_BAD_SGE_COUNT,
+            });
         } else {
             self.stats[STAT_RECV_WQES] += 1;
         }

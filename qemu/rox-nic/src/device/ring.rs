@@ -81,14 +81,42 @@ pub fn load_page_list<R: GuestRam + ?Sized>(mem: &R, pl: &PageList) -> Result<Ve
     Ok(pages)
 }
 
-/// Build a ring of `1 << log_depth` entries of `1 << entry_shift` bytes.
+/// What a ring holds: its entry size and deepest depth.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RingKind {
+    /// Send WQEs.
+    Sq,
+    /// Receive WQEs (of a QP's RQ or an SRQ).
+    Rq,
+    /// CQEs.
+    Cq,
+}
+
+impl RingKind {
+    fn entry_shift(self) -> u32 {
+        match self {
+            RingKind::Sq => SQ_WQE_SHIFT,
+            RingKind::Rq => RQ_WQE_SHIFT,
+            RingKind::Cq => CQE_SHIFT,
+        }
+    }
+
+    fn max_log_depth(self) -> u8 {
+        match self {
+            RingKind::Sq | RingKind::Rq => DEV_MAX_LOG_WQ_DEPTH,
+            RingKind::Cq => DEV_MAX_LOG_CQ_DEPTH,
+        }
+    }
+}
+
+/// Build a ring of `1 << log_depth` entries of `kind`.
 pub fn load_ring<R: GuestRam + ?Sized>(
     mem: &R,
     pl: &PageList,
     log_depth: u8,
-    entry_shift: u32,
-    max_log: u8,
+    kind: RingKind,
 ) -> Result<Ring, u8> {
+    let (entry_shift, max_log) = (kind.entry_shift(), kind.max_log_depth());
     if !(DEV_MIN_LOG_DEPTH..=max_log).contains(&log_depth) {
         return Err(ADMIN_STATUS_BAD_PARAM);
     }

@@ -10,6 +10,7 @@ use rox_uapi::ids::Qpn;
 use rox_uapi::regs::*;
 use rox_uapi::verbs::*;
 
+use super::deferred::Deferred;
 use super::mem::MemTable;
 use super::ring::Ring;
 use super::Shared;
@@ -55,8 +56,12 @@ pub struct Srq {
     pub error: bool,
 }
 
+/// A QP's work queues as the device fetches them: rings, doorbell slot, indices, CQs and SRQ.
+/// Its attributes and state are not here: they live once, in the engine's transport context
+/// ([`crate::roce::Engine::query_qp`]), which the admin path, the data path and the engine's
+/// roles all use.
 #[derive(Debug)]
-pub struct Qp {
+pub struct QpQueues {
     pub qpn: Qpn,
     pub qp_type: u8,
     pub pd: u32,
@@ -74,8 +79,6 @@ pub struct Qp {
     pub rq_ci: u32,
     /// Last RQ producer index seen (to tell the engine about new receives).
     pub rq_pi_seen: u32,
-    /// The state and attributes as last modified (the engine may move it to ERR by itself).
-    pub attr: QpAttr,
     /// Stopped consuming its queues after a device-detected error (wild index, bad WQE).
     pub broken: bool,
 }
@@ -95,21 +98,13 @@ pub struct Hw {
     pub mem_table: MemTable,
     pub next_mw: u32,
     pub cqs: HashMap<u32, Cq>,
-    pub qps: HashMap<Qpn, Qp>,
+    pub qps: HashMap<Qpn, QpQueues>,
     pub srqs: HashMap<u32, Srq>,
     pub eqs: Vec<Option<Eq>>,
     /// (page, slot) -> in use.
     pub doorbells_used: HashMap<(u32, u32), ()>,
-    /// Packets to local GIDs, fed back into the engine by the data path.
-    pub loopback: VecDeque<Vec<u8>>,
-    /// RoCEv2 IP packets for the port, with their destination MAC.
-    pub outbound: Vec<([u8; 6], Vec<u8>)>,
-    /// Async events (type, QPN) the engine caused during the current admin command or pass,
-    /// posted after it by [`Hw::post_deferred_events`].
-    pub deferred_events: Vec<(u8, Qpn)>,
-    /// QPs whose receive queue turned out unusable while the engine was taking a WQE from it
-    /// (`VENDOR_ERR_*` why): the data path makes them fatal once the engine call returned.
-    pub fatal_qps: Vec<(Qpn, u16)>,
+    /// Work the engine's calls left for the data path, in order (see [`Deferred`]).
+    pub deferred: VecDeque<Deferred>,
     /// `PORT_ACTIVE` or `PORT_DOWN`, as the driver last reported its netdev's link.
     pub port_state: u8,
     /// Packets received and dropped while the port was down.
@@ -147,10 +142,7 @@ impl Hw {
             srqs: HashMap::new(),
             eqs: (0..MAX_EQS).map(|_| None).collect(),
             doorbells_used: HashMap::new(),
-            loopback: VecDeque::new(),
-            outbound: Vec::new(),
-            deferred_events: Vec::new(),
-            fatal_qps: Vec::new(),
+            deferred: VecDeque::new(),
             port_state: PORT_ACTIVE,
             rx_port_down_drops: 0,
             has_port: false,

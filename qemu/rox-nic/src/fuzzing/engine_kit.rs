@@ -3,7 +3,8 @@
 
 use crate::roce::wire::{ipv4_gid, parse_packet};
 use crate::roce::*;
-use crate::testkit::mock_env::MockEnv;
+pub use crate::testkit::mock_env::send_wr;
+use crate::testkit::mock_env::{rts_steps, MockEnv, QpSetup};
 
 /// An engine and its memory, MRs and queues.
 pub struct Node {
@@ -89,33 +90,20 @@ pub fn make_qp(
     };
     node.engine.create_qp(cfg).expect("create QP");
     let connected = p.qp_type != QpType::Ud;
-    let steps = [
-        QpModify {
-            state: Some(QpState::Init),
-            access_flags: Some(p.access),
-            qkey: Some(p.qkey),
-            ..Default::default()
-        },
-        QpModify {
-            state: Some(QpState::Rtr),
-            path_mtu: Some(Mtu::Mtu256),
-            dest_qpn: Some(peer_qpn),
-            rq_psn: Some(p.rq_psn),
-            max_dest_rd_atomic: Some(4),
-            min_rnr_timer: Some(1),
-            av: connected.then(|| av(node.gid, peer_gid)),
-            ..Default::default()
-        },
-        QpModify {
-            state: Some(QpState::Rts),
-            sq_psn: Some(p.sq_psn),
-            timeout: Some(p.timeout),
-            retry_cnt: Some(p.retry_cnt),
-            rnr_retry: Some(p.rnr_retry),
-            max_rd_atomic: Some(4),
-            ..Default::default()
-        },
-    ];
+    let steps = rts_steps(&QpSetup {
+        access: p.access,
+        qkey: p.qkey,
+        mtu: Mtu::Mtu256,
+        peer_qpn,
+        rq_psn: p.rq_psn,
+        sq_psn: p.sq_psn,
+        max_rd_atomic: 4,
+        min_rnr_timer: 1,
+        timeout: p.timeout,
+        retry_cnt: p.retry_cnt,
+        rnr_retry: p.rnr_retry,
+        av: connected.then(|| av(node.gid, peer_gid)),
+    });
     let target = match state {
         QpState::Reset => 0,
         QpState::Init => 1,
@@ -148,27 +136,6 @@ pub fn check_sent(packet: &[u8]) {
         panic!("the engine sent a packet rox itself rejects ({e}): {packet:02x?}");
     }
     super::wire::check_packet(packet);
-}
-
-/// A send work request with everything else zero.
-pub fn send_wr(wr_id: u64, opcode: WrOpcode, data: SendData) -> SendWr {
-    SendWr {
-        wr_id,
-        opcode,
-        signaled: true,
-        solicited: false,
-        fence: false,
-        data,
-        imm: 0,
-        remote_addr: 0,
-        rkey: Key::default(),
-        compare_add: 0,
-        swap: 0,
-        flush: FlushSpec::default(),
-        bind: None,
-        fast_reg: None,
-        ud: None,
-    }
 }
 
 /// Deterministic bytes for message `seed`.

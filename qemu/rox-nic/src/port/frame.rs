@@ -10,7 +10,7 @@ use rox_uapi::admin::{
 };
 
 use crate::roce::wire::{
-    ipv4_gid, ipv4_header_checksum, IPV4_HEADER_LEN, IPV6_HEADER_LEN, ROCE_V2_UDP_PORT,
+    ipv4_gid, ipv4_header_checksum, IpView, IPV4_HEADER_LEN, IPV6_HEADER_LEN, ROCE_V2_UDP_PORT,
     UDP_HEADER_LEN,
 };
 use crate::roce::Gid;
@@ -74,48 +74,73 @@ pub enum Rx {
     Drop(usize),
 }
 
+/// A frame as the data path takes it: a RoCEv2 packet for this device with what its IP
+/// header said (so the transport parses only the rest), for the netdev, or dropped.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Arrival {
+    /// The IP packet's bytes in the frame (Ethernet padding excluded) and its IP header.
+    Roce(Range<usize>, IpView),
+    Netdev,
+    /// Dropped; the `STAT_PORT_DROP_*` counter to raise.
+    Drop(usize),
+}
+
 /// What the IP layer of a frame says.
 enum Ip {
     /// Not a RoCEv2 packet for this device (or not IP at all).
     Other,
-    /// A UDP packet to port 4791 at `range`, to destination GID `dgid` (unicast, or a
-    /// multicast group the device may have QPs in), that passed the IP and UDP header checks.
-    Roce { range: Range<usize>, dgid: Gid },
+    /// A UDP packet to port 4791 at `range` (unicast, or to a multicast group the device may
+    /// have QPs in), that passed the IP and UDP header checks.
+    Roce { range: Range<usize>, ip: IpView },
 }
 
-/// Classifies one received frame for a port whose device has MAC `own_mac`, owns the GIDs
-/// (its own, and the multicast groups it has QPs attached to) `own_gid` accepts, and whose longest valid frame is `max_frame` bytes (IP MTU + Ethernet
-/// header).
+/// Sorts one received frame for a port whose device has MAC `own_mac`, owns the GIDs (its
+/// own, and the multicast groups it has QPs attached to) `own_gid` accepts, and whose longest
+/// valid frame is `max_frame` bytes (IP MTU + Ethernet header).
+pub fn sort_frame(
+    frame: &[u8],
+    own_mac: &Mac,
+    max_frame: usize,
+    own_gid: impl Fn(&Gid) -> bool,
+) -> Arrival {
+    if frame.len() < ETH_HEADER_LEN {
+        return Arrival::Drop(STAT_PORT_DROP_MALFORMED);
+    }
+    if frame.len() > max_frame {
+        return Arrival::Drop(STAT_PORT_DROP_OVERSIZE);
+    }
+    let dst = &frame[..MAC_LEN];
+    if !is_group_mac(dst) && dst != own_mac {
+        return Arrival::Drop(STAT_PORT_DROP_OTHER_MAC);
+    }
+    let ethertype = be16(frame, ETHERTYPE_AT);
+    let l3 = &frame[ETH_HEADER_LEN..];
+    let ip = match ethertype {
+        ETHERTYPE_VLAN | ETHERTYPE_QINQ => return Arrival::Drop(STAT_PORT_DROP_VLAN),
+        ETHERTYPE_IPV4 => ipv4(l3),
+        ETHERTYPE_IPV6 => ipv6(l3),
+        _ => Ok(Ip::Other),
+    };
+    match ip {
+        Err(Malformed) => Arrival::Drop(STAT_PORT_DROP_MALFORMED),
+        Ok(Ip::Roce { range, ip }) if own_gid(&ip.dgid) => {
+            Arrival::Roce(range.start + ETH_HEADER_LEN..range.end + ETH_HEADER_LEN, ip)
+        }
+        Ok(_) => Arrival::Netdev,
+    }
+}
+
+/// [`sort_frame`] without the IP header's details: where a frame goes.
 pub fn classify(
     frame: &[u8],
     own_mac: &Mac,
     max_frame: usize,
     own_gid: impl Fn(&Gid) -> bool,
 ) -> Rx {
-    if frame.len() < ETH_HEADER_LEN {
-        return Rx::Drop(STAT_PORT_DROP_MALFORMED);
-    }
-    if frame.len() > max_frame {
-        return Rx::Drop(STAT_PORT_DROP_OVERSIZE);
-    }
-    let dst = &frame[..MAC_LEN];
-    if !is_group_mac(dst) && dst != own_mac {
-        return Rx::Drop(STAT_PORT_DROP_OTHER_MAC);
-    }
-    let ethertype = be16(frame, ETHERTYPE_AT);
-    let l3 = &frame[ETH_HEADER_LEN..];
-    let ip = match ethertype {
-        ETHERTYPE_VLAN | ETHERTYPE_QINQ => return Rx::Drop(STAT_PORT_DROP_VLAN),
-        ETHERTYPE_IPV4 => ipv4(l3),
-        ETHERTYPE_IPV6 => ipv6(l3),
-        _ => Ok(Ip::Other),
-    };
-    match ip {
-        Err(Malformed) => Rx::Drop(STAT_PORT_DROP_MALFORMED),
-        Ok(Ip::Roce { range, dgid }) if own_gid(&dgid) => {
-            Rx::Roce(range.start + ETH_HEADER_LEN..range.end + ETH_HEADER_LEN)
-        }
-        Ok(_) => Rx::Netdev,
+    match sort_frame(frame, own_mac, max_frame, own_gid) {
+        Arrival::Roce(range, _) => Rx::Roce(range),
+        Arrival::Netdev => Rx::Netdev,
+        Arrival::Drop(counter) => Rx::Drop(counter),
     }
 }
 
@@ -159,9 +184,14 @@ fn ipv4(p: &[u8]) -> Result<Ip, Malformed> {
     if be16(udp, 6) != 0 && !udp_checksum_ok(&p[SRC..SRC + 4], &dst, udp) {
         return Err(Malformed);
     }
+    let src: [u8; 4] = p[SRC..SRC + 4].try_into().unwrap();
     Ok(Ip::Roce {
         range: 0..total,
-        dgid: ipv4_gid(dst),
+        ip: IpView {
+            header_len: IPV4_HEADER_LEN,
+            sgid: ipv4_gid(src),
+            dgid: ipv4_gid(dst),
+        },
     })
 }
 
@@ -195,7 +225,11 @@ fn ipv6(p: &[u8]) -> Result<Ip, Malformed> {
     }
     Ok(Ip::Roce {
         range: 0..total,
-        dgid,
+        ip: IpView {
+            header_len: IPV6_HEADER_LEN,
+            sgid: p[SRC..SRC + 16].try_into().unwrap(),
+            dgid,
+        },
     })
 }
 
@@ -251,4 +285,59 @@ pub fn corruptible_from(ethertype: u16, body: &[u8]) -> usize {
 
 pub fn ethertype(header: &EthHeader) -> u16 {
     be16(header, ETHERTYPE_AT)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::roce::wire::{self, opcode as op, Bth, Headers, IpInfo, DEFAULT_PKEY};
+    use crate::roce::{Psn, Qpn};
+
+    /// The IP header the frame check read and the transport parse behind it give what a
+    /// whole parse gives, for IPv4 and IPv6, so the data path parses each frame once.
+    #[test]
+    fn sorted_frames_parse_from_behind_the_ip_header_as_whole_packets_do() {
+        let own = [2, 0, 0, 0, 0, 1];
+        for (sgid, dgid) in [
+            (ipv4_gid([10, 0, 0, 2]), ipv4_gid([10, 0, 0, 1])),
+            (
+                [0xfe, 0x80, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 2],
+                [0xfe; 16],
+            ),
+        ] {
+            let info = IpInfo {
+                sgid,
+                dgid,
+                traffic_class: 0,
+                hop_limit: 64,
+                flow_label: 0,
+                src_port: 0xc000,
+            };
+            let bth = Bth {
+                opcode: op::RC_SEND_ONLY,
+                solicited: false,
+                pkey: DEFAULT_PKEY,
+                dest_qpn: Qpn::from_wire(0x11),
+                ack_req: true,
+                psn: Psn::from_wire(7),
+            };
+            let ip = wire::build_packet(&info, &Headers::new(bth), b"payload!");
+            let mut frame = roce_header(&own, &[2, 0, 0, 0, 0, 2], &ip).to_vec();
+            frame.extend_from_slice(&ip);
+            let Arrival::Roce(range, view) = sort_frame(&frame, &own, 9000, |g| *g == dgid) else {
+                panic!("not sorted as RoCE");
+            };
+            assert_eq!((view.sgid, view.dgid), (sgid, dgid));
+            let once = wire::parse_transport(&frame[range], view).expect("parses");
+            let whole = wire::parse_packet(&ip).expect("parses");
+            assert_eq!(
+                (once.sgid, once.dgid, once.hdr),
+                (whole.sgid, whole.dgid, whole.hdr)
+            );
+            assert_eq!(
+                (once.payload, once.ip_header),
+                (whole.payload, whole.ip_header)
+            );
+        }
+    }
 }

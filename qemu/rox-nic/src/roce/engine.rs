@@ -170,66 +170,43 @@ impl Engine {
         self.qps.get(&qpn).map(|qp| qp.state)
     }
 
-    /// Applies a modify_qp already validated against the IB state table by the device.
-    /// Entering RTR sets the responder's expected PSN, RTS the requester's next PSN; ERR
-    /// flushes; RESET forgets all transport state.
+    /// Applies a modify_qp given in the engine's types (see [`QpModify::to_attr`]).
     pub fn modify_qp(
         &mut self,
         env: &mut dyn DeviceEnv,
         qpn: Qpn,
         m: &QpModify,
     ) -> Result<(), EngineError> {
+        let (mask, attr, sgid) = m.to_attr();
+        self.modify_qp_attr(env, qpn, mask, &attr, sgid)
+    }
+
+    /// Applies a modify_qp already validated against the IB state table by the device: the
+    /// attributes `mask` names, then the state change if it names one. `sgid`: the GID
+    /// `attr.ah.sgid_index` names. Entering RTR sets the responder's expected PSN, RTS the
+    /// requester's next PSN; ERR flushes; RESET forgets all transport state.
+    pub fn modify_qp_attr(
+        &mut self,
+        env: &mut dyn DeviceEnv,
+        qpn: Qpn,
+        mask: u32,
+        attr: &QpAttr,
+        sgid: Option<Gid>,
+    ) -> Result<(), EngineError> {
         let qp = self.qps.get_mut(&qpn).ok_or(EngineError::NoSuchQp(qpn))?;
-        if let Some(v) = m.path_mtu {
-            qp.mtu = v;
-        }
-        // The device refused numbers wider than 24 bits; from_wire keeps the engine's
-        // numbers in range whatever a caller passes.
-        if let Some(v) = m.dest_qpn {
-            qp.dest_qpn = Qpn::from_wire(v.get());
-        }
-        if let Some(v) = m.timeout {
-            qp.timeout = v;
-        }
-        if let Some(v) = m.retry_cnt {
-            qp.retry_cnt = v;
-            qp.req.retry_left = v;
-        }
-        if let Some(v) = m.rnr_retry {
-            qp.rnr_retry = v;
-            qp.req.rnr_left = v;
-        }
-        if let Some(v) = m.min_rnr_timer {
-            qp.min_rnr_timer = v;
-        }
-        if let Some(v) = m.max_rd_atomic {
-            qp.max_rd_atomic = v;
-        }
-        if let Some(v) = m.max_dest_rd_atomic {
-            qp.max_dest_rd_atomic = v;
-        }
-        if let Some(v) = m.qkey {
-            qp.qkey = v;
-        }
-        if let Some(v) = m.access_flags {
-            qp.access = v;
-        }
-        if let Some(v) = m.av {
-            qp.av = Some(v);
-        }
-        if let Some(v) = m.rq_psn {
-            qp.resp.epsn = Psn::from_wire(v.get());
-        }
-        if let Some(v) = m.sq_psn {
-            qp.req.next_psn = Psn::from_wire(v.get());
-            qp.req.acked_psn = v.prev();
-        }
-        let Some(state) = m.state else { return Ok(()) };
+        let state = if mask & rox_uapi::verbs::QP_STATE != 0 {
+            Some(QpState::from_u8(attr.qp_state).ok_or(EngineError::BadState(qpn, attr.qp_state))?)
+        } else {
+            None
+        };
         let connected = qp.cfg.qp_type != QpType::Ud;
+        let gets_av = mask & rox_uapi::verbs::QP_AV != 0 && sgid.is_some();
+        if state == Some(QpState::Rtr) && connected && qp.av.is_none() && !gets_av {
+            return Err(EngineError::MissingAttribute(qpn, "av"));
+        }
+        qp.apply_attr(mask, attr, sgid, state.unwrap_or(qp.state));
+        let Some(state) = state else { return Ok(()) };
         match state {
-            QpState::Rtr if connected && qp.av.is_none() => {
-                return Err(EngineError::MissingAttribute(qpn, "av"))
-            }
             QpState::Reset => {
                 let cfg = qp.cfg;
                 self.qps.remove(&qpn);
@@ -272,12 +249,10 @@ impl Engine {
         self.qps.get(&qpn).map_or(0, |qp| qp.req.sq.len())
     }
 
-    /// True while a QP in SQD still has started send WRs to complete (QUERY_QP's
-    /// `sq_draining`).
-    pub fn sq_draining(&self, qpn: Qpn) -> bool {
-        self.qps
-            .get(&qpn)
-            .is_some_and(|qp| qp.state == QpState::Sqd && qp.sq_in_flight())
+    /// QUERY_QP: the attributes as software set them, the current state (the engine moves a
+    /// QP to ERR or SQE by itself) and whether an SQD drain is still going on.
+    pub fn query_qp(&self, qpn: Qpn) -> Option<QpAttr> {
+        self.qps.get(&qpn).map(Qp::query)
     }
 
     /// Posts a decoded send WR. In the error state it completes at once with WR_FLUSH_ERR;
@@ -398,6 +373,60 @@ mod tests {
         assert_eq!(
             engine.create_qp(rc_config(qpn)),
             Err(EngineError::QpExists(qpn))
+        );
+    }
+
+    #[test]
+    fn one_context_records_what_the_mask_names_and_reports_the_current_state() {
+        use rox_uapi::verbs::{
+            QPS_ERR, QPS_RTS, QPS_SQD, QP_EN_SQD_ASYNC_NOTIFY, QP_QKEY, QP_STATE, QP_TIMEOUT,
+        };
+        let (mut engine, mut env) = (Engine::new(), TestEnv::new());
+        to_rts(&mut engine, &mut env);
+        let before = engine.query_qp(LOCAL_QPN).unwrap();
+        assert_eq!((before.qp_state, before.dest_qp_num), (QPS_RTS, PEER_QPN));
+        assert_eq!(before.rq_psn.get(), 100);
+        // Only the named attributes change: the timeout and the Q_Key given outside the mask
+        // are not taken.
+        let attr = QpAttr {
+            qp_state: QPS_SQD,
+            qkey: 0x1234,
+            timeout: 9,
+            en_sqd_async_notify: 1,
+            ..QpAttr::default()
+        };
+        let mask = QP_STATE | QP_QKEY | QP_EN_SQD_ASYNC_NOTIFY;
+        engine
+            .modify_qp_attr(&mut env, LOCAL_QPN, mask, &attr, None)
+            .unwrap();
+        let after = engine.query_qp(LOCAL_QPN).unwrap();
+        assert_eq!((after.qp_state, after.cur_qp_state), (QPS_SQD, QPS_SQD));
+        assert_eq!((after.qkey, after.timeout), (0x1234, before.timeout));
+        assert_eq!(after.en_sqd_async_notify, 1);
+        assert_eq!(after.ah, before.ah);
+        // Nothing was in flight: the drain ended at once and was reported, as asked.
+        assert_eq!(after.sq_draining, 0);
+        assert_eq!(env.drained, [LOCAL_QPN]);
+        // A state the engine enters by itself shows in the query too.
+        engine
+            .modify_qp_attr(
+                &mut env,
+                LOCAL_QPN,
+                mask & !QP_STATE | QP_TIMEOUT,
+                &attr,
+                None,
+            )
+            .unwrap();
+        assert_eq!(engine.query_qp(LOCAL_QPN).unwrap().timeout, 9);
+        engine.set_error(&mut env, LOCAL_QPN).unwrap();
+        assert_eq!(engine.query_qp(LOCAL_QPN).unwrap().qp_state, QPS_ERR);
+        let bad = QpAttr {
+            qp_state: 9,
+            ..attr
+        };
+        assert_eq!(
+            engine.modify_qp_attr(&mut env, LOCAL_QPN, QP_STATE, &bad, None),
+            Err(EngineError::BadState(LOCAL_QPN, 9))
         );
     }
 

@@ -23,6 +23,7 @@ pub mod verbs;
 pub mod wire;
 
 pub use engine::{Engine, EngineStats, RxDrop};
+pub use rox_uapi::admin::{AddrVector, QpAttr};
 pub use rox_uapi::ids::{Key, Msn, Psn, Qpn};
 pub use verbs::*;
 
@@ -324,6 +325,26 @@ pub enum AccessError {
     PageFailed { key: Key, page: u32 },
 }
 
+/// Where a remote peer's access lands: `va` through `key` (an MR's rkey, or a memory window
+/// bound in `pd` and, for type 2, to the responder QP `qpn`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RemoteTarget {
+    pub pd: u32,
+    pub qpn: Qpn,
+    pub key: Key,
+    pub va: u64,
+}
+
+impl RemoteTarget {
+    /// The same target `offset` bytes further on.
+    pub fn offset(self, offset: u64) -> RemoteTarget {
+        RemoteTarget {
+            va: self.va.wrapping_add(offset),
+            ..self
+        }
+    }
+}
+
 /// An 8-byte atomic operation on remote memory (done under the device's memory lock).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AtomicOp {
@@ -357,84 +378,42 @@ pub trait DeviceEnv {
         addr: u64,
         data: &[u8],
     ) -> Result<(), AccessError>;
-    /// Read memory for a remote peer through `rkey` (an MR, or a memory window bound in `pd`
-    /// and, for type 2, to the responder QP `qpn`); requires IBV_ACCESS_REMOTE_READ.
-    fn read_remote(
-        &mut self,
-        pd: u32,
-        qpn: Qpn,
-        rkey: Key,
-        va: u64,
-        buf: &mut [u8],
-    ) -> Result<(), AccessError>;
-    /// Checks that `[va, va + len)` could be read for a remote peer through `rkey` (as
-    /// `read_remote`) without reading it: the key, PD, access and bounds, and for an on-demand
-    /// region that every page is present (the first missing one posts its page fault and
-    /// answers [`AccessError::PageFault`]). `len` > 0. The default probes the first and the
-    /// last byte (enough for a region whose pages are all there).
-    fn check_remote_read(
-        &mut self,
-        pd: u32,
-        qpn: Qpn,
-        rkey: Key,
-        va: u64,
-        len: u64,
-    ) -> Result<(), AccessError> {
-        let last = va
+    /// Read memory for a remote peer at `at` (an MR, or a memory window bound in `at.pd`
+    /// and, for type 2, to the responder QP `at.qpn`); requires IBV_ACCESS_REMOTE_READ.
+    fn read_remote(&mut self, at: RemoteTarget, buf: &mut [u8]) -> Result<(), AccessError>;
+    /// Checks that `len` bytes at `at` could be read for a remote peer (as `read_remote`)
+    /// without reading them: the key, PD, access and bounds, and for an on-demand region that
+    /// every page is present (the first missing one posts its page fault and answers
+    /// [`AccessError::PageFault`]). `len` > 0. The default probes the first and the last byte
+    /// (enough for a region whose pages are all there).
+    fn check_remote_read(&mut self, at: RemoteTarget, len: u64) -> Result<(), AccessError> {
+        at.va
             .checked_add(len.saturating_sub(1))
             .ok_or(AccessError::OutOfBounds)?;
         let mut probe = [0u8; 1];
-        self.read_remote(pd, qpn, rkey, va, &mut probe)?;
-        self.read_remote(pd, qpn, rkey, last, &mut probe)
+        self.read_remote(at, &mut probe)?;
+        self.read_remote(at.offset(len.saturating_sub(1)), &mut probe)
     }
-    /// Checks that `[va, va + len)` may be written for a remote peer through `rkey` (as
-    /// `write_remote`) without writing: the key, PD, access and bounds (of the region, and of
-    /// a memory window's binding). The responder checks a WRITE's whole RETH range with it on
-    /// the first packet, so a WRITE that overruns its target writes no byte.
+    /// Checks that `len` bytes at `at` may be written for a remote peer (as `write_remote`)
+    /// without writing: the key, PD, access and bounds (of the region, and of a memory
+    /// window's binding). The responder checks a WRITE's whole RETH range with it on the
+    /// first packet, so a WRITE that overruns its target writes no byte.
     /// Pages of an on-demand region need not be present: each packet faults its own pages.
     /// `len` > 0.
-    fn check_remote_write(
-        &mut self,
-        pd: u32,
-        qpn: Qpn,
-        rkey: Key,
-        va: u64,
-        len: u64,
-    ) -> Result<(), AccessError>;
-    /// Write memory for a remote peer through `rkey` (as for `read_remote`); requires
+    fn check_remote_write(&mut self, at: RemoteTarget, len: u64) -> Result<(), AccessError>;
+    /// Write memory for a remote peer at `at` (as for `read_remote`); requires
     /// IBV_ACCESS_REMOTE_WRITE.
-    fn write_remote(
-        &mut self,
-        pd: u32,
-        qpn: Qpn,
-        rkey: Key,
-        va: u64,
-        data: &[u8],
-    ) -> Result<(), AccessError>;
-    /// 8-byte atomic for a remote peer through `rkey`; requires IBV_ACCESS_REMOTE_ATOMIC
+    fn write_remote(&mut self, at: RemoteTarget, data: &[u8]) -> Result<(), AccessError>;
+    /// 8-byte atomic for a remote peer at `at`; requires IBV_ACCESS_REMOTE_ATOMIC
     /// (IBV_ACCESS_REMOTE_WRITE for [`AtomicOp::Write`]) and 8-byte alignment. Returns the
     /// original value.
-    fn atomic_remote(
-        &mut self,
-        pd: u32,
-        qpn: Qpn,
-        rkey: Key,
-        va: u64,
-        op: AtomicOp,
-    ) -> Result<u64, AccessError>;
-    /// FLUSH for a remote peer through `rkey`: the region must grant the FLUSH access bit of
-    /// every type in `flush.placement_type` (`FLUSH_TYPE_GLOBAL` → IBV_ACCESS_FLUSH_GLOBAL,
+    fn atomic_remote(&mut self, at: RemoteTarget, op: AtomicOp) -> Result<u64, AccessError>;
+    /// FLUSH for a remote peer at `at`: the region must grant the FLUSH access bit of every
+    /// type in `flush.placement_type` (`FLUSH_TYPE_GLOBAL` → IBV_ACCESS_FLUSH_GLOBAL,
     /// `FLUSH_TYPE_PERSISTENT` → IBV_ACCESS_FLUSH_PERSISTENT) and, unless the level is
-    /// `FLUSH_LEVEL_MR`, contain `[va, va + flush.length)`; then every earlier write through the
-    /// device is made globally visible.
-    fn flush_remote(
-        &mut self,
-        pd: u32,
-        qpn: Qpn,
-        rkey: Key,
-        va: u64,
-        flush: FlushSpec,
-    ) -> Result<(), AccessError>;
+    /// `FLUSH_LEVEL_MR`, contain `[at.va, at.va + flush.length)`; then every earlier write
+    /// through the device is made globally visible.
+    fn flush_remote(&mut self, at: RemoteTarget, flush: FlushSpec) -> Result<(), AccessError>;
     /// Bind a memory window for QP `qpn` of `pd` (BIND_MW work request, executed in SQ order).
     fn bind_mw(&mut self, pd: u32, qpn: Qpn, bind: &MwBind) -> Result<(), AccessError>;
     /// Register pages to a fast-registration region for QP `qpn` of `pd` (REG_MR work
@@ -463,7 +442,8 @@ pub trait DeviceEnv {
     /// frame to `av.dmac`).
     fn transmit(&mut self, av: &AddressVector, packet: Vec<u8>);
     /// QP `qpn` is in SQD and its last outstanding send WR has completed (the drain is over;
-    /// IB_EVENT_SQ_DRAINED). Called once per entry into SQD. Must not call back into the engine.
+    /// IB_EVENT_SQ_DRAINED). Called once per entry into SQD, and only if the modify into SQD
+    /// asked for it (`en_sqd_async_notify`). Must not call back into the engine.
     fn sq_drained(&mut self, _qpn: Qpn) {}
     /// QP `qpn` entered the error state (modify, device-detected fatal error or a transport
     /// error), after its flush completions: e.g. IB_EVENT_QP_LAST_WQE_REACHED for a QP with
@@ -487,8 +467,10 @@ pub struct QpConfig {
     pub uses_srq: bool,
 }
 
-/// A `modify_qp`: each `Some` field is applied. The device validates the IB state machine
-/// (required/optional attributes per transition) before calling [`Engine::modify_qp`].
+/// A `modify_qp` in the engine's types: each `Some` field is applied. The device passes the
+/// verbs form (mask and [`QpAttr`]) to [`Engine::modify_qp_attr`] instead, after validating the
+/// IB state machine (required/optional attributes per transition); this form becomes the same
+/// mask and attributes ([`QpModify::to_attr`]), so both apply in one place.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct QpModify {
     pub state: Option<QpState>,
@@ -516,6 +498,76 @@ pub struct QpModify {
     pub av: Option<AddressVector>,
 }
 
+impl QpModify {
+    /// The verbs form of this modify: the `QP_*` mask of the fields set, their values, and the
+    /// source GID of the address vector (which the verbs form names by table index).
+    pub fn to_attr(&self) -> (u32, QpAttr, Option<Gid>) {
+        use rox_uapi::verbs::*;
+        let mut mask = 0;
+        let mut a = QpAttr::default();
+        let mut set = |bit: u32, present: bool| {
+            if present {
+                mask |= bit;
+            }
+            present
+        };
+        if set(QP_STATE, self.state.is_some()) {
+            a.qp_state = self.state.map_or(0, |s| s as u8);
+        }
+        if set(QP_PATH_MTU, self.path_mtu.is_some()) {
+            a.path_mtu = self.path_mtu.map_or(0, |m| m as u8);
+        }
+        if set(QP_DEST_QPN, self.dest_qpn.is_some()) {
+            a.dest_qp_num = self.dest_qpn.unwrap_or_default();
+        }
+        if set(QP_RQ_PSN, self.rq_psn.is_some()) {
+            a.rq_psn = self.rq_psn.unwrap_or_default();
+        }
+        if set(QP_SQ_PSN, self.sq_psn.is_some()) {
+            a.sq_psn = self.sq_psn.unwrap_or_default();
+        }
+        let bytes = [
+            (QP_TIMEOUT, self.timeout, &mut a.timeout),
+            (QP_RETRY_CNT, self.retry_cnt, &mut a.retry_cnt),
+            (QP_RNR_RETRY, self.rnr_retry, &mut a.rnr_retry),
+            (QP_MIN_RNR_TIMER, self.min_rnr_timer, &mut a.min_rnr_timer),
+            (
+                QP_MAX_QP_RD_ATOMIC,
+                self.max_rd_atomic,
+                &mut a.max_rd_atomic,
+            ),
+            (
+                QP_MAX_DEST_RD_ATOMIC,
+                self.max_dest_rd_atomic,
+                &mut a.max_dest_rd_atomic,
+            ),
+        ];
+        for (bit, value, field) in bytes {
+            if set(bit, value.is_some()) {
+                *field = value.unwrap_or_default();
+            }
+        }
+        if set(QP_QKEY, self.qkey.is_some()) {
+            a.qkey = self.qkey.unwrap_or_default();
+        }
+        if set(QP_ACCESS_FLAGS, self.access_flags.is_some()) {
+            a.qp_access_flags = self.access_flags.unwrap_or_default();
+        }
+        if let Some(av) = self.av {
+            set(QP_AV, true);
+            a.ah = AddrVector {
+                dgid: av.dgid,
+                flow_label: av.flow_label,
+                hop_limit: av.hop_limit,
+                traffic_class: av.traffic_class,
+                dmac: av.dmac,
+                ..AddrVector::default()
+            };
+        }
+        (mask, a, self.av.map(|av| av.sgid))
+    }
+}
+
 /// Errors of the engine's control entry points.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum EngineError {
@@ -525,4 +577,6 @@ pub enum EngineError {
     QpExists(Qpn),
     #[error("QP {0:#x} lacks attribute {1} required to enter its state")]
     MissingAttribute(Qpn, &'static str),
+    #[error("QP {0:#x}: {1} is not a QP state")]
+    BadState(Qpn, u8),
 }

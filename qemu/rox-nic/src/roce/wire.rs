@@ -14,7 +14,8 @@ mod packet;
 use super::{Gid, Key, Msn, Psn, Qpn};
 pub use opcode::{opcode_info, OpcodeClass, OpcodeInfo};
 pub use packet::{
-    build_packet, compute_icrc, ipv4_header_checksum, parse_packet, ParseError, Parsed,
+    build_packet, compute_icrc, ipv4_header_checksum, parse_packet, parse_transport, IpView,
+    ParseError, Parsed,
 };
 
 /// IANA UDP port of RoCEv2.

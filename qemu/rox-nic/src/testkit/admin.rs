@@ -126,11 +126,17 @@ impl TestDriver {
         s
     }
 
-    pub fn create_cq(&mut self, log_depth: u8) -> TestCq {
+    /// Guest memory for a ring of `1 << log_depth` entries of `entry_size` bytes: its depth,
+    /// base address and page list.
+    fn alloc_ring(&mut self, log_depth: u8, entry_size: usize) -> (u32, u64, PageList) {
         let depth = 1u32 << log_depth;
-        let bytes = depth as u64 * CQE_SIZE as u64;
+        let bytes = depth as u64 * entry_size as u64;
         let base = self.ram.alloc(bytes, ROX_PAGE_SIZE as u64);
-        let ring = self.page_list(base, bytes);
+        (depth, base, self.page_list(base, bytes))
+    }
+
+    pub fn create_cq(&mut self, log_depth: u8) -> TestCq {
+        let (depth, base, ring) = self.alloc_ring(log_depth, CQE_SIZE);
         let db_slot = self.alloc_slot();
         let c = CreateCqCmd {
             ring,
@@ -155,10 +161,7 @@ impl TestDriver {
     }
 
     pub fn create_srq(&mut self, pd: u32, log_depth: u8, limit: u32) -> TestSrq {
-        let depth = 1u32 << log_depth;
-        let bytes = depth as u64 * RQ_WQE_SIZE as u64;
-        let base = self.ram.alloc(bytes, ROX_PAGE_SIZE as u64);
-        let ring = self.page_list(base, bytes);
+        let (depth, base, ring) = self.alloc_ring(log_depth, RQ_WQE_SIZE);
         let db_slot = self.alloc_slot();
         let c = CreateSrqCmd {
             pd,

@@ -150,3 +150,41 @@ impl TestDriver {
         false
     }
 }
+
+/// Two RC QPs of one device connected to each other through its GID 127.0.0.1: `a` with its
+/// own RQ, `b` taking its receives from `srq`; one CQ for both, and a buffer of `buf_len`
+/// bytes in `pd` with every access (the SRQ fixture of the data-path tests).
+pub struct SrqPair {
+    pub d: TestDriver,
+    pub cq: TestCq,
+    pub srq: TestSrq,
+    pub a: TestQp,
+    pub b: TestQp,
+    pub buf: u64,
+    pub key: Key,
+}
+
+impl SrqPair {
+    /// `mac_last`: the device MAC's last byte; CQ and SRQ depths as logs.
+    pub fn new(mac_last: u8, pd: u32, access: u32, cq_log: u8, srq_log: u8, buf_len: u64) -> Self {
+        let mut d = TestDriver::new(DeviceConfig::new([2, 0, 0, 0, 0, mac_last]));
+        let gid = gid_v4(127, 0, 0, 1);
+        d.set_gid(0, gid);
+        let cq = d.create_cq(cq_log);
+        let srq = d.create_srq(pd, srq_log, 0);
+        let a = d.create_qp(QPT_RC, pd, cq.id, cq.id, SRQ_NONE);
+        let b = d.create_qp(QPT_RC, pd, cq.id, cq.id, srq.id);
+        d.connect(&a, gid, b.qpn, access);
+        d.connect(&b, gid, a.qpn, access);
+        let (buf, key) = d.buffer(pd, buf_len, access);
+        SrqPair {
+            d,
+            cq,
+            srq,
+            a,
+            b,
+            buf,
+            key,
+        }
+    }
+}

@@ -62,6 +62,66 @@ pub struct MockEnv {
     next_index: u32,
 }
 
+/// A signaled send work request of `opcode` with payload `data` and everything else zero:
+/// what the engine's tests and fuzzers post (set the other fields on the result).
+pub fn send_wr(wr_id: u64, opcode: WrOpcode, data: SendData) -> SendWr {
+    SendWr {
+        data,
+        ..SendWr::new(wr_id, opcode)
+    }
+}
+
+/// What the modifies of [`rts_steps`] set on an engine QP.
+#[derive(Clone, Copy, Debug)]
+pub struct QpSetup {
+    pub access: u32,
+    pub qkey: u32,
+    pub mtu: Mtu,
+    pub peer_qpn: Qpn,
+    pub rq_psn: Psn,
+    pub sq_psn: Psn,
+    /// Both ways: as requester and as responder.
+    pub max_rd_atomic: u8,
+    pub min_rnr_timer: u8,
+    pub timeout: u8,
+    pub retry_cnt: u8,
+    pub rnr_retry: u8,
+    /// The path of a connected QP (None for UD).
+    pub av: Option<AddressVector>,
+}
+
+/// The modifies that take a new engine QP to INIT, RTR and RTS, in order (a test applies as
+/// many as the state it wants).
+pub fn rts_steps(s: &QpSetup) -> [QpModify; 3] {
+    [
+        QpModify {
+            state: Some(QpState::Init),
+            access_flags: Some(s.access),
+            qkey: Some(s.qkey),
+            ..Default::default()
+        },
+        QpModify {
+            state: Some(QpState::Rtr),
+            path_mtu: Some(s.mtu),
+            dest_qpn: Some(s.peer_qpn),
+            rq_psn: Some(s.rq_psn),
+            max_dest_rd_atomic: Some(s.max_rd_atomic),
+            min_rnr_timer: Some(s.min_rnr_timer),
+            av: s.av,
+            ..Default::default()
+        },
+        QpModify {
+            state: Some(QpState::Rts),
+            sq_psn: Some(s.sq_psn),
+            timeout: Some(s.timeout),
+            retry_cnt: Some(s.retry_cnt),
+            rnr_retry: Some(s.rnr_retry),
+            max_rd_atomic: Some(s.max_rd_atomic),
+            ..Default::default()
+        },
+    ]
+}
+
 /// A bind the mock refuses.
 pub const BAD_RKEY: Key = Key::from_raw(0xdead_beef);
 
@@ -182,60 +242,25 @@ impl DeviceEnv for MockEnv {
         let (table, ram) = self.ram();
         table.write_local(&ram, pd, lkey, addr, data)
     }
-    fn read_remote(
-        &mut self,
-        pd: u32,
-        qpn: Qpn,
-        rkey: Key,
-        va: u64,
-        buf: &mut [u8],
-    ) -> Result<(), AccessError> {
+    fn read_remote(&mut self, at: RemoteTarget, buf: &mut [u8]) -> Result<(), AccessError> {
         let (table, ram) = self.ram();
-        table.read_remote(&ram, pd, qpn, rkey, va, buf)?;
+        table.read_remote(&ram, at, buf)?;
         self.remote_bytes_read += buf.len() as u64;
         Ok(())
     }
-    fn write_remote(
-        &mut self,
-        pd: u32,
-        qpn: Qpn,
-        rkey: Key,
-        va: u64,
-        data: &[u8],
-    ) -> Result<(), AccessError> {
+    fn write_remote(&mut self, at: RemoteTarget, data: &[u8]) -> Result<(), AccessError> {
         let (table, ram) = self.ram();
-        table.write_remote(&ram, pd, qpn, rkey, va, data)
+        table.write_remote(&ram, at, data)
     }
-    fn check_remote_write(
-        &mut self,
-        pd: u32,
-        qpn: Qpn,
-        rkey: Key,
-        va: u64,
-        len: u64,
-    ) -> Result<(), AccessError> {
-        self.mrs.table.check_remote_write(pd, qpn, rkey, va, len)
+    fn check_remote_write(&mut self, at: RemoteTarget, len: u64) -> Result<(), AccessError> {
+        self.mrs.table.check_remote_write(at, len)
     }
-    fn atomic_remote(
-        &mut self,
-        pd: u32,
-        qpn: Qpn,
-        rkey: Key,
-        va: u64,
-        op: AtomicOp,
-    ) -> Result<u64, AccessError> {
+    fn atomic_remote(&mut self, at: RemoteTarget, op: AtomicOp) -> Result<u64, AccessError> {
         let (table, ram) = self.ram();
-        table.atomic_remote(&ram, pd, qpn, rkey, va, op)
+        table.atomic_remote(&ram, at, op)
     }
-    fn flush_remote(
-        &mut self,
-        pd: u32,
-        _qpn: Qpn,
-        rkey: Key,
-        va: u64,
-        flush: FlushSpec,
-    ) -> Result<(), AccessError> {
-        self.mrs.table.flush_remote(pd, rkey, va, flush)
+    fn flush_remote(&mut self, at: RemoteTarget, flush: FlushSpec) -> Result<(), AccessError> {
+        self.mrs.table.flush_remote(at, flush)
     }
     fn bind_mw(&mut self, _pd: u32, qpn: Qpn, bind: &MwBind) -> Result<(), AccessError> {
         self.local_ops.push((qpn, LocalOp::Bind(*bind)));

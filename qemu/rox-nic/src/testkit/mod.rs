@@ -18,6 +18,7 @@ pub mod mock_env;
 mod ram;
 mod wqe;
 
+pub use datapath::SrqPair;
 pub use link::{DbMap, Link};
 pub use ram::GuestRam;
 pub use wqe::*;

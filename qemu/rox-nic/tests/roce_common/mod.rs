@@ -246,37 +246,20 @@ pub fn connect(net: &mut Net, a: usize, qpn_a: Qpn, b: usize, qpn_b: Qpn, p: &Qp
             flow_label: 0,
             dmac: mac_of(&dgid),
         };
-        let steps = [
-            QpModify {
-                state: Some(QpState::Init),
-                access_flags: Some(p.access),
-                qkey: Some(p.qkey),
-                ..Default::default()
-            },
-            QpModify {
-                state: Some(QpState::Rtr),
-                path_mtu: Some(p.mtu),
-                dest_qpn: Some(peer_qpn),
-                rq_psn: Some(rq_psn),
-                max_dest_rd_atomic: Some(p.max_rd_atomic),
-                min_rnr_timer: Some(p.min_rnr_timer),
-                av: if p.qp_type == QpType::Ud {
-                    None
-                } else {
-                    Some(av)
-                },
-                ..Default::default()
-            },
-            QpModify {
-                state: Some(QpState::Rts),
-                sq_psn: Some(sq_psn),
-                timeout: Some(p.timeout),
-                retry_cnt: Some(p.retry_cnt),
-                rnr_retry: Some(p.rnr_retry),
-                max_rd_atomic: Some(p.max_rd_atomic),
-                ..Default::default()
-            },
-        ];
+        let steps = rts_steps(&QpSetup {
+            access: p.access,
+            qkey: p.qkey,
+            mtu: p.mtu,
+            peer_qpn,
+            rq_psn,
+            sq_psn,
+            max_rd_atomic: p.max_rd_atomic,
+            min_rnr_timer: p.min_rnr_timer,
+            timeout: p.timeout,
+            retry_cnt: p.retry_cnt,
+            rnr_retry: p.rnr_retry,
+            av: (p.qp_type != QpType::Ud).then_some(av),
+        });
         for m in steps {
             engine.modify_qp(env, qpn, &m).unwrap();
         }
@@ -290,26 +273,6 @@ pub fn key_plus(key: Key, delta: u32) -> Key {
 
 pub fn sge(addr: u64, length: u32, lkey: Key) -> Sge {
     Sge { addr, length, lkey }
-}
-
-pub fn send_wr(wr_id: u64, opcode: WrOpcode, data: SendData) -> SendWr {
-    SendWr {
-        wr_id,
-        opcode,
-        signaled: true,
-        solicited: false,
-        fence: false,
-        data,
-        imm: 0,
-        remote_addr: 0,
-        rkey: Key::default(),
-        compare_add: 0,
-        swap: 0,
-        flush: FlushSpec::default(),
-        bind: None,
-        fast_reg: None,
-        ud: None,
-    }
 }
 
 /// Deterministic test pattern.

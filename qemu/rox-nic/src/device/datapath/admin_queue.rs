@@ -78,8 +78,7 @@ impl DataPath {
                 aq.ci = ci;
             }
             self.hw.post_event(EQ_ADMIN_ASYNC, EQE_TYPE_ADMIN, idx, 0);
-            self.fail_broken_qps();
-            self.hw.post_deferred_events();
+            self.run_deferred();
         }
         true
     }

@@ -41,13 +41,6 @@ impl DataPath {
         !fire.is_empty()
     }
 
-    /// QPs the env found broken inside an engine call become fatal now.
-    pub(super) fn fail_broken_qps(&mut self) {
-        for (qpn, why) in std::mem::take(&mut self.hw.fatal_qps) {
-            self.qp_fatal(qpn, why);
-        }
-    }
-
     /// A QP whose queues cannot be trusted any more: async event, error state (which reports
     /// LAST_WQE for a QP with an SRQ).
     pub(super) fn qp_fatal(&mut self, qpn: Qpn, why: u16) {
@@ -66,9 +59,9 @@ impl DataPath {
         if qp.broken {
             return false;
         }
-        let state = current_state(&self.hw, &self.engine, qpn);
         // WQEs posted before RTS wait; in SQD new WQEs wait for the return to RTS.
-        if !matches!(state, QPS_RTS | QPS_SQE | QPS_ERR) {
+        let state = self.engine.qp_state(qpn);
+        if !matches!(state, Some(QpState::Rts | QpState::Sqe | QpState::Err)) {
             return false;
         }
         let pi = self.shared.doorbells.slot(qp.db_page, qp.db_slot).a;
@@ -133,7 +126,7 @@ impl DataPath {
         if let Some(qp) = self.hw.qps.get_mut(&qpn) {
             qp.rq_pi_seen = pi;
         }
-        if current_state(&self.hw, &self.engine, qpn) == QPS_ERR {
+        if self.engine.qp_state(qpn) == Some(QpState::Err) {
             let _ = self.engine.recv_posted(&mut self.hw, qpn);
             return true;
         }
@@ -175,21 +168,12 @@ pub fn decode_send(
         SendData::Sges(sges)
     };
     let mut wr = SendWr {
-        wr_id: w.wr_id,
-        opcode,
         signaled: sig_all || flags.contains(WqeFlags::SIGNALED),
         solicited: flags.contains(WqeFlags::SOLICITED),
         fence: flags.contains(WqeFlags::FENCE),
         data,
         imm: u32::from_be(w.imm_data),
-        remote_addr: 0,
-        rkey: Key::default(),
-        compare_add: 0,
-        swap: 0,
-        flush: FlushSpec::default(),
-        bind: None,
-        fast_reg: None,
-        ud: None,
+        ..SendWr::new(w.wr_id, opcode)
     };
     if qp_type == QPT_UD || qp_type == QPT_GSI {
         let ud: UdSeg = read_as(&w.seg);

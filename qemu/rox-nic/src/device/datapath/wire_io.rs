@@ -1,20 +1,80 @@
 //! The data path's packet I/O: frames from the port, the netdev and the device's own
-//! loopback into the engine, the engine's frames out on the port.
+//! loopback into the engine (each parsed once), the deferred-work queue drained and the
+//! engine's packets routed, frames out on the port.
 
 use super::*;
 
 impl DataPath {
-    /// Packets the device sent to its own GIDs.
+    /// Packets the device sent to its own GIDs (and what they cause, at once, as if they
+    /// had been queued behind: a device-local RC pair's ACKs).
     pub(super) fn receive_loopback(&mut self) -> bool {
         let mut work = false;
         for _ in 0..RX_BATCH {
-            let Some(p) = self.hw.loopback.pop_front() else {
+            let Some(p) = self.loopback.pop_front() else {
                 break;
             };
-            deliver(&mut self.engine, &mut self.hw, &p);
+            deliver(&mut self.engine, &mut self.hw, &p, None);
+            self.run_deferred();
             work = true;
         }
         work
+    }
+
+    /// Drains the work the engine's calls left, in order: packets routed, events posted,
+    /// broken QPs made fatal (which may leave more work: drained too).
+    pub(super) fn run_deferred(&mut self) -> bool {
+        let mut work = false;
+        while let Some(item) = self.hw.deferred.pop_front() {
+            work = true;
+            match item {
+                Deferred::Transmit { dgid, dmac, packet } => self.route(&dgid, &dmac, packet),
+                Deferred::Event { event_type, qpn } => {
+                    self.hw.async_event(event_type, qpn.get(), 0)
+                }
+                Deferred::FatalQp { qpn, why } => self.qp_fatal(qpn, why),
+            }
+        }
+        work
+    }
+
+    /// Where a packet the engine sent goes: back into the device for its own GIDs, out on the
+    /// port for others (a multicast group's both), nowhere without a link. The one place
+    /// transmitted packets are counted.
+    fn route(&mut self, dgid: &Gid, dmac: &Mac, packet: Vec<u8>) {
+        if !self.hw.port_up() {
+            // No link: the packet is lost like on a real wire (RC retransmits later).
+            return;
+        }
+        self.hw.stats[STAT_TX_PACKETS] += 1;
+        self.hw.stats[STAT_TX_BYTES] += packet.len() as u64;
+        if self.hw.is_own_gid(dgid) {
+            // Same-device QP to QP: looped back inside the device, never on the wire.
+            self.loopback.push_back(packet);
+            return;
+        }
+        if self.hw.has_mcast_group(dgid) {
+            // Like mlx5 (and rdma_rxe through IP multicast loopback), a packet to a group
+            // reaches this device's own attached QPs too, the sender included (IBA leaves
+            // the sender's copy to the CA; nothing here asks to block it). It still goes
+            // out on the port for the other members.
+            self.loopback.push_back(packet.clone());
+        }
+        let Some(port) = &mut self.port else {
+            log::debug!("rox-nic: no port, dropping packet to a remote GID");
+            return;
+        };
+        if *dmac == [0; 6] {
+            if self.hw.stats[STAT_PORT_DROP_NO_DMAC] == 0 {
+                log::warn!(
+                    "rox-nic: dropping packets to a GID of another device without a resolved \
+                     destination MAC (logged once; counter port_drop_no_dmac)"
+                );
+            }
+            self.hw.stats[STAT_PORT_DROP_NO_DMAC] += 1;
+        } else {
+            port.queue_ip(dmac, packet);
+            self.port_queued = true;
+        }
     }
 
     /// Whether to look at the port and netdev on this pass: always while frames keep coming,
@@ -47,15 +107,14 @@ impl DataPath {
             self.hw.stats[STAT_PORT_RX_FRAMES] += n as u64;
             let mut to_netdev: Vec<FrameRef> = Vec::new();
             for f in port.frames() {
-                match frame::classify(f, &mac, max_frame, |g| {
+                match frame::sort_frame(f, &mac, max_frame, |g| {
                     self.hw.is_own_gid(g) || self.hw.has_mcast_group(g)
                 }) {
-                    Rx::Roce(ip) => {
-                        self.hw.stats[STAT_RX_BYTES] += ip.len() as u64;
-                        deliver(&mut self.engine, &mut self.hw, &f[ip]);
+                    Arrival::Roce(range, ip) => {
+                        deliver(&mut self.engine, &mut self.hw, &f[range], Some(ip));
                     }
-                    Rx::Netdev => to_netdev.push(FrameRef::whole(f)),
-                    Rx::Drop(counter) => self.hw.stats[counter] += 1,
+                    Arrival::Netdev => to_netdev.push(FrameRef::whole(f)),
+                    Arrival::Drop(counter) => self.hw.stats[counter] += 1,
                 }
             }
             if !to_netdev.is_empty() {
@@ -116,16 +175,12 @@ impl DataPath {
         work
     }
 
-    /// Puts the engine's packets (and queued netdev frames) on the port.
-    pub(super) fn flush_outbound(&mut self) -> bool {
+    /// Sends what was queued on the port this pass (the engine's packets, netdev frames).
+    pub(super) fn flush_port(&mut self) -> bool {
+        let queued = std::mem::take(&mut self.port_queued);
         let Some(port) = &mut self.port else {
-            self.hw.outbound.clear();
             return false;
         };
-        let queued = !self.hw.outbound.is_empty();
-        for (dmac, p) in self.hw.outbound.drain(..) {
-            port.queue_ip(&dmac, p);
-        }
         let sent = port.flush();
         self.account_port_tx();
         queued || sent > 0
@@ -148,12 +203,20 @@ fn count_forwarded(hw: &mut Hw, f: Forwarded) {
     hw.stats[STAT_PORT_DROP_NETDEV] += f.dropped;
 }
 
-/// Hands a received packet to the transport, unless the port is down (no link, no packets).
-fn deliver(engine: &mut Engine, hw: &mut Hw, packet: &[u8]) {
-    if hw.port_up() {
-        // Drops (bad ICRC, no such QP, ...) are counted by the engine.
-        let _ = engine.receive(hw, packet);
-    } else {
+/// Hands a received packet to the transport, unless the port is down (no link, no packets):
+/// parsed once, from behind the IP header if the port's frame check read it (`ip`). The one
+/// place received packets are counted.
+fn deliver(engine: &mut Engine, hw: &mut Hw, packet: &[u8], ip: Option<IpView>) {
+    if !hw.port_up() {
         hw.rx_port_down_drops += 1;
+        return;
     }
+    hw.stats[STAT_RX_PACKETS] += 1;
+    hw.stats[STAT_RX_BYTES] += packet.len() as u64;
+    let parsed = match ip {
+        Some(ip) => wire::parse_transport(packet, ip),
+        None => wire::parse_packet(packet),
+    };
+    // Drops (bad ICRC, no such QP, ...) are counted by the engine.
+    let _ = engine.receive_parsed(hw, parsed);
 }

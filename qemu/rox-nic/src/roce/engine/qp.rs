@@ -1,6 +1,9 @@
 //! The transport context of one QP (as rxe_qp.c): its attributes, its requester and
 //! responder state, state changes (ERR, SQE, SQD drain) and the flushes they cause, and the
 //! packets every role sends on the QP's connection (BTH, ACK/NAK).
+//!
+//! It is the only copy of a QP's attributes and state: the admin path modifies and queries it
+//! through the engine, the data path asks it for the state, the roles read it.
 
 use super::req::Requester;
 use super::resp::{InMessage, Responder};
@@ -8,6 +11,12 @@ use super::wqe::wc_opcode;
 use super::EngineStats;
 use crate::roce::wire::{self, opcode as op, Aeth, Bth, Headers, IpInfo, Syndrome, DEFAULT_PKEY};
 use crate::roce::*;
+use rox_uapi::admin::PORT_NUM;
+use rox_uapi::verbs::{
+    QPS_RESET, QP_ACCESS_FLAGS, QP_AV, QP_DEST_QPN, QP_EN_SQD_ASYNC_NOTIFY, QP_MAX_DEST_RD_ATOMIC,
+    QP_MAX_QP_RD_ATOMIC, QP_MIN_RNR_TIMER, QP_PATH_MTU, QP_PKEY_INDEX, QP_PORT, QP_QKEY,
+    QP_RETRY_CNT, QP_RNR_RETRY, QP_RQ_PSN, QP_SQ_PSN, QP_TIMEOUT,
+};
 
 /// Local ACK timeout unit: 4.096 µs × 2^timeout.
 pub(super) const ACK_TIMEOUT_UNIT_NS: u64 = 4096;
@@ -23,6 +32,10 @@ const DEFAULT_RETRY: u8 = 7;
 pub(super) struct Qp {
     pub(super) cfg: QpConfig,
     pub(super) state: QpState,
+    /// The attributes as software set them, what QUERY_QP returns (rxe's `qp->attr`); the
+    /// fields below are the transport's working values derived from them, with IBA's defaults
+    /// until set. `attr.qp_state` is unused: `state` is the state.
+    pub(super) attr: QpAttr,
     pub(super) mtu: Mtu,
     pub(super) dest_qpn: Qpn,
     pub(super) timeout: u8,
@@ -45,6 +58,11 @@ impl Qp {
         Qp {
             cfg,
             state: QpState::Reset,
+            attr: QpAttr {
+                qp_state: QPS_RESET,
+                port_num: PORT_NUM,
+                ..QpAttr::default()
+            },
             mtu,
             dest_qpn: Qpn::default(),
             timeout: 0,
@@ -58,6 +76,122 @@ impl Qp {
             av: None,
             req: Requester::new(),
             resp: Responder::default(),
+        }
+    }
+
+    /// Applies the attributes `mask` names, once (as rxe_qp_from_attr): each is recorded as
+    /// set and turned into the transport's working value. `sgid` is the GID that
+    /// `a.ah.sgid_index` names (the device resolves it); without it an AV is recorded but not
+    /// used. `next` is the state the modify moves to (the caller changes it).
+    pub(super) fn apply_attr(&mut self, mask: u32, a: &QpAttr, sgid: Option<Gid>, next: QpState) {
+        // Each named attribute is recorded as set, then its working value derived.
+        macro_rules! take {
+            ($bit:ident, $field:ident $(, $derive:expr)*) => {
+                if mask & $bit != 0 {
+                    self.attr.$field = a.$field;
+                    $($derive;)*
+                }
+            };
+        }
+        if mask & QP_PATH_MTU != 0 {
+            self.attr.path_mtu = a.path_mtu;
+            if let Some(mtu) = Mtu::from_u8(a.path_mtu) {
+                self.mtu = mtu;
+            }
+        }
+        // The device refused numbers wider than 24 bits; from_wire keeps the engine's numbers
+        // in range whatever a caller passes.
+        take!(
+            QP_DEST_QPN,
+            dest_qp_num,
+            self.dest_qpn = Qpn::from_wire(a.dest_qp_num.get())
+        );
+        take!(
+            QP_RQ_PSN,
+            rq_psn,
+            self.resp.epsn = Psn::from_wire(a.rq_psn.get())
+        );
+        take!(
+            QP_SQ_PSN,
+            sq_psn,
+            self.req.next_psn = Psn::from_wire(a.sq_psn.get()),
+            self.req.acked_psn = a.sq_psn.prev()
+        );
+        take!(QP_TIMEOUT, timeout, self.timeout = a.timeout);
+        take!(
+            QP_RETRY_CNT,
+            retry_cnt,
+            self.retry_cnt = a.retry_cnt,
+            self.req.retry_left = a.retry_cnt
+        );
+        take!(
+            QP_RNR_RETRY,
+            rnr_retry,
+            self.rnr_retry = a.rnr_retry,
+            self.req.rnr_left = a.rnr_retry
+        );
+        take!(
+            QP_MIN_RNR_TIMER,
+            min_rnr_timer,
+            self.min_rnr_timer = a.min_rnr_timer
+        );
+        take!(
+            QP_MAX_QP_RD_ATOMIC,
+            max_rd_atomic,
+            self.max_rd_atomic = a.max_rd_atomic
+        );
+        take!(
+            QP_MAX_DEST_RD_ATOMIC,
+            max_dest_rd_atomic,
+            self.max_dest_rd_atomic = a.max_dest_rd_atomic
+        );
+        take!(QP_QKEY, qkey, self.qkey = a.qkey);
+        take!(
+            QP_ACCESS_FLAGS,
+            qp_access_flags,
+            self.access = a.qp_access_flags
+        );
+        take!(QP_PKEY_INDEX, pkey_index);
+        take!(QP_PORT, port_num);
+        take!(QP_AV, ah);
+        if let Some(sgid) = sgid.filter(|_| mask & QP_AV != 0) {
+            self.av = Some(AddressVector {
+                dgid: a.ah.dgid,
+                sgid,
+                traffic_class: a.ah.traffic_class,
+                hop_limit: a.ah.hop_limit,
+                flow_label: a.ah.flow_label,
+                dmac: a.ah.dmac,
+            });
+        }
+        if next == QpState::Sqd && self.state != QpState::Sqd {
+            // The notification request belongs to this transition into SQD only.
+            self.attr.en_sqd_async_notify = if mask & QP_EN_SQD_ASYNC_NOTIFY != 0 {
+                a.en_sqd_async_notify
+            } else {
+                0
+            };
+        }
+    }
+
+    /// QUERY_QP's answer: the attributes as set, with the current state.
+    pub(super) fn query(&self) -> QpAttr {
+        QpAttr {
+            qp_state: self.state as u8,
+            cur_qp_state: self.state as u8,
+            sq_draining: u8::from(self.state == QpState::Sqd && self.sq_in_flight()),
+            ..self.attr
+        }
+    }
+
+    /// A peer's access through `key` at `va` on this QP (its PD; a type 2 window must be
+    /// bound to it).
+    pub(super) fn remote_target(&self, key: Key, va: u64) -> RemoteTarget {
+        RemoteTarget {
+            pd: self.cfg.pd,
+            qpn: self.cfg.qpn,
+            key,
+            va,
         }
     }
 
@@ -116,9 +250,22 @@ impl Qp {
             log::warn!("QP {:#x}: no address vector; packet dropped", self.cfg.qpn);
             return;
         };
-        let packet = wire::build_packet(&self.ip_info(&av), hdr, payload);
+        self.transmit_packet(env, stats, &av, hdr, payload);
+    }
+
+    /// Builds a packet of this QP along `av` and hands it to the device: the one place the
+    /// engine sends (and counts) a packet.
+    pub(super) fn transmit_packet(
+        &self,
+        env: &mut dyn DeviceEnv,
+        stats: &mut EngineStats,
+        av: &AddressVector,
+        hdr: &Headers,
+        payload: &[u8],
+    ) {
+        let packet = wire::build_packet(&self.ip_info(av), hdr, payload);
         stats.tx_packets += 1;
-        env.transmit(&av, packet);
+        env.transmit(av, packet);
     }
 
     pub(super) fn bth(&self, opcode: u8, psn: Psn) -> Bth {
@@ -244,7 +391,9 @@ impl Qp {
     pub(super) fn check_drained(&mut self, env: &mut dyn DeviceEnv) {
         if self.state == QpState::Sqd && self.req.drain_pending && !self.sq_in_flight() {
             self.req.drain_pending = false;
-            env.sq_drained(self.cfg.qpn);
+            if self.attr.en_sqd_async_notify != 0 {
+                env.sq_drained(self.cfg.qpn);
+            }
         }
     }
 }

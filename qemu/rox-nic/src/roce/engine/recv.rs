@@ -9,8 +9,18 @@ use crate::roce::*;
 impl Engine {
     /// Handles one received RoCEv2 IP packet (from the port or a local loopback).
     pub fn receive(&mut self, env: &mut dyn DeviceEnv, packet: &[u8]) -> Result<(), RxDrop> {
+        self.receive_parsed(env, wire::parse_packet(packet))
+    }
+
+    /// Handles one received packet as its receiver parsed it (the port's frame check read the
+    /// IP header, [`wire::parse_transport`] the rest): parse errors are counted here too.
+    pub fn receive_parsed(
+        &mut self,
+        env: &mut dyn DeviceEnv,
+        parsed: Result<Parsed<'_>, ParseError>,
+    ) -> Result<(), RxDrop> {
         self.stats.rx_packets += 1;
-        let p = match wire::parse_packet(packet) {
+        let p = match parsed {
             Ok(p) => p,
             Err(e) => {
                 match e {

@@ -10,7 +10,7 @@ use super::{
     EngineStats, ACK_REQ_INTERVAL, MAX_INFLIGHT_PSNS, MIN_INFLIGHT_PSNS, PAGE_FAULT_RETRY_MAX_NS,
     PAGE_FAULT_RETRY_NS,
 };
-use crate::roce::wire::{self, opcode as op, AtomicEth, Bth, Deth, Feth, Headers, Reth};
+use crate::roce::wire::{opcode as op, AtomicEth, Bth, Deth, Feth, Headers, Reth};
 use crate::roce::*;
 
 /// A send WR Q_Key with this bit set means "use the QP's own Q_Key" (IBA 10.2.5).
@@ -354,9 +354,7 @@ impl Qp {
         let wqe = &self.req.sq[index];
         let hdr = self.data_headers(wqe, pkt, ack_req);
         if let Some(ud) = wqe.wr.ud {
-            let packet = wire::build_packet(&self.ip_info(&ud.av), &hdr, &payload);
-            stats.tx_packets += 1;
-            env.transmit(&ud.av, packet);
+            self.transmit_packet(env, stats, &ud.av, &hdr, &payload);
         } else {
             self.send_connected(env, stats, &hdr, &payload);
         }

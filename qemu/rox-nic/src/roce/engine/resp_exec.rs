@@ -27,13 +27,7 @@ impl Qp {
         // device walks an on-demand region's page entries; other regions are contiguous
         // behind their key, so their bounds suffice).
         if len > 0 {
-            match env.check_remote_read(
-                self.cfg.pd,
-                self.cfg.qpn,
-                reth.rkey,
-                reth.va,
-                u64::from(len),
-            ) {
+            match env.check_remote_read(self.remote_target(reth.rkey, reth.va), u64::from(len)) {
                 Ok(()) => {}
                 Err(AccessError::PageFault { .. }) => {
                     self.page_fault_rnr(env, stats, psn);
@@ -53,10 +47,8 @@ impl Qp {
             if chunk > 0
                 && env
                     .read_remote(
-                        self.cfg.pd,
-                        self.cfg.qpn,
-                        reth.rkey,
-                        reth.va.wrapping_add(u64::from(offset)),
+                        self.remote_target(reth.rkey, reth.va)
+                            .offset(u64::from(offset)),
                         data,
                     )
                     .is_err()
@@ -268,7 +260,15 @@ impl Qp {
             unreachable!("checked")
         };
         if !p.payload.is_empty() {
-            if let Err(e) = env.write_remote(pd, qpn, *rkey, *va, p.payload) {
+            if let Err(e) = env.write_remote(
+                RemoteTarget {
+                    pd,
+                    qpn,
+                    key: *rkey,
+                    va: *va,
+                },
+                p.payload,
+            ) {
                 // Not written: the retry of this packet starts over from here with the
                 // same receive WR.
                 if let Some(wr) = recv {
@@ -344,9 +344,8 @@ impl Qp {
         // target writes nothing. Later packets stay inside it (`remaining`).
         let reth = p.hdr.reth.filter(|reth| p.info.first && reth.dma_len > 0);
         if let Some(reth) = reth {
-            let (pd, qpn) = (self.cfg.pd, self.cfg.qpn);
             let len = u64::from(reth.dma_len);
-            if let Err(e) = env.check_remote_write(pd, qpn, reth.rkey, reth.va, len) {
+            if let Err(e) = env.check_remote_write(self.remote_target(reth.rkey, reth.va), len) {
                 self.resp.cur = None;
                 self.remote_refused(env, stats, psn, e);
                 return false;
@@ -395,11 +394,10 @@ impl Qp {
             self.invalid_request(env, stats, psn);
             return;
         }
-        let (pd, qpn) = (self.cfg.pd, self.cfg.qpn);
         let need = flush.required_access();
         if self.access & need != need
             || env
-                .flush_remote(pd, qpn, reth.rkey, reth.va, flush)
+                .flush_remote(self.remote_target(reth.rkey, reth.va), flush)
                 .is_err()
         {
             self.remote_access_error(env, stats, psn);
@@ -433,8 +431,7 @@ impl Qp {
             self.remote_access_error(env, stats, psn);
             return;
         }
-        let (pd, qpn) = (self.cfg.pd, self.cfg.qpn);
-        if let Err(e) = env.atomic_remote(pd, qpn, reth.rkey, reth.va, write) {
+        if let Err(e) = env.atomic_remote(self.remote_target(reth.rkey, reth.va), write) {
             self.remote_refused(env, stats, psn, e);
             return;
         }
@@ -462,8 +459,7 @@ impl Qp {
         } else {
             AtomicOp::FetchAdd { add: a.swap_add }
         };
-        let (pd, qpn) = (self.cfg.pd, self.cfg.qpn);
-        let original = match env.atomic_remote(pd, qpn, a.rkey, a.va, atomic) {
+        let original = match env.atomic_remote(self.remote_target(a.rkey, a.va), atomic) {
             Ok(v) => v,
             Err(e) => {
                 self.remote_refused(env, stats, psn, e);

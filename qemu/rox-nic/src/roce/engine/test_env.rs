@@ -22,6 +22,8 @@ pub(super) struct TestEnv {
     pub(super) recv: VecDeque<RecvWr>,
     pub(super) completions: Vec<Completion>,
     pub(super) sent: Vec<Vec<u8>>,
+    /// QPs whose SQD drain was reported.
+    pub(super) drained: Vec<Qpn>,
 }
 
 impl TestEnv {
@@ -32,6 +34,7 @@ impl TestEnv {
             recv: VecDeque::new(),
             completions: Vec::new(),
             sent: Vec::new(),
+            drained: Vec::new(),
         }
     }
 
@@ -79,6 +82,10 @@ impl TestEnv {
 }
 
 impl DeviceEnv for TestEnv {
+    fn sq_drained(&mut self, qpn: Qpn) {
+        self.drained.push(qpn);
+    }
+
     fn now_ns(&self) -> u64 {
         self.now
     }
@@ -94,46 +101,18 @@ impl DeviceEnv for TestEnv {
     fn write_local(&mut self, _: u32, key: Key, addr: u64, data: &[u8]) -> Result<(), AccessError> {
         self.write(key, addr, data)
     }
-    fn read_remote(
-        &mut self,
-        _: u32,
-        _: Qpn,
-        key: Key,
-        va: u64,
-        buf: &mut [u8],
-    ) -> Result<(), AccessError> {
-        self.read(key, va, buf)
+    fn read_remote(&mut self, at: RemoteTarget, buf: &mut [u8]) -> Result<(), AccessError> {
+        self.read(at.key, at.va, buf)
     }
-    fn check_remote_write(
-        &mut self,
-        _: u32,
-        _: Qpn,
-        key: Key,
-        va: u64,
-        len: u64,
-    ) -> Result<(), AccessError> {
-        self.range(key, va, len as usize).map(|_| ())
+    fn check_remote_write(&mut self, at: RemoteTarget, len: u64) -> Result<(), AccessError> {
+        self.range(at.key, at.va, len as usize).map(|_| ())
     }
-    fn write_remote(
-        &mut self,
-        _: u32,
-        _: Qpn,
-        key: Key,
-        va: u64,
-        data: &[u8],
-    ) -> Result<(), AccessError> {
-        self.write(key, va, data)
+    fn write_remote(&mut self, at: RemoteTarget, data: &[u8]) -> Result<(), AccessError> {
+        self.write(at.key, at.va, data)
     }
-    fn atomic_remote(
-        &mut self,
-        _: u32,
-        _: Qpn,
-        key: Key,
-        va: u64,
-        op: AtomicOp,
-    ) -> Result<u64, AccessError> {
+    fn atomic_remote(&mut self, at: RemoteTarget, op: AtomicOp) -> Result<u64, AccessError> {
         let mut old = [0u8; 8];
-        self.read(key, va, &mut old)?;
+        self.read(at.key, at.va, &mut old)?;
         let old = u64::from_le_bytes(old);
         let new = match op {
             AtomicOp::CompareSwap { compare, swap } if compare == old => swap,
@@ -141,18 +120,11 @@ impl DeviceEnv for TestEnv {
             AtomicOp::FetchAdd { add } => old.wrapping_add(add),
             AtomicOp::Write { value } => value,
         };
-        self.write(key, va, &new.to_le_bytes())?;
+        self.write(at.key, at.va, &new.to_le_bytes())?;
         Ok(old)
     }
-    fn flush_remote(
-        &mut self,
-        _: u32,
-        _: Qpn,
-        key: Key,
-        va: u64,
-        _: FlushSpec,
-    ) -> Result<(), AccessError> {
-        self.range(key, va, 0).map(|_| ())
+    fn flush_remote(&mut self, at: RemoteTarget, _: FlushSpec) -> Result<(), AccessError> {
+        self.range(at.key, at.va, 0).map(|_| ())
     }
     fn bind_mw(&mut self, _: u32, _: Qpn, _: &MwBind) -> Result<(), AccessError> {
         Err(AccessError::AccessDenied)

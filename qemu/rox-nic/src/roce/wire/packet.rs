@@ -291,10 +291,40 @@ fn parse_ip(packet: &[u8]) -> Result<(usize, Gid, Gid, usize), ParseError> {
     }
 }
 
+/// What the IP layer of a received RoCEv2 packet says, as whoever read it first found it:
+/// the port's frame check, or [`parse_packet`] for a packet without a frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IpView {
+    /// 20 (IPv4) or 40 (IPv6).
+    pub header_len: usize,
+    pub sgid: Gid,
+    pub dgid: Gid,
+}
+
 /// Parses and validates a received RoCEv2 IP packet (lengths, opcode, pad, ICRC).
 pub fn parse_packet(packet: &[u8]) -> Result<Parsed<'_>, ParseError> {
-    let (ip_len, sgid, dgid, total_len) = parse_ip(packet)?;
-    if total_len != packet.len() || packet.len() < ip_len + UDP_HEADER_LEN + BTH_LEN + ICRC_LEN {
+    let (header_len, sgid, dgid, total_len) = parse_ip(packet)?;
+    if total_len != packet.len() {
+        return Err(ParseError::Malformed);
+    }
+    let ip = IpView {
+        header_len,
+        sgid,
+        dgid,
+    };
+    parse_transport(packet, ip)
+}
+
+/// Parses and validates the rest of a RoCEv2 IP packet whose IP header `ip` describes
+/// (already checked, and the packet exactly as long as the header claims): UDP, the transport
+/// headers, pad and ICRC.
+pub fn parse_transport(packet: &[u8], ip: IpView) -> Result<Parsed<'_>, ParseError> {
+    let IpView {
+        header_len: ip_len,
+        sgid,
+        dgid,
+    } = ip;
+    if packet.len() < ip_len + UDP_HEADER_LEN + BTH_LEN + ICRC_LEN {
         return Err(ParseError::Malformed);
     }
     let udp = &packet[ip_len..];
