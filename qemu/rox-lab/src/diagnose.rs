@@ -309,6 +309,13 @@ pub fn describe_place(p: &VcpuPlace, system_map: Option<&str>) -> String {
             "64-bit at {:#x} (the kernel's decompressor or early entry)",
             p.linear
         )
+    } else if (0xc_0000..0xe_0000).contains(&p.linear) {
+        // Option ROM space; with -kernel, linuxboot_dma loads the kernel from here, after
+        // SeaBIOS printed "Booting from ROM..".
+        format!(
+            "at {:#x} in an option ROM (linuxboot: loading the kernel)",
+            p.linear
+        )
     } else if !p.protected {
         format!(
             "real mode at {:#x} (firmware: SeaBIOS or an option ROM)",
@@ -430,6 +437,14 @@ mod tests {
             CS =f000 ffff0000 0000ffff 00009b00\nCR0=60000010 CR2=0\n";
         let p = vcpu_places(regs);
         assert_eq!(p.len(), 3, "{p:?}");
+        let rom = VcpuPlace {
+            linear: 0xc_00aa,
+            ..p[2].clone()
+        };
+        assert_eq!(
+            describe_place(&rom, None),
+            "vCPU 2 halted, at 0xc00aa in an option ROM (linuxboot: loading the kernel)"
+        );
         let map = "ffffffff81000000 T _text\nffffffff81a0b2b0 T default_idle\n\
                    ffffffff81a0b300 T other\nffffffff81a0b2c0 D data_not_code\n";
         assert_eq!(
