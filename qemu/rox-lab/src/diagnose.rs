@@ -218,6 +218,121 @@ pub fn ask_monitor(socket: &Path, commands: &[&str]) -> String {
     out
 }
 
+/// Where one vCPU was, from QEMU's `info registers -a`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VcpuPlace {
+    pub cpu: u32,
+    /// RIP, or CS base + EIP outside long mode.
+    pub linear: u64,
+    pub halted: bool,
+    pub smm: bool,
+    pub long_mode: bool,
+    pub protected: bool,
+}
+
+fn hex_field(line: &str, key: &str) -> Option<u64> {
+    let at = line.find(key)? + key.len();
+    let digits: String = line[at..]
+        .chars()
+        .take_while(char::is_ascii_hexdigit)
+        .collect();
+    u64::from_str_radix(&digits, 16).ok()
+}
+
+/// Each vCPU's place in an `info registers -a` answer (x86: `CPU#N`, `RIP=`/`EIP=`, `HLT=`,
+/// `SMM=`, the `CS =sel base limit flags` line, `CR0=`).
+pub fn vcpu_places(registers: &str) -> Vec<VcpuPlace> {
+    let mut out: Vec<VcpuPlace> = Vec::new();
+    let mut ip = 0u64;
+    for line in registers.lines().map(str::trim) {
+        if let Some(n) = line.strip_prefix("CPU#") {
+            out.push(VcpuPlace {
+                cpu: n.trim().parse().unwrap_or(out.len() as u32),
+                linear: 0,
+                halted: false,
+                smm: false,
+                long_mode: false,
+                protected: false,
+            });
+            continue;
+        }
+        let Some(cpu) = out.last_mut() else { continue };
+        if let Some(v) = hex_field(line, "RIP=").or_else(|| hex_field(line, "EIP=")) {
+            ip = v;
+            cpu.linear = v;
+            cpu.halted = line.contains("HLT=1");
+            cpu.smm = line.contains("SMM=1");
+        } else if let Some(cs) = line.strip_prefix("CS =") {
+            cpu.long_mode = cs.contains("CS64");
+            let base = cs.split_whitespace().nth(1);
+            let base = base.and_then(|b| u64::from_str_radix(b, 16).ok());
+            if !cpu.long_mode {
+                cpu.linear = base.unwrap_or(0).wrapping_add(ip);
+            }
+        } else if let Some(cr0) = hex_field(line, "CR0=") {
+            cpu.protected = cr0 & 1 != 0;
+        }
+    }
+    out
+}
+
+/// The function holding `addr` in a System.map's text ("ADDR TYPE NAME" lines), as name+off.
+pub fn symbolize(system_map: &str, addr: u64) -> Option<String> {
+    let best = system_map
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            let a = u64::from_str_radix(f.next()?, 16).ok()?;
+            let kind = f.next()?;
+            let name = f.next()?;
+            (matches!(kind, "T" | "t" | "W" | "w") && a <= addr).then_some((a, name))
+        })
+        .max_by_key(|(a, _)| *a)?;
+    Some(format!("{}+{:#x}", best.1, addr - best.0))
+}
+
+/// What a vCPU's place means: firmware, the kernel (with the function, when `system_map` is
+/// given), halted or running.
+pub fn describe_place(p: &VcpuPlace, system_map: Option<&str>) -> String {
+    const KERNEL_TEXT: u64 = 0xffff_ffff_8000_0000;
+    let what = if p.smm {
+        format!("in SMM at {:#x} (firmware)", p.linear)
+    } else if p.long_mode && p.linear >= KERNEL_TEXT {
+        let sym = system_map.and_then(|m| symbolize(m, p.linear));
+        format!(
+            "in the kernel at {:#x} {}",
+            p.linear,
+            sym.as_deref().unwrap_or("(no System.map)")
+        )
+    } else if p.long_mode {
+        format!(
+            "64-bit at {:#x} (the kernel's decompressor or early entry)",
+            p.linear
+        )
+    } else if (0xc_0000..0xe_0000).contains(&p.linear) {
+        // Option ROM space; with -kernel, linuxboot_dma loads the kernel from here, after
+        // SeaBIOS printed "Booting from ROM..".
+        format!(
+            "at {:#x} in an option ROM (linuxboot: loading the kernel)",
+            p.linear
+        )
+    } else if !p.protected {
+        format!(
+            "real mode at {:#x} (firmware: SeaBIOS or an option ROM)",
+            p.linear
+        )
+    } else if p.linear < 0x10_0000 || p.linear >= 0xfffc_0000 {
+        format!("32-bit at {:#x} (firmware: SeaBIOS)", p.linear)
+    } else {
+        format!(
+            "32-bit at {:#x} (SeaBIOS's relocated POST code, or the kernel's 32-bit entry)",
+            p.linear
+        )
+    };
+    let state = if p.halted { "halted" } else { "running" };
+    format!("vCPU {} {state}, {what}", p.cpu)
+}
+
 impl Runner {
     /// Prints what explains the late guests' hang: their QEMU's threads and monitor, their
     /// rox-nics' threads and vfio-user traces, their consoles. Takes about 10 s.
@@ -252,14 +367,21 @@ impl Runner {
             "--- threads (state, kernel wait channel, CPU over 1 s) of every guest's QEMU and rox-nic"
         );
         out.push_str(&thread_report(&procs, Duration::from_secs(1)));
+        let system_map = fs::read_to_string(self.paths.kernel.join("linux/System.map")).ok();
         for &g in late {
             let _ = writeln!(out, "--- guest {g}: QEMU monitor");
-            out.push_str(&ask_monitor(
-                &monitor_socket(&self.guest_dir(g)),
-                &MONITOR_COMMANDS,
-            ));
-            let _ = writeln!(out, "--- guest {g}: last console lines (age)");
+            let monitor = ask_monitor(&monitor_socket(&self.guest_dir(g)), &MONITOR_COMMANDS);
+            out.push_str(&monitor);
+            let _ = writeln!(out, "--- guest {g}: where its vCPUs are");
+            for place in vcpu_places(&monitor) {
+                let _ = writeln!(out, "  {}", describe_place(&place, system_map.as_deref()));
+            }
+            let _ = writeln!(
+                out,
+                "--- guest {g}: last console lines (age; a last line without its newline is shown)"
+            );
             for (age, line) in self.guests[g].console_tail(25) {
+                let line = strip_escapes(&line);
                 let _ = writeln!(out, "  [{:>5.1} s ago] {line}", age.as_secs_f64());
             }
             for h in self
@@ -300,6 +422,43 @@ mod tests {
         assert!(t.iter().any(|t| t.tid == me), "{t:?}");
         let report = thread_report(&[("me".into(), me)], Duration::from_millis(20));
         assert!(report.contains(&format!("me (pid {me}")), "{report}");
+    }
+
+    #[test]
+    fn vcpus_are_placed_in_firmware_or_the_kernel() {
+        // Abridged `info registers -a` of a guest: CPU 0 in the kernel's idle loop, CPU 1
+        // spinning in SeaBIOS's 32-bit code, CPU 2 halted in real mode (an AP before SIPI).
+        let regs = "CPU#0\nRAX=0 RBX=0\nRIP=ffffffff81a0b2c6 RFL=00000246 [---Z-P-] CPL=0 II=0 A20=1 SMM=0 HLT=1\n\
+            ES =0000 0000000000000000 00000000 00000000\n\
+            CS =0010 0000000000000000 ffffffff 00af9b00 DPL=0 CS64 [-RA]\nCR0=80050033 CR2=0\n\
+            CPU#1\nEIP=000f1a2b EFL=00000002 [-------] CPL=0 II=0 A20=1 SMM=0 HLT=0\n\
+            CS =0008 00000000 ffffffff 00cf9b00 DPL=0 CS32 [-RA]\nCR0=00000011 CR2=0\n\
+            CPU#2\nEIP=0000fff0 EFL=00000002 [-------] CPL=0 II=0 A20=1 SMM=0 HLT=1\n\
+            CS =f000 ffff0000 0000ffff 00009b00\nCR0=60000010 CR2=0\n";
+        let p = vcpu_places(regs);
+        assert_eq!(p.len(), 3, "{p:?}");
+        let rom = VcpuPlace {
+            linear: 0xc_00aa,
+            ..p[2].clone()
+        };
+        assert_eq!(
+            describe_place(&rom, None),
+            "vCPU 2 halted, at 0xc00aa in an option ROM (linuxboot: loading the kernel)"
+        );
+        let map = "ffffffff81000000 T _text\nffffffff81a0b2b0 T default_idle\n\
+                   ffffffff81a0b300 T other\nffffffff81a0b2c0 D data_not_code\n";
+        assert_eq!(
+            describe_place(&p[0], Some(map)),
+            "vCPU 0 halted, in the kernel at 0xffffffff81a0b2c6 default_idle+0x16"
+        );
+        assert_eq!(
+            describe_place(&p[1], None),
+            "vCPU 1 running, 32-bit at 0xf1a2b (firmware: SeaBIOS)"
+        );
+        assert_eq!(
+            describe_place(&p[2], None),
+            "vCPU 2 halted, real mode at 0xfffffff0 (firmware: SeaBIOS or an option ROM)"
+        );
     }
 
     #[test]

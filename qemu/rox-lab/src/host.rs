@@ -2,7 +2,7 @@
 
 use std::collections::VecDeque;
 use std::fs;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::sync::{Arc, Mutex};
@@ -142,11 +142,17 @@ pub struct Supervised {
     console: Arc<Mutex<ConsoleTail>>,
 }
 
-/// The last lines a child printed, each with when it arrived.
+/// The last lines a child printed, each with when it arrived, and the line it is still
+/// printing: firmware and the kernel's first words end without a newline ("Booting from
+/// ROM.." then a terminal reset), and a boot that stops there must show them.
 #[derive(Default)]
 pub struct ConsoleTail {
     lines: VecDeque<(Instant, String)>,
+    partial: Option<(Instant, String)>,
 }
+
+/// Marks the unterminated last line in [`Supervised::console_tail`].
+pub const NO_NEWLINE_YET: &str = "  [no newline yet]";
 
 impl ConsoleTail {
     /// Lines kept: enough to see where a boot stopped.
@@ -157,6 +163,14 @@ impl ConsoleTail {
             self.lines.pop_front();
         }
         self.lines.push_back((Instant::now(), line));
+        self.partial = None;
+    }
+
+    fn set_partial(&mut self, bytes: &[u8]) {
+        self.partial = (!bytes.is_empty()).then(|| {
+            let text = String::from_utf8_lossy(bytes);
+            (Instant::now(), text.trim_end_matches('\r').to_string())
+        });
     }
 }
 
@@ -230,11 +244,16 @@ impl Supervised {
     /// The last `n` lines of its output, each with how long before now it arrived.
     pub fn console_tail(&self, n: usize) -> Vec<(Duration, String)> {
         let tail = self.console.lock().unwrap_or_else(|e| e.into_inner());
-        let skip = tail.lines.len().saturating_sub(n);
+        let partial = tail
+            .partial
+            .as_ref()
+            .map(|(t, l)| (t.elapsed(), format!("{l}{NO_NEWLINE_YET}")));
+        let skip = (tail.lines.len() + usize::from(partial.is_some())).saturating_sub(n);
         tail.lines
             .iter()
-            .skip(skip)
             .map(|(t, l)| (t.elapsed(), l.clone()))
+            .chain(partial)
+            .skip(skip)
             .collect()
     }
 
@@ -303,44 +322,70 @@ fn relay(
     console: Arc<Mutex<ConsoleTail>>,
 ) -> JoinHandle<()> {
     thread::spawn(move || {
-        let mut src = BufReader::new(src);
-        let mut line = Vec::new();
+        let mut src = src;
+        let mut chunk = [0u8; 4096];
+        let mut pending = Vec::new();
         loop {
-            line.clear();
-            match src.read_until(b'\n', &mut line) {
-                Ok(0) | Err(_) => break,
-                Ok(_) => {}
+            let n = match src.read(&mut chunk) {
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Ok(0) | Err(_) => 0,
+                Ok(n) => n,
+            };
+            if n == 0 && !pending.is_empty() {
+                // The end terminates the last line.
+                pending.push(b'\n');
             }
-            let text = String::from_utf8_lossy(&line);
+            pending.extend_from_slice(&chunk[..n]);
+            while let Some(end) = pending.iter().position(|&b| b == b'\n') {
+                let line: Vec<u8> = pending.drain(..=end).collect();
+                if pass_line(line, &prefix, to_stderr, &console).is_err() {
+                    // Our output is gone (e.g. piped into `head`): keep draining the child's,
+                    // or a guest blocked on its serial console would stall until the timeout.
+                    let _ = std::io::copy(&mut src, &mut std::io::sink());
+                    return;
+                }
+            }
+            // The unterminated rest stays visible in the console tail until its newline comes.
             console
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
-                .push(text.trim_end_matches(['\n', '\r']).to_string());
-            let mut buf = Vec::with_capacity(line.len() + prefix.len());
-            if prefix.is_empty() {
-                buf.extend_from_slice(&line);
-            } else {
-                while matches!(line.last(), Some(b'\n' | b'\r')) {
-                    line.pop();
-                }
-                buf.extend_from_slice(prefix.as_bytes());
-                buf.extend_from_slice(&line);
-                buf.push(b'\n');
-            }
-            let res = if to_stderr {
-                std::io::stderr().lock().write_all(&buf)
-            } else {
-                let mut o = std::io::stdout().lock();
-                o.write_all(&buf).and_then(|_| o.flush())
-            };
-            // Our output is gone (e.g. piped into `head`): keep draining the child's, or a
-            // guest blocked on its serial console would stall until the timeout.
-            if res.is_err() {
-                let _ = std::io::copy(&mut src, &mut std::io::sink());
-                break;
+                .set_partial(&pending);
+            if n == 0 {
+                return;
             }
         }
     })
+}
+
+/// Records a whole line in the console tail and writes it to our output, prefixed.
+fn pass_line(
+    mut line: Vec<u8>,
+    prefix: &str,
+    to_stderr: bool,
+    console: &Mutex<ConsoleTail>,
+) -> std::io::Result<()> {
+    let text = String::from_utf8_lossy(&line);
+    console
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push(text.trim_end_matches(['\n', '\r']).to_string());
+    let mut buf = Vec::with_capacity(line.len() + prefix.len());
+    if prefix.is_empty() {
+        buf.extend_from_slice(&line);
+    } else {
+        while matches!(line.last(), Some(b'\n' | b'\r')) {
+            line.pop();
+        }
+        buf.extend_from_slice(prefix.as_bytes());
+        buf.extend_from_slice(&line);
+        buf.push(b'\n');
+    }
+    if to_stderr {
+        std::io::stderr().lock().write_all(&buf)
+    } else {
+        let mut o = std::io::stdout().lock();
+        o.write_all(&buf).and_then(|_| o.flush())
+    }
 }
 
 /// A counter from /proc/net/snmp: a `Proto: names...` line followed by `Proto: values...`.
@@ -373,6 +418,28 @@ pub fn tail(path: &Path, n: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_unterminated_last_line_shows_in_the_console_tail() {
+        // What SeaBIOS leaves when the kernel it starts says nothing: no newline.
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", "printf 'SeaBIOS\\r\\nBooting from ROM..'; sleep 5"]);
+        let mut p = Supervised::spawn("printer", cmd, Sink::Console("[t] ".into())).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(4);
+        let want = format!("Booting from ROM..{NO_NEWLINE_YET}");
+        while p.console_tail(5).last().map(|(_, l)| l.as_str()) != Some(want.as_str())
+            && Instant::now() < deadline
+        {
+            thread::sleep(Duration::from_millis(20));
+        }
+        let tail: Vec<String> = p.console_tail(5).into_iter().map(|(_, l)| l).collect();
+        assert_eq!(tail, ["SeaBIOS".to_string(), want]);
+        assert_eq!(p.console_tail(1).len(), 1);
+        p.stop(Duration::from_secs(1));
+        // The end of the output terminates the line.
+        let tail: Vec<String> = p.console_tail(5).into_iter().map(|(_, l)| l).collect();
+        assert_eq!(tail, ["SeaBIOS", "Booting from ROM.."]);
+    }
 
     #[test]
     fn owner_pids() {

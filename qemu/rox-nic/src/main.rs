@@ -8,7 +8,7 @@ use clap::Parser;
 use rox_nic::device::{
     DeviceConfig, FaultConfig, LinkSpec, PortConfig, RoxNic, DEFAULT_IDLE_AFTER,
 };
-use rox_nic::server::{Trace, Traced};
+use rox_nic::server::Trace;
 
 /// An emulated PCIe RoCEv2 NIC for QEMU's vfio-user-pci, with an Ethernet port shared with
 /// the guest's paired virtio-net (like a converged RoCE NIC).
@@ -102,12 +102,7 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let trace = Trace::new(Trace::DEFAULT_CAPACITY);
     dump_trace_on_sigusr1(trace.clone())?;
     log::info!("rox-nic: serving on {}", args.socket.display());
-    let mut traced = Traced {
-        backend: &mut nic,
-        trace,
-        panic_at: args.debug_panic_at,
-    };
-    server.run(&mut traced)?;
+    rox_nic::server::serve(&server, &mut nic, trace, args.debug_panic_at)?;
     log::info!("rox-nic: client disconnected, exiting");
     Ok(())
 }

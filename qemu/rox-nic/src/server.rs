@@ -163,11 +163,17 @@ impl ServerBackend for RoxNic {
 
     fn dma_unmap(
         &mut self,
-        _flags: DmaUnmapFlags,
+        flags: DmaUnmapFlags,
         address: u64,
         size: u64,
     ) -> Result<(), std::io::Error> {
-        RoxNic::dma_unmap(self, address, size);
+        // QEMU sets VFIO_DMA_UNMAP_FLAG_ALL (address and size 0) when it drops a whole address
+        // space. The crate names that bit GET_DIRTY_PAGE_INFO, so test the kernel's constant.
+        if flags.bits() & VFIO_DMA_UNMAP_FLAG_ALL != 0 {
+            RoxNic::dma_unmap(self, 0, u64::MAX);
+        } else {
+            RoxNic::dma_unmap(self, address, size);
+        }
         Ok(())
     }
 
@@ -352,8 +358,17 @@ impl fmt::Display for TraceEntry {
                     write!(f, " {arrow} {v:#x}")?;
                 }
             }
-            TraceOp::DmaMap => write!(f, "DMA_MAP {:#x} +{:#x}", self.offset, self.len)?,
-            TraceOp::DmaUnmap => write!(f, "DMA_UNMAP {:#x} +{:#x}", self.offset, self.len)?,
+            TraceOp::DmaMap | TraceOp::DmaUnmap => {
+                let name = if self.op == TraceOp::DmaMap {
+                    "DMA_MAP"
+                } else {
+                    "DMA_UNMAP"
+                };
+                write!(f, "{name} {:#x} +{:#x}", self.offset, self.len)?;
+                if let Some(flags) = self.value {
+                    write!(f, " flags {flags:#x}")?;
+                }
+            }
             TraceOp::Reset => write!(f, "DEVICE_RESET")?,
             TraceOp::SetIrqs => write!(
                 f,
@@ -386,12 +401,22 @@ pub struct Traced<'a, B: ServerBackend> {
 }
 
 impl<B: ServerBackend> Traced<'_, B> {
-    fn begin(&self, op: TraceOp, region: u32, offset: u64, len: u64, value: Option<u64>) -> u64 {
+    /// Records the request (as [`Trace::begin`] takes it), runs it on the backend and marks
+    /// it answered; `run` returns the value to record once answered (reads), if any.
+    fn traced(
+        &mut self,
+        op: TraceOp,
+        (region, offset, len): (u32, u64, u64),
+        value: Option<u64>,
+        run: impl FnOnce(&mut B) -> Result<Option<u64>, std::io::Error>,
+    ) -> Result<(), std::io::Error> {
         let seq = self.trace.begin(op, region, offset, len, value);
         if self.panic_at == Some(seq) {
             panic!("vfio-user request #{seq}: panicking as --debug-panic-at asked");
         }
-        seq
+        let r = run(self.backend);
+        self.trace.finish(seq, r.as_ref().ok().copied().flatten());
+        r.map(|_| ())
     }
 }
 
@@ -402,10 +427,11 @@ impl<B: ServerBackend> ServerBackend for Traced<'_, B> {
         offset: u64,
         data: &mut [u8],
     ) -> Result<(), std::io::Error> {
-        let seq = self.begin(TraceOp::Read, region, offset, data.len() as u64, None);
-        let r = self.backend.region_read(region, offset, data);
-        self.trace.finish(seq, r.is_ok().then(|| le_value(data)));
-        r
+        let len = data.len() as u64;
+        self.traced(TraceOp::Read, (region, offset, len), None, |b| {
+            b.region_read(region, offset, data)
+                .map(|()| Some(le_value(data)))
+        })
     }
 
     fn region_write(
@@ -414,11 +440,10 @@ impl<B: ServerBackend> ServerBackend for Traced<'_, B> {
         offset: u64,
         data: &[u8],
     ) -> Result<(), std::io::Error> {
-        let value = Some(le_value(data));
-        let seq = self.begin(TraceOp::Write, region, offset, data.len() as u64, value);
-        let r = self.backend.region_write(region, offset, data);
-        self.trace.finish(seq, None);
-        r
+        let (len, value) = (data.len() as u64, Some(le_value(data)));
+        self.traced(TraceOp::Write, (region, offset, len), value, |b| {
+            b.region_write(region, offset, data).map(|()| None)
+        })
     }
 
     fn dma_map(
@@ -429,10 +454,10 @@ impl<B: ServerBackend> ServerBackend for Traced<'_, B> {
         size: u64,
         fd: Option<File>,
     ) -> Result<(), std::io::Error> {
-        let seq = self.begin(TraceOp::DmaMap, 0, address, size, None);
-        let r = self.backend.dma_map(flags, offset, address, size, fd);
-        self.trace.finish(seq, None);
-        r
+        let value = Some(u64::from(flags.bits()));
+        self.traced(TraceOp::DmaMap, (0, address, size), value, |b| {
+            b.dma_map(flags, offset, address, size, fd).map(|()| None)
+        })
     }
 
     fn dma_unmap(
@@ -441,17 +466,16 @@ impl<B: ServerBackend> ServerBackend for Traced<'_, B> {
         address: u64,
         size: u64,
     ) -> Result<(), std::io::Error> {
-        let seq = self.begin(TraceOp::DmaUnmap, 0, address, size, None);
-        let r = self.backend.dma_unmap(flags, address, size);
-        self.trace.finish(seq, None);
-        r
+        let value = Some(u64::from(flags.bits()));
+        self.traced(TraceOp::DmaUnmap, (0, address, size), value, |b| {
+            b.dma_unmap(flags, address, size).map(|()| None)
+        })
     }
 
     fn reset(&mut self) -> Result<(), std::io::Error> {
-        let seq = self.begin(TraceOp::Reset, 0, 0, 0, None);
-        let r = self.backend.reset();
-        self.trace.finish(seq, None);
-        r
+        self.traced(TraceOp::Reset, (0, 0, 0), None, |b| {
+            b.reset().map(|()| None)
+        })
     }
 
     fn set_irqs(
@@ -462,17 +486,28 @@ impl<B: ServerBackend> ServerBackend for Traced<'_, B> {
         count: u32,
         fds: Vec<File>,
     ) -> Result<(), std::io::Error> {
-        let seq = self.begin(
-            TraceOp::SetIrqs,
-            index,
-            u64::from(start),
-            u64::from(count),
-            Some(u64::from(flags)),
-        );
-        let r = self.backend.set_irqs(index, flags, start, count, fds);
-        self.trace.finish(seq, None);
-        r
+        let (offset, len) = (u64::from(start), u64::from(count));
+        let value = Some(u64::from(flags));
+        self.traced(TraceOp::SetIrqs, (index, offset, len), value, |b| {
+            b.set_irqs(index, flags, start, count, fds).map(|()| None)
+        })
     }
+}
+
+/// Serves one vfio-user client (QEMU) until it disconnects, every request recorded in `trace`
+/// (what rox-nic's binary runs; tests drive the same path).
+pub fn serve(
+    server: &Server,
+    nic: &mut RoxNic,
+    trace: Arc<Trace>,
+    panic_at: Option<u64>,
+) -> Result<(), vfio_user::Error> {
+    let mut traced = Traced {
+        backend: nic,
+        trace,
+        panic_at,
+    };
+    server.run(&mut traced)
 }
 
 #[cfg(test)]
