@@ -10,7 +10,7 @@ use rox_uapi::verbs::*;
 use super::state::Hw;
 use crate::roce::{
     AccessError, AddressVector, AtomicOp, Completion, DeviceEnv, FastReg, FlushSpec, Gid, MwBind,
-    RecvWr,
+    QpAsyncError, RecvWr,
 };
 
 impl DeviceEnv for Hw {
@@ -193,6 +193,14 @@ impl DeviceEnv for Hw {
         if self.qps.get(&qpn).is_some_and(|qp| qp.srq != SRQ_NONE) {
             self.deferred_events.push((EQE_TYPE_QP_LAST_WQE, qpn));
         }
+    }
+
+    fn qp_async_error(&mut self, qpn: Qpn, error: QpAsyncError) {
+        let event_type = match error {
+            QpAsyncError::InvalidRequest => EQE_TYPE_QP_REQ_ERR,
+            QpAsyncError::AccessViolation => EQE_TYPE_QP_ACCESS_ERR,
+        };
+        self.deferred_events.push((event_type, qpn));
     }
 
     fn transmit(&mut self, av: &AddressVector, packet: Vec<u8>) {

@@ -22,6 +22,7 @@ pub(super) struct TestEnv {
     pub(super) recv: VecDeque<RecvWr>,
     pub(super) completions: Vec<Completion>,
     pub(super) sent: Vec<Vec<u8>>,
+    pub(super) async_errors: Vec<QpAsyncError>,
 }
 
 impl TestEnv {
@@ -32,6 +33,7 @@ impl TestEnv {
             recv: VecDeque::new(),
             completions: Vec::new(),
             sent: Vec::new(),
+            async_errors: Vec::new(),
         }
     }
 
@@ -81,6 +83,9 @@ impl TestEnv {
 impl DeviceEnv for TestEnv {
     fn now_ns(&self) -> u64 {
         self.now
+    }
+    fn qp_async_error(&mut self, _qpn: Qpn, error: QpAsyncError) {
+        self.async_errors.push(error);
     }
     fn read_local(
         &mut self,
