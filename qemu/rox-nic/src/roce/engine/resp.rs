@@ -243,12 +243,12 @@ impl Qp {
         self.resp.uc_dropping = true;
     }
 
-    /// A responder-side error after which the QP is in the error state (IBA 9.9.3, classes B
-    /// and C: invalid request, remote access error, remote operational error, and a local
-    /// length/protection error on a receive WR). The receive WR the request used completes
-    /// with `recv`'s status; without one, the owner learns of it from an affiliated
-    /// asynchronous error (IBA 11.6.3.2: QP_REQ_ERR or QP_ACCESS_ERR), as rdma_rxe and mlx5
-    /// report it.
+    /// A responder-side error after which the QP is in the error state (IBA 9.9.3, error
+    /// classes A and C: invalid request, remote access error, remote operational error, and a
+    /// local length/protection error on a receive WR). The receive WR the request used
+    /// completes with `recv`'s status; without one, the owner learns of it from an affiliated
+    /// asynchronous error (IBA 11.6.3.2: QP_REQ_ERR or QP_ACCESS_ERR; rdma_rxe 7.3 raises
+    /// only the latter, docs/peer.md).
     pub(super) fn responder_fatal(
         &mut self,
         env: &mut dyn DeviceEnv,
