@@ -157,6 +157,12 @@ impl<'bound> RoxDev<'bound> {
             EQE_TYPE_QP_LAST_WQE => {
                 registry.qp_event(Qpn::from_raw(eqe.handle), AsyncEvent::QpLastWqeReached)
             }
+            EQE_TYPE_QP_REQ_ERR => {
+                registry.qp_event(Qpn::from_raw(eqe.handle), AsyncEvent::QpReqErr)
+            }
+            EQE_TYPE_QP_ACCESS_ERR => {
+                registry.qp_event(Qpn::from_raw(eqe.handle), AsyncEvent::QpAccessErr)
+            }
             EQE_TYPE_SQ_DRAINED => {
                 registry.qp_event(Qpn::from_raw(eqe.handle), AsyncEvent::SqDrained)
             }

@@ -16,6 +16,8 @@ use kernel::{
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum AsyncEvent {
     QpFatal,
+    QpReqErr,
+    QpAccessErr,
     QpLastWqeReached,
     SqDrained,
     CqError,
@@ -30,6 +32,8 @@ impl AsyncEvent {
     fn as_raw(self) -> b::ib_event_type {
         match self {
             Self::QpFatal => b::ib_event_type_IB_EVENT_QP_FATAL,
+            Self::QpReqErr => b::ib_event_type_IB_EVENT_QP_REQ_ERR,
+            Self::QpAccessErr => b::ib_event_type_IB_EVENT_QP_ACCESS_ERR,
             Self::QpLastWqeReached => b::ib_event_type_IB_EVENT_QP_LAST_WQE_REACHED,
             Self::SqDrained => b::ib_event_type_IB_EVENT_SQ_DRAINED,
             Self::CqError => b::ib_event_type_IB_EVENT_CQ_ERR,

@@ -330,6 +330,22 @@ static void wait_disconnect(struct rdma_event_channel *ch)
 	}
 }
 
+/* rdma_cm gives a responder QP remote read and write access only (and redoes INIT from its
+ * own attributes inside rdma_accept), while a FLUSH needs the QP's FLUSH access too (IBA
+ * A19; rox and rdma_rxe both check it). rdma_accept has moved the QP to RTS; RTS->RTS may
+ * change the access flags. The client's FLUSH follows its REP, RTU and all its WRITEs. */
+static void grant_flush(struct ibv_qp *qp)
+{
+	struct ibv_qp_attr attr = {
+		.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+				   IBV_ACCESS_FLUSH_GLOBAL,
+	};
+
+	errno = ibv_modify_qp(qp, &attr, IBV_QP_ACCESS_FLAGS);
+	if (errno)
+		die("ibv_modify_qp (FLUSH access)");
+}
+
 static int server(const char *addr, size_t len, enum op op)
 {
 	struct rdma_event_channel *ch = rdma_create_event_channel();
@@ -365,6 +381,8 @@ static int server(const char *addr, size_t len, enum op op)
 	param.private_data_len = sizeof(info);
 	if (rdma_accept(id, &param))
 		die("rdma_accept");
+	if (op == OP_FLUSH)
+		grant_flush(id->qp);
 	rdma_ack_cm_event(expect(ch, RDMA_CM_EVENT_ESTABLISHED));
 	/* The client's SEND ends the transfer: after a write it carries the client's checksum,
 	 * after a read the client's checksum of what it read. */

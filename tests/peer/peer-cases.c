@@ -13,6 +13,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -126,6 +127,44 @@ static int await_state(struct qctx *q, enum ibv_qp_state want, int ms)
 	while (qp_state(q) != (int)want && now_ms() < end)
 		usleep(2000);
 	return expect_state(q, want);
+}
+
+static int is_qp_event(enum ibv_event_type t)
+{
+	return t == IBV_EVENT_QP_FATAL || t == IBV_EVENT_QP_REQ_ERR ||
+	       t == IBV_EVENT_QP_ACCESS_ERR || t == IBV_EVENT_COMM_EST ||
+	       t == IBV_EVENT_SQ_DRAINED || t == IBV_EVENT_PATH_MIG ||
+	       t == IBV_EVENT_PATH_MIG_ERR || t == IBV_EVENT_QP_LAST_WQE_REACHED;
+}
+
+/* The case QP's affiliated asynchronous event within `ms` must be `want` (IBA 11.6.3.2: a
+ * responder error no receive WR is part of reaches the owner only this way). Events of other
+ * objects are acknowledged and skipped. */
+static int expect_async(struct qctx *q, enum ibv_event_type want, int ms)
+{
+	long end = now_ms() + ms;
+	struct pollfd p = { .fd = q->ctx->async_fd, .events = POLLIN };
+
+	for (;;) {
+		struct ibv_async_event ev;
+		enum ibv_event_type got;
+		long left = end - now_ms();
+		int ours;
+
+		if (left <= 0 || poll(&p, 1, (int)left) <= 0)
+			return failf(q, "no asynchronous event, expected %s", ibv_event_type_str(want));
+		if (ibv_get_async_event(q->ctx, &ev))
+			return failf(q, "ibv_get_async_event: %s", strerror(errno));
+		got = ev.event_type;
+		ours = is_qp_event(got) && ev.element.qp == q->qp;
+		ibv_ack_async_event(&ev);
+		if (!ours)
+			continue;
+		if (got != want)
+			return failf(q, "asynchronous event %s, expected %s", ibv_event_type_str(got),
+				     ibv_event_type_str(want));
+		return 0;
+	}
 }
 
 static int expect_wc(struct qctx *q, struct ibv_wc *wc, uint64_t wr_id, enum ibv_wc_status st)
@@ -348,7 +387,10 @@ static int run_opcode_seq(struct qctx *q)
 		return failf(q, "wr %llu: %s, expected the receive in error",
 			     (unsigned long long)wc.wr_id, ibv_wc_status_str(wc.status));
 	snprintf(q->note, sizeof(q->note), "receive: %s", ibv_wc_status_str(wc.status));
-	return expect_state(q, IBV_QPS_ERR);
+	if (expect_state(q, IBV_QPS_ERR))
+		return -1;
+	/* The bad packet took no receive WR: the owner learns of it by an event. */
+	return expect_async(q, IBV_EVENT_QP_REQ_ERR, 1000);
 }
 
 /* A READ response longer than the READ: an error completion (bad response, or local length
@@ -367,12 +409,22 @@ static int run_read_resp_long(struct qctx *q)
 	return expect_state(q, IBV_QPS_ERR);
 }
 
-/* A WRITE with a wrong R_Key: the responder QP goes to error, the buffer is untouched. */
+static int prep_sentinel_recv1(struct qctx *q)
+{
+	return prep_sentinel(q) || prep_recv1(q);
+}
+
+/* A WRITE with a wrong R_Key (IBA C9-222.1.1, class C): the responder QP goes to error, its
+ * receive queue is flushed, its owner gets QP_ACCESS_ERR, and the buffer is untouched. */
 static int run_rkey_to_guest(struct qctx *q)
 {
-	if (await_state(q, IBV_QPS_ERR, 2000))
+	struct ibv_wc wc;
+
+	if (await_state(q, IBV_QPS_ERR, 2000) || take(q, &wc, 1, 0) ||
+	    expect_wc(q, &wc, 100, IBV_WC_WR_FLUSH_ERR) ||
+	    check_bytes(q, "target buffer", 0, BUF_LEN, 0, sentinel_at, 0))
 		return -1;
-	return check_bytes(q, "target buffer", 0, BUF_LEN, 0, sentinel_at, 0);
+	return expect_async(q, IBV_EVENT_QP_ACCESS_ERR, 1000);
 }
 
 /* Our WRITE is NAKed with a remote access error. */
@@ -419,7 +471,7 @@ static const struct peer_case CASES[] = {
 	{ "psn_duplicate", prep_recv3, run_psn_duplicate },
 	{ "opcode_seq", prep_recv1, run_opcode_seq },
 	{ "read_resp_long", prep_sentinel, run_read_resp_long },
-	{ "rkey_to_guest", prep_sentinel, run_rkey_to_guest },
+	{ "rkey_to_guest", prep_sentinel_recv1, run_rkey_to_guest },
 	{ "rkey_from_peer", NULL, run_rkey_from_peer },
 	{ "read_resp_resend", NULL, run_read_resp_resend },
 };

@@ -319,6 +319,12 @@ pub const EQE_TYPE_SRQ_ERROR: u8 = 10;
 /// (the access waits and retries either way).
 pub const EQE_TYPE_PAGE_FAULT: u8 = 11;
 pub const EQE_PAGE_FAULT_WRITE: u32 = 1 << 31;
+/// An RC QP's responder NAKed a malformed request (invalid request) that no receive WR was
+/// part of, and the QP went to the error state (IB_EVENT_QP_REQ_ERR).
+pub const EQE_TYPE_QP_REQ_ERR: u8 = 12;
+/// An RC QP's responder NAKed a request for an R_Key, bounds or access-rights violation
+/// (remote access error), and the QP went to the error state (IB_EVENT_QP_ACCESS_ERR).
+pub const EQE_TYPE_QP_ACCESS_ERR: u8 = 13;
 const _: () = assert!(super::admin::DEV_MAX_PBL_PAGES <= EQE_PAGE_FAULT_WRITE);
 /// Largest `count` of a page fault event.
 pub const EQE_PAGE_FAULT_MAX_COUNT: u32 = (1 << 24) - 1;

@@ -8,6 +8,7 @@ use clap::Parser;
 use rox_nic::device::{
     DeviceConfig, FaultConfig, LinkSpec, PortConfig, RoxNic, DEFAULT_IDLE_AFTER,
 };
+use rox_nic::roce::wire::{set_flush_icrc_on_transmit, FlushIcrc};
 use rox_nic::server::Trace;
 
 /// An emulated PCIe RoCEv2 NIC for QEMU's vfio-user-pci, with an Ethernet port shared with
@@ -50,10 +51,35 @@ struct Args {
     /// Milliseconds without work before the data path sleeps until woken.
     #[arg(long, default_value_t = DEFAULT_IDLE_AFTER.as_millis() as u64)]
     idle_ms: u64,
+    /// How FLUSH requests this device sends carry their ICRC: `iba` (the spec), or `rxe` (as
+    /// Linux rdma_rxe computes it, which an rxe responder requires; docs/interop.md). Received
+    /// FLUSH requests are accepted with either. Default: $ROX_NIC_FLUSH_ICRC, else `iba`.
+    #[arg(long, value_enum)]
+    flush_icrc: Option<FlushIcrcArg>,
     /// Debugging only (rox-lab's own test that a rox-nic panic fails its lab): panic when
     /// vfio-user request number N reaches the device.
     #[arg(long, hide = true, value_name = "N")]
     debug_panic_at: Option<u64>,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+enum FlushIcrcArg {
+    Iba,
+    Rxe,
+}
+
+/// The FLUSH ICRC the command line (or, through rox-lab, the environment) asks for.
+fn flush_icrc(arg: Option<FlushIcrcArg>) -> Result<FlushIcrc, String> {
+    let arg = match (arg, std::env::var("ROX_NIC_FLUSH_ICRC")) {
+        (Some(a), _) => a,
+        (None, Ok(v)) => clap::ValueEnum::from_str(&v, true)
+            .map_err(|_| format!("ROX_NIC_FLUSH_ICRC={v:?}: want iba or rxe"))?,
+        (None, Err(_)) => FlushIcrcArg::Iba,
+    };
+    Ok(match arg {
+        FlushIcrcArg::Iba => FlushIcrc::Iba,
+        FlushIcrcArg::Rxe => FlushIcrc::Rxe,
+    })
 }
 
 fn parse_mac(s: &str) -> Result<[u8; 6], String> {
@@ -81,6 +107,11 @@ fn main() {
 
 fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let faults = args.faults.as_deref().map(FaultConfig::parse).transpose()?;
+    let flush = flush_icrc(args.flush_icrc)?;
+    if flush == FlushIcrc::Rxe {
+        log::info!("rox-nic: FLUSH requests carry rdma_rxe's ICRC");
+    }
+    set_flush_icrc_on_transmit(flush);
     let port = match args.port {
         Some(link) => Some(PortConfig {
             link,

@@ -1637,8 +1637,8 @@ fn mw_write(p: &mut Pair, id: u64, addr: u64, rkey: Key) -> u8 {
 /// deregistering the MR or deallocating the window leaves its rkey reaching nothing.
 #[test]
 fn memory_windows() {
-    // Unbound, a window's rkey reaches nothing (the failed write leaves a's QP in ERR: fresh
-    // pairs follow).
+    // Unbound, a window's rkey reaches nothing. The failed write leaves both QPs in ERR (the
+    // responder's with a QP_ACCESS_ERR event, IBA class C): fresh pairs follow.
     let (mut p, _) = mw_pair();
     let window = p.buf_b + 4096;
     let mw = alloc_mw(&mut p.d, PD, MW_TYPE_2);
@@ -1648,6 +1648,8 @@ fn memory_windows() {
         WC_REM_ACCESS_ERR,
         "unbound"
     );
+    let e = p.d.wait_event(EQ_ADMIN_ASYNC, EQE_TYPE_QP_ACCESS_ERR);
+    assert_eq!(e.handle, p.b.qpn.get());
 
     // Type 2, bound on b's QP (the responder of a's writes): writes inside it only.
     let (mut p, mw_mr) = mw_pair();
@@ -1685,17 +1687,23 @@ fn memory_windows() {
     let c = p.d.wait_cqe(&mut p.cq_b);
     assert_eq!((c.status, c.opcode), (WC_MW_BIND_ERR, WC_OPC_BIND_MW));
 
-    // LOCAL_INV on b ends the window; invalidating it again fails.
-    let (mut p, _, rkey) = bound_type2_window(8, window);
-    let mut inv = with_rdma(send_wqe(9, WR_LOCAL_INV, WQE_FLAG_SIGNALED, &[]), 0, rkey);
-    p.d.post_send(&mut p.b, &inv);
-    let c = p.d.wait_cqe(&mut p.cq_b);
-    assert_eq!((c.status, c.opcode), (WC_SUCCESS, WC_OPC_LOCAL_INV));
-    assert_eq!(mw_write(&mut p, 10, window, rkey), WC_REM_ACCESS_ERR);
-    inv.wr_id = 11;
-    p.d.post_send(&mut p.b, &inv);
-    let c = p.d.wait_cqe(&mut p.cq_b);
-    assert_eq!((c.status, c.opcode), (WC_MW_BIND_ERR, WC_OPC_LOCAL_INV));
+    // LOCAL_INV on b ends the window (a's write then fails, and b's QP goes to ERR);
+    // invalidating it again fails (on a fresh pair, whose b QP still works).
+    for again in [false, true] {
+        let (mut p, _, rkey) = bound_type2_window(8, window);
+        let mut inv = with_rdma(send_wqe(9, WR_LOCAL_INV, WQE_FLAG_SIGNALED, &[]), 0, rkey);
+        p.d.post_send(&mut p.b, &inv);
+        let c = p.d.wait_cqe(&mut p.cq_b);
+        assert_eq!((c.status, c.opcode), (WC_SUCCESS, WC_OPC_LOCAL_INV));
+        if !again {
+            assert_eq!(mw_write(&mut p, 10, window, rkey), WC_REM_ACCESS_ERR);
+            continue;
+        }
+        inv.wr_id = 11;
+        p.d.post_send(&mut p.b, &inv);
+        let c = p.d.wait_cqe(&mut p.cq_b);
+        assert_eq!((c.status, c.opcode), (WC_MW_BIND_ERR, WC_OPC_LOCAL_INV));
+    }
 
     // SEND with invalidate from a: b's window bound on b's QP ends with the message.
     let (mut p, _, rkey) = bound_type2_window(12, window);

@@ -456,14 +456,15 @@ fn local_invalidate_then_register_the_next_variant() {
     assert_eq!(c.status, WC_REM_ACCESS_ERR, "invalidated rkey");
     area_is(d, area, &expected, "after the refused WRITE");
 
-    // b's QP is fine (the error was a's): register the next variant on it.
+    // The refused WRITE left both QPs in ERR (b's as the responder of a remote access
+    // error, IBA class C): register the next variant on a fresh pair.
     let key2 = inc_key(key1);
     let reg2 = Reg {
         key: key2,
         ..reg.clone()
     };
-    register(d, &mut f.p, &reg2);
     let mut q = pair_on(d, PD);
+    register(d, &mut q, &reg2);
     let c = rdma(
         d,
         &mut q,
@@ -489,7 +490,9 @@ fn local_invalidate_then_register_the_next_variant() {
         key1,
     );
     assert_eq!(c.status, WC_REM_ACCESS_ERR, "old variant");
-    // The lkey went with it: a local access through the old variant is a protection error.
+    // The lkey went with it: a local access through the old variant is a protection error
+    // (on a fresh pair: the refused WRITE left q's in ERR).
+    let mut q = pair_on(d, PD);
     let w = send_wqe(3, WR_SEND, WQE_FLAG_SIGNALED, &[sge(reg.iova, 8, key1)]);
     let c = post_wait(d, &mut q.b, &mut q.cq_b, &w);
     assert_eq!(c.status, WC_LOC_PROT_ERR, "old variant as lkey");
@@ -546,8 +549,10 @@ fn send_with_invalidate_ends_the_registration() {
     );
     assert_eq!(c.status, WC_REM_ACCESS_ERR, "invalidated by the SEND");
     area_is(d, area, &expected, "after the refused WRITE");
-    // Invalid, it can be registered again (same variant even).
-    register(d, &mut f.p, &reg);
+    // Invalid, it can be registered again (same variant even), on a fresh pair (the refused
+    // WRITE left both QPs of this one in ERR).
+    let mut q = pair_on(d, PD);
+    register(d, &mut q, &reg);
 }
 
 /// Posts `w` (a REG_MR or LOCAL_INV expected to fail) and a SEND behind it on `p.b`: the first
@@ -971,5 +976,7 @@ fn region_lifecycle_and_bad_admin_input() {
         ..reg
     }
     .wqe(d, 5);
-    expect_refused(d, &mut f.p, &w, WC_OPC_REG_MR, "deregistered region");
+    // On a fresh pair: the refused WRITEs left f.p's and q's QPs in ERR.
+    let mut r = pair_on(d, PD);
+    expect_refused(d, &mut r, &w, WC_OPC_REG_MR, "deregistered region");
 }

@@ -745,6 +745,18 @@ fn remote_access_errors_leave_memory_untouched() {
             "{what}"
         );
         t.assert_guards();
+        // The responder's QP is in ERR too, and its owner was told (QP_ACCESS_ERR).
+        let responder = &t.net.devs[1];
+        assert_eq!(
+            responder.engine.qp_state(QPN_B),
+            Some(QpState::Err),
+            "{what}"
+        );
+        assert_eq!(
+            responder.env.async_errors,
+            [(QPN_B, QpAsyncError::AccessViolation)],
+            "{what}"
+        );
     }
 }
 
@@ -810,10 +822,22 @@ fn write_overrunning_its_region_writes_nothing() {
                     target + region_len
                 );
             }
-            assert!(
-                t.cqes(1).is_empty(),
-                "{what}: the failed WRITE consumed no receive WR"
-            );
+            // RC: the responder's QP went to ERR (class C), so the receive WR the WRITE did
+            // not consume is flushed; UC dropped the message and keeps its receive WR.
+            let (recv, state, events) = if qp_type == QpType::Rc {
+                (
+                    vec![(50, WcStatus::WrFlushErr)],
+                    QpState::Err,
+                    vec![(QPN_B, QpAsyncError::AccessViolation)],
+                )
+            } else {
+                (vec![], QpState::Rts, vec![])
+            };
+            let got: Vec<_> = t.cqes(1).iter().map(|c| (c.wr_id, c.status)).collect();
+            assert_eq!(got, recv, "{what}: the failed WRITE consumed no receive WR");
+            let responder = &t.net.devs[1];
+            assert_eq!(responder.engine.qp_state(QPN_B), Some(state), "{what}");
+            assert_eq!(responder.env.async_errors, events, "{what}");
         }
     }
 }
@@ -835,6 +859,11 @@ fn remote_access_error_when_qp_forbids_the_operation() {
     t.post(wr);
     t.run();
     assert_eq!(one(&t.cqes(0)).status, WcStatus::RemAccessErr);
+    assert_eq!(t.net.devs[1].engine.qp_state(QPN_B), Some(QpState::Err));
+    assert_eq!(
+        t.net.devs[1].env.async_errors,
+        [(QPN_B, QpAsyncError::AccessViolation)]
+    );
 }
 
 #[test]
@@ -851,6 +880,10 @@ fn misaligned_atomic_is_remote_invalid_request() {
     t.run();
     assert_eq!(one(&t.cqes(0)).status, WcStatus::RemInvReqErr);
     assert_eq!(t.net.devs[1].engine.qp_state(QPN_B), Some(QpState::Err));
+    assert_eq!(
+        t.net.devs[1].env.async_errors,
+        [(QPN_B, QpAsyncError::InvalidRequest)]
+    );
 }
 
 #[test]
@@ -872,6 +905,9 @@ fn send_larger_than_recv_buffer_is_remote_invalid_request() {
         [(1, WcStatus::LocLenErr), (2, WcStatus::WrFlushErr)]
     );
     t.assert_guards();
+    // The error is the receive WR's (its completion says so): no asynchronous error.
+    assert_eq!(t.net.devs[1].engine.qp_state(QPN_B), Some(QpState::Err));
+    assert!(t.net.devs[1].env.async_errors.is_empty());
 }
 
 #[test]
@@ -1843,14 +1879,17 @@ fn rc_flush_errors() {
             ],
             "{what}"
         );
-        // A remote access error leaves the responder's QP working.
-        if status == WcStatus::RemAccessErr {
-            assert_eq!(
-                t.net.devs[1].engine.qp_state(QPN_B),
-                Some(QpState::Rts),
-                "{what}"
-            );
-        }
+        // A remote access error is a class C error of the responder too (IBA C9-222.1.1): its
+        // QP goes to ERR and its owner gets QP_ACCESS_ERR. A malformed FLUSH never leaves
+        // the requester (LOC_QP_OP_ERR) and the responder keeps working.
+        let (state, events) = if status == WcStatus::RemAccessErr {
+            (QpState::Err, vec![(QPN_B, QpAsyncError::AccessViolation)])
+        } else {
+            (QpState::Rts, vec![])
+        };
+        let responder = &t.net.devs[1];
+        assert_eq!(responder.engine.qp_state(QPN_B), Some(state), "{what}");
+        assert_eq!(responder.env.async_errors, events, "{what}");
     }
 }
 

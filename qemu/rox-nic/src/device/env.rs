@@ -11,7 +11,7 @@ use super::deferred::Deferred;
 use super::state::Hw;
 use crate::roce::{
     AccessError, AddressVector, AtomicOp, Completion, DeviceEnv, FastReg, FlushSpec, Gid, MwBind,
-    RecvWr, RemoteTarget,
+    QpAsyncError, RecvWr, RemoteTarget,
 };
 
 impl DeviceEnv for Hw {
@@ -152,6 +152,14 @@ impl DeviceEnv for Hw {
                 qpn,
             });
         }
+    }
+
+    fn qp_async_error(&mut self, qpn: Qpn, error: QpAsyncError) {
+        let event_type = match error {
+            QpAsyncError::InvalidRequest => EQE_TYPE_QP_REQ_ERR,
+            QpAsyncError::AccessViolation => EQE_TYPE_QP_ACCESS_ERR,
+        };
+        self.deferred.push_back(Deferred::Event { event_type, qpn });
     }
 
     /// Queued for the data path, which routes it (loopback, port, or lost with the link).

@@ -129,6 +129,20 @@ fn crc32_reference(chunks: &[&[u8]]) -> u32 {
 
 /// The ICRC of `packet` per IBA A17.3.3, or None if it has no room for one.
 fn reference_icrc(packet: &[u8]) -> Option<u32> {
+    let masked = reference_masked(packet)?;
+    Some(crc32_reference(&[&[0xff; 8], &masked]))
+}
+
+/// rdma_rxe's ICRC of a FLUSH (which the parser accepts too, docs/interop.md): the IBA input,
+/// then the packet from the BTH on again, unmasked.
+fn reference_rxe_flush_icrc(packet: &[u8]) -> Option<u32> {
+    let masked = reference_masked(packet)?;
+    let transport = &packet[ip_len(packet)? + UDP_HEADER_LEN..packet.len() - ICRC_LEN];
+    Some(crc32_reference(&[&[0xff; 8], &masked, transport]))
+}
+
+/// `packet` without its ICRC and with the fields the ICRC masks set to ones.
+fn reference_masked(packet: &[u8]) -> Option<Vec<u8>> {
     let ip = ip_len(packet)?;
     let body = &packet[..packet.len() - ICRC_LEN];
     let mut masked = body.to_vec();
@@ -143,14 +157,16 @@ fn reference_icrc(packet: &[u8]) -> Option<u32> {
     }
     masked[ip + 6..ip + 8].fill(0xff); // UDP checksum
     masked[ip + UDP_HEADER_LEN + 4] = 0xff; // BTH resv8a
-    Some(crc32_reference(&[&[0xff; 8], &masked]))
+    Some(masked)
 }
 
 /// Whether the ICRC at the end of `packet` is right (None: too short to have one).
 fn reference_icrc_ok(packet: &[u8]) -> Option<bool> {
     let icrc = reference_icrc(packet)?;
     let at = packet.len() - ICRC_LEN;
-    Some(u32::from_le_bytes(packet[at..].try_into().expect("4 bytes")) == icrc)
+    let wire = u32::from_le_bytes(packet[at..].try_into().expect("4 bytes"));
+    let flush = packet[ip_len(packet)? + UDP_HEADER_LEN] == opcode::RC_FLUSH;
+    Some(wire == icrc || (flush && Some(wire) == reference_rxe_flush_icrc(packet)))
 }
 
 /// `build_packet` of what was parsed, with the IP fields the parser does not return (TOS,
@@ -358,6 +374,7 @@ pub fn seeds() -> Vec<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::roce::wire::FlushIcrc;
 
     #[test]
     fn reference_icrc_agrees_with_the_encoder_on_every_seed() {
@@ -365,6 +382,30 @@ mod tests {
             assert_eq!(reference_icrc_ok(&s[1..]), Some(true));
             run(&s);
         }
+    }
+
+    #[test]
+    fn rxe_flush_icrc_is_accepted_by_parser_and_reference_alike() {
+        let ip = IpInfo {
+            sgid: gid(false, 1),
+            dgid: gid(false, 2),
+            traffic_class: 0,
+            hop_limit: 64,
+            flow_label: 0,
+            src_port: 0xc011,
+        };
+        let hdr = headers_for(opcode::RC_FLUSH, 3);
+        let p = crate::roce::wire::build_packet_with(&ip, &hdr, &[], FlushIcrc::Rxe);
+        assert_eq!(reference_icrc_ok(&p), Some(true));
+        assert!(parse_packet(&p).is_ok());
+        check_packet(&p);
+        // The same ICRC on a READ request is wrong for both.
+        let mut read = build_packet(&ip, &headers_for(opcode::RC_READ_REQUEST, 3), &[]);
+        let at = read.len() - ICRC_LEN;
+        let rxe = crate::roce::wire::rxe_flush_icrc(&read[..at], IPV4_HEADER_LEN);
+        read[at..].copy_from_slice(&rxe.to_le_bytes());
+        assert_eq!(reference_icrc_ok(&read), Some(false));
+        check_packet(&read);
     }
 
     #[test]

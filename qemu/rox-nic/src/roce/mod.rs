@@ -292,6 +292,16 @@ pub struct FailedWr {
     pub vendor_err: u16,
 }
 
+/// An affiliated asynchronous error of a QP's responder (IBA 11.6.3.2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QpAsyncError {
+    /// Invalid Request Local Work Queue Error (IB_EVENT_QP_REQ_ERR): a malformed request.
+    InvalidRequest,
+    /// Local Access Violation Work Queue Error (IB_EVENT_QP_ACCESS_ERR): an R_Key, bounds or
+    /// access-rights violation of a remote request.
+    AccessViolation,
+}
+
 /// Why a memory access was refused by the device. The engine maps it to the IB status of the
 /// side that attempted it (local: LOC_PROT_ERR; remote: NAK remote access error).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
@@ -449,6 +459,11 @@ pub trait DeviceEnv {
     /// error), after its flush completions: e.g. IB_EVENT_QP_LAST_WQE_REACHED for a QP with
     /// an SRQ. Must not call back into the engine.
     fn qp_entered_error(&mut self, _qpn: Qpn) {}
+    /// The responder of RC QP `qpn` met an error in a request that no receive WR is part of
+    /// and the QP went to the error state: an affiliated asynchronous error for its owner
+    /// (IBA 11.6.3.2). Called after [`DeviceEnv::qp_entered_error`]. Must not call back into
+    /// the engine.
+    fn qp_async_error(&mut self, _qpn: Qpn, _error: QpAsyncError) {}
     /// The QPs attached to multicast group `group` (none: the device has no such group).
     fn multicast_members(&self, _group: &Gid) -> Vec<Qpn> {
         Vec::new()

@@ -59,6 +59,8 @@ pub struct MockEnv {
     /// region whose page the driver is slow to map); `page_faults` counts the answers.
     pub fault_until: Option<(Key, u64)>,
     pub page_faults: u64,
+    /// Affiliated asynchronous errors the engine reported, in order.
+    pub async_errors: Vec<(Qpn, QpAsyncError)>,
     next_index: u32,
 }
 
@@ -153,6 +155,7 @@ impl MockEnv {
             remote_bytes_read: 0,
             fault_until: None,
             page_faults: 0,
+            async_errors: Vec::new(),
             next_index: 0,
         }
     }
@@ -208,6 +211,9 @@ impl MockEnv {
 impl DeviceEnv for MockEnv {
     fn now_ns(&self) -> u64 {
         self.now
+    }
+    fn qp_async_error(&mut self, qpn: Qpn, error: QpAsyncError) {
+        self.async_errors.push((qpn, error));
     }
     fn read_local(
         &mut self,

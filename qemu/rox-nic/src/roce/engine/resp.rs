@@ -243,8 +243,12 @@ impl Qp {
         self.resp.uc_dropping = true;
     }
 
-    /// A responder-side error of class "QP goes to error" (invalid request, remote operational
-    /// error, local length/protection error on a receive WR).
+    /// A responder-side error after which the QP is in the error state (IBA 9.9.3, error
+    /// classes A and C: invalid request, remote access error, remote operational error, and a
+    /// local length/protection error on a receive WR). The receive WR the request used
+    /// completes with `recv`'s status; without one, the owner learns of it from an affiliated
+    /// asynchronous error (IBA 11.6.3.2: QP_REQ_ERR or QP_ACCESS_ERR; rdma_rxe 7.3 raises
+    /// only the latter, docs/peer.md).
     pub(super) fn responder_fatal(
         &mut self,
         env: &mut dyn DeviceEnv,
@@ -256,10 +260,19 @@ impl Qp {
         if let Some((wr_id, status)) = recv {
             self.complete_recv(env, wr_id, status, WcOpcode::Recv, 0);
         }
-        if self.cfg.qp_type == QpType::Rc {
+        let rc = self.cfg.qp_type == QpType::Rc;
+        if rc {
             self.nak(env, stats, psn, code);
         }
         self.enter_error(env);
+        let event = match code {
+            NakCode::InvalidRequest => Some(QpAsyncError::InvalidRequest),
+            NakCode::RemoteAccessError => Some(QpAsyncError::AccessViolation),
+            _ => None,
+        };
+        if let Some(event) = event.filter(|_| rc && recv.is_none()) {
+            env.qp_async_error(self.cfg.qpn, event);
+        }
     }
 
     /// A malformed request (out of op sequence, bad length, bad alignment): RC NAKs it and
@@ -315,7 +328,8 @@ impl Qp {
     }
 
     /// R_Key/access/bounds violation of a remote request: RC NAKs (the requester's WR fails
-    /// with REM_ACCESS_ERR); UC drops the message.
+    /// with REM_ACCESS_ERR) and the QP goes to the error state (IBA C9-222.1.1, class C);
+    /// UC drops the message (class E).
     pub(super) fn remote_access_error(
         &mut self,
         env: &mut dyn DeviceEnv,
@@ -323,7 +337,7 @@ impl Qp {
         psn: Psn,
     ) {
         if self.cfg.qp_type == QpType::Rc {
-            self.nak(env, stats, psn, NakCode::RemoteAccessError);
+            self.responder_fatal(env, stats, psn, NakCode::RemoteAccessError, None);
         } else {
             self.uc_drop(psn);
         }

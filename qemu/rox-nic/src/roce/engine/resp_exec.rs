@@ -34,7 +34,7 @@ impl Qp {
                     return false;
                 }
                 Err(_) => {
-                    self.nak(env, stats, psn, NakCode::RemoteAccessError);
+                    self.remote_access_error(env, stats, psn);
                     return false;
                 }
             }
@@ -53,7 +53,7 @@ impl Qp {
                     )
                     .is_err()
             {
-                self.nak(env, stats, psn.add(i), NakCode::RemoteAccessError);
+                self.remote_access_error(env, stats, psn.add(i));
                 return false;
             }
             let base = match (i == 0, i + 1 == npkts) {
@@ -579,19 +579,50 @@ mod tests {
             &[1; 1024],
             reth(0, rkey, MEM_LEN as u32 + 1),
         );
+        env.recv.push_back(recv_wr(7, 0x800, 64));
         receive(&mut qp, &mut env, &mut stats, &first);
         assert!(env.mem[..1024].iter().all(|&b| b == 0));
         let nak = env.sent_parsed()[0].hdr.aeth.unwrap().syndrome;
         assert_eq!(nak, Syndrome::Nak(NakCode::RemoteAccessError));
         assert!(qp.resp.cur.is_none());
-        // A region whose page is absent: RNR NAK, nothing executed, the PSN expected again.
+        // Class C: the QP is in error, its receive queue flushed, its owner told.
+        assert_eq!(qp.state, QpState::Err);
+        let flushed: Vec<_> = env
+            .completions
+            .iter()
+            .map(|c| (c.wr_id, c.status))
+            .collect();
+        assert_eq!(flushed, [(7, WcStatus::WrFlushErr)]);
+        assert_eq!(env.async_errors, [QpAsyncError::AccessViolation]);
+        // A region whose page is absent: RNR NAK, nothing executed, the PSN expected again;
+        // the QP stays in RTS and nothing is reported.
+        let (mut env, mut stats, mut qp) = rc_fixture();
         let fault = packet_from_peer(op::RC_WRITE_ONLY, 100, &[1; 8], reth(0, FAULT_KEY, 8));
         receive(&mut qp, &mut env, &mut stats, &fault);
         assert_eq!(
-            env.sent_parsed()[1].hdr.aeth.unwrap().syndrome,
+            env.sent_parsed()[0].hdr.aeth.unwrap().syndrome,
             Syndrome::RnrNak(0)
         );
         assert_eq!((stats.page_fault_naks, qp.resp.epsn.get()), (1, 100));
+        assert_eq!(qp.state, QpState::Rts);
+        assert!(env.async_errors.is_empty());
+    }
+
+    #[test]
+    fn read_beyond_its_region_is_a_remote_access_error_that_fails_the_qp() {
+        let (mut env, mut stats, mut qp) = rc_fixture();
+        let read = packet_from_peer(op::RC_READ_REQUEST, 100, &[], reth(0, BAD_KEY, 64));
+        receive(&mut qp, &mut env, &mut stats, &read);
+        let sent = env.sent_parsed();
+        assert_eq!(sent.len(), 1, "one NAK, no READ response");
+        let nak = sent[0].hdr.aeth.unwrap().syndrome;
+        assert_eq!(nak, Syndrome::Nak(NakCode::RemoteAccessError));
+        assert_eq!(qp.state, QpState::Err);
+        assert_eq!(env.async_errors, [QpAsyncError::AccessViolation]);
+        // A QP in error answers nothing more.
+        let again = packet_from_peer(op::RC_READ_REQUEST, 100, &[], reth(0, Key::from_raw(2), 8));
+        receive(&mut qp, &mut env, &mut stats, &again);
+        assert_eq!(env.sent_parsed().len(), 1);
     }
 
     #[test]
@@ -607,6 +638,7 @@ mod tests {
         let nak = env.sent_parsed()[0].hdr.aeth.unwrap().syndrome;
         assert_eq!(nak, Syndrome::Nak(NakCode::InvalidRequest));
         assert_eq!(qp.state, QpState::Err);
+        assert_eq!(env.async_errors, [QpAsyncError::InvalidRequest]);
         assert!(env.mem[..16].iter().all(|&b| b == 0));
     }
 

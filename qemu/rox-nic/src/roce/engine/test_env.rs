@@ -24,6 +24,7 @@ pub(super) struct TestEnv {
     pub(super) sent: Vec<Vec<u8>>,
     /// QPs whose SQD drain was reported.
     pub(super) drained: Vec<Qpn>,
+    pub(super) async_errors: Vec<QpAsyncError>,
 }
 
 impl TestEnv {
@@ -35,6 +36,7 @@ impl TestEnv {
             completions: Vec::new(),
             sent: Vec::new(),
             drained: Vec::new(),
+            async_errors: Vec::new(),
         }
     }
 
@@ -88,6 +90,9 @@ impl DeviceEnv for TestEnv {
 
     fn now_ns(&self) -> u64 {
         self.now
+    }
+    fn qp_async_error(&mut self, _qpn: Qpn, error: QpAsyncError) {
+        self.async_errors.push(error);
     }
     fn read_local(
         &mut self,

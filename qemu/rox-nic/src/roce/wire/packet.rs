@@ -76,8 +76,19 @@ fn udp6_checksum(src: &Gid, dst: &Gid, udp: &[u8]) -> u16 {
     }
 }
 
-/// Builds a complete RoCEv2 IP packet with a valid ICRC.
+/// Builds a complete RoCEv2 IP packet with a valid ICRC (a FLUSH's as
+/// [`flush_icrc_on_transmit`] says).
 pub fn build_packet(ip: &IpInfo, hdr: &Headers, payload: &[u8]) -> Vec<u8> {
+    build_packet_with(ip, hdr, payload, flush_icrc_on_transmit())
+}
+
+/// [`build_packet`] with the ICRC of a FLUSH request computed as `flush_icrc` says.
+pub fn build_packet_with(
+    ip: &IpInfo,
+    hdr: &Headers,
+    payload: &[u8],
+    flush_icrc: FlushIcrc,
+) -> Vec<u8> {
     let info = opcode_info(hdr.bth.opcode).expect("engine builds only known opcodes");
     let pad = (4 - payload.len() % 4) % 4;
     let v4 = gid_ipv4(&ip.dgid).zip(gid_ipv4(&ip.sgid));
@@ -178,7 +189,11 @@ pub fn build_packet(ip: &IpInfo, hdr: &Headers, payload: &[u8]) -> Vec<u8> {
     }
     buf.extend_from_slice(payload);
     buf.resize(buf.len() + pad, 0);
-    let icrc = compute_icrc(&buf, ip_len);
+    let icrc = if hdr.bth.opcode == opcode::RC_FLUSH && flush_icrc == FlushIcrc::Rxe {
+        rxe_flush_icrc(&buf, ip_len)
+    } else {
+        compute_icrc(&buf, ip_len)
+    };
     buf.extend_from_slice(&icrc.to_le_bytes());
     if v4.is_none() {
         let csum = udp6_checksum(&ip.sgid, &ip.dgid, &buf[ip_len..]);
@@ -191,6 +206,55 @@ pub fn build_packet(ip: &IpInfo, hdr: &Headers, payload: &[u8]) -> Vec<u8> {
 /// ICRC of `packet` (IP header .. end of pad, without the ICRC itself); `ip_len` is the IP
 /// header length (20 or 40).
 pub fn compute_icrc(packet: &[u8], ip_len: usize) -> u32 {
+    icrc_hasher(packet, ip_len).finalize()
+}
+
+/// The ICRC rdma_rxe puts on (and expects of) a FLUSH request: the IBA ICRC's input followed
+/// by the whole transport part again, BTH (unmasked) to the end. rxe's opcode table gives
+/// RC_FLUSH no payload offset (drivers/infiniband/sw/rxe/rxe_opcode.c, Linux 6.2 on, 7.3.4
+/// here), so its ICRC code takes the packet from the BTH on as the "payload" after having
+/// hashed FETH and RETH as headers. Only FLUSH has this; docs/interop.md.
+pub fn rxe_flush_icrc(packet: &[u8], ip_len: usize) -> u32 {
+    let mut hasher = icrc_hasher(packet, ip_len);
+    hasher.update(&packet[ip_len + UDP_HEADER_LEN..]);
+    hasher.finalize()
+}
+
+/// How the ICRC of a FLUSH request is computed on transmit: as IBA says, or as rdma_rxe does
+/// ([`rxe_flush_icrc`]), which an rxe responder needs (it drops the IBA one).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FlushIcrc {
+    Iba,
+    Rxe,
+}
+
+static FLUSH_ICRC_RXE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Sets how this process computes FLUSH ICRCs on transmit (rox-nic --flush-icrc; IBA unless
+/// set). Received FLUSH requests are accepted with either ICRC.
+pub fn set_flush_icrc_on_transmit(how: FlushIcrc) {
+    FLUSH_ICRC_RXE.store(how == FlushIcrc::Rxe, std::sync::atomic::Ordering::Relaxed);
+}
+
+pub fn flush_icrc_on_transmit() -> FlushIcrc {
+    if FLUSH_ICRC_RXE.load(std::sync::atomic::Ordering::Relaxed) {
+        FlushIcrc::Rxe
+    } else {
+        FlushIcrc::Iba
+    }
+}
+
+/// Whether `wire_icrc` is the ICRC of `packet` (no ICRC) with IP header length `ip_len`: the
+/// IBA one, or for a FLUSH request also rdma_rxe's ([`rxe_flush_icrc`]; the opcode is the
+/// BTH's first byte).
+pub fn icrc_matches(packet: &[u8], ip_len: usize, wire_icrc: u32) -> bool {
+    compute_icrc(packet, ip_len) == wire_icrc
+        || (packet.get(ip_len + UDP_HEADER_LEN) == Some(&opcode::RC_FLUSH)
+            && rxe_flush_icrc(packet, ip_len) == wire_icrc)
+}
+
+/// The ICRC's CRC state after the masked LRH, IP/UDP/BTH and everything after the BTH.
+fn icrc_hasher(packet: &[u8], ip_len: usize) -> crc32fast::Hasher {
     let fixed_len = ip_len + UDP_HEADER_LEN + BTH_LEN;
     let mut masked = [0u8; IPV6_HEADER_LEN + UDP_HEADER_LEN + BTH_LEN];
     let masked = &mut masked[..fixed_len];
@@ -214,7 +278,7 @@ pub fn compute_icrc(packet: &[u8], ip_len: usize) -> u32 {
     hasher.update(&ICRC_MASKED_LRH);
     hasher.update(masked);
     hasher.update(&packet[fixed_len..]);
-    hasher.finalize()
+    hasher
 }
 
 /// Why a received packet was not accepted.
@@ -349,7 +413,7 @@ pub fn parse_transport(packet: &[u8], ip: IpView) -> Result<Parsed<'_>, ParseErr
     }
     let icrc_at = packet.len() - ICRC_LEN;
     let wire_icrc = u32::from_le_bytes(packet[icrc_at..].try_into().unwrap());
-    if compute_icrc(&packet[..icrc_at], ip_len) != wire_icrc {
+    if !icrc_matches(&packet[..icrc_at], ip_len, wire_icrc) {
         return Err(ParseError::BadIcrc);
     }
     let mut r = Reader { bytes: t, at: 0 };
@@ -412,4 +476,117 @@ pub fn parse_transport(packet: &[u8], ip: IpView) -> Result<Parsed<'_>, ParseErr
         info,
         payload: &t[at..payload_end],
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn flush_headers() -> Headers {
+        let mut hdr = Headers::new(Bth {
+            opcode: opcode::RC_FLUSH,
+            solicited: false,
+            pkey: DEFAULT_PKEY,
+            dest_qpn: Qpn::new(0x11).unwrap(),
+            ack_req: true,
+            psn: Psn::new(0x123456).unwrap(),
+        });
+        hdr.feth = Some(Feth {
+            placement_type: 1,
+            selectivity_level: 0,
+        });
+        hdr.reth = Some(Reth {
+            va: 0x7f00_0000_1000,
+            rkey: Key::from_raw(0x1234_5601),
+            dma_len: 4096,
+        });
+        hdr
+    }
+
+    fn ip(v6: bool) -> IpInfo {
+        let gid = |last| {
+            if v6 {
+                let mut g = [0u8; 16];
+                g[0] = 0xfd;
+                g[15] = last;
+                g
+            } else {
+                ipv4_gid([10, 50, 0, last])
+            }
+        };
+        IpInfo {
+            sgid: gid(1),
+            dgid: gid(2),
+            traffic_class: 0,
+            hop_limit: 64,
+            flow_label: 0,
+            src_port: 0xc011,
+        }
+    }
+
+    /// rdma_rxe's ICRC of a FLUSH, step by step as rxe_icrc.c with rxe_opcode.c's RC_FLUSH
+    /// entry computes it: CRC-32 over the masked LRH, the masked IP/UDP/BTH, the headers after
+    /// the BTH (opcode length 32 - 12), then the "payload" from offset 0 (no payload offset):
+    /// paylen - 4 bytes.
+    fn rxe_steps(packet: &[u8], ip_len: usize) -> u32 {
+        let transport = &packet[ip_len + UDP_HEADER_LEN..];
+        let mut h = crc32fast::Hasher::new();
+        h.update(&[0xff; 8]);
+        let mut pseudo = packet[..ip_len + UDP_HEADER_LEN + BTH_LEN].to_vec();
+        if ip_len == IPV4_HEADER_LEN {
+            pseudo[1] = 0xff; // TOS
+            pseudo[8] = 0xff; // TTL
+            pseudo[10..12].fill(0xff); // header checksum
+        } else {
+            pseudo[0] |= 0x0f; // traffic class and flow label
+            pseudo[1..4].fill(0xff);
+            pseudo[7] = 0xff; // hop limit
+        }
+        pseudo[ip_len + 6..ip_len + 8].fill(0xff); // UDP checksum
+        pseudo[ip_len + UDP_HEADER_LEN + 4] = 0xff; // BTH resv8a
+        h.update(&pseudo);
+        let opcode_len = BTH_LEN + FETH_LEN + RETH_LEN;
+        h.update(&transport[BTH_LEN..opcode_len]);
+        h.update(&transport[..transport.len() - ICRC_LEN]);
+        h.finalize()
+    }
+
+    #[test]
+    fn flush_icrc_follows_iba_or_rxe_and_either_is_accepted() {
+        for v6 in [false, true] {
+            let ip = ip(v6);
+            let ip_len = if v6 { IPV6_HEADER_LEN } else { IPV4_HEADER_LEN };
+            let iba = build_packet_with(&ip, &flush_headers(), &[], FlushIcrc::Iba);
+            let rxe = build_packet_with(&ip, &flush_headers(), &[], FlushIcrc::Rxe);
+            let body = iba.len() - ICRC_LEN;
+            // The same frame but for the ICRC (and IPv6's UDP checksum, which covers it).
+            assert_eq!(iba[..ip_len], rxe[..ip_len]);
+            assert_eq!(iba[ip_len + 8..body], rxe[ip_len + 8..body]);
+            let icrc = |p: &[u8]| u32::from_le_bytes(p[body..].try_into().unwrap());
+            assert_eq!(icrc(&iba), compute_icrc(&iba[..body], ip_len));
+            assert_eq!(icrc(&rxe), rxe_steps(&rxe, ip_len), "v6 {v6}");
+            assert_ne!(icrc(&iba), icrc(&rxe));
+            for p in [&iba, &rxe] {
+                let parsed = parse_packet(p).expect("either ICRC is accepted");
+                assert_eq!(parsed.hdr.reth, flush_headers().reth);
+            }
+        }
+    }
+
+    #[test]
+    fn rxe_style_icrc_is_refused_on_everything_but_flush() {
+        let mut hdr = flush_headers();
+        hdr.bth.opcode = opcode::RC_READ_REQUEST;
+        hdr.feth = None;
+        let ip = ip(false);
+        let mut packet = build_packet_with(&ip, &hdr, &[], FlushIcrc::Rxe);
+        let body = packet.len() - ICRC_LEN;
+        let rxe = rxe_flush_icrc(&packet[..body], IPV4_HEADER_LEN);
+        packet[body..].copy_from_slice(&rxe.to_le_bytes());
+        assert_eq!(parse_packet(&packet).unwrap_err(), ParseError::BadIcrc);
+        // A FLUSH with a damaged byte fails both ICRCs.
+        let mut flush = build_packet_with(&ip, &flush_headers(), &[], FlushIcrc::Rxe);
+        flush[IPV4_HEADER_LEN + UDP_HEADER_LEN + BTH_LEN + 6] ^= 1;
+        assert_eq!(parse_packet(&flush).unwrap_err(), ParseError::BadIcrc);
+    }
 }
