@@ -318,7 +318,8 @@ fn read_resp_long(s: &mut Session) {
     }
 }
 
-/// An RDMA WRITE into the guest's buffer with a wrong R_Key: NAK remote access error.
+/// An RDMA WRITE into the guest's buffer with a wrong R_Key: NAK remote access error, then
+/// silence (the guest's QP is in ERR).
 fn rkey_to_guest(s: &mut Session) {
     let psn = s.qp.npsn;
     // Same index, another key variant (the low byte): a key the guest never handed out.
@@ -330,6 +331,18 @@ fn rkey_to_guest(s: &mut Session) {
         s.fault(format!(
             "expected one remote-access NAK of {psn:?}: {:?}",
             list(&got)
+        ));
+    }
+    // Class C: the responder's QP is in the error state now and answers nothing, not even the
+    // same WRITE with the right R_Key (which a QP still in RTS would execute and ACK; the
+    // guest would then also find its buffer changed).
+    let good = s.guest_reth(s.qp.guest_rkey, 64);
+    s.send_request(op::RC_WRITE_ONLY, psn, Some(good), &peer_message(5));
+    let after = answers(s);
+    if !after.is_empty() {
+        s.fault(format!(
+            "the responder answered after its remote access error: {:?}",
+            list(&after)
         ));
     }
     s.until_end(&mut |_, _| {});
