@@ -311,7 +311,8 @@ static struct rdma_addrinfo *resolve(const char *addr, int passive)
 	return res;
 }
 
-/* Waits up to 120 s for the peer's disconnect: the server's end of a transfer. */
+/* Waits up to 120 s for the connection's end: the server's end of a transfer, and the client's
+ * after its own rdma_disconnect. */
 static void wait_disconnect(struct rdma_event_channel *ch)
 {
 	struct pollfd pfd = { .fd = ch->fd, .events = POLLIN };
@@ -320,7 +321,7 @@ static void wait_disconnect(struct rdma_event_channel *ch)
 	for (;;) {
 		int left_ms = (int)((deadline - now()) * 1000);
 		if (left_ms <= 0 || poll(&pfd, 1, left_ms) == 0)
-			fail("the client did not disconnect within 120 s");
+			fail("no DISCONNECTED event within 120 s");
 		if (rdma_get_cm_event(ch, &ev))
 			die("rdma_get_cm_event");
 		enum rdma_cm_event_type type = ev->event;
@@ -450,7 +451,10 @@ static int client(const char *addr, enum op op, size_t len, size_t chunk)
 	printf("rdma-xfer: %s %zu KiB in %.2f s (%.1f MB/s), checksum %016" PRIx64
 	       " vs server's %016" PRIx64 ": %s\n", op_names[op], len >> 10, secs,
 	       (double)s.len / secs / 1e6, ours, theirs, ok ? "equal" : "DIFFERENT");
+	/* Stay until our DREQ is answered (or the CM gives up on it): a client that exits at once
+	 * takes the DREQ's retransmissions with it, and a lost DREQ would leave the server waiting. */
 	rdma_disconnect(id);
+	wait_disconnect(ch);
 	return ok ? 0 : 1;
 }
 
