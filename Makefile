@@ -47,6 +47,17 @@ demo:
 fuzz:
 	qemu/rox-nic/fuzz/run.sh
 
+# Debian's stock kernel (docs/kernel.md): `make stock` prepares it (no kernel build), then
+# `make module demo ROX_KERNEL_FLAVOUR=stock`. `make check-kernel KDIR=...`: can rox.ko be built
+# against and loaded into that kernel (tree, headers package or stock directory)?
+.PHONY: stock check-kernel
+stock: root
+	scripts/setup-stock-kernel.sh
+
+check-kernel:
+	@test -n "$(KDIR)" || { echo "usage: make check-kernel KDIR=<kernel tree or headers>"; exit 2; }
+	scripts/check-kernel $(KDIR)
+
 clean:
 	cargo clean
 	rm -rf $(ROX_CACHE)/kernel-*/rox-module-*
