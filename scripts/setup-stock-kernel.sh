@@ -27,4 +27,7 @@ if [ ! -e "$dir/.complete" ]; then
 	log "stock kernel: prepared in $(( $(date +%s) - t0 ))s"
 fi
 basename "$dir" >"$ROX_CACHE/stock.current"
+for old in "$ROX_CACHE"/stock-r*; do
+	[ "$old" = "$dir" ] || { log "stock kernel: removing stale $old"; rm -rf "$old"; }
+done
 log "stock kernel: $(cat "$dir/kernelrelease") ready at $dir"

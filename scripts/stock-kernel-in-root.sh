@@ -213,7 +213,7 @@ prepare)
 	make_initrd "$dir" "$rel"
 	echo "$rel" >"$dir/kernelrelease"
 	echo "$3 $4 $5 $6" >"$dir/packages"
-	rm -rf "$dir/image" "$dir/source-deb" "$dir/.unpacked"
+	rm -rf "$dir/image" "$dir/source-deb" "$dir/debs" "$dir/.unpacked"
 	;;
 *) die "usage: $0 select | prepare DIR SRC VER IMG HDR" ;;
 esac
