@@ -4,7 +4,7 @@
 #   make provider build librox and install it into the root
 #   make quality  rustfmt + clippy (warnings denied, every unsafe block with // SAFETY:)
 #   make test     everything: setup, module, host tests, guest tests (stage timings printed)
-#   make demo     boot a guest and show rox at work
+#   make demo     boot a guest (Debian's stock kernel: no kernel build) and show rox at work
 #   make fuzz     every rox-nic fuzz target for FUZZ_SECONDS (default 300) each (nightly, cargo-fuzz)
 ROX_CACHE ?= $(HOME)/.cache/rox
 ROX_KERNEL_FLAVOUR ?= release
@@ -41,8 +41,10 @@ quality:
 test:
 	scripts/test.sh
 
+# make demo boots Debian's stock kernel (no kernel build) unless ROX_KERNEL_FLAVOUR is given.
+ROX_DEMO_FLAVOUR := $(if $(filter file,$(origin ROX_KERNEL_FLAVOUR)),stock,$(ROX_KERNEL_FLAVOUR))
 demo:
-	scripts/demo.sh
+	ROX_KERNEL_FLAVOUR=$(ROX_DEMO_FLAVOUR) scripts/demo.sh
 
 fuzz:
 	qemu/rox-nic/fuzz/run.sh
