@@ -4,7 +4,7 @@
 #   make provider build librox and install it into the root
 #   make quality  rustfmt + clippy (warnings denied, every unsafe block with // SAFETY:)
 #   make test     everything: setup, module, host tests, guest tests (stage timings printed)
-#   make demo     boot a guest and show rox at work
+#   make demo     boot a guest (Debian's stock kernel: no kernel build) and show rox at work
 #   make fuzz     every rox-nic fuzz target for FUZZ_SECONDS (default 300) each (nightly, cargo-fuzz)
 ROX_CACHE ?= $(HOME)/.cache/rox
 ROX_KERNEL_FLAVOUR ?= release
@@ -41,11 +41,24 @@ quality:
 test:
 	scripts/test.sh
 
+# make demo boots Debian's stock kernel (no kernel build) unless ROX_KERNEL_FLAVOUR is given.
+ROX_DEMO_FLAVOUR := $(if $(filter file,$(origin ROX_KERNEL_FLAVOUR)),stock,$(ROX_KERNEL_FLAVOUR))
 demo:
-	scripts/demo.sh
+	ROX_KERNEL_FLAVOUR=$(ROX_DEMO_FLAVOUR) scripts/demo.sh
 
 fuzz:
 	qemu/rox-nic/fuzz/run.sh
+
+# Debian's stock kernel (docs/kernel.md): `make stock` prepares it (no kernel build), then
+# `make module demo ROX_KERNEL_FLAVOUR=stock`. `make check-kernel KDIR=...`: can rox.ko be built
+# against and loaded into that kernel (tree, headers package or stock directory)?
+.PHONY: stock check-kernel
+stock: root
+	scripts/setup-stock-kernel.sh
+
+check-kernel:
+	@test -n "$(KDIR)" || { echo "usage: make check-kernel KDIR=<kernel tree or headers>"; exit 2; }
+	scripts/check-kernel $(KDIR)
 
 clean:
 	cargo clean

@@ -75,7 +75,7 @@ echo "=== 2. two guests on one bridge: guest 0 rox_0 (10.50.0.11), guest 1 rox_0
 # Guest 1 serves steps 1 and 2 and is the client of step 3; ports 19001-19003, one per step.
 # Part 3 decodes the capture even when part 2 failed; the demo's status is part 2's.
 lab_rc=0
-"$ROX_TOP/qemu/lab" --timeout 900 --capture "$pcap" \
+"$ROX_TOP/qemu/lab" --flavour "$flavour" --timeout 900 --capture "$pcap" \
 	--guest rox --cmd "$helpers
 	set -e
 	insmod $ko >/dev/null; wait_port_active rox_0

@@ -26,8 +26,18 @@ kernel_key() {
 	{ echo "$ROX_KERNEL_RECIPE"; cat "$ROX_TOP/scripts/root-packages.txt" "$ROX_TOP/qemu/kernel.config"
 	  [ "${1:-release}" = release ] || cat "$ROX_TOP/qemu/kernel-$1.config"; } | sha256sum | cut -c1-16
 }
-# $1: flavour (release|debug)
-kernel_dir() { echo "$ROX_CACHE/kernel-$(kernel_key "${1:-release}")-${1:-release}"; }
+# $1: flavour (release|debug|stock). The stock flavour is Debian's kernel, prepared by
+# setup-stock-kernel.sh into the directory $ROX_CACHE/stock.current names.
+kernel_dir() {
+	if [ "${1:-}" = stock ]; then
+		echo "$ROX_CACHE/$(cat "$ROX_CACHE/stock.current" 2>/dev/null || echo stock-none)"
+	else
+		echo "$ROX_CACHE/kernel-$(kernel_key "${1:-release}")-${1:-release}"
+	fi
+}
+# Bump when setup-stock-kernel.sh changes what it prepares. $1: the Debian package version.
+ROX_STOCK_RECIPE=1
+stock_dir_name() { echo "stock-r$ROX_STOCK_RECIPE-$(echo "$1" | tr '~+:' '___')"; }
 # $1: flavour. Where rox.ko of this clone is built (one per clone: builds never mix).
 module_dir() { echo "$(kernel_dir "$1")/rox-module-$(echo "$ROX_TOP" | sha256sum | cut -c1-8)"; }
 

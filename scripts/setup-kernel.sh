@@ -6,7 +6,11 @@ set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
 flavour=${1:-release}
-case $flavour in release|debug) ;; *) die "unknown kernel flavour '$flavour' (release|debug)" ;; esac
+case $flavour in
+release|debug) ;;
+stock) exec "$(dirname "$0")/setup-stock-kernel.sh" ;;
+*) die "unknown kernel flavour '$flavour' (release|debug|stock)" ;;
+esac
 kdir=$(kernel_dir "$flavour")
 if [ -e "$kdir/.complete" ]; then
 	log "kernel($flavour): cached at $kdir"

@@ -27,6 +27,12 @@ stage device cargo build --release -p rox-nic -p rox-lab || exit 1
 # diagnosis, and a rox-nic that panics fails the lab (qemu/rox-lab/selftest).
 stage lab-selftest qemu/rox-lab/selftest || exit 1
 stage guest-tests tests/guest/run "$flavour" || exit 1
+# Debian's stock kernel (docs/kernel.md): no kernel build; rox.ko built against its source
+# prepared with the image's config, checked (vermagic, every import in its Module.symvers),
+# then every guest test on it, with the distribution's own ib_core, uverbs and rxe.
+stage stock-kernel scripts/setup-stock-kernel.sh || exit 1
+stage stock-module scripts/build-module.sh stock || exit 1
+stage guest-stock tests/guest/run stock || exit 1
 stage guest-pair tests/guest/pair-pingpong || exit 1
 # The lab's other shapes (rox-lab, docs/networking.md): two guests on two subnets through the
 # router namespace, and one guest on a 1500-byte Ethernet.

@@ -275,6 +275,8 @@ pub struct GuestLaunch<'a> {
     pub mem_mib: u32,
     /// The kernel build directory (bzImage, modules).
     pub kernel: PathBuf,
+    /// The kernel needs an initramfs (the stock kernel: 9p and virtio-pci are modules).
+    pub initrd: bool,
     /// The guest's run directory (cmd, net, status, booted, sockets).
     pub run_dir: PathBuf,
     /// rox-lab's monitor socket.
@@ -313,6 +315,9 @@ pub fn qemu_args(l: &GuestLaunch) -> Vec<String> {
     ]
     .map(String::from)
     .to_vec();
+    if l.initrd {
+        args.extend(["-initrd".to_string(), format!("{kernel}/initrd")]);
+    }
     let mut vfio_sockets = Vec::new();
     for nic in &l.guest.nics {
         let id = format!("lab{}", nic.index);
@@ -463,6 +468,28 @@ mod tests {
     }
 
     #[test]
+    fn a_kernel_with_an_initramfs_gets_it() {
+        let l = lab(false, &["rox"]);
+        let run = PathBuf::from("/cache/run/lab.1/g0");
+        let args = qemu_args(&GuestLaunch {
+            guest: &l.guests[0],
+            mtu: 9000,
+            accel: "tcg",
+            cpus: 2,
+            mem_mib: 2048,
+            kernel: PathBuf::from("/cache/stock"),
+            initrd: true,
+            run_dir: run.clone(),
+            monitor: run.join("monitor.sock"),
+            rox_files: vec![Some(rox_nic_files(&run, 0))],
+            extra_vfio: vec![],
+        });
+        let text = args.join(" ");
+        assert!(text.contains("-kernel /cache/stock/bzImage "), "{text}");
+        assert!(text.contains("-initrd /cache/stock/initrd"), "{text}");
+    }
+
+    #[test]
     fn qemu_gets_a_vfio_user_device_per_rox_nic_and_a_tap_per_virtio_nic() {
         let l = lab(false, &["rox,virtio"]);
         let run = PathBuf::from("/cache/run/lab.1/g0");
@@ -473,6 +500,7 @@ mod tests {
             cpus: 2,
             mem_mib: 2048,
             kernel: PathBuf::from("/cache/k"),
+            initrd: false,
             run_dir: run.clone(),
             monitor: run.join("monitor.sock"),
             rox_files: vec![Some(rox_nic_files(&run, 0)), None],
@@ -484,6 +512,7 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("-monitor unix:/cache/run/lab.1/g0/monitor.sock,server=on,wait=off"));
+        assert!(!text.contains("-initrd"), "{text}");
         assert!(
             text.contains("rox.run=/cache/run/lab.1/g0 rox.modules=/cache/k/modules rox.guest=0")
         );

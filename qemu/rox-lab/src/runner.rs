@@ -173,7 +173,11 @@ impl Runner {
         let mark = self.paths.cache.join(format!("kvm-probe-{kname}"));
         if !mark.exists() {
             let mut verdict = "ko";
-            if Path::new("/dev/kvm").exists() {
+            // kvm_pvm (a paravirtual /dev/kvm) runs only kernels with its own patches: a
+            // probe would only wait out its timeout.
+            if Path::new("/sys/module/kvm_pvm").exists() {
+                eprintln!("rox-lab: /dev/kvm is kvm_pvm's; TCG");
+            } else if Path::new("/dev/kvm").exists() {
                 eprintln!("rox-lab: probing KVM (at most 20 s)");
                 let log = self.run.join("kvm-probe.log");
                 let mut cmd = self.paths.in_root_cmd();
@@ -303,6 +307,7 @@ impl Runner {
             cpus: self.cli.cpus,
             mem_mib: self.cli.mem,
             kernel: self.paths.in_root(&self.paths.kernel)?,
+            initrd: self.paths.kernel.join("initrd").is_file(),
             run_dir: self.paths.in_root(&dir)?,
             monitor: self.paths.in_root(&monitor_socket(&dir))?,
             rox_files,
