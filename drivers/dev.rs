@@ -126,8 +126,7 @@ impl<'bound> RoxDev<'bound> {
 
     /// Runs one typed admin command (`uapi::admin::AdminCommand`): `C`'s payload in, `C`'s
     /// result out, so the opcode, its payload and the meaning of its result words cannot
-    /// disagree.
-    /// A dead device fails every command at once.
+    /// disagree. A dead device fails every command at once (EIO).
     pub(crate) fn run<C: admin::AdminCommand>(&self, payload: C::Payload) -> Result<C::Result> {
         if self.is_dead() {
             return Err(EIO);
