@@ -84,6 +84,12 @@ impl AdminQueue {
         })
     }
 
+    /// Whether a command got no completion in time (or one out of step): the device is reset
+    /// and the queue refuses further use.
+    pub(crate) fn is_broken(&self) -> bool {
+        self.state.lock().broken
+    }
+
     /// Hands the rings to the device and enables the queue (the device is freshly reset).
     pub(crate) fn enable(&self, regs: &Regs<'_>) -> Result {
         regs.write_addr(

@@ -10,15 +10,17 @@
 //! doorbell page; `poll` and `arm` are the kernel consumer's data path.
 
 use crate::{
+    dead::gone_if_dead,
     dev::RoxDev,
     hw::{
         regs,
-        uapi::{admin, queue, udata as ud, verbs},
+        uapi::{admin, ids::Qpn, queue, udata as ud, verbs},
     },
     ib::{CqInit, Created, DeviceId, IbDev, NetworkHdr, Udata, Wc, WcFlags, WcOpcode, WcOut},
     ids::DbSlot,
     ring::{KernelRing, UserRing},
     ucontext::Ucontext,
+    wq::Posted,
 };
 use kernel::{
     new_mutex, new_spinlock_irq,
@@ -288,7 +290,9 @@ fn wc_of(cqe: &queue::Cqe) -> Wc {
     }
 }
 
-/// Kernel CQs: moves completions into `wc`.
+/// Kernel CQs: moves completions into `wc`: the device's, then, once the device is dead and
+/// its ring holds no more, a flush error for every work request it never completed
+/// (`dead.rs`).
 pub(crate) fn poll(dev: &RoxDev<'_>, cq: &Cq, wc: &mut WcOut<'_>) -> Result<usize> {
     let CqQueue::Kernel(k) = &cq.queue else {
         return Err(EOPNOTSUPP);
@@ -302,6 +306,7 @@ pub(crate) fn poll(dev: &RoxDev<'_>, cq: &Cq, wc: &mut WcOut<'_>) -> Result<usiz
             break;
         }
         let cqe = k.ring.ring.read(slot)?;
+        dev.dead.retire(&cqe);
         wc.set(count, &wc_of(&cqe));
         state.consumer = state.consumer.wrapping_add(1);
         count += 1;
@@ -309,7 +314,32 @@ pub(crate) fn poll(dev: &RoxDev<'_>, cq: &Cq, wc: &mut WcOut<'_>) -> Result<usiz
     if count > 0 {
         dev.kernel_doorbell(k.db.slot(), Some(state.consumer), None);
     }
+    if count < wc.len() && dev.is_dead() {
+        dev.dead.flush(cq.id, |qpn, posted| {
+            wc.set(count, &flushed_wc(qpn, &posted));
+            count += 1;
+            count < wc.len()
+        });
+    }
     Ok(count)
+}
+
+/// The completion of a work request a dead device never completed.
+fn flushed_wc(qpn: Qpn, posted: &Posted) -> Wc {
+    Wc {
+        wr_id: posted.wr_id,
+        status: verbs::WC_WR_FLUSH_ERR.into(),
+        opcode: wc_opcode(posted.wc_opcode),
+        vendor_err: 0,
+        byte_len: 0,
+        qp_num: qpn,
+        imm_data: 0,
+        src_qp: Qpn::default(),
+        flags: WcFlags::empty(),
+        sl: 0,
+        port_num: admin::PORT_NUM.into(),
+        network_hdr: None,
+    }
 }
 
 /// Kernel CQs: asks for an event at the next (solicited) completion; returns whether
@@ -320,6 +350,14 @@ pub(crate) fn arm(dev: &RoxDev<'_>, cq: &Cq, solicited_only: bool) -> Result<boo
     };
     let depth = 1u32 << k.log_depth;
     let mut state = k.state.lock();
+    if dev.is_dead() {
+        // No event will come: "missed" while anything is left to complete in software.
+        let slot = (state.consumer & (depth - 1)) as usize;
+        return Ok(
+            k.ring.ring.read_owner(slot)? == queue::owner_for(state.consumer, depth)
+                || dev.dead.pending(cq.id),
+        );
+    }
     state.arm_seq = state.arm_seq.wrapping_add(1);
     let arm_type = if solicited_only {
         regs::CQ_ARM_SOLICITED
@@ -340,7 +378,10 @@ pub(crate) fn destroy(dev: &RoxDev<'_>, cq: &Cq) {
         handle: cq.id,
         reserved: 0,
     };
-    if let Err(err) = dev.run::<admin::DestroyCq>(cmd) {
+    if let Err(err) = dev
+        .run::<admin::DestroyCq>(cmd)
+        .or_else(|e| gone_if_dead(dev, e))
+    {
         dev_warn!(
             dev.pdev.as_ref(),
             "DESTROY_CQ {} failed: {:?}\n",

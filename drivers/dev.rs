@@ -4,6 +4,7 @@
 
 use crate::{
     admin::AdminQueue,
+    dead::DeadState,
     eq::EventQueue,
     hw::{
         regs,
@@ -66,6 +67,8 @@ pub(crate) struct RoxDev<'bound> {
     /// queues of kernel consumers.
     db_kernel: DbBar<'bound>,
     pub(crate) kernel_slots: Arc<DbSlots>,
+    /// Whether the device died, and the kernel QPs completed in software then (`dead.rs`).
+    pub(crate) dead: DeadState,
     next_pd: AtomicU32,
     /// Physical addresses of BAR0 (wake page) and BAR2 (doorbell pages), for user mappings.
     pub(crate) ctrl_bar_start: u64,
@@ -94,9 +97,13 @@ impl<'bound> RoxDev<'bound> {
     }
 
     /// Writes a slot of the driver's doorbell page (`a` and/or `b`, see `regs::DbSlot`), then
-    /// wakes the device if it sleeps (the arm/wake protocol of `regs::DbPage`).
+    /// wakes the device if it sleeps (the arm/wake protocol of `regs::DbPage`). Nothing on a
+    /// dead device; a read of all-ones (no device behind the BAR) marks it dead.
     pub(crate) fn kernel_doorbell(&self, slot: u32, a: Option<u32>, b: Option<u32>) {
         use core::sync::atomic::{fence, Ordering};
+        if self.is_dead() {
+            return;
+        }
         let offset = regs::db_slot_offset(slot);
         if let Some(a) = a {
             let _ = self.db_kernel.try_write32(a, offset);
@@ -107,20 +114,33 @@ impl<'bound> RoxDev<'bound> {
                 .try_write32(b, offset + core::mem::size_of::<u32>());
         }
         fence(Ordering::SeqCst);
-        if self
+        let idle = self
             .db_kernel
-            .read32(core::mem::offset_of!(regs::DbPage, device_idle))
-            == regs::DB_DEVICE_IDLE
-        {
+            .read32(core::mem::offset_of!(regs::DbPage, device_idle));
+        if idle == regs::DB_DEVICE_IDLE {
             self.regs.write(regs::WAKE_REG, regs::DB_PAGE_KERNEL);
+        } else if idle == u32::MAX && self.regs.read(regs::REG_STATUS) == u32::MAX {
+            self.device_died("BAR reads all-ones");
         }
     }
 
     /// Runs one typed admin command (`uapi::admin::AdminCommand`): `C`'s payload in, `C`'s
     /// result out, so the opcode, its payload and the meaning of its result words cannot
-    /// disagree.
+    /// disagree. A dead device fails every command at once (EIO).
     pub(crate) fn run<C: admin::AdminCommand>(&self, payload: C::Payload) -> Result<C::Result> {
-        self.admin.run::<C>(&self.regs, payload)
+        if self.is_dead() {
+            return Err(EIO);
+        }
+        let result = self.admin.run::<C>(&self.regs, payload);
+        self.check_admin(result)
+    }
+
+    /// A command that broke the admin queue (no completion in time) found a dead device.
+    fn check_admin<T>(&self, result: Result<T>) -> Result<T> {
+        if result.is_err() && self.admin.is_broken() {
+            self.device_died("its admin queue got no completion");
+        }
+        result
     }
 
     /// Runs one admin command that answers with a `T` in a DMA buffer.
@@ -128,7 +148,11 @@ impl<'bound> RoxDev<'bound> {
     where
         C::Response: kernel::transmute::AsBytes + kernel::transmute::FromBytes,
     {
-        self.admin.query::<C>(self.pdev.as_ref(), &self.regs, index)
+        if self.is_dead() {
+            return Err(EIO);
+        }
+        let result = self.admin.query::<C>(self.pdev.as_ref(), &self.regs, index);
+        self.check_admin(result)
     }
 
     /// Services event queue `eqn` (its interrupt thread).
@@ -175,7 +199,7 @@ impl<'bound> RoxDev<'bound> {
             EQE_TYPE_PORT_CHANGE => registry.port_changed(u32::from(admin::PORT_NUM)),
             EQE_TYPE_DEVICE_FATAL => {
                 dev_err!(self.pdev.as_ref(), "device fatal error, code {}\n", eqe.aux);
-                registry.device_event(0, AsyncEvent::DeviceFatal);
+                self.device_died("it reported a fatal error");
             }
             other => dev_warn!(self.pdev.as_ref(), "unknown event type {}\n", other),
         }
@@ -271,6 +295,7 @@ impl<'bound> RoxPci<'bound> {
                 db_pages: DbPages::new(regs::DB_PAGE_KERNEL + 1, regs::DB_PAGE_COUNT),
                 db_kernel,
                 kernel_slots: DbSlots::new_page()?,
+                dead: DeadState::new()?,
                 next_pd: AtomicU32::new(1),
                 ctrl_bar_start: bound.resource_start(regs::BAR_CTRL)?,
                 db_bar_start: bound.resource_start(regs::BAR_DB)?,

@@ -217,7 +217,7 @@ pub(crate) fn dereg_mr(dev: &RoxDev<'_>, mr: &Mr) {
             reserved: 0,
         }),
     };
-    if let Err(err) = result {
+    if let Err(err) = result.or_else(|e| crate::dead::gone_if_dead(dev, e)) {
         dev_warn!(
             dev.pdev.as_ref(),
             "DEREG_MR {:#x} failed: {:?}\n",

@@ -44,7 +44,10 @@ pub(crate) fn dealloc_mw(dev: &RoxDev<'_>, mw: &Mw) {
         key: mw.rkey,
         reserved: 0,
     };
-    if let Err(err) = dev.run::<admin::DeallocMw>(cmd) {
+    if let Err(err) = dev
+        .run::<admin::DeallocMw>(cmd)
+        .or_else(|e| crate::dead::gone_if_dead(dev, e))
+    {
         dev_warn!(
             dev.pdev.as_ref(),
             "DEALLOC_MW {:#x} failed: {:?}\n",

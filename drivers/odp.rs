@@ -239,7 +239,10 @@ pub(crate) fn odp_invalidate(dev: &RoxDev<'_>, state: &OdpState, first: usize, c
     let Some(lkey) = state.lkey() else {
         return;
     };
-    if let Err(err) = odp_update(dev, lkey, first, count, admin::ODP_OP_UNMAP, 0) {
+    // A dead device touches no page any more.
+    if let Err(err) = odp_update(dev, lkey, first, count, admin::ODP_OP_UNMAP, 0)
+        .or_else(|e| crate::dead::gone_if_dead(dev, e))
+    {
         dev_warn!(
             dev.pdev.as_ref(),
             "ODP unmap of MR {:#x} pages {}+{} failed: {:?}\n",

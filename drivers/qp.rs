@@ -4,6 +4,7 @@
 //! doorbell slot, state transitions checked against ib_core's table before the device sees them.
 
 use crate::{
+    dead::{gone_if_dead, QpEntry},
     dev::{RoxDev, RoxVerbs},
     hw::{
         regs,
@@ -17,10 +18,10 @@ use crate::{
     ring::UserRing,
     srq::Srq,
     ucontext::Ucontext,
-    wq::{device_sge, kernel_log_depth, rq_wqe, DbWord, KernelWq},
+    wq::{device_sge, kernel_log_depth, rq_wqe, DbWord, KernelWq, Posted},
 };
 use core::sync::atomic::{AtomicU32, Ordering};
-use kernel::{prelude::*, transmute::AsBytes};
+use kernel::{prelude::*, sync::Arc, transmute::AsBytes};
 
 pub(crate) struct Qp {
     qpn: Qpn,
@@ -38,16 +39,20 @@ enum QpQueue {
         _rq: Option<UserRing>,
         _db: DbSlot,
     },
-    Kernel(KernelQp),
+    /// Shared with the device's list of kernel QPs (`dead.rs`).
+    Kernel(Arc<KernelQp>),
 }
 
 /// The queues of a kernel consumer's QP (ib_mad's GSI QP1, ULPs' RC/UC/UD QPs); their
 /// producer indices share one doorbell slot (SQ in word A, RQ in word B).
-struct KernelQp {
-    sq: KernelWq<queue::SqWqe>,
+pub(crate) struct KernelQp {
+    pub(crate) sq: KernelWq<queue::SqWqe>,
     /// None with an SRQ.
-    rq: Option<KernelWq<queue::RqWqe>>,
+    pub(crate) rq: Option<KernelWq<queue::RqWqe>>,
     db: DbSlot,
+    /// The device ids of the CQs its send and receive completions go to.
+    pub(crate) send_cq: u32,
+    pub(crate) recv_cq: u32,
 }
 
 fn log_depth_for(wrs: u32, requested_log: u32) -> Result<u32> {
@@ -221,7 +226,20 @@ fn create_kernel(
         sq: sq.desc(),
         rq: rq.as_ref().map(KernelWq::desc).unwrap_or_default(),
     };
+    // Allocated before the device has the QP: nothing may fail after it.
+    let queues = Arc::new(
+        KernelQp {
+            sq,
+            rq,
+            db,
+            send_cq: init.send_cq.device_id(),
+            recv_cq: init.recv_cq.device_id(),
+        },
+        GFP_KERNEL,
+    )?;
+    let entry = QpEntry::new()?;
     let qpn = dev.run::<admin::CreateQp>(cmd)?;
+    dev.dead.add_qp(entry, qpn, queues.clone());
     cap.max_send_wr = granted_wrs(cap.max_send_wr, log_sq);
     cap.max_recv_wr = if has_srq {
         0
@@ -237,7 +255,7 @@ fn create_kernel(
         sq_sig_all: init.sq_sig_all,
         state: AtomicU32::new(verbs::QPS_RESET.into()),
         cap: *cap,
-        queue: QpQueue::Kernel(KernelQp { sq, rq, db }),
+        queue: QpQueue::Kernel(queues),
     };
     Ok(Created {
         data: qp,
@@ -414,15 +432,37 @@ pub(crate) fn post_send(_dev: &RoxDev<'_>, qp: &Qp, wr: &SendWr<'_, RoxVerbs>) -
         seg,
         data,
     };
-    k.sq.post(wqe)
+    let posted = Posted {
+        wr_id: wr.wr_id(),
+        signaled: qp.sq_sig_all || send_flags.contains(SendFlags::SIGNALED),
+        wc_opcode: send_wc_opcode(opcode),
+    };
+    k.sq.post(wqe, posted)
 }
 
-/// Kernel QPs: tells the device about new send WQEs.
+/// The completion opcode of a send WQE's opcode (`verbs::WR_*` to `verbs::WC_OPC_*`).
+fn send_wc_opcode(opcode: u8) -> u8 {
+    match opcode {
+        verbs::WR_RDMA_WRITE | verbs::WR_RDMA_WRITE_WITH_IMM => verbs::WC_OPC_RDMA_WRITE,
+        verbs::WR_RDMA_READ => verbs::WC_OPC_RDMA_READ,
+        verbs::WR_ATOMIC_CMP_AND_SWP => verbs::WC_OPC_COMP_SWAP,
+        verbs::WR_ATOMIC_FETCH_AND_ADD => verbs::WC_OPC_FETCH_ADD,
+        verbs::WR_LOCAL_INV => verbs::WC_OPC_LOCAL_INV,
+        verbs::WR_REG_MR => verbs::WC_OPC_REG_MR,
+        _ => verbs::WC_OPC_SEND,
+    }
+}
+
+/// Kernel QPs: tells the device about new send WQEs. A dead device completes them in software
+/// (`dead.rs`): its send CQ's poller is kicked instead.
 pub(crate) fn ring_sq(dev: &RoxDev<'_>, qp: &Qp) {
     let QpQueue::Kernel(k) = &qp.queue else {
         return;
     };
     k.sq.ring(dev, k.db.slot(), DbWord::A);
+    if dev.is_dead() {
+        dev.registry().kick_kernel_cq(k.send_cq);
+    }
 }
 
 /// Kernel QPs: writes one receive WQE (EINVAL with an SRQ: receives go to the SRQ).
@@ -437,7 +477,7 @@ pub(crate) fn post_recv(_dev: &RoxDev<'_>, qp: &Qp, wr: &RecvWr<'_>) -> Result {
         return Err(ENOMEM);
     }
     let wqe = rq_wqe(wr, qp.cap.max_recv_sge)?;
-    rq.post(wqe)
+    rq.post(wqe, Posted::recv(wr.wr_id()))
 }
 
 /// Kernel QPs: tells the device about new receive WQEs.
@@ -447,6 +487,9 @@ pub(crate) fn ring_rq(dev: &RoxDev<'_>, qp: &Qp) {
     };
     if let Some(rq) = &k.rq {
         rq.ring(dev, k.db.slot(), DbWord::B);
+        if dev.is_dead() {
+            dev.registry().kick_kernel_cq(k.recv_cq);
+        }
     }
 }
 
@@ -507,6 +550,9 @@ pub(crate) fn modify(
     };
     if cur != stored || !ib::modify_qp_is_ok(cur, next, qp.qp_type, mask) {
         return Err(EINVAL);
+    }
+    if dev.is_dead() {
+        return modify_dead(qp, next, mask, udata);
     }
     if mask & verbs::QP_PORT != 0 && attr.port_num != u32::from(admin::PORT_NUM) {
         return Err(EINVAL);
@@ -571,7 +617,30 @@ pub(crate) fn modify(
         },
     };
     dev.run::<admin::ModifyQp>(cmd)?;
+    set_state(qp, next);
+    udata.respond_empty()
+}
+
+/// Records a modify's new state. A reset QP's queues are empty, without completions.
+fn set_state(qp: &Qp, next: u32) {
     qp.state.store(next, Ordering::Release);
+    if let (QpQueue::Kernel(k), true) = (&qp.queue, next == u32::from(verbs::QPS_RESET)) {
+        k.sq.forget_outstanding();
+        if let Some(rq) = &k.rq {
+            rq.forget_outstanding();
+        }
+    }
+}
+
+/// Modify on a dead device: to ERR or RESET succeeds locally (ib_drain_qp and rdma_cm's
+/// teardown need it; the work requests complete in software, `dead.rs`), anything else fails.
+fn modify_dead(qp: &Qp, next: u32, mask: u32, udata: &mut Udata<'_>) -> Result {
+    let local = mask & verbs::QP_STATE != 0
+        && (next == u32::from(verbs::QPS_ERR) || next == u32::from(verbs::QPS_RESET));
+    if !local {
+        return Err(EIO);
+    }
+    set_state(qp, next);
     udata.respond_empty()
 }
 
@@ -610,11 +679,18 @@ pub(crate) fn query(dev: &RoxDev<'_>, qp: &Qp) -> Result<(QpAttr, QpInitAttr)> {
 }
 
 pub(crate) fn destroy(dev: &RoxDev<'_>, qp: &Qp) {
+    if let QpQueue::Kernel(_) = &qp.queue {
+        // First: a dead device's CQs complete nothing more of it.
+        dev.dead.remove_qp(qp.qpn);
+    }
     let cmd = admin::QpnCmd {
         qpn: qp.qpn,
         reserved: 0,
     };
-    if let Err(err) = dev.run::<admin::DestroyQp>(cmd) {
+    if let Err(err) = dev
+        .run::<admin::DestroyQp>(cmd)
+        .or_else(|e| gone_if_dead(dev, e))
+    {
         dev_warn!(
             dev.pdev.as_ref(),
             "DESTROY_QP {} failed: {:?}\n",

@@ -12,6 +12,7 @@ use kernel::{device::Core, pci, prelude::*};
 
 mod admin;
 mod cq;
+mod dead;
 mod dev;
 mod eq;
 mod hw;

@@ -9,6 +9,7 @@
 //! The limit event works as for user SRQs; kernel SRQs are not resized.
 
 use crate::{
+    dead::gone_if_dead,
     dev::RoxDev,
     hw::regs,
     hw::uapi::{admin, queue, udata as ud, verbs},
@@ -16,7 +17,7 @@ use crate::{
     ids::DbSlot,
     ring::UserRing,
     ucontext::Ucontext,
-    wq::{kernel_log_depth, rq_wqe, DbWord, KernelWq},
+    wq::{kernel_log_depth, rq_wqe, DbWord, KernelWq, Posted},
 };
 use kernel::{new_mutex, prelude::*, sync::Mutex};
 
@@ -176,7 +177,8 @@ fn create_kernel(dev: &RoxDev<'_>, pdn: u32, attr: &mut SrqAttr) -> Result<Creat
 /// verbs require).
 pub(crate) fn post_recv(_dev: &RoxDev<'_>, srq: &Srq, wr: &RecvWr<'_>) -> Result {
     let k = srq.kernel.as_ref().ok_or(EOPNOTSUPP)?;
-    k.post(rq_wqe(wr, srq.max_sge)?)
+    // A dead device's SRQ entries are not completed in software (`dead.rs`).
+    k.post(rq_wqe(wr, srq.max_sge)?, Posted::recv(wr.wr_id()))
 }
 
 /// Kernel SRQs: tells the device about new receive WQEs.
@@ -280,7 +282,11 @@ fn destroy_id(dev: &RoxDev<'_>, id: u32) {
         handle: id,
         reserved: 0,
     };
-    if let Err(err) = dev.run::<admin::DestroySrq>(cmd) {
+    // A dead device fails it at once, and has forgotten the SRQ.
+    if let Err(err) = dev
+        .run::<admin::DestroySrq>(cmd)
+        .or_else(|e| gone_if_dead(dev, e))
+    {
         dev_warn!(dev.pdev.as_ref(), "DESTROY_SRQ {} failed: {:?}\n", id, err);
     }
 }

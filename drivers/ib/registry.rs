@@ -51,6 +51,25 @@ struct ObjPtr<T>(NonNull<T>);
 // registered, and ib_core's objects may be used from any thread.
 unsafe impl<T> Send for ObjPtr<T> {}
 
+/// Calls the completion handler of `cq` when it is a kernel CQ that ib_core polls
+/// (`ib_alloc_cq` in softirq or workqueue context): that handler only schedules the poller,
+/// so it may run from any context, a verb's included. Others are left alone: user CQs (their
+/// process gets the fatal event), `IB_POLL_DIRECT` CQs (their owner polls; an unsolicited
+/// completion would warn), and CQs with a consumer's own handler (`ib_create_cq`), which may
+/// poll and post from inside it.
+fn kick_polled_cq(cq: *mut b::ib_cq) {
+    // SAFETY: `cq` is registered, hence alive (the callers hold the registry lock; CQs are
+    // removed under it before destroy); ib_core sets these fields before the CQ is used.
+    unsafe {
+        let polled = (*cq).uobject.is_null()
+            && !(*cq).wc.is_null()
+            && (*cq).poll_ctx != b::ib_poll_context_IB_POLL_DIRECT;
+        if let (true, Some(handler)) = (polled, (*cq).comp_handler) {
+            handler(cq, (*cq).cq_context);
+        }
+    }
+}
+
 struct RegistryInner {
     ibdev: Option<ObjPtr<b::ib_device>>,
     cqs: RBTree<u32, ObjPtr<b::ib_cq>>,
@@ -93,6 +112,24 @@ impl Registry {
                     handler(cq, (*cq).cq_context);
                 }
             }
+        }
+    }
+
+    /// The device died: calls the completion handler of every kernel CQ that ib_core polls
+    /// (see [`kick_polled_cq`]), so its poller completes what is outstanding in software.
+    pub(crate) fn kick_kernel_cqs(&self) {
+        let inner = self.inner.lock();
+        for cq in inner.cqs.values() {
+            kick_polled_cq(cq.0.as_ptr());
+        }
+    }
+
+    /// Work requests were posted to a dead device: calls the completion handler of kernel CQ
+    /// `id` (see [`kick_polled_cq`]) so that they complete.
+    pub(crate) fn kick_kernel_cq(&self, id: u32) {
+        let inner = self.inner.lock();
+        if let Some(cq) = inner.cqs.get(&id) {
+            kick_polled_cq(cq.0.as_ptr());
         }
     }
 

@@ -622,13 +622,23 @@ def target_after_fault(a, rdma, mark):
         if noticed is None:
             raise Step("rox.ko never reported its dead device (no admin command without completion"
                        " in dmesg), even through nvmet's teardown and its own unload")
+    torn_s = time.monotonic() - t0 - waited
     bad = kernel_complaints(mark)
     if bad:
         raise Step("kernel: " + " / ".join(bad))
+    leaks = ""
+    if a.fault_kmemleak:
+        # What the dead-device path allocated must be gone with rox.ko.
+        rep = kmemleak_report()
+        if rep is None:
+            raise Step("--fault-kmemleak without kmemleak in this kernel")
+        if "unreferenced object" in rep:
+            raise Step("kmemleak after the fault: " + rep[:600].replace("\n", " / "))
+        leaks = "; kmemleak reports nothing"
     how = (f"rox.ko noticed after {waited:.0f} s: {noticed.split('] ', 1)[-1].strip()[:100]}"
            if noticed else f"waited {waited:.0f} s")
-    return (f"{how}; nvmet torn down and {a.transport} unloaded in"
-            f" {time.monotonic() - t0 - waited:.0f} s; no kernel complaint")
+    return (f"{how}; nvmet torn down and {a.transport} unloaded in {torn_s:.0f} s;"
+            f" no kernel complaint{leaks}")
 
 
 def sh_bounded(cmd, timeout):
@@ -728,9 +738,11 @@ def main():
     ap.add_argument("--fio-mib", type=int, default=256, help="MiB fio writes and verifies")
     ap.add_argument("--bench-seconds", type=int, default=15)
     ap.add_argument("--kmemleak", action="store_true", help="end with a kmemleak scan on both sides")
+    ap.add_argument("--fault-kmemleak", action="store_true",
+                    help="the target scans for leaks itself once rox.ko is unloaded after the fault")
     a = ap.parse_args()
     a.cases = a.cases.split(",")
-    if a.kmemleak and os.access("/sys/kernel/debug/kmemleak", os.W_OK):
+    if (a.kmemleak or a.fault_kmemleak) and os.access("/sys/kernel/debug/kmemleak", os.W_OK):
         write("/sys/kernel/debug/kmemleak", "clear")
     rdma = Rdma(a.transport, a.nic, a.ko)
     try:

@@ -1,0 +1,190 @@
+// SPDX-License-Identifier: GPL-2.0
+//! The dead-device path: what rox.ko does when the rox-nic behind it stops answering (its
+//! process died, or it reported a fatal error), so that kernel consumers can tear down.
+//!
+//! Death is noticed once, wherever it shows first: an admin command without completion (the
+//! admin queue breaks, `admin.rs`), BAR reads of all-ones in the doorbell path, or the
+//! device's own fatal event. From then on ([`DeadState::mark`]):
+//! - every admin command fails at once with EIO (no timeout per object while unloading);
+//! - kernel QPs complete in software: a kernel CQ's poll, once the ring holds nothing more,
+//!   returns `IB_WC_WR_FLUSH_ERR` for every work request the device never completed, oldest
+//!   first, from the driver's own record of each queue ([`crate::wq::KernelWq`]); work
+//!   requests posted afterwards (ib_drain_qp's among them) complete the same way, and the
+//!   post kicks the CQ so ib_core's poller runs;
+//! - modify QP to ERR or RESET succeeds locally, destroys skip the device;
+//! - `IB_EVENT_DEVICE_FATAL` goes to every ib_core client (user processes get it through
+//!   uverbs; their rings are theirs).
+//!
+//! SRQ entries are not flushed (as in mlx5's internal-error path): they belong to no QP and
+//! consumers destroy an SRQ with receives posted.
+
+use crate::{
+    dev::RoxDev,
+    hw::{
+        regs,
+        uapi::{ids::Qpn, queue::Cqe, verbs},
+    },
+    qp::KernelQp,
+    wq::{KernelWq, Posted, Retire},
+};
+use core::sync::atomic::{AtomicBool, Ordering};
+use kernel::{
+    new_spinlock_irq,
+    prelude::*,
+    rbtree::{RBTree, RBTreeNodeReservation},
+    sync::{Arc, SpinLockIrq},
+    transmute::{AsBytes, FromBytes},
+};
+
+/// The kernel QPs of a device by number.
+type KernelQps = RBTree<Qpn, Arc<KernelQp>>;
+
+/// Room in [`DeadState`]'s list for one kernel QP, allocated before the device creates it.
+pub(crate) struct QpEntry(RBTreeNodeReservation<Qpn, Arc<KernelQp>>);
+
+impl QpEntry {
+    pub(crate) fn new() -> Result<Self> {
+        Ok(Self(RBTreeNodeReservation::new(GFP_KERNEL)?))
+    }
+}
+
+/// Whether the device is dead, and the kernel QPs whose work requests then complete in
+/// software.
+pub(crate) struct DeadState {
+    /// The one flag: set once, never cleared (the device needs a new probe).
+    dead: AtomicBool,
+    /// Kernel QPs by number, so a polled CQE retires its work request and a dead device's
+    /// CQs find the QPs that complete into them.
+    kernel_qps: Pin<KBox<SpinLockIrq<KernelQps>>>,
+}
+
+impl DeadState {
+    pub(crate) fn new() -> Result<Self> {
+        Ok(Self {
+            dead: AtomicBool::new(false),
+            kernel_qps: KBox::pin_init(new_spinlock_irq!(RBTree::new()), GFP_KERNEL)?,
+        })
+    }
+
+    pub(crate) fn is_dead(&self) -> bool {
+        self.dead.load(Ordering::Acquire)
+    }
+
+    /// Marks the device dead; true for the one call that did.
+    fn mark(&self) -> bool {
+        !self.dead.swap(true, Ordering::AcqRel)
+    }
+
+    /// Lists kernel QP `qpn` (in the entry allocated before the device created it).
+    pub(crate) fn add_qp(&self, entry: QpEntry, qpn: Qpn, qp: Arc<KernelQp>) {
+        let node = entry.0.into_node(qpn, qp);
+        self.kernel_qps.lock().insert(node);
+    }
+
+    pub(crate) fn remove_qp(&self, qpn: Qpn) {
+        let node = self.kernel_qps.lock().remove_node(&qpn);
+        // The QP's own reference outlives this one: its rings are freed with the QP, not here
+        // under the spinlock.
+        drop(node);
+    }
+
+    /// A CQE of a kernel CQ was polled: the work request it completes, and every one before it
+    /// in its queue, is no longer outstanding.
+    pub(crate) fn retire(&self, cqe: &Cqe) {
+        let qps = self.kernel_qps.lock();
+        let Some(qp) = qps.get(&cqe.qp_num) else {
+            return;
+        };
+        if is_recv(cqe.opcode) {
+            // Receives of an SRQ are not the QP's.
+            if let Some(rq) = &qp.rq {
+                rq.retire(cqe.wr_id, Retire::Any);
+            }
+        } else if cqe.status == verbs::WC_SUCCESS {
+            qp.sq.retire(cqe.wr_id, Retire::Signaled);
+        } else {
+            qp.sq.retire(cqe.wr_id, Retire::Any);
+        }
+    }
+
+    /// The device is dead: hands the outstanding work requests of the kernel QPs completing
+    /// into CQ `cq_id` to `emit`, oldest first per queue, until `emit` returns false (it took
+    /// that one and has no room for more).
+    pub(crate) fn flush(&self, cq_id: u32, mut emit: impl FnMut(Qpn, Posted) -> bool) {
+        let qps = self.kernel_qps.lock();
+        for (&qpn, qp) in qps.iter() {
+            if qp.send_cq == cq_id && !drain(&qp.sq, qpn, &mut emit) {
+                return;
+            }
+            if let (true, Some(rq)) = (qp.recv_cq == cq_id, &qp.rq) {
+                if !drain(rq, qpn, &mut emit) {
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Whether a kernel QP completing into CQ `cq_id` has work requests outstanding.
+    pub(crate) fn pending(&self, cq_id: u32) -> bool {
+        self.kernel_qps.lock().values().any(|qp| {
+            (qp.send_cq == cq_id && qp.sq.has_outstanding())
+                || (qp.recv_cq == cq_id && qp.rq.as_ref().is_some_and(|rq| rq.has_outstanding()))
+        })
+    }
+}
+
+/// Hands the outstanding entries of `wq` to `emit` until it returns false; false then.
+fn drain<T: AsBytes + FromBytes + Copy>(
+    wq: &KernelWq<T>,
+    qpn: Qpn,
+    emit: &mut impl FnMut(Qpn, Posted) -> bool,
+) -> bool {
+    while let Some(posted) = wq.retire_oldest() {
+        if !emit(qpn, posted) {
+            return false;
+        }
+    }
+    true
+}
+
+/// What a destroy makes of an admin command's error `err`: nothing to undo on a dead device
+/// (the command failed at once and the device, reset or gone, forgot every object).
+pub(crate) fn gone_if_dead(dev: &RoxDev<'_>, err: Error) -> Result {
+    if dev.is_dead() {
+        Ok(())
+    } else {
+        Err(err)
+    }
+}
+
+/// Whether a CQE's opcode is a receive's (`verbs::WC_OPC_RECV*`, bit 7 as in ib_core).
+fn is_recv(opcode: u8) -> bool {
+    opcode & verbs::WC_OPC_RECV != 0
+}
+
+impl RoxDev<'_> {
+    pub(crate) fn is_dead(&self) -> bool {
+        self.dead.is_dead()
+    }
+
+    /// The device stopped answering (`why` says how it showed). The first call reports it:
+    /// the kernel CQs' pollers are kicked (they complete what is outstanding with flush
+    /// errors) and every ib_core client gets `IB_EVENT_DEVICE_FATAL`. Any context: it only
+    /// sets a flag, logs and schedules (ib_core's pollers and event dispatch run in work items).
+    pub(crate) fn device_died(&self, why: &str) {
+        if !self.dead.mark() {
+            return;
+        }
+        dev_err!(
+            self.pdev.as_ref(),
+            "device fatal error: {}; the device is dead, kernel work requests complete with flush errors\n",
+            why
+        );
+        // A device that still runs (it reported the error itself) forgets every ring, so no
+        // completion of its own follows one completed here.
+        self.regs.write(regs::REG_RESET, regs::RESET_VALUE);
+        let registry = self.registry();
+        registry.kick_kernel_cqs();
+        registry.device_event(0, crate::ib::AsyncEvent::DeviceFatal);
+    }
+}
