@@ -140,10 +140,11 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     config.netdev = args.netdev;
     config.idle_after = std::time::Duration::from_millis(args.idle_ms);
     let mut nic = RoxNic::new(config)?;
+    // Before the socket exists: whoever sees it may signal us.
+    let wqe_trace_file = start_wqe_trace(args.trace_wqe, args.trace_wqe_file, &args.socket, &nic)?;
     let server = rox_nic::server::bind(&args.socket, &nic)?;
     let trace = Trace::new(Trace::DEFAULT_CAPACITY);
     dump_trace_on_sigusr1(trace.clone())?;
-    let wqe_trace_file = start_wqe_trace(args.trace_wqe, args.trace_wqe_file, &args.socket, &nic)?;
     log::info!("rox-nic: serving on {}", args.socket.display());
     rox_nic::server::serve(&server, &mut nic, trace, args.debug_panic_at)?;
     log::info!("rox-nic: client disconnected, exiting");

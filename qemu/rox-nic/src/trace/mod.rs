@@ -101,11 +101,17 @@ impl WqeTrace {
         self.lock().dump()
     }
 
-    /// Writes [`WqeTrace::dump`] to `path` (replacing it); returns the records written.
+    /// Writes [`WqeTrace::dump`] to `path`, replacing it whole (written beside it, then
+    /// renamed: a reader never sees half a dump); returns the records written.
     pub fn write_dump(&self, path: &Path) -> std::io::Result<usize> {
         let dump = self.dump();
-        let mut f = std::io::BufWriter::new(std::fs::File::create(path)?);
+        let mut part = path.as_os_str().to_owned();
+        part.push(".part");
+        let part = std::path::PathBuf::from(part);
+        let mut f = std::io::BufWriter::new(std::fs::File::create(&part)?);
         dump.write_to(&mut f)?;
+        drop(f);
+        std::fs::rename(&part, path)?;
         Ok(dump.records.len())
     }
 
@@ -264,6 +270,23 @@ mod tests {
             t.interrupt(i);
         }
         assert_eq!(t.dump().records.len(), 2, "capacity kept");
+    }
+
+    #[test]
+    fn a_dump_file_holds_what_was_recorded() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.wqe-trace");
+        let t = WqeTrace::new();
+        t.start(Some(4));
+        t.retransmit(7, 3, Retransmit::AckTimeout);
+        assert_eq!(t.write_dump(&path).unwrap(), 1);
+        let back = Dump::read_from(&mut std::fs::File::open(&path).unwrap()).unwrap();
+        assert_eq!(back, t.dump());
+        assert_eq!(
+            std::fs::read_dir(dir.path()).unwrap().count(),
+            1,
+            "no part file left"
+        );
     }
 
     #[test]
