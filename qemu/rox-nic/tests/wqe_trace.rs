@@ -212,6 +212,16 @@ fn a_write_and_a_send_each_leave_one_slice_with_their_stages_in_order() {
         .filter(|e| e["pid"] == 2 && e["name"] == "frame out" && e["args"]["opcode"] == "ACK")
         .count();
     assert!(b_acks >= 2, "b acknowledged the WRITE and the SEND");
+    // Every packet a sent reached b: b saw them arrive, on its QP's track.
+    let a_requests = events
+        .iter()
+        .filter(|e| e["pid"] == 1 && e["name"] == "frame out")
+        .count();
+    let b_arrivals = events
+        .iter()
+        .filter(|e| e["pid"] == 2 && e["name"] == "frame in" && e["tid"] == b.qp.qpn.get())
+        .count();
+    assert_eq!(b_arrivals, a_requests);
 
     let timeline = report::timeline(&dumps, &names);
     assert!(

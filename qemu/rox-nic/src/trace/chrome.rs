@@ -87,6 +87,10 @@ fn instant(pid: usize, r: &Record, ts: f64) -> Value {
             "frame out",
             json!({ "psn": r.a, "opcode": opcode_name(r.op), "payload": r.b }),
         ),
+        Some(Kind::FrameIn) => (
+            "frame in",
+            json!({ "psn": r.a, "opcode": opcode_name(r.op), "payload": r.b }),
+        ),
         Some(Kind::ResponseIn) => (
             "response in",
             json!({ "psn": r.a, "opcode": opcode_name(r.op),

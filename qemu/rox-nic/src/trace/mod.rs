@@ -1,6 +1,7 @@
 //! The WQE trace: every send WQE's life as the device sees it (doorbell noticed, WQE fetched,
 //! PSNs assigned, each packet out, each ACK/NAK/response in, retransmissions, CQE written,
-//! EQE and interrupt raised), timestamped on CLOCK_MONOTONIC into a bounded per-device ring.
+//! EQE and interrupt raised; and every well-formed packet in, at the device), timestamped on
+//! CLOCK_MONOTONIC into a bounded per-device ring.
 //!
 //! Off by default and then free but for one relaxed atomic load per hook: the hooks take
 //! plain integers, and nothing is allocated or formatted until the trace is on. Started with a
@@ -20,6 +21,7 @@ use std::sync::Mutex;
 
 use rox_uapi::queue::{Sge, SqWqe, WqeFlags};
 
+use crate::roce::wire::{ParseError, Parsed};
 use crate::sys::clock::monotonic_ns;
 pub use record::{Dump, Kind, Record, Retransmit, CQE_RECV, NO_SYNDROME};
 use ring::Ring;
@@ -205,6 +207,22 @@ impl WqeTrace {
     pub fn eqe(&self, eqn: u32, event_type: u8, handle: u32) {
         if self.is_on() {
             self.push(Kind::Eqe, handle, eqn, 0, event_type, 0, 0);
+        }
+    }
+
+    #[inline]
+    pub fn frame_in(&self, packet: &Result<Parsed<'_>, ParseError>) {
+        if let (true, Ok(p)) = (self.is_on(), packet) {
+            let (bth, len) = (&p.hdr.bth, p.payload.len() as u32);
+            self.push(
+                Kind::FrameIn,
+                bth.dest_qpn.get(),
+                bth.psn.get(),
+                len,
+                bth.opcode,
+                0,
+                0,
+            );
         }
     }
 

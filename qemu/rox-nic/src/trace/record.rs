@@ -31,6 +31,9 @@ pub enum Kind {
     Eqe = 8,
     /// An MSI-X interrupt was raised: `a` the vector.
     Interrupt = 9,
+    /// A well-formed RoCEv2 packet reached the device (before the transport looks at it):
+    /// `qpn` its destination QP, `a` its PSN, `b` its payload length, `op` the BTH opcode.
+    FrameIn = 10,
 }
 
 impl Kind {
@@ -45,6 +48,7 @@ impl Kind {
             7 => Kind::Cqe,
             8 => Kind::Eqe,
             9 => Kind::Interrupt,
+            10 => Kind::FrameIn,
             _ => return None,
         })
     }
@@ -60,6 +64,7 @@ impl Kind {
             Kind::Cqe => "cqe",
             Kind::Eqe => "eqe",
             Kind::Interrupt => "interrupt",
+            Kind::FrameIn => "frame-in",
         }
     }
 }
@@ -212,7 +217,8 @@ mod tests {
             }
         }
         assert_eq!(Kind::from_u8(0), None);
-        assert_eq!(Kind::from_u8(10), None);
+        assert_eq!(Kind::from_u8(10), Some(Kind::FrameIn));
+        assert_eq!(Kind::from_u8(11), None);
     }
 
     #[test]

@@ -86,6 +86,14 @@ fn describe(r: &Record) -> String {
                 r.b
             )
         }
+        Some(Kind::FrameIn) => {
+            format!(
+                "frame in     psn={:#08x} {} {} B",
+                r.a,
+                opcode_name(r.op),
+                r.b
+            )
+        }
         Some(Kind::ResponseIn) if r.b == NO_SYNDROME => {
             format!("response in  psn={:#08x} {}", r.a, opcode_name(r.op))
         }
