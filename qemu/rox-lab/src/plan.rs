@@ -266,6 +266,23 @@ pub fn rox_nic_args(
     args
 }
 
+/// rox-nic's WQE trace arguments for NIC `n` of guest `g` when `$ROX_NIC_TRACE` asks for a
+/// trace of that many records: started at launch, written at exit into `dir` (which outlives
+/// the run directory) as `g<g>-rox<n>.wqe-trace`. docs/debugging.md, "A WQE's life".
+pub fn rox_nic_trace_args(records: Option<&str>, dir: &Path, g: usize, n: usize) -> Vec<String> {
+    match records {
+        Some(r) if !r.is_empty() => vec![
+            "--trace-wqe".to_string(),
+            r.to_string(),
+            "--trace-wqe-file".to_string(),
+            dir.join(format!("g{g}-rox{n}.wqe-trace"))
+                .display()
+                .to_string(),
+        ],
+        _ => Vec::new(),
+    }
+}
+
 /// What a guest's QEMU is given; every path as QEMU sees it (in the toolchain root).
 pub struct GuestLaunch<'a> {
     pub guest: &'a Guest,
@@ -487,6 +504,17 @@ mod tests {
         let text = args.join(" ");
         assert!(text.contains("-kernel /cache/stock/bzImage "), "{text}");
         assert!(text.contains("-initrd /cache/stock/initrd"), "{text}");
+    }
+
+    #[test]
+    fn a_wqe_trace_is_asked_for_by_record_count_and_named_per_guest_and_nic() {
+        let dir = Path::new("/tmp/traces");
+        assert!(rox_nic_trace_args(None, dir, 0, 0).is_empty());
+        assert!(rox_nic_trace_args(Some(""), dir, 0, 0).is_empty());
+        assert_eq!(
+            rox_nic_trace_args(Some("4096"), dir, 1, 0).join(" "),
+            "--trace-wqe 4096 --trace-wqe-file /tmp/traces/g1-rox0.wqe-trace"
+        );
     }
 
     #[test]

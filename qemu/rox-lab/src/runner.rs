@@ -11,7 +11,9 @@ use anyhow::{bail, Context, Result};
 
 use crate::host::{self, in_netns, ip, ip_in, Sink, Supervised, NETNS_PREFIX};
 use crate::paths::Paths;
-use crate::plan::{qemu_args, rox_nic_args, rox_nic_files, GuestLaunch, RoxNicFiles, HOST_IF};
+use crate::plan::{
+    qemu_args, rox_nic_args, rox_nic_files, rox_nic_trace_args, GuestLaunch, RoxNicFiles, HOST_IF,
+};
 use crate::spec::{bridge_name, Lab, NicKind};
 use crate::{Accel, Cli};
 
@@ -236,6 +238,8 @@ impl Runner {
         );
         let mut cmd = in_netns(&self.ns, &self.paths.nic_bin);
         cmd.args(args);
+        let records = std::env::var("ROX_NIC_TRACE").ok();
+        cmd.args(rox_nic_trace_args(records.as_deref(), &trace_dir()?, g, n));
         let what = format!("rox-nic g{g} nic{n}");
         self.helpers.push(Helper {
             proc: Supervised::spawn(what, cmd, Sink::File(files.log.clone()))?,
@@ -412,6 +416,14 @@ impl Runner {
             let _ = fs::remove_dir_all(&self.run);
         }
     }
+}
+
+/// Where rox-nic WQE traces go: `$ROX_NIC_TRACE_DIR`, else the current directory (absolute:
+/// rox-nic runs in a network namespace, not necessarily from here).
+fn trace_dir() -> Result<PathBuf> {
+    let dir =
+        std::env::var_os("ROX_NIC_TRACE_DIR").map_or_else(|| PathBuf::from("."), PathBuf::from);
+    Ok(std::path::absolute(&dir)?)
 }
 
 impl Drop for Runner {

@@ -7,6 +7,7 @@
 //! - [`server`]: the vfio-user glue (regions, IRQs, DMA mapping);
 //! - [`sys`]: every `unsafe` of rox-nic (system calls, plain-old-data views); the rest of the
 //!   crate denies unsafe code;
+//! - [`trace`]: the WQE trace (each send WQE's life, timestamped; `rox-trace` exports it);
 //! - `testkit` (feature `testkit`, tests and benchmarks only): a userspace "driver" and the
 //!   engine's in-memory test double;
 //! - `benchkit` (the same feature): the memcpy reference and result table of the host
@@ -29,5 +30,6 @@ pub mod server;
 pub mod sys;
 #[cfg(any(test, feature = "testkit"))]
 pub mod testkit;
+pub mod trace;
 
 pub use device::{DeviceConfig, RoxNic};

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use clap::Parser;
 use rox_nic::device::{
-    DeviceConfig, FaultConfig, LinkSpec, PortConfig, RoxNic, DEFAULT_IDLE_AFTER,
+    DeviceConfig, FaultConfig, LinkSpec, PortConfig, RoxNic, Shared, DEFAULT_IDLE_AFTER,
 };
 use rox_nic::roce::wire::{set_flush_icrc_on_transmit, FlushIcrc};
 use rox_nic::server::Trace;
@@ -56,6 +56,17 @@ struct Args {
     /// FLUSH requests are accepted with either. Default: $ROX_NIC_FLUSH_ICRC, else `iba`.
     #[arg(long, value_enum)]
     flush_icrc: Option<FlushIcrcArg>,
+    /// Trace every send WQE's life (doorbell, fetch, packets, ACKs, retransmissions, CQE,
+    /// event, interrupt) into a ring of the newest N records from the start (default:
+    /// $ROX_NIC_TRACE). SIGUSR2 starts a stopped trace, or stops a running one and writes it
+    /// to the trace file; a trace is also written when rox-nic exits. `rox-trace` reads it
+    /// (docs/debugging.md, "A WQE's life").
+    #[arg(long, value_name = "N")]
+    trace_wqe: Option<usize>,
+    /// The WQE trace file (default: $ROX_NIC_TRACE_FILE, else the socket path with
+    /// `.wqe-trace` appended).
+    #[arg(long, value_name = "PATH")]
+    trace_wqe_file: Option<PathBuf>,
     /// Debugging only (rox-lab's own test that a rox-nic panic fails its lab): panic when
     /// vfio-user request number N reaches the device.
     #[arg(long, hide = true, value_name = "N")]
@@ -129,13 +140,81 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     config.netdev = args.netdev;
     config.idle_after = std::time::Duration::from_millis(args.idle_ms);
     let mut nic = RoxNic::new(config)?;
+    // Before the socket exists: whoever sees it may signal us.
+    let wqe_trace_file = start_wqe_trace(args.trace_wqe, args.trace_wqe_file, &args.socket, &nic)?;
     let server = rox_nic::server::bind(&args.socket, &nic)?;
     let trace = Trace::new(Trace::DEFAULT_CAPACITY);
     dump_trace_on_sigusr1(trace.clone())?;
     log::info!("rox-nic: serving on {}", args.socket.display());
     rox_nic::server::serve(&server, &mut nic, trace, args.debug_panic_at)?;
     log::info!("rox-nic: client disconnected, exiting");
+    if !nic.shared().wqe_trace.dump().records.is_empty() {
+        write_wqe_trace(nic.shared(), &wqe_trace_file);
+    }
     Ok(())
+}
+
+/// The WQE trace as the command line and environment ask: started now with `--trace-wqe N`
+/// (or $ROX_NIC_TRACE=N), toggled by SIGUSR2 (a stop writes it out). Returns its file.
+fn start_wqe_trace(
+    capacity: Option<usize>,
+    file: Option<PathBuf>,
+    socket: &std::path::Path,
+    nic: &RoxNic,
+) -> Result<PathBuf, Box<dyn std::error::Error>> {
+    let capacity = match (capacity, std::env::var("ROX_NIC_TRACE")) {
+        (Some(n), _) => Some(n),
+        (None, Ok(v)) if v.is_empty() => None,
+        (None, Ok(v)) => Some(
+            v.parse()
+                .map_err(|_| format!("ROX_NIC_TRACE={v:?}: want a number of records"))?,
+        ),
+        (None, Err(_)) => None,
+    };
+    let file = match (file, std::env::var_os("ROX_NIC_TRACE_FILE")) {
+        (Some(f), _) => f,
+        (None, Some(f)) => PathBuf::from(f),
+        (None, None) => {
+            let mut f = socket.as_os_str().to_owned();
+            f.push(".wqe-trace");
+            PathBuf::from(f)
+        }
+    };
+    let shared = nic.shared().clone();
+    match capacity {
+        Some(0) => {
+            return Err("--trace-wqe 0: the trace needs room for at least one record".into())
+        }
+        Some(n) => {
+            shared.wqe_trace.start(Some(n));
+            log::info!("rox-nic: WQE trace on ({n} records; {})", file.display());
+        }
+        None => {}
+    }
+    let mut signals = signal_hook::iterator::Signals::new([signal_hook::consts::SIGUSR2])?;
+    let path = file.clone();
+    std::thread::Builder::new()
+        .name("rox-wqe-trace".into())
+        .spawn(move || {
+            for _ in signals.forever() {
+                if shared.wqe_trace.toggle() {
+                    log::info!("rox-nic: WQE trace started (SIGUSR2 again stops and writes it)");
+                } else {
+                    write_wqe_trace(&shared, &path);
+                }
+            }
+        })?;
+    Ok(file)
+}
+
+fn write_wqe_trace(shared: &Shared, path: &std::path::Path) {
+    match shared.wqe_trace.write_dump(path) {
+        Ok(n) => log::info!(
+            "rox-nic: WQE trace: {n} records written to {}",
+            path.display()
+        ),
+        Err(e) => log::error!("rox-nic: WQE trace: cannot write {}: {e}", path.display()),
+    }
 }
 
 /// On SIGUSR1, print the vfio-user trace to stderr (rox-nic's log in a lab): rox-lab asks for it

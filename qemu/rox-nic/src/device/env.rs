@@ -15,6 +15,10 @@ use crate::roce::{
 };
 
 impl DeviceEnv for Hw {
+    fn wqe_trace(&self) -> &crate::trace::WqeTrace {
+        &self.shared.wqe_trace
+    }
+
     fn now_ns(&self) -> u64 {
         self.epoch.elapsed().as_nanos() as u64
     }

@@ -15,6 +15,7 @@ impl Hw {
     pub fn fire_vector(&mut self, vector: u32) {
         let irqs = self.shared.irqs.lock().expect("irq lock");
         if let Some(Some(f)) = irqs.get(vector as usize) {
+            self.shared.wqe_trace.interrupt(vector);
             signal_irq(f);
             self.stats[STAT_INTERRUPTS] += 1;
         }
@@ -82,6 +83,7 @@ impl Hw {
             return;
         }
         eq.pi = eq.pi.wrapping_add(1);
+        self.shared.wqe_trace.eqe(eqn, eqe.event_type, eqe.handle);
         let fire = std::mem::take(&mut eq.armed);
         self.stats[STAT_EQES] += 1;
         if fire {
@@ -136,6 +138,9 @@ impl Hw {
         }
         cq.pi = cq.pi.wrapping_add(1);
         self.stats[STAT_CQES] += 1;
+        self.shared
+            .wqe_trace
+            .cqe(cqe.qp_num.get(), cq_id, cqe.wr_id, cqe.status, cqe.opcode);
         Self::update_arm(cq, slot.b);
         let trigger = match cq.armed {
             CQ_ARM_NEXT => true,

@@ -103,6 +103,8 @@ pub struct Shared {
     pub doorbells: DoorbellBar,
     pub wake: EventFd,
     pub ctl: Sender<Control>,
+    /// The WQE trace (off unless started; the data path's hooks write it).
+    pub wqe_trace: crate::trace::WqeTrace,
 }
 
 impl Shared {
@@ -180,6 +182,7 @@ impl RoxNic {
             doorbells: DoorbellBar::new().map_err(DeviceError::Doorbells)?,
             wake: EventFd::new().map_err(DeviceError::EventFd)?,
             ctl: tx,
+            wqe_trace: crate::trace::WqeTrace::new(),
         });
         let dp = datapath::DataPath::new(shared.clone(), rx, &config)?;
         let thread = std::thread::Builder::new()

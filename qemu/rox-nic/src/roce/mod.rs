@@ -451,6 +451,11 @@ pub trait DeviceEnv {
     /// Send one RoCEv2 IP packet along `av` (to the device owning `av.dgid`, in an Ethernet
     /// frame to `av.dmac`).
     fn transmit(&mut self, av: &AddressVector, packet: Vec<u8>);
+    /// The device's WQE trace, which the engine's hooks write (packets out, responses in,
+    /// retransmissions); off unless the device has one running.
+    fn wqe_trace(&self) -> &crate::trace::WqeTrace {
+        &crate::trace::OFF
+    }
     /// QP `qpn` is in SQD and its last outstanding send WR has completed (the drain is over;
     /// IB_EVENT_SQ_DRAINED). Called once per entry into SQD, and only if the modify into SQD
     /// asked for it (`en_sqd_async_notify`). Must not call back into the engine.

@@ -4,12 +4,14 @@
 //! (`#![deny(unsafe_code)]` in lib.rs and main.rs); guest memory itself is mapped and accessed
 //! through rust-vmm's `vm-memory` (`crate::dma`), which owns the pointers.
 //!
+//! - [`clock`]: the monotonic clock (trace timestamps);
 //! - [`pod`]: `Pod`, byte views of plain-old-data values;
 //! - [`fd`]: eventfds and memfds;
 //! - [`net`]: tap interfaces, socket options, batched datagram I/O, network namespaces;
 //! - [`poll`]: sleeping on file descriptors (`ppoll`).
 #![allow(unsafe_code)]
 
+pub mod clock;
 pub mod fd;
 pub mod net;
 pub mod pod;

@@ -73,11 +73,13 @@ impl DataPath {
                 return true;
             }
         };
+        self.shared.wqe_trace.doorbell(qpn.get(), pi, pending);
         for _ in 0..pending.min(SQ_BATCH) {
             let Some(qp) = self.hw.qps.get_mut(&qpn) else {
                 return true;
             };
-            let addr = qp.sq.entry_addr(qp.sq_ci);
+            let index = qp.sq_ci;
+            let addr = qp.sq.entry_addr(index);
             qp.sq_ci = qp.sq_ci.wrapping_add(1);
             let sig_all = qp.sq_sig_all;
             let qp_type = qp.qp_type;
@@ -89,6 +91,7 @@ impl DataPath {
                 }
             };
             self.hw.stats[STAT_SEND_WQES] += 1;
+            self.shared.wqe_trace.wqe_fetch(qpn.get(), index, &wqe);
             match decode_send(&self.hw, qp_type, sig_all, &wqe) {
                 Ok(wr) => {
                     let _ = self.engine.post_send(&mut self.hw, qpn, wr);

@@ -217,6 +217,7 @@ fn deliver(engine: &mut Engine, hw: &mut Hw, packet: &[u8], ip: Option<IpView>) 
         Some(ip) => wire::parse_transport(packet, ip),
         None => wire::parse_packet(packet),
     };
+    hw.shared.wqe_trace.frame_in(&parsed);
     // Drops (bad ICRC, no such QP, ...) are counted by the engine.
     let _ = engine.receive_parsed(hw, parsed);
 }

@@ -7,6 +7,7 @@ use super::wqe::{wc_opcode, WqeKind};
 use super::EngineStats;
 use crate::roce::wire::{NakCode, OpcodeClass, Parsed, Syndrome};
 use crate::roce::*;
+use crate::trace::Retransmit;
 
 /// rnr_retry value meaning "retry forever".
 pub(super) const RNR_RETRY_INFINITE: u8 = 7;
@@ -200,6 +201,9 @@ impl Qp {
         }
         let psn = p.hdr.bth.psn;
         let now = env.now_ns();
+        let syndrome = p.hdr.aeth.map(|a| a.syndrome.encode());
+        env.wqe_trace()
+            .response_in(self.cfg.qpn.get(), psn.get(), p.hdr.bth.opcode, syndrome);
         // A response for a PSN never sent is bogus.
         if psn.diff(self.req.next_psn) >= 0 {
             stats.rx_stale_responses += 1;
@@ -249,6 +253,8 @@ impl Qp {
                     return false;
                 }
                 stats.nak_rewinds += 1;
+                env.wqe_trace()
+                    .retransmit(self.cfg.qpn.get(), psn.get(), Retransmit::RnrNak);
                 self.rewind_to(psn);
                 self.req.timer_deadline = None;
                 self.req.rnr_until = Some(now + rnr_timer_ns(code));
@@ -261,6 +267,8 @@ impl Qp {
                     return false;
                 }
                 stats.nak_rewinds += 1;
+                env.wqe_trace()
+                    .retransmit(self.cfg.qpn.get(), psn.get(), Retransmit::SequenceNak);
                 self.req.on_loss();
                 self.rewind_to(psn);
                 self.restart_timer(now);
@@ -399,6 +407,8 @@ impl Qp {
                 // gap now rather than at the ACK timeout; once per gap.
                 self.req.read_gap_psn = Some(next);
                 stats.nak_rewinds += 1;
+                env.wqe_trace()
+                    .retransmit(self.cfg.qpn.get(), next.get(), Retransmit::ReadGap);
                 self.rewind_to(next);
                 self.transmit(env, stats);
             }
@@ -466,6 +476,8 @@ impl Qp {
                 return;
             } else {
                 stats.retransmit_timeouts += 1;
+                env.wqe_trace()
+                    .retransmit(self.cfg.qpn.get(), una.get(), Retransmit::AckTimeout);
                 self.req.on_loss();
                 self.rewind_to(una);
                 self.req.timer_deadline = None;

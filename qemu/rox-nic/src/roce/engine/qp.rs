@@ -265,6 +265,9 @@ impl Qp {
     ) {
         let packet = wire::build_packet(&self.ip_info(av), hdr, payload);
         stats.tx_packets += 1;
+        let (qpn, psn) = (self.cfg.qpn.get(), hdr.bth.psn.get());
+        env.wqe_trace()
+            .frame_out(qpn, psn, hdr.bth.opcode, payload.len());
         env.transmit(av, packet);
     }
 

@@ -175,6 +175,9 @@ impl Qp {
                 wqe.started = true;
                 wqe.first_psn = self.req.next_psn;
                 self.req.next_psn = self.req.next_psn.add(wqe.npsn);
+                let (qpn, first) = (self.cfg.qpn.get(), wqe.first_psn.get());
+                env.wqe_trace()
+                    .wqe_start(qpn, first, wqe.npsn, wqe.wr.wr_id);
             }
             match self.send_packet(env, stats, cursor) {
                 Ok(()) => {
