@@ -260,6 +260,9 @@ pub fn rox_nic_args(
     if let Some(f) = faults {
         args.extend(["--faults".to_string(), f.to_string()]);
     }
+    for (mode, n) in crate::runner::DIE_ON {
+        args.extend(["--die-on".to_string(), format!("rtmin+{n},fatal={mode}")]);
+    }
     if let Some(at) = panic_at {
         args.extend(["--debug-panic-at".to_string(), at.to_string()]);
     }
@@ -482,6 +485,10 @@ mod tests {
         );
         assert!(args.contains(" --port tap:g0n0 --netdev dgram:local=/run/g0/rox0-nic.dgram,remote=/run/g0/rox0-qemu.dgram --mtu 1500 --faults loss=0.1"), "{args}");
         assert!(!args.contains("debug"));
+        assert!(
+            args.contains(" --die-on rtmin+1,fatal=silent --die-on rtmin+2,fatal=report"),
+            "{args}"
+        );
     }
 
     #[test]

@@ -23,6 +23,18 @@ pub fn kill_expected_mark(guest_dir: &Path, nic: usize) -> PathBuf {
     guest_dir.join(format!("rox{nic}.kill-expected"))
 }
 
+/// The file a runner writes in a guest's run directory to have rox-lab kill the device of its
+/// rox-nic N as a firmware crash or PCIe surprise down would (rox-nic `--die-on`; the process
+/// and QEMU live on, unlike after a kill): its content is the death mode, a key of [`DIE_ON`].
+/// rox-lab renames it to `<name>.done` once the signal is sent.
+pub fn die_request(guest_dir: &Path, nic: usize) -> PathBuf {
+    guest_dir.join(format!("rox{nic}.die"))
+}
+
+/// The death modes every rox-nic of a lab is started with, and N of the SIGRTMIN+N asking for
+/// each (rox-nic `--die-on rtmin+N,fatal=MODE`).
+pub const DIE_ON: [(&str, u32); 2] = [("silent", 1), ("report", 2)];
+
 /// QEMU's human monitor socket for rox-lab, in the guest's run directory.
 pub fn monitor_socket(guest_dir: &Path) -> PathBuf {
     guest_dir.join("monitor.sock")

@@ -9,7 +9,9 @@ use rustix::process::Signal;
 
 use crate::diagnose::ask_monitor;
 use crate::host::{self, in_netns, Supervised};
-use crate::runner::{kill_expected_mark, monitor_socket, Outcome, Runner, BOOTED_MARK};
+use crate::runner::{
+    die_request, kill_expected_mark, monitor_socket, Outcome, Runner, BOOTED_MARK, DIE_ON,
+};
 use crate::spec::{bridge_name, NicKind};
 
 impl Runner {
@@ -43,6 +45,7 @@ impl Runner {
                     grace_end = Some(Instant::now() + Duration::from_secs(self.cli.grace));
                 }
             }
+            self.serve_die_requests();
             if self.check_helpers() && grace_end.is_none() {
                 grace_end = Some(Instant::now() + Duration::from_secs(self.cli.grace));
             }
@@ -123,6 +126,51 @@ impl Runner {
             }
         }
         failed
+    }
+
+    /// Kills the device of every rox-nic whose runner asked (`die_request`) with the signal
+    /// of the mode asked for. A request rox-lab cannot carry out fails the lab.
+    fn serve_die_requests(&mut self) {
+        for i in 0..self.helpers.len() {
+            let Some((g, n)) = self.helpers[i].nic_of else {
+                continue;
+            };
+            let request = die_request(&self.guest_dir(g), n);
+            // Empty: the runner is still writing it.
+            let Some(text) = fs::read_to_string(&request)
+                .ok()
+                .filter(|t| !t.trim().is_empty())
+            else {
+                continue;
+            };
+            let done = request.with_extension("die.done");
+            let renamed = fs::rename(&request, &done);
+            let what = self.helpers[i].proc.what.clone();
+            let mode = text.trim();
+            let sent = match (DIE_ON.iter().find(|(m, _)| *m == mode), renamed) {
+                (Some((_, rt)), Ok(())) => host::run(std::process::Command::new("kill").args([
+                    "-s",
+                    &format!("RTMIN+{rt}"),
+                    &self.helpers[i].proc.pid().to_string(),
+                ]))
+                .map(|_| ()),
+                (None, _) => Err(anyhow::anyhow!(
+                    "{}: {mode:?} is not a death mode ({})",
+                    request.display(),
+                    DIE_ON.map(|(m, _)| m).join(", ")
+                )),
+                (_, Err(e)) => Err(anyhow::anyhow!("renaming {}: {e}", request.display())),
+            };
+            match sent {
+                Ok(()) => {
+                    eprintln!("rox-lab: {what}: its device dies ({mode}), as its runner asked")
+                }
+                Err(e) => {
+                    eprintln!("rox-lab: {what}: cannot kill its device: {e:#}");
+                    self.helper_failed = true;
+                }
+            }
+        }
     }
 
     /// --debug-hang G: once guest G's firmware runs, SIGSTOP its first rox-nic and pause its

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use clap::Parser;
 use rox_nic::device::{
-    DeviceConfig, FaultConfig, LinkSpec, PortConfig, RoxNic, Shared, DEFAULT_IDLE_AFTER,
+    DeviceConfig, DieOn, FaultConfig, LinkSpec, PortConfig, RoxNic, Shared, DEFAULT_IDLE_AFTER,
 };
 use rox_nic::roce::wire::{set_flush_icrc_on_transmit, FlushIcrc};
 use rox_nic::server::Trace;
@@ -67,6 +67,12 @@ struct Args {
     /// `.wqe-trace` appended).
     #[arg(long, value_name = "PATH")]
     trace_wqe_file: Option<PathBuf>,
+    /// Fault injection: on this real-time signal the device dies as a NIC whose firmware
+    /// crashed or whose PCIe link went down: `rtmin+N[,fatal=silent|report]` (`report` raises
+    /// the device's fatal event first). It then does nothing and its BARs read all-ones, but
+    /// QEMU stays served. Repeatable (one signal per mode). docs/hardware.md.
+    #[arg(long, value_name = "SPEC")]
+    die_on: Vec<DieOn>,
     /// Debugging only (rox-lab's own test that a rox-nic panic fails its lab): panic when
     /// vfio-user request number N reaches the device.
     #[arg(long, hide = true, value_name = "N")]
@@ -142,6 +148,7 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let mut nic = RoxNic::new(config)?;
     // Before the socket exists: whoever sees it may signal us.
     let wqe_trace_file = start_wqe_trace(args.trace_wqe, args.trace_wqe_file, &args.socket, &nic)?;
+    die_on_signals(&args.die_on, nic.shared().clone())?;
     let server = rox_nic::server::bind(&args.socket, &nic)?;
     let trace = Trace::new(Trace::DEFAULT_CAPACITY);
     dump_trace_on_sigusr1(trace.clone())?;
@@ -215,6 +222,26 @@ fn write_wqe_trace(shared: &Shared, path: &std::path::Path) {
         ),
         Err(e) => log::error!("rox-nic: WQE trace: cannot write {}: {e}", path.display()),
     }
+}
+
+/// `--die-on`: a thread that kills the device on each given signal.
+fn die_on_signals(specs: &[DieOn], shared: Arc<Shared>) -> std::io::Result<()> {
+    if specs.is_empty() {
+        return Ok(());
+    }
+    let specs = specs.to_vec();
+    let mut signals = signal_hook::iterator::Signals::new(specs.iter().map(DieOn::signal))?;
+    std::thread::Builder::new()
+        .name("rox-die-on".into())
+        .spawn(move || {
+            for sig in signals.forever() {
+                if let Some(spec) = specs.iter().find(|s| s.signal() == sig) {
+                    log::warn!("rox-nic: signal {sig}: the device dies ({:?})", spec.mode);
+                    shared.die(spec.mode);
+                }
+            }
+        })?;
+    Ok(())
 }
 
 /// On SIGUSR1, print the vfio-user trace to stderr (rox-nic's log in a lab): rox-lab asks for it

@@ -18,6 +18,7 @@ use rox_uapi::regs::*;
 use rox_uapi::verbs::*;
 
 mod admin_queue;
+mod dead;
 mod sq;
 mod wire_io;
 
@@ -138,6 +139,10 @@ impl DataPath {
             if let Flow::Shutdown = flow {
                 break;
             }
+            if self.shared.is_dead() {
+                self.dead_pass();
+                continue;
+            }
             self.hw.mem = self.shared.mem();
             if !self.shared.is_fatal() {
                 // Each engine call site drains the deferred work it left.
@@ -253,6 +258,8 @@ impl DataPath {
             work = true;
             match msg {
                 Control::Shutdown => return (Flow::Shutdown, work),
+                Control::Die(mode) => self.die(mode),
+                _ if self.shared.is_dead() => {}
                 Control::Reset => self.reset(),
                 _ if self.shared.is_fatal() => {}
                 Control::AdminEnable {

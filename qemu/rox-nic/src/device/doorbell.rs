@@ -84,8 +84,13 @@ impl DoorbellBar {
 
     /// Zero every page (device reset).
     pub fn clear(&self) {
+        self.fill(0);
+    }
+
+    /// Store `value` in every word of every page.
+    pub fn fill(&self, value: u32) {
         for off in (0..regs::BAR_DB_SIZE as usize).step_by(4) {
-            self.word(off).store(0, Ordering::Relaxed);
+            self.word(off).store(value, Ordering::Relaxed);
         }
         std::sync::atomic::fence(Ordering::SeqCst);
     }

@@ -7,6 +7,7 @@
 
 pub mod admin;
 pub mod datapath;
+pub mod death;
 pub(crate) mod deferred;
 pub mod doorbell;
 pub(crate) mod env;
@@ -20,7 +21,7 @@ pub(crate) mod ring;
 pub(crate) mod state;
 
 use std::fs::File;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::thread::JoinHandle;
 
@@ -50,6 +51,7 @@ pub struct DeviceConfig {
 }
 
 pub use crate::port::{FaultConfig, LinkSpec, PortConfig};
+pub use death::{DeathMode, DieOn};
 
 /// Default idle grace period of the data path.
 pub const DEFAULT_IDLE_AFTER: std::time::Duration = std::time::Duration::from_millis(20);
@@ -86,6 +88,8 @@ pub enum Control {
         value: u32,
     },
     Reset,
+    /// Die for good (`death`).
+    Die(death::DeathMode),
     Shutdown,
 }
 
@@ -93,6 +97,8 @@ pub enum Control {
 pub struct Shared {
     pub status: AtomicU32,
     pub fatal_code: AtomicU32,
+    /// The device died (`death`): set once by the data path, never cleared.
+    pub dead: AtomicBool,
     pub idle: AtomicU32,
     /// Passes of the data-path loop (to observe that an idle device does not poll).
     pub loop_passes: AtomicU64,
@@ -175,6 +181,7 @@ impl RoxNic {
         let shared = Arc::new(Shared {
             status: AtomicU32::new(0),
             fatal_code: AtomicU32::new(FATAL_NONE),
+            dead: AtomicBool::new(false),
             idle: AtomicU32::new(0),
             loop_passes: AtomicU64::new(0),
             mem: RwLock::new(Arc::new(GuestMemory::default())),
@@ -370,6 +377,9 @@ impl RoxNic {
     /// Device reset (REG_RESET or vfio-user DEVICE_RESET): registers to defaults, the data
     /// path forgets every object and clears the fatal state, then sets STATUS_READY again.
     pub fn reset_device(&mut self) {
+        if self.shared.is_dead() {
+            return;
+        }
         self.regs = RegFile::default();
         self.shared
             .status
