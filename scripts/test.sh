@@ -61,12 +61,11 @@ stage guest-peer tests/peer/run || exit 1
 # rox<->rxe; 0 lost, 0 duplicated, 0 corrupted (tests/soak/run; the long form in docs/transport.md).
 stage soak tests/soak/run --plan soak --short || exit 1
 # Kernel RDMA upper layers between two rox guests (tests/ulp/run): NVMe-oF (nvmet-rdma/nvme-rdma,
-# fio crc32c verify), NFS over RDMA, clean unloads. The fault case (the target's rox-nic killed
-# mid-I/O, both guests judged; rox.ko's dead-device path, docs/driver.md "A device that dies")
-# passes when the target's QEMU survives the kill, but QEMU 11.1.3's vfio-user client often
-# aborts at that moment (util/error.c:62: error_setv: Assertion `*errp == NULL' failed; 2 of
-# 4 runs), so it stays out until that is fixed; run it with `tests/ulp/run --cases fault`.
-stage guest-ulp tests/ulp/run --cases nvme,nfs,unload || exit 1
+# fio crc32c verify), NFS over RDMA, clean unloads, and the target's NIC dying mid-I/O (both
+# guests judged; rox.ko's dead-device path, docs/driver.md). The NIC dies as hardware does
+# (rox-nic --die-on: BARs all-ones, nothing answered); SIGKILLing the rox-nic process instead
+# (`--fault kill`) often aborts QEMU 11.1.3's vfio-user client (docs/debugging.md).
+stage guest-ulp tests/ulp/run --cases nvme,nfs,unload,fault || exit 1
 # Bad input on the wire: a host on the bridge floods rox_0's port with every kind of frame it
 # must drop (and broadcast/multicast for its netdev) while pingpongs run; each drop counted.
 stage port-flood tests/net/flood || exit 1
