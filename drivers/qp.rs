@@ -11,7 +11,7 @@ use crate::{
         uapi::{admin, ids::Qpn, queue, udata as ud, verbs},
     },
     ib::{
-        self, AhAttr, Created, DeviceId, IbDev, QpAttr, QpCap, QpInit, QpInitAttr, RecvWr,
+        self, AhAttr, AsyncEvent, Created, DeviceId, IbDev, QpAttr, QpCap, QpInit, QpInitAttr, RecvWr,
         SendFlags, SendWr, Sge, Udata, WrOpcode,
     },
     ids::DbSlot,
@@ -552,7 +552,7 @@ pub(crate) fn modify(
         return Err(EINVAL);
     }
     if dev.is_dead() {
-        return modify_dead(qp, next, mask, udata);
+        return modify_dead(dev, qp, next, mask, udata);
     }
     if mask & verbs::QP_PORT != 0 && attr.port_num != u32::from(admin::PORT_NUM) {
         return Err(EINVAL);
@@ -621,27 +621,49 @@ pub(crate) fn modify(
     udata.respond_empty()
 }
 
-/// Records a modify's new state. A reset QP's queues are empty, without completions.
+/// Records a modify's new state. A reset QP's queues are empty, without completions, and their
+/// indices start again at 0, as the device's do.
 fn set_state(qp: &Qp, next: u32) {
     qp.state.store(next, Ordering::Release);
     if let (QpQueue::Kernel(k), true) = (&qp.queue, next == u32::from(verbs::QPS_RESET)) {
-        k.sq.forget_outstanding();
+        k.sq.reset();
         if let Some(rq) = &k.rq {
-            rq.forget_outstanding();
+            rq.reset();
         }
     }
 }
 
 /// Modify on a dead device: to ERR or RESET succeeds locally (ib_drain_qp and rdma_cm's
 /// teardown need it; the work requests complete in software, `dead.rs`), anything else fails.
-fn modify_dead(qp: &Qp, next: u32, mask: u32, udata: &mut Udata<'_>) -> Result {
-    let local = mask & verbs::QP_STATE != 0
-        && (next == u32::from(verbs::QPS_ERR) || next == u32::from(verbs::QPS_RESET));
+fn modify_dead(
+    dev: &RoxDev<'_>,
+    qp: &Qp,
+    next: u32,
+    mask: u32,
+    udata: &mut Udata<'_>,
+) -> Result {
+    let err = u32::from(verbs::QPS_ERR);
+    let local = mask & verbs::QP_STATE != 0 && (next == err || next == u32::from(verbs::QPS_RESET));
     if !local {
         return Err(EIO);
     }
+    let was = qp.state.load(Ordering::Acquire);
     set_state(qp, next);
+    // A QP on an SRQ that enters ERR reports its last WQE (the device does so when alive);
+    // ib_drain_qp waits up to 60 s for it on such a QP.
+    if next == err && was != err && has_srq(qp) {
+        dev.registry()
+            .qp_event(qp.qpn, AsyncEvent::QpLastWqeReached);
+    }
     udata.respond_empty()
+}
+
+/// Whether the QP takes its receives from an SRQ (it then has no receive queue of its own).
+fn has_srq(qp: &Qp) -> bool {
+    match &qp.queue {
+        QpQueue::User { _rq, .. } => _rq.is_none(),
+        QpQueue::Kernel(k) => k.rq.is_none(),
+    }
 }
 
 pub(crate) fn query(dev: &RoxDev<'_>, qp: &Qp) -> Result<(QpAttr, QpInitAttr)> {

@@ -158,10 +158,14 @@ impl<T: AsBytes + FromBytes + Copy> KernelWq<T> {
         entry
     }
 
-    /// The queue was reset (QP to RESET): its work requests are gone without completions.
-    pub(crate) fn forget_outstanding(&self) {
+    /// The queue was reset (QP to RESET): its work requests are gone without completions and
+    /// its indices start again at 0, as the device's consumer index and doorbell word do (a
+    /// producer index carried over would make the device run stale slots, or fail the QP).
+    pub(crate) fn reset(&self) {
         let mut indices = self.indices.lock();
-        indices.retired = indices.producer;
+        indices.producer = 0;
+        indices.rung = 0;
+        indices.retired = 0;
     }
 
     /// Whether entries are posted and not retired.
