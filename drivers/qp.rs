@@ -11,8 +11,8 @@ use crate::{
         uapi::{admin, ids::Qpn, queue, udata as ud, verbs},
     },
     ib::{
-        self, AhAttr, AsyncEvent, Created, DeviceId, IbDev, QpAttr, QpCap, QpInit, QpInitAttr, RecvWr,
-        SendFlags, SendWr, Sge, Udata, WrOpcode,
+        self, AhAttr, AsyncEvent, Created, DeviceId, IbDev, QpAttr, QpCap, QpInit, QpInitAttr,
+        RecvWr, SendFlags, SendWr, Sge, Udata, WrOpcode,
     },
     ids::DbSlot,
     ring::UserRing,
@@ -635,13 +635,7 @@ fn set_state(qp: &Qp, next: u32) {
 
 /// Modify on a dead device: to ERR or RESET succeeds locally (ib_drain_qp and rdma_cm's
 /// teardown need it; the work requests complete in software, `dead.rs`), anything else fails.
-fn modify_dead(
-    dev: &RoxDev<'_>,
-    qp: &Qp,
-    next: u32,
-    mask: u32,
-    udata: &mut Udata<'_>,
-) -> Result {
+fn modify_dead(dev: &RoxDev<'_>, qp: &Qp, next: u32, mask: u32, udata: &mut Udata<'_>) -> Result {
     let err = u32::from(verbs::QPS_ERR);
     let local = mask & verbs::QP_STATE != 0 && (next == err || next == u32::from(verbs::QPS_RESET));
     if !local {

@@ -30,6 +30,19 @@ impl Node {
         r
     }
 
+    /// Like [`Node::receive`], for a packet its receiver has parsed already (the data path's
+    /// frame check and [`crate::roce::wire::parse_transport`]).
+    pub fn receive_parsed(
+        &mut self,
+        now: u64,
+        parsed: Result<wire::Parsed<'_>, wire::ParseError>,
+    ) -> Result<(), RxDrop> {
+        self.env.now = now;
+        let r = self.engine.receive_parsed(&mut self.env, parsed);
+        self.engine.poll(&mut self.env);
+        r
+    }
+
     pub fn poll(&mut self, now: u64) {
         self.env.now = now;
         self.engine.poll(&mut self.env);

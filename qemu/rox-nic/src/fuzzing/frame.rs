@@ -1,5 +1,6 @@
 //! Target `frame`: Ethernet frames arriving on the port, through classification
-//! (`port::frame::classify`), parsing and the transport engine, into an engine holding RC
+//! (`port::frame::sort_frame`), parsing (`wire::parse_transport`, checked against a whole
+//! `wire::parse_packet`) and the transport engine, into an engine holding RC
 //! QPs in every state (one with requests outstanding: a multi-packet SEND, a READ and an
 //! atomic), a UC and a UD QP, an RC QP on a shared receive queue, MRs with different access
 //! and a window that SEND-with-invalidate may name.
@@ -8,7 +9,7 @@
 //! fuzzer-chosen header fields towards one of the QPs with a right ICRC, in an Ethernet
 //! header, optionally with one byte changed afterwards.
 //!
-//! Invariants: every frame classify hands over lies inside the frame and is IPv4/IPv6 to an
+//! Invariants: every frame the frame check hands over lies inside the frame and is IPv4/IPv6 to an
 //! own GID; the engine's drop counters move by exactly the drops it returned; memory changes
 //! only inside the MR the QPs may write; every completion is for one of the QPs and a WR
 //! posted there; every packet the engine sends is one rox accepts; and afterwards a new RC
@@ -17,7 +18,7 @@
 use arbitrary::{Result, Unstructured};
 
 use super::engine_kit::{make_qp, pattern, send_wr, Node, Params, PD};
-use crate::port::frame::{classify, roce_header, Rx};
+use crate::port::frame::{roce_header, sort_frame, Arrival};
 use crate::roce::wire::{self, AtomicEth, Bth, Deth, Feth, Headers, IpInfo, ParseError, Reth};
 use crate::roce::*;
 use crate::testkit::mock_env::{MEM_BASE, MEM_SIZE};
@@ -324,10 +325,19 @@ pub fn run(data: &[u8]) {
     for _ in 0..MAX_FRAMES {
         let Ok(frame) = rig.frame(&mut u) else { break };
         let own = |g: &Gid| *g == rig.node.gid || *g == rig.own_v6;
-        if let Rx::Roce(range) = classify(&frame, &OWN_MAC, MAX_FRAME, own) {
+        // The data path's own two steps: the frame check, then the transport parse from its
+        // IP view; they must agree with a whole parse of the same packet.
+        if let Arrival::Roce(range, ip) = sort_frame(&frame, &OWN_MAC, MAX_FRAME, own) {
             assert!(range.end <= frame.len() && range.start == 14, "{range:?}");
             received += 1;
-            match rig.node.receive(now, &frame[range]) {
+            let packet = &frame[range];
+            let parsed = wire::parse_transport(packet, ip);
+            assert_eq!(
+                parsed,
+                wire::parse_packet(packet),
+                "split parse != whole parse"
+            );
+            match rig.node.receive_parsed(now, parsed) {
                 Ok(()) => {}
                 Err(RxDrop::Parse(ParseError::BadIcrc)) => drops[0] += 1,
                 Err(RxDrop::Parse(_)) => drops[1] += 1,

@@ -106,9 +106,13 @@ impl WqeTrace {
     /// Writes [`WqeTrace::dump`] to `path`, replacing it whole (written beside it, then
     /// renamed: a reader never sees half a dump); returns the records written.
     pub fn write_dump(&self, path: &Path) -> std::io::Result<usize> {
+        // Each write gets its own scratch file: a SIGUSR2 stop and the exit may write at once,
+        // and each must rename a whole dump.
+        static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let dump = self.dump();
         let mut part = path.as_os_str().to_owned();
-        part.push(".part");
+        part.push(format!(".part{n}"));
         let part = std::path::PathBuf::from(part);
         let mut f = std::io::BufWriter::new(std::fs::File::create(&part)?);
         dump.write_to(&mut f)?;

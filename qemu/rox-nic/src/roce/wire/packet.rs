@@ -295,7 +295,7 @@ pub enum ParseError {
 }
 
 /// A parsed, ICRC-checked received packet.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Parsed<'a> {
     pub sgid: Gid,
     pub dgid: Gid,
