@@ -71,6 +71,13 @@ fn exchange(net: &mut Net, qp_type: QpType, qpn_a: Qpn, qpn_b: Qpn) {
             with(WrOpcode::AtomicWrite, 8, 0);
             with(WrOpcode::SendWithInv, 40, 0);
             with(WrOpcode::SendWithInv, 1000, 0);
+            // Each names a key the responder may invalidate: a valid fast-registration
+            // region of its own.
+            let n = wrs.len();
+            for wr in &mut wrs[n - 2..] {
+                let env = &mut net.devs[1].env;
+                wr.rkey = env.reg(PD, REMOTE, 4096, ALL_ACCESS, RegionKind::FastReg);
+            }
             let mut flush = send_wr(
                 wrs.len() as u64,
                 WrOpcode::Flush,
@@ -84,8 +91,6 @@ fn exchange(net: &mut Net, qp_type: QpType, qpn_a: Qpn, qpn_b: Qpn) {
                 level: FLUSH_LEVEL_RANGE,
             };
             wrs.push(flush);
-            // The responder may invalidate the key the two SENDs name.
-            net.devs[1].env.invalidatable.extend([kb, kb]);
         }
     }
     for wr in wrs {

@@ -279,17 +279,20 @@ fn rc_read_reads_its_range_once() {
 
 /// A requester whose source page stays missing backs off (doubling its wait up to
 /// PAGE_FAULT_RETRY_MAX_NS) instead of retrying every PAGE_FAULT_RETRY_NS, and sends once the
-/// page is there.
+/// page is there; the driver is told of the fault once.
 #[test]
 fn page_fault_stalls_back_off() {
     let mut t = pair(&QpParams::rc());
     let data = pattern(5, 300);
     t.net.devs[0].env.fill(BUF, &data);
-    t.net.devs[0].env.fault_until = Some((t.key_a, 50_000_000));
+    let odp = t.net.devs[0]
+        .env
+        .reg(PD, BUF, 300, ALL_ACCESS, RegionKind::OnDemand);
+    t.net.devs[0].env.driver_maps.push((odp, 50_000_000));
     let mut wr = send_wr(
         7,
         WrOpcode::RdmaWrite,
-        SendData::Sges(vec![sge(BUF, 300, t.key_a)]),
+        SendData::Sges(vec![sge(BUF, 300, odp)]),
     );
     wr.remote_addr = RECV_AREA;
     wr.rkey = t.key_b;
@@ -300,6 +303,10 @@ fn page_fault_stalls_back_off() {
     let faults = t.net.devs[0].env.page_faults;
     // 50 ms: 100 µs doubling to 10 ms is a dozen tries; 100 µs flat would be 500.
     assert!((5..=20).contains(&faults), "{faults} tries");
+    assert_eq!(
+        t.net.devs[0].env.faults_posted, 1,
+        "one fault event per page"
+    );
 }
 
 #[test]
@@ -1936,21 +1943,32 @@ fn bind_wr(id: u64, new_rkey: Key, lkey: Key) -> SendWr {
     wr
 }
 
+/// A region of device `dev` windows can be bound into: pinned pages over the buffer.
+fn bindable_region(t: &mut Pair, dev: usize) -> Key {
+    let access = ALL_ACCESS | rox_uapi::verbs::ACCESS_MW_BIND;
+    t.net.devs[dev]
+        .env
+        .reg(PD, BUF, BUF_LEN, access, RegionKind::Paged)
+}
+
 #[test]
 fn local_operations_complete_in_sq_order_without_packets() {
     let mut t = pair(&QpParams::rc());
-    let ka = t.key_a;
-    let window = Key::window(1, 1);
-    t.post(bind_wr(1, window, ka));
+    let bindable = bindable_region(&mut t, 0);
+    let window = t.net.devs[0].env.alloc_mw(PD).with_variant(1);
+    t.post(bind_wr(1, window, bindable));
     let mut inv = send_wr(2, WrOpcode::LocalInv, SendData::Sges(Vec::new()));
     inv.rkey = window;
-    t.net.devs[0].env.invalidatable.push(window);
     t.post(inv);
+    // One page at BUF, its address in the page list at BUF + 4096.
+    let page_list = BUF + 4096;
+    t.net.devs[0].env.fill(page_list, &BUF.to_le_bytes());
+    let fast = t.net.devs[0].env.alloc_fast_reg(PD, 1).with_variant(7);
     let fast_reg = FastReg {
         iova: 0xabcd_0000_1000,
         length: 4096,
-        page_list: BUF,
-        key: Key::region(2, 7),
+        page_list,
+        key: fast,
         access: ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE,
         npages: 1,
         page_shift: 12,
@@ -1970,19 +1988,15 @@ fn local_operations_complete_in_sq_order_without_packets() {
             (3, WcStatus::Success, WcOpcode::Send)
         ]
     );
-    let ops = &t.net.devs[0].env.local_ops;
-    assert_eq!(ops.len(), 3);
-    assert_eq!(ops[2], (QPN_A, LocalOp::FastReg(fast_reg)));
-    assert!(matches!(ops[0], (QPN_A, LocalOp::Bind(b)) if b.new_rkey == window && b.lkey == ka));
+    // The device's table says what each did: the window bound with its new rkey, then
+    // unbound; the region valid under its new key, over the page of the list.
+    let table = &t.net.devs[0].env.mrs.table;
+    let mw = &table.mws[&window.index()];
+    assert_eq!((mw.rkey, mw.binding.is_none()), (window, true));
+    let mr = table.mr(fast).expect("registered");
     assert_eq!(
-        ops[1],
-        (
-            QPN_A,
-            LocalOp::Invalidate {
-                rkey: window,
-                remote: false
-            }
-        )
+        (mr.iova, mr.length, &mr.pages[..]),
+        (0xabcd_0000_1000, 4096, &[BUF][..])
     );
     // The SEND took the first PSN: the local operations took none.
     assert_eq!(t.net.devs[0].engine.stats().tx_packets, 1);
@@ -2082,8 +2096,18 @@ fn failed_bind_behind_an_unacked_write_stops_the_send_queue() {
 #[test]
 fn send_with_invalidate_invalidates_at_the_responder() {
     let mut t = pair(&QpParams::rc());
-    let rkey = Key::window(4, 5);
-    t.net.devs[1].env.invalidatable.push(rkey);
+    // A type 2 window of the responder, bound to its QP (as its own BIND_MW would).
+    let bindable = bindable_region(&mut t, 1);
+    let rkey = t.net.devs[1].env.alloc_mw(PD).with_variant(5);
+    let bind = MwBind {
+        addr: BUF,
+        length: 4096,
+        new_rkey: rkey,
+        lkey: bindable,
+        access: ACCESS_REMOTE_WRITE,
+    };
+    let (_, env) = t.net.dev(1);
+    env.bind_mw(PD, QPN_B, &bind).unwrap();
     // Multi-packet (MTU 256): the IETH rides on the last packet only.
     let payload = pattern(4, 600);
     let mut wr = send_wr(1, WrOpcode::SendWithInv, SendData::Inline(payload.clone()));
@@ -2108,11 +2132,9 @@ fn send_with_invalidate_invalidates_at_the_responder() {
         )
     );
     assert_eq!(t.net.devs[1].env.bytes(RECV_AREA, 600), &payload[..]);
-    assert_eq!(
-        t.net.devs[1].env.local_ops,
-        [(QPN_B, LocalOp::Invalidate { rkey, remote: true })]
-    );
-    // An rkey the responder cannot invalidate: invalid request, both QPs end in ERR.
+    let mw = &t.net.devs[1].env.mrs.table.mws[&rkey.index()];
+    assert!(mw.binding.is_none(), "the window was invalidated");
+    // An rkey the responder cannot invalidate (the window is unbound now): invalid request, both QPs end in ERR.
     t.recv_b(8, vec![sge(RECV_AREA, 1024, t.key_b)]);
     let mut wr = send_wr(2, WrOpcode::SendWithInv, SendData::Inline(vec![1; 8]));
     wr.rkey = rkey;

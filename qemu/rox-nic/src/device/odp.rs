@@ -60,12 +60,26 @@ impl MemTable {
     }
 }
 
-impl Hw {
-    /// Passes `r` on; a page fault posts `EQE_TYPE_PAGE_FAULT` for the page unless one is
-    /// outstanding already or EQ 0 is half full (then the access just waits and retries: the
-    /// driver's own admin completions must always find room in EQ 0). A failed page fails
-    /// this access and becomes not present again (a later access faults it anew).
-    pub(crate) fn page_fault<T>(&mut self, r: Result<T, AccessError>) -> Result<T, AccessError> {
+/// A page fault the driver is to be told of (`EQE_TYPE_PAGE_FAULT`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FaultToPost {
+    pub key: Key,
+    pub page: u32,
+    pub write: bool,
+    pub count: u32,
+}
+
+impl MemTable {
+    /// What an access's result `r` means for on-demand paging, the one rule the device and
+    /// the engine's test double share: a page fault is to be posted unless one is outstanding
+    /// already or `room` says the event queue has none (then the access just waits and
+    /// retries); a failed page fails this access once and becomes not present again (a later
+    /// access faults it anew).
+    pub fn answer_fault<T>(
+        &mut self,
+        r: Result<T, AccessError>,
+        room: impl FnOnce() -> bool,
+    ) -> (Result<T, AccessError>, Option<FaultToPost>) {
         match r {
             Err(AccessError::PageFault {
                 key,
@@ -73,32 +87,56 @@ impl Hw {
                 write,
                 count,
             }) => {
-                let room = match self.eqs.get(EQ_ADMIN_ASYNC as usize) {
-                    Some(Some(eq)) => (eq.pi.wrapping_sub(eq.ci) & EQ_DB_CI_MASK) < eq.depth / 2,
-                    _ => false,
+                let post = room() && self.mark_fault_sent(key, page, count, write);
+                let fault = FaultToPost {
+                    key,
+                    page,
+                    write,
+                    count,
                 };
-                if room && self.mem_table.mark_fault_sent(key, page, count, write) {
-                    self.stats[STAT_PAGE_FAULTS] += 1;
-                    let aux = page | if write { EQE_PAGE_FAULT_WRITE } else { 0 };
-                    let c = count.min(EQE_PAGE_FAULT_MAX_COUNT).to_le_bytes();
-                    self.post_eqe(
-                        EQ_ADMIN_ASYNC,
-                        Eqe {
-                            event_type: EQE_TYPE_PAGE_FAULT,
-                            handle: key.get(),
-                            aux,
-                            count: [c[0], c[1], c[2]],
-                            ..Default::default()
-                        },
-                    );
-                }
-                r
+                (r, post.then_some(fault))
             }
             Err(AccessError::PageFailed { key, page }) => {
-                self.mem_table.forget_failed_page(key, page);
-                Err(AccessError::AccessDenied)
+                self.forget_failed_page(key, page);
+                (Err(AccessError::AccessDenied), None)
             }
-            r => r,
+            r => (r, None),
         }
+    }
+}
+
+impl Hw {
+    /// Passes `r` on ([`MemTable::answer_fault`]), posting a page fault on EQ 0 when there
+    /// is one to post and EQ 0 is less than half full (the driver's own admin completions
+    /// must always find room in EQ 0).
+    pub(crate) fn page_fault<T>(&mut self, r: Result<T, AccessError>) -> Result<T, AccessError> {
+        let eqs = &self.eqs;
+        let room = || match eqs.get(EQ_ADMIN_ASYNC as usize) {
+            Some(Some(eq)) => (eq.pi.wrapping_sub(eq.ci) & EQ_DB_CI_MASK) < eq.depth / 2,
+            _ => false,
+        };
+        let (r, fault) = self.mem_table.answer_fault(r, room);
+        if let Some(FaultToPost {
+            key,
+            page,
+            write,
+            count,
+        }) = fault
+        {
+            self.stats[STAT_PAGE_FAULTS] += 1;
+            let aux = page | if write { EQE_PAGE_FAULT_WRITE } else { 0 };
+            let c = count.min(EQE_PAGE_FAULT_MAX_COUNT).to_le_bytes();
+            self.post_eqe(
+                EQ_ADMIN_ASYNC,
+                Eqe {
+                    event_type: EQE_TYPE_PAGE_FAULT,
+                    handle: key.get(),
+                    aux,
+                    count: [c[0], c[1], c[2]],
+                    ..Default::default()
+                },
+            );
+        }
+        r
     }
 }

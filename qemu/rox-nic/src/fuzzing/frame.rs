@@ -22,6 +22,7 @@ use crate::port::frame::{roce_header, sort_frame, Arrival};
 use crate::roce::wire::{self, AtomicEth, Bth, Deth, Feth, Headers, IpInfo, ParseError, Reth};
 use crate::roce::*;
 use crate::testkit::mock_env::{MEM_BASE, MEM_SIZE};
+use crate::testkit::protected::RegionKind;
 
 const OWN_MAC: [u8; 6] = [2, 0, 10, 0, 0, 1];
 const MAX_FRAME: usize = 4096 + 14;
@@ -55,7 +56,7 @@ struct Rig {
     own_v6: Gid,
     rw_key: Key,
     ro_key: Key,
-    mw_key: Key,
+    inv_key: Key,
     sq_psn: Psn,
     rq_psn: Psn,
     /// WR ids posted to each QP's send and receive queues.
@@ -80,8 +81,8 @@ impl Rig {
             | ACCESS_FLUSH_GLOBAL;
         let rw_key = node.env.reg_mr(PD, RW, RW_LEN, all);
         let ro_key = node.env.reg_mr(PD, RO, RO_LEN, ACCESS_REMOTE_READ);
-        let mw_key = Key::from_raw(rw_key.get() + 0x1000);
-        node.env.invalidatable.push(mw_key);
+        // A key a SEND with invalidate may name: a valid fast-registration region over RW.
+        let inv_key = node.env.reg(PD, RW, RW_LEN, all, RegionKind::FastReg);
         node.env.fill(RW, &pattern(1, RW_LEN as usize));
         node.env.fill(RO, &pattern(2, RO_LEN as usize));
         let (sq_psn, rq_psn) = (Psn::from_wire(0xff_fffe), Psn::from_wire(0xff_fff0));
@@ -91,7 +92,7 @@ impl Rig {
             own_v6,
             rw_key,
             ro_key,
-            mw_key,
+            inv_key,
             sq_psn,
             rq_psn,
             posted: Vec::new(),
@@ -162,7 +163,7 @@ impl Rig {
         Ok(match u.int_in_range(0u8..=3)? {
             0 => self.rw_key,
             1 => self.ro_key,
-            2 => self.mw_key,
+            2 => self.inv_key,
             _ => Key::from_raw(u.arbitrary::<u32>()?),
         })
     }

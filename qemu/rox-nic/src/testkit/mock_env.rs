@@ -1,15 +1,18 @@
-//! The transport engine's test double: a [`DeviceEnv`] over plain memory (one `Vec`) with a
-//! table of memory regions, receive queues and a completion list, so the engine's host tests
-//! and fuzzers run without a device. Records what the engine asked for (frames, local
-//! operations) for the tests to look at.
+//! The transport engine's test double: a [`DeviceEnv`] over plain memory (one `Vec`) guarded
+//! by the device's own protection table ([`MemTable`], through [`super::protected`]), with
+//! receive queues and a completion list, so the engine's host tests and fuzzers run without a
+//! device and against the rules the device has. Records what the engine sent and completed
+//! for the tests to look at; takes the driver's part for on-demand page faults.
 
 use std::collections::{HashMap, VecDeque};
 use std::ops::{Index, IndexMut};
 
+use super::protected::{protected_memory_ops, region, window, ProtectedMemory, RegionKind};
 use crate::device::mem::MemTable;
-use crate::device::region::Mr;
+use crate::device::region::{FastRegState, Mr};
 use crate::dma::SliceRam;
 use crate::roce::*;
+use rox_uapi::admin::{ODP_PTE_PRESENT, ODP_PTE_WRITE};
 
 /// Guest-physical base of every mock device's memory (address 0 stays invalid).
 pub const MEM_BASE: u64 = 0x10_0000;
@@ -48,17 +51,15 @@ pub struct MockEnv {
     pub outbox: Vec<(Gid, Vec<u8>)>,
     /// The destination MAC of each packet transmitted, in order.
     pub tx_dmacs: Vec<[u8; 6]>,
-    /// Memory window operations the engine asked for, in order: (qpn, op).
-    pub local_ops: Vec<(Qpn, LocalOp)>,
-    /// rkeys that `invalidate` accepts (once each); binds with `new_rkey == BAD_RKEY` and fast
-    /// registrations with `key == BAD_RKEY` fail.
-    pub invalidatable: Vec<Key>,
     /// Bytes `read_remote` copied out of memory.
     pub remote_bytes_read: u64,
-    /// `read_local` through this key answers a page fault until this time (an on-demand
-    /// region whose page the driver is slow to map); `page_faults` counts the answers.
-    pub fault_until: Option<(Key, u64)>,
+    /// Accesses answered with a page fault, and the faults the device would have posted to
+    /// the driver (once a page until the driver's answer: the table's rule).
     pub page_faults: u64,
+    pub faults_posted: u64,
+    /// The driver's answer to faults: at this time every page of this on-demand region is
+    /// mapped (a driver slow to map).
+    pub driver_maps: Vec<(Key, u64)>,
     /// Affiliated asynchronous errors the engine reported, in order.
     pub async_errors: Vec<(Qpn, QpAsyncError)>,
     next_index: u32,
@@ -124,15 +125,8 @@ pub fn rts_steps(s: &QpSetup) -> [QpModify; 3] {
     ]
 }
 
-/// A bind the mock refuses.
+/// A window rkey no mock device has: binds, fast registrations and invalidations of it fail.
 pub const BAD_RKEY: Key = Key::from_raw(0xdead_beef);
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LocalOp {
-    Bind(MwBind),
-    FastReg(FastReg),
-    Invalidate { rkey: Key, remote: bool },
-}
 
 impl Default for MockEnv {
     fn default() -> MockEnv {
@@ -150,11 +144,10 @@ impl MockEnv {
             completions: Vec::new(),
             outbox: Vec::new(),
             tx_dmacs: Vec::new(),
-            local_ops: Vec::new(),
-            invalidatable: Vec::new(),
             remote_bytes_read: 0,
-            fault_until: None,
             page_faults: 0,
+            faults_posted: 0,
+            driver_maps: Vec::new(),
             async_errors: Vec::new(),
             next_index: 0,
         }
@@ -162,31 +155,57 @@ impl MockEnv {
 
     /// Registers `[addr, addr+len)` (guest-physical, like a DMA MR); lkey == rkey.
     pub fn reg_mr(&mut self, pd: u32, addr: u64, len: u64, access: u32) -> Key {
+        self.reg(pd, addr, len, access, RegionKind::Physical)
+    }
+
+    /// Registers `[addr, addr+len)` as a region of `kind` ([`RegionKind`]).
+    pub fn reg(&mut self, pd: u32, addr: u64, len: u64, access: u32, kind: RegionKind) -> Key {
         self.next_index += 1;
         let key = Key::region(self.next_index, 0);
-        self.mrs.table.mrs.insert(
-            key.index(),
-            Mr {
-                key,
-                pd,
-                access,
-                iova: addr,
-                length: len,
-                offset: 0,
-                pages: Vec::new(),
-                page_shift: 0,
-                physical: true,
-                odp: false,
-                fast_reg: None,
-            },
-        );
+        let mr = region(key, pd, addr, len, access, kind);
+        self.mrs.table.mrs.insert(key.index(), mr);
         self.mrs.order.push(key.index());
         key
     }
 
-    /// The memory as the protection table reaches it.
-    fn ram(&mut self) -> (&MemTable, SliceRam<'_>) {
-        (&self.mrs.table, SliceRam::new(MEM_BASE, &mut self.mem))
+    /// Allocates an unbound type 2 memory window of `pd`; its rkey (variant 0).
+    pub fn alloc_mw(&mut self, pd: u32) -> Key {
+        self.next_index += 1;
+        let rkey = Key::window(self.next_index, 0);
+        self.mrs.table.mws.insert(rkey.index(), window(pd, rkey));
+        rkey
+    }
+
+    /// Allocates an invalid fast-registration region of `pd` for up to `capacity` pages.
+    pub fn alloc_fast_reg(&mut self, pd: u32, capacity: u32) -> Key {
+        let key = self.reg(pd, 0, 0, 0, RegionKind::FastReg);
+        let mr = self.mrs.table.mrs.get_mut(&key.index()).expect("just made");
+        mr.pages.clear();
+        mr.fast_reg = Some(FastRegState {
+            capacity,
+            valid: false,
+        });
+        key
+    }
+
+    /// The driver maps every page of the on-demand regions whose time has come (as its
+    /// answer to the page faults: present and writable, at their own addresses).
+    fn answer_faults(&mut self) {
+        let now = self.now;
+        let table = &mut self.mrs.table;
+        self.driver_maps.retain(|&(key, at)| {
+            if now < at {
+                return true;
+            }
+            if let Some(mr) = table.mrs.get_mut(&key.index()) {
+                let first = mr.iova - mr.offset;
+                for (i, pte) in mr.pages.iter_mut().enumerate() {
+                    *pte =
+                        (first + ((i as u64) << mr.page_shift)) | ODP_PTE_PRESENT | ODP_PTE_WRITE;
+                }
+            }
+            false
+        });
     }
 
     pub fn fill(&mut self, addr: u64, data: &[u8]) {
@@ -208,6 +227,24 @@ impl MockEnv {
     }
 }
 
+impl ProtectedMemory for MockEnv {
+    fn protected(&mut self) -> (&mut MemTable, SliceRam<'_>) {
+        self.answer_faults();
+        (&mut self.mrs.table, SliceRam::new(MEM_BASE, &mut self.mem))
+    }
+    fn answer<T>(&mut self, r: Result<T, AccessError>) -> Result<T, AccessError> {
+        let (r, posted) = self.mrs.table.answer_fault(r, || true);
+        if matches!(r, Err(AccessError::PageFault { .. })) {
+            self.page_faults += 1;
+        }
+        self.faults_posted += u64::from(posted.is_some());
+        r
+    }
+    fn remote_read(&mut self, len: u64) {
+        self.remote_bytes_read += len;
+    }
+}
+
 impl DeviceEnv for MockEnv {
     fn now_ns(&self) -> u64 {
         self.now
@@ -215,103 +252,7 @@ impl DeviceEnv for MockEnv {
     fn qp_async_error(&mut self, qpn: Qpn, error: QpAsyncError) {
         self.async_errors.push((qpn, error));
     }
-    fn read_local(
-        &mut self,
-        pd: u32,
-        lkey: Key,
-        addr: u64,
-        buf: &mut [u8],
-    ) -> Result<(), AccessError> {
-        let (table, ram) = self.ram();
-        table.read_local(&ram, pd, lkey, addr, buf)?;
-        if self
-            .fault_until
-            .is_some_and(|(key, until)| key == lkey && self.now < until)
-        {
-            self.page_faults += 1;
-            return Err(AccessError::PageFault {
-                key: lkey,
-                page: 0,
-                write: false,
-                count: 1,
-            });
-        }
-        Ok(())
-    }
-    fn write_local(
-        &mut self,
-        pd: u32,
-        lkey: Key,
-        addr: u64,
-        data: &[u8],
-    ) -> Result<(), AccessError> {
-        let (table, ram) = self.ram();
-        table.write_local(&ram, pd, lkey, addr, data)
-    }
-    fn read_remote(&mut self, at: RemoteTarget, buf: &mut [u8]) -> Result<(), AccessError> {
-        let (table, ram) = self.ram();
-        table.read_remote(&ram, at, buf)?;
-        self.remote_bytes_read += buf.len() as u64;
-        Ok(())
-    }
-    fn write_remote(&mut self, at: RemoteTarget, data: &[u8]) -> Result<(), AccessError> {
-        let (table, ram) = self.ram();
-        table.write_remote(&ram, at, data)
-    }
-    fn check_remote_write(&mut self, at: RemoteTarget, len: u64) -> Result<(), AccessError> {
-        self.mrs.table.check_remote_write(at, len)
-    }
-    fn atomic_remote(&mut self, at: RemoteTarget, op: AtomicOp) -> Result<u64, AccessError> {
-        let (table, ram) = self.ram();
-        table.atomic_remote(&ram, at, op)
-    }
-    fn flush_remote(&mut self, at: RemoteTarget, flush: FlushSpec) -> Result<(), AccessError> {
-        self.mrs.table.flush_remote(at, flush)
-    }
-    fn bind_mw(&mut self, _pd: u32, qpn: Qpn, bind: &MwBind) -> Result<(), AccessError> {
-        self.local_ops.push((qpn, LocalOp::Bind(*bind)));
-        if bind.new_rkey == BAD_RKEY {
-            return Err(AccessError::InvalidKey);
-        }
-        Ok(())
-    }
-    fn fast_register(&mut self, _pd: u32, qpn: Qpn, reg: &FastReg) -> Result<(), AccessError> {
-        self.local_ops.push((qpn, LocalOp::FastReg(*reg)));
-        if reg.key == BAD_RKEY {
-            return Err(AccessError::InvalidKey);
-        }
-        Ok(())
-    }
-    fn invalidate(
-        &mut self,
-        _pd: u32,
-        qpn: Qpn,
-        rkey: Key,
-        remote: bool,
-    ) -> Result<(), AccessError> {
-        self.local_ops
-            .push((qpn, LocalOp::Invalidate { rkey, remote }));
-        let at = self
-            .invalidatable
-            .iter()
-            .position(|&k| k == rkey)
-            .ok_or(AccessError::InvalidKey)?;
-        self.invalidatable.remove(at);
-        Ok(())
-    }
-    fn check_invalidate(
-        &mut self,
-        _pd: u32,
-        _qpn: Qpn,
-        rkey: Key,
-        _remote: bool,
-    ) -> Result<(), AccessError> {
-        if self.invalidatable.contains(&rkey) {
-            Ok(())
-        } else {
-            Err(AccessError::InvalidKey)
-        }
-    }
+    protected_memory_ops!();
     fn pop_recv(&mut self, qpn: Qpn) -> Option<RecvWr> {
         self.recv_queues.get_mut(&qpn)?.pop_front()
     }

@@ -9,12 +9,14 @@
 //! By fixture family: `ram` (the guest RAM), `link` (how the driver reaches the device),
 //! this file (the driver, its objects, set-up and registers), `admin` (admin commands),
 //! `datapath` (posting, doorbells, polling), `wqe` (work request builders) and
-//! [`mock_env`] (the engine's test double, no device at all).
+//! [`mock_env`] (the engine's test double, no device at all) over [`protected`] (the
+//! device's protection table over plain memory, shared by every engine test double).
 
 mod admin;
 mod datapath;
 mod link;
 pub mod mock_env;
+pub mod protected;
 mod ram;
 mod wqe;
 

@@ -1,5 +1,6 @@
-//! Test harness for the RoCE engine: in-memory devices (plain Vec memory and a fake MR table)
-//! joined by a virtual wire with optional fault injection and a virtual clock.
+//! Test harness for the RoCE engine: in-memory devices (plain Vec memory behind the device's
+//! protection table) joined by a virtual wire with optional fault injection and a virtual
+//! clock.
 #![allow(dead_code)]
 
 pub use rox_nic::roce;
@@ -8,6 +9,8 @@ pub use roce::*;
 #[allow(unused_imports)]
 pub use rox_nic::port::{FaultConfig, FaultInjector};
 pub use rox_nic::testkit::mock_env::*;
+#[allow(unused_imports)]
+pub use rox_nic::testkit::protected::RegionKind;
 
 pub const PD: u32 = 1;
 /// Every access an MR can have (rox has no persistent memory: no FLUSH_PERSISTENT).

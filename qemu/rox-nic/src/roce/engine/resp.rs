@@ -448,7 +448,7 @@ mod tests {
         };
         let write = InMessage::Write {
             va: 0,
-            rkey: Key::from_raw(2),
+            rkey: RKEY,
             remaining: 10,
             total: 10,
         };
@@ -580,7 +580,7 @@ mod tests {
         let bytes = packet_from_peer(op::RC_READ_REQUEST, 100, &[], |h| {
             h.reth = Some(Reth {
                 va: 0,
-                rkey: Key::from_raw(2),
+                rkey: RKEY,
                 dma_len: 8,
             })
         });

@@ -501,7 +501,7 @@ mod tests {
             sges: vec![Sge {
                 addr,
                 length,
-                lkey: Key::from_raw(1),
+                lkey: LKEY,
             }],
         }
     }
@@ -571,7 +571,7 @@ mod tests {
     #[test]
     fn write_checks_the_whole_range_before_writing() {
         let (mut env, mut stats, mut qp) = rc_fixture();
-        let rkey = Key::from_raw(2);
+        let rkey = RKEY;
         // Announces more than memory holds: nothing of the first packet lands.
         let first = packet_from_peer(
             op::RC_WRITE_FIRST,
@@ -620,7 +620,7 @@ mod tests {
         assert_eq!(qp.state, QpState::Err);
         assert_eq!(env.async_errors, [QpAsyncError::AccessViolation]);
         // A QP in error answers nothing more.
-        let again = packet_from_peer(op::RC_READ_REQUEST, 100, &[], reth(0, Key::from_raw(2), 8));
+        let again = packet_from_peer(op::RC_READ_REQUEST, 100, &[], reth(0, RKEY, 8));
         receive(&mut qp, &mut env, &mut stats, &again);
         assert_eq!(env.sent_parsed().len(), 1);
     }
@@ -628,12 +628,7 @@ mod tests {
     #[test]
     fn write_longer_than_its_reth_is_an_invalid_request() {
         let (mut env, mut stats, mut qp) = rc_fixture();
-        let bytes = packet_from_peer(
-            op::RC_WRITE_ONLY,
-            100,
-            &[1; 16],
-            reth(0, Key::from_raw(2), 8),
-        );
+        let bytes = packet_from_peer(op::RC_WRITE_ONLY, 100, &[1; 16], reth(0, RKEY, 8));
         receive(&mut qp, &mut env, &mut stats, &bytes);
         let nak = env.sent_parsed()[0].hdr.aeth.unwrap().syndrome;
         assert_eq!(nak, Syndrome::Nak(NakCode::InvalidRequest));
@@ -646,7 +641,7 @@ mod tests {
     fn write_with_immediate_waits_for_a_receive_wr_before_writing() {
         let (mut env, mut stats, mut qp) = rc_fixture();
         let bytes = packet_from_peer(op::RC_WRITE_ONLY_IMM, 100, &[5; 8], |h| {
-            reth(0x200, Key::from_raw(2), 8)(h);
+            reth(0x200, RKEY, 8)(h);
             h.imm = Some(3);
         });
         receive(&mut qp, &mut env, &mut stats, &bytes);
@@ -675,7 +670,7 @@ mod tests {
         let bytes = packet_from_peer(op::RC_FETCH_ADD, 100, &[], |h| {
             h.atomic_eth = Some(AtomicEth {
                 va: 0x300,
-                rkey: Key::from_raw(2),
+                rkey: RKEY,
                 swap_add: 2,
                 compare: 0,
             })
@@ -695,7 +690,7 @@ mod tests {
         let bytes = packet_from_peer(op::RC_COMPARE_SWAP, 100, &[], |h| {
             h.atomic_eth = Some(AtomicEth {
                 va: 0x301,
-                rkey: Key::from_raw(2),
+                rkey: RKEY,
                 swap_add: 1,
                 compare: 0,
             })
@@ -704,7 +699,7 @@ mod tests {
         assert_eq!(qp.state, QpState::Err);
         let (mut env, mut qp) = (TestEnv::new(), rts_qp(QpType::Rc));
         qp.max_dest_rd_atomic = 0;
-        let read = packet_from_peer(op::RC_READ_REQUEST, 100, &[], reth(0, Key::from_raw(2), 8));
+        let read = packet_from_peer(op::RC_READ_REQUEST, 100, &[], reth(0, RKEY, 8));
         receive(&mut qp, &mut env, &mut stats, &read);
         let nak = env.sent_parsed()[0].hdr.aeth.unwrap().syndrome;
         assert_eq!(nak, Syndrome::Nak(NakCode::InvalidRequest));
@@ -714,12 +709,7 @@ mod tests {
     fn read_answers_in_mtu_packets_and_advances_by_their_count() {
         let (mut env, mut stats, mut qp) = rc_fixture();
         fill_pattern(&mut env, 2500);
-        let read = packet_from_peer(
-            op::RC_READ_REQUEST,
-            100,
-            &[],
-            reth(0, Key::from_raw(2), 2500),
-        );
+        let read = packet_from_peer(op::RC_READ_REQUEST, 100, &[], reth(0, RKEY, 2500));
         receive(&mut qp, &mut env, &mut stats, &read);
         let sent = env.sent_parsed();
         let ops: Vec<u8> = sent.iter().map(|p| p.hdr.bth.opcode).collect();

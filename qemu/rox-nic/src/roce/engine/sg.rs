@@ -111,7 +111,7 @@ mod tests {
 
     #[test]
     fn walk_covers_the_range_in_pieces_of_one_sge_each() {
-        let key = Key::from_raw(1);
+        let key = LKEY;
         let sges = [sge(0x100, 4, key), sge(0x200, 4, key), sge(0x300, 4, key)];
         let mut pieces = Vec::new();
         let done = walk_sges(&sges, 2, 7, |s, addr, range| {
@@ -134,7 +134,7 @@ mod tests {
     #[test]
     fn gather_and_scatter_report_length_access_and_fault() {
         let mut env = TestEnv::new();
-        let key = Key::from_raw(1);
+        let key = LKEY;
         let sges = vec![sge(0x10, 4, key), sge(0x20, 4, key)];
         scatter(&mut env, 1, &sges, 2, b"abcd").ok().unwrap();
         assert_eq!(&env.mem[0x12..0x14], b"ab");

@@ -1,23 +1,35 @@
-//! A minimal [`DeviceEnv`] for the engine's unit tests: one flat memory every key may use
-//! (but [`FAULT_KEY`] and [`BAD_KEY`]), a receive queue, and what the engine sent and
-//! completed. Protection itself is the device's and is tested there; the integration tests
-//! (tests/roce_*.rs) run whole engines against a device-like double.
+//! A minimal [`DeviceEnv`] for the engine's unit tests: one flat memory at address 0 guarded
+//! by the device's own protection table (through [`crate::testkit::protected`]): [`LKEY`]
+//! and [`RKEY`] reach all of it, [`FAULT_KEY`] is an on-demand region none of whose pages is
+//! present, [`BAD_KEY`] names nothing; a receive queue, and what the engine sent and
+//! completed. The integration tests (tests/roce_*.rs) run whole engines against a device-like
+//! double over the same table.
 
 use std::collections::VecDeque;
 
 use super::qp::Qp;
 use super::EngineStats;
+use crate::device::mem::MemTable;
+use crate::dma::SliceRam;
 use crate::roce::wire::{self, Bth, Headers, IpInfo, Parsed, DEFAULT_PKEY};
 use crate::roce::*;
+use crate::testkit::protected::{protected_memory_ops, region, ProtectedMemory, RegionKind};
 
+/// The local key of all memory.
+pub(super) const LKEY: Key = Key::region(1, 0);
+/// The remote key of all memory.
+pub(super) const RKEY: Key = Key::region(2, 0);
 /// A key whose every access hits a page that is not present.
-pub(super) const FAULT_KEY: Key = Key::from_raw(0xfa);
+pub(super) const FAULT_KEY: Key = Key::region(3, 0);
 /// A key the device does not know.
 pub(super) const BAD_KEY: Key = Key::from_raw(0xbad);
 pub(super) const MEM_LEN: usize = 1 << 16;
+/// The protection domain of the test QPs and their regions.
+const PD: u32 = 1;
 
 pub(super) struct TestEnv {
     pub(super) mem: Vec<u8>,
+    table: MemTable,
     pub(super) now: u64,
     pub(super) recv: VecDeque<RecvWr>,
     pub(super) completions: Vec<Completion>,
@@ -29,8 +41,24 @@ pub(super) struct TestEnv {
 
 impl TestEnv {
     pub(super) fn new() -> TestEnv {
+        let all = ACCESS_LOCAL_WRITE
+            | ACCESS_REMOTE_WRITE
+            | ACCESS_REMOTE_READ
+            | ACCESS_REMOTE_ATOMIC
+            | ACCESS_FLUSH_GLOBAL;
+        let len = MEM_LEN as u64;
+        let mut table = MemTable::default();
+        for (key, kind) in [
+            (LKEY, RegionKind::Physical),
+            (RKEY, RegionKind::Physical),
+            (FAULT_KEY, RegionKind::OnDemand),
+        ] {
+            let mr = region(key, PD, 0, len, all, kind);
+            table.mrs.insert(key.index(), mr);
+        }
         TestEnv {
             mem: vec![0; MEM_LEN],
+            table,
             now: 0,
             recv: VecDeque::new(),
             completions: Vec::new(),
@@ -40,46 +68,18 @@ impl TestEnv {
         }
     }
 
-    fn range(
-        &self,
-        key: Key,
-        addr: u64,
-        len: usize,
-    ) -> Result<std::ops::Range<usize>, AccessError> {
-        if key == FAULT_KEY {
-            return Err(AccessError::PageFault {
-                key,
-                page: 0,
-                write: false,
-                count: 1,
-            });
-        }
-        if key == BAD_KEY {
-            return Err(AccessError::InvalidKey);
-        }
-        let start = usize::try_from(addr).map_err(|_| AccessError::OutOfBounds)?;
-        let end = start.checked_add(len).filter(|&e| e <= self.mem.len());
-        end.map(|end| start..end).ok_or(AccessError::OutOfBounds)
-    }
-
-    fn read(&self, key: Key, addr: u64, buf: &mut [u8]) -> Result<(), AccessError> {
-        let r = self.range(key, addr, buf.len())?;
-        buf.copy_from_slice(&self.mem[r]);
-        Ok(())
-    }
-
-    fn write(&mut self, key: Key, addr: u64, data: &[u8]) -> Result<(), AccessError> {
-        let r = self.range(key, addr, data.len())?;
-        self.mem[r].copy_from_slice(data);
-        Ok(())
-    }
-
     /// The packets sent so far, parsed (each must be well-formed).
     pub(super) fn sent_parsed(&self) -> Vec<Parsed<'_>> {
         self.sent
             .iter()
             .map(|p| wire::parse_packet(p).expect("the engine sends well-formed packets"))
             .collect()
+    }
+}
+
+impl ProtectedMemory for TestEnv {
+    fn protected(&mut self) -> (&mut MemTable, SliceRam<'_>) {
+        (&mut self.table, SliceRam::new(0, &mut self.mem))
     }
 }
 
@@ -94,55 +94,7 @@ impl DeviceEnv for TestEnv {
     fn qp_async_error(&mut self, _qpn: Qpn, error: QpAsyncError) {
         self.async_errors.push(error);
     }
-    fn read_local(
-        &mut self,
-        _: u32,
-        key: Key,
-        addr: u64,
-        buf: &mut [u8],
-    ) -> Result<(), AccessError> {
-        self.read(key, addr, buf)
-    }
-    fn write_local(&mut self, _: u32, key: Key, addr: u64, data: &[u8]) -> Result<(), AccessError> {
-        self.write(key, addr, data)
-    }
-    fn read_remote(&mut self, at: RemoteTarget, buf: &mut [u8]) -> Result<(), AccessError> {
-        self.read(at.key, at.va, buf)
-    }
-    fn check_remote_write(&mut self, at: RemoteTarget, len: u64) -> Result<(), AccessError> {
-        self.range(at.key, at.va, len as usize).map(|_| ())
-    }
-    fn write_remote(&mut self, at: RemoteTarget, data: &[u8]) -> Result<(), AccessError> {
-        self.write(at.key, at.va, data)
-    }
-    fn atomic_remote(&mut self, at: RemoteTarget, op: AtomicOp) -> Result<u64, AccessError> {
-        let mut old = [0u8; 8];
-        self.read(at.key, at.va, &mut old)?;
-        let old = u64::from_le_bytes(old);
-        let new = match op {
-            AtomicOp::CompareSwap { compare, swap } if compare == old => swap,
-            AtomicOp::CompareSwap { .. } => old,
-            AtomicOp::FetchAdd { add } => old.wrapping_add(add),
-            AtomicOp::Write { value } => value,
-        };
-        self.write(at.key, at.va, &new.to_le_bytes())?;
-        Ok(old)
-    }
-    fn flush_remote(&mut self, at: RemoteTarget, _: FlushSpec) -> Result<(), AccessError> {
-        self.range(at.key, at.va, 0).map(|_| ())
-    }
-    fn bind_mw(&mut self, _: u32, _: Qpn, _: &MwBind) -> Result<(), AccessError> {
-        Err(AccessError::AccessDenied)
-    }
-    fn fast_register(&mut self, _: u32, _: Qpn, _: &FastReg) -> Result<(), AccessError> {
-        Err(AccessError::AccessDenied)
-    }
-    fn invalidate(&mut self, _: u32, _: Qpn, key: Key, _: bool) -> Result<(), AccessError> {
-        self.range(key, 0, 0).map(|_| ())
-    }
-    fn check_invalidate(&mut self, _: u32, _: Qpn, key: Key, _: bool) -> Result<(), AccessError> {
-        self.range(key, 0, 0).map(|_| ())
-    }
+    protected_memory_ops!();
     fn pop_recv(&mut self, _: Qpn) -> Option<RecvWr> {
         self.recv.pop_front()
     }
@@ -185,16 +137,16 @@ pub(super) fn rts_qp(qp_type: QpType) -> Qp {
     qp
 }
 
-/// A SEND WR of `len` bytes from address 0 through key 1.
+/// A SEND WR of `len` bytes from address 0 through [`LKEY`] (to [`RKEY`] at 0x1000).
 pub(super) fn send_wr(wr_id: u64, opcode: WrOpcode, len: u32) -> SendWr {
     SendWr {
         data: SendData::Sges(vec![Sge {
             addr: 0,
             length: len,
-            lkey: Key::from_raw(1),
+            lkey: LKEY,
         }]),
         remote_addr: 0x1000,
-        rkey: Key::from_raw(2),
+        rkey: RKEY,
         ..SendWr::new(wr_id, opcode)
     }
 }
