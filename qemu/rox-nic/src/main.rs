@@ -8,7 +8,7 @@ use clap::Parser;
 use rox_nic::device::{
     DeviceConfig, DieOn, FaultConfig, LinkSpec, PortConfig, RoxNic, Shared, DEFAULT_IDLE_AFTER,
 };
-use rox_nic::roce::wire::{set_flush_icrc_on_transmit, FlushIcrc};
+use rox_nic::roce::wire::FlushIcrc;
 use rox_nic::server::Trace;
 
 /// An emulated PCIe RoCEv2 NIC for QEMU's vfio-user-pci, with an Ethernet port shared with
@@ -128,7 +128,6 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     if flush == FlushIcrc::Rxe {
         log::info!("rox-nic: FLUSH requests carry rdma_rxe's ICRC");
     }
-    set_flush_icrc_on_transmit(flush);
     let port = match args.port {
         Some(link) => Some(PortConfig {
             link,
@@ -145,6 +144,7 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     config.port = port;
     config.netdev = args.netdev;
     config.idle_after = std::time::Duration::from_millis(args.idle_ms);
+    config.flush_icrc = flush;
     let mut nic = RoxNic::new(config)?;
     // Before the socket exists: whoever sees it may signal us.
     let wqe_trace_file = start_wqe_trace(args.trace_wqe, args.trace_wqe_file, &args.socket, &nic)?;

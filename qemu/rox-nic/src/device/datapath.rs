@@ -110,6 +110,7 @@ impl DataPath {
         };
         let mut hw = Hw::new(shared.clone(), cfg.mac);
         hw.has_port = port.is_some();
+        hw.flush_icrc = cfg.flush_icrc;
         Ok(DataPath {
             shared,
             ctl,

@@ -27,6 +27,10 @@ impl DeviceEnv for Hw {
         self.mcast.get(group).cloned().unwrap_or_default()
     }
 
+    fn flush_icrc(&self) -> crate::roce::wire::FlushIcrc {
+        self.flush_icrc
+    }
+
     fn multicast_copy(&mut self) {
         self.stats[STAT_RX_MCAST_COPIES] += 1;
     }

@@ -48,6 +48,8 @@ pub struct DeviceConfig {
     pub netdev: Option<LinkSpec>,
     /// How long the data path keeps polling with nothing to do before it sleeps.
     pub idle_after: std::time::Duration,
+    /// The ICRC of the FLUSH requests the device sends (rdma_rxe's for an rxe peer).
+    pub flush_icrc: crate::roce::wire::FlushIcrc,
 }
 
 pub use crate::port::{FaultConfig, LinkSpec, PortConfig};
@@ -63,6 +65,7 @@ impl DeviceConfig {
             port: None,
             netdev: None,
             idle_after: DEFAULT_IDLE_AFTER,
+            flush_icrc: crate::roce::wire::FlushIcrc::Iba,
         }
     }
 }

@@ -15,6 +15,7 @@ use super::mem::MemTable;
 use super::ring::Ring;
 use super::Shared;
 use crate::dma::GuestMemory;
+use crate::roce::wire::FlushIcrc;
 use crate::roce::Gid;
 
 #[derive(Debug)]
@@ -112,6 +113,8 @@ pub struct Hw {
     /// The device has a port: packets to other GIDs go out on it (packets to its own GIDs
     /// never reach the wire either way).
     pub has_port: bool,
+    /// The ICRC of the FLUSH requests it sends ([`crate::device::DeviceConfig::flush_icrc`]).
+    pub flush_icrc: FlushIcrc,
     /// Multicast groups: group GID -> attached QPNs, in attach order.
     pub mcast: HashMap<Gid, Vec<Qpn>>,
     pub stats: Stats,
@@ -146,6 +149,7 @@ impl Hw {
             port_state: PORT_ACTIVE,
             rx_port_down_drops: 0,
             has_port: false,
+            flush_icrc: FlushIcrc::Iba,
             mcast: HashMap::new(),
             stats: [0; STATS_COUNT],
             next_mr_index: 1,

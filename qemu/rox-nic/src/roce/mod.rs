@@ -475,6 +475,10 @@ pub trait DeviceEnv {
     }
     /// A copy of a multicast packet was handed to one attached QP.
     fn multicast_copy(&mut self) {}
+    /// How this device computes the ICRC of the FLUSH requests it sends (its configuration).
+    fn flush_icrc(&self) -> wire::FlushIcrc {
+        wire::FlushIcrc::Iba
+    }
 }
 
 /// Static properties of a QP, fixed at creation.

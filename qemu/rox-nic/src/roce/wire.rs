@@ -14,9 +14,8 @@ mod packet;
 use super::{Gid, Key, Msn, Psn, Qpn};
 pub use opcode::{opcode_info, OpcodeClass, OpcodeInfo};
 pub use packet::{
-    build_packet, build_packet_with, compute_icrc, flush_icrc_on_transmit, icrc_matches,
-    ipv4_header_checksum, parse_packet, parse_transport, rxe_flush_icrc,
-    set_flush_icrc_on_transmit, FlushIcrc, IpView, ParseError, Parsed,
+    build_packet, build_packet_with, compute_icrc, icrc_matches, ipv4_header_checksum,
+    parse_packet, parse_transport, rxe_flush_icrc, FlushIcrc, IpView, ParseError, Parsed,
 };
 
 /// IANA UDP port of RoCEv2.

@@ -263,7 +263,8 @@ impl Qp {
         hdr: &Headers,
         payload: &[u8],
     ) {
-        let packet = wire::build_packet(&self.ip_info(av), hdr, payload);
+        let ip = self.ip_info(av);
+        let packet = wire::build_packet_with(&ip, hdr, payload, env.flush_icrc());
         stats.tx_packets += 1;
         let (qpn, psn) = (self.cfg.qpn.get(), hdr.bth.psn.get());
         env.wqe_trace()

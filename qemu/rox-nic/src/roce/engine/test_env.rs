@@ -37,6 +37,8 @@ pub(super) struct TestEnv {
     /// QPs whose SQD drain was reported.
     pub(super) drained: Vec<Qpn>,
     pub(super) async_errors: Vec<QpAsyncError>,
+    /// The device's FLUSH ICRC configuration.
+    pub(super) flush_icrc: wire::FlushIcrc,
 }
 
 impl TestEnv {
@@ -65,6 +67,7 @@ impl TestEnv {
             sent: Vec::new(),
             drained: Vec::new(),
             async_errors: Vec::new(),
+            flush_icrc: wire::FlushIcrc::Iba,
         }
     }
 
@@ -84,6 +87,10 @@ impl ProtectedMemory for TestEnv {
 }
 
 impl DeviceEnv for TestEnv {
+    fn flush_icrc(&self) -> wire::FlushIcrc {
+        self.flush_icrc
+    }
+
     fn sq_drained(&mut self, qpn: Qpn) {
         self.drained.push(qpn);
     }
@@ -190,4 +197,43 @@ pub(super) fn fill_pattern(env: &mut TestEnv, len: usize) {
         .iter_mut()
         .enumerate()
         .for_each(|(i, b)| *b = i as u8);
+}
+
+/// The engine sends FLUSH requests with the ICRC its device is configured for (and every
+/// other packet with IBA's).
+#[test]
+fn a_flush_carries_the_icrc_of_the_device_configuration() {
+    use crate::roce::wire::{FlushIcrc, IPV4_HEADER_LEN};
+    let flush = SendWr {
+        flush: FlushSpec {
+            length: 8,
+            placement_type: FLUSH_TYPE_GLOBAL,
+            level: FLUSH_LEVEL_RANGE,
+        },
+        ..send_wr(0, WrOpcode::Flush, 0)
+    };
+    for how in [FlushIcrc::Iba, FlushIcrc::Rxe] {
+        let (mut env, mut stats, mut qp) = rc_fixture();
+        env.flush_icrc = how;
+        for wr in [flush.clone(), send_wr(1, WrOpcode::Send, 8)] {
+            let wqe = qp.make_wqe(wr);
+            qp.enqueue(&mut env, &mut stats, wqe);
+        }
+        let icrcs: Vec<(u32, u32, u32)> = env
+            .sent
+            .iter()
+            .map(|p| {
+                let (body, icrc) = p.split_at(p.len() - 4);
+                let wire_icrc = u32::from_le_bytes(icrc.try_into().unwrap());
+                let iba = wire::compute_icrc(body, IPV4_HEADER_LEN);
+                let rxe = wire::rxe_flush_icrc(body, IPV4_HEADER_LEN);
+                (wire_icrc, iba, rxe)
+            })
+            .collect();
+        assert_eq!(icrcs.len(), 2);
+        let (flush_icrc, iba, rxe) = icrcs[0];
+        assert_ne!(iba, rxe);
+        assert_eq!(flush_icrc, if how == FlushIcrc::Rxe { rxe } else { iba });
+        assert_eq!(icrcs[1].0, icrcs[1].1, "a SEND always carries IBA's ICRC");
+    }
 }

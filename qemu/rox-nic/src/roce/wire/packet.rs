@@ -76,10 +76,9 @@ fn udp6_checksum(src: &Gid, dst: &Gid, udp: &[u8]) -> u16 {
     }
 }
 
-/// Builds a complete RoCEv2 IP packet with a valid ICRC (a FLUSH's as
-/// [`flush_icrc_on_transmit`] says).
+/// Builds a complete RoCEv2 IP packet with a valid ICRC (IBA's).
 pub fn build_packet(ip: &IpInfo, hdr: &Headers, payload: &[u8]) -> Vec<u8> {
-    build_packet_with(ip, hdr, payload, flush_icrc_on_transmit())
+    build_packet_with(ip, hdr, payload, FlushIcrc::Iba)
 }
 
 /// [`build_packet`] with the ICRC of a FLUSH request computed as `flush_icrc` says.
@@ -222,26 +221,13 @@ pub fn rxe_flush_icrc(packet: &[u8], ip_len: usize) -> u32 {
 
 /// How the ICRC of a FLUSH request is computed on transmit: as IBA says, or as rdma_rxe does
 /// ([`rxe_flush_icrc`]), which an rxe responder needs (it drops the IBA one).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// The device's choice (`DeviceConfig::flush_icrc`, rox-nic --flush-icrc); received FLUSH
+/// requests are accepted with either.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum FlushIcrc {
+    #[default]
     Iba,
     Rxe,
-}
-
-static FLUSH_ICRC_RXE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-/// Sets how this process computes FLUSH ICRCs on transmit (rox-nic --flush-icrc; IBA unless
-/// set). Received FLUSH requests are accepted with either ICRC.
-pub fn set_flush_icrc_on_transmit(how: FlushIcrc) {
-    FLUSH_ICRC_RXE.store(how == FlushIcrc::Rxe, std::sync::atomic::Ordering::Relaxed);
-}
-
-pub fn flush_icrc_on_transmit() -> FlushIcrc {
-    if FLUSH_ICRC_RXE.load(std::sync::atomic::Ordering::Relaxed) {
-        FlushIcrc::Rxe
-    } else {
-        FlushIcrc::Iba
-    }
 }
 
 /// Whether `wire_icrc` is the ICRC of `packet` (no ICRC) with IP header length `ip_len`: the
