@@ -137,7 +137,7 @@ fn engine_write_and_send_bandwidth() {
 /// datagram socket pair (two ports in one process, one thread): what two rox-nic processes'
 /// data paths can reach.
 fn run_over_ports(opcode: WrOpcode, size: u32) -> Rate {
-    use rox_nic::port::frame::{classify, Rx};
+    use rox_nic::port::frame::{sort_frame, Arrival};
     use rox_nic::port::{Link, LinkSpec, Port};
     /// Real time and a loaded host: the ACK timeout of ibv_rc_pingpong (67 ms).
     const ACK_TIMEOUT: u8 = 14;
@@ -177,7 +177,7 @@ fn run_over_ports(opcode: WrOpcode, size: u32) -> Rate {
             let (mac, max, gid) = (port.mac(), port.max_frame(), d.gid);
             while port.recv().unwrap() > 0 {
                 for f in port.frames() {
-                    if let Rx::Roce(ip) = classify(f, &mac, max, |g| *g == gid) {
+                    if let Arrival::Roce(ip, _) = sort_frame(f, &mac, max, |g| *g == gid) {
                         let _ = d.engine.receive(&mut d.env, &f[ip]);
                     }
                 }

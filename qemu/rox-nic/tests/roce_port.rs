@@ -6,7 +6,7 @@
 mod roce_common;
 use roce_common::roce::wire::{self, compute_icrc, parse_packet};
 use roce_common::*;
-use rox_nic::port::frame::{self, classify, Rx, ETH_HEADER_LEN};
+use rox_nic::port::frame::{self, sort_frame, Arrival, ETH_HEADER_LEN};
 use rox_nic::port::pcap::read_frames;
 use rox_nic::port::{FaultConfig, FrameRef, Link, LinkSpec, Port, RxBatch, BATCH};
 use rox_uapi::admin::*;
@@ -86,12 +86,12 @@ impl PortDevice {
         while self.port.recv().unwrap() > 0 {
             for f in self.port.frames() {
                 n += 1;
-                match classify(f, &mac, max, |g| *g == self.gid) {
-                    Rx::Roce(ip) => {
+                match sort_frame(f, &mac, max, |g| *g == self.gid) {
+                    Arrival::Roce(ip, _) => {
                         let _ = self.engine.receive(&mut self.env, &f[ip]);
                     }
-                    Rx::Netdev => self.to_netdev += 1,
-                    Rx::Drop(counter) => *self.dropped.entry(counter).or_default() += 1,
+                    Arrival::Netdev => self.to_netdev += 1,
+                    Arrival::Drop(counter) => *self.dropped.entry(counter).or_default() += 1,
                 }
             }
         }
@@ -547,8 +547,8 @@ fn batched_send_and_receive_keep_order_and_oversize_is_dropped() {
     let f: Vec<&[u8]> = b.frames().collect();
     assert_eq!(f.len(), 1);
     assert_eq!(
-        classify(f[0], &mac_b, b.max_frame(), |_| true),
-        Rx::Drop(STAT_PORT_DROP_OVERSIZE)
+        sort_frame(f[0], &mac_b, b.max_frame(), |_| true),
+        Arrival::Drop(STAT_PORT_DROP_OVERSIZE)
     );
 }
 
@@ -634,33 +634,36 @@ fn frames_are_classified_by_mac_vlan_ip_and_udp_port() {
         &[0u8; 8],
     );
     let roce = [&frame::roce_header(&own, &peer, &packet)[..], &packet].concat();
-    let class = |f: &[u8]| classify(f, &own, 1514, |g| *g == g_own);
-    assert_eq!(class(&roce), Rx::Roce(ETH_HEADER_LEN..roce.len()));
+    let class = |f: &[u8]| sort_frame(f, &own, 1514, |g| *g == g_own);
+    assert_eq!(roce_range(class(&roce)), Some(ETH_HEADER_LEN..roce.len()));
     // Ethernet padding behind the IP packet is not part of it.
     let padded = [&roce[..], &[0u8; 20]].concat();
-    assert_eq!(class(&padded), Rx::Roce(ETH_HEADER_LEN..roce.len()));
+    assert_eq!(roce_range(class(&padded)), Some(ETH_HEADER_LEN..roce.len()));
     // Another device's GID, a multicast MAC, broadcast: not ours or not RoCE -> netdev.
-    assert_eq!(classify(&roce, &own, 1514, |_| false), Rx::Netdev);
+    assert_eq!(sort_frame(&roce, &own, 1514, |_| false), Arrival::Netdev);
     let mut bcast = roce.clone();
     bcast[..6].copy_from_slice(&[0xff; 6]);
-    assert_eq!(class(&bcast), Rx::Roce(ETH_HEADER_LEN..roce.len()));
+    assert_eq!(roce_range(class(&bcast)), Some(ETH_HEADER_LEN..roce.len()));
     let mut other = roce.clone();
     other[..6].copy_from_slice(&[2, 0, 0, 0, 0, 9]);
-    assert_eq!(class(&other), Rx::Drop(STAT_PORT_DROP_OTHER_MAC));
+    assert_eq!(class(&other), Arrival::Drop(STAT_PORT_DROP_OTHER_MAC));
     let mut vlan = roce.clone();
     vlan[12..14].copy_from_slice(&frame::ETHERTYPE_VLAN.to_be_bytes());
-    assert_eq!(class(&vlan), Rx::Drop(STAT_PORT_DROP_VLAN));
-    assert_eq!(class(&roce[..10]), Rx::Drop(STAT_PORT_DROP_MALFORMED));
+    assert_eq!(class(&vlan), Arrival::Drop(STAT_PORT_DROP_VLAN));
+    assert_eq!(class(&roce[..10]), Arrival::Drop(STAT_PORT_DROP_MALFORMED));
     assert_eq!(
         class(&roce[..ETH_HEADER_LEN + 30]),
-        Rx::Drop(STAT_PORT_DROP_MALFORMED)
+        Arrival::Drop(STAT_PORT_DROP_MALFORMED)
     );
     let mut bad_sum = roce.clone();
     bad_sum[ETH_HEADER_LEN + 10] ^= 1;
-    assert_eq!(class(&bad_sum), Rx::Drop(STAT_PORT_DROP_MALFORMED));
+    assert_eq!(class(&bad_sum), Arrival::Drop(STAT_PORT_DROP_MALFORMED));
     let arp = [&own[..], &peer, &[0x08, 0x06], &[0u8; 28]].concat();
-    assert_eq!(class(&arp), Rx::Netdev);
-    assert_eq!(class(&vec![0u8; 1515]), Rx::Drop(STAT_PORT_DROP_OVERSIZE));
+    assert_eq!(class(&arp), Arrival::Netdev);
+    assert_eq!(
+        class(&vec![0u8; 1515]),
+        Arrival::Drop(STAT_PORT_DROP_OVERSIZE)
+    );
 
     // IPv6: the UDP checksum (mandatory, filled by the sender) is verified.
     let (v6_own, v6_peer) = (gid_v6(1), gid_v6(2));
@@ -688,16 +691,22 @@ fn frames_are_classified_by_mac_vlan_ip_and_udp_port() {
         frame::ethertype(roce6[..ETH_HEADER_LEN].try_into().unwrap()),
         frame::ETHERTYPE_IPV6
     );
-    let class6 = |f: &[u8]| classify(f, &own, 1514, |g| *g == v6_own);
-    assert_eq!(class6(&roce6), Rx::Roce(ETH_HEADER_LEN..roce6.len()));
+    let class6 = |f: &[u8]| sort_frame(f, &own, 1514, |g| *g == v6_own);
+    assert_eq!(
+        roce_range(class6(&roce6)),
+        Some(ETH_HEADER_LEN..roce6.len())
+    );
     let mut bad_udp_sum = roce6.clone();
     bad_udp_sum[ETH_HEADER_LEN + wire::IPV6_HEADER_LEN + 6] ^= 0x40;
-    assert_eq!(class6(&bad_udp_sum), Rx::Drop(STAT_PORT_DROP_MALFORMED));
+    assert_eq!(
+        class6(&bad_udp_sum),
+        Arrival::Drop(STAT_PORT_DROP_MALFORMED)
+    );
     let mut short_payload_len = roce6.clone();
     short_payload_len[ETH_HEADER_LEN + 4..ETH_HEADER_LEN + 6].copy_from_slice(&4u16.to_be_bytes());
     assert_eq!(
         class6(&short_payload_len),
-        Rx::Drop(STAT_PORT_DROP_MALFORMED)
+        Arrival::Drop(STAT_PORT_DROP_MALFORMED)
     );
     // To a multicast group (UDP checksum 0, which RoCEv2 allows): the engine's when the device
     // joined the group, else the netdev's.
@@ -705,9 +714,17 @@ fn frames_are_classified_by_mac_vlan_ip_and_udp_port() {
     mcast6[ETH_HEADER_LEN + 24] = 0xff;
     let udp_sum = ETH_HEADER_LEN + wire::IPV6_HEADER_LEN + 6;
     mcast6[udp_sum..udp_sum + 2].fill(0);
-    assert_eq!(class6(&mcast6), Rx::Netdev);
+    assert_eq!(class6(&mcast6), Arrival::Netdev);
     assert_eq!(
-        classify(&mcast6, &own, 1514, |_| true),
-        Rx::Roce(ETH_HEADER_LEN..mcast6.len())
+        roce_range(sort_frame(&mcast6, &own, 1514, |_| true)),
+        Some(ETH_HEADER_LEN..mcast6.len())
     );
+}
+
+/// The IP packet's bytes in a frame sorted for the transport, if it was.
+fn roce_range(arrival: Arrival) -> Option<std::ops::Range<usize>> {
+    match arrival {
+        Arrival::Roce(range, _) => Some(range),
+        _ => None,
+    }
 }

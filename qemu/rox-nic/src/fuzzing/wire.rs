@@ -4,7 +4,7 @@
 //! the IBA annex A17 rules (its own CRC-32 table and masks); (2) every packet the parser accepts
 //! re-encodes through [`build_packet`] from the parsed fields to the same bytes, except the
 //! fields listed in [`canonical`] that the parser leaves to the port (IPv4 identification,
-//! flags, checksums: `port::frame::classify` checks them) or that IBA says a receiver ignores.
+//! flags, checksums: `port::frame::sort_frame` checks them) or that IBA says a receiver ignores.
 //! A field the parser drops silently, or a packet it accepts that rox would answer
 //! differently, shows up as a byte that differs.
 

@@ -62,18 +62,6 @@ fn be16(b: &[u8], at: usize) -> u16 {
     u16::from_be_bytes([b[at], b[at + 1]])
 }
 
-/// Where a frame that arrived on the port goes.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Rx {
-    /// A RoCEv2 packet for this device: the IP packet's bytes in the frame (Ethernet padding
-    /// excluded), for the transport engine.
-    Roce(Range<usize>),
-    /// Anything else: for the paired netdev.
-    Netdev,
-    /// Dropped; the `STAT_PORT_DROP_*` counter to raise.
-    Drop(usize),
-}
-
 /// A frame as the data path takes it: a RoCEv2 packet for this device with what its IP
 /// header said (so the transport parses only the rest), for the netdev, or dropped.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -127,20 +115,6 @@ pub fn sort_frame(
             Arrival::Roce(range.start + ETH_HEADER_LEN..range.end + ETH_HEADER_LEN, ip)
         }
         Ok(_) => Arrival::Netdev,
-    }
-}
-
-/// [`sort_frame`] without the IP header's details: where a frame goes.
-pub fn classify(
-    frame: &[u8],
-    own_mac: &Mac,
-    max_frame: usize,
-    own_gid: impl Fn(&Gid) -> bool,
-) -> Rx {
-    match sort_frame(frame, own_mac, max_frame, own_gid) {
-        Arrival::Roce(range, _) => Rx::Roce(range),
-        Arrival::Netdev => Rx::Netdev,
-        Arrival::Drop(counter) => Rx::Drop(counter),
     }
 }
 
