@@ -491,24 +491,37 @@ mod tests {
         );
     }
 
-    #[test]
-    fn a_kernel_with_an_initramfs_gets_it() {
-        let l = lab(false, &["rox"]);
+    /// QEMU's arguments for guest 0 of `l` (MTU 9000, TCG, 2 CPUs, 2 GiB) with
+    /// `kernel`, `initrd` or not, a rox-nic on its first NIC of `nics` and `extra_vfio`.
+    fn launch_args(
+        l: &Lab,
+        kernel: &str,
+        initrd: bool,
+        nics: usize,
+        extra_vfio: Vec<PathBuf>,
+    ) -> Vec<String> {
         let run = PathBuf::from("/cache/run/lab.1/g0");
-        let args = qemu_args(&GuestLaunch {
+        let mut rox_files = vec![None; nics];
+        rox_files[0] = Some(rox_nic_files(&run, 0));
+        qemu_args(&GuestLaunch {
             guest: &l.guests[0],
             mtu: 9000,
             accel: "tcg",
             cpus: 2,
             mem_mib: 2048,
-            kernel: PathBuf::from("/cache/stock"),
-            initrd: true,
+            kernel: PathBuf::from(kernel),
+            initrd,
             run_dir: run.clone(),
             monitor: run.join("monitor.sock"),
-            rox_files: vec![Some(rox_nic_files(&run, 0))],
-            extra_vfio: vec![],
-        });
-        let text = args.join(" ");
+            rox_files,
+            extra_vfio,
+        })
+    }
+
+    #[test]
+    fn a_kernel_with_an_initramfs_gets_it() {
+        let l = lab(false, &["rox"]);
+        let text = launch_args(&l, "/cache/stock", true, 1, vec![]).join(" ");
         assert!(text.contains("-kernel /cache/stock/bzImage "), "{text}");
         assert!(text.contains("-initrd /cache/stock/initrd"), "{text}");
     }
@@ -527,20 +540,8 @@ mod tests {
     #[test]
     fn qemu_gets_a_vfio_user_device_per_rox_nic_and_a_tap_per_virtio_nic() {
         let l = lab(false, &["rox,virtio"]);
-        let run = PathBuf::from("/cache/run/lab.1/g0");
-        let args = qemu_args(&GuestLaunch {
-            guest: &l.guests[0],
-            mtu: 9000,
-            accel: "tcg",
-            cpus: 2,
-            mem_mib: 2048,
-            kernel: PathBuf::from("/cache/k"),
-            initrd: false,
-            run_dir: run.clone(),
-            monitor: run.join("monitor.sock"),
-            rox_files: vec![Some(rox_nic_files(&run, 0)), None],
-            extra_vfio: vec![PathBuf::from("/cache/x.sock")],
-        });
+        let extra = vec![PathBuf::from("/cache/x.sock")];
+        let args = launch_args(&l, "/cache/k", false, 2, extra);
         let text = args.join(" ");
         assert!(
             text.starts_with("-accel tcg -cpu max -smp 2 -m 2048 "),
