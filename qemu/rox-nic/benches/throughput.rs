@@ -9,6 +9,7 @@
 use std::time::Instant;
 
 use rox_nic::benchkit::{self, Rate, SIZES};
+use rox_nic::testkit::pair::Side;
 use rox_nic::testkit::*;
 use rox_uapi::queue::*;
 use rox_uapi::verbs::*;
@@ -19,14 +20,6 @@ const MAX_MSG: u64 = 1 << 20;
 /// WQEs in flight (64 MiB at 1 MiB: the requester's send window keeps the wire within what
 /// the socket buffers hold).
 const WINDOW: u32 = 64;
-
-struct Side {
-    d: TestDriver,
-    cq: TestCq,
-    qp: TestQp,
-    buf: u64,
-    key: Key,
-}
 
 fn side(link: LinkSpec, last: u8) -> Side {
     /// The benchmark's devices own GIDs 127.0.9.x.

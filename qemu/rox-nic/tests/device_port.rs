@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use rox_nic::device::FaultConfig;
 use rox_nic::port::frame::{self, ETH_HEADER_LEN};
 use rox_nic::roce::wire;
+use rox_nic::testkit::pair::*;
 use rox_nic::testkit::*;
 use rox_uapi::admin::*;
 use rox_uapi::queue::*;
@@ -31,32 +32,24 @@ fn device(dir: &Path, last: u8, faults: Option<FaultConfig>) -> TestDriver {
     port_device(link, SUBNET, last, faults)
 }
 
-struct Side {
-    d: TestDriver,
-    cq: TestCq,
-    qp: TestQp,
-    buf: u64,
-    key: Key,
-}
-
-fn side(dir: &Path, last: u8, qp_type: u8, faults: Option<FaultConfig>) -> Side {
-    let mut d = device(dir, last, faults);
-    let cq = d.create_cq(10);
-    let qp = d.create_qp(qp_type, PD, cq.id, cq.id, SRQ_NONE);
-    let (buf, key) = d.buffer(PD, BUF, ALL_ACCESS);
-    Side {
-        d,
-        cq,
-        qp,
-        buf,
-        key,
+/// Each side of a pair: a CQ of 1024, one QP of `qp_type`, a 1 MiB buffer.
+fn spec(qp_type: u8, faults: Option<FaultConfig>) -> SideSpec {
+    SideSpec {
+        subnet: SUBNET,
+        qp_type,
+        pd: PD,
+        cq_log_depth: 10,
+        buf_len: BUF,
+        access: ALL_ACCESS,
+        faults,
     }
 }
 
+fn side(dir: &Path, last: u8, qp_type: u8, faults: Option<FaultConfig>) -> Side {
+    Side::new(dir, last, &spec(qp_type, faults))
+}
+
 fn connected(dir: &Path, qp_type: u8, faults: Option<FaultConfig>) -> (Side, Side) {
-    let mut a = side(dir, 1, qp_type, faults);
-    let mut b = side(dir, 2, qp_type, faults);
-    let (qa, qb) = (a.qp, b.qp);
     // With injected loss, tail losses wait for the ACK timeout: 67 ms is short enough, and long
     // enough that a loaded 2-core host descheduling a data path does not exhaust the retries.
     const LOSSY_TIMEOUT: u8 = 14;
@@ -68,9 +61,7 @@ fn connected(dir: &Path, qp_type: u8, faults: Option<FaultConfig>) -> (Side, Sid
         },
         ..Default::default()
     };
-    a.d.connect_with(&qa, gid_v4(127, 0, 1, 2), qb.qpn, ALL_ACCESS, &p);
-    b.d.connect_with(&qb, gid_v4(127, 0, 1, 1), qa.qpn, ALL_ACCESS, &p);
-    (a, b)
+    connected_pair(dir, &spec(qp_type, faults), &p)
 }
 
 #[test]

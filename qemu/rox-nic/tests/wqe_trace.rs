@@ -6,10 +6,10 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use rox_nic::testkit::pair::*;
 use rox_nic::testkit::*;
 use rox_nic::trace::lives::{lives, Life};
 use rox_nic::trace::{chrome, report, Dump, Kind, CQE_RECV};
-use rox_uapi::admin::*;
 use rox_uapi::queue::*;
 use rox_uapi::regs::CQ_ARM_NEXT;
 use rox_uapi::verbs::*;
@@ -23,35 +23,17 @@ const SEND_BYTES: u32 = 3_000;
 const WRITE_ID: u64 = 0x77;
 const SEND_ID: u64 = 0x78;
 
-struct Side {
-    d: TestDriver,
-    cq: TestCq,
-    qp: TestQp,
-    buf: u64,
-    key: Key,
-}
-
-fn side(dir: &Path, last: u8) -> Side {
-    let (one, two) = dgram_wire(dir, "1.sock", "2.sock");
-    let mut d = port_device(if last == 1 { one } else { two }, 2, last, None);
-    let cq = d.create_cq(8);
-    let qp = d.create_qp(QPT_RC, PD, cq.id, cq.id, SRQ_NONE);
-    let (buf, key) = d.buffer(PD, BUF, ALL_ACCESS);
-    Side {
-        d,
-        cq,
-        qp,
-        buf,
-        key,
-    }
-}
-
 fn connected(dir: &Path) -> (Side, Side) {
-    let (mut a, mut b) = (side(dir, 1), side(dir, 2));
-    let (qa, qb) = (a.qp, b.qp);
-    a.d.connect(&qa, gid_v4(127, 0, 2, 2), qb.qpn, ALL_ACCESS);
-    b.d.connect(&qb, gid_v4(127, 0, 2, 1), qa.qpn, ALL_ACCESS);
-    (a, b)
+    let spec = SideSpec {
+        subnet: 2,
+        qp_type: QPT_RC,
+        pd: PD,
+        cq_log_depth: 8,
+        buf_len: BUF,
+        access: ALL_ACCESS,
+        faults: None,
+    };
+    connected_pair(dir, &spec, &ConnectParams::default())
 }
 
 /// Posts `wqe` on `a` with its CQ armed; waits for its CQE and its completion interrupt.

@@ -8,7 +8,8 @@
 //!
 //! By fixture family: `ram` (the guest RAM), `link` (how the driver reaches the device),
 //! this file (the driver, its objects, set-up and registers), `admin` (admin commands),
-//! `datapath` (posting, doorbells, polling), `wqe` (work request builders) and
+//! `datapath` (posting, doorbells, polling), `wqe` (work request builders), [`pair`] (two
+//! devices back to back, a QP each) and
 //! [`mock_env`] (the engine's test double, no device at all) over [`protected`] (the
 //! device's protection table over plain memory, shared by every engine test double).
 
@@ -16,6 +17,7 @@ mod admin;
 mod datapath;
 mod link;
 pub mod mock_env;
+pub mod pair;
 pub mod protected;
 mod ram;
 mod wqe;
