@@ -479,19 +479,7 @@ fn roce_frame_to(
         psn: Psn::default(),
     });
     hdr.deth = deth;
-    let packet = wire::build_packet(
-        &wire::IpInfo {
-            sgid,
-            dgid,
-            traffic_class: 0,
-            hop_limit: 64,
-            flow_label: 0,
-            src_port: 0xc000,
-        },
-        &hdr,
-        payload,
-    );
-    [&frame::roce_header(&dmac, &PEER_MAC, &packet)[..], &packet].concat()
+    frames::roce_frame(&dmac, &PEER_MAC, (sgid, dgid), &hdr, payload)
 }
 
 /// An ARP-like broadcast frame carrying `marker` (for the netdev).

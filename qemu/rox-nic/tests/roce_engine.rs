@@ -1313,21 +1313,14 @@ fn random_packets_never_panic_or_escape_regions() {
     use rand::rngs::StdRng;
     use rand::{Rng, SeedableRng};
     use roce_common::roce::wire::{
-        self, Aeth, AtomicEth, Bth, Deth, Feth, Headers, IpInfo, NakCode, Reth, Syndrome,
+        self, Aeth, AtomicEth, Bth, Deth, Feth, Headers, NakCode, Reth, Syndrome,
     };
     const PACKETS: usize = 8_000;
     let mut rng = StdRng::seed_from_u64(0xf022);
     for qp_type in [QpType::Rc, QpType::Uc, QpType::Ud] {
         let mut t = pair(&QpParams::of(qp_type));
         let kb = t.key_b;
-        let ip = IpInfo {
-            sgid: gid_v4(1),
-            dgid: gid_v4(2),
-            traffic_class: 0,
-            hop_limit: 64,
-            flow_label: 0,
-            src_port: 0xc000,
-        };
+        let ip = peer_ip(gid_v4(1), gid_v4(2));
         let opcodes: Vec<u8> = (0..=u8::MAX)
             .filter(|&o| wire::opcode_info(o).is_some())
             .collect();
@@ -1490,14 +1483,7 @@ fn connected_qps_ignore_packets_from_other_peers() {
         psn: SQ_PSN_A,
     });
     h.imm = None;
-    let ip = roce_common::roce::wire::IpInfo {
-        sgid: gid_v4(66),
-        dgid: gid_v4(2),
-        traffic_class: 0,
-        hop_limit: 64,
-        flow_label: 0,
-        src_port: 0xc000,
-    };
+    let ip = peer_ip(gid_v4(66), gid_v4(2));
     let packet = roce_common::roce::wire::build_packet(&ip, &h, b"intruder");
     let (engine, env) = t.net.dev(1);
     assert_eq!(

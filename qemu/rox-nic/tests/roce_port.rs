@@ -9,6 +9,7 @@ use roce_common::*;
 use rox_nic::port::frame::{self, sort_frame, Arrival, ETH_HEADER_LEN};
 use rox_nic::port::pcap::read_frames;
 use rox_nic::port::{FaultConfig, FrameRef, Link, LinkSpec, Port, RxBatch, BATCH};
+use rox_nic::testkit::frames;
 use rox_uapi::admin::*;
 
 use rand::rngs::StdRng;
@@ -614,26 +615,15 @@ fn frames_are_classified_by_mac_vlan_ip_and_udp_port() {
     let own = [2, 0, 0, 0, 0, 1];
     let peer = [2, 0, 0, 0, 0, 2];
     let (g_own, g_peer) = (gid_v4(1), gid_v4(2));
-    let packet = wire::build_packet(
-        &wire::IpInfo {
-            sgid: g_peer,
-            dgid: g_own,
-            traffic_class: 0,
-            hop_limit: 64,
-            flow_label: 0,
-            src_port: 0xc000,
-        },
-        &wire::Headers::new(wire::Bth {
-            opcode: 0x04,
-            solicited: false,
-            pkey: 0xffff,
-            dest_qpn: Qpn::GSI,
-            ack_req: false,
-            psn: Psn::default(),
-        }),
-        &[0u8; 8],
-    );
-    let roce = [&frame::roce_header(&own, &peer, &packet)[..], &packet].concat();
+    let gsi_send = wire::Headers::new(wire::Bth {
+        opcode: 0x04,
+        solicited: false,
+        pkey: 0xffff,
+        dest_qpn: Qpn::GSI,
+        ack_req: false,
+        psn: Psn::default(),
+    });
+    let roce = frames::roce_frame(&own, &peer, (g_peer, g_own), &gsi_send, &[0u8; 8]);
     let class = |f: &[u8]| sort_frame(f, &own, 1514, |g| *g == g_own);
     assert_eq!(roce_range(class(&roce)), Some(ETH_HEADER_LEN..roce.len()));
     // Ethernet padding behind the IP packet is not part of it.
@@ -667,25 +657,11 @@ fn frames_are_classified_by_mac_vlan_ip_and_udp_port() {
 
     // IPv6: the UDP checksum (mandatory, filled by the sender) is verified.
     let (v6_own, v6_peer) = (gid_v6(1), gid_v6(2));
-    let packet6 = wire::build_packet(
-        &wire::IpInfo {
-            sgid: v6_peer,
-            dgid: v6_own,
-            traffic_class: 0,
-            hop_limit: 64,
-            flow_label: 7,
-            src_port: 0xc000,
-        },
-        &wire::Headers::new(wire::Bth {
-            opcode: 0x04,
-            solicited: false,
-            pkey: 0xffff,
-            dest_qpn: Qpn::GSI,
-            ack_req: false,
-            psn: Psn::default(),
-        }),
-        &[1u8; 13],
-    );
+    let ip6 = wire::IpInfo {
+        flow_label: 7,
+        ..frames::peer_ip(v6_peer, v6_own)
+    };
+    let packet6 = wire::build_packet(&ip6, &gsi_send, &[1u8; 13]);
     let roce6 = [&frame::roce_header(&own, &peer, &packet6)[..], &packet6].concat();
     assert_eq!(
         frame::ethertype(roce6[..ETH_HEADER_LEN].try_into().unwrap()),

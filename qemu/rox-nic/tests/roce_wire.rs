@@ -155,14 +155,7 @@ fn feth_bits_are_the_placement_type_and_selectivity_level() {
         placement_type: FLUSH_TYPE_GLOBAL | FLUSH_TYPE_PERSISTENT,
         selectivity_level: FLUSH_LEVEL_MR,
     });
-    let ip = IpInfo {
-        sgid: ipv4_gid([10, 0, 0, 1]),
-        dgid: ipv4_gid([10, 0, 0, 2]),
-        traffic_class: 0,
-        hop_limit: 64,
-        flow_label: 0,
-        src_port: 0xc000,
-    };
+    let ip = rox_nic::testkit::frames::peer_ip(ipv4_gid([10, 0, 0, 1]), ipv4_gid([10, 0, 0, 2]));
     let packet = build_packet(&ip, &h, &[]);
     // IPv4 (20) + UDP (8) + BTH (12): the FETH word, big-endian: SEL in bits 5..4, PLT 3..0.
     assert_eq!(&packet[40..44], &[0, 0, 0, 0x13]);

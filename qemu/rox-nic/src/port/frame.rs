@@ -264,8 +264,9 @@ pub fn ethertype(header: &EthHeader) -> u16 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::roce::wire::{self, opcode as op, Bth, Headers, IpInfo, DEFAULT_PKEY};
+    use crate::roce::wire::{self, opcode as op, Bth, Headers, DEFAULT_PKEY};
     use crate::roce::{Psn, Qpn};
+    use crate::testkit::frames::roce_frame;
 
     /// The IP header the frame check read and the transport parse behind it give what a
     /// whole parse gives, for IPv4 and IPv6, so the data path parses each frame once.
@@ -279,14 +280,6 @@ mod tests {
                 [0xfe; 16],
             ),
         ] {
-            let info = IpInfo {
-                sgid,
-                dgid,
-                traffic_class: 0,
-                hop_limit: 64,
-                flow_label: 0,
-                src_port: 0xc000,
-            };
             let bth = Bth {
                 opcode: op::RC_SEND_ONLY,
                 solicited: false,
@@ -295,15 +288,16 @@ mod tests {
                 ack_req: true,
                 psn: Psn::from_wire(7),
             };
-            let ip = wire::build_packet(&info, &Headers::new(bth), b"payload!");
-            let mut frame = roce_header(&own, &[2, 0, 0, 0, 0, 2], &ip).to_vec();
-            frame.extend_from_slice(&ip);
+            let hdr = Headers::new(bth);
+            let peer = [2, 0, 0, 0, 0, 2];
+            let frame = roce_frame(&own, &peer, (sgid, dgid), &hdr, b"payload!");
+            let ip = &frame[ETH_HEADER_LEN..];
             let Arrival::Roce(range, view) = sort_frame(&frame, &own, 9000, |g| *g == dgid) else {
                 panic!("not sorted as RoCE");
             };
             assert_eq!((view.sgid, view.dgid), (sgid, dgid));
             let once = wire::parse_transport(&frame[range], view).expect("parses");
-            let whole = wire::parse_packet(&ip).expect("parses");
+            let whole = wire::parse_packet(ip).expect("parses");
             assert_eq!(
                 (once.sgid, once.dgid, once.hdr),
                 (whole.sgid, whole.dgid, whole.hdr)

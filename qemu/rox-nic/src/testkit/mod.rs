@@ -8,13 +8,15 @@
 //!
 //! By fixture family: `ram` (the guest RAM), `link` (how the driver reaches the device),
 //! this file (the driver, its objects, set-up and registers), `admin` (admin commands),
-//! `datapath` (posting, doorbells, polling), `wqe` (work request builders), [`pair`] (two
+//! `datapath` (posting, doorbells, polling), `wqe` (work request builders), [`frames`] (a
+//! peer's packets on the wire), [`pair`] (two
 //! devices back to back, a QP each) and
 //! [`mock_env`] (the engine's test double, no device at all) over [`protected`] (the
 //! device's protection table over plain memory, shared by every engine test double).
 
 mod admin;
 mod datapath;
+pub mod frames;
 mod link;
 pub mod mock_env;
 pub mod pair;

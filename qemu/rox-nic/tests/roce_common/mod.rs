@@ -8,6 +8,8 @@ pub use rox_nic::roce;
 pub use roce::*;
 #[allow(unused_imports)]
 pub use rox_nic::port::{FaultConfig, FaultInjector};
+#[allow(unused_imports)]
+pub use rox_nic::testkit::frames::peer_ip;
 pub use rox_nic::testkit::mock_env::*;
 #[allow(unused_imports)]
 pub use rox_nic::testkit::protected::RegionKind;

@@ -1,0 +1,32 @@
+//! RoCEv2 packets and frames as a peer on the wire sends them, for the tests of the port, the
+//! frame check and the data path.
+
+use crate::port::frame::{roce_header, Mac};
+use crate::roce::wire::{self, Headers, IpInfo};
+use crate::roce::Gid;
+
+/// The IP and UDP fields of a peer's packet from `sgid` to `dgid` (hop limit 64, source port
+/// 0xc000, no traffic class or flow label).
+pub fn peer_ip(sgid: Gid, dgid: Gid) -> IpInfo {
+    IpInfo {
+        sgid,
+        dgid,
+        traffic_class: 0,
+        hop_limit: 64,
+        flow_label: 0,
+        src_port: 0xc000,
+    }
+}
+
+/// A peer's RoCEv2 packet with `hdr` and `payload` from `sgid` to `dgid`, in an Ethernet frame
+/// from `smac` to `dmac`.
+pub fn roce_frame(
+    dmac: &Mac,
+    smac: &Mac,
+    (sgid, dgid): (Gid, Gid),
+    hdr: &Headers,
+    payload: &[u8],
+) -> Vec<u8> {
+    let packet = wire::build_packet(&peer_ip(sgid, dgid), hdr, payload);
+    [&roce_header(dmac, smac, &packet)[..], &packet].concat()
+}
