@@ -335,14 +335,7 @@ pub fn seeds() -> Vec<Vec<u8>> {
     for v6 in [false, true] {
         for op in (0..=u8::MAX).filter(|&o| opcode_info(o).is_some()) {
             for (seed, len) in [0usize, 1, 2, 3, 64].into_iter().enumerate() {
-                let ip = IpInfo {
-                    sgid: gid(v6, 1),
-                    dgid: gid(v6, 2),
-                    traffic_class: 0,
-                    hop_limit: 64,
-                    flow_label: 0,
-                    src_port: 0xc011,
-                };
+                let ip = seed_path(v6);
                 let payload: Vec<u8> = (0..len as u8).collect();
                 let packet = build_packet(&ip, &headers_for(op, seed as u32), &payload);
                 out.push([&[FIX_LENGTHS | FIX_ICRC][..], &packet].concat());
@@ -351,14 +344,7 @@ pub fn seeds() -> Vec<Vec<u8>> {
     }
     // One of each ACK kind with a credit count, as hardware NICs send them.
     let mut ack = build_packet(
-        &IpInfo {
-            sgid: gid(false, 1),
-            dgid: gid(false, 2),
-            traffic_class: 0,
-            hop_limit: 64,
-            flow_label: 0,
-            src_port: 0xc011,
-        },
+        &seed_path(false),
         &headers_for(opcode::RC_ACKNOWLEDGE, 0),
         &[],
     );
@@ -369,6 +355,18 @@ pub fn seeds() -> Vec<Vec<u8>> {
     ack[at..].copy_from_slice(&icrc.to_le_bytes());
     out.push([&[0][..], &ack].concat());
     out
+}
+
+/// The path of the seeds (IPv6 or IPv4): from the seeds' GID 1 to GID 2.
+fn seed_path(v6: bool) -> IpInfo {
+    IpInfo {
+        sgid: gid(v6, 1),
+        dgid: gid(v6, 2),
+        traffic_class: 0,
+        hop_limit: 64,
+        flow_label: 0,
+        src_port: 0xc011,
+    }
 }
 
 #[cfg(test)]
@@ -386,14 +384,7 @@ mod tests {
 
     #[test]
     fn rxe_flush_icrc_is_accepted_by_parser_and_reference_alike() {
-        let ip = IpInfo {
-            sgid: gid(false, 1),
-            dgid: gid(false, 2),
-            traffic_class: 0,
-            hop_limit: 64,
-            flow_label: 0,
-            src_port: 0xc011,
-        };
+        let ip = seed_path(false);
         let hdr = headers_for(opcode::RC_FLUSH, 3);
         let p = crate::roce::wire::build_packet_with(&ip, &hdr, &[], FlushIcrc::Rxe);
         assert_eq!(reference_icrc_ok(&p), Some(true));
