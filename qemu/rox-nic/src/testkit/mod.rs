@@ -9,7 +9,7 @@
 //! By fixture family: `ram` (the guest RAM), `link` (how the driver reaches the device),
 //! this file (the driver, its objects, set-up and registers), `admin` (admin commands),
 //! `datapath` (posting, doorbells, polling), `wqe` (work request builders), [`frames`] (a
-//! peer's packets on the wire), [`pair`] (two
+//! peer's packets on the wire), [`loopback`] (one device, two QPs), [`pair`] (two
 //! devices back to back, a QP each) and
 //! [`mock_env`] (the engine's test double, no device at all) over [`protected`] (the
 //! device's protection table over plain memory, shared by every engine test double).
@@ -18,6 +18,7 @@ mod admin;
 mod datapath;
 pub mod frames;
 mod link;
+pub mod loopback;
 pub mod mock_env;
 pub mod pair;
 pub mod protected;
