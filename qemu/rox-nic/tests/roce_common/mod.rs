@@ -3,6 +3,8 @@
 //! clock.
 #![allow(dead_code)]
 
+pub mod engine_pair;
+
 pub use rox_nic::roce;
 
 pub use roce::*;
