@@ -547,15 +547,7 @@ mod tests {
     #[test]
     fn an_ack_through_a_flush_proves_it_executed() {
         let (mut env, mut stats, mut qp) = sent(&[]);
-        let flush = SendWr {
-            flush: FlushSpec {
-                length: 8,
-                placement_type: FLUSH_TYPE_GLOBAL,
-                level: FLUSH_LEVEL_RANGE,
-            },
-            ..send_wr(0, WrOpcode::Flush, 0)
-        };
-        for wr in [flush, send_wr(1, WrOpcode::Send, 8)] {
+        for wr in [flush_wr(0), send_wr(1, WrOpcode::Send, 8)] {
             let wqe = qp.make_wqe(wr);
             qp.enqueue(&mut env, &mut stats, wqe);
         }

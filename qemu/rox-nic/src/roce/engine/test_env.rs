@@ -158,6 +158,18 @@ pub(super) fn send_wr(wr_id: u64, opcode: WrOpcode, len: u32) -> SendWr {
     }
 }
 
+/// A FLUSH (global visibility) of 8 bytes at the [`send_wr`] target.
+pub(super) fn flush_wr(wr_id: u64) -> SendWr {
+    SendWr {
+        flush: FlushSpec {
+            length: 8,
+            placement_type: FLUSH_TYPE_GLOBAL,
+            level: FLUSH_LEVEL_RANGE,
+        },
+        ..send_wr(wr_id, WrOpcode::Flush, 0)
+    }
+}
+
 /// A packet from the peer to the local QP: `opcode` (RC unless it carries transport bits)
 /// with PSN `psn`, headers set by `fill`.
 pub(super) fn packet_from_peer(
@@ -204,14 +216,7 @@ pub(super) fn fill_pattern(env: &mut TestEnv, len: usize) {
 #[test]
 fn a_flush_carries_the_icrc_of_the_device_configuration() {
     use crate::roce::wire::{FlushIcrc, IPV4_HEADER_LEN};
-    let flush = SendWr {
-        flush: FlushSpec {
-            length: 8,
-            placement_type: FLUSH_TYPE_GLOBAL,
-            level: FLUSH_LEVEL_RANGE,
-        },
-        ..send_wr(0, WrOpcode::Flush, 0)
-    };
+    let flush = flush_wr(0);
     for how in [FlushIcrc::Iba, FlushIcrc::Rxe] {
         let (mut env, mut stats, mut qp) = rc_fixture();
         env.flush_icrc = how;
