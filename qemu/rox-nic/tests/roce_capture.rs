@@ -38,14 +38,7 @@ fn exchange(net: &mut Net, qp_type: QpType, qpn_a: Qpn, qpn_b: Qpn) {
     if qp_type == QpType::Ud {
         with(WrOpcode::Send, 200, 0);
         with(WrOpcode::SendWithImm, 100, 7);
-        let av = AddressVector {
-            dgid: net.devs[1].gid,
-            sgid: net.devs[0].gid,
-            traffic_class: 0,
-            hop_limit: 64,
-            flow_label: 0,
-            dmac: mac_of(&net.devs[1].gid),
-        };
+        let av = av_between(net.devs[0].gid, net.devs[1].gid);
         for wr in &mut wrs {
             wr.ud = Some(UdDest {
                 av,

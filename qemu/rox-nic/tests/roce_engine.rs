@@ -435,14 +435,7 @@ fn uc_rejects_read_and_atomic_as_local_qp_operation_error_and_enters_sqe() {
 fn ud_wr(net: &Net, wr_id: u64, data: SendData, qkey: u32) -> SendWr {
     let mut wr = send_wr(wr_id, WrOpcode::SendWithImm, data);
     wr.imm = 0xabcd;
-    let av = AddressVector {
-        dgid: net.devs[1].gid,
-        sgid: net.devs[0].gid,
-        traffic_class: 0,
-        hop_limit: 64,
-        flow_label: 0,
-        dmac: mac_of(&net.devs[1].gid),
-    };
+    let av = av_between(net.devs[0].gid, net.devs[1].gid);
     wr.ud = Some(UdDest {
         av,
         remote_qpn: QPN_B,
@@ -572,14 +565,7 @@ fn net_gids() -> [Gid; 2] {
 
 fn ud_wr_len(gids: &[Gid; 2], key: Key, len: u32, qkey: u32) -> SendWr {
     let mut wr = send_wr(1, WrOpcode::Send, SendData::Sges(vec![sge(BUF, len, key)]));
-    let av = AddressVector {
-        dgid: gids[1],
-        sgid: gids[0],
-        traffic_class: 0,
-        hop_limit: 64,
-        flow_label: 0,
-        dmac: mac_of(&gids[1]),
-    };
+    let av = av_between(gids[0], gids[1]);
     wr.ud = Some(UdDest {
         av,
         remote_qpn: QPN_B,
@@ -623,14 +609,7 @@ fn work_posted_before_rts_is_sent_on_rts() {
         )
         .unwrap();
     assert!(env.outbox.is_empty(), "nothing leaves before RTS");
-    let av = AddressVector {
-        dgid: gid_v4(2),
-        sgid: gid_v4(1),
-        traffic_class: 0,
-        hop_limit: 64,
-        flow_label: 0,
-        dmac: mac_of(&gid_v4(2)),
-    };
+    let av = av_between(gid_v4(1), gid_v4(2));
     let rtr = QpModify {
         state: Some(QpState::Rtr),
         dest_qpn: Some(QPN_B),

@@ -119,47 +119,11 @@ fn drive(devs: &mut [&mut PortDevice], until: impl Fn(&[&mut PortDevice]) -> boo
 fn connect_pair(a: &mut PortDevice, b: &mut PortDevice, p: &QpParams) {
     let (ga, gb) = (a.gid, b.gid);
     let (one, two) = (Psn::new(1).unwrap(), Psn::new(2).unwrap());
-    for (dev, qpn, peer, sgid, dgid, sq, rq) in [
-        (&mut *a, QPN_A, QPN_B, ga, gb, one, two),
-        (&mut *b, QPN_B, QPN_A, gb, ga, two, one),
+    for (dev, qpns, gids, psns) in [
+        (&mut *a, (QPN_A, QPN_B), (ga, gb), (one, two)),
+        (&mut *b, (QPN_B, QPN_A), (gb, ga), (two, one)),
     ] {
-        dev.engine
-            .create_qp(QpConfig {
-                qpn,
-                qp_type: p.qp_type,
-                pd: PD,
-                uses_srq: false,
-            })
-            .unwrap();
-        let av = AddressVector {
-            dgid,
-            sgid,
-            traffic_class: 0,
-            hop_limit: 64,
-            flow_label: 0,
-            dmac: mac_of(&dgid),
-        };
-        let m = QpModify {
-            state: Some(QpState::Rtr),
-            access_flags: Some(p.access),
-            path_mtu: Some(p.mtu),
-            dest_qpn: Some(peer),
-            rq_psn: Some(rq),
-            max_dest_rd_atomic: Some(p.max_rd_atomic),
-            av: Some(av),
-            ..Default::default()
-        };
-        dev.engine.modify_qp(&mut dev.env, qpn, &m).unwrap();
-        let m = QpModify {
-            state: Some(QpState::Rts),
-            sq_psn: Some(sq),
-            timeout: Some(p.timeout),
-            retry_cnt: Some(p.retry_cnt),
-            rnr_retry: Some(p.rnr_retry),
-            max_rd_atomic: Some(p.max_rd_atomic),
-            ..Default::default()
-        };
-        dev.engine.modify_qp(&mut dev.env, qpn, &m).unwrap();
+        connect_qp(&mut dev.engine, &mut dev.env, qpns, gids, psns, p);
     }
 }
 

@@ -3,6 +3,7 @@
 
 use crate::roce::wire::{ipv4_gid, parse_packet};
 use crate::roce::*;
+use crate::testkit::frames::av_between as av;
 pub use crate::testkit::mock_env::send_wr;
 use crate::testkit::mock_env::{rts_steps, MockEnv, QpSetup};
 
@@ -56,18 +57,6 @@ impl Node {
             check_sent(p);
         }
         sent
-    }
-}
-
-/// The address vector from `src` to `dst`.
-pub fn av(src: Gid, dst: Gid) -> AddressVector {
-    AddressVector {
-        dgid: dst,
-        sgid: src,
-        traffic_class: 0,
-        hop_limit: 64,
-        flow_label: 0,
-        dmac: [2, 0, dst[12], dst[13], dst[14], dst[15]],
     }
 }
 

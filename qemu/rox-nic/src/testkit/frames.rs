@@ -3,7 +3,7 @@
 
 use crate::port::frame::{roce_header, Mac};
 use crate::roce::wire::{self, Headers, IpInfo};
-use crate::roce::Gid;
+use crate::roce::{AddressVector, Gid};
 
 /// The IP and UDP fields of a peer's packet from `sgid` to `dgid` (hop limit 64, source port
 /// 0xc000, no traffic class or flow label).
@@ -29,4 +29,19 @@ pub fn roce_frame(
 ) -> Vec<u8> {
     let packet = wire::build_packet(&peer_ip(sgid, dgid), hdr, payload);
     [&roce_header(dmac, smac, &packet)[..], &packet].concat()
+}
+
+/// The MAC of the test device owning a GID (the engine tests' name for it).
+pub use super::test_mac as mac_of;
+
+/// The address vector from `src` to `dst` (hop limit 64, to [`mac_of`] `dst`).
+pub fn av_between(src: Gid, dst: Gid) -> AddressVector {
+    AddressVector {
+        dgid: dst,
+        sgid: src,
+        traffic_class: 0,
+        hop_limit: 64,
+        flow_label: 0,
+        dmac: mac_of(&dst),
+    }
 }

@@ -11,7 +11,7 @@ pub use roce::*;
 #[allow(unused_imports)]
 pub use rox_nic::port::{FaultConfig, FaultInjector};
 #[allow(unused_imports)]
-pub use rox_nic::testkit::frames::peer_ip;
+pub use rox_nic::testkit::frames::{av_between, mac_of, peer_ip};
 pub use rox_nic::testkit::mock_env::*;
 #[allow(unused_imports)]
 pub use rox_nic::testkit::protected::RegionKind;
@@ -47,11 +47,6 @@ pub struct Net {
     pub rx_capacity: Option<usize>,
     /// Packets dropped for `rx_capacity`.
     pub overflow_drops: u64,
-}
-
-/// The MAC of the mock device owning `gid`: 02:00 and the GID's last 4 bytes.
-pub fn mac_of(gid: &Gid) -> [u8; 6] {
-    [0x02, 0, gid[12], gid[13], gid[14], gid[15]]
 }
 
 pub fn gid_v4(last: u8) -> Gid {
@@ -232,44 +227,60 @@ pub const SQ_PSN_B: Psn = Psn::new(0xff_fff0).unwrap();
 /// Creates QP `qpn_a` on device `a` and `qpn_b` on device `b` and connects them (RTS both).
 pub fn connect(net: &mut Net, a: usize, qpn_a: Qpn, b: usize, qpn_b: Qpn, p: &QpParams) {
     let (ga, gb) = (net.devs[a].gid, net.devs[b].gid);
-    for (dev, qpn, peer_qpn, sgid, dgid, sq_psn, rq_psn) in [
-        (a, qpn_a, qpn_b, ga, gb, SQ_PSN_A, SQ_PSN_B),
-        (b, qpn_b, qpn_a, gb, ga, SQ_PSN_B, SQ_PSN_A),
-    ] {
-        let (engine, env) = net.dev(dev);
-        engine
-            .create_qp(QpConfig {
-                qpn,
-                qp_type: p.qp_type,
-                pd: PD,
-                uses_srq: false,
-            })
-            .unwrap();
-        let av = AddressVector {
-            dgid,
-            sgid,
-            traffic_class: 0,
-            hop_limit: 64,
-            flow_label: 0,
-            dmac: mac_of(&dgid),
-        };
-        let steps = rts_steps(&QpSetup {
-            access: p.access,
-            qkey: p.qkey,
-            mtu: p.mtu,
-            peer_qpn,
-            rq_psn,
-            sq_psn,
-            max_rd_atomic: p.max_rd_atomic,
-            min_rnr_timer: p.min_rnr_timer,
-            timeout: p.timeout,
-            retry_cnt: p.retry_cnt,
-            rnr_retry: p.rnr_retry,
-            av: (p.qp_type != QpType::Ud).then_some(av),
-        });
-        for m in steps {
-            engine.modify_qp(env, qpn, &m).unwrap();
-        }
+    let (engine, env) = net.dev(a);
+    connect_qp(
+        engine,
+        env,
+        (qpn_a, qpn_b),
+        (ga, gb),
+        (SQ_PSN_A, SQ_PSN_B),
+        p,
+    );
+    let (engine, env) = net.dev(b);
+    connect_qp(
+        engine,
+        env,
+        (qpn_b, qpn_a),
+        (gb, ga),
+        (SQ_PSN_B, SQ_PSN_A),
+        p,
+    );
+}
+
+/// Creates QP `qpn` of `engine` and takes it to RTS talking to `peer_qpn`, from `sgid` to
+/// `dgid`, sending from `sq_psn` and expecting `rq_psn`.
+pub fn connect_qp(
+    engine: &mut Engine,
+    env: &mut MockEnv,
+    (qpn, peer_qpn): (Qpn, Qpn),
+    (sgid, dgid): (Gid, Gid),
+    (sq_psn, rq_psn): (Psn, Psn),
+    p: &QpParams,
+) {
+    engine
+        .create_qp(QpConfig {
+            qpn,
+            qp_type: p.qp_type,
+            pd: PD,
+            uses_srq: false,
+        })
+        .unwrap();
+    let steps = rts_steps(&QpSetup {
+        access: p.access,
+        qkey: p.qkey,
+        mtu: p.mtu,
+        peer_qpn,
+        rq_psn,
+        sq_psn,
+        max_rd_atomic: p.max_rd_atomic,
+        min_rnr_timer: p.min_rnr_timer,
+        timeout: p.timeout,
+        retry_cnt: p.retry_cnt,
+        rnr_retry: p.rnr_retry,
+        av: (p.qp_type != QpType::Ud).then_some(av_between(sgid, dgid)),
+    });
+    for m in steps {
+        engine.modify_qp(env, qpn, &m).unwrap();
     }
 }
 
