@@ -43,13 +43,10 @@ fn rc_write_read_atomics_and_inline() {
     let data = pattern(2, 10_000);
     p.d.ram.write(p.buf_a, &data);
     // WRITE a -> b.
-    let w = with_rdma(
-        send_wqe(
-            1,
-            WR_RDMA_WRITE,
-            WQE_FLAG_SIGNALED,
-            &[sge(p.buf_a, 10_000, p.key_a)],
-        ),
+    let w = rdma_wqe(
+        1,
+        WR_RDMA_WRITE,
+        sge(p.buf_a, 10_000, p.key_a),
         p.buf_b + 100,
         p.key_b,
     );
@@ -58,13 +55,10 @@ fn rc_write_read_atomics_and_inline() {
     assert_eq!((c.status, c.opcode), (WC_SUCCESS, WC_OPC_RDMA_WRITE));
     assert_eq!(p.d.ram.read(p.buf_b + 100, 10_000), data);
     // READ it back into another place of a.
-    let w = with_rdma(
-        send_wqe(
-            2,
-            WR_RDMA_READ,
-            WQE_FLAG_SIGNALED,
-            &[sge(p.buf_a + 20_000, 10_000, p.key_a)],
-        ),
+    let w = rdma_wqe(
+        2,
+        WR_RDMA_READ,
+        sge(p.buf_a + 20_000, 10_000, p.key_a),
         p.buf_b + 100,
         p.key_b,
     );
@@ -180,13 +174,10 @@ fn ud_send_between_two_qps_with_grh() {
 fn uc_write_and_send() {
     let mut p = pair(QPT_UC);
     p.d.ram.write(p.buf_a, &pattern(9, 5000));
-    let w = with_rdma(
-        send_wqe(
-            1,
-            WR_RDMA_WRITE,
-            WQE_FLAG_SIGNALED,
-            &[sge(p.buf_a, 5000, p.key_a)],
-        ),
+    let w = rdma_wqe(
+        1,
+        WR_RDMA_WRITE,
+        sge(p.buf_a, 5000, p.key_a),
         p.buf_b,
         p.key_b,
     );
@@ -205,16 +196,7 @@ fn uc_write_and_send() {
     assert_eq!(p.d.wait_cqe(&mut p.cq_a).status, WC_SUCCESS);
     assert_eq!(p.d.wait_cqe(&mut p.cq_b).byte_len, 100);
     // READ is not a UC operation.
-    let w = with_rdma(
-        send_wqe(
-            3,
-            WR_RDMA_READ,
-            WQE_FLAG_SIGNALED,
-            &[sge(p.buf_a, 8, p.key_a)],
-        ),
-        p.buf_b,
-        p.key_b,
-    );
+    let w = rdma_wqe(3, WR_RDMA_READ, sge(p.buf_a, 8, p.key_a), p.buf_b, p.key_b);
     p.d.post_send(&mut p.a, &w);
     assert_eq!(p.d.wait_cqe(&mut p.cq_a).status, WC_LOC_QP_OP_ERR);
 }
@@ -267,13 +249,10 @@ fn receive_buffer_too_small_is_length_error_on_both_sides() {
 fn uc_and_ud_immediate_data() {
     let mut p = pair(QPT_UC);
     p.d.post_recv(&mut p.b, 1, &[]);
-    let mut w = with_rdma(
-        send_wqe(
-            1,
-            WR_RDMA_WRITE_WITH_IMM,
-            WQE_FLAG_SIGNALED,
-            &[sge(p.buf_a, 16, p.key_a)],
-        ),
+    let mut w = rdma_wqe(
+        1,
+        WR_RDMA_WRITE_WITH_IMM,
+        sge(p.buf_a, 16, p.key_a),
         p.buf_b,
         p.key_b,
     );

@@ -172,7 +172,7 @@ fn inv_wqe(wr_id: u64, rkey: Key) -> SqWqe {
 
 /// An RDMA WRITE or READ from `p.a` of `local` to/from `(remote, rkey)`; its completion.
 fn rdma(d: &mut TestDriver, p: &mut Pair, op: u8, local: Sge, remote: u64, rkey: Key) -> Cqe {
-    let w = with_rdma(send_wqe(1, op, WQE_FLAG_SIGNALED, &[local]), remote, rkey);
+    let w = rdma_wqe(1, op, local, remote, rkey);
     post_wait(d, &mut p.a, &mut p.cq_a, &w)
 }
 
@@ -514,16 +514,7 @@ fn send_with_invalidate_ends_the_registration() {
     d.ram.write(f.buf_a, &msg);
     f.d.post_recv(&mut f.p.b, 9, &[sge(f.buf_b, 8192, f.key_b)]);
     let d = &mut f.d;
-    let w = with_rdma(
-        send_wqe(
-            1,
-            WR_SEND_WITH_INV,
-            WQE_FLAG_SIGNALED,
-            &[sge(f.buf_a, 5000, f.key_a)],
-        ),
-        0,
-        key,
-    );
+    let w = rdma_wqe(1, WR_SEND_WITH_INV, sge(f.buf_a, 5000, f.key_a), 0, key);
     let c = post_wait(d, &mut f.p.a, &mut f.p.cq_a, &w);
     assert_eq!((c.status, c.opcode), (WC_SUCCESS, WC_OPC_SEND));
     let r = d.wait_cqe(&mut f.p.cq_b);
@@ -842,13 +833,10 @@ fn refused_send_with_invalidate_writes_nothing() {
         f.d.ram.fill(f.buf_b, 8192, GUARD);
         f.d.post_recv(&mut f.p.b, 9, &[sge(f.buf_b, 8192, f.key_b)]);
         f.d.ram.write(f.buf_a, &pattern(8, 100));
-        let w = with_rdma(
-            send_wqe(
-                1,
-                WR_SEND_WITH_INV,
-                WQE_FLAG_SIGNALED,
-                &[sge(f.buf_a, 100, f.key_a)],
-            ),
+        let w = rdma_wqe(
+            1,
+            WR_SEND_WITH_INV,
+            sge(f.buf_a, 100, f.key_a),
             0,
             t.bad_key,
         );

@@ -150,16 +150,7 @@ fn responder_nak_rnr_until_the_page_is_writable_then_the_write_lands() {
     // Read-only mapping: a write still faults (and asks for write access).
     map(&mut p.d, key_b, 0, &pages, false);
     let target = iova + 4096 + 3000; // crosses from page 1 into page 2
-    let w = with_rdma(
-        send_wqe(
-            3,
-            WR_RDMA_WRITE,
-            WQE_FLAG_SIGNALED,
-            &[sge(buf_a, 2000, key_a)],
-        ),
-        target,
-        key_b,
-    );
+    let w = rdma_wqe(3, WR_RDMA_WRITE, sge(buf_a, 2000, key_a), target, key_b);
     p.d.post_send(&mut p.a, &w);
     let e = page_fault(&mut p.d);
     assert_eq!(
@@ -200,16 +191,7 @@ fn unmapped_page_is_never_read_again_and_remapping_serves_the_new_page() {
     p.d.ram.fill(new, 4096, 0x4e);
     map(&mut p.d, key_b, 0, &[old], true);
     let read = |d: &mut TestDriver, qp: &mut TestQp, id: u64| {
-        let w = with_rdma(
-            send_wqe(
-                id,
-                WR_RDMA_READ,
-                WQE_FLAG_SIGNALED,
-                &[sge(buf_a, 64, key_a)],
-            ),
-            iova + 8,
-            key_b,
-        );
+        let w = rdma_wqe(id, WR_RDMA_READ, sge(buf_a, 64, key_a), iova + 8, key_b);
         d.post_send(qp, &w);
     };
     read(&mut p.d, &mut p.a, 10);
@@ -263,16 +245,7 @@ fn read_response_into_a_missing_local_page_waits_for_it() {
     p.d.ram.write(buf_b, &msg);
     let iova = 0x2000_0000u64;
     let key_a = reg_odp(&mut p.d, iova, 4096, ALL_ACCESS);
-    let w = with_rdma(
-        send_wqe(
-            20,
-            WR_RDMA_READ,
-            WQE_FLAG_SIGNALED,
-            &[sge(iova, 3000, key_a)],
-        ),
-        buf_b,
-        key_b,
-    );
+    let w = rdma_wqe(20, WR_RDMA_READ, sge(iova, 3000, key_a), buf_b, key_b);
     p.d.post_send(&mut p.a, &w);
     expect_page_fault(&mut p.d, key_a, EQE_PAGE_FAULT_WRITE);
     p.d.expect_no_cqe(&mut p.cq_a, QUIET);
@@ -319,16 +292,7 @@ fn failed_pages_fail_the_access_with_protection_errors() {
         odp_cmd(&mut p.d, key_b, 0, 1, ODP_OP_FAIL, 0),
         ADMIN_STATUS_SUCCESS
     );
-    let w = with_rdma(
-        send_wqe(
-            30,
-            WR_RDMA_WRITE,
-            WQE_FLAG_SIGNALED,
-            &[sge(buf_a, 16, key_a)],
-        ),
-        iova,
-        key_b,
-    );
+    let w = rdma_wqe(30, WR_RDMA_WRITE, sge(buf_a, 16, key_a), iova, key_b);
     p.d.post_send(&mut p.a, &w);
     assert_eq!(p.d.wait_cqe(&mut p.cq_a).status, WC_REM_ACCESS_ERR);
     no_page_fault(&mut p.d);
@@ -433,18 +397,7 @@ fn a_failed_page_fails_one_access_then_faults_again() {
         odp_cmd(&mut p.d, key_b, 0, 1, ODP_OP_FAIL, 0),
         ADMIN_STATUS_SUCCESS
     );
-    let write = |wr_id| {
-        with_rdma(
-            send_wqe(
-                wr_id,
-                WR_RDMA_WRITE,
-                WQE_FLAG_SIGNALED,
-                &[sge(buf_a, 16, key_a)],
-            ),
-            iova,
-            key_b,
-        )
-    };
+    let write = |wr_id| rdma_wqe(wr_id, WR_RDMA_WRITE, sge(buf_a, 16, key_a), iova, key_b);
     p.d.post_send(&mut p.a, &write(30));
     assert_eq!(p.d.wait_cqe(&mut p.cq_a).status, WC_REM_ACCESS_ERR);
     // The failure was for that access: a new one (on a fresh QP pair) faults the page again.
@@ -472,16 +425,7 @@ fn read_of_an_untouched_region_faults_once_for_the_whole_range() {
     let (buf_a, key_a) = p.d.buffer(PD, len, ALL_ACCESS);
     let iova = 0x6000_0000u64;
     let key_b = reg_odp(&mut p.d, iova, len, ALL_ACCESS);
-    let w = with_rdma(
-        send_wqe(
-            40,
-            WR_RDMA_READ,
-            WQE_FLAG_SIGNALED,
-            &[sge(buf_a, len as u32, key_a)],
-        ),
-        iova,
-        key_b,
-    );
+    let w = rdma_wqe(40, WR_RDMA_READ, sge(buf_a, len as u32, key_a), iova, key_b);
     p.d.post_send(&mut p.a, &w);
     let e = page_fault(&mut p.d);
     assert_eq!(
@@ -518,16 +462,7 @@ fn no_page_fault_is_posted_while_eq0_is_half_full() {
     for _ in 0..half {
         p.d.admin_ok(ADMIN_OP_READ_MAC, payload(&HandleCmd::default()));
     }
-    let w = with_rdma(
-        send_wqe(
-            50,
-            WR_RDMA_WRITE,
-            WQE_FLAG_SIGNALED,
-            &[sge(iova, 64, key_a)],
-        ),
-        buf_b,
-        key_b,
-    );
+    let w = rdma_wqe(50, WR_RDMA_WRITE, sge(iova, 64, key_a), buf_b, key_b);
     p.d.post_send(&mut p.a, &w);
     std::thread::sleep(QUIET);
     assert_eq!(p.d.query_stats()[STAT_PAGE_FAULTS], 0, "EQ 0 is half full");
@@ -551,16 +486,7 @@ fn unmap_of_a_faulting_page_lets_the_access_fault_again() {
     let iova = 0x7100_0000u64;
     let key_a = reg_odp(&mut p.d, iova, 4096, ACCESS_LOCAL_WRITE);
     let (buf_b, key_b) = p.d.buffer(PD, 4096, ALL_ACCESS);
-    let w = with_rdma(
-        send_wqe(
-            60,
-            WR_RDMA_WRITE,
-            WQE_FLAG_SIGNALED,
-            &[sge(iova, 64, key_a)],
-        ),
-        buf_b,
-        key_b,
-    );
+    let w = rdma_wqe(60, WR_RDMA_WRITE, sge(iova, 64, key_a), buf_b, key_b);
     p.d.post_send(&mut p.a, &w);
     let e = page_fault(&mut p.d);
     assert_eq!(
@@ -605,13 +531,10 @@ fn write_overrunning_an_on_demand_region_writes_nothing_and_faults_nothing() {
         if mapped {
             map(&mut p.d, key, 0, &pages, true);
         }
-        let w = with_rdma(
-            send_wqe(
-                1,
-                WR_RDMA_WRITE,
-                WQE_FLAG_SIGNALED,
-                &[sge(src, LEN as u32 + 1, src_key)],
-            ),
+        let w = rdma_wqe(
+            1,
+            WR_RDMA_WRITE,
+            sge(src, LEN as u32 + 1, src_key),
             iova,
             key,
         );

@@ -79,26 +79,20 @@ fn rc_between_two_devices_send_write_read_atomic() {
     assert_eq!((r.status, r.byte_len), (WC_SUCCESS, 100_000));
     assert_eq!(b.d.ram.read(b.buf, 100_000), msg);
     // WRITE then READ back.
-    let w = with_rdma(
-        send_wqe(
-            2,
-            WR_RDMA_WRITE,
-            WQE_FLAG_SIGNALED,
-            &[sge(a.buf, 50_000, a.key)],
-        ),
+    let w = rdma_wqe(
+        2,
+        WR_RDMA_WRITE,
+        sge(a.buf, 50_000, a.key),
         b.buf + 300_000,
         b.key,
     );
     a.d.post_send(&mut a.qp, &w);
     assert_eq!(a.d.wait_cqe(&mut a.cq).status, WC_SUCCESS);
     assert_eq!(b.d.ram.read(b.buf + 300_000, 50_000), msg[..50_000]);
-    let w = with_rdma(
-        send_wqe(
-            3,
-            WR_RDMA_READ,
-            WQE_FLAG_SIGNALED,
-            &[sge(a.buf + 500_000, 50_000, a.key)],
-        ),
+    let w = rdma_wqe(
+        3,
+        WR_RDMA_READ,
+        sge(a.buf + 500_000, 50_000, a.key),
         b.buf + 300_000,
         b.key,
     );
@@ -349,13 +343,10 @@ fn rc_64_writes_of_1_mib_posted_at_once_all_arrive() {
     }
     let (dst, dst_key) = b.buffer(PD, WRITES * MSG, ALL_ACCESS);
     for i in 0..WRITES {
-        let w = with_rdma(
-            send_wqe(
-                i,
-                WR_RDMA_WRITE,
-                WQE_FLAG_SIGNALED,
-                &[sge(src + (i % SOURCES) * MSG, MSG as u32, src_key)],
-            ),
+        let w = rdma_wqe(
+            i,
+            WR_RDMA_WRITE,
+            sge(src + (i % SOURCES) * MSG, MSG as u32, src_key),
             dst + i * MSG,
             dst_key,
         );
@@ -402,11 +393,7 @@ fn device_pcap_of_a_real_exchange_is_ethernet_with_good_icrcs() {
         let kb = b.reg_mr(PD, bbuf, BUF, ALL_ACCESS).unwrap();
         let mut qa = qa;
         for (i, op) in [WR_RDMA_WRITE, WR_RDMA_READ].into_iter().enumerate() {
-            let w = with_rdma(
-                send_wqe(i as u64, op, WQE_FLAG_SIGNALED, &[sge(abuf, 5000, ka)]),
-                bbuf,
-                kb,
-            );
+            let w = rdma_wqe(i as u64, op, sge(abuf, 5000, ka), bbuf, kb);
             a.post_send(&mut qa, &w);
             assert_eq!(a.wait_cqe(&mut cqa).status, WC_SUCCESS);
         }

@@ -23,13 +23,10 @@ fn protection_violations_leave_guard_patterns_intact() {
             .unwrap();
     p.d.ram.write(p.buf_a, &pattern(3, 8192));
     // WRITE through a read-only rkey: remote access error, nothing written.
-    let w = with_rdma(
-        send_wqe(
-            1,
-            WR_RDMA_WRITE,
-            WQE_FLAG_SIGNALED,
-            &[sge(p.buf_a, 64, p.key_a)],
-        ),
+    let w = rdma_wqe(
+        1,
+        WR_RDMA_WRITE,
+        sge(p.buf_a, 64, p.key_a),
         region + 4096,
         ro,
     );
@@ -49,13 +46,10 @@ fn protection_violations_leave_guard_patterns_intact() {
         )
         .unwrap();
     // WRITE crossing the end of the MR: remote access error, the in-bounds part untouched too.
-    let w = with_rdma(
-        send_wqe(
-            1,
-            WR_RDMA_WRITE,
-            WQE_FLAG_SIGNALED,
-            &[sge(p.buf_a, 200, p.key_a)],
-        ),
+    let w = rdma_wqe(
+        1,
+        WR_RDMA_WRITE,
+        sge(p.buf_a, 200, p.key_a),
         region + 2 * 4096 - 100,
         rw,
     );
@@ -65,13 +59,10 @@ fn protection_violations_leave_guard_patterns_intact() {
     // Local side: an lkey from another PD is a local protection error.
     let mut p = pair(QPT_RC);
     let other_pd_key = p.d.reg_mr(PD + 1, p.buf_a, 4096, ALL_ACCESS).unwrap();
-    let w = with_rdma(
-        send_wqe(
-            1,
-            WR_RDMA_WRITE,
-            WQE_FLAG_SIGNALED,
-            &[sge(p.buf_a, 64, other_pd_key)],
-        ),
+    let w = rdma_wqe(
+        1,
+        WR_RDMA_WRITE,
+        sge(p.buf_a, 64, other_pd_key),
         p.buf_b,
         p.key_b,
     );
@@ -114,13 +105,10 @@ fn mr_translation_through_scattered_pages_level2_list_and_offset() {
     let rkey = p.d.run::<RegMr>(c).rkey;
     let data = pattern(21, len as usize);
     p.d.ram.write(p.buf_a, &data);
-    let w = with_rdma(
-        send_wqe(
-            1,
-            WR_RDMA_WRITE,
-            WQE_FLAG_SIGNALED,
-            &[sge(p.buf_a, len as u32, p.key_a)],
-        ),
+    let w = rdma_wqe(
+        1,
+        WR_RDMA_WRITE,
+        sge(p.buf_a, len as u32, p.key_a),
         IOVA,
         rkey,
     );
@@ -150,16 +138,7 @@ fn mr_translation_through_scattered_pages_level2_list_and_offset() {
         ..Default::default()
     };
     let pkey = p.d.run::<RegMr>(phys).rkey;
-    let w = with_rdma(
-        send_wqe(
-            2,
-            WR_RDMA_WRITE,
-            WQE_FLAG_SIGNALED,
-            &[sge(p.buf_a, 64, p.key_a)],
-        ),
-        target,
-        pkey,
-    );
+    let w = rdma_wqe(2, WR_RDMA_WRITE, sge(p.buf_a, 64, p.key_a), target, pkey);
     p.d.post_send(&mut p.a, &w);
     assert_eq!(p.d.wait_cqe(&mut p.cq_a).status, WC_SUCCESS);
     assert_eq!(p.d.ram.read(target, 64), data[..64]);
@@ -176,13 +155,10 @@ fn deregistered_key_is_refused() {
         }),
     );
     p.d.ram.fill(p.buf_b, 64, 0x5a);
-    let w = with_rdma(
-        send_wqe(
-            1,
-            WR_RDMA_WRITE,
-            WQE_FLAG_SIGNALED,
-            &[sge(p.buf_a, 64, p.key_a)],
-        ),
+    let w = rdma_wqe(
+        1,
+        WR_RDMA_WRITE,
+        sge(p.buf_a, 64, p.key_a),
         p.buf_b,
         p.key_b,
     );
@@ -196,13 +172,10 @@ fn read_into_read_only_local_mr_is_local_protection_error() {
     let mut p = pair(QPT_RC);
     let ro_local = p.d.reg_mr(PD, p.buf_a, 4096, ACCESS_REMOTE_READ).unwrap();
     p.d.ram.fill(p.buf_a, 4096, 0x33);
-    let w = with_rdma(
-        send_wqe(
-            1,
-            WR_RDMA_READ,
-            WQE_FLAG_SIGNALED,
-            &[sge(p.buf_a, 64, ro_local)],
-        ),
+    let w = rdma_wqe(
+        1,
+        WR_RDMA_READ,
+        sge(p.buf_a, 64, ro_local),
         p.buf_b,
         p.key_b,
     );
@@ -216,13 +189,10 @@ fn guest_memory_unmapped_under_the_device_is_fatal_not_a_crash() {
     let mut p = pair(QPT_RC);
     // QEMU takes guest RAM away (e.g. a buggy hot-unplug); the device's rings are gone.
     p.d.dma_unmap_ram();
-    let w = with_rdma(
-        send_wqe(
-            1,
-            WR_RDMA_WRITE,
-            WQE_FLAG_SIGNALED,
-            &[sge(p.buf_a, 64, p.key_a)],
-        ),
+    let w = rdma_wqe(
+        1,
+        WR_RDMA_WRITE,
+        sge(p.buf_a, 64, p.key_a),
         p.buf_b,
         p.key_b,
     );
@@ -247,16 +217,7 @@ fn guest_memory_unmapped_under_the_device_is_fatal_not_a_crash() {
     let mut qp = p.d.create_qp(QPT_RC, PD, cq.id, cq.id, SRQ_NONE);
     p.d.connect(&qp, gid, qp.qpn, ALL_ACCESS);
     let key = p.d.reg_mr(PD, p.buf_a, BUF, ALL_ACCESS).unwrap();
-    let w = with_rdma(
-        send_wqe(
-            9,
-            WR_RDMA_WRITE,
-            WQE_FLAG_SIGNALED,
-            &[sge(p.buf_a, 64, key)],
-        ),
-        p.buf_a + 4096,
-        key,
-    );
+    let w = rdma_wqe(9, WR_RDMA_WRITE, sge(p.buf_a, 64, key), p.buf_a + 4096, key);
     p.d.post_send(&mut qp, &w);
     assert_eq!(p.d.wait_cqe(&mut cq).wr_id, 9);
 }
@@ -291,17 +252,14 @@ fn read_only_dma_mapping_is_never_written() {
     };
     let key = p.d.run::<RegMr>(c).rkey;
     // Reading it works.
-    let w = with_rdma(
-        send_wqe(
-            1,
-            WR_RDMA_READ,
-            WQE_FLAG_SIGNALED,
-            &[Sge {
-                addr: p.buf_a,
-                length: 64,
-                lkey: p.key_a,
-            }],
-        ),
+    let w = rdma_wqe(
+        1,
+        WR_RDMA_READ,
+        Sge {
+            addr: p.buf_a,
+            length: 64,
+            lkey: p.key_a,
+        },
         ROM_BASE,
         key,
     );
@@ -309,17 +267,14 @@ fn read_only_dma_mapping_is_never_written() {
     assert_eq!(p.d.wait_cqe(&mut p.cq_a).status, WC_SUCCESS);
     assert_eq!(p.d.ram.read(p.buf_a, 64), vec![0x77; 64]);
     // Writing it is refused and nothing changes.
-    let w = with_rdma(
-        send_wqe(
-            2,
-            WR_RDMA_WRITE,
-            WQE_FLAG_SIGNALED,
-            &[Sge {
-                addr: p.buf_a + 4096,
-                length: 64,
-                lkey: p.key_a,
-            }],
-        ),
+    let w = rdma_wqe(
+        2,
+        WR_RDMA_WRITE,
+        Sge {
+            addr: p.buf_a + 4096,
+            length: 64,
+            lkey: p.key_a,
+        },
         ROM_BASE,
         key,
     );
@@ -406,16 +361,7 @@ fn bound_type2_window(wr_id: u64, addr: u64) -> (Pair, Key, Key) {
 
 /// An 8-byte RDMA WRITE from a to `addr` through `rkey`; its completion status.
 fn mw_write(p: &mut Pair, id: u64, addr: u64, rkey: Key) -> u8 {
-    let w = with_rdma(
-        send_wqe(
-            id,
-            WR_RDMA_WRITE,
-            WQE_FLAG_SIGNALED,
-            &[sge(p.buf_a, 8, p.key_a)],
-        ),
-        addr,
-        rkey,
-    );
+    let w = rdma_wqe(id, WR_RDMA_WRITE, sge(p.buf_a, 8, p.key_a), addr, rkey);
     p.d.post_send(&mut p.a, &w);
     p.d.wait_cqe(&mut p.cq_a).status
 }
@@ -497,16 +443,7 @@ fn memory_windows() {
     // SEND with invalidate from a: b's window bound on b's QP ends with the message.
     let (mut p, _, rkey) = bound_type2_window(12, window);
     p.d.post_recv(&mut p.b, 13, &[sge(p.buf_b + 8192, 64, p.key_b)]);
-    let send = with_rdma(
-        send_wqe(
-            14,
-            WR_SEND_WITH_INV,
-            WQE_FLAG_SIGNALED,
-            &[sge(p.buf_a, 8, p.key_a)],
-        ),
-        0,
-        rkey,
-    );
+    let send = rdma_wqe(14, WR_SEND_WITH_INV, sge(p.buf_a, 8, p.key_a), 0, rkey);
     p.d.post_send(&mut p.a, &send);
     assert_eq!(p.d.wait_cqe(&mut p.cq_a).status, WC_SUCCESS);
     let r = p.d.wait_cqe(&mut p.cq_b);
@@ -659,11 +596,7 @@ fn write_overrunning_a_region_or_window_writes_nothing() {
         } else {
             WR_RDMA_WRITE
         };
-        let w = with_rdma(
-            send_wqe(1, opcode, WQE_FLAG_SIGNALED, &[sge(src, len, src_key)]),
-            region + offset,
-            rkey,
-        );
+        let w = rdma_wqe(1, opcode, sge(src, len, src_key), region + offset, rkey);
         p.d.post_send(&mut p.a, &w);
         let c = p.d.wait_cqe(&mut p.cq_a);
         assert_eq!((c.wr_id, c.status), (1, WC_REM_ACCESS_ERR), "{what}");

@@ -63,16 +63,7 @@ fn qp_reset_restarts_indices_at_zero_and_qp_is_reusable() {
     let mut p = pair(QPT_RC);
     let gid = gid_v4(127, 0, 0, 1);
     for i in 0..5 {
-        let w = with_rdma(
-            send_wqe(
-                i,
-                WR_RDMA_WRITE,
-                WQE_FLAG_SIGNALED,
-                &[sge(p.buf_a, 8, p.key_a)],
-            ),
-            p.buf_b,
-            p.key_b,
-        );
+        let w = rdma_wqe(i, WR_RDMA_WRITE, sge(p.buf_a, 8, p.key_a), p.buf_b, p.key_b);
         p.d.post_send(&mut p.a, &w);
         p.d.wait_cqe(&mut p.cq_a);
     }

@@ -18,16 +18,7 @@ fn armed_cq_posts_completion_event_and_fires_msix() {
     p.d.ack_eq(COMP_EQ, true);
     p.d.wait_vector(COMP_EQ, Duration::from_millis(1));
     // Not armed: a completion writes a CQE but no event.
-    let w = with_rdma(
-        send_wqe(
-            1,
-            WR_RDMA_WRITE,
-            WQE_FLAG_SIGNALED,
-            &[sge(p.buf_a, 8, p.key_a)],
-        ),
-        p.buf_b,
-        p.key_b,
-    );
+    let w = rdma_wqe(1, WR_RDMA_WRITE, sge(p.buf_a, 8, p.key_a), p.buf_b, p.key_b);
     p.d.post_send(&mut p.a, &w);
     p.d.wait_cqe(&mut p.cq_a);
     assert!(p.d.poll_eq(COMP_EQ).is_none());
@@ -108,11 +99,7 @@ fn idle_device_sleeps_and_doorbell_wakes_it() {
     // A doorbell store alone is not enough while it sleeps: the wake register is rung because
     // the idle flag is set, and the work completes.
     let wakes = d.wakes;
-    let w = with_rdma(
-        send_wqe(1, WR_RDMA_WRITE, WQE_FLAG_SIGNALED, &[sge(buf, 16, key)]),
-        buf + 4096,
-        key,
-    );
+    let w = rdma_wqe(1, WR_RDMA_WRITE, sge(buf, 16, key), buf + 4096, key);
     d.post_send(&mut qp, &w);
     assert_eq!(d.wakes, wakes + 1);
     assert_eq!(d.wait_cqe(&mut cq).status, WC_SUCCESS);
@@ -190,11 +177,7 @@ fn cq_overflow_is_a_cq_error_event() {
     d.connect(&qp, gid, qp.qpn, ALL_ACCESS);
     let (buf, key) = d.buffer(PD, 8192, ALL_ACCESS);
     for i in 0..3 {
-        let w = with_rdma(
-            send_wqe(i, WR_RDMA_WRITE, WQE_FLAG_SIGNALED, &[sge(buf, 8, key)]),
-            buf + 4096,
-            key,
-        );
+        let w = rdma_wqe(i, WR_RDMA_WRITE, sge(buf, 8, key), buf + 4096, key);
         d.post_send(&mut qp, &w);
     }
     let e = d.wait_event(EQ_ADMIN_ASYNC, EQE_TYPE_CQ_ERROR);
@@ -229,16 +212,7 @@ fn srq_qp_entering_error_reports_last_wqe_reached() {
 #[test]
 fn arming_a_cq_with_unconsumed_cqes_fires_at_once() {
     let mut p = pair(QPT_RC);
-    let w = with_rdma(
-        send_wqe(
-            1,
-            WR_RDMA_WRITE,
-            WQE_FLAG_SIGNALED,
-            &[sge(p.buf_a, 8, p.key_a)],
-        ),
-        p.buf_b,
-        p.key_b,
-    );
+    let w = rdma_wqe(1, WR_RDMA_WRITE, sge(p.buf_a, 8, p.key_a), p.buf_b, p.key_b);
     p.d.post_send(&mut p.a, &w);
     // Wait until the CQE is there, but do not consume it.
     let start = std::time::Instant::now();
@@ -387,11 +361,7 @@ fn cq_resize_keeps_unconsumed_cqes() {
     d.connect(&qp, gid, qp.qpn, ALL_ACCESS);
     let (buf, key) = d.buffer(PD, BUF, ALL_ACCESS);
     let write = |d: &mut TestDriver, qp: &mut TestQp, id| {
-        let w = with_rdma(
-            send_wqe(id, WR_RDMA_WRITE, WQE_FLAG_SIGNALED, &[sge(buf, 8, key)]),
-            buf + 64,
-            key,
-        );
+        let w = rdma_wqe(id, WR_RDMA_WRITE, sge(buf, 8, key), buf + 64, key);
         d.post_send(qp, &w);
     };
     // One CQE consumed (ci = 1), then three unconsumed (indices 1..=3, a full ring of 4).

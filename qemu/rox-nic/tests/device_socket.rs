@@ -339,17 +339,14 @@ fn testkit_over_socket_runs_traffic_events_and_wake() {
         std::thread::sleep(Duration::from_millis(1));
     }
     let wakes = d.wakes;
-    let w = with_rdma(
-        send_wqe(
-            3,
-            WR_RDMA_WRITE,
-            WQE_FLAG_SIGNALED,
-            &[Sge {
-                addr: buf,
-                length: 64,
-                lkey: key,
-            }],
-        ),
+    let w = rdma_wqe(
+        3,
+        WR_RDMA_WRITE,
+        Sge {
+            addr: buf,
+            length: 64,
+            lkey: key,
+        },
         buf + 40_000,
         key,
     );

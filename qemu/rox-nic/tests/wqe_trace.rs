@@ -49,13 +49,10 @@ fn post_and_complete(a: &mut Side, wqe: &SqWqe) {
 
 /// One RDMA WRITE, then one SEND (received by `b`), from `a`.
 fn write_then_send(a: &mut Side, b: &mut Side) {
-    let w = with_rdma(
-        send_wqe(
-            WRITE_ID,
-            WR_RDMA_WRITE,
-            WQE_FLAG_SIGNALED,
-            &[sge(a.buf, WRITE_BYTES, a.key)],
-        ),
+    let w = rdma_wqe(
+        WRITE_ID,
+        WR_RDMA_WRITE,
+        sge(a.buf, WRITE_BYTES, a.key),
         b.buf,
         b.key,
     );

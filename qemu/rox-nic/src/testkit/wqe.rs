@@ -58,6 +58,16 @@ pub fn with_rdma(mut w: SqWqe, remote_addr: u64, rkey: Key) -> SqWqe {
     w
 }
 
+/// A signaled RDMA WQE of `opcode` (WRITE, READ, ...) with one SGE, to `remote_addr` through
+/// `rkey`.
+pub fn rdma_wqe(wr_id: u64, opcode: u8, sge: Sge, remote_addr: u64, rkey: Key) -> SqWqe {
+    with_rdma(
+        send_wqe(wr_id, opcode, WQE_FLAG_SIGNALED, &[sge]),
+        remote_addr,
+        rkey,
+    )
+}
+
 pub fn with_atomic(
     mut w: SqWqe,
     remote_addr: u64,
