@@ -127,13 +127,13 @@ fn rc_write_with_imm_consumes_recv() {
     let data = pattern(3, 700);
     t.net.devs[0].env.fill(BUF, &data);
     t.recv_b(9, vec![]);
-    let mut wr = send_wr(
+    let mut wr = rdma_wr(
         4,
         WrOpcode::RdmaWriteWithImm,
-        SendData::Sges(vec![sge(BUF, 700, t.key_a)]),
+        sge(BUF, 700, t.key_a),
+        RECV_AREA,
+        t.key_b,
     );
-    wr.remote_addr = RECV_AREA;
-    wr.rkey = t.key_b;
     wr.imm = 0x1234_5678;
     t.post(wr);
     t.run();
@@ -188,13 +188,13 @@ fn rc_read_reads_its_range_once() {
     let len = 3 * 4096 + 100;
     let data = pattern(9, len);
     t.net.devs[1].env.fill(RECV_AREA, &data);
-    let mut wr = send_wr(
+    let wr = rdma_wr(
         6,
         WrOpcode::RdmaRead,
-        SendData::Sges(vec![sge(BUF, len as u32, t.key_a)]),
+        sge(BUF, len as u32, t.key_a),
+        RECV_AREA,
+        t.key_b,
     );
-    wr.remote_addr = RECV_AREA;
-    wr.rkey = t.key_b;
     t.post(wr);
     t.run();
     assert_eq!(one(&t.cqes(0)).status, WcStatus::Success);
@@ -218,13 +218,13 @@ fn page_fault_stalls_back_off() {
         .env
         .reg(PD, BUF, 300, ALL_ACCESS, RegionKind::OnDemand);
     t.net.devs[0].env.driver_maps.push((odp, 50_000_000));
-    let mut wr = send_wr(
+    let wr = rdma_wr(
         7,
         WrOpcode::RdmaWrite,
-        SendData::Sges(vec![sge(BUF, 300, odp)]),
+        sge(BUF, 300, odp),
+        RECV_AREA,
+        t.key_b,
     );
-    wr.remote_addr = RECV_AREA;
-    wr.rkey = t.key_b;
     t.post(wr);
     t.run();
     assert_eq!(one(&t.cqes(0)).status, WcStatus::Success);
@@ -314,13 +314,7 @@ fn ipv6_gids_carry_rc_traffic() {
     let data = pattern(6, 300);
     net.devs[0].env.fill(BUF, &data);
     let (engine, env) = net.dev(0);
-    let mut wr = send_wr(
-        1,
-        WrOpcode::RdmaWrite,
-        SendData::Sges(vec![sge(BUF, 300, ka)]),
-    );
-    wr.remote_addr = RECV_AREA;
-    wr.rkey = kb;
+    let wr = rdma_wr(1, WrOpcode::RdmaWrite, sge(BUF, 300, ka), RECV_AREA, kb);
     engine.post_send(env, QPN_A, wr).unwrap();
     net.run(1000);
     assert_eq!(
@@ -342,13 +336,13 @@ fn uc_send_and_write() {
         WrOpcode::Send,
         SendData::Sges(vec![sge(BUF, 900, t.key_a)]),
     ));
-    let mut wr = send_wr(
+    let mut wr = rdma_wr(
         2,
         WrOpcode::RdmaWriteWithImm,
-        SendData::Sges(vec![sge(BUF, 900, t.key_a)]),
+        sge(BUF, 900, t.key_a),
+        RECV_AREA + 0x2000,
+        kb,
     );
-    wr.remote_addr = RECV_AREA + 0x2000;
-    wr.rkey = kb;
     wr.imm = 77;
     t.recv_b(2, vec![]);
     t.post(wr);
@@ -680,13 +674,13 @@ fn send_window_shrinks_to_what_a_small_receive_buffer_holds() {
     let data: Vec<u8> = (0..WRITES * LEN).map(|i| (i * 7 + i / 251) as u8).collect();
     t.net.devs[0].env.fill(BUF, &data);
     for i in 0..WRITES {
-        let mut wr = send_wr(
+        let wr = rdma_wr(
             i,
             WrOpcode::RdmaWrite,
-            SendData::Sges(vec![sge(BUF + i * LEN, LEN as u32, t.key_a)]),
+            sge(BUF + i * LEN, LEN as u32, t.key_a),
+            DST + i * LEN,
+            t.key_b,
         );
-        wr.remote_addr = DST + i * LEN;
-        wr.rkey = t.key_b;
         t.post(wr);
     }
     t.run();

@@ -36,13 +36,13 @@ fn local_protection_error_then_flush() {
 fn local_protection_error_on_read_destination() {
     let mut t = pair(&QpParams::rc());
     // The READ lands past the end of the local MR: nothing may be written outside it.
-    let mut wr = send_wr(
+    let wr = rdma_wr(
         1,
         WrOpcode::RdmaRead,
-        SendData::Sges(vec![sge(BUF + BUF_LEN - 100, 300, t.key_a)]),
+        sge(BUF + BUF_LEN - 100, 300, t.key_a),
+        RECV_AREA,
+        t.key_b,
     );
-    wr.remote_addr = RECV_AREA;
-    wr.rkey = t.key_b;
     t.post(wr);
     t.run();
     assert_eq!(one(&t.cqes(0)).status, WcStatus::LocProtErr);
@@ -195,41 +195,33 @@ fn remote_access_error_when_qp_forbids_the_operation() {
         ..QpParams::rc()
     };
     let mut t = pair(&params);
-    let mut wr = send_wr(
+    let wr = rdma_wr(
         1,
         WrOpcode::RdmaRead,
-        SendData::Sges(vec![sge(BUF, 8, t.key_a)]),
+        sge(BUF, 8, t.key_a),
+        RECV_AREA,
+        t.key_b,
     );
-    wr.remote_addr = RECV_AREA;
-    wr.rkey = t.key_b;
     t.post(wr);
     t.run();
     assert_eq!(one(&t.cqes(0)).status, WcStatus::RemAccessErr);
-    assert_eq!(t.net.devs[1].engine.qp_state(QPN_B), Some(QpState::Err));
-    assert_eq!(
-        t.net.devs[1].env.async_errors,
-        [(QPN_B, QpAsyncError::AccessViolation)]
-    );
+    t.assert_responder_failed(QpAsyncError::AccessViolation);
 }
 
 #[test]
 fn misaligned_atomic_is_remote_invalid_request() {
     let mut t = pair(&QpParams::rc());
-    let mut wr = send_wr(
+    let wr = rdma_wr(
         1,
         WrOpcode::AtomicFetchAndAdd,
-        SendData::Sges(vec![sge(BUF, 8, t.key_a)]),
+        sge(BUF, 8, t.key_a),
+        RECV_AREA + 4,
+        t.key_b,
     );
-    wr.remote_addr = RECV_AREA + 4;
-    wr.rkey = t.key_b;
     t.post(wr);
     t.run();
     assert_eq!(one(&t.cqes(0)).status, WcStatus::RemInvReqErr);
-    assert_eq!(t.net.devs[1].engine.qp_state(QPN_B), Some(QpState::Err));
-    assert_eq!(
-        t.net.devs[1].env.async_errors,
-        [(QPN_B, QpAsyncError::InvalidRequest)]
-    );
+    t.assert_responder_failed(QpAsyncError::InvalidRequest);
 }
 
 #[test]
@@ -352,13 +344,13 @@ fn rnr_on_write_with_imm_then_success() {
     let mut t = pair(&params);
     let data = pattern(11, 600);
     t.net.devs[0].env.fill(BUF, &data);
-    let mut wr = send_wr(
+    let wr = rdma_wr(
         1,
         WrOpcode::RdmaWriteWithImm,
-        SendData::Sges(vec![sge(BUF, 600, t.key_a)]),
+        sge(BUF, 600, t.key_a),
+        RECV_AREA,
+        t.key_b,
     );
-    wr.remote_addr = RECV_AREA;
-    wr.rkey = t.key_b;
     t.post(wr);
     for _ in 0..5 {
         t.net.step();
@@ -431,13 +423,13 @@ fn max_rd_atomic_limits_outstanding_reads_and_fence_waits() {
     let data = pattern(12, 64);
     t.net.devs[1].env.fill(RECV_AREA, &data);
     for i in 0..3u64 {
-        let mut wr = send_wr(
+        let wr = rdma_wr(
             i,
             WrOpcode::RdmaRead,
-            SendData::Sges(vec![sge(BUF + i * 64, 64, t.key_a)]),
+            sge(BUF + i * 64, 64, t.key_a),
+            RECV_AREA,
+            t.key_b,
         );
-        wr.remote_addr = RECV_AREA;
-        wr.rkey = t.key_b;
         t.post(wr);
     }
     let mut fenced = send_wr(
@@ -467,13 +459,13 @@ fn duplicate_atomic_is_replayed_not_reexecuted() {
     let mut t = pair(&QpParams::rc());
     let target = RECV_AREA;
     t.net.devs[1].env.fill(target, &1u64.to_le_bytes());
-    let mut wr = send_wr(
+    let mut wr = rdma_wr(
         1,
         WrOpcode::AtomicFetchAndAdd,
-        SendData::Sges(vec![sge(BUF, 8, t.key_a)]),
+        sge(BUF, 8, t.key_a),
+        target,
+        t.key_b,
     );
-    wr.remote_addr = target;
-    wr.rkey = t.key_b;
     wr.compare_add = 10;
     t.post(wr);
     // Deliver the request twice and lose the first response: the requester times out and
@@ -501,13 +493,13 @@ fn read_with_lost_response(lost: usize) -> (u64, u64) {
     let mut t = pair(&QpParams::rc());
     let data = pattern(13, 1000);
     t.net.devs[1].env.fill(RECV_AREA, &data);
-    let mut wr = send_wr(
+    let wr = rdma_wr(
         1,
         WrOpcode::RdmaRead,
-        SendData::Sges(vec![sge(BUF, 1000, t.key_a)]),
+        sge(BUF, 1000, t.key_a),
+        RECV_AREA,
+        t.key_b,
     );
-    wr.remote_addr = RECV_AREA;
-    wr.rkey = t.key_b;
     t.post(wr);
     t.net.step();
     assert_eq!(

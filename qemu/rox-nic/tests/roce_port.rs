@@ -214,20 +214,20 @@ fn rc_over_a_dgram_wire_every_captured_frame_is_ethernet_with_a_good_icrc() {
             sges: vec![sge(REMOTE, 0x1000, kb)],
         },
     );
-    let mut write = send_wr(
+    let write = rdma_wr(
         2,
         WrOpcode::RdmaWrite,
-        SendData::Sges(vec![sge(BUF, 5000, ka)]),
+        sge(BUF, 5000, ka),
+        REMOTE + 0x4000,
+        kb,
     );
-    write.remote_addr = REMOTE + 0x4000;
-    write.rkey = kb;
-    let mut read = send_wr(
+    let read = rdma_wr(
         3,
         WrOpcode::RdmaRead,
-        SendData::Sges(vec![sge(BUF + 0x8000, 3000, ka)]),
+        sge(BUF + 0x8000, 3000, ka),
+        REMOTE + 0x1000,
+        kb,
     );
-    read.remote_addr = REMOTE + 0x1000;
-    read.rkey = kb;
     for wr in [
         send_wr(1, WrOpcode::Send, SendData::Sges(vec![sge(BUF, 2500, ka)])),
         write,

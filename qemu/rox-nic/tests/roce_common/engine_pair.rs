@@ -60,6 +60,12 @@ impl Pair {
     pub fn cqes(&mut self, dev: usize) -> Vec<Completion> {
         self.net.devs[dev].env.take_completions()
     }
+    /// The responder's QP is in ERR, having reported `error` and nothing else.
+    pub fn assert_responder_failed(&self, error: QpAsyncError) {
+        let responder = &self.net.devs[1];
+        assert_eq!(responder.engine.qp_state(QPN_B), Some(QpState::Err));
+        assert_eq!(responder.env.async_errors, [(QPN_B, error)]);
+    }
     /// Guard bytes outside the registered window are untouched on both devices.
     pub fn assert_guards(&self) {
         for d in &self.net.devs {

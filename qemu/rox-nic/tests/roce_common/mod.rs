@@ -289,6 +289,15 @@ pub fn key_plus(key: Key, delta: u32) -> Key {
     Key::from_raw(key.get() + delta)
 }
 
+/// A signaled RDMA WR (WRITE, READ, atomic...) of `opcode` from `sge` to `remote_addr`
+/// through `rkey`.
+pub fn rdma_wr(wr_id: u64, opcode: WrOpcode, sge: Sge, remote_addr: u64, rkey: Key) -> SendWr {
+    let mut wr = send_wr(wr_id, opcode, SendData::Sges(vec![sge]));
+    wr.remote_addr = remote_addr;
+    wr.rkey = rkey;
+    wr
+}
+
 pub fn sge(addr: u64, length: u32, lkey: Key) -> Sge {
     Sge { addr, length, lkey }
 }
