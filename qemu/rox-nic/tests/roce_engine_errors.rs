@@ -195,32 +195,20 @@ fn remote_access_error_when_qp_forbids_the_operation() {
         ..QpParams::rc()
     };
     let mut t = pair(&params);
-    let wr = rdma_wr(
-        1,
-        WrOpcode::RdmaRead,
-        sge(BUF, 8, t.key_a),
-        RECV_AREA,
-        t.key_b,
+    assert_eq!(
+        t.rdma_once(WrOpcode::RdmaRead, 8, RECV_AREA),
+        WcStatus::RemAccessErr
     );
-    t.post(wr);
-    t.run();
-    assert_eq!(one(&t.cqes(0)).status, WcStatus::RemAccessErr);
     t.assert_responder_failed(QpAsyncError::AccessViolation);
 }
 
 #[test]
 fn misaligned_atomic_is_remote_invalid_request() {
     let mut t = pair(&QpParams::rc());
-    let wr = rdma_wr(
-        1,
-        WrOpcode::AtomicFetchAndAdd,
-        sge(BUF, 8, t.key_a),
-        RECV_AREA + 4,
-        t.key_b,
+    assert_eq!(
+        t.rdma_once(WrOpcode::AtomicFetchAndAdd, 8, RECV_AREA + 4),
+        WcStatus::RemInvReqErr
     );
-    t.post(wr);
-    t.run();
-    assert_eq!(one(&t.cqes(0)).status, WcStatus::RemInvReqErr);
     t.assert_responder_failed(QpAsyncError::InvalidRequest);
 }
 

@@ -60,6 +60,14 @@ impl Pair {
     pub fn cqes(&mut self, dev: usize) -> Vec<Completion> {
         self.net.devs[dev].env.take_completions()
     }
+    /// One signaled RDMA WR of `opcode` (id 1) of `len` bytes from BUF on a to `remote_addr`
+    /// on b, run to the end: its completion's status.
+    pub fn rdma_once(&mut self, opcode: WrOpcode, len: u32, remote_addr: u64) -> WcStatus {
+        let local = sge(BUF, len, self.key_a);
+        self.post(rdma_wr(1, opcode, local, remote_addr, self.key_b));
+        self.run();
+        one(&self.cqes(0)).status
+    }
     /// The responder's QP is in ERR, having reported `error` and nothing else.
     pub fn assert_responder_failed(&self, error: QpAsyncError) {
         let responder = &self.net.devs[1];
