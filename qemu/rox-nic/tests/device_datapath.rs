@@ -43,27 +43,23 @@ fn rc_write_read_atomics_and_inline() {
     let data = pattern(2, 10_000);
     p.d.ram.write(p.buf_a, &data);
     // WRITE a -> b.
-    let w = rdma_wqe(
+    let c = p.complete_on_a(&rdma_wqe(
         1,
         WR_RDMA_WRITE,
         sge(p.buf_a, 10_000, p.key_a),
         p.buf_b + 100,
         p.key_b,
-    );
-    p.d.post_send(&mut p.a, &w);
-    let c = p.d.wait_cqe(&mut p.cq_a);
+    ));
     assert_eq!((c.status, c.opcode), (WC_SUCCESS, WC_OPC_RDMA_WRITE));
     assert_eq!(p.d.ram.read(p.buf_b + 100, 10_000), data);
     // READ it back into another place of a.
-    let w = rdma_wqe(
+    let c = p.complete_on_a(&rdma_wqe(
         2,
         WR_RDMA_READ,
         sge(p.buf_a + 20_000, 10_000, p.key_a),
         p.buf_b + 100,
         p.key_b,
-    );
-    p.d.post_send(&mut p.a, &w);
-    let c = p.d.wait_cqe(&mut p.cq_a);
+    ));
     assert_eq!(
         (c.status, c.opcode, c.byte_len),
         (WC_SUCCESS, WC_OPC_RDMA_READ, 10_000)
@@ -174,15 +170,17 @@ fn ud_send_between_two_qps_with_grh() {
 fn uc_write_and_send() {
     let mut p = pair(QPT_UC);
     p.d.ram.write(p.buf_a, &pattern(9, 5000));
-    let w = rdma_wqe(
-        1,
-        WR_RDMA_WRITE,
-        sge(p.buf_a, 5000, p.key_a),
-        p.buf_b,
-        p.key_b,
+    assert_eq!(
+        p.complete_on_a(&rdma_wqe(
+            1,
+            WR_RDMA_WRITE,
+            sge(p.buf_a, 5000, p.key_a),
+            p.buf_b,
+            p.key_b,
+        ))
+        .status,
+        WC_SUCCESS
     );
-    p.d.post_send(&mut p.a, &w);
-    assert_eq!(p.d.wait_cqe(&mut p.cq_a).status, WC_SUCCESS);
     let start = std::time::Instant::now();
     while p.d.ram.read(p.buf_b, 5000) != pattern(9, 5000) {
         assert!(start.elapsed() < TIMEOUT);
@@ -196,9 +194,17 @@ fn uc_write_and_send() {
     assert_eq!(p.d.wait_cqe(&mut p.cq_a).status, WC_SUCCESS);
     assert_eq!(p.d.wait_cqe(&mut p.cq_b).byte_len, 100);
     // READ is not a UC operation.
-    let w = rdma_wqe(3, WR_RDMA_READ, sge(p.buf_a, 8, p.key_a), p.buf_b, p.key_b);
-    p.d.post_send(&mut p.a, &w);
-    assert_eq!(p.d.wait_cqe(&mut p.cq_a).status, WC_LOC_QP_OP_ERR);
+    assert_eq!(
+        p.complete_on_a(&rdma_wqe(
+            3,
+            WR_RDMA_READ,
+            sge(p.buf_a, 8, p.key_a),
+            p.buf_b,
+            p.key_b
+        ))
+        .status,
+        WC_LOC_QP_OP_ERR
+    );
 }
 
 #[test]
@@ -334,15 +340,13 @@ fn flush_and_atomic_write_wqes() {
     // ATOMIC WRITE: the 8 bytes travel in compare_add.
     let target = p.buf_b + 64;
     let value = u64::from_ne_bytes(*b"8 bytes!");
-    let w = with_atomic(
+    let c = p.complete_on_a(&with_atomic(
         send_wqe(1, WR_ATOMIC_WRITE, WQE_FLAG_SIGNALED, &[]),
         target,
         p.key_b,
         value,
         0,
-    );
-    p.d.post_send(&mut p.a, &w);
-    let c = p.d.wait_cqe(&mut p.cq_a);
+    ));
     assert_eq!((c.status, c.opcode), (WC_SUCCESS, WC_OPC_ATOMIC_WRITE));
     assert_eq!(p.d.ram.read(target, 8), b"8 bytes!");
     let flush = |wr_id, rkey, length, flush_type, flush_level| {

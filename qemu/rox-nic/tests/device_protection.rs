@@ -23,15 +23,17 @@ fn protection_violations_leave_guard_patterns_intact() {
             .unwrap();
     p.d.ram.write(p.buf_a, &pattern(3, 8192));
     // WRITE through a read-only rkey: remote access error, nothing written.
-    let w = rdma_wqe(
-        1,
-        WR_RDMA_WRITE,
-        sge(p.buf_a, 64, p.key_a),
-        region + 4096,
-        ro,
+    assert_eq!(
+        p.complete_on_a(&rdma_wqe(
+            1,
+            WR_RDMA_WRITE,
+            sge(p.buf_a, 64, p.key_a),
+            region + 4096,
+            ro,
+        ))
+        .status,
+        WC_REM_ACCESS_ERR
     );
-    p.d.post_send(&mut p.a, &w);
-    assert_eq!(p.d.wait_cqe(&mut p.cq_a).status, WC_REM_ACCESS_ERR);
     assert!(p.d.ram.read(region, 3 * 4096).iter().all(|&b| b == GUARD));
     // Fresh pair for each error: the QP is now in the error state.
     let mut p = pair(QPT_RC);
@@ -46,28 +48,32 @@ fn protection_violations_leave_guard_patterns_intact() {
         )
         .unwrap();
     // WRITE crossing the end of the MR: remote access error, the in-bounds part untouched too.
-    let w = rdma_wqe(
-        1,
-        WR_RDMA_WRITE,
-        sge(p.buf_a, 200, p.key_a),
-        region + 2 * 4096 - 100,
-        rw,
+    assert_eq!(
+        p.complete_on_a(&rdma_wqe(
+            1,
+            WR_RDMA_WRITE,
+            sge(p.buf_a, 200, p.key_a),
+            region + 2 * 4096 - 100,
+            rw,
+        ))
+        .status,
+        WC_REM_ACCESS_ERR
     );
-    p.d.post_send(&mut p.a, &w);
-    assert_eq!(p.d.wait_cqe(&mut p.cq_a).status, WC_REM_ACCESS_ERR);
     assert!(p.d.ram.read(region, 3 * 4096).iter().all(|&b| b == GUARD));
     // Local side: an lkey from another PD is a local protection error.
     let mut p = pair(QPT_RC);
     let other_pd_key = p.d.reg_mr(PD + 1, p.buf_a, 4096, ALL_ACCESS).unwrap();
-    let w = rdma_wqe(
-        1,
-        WR_RDMA_WRITE,
-        sge(p.buf_a, 64, other_pd_key),
-        p.buf_b,
-        p.key_b,
+    assert_eq!(
+        p.complete_on_a(&rdma_wqe(
+            1,
+            WR_RDMA_WRITE,
+            sge(p.buf_a, 64, other_pd_key),
+            p.buf_b,
+            p.key_b,
+        ))
+        .status,
+        WC_LOC_PROT_ERR
     );
-    p.d.post_send(&mut p.a, &w);
-    assert_eq!(p.d.wait_cqe(&mut p.cq_a).status, WC_LOC_PROT_ERR);
 }
 
 #[test]
@@ -105,15 +111,17 @@ fn mr_translation_through_scattered_pages_level2_list_and_offset() {
     let rkey = p.d.run::<RegMr>(c).rkey;
     let data = pattern(21, len as usize);
     p.d.ram.write(p.buf_a, &data);
-    let w = rdma_wqe(
-        1,
-        WR_RDMA_WRITE,
-        sge(p.buf_a, len as u32, p.key_a),
-        IOVA,
-        rkey,
+    assert_eq!(
+        p.complete_on_a(&rdma_wqe(
+            1,
+            WR_RDMA_WRITE,
+            sge(p.buf_a, len as u32, p.key_a),
+            IOVA,
+            rkey,
+        ))
+        .status,
+        WC_SUCCESS
     );
-    p.d.post_send(&mut p.a, &w);
-    assert_eq!(p.d.wait_cqe(&mut p.cq_a).status, WC_SUCCESS);
     // Byte k of the MR is at page (k + OFFSET) / 4096, offset (k + OFFSET) % 4096.
     assert_eq!(
         p.d.ram.read(pages[0], OFFSET as usize),
@@ -138,9 +146,17 @@ fn mr_translation_through_scattered_pages_level2_list_and_offset() {
         ..Default::default()
     };
     let pkey = p.d.run::<RegMr>(phys).rkey;
-    let w = rdma_wqe(2, WR_RDMA_WRITE, sge(p.buf_a, 64, p.key_a), target, pkey);
-    p.d.post_send(&mut p.a, &w);
-    assert_eq!(p.d.wait_cqe(&mut p.cq_a).status, WC_SUCCESS);
+    assert_eq!(
+        p.complete_on_a(&rdma_wqe(
+            2,
+            WR_RDMA_WRITE,
+            sge(p.buf_a, 64, p.key_a),
+            target,
+            pkey
+        ))
+        .status,
+        WC_SUCCESS
+    );
     assert_eq!(p.d.ram.read(target, 64), data[..64]);
 }
 
@@ -155,15 +171,17 @@ fn deregistered_key_is_refused() {
         }),
     );
     p.d.ram.fill(p.buf_b, 64, 0x5a);
-    let w = rdma_wqe(
-        1,
-        WR_RDMA_WRITE,
-        sge(p.buf_a, 64, p.key_a),
-        p.buf_b,
-        p.key_b,
+    assert_eq!(
+        p.complete_on_a(&rdma_wqe(
+            1,
+            WR_RDMA_WRITE,
+            sge(p.buf_a, 64, p.key_a),
+            p.buf_b,
+            p.key_b,
+        ))
+        .status,
+        WC_REM_ACCESS_ERR
     );
-    p.d.post_send(&mut p.a, &w);
-    assert_eq!(p.d.wait_cqe(&mut p.cq_a).status, WC_REM_ACCESS_ERR);
     assert_eq!(p.d.ram.read(p.buf_b, 64), vec![0x5a; 64]);
 }
 
@@ -172,15 +190,17 @@ fn read_into_read_only_local_mr_is_local_protection_error() {
     let mut p = pair(QPT_RC);
     let ro_local = p.d.reg_mr(PD, p.buf_a, 4096, ACCESS_REMOTE_READ).unwrap();
     p.d.ram.fill(p.buf_a, 4096, 0x33);
-    let w = rdma_wqe(
-        1,
-        WR_RDMA_READ,
-        sge(p.buf_a, 64, ro_local),
-        p.buf_b,
-        p.key_b,
+    assert_eq!(
+        p.complete_on_a(&rdma_wqe(
+            1,
+            WR_RDMA_READ,
+            sge(p.buf_a, 64, ro_local),
+            p.buf_b,
+            p.key_b,
+        ))
+        .status,
+        WC_LOC_PROT_ERR
     );
-    p.d.post_send(&mut p.a, &w);
-    assert_eq!(p.d.wait_cqe(&mut p.cq_a).status, WC_LOC_PROT_ERR);
     assert_eq!(p.d.ram.read(p.buf_a, 4096), vec![0x33; 4096]);
 }
 
@@ -252,34 +272,38 @@ fn read_only_dma_mapping_is_never_written() {
     };
     let key = p.d.run::<RegMr>(c).rkey;
     // Reading it works.
-    let w = rdma_wqe(
-        1,
-        WR_RDMA_READ,
-        Sge {
-            addr: p.buf_a,
-            length: 64,
-            lkey: p.key_a,
-        },
-        ROM_BASE,
-        key,
+    assert_eq!(
+        p.complete_on_a(&rdma_wqe(
+            1,
+            WR_RDMA_READ,
+            Sge {
+                addr: p.buf_a,
+                length: 64,
+                lkey: p.key_a,
+            },
+            ROM_BASE,
+            key,
+        ))
+        .status,
+        WC_SUCCESS
     );
-    p.d.post_send(&mut p.a, &w);
-    assert_eq!(p.d.wait_cqe(&mut p.cq_a).status, WC_SUCCESS);
     assert_eq!(p.d.ram.read(p.buf_a, 64), vec![0x77; 64]);
     // Writing it is refused and nothing changes.
-    let w = rdma_wqe(
-        2,
-        WR_RDMA_WRITE,
-        Sge {
-            addr: p.buf_a + 4096,
-            length: 64,
-            lkey: p.key_a,
-        },
-        ROM_BASE,
-        key,
+    assert_eq!(
+        p.complete_on_a(&rdma_wqe(
+            2,
+            WR_RDMA_WRITE,
+            Sge {
+                addr: p.buf_a + 4096,
+                length: 64,
+                lkey: p.key_a,
+            },
+            ROM_BASE,
+            key,
+        ))
+        .status,
+        WC_REM_ACCESS_ERR
     );
-    p.d.post_send(&mut p.a, &w);
-    assert_eq!(p.d.wait_cqe(&mut p.cq_a).status, WC_REM_ACCESS_ERR);
     assert_eq!(rom.read(ROM_BASE, 4096), vec![0x77; 4096]);
 }
 
@@ -596,9 +620,13 @@ fn write_overrunning_a_region_or_window_writes_nothing() {
         } else {
             WR_RDMA_WRITE
         };
-        let w = rdma_wqe(1, opcode, sge(src, len, src_key), region + offset, rkey);
-        p.d.post_send(&mut p.a, &w);
-        let c = p.d.wait_cqe(&mut p.cq_a);
+        let c = p.complete_on_a(&rdma_wqe(
+            1,
+            opcode,
+            sge(src, len, src_key),
+            region + offset,
+            rkey,
+        ));
         assert_eq!((c.wr_id, c.status), (1, WC_REM_ACCESS_ERR), "{what}");
         let after = p.d.ram.read(area, area_len as usize);
         if let Some(at) = after.iter().zip(&before).position(|(a, b)| a != b) {

@@ -3,6 +3,7 @@
 
 use super::{Key, TestCq, TestDriver, TestQp};
 use crate::device::DeviceConfig;
+use rox_uapi::queue::{Cqe, SqWqe};
 
 /// What the device and its pair have.
 #[derive(Clone, Copy, Debug)]
@@ -54,6 +55,14 @@ impl Loopback {
             key_a,
             key_b,
         }
+    }
+}
+
+impl Loopback {
+    /// Posts `wqe` on QP a and waits for its completion.
+    pub fn complete_on_a(&mut self, wqe: &SqWqe) -> Cqe {
+        self.d.post_send(&mut self.a, wqe);
+        self.d.wait_cqe(&mut self.cq_a)
     }
 }
 
