@@ -176,6 +176,32 @@ fn rdma(d: &mut TestDriver, p: &mut Pair, op: u8, local: Sge, remote: u64, rkey:
     post_wait(d, &mut p.a, &mut p.cq_a, &w)
 }
 
+/// A signaled RDMA WRITE of `len` bytes from `src` (buffer and key) on QP a of `p` to `iova`
+/// through `rkey`: its completion.
+fn write_from(
+    d: &mut TestDriver,
+    p: &mut Pair,
+    src: (u64, Key),
+    len: u32,
+    iova: u64,
+    rkey: Key,
+) -> Cqe {
+    rdma(d, p, WR_RDMA_WRITE, sge(src.0, len, src.1), iova, rkey)
+}
+
+/// A signaled RDMA READ of `len` bytes from `iova` through `rkey` into `dst` (buffer and key)
+/// on QP a of `p`: its completion.
+fn read_into(
+    d: &mut TestDriver,
+    p: &mut Pair,
+    dst: (u64, Key),
+    len: u32,
+    iova: u64,
+    rkey: Key,
+) -> Cqe {
+    rdma(d, p, WR_RDMA_READ, sge(dst.0, len, dst.1), iova, rkey)
+}
+
 /// A guarded area of `npages` pages of `1 << shift` bytes (aligned to that size), every byte
 /// `GUARD`.
 fn guarded_area(d: &mut TestDriver, shift: u8, npages: u64) -> (u64, Vec<u8>) {
@@ -233,11 +259,11 @@ fn registration_maps_scattered_pages_for_remote_and_local_access() {
     // WRITE the whole registration from a.
     let data = pattern(1, reg.length as usize);
     d.ram.write(f.buf_a, &data);
-    let c = rdma(
+    let c = write_from(
         d,
         &mut f.p,
-        WR_RDMA_WRITE,
-        sge(f.buf_a, reg.length as u32, f.key_a),
+        (f.buf_a, f.key_a),
+        reg.length as u32,
         reg.iova,
         key,
     );
@@ -247,11 +273,11 @@ fn registration_maps_scattered_pages_for_remote_and_local_access() {
 
     // READ it back (from an offset, across two page boundaries).
     let (from, len) = (reg.iova + 10, reg.length - 10);
-    let c = rdma(
+    let c = read_into(
         d,
         &mut f.p,
-        WR_RDMA_READ,
-        sge(f.buf_a + BUF / 2, len as u32, f.key_a),
+        (f.buf_a + BUF / 2, f.key_a),
+        len as u32,
         from,
         key,
     );
@@ -348,11 +374,11 @@ fn registration_maps_scattered_pages_for_remote_and_local_access() {
 
     // The ends of the registration are its ends: one byte beyond is a remote access error,
     // and nothing is written.
-    let c = rdma(
+    let c = write_from(
         d,
         &mut f.p,
-        WR_RDMA_WRITE,
-        sge(f.buf_a, 16, f.key_a),
+        (f.buf_a, f.key_a),
+        16,
         reg.iova + reg.length - 8,
         key,
     );
@@ -386,38 +412,24 @@ fn larger_pages_and_rewritten_iova_high_bits() {
         let (at, len) = (reg.iova + size - offset - 1000, 3000u64);
         let data = pattern(u64::from(shift), len as usize);
         d.ram.write(f.buf_a, &data);
-        let c = rdma(
-            d,
-            &mut f.p,
-            WR_RDMA_WRITE,
-            sge(f.buf_a, len as u32, f.key_a),
-            at,
-            key,
-        );
+        let c = write_from(d, &mut f.p, (f.buf_a, f.key_a), len as u32, at, key);
         assert_eq!(c.status, WC_SUCCESS, "shift {shift}");
         expect_placed(&mut expected, area, &reg, at, &data);
         assert_eq!(reg.place(at), area + 3 * size - 1000, "shift {shift}");
         assert_eq!(reg.place(at + 1000), area, "shift {shift}");
         area_is(d, area, &expected, &format!("shift {shift} after WRITE"));
-        let c = rdma(
+        let c = read_into(
             d,
             &mut f.p,
-            WR_RDMA_READ,
-            sge(f.buf_a + BUF / 2, len as u32, f.key_a),
+            (f.buf_a + BUF / 2, f.key_a),
+            len as u32,
             at,
             key,
         );
         assert_eq!(c.status, WC_SUCCESS, "shift {shift}");
         assert_eq!(d.ram.read(f.buf_a + BUF / 2, len as usize), data);
         // The same low bits under other high bits: outside the registration.
-        let c = rdma(
-            d,
-            &mut f.p,
-            WR_RDMA_WRITE,
-            sge(f.buf_a, 8, f.key_a),
-            at & 0xffff_ffff,
-            key,
-        );
+        let c = write_from(d, &mut f.p, (f.buf_a, f.key_a), 8, at & 0xffff_ffff, key);
         assert_eq!(c.status, WC_REM_ACCESS_ERR, "shift {shift}");
         area_is(
             d,
@@ -445,14 +457,7 @@ fn local_invalidate_then_register_the_next_variant() {
         (2, WC_SUCCESS, WC_OPC_LOCAL_INV)
     );
     d.ram.write(f.buf_a, &pattern(3, 64));
-    let c = rdma(
-        d,
-        &mut f.p,
-        WR_RDMA_WRITE,
-        sge(f.buf_a, 64, f.key_a),
-        reg.iova,
-        key1,
-    );
+    let c = write_from(d, &mut f.p, (f.buf_a, f.key_a), 64, reg.iova, key1);
     assert_eq!(c.status, WC_REM_ACCESS_ERR, "invalidated rkey");
     area_is(d, area, &expected, "after the refused WRITE");
 
@@ -465,14 +470,7 @@ fn local_invalidate_then_register_the_next_variant() {
     };
     let mut q = pair_on(d, PD);
     register(d, &mut q, &reg2);
-    let c = rdma(
-        d,
-        &mut q,
-        WR_RDMA_WRITE,
-        sge(f.buf_a, 64, f.key_a),
-        reg.iova,
-        key2,
-    );
+    let c = write_from(d, &mut q, (f.buf_a, f.key_a), 64, reg.iova, key2);
     assert_eq!(c.status, WC_SUCCESS, "new variant");
     expect_placed(&mut expected, area, &reg2, reg.iova, &pattern(3, 64));
     area_is(
@@ -481,14 +479,7 @@ fn local_invalidate_then_register_the_next_variant() {
         &expected,
         "after the WRITE through the new variant",
     );
-    let c = rdma(
-        d,
-        &mut q,
-        WR_RDMA_WRITE,
-        sge(f.buf_a, 8, f.key_a),
-        reg.iova,
-        key1,
-    );
+    let c = write_from(d, &mut q, (f.buf_a, f.key_a), 8, reg.iova, key1);
     assert_eq!(c.status, WC_REM_ACCESS_ERR, "old variant");
     // The lkey went with it: a local access through the old variant is a protection error
     // (on a fresh pair: the refused WRITE left q's in ERR).
@@ -530,14 +521,7 @@ fn send_with_invalidate_ends_the_registration() {
         )
     );
     assert_eq!(d.ram.read(f.buf_b, 5000), msg);
-    let c = rdma(
-        d,
-        &mut f.p,
-        WR_RDMA_WRITE,
-        sge(f.buf_a, 64, f.key_a),
-        reg.iova,
-        key,
-    );
+    let c = write_from(d, &mut f.p, (f.buf_a, f.key_a), 64, reg.iova, key);
     assert_eq!(c.status, WC_REM_ACCESS_ERR, "invalidated by the SEND");
     area_is(d, area, &expected, "after the refused WRITE");
     // Invalid, it can be registered again (same variant even), on a fresh pair (the refused
@@ -624,24 +608,10 @@ fn refused_registrations_change_nothing() {
         // reaches nothing.
         let mut q = pair_on(d, PD);
         d.ram.write(f.buf_a, &pattern(5, 64));
-        let c = rdma(
-            d,
-            &mut q,
-            WR_RDMA_WRITE,
-            sge(f.buf_a, 64, f.key_a),
-            reg.iova,
-            reg.key,
-        );
+        let c = write_from(d, &mut q, (f.buf_a, f.key_a), 64, reg.iova, reg.key);
         assert_eq!(c.status, WC_REM_ACCESS_ERR, "{what}: asked-for key");
         let mut q = pair_on(d, PD);
-        let c = rdma(
-            d,
-            &mut q,
-            WR_RDMA_WRITE,
-            sge(f.buf_a, 64, f.key_a),
-            reg.iova,
-            inc_key(mr),
-        );
+        let c = write_from(d, &mut q, (f.buf_a, f.key_a), 64, reg.iova, inc_key(mr));
         assert_eq!(c.status, WC_REM_ACCESS_ERR, "{what}: the region's key");
         area_is(d, area, &expected, what);
     }
@@ -664,24 +634,10 @@ fn refused_registrations_change_nothing() {
     expect_refused(d, &mut f.p, &w, WC_OPC_REG_MR, "still valid");
     let mut q = pair_on(d, PD);
     d.ram.write(f.buf_a, &pattern(6, 64));
-    let c = rdma(
-        d,
-        &mut q,
-        WR_RDMA_WRITE,
-        sge(f.buf_a, 64, f.key_a),
-        reg.iova,
-        key1,
-    );
+    let c = write_from(d, &mut q, (f.buf_a, f.key_a), 64, reg.iova, key1);
     assert_eq!(c.status, WC_SUCCESS, "the first registration");
     expect_placed(&mut expected, area, &reg, reg.iova, &pattern(6, 64));
-    let c = rdma(
-        d,
-        &mut q,
-        WR_RDMA_WRITE,
-        sge(f.buf_a, 64, f.key_a),
-        reg.iova,
-        again.key,
-    );
+    let c = write_from(d, &mut q, (f.buf_a, f.key_a), 64, reg.iova, again.key);
     assert_eq!(c.status, WC_REM_ACCESS_ERR, "the refused variant");
     area_is(d, area, &expected, "still valid: its pages");
     area_is(
@@ -920,27 +876,13 @@ fn region_lifecycle_and_bad_admin_input() {
     assert_eq!((c.status, c.opcode), (WC_SUCCESS, WC_OPC_BIND_MW));
     let data = pattern(9, 64);
     d.ram.write(f.buf_a, &data);
-    let c = rdma(
-        d,
-        &mut f.p,
-        WR_RDMA_WRITE,
-        sge(f.buf_a, 64, f.key_a),
-        reg.iova,
-        rkey,
-    );
+    let c = write_from(d, &mut f.p, (f.buf_a, f.key_a), 64, reg.iova, rkey);
     assert_eq!(c.status, WC_SUCCESS, "through the window");
     expect_placed(&mut expected, area, &reg, reg.iova, &data);
     let c = post_wait(d, &mut f.p.b, &mut f.p.cq_b, &inv_wqe(4, key));
     assert_eq!(c.status, WC_SUCCESS);
     register(d, &mut f.p, &reg);
-    let c = rdma(
-        d,
-        &mut f.p,
-        WR_RDMA_WRITE,
-        sge(f.buf_a, 8, f.key_a),
-        reg.iova,
-        rkey,
-    );
+    let c = write_from(d, &mut f.p, (f.buf_a, f.key_a), 8, reg.iova, rkey);
     assert_eq!(c.status, WC_REM_ACCESS_ERR, "window after the invalidation");
     area_is(d, area, &expected, "window");
 
@@ -949,14 +891,7 @@ fn region_lifecycle_and_bad_admin_input() {
     assert_eq!(dereg(d, mr), ADMIN_STATUS_SUCCESS, "valid region");
     assert_eq!(dereg(d, key), ADMIN_STATUS_BAD_HANDLE, "twice");
     let mut q = pair_on(d, PD);
-    let c = rdma(
-        d,
-        &mut q,
-        WR_RDMA_WRITE,
-        sge(f.buf_a, 8, f.key_a),
-        reg.iova,
-        key,
-    );
+    let c = write_from(d, &mut q, (f.buf_a, f.key_a), 8, reg.iova, key);
     assert_eq!(c.status, WC_REM_ACCESS_ERR, "deregistered");
     area_is(d, area, &expected, "deregistered");
     let w = Reg {
