@@ -127,13 +127,7 @@ fn rc_write_with_imm_consumes_recv() {
     let data = pattern(3, 700);
     t.net.devs[0].env.fill(BUF, &data);
     t.recv_b(9, vec![]);
-    let mut wr = rdma_wr(
-        4,
-        WrOpcode::RdmaWriteWithImm,
-        sge(BUF, 700, t.key_a),
-        RECV_AREA,
-        t.key_b,
-    );
+    let mut wr = t.wr_to_b(4, WrOpcode::RdmaWriteWithImm, 700, RECV_AREA);
     wr.imm = 0x1234_5678;
     t.post(wr);
     t.run();
@@ -188,13 +182,7 @@ fn rc_read_reads_its_range_once() {
     let len = 3 * 4096 + 100;
     let data = pattern(9, len);
     t.net.devs[1].env.fill(RECV_AREA, &data);
-    let wr = rdma_wr(
-        6,
-        WrOpcode::RdmaRead,
-        sge(BUF, len as u32, t.key_a),
-        RECV_AREA,
-        t.key_b,
-    );
+    let wr = t.wr_to_b(6, WrOpcode::RdmaRead, len as u32, RECV_AREA);
     t.post(wr);
     t.run();
     assert_eq!(one(&t.cqes(0)).status, WcStatus::Success);

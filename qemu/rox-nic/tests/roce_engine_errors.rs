@@ -332,13 +332,7 @@ fn rnr_on_write_with_imm_then_success() {
     let mut t = pair(&params);
     let data = pattern(11, 600);
     t.net.devs[0].env.fill(BUF, &data);
-    let wr = rdma_wr(
-        1,
-        WrOpcode::RdmaWriteWithImm,
-        sge(BUF, 600, t.key_a),
-        RECV_AREA,
-        t.key_b,
-    );
+    let wr = t.wr_to_b(1, WrOpcode::RdmaWriteWithImm, 600, RECV_AREA);
     t.post(wr);
     for _ in 0..5 {
         t.net.step();
@@ -447,13 +441,7 @@ fn duplicate_atomic_is_replayed_not_reexecuted() {
     let mut t = pair(&QpParams::rc());
     let target = RECV_AREA;
     t.net.devs[1].env.fill(target, &1u64.to_le_bytes());
-    let mut wr = rdma_wr(
-        1,
-        WrOpcode::AtomicFetchAndAdd,
-        sge(BUF, 8, t.key_a),
-        target,
-        t.key_b,
-    );
+    let mut wr = t.wr_to_b(1, WrOpcode::AtomicFetchAndAdd, 8, target);
     wr.compare_add = 10;
     t.post(wr);
     // Deliver the request twice and lose the first response: the requester times out and
@@ -481,13 +469,7 @@ fn read_with_lost_response(lost: usize) -> (u64, u64) {
     let mut t = pair(&QpParams::rc());
     let data = pattern(13, 1000);
     t.net.devs[1].env.fill(RECV_AREA, &data);
-    let wr = rdma_wr(
-        1,
-        WrOpcode::RdmaRead,
-        sge(BUF, 1000, t.key_a),
-        RECV_AREA,
-        t.key_b,
-    );
+    let wr = t.wr_to_b(1, WrOpcode::RdmaRead, 1000, RECV_AREA);
     t.post(wr);
     t.net.step();
     assert_eq!(

@@ -476,13 +476,7 @@ fn failed_bind_behind_an_unacked_write_stops_the_send_queue() {
     // the requester reports as flushed.
     let mut t = pair(&QpParams::rc());
     t.net.devs[0].env.fill(BUF, &pattern(5, 64));
-    let write = rdma_wr(
-        1,
-        WrOpcode::RdmaWrite,
-        sge(BUF, 64, t.key_a),
-        RECV_AREA,
-        t.key_b,
-    );
+    let write = t.wr_to_b(1, WrOpcode::RdmaWrite, 64, RECV_AREA);
     t.recv_b(9, vec![sge(RECV_AREA + 1024, 64, t.key_b)]);
     t.post(write);
     t.post(bind_wr(2, BAD_RKEY, t.key_a));

@@ -60,11 +60,20 @@ impl Pair {
     pub fn cqes(&mut self, dev: usize) -> Vec<Completion> {
         self.net.devs[dev].env.take_completions()
     }
+    /// A signaled RDMA WR of `opcode` of `len` bytes from BUF on a to `remote_addr` on b.
+    pub fn wr_to_b(&self, wr_id: u64, opcode: WrOpcode, len: u32, remote_addr: u64) -> SendWr {
+        rdma_wr(
+            wr_id,
+            opcode,
+            sge(BUF, len, self.key_a),
+            remote_addr,
+            self.key_b,
+        )
+    }
     /// One signaled RDMA WR of `opcode` (id 1) of `len` bytes from BUF on a to `remote_addr`
     /// on b, run to the end: its completion's status.
     pub fn rdma_once(&mut self, opcode: WrOpcode, len: u32, remote_addr: u64) -> WcStatus {
-        let local = sge(BUF, len, self.key_a);
-        self.post(rdma_wr(1, opcode, local, remote_addr, self.key_b));
+        self.post(self.wr_to_b(1, opcode, len, remote_addr));
         self.run();
         one(&self.cqes(0)).status
     }
