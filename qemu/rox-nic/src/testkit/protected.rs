@@ -24,33 +24,24 @@ pub trait ProtectedMemory {
 }
 
 /// The memory operations of [`crate::roce::DeviceEnv`] for a [`ProtectedMemory`]: each one
-/// call of the device's table (written once, for every double).
+/// call of the device's table (written once, for every double). `through_ram` operations
+/// reach the memory, `checked` ones answer from the table alone; both pass their result
+/// through [`ProtectedMemory::answer`]; `table_only` ones return the table's answer as it is.
 macro_rules! protected_memory_ops {
     () => {
-        fn read_local(
-            &mut self,
-            pd: u32,
-            lkey: $crate::roce::Key,
-            addr: u64,
-            buf: &mut [u8],
-        ) -> Result<(), $crate::roce::AccessError> {
-            use $crate::testkit::protected::ProtectedMemory as P;
-            let (table, ram) = P::protected(self);
-            let r = table.read_local(&ram, pd, lkey, addr, buf);
-            P::answer(self, r)
-        }
-        fn write_local(
-            &mut self,
-            pd: u32,
-            lkey: $crate::roce::Key,
-            addr: u64,
-            data: &[u8],
-        ) -> Result<(), $crate::roce::AccessError> {
-            use $crate::testkit::protected::ProtectedMemory as P;
-            let (table, ram) = P::protected(self);
-            let r = table.write_local(&ram, pd, lkey, addr, data);
-            P::answer(self, r)
-        }
+        $crate::testkit::protected::protected_memory_ops!(through_ram
+            read_local(pd: u32, lkey: $crate::roce::Key, addr: u64, buf: &mut [u8]) -> ();
+            write_local(pd: u32, lkey: $crate::roce::Key, addr: u64, data: &[u8]) -> ();
+            write_remote(at: $crate::roce::RemoteTarget, data: &[u8]) -> ();
+            atomic_remote(at: $crate::roce::RemoteTarget, op: $crate::roce::AtomicOp) -> u64;
+        );
+        $crate::testkit::protected::protected_memory_ops!(table_only
+            check_remote_write(at: $crate::roce::RemoteTarget, len: u64);
+            flush_remote(at: $crate::roce::RemoteTarget, flush: $crate::roce::FlushSpec);
+            bind_mw(pd: u32, qpn: $crate::roce::Qpn, bind: &$crate::roce::MwBind);
+            invalidate(pd: u32, qpn: $crate::roce::Qpn, rkey: $crate::roce::Key, remote: bool);
+            check_invalidate(pd: u32, qpn: $crate::roce::Qpn, rkey: $crate::roce::Key, remote: bool);
+        );
         fn read_remote(
             &mut self,
             at: $crate::roce::RemoteTarget,
@@ -73,51 +64,6 @@ macro_rules! protected_memory_ops {
             let r = P::protected(self).0.check_remote_read(at, len);
             P::answer(self, r)
         }
-        fn check_remote_write(
-            &mut self,
-            at: $crate::roce::RemoteTarget,
-            len: u64,
-        ) -> Result<(), $crate::roce::AccessError> {
-            use $crate::testkit::protected::ProtectedMemory as P;
-            P::protected(self).0.check_remote_write(at, len)
-        }
-        fn write_remote(
-            &mut self,
-            at: $crate::roce::RemoteTarget,
-            data: &[u8],
-        ) -> Result<(), $crate::roce::AccessError> {
-            use $crate::testkit::protected::ProtectedMemory as P;
-            let (table, ram) = P::protected(self);
-            let r = table.write_remote(&ram, at, data);
-            P::answer(self, r)
-        }
-        fn atomic_remote(
-            &mut self,
-            at: $crate::roce::RemoteTarget,
-            op: $crate::roce::AtomicOp,
-        ) -> Result<u64, $crate::roce::AccessError> {
-            use $crate::testkit::protected::ProtectedMemory as P;
-            let (table, ram) = P::protected(self);
-            let r = table.atomic_remote(&ram, at, op);
-            P::answer(self, r)
-        }
-        fn flush_remote(
-            &mut self,
-            at: $crate::roce::RemoteTarget,
-            flush: $crate::roce::FlushSpec,
-        ) -> Result<(), $crate::roce::AccessError> {
-            use $crate::testkit::protected::ProtectedMemory as P;
-            P::protected(self).0.flush_remote(at, flush)
-        }
-        fn bind_mw(
-            &mut self,
-            pd: u32,
-            qpn: $crate::roce::Qpn,
-            bind: &$crate::roce::MwBind,
-        ) -> Result<(), $crate::roce::AccessError> {
-            use $crate::testkit::protected::ProtectedMemory as P;
-            P::protected(self).0.bind_mw(pd, qpn, bind)
-        }
         fn fast_register(
             &mut self,
             pd: u32,
@@ -128,27 +74,21 @@ macro_rules! protected_memory_ops {
             let (table, ram) = P::protected(self);
             table.fast_register(&ram, pd, reg)
         }
-        fn invalidate(
-            &mut self,
-            pd: u32,
-            qpn: $crate::roce::Qpn,
-            rkey: $crate::roce::Key,
-            remote: bool,
-        ) -> Result<(), $crate::roce::AccessError> {
-            use $crate::testkit::protected::ProtectedMemory as P;
-            P::protected(self).0.invalidate(pd, qpn, rkey, remote)
-        }
-        fn check_invalidate(
-            &mut self,
-            pd: u32,
-            qpn: $crate::roce::Qpn,
-            rkey: $crate::roce::Key,
-            remote: bool,
-        ) -> Result<(), $crate::roce::AccessError> {
-            use $crate::testkit::protected::ProtectedMemory as P;
-            P::protected(self).0.check_invalidate(pd, qpn, rkey, remote)
-        }
     };
+    (through_ram $($name:ident($($arg:ident: $ty:ty),*) -> $ret:ty;)*) => {$(
+        fn $name(&mut self, $($arg: $ty),*) -> Result<$ret, $crate::roce::AccessError> {
+            use $crate::testkit::protected::ProtectedMemory as P;
+            let (table, ram) = P::protected(self);
+            let r = table.$name(&ram, $($arg),*);
+            P::answer(self, r)
+        }
+    )*};
+    (table_only $($name:ident($($arg:ident: $ty:ty),*);)*) => {$(
+        fn $name(&mut self, $($arg: $ty),*) -> Result<(), $crate::roce::AccessError> {
+            use $crate::testkit::protected::ProtectedMemory as P;
+            P::protected(self).0.$name($($arg),*)
+        }
+    )*};
 }
 pub(crate) use protected_memory_ops;
 
