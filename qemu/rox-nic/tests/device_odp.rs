@@ -5,8 +5,8 @@
 
 use std::time::Duration;
 
+use rox_nic::testkit::loopback::{Loopback, LoopbackSpec};
 use rox_nic::testkit::*;
-use rox_nic::DeviceConfig;
 use rox_uapi::admin::*;
 use rox_uapi::queue::*;
 use rox_uapi::regs::*;
@@ -17,25 +17,19 @@ const ALL_ACCESS: u32 =
     ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE | ACCESS_REMOTE_READ | ACCESS_REMOTE_ATOMIC;
 const QUIET: Duration = Duration::from_millis(50);
 
-struct Pair {
-    d: TestDriver,
-    cq_a: TestCq,
-    cq_b: TestCq,
-    a: TestQp,
-    b: TestQp,
-}
-
-fn pair(qp_type: u8) -> Pair {
-    let mut d = TestDriver::new(DeviceConfig::new([2, 0, 0, 0, 0, 2]));
-    let (cq_a, cq_b, a, b) = d.qp_pair(qp_type, PD, 8, ALL_ACCESS | ACCESS_FLUSH_GLOBAL);
-    d.drain_eq(0);
-    Pair {
-        d,
-        cq_a,
-        cq_b,
-        a,
-        b,
-    }
+/// A device with two QPs of `qp_type` (their own buffers unused here: each test registers
+/// the on-demand regions it needs), event queue 0 drained.
+fn pair(qp_type: u8) -> Loopback {
+    let mut p = Loopback::new(&LoopbackSpec {
+        mac_last: 2,
+        qp_type,
+        pd: PD,
+        qp_access: ALL_ACCESS | ACCESS_FLUSH_GLOBAL,
+        buf_len: 4096,
+        mr_access: ALL_ACCESS,
+    });
+    p.d.drain_eq(0);
+    p
 }
 
 /// Registers an on-demand region of `len` bytes at iova `iova` (no page present).
@@ -112,13 +106,12 @@ fn requester_stalls_on_missing_source_page_until_the_driver_maps_it() {
     let key_a = reg_odp(&mut p.d, iova, 4096, ACCESS_LOCAL_WRITE);
     let (buf_b, key_b) = p.d.buffer(PD, 4096, ALL_ACCESS);
     p.d.post_recv(&mut p.b, 1, &[sge(buf_b, 4096, key_b)]);
-    let w = send_wqe(
+    p.post_on_a(&send_wqe(
         2,
         WR_SEND,
         WQE_FLAG_SIGNALED,
         &[sge(iova + 100, 1000, key_a)],
-    );
-    p.d.post_send(&mut p.a, &w);
+    ));
 
     let e = page_fault(&mut p.d);
     assert_eq!((Key::from_raw(e.handle), e.aux), (key_a, 0), "page 0, read");
@@ -150,8 +143,13 @@ fn responder_nak_rnr_until_the_page_is_writable_then_the_write_lands() {
     // Read-only mapping: a write still faults (and asks for write access).
     map(&mut p.d, key_b, 0, &pages, false);
     let target = iova + 4096 + 3000; // crosses from page 1 into page 2
-    let w = rdma_wqe(3, WR_RDMA_WRITE, sge(buf_a, 2000, key_a), target, key_b);
-    p.d.post_send(&mut p.a, &w);
+    p.post_on_a(&rdma_wqe(
+        3,
+        WR_RDMA_WRITE,
+        sge(buf_a, 2000, key_a),
+        target,
+        key_b,
+    ));
     let e = page_fault(&mut p.d);
     assert_eq!(
         (Key::from_raw(e.handle), e.aux),
@@ -217,7 +215,7 @@ fn unmapped_page_is_never_read_again_and_remapping_serves_the_new_page() {
         ADMIN_STATUS_SUCCESS
     );
     p.d.ram.write(new, &5u64.to_le_bytes());
-    let w = with_atomic(
+    p.post_on_a(&with_atomic(
         send_wqe(
             12,
             WR_ATOMIC_FETCH_AND_ADD,
@@ -228,8 +226,7 @@ fn unmapped_page_is_never_read_again_and_remapping_serves_the_new_page() {
         key_b,
         3,
         0,
-    );
-    p.d.post_send(&mut p.a, &w);
+    ));
     expect_page_fault(&mut p.d, key_b, EQE_PAGE_FAULT_WRITE);
     map(&mut p.d, key_b, 0, &[new], true);
     assert_eq!(p.d.wait_cqe(&mut p.cq_a).status, WC_SUCCESS);
@@ -245,8 +242,13 @@ fn read_response_into_a_missing_local_page_waits_for_it() {
     p.d.ram.write(buf_b, &msg);
     let iova = 0x2000_0000u64;
     let key_a = reg_odp(&mut p.d, iova, 4096, ALL_ACCESS);
-    let w = rdma_wqe(20, WR_RDMA_READ, sge(iova, 3000, key_a), buf_b, key_b);
-    p.d.post_send(&mut p.a, &w);
+    p.post_on_a(&rdma_wqe(
+        20,
+        WR_RDMA_READ,
+        sge(iova, 3000, key_a),
+        buf_b,
+        key_b,
+    ));
     expect_page_fault(&mut p.d, key_a, EQE_PAGE_FAULT_WRITE);
     p.d.expect_no_cqe(&mut p.cq_a, QUIET);
     let page = p.d.ram.alloc(4096, 4096);
@@ -292,8 +294,13 @@ fn failed_pages_fail_the_access_with_protection_errors() {
         odp_cmd(&mut p.d, key_b, 0, 1, ODP_OP_FAIL, 0),
         ADMIN_STATUS_SUCCESS
     );
-    let w = rdma_wqe(30, WR_RDMA_WRITE, sge(buf_a, 16, key_a), iova, key_b);
-    p.d.post_send(&mut p.a, &w);
+    p.post_on_a(&rdma_wqe(
+        30,
+        WR_RDMA_WRITE,
+        sge(buf_a, 16, key_a),
+        iova,
+        key_b,
+    ));
     assert_eq!(p.d.wait_cqe(&mut p.cq_a).status, WC_REM_ACCESS_ERR);
     no_page_fault(&mut p.d);
     let _ = &mut p.cq_b;
@@ -425,8 +432,13 @@ fn read_of_an_untouched_region_faults_once_for_the_whole_range() {
     let (buf_a, key_a) = p.d.buffer(PD, len, ALL_ACCESS);
     let iova = 0x6000_0000u64;
     let key_b = reg_odp(&mut p.d, iova, len, ALL_ACCESS);
-    let w = rdma_wqe(40, WR_RDMA_READ, sge(buf_a, len as u32, key_a), iova, key_b);
-    p.d.post_send(&mut p.a, &w);
+    p.post_on_a(&rdma_wqe(
+        40,
+        WR_RDMA_READ,
+        sge(buf_a, len as u32, key_a),
+        iova,
+        key_b,
+    ));
     let e = page_fault(&mut p.d);
     assert_eq!(
         (Key::from_raw(e.handle), e.aux, e.fault_count()),
@@ -462,8 +474,13 @@ fn no_page_fault_is_posted_while_eq0_is_half_full() {
     for _ in 0..half {
         p.d.admin_ok(ADMIN_OP_READ_MAC, payload(&HandleCmd::default()));
     }
-    let w = rdma_wqe(50, WR_RDMA_WRITE, sge(iova, 64, key_a), buf_b, key_b);
-    p.d.post_send(&mut p.a, &w);
+    p.post_on_a(&rdma_wqe(
+        50,
+        WR_RDMA_WRITE,
+        sge(iova, 64, key_a),
+        buf_b,
+        key_b,
+    ));
     std::thread::sleep(QUIET);
     assert_eq!(p.d.query_stats()[STAT_PAGE_FAULTS], 0, "EQ 0 is half full");
     // The driver consumes EQ 0: the retried access posts its fault.
@@ -486,8 +503,13 @@ fn unmap_of_a_faulting_page_lets_the_access_fault_again() {
     let iova = 0x7100_0000u64;
     let key_a = reg_odp(&mut p.d, iova, 4096, ACCESS_LOCAL_WRITE);
     let (buf_b, key_b) = p.d.buffer(PD, 4096, ALL_ACCESS);
-    let w = rdma_wqe(60, WR_RDMA_WRITE, sge(iova, 64, key_a), buf_b, key_b);
-    p.d.post_send(&mut p.a, &w);
+    p.post_on_a(&rdma_wqe(
+        60,
+        WR_RDMA_WRITE,
+        sge(iova, 64, key_a),
+        buf_b,
+        key_b,
+    ));
     let e = page_fault(&mut p.d);
     assert_eq!(
         (Key::from_raw(e.handle), e.aux, e.fault_count()),
@@ -531,14 +553,13 @@ fn write_overrunning_an_on_demand_region_writes_nothing_and_faults_nothing() {
         if mapped {
             map(&mut p.d, key, 0, &pages, true);
         }
-        let w = rdma_wqe(
+        p.post_on_a(&rdma_wqe(
             1,
             WR_RDMA_WRITE,
             sge(src, LEN as u32 + 1, src_key),
             iova,
             key,
-        );
-        p.d.post_send(&mut p.a, &w);
+        ));
         let c = p.d.wait_cqe(&mut p.cq_a);
         assert_eq!(
             (c.wr_id, c.status),

@@ -59,9 +59,14 @@ impl Loopback {
 }
 
 impl Loopback {
+    /// Posts `wqe` on QP a.
+    pub fn post_on_a(&mut self, wqe: &SqWqe) {
+        self.d.post_send(&mut self.a, wqe);
+    }
+
     /// Posts `wqe` on QP a and waits for its completion.
     pub fn complete_on_a(&mut self, wqe: &SqWqe) -> Cqe {
-        self.d.post_send(&mut self.a, wqe);
+        self.post_on_a(wqe);
         self.d.wait_cqe(&mut self.cq_a)
     }
 }
