@@ -48,15 +48,7 @@ fn query_device_port_and_mac() {
     assert_eq!(attr.max_send_sge, SQ_MAX_SGE);
     assert_eq!(attr.max_inline_data, SQ_MAX_INLINE);
     assert_eq!(attr.num_comp_eqs, MAX_EQS - 1);
-    d.admin_ok(
-        ADMIN_OP_QUERY_PORT,
-        payload(&QueryCmd {
-            index: PORT_NUM as u32,
-            resp_addr: resp,
-            ..Default::default()
-        }),
-    );
-    let port: PortAttr = d.ram.read_obj(resp);
+    let port = d.query_port();
     assert_eq!(port.mac, MAC);
     assert_eq!(port.state, PORT_ACTIVE);
     let cpl = d.admin_ok(ADMIN_OP_READ_MAC, payload(&HandleCmd::default()));

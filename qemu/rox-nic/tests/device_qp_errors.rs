@@ -180,14 +180,7 @@ fn ud_send_error_enters_sqe_receives_continue_and_rts_resumes() {
         (20, WC_SUCCESS, 16 + GRH_SIZE)
     );
     // SQE -> RTS, and sending works again.
-    let attr = QpAttr {
-        qp_state: QPS_RTS,
-        ..Default::default()
-    };
-    assert_eq!(
-        p.d.modify_qp(p.a.qpn, QP_STATE, attr).status,
-        ADMIN_STATUS_SUCCESS
-    );
+    assert_eq!(p.d.modify_qp_state(p.a.qpn, QPS_RTS), ADMIN_STATUS_SUCCESS);
     p.d.post_recv(&mut p.b, 40, &[sge(p.buf_b + 1024, 1024, p.key_b)]);
     p.d.post_send(&mut p.a, &send_to_b(3));
     let c = p.d.wait_cqe(&mut p.cq_a);
@@ -232,30 +225,13 @@ fn sqd_finishes_started_wrs_then_reports_sq_drained() {
     assert_eq!(p.d.query_qp(p.a.qpn).sq_draining, 0);
     p.d.expect_no_cqe(&mut p.cq_a, Duration::from_millis(20));
     // Back to RTS: the WR posted in SQD goes out.
-    let rts = QpAttr {
-        qp_state: QPS_RTS,
-        ..Default::default()
-    };
-    assert_eq!(
-        p.d.modify_qp(p.a.qpn, QP_STATE, rts).status,
-        ADMIN_STATUS_SUCCESS
-    );
+    assert_eq!(p.d.modify_qp_state(p.a.qpn, QPS_RTS), ADMIN_STATUS_SUCCESS);
     let c = p.d.wait_cqe(&mut p.cq_a);
     assert_eq!((c.wr_id, c.status), (2, WC_SUCCESS));
     // An idle QP drains at once; without en_sqd_async_notify there is no event.
-    let quiet = QpAttr {
-        qp_state: QPS_SQD,
-        ..Default::default()
-    };
-    assert_eq!(
-        p.d.modify_qp(p.a.qpn, QP_STATE, quiet).status,
-        ADMIN_STATUS_SUCCESS
-    );
+    assert_eq!(p.d.modify_qp_state(p.a.qpn, QPS_SQD), ADMIN_STATUS_SUCCESS);
     assert_eq!(p.d.query_qp(p.a.qpn).sq_draining, 0);
-    assert_eq!(
-        p.d.modify_qp(p.a.qpn, QP_STATE, rts).status,
-        ADMIN_STATUS_SUCCESS
-    );
+    assert_eq!(p.d.modify_qp_state(p.a.qpn, QPS_RTS), ADMIN_STATUS_SUCCESS);
     assert_eq!(
         p.d.modify_qp(p.a.qpn, QP_STATE | QP_EN_SQD_ASYNC_NOTIFY, sqd)
             .status,
@@ -274,26 +250,13 @@ fn set_port_state(d: &mut TestDriver, port: u32, state: u32) -> AdminCpl {
     )
 }
 
-fn query_port(d: &mut TestDriver) -> PortAttr {
-    let resp = d.ram.alloc(ROX_PAGE_SIZE as u64, ROX_PAGE_SIZE as u64);
-    d.admin_ok(
-        ADMIN_OP_QUERY_PORT,
-        payload(&QueryCmd {
-            index: PORT_NUM as u32,
-            resp_addr: resp,
-            ..Default::default()
-        }),
-    );
-    d.ram.read_obj(resp)
-}
-
 /// The driver reports its netdev's link: a change is a PORT_CHANGE event (handle = port, aux =
 /// new state), QUERY_PORT follows it, a down port moves no packets (RC retransmits once it is
 /// up again), and a repeated state is no event.
 #[test]
 fn port_state_changes_are_events_and_a_down_port_moves_no_packets() {
     let mut p = pair(QPT_RC);
-    assert_eq!(query_port(&mut p.d).state, PORT_ACTIVE);
+    assert_eq!(p.d.query_port().state, PORT_ACTIVE);
     async_events(&mut p.d);
     let port = PORT_NUM as u32;
     assert_eq!(
@@ -302,7 +265,7 @@ fn port_state_changes_are_events_and_a_down_port_moves_no_packets() {
     );
     let e = p.d.wait_event(EQ_ADMIN_ASYNC, EQE_TYPE_PORT_CHANGE);
     assert_eq!((e.handle, e.aux), (port, PORT_DOWN as u32));
-    let attr = query_port(&mut p.d);
+    let attr = p.d.query_port();
     assert_eq!(
         (attr.state, attr.phys_state),
         (PORT_DOWN, PHYS_STATE_DISABLED)
@@ -336,7 +299,7 @@ fn port_state_changes_are_events_and_a_down_port_moves_no_packets() {
     );
     let e = p.d.wait_event(EQ_ADMIN_ASYNC, EQE_TYPE_PORT_CHANGE);
     assert_eq!((e.handle, e.aux), (port, PORT_ACTIVE as u32));
-    assert_eq!(query_port(&mut p.d).phys_state, PHYS_STATE_LINK_UP);
+    assert_eq!(p.d.query_port().phys_state, PHYS_STATE_LINK_UP);
     let r = p.d.wait_cqe(&mut p.cq_b);
     assert_eq!((r.wr_id, r.status, r.byte_len), (7, WC_SUCCESS, 14));
     assert_eq!(p.d.ram.read(p.buf_b, 14), b"after the link");
@@ -365,12 +328,8 @@ fn wild_receive_index_found_by_an_arriving_send_makes_the_qp_fatal() {
     assert_eq!(p.d.query_qp(p.a.qpn).qp_state, QPS_ERR);
     assert_eq!(p.d.read_reg(REG_STATUS) & STATUS_FATAL, 0);
     // The device stops consuming the fatal QP's queues; RESET makes the QP usable again.
-    let reset = QpAttr {
-        qp_state: QPS_RESET,
-        ..Default::default()
-    };
     assert_eq!(
-        p.d.modify_qp(p.a.qpn, QP_STATE, reset).status,
+        p.d.modify_qp_state(p.a.qpn, QPS_RESET),
         ADMIN_STATUS_SUCCESS
     );
     assert_eq!(p.d.query_qp(p.a.qpn).qp_state, QPS_RESET);

@@ -262,14 +262,7 @@ fn srq_qp_failing_by_retry_exhaustion_reports_last_wqe_reached() {
     assert_eq!(e.handle, qp.qpn.get());
     assert_eq!(d.query_qp(qp.qpn).qp_state, QPS_ERR);
     // A modify to ERR of a QP already in ERR is no second event.
-    let err = QpAttr {
-        qp_state: QPS_ERR,
-        ..Default::default()
-    };
-    assert_eq!(
-        d.modify_qp(qp.qpn, QP_STATE, err).status,
-        ADMIN_STATUS_SUCCESS
-    );
+    assert_eq!(d.modify_qp_state(qp.qpn, QPS_ERR), ADMIN_STATUS_SUCCESS);
     assert_eq!(async_events(&mut d), vec![]);
 }
 

@@ -248,6 +248,29 @@ impl TestDriver {
         )
     }
 
+    /// Moves QP `qpn` to `state` (no other attribute): the command's status.
+    pub fn modify_qp_state(&mut self, qpn: Qpn, state: u8) -> u8 {
+        let attr = QpAttr {
+            qp_state: state,
+            ..Default::default()
+        };
+        self.modify_qp(qpn, QP_STATE, attr).status
+    }
+
+    /// QUERY_PORT of the device's one port.
+    pub fn query_port(&mut self) -> PortAttr {
+        let resp = self.ram.alloc(ROX_PAGE_SIZE as u64, ROX_PAGE_SIZE as u64);
+        self.admin_ok(
+            ADMIN_OP_QUERY_PORT,
+            payload(&QueryCmd {
+                index: PORT_NUM as u32,
+                resp_addr: resp,
+                ..Default::default()
+            }),
+        );
+        self.ram.read_obj(resp)
+    }
+
     pub fn query_qp(&mut self, qpn: Qpn) -> QpAttr {
         let resp = self.ram.alloc(ROX_PAGE_SIZE as u64, ROX_PAGE_SIZE as u64);
         self.admin_ok(
