@@ -237,22 +237,19 @@ fn still_answers(d: &mut TestDriver) {
             ..Default::default()
         })
     });
-    let cpl = d.admin(
-        ADMIN_OP_DESTROY_QP,
-        payload(&HandleCmd {
-            handle: qpn,
-            reserved: 0,
-        }),
-    );
-    assert_eq!(cpl.status, ADMIN_STATUS_SUCCESS, "destroy the new QP");
-    let cpl = d.admin(
-        ADMIN_OP_DESTROY_CQ,
-        payload(&HandleCmd {
-            handle: cq,
-            reserved: 0,
-        }),
-    );
-    assert_eq!(cpl.status, ADMIN_STATUS_SUCCESS, "destroy the new CQ");
+    for (opcode, handle, what) in [
+        (ADMIN_OP_DESTROY_QP, qpn, "destroy the new QP"),
+        (ADMIN_OP_DESTROY_CQ, cq, "destroy the new CQ"),
+    ] {
+        let cpl = d.admin(
+            opcode,
+            payload(&HandleCmd {
+                handle,
+                reserved: 0,
+            }),
+        );
+        assert_eq!(cpl.status, ADMIN_STATUS_SUCCESS, "{what}");
+    }
 }
 
 fn cmd<T: crate::dma::Pod>(opcode: u8, v: &T) -> Command {

@@ -361,31 +361,25 @@ pub fn run(data: &[u8]) {
         received,
         "rx_packets"
     );
-    assert_eq!(
-        moved(s.rx_icrc_errors, stats_before.rx_icrc_errors),
-        drops[0],
-        "rx_icrc_errors"
-    );
-    assert_eq!(
-        moved(s.rx_malformed, stats_before.rx_malformed),
-        drops[1],
-        "rx_malformed"
-    );
-    assert_eq!(
-        moved(s.rx_no_qp, stats_before.rx_no_qp),
-        drops[2],
-        "rx_no_qp"
-    );
-    assert_eq!(
-        moved(s.rx_wrong_source, stats_before.rx_wrong_source),
-        drops[3],
-        "rx_wrong_source"
-    );
-    assert_eq!(
-        moved(s.rx_bad_pkey, stats_before.rx_bad_pkey),
-        drops[4],
-        "rx_bad_pkey"
-    );
+    // Each drop counter moved by exactly the drops `receive` returned of its kind.
+    let counted = [
+        (
+            "rx_icrc_errors",
+            s.rx_icrc_errors,
+            stats_before.rx_icrc_errors,
+        ),
+        ("rx_malformed", s.rx_malformed, stats_before.rx_malformed),
+        ("rx_no_qp", s.rx_no_qp, stats_before.rx_no_qp),
+        (
+            "rx_wrong_source",
+            s.rx_wrong_source,
+            stats_before.rx_wrong_source,
+        ),
+        ("rx_bad_pkey", s.rx_bad_pkey, stats_before.rx_bad_pkey),
+    ];
+    for ((name, after, before), dropped) in counted.into_iter().zip(drops) {
+        assert_eq!(moved(after, before), dropped, "{name}");
+    }
     check_memory(&before, &rig.node.env.mem[..CHECKED]);
     for c in rig.node.env.take_completions() {
         assert!(
