@@ -361,69 +361,14 @@ fn qp_state_machine_through_admin_queue() {
     assert_eq!(q.path_mtu, MTU_1024);
     assert_eq!(q.qp_access_flags, ACCESS_REMOTE_WRITE);
     // RTS -> SQD -> RTS, then ERR, then RESET.
-    assert_eq!(
-        d.modify_qp(
-            qp.qpn,
-            QP_STATE,
-            QpAttr {
-                qp_state: QPS_SQD,
-                ..q
-            }
-        )
-        .status,
-        ADMIN_STATUS_SUCCESS
-    );
+    assert_eq!(d.modify_qp_state(qp.qpn, QPS_SQD), ADMIN_STATUS_SUCCESS);
     assert_eq!(d.query_qp(qp.qpn).qp_state, QPS_SQD);
-    assert_eq!(
-        d.modify_qp(
-            qp.qpn,
-            QP_STATE,
-            QpAttr {
-                qp_state: QPS_RTS,
-                ..q
-            }
-        )
-        .status,
-        ADMIN_STATUS_SUCCESS
-    );
-    assert_eq!(
-        d.modify_qp(
-            qp.qpn,
-            QP_STATE,
-            QpAttr {
-                qp_state: QPS_ERR,
-                ..q
-            }
-        )
-        .status,
-        ADMIN_STATUS_SUCCESS
-    );
+    assert_eq!(d.modify_qp_state(qp.qpn, QPS_RTS), ADMIN_STATUS_SUCCESS);
+    assert_eq!(d.modify_qp_state(qp.qpn, QPS_ERR), ADMIN_STATUS_SUCCESS);
     assert_eq!(d.query_qp(qp.qpn).qp_state, QPS_ERR);
     // ERR -> RTS is not allowed.
-    assert_eq!(
-        d.modify_qp(
-            qp.qpn,
-            QP_STATE,
-            QpAttr {
-                qp_state: QPS_RTS,
-                ..q
-            }
-        )
-        .status,
-        ADMIN_STATUS_BAD_STATE
-    );
-    assert_eq!(
-        d.modify_qp(
-            qp.qpn,
-            QP_STATE,
-            QpAttr {
-                qp_state: QPS_RESET,
-                ..q
-            }
-        )
-        .status,
-        ADMIN_STATUS_SUCCESS
-    );
+    assert_eq!(d.modify_qp_state(qp.qpn, QPS_RTS), ADMIN_STATUS_BAD_STATE);
+    assert_eq!(d.modify_qp_state(qp.qpn, QPS_RESET), ADMIN_STATUS_SUCCESS);
     assert_eq!(d.query_qp(qp.qpn).qp_state, QPS_RESET);
 }
 

@@ -65,7 +65,7 @@ fn rc_send_zero_length_and_inline() {
     t.run();
     let s = t.cqes(0);
     assert_eq!(
-        s.iter().map(|c| (c.wr_id, c.status)).collect::<Vec<_>>(),
+        id_status(&s),
         [(10, WcStatus::Success), (11, WcStatus::Success)]
     );
     let r = t.cqes(1);
@@ -407,7 +407,7 @@ fn uc_rejects_read_and_atomic_as_local_qp_operation_error_and_enters_sqe() {
     t.run();
     let c = t.cqes(0);
     assert_eq!(
-        c.iter().map(|c| (c.wr_id, c.status)).collect::<Vec<_>>(),
+        id_status(&c),
         [(1, WcStatus::LocQpOpErr), (2, WcStatus::WrFlushErr)]
     );
     // A UC send error stops only the send queue (IBA 10.3.1: Send Queue Error state).
@@ -661,7 +661,7 @@ fn send_window_shrinks_to_what_a_small_receive_buffer_holds() {
     t.run();
     let c = t.cqes(0);
     assert_eq!(
-        c.iter().map(|c| (c.wr_id, c.status)).collect::<Vec<_>>(),
+        id_status(&c),
         (0..WRITES)
             .map(|i| (i, WcStatus::Success))
             .collect::<Vec<_>>()

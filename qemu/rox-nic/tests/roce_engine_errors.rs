@@ -18,7 +18,7 @@ fn local_protection_error_then_flush() {
     t.run();
     let c = t.cqes(0);
     assert_eq!(
-        c.iter().map(|c| (c.wr_id, c.status)).collect::<Vec<_>>(),
+        id_status(&c),
         [(1, WcStatus::LocProtErr), (2, WcStatus::WrFlushErr)]
     );
     // Outside the MR is a protection error too.
@@ -86,7 +86,7 @@ fn remote_access_errors_leave_memory_untouched() {
         t.run();
         let c = t.cqes(0);
         assert_eq!(
-            c.iter().map(|c| (c.wr_id, c.status)).collect::<Vec<_>>(),
+            id_status(&c),
             [(1, WcStatus::RemAccessErr), (2, WcStatus::WrFlushErr)],
             "{what}"
         );
@@ -155,11 +155,7 @@ fn write_overrunning_its_region_writes_nothing() {
                 // UC has no NAK: the requester completes, the responder drops the message.
                 WcStatus::Success
             };
-            assert_eq!(
-                c.iter().map(|c| (c.wr_id, c.status)).collect::<Vec<_>>(),
-                [(1, expect)],
-                "{what}"
-            );
+            assert_eq!(id_status(&c), [(1, expect)], "{what}");
             let env = &t.net.devs[1].env;
             if let Some(at) = env.mem.iter().zip(&before).position(|(a, b)| a != b) {
                 panic!(
@@ -227,7 +223,7 @@ fn send_larger_than_recv_buffer_is_remote_invalid_request() {
     assert_eq!(one(&t.cqes(0)).status, WcStatus::RemInvReqErr);
     let r = t.cqes(1);
     assert_eq!(
-        r.iter().map(|c| (c.wr_id, c.status)).collect::<Vec<_>>(),
+        id_status(&r),
         [(1, WcStatus::LocLenErr), (2, WcStatus::WrFlushErr)]
     );
     t.assert_guards();
@@ -266,7 +262,7 @@ fn retry_exceeded_then_flush() {
     t.run();
     let c = t.cqes(0);
     assert_eq!(
-        c.iter().map(|c| (c.wr_id, c.status)).collect::<Vec<_>>(),
+        id_status(&c),
         [
             (0, WcStatus::RetryExcErr),
             (1, WcStatus::WrFlushErr),
@@ -291,7 +287,7 @@ fn rnr_retry_exceeded() {
     t.run();
     let c = t.cqes(0);
     assert_eq!(
-        c.iter().map(|c| (c.wr_id, c.status)).collect::<Vec<_>>(),
+        id_status(&c),
         [(1, WcStatus::RnrRetryExcErr), (2, WcStatus::WrFlushErr)]
     );
     assert_eq!(t.net.devs[1].engine.stats().rnr_naks_sent, 3);

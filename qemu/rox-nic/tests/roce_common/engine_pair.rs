@@ -100,6 +100,11 @@ impl Pair {
     }
 }
 
+/// Each completion's (wr_id, status), in order.
+pub fn id_status(cqes: &[Completion]) -> Vec<(u64, WcStatus)> {
+    cqes.iter().map(|c| (c.wr_id, c.status)).collect()
+}
+
 pub fn one(cqes: &[Completion]) -> Completion {
     assert_eq!(cqes.len(), 1, "expected one completion, got {cqes:?}");
     cqes[0]
