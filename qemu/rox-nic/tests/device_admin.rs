@@ -384,13 +384,13 @@ fn srq_limit_modify_and_query() {
         }),
     );
     assert_eq!((cpl.result0, cpl.result1), (4, 0));
+    d.arm_srq_limit(srq.id, 9);
     let m = ModifySrqCmd {
         srq: srq.id,
         attr_mask: SRQ_ATTR_LIMIT,
         limit: 9,
         ..Default::default()
     };
-    d.admin_ok(ADMIN_OP_MODIFY_SRQ, payload(&m));
     assert_eq!(
         d.admin_ok(
             ADMIN_OP_QUERY_SRQ,

@@ -137,13 +137,7 @@ fn srq_shared_by_two_qps_and_limit_event() {
         d.post_srq(&mut srq, 100 + i, &[sge(buf + 4096 * (i + 1), 4096, key)]);
     }
     // Arm the limit: fires when fewer than 3 WQEs remain.
-    let m = ModifySrqCmd {
-        srq: srq.id,
-        attr_mask: SRQ_ATTR_LIMIT,
-        limit: 3,
-        ..Default::default()
-    };
-    d.admin_ok(ADMIN_OP_MODIFY_SRQ, payload(&m));
+    d.arm_srq_limit(srq.id, 3);
     d.ram.write(buf, b"via srq");
     d.post_send(&mut a, &send_wqe(1, WR_SEND, 0, &[sge(buf, 7, key)]));
     let r = d.wait_cqe(&mut cq);

@@ -257,6 +257,17 @@ impl TestDriver {
         self.modify_qp(qpn, QP_STATE, attr).status
     }
 
+    /// Arms the limit of SRQ `srq` at `limit` WQEs (MODIFY_SRQ with `SRQ_ATTR_LIMIT`).
+    pub fn arm_srq_limit(&mut self, srq: u32, limit: u32) {
+        let m = ModifySrqCmd {
+            srq,
+            attr_mask: SRQ_ATTR_LIMIT,
+            limit,
+            ..Default::default()
+        };
+        self.admin_ok(ADMIN_OP_MODIFY_SRQ, payload(&m));
+    }
+
     /// QUERY_PORT of the device's one port.
     pub fn query_port(&mut self) -> PortAttr {
         let resp = self.ram.alloc(ROX_PAGE_SIZE as u64, ROX_PAGE_SIZE as u64);
