@@ -208,11 +208,18 @@ fn ud_between_two_devices() {
 
 /// Header of every message: sequence number and CRC-32 of the body.
 const HEADER: usize = 12;
+/// The receive buffer slot of one message.
+const SLOT: u64 = 512;
+
+/// Posts receive WR `n` on `b`, into slot `n` of its buffer's `slots` slots of `SLOT` bytes.
+fn post_recv_slot(b: &mut Side, n: u64, slots: u64) {
+    let slot = sge(b.buf + (n % slots) * SLOT, SLOT as u32, b.key);
+    b.d.post_recv(&mut b.qp, n, &[slot]);
+}
 
 #[test]
 fn rc_in_order_exactly_once_through_devices_with_faults() {
     const MESSAGES: u64 = 3000;
-    const SLOT: u64 = 512;
     const WINDOW: u32 = 32;
     let dir = tempfile::tempdir().unwrap();
     let faults = FaultConfig {
@@ -226,15 +233,7 @@ fn rc_in_order_exactly_once_through_devices_with_faults() {
     let recv_slots = (BUF / SLOT) as u32;
     let mut posted_recv = 0u64;
     while posted_recv < (recv_slots as u64).min(200) {
-        b.d.post_recv(
-            &mut b.qp,
-            posted_recv,
-            &[sge(
-                b.buf + (posted_recv % recv_slots as u64) * SLOT,
-                SLOT as u32,
-                b.key,
-            )],
-        );
+        post_recv_slot(&mut b, posted_recv, recv_slots as u64);
         posted_recv += 1;
     }
     let (mut sent, mut acked, mut received) = (0u64, 0u64, 0u64);
@@ -290,15 +289,7 @@ fn rc_in_order_exactly_once_through_devices_with_faults() {
                 crc32fast::hash(&m[HEADER..])
             );
             received += 1;
-            b.d.post_recv(
-                &mut b.qp,
-                posted_recv,
-                &[sge(
-                    b.buf + (posted_recv % recv_slots as u64) * SLOT,
-                    SLOT as u32,
-                    b.key,
-                )],
-            );
+            post_recv_slot(&mut b, posted_recv, recv_slots as u64);
             posted_recv += 1;
         }
         std::thread::yield_now();
