@@ -127,15 +127,12 @@ fn srq_shared_by_two_qps_and_limit_event() {
     let SrqPair {
         mut d,
         mut cq,
-        mut srq,
+        srq,
         mut a,
         b,
         buf,
         key,
-    } = SrqPair::new(3, PD, ALL_ACCESS, 8, 6, BUF);
-    for i in 0..4u64 {
-        d.post_srq(&mut srq, 100 + i, &[sge(buf + 4096 * (i + 1), 4096, key)]);
-    }
+    } = SrqPair::with_slots(3, PD, ALL_ACCESS, (8, 6), BUF, (4, 4096));
     // Arm the limit: fires when fewer than 3 WQEs remain.
     d.arm_srq_limit(srq.id, 3);
     d.ram.write(buf, b"via srq");
@@ -272,11 +269,8 @@ fn srq_resize_keeps_posted_wqes() {
         b,
         buf,
         key,
-    } = SrqPair::new(4, PD, ALL_ACCESS, 5, 2, BUF);
+    } = SrqPair::with_slots(4, PD, ALL_ACCESS, (5, 2), BUF, (4, 64));
     // Index 0 is consumed before the resize; 1..=3 are posted and waiting.
-    for i in 0..4u64 {
-        d.post_srq(&mut srq, 100 + i, &[sge(buf + 64 * (i + 1), 64, key)]);
-    }
     d.ram.write(buf, b"msg");
     d.post_send(&mut a, &send_wqe(1, WR_SEND, 0, &[sge(buf, 3, key)]));
     assert_eq!(d.wait_cqe(&mut cq).wr_id, 100);

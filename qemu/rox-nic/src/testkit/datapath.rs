@@ -187,4 +187,22 @@ impl SrqPair {
             key,
         }
     }
+
+    /// The pair with `n` receive WQEs on its SRQ (ids 100, 101, ...), each into its own slot
+    /// of `slot` bytes after the first one of its buffer (which the tests send from).
+    pub fn with_slots(
+        mac_last: u8,
+        pd: u32,
+        access: u32,
+        (cq_log, srq_log): (u8, u8),
+        buf_len: u64,
+        (n, slot): (u64, u64),
+    ) -> Self {
+        let mut p = SrqPair::new(mac_last, pd, access, cq_log, srq_log, buf_len);
+        for i in 0..n {
+            let s = sge(p.buf + slot * (i + 1), slot as u32, p.key);
+            p.d.post_srq(&mut p.srq, 100 + i, &[s]);
+        }
+        p
+    }
 }
