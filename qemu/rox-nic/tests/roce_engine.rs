@@ -45,9 +45,14 @@ impl Pair {
         engine.post_send(env, QPN_A, wr).unwrap();
     }
     fn recv_b(&mut self, wr_id: u64, sges: Vec<Sge>) {
-        self.net.devs[1]
-            .env
-            .post_recv(QPN_B, RecvWr { wr_id, sges });
+        self.net.devs[1].env.post_recv(
+            QPN_B,
+            RecvWr {
+                wr_id,
+                sges,
+                wqe_index: 0,
+            },
+        );
     }
     fn run(&mut self) {
         self.net.run(100_000);
@@ -350,6 +355,7 @@ fn rc_loopback_on_one_device() {
     net.devs[0].env.post_recv(
         QPN_B,
         RecvWr {
+            wqe_index: 0,
             wr_id: 1,
             sges: vec![sge(RECV_AREA, 512, key)],
         },
@@ -534,6 +540,7 @@ fn ud_send_delivers_grh_src_qp_and_checks_qkey() {
             net.devs[1].env.post_recv(
                 QPN_B,
                 RecvWr {
+                    wqe_index: 0,
                     wr_id: i,
                     sges: vec![sge(RECV_AREA + i * 0x1000, 256, kb)],
                 },
@@ -600,6 +607,7 @@ fn ud_errors_local_length_and_recv_too_small() {
     net.devs[1].env.post_recv(
         QPN_B,
         RecvWr {
+            wqe_index: 0,
             wr_id: 1,
             sges: vec![sge(RECV_AREA, 50, kb)],
         },
@@ -619,6 +627,7 @@ fn ud_errors_local_length_and_recv_too_small() {
     net.devs[1].env.post_recv(
         QPN_B,
         RecvWr {
+            wqe_index: 0,
             wr_id: 1,
             sges: vec![sge(RECV_AREA, 50, kb)],
         },
@@ -1205,6 +1214,7 @@ fn srq_receive_wrs_are_not_flushed_with_the_qp() {
     env.post_recv(
         qpn,
         RecvWr {
+            wqe_index: 0,
             wr_id: 1,
             sges: vec![],
         },
@@ -1287,6 +1297,7 @@ fn work_posted_before_rts_is_sent_on_rts() {
     net.devs[1].env.post_recv(
         QPN_B,
         RecvWr {
+            wqe_index: 0,
             wr_id: 9,
             sges: vec![sge(RECV_AREA, 16, kb)],
         },
