@@ -277,7 +277,8 @@ fn wc_of(cqe: &queue::Cqe) -> Wc {
         imm_data: cqe.imm_data,
         src_qp: cqe.src_qp,
         flags,
-        sl: cqe.sl,
+        // The device reports no service level (RoCE carries none; UD's is in the GRH).
+        sl: 0,
         port_num: admin::PORT_NUM.into(),
         // UD receives say which header the GRH area holds (as mlx5 does): ib_core's
         // ib_init_ah_attr_from_wc reads it to build the reply's address (an IPv4 header sits
@@ -299,6 +300,9 @@ pub(crate) fn poll(dev: &RoxDev<'_>, cq: &Cq, wc: &mut WcOut<'_>) -> Result<usiz
     };
     let depth = 1u32 << k.log_depth;
     let mut state = k.state.lock();
+    // Read before the ring: once it holds, the ring takes no more CQEs, so those read below
+    // are all the device wrote and the rest may complete in software.
+    let flush = dev.dead_and_quiesced();
     let mut count = 0;
     while count < wc.len() {
         let slot = (state.consumer & (depth - 1)) as usize;
@@ -314,7 +318,7 @@ pub(crate) fn poll(dev: &RoxDev<'_>, cq: &Cq, wc: &mut WcOut<'_>) -> Result<usiz
     if count > 0 {
         dev.kernel_doorbell(k.db.slot(), Some(state.consumer), None);
     }
-    if count < wc.len() && dev.is_dead() {
+    if count < wc.len() && flush {
         dev.dead.flush(cq.id, |qpn, posted| {
             wc.set(count, &flushed_wc(qpn, &posted));
             count += 1;

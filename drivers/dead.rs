@@ -25,7 +25,7 @@ use crate::{
         uapi::{ids::Qpn, queue::Cqe, verbs},
     },
     qp::KernelQp,
-    wq::{KernelWq, Posted, Retire},
+    wq::{KernelWq, Posted},
 };
 use core::sync::atomic::{AtomicBool, Ordering};
 use kernel::{
@@ -53,6 +53,10 @@ impl QpEntry {
 pub(crate) struct DeadState {
     /// The one flag: set once, never cleared (the device needs a new probe).
     dead: AtomicBool,
+    /// Set once the reset [`RoxDev::device_died`] asked for is complete (or no device answers
+    /// any more): from then on the device writes nothing, so completing work requests in
+    /// software cannot race a CQE of its own.
+    quiesced: AtomicBool,
     /// Kernel QPs by number, so a polled CQE retires its work request and a dead device's
     /// CQs find the QPs that complete into them.
     kernel_qps: Pin<KBox<SpinLockIrq<KernelQps>>>,
@@ -62,6 +66,7 @@ impl DeadState {
     pub(crate) fn new() -> Result<Self> {
         Ok(Self {
             dead: AtomicBool::new(false),
+            quiesced: AtomicBool::new(false),
             kernel_qps: KBox::pin_init(new_spinlock_irq!(RBTree::new()), GFP_KERNEL)?,
         })
     }
@@ -96,14 +101,12 @@ impl DeadState {
             return;
         };
         if is_recv(cqe.opcode) {
-            // Receives of an SRQ are not the QP's.
+            // Receives of an SRQ are not the QP's (their index is the SRQ's).
             if let Some(rq) = &qp.rq {
-                rq.retire(cqe.wr_id, Retire::Any);
+                rq.retire(cqe.wqe_index);
             }
-        } else if cqe.status == verbs::WC_SUCCESS {
-            qp.sq.retire(cqe.wr_id, Retire::Signaled);
         } else {
-            qp.sq.retire(cqe.wr_id, Retire::Any);
+            qp.sq.retire(cqe.wqe_index);
         }
     }
 
@@ -167,10 +170,33 @@ impl RoxDev<'_> {
         self.dead.is_dead()
     }
 
+    /// Whether the device is dead and writes nothing any more: the reset `device_died` asked
+    /// for is complete (`STATUS_READY`), or nothing answers (all-ones: its process or link is
+    /// gone). Until then work requests must not complete in software: the device could
+    /// still complete them itself (a second completion of one request) or write into their
+    /// buffers after the consumer got them back. One register read per call until it holds.
+    pub(crate) fn dead_and_quiesced(&self) -> bool {
+        if !self.is_dead() {
+            return false;
+        }
+        if self.dead.quiesced.load(Ordering::Acquire) {
+            return true;
+        }
+        let status = self.regs.read(regs::REG_STATUS);
+        let quiesced = status == u32::MAX || status & regs::STATUS_READY != 0;
+        if quiesced {
+            self.dead.quiesced.store(true, Ordering::Release);
+        }
+        quiesced
+    }
+
     /// The device stopped answering (`why` says how it showed). The first call reports it:
-    /// the kernel CQs' pollers are kicked (they complete what is outstanding with flush
-    /// errors) and every ib_core client gets `IB_EVENT_DEVICE_FATAL`. Any context: it only
-    /// sets a flag, logs and schedules (ib_core's pollers and event dispatch run in work items).
+    /// the device is reset, the kernel CQs' pollers are kicked (once the reset is complete
+    /// they complete what is outstanding with flush errors, see [`Self::dead_and_quiesced`];
+    /// until then a dead CQ's arm answers "missed events", so they come back) and every
+    /// ib_core client gets `IB_EVENT_DEVICE_FATAL`. Any context: it only sets a flag, logs,
+    /// writes a register and schedules (ib_core's pollers and event dispatch run in work
+    /// items).
     pub(crate) fn device_died(&self, why: &str) {
         if !self.dead.mark() {
             return;

@@ -28,6 +28,7 @@ mod srq;
 mod ucontext;
 mod verbs;
 mod wq;
+mod wq_record;
 
 /// The hardware/software interface (`uapi/`), included by path: the crate is `no_std` with no
 /// dependencies so that the very same definitions build here.

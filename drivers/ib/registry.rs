@@ -70,6 +70,28 @@ fn kick_polled_cq(cq: *mut b::ib_cq) {
     }
 }
 
+/// Waits for (and cancels) ib_core's poll work of `cq` if a kick queued it: for a CQ
+/// [`kick_polled_cq`] would kick whose poller is a work item (`IB_POLL_WORKQUEUE`,
+/// `IB_POLL_UNBOUND_WORKQUEUE`). A softirq poller needs nothing: `irq_poll_sched` does nothing
+/// once ib_free_cq has disabled it. Process context (destroy_cq's).
+fn cancel_kicked_poll(cq: *mut b::ib_cq) {
+    // SAFETY: `cq` is alive (destroy_cq is running on it; the registry no longer holds it, so
+    // nothing else kicks it). ib_core initialised `work` for the workqueue poll contexts (the
+    // union's other member is the softirq poller's), and cancel_work_sync may sleep here.
+    unsafe {
+        let kicked = (*cq).uobject.is_null()
+            && !(*cq).wc.is_null()
+            && (*cq).comp_handler.is_some()
+            && matches!(
+                (*cq).poll_ctx,
+                b::ib_poll_context_IB_POLL_WORKQUEUE | b::ib_poll_context_IB_POLL_UNBOUND_WORKQUEUE
+            );
+        if kicked {
+            b::cancel_work_sync(&raw mut (*cq).__bindgen_anon_1.work);
+        }
+    }
+}
+
 struct RegistryInner {
     ibdev: Option<ObjPtr<b::ib_device>>,
     cqs: RBTree<u32, ObjPtr<b::ib_cq>>,
@@ -241,8 +263,15 @@ impl Registry {
         self.inner.lock().cqs.insert(node);
         Ok(())
     }
+    /// CQ `id` is being destroyed (ib_free_cq has stopped its poller and calls destroy_cq).
+    /// Once it is out of the registry no kick reaches it; a kick just before (a dead device's,
+    /// [`Self::kick_kernel_cqs`]) may have queued ib_core's poll work after ib_free_cq
+    /// cancelled it, and that work would run on the freed CQ: it is cancelled again here.
     pub(super) fn remove_cq(&self, id: u32) {
-        self.inner.lock().cqs.remove(&id);
+        let removed = self.inner.lock().cqs.remove(&id);
+        if let Some(cq) = removed {
+            cancel_kicked_poll(cq.0.as_ptr());
+        }
     }
     pub(super) fn insert_qp(&self, qpn: Qpn, qp: *mut b::ib_qp) -> Result {
         let qp = NonNull::new(qp).ok_or(EINVAL)?;

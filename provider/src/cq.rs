@@ -195,12 +195,13 @@ const _: () = {
 /// `ibv_wc.sl` of a RoCE completion as mlx5 reports it (its CQE's packet type, which UCX's UD
 /// transport reads to find the destination GID in the GRH area): bit 3 set for a RoCE frame
 /// with a UDP header (RoCEv2), bits 2:0 the L3 header type (1 IPv6, 2 IPv4). rox's
-/// `CQE_NETWORK_HDR_*` values are those L3 types; completions without one report the CQE's sl.
+/// `CQE_NETWORK_HDR_*` values are those L3 types; completions without one report sl 0 (rox
+/// has no service level to report).
 const ROCE_PKT_TYPE_UDP: u8 = 0x8;
 
 pub fn work_completion_sl(cqe: &Cqe) -> u8 {
     match cqe.network_hdr {
-        CQE_NETWORK_HDR_NONE => cqe.sl,
+        CQE_NETWORK_HDR_NONE => 0,
         l3 => ROCE_PKT_TYPE_UDP | l3,
     }
 }
@@ -296,8 +297,8 @@ mod tests {
             status: verbs::WC_REM_ACCESS_ERR,
             opcode: verbs::WC_OPC_RECV_RDMA_WITH_IMM,
             wc_flags: verbs::WC_FLAG_WITH_IMM,
-            sl: 2,
             vendor_err: 5,
+            wqe_index: 9,
             ..Default::default()
         };
         let wc = work_completion(&cqe, 0xfeed);
@@ -307,7 +308,7 @@ mod tests {
         assert_eq!(crate::sys::cq::wc_imm_data(&wc), 0x1234_5678);
         assert_eq!(
             (wc.byte_len, wc.qp_num, wc.src_qp, wc.sl, wc.vendor_err),
-            (4096, 17, 18, 2, 5)
+            (4096, 17, 18, 0, 5)
         );
         assert_eq!(wc.wc_flags, ffi::IBV_WC_WITH_IMM);
     }

@@ -1,5 +1,15 @@
 # Guest-side helpers for commands run by rox-lab (sourced). rox-lab exports the lab's
 # addresses (ROX_GUEST, ROX_IP_<G>_<N>, ROX_IP6_<G>_<N>, ROX_IF_<N>, ...; docs/networking.md).
+# The guest tests' lib.sh sources it too (the rdma_* readings).
+
+# What tests read from iproute2's `rdma`, through its JSON output, by tests/lib/rdma_tool.py:
+# rdma_counter DEV NAME: port 1 counter NAME of DEV, nothing when missing (callers fail then;
+# the tool says why on stderr); rdma_counters DEV [NAME...]: "name value" lines, for reports;
+# rdma_link_dev NETDEV [--not-prefix P]: the RDMA device on NETDEV, nothing when none.
+ROX_RDMA_TOOL=$(cd "$(dirname "${BASH_SOURCE[0]}")/../lib" && pwd)/rdma_tool.py
+rdma_counter() { python3 "$ROX_RDMA_TOOL" counter "$1" "$2"; }
+rdma_counters() { python3 "$ROX_RDMA_TOOL" counters "$@"; }
+rdma_link_dev() { python3 "$ROX_RDMA_TOOL" link-dev "$@" 2>/dev/null; }
 
 # gid_index DEV [4|6]: print the index of DEV's (port 1) RoCEv2 GID holding this guest's lab
 # IPv4 (default) or IPv6 address. GIDs appear asynchronously after an address or a device is

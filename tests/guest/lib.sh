@@ -67,12 +67,8 @@ kmemleak_check() {
 	echo "kmemleak: no leaks (scanned after ${KMEMLEAK_MIN_AGE_S} s, twice)"
 }
 
-# A port 1 counter of an RDMA device from `rdma statistic` (e.g. rdma_counter rox_0
-# rx_packets): its value, or nothing when the device or counter is missing (callers fail then).
-rdma_counter() {
-	rdma statistic show link "$1/1" 2>/dev/null |
-		awk -v k="$2" '{ for (i = 1; i < NF; i++) if ($i == k && $(i + 1) ~ /^[0-9]+$/) print $(i + 1) }'
-}
+# rdma_counter, rdma_counters, rdma_link_dev (iproute2's JSON, tests/lib/rdma_tool.py).
+. "$(dirname "${BASH_SOURCE[0]}")/lab.sh"
 
 # Run "$@ <device> 0" (a check program: device, GID index) on rox_0, its exit status in
 # $rox_rc, and then, for comparison (printed, not asserted), on an rdma_rxe device on rox_0's
@@ -84,7 +80,7 @@ run_on_rox_0_and_rxe() {
 	timeout 120 "$@" rox_0 0
 	rox_rc=$?
 	netdev=$(cat /sys/class/infiniband/rox_0/ports/1/gid_attrs/ndevs/0)
-	rxe=$(rdma link show | awk -v n="$netdev" '$NF == n && $2 !~ /^rox_/ { split($2, a, "/"); print a[1]; exit }')
+	rxe=$(rdma_link_dev "$netdev" --not-prefix rox_)
 	if [ -z "$rxe" ] && modprobe rdma_rxe 2>/dev/null && rdma link add rxe_cmp type rxe netdev "$netdev"; then
 		rxe=rxe_cmp made_rxe=rxe_cmp
 	fi

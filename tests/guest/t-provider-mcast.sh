@@ -97,6 +97,6 @@ timeout 60 /tmp/mcast-verbs rox_0 "$gid6" rox_1 ff0e::1:1 16 || fail "IPv6 multi
 after=$(counter rox_1 rx_mcast_copies)
 [ $((after - before)) = 16 ] || fail "IPv6: rox_1 rx_mcast_copies rose by $((after - before)), want 16"
 echo "ok   IPv6 group ff0e::1:1 rox_0 -> rox_1 through verbs (rox_1 rx_mcast_copies +16)"
-for dev in rox_0 rox_1; do echo "$dev: $(rdma statistic show link $dev/1 | grep -oE '(rx_mcast_copies|port_drop_no_dmac|rx_bad_key) [0-9]+' | tr '\n' ' ')"; done
+for dev in rox_0 rox_1; do echo "$dev: $(rdma_counters $dev rx_mcast_copies port_drop_no_dmac rx_bad_key | tr '\n' ' ')"; done
 dmesg | grep -E 'BUG:|Oops|WARNING:' && fail "kernel complained"
 echo "UD multicast over rdma_cm works on rox"

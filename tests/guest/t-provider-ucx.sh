@@ -28,53 +28,7 @@ PERFTEST_PORT=13337
 work=$(mktemp -d /tmp/rox-ucx.XXXXXX)
 trap 'rm -rf "$work"; [ -e /sys/class/infiniband/rxe0 ] && rdma link delete rxe0' EXIT
 
-cat >"$work/mpi_pingpong.c" <<'EOF'
-/* Two ranks: rank 0 sends messages of 8 B .. 64 KiB to rank 1, which checks and returns
- * them; then an allreduce. Prints "mpi ok" on rank 0 and exits 0 only if every byte arrived. */
-#include <mpi.h>
-#include <stdio.h>
-#include <stdlib.h>
-
-int main(int argc, char **argv)
-{
-	int rank, size, bad = 0;
-	MPI_Init(&argc, &argv);
-	MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-	MPI_Comm_size(MPI_COMM_WORLD, &size);
-	if (size != 2) {
-		fprintf(stderr, "needs 2 ranks, has %d\n", size);
-		MPI_Abort(MPI_COMM_WORLD, 2);
-	}
-	unsigned char *buf = malloc(65536);
-	for (int len = 8; len <= 65536; len *= 2) {
-		for (int iter = 0; iter < 20; iter++) {
-			if (rank == 0) {
-				for (int i = 0; i < len; i++)
-					buf[i] = (unsigned char)(i * 13 + len + iter);
-				MPI_Send(buf, len, MPI_BYTE, 1, iter, MPI_COMM_WORLD);
-				MPI_Recv(buf, len, MPI_BYTE, 1, iter, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-				for (int i = 0; i < len; i++)
-					bad += buf[i] != (unsigned char)(i * 13 + len + iter + 1);
-			} else {
-				MPI_Recv(buf, len, MPI_BYTE, 0, iter, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-				for (int i = 0; i < len; i++)
-					bad += buf[i] != (unsigned char)(i * 13 + len + iter), buf[i]++;
-				MPI_Send(buf, len, MPI_BYTE, 0, iter, MPI_COMM_WORLD);
-			}
-		}
-	}
-	int total = 0, sum = 0, one = rank + 1;
-	MPI_Allreduce(&bad, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-	MPI_Allreduce(&one, &sum, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-	if (rank == 0)
-		printf("mpi %s: %d bad bytes, allreduce %d\n", total || sum != 3 ? "WRONG" : "ok",
-		       total, sum);
-	free(buf);
-	MPI_Finalize();
-	return total || sum != 3;
-}
-EOF
-mpicc -O1 -Wall -o "$work/mpi_pingpong" "$work/mpi_pingpong.c" || fail "cannot compile the MPI program"
+mpicc -O1 -Wall -o "$work/mpi_pingpong" "$(dirname "$0")/ucx-mpi-pingpong.c" || fail "cannot compile the MPI program"
 
 netdev=$(ip -o link show | awk -F': ' '$2 != "lo" { print $2; exit }')
 modprobe rdma_rxe && { rdma link show rxe0 >/dev/null 2>&1 || rdma link add rxe0 type rxe netdev "$netdev"; } ||
@@ -139,7 +93,7 @@ run_all() {
 		"$@" || { failed+=("$name"); return; }
 		after=$(rdma_counter "$dev" $rx)
 		if [ -z "$before" ] || [ -z "$after" ]; then
-			echo "$dev $name: no $rx counter in 'rdma statistic show link $dev/1'"
+			echo "$dev $name: no $rx counter of $dev/1 (rdma -j statistic)"
 			failed+=("$name")
 		elif [ "$after" -le "$before" ]; then
 			echo "$dev $name: no packet went through $dev ($rx $before -> $after)"

@@ -182,23 +182,7 @@ printf '%-24s %-22s %-22s\n' total "$rox_pass/$rox_fail/$rox_err/$rox_skip" \
 # Per-test results (Class.test status) of a unittest -v log; a status may follow output the
 # test printed, on a later line.
 results() {
-	python3 - "$1" <<'PY'
-import re, sys
-lines = open(sys.argv[1], errors="replace").read().splitlines()
-for i, line in enumerate(lines):
-    m = re.match(r"^(test\w+) \(([\w.]+)\)(?: \.\.\. ?(.*))?$", line)
-    if not m:
-        continue
-    status, j = (m.group(3) or "").strip(), i
-    while not re.match(r"(ok|FAIL|ERROR|skipped)", status):
-        j += 1
-        if j >= len(lines) or re.match(r"^test\w+ \(", lines[j]):
-            status = "?"
-            break
-        found = re.search(r"(?:^|\s)(ok|FAIL|ERROR|skipped .*)$", lines[j])
-        status = found.group(1) if found else status
-    print(m.group(2).split(".")[-2] + "." + m.group(1), status.split()[0])
-PY
+	python3 "$(dirname "$0")/pyverbs_results.py" "$1"
 }
 results /tmp/pyverbs-rox_0.log >/tmp/pyverbs-rox_0.results
 missing=()
@@ -235,57 +219,6 @@ fi
 echo "librox: pyverbs tests pass on rox_0 (${#REQUIRED[@]} required ones among them)"
 
 # --- SRQ resize with WRs posted: none is lost, every one completes with its own wr_id.
-cat >/tmp/srq-resize.py <<'PY'
-import sys
-# The suite as package `tests` (argv[2]/tests -> the unpacked suite), its helpers (argv[1]).
-sys.path[:0] = [sys.argv[2], sys.argv[1]]
-import pyverbs.enums as e
-from pyverbs.device import Context
-from pyverbs.srq import SrqAttr
-from tests.base import RCResources
-import tests.utils as u
-
-DEPTH = 8
-with Context(name="rox_0") as ctx:
-    # The first GID table entry in use (loopback on one port works with any).
-    gid_index = next(i for i in range(ctx.query_port(1).gid_tbl_len)
-                     if int(str(ctx.query_gid(1, i)).replace(":", ""), 16) != 0)
-
-class Res(RCResources):
-    def create_srq_attr(self):
-        return SrqAttr(max_wr=DEPTH)
-
-server = Res(dev_name="rox_0", ib_port=1, gid_index=gid_index, with_srq=True)
-client = Res(dev_name="rox_0", ib_port=1, gid_index=gid_index, with_srq=True)
-server.pre_run(client.psns, client.qps_num)
-client.pre_run(server.psns, server.qps_num)
-before = server.srq.query().max_wr
-posted = before - 2
-total = before * 2
-for i in range(posted):
-    wr = u.get_recv_wr(server)
-    wr.wr_id = 1000 + i
-    server.srq.post_recv(wr)
-server.srq.modify(SrqAttr(max_wr=before * 4), e.IBV_SRQ_MAX_WR)
-after = server.srq.query().max_wr
-assert after >= before * 4, f"max_wr {before} -> {after}"
-for i in range(posted, total):
-    wr = u.get_recv_wr(server)
-    wr.wr_id = 1000 + i
-    server.srq.post_recv(wr)
-seen = []
-for i in range(total):
-    send_wr, _ = u.get_send_elements(client, False)
-    u.send(client, send_wr)
-    u.poll_cq(client.cq)
-    wc = u._poll_cq(server.cq)[0]
-    assert wc.status == e.IBV_WC_SUCCESS, wc
-    seen.append(wc.wr_id)
-assert seen == [1000 + i for i in range(total)], seen
-print(f"srq resize {before} -> {after} with {posted} WRs posted: {total} receives in order")
-for res in (client, server):
-    res.ctx.close()
-PY
 mkdir -p /tmp/rdma-tests-pkg && ln -sfn "$suite" /tmp/rdma-tests-pkg/tests
-python3 -B /tmp/srq-resize.py "$suite" /tmp/rdma-tests-pkg || fail "SRQ resize lost or reordered receive WRs"
+python3 -B "$(dirname "$0")/srq_resize.py" "$suite" /tmp/rdma-tests-pkg || fail "SRQ resize lost or reordered receive WRs"
 echo "librox: SRQ resize keeps posted receive WRs"

@@ -21,7 +21,6 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <netdb.h>
-#include <poll.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,6 +28,8 @@
 #include <time.h>
 #include <unistd.h>
 #include <rdma/rdma_cma.h>
+
+#include "../lib/rdma-cm-wait.h"
 
 #define MAX_OUTSTANDING 16
 
@@ -315,20 +316,12 @@ static struct rdma_addrinfo *resolve(const char *addr, int passive)
  * after its own rdma_disconnect. */
 static void wait_disconnect(struct rdma_event_channel *ch)
 {
-	struct pollfd pfd = { .fd = ch->fd, .events = POLLIN };
-	struct rdma_cm_event *ev;
-	double deadline = now() + 120;
-	for (;;) {
-		int left_ms = (int)((deadline - now()) * 1000);
-		if (left_ms <= 0 || poll(&pfd, 1, left_ms) == 0)
-			fail("no DISCONNECTED event within 120 s");
-		if (rdma_get_cm_event(ch, &ev))
-			die("rdma_get_cm_event");
-		enum rdma_cm_event_type type = ev->event;
-		rdma_ack_cm_event(ev);
-		if (type == RDMA_CM_EVENT_DISCONNECTED)
-			return;
-	}
+	int seen = rdma_cm_wait_disconnect(ch, 120);
+
+	if (seen < 0)
+		die("rdma_get_cm_event");
+	if (!seen)
+		fail("no DISCONNECTED event within 120 s");
 }
 
 /* rdma_cm gives a responder QP remote read and write access only (and redoes INIT from its

@@ -85,9 +85,9 @@ peer=$ROX_IP_1_0
 wait_ping "$peer" 120 || fatal "guest 1 ($peer) unreachable"
 
 # stats: "name value" lines of rox_0's port counters.
-stats() { rdma statistic show link $dev/1 | tr ' ' '\n' | awk 'NR > 2 && NF { if (n == "") n = $0; else { print n, $0; n = "" } }'; }
+stats() { rdma_counters "$dev"; }
 before=$(stats)
-[ -n "$before" ] || fatal "no counters from rdma statistic show link $dev/1"
+[ -n "$before" ] || fatal "no counters of $dev/1 (rdma -j statistic)"
 touch /run/rox/flood.start
 wait_file /run/rox/flood.running 60 || fatal "the host did not start flooding"
 sleep 1

@@ -42,7 +42,7 @@ rox)
 	grep -q '^rox ' /proc/modules || insmod "$ROX_KO" || fail "insmod $ROX_KO"
 	dev=
 	for _ in $(seq 100); do
-		dev=$(rdma link show | awk -v nd="$ROX_IF_0" '$0 ~ "netdev " nd "( |$)" { split($2, a, "/"); print a[1] }')
+		dev=$(rdma_link_dev "$ROX_IF_0")
 		[ -n "$dev" ] && break
 		sleep 0.2
 	done
@@ -53,22 +53,13 @@ wait_port_active "$dev" || fail "$dev port not active"
 gid_index "$dev" 4 >/dev/null || fail "$dev lacks its lab IPv4 GID"
 echo "guest $me: $dev on $ROX_IF_0"
 
-counters() { echo "$dev counters: $(rdma statistic show link $dev/1 2>/dev/null | grep -oE '(rx_mcast_copies|port_rx_frames|port_to_netdev|rx_unknown_qp|rx_bad_key|rx_dropped|rx_packets) [0-9]+' | tr '\n' ' ')"; }
+counters() { echo "$dev counters: $(rdma_counters "$dev" rx_mcast_copies port_rx_frames port_to_netdev rx_unknown_qp rx_bad_key rx_dropped rx_packets 2>&1 | tr '\n' ' ')"; }
 ip4_of() { local v=ROX_IP_$1_0; echo "${!v}"; }
 ip6_of() { local v=ROX_IP6_$1_0; echo "${!v}"; }
 
 # ready_port ROUND: tell the round's sender (one TCP connection) that this receiver is ready.
 ready_port() {
-	python3 -c '
-import socket, sys
-s = socket.socket(socket.AF_INET)
-s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind((sys.argv[1], int(sys.argv[2])))
-s.listen(1)
-s.settimeout(float(sys.argv[3]))
-c, _ = s.accept()
-c.close()
-' "$(ip4_of "$me")" $((MCAST_READY_PORT + $1)) $SEND_WAIT
+	python3 "$(dirname "$0")/mcast_ready.py" "$(ip4_of "$me")" $((MCAST_READY_PORT + $1)) $SEND_WAIT
 }
 
 # wait_ready ROUND RECEIVER_GUEST
@@ -122,21 +113,7 @@ gcc -O2 -Wall -Werror -o /tmp/mcast-verbs "$(dirname "$0")/../guest/mcast-verbs.
 # receives through the IP stack, which delivers a group's packets only if the host joined it
 # (rdma_cm joins for it; a bare ibv_attach_mcast on rxe adds only the group's MAC).
 join_ip_group() {
-	python3 -c '
-import socket, struct, sys, time
-group, ifindex = sys.argv[1], socket.if_nametoindex(sys.argv[2])
-if ":" in group:
-    s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
-    s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_JOIN_GROUP,
-                 socket.inet_pton(socket.AF_INET6, group) + struct.pack("@I", ifindex))
-else:
-    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    # struct ip_mreqn: group, local address (any), interface index
-    s.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP,
-                 socket.inet_aton(group) + bytes(4) + struct.pack("@i", ifindex))
-print("joined", flush=True)
-time.sleep(3600)
-' "$1" "$ROX_IF_0"
+	python3 "$(dirname "$0")/mcast_join.py" "$1" "$ROX_IF_0"
 }
 
 # verbs_receive ROUND GROUP

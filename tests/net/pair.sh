@@ -27,7 +27,7 @@ rox)
 	grep -q '^rox ' /proc/modules || insmod "$ROX_KO" || fail "insmod $ROX_KO"
 	dev=
 	for _ in $(seq 100); do
-		dev=$(rdma link show | awk -v nd="$ROX_IF_0" '$0 ~ "netdev " nd "( |$)" { split($2, a, "/"); print a[1] }')
+		dev=$(rdma_link_dev "$ROX_IF_0")
 		[ -n "$dev" ] && break
 		sleep 0.2
 	done

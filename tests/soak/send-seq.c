@@ -15,7 +15,6 @@
  */
 #include <errno.h>
 #include <inttypes.h>
-#include <poll.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +22,8 @@
 #include <time.h>
 #include <unistd.h>
 #include <rdma/rdma_cma.h>
+
+#include "../lib/rdma-cm-wait.h"
 
 #define SLOT 9216
 #define RECV_DEPTH 256
@@ -105,21 +106,12 @@ static struct rdma_cm_event *expect(struct rdma_event_channel *ch, enum rdma_cm_
  */
 static void wait_disconnect(struct rdma_event_channel *ch, const char *who)
 {
-	struct pollfd pfd = { .fd = ch->fd, .events = POLLIN };
-	struct rdma_cm_event *ev;
-	double deadline = now() + 30;
+	int seen = rdma_cm_wait_disconnect(ch, 30);
 
-	while (now() < deadline) {
-		if (poll(&pfd, 1, 1000) <= 0)
-			continue;
-		if (rdma_get_cm_event(ch, &ev))
-			die("rdma_get_cm_event");
-		enum rdma_cm_event_type type = ev->event;
-		rdma_ack_cm_event(ev);
-		if (type == RDMA_CM_EVENT_DISCONNECTED)
-			return;
-	}
-	printf("send-seq: %s: no DISCONNECTED event within 30 s (CM message lost)\n", who);
+	if (seen < 0)
+		die("rdma_get_cm_event");
+	if (!seen)
+		printf("send-seq: %s: no DISCONNECTED event within 30 s (CM message lost)\n", who);
 }
 
 struct side {

@@ -230,9 +230,14 @@ pub struct Cqe {
     pub opcode: u8,
     /// `verbs::WC_FLAG_*`.
     pub wc_flags: u8,
-    pub sl: u8,
     /// Device-specific detail for error statuses (`VENDOR_ERR_*`).
-    pub vendor_err: u16,
+    pub vendor_err: u8,
+    /// The index of the WQE this CQE completes in its queue (the QP's SQ or RQ, or the SRQ a
+    /// receive came from): the low 16 bits of the free-running index the WQE was posted at.
+    /// Queues hold at most 2^`admin::DEV_MAX_LOG_WQ_DEPTH` entries, so among the entries
+    /// outstanding it names exactly one ([`wqe_index_offset`]) even when several share a
+    /// wr_id. A send CQE also completes the unsignaled WQEs posted before it.
+    pub wqe_index: u16,
     /// UD receives: the network header the packet arrived with (`CQE_NETWORK_HDR_*`), so that
     /// the consumer knows where the destination GID sits in the 40-byte GRH area (an IPv4
     /// header fills its last 20 bytes). `CQE_NETWORK_HDR_NONE` for every other completion.
@@ -242,6 +247,21 @@ pub struct Cqe {
 }
 const _: () = assert!(core::mem::size_of::<Cqe>() == CQE_SIZE);
 const _: () = assert!(core::mem::offset_of!(Cqe, owner) == CQE_SIZE - 1);
+const _: () = assert!(core::mem::offset_of!(Cqe, wqe_index) == 28);
+const _: () = assert!(super::admin::DEV_MAX_LOG_WQ_DEPTH <= 16);
+
+/// Where the WQE a CQE's `wqe_index` names sits among the `outstanding` entries of a queue
+/// whose oldest outstanding entry was posted at free-running index `oldest`: its offset from
+/// that entry (0 = the oldest), or None when no outstanding entry has that index (a CQE of a
+/// queue that was reset, or a wild one).
+pub const fn wqe_index_offset(oldest: u32, outstanding: u32, wqe_index: u16) -> Option<u32> {
+    let offset = (wqe_index.wrapping_sub(oldest as u16)) as u32;
+    if offset < outstanding {
+        Some(offset)
+    } else {
+        None
+    }
+}
 const _: () = assert!(1 << CQE_SHIFT == CQE_SIZE);
 
 /// `Cqe::network_hdr`: not reported (not a UD receive).
@@ -253,14 +273,14 @@ pub const CQE_NETWORK_HDR_IPV6: u8 = 1;
 pub const CQE_NETWORK_HDR_IPV4: u8 = 2;
 
 /// `Cqe::vendor_err` values: why a WQE failed, for debugging.
-pub const VENDOR_ERR_NONE: u16 = 0;
-pub const VENDOR_ERR_BAD_OPCODE: u16 = 1;
-pub const VENDOR_ERR_BAD_SGE_COUNT: u16 = 2;
-pub const VENDOR_ERR_BAD_LKEY: u16 = 3;
-pub const VENDOR_ERR_BAD_INLINE: u16 = 4;
-pub const VENDOR_ERR_BAD_DMA: u16 = 5;
-pub const VENDOR_ERR_WILD_INDEX: u16 = 6;
-pub const VENDOR_ERR_LENGTH: u16 = 7;
+pub const VENDOR_ERR_NONE: u8 = 0;
+pub const VENDOR_ERR_BAD_OPCODE: u8 = 1;
+pub const VENDOR_ERR_BAD_SGE_COUNT: u8 = 2;
+pub const VENDOR_ERR_BAD_LKEY: u8 = 3;
+pub const VENDOR_ERR_BAD_INLINE: u8 = 4;
+pub const VENDOR_ERR_BAD_DMA: u8 = 5;
+pub const VENDOR_ERR_WILD_INDEX: u8 = 6;
+pub const VENDOR_ERR_LENGTH: u8 = 7;
 
 // ---------------------------------------------------------------------------------------------
 // Event queue
@@ -365,3 +385,33 @@ pub struct PageList {
 const _: () = assert!(core::mem::size_of::<PageList>() == 16);
 pub const PAGE_SHIFT_MIN: u8 = 12;
 pub const PAGE_SHIFT_MAX: u8 = 30;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_wqe_index_names_one_outstanding_entry_across_the_16_bit_wrap() {
+        // Entries posted at 0xfffe..0x10002 are outstanding: their CQE indices wrap at 2^16.
+        let (oldest, outstanding) = (0xfffe, 4);
+        assert_eq!(wqe_index_offset(oldest, outstanding, 0xfffe), Some(0));
+        assert_eq!(wqe_index_offset(oldest, outstanding, 0xffff), Some(1));
+        assert_eq!(wqe_index_offset(oldest, outstanding, 0x0001), Some(3));
+        assert_eq!(wqe_index_offset(oldest, outstanding, 0x0002), None);
+        assert_eq!(wqe_index_offset(oldest, outstanding, 0xfffd), None);
+        // The free-running u32 wraps too.
+        assert_eq!(wqe_index_offset(u32::MAX, 2, 0), Some(1));
+        assert_eq!(wqe_index_offset(7, 0, 7), None);
+    }
+
+    #[test]
+    fn the_deepest_queue_fits_the_wqe_index() {
+        let depth = 1u32 << super::super::admin::DEV_MAX_LOG_WQ_DEPTH;
+        // Every outstanding entry of a full queue gets its own offset.
+        let oldest = 0xffff_f000u32;
+        for n in 0..depth {
+            let index = oldest.wrapping_add(n) as u16;
+            assert_eq!(wqe_index_offset(oldest, depth, index), Some(n));
+        }
+    }
+}

@@ -52,7 +52,14 @@ impl Exchange {
         if opcode == WrOpcode::Send {
             for wr_id in 0..messages {
                 let sges = vec![sge(DST, size, key_b)];
-                net.devs[1].env.post_recv(QPN_B, RecvWr { wr_id, sges });
+                net.devs[1].env.post_recv(
+                    QPN_B,
+                    RecvWr {
+                        wr_id,
+                        sges,
+                        wqe_index: 0,
+                    },
+                );
             }
         }
         Exchange {

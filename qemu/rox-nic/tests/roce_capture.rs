@@ -99,6 +99,7 @@ fn exchange(net: &mut Net, qp_type: QpType, qpn_a: Qpn, qpn_b: Qpn) {
         net.devs[1].env.post_recv(
             qpn_b,
             RecvWr {
+                wqe_index: 0,
                 wr_id: i,
                 sges: vec![sge(REMOTE + 0x1_0000, 4096, kb)],
             },

@@ -53,6 +53,7 @@ impl Verbs for EngineVerbs {
             env.post_recv(
                 QPNS[side],
                 RecvWr {
+                    wqe_index: 0,
                     wr_id: RECV_WR_ID,
                     sges: Vec::new(),
                 },

@@ -210,6 +210,7 @@ fn rc_over_a_dgram_wire_every_captured_frame_is_ethernet_with_a_good_icrc() {
     b.env.post_recv(
         QPN_B,
         RecvWr {
+            wqe_index: 0,
             wr_id: 9,
             sges: vec![sge(REMOTE, 0x1000, kb)],
         },
@@ -376,6 +377,7 @@ fn rc_1e5_messages_exactly_once_in_order_through_faulty_ports() {
         b.env.post_recv(
             QPN_B,
             RecvWr {
+                wqe_index: 0,
                 wr_id: slot,
                 sges: vec![sge(REMOTE + slot * SLOT, SLOT as u32, kb)],
             },
@@ -431,6 +433,7 @@ fn rc_1e5_messages_exactly_once_in_order_through_faulty_ports() {
             b.env.post_recv(
                 QPN_B,
                 RecvWr {
+                    wqe_index: 0,
                     wr_id: c.wr_id,
                     sges: vec![sge(addr, SLOT as u32, kb)],
                 },

@@ -60,6 +60,7 @@ fn rc_exactly_once_in_order_under_loss_duplication_reordering_corruption() {
     connect(&mut net, 0, QPN_A, 1, QPN_B, &params);
     for slot in 0..RECV_DEPTH {
         let wr = RecvWr {
+            wqe_index: 0,
             wr_id: slot,
             sges: vec![sge(RECV_AREA + slot * SLOT, SLOT as u32, key_b)],
         };
@@ -107,6 +108,7 @@ fn rc_exactly_once_in_order_under_loss_duplication_reordering_corruption() {
             assert_eq!(crc32fast::hash(&m[HEADER..]), crc, "message {seq} intact");
             received += 1;
             let wr = RecvWr {
+                wqe_index: 0,
                 wr_id: c.wr_id,
                 sges: vec![sge(addr, SLOT as u32, key_b)],
             };
@@ -173,6 +175,7 @@ fn rc_mixed_operations_exactly_once_under_faults() {
     connect(&mut net, 0, QPN_A, 1, QPN_B, &params);
     for slot in 0..2 * WINDOW {
         let wr = RecvWr {
+            wqe_index: 0,
             wr_id: slot,
             sges: vec![sge(
                 remote_recv + (slot % WINDOW) * SLOT,
@@ -291,6 +294,7 @@ fn rc_mixed_operations_exactly_once_under_faults() {
             net.devs[1].env.post_recv(
                 QPN_B,
                 RecvWr {
+                    wqe_index: 0,
                     wr_id: c.wr_id,
                     sges: vec![sge(addr, SLOT as u32, key_b)],
                 },

@@ -22,5 +22,5 @@ pub enum Deferred {
     Event { event_type: u8, qpn: Qpn },
     /// A QP whose receive queue turned out unusable while the engine took a WQE from it
     /// (`VENDOR_ERR_*` why): made fatal once the engine call has returned.
-    FatalQp { qpn: Qpn, why: u16 },
+    FatalQp { qpn: Qpn, why: u8 },
 }

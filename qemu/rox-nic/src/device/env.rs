@@ -137,6 +137,7 @@ impl DeviceEnv for Hw {
             opcode: c.opcode as u8,
             wc_flags: c.wc_flags,
             vendor_err: c.vendor_err,
+            wqe_index: c.wqe_index,
             network_hdr: c.network_hdr,
             ..Default::default()
         };

@@ -21,7 +21,8 @@ impl Hw {
         }
     }
 
-    fn decode_recv(&self, w: &RqWqe) -> Option<RecvWr> {
+    /// The receive WR of WQE `w`, fetched at ring index `index` (its CQE names that).
+    fn decode_recv(&self, w: &RqWqe, index: u32) -> Option<RecvWr> {
         if w.num_sge as u32 > RQ_MAX_SGE {
             return None;
         }
@@ -36,6 +37,7 @@ impl Hw {
         Some(RecvWr {
             wr_id: w.wr_id,
             sges,
+            wqe_index: index as u16,
         })
     }
 
@@ -54,15 +56,16 @@ impl Hw {
                 return None;
             }
         };
-        let w: Result<RqWqe, _> = self.mem.read_obj(srq.ring.entry_addr(srq.ci));
-        srq.ci = srq.ci.wrapping_add(1);
+        let index = srq.ci;
+        let w: Result<RqWqe, _> = self.mem.read_obj(srq.ring.entry_addr(index));
+        srq.ci = index.wrapping_add(1);
         let left = avail - 1;
         let fire_limit = srq.limit != 0 && left < srq.limit;
         if fire_limit {
             srq.limit = 0;
         }
         let wr = match w {
-            Ok(w) => self.decode_recv(&w),
+            Ok(w) => self.decode_recv(&w, index),
             Err(_) => None,
         };
         if wr.is_none() {
@@ -97,9 +100,10 @@ impl Hw {
                 return None;
             }
         }
-        let w: Result<RqWqe, _> = self.mem.read_obj(rq.entry_addr(qp.rq_ci));
-        qp.rq_ci = qp.rq_ci.wrapping_add(1);
-        let wr = w.ok().and_then(|w| self.decode_recv(&w));
+        let index = qp.rq_ci;
+        let w: Result<RqWqe, _> = self.mem.read_obj(rq.entry_addr(index));
+        qp.rq_ci = index.wrapping_add(1);
+        let wr = w.ok().and_then(|w| self.decode_recv(&w, index));
         if wr.is_none() {
             if let Some(qp) = self.qps.get_mut(&qpn) {
                 qp.broken = true;

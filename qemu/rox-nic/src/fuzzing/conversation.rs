@@ -139,6 +139,7 @@ impl Conversation {
             return;
         }
         let wr = RecvWr {
+            wqe_index: 0,
             wr_id: slot,
             sges: vec![Sge {
                 addr: B_RECV + slot * SLOT,

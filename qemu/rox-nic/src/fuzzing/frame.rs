@@ -119,6 +119,7 @@ impl Rig {
                 rig.node.env.post_recv(
                     qpn(raw),
                     RecvWr {
+                        wqe_index: 0,
                         wr_id,
                         sges: vec![sge],
                     },
@@ -429,6 +430,7 @@ fn still_moves_messages(mut rig: Rig) {
     peer.env.post_recv(
         b,
         RecvWr {
+            wqe_index: 0,
             wr_id: 7,
             sges: vec![Sge {
                 addr: MEM_BASE,

@@ -281,7 +281,10 @@ impl Engine {
     ) -> Result<(), EngineError> {
         let qp = self.qps.get_mut(&qpn).ok_or(EngineError::NoSuchQp(qpn))?;
         let kind = wqe_kind(failed.opcode);
-        let wr = SendWr::new(failed.wr_id, failed.opcode);
+        let wr = SendWr {
+            wqe_index: failed.wqe_index,
+            ..SendWr::new(failed.wr_id, failed.opcode)
+        };
         let wqe = Wqe::failed(wr, kind, failed.status, failed.vendor_err);
         qp.enqueue(env, &mut self.stats, wqe);
         Ok(())
@@ -442,6 +445,7 @@ mod tests {
             opcode: WrOpcode::Send,
             status: WcStatus::LocQpOpErr,
             vendor_err: 7,
+            wqe_index: 1,
         };
         engine.post_failed(&mut env, LOCAL_QPN, failed).unwrap();
         engine
@@ -456,17 +460,18 @@ mod tests {
             })
         });
         engine.receive(&mut env, &ack).unwrap();
-        let done: Vec<(u64, WcStatus, u16)> = env
+        // Each completion names its WQE's index (the test's WRs 1 and 3 were posted at 0).
+        let done: Vec<(u64, WcStatus, u8, u16)> = env
             .completions
             .iter()
-            .map(|c| (c.wr_id, c.status, c.vendor_err))
+            .map(|c| (c.wr_id, c.status, c.vendor_err, c.wqe_index))
             .collect();
         assert_eq!(
             done,
             [
-                (1, WcStatus::Success, 0),
-                (2, WcStatus::LocQpOpErr, 7),
-                (3, WcStatus::WrFlushErr, 0)
+                (1, WcStatus::Success, 0, 0),
+                (2, WcStatus::LocQpOpErr, 7, 1),
+                (3, WcStatus::WrFlushErr, 0, 0)
             ]
         );
         assert_eq!(engine.qp_state(LOCAL_QPN), Some(QpState::Err));
@@ -478,6 +483,7 @@ mod tests {
         to_rts(&mut engine, &mut env);
         for (n, wr_id) in [(100, 1), (101, 2)] {
             env.recv.push_back(RecvWr {
+                wqe_index: 0,
                 wr_id,
                 sges: Vec::new(),
             });

@@ -117,9 +117,16 @@ pub struct SendWr {
     pub fast_reg: Option<FastReg>,
     /// UD only.
     pub ud: Option<UdDest>,
+    /// Where the device fetched it: the low 16 bits of its SQ index, for its CQE.
+    pub wqe_index: u16,
 }
 
 impl SendWr {
+    /// What its completion names it by: (wr_id, wqe_index).
+    pub fn name(&self) -> (u64, u16) {
+        (self.wr_id, self.wqe_index)
+    }
+
     /// A signaled WR `wr_id` of `opcode` with no payload, no remote target and no segments:
     /// set the fields its opcode uses on the result.
     pub fn new(wr_id: u64, opcode: WrOpcode) -> SendWr {
@@ -139,6 +146,7 @@ impl SendWr {
             bind: None,
             fast_reg: None,
             ud: None,
+            wqe_index: 0,
         }
     }
 }
@@ -209,6 +217,15 @@ impl FlushSpec {
 pub struct RecvWr {
     pub wr_id: u64,
     pub sges: Vec<Sge>,
+    /// Where the device fetched it: the low 16 bits of its RQ or SRQ index, for its CQE.
+    pub wqe_index: u16,
+}
+
+impl RecvWr {
+    /// What its completion names it by: (wr_id, wqe_index).
+    pub fn name(&self) -> (u64, u16) {
+        (self.wr_id, self.wqe_index)
+    }
 }
 
 /// A completion for the device to write into the QP's send CQ (`is_recv == false`) or
@@ -231,17 +248,20 @@ pub struct Completion {
     /// The incoming message had the solicited-event bit (for armed-solicited CQs).
     pub solicited: bool,
     /// Device-specific detail of an error status (`rox_uapi::queue::VENDOR_ERR_*`), 0 if none.
-    pub vendor_err: u16,
+    pub vendor_err: u8,
+    /// The `wqe_index` of the work request it completes (the CQE's).
+    pub wqe_index: u16,
     /// UD receives: the network header of the packet (`rox_uapi::queue::CQE_NETWORK_HDR_*`),
     /// `CQE_NETWORK_HDR_NONE` otherwise.
     pub network_hdr: u8,
 }
 
 impl Completion {
-    /// A send-queue completion of QP `qp_num` (no immediate data, flags or source QP).
+    /// A send-queue completion of QP `qp_num` (no immediate data, flags or source QP) for the
+    /// work request `wr_id` fetched at `wqe_index`.
     pub fn send(
         qp_num: Qpn,
-        wr_id: u64,
+        (wr_id, wqe_index): (u64, u16),
         status: WcStatus,
         opcode: WcOpcode,
         byte_len: u32,
@@ -258,6 +278,7 @@ impl Completion {
             is_recv: false,
             solicited: false,
             vendor_err: 0,
+            wqe_index,
             network_hdr: rox_uapi::queue::CQE_NETWORK_HDR_NONE,
         }
     }
@@ -266,14 +287,14 @@ impl Completion {
     /// `solicited` on the result where the message carried them.
     pub fn recv(
         qp_num: Qpn,
-        wr_id: u64,
+        wr: (u64, u16),
         status: WcStatus,
         opcode: WcOpcode,
         byte_len: u32,
     ) -> Completion {
         Completion {
             is_recv: true,
-            ..Completion::send(qp_num, wr_id, status, opcode, byte_len)
+            ..Completion::send(qp_num, wr, status, opcode, byte_len)
         }
     }
 }
@@ -289,7 +310,9 @@ pub struct FailedWr {
     pub opcode: WrOpcode,
     pub status: WcStatus,
     /// `rox_uapi::queue::VENDOR_ERR_*`: why the device refused the WQE.
-    pub vendor_err: u16,
+    pub vendor_err: u8,
+    /// As [`SendWr::wqe_index`].
+    pub wqe_index: u16,
 }
 
 /// An affiliated asynchronous error of a QP's responder (IBA 11.6.3.2).

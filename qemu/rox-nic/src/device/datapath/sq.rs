@@ -43,7 +43,7 @@ impl DataPath {
 
     /// A QP whose queues cannot be trusted any more: async event, error state (which reports
     /// LAST_WQE for a QP with an SRQ).
-    pub(super) fn qp_fatal(&mut self, qpn: Qpn, why: u16) {
+    pub(super) fn qp_fatal(&mut self, qpn: Qpn, why: u8) {
         if let Some(qp) = self.hw.qps.get_mut(&qpn) {
             qp.broken = true;
         }
@@ -92,8 +92,11 @@ impl DataPath {
             };
             self.hw.stats[STAT_SEND_WQES] += 1;
             self.shared.wqe_trace.wqe_fetch(qpn.get(), index, &wqe);
+            // Its CQE names it by index: kernel consumers retire their queues by it.
+            let wqe_index = index as u16;
             match decode_send(&self.hw, qp_type, sig_all, &wqe) {
                 Ok(wr) => {
+                    let wr = SendWr { wqe_index, ..wr };
                     let _ = self.engine.post_send(&mut self.hw, qpn, wr);
                 }
                 Err((status, vendor_err)) => {
@@ -105,6 +108,7 @@ impl DataPath {
                         opcode: WrOpcode::from_u8(wqe.opcode).unwrap_or(WrOpcode::Send),
                         status,
                         vendor_err,
+                        wqe_index,
                     };
                     let _ = self.engine.post_failed(&mut self.hw, qpn, failed);
                 }
@@ -143,7 +147,7 @@ pub fn decode_send(
     qp_type: u8,
     sig_all: bool,
     w: &SqWqe,
-) -> Result<SendWr, (WcStatus, u16)> {
+) -> Result<SendWr, (WcStatus, u8)> {
     let opcode =
         WrOpcode::from_u8(w.opcode).ok_or((WcStatus::LocQpOpErr, VENDOR_ERR_BAD_OPCODE))?;
     let flags =

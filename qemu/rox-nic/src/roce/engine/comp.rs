@@ -143,7 +143,7 @@ impl Qp {
                     vendor_err: wqe.vendor_err,
                     ..Completion::send(
                         self.cfg.qpn,
-                        wqe.wr.wr_id,
+                        wqe.wr.name(),
                         status,
                         wc_opcode(wqe.kind, wqe.wr.opcode),
                         byte_len,

@@ -306,18 +306,12 @@ impl Qp {
     pub(super) fn complete_recv(
         &self,
         env: &mut dyn DeviceEnv,
-        wr_id: u64,
+        wr: (u64, u16),
         status: WcStatus,
         opcode: WcOpcode,
         byte_len: u32,
     ) {
-        env.complete(Completion::recv(
-            self.cfg.qpn,
-            wr_id,
-            status,
-            opcode,
-            byte_len,
-        ));
+        env.complete(Completion::recv(self.cfg.qpn, wr, status, opcode, byte_len));
     }
 
     /// Moves the QP to the error state: every outstanding send WR and (unless the QP uses an
@@ -357,7 +351,7 @@ impl Qp {
         while let Some(wqe) = self.req.sq.pop_front() {
             env.complete(Completion::send(
                 self.cfg.qpn,
-                wqe.wr.wr_id,
+                wqe.wr.name(),
                 WcStatus::WrFlushErr,
                 wc_opcode(wqe.kind, wqe.wr.opcode),
                 0,
@@ -377,11 +371,11 @@ impl Qp {
             _ => None,
         };
         for wr in held.into_iter().chain(self.resp.spare_recv.take()) {
-            self.complete_recv(env, wr.wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, 0);
+            self.complete_recv(env, wr.name(), WcStatus::WrFlushErr, WcOpcode::Recv, 0);
         }
         if !self.cfg.uses_srq {
             while let Some(wr) = env.pop_recv(self.cfg.qpn) {
-                self.complete_recv(env, wr.wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, 0);
+                self.complete_recv(env, wr.name(), WcStatus::WrFlushErr, WcOpcode::Recv, 0);
             }
         }
     }

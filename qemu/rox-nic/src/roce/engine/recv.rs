@@ -184,6 +184,7 @@ mod tests {
             "nothing was sent to acknowledge"
         );
         env.recv.push_back(RecvWr {
+            wqe_index: 0,
             wr_id: 5,
             sges: Vec::new(),
         });

@@ -255,10 +255,10 @@ impl Qp {
         stats: &mut EngineStats,
         psn: Psn,
         code: NakCode,
-        recv: Option<(u64, WcStatus)>,
+        recv: Option<((u64, u16), WcStatus)>,
     ) {
-        if let Some((wr_id, status)) = recv {
-            self.complete_recv(env, wr_id, status, WcOpcode::Recv, 0);
+        if let Some((wr, status)) = recv {
+            self.complete_recv(env, wr, status, WcOpcode::Recv, 0);
         }
         let rc = self.cfg.qp_type == QpType::Rc;
         if rc {
@@ -407,7 +407,7 @@ impl Qp {
             wc_flags: WC_FLAG_GRH | if with_imm { WC_FLAG_WITH_IMM } else { 0 },
             solicited: p.hdr.bth.solicited,
             network_hdr,
-            ..Completion::recv(self.cfg.qpn, wr.wr_id, status, WcOpcode::Recv, byte_len)
+            ..Completion::recv(self.cfg.qpn, wr.name(), status, WcOpcode::Recv, byte_len)
         });
         if status == WcStatus::LocProtErr {
             self.enter_error(env);
@@ -441,6 +441,7 @@ mod tests {
         use OpcodeClass::*;
         let send = InMessage::Send {
             wr: RecvWr {
+                wqe_index: 0,
                 wr_id: 1,
                 sges: Vec::new(),
             },

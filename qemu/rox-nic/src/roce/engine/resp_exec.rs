@@ -160,9 +160,9 @@ impl Qp {
                 .ieth
                 .is_some_and(|rkey| env.check_invalidate(pd, qpn, rkey, true).is_err());
         if bad_invalidation {
-            let wr_id = wr.wr_id;
+            let wr = wr.name();
             self.resp.cur = None;
-            let recv = Some((wr_id, WcStatus::LocQpOpErr));
+            let recv = Some((wr, WcStatus::LocQpOpErr));
             self.responder_fatal(env, stats, psn, NakCode::InvalidRequest, recv);
             return;
         }
@@ -180,7 +180,7 @@ impl Qp {
                 return;
             }
             Err(e) => {
-                let wr_id = wr.wr_id;
+                let wr = wr.name();
                 self.resp.cur = None;
                 let (code, status) = match e {
                     SgError::Length => (NakCode::InvalidRequest, WcStatus::LocLenErr),
@@ -188,7 +188,7 @@ impl Qp {
                         (NakCode::RemoteOperationalError, WcStatus::LocProtErr)
                     }
                 };
-                self.responder_fatal(env, stats, psn, code, Some((wr_id, status)));
+                self.responder_fatal(env, stats, psn, code, Some((wr, status)));
                 return;
             }
         }
@@ -221,7 +221,7 @@ impl Qp {
             solicited: p.hdr.bth.solicited,
             ..Completion::recv(
                 qpn,
-                wr.wr_id,
+                wr.name(),
                 WcStatus::Success,
                 WcOpcode::Recv,
                 offset as u32,
@@ -294,7 +294,7 @@ impl Qp {
                     solicited: p.hdr.bth.solicited,
                     ..Completion::recv(
                         qpn,
-                        wr.wr_id,
+                        wr.name(),
                         WcStatus::Success,
                         WcOpcode::RecvRdmaWithImm,
                         total,
@@ -497,6 +497,7 @@ mod tests {
 
     fn recv_wr(wr_id: u64, addr: u64, length: u32) -> RecvWr {
         RecvWr {
+            wqe_index: 0,
             wr_id,
             sges: vec![Sge {
                 addr,

@@ -59,7 +59,7 @@ pub(super) struct Wqe {
     /// The WR failed; it completes with this status when it reaches the head of the SQ.
     pub(super) error: Option<WcStatus>,
     /// `VENDOR_ERR_*` detail reported with `error`.
-    pub(super) vendor_err: u16,
+    pub(super) vendor_err: u8,
 }
 
 impl Wqe {
@@ -80,7 +80,7 @@ impl Wqe {
     }
 
     /// A WR that failed before it started: it only waits for its turn to complete.
-    pub(super) fn failed(wr: SendWr, kind: WqeKind, status: WcStatus, vendor_err: u16) -> Wqe {
+    pub(super) fn failed(wr: SendWr, kind: WqeKind, status: WcStatus, vendor_err: u8) -> Wqe {
         Wqe {
             error: Some(status),
             vendor_err,

@@ -1,0 +1,10 @@
+// SPDX-License-Identifier: GPL-2.0
+//! rox.ko's modules that need no kernel (pure logic), built on the host so that `cargo test`
+//! runs their unit tests; the module itself builds the same files with Kbuild. Each is
+//! included by path, with `crate::uapi` as in the module's crate root.
+#![cfg(test)]
+
+use rox_uapi as uapi;
+
+#[path = "../../wq_record.rs"]
+mod wq_record;
