@@ -274,6 +274,7 @@ fn rc_loopback_on_one_device() {
     net.devs[0].env.post_recv(
         QPN_B,
         RecvWr {
+            wqe_index: 0,
             wr_id: 1,
             sges: vec![sge(RECV_AREA, 512, key)],
         },
@@ -437,6 +438,7 @@ fn ud_send_delivers_grh_src_qp_and_checks_qkey() {
             net.devs[1].env.post_recv(
                 QPN_B,
                 RecvWr {
+                    wqe_index: 0,
                     wr_id: i,
                     sges: vec![sge(RECV_AREA + i * 0x1000, 256, kb)],
                 },
@@ -513,6 +515,7 @@ fn ud_send_of(len: u32) -> [Option<WcStatus>; 2] {
     let (mut net, ka, kb) = ud_pair(gid_v4(1), gid_v4(2));
     let qkey = QpParams::of(QpType::Ud).qkey;
     let wr = RecvWr {
+        wqe_index: 0,
         wr_id: 1,
         sges: vec![sge(RECV_AREA, 50, kb)],
     };
@@ -597,6 +600,7 @@ fn work_posted_before_rts_is_sent_on_rts() {
     net.devs[1].env.post_recv(
         QPN_B,
         RecvWr {
+            wqe_index: 0,
             wr_id: 9,
             sges: vec![sge(RECV_AREA, 16, kb)],
         },

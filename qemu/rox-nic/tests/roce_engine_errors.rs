@@ -509,6 +509,7 @@ fn srq_receive_wrs_are_not_flushed_with_the_qp() {
     env.post_recv(
         qpn,
         RecvWr {
+            wqe_index: 0,
             wr_id: 1,
             sges: vec![],
         },

@@ -50,9 +50,14 @@ impl Pair {
         engine.post_send(env, QPN_A, wr).unwrap();
     }
     pub fn recv_b(&mut self, wr_id: u64, sges: Vec<Sge>) {
-        self.net.devs[1]
-            .env
-            .post_recv(QPN_B, RecvWr { wr_id, sges });
+        self.net.devs[1].env.post_recv(
+            QPN_B,
+            RecvWr {
+                wr_id,
+                sges,
+                wqe_index: 0,
+            },
+        );
     }
     pub fn run(&mut self) {
         self.net.run(100_000);
