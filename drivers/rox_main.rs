@@ -11,6 +11,7 @@
 use kernel::{device::Core, pci, prelude::*};
 
 mod admin;
+mod counters;
 mod cq;
 mod dead;
 mod dev;

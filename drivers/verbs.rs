@@ -4,6 +4,7 @@
 //! files. All safe Rust over `crate::ib`.
 
 use crate::{
+    counters,
     cq::{self, Cq},
     dev::{RoxDev, RoxVerbs},
     hw::{
@@ -15,9 +16,9 @@ use crate::{
         },
     },
     ib::{
-        mmap::UcontextRef, AhAttr, CqInit, Created, DeviceAttr, DeviceCapFlags, IbDev, MrAdvice,
-        PortAttr, PortImmutable, QpAttr, QpInit, QpInitAttr, RecvWr, RegisteredMr, Registry,
-        SendWr, SrqAttr, SrqAttrMask, Udata, UserRange, Verbs, WcOut,
+        mmap::UcontextRef, AhAttr, CqInit, Created, DeviceAttr, DeviceCapFlags, IbDev, MadAnswer,
+        MrAdvice, PortAttr, PortImmutable, QpAttr, QpInit, QpInitAttr, RecvWr, RegisteredMr,
+        Registry, SendWr, SrqAttr, SrqAttrMask, Udata, UserRange, Verbs, WcOut, MAD_SIZE,
     },
     mcast,
     mr::{self, Mr},
@@ -60,50 +61,6 @@ const MAX_AH: u32 = 1 << 16;
 /// Bytes RoCEv2 adds around a payload on an IPv6 fabric (the larger header): IPv6 header, UDP
 /// header, BTH, ICRC.
 const ROCEV2_OVERHEAD: u32 = 40 + 8 + 12 + 4;
-
-/// Names of the device's statistics counters (`rdma statistic`), indexed by `admin::STAT_*`.
-const COUNTER_NAMES: [&CStr; admin::STATS_COUNT] = {
-    let mut names = [c""; admin::STATS_COUNT];
-    names[admin::STAT_TX_PACKETS] = c"tx_packets";
-    names[admin::STAT_TX_BYTES] = c"tx_bytes";
-    names[admin::STAT_RX_PACKETS] = c"rx_packets";
-    names[admin::STAT_RX_BYTES] = c"rx_bytes";
-    names[admin::STAT_RX_DROPPED] = c"rx_dropped";
-    names[admin::STAT_RX_ICRC_ERRORS] = c"rx_icrc_errors";
-    names[admin::STAT_RETRANSMITS] = c"retransmits";
-    names[admin::STAT_NAKS_SENT] = c"naks_sent";
-    names[admin::STAT_ACKS_SENT] = c"acks_sent";
-    names[admin::STAT_TIMEOUTS] = c"timeouts";
-    names[admin::STAT_DUP_REQUESTS] = c"duplicate_requests";
-    names[admin::STAT_SEND_WQES] = c"send_wqes";
-    names[admin::STAT_RECV_WQES] = c"recv_wqes";
-    names[admin::STAT_CQES] = c"cqes";
-    names[admin::STAT_EQES] = c"eqes";
-    names[admin::STAT_INTERRUPTS] = c"interrupts";
-    names[admin::STAT_DOORBELL_SCANS] = c"doorbell_scans";
-    names[admin::STAT_WAKEUPS] = c"wakeups";
-    names[admin::STAT_WQE_ERRORS] = c"wqe_errors";
-    names[admin::STAT_PAGE_FAULTS] = c"page_faults";
-    names[admin::STAT_PORT_RX_FRAMES] = c"port_rx_frames";
-    names[admin::STAT_PORT_TX_FRAMES] = c"port_tx_frames";
-    names[admin::STAT_PORT_TO_NETDEV] = c"port_to_netdev";
-    names[admin::STAT_PORT_FROM_NETDEV] = c"port_from_netdev";
-    names[admin::STAT_PORT_DROP_MALFORMED] = c"port_drop_malformed";
-    names[admin::STAT_PORT_DROP_OVERSIZE] = c"port_drop_oversize";
-    names[admin::STAT_PORT_DROP_OTHER_MAC] = c"port_drop_other_mac";
-    names[admin::STAT_PORT_DROP_VLAN] = c"port_drop_vlan";
-    names[admin::STAT_PORT_DROP_NETDEV] = c"port_drop_netdev";
-    names[admin::STAT_RX_UNKNOWN_QP] = c"rx_unknown_qp";
-    names[admin::STAT_RX_BAD_KEY] = c"rx_bad_key";
-    names[admin::STAT_PORT_DROP_NO_DMAC] = c"port_drop_no_dmac";
-    names[admin::STAT_RX_MCAST_COPIES] = c"rx_mcast_copies";
-    let mut i = 0;
-    while i < admin::STATS_COUNT {
-        assert!(!names[i].is_empty(), "every STAT_* counter needs a name");
-        i += 1;
-    }
-    names
-};
 
 pub(crate) struct Pd {
     pdn: u32,
@@ -163,14 +120,19 @@ impl Verbs for RoxVerbs {
         dev.registry()
     }
 
-    const COUNTER_NAMES: &'static [&'static CStr] = &COUNTER_NAMES;
+    const COUNTER_NAMES: &'static [&'static CStr] = &counters::COUNTER_NAMES;
 
     fn read_counters(dev: &RoxDev<'_>, values: &mut [u64]) -> Result {
-        let (stats, _) = dev.query::<admin::QueryStats>(0)?;
-        for (value, stat) in values.iter_mut().zip(stats) {
-            *value = stat;
-        }
-        Ok(())
+        counters::read_counters(dev, values)
+    }
+
+    fn process_mad(
+        dev: &RoxDev<'_>,
+        port: u32,
+        mad: &[u8; MAD_SIZE],
+        out: &mut [u8; MAD_SIZE],
+    ) -> Result<MadAnswer> {
+        counters::process_mad(dev, port, mad, out)
     }
 
     fn query_device(dev: &RoxDev<'_>, udata: &mut Udata<'_>) -> Result<DeviceAttr> {

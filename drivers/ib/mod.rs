@@ -31,7 +31,9 @@ pub(crate) use ibdev::IbDev;
 pub(crate) use registration::{DeviceParams, IbRegistration};
 pub(crate) use registry::{AsyncEvent, Registry};
 pub(crate) use udata::Udata;
-pub(crate) use verbs::{CqInit, Created, DeviceId, QpInit, RegisteredMr, UserRange, Verbs};
+pub(crate) use verbs::{
+    CqInit, Created, DeviceId, MadAnswer, QpInit, RegisteredMr, UserRange, Verbs, MAD_SIZE,
+};
 pub(crate) use wr::{RecvWr, SendFlags, SendWr, Sge, WrOpcode};
 
 /// Whether ib_core's table of QP state transitions allows `cur -> next` for a QP of type

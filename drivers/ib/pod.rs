@@ -23,6 +23,7 @@ plain_old_data!(
     admin::AdminCpl,
     admin::DeviceAttr,
     admin::PortAttr,
+    admin::PortCounters,
     admin::QpAttr,
     queue::Cqe,
     queue::Eqe,

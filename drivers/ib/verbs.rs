@@ -13,6 +13,8 @@ use super::{
     IbDev, Udata,
 };
 use crate::hw::uapi::ids::{Key, Qpn};
+/// What `process_mad` did with a MAD, and the MAD size (the PerfMgt answers live in uapi/).
+pub(crate) use crate::hw::uapi::pma::{Answer as MadAnswer, MAD_SIZE};
 use kernel::prelude::*;
 
 /// Initial attributes of a CQ.
@@ -92,6 +94,15 @@ pub(crate) trait Verbs: Sized + 'static {
     const COUNTER_NAMES: &'static [&'static CStr];
     /// Reads the counters into `values` (`COUNTER_NAMES.len()` entries).
     fn read_counters(dev: &Self::Dev<'_>, values: &mut [u64]) -> Result;
+    /// Answers management datagram `mad` for `port` into `out` (ib_core's `process_mad`:
+    /// the performance management agent behind sysfs `counters/`), or leaves it to ib_core's
+    /// MAD layer.
+    fn process_mad(
+        dev: &Self::Dev<'_>,
+        port: u32,
+        mad: &[u8; MAD_SIZE],
+        out: &mut [u8; MAD_SIZE],
+    ) -> Result<MadAnswer>;
 
     fn query_device(dev: &Self::Dev<'_>, udata: &mut Udata<'_>) -> Result<DeviceAttr>;
     fn query_port(dev: &Self::Dev<'_>, ib: IbDev<'_>, port: u32) -> Result<PortAttr>;

@@ -10,13 +10,15 @@
 //! Modules: [`regs`] PCI identity, BAR0 registers, doorbell BAR, arm/wake; [`admin`] admin queue
 //! commands, completions, payloads; [`queue`] SQ/RQ/SRQ WQEs, SGEs, CQEs, EQEs; [`verbs`] IB
 //! enums with the numbering of libibverbs / ib_verbs.h; [`udata`] kernel <-> provider structs;
-//! [`ids`] QP numbers, sequence numbers and memory keys.
+//! [`ids`] QP numbers, sequence numbers and memory keys; [`pma`] the PerfMgt MAD answers the
+//! driver's performance management agent gives.
 #![no_std]
 
 #[macro_use]
 mod c_decl;
 pub mod admin;
 pub mod ids;
+pub mod pma;
 pub mod queue;
 pub mod regs;
 pub mod udata;

@@ -7,6 +7,7 @@ mod ah;
 mod cq;
 mod datapath;
 mod device;
+mod mad;
 mod mr;
 mod qp;
 mod srq;
@@ -91,6 +92,7 @@ pub(super) fn table<V: Verbs>() -> b::ib_device_ops {
     ops.detach_mcast = Some(qp::detach_mcast::<V>);
     ops.alloc_hw_port_stats = Some(device::alloc_hw_port_stats);
     ops.get_hw_stats = Some(device::get_hw_stats::<V>);
+    ops.process_mad = Some(mad::process_mad::<V>);
     ops.post_send = Some(datapath::post_send::<V>);
     ops.post_recv = Some(datapath::post_recv::<V>);
     ops.post_srq_recv = Some(datapath::post_srq_recv::<V>);

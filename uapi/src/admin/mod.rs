@@ -11,12 +11,14 @@
 //! buffer (`resp_addr`, at least [`ADMIN_RESP_MAX`] bytes, or the size of the response).
 //!
 //! One file per command family: `device.rs` (device and port queries, GID table, port state,
-//! the device's limits), `stats.rs` (the QUERY_STATS counters), `mr.rs` (memory regions,
+//! the device's limits), `stats.rs` (the QUERY_STATS counters), `counters.rs` (QUERY_COUNTERS:
+//! the port's PMA and mlx5-named counters, with its opcode and command), `mr.rs` (memory regions,
 //! on-demand paging, memory windows), `cq.rs`, `qp.rs` (incl. address vectors and multicast),
 //! `srq.rs`, and `command.rs` (each opcode's payload and result as a type). Everything is
 //! re-exported here: users name it all `admin::X`.
 
 mod command;
+mod counters;
 mod cq;
 mod device;
 mod mr;
@@ -25,6 +27,7 @@ mod srq;
 mod stats;
 
 pub use self::command::*;
+pub use self::counters::*;
 pub use self::cq::*;
 pub use self::device::*;
 pub use self::mr::*;

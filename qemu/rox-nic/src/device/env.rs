@@ -122,6 +122,7 @@ impl DeviceEnv for Hw {
             return;
         };
         let cq = if c.is_recv { qp.recv_cq } else { qp.send_cq };
+        self.counters.completion(c.is_recv, c.status);
         let cqe = Cqe {
             wr_id: c.wr_id,
             byte_len: c.byte_len,

@@ -6,6 +6,7 @@
 //! The data-path thread ([`datapath`]) does everything else and sleeps when idle.
 
 pub mod admin;
+pub(crate) mod counters;
 pub mod datapath;
 pub mod death;
 pub(crate) mod deferred;

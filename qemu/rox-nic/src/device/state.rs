@@ -10,6 +10,7 @@ use rox_uapi::ids::Qpn;
 use rox_uapi::regs::*;
 use rox_uapi::verbs::*;
 
+use super::counters::DeviceCounters;
 use super::deferred::Deferred;
 use super::mem::MemTable;
 use super::ring::Ring;
@@ -118,6 +119,8 @@ pub struct Hw {
     /// Multicast groups: group GID -> attached QPNs, in attach order.
     pub mcast: HashMap<Gid, Vec<Qpn>>,
     pub stats: Stats,
+    /// What only the device layer counts (QUERY_COUNTERS).
+    pub counters: DeviceCounters,
     /// Next MR key index to try (`alloc_key` in admin.rs).
     pub next_mr_index: u32,
     pub next_cq: u32,
@@ -152,6 +155,7 @@ impl Hw {
             flush_icrc: FlushIcrc::Iba,
             mcast: HashMap::new(),
             stats: [0; STATS_COUNT],
+            counters: DeviceCounters::default(),
             next_mr_index: 1,
             next_cq: 1,
             next_qpn: FIRST_QPN.get(),

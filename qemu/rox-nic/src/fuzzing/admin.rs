@@ -179,6 +179,7 @@ fn is_known(op: u8) -> bool {
             | ADMIN_OP_QUERY_SRQ
             | ADMIN_OP_DESTROY_SRQ
             | ADMIN_OP_QUERY_STATS
+            | ADMIN_OP_QUERY_COUNTERS
     )
 }
 
@@ -414,6 +415,7 @@ fn session() -> Vec<Command> {
         linked(query(ADMIN_OP_QUERY_QP), &[(7, 0)]),
         linked(query(ADMIN_OP_QUERY_SRQ), &[(6, 0)]),
         query(ADMIN_OP_QUERY_STATS),
+        query(ADMIN_OP_QUERY_COUNTERS),
         linked(
             cmd(
                 ADMIN_OP_RESIZE_CQ,

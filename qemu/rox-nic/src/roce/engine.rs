@@ -87,6 +87,20 @@ pub struct EngineStats {
     pub retransmit_timeouts: u64,
     /// Rewinds caused by NAKs (sequence error or RNR).
     pub nak_rewinds: u64,
+    /// RDMA WRITE / READ / atomic (incl. ATOMIC WRITE) messages a responder received in
+    /// sequence (counted at their first packet, before their checks).
+    pub rx_write_requests: u64,
+    pub rx_read_requests: u64,
+    pub rx_atomic_requests: u64,
+    /// Requests a responder refused for their key, bounds or access.
+    pub rx_remote_access_errors: u64,
+    /// NAKs a requester received, by kind (stale ones included: each is a packet received).
+    pub rx_seq_naks: u64,
+    pub rx_rnr_naks: u64,
+    pub rx_access_naks: u64,
+    pub rx_invalid_request_naks: u64,
+    /// READ responses past a gap: an implied NAK (an earlier response was lost).
+    pub rx_read_gaps: u64,
 }
 
 /// Why [`Engine::receive`] dropped a packet (also counted in [`EngineStats`]).

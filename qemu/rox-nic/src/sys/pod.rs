@@ -36,6 +36,7 @@ pod!(
     rox_uapi::admin::QpAttr,
     rox_uapi::admin::DeviceAttr,
     rox_uapi::admin::PortAttr,
+    rox_uapi::admin::PortCounters,
     rox_uapi::admin::QueryCmd,
     rox_uapi::admin::HandleCmd,
     rox_uapi::admin::KeyCmd,

@@ -67,6 +67,7 @@ pub fn execute(hw: &mut Hw, engine: &mut Engine, cmd: &AdminCmd) -> AdminCpl {
         QuerySrq::OPCODE => run::<QuerySrq>(payload, |c| query_srq(hw, c.handle)),
         DestroySrq::OPCODE => run::<DestroySrq>(payload, |c| destroy_srq(hw, c.handle)),
         QueryStats::OPCODE => run::<QueryStats>(payload, |c| query_stats(hw, engine, c)),
+        QueryCounters::OPCODE => run::<QueryCounters>(payload, |c| query_counters(hw, engine, c)),
         SetPortState::OPCODE => run::<SetPortState>(payload, |c| set_port_state(hw, c)),
         _ => Err(ADMIN_STATUS_BAD_OPCODE),
     };
@@ -261,4 +262,14 @@ fn query_stats(hw: &mut Hw, engine: &mut Engine, q: &QueryCmd) -> AdminResult<u3
     let bytes: Vec<u8> = s.iter().flat_map(|v| v.to_le_bytes()).collect();
     write_resp(hw, q.resp_addr, &bytes)?;
     Ok(STATS_COUNT as u32)
+}
+
+/// QUERY_COUNTERS of port `q.index` (the device has one port, `PORT_NUM`).
+fn query_counters(hw: &mut Hw, engine: &mut Engine, q: &QueryCmd) -> AdminResult<u32> {
+    if q.index != u32::from(PORT_NUM) {
+        return Err(ADMIN_STATUS_BAD_PARAM);
+    }
+    let counters = super::counters::port_counters(hw, engine);
+    write_resp(hw, q.resp_addr, as_bytes(&counters))?;
+    Ok(size_of::<PortCounters>() as u32)
 }

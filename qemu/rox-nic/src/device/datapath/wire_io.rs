@@ -43,10 +43,12 @@ impl DataPath {
     fn route(&mut self, dgid: &Gid, dmac: &Mac, packet: Vec<u8>) {
         if !self.hw.port_up() {
             // No link: the packet is lost like on a real wire (RC retransmits later).
+            self.hw.counters.tx_port_down_discards += 1;
             return;
         }
         self.hw.stats[STAT_TX_PACKETS] += 1;
         self.hw.stats[STAT_TX_BYTES] += packet.len() as u64;
+        self.hw.counters.destination(false, dgid);
         if self.hw.is_own_gid(dgid) {
             // Same-device QP to QP: looped back inside the device, never on the wire.
             self.loopback.push_back(packet);
@@ -218,6 +220,9 @@ fn deliver(engine: &mut Engine, hw: &mut Hw, packet: &[u8], ip: Option<IpView>) 
         None => wire::parse_packet(packet),
     };
     hw.shared.wqe_trace.frame_in(&parsed);
+    if let Ok(p) = &parsed {
+        hw.counters.destination(true, &p.dgid);
+    }
     // Drops (bad ICRC, no such QP, ...) are counted by the engine.
     let _ = engine.receive_parsed(hw, parsed);
 }

@@ -35,6 +35,20 @@ fn nak_status(code: NakCode) -> WcStatus {
     }
 }
 
+/// Counts a NAK the requester received, by kind.
+fn count_received_nak(stats: &mut EngineStats, syndrome: Syndrome) {
+    match syndrome {
+        Syndrome::Ack => {}
+        Syndrome::RnrNak(_) => stats.rx_rnr_naks += 1,
+        Syndrome::Nak(NakCode::PsnSequenceError) => stats.rx_seq_naks += 1,
+        Syndrome::Nak(NakCode::RemoteAccessError) => stats.rx_access_naks += 1,
+        Syndrome::Nak(NakCode::InvalidRequest | NakCode::InvalidRdRequest) => {
+            stats.rx_invalid_request_naks += 1
+        }
+        Syndrome::Nak(NakCode::RemoteOperationalError) => {}
+    }
+}
+
 pub(super) fn rnr_timer_ns(code: u8) -> u64 {
     RNR_TIMER_10US[usize::from(code) % RNR_TIMER_10US.len()] * NS_PER_10US
 }
@@ -239,6 +253,7 @@ impl Qp {
         syndrome: Syndrome,
         now: u64,
     ) -> bool {
+        count_received_nak(stats, syndrome);
         match syndrome {
             Syndrome::Ack => {
                 if !self.ack_through(psn, now) {
@@ -402,6 +417,7 @@ impl Qp {
         if wqe.kind != WqeKind::Read || psn != next {
             stats.rx_stale_responses += 1;
             let gap = wqe.kind == WqeKind::Read && psn.after(next);
+            stats.rx_read_gaps += u64::from(gap);
             if gap && self.req.read_gap_psn != Some(next) {
                 // A response was lost (responses arrive in order): ask again from the
                 // gap now rather than at the ACK timeout; once per gap.

@@ -336,6 +336,7 @@ impl Qp {
         stats: &mut EngineStats,
         psn: Psn,
     ) {
+        stats.rx_remote_access_errors += 1;
         if self.cfg.qp_type == QpType::Rc {
             self.responder_fatal(env, stats, psn, NakCode::RemoteAccessError, None);
         } else {

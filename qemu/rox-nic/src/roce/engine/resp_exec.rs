@@ -11,6 +11,19 @@ use crate::roce::wire::{
 };
 use crate::roce::*;
 
+/// Counts an in-sequence request message by kind (`rx_*_requests`) at its first packet.
+fn count_request(stats: &mut EngineStats, p: &Parsed<'_>) {
+    if !p.info.first {
+        return;
+    }
+    match p.info.class {
+        OpcodeClass::Write => stats.rx_write_requests += 1,
+        OpcodeClass::ReadRequest => stats.rx_read_requests += 1,
+        OpcodeClass::Atomic | OpcodeClass::AtomicWrite => stats.rx_atomic_requests += 1,
+        _ => {}
+    }
+}
+
 impl Qp {
     /// Sends READ response packets for `reth` starting at `psn`. Returns false on an access error.
     pub(super) fn send_read_responses(
@@ -116,6 +129,7 @@ impl Qp {
             self.invalid_request(env, stats, p.hdr.bth.psn);
             return;
         }
+        count_request(stats, p);
         match p.info.class {
             OpcodeClass::Send => self.exec_send(env, stats, p),
             OpcodeClass::Write => self.exec_write(env, stats, p),

@@ -1,0 +1,129 @@
+// SPDX-License-Identifier: GPL-2.0
+//! The device's counters as ib_core shows them: `rdma statistic` (hw_counters: the device's
+//! QUERY_STATS counters, then the transport's event counters under the names mlx5 gives
+//! them) and the performance management agent behind sysfs `ports/<p>/counters/`
+//! (`process_mad` answering PerfMgt ClassPortInfo, PortCounters and PortCountersExtended from
+//! QUERY_COUNTERS). docs/driver.md lists every counter and its meaning.
+
+use crate::{
+    dev::RoxDev,
+    hw::uapi::{
+        admin::{self, PortCounters},
+        pma,
+    },
+    ib::{MadAnswer, MAD_SIZE},
+};
+use kernel::prelude::*;
+
+/// A hw_counter's name and how to read it from QUERY_COUNTERS' response.
+type NamedCounter = (&'static CStr, fn(&PortCounters) -> u64);
+
+/// The transport's counters under mlx5's hw_counters names, each read from QUERY_COUNTERS.
+/// The congestion ones stay 0 until rox has congestion control.
+const MLX5_NAMED: [NamedCounter; 19] = [
+    (c"out_of_sequence", |c| c.out_of_sequence),
+    (c"duplicate_request", |c| c.duplicate_request),
+    (c"packet_seq_err", |c| c.packet_seq_err),
+    (c"implied_nak_seq_err", |c| c.implied_nak_seq_err),
+    (c"local_ack_timeout_err", |c| c.local_ack_timeout_err),
+    (c"rnr_nak_retry_err", |c| c.rnr_nak_retry_err),
+    (c"req_cqe_error", |c| c.req_cqe_error),
+    (c"resp_cqe_error", |c| c.resp_cqe_error),
+    (c"req_remote_access_errors", |c| c.req_remote_access_errors),
+    (c"resp_remote_access_errors", |c| {
+        c.resp_remote_access_errors
+    }),
+    (c"req_remote_invalid_request", |c| {
+        c.req_remote_invalid_request
+    }),
+    (c"resp_local_length_error", |c| c.resp_local_length_error),
+    (c"rx_write_requests", |c| c.rx_write_requests),
+    (c"rx_read_requests", |c| c.rx_read_requests),
+    (c"rx_atomic_requests", |c| c.rx_atomic_requests),
+    (c"np_cnp_sent", |c| c.np_cnp_sent),
+    (c"np_ecn_marked_roce_packets", |c| {
+        c.np_ecn_marked_roce_packets
+    }),
+    (c"rp_cnp_handled", |c| c.rp_cnp_handled),
+    (c"rp_cnp_ignored", |c| c.rp_cnp_ignored),
+];
+
+const COUNTER_COUNT: usize = admin::STATS_COUNT + MLX5_NAMED.len();
+
+/// Names of the hw_counters (`rdma statistic`): `admin::STAT_*` by index, then [`MLX5_NAMED`].
+pub(crate) const COUNTER_NAMES: [&CStr; COUNTER_COUNT] = {
+    let mut names = [c""; COUNTER_COUNT];
+    names[admin::STAT_TX_PACKETS] = c"tx_packets";
+    names[admin::STAT_TX_BYTES] = c"tx_bytes";
+    names[admin::STAT_RX_PACKETS] = c"rx_packets";
+    names[admin::STAT_RX_BYTES] = c"rx_bytes";
+    names[admin::STAT_RX_DROPPED] = c"rx_dropped";
+    names[admin::STAT_RX_ICRC_ERRORS] = c"rx_icrc_errors";
+    names[admin::STAT_RETRANSMITS] = c"retransmits";
+    names[admin::STAT_NAKS_SENT] = c"naks_sent";
+    names[admin::STAT_ACKS_SENT] = c"acks_sent";
+    names[admin::STAT_TIMEOUTS] = c"timeouts";
+    names[admin::STAT_DUP_REQUESTS] = c"duplicate_requests";
+    names[admin::STAT_SEND_WQES] = c"send_wqes";
+    names[admin::STAT_RECV_WQES] = c"recv_wqes";
+    names[admin::STAT_CQES] = c"cqes";
+    names[admin::STAT_EQES] = c"eqes";
+    names[admin::STAT_INTERRUPTS] = c"interrupts";
+    names[admin::STAT_DOORBELL_SCANS] = c"doorbell_scans";
+    names[admin::STAT_WAKEUPS] = c"wakeups";
+    names[admin::STAT_WQE_ERRORS] = c"wqe_errors";
+    names[admin::STAT_PAGE_FAULTS] = c"page_faults";
+    names[admin::STAT_PORT_RX_FRAMES] = c"port_rx_frames";
+    names[admin::STAT_PORT_TX_FRAMES] = c"port_tx_frames";
+    names[admin::STAT_PORT_TO_NETDEV] = c"port_to_netdev";
+    names[admin::STAT_PORT_FROM_NETDEV] = c"port_from_netdev";
+    names[admin::STAT_PORT_DROP_MALFORMED] = c"port_drop_malformed";
+    names[admin::STAT_PORT_DROP_OVERSIZE] = c"port_drop_oversize";
+    names[admin::STAT_PORT_DROP_OTHER_MAC] = c"port_drop_other_mac";
+    names[admin::STAT_PORT_DROP_VLAN] = c"port_drop_vlan";
+    names[admin::STAT_PORT_DROP_NETDEV] = c"port_drop_netdev";
+    names[admin::STAT_RX_UNKNOWN_QP] = c"rx_unknown_qp";
+    names[admin::STAT_RX_BAD_KEY] = c"rx_bad_key";
+    names[admin::STAT_PORT_DROP_NO_DMAC] = c"port_drop_no_dmac";
+    names[admin::STAT_RX_MCAST_COPIES] = c"rx_mcast_copies";
+    let mut i = 0;
+    while i < MLX5_NAMED.len() {
+        names[admin::STATS_COUNT + i] = MLX5_NAMED[i].0;
+        i += 1;
+    }
+    let mut i = 0;
+    while i < COUNTER_COUNT {
+        assert!(!names[i].is_empty(), "every counter needs a name");
+        i += 1;
+    }
+    names
+};
+
+/// Reads the hw_counters into `values` (`COUNTER_NAMES` order): two admin queries.
+pub(crate) fn read_counters(dev: &RoxDev<'_>, values: &mut [u64]) -> Result {
+    let (stats, _) = dev.query::<admin::QueryStats>(0)?;
+    let (port, _) = dev.query::<admin::QueryCounters>(u32::from(admin::PORT_NUM))?;
+    let (stat_values, named_values) = values.split_at_mut(admin::STATS_COUNT.min(values.len()));
+    for (value, stat) in stat_values.iter_mut().zip(stats) {
+        *value = stat;
+    }
+    for (value, (_, read)) in named_values.iter_mut().zip(MLX5_NAMED) {
+        *value = read(&port);
+    }
+    Ok(())
+}
+
+/// The performance management agent: answers PerfMgt GETs of `port` from QUERY_COUNTERS and
+/// leaves every other MAD to ib_core.
+pub(crate) fn process_mad(
+    dev: &RoxDev<'_>,
+    port: u32,
+    mad: &[u8; MAD_SIZE],
+    out: &mut [u8; MAD_SIZE],
+) -> Result<MadAnswer> {
+    let port = u8::try_from(port).map_err(|_| EINVAL)?;
+    pma::answer(mad, out, port, || {
+        dev.query::<admin::QueryCounters>(u32::from(port))
+            .map(|(counters, _)| counters)
+    })
+}

@@ -1,0 +1,172 @@
+//! QUERY_COUNTERS through the chassis: the port's traffic and the transport's events, counted
+//! exactly for known traffic on an RC pair looped back on one device (every packet is sent and
+//! received by it), and the command's bad input.
+
+use rox_nic::dma::from_bytes;
+use rox_nic::testkit::*;
+use rox_nic::DeviceConfig;
+use rox_uapi::admin::*;
+use rox_uapi::queue::*;
+use rox_uapi::verbs::*;
+
+const PD: u32 = 3;
+const ALL_ACCESS: u32 =
+    ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE | ACCESS_REMOTE_READ | ACCESS_REMOTE_ATOMIC;
+const BUF: u64 = 64 * 1024;
+/// RoCEv2 over IPv4 (the pair's GID is 127.0.0.1): IP 20, UDP 8, BTH 12, ICRC 4.
+const BASE_OCTETS: u64 = 20 + 8 + 12 + 4;
+const RETH: u64 = 16;
+const AETH: u64 = 4;
+
+struct Pair {
+    d: TestDriver,
+    cq_a: TestCq,
+    cq_b: TestCq,
+    a: TestQp,
+    b: TestQp,
+    buf_a: u64,
+    buf_b: u64,
+    key_a: Key,
+    key_b: Key,
+}
+
+fn rc_pair() -> Pair {
+    let mut d = TestDriver::new(DeviceConfig::new([2, 0, 0, 0, 0, 1]));
+    let (cq_a, cq_b, a, b) = d.qp_pair(QPT_RC, PD, 8, ALL_ACCESS);
+    let buf_a = d.ram.alloc(BUF, 4096);
+    let buf_b = d.ram.alloc(BUF, 4096);
+    let key_a = d.reg_mr(PD, buf_a, BUF, ALL_ACCESS).unwrap();
+    let key_b = d.reg_mr(PD, buf_b, BUF, ALL_ACCESS).unwrap();
+    Pair {
+        d,
+        cq_a,
+        cq_b,
+        a,
+        b,
+        buf_a,
+        buf_b,
+        key_a,
+        key_b,
+    }
+}
+
+fn query_counters(d: &mut TestDriver, port: u32) -> Result<PortCounters, u8> {
+    let resp = d.ram.alloc(4096, 4096);
+    let cpl = d.admin(
+        ADMIN_OP_QUERY_COUNTERS,
+        payload(&QueryCmd {
+            index: port,
+            resp_addr: resp,
+            ..Default::default()
+        }),
+    );
+    if cpl.status != ADMIN_STATUS_SUCCESS {
+        return Err(cpl.status);
+    }
+    assert_eq!(cpl.result0 as usize, size_of::<PortCounters>());
+    Ok(from_bytes(&d.ram.read(resp, size_of::<PortCounters>())))
+}
+
+fn write(p: &mut Pair, wr_id: u64, len: u32, rkey: Key) -> u8 {
+    let w = with_rdma(
+        send_wqe(
+            wr_id,
+            WR_RDMA_WRITE,
+            WQE_FLAG_SIGNALED,
+            &[sge(p.buf_a, len, p.key_a)],
+        ),
+        p.buf_b,
+        rkey,
+    );
+    p.d.post_send(&mut p.a, &w);
+    p.d.wait_cqe(&mut p.cq_a).status
+}
+
+#[test]
+fn good_writes_and_reads_count_packets_octets_and_requests_only() {
+    let mut p = rc_pair();
+    let before = query_counters(&mut p.d, 1).unwrap();
+    assert_eq!(
+        before,
+        PortCounters::default(),
+        "a new device counts nothing"
+    );
+    const N: u64 = 5;
+    const LEN: u64 = 256;
+    let key_b = p.key_b;
+    for i in 0..N {
+        assert_eq!(write(&mut p, i, LEN as u32, key_b), WC_SUCCESS);
+    }
+    for i in 0..N {
+        let r = with_rdma(
+            send_wqe(
+                100 + i,
+                WR_RDMA_READ,
+                WQE_FLAG_SIGNALED,
+                &[sge(p.buf_a, LEN as u32, p.key_a)],
+            ),
+            p.buf_b,
+            p.key_b,
+        );
+        p.d.post_send(&mut p.a, &r);
+        assert_eq!(p.d.wait_cqe(&mut p.cq_a).status, WC_SUCCESS);
+    }
+    let c = query_counters(&mut p.d, 1).unwrap();
+    // Per operation: the request and its ACK or READ response; the same octets either way.
+    let octets = N * 2 * (BASE_OCTETS + RETH + LEN + BASE_OCTETS + AETH);
+    let expected = PortCounters {
+        xmit_packets: 4 * N,
+        xmit_octets: octets,
+        rcv_packets: 4 * N,
+        rcv_octets: octets,
+        rx_write_requests: N,
+        rx_read_requests: N,
+        ..Default::default()
+    };
+    assert_eq!(c, expected);
+}
+
+#[test]
+fn bad_rkey_is_one_access_error_on_each_side() {
+    let mut p = rc_pair();
+    let bad = Key::from_raw(p.key_b.get() ^ 1);
+    assert_eq!(write(&mut p, 1, 64, bad), WC_REM_ACCESS_ERR);
+    let c = query_counters(&mut p.d, 1).unwrap();
+    assert_eq!(c.resp_remote_access_errors, 1);
+    assert_eq!(c.req_remote_access_errors, 1);
+    assert_eq!(c.req_cqe_error, 1);
+    assert_eq!(c.resp_cqe_error, 0, "a WRITE takes no receive WR");
+    assert_eq!(c.rx_write_requests, 1, "counted before its checks");
+    assert_eq!(
+        (c.xmit_packets, c.rcv_packets),
+        (2, 2),
+        "the WRITE and its NAK"
+    );
+    assert_eq!(c.req_remote_invalid_request, 0);
+}
+
+#[test]
+fn too_long_send_is_a_length_error_and_an_invalid_request_nak() {
+    let mut p = rc_pair();
+    p.d.post_recv(&mut p.b, 1, &[sge(p.buf_b, 64, p.key_b)]);
+    p.d.post_send(
+        &mut p.a,
+        &send_wqe(2, WR_SEND, WQE_FLAG_SIGNALED, &[sge(p.buf_a, 100, p.key_a)]),
+    );
+    assert_eq!(p.d.wait_cqe(&mut p.cq_b).status, WC_LOC_LEN_ERR);
+    assert_eq!(p.d.wait_cqe(&mut p.cq_a).status, WC_REM_INV_REQ_ERR);
+    let c = query_counters(&mut p.d, 1).unwrap();
+    assert_eq!(c.resp_local_length_error, 1);
+    assert_eq!(c.resp_cqe_error, 1);
+    assert_eq!(c.req_remote_invalid_request, 1);
+    assert_eq!(c.req_cqe_error, 1);
+    assert_eq!(c.resp_remote_access_errors, 0);
+}
+
+#[test]
+fn another_port_is_a_bad_param() {
+    let mut p = rc_pair();
+    for port in [0, 2, u32::MAX] {
+        assert_eq!(query_counters(&mut p.d, port), Err(ADMIN_STATUS_BAD_PARAM));
+    }
+}
