@@ -9,6 +9,8 @@
 ROX_CACHE ?= $(HOME)/.cache/rox
 ROX_KERNEL_FLAVOUR ?= release
 export ROX_CACHE ROX_KERNEL_FLAVOUR
+# A host without cargo on PATH uses the toolchain root's (rustc 1.85; scripts/root-cargo/cargo).
+CARGO ?= $(shell command -v cargo 2>/dev/null || echo scripts/root-cargo/cargo)
 
 .PHONY: setup root kernel module provider device host-test guest-test quality test demo fuzz clean
 
@@ -27,10 +29,10 @@ provider: root
 	scripts/build-provider.sh
 
 host-test:
-	cargo test --workspace
+	$(CARGO) test --workspace
 
 device:
-	cargo build --release -p rox-nic -p rox-lab
+	$(CARGO) build --release -p rox-nic -p rox-lab
 
 guest-test: module provider device
 	tests/guest/run $(ROX_KERNEL_FLAVOUR)
@@ -61,5 +63,5 @@ check-kernel:
 	scripts/check-kernel $(KDIR)
 
 clean:
-	cargo clean
+	$(CARGO) clean
 	rm -rf $(ROX_CACHE)/kernel-*/rox-module-*

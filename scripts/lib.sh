@@ -61,3 +61,9 @@ stage() {
 	printf '%-14s %5ss %s\n' "$name" "$(( $(date +%s) - t0 ))" "$([ $rc = 0 ] && echo ok || echo FAILED)" >>"$ROX_TIMINGS"
 	return $rc
 }
+
+# A host without cargo on PATH builds with the toolchain root's (scripts/root-cargo/cargo);
+# ROX_ROOT_CARGO=1 asks for it even when the host has one.
+if [ -n "${ROX_ROOT_CARGO:-}" ] || ! command -v cargo >/dev/null; then
+	case :$PATH: in *":$ROX_TOP/scripts/root-cargo:"*) ;; *) PATH=$ROX_TOP/scripts/root-cargo:$PATH ;; esac
+fi

@@ -6,6 +6,8 @@ import subprocess
 import time
 
 TOP = os.path.realpath(os.path.join(os.path.dirname(__file__), "..", ".."))
+# The kernel a runner boots unless --flavour says otherwise (make test sets it to stock).
+DEFAULT_FLAVOUR = os.environ.get("ROX_KERNEL_FLAVOUR") or "release"
 
 
 def _lib_sh(expr):
@@ -16,7 +18,7 @@ def _lib_sh(expr):
     return out.stdout.strip()
 
 
-def module_in_guest(flavour="release"):
+def module_in_guest(flavour=DEFAULT_FLAVOUR):
     """Path of this clone's rox.ko as the guest sees it; fails clearly if it is not built."""
     host = _lib_sh(f'module_dir {shlex.quote(flavour)}') + "/rox.ko"
     if not os.path.exists(host):
@@ -37,7 +39,7 @@ def rox_lab():
     return exe
 
 
-def command(guests, mtu=9000, timeout=900, flavour="release", capture=None, routed=False,
+def command(guests, mtu=9000, timeout=900, flavour=DEFAULT_FLAVOUR, capture=None, routed=False,
             extra=()):
     """rox-lab's command line for [(NICS, CMD), ...] (guest 0 first)."""
     cmd = [rox_lab(), "--mtu", str(mtu), "--timeout", str(timeout), "--flavour", flavour]

@@ -275,6 +275,10 @@ def host_ids():
 
 def nvme_connect(peer, src_ip, queues, extra=""):
     """Connects to the target; returns the namespace's block device (/dev/nvmeXn1)."""
+    # Debian's kernel has native NVMe multipath (a head disk over hidden paths, I/O requeued
+    # while a path may come back): off, as rox's kernels build it, so the cases mean the same.
+    if "multipath:" in sh("modinfo -p nvme_core", 30)[1]:
+        must("modprobe nvme_core multipath=N")
     must("modprobe nvme_rdma")
     must(f"nvme connect -t rdma -a {peer} -s {NVME_PORT} -n {NQN} -w {src_ip}"
          f" --nr-io-queues {queues} {host_ids()} {extra}", 120)
@@ -282,9 +286,17 @@ def nvme_connect(peer, src_ip, queues, extra=""):
         for c in sorted(os.listdir("/sys/class/nvme") if os.path.isdir("/sys/class/nvme") else []):
             try:
                 if open(f"/sys/class/nvme/{c}/subsysnqn").read().strip() == NQN:
-                    for name in sorted(os.listdir(f"/sys/class/nvme/{c}")):
-                        if re.fullmatch(rf"{c}n\d+|nvme\d+c\d+n\d+", name) and os.path.exists(f"/dev/{name}"):
-                            return c, f"/dev/{name}"
+                    # Without multipath the namespace is the controller's child; with it (Debian's
+                    # kernel: CONFIG_NVME_MULTIPATH=y) the controller holds only a hidden path
+                    # (nvmeXcYnZ, no /dev node) and the disk is its subsystem's.
+                    subsys = "/sys/class/nvme-subsystem"
+                    dirs = [f"/sys/class/nvme/{c}"] + [
+                        f"{subsys}/{s}" for s in sorted(os.listdir(subsys) if os.path.isdir(subsys) else [])
+                        if open(f"{subsys}/{s}/subsysnqn").read().strip() == NQN]
+                    for d in dirs:
+                        for name in sorted(os.listdir(d)):
+                            if re.fullmatch(r"nvme\d+n\d+", name) and os.path.exists(f"/dev/{name}"):
+                                return c, f"/dev/{name}"
             except OSError:
                 pass
         time.sleep(0.1)

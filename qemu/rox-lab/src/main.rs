@@ -55,8 +55,8 @@ struct Cli {
     /// otherwise), joined by a router namespace.
     #[arg(long)]
     routed: bool,
-    /// Kernel flavour: release or debug.
-    #[arg(long, default_value = "release")]
+    /// Kernel flavour: release, debug or stock (Debian's kernel, docs/kernel.md).
+    #[arg(long, env = "ROX_KERNEL_FLAVOUR", default_value = "release")]
     flavour: String,
     /// Stop every guest after this many seconds (exit status 124).
     #[arg(long, default_value_t = 900)]

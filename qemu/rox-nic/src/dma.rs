@@ -104,7 +104,7 @@ impl GuestRam for SliceRam<'_> {
         addr: u64,
         update: &mut dyn FnMut(u64) -> Option<u64>,
     ) -> Result<u64, DmaError> {
-        if !addr.is_multiple_of(8) {
+        if addr % 8 != 0 {
             return Err(DmaError { addr, len: 8 });
         }
         let mut old = [0u8; 8];
@@ -365,7 +365,7 @@ impl GuestMemory {
     /// The guest's u64 at `addr` as an atomic, for RDMA atomics (8-byte aligned addresses only).
     pub fn atomic_u64(&self, addr: u64) -> Result<&AtomicU64, DmaError> {
         let err = DmaError { addr, len: 8 };
-        if !addr.is_multiple_of(8) {
+        if addr % 8 != 0 {
             return Err(err);
         }
         let (r, off, avail) = self.region_at(addr).ok_or(err)?;

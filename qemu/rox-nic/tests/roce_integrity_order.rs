@@ -124,7 +124,7 @@ fn run(n: u64, publish: Publish) -> u64 {
                         return bad;
                     }
                     spins += 1;
-                    if spins.is_multiple_of(256) {
+                    if spins % 256 == 0 {
                         std::thread::yield_now();
                     }
                 }
@@ -151,7 +151,7 @@ fn run(n: u64, publish: Publish) -> u64 {
         let mut spins = 0u32;
         while pi.wrapping_sub(ci.load(Ordering::Acquire)) >= DEPTH {
             spins += 1;
-            if spins.is_multiple_of(256) {
+            if spins % 256 == 0 {
                 std::thread::yield_now();
             }
             assert!(Instant::now() < deadline, "consumer stuck at {seq}");

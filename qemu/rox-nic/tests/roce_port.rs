@@ -393,7 +393,7 @@ fn rc_1e5_messages_exactly_once_in_order_through_faulty_ports() {
             "stuck at {sent} sent, {received} received"
         );
         while posted < MESSAGES && posted - sent < WINDOW {
-            let len = if posted.is_multiple_of(MULTI_PACKET_EVERY) {
+            let len = if posted % MULTI_PACKET_EVERY == 0 {
                 rng.gen_range(300..=700)
             } else {
                 rng.gen_range(16..=64)

@@ -23,7 +23,7 @@ const HEADER: usize = 12;
 const MULTI_PACKET_EVERY: u64 = 16;
 
 fn message(seq: u64, rng: &mut StdRng) -> Vec<u8> {
-    let len = if seq.is_multiple_of(MULTI_PACKET_EVERY) {
+    let len = if seq % MULTI_PACKET_EVERY == 0 {
         rng.gen_range(300..=700)
     } else {
         rng.gen_range(16..=64)

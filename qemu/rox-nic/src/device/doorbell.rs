@@ -99,14 +99,14 @@ impl DoorbellBar {
 impl DoorbellBar {
     /// A trapped 32-bit access to the doorbell BAR (only if the guest did not mmap it).
     pub fn read_word(&self, offset: u64) -> u32 {
-        if !offset.is_multiple_of(4) || offset >= regs::BAR_DB_SIZE {
+        if offset % 4 != 0 || offset >= regs::BAR_DB_SIZE {
             return 0;
         }
         self.word(offset as usize).load(Ordering::Acquire)
     }
 
     pub fn write_word(&self, offset: u64, value: u32) {
-        if offset.is_multiple_of(4) && offset < regs::BAR_DB_SIZE {
+        if offset % 4 == 0 && offset < regs::BAR_DB_SIZE {
             self.word(offset as usize).store(value, Ordering::Release);
         }
     }

@@ -167,7 +167,7 @@ impl MemTable {
         op: AtomicOp,
     ) -> Result<u64, AccessError> {
         let va = at.va;
-        if !va.is_multiple_of(ATOMIC_SIZE as u64) {
+        if va % (ATOMIC_SIZE as u64) != 0 {
             return Err(AccessError::Misaligned);
         }
         let need = match op {

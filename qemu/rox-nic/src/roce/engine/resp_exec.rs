@@ -433,7 +433,7 @@ impl Qp {
         let Some(value) = value.filter(|_| {
             self.max_dest_rd_atomic != 0
                 && reth.dma_len == ATOMIC_BYTES as u32
-                && reth.va.is_multiple_of(ATOMIC_BYTES as u64)
+                && reth.va % (ATOMIC_BYTES as u64) == 0
         }) else {
             self.invalid_request(env, stats, psn);
             return;
@@ -457,7 +457,7 @@ impl Qp {
     fn exec_atomic(&mut self, env: &mut dyn DeviceEnv, stats: &mut EngineStats, p: &Parsed<'_>) {
         let psn = p.hdr.bth.psn;
         let a = p.hdr.atomic_eth.expect("parsed AtomicETH");
-        if self.max_dest_rd_atomic == 0 || !a.va.is_multiple_of(ATOMIC_BYTES as u64) {
+        if self.max_dest_rd_atomic == 0 || a.va % (ATOMIC_BYTES as u64) != 0 {
             self.invalid_request(env, stats, psn);
             return;
         }

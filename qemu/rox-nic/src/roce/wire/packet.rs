@@ -394,7 +394,7 @@ pub fn parse_transport(packet: &[u8], ip: IpView) -> Result<Parsed<'_>, ParseErr
     let pad = usize::from((t[1] >> BTH_PAD_SHIFT) & BTH_PAD_MASK);
     let hlen = info.header_len();
     // Senders pad the payload to whole 4-byte words (IBA 9.2); any other length is malformed.
-    if t.len() < hlen + pad + ICRC_LEN || !t.len().is_multiple_of(4) {
+    if t.len() < hlen + pad + ICRC_LEN || t.len() % 4 != 0 {
         return Err(ParseError::Malformed);
     }
     let icrc_at = packet.len() - ICRC_LEN;
