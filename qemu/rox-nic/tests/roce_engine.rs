@@ -403,10 +403,7 @@ fn uc_rejects_read_and_atomic_as_local_qp_operation_error_and_enters_sqe() {
         SendData::Sges(vec![sge(BUF, 8, t.key_a)]),
     );
     wr.rkey = t.key_b;
-    t.post(wr);
-    t.post(send_wr(2, WrOpcode::Send, SendData::Inline(vec![1])));
-    t.run();
-    let c = t.cqes(0);
+    let c = t.with_send_behind(wr);
     assert_eq!(
         id_status(&c),
         [(1, WcStatus::LocQpOpErr), (2, WcStatus::WrFlushErr)]

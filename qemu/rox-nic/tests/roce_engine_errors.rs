@@ -9,14 +9,11 @@ use roce_common::*;
 #[test]
 fn local_protection_error_then_flush() {
     let mut t = pair(&QpParams::rc());
-    t.post(send_wr(
+    let c = t.with_send_behind(send_wr(
         1,
         WrOpcode::Send,
         SendData::Sges(vec![sge(BUF, 16, key_plus(t.key_a, 99))]),
     ));
-    t.post(send_wr(2, WrOpcode::Send, SendData::Inline(vec![1])));
-    t.run();
-    let c = t.cqes(0);
     assert_eq!(
         id_status(&c),
         [(1, WcStatus::LocProtErr), (2, WcStatus::WrFlushErr)]
@@ -81,10 +78,7 @@ fn remote_access_errors_leave_memory_untouched() {
         let mut wr = send_wr(1, opcode, SendData::Sges(vec![sge(BUF, len, t.key_a)]));
         wr.remote_addr = remote_addr;
         wr.rkey = key_plus(t.key_b, rkey_delta);
-        t.post(wr);
-        t.post(send_wr(2, WrOpcode::Send, SendData::Inline(vec![1])));
-        t.run();
-        let c = t.cqes(0);
+        let c = t.with_send_behind(wr);
         assert_eq!(
             id_status(&c),
             [(1, WcStatus::RemAccessErr), (2, WcStatus::WrFlushErr)],

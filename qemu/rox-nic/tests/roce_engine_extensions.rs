@@ -277,7 +277,7 @@ fn rc_flush_errors() {
         };
         let mut t = pair(&params);
         t.net.devs[1].env.mrs[0].access = mr_access;
-        t.post(flush_wr(
+        let c = t.with_send_behind(flush_wr(
             1,
             addr,
             key_plus(t.key_b, delta),
@@ -285,10 +285,8 @@ fn rc_flush_errors() {
             ptype,
             level,
         ));
-        t.post(send_wr(2, WrOpcode::Send, SendData::Inline(vec![1])));
-        t.run();
         assert_eq!(
-            statuses(&t.cqes(0)),
+            statuses(&c),
             [
                 (1, status, WcOpcode::Flush),
                 (2, WcStatus::WrFlushErr, WcOpcode::Send)
@@ -414,11 +412,9 @@ fn local_operations_complete_in_sq_order_without_packets() {
 #[test]
 fn failed_bind_and_invalidate_complete_in_error_and_flush() {
     let mut t = pair(&QpParams::rc());
-    t.post(bind_wr(1, BAD_RKEY, t.key_a));
-    t.post(send_wr(2, WrOpcode::Send, SendData::Inline(vec![1])));
-    t.run();
+    let c = t.with_send_behind(bind_wr(1, BAD_RKEY, t.key_a));
     assert_eq!(
-        statuses(&t.cqes(0)),
+        statuses(&c),
         [
             (1, WcStatus::MwBindErr, WcOpcode::BindMw),
             (2, WcStatus::WrFlushErr, WcOpcode::Send)
@@ -441,11 +437,9 @@ fn failed_bind_and_invalidate_complete_in_error_and_flush() {
         key: BAD_RKEY,
         ..Default::default()
     });
-    t.post(reg);
-    t.post(send_wr(2, WrOpcode::Send, SendData::Inline(vec![1])));
-    t.run();
+    let c = t.with_send_behind(reg);
     assert_eq!(
-        statuses(&t.cqes(0)),
+        statuses(&c),
         [
             (1, WcStatus::MwBindErr, WcOpcode::RegMr),
             (2, WcStatus::WrFlushErr, WcOpcode::Send)

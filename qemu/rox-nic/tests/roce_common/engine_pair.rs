@@ -82,6 +82,14 @@ impl Pair {
         self.run();
         one(&self.cqes(0)).status
     }
+    /// Posts `wr` (id 1) with a SEND (id 2) behind it and runs to the end: a's completions
+    /// (the SEND shows whether a failure of `wr` flushed the queue).
+    pub fn with_send_behind(&mut self, wr: SendWr) -> Vec<Completion> {
+        self.post(wr);
+        self.post(send_wr(2, WrOpcode::Send, SendData::Inline(vec![1])));
+        self.run();
+        self.cqes(0)
+    }
     /// The responder's QP is in ERR, having reported `error` and nothing else.
     pub fn assert_responder_failed(&self, error: QpAsyncError) {
         let responder = &self.net.devs[1];
