@@ -12,6 +12,8 @@ use thiserror::Error;
 pub const MAX_GUESTS: usize = 9;
 pub const MAX_NICS: usize = 9;
 pub const MAX_SUBNETS: usize = 9;
+/// The subnet of the rox-to-rox cable's two NICs (`--cable`): one no bridge has.
+pub const CABLE_SUBNET: u8 = 9;
 
 /// The IPv4 and IPv6 prefixes every lab subnet is carved from (routes in the guests point
 /// these at the router).
@@ -291,8 +293,15 @@ impl Lab {
         if self.routed || !is_rox(self.guests.first()) || !is_rox(self.guests.get(1)) {
             return Err(SpecError::Cable);
         }
-        self.guests[0].nics[0].cable = Some(CableEnd::Listen);
-        self.guests[1].nics[0].cable = Some(CableEnd::Connect);
+        for (pos, end) in [(0, CableEnd::Listen), (1, CableEnd::Connect)] {
+            let g = self.guests[pos].index;
+            let nic = &mut self.guests[pos].nics[0];
+            nic.cable = Some(end);
+            // A subnet of its own: with the cable's addresses on the bridge's /24, a guest would
+            // route bridge addresses out of the cable too (and, arp_ignore=1, never reach them).
+            nic.ip4 = guest_ip4(CABLE_SUBNET, g, 0);
+            nic.ip6 = guest_ip6(CABLE_SUBNET, g, 0);
+        }
         Ok(self)
     }
 
@@ -506,6 +515,9 @@ mod tests {
         assert_eq!(lab.guests[0].nics[0].cable, Some(CableEnd::Listen));
         assert_eq!(lab.guests[1].nics[0].cable, Some(CableEnd::Connect));
         assert_eq!(lab.guests[0].nics[1].cable, None);
+        assert_eq!(lab.guests[0].nics[0].ip4.to_string(), "10.50.9.11");
+        assert_eq!(lab.guests[1].nics[0].ip6.to_string(), "fd00:50:9::21");
+        assert_eq!(lab.guests[0].nics[1].ip4.to_string(), "10.50.0.12");
         assert!(lab.env_for(1).contains(&("ROX_CABLE".into(), "1".into())));
         for bad in [&["rox"][..], &["rox", "virtio"], &["virtio,rox", "rox"]] {
             let l = Lab::new(9000, false, 0, &args(bad), &cmds(bad.len())).unwrap();
