@@ -212,6 +212,8 @@ pub struct Cable {
     next_housekeeping: Instant,
     /// This end raised `producer_waiting` (a full ring) and the peer may ring for room.
     tx_armed: bool,
+    /// A connection (connecting end) whose hello has not arrived yet; in the epoll set.
+    pending: Option<UnixStream>,
 }
 
 impl Cable {
@@ -239,6 +241,7 @@ impl Cable {
             next_connect: Instant::now(),
             next_housekeeping: Instant::now(),
             tx_armed: false,
+            pending: None,
         }
     }
 
@@ -254,7 +257,7 @@ impl Cable {
 
     pub fn retry_in(&self) -> Option<Duration> {
         match self.role {
-            Role::Connect(_) if self.wire.is_none() => {
+            Role::Connect(_) if self.wire.is_none() && self.pending.is_none() => {
                 Some(self.next_connect.saturating_duration_since(Instant::now()))
             }
             _ => None,
@@ -270,16 +273,36 @@ impl Cable {
                 Ok((conn, _)) => serve_hello(conn).map(Some),
                 Err(_) => Ok(None),
             },
-            Role::Connect(path) => {
-                if Instant::now() < self.next_connect {
-                    return false;
+            Role::Connect(path) => match self.pending.take() {
+                // Connected earlier: the hello is read once it is there, never waited for (the
+                // listener answers when its data path next runs).
+                Some(conn) => match sys::shm::peek(&conn) {
+                    Some(true) => {
+                        self.epoll.remove(conn.as_raw_fd());
+                        take_hello(conn).map(Some)
+                    }
+                    Some(false) => {
+                        self.pending = Some(conn);
+                        Ok(None)
+                    }
+                    None => {
+                        self.epoll.remove(conn.as_raw_fd());
+                        Ok(None)
+                    }
+                },
+                None if Instant::now() < self.next_connect => Ok(None),
+                None => {
+                    self.next_connect = Instant::now() + RECONNECT_INTERVAL;
+                    if let Ok(conn) = UnixStream::connect(path) {
+                        if conn.set_nonblocking(true).is_ok()
+                            && self.epoll.add(conn.as_raw_fd()).is_ok()
+                        {
+                            self.pending = Some(conn);
+                        }
+                    }
+                    Ok(None)
                 }
-                self.next_connect = Instant::now() + RECONNECT_INTERVAL;
-                match UnixStream::connect(path) {
-                    Ok(conn) => take_hello(conn).map(Some),
-                    Err(_) => Ok(None),
-                }
-            }
+            },
         };
         match result {
             Ok(Some(wire)) => self.attach(wire),
@@ -449,6 +472,8 @@ fn hello_bytes(slots: u32, slot_len: u32) -> [u8; HELLO_LEN] {
 /// The connector's side: checks the hello and the memfd, maps it.
 fn take_hello(conn: UnixStream) -> std::io::Result<Wire> {
     let bad = |what: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, what.to_string());
+    // Called once bytes are waiting; the timeout only bounds a hello cut short.
+    conn.set_nonblocking(false)?;
     conn.set_read_timeout(Some(Duration::from_secs(1)))?;
     let mut hello = [0u8; HELLO_LEN];
     let (n, fds) = sys::shm::recv_with_fds(&conn, &mut hello)?;
@@ -506,19 +531,30 @@ mod tests {
         got
     }
 
-    /// A listening and a connected end in `dir` (the connector's handshake waits for the
-    /// listener, so it runs on its own thread).
+    /// Drives both ends until they are connected (a few seconds at most).
+    fn handshake(a: &mut Cable, b: &mut Cable) {
+        let start = Instant::now();
+        while !(a.is_connected() && b.is_connected()) {
+            assert!(
+                start.elapsed() < Duration::from_secs(5),
+                "the ends did not meet"
+            );
+            a.recv(&mut RxBatch::new(64)).unwrap();
+            b.recv(&mut RxBatch::new(64)).unwrap();
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// A listening and a connected end in `dir`.
     fn pair(dir: &Path) -> (Cable, Cable) {
         let path = dir.join("cable.sock");
         let mut listener = Cable::listen(&path).unwrap();
-        let connector = std::thread::spawn(move || Cable::connect(&path).unwrap());
-        let start = Instant::now();
-        while !listener.is_connected() {
-            assert!(start.elapsed() < Duration::from_secs(5), "no peer came");
-            listener.recv(&mut RxBatch::new(64)).unwrap();
-        }
-        let connector = connector.join().unwrap();
-        assert!(connector.is_connected());
+        let mut connector = Cable::connect(&path).unwrap();
+        assert!(
+            !connector.is_connected(),
+            "the hello comes when the listener runs"
+        );
+        handshake(&mut listener, &mut connector);
         (listener, connector)
     }
 
@@ -601,13 +637,8 @@ mod tests {
         }
         let f = frame(1);
         assert_eq!(l.send(&[FrameRef::whole(&f)]), Sent::all_lost(1));
-        let path = dir.path().join("cable.sock");
-        let again = std::thread::spawn(move || Cable::connect(&path).unwrap());
-        while !l.is_connected() {
-            assert!(start.elapsed() < Duration::from_secs(10), "no second peer");
-            l.recv(&mut RxBatch::new(64)).unwrap();
-        }
-        let mut again = again.join().unwrap();
+        let mut again = Cable::connect(&dir.path().join("cable.sock")).unwrap();
+        handshake(&mut l, &mut again);
         assert_eq!(l.send(&[FrameRef::whole(&f)]).taken, 1);
         assert_eq!(receive(&mut again, 1), vec![f]);
     }

@@ -55,8 +55,7 @@ pub fn port_limit(
         Port::with_link(Link::open(spec)?, mac, mtu, None, None).map_err(std::io::Error::other)
     };
     // The sending end first (a listening end of a stream or cable binds here), then the
-    // receiving one on its own thread: a cable's connecting end waits in its handshake until
-    // the sender's first flush accepts it.
+    // receiving one on its own thread; they meet as the sender flushes and the receiver polls.
     let mut sender = open(tx, mac_tx)?;
     let stop = std::sync::Arc::new(AtomicBool::new(false));
     let receiver = {

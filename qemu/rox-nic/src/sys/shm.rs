@@ -239,9 +239,9 @@ pub fn recv_with_fds(
     Ok((n as usize, fds))
 }
 
-/// Whether the peer of a connected non-blocking stream closed it (or it broke); nothing is
-/// consumed.
-pub fn peer_closed(stream: &UnixStream) -> bool {
+/// What waits on a connected stream, looked at without consuming it: Some(true) bytes,
+/// Some(false) nothing yet, None the peer closed it (or it broke).
+pub fn peek(stream: &UnixStream) -> Option<bool> {
     let mut byte = 0u8;
     // SAFETY: reads at most one byte into a local; MSG_PEEK leaves it queued.
     let n = unsafe {
@@ -254,9 +254,15 @@ pub fn peer_closed(stream: &UnixStream) -> bool {
     };
     if n < 0 {
         let e = std::io::Error::last_os_error();
-        return !matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted);
+        return matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted).then_some(false);
     }
-    n == 0
+    // A stream reads 0 bytes only at its end.
+    (n > 0).then_some(true)
+}
+
+/// Whether the peer of a connected stream closed it (or it broke); nothing is consumed.
+pub fn peer_closed(stream: &UnixStream) -> bool {
+    peek(stream).is_none()
 }
 
 /// An epoll set: one fd that polls readable when any fd in it is (level-triggered).
@@ -357,7 +363,11 @@ mod tests {
         let got = File::from(fds.into_iter().next().unwrap());
         assert_eq!(got.metadata().unwrap().len(), 4096);
         y.set_nonblocking(true).unwrap();
+        assert_eq!(peek(&y), Some(false));
+        send_with_fds(&x, b"!", &[]).unwrap();
+        assert_eq!(peek(&y), Some(true));
         assert!(!peer_closed(&y));
+        assert_eq!(recv_with_fds(&y, &mut buf).unwrap().0, 1);
         drop(x);
         assert!(peer_closed(&y));
     }
