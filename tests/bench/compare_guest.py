@@ -7,6 +7,9 @@ client. Columns:
     rox      guest 1 rox_0 -> guest 0 rox_0
     rxe      guest 1 rxe0  -> guest 0 rxe0   (both on the virtio-net NICs)
     rox-rxe  guest 1 rxe0  -> guest 0 rox_0
+    cable    guest 1 rox on the cable -> guest 0 rox on the cable (--cable: the guests' NICs are
+             rox,virtio,rox, NIC 0 joined by rox-lab's rox-to-rox cable, NIC 2 the bridge's rox
+             NIC; rox devices are found by their netdev)
 Loopback mode (one guest): server and client on one device, TCP over 127.0.0.1; columns rox
 (rox_0) and rxe (rxe0 on the virtio NIC).
 Dual mode (one guest with NICs rox,rox,virtio,virtio, like the first harness's pair mode):
@@ -32,6 +35,7 @@ from cases import NOT_LISTENING, roce_v2_gid_index, sh  # noqa: E402  (shared wi
 import in_guest  # noqa: E402  (tests/lib/in_guest.py: the lab's addresses, device ports)
 
 BASE_PORT = 22000
+BW_BYTES_PER_STEP = 512 << 20
 CONNECT_WINDOW_S = 150
 T0 = time.monotonic()
 
@@ -42,6 +46,17 @@ def say(msg):
 
 GUEST = in_guest.Guest("bench")
 env, wait_active = GUEST.env, GUEST.wait_active
+
+
+def rox_dev_on(netdev):
+    """The rox device whose netdev is `netdev` (`rdma link show`: "link rox_1/1 ... netdev eth3")."""
+    for _ in range(100):
+        for line in sh("rdma link show", 30)[1].splitlines():
+            m = re.match(r"link (rox_\d+)/\d+ .*netdev (\S+)", line)
+            if m and m.group(2) == netdev:
+                return m.group(1)
+        time.sleep(0.2)
+    sys.exit(f"bench: no rox device on {netdev}")
 
 
 def setup(ko, rxe_netdevs):
@@ -101,15 +116,22 @@ def rows(a):
         return parse
 
     for s in a.bw_sizes.split():
+        iters = bw_iters(a.bw_iters, int(s))
         out.append((f"write_bw_{s}",
-                    f"ib_write_bw -d {{dev}} -x {{gid}} -F -s {s} -n {a.bw_iters} -p {{port}}",
-                    perf(f"write_bw_{s}", s, a.bw_iters, 3)))
+                    f"ib_write_bw -d {{dev}} -x {{gid}} -F -s {s} -n {iters} -p {{port}}",
+                    perf(f"write_bw_{s}", s, iters, 3)))
     for tool in ("send_lat", "write_lat"):
         key = f"{tool}_{a.lat_size}"
         # perftest's latency row: bytes, iterations, t_min, t_max, t_typical, ...
         out.append((key, f"ib_{tool} -d {{dev}} -x {{gid}} -F -s {a.lat_size} -n {a.lat_iters} -p {{port}}",
                     perf(key, a.lat_size, a.lat_iters, 4, 2)))
     return [r for r in out if not a.only or a.only in r[0]]
+
+
+def bw_iters(iters, size):
+    """ib_write_bw iterations for `size`: `iters`, but at most BW_BYTES_PER_STEP bytes a step
+    (4 MiB x 5000 would be 20 GB per column in a TCG guest), and at least 50."""
+    return max(50, min(iters, BW_BYTES_PER_STEP // size))
 
 
 def client_run(cmd, timeout):
@@ -201,6 +223,7 @@ def main():
     ap.add_argument("--only", default="")
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--step-timeout", type=int, default=300)
+    ap.add_argument("--cable", action="store_true", help="pair mode: NICs rox,virtio,rox, NIC 0 on the cable")
     a = ap.parse_args()
 
     g = a.me
@@ -219,18 +242,27 @@ def main():
         role = "both"
     else:
         rxe_devs = setup(a.ko, [env("ROX_IF_1")])
-        rox_if, virtio_if = env("ROX_IF_0"), env("ROX_IF_1")
+        # With the cable, NIC 0 is on it and the bridge's rox NIC is NIC 2.
+        bridge_nic = 2 if a.cable else 0
+        rox_if, virtio_if = env(f"ROX_IF_{bridge_nic}"), env("ROX_IF_1")
+        rox_dev = rox_dev_on(rox_if)
+        wait_active(rox_dev)
         peer = 1 - g
-        for n in (0, 1):
+        for n in (0, 1, 2) if a.cable else (0, 1):
             ip = env(f"ROX_IP_{peer}_{n}")
             if sh(f"for i in $(seq 120); do ping -c1 -W1 {ip} >/dev/null && exit 0; done; exit 1", 200)[0]:
                 sys.exit(f"bench: {ip} (guest {peer} NIC {n}) does not answer ping")
         # Guest 0's server ends and guest 1's client ends of each column.
-        srv_rox = Side("rox_0", env("ROX_IP_0_0"), here=g == 0)
+        srv_rox = Side(rox_dev, env(f"ROX_IP_0_{bridge_nic}"), here=g == 0)
         srv_rxe = Side("rxe0", env("ROX_IP_0_1"), here=g == 0)
-        cli_rox = Side("rox_0", env("ROX_IP_1_0"), here=g == 1)
+        cli_rox = Side(rox_dev, env(f"ROX_IP_1_{bridge_nic}"), here=g == 1)
         cli_rxe = Side("rxe0", env("ROX_IP_1_1"), here=g == 1)
         columns = [("rox", srv_rox, cli_rox), ("rxe", srv_rxe, cli_rxe), ("rox-rxe", srv_rox, cli_rxe)]
+        if a.cable:
+            cable_dev = rox_dev_on(env("ROX_IF_0"))
+            wait_active(cable_dev)
+            columns.append(("cable", Side(cable_dev, env("ROX_IP_0_0"), here=g == 0),
+                            Side(cable_dev, env("ROX_IP_1_0"), here=g == 1)))
         role = "server" if g == 0 else "client"
     for col, s, c in columns:
         say(f"{col}: server {s.dev} {s.ip} (GID {s.gid}), client {c.dev} (GID {c.gid})")
@@ -238,8 +270,11 @@ def main():
 
     ok = True
     if a.mode == "pair" and role == "client" and (not a.only or a.only in "ping"):
-        ok &= ping_rows([("rox", rox_if, env("ROX_IP_0_0")), ("rxe", virtio_if, env("ROX_IP_0_1")),
-                         ("rox-rxe", virtio_if, env("ROX_IP_0_0"))])
+        pings = [("rox", rox_if, env(f"ROX_IP_0_{bridge_nic}")), ("rxe", virtio_if, env("ROX_IP_0_1")),
+                 ("rox-rxe", virtio_if, env(f"ROX_IP_0_{bridge_nic}"))]
+        if a.cable:
+            pings.append(("cable", env("ROX_IF_0"), env("ROX_IP_0_0")))
+        ok &= ping_rows(pings)
     n = 0
     for rnd in range(1, a.repeat + 1):
         if a.repeat > 1:

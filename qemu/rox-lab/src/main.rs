@@ -73,6 +73,11 @@ struct Cli {
     /// Fault injection spec passed to every rox-nic (--faults).
     #[arg(long)]
     faults: Option<String>,
+    /// Join the first NICs of the first two guests (both rox) with a rox-to-rox cable
+    /// (shared-memory rings between their rox-nics, docs/networking.md) instead of the
+    /// bridge; their frames then never reach bridge 0 (--capture does not see them).
+    #[arg(long)]
+    cable: bool,
     /// Capture bridge 0 with tcpdump into this pcap file.
     #[arg(long)]
     capture: Option<PathBuf>,
@@ -142,7 +147,9 @@ impl Cli {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let lab = match Lab::new(cli.mtu, cli.routed, cli.first_guest, &cli.guests, &cli.cmds) {
+    let lab = Lab::new(cli.mtu, cli.routed, cli.first_guest, &cli.guests, &cli.cmds)
+        .and_then(|l| if cli.cable { l.with_cable() } else { Ok(l) });
+    let lab = match lab {
         Ok(l) => l,
         Err(e) => {
             eprintln!("rox-lab: error: {e}");

@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::spec::{bridge_name, router_ip4, router_ip6, Guest, Lab, Nic, NicKind};
+use crate::spec::{bridge_name, router_ip4, router_ip6, CableEnd, Guest, Lab, Nic, NicKind};
 
 /// The host command's interface on bridge 0 (`--host-cmd`) and the veth end enslaved to it.
 pub const HOST_IF: &str = "host0";
@@ -105,7 +105,8 @@ pub fn network_steps(lab: &Lab, ns: &str, router_ns: &str, extras: &NetworkExtra
     }
     for g in &lab.guests {
         let br = bridge_name(g.subnet);
-        for n in &g.nics {
+        // A NIC on the cable has no tap: its port is the cable.
+        for n in g.nics.iter().filter(|n| n.cable.is_none()) {
             steps.push(ip_in(ns, &["tuntap", "add", "dev", &n.tap, "mode", "tap"]));
             steps.push(ip_in(
                 ns,
@@ -222,6 +223,9 @@ pub struct RoxNicFiles {
     pub nic_end: PathBuf,
     pub qemu_end: PathBuf,
     pub log: PathBuf,
+    /// The lab's rox-to-rox cable socket (used by a NIC on the cable), in the lab's run
+    /// directory.
+    pub cable: PathBuf,
 }
 
 pub fn rox_nic_files(guest_dir: &Path, n: usize) -> RoxNicFiles {
@@ -230,10 +234,12 @@ pub fn rox_nic_files(guest_dir: &Path, n: usize) -> RoxNicFiles {
         nic_end: guest_dir.join(format!("rox{n}-nic.dgram")),
         qemu_end: guest_dir.join(format!("rox{n}-qemu.dgram")),
         log: guest_dir.join(format!("rox-nic{n}.log")),
+        cable: guest_dir.parent().unwrap_or(guest_dir).join("cable.sock"),
     }
 }
 
-/// rox-nic's arguments for `nic` (its port the NIC's tap, its netdev the datagram link).
+/// rox-nic's arguments for `nic` (its port the NIC's tap or its end of the cable, its netdev
+/// the datagram link).
 pub fn rox_nic_args(
     nic: &Nic,
     files: &RoxNicFiles,
@@ -247,7 +253,11 @@ pub fn rox_nic_args(
         "--mac".to_string(),
         nic.mac.clone(),
         "--port".to_string(),
-        format!("tap:{}", nic.tap),
+        match nic.cable {
+            None => format!("tap:{}", nic.tap),
+            Some(CableEnd::Listen) => format!("cable:listen={}", files.cable.display()),
+            Some(CableEnd::Connect) => format!("cable:connect={}", files.cable.display()),
+        },
         "--netdev".to_string(),
         format!(
             "dgram:local={},remote={}",
@@ -489,6 +499,26 @@ mod tests {
             args.contains(" --die-on rtmin+1,fatal=silent --die-on rtmin+2,fatal=report"),
             "{args}"
         );
+    }
+
+    #[test]
+    fn cabled_rox_nics_take_the_cable_as_their_port_and_get_no_tap() {
+        let l = lab(false, &["rox", "rox"]).with_cable().unwrap();
+        let port = |g: usize| {
+            let f = rox_nic_files(Path::new(&format!("/run/lab.1/g{g}")), 0);
+            assert_eq!(f.cable, Path::new("/run/lab.1/cable.sock"));
+            let args = rox_nic_args(&l.guests[g].nics[0], &f, 9000, None, None);
+            let at = args.iter().position(|a| a == "--port").unwrap();
+            args[at + 1].clone()
+        };
+        assert_eq!(port(0), "cable:listen=/run/lab.1/cable.sock");
+        assert_eq!(port(1), "cable:connect=/run/lab.1/cable.sock");
+        let extras = NetworkExtras {
+            uplink: None,
+            host_if: false,
+        };
+        let lines = ip_lines(&network_steps(&l, "L", "R", &extras));
+        assert!(!lines.iter().any(|s| s.contains("tuntap")), "{lines:?}");
     }
 
     /// QEMU's arguments for guest 0 of `l` (MTU 9000, TCG, 2 CPUs, 2 GiB) with

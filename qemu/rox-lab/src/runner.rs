@@ -298,6 +298,7 @@ impl Runner {
                         nic_end: self.paths.in_root(&f.nic_end)?,
                         qemu_end: self.paths.in_root(&f.qemu_end)?,
                         log: f.log,
+                        cable: f.cable,
                     })
                 }
                 NicKind::Virtio => None,

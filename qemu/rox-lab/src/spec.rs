@@ -12,6 +12,8 @@ use thiserror::Error;
 pub const MAX_GUESTS: usize = 9;
 pub const MAX_NICS: usize = 9;
 pub const MAX_SUBNETS: usize = 9;
+/// The subnet of the rox-to-rox cable's two NICs (`--cable`): one no bridge has.
+pub const CABLE_SUBNET: u8 = 9;
 
 /// The IPv4 and IPv6 prefixes every lab subnet is carved from (routes in the guests point
 /// these at the router).
@@ -40,6 +42,10 @@ pub enum SpecError {
     SubnetsWithoutRouter(Vec<u8>),
     #[error("MTU {0} outside 1280-9000 (IPv6 needs 1280)")]
     Mtu(u32),
+    #[error(
+        "--cable joins the first NICs of the first two guests: both must be rox (and not --routed)"
+    )]
+    Cable,
 }
 
 /// What backs one guest NIC on the lab bridge.
@@ -118,6 +124,16 @@ pub struct Nic {
     pub ip6: Ipv6Addr,
     /// The tap in the lab namespace (rox-nic's port, or QEMU's -netdev tap).
     pub tap: String,
+    /// This rox NIC's port is an end of the lab's rox-to-rox cable instead of its tap.
+    pub cable: Option<CableEnd>,
+}
+
+/// The two ends of the lab's rox-to-rox cable (`--cable`): rox-nic `--port cable:listen=` and
+/// `--port cable:connect=` on one socket.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CableEnd {
+    Listen,
+    Connect,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -231,6 +247,7 @@ impl Lab {
                         ip4: guest_ip4(subnet, g, n),
                         ip6: guest_ip6(subnet, g, n),
                         tap: tap_name(g, n),
+                        cable: None,
                     })
                     .collect();
                 Guest {
@@ -266,6 +283,35 @@ impl Lab {
         })
     }
 
+    /// Joins the first NICs of the first two guests with a rox-to-rox cable instead of the
+    /// bridge (both rox NICs; the guests' other NICs stay on the bridge).
+    pub fn with_cable(mut self) -> Result<Lab, SpecError> {
+        let is_rox = |g: Option<&Guest>| {
+            g.and_then(|g| g.nics.first())
+                .is_some_and(|n| n.kind == NicKind::Rox)
+        };
+        if self.routed || !is_rox(self.guests.first()) || !is_rox(self.guests.get(1)) {
+            return Err(SpecError::Cable);
+        }
+        for (pos, end) in [(0, CableEnd::Listen), (1, CableEnd::Connect)] {
+            let g = self.guests[pos].index;
+            let nic = &mut self.guests[pos].nics[0];
+            nic.cable = Some(end);
+            // A subnet of its own: with the cable's addresses on the bridge's /24, a guest would
+            // route bridge addresses out of the cable too (and, arp_ignore=1, never reach them).
+            nic.ip4 = guest_ip4(CABLE_SUBNET, g, 0);
+            nic.ip6 = guest_ip6(CABLE_SUBNET, g, 0);
+        }
+        Ok(self)
+    }
+
+    /// Whether the lab has a cable (`--cable`).
+    pub fn has_cable(&self) -> bool {
+        self.guests
+            .iter()
+            .any(|g| g.nics.iter().any(|n| n.cable.is_some()))
+    }
+
     /// The environment every guest command gets, so it can find its peers.
     /// (`guest`: position in this lab; ROX_GUEST is its number.)
     pub fn env_for(&self, guest: usize) -> Vec<(String, String)> {
@@ -293,6 +339,10 @@ impl Lab {
             ("ROX_GUESTS".to_string(), self.guests.len().to_string()),
             ("ROX_MTU".to_string(), self.mtu.to_string()),
             ("ROX_ROUTED".to_string(), u8::from(self.routed).to_string()),
+            (
+                "ROX_CABLE".to_string(),
+                u8::from(self.has_cable()).to_string(),
+            ),
         ];
         for g in &self.guests {
             let i = g.index;
@@ -452,5 +502,30 @@ mod tests {
             Err(SpecError::Mtu(100))
         );
         assert_eq!(Lab::new(9000, false, 0, &[], &[]), Err(SpecError::NoGuest));
+    }
+
+    #[test]
+    fn a_cable_joins_the_first_rox_nics_of_the_first_two_guests_only() {
+        let args =
+            |list: &[&str]| -> Vec<GuestArg> { list.iter().map(|a| a.parse().unwrap()).collect() };
+        let lab = Lab::new(9000, false, 0, &args(&["rox,virtio", "rox"]), &cmds(2))
+            .unwrap()
+            .with_cable()
+            .unwrap();
+        assert_eq!(lab.guests[0].nics[0].cable, Some(CableEnd::Listen));
+        assert_eq!(lab.guests[1].nics[0].cable, Some(CableEnd::Connect));
+        assert_eq!(lab.guests[0].nics[1].cable, None);
+        assert_eq!(lab.guests[0].nics[0].ip4.to_string(), "10.50.9.11");
+        assert_eq!(lab.guests[1].nics[0].ip6.to_string(), "fd00:50:9::21");
+        assert_eq!(lab.guests[0].nics[1].ip4.to_string(), "10.50.0.12");
+        assert!(lab.env_for(1).contains(&("ROX_CABLE".into(), "1".into())));
+        for bad in [&["rox"][..], &["rox", "virtio"], &["virtio,rox", "rox"]] {
+            let l = Lab::new(9000, false, 0, &args(bad), &cmds(bad.len())).unwrap();
+            assert_eq!(l.with_cable(), Err(SpecError::Cable), "{bad:?}");
+        }
+        let routed = Lab::new(9000, true, 0, &args(&["rox", "rox"]), &cmds(2)).unwrap();
+        assert_eq!(routed.with_cable(), Err(SpecError::Cable));
+        let plain = Lab::new(9000, false, 0, &args(&["rox", "rox"]), &cmds(2)).unwrap();
+        assert!(plain.env_for(0).contains(&("ROX_CABLE".into(), "0".into())));
     }
 }

@@ -28,10 +28,12 @@ struct Args {
     /// namespace), `dgram:local=PATH,remote=PATH` (QEMU `-netdev dgram` framing over unix
     /// datagram sockets: binds `local`, sends to `remote`), `stream:connect=PATH` or
     /// `stream:listen=PATH` (QEMU `-netdev stream` framing: 4-byte big-endian length before
-    /// each frame). Without it there is no wire: only QP-to-QP loopback on this device works.
+    /// each frame), `cable:listen=PATH` or `cable:connect=PATH` (a rox-to-rox cable to another
+    /// rox-nic on this host: rings of frames in shared memory, docs/networking.md). Without it
+    /// there is no wire: only QP-to-QP loopback on this device works.
     #[arg(long)]
     port: Option<LinkSpec>,
-    /// IP MTU of the port (default: the tap's MTU; 9000 for socket ports).
+    /// IP MTU of the port (default: the tap's MTU; 9000 for socket ports and cables).
     #[arg(long)]
     mtu: Option<usize>,
     /// The guest's paired virtio-net, as `dgram:local=PATH,remote=PATH` (or a `stream:` form).

@@ -5,16 +5,19 @@
 //!
 //!   rox-port-bench [--seconds S] [--mtu N]
 //!
-//! Measures a pair of unix dgram sockets (QEMU `-netdev dgram` framing) and two taps on a Linux
-//! bridge. The taps and the bridge live in a network namespace private to this process (it
-//! vanishes with the process, so nothing is left behind); that part needs root.
+//! Measures every kind of port: a pair of unix dgram sockets (QEMU `-netdev dgram` framing), a
+//! unix stream (`-netdev stream` framing), a rox-to-rox cable (shared-memory rings) and two taps
+//! on a Linux bridge. The taps and the bridge live in a network namespace private to this
+//! process (it vanishes with the process, so nothing is left behind); that part needs root.
+//! `--json` prints one JSON object per port kind instead of text (tests/bench/compare reads
+//! it).
 
 #![deny(unsafe_code)]
 
 use std::process::{Command, ExitCode};
 
 use clap::Parser;
-use rox_nic::port::limit::{dgram_wire, port_limit, RAW_FRAME_BYTES};
+use rox_nic::port::limit::{cable_wire, dgram_wire, port_limit, stream_wire, RAW_FRAME_BYTES};
 use rox_nic::port::LinkSpec;
 use rox_nic::sys;
 
@@ -27,6 +30,9 @@ struct Args {
     /// MTU of the taps and the bridge.
     #[arg(long, default_value_t = 9000)]
     mtu: usize,
+    /// One JSON object per line: {"port": KIND, "frame_bytes", "frames_per_s", "mb_per_s"}.
+    #[arg(long)]
+    json: bool,
 }
 
 fn ip(args: &[&str]) -> Result<(), String> {
@@ -54,8 +60,21 @@ fn private_bridge(mtu: usize) -> Result<(LinkSpec, LinkSpec), String> {
     Ok((LinkSpec::Tap("tapa".into()), LinkSpec::Tap("tapb".into())))
 }
 
-fn report(what: &str, result: std::io::Result<(f64, f64)>) -> bool {
+/// Prints one measurement; false if it failed.
+fn report(kind: &str, what: &str, json: bool, result: std::io::Result<(f64, f64)>) -> bool {
     match result {
+        Ok((fps, mbps)) if json => {
+            println!(
+                "{}",
+                serde_json::json!({
+                    "port": kind,
+                    "frame_bytes": RAW_FRAME_BYTES,
+                    "frames_per_s": fps.round(),
+                    "mb_per_s": mbps.round(),
+                })
+            );
+            true
+        }
         Ok((fps, mbps)) => {
             println!(
                 "port raw limit, {what}, {} B frames: {fps:.0} frames/s, {mbps:.0} MB/s",
@@ -82,14 +101,23 @@ fn main() -> ExitCode {
         }
     };
     let dgram = dgram_wire(&dir, "a.sock", "b.sock");
-    let mut ok = report(
-        "unix dgram socket pair",
-        port_limit(&dgram.0, &dgram.1, args.mtu, args.seconds),
-    );
+    let stream = stream_wire(&dir, "s.sock");
+    let cable = cable_wire(&dir, "c.sock");
+    let mut ok = true;
+    for (kind, what, (tx, rx)) in [
+        ("dgram", "unix dgram socket pair", dgram),
+        ("stream", "unix stream", stream),
+        ("cable", "rox-to-rox cable (shared memory)", cable),
+    ] {
+        let result = port_limit(&tx, &rx, args.mtu, args.seconds);
+        ok &= report(kind, what, args.json, result);
+    }
     let _ = std::fs::remove_dir_all(&dir);
     ok &= match bridge {
         Ok((ta, tb)) => report(
+            "bridge",
             &format!("two taps on a Linux bridge (MTU {})", args.mtu),
+            args.json,
             port_limit(&ta, &tb, args.mtu, args.seconds),
         ),
         Err(e) => {

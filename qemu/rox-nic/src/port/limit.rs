@@ -8,6 +8,21 @@ use std::time::Instant;
 use super::frame::ETH_HEADER_LEN;
 use super::{Link, LinkSpec, Port, BATCH};
 
+/// A unix stream wire on socket `name` in `dir`: the listening and the connecting end.
+pub fn stream_wire(dir: &Path, name: &str) -> (LinkSpec, LinkSpec) {
+    let p = dir.join(name);
+    (
+        LinkSpec::StreamListen(p.clone()),
+        LinkSpec::StreamConnect(p),
+    )
+}
+
+/// A rox-to-rox cable on socket `name` in `dir`: the listening and the connecting end.
+pub fn cable_wire(dir: &Path, name: &str) -> (LinkSpec, LinkSpec) {
+    let p = dir.join(name);
+    (LinkSpec::CableListen(p.clone()), LinkSpec::CableConnect(p))
+}
+
 /// A unix dgram wire between sockets `a` and `b` in `dir`: the two ends' link specs.
 pub fn dgram_wire(dir: &Path, a: &str, b: &str) -> (LinkSpec, LinkSpec) {
     let (pa, pb) = (dir.join(a), dir.join(b));
@@ -36,15 +51,18 @@ pub fn port_limit(
     secs: f64,
 ) -> std::io::Result<(f64, f64)> {
     let (mac_tx, mac_rx) = ([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]);
-    let open = |spec, mac| -> std::io::Result<Port> {
+    let open = move |spec: &LinkSpec, mac| -> std::io::Result<Port> {
         Port::with_link(Link::open(spec)?, mac, mtu, None, None).map_err(std::io::Error::other)
     };
-    let mut receiver_port = open(rx, mac_rx)?;
+    // The sending end first (a listening end of a stream or cable binds here), then the
+    // receiving one on its own thread; they meet as the sender flushes and the receiver polls.
     let mut sender = open(tx, mac_tx)?;
     let stop = std::sync::Arc::new(AtomicBool::new(false));
     let receiver = {
         let stop = stop.clone();
+        let rx = rx.clone();
         std::thread::spawn(move || -> std::io::Result<(u64, u64)> {
+            let mut receiver_port = open(&rx, mac_rx)?;
             let (mut frames, mut bytes) = (0u64, 0u64);
             while !stop.load(Ordering::Relaxed) {
                 if receiver_port.recv()? == 0 {
@@ -58,6 +76,18 @@ pub fn port_limit(
             Ok((frames, bytes))
         })
     };
+    // Until the receiving end is there, what is sent is lost: start the clock once it is.
+    let connected = Instant::now();
+    while !sender.link().is_connected() {
+        if connected.elapsed().as_secs() >= 5 {
+            stop.store(true, Ordering::Relaxed);
+            let _ = receiver.join();
+            return Err(std::io::Error::other("the receiving end never connected"));
+        }
+        sender.queue_ip(&mac_rx, raw_udp_packet(64));
+        sender.flush();
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
     let payload = raw_udp_packet(RAW_FRAME_BYTES - ETH_HEADER_LEN);
     let start = Instant::now();
     while start.elapsed().as_secs_f64() < secs {

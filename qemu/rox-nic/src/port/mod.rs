@@ -2,8 +2,9 @@
 //! frames and the frames of the guest's paired virtio-net ("netdev").
 //!
 //! - [`frame`]: the Ethernet header of RoCEv2 frames and the classification of received ones;
-//! - [`tap`], [`socket`]: the kinds of wire ([`LinkSpec`]): a tap interface, or QEMU's
-//!   `dgram` / `stream` socket netdev framings over unix sockets;
+//! - [`tap`], [`socket`], [`cable`]: the kinds of wire ([`LinkSpec`]): a tap interface, QEMU's
+//!   `dgram` / `stream` socket netdev framings over unix sockets, or a rox-to-rox cable
+//!   (rings of frames in shared memory between two rox-nic processes);
 //! - [`faults`], [`pcap`]: seeded fault injection on, and capture of, the port's frames.
 //!
 //! A [`Port`] queues frames and sends them in batches ([`Port::flush`]), receives in batches
@@ -11,6 +12,7 @@
 //! ([`netdev::Netdev`]) is a [`Link`] of the same kinds (dgram or stream) with a backlog for a
 //! guest that is slow to take frames.
 
+pub mod cable;
 pub mod faults;
 pub mod frame;
 pub mod limit;
@@ -49,6 +51,10 @@ pub enum LinkSpec {
     StreamConnect(PathBuf),
     /// `stream:listen=PATH`: the same, serving one peer at a time on PATH.
     StreamListen(PathBuf),
+    /// `cable:listen=PATH`: a rox-to-rox cable ([`cable`]) served on the unix socket PATH.
+    CableListen(PathBuf),
+    /// `cable:connect=PATH`: the other end of that cable (connecting, and reconnecting).
+    CableConnect(PathBuf),
 }
 
 impl std::str::FromStr for LinkSpec {
@@ -56,7 +62,8 @@ impl std::str::FromStr for LinkSpec {
 
     fn from_str(s: &str) -> Result<LinkSpec, String> {
         const USAGE: &str = "want tap:IFNAME, dgram:local=PATH,remote=PATH, \
-                             stream:connect=PATH or stream:listen=PATH";
+                             stream:connect=PATH, stream:listen=PATH, \
+                             cable:listen=PATH or cable:connect=PATH";
         let bad = || format!("{s:?}: {USAGE}");
         let (kind, rest) = s.split_once(':').ok_or_else(bad)?;
         let options = || -> Result<Vec<(&str, &str)>, String> {
@@ -88,6 +95,11 @@ impl std::str::FromStr for LinkSpec {
             "stream" => match options()?.as_slice() {
                 [("connect", p)] if !p.is_empty() => Ok(LinkSpec::StreamConnect(p.into())),
                 [("listen", p)] if !p.is_empty() => Ok(LinkSpec::StreamListen(p.into())),
+                _ => Err(bad()),
+            },
+            "cable" => match options()?.as_slice() {
+                [("connect", p)] if !p.is_empty() => Ok(LinkSpec::CableConnect(p.into())),
+                [("listen", p)] if !p.is_empty() => Ok(LinkSpec::CableListen(p.into())),
                 _ => Err(bad()),
             },
             _ => Err(bad()),
@@ -198,6 +210,7 @@ pub enum Link {
     Tap(tap::Tap),
     Dgram(socket::Dgram),
     Stream(socket::Stream),
+    Cable(cable::Cable),
 }
 
 impl Link {
@@ -207,6 +220,8 @@ impl Link {
             LinkSpec::Dgram { local, remote } => Link::Dgram(socket::Dgram::open(local, remote)?),
             LinkSpec::StreamConnect(path) => Link::Stream(socket::Stream::connect(path)),
             LinkSpec::StreamListen(path) => Link::Stream(socket::Stream::listen(path)?),
+            LinkSpec::CableListen(path) => Link::Cable(cable::Cable::listen(path)?),
+            LinkSpec::CableConnect(path) => Link::Cable(cable::Cable::connect(path)?),
         })
     }
 
@@ -216,6 +231,7 @@ impl Link {
             Link::Tap(t) => t.recv(batch),
             Link::Dgram(d) => d.recv(batch),
             Link::Stream(s) => s.recv(batch),
+            Link::Cable(c) => c.recv(batch),
         }
     }
 
@@ -228,6 +244,7 @@ impl Link {
             Link::Tap(t) => t.send(frames),
             Link::Dgram(d) => d.send(frames),
             Link::Stream(s) => s.send(frames),
+            Link::Cable(c) => c.send(frames),
         }
     }
 
@@ -238,6 +255,8 @@ impl Link {
             Link::Tap(t) => Some((t.fd(), false)),
             Link::Dgram(d) => Some((d.fd(), false)),
             Link::Stream(s) => s.fd().map(|fd| (fd, s.has_pending_writes())),
+            // The peer rings the cable's doorbell when it frees room: never wait for POLLOUT.
+            Link::Cable(c) => Some((c.fd(), false)),
         }
     }
 
@@ -254,6 +273,7 @@ impl Link {
             Link::Tap(_) => None,
             Link::Dgram(_) => None,
             Link::Stream(s) => s.retry_in(),
+            Link::Cable(c) => c.retry_in(),
         }
     }
 
@@ -263,6 +283,7 @@ impl Link {
             Link::Tap(_) => true,
             Link::Dgram(d) => d.is_connected(),
             Link::Stream(s) => s.is_connected(),
+            Link::Cable(c) => c.is_connected(),
         }
     }
 }
@@ -282,6 +303,8 @@ pub enum PortError {
     },
     #[error("port MTU {0} out of range ({min}..={max})", min = MIN_MTU, max = MAX_MTU)]
     BadMtu(usize),
+    #[error("port MTU {0} too large for a cable (its frames are at most {max} bytes)", max = cable::CABLE_MAX_FRAME)]
+    CableMtu(usize),
     #[error("pcap capture {path}: {source}")]
     Capture {
         path: PathBuf,
@@ -361,6 +384,13 @@ impl Port {
             }
             (_, None) => DEFAULT_SOCKET_MTU,
         };
+        if matches!(
+            cfg.link,
+            LinkSpec::CableListen(_) | LinkSpec::CableConnect(_)
+        ) && mtu + ETH_HEADER_LEN > cable::CABLE_MAX_FRAME
+        {
+            return Err(PortError::CableMtu(mtu));
+        }
         Port::with_link(link, mac, mtu, cfg.faults, cfg.pcap.as_deref())
     }
 

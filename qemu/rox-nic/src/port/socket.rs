@@ -25,7 +25,7 @@ const STREAM_READ_CHUNK: usize = 256 << 10;
 
 /// Removes a leftover socket file at `path` (a previous run's), so `bind` can take it; any
 /// other kind of file is left alone (`bind` then fails with a clear error).
-fn remove_stale_socket(path: &Path) {
+pub(super) fn remove_stale_socket(path: &Path) {
     if std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_socket()) {
         let _ = std::fs::remove_file(path);
     }

@@ -8,6 +8,7 @@
 //! - [`pod`]: `Pod`, byte views of plain-old-data values;
 //! - [`fd`]: eventfds and memfds;
 //! - [`net`]: tap interfaces, socket options, batched datagram I/O, network namespaces;
+//! - [`shm`]: sealed memfds, shared mappings, descriptor passing, epoll sets (the cable);
 //! - [`poll`]: sleeping on file descriptors (`ppoll`).
 #![allow(unsafe_code)]
 
@@ -16,3 +17,4 @@ pub mod fd;
 pub mod net;
 pub mod pod;
 pub mod poll;
+pub mod shm;

@@ -1,0 +1,374 @@
+//! Shared memory between two processes (the rox-to-rox cable, `crate::port::cable`): a sealed
+//! memfd, its shared mapping with bounds-checked atomics and copies, descriptor passing over a
+//! unix stream (SCM_RIGHTS) and an epoll set that folds several fds into one pollable fd.
+
+use std::ffi::CStr;
+use std::fs::File;
+use std::io::ErrorKind;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::AtomicU32;
+
+/// The seals a cable's memfd carries: its size is fixed for good, so neither process can make
+/// the other's mapping fault (SIGBUS) by shrinking it.
+const SIZE_SEALS: libc::c_int = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
+
+/// A new close-on-exec memfd of `size` zero bytes whose size is sealed.
+pub fn sealed_memfd(name: &CStr, size: u64) -> std::io::Result<File> {
+    // SAFETY: plain syscall with a valid C string; the result is checked.
+    let fd =
+        unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: fd is a fresh descriptor nobody else owns.
+    let file = unsafe { File::from_raw_fd(fd) };
+    file.set_len(size)?;
+    // SAFETY: fcntl on a descriptor this function owns; no memory arguments.
+    if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, SIZE_SEALS) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(file)
+}
+
+/// Whether `file` is a memfd whose size nobody can change any more.
+pub fn has_size_seals(file: &File) -> bool {
+    // SAFETY: fcntl on an open descriptor; no memory arguments.
+    let seals = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_GET_SEALS) };
+    seals >= 0 && seals & SIZE_SEALS == SIZE_SEALS
+}
+
+/// A shared, read-write mapping of a whole file. Another process may write it at any time:
+/// everything read from it is data to check, never a length or index to trust.
+pub struct SharedMapping {
+    base: *mut u8,
+    len: usize,
+}
+
+// SAFETY: the mapping is plain shared memory; all access goes through atomics or copies that
+// tolerate concurrent writers, so it may move to and be used from any thread.
+unsafe impl Send for SharedMapping {}
+
+impl SharedMapping {
+    /// Maps all `len` bytes of `file` (which must be at least that long and sealed against
+    /// shrinking, see [`sealed_memfd`]).
+    pub fn map(file: &File, len: usize) -> std::io::Result<SharedMapping> {
+        if len == 0 {
+            return Err(std::io::Error::new(
+                ErrorKind::InvalidInput,
+                "empty mapping",
+            ));
+        }
+        // SAFETY: a new shared mapping of an open file; the kernel picks the address; the
+        // result is checked.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(SharedMapping {
+            base: p.cast(),
+            len,
+        })
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The 32-bit atomic at byte `offset` (4-aligned, inside the mapping).
+    pub fn atomic_u32(&self, offset: usize) -> &AtomicU32 {
+        assert!(
+            offset.is_multiple_of(4) && offset + 4 <= self.len,
+            "atomic at {offset} out of the mapping"
+        );
+        // SAFETY: in bounds and aligned (checked above; mmap returns page-aligned memory); the
+        // mapping lives as long as `self`, and an AtomicU32 tolerates concurrent access.
+        unsafe { &*self.base.add(offset).cast::<AtomicU32>() }
+    }
+
+    /// Copies `src` to byte `offset`; false (nothing written) if it does not fit.
+    pub fn write(&self, offset: usize, src: &[u8]) -> bool {
+        if offset
+            .checked_add(src.len())
+            .is_none_or(|end| end > self.len)
+        {
+            return false;
+        }
+        // SAFETY: the range is inside the mapping (checked above) and `src` is ordinary memory
+        // that cannot overlap a mapping made by this type.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.base.add(offset), src.len()) };
+        true
+    }
+
+    /// Copies `dst.len()` bytes from byte `offset`; false (nothing read) if out of range.
+    pub fn read(&self, offset: usize, dst: &mut [u8]) -> bool {
+        if offset
+            .checked_add(dst.len())
+            .is_none_or(|end| end > self.len)
+        {
+            return false;
+        }
+        // SAFETY: the range is inside the mapping (checked above); `dst` is exclusively
+        // borrowed ordinary memory. A concurrent writer can only make the bytes wrong, which
+        // the reader checks.
+        unsafe {
+            std::ptr::copy_nonoverlapping(self.base.add(offset), dst.as_mut_ptr(), dst.len())
+        };
+        true
+    }
+}
+
+impl Drop for SharedMapping {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly the mapping this value made; no reference into it outlives
+        // `self` (atomics borrow `self`).
+        unsafe { libc::munmap(self.base.cast(), self.len) };
+    }
+}
+
+/// Most descriptors one message carries.
+pub const MAX_FDS: usize = 4;
+
+/// Sends `data` with `fds` attached (SCM_RIGHTS) as one message on `stream`.
+pub fn send_with_fds(stream: &UnixStream, data: &[u8], fds: &[RawFd]) -> std::io::Result<()> {
+    assert!(fds.len() <= MAX_FDS && !data.is_empty());
+    let fd_bytes = std::mem::size_of_val(fds) as u32;
+    // SAFETY: CMSG_SPACE only computes a size.
+    let space = unsafe { libc::CMSG_SPACE(fd_bytes) } as usize;
+    let mut control = vec![0u64; space.div_ceil(8)];
+    let mut iov = libc::iovec {
+        iov_base: data.as_ptr() as *mut libc::c_void,
+        iov_len: data.len(),
+    };
+    // SAFETY: msghdr is plain C data; all zeroes is a valid value.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = space as _;
+    // SAFETY: `msg` points at a control buffer of CMSG_SPACE(fd_bytes) bytes, enough for one
+    // header and the descriptors copied into its data.
+    unsafe {
+        let cmsg = libc::CMSG_FIRSTHDR(&msg);
+        (*cmsg).cmsg_level = libc::SOL_SOCKET;
+        (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+        (*cmsg).cmsg_len = libc::CMSG_LEN(fd_bytes) as _;
+        std::ptr::copy_nonoverlapping(
+            fds.as_ptr().cast::<u8>(),
+            libc::CMSG_DATA(cmsg),
+            fd_bytes as usize,
+        );
+    }
+    // SAFETY: `msg`, its iovec (into `data`) and its control buffer live across the call.
+    let n = unsafe { libc::sendmsg(stream.as_raw_fd(), &msg, libc::MSG_NOSIGNAL) };
+    if n < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    if n as usize != data.len() {
+        return Err(std::io::Error::new(
+            ErrorKind::WriteZero,
+            "message cut short",
+        ));
+    }
+    Ok(())
+}
+
+/// Receives one message of at most `data.len()` bytes and the descriptors attached to it.
+/// Returns the bytes received (0: the peer closed) and the descriptors, now owned here.
+pub fn recv_with_fds(
+    stream: &UnixStream,
+    data: &mut [u8],
+) -> std::io::Result<(usize, Vec<OwnedFd>)> {
+    // SAFETY: CMSG_SPACE only computes a size.
+    let space =
+        unsafe { libc::CMSG_SPACE((MAX_FDS * std::mem::size_of::<RawFd>()) as u32) } as usize;
+    let mut control = vec![0u64; space.div_ceil(8)];
+    let mut iov = libc::iovec {
+        iov_base: data.as_mut_ptr().cast(),
+        iov_len: data.len(),
+    };
+    // SAFETY: msghdr is plain C data; all zeroes is a valid value.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = space as _;
+    // SAFETY: `msg`, its iovec (into `data`) and its control buffer live across the call;
+    // MSG_CMSG_CLOEXEC makes received descriptors close-on-exec.
+    let n = unsafe { libc::recvmsg(stream.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC) };
+    if n < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let mut fds = Vec::new();
+    // SAFETY: the kernel filled `msg.msg_control` with well-formed headers inside the buffer;
+    // the CMSG_* macros walk them without leaving it. Each SCM_RIGHTS descriptor is new in
+    // this process and owned by nobody else.
+    unsafe {
+        let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
+        while !cmsg.is_null() {
+            if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
+                let bytes = (*cmsg).cmsg_len as usize - libc::CMSG_LEN(0) as usize;
+                let data = libc::CMSG_DATA(cmsg);
+                for i in 0..bytes / std::mem::size_of::<RawFd>() {
+                    let fd = data.cast::<RawFd>().add(i).read_unaligned();
+                    fds.push(OwnedFd::from_raw_fd(fd));
+                }
+            }
+            cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
+        }
+    }
+    if msg.msg_flags & libc::MSG_CTRUNC != 0 {
+        return Err(std::io::Error::new(
+            ErrorKind::InvalidData,
+            "too many descriptors attached",
+        ));
+    }
+    Ok((n as usize, fds))
+}
+
+/// What waits on a connected stream, looked at without consuming it: Some(true) bytes,
+/// Some(false) nothing yet, None the peer closed it (or it broke).
+pub fn peek(stream: &UnixStream) -> Option<bool> {
+    let mut byte = 0u8;
+    // SAFETY: reads at most one byte into a local; MSG_PEEK leaves it queued.
+    let n = unsafe {
+        libc::recv(
+            stream.as_raw_fd(),
+            (&mut byte as *mut u8).cast(),
+            1,
+            libc::MSG_PEEK | libc::MSG_DONTWAIT,
+        )
+    };
+    if n < 0 {
+        let e = std::io::Error::last_os_error();
+        return matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted).then_some(false);
+    }
+    // A stream reads 0 bytes only at its end.
+    (n > 0).then_some(true)
+}
+
+/// Whether the peer of a connected stream closed it (or it broke); nothing is consumed.
+pub fn peer_closed(stream: &UnixStream) -> bool {
+    peek(stream).is_none()
+}
+
+/// An epoll set: one fd that polls readable when any fd in it is (level-triggered).
+pub struct Epoll(OwnedFd);
+
+impl Epoll {
+    pub fn new() -> std::io::Result<Epoll> {
+        // SAFETY: plain syscall; the result is checked.
+        let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: fd is a fresh descriptor nobody else owns.
+        Ok(Epoll(unsafe { OwnedFd::from_raw_fd(fd) }))
+    }
+
+    /// Watches `fd` for input (and hang-up).
+    pub fn add(&self, fd: RawFd) -> std::io::Result<()> {
+        let mut ev = libc::epoll_event {
+            events: (libc::EPOLLIN | libc::EPOLLRDHUP) as u32,
+            u64: fd as u64,
+        };
+        // SAFETY: epoll_ctl reads one epoll_event that lives across the call.
+        if unsafe { libc::epoll_ctl(self.0.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut ev) } < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// The fds in the set that are ready now (at most `out.len()`), without waiting.
+    pub fn ready(&self, out: &mut [RawFd]) -> usize {
+        const MAX: usize = 8;
+        let mut events = [libc::epoll_event { events: 0, u64: 0 }; MAX];
+        let max = out.len().min(MAX) as libc::c_int;
+        // SAFETY: epoll_wait writes at most `max` (<= MAX) events into `events`; no waiting.
+        let n = unsafe { libc::epoll_wait(self.0.as_raw_fd(), events.as_mut_ptr(), max, 0) };
+        for (o, e) in out.iter_mut().zip(&events[..n.max(0) as usize]) {
+            *o = e.u64 as RawFd;
+        }
+        n.max(0) as usize
+    }
+
+    /// Stops watching `fd` (closing it also does).
+    pub fn remove(&self, fd: RawFd) {
+        // SAFETY: EPOLL_CTL_DEL ignores the event argument (null allowed since Linux 2.6.9).
+        unsafe {
+            libc::epoll_ctl(
+                self.0.as_raw_fd(),
+                libc::EPOLL_CTL_DEL,
+                fd,
+                std::ptr::null_mut(),
+            )
+        };
+    }
+}
+
+impl AsRawFd for Epoll {
+    fn as_raw_fd(&self) -> RawFd {
+        self.0.as_raw_fd()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::Ordering;
+
+    #[test]
+    fn a_sealed_memfd_mapped_twice_shares_its_bytes_and_cannot_shrink() {
+        let f = sealed_memfd(c"rox-shm-test", 8192).unwrap();
+        assert!(has_size_seals(&f));
+        assert!(f.set_len(4096).is_err(), "a sealed memfd must not shrink");
+        let a = SharedMapping::map(&f, 8192).unwrap();
+        let b = SharedMapping::map(&f, 8192).unwrap();
+        a.atomic_u32(64).store(7, Ordering::Release);
+        assert_eq!(b.atomic_u32(64).load(Ordering::Acquire), 7);
+        assert!(a.write(100, b"frame"));
+        let mut got = [0u8; 5];
+        assert!(b.read(100, &mut got));
+        assert_eq!(&got, b"frame");
+        assert!(!a.write(8190, b"abc"), "a write past the end is refused");
+        assert!(
+            !b.read(usize::MAX, &mut got),
+            "an overflowing offset is refused"
+        );
+        assert!(!has_size_seals(&crate::sys::fd::memfd(c"plain").unwrap()));
+    }
+
+    #[test]
+    fn descriptors_cross_a_unix_stream_with_their_message() {
+        let (x, y) = UnixStream::pair().unwrap();
+        let f = sealed_memfd(c"rox-shm-pass", 4096).unwrap();
+        send_with_fds(&x, b"hello", &[f.as_raw_fd(), f.as_raw_fd()]).unwrap();
+        let mut buf = [0u8; 16];
+        let (n, fds) = recv_with_fds(&y, &mut buf).unwrap();
+        assert_eq!(&buf[..n], b"hello");
+        assert_eq!(fds.len(), 2);
+        let got = File::from(fds.into_iter().next().unwrap());
+        assert_eq!(got.metadata().unwrap().len(), 4096);
+        y.set_nonblocking(true).unwrap();
+        assert_eq!(peek(&y), Some(false));
+        send_with_fds(&x, b"!", &[]).unwrap();
+        assert_eq!(peek(&y), Some(true));
+        assert!(!peer_closed(&y));
+        assert_eq!(recv_with_fds(&y, &mut buf).unwrap().0, 1);
+        drop(x);
+        assert!(peer_closed(&y));
+    }
+}
