@@ -128,6 +128,10 @@ impl Qp {
                 None => break,
             };
             let wqe = self.req.sq.pop_front().expect("head exists");
+            if wqe.kind == WqeKind::Read {
+                // A READ that failed with responses beyond a hole leaves their record behind.
+                self.req.read_early.remove(&wqe.first_psn.get());
+            }
             if self.req.cursor == 0 {
                 // The cursor was inside the retired WQE (a go-back-N rewind that a late ACK
                 // overtook): continue at the start of the next one, not at the same packet

@@ -172,15 +172,20 @@ mod tests {
         (env, stats, qp)
     }
 
-    /// The response packet `n` (0..4) of the READ, its bytes all `n + 1`.
+    /// The response packet `n` (0..4) of the READ at PSN 100, its bytes all `n + 1`.
     fn respond(qp: &mut Qp, env: &mut TestEnv, stats: &mut EngineStats, n: u32) {
+        respond_at(qp, env, stats, 100, n);
+    }
+
+    /// The response packet `n` (0..4) of the READ at PSN `first`.
+    fn respond_at(qp: &mut Qp, env: &mut TestEnv, stats: &mut EngineStats, first: u32, n: u32) {
         let opcode = match n {
             0 => op::RC_READ_RESPONSE_FIRST,
             3 => op::RC_READ_RESPONSE_LAST,
             _ => op::RC_READ_RESPONSE_MIDDLE,
         };
         let payload = [n as u8 + 1; 1024];
-        let bytes = packet_from_peer(opcode, 100 + n, &payload, |h| {
+        let bytes = packet_from_peer(opcode, first + n, &payload, |h| {
             if n == 0 || n == 3 {
                 h.aeth = Some(Aeth {
                     syndrome: Syndrome::Ack,
@@ -259,6 +264,41 @@ mod tests {
         qp.on_timers(&mut env, &mut stats);
         assert_eq!(requests(&env), [(103, 0x1000 + 3072, 1024)]);
         assert_eq!(stats.tail_probes, 1);
+    }
+
+    #[test]
+    fn a_local_operation_retiring_ahead_keeps_the_reads_early_responses() {
+        let (mut env, mut stats, mut qp) = rc_fixture();
+        // A WRITE (PSN 100) still unacknowledged holds the LOCAL_INV behind it; the LOCAL_INV
+        // takes no PSN: its first PSN is the READ's (101).
+        let mut inv = send_wr(1, WrOpcode::LocalInv, 0);
+        inv.rkey = Key::from_raw(2);
+        let mut read = send_wr(2, WrOpcode::RdmaRead, READ_LEN);
+        read.data = SendData::Sges(vec![Sge {
+            addr: 0x2000,
+            length: READ_LEN,
+            lkey: Key::from_raw(1),
+        }]);
+        for wr in [send_wr(0, WrOpcode::RdmaWrite, 8), inv, read] {
+            let wqe = qp.make_wqe(wr);
+            qp.enqueue(&mut env, &mut stats, wqe);
+        }
+        // The first READ response acknowledges the WRITE: the LOCAL_INV retires with it.
+        for n in [2, 0, 1, 3] {
+            respond_at(&mut qp, &mut env, &mut stats, 101, n);
+        }
+        let done: Vec<_> = env
+            .completions
+            .iter()
+            .map(|c| (c.wr_id, c.status))
+            .collect();
+        let ok = WcStatus::Success;
+        assert_eq!(done, [(0, ok), (1, ok), (2, ok)]);
+        let read: Vec<u8> = env.mem[0x2000..0x2000 + READ_LEN as usize]
+            .chunks(1024)
+            .map(|c| c[0])
+            .collect();
+        assert_eq!(read, [1, 2, 3, 4]);
     }
 
     #[test]
