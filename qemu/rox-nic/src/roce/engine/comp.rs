@@ -131,6 +131,7 @@ impl Qp {
             if wqe.kind == WqeKind::Read {
                 // A READ that failed with responses beyond a hole leaves their record behind.
                 self.req.read_early.remove(&wqe.first_psn.get());
+                self.req.read_asked.remove(&wqe.first_psn.get());
             }
             if self.req.cursor == 0 {
                 // The cursor was inside the retired WQE (a go-back-N rewind that a late ACK

@@ -369,6 +369,8 @@ impl Qp {
         self.req.rnr_until = None;
         self.req.nak_rewind = None;
         self.req.read_early.clear();
+        self.req.read_asked.clear();
+        self.req.read_resp_high = None;
         self.req.rtt.probe = None;
     }
 

@@ -2,16 +2,19 @@
 //! one before it was lost, and only the missing ones are asked for again.
 //!
 //! A READ's responses leave the responder in PSN order, so a response whose predecessor has
-//! not arrived proves that predecessor lost. IBA 9.7.5 has the requester retry a READ
-//! from the first missing response PSN; a requester that dropped everything after a loss and
-//! asked for the whole rest again would, on a long READ at a few percent loss, move the rest
-//! many times over (and, with every retry's responses racing the previous ones, more). Here
-//! the packets after a hole are kept (the buffer is the WR's own until it completes, and it
-//! completes only once every packet is there), the hole is asked for at once by a READ
-//! request for exactly its PSNs (a duplicate READ for the responder, answered from its
-//! history), and a retry whose own response is lost is detected the same way. A hole at the
-//! very end of the last READ in flight is found by the retransmission timer, whose go-back-N
-//! asks again for the first hole of each READ.
+//! not arrived proves that predecessor lost. IBA 9.7.5 has the requester retry a READ from the
+//! first missing response PSN; a requester that dropped everything after a loss and asked for
+//! the whole rest again (rdma_rxe, and rox before) moves a long READ many times over at a few
+//! percent loss, as every retry's responses race the rest of the previous ones. Here the
+//! packets after a missing one are kept (the buffer is the WR's own until it completes, and it
+//! completes only once every packet is there), and the first run of missing responses — from
+//! the first missing PSN up to the next response that arrived — is asked for at once by a READ
+//! request for exactly those PSNs (a duplicate READ for the responder, answered from its
+//! history). A later run is asked for once the runs before it are filled, so every retry of a
+//! READ starts at or after the one before: rdma_rxe's responder narrows a READ's replayable
+//! range to each retry and would ignore one that starts earlier. A retry whose own response is
+//! lost is seen the same way; a run at the very end of the last READ in flight is found by the
+//! tail probe or the retransmission timer, which ask for each READ's first missing run.
 
 use super::qp::Qp;
 use super::wqe::{Wqe, WqeKind};
@@ -77,7 +80,10 @@ impl Qp {
         };
         if placed {
             self.read_packet_arrived(index, pkt);
-            self.ask_again_for_hole_before(env, stats, psn);
+            if self.req.read_resp_high.is_none_or(|high| psn.after(high)) {
+                self.req.read_resp_high = Some(psn);
+            }
+            self.ask_for_lost_responses(env, stats, index, psn);
         }
         self.rtt_acked_through(psn, now);
         self.responded(now);
@@ -102,34 +108,58 @@ impl Qp {
                 req.read_early.remove(&key);
             }
         }
+        if wqe.read_pkts_done == wqe.npsn {
+            req.read_asked.remove(&key);
+        }
     }
 
-    /// The response `psn` arrived: if the READ response just before it (in this READ or at
-    /// the end of the READ before) is missing, it was lost; ask for the hole it ends.
-    fn ask_again_for_hole_before(
+    /// The response `psn` of the READ at `index` was placed: asks again for the first run of
+    /// missing responses of this READ, and of the READ before when `psn` is the first of its
+    /// own, if it is known lost.
+    fn ask_for_lost_responses(
         &mut self,
         env: &mut dyn DeviceEnv,
         stats: &mut EngineStats,
+        index: usize,
         psn: Psn,
     ) {
         let prev = psn.prev();
-        let Some(index) = self.req.sq.iter().position(|w| w.contains(prev)) else {
-            return;
-        };
+        let before = self
+            .req
+            .sq
+            .iter()
+            .position(|w| w.contains(prev))
+            .filter(|&i| i != index);
+        for i in [before, Some(index)].into_iter().flatten() {
+            self.ask_first_run_if_lost(env, stats, i, prev);
+        }
+    }
+
+    /// Asks for the first run of missing responses of the READ at `index` — from its first
+    /// missing packet up to the next that arrived — if a later response arrived (so the run was
+    /// lost) and either `prev`, the PSN just before the response that arrived now, lies in it
+    /// (lost now, maybe again) or the run was not asked for from this start yet.
+    fn ask_first_run_if_lost(
+        &mut self,
+        env: &mut dyn DeviceEnv,
+        stats: &mut EngineStats,
+        index: usize,
+        prev: Psn,
+    ) {
         let wqe = &self.req.sq[index];
-        let pkt = prev.distance_from(wqe.first_psn);
-        if wqe.kind != WqeKind::Read || wqe.error.is_some() || self.read_packet_present(wqe, pkt) {
+        if wqe.kind != WqeKind::Read || wqe.error.is_some() || wqe.done() {
             return;
         }
-        // The hole starts after the last packet before it that arrived.
-        let start = self
-            .req
-            .read_early
-            .get(&wqe.first_psn.get())
-            .and_then(|got| got.range(..pkt).next_back().map(|&p| p + 1))
-            .unwrap_or(0)
-            .max(wqe.read_pkts_done);
-        self.request_read_range(env, stats, index, start, pkt + 1);
+        let start = wqe.read_pkts_done;
+        let end = self.read_hole_end(wqe, start);
+        let (first, last) = (wqe.first_psn.add(start), wqe.first_psn.add(end - 1));
+        let lost = self.req.read_resp_high.is_some_and(|high| high.after(last));
+        let key = wqe.first_psn.get();
+        let lost_now = prev.within(first, last);
+        if lost && (lost_now || self.req.read_asked.get(&key) != Some(&start)) {
+            self.req.read_asked.insert(key, start);
+            self.request_read_range(env, stats, index, start, end);
+        }
     }
 
     /// Sends a READ request for response packets `[start, end)` of the READ at `index`,
@@ -240,6 +270,42 @@ mod tests {
         assert_eq!(env.completions[0].status, WcStatus::Success);
         assert!(qp.req.read_early.is_empty());
         assert_eq!(qp.req.timer_deadline, None);
+    }
+
+    #[test]
+    fn a_later_run_is_asked_for_once_the_runs_before_it_are_filled() {
+        let (mut env, mut stats, mut qp) = read_sent();
+        respond(&mut qp, &mut env, &mut stats, 1);
+        respond(&mut qp, &mut env, &mut stats, 3);
+        assert_eq!(requests(&env), [(100, 0x1000, 1024)], "2 waits for 0");
+        respond(&mut qp, &mut env, &mut stats, 0);
+        assert_eq!(
+            requests(&env),
+            [(100, 0x1000, 1024), (102, 0x1000 + 2048, 1024)],
+            "each retry starts after the one before"
+        );
+        respond(&mut qp, &mut env, &mut stats, 2);
+        assert_eq!(placed(&env), [1, 2, 3, 4]);
+        assert_eq!(env.completions.len(), 1);
+        assert!(qp.req.read_asked.is_empty() && qp.req.read_early.is_empty());
+    }
+
+    #[test]
+    fn a_lost_read_request_is_asked_again_when_the_next_reads_responses_come() {
+        let (mut env, mut stats, mut qp) = read_sent();
+        qp.max_rd_atomic = 2;
+        let wqe = qp.make_wqe(send_wr(2, WrOpcode::RdmaRead, 1024));
+        qp.enqueue(&mut env, &mut stats, wqe);
+        env.sent.clear();
+        // The second READ (PSN 104) is answered; the first one's request never arrived.
+        let bytes = packet_from_peer(op::RC_READ_RESPONSE_ONLY, 104, &[9; 1024], |h| {
+            h.aeth = Some(Aeth {
+                syndrome: Syndrome::Ack,
+                msn: Msn::default(),
+            })
+        });
+        qp.completer_receive(&mut env, &mut stats, &wire::parse_packet(&bytes).unwrap());
+        assert_eq!(requests(&env), [(100, 0x1000, READ_LEN)]);
     }
 
     #[test]

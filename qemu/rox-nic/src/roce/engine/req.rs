@@ -49,6 +49,11 @@ pub(super) struct Requester {
     /// READ responses that arrived beyond a missing one, per READ (by its first PSN): the
     /// packet indices after `read_pkts_done` already placed (see read_retry.rs).
     pub(super) read_early: HashMap<u32, BTreeSet<u32>>,
+    /// Per READ (by its first PSN) the first missing packet its last retry asked from
+    /// (read_retry.rs: retries of a READ ask from ever later packets).
+    pub(super) read_asked: HashMap<u32, u32>,
+    /// The newest READ response PSN that arrived: a missing response before it was lost.
+    pub(super) read_resp_high: Option<Psn>,
     /// The wait of the last page-fault stall (0: the last attempt made progress).
     pub(super) fault_wait_ns: u64,
     pub(super) pkts_since_ack_req: u32,
