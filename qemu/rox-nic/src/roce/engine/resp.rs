@@ -14,6 +14,10 @@ use rox_uapi::queue::{CQE_NETWORK_HDR_IPV4, CQE_NETWORK_HDR_IPV6};
 /// coming is NAKed again (the NAK was lost). Longer than a round trip between guests on one
 /// host (a few hundred µs), short against the requester's retransmission timeout floor.
 pub(super) const RENAK_INTERVAL_NS: u64 = 1_000_000;
+/// ... and at least this many out-of-sequence packets arrived since that NAK: a lost NAK leaves
+/// the requester sending the rest of its window (16 packets or more); two packets a slow host
+/// delivers more than the interval apart do not make one.
+pub(super) const RENAK_MIN_PACKETS: u32 = 8;
 
 /// A multi-packet message the responder is in the middle of.
 #[derive(Debug)]
@@ -65,6 +69,8 @@ pub(super) struct Responder {
     /// what decides a repeated NAK ([`Qp::gap_needs_nak`]).
     pub(super) seq_nak_at: Option<u64>,
     pub(super) ooo_high: Psn,
+    /// Out-of-sequence packets since the last sequence NAK.
+    pub(super) ooo_since_nak: u32,
     /// UC: drop packets until the next first/only packet.
     pub(super) uc_dropping: bool,
     pub(super) history: VecDeque<RdAtomic>,
@@ -192,8 +198,9 @@ impl Qp {
     /// before its timeout: the NAK is repeated when
     /// - a packet at or before the highest out-of-sequence PSN seen since the last NAK
     ///   arrives: the requester went back and its resend of the expected PSN was lost, or
-    /// - out-of-sequence packets still arrive [`RENAK_INTERVAL_NS`] after the last NAK: the
-    ///   requester keeps sending new packets, so it never got the NAK.
+    /// - out-of-sequence packets still arrive [`RENAK_INTERVAL_NS`] after the last NAK, at
+    ///   least [`RENAK_MIN_PACKETS`] of them: the requester keeps sending new packets, so it
+    ///   never got the NAK.
     ///
     /// Packets the requester sent before it went back only ever raise the highest PSN seen,
     /// so they cause no repeat within the interval; the requester also ignores a repeat that
@@ -202,13 +209,19 @@ impl Qp {
     /// requester waits its RNR timer: no sequence NAK meanwhile.
     pub(super) fn gap_needs_nak(&mut self, psn: Psn, now: u64) -> bool {
         let resp = &mut self.resp;
+        resp.ooo_since_nak = resp.ooo_since_nak.saturating_add(1);
         let again = match (resp.nak_sent, resp.seq_nak_at) {
             (false, _) => true,
             (true, None) => false,
             (true, Some(at)) => {
-                !psn.after(resp.ooo_high) || now.saturating_sub(at) >= RENAK_INTERVAL_NS
+                !psn.after(resp.ooo_high)
+                    || (now.saturating_sub(at) >= RENAK_INTERVAL_NS
+                        && resp.ooo_since_nak >= RENAK_MIN_PACKETS)
             }
         };
+        if again {
+            resp.ooo_since_nak = 0;
+        }
         if again || psn.after(resp.ooo_high) {
             resp.ooo_high = psn;
         }
@@ -635,13 +648,20 @@ mod tests {
         );
         assert_eq!(naks(&mut qp, &mut env, 102), 0, "the same resend round");
         // New packets still coming long after the last NAK: the NAK was lost.
-        env.now += RENAK_INTERVAL_NS - 1;
-        assert_eq!(naks(&mut qp, &mut env, 104), 0);
-        env.now += 1;
+        env.now += RENAK_INTERVAL_NS;
         assert_eq!(
-            naks(&mut qp, &mut env, 105),
+            naks(&mut qp, &mut env, 104),
+            0,
+            "one packet late is no evidence"
+        );
+        for n in 105..105 + RENAK_MIN_PACKETS - 3 {
+            assert_eq!(naks(&mut qp, &mut env, n), 0);
+        }
+        let n = 105 + RENAK_MIN_PACKETS - 3;
+        assert_eq!(
+            naks(&mut qp, &mut env, n),
             1,
-            "the NAK again after the interval"
+            "the NAK again: interval and packets"
         );
         // Filled: a later gap gets its own NAK.
         let bytes = packet_from_peer(op::RC_SEND_ONLY, 100, &[], |_| {});
