@@ -271,7 +271,15 @@ impl Qp {
                 if !self.accept_nak(psn, now, stats) || self.repeated_nak(psn, now, stats) {
                     return false;
                 }
-                if !self.spend_retry(env, psn, Retry::Transport) {
+                // The same loss NAKed again without progress (its resend was lost too) spends
+                // a retry only per local ACK timeout, as the timer's timeouts do (rto.rs).
+                let again = self
+                    .req
+                    .nak_rewind
+                    .is_some_and(|(nak_psn, _)| nak_psn == psn);
+                if (!again || self.retry_period_over(now))
+                    && !self.spend_retry(env, psn, Retry::Transport)
+                {
                     return false;
                 }
                 stats.nak_rewinds += 1;

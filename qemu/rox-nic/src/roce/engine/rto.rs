@@ -202,6 +202,13 @@ impl Qp {
     /// since the last progress or retry spent); the RTO backs off either way.
     pub(super) fn timeout_spends_retry(&mut self, now: u64) -> bool {
         self.req.rtt.backoff = self.req.rtt.backoff.saturating_add(1);
+        self.retry_period_over(now)
+    }
+
+    /// Whether the attribute's whole timeout passed at `now` since the last progress or retry
+    /// spent (then a new period starts): what lets a timeout, or a repeated sequence NAK for
+    /// the same loss, spend a retry.
+    pub(super) fn retry_period_over(&mut self, now: u64) -> bool {
         let attr = self.ack_timeout_ns().unwrap_or(0);
         if now.saturating_sub(self.req.retry_period_start) >= attr {
             self.req.retry_period_start = now;
@@ -329,6 +336,10 @@ mod tests {
             "the resend was lost"
         );
         assert_eq!(stats.nak_rewinds, 2);
+        assert_eq!(
+            qp.req.retry_left, 6,
+            "the same loss NAKed again spends a retry only per local ACK timeout"
+        );
     }
 
     #[test]
