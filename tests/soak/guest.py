@@ -13,7 +13,11 @@ Jobs (--plan):
   soak   per round, one after the other: rsockets streams rox <-> rox and rox <-> rxe
          (rstream, riostream, verified), RDMA WRITE and READ of --xfer-mib checksummed
          (tests/interop/rdma-xfer.c) both pairs, and a sequence-numbered RC SEND stream of
-         --messages (tests/soak/send-seq.c) both pairs.
+         --messages (tests/soak/send-seq.c) both pairs; the rox <-> rox transfers between
+         `COUNTERS` lines as in the loss plan.
+  loss   per round, RDMA WRITE then READ of --xfer-mib checksummed rox <-> rox, each job between
+         two `COUNTERS` lines (before and after, both guests) so tests/soak/run can tell what
+         each transfer sent: the loss-recovery measurement (retransmitted bytes, goodput).
 
 Each side prints one line per job:
     RESULT <round> <job> <server|client> <ok|fail> | <detail>
@@ -159,6 +163,12 @@ def soak_round(a, rox, roxrxe):
     return rounds
 
 
+def loss_round(a, rox):
+    """The loss-recovery measurement: WRITE and READ rox <-> rox, one after the other."""
+    return [(f"rdma-write-{a.xfer_mib}m-rox-rox", xfer(rox, "write", a.xfer_mib), True),
+            (f"rdma-read-{a.xfer_mib}m-rox-rox", xfer(rox, "read", a.xfer_mib), True)]
+
+
 def start(cmd):
     return subprocess.Popen(cmd, shell=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, errors="replace")
@@ -231,17 +241,17 @@ def run_jobs(me, r, jobs, parallel, first_job=0):
     return failed
 
 
-def counters(dev):
+def counters(dev, tag=""):
     rc, out = sh(f"rdma statistic show link {dev}/1", 30)
     pairs = re.findall(r"(\w+) (\d+)", out) if rc == 0 else []
-    print(f"COUNTERS {dev} " + " ".join(f"{k}={v}" for k, v in pairs if k != "link"), flush=True)
+    print(f"COUNTERS {dev}{tag} " + " ".join(f"{k}={v}" for k, v in pairs if k != "link"), flush=True)
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--me", type=int, required=True, choices=(0, 1))
     ap.add_argument("--ko", required=True, help="rox.ko as the guest sees it")
-    ap.add_argument("--plan", choices=("hunt", "soak"), required=True)
+    ap.add_argument("--plan", choices=("hunt", "soak", "loss"), required=True)
     ap.add_argument("--first-round", type=int, default=0)
     ap.add_argument("--rounds", type=int, required=True)
     ap.add_argument("--xfer-mib", type=int, default=64)
@@ -266,6 +276,11 @@ def main():
     for r in range(a.first_round, a.first_round + a.rounds):
         if a.plan == "hunt":
             failed += run_jobs(a.me, r, hunt_round(r, rox, rxe), parallel=True)
+        elif a.plan == "loss":
+            for j, job in enumerate(loss_round(a, rox)):
+                counters("rox_0", f"@g{a.me}:before:{r}:{job[0]}")
+                failed += run_jobs(a.me, r, [job], parallel=False, first_job=j)
+                counters("rox_0", f"@g{a.me}:after:{r}:{job[0]}")
         else:
             first_job = 0
             for pair, jobs in soak_round(a, rox, roxrxe):
@@ -273,7 +288,14 @@ def main():
                     # The client's rxe (virtio netdev) reaches guest 0's rox address.
                     dev, src = (ifs[1], ip[1, 1]) if pair == "rox-rxe" else (ifs[0], ip[1, 0])
                     route(ip[0, 0], dev, src)
-                failed += run_jobs(a.me, r, jobs, parallel=False, first_job=first_job)
+                for j, job in enumerate(jobs):
+                    # rox <-> rox transfers between counters: what each one sent (run's check).
+                    measured = pair == "rox-rox" and job[0].startswith("rdma-")
+                    if measured:
+                        counters("rox_0", f"@g{a.me}:before:{r}:{job[0]}")
+                    failed += run_jobs(a.me, r, [job], parallel=False, first_job=first_job + j)
+                    if measured:
+                        counters("rox_0", f"@g{a.me}:after:{r}:{job[0]}")
                 first_job += len(jobs)
         time.sleep(1)
     counters("rox_0")

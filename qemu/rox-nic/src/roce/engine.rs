@@ -20,10 +20,12 @@
 
 mod comp;
 mod qp;
+mod read_retry;
 mod recv;
 mod req;
 mod resp;
 mod resp_exec;
+mod rto;
 mod sg;
 #[cfg(test)]
 mod test_env;
@@ -85,7 +87,7 @@ pub struct EngineStats {
     pub page_fault_stalls: u64,
     /// Local ACK timeouts that caused a go-back-N retransmission.
     pub retransmit_timeouts: u64,
-    /// Rewinds caused by NAKs (sequence error or RNR).
+    /// Rewinds caused by NAKs (sequence error or RNR), and READ retries for missing responses.
     pub nak_rewinds: u64,
     /// RDMA WRITE / READ / atomic (incl. ATOMIC WRITE) messages a responder received in
     /// sequence (counted at their first packet, before their checks).
@@ -101,6 +103,9 @@ pub struct EngineStats {
     pub rx_invalid_request_naks: u64,
     /// READ responses past a gap: an implied NAK (an earlier response was lost).
     pub rx_read_gaps: u64,
+    /// Tail probes: a requester's last packet sent again after two round trips without
+    /// progress, to learn what the tail of its window lost (engine/rto.rs).
+    pub tail_probes: u64,
 }
 
 /// Why [`Engine::receive`] dropped a packet (also counted in [`EngineStats`]).

@@ -94,6 +94,7 @@ impl Qp {
         }
         if psn.after(self.req.acked_psn) {
             self.req.acked_psn = psn;
+            self.rtt_acked_through(psn, now);
         }
         for wqe in self.req.sq.iter_mut().take_while(|w| w.started) {
             if wqe.first_psn.after(psn) {
@@ -114,7 +115,9 @@ impl Qp {
         if progress {
             self.req.retry_left = self.retry_cnt;
             self.req.rnr_left = self.rnr_retry;
+            self.req.nak_rewind = None;
             self.req.on_progress();
+            self.rtt_progress(now);
             self.restart_timer(now);
         }
         progress
@@ -122,11 +125,11 @@ impl Qp {
 
     pub(super) fn restart_timer(&mut self, now: u64) {
         let outstanding = self.una() != self.req.next_psn;
-        self.req.timer_deadline = if outstanding {
-            self.ack_timeout_ns().map(|t| now + t)
+        if outstanding {
+            self.arm_timer(now);
         } else {
-            None
-        };
+            self.req.timer_deadline = None;
+        }
     }
 
     /// Retires finished WQEs from the head of the SQ in order, completing signaled ones and
@@ -139,6 +142,11 @@ impl Qp {
                 None => break,
             };
             let wqe = self.req.sq.pop_front().expect("head exists");
+            if wqe.kind == WqeKind::Read {
+                // A READ that failed with responses beyond a hole leaves their record behind.
+                self.req.read_early.remove(&wqe.first_psn.get());
+                self.req.read_asked.remove(&wqe.first_psn.get());
+            }
             if self.req.cursor == 0 {
                 // The cursor was inside the retired WQE (a go-back-N rewind that a late ACK
                 // overtook): continue at the start of the next one, not at the same packet
@@ -275,16 +283,27 @@ impl Qp {
                 self.req.rnr_until = Some(now + rnr_timer_ns(code));
             }
             Syndrome::Nak(NakCode::PsnSequenceError) => {
-                if !self.accept_nak(psn, now, stats) {
+                if !self.accept_nak(psn, now, stats) || self.repeated_nak(psn, now, stats) {
                     return false;
                 }
-                if !self.spend_retry(env, psn, Retry::Transport) {
+                // The same loss NAKed again without progress (its resend was lost too) spends
+                // a retry only per local ACK timeout, as the timer's timeouts do (rto.rs).
+                let again = self
+                    .req
+                    .nak_rewind
+                    .is_some_and(|(nak_psn, _)| nak_psn == psn);
+                if (!again || self.retry_period_over(now))
+                    && !self.spend_retry(env, psn, Retry::Transport)
+                {
                     return false;
                 }
                 stats.nak_rewinds += 1;
                 env.wqe_trace()
                     .retransmit(self.cfg.qpn.get(), psn.get(), Retransmit::SequenceNak);
+                // Fast retransmit: go back to the NAKed PSN now, once for this loss.
+                self.req.nak_rewind = Some((psn, now));
                 self.req.on_loss();
+                self.rtt_forget_probe();
                 self.rewind_to(psn);
                 self.restart_timer(now);
             }
@@ -296,11 +315,27 @@ impl Qp {
         true
     }
 
+    /// A sequence NAK for the PSN the requester went back to for the same NAK less than
+    /// half a round trip ago: the responder answered packets sent before that rewind (or
+    /// repeated its NAK before the resend could arrive); going back again would only resend
+    /// the same packets twice. Counted as a stale response.
+    fn repeated_nak(&mut self, psn: Psn, now: u64, stats: &mut EngineStats) -> bool {
+        let repeated = self.req.nak_rewind.is_some_and(|(nak_psn, at)| {
+            nak_psn == psn && now.saturating_sub(at) < self.req.rtt.nak_repeat_ns()
+        });
+        if repeated {
+            stats.rx_stale_responses += 1;
+        }
+        repeated
+    }
+
     /// A response arrived for a request (progress, whatever the WR's fate): both retry
     /// counts start over and the ACK timer restarts.
-    fn responded(&mut self, now: u64) {
+    pub(super) fn responded(&mut self, now: u64) {
         self.req.retry_left = self.retry_cnt;
         self.req.rnr_left = self.rnr_retry;
+        self.req.nak_rewind = None;
+        self.rtt_progress(now);
         self.restart_timer(now);
     }
 
@@ -324,7 +359,7 @@ impl Qp {
     /// `index` (the response for its next PSN). Some(true): placed; Some(false): the WR
     /// failed (its error is set); None: a local page is absent, the response is dropped and
     /// its request sent again after the page-fault wait.
-    fn place_response(
+    pub(super) fn place_response(
         &mut self,
         env: &mut dyn DeviceEnv,
         stats: &mut EngineStats,
@@ -406,49 +441,17 @@ impl Qp {
         index: usize,
         now: u64,
     ) -> bool {
-        let psn = p.hdr.bth.psn;
         let wqe = &self.req.sq[index];
         if wqe.kind.ack_only_response() {
             // One zero-length READ RESPONSE ONLY answers it.
             let well_formed = p.info.first && p.info.last && p.payload.is_empty();
             return self.on_empty_read_response(env, stats, index, well_formed, now);
         }
-        let next = wqe.first_psn.add(wqe.read_pkts_done);
-        if wqe.kind != WqeKind::Read || psn != next {
+        if wqe.kind != WqeKind::Read {
             stats.rx_stale_responses += 1;
-            let gap = wqe.kind == WqeKind::Read && psn.after(next);
-            stats.rx_read_gaps += u64::from(gap);
-            if gap && self.req.read_gap_psn != Some(next) {
-                // A response was lost (responses arrive in order): ask again from the
-                // gap now rather than at the ACK timeout; once per gap.
-                self.req.read_gap_psn = Some(next);
-                stats.nak_rewinds += 1;
-                env.wqe_trace()
-                    .retransmit(self.cfg.qpn.get(), next.get(), Retransmit::ReadGap);
-                self.rewind_to(next);
-                self.transmit(env, stats);
-            }
             return false;
         }
-        self.ack_through(psn.prev(), now);
-        let mtu = u64::from(self.mtu.bytes());
-        let wqe = &self.req.sq[index];
-        let offset = u64::from(wqe.read_pkts_done) * mtu;
-        let expected = (wqe.len - offset).min(mtu) as usize;
-        if p.payload.len() != expected {
-            self.req.sq[index].error = Some(WcStatus::BadRespErr);
-            self.retire(env);
-            return false;
-        }
-        // An absent destination page: the rest of the READ is requested again later.
-        let Some(placed) = self.place_response(env, stats, index, offset, p.payload, now) else {
-            return false;
-        };
-        if placed {
-            self.req.sq[index].read_pkts_done += 1;
-        }
-        self.responded(now);
-        true
+        self.on_read_data(env, stats, p, index, now)
     }
 
     /// The response of the FLUSH / ATOMIC WRITE at `index` (`well_formed`: a READ RESPONSE
@@ -488,13 +491,19 @@ impl Qp {
             let una = self.una();
             if una == self.req.next_psn {
                 self.req.timer_deadline = None;
-            } else if !self.spend_retry(env, una, Retry::Transport) {
+            } else if self.tail_probe_due(env, stats, now) {
+                // The probe went; the RTO runs on.
+            } else if self.timeout_spends_retry(now)
+                && !self.spend_retry(env, una, Retry::Transport)
+            {
                 return;
             } else {
                 stats.retransmit_timeouts += 1;
                 env.wqe_trace()
                     .retransmit(self.cfg.qpn.get(), una.get(), Retransmit::AckTimeout);
                 self.req.on_loss();
+                self.req.nak_rewind = None;
+                self.rtt_forget_probe();
                 self.rewind_to(una);
                 self.req.timer_deadline = None;
             }

@@ -115,6 +115,7 @@ impl Qp {
             QP_SQ_PSN,
             sq_psn,
             self.req.next_psn = Psn::from_wire(a.sq_psn.get()),
+            self.req.sent_end = self.req.next_psn,
             self.req.acked_psn = a.sq_psn.prev()
         );
         take!(QP_TIMEOUT, timeout, self.timeout = a.timeout);
@@ -361,6 +362,11 @@ impl Qp {
         self.req.cursor_pkt = 0;
         self.req.timer_deadline = None;
         self.req.rnr_until = None;
+        self.req.nak_rewind = None;
+        self.req.read_early.clear();
+        self.req.read_asked.clear();
+        self.req.read_resp_high = None;
+        self.req.rtt.probe = None;
     }
 
     /// Completes the receive WRs the responder holds and (unless they belong to an SRQ) every

@@ -1,9 +1,10 @@
 //! The requester (as rxe_req.c): the send queue, the send window and cursor, and turning
 //! WQEs into request packets in order, within the window, the RD/atomic limit and fences.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeSet, HashMap, VecDeque};
 
 use super::qp::Qp;
+use super::rto::RttEstimator;
 use super::sg::{gather, SgError};
 use super::wqe::{Wqe, WqeKind, ATOMIC_BYTES};
 use super::{
@@ -28,12 +29,31 @@ pub(super) struct Requester {
     pub(super) cursor_pkt: u32,
     pub(super) retry_left: u8,
     pub(super) rnr_left: u8,
-    /// Local ACK timer.
+    /// Retransmission timer (its length: [`Qp::rto_ns`]).
     pub(super) timer_deadline: Option<u64>,
     /// Waiting out an RNR NAK until then.
     pub(super) rnr_until: Option<u64>,
-    /// A READ was re-requested from this PSN after an out-of-order response.
-    pub(super) read_gap_psn: Option<Psn>,
+    /// The timer's deadline is the tail probe's, not the RTO's (rto.rs).
+    pub(super) timer_probe: bool,
+    /// Round-trip estimate and the RTO's backoff.
+    pub(super) rtt: RttEstimator,
+    /// When the last progress was made or retry spent: a timeout spends a retry only once
+    /// the QP's whole local ACK timeout has passed since (see rto.rs).
+    pub(super) retry_period_start: u64,
+    /// One past the highest PSN ever sent: a packet before it is a retransmission.
+    pub(super) sent_end: Psn,
+    /// The PSN a sequence NAK made the requester go back to, and when: the same NAK again
+    /// soon after answers packets sent before the rewind and is not acted on (fast
+    /// retransmit once per loss).
+    pub(super) nak_rewind: Option<(Psn, u64)>,
+    /// READ responses that arrived beyond a missing one, per READ (by its first PSN): the
+    /// packet indices after `read_pkts_done` already placed (see read_retry.rs).
+    pub(super) read_early: HashMap<u32, BTreeSet<u32>>,
+    /// Per READ (by its first PSN) the first missing packet its last retry asked from
+    /// (read_retry.rs: retries of a READ ask from ever later packets).
+    pub(super) read_asked: HashMap<u32, u32>,
+    /// The newest READ response PSN that arrived: a missing response before it was lost.
+    pub(super) read_resp_high: Option<Psn>,
     /// The wait of the last page-fault stall (0: the last attempt made progress).
     pub(super) fault_wait_ns: u64,
     pub(super) pkts_since_ack_req: u32,
@@ -182,8 +202,8 @@ impl Qp {
             match self.send_packet(env, stats, cursor) {
                 Ok(()) => {
                     self.req.fault_wait_ns = 0;
-                    if self.cfg.qp_type == QpType::Rc && self.req.timer_deadline.is_none() {
-                        self.req.timer_deadline = self.ack_timeout_ns().map(|t| env.now_ns() + t);
+                    if self.cfg.qp_type == QpType::Rc {
+                        self.sent_rc_packet(psn, env.now_ns());
                     }
                 }
                 Err(SendStop::Fault) => {
@@ -207,6 +227,22 @@ impl Qp {
         }
         self.retire(env);
         self.check_drained(env);
+    }
+
+    /// Bookkeeping after the RC packet `psn` left at `now`: a first transmission is timed
+    /// for the round trip, and the retransmission timer runs.
+    fn sent_rc_packet(&mut self, psn: Psn, now: u64) {
+        if psn.diff(self.req.sent_end) >= 0 {
+            self.req.sent_end = psn.next();
+            self.time_packet(psn, now);
+        }
+        if self.req.timer_deadline.is_none() {
+            if self.req.rtt.backoff == 0 {
+                // Busy again after idling: the retry period starts now.
+                self.req.retry_period_start = now;
+            }
+            self.arm_timer(now);
+        }
     }
 
     /// Executes the local operation (BIND_MW, LOCAL_INV, REG_MR) at the cursor: it takes no
@@ -244,6 +280,10 @@ impl Qp {
         index: usize,
     ) -> Result<(), SendStop> {
         let wqe = &self.req.sq[index];
+        if wqe.kind == WqeKind::Read {
+            // A READ asked again starts at its first missing response, not before it.
+            self.req.cursor_pkt = self.req.cursor_pkt.max(wqe.read_pkts_done);
+        }
         let psn = wqe.first_psn.add(self.req.cursor_pkt);
         let (hdr, payload) = match wqe.kind {
             WqeKind::Read => (self.read_request(wqe, psn), None),
@@ -275,14 +315,26 @@ impl Qp {
         }
     }
 
-    /// One READ request covers the rest of the READ (a retransmission resumes mid-way).
+    /// A READ request from the cursor's packet: the whole READ, or on a retransmission the
+    /// missing responses up to the next one that already arrived (IBA 9.7.5 lets a
+    /// retried READ start at the first missing response PSN).
     fn read_request(&self, wqe: &Wqe, psn: Psn) -> Headers {
-        let offset = u64::from(self.req.cursor_pkt) * u64::from(self.mtu.bytes());
+        let start = self.req.cursor_pkt;
+        let end = self.read_hole_end(wqe, start);
+        self.read_range_request(wqe, psn, start, end)
+    }
+
+    /// The READ request for response packets `[start, end)` of `wqe` (its PSN `psn` is the
+    /// first of them).
+    pub(super) fn read_range_request(&self, wqe: &Wqe, psn: Psn, start: u32, end: u32) -> Headers {
+        let mtu = u64::from(self.mtu.bytes());
+        let offset = (u64::from(start) * mtu).min(wqe.len);
+        let end_offset = (u64::from(end) * mtu).min(wqe.len).max(offset);
         let mut hdr = Headers::new(self.request_bth(op::RC_READ_REQUEST, psn));
         hdr.reth = Some(Reth {
             va: wqe.wr.remote_addr.wrapping_add(offset),
             rkey: wqe.wr.rkey,
-            dma_len: (wqe.len - offset.min(wqe.len)) as u32,
+            dma_len: (end_offset - offset) as u32,
         });
         hdr
     }

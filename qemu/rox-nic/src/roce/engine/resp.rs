@@ -10,6 +10,15 @@ use crate::roce::wire::{NakCode, OpcodeClass, Parsed, Syndrome, GRH_LEN, IPV4_HE
 use crate::roce::*;
 use rox_uapi::queue::{CQE_NETWORK_HDR_IPV4, CQE_NETWORK_HDR_IPV6};
 
+/// A gap still open this long after its last sequence NAK while out-of-sequence packets keep
+/// coming is NAKed again (the NAK was lost). Longer than a round trip between guests on one
+/// host (a few hundred µs), short against the requester's retransmission timeout floor.
+pub(super) const RENAK_INTERVAL_NS: u64 = 1_000_000;
+/// ... and at least this many out-of-sequence packets arrived since that NAK: a lost NAK leaves
+/// the requester sending the rest of its window (16 packets or more); two packets a slow host
+/// delivers more than the interval apart do not make one.
+pub(super) const RENAK_MIN_PACKETS: u32 = 8;
+
 /// A multi-packet message the responder is in the middle of.
 #[derive(Debug)]
 pub(super) enum InMessage {
@@ -53,8 +62,15 @@ pub(super) struct Responder {
     pub(super) spare_recv: Option<RecvWr>,
     /// A packet asked for an ACK; send one (for epsn - 1) at the next poll.
     pub(super) ack_pending: bool,
-    /// A PSN-sequence NAK was sent for the current epsn (one per gap).
+    /// A NAK (PSN sequence or RNR) was sent for the current epsn.
     pub(super) nak_sent: bool,
+    /// When the last PSN-sequence NAK for the current epsn was sent (None: the NAK
+    /// outstanding is an RNR NAK, or none is), and the highest out-of-sequence PSN seen since:
+    /// what decides a repeated NAK ([`Qp::gap_needs_nak`]).
+    pub(super) seq_nak_at: Option<u64>,
+    pub(super) ooo_high: Psn,
+    /// Out-of-sequence packets since the last sequence NAK.
+    pub(super) ooo_since_nak: u32,
     /// UC: drop packets until the next first/only packet.
     pub(super) uc_dropping: bool,
     pub(super) history: VecDeque<RdAtomic>,
@@ -149,9 +165,11 @@ impl Qp {
             QpType::Rc => match check_psn(p.hdr.bth.psn, self.resp.epsn) {
                 PsnCheck::Gap => {
                     stats.rx_out_of_sequence += 1;
-                    if !self.resp.nak_sent {
+                    let now = env.now_ns();
+                    if self.gap_needs_nak(p.hdr.bth.psn, now) {
                         let epsn = self.resp.epsn;
                         self.nak(env, stats, epsn, NakCode::PsnSequenceError);
+                        self.resp.seq_nak_at = Some(now);
                     }
                 }
                 PsnCheck::Duplicate => self.duplicate(env, stats, p),
@@ -172,6 +190,42 @@ impl Qp {
                 self.execute(env, stats, p);
             }
         }
+    }
+
+    /// An out-of-sequence request `psn` arrived at `now`: whether to NAK the expected PSN
+    /// (again). The first packet of a gap is NAKed (IBA 9.7.5). The gap stays NAKed until
+    /// it is filled, as a requester cannot recover alone from a lost NAK or a lost resend
+    /// before its timeout: the NAK is repeated when
+    /// - a packet at or before the highest out-of-sequence PSN seen since the last NAK
+    ///   arrives: the requester went back and its resend of the expected PSN was lost, or
+    /// - out-of-sequence packets still arrive [`RENAK_INTERVAL_NS`] after the last NAK, at
+    ///   least [`RENAK_MIN_PACKETS`] of them: the requester keeps sending new packets, so it
+    ///   never got the NAK.
+    ///
+    /// Packets the requester sent before it went back only ever raise the highest PSN seen,
+    /// so they cause no repeat within the interval; the requester also ignores a repeat that
+    /// comes too soon after its rewind to be about the resend (comp.rs, `repeated_nak`).
+    /// rdma_rxe NAKs once per gap and leaves the rest to the ACK timeout. After an RNR NAK the
+    /// requester waits its RNR timer: no sequence NAK meanwhile.
+    pub(super) fn gap_needs_nak(&mut self, psn: Psn, now: u64) -> bool {
+        let resp = &mut self.resp;
+        resp.ooo_since_nak = resp.ooo_since_nak.saturating_add(1);
+        let again = match (resp.nak_sent, resp.seq_nak_at) {
+            (false, _) => true,
+            (true, None) => false,
+            (true, Some(at)) => {
+                !psn.after(resp.ooo_high)
+                    || (now.saturating_sub(at) >= RENAK_INTERVAL_NS
+                        && resp.ooo_since_nak >= RENAK_MIN_PACKETS)
+            }
+        };
+        if again {
+            resp.ooo_since_nak = 0;
+        }
+        if again || psn.after(resp.ooo_high) {
+            resp.ooo_high = psn;
+        }
+        again
     }
 
     /// An RC duplicate request: re-acknowledge, replay a READ, or replay a saved atomic result.
@@ -217,8 +271,9 @@ impl Qp {
         psn: Psn,
         code: NakCode,
     ) {
-        // One NAK per expected PSN: the rest of the requester's window is dropped silently.
+        // The rest of the requester's window is dropped (see gap_needs_nak for repeats).
         self.resp.nak_sent = true;
+        self.resp.seq_nak_at = None;
         self.send_ack(env, stats, psn, Syndrome::Nak(code));
     }
 
@@ -228,6 +283,7 @@ impl Qp {
         self.send_ack(env, stats, psn, Syndrome::RnrNak(timer));
         // Later packets of the window are dropped silently until the retry.
         self.resp.nak_sent = true;
+        self.resp.seq_nak_at = None;
     }
 
     /// UC: the message of the packet `psn` is lost; drop packets until the next first one.
@@ -567,6 +623,72 @@ mod tests {
             "a duplicate SEND is acknowledged again"
         );
         assert_eq!(qp.resp.epsn, psn(100));
+    }
+
+    #[test]
+    fn a_gap_is_nakked_again_until_filled_when_a_resend_misses_or_the_nak_was_lost() {
+        let (mut env, mut stats, mut qp) = rc_fixture();
+        let mut naks = |qp: &mut Qp, env: &mut TestEnv, n: u32| {
+            let bytes = packet_from_peer(op::RC_SEND_ONLY, n, &[], |_| {});
+            let before = env.sent.len();
+            qp.responder_receive(env, &mut stats, &wire::parse_packet(&bytes).unwrap());
+            let sent = env.sent_parsed();
+            assert!(sent[before..].iter().all(|p| p.hdr.aeth.unwrap().syndrome
+                == Syndrome::Nak(NakCode::PsnSequenceError)
+                && p.hdr.bth.psn == psn(100)));
+            sent.len() - before
+        };
+        // 100 lost: the first packet after it is NAKed, the rest of the window is not.
+        assert_eq!(naks(&mut qp, &mut env, 101), 1);
+        assert_eq!(naks(&mut qp, &mut env, 102), 0);
+        assert_eq!(naks(&mut qp, &mut env, 103), 0);
+        // The requester went back, but its resend of 100 was lost too: 101 comes again.
+        assert_eq!(
+            naks(&mut qp, &mut env, 101),
+            1,
+            "a resend that misses the gap"
+        );
+        assert_eq!(naks(&mut qp, &mut env, 102), 0, "the same resend round");
+        // New packets still coming long after the last NAK: the NAK was lost.
+        env.now += RENAK_INTERVAL_NS;
+        assert_eq!(
+            naks(&mut qp, &mut env, 104),
+            0,
+            "one packet late is no evidence"
+        );
+        for n in 105..105 + RENAK_MIN_PACKETS - 3 {
+            assert_eq!(naks(&mut qp, &mut env, n), 0);
+        }
+        let n = 105 + RENAK_MIN_PACKETS - 3;
+        assert_eq!(
+            naks(&mut qp, &mut env, n),
+            1,
+            "the NAK again: interval and packets"
+        );
+        // Filled: a later gap gets its own NAK.
+        let bytes = packet_from_peer(op::RC_SEND_ONLY, 100, &[], |_| {});
+        env.recv.push_back(RecvWr {
+            wr_id: 1,
+            sges: Vec::new(),
+        });
+        qp.responder_receive(&mut env, &mut stats, &wire::parse_packet(&bytes).unwrap());
+        assert_eq!(qp.resp.epsn, psn(101));
+        assert!(!qp.resp.nak_sent);
+    }
+
+    #[test]
+    fn after_an_rnr_nak_the_gap_waits_for_the_retry() {
+        let (mut env, mut stats, mut qp) = rc_fixture();
+        for n in [100, 101, 102, 101] {
+            let bytes = packet_from_peer(op::RC_SEND_ONLY, n, &[], |_| {});
+            qp.responder_receive(&mut env, &mut stats, &wire::parse_packet(&bytes).unwrap());
+        }
+        let sent = env.sent_parsed();
+        assert_eq!(sent.len(), 1, "one RNR NAK, no sequence NAKs behind it");
+        assert!(matches!(
+            sent[0].hdr.aeth.unwrap().syndrome,
+            Syndrome::RnrNak(_)
+        ));
     }
 
     #[test]

@@ -1,0 +1,409 @@
+//! The requester's retransmission timer: a round-trip estimate from ACKs and responses and a
+//! retransmission timeout (RTO) computed from it as TCP does (RFC 6298), bounded by the QP's
+//! local ACK timeout attribute (IBA: 4.096 µs × 2^timeout).
+//!
+//! Before the RTO, up to twice per stall, a tail probe (TCP's tail loss probe, RFC 8985 §7): after
+//! two round trips without progress the requester sends its last packet again asking for an
+//! ACK (for a READ: asks again for its first missing response). Whatever was lost at the tail
+//! — the last packets, the NAK, the last ACK, a READ retry — the answer shows it: an ACK for
+//! what arrived, or a repeated NAK from a responder whose gap is still open (resp.rs), and
+//! recovery goes on at the speed of a round trip instead of a timeout.
+//!
+//! IBA only says the requester must not give up before retry_cnt timeouts of the attribute's
+//! length without progress. So a timeout of the (shorter) RTO retransmits at once but spends a
+//! retry only when the attribute's full time has passed since the last progress or the last
+//! retry spent: a peer that is really gone fails the WR after retry_cnt × timeout, as before,
+//! while a lost tail packet costs a few round trips instead of the attribute's 0.5 s or more.
+
+use super::qp::Qp;
+use super::wqe::WqeKind;
+use super::EngineStats;
+use crate::roce::{DeviceEnv, Psn};
+
+/// The RTO never goes below this: a guest's NIC answers within a few hundred µs when its
+/// vCPUs run, but a host with more guests than cores stalls one for a few ms now and then;
+/// a spurious timeout resends a window, so the floor is the cost of that against the wait
+/// for a real loss.
+pub(super) const RTO_MIN_NS: u64 = 2_000_000;
+/// A repeated sequence NAK for the PSN the requester already went back to is taken as a new
+/// loss (the resend did not arrive) only this long after that rewind, at least: sooner it
+/// answers packets sent before the rewind. Half the smoothed round trip, at least this.
+pub(super) const NAK_REPEAT_MIN_NS: u64 = 10_000;
+
+/// A tail probe never comes sooner than this after the last progress.
+pub(super) const PTO_MIN_NS: u64 = 10_000;
+/// Tail probes per stall, each after twice the wait of the one before: a probe or its answer
+/// may be lost too.
+pub(super) const MAX_TAIL_PROBES: u8 = 2;
+
+/// Round-trip estimate of one requester (RFC 6298 §2, in ns).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) struct RttEstimator {
+    /// Smoothed round trip; 0 until the first sample.
+    pub(super) srtt_ns: u64,
+    pub(super) rttvar_ns: u64,
+    /// Timeouts in a row since the last progress: each doubles the RTO.
+    pub(super) backoff: u32,
+    /// Tail probes sent since the last progress.
+    pub(super) probes_sent: u8,
+    /// The packet being timed (PSN, sent at); only first transmissions are timed and a
+    /// rewind forgets it (Karn's rule: an ACK after a resend does not say which copy arrived).
+    pub(super) probe: Option<(Psn, u64)>,
+}
+
+impl RttEstimator {
+    /// Takes one round-trip sample.
+    pub(super) fn sample(&mut self, rtt_ns: u64) {
+        if self.srtt_ns == 0 {
+            self.srtt_ns = rtt_ns.max(1);
+            self.rttvar_ns = rtt_ns / 2;
+        } else {
+            let err = self.srtt_ns.abs_diff(rtt_ns);
+            // rttvar = 3/4 rttvar + 1/4 |srtt - r|; srtt = 7/8 srtt + 1/8 r.
+            self.rttvar_ns = (3 * self.rttvar_ns + err) / 4;
+            self.srtt_ns = ((7 * self.srtt_ns + rtt_ns) / 8).max(1);
+        }
+    }
+
+    /// The RTO within `[RTO_MIN_NS, bound_ns]`: the attribute's timeout until a sample
+    /// exists, then srtt + 4·rttvar, doubled per timeout in a row.
+    pub(super) fn rto_ns(&self, bound_ns: u64) -> u64 {
+        if self.srtt_ns == 0 {
+            return bound_ns;
+        }
+        let base = (self.srtt_ns + 4 * self.rttvar_ns).max(RTO_MIN_NS);
+        base.checked_shl(self.backoff.min(32))
+            .unwrap_or(u64::MAX)
+            .min(bound_ns)
+    }
+
+    /// When the tail probe is due after the last progress (None: no round trip measured).
+    pub(super) fn pto_ns(&self) -> Option<u64> {
+        (self.srtt_ns != 0).then(|| (2 * self.srtt_ns).max(PTO_MIN_NS))
+    }
+
+    /// How long after a rewind for a sequence NAK a repeated NAK for the same PSN still
+    /// answers packets sent before it.
+    pub(super) fn nak_repeat_ns(&self) -> u64 {
+        (self.srtt_ns / 2).max(NAK_REPEAT_MIN_NS)
+    }
+}
+
+impl Qp {
+    /// The retransmission timeout now, or None if the QP's timeout attribute is 0 (IBA: wait
+    /// for ever, no local ACK timer).
+    pub(super) fn rto_ns(&self) -> Option<u64> {
+        self.ack_timeout_ns()
+            .map(|bound| self.req.rtt.rto_ns(bound))
+    }
+
+    /// Arms the retransmission timer at `now`: for the tail probe if one is due before the
+    /// RTO (not after a timeout until progress is made), else for the RTO.
+    pub(super) fn arm_timer(&mut self, now: u64) {
+        let Some(rto) = self.rto_ns() else {
+            self.req.timer_deadline = None;
+            return;
+        };
+        let probes = self.req.rtt.probes_sent;
+        let pto = (self.req.rtt.backoff == 0 && probes < MAX_TAIL_PROBES)
+            .then(|| self.req.rtt.pto_ns())
+            .flatten()
+            .map(|pto| pto << probes)
+            .filter(|&pto| pto < rto);
+        self.req.timer_probe = pto.is_some();
+        self.req.timer_deadline = Some(now + pto.unwrap_or(rto));
+    }
+
+    /// The timer expired at `now`: if it was the tail probe's, sends the probe, arms the RTO
+    /// and returns true.
+    pub(super) fn tail_probe_due(
+        &mut self,
+        env: &mut dyn DeviceEnv,
+        stats: &mut EngineStats,
+        now: u64,
+    ) -> bool {
+        if !self.req.timer_probe {
+            return false;
+        }
+        self.req.timer_probe = false;
+        self.send_tail_probe(env, stats);
+        self.req.rtt.probes_sent += 1;
+        self.arm_timer(now);
+        true
+    }
+
+    /// Sends the tail probe: the last packet sent of the newest unfinished WR, asking for an
+    /// ACK, or for a READ a request for its first missing responses. The cursor stays.
+    fn send_tail_probe(&mut self, env: &mut dyn DeviceEnv, stats: &mut EngineStats) {
+        let started = self.req.sq.iter().take_while(|w| w.started).count();
+        let Some(index) = (0..started).rev().find(|&i| {
+            let w = &self.req.sq[i];
+            !w.done() && w.error.is_none() && w.kind != WqeKind::Local
+        }) else {
+            return;
+        };
+        let wqe = &self.req.sq[index];
+        let pkt = match wqe.kind {
+            WqeKind::Read => wqe.read_pkts_done,
+            _ => (wqe.npsn - 1).min(self.req.sent_end.prev().distance_from(wqe.first_psn)),
+        };
+        let saved = (
+            self.req.cursor,
+            self.req.cursor_pkt,
+            self.req.pkts_since_ack_req,
+        );
+        self.req.cursor = index;
+        self.req.cursor_pkt = pkt;
+        // Whatever packet it is, it asks for an ACK.
+        self.req.pkts_since_ack_req = u32::MAX - 1;
+        self.rtt_forget_probe();
+        if self.send_packet(env, stats, index).is_ok() {
+            stats.tail_probes += 1;
+        }
+        (
+            self.req.cursor,
+            self.req.cursor_pkt,
+            self.req.pkts_since_ack_req,
+        ) = saved;
+    }
+
+    /// Starts timing the packet `psn` sent now, if no packet is being timed.
+    pub(super) fn time_packet(&mut self, psn: Psn, now: u64) {
+        if self.req.rtt.probe.is_none() {
+            self.req.rtt.probe = Some((psn, now));
+        }
+    }
+
+    /// An ACK or response showed that every PSN through `psn` arrived: a timed packet among
+    /// them gives a round-trip sample.
+    pub(super) fn rtt_acked_through(&mut self, psn: Psn, now: u64) {
+        if let Some((timed, sent)) = self.req.rtt.probe {
+            if psn.diff(timed) >= 0 {
+                self.req.rtt.sample(now.saturating_sub(sent));
+                self.req.rtt.probe = None;
+            }
+        }
+    }
+
+    /// The requester went back (NAK, timeout, READ hole): what is in flight now may be a
+    /// copy, so nothing is timed until a first transmission again.
+    pub(super) fn rtt_forget_probe(&mut self) {
+        self.req.rtt.probe = None;
+    }
+
+    /// Progress: the RTO stops backing off and the attribute's retry period starts over.
+    pub(super) fn rtt_progress(&mut self, now: u64) {
+        self.req.rtt.backoff = 0;
+        self.req.rtt.probes_sent = 0;
+        self.req.retry_period_start = now;
+    }
+
+    /// A timeout at `now`: whether it spends a retry (the attribute's whole timeout passed
+    /// since the last progress or retry spent); the RTO backs off either way.
+    pub(super) fn timeout_spends_retry(&mut self, now: u64) -> bool {
+        self.req.rtt.backoff = self.req.rtt.backoff.saturating_add(1);
+        self.retry_period_over(now)
+    }
+
+    /// Whether the attribute's whole timeout passed at `now` since the last progress or retry
+    /// spent (then a new period starts): what lets a timeout, or a repeated sequence NAK for
+    /// the same loss, spend a retry.
+    pub(super) fn retry_period_over(&mut self, now: u64) -> bool {
+        let attr = self.ack_timeout_ns().unwrap_or(0);
+        if now.saturating_sub(self.req.retry_period_start) >= attr {
+            self.req.retry_period_start = now;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_env::*;
+    use super::*;
+    use crate::roce::wire::{self, opcode as op, Aeth, NakCode, Syndrome};
+    use crate::roce::*;
+
+    fn psns(env: &TestEnv) -> Vec<(u32, bool)> {
+        env.sent_parsed()
+            .iter()
+            .map(|p| (p.hdr.bth.psn.get(), p.hdr.bth.ack_req))
+            .collect()
+    }
+
+    fn ack(qp: &mut Qp, env: &mut TestEnv, stats: &mut EngineStats, n: u32, syndrome: Syndrome) {
+        let bytes = packet_from_peer(op::RC_ACKNOWLEDGE, n, &[], |h| {
+            h.aeth = Some(Aeth {
+                syndrome,
+                msn: Msn::default(),
+            })
+        });
+        qp.completer_receive(env, stats, &wire::parse_packet(&bytes).unwrap());
+    }
+
+    /// An RC QP that measured a round trip of `rtt` and sent a 3-packet SEND (PSNs 100..=102).
+    fn sent_send(rtt: u64) -> (TestEnv, EngineStats, Qp) {
+        let (mut env, mut stats, mut qp) = rc_fixture();
+        qp.req.retry_left = 7;
+        qp.req.rtt.sample(rtt);
+        let wqe = qp.make_wqe(send_wr(1, WrOpcode::Send, 3000));
+        qp.enqueue(&mut env, &mut stats, wqe);
+        env.sent.clear();
+        (env, stats, qp)
+    }
+
+    #[test]
+    fn a_stall_gets_two_tail_probes_then_the_rto_goes_back_n_without_spending_a_retry() {
+        let (mut env, mut stats, mut qp) = sent_send(100_000);
+        let retries = qp.req.retry_left;
+        assert_eq!(
+            qp.req.timer_deadline,
+            Some(200_000),
+            "the probe after two round trips"
+        );
+        env.now = 200_000;
+        qp.on_timers(&mut env, &mut stats);
+        assert_eq!(
+            psns(&env),
+            [(102, true)],
+            "the last packet again, asking for an ACK"
+        );
+        assert_eq!(
+            qp.req.timer_deadline,
+            Some(600_000),
+            "the second after twice as long"
+        );
+        env.now = 600_000;
+        qp.on_timers(&mut env, &mut stats);
+        assert_eq!(stats.tail_probes, 2);
+        assert_eq!(qp.req.cursor, 1, "probes leave the cursor");
+        let rto = qp.req.rtt.rto_ns(u64::MAX);
+        assert_eq!(qp.req.timer_deadline, Some(600_000 + rto), "then the RTO");
+        env.now += rto;
+        env.sent.clear();
+        qp.on_timers(&mut env, &mut stats);
+        assert_eq!(psns(&env), [(100, false), (101, false), (102, true)]);
+        assert_eq!(stats.retransmit_timeouts, 1);
+        assert_eq!(
+            qp.req.retry_left, retries,
+            "a retry is spent only per local ACK timeout (67 ms) without progress"
+        );
+        // The RTO backs off and no probe comes until progress.
+        assert_eq!(qp.req.timer_deadline, Some(env.now + 2 * rto));
+        ack(&mut qp, &mut env, &mut stats, 102, Syndrome::Ack);
+        assert_eq!(qp.req.timer_deadline, None, "all acknowledged");
+        assert_eq!(qp.req.rtt.backoff, 0);
+    }
+
+    #[test]
+    fn timeouts_spend_retries_once_the_attribute_timeout_passed() {
+        let (mut env, mut stats, mut qp) = sent_send(1_000_000);
+        let attr = qp.ack_timeout_ns().unwrap();
+        let retries = qp.req.retry_left;
+        let mut spent_at = Vec::new();
+        while env.now < 3 * attr {
+            env.now = qp.req.timer_deadline.expect("armed");
+            qp.on_timers(&mut env, &mut stats);
+            if qp.req.retry_left != retries - spent_at.len() as u8 {
+                spent_at.push(env.now);
+            }
+        }
+        assert!(stats.retransmit_timeouts > 3);
+        assert_eq!(spent_at.len(), 3, "one per attribute timeout: {spent_at:?}");
+    }
+
+    #[test]
+    fn a_repeated_sequence_nak_rewinds_again_only_after_half_a_round_trip() {
+        let (mut env, mut stats, mut qp) = sent_send(100_000);
+        const SEQ_NAK: Syndrome = Syndrome::Nak(NakCode::PsnSequenceError);
+        ack(&mut qp, &mut env, &mut stats, 101, SEQ_NAK);
+        assert_eq!(psns(&env), [(101, false), (102, true)], "fast retransmit");
+        env.sent.clear();
+        env.now += 10_000;
+        ack(&mut qp, &mut env, &mut stats, 101, SEQ_NAK);
+        assert!(
+            env.sent.is_empty(),
+            "answers packets sent before the rewind"
+        );
+        assert_eq!(stats.rx_stale_responses, 1);
+        env.now += 50_000;
+        ack(&mut qp, &mut env, &mut stats, 101, SEQ_NAK);
+        assert_eq!(
+            psns(&env),
+            [(101, false), (102, true)],
+            "the resend was lost"
+        );
+        assert_eq!(stats.nak_rewinds, 2);
+        assert_eq!(
+            qp.req.retry_left, 6,
+            "the same loss NAKed again spends a retry only per local ACK timeout"
+        );
+    }
+
+    #[test]
+    fn acks_of_first_transmissions_give_round_trip_samples() {
+        let (mut env, mut stats, mut qp) = rc_fixture();
+        env.now = 1_000;
+        let wqe = qp.make_wqe(send_wr(1, WrOpcode::Send, 8));
+        qp.enqueue(&mut env, &mut stats, wqe);
+        assert_eq!(
+            qp.req.timer_deadline,
+            Some(1_000 + qp.ack_timeout_ns().unwrap())
+        );
+        env.now = 31_000;
+        ack(&mut qp, &mut env, &mut stats, 100, Syndrome::Ack);
+        assert_eq!(qp.req.rtt.srtt_ns, 30_000);
+        // A retransmitted packet is not timed (Karn).
+        let wqe = qp.make_wqe(send_wr(2, WrOpcode::Send, 8));
+        qp.enqueue(&mut env, &mut stats, wqe);
+        qp.rewind_to(Psn::from_wire(101));
+        qp.rtt_forget_probe();
+        qp.transmit(&mut env, &mut stats);
+        env.now = 1_000_000;
+        ack(&mut qp, &mut env, &mut stats, 101, Syndrome::Ack);
+        assert_eq!(qp.req.rtt.srtt_ns, 30_000);
+    }
+
+    #[test]
+    fn rto_follows_the_samples_within_the_floor_and_the_attribute() {
+        let mut e = RttEstimator::default();
+        let attr = 537_000_000;
+        assert_eq!(
+            e.rto_ns(attr),
+            attr,
+            "no sample yet: the attribute's timeout"
+        );
+        e.sample(10_000_000);
+        assert_eq!((e.srtt_ns, e.rttvar_ns), (10_000_000, 5_000_000));
+        assert_eq!(e.rto_ns(attr), 30_000_000, "srtt + 4 rttvar");
+        for _ in 0..50 {
+            e.sample(100_000);
+        }
+        assert!(e.srtt_ns < 200_000, "converges: {}", e.srtt_ns);
+        assert_eq!(e.rto_ns(attr), RTO_MIN_NS, "never below the floor");
+        assert_eq!(e.rto_ns(1_000_000), 1_000_000, "never beyond the attribute");
+    }
+
+    #[test]
+    fn timeouts_in_a_row_double_the_rto_up_to_the_attribute() {
+        let mut e = RttEstimator::default();
+        e.sample(1_000_000);
+        let base = e.rto_ns(u64::MAX);
+        e.backoff = 1;
+        assert_eq!(e.rto_ns(u64::MAX), 2 * base);
+        e.backoff = 3;
+        assert_eq!(e.rto_ns(u64::MAX), 8 * base);
+        e.backoff = 40;
+        assert_eq!(e.rto_ns(50_000_000), 50_000_000);
+    }
+
+    #[test]
+    fn a_repeated_nak_counts_after_half_a_round_trip() {
+        let mut e = RttEstimator::default();
+        assert_eq!(e.nak_repeat_ns(), NAK_REPEAT_MIN_NS);
+        e.sample(4_000_000);
+        assert_eq!(e.nak_repeat_ns(), 2_000_000);
+    }
+}
