@@ -668,6 +668,7 @@ mod tests {
         // Filled: a later gap gets its own NAK.
         let bytes = packet_from_peer(op::RC_SEND_ONLY, 100, &[], |_| {});
         env.recv.push_back(RecvWr {
+            wqe_index: 0,
             wr_id: 1,
             sges: Vec::new(),
         });
