@@ -340,12 +340,12 @@ mod tests {
         // A WRITE (PSN 100) still unacknowledged holds the LOCAL_INV behind it; the LOCAL_INV
         // takes no PSN: its first PSN is the READ's (101).
         let mut inv = send_wr(1, WrOpcode::LocalInv, 0);
-        inv.rkey = Key::from_raw(2);
+        inv.rkey = INV_KEY;
         let mut read = send_wr(2, WrOpcode::RdmaRead, READ_LEN);
         read.data = SendData::Sges(vec![Sge {
             addr: 0x2000,
             length: READ_LEN,
-            lkey: Key::from_raw(1),
+            lkey: LKEY,
         }]);
         for wr in [send_wr(0, WrOpcode::RdmaWrite, 8), inv, read] {
             let wqe = qp.make_wqe(wr);

@@ -21,6 +21,8 @@ pub(super) const LKEY: Key = Key::region(1, 0);
 pub(super) const RKEY: Key = Key::region(2, 0);
 /// A key whose every access hits a page that is not present.
 pub(super) const FAULT_KEY: Key = Key::region(3, 0);
+/// A fast-registration region over all memory, valid until a LOCAL_INV invalidates it.
+pub(super) const INV_KEY: Key = Key::region(4, 0);
 /// A key the device does not know.
 pub(super) const BAD_KEY: Key = Key::from_raw(0xbad);
 pub(super) const MEM_LEN: usize = 1 << 16;
@@ -54,6 +56,7 @@ impl TestEnv {
             (LKEY, RegionKind::Physical),
             (RKEY, RegionKind::Physical),
             (FAULT_KEY, RegionKind::OnDemand),
+            (INV_KEY, RegionKind::FastReg),
         ] {
             let mr = region(key, PD, 0, len, all, kind);
             table.mrs.insert(key.index(), mr);
