@@ -91,7 +91,7 @@ impl SharedMapping {
     /// The 32-bit atomic at byte `offset` (4-aligned, inside the mapping).
     pub fn atomic_u32(&self, offset: usize) -> &AtomicU32 {
         assert!(
-            offset.is_multiple_of(4) && offset + 4 <= self.len,
+            offset % 4 == 0 && offset + 4 <= self.len,
             "atomic at {offset} out of the mapping"
         );
         // SAFETY: in bounds and aligned (checked above; mmap returns page-aligned memory); the
