@@ -28,6 +28,7 @@ mod sg;
 #[cfg(test)]
 mod test_env;
 mod wqe;
+mod xrc;
 
 use std::collections::HashMap;
 
@@ -87,6 +88,8 @@ pub struct EngineStats {
     pub retransmit_timeouts: u64,
     /// Rewinds caused by NAKs (sequence error or RNR).
     pub nak_rewinds: u64,
+    /// XRC requests naming an SRQ that is not an XRC SRQ of the target QP's domain.
+    pub rx_xrc_domain_errors: u64,
 }
 
 /// Why [`Engine::receive`] dropped a packet (also counted in [`EngineStats`]).

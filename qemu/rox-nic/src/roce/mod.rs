@@ -117,6 +117,8 @@ pub struct SendWr {
     pub fast_reg: Option<FastReg>,
     /// UD only.
     pub ud: Option<UdDest>,
+    /// XRC initiator QPs: the remote XRC SRQ the message is for (its XRCETH).
+    pub xrc_srqn: u32,
 }
 
 impl SendWr {
@@ -139,6 +141,7 @@ impl SendWr {
             bind: None,
             fast_reg: None,
             ud: None,
+            xrc_srqn: 0,
         }
     }
 }
@@ -235,6 +238,9 @@ pub struct Completion {
     /// UD receives: the network header of the packet (`rox_uapi::queue::CQE_NETWORK_HDR_*`),
     /// `CQE_NETWORK_HDR_NONE` otherwise.
     pub network_hdr: u8,
+    /// Receives of an XRC target QP: the XRC SRQ the message went into, whose CQ takes the
+    /// completion (the QP has no receive CQ of its own).
+    pub xrc_srq: Option<u32>,
 }
 
 impl Completion {
@@ -259,6 +265,7 @@ impl Completion {
             solicited: false,
             vendor_err: 0,
             network_hdr: rox_uapi::queue::CQE_NETWORK_HDR_NONE,
+            xrc_srq: None,
         }
     }
 
@@ -475,6 +482,24 @@ pub trait DeviceEnv {
     }
     /// A copy of a multicast packet was handed to one attached QP.
     fn multicast_copy(&mut self) {}
+    /// The XRC SRQ numbered `srqn`: its XRC domain and PD (None: no such SRQ, or not an XRC
+    /// one). An XRC target QP delivers only into an SRQ of its own domain.
+    fn xrc_srq(&self, _srqn: u32) -> Option<XrcSrq> {
+        None
+    }
+    /// Take the next receive WR of XRC SRQ `srqn`.
+    fn pop_xrc_srq(&mut self, _srqn: u32) -> Option<RecvWr> {
+        None
+    }
+}
+
+/// What the engine needs to know of an XRC SRQ.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct XrcSrq {
+    pub xrcd: u32,
+    /// The PD whose regions the SRQ's receive WRs name, and in which an XRC target checks
+    /// the R_Keys of requests naming this SRQ (IBA: the XRC SRQ's PD, the QP has none).
+    pub pd: u32,
 }
 
 /// Static properties of a QP, fixed at creation.

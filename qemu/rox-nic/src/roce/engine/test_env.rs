@@ -3,7 +3,7 @@
 //! completed. Protection itself is the device's and is tested there; the integration tests
 //! (tests/roce_*.rs) run whole engines against a device-like double.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 
 use super::qp::Qp;
 use super::EngineStats;
@@ -25,6 +25,8 @@ pub(super) struct TestEnv {
     /// QPs whose SQD drain was reported.
     pub(super) drained: Vec<Qpn>,
     pub(super) async_errors: Vec<QpAsyncError>,
+    /// XRC SRQs by number: their domain and PD, and their posted receive WRs.
+    pub(super) xrc_srqs: HashMap<u32, (XrcSrq, VecDeque<RecvWr>)>,
 }
 
 impl TestEnv {
@@ -37,6 +39,7 @@ impl TestEnv {
             sent: Vec::new(),
             drained: Vec::new(),
             async_errors: Vec::new(),
+            xrc_srqs: HashMap::new(),
         }
     }
 
@@ -151,6 +154,12 @@ impl DeviceEnv for TestEnv {
     }
     fn transmit(&mut self, _: &AddressVector, packet: Vec<u8>) {
         self.sent.push(packet);
+    }
+    fn xrc_srq(&self, srqn: u32) -> Option<XrcSrq> {
+        self.xrc_srqs.get(&srqn).map(|(srq, _)| *srq)
+    }
+    fn pop_xrc_srq(&mut self, srqn: u32) -> Option<RecvWr> {
+        self.xrc_srqs.get_mut(&srqn)?.1.pop_front()
     }
 }
 
