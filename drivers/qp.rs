@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: GPL-2.0
-//! Queue pairs (RC, UC, UD; GSI for ib_mad): rings in user memory pinned here (or, for kernel
+//! Queue pairs (RC, UC, UD, XRC initiator and target; GSI for ib_mad): rings in user memory pinned here (or, for kernel
 //! consumers, coherent DMA memory with the driver posting WQEs), SQ/RQ producer indices in a
 //! doorbell slot, state transitions checked against ib_core's table before the device sees them.
 
 use crate::{
+    cq::Cq,
     dead::{gone_if_dead, QpEntry},
     dev::{RoxDev, RoxVerbs},
     hw::{
@@ -74,11 +75,16 @@ pub(crate) fn create(
     let qp_type = match u8::try_from(init.qp_type) {
         Ok(t @ (verbs::QPT_RC | verbs::QPT_UC | verbs::QPT_UD)) => t,
         Ok(verbs::QPT_GSI) if uctx.is_none() => verbs::QPT_GSI,
+        // XRC is for user processes (ibv_open_xrcd); ib_open_qp shares a target in ib_core.
+        Ok(t @ (verbs::QPT_XRC_INI | verbs::QPT_XRC_TGT)) if uctx.is_some() => t,
         _ => return Err(EOPNOTSUPP),
     };
     let Some(uctx) = uctx else {
         return create_kernel(dev, qp_type, init);
     };
+    // Neither XRC role has a receive queue: an initiator receives nothing, a target takes
+    // each request's SRQ.
+    let xrc = matches!(qp_type, verbs::QPT_XRC_INI | verbs::QPT_XRC_TGT);
     let req: ud::CreateQpReq = udata.read()?;
     let cap = &mut *init.cap;
     // What a WQE holds, within what the device advertises.
@@ -97,6 +103,7 @@ pub(crate) fn create(
     let sq = UserRing::new(dev, ib, req.sq_buf_addr, queue::SQ_WQE_SIZE << log_sq, 0)?;
     let (rq, log_rq) = match init.srq {
         Some(_) => (None, 0),
+        None if xrc => (None, 0),
         None => {
             let log_rq = log_depth_for(cap.max_recv_wr, req.log_rq_depth)?;
             (
@@ -117,13 +124,17 @@ pub(crate) fn create(
         sq_sig_all: init.sq_sig_all.into(),
         log_sq_depth: log_sq as u8,
         log_rq_depth: log_rq as u8,
-        pd: init.pd.pdn(),
-        send_cq: init.send_cq.device_id(),
-        recv_cq: init.recv_cq.device_id(),
+        pd: init.pd.map_or(0, |pd| pd.pdn()),
+        send_cq: init.send_cq.map_or(admin::CQ_NONE, Cq::device_id),
+        // An initiator's receive CQ is its send CQ: it completes nothing there.
+        recv_cq: init
+            .recv_cq
+            .or(init.send_cq)
+            .map_or(admin::CQ_NONE, Cq::device_id),
         srq: init.srq.map_or(admin::SRQ_NONE, Srq::device_id),
         db_page: uctx.db_page(),
         db_slot: db.slot(),
-        reserved: 0,
+        xrcd: init.xrcd,
         sq: sq.desc(),
         rq: rq.as_ref().map(UserRing::desc).unwrap_or_default(),
     };
@@ -185,6 +196,10 @@ fn create_kernel(
     qp_type: u8,
     init: QpInit<'_, RoxVerbs>,
 ) -> Result<Created<Qp, Qpn>> {
+    // Kernel QPs are never XRC: each has its PD and both CQs.
+    let (Some(pd), Some(send_cq), Some(recv_cq)) = (init.pd, init.send_cq, init.recv_cq) else {
+        return Err(EINVAL);
+    };
     let cap = &mut *init.cap;
     let max_send_sge = queue::SQ_MAX_SGE.min(dev.attr.max_send_sge);
     let max_recv_sge = queue::RQ_MAX_SGE.min(dev.attr.max_recv_sge);
@@ -216,13 +231,13 @@ fn create_kernel(
         sq_sig_all: init.sq_sig_all.into(),
         log_sq_depth: log_sq as u8,
         log_rq_depth: log_rq as u8,
-        pd: init.pd.pdn(),
-        send_cq: init.send_cq.device_id(),
-        recv_cq: init.recv_cq.device_id(),
+        pd: pd.pdn(),
+        send_cq: send_cq.device_id(),
+        recv_cq: recv_cq.device_id(),
         srq: init.srq.map_or(admin::SRQ_NONE, Srq::device_id),
         db_page: regs::DB_PAGE_KERNEL,
         db_slot: db.slot(),
-        reserved: 0,
+        xrcd: 0,
         sq: sq.desc(),
         rq: rq.as_ref().map(KernelWq::desc).unwrap_or_default(),
     };
@@ -232,8 +247,8 @@ fn create_kernel(
             sq,
             rq,
             db,
-            send_cq: init.send_cq.device_id(),
-            recv_cq: init.recv_cq.device_id(),
+            send_cq: send_cq.device_id(),
+            recv_cq: recv_cq.device_id(),
         },
         GFP_KERNEL,
     )?;
@@ -428,7 +443,7 @@ pub(crate) fn post_send(_dev: &RoxDev<'_>, qp: &Qp, wr: &SendWr<'_, RoxVerbs>) -
         reserved0: 0,
         imm_data: wr.imm_data(),
         inline_len,
-        reserved1: 0,
+        xrc_srqn: 0,
         seg,
         data,
     };

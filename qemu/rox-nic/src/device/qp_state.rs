@@ -27,7 +27,8 @@ impl ModifyError {
 pub fn transition_masks(qp_type: u8, cur: u8, next: u8) -> Option<(u32, u32)> {
     let ud_like = qp_type == QPT_UD || qp_type == QPT_GSI;
     let gsi = qp_type == QPT_GSI;
-    let rc = qp_type == QPT_RC;
+    // XRC is RC's transport: its QPs move through RC's states with RC's attributes.
+    let rc = matches!(qp_type, QPT_RC | QPT_XRC_INI | QPT_XRC_TGT);
     let uc = qp_type == QPT_UC;
     let pick = |ud: u32, uc_m: u32, rc_m: u32, gsi_m: u32| -> u32 {
         if gsi {

@@ -30,6 +30,8 @@ mod test_env;
 mod wqe;
 mod xrc;
 
+pub use xrc::XrcRole;
+
 use std::collections::HashMap;
 
 use super::wire::{ParseError, Syndrome};

@@ -144,12 +144,7 @@ pub fn build_packet_with(
         &mut buf,
         Psn::from_wire(b.psn.get()).get() | if b.ack_req { BTH_ACK_REQ } else { 0 },
     );
-    if info.xrceth {
-        put_u32(
-            &mut buf,
-            xrceth::encode(hdr.xrceth.expect("XRCETH required by opcode")),
-        );
-    }
+    xrceth::put(&mut buf, hdr, &info);
     if info.deth {
         let d = hdr.deth.expect("DETH required by opcode");
         put_u32(&mut buf, d.qkey);

@@ -16,6 +16,14 @@ pub fn decode(word: u32) -> u32 {
     word & SRQN_MASK
 }
 
+/// Appends the XRCETH of `hdr` to a packet being built, if its opcode has one.
+pub(super) fn put(buf: &mut Vec<u8>, hdr: &super::Headers, info: &super::OpcodeInfo) {
+    if info.xrceth {
+        let srqn = hdr.xrceth.expect("XRCETH required by opcode");
+        buf.extend_from_slice(&encode(srqn).to_be_bytes());
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::opcode::{self as op, CLASS_XRC};
