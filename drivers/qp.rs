@@ -75,8 +75,11 @@ pub(crate) fn create(
     let qp_type = match u8::try_from(init.qp_type) {
         Ok(t @ (verbs::QPT_RC | verbs::QPT_UC | verbs::QPT_UD)) => t,
         Ok(verbs::QPT_GSI) if uctx.is_none() => verbs::QPT_GSI,
-        // XRC is for user processes (ibv_open_xrcd); ib_open_qp shares a target in ib_core.
-        Ok(t @ (verbs::QPT_XRC_INI | verbs::QPT_XRC_TGT)) if uctx.is_some() => t,
+        // XRC is for user processes (ibv_open_xrcd). ib_core creates a target without udata:
+        // it belongs to its XRC domain, not to a process (ib_open_qp shares it), so it is
+        // made as the kernel's.
+        Ok(verbs::QPT_XRC_INI) if uctx.is_some() => verbs::QPT_XRC_INI,
+        Ok(verbs::QPT_XRC_TGT) if uctx.is_none() => verbs::QPT_XRC_TGT,
         _ => return Err(EOPNOTSUPP),
     };
     let Some(uctx) = uctx else {
@@ -190,17 +193,24 @@ fn granted_wrs(wanted: u32, log: u32) -> u32 {
 }
 
 /// A kernel consumer's QP: rings in coherent DMA memory, a slot of the driver's doorbell page.
-/// With an SRQ it has no receive ring of its own (0 receive WRs).
+/// With an SRQ it has no receive ring of its own (0 receive WRs). An XRC target has no PD,
+/// CQs or receive ring, and a smallest send ring nothing is posted to (0 send WRs).
 fn create_kernel(
     dev: &RoxDev<'_>,
     qp_type: u8,
     init: QpInit<'_, RoxVerbs>,
 ) -> Result<Created<Qp, Qpn>> {
-    // Kernel QPs are never XRC: each has its PD and both CQs.
-    let (Some(pd), Some(send_cq), Some(recv_cq)) = (init.pd, init.send_cq, init.recv_cq) else {
-        return Err(EINVAL);
+    let target = qp_type == verbs::QPT_XRC_TGT;
+    let (pdn, send_cq, recv_cq) = match (init.pd, init.send_cq, init.recv_cq) {
+        (Some(pd), Some(s), Some(r)) if !target => (pd.pdn(), s.device_id(), r.device_id()),
+        (None, None, None) if target => (0, admin::CQ_NONE, admin::CQ_NONE),
+        _ => return Err(EINVAL),
     };
     let cap = &mut *init.cap;
+    if target {
+        // Capacities a target is asked for mean nothing: it has no queue of its own.
+        *cap = QpCap::default();
+    }
     let max_send_sge = queue::SQ_MAX_SGE.min(dev.attr.max_send_sge);
     let max_recv_sge = queue::RQ_MAX_SGE.min(dev.attr.max_recv_sge);
     let max_inline = queue::SQ_MAX_INLINE.min(dev.attr.max_inline_data);
@@ -212,7 +222,7 @@ fn create_kernel(
     {
         return Err(EINVAL);
     }
-    let has_srq = init.srq.is_some();
+    let has_srq = init.srq.is_some() || target;
     let log_sq = kernel_log_depth::<queue::SqWqe>(cap.max_send_wr)?;
     let log_rq = if has_srq {
         0
@@ -231,13 +241,13 @@ fn create_kernel(
         sq_sig_all: init.sq_sig_all.into(),
         log_sq_depth: log_sq as u8,
         log_rq_depth: log_rq as u8,
-        pd: pd.pdn(),
-        send_cq: send_cq.device_id(),
-        recv_cq: recv_cq.device_id(),
+        pd: pdn,
+        send_cq,
+        recv_cq,
         srq: init.srq.map_or(admin::SRQ_NONE, Srq::device_id),
         db_page: regs::DB_PAGE_KERNEL,
         db_slot: db.slot(),
-        xrcd: 0,
+        xrcd: init.xrcd,
         sq: sq.desc(),
         rq: rq.as_ref().map(KernelWq::desc).unwrap_or_default(),
     };
@@ -247,8 +257,8 @@ fn create_kernel(
             sq,
             rq,
             db,
-            send_cq: send_cq.device_id(),
-            recv_cq: recv_cq.device_id(),
+            send_cq,
+            recv_cq,
         },
         GFP_KERNEL,
     )?;
