@@ -58,6 +58,50 @@ fn create_xrc_qp(d: &mut TestDriver, qp_type: u8, cq: u32, xrcd: u32) -> TestQp 
     qp
 }
 
+/// Moves an XRC QP to RTS talking to `dest_qpn` at `gid`, with the attributes ib_core
+/// requires of its role (an initiator no responder's, a target no requester's beyond the
+/// timeout).
+fn xrc_connect(d: &mut TestDriver, qp: &TestQp, gid: [u8; 16], dest_qpn: Qpn) {
+    let target = qp.qp_type == QPT_XRC_TGT;
+    let (responder, requester) = if target {
+        (QP_MAX_DEST_RD_ATOMIC | QP_MIN_RNR_TIMER, 0)
+    } else {
+        (0, QP_RETRY_CNT | QP_RNR_RETRY | QP_MAX_QP_RD_ATOMIC)
+    };
+    let steps = [
+        (QPS_INIT, QP_PKEY_INDEX | QP_PORT | QP_ACCESS_FLAGS),
+        (
+            QPS_RTR,
+            QP_AV | QP_PATH_MTU | QP_DEST_QPN | QP_RQ_PSN | responder,
+        ),
+        (QPS_RTS, QP_TIMEOUT | QP_SQ_PSN | requester),
+    ];
+    let mut a = QpAttr {
+        port_num: admin_port(),
+        qp_access_flags: ACCESS,
+        path_mtu: MTU_1024,
+        dest_qp_num: dest_qpn,
+        max_dest_rd_atomic: 4,
+        max_rd_atomic: 4,
+        timeout: 14,
+        retry_cnt: 7,
+        rnr_retry: 7,
+        ..Default::default()
+    };
+    a.ah.dgid = gid;
+    a.ah.dmac = test_mac(&gid);
+    a.ah.hop_limit = 64;
+    for (state, mask) in steps {
+        a.qp_state = state;
+        let status = d.modify_qp(qp.qpn, QP_STATE | mask, a).status;
+        assert_eq!(
+            status, ADMIN_STATUS_SUCCESS,
+            "QP {:?} to state {state}",
+            qp.qpn
+        );
+    }
+}
+
 struct Xrc {
     d: TestDriver,
     ini_cq: TestCq,
@@ -79,25 +123,8 @@ fn xrc_pair() -> Xrc {
     let srq_cq = d.create_cq(6);
     let ini = create_xrc_qp(&mut d, QPT_XRC_INI, ini_cq.id, 0);
     let tgt = create_xrc_qp(&mut d, QPT_XRC_TGT, 0, XRCD);
-    // The testkit moves QPs through RC's states; XRC QPs take RC's attributes.
-    d.connect(
-        &TestQp {
-            qp_type: QPT_RC,
-            ..ini
-        },
-        gid,
-        tgt.qpn,
-        ACCESS,
-    );
-    d.connect(
-        &TestQp {
-            qp_type: QPT_RC,
-            ..tgt
-        },
-        gid,
-        ini.qpn,
-        ACCESS,
-    );
+    xrc_connect(&mut d, &ini, gid, tgt.qpn);
+    xrc_connect(&mut d, &tgt, gid, ini.qpn);
     let src = d.ram.alloc(BUF, 4096);
     let dst = d.ram.alloc(BUF, 4096);
     let src_key = d.reg_mr(PD, src, BUF, ACCESS).unwrap();
@@ -236,4 +263,66 @@ fn an_srq_of_another_domain_is_refused_and_untouched() {
     x.d.expect_no_cqe(&mut x.srq_cq, Duration::from_millis(10));
     assert_eq!(x.d.ram.read(x.dst, 9), vec![0; 9]);
     assert_eq!(x.d.query_qp(x.tgt.qpn).qp_state, QPS_ERR);
+}
+
+#[test]
+fn xrc_qps_take_the_attributes_ib_core_requires_of_them() {
+    let mut d = TestDriver::new(DeviceConfig::new([2, 0, 0, 0, 0, 9]));
+    let gid = gid_v4(127, 0, 0, 1);
+    d.set_gid(0, gid);
+    let cq = d.create_cq(6);
+    let ini = create_xrc_qp(&mut d, QPT_XRC_INI, cq.id, 0);
+    let tgt = create_xrc_qp(&mut d, QPT_XRC_TGT, 0, XRCD);
+    let mut a = QpAttr {
+        qp_state: QPS_INIT,
+        port_num: 1,
+        qp_access_flags: ACCESS,
+        ..Default::default()
+    };
+    let to_init = QP_STATE | QP_PKEY_INDEX | QP_PORT | QP_ACCESS_FLAGS;
+    for qp in [&ini, &tgt] {
+        assert_eq!(d.modify_qp(qp.qpn, to_init, a).status, ADMIN_STATUS_SUCCESS);
+    }
+    a.qp_state = QPS_RTR;
+    a.path_mtu = MTU_1024;
+    a.ah.dgid = gid;
+    a.ah.dmac = test_mac(&gid);
+    a.ah.hop_limit = 64;
+    a.max_dest_rd_atomic = 1;
+    a.min_rnr_timer = 12;
+    let path = QP_STATE | QP_AV | QP_PATH_MTU | QP_DEST_QPN | QP_RQ_PSN;
+    let responder = QP_MAX_DEST_RD_ATOMIC | QP_MIN_RNR_TIMER;
+    // As ibv_xsrq_pingpong does: an initiator's RTR without responder attributes, a target's
+    // RTS with the timeout and send PSN only.
+    a.dest_qp_num = tgt.qpn;
+    assert_eq!(d.modify_qp(ini.qpn, path, a).status, ADMIN_STATUS_SUCCESS);
+    a.dest_qp_num = ini.qpn;
+    assert_eq!(
+        d.modify_qp(tgt.qpn, path, a).status,
+        ADMIN_STATUS_BAD_STATE,
+        "a target's RTR needs its responder attributes"
+    );
+    assert_eq!(
+        d.modify_qp(tgt.qpn, path | responder, a).status,
+        ADMIN_STATUS_SUCCESS
+    );
+    a.qp_state = QPS_RTS;
+    a.timeout = 14;
+    a.retry_cnt = 7;
+    a.rnr_retry = 7;
+    a.max_rd_atomic = 1;
+    let rts = QP_STATE | QP_TIMEOUT | QP_SQ_PSN;
+    assert_eq!(d.modify_qp(tgt.qpn, rts, a).status, ADMIN_STATUS_SUCCESS);
+    assert_eq!(
+        d.modify_qp(ini.qpn, rts, a).status,
+        ADMIN_STATUS_BAD_STATE,
+        "an initiator's RTS needs its requester attributes"
+    );
+    let requester = QP_RETRY_CNT | QP_RNR_RETRY | QP_MAX_QP_RD_ATOMIC;
+    assert_eq!(
+        d.modify_qp(ini.qpn, rts | requester, a).status,
+        ADMIN_STATUS_SUCCESS
+    );
+    assert_eq!(d.query_qp(tgt.qpn).qp_state, QPS_RTS);
+    assert_eq!(d.query_qp(ini.qpn).qp_state, QPS_RTS);
 }
