@@ -158,6 +158,8 @@ impl OdpCaps {
             ..Default::default()
         };
         caps.per_transport_caps.rc_odp_caps = self.rc.bits();
+        // XRC initiators request and XRC targets respond (into their SRQs) on RC's paths.
+        caps.per_transport_caps.xrc_odp_caps = self.rc.bits();
         caps.per_transport_caps.ud_odp_caps = self.ud.bits();
         caps
     }
