@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: GPL-2.0
-//! Queue pairs (RC, UC, UD; GSI for ib_mad): rings in user memory pinned here (or, for kernel
+//! Queue pairs (RC, UC, UD, XRC initiator and target; GSI for ib_mad): rings in user memory pinned here (or, for kernel
 //! consumers, coherent DMA memory with the driver posting WQEs), SQ/RQ producer indices in a
 //! doorbell slot, state transitions checked against ib_core's table before the device sees them.
 
 use crate::{
+    cq::Cq,
     dead::{gone_if_dead, QpEntry},
     dev::{RoxDev, RoxVerbs},
     hw::{
@@ -74,11 +75,19 @@ pub(crate) fn create(
     let qp_type = match u8::try_from(init.qp_type) {
         Ok(t @ (verbs::QPT_RC | verbs::QPT_UC | verbs::QPT_UD)) => t,
         Ok(verbs::QPT_GSI) if uctx.is_none() => verbs::QPT_GSI,
+        // XRC is for user processes (ibv_open_xrcd). ib_core creates a target without udata:
+        // it belongs to its XRC domain, not to a process (ib_open_qp shares it), so it is
+        // made as the kernel's.
+        Ok(verbs::QPT_XRC_INI) if uctx.is_some() => verbs::QPT_XRC_INI,
+        Ok(verbs::QPT_XRC_TGT) if uctx.is_none() => verbs::QPT_XRC_TGT,
         _ => return Err(EOPNOTSUPP),
     };
     let Some(uctx) = uctx else {
         return create_kernel(dev, qp_type, init);
     };
+    // Neither XRC role has a receive queue: an initiator receives nothing, a target takes
+    // each request's SRQ.
+    let xrc = matches!(qp_type, verbs::QPT_XRC_INI | verbs::QPT_XRC_TGT);
     let req: ud::CreateQpReq = udata.read()?;
     let cap = &mut *init.cap;
     // What a WQE holds, within what the device advertises.
@@ -97,6 +106,7 @@ pub(crate) fn create(
     let sq = UserRing::new(dev, ib, req.sq_buf_addr, queue::SQ_WQE_SIZE << log_sq, 0)?;
     let (rq, log_rq) = match init.srq {
         Some(_) => (None, 0),
+        None if xrc => (None, 0),
         None => {
             let log_rq = log_depth_for(cap.max_recv_wr, req.log_rq_depth)?;
             (
@@ -117,13 +127,17 @@ pub(crate) fn create(
         sq_sig_all: init.sq_sig_all.into(),
         log_sq_depth: log_sq as u8,
         log_rq_depth: log_rq as u8,
-        pd: init.pd.pdn(),
-        send_cq: init.send_cq.device_id(),
-        recv_cq: init.recv_cq.device_id(),
+        pd: init.pd.map_or(0, |pd| pd.pdn()),
+        send_cq: init.send_cq.map_or(admin::CQ_NONE, Cq::device_id),
+        // An initiator's receive CQ is its send CQ: it completes nothing there.
+        recv_cq: init
+            .recv_cq
+            .or(init.send_cq)
+            .map_or(admin::CQ_NONE, Cq::device_id),
         srq: init.srq.map_or(admin::SRQ_NONE, Srq::device_id),
         db_page: uctx.db_page(),
         db_slot: db.slot(),
-        reserved: 0,
+        xrcd: init.xrcd,
         sq: sq.desc(),
         rq: rq.as_ref().map(UserRing::desc).unwrap_or_default(),
     };
@@ -179,13 +193,24 @@ fn granted_wrs(wanted: u32, log: u32) -> u32 {
 }
 
 /// A kernel consumer's QP: rings in coherent DMA memory, a slot of the driver's doorbell page.
-/// With an SRQ it has no receive ring of its own (0 receive WRs).
+/// With an SRQ it has no receive ring of its own (0 receive WRs). An XRC target has no PD,
+/// CQs or receive ring, and a smallest send ring nothing is posted to (0 send WRs).
 fn create_kernel(
     dev: &RoxDev<'_>,
     qp_type: u8,
     init: QpInit<'_, RoxVerbs>,
 ) -> Result<Created<Qp, Qpn>> {
+    let target = qp_type == verbs::QPT_XRC_TGT;
+    let (pdn, send_cq, recv_cq) = match (init.pd, init.send_cq, init.recv_cq) {
+        (Some(pd), Some(s), Some(r)) if !target => (pd.pdn(), s.device_id(), r.device_id()),
+        (None, None, None) if target => (0, admin::CQ_NONE, admin::CQ_NONE),
+        _ => return Err(EINVAL),
+    };
     let cap = &mut *init.cap;
+    if target {
+        // Capacities a target is asked for mean nothing: it has no queue of its own.
+        *cap = QpCap::default();
+    }
     let max_send_sge = queue::SQ_MAX_SGE.min(dev.attr.max_send_sge);
     let max_recv_sge = queue::RQ_MAX_SGE.min(dev.attr.max_recv_sge);
     let max_inline = queue::SQ_MAX_INLINE.min(dev.attr.max_inline_data);
@@ -197,7 +222,7 @@ fn create_kernel(
     {
         return Err(EINVAL);
     }
-    let has_srq = init.srq.is_some();
+    let has_srq = init.srq.is_some() || target;
     let log_sq = kernel_log_depth::<queue::SqWqe>(cap.max_send_wr)?;
     let log_rq = if has_srq {
         0
@@ -216,13 +241,13 @@ fn create_kernel(
         sq_sig_all: init.sq_sig_all.into(),
         log_sq_depth: log_sq as u8,
         log_rq_depth: log_rq as u8,
-        pd: init.pd.pdn(),
-        send_cq: init.send_cq.device_id(),
-        recv_cq: init.recv_cq.device_id(),
+        pd: pdn,
+        send_cq,
+        recv_cq,
         srq: init.srq.map_or(admin::SRQ_NONE, Srq::device_id),
         db_page: regs::DB_PAGE_KERNEL,
         db_slot: db.slot(),
-        reserved: 0,
+        xrcd: init.xrcd,
         sq: sq.desc(),
         rq: rq.as_ref().map(KernelWq::desc).unwrap_or_default(),
     };
@@ -232,8 +257,8 @@ fn create_kernel(
             sq,
             rq,
             db,
-            send_cq: init.send_cq.device_id(),
-            recv_cq: init.recv_cq.device_id(),
+            send_cq,
+            recv_cq,
         },
         GFP_KERNEL,
     )?;
@@ -428,7 +453,7 @@ pub(crate) fn post_send(_dev: &RoxDev<'_>, qp: &Qp, wr: &SendWr<'_, RoxVerbs>) -
         reserved0: 0,
         imm_data: wr.imm_data(),
         inline_len,
-        reserved1: 0,
+        xrc_srqn: 0,
         seg,
         data,
     };

@@ -91,6 +91,8 @@ pub(crate) fn create(
         db_page: uctx.db_page(),
         db_slot: db.slot(),
         ring: ring.desc(),
+        xrcd: attr.xrc.map_or(admin::XRCD_NONE, |x| x.xrcd),
+        cq: attr.xrc.map_or(0, |x| x.cq),
         ..Default::default()
     };
     // The ring's home is allocated first: once the device has the SRQ, nothing may fail and
@@ -129,6 +131,10 @@ pub(crate) fn create(
 
 /// A kernel consumer's SRQ: ring in coherent DMA memory, a slot of the driver's doorbell page.
 fn create_kernel(dev: &RoxDev<'_>, pdn: u32, attr: &mut SrqAttr) -> Result<Created<Srq>> {
+    // XRC is for user processes (ibv_open_xrcd); no kernel consumer creates XRC SRQs.
+    if attr.xrc.is_some() {
+        return Err(EOPNOTSUPP);
+    }
     let max_sge = queue::RQ_MAX_SGE.min(dev.attr.max_srq_sge);
     if attr.max_wr == 0
         || attr.max_wr > dev.attr.max_srq_wr
@@ -270,6 +276,7 @@ pub(crate) fn query(dev: &RoxDev<'_>, srq: &Srq) -> Result<SrqAttr> {
         max_wr: state.max_wr,
         max_sge: srq.max_sge,
         srq_limit: counts.limit,
+        xrc: None,
     })
 }
 

@@ -100,6 +100,8 @@ pub(crate) struct SrqAttr {
     pub(crate) max_wr: u32,
     pub(crate) max_sge: u32,
     pub(crate) srq_limit: u32,
+    /// Creating an XRC SRQ: its domain and CQ (None: a basic SRQ, and on modify and query).
+    pub(crate) xrc: Option<super::xrcd::XrcSrqInit>,
 }
 
 impl SrqAttr {
@@ -108,6 +110,7 @@ impl SrqAttr {
             max_wr: raw.max_wr,
             max_sge: raw.max_sge,
             srq_limit: raw.srq_limit,
+            xrc: None,
         }
     }
     pub(super) fn write_to(&self, raw: &mut b::ib_srq_attr) {
@@ -155,6 +158,8 @@ impl OdpCaps {
             ..Default::default()
         };
         caps.per_transport_caps.rc_odp_caps = self.rc.bits();
+        // XRC initiators request and XRC targets respond (into their SRQs) on RC's paths.
+        caps.per_transport_caps.xrc_odp_caps = self.rc.bits();
         caps.per_transport_caps.ud_odp_caps = self.ud.bits();
         caps
     }

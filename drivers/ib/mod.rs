@@ -21,6 +21,7 @@ pub(crate) mod umem;
 pub(crate) mod umem_odp;
 mod verbs;
 mod wr;
+pub(crate) mod xrcd;
 
 pub(crate) use attr::{
     AhAttr, DeviceAttr, DeviceCapFlags, MrAdvice, NetworkHdr, OdpCaps, OdpTransportCaps, PortAttr,

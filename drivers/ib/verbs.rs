@@ -34,10 +34,15 @@ pub(crate) struct QpInit<'a, V: Verbs> {
     /// The port of GSI QPs (unused by RC/UC/UD).
     #[allow(dead_code)]
     pub(crate) port: u32,
-    pub(crate) pd: &'a V::Pd,
-    pub(crate) send_cq: &'a V::Cq,
-    pub(crate) recv_cq: &'a V::Cq,
+    /// None only for an XRC target QP (its SRQs' PDs protect what it touches).
+    pub(crate) pd: Option<&'a V::Pd>,
+    /// None for an XRC target QP (its receives complete on its SRQs' CQs).
+    pub(crate) send_cq: Option<&'a V::Cq>,
+    /// None for XRC QPs (an initiator receives nothing).
+    pub(crate) recv_cq: Option<&'a V::Cq>,
     pub(crate) srq: Option<&'a V::Srq>,
+    /// An XRC target QP's domain number; `XRCD_NONE` otherwise.
+    pub(crate) xrcd: u32,
 }
 
 /// What a created object tells ib_core about itself.

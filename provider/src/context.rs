@@ -20,6 +20,8 @@ pub struct ContextHw {
     pub limits: DeviceLimits,
     /// The context's QPs by number: a CQE names its QP by number.
     pub qps: QpTable,
+    /// The context's XRC SRQs by number: an XRC receive's CQE names its SRQ.
+    pub xrc_srqs: crate::xrc::XrcSrqTable,
 }
 
 impl ContextHw {

@@ -116,10 +116,15 @@ impl RoxCq {
 
     /// Take the next CQE (advancing the consumer index) and the caller's wr_id for it.
     fn next(&self, state: &mut CqState, hw: &ContextHw) -> Option<(Cqe, u64)> {
-        let cqe = state.ring.take(state.ci)?;
+        let mut cqe = state.ring.take(state.ci)?;
         state.ci = state.ci.wrapping_add(1);
-        // A CQE of a QP librox does not know (destroyed meanwhile) keeps the device's wr_id.
-        let wr_id = hw.qps.retire(&cqe).unwrap_or(cqe.wr_id);
+        // An XRC receive retires its SRQ's WQE; every other CQE its QP's. A CQE of a QP or SRQ
+        // librox does not know (destroyed meanwhile) keeps the device's wr_id.
+        let wr_id = match hw.xrc_srqs.take(&mut cqe) {
+            Some(wr_id) => wr_id,
+            None => hw.qps.retire(&cqe),
+        }
+        .unwrap_or(cqe.wr_id);
         Some((cqe, wr_id))
     }
 

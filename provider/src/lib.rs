@@ -27,3 +27,4 @@ mod srq;
 mod sys;
 mod wq;
 mod wqe;
+mod xrc;

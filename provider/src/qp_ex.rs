@@ -329,6 +329,16 @@ pub fn set_inline_data_list(qp: &RoxQp, sq: &mut SendQueue, bufs: AppSlice<'_, f
     }
 }
 
+/// `ibv_wr_set_xrc_srqn`: the remote XRC SRQ of an XRC initiator's current WR.
+pub fn set_xrc_srqn(qp: &RoxQp, sq: &mut SendQueue, remote_srqn: u32) {
+    if let Some((batch, wqe)) = current(sq) {
+        if qp.sq_attrs.qp_type != ffi::IBV_QPT_XRC_SEND {
+            return fail(batch, EINVAL);
+        }
+        wqe.xrc_srqn = remote_srqn;
+    }
+}
+
 pub fn set_ud_addr(
     qp: &RoxQp,
     sq: &mut SendQueue,

@@ -27,13 +27,14 @@ use rox_uapi::udata::CreateSrqReq;
 
 #[repr(C)]
 pub struct RoxSrq {
-    pub ibv_srq: ffi::ibv_srq,
+    /// A `verbs_srq` (its `ibv_srq` first) so XRC SRQs keep their type and number.
+    pub vsrq: ffi::verbs_srq,
     /// The receive ring (`RqWqe`s).
     pub ring: Ring,
     pub max_sge: u32,
     pub db_slot: DoorbellSlot,
 }
-const _: () = assert!(offset_of!(RoxSrq, ibv_srq) == 0);
+const _: () = assert!(offset_of!(RoxSrq, vsrq) == 0);
 
 impl RoxSrq {
     /// A new SRQ for `attr` (before rox.ko created it) and the create_srq udata naming its
@@ -50,7 +51,7 @@ impl RoxSrq {
             reserved: 0,
         };
         let srq = Box::new(RoxSrq {
-            ibv_srq: Zeroable::zeroed(),
+            vsrq: Zeroable::zeroed(),
             ring,
             max_sge: 0,
             db_slot: DoorbellSlot::default(),

@@ -70,11 +70,13 @@ pub(crate) fn wr_opcode(opcode: ffi::ibv_wr_opcode) -> Option<u8> {
     })
 }
 
-/// Whether a QP of `qp_type` takes operation `op`: RC all, UC SEND/WRITE and the memory
-/// window operations, UD SEND.
+/// Whether a QP of `qp_type` takes operation `op`: RC all, an XRC initiator RC's but FLUSH
+/// and ATOMIC WRITE (no XRC form on the wire), UC SEND/WRITE and the memory window
+/// operations, UD SEND.
 pub(crate) fn opcode_allowed(qp_type: ffi::ibv_qp_type, op: u8) -> bool {
     match qp_type {
         ffi::IBV_QPT_RC => true,
+        ffi::IBV_QPT_XRC_SEND => !matches!(op, verbs::WR_FLUSH | verbs::WR_ATOMIC_WRITE),
         ffi::IBV_QPT_UC => matches!(
             op,
             verbs::WR_SEND
@@ -141,7 +143,7 @@ pub(crate) fn new_wqe(sq: &SqAttrs, opcode: u8, send_flags: u32, index: u32) -> 
         reserved0: 0,
         imm_data: 0,
         inline_len: 0,
-        reserved1: 0,
+        xrc_srqn: 0,
         seg: SqSeg {
             rdma: RdmaSeg::default(),
         },
@@ -371,10 +373,15 @@ pub(crate) mod tests {
         let rc = test_sq(ffi::IBV_QPT_RC);
         let uc = test_sq(ffi::IBV_QPT_UC);
         let ud = test_sq(ffi::IBV_QPT_UD);
+        let xrc = test_sq(ffi::IBV_QPT_XRC_SEND);
+        let xrc_target = test_sq(ffi::IBV_QPT_XRC_RECV);
         for op in [verbs::WR_FLUSH, verbs::WR_ATOMIC_WRITE, verbs::WR_RDMA_READ] {
             assert!(new_wqe(&rc, op, 0, 0).is_ok());
             assert_eq!(new_wqe(&uc, op, 0, 0).err(), Some(EINVAL));
             assert_eq!(new_wqe(&ud, op, 0, 0).err(), Some(EINVAL));
+            let xrc_carries = op == verbs::WR_RDMA_READ;
+            assert_eq!(new_wqe(&xrc, op, 0, 0).is_ok(), xrc_carries);
+            assert_eq!(new_wqe(&xrc_target, op, 0, 0).err(), Some(EINVAL));
         }
         assert_eq!(wr_opcode(ffi::IBV_WR_TSO), None);
         assert_eq!(wr_opcode(ffi::IBV_WR_BIND_MW), Some(verbs::WR_BIND_MW));

@@ -175,7 +175,8 @@ pub struct SqWqe {
     pub imm_data: u32,
     /// Payload bytes in `data` with `WQE_FLAG_INLINE`.
     pub inline_len: u32,
-    pub reserved1: u32,
+    /// XRC initiator QPs: the remote XRC SRQ the message is for (the XRCETH); else 0.
+    pub xrc_srqn: u32,
     pub seg: SqSeg,
     /// `num_sge` [`Sge`]s, or `inline_len` bytes of inline payload.
     pub data: [u8; SQ_WQE_DATA_SIZE],
@@ -263,6 +264,11 @@ pub const fn wqe_index_offset(oldest: u32, outstanding: u32, wqe_index: u16) -> 
     }
 }
 const _: () = assert!(1 << CQE_SHIFT == CQE_SIZE);
+
+/// rox's own bit in `Cqe::wc_flags` (no `WC_FLAG_*` uses it): the receive of an XRC target QP,
+/// `Cqe::src_qp` holds the number of the XRC SRQ the message went into (whose WQE `wr_id`
+/// names). librox takes the SRQ from it, strips the bit and reports `src_qp` 0.
+pub const CQE_FLAG_XRC_SRQ: u8 = 1 << 7;
 
 /// `Cqe::network_hdr`: not reported (not a UD receive).
 pub const CQE_NETWORK_HDR_NONE: u8 = 0;

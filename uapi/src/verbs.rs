@@ -168,6 +168,10 @@ pub const QPT_GSI: u8 = 1;
 pub const QPT_RC: u8 = 2;
 pub const QPT_UC: u8 = 3;
 pub const QPT_UD: u8 = 4;
+/// XRC initiator (`IB_QPT_XRC_INI`, libibverbs' `IBV_QPT_XRC_SEND`).
+pub const QPT_XRC_INI: u8 = 9;
+/// XRC target (`IB_QPT_XRC_TGT`, libibverbs' `IBV_QPT_XRC_RECV`).
+pub const QPT_XRC_TGT: u8 = 10;
 /// The QP number of the GSI QP (QP1).
 pub const GSI_QPN: u32 = 1;
 /// The well-known Q_Key of QP1.

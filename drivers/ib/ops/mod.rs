@@ -11,6 +11,7 @@ mod mad;
 mod mr;
 mod qp;
 mod srq;
+mod xrcd;
 
 use super::{bindings as b, mmap, obj::Obj, Verbs};
 use kernel::{error::from_result, ffi::c_int, prelude::*};
@@ -84,6 +85,8 @@ pub(super) fn table<V: Verbs>() -> b::ib_device_ops {
     ops.modify_srq = Some(srq::modify_srq::<V>);
     ops.query_srq = Some(srq::query_srq::<V>);
     ops.destroy_srq = Some(srq::destroy_srq::<V>);
+    ops.alloc_xrcd = Some(xrcd::alloc_xrcd);
+    ops.dealloc_xrcd = Some(xrcd::dealloc_xrcd);
     ops.create_ah = Some(ah::create_ah::<V>);
     ops.create_user_ah = Some(ah::create_ah::<V>);
     ops.query_ah = Some(ah::query_ah::<V>);
@@ -106,5 +109,6 @@ pub(super) fn table<V: Verbs>() -> b::ib_device_ops {
     ops.size_ib_qp = Obj::<b::ib_qp, V::Qp>::SIZE;
     ops.size_ib_srq = Obj::<b::ib_srq, V::Srq>::SIZE;
     ops.size_ib_ah = Obj::<b::ib_ah, V::Ah>::SIZE;
+    ops.size_ib_xrcd = Obj::<b::ib_xrcd, super::xrcd::XrcdNum>::SIZE;
     ops
 }

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 //! Trampolines of queue pairs: create, modify, query, destroy, multicast attach/detach.
 
-use super::{errno, ucontext_of};
+use super::{errno, ucontext_of, xrcd::xrcd_num};
 use crate::hw::uapi::ids::Qpn;
 use crate::ib::{
     attr::{QpAttr, QpCap},
@@ -37,29 +37,35 @@ pub(super) unsafe extern "C" fn create_qp<V: Verbs>(
     init: *mut b::ib_qp_init_attr,
     udata: *mut b::ib_udata,
 ) -> c_int {
-    // SAFETY: ib_core passes a QP it allocated with our size (pd set) and valid attributes whose
-    // CQs, SRQ belong to the same device and are alive for the QP's lifetime.
-    let (dev, ibdev, init, pd) = unsafe {
-        (
-            dev_of::<V>((*qp).device),
-            (*qp).device,
-            &mut *init,
-            Obj::<b::ib_pd, V::Pd>::data_of((*qp).pd),
-        )
-    };
+    // SAFETY: ib_core passes a QP it allocated with our size and valid attributes whose PD,
+    // CQs, SRQ and XRC domain belong to the same device and are alive for the QP's lifetime;
+    // the PD is null only for an XRC target, the CQs only for XRC QPs (an initiator has no
+    // receive CQ, a target none), the SRQ if the QP has none.
+    let (dev, ibdev, init) = unsafe { (dev_of::<V>((*qp).device), (*qp).device, &mut *init) };
+    let xrc_tgt = init.qp_type == b::ib_qp_type_IB_QPT_XRC_TGT;
+    let xrc = xrc_tgt || init.qp_type == b::ib_qp_type_IB_QPT_XRC_INI;
+    // SAFETY: as above.
+    let (pd, xrcd) = unsafe { ((*qp).pd, init.xrcd) };
     let (send_cq, recv_cq, srq) = (init.send_cq, init.recv_cq, init.srq);
-    if send_cq.is_null() || recv_cq.is_null() || init.qp_type == b::ib_qp_type_IB_QPT_XRC_TGT {
-        return EOPNOTSUPP.to_errno();
+    let complete = if xrc_tgt {
+        !xrcd.is_null()
+    } else {
+        !pd.is_null() && !send_cq.is_null() && (xrc || !recv_cq.is_null())
+    };
+    if !complete {
+        return EINVAL.to_errno();
     }
-    // SAFETY: non-null CQs and SRQ of this device, alive (see above).
-    let (send_cq, recv_cq, srq) = unsafe {
+    // SAFETY: non-null objects of this device, alive (see above).
+    let (pd, send_cq, recv_cq, srq, xrcd) = unsafe {
         (
-            Obj::<b::ib_cq, V::Cq>::data_of(send_cq),
-            Obj::<b::ib_cq, V::Cq>::data_of(recv_cq),
-            if srq.is_null() {
-                None
+            (!pd.is_null()).then(|| Obj::<b::ib_pd, V::Pd>::data_of(pd)),
+            (!send_cq.is_null()).then(|| Obj::<b::ib_cq, V::Cq>::data_of(send_cq)),
+            (!recv_cq.is_null()).then(|| Obj::<b::ib_cq, V::Cq>::data_of(recv_cq)),
+            (!srq.is_null()).then(|| Obj::<b::ib_srq, V::Srq>::data_of(srq)),
+            if xrc_tgt {
+                xrcd_num(xrcd)
             } else {
-                Some(Obj::<b::ib_srq, V::Srq>::data_of(srq))
+                crate::hw::uapi::admin::XRCD_NONE
             },
         )
     };
@@ -75,6 +81,7 @@ pub(super) unsafe extern "C" fn create_qp<V: Verbs>(
         send_cq,
         recv_cq,
         srq,
+        xrcd,
     };
     let rc = errno((|| {
         let created = V::create_qp(dev, ib_of(ibdev), uctx, qp_init, &mut udata_w)?;

@@ -1,12 +1,13 @@
 // SPDX-License-Identifier: GPL-2.0
 //! Trampolines of shared receive queues: create, modify, query, destroy.
 
-use super::{errno, ucontext_of};
+use super::{errno, ucontext_of, xrcd::xrcd_num};
 use crate::ib::{
     attr::{SrqAttr, SrqAttrMask},
     bindings as b,
     ibdev::ib_of,
     obj::{dev_of, Obj},
+    xrcd::XrcSrqInit,
     DeviceId, Udata, Verbs,
 };
 use kernel::{ffi::c_int, prelude::*};
@@ -33,16 +34,35 @@ pub(super) unsafe extern "C" fn create_srq<V: Verbs>(
             Obj::<b::ib_pd, V::Pd>::data_of((*srq).pd),
         )
     };
-    if init.srq_type != b::ib_srq_type_IB_SRQT_BASIC {
-        return EOPNOTSUPP.to_errno();
-    }
+    let xrc = match init.srq_type {
+        b::ib_srq_type_IB_SRQT_BASIC => None,
+        // SAFETY: ib_core sets an XRC SRQ's domain and CQ (of this device, alive while the
+        // SRQ is) in `ext`.
+        b::ib_srq_type_IB_SRQT_XRC => unsafe {
+            let (cq, xrcd) = (init.ext.cq, init.ext.__bindgen_anon_1.xrc.xrcd);
+            if cq.is_null() || xrcd.is_null() {
+                return EINVAL.to_errno();
+            }
+            Some(XrcSrqInit {
+                xrcd: xrcd_num(xrcd),
+                cq: Obj::<b::ib_cq, V::Cq>::data_of(cq).device_id(),
+            })
+        },
+        _ => return EOPNOTSUPP.to_errno(),
+    };
     // SAFETY: `udata` is null or valid for this call.
     let (mut udata_w, uctx) = unsafe { (Udata::from_raw(udata), ucontext_of::<V>(udata)) };
     errno((|| {
         let mut attr = SrqAttr::from_raw(&init.attr);
+        attr.xrc = xrc;
         let created = V::create_srq(dev, ib_of(ibdev), uctx, pd, &mut attr, &mut udata_w)?;
         attr.write_to(&mut init.attr);
         let id = created.id;
+        if xrc.is_some() {
+            // SAFETY: our fresh SRQ; ib_core reports the number to the process (the XRCETH
+            // its peers name).
+            unsafe { (*srq).ext.__bindgen_anon_1.xrc.srq_num = id };
+        }
         // SAFETY: fresh object, data not initialised.
         unsafe { Obj::<b::ib_srq, V::Srq>::init(srq, created.data) };
         if let Err(err) = V::registry(dev).insert_srq(id, srq) {

@@ -202,16 +202,19 @@ impl RoxQp {
     }
 }
 
-/// Init-attribute masks librox accepts; anything else (XRC domain, RSS, send-ops flags of the
-/// extended post API, ...) is not supported.
+/// Init-attribute masks librox accepts (the XRC domain of an XRC target); anything else (RSS,
+/// ...) is not supported.
 const SUPPORTED_COMP_MASK: u32 = ffi::IBV_QP_INIT_ATTR_PD
+    | ffi::IBV_QP_INIT_ATTR_XRCD
     | ffi::IBV_QP_INIT_ATTR_CREATE_FLAGS
     | ffi::IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
 
 /// Ring depths of a new QP: (send, receive); receive is 0 with an SRQ.
 fn ring_depths(attr: &ffi::ibv_qp_init_attr_ex, limits: &DeviceLimits) -> Result<(u32, u32)> {
+    let xrc = matches!(attr.qp_type, ffi::IBV_QPT_XRC_SEND | ffi::IBV_QPT_XRC_RECV);
     match attr.qp_type {
         ffi::IBV_QPT_RC | ffi::IBV_QPT_UC | ffi::IBV_QPT_UD => {}
+        _ if xrc => {}
         _ => return Err(EOPNOTSUPP),
     }
     if attr.comp_mask & !SUPPORTED_COMP_MASK != 0
@@ -226,7 +229,14 @@ fn ring_depths(attr: &ffi::ibv_qp_init_attr_ex, limits: &DeviceLimits) -> Result
         return Err(EINVAL);
     }
     let sq_depth = ring_depth(cap.max_send_wr, limits.max_qp_wr).ok_or(EINVAL)?;
-    let rq_depth = if attr.srq.is_null() {
+    // Neither XRC role has a receive queue (an initiator receives nothing, a target takes the
+    // SRQ each request names): receive capacities asked for are ignored, as on other HCAs.
+    if xrc && !attr.srq.is_null() {
+        return Err(EINVAL);
+    }
+    let rq_depth = if xrc {
+        0
+    } else if attr.srq.is_null() {
         if cap.max_recv_sge > limits.max_recv_sge {
             return Err(EINVAL);
         }
@@ -289,10 +299,26 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn xrc_qps_have_no_receive_ring() {
+        let mut initiator = rc(8, 0);
+        initiator.qp_type = ffi::IBV_QPT_XRC_SEND;
+        assert_eq!(ring_depths(&initiator, &LIMITS), Ok((8, 0)));
+        // pyverbs asks its targets for the default capacities (1 send, 10 receive WRs).
+        let mut target = rc(1, 10);
+        target.qp_type = ffi::IBV_QPT_XRC_RECV;
+        target.comp_mask = ffi::IBV_QP_INIT_ATTR_XRCD;
+        assert_eq!(ring_depths(&target, &LIMITS), Ok((2, 0)), "a minimal ring");
+        let mut with_srq = rc(8, 0);
+        with_srq.qp_type = ffi::IBV_QPT_XRC_SEND;
+        with_srq.srq = core::ptr::NonNull::dangling().as_ptr();
+        assert_eq!(ring_depths(&with_srq, &LIMITS), Err(EINVAL));
+    }
+
+    #[test]
     fn unsupported_types_and_masks() {
-        let mut xrc = rc(1, 1);
-        xrc.qp_type = ffi::IBV_QPT_XRC_SEND;
-        assert_eq!(ring_depths(&xrc, &LIMITS), Err(EOPNOTSUPP));
+        let mut raw = rc(1, 1);
+        raw.qp_type = ffi::IBV_QPT_RAW_PACKET;
+        assert_eq!(ring_depths(&raw, &LIMITS), Err(EOPNOTSUPP));
         let mut send_ops = rc(1, 1);
         send_ops.comp_mask |= ffi::IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
         send_ops.send_ops_flags =

@@ -30,6 +30,9 @@ pub(super) fn send_wqe(
         return Err(EINVAL);
     }
     let mut wqe = wqe::new_wqe(sq, opcode, wr.send_flags(), index)?;
+    if sq.qp_type == ffi::IBV_QPT_XRC_SEND {
+        wqe.xrc_srqn = wr.xrc_remote_srqn();
+    }
     if matches!(
         opcode,
         verbs::WR_SEND_WITH_IMM | verbs::WR_RDMA_WRITE_WITH_IMM

@@ -8,7 +8,7 @@ use crate::qp::RoxQp;
 use crate::sys::doorbell::{Doorbell, DoorbellSlot};
 use crate::sys::errno::{ptr_or_errno, Errno, Result, EPROTO};
 use crate::sys::ffi::{self, DrvResp, Zeroable};
-use crate::sys::{cq, pd, qp, srq};
+use crate::sys::{cq, pd, qp, srq, xrc};
 use core::ffi::{c_int, c_void};
 use core::mem::{offset_of, size_of};
 use core::ptr::{self, NonNull};
@@ -195,6 +195,7 @@ impl RoxContext {
             doorbell,
             limits,
             qps: QpTable::default(),
+            xrc_srqs: Default::default(),
         })
     }
 
@@ -305,6 +306,10 @@ static CONTEXT_OPS: ffi::verbs_context_ops = ffi::verbs_context_ops {
     modify_srq: Some(srq::modify_srq),
     query_srq: Some(srq::query_srq),
     destroy_srq: Some(srq::destroy_srq),
+    create_srq_ex: Some(xrc::create_srq_ex),
+    get_srq_num: Some(xrc::get_srq_num),
+    open_xrcd: Some(xrc::open_xrcd),
+    close_xrcd: Some(xrc::close_xrcd),
     create_ah: Some(pd::create_ah),
     destroy_ah: Some(pd::destroy_ah),
     // Multicast groups are the device's (rox.ko's attach_mcast/detach_mcast); the data path

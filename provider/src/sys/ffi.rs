@@ -80,6 +80,11 @@ zeroable!(
     ibv_recv_wr,
     ibv_create_cq_ex,
     ib_uverbs_ex_create_cq_resp,
+    verbs_srq,
+    verbs_xrcd,
+    ibv_open_xrcd,
+    ib_uverbs_open_xrcd_resp,
+    ibv_create_xsrq,
 );
 
 /// `DECLARE_DRV_CMD`'s request: `{ <core command incl. header> ibv_cmd; <driver> drv_payload; }`.

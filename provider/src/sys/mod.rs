@@ -25,3 +25,4 @@ pub mod qp;
 pub mod qp_ex;
 pub mod srq;
 pub mod wr;
+pub mod xrc;

@@ -3,6 +3,7 @@
 
 use crate::qp::{self as logic, PostError, RoxQp};
 use crate::sys::context::RoxContext;
+use crate::sys::doorbell::DoorbellSlot;
 use crate::sys::errno::{int_errno, ptr_or_errno, Errno, Result};
 use crate::sys::ffi::{self, DrvCmd, DrvResp, Zeroable};
 use crate::sys::objects::{self, SrqRef};
@@ -11,6 +12,7 @@ use crate::sys::wr::WrList;
 use core::ffi::c_int;
 use core::mem::size_of_val;
 use core::ptr::NonNull;
+use rox_uapi::ids::Qpn;
 use rox_uapi::udata::CreateQpResp;
 
 /// # Safety
@@ -48,14 +50,27 @@ unsafe fn create(
     attr.comp_mask = requested_mask;
     // On failure the kernel has no QP: the box goes (unmapping the rings).
     Errno::check(ret)?;
+    // An XRC target is created by ib_core without rox's udata (it belongs to its XRC domain,
+    // not to this process): no response of rox's, no doorbell; libibverbs set its number.
+    let xrc_target = attr.qp_type == ffi::IBV_QPT_XRC_RECV;
     // ibv_cmd_create_qp_ex copied the granted capacities into attr.cap; the QP number comes in
     // rox's response (the core response struct is only filled on the write path, not on the
     // ioctl path).
-    qp.created(resp.drv.qpn, &attr.cap, &hw.limits);
+    let qpn = if xrc_target {
+        // SAFETY: the ibv_qp member of the verbs_qp union, which libibverbs filled.
+        Qpn::from_raw(unsafe { qp.vqp.__bindgen_anon_1.qp.qp_num })
+    } else {
+        resp.drv.qpn
+    };
+    qp.created(qpn, &attr.cap, &hw.limits);
     if attr.comp_mask & ffi::IBV_QP_INIT_ATTR_SEND_OPS_FLAGS != 0 {
         qp_ex::install(&mut qp.vqp);
     }
-    let slot = ctx.check_db_slot(resp.drv.db_slot);
+    let slot = if xrc_target {
+        Ok(DoorbellSlot::default())
+    } else {
+        ctx.check_db_slot(resp.drv.db_slot)
+    };
     // The ibv_qp is at the start of the verbs_qp union, itself first in RoxQp.
     let qp = Box::into_raw(qp);
     let ibv_qp = qp.cast::<ffi::ibv_qp>();

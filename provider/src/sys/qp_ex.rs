@@ -39,6 +39,7 @@ pub fn install(vqp: &mut ffi::verbs_qp) {
     ex.wr_set_inline_data = Some(wr_set_inline_data);
     ex.wr_set_inline_data_list = Some(wr_set_inline_data_list);
     ex.wr_set_ud_addr = Some(wr_set_ud_addr);
+    ex.wr_set_xrc_srqn = Some(wr_set_xrc_srqn);
 }
 
 /// The QP, its send queue (locked since wr_start) and the WR's id and flags.
@@ -283,6 +284,12 @@ unsafe extern "C" fn wr_set_ud_addr(
         (qp, sq, (!ah.is_null()).then(|| objects::ah(ah)))
     };
     logic::set_ud_addr(qp, sq, ah, Qpn::from_raw(remote_qpn), remote_qkey);
+}
+
+unsafe extern "C" fn wr_set_xrc_srqn(ibqp: *mut ffi::ibv_qp_ex, remote_srqn: u32) {
+    // SAFETY: see above.
+    let (qp, sq, _) = unsafe { batch(ibqp) };
+    logic::set_xrc_srqn(qp, sq, remote_srqn);
 }
 
 #[cfg(test)]

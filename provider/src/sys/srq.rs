@@ -15,7 +15,7 @@ use rox_uapi::udata::{CreateSrqResp, ModifySrqReq};
 
 /// # Safety
 /// `pd` is a live PD of a context made by alloc_context (libibverbs' argument).
-unsafe fn create(
+pub(super) unsafe fn create(
     pd: *mut ffi::ibv_pd,
     init_attr: &mut ffi::ibv_srq_init_attr,
 ) -> Result<*mut ffi::ibv_srq> {
@@ -30,7 +30,7 @@ unsafe fn create(
     let ret = unsafe {
         ffi::ibv_cmd_create_srq(
             pd,
-            &mut srq.ibv_srq,
+            &mut srq.vsrq.srq,
             init_attr,
             &mut cmd.core,
             size_of_val(&cmd),
@@ -65,7 +65,7 @@ pub unsafe extern "C" fn create_srq(
 }
 
 fn modify(srq: &RoxSrq, attr: &mut ffi::ibv_srq_attr, attr_mask: c_int) -> Result<()> {
-    let ibsrq = (&srq.ibv_srq as *const ffi::ibv_srq).cast_mut();
+    let ibsrq = (&srq.vsrq.srq as *const ffi::ibv_srq).cast_mut();
     if attr_mask as u32 & ffi::IBV_SRQ_MAX_WR == 0 {
         let mut cmd = ffi::ibv_modify_srq::zeroed();
         // SAFETY: our SRQ, the caller's attributes, a command buffer of the size given.
@@ -74,7 +74,7 @@ fn modify(srq: &RoxSrq, attr: &mut ffi::ibv_srq_attr, attr_mask: c_int) -> Resul
         return Errno::check(ret);
     }
     // SAFETY: a live SRQ of a live context.
-    let limits = &unsafe { RoxContext::from_ibv(srq.ibv_srq.context) }
+    let limits = &unsafe { RoxContext::from_ibv(srq.vsrq.srq.context) }
         .hw()
         .limits;
     let depth = ring_depth(attr.max_wr, limits.max_srq_wr).ok_or(EINVAL)?;
@@ -121,7 +121,13 @@ unsafe fn destroy(srq: *mut ffi::ibv_srq) -> c_int {
     let ret = unsafe { ffi::ibv_cmd_destroy_srq(srq) };
     if ret == 0 {
         // SAFETY: the kernel released the ring; free the SRQ and its ring.
-        drop(unsafe { Box::from_raw(srq.cast::<RoxSrq>()) });
+        let srq = unsafe { Box::from_raw(srq.cast::<RoxSrq>()) };
+        if srq.vsrq.srq_type == ffi::IBV_SRQT_XRC {
+            // SAFETY: a live SRQ of a live context.
+            let hw = unsafe { RoxContext::from_ibv(srq.vsrq.srq.context) }.hw();
+            hw.xrc_srqs.remove(srq.vsrq.srq_num);
+        }
+        drop(srq);
     }
     int_errno(Errno::check(ret))
 }

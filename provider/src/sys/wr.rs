@@ -161,6 +161,13 @@ impl<'a> SendWr<'a> {
         Key::from_raw(unsafe { self.0.__bindgen_anon_1.invalidate_rkey })
     }
 
+    /// The remote XRC SRQ of an XRC initiator's WR (`qp_type.xrc.remote_srqn`).
+    pub fn xrc_remote_srqn(&self) -> u32 {
+        // SAFETY: the member of an XRC initiator's WR (the caller's choice by QP type); an
+        // integer.
+        unsafe { self.0.qp_type.xrc.remote_srqn }
+    }
+
     /// (remote address, rkey) of an RDMA WR (WRITE, READ).
     pub fn rdma(&self) -> (u64, Key) {
         // SAFETY: the member of an RDMA WR (the caller's choice by opcode); integers.

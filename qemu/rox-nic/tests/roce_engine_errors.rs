@@ -580,6 +580,9 @@ fn random_packets_never_panic_or_escape_regions() {
             });
             let va = || BUF + BUF_LEN / 2;
             let va = if rng.gen_bool(0.5) { va() } else { rng.gen() };
+            if info.xrceth {
+                h.xrceth = Some(rng.gen());
+            }
             let rkey = if rng.gen_bool(0.7) {
                 kb
             } else {

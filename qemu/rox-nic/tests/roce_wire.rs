@@ -30,6 +30,9 @@ fn headers_for(opcode: u8) -> Headers {
         ack_req: true,
         psn: Psn::new(0x123456).unwrap(),
     });
+    if info.xrceth {
+        h.xrceth = Some(0x00ab_cdef);
+    }
     if info.feth {
         h.feth = Some(Feth {
             placement_type: 0x3,

@@ -6,6 +6,9 @@ use super::super::queue::PageList;
 
 /// `CreateQpCmd::srq` when the QP has its own RQ.
 pub const SRQ_NONE: u32 = 0;
+/// The CQs of an XRC target QP, which has none: its receives complete on its SRQs' CQs, and it
+/// sends nothing of its own (`CreateQpCmd::send_cq`/`recv_cq` are ignored).
+pub const CQ_NONE: u32 = u32::MAX;
 
 /// Create a queue pair (state RESET).
 #[repr(C)]
@@ -24,7 +27,8 @@ pub struct CreateQpCmd {
     pub srq: u32,
     pub db_page: u32,
     pub db_slot: u32,
-    pub reserved: u32,
+    /// `QPT_XRC_TGT`: the QP's XRC domain (`CreateSrqCmd::xrcd`); otherwise 0.
+    pub xrcd: u32,
     pub sq: PageList,
     pub rq: PageList,
 }

@@ -16,8 +16,16 @@ pub struct CreateSrqCmd {
     pub db_slot: u32,
     pub reserved1: u32,
     pub ring: PageList,
+    /// An XRC SRQ: its XRC domain (driver-chosen, not 0); 0: an ordinary SRQ. An XRC target
+    /// QP of this domain delivers into it the requests whose XRCETH names it.
+    pub xrcd: u32,
+    /// An XRC SRQ: the CQ its receive completions go to (target QPs have no CQ of their own).
+    pub cq: u32,
 }
-const _: () = assert!(core::mem::size_of::<CreateSrqCmd>() == 40);
+const _: () = assert!(core::mem::size_of::<CreateSrqCmd>() == 48);
+
+/// `CreateSrqCmd::xrcd` of an ordinary (not XRC) SRQ.
+pub const XRCD_NONE: u32 = 0;
 
 /// `ModifySrqCmd::attr_mask` (`enum ib_srq_attr_mask`).
 pub const SRQ_ATTR_MAX_WR: u32 = 1 << 0;

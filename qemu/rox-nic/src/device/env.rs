@@ -11,7 +11,7 @@ use super::deferred::Deferred;
 use super::state::Hw;
 use crate::roce::{
     AccessError, AddressVector, AtomicOp, Completion, DeviceEnv, FastReg, FlushSpec, Gid, MwBind,
-    QpAsyncError, RecvWr, RemoteTarget,
+    QpAsyncError, RecvWr, RemoteTarget, XrcSrq,
 };
 
 impl DeviceEnv for Hw {
@@ -117,11 +117,28 @@ impl DeviceEnv for Hw {
         Hw::pop_recv(self, qpn)
     }
 
+    fn xrc_srq(&self, srqn: u32) -> Option<XrcSrq> {
+        let srq = self.srqs.get(&srqn).filter(|srq| srq.xrcd != XRCD_NONE)?;
+        Some(XrcSrq {
+            xrcd: srq.xrcd,
+            pd: srq.pd,
+        })
+    }
+
+    fn pop_xrc_srq(&mut self, srqn: u32) -> Option<RecvWr> {
+        self.xrc_srq(srqn)?;
+        self.pop_srq(srqn)
+    }
+
     fn complete(&mut self, c: Completion) {
-        let Some(qp) = self.qps.get(&c.qp_num) else {
-            return;
+        // An XRC target's receives complete on the CQ of the XRC SRQ they went into.
+        let xrc_cq = c.xrc_srq.map(|srqn| self.srqs.get(&srqn).map(|srq| srq.cq));
+        let cq = match (xrc_cq, self.qps.get(&c.qp_num)) {
+            (Some(Some(cq)), _) => cq,
+            (None, Some(qp)) if c.is_recv => qp.recv_cq,
+            (None, Some(qp)) => qp.send_cq,
+            _ => return,
         };
-        let cq = if c.is_recv { qp.recv_cq } else { qp.send_cq };
         self.counters.completion(c.is_recv, c.status);
         let cqe = Cqe {
             wr_id: c.wr_id,
@@ -133,10 +150,11 @@ impl DeviceEnv for Hw {
                 c.imm.to_be()
             },
             qp_num: c.qp_num,
-            src_qp: c.src_qp,
+            // An XRC receive names its SRQ, whose WQE the consumer retires.
+            src_qp: c.xrc_srq.map_or(c.src_qp, Qpn::from_raw),
             status: c.status as u8,
             opcode: c.opcode as u8,
-            wc_flags: c.wc_flags,
+            wc_flags: c.wc_flags | c.xrc_srq.map_or(0, |_| CQE_FLAG_XRC_SRQ),
             vendor_err: c.vendor_err,
             wqe_index: c.wqe_index,
             network_hdr: c.network_hdr,

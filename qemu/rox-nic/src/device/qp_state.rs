@@ -25,9 +25,26 @@ impl ModifyError {
 
 /// (required, optional) attribute masks of a transition for a QP type, or None if invalid.
 pub fn transition_masks(qp_type: u8, cur: u8, next: u8) -> Option<(u32, u32)> {
+    let (req, opt) = connected_or_datagram_masks(qp_type, cur, next)?;
+    // XRC QPs take RC's table but where IBA (and ib_core's qp_state_table) lighten it: an
+    // initiator has no responder (RTR needs no MAX_DEST_RD_ATOMIC or MIN_RNR_TIMER), a target
+    // no requester (RTS needs only TIMEOUT and SQ_PSN).
+    let responder_attrs = QP_MAX_DEST_RD_ATOMIC | QP_MIN_RNR_TIMER;
+    let requester_attrs = QP_RETRY_CNT | QP_RNR_RETRY | QP_MAX_QP_RD_ATOMIC;
+    Some(match (qp_type, cur, next) {
+        (QPT_XRC_INI, QPS_INIT, QPS_RTR) => (req & !responder_attrs, opt),
+        (QPT_XRC_INI, QPS_RTR, QPS_RTS) => (req, opt & !QP_MIN_RNR_TIMER),
+        (QPT_XRC_TGT, QPS_RTR, QPS_RTS) => (req & !requester_attrs, opt),
+        _ => (req, opt),
+    })
+}
+
+/// [`transition_masks`] of RC (and XRC), UC, UD and GSI.
+fn connected_or_datagram_masks(qp_type: u8, cur: u8, next: u8) -> Option<(u32, u32)> {
     let ud_like = qp_type == QPT_UD || qp_type == QPT_GSI;
     let gsi = qp_type == QPT_GSI;
-    let rc = qp_type == QPT_RC;
+    // XRC is RC's transport: its QPs move through RC's states with RC's attributes.
+    let rc = matches!(qp_type, QPT_RC | QPT_XRC_INI | QPT_XRC_TGT);
     let uc = qp_type == QPT_UC;
     let pick = |ud: u32, uc_m: u32, rc_m: u32, gsi_m: u32| -> u32 {
         if gsi {

@@ -56,6 +56,9 @@ pub struct Srq {
     pub limit: u32,
     pub users: u32,
     pub error: bool,
+    /// An XRC SRQ: its XRC domain and the CQ of its receive completions (`xrcd` 0: not XRC).
+    pub xrcd: u32,
+    pub cq: u32,
 }
 
 /// A QP's work queues as the device fetches them: rings, doorbell slot, indices, CQs and SRQ.

@@ -209,6 +209,9 @@ impl Rig {
             ack_req: u.arbitrary::<bool>()?,
             psn: Psn::from_wire(base.get().wrapping_add(delta)),
         });
+        if info.xrceth {
+            hdr.xrceth = Some(u.arbitrary::<u32>()?);
+        }
         if info.deth {
             let qkey = if u.ratio(7u8, 8)? {
                 QKEY

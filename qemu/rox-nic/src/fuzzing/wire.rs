@@ -197,7 +197,7 @@ fn rebuild(packet: &[u8], parsed: &crate::roce::wire::Parsed) -> Vec<u8> {
 /// - the UDP checksum: masked from the ICRC, checked by the port's classify;
 /// - the BTH's first reserved byte (resv8a: masked from the ICRC, variant like a TTL);
 /// - BTH MigReq (rox has no path migration), the reserved bits after AckReq, the reserved
-///   byte of the DETH and the FETH's reserved bits (IBA: ignored by the receiver);
+///   byte of the DETH, the XRCETH's and the FETH's reserved bits (IBA: ignored by the receiver);
 /// - the credit count of an ACK's AETH (rox gives and reads no end-to-end credits);
 /// - the contents of the pad bytes.
 fn canonical(packet: &[u8]) -> Vec<u8> {
@@ -222,6 +222,9 @@ fn canonical(packet: &[u8]) -> Vec<u8> {
             }
             at += len;
         };
+        if info.xrceth {
+            field(4, &mut p, &|x| x[0] = 0);
+        }
         if info.deth {
             field(8, &mut p, &|d| d[4] = 0);
         }
@@ -266,6 +269,9 @@ fn headers_for(op: u8, seed: u32) -> Headers {
         ack_req: seed & 2 != 0,
         psn: Psn::from_wire(0xff_fff0u32.wrapping_add(seed)),
     });
+    if info.xrceth {
+        h.xrceth = Some(0x20 + seed);
+    }
     if info.feth {
         h.feth = Some(Feth {
             placement_type: 1,

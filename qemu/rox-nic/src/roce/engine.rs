@@ -30,6 +30,9 @@ mod sg;
 #[cfg(test)]
 mod test_env;
 mod wqe;
+mod xrc;
+
+pub use xrc::XrcRole;
 
 use std::collections::HashMap;
 
@@ -106,6 +109,8 @@ pub struct EngineStats {
     /// Tail probes: a requester's last packet sent again after two round trips without
     /// progress, to learn what the tail of its window lost (engine/rto.rs).
     pub tail_probes: u64,
+    /// XRC requests naming an SRQ that is not an XRC SRQ of the target QP's domain.
+    pub rx_xrc_domain_errors: u64,
 }
 
 /// Why [`Engine::receive`] dropped a packet (also counted in [`EngineStats`]).

@@ -119,6 +119,8 @@ pub struct SendWr {
     pub ud: Option<UdDest>,
     /// Where the device fetched it: the low 16 bits of its SQ index, for its CQE.
     pub wqe_index: u16,
+    /// XRC initiator QPs: the remote XRC SRQ the message is for (its XRCETH).
+    pub xrc_srqn: u32,
 }
 
 impl SendWr {
@@ -147,6 +149,7 @@ impl SendWr {
             fast_reg: None,
             ud: None,
             wqe_index: 0,
+            xrc_srqn: 0,
         }
     }
 }
@@ -254,6 +257,9 @@ pub struct Completion {
     /// UD receives: the network header of the packet (`rox_uapi::queue::CQE_NETWORK_HDR_*`),
     /// `CQE_NETWORK_HDR_NONE` otherwise.
     pub network_hdr: u8,
+    /// Receives of an XRC target QP: the XRC SRQ the message went into, whose CQ takes the
+    /// completion (the QP has no receive CQ of its own).
+    pub xrc_srq: Option<u32>,
 }
 
 impl Completion {
@@ -280,6 +286,7 @@ impl Completion {
             vendor_err: 0,
             wqe_index,
             network_hdr: rox_uapi::queue::CQE_NETWORK_HDR_NONE,
+            xrc_srq: None,
         }
     }
 
@@ -502,6 +509,24 @@ pub trait DeviceEnv {
     fn flush_icrc(&self) -> wire::FlushIcrc {
         wire::FlushIcrc::Iba
     }
+    /// The XRC SRQ numbered `srqn`: its XRC domain and PD (None: no such SRQ, or not an XRC
+    /// one). An XRC target QP delivers only into an SRQ of its own domain.
+    fn xrc_srq(&self, _srqn: u32) -> Option<XrcSrq> {
+        None
+    }
+    /// Take the next receive WR of XRC SRQ `srqn`.
+    fn pop_xrc_srq(&mut self, _srqn: u32) -> Option<RecvWr> {
+        None
+    }
+}
+
+/// What the engine needs to know of an XRC SRQ.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct XrcSrq {
+    pub xrcd: u32,
+    /// The PD whose regions the SRQ's receive WRs name, and in which an XRC target checks
+    /// the R_Keys of requests naming this SRQ (IBA: the XRC SRQ's PD, the QP has none).
+    pub pd: u32,
 }
 
 /// Static properties of a QP, fixed at creation.

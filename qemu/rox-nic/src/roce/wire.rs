@@ -10,6 +10,7 @@
 
 pub mod opcode;
 mod packet;
+pub mod xrceth;
 
 use super::{Gid, Key, Msn, Psn, Qpn};
 pub use opcode::{opcode_info, OpcodeClass, OpcodeInfo};
@@ -34,6 +35,8 @@ pub const FETH_LEN: usize = 4;
 pub const IETH_LEN: usize = 4;
 pub const IMMDT_LEN: usize = 4;
 pub const DETH_LEN: usize = 8;
+/// XRC extended transport header: 8 reserved bits, the 24-bit XRC SRQ number.
+pub const XRCETH_LEN: usize = 4;
 pub const ICRC_LEN: usize = 4;
 /// Size of the GRH an IB receive buffer of a UD QP starts with.
 pub const GRH_LEN: usize = rox_uapi::verbs::GRH_SIZE as usize;
@@ -223,6 +226,8 @@ pub struct Headers {
     /// The R_Key a SEND with invalidate names.
     pub ieth: Option<Key>,
     pub deth: Option<Deth>,
+    /// XRC requests: the number of the XRC SRQ the target delivers into (24 bits).
+    pub xrceth: Option<u32>,
 }
 
 impl Headers {
@@ -237,6 +242,7 @@ impl Headers {
             imm: None,
             ieth: None,
             deth: None,
+            xrceth: None,
         }
     }
 }

@@ -31,7 +31,7 @@ pub fn send_wqe(wr_id: u64, opcode: u8, flags: u8, sges: &[Sge]) -> SqWqe {
         reserved0: 0,
         imm_data: 0,
         inline_len: 0,
-        reserved1: 0,
+        xrc_srqn: 0,
         seg: SqSeg {
             rdma: RdmaSeg::default(),
         },

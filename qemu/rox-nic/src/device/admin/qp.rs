@@ -10,11 +10,28 @@ use crate::device::qp_state::check_modify;
 use crate::device::ring::{load_ring, RingKind};
 use crate::device::state::{Hw, QpQueues, FIRST_QPN};
 use crate::dma::as_bytes;
+use crate::roce::engine::XrcRole;
 use crate::roce::{Engine, QpConfig, QpType};
+
+/// The XRC role a create command asks for (None: not XRC). Neither role has a receive queue
+/// (an initiator receives nothing, a target takes the SRQ each request names); a target needs
+/// its XRC domain.
+fn xrc_role(c: &CreateQpCmd) -> AdminResult<Option<XrcRole>> {
+    let role = match c.qp_type {
+        QPT_XRC_INI => XrcRole::Initiator,
+        QPT_XRC_TGT if c.xrcd != XRCD_NONE => XrcRole::Target { xrcd: c.xrcd },
+        QPT_XRC_TGT => return Err(ADMIN_STATUS_BAD_PARAM),
+        _ => return Ok(None),
+    };
+    if c.srq != SRQ_NONE || c.log_rq_depth != 0 {
+        return Err(ADMIN_STATUS_BAD_PARAM);
+    }
+    Ok(Some(role))
+}
 
 fn qp_type_of(t: u8) -> Option<QpType> {
     match t {
-        QPT_RC => Some(QpType::Rc),
+        QPT_RC | QPT_XRC_INI | QPT_XRC_TGT => Some(QpType::Rc),
         QPT_UC => Some(QpType::Uc),
         QPT_UD | QPT_GSI => Some(QpType::Ud),
         _ => None,
@@ -29,7 +46,14 @@ pub(super) fn create_qp(hw: &mut Hw, engine: &mut Engine, c: &CreateQpCmd) -> Ad
     if c.qp_type == QPT_GSI && hw.qps.contains_key(&Qpn::GSI) {
         return Err(ADMIN_STATUS_NO_RESOURCES);
     }
-    if !hw.cqs.contains_key(&c.send_cq) || !hw.cqs.contains_key(&c.recv_cq) {
+    let xrc = xrc_role(c)?;
+    let target = matches!(xrc, Some(XrcRole::Target { .. }));
+    let (send_cq, recv_cq) = if target {
+        (CQ_NONE, CQ_NONE)
+    } else {
+        (c.send_cq, c.recv_cq)
+    };
+    if !target && (!hw.cqs.contains_key(&send_cq) || !hw.cqs.contains_key(&recv_cq)) {
         return Err(ADMIN_STATUS_BAD_HANDLE);
     }
     if c.srq != SRQ_NONE {
@@ -39,7 +63,7 @@ pub(super) fn create_qp(hw: &mut Hw, engine: &mut Engine, c: &CreateQpCmd) -> Ad
         }
     }
     let sq = load_ring(&hw.mem, &c.sq, c.log_sq_depth, RingKind::Sq)?;
-    let rq = if c.srq == SRQ_NONE {
+    let rq = if c.srq == SRQ_NONE && xrc.is_none() {
         Some(load_ring(&hw.mem, &c.rq, c.log_rq_depth, RingKind::Rq)?)
     } else {
         None
@@ -60,11 +84,15 @@ pub(super) fn create_qp(hw: &mut Hw, engine: &mut Engine, c: &CreateQpCmd) -> Ad
         pd: c.pd,
         uses_srq: c.srq != SRQ_NONE,
     };
-    if engine.create_qp(cfg).is_err() {
+    let created = match xrc {
+        Some(role) => engine.create_xrc_qp(cfg, role),
+        None => engine.create_qp(cfg),
+    };
+    if created.is_err() {
         hw.doorbells_used.remove(&(c.db_page, c.db_slot));
         return Err(ADMIN_STATUS_NO_RESOURCES);
     }
-    for cq in [c.send_cq, c.recv_cq] {
+    for cq in [send_cq, recv_cq].into_iter().filter(|&cq| cq != CQ_NONE) {
         hw.cqs.get_mut(&cq).expect("checked").users += 1;
     }
     if let Some(srq) = hw.srqs.get_mut(&c.srq) {
@@ -76,8 +104,8 @@ pub(super) fn create_qp(hw: &mut Hw, engine: &mut Engine, c: &CreateQpCmd) -> Ad
             qpn,
             qp_type: c.qp_type,
             pd: c.pd,
-            send_cq: c.send_cq,
-            recv_cq: c.recv_cq,
+            send_cq,
+            recv_cq,
             srq: c.srq,
             sq,
             rq,

@@ -14,7 +14,13 @@ pub(super) fn create_srq(hw: &mut Hw, c: &CreateSrqCmd) -> AdminResult<u32> {
     if c.limit > ring.depth {
         return Err(ADMIN_STATUS_BAD_PARAM);
     }
+    if c.xrcd != XRCD_NONE && !hw.cqs.contains_key(&c.cq) {
+        return Err(ADMIN_STATUS_BAD_HANDLE);
+    }
     claim_doorbell(hw, c.db_page, c.db_slot)?;
+    if let Some(cq) = hw.cqs.get_mut(&c.cq).filter(|_| c.xrcd != XRCD_NONE) {
+        cq.users += 1;
+    }
     let srqs = &hw.srqs;
     let id = next_id(&mut hw.next_srq, 1, |id| srqs.contains_key(&id));
     hw.srqs.insert(
@@ -28,6 +34,8 @@ pub(super) fn create_srq(hw: &mut Hw, c: &CreateSrqCmd) -> AdminResult<u32> {
             limit: c.limit,
             users: 0,
             error: false,
+            xrcd: c.xrcd,
+            cq: c.cq,
         },
     );
     Ok(id)
@@ -84,5 +92,8 @@ pub(super) fn destroy_srq(hw: &mut Hw, id: u32) -> AdminResult {
     }
     let srq = hw.srqs.remove(&id).expect("present");
     hw.doorbells_used.remove(&(srq.db_page, srq.db_slot));
+    if let Some(cq) = hw.cqs.get_mut(&srq.cq).filter(|_| srq.xrcd != XRCD_NONE) {
+        cq.users -= 1;
+    }
     Ok(())
 }

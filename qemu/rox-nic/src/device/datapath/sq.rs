@@ -182,6 +182,9 @@ pub fn decode_send(
         imm: u32::from_be(w.imm_data),
         ..SendWr::new(w.wr_id, opcode)
     };
+    if qp_type == QPT_XRC_INI {
+        wr.xrc_srqn = w.xrc_srqn;
+    }
     if qp_type == QPT_UD || qp_type == QPT_GSI {
         let ud: UdSeg = read_as(&w.seg);
         let sgid = hw

@@ -49,6 +49,8 @@ pub(super) struct Qp {
     pub(super) av: Option<AddressVector>,
     pub(super) req: Requester,
     pub(super) resp: Responder,
+    /// An XRC QP (RC's transport with XRC opcodes): its role.
+    pub(super) xrc: Option<super::xrc::XrcRole>,
 }
 
 impl Qp {
@@ -76,6 +78,7 @@ impl Qp {
             av: None,
             req: Requester::new(),
             resp: Responder::default(),
+            xrc: None,
         }
     }
 
@@ -218,6 +221,9 @@ impl Qp {
 
     /// The transport bits (high 3) of the QP's opcodes.
     pub(super) fn transport_bits(&self) -> u8 {
+        if self.xrc.is_some() {
+            return op::CLASS_XRC;
+        }
         match self.cfg.qp_type {
             QpType::Rc => op::CLASS_RC,
             QpType::Uc => op::CLASS_UC,
@@ -275,7 +281,11 @@ impl Qp {
 
     pub(super) fn bth(&self, opcode: u8, psn: Psn) -> Bth {
         Bth {
-            opcode,
+            // The roles name RC opcodes; an XRC QP sends the same operation as XRC.
+            opcode: match self.xrc {
+                Some(_) => op::CLASS_XRC | (opcode & op::OP_MASK),
+                None => opcode,
+            },
             solicited: false,
             pkey: DEFAULT_PKEY,
             dest_qpn: self.dest_qpn,

@@ -55,6 +55,9 @@ impl Engine {
                 return Err(RxDrop::WrongSource(qpn));
             }
         }
+        if qp.xrc.is_some() {
+            return qp.xrc_receive(env, &mut self.stats, &p);
+        }
         let is_response = qp.cfg.qp_type == QpType::Rc && p.info.class.is_response();
         if is_response {
             qp.completer_receive(env, &mut self.stats, &p);

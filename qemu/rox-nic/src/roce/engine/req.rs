@@ -285,7 +285,7 @@ impl Qp {
             self.req.cursor_pkt = self.req.cursor_pkt.max(wqe.read_pkts_done);
         }
         let psn = wqe.first_psn.add(self.req.cursor_pkt);
-        let (hdr, payload) = match wqe.kind {
+        let (mut hdr, payload) = match wqe.kind {
             WqeKind::Read => (self.read_request(wqe, psn), None),
             WqeKind::Atomic => (self.atomic_request(wqe, psn), None),
             WqeKind::Flush => (self.flush_request(wqe, psn), None),
@@ -299,6 +299,7 @@ impl Qp {
                 return self.send_data_packet(env, stats, index)
             }
         };
+        hdr.xrceth = self.xrceth_of(&self.req.sq[index]);
         // A single-packet request: it asks for its response and ends the WQE's packets.
         self.send_connected(env, stats, &hdr, payload.as_ref().map_or(&[], |v| &v[..]));
         self.req.cursor += 1;
@@ -456,6 +457,7 @@ impl Qp {
                 dma_len: wqe.len as u32,
             });
         }
+        hdr.xrceth = self.xrceth_of(wqe);
         if let Some(ud) = wqe.wr.ud {
             hdr.bth.dest_qpn = ud.remote_qpn;
             let qkey = if ud.remote_qkey & QKEY_USE_QP_QKEY != 0 {

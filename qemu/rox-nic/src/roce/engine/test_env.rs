@@ -5,7 +5,7 @@
 //! completed. The integration tests (tests/roce_*.rs) run whole engines against a device-like
 //! double over the same table.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 
 use super::qp::Qp;
 use super::EngineStats;
@@ -41,6 +41,8 @@ pub(super) struct TestEnv {
     pub(super) async_errors: Vec<QpAsyncError>,
     /// The device's FLUSH ICRC configuration.
     pub(super) flush_icrc: wire::FlushIcrc,
+    /// XRC SRQs by number: their domain and PD, and their posted receive WRs.
+    pub(super) xrc_srqs: HashMap<u32, (XrcSrq, VecDeque<RecvWr>)>,
 }
 
 impl TestEnv {
@@ -71,6 +73,7 @@ impl TestEnv {
             drained: Vec::new(),
             async_errors: Vec::new(),
             flush_icrc: wire::FlushIcrc::Iba,
+            xrc_srqs: HashMap::new(),
         }
     }
 
@@ -113,6 +116,12 @@ impl DeviceEnv for TestEnv {
     }
     fn transmit(&mut self, _: &AddressVector, packet: Vec<u8>) {
         self.sent.push(packet);
+    }
+    fn xrc_srq(&self, srqn: u32) -> Option<XrcSrq> {
+        self.xrc_srqs.get(&srqn).map(|(srq, _)| *srq)
+    }
+    fn pop_xrc_srq(&mut self, srqn: u32) -> Option<RecvWr> {
+        self.xrc_srqs.get_mut(&srqn)?.1.pop_front()
     }
 }
 

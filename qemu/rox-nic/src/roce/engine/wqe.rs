@@ -165,7 +165,7 @@ impl Qp {
         let mtu = u64::from(self.mtu.bytes());
         let invalidates = wr.opcode == WrOpcode::SendWithInv;
         let allowed = match self.cfg.qp_type {
-            QpType::Rc => true,
+            QpType::Rc => self.xrc.is_none_or(|role| role.may_post(kind)),
             QpType::Uc => {
                 matches!(kind, WqeKind::Send | WqeKind::Write | WqeKind::Local) && !invalidates
             }

@@ -3,7 +3,7 @@
 
 use super::{
     AETH_LEN, ATOMIC_ACK_ETH_LEN, ATOMIC_ETH_LEN, BTH_LEN, DETH_LEN, FETH_LEN, IETH_LEN, IMMDT_LEN,
-    RETH_LEN,
+    RETH_LEN, XRCETH_LEN,
 };
 
 pub const RC_SEND_FIRST: u8 = 0x00;
@@ -38,6 +38,8 @@ pub const RC_ATOMIC_WRITE: u8 = 0x1d;
 pub const CLASS_RC: u8 = 0x00;
 pub const CLASS_UC: u8 = 0x20;
 pub const CLASS_UD: u8 = 0x60;
+/// eXtended Reliable Connected: RC's operations; every request carries an XRCETH.
+pub const CLASS_XRC: u8 = 0xa0;
 pub const CLASS_MASK: u8 = 0xe0;
 pub const OP_MASK: u8 = 0x1f;
 pub const UD_SEND_ONLY: u8 = CLASS_UD | RC_SEND_ONLY;
@@ -85,6 +87,8 @@ pub struct OpcodeInfo {
     pub atomic_ack_eth: bool,
     pub immdt: bool,
     pub deth: bool,
+    /// XRC requests: the XRC SRQ the target QP delivers into (right after the BTH).
+    pub xrceth: bool,
     /// First (or only) packet of a message.
     pub first: bool,
     /// Last (or only) packet of a message.
@@ -93,17 +97,21 @@ pub struct OpcodeInfo {
 
 /// Header layout of a (known) opcode; `None` for opcodes rox does not implement (dropped).
 /// RC has every operation; UC only SEND and WRITE (not with invalidate); UD only SEND ONLY
-/// (with or without immediate).
+/// (with or without immediate); XRC RC's but the memory placement extensions (IBA 9.2
+/// defines no XRC FLUSH or ATOMIC WRITE).
 pub fn opcode_info(op: u8) -> Option<OpcodeInfo> {
     let info = operation_info(op & OP_MASK)?;
+    let xrc = op & CLASS_MASK == CLASS_XRC;
     let allowed = match op & CLASS_MASK {
         CLASS_RC => true,
         CLASS_UC => matches!(info.class, OpcodeClass::Send | OpcodeClass::Write) && !info.ieth,
         CLASS_UD => info.class == OpcodeClass::Send && info.first && info.last && !info.ieth,
+        CLASS_XRC => !matches!(info.class, OpcodeClass::Flush | OpcodeClass::AtomicWrite),
         _ => false,
     };
     allowed.then_some(OpcodeInfo {
         deth: op & CLASS_MASK == CLASS_UD,
+        xrceth: xrc && !info.class.is_response(),
         ..info
     })
 }
@@ -152,6 +160,7 @@ fn operation_info(base: u8) -> Option<OpcodeInfo> {
             RC_SEND_LAST_IMM | RC_SEND_ONLY_IMM | RC_WRITE_LAST_IMM | RC_WRITE_ONLY_IMM
         ),
         deth: false,
+        xrceth: false,
         first,
         last,
     })
@@ -161,6 +170,7 @@ impl OpcodeInfo {
     /// Bytes of BTH plus extension headers.
     pub fn header_len(&self) -> usize {
         BTH_LEN
+            + if self.xrceth { XRCETH_LEN } else { 0 }
             + if self.deth { DETH_LEN } else { 0 }
             + if self.feth { FETH_LEN } else { 0 }
             + if self.reth { RETH_LEN } else { 0 }
@@ -270,6 +280,7 @@ mod tests {
         ];
         let b = |x: bool| if x { '1' } else { '0' };
         let known: Vec<(u8, String)> = (0..=u8::MAX)
+            .filter(|&op| op & CLASS_MASK != CLASS_XRC)
             .filter_map(|op| {
                 let i = opcode_info(op)?;
                 let flags = [

@@ -143,6 +143,7 @@ pub fn build_packet_with(
         &mut buf,
         Psn::from_wire(b.psn.get()).get() | if b.ack_req { BTH_ACK_REQ } else { 0 },
     );
+    xrceth::put(&mut buf, hdr, &info);
     if info.deth {
         let d = hdr.deth.expect("DETH required by opcode");
         put_u32(&mut buf, d.qkey);
@@ -413,6 +414,9 @@ pub fn parse_transport(packet: &[u8], ip: IpView) -> Result<Parsed<'_>, ParseErr
         psn: Psn::from_wire(psn_word),
     };
     let mut hdr = Headers::new(bth);
+    if info.xrceth {
+        hdr.xrceth = Some(xrceth::decode(r.u32()));
+    }
     if info.deth {
         hdr.deth = Some(Deth {
             qkey: r.u32(),
