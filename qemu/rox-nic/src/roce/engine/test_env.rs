@@ -77,6 +77,14 @@ impl TestEnv {
         }
     }
 
+    /// Registers `key` as a region over all memory in protection domain `pd`, with every
+    /// access right (the keys [`TestEnv::new`] makes are in the test QPs' PD).
+    pub(super) fn add_region(&mut self, key: Key, pd: u32) {
+        let access = ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE | ACCESS_REMOTE_READ;
+        let mr = region(key, pd, 0, MEM_LEN as u64, access, RegionKind::Physical);
+        self.table.mrs.insert(key.index(), mr);
+    }
+
     /// The packets sent so far, parsed (each must be well-formed).
     pub(super) fn sent_parsed(&self) -> Vec<Parsed<'_>> {
         self.sent

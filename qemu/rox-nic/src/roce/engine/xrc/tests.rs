@@ -12,6 +12,9 @@ const SRQ_A: u32 = 0x30;
 const SRQ_B: u32 = 0x31;
 const FOREIGN_SRQ: u32 = 0x32;
 const SRQ_PD: u32 = 9;
+/// Keys of regions in the SRQs' PD: the receive WRs' and a remote writer's.
+const SRQ_LKEY: Key = Key::region(5, 0);
+const SRQ_RKEY: Key = Key::region(6, 0);
 
 fn rts(engine: &mut Engine, env: &mut TestEnv) {
     let modify = QpModify {
@@ -43,17 +46,19 @@ fn xrc_engine(env: &mut TestEnv, role: XrcRole) -> Engine {
 /// with one receive WR of 64 bytes at its own address.
 fn target_env() -> TestEnv {
     let mut env = TestEnv::new();
+    env.add_region(SRQ_LKEY, SRQ_PD);
     for (srqn, xrcd, addr) in [
         (SRQ_A, XRCD, 0x100),
         (SRQ_B, XRCD, 0x200),
         (FOREIGN_SRQ, OTHER_XRCD, 0x300),
     ] {
         let wr = RecvWr {
+            wqe_index: 0,
             wr_id: u64::from(srqn),
             sges: vec![Sge {
                 addr,
                 length: 64,
-                lkey: Key::from_raw(1),
+                lkey: SRQ_LKEY,
             }],
         };
         let srq = XrcSrq { xrcd, pd: SRQ_PD };
@@ -186,6 +191,7 @@ fn target_delivers_into_the_srq_the_request_names() {
 fn target_checks_rkeys_in_the_pd_of_the_named_srq() {
     let (mut env, mut stats, mut qp) = rc_fixture();
     qp.xrc = Some(XrcRole::Target { xrcd: XRCD });
+    env.add_region(SRQ_RKEY, SRQ_PD);
     env.xrc_srqs.insert(
         SRQ_A,
         (
@@ -200,7 +206,7 @@ fn target_checks_rkeys_in_the_pd_of_the_named_srq() {
         h.xrceth = Some(SRQ_A);
         h.reth = Some(Reth {
             va: 0x400,
-            rkey: Key::from_raw(2),
+            rkey: SRQ_RKEY,
             dma_len: 4,
         });
     });
