@@ -6,8 +6,10 @@
 //! port can address the frame.
 
 /// uverbs ABI version of rox.ko (`ib_device_ops.uverbs_abi_ver`); librox accepts exactly this
-/// version (`match_min_abi_version = match_max_abi_version`).
-pub const UVERBS_ABI_VERSION: u32 = 1;
+/// version (`match_min_abi_version = match_max_abi_version`). 2: the CQE carries the WQE index
+/// where `sl` was and an XRC-SRQ flag, the send WQE the XRC SRQ number (a librox of version 1
+/// would misread both, so it does not bind to this rox.ko).
+pub const UVERBS_ABI_VERSION: u32 = 2;
 
 use super::ids::Qpn;
 
