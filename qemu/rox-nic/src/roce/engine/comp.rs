@@ -146,6 +146,11 @@ impl Qp {
                 // A READ that failed with responses beyond a hole leaves their record behind.
                 self.req.read_early.remove(&wqe.first_psn.get());
                 self.req.read_asked.remove(&wqe.first_psn.get());
+                if !self.req.sq.iter().any(|w| w.kind == WqeKind::Read) {
+                    // Kept over 2^23 PSNs without READs, it would seem ahead of the next
+                    // READ's responses and make each of them ask for the rest again.
+                    self.req.read_resp_high = None;
+                }
             }
             if self.req.cursor == 0 {
                 // The cursor was inside the retired WQE (a go-back-N rewind that a late ACK

@@ -335,6 +335,16 @@ mod tests {
     }
 
     #[test]
+    fn the_highest_response_is_forgotten_once_no_read_is_outstanding() {
+        let (mut env, mut stats, mut qp) = read_sent();
+        for n in [0, 2, 1, 3] {
+            respond(&mut qp, &mut env, &mut stats, n);
+        }
+        assert_eq!(env.completions.len(), 1);
+        assert_eq!(qp.req.read_resp_high, None);
+    }
+
+    #[test]
     fn a_local_operation_retiring_ahead_keeps_the_reads_early_responses() {
         let (mut env, mut stats, mut qp) = rc_fixture();
         // A WRITE (PSN 100) still unacknowledged holds the LOCAL_INV behind it; the LOCAL_INV
