@@ -51,6 +51,9 @@ pub(super) struct Qp {
     pub(super) resp: Responder,
     /// An XRC QP (RC's transport with XRC opcodes): its role.
     pub(super) xrc: Option<super::xrc::XrcRole>,
+    /// An XRC target holding a receive WR (a SEND in progress, a spare after an RNR NAK): the
+    /// XRC SRQ it came from, whose CQ its completion goes to even when the QP is flushed.
+    pub(super) xrc_held_srq: Option<u32>,
 }
 
 impl Qp {
@@ -79,6 +82,7 @@ impl Qp {
             req: Requester::new(),
             resp: Responder::default(),
             xrc: None,
+            xrc_held_srq: None,
         }
     }
 
@@ -386,8 +390,16 @@ impl Qp {
             Some(InMessage::Send { wr, .. }) => Some(wr),
             _ => None,
         };
+        let held_srq = self.xrc_held_srq.take();
         for wr in held.into_iter().chain(self.resp.spare_recv.take()) {
-            self.complete_recv(env, wr.name(), WcStatus::WrFlushErr, WcOpcode::Recv, 0);
+            let name = wr.name();
+            match held_srq {
+                Some(srqn) => {
+                    let mut srq_env = super::xrc::SrqEnv::new(env, srqn);
+                    self.complete_recv(&mut srq_env, name, WcStatus::WrFlushErr, WcOpcode::Recv, 0);
+                }
+                None => self.complete_recv(env, name, WcStatus::WrFlushErr, WcOpcode::Recv, 0),
+            }
         }
         if !self.cfg.uses_srq {
             while let Some(wr) = env.pop_recv(self.cfg.qpn) {

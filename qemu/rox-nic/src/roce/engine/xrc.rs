@@ -11,6 +11,7 @@
 //! the requester adds the XRCETH ([`Qp::xrceth_of`]) and [`Qp::xrc_receive`] dispatches what
 //! arrives, lending the responder an environment whose receive queue is the named SRQ.
 
+use super::resp::InMessage;
 use super::wqe::{Wqe, WqeKind};
 use super::{Engine, EngineStats, RxDrop};
 use crate::roce::wire::{NakCode, Parsed};
@@ -88,12 +89,27 @@ impl Qp {
             .hdr
             .xrceth
             .expect("XRC requests are parsed with their XRCETH");
-        match env.xrc_srq(srqn).filter(|srq| srq.xrcd == xrcd) {
+        let holds =
+            matches!(self.resp.cur, Some(InMessage::Send { .. })) || self.resp.spare_recv.is_some();
+        // A message's packets and its retries name one SRQ: the one its receive WR came from.
+        let other_srq = holds && self.xrc_held_srq != Some(srqn);
+        match env
+            .xrc_srq(srqn)
+            .filter(|srq| srq.xrcd == xrcd && !other_srq)
+        {
             Some(srq) => {
                 // The responder checks R_Keys and scatters receives in the SRQ's PD.
                 self.cfg.pd = srq.pd;
-                let mut srq_env = SrqEnv { inner: env, srqn };
+                let mut srq_env = SrqEnv::new(env, srqn);
                 self.responder_receive(&mut srq_env, stats, p);
+                let popped = srq_env.popped;
+                let holds = matches!(self.resp.cur, Some(InMessage::Send { .. }))
+                    || self.resp.spare_recv.is_some();
+                if !holds {
+                    self.xrc_held_srq = None;
+                } else if popped {
+                    self.xrc_held_srq = Some(srqn);
+                }
             }
             None => {
                 stats.rx_xrc_domain_errors += 1;
@@ -111,14 +127,28 @@ impl Qp {
 /// The device's environment as an XRC target's responder sees it for one request: its receive
 /// queue is XRC SRQ `srqn`, and its receive completions go to that SRQ's CQ. Every other
 /// method is the device's.
-struct SrqEnv<'a> {
+pub(super) struct SrqEnv<'a> {
     inner: &'a mut dyn DeviceEnv,
     srqn: u32,
+    /// Whether the responder took a receive WR from the SRQ.
+    popped: bool,
+}
+
+impl<'a> SrqEnv<'a> {
+    pub(super) fn new(inner: &'a mut dyn DeviceEnv, srqn: u32) -> SrqEnv<'a> {
+        SrqEnv {
+            inner,
+            srqn,
+            popped: false,
+        }
+    }
 }
 
 impl DeviceEnv for SrqEnv<'_> {
     fn pop_recv(&mut self, _qpn: Qpn) -> Option<RecvWr> {
-        self.inner.pop_xrc_srq(self.srqn)
+        let wr = self.inner.pop_xrc_srq(self.srqn);
+        self.popped |= wr.is_some();
+        wr
     }
     fn complete(&mut self, completion: Completion) {
         let xrc_srq = completion.is_recv.then_some(self.srqn);

@@ -268,3 +268,38 @@ fn a_target_takes_no_responses_and_rc_requests_are_not_its_transport() {
     assert_eq!(engine.stats().rx_no_qp, 2);
     assert!(env.sent.is_empty() && env.completions.is_empty());
 }
+
+#[test]
+fn a_held_receive_completes_on_its_own_srq_and_a_message_cannot_change_srq() {
+    let mut env = target_env();
+    env.xrc_srqs.get_mut(&SRQ_A).unwrap().1[0].sges[0].length = 4096;
+    let mut engine = xrc_engine(&mut env, XrcRole::Target { xrcd: XRCD });
+    let first = packet_from_peer(op::CLASS_XRC | op::RC_SEND_FIRST, 100, &[7; 1024], |h| {
+        h.xrceth = Some(SRQ_A)
+    });
+    engine.receive(&mut env, &first).unwrap();
+    engine.poll(&mut env);
+    assert!(env.completions.is_empty());
+    assert!(env.xrc_srqs[&SRQ_A].1.is_empty(), "SRQ A's WR taken");
+    // The next packet of that message names SRQ B of the same domain: refused, the QP fails,
+    // and the receive WR it holds from SRQ A is flushed on SRQ A's CQ (not lost).
+    let middle = packet_from_peer(op::CLASS_XRC | op::RC_SEND_MIDDLE, 101, &[8; 1024], |h| {
+        h.xrceth = Some(SRQ_B)
+    });
+    engine.receive(&mut env, &middle).unwrap();
+    engine.poll(&mut env);
+    let c = env.completions[0];
+    assert_eq!(
+        (c.wr_id, c.status, c.is_recv, c.xrc_srq),
+        (u64::from(SRQ_A), WcStatus::WrFlushErr, true, Some(SRQ_A))
+    );
+    assert_eq!(env.xrc_srqs[&SRQ_B].1.len(), 1, "SRQ B untouched");
+    assert!(
+        !env.mem.contains(&8),
+        "the refused packet's payload placed nowhere"
+    );
+    assert!(matches!(
+        last_ack(&env).1,
+        Syndrome::Nak(wire::NakCode::InvalidRequest)
+    ));
+}
