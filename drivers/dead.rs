@@ -27,14 +27,21 @@ use crate::{
     qp::KernelQp,
     wq::{KernelWq, Posted},
 };
-use core::sync::atomic::{AtomicBool, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use kernel::{
     new_spinlock_irq,
     prelude::*,
     rbtree::{RBTree, RBTreeNodeReservation},
     sync::{Arc, SpinLockIrq},
+    time::{Delta, Instant, Monotonic},
     transmute::{AsBytes, FromBytes},
 };
+
+/// How long a dead device's reset may take before the driver stops waiting for it and
+/// completes outstanding work in software anyway: a device whose data path hangs still answers
+/// registers (so never reads all-ones) but may never report the reset complete, and ib_core's
+/// pollers come back until it does.
+const QUIESCE_DEADLINE: Delta = Delta::from_secs(2);
 
 /// The kernel QPs of a device by number.
 type KernelQps = RBTree<Qpn, Arc<KernelQp>>;
@@ -57,6 +64,9 @@ pub(crate) struct DeadState {
     /// any more): from then on the device writes nothing, so completing work requests in
     /// software cannot race a CQE of its own.
     quiesced: AtomicBool,
+    /// When this state was made, and when the device died (nanoseconds after that).
+    created: Instant<Monotonic>,
+    died_ns: AtomicI64,
     /// Kernel QPs by number, so a polled CQE retires its work request and a dead device's
     /// CQs find the QPs that complete into them.
     kernel_qps: Pin<KBox<SpinLockIrq<KernelQps>>>,
@@ -67,6 +77,8 @@ impl DeadState {
         Ok(Self {
             dead: AtomicBool::new(false),
             quiesced: AtomicBool::new(false),
+            created: Instant::now(),
+            died_ns: AtomicI64::new(0),
             kernel_qps: KBox::pin_init(new_spinlock_irq!(RBTree::new()), GFP_KERNEL)?,
         })
     }
@@ -77,7 +89,18 @@ impl DeadState {
 
     /// Marks the device dead; true for the one call that did.
     fn mark(&self) -> bool {
+        // The time first, so whoever sees the flag sees when (0: not yet recorded).
+        let died_ns = self.created.elapsed().as_nanos().max(1);
+        let _ = self
+            .died_ns
+            .compare_exchange(0, died_ns, Ordering::AcqRel, Ordering::Acquire);
         !self.dead.swap(true, Ordering::AcqRel)
+    }
+
+    /// Whether the device died longer than `deadline` ago.
+    fn dead_for(&self, deadline: Delta) -> bool {
+        let died_ns = self.died_ns.load(Ordering::Acquire);
+        died_ns != 0 && self.created.elapsed().as_nanos() - died_ns > deadline.as_nanos()
     }
 
     /// Lists kernel QP `qpn` (in the entry allocated before the device created it).
@@ -174,7 +197,8 @@ impl RoxDev<'_> {
     /// for is complete (`STATUS_READY`), or nothing answers (all-ones: its process or link is
     /// gone). Until then work requests must not complete in software: the device could
     /// still complete them itself (a second completion of one request) or write into their
-    /// buffers after the consumer got them back. One register read per call until it holds.
+    /// buffers after the consumer got them back. One register read per call until it holds,
+    /// or until [`QUIESCE_DEADLINE`] after the death (a hung device may never finish).
     pub(crate) fn dead_and_quiesced(&self) -> bool {
         if !self.is_dead() {
             return false;
@@ -183,7 +207,14 @@ impl RoxDev<'_> {
             return true;
         }
         let status = self.regs.read(regs::REG_STATUS);
-        let quiesced = status == u32::MAX || status & regs::STATUS_READY != 0;
+        let reset_done = status == u32::MAX || status & regs::STATUS_READY != 0;
+        let quiesced = reset_done || self.dead.dead_for(QUIESCE_DEADLINE);
+        if quiesced && !reset_done {
+            dev_warn!(
+                self.pdev.as_ref(),
+                "the dead device's reset did not complete in 2 s; completing its work requests in software\n"
+            );
+        }
         if quiesced {
             self.dead.quiesced.store(true, Ordering::Release);
         }
