@@ -495,6 +495,13 @@ fn take_hello(conn: UnixStream) -> std::io::Result<Wire> {
             "the ring memory is not a sealed memfd of the ring size",
         ));
     }
+    let (doorbell, peer_doorbell) = (File::from(connector_bell), File::from(listener_bell));
+    if ![&doorbell, &peer_doorbell]
+        .into_iter()
+        .all(sys::fd::is_nonblocking_eventfd)
+    {
+        return Err(bad("the doorbells are not non-blocking eventfds"));
+    }
     let map = SharedMapping::map(&memfd, len)?;
     conn.set_nonblocking(true)?;
     Ok(Wire {
@@ -510,8 +517,8 @@ fn take_hello(conn: UnixStream) -> std::io::Result<Wire> {
             slots,
             slot_len,
         },
-        doorbell: File::from(connector_bell),
-        peer_doorbell: File::from(listener_bell),
+        doorbell,
+        peer_doorbell,
     })
 }
 

@@ -17,6 +17,21 @@ pub fn eventfd() -> std::io::Result<File> {
     Ok(unsafe { File::from_raw_fd(fd) })
 }
 
+/// Whether `file` is a non-blocking eventfd (as [`eventfd`] makes them), read from procfs: a
+/// doorbell another process passed that cannot stall the writer (a pipe nobody reads would).
+pub fn is_nonblocking_eventfd(file: &File) -> bool {
+    let fd = file.as_raw_fd();
+    let link = std::fs::read_link(format!("/proc/self/fd/{fd}"));
+    let is_eventfd = link.is_ok_and(|l| l.as_os_str() == "anon_inode:[eventfd]");
+    let flags = std::fs::read_to_string(format!("/proc/self/fdinfo/{fd}"))
+        .ok()
+        .and_then(|info| {
+            let octal = info.lines().find_map(|l| l.strip_prefix("flags:"))?;
+            u32::from_str_radix(octal.trim(), 8).ok()
+        });
+    is_eventfd && flags.is_some_and(|f| f & libc::O_NONBLOCK as u32 != 0)
+}
+
 /// A new close-on-exec memfd named `name`, empty (size it with `File::set_len`).
 pub fn memfd(name: &CStr) -> std::io::Result<File> {
     // SAFETY: plain syscall with a valid C string; the result is checked.
@@ -61,4 +76,16 @@ impl AsRawFd for EventFd {
 /// Signal an interrupt eventfd as vfio does: write 1u64.
 pub fn signal_irq(file: &File) {
     let _ = (&*file).write(&1u64.to_ne_bytes());
+}
+
+#[cfg(test)]
+mod doorbell_tests {
+    use super::*;
+
+    #[test]
+    fn only_a_non_blocking_eventfd_is_a_doorbell() {
+        assert!(is_nonblocking_eventfd(&eventfd().unwrap()));
+        let file = tempfile::tempfile().unwrap();
+        assert!(!is_nonblocking_eventfd(&file));
+    }
 }
