@@ -32,6 +32,16 @@ const RIG_HOST: u8 = 1;
 const READ_TIMEOUT: Duration = Duration::from_secs(10);
 
 fn rig(dir: &Path, guest_attached: bool, pcap: Option<&Path>) -> Rig {
+    rig_with(dir, guest_attached, pcap, |_| {})
+}
+
+/// [`rig`] with `tweak` applied to the device's configuration.
+fn rig_with(
+    dir: &Path,
+    guest_attached: bool,
+    pcap: Option<&Path>,
+    tweak: impl FnOnce(&mut rox_nic::DeviceConfig),
+) -> Rig {
     let (wire_path, dev_path) = (dir.join("wire.sock"), dir.join("dev.sock"));
     let (guest_path, nd_path) = (dir.join("guest.sock"), dir.join("nd.sock"));
     let wire = UnixDatagram::bind(&wire_path).unwrap();
@@ -50,6 +60,7 @@ fn rig(dir: &Path, guest_attached: bool, pcap: Option<&Path>) -> Rig {
         local: nd_path.clone(),
         remote: guest_path,
     });
+    tweak(&mut cfg);
     let mut d = TestDriver::new(cfg);
     d.set_gid(0, gid);
     wire.connect(&dev_path).unwrap();
@@ -724,4 +735,41 @@ fn multicast_send_goes_on_the_wire_and_loops_back_to_attached_qps() {
         before[STAT_PORT_DROP_NO_DMAC] + 1
     );
     assert_eq!(after[STAT_PORT_TX_FRAMES], before[STAT_PORT_TX_FRAMES]);
+}
+
+/// A device told to send FLUSH with rdma_rxe's ICRC (`--flush-icrc rxe`, as interop runs it)
+/// still does after the driver resets it: the reset drops the device's state, not its
+/// configuration (it once rebuilt both, and rox's FLUSHes to rxe were dropped until
+/// RETRY_EXC_ERR).
+#[test]
+fn the_flush_icrc_configuration_outlives_a_reset() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut r = rig_with(dir.path(), false, None, |c| {
+        c.flush_icrc = wire::FlushIcrc::Rxe
+    });
+    r.d.reset();
+    r.d.set_gid(0, r.gid);
+    let cq = r.d.create_cq(6);
+    let mut qp = r.d.create_qp(QPT_RC, PD, cq.id, cq.id, SRQ_NONE);
+    r.d.connect(&qp, peer_gid(), Qpn::from_raw(0x99), ALL_ACCESS);
+    let mut w = send_wqe(1, WR_FLUSH, WQE_FLAG_SIGNALED, &[]);
+    w.seg = SqSeg {
+        rdma: RdmaSeg {
+            remote_addr: 0x1000,
+            rkey: Key::from_raw(0x1234),
+            length: 64,
+            flush_type: FLUSH_TYPE_GLOBAL,
+            flush_level: FLUSH_LEVEL_RANGE,
+            ..Default::default()
+        },
+    };
+    r.d.post_send(&mut qp, &w);
+    let frame = recv(&r.wire);
+    let packet = &frame[ETH_HEADER_LEN..];
+    let (body, icrc) = packet.split_at(packet.len() - 4);
+    let icrc = u32::from_le_bytes(icrc.try_into().unwrap());
+    assert_eq!(packet[20 + 8], wire::opcode::RC_FLUSH, "a FLUSH");
+    let ip_len = wire::IPV4_HEADER_LEN;
+    assert_eq!(icrc, wire::rxe_flush_icrc(body, ip_len), "rdma_rxe's ICRC");
+    assert_ne!(icrc, wire::compute_icrc(body, ip_len));
 }

@@ -284,8 +284,11 @@ impl DataPath {
 
     fn reset(&mut self) {
         let has_port = self.port.is_some();
+        // The device's configuration outlives a reset; only its state goes.
+        let flush_icrc = self.hw.flush_icrc;
         self.hw = Hw::new(self.shared.clone(), self.mac);
         self.hw.has_port = has_port;
+        self.hw.flush_icrc = flush_icrc;
         self.engine = Engine::with_ud_mtu(self.engine.ud_mtu());
         self.loopback.clear();
         self.admin = None;
