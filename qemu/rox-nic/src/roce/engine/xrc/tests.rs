@@ -303,3 +303,26 @@ fn a_held_receive_completes_on_its_own_srq_and_a_message_cannot_change_srq() {
         Syndrome::Nak(wire::NakCode::InvalidRequest)
     ));
 }
+
+#[test]
+fn a_target_refuses_an_rkey_outside_the_named_srqs_pd() {
+    // RKEY reaches all memory, but in PD 1 (the test QPs'); the SRQ the request names is in
+    // PD 9, so the target must refuse it and write nothing.
+    let mut env = target_env();
+    let mut engine = xrc_engine(&mut env, XrcRole::Target { xrcd: XRCD });
+    let write = packet_from_peer(op::CLASS_XRC | op::RC_WRITE_ONLY, 100, b"data", |h| {
+        h.xrceth = Some(SRQ_A);
+        h.reth = Some(Reth {
+            va: 0x400,
+            rkey: RKEY,
+            dma_len: 4,
+        });
+    });
+    engine.receive(&mut env, &write).unwrap();
+    engine.poll(&mut env);
+    assert_eq!(&env.mem[0x400..0x404], &[0; 4], "nothing written");
+    assert!(matches!(
+        last_ack(&env).1,
+        Syndrome::Nak(wire::NakCode::RemoteAccessError)
+    ));
+}
