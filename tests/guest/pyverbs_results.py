@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """pyverbs_results.py LOG: the per-test results of a unittest -v log as "Class.test status"
 lines (a status may follow output the test printed, on a later line); used by
-t-provider-verbs.sh."""
+t-provider-verbs.sh and t-provider-xrc.sh."""
 import re, sys
 lines = open(sys.argv[1], errors="replace").read().splitlines()
 for i, line in enumerate(lines):

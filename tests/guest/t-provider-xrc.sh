@@ -119,26 +119,9 @@ for dev in "${devices[@]}"; do
 	timeout 600 python3 -B "$suite/run_tests.py" --dev "$dev" -v -k xrc >"/tmp/pyverbs-xrc-$dev.log" 2>&1
 done
 echo
-# Class.test status of a unittest -v log (as t-provider-verbs.sh reads it): a status may
-# follow output the test printed, on a later line.
+# Class.test status of each test in a unittest -v log (as t-provider-verbs.sh reads it).
 results() {
-	python3 - "$1" <<'PY'
-import re, sys
-lines = open(sys.argv[1], errors="replace").read().splitlines()
-for i, line in enumerate(lines):
-    m = re.match(r"^(test\w+) \(([\w.]+)\)(?: \.\.\. ?(.*))?$", line)
-    if not m:
-        continue
-    status, j = (m.group(3) or "").strip(), i
-    while not re.match(r"(ok|FAIL|ERROR|skipped)", status):
-        j += 1
-        if j >= len(lines) or re.match(r"^test\w+ \(", lines[j]):
-            status = "?"
-            break
-        found = re.search(r"(?:^|\s)(ok|FAIL|ERROR|skipped .*)$", lines[j])
-        status = found.group(1) if found else status
-    print(m.group(2).split(".")[-2] + "." + m.group(1), status.split()[0])
-PY
+	python3 "$(dirname "$0")/pyverbs_results.py" "$1"
 }
 declare -A status
 for dev in "${devices[@]}"; do
