@@ -23,20 +23,6 @@ struct pair {
 	struct ibv_qp *req, *resp;
 };
 
-/* One completion within 10 s: its status, or -1. */
-static int wait_wc(struct ibv_cq *cq)
-{
-	struct timespec t0, t;
-	struct ibv_wc wc;
-	clock_gettime(CLOCK_MONOTONIC, &t0);
-	do {
-		if (ibv_poll_cq(cq, 1, &wc) > 0)
-			return wc.status;
-		clock_gettime(CLOCK_MONOTONIC, &t);
-	} while (t.tv_sec - t0.tv_sec < 10);
-	return -1;
-}
-
 static int connect_pair(struct ibv_pd *pd, struct ibv_cq *cq, const union ibv_gid *gid,
 			int gid_index, struct pair *p)
 {

@@ -22,20 +22,6 @@ static void check(const char *what, int ok, const char *detail)
 	failures += !ok;
 }
 
-/* One completion within 10 s: its status, or -1. */
-static int wait_wc(struct ibv_cq *cq)
-{
-	struct timespec t0, t;
-	struct ibv_wc wc;
-	clock_gettime(CLOCK_MONOTONIC, &t0);
-	do {
-		if (ibv_poll_cq(cq, 1, &wc) > 0)
-			return wc.status;
-		clock_gettime(CLOCK_MONOTONIC, &t);
-	} while (t.tv_sec - t0.tv_sec < 10);
-	return -1;
-}
-
 static int write_with(struct ibv_qp *qp, struct ibv_cq *cq, struct ibv_mr *src, struct ibv_mr *dst, uint32_t rkey)
 {
 	struct ibv_sge sge = { .addr = (uintptr_t)src->addr, .length = 64, .lkey = src->lkey };

@@ -4,10 +4,25 @@
 #ifndef ROX_QP_LOOP_H
 #define ROX_QP_LOOP_H
 #include <string.h>
+#include <time.h>
 #include <infiniband/verbs.h>
 
 /* The Q_Key of the UD QPs these programs make. */
 #define QP_LOOP_QKEY 0x11111111
+
+/* One completion within 10 s: its status, or -1. */
+static inline int wait_wc(struct ibv_cq *cq)
+{
+	struct timespec t0, t;
+	struct ibv_wc wc;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	do {
+		if (ibv_poll_cq(cq, 1, &wc) > 0)
+			return wc.status;
+		clock_gettime(CLOCK_MONOTONIC, &t);
+	} while (t.tv_sec - t0.tv_sec < 10);
+	return -1;
+}
 
 static inline int to_rts(struct ibv_qp *qp, enum ibv_qp_type type, uint32_t dest_qpn,
 		  const union ibv_gid *gid, int gid_index)
