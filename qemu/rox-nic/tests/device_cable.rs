@@ -5,6 +5,7 @@
 use std::path::Path;
 
 use rox_nic::device::{FaultConfig, LinkSpec};
+use rox_nic::testkit::pair::deep_rc_pair;
 use rox_nic::testkit::*;
 use rox_uapi::admin::*;
 use rox_uapi::queue::*;
@@ -27,22 +28,7 @@ fn cabled_pair(dir: &Path, faults: Option<FaultConfig>) -> (TestDriver, TestDriv
 /// WRITEs `count` messages of `len` bytes from device a to b, READs each back into a second
 /// buffer of a, and checks both copies byte for byte.
 fn write_then_read_back(a: &mut TestDriver, b: &mut TestDriver, count: u64, len: u64) {
-    let mut a_cq = a.create_cq(8);
-    let b_cq = b.create_cq(8);
-    let (c, mut qa) = a.create_qp_cmd(QPT_RC, PD, a_cq.id, a_cq.id, SRQ_NONE, 7, 1);
-    qa.qpn = a.run::<CreateQp>(c);
-    let qb = b.create_qp(QPT_RC, PD, b_cq.id, b_cq.id, SRQ_NONE);
-    // A 268 ms ACK timeout: a debug-build data path on a loaded 2-core host can take longer than
-    // the default 67 ms over a 1 MiB window, and resending whole windows to a receiver that is
-    // only slow can end in RETRY_EXC_ERR (seen 2 times in 15 runs at load 15). These tests are
-    // about the bytes over the cable, not the timer.
-    let p = ConnectParams {
-        mtu: MTU_4096,
-        timeout: 16,
-        ..Default::default()
-    };
-    a.connect_with(&qa, gid_v4(127, 0, SUBNET, 2), qb.qpn, ALL_ACCESS, &p);
-    b.connect_with(&qb, gid_v4(127, 0, SUBNET, 1), qa.qpn, ALL_ACCESS, &p);
+    let (mut a_cq, mut qa, _b_cq) = deep_rc_pair(a, b, SUBNET, PD);
     let (src, src_key) = a.buffer(PD, count * len, ALL_ACCESS);
     let (back, back_key) = a.buffer(PD, count * len, ALL_ACCESS);
     let (dst, dst_key) = b.buffer(PD, count * len, ALL_ACCESS);

@@ -313,21 +313,8 @@ fn rc_64_writes_of_1_mib_posted_at_once_all_arrive() {
     let dir = tempfile::tempdir().unwrap();
     let mut a = device(dir.path(), 1, None);
     let mut b = device(dir.path(), 2, None);
-    let mut a_cq = a.create_cq(8);
-    let b_cq = b.create_cq(8);
     // An SQ deep enough for every WRITE at once.
-    let (c, mut qa) = a.create_qp_cmd(QPT_RC, PD, a_cq.id, a_cq.id, SRQ_NONE, 7, 1);
-    qa.qpn = a.run::<CreateQp>(c);
-    let qb = b.create_qp(QPT_RC, PD, b_cq.id, b_cq.id, SRQ_NONE);
-    // A 268 ms ACK timeout: seven in a row (RETRY_EXC_ERR) would need a data-path thread
-    // descheduled for ~2 s; at 67 ms a host at load 12 reached that once in three helpers' runs.
-    let p = ConnectParams {
-        mtu: MTU_4096,
-        timeout: 16,
-        ..Default::default()
-    };
-    a.connect_with(&qa, gid_v4(127, 0, 1, 2), qb.qpn, ALL_ACCESS, &p);
-    b.connect_with(&qb, gid_v4(127, 0, 1, 1), qa.qpn, ALL_ACCESS, &p);
+    let (mut a_cq, mut qa, _b_cq) = deep_rc_pair(&mut a, &mut b, 1, PD);
     let (src, src_key) = a.buffer(PD, SOURCES * MSG, ALL_ACCESS);
     let patterns: Vec<Vec<u8>> = (0..SOURCES)
         .map(|i| pattern(100 + i, MSG as usize))

@@ -6,6 +6,7 @@ use std::path::Path;
 
 use rox_uapi::admin::SRQ_NONE;
 
+use super::loopback::ALL_ACCESS;
 use super::{gid_v4, port_device, ConnectParams, Key, TestCq, TestDriver, TestQp};
 use crate::device::FaultConfig;
 use crate::port::limit::dgram_wire;
@@ -67,4 +68,31 @@ pub fn connected_pair(dir: &Path, spec: &SideSpec, params: &ConnectParams) -> (S
     a.d.connect_with(&qa, Side::gid(spec.subnet, 2), qb.qpn, access, params);
     b.d.connect_with(&qb, Side::gid(spec.subnet, 1), qa.qpn, access, params);
     (a, b)
+}
+
+/// Deep RC QPs between devices `a` and `b` (GIDs 127.0.`subnet`.1 and .2) in PD `pd`, for
+/// whole windows of big WRITEs and READs: a's send queue holds 2^7 WQEs, the path MTU is 4 KiB
+/// and the ACK timeout 268 ms. Tests that use it are about the bytes, not the timer: at the
+/// default 67 ms, a data-path thread descheduled on a loaded 2-core host ran past seven
+/// timeouts (RETRY_EXC_ERR). Returns a's CQ and QP, and b's CQ.
+pub fn deep_rc_pair(
+    a: &mut TestDriver,
+    b: &mut TestDriver,
+    subnet: u8,
+    pd: u32,
+) -> (TestCq, TestQp, TestCq) {
+    use rox_uapi::{admin::CreateQp, verbs::QPT_RC};
+    let a_cq = a.create_cq(8);
+    let b_cq = b.create_cq(8);
+    let (c, mut qa) = a.create_qp_cmd(QPT_RC, pd, a_cq.id, a_cq.id, SRQ_NONE, 7, 1);
+    qa.qpn = a.run::<CreateQp>(c);
+    let qb = b.create_qp(QPT_RC, pd, b_cq.id, b_cq.id, SRQ_NONE);
+    let p = ConnectParams {
+        mtu: rox_uapi::verbs::MTU_4096,
+        timeout: 16,
+        ..Default::default()
+    };
+    a.connect_with(&qa, gid_v4(127, 0, subnet, 2), qb.qpn, ALL_ACCESS, &p);
+    b.connect_with(&qb, gid_v4(127, 0, subnet, 1), qa.qpn, ALL_ACCESS, &p);
+    (a_cq, qa, b_cq)
 }
