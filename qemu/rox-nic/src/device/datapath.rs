@@ -30,7 +30,7 @@ use super::{Control, DeviceConfig, DeviceError, Shared};
 use crate::port::frame::{self, Arrival, Mac, ETH_HEADER_LEN};
 use crate::port::netdev::{Forwarded, Netdev};
 use crate::port::{FrameRef, Port, DEFAULT_SOCKET_MTU};
-use crate::roce::wire::{self, IpView};
+use crate::roce::wire::{self, FlushIcrc, IpView};
 use crate::roce::{
     self, AddressVector, Engine, FailedWr, FastReg, FlushSpec, Gid, Mtu, MwBind, SendData, SendWr,
     UdDest, WcStatus, WrOpcode,
@@ -66,6 +66,8 @@ pub struct DataPath {
     admin: Option<AdminQueue>,
     admin_pi: u32,
     mac: [u8; 6],
+    /// The ICRC of the FLUSH requests it sends: configuration, which a reset keeps.
+    flush_icrc: FlushIcrc,
     idle_after: Duration,
     /// The port's own count of frames sent, as far as `STAT_PORT_TX_FRAMES` has it.
     port_tx_seen: u64,
@@ -108,9 +110,7 @@ impl DataPath {
             }
             None => None,
         };
-        let mut hw = Hw::new(shared.clone(), cfg.mac);
-        hw.has_port = port.is_some();
-        hw.flush_icrc = cfg.flush_icrc;
+        let hw = fresh_hw(&shared, cfg.mac, port.is_some(), cfg.flush_icrc);
         Ok(DataPath {
             shared,
             ctl,
@@ -121,6 +121,7 @@ impl DataPath {
             admin: None,
             admin_pi: 0,
             mac: cfg.mac,
+            flush_icrc: cfg.flush_icrc,
             idle_after: cfg.idle_after,
             port_tx_seen: 0,
             wire_busy: false,
@@ -283,12 +284,8 @@ impl DataPath {
     }
 
     fn reset(&mut self) {
-        let has_port = self.port.is_some();
         // The device's configuration outlives a reset; only its state goes.
-        let flush_icrc = self.hw.flush_icrc;
-        self.hw = Hw::new(self.shared.clone(), self.mac);
-        self.hw.has_port = has_port;
-        self.hw.flush_icrc = flush_icrc;
+        self.hw = fresh_hw(&self.shared, self.mac, self.port.is_some(), self.flush_icrc);
         self.engine = Engine::with_ud_mtu(self.engine.ud_mtu());
         self.loopback.clear();
         self.admin = None;
@@ -320,4 +317,12 @@ impl DataPath {
             armed: true,
         });
     }
+}
+
+/// The device state of a new or reset device with these parts of its configuration.
+fn fresh_hw(shared: &Arc<Shared>, mac: [u8; 6], has_port: bool, flush_icrc: FlushIcrc) -> Hw {
+    let mut hw = Hw::new(shared.clone(), mac);
+    hw.has_port = has_port;
+    hw.flush_icrc = flush_icrc;
+    hw
 }
