@@ -15,6 +15,8 @@ pub struct DeviceCounters {
     pub rx_multicast_packets: u64,
     /// Packets the engine sent while the port had no link (lost).
     pub tx_port_down_discards: u64,
+    /// Frames the port lost: its transmit queue was full, or the wire refused them.
+    pub tx_port_queue_discards: u64,
     /// Error completions other than flushes: send queue, receive queue.
     pub req_cqe_errors: u64,
     pub resp_cqe_errors: u64,
@@ -60,7 +62,9 @@ pub fn port_counters(hw: &Hw, engine: &Engine) -> PortCounters {
         rcv_octets: hw.stats[STAT_RX_BYTES],
         rcv_multicast_packets: dc.rx_multicast_packets,
         rcv_errors: es.rx_icrc_errors + es.rx_malformed,
-        xmit_discards: dc.tx_port_down_discards + hw.stats[STAT_PORT_DROP_NO_DMAC],
+        xmit_discards: dc.tx_port_down_discards
+            + dc.tx_port_queue_discards
+            + hw.stats[STAT_PORT_DROP_NO_DMAC],
         out_of_sequence: es.rx_out_of_sequence,
         duplicate_request: es.rx_duplicates,
         rx_write_requests: es.rx_write_requests,

@@ -19,6 +19,7 @@ use rox_uapi::verbs::*;
 
 mod admin_queue;
 mod dead;
+pub(super) mod sched;
 mod sq;
 mod wire_io;
 
@@ -39,6 +40,7 @@ use crate::roce::{
 use crate::sys;
 
 use admin_queue::AdminQueue;
+use sched::TxScheduler;
 pub use sq::decode_send;
 
 pub use super::admin::DEVICE_CAPS;
@@ -74,6 +76,8 @@ pub struct DataPath {
     idle_after: Duration,
     /// The port's own count of frames sent, as far as `STAT_PORT_TX_FRAMES` has it.
     port_tx_seen: u64,
+    /// The port's own count of frames lost, as far as the port's discards counter has it.
+    port_drops_seen: u64,
     /// The last look at the port and netdev found frames.
     wire_busy: bool,
     last_wire_poll: Instant,
@@ -129,6 +133,7 @@ impl DataPath {
             cc: cfg.cc.clone(),
             idle_after: cfg.idle_after,
             port_tx_seen: 0,
+            port_drops_seen: 0,
             wire_busy: false,
             last_wire_poll: Instant::now(),
             scan_buf: Vec::new(),
@@ -154,6 +159,7 @@ impl DataPath {
             if !self.shared.is_fatal() {
                 // Each engine call site drains the deferred work it left.
                 work |= self.run_admin();
+                self.refill_tx_budget();
                 work |= self.scan_doorbells();
                 work |= self.run_deferred();
                 work |= self.receive_loopback();
@@ -165,6 +171,7 @@ impl DataPath {
                 }
                 self.engine.poll(&mut self.hw);
                 work |= self.run_deferred();
+                work |= self.run_tx_turns();
                 work |= self.flush_port();
             }
             if work {
@@ -328,6 +335,7 @@ impl DataPath {
 fn fresh_hw(shared: &Arc<Shared>, mac: [u8; 6], has_port: bool, flush_icrc: FlushIcrc) -> Hw {
     let mut hw = Hw::new(shared.clone(), mac);
     hw.has_port = has_port;
+    hw.tx_sched = TxScheduler::new(has_port);
     hw.flush_icrc = flush_icrc;
     hw
 }

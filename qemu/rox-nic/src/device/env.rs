@@ -31,6 +31,10 @@ impl DeviceEnv for Hw {
         self.flush_icrc
     }
 
+    fn may_send_request(&mut self, qpn: Qpn, adds_to_flight: bool) -> bool {
+        self.tx_sched.may_send(qpn, adds_to_flight)
+    }
+
     fn multicast_copy(&mut self) {
         self.stats[STAT_RX_MCAST_COPIES] += 1;
     }

@@ -11,6 +11,7 @@ use rox_uapi::regs::*;
 use rox_uapi::verbs::*;
 
 use super::counters::DeviceCounters;
+use super::datapath::sched::TxScheduler;
 use super::deferred::Deferred;
 use super::mem::MemTable;
 use super::ring::Ring;
@@ -130,6 +131,8 @@ pub struct Hw {
     /// Next QPN to try (`next_id` in admin.rs).
     pub next_qpn: u32,
     pub next_srq: u32,
+    /// The port's transmit scheduler, which the requester asks before every packet.
+    pub tx_sched: TxScheduler,
 }
 
 /// The first QPN handed to ordinary QPs (0 and 1 are SMI/GSI).
@@ -163,6 +166,7 @@ impl Hw {
             next_cq: 1,
             next_qpn: FIRST_QPN.get(),
             next_srq: 1,
+            tx_sched: TxScheduler::new(false),
         }
     }
 

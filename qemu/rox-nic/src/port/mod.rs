@@ -515,6 +515,11 @@ impl Port {
         delivered
     }
 
+    /// Frames waiting for room on the wire (the transmit scheduler's back pressure).
+    pub fn backlog(&self) -> usize {
+        self.tx.len()
+    }
+
     /// Frames wait for room on the wire.
     pub fn has_backlog(&self) -> bool {
         !self.tx.is_empty()

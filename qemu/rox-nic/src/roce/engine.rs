@@ -379,6 +379,25 @@ impl Engine {
             .min()
     }
 
+    /// Gives QP `qpn` a turn to send what its window allows (the port's transmit scheduler
+    /// held it back); a QP that is gone or cannot send is left alone.
+    pub fn resume_send(&mut self, env: &mut dyn DeviceEnv, qpn: Qpn) {
+        if let Some(qp) = self.qps.get_mut(&qpn) {
+            if qp.can_send() {
+                qp.transmit(env, &mut self.stats);
+            }
+        }
+    }
+
+    /// RC request packets sent and not yet acknowledged (or answered), over all QPs.
+    pub fn packets_in_flight(&self) -> u64 {
+        self.qps
+            .values()
+            .filter(|qp| qp.cfg.qp_type == QpType::Rc && qp.can_send())
+            .map(|qp| qp.req.sent_end.diff(qp.una()).max(0) as u64)
+            .sum()
+    }
+
     /// Moves a QP to the error state (flushing its WRs), e.g. on a device-detected fatal error.
     pub fn set_error(&mut self, env: &mut dyn DeviceEnv, qpn: Qpn) -> Result<(), EngineError> {
         let qp = self.qps.get_mut(&qpn).ok_or(EngineError::NoSuchQp(qpn))?;

@@ -482,6 +482,13 @@ pub trait DeviceEnv {
     /// Send one RoCEv2 IP packet along `av` (to the device owning `av.dgid`, in an Ethernet
     /// frame to `av.dmac`).
     fn transmit(&mut self, av: &AddressVector, packet: Vec<u8>);
+    /// Whether QP `qpn`'s requester may send its next request packet now (the port's
+    /// transmit scheduler); `adds_to_flight`: a first transmission of an RC packet (not a
+    /// retransmission, not UC/UD). If not, the device gives the QP a turn later through
+    /// [`crate::roce::Engine::resume_send`].
+    fn may_send_request(&mut self, _qpn: Qpn, _adds_to_flight: bool) -> bool {
+        true
+    }
     /// The device's WQE trace, which the engine's hooks write (packets out, responses in,
     /// retransmissions); off unless the device has one running.
     fn wqe_trace(&self) -> &crate::trace::WqeTrace {

@@ -190,12 +190,15 @@ impl DataPath {
 
     /// Adds the frames the port sent since the last look to `STAT_PORT_TX_FRAMES` (the port
     /// also sends on its own: a frame held back by reorder injection leaves when nothing
-    /// arrives).
+    /// arrives), and those it lost (queue full, wire refused) to the port's transmit discards.
     pub(super) fn account_port_tx(&mut self) {
         if let Some(port) = &self.port {
-            let sent = port.stats().tx_frames;
-            self.hw.stats[STAT_PORT_TX_FRAMES] += sent - self.port_tx_seen;
-            self.port_tx_seen = sent;
+            let stats = port.stats();
+            self.hw.stats[STAT_PORT_TX_FRAMES] += stats.tx_frames - self.port_tx_seen;
+            self.port_tx_seen = stats.tx_frames;
+            let dropped = stats.tx_queue_full + stats.tx_lost;
+            self.hw.counters.tx_port_queue_discards += dropped - self.port_drops_seen;
+            self.port_drops_seen = dropped;
         }
     }
 }

@@ -184,7 +184,8 @@ impl Qp {
             } else {
                 self.req.next_psn
             };
-            if self.cfg.qp_type == QpType::Rc {
+            let rc = self.cfg.qp_type == QpType::Rc;
+            if rc {
                 let una = self.una();
                 if psn.diff(una.add(self.req.window)) >= 0 {
                     break;
@@ -196,6 +197,11 @@ impl Qp {
                     self.cc.wake_at = Some(until);
                     break;
                 }
+            }
+            // The port's scheduler decides when (device/datapath/sched.rs).
+            let adds_to_flight = rc && psn.diff(self.req.sent_end) >= 0;
+            if !env.may_send_request(self.cfg.qpn, adds_to_flight) {
+                break;
             }
             let wqe = &mut self.req.sq[cursor];
             let fresh = !wqe.started;

@@ -1,0 +1,290 @@
+//! The port's transmit scheduler: QPs share the port in turns instead of each filling its own
+//! send window into it.
+//!
+//! Each RC QP's window alone is up to `MAX_INFLIGHT_PSNS` packets; 256 QPs each filling theirs
+//! put far more frames on the port than its queue (`port::TX_QUEUE_LIMIT`) or the wire's
+//! buffers (a socket's, a tap's 1000-frame queue at the receiving end) hold, and what
+//! overflows comes back as ACK timeouts. Here the port has one budget, refilled on every pass
+//! of the data path from what the port can take now:
+//!
+//! - queue room: frames its transmit queue may still take before the scheduler stops
+//!   ([`SCHED_QUEUE_TARGET`], far below the limit where the port drops); this is the back
+//!   pressure of a wire that cannot take more (a full socket buffer leaves frames queued);
+//! - flight room: packets of RC requests the port's QPs may have unacknowledged in all
+//!   ([`PORT_INFLIGHT_LIMIT`]), which bounds what any queue between here and the peer's
+//!   device must hold even when the wire never pushes back (a tap: a bridge drops silently).
+//!
+//! The requester asks before every packet ([`crate::roce::DeviceEnv::may_send_request`]). A
+//! QP that may not send joins the ready list; each data path pass gives QPs from its front a
+//! turn of at most [`TURN_PACKETS`] packets while the budget lasts, round robin (a QP whose
+//! turn ended with work left is back at the end of the list). While QPs wait, a QP that is
+//! not on turn (a doorbell, an ACK opening its window, a timer) joins the list instead of
+//! sending: nobody overtakes. A retransmission adds no packet to the flight, so it needs only
+//! queue room: packets lost in flight can always be resent.
+
+use std::collections::{HashSet, VecDeque};
+
+use rox_uapi::ids::Qpn;
+
+use super::DataPath;
+
+/// Frames the port's transmit queue may hold before the scheduler stops giving turns.
+pub const SCHED_QUEUE_TARGET: usize = 4 * crate::port::BATCH;
+/// RC request packets all QPs of the port may have unacknowledged: what one QP's full send
+/// window may (so one QP sends as it did alone on the port), well within a tap's 1000-frame
+/// queue, which responses and ACKs share.
+pub const PORT_INFLIGHT_LIMIT: u64 = crate::roce::engine::MAX_INFLIGHT_PSNS as u64;
+/// Packets one QP sends in one turn.
+pub const TURN_PACKETS: u32 = 16;
+
+/// The port's transmit budget and ready list.
+#[derive(Debug, Default)]
+pub struct TxScheduler {
+    /// Without a port there is nothing to share: every request may go.
+    limited: bool,
+    /// Frames the port's queue may still take in this pass.
+    queue_room: usize,
+    /// New RC request packets that may still enter the flight in this pass.
+    flight_room: u64,
+    /// QPs waiting for a turn, in order, and the same set for lookups.
+    ready: VecDeque<Qpn>,
+    waiting: HashSet<Qpn>,
+    /// The QP whose turn it is and the packets left in its turn.
+    turn: Option<(Qpn, u32)>,
+    /// Something was sent since the last refill.
+    spent: bool,
+    /// Requests that had to wait (for the device's counters and tests).
+    pub deferred_requests: u64,
+}
+
+impl TxScheduler {
+    /// A scheduler for a device with a port (`limited`) or without one.
+    /// A port's starts with an empty queue and nothing in flight.
+    pub fn new(limited: bool) -> TxScheduler {
+        TxScheduler {
+            limited,
+            queue_room: SCHED_QUEUE_TARGET,
+            flight_room: PORT_INFLIGHT_LIMIT,
+            ..Default::default()
+        }
+    }
+
+    /// Whether QP `qpn` may send a request packet now; one that `adds_to_flight` (a first
+    /// transmission of an RC packet) also needs flight room. A QP that may not joins the
+    /// ready list (once).
+    pub fn may_send(&mut self, qpn: Qpn, adds_to_flight: bool) -> bool {
+        if !self.limited {
+            return true;
+        }
+        let on_turn = match &self.turn {
+            Some((q, left)) if *q == qpn => Some(*left),
+            _ => None,
+        };
+        let allowed = match on_turn {
+            Some(left) => left > 0,
+            // Others wait: no overtaking.
+            None => self.ready.is_empty(),
+        } && self.queue_room > 0
+            && (!adds_to_flight || self.flight_room > 0);
+        if !allowed {
+            self.deferred_requests += 1;
+            if self.waiting.insert(qpn) {
+                self.ready.push_back(qpn);
+            }
+            return false;
+        }
+        self.queue_room -= 1;
+        if adds_to_flight {
+            self.flight_room -= 1;
+        }
+        if let Some((_, left)) = &mut self.turn {
+            if on_turn.is_some() {
+                *left -= 1;
+            }
+        }
+        self.spent = true;
+        true
+    }
+
+    /// Whether the budget must be computed again: something was sent since the last refill
+    /// (rooms shrank) or QPs wait (rooms may have grown). Otherwise the old budget is still
+    /// a safe one: the queue and the flight only shrank.
+    pub fn needs_refill(&self) -> bool {
+        self.limited && (self.spent || !self.ready.is_empty())
+    }
+
+    /// A new budget for this pass: the port's queue holds `backlog` frames and the QPs have
+    /// `in_flight` RC packets unacknowledged.
+    pub fn refill(&mut self, backlog: usize, in_flight: u64) {
+        self.queue_room = SCHED_QUEUE_TARGET.saturating_sub(backlog);
+        self.flight_room = PORT_INFLIGHT_LIMIT.saturating_sub(in_flight);
+        self.spent = false;
+    }
+
+    /// QPs waiting for a turn.
+    pub fn waiting(&self) -> usize {
+        self.ready.len()
+    }
+
+    /// Whether a turn could send anything now.
+    pub fn has_room(&self) -> bool {
+        self.queue_room > 0
+    }
+
+    /// Gives the QP at the front of the ready list its turn (None: nobody waits).
+    pub fn start_turn(&mut self) -> Option<Qpn> {
+        let qpn = self.ready.pop_front()?;
+        self.waiting.remove(&qpn);
+        self.turn = Some((qpn, TURN_PACKETS));
+        Some(qpn)
+    }
+
+    /// Ends the current turn; returns the packets it sent.
+    pub fn end_turn(&mut self) -> u32 {
+        self.turn.take().map_or(0, |(_, left)| TURN_PACKETS - left)
+    }
+}
+
+impl DataPath {
+    /// A new transmit budget from the port's backlog and the QPs' flight, unless the last
+    /// one is still good.
+    pub(super) fn refill_tx_budget(&mut self) {
+        if !self.hw.tx_sched.needs_refill() {
+            return;
+        }
+        let backlog = self.port.as_ref().map_or(0, |p| p.backlog());
+        let in_flight = self.engine.packets_in_flight();
+        self.hw.tx_sched.refill(backlog, in_flight);
+    }
+
+    /// Turns for the QPs on the ready list while the port has room, each QP at most once per
+    /// pass; returns whether any sent.
+    pub(super) fn run_tx_turns(&mut self) -> bool {
+        self.refill_tx_budget();
+        let mut sent = 0;
+        for _ in 0..self.hw.tx_sched.waiting() {
+            if !self.hw.tx_sched.has_room() {
+                break;
+            }
+            let Some(qpn) = self.hw.tx_sched.start_turn() else {
+                break;
+            };
+            self.engine.resume_send(&mut self.hw, qpn);
+            sent += self.hw.tx_sched.end_turn();
+            self.run_deferred();
+        }
+        sent > 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn qpn(n: u32) -> Qpn {
+        Qpn::new(n).unwrap()
+    }
+
+    fn refilled(backlog: usize, in_flight: u64) -> TxScheduler {
+        let mut s = TxScheduler::new(true);
+        s.refill(backlog, in_flight);
+        s
+    }
+
+    #[test]
+    fn without_a_port_everything_may_go() {
+        let mut s = TxScheduler::new(false);
+        for _ in 0..10_000 {
+            assert!(s.may_send(qpn(2), true));
+        }
+        assert_eq!(s.waiting(), 0);
+        assert!(!s.needs_refill());
+    }
+
+    #[test]
+    fn the_queue_room_bounds_what_is_sent_and_the_rest_waits_once() {
+        let mut s = refilled(SCHED_QUEUE_TARGET - 3, 0);
+        assert!(s.may_send(qpn(2), true));
+        assert!(s.may_send(qpn(2), false));
+        assert!(s.may_send(qpn(3), true));
+        assert!(!s.may_send(qpn(3), true), "the queue is at its target");
+        assert!(!s.may_send(qpn(3), true));
+        assert!(!s.may_send(qpn(2), false));
+        assert_eq!(s.waiting(), 2, "each QP is on the ready list once");
+        assert_eq!(s.deferred_requests, 3);
+        assert!(s.needs_refill());
+    }
+
+    #[test]
+    fn the_flight_room_holds_new_packets_but_not_retransmissions() {
+        let mut s = refilled(0, PORT_INFLIGHT_LIMIT - 1);
+        assert!(s.may_send(qpn(2), true));
+        assert!(!s.may_send(qpn(2), true), "the flight is full");
+        assert_eq!(s.start_turn(), Some(qpn(2)));
+        assert!(
+            s.may_send(qpn(2), false),
+            "a retransmission needs only queue room"
+        );
+        assert_eq!(s.end_turn(), 1);
+    }
+
+    #[test]
+    fn while_qps_wait_nobody_overtakes_them() {
+        let mut s = refilled(SCHED_QUEUE_TARGET, 0);
+        assert!(!s.may_send(qpn(2), true));
+        s.refill(0, 0);
+        assert!(
+            !s.may_send(qpn(3), true),
+            "QP 2 waits: QP 3 queues behind it"
+        );
+        assert_eq!(s.start_turn(), Some(qpn(2)));
+        assert!(s.may_send(qpn(2), true));
+        assert!(!s.may_send(qpn(4), true), "not on turn");
+        s.end_turn();
+        assert_eq!(s.start_turn(), Some(qpn(3)));
+        s.end_turn();
+        assert_eq!(s.start_turn(), Some(qpn(4)));
+        s.end_turn();
+        assert_eq!(s.start_turn(), None);
+        assert!(s.may_send(qpn(5), true), "nobody waits: send at once");
+    }
+
+    #[test]
+    fn a_turn_is_at_most_turn_packets_then_the_qp_goes_to_the_back() {
+        // Two QPs wait (as after a full queue).
+        let mut s = refilled(SCHED_QUEUE_TARGET, 0);
+        assert!(!s.may_send(qpn(2), true));
+        assert!(!s.may_send(qpn(3), true));
+        s.refill(0, 0);
+        assert_eq!(s.start_turn(), Some(qpn(2)));
+        let mut sent = 0;
+        while s.may_send(qpn(2), true) {
+            sent += 1;
+        }
+        assert_eq!(sent, TURN_PACKETS);
+        assert_eq!(s.end_turn(), TURN_PACKETS);
+        assert_eq!(s.start_turn(), Some(qpn(3)), "round robin");
+        s.end_turn();
+        assert_eq!(
+            s.start_turn(),
+            Some(qpn(2)),
+            "QP 2 had work left: back at the end"
+        );
+    }
+
+    #[test]
+    fn a_new_port_may_send_at_once() {
+        let mut s = TxScheduler::new(true);
+        assert!(s.may_send(qpn(2), true));
+    }
+
+    #[test]
+    fn an_unspent_budget_with_nobody_waiting_needs_no_refill() {
+        let mut s = refilled(0, 0);
+        assert!(!s.needs_refill());
+        assert!(s.may_send(qpn(2), true));
+        assert!(s.needs_refill());
+        s.refill(1, 1);
+        assert!(!s.needs_refill());
+    }
+}
