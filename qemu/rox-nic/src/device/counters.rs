@@ -81,6 +81,7 @@ pub fn port_counters(hw: &Hw, engine: &Engine) -> PortCounters {
         np_ecn_marked_roce_packets: 0,
         rp_cnp_handled: 0,
         rp_cnp_ignored: 0,
+        rx_xrc_domain_errors: es.rx_xrc_domain_errors,
     }
 }
 
