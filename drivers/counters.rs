@@ -19,8 +19,9 @@ use kernel::prelude::*;
 type NamedCounter = (&'static CStr, fn(&PortCounters) -> u64);
 
 /// The transport's counters under mlx5's hw_counters names, each read from QUERY_COUNTERS.
-/// The congestion ones stay 0 until rox has congestion control.
-const MLX5_NAMED: [NamedCounter; 19] = [
+/// The congestion ones stay 0 until rox has congestion control. The last one has no mlx5
+/// counterpart (mlx5 counts no XRC errors): rox's own name.
+const MLX5_NAMED: [NamedCounter; 20] = [
     (c"out_of_sequence", |c| c.out_of_sequence),
     (c"duplicate_request", |c| c.duplicate_request),
     (c"packet_seq_err", |c| c.packet_seq_err),
@@ -46,6 +47,7 @@ const MLX5_NAMED: [NamedCounter; 19] = [
     }),
     (c"rp_cnp_handled", |c| c.rp_cnp_handled),
     (c"rp_cnp_ignored", |c| c.rp_cnp_ignored),
+    (c"rx_xrc_domain_errors", |c| c.rx_xrc_domain_errors),
 ];
 
 const COUNTER_COUNT: usize = admin::STATS_COUNT + MLX5_NAMED.len();

@@ -1,13 +1,49 @@
 #!/usr/bin/env bash
 # Build the hermetic Debian trixie root: kernel toolchain, QEMU 11.1, rdma-core userspace,
 # kernel and rdma-core sources. Idempotent: keyed by the package list and ROX_ROOT_RECIPE.
-#   setup-root.sh              build the root (if the cache has none for this key)
+# Then the guest test tools of root-extras.txt go into that root (install_extras below).
+#   setup-root.sh              build the root (if the cache has none for this key), add extras
 #   setup-root.sh customize R  (mmdebstrap hook) finish root R while its apt lists exist
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 mirror=http://deb.debian.org/debian
 
 packages() { grep -vE '^\s*(#|$)' "$ROX_TOP/scripts/root-packages.txt"; }
+extras() { grep -vE '^\s*(#|$)' "$ROX_TOP/scripts/root-extras.txt"; }
+
+# The guest test tools of root-extras.txt, added to the finished root with its own apt (it has
+# the sources; mmdebstrap left no package lists, so they are fetched and dropped again). The
+# list is not in the root's key: a marker named by its hash says the root has them. apt only
+# adds files, so guests already running on the root are not disturbed.
+install_extras() {
+	local root=$1 key marker pkgs
+	key=$(extras | sha256sum | cut -c1-16)
+	marker=$root/.rox-extras-$key
+	mapfile -t pkgs < <(extras)
+	if [ -e "$marker" ]; then
+		log "root extras: present (${pkgs[*]})"
+		return 0
+	fi
+	log "root extras: installing ${pkgs[*]}"
+	# One installer at a time (helpers may run setup at once); apt waits for dpkg's own lock.
+	flock "$root.extras.lock" "$ROX_TOP/scripts/in-root" bash -c '
+		ok=0
+		if apt-get update -q >/tmp/apt.log 2>&1 &&
+			DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+				-o DPkg::Lock::Timeout=300 "$@" >>/tmp/apt.log 2>&1; then
+			ok=1
+			grep "^Setting up" /tmp/apt.log || true
+		else
+			tail -20 /tmp/apt.log
+		fi
+		apt-get clean
+		rm -rf /var/lib/apt/lists/*
+		[ $ok = 1 ]' _ "${pkgs[@]}" ||
+		die "root extras: apt-get install ${pkgs[*]} failed (see above)"
+	rm -f "$root"/.rox-extras-*
+	touch "$marker"
+	log "root extras: installed (marker $(basename "$marker"))"
+}
 
 customize() {
 	local r=$1 ksrc ver upver
@@ -50,6 +86,7 @@ fi
 root=$(root_dir)
 if [ -e "$root/.complete" ]; then
 	log "root: cached at $root"
+	install_extras "$root"
 	exit 0
 fi
 [ "$(id -u)" = 0 ] || die "make setup needs root (mmdebstrap, chroot)"
@@ -92,3 +129,4 @@ for old in "$ROX_CACHE"/root-*; do
 	[ "$old" = "$root" ] || { log "root: removing stale $old"; rm -rf "$old"; }
 done
 log "root: ready at $root"
+install_extras "$root"

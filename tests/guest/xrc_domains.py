@@ -4,10 +4,13 @@ Usage: xrc_domains.py DEVICE. On one device (same-device loopback over GID 0): X
 and B, an XRC SRQ in each (one CQ for everything), an XRC target QP in A and an initiator
 connected to it. A send naming A's SRQ arrives there (its receive completion names the
 target QP); a send naming B's SRQ is refused by the target (the initiator completes with
-REM_INV_REQ_ERR), B's SRQ keeps its receive and its buffer stays untouched. Exits non-zero
-with the reason on the first deviation.
+REM_INV_REQ_ERR), B's SRQ keeps its receive and its buffer stays untouched, and the device's
+`rx_xrc_domain_errors` hw_counter (`rdma statistic`) grows by exactly 1 for the refusal and not
+at all for the good send. Exits non-zero with the reason on the first deviation.
 """
+import json
 import os
+import subprocess
 import sys
 import time
 
@@ -42,6 +45,18 @@ def poll(cq, timeout=POLL_TIMEOUT_S):
             return wcs[0]
         time.sleep(0.001)
     return None
+
+
+def domain_errors(dev):
+    """The device's rx_xrc_domain_errors hw_counter, through `rdma -j statistic`."""
+    out = subprocess.run(["rdma", "-j", "statistic", "show", "link", f"{dev}/{PORT}"],
+                         check=True, capture_output=True, text=True).stdout
+    for entry in json.loads(out):
+        # iproute2 puts the counters beside ifname/port; newer ones may nest them.
+        for where in (entry, entry.get("counters", {})):
+            if entry.get("ifname") == dev and "rx_xrc_domain_errors" in where:
+                return where["rx_xrc_domain_errors"]
+    die(f"no rx_xrc_domain_errors of {dev} in `rdma -j statistic show`: {out!r}")
 
 
 def xrc_srq(ctx, pd, xrcd, cq):
@@ -104,6 +119,7 @@ def main(dev):
         initiator.post_send(wr)
 
     # Domain A's SRQ: delivered there, the completion names the target QP.
+    errors_before = domain_errors(dev)
     send(1, srq_a)
     got = {}
     for _ in range(2):
@@ -122,6 +138,9 @@ def main(dev):
     if mr.read(MSG, 0) != payload:
         die("A's receive buffer does not hold the message")
     print(f"xrc_domains: a send naming SRQ {srq_a.get_srq_num()} of the target's domain arrived", flush=True)
+    errors_good = domain_errors(dev)
+    if errors_good != errors_before:
+        die(f"rx_xrc_domain_errors went {errors_before} -> {errors_good} for a good send")
 
     # Domain B's SRQ: the target refuses it; nothing reaches B.
     send(2, srq_b)
@@ -136,8 +155,12 @@ def main(dev):
         die(f"an extra completion: wr {extra.wr_id:#x} status {extra.status} (B's receive must stay posted)")
     if mr.read(MSG, MSG) != b"\0" * MSG:
         die("domain B's receive buffer was written")
+    errors_after = domain_errors(dev)
+    if errors_after != errors_good + 1:
+        die(f"rx_xrc_domain_errors went {errors_good} -> {errors_after} for the refused send, want +1")
     print(f"xrc_domains: a send naming SRQ {srq_b.get_srq_num()} of another domain was refused "
-          f"(REM_INV_REQ_ERR), nothing arrived there", flush=True)
+          f"(REM_INV_REQ_ERR), nothing arrived there, rx_xrc_domain_errors "
+          f"{errors_good} -> {errors_after}", flush=True)
 
 
 if __name__ == "__main__":

@@ -72,7 +72,7 @@ pub struct PortCounters {
     /// Send completions with an error status other than WR_FLUSH_ERR.
     pub req_cqe_error: u64,
 
-    // Congestion control (ECN/CNP): rox has none yet, so these stay 0.
+    // Congestion control (ECN → CNP → DCQCN).
     /// CNPs sent as notification point.
     pub np_cnp_sent: u64,
     /// RoCE packets received with ECN Congestion Experienced.
@@ -81,8 +81,13 @@ pub struct PortCounters {
     pub rp_cnp_handled: u64,
     /// CNPs received and ignored.
     pub rp_cnp_ignored: u64,
+
+    // XRC.
+    /// XRC requests a target QP refused because the SRQ they name is not in the target's XRC
+    /// domain (or does not exist): NAK invalid request sent, nothing delivered.
+    pub rx_xrc_domain_errors: u64,
 }
-const _: () = assert!(core::mem::size_of::<PortCounters>() == 27 * 8);
+const _: () = assert!(core::mem::size_of::<PortCounters>() == 28 * 8);
 
 /// Writes [`PortCounters`] of port `index` to `resp_addr`, answers its size.
 pub struct QueryCounters;

@@ -84,6 +84,7 @@ pub fn port_counters(hw: &Hw, engine: &Engine) -> PortCounters {
         np_ecn_marked_roce_packets: es.np_ecn_marked_roce_packets,
         rp_cnp_handled: es.rp_cnp_handled,
         rp_cnp_ignored: es.rp_cnp_ignored,
+        rx_xrc_domain_errors: es.rx_xrc_domain_errors,
     }
 }
 
