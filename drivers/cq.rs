@@ -10,7 +10,8 @@
 //! doorbell page; `poll` and `arm` are the kernel consumer's data path.
 
 use crate::{
-    dead::gone_if_dead,
+    cq_clean::{remove_qp_cqes, CqeSlots},
+    dead::{self, gone_if_dead},
     dev::RoxDev,
     hw::{
         regs,
@@ -18,6 +19,7 @@ use crate::{
     },
     ib::{CqInit, Created, DeviceId, IbDev, NetworkHdr, Udata, Wc, WcFlags, WcOpcode, WcOut},
     ids::DbSlot,
+    qp::KernelQp,
     ring::{KernelRing, UserRing},
     ucontext::Ucontext,
     wq::Posted,
@@ -25,7 +27,8 @@ use crate::{
 use kernel::{
     new_mutex, new_spinlock_irq,
     prelude::*,
-    sync::{Mutex, SpinLockIrq},
+    rbtree::{RBTree, RBTreeNodeReservation},
+    sync::{Arc, Mutex, SpinLockIrq},
 };
 
 /// log2 of the largest kernel CQ: the device's largest, as far as one level of ring page
@@ -52,21 +55,29 @@ enum CqQueue {
         ring: Pin<KBox<Mutex<UserRing>>>,
         _db: DbSlot,
     },
-    Kernel(KernelCq),
+    /// Shared with the kernel QPs completing into it (they list themselves in its state).
+    Kernel(Arc<KernelCq>),
 }
 
-struct KernelCq {
+pub(crate) struct KernelCq {
     ring: KernelRing<queue::Cqe>,
     log_depth: u32,
     db: DbSlot,
     state: Pin<KBox<SpinLockIrq<KernelCqState>>>,
 }
 
+/// The kernel QPs of a CQ by number.
+pub(crate) type KernelQps = RBTree<Qpn, Arc<KernelQp>>;
+
 struct KernelCqState {
     /// Free-running consumer index.
     consumer: u32,
     /// Sequence number of the last arm request (`regs::cq_arm_word`).
     arm_seq: u32,
+    /// The kernel QPs whose send or receive completions go to this CQ: a polled CQE retires its
+    /// work request through them, and a dead device's poll flushes theirs. Under the lock the
+    /// poll holds anyway, so a CQE costs no device-wide lock.
+    qps: KernelQps,
 }
 
 impl DeviceId for Cq {
@@ -212,25 +223,125 @@ fn create_kernel(dev: &RoxDev<'_>, init: &CqInit) -> Result<Created<Cq>> {
     let state = KBox::pin_init(
         new_spinlock_irq!(KernelCqState {
             consumer: 0,
-            arm_seq: 0
+            arm_seq: 0,
+            qps: RBTree::new(),
         }),
+        GFP_KERNEL,
+    )?;
+    let kernel = Arc::new(
+        KernelCq {
+            ring,
+            log_depth,
+            db,
+            state,
+        },
         GFP_KERNEL,
     )?;
     let id = dev.run::<admin::CreateCq>(cmd)?;
     let cq = Cq {
         id,
-        queue: CqQueue::Kernel(KernelCq {
-            ring,
-            log_depth,
-            db,
-            state,
-        }),
+        queue: CqQueue::Kernel(kernel),
     };
     Ok(Created {
         data: cq,
         id,
         size: 1 << log_depth,
     })
+}
+
+/// Room in the lists of a kernel QP's CQs, allocated before the device creates the QP (nothing
+/// may fail after that).
+pub(crate) struct CqListing {
+    cqs: [Option<(Arc<KernelCq>, QpNodeRoom)>; 2],
+}
+
+/// Room for one QP in a CQ's [`KernelQps`].
+type QpNodeRoom = RBTreeNodeReservation<Qpn, Arc<KernelQp>>;
+
+/// The kernel CQs a kernel QP completes into (its send CQ, its receive CQ if another; none for
+/// an XRC target), which list it while it exists.
+pub(crate) struct QpCqs {
+    cqs: [Option<Arc<KernelCq>>; 2],
+}
+
+impl CqListing {
+    /// Room in `send`'s list and, if it is another CQ, `recv`'s. EINVAL for a user CQ.
+    pub(crate) fn new(send: Option<&Cq>, recv: Option<&Cq>) -> Result<Self> {
+        let kernel = |cq: Option<&Cq>| -> Result<Option<Arc<KernelCq>>> {
+            match cq.map(|cq| &cq.queue) {
+                None => Ok(None),
+                Some(CqQueue::Kernel(k)) => Ok(Some(k.clone())),
+                Some(CqQueue::User { .. }) => Err(EINVAL),
+            }
+        };
+        let send = kernel(send)?;
+        let recv = kernel(recv)?.filter(|r| !send.as_ref().is_some_and(|s| Arc::ptr_eq(s, r)));
+        let room = |cq: Option<Arc<KernelCq>>| -> Result<_> {
+            cq.map(|cq| Ok((cq, RBTreeNodeReservation::new(GFP_KERNEL)?)))
+                .transpose()
+        };
+        Ok(Self {
+            cqs: [room(send)?, room(recv)?],
+        })
+    }
+
+    /// Lists kernel QP `qpn` in its CQs.
+    pub(crate) fn insert(self, qpn: Qpn, qp: &Arc<KernelQp>) -> QpCqs {
+        let mut cqs = [None, None];
+        for (listed, entry) in cqs.iter_mut().zip(self.cqs) {
+            if let Some((cq, room)) = entry {
+                cq.state.lock().qps.insert(room.into_node(qpn, qp.clone()));
+                *listed = Some(cq);
+            }
+        }
+        QpCqs { cqs }
+    }
+}
+
+impl QpCqs {
+    /// Takes kernel QP `qpn` out of its CQs' lists: a dead device's poll completes nothing
+    /// more of it.
+    pub(crate) fn unlist(&self, qpn: Qpn) {
+        for cq in self.cqs.iter().flatten() {
+            let node = cq.state.lock().qps.remove_node(&qpn);
+            // The QP's own reference outlives this one: its rings are freed with the QP, not
+            // here under the spinlock.
+            drop(node);
+        }
+    }
+
+    /// Removes the CQEs of kernel QP `qpn` its CQs hold and have not been polled yet
+    /// (`cq_clean.rs`): the QP was reset or destroyed, and the device writes no more of them.
+    pub(crate) fn clean(&self, dev: &RoxDev<'_>, qpn: Qpn) {
+        for cq in self.cqs.iter().flatten() {
+            let mut state = cq.state.lock();
+            let mut ring = CleanRing(cq);
+            let consumer = remove_qp_cqes(&mut ring, state.consumer, qpn);
+            if consumer != state.consumer {
+                state.consumer = consumer;
+                dev.kernel_doorbell(cq.db.slot(), Some(consumer), None);
+            }
+        }
+    }
+}
+
+/// A kernel CQ's ring for [`remove_qp_cqes`] (its lock held).
+struct CleanRing<'a>(&'a KernelCq);
+
+impl CqeSlots for CleanRing<'_> {
+    fn depth(&self) -> u32 {
+        1 << self.0.log_depth
+    }
+    fn owner(&self, slot: usize) -> Option<u8> {
+        self.0.ring.ring.read_owner(slot).ok()
+    }
+    fn read(&self, slot: usize) -> Option<queue::Cqe> {
+        self.0.ring.ring.read(slot).ok()
+    }
+    fn write(&mut self, slot: usize, cqe: queue::Cqe) {
+        // In the ring by construction (slot < depth <= its length).
+        let _ = self.0.ring.ring.write(slot, cqe);
+    }
 }
 
 /// ib_core's opcode of a device completion.
@@ -310,7 +421,7 @@ pub(crate) fn poll(dev: &RoxDev<'_>, cq: &Cq, wc: &mut WcOut<'_>) -> Result<usiz
             break;
         }
         let cqe = k.ring.ring.read(slot)?;
-        dev.dead.retire(&cqe);
+        retire(&state.qps, &cqe);
         wc.set(count, &wc_of(&cqe));
         state.consumer = state.consumer.wrapping_add(1);
         count += 1;
@@ -319,13 +430,34 @@ pub(crate) fn poll(dev: &RoxDev<'_>, cq: &Cq, wc: &mut WcOut<'_>) -> Result<usiz
         dev.kernel_doorbell(k.db.slot(), Some(state.consumer), None);
     }
     if count < wc.len() && flush {
-        dev.dead.flush(cq.id, |qpn, posted| {
+        dead::flush(&state.qps, cq.id, |qpn, posted| {
             wc.set(count, &flushed_wc(qpn, &posted));
             count += 1;
             count < wc.len()
         });
     }
     Ok(count)
+}
+
+/// A CQE of a kernel CQ was polled: the work request it completes, and every one before it
+/// in its queue, is no longer outstanding.
+fn retire(qps: &KernelQps, cqe: &queue::Cqe) {
+    let Some(qp) = qps.get(&cqe.qp_num) else {
+        return;
+    };
+    if is_recv(cqe.opcode) {
+        // Receives of an SRQ are not the QP's (their index is the SRQ's).
+        if let Some(rq) = &qp.rq {
+            rq.retire(cqe.wqe_index);
+        }
+    } else {
+        qp.sq.retire(cqe.wqe_index);
+    }
+}
+
+/// Whether a CQE's opcode is a receive's (`verbs::WC_OPC_RECV*`, bit 7 as in ib_core).
+fn is_recv(opcode: u8) -> bool {
+    opcode & verbs::WC_OPC_RECV != 0
 }
 
 /// The completion of a work request a dead device never completed.
@@ -359,7 +491,7 @@ pub(crate) fn arm(dev: &RoxDev<'_>, cq: &Cq, solicited_only: bool) -> Result<boo
         let slot = (state.consumer & (depth - 1)) as usize;
         return Ok(
             k.ring.ring.read_owner(slot)? == queue::owner_for(state.consumer, depth)
-                || dev.dead.pending(cq.id),
+                || dead::pending(&state.qps, cq.id),
         );
     }
     state.arm_seq = state.arm_seq.wrapping_add(1);

@@ -19,20 +19,14 @@
 //! consumers destroy an SRQ with receives posted.
 
 use crate::{
+    cq::KernelQps,
     dev::RoxDev,
-    hw::{
-        regs,
-        uapi::{ids::Qpn, queue::Cqe, verbs},
-    },
-    qp::KernelQp,
+    hw::{regs, uapi::ids::Qpn},
     wq::{KernelWq, Posted},
 };
 use core::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use kernel::{
-    new_spinlock_irq,
     prelude::*,
-    rbtree::{RBTree, RBTreeNodeReservation},
-    sync::{Arc, SpinLockIrq},
     time::{Delta, Instant, Monotonic},
     transmute::{AsBytes, FromBytes},
 };
@@ -43,20 +37,8 @@ use kernel::{
 /// pollers come back until it does.
 const QUIESCE_DEADLINE: Delta = Delta::from_secs(2);
 
-/// The kernel QPs of a device by number.
-type KernelQps = RBTree<Qpn, Arc<KernelQp>>;
-
-/// Room in [`DeadState`]'s list for one kernel QP, allocated before the device creates it.
-pub(crate) struct QpEntry(RBTreeNodeReservation<Qpn, Arc<KernelQp>>);
-
-impl QpEntry {
-    pub(crate) fn new() -> Result<Self> {
-        Ok(Self(RBTreeNodeReservation::new(GFP_KERNEL)?))
-    }
-}
-
-/// Whether the device is dead, and the kernel QPs whose work requests then complete in
-/// software.
+/// Whether the device is dead, and since when. The kernel QPs whose work requests then
+/// complete in software are listed by the CQs they complete into (`cq.rs`).
 pub(crate) struct DeadState {
     /// The one flag: set once, never cleared (the device needs a new probe).
     dead: AtomicBool,
@@ -67,9 +49,6 @@ pub(crate) struct DeadState {
     /// When this state was made, and when the device died (nanoseconds after that).
     created: Instant<Monotonic>,
     died_ns: AtomicI64,
-    /// Kernel QPs by number, so a polled CQE retires its work request and a dead device's
-    /// CQs find the QPs that complete into them.
-    kernel_qps: Pin<KBox<SpinLockIrq<KernelQps>>>,
 }
 
 impl DeadState {
@@ -79,7 +58,6 @@ impl DeadState {
             quiesced: AtomicBool::new(false),
             created: Instant::now(),
             died_ns: AtomicI64::new(0),
-            kernel_qps: KBox::pin_init(new_spinlock_irq!(RBTree::new()), GFP_KERNEL)?,
         })
     }
 
@@ -102,61 +80,31 @@ impl DeadState {
         let died_ns = self.died_ns.load(Ordering::Acquire);
         died_ns != 0 && self.created.elapsed().as_nanos() - died_ns > deadline.as_nanos()
     }
+}
 
-    /// Lists kernel QP `qpn` (in the entry allocated before the device created it).
-    pub(crate) fn add_qp(&self, entry: QpEntry, qpn: Qpn, qp: Arc<KernelQp>) {
-        let node = entry.0.into_node(qpn, qp);
-        self.kernel_qps.lock().insert(node);
-    }
-
-    pub(crate) fn remove_qp(&self, qpn: Qpn) {
-        let node = self.kernel_qps.lock().remove_node(&qpn);
-        // The QP's own reference outlives this one: its rings are freed with the QP, not here
-        // under the spinlock.
-        drop(node);
-    }
-
-    /// A CQE of a kernel CQ was polled: the work request it completes, and every one before it
-    /// in its queue, is no longer outstanding.
-    pub(crate) fn retire(&self, cqe: &Cqe) {
-        let qps = self.kernel_qps.lock();
-        let Some(qp) = qps.get(&cqe.qp_num) else {
+/// The device is dead: hands the outstanding work requests of the kernel QPs `qps` (a CQ's
+/// list) completing into CQ `cq_id` to `emit`, oldest first per queue, until `emit` returns
+/// false (it took that one and has no room for more).
+pub(crate) fn flush(qps: &KernelQps, cq_id: u32, mut emit: impl FnMut(Qpn, Posted) -> bool) {
+    for (&qpn, qp) in qps.iter() {
+        if qp.send_cq == cq_id && !drain(&qp.sq, qpn, &mut emit) {
             return;
-        };
-        if is_recv(cqe.opcode) {
-            // Receives of an SRQ are not the QP's (their index is the SRQ's).
-            if let Some(rq) = &qp.rq {
-                rq.retire(cqe.wqe_index);
-            }
-        } else {
-            qp.sq.retire(cqe.wqe_index);
         }
-    }
-
-    /// The device is dead: hands the outstanding work requests of the kernel QPs completing
-    /// into CQ `cq_id` to `emit`, oldest first per queue, until `emit` returns false (it took
-    /// that one and has no room for more).
-    pub(crate) fn flush(&self, cq_id: u32, mut emit: impl FnMut(Qpn, Posted) -> bool) {
-        let qps = self.kernel_qps.lock();
-        for (&qpn, qp) in qps.iter() {
-            if qp.send_cq == cq_id && !drain(&qp.sq, qpn, &mut emit) {
+        if let (true, Some(rq)) = (qp.recv_cq == cq_id, &qp.rq) {
+            if !drain(rq, qpn, &mut emit) {
                 return;
             }
-            if let (true, Some(rq)) = (qp.recv_cq == cq_id, &qp.rq) {
-                if !drain(rq, qpn, &mut emit) {
-                    return;
-                }
-            }
         }
     }
+}
 
-    /// Whether a kernel QP completing into CQ `cq_id` has work requests outstanding.
-    pub(crate) fn pending(&self, cq_id: u32) -> bool {
-        self.kernel_qps.lock().values().any(|qp| {
-            (qp.send_cq == cq_id && qp.sq.has_outstanding())
-                || (qp.recv_cq == cq_id && qp.rq.as_ref().is_some_and(|rq| rq.has_outstanding()))
-        })
-    }
+/// Whether a kernel QP of `qps` (a CQ's list) completing into CQ `cq_id` has work requests
+/// outstanding.
+pub(crate) fn pending(qps: &KernelQps, cq_id: u32) -> bool {
+    qps.values().any(|qp| {
+        (qp.send_cq == cq_id && qp.sq.has_outstanding())
+            || (qp.recv_cq == cq_id && qp.rq.as_ref().is_some_and(|rq| rq.has_outstanding()))
+    })
 }
 
 /// Hands the outstanding entries of `wq` to `emit` until it returns false; false then.
@@ -181,11 +129,6 @@ pub(crate) fn gone_if_dead(dev: &RoxDev<'_>, err: Error) -> Result {
     } else {
         Err(err)
     }
-}
-
-/// Whether a CQE's opcode is a receive's (`verbs::WC_OPC_RECV*`, bit 7 as in ib_core).
-fn is_recv(opcode: u8) -> bool {
-    opcode & verbs::WC_OPC_RECV != 0
 }
 
 impl RoxDev<'_> {

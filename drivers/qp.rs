@@ -4,8 +4,8 @@
 //! doorbell slot, state transitions checked against ib_core's table before the device sees them.
 
 use crate::{
-    cq::Cq,
-    dead::{gone_if_dead, QpEntry},
+    cq::{Cq, CqListing, QpCqs},
+    dead::gone_if_dead,
     dev::{RoxDev, RoxVerbs},
     hw::{
         regs,
@@ -40,8 +40,8 @@ enum QpQueue {
         _rq: Option<UserRing>,
         _db: DbSlot,
     },
-    /// Shared with the device's list of kernel QPs (`dead.rs`).
-    Kernel(Arc<KernelQp>),
+    /// Shared with the lists of the CQs it completes into (`cq.rs`).
+    Kernel { qp: Arc<KernelQp>, cqs: QpCqs },
 }
 
 /// The queues of a kernel consumer's QP (ib_mad's GSI QP1, ULPs' RC/UC/UD QPs); their
@@ -262,9 +262,10 @@ fn create_kernel(
         },
         GFP_KERNEL,
     )?;
-    let entry = QpEntry::new()?;
+    let listing = CqListing::new(init.send_cq, init.recv_cq.or(init.send_cq))?;
     let qpn = dev.run::<admin::CreateQp>(cmd)?;
-    dev.dead.add_qp(entry, qpn, queues.clone());
+    // Listed before anything can be posted, so every CQE of it finds it.
+    let cqs = listing.insert(qpn, &queues);
     cap.max_send_wr = granted_wrs(cap.max_send_wr, log_sq);
     cap.max_recv_wr = if has_srq {
         0
@@ -280,7 +281,7 @@ fn create_kernel(
         sq_sig_all: init.sq_sig_all,
         state: AtomicU32::new(verbs::QPS_RESET.into()),
         cap: *cap,
-        queue: QpQueue::Kernel(queues),
+        queue: QpQueue::Kernel { qp: queues, cqs },
     };
     Ok(Created {
         data: qp,
@@ -399,7 +400,7 @@ fn send_seg(qp: &Qp, opcode: u8, wr: &SendWr<'_, RoxVerbs>) -> Result<queue::SqS
 /// Kernel QPs: writes one send WQE (the consumer keeps at most `max_send_wr` outstanding, as
 /// the verbs require; ib_drain_* post one more, for which ULPs add one to their depth).
 pub(crate) fn post_send(_dev: &RoxDev<'_>, qp: &Qp, wr: &SendWr<'_, RoxVerbs>) -> Result {
-    let QpQueue::Kernel(k) = &qp.queue else {
+    let QpQueue::Kernel { qp: k, .. } = &qp.queue else {
         return Err(EOPNOTSUPP);
     };
     if qp.cap.max_send_wr == 0 {
@@ -481,7 +482,7 @@ fn send_wc_opcode(opcode: u8) -> u8 {
 /// Kernel QPs: tells the device about new send WQEs. A dead device completes them in software
 /// (`dead.rs`): its send CQ's poller is kicked instead.
 pub(crate) fn ring_sq(dev: &RoxDev<'_>, qp: &Qp) {
-    let QpQueue::Kernel(k) = &qp.queue else {
+    let QpQueue::Kernel { qp: k, .. } = &qp.queue else {
         return;
     };
     k.sq.ring(dev, k.db.slot(), DbWord::A);
@@ -492,7 +493,7 @@ pub(crate) fn ring_sq(dev: &RoxDev<'_>, qp: &Qp) {
 
 /// Kernel QPs: writes one receive WQE (EINVAL with an SRQ: receives go to the SRQ).
 pub(crate) fn post_recv(_dev: &RoxDev<'_>, qp: &Qp, wr: &RecvWr<'_>) -> Result {
-    let QpQueue::Kernel(k) = &qp.queue else {
+    let QpQueue::Kernel { qp: k, .. } = &qp.queue else {
         return Err(EOPNOTSUPP);
     };
     let Some(rq) = &k.rq else {
@@ -507,7 +508,7 @@ pub(crate) fn post_recv(_dev: &RoxDev<'_>, qp: &Qp, wr: &RecvWr<'_>) -> Result {
 
 /// Kernel QPs: tells the device about new receive WQEs.
 pub(crate) fn ring_rq(dev: &RoxDev<'_>, qp: &Qp) {
-    let QpQueue::Kernel(k) = &qp.queue else {
+    let QpQueue::Kernel { qp: k, .. } = &qp.queue else {
         return;
     };
     if let Some(rq) = &k.rq {
@@ -642,15 +643,18 @@ pub(crate) fn modify(
         },
     };
     dev.run::<admin::ModifyQp>(cmd)?;
-    set_state(qp, next);
+    set_state(dev, qp, next);
     udata.respond_empty()
 }
 
 /// Records a modify's new state. A reset QP's queues are empty, without completions, and their
-/// indices start again at 0, as the device's do.
-fn set_state(qp: &Qp, next: u32) {
+/// indices start again at 0, as the device's do; the CQEs it left in its CQs go too (they name
+/// indices its new work requests reuse, `cq_clean.rs`).
+fn set_state(dev: &RoxDev<'_>, qp: &Qp, next: u32) {
     qp.state.store(next, Ordering::Release);
-    if let (QpQueue::Kernel(k), true) = (&qp.queue, next == u32::from(verbs::QPS_RESET)) {
+    if let (QpQueue::Kernel { qp: k, cqs }, true) = (&qp.queue, next == u32::from(verbs::QPS_RESET))
+    {
+        cqs.clean(dev, qp.qpn);
         k.sq.reset();
         if let Some(rq) = &k.rq {
             rq.reset();
@@ -667,7 +671,7 @@ fn modify_dead(dev: &RoxDev<'_>, qp: &Qp, next: u32, mask: u32, udata: &mut Udat
         return Err(EIO);
     }
     let was = qp.state.load(Ordering::Acquire);
-    set_state(qp, next);
+    set_state(dev, qp, next);
     // A QP on an SRQ that enters ERR reports its last WQE (the device does so when alive);
     // ib_drain_qp waits up to 60 s for it on such a QP.
     if next == err && was != err && has_srq(qp) {
@@ -681,7 +685,7 @@ fn modify_dead(dev: &RoxDev<'_>, qp: &Qp, next: u32, mask: u32, udata: &mut Udat
 fn has_srq(qp: &Qp) -> bool {
     match &qp.queue {
         QpQueue::User { _rq, .. } => _rq.is_none(),
-        QpQueue::Kernel(k) => k.rq.is_none(),
+        QpQueue::Kernel { qp: k, .. } => k.rq.is_none(),
     }
 }
 
@@ -720,9 +724,9 @@ pub(crate) fn query(dev: &RoxDev<'_>, qp: &Qp) -> Result<(QpAttr, QpInitAttr)> {
 }
 
 pub(crate) fn destroy(dev: &RoxDev<'_>, qp: &Qp) {
-    if let QpQueue::Kernel(_) = &qp.queue {
+    if let QpQueue::Kernel { cqs, .. } = &qp.queue {
         // First: a dead device's CQs complete nothing more of it.
-        dev.dead.remove_qp(qp.qpn);
+        cqs.unlist(qp.qpn);
     }
     let cmd = admin::QpnCmd {
         qpn: qp.qpn,
@@ -738,5 +742,9 @@ pub(crate) fn destroy(dev: &RoxDev<'_>, qp: &Qp) {
             qp.qpn.get(),
             err
         );
+    }
+    if let QpQueue::Kernel { cqs, .. } = &qp.queue {
+        // The device writes no more of it: its consumer never sees a CQE of a QP it freed.
+        cqs.clean(dev, qp.qpn);
     }
 }

@@ -13,6 +13,7 @@ use kernel::{device::Core, pci, prelude::*};
 mod admin;
 mod counters;
 mod cq;
+mod cq_clean;
 mod dead;
 mod dev;
 mod eq;

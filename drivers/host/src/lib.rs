@@ -8,3 +8,6 @@ use rox_uapi as uapi;
 
 #[path = "../../wq_record.rs"]
 mod wq_record;
+
+#[path = "../../cq_clean.rs"]
+mod cq_clean;
