@@ -243,14 +243,9 @@ fn rc_loopback_on_one_device() {
     connect(&mut net, 0, QPN_A, 0, QPN_B, &QpParams::rc());
     let data = pattern(5, 500);
     net.devs[0].env.fill(BUF, &data);
-    net.devs[0].env.post_recv(
-        QPN_B,
-        RecvWr {
-            wqe_index: 0,
-            wr_id: 1,
-            sges: vec![sge(RECV_AREA, 512, key)],
-        },
-    );
+    net.devs[0]
+        .env
+        .post_recv(QPN_B, recv_wr(1, vec![sge(RECV_AREA, 512, key)]));
     let (engine, env) = net.dev(0);
     engine
         .post_send(
@@ -405,11 +400,7 @@ fn ud_send_delivers_grh_src_qp_and_checks_qkey() {
         for i in 0..2 {
             net.devs[1].env.post_recv(
                 QPN_B,
-                RecvWr {
-                    wqe_index: 0,
-                    wr_id: i,
-                    sges: vec![sge(RECV_AREA + i * 0x1000, 256, kb)],
-                },
+                recv_wr(i, vec![sge(RECV_AREA + i * 0x1000, 256, kb)]),
             );
         }
         let wrs = [
@@ -482,11 +473,7 @@ fn ud_errors_local_length_and_recv_too_small() {
 fn ud_send_of(len: u32) -> [Option<WcStatus>; 2] {
     let (mut net, ka, kb) = ud_pair(gid_v4(1), gid_v4(2));
     let qkey = QpParams::of(QpType::Ud).qkey;
-    let wr = RecvWr {
-        wqe_index: 0,
-        wr_id: 1,
-        sges: vec![sge(RECV_AREA, 50, kb)],
-    };
+    let wr = recv_wr(1, vec![sge(RECV_AREA, 50, kb)]);
     net.devs[1].env.post_recv(QPN_B, wr);
     let (engine, env) = net.dev(0);
     engine
@@ -565,14 +552,9 @@ fn work_posted_before_rts_is_sent_on_rts() {
         ..Default::default()
     };
     engine.modify_qp(env, QPN_A, &rts).unwrap();
-    net.devs[1].env.post_recv(
-        QPN_B,
-        RecvWr {
-            wqe_index: 0,
-            wr_id: 9,
-            sges: vec![sge(RECV_AREA, 16, kb)],
-        },
-    );
+    net.devs[1]
+        .env
+        .post_recv(QPN_B, recv_wr(9, vec![sge(RECV_AREA, 16, kb)]));
     net.run(1000);
     assert_eq!(
         one(&net.devs[0].env.take_completions()).status,

@@ -485,14 +485,7 @@ fn srq_receive_wrs_are_not_flushed_with_the_qp() {
             uses_srq: true,
         })
         .unwrap();
-    env.post_recv(
-        qpn,
-        RecvWr {
-            wqe_index: 0,
-            wr_id: 1,
-            sges: vec![],
-        },
-    );
+    env.post_recv(qpn, recv_wr(1, vec![]));
     engine
         .modify_qp(
             env,

@@ -207,14 +207,8 @@ fn rc_over_a_dgram_wire_every_captured_frame_is_ethernet_with_a_good_icrc() {
     connect_pair(&mut a, &mut b, &params);
     a.env.fill(BUF, &pattern(3, 5000));
     b.env.fill(REMOTE + 0x1000, &pattern(4, 3000));
-    b.env.post_recv(
-        QPN_B,
-        RecvWr {
-            wqe_index: 0,
-            wr_id: 9,
-            sges: vec![sge(REMOTE, 0x1000, kb)],
-        },
-    );
+    b.env
+        .post_recv(QPN_B, recv_wr(9, vec![sge(REMOTE, 0x1000, kb)]));
     let write = rdma_wr(
         2,
         WrOpcode::RdmaWrite,
@@ -376,11 +370,7 @@ fn rc_1e5_messages_exactly_once_in_order_through_faulty_ports() {
     for slot in 0..RECV_DEPTH {
         b.env.post_recv(
             QPN_B,
-            RecvWr {
-                wqe_index: 0,
-                wr_id: slot,
-                sges: vec![sge(REMOTE + slot * SLOT, SLOT as u32, kb)],
-            },
+            recv_wr(slot, vec![sge(REMOTE + slot * SLOT, SLOT as u32, kb)]),
         );
     }
     let mut rng = StdRng::seed_from_u64(7);
@@ -430,14 +420,8 @@ fn rc_1e5_messages_exactly_once_in_order_through_faulty_ports() {
             assert_eq!(seq, received, "delivered in order, exactly once");
             assert_eq!(crc32fast::hash(&m[HEADER..]), crc, "message {seq} intact");
             received += 1;
-            b.env.post_recv(
-                QPN_B,
-                RecvWr {
-                    wqe_index: 0,
-                    wr_id: c.wr_id,
-                    sges: vec![sge(addr, SLOT as u32, kb)],
-                },
-            );
+            b.env
+                .post_recv(QPN_B, recv_wr(c.wr_id, vec![sge(addr, SLOT as u32, kb)]));
         }
         if moved == 0 {
             std::thread::sleep(Duration::from_micros(20));

@@ -50,14 +50,7 @@ impl Pair {
         engine.post_send(env, QPN_A, wr).unwrap();
     }
     pub fn recv_b(&mut self, wr_id: u64, sges: Vec<Sge>) {
-        self.net.devs[1].env.post_recv(
-            QPN_B,
-            RecvWr {
-                wr_id,
-                sges,
-                wqe_index: 0,
-            },
-        );
+        self.net.devs[1].env.post_recv(QPN_B, recv_wr(wr_id, sges));
     }
     pub fn run(&mut self) {
         self.net.run(100_000);
