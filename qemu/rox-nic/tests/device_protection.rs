@@ -231,11 +231,7 @@ fn guest_memory_unmapped_under_the_device_is_fatal_not_a_crash() {
     p.d.dma_map_ram();
     p.d.reset();
     assert_eq!(p.d.read_reg(REG_STATUS) & STATUS_FATAL, 0);
-    let gid = gid_v4(127, 0, 0, 1);
-    p.d.set_gid(0, gid);
-    let mut cq = p.d.create_cq(4);
-    let mut qp = p.d.create_qp(QPT_RC, PD, cq.id, cq.id, SRQ_NONE);
-    p.d.connect(&qp, gid, qp.qpn, ALL_ACCESS);
+    let (mut cq, mut qp) = p.d.self_connected_rc(PD, 4, ALL_ACCESS);
     let key = p.d.reg_mr(PD, p.buf_a, BUF, ALL_ACCESS).unwrap();
     let w = rdma_wqe(9, WR_RDMA_WRITE, sge(p.buf_a, 64, key), p.buf_a + 4096, key);
     p.d.post_send(&mut qp, &w);

@@ -421,6 +421,17 @@ impl TestDriver {
         (cq_a, cq_b, a, b)
     }
 
+    /// One RC QP in `pd` connected to itself over GID 0 (127.0.0.1) with `access`, on its own
+    /// CQ of 2^`log_cq` entries: (cq, qp).
+    pub fn self_connected_rc(&mut self, pd: u32, log_cq: u8, access: u32) -> (TestCq, TestQp) {
+        let gid = gid_v4(127, 0, 0, 1);
+        self.set_gid(0, gid);
+        let cq = self.create_cq(log_cq);
+        let qp = self.create_qp(QPT_RC, pd, cq.id, cq.id, SRQ_NONE);
+        self.connect(&qp, gid, qp.qpn, access);
+        (cq, qp)
+    }
+
     /// RESET -> INIT -> RTR -> RTS for a UD QP.
     pub fn activate_ud(&mut self, qp: &TestQp, qkey: u32) {
         let mut a = QpAttr {
