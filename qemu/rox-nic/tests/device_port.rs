@@ -4,6 +4,7 @@
 use rox_nic::device::FaultConfig;
 use rox_nic::port::frame::{self, ETH_HEADER_LEN};
 use rox_nic::roce::wire;
+use rox_nic::testkit::frames::faults;
 use rox_nic::testkit::pair::*;
 use rox_nic::testkit::*;
 use rox_uapi::admin::*;
@@ -222,13 +223,7 @@ fn rc_in_order_exactly_once_through_devices_with_faults() {
     const MESSAGES: u64 = 3000;
     const WINDOW: u32 = 32;
     let dir = tempfile::tempdir().unwrap();
-    let faults = FaultConfig {
-        loss: 0.02,
-        duplicate: 0.02,
-        reorder: 0.02,
-        corrupt: 0.01,
-        seed: 1234,
-    };
+    let faults = faults(0.02, 0.01, 1234);
     let (mut a, mut b) = connected(dir.path(), QPT_RC, Some(faults));
     let recv_slots = (BUF / SLOT) as u32;
     let mut posted_recv = 0u64;

@@ -297,13 +297,7 @@ fn rc_over_a_dgram_wire_every_captured_frame_is_ethernet_with_a_good_icrc() {
 
 #[test]
 fn fault_injection_on_the_port_is_seeded_and_counted() {
-    let faults = FaultConfig {
-        loss: 0.1,
-        duplicate: 0.1,
-        reorder: 0.1,
-        corrupt: 0.1,
-        seed: 3,
-    };
+    let faults = faults(0.1, 0.1, 3);
     let run = || {
         let dir = tempfile::tempdir().unwrap();
         let (sa, sb) = wire_specs(dir.path());
@@ -351,13 +345,7 @@ fn rc_1e5_messages_exactly_once_in_order_through_faulty_ports() {
     const MULTI_PACKET_EVERY: u64 = 16;
     let dir = tempfile::tempdir().unwrap();
     let (sa, sb) = wire_specs(dir.path());
-    let faulty = |seed| FaultConfig {
-        loss: 0.02,
-        duplicate: 0.02,
-        reorder: 0.02,
-        corrupt: 0.01,
-        seed,
-    };
+    let faulty = |seed| faults(0.02, 0.01, seed);
     let mut a = PortDevice::new(&sa, gid_v4(1), Some(faulty(1)), None);
     let mut b = PortDevice::new(&sb, gid_v4(2), Some(faulty(2)), None);
     let ka = a.env.reg_mr(PD, BUF, WINDOW * SLOT, ALL_ACCESS);

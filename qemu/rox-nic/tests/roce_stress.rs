@@ -39,13 +39,7 @@ fn message(seq: u64, rng: &mut StdRng) -> Vec<u8> {
 #[test]
 fn rc_exactly_once_in_order_under_loss_duplication_reordering_corruption() {
     let mut net = Net::new(&[gid_v4(1), gid_v4(2)]);
-    let faults = FaultConfig {
-        loss: 0.02,
-        duplicate: 0.02,
-        reorder: 0.02,
-        corrupt: 0.01,
-        seed: 0x5eed,
-    };
+    let faults = faults(0.02, 0.01, 0x5eed);
     net.faults = Some(FaultInjector::new(faults));
     let key_a = net.devs[0]
         .env
@@ -137,13 +131,7 @@ fn rc_mixed_operations_exactly_once_under_faults() {
     const READ_LEN: u32 = 600;
     const ADD: u64 = 3;
     let mut net = Net::new(&[gid_v4(1), gid_v4(2)]);
-    let faults = FaultConfig {
-        loss: 0.03,
-        duplicate: 0.03,
-        reorder: 0.03,
-        corrupt: 0.01,
-        seed: 0xfeed,
-    };
+    let faults = faults(0.03, 0.01, 0xfeed);
     net.faults = Some(FaultInjector::new(faults));
     // Requester: send/read slots. Responder: receive slots, write slots, read-only source, counter.
     let local = MEM_BASE;

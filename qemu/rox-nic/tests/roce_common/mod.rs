@@ -11,7 +11,7 @@ pub use roce::*;
 #[allow(unused_imports)]
 pub use rox_nic::port::{FaultConfig, FaultInjector};
 #[allow(unused_imports)]
-pub use rox_nic::testkit::frames::{av_between, mac_of, peer_ip};
+pub use rox_nic::testkit::frames::{av_between, faults, mac_of, peer_ip};
 pub use rox_nic::testkit::mock_env::*;
 #[allow(unused_imports)]
 pub use rox_nic::testkit::protected::RegionKind;
