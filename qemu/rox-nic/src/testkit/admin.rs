@@ -365,7 +365,7 @@ impl TestDriver {
         a.dest_qp_num = dest_qpn;
         a.rq_psn = Psn::default();
         a.ah.dgid = dgid;
-        a.ah.dmac = test_mac(&dgid);
+        a.ah.dmac = p.dmac.unwrap_or_else(|| test_mac(&dgid));
         a.ah.hop_limit = 64;
         a.max_dest_rd_atomic = 4;
         a.min_rnr_timer = p.min_rnr_timer;
