@@ -292,12 +292,7 @@ fn ud_send_from_a_missing_page_waits_for_it() {
     let iova = 0x3000_0000u64;
     let (key_a, buf_b, key_b) = odp_source(&mut p, iova);
     p.d.post_recv(&mut p.b, 1, &[sge(buf_b, 4096, key_b)]);
-    let w = with_ud(
-        send_wqe(4, WR_SEND, WQE_FLAG_SIGNALED, &[sge(iova, 256, key_a)]),
-        gid,
-        p.b.qpn,
-        PAIR_QKEY,
-    );
+    let w = ud_wqe(4, WR_SEND, sge(iova, 256, key_a), gid, p.b.qpn, PAIR_QKEY);
     p.d.post_send(&mut p.a, &w);
     expect_page_fault(&mut p.d, key_a, 0);
     p.d.expect_no_cqe(&mut p.cq_b, QUIET);

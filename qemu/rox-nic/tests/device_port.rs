@@ -164,13 +164,10 @@ fn ud_between_two_devices() {
     b.d.activate_ud(&qb, 0x42);
     b.d.post_recv(&mut b.qp, 7, &[sge(b.buf, 2048, b.key)]);
     a.d.ram.write(a.buf, b"hello over udp");
-    let w = with_ud(
-        send_wqe(
-            1,
-            WR_SEND_WITH_IMM,
-            WQE_FLAG_SIGNALED,
-            &[sge(a.buf, 14, a.key)],
-        ),
+    let w = ud_wqe(
+        1,
+        WR_SEND_WITH_IMM,
+        sge(a.buf, 14, a.key),
         gid_v4(127, 0, 1, 2),
         qb.qpn,
         0x42,
