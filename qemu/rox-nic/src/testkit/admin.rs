@@ -110,6 +110,20 @@ impl TestDriver {
         }
     }
 
+    /// Registers guest-physical `[addr, addr + len)` in `pd` with `access` (MR_FLAG_PHYSICAL:
+    /// the iova is the address itself): its rkey.
+    pub fn reg_physical(&mut self, pd: u32, addr: u64, len: u64, access: u32) -> Key {
+        let c = RegMrCmd {
+            pd,
+            access,
+            iova: addr,
+            length: len,
+            flags: MR_FLAG_PHYSICAL,
+            ..Default::default()
+        };
+        self.run::<RegMr>(c).rkey
+    }
+
     /// A page-aligned buffer of `len` bytes in the test RAM, registered in `pd` with `access`:
     /// its address and key.
     pub fn buffer(&mut self, pd: u32, len: u64, access: u32) -> (u64, Key) {
