@@ -144,81 +144,68 @@ fn bad_admin_input_gets_error_status() {
         db_slot: 100,
         ..Default::default()
     };
-    assert_eq!(
-        d.admin(ADMIN_OP_CREATE_CQ, payload(&CreateCqCmd { eqn: 0, ..good }))
-            .status,
-        ADMIN_STATUS_BAD_PARAM
-    );
-    assert_eq!(
-        d.admin(
-            ADMIN_OP_CREATE_CQ,
-            payload(&CreateCqCmd {
-                eqn: MAX_EQS,
-                ..good
-            })
-        )
-        .status,
-        ADMIN_STATUS_BAD_PARAM
-    );
-    assert_eq!(
-        d.admin(
-            ADMIN_OP_CREATE_CQ,
-            payload(&CreateCqCmd {
-                log_depth: 8,
-                ..good
-            })
-        )
-        .status,
-        ADMIN_STATUS_BAD_PARAM,
-        "ring too small"
-    );
-    assert_eq!(
-        d.admin(
-            ADMIN_OP_CREATE_CQ,
-            payload(&CreateCqCmd {
-                log_depth: 40,
-                ..good
-            })
-        )
-        .status,
-        ADMIN_STATUS_BAD_PARAM
-    );
     let wild = PageList {
         addr: 0xdead_0000,
         ..ring
     };
-    assert_eq!(
-        d.admin(
-            ADMIN_OP_CREATE_CQ,
-            payload(&CreateCqCmd { ring: wild, ..good })
-        )
-        .status,
-        ADMIN_STATUS_BAD_DMA
-    );
     let unaligned = d.page_list(base + 8, 4096);
     let _ = unaligned;
-    assert_eq!(
-        d.admin(
-            ADMIN_OP_CREATE_CQ,
-            payload(&CreateCqCmd {
+    let bad_cqs = [
+        (
+            "EQ 0",
+            CreateCqCmd { eqn: 0, ..good },
+            ADMIN_STATUS_BAD_PARAM,
+        ),
+        (
+            "no such EQ",
+            CreateCqCmd {
+                eqn: MAX_EQS,
+                ..good
+            },
+            ADMIN_STATUS_BAD_PARAM,
+        ),
+        (
+            "ring too small",
+            CreateCqCmd {
+                log_depth: 8,
+                ..good
+            },
+            ADMIN_STATUS_BAD_PARAM,
+        ),
+        (
+            "depth too large",
+            CreateCqCmd {
+                log_depth: 40,
+                ..good
+            },
+            ADMIN_STATUS_BAD_PARAM,
+        ),
+        (
+            "unmapped page list",
+            CreateCqCmd { ring: wild, ..good },
+            ADMIN_STATUS_BAD_DMA,
+        ),
+        (
+            "doorbell slot out of range",
+            CreateCqCmd {
                 db_slot: DB_SLOTS_PER_PAGE as u32,
                 ..good
-            })
-        )
-        .status,
-        ADMIN_STATUS_BAD_DOORBELL
-    );
-    assert_eq!(
-        d.admin(
-            ADMIN_OP_CREATE_CQ,
-            payload(&CreateCqCmd {
+            },
+            ADMIN_STATUS_BAD_DOORBELL,
+        ),
+        (
+            "doorbell page out of range",
+            CreateCqCmd {
                 db_page: DB_PAGE_COUNT,
                 ..good
-            })
-        )
-        .status,
-        ADMIN_STATUS_BAD_DOORBELL
-    );
+            },
+            ADMIN_STATUS_BAD_DOORBELL,
+        ),
+    ];
+    for (what, cmd, status) in bad_cqs {
+        let got = d.admin(ADMIN_OP_CREATE_CQ, payload(&cmd)).status;
+        assert_eq!(got, status, "{what}");
+    }
     let cq = d.admin_ok(ADMIN_OP_CREATE_CQ, payload(&good)).result0;
     assert_eq!(
         d.admin(ADMIN_OP_CREATE_CQ, payload(&good)).status,
@@ -227,31 +214,28 @@ fn bad_admin_input_gets_error_status() {
     );
     // QP: unknown type, unknown CQ, SRQ of another PD.
     let (c, _) = d.create_qp_cmd(QPT_RC, PD, cq, cq, SRQ_NONE, 4, 4);
-    assert_eq!(
-        d.admin(
-            ADMIN_OP_CREATE_QP,
-            payload(&CreateQpCmd { qp_type: 9, ..c })
-        )
-        .status,
-        ADMIN_STATUS_BAD_PARAM
-    );
-    assert_eq!(
-        d.admin(
-            ADMIN_OP_CREATE_QP,
-            payload(&CreateQpCmd { send_cq: 77, ..c })
-        )
-        .status,
-        ADMIN_STATUS_BAD_HANDLE
-    );
     let srq = d.create_srq(PD + 1, 4, 0);
-    assert_eq!(
-        d.admin(
-            ADMIN_OP_CREATE_QP,
-            payload(&CreateQpCmd { srq: srq.id, ..c })
-        )
-        .status,
-        ADMIN_STATUS_BAD_HANDLE
-    );
+    let bad_qps = [
+        (
+            "unknown type",
+            CreateQpCmd { qp_type: 9, ..c },
+            ADMIN_STATUS_BAD_PARAM,
+        ),
+        (
+            "unknown CQ",
+            CreateQpCmd { send_cq: 77, ..c },
+            ADMIN_STATUS_BAD_HANDLE,
+        ),
+        (
+            "another PD's SRQ",
+            CreateQpCmd { srq: srq.id, ..c },
+            ADMIN_STATUS_BAD_HANDLE,
+        ),
+    ];
+    for (what, cmd, status) in bad_qps {
+        let got = d.admin(ADMIN_OP_CREATE_QP, payload(&cmd)).status;
+        assert_eq!(got, status, "{what}");
+    }
     let qpn = d.run::<CreateQp>(c);
     assert!(qpn > Qpn::GSI);
     // A CQ in use cannot be destroyed; after the QP is gone it can.

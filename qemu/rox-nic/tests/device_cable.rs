@@ -5,6 +5,7 @@
 use std::path::Path;
 
 use rox_nic::device::{FaultConfig, LinkSpec};
+use rox_nic::testkit::frames::faults;
 use rox_nic::testkit::pair::deep_rc_pair;
 use rox_nic::testkit::*;
 use rox_uapi::admin::*;
@@ -108,13 +109,7 @@ fn writes_and_reads_of_1_mib_cross_the_cable_intact() {
 #[test]
 fn writes_and_reads_cross_the_cable_intact_with_faults_on_both_ends() {
     let dir = tempfile::tempdir().unwrap();
-    let faults = FaultConfig {
-        loss: 0.01,
-        duplicate: 0.01,
-        reorder: 0.01,
-        corrupt: 0.005,
-        seed: 99,
-    };
+    let faults = faults(0.01, 0.005, 99);
     let (mut a, mut b) = cabled_pair(dir.path(), Some(faults));
     write_then_read_back(&mut a, &mut b, 16, 256 << 10);
     assert!(

@@ -3,8 +3,8 @@
 //! received by it), and the command's bad input.
 
 use rox_nic::dma::from_bytes;
+use rox_nic::testkit::loopback::{Loopback, LoopbackSpec};
 use rox_nic::testkit::*;
-use rox_nic::DeviceConfig;
 use rox_uapi::admin::*;
 use rox_uapi::queue::*;
 use rox_uapi::verbs::*;
@@ -18,36 +18,16 @@ const BASE_OCTETS: u64 = 20 + 8 + 12 + 4;
 const RETH: u64 = 16;
 const AETH: u64 = 4;
 
-struct Pair {
-    d: TestDriver,
-    cq_a: TestCq,
-    cq_b: TestCq,
-    a: TestQp,
-    b: TestQp,
-    buf_a: u64,
-    buf_b: u64,
-    key_a: Key,
-    key_b: Key,
-}
-
-fn rc_pair() -> Pair {
-    let mut d = TestDriver::new(DeviceConfig::new([2, 0, 0, 0, 0, 1]));
-    let (cq_a, cq_b, a, b) = d.qp_pair(QPT_RC, PD, 8, ALL_ACCESS);
-    let buf_a = d.ram.alloc(BUF, 4096);
-    let buf_b = d.ram.alloc(BUF, 4096);
-    let key_a = d.reg_mr(PD, buf_a, BUF, ALL_ACCESS).unwrap();
-    let key_b = d.reg_mr(PD, buf_b, BUF, ALL_ACCESS).unwrap();
-    Pair {
-        d,
-        cq_a,
-        cq_b,
-        a,
-        b,
-        buf_a,
-        buf_b,
-        key_a,
-        key_b,
-    }
+/// An RC pair looped back on one device, a 64 KiB buffer of each.
+fn rc_pair() -> Loopback {
+    Loopback::new(&LoopbackSpec {
+        mac_last: 1,
+        qp_type: QPT_RC,
+        pd: PD,
+        qp_access: ALL_ACCESS,
+        buf_len: BUF,
+        mr_access: ALL_ACCESS,
+    })
 }
 
 fn query_counters(d: &mut TestDriver, port: u32) -> Result<PortCounters, u8> {
@@ -67,19 +47,15 @@ fn query_counters(d: &mut TestDriver, port: u32) -> Result<PortCounters, u8> {
     Ok(from_bytes(&d.ram.read(resp, size_of::<PortCounters>())))
 }
 
-fn write(p: &mut Pair, wr_id: u64, len: u32, rkey: Key) -> u8 {
-    let w = with_rdma(
-        send_wqe(
-            wr_id,
-            WR_RDMA_WRITE,
-            WQE_FLAG_SIGNALED,
-            &[sge(p.buf_a, len, p.key_a)],
-        ),
+fn write(p: &mut Loopback, wr_id: u64, len: u32, rkey: Key) -> u8 {
+    let w = rdma_wqe(
+        wr_id,
+        WR_RDMA_WRITE,
+        sge(p.buf_a, len, p.key_a),
         p.buf_b,
         rkey,
     );
-    p.d.post_send(&mut p.a, &w);
-    p.d.wait_cqe(&mut p.cq_a).status
+    p.complete_on_a(&w).status
 }
 
 #[test]
@@ -98,18 +74,9 @@ fn good_writes_and_reads_count_packets_octets_and_requests_only() {
         assert_eq!(write(&mut p, i, LEN as u32, key_b), WC_SUCCESS);
     }
     for i in 0..N {
-        let r = with_rdma(
-            send_wqe(
-                100 + i,
-                WR_RDMA_READ,
-                WQE_FLAG_SIGNALED,
-                &[sge(p.buf_a, LEN as u32, p.key_a)],
-            ),
-            p.buf_b,
-            p.key_b,
-        );
-        p.d.post_send(&mut p.a, &r);
-        assert_eq!(p.d.wait_cqe(&mut p.cq_a).status, WC_SUCCESS);
+        let local = sge(p.buf_a, LEN as u32, p.key_a);
+        let r = rdma_wqe(100 + i, WR_RDMA_READ, local, p.buf_b, p.key_b);
+        assert_eq!(p.complete_on_a(&r).status, WC_SUCCESS);
     }
     let c = query_counters(&mut p.d, 1).unwrap();
     // Per operation: the request and its ACK or READ response; the same octets either way.

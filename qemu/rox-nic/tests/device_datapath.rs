@@ -134,8 +134,10 @@ fn ud_send_between_two_qps_with_grh() {
     let gid = gid_v4(127, 0, 0, 1);
     p.d.post_recv(&mut p.b, 1, &[sge(p.buf_b, 4096, p.key_b)]);
     p.d.ram.write(p.buf_a, b"datagram");
-    let w = with_ud(
-        send_wqe(1, WR_SEND, WQE_FLAG_SIGNALED, &[sge(p.buf_a, 8, p.key_a)]),
+    let w = ud_wqe(
+        1,
+        WR_SEND,
+        sge(p.buf_a, 8, p.key_a),
         gid,
         p.b.qpn,
         PAIR_QKEY,
@@ -155,12 +157,7 @@ fn ud_send_between_two_qps_with_grh() {
     assert_eq!(p.d.ram.read(p.buf_b + GRH_SIZE as u64, 8), b"datagram");
     // A wrong Q_Key is dropped silently (no receive completion).
     p.d.post_recv(&mut p.b, 2, &[sge(p.buf_b, 4096, p.key_b)]);
-    let w = with_ud(
-        send_wqe(2, WR_SEND, WQE_FLAG_SIGNALED, &[sge(p.buf_a, 8, p.key_a)]),
-        gid,
-        p.b.qpn,
-        0x2222,
-    );
+    let w = ud_wqe(2, WR_SEND, sge(p.buf_a, 8, p.key_a), gid, p.b.qpn, 0x2222);
     p.d.post_send(&mut p.a, &w);
     assert_eq!(p.d.wait_cqe(&mut p.cq_a).status, WC_SUCCESS);
     p.d.expect_no_cqe(&mut p.cq_b, Duration::from_millis(50));
@@ -303,13 +300,10 @@ fn uc_and_ud_immediate_data() {
     assert_eq!(u.d.ram.read(u.buf_b + GRH_SIZE as u64, 9), b"ud inline");
     assert_eq!(u.d.wait_cqe(&mut u.cq_a).wr_id, 3);
     // RDMA WRITE is not a UD operation.
-    let w = with_ud(
-        send_wqe(
-            4,
-            WR_RDMA_WRITE,
-            WQE_FLAG_SIGNALED,
-            &[sge(u.buf_a, 8, u.key_a)],
-        ),
+    let w = ud_wqe(
+        4,
+        WR_RDMA_WRITE,
+        sge(u.buf_a, 8, u.key_a),
         gid_v4(127, 0, 0, 1),
         u.b.qpn,
         PAIR_QKEY,

@@ -189,17 +189,19 @@ fn write_from(
     rdma(d, p, WR_RDMA_WRITE, sge(src.0, len, src.1), iova, rkey)
 }
 
-/// A signaled RDMA READ of `len` bytes from `iova` through `rkey` into `dst` (buffer and key)
-/// on QP a of `p`: its completion.
-fn read_into(
+/// A signaled RDMA READ of `len` bytes from `iova` through `rkey` into the upper half of a's
+/// buffer `buf_a` (buffer and key) on QP a of `p`: its completion and the bytes read.
+fn read_back(
     d: &mut TestDriver,
     p: &mut Pair,
-    dst: (u64, Key),
+    buf_a: (u64, Key),
     len: u32,
     iova: u64,
     rkey: Key,
-) -> Cqe {
-    rdma(d, p, WR_RDMA_READ, sge(dst.0, len, dst.1), iova, rkey)
+) -> (Cqe, Vec<u8>) {
+    let dst = buf_a.0 + BUF / 2;
+    let c = rdma(d, p, WR_RDMA_READ, sge(dst, len, buf_a.1), iova, rkey);
+    (c, d.ram.read(dst, len as usize))
 }
 
 /// A guarded area of `npages` pages of `1 << shift` bytes (aligned to that size), every byte
@@ -234,6 +236,21 @@ fn scattered_reg(d: &mut TestDriver, key: Key) -> (Reg, u64, Vec<u8>) {
     (reg, area, expected)
 }
 
+/// Allocates a fast-registration region of 8 pages in `PD` and registers [`scattered_reg`]
+/// (with `extra_access` besides `ALL_ACCESS`) under the next variant of its key on `p.b`:
+/// (the key as allocated, the registration, its area, what the area holds).
+fn register_scattered(
+    d: &mut TestDriver,
+    p: &mut Pair,
+    extra_access: u32,
+) -> (Key, Reg, u64, Vec<u8>) {
+    let mr = alloc_fast_mr(d, PD, 8).unwrap();
+    let (mut reg, area, expected) = scattered_reg(d, inc_key(mr));
+    reg.access |= extra_access;
+    register(d, p, &reg);
+    (mr, reg, area, expected)
+}
+
 fn area_is(d: &TestDriver, area: u64, expected: &[u8], what: &str) {
     let got = d.ram.read(area, expected.len());
     if let Some(i) = got.iter().zip(expected).position(|(g, e)| g != e) {
@@ -250,11 +267,8 @@ fn area_is(d: &TestDriver, area: u64, expected: &[u8], what: &str) {
 fn registration_maps_scattered_pages_for_remote_and_local_access() {
     let mut f = fx();
     let d = &mut f.d;
-    let mr = alloc_fast_mr(d, PD, 8).unwrap();
-    let key = inc_key(mr);
-    let (mut reg, area, mut expected) = scattered_reg(d, key);
-    reg.access |= ACCESS_FLUSH_GLOBAL;
-    register(d, &mut f.p, &reg);
+    let (_, reg, area, mut expected) = register_scattered(d, &mut f.p, ACCESS_FLUSH_GLOBAL);
+    let key = reg.key;
 
     // WRITE the whole registration from a.
     let data = pattern(1, reg.length as usize);
@@ -273,19 +287,12 @@ fn registration_maps_scattered_pages_for_remote_and_local_access() {
 
     // READ it back (from an offset, across two page boundaries).
     let (from, len) = (reg.iova + 10, reg.length - 10);
-    let c = read_into(
-        d,
-        &mut f.p,
-        (f.buf_a + BUF / 2, f.key_a),
-        len as u32,
-        from,
-        key,
-    );
+    let (c, got) = read_back(d, &mut f.p, (f.buf_a, f.key_a), len as u32, from, key);
     assert_eq!(
         (c.status, c.opcode, c.byte_len),
         (WC_SUCCESS, WC_OPC_RDMA_READ, len as u32)
     );
-    assert_eq!(d.ram.read(f.buf_a + BUF / 2, len as usize), data[10..]);
+    assert_eq!(got, data[10..]);
 
     // FETCH_ADD on the second page.
     let target = reg.iova + SMALL;
@@ -418,16 +425,9 @@ fn larger_pages_and_rewritten_iova_high_bits() {
         assert_eq!(reg.place(at), area + 3 * size - 1000, "shift {shift}");
         assert_eq!(reg.place(at + 1000), area, "shift {shift}");
         area_is(d, area, &expected, &format!("shift {shift} after WRITE"));
-        let c = read_into(
-            d,
-            &mut f.p,
-            (f.buf_a + BUF / 2, f.key_a),
-            len as u32,
-            at,
-            key,
-        );
+        let (c, got) = read_back(d, &mut f.p, (f.buf_a, f.key_a), len as u32, at, key);
         assert_eq!(c.status, WC_SUCCESS, "shift {shift}");
-        assert_eq!(d.ram.read(f.buf_a + BUF / 2, len as usize), data);
+        assert_eq!(got, data);
         // The same low bits under other high bits: outside the registration.
         let c = write_from(d, &mut f.p, (f.buf_a, f.key_a), 8, at & 0xffff_ffff, key);
         assert_eq!(c.status, WC_REM_ACCESS_ERR, "shift {shift}");
@@ -447,10 +447,8 @@ fn larger_pages_and_rewritten_iova_high_bits() {
 fn local_invalidate_then_register_the_next_variant() {
     let mut f = fx();
     let d = &mut f.d;
-    let mr = alloc_fast_mr(d, PD, 8).unwrap();
-    let key1 = inc_key(mr);
-    let (reg, area, mut expected) = scattered_reg(d, key1);
-    register(d, &mut f.p, &reg);
+    let (_, reg, area, mut expected) = register_scattered(d, &mut f.p, 0);
+    let key1 = reg.key;
     let c = post_wait(d, &mut f.p.b, &mut f.p.cq_b, &inv_wqe(2, key1));
     assert_eq!(
         (c.wr_id, c.status, c.opcode),
@@ -496,10 +494,8 @@ fn local_invalidate_then_register_the_next_variant() {
 fn send_with_invalidate_ends_the_registration() {
     let mut f = fx();
     let d = &mut f.d;
-    let mr = alloc_fast_mr(d, PD, 8).unwrap();
-    let key = inc_key(mr);
-    let (reg, area, expected) = scattered_reg(d, key);
-    register(d, &mut f.p, &reg);
+    let (_, reg, area, expected) = register_scattered(d, &mut f.p, 0);
+    let key = reg.key;
     // Several packets (the rkey rides on the last one).
     let msg = pattern(4, 5000);
     d.ram.write(f.buf_a, &msg);
@@ -619,10 +615,8 @@ fn refused_registrations_change_nothing() {
     // A region that is still valid keeps its registration.
     let mut f = fx();
     let d = &mut f.d;
-    let mr = alloc_fast_mr(d, PD, 8).unwrap();
-    let key1 = inc_key(mr);
-    let (reg, area, mut expected) = scattered_reg(d, key1);
-    register(d, &mut f.p, &reg);
+    let (_, reg, area, mut expected) = register_scattered(d, &mut f.p, 0);
+    let key1 = reg.key;
     let (other_area, other_expected) = guarded_area(d, PAGE_SHIFT_MIN, 2);
     let again = Reg {
         key: inc_key(key1),
@@ -682,10 +676,8 @@ struct InvFx {
 fn inv_fx(bad: BadInvalidation) -> InvFx {
     let mut f = fx();
     let d = &mut f.d;
-    let mr = alloc_fast_mr(d, PD, 8).unwrap();
-    let key1 = inc_key(mr);
-    let (reg, area, expected) = scattered_reg(d, key1);
-    register(d, &mut f.p, &reg);
+    let (_, reg, area, expected) = register_scattered(d, &mut f.p, 0);
+    let key1 = reg.key;
     let mut other = None;
     let bad_key = match bad {
         BadInvalidation::WrongVariant => inc_key(key1),
@@ -849,11 +841,8 @@ fn region_lifecycle_and_bad_admin_input() {
 
     // A window bound into a valid region loses its binding when the region is invalidated;
     // registering the region again (same variant) does not bring it back.
-    let mr = alloc_fast_mr(d, PD, 8).unwrap();
-    let key = inc_key(mr);
-    let (mut reg, area, mut expected) = scattered_reg(d, key);
-    reg.access |= ACCESS_MW_BIND;
-    register(d, &mut f.p, &reg);
+    let (mr, reg, area, mut expected) = register_scattered(d, &mut f.p, ACCESS_MW_BIND);
+    let key = reg.key;
     let mw = d.run::<AllocMw>(AllocMwCmd {
         pd: PD,
         mw_type: MW_TYPE_2,

@@ -40,6 +40,26 @@ fn odp_source(p: &mut Loopback, iova: u64) -> (Key, u64, Key) {
     (key_a, buf_b, key_b)
 }
 
+/// The pair, with b's on-demand page at 0x4000_0000 failed (`ODP_OP_FAIL`), and a WRITE of
+/// 16 bytes of a's into it by `wr_id`: (the pair, the on-demand region's key, the WRITE).
+fn write_to_a_failed_page() -> (Loopback, Key, impl Fn(u64) -> SqWqe) {
+    let mut p = pair(QPT_RC);
+    let (buf_a, key_a) = p.d.buffer(PD, 4096, ALL_ACCESS);
+    let iova = 0x4000_0000u64;
+    let key_b = reg_odp(&mut p.d, iova, 4096, ALL_ACCESS);
+    update_page0(&mut p.d, key_b, ODP_OP_FAIL);
+    let write = move |wr_id| rdma_wqe(wr_id, WR_RDMA_WRITE, sge(buf_a, 16, key_a), iova, key_b);
+    (p, key_b, write)
+}
+
+/// A WRITE (`wr_id`) of 64 bytes from a new on-demand region at `iova` (no page present) to
+/// an ordinary page of b's: (the on-demand region's key, the WRITE).
+fn odp_write(p: &mut Loopback, iova: u64, wr_id: u64) -> (Key, SqWqe) {
+    let (key_a, buf_b, key_b) = odp_source(p, iova);
+    let write = rdma_wqe(wr_id, WR_RDMA_WRITE, sge(iova, 64, key_a), buf_b, key_b);
+    (key_a, write)
+}
+
 /// Registers an on-demand region of `len` bytes at iova `iova` (no page present).
 fn reg_odp(d: &mut TestDriver, iova: u64, len: u64, access: u32) -> Key {
     let npages = (iova % 4096 + len).div_ceil(4096) as u32;
@@ -83,6 +103,17 @@ fn map(d: &mut TestDriver, key: Key, first: u32, pages: &[u64], write: bool) {
     assert_eq!(st, ADMIN_STATUS_SUCCESS);
 }
 
+/// `op` (`ODP_OP_UNMAP`, `ODP_OP_FAIL`) on page 0 of region `key`, which the device accepts.
+fn update_page0(d: &mut TestDriver, key: Key, op: u32) {
+    assert_eq!(odp_cmd(d, key, 0, 1, op, 0), ADMIN_STATUS_SUCCESS);
+}
+
+/// Maps page 0 of region `key` to a new guest page (writable if `write`).
+fn map_new_page(d: &mut TestDriver, key: Key, write: bool) {
+    let page = d.ram.alloc(4096, 4096);
+    map(d, key, 0, &[page], write);
+}
+
 fn page_fault(d: &mut TestDriver) -> Eqe {
     d.wait_event(0, EQE_TYPE_PAGE_FAULT)
 }
@@ -120,15 +151,13 @@ fn requester_stalls_on_missing_source_page_until_the_driver_maps_it() {
         &[sge(iova + 100, 1000, key_a)],
     ));
 
-    let e = page_fault(&mut p.d);
-    assert_eq!((Key::from_raw(e.handle), e.aux), (key_a, 0), "page 0, read");
+    expect_page_fault(&mut p.d, key_a, 0); // page 0, read
     p.d.expect_no_cqe(&mut p.cq_a, QUIET);
     // One event per page while the fault is outstanding, though the SQ keeps retrying.
     no_page_fault(&mut p.d);
 
     map(&mut p.d, key_a, 0, &[backing], false);
-    let c = p.d.wait_cqe(&mut p.cq_a);
-    assert_eq!((c.wr_id, c.status), (2, WC_SUCCESS));
+    p.d.expect_cqe(&mut p.cq_a, 2, WC_SUCCESS);
     let r = p.d.wait_cqe(&mut p.cq_b);
     assert_eq!((r.wr_id, r.status, r.byte_len), (1, WC_SUCCESS, 1000));
     assert_eq!(p.d.ram.read(buf_b, 1000), msg);
@@ -175,8 +204,7 @@ fn responder_nak_rnr_until_the_page_is_writable_then_the_write_lands() {
         (key_b, 2 | EQE_PAGE_FAULT_WRITE)
     );
     map(&mut p.d, key_b, 2, &pages[2..3], true);
-    let c = p.d.wait_cqe(&mut p.cq_a);
-    assert_eq!((c.wr_id, c.status), (3, WC_SUCCESS));
+    p.d.expect_cqe(&mut p.cq_a, 3, WC_SUCCESS);
     let mut got = p.d.ram.read(pages[1] + 3000, 1096);
     got.extend(p.d.ram.read(pages[2], 904));
     assert_eq!(got, msg);
@@ -204,23 +232,16 @@ fn unmapped_page_is_never_read_again_and_remapping_serves_the_new_page() {
     assert_eq!(p.d.ram.read(buf_a, 64), vec![0x0d; 64]);
 
     // The mmu notifier's invalidation: once the command completes the old page is not used.
-    assert_eq!(
-        odp_cmd(&mut p.d, key_b, 0, 1, ODP_OP_UNMAP, 0),
-        ADMIN_STATUS_SUCCESS
-    );
+    update_page0(&mut p.d, key_b, ODP_OP_UNMAP);
     read(&mut p.d, &mut p.a, 11);
-    let e = page_fault(&mut p.d);
-    assert_eq!((Key::from_raw(e.handle), e.aux), (key_b, 0));
+    expect_page_fault(&mut p.d, key_b, 0);
     p.d.expect_no_cqe(&mut p.cq_a, QUIET);
     map(&mut p.d, key_b, 0, &[new], true);
     assert_eq!(p.d.wait_cqe(&mut p.cq_a).status, WC_SUCCESS);
     assert_eq!(p.d.ram.read(buf_a, 64), vec![0x4e; 64]);
 
     // Atomics fault too and execute once the page is back.
-    assert_eq!(
-        odp_cmd(&mut p.d, key_b, 0, 1, ODP_OP_UNMAP, 0),
-        ADMIN_STATUS_SUCCESS
-    );
+    update_page0(&mut p.d, key_b, ODP_OP_UNMAP);
     p.d.ram.write(new, &5u64.to_le_bytes());
     p.post_on_a(&with_atomic(
         send_wqe(
@@ -271,15 +292,9 @@ fn ud_send_from_a_missing_page_waits_for_it() {
     let iova = 0x3000_0000u64;
     let (key_a, buf_b, key_b) = odp_source(&mut p, iova);
     p.d.post_recv(&mut p.b, 1, &[sge(buf_b, 4096, key_b)]);
-    let w = with_ud(
-        send_wqe(4, WR_SEND, WQE_FLAG_SIGNALED, &[sge(iova, 256, key_a)]),
-        gid,
-        p.b.qpn,
-        PAIR_QKEY,
-    );
+    let w = ud_wqe(4, WR_SEND, sge(iova, 256, key_a), gid, p.b.qpn, PAIR_QKEY);
     p.d.post_send(&mut p.a, &w);
-    let e = page_fault(&mut p.d);
-    assert_eq!((Key::from_raw(e.handle), e.aux), (key_a, 0));
+    expect_page_fault(&mut p.d, key_a, 0);
     p.d.expect_no_cqe(&mut p.cq_b, QUIET);
     let page = p.d.ram.alloc(4096, 4096);
     p.d.ram.fill(page, 4096, 0x77);
@@ -292,21 +307,8 @@ fn ud_send_from_a_missing_page_waits_for_it() {
 
 #[test]
 fn failed_pages_fail_the_access_with_protection_errors() {
-    let mut p = pair(QPT_RC);
-    let (buf_a, key_a) = p.d.buffer(PD, 4096, ALL_ACCESS);
-    let iova = 0x4000_0000u64;
-    let key_b = reg_odp(&mut p.d, iova, 4096, ALL_ACCESS);
-    assert_eq!(
-        odp_cmd(&mut p.d, key_b, 0, 1, ODP_OP_FAIL, 0),
-        ADMIN_STATUS_SUCCESS
-    );
-    p.post_on_a(&rdma_wqe(
-        30,
-        WR_RDMA_WRITE,
-        sge(buf_a, 16, key_a),
-        iova,
-        key_b,
-    ));
+    let (mut p, _, write) = write_to_a_failed_page();
+    p.post_on_a(&write(30));
     assert_eq!(p.d.wait_cqe(&mut p.cq_a).status, WC_REM_ACCESS_ERR);
     no_page_fault(&mut p.d);
 }
@@ -401,32 +403,16 @@ fn flush_of_an_on_demand_region_needs_no_present_page() {
 
 #[test]
 fn a_failed_page_fails_one_access_then_faults_again() {
-    let mut p = pair(QPT_RC);
-    let (buf_a, key_a) = p.d.buffer(PD, 4096, ALL_ACCESS);
-    let iova = 0x4000_0000u64;
-    let key_b = reg_odp(&mut p.d, iova, 4096, ALL_ACCESS);
-    assert_eq!(
-        odp_cmd(&mut p.d, key_b, 0, 1, ODP_OP_FAIL, 0),
-        ADMIN_STATUS_SUCCESS
-    );
-    let write = |wr_id| rdma_wqe(wr_id, WR_RDMA_WRITE, sge(buf_a, 16, key_a), iova, key_b);
-    p.d.post_send(&mut p.a, &write(30));
+    let (mut p, key_b, write) = write_to_a_failed_page();
+    p.post_on_a(&write(30));
     assert_eq!(p.d.wait_cqe(&mut p.cq_a).status, WC_REM_ACCESS_ERR);
     // The failure was for that access: a new one (on a fresh QP pair) faults the page again.
-    let gid = gid_v4(127, 0, 0, 1);
-    let mut cq_c = p.d.create_cq(8);
-    let cq_d = p.d.create_cq(8);
-    let mut c = p.d.create_qp(QPT_RC, PD, cq_c.id, cq_c.id, SRQ_NONE);
-    let dq = p.d.create_qp(QPT_RC, PD, cq_d.id, cq_d.id, SRQ_NONE);
-    p.d.connect(&c, gid, dq.qpn, ALL_ACCESS);
-    p.d.connect(&dq, gid, c.qpn, ALL_ACCESS);
+    let (mut cq_c, _cq_d, mut c, _d) = p.d.qp_pair(QPT_RC, PD, 8, ALL_ACCESS);
     p.d.drain_eq(0);
     p.d.post_send(&mut c, &write(31));
     expect_page_fault(&mut p.d, key_b, EQE_PAGE_FAULT_WRITE);
-    let page = p.d.ram.alloc(4096, 4096);
-    map(&mut p.d, key_b, 0, &[page], true);
-    let c = p.d.wait_cqe(&mut cq_c);
-    assert_eq!((c.wr_id, c.status), (31, WC_SUCCESS));
+    map_new_page(&mut p.d, key_b, true);
+    p.d.expect_cqe(&mut cq_c, 31, WC_SUCCESS);
 }
 
 #[test]
@@ -457,8 +443,7 @@ fn read_of_an_untouched_region_faults_once_for_the_whole_range() {
     map(&mut p.d, key_b, 0, &pages[..1], false);
     no_page_fault(&mut p.d);
     map(&mut p.d, key_b, 1, &pages[1..], false);
-    let c = p.d.wait_cqe(&mut p.cq_a);
-    assert_eq!((c.wr_id, c.status), (40, WC_SUCCESS));
+    p.d.expect_cqe(&mut p.cq_a, 40, WC_SUCCESS);
     assert_eq!(p.d.ram.read(buf_a, len as usize), data);
     assert_eq!(p.d.query_stats()[STAT_PAGE_FAULTS], 1);
 }
@@ -469,29 +454,19 @@ fn read_of_an_untouched_region_faults_once_for_the_whole_range() {
 #[test]
 fn no_page_fault_is_posted_while_eq0_is_half_full() {
     let mut p = pair(QPT_RC);
-    let iova = 0x7000_0000u64;
-    let (key_a, buf_b, key_b) = odp_source(&mut p, iova);
+    let (key_a, write) = odp_write(&mut p, 0x7000_0000u64, 50);
     p.d.drain_eq(0);
     let half = (1u32 << TEST_EQ_LOG_DEPTH) / 2;
     for _ in 0..half {
         p.d.admin_ok(ADMIN_OP_READ_MAC, payload(&HandleCmd::default()));
     }
-    p.post_on_a(&rdma_wqe(
-        50,
-        WR_RDMA_WRITE,
-        sge(iova, 64, key_a),
-        buf_b,
-        key_b,
-    ));
+    p.post_on_a(&write);
     std::thread::sleep(QUIET);
     assert_eq!(p.d.query_stats()[STAT_PAGE_FAULTS], 0, "EQ 0 is half full");
     // The driver consumes EQ 0: the retried access posts its fault.
-    let e = page_fault(&mut p.d);
-    assert_eq!((Key::from_raw(e.handle), e.aux), (key_a, 0));
-    let page = p.d.ram.alloc(4096, 4096);
-    map(&mut p.d, key_a, 0, &[page], false);
-    let c = p.d.wait_cqe(&mut p.cq_a);
-    assert_eq!((c.wr_id, c.status), (50, WC_SUCCESS));
+    expect_page_fault(&mut p.d, key_a, 0);
+    map_new_page(&mut p.d, key_a, false);
+    p.d.expect_cqe(&mut p.cq_a, 50, WC_SUCCESS);
     assert_eq!(p.d.query_stats()[STAT_PAGE_FAULTS], 1);
 }
 
@@ -501,31 +476,18 @@ fn no_page_fault_is_posted_while_eq0_is_half_full() {
 #[test]
 fn unmap_of_a_faulting_page_lets_the_access_fault_again() {
     let mut p = pair(QPT_RC);
-    let iova = 0x7100_0000u64;
-    let (key_a, buf_b, key_b) = odp_source(&mut p, iova);
-    p.post_on_a(&rdma_wqe(
-        60,
-        WR_RDMA_WRITE,
-        sge(iova, 64, key_a),
-        buf_b,
-        key_b,
-    ));
+    let (key_a, write) = odp_write(&mut p, 0x7100_0000u64, 60);
+    p.post_on_a(&write);
     let e = page_fault(&mut p.d);
     assert_eq!(
         (Key::from_raw(e.handle), e.aux, e.fault_count()),
         (key_a, 0, 1)
     );
     no_page_fault(&mut p.d);
-    assert_eq!(
-        odp_cmd(&mut p.d, key_a, 0, 1, ODP_OP_UNMAP, 0),
-        ADMIN_STATUS_SUCCESS
-    );
-    let e = page_fault(&mut p.d);
-    assert_eq!((Key::from_raw(e.handle), e.aux), (key_a, 0));
-    let page = p.d.ram.alloc(4096, 4096);
-    map(&mut p.d, key_a, 0, &[page], false);
-    let c = p.d.wait_cqe(&mut p.cq_a);
-    assert_eq!((c.wr_id, c.status), (60, WC_SUCCESS));
+    update_page0(&mut p.d, key_a, ODP_OP_UNMAP);
+    expect_page_fault(&mut p.d, key_a, 0);
+    map_new_page(&mut p.d, key_a, false);
+    p.d.expect_cqe(&mut p.cq_a, 60, WC_SUCCESS);
 }
 
 /// A WRITE past the end of an on-demand region fails with REM_ACCESS_ERR before any byte

@@ -4,6 +4,7 @@
 use rox_nic::device::FaultConfig;
 use rox_nic::port::frame::{self, ETH_HEADER_LEN};
 use rox_nic::roce::wire;
+use rox_nic::testkit::frames::faults;
 use rox_nic::testkit::pair::*;
 use rox_nic::testkit::*;
 use rox_uapi::admin::*;
@@ -130,39 +131,14 @@ fn missing_peer_ends_in_retry_exceeded_then_flush() {
     let qa = a.qp;
     // Nobody owns 127.0.1.9, and its MAC is unresolved (all zeroes).
     let gid = gid_v4(127, 0, 1, 9);
-    let mut at = QpAttr {
-        qp_state: QPS_INIT,
-        port_num: PORT_NUM,
-        qp_access_flags: ALL_ACCESS,
+    let p = ConnectParams {
+        timeout: 1, // 8 us * ... shortest real timeout
+        retry_cnt: 2,
+        rnr_retry: 0,
+        dmac: Some([0; 6]),
         ..Default::default()
     };
-    assert_eq!(
-        a.d.modify_qp(
-            qa.qpn,
-            QP_STATE | QP_PKEY_INDEX | QP_PORT | QP_ACCESS_FLAGS,
-            at
-        )
-        .status,
-        0
-    );
-    at.qp_state = QPS_RTR;
-    at.path_mtu = MTU_1024;
-    at.dest_qp_num = Qpn::new(5).unwrap();
-    at.ah.dgid = gid;
-    let m = QP_STATE
-        | QP_AV
-        | QP_PATH_MTU
-        | QP_DEST_QPN
-        | QP_RQ_PSN
-        | QP_MAX_DEST_RD_ATOMIC
-        | QP_MIN_RNR_TIMER;
-    assert_eq!(a.d.modify_qp(qa.qpn, m, at).status, 0);
-    at.qp_state = QPS_RTS;
-    at.timeout = 1; // 8 us * ... shortest real timeout
-    at.retry_cnt = 2;
-    at.rnr_retry = 0;
-    let m = QP_STATE | QP_SQ_PSN | QP_TIMEOUT | QP_RETRY_CNT | QP_RNR_RETRY | QP_MAX_QP_RD_ATOMIC;
-    assert_eq!(a.d.modify_qp(qa.qpn, m, at).status, 0);
+    a.d.connect_with(&qa, gid, Qpn::new(5).unwrap(), ALL_ACCESS, &p);
     let sge = [sge(a.buf, 8, a.key)];
     a.d.post_send(&mut a.qp, &send_wqe(1, WR_SEND, WQE_FLAG_SIGNALED, &sge));
     a.d.post_send(&mut a.qp, &send_wqe(2, WR_SEND, WQE_FLAG_SIGNALED, &sge));
@@ -188,13 +164,10 @@ fn ud_between_two_devices() {
     b.d.activate_ud(&qb, 0x42);
     b.d.post_recv(&mut b.qp, 7, &[sge(b.buf, 2048, b.key)]);
     a.d.ram.write(a.buf, b"hello over udp");
-    let w = with_ud(
-        send_wqe(
-            1,
-            WR_SEND_WITH_IMM,
-            WQE_FLAG_SIGNALED,
-            &[sge(a.buf, 14, a.key)],
-        ),
+    let w = ud_wqe(
+        1,
+        WR_SEND_WITH_IMM,
+        sge(a.buf, 14, a.key),
         gid_v4(127, 0, 1, 2),
         qb.qpn,
         0x42,
@@ -222,13 +195,7 @@ fn rc_in_order_exactly_once_through_devices_with_faults() {
     const MESSAGES: u64 = 3000;
     const WINDOW: u32 = 32;
     let dir = tempfile::tempdir().unwrap();
-    let faults = FaultConfig {
-        loss: 0.02,
-        duplicate: 0.02,
-        reorder: 0.02,
-        corrupt: 0.01,
-        seed: 1234,
-    };
+    let faults = faults(0.02, 0.01, 1234);
     let (mut a, mut b) = connected(dir.path(), QPT_RC, Some(faults));
     let recv_slots = (BUF / SLOT) as u32;
     let mut posted_recv = 0u64;

@@ -93,33 +93,15 @@ fn roce_frame(
     deth: Option<wire::Deth>,
     payload: &[u8],
 ) -> Vec<u8> {
-    roce_frame_to(
-        peer_gid(),
-        rig.gid,
-        rig.mac,
-        opcode,
-        dest_qpn,
-        pkey,
-        deth,
-        payload,
-    )
+    let route = (peer_gid(), rig.gid, rig.mac);
+    roce_frame_to(route, &headers(opcode, dest_qpn, pkey, deth), payload)
 }
 
 /// The MAC and GID of the test's side of the wire.
 const PEER_MAC: [u8; 6] = [2, 0, 127, 0, 9, 9];
 
-/// A RoCEv2 frame from `sgid` to `dgid` in an Ethernet frame to `dmac`.
-#[allow(clippy::too_many_arguments)]
-fn roce_frame_to(
-    sgid: [u8; 16],
-    dgid: [u8; 16],
-    dmac: [u8; 6],
-    opcode: u8,
-    dest_qpn: Qpn,
-    pkey: u16,
-    deth: Option<wire::Deth>,
-    payload: &[u8],
-) -> Vec<u8> {
+/// The BTH (and DETH) of a packet from the test's side: no ACK request, PSN 0.
+fn headers(opcode: u8, dest_qpn: Qpn, pkey: u16, deth: Option<wire::Deth>) -> wire::Headers {
     let mut hdr = wire::Headers::new(wire::Bth {
         opcode,
         solicited: false,
@@ -129,7 +111,16 @@ fn roce_frame_to(
         psn: Psn::default(),
     });
     hdr.deth = deth;
-    frames::roce_frame(&dmac, &PEER_MAC, (sgid, dgid), &hdr, payload)
+    hdr
+}
+
+/// A RoCEv2 frame with `hdr` from `sgid` to `dgid` in an Ethernet frame to `dmac`.
+fn roce_frame_to(
+    (sgid, dgid, dmac): ([u8; 16], [u8; 16], [u8; 6]),
+    hdr: &wire::Headers,
+    payload: &[u8],
+) -> Vec<u8> {
+    frames::roce_frame(&dmac, &PEER_MAC, (sgid, dgid), hdr, payload)
 }
 
 /// An ARP-like broadcast frame carrying `marker` (for the netdev).
@@ -465,13 +456,8 @@ fn multicast_frames_reach_every_attached_qp_with_its_own_qkey() {
         src_qpn: Qpn::new(0x77).unwrap(),
     });
     let f = roce_frame_to(
-        peer_gid(),
-        group,
-        GROUP_V4_MAC,
-        UD_SEND_ONLY,
-        Qpn::MULTICAST,
-        0xffff,
-        deth,
+        (peer_gid(), group, GROUP_V4_MAC),
+        &headers(UD_SEND_ONLY, Qpn::MULTICAST, 0xffff, deth),
         b"group",
     );
     r.wire.send(&f).unwrap();
@@ -514,13 +500,8 @@ fn multicast_frames_reach_every_attached_qp_with_its_own_qkey() {
         src_qpn: Qpn::new(0x78).unwrap(),
     });
     let f6 = roce_frame_to(
-        PEER_GID_V6,
-        GROUP_V6,
-        GROUP_V6_MAC,
-        UD_SEND_ONLY,
-        Qpn::MULTICAST,
-        0xffff,
-        deth3,
+        (PEER_GID_V6, GROUP_V6, GROUP_V6_MAC),
+        &headers(UD_SEND_ONLY, Qpn::MULTICAST, 0xffff, deth3),
         b"six",
     );
     r.wire.send(&f6).unwrap();

@@ -137,15 +137,8 @@ fn mr_translation_through_scattered_pages_level2_list_and_offset() {
     assert_eq!(got, data);
     // A physical MR: iova is the guest address itself.
     let target = p.d.ram.alloc(4096, 4096);
-    let phys = RegMrCmd {
-        pd: PD,
-        access: ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE,
-        iova: target,
-        length: 4096,
-        flags: MR_FLAG_PHYSICAL,
-        ..Default::default()
-    };
-    let pkey = p.d.run::<RegMr>(phys).rkey;
+    let pkey =
+        p.d.reg_physical(PD, target, 4096, ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE);
     assert_eq!(
         p.complete_on_a(&rdma_wqe(
             2,
@@ -231,11 +224,7 @@ fn guest_memory_unmapped_under_the_device_is_fatal_not_a_crash() {
     p.d.dma_map_ram();
     p.d.reset();
     assert_eq!(p.d.read_reg(REG_STATUS) & STATUS_FATAL, 0);
-    let gid = gid_v4(127, 0, 0, 1);
-    p.d.set_gid(0, gid);
-    let mut cq = p.d.create_cq(4);
-    let mut qp = p.d.create_qp(QPT_RC, PD, cq.id, cq.id, SRQ_NONE);
-    p.d.connect(&qp, gid, qp.qpn, ALL_ACCESS);
+    let (mut cq, mut qp) = p.d.self_connected_rc(PD, 4, ALL_ACCESS);
     let key = p.d.reg_mr(PD, p.buf_a, BUF, ALL_ACCESS).unwrap();
     let w = rdma_wqe(9, WR_RDMA_WRITE, sge(p.buf_a, 64, key), p.buf_a + 4096, key);
     p.d.post_send(&mut qp, &w);
@@ -262,25 +251,18 @@ fn read_only_dma_mapping_is_never_written() {
             .unwrap(),
         Link::Socket { .. } => return, // the crate's client always maps read-write
     }
-    let c = RegMrCmd {
-        pd: PD,
-        access: ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE | ACCESS_REMOTE_READ,
-        iova: ROM_BASE,
-        length: 4096,
-        flags: MR_FLAG_PHYSICAL,
-        ..Default::default()
-    };
-    let key = p.d.run::<RegMr>(c).rkey;
+    let key = p.d.reg_physical(
+        PD,
+        ROM_BASE,
+        4096,
+        ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE | ACCESS_REMOTE_READ,
+    );
     // Reading it works.
     assert_eq!(
         p.complete_on_a(&rdma_wqe(
             1,
             WR_RDMA_READ,
-            Sge {
-                addr: p.buf_a,
-                length: 64,
-                lkey: p.key_a,
-            },
+            sge(p.buf_a, 64, p.key_a),
             ROM_BASE,
             key,
         ))

@@ -153,25 +153,13 @@ fn ud_send_error_enters_sqe_receives_continue_and_rts_resumes() {
     );
     assert_eq!(p.d.query_qp(p.a.qpn).qp_state, QPS_SQE);
     let (b_qpn, buf_a, key_a) = (p.b.qpn, p.buf_a, p.key_a);
-    let send_to_b = |wr_id| {
-        with_ud(
-            send_wqe(wr_id, WR_SEND, WQE_FLAG_SIGNALED, &[sge(buf_a, 16, key_a)]),
-            gid,
-            b_qpn,
-            QKEY,
-        )
-    };
+    let send_to_b = |wr_id| ud_wqe(wr_id, WR_SEND, sge(buf_a, 16, key_a), gid, b_qpn, QKEY);
     p.d.post_send(&mut p.a, &send_to_b(2));
     let c = p.d.wait_cqe(&mut p.cq_a);
     assert_eq!((c.wr_id, c.status), (2, WC_WR_FLUSH_ERR));
     // The receive queue of the QP in SQE still works.
     p.d.post_recv(&mut p.a, 20, &[sge(p.buf_a + 1024, 1024, p.key_a)]);
-    let to_a = with_ud(
-        send_wqe(30, WR_SEND, WQE_FLAG_SIGNALED, &[sge(p.buf_b, 16, p.key_b)]),
-        gid,
-        p.a.qpn,
-        QKEY,
-    );
+    let to_a = ud_wqe(30, WR_SEND, sge(p.buf_b, 16, p.key_b), gid, p.a.qpn, QKEY);
     p.d.post_send(&mut p.b, &to_a);
     assert_eq!(p.d.wait_cqe(&mut p.cq_b).status, WC_SUCCESS);
     let r = p.d.wait_cqe(&mut p.cq_a);

@@ -68,11 +68,7 @@ fn idle_device_sleeps_and_doorbell_wakes_it() {
     let mut cfg = DeviceConfig::new([2, 0, 0, 0, 0, 2]);
     cfg.idle_after = Duration::from_millis(5);
     let mut d = TestDriver::new(cfg);
-    let gid = gid_v4(127, 0, 0, 1);
-    d.set_gid(0, gid);
-    let mut cq = d.create_cq(6);
-    let mut qp = d.create_qp(QPT_RC, PD, cq.id, cq.id, SRQ_NONE);
-    d.connect(&qp, gid, qp.qpn, ALL_ACCESS);
+    let (mut cq, mut qp) = d.self_connected_rc(PD, 6, ALL_ACCESS);
     let (buf, key) = d.buffer(PD, 8192, ALL_ACCESS);
     // Wait for the device to announce idleness in the doorbell page and in REG_IDLE.
     let start = std::time::Instant::now();
@@ -161,11 +157,7 @@ fn srq_shared_by_two_qps_and_limit_event() {
 #[test]
 fn cq_overflow_is_a_cq_error_event() {
     let mut d = TestDriver::new(DeviceConfig::new([2, 0, 0, 0, 0, 4]));
-    let gid = gid_v4(127, 0, 0, 1);
-    d.set_gid(0, gid);
-    let cq = d.create_cq(1); // two CQEs
-    let mut qp = d.create_qp(QPT_RC, PD, cq.id, cq.id, SRQ_NONE);
-    d.connect(&qp, gid, qp.qpn, ALL_ACCESS);
+    let (cq, mut qp) = d.self_connected_rc(PD, 1, ALL_ACCESS); // two CQEs
     let (buf, key) = d.buffer(PD, 8192, ALL_ACCESS);
     for i in 0..3 {
         let w = rdma_wqe(i, WR_RDMA_WRITE, sge(buf, 8, key), buf + 4096, key);
@@ -335,11 +327,7 @@ fn srq_resize_keeps_posted_wqes() {
 #[test]
 fn cq_resize_keeps_unconsumed_cqes() {
     let mut d = TestDriver::new(DeviceConfig::new([2, 0, 0, 0, 0, 6]));
-    let gid = gid_v4(127, 0, 0, 1);
-    d.set_gid(0, gid);
-    let mut cq = d.create_cq(2);
-    let mut qp = d.create_qp(QPT_RC, PD, cq.id, cq.id, SRQ_NONE);
-    d.connect(&qp, gid, qp.qpn, ALL_ACCESS);
+    let (mut cq, mut qp) = d.self_connected_rc(PD, 2, ALL_ACCESS);
     let (buf, key) = d.buffer(PD, BUF, ALL_ACCESS);
     let write = |d: &mut TestDriver, qp: &mut TestQp, id| {
         let w = rdma_wqe(id, WR_RDMA_WRITE, sge(buf, 8, key), buf + 64, key);

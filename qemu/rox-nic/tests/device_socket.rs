@@ -291,11 +291,7 @@ fn testkit_over_socket_runs_traffic_events_and_wake() {
     let mut cfg = DeviceConfig::new(MAC);
     cfg.idle_after = Duration::from_millis(5);
     let mut d = TestDriver::over_socket(cfg);
-    let gid = gid_v4(127, 0, 0, 1);
-    d.set_gid(0, gid);
-    let mut cq = d.create_cq(6);
-    let mut qp = d.create_qp(QPT_RC, PD, cq.id, cq.id, SRQ_NONE);
-    d.connect(&qp, gid, qp.qpn, all);
+    let (mut cq, mut qp) = d.self_connected_rc(PD, 6, all);
     let (buf, key) = d.buffer(PD, 1 << 16, all);
     d.ram.write(buf, &pattern(5, 9000));
     // SEND to itself with an armed CQ: CQEs, a completion event, MSI-X through SET_IRQS eventfds.

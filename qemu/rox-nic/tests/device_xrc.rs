@@ -125,10 +125,8 @@ fn xrc_pair() -> Xrc {
     let tgt = create_xrc_qp(&mut d, QPT_XRC_TGT, 0, XRCD);
     xrc_connect(&mut d, &ini, gid, tgt.qpn);
     xrc_connect(&mut d, &tgt, gid, ini.qpn);
-    let src = d.ram.alloc(BUF, 4096);
-    let dst = d.ram.alloc(BUF, 4096);
-    let src_key = d.reg_mr(PD, src, BUF, ACCESS).unwrap();
-    let dst_key = d.reg_mr(SRQ_PD, dst, BUF, ACCESS).unwrap();
+    let (src, src_key) = d.buffer(PD, BUF, ACCESS);
+    let (dst, dst_key) = d.buffer(SRQ_PD, BUF, ACCESS);
     Xrc {
         d,
         ini_cq,

@@ -52,14 +52,7 @@ impl Exchange {
         if opcode == WrOpcode::Send {
             for wr_id in 0..messages {
                 let sges = vec![sge(DST, size, key_b)];
-                net.devs[1].env.post_recv(
-                    QPN_B,
-                    RecvWr {
-                        wr_id,
-                        sges,
-                        wqe_index: 0,
-                    },
-                );
+                net.devs[1].env.post_recv(QPN_B, recv_wr(wr_id, sges));
             }
         }
         Exchange {

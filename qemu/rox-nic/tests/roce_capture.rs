@@ -96,14 +96,9 @@ fn exchange(net: &mut Net, qp_type: QpType, qpn_a: Qpn, qpn_b: Qpn) {
         net.step();
     }
     for i in 0..8 {
-        net.devs[1].env.post_recv(
-            qpn_b,
-            RecvWr {
-                wqe_index: 0,
-                wr_id: i,
-                sges: vec![sge(REMOTE + 0x1_0000, 4096, kb)],
-            },
-        );
+        net.devs[1]
+            .env
+            .post_recv(qpn_b, recv_wr(i, vec![sge(REMOTE + 0x1_0000, 4096, kb)]));
     }
     net.run(10_000);
     if qp_type == QpType::Rc {

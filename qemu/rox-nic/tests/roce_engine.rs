@@ -9,8 +9,7 @@ use roce_common::*;
 #[test]
 fn rc_send_multi_packet_with_imm_and_solicited() {
     let mut t = pair(&QpParams::rc());
-    let data = pattern(1, 1000);
-    t.net.devs[0].env.fill(BUF, &data);
+    let data = t.fill_pattern(0, 1, 1000);
     let kb = t.key_b;
     t.recv_b(
         7,
@@ -96,21 +95,9 @@ fn rc_unsignaled_wrs_retire_silently() {
 #[test]
 fn rc_write_multi_packet() {
     let mut t = pair(&QpParams::rc());
-    let data = pattern(2, 3000);
-    t.net.devs[0].env.fill(BUF, &data);
-    let mut wr = send_wr(
-        3,
-        WrOpcode::RdmaWrite,
-        SendData::Sges(vec![
-            sge(BUF, 1000, t.key_a),
-            sge(BUF + 1000, 2000, t.key_a),
-        ]),
-    );
-    wr.remote_addr = RECV_AREA + 5;
-    wr.rkey = t.key_b;
-    t.post(wr);
-    t.run();
-    let s = one(&t.cqes(0));
+    let data = t.fill_pattern(0, 2, 3000);
+    let pieces = [(0, 1000), (1000, 2000)];
+    let s = t.rdma_pieces(3, WrOpcode::RdmaWrite, &pieces, RECV_AREA + 5);
     assert_eq!(
         (s.status, s.opcode, s.byte_len),
         (WcStatus::Success, WcOpcode::RdmaWrite, 3000)
@@ -124,8 +111,7 @@ fn rc_write_multi_packet() {
 #[test]
 fn rc_write_with_imm_consumes_recv() {
     let mut t = pair(&QpParams::rc());
-    let data = pattern(3, 700);
-    t.net.devs[0].env.fill(BUF, &data);
+    let data = t.fill_pattern(0, 3, 700);
     t.recv_b(9, vec![]);
     let mut wr = t.wr_to_b(4, WrOpcode::RdmaWriteWithImm, 700, RECV_AREA);
     wr.imm = 0x1234_5678;
@@ -149,21 +135,9 @@ fn rc_write_with_imm_consumes_recv() {
 #[test]
 fn rc_read_multi_packet() {
     let mut t = pair(&QpParams::rc());
-    let data = pattern(4, 1500);
-    t.net.devs[1].env.fill(RECV_AREA, &data);
-    let mut wr = send_wr(
-        5,
-        WrOpcode::RdmaRead,
-        SendData::Sges(vec![
-            sge(BUF, 100, t.key_a),
-            sge(BUF + 0x1000, 1400, t.key_a),
-        ]),
-    );
-    wr.remote_addr = RECV_AREA;
-    wr.rkey = t.key_b;
-    t.post(wr);
-    t.run();
-    let s = one(&t.cqes(0));
+    let data = t.fill_pattern(1, 4, 1500);
+    let pieces = [(0, 100), (0x1000, 1400)];
+    let s = t.rdma_pieces(5, WrOpcode::RdmaRead, &pieces, RECV_AREA);
     assert_eq!(
         (s.status, s.opcode, s.byte_len),
         (WcStatus::Success, WcOpcode::RdmaRead, 1500)
@@ -180,8 +154,7 @@ fn rc_read_multi_packet() {
 fn rc_read_reads_its_range_once() {
     let mut t = pair(&QpParams::rc());
     let len = 3 * 4096 + 100;
-    let data = pattern(9, len);
-    t.net.devs[1].env.fill(RECV_AREA, &data);
+    let data = t.fill_pattern(1, 9, len);
     let wr = t.wr_to_b(6, WrOpcode::RdmaRead, len as u32, RECV_AREA);
     t.post(wr);
     t.run();
@@ -200,8 +173,7 @@ fn rc_read_reads_its_range_once() {
 #[test]
 fn page_fault_stalls_back_off() {
     let mut t = pair(&QpParams::rc());
-    let data = pattern(5, 300);
-    t.net.devs[0].env.fill(BUF, &data);
+    let data = t.fill_pattern(0, 5, 300);
     let odp = t.net.devs[0]
         .env
         .reg(PD, BUF, 300, ALL_ACCESS, RegionKind::OnDemand);
@@ -271,14 +243,9 @@ fn rc_loopback_on_one_device() {
     connect(&mut net, 0, QPN_A, 0, QPN_B, &QpParams::rc());
     let data = pattern(5, 500);
     net.devs[0].env.fill(BUF, &data);
-    net.devs[0].env.post_recv(
-        QPN_B,
-        RecvWr {
-            wqe_index: 0,
-            wr_id: 1,
-            sges: vec![sge(RECV_AREA, 512, key)],
-        },
-    );
+    net.devs[0]
+        .env
+        .post_recv(QPN_B, recv_wr(1, vec![sge(RECV_AREA, 512, key)]));
     let (engine, env) = net.dev(0);
     engine
         .post_send(
@@ -316,8 +283,7 @@ fn ipv6_gids_carry_rc_traffic() {
 #[test]
 fn uc_send_and_write() {
     let mut t = pair(&QpParams::of(QpType::Uc));
-    let data = pattern(7, 900);
-    t.net.devs[0].env.fill(BUF, &data);
+    let data = t.fill_pattern(0, 7, 900);
     let kb = t.key_b;
     t.recv_b(1, vec![sge(RECV_AREA, 1024, kb)]);
     t.post(send_wr(
@@ -434,11 +400,7 @@ fn ud_send_delivers_grh_src_qp_and_checks_qkey() {
         for i in 0..2 {
             net.devs[1].env.post_recv(
                 QPN_B,
-                RecvWr {
-                    wqe_index: 0,
-                    wr_id: i,
-                    sges: vec![sge(RECV_AREA + i * 0x1000, 256, kb)],
-                },
+                recv_wr(i, vec![sge(RECV_AREA + i * 0x1000, 256, kb)]),
             );
         }
         let wrs = [
@@ -511,11 +473,7 @@ fn ud_errors_local_length_and_recv_too_small() {
 fn ud_send_of(len: u32) -> [Option<WcStatus>; 2] {
     let (mut net, ka, kb) = ud_pair(gid_v4(1), gid_v4(2));
     let qkey = QpParams::of(QpType::Ud).qkey;
-    let wr = RecvWr {
-        wqe_index: 0,
-        wr_id: 1,
-        sges: vec![sge(RECV_AREA, 50, kb)],
-    };
+    let wr = recv_wr(1, vec![sge(RECV_AREA, 50, kb)]);
     net.devs[1].env.post_recv(QPN_B, wr);
     let (engine, env) = net.dev(0);
     engine
@@ -594,14 +552,9 @@ fn work_posted_before_rts_is_sent_on_rts() {
         ..Default::default()
     };
     engine.modify_qp(env, QPN_A, &rts).unwrap();
-    net.devs[1].env.post_recv(
-        QPN_B,
-        RecvWr {
-            wqe_index: 0,
-            wr_id: 9,
-            sges: vec![sge(RECV_AREA, 16, kb)],
-        },
-    );
+    net.devs[1]
+        .env
+        .post_recv(QPN_B, recv_wr(9, vec![sge(RECV_AREA, 16, kb)]));
     net.run(1000);
     assert_eq!(
         one(&net.devs[0].env.take_completions()).status,

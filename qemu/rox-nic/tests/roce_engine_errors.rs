@@ -121,8 +121,7 @@ fn write_overrunning_its_region_writes_nothing() {
                 ..QpParams::of(qp_type)
             };
             let mut t = pair(&params);
-            let data = pattern(7, len as usize);
-            t.net.devs[0].env.fill(BUF, &data);
+            t.fill_pattern(0, 7, len as usize);
             // The target region sits in a known pattern, which the whole memory of the
             // responder keeps.
             let target = RECV_AREA + 0x1000;
@@ -299,10 +298,7 @@ fn rnr_then_success() {
     wr.imm = 5;
     t.post(wr);
     // A few RNR rounds with no receive WR posted.
-    for _ in 0..20 {
-        t.net.step();
-        t.net.advance(1_000_000);
-    }
+    t.step_for(20, 1_000_000);
     assert!(t.net.devs[1].engine.stats().rnr_naks_sent >= 2);
     assert!(t.cqes(0).is_empty());
     let kb = t.key_b;
@@ -320,14 +316,10 @@ fn rnr_on_write_with_imm_then_success() {
         ..QpParams::rc()
     };
     let mut t = pair(&params);
-    let data = pattern(11, 600);
-    t.net.devs[0].env.fill(BUF, &data);
+    let data = t.fill_pattern(0, 11, 600);
     let wr = t.wr_to_b(1, WrOpcode::RdmaWriteWithImm, 600, RECV_AREA);
     t.post(wr);
-    for _ in 0..5 {
-        t.net.step();
-        t.net.advance(100_000);
-    }
+    t.step_for(5, 100_000);
     t.recv_b(3, vec![]);
     t.run();
     assert_eq!(one(&t.cqes(0)).status, WcStatus::Success);
@@ -352,11 +344,8 @@ fn modify_to_error_flushes_everything() {
             },
         )
         .unwrap();
-    let c = t.cqes(1);
     assert_eq!(
-        c.iter()
-            .map(|c| (c.wr_id, c.status, c.is_recv))
-            .collect::<Vec<_>>(),
+        id_status_recv(&t.cqes(1)),
         [
             (1, WcStatus::WrFlushErr, true),
             (2, WcStatus::WrFlushErr, true)
@@ -373,11 +362,8 @@ fn modify_to_error_flushes_everything() {
             send_wr(4, WrOpcode::Send, SendData::Inline(vec![1])),
         )
         .unwrap();
-    let c = t.cqes(1);
     assert_eq!(
-        c.iter()
-            .map(|c| (c.wr_id, c.status, c.is_recv))
-            .collect::<Vec<_>>(),
+        id_status_recv(&t.cqes(1)),
         [
             (3, WcStatus::WrFlushErr, true),
             (4, WcStatus::WrFlushErr, false)
@@ -392,8 +378,7 @@ fn max_rd_atomic_limits_outstanding_reads_and_fence_waits() {
         ..QpParams::rc()
     };
     let mut t = pair(&params);
-    let data = pattern(12, 64);
-    t.net.devs[1].env.fill(RECV_AREA, &data);
+    let data = t.fill_pattern(1, 12, 64);
     for i in 0..3u64 {
         let wr = rdma_wr(
             i,
@@ -457,8 +442,7 @@ fn duplicate_atomic_is_replayed_not_reexecuted() {
 /// Posts a 4-packet READ, drops response number `lost` and returns (timeouts, re-requests).
 fn read_with_lost_response(lost: usize) -> (u64, u64) {
     let mut t = pair(&QpParams::rc());
-    let data = pattern(13, 1000);
-    t.net.devs[1].env.fill(RECV_AREA, &data);
+    let data = t.fill_pattern(1, 13, 1000);
     let wr = t.wr_to_b(1, WrOpcode::RdmaRead, 1000, RECV_AREA);
     t.post(wr);
     t.net.step();
@@ -501,14 +485,7 @@ fn srq_receive_wrs_are_not_flushed_with_the_qp() {
             uses_srq: true,
         })
         .unwrap();
-    env.post_recv(
-        qpn,
-        RecvWr {
-            wqe_index: 0,
-            wr_id: 1,
-            sges: vec![],
-        },
-    );
+    env.post_recv(qpn, recv_wr(1, vec![]));
     engine
         .modify_qp(
             env,

@@ -9,16 +9,18 @@ use roce_common::*;
 // ---- memory placement extensions: FLUSH and ATOMIC WRITE ----------------------------------
 
 fn atomic_write_wr(id: u64, remote_addr: u64, rkey: Key, value: [u8; 8]) -> SendWr {
-    let mut wr = send_wr(id, WrOpcode::AtomicWrite, SendData::Inline(value.to_vec()));
-    wr.remote_addr = remote_addr;
-    wr.rkey = rkey;
-    wr
+    let data = SendData::Inline(value.to_vec());
+    remote_wr(id, WrOpcode::AtomicWrite, data, remote_addr, rkey)
 }
 
 fn flush_wr(id: u64, remote_addr: u64, rkey: Key, length: u32, ptype: u8, level: u8) -> SendWr {
-    let mut wr = send_wr(id, WrOpcode::Flush, SendData::Sges(Vec::new()));
-    wr.remote_addr = remote_addr;
-    wr.rkey = rkey;
+    let mut wr = remote_wr(
+        id,
+        WrOpcode::Flush,
+        SendData::Sges(Vec::new()),
+        remote_addr,
+        rkey,
+    );
     wr.flush = FlushSpec {
         length,
         placement_type: ptype,

@@ -50,14 +50,7 @@ impl Verbs for EngineVerbs {
     fn post_recvs(&mut self, side: usize, n: u32) {
         let (engine, env) = self.net.dev(side);
         for _ in 0..n {
-            env.post_recv(
-                QPNS[side],
-                RecvWr {
-                    wqe_index: 0,
-                    wr_id: RECV_WR_ID,
-                    sges: Vec::new(),
-                },
-            );
+            env.post_recv(QPNS[side], recv_wr(RECV_WR_ID, Vec::new()));
         }
         engine.recv_posted(env, QPNS[side]).unwrap();
     }

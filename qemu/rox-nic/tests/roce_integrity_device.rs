@@ -10,6 +10,7 @@ mod roce_integrity_rs;
 use roce_integrity_rs::{Layout, Payload, Program, Rs, Verbs, Wc, RECV_WR_ID};
 
 use rox_nic::device::FaultConfig;
+use rox_nic::testkit::frames::faults;
 use rox_nic::testkit::*;
 use rox_uapi::admin::*;
 use rox_uapi::queue::*;
@@ -264,13 +265,7 @@ fn rstream_64k_between_devices_over_faulty_ports() {
             count: 40,
             iterations: 1,
             mtu: MTU_1024,
-            faults: Some(FaultConfig {
-                loss: 0.01,
-                duplicate: 0.01,
-                reorder: 0.01,
-                corrupt: 0.005,
-                seed: 7,
-            }),
+            faults: Some(faults(0.01, 0.005, 7)),
         },
     );
     let sum = |i: usize| sa[i] + sb[i];

@@ -207,14 +207,8 @@ fn rc_over_a_dgram_wire_every_captured_frame_is_ethernet_with_a_good_icrc() {
     connect_pair(&mut a, &mut b, &params);
     a.env.fill(BUF, &pattern(3, 5000));
     b.env.fill(REMOTE + 0x1000, &pattern(4, 3000));
-    b.env.post_recv(
-        QPN_B,
-        RecvWr {
-            wqe_index: 0,
-            wr_id: 9,
-            sges: vec![sge(REMOTE, 0x1000, kb)],
-        },
-    );
+    b.env
+        .post_recv(QPN_B, recv_wr(9, vec![sge(REMOTE, 0x1000, kb)]));
     let write = rdma_wr(
         2,
         WrOpcode::RdmaWrite,
@@ -303,13 +297,7 @@ fn rc_over_a_dgram_wire_every_captured_frame_is_ethernet_with_a_good_icrc() {
 
 #[test]
 fn fault_injection_on_the_port_is_seeded_and_counted() {
-    let faults = FaultConfig {
-        loss: 0.1,
-        duplicate: 0.1,
-        reorder: 0.1,
-        corrupt: 0.1,
-        seed: 3,
-    };
+    let faults = faults(0.1, 0.1, 3);
     let run = || {
         let dir = tempfile::tempdir().unwrap();
         let (sa, sb) = wire_specs(dir.path());
@@ -357,13 +345,7 @@ fn rc_1e5_messages_exactly_once_in_order_through_faulty_ports() {
     const MULTI_PACKET_EVERY: u64 = 16;
     let dir = tempfile::tempdir().unwrap();
     let (sa, sb) = wire_specs(dir.path());
-    let faulty = |seed| FaultConfig {
-        loss: 0.02,
-        duplicate: 0.02,
-        reorder: 0.02,
-        corrupt: 0.01,
-        seed,
-    };
+    let faulty = |seed| faults(0.02, 0.01, seed);
     let mut a = PortDevice::new(&sa, gid_v4(1), Some(faulty(1)), None);
     let mut b = PortDevice::new(&sb, gid_v4(2), Some(faulty(2)), None);
     let ka = a.env.reg_mr(PD, BUF, WINDOW * SLOT, ALL_ACCESS);
@@ -376,11 +358,7 @@ fn rc_1e5_messages_exactly_once_in_order_through_faulty_ports() {
     for slot in 0..RECV_DEPTH {
         b.env.post_recv(
             QPN_B,
-            RecvWr {
-                wqe_index: 0,
-                wr_id: slot,
-                sges: vec![sge(REMOTE + slot * SLOT, SLOT as u32, kb)],
-            },
+            recv_wr(slot, vec![sge(REMOTE + slot * SLOT, SLOT as u32, kb)]),
         );
     }
     let mut rng = StdRng::seed_from_u64(7);
@@ -430,14 +408,8 @@ fn rc_1e5_messages_exactly_once_in_order_through_faulty_ports() {
             assert_eq!(seq, received, "delivered in order, exactly once");
             assert_eq!(crc32fast::hash(&m[HEADER..]), crc, "message {seq} intact");
             received += 1;
-            b.env.post_recv(
-                QPN_B,
-                RecvWr {
-                    wqe_index: 0,
-                    wr_id: c.wr_id,
-                    sges: vec![sge(addr, SLOT as u32, kb)],
-                },
-            );
+            b.env
+                .post_recv(QPN_B, recv_wr(c.wr_id, vec![sge(addr, SLOT as u32, kb)]));
         }
         if moved == 0 {
             std::thread::sleep(Duration::from_micros(20));

@@ -39,13 +39,7 @@ fn message(seq: u64, rng: &mut StdRng) -> Vec<u8> {
 #[test]
 fn rc_exactly_once_in_order_under_loss_duplication_reordering_corruption() {
     let mut net = Net::new(&[gid_v4(1), gid_v4(2)]);
-    let faults = FaultConfig {
-        loss: 0.02,
-        duplicate: 0.02,
-        reorder: 0.02,
-        corrupt: 0.01,
-        seed: 0x5eed,
-    };
+    let faults = faults(0.02, 0.01, 0x5eed);
     net.faults = Some(FaultInjector::new(faults));
     let key_a = net.devs[0]
         .env
@@ -59,11 +53,7 @@ fn rc_exactly_once_in_order_under_loss_duplication_reordering_corruption() {
     };
     connect(&mut net, 0, QPN_A, 1, QPN_B, &params);
     for slot in 0..RECV_DEPTH {
-        let wr = RecvWr {
-            wqe_index: 0,
-            wr_id: slot,
-            sges: vec![sge(RECV_AREA + slot * SLOT, SLOT as u32, key_b)],
-        };
+        let wr = recv_wr(slot, vec![sge(RECV_AREA + slot * SLOT, SLOT as u32, key_b)]);
         net.devs[1].env.post_recv(QPN_B, wr);
     }
 
@@ -107,11 +97,7 @@ fn rc_exactly_once_in_order_under_loss_duplication_reordering_corruption() {
             assert_eq!(seq, received, "delivered in order, exactly once");
             assert_eq!(crc32fast::hash(&m[HEADER..]), crc, "message {seq} intact");
             received += 1;
-            let wr = RecvWr {
-                wqe_index: 0,
-                wr_id: c.wr_id,
-                sges: vec![sge(addr, SLOT as u32, key_b)],
-            };
+            let wr = recv_wr(c.wr_id, vec![sge(addr, SLOT as u32, key_b)]);
             net.devs[1].env.post_recv(QPN_B, wr);
         }
     }
@@ -145,13 +131,7 @@ fn rc_mixed_operations_exactly_once_under_faults() {
     const READ_LEN: u32 = 600;
     const ADD: u64 = 3;
     let mut net = Net::new(&[gid_v4(1), gid_v4(2)]);
-    let faults = FaultConfig {
-        loss: 0.03,
-        duplicate: 0.03,
-        reorder: 0.03,
-        corrupt: 0.01,
-        seed: 0xfeed,
-    };
+    let faults = faults(0.03, 0.01, 0xfeed);
     net.faults = Some(FaultInjector::new(faults));
     // Requester: send/read slots. Responder: receive slots, write slots, read-only source, counter.
     let local = MEM_BASE;
@@ -174,15 +154,14 @@ fn rc_mixed_operations_exactly_once_under_faults() {
     };
     connect(&mut net, 0, QPN_A, 1, QPN_B, &params);
     for slot in 0..2 * WINDOW {
-        let wr = RecvWr {
-            wqe_index: 0,
-            wr_id: slot,
-            sges: vec![sge(
+        let wr = recv_wr(
+            slot,
+            vec![sge(
                 remote_recv + (slot % WINDOW) * SLOT,
                 SLOT as u32,
                 key_b,
             )],
-        };
+        );
         net.devs[1].env.post_recv(QPN_B, wr);
     }
     let (mut posted, mut completed, mut received, mut adds_done) = (0u64, 0u64, 0u64, 0u64);
@@ -291,14 +270,9 @@ fn rc_mixed_operations_exactly_once_under_faults() {
                 "SEND {expected_id} in order, intact"
             );
             received += 1;
-            net.devs[1].env.post_recv(
-                QPN_B,
-                RecvWr {
-                    wqe_index: 0,
-                    wr_id: c.wr_id,
-                    sges: vec![sge(addr, SLOT as u32, key_b)],
-                },
-            );
+            net.devs[1]
+                .env
+                .post_recv(QPN_B, recv_wr(c.wr_id, vec![sge(addr, SLOT as u32, key_b)]));
         }
     }
     assert_eq!(received, OPS / KINDS);

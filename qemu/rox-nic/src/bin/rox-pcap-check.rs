@@ -17,11 +17,13 @@ use std::io::{BufReader, ErrorKind, Read};
 use std::process::ExitCode;
 
 use clap::Parser;
-use rox_nic::port::frame::ETH_HEADER_LEN;
-use rox_nic::port::pcap::{PCAP_HEADER_LEN, PCAP_LINKTYPE_ETHERNET, PCAP_RECORD_HEADER_LEN};
+use rox_nic::port::frame::{ETHERTYPE_IPV4, ETHERTYPE_IPV6, ETH_HEADER_LEN};
+use rox_nic::port::pcap::{
+    PCAP_HEADER_LEN, PCAP_LINKTYPE_ETHERNET, PCAP_MAGIC, PCAP_RECORD_HEADER_LEN,
+};
 use rox_nic::roce::wire::{
-    compute_icrc, is_ipv6, opcode::RC_FLUSH, rxe_flush_icrc, IPV4_HEADER_LEN, IPV6_HEADER_LEN,
-    ROCE_V2_UDP_PORT,
+    compute_icrc, is_ipv6, opcode::RC_FLUSH, rxe_flush_icrc, ICRC_LEN, IPV4_HEADER_LEN,
+    IPV6_HEADER_LEN, ROCE_V2_UDP_PORT, UDP_HEADER_LEN,
 };
 
 #[derive(Parser, Debug)]
@@ -49,16 +51,10 @@ fn parse_opcode(s: &str) -> Result<u8, String> {
     .map_err(|e| format!("opcode {s:?}: {e}"))
 }
 
-/// Bytes of the ICRC at the end of a RoCEv2 packet.
-const ICRC_LEN: usize = 4;
-const PCAP_MAGIC_LE: u32 = 0xa1b2_c3d4;
-const ETHERTYPE_IPV4: u16 = 0x0800;
-const ETHERTYPE_IPV6: u16 = 0x86dd;
 const IPV4_PROTO_AT: usize = 9;
 const IPV6_NEXT_HEADER_AT: usize = 6;
 const IP_PROTO_UDP: u8 = 17;
 const UDP_DST_PORT_AT: usize = 2;
-const UDP_HEADER_LEN: usize = 8;
 /// No sane capture has a larger record; a larger length means a corrupt file.
 const MAX_RECORD_LEN: usize = 1 << 20;
 
@@ -204,7 +200,7 @@ fn check_file(path: &std::path::Path, tally: &mut Tally) -> Result<(), String> {
     let mut r = BufReader::with_capacity(1 << 20, File::open(path).map_err(|e| e.to_string())?);
     let mut header = [0u8; PCAP_HEADER_LEN];
     if !read_record_part(&mut r, &mut header)?
-        || u32::from_le_bytes(header[..4].try_into().expect("4 bytes")) != PCAP_MAGIC_LE
+        || u32::from_le_bytes(header[..4].try_into().expect("4 bytes")) != PCAP_MAGIC
     {
         return Err("not a little-endian classic pcap file".into());
     }

@@ -3,7 +3,8 @@
 
 use std::io::Write;
 
-const PCAP_MAGIC: u32 = 0xa1b2_c3d4;
+/// A classic little-endian pcap with microsecond timestamps starts with this.
+pub const PCAP_MAGIC: u32 = 0xa1b2_c3d4;
 const PCAP_VERSION_MAJOR: u16 = 2;
 const PCAP_VERSION_MINOR: u16 = 4;
 /// Longest frame recorded whole (a 9000-byte MTU frame fits).

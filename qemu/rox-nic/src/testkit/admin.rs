@@ -110,6 +110,20 @@ impl TestDriver {
         }
     }
 
+    /// Registers guest-physical `[addr, addr + len)` in `pd` with `access` (MR_FLAG_PHYSICAL:
+    /// the iova is the address itself): its rkey.
+    pub fn reg_physical(&mut self, pd: u32, addr: u64, len: u64, access: u32) -> Key {
+        let c = RegMrCmd {
+            pd,
+            access,
+            iova: addr,
+            length: len,
+            flags: MR_FLAG_PHYSICAL,
+            ..Default::default()
+        };
+        self.run::<RegMr>(c).rkey
+    }
+
     /// A page-aligned buffer of `len` bytes in the test RAM, registered in `pd` with `access`:
     /// its address and key.
     pub fn buffer(&mut self, pd: u32, len: u64, access: u32) -> (u64, Key) {
@@ -365,7 +379,7 @@ impl TestDriver {
         a.dest_qp_num = dest_qpn;
         a.rq_psn = Psn::default();
         a.ah.dgid = dgid;
-        a.ah.dmac = test_mac(&dgid);
+        a.ah.dmac = p.dmac.unwrap_or_else(|| test_mac(&dgid));
         a.ah.hop_limit = 64;
         a.max_dest_rd_atomic = 4;
         a.min_rnr_timer = p.min_rnr_timer;
@@ -419,6 +433,17 @@ impl TestDriver {
             self.connect(&b, gid, a.qpn, access);
         }
         (cq_a, cq_b, a, b)
+    }
+
+    /// One RC QP in `pd` connected to itself over GID 0 (127.0.0.1) with `access`, on its own
+    /// CQ of 2^`log_cq` entries: (cq, qp).
+    pub fn self_connected_rc(&mut self, pd: u32, log_cq: u8, access: u32) -> (TestCq, TestQp) {
+        let gid = gid_v4(127, 0, 0, 1);
+        self.set_gid(0, gid);
+        let cq = self.create_cq(log_cq);
+        let qp = self.create_qp(QPT_RC, pd, cq.id, cq.id, SRQ_NONE);
+        self.connect(&qp, gid, qp.qpn, access);
+        (cq, qp)
     }
 
     /// RESET -> INIT -> RTR -> RTS for a UD QP.

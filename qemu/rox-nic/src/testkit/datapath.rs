@@ -76,6 +76,13 @@ impl TestDriver {
         }
     }
 
+    /// Waits for the next CQE of `cq` and checks it completes `wr_id` with `status`.
+    pub fn expect_cqe(&mut self, cq: &mut TestCq, wr_id: u64, status: u8) -> Cqe {
+        let c = self.wait_cqe(cq);
+        assert_eq!((c.wr_id, c.status), (wr_id, status), "CQE {c:?}");
+        c
+    }
+
     /// Expect no CQE for `dur`.
     pub fn expect_no_cqe(&mut self, cq: &mut TestCq, dur: Duration) {
         let start = Instant::now();

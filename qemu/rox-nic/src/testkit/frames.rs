@@ -2,6 +2,7 @@
 //! frame check and the data path.
 
 use crate::port::frame::{roce_header, Mac};
+use crate::port::FaultConfig;
 use crate::roce::wire::{self, Headers, IpInfo};
 use crate::roce::{AddressVector, Gid};
 
@@ -43,5 +44,17 @@ pub fn av_between(src: Gid, dst: Gid) -> AddressVector {
         hop_limit: 64,
         flow_label: 0,
         dmac: mac_of(&dst),
+    }
+}
+
+/// A faulty wire: each frame lost, duplicated and reordered with probability `rate` each and
+/// corrupted with `corrupt`, from the random sequence of `seed`.
+pub fn faults(rate: f64, corrupt: f64, seed: u64) -> FaultConfig {
+    FaultConfig {
+        loss: rate,
+        duplicate: rate,
+        reorder: rate,
+        corrupt,
+        seed,
     }
 }

@@ -74,6 +74,15 @@ pub fn send_wr(wr_id: u64, opcode: WrOpcode, data: SendData) -> SendWr {
     }
 }
 
+/// A receive work request `wr_id` scattering into `sges` (the engine assigns its WQE index).
+pub fn recv_wr(wr_id: u64, sges: Vec<Sge>) -> RecvWr {
+    RecvWr {
+        wr_id,
+        sges,
+        wqe_index: 0,
+    }
+}
+
 /// What the modifies of [`rts_steps`] set on an engine QP.
 #[derive(Clone, Copy, Debug)]
 pub struct QpSetup {

@@ -129,6 +129,8 @@ pub struct ConnectParams {
     pub retry_cnt: u8,
     pub rnr_retry: u8,
     pub min_rnr_timer: u8,
+    /// The peer's MAC; None: [`test_mac`] of its GID (Some([0; 6]): not resolved).
+    pub dmac: Option<[u8; 6]>,
 }
 
 impl Default for ConnectParams {
@@ -141,6 +143,7 @@ impl Default for ConnectParams {
             retry_cnt: 7,
             rnr_retry: 7,
             min_rnr_timer: IB_RNR_TIMER_0_01_MS,
+            dmac: None,
         }
     }
 }

@@ -100,3 +100,14 @@ pub fn with_ud(mut w: SqWqe, dgid: [u8; 16], dest_qpn: Qpn, qkey: u32) -> SqWqe 
     };
     w
 }
+
+/// A signaled UD WQE (`wr_id`, `opcode`) gathering `sge`, to QP `dest_qpn` at `dgid` with
+/// `qkey`.
+pub fn ud_wqe(wr_id: u64, opcode: u8, sge: Sge, dgid: [u8; 16], dest_qpn: Qpn, qkey: u32) -> SqWqe {
+    with_ud(
+        send_wqe(wr_id, opcode, WQE_FLAG_SIGNALED, &[sge]),
+        dgid,
+        dest_qpn,
+        qkey,
+    )
+}

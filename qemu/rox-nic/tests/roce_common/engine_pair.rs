@@ -50,17 +50,25 @@ impl Pair {
         engine.post_send(env, QPN_A, wr).unwrap();
     }
     pub fn recv_b(&mut self, wr_id: u64, sges: Vec<Sge>) {
-        self.net.devs[1].env.post_recv(
-            QPN_B,
-            RecvWr {
-                wr_id,
-                sges,
-                wqe_index: 0,
-            },
-        );
+        self.net.devs[1].env.post_recv(QPN_B, recv_wr(wr_id, sges));
     }
     pub fn run(&mut self) {
         self.net.run(100_000);
+    }
+    /// Writes `pattern(seed, len)` where a sends from (device 0: BUF) or where b is written
+    /// and read (device 1: RECV_AREA), and returns it.
+    pub fn fill_pattern(&mut self, dev: usize, seed: u32, len: usize) -> Vec<u8> {
+        let data = pattern(seed, len);
+        let at = if dev == 0 { BUF } else { RECV_AREA };
+        self.net.devs[dev].env.fill(at, &data);
+        data
+    }
+    /// `rounds` rounds of one network step and `ns` of time.
+    pub fn step_for(&mut self, rounds: usize, ns: u64) {
+        for _ in 0..rounds {
+            self.net.step();
+            self.net.advance(ns);
+        }
     }
     pub fn cqes(&mut self, dev: usize) -> Vec<Completion> {
         self.net.devs[dev].env.take_completions()
@@ -81,6 +89,24 @@ impl Pair {
         self.post(self.wr_to_b(1, opcode, len, remote_addr));
         self.run();
         one(&self.cqes(0)).status
+    }
+    /// One signaled RDMA WR (`wr_id`, `opcode`) whose local side is `pieces` of a's BUF
+    /// (offset, length), to or from `remote_addr` on b, run to the end: a's one completion.
+    pub fn rdma_pieces(
+        &mut self,
+        wr_id: u64,
+        opcode: WrOpcode,
+        pieces: &[(u64, u32)],
+        remote_addr: u64,
+    ) -> Completion {
+        let sges = pieces
+            .iter()
+            .map(|&(offset, len)| sge(BUF + offset, len, self.key_a))
+            .collect();
+        let data = SendData::Sges(sges);
+        self.post(remote_wr(wr_id, opcode, data, remote_addr, self.key_b));
+        self.run();
+        one(&self.cqes(0))
     }
     /// Posts `wr` (id 1) with a SEND (id 2) behind it and runs to the end: a's completions
     /// (the SEND shows whether a failure of `wr` flushed the queue).
@@ -116,6 +142,13 @@ impl Pair {
 /// Each completion's (wr_id, status), in order.
 pub fn id_status(cqes: &[Completion]) -> Vec<(u64, WcStatus)> {
     cqes.iter().map(|c| (c.wr_id, c.status)).collect()
+}
+
+/// Each completion's (wr_id, status, is_recv), in order.
+pub fn id_status_recv(cqes: &[Completion]) -> Vec<(u64, WcStatus, bool)> {
+    cqes.iter()
+        .map(|c| (c.wr_id, c.status, c.is_recv))
+        .collect()
 }
 
 pub fn one(cqes: &[Completion]) -> Completion {

@@ -11,7 +11,7 @@ pub use roce::*;
 #[allow(unused_imports)]
 pub use rox_nic::port::{FaultConfig, FaultInjector};
 #[allow(unused_imports)]
-pub use rox_nic::testkit::frames::{av_between, mac_of, peer_ip};
+pub use rox_nic::testkit::frames::{av_between, faults, mac_of, peer_ip};
 pub use rox_nic::testkit::mock_env::*;
 #[allow(unused_imports)]
 pub use rox_nic::testkit::protected::RegionKind;
@@ -292,7 +292,19 @@ pub fn key_plus(key: Key, delta: u32) -> Key {
 /// A signaled RDMA WR (WRITE, READ, atomic...) of `opcode` from `sge` to `remote_addr`
 /// through `rkey`.
 pub fn rdma_wr(wr_id: u64, opcode: WrOpcode, sge: Sge, remote_addr: u64, rkey: Key) -> SendWr {
-    let mut wr = send_wr(wr_id, opcode, SendData::Sges(vec![sge]));
+    remote_wr(wr_id, opcode, SendData::Sges(vec![sge]), remote_addr, rkey)
+}
+
+/// A signaled WR of `opcode` carrying `data` (a gather list, inline bytes) to `remote_addr`
+/// through `rkey`.
+pub fn remote_wr(
+    wr_id: u64,
+    opcode: WrOpcode,
+    data: SendData,
+    remote_addr: u64,
+    rkey: Key,
+) -> SendWr {
+    let mut wr = send_wr(wr_id, opcode, data);
     wr.remote_addr = remote_addr;
     wr.rkey = rkey;
     wr
