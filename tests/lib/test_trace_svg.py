@@ -52,8 +52,10 @@ class TraceSvgTest(unittest.TestCase):
         lo, hi = trace_svg.window_of(EVENTS, wqe="RDMA_WRITE")
         self.assertEqual(lo, 10.0)
         self.assertTrue(73.0 <= hi < 500.0)
-        with self.assertRaises(ValueError):
-            trace_svg.window_of(EVENTS, wqe="RDMA_WRITE", nth=2)
+        self.assertEqual(trace_svg.window_of(EVENTS, wqe="RDMA_WRITE", nth=-1), (lo, hi))
+        for nth in (2, 0, -2):
+            with self.assertRaises(ValueError):
+                trace_svg.window_of(EVENTS, wqe="RDMA_WRITE", nth=nth)
 
     def test_frames_join_their_receiver_by_psn_and_opcode(self):
         pairs = trace_svg.wire_lines(EVENTS, 0, 100)

@@ -9,7 +9,7 @@ from the device that sent it to the device that took it in.
 
 TRACE.json is what `rox-trace DUMP... --json TRACE.json` writes (Chrome trace-event JSON; the
 slices carry each stage's µs in args.stages). --wqe draws the time around the K-th (from 1)
-WQE whose name contains TEXT (e.g. RDMA_WRITE); --from/--to a window in the JSON's µs; else
+WQE whose name contains TEXT (e.g. RDMA_WRITE; K=-1: the last); --from/--to a window in the JSON's µs; else
 everything. Drawn with tests/lib/svgplot.py's primitives; tested by test_trace_svg.py.
 """
 import argparse
@@ -61,10 +61,11 @@ def stage_segments(event):
 def window_of(events, wqe=None, nth=1, start=None, end=None):
     """(from µs, to µs) to draw: around a chosen WQE, the given bounds, or everything."""
     if wqe is not None:
-        slices = [e for e in events if e.get("ph") == "X" and wqe in e.get("name", "")]
-        if len(slices) < nth:
+        slices = sorted((e for e in events if e.get("ph") == "X" and wqe in e.get("name", "")),
+                        key=lambda e: e["ts"])
+        if nth == 0 or len(slices) < abs(nth):
             raise ValueError(f"{len(slices)} WQEs named like {wqe!r}, asked for number {nth}")
-        s = slices[nth - 1]
+        s = slices[nth - 1 if nth > 0 else nth]
         # From its doorbell; past its CQE a little, for the EQE and interrupt that follow.
         return s["ts"], s["ts"] + s["dur"] * 1.08 + 0.5
     times = [e["ts"] + e.get("dur", 0) for e in events if "ts" in e] + \
@@ -199,7 +200,7 @@ def main():
     ap.add_argument("trace", help="Chrome trace-event JSON from rox-trace --json")
     ap.add_argument("-o", "--output", required=True, help="the SVG file to write")
     ap.add_argument("--wqe", help="draw around the WQE whose name contains this")
-    ap.add_argument("--nth", type=int, default=1, help="with --wqe: which one, from 1 (1)")
+    ap.add_argument("--nth", type=int, default=1, help="with --wqe: which one in time order, from 1; -1 the last (1)")
     ap.add_argument("--from", dest="start", type=float, help="window start, µs of the trace")
     ap.add_argument("--to", dest="end", type=float, help="window end, µs of the trace")
     ap.add_argument("--title", default="WQE trace (rox-nic)")

@@ -160,10 +160,11 @@ pub fn timeline(dumps: &[Dump], names: &[String]) -> String {
 /// interrupt when one was raised), microseconds from that doorbell. None if no WQE has it.
 pub fn wqe_timeline(dumps: &[Dump], names: &[String], wr_opcode: &str) -> Option<String> {
     let lives = lives(dumps);
+    // The last in time: lives come device by device.
     let l = lives
         .iter()
-        .rev()
-        .find(|l| wr_opcode_name(l.wr_opcode) == wr_opcode)?;
+        .filter(|l| wr_opcode_name(l.wr_opcode) == wr_opcode)
+        .max_by_key(|l| (l.doorbell, l.fetch))?;
     let end = l.interrupt.map_or(l.end(), |i| i.max(l.end()));
     Some(timeline_between(dumps, names, l.doorbell, end))
 }
@@ -303,6 +304,24 @@ mod tests {
         let send = wqe_timeline(std::slice::from_ref(&dump), &names, "SEND").unwrap();
         assert_eq!(send.lines().count(), 2, "{send}");
         assert!(wqe_timeline(&[two_writes()], &names, "SEND").is_none());
+    }
+
+    #[test]
+    fn the_last_wqe_is_the_last_in_time_whichever_device_it_is_on() {
+        let later = || {
+            let mut d = two_writes();
+            d.records.iter_mut().for_each(|r| r.ts_ns += 100_000);
+            d
+        };
+        for (dumps, names) in [
+            ([later(), two_writes()], ["late", "early"]),
+            ([two_writes(), later()], ["early", "late"]),
+        ] {
+            let names = names.map(String::from);
+            let text = wqe_timeline(&dumps, &names, "RDMA_WRITE").unwrap();
+            assert!(text.lines().all(|l| !l.contains("early")), "{text}");
+            assert!(text.contains("late"), "{text}");
+        }
     }
 
     #[test]
