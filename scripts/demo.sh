@@ -6,7 +6,10 @@
 #   2. two guests on one bridge (guest 0: a rox NIC; guest 1: a rox NIC and a virtio-net NIC
 #      with rdma_rxe on it): ibv_rc_pingpong rox_0 -> rox_0, then rox <-> rdma_rxe in both
 #      directions, with the bridge captured (rox-lab --capture);
-#   3. a few of the captured rox <-> rxe RoCEv2 frames, decoded by tshark.
+#   3. a few of the captured rox <-> rxe RoCEv2 frames, decoded by tshark;
+#   4. one RDMA WRITE's life, from part 1's WQE trace (both rox-nics record every WQE, the
+#      newest 4096 records; docs/debugging.md): the last WRITE of an ib_write_lat run as a text
+#      timeline, and the whole trace as Perfetto JSON and that WRITE as an SVG timeline.
 # ROX_LIBROX=$ROX_CACHE/.../librox-rdmav34.so: use that librox build (guests load it through
 # RDMAV_DRIVERS) instead of building and installing librox into the shared root.
 set -euo pipefail
@@ -44,8 +47,13 @@ client() {
 }
 '
 
+trace_dir=$ROX_CACHE/demo/trace-$(date +%Y%m%d-%H%M%S)
+mkdir -p "$trace_dir"
 echo
 echo "=== 1. one guest, two rox NICs on one Linux bridge"
+# The WQE trace of both rox-nics (part 4): the ring keeps the newest records, so the last
+# thing part 1 runs, an ib_write_lat, is what part 4 shows.
+ROX_NIC_TRACE=4096 ROX_NIC_TRACE_DIR=$trace_dir \
 "$ROX_TOP/qemu/vm" --flavour "$flavour" --rox 2 -- bash -c "$helpers
 	set -e
 	show uname -r
@@ -66,6 +74,10 @@ echo "=== 1. one guest, two rox NICs on one Linux bridge"
 	client ib_write_bw -d rox_1 -x \$g1 -s 65536 -n 2000 -F \$ROX_IP_0_0
 	wait \$!
 	show rdma statistic show link rox_1/1
+	echo; echo \"\\\$ ib_write_lat -d rox_0 -x \$g0 -s 4096 -n 10 (server)  &&  ib_write_lat -d rox_1 -x \$g1 -s 4096 -n 10 \$ROX_IP_0_0 (client)\"
+	ib_write_lat -d rox_0 -x \$g0 -s 4096 -n 10 -F >/tmp/server.log 2>&1 &
+	client ib_write_lat -d rox_1 -x \$g1 -s 4096 -n 10 -F \$ROX_IP_0_0
+	wait \$!
 "
 
 mkdir -p "$ROX_CACHE/demo"
@@ -129,5 +141,19 @@ else
 	[ "$lab_rc" != 0 ] || lab_rc=1
 fi
 echo
+echo "=== 4. one RDMA WRITE's life: the last WRITE of part 1's ib_write_lat, as both rox-nics traced it"
+traces=("$trace_dir/g0-rox0.wqe-trace" "$trace_dir/g0-rox1.wqe-trace")
+trace_rc=0
+rox_trace=("$ROX_TOP/target/release/rox-trace" "${traces[@]}" --name rox_0 --name rox_1)
+echo "\$ rox-trace ${traces[*]} --name rox_0 --name rox_1 --wqe RDMA_WRITE"
+"${rox_trace[@]}" --wqe RDMA_WRITE || trace_rc=$?
+"${rox_trace[@]}" --json "$trace_dir/trace.json" 2>/dev/null || trace_rc=$?
+python3 "$ROX_TOP/tests/lib/trace_svg.py" "$trace_dir/trace.json" -o "$trace_dir/write.svg" \
+	--wqe RDMA_WRITE --nth -1 --title "make demo: one RDMA WRITE (4096 B) of ib_write_lat, rox_1 <-> rox_0" \
+	>/dev/null || trace_rc=$?
+echo "Perfetto (ui.perfetto.dev, every WQE of the trace): $trace_dir/trace.json"
+echo "SVG timeline of that WRITE: $trace_dir/write.svg"
+echo
 echo "demo: $(( $(date +%s) - t0 )) s"
+[ "$trace_rc" = 0 ] || die "part 4: the WQE trace of part 1 could not be read or drawn (above)"
 [ "$lab_rc" = 0 ] || die "part 2 failed (rox-lab exit $lab_rc) or captured no rox <-> rxe frames"

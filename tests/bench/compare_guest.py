@@ -121,10 +121,11 @@ def rows(a):
                     f"ib_write_bw -d {{dev}} -x {{gid}} -F -s {s} -n {iters} -p {{port}}",
                     perf(f"write_bw_{s}", s, iters, 3)))
     for tool in ("send_lat", "write_lat"):
-        key = f"{tool}_{a.lat_size}"
-        # perftest's latency row: bytes, iterations, t_min, t_max, t_typical, ...
-        out.append((key, f"ib_{tool} -d {{dev}} -x {{gid}} -F -s {a.lat_size} -n {a.lat_iters} -p {{port}}",
-                    perf(key, a.lat_size, a.lat_iters, 4, 2)))
+        for s in a.lat_sizes.split():
+            key = f"{tool}_{s}"
+            # perftest's latency row: bytes, iterations, t_min, t_max, t_typical, ...
+            out.append((key, f"ib_{tool} -d {{dev}} -x {{gid}} -F -s {s} -n {a.lat_iters} -p {{port}}",
+                        perf(key, s, a.lat_iters, 4, 2)))
     return [r for r in out if not a.only or a.only in r[0]]
 
 
@@ -219,7 +220,7 @@ def main():
     ap.add_argument("--bw-iters", type=int, default=5000)
     ap.add_argument("--bw-sizes", default="4096 65536")
     ap.add_argument("--lat-iters", type=int, default=1000)
-    ap.add_argument("--lat-size", type=int, default=2)
+    ap.add_argument("--lat-sizes", default="2")
     ap.add_argument("--only", default="")
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--step-timeout", type=int, default=300)

@@ -26,6 +26,10 @@ struct Args {
     /// Print per-stage latency histograms (the default when nothing else is asked for).
     #[arg(long)]
     histograms: bool,
+    /// Print only the timeline of the last WQE of this work-request opcode (RDMA_WRITE,
+    /// SEND, RDMA_READ, ...): every device's records from its doorbell to its interrupt.
+    #[arg(long, value_name = "OPCODE")]
+    wqe: Option<String>,
 }
 
 fn main() {
@@ -57,6 +61,12 @@ fn run(args: Args) -> Result<(), String> {
             "rox-trace: wrote {} (open it in ui.perfetto.dev)",
             out.display()
         );
+    }
+    if let Some(op) = &args.wqe {
+        let text = report::wqe_timeline(&dumps, &names, op)
+            .ok_or_else(|| format!("no {op} WQE in the trace"))?;
+        print!("{text}");
+        return Ok(());
     }
     let both = !args.timeline && !args.histograms && args.json.is_none();
     if args.timeline || both {

@@ -152,10 +152,30 @@ pub fn life_summary(l: &Life) -> String {
 
 /// The timeline of `dumps` (device `i` is `names[i]`), records of all devices merged in time.
 pub fn timeline(dumps: &[Dump], names: &[String]) -> String {
+    timeline_between(dumps, names, 0, u64::MAX)
+}
+
+/// The timeline of the last WQE whose work-request opcode is named `wr_opcode` (e.g.
+/// `RDMA_WRITE`): every device's records from its doorbell to the last thing seen of it (its
+/// interrupt when one was raised), microseconds from that doorbell. None if no WQE has it.
+pub fn wqe_timeline(dumps: &[Dump], names: &[String], wr_opcode: &str) -> Option<String> {
+    let lives = lives(dumps);
+    // The last in time: lives come device by device.
+    let l = lives
+        .iter()
+        .filter(|l| wr_opcode_name(l.wr_opcode) == wr_opcode)
+        .max_by_key(|l| (l.doorbell, l.fetch))?;
+    let end = l.interrupt.map_or(l.end(), |i| i.max(l.end()));
+    Some(timeline_between(dumps, names, l.doorbell, end))
+}
+
+/// The records with `from <= ts <= to`, microseconds from the first of them.
+fn timeline_between(dumps: &[Dump], names: &[String], from: u64, to: u64) -> String {
     let mut all: Vec<(usize, &Record)> = dumps
         .iter()
         .enumerate()
         .flat_map(|(d, dump)| dump.records.iter().map(move |r| (d, r)))
+        .filter(|(_, r)| (from..=to).contains(&r.ts_ns))
         .collect();
     all.sort_by_key(|(_, r)| r.ts_ns);
     let t0 = all.first().map_or(0, |(_, r)| r.ts_ns);
@@ -264,6 +284,44 @@ mod tests {
         assert_eq!(sums.len(), 2, "{text}");
         assert!(sums[1].contains("CQE->interrupt 0.200 us"), "{text}");
         assert!(sums[1].contains("1 retransmissions"), "{text}");
+    }
+
+    #[test]
+    fn one_wqes_timeline_runs_from_its_doorbell_to_its_interrupt() {
+        use super::super::lives::tests::rec;
+        let mut dump = two_writes();
+        // A later SEND on the same QP: not part of the last WRITE's life.
+        dump.records.push(rec(9000, Kind::Doorbell, 5, 3, 1, 0, 0));
+        dump.records
+            .push(rec(9100, Kind::WqeFetch, 5, 2, 8, WR_SEND, 12));
+        let names = ["rox0".to_string()];
+        let text = wqe_timeline(std::slice::from_ref(&dump), &names, "RDMA_WRITE").unwrap();
+        let lines: Vec<&str> = text.lines().filter(|l| l.contains(" us  rox0")).collect();
+        assert_eq!(lines.len(), 18, "{text}");
+        assert!(lines[0].trim_start().starts_with("0.000 us"), "{text}");
+        assert!(lines[17].contains("interrupt    vector=1"), "{text}");
+        assert!(text.contains("=> RDMA_WRITE 8192 B wr_id=0xb"), "{text}");
+        let send = wqe_timeline(std::slice::from_ref(&dump), &names, "SEND").unwrap();
+        assert_eq!(send.lines().count(), 2, "{send}");
+        assert!(wqe_timeline(&[two_writes()], &names, "SEND").is_none());
+    }
+
+    #[test]
+    fn the_last_wqe_is_the_last_in_time_whichever_device_it_is_on() {
+        let later = || {
+            let mut d = two_writes();
+            d.records.iter_mut().for_each(|r| r.ts_ns += 100_000);
+            d
+        };
+        for (dumps, names) in [
+            ([later(), two_writes()], ["late", "early"]),
+            ([two_writes(), later()], ["early", "late"]),
+        ] {
+            let names = names.map(String::from);
+            let text = wqe_timeline(&dumps, &names, "RDMA_WRITE").unwrap();
+            assert!(text.lines().all(|l| !l.contains("early")), "{text}");
+            assert!(text.contains("late"), "{text}");
+        }
     }
 
     #[test]
