@@ -53,7 +53,7 @@ pub struct DeviceConfig {
     pub flush_icrc: crate::roce::wire::FlushIcrc,
 }
 
-pub use crate::port::{FaultConfig, LinkSpec, PortConfig};
+pub use crate::port::{BottleneckConfig, FaultConfig, LinkSpec, PortConfig};
 pub use death::{DeathMode, DieOn};
 
 /// Default idle grace period of the data path.
