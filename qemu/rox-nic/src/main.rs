@@ -9,6 +9,7 @@ use rox_nic::device::{
     BottleneckConfig, DeviceConfig, DieOn, FaultConfig, LinkSpec, PortConfig, RoxNic, Shared,
     DEFAULT_IDLE_AFTER,
 };
+use rox_nic::roce::cc::CcConfig;
 use rox_nic::roce::wire::FlushIcrc;
 use rox_nic::server::Trace;
 
@@ -66,6 +67,17 @@ struct Args {
     /// FLUSH requests are accepted with either. Default: $ROX_NIC_FLUSH_ICRC, else `iba`.
     #[arg(long, value_enum)]
     flush_icrc: Option<FlushIcrcArg>,
+    /// RoCEv2 congestion control: `on` (ECT(0) on every RoCE packet, a CNP answers packets
+    /// that arrive marked Congestion Experienced, CNPs cut the QP's rate by DCQCN; as mlx5)
+    /// or `off` (Not-ECT, no CNPs sent, CNPs received counted and ignored). Default:
+    /// $ROX_NIC_CC, else `on`. docs/congestion.md.
+    #[arg(long, value_enum)]
+    cc: Option<CcArg>,
+    /// DCQCN and notification point parameters under mlx5's names, as
+    /// `name=value,...` (e.g. `rpg_ai_rate=10,min_time_between_cnps=0`); repeatable. Default:
+    /// $ROX_NIC_CC_PARAMS, else mlx5's defaults. docs/congestion.md lists them.
+    #[arg(long, value_name = "NAME=VALUE,...")]
+    cc_param: Vec<String>,
     /// Trace every send WQE's life (doorbell, fetch, packets, ACKs, retransmissions, CQE,
     /// event, interrupt) into a ring of the newest N records from the start (default:
     /// $ROX_NIC_TRACE). SIGUSR2 starts a stopped trace, or stops a running one and writes it
@@ -93,6 +105,39 @@ struct Args {
 enum FlushIcrcArg {
     Iba,
     Rxe,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum CcArg {
+    On,
+    Off,
+}
+
+/// The congestion control the command line (or, through rox-lab, the environment) asks for.
+fn congestion_control(arg: Option<CcArg>, params: &[String]) -> Result<CcConfig, String> {
+    let mode = match (arg, std::env::var("ROX_NIC_CC")) {
+        (Some(a), _) => a,
+        (None, Ok(v)) => clap::ValueEnum::from_str(&v, true)
+            .map_err(|_| format!("ROX_NIC_CC={v:?}: want on or off"))?,
+        (None, Err(_)) => CcArg::On,
+    };
+    let mut cc = CcConfig {
+        enabled: mode == CcArg::On,
+        ..CcConfig::default()
+    };
+    if params.is_empty() {
+        if let Ok(v) = std::env::var("ROX_NIC_CC_PARAMS") {
+            cc.params
+                .apply_list(&v)
+                .map_err(|e| format!("ROX_NIC_CC_PARAMS: {e}"))?;
+        }
+    }
+    for list in params {
+        cc.params
+            .apply_list(list)
+            .map_err(|e| format!("--cc-param: {e}"))?;
+    }
+    Ok(cc)
 }
 
 /// The FLUSH ICRC the command line (or, through rox-lab, the environment) asks for.
@@ -140,6 +185,10 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         .map(BottleneckConfig::parse)
         .transpose()?;
     let flush = flush_icrc(args.flush_icrc)?;
+    let cc = congestion_control(args.cc, &args.cc_param)?;
+    if !cc.enabled {
+        log::info!("rox-nic: congestion control off (Not-ECT, no CNPs, CNPs ignored)");
+    }
     if flush == FlushIcrc::Rxe {
         log::info!("rox-nic: FLUSH requests carry rdma_rxe's ICRC");
     }
@@ -168,6 +217,7 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     config.netdev = args.netdev;
     config.idle_after = std::time::Duration::from_millis(args.idle_ms);
     config.flush_icrc = flush;
+    config.cc = cc;
     let mut nic = RoxNic::new(config)?;
     // Before the socket exists: whoever sees it may signal us.
     let wqe_trace_file = start_wqe_trace(args.trace_wqe, args.trace_wqe_file, &args.socket, &nic)?;

@@ -76,11 +76,10 @@ pub fn port_counters(hw: &Hw, engine: &Engine) -> PortCounters {
         req_remote_access_errors: es.rx_access_naks,
         req_remote_invalid_request: es.rx_invalid_request_naks,
         req_cqe_error: dc.req_cqe_errors,
-        // No congestion control yet: nothing marks, sends or handles CNPs.
-        np_cnp_sent: 0,
-        np_ecn_marked_roce_packets: 0,
-        rp_cnp_handled: 0,
-        rp_cnp_ignored: 0,
+        np_cnp_sent: es.np_cnp_sent,
+        np_ecn_marked_roce_packets: es.np_ecn_marked_roce_packets,
+        rp_cnp_handled: es.rp_cnp_handled,
+        rp_cnp_ignored: es.rp_cnp_ignored,
     }
 }
 

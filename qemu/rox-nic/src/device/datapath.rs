@@ -30,6 +30,7 @@ use super::{Control, DeviceConfig, DeviceError, Shared};
 use crate::port::frame::{self, Arrival, Mac, ETH_HEADER_LEN};
 use crate::port::netdev::{Forwarded, Netdev};
 use crate::port::{FrameRef, Port, DEFAULT_SOCKET_MTU};
+use crate::roce::cc::CcConfig;
 use crate::roce::wire::{self, FlushIcrc, IpView};
 use crate::roce::{
     self, AddressVector, Engine, FailedWr, FastReg, FlushSpec, Gid, Mtu, MwBind, SendData, SendWr,
@@ -68,6 +69,8 @@ pub struct DataPath {
     mac: [u8; 6],
     /// The ICRC of the FLUSH requests it sends: configuration, which a reset keeps.
     flush_icrc: FlushIcrc,
+    /// Congestion control: configuration, which a reset keeps.
+    cc: CcConfig,
     idle_after: Duration,
     /// The port's own count of frames sent, as far as `STAT_PORT_TX_FRAMES` has it.
     port_tx_seen: u64,
@@ -115,13 +118,15 @@ impl DataPath {
             shared,
             ctl,
             hw,
-            engine: Engine::with_ud_mtu(Mtu::largest_within(max_frame - ETH_HEADER_LEN)),
+            engine: Engine::with_ud_mtu(Mtu::largest_within(max_frame - ETH_HEADER_LEN))
+                .with_cc(cfg.cc.clone()),
             port,
             netdev,
             admin: None,
             admin_pi: 0,
             mac: cfg.mac,
             flush_icrc: cfg.flush_icrc,
+            cc: cfg.cc.clone(),
             idle_after: cfg.idle_after,
             port_tx_seen: 0,
             wire_busy: false,
@@ -286,7 +291,7 @@ impl DataPath {
     fn reset(&mut self) {
         // The device's configuration outlives a reset; only its state goes.
         self.hw = fresh_hw(&self.shared, self.mac, self.port.is_some(), self.flush_icrc);
-        self.engine = Engine::with_ud_mtu(self.engine.ud_mtu());
+        self.engine = Engine::with_ud_mtu(self.engine.ud_mtu()).with_cc(self.cc.clone());
         self.loopback.clear();
         self.admin = None;
         self.admin_pi = 0;

@@ -51,6 +51,8 @@ pub struct DeviceConfig {
     pub idle_after: std::time::Duration,
     /// The ICRC of the FLUSH requests the device sends (rdma_rxe's for an rxe peer).
     pub flush_icrc: crate::roce::wire::FlushIcrc,
+    /// Congestion control (ECN, CNPs, DCQCN): on by default, as mlx5's RoCE.
+    pub cc: crate::roce::cc::CcConfig,
 }
 
 pub use crate::port::{BottleneckConfig, FaultConfig, LinkSpec, PortConfig};
@@ -67,6 +69,7 @@ impl DeviceConfig {
             netdev: None,
             idle_after: DEFAULT_IDLE_AFTER,
             flush_icrc: crate::roce::wire::FlushIcrc::Iba,
+            cc: crate::roce::cc::CcConfig::default(),
         }
     }
 }

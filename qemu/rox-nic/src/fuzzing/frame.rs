@@ -324,7 +324,7 @@ pub fn run(data: &[u8]) {
     let mut u = Unstructured::new(data);
     let before = rig.node.env.mem[..CHECKED].to_vec();
     let stats_before = rig.node.engine.stats().clone();
-    let mut drops = [0u64; 5];
+    let mut drops = [0u64; 6];
     let mut received = 0u64;
     let mut now = 1_000_000u64;
     for _ in 0..MAX_FRAMES {
@@ -349,6 +349,7 @@ pub fn run(data: &[u8]) {
                 Err(RxDrop::NoQp(_)) => drops[2] += 1,
                 Err(RxDrop::WrongSource(_)) => drops[3] += 1,
                 Err(RxDrop::BadPkey(_)) => drops[4] += 1,
+                Err(RxDrop::UnwantedCnp(_)) => drops[5] += 1,
             }
             rig.node.take_sent();
         }
@@ -380,6 +381,11 @@ pub fn run(data: &[u8]) {
             stats_before.rx_wrong_source,
         ),
         ("rx_bad_pkey", s.rx_bad_pkey, stats_before.rx_bad_pkey),
+        (
+            "rx_cnp_dropped",
+            s.rx_cnp_dropped,
+            stats_before.rx_cnp_dropped,
+        ),
     ];
     for ((name, after, before), dropped) in counted.into_iter().zip(drops) {
         assert_eq!(moved(after, before), dropped, "{name}");

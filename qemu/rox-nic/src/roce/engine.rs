@@ -19,6 +19,7 @@
 //! behind `una` after a rewind that a late ACK overtook: finished WQEs are skipped, not resent.
 
 mod comp;
+mod congestion;
 mod qp;
 mod read_retry;
 mod recv;
@@ -36,6 +37,7 @@ pub use xrc::XrcRole;
 
 use std::collections::HashMap;
 
+use super::cc::{CcConfig, QpCc};
 use super::wire::{ParseError, Syndrome};
 use super::*;
 use qp::Qp;
@@ -60,6 +62,8 @@ pub const PAGE_FAULT_RETRY_MAX_NS: u64 = 10_000_000;
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct EngineStats {
     pub tx_packets: u64,
+    /// Bytes of the RoCEv2 IP packets sent (what DCQCN's byte counter and pacing count).
+    pub tx_bytes: u64,
     pub rx_packets: u64,
     /// Received packets that failed the ICRC check (dropped).
     pub rx_icrc_errors: u64,
@@ -111,6 +115,16 @@ pub struct EngineStats {
     pub tail_probes: u64,
     /// XRC requests naming an SRQ that is not an XRC SRQ of the target QP's domain.
     pub rx_xrc_domain_errors: u64,
+    /// Congestion control, under mlx5's counter names: RoCE packets received with CE, CNPs
+    /// sent for them, CNPs received that cut a QP's rate (congestion control on) or did not
+    /// (off).
+    pub np_ecn_marked_roce_packets: u64,
+    pub np_cnp_sent: u64,
+    pub rp_cnp_handled: u64,
+    pub rp_cnp_ignored: u64,
+    /// CNPs dropped: for no QP, a QP that is not RC/UC or not connected, or from an address
+    /// other than the QP's peer.
+    pub rx_cnp_dropped: u64,
 }
 
 /// Why [`Engine::receive`] dropped a packet (also counted in [`EngineStats`]).
@@ -124,6 +138,8 @@ pub enum RxDrop {
     WrongSource(Qpn),
     #[error("partition key {0:#06x} not ours")]
     BadPkey(u16),
+    #[error("CNP for QP {0:#x}, which is not an RC/UC QP connected to the sender")]
+    UnwantedCnp(Qpn),
 }
 
 /// Transport engine of one device: the QP table of transport contexts and their state machines.
@@ -133,6 +149,8 @@ pub struct Engine {
     stats: EngineStats,
     /// MTU of UD (and GSI) QPs, which no modify_qp sets: the largest the port carries.
     ud_mtu: Mtu,
+    /// Congestion control of the device (each QP takes it when created).
+    cc: CcConfig,
 }
 
 impl Default for Engine {
@@ -141,6 +159,7 @@ impl Default for Engine {
             qps: HashMap::new(),
             stats: EngineStats::default(),
             ud_mtu: Mtu::Mtu4096,
+            cc: CcConfig::default(),
         }
     }
 }
@@ -162,6 +181,15 @@ impl Engine {
         }
     }
 
+    /// The same engine with congestion control `cc` for the QPs it creates.
+    pub fn with_cc(self, cc: CcConfig) -> Engine {
+        Engine { cc, ..self }
+    }
+
+    pub fn cc(&self) -> &CcConfig {
+        &self.cc
+    }
+
     pub fn stats(&self) -> &EngineStats {
         &self.stats
     }
@@ -177,7 +205,9 @@ impl Engine {
         } else {
             Mtu::Mtu1024
         };
-        self.qps.insert(cfg.qpn, Qp::new(cfg, mtu));
+        let mut qp = Qp::new(cfg, mtu);
+        qp.cc = QpCc::new(&self.cc);
+        self.qps.insert(cfg.qpn, qp);
         Ok(())
     }
 
@@ -344,7 +374,7 @@ impl Engine {
     pub fn next_deadline(&self) -> Option<u64> {
         self.qps
             .values()
-            .flat_map(|qp| [qp.req.timer_deadline, qp.req.rnr_until])
+            .flat_map(|qp| [qp.req.timer_deadline, qp.req.rnr_until, qp.cc.wake_at])
             .flatten()
             .min()
     }

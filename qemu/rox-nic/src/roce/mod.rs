@@ -18,6 +18,7 @@
 //! header, UDP to port 4791, BTH and extension headers, payload, ICRC); the device's port
 //! (`crate::port`) puts them in Ethernet frames.
 
+pub mod cc;
 pub mod engine;
 pub mod verbs;
 pub mod wire;

@@ -60,6 +60,8 @@ const BTH_MIG: u8 = 0x40;
 const BTH_PAD_SHIFT: u8 = 4;
 const BTH_PAD_MASK: u8 = 0x3;
 const BTH_ACK_REQ: u32 = 0x8000_0000;
+/// BECN (IBA 9.2): in the top byte of the destination QP word, which RoCEv2's ICRC masks.
+const BTH_BECN: u32 = 0x4000_0000;
 /// The CRC-32 of the masked LRH: 8 bytes of 0xff precede the IP header in the ICRC.
 const ICRC_MASKED_LRH: [u8; 8] = [0xff; 8];
 /// A field masked out of the ICRC is replaced by all ones.
@@ -256,6 +258,18 @@ pub struct IpInfo {
     pub hop_limit: u8,
     pub flow_label: u32,
     pub src_port: u16,
+}
+
+/// The ECN bits (RFC 3168) of a RoCEv2 packet's IP header: the low 2 bits of the IPv4 TOS
+/// or of the IPv6 traffic class.
+pub fn ecn_of(ip_header: &[u8]) -> u8 {
+    let ecn = if is_ipv6(ip_header) {
+        // The traffic class spans the low nibble of byte 0 and the high nibble of byte 1.
+        ip_header.get(1).map_or(0, |b| b >> 4)
+    } else {
+        ip_header.get(field::V4_TOS).copied().unwrap_or(0)
+    };
+    ecn & super::cc::ECN_MASK
 }
 
 /// True if `packet` starts with an IPv6 header (else IPv4).

@@ -9,6 +9,7 @@ use super::req::Requester;
 use super::resp::{InMessage, Responder};
 use super::wqe::wc_opcode;
 use super::EngineStats;
+use crate::roce::cc::{QpCc, ECN_MASK};
 use crate::roce::wire::{self, opcode as op, Aeth, Bth, Headers, IpInfo, Syndrome, DEFAULT_PKEY};
 use crate::roce::*;
 use rox_uapi::admin::PORT_NUM;
@@ -54,6 +55,8 @@ pub(super) struct Qp {
     /// An XRC target holding a receive WR (a SEND in progress, a spare after an RNR NAK): the
     /// XRC SRQ it came from, whose CQ its completion goes to even when the QP is flushed.
     pub(super) xrc_held_srq: Option<u32>,
+    /// Congestion control: ECN, the CNPs it sends, its DCQCN rate and pacing.
+    pub(super) cc: QpCc,
 }
 
 impl Qp {
@@ -83,6 +86,7 @@ impl Qp {
             resp: Responder::default(),
             xrc: None,
             xrc_held_srq: None,
+            cc: QpCc::default(),
         }
     }
 
@@ -212,7 +216,8 @@ impl Qp {
         IpInfo {
             sgid: av.sgid,
             dgid: av.dgid,
-            traffic_class: av.traffic_class,
+            // The ECN field is the device's: ECT(0) with congestion control on.
+            traffic_class: (av.traffic_class & !ECN_MASK) | self.cc.ecn(),
             hop_limit: if av.hop_limit == 0 {
                 DEFAULT_HOP_LIMIT
             } else {
@@ -277,6 +282,7 @@ impl Qp {
         let ip = self.ip_info(av);
         let packet = wire::build_packet_with(&ip, hdr, payload, env.flush_icrc());
         stats.tx_packets += 1;
+        stats.tx_bytes += packet.len() as u64;
         let (qpn, psn) = (self.cfg.qpn.get(), hdr.bth.psn.get());
         env.wqe_trace()
             .frame_out(qpn, psn, hdr.bth.opcode, payload.len());

@@ -35,6 +35,10 @@ impl Engine {
             self.stats.rx_bad_pkey += 1;
             return Err(RxDrop::BadPkey(p.hdr.bth.pkey));
         }
+        let ce = self.note_ce(&p);
+        if p.hdr.bth.opcode == op::CNP {
+            return self.receive_cnp(env, &p);
+        }
         let qpn = p.hdr.bth.dest_qpn;
         if qpn == Qpn::MULTICAST {
             return self.receive_multicast(env, &p);
@@ -54,6 +58,9 @@ impl Engine {
                 self.stats.rx_wrong_source += 1;
                 return Err(RxDrop::WrongSource(qpn));
             }
+        }
+        if ce {
+            qp.congestion_experienced(env, &mut self.stats);
         }
         if qp.xrc.is_some() {
             return qp.xrc_receive(env, &mut self.stats, &p);

@@ -147,6 +147,7 @@ impl Qp {
 
     /// Sends what the window, the RD/atomic limit, fences and RNR waits allow.
     pub(super) fn transmit(&mut self, env: &mut dyn DeviceEnv, stats: &mut EngineStats) {
+        self.cc.wake_at = None;
         while self.can_send() && self.req.rnr_until.is_none() && self.req.cursor < self.req.sq.len()
         {
             let cursor = self.req.cursor;
@@ -189,6 +190,13 @@ impl Qp {
                     break;
                 }
             }
+            if self.cc.rp.is_some() {
+                if let Some(until) = self.cc.paced_until(env.now_ns()) {
+                    // Above its DCQCN rate: the packet waits for the engine's timer.
+                    self.cc.wake_at = Some(until);
+                    break;
+                }
+            }
             let wqe = &mut self.req.sq[cursor];
             let fresh = !wqe.started;
             if fresh {
@@ -199,9 +207,13 @@ impl Qp {
                 env.wqe_trace()
                     .wqe_start(qpn, first, wqe.npsn, wqe.wr.wr_id);
             }
+            let bytes_before = stats.tx_bytes;
             match self.send_packet(env, stats, cursor) {
                 Ok(()) => {
                     self.req.fault_wait_ns = 0;
+                    if self.cc.rp.is_some() {
+                        self.cc.sent(stats.tx_bytes - bytes_before, env.now_ns());
+                    }
                     if self.cfg.qp_type == QpType::Rc {
                         self.sent_rc_packet(psn, env.now_ns());
                     }

@@ -137,8 +137,12 @@ impl Qp {
             OpcodeClass::Atomic => self.exec_atomic(env, stats, p),
             OpcodeClass::Flush => self.exec_flush(env, stats, p),
             OpcodeClass::AtomicWrite => self.exec_atomic_write(env, stats, p),
-            // Responses go to the completer (recv.rs); a responder never sees one.
-            OpcodeClass::ReadResponse | OpcodeClass::Ack | OpcodeClass::AtomicAck => {}
+            // Responses go to the completer, CNPs to congestion control (recv.rs); a
+            // responder never sees one.
+            OpcodeClass::ReadResponse
+            | OpcodeClass::Ack
+            | OpcodeClass::AtomicAck
+            | OpcodeClass::Cnp => {}
         }
     }
 

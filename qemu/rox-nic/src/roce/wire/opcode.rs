@@ -43,6 +43,12 @@ pub const CLASS_XRC: u8 = 0xa0;
 pub const CLASS_MASK: u8 = 0xe0;
 pub const OP_MASK: u8 = 0x1f;
 pub const UD_SEND_ONLY: u8 = CLASS_UD | RC_SEND_ONLY;
+/// RoCEv2's congestion notification packet (IBA Annex A17.9.3): the CNP class's only
+/// opcode; BTH (BECN set, PSN 0), 16 reserved bytes, ICRC.
+pub const CLASS_CNP: u8 = 0x80;
+pub const CNP: u8 = CLASS_CNP | 0x01;
+/// The reserved bytes after a CNP's BTH (sent as zeros, ignored on receipt).
+pub const CNP_RESERVED_LEN: usize = 16;
 pub const UD_SEND_ONLY_IMM: u8 = CLASS_UD | RC_SEND_ONLY_IMM;
 
 /// What an opcode asks for, whatever its transport (the low 5 bits of the opcode byte): the
@@ -63,6 +69,9 @@ pub enum OpcodeClass {
     Atomic,
     Flush,
     AtomicWrite,
+    /// A congestion notification (RoCEv2 CNP): no transport operation; the engine's
+    /// congestion control takes it before any role.
+    Cnp,
 }
 
 impl OpcodeClass {
@@ -100,6 +109,9 @@ pub struct OpcodeInfo {
 /// (with or without immediate); XRC RC's but the memory placement extensions (IBA 9.2
 /// defines no XRC FLUSH or ATOMIC WRITE).
 pub fn opcode_info(op: u8) -> Option<OpcodeInfo> {
+    if op == CNP {
+        return Some(CNP_INFO);
+    }
     let info = operation_info(op & OP_MASK)?;
     let xrc = op & CLASS_MASK == CLASS_XRC;
     let allowed = match op & CLASS_MASK {
@@ -115,6 +127,22 @@ pub fn opcode_info(op: u8) -> Option<OpcodeInfo> {
         ..info
     })
 }
+
+/// A CNP: the BTH only (its reserved bytes parse as the payload).
+const CNP_INFO: OpcodeInfo = OpcodeInfo {
+    class: OpcodeClass::Cnp,
+    feth: false,
+    ieth: false,
+    reth: false,
+    aeth: false,
+    atomic_eth: false,
+    atomic_ack_eth: false,
+    immdt: false,
+    deth: false,
+    xrceth: false,
+    first: true,
+    last: true,
+};
 
 /// The class and headers of an operation (the low 5 bits), as on RC.
 fn operation_info(base: u8) -> Option<OpcodeInfo> {
@@ -277,6 +305,7 @@ mod tests {
             (0x2b, "0010001011"),
             (0x64, "0000000111"),
             (0x65, "0000001111"),
+            (CNP, "0000000011"),
         ];
         let b = |x: bool| if x { '1' } else { '0' };
         let known: Vec<(u8, String)> = (0..=u8::MAX)
@@ -323,8 +352,14 @@ mod tests {
             .filter(|&o| opcode_info(o).is_some_and(|i| i.deth))
             .collect();
         assert_eq!(ud, [UD_SEND_ONLY, UD_SEND_ONLY_IMM]);
-        // No other transport bits are a transport rox speaks.
-        assert!((0..=OP_MASK).all(|b| opcode_info(0x80 | b).is_none()));
+        // No other transport bits are a transport rox speaks; the CNP class has the CNP.
+        let cnp_class: Vec<u8> = (0..=OP_MASK)
+            .filter(|&b| opcode_info(CLASS_CNP | b).is_some())
+            .map(|b| CLASS_CNP | b)
+            .collect();
+        assert_eq!(cnp_class, [CNP]);
+        assert_eq!(opcode_info(CNP).unwrap().class, OpcodeClass::Cnp);
+        assert_eq!(opcode_info(CNP).unwrap().header_len(), BTH_LEN);
     }
 
     #[test]

@@ -130,15 +130,21 @@ pub fn build_packet_with(
     put_u16(&mut buf, 0); // UDP checksum: 0 (none) over IPv4, filled below for IPv6
     let b = &hdr.bth;
     buf.push(b.opcode);
+    let is_cnp = b.opcode == opcode::CNP;
+    // A CNP's flags are all clear (A17.9.3: no migration state to carry).
+    let mig = if is_cnp { 0 } else { BTH_MIG };
     buf.push(
         if b.solicited { BTH_SE } else { 0 }
-            | BTH_MIG
+            | mig
             | ((pad as u8 & BTH_PAD_MASK) << BTH_PAD_SHIFT)
             | BTH_TVER,
     );
     put_u16(&mut buf, b.pkey);
+    // A CNP carries BECN: the flow it names went through a point of congestion. The bit is
+    // in the byte the ICRC masks.
+    let becn = if is_cnp { BTH_BECN } else { 0 };
     // from_wire: a number wider than its field must not spill into the neighbouring bits.
-    put_u32(&mut buf, Qpn::from_wire(b.dest_qpn.get()).get());
+    put_u32(&mut buf, Qpn::from_wire(b.dest_qpn.get()).get() | becn);
     put_u32(
         &mut buf,
         Psn::from_wire(b.psn.get()).get() | if b.ack_req { BTH_ACK_REQ } else { 0 },

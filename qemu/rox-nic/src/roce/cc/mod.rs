@@ -1,0 +1,496 @@
+//! RoCEv2 congestion control: ECN on the wire, CNPs from the notification point (the receiver
+//! of CE-marked packets), DCQCN in the reaction point (the sender), as mlx5 HCAs do.
+//!
+//! - [`CcConfig`]: the device's setting (`rox-nic --cc on|off --cc-param name=value,...`):
+//!   whether congestion control runs, and the DCQCN / notification point parameters under
+//!   mlx5's names, units and defaults ([`PARAMS`]);
+//! - [`dcqcn`]: the reaction point's rate state machine of one QP (pure: times and byte
+//!   counts in, rates out);
+//! - [`QpCc`]: what one QP keeps: its DCQCN state, its pacing time and its last CNP sent.
+//!
+//! With congestion control on, every RoCE packet the device sends is ECN-capable (ECT(0));
+//! with it off they are Not-ECT, CNPs received are counted and ignored, and none are sent.
+
+pub mod dcqcn;
+
+use std::fmt;
+
+pub use dcqcn::Dcqcn;
+
+/// The ECN field: the low 2 bits of the IPv4 TOS / IPv6 traffic class (RFC 3168).
+pub const ECN_MASK: u8 = 0b11;
+pub const ECN_NOT_ECT: u8 = 0b00;
+pub const ECN_ECT0: u8 = 0b10;
+/// Congestion Experienced: set by a congested router on an ECN-capable packet.
+pub const ECN_CE: u8 = 0b11;
+
+/// Congestion control of one device.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CcConfig {
+    /// On (the default, as mlx5 enables DCQCN for RoCE): ECT on every packet, CNPs sent for
+    /// CE-marked ones, CNPs received cut the QP's rate.
+    pub enabled: bool,
+    pub params: CcParams,
+}
+
+impl Default for CcConfig {
+    fn default() -> CcConfig {
+        CcConfig {
+            enabled: true,
+            params: CcParams::default(),
+        }
+    }
+}
+
+impl CcConfig {
+    /// The ECN bits the device's RoCE packets carry.
+    pub fn ecn(&self) -> u8 {
+        if self.enabled {
+            ECN_ECT0
+        } else {
+            ECN_NOT_ECT
+        }
+    }
+}
+
+/// The DCQCN and notification point parameters, under mlx5's names (its sysfs/debugfs
+/// `cc_params` and NVIDIA's DCQCN parameter table), in mlx5's units.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CcParams {
+    /// Reaction point: µs between rate increase events of the timer.
+    pub rpg_time_reset: u32,
+    /// Bytes sent between rate increase events of the byte counter.
+    pub rpg_byte_reset: u32,
+    /// Increase events (of the timer or the byte counter) before fast recovery ends.
+    pub rpg_threshold: u32,
+    /// Mb/s the target rate grows per additive increase.
+    pub rpg_ai_rate: u32,
+    /// Mb/s the target rate grows per hyper increase step.
+    pub rpg_hai_rate: u32,
+    /// A cut multiplies the rate by 1 - alpha / 2^rpg_gd (alpha in 1/1024 units).
+    pub rpg_gd: u32,
+    /// One cut leaves at least this percentage of the rate.
+    pub rpg_min_dec_fac: u32,
+    /// Mb/s: the lowest rate a QP is cut to.
+    pub rpg_min_rate: u32,
+    /// Mb/s: the highest rate (0: the line rate).
+    pub rpg_max_rate: u32,
+    /// Mb/s the first CNP of a flow sets (0: the rate it has, the line rate).
+    pub rate_to_set_on_first_cnp: u32,
+    /// µs: at most one cut per this period (CNPs within it cut at its end).
+    pub rate_reduce_monitor_period: u32,
+    /// Alpha's gain: alpha = alpha * g/1024 (+ (1024 - g) if a CNP came in the period).
+    pub dce_tcp_g: u32,
+    /// µs between alpha updates.
+    pub dce_tcp_rtt: u32,
+    /// Alpha (1/1024 units) when the first CNP of a flow arrives.
+    pub initial_alpha_value: u32,
+    /// 1: every cut sets the target rate to the current rate (0: only the first cut, or one
+    /// after a timer increase when clamp_tgt_rate_after_time_inc is set).
+    pub clamp_tgt_rate: u32,
+    pub clamp_tgt_rate_after_time_inc: u32,
+    /// Notification point: µs between two CNPs a QP sends.
+    pub min_time_between_cnps: u32,
+    /// rox's own: the line rate in Mb/s a QP sends at while not cut (the rate QUERY_PORT
+    /// reports: 4X EDR).
+    pub line_rate: u32,
+}
+
+/// One parameter: its name, unit, default, valid range and what it does (the docs' table).
+pub struct ParamSpec {
+    pub name: &'static str,
+    pub unit: &'static str,
+    pub default: u32,
+    pub min: u32,
+    pub max: u32,
+    pub what: &'static str,
+    field: fn(&mut CcParams) -> &mut u32,
+}
+
+macro_rules! param {
+    ($name:ident, $unit:expr, $default:expr, $min:expr, $max:expr, $what:expr) => {
+        ParamSpec {
+            name: stringify!($name),
+            unit: $unit,
+            default: $default,
+            min: $min,
+            max: $max,
+            what: $what,
+            field: |p| &mut p.$name,
+        }
+    };
+}
+
+/// Every parameter, with mlx5's defaults (rox's `line_rate` last).
+pub const PARAMS: &[ParamSpec] = &[
+    param!(
+        rpg_time_reset,
+        "µs",
+        300,
+        1,
+        131_071,
+        "time between rate increase events"
+    ),
+    param!(
+        rpg_byte_reset,
+        "bytes",
+        32_767,
+        1,
+        u32::MAX,
+        "bytes between rate increase events"
+    ),
+    param!(
+        rpg_threshold,
+        "events",
+        1,
+        1,
+        31,
+        "increase events of fast recovery"
+    ),
+    param!(
+        rpg_ai_rate,
+        "Mb/s",
+        5,
+        1,
+        1_000_000,
+        "additive increase step"
+    ),
+    param!(
+        rpg_hai_rate,
+        "Mb/s",
+        50,
+        1,
+        1_000_000,
+        "hyper increase step"
+    ),
+    param!(rpg_gd, "log2", 11, 1, 15, "cut: rate × (1 − α / 2^rpg_gd)"),
+    param!(
+        rpg_min_dec_fac,
+        "%",
+        50,
+        0,
+        100,
+        "a cut keeps at least this share"
+    ),
+    param!(rpg_min_rate, "Mb/s", 1, 1, 1_000_000, "lowest rate"),
+    param!(
+        rpg_max_rate,
+        "Mb/s",
+        0,
+        0,
+        1_000_000,
+        "highest rate (0: line rate)"
+    ),
+    param!(
+        rate_to_set_on_first_cnp,
+        "Mb/s",
+        0,
+        0,
+        1_000_000,
+        "rate on a flow's first CNP (0: line rate)"
+    ),
+    param!(
+        rate_reduce_monitor_period,
+        "µs",
+        4,
+        1,
+        u32::MAX,
+        "least time between cuts"
+    ),
+    param!(dce_tcp_g, "1/1024", 1019, 0, 1023, "alpha gain"),
+    param!(dce_tcp_rtt, "µs", 1, 1, 131_071, "alpha update period"),
+    param!(
+        initial_alpha_value,
+        "1/1024",
+        1023,
+        0,
+        1023,
+        "alpha on a flow's first CNP"
+    ),
+    param!(
+        clamp_tgt_rate,
+        "0/1",
+        0,
+        0,
+        1,
+        "every cut resets the target rate"
+    ),
+    param!(
+        clamp_tgt_rate_after_time_inc,
+        "0/1",
+        1,
+        0,
+        1,
+        "a cut after a timer increase resets the target rate"
+    ),
+    param!(
+        min_time_between_cnps,
+        "µs",
+        4,
+        0,
+        4095,
+        "notification point: least time between a QP's CNPs"
+    ),
+    param!(
+        line_rate,
+        "Mb/s",
+        100_000,
+        1,
+        1_000_000,
+        "rox: a QP's rate while not cut"
+    ),
+];
+
+impl Default for CcParams {
+    fn default() -> CcParams {
+        let mut p = CcParams {
+            rpg_time_reset: 0,
+            rpg_byte_reset: 0,
+            rpg_threshold: 0,
+            rpg_ai_rate: 0,
+            rpg_hai_rate: 0,
+            rpg_gd: 0,
+            rpg_min_dec_fac: 0,
+            rpg_min_rate: 0,
+            rpg_max_rate: 0,
+            rate_to_set_on_first_cnp: 0,
+            rate_reduce_monitor_period: 0,
+            dce_tcp_g: 0,
+            dce_tcp_rtt: 0,
+            initial_alpha_value: 0,
+            clamp_tgt_rate: 0,
+            clamp_tgt_rate_after_time_inc: 0,
+            min_time_between_cnps: 0,
+            line_rate: 0,
+        };
+        for spec in PARAMS {
+            *(spec.field)(&mut p) = spec.default;
+        }
+        p
+    }
+}
+
+/// Why a `--cc-param` list was refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BadCcParam(String);
+
+impl fmt::Display for BadCcParam {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for BadCcParam {}
+
+impl CcParams {
+    /// Sets one parameter by its name, within its range.
+    pub fn set(&mut self, name: &str, value: &str) -> Result<(), BadCcParam> {
+        let Some(spec) = PARAMS.iter().find(|s| s.name == name) else {
+            let names: Vec<&str> = PARAMS.iter().map(|s| s.name).collect();
+            return Err(BadCcParam(format!(
+                "unknown congestion control parameter {name:?} (known: {})",
+                names.join(", ")
+            )));
+        };
+        let v: u32 = value.parse().map_err(|_| {
+            BadCcParam(format!(
+                "{name}={value:?}: want a whole number ({})",
+                spec.unit
+            ))
+        })?;
+        if !(spec.min..=spec.max).contains(&v) {
+            return Err(BadCcParam(format!(
+                "{name}={v}: out of range {}..={} ({})",
+                spec.min, spec.max, spec.unit
+            )));
+        }
+        *(spec.field)(self) = v;
+        Ok(())
+    }
+
+    /// Applies `name=value,name=value,...` on top of these values; nothing changes if any
+    /// item is bad.
+    pub fn apply_list(&mut self, list: &str) -> Result<(), BadCcParam> {
+        let mut next = *self;
+        for item in list.split(',').filter(|i| !i.is_empty()) {
+            let (name, value) = item.split_once('=').ok_or_else(|| {
+                BadCcParam(format!("{item:?}: want name=value (e.g. rpg_ai_rate=10)"))
+            })?;
+            next.set(name.trim(), value.trim())?;
+        }
+        if next.rpg_max_rate != 0 && next.rpg_max_rate < next.rpg_min_rate {
+            return Err(BadCcParam(format!(
+                "rpg_max_rate={} is below rpg_min_rate={}",
+                next.rpg_max_rate, next.rpg_min_rate
+            )));
+        }
+        *self = next;
+        Ok(())
+    }
+
+    /// The highest rate in kb/s: rpg_max_rate, else the line rate.
+    pub fn max_rate_kbps(&self) -> u64 {
+        let mbps = match self.rpg_max_rate {
+            0 => self.line_rate,
+            r => r.min(self.line_rate),
+        };
+        u64::from(mbps) * 1000
+    }
+}
+
+/// The congestion control state of one QP.
+#[derive(Clone, Debug, Default)]
+pub struct QpCc {
+    /// The device's setting when the QP was created.
+    pub enabled: bool,
+    pub params: CcParams,
+    /// The reaction point's rate (None: never cut, or recovered: line rate, no pacing).
+    pub rp: Option<Dcqcn>,
+    /// The requester sends its next packet no earlier than this (ns; pacing at the rate).
+    pub not_before: u64,
+    /// The requester stopped for pacing and has more to send at this time: a timer.
+    pub wake_at: Option<u64>,
+    /// When this QP last sent a CNP (notification point rate limit).
+    pub last_cnp_ns: Option<u64>,
+}
+
+impl QpCc {
+    pub fn new(cfg: &CcConfig) -> QpCc {
+        QpCc {
+            enabled: cfg.enabled,
+            params: cfg.params,
+            ..QpCc::default()
+        }
+    }
+
+    /// The ECN bits of the QP's packets.
+    pub fn ecn(&self) -> u8 {
+        if self.enabled {
+            ECN_ECT0
+        } else {
+            ECN_NOT_ECT
+        }
+    }
+
+    /// Whether a CE-marked packet at `now` may be answered with a CNP (and notes it sent).
+    pub fn cnp_due(&mut self, now: u64) -> bool {
+        let gap = u64::from(self.params.min_time_between_cnps) * 1000;
+        if self
+            .last_cnp_ns
+            .is_some_and(|t| now.saturating_sub(t) < gap)
+        {
+            return false;
+        }
+        self.last_cnp_ns = Some(now);
+        true
+    }
+
+    /// A CNP for the QP at `now` (congestion control on): DCQCN cuts the rate.
+    pub fn on_cnp(&mut self, now: u64) {
+        match &mut self.rp {
+            Some(rp) => rp.on_cnp(now, &self.params),
+            None => self.rp = Some(Dcqcn::first_cnp(now, &self.params)),
+        }
+    }
+
+    /// The time the requester's next packet must wait for (None: it may go now). Costs one
+    /// test while the QP sends at line rate.
+    pub fn paced_until(&self, now: u64) -> Option<u64> {
+        self.rp.as_ref()?;
+        (now < self.not_before).then_some(self.not_before)
+    }
+
+    /// The requester sent `bytes` at `now`: the next packet waits their time at the rate.
+    pub fn sent(&mut self, bytes: u64, now: u64) {
+        let Some(rp) = &mut self.rp else { return };
+        rp.on_sent(bytes, now, &self.params);
+        let gap = dcqcn::wire_time_ns(bytes, rp.rate_kbps());
+        self.not_before = self.not_before.max(now) + gap;
+        if rp.recovered(&self.params) {
+            self.rp = None;
+        }
+    }
+
+    /// The current rate in kb/s (the highest while not cut).
+    pub fn rate_kbps(&self) -> u64 {
+        self.rp
+            .as_ref()
+            .map_or(self.params.max_rate_kbps(), Dcqcn::rate_kbps)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_mlx5s() {
+        let p = CcParams::default();
+        assert_eq!(
+            (p.rpg_time_reset, p.rpg_byte_reset, p.rpg_threshold),
+            (300, 32_767, 1)
+        );
+        assert_eq!((p.rpg_ai_rate, p.rpg_hai_rate, p.rpg_gd), (5, 50, 11));
+        assert_eq!((p.rpg_min_dec_fac, p.rpg_min_rate), (50, 1));
+        assert_eq!(
+            (p.dce_tcp_g, p.dce_tcp_rtt, p.initial_alpha_value),
+            (1019, 1, 1023)
+        );
+        assert_eq!(
+            (p.rate_reduce_monitor_period, p.min_time_between_cnps),
+            (4, 4)
+        );
+        assert!(CcConfig::default().enabled);
+        assert_eq!(CcConfig::default().ecn(), ECN_ECT0);
+    }
+
+    #[test]
+    fn a_parameter_list_applies_whole_or_not_at_all() {
+        let mut p = CcParams::default();
+        p.apply_list("rpg_ai_rate=10, min_time_between_cnps=0")
+            .unwrap();
+        assert_eq!((p.rpg_ai_rate, p.min_time_between_cnps), (10, 0));
+        let before = p;
+        for (bad, says) in [
+            (
+                "rpg_ai_rate=20,nope=1",
+                "unknown congestion control parameter \"nope\"",
+            ),
+            ("rpg_gd=99", "rpg_gd=99: out of range 1..=15"),
+            ("rpg_ai_rate=fast", "want a whole number"),
+            ("rpg_ai_rate", "want name=value"),
+            ("rpg_max_rate=5,rpg_min_rate=10", "below rpg_min_rate"),
+        ] {
+            let e = p.apply_list(bad).unwrap_err().to_string();
+            assert!(e.contains(says), "{bad}: {e}");
+            assert_eq!(p, before, "{bad} changed nothing");
+        }
+    }
+
+    #[test]
+    fn cnps_of_a_qp_keep_their_least_gap() {
+        let mut cc = QpCc::new(&CcConfig::default());
+        assert!(cc.cnp_due(1_000));
+        assert!(!cc.cnp_due(4_999), "within 4 µs of the last");
+        assert!(cc.cnp_due(5_000));
+    }
+
+    #[test]
+    fn a_cut_qp_is_paced_at_its_rate_and_a_recovered_one_is_not() {
+        let mut cc = QpCc::new(&CcConfig::default());
+        assert_eq!(cc.paced_until(0), None, "never cut: line rate, no pacing");
+        cc.sent(4096, 0);
+        assert_eq!(cc.paced_until(0), None);
+        cc.on_cnp(1_000);
+        let rate = cc.rate_kbps();
+        assert!(rate < cc.params.max_rate_kbps());
+        cc.sent(4096, 1_000);
+        let gap = dcqcn::wire_time_ns(4096, rate);
+        assert_eq!(cc.paced_until(1_000), Some(1_000 + gap));
+        assert_eq!(cc.paced_until(1_000 + gap), None);
+        // A second afterwards the timer has brought it back to line rate: state forgotten.
+        cc.sent(4096, 1_000_000_000);
+        assert!(cc.rp.is_none());
+        assert_eq!(cc.paced_until(1_000_000_001), None);
+    }
+}
