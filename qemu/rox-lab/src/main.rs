@@ -21,7 +21,7 @@ use clap::{Parser, ValueEnum};
 
 use paths::Paths;
 use runner::{Outcome, Runner};
-use spec::{GuestArg, Lab};
+use spec::{GuestArg, Lab, NicArgs};
 
 /// Exit status when the --timeout watchdog stopped the guests (as timeout(1)), or a guest
 /// missed its boot deadline.
@@ -78,6 +78,11 @@ struct Cli {
     /// bridge; their frames then never reach bridge 0 (--capture does not see them).
     #[arg(long)]
     cable: bool,
+    /// More rox-nic options for the rox NICs of guest G (its number), or of every guest with
+    /// `all=ARGS`, e.g. `--nic-args 2='--bottleneck rate=200M'`; split at spaces, added after
+    /// the lab's own; repeatable (docs/networking.md).
+    #[arg(long = "nic-args", value_name = "G=ARGS", allow_hyphen_values = true)]
+    nic_args: Vec<NicArgs>,
     /// Capture bridge 0 with tcpdump into this pcap file.
     #[arg(long)]
     capture: Option<PathBuf>,
@@ -148,7 +153,8 @@ impl Cli {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let lab = Lab::new(cli.mtu, cli.routed, cli.first_guest, &cli.guests, &cli.cmds)
-        .and_then(|l| if cli.cable { l.with_cable() } else { Ok(l) });
+        .and_then(|l| if cli.cable { l.with_cable() } else { Ok(l) })
+        .and_then(|l| l.with_nic_args(&cli.nic_args));
     let lab = match lab {
         Ok(l) => l,
         Err(e) => {

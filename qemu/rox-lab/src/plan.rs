@@ -276,6 +276,8 @@ pub fn rox_nic_args(
     if let Some(at) = panic_at {
         args.extend(["--debug-panic-at".to_string(), at.to_string()]);
     }
+    // Last: the lab's own options above are the defaults `--nic-args` may follow.
+    args.extend(nic.extra_args.iter().cloned());
     args
 }
 
@@ -497,6 +499,13 @@ mod tests {
         assert!(!args.contains("debug"));
         assert!(
             args.contains(" --die-on rtmin+1,fatal=silent --die-on rtmin+2,fatal=report"),
+            "{args}"
+        );
+        let extra: crate::spec::NicArgs = "0=--cc off --bottleneck rate=1G".parse().unwrap();
+        let l = l.with_nic_args(&[extra]).unwrap();
+        let args = rox_nic_args(&l.guests[0].nics[0], &f, 1500, None, None).join(" ");
+        assert!(
+            args.ends_with("fatal=report --cc off --bottleneck rate=1G"),
             "{args}"
         );
     }

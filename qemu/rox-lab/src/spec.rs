@@ -46,6 +46,37 @@ pub enum SpecError {
         "--cable joins the first NICs of the first two guests: both must be rox (and not --routed)"
     )]
     Cable,
+    #[error("bad --nic-args '{0}' (want G=ARGS or all=ARGS: G a guest number, ARGS rox-nic options split at spaces)")]
+    NicArgs(String),
+    #[error("--nic-args for guest {0}, which has no rox NIC in this lab")]
+    NicArgsGuest(usize),
+}
+
+/// One `--nic-args G=ARGS` argument: rox-nic options added to every rox NIC of guest G (its
+/// number, as in ROX_IP_<G>_<N>), or of every guest with `all=ARGS`. ARGS is split at
+/// whitespace (no quoting: rox-nic's options take no spaces).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NicArgs {
+    /// None: every guest.
+    pub guest: Option<usize>,
+    pub args: Vec<String>,
+}
+
+impl FromStr for NicArgs {
+    type Err = SpecError;
+    fn from_str(s: &str) -> Result<Self, SpecError> {
+        let bad = || SpecError::NicArgs(s.to_string());
+        let (g, rest) = s.split_once('=').ok_or_else(bad)?;
+        let guest = match g {
+            "all" => None,
+            n => Some(n.parse::<usize>().map_err(|_| bad())?),
+        };
+        let args: Vec<String> = rest.split_whitespace().map(str::to_string).collect();
+        if args.is_empty() {
+            return Err(bad());
+        }
+        Ok(NicArgs { guest, args })
+    }
 }
 
 /// What backs one guest NIC on the lab bridge.
@@ -126,6 +157,8 @@ pub struct Nic {
     pub tap: String,
     /// This rox NIC's port is an end of the lab's rox-to-rox cable instead of its tap.
     pub cable: Option<CableEnd>,
+    /// More rox-nic options for this rox NIC (`--nic-args`).
+    pub extra_args: Vec<String>,
 }
 
 /// The two ends of the lab's rox-to-rox cable (`--cable`): rox-nic `--port cable:listen=` and
@@ -248,6 +281,7 @@ impl Lab {
                         ip6: guest_ip6(subnet, g, n),
                         tap: tap_name(g, n),
                         cable: None,
+                        extra_args: Vec::new(),
                     })
                     .collect();
                 Guest {
@@ -281,6 +315,27 @@ impl Lab {
             subnets,
             guests,
         })
+    }
+
+    /// Adds each `--nic-args` item's options, in order, to the rox NICs it names; an item for
+    /// a guest without rox NICs (or not in the lab) is an error.
+    pub fn with_nic_args(mut self, items: &[NicArgs]) -> Result<Lab, SpecError> {
+        for item in items {
+            let mut matched = false;
+            for g in &mut self.guests {
+                if item.guest.is_some_and(|n| n != g.index) {
+                    continue;
+                }
+                for nic in g.nics.iter_mut().filter(|n| n.kind == NicKind::Rox) {
+                    nic.extra_args.extend(item.args.iter().cloned());
+                    matched = true;
+                }
+            }
+            if let (Some(n), false) = (item.guest, matched) {
+                return Err(SpecError::NicArgsGuest(n));
+            }
+        }
+        Ok(self)
     }
 
     /// Joins the first NICs of the first two guests with a rox-to-rox cable instead of the
@@ -436,6 +491,61 @@ mod tests {
             "rox,rox,rox,rox,rox,rox,rox,rox,rox,rox".parse::<GuestArg>(),
             Err(SpecError::TooManyNics(_))
         ));
+    }
+
+    #[test]
+    fn nic_args_go_to_the_rox_nics_of_the_guests_they_name() {
+        let g = |s: &str| -> GuestArg { s.parse().unwrap() };
+        let items: Vec<NicArgs> = [
+            "all=--cc on",
+            "2=--bottleneck rate=200M,kmin=8K  --idle-ms 5",
+        ]
+        .iter()
+        .map(|s| s.parse().unwrap())
+        .collect();
+        let lab = Lab::new(
+            9000,
+            false,
+            0,
+            &[g("rox"), g("rox,virtio"), g("rox,rox")],
+            &cmds(3),
+        )
+        .unwrap()
+        .with_nic_args(&items)
+        .unwrap();
+        assert_eq!(lab.guests[0].nics[0].extra_args, ["--cc", "on"]);
+        assert_eq!(lab.guests[1].nics[0].extra_args, ["--cc", "on"]);
+        assert!(lab.guests[1].nics[1].extra_args.is_empty(), "a virtio NIC");
+        for nic in &lab.guests[2].nics {
+            assert_eq!(
+                nic.extra_args,
+                [
+                    "--cc",
+                    "on",
+                    "--bottleneck",
+                    "rate=200M,kmin=8K",
+                    "--idle-ms",
+                    "5"
+                ]
+            );
+        }
+        let no_rox = Lab::new(9000, false, 0, &[g("rox"), g("virtio")], &cmds(2)).unwrap();
+        let to = |s: &str| vec![s.parse::<NicArgs>().unwrap()];
+        assert_eq!(
+            no_rox.clone().with_nic_args(&to("1=--cc on")),
+            Err(SpecError::NicArgsGuest(1))
+        );
+        assert_eq!(
+            no_rox.with_nic_args(&to("5=--cc on")),
+            Err(SpecError::NicArgsGuest(5))
+        );
+        for bad in ["", "--cc on", "x=--cc", "1=", "1=   ", "-1=--cc on"] {
+            assert_eq!(
+                bad.parse::<NicArgs>(),
+                Err(SpecError::NicArgs(bad.to_string())),
+                "{bad}"
+            );
+        }
     }
 
     #[test]

@@ -6,7 +6,8 @@ use std::sync::Arc;
 
 use clap::Parser;
 use rox_nic::device::{
-    DeviceConfig, DieOn, FaultConfig, LinkSpec, PortConfig, RoxNic, Shared, DEFAULT_IDLE_AFTER,
+    BottleneckConfig, DeviceConfig, DieOn, FaultConfig, LinkSpec, PortConfig, RoxNic, Shared,
+    DEFAULT_IDLE_AFTER,
 };
 use rox_nic::roce::cc::CcConfig;
 use rox_nic::roce::wire::FlushIcrc;
@@ -47,6 +48,13 @@ struct Args {
     /// `loss=0.01,dup=0.01,reorder=0.01,corrupt=0.01,seed=42`.
     #[arg(long)]
     faults: Option<String>,
+    /// A congested switch queue in front of the port's receive side (docs/congestion.md):
+    /// `rate=R[k|M|G]` bits/s, and optionally `limit=B`, `kmin=B`, `kmax=B` (bytes, K/M =
+    /// KiB/MiB), `pmax=P`, `seed=N`. Arriving frames drain at the rate; beyond `limit` queued
+    /// bytes they are dropped; from `kmin` to `kmax` ECN-capable frames are marked CE with a
+    /// probability rising to `pmax` (always above `kmax`), others dropped, as RED does.
+    #[arg(long, value_name = "SPEC")]
+    bottleneck: Option<String>,
     /// Write every frame the port sends and receives to this pcap file (Ethernet; tshark
     /// decodes RoCEv2 as InfiniBand).
     #[arg(long)]
@@ -171,6 +179,11 @@ fn main() {
 
 fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let faults = args.faults.as_deref().map(FaultConfig::parse).transpose()?;
+    let bottleneck = args
+        .bottleneck
+        .as_deref()
+        .map(BottleneckConfig::parse)
+        .transpose()?;
     let flush = flush_icrc(args.flush_icrc)?;
     let cc = congestion_control(args.cc, &args.cc_param)?;
     if !cc.enabled {
@@ -185,9 +198,17 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             mtu: args.mtu,
             faults,
             pcap: args.pcap,
+            bottleneck,
         }),
-        None if faults.is_some() || args.pcap.is_some() || args.mtu.is_some() => {
-            return Err("--faults, --pcap and --mtu need --port (they act on the port)".into());
+        None if faults.is_some()
+            || args.pcap.is_some()
+            || args.mtu.is_some()
+            || bottleneck.is_some() =>
+        {
+            return Err(
+                "--faults, --pcap, --mtu and --bottleneck need --port (they act on the port)"
+                    .into(),
+            );
         }
         None => None,
     };

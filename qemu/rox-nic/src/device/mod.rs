@@ -55,7 +55,7 @@ pub struct DeviceConfig {
     pub cc: crate::roce::cc::CcConfig,
 }
 
-pub use crate::port::{FaultConfig, LinkSpec, PortConfig};
+pub use crate::port::{BottleneckConfig, FaultConfig, LinkSpec, PortConfig};
 pub use death::{DeathMode, DieOn};
 
 /// Default idle grace period of the data path.

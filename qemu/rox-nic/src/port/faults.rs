@@ -75,7 +75,7 @@ pub struct FaultStats {
 /// SplitMix64: a tiny, fast, seedable generator. Fault injection runs per frame on the data
 /// path (and in debug-built tests), where a cryptographic RNG costs more than the frame.
 #[derive(Debug, Clone)]
-struct SplitMix64(u64);
+pub(super) struct SplitMix64(pub(super) u64);
 
 impl SplitMix64 {
     fn next(&mut self) -> u64 {
@@ -90,7 +90,7 @@ impl SplitMix64 {
     }
 
     /// True with probability `p`.
-    fn chance(&mut self, p: f64) -> bool {
+    pub(super) fn chance(&mut self, p: f64) -> bool {
         // 53 random bits give a uniform f64 in [0, 1).
         const MANTISSA_BITS: u32 = 53;
         let unit =

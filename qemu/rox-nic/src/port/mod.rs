@@ -5,13 +5,16 @@
 //! - [`tap`], [`socket`], [`cable`]: the kinds of wire ([`LinkSpec`]): a tap interface, QEMU's
 //!   `dgram` / `stream` socket netdev framings over unix sockets, or a rox-to-rox cable
 //!   (rings of frames in shared memory between two rox-nic processes);
-//! - [`faults`], [`pcap`]: seeded fault injection on, and capture of, the port's frames.
+//! - [`faults`], [`pcap`]: seeded fault injection on, and capture of, the port's frames;
+//! - [`bottleneck`]: a congested switch queue (rate, tail drop, RED/ECN marking) in front of
+//!   the port's receive side.
 //!
 //! A [`Port`] queues frames and sends them in batches ([`Port::flush`]), receives in batches
 //! ([`Port::recv`]), and applies faults and capture to every frame it sends. The netdev side
 //! ([`netdev::Netdev`]) is a [`Link`] of the same kinds (dgram or stream) with a backlog for a
 //! guest that is slow to take frames.
 
+pub mod bottleneck;
 pub mod cable;
 pub mod faults;
 pub mod frame;
@@ -27,6 +30,7 @@ use std::os::fd::RawFd;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+pub use bottleneck::{BadBottleneckSpec, BottleneckConfig, BottleneckStats};
 pub use faults::{BadFaultSpec, FaultConfig, FaultInjector, FaultStats};
 use frame::{EthHeader, Mac, ETH_HEADER_LEN};
 use pcap::PcapWriter;
@@ -325,6 +329,8 @@ pub struct PortConfig {
     pub faults: Option<FaultConfig>,
     /// Write every frame sent (before fault injection) and received to this pcap file.
     pub pcap: Option<PathBuf>,
+    /// A congested switch queue in front of the port's receive side.
+    pub bottleneck: Option<BottleneckConfig>,
 }
 
 impl PortConfig {
@@ -334,6 +340,7 @@ impl PortConfig {
             mtu: None,
             faults: None,
             pcap: None,
+            bottleneck: None,
         }
     }
 }
@@ -365,6 +372,7 @@ pub struct Port {
     tx: Vec<(EthHeader, Vec<u8>)>,
     rx: RxBatch,
     stats: PortStats,
+    bottleneck: Option<bottleneck::Shaper>,
 }
 
 impl Port {
@@ -391,7 +399,11 @@ impl Port {
         {
             return Err(PortError::CableMtu(mtu));
         }
-        Port::with_link(link, mac, mtu, cfg.faults, cfg.pcap.as_deref())
+        let mut port = Port::with_link(link, mac, mtu, cfg.faults, cfg.pcap.as_deref())?;
+        port.bottleneck = cfg
+            .bottleneck
+            .map(|b| bottleneck::Shaper::new(b, port.max_frame()));
+        Ok(port)
     }
 
     /// A port on an already open link.
@@ -426,6 +438,7 @@ impl Port {
             tx: Vec::new(),
             rx: RxBatch::new(mtu + ETH_HEADER_LEN),
             stats: PortStats::default(),
+            bottleneck: None,
         })
     }
 
@@ -444,6 +457,10 @@ impl Port {
 
     pub fn stats(&self) -> PortStats {
         self.stats
+    }
+
+    pub fn bottleneck_stats(&self) -> Option<BottleneckStats> {
+        self.bottleneck.as_ref().map(bottleneck::Shaper::stats)
     }
 
     pub fn fault_stats(&self) -> Option<FaultStats> {
@@ -536,7 +553,10 @@ impl Port {
     /// Receives up to [`BATCH`] frames (see [`Port::frames`]); never waits. With nothing
     /// waiting, a frame held back by reorder injection is released.
     pub fn recv(&mut self) -> std::io::Result<usize> {
-        let n = self.link.recv(&mut self.rx)?;
+        let n = match &mut self.bottleneck {
+            Some(b) => b.recv(&mut self.link, &mut self.rx, self.epoch.elapsed())?,
+            None => self.link.recv(&mut self.rx)?,
+        };
         if n == 0 {
             if self.faults.is_some() {
                 self.flush_faults();
@@ -568,8 +588,17 @@ impl Port {
             .map(|(fd, out)| (fd, out || self.has_backlog()))
     }
 
+    /// How long until the link tries again to reach a missing peer, or the bottleneck has
+    /// frames for the device (None: neither).
     pub fn retry_in(&self) -> Option<Duration> {
-        self.link.retry_in()
+        let due = self
+            .bottleneck
+            .as_ref()
+            .and_then(|b| b.due_in(self.epoch.elapsed()));
+        match (self.link.retry_in(), due) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// Flushes the pcap capture to disk.
@@ -583,6 +612,9 @@ impl Port {
 
 impl Drop for Port {
     fn drop(&mut self) {
+        if let Some(b) = &mut self.bottleneck {
+            b.log_stats();
+        }
         let _ = self.flush_capture();
     }
 }
