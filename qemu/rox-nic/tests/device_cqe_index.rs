@@ -13,12 +13,21 @@ const PD: u32 = 3;
 const ACCESS: u32 = ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE | ACCESS_REMOTE_READ;
 const BUF: u64 = 64 * 1024;
 
+/// The next `n` CQEs of `cq`: (wr_id, status, wqe_index) each.
+fn next_cqes(d: &mut TestDriver, cq: &mut TestCq, n: usize) -> Vec<(u64, u8, u16)> {
+    (0..n)
+        .map(|_| {
+            let c = d.wait_cqe(cq);
+            (c.wr_id, c.status, c.wqe_index)
+        })
+        .collect()
+}
+
 #[test]
 fn sends_and_receives_sharing_one_wr_id_complete_with_their_own_indices() {
     let mut d = TestDriver::new(DeviceConfig::new([2, 0, 0, 0, 0, 1]));
     let (mut cq_a, mut cq_b, mut a, mut b) = d.qp_pair(QPT_RC, PD, 8, ACCESS);
-    let buf = d.ram.alloc(BUF, 4096);
-    let key = d.reg_mr(PD, buf, BUF, ACCESS).unwrap();
+    let (buf, key) = d.buffer(PD, BUF, ACCESS);
     for n in 0..3 {
         d.post_recv(&mut b, 42, &[sge(buf + 4096 * (n + 1), 64, key)]);
     }
@@ -29,20 +38,12 @@ fn sends_and_receives_sharing_one_wr_id_complete_with_their_own_indices() {
     }
     let qa = a;
     d.ring_sq(&qa);
-    let sends: Vec<_> = (0..2).map(|_| d.wait_cqe(&mut cq_a)).collect();
     assert_eq!(
-        sends
-            .iter()
-            .map(|c| (c.wr_id, c.status, c.wqe_index))
-            .collect::<Vec<_>>(),
+        next_cqes(&mut d, &mut cq_a, 2),
         [(7, WC_SUCCESS, 0), (7, WC_SUCCESS, 2)]
     );
-    let recvs: Vec<_> = (0..3).map(|_| d.wait_cqe(&mut cq_b)).collect();
     assert_eq!(
-        recvs
-            .iter()
-            .map(|c| (c.wr_id, c.status, c.wqe_index))
-            .collect::<Vec<_>>(),
+        next_cqes(&mut d, &mut cq_b, 3),
         [
             (42, WC_SUCCESS, 0),
             (42, WC_SUCCESS, 1),
@@ -56,8 +57,7 @@ fn sends_and_receives_sharing_one_wr_id_complete_with_their_own_indices() {
 fn an_undecodable_wqe_and_the_flush_behind_it_name_their_indices() {
     let mut d = TestDriver::new(DeviceConfig::new([2, 0, 0, 0, 0, 1]));
     let (mut cq_a, _cq_b, mut a, _b) = d.qp_pair(QPT_RC, PD, 8, ACCESS);
-    let buf = d.ram.alloc(BUF, 4096);
-    let key = d.reg_mr(PD, buf, BUF, ACCESS).unwrap();
+    let (buf, key) = d.buffer(PD, BUF, ACCESS);
     let s = [sge(buf, 32, key)];
     let mut bad = send_wqe(9, WR_SEND, WQE_FLAG_SIGNALED, &s);
     bad.opcode = 0x7f;

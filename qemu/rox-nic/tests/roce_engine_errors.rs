@@ -86,16 +86,10 @@ fn remote_access_errors_leave_memory_untouched() {
         );
         t.assert_guards();
         // The responder's QP is in ERR too, and its owner was told (QP_ACCESS_ERR).
-        let responder = &t.net.devs[1];
-        assert_eq!(
-            responder.engine.qp_state(QPN_B),
-            Some(QpState::Err),
-            "{what}"
-        );
-        assert_eq!(
-            responder.env.async_errors,
-            [(QPN_B, QpAsyncError::AccessViolation)],
-            "{what}"
+        t.assert_responder(
+            QpState::Err,
+            &[(QPN_B, QpAsyncError::AccessViolation)],
+            what,
         );
     }
 }
@@ -170,9 +164,7 @@ fn write_overrunning_its_region_writes_nothing() {
             };
             let got: Vec<_> = t.cqes(1).iter().map(|c| (c.wr_id, c.status)).collect();
             assert_eq!(got, recv, "{what}: the failed WRITE consumed no receive WR");
-            let responder = &t.net.devs[1];
-            assert_eq!(responder.engine.qp_state(QPN_B), Some(state), "{what}");
-            assert_eq!(responder.env.async_errors, events, "{what}");
+            t.assert_responder(state, &events, &what);
         }
     }
 }

@@ -303,9 +303,7 @@ fn rc_flush_errors() {
         } else {
             (QpState::Rts, vec![])
         };
-        let responder = &t.net.devs[1];
-        assert_eq!(responder.engine.qp_state(QPN_B), Some(state), "{what}");
-        assert_eq!(responder.env.async_errors, events, "{what}");
+        t.assert_responder(state, &events, &what);
     }
 }
 

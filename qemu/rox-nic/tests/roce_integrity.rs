@@ -243,6 +243,15 @@ const CLEAN: Case = Case {
     rx_capacity: None,
 };
 
+/// [`CLEAN`] on a wire that loses, duplicates, reorders and corrupts a little.
+const LOSSY: Case = Case {
+    loss: 0.01,
+    duplicate: 0.01,
+    reorder: 0.02,
+    corrupt: 0.005,
+    ..CLEAN
+};
+
 /// The failing run's shape exactly: `rstream -S 65536 -C 200 -T v`, no faults. Each 64 KiB
 /// message ends in a 16-byte inline write at the start of a fresh ring half (the 16-byte
 /// sync shifts every message), where the guest run saw its bad byte.
@@ -260,14 +269,7 @@ fn rstream_64k_200_each_way_clean_wire() {
 /// The failing shape (fewer messages) under loss, duplication, reordering and corruption.
 #[test]
 fn rstream_64k_each_way_lossy_wire() {
-    let case = Case {
-        loss: 0.01,
-        duplicate: 0.01,
-        reorder: 0.02,
-        corrupt: 0.005,
-        count: 60,
-        ..CLEAN
-    };
+    let case = Case { count: 60, ..LOSSY };
     let out = run_seeds("lossy-60", case, 2);
     assert!(out.seq_naks + out.timeouts > 0 && out.duplicates > 0 && out.icrc_drops > 0);
 }
@@ -276,13 +278,9 @@ fn rstream_64k_each_way_lossy_wire() {
 #[test]
 fn rstream_64k_ping_pong_lossy_wire() {
     let case = Case {
-        loss: 0.01,
-        duplicate: 0.01,
-        reorder: 0.02,
-        corrupt: 0.005,
         count: 1,
         iterations: 40,
-        ..CLEAN
+        ..LOSSY
     };
     let out = run_seeds("lossy", case, 2);
     assert!(out.seq_naks + out.timeouts > 0 && out.duplicates > 0 && out.icrc_drops > 0);

@@ -38,21 +38,24 @@ impl TestDriver {
     }
 
     pub fn post_recv(&mut self, qp: &mut TestQp, wr_id: u64, sges: &[Sge]) {
-        let addr = qp.rq + (qp.rq_pi & (qp.rq_depth - 1)) as u64 * RQ_WQE_SIZE as u64;
-        self.ram.write_obj(addr, &recv_wqe(wr_id, sges));
-        qp.rq_pi = qp.rq_pi.wrapping_add(1);
-        fence(Ordering::Release);
+        self.write_recv(qp.rq, qp.rq_depth, &mut qp.rq_pi, wr_id, sges);
         self.db.store_b(TEST_DB_PAGE, qp.db_slot, qp.rq_pi);
         self.kick();
     }
 
     pub fn post_srq(&mut self, srq: &mut TestSrq, wr_id: u64, sges: &[Sge]) {
-        let addr = srq.ring + (srq.pi & (srq.depth - 1)) as u64 * RQ_WQE_SIZE as u64;
-        self.ram.write_obj(addr, &recv_wqe(wr_id, sges));
-        srq.pi = srq.pi.wrapping_add(1);
-        fence(Ordering::Release);
+        self.write_recv(srq.ring, srq.depth, &mut srq.pi, wr_id, sges);
         self.db.store_a(TEST_DB_PAGE, srq.db_slot, srq.pi);
         self.kick();
+    }
+
+    /// Writes a receive WQE at producer index `*pi` of the ring of `depth` WQEs at `ring` and
+    /// advances `*pi`, ordered before the doorbell that publishes it.
+    fn write_recv(&mut self, ring: u64, depth: u32, pi: &mut u32, wr_id: u64, sges: &[Sge]) {
+        let addr = ring + (*pi & (depth - 1)) as u64 * RQ_WQE_SIZE as u64;
+        self.ram.write_obj(addr, &recv_wqe(wr_id, sges));
+        *pi = pi.wrapping_add(1);
+        fence(Ordering::Release);
     }
 
     pub fn poll_cq(&mut self, cq: &mut TestCq) -> Option<Cqe> {

@@ -118,9 +118,14 @@ impl Pair {
     }
     /// The responder's QP is in ERR, having reported `error` and nothing else.
     pub fn assert_responder_failed(&self, error: QpAsyncError) {
+        self.assert_responder(QpState::Err, &[(QPN_B, error)], "");
+    }
+    /// The responder's QP is in `state`, having reported `events` and nothing else (`what`
+    /// names the case in a failure).
+    pub fn assert_responder(&self, state: QpState, events: &[(Qpn, QpAsyncError)], what: &str) {
         let responder = &self.net.devs[1];
-        assert_eq!(responder.engine.qp_state(QPN_B), Some(QpState::Err));
-        assert_eq!(responder.env.async_errors, [(QPN_B, error)]);
+        assert_eq!(responder.engine.qp_state(QPN_B), Some(state), "{what}");
+        assert_eq!(responder.env.async_errors, events, "{what}");
     }
     /// Guard bytes outside the registered window are untouched on both devices.
     pub fn assert_guards(&self) {
