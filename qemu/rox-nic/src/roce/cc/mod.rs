@@ -444,6 +444,16 @@ mod tests {
         assert_eq!(CcConfig::default().ecn(), ECN_ECT0);
     }
 
+    /// docs/transport.md's table has every parameter with its unit and default.
+    #[test]
+    fn the_docs_table_has_every_parameter_and_default() {
+        let docs = include_str!("../../../../../docs/transport.md");
+        for spec in PARAMS {
+            let row = format!("| `{}` | {} | {} |", spec.name, spec.unit, spec.default);
+            assert!(docs.contains(&row), "docs/transport.md lacks {row}");
+        }
+    }
+
     #[test]
     fn a_parameter_list_applies_whole_or_not_at_all() {
         let mut p = CcParams::default();
