@@ -58,7 +58,10 @@ impl Qp {
         env: &mut dyn DeviceEnv,
         stats: &mut EngineStats,
     ) {
-        let connected = matches!(self.cfg.qp_type, QpType::Rc | QpType::Uc);
+        // A QP before RTR has no peer to tell; one in ERR tells nobody.
+        let connected = matches!(self.cfg.qp_type, QpType::Rc | QpType::Uc)
+            && self.av.is_some()
+            && self.can_receive();
         if !self.cc.enabled || !connected || !self.cc.cnp_due(env.now_ns()) {
             return;
         }
@@ -266,6 +269,36 @@ mod tests {
         env.now = wake;
         engine.poll(&mut env);
         assert_eq!(env.sent.len(), 2);
+    }
+
+    #[test]
+    fn a_qp_that_cannot_receive_sends_no_cnp_and_a_flushed_one_no_timer() {
+        let mut env = TestEnv::new();
+        let mut engine = engine_with(CcConfig::default(), &mut env, QpType::Rc);
+        engine.receive(&mut env, &cnp_from_peer(LOCAL_QPN)).unwrap();
+        engine
+            .post_send(
+                &mut env,
+                LOCAL_QPN,
+                send_wr(1, WrOpcode::RdmaWrite, 4 * 1024),
+            )
+            .unwrap();
+        assert!(engine.next_deadline().is_some(), "paced");
+        engine.set_error(&mut env, LOCAL_QPN).unwrap();
+        assert_eq!(
+            engine.next_deadline(),
+            None,
+            "a flushed QP waits for nothing"
+        );
+        env.sent.clear();
+        let send = marked_ce(packet_from_peer(op::RC_SEND_ONLY, 100, &[], |_| {}));
+        assert_eq!(
+            engine.receive(&mut env, &send),
+            Err(RxDrop::NoQp(LOCAL_QPN))
+        );
+        assert!(env.sent.is_empty(), "no CNP from a QP in ERR");
+        let s = engine.stats();
+        assert_eq!((s.np_ecn_marked_roce_packets, s.np_cnp_sent), (1, 0));
     }
 
     #[test]
