@@ -1,7 +1,7 @@
 //! Many RC QPs sharing one port (the port's transmit scheduler): two devices on a `dgram` wire
 //! (a unix datagram socket pair, whose buffer pushes back when the peer is slow), N QPs each
 //! WRITEing 8 KiB messages, all posted at once. Every byte arrives, the sending port loses no
-//! frame in its own queue, and 256 QPs move the same bytes about as fast as 16 do.
+//! frame in its own queue, and 256 QPs move the same bytes without collapsing against 16.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -149,10 +149,11 @@ fn two_hundred_fifty_six_qps_share_the_port_without_loss_and_as_fast_as_sixteen(
             2 * MESSAGES
         );
     }
-    // Not a timing test: only a collapse (as the retransmission storms of per-QP windows
-    // overflowing the port gave) fails it on a loaded host.
+    // Not a timing test: only a collapse fails it. (Without the scheduler this run lost 131
+    // and 6013 frames in the port's queue; on a host loaded 8 times over its cores spurious
+    // timeouts, resending whole windows, cost 256 QPs up to two thirds of 16 QPs' rate.)
     assert!(
-        rate(&many) >= rate(&few) / 2.0,
+        rate(&many) >= rate(&few) / 4.0,
         "256 QPs moved {:.0} MiB/s, 16 QPs {:.0} MiB/s",
         rate(&many),
         rate(&few)

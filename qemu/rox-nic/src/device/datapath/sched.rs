@@ -157,23 +157,30 @@ impl DataPath {
         self.hw.tx_sched.refill(backlog, in_flight);
     }
 
-    /// Turns for the QPs on the ready list while the port has room, each QP at most once per
-    /// pass; returns whether any sent.
+    /// Rounds of turns for the QPs on the ready list while the port has room, until a round
+    /// sends nothing (what waits then waits for the flight or the wire); returns whether any
+    /// QP sent. Bounded: every round that sends spends the budget.
     pub(super) fn run_tx_turns(&mut self) -> bool {
         self.refill_tx_budget();
         let mut sent = 0;
-        for _ in 0..self.hw.tx_sched.waiting() {
-            if !self.hw.tx_sched.has_room() {
-                break;
+        loop {
+            let mut round_sent = 0;
+            for _ in 0..self.hw.tx_sched.waiting() {
+                if !self.hw.tx_sched.has_room() {
+                    break;
+                }
+                let Some(qpn) = self.hw.tx_sched.start_turn() else {
+                    break;
+                };
+                self.engine.resume_send(&mut self.hw, qpn);
+                round_sent += self.hw.tx_sched.end_turn();
+                self.run_deferred();
             }
-            let Some(qpn) = self.hw.tx_sched.start_turn() else {
-                break;
-            };
-            self.engine.resume_send(&mut self.hw, qpn);
-            sent += self.hw.tx_sched.end_turn();
-            self.run_deferred();
+            sent += round_sent;
+            if round_sent == 0 || !self.hw.tx_sched.has_room() {
+                return sent > 0;
+            }
         }
-        sent > 0
     }
 }
 
