@@ -32,7 +32,9 @@ use kernel::prelude::*;
 /// ib_core's device capability flags for the device's `regs::CAP_*`: FLUSH (placement type
 /// GLOBAL only: rox has no persistent memory), ATOMIC WRITE, SRQ resize and memory windows
 /// (type 1 and 2B) when the device does them, as
-/// ib_core's MR access check (`ib_check_mr_access`) and libibverbs' users expect.
+/// ib_core's MR access check (`ib_check_mr_access`) and libibverbs' users expect; XRC always
+/// (every rox device has XRC domains, SRQs and QPs; libfabric's verbs provider offers its
+/// XRC endpoints only on a device that says so).
 fn device_cap_flags(caps: u32) -> DeviceCapFlags {
     let mut flags = DeviceCapFlags::RC_RNR_NAK_GEN;
     if caps & regs::CAP_FLUSH != 0 {
@@ -46,7 +48,7 @@ fn device_cap_flags(caps: u32) -> DeviceCapFlags {
     }
     // Fast registration (alloc_mr / IB_WR_REG_MR / LOCAL_INV / SEND_WITH_INV), which
     // nvme-rdma and xprtrdma require.
-    flags |= DeviceCapFlags::MEM_MGT_EXTENSIONS;
+    flags |= DeviceCapFlags::MEM_MGT_EXTENSIONS | DeviceCapFlags::XRC;
     if caps & regs::CAP_MW != 0 {
         flags |= DeviceCapFlags::MEM_WINDOW | DeviceCapFlags::MEM_WINDOW_TYPE_2B;
     }

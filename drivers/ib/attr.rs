@@ -205,6 +205,7 @@ ib_flags! {
         MEM_MGT_EXTENSIONS = b::ib_device_cap_flags_IB_DEVICE_MEM_MGT_EXTENSIONS;
         MEM_WINDOW = b::ib_device_cap_flags_IB_DEVICE_MEM_WINDOW;
         MEM_WINDOW_TYPE_2B = b::ib_device_cap_flags_IB_DEVICE_MEM_WINDOW_TYPE_2B;
+        XRC = b::ib_device_cap_flags_IB_DEVICE_XRC;
     }
 }
 

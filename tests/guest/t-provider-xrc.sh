@@ -10,7 +10,12 @@
 #     (rxe has no XRC: its column skips);
 #   - the protection rule (xrc_domains.py): a target QP of one XRC domain refuses a send naming
 #     an SRQ of another domain (the sender completes with REM_INV_REQ_ERR), nothing arrives in
-#     that SRQ, while a send naming an SRQ of the target's own domain arrives;
+#     that SRQ, while a send naming an SRQ of the target's own domain arrives, and
+#     rx_xrc_domain_errors (`rdma statistic`) counts exactly the refused send;
+#   - ibv_open_qp (xrc-open-qp.c): a second process opens the XRC target QP another process
+#     created in a shared XRC domain, keeps it alive after its creator let go, connects and
+#     receives through it; opening it as another type, in another domain or after its last
+#     handle went fails;
 #   - rdma_cm with XRC: rdma_xserver / rdma_xclient -c x on rox_0's address.
 # Every part runs; the test fails at the end if any failed.
 # Skips (exit 0) when the guest has no rox device; needs rox_1 too when rox_0 exists.
@@ -80,6 +85,17 @@ problems=()
 
 # --- the XRC domain as the protection boundary
 python3 -B "$(dirname "$0")/xrc_domains.py" rox_0 || problems+=("xrc_domains.py on rox_0")
+
+# --- ibv_open_qp: a target QP held by a process that did not create it
+open_qp_dir=$(mktemp -d /tmp/xrc-open-qp.XXXXXX)
+if ! gcc -O1 -Wall -Werror -o "$open_qp_dir/xrc-open-qp" "$(dirname "$0")/xrc-open-qp.c" -libverbs; then
+	problems+=("xrc-open-qp.c does not compile")
+elif timeout 60 "$open_qp_dir/xrc-open-qp" rox_0 0 "$open_qp_dir/domain"; then
+	echo "ok   ibv_open_qp of another process's XRC target QP"
+else
+	problems+=("xrc-open-qp on rox_0")
+fi
+rm -rf "$open_qp_dir"
 
 # --- rdma_cm with XRC on rox_0 (QP-to-QP on one device, as t-driver-rdmacm.sh)
 ndev=$(cat /sys/class/infiniband/rox_0/ports/1/gid_attrs/ndevs/0 2>/dev/null)

@@ -51,8 +51,13 @@ impl QpTable {
         self.lock().insert(qpn, QpRef(qp));
     }
 
-    pub(super) fn remove(&self, qpn: Qpn) {
-        self.lock().remove(&qpn);
+    /// Removes `qp` if it is the QP registered under `qpn` (an XRC target opened by number
+    /// is not registered, and must not unregister its creator's entry of this context).
+    pub(super) fn remove(&self, qpn: Qpn, qp: NonNull<RoxQp>) {
+        let mut table = self.lock();
+        if table.get(&qpn).is_some_and(|registered| registered.0 == qp) {
+            table.remove(&qpn);
+        }
     }
 
     /// The caller's wr_id for a CQE, retiring the WQEs it completes; `None` if the CQE names
@@ -310,6 +315,7 @@ static CONTEXT_OPS: ffi::verbs_context_ops = ffi::verbs_context_ops {
     get_srq_num: Some(xrc::get_srq_num),
     open_xrcd: Some(xrc::open_xrcd),
     close_xrcd: Some(xrc::close_xrcd),
+    open_qp: Some(xrc::open_qp),
     create_ah: Some(pd::create_ah),
     destroy_ah: Some(pd::destroy_ah),
     // Multicast groups are the device's (rox.ko's attach_mcast/detach_mcast); the data path
@@ -349,7 +355,17 @@ mod tests {
         assert_eq!(table.retire(&send_cqe(other)), None, "another QP's number");
         assert_eq!(table.retire(&send_cqe(qp.qpn)), Some(0xabc));
         qp.sq.lock().commit(0xdef);
-        table.remove(qp.qpn);
+        // An XRC target opened by number shares its creator's number but not its entry.
+        let opened = test_qp(ffi::IBV_QPT_RC);
+        table.remove(qp.qpn, NonNull::from(&opened));
+        // The second WQE is slot 1: the CQE that completes it echoes 1.
+        let second = Cqe {
+            wr_id: 1,
+            ..send_cqe(qp.qpn)
+        };
+        assert_eq!(table.retire(&second), Some(0xdef), "another QP's removal");
+        qp.sq.lock().commit(0x123);
+        table.remove(qp.qpn, NonNull::from(&qp));
         assert_eq!(table.retire(&send_cqe(qp.qpn)), None, "removed");
     }
 }

@@ -85,6 +85,7 @@ zeroable!(
     ibv_open_xrcd,
     ib_uverbs_open_xrcd_resp,
     ibv_create_xsrq,
+    ibv_open_qp,
 );
 
 /// `DECLARE_DRV_CMD`'s request: `{ <core command incl. header> ibv_cmd; <driver> drv_payload; }`.

@@ -179,7 +179,10 @@ unsafe fn destroy(ibqp: *mut ffi::ibv_qp) -> c_int {
     };
     if ret == 0 {
         // SAFETY: the QP's context is live; after removal no poller can reach the QP.
-        unsafe { RoxContext::from_ibv(ibctx) }.hw().qps.remove(qpn);
+        let hw = unsafe { RoxContext::from_ibv(ibctx) }.hw();
+        if let Some(qp) = NonNull::new(ibqp.cast::<RoxQp>()) {
+            hw.qps.remove(qpn, qp);
+        }
         // SAFETY: the kernel released the rings; free the QP and its rings.
         drop(unsafe { Box::from_raw(ibqp.cast::<RoxQp>()) });
     }

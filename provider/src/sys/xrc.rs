@@ -1,8 +1,10 @@
 //! The XRC entry points: XRC domains (`ibv_open_xrcd` / `ibv_close_xrcd`), XRC SRQs
-//! (`ibv_create_srq_ex` with `IBV_SRQT_XRC`, `ibv_get_srq_num`). XRC QPs are crate::sys::qp's
+//! (`ibv_create_srq_ex` with `IBV_SRQT_XRC`, `ibv_get_srq_num`) and opening an existing XRC
+//! target QP by number (`ibv_open_qp`). XRC QPs are created by crate::sys::qp
 //! (ibv_create_qp_ex with `IBV_QPT_XRC_SEND` / `IBV_QPT_XRC_RECV`); their receives retire
 //! through crate::xrc.
 
+use crate::qp::RoxQp;
 use crate::srq::RoxSrq;
 use crate::sys::context::RoxContext;
 use crate::sys::errno::{int_errno, ptr_or_errno, Errno, Result, EINVAL, EOPNOTSUPP};
@@ -11,6 +13,7 @@ use crate::sys::objects::{self, SrqRef};
 use crate::sys::srq;
 use core::ffi::c_int;
 use core::mem::{size_of, size_of_val};
+use rox_uapi::ids::Qpn;
 use rox_uapi::udata::CreateSrqResp;
 
 /// # Safety
@@ -153,4 +156,65 @@ pub unsafe extern "C" fn get_srq_num(ibsrq: *mut ffi::ibv_srq, srq_num: *mut u32
     }
     *out = srq.vsrq.srq_num;
     0
+}
+
+/// # Safety
+/// `ibctx` is a context made by alloc_context and `attr` valid, its XRC domain (when named)
+/// one of this context (libibverbs' arguments).
+unsafe fn open_target(
+    ibctx: *mut ffi::ibv_context,
+    attr: &mut ffi::ibv_qp_open_attr,
+) -> Result<*mut ffi::ibv_qp> {
+    let needed =
+        ffi::IBV_QP_OPEN_ATTR_NUM | ffi::IBV_QP_OPEN_ATTR_XRCD | ffi::IBV_QP_OPEN_ATTR_TYPE;
+    // Only an XRC target belongs to a domain rather than to a process (as ib_core's
+    // ib_open_qp requires).
+    if attr.comp_mask & needed != needed
+        || attr.xrcd.is_null()
+        || attr.qp_type != ffi::IBV_QPT_XRC_RECV
+    {
+        return Err(EINVAL);
+    }
+    // SAFETY: per the contract.
+    let ctx = unsafe { RoxContext::from_ibv(ibctx) };
+    let hw = ctx.hw();
+    // The handle is a target QP as create_qp_ex makes one (no rings of its own: it posts
+    // nothing, its receives arrive in the SRQ each request names); ib_core opens it without a
+    // call into rox.ko, so no udata goes either way.
+    let as_created = ffi::ibv_qp_init_attr_ex {
+        qp_type: ffi::IBV_QPT_XRC_RECV,
+        comp_mask: ffi::IBV_QP_INIT_ATTR_XRCD,
+        xrcd: attr.xrcd,
+        ..Zeroable::zeroed()
+    };
+    let (mut qp, _) = RoxQp::new(&as_created, &hw.limits, None)?;
+    let mut cmd = ffi::ibv_open_qp::zeroed();
+    let mut resp = ffi::ib_uverbs_create_qp_resp::zeroed();
+    // SAFETY: our own verbs_qp of the size given (stable heap address: the kernel keeps it as
+    // user_handle), the caller's attributes and command/response buffers of the sizes given.
+    let ret = unsafe {
+        ffi::ibv_cmd_open_qp(
+            ibctx,
+            &mut qp.vqp,
+            size_of::<ffi::verbs_qp>() as c_int,
+            attr,
+            &mut cmd,
+            size_of_val(&cmd),
+            &mut resp,
+            size_of_val(&resp),
+        )
+    };
+    Errno::check(ret)?;
+    qp.created(Qpn::from_raw(attr.qp_num), &as_created.cap, &hw.limits);
+    // Not in the context's QP table: nothing completes on a target's own queues, and the
+    // QP's creator (maybe this context) keeps its entry under the same number.
+    Ok(Box::into_raw(qp).cast::<ffi::ibv_qp>())
+}
+
+pub unsafe extern "C" fn open_qp(
+    ibctx: *mut ffi::ibv_context,
+    attr: *mut ffi::ibv_qp_open_attr,
+) -> *mut ffi::ibv_qp {
+    // SAFETY: libibverbs passes a context made by alloc_context and a valid attribute struct.
+    ptr_or_errno(unsafe { open_target(ibctx, &mut *attr) })
 }
