@@ -1211,6 +1211,80 @@ out:
 }
 
 /*
+ * Review L2: a kernel QP reset while completions of its earlier SENDs sit unpolled in its CQ,
+ * then connected again: the poll returns only the new SENDs' completions. Its queue restarts
+ * at index 0, so a stale CQE (wr_id 100..102, WQE index 0..2) would have come first and
+ * retired the new WQEs 0 and 1 before the device did them; rox.ko takes a reset QP's CQEs out
+ * of its CQs.
+ */
+static void check_reset_reuse(struct side *a, struct side *b)
+{
+	struct pair p;
+	struct buf tx = {}, rb = {};
+	struct ib_qp_attr reset = { .qp_state = IB_QPS_RESET };
+	struct ib_wc wc[8];
+	u64 got[8];
+	int i, n = 0, ret = 0;
+	unsigned long end;
+
+	if (pair_up(&p, a, b, NULL, NULL)) {
+		SETUP_FAILED("reset reuse: RC pair");
+		return;
+	}
+	if (buf_alloc(&tx, a->dev) || buf_alloc(&rb, b->dev)) {
+		SETUP_FAILED("reset reuse: buffers");
+		goto out;
+	}
+	for (i = 0; i < 5; i++)
+		ret |= post_recv(p.qb, i, data_dma(&rb) + i * 128, 128, b->pd->local_dma_lkey);
+	for (i = 0; i < 3; i++) {
+		struct ib_sge sge = { .addr = data_dma(&tx), .length = 64,
+				      .lkey = a->pd->local_dma_lkey };
+		struct ib_send_wr wr = { .wr_id = 100 + i, .opcode = IB_WR_SEND, .sg_list = &sge,
+					 .num_sge = 1, .send_flags = IB_SEND_SIGNALED };
+
+		ret |= post_send(p.qa, &wr);
+	}
+	/* The 3 arrived (their receives completed); the sender's CQEs follow the ACKs. */
+	for (i = 0; i < 3; i++)
+		ret |= wait_wr(b->cq, i, NULL);
+	msleep(300);
+	/* Both ends start again (PSN 0); the reset drops the 2 receives left at b. */
+	ret |= ib_modify_qp(p.qa, &reset, IB_QP_STATE);
+	ret |= ib_modify_qp(p.qb, &reset, IB_QP_STATE);
+	drain_cq(b->cq);
+	ret |= connect_qp(p.qa, a, b, p.qb->qp_num);
+	ret |= connect_qp(p.qb, b, a, p.qa->qp_num);
+	for (i = 0; i < 2; i++)
+		ret |= post_recv(p.qb, 10 + i, data_dma(&rb) + i * 128, 128, b->pd->local_dma_lkey);
+	for (i = 0; i < 2; i++) {
+		struct ib_sge sge = { .addr = data_dma(&tx), .length = 64,
+				      .lkey = a->pd->local_dma_lkey };
+		struct ib_send_wr wr = { .wr_id = 200 + i, .opcode = IB_WR_SEND, .sg_list = &sge,
+					 .num_sge = 1, .send_flags = IB_SEND_SIGNALED };
+
+		ret |= post_send(p.qa, &wr);
+	}
+	/* Everything a's CQ returns within 1 s (the new SENDs take milliseconds). */
+	end = jiffies + msecs_to_jiffies(1000);
+	while (time_before(jiffies, end) && n < ARRAY_SIZE(got)) {
+		int k = ib_poll_cq(a->cq, ARRAY_SIZE(wc), wc);
+
+		for (i = 0; i < k && n < ARRAY_SIZE(got); i++)
+			got[n++] = wc[i].status == IB_WC_SUCCESS ? wc[i].wr_id : 0;
+		usleep_range(1000, 2000);
+	}
+	CHECK(!ret && n == 2 && got[0] == 200 && got[1] == 201,
+	      "reset reuse: after a reset with 3 completions unpolled, a's CQ returns only the "
+	      "2 new SENDs (%d completions, first wr_id %llu)",
+	      n, n ? got[0] : 0ULL);
+out:
+	pair_down(&p, a, b);
+	buf_free(&tx);
+	buf_free(&rb);
+}
+
+/*
  * The hung-device check (hang=1): 8 receives and 4 SENDs in flight on an RC QP of rox_0 (the
  * peer has no receives: the SENDs meet RNR NAKs, retried for ever), then "hang: ready"; the
  * runner makes rox_0's device hang (rox-nic --die-on ...,fatal=hang: it reports a fatal
@@ -1325,6 +1399,7 @@ static int __init rox_kverbs_init(void)
 	check_send_inline(&a, &b);
 	check_fast_reg(&a, &b);
 	check_srq(&a, &b);
+	check_reset_reuse(&a, &b);
 	check_zero_depth(&a, &b);
 	check_poll_ctx(&a, &b, IB_POLL_DIRECT, "direct", 0);
 	check_poll_ctx(&a, &b, IB_POLL_SOFTIRQ, "softirq", 1);
