@@ -19,7 +19,7 @@ skip() { echo "SKIP: $*"; exit 0; }
 rox_vendor=0x524f   # uapi/src/regs.rs PCI_VENDOR_ID
 # The checks rox_kverbs_test.c makes in a full run (its CHECK lines, loops counted): change it
 # with the module. docs/driver.md gives the same number.
-KVERBS_CHECKS=71
+KVERBS_CHECKS=72
 . "$(dirname "$0")/lib.sh"
 
 grep -qx $rox_vendor /sys/bus/pci/devices/*/vendor 2>/dev/null || skip "no rox-nic attached"

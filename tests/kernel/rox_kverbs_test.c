@@ -33,6 +33,10 @@
 static char *peer = "rox_1";
 module_param(peer, charp, 0444);
 MODULE_PARM_DESC(peer, "ib device of side B (side A is rox_0)");
+static bool hang;
+module_param(hang, bool, 0444);
+MODULE_PARM_DESC(hang, "only the hung-device check: WRs in flight on rox_0, whose device the "
+		       "runner makes hang (tests/guest/t-z-driver-hung-device.sh)");
 
 #define PFX "rox_kverbs: "
 #define TIMEOUT_MS 5000
@@ -1206,6 +1210,164 @@ out:
 		ib_free_cq(cb);
 }
 
+/*
+ * Review L2: a kernel QP reset while completions of its earlier SENDs sit unpolled in its CQ,
+ * then connected again: the poll returns only the new SENDs' completions. Its queue restarts
+ * at index 0, so a stale CQE (wr_id 100..102, WQE index 0..2) would have come first and
+ * retired the new WQEs 0 and 1 before the device did them; rox.ko takes a reset QP's CQEs out
+ * of its CQs.
+ */
+static void check_reset_reuse(struct side *a, struct side *b)
+{
+	struct pair p;
+	struct buf tx = {}, rb = {};
+	struct ib_qp_attr reset = { .qp_state = IB_QPS_RESET };
+	struct ib_wc wc[8];
+	u64 got[8];
+	int i, n = 0, ret = 0;
+	unsigned long end;
+
+	if (pair_up(&p, a, b, NULL, NULL)) {
+		SETUP_FAILED("reset reuse: RC pair");
+		return;
+	}
+	if (buf_alloc(&tx, a->dev) || buf_alloc(&rb, b->dev)) {
+		SETUP_FAILED("reset reuse: buffers");
+		goto out;
+	}
+	for (i = 0; i < 5; i++)
+		ret |= post_recv(p.qb, i, data_dma(&rb) + i * 128, 128, b->pd->local_dma_lkey);
+	for (i = 0; i < 3; i++) {
+		struct ib_sge sge = { .addr = data_dma(&tx), .length = 64,
+				      .lkey = a->pd->local_dma_lkey };
+		struct ib_send_wr wr = { .wr_id = 100 + i, .opcode = IB_WR_SEND, .sg_list = &sge,
+					 .num_sge = 1, .send_flags = IB_SEND_SIGNALED };
+
+		ret |= post_send(p.qa, &wr);
+	}
+	/* The 3 arrived (their receives completed); the sender's CQEs follow the ACKs. */
+	for (i = 0; i < 3; i++)
+		ret |= wait_wr(b->cq, i, NULL);
+	msleep(300);
+	/* Both ends start again (PSN 0); the reset drops the 2 receives left at b. */
+	ret |= ib_modify_qp(p.qa, &reset, IB_QP_STATE);
+	ret |= ib_modify_qp(p.qb, &reset, IB_QP_STATE);
+	drain_cq(b->cq);
+	ret |= connect_qp(p.qa, a, b, p.qb->qp_num);
+	ret |= connect_qp(p.qb, b, a, p.qa->qp_num);
+	for (i = 0; i < 2; i++)
+		ret |= post_recv(p.qb, 10 + i, data_dma(&rb) + i * 128, 128, b->pd->local_dma_lkey);
+	for (i = 0; i < 2; i++) {
+		struct ib_sge sge = { .addr = data_dma(&tx), .length = 64,
+				      .lkey = a->pd->local_dma_lkey };
+		struct ib_send_wr wr = { .wr_id = 200 + i, .opcode = IB_WR_SEND, .sg_list = &sge,
+					 .num_sge = 1, .send_flags = IB_SEND_SIGNALED };
+
+		ret |= post_send(p.qa, &wr);
+	}
+	/* Everything a's CQ returns within 1 s (the new SENDs take milliseconds). */
+	end = jiffies + msecs_to_jiffies(1000);
+	while (time_before(jiffies, end) && n < ARRAY_SIZE(got)) {
+		int k = ib_poll_cq(a->cq, ARRAY_SIZE(wc), wc);
+
+		for (i = 0; i < k && n < ARRAY_SIZE(got); i++)
+			got[n++] = wc[i].status == IB_WC_SUCCESS ? wc[i].wr_id : 0;
+		usleep_range(1000, 2000);
+	}
+	CHECK(!ret && n == 2 && got[0] == 200 && got[1] == 201,
+	      "reset reuse: after a reset with 3 completions unpolled, a's CQ returns only the "
+	      "2 new SENDs (%d completions, first wr_id %llu)",
+	      n, n ? got[0] : 0ULL);
+out:
+	pair_down(&p, a, b);
+	buf_free(&tx);
+	buf_free(&rb);
+}
+
+/*
+ * The hung-device check (hang=1): 8 receives and 4 SENDs in flight on an RC QP of rox_0 (the
+ * peer has no receives: the SENDs meet RNR NAKs, retried for ever), then "hang: ready"; the
+ * runner makes rox_0's device hang (rox-nic --die-on ...,fatal=hang: it reports a fatal
+ * error, keeps answering registers and never completes the reset). rox.ko must give up on
+ * the reset after its 2 s deadline and complete all 12 with IB_WC_WR_FLUSH_ERR through
+ * ib_core's softirq poller, within HANG_WAIT_MS.
+ */
+#define HANG_WAIT_MS 60000
+
+static void check_hung_device(struct side *a, struct side *b)
+{
+	const int nrecv = 8, nsend = 4;
+	struct ib_cq *ca, *cb;
+	struct ib_qp *qa = NULL, *qb = NULL;
+	struct side sa = *a, sb2 = *b;
+	struct ctx_counter wrs = {};
+	struct buf rb = {}, tx = {};
+	unsigned long start;
+	int i, ret = 0;
+	bool finished;
+
+	ca = ib_alloc_cq(a->dev, NULL, 64, 0, IB_POLL_SOFTIRQ);
+	cb = ib_alloc_cq(b->dev, NULL, 64, 0, IB_POLL_SOFTIRQ);
+	if (IS_ERR(ca) || IS_ERR(cb)) {
+		SETUP_FAILED("hang: CQs");
+		goto out;
+	}
+	sa.cq = ca;
+	sb2.cq = cb;
+	qa = create_qp(&sa, NULL, IB_QPT_RC, DEPTH, DEPTH, NULL, ca);
+	qb = create_qp(&sb2, NULL, IB_QPT_RC, DEPTH, DEPTH, NULL, cb);
+	if (IS_ERR(qa) || IS_ERR(qb) || connect_qp(qa, a, b, qb->qp_num) ||
+	    connect_qp(qb, b, a, qa->qp_num) || buf_alloc(&rb, a->dev) || buf_alloc(&tx, a->dev)) {
+		SETUP_FAILED("hang: RC pair");
+		goto out;
+	}
+	wrs.cqe.done = count_done;
+	init_completion(&wrs.done);
+	wrs.want = nrecv + nsend;
+	for (i = 0; i < nrecv; i++) {
+		struct ib_sge sge = { .addr = data_dma(&rb) + i * 128, .length = 128,
+				      .lkey = a->pd->local_dma_lkey };
+		struct ib_recv_wr wr = { .wr_cqe = &wrs.cqe, .sg_list = &sge, .num_sge = 1 };
+		const struct ib_recv_wr *bad;
+
+		ret |= ib_post_recv(qa, &wr, &bad);
+	}
+	for (i = 0; i < nsend; i++) {
+		struct ib_sge sge = { .addr = data_dma(&tx), .length = 64,
+				      .lkey = a->pd->local_dma_lkey };
+		struct ib_send_wr wr = { .wr_cqe = &wrs.cqe, .opcode = IB_WR_SEND,
+					 .sg_list = &sge, .num_sge = 1,
+					 .send_flags = IB_SEND_SIGNALED };
+		const struct ib_send_wr *bad;
+
+		ret |= ib_post_send(qa, &wr, &bad);
+	}
+	CHECK(!ret, "hang: %d receives and %d SENDs posted on rox_0", nrecv, nsend);
+	/* Still in flight a moment later: the device is alive and nothing can complete. */
+	msleep(200);
+	CHECK(!atomic_read(&wrs.ok) && !atomic_read(&wrs.flushed) && !atomic_read(&wrs.other),
+	      "hang: nothing completed before the device hangs");
+	pr_info(PFX "hang: ready, %d work requests in flight\n", nrecv + nsend);
+	start = jiffies;
+	finished = wait_for_completion_timeout(&wrs.done, msecs_to_jiffies(HANG_WAIT_MS));
+	pr_info(PFX "hang: %d flushed, %d successful, %d other after %u ms\n",
+		atomic_read(&wrs.flushed), atomic_read(&wrs.ok), atomic_read(&wrs.other),
+		jiffies_to_msecs(jiffies - start));
+	CHECK(finished && atomic_read(&wrs.flushed) == nrecv + nsend,
+	      "hang: all %d work requests completed with IB_WC_WR_FLUSH_ERR", nrecv + nsend);
+out:
+	if (!IS_ERR_OR_NULL(qa))
+		ib_destroy_qp(qa);
+	if (!IS_ERR_OR_NULL(qb))
+		ib_destroy_qp(qb);
+	buf_free(&rb);
+	buf_free(&tx);
+	if (!IS_ERR_OR_NULL(ca))
+		ib_free_cq(ca);
+	if (!IS_ERR_OR_NULL(cb))
+		ib_free_cq(cb);
+}
+
 static int __init rox_kverbs_init(void)
 {
 	struct side a = {}, b = {};
@@ -1229,10 +1391,15 @@ static int __init rox_kverbs_init(void)
 	}
 	pr_info(PFX "rox_0 GID index %d %pI6, %s GID index %d %pI6\n", a.gid_index, a.gid.raw,
 		peer, b.gid_index, b.gid.raw);
+	if (hang) {
+		check_hung_device(&a, &b);
+		goto out;
+	}
 	check_attrs(&a);
 	check_send_inline(&a, &b);
 	check_fast_reg(&a, &b);
 	check_srq(&a, &b);
+	check_reset_reuse(&a, &b);
 	check_zero_depth(&a, &b);
 	check_poll_ctx(&a, &b, IB_POLL_DIRECT, "direct", 0);
 	check_poll_ctx(&a, &b, IB_POLL_SOFTIRQ, "softirq", 1);

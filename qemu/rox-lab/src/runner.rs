@@ -33,7 +33,7 @@ pub fn die_request(guest_dir: &Path, nic: usize) -> PathBuf {
 
 /// The death modes every rox-nic of a lab is started with, and N of the SIGRTMIN+N asking for
 /// each (rox-nic `--die-on rtmin+N,fatal=MODE`).
-pub const DIE_ON: [(&str, u32); 2] = [("silent", 1), ("report", 2)];
+pub const DIE_ON: [(&str, u32); 3] = [("silent", 1), ("report", 2), ("hang", 3)];
 
 /// QEMU's human monitor socket for rox-lab, in the guest's run directory.
 pub fn monitor_socket(guest_dir: &Path) -> PathBuf {

@@ -112,8 +112,10 @@ impl ServerBackend for RoxNic {
     ) -> Result<(), std::io::Error> {
         match region {
             VFIO_PCI_CONFIG_REGION_INDEX => self.config_read(offset, data),
-            // A dead function's BARs read all-ones (device::death).
-            BAR_CTRL | BAR_DB if self.shared().is_dead() => data.fill(0xff),
+            // A dead function's BARs read all-ones (device::death), a hung one's answer.
+            BAR_CTRL | BAR_DB if self.shared().is_dead() && !self.shared().is_hung() => {
+                data.fill(0xff)
+            }
             BAR_CTRL => self.bar0_read(offset, data),
             BAR_DB => {
                 let v = self.shared().doorbells.read_word(offset);
@@ -133,7 +135,7 @@ impl ServerBackend for RoxNic {
     ) -> Result<(), std::io::Error> {
         match region {
             VFIO_PCI_CONFIG_REGION_INDEX => self.config_write(offset, data),
-            BAR_CTRL | BAR_DB if self.shared().is_dead() => {}
+            BAR_CTRL | BAR_DB if self.shared().is_dead() && !self.shared().is_hung() => {}
             BAR_CTRL => self.bar0_write(offset, data),
             BAR_DB if data.len() == 4 => {
                 let v = u32::from_le_bytes(data.try_into().expect("4 bytes"));

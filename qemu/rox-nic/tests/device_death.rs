@@ -161,3 +161,42 @@ fn a_second_death_changes_nothing() {
     assert!(r.d.poll_eq(EQ_ADMIN_ASYNC).is_none());
     assert_stays_dead(&mut r);
 }
+
+#[test]
+fn a_hung_device_answers_registers_but_never_completes_a_reset() {
+    let mut r = live_rig(0x44);
+    let version = r.d.read_reg(REG_VERSION);
+    die(&r, DeathMode::Hang);
+    // Reported as `Report` does.
+    let e = r.d.wait_event(EQ_ADMIN_ASYNC, EQE_TYPE_DEVICE_FATAL);
+    assert_eq!(e.aux, FATAL_INTERNAL);
+    assert!(r.d.shared().is_hung());
+    send_one(&mut r, 2);
+    std::thread::sleep(SETTLE);
+    for v in 0..MSIX_VECTORS {
+        r.d.vectors[v as usize].drain();
+    }
+    let before = all_ram(&r.d);
+    // The driver's reset is taken (STATUS_READY clears) and never finishes.
+    r.d.write_reg(REG_RESET, RESET_VALUE);
+    std::thread::sleep(SETTLE);
+    assert_eq!(r.d.read_reg(REG_VERSION), version, "BAR0 stops answering");
+    assert_eq!(r.d.read_reg(REG_FATAL_CODE), FATAL_INTERNAL);
+    let status = r.d.read_reg(REG_STATUS);
+    assert_ne!(status, u32::MAX, "a hung device's BAR0 reads all-ones");
+    assert_eq!(status & STATUS_READY, 0, "a hung device finished its reset");
+    assert_ne!(status & STATUS_FATAL, 0);
+    assert_ne!(
+        r.d.db.read_word(0),
+        u32::MAX,
+        "the doorbell BAR reads all-ones"
+    );
+    assert!(before == all_ram(&r.d), "a hung device wrote guest memory");
+    for v in 0..MSIX_VECTORS {
+        assert!(
+            !r.d.wait_vector(v, Duration::ZERO),
+            "a hung device fired vector {v}"
+        );
+    }
+    assert!(r.d.poll_cq(&mut r.cq_a).is_none() && r.d.poll_cq(&mut r.cq_b).is_none());
+}

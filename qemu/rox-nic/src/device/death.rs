@@ -20,9 +20,15 @@ pub enum DeathMode {
     /// A firmware crash that reports itself first: `STATUS_FATAL` with `FATAL_INTERNAL`, an
     /// `EQE_TYPE_DEVICE_FATAL` on EQ 0 and MSI-X vector 0, then the same death as `Silent`.
     Report,
+    /// Firmware that reports the crash as `Report` does, then hangs while the function still
+    /// answers: its BARs keep reading their registers (never all-ones), a reset is taken but
+    /// never completes (`STATUS_READY` stays clear), and nothing else happens. A driver must
+    /// stop waiting for the reset on its own (rox.ko: `QUIESCE_DEADLINE`).
+    Hang,
 }
 
-/// `--die-on`: a real-time signal and the death it brings, `rtmin+N[,fatal=silent|report]`.
+/// `--die-on`: a real-time signal and the death it brings,
+/// `rtmin+N[,fatal=silent|report|hang]`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DieOn {
     /// N of SIGRTMIN+N (SIGUSR1 and SIGUSR2 are rox-nic's trace dumps).
@@ -45,7 +51,7 @@ impl FromStr for DieOn {
         let n = sig
             .strip_prefix("rtmin+")
             .and_then(|n| n.parse::<i32>().ok())
-            .ok_or_else(|| format!("{s:?}: want rtmin+N[,fatal=silent|report]"))?;
+            .ok_or_else(|| format!("{s:?}: want rtmin+N[,fatal=silent|report|hang]"))?;
         let max = libc::SIGRTMAX() - libc::SIGRTMIN();
         if !(0..=max).contains(&n) {
             return Err(format!("{s:?}: N of rtmin+N must be 0..={max}"));
@@ -53,9 +59,10 @@ impl FromStr for DieOn {
         let mode = match rest {
             "" | "fatal=silent" => DeathMode::Silent,
             "fatal=report" => DeathMode::Report,
+            "fatal=hang" => DeathMode::Hang,
             other => {
                 return Err(format!(
-                    "{s:?}: {other:?} is not fatal=silent or fatal=report"
+                    "{s:?}: {other:?} is not fatal=silent, fatal=report or fatal=hang"
                 ))
             }
         };
@@ -73,9 +80,14 @@ impl Shared {
         self.send(Control::Die(mode));
     }
 
-    /// Whether the device is dead (then BAR reads return all-ones).
+    /// Whether the device is dead (then BAR reads return all-ones, unless it hangs).
     pub fn is_dead(&self) -> bool {
         self.dead.load(Ordering::Acquire)
+    }
+
+    /// Whether the device died as `DeathMode::Hang`: its BARs still answer.
+    pub fn is_hung(&self) -> bool {
+        self.hung.load(Ordering::Acquire)
     }
 }
 
@@ -93,6 +105,10 @@ mod tests {
         assert_eq!(
             "rtmin+1,fatal=silent".parse::<DieOn>().unwrap().mode,
             DeathMode::Silent
+        );
+        assert_eq!(
+            "rtmin+3,fatal=hang".parse::<DieOn>().unwrap().mode,
+            DeathMode::Hang
         );
         for bad in [
             "usr2",

@@ -106,6 +106,8 @@ pub struct Shared {
     pub fatal_code: AtomicU32,
     /// The device died (`death`): set once by the data path, never cleared.
     pub dead: AtomicBool,
+    /// The death was `DeathMode::Hang`: the BARs still answer, a reset never completes.
+    pub hung: AtomicBool,
     pub idle: AtomicU32,
     /// Passes of the data-path loop (to observe that an idle device does not poll).
     pub loop_passes: AtomicU64,
@@ -189,6 +191,7 @@ impl RoxNic {
             status: AtomicU32::new(0),
             fatal_code: AtomicU32::new(FATAL_NONE),
             dead: AtomicBool::new(false),
+            hung: AtomicBool::new(false),
             idle: AtomicU32::new(0),
             loop_passes: AtomicU64::new(0),
             mem: RwLock::new(Arc::new(GuestMemory::default())),
@@ -385,6 +388,12 @@ impl RoxNic {
     /// path forgets every object and clears the fatal state, then sets STATUS_READY again.
     pub fn reset_device(&mut self) {
         if self.shared.is_dead() {
+            if self.shared.is_hung() {
+                // Taken, never finished: STATUS_READY stays clear.
+                self.shared
+                    .status
+                    .fetch_and(!STATUS_READY, Ordering::AcqRel);
+            }
             return;
         }
         self.regs = RegFile::default();

@@ -11,13 +11,18 @@ impl DataPath {
         if self.shared.is_dead() {
             return;
         }
-        if mode == DeathMode::Report {
+        if mode != DeathMode::Silent {
             // The report is the device's last act (EQE on EQ 0, MSI-X vector 0).
             self.hw.set_fatal(FATAL_INTERNAL);
         }
+        if mode == DeathMode::Hang {
+            // Before `dead`: whoever sees the device dead sees its BARs still answer.
+            self.shared.hung.store(true, Ordering::Release);
+        } else {
+            // Reads of the mmapped doorbell BAR return all-ones too, as on a dead function.
+            self.shared.doorbells.fill(u32::MAX);
+        }
         self.shared.dead.store(true, Ordering::Release);
-        // Reads of the mmapped doorbell BAR return all-ones too, as on a dead function.
-        self.shared.doorbells.fill(u32::MAX);
         log::error!("rox-nic: the device is dead ({mode:?}), as asked; only QEMU is served");
     }
 

@@ -1,0 +1,68 @@
+#!/bin/bash
+# A device that hangs under busy kernel QPs (guest; named t-z- so that it runs last: it kills
+# rox_0's device for good, and the guest's other tests need it). rox_kverbs_test.ko hang=1
+# keeps 12 kernel work requests in flight on rox_0 (8 receives, 4 SENDs meeting RNR NAKs);
+# then this script asks rox-lab (through the guest's run directory, /run/rox/rox0.die) to make
+# rox-nic 0's device hang: it reports a fatal error, keeps answering its registers and never
+# completes the reset rox.ko asks for (rox-nic --die-on ...,fatal=hang). Checks: rox.ko gives
+# up waiting for the reset after its 2 s deadline (QUIESCE_DEADLINE, drivers/dead.rs) with its
+# dmesg line, 2-5 s after the death; all 12 work requests complete with IB_WC_WR_FLUSH_ERR;
+# both modules unload; no oops, lockdep report or hung task (and no kmemleak report on debug
+# kernels).
+set -u
+trap 'grep -q "^rox_kverbs_test " /proc/modules && rmmod rox_kverbs_test; grep -q "^rox " /proc/modules && rmmod rox' EXIT
+fail() { echo "FAIL: $*"; dmesg | tail -60; exit 1; }
+skip() { echo "SKIP: $*"; exit 0; }
+rox_vendor=0x524f   # uapi/src/regs.rs PCI_VENDOR_ID
+# The checks rox_kverbs_test.c's check_hung_device makes (its CHECK lines).
+HANG_CHECKS=3
+. "$(dirname "$0")/lib.sh"
+
+grep -qx $rox_vendor /sys/bus/pci/devices/*/vendor 2>/dev/null || skip "no rox-nic attached"
+[ -d /run/rox ] || skip "no rox-lab run directory (/run/rox): nobody could make the device hang"
+test_ko=$(dirname "${ROX_KO:-/nonexistent}")/kverbs/rox_kverbs_test.ko
+[ -f "$test_ko" ] || fail "no test module at $test_ko (scripts/build-module.sh builds it)"
+dmesg -C
+kmemleak_clear
+if ! grep -q '^rox ' /proc/modules; then
+	[ -f "${ROX_KO:-}" ] || fail "no module at ${ROX_KO:-}"
+	insmod "$ROX_KO" || fail "insmod rox.ko failed"
+fi
+for dev in rox_0 rox_1; do
+	for _ in $(seq 50); do [ -e /sys/class/infiniband/$dev ] && break; sleep 0.2; done
+	[ -e /sys/class/infiniband/$dev ] || skip "no $dev (the guest needs two rox NICs)"
+	for _ in $(seq 50); do
+		grep -q '0000:0000:0000:0000:0000:ffff' /sys/class/infiniband/$dev/ports/1/gids/* 2>/dev/null && break
+		sleep 0.2
+	done
+done
+# rox-nic 0 is the first rox function (rox-lab adds them in order): rox_0.
+pci=$(basename "$(readlink -f /sys/class/infiniband/rox_0/device)")
+first=$(for d in /sys/bus/pci/devices/*; do grep -qx $rox_vendor "$d/vendor" && basename "$d"; done | sort | head -1)
+[ "$pci" = "$first" ] || fail "rox_0 is $pci, not the first rox function $first (rox-nic 0)"
+dmesg -C
+timeout 120 insmod "$test_ko" peer=rox_1 hang=1 &
+insmod_pid=$!
+for _ in $(seq 150); do dmesg | grep -q 'rox_kverbs: hang: ready' && break; sleep 0.2; done
+dmesg | grep -q 'rox_kverbs: hang: ready' || fail "the test module never had its work requests in flight"
+printf hang >/run/rox/rox0.die.tmp && mv /run/rox/rox0.die.tmp /run/rox/rox0.die
+wait $insmod_pid || fail "insmod rox_kverbs_test.ko hang=1 failed"
+dmesg | grep 'rox_kverbs: \|rox ' | sed 's/^\[[^]]*\] //'
+[ -e /run/rox/rox0.die.done ] || fail "rox-lab did not take the death request"
+result=$(dmesg | grep -o 'rox_kverbs: result: .*' | tail -1)
+[[ $result =~ result:\ ([0-9]+)\ passed,\ 0\ failed ]] && [ "${BASH_REMATCH[1]}" = $HANG_CHECKS ] ||
+	fail "hung-device checks: ${result#rox_kverbs: result: } (want $HANG_CHECKS passed, 0 failed)"
+# The death (the device's fatal event) and the deadline, by their dmesg times.
+died=$(dmesg | grep -m1 "rox $pci: device fatal error" | sed -n 's/^\[ *\([0-9.]*\)\].*/\1/p')
+gave_up=$(dmesg | grep -m1 "rox $pci: the dead device's reset did not complete in 2 s" | sed -n 's/^\[ *\([0-9.]*\)\].*/\1/p')
+[ -n "$died" ] || fail "no 'device fatal error' line of rox_0 ($pci)"
+[ -n "$gave_up" ] || fail "no line of rox.ko giving up on the hung device's reset"
+after=$(awk -v a="$died" -v b="$gave_up" 'BEGIN { printf "%.2f", b - a }')
+echo "rox.ko gave up on the reset $after s after the device's fatal error"
+awk -v t="$after" 'BEGIN { exit !(t >= 2 && t <= 5) }' || fail "gave up after $after s, not 2-5 s"
+rmmod rox_kverbs_test || fail "rmmod rox_kverbs_test failed"
+timeout 60 rmmod rox || fail "rmmod rox failed (or hung)"
+dmesg | grep -E 'BUG:|Oops|WARNING:|general protection|refcount_t:|hung task|sleeping function|possible .*deadlock|lock held' &&
+	fail "kernel complained"
+kmemleak_check
+echo "hung device: work requests flushed, rox.ko unloaded, dmesg clean"
