@@ -25,11 +25,13 @@ COLUMN_NAMES = {"rox": "rox (bridge)", "rxe": "rdma_rxe (bridge)", "rox-rxe": "r
                 "cable": "rox (cable)"}
 MODE_NAMES = {"pair": "two guests", "loopback": "one guest, same-device loopback",
               "dual": "one guest, two NICs of each"}
-# chart name -> (row key pattern with the size as group 1, title, y label)
+# chart name -> (row key pattern with the size as group 1, title, y label, log y axis)
 CHARTS = {
-    "write_bw": (r"write_bw_(\d+)", "ib_write_bw bandwidth", "MB/s (higher is better)"),
-    "send_lat": (r"send_lat_(\d+)", "ib_send_lat typical latency", "µs (lower is better)"),
-    "write_lat": (r"write_lat_(\d+)", "ib_write_lat typical latency", "µs (lower is better)"),
+    "write_bw": (r"write_bw_(\d+)", "ib_write_bw bandwidth", "MB/s (higher is better)", False),
+    "send_lat": (r"send_lat_(\d+)", "ib_send_lat typical latency", "µs, log scale (lower is better)",
+                 True),
+    "write_lat": (r"write_lat_(\d+)", "ib_write_lat typical latency",
+                  "µs, log scale (lower is better)", True),
 }
 
 
@@ -60,11 +62,14 @@ def charts(result):
     """{chart name: SVG text} for every chart the result has points for."""
     where = MODE_NAMES.get(result.get("mode"), result.get("mode", "?"))
     out = {}
-    for name, (pattern, title, ylabel) in CHARTS.items():
+    load = result.get("host_load", {})
+    conditions = (f"{where}, {result.get('date', '?')}, host load {load.get('start', '?')} at start"
+                  f" on {result.get('host_cores', '?')} cores")
+    for name, (pattern, title, ylabel, logy) in CHARTS.items():
         series = chart_series(result, pattern)
         if series:
-            full = f"{title}, rox vs rdma_rxe ({where}, {result.get('date', '?')[:10]})"
-            out[name] = svgplot.line_chart(series, full, "message size (bytes)", ylabel, logx=True)
+            out[name] = svgplot.line_chart(series, f"{title}, rox vs rdma_rxe", "message size (bytes)",
+                                           ylabel, logx=True, logy=logy, subtitle=conditions)
     return out
 
 

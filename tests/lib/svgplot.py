@@ -24,7 +24,7 @@ FONT = "font-family='DejaVu Sans, Helvetica, Arial, sans-serif'"
 
 # Chart geometry in pixels: the plot area is inside these margins; the legend sits right of it.
 WIDTH, HEIGHT = 760, 420
-MARGIN_LEFT, MARGIN_RIGHT, MARGIN_TOP, MARGIN_BOTTOM = 78, 190, 44, 58
+MARGIN_LEFT, MARGIN_RIGHT, MARGIN_TOP, MARGIN_BOTTOM = 78, 190, 50, 58
 
 
 class Scale:
@@ -161,30 +161,35 @@ def _check_series(series, logx, logy):
                 raise ValueError(f"series {name!r}: point ({x}, {y}) is not positive on a log axis")
 
 
-def _axis_ticks(lo, hi, log):
+def _axis_ticks(lo, hi, log, sizes=True):
     if log:
         a, b = log2_bounds(lo, hi)
-        return log2_ticks(lo, hi), 2.0 ** a, 2.0 ** b, format_size
+        return log2_ticks(lo, hi), 2.0 ** a, 2.0 ** b, format_size if sizes else format_number
     ticks = nice_ticks(lo, hi)
     return ticks, ticks[0], ticks[-1], format_number
 
 
-def line_chart(series, title, xlabel, ylabel, logx=False, logy=False, width=WIDTH, height=HEIGHT):
+def line_chart(series, title, xlabel, ylabel, logx=False, logy=False, width=WIDTH, height=HEIGHT,
+               subtitle=None):
     """An SVG line chart of `series` ({name: [(x, y), ...]}); see the module's docstring.
-    The y axis starts at 0 (linear) so bars of throughput are read against zero."""
+    A linear y axis starts at 0, so values are read against zero; a log one (logy, for values
+    orders of magnitude apart) has power-of-two ticks in plain numbers. `subtitle`: a smaller
+    line under the title (conditions, date)."""
     _check_series(series, logx, logy)
     xs = [x for pts in series.values() for x, _ in pts]
     ys = [y for pts in series.values() for _, y in pts]
     xticks, xlo, xhi, xfmt = _axis_ticks(min(xs), max(xs), logx)
     ylo = min(ys) if logy else min(0.0, min(ys))
-    yticks, ylo, yhi, yfmt = _axis_ticks(ylo, max(ys), logy)
+    yticks, ylo, yhi, yfmt = _axis_ticks(ylo, max(ys), logy, sizes=False)
     left, right = MARGIN_LEFT, width - MARGIN_RIGHT
     top, bottom = MARGIN_TOP, height - MARGIN_BOTTOM
     sx = Scale(xlo, xhi, left, right, logx)
     sy = Scale(ylo, yhi, bottom, top, logy)
 
     svg = Svg(width, height)
-    svg.text((left + right) / 2, 26, title, size=16, anchor="middle", weight="bold")
+    svg.text(width / 2, 22, title, size=15, anchor="middle", weight="bold")
+    if subtitle:
+        svg.text(width / 2, 38, subtitle, size=11, anchor="middle", fill="#555")
     for t in yticks:
         y = sy(t)
         svg.line(left, y, right, y, stroke="#e3e3e3")

@@ -29,7 +29,7 @@ RECORD_COLOURS = {"doorbell": "#8c564b", "fetch": "#e08e0b", "psns": "#bcbd22",
                   "frame out": "#2e8b57", "frame in": "#00798c", "response in": "#d1495b",
                   "retransmit": "#000000", "cqe": "#1f4e9c", "eqe": "#6a3d9a",
                   "interrupt": "#6a3d9a"}
-LABEL_W, RIGHT, TOP, TRACK_H, AXIS_H = 170, 24, 70, 64, 46
+LABEL_W, RIGHT, TOP, TRACK_H, AXIS_H = 170, 24, 76, 64, 46
 BAR_Y, BAR_H, TICK_Y, TICK_H = 10, 20, 38, 14
 
 
@@ -116,18 +116,20 @@ def describe(e):
     return f"{e['name']} at {e['ts']:.3f} µs" + (f": {args}" if args else "")
 
 
-def render(events, lo, hi, title, width=980):
-    """The SVG text of the events in [lo, hi] µs."""
+def render(events, lo, hi, title, width=980, subtitle=None):
+    """The SVG text of the events in [lo, hi] µs; `subtitle` a smaller line under the title."""
     tracks = tracks_in(events, lo, hi)
     if not tracks:
         raise ValueError(f"nothing recorded between {lo:.3f} and {hi:.3f} µs")
     row = {(pid, tid): i for i, (pid, tid, _) in enumerate(tracks)}
-    height = TOP + TRACK_H * len(tracks) + AXIS_H + 34
+    height = TOP + TRACK_H * len(tracks) + AXIS_H + 24
     left, right = LABEL_W, width - RIGHT
     ticks = [t for t in svgplot.nice_ticks(0, hi - lo, most=10) if t <= hi - lo]
     sx = svgplot.Scale(lo, hi, left, right)
     svg = svgplot.Svg(width, height)
-    svg.text(width / 2, 22, title, size=15, anchor="middle", weight="bold")
+    svg.text(width / 2, 20, title, size=15, anchor="middle", weight="bold")
+    if subtitle:
+        svg.text(width / 2, 34, subtitle, size=11, anchor="middle", fill="#555")
     _legend(svg, left)
     bottom = TOP + TRACK_H * len(tracks)
     for t in ticks:
@@ -184,15 +186,15 @@ def _slice(svg, sx, e, y, lo, hi):
 def _legend(svg, left):
     x = left
     for name, colour in STAGES:
-        svg.rect(x, 36, 12, 12, colour)
-        svg.text(x + 16, 46, name, size=11)
+        svg.rect(x, 40, 12, 12, colour)
+        svg.text(x + 16, 50, name, size=11)
         x += 30 + 6.5 * len(name)
     x = left
     for name in ("doorbell", "fetch", "frame out", "frame in", "response in", "cqe", "interrupt"):
-        svg.rect(x, 54, 2, 12, RECORD_COLOURS[name])
-        svg.text(x + 6, 64, name, size=11)
+        svg.rect(x, 56, 2, 12, RECORD_COLOURS[name])
+        svg.text(x + 6, 66, name, size=11)
         x += 18 + 6.5 * len(name)
-    svg.text(x + 4, 64, "- - frame on the wire", size=11, fill="#777")
+    svg.text(x + 4, 66, "- - frame on the wire", size=11, fill="#777")
 
 
 def main():
@@ -204,11 +206,12 @@ def main():
     ap.add_argument("--from", dest="start", type=float, help="window start, µs of the trace")
     ap.add_argument("--to", dest="end", type=float, help="window end, µs of the trace")
     ap.add_argument("--title", default="WQE trace (rox-nic)")
+    ap.add_argument("--subtitle", help="a smaller line under the title (conditions)")
     a = ap.parse_args()
     try:
         events = load(a.trace)
         lo, hi = window_of(events, a.wqe, a.nth, a.start, a.end)
-        svg = render(events, lo, hi, a.title)
+        svg = render(events, lo, hi, a.title, subtitle=a.subtitle)
         with open(a.output, "w") as f:
             f.write(svg)
     except (OSError, ValueError, KeyError, TypeError) as e:

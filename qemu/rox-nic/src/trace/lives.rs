@@ -298,26 +298,33 @@ pub(crate) mod tests {
     /// the second lost and sent again after a sequence NAK; CQE, EQE and interrupt at the end.
     pub(crate) fn two_writes() -> Dump {
         use Kind::*;
-        let records = vec![
+        // A WRITE's two 4 KiB packets on QP 5 (WRITE_FIRST, WRITE_LAST) from `psn`, at `ts`
+        // and 100 ns later.
+        let two_frames = |ts: u64, psn: u32| {
+            [(0, 0x06), (1, 0x08)]
+                .map(|(i, op)| rec(ts + 100 * i as u64, FrameOut, 5, psn + i, 4096, op, 0))
+        };
+        let mut records = vec![
             rec(1000, Doorbell, 5, 2, 2, 0, 0),
             rec(1100, WqeFetch, 5, 0, 8192, WR_RDMA_WRITE, 10),
             rec(1200, WqeFetch, 5, 1, 8192, WR_RDMA_WRITE, 11),
             rec(1300, WqeStart, 5, 0xff_fffe, 2, 0, 10),
-            rec(1400, FrameOut, 5, 0xff_fffe, 4096, 0x06, 0),
-            rec(1500, FrameOut, 5, 0xff_ffff, 4096, 0x08, 0),
-            rec(1600, WqeStart, 5, 0, 2, 0, 11),
-            rec(1700, FrameOut, 5, 0, 4096, 0x06, 0),
-            rec(1800, FrameOut, 5, 1, 4096, 0x08, 0),
+        ];
+        records.extend(two_frames(1400, 0xff_fffe));
+        records.push(rec(1600, WqeStart, 5, 0, 2, 0, 11));
+        records.extend(two_frames(1700, 0));
+        records.extend([
             rec(2000, ResponseIn, 5, 0xff_ffff, 0x1f, 0x11, 0),
             rec(2100, ResponseIn, 5, 0, 0x60, 0x11, 0),
             rec(2150, Retransmit, 5, 0, 1, 0, 0),
-            rec(2200, FrameOut, 5, 0, 4096, 0x06, 0),
-            rec(2300, FrameOut, 5, 1, 4096, 0x08, 0),
+        ]);
+        records.extend(two_frames(2200, 0));
+        records.extend([
             rec(2500, ResponseIn, 5, 1, 0x1f, 0x11, 0),
             rec(2600, Cqe, 5, 0, 7, WC_OPC_RDMA_WRITE, 11),
             rec(2700, Eqe, 7, 1, 0, EQE_TYPE_COMPLETION, 0),
             rec(2800, Interrupt, 0, 1, 0, 0, 0),
-        ];
+        ]);
         Dump {
             records,
             overwritten: 0,

@@ -10,6 +10,8 @@
 //! per-stage latency histograms ([`lives`], [`chrome`], [`report`]). docs/debugging.md.
 
 pub mod chrome;
+#[cfg(test)]
+mod cost;
 pub mod lives;
 pub mod record;
 pub mod report;

@@ -37,20 +37,22 @@ pub enum Kind {
 }
 
 impl Kind {
+    /// Every kind (the values a record's kind byte may hold).
+    pub const ALL: [Kind; 10] = [
+        Kind::Doorbell,
+        Kind::WqeFetch,
+        Kind::WqeStart,
+        Kind::FrameOut,
+        Kind::ResponseIn,
+        Kind::Retransmit,
+        Kind::Cqe,
+        Kind::Eqe,
+        Kind::Interrupt,
+        Kind::FrameIn,
+    ];
+
     pub fn from_u8(v: u8) -> Option<Kind> {
-        Some(match v {
-            1 => Kind::Doorbell,
-            2 => Kind::WqeFetch,
-            3 => Kind::WqeStart,
-            4 => Kind::FrameOut,
-            5 => Kind::ResponseIn,
-            6 => Kind::Retransmit,
-            7 => Kind::Cqe,
-            8 => Kind::Eqe,
-            9 => Kind::Interrupt,
-            10 => Kind::FrameIn,
-            _ => return None,
-        })
+        Kind::ALL.into_iter().find(|&k| k as u8 == v)
     }
 
     pub fn name(self) -> &'static str {
