@@ -86,6 +86,7 @@ pub(crate) const COUNTER_NAMES: [&CStr; COUNTER_COUNT] = {
     names[admin::STAT_RX_BAD_KEY] = c"rx_bad_key";
     names[admin::STAT_PORT_DROP_NO_DMAC] = c"port_drop_no_dmac";
     names[admin::STAT_RX_MCAST_COPIES] = c"rx_mcast_copies";
+    names[admin::STAT_RX_CNP_DROPPED] = c"rx_cnp_dropped";
     let mut i = 0;
     while i < MLX5_NAMED.len() {
         names[admin::STATS_COUNT + i] = MLX5_NAMED[i].0;

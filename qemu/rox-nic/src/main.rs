@@ -70,12 +70,12 @@ struct Args {
     /// RoCEv2 congestion control: `on` (ECT(0) on every RoCE packet, a CNP answers packets
     /// that arrive marked Congestion Experienced, CNPs cut the QP's rate by DCQCN; as mlx5)
     /// or `off` (Not-ECT, no CNPs sent, CNPs received counted and ignored). Default:
-    /// $ROX_NIC_CC, else `on`. docs/congestion.md.
+    /// $ROX_NIC_CC, else `on`. docs/transport.md, "Congestion control".
     #[arg(long, value_enum)]
     cc: Option<CcArg>,
     /// DCQCN and notification point parameters under mlx5's names, as
     /// `name=value,...` (e.g. `rpg_ai_rate=10,min_time_between_cnps=0`); repeatable. Default:
-    /// $ROX_NIC_CC_PARAMS, else mlx5's defaults. docs/congestion.md lists them.
+    /// $ROX_NIC_CC_PARAMS, else mlx5's defaults. docs/transport.md lists them.
     #[arg(long, value_name = "NAME=VALUE,...")]
     cc_param: Vec<String>,
     /// Trace every send WQE's life (doorbell, fetch, packets, ACKs, retransmissions, CQE,

@@ -55,4 +55,7 @@ pub const STAT_PORT_DROP_NO_DMAC: usize = 31;
 /// in) handed to attached QPs: one per packet and QP; each QP then checks its own Q_Key
 /// (`STAT_RX_BAD_KEY`) and state.
 pub const STAT_RX_MCAST_COPIES: usize = 32;
-pub const STATS_COUNT: usize = 33;
+/// RoCEv2 CNPs dropped: for a QP that does not exist, is not RC/UC, or is not connected to
+/// the CNP's sender (congestion control; docs/congestion.md).
+pub const STAT_RX_CNP_DROPPED: usize = 33;
+pub const STATS_COUNT: usize = 34;

@@ -182,7 +182,12 @@ impl Rig {
         let known: Vec<u8> = (0..=u8::MAX)
             .filter(|&o| wire::opcode_info(o).is_some())
             .collect();
-        let opcode = *u.choose(&known)?;
+        // CNPs often (one opcode among ~90 would be rare): congestion control's input.
+        let opcode = if u.ratio(1u8, 16)? {
+            wire::opcode::CNP
+        } else {
+            *u.choose(&known)?
+        };
         let info = wire::opcode_info(opcode).expect("known");
         let dest = match u.int_in_range(0u8..=7)? {
             0 => Qpn::from_wire(u.arbitrary::<u32>()?),
@@ -280,10 +285,16 @@ impl Rig {
         } else {
             (wire::ipv4_gid(u.arbitrary::<[u8; 4]>()?), self.node.gid)
         };
+        // Some packets arrive marked Congestion Experienced (the engine answers with CNPs).
+        let traffic_class = if u.ratio(1u8, 4)? {
+            crate::roce::cc::ECN_CE
+        } else {
+            crate::roce::cc::ECN_ECT0
+        };
         let ip = IpInfo {
             sgid,
             dgid,
-            traffic_class: 0,
+            traffic_class,
             hop_limit: 64,
             flow_label: 0,
             src_port: 0xc099,
@@ -320,6 +331,11 @@ impl Rig {
 
 /// The body of the target.
 pub fn run(data: &[u8]) {
+    run_counted(data);
+}
+
+/// [`run`], returning the engine's counters before the final check.
+fn run_counted(data: &[u8]) -> EngineStats {
     let mut rig = Rig::new();
     let mut u = Unstructured::new(data);
     let before = rig.node.env.mem[..CHECKED].to_vec();
@@ -397,7 +413,9 @@ pub fn run(data: &[u8]) {
             "completion of no posted WR: {c:?}"
         );
     }
+    let stats = rig.node.engine.stats().clone();
     still_moves_messages(rig);
+    stats
 }
 
 fn check_memory(before: &[u8], after: &[u8]) {
@@ -489,5 +507,24 @@ mod tests {
         for s in super::seeds() {
             super::run(&s);
         }
+    }
+
+    /// The seeds reach congestion control: CE marks answered with CNPs, CNPs taken by a
+    /// QP's reaction point and CNPs dropped.
+    #[test]
+    fn seeds_reach_the_cnp_paths() {
+        let mut total = crate::roce::EngineStats::default();
+        for s in super::seeds() {
+            let st = super::run_counted(&s);
+            total.np_ecn_marked_roce_packets += st.np_ecn_marked_roce_packets;
+            total.np_cnp_sent += st.np_cnp_sent;
+            total.rp_cnp_handled += st.rp_cnp_handled;
+            total.rx_cnp_dropped += st.rx_cnp_dropped;
+        }
+        assert!(total.np_ecn_marked_roce_packets > 0 && total.np_cnp_sent > 0);
+        assert!(
+            total.rp_cnp_handled > 0 && total.rx_cnp_dropped > 0,
+            "{total:?}"
+        );
     }
 }

@@ -360,6 +360,15 @@ pub fn seeds() -> Vec<Vec<u8>> {
     let at = ack.len() - ICRC_LEN;
     ack[at..].copy_from_slice(&icrc.to_le_bytes());
     out.push([&[0][..], &ack].concat());
+    // A CNP as a congested flow's receiver sends it: 16 reserved bytes, marked CE on its way.
+    let mut path = seed_path(false);
+    path.traffic_class = crate::roce::cc::ECN_CE;
+    let cnp = build_packet(
+        &path,
+        &headers_for(opcode::CNP, 0),
+        &[0; opcode::CNP_RESERVED_LEN],
+    );
+    out.push([&[0][..], &cnp].concat());
     out
 }
 

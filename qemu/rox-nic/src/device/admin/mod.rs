@@ -259,6 +259,7 @@ fn query_stats(hw: &mut Hw, engine: &mut Engine, q: &QueryCmd) -> AdminResult<u3
     s[STAT_DUP_REQUESTS] = es.rx_duplicates;
     s[STAT_RX_UNKNOWN_QP] = es.rx_no_qp;
     s[STAT_RX_BAD_KEY] = es.rx_bad_pkey + es.rx_qkey_violations;
+    s[STAT_RX_CNP_DROPPED] = es.rx_cnp_dropped;
     let bytes: Vec<u8> = s.iter().flat_map(|v| v.to_le_bytes()).collect();
     write_resp(hw, q.resp_addr, &bytes)?;
     Ok(STATS_COUNT as u32)

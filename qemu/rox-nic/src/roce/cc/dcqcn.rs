@@ -166,13 +166,13 @@ impl Dcqcn {
     fn play_timer(&mut self, now: u64, p: &CcParams) {
         let period = timer_period(p);
         while now >= self.timer_due {
-            self.timer_due += period;
             if self.recovered(p) {
-                // Nothing left to recover: skip the remaining periods at once.
-                let behind = (now - self.timer_due) / period + 1;
-                self.timer_due += behind * period;
+                // Nothing left to recover: skip the periods that ended by `now` at once.
+                let ended = (now - self.timer_due) / period + 1;
+                self.timer_due += ended * period;
                 break;
             }
+            self.timer_due += period;
             self.timer_stage = self.timer_stage.saturating_add(1);
             self.increase(true, p);
         }
@@ -355,6 +355,23 @@ mod tests {
         d.advance(1_000_000 * US, &p);
         assert_eq!(d.rate_kbps(), LINE);
         assert!(d.recovered(&p));
+    }
+
+    #[test]
+    fn a_recovered_flow_skips_the_timer_periods_it_idled_through() {
+        let p = params();
+        let mut d = Dcqcn::first_cnp(0, &p);
+        d.advance(1_000_000 * US + 7, &p);
+        assert!(d.recovered(&p));
+        // Any later time, on a period boundary or not.
+        for now in [1_000_000 * US + 8, 1_000_300 * US, 1_000_301 * US + 1] {
+            d.advance(now, &p);
+            assert!(d.recovered(&p));
+        }
+        // α has decayed to 0: a CNP now cuts nothing (its owner forgets a recovered flow, so
+        // there the next CNP is a first one, with initial_alpha_value).
+        d.on_cnp(1_000_302 * US, &p);
+        assert_eq!((d.alpha(), d.rate_kbps()), (0, LINE));
     }
 
     #[test]

@@ -387,6 +387,13 @@ impl QpCc {
 
     /// A CNP for the QP at `now` (congestion control on): DCQCN cuts the rate.
     pub fn on_cnp(&mut self, now: u64) {
+        // A flow that recovered while idle is forgotten: this CNP is a first one again.
+        if let Some(rp) = &mut self.rp {
+            rp.advance(now, &self.params);
+            if rp.recovered(&self.params) {
+                self.rp = None;
+            }
+        }
         match &mut self.rp {
             Some(rp) => rp.on_cnp(now, &self.params),
             None => self.rp = Some(Dcqcn::first_cnp(now, &self.params)),
@@ -444,6 +451,16 @@ mod tests {
         assert_eq!(CcConfig::default().ecn(), ECN_ECT0);
     }
 
+    /// docs/transport.md's table has every parameter with its unit and default.
+    #[test]
+    fn the_docs_table_has_every_parameter_and_default() {
+        let docs = include_str!("../../../../../docs/transport.md");
+        for spec in PARAMS {
+            let row = format!("| `{}` | {} | {} |", spec.name, spec.unit, spec.default);
+            assert!(docs.contains(&row), "docs/transport.md lacks {row}");
+        }
+    }
+
     #[test]
     fn a_parameter_list_applies_whole_or_not_at_all() {
         let mut p = CcParams::default();
@@ -492,5 +509,15 @@ mod tests {
         cc.sent(4096, 1_000_000_000);
         assert!(cc.rp.is_none());
         assert_eq!(cc.paced_until(1_000_000_001), None);
+    }
+
+    #[test]
+    fn a_flow_that_recovered_while_idle_is_cut_by_its_next_cnp_as_by_a_first_one() {
+        let mut cc = QpCc::new(&CcConfig::default());
+        cc.on_cnp(0);
+        let first_cut = cc.rate_kbps();
+        // Idle for a second (no packet sent): recovered by the timer alone.
+        cc.on_cnp(1_000_000_000);
+        assert_eq!(cc.rate_kbps(), first_cut, "cut as a first CNP, α fresh");
     }
 }

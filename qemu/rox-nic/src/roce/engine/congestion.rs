@@ -58,7 +58,10 @@ impl Qp {
         env: &mut dyn DeviceEnv,
         stats: &mut EngineStats,
     ) {
-        let connected = matches!(self.cfg.qp_type, QpType::Rc | QpType::Uc);
+        // A QP before RTR has no peer to tell; one in ERR tells nobody.
+        let connected = matches!(self.cfg.qp_type, QpType::Rc | QpType::Uc)
+            && self.av.is_some()
+            && self.can_receive();
         if !self.cc.enabled || !connected || !self.cc.cnp_due(env.now_ns()) {
             return;
         }
@@ -73,5 +76,246 @@ impl Qp {
         });
         stats.np_cnp_sent += 1;
         self.send_connected(env, stats, &hdr, &CNP_RESERVED);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_env::*;
+    use super::*;
+    use crate::roce::cc::{CcConfig, ECN_ECT0, ECN_NOT_ECT};
+
+    const US: u64 = 1000;
+
+    fn engine_with(cc: CcConfig, env: &mut TestEnv, qp_type: QpType) -> Engine {
+        let mut engine = Engine::new().with_cc(cc);
+        let qp = rts_qp(qp_type);
+        engine.create_qp(qp.cfg).unwrap();
+        let modify = QpModify {
+            state: Some(QpState::Rts),
+            av: qp.av,
+            dest_qpn: Some(PEER_QPN),
+            rq_psn: Some(Psn::from_wire(100)),
+            sq_psn: Some(Psn::from_wire(100)),
+            path_mtu: Some(Mtu::Mtu1024),
+            ..QpModify::default()
+        };
+        engine.modify_qp(env, LOCAL_QPN, &modify).unwrap();
+        engine
+    }
+
+    fn cc_off() -> CcConfig {
+        CcConfig {
+            enabled: false,
+            ..CcConfig::default()
+        }
+    }
+
+    /// `packet` as a congested router leaves it: ECN set to CE (the IPv4 header checksum
+    /// fixed; the ICRC masks the TOS byte).
+    fn marked_ce(mut packet: Vec<u8>) -> Vec<u8> {
+        packet[1] |= ECN_CE;
+        packet[10..12].fill(0);
+        let sum = wire::ipv4_header_checksum(&packet[..20]);
+        packet[10..12].copy_from_slice(&sum.to_be_bytes());
+        packet
+    }
+
+    fn cnp_from_peer(dest: Qpn) -> Vec<u8> {
+        packet_from_peer(op::CNP, 0, &CNP_RESERVED, |h| {
+            h.bth.dest_qpn = dest;
+            h.bth.ack_req = false;
+        })
+    }
+
+    fn sends(env: &mut TestEnv, n: usize) {
+        for i in 0..n {
+            env.recv.push_back(RecvWr {
+                wqe_index: 0,
+                wr_id: i as u64,
+                sges: Vec::new(),
+            });
+        }
+    }
+
+    #[test]
+    fn ce_marked_packets_get_one_cnp_per_min_time_between_cnps() {
+        let mut env = TestEnv::new();
+        let mut engine = engine_with(CcConfig::default(), &mut env, QpType::Rc);
+        sends(&mut env, 3);
+        for (psn, at) in [(100, 0), (101, US), (102, 5 * US)] {
+            env.now = 1_000_000 + at;
+            let send = marked_ce(packet_from_peer(op::RC_SEND_ONLY, psn, &[], |_| {}));
+            engine.receive(&mut env, &send).unwrap();
+        }
+        let cnps: Vec<_> = env.sent.iter().filter(|p| p[20 + 8] == op::CNP).collect();
+        assert_eq!(
+            cnps.len(),
+            2,
+            "at 0 and 5 µs; the one at 1 µs is within 4 µs"
+        );
+        let cnp = wire::parse_packet(cnps[0]).expect("a valid packet (ICRC, lengths)");
+        assert_eq!(cnp.hdr.bth.dest_qpn, PEER_QPN, "to the sender's QP");
+        assert_eq!((cnp.hdr.bth.psn.get(), cnp.hdr.bth.ack_req), (0, false));
+        assert_eq!(cnp.payload, &[0; 16], "16 reserved bytes");
+        assert_eq!(cnps[0][20 + 8 + 1], 0, "no flags");
+        assert_eq!(cnps[0][20 + 8 + 4], 0x40, "BECN");
+        assert_eq!(wire::ecn_of(cnp.ip_header), ECN_ECT0);
+        assert_eq!(wire::ipv4_header_checksum(cnp.ip_header), 0);
+        let s = engine.stats();
+        assert_eq!((s.np_ecn_marked_roce_packets, s.np_cnp_sent), (3, 2));
+        assert_eq!(
+            env.completions.len(),
+            3,
+            "the SENDs themselves were delivered"
+        );
+    }
+
+    #[test]
+    fn with_cc_off_packets_are_not_ect_ce_is_counted_and_cnps_ignored() {
+        let mut env = TestEnv::new();
+        let mut engine = engine_with(cc_off(), &mut env, QpType::Rc);
+        sends(&mut env, 1);
+        let send = marked_ce(packet_from_peer(op::RC_SEND_ONLY, 100, &[], |_| {}));
+        engine.receive(&mut env, &send).unwrap();
+        engine.receive(&mut env, &cnp_from_peer(LOCAL_QPN)).unwrap();
+        engine.poll(&mut env);
+        let sent = env.sent_parsed();
+        assert_eq!(sent.len(), 1, "the ACK, no CNP");
+        assert_eq!(sent[0].hdr.bth.opcode, op::RC_ACKNOWLEDGE);
+        assert_eq!(wire::ecn_of(sent[0].ip_header), ECN_NOT_ECT);
+        let s = engine.stats();
+        assert_eq!(
+            (s.np_ecn_marked_roce_packets, s.np_cnp_sent),
+            (1, 0),
+            "CE still counted"
+        );
+        assert_eq!((s.rp_cnp_handled, s.rp_cnp_ignored), (0, 1));
+        // Nothing is paced either.
+        engine
+            .post_send(
+                &mut env,
+                LOCAL_QPN,
+                send_wr(1, WrOpcode::RdmaWrite, 8 * 1024),
+            )
+            .unwrap();
+        assert_eq!(env.sent.len(), 1 + 8);
+    }
+
+    #[test]
+    fn cnps_no_rc_or_uc_qp_can_take_are_dropped_and_counted_alone() {
+        let mut env = TestEnv::new();
+        let mut engine = engine_with(CcConfig::default(), &mut env, QpType::Ud);
+        let before = engine.stats().clone();
+        let unknown = Qpn::from_wire(0x777);
+        for dest in [unknown, LOCAL_QPN] {
+            assert_eq!(
+                engine.receive(&mut env, &cnp_from_peer(dest)),
+                Err(RxDrop::UnwantedCnp(dest))
+            );
+        }
+        let s = engine.stats();
+        assert_eq!(s.rx_cnp_dropped, 2);
+        let others = EngineStats {
+            rx_packets: before.rx_packets + 2,
+            rx_cnp_dropped: 2,
+            ..before
+        };
+        assert_eq!(*s, others, "no other counter moved");
+        // From an address other than an RC QP's peer: dropped too.
+        let mut env = TestEnv::new();
+        let mut engine = engine_with(CcConfig::default(), &mut env, QpType::Rc);
+        let mut stranger = cnp_from_peer(LOCAL_QPN);
+        stranger[12..16].copy_from_slice(&[10, 0, 0, 9]);
+        stranger[10..12].fill(0);
+        let sum = wire::ipv4_header_checksum(&stranger[..20]);
+        stranger[10..12].copy_from_slice(&sum.to_be_bytes());
+        let icrc_at = stranger.len() - 4;
+        let icrc = wire::compute_icrc(&stranger[..icrc_at], 20);
+        stranger[icrc_at..].copy_from_slice(&icrc.to_le_bytes());
+        assert_eq!(
+            engine.receive(&mut env, &stranger),
+            Err(RxDrop::UnwantedCnp(LOCAL_QPN))
+        );
+        assert_eq!(engine.stats().rp_cnp_handled, 0);
+    }
+
+    #[test]
+    fn a_cnp_paces_the_requester_through_the_engine_timer() {
+        let mut env = TestEnv::new();
+        let mut engine = engine_with(CcConfig::default(), &mut env, QpType::Rc);
+        env.now = 1_000_000;
+        engine.receive(&mut env, &cnp_from_peer(LOCAL_QPN)).unwrap();
+        assert_eq!(engine.stats().rp_cnp_handled, 1);
+        assert_eq!(engine.next_deadline(), None, "nothing to send: no timer");
+        engine
+            .post_send(
+                &mut env,
+                LOCAL_QPN,
+                send_wr(1, WrOpcode::RdmaWrite, 4 * 1024),
+            )
+            .unwrap();
+        assert_eq!(env.sent.len(), 1, "the first packet goes, the rest wait");
+        let qp = &engine.qps[&LOCAL_QPN];
+        let rate = qp.cc.rate_kbps();
+        let gap = crate::roce::cc::dcqcn::wire_time_ns(env.sent[0].len() as u64, rate);
+        let wake = qp.cc.wake_at.expect("paced");
+        assert_eq!(wake, 1_000_000 + gap);
+        // The engine's deadline is the pacing time (the ACK timeout is later).
+        assert_eq!(engine.next_deadline(), Some(wake));
+        env.now = wake - 1;
+        engine.poll(&mut env);
+        assert_eq!(env.sent.len(), 1, "not before its time");
+        env.now = wake;
+        engine.poll(&mut env);
+        assert_eq!(env.sent.len(), 2);
+    }
+
+    #[test]
+    fn a_qp_that_cannot_receive_sends_no_cnp_and_a_flushed_one_no_timer() {
+        let mut env = TestEnv::new();
+        let mut engine = engine_with(CcConfig::default(), &mut env, QpType::Rc);
+        engine.receive(&mut env, &cnp_from_peer(LOCAL_QPN)).unwrap();
+        engine
+            .post_send(
+                &mut env,
+                LOCAL_QPN,
+                send_wr(1, WrOpcode::RdmaWrite, 4 * 1024),
+            )
+            .unwrap();
+        assert!(engine.next_deadline().is_some(), "paced");
+        engine.set_error(&mut env, LOCAL_QPN).unwrap();
+        assert_eq!(
+            engine.next_deadline(),
+            None,
+            "a flushed QP waits for nothing"
+        );
+        env.sent.clear();
+        let send = marked_ce(packet_from_peer(op::RC_SEND_ONLY, 100, &[], |_| {}));
+        assert_eq!(
+            engine.receive(&mut env, &send),
+            Err(RxDrop::NoQp(LOCAL_QPN))
+        );
+        assert!(env.sent.is_empty(), "no CNP from a QP in ERR");
+        let s = engine.stats();
+        assert_eq!((s.np_ecn_marked_roce_packets, s.np_cnp_sent), (1, 0));
+    }
+
+    #[test]
+    fn a_storm_of_cnps_holds_the_qp_at_its_floor_and_it_still_sends() {
+        let mut env = TestEnv::new();
+        let mut cc = CcConfig::default();
+        cc.params.rpg_min_rate = 1000;
+        let mut engine = engine_with(cc, &mut env, QpType::Rc);
+        for i in 0..10_000 {
+            env.now = i * US;
+            engine.receive(&mut env, &cnp_from_peer(LOCAL_QPN)).unwrap();
+        }
+        assert_eq!(engine.qps[&LOCAL_QPN].cc.rate_kbps(), 1_000_000);
+        assert_eq!(engine.stats().rp_cnp_handled, 10_000);
+        engine
+            .post_send(&mut env, LOCAL_QPN, send_wr(1, WrOpcode::Send, 64))
+            .unwrap();
+        assert_eq!(env.sent.len(), 1, "a paced QP still sends");
     }
 }

@@ -387,6 +387,7 @@ impl Qp {
         self.req.read_asked.clear();
         self.req.read_resp_high = None;
         self.req.rtt.probe = None;
+        self.cc.wake_at = None;
     }
 
     /// Completes the receive WRs the responder holds and (unless they belong to an SRQ) every

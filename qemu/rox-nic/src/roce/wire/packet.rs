@@ -76,6 +76,30 @@ fn udp6_checksum(src: &Gid, dst: &Gid, udp: &[u8]) -> u16 {
     }
 }
 
+/// Appends the BTH of a packet whose payload has `pad` pad bytes.
+fn put_bth(buf: &mut Vec<u8>, b: &Bth, pad: usize) {
+    buf.push(b.opcode);
+    let is_cnp = b.opcode == opcode::CNP;
+    // A CNP's flags are all clear (A17.9.3: no migration state to carry).
+    let mig = if is_cnp { 0 } else { BTH_MIG };
+    buf.push(
+        if b.solicited { BTH_SE } else { 0 }
+            | mig
+            | ((pad as u8 & BTH_PAD_MASK) << BTH_PAD_SHIFT)
+            | BTH_TVER,
+    );
+    put_u16(buf, b.pkey);
+    // A CNP carries BECN: the flow it names went through a point of congestion. The bit is
+    // in the byte the ICRC masks.
+    let becn = if is_cnp { BTH_BECN } else { 0 };
+    // from_wire: a number wider than its field must not spill into the neighbouring bits.
+    put_u32(buf, Qpn::from_wire(b.dest_qpn.get()).get() | becn);
+    put_u32(
+        buf,
+        Psn::from_wire(b.psn.get()).get() | if b.ack_req { BTH_ACK_REQ } else { 0 },
+    );
+}
+
 /// Builds a complete RoCEv2 IP packet with a valid ICRC (IBA's).
 pub fn build_packet(ip: &IpInfo, hdr: &Headers, payload: &[u8]) -> Vec<u8> {
     build_packet_with(ip, hdr, payload, FlushIcrc::Iba)
@@ -128,27 +152,7 @@ pub fn build_packet_with(
     put_u16(&mut buf, ROCE_V2_UDP_PORT);
     put_u16(&mut buf, udp_len as u16);
     put_u16(&mut buf, 0); // UDP checksum: 0 (none) over IPv4, filled below for IPv6
-    let b = &hdr.bth;
-    buf.push(b.opcode);
-    let is_cnp = b.opcode == opcode::CNP;
-    // A CNP's flags are all clear (A17.9.3: no migration state to carry).
-    let mig = if is_cnp { 0 } else { BTH_MIG };
-    buf.push(
-        if b.solicited { BTH_SE } else { 0 }
-            | mig
-            | ((pad as u8 & BTH_PAD_MASK) << BTH_PAD_SHIFT)
-            | BTH_TVER,
-    );
-    put_u16(&mut buf, b.pkey);
-    // A CNP carries BECN: the flow it names went through a point of congestion. The bit is
-    // in the byte the ICRC masks.
-    let becn = if is_cnp { BTH_BECN } else { 0 };
-    // from_wire: a number wider than its field must not spill into the neighbouring bits.
-    put_u32(&mut buf, Qpn::from_wire(b.dest_qpn.get()).get() | becn);
-    put_u32(
-        &mut buf,
-        Psn::from_wire(b.psn.get()).get() | if b.ack_req { BTH_ACK_REQ } else { 0 },
-    );
+    put_bth(&mut buf, &hdr.bth, pad);
     xrceth::put(&mut buf, hdr, &info);
     if info.deth {
         let d = hdr.deth.expect("DETH required by opcode");
