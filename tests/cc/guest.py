@@ -16,6 +16,7 @@ step failed (its output is printed). $ROX_KO is rox.ko as the guest sees it.
 import json
 import os
 import re
+import shlex
 import socket
 import subprocess
 import sys
@@ -103,7 +104,8 @@ def barrier_wait(receiver_ip):
 
 def receiver(seconds, size):
     gid = setup()
-    servers = [subprocess.Popen(bw_cmd(gid, BW_BASE_PORT + f, size), shell=True,
+    # No shell between: kill() must stop ib_write_bw itself (it holds the output pipe).
+    servers = [subprocess.Popen(shlex.split(bw_cmd(gid, BW_BASE_PORT + f, size)),
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
                for f in range(FLOWS)]
     before = counters()
@@ -121,7 +123,10 @@ def receiver(seconds, size):
     outs = []
     for s in servers:
         s.kill()
-        outs.append(s.communicate()[0])
+        try:
+            outs.append(s.communicate(timeout=10)[0])
+        except subprocess.TimeoutExpired:
+            outs.append("(ib_write_bw server did not stop)")
     log = open("/run/rox/rox-nic0.log", errors="replace").read()
     stats = BOTTLENECK_LINE.findall(log)
     bottleneck = dict(kv.split("=") for kv in stats[-1].split()) if stats else {}
@@ -146,7 +151,7 @@ def sender(flow, seconds, size):
     before = counters()
     barrier_wait(receiver_ip)
     t0 = time.monotonic()
-    p = subprocess.Popen(bw_cmd(gid, BW_BASE_PORT + flow, size, receiver_ip), shell=True,
+    p = subprocess.Popen(shlex.split(bw_cmd(gid, BW_BASE_PORT + flow, size, receiver_ip)),
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     samples, raw = [], []
     # Reads perftest's reports on a thread: the main one stops it on time.
