@@ -48,7 +48,7 @@ struct Args {
     /// `loss=0.01,dup=0.01,reorder=0.01,corrupt=0.01,seed=42`.
     #[arg(long)]
     faults: Option<String>,
-    /// A congested switch queue in front of the port's receive side (docs/congestion.md):
+    /// A congested switch queue in front of the port's receive side (docs/congestion-lab.md):
     /// `rate=R[k|M|G]` bits/s, and optionally `limit=B`, `kmin=B`, `kmax=B` (bytes, K/M =
     /// KiB/MiB), `pmax=P`, `seed=N`. Arriving frames drain at the rate; beyond `limit` queued
     /// bytes they are dropped; from `kmin` to `kmax` ECN-capable frames are marked CE with a

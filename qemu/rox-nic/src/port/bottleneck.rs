@@ -364,9 +364,16 @@ impl Shaper {
         Ok(n)
     }
 
-    /// How long until frames are ready for the device.
+    /// How long until frames are ready for the device, or counters that changed are due in
+    /// the log (so the last change is logged even when no frame follows it).
     pub(super) fn due_in(&self, now: Duration) -> Option<Duration> {
-        self.queue.due_in(now.as_nanos() as u64)
+        let frames = self.queue.due_in(now.as_nanos() as u64);
+        let report = (self.queue.stats() != self.logged)
+            .then(|| (self.logged_at + REPORT_EVERY).saturating_sub(now));
+        match (frames, report) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// One log line of the counters (rox-lab's tests/cc reads the last one).
@@ -546,6 +553,43 @@ mod tests {
         b.deliver(u64::MAX / 2, 64, |f| out.push(f.to_vec()));
         assert_eq!(b.stats().ce_marked, 1);
         assert_eq!(out[2][ETH_HEADER_LEN + 1] >> 4, ECN_CE);
+    }
+
+    #[test]
+    fn a_port_with_a_bottleneck_paces_what_it_receives_and_says_when_to_look_again() {
+        use crate::port::limit::dgram_wire;
+        use crate::port::{Port, PortConfig};
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = dgram_wire(dir.path(), "a.sock", "b.sock");
+        let mut sender = Port::open(&PortConfig::new(a), [2, 0, 0, 0, 0, 1]).unwrap();
+        // 80 Mbit/s: a 1000-byte frame takes 100 µs on the line; 20 of them 2 ms.
+        let mut cfg = PortConfig::new(b);
+        cfg.bottleneck = Some(BottleneckConfig::parse("rate=80M").unwrap());
+        let mut receiver = Port::open(&cfg, [2, 0, 0, 0, 0, 2]).unwrap();
+        assert_eq!(receiver.retry_in(), None, "an empty queue needs no wake-up");
+        for _ in 0..20 {
+            sender.queue_frame(&ipv4_frame(1000, 0b10));
+        }
+        assert_eq!(sender.flush(), 20);
+        let start = std::time::Instant::now();
+        let mut got = receiver.recv().unwrap();
+        assert!(got < 20, "all 20 frames at once: no pacing");
+        assert!(
+            receiver.retry_in().is_some(),
+            "frames queued: the port asks to be woken"
+        );
+        while got < 20 && start.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(receiver.retry_in().unwrap_or(Duration::from_micros(100)));
+            got += receiver.recv().unwrap();
+        }
+        assert_eq!(got, 20);
+        assert!(
+            start.elapsed() >= Duration::from_micros(1900),
+            "{:?}",
+            start.elapsed()
+        );
+        let s = receiver.bottleneck_stats().unwrap();
+        assert_eq!((s.passed, s.passed_bytes, s.tail_drops), (20, 20_000, 0));
     }
 
     #[test]

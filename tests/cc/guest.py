@@ -1,0 +1,192 @@
+#!/usr/bin/env python3
+"""Guest side of tests/cc/run, the congestion lab: two senders WRITE into one receiver whose
+rox-nic sits behind a bottleneck (rox-nic --bottleneck: a rate-limited switch queue that marks
+CE as RED does, docs/congestion-lab.md).
+
+    guest.py receiver SECONDS SIZE      guest 2: two ib_write_bw servers (one per sender), and
+                                        the start barrier; at the end its counters and the
+                                        bottleneck's (from its rox-nic's log)
+    guest.py sender FLOW SECONDS SIZE   guests 0 and 1: waits at the barrier, then WRITEs SIZE
+                                        bytes messages to the receiver for SECONDS, timing each
+                                        of ib_write_bw's per-second reports
+
+Each guest prints one line `CC {json}` for the host (rox-lab prefixes it [gN]) and exits 1 if a
+step failed (its output is printed). $ROX_KO is rox.ko as the guest sees it.
+"""
+import json
+import os
+import re
+import shlex
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+sys.path.insert(0, "/rox/tests/interop")
+sys.path.insert(0, "/rox/tests/lib")
+from cases import roce_v2_gid_index, sh  # noqa: E402  (shared with interop)
+import in_guest  # noqa: E402  (the lab's addresses, device ports)
+import rdma_tool  # noqa: E402  (rdma -j statistic)
+
+DEV = "rox_0"
+BW_BASE_PORT = 18515
+BARRIER_PORT = 18600
+FLOWS = 2
+# The guests boot at different times under TCG: how long the first may wait for the others.
+BARRIER_WAIT_S = 400
+# Receiver: how long after the flows' end before the last counters (the senders stop, their
+# last frames drain through the bottleneck, rox-nic logs its counters within a second).
+SETTLE_S = 3
+# perftest's report line: bytes, iterations, BW peak, BW average [MB/s], MsgRate [Mpps].
+BW_LINE = re.compile(r"^\s*(\d+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s*$")
+BOTTLENECK_LINE = re.compile(r"bottleneck stats: (.*)$")
+
+GUEST = in_guest.Guest("cc")
+
+
+def say(msg):
+    print(f"cc: {msg}", flush=True)
+
+
+def setup():
+    ko = GUEST.env("ROX_KO")
+    rc, out = sh(f"insmod {ko}", 60)
+    if rc != 0:
+        sys.exit(f"cc: insmod {ko}: {out}")
+    GUEST.wait_active(DEV)
+    # This guest's lab address: ROX_IP_<G>_0, G its number (ROX_GUEST).
+    return roce_v2_gid_index(DEV, GUEST.env(f"ROX_IP_{GUEST.env('ROX_GUEST')}_0"))
+
+
+def counters():
+    try:
+        return rdma_tool.port_counters(DEV)
+    except rdma_tool.ToolError as e:
+        return {"error": str(e)}
+
+
+def bw_cmd(gid, port, size, server_ip=""):
+    return (f"ib_write_bw -d {DEV} -x {gid} -F -s {size} --run_infinitely -D 1 -p {port} "
+            f"{server_ip}").strip()
+
+
+def barrier_serve(go_at):
+    """Accepts FLOWS senders, then tells them all to go at once; records when into go_at."""
+    srv = socket.create_server(("", BARRIER_PORT))
+    srv.settimeout(BARRIER_WAIT_S)
+    conns = []
+    try:
+        while len(conns) < FLOWS:
+            conns.append(srv.accept()[0])
+        go_at.append(time.monotonic())
+        for c in conns:
+            c.sendall(b"go\n")
+    finally:
+        for c in conns:
+            c.close()
+        srv.close()
+
+
+def barrier_wait(receiver_ip):
+    """Connects to the receiver's barrier (retrying while it is not up) and waits for go."""
+    deadline = time.monotonic() + BARRIER_WAIT_S
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection((receiver_ip, BARRIER_PORT), timeout=5) as s:
+                s.settimeout(BARRIER_WAIT_S)
+                if s.makefile().readline().strip() == "go":
+                    return
+        except OSError:
+            time.sleep(0.5)
+    sys.exit("cc: the receiver's barrier never said go")
+
+
+def receiver(seconds, size):
+    gid = setup()
+    # No shell between: kill() must stop ib_write_bw itself (it holds the output pipe).
+    servers = [subprocess.Popen(shlex.split(bw_cmd(gid, BW_BASE_PORT + f, size)),
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+               for f in range(FLOWS)]
+    before = counters()
+    go_at = []
+    barrier = threading.Thread(target=barrier_serve, args=(go_at,))
+    barrier.start()
+    barrier.join()
+    failed = not go_at
+    if failed:
+        say("FAIL: the senders never both reached the barrier")
+    else:
+        say(f"both senders started; the flows run {seconds} s")
+        time.sleep(seconds + SETTLE_S)
+    after = counters()
+    outs = []
+    for s in servers:
+        s.kill()
+        try:
+            outs.append(s.communicate(timeout=10)[0])
+        except subprocess.TimeoutExpired:
+            outs.append("(ib_write_bw server did not stop)")
+    log = open("/run/rox/rox-nic0.log", errors="replace").read()
+    stats = BOTTLENECK_LINE.findall(log)
+    bottleneck = dict(kv.split("=") for kv in stats[-1].split()) if stats else {}
+    bottleneck = {k: int(v) for k, v in bottleneck.items()}
+    if not stats:
+        say("FAIL: no bottleneck stats in rox-nic0.log")
+        failed = True
+    if "panicked" in log:
+        say("FAIL: rox-nic panicked: " + log[log.index("panicked") - 200:][:600])
+        failed = True
+    print("CC " + json.dumps({"role": "receiver", "counters_before": before,
+                              "counters": after, "bottleneck": bottleneck}), flush=True)
+    if failed:
+        for o in outs:
+            print(o[-2000:])
+    return 1 if failed else 0
+
+
+def sender(flow, seconds, size):
+    gid = setup()
+    receiver_ip = GUEST.env("ROX_IP_2_0")
+    before = counters()
+    barrier_wait(receiver_ip)
+    t0 = time.monotonic()
+    p = subprocess.Popen(shlex.split(bw_cmd(gid, BW_BASE_PORT + flow, size, receiver_ip)),
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    samples, raw = [], []
+    # Reads perftest's reports on a thread: the main one stops it on time.
+    def read():
+        for line in p.stdout:
+            raw.append(line)
+            m = BW_LINE.match(line)
+            if m:
+                samples.append([round(time.monotonic() - t0, 3), float(m.group(4))])
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        p.wait(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        p.kill()
+    p.wait()
+    reader.join(timeout=5)
+    after = counters()
+    failed = len(samples) < seconds // 2
+    if failed:
+        say(f"FAIL: flow {flow}: {len(samples)} throughput reports in {seconds} s")
+        print("".join(raw[-40:]))
+    print("CC " + json.dumps({"role": "sender", "flow": flow, "samples": samples,
+                              "counters_before": before, "counters": after}), flush=True)
+    return 1 if failed else 0
+
+
+def main():
+    role = sys.argv[1]
+    if role == "receiver":
+        return receiver(int(sys.argv[2]), int(sys.argv[3]))
+    if role == "sender":
+        return sender(int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]))
+    sys.exit(f"cc: unknown role {role}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
