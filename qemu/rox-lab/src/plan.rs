@@ -505,7 +505,7 @@ mod tests {
         let l = l.with_nic_args(&[extra]).unwrap();
         let args = rox_nic_args(&l.guests[0].nics[0], &f, 1500, None, None).join(" ");
         assert!(
-            args.ends_with("fatal=report --cc off --bottleneck rate=1G"),
+            args.ends_with("fatal=hang --cc off --bottleneck rate=1G"),
             "{args}"
         );
     }
