@@ -66,7 +66,8 @@ stage guest-mcast tests/net/mcast-pair || exit 1
 stage guest-peer tests/peer/run || exit 1
 # Congestion (tests/cc/run, docs/congestion-lab.md): two rox guests WRITE into a third behind
 # rox-nic's RED/ECN bottleneck, CC off then on: no CNPs off; CNPs sent and handled on, with fewer
-# drops + retransmits than off; both flows' throughput over time in cc.svg, the numbers in cc.json.
+# drops + retransmits than off; both flows' throughput over time in cc.svg, the numbers in cc.json
+# (two 3-guest labs, about 2 minutes warm).
 stage congestion tests/cc/run || exit 1
 # The wire under seeded loss, duplication, reordering and corruption (rox-nic's port faults):
 # verified rsockets streams, checksummed WRITE/READ and a numbered RC SEND stream, rox<->rox and

@@ -5,6 +5,9 @@
 //! Congestion Experienced with a probability rising linearly from 0 to `pmax`, and above `kmax`
 //! always, as a switch configured for DCQCN does (RED/WRED on the instantaneous queue, ECN
 //! on). A frame that is not ECN-capable is dropped instead, as RED does. Seeded: a run repeats.
+//! The queue is the RoCE traffic class's, as switches give RoCEv2 a priority of its own: only
+//! RoCEv2 frames (UDP port 4791) go through it; the rest (the paired netdev's ARP, TCP...) pass
+//! undelayed (else RED would drop a connection's handshake while RoCE fills the queue).
 //!
 //! Time is the caller's (nanoseconds from any fixed epoch): a frame leaves the queue when the
 //! line would have finished sending it, so the port's poll timeout ([`Bottleneck::due_in`]) is
@@ -17,7 +20,7 @@ use std::time::Duration;
 use super::faults::SplitMix64;
 use super::frame::{ETHERTYPE_IPV4, ETHERTYPE_IPV6, ETH_HEADER_LEN};
 use super::{Link, RxBatch, BATCH};
-use crate::roce::wire::ipv4_header_checksum;
+use crate::roce::wire::{ipv4_header_checksum, IPV6_HEADER_LEN, ROCE_V2_UDP_PORT};
 
 /// The queue's shape. Sizes are bytes of Ethernet frame (header included).
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -155,6 +158,21 @@ fn ecn_of(frame: &[u8]) -> Option<u8> {
         ETHERTYPE_IPV6 if l3.len() >= 40 && l3[0] >> 4 == 6 => Some((l3[1] >> 4) & 0b11),
         _ => None,
     }
+}
+
+/// Whether a frame is a RoCEv2 packet (IPv4 or IPv6, UDP to port 4791): the queue's class.
+fn is_roce_v2(frame: &[u8]) -> bool {
+    const IP_PROTO_UDP: u8 = 17;
+    let Some(l3) = frame.get(ETH_HEADER_LEN..) else {
+        return false;
+    };
+    let udp_at = match ecn_of(frame).map(|_| l3[0] >> 4) {
+        Some(4) if l3[9] == IP_PROTO_UDP => usize::from(l3[0] & 0x0f) * 4,
+        Some(6) if l3[6] == IP_PROTO_UDP => IPV6_HEADER_LEN,
+        _ => return false,
+    };
+    l3.get(udp_at + 2..udp_at + 4)
+        .is_some_and(|p| u16::from_be_bytes([p[0], p[1]]) == ROCE_V2_UDP_PORT)
 }
 
 const ECN_NOT_ECT: u8 = 0b00;
@@ -339,8 +357,9 @@ impl Shaper {
         self.queue.stats()
     }
 
-    /// Receives what `link` has into the queue, then hands `out` up to a batch of frames the
-    /// line has sent by `now` (time since the port opened).
+    /// Receives what `link` has: RoCEv2 frames into the queue, the rest straight into `out`;
+    /// then fills `out` up to a batch with frames the line has sent by `now` (time since the
+    /// port opened).
     pub(super) fn recv(
         &mut self,
         link: &mut Link,
@@ -348,15 +367,21 @@ impl Shaper {
         now: Duration,
     ) -> std::io::Result<usize> {
         let now_ns = now.as_nanos() as u64;
+        out.clear();
         if link.recv(&mut self.arrivals)? > 0 {
             for f in self.arrivals.frames() {
-                self.queue.offer(f, now_ns);
+                if is_roce_v2(f) {
+                    self.queue.offer(f, now_ns);
+                } else {
+                    out.push_frame(f, false);
+                }
             }
         }
-        out.clear();
-        let n = self
-            .queue
-            .deliver(now_ns, BATCH, |f| out.push_frame(f, false));
+        let room = BATCH - out.len();
+        let n = out.len()
+            + self
+                .queue
+                .deliver(now_ns, room, |f| out.push_frame(f, false));
         if now >= self.logged_at + REPORT_EVERY && self.queue.stats() != self.logged {
             self.log_stats();
             self.logged_at = now;
@@ -406,6 +431,7 @@ mod tests {
         ip[1] = ecn;
         ip[8] = 64;
         ip[9] = 17;
+        ip[22..24].copy_from_slice(&ROCE_V2_UDP_PORT.to_be_bytes());
         let sum = ipv4_header_checksum(&ip[..20]);
         ip[10..12].copy_from_slice(&sum.to_be_bytes());
         f
@@ -583,13 +609,51 @@ mod tests {
             got += receiver.recv().unwrap();
         }
         assert_eq!(got, 20);
+        // A frame of another class (here ARP) is not queued behind RoCE: it comes at once.
+        for _ in 0..20 {
+            sender.queue_frame(&ipv4_frame(1000, 0b10));
+        }
+        let mut arp = vec![0u8; 60];
+        arp[12..14].copy_from_slice(&0x0806u16.to_be_bytes());
+        sender.queue_frame(&arp);
+        assert_eq!(sender.flush(), 21);
+        std::thread::sleep(Duration::from_millis(1));
+        receiver.recv().unwrap();
+        assert!(
+            receiver.frames().any(|f| f.len() == 60),
+            "the ARP frame waited for the RoCE queue"
+        );
+        while receiver.retry_in().is_some() && start.elapsed() < Duration::from_secs(5) {
+            receiver.recv().unwrap();
+        }
         assert!(
             start.elapsed() >= Duration::from_micros(1900),
             "{:?}",
             start.elapsed()
         );
         let s = receiver.bottleneck_stats().unwrap();
-        assert_eq!((s.passed, s.passed_bytes, s.tail_drops), (20, 20_000, 0));
+        assert_eq!((s.passed, s.passed_bytes, s.tail_drops), (40, 40_000, 0));
+    }
+
+    #[test]
+    fn only_roce_v2_frames_are_of_the_queues_class() {
+        assert!(is_roce_v2(&ipv4_frame(100, 0)));
+        let mut tcp = ipv4_frame(100, 0);
+        tcp[ETH_HEADER_LEN + 9] = 6;
+        assert!(!is_roce_v2(&tcp));
+        let mut other_port = ipv4_frame(100, 0);
+        other_port[ETH_HEADER_LEN + 23] ^= 1;
+        assert!(!is_roce_v2(&other_port));
+        let mut v6 = vec![0u8; 100];
+        v6[12..14].copy_from_slice(&ETHERTYPE_IPV6.to_be_bytes());
+        v6[ETH_HEADER_LEN] = 0x60;
+        v6[ETH_HEADER_LEN + 6] = 17;
+        v6[ETH_HEADER_LEN + 42..ETH_HEADER_LEN + 44]
+            .copy_from_slice(&ROCE_V2_UDP_PORT.to_be_bytes());
+        assert!(is_roce_v2(&v6));
+        for short in [&[][..], &[0u8; 13][..], &ipv4_frame(100, 0)[..30]] {
+            assert!(!is_roce_v2(short));
+        }
     }
 
     #[test]
