@@ -89,18 +89,7 @@ mod tests {
 
     fn engine_with(cc: CcConfig, env: &mut TestEnv, qp_type: QpType) -> Engine {
         let mut engine = Engine::new().with_cc(cc);
-        let qp = rts_qp(qp_type);
-        engine.create_qp(qp.cfg).unwrap();
-        let modify = QpModify {
-            state: Some(QpState::Rts),
-            av: qp.av,
-            dest_qpn: Some(PEER_QPN),
-            rq_psn: Some(Psn::from_wire(100)),
-            sq_psn: Some(Psn::from_wire(100)),
-            path_mtu: Some(Mtu::Mtu1024),
-            ..QpModify::default()
-        };
-        engine.modify_qp(env, LOCAL_QPN, &modify).unwrap();
+        create_rts_qp(&mut engine, env, qp_type);
         engine
     }
 

@@ -111,18 +111,7 @@ mod tests {
 
     fn engine_with_rc_qp(env: &mut TestEnv) -> Engine {
         let mut engine = Engine::new();
-        let qp = rts_qp(QpType::Rc);
-        let av = qp.av;
-        engine.create_qp(qp.cfg).unwrap();
-        let modify = QpModify {
-            state: Some(QpState::Rts),
-            av,
-            dest_qpn: Some(PEER_QPN),
-            rq_psn: Some(Psn::from_wire(100)),
-            sq_psn: Some(Psn::from_wire(100)),
-            ..QpModify::default()
-        };
-        engine.modify_qp(env, LOCAL_QPN, &modify).unwrap();
+        create_rts_qp(&mut engine, env, QpType::Rc);
         engine
     }
 
