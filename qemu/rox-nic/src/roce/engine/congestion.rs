@@ -93,6 +93,12 @@ mod tests {
         engine
     }
 
+    /// Posts an RDMA WRITE of `len` bytes (WR 1) on the test QP.
+    fn post_write(engine: &mut Engine, env: &mut TestEnv, len: u32) {
+        let wr = send_wr(1, WrOpcode::RdmaWrite, len);
+        engine.post_send(env, LOCAL_QPN, wr).unwrap();
+    }
+
     fn cc_off() -> CcConfig {
         CcConfig {
             enabled: false,
@@ -181,13 +187,7 @@ mod tests {
         );
         assert_eq!((s.rp_cnp_handled, s.rp_cnp_ignored), (0, 1));
         // Nothing is paced either.
-        engine
-            .post_send(
-                &mut env,
-                LOCAL_QPN,
-                send_wr(1, WrOpcode::RdmaWrite, 8 * 1024),
-            )
-            .unwrap();
+        post_write(&mut engine, &mut env, 8 * 1024);
         assert_eq!(env.sent.len(), 1 + 8);
     }
 
@@ -237,13 +237,7 @@ mod tests {
         engine.receive(&mut env, &cnp_from_peer(LOCAL_QPN)).unwrap();
         assert_eq!(engine.stats().rp_cnp_handled, 1);
         assert_eq!(engine.next_deadline(), None, "nothing to send: no timer");
-        engine
-            .post_send(
-                &mut env,
-                LOCAL_QPN,
-                send_wr(1, WrOpcode::RdmaWrite, 4 * 1024),
-            )
-            .unwrap();
+        post_write(&mut engine, &mut env, 4 * 1024);
         assert_eq!(env.sent.len(), 1, "the first packet goes, the rest wait");
         let qp = &engine.qps[&LOCAL_QPN];
         let rate = qp.cc.rate_kbps();
@@ -265,13 +259,7 @@ mod tests {
         let mut env = TestEnv::new();
         let mut engine = engine_with(CcConfig::default(), &mut env, QpType::Rc);
         engine.receive(&mut env, &cnp_from_peer(LOCAL_QPN)).unwrap();
-        engine
-            .post_send(
-                &mut env,
-                LOCAL_QPN,
-                send_wr(1, WrOpcode::RdmaWrite, 4 * 1024),
-            )
-            .unwrap();
+        post_write(&mut engine, &mut env, 4 * 1024);
         assert!(engine.next_deadline().is_some(), "paced");
         engine.set_error(&mut env, LOCAL_QPN).unwrap();
         assert_eq!(
