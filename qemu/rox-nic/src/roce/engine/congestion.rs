@@ -214,14 +214,7 @@ mod tests {
         // From an address other than an RC QP's peer: dropped too.
         let mut env = TestEnv::new();
         let mut engine = engine_with(CcConfig::default(), &mut env, QpType::Rc);
-        let mut stranger = cnp_from_peer(LOCAL_QPN);
-        stranger[12..16].copy_from_slice(&[10, 0, 0, 9]);
-        stranger[10..12].fill(0);
-        let sum = wire::ipv4_header_checksum(&stranger[..20]);
-        stranger[10..12].copy_from_slice(&sum.to_be_bytes());
-        let icrc_at = stranger.len() - 4;
-        let icrc = wire::compute_icrc(&stranger[..icrc_at], 20);
-        stranger[icrc_at..].copy_from_slice(&icrc.to_le_bytes());
+        let stranger = from_source(cnp_from_peer(LOCAL_QPN), [10, 0, 0, 9]);
         assert_eq!(
             engine.receive(&mut env, &stranger),
             Err(RxDrop::UnwantedCnp(LOCAL_QPN))

@@ -139,17 +139,7 @@ mod tests {
             Err(RxDrop::NoQp(LOCAL_QPN)),
             "a UC packet for an RC QP"
         );
-        let mut other = send(DEFAULT_PKEY, op::RC_SEND_ONLY);
-        other[12..16].copy_from_slice(&[10, 0, 0, 9]);
-        let fixed = wire::ipv4_header_checksum(&{
-            let mut h = other[..20].to_vec();
-            h[10..12].fill(0);
-            h
-        });
-        other[10..12].copy_from_slice(&fixed.to_be_bytes());
-        let icrc_at = other.len() - 4;
-        let icrc = wire::compute_icrc(&other[..icrc_at], 20);
-        other[icrc_at..].copy_from_slice(&icrc.to_le_bytes());
+        let other = from_source(send(DEFAULT_PKEY, op::RC_SEND_ONLY), [10, 0, 0, 9]);
         assert_eq!(
             engine.receive(&mut env, &other),
             Err(RxDrop::WrongSource(LOCAL_QPN))

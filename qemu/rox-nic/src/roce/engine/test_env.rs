@@ -256,6 +256,20 @@ pub(super) fn ack_from_peer(
     qp.completer_receive(env, stats, &wire::parse_packet(&bytes).unwrap());
 }
 
+/// `packet` (IPv4, as [`packet_from_peer`] builds it) as if sent from `src`: its IPv4 header
+/// checksum and ICRC made right again, so only the source address tells it apart.
+pub(super) fn from_source(mut packet: Vec<u8>, src: [u8; 4]) -> Vec<u8> {
+    let ip_len = wire::IPV4_HEADER_LEN;
+    packet[12..16].copy_from_slice(&src);
+    packet[10..12].fill(0);
+    let sum = wire::ipv4_header_checksum(&packet[..ip_len]);
+    packet[10..12].copy_from_slice(&sum.to_be_bytes());
+    let icrc_at = packet.len() - wire::ICRC_LEN;
+    let icrc = wire::compute_icrc(&packet[..icrc_at], ip_len);
+    packet[icrc_at..].copy_from_slice(&icrc.to_le_bytes());
+    packet
+}
+
 /// A fresh environment, counters and RC QP in RTS.
 pub(super) fn rc_fixture() -> (TestEnv, EngineStats, Qp) {
     (TestEnv::new(), EngineStats::default(), rts_qp(QpType::Rc))
