@@ -8,7 +8,6 @@ use std::os::unix::net::UnixDatagram;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use rox_nic::dma::from_bytes;
 use rox_nic::port::frame::{roce_header, ETH_HEADER_LEN};
 use rox_nic::roce::cc::{dcqcn, CcConfig, ECN_CE, ECN_ECT0, ECN_MASK, ECN_NOT_ECT};
 use rox_nic::roce::wire::{self, opcode as op};
@@ -175,24 +174,10 @@ fn mark_ce(frame: &mut [u8]) {
     frame[IP_AT + 10..IP_AT + 12].copy_from_slice(&sum.to_be_bytes());
 }
 
-fn counters(d: &mut TestDriver) -> PortCounters {
-    let resp = d.ram.alloc(4096, 4096);
-    let cpl = d.admin_ok(
-        ADMIN_OP_QUERY_COUNTERS,
-        payload(&QueryCmd {
-            index: u32::from(PORT_NUM),
-            resp_addr: resp,
-            ..Default::default()
-        }),
-    );
-    assert_eq!(cpl.result0 as usize, size_of::<PortCounters>());
-    from_bytes(&d.ram.read(resp, size_of::<PortCounters>()))
-}
-
 /// The congestion counters: (np_ecn_marked_roce_packets, np_cnp_sent, rp_cnp_handled,
 /// rp_cnp_ignored).
 fn cc_counters(d: &mut TestDriver) -> (u64, u64, u64, u64) {
-    let c = counters(d);
+    let c = d.port_counters();
     (
         c.np_ecn_marked_roce_packets,
         c.np_cnp_sent,

@@ -2,7 +2,6 @@
 //! exactly for known traffic on an RC pair looped back on one device (every packet is sent and
 //! received by it), and the command's bad input.
 
-use rox_nic::dma::from_bytes;
 use rox_nic::testkit::loopback::{Loopback, LoopbackSpec};
 use rox_nic::testkit::*;
 use rox_uapi::admin::*;
@@ -30,23 +29,6 @@ fn rc_pair() -> Loopback {
     })
 }
 
-fn query_counters(d: &mut TestDriver, port: u32) -> Result<PortCounters, u8> {
-    let resp = d.ram.alloc(4096, 4096);
-    let cpl = d.admin(
-        ADMIN_OP_QUERY_COUNTERS,
-        payload(&QueryCmd {
-            index: port,
-            resp_addr: resp,
-            ..Default::default()
-        }),
-    );
-    if cpl.status != ADMIN_STATUS_SUCCESS {
-        return Err(cpl.status);
-    }
-    assert_eq!(cpl.result0 as usize, size_of::<PortCounters>());
-    Ok(from_bytes(&d.ram.read(resp, size_of::<PortCounters>())))
-}
-
 fn write(p: &mut Loopback, wr_id: u64, len: u32, rkey: Key) -> u8 {
     let w = rdma_wqe(
         wr_id,
@@ -61,7 +43,7 @@ fn write(p: &mut Loopback, wr_id: u64, len: u32, rkey: Key) -> u8 {
 #[test]
 fn good_writes_and_reads_count_packets_octets_and_requests_only() {
     let mut p = rc_pair();
-    let before = query_counters(&mut p.d, 1).unwrap();
+    let before = p.d.query_counters(1).unwrap();
     assert_eq!(
         before,
         PortCounters::default(),
@@ -78,7 +60,7 @@ fn good_writes_and_reads_count_packets_octets_and_requests_only() {
         let r = rdma_wqe(100 + i, WR_RDMA_READ, local, p.buf_b, p.key_b);
         assert_eq!(p.complete_on_a(&r).status, WC_SUCCESS);
     }
-    let c = query_counters(&mut p.d, 1).unwrap();
+    let c = p.d.query_counters(1).unwrap();
     // Per operation: the request and its ACK or READ response; the same octets either way.
     let octets = N * 2 * (BASE_OCTETS + RETH + LEN + BASE_OCTETS + AETH);
     let expected = PortCounters {
@@ -98,7 +80,7 @@ fn bad_rkey_is_one_access_error_on_each_side() {
     let mut p = rc_pair();
     let bad = Key::from_raw(p.key_b.get() ^ 1);
     assert_eq!(write(&mut p, 1, 64, bad), WC_REM_ACCESS_ERR);
-    let c = query_counters(&mut p.d, 1).unwrap();
+    let c = p.d.query_counters(1).unwrap();
     assert_eq!(c.resp_remote_access_errors, 1);
     assert_eq!(c.req_remote_access_errors, 1);
     assert_eq!(c.req_cqe_error, 1);
@@ -122,7 +104,7 @@ fn too_long_send_is_a_length_error_and_an_invalid_request_nak() {
     );
     assert_eq!(p.d.wait_cqe(&mut p.cq_b).status, WC_LOC_LEN_ERR);
     assert_eq!(p.d.wait_cqe(&mut p.cq_a).status, WC_REM_INV_REQ_ERR);
-    let c = query_counters(&mut p.d, 1).unwrap();
+    let c = p.d.query_counters(1).unwrap();
     assert_eq!(c.resp_local_length_error, 1);
     assert_eq!(c.resp_cqe_error, 1);
     assert_eq!(c.req_remote_invalid_request, 1);
@@ -134,6 +116,6 @@ fn too_long_send_is_a_length_error_and_an_invalid_request_nak() {
 fn another_port_is_a_bad_param() {
     let mut p = rc_pair();
     for port in [0, 2, u32::MAX] {
-        assert_eq!(query_counters(&mut p.d, port), Err(ADMIN_STATUS_BAD_PARAM));
+        assert_eq!(p.d.query_counters(port), Err(ADMIN_STATUS_BAD_PARAM));
     }
 }

@@ -6,7 +6,6 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use rox_nic::dma::from_bytes;
 use rox_nic::port::limit::dgram_wire;
 use rox_nic::testkit::*;
 use rox_uapi::admin::*;
@@ -28,21 +27,6 @@ struct Run {
     port_tx_frames: u64,
     /// Frames the sending port lost (its queue full, the wire refused them).
     xmit_discards: u64,
-}
-
-/// The port counters of device `d` (QUERY_COUNTERS).
-fn port_counters(d: &mut TestDriver) -> PortCounters {
-    let resp = d.ram.alloc(4096, 4096);
-    let cpl = d.admin(
-        ADMIN_OP_QUERY_COUNTERS,
-        payload(&QueryCmd {
-            index: u32::from(PORT_NUM),
-            resp_addr: resp,
-            ..Default::default()
-        }),
-    );
-    assert_eq!(cpl.status, ADMIN_STATUS_SUCCESS);
-    from_bytes(&d.ram.read(resp, size_of::<PortCounters>()))
 }
 
 /// `qps` RC QPs from a new device pair on `subnet` each WRITE `MESSAGES / qps` messages, all
@@ -115,7 +99,7 @@ fn write_over_qps(dir: &Path, subnet: u8, qps: u64) -> Run {
         retransmits: stats[STAT_RETRANSMITS],
         timeouts: stats[STAT_TIMEOUTS],
         port_tx_frames: stats[STAT_PORT_TX_FRAMES],
-        xmit_discards: port_counters(&mut a).xmit_discards,
+        xmit_discards: a.port_counters().xmit_discards,
     }
 }
 

@@ -3,6 +3,7 @@
 mod roce_common;
 use roce_common::roce::wire::{self, opcode as op, *};
 use roce_common::*;
+use rox_nic::testkit::frames::{headers_for_opcode, ExtensionValues};
 
 fn ip(v6: bool) -> IpInfo {
     let (sgid, dgid) = if v6 {
@@ -20,62 +21,47 @@ fn ip(v6: bool) -> IpInfo {
     }
 }
 
+/// Headers of `opcode` with full-width values in every field it carries, so a field the
+/// encoder or parser truncates or misplaces shows.
 fn headers_for(opcode: u8) -> Headers {
-    let info = opcode_info(opcode).unwrap();
-    let mut h = Headers::new(Bth {
+    let bth = Bth {
         opcode,
         solicited: true,
         pkey: DEFAULT_PKEY,
         dest_qpn: Qpn::new(0xabcdef).unwrap(),
         ack_req: true,
         psn: Psn::new(0x123456).unwrap(),
-    });
-    if info.xrceth {
-        h.xrceth = Some(0x00ab_cdef);
-    }
-    if info.feth {
-        h.feth = Some(Feth {
+    };
+    let values = ExtensionValues {
+        xrceth: 0x00ab_cdef,
+        feth: Feth {
             placement_type: 0x3,
             selectivity_level: 0x1,
-        });
-    }
-    if info.reth {
-        h.reth = Some(Reth {
+        },
+        reth: Reth {
             va: 0x1122_3344_5566_7788,
             rkey: Key::from_raw(0x99aa_bbcc),
             dma_len: 4242,
-        });
-    }
-    if info.aeth {
-        h.aeth = Some(Aeth {
+        },
+        aeth: Aeth {
             syndrome: Syndrome::Nak(NakCode::RemoteAccessError),
             msn: Msn::new(0x00fe_dcba).unwrap(),
-        });
-    }
-    if info.atomic_eth {
-        h.atomic_eth = Some(AtomicEth {
+        },
+        atomic_eth: AtomicEth {
             va: 0x1000,
             rkey: Key::from_raw(7),
             swap_add: 0xdead,
             compare: 0xbeef,
-        });
-    }
-    if info.atomic_ack_eth {
-        h.atomic_ack = Some(0x0123_4567_89ab_cdef);
-    }
-    if info.immdt {
-        h.imm = Some(0xcafe_f00d);
-    }
-    if info.ieth {
-        h.ieth = Some(Key::from_raw(0x1357_9bdf));
-    }
-    if info.deth {
-        h.deth = Some(Deth {
+        },
+        atomic_ack: 0x0123_4567_89ab_cdef,
+        imm: 0xcafe_f00d,
+        ieth: Key::from_raw(0x1357_9bdf),
+        deth: Deth {
             qkey: 0x8001_0000,
             src_qpn: Qpn::new(0x000042).unwrap(),
-        });
-    }
-    h
+        },
+    };
+    headers_for_opcode(bth, &values)
 }
 
 fn all_opcodes() -> Vec<u8> {

@@ -14,6 +14,7 @@ use crate::roce::wire::{
     IPV6_HEADER_LEN, UDP_HEADER_LEN,
 };
 use crate::roce::{Key, Msn, Psn, Qpn};
+use crate::testkit::frames::{headers_for_opcode, ExtensionValues};
 
 /// Input byte 0 says what the harness fixes before the parser sees bytes 1..: a CRC is a wall
 /// coverage guidance does not climb, so with `FIX_LENGTHS` the IP and UDP lengths are made to
@@ -260,65 +261,49 @@ fn canonical(packet: &[u8]) -> Vec<u8> {
 
 /// Headers with every field of `op` set (values varied by `seed`).
 fn headers_for(op: u8, seed: u32) -> Headers {
-    let info = opcode_info(op).expect("known opcode");
-    let mut h = Headers::new(Bth {
+    let bth = Bth {
         opcode: op,
         solicited: seed & 1 != 0,
         pkey: DEFAULT_PKEY,
         dest_qpn: Qpn::from_wire(0x11 + seed),
         ack_req: seed & 2 != 0,
         psn: Psn::from_wire(0xff_fff0u32.wrapping_add(seed)),
-    });
-    if info.xrceth {
-        h.xrceth = Some(0x20 + seed);
-    }
-    if info.feth {
-        h.feth = Some(Feth {
+    };
+    let syndrome = match seed % 3 {
+        0 => Syndrome::Ack,
+        1 => Syndrome::RnrNak(3),
+        _ => Syndrome::Nak(NakCode::PsnSequenceError),
+    };
+    let values = ExtensionValues {
+        xrceth: 0x20 + seed,
+        feth: Feth {
             placement_type: 1,
             selectivity_level: 1,
-        });
-    }
-    if info.reth {
-        h.reth = Some(Reth {
+        },
+        reth: Reth {
             va: 0x1_0000_0000 + u64::from(seed) * 64,
             rkey: Key::from_raw(0x100 + seed),
             dma_len: 64 * seed,
-        });
-    }
-    if info.aeth {
-        h.aeth = Some(Aeth {
-            syndrome: match seed % 3 {
-                0 => Syndrome::Ack,
-                1 => Syndrome::RnrNak(3),
-                _ => Syndrome::Nak(NakCode::PsnSequenceError),
-            },
+        },
+        aeth: Aeth {
+            syndrome,
             msn: Msn::from_wire(seed),
-        });
-    }
-    if info.atomic_eth {
-        h.atomic_eth = Some(AtomicEth {
+        },
+        atomic_eth: AtomicEth {
             va: 0x1_0000_0000,
             rkey: Key::from_raw(0x101),
             swap_add: 1,
             compare: 0,
-        });
-    }
-    if info.atomic_ack_eth {
-        h.atomic_ack = Some(u64::from(seed));
-    }
-    if info.immdt {
-        h.imm = Some(0xcafe_0000 | seed);
-    }
-    if info.ieth {
-        h.ieth = Some(Key::from_raw(0x200 + seed));
-    }
-    if info.deth {
-        h.deth = Some(Deth {
+        },
+        atomic_ack: u64::from(seed),
+        imm: 0xcafe_0000 | seed,
+        ieth: Key::from_raw(0x200 + seed),
+        deth: Deth {
             qkey: 0x1111,
             src_qpn: Qpn::from_wire(0x12),
-        });
-    }
-    h
+        },
+    };
+    headers_for_opcode(bth, &values)
 }
 
 /// A GID: IPv4-mapped 10.0.0.`host`, or fd00::`host`.

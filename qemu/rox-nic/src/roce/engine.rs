@@ -421,19 +421,6 @@ mod tests {
         }
     }
 
-    fn to_rts(engine: &mut Engine, env: &mut TestEnv) {
-        engine.create_qp(rc_config(LOCAL_QPN)).unwrap();
-        let modify = QpModify {
-            state: Some(QpState::Rts),
-            av: rts_qp(QpType::Rc).av,
-            dest_qpn: Some(PEER_QPN),
-            rq_psn: Some(Psn::from_wire(100)),
-            sq_psn: Some(Psn::from_wire(100)),
-            ..QpModify::default()
-        };
-        engine.modify_qp(env, LOCAL_QPN, &modify).unwrap();
-    }
-
     #[test]
     fn rtr_without_address_vector_is_refused_for_connected_qps() {
         let (mut engine, mut env) = (Engine::new(), TestEnv::new());
@@ -458,7 +445,7 @@ mod tests {
             QPS_ERR, QPS_RTS, QPS_SQD, QP_EN_SQD_ASYNC_NOTIFY, QP_QKEY, QP_STATE, QP_TIMEOUT,
         };
         let (mut engine, mut env) = (Engine::new(), TestEnv::new());
-        to_rts(&mut engine, &mut env);
+        create_rts_qp(&mut engine, &mut env, QpType::Rc);
         let before = engine.query_qp(LOCAL_QPN).unwrap();
         assert_eq!((before.qp_state, before.dest_qp_num), (QPS_RTS, PEER_QPN));
         assert_eq!(before.rq_psn.get(), 100);
@@ -509,7 +496,7 @@ mod tests {
     #[test]
     fn a_failed_wr_completes_in_order_and_stops_the_queue() {
         let (mut engine, mut env) = (Engine::new(), TestEnv::new());
-        to_rts(&mut engine, &mut env);
+        create_rts_qp(&mut engine, &mut env, QpType::Rc);
         engine
             .post_send(&mut env, LOCAL_QPN, send_wr(1, WrOpcode::Send, 8))
             .unwrap();
@@ -553,7 +540,7 @@ mod tests {
     #[test]
     fn poll_sends_one_coalesced_ack_and_reset_forgets_the_qp() {
         let (mut engine, mut env) = (Engine::new(), TestEnv::new());
-        to_rts(&mut engine, &mut env);
+        create_rts_qp(&mut engine, &mut env, QpType::Rc);
         for (n, wr_id) in [(100, 1), (101, 2)] {
             env.recv.push_back(RecvWr {
                 wqe_index: 0,

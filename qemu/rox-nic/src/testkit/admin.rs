@@ -324,6 +324,30 @@ impl TestDriver {
             .collect()
     }
 
+    /// QUERY_COUNTERS of `port`: its counters, or the status the device refused it with.
+    pub fn query_counters(&mut self, port: u32) -> Result<PortCounters, u8> {
+        let resp = self.ram.alloc(ROX_PAGE_SIZE as u64, ROX_PAGE_SIZE as u64);
+        let cpl = self.admin(
+            ADMIN_OP_QUERY_COUNTERS,
+            payload(&QueryCmd {
+                index: port,
+                resp_addr: resp,
+                ..Default::default()
+            }),
+        );
+        if cpl.status != ADMIN_STATUS_SUCCESS {
+            return Err(cpl.status);
+        }
+        assert_eq!(cpl.result0 as usize, size_of::<PortCounters>());
+        Ok(self.ram.read_obj(resp))
+    }
+
+    /// The counters of the device's one port.
+    pub fn port_counters(&mut self) -> PortCounters {
+        self.query_counters(u32::from(PORT_NUM))
+            .unwrap_or_else(|status| panic!("QUERY_COUNTERS refused: status {status}"))
+    }
+
     /// RESET -> INIT -> RTR -> RTS for an RC/UC QP towards (dgid, dest_qpn), with
     /// [`ConnectParams::default`].
     pub fn connect(&mut self, qp: &TestQp, dgid: [u8; 16], dest_qpn: Qpn, access: u32) {

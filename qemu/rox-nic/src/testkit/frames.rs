@@ -3,8 +3,8 @@
 
 use crate::port::frame::{roce_header, Mac};
 use crate::port::FaultConfig;
-use crate::roce::wire::{self, Headers, IpInfo};
-use crate::roce::{AddressVector, Gid};
+use crate::roce::wire::{self, Aeth, AtomicEth, Bth, Deth, Feth, Headers, IpInfo, Reth};
+use crate::roce::{AddressVector, Gid, Key};
 
 /// The IP and UDP fields of a peer's packet from `sgid` to `dgid` (hop limit 64, source port
 /// 0xc000, no traffic class or flow label).
@@ -56,5 +56,38 @@ pub fn faults(rate: f64, corrupt: f64, seed: u64) -> FaultConfig {
         reorder: rate,
         corrupt,
         seed,
+    }
+}
+
+/// A value for every extension header, for [`headers_for_opcode`] to take those an opcode
+/// carries from (the wire round-trip test's full-width values, the fuzz seeds' varied ones).
+#[derive(Clone, Copy, Debug)]
+pub struct ExtensionValues {
+    pub xrceth: u32,
+    pub feth: Feth,
+    pub reth: Reth,
+    pub aeth: Aeth,
+    pub atomic_eth: AtomicEth,
+    pub atomic_ack: u64,
+    pub imm: u32,
+    pub ieth: Key,
+    pub deth: Deth,
+}
+
+/// Headers of `bth` with exactly the extension headers its opcode carries (by
+/// [`wire::opcode_info`]), each set from `values`.
+pub fn headers_for_opcode(bth: Bth, values: &ExtensionValues) -> Headers {
+    let info = wire::opcode_info(bth.opcode).expect("a known opcode");
+    Headers {
+        xrceth: info.xrceth.then_some(values.xrceth),
+        feth: info.feth.then_some(values.feth),
+        reth: info.reth.then_some(values.reth),
+        aeth: info.aeth.then_some(values.aeth),
+        atomic_eth: info.atomic_eth.then_some(values.atomic_eth),
+        atomic_ack: info.atomic_ack_eth.then_some(values.atomic_ack),
+        imm: info.immdt.then_some(values.imm),
+        ieth: info.ieth.then_some(values.ieth),
+        deth: info.deth.then_some(values.deth),
+        ..Headers::new(bth)
     }
 }

@@ -540,16 +540,6 @@ mod tests {
         (env, stats, qp)
     }
 
-    fn ack(qp: &mut Qp, env: &mut TestEnv, stats: &mut EngineStats, n: u32, syndrome: Syndrome) {
-        let bytes = packet_from_peer(op::RC_ACKNOWLEDGE, n, &[], |h| {
-            h.aeth = Some(Aeth {
-                syndrome,
-                msn: Msn::default(),
-            })
-        });
-        qp.completer_receive(env, stats, &wire::parse_packet(&bytes).unwrap());
-    }
-
     #[test]
     fn una_is_the_oldest_psn_not_known_to_have_arrived() {
         // A 3-packet SEND (100..=102) and a 2-packet READ (103..=104).
@@ -590,15 +580,15 @@ mod tests {
     fn acks_retire_in_order_and_progress_resets_the_retry_counts() {
         let (mut env, mut stats, mut qp) = sent(&[(WrOpcode::Send, 8), (WrOpcode::Send, 8)]);
         qp.req.retry_left = 1;
-        ack(&mut qp, &mut env, &mut stats, 100, Syndrome::Ack);
+        ack_from_peer(&mut qp, &mut env, &mut stats, 100, Syndrome::Ack);
         assert_eq!(env.completions.len(), 1);
         assert_eq!(env.completions[0].wr_id, 0);
         assert_eq!(qp.req.retry_left, qp.retry_cnt);
-        ack(&mut qp, &mut env, &mut stats, 100, Syndrome::Ack);
+        ack_from_peer(&mut qp, &mut env, &mut stats, 100, Syndrome::Ack);
         assert_eq!(stats.rx_stale_responses, 1, "the same ACK again");
-        ack(&mut qp, &mut env, &mut stats, 105, Syndrome::Ack);
+        ack_from_peer(&mut qp, &mut env, &mut stats, 105, Syndrome::Ack);
         assert_eq!(stats.rx_stale_responses, 2, "an ACK for a PSN never sent");
-        ack(&mut qp, &mut env, &mut stats, 101, Syndrome::Ack);
+        ack_from_peer(&mut qp, &mut env, &mut stats, 101, Syndrome::Ack);
         assert!(qp.req.sq.is_empty());
         assert_eq!(qp.req.timer_deadline, None, "nothing outstanding: no timer");
     }
@@ -606,7 +596,7 @@ mod tests {
     #[test]
     fn a_sequence_nak_rewinds_to_its_psn_and_shrinks_the_window() {
         let (mut env, mut stats, mut qp) = sent(&[(WrOpcode::Send, 3000)]);
-        ack(&mut qp, &mut env, &mut stats, 101, SEQ_NAK);
+        ack_from_peer(&mut qp, &mut env, &mut stats, 101, SEQ_NAK);
         assert_eq!(env.completions.len(), 0);
         let resent: Vec<u32> = env
             .sent_parsed()
@@ -617,12 +607,12 @@ mod tests {
         assert_eq!(qp.req.window, super::super::MAX_INFLIGHT_PSNS / 2);
         assert_eq!(stats.nak_rewinds, 1);
         // A NAK for a PSN that is not the oldest outstanding one is stale.
-        ack(&mut qp, &mut env, &mut stats, 102, SEQ_NAK);
+        ack_from_peer(&mut qp, &mut env, &mut stats, 102, SEQ_NAK);
         assert_eq!(
             stats.rx_stale_responses, 0,
             "102 is una after the implied ACK of 101"
         );
-        ack(&mut qp, &mut env, &mut stats, 101, SEQ_NAK);
+        ack_from_peer(&mut qp, &mut env, &mut stats, 101, SEQ_NAK);
         assert_eq!(stats.rx_stale_responses, 1);
     }
 
@@ -631,10 +621,10 @@ mod tests {
         let (mut env, mut stats, mut qp) = sent(&[(WrOpcode::Send, 8)]);
         qp.rnr_retry = 1;
         qp.req.rnr_left = 1;
-        ack(&mut qp, &mut env, &mut stats, 100, Syndrome::RnrNak(1));
+        ack_from_peer(&mut qp, &mut env, &mut stats, 100, Syndrome::RnrNak(1));
         assert_eq!(qp.req.rnr_until, Some(rnr_timer_ns(1)));
         assert!(env.sent.is_empty(), "waits out the RNR timer");
-        ack(&mut qp, &mut env, &mut stats, 100, Syndrome::RnrNak(1));
+        ack_from_peer(&mut qp, &mut env, &mut stats, 100, Syndrome::RnrNak(1));
         let c = env.completions[0];
         assert_eq!(c.status, WcStatus::RnrRetryExcErr);
         assert_eq!(qp.state, QpState::Err);
@@ -646,7 +636,7 @@ mod tests {
             sent(&[(WrOpcode::AtomicFetchAndAdd, 8), (WrOpcode::Send, 8)]);
         qp.rnr_retry = 1;
         qp.req.rnr_left = 1;
-        ack(&mut qp, &mut env, &mut stats, 100, Syndrome::RnrNak(1));
+        ack_from_peer(&mut qp, &mut env, &mut stats, 100, Syndrome::RnrNak(1));
         env.now = qp.req.rnr_until.expect("waiting out the RNR NAK");
         qp.on_timers(&mut env, &mut stats);
         assert_eq!(env.sent.len(), 2, "atomic and SEND sent again");
@@ -660,7 +650,7 @@ mod tests {
         qp.completer_receive(&mut env, &mut stats, &wire::parse_packet(&bytes).unwrap());
         assert_eq!(env.completions[0].status, WcStatus::Success);
         assert_eq!(qp.req.rnr_left, 1, "progress renews rnr_retry");
-        ack(&mut qp, &mut env, &mut stats, 101, Syndrome::RnrNak(1));
+        ack_from_peer(&mut qp, &mut env, &mut stats, 101, Syndrome::RnrNak(1));
         assert_eq!(
             env.completions.len(),
             1,
@@ -679,7 +669,7 @@ mod tests {
         ] {
             let (mut env, mut stats, mut qp) =
                 sent(&[(WrOpcode::RdmaWrite, 8), (WrOpcode::Send, 8)]);
-            ack(&mut qp, &mut env, &mut stats, 101, Syndrome::Nak(code));
+            ack_from_peer(&mut qp, &mut env, &mut stats, 101, Syndrome::Nak(code));
             let statuses: Vec<WcStatus> = env.completions.iter().map(|c| c.status).collect();
             assert_eq!(
                 statuses,

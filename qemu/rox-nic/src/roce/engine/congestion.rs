@@ -89,19 +89,14 @@ mod tests {
 
     fn engine_with(cc: CcConfig, env: &mut TestEnv, qp_type: QpType) -> Engine {
         let mut engine = Engine::new().with_cc(cc);
-        let qp = rts_qp(qp_type);
-        engine.create_qp(qp.cfg).unwrap();
-        let modify = QpModify {
-            state: Some(QpState::Rts),
-            av: qp.av,
-            dest_qpn: Some(PEER_QPN),
-            rq_psn: Some(Psn::from_wire(100)),
-            sq_psn: Some(Psn::from_wire(100)),
-            path_mtu: Some(Mtu::Mtu1024),
-            ..QpModify::default()
-        };
-        engine.modify_qp(env, LOCAL_QPN, &modify).unwrap();
+        create_rts_qp(&mut engine, env, qp_type);
         engine
+    }
+
+    /// Posts an RDMA WRITE of `len` bytes (WR 1) on the test QP.
+    fn post_write(engine: &mut Engine, env: &mut TestEnv, len: u32) {
+        let wr = send_wr(1, WrOpcode::RdmaWrite, len);
+        engine.post_send(env, LOCAL_QPN, wr).unwrap();
     }
 
     fn cc_off() -> CcConfig {
@@ -192,13 +187,7 @@ mod tests {
         );
         assert_eq!((s.rp_cnp_handled, s.rp_cnp_ignored), (0, 1));
         // Nothing is paced either.
-        engine
-            .post_send(
-                &mut env,
-                LOCAL_QPN,
-                send_wr(1, WrOpcode::RdmaWrite, 8 * 1024),
-            )
-            .unwrap();
+        post_write(&mut engine, &mut env, 8 * 1024);
         assert_eq!(env.sent.len(), 1 + 8);
     }
 
@@ -225,14 +214,7 @@ mod tests {
         // From an address other than an RC QP's peer: dropped too.
         let mut env = TestEnv::new();
         let mut engine = engine_with(CcConfig::default(), &mut env, QpType::Rc);
-        let mut stranger = cnp_from_peer(LOCAL_QPN);
-        stranger[12..16].copy_from_slice(&[10, 0, 0, 9]);
-        stranger[10..12].fill(0);
-        let sum = wire::ipv4_header_checksum(&stranger[..20]);
-        stranger[10..12].copy_from_slice(&sum.to_be_bytes());
-        let icrc_at = stranger.len() - 4;
-        let icrc = wire::compute_icrc(&stranger[..icrc_at], 20);
-        stranger[icrc_at..].copy_from_slice(&icrc.to_le_bytes());
+        let stranger = from_source(cnp_from_peer(LOCAL_QPN), [10, 0, 0, 9]);
         assert_eq!(
             engine.receive(&mut env, &stranger),
             Err(RxDrop::UnwantedCnp(LOCAL_QPN))
@@ -248,13 +230,7 @@ mod tests {
         engine.receive(&mut env, &cnp_from_peer(LOCAL_QPN)).unwrap();
         assert_eq!(engine.stats().rp_cnp_handled, 1);
         assert_eq!(engine.next_deadline(), None, "nothing to send: no timer");
-        engine
-            .post_send(
-                &mut env,
-                LOCAL_QPN,
-                send_wr(1, WrOpcode::RdmaWrite, 4 * 1024),
-            )
-            .unwrap();
+        post_write(&mut engine, &mut env, 4 * 1024);
         assert_eq!(env.sent.len(), 1, "the first packet goes, the rest wait");
         let qp = &engine.qps[&LOCAL_QPN];
         let rate = qp.cc.rate_kbps();
@@ -276,13 +252,7 @@ mod tests {
         let mut env = TestEnv::new();
         let mut engine = engine_with(CcConfig::default(), &mut env, QpType::Rc);
         engine.receive(&mut env, &cnp_from_peer(LOCAL_QPN)).unwrap();
-        engine
-            .post_send(
-                &mut env,
-                LOCAL_QPN,
-                send_wr(1, WrOpcode::RdmaWrite, 4 * 1024),
-            )
-            .unwrap();
+        post_write(&mut engine, &mut env, 4 * 1024);
         assert!(engine.next_deadline().is_some(), "paced");
         engine.set_error(&mut env, LOCAL_QPN).unwrap();
         assert_eq!(

@@ -111,18 +111,7 @@ mod tests {
 
     fn engine_with_rc_qp(env: &mut TestEnv) -> Engine {
         let mut engine = Engine::new();
-        let qp = rts_qp(QpType::Rc);
-        let av = qp.av;
-        engine.create_qp(qp.cfg).unwrap();
-        let modify = QpModify {
-            state: Some(QpState::Rts),
-            av,
-            dest_qpn: Some(PEER_QPN),
-            rq_psn: Some(Psn::from_wire(100)),
-            sq_psn: Some(Psn::from_wire(100)),
-            ..QpModify::default()
-        };
-        engine.modify_qp(env, LOCAL_QPN, &modify).unwrap();
+        create_rts_qp(&mut engine, env, QpType::Rc);
         engine
     }
 
@@ -150,17 +139,7 @@ mod tests {
             Err(RxDrop::NoQp(LOCAL_QPN)),
             "a UC packet for an RC QP"
         );
-        let mut other = send(DEFAULT_PKEY, op::RC_SEND_ONLY);
-        other[12..16].copy_from_slice(&[10, 0, 0, 9]);
-        let fixed = wire::ipv4_header_checksum(&{
-            let mut h = other[..20].to_vec();
-            h[10..12].fill(0);
-            h
-        });
-        other[10..12].copy_from_slice(&fixed.to_be_bytes());
-        let icrc_at = other.len() - 4;
-        let icrc = wire::compute_icrc(&other[..icrc_at], 20);
-        other[icrc_at..].copy_from_slice(&icrc.to_le_bytes());
+        let other = from_source(send(DEFAULT_PKEY, op::RC_SEND_ONLY), [10, 0, 0, 9]);
         assert_eq!(
             engine.receive(&mut env, &other),
             Err(RxDrop::WrongSource(LOCAL_QPN))

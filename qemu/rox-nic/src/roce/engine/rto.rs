@@ -223,7 +223,7 @@ impl Qp {
 mod tests {
     use super::super::test_env::*;
     use super::*;
-    use crate::roce::wire::{self, opcode as op, Aeth, NakCode, Syndrome};
+    use crate::roce::wire::{NakCode, Syndrome};
     use crate::roce::*;
 
     fn psns(env: &TestEnv) -> Vec<(u32, bool)> {
@@ -231,16 +231,6 @@ mod tests {
             .iter()
             .map(|p| (p.hdr.bth.psn.get(), p.hdr.bth.ack_req))
             .collect()
-    }
-
-    fn ack(qp: &mut Qp, env: &mut TestEnv, stats: &mut EngineStats, n: u32, syndrome: Syndrome) {
-        let bytes = packet_from_peer(op::RC_ACKNOWLEDGE, n, &[], |h| {
-            h.aeth = Some(Aeth {
-                syndrome,
-                msn: Msn::default(),
-            })
-        });
-        qp.completer_receive(env, stats, &wire::parse_packet(&bytes).unwrap());
     }
 
     /// An RC QP that measured a round trip of `rtt` and sent a 3-packet SEND (PSNs 100..=102).
@@ -292,7 +282,7 @@ mod tests {
         );
         // The RTO backs off and no probe comes until progress.
         assert_eq!(qp.req.timer_deadline, Some(env.now + 2 * rto));
-        ack(&mut qp, &mut env, &mut stats, 102, Syndrome::Ack);
+        ack_from_peer(&mut qp, &mut env, &mut stats, 102, Syndrome::Ack);
         assert_eq!(qp.req.timer_deadline, None, "all acknowledged");
         assert_eq!(qp.req.rtt.backoff, 0);
     }
@@ -318,18 +308,18 @@ mod tests {
     fn a_repeated_sequence_nak_rewinds_again_only_after_half_a_round_trip() {
         let (mut env, mut stats, mut qp) = sent_send(100_000);
         const SEQ_NAK: Syndrome = Syndrome::Nak(NakCode::PsnSequenceError);
-        ack(&mut qp, &mut env, &mut stats, 101, SEQ_NAK);
+        ack_from_peer(&mut qp, &mut env, &mut stats, 101, SEQ_NAK);
         assert_eq!(psns(&env), [(101, false), (102, true)], "fast retransmit");
         env.sent.clear();
         env.now += 10_000;
-        ack(&mut qp, &mut env, &mut stats, 101, SEQ_NAK);
+        ack_from_peer(&mut qp, &mut env, &mut stats, 101, SEQ_NAK);
         assert!(
             env.sent.is_empty(),
             "answers packets sent before the rewind"
         );
         assert_eq!(stats.rx_stale_responses, 1);
         env.now += 50_000;
-        ack(&mut qp, &mut env, &mut stats, 101, SEQ_NAK);
+        ack_from_peer(&mut qp, &mut env, &mut stats, 101, SEQ_NAK);
         assert_eq!(
             psns(&env),
             [(101, false), (102, true)],
@@ -353,7 +343,7 @@ mod tests {
             Some(1_000 + qp.ack_timeout_ns().unwrap())
         );
         env.now = 31_000;
-        ack(&mut qp, &mut env, &mut stats, 100, Syndrome::Ack);
+        ack_from_peer(&mut qp, &mut env, &mut stats, 100, Syndrome::Ack);
         assert_eq!(qp.req.rtt.srtt_ns, 30_000);
         // A retransmitted packet is not timed (Karn).
         let wqe = qp.make_wqe(send_wr(2, WrOpcode::Send, 8));
@@ -362,7 +352,7 @@ mod tests {
         qp.rtt_forget_probe();
         qp.transmit(&mut env, &mut stats);
         env.now = 1_000_000;
-        ack(&mut qp, &mut env, &mut stats, 101, Syndrome::Ack);
+        ack_from_peer(&mut qp, &mut env, &mut stats, 101, Syndrome::Ack);
         assert_eq!(qp.req.rtt.srtt_ns, 30_000);
     }
 

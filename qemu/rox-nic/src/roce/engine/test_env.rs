@@ -8,7 +8,7 @@
 use std::collections::{HashMap, VecDeque};
 
 use super::qp::Qp;
-use super::EngineStats;
+use super::{Engine, EngineStats};
 use crate::device::mem::MemTable;
 use crate::dma::SliceRam;
 use crate::roce::wire::{self, Bth, Headers, IpInfo, Parsed, DEFAULT_PKEY};
@@ -164,6 +164,26 @@ pub(super) fn rts_qp(qp_type: QpType) -> Qp {
     qp
 }
 
+/// The modify that takes a new engine QP straight to RTS as [`rts_qp`]'s: its address
+/// vector, [`PEER_QPN`], both PSNs at 100, MTU 1024.
+pub(super) fn rts_modify() -> QpModify {
+    QpModify {
+        state: Some(QpState::Rts),
+        av: rts_qp(QpType::Rc).av,
+        dest_qpn: Some(PEER_QPN),
+        rq_psn: Some(Psn::from_wire(100)),
+        sq_psn: Some(Psn::from_wire(100)),
+        path_mtu: Some(Mtu::Mtu1024),
+        ..QpModify::default()
+    }
+}
+
+/// Creates [`rts_qp`]`(qp_type)` in `engine` and takes it to RTS with [`rts_modify`].
+pub(super) fn create_rts_qp(engine: &mut Engine, env: &mut TestEnv, qp_type: QpType) {
+    engine.create_qp(rts_qp(qp_type).cfg).unwrap();
+    engine.modify_qp(env, LOCAL_QPN, &rts_modify()).unwrap();
+}
+
 /// A SEND WR of `len` bytes from address 0 through [`LKEY`] (to [`RKEY`] at 0x1000).
 pub(super) fn send_wr(wr_id: u64, opcode: WrOpcode, len: u32) -> SendWr {
     SendWr {
@@ -216,6 +236,38 @@ pub(super) fn packet_from_peer(
         src_port: wire::flow_source_port(PEER_QPN),
     };
     wire::build_packet(&ip, &hdr, payload)
+}
+
+/// The peer's RC ACKNOWLEDGE of PSN `psn` with `syndrome` (ACK, NAK or RNR NAK), handed to
+/// `qp`'s completer.
+pub(super) fn ack_from_peer(
+    qp: &mut Qp,
+    env: &mut TestEnv,
+    stats: &mut EngineStats,
+    psn: u32,
+    syndrome: wire::Syndrome,
+) {
+    let bytes = packet_from_peer(wire::opcode::RC_ACKNOWLEDGE, psn, &[], |h| {
+        h.aeth = Some(wire::Aeth {
+            syndrome,
+            msn: Msn::default(),
+        })
+    });
+    qp.completer_receive(env, stats, &wire::parse_packet(&bytes).unwrap());
+}
+
+/// `packet` (IPv4, as [`packet_from_peer`] builds it) as if sent from `src`: its IPv4 header
+/// checksum and ICRC made right again, so only the source address tells it apart.
+pub(super) fn from_source(mut packet: Vec<u8>, src: [u8; 4]) -> Vec<u8> {
+    let ip_len = wire::IPV4_HEADER_LEN;
+    packet[12..16].copy_from_slice(&src);
+    packet[10..12].fill(0);
+    let sum = wire::ipv4_header_checksum(&packet[..ip_len]);
+    packet[10..12].copy_from_slice(&sum.to_be_bytes());
+    let icrc_at = packet.len() - wire::ICRC_LEN;
+    let icrc = wire::compute_icrc(&packet[..icrc_at], ip_len);
+    packet[icrc_at..].copy_from_slice(&icrc.to_le_bytes());
+    packet
 }
 
 /// A fresh environment, counters and RC QP in RTS.

@@ -18,13 +18,8 @@ const SRQ_RKEY: Key = Key::region(6, 0);
 
 fn rts(engine: &mut Engine, env: &mut TestEnv) {
     let modify = QpModify {
-        state: Some(QpState::Rts),
-        av: rts_qp(QpType::Rc).av,
-        dest_qpn: Some(PEER_QPN),
-        rq_psn: Some(Psn::from_wire(100)),
-        sq_psn: Some(Psn::from_wire(100)),
         access_flags: Some(ACCESS_REMOTE_WRITE),
-        ..QpModify::default()
+        ..rts_modify()
     };
     engine.modify_qp(env, LOCAL_QPN, &modify).unwrap();
 }
@@ -70,6 +65,18 @@ fn target_env() -> TestEnv {
 fn xrc_send(psn: u32, srqn: u32, payload: &[u8]) -> Vec<u8> {
     packet_from_peer(op::CLASS_XRC | op::RC_SEND_ONLY, psn, payload, |h| {
         h.xrceth = Some(srqn)
+    })
+}
+
+/// An XRC RDMA WRITE ONLY (PSN 100) of 4 bytes to 0x400 through `rkey`, naming SRQ A.
+fn xrc_write_to_srq_a(rkey: Key) -> Vec<u8> {
+    packet_from_peer(op::CLASS_XRC | op::RC_WRITE_ONLY, 100, b"data", |h| {
+        h.xrceth = Some(SRQ_A);
+        h.reth = Some(Reth {
+            va: 0x400,
+            rkey,
+            dma_len: 4,
+        });
     })
 }
 
@@ -202,14 +209,7 @@ fn target_checks_rkeys_in_the_pd_of_the_named_srq() {
             VecDeque::new(),
         ),
     );
-    let write = packet_from_peer(op::CLASS_XRC | op::RC_WRITE_ONLY, 100, b"data", |h| {
-        h.xrceth = Some(SRQ_A);
-        h.reth = Some(Reth {
-            va: 0x400,
-            rkey: SRQ_RKEY,
-            dma_len: 4,
-        });
-    });
+    let write = xrc_write_to_srq_a(SRQ_RKEY);
     let parsed = wire::parse_packet(&write).unwrap();
     qp.xrc_receive(&mut env, &mut stats, &parsed).unwrap();
     assert_eq!(qp.cfg.pd, SRQ_PD);
@@ -310,14 +310,7 @@ fn a_target_refuses_an_rkey_outside_the_named_srqs_pd() {
     // PD 9, so the target must refuse it and write nothing.
     let mut env = target_env();
     let mut engine = xrc_engine(&mut env, XrcRole::Target { xrcd: XRCD });
-    let write = packet_from_peer(op::CLASS_XRC | op::RC_WRITE_ONLY, 100, b"data", |h| {
-        h.xrceth = Some(SRQ_A);
-        h.reth = Some(Reth {
-            va: 0x400,
-            rkey: RKEY,
-            dma_len: 4,
-        });
-    });
+    let write = xrc_write_to_srq_a(RKEY);
     engine.receive(&mut env, &write).unwrap();
     engine.poll(&mut env);
     assert_eq!(&env.mem[0x400..0x404], &[0; 4], "nothing written");
