@@ -5,6 +5,10 @@
 //! two ports with no RDMA on top.
 //! Run: `cargo bench -p rox-nic --bench throughput` (set ROX_BENCH_SECS to change the time per
 //! point; default 0.3 s).
+//! For instruction counts (callgrind; wall clock is noise on a loaded machine) set
+//! ROX_BENCH_MSGS=N: each point of ROX_BENCH_POINTS (default `write:4096,write:65536,send:8`)
+//! then moves exactly N messages and nothing else runs, e.g.
+//! `ROX_BENCH_MSGS=2000 ROX_BENCH_POINTS=send:8 valgrind --tool=callgrind target/release/deps/throughput-*`.
 
 use std::time::Instant;
 
@@ -40,7 +44,14 @@ fn side(link: LinkSpec, last: u8) -> Side {
     }
 }
 
-fn run(a: &mut Side, b: &mut Side, opcode: u8, size: u64, secs: f64) -> Rate {
+/// When a measured point ends: after a time, or after a fixed number of messages.
+#[derive(Clone, Copy)]
+enum Limit {
+    Secs(f64),
+    Msgs(u64),
+}
+
+fn run(a: &mut Side, b: &mut Side, opcode: u8, size: u64, limit: Limit) -> Rate {
     let (mut posted, mut done) = (0u64, 0u64);
     let window = WINDOW as u64;
     let mut recvs = 0u64;
@@ -60,12 +71,15 @@ fn run(a: &mut Side, b: &mut Side, opcode: u8, size: u64, secs: f64) -> Rate {
         if idle_polls > 0 {
             std::thread::yield_now();
         }
-        if !stop && start.elapsed().as_secs_f64() > secs {
-            stop = true;
+        if !stop {
+            stop = match limit {
+                Limit::Secs(secs) => start.elapsed().as_secs_f64() > secs,
+                Limit::Msgs(n) => posted >= n,
+            };
         }
         let before = done;
         let mut n = 0;
-        while !stop && posted - done < window {
+        while !stop && posted - done < window && !matches!(limit, Limit::Msgs(n) if posted >= n) {
             let w = send_wqe(
                 posted,
                 opcode,
@@ -106,6 +120,29 @@ fn run(a: &mut Side, b: &mut Side, opcode: u8, size: u64, secs: f64) -> Rate {
     Rate::new(done, size, t)
 }
 
+/// The fixed-count mode (ROX_BENCH_MSGS): only the points asked for, exactly `msgs` each.
+fn run_counted(a: &mut Side, b: &mut Side, msgs: u64) {
+    let points = std::env::var("ROX_BENCH_POINTS")
+        .unwrap_or_else(|_| "write:4096,write:65536,send:8".into());
+    for point in points.split(',') {
+        let (op, size) = point
+            .split_once(':')
+            .expect("ROX_BENCH_POINTS: op:size,...");
+        let opcode = match op {
+            "write" => WR_RDMA_WRITE,
+            "send" => WR_SEND,
+            _ => panic!("ROX_BENCH_POINTS: op is write or send, not {op}"),
+        };
+        let size: u64 = size.parse().expect("ROX_BENCH_POINTS: size in bytes");
+        assert!(size <= MAX_MSG, "ROX_BENCH_POINTS: size at most {MAX_MSG}");
+        let rate = run(a, b, opcode, size, Limit::Msgs(msgs));
+        println!(
+            "{op} {size} B: {msgs} messages, {:.0} msg/s",
+            rate.msgs_per_sec
+        );
+    }
+}
+
 fn main() {
     // `cargo test --benches` runs this with --bench absent; keep that quick.
     let secs: f64 = std::env::var("ROX_BENCH_SECS")
@@ -119,12 +156,19 @@ fn main() {
     let (qa, qb) = (a.qp, b.qp);
     a.d.connect_mtu(&qa, gid_v4(127, 0, 9, 2), qb.qpn, ALL, MTU_4096);
     b.d.connect_mtu(&qb, gid_v4(127, 0, 9, 1), qa.qpn, ALL, MTU_4096);
+    if let Some(msgs) = std::env::var("ROX_BENCH_MSGS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+    {
+        run_counted(&mut a, &mut b, msgs);
+        return;
+    }
     benchkit::print_header(&format!(
         "rox-nic host benchmark: two devices, RC, dgram ports back to back (unix sockets), MTU 4096, {WINDOW} WQEs in flight, {secs} s per point"
     ));
     for size in SIZES {
-        let write = run(&mut a, &mut b, WR_RDMA_WRITE, size, secs);
-        let send = run(&mut a, &mut b, WR_SEND, size, secs);
+        let write = run(&mut a, &mut b, WR_RDMA_WRITE, size, Limit::Secs(secs));
+        let send = run(&mut a, &mut b, WR_SEND, size, Limit::Secs(secs));
         benchkit::print_row(size, write, send);
     }
     benchkit::print_footer();

@@ -423,7 +423,7 @@ fn read_through<R: GuestRam + ?Sized>(
     buf: &mut [u8],
 ) -> Result<(), AccessError> {
     let mut done = 0usize;
-    for (addr, n) in mr.chunks(va, buf.len() as u64, false)? {
+    for &(addr, n) in mr.chunks(va, buf.len() as u64, false)?.iter() {
         let n = n as usize;
         ram.read(addr, &mut buf[done..done + n])
             .map_err(|_| AccessError::OutOfBounds)?;
@@ -441,12 +441,12 @@ fn write_through<R: GuestRam + ?Sized>(
 ) -> Result<(), AccessError> {
     let chunks = mr.chunks(va, data.len() as u64, true)?;
     // Check every chunk first so a failing write changes nothing.
-    for &(addr, n) in &chunks {
+    for &(addr, n) in chunks.iter() {
         ram.check_access(addr, n, true)
             .map_err(|_| AccessError::OutOfBounds)?;
     }
     let mut done = 0usize;
-    for (addr, n) in chunks {
+    for &(addr, n) in chunks.iter() {
         let n = n as usize;
         ram.write(addr, &data[done..done + n])
             .map_err(|_| AccessError::OutOfBounds)?;

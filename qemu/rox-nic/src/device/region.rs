@@ -143,19 +143,14 @@ impl Mr {
     /// The DMA chunks of `[va, va+len)` for a read or a `write`, after the bounds check (and,
     /// for on-demand regions, the presence check of every page: nothing is touched unless all
     /// pages are there).
-    pub(crate) fn chunks(
-        &self,
-        va: u64,
-        len: u64,
-        write: bool,
-    ) -> Result<Vec<(u64, u64)>, AccessError> {
+    pub(crate) fn chunks(&self, va: u64, len: u64, write: bool) -> Result<Chunks, AccessError> {
         if !self.contains(va, len) {
             return Err(AccessError::OutOfBounds);
         }
         if self.physical {
-            return Ok(vec![(va, len)]);
+            return Ok(Chunks::One([(va, len)]));
         }
-        let mut out = Vec::new();
+        let mut out = Chunks::Many(Vec::new());
         let mut off = va - self.iova + self.offset;
         let last = ((off + len.max(1) - 1) >> self.page_shift) as usize;
         let mut left = len;
@@ -165,14 +160,45 @@ impl Mr {
             let in_page = off & (psize - 1);
             let n = left.min(psize - in_page);
             let base = self.page_addr_upto(page, last, write)?;
-            match out.last_mut() {
-                Some((a, l)) if *a + *l == base + in_page => *l += n,
-                _ => out.push((base + in_page, n)),
-            }
+            out.push(base + in_page, n);
             off += n;
             left -= n;
         }
         Ok(out)
+    }
+}
+
+/// The DMA chunks `(address, length)` of an access, in order ([`Mr::chunks`]). Most accesses
+/// are one contiguous chunk: that one is kept inline, with no allocation per access.
+#[derive(Debug)]
+pub(crate) enum Chunks {
+    One([(u64, u64); 1]),
+    Many(Vec<(u64, u64)>),
+}
+
+impl Chunks {
+    /// Appends `n` bytes at `addr`, merged into the last chunk if they continue it.
+    fn push(&mut self, addr: u64, n: u64) {
+        match self {
+            Chunks::One([(a, l)]) if *a + *l == addr => *l += n,
+            Chunks::One([first]) => *self = Chunks::Many(vec![*first, (addr, n)]),
+            Chunks::Many(v) => match v.last_mut() {
+                Some((a, l)) if *a + *l == addr => *l += n,
+                Some(_) => v.push((addr, n)),
+                None => *self = Chunks::One([(addr, n)]),
+            },
+        }
+    }
+}
+
+impl std::ops::Deref for Chunks {
+    type Target = [(u64, u64)];
+
+    fn deref(&self) -> &[(u64, u64)] {
+        match self {
+            Chunks::One(one) => one,
+            Chunks::Many(many) => many,
+        }
     }
 }
 
@@ -197,4 +223,31 @@ pub struct MwBinding {
     pub access: u32,
     /// Type 2: the only QP that may use (and remotely invalidate) the window.
     pub qpn: Option<Qpn>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Chunks;
+
+    fn chunks_of(pieces: &[(u64, u64)]) -> Vec<(u64, u64)> {
+        let mut out = Chunks::Many(Vec::new());
+        for &(addr, n) in pieces {
+            out.push(addr, n);
+        }
+        out.to_vec()
+    }
+
+    #[test]
+    fn contiguous_pieces_merge_into_one_chunk_and_gaps_start_new_ones() {
+        assert_eq!(chunks_of(&[]), vec![]);
+        assert_eq!(chunks_of(&[(0x1000, 0x10)]), vec![(0x1000, 0x10)]);
+        assert_eq!(
+            chunks_of(&[(0x1000, 0x1000), (0x2000, 0x1000), (0x3000, 8)]),
+            vec![(0x1000, 0x2008)]
+        );
+        assert_eq!(
+            chunks_of(&[(0x1000, 0x1000), (0x8000, 0x1000), (0x9000, 4), (0x4000, 2)]),
+            vec![(0x1000, 0x1000), (0x8000, 0x1004), (0x4000, 2)]
+        );
+    }
 }

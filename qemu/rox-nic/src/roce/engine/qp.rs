@@ -279,14 +279,37 @@ impl Qp {
         hdr: &Headers,
         payload: &[u8],
     ) {
+        let copied = self.transmit_filled(env, stats, av, hdr, payload.len(), |_, out| {
+            out.copy_from_slice(payload);
+            Ok::<(), std::convert::Infallible>(())
+        });
+        if let Err(never) = copied {
+            match never {}
+        }
+    }
+
+    /// [`Qp::transmit_packet`] whose payload `fill` writes straight into the packet
+    /// ([`wire::build_packet_filled`]); if `fill` fails, nothing is sent or counted.
+    pub(super) fn transmit_filled<E>(
+        &self,
+        env: &mut dyn DeviceEnv,
+        stats: &mut EngineStats,
+        av: &AddressVector,
+        hdr: &Headers,
+        payload_len: usize,
+        fill: impl FnOnce(&mut dyn DeviceEnv, &mut [u8]) -> Result<(), E>,
+    ) -> Result<(), E> {
         let ip = self.ip_info(av);
-        let packet = wire::build_packet_with(&ip, hdr, payload, env.flush_icrc());
+        let flush_icrc = env.flush_icrc();
+        let packet =
+            wire::build_packet_filled(&ip, hdr, payload_len, flush_icrc, |out| fill(env, out))?;
         stats.tx_packets += 1;
         stats.tx_bytes += packet.len() as u64;
         let (qpn, psn) = (self.cfg.qpn.get(), hdr.bth.psn.get());
         env.wqe_trace()
-            .frame_out(qpn, psn, hdr.bth.opcode, payload.len());
+            .frame_out(qpn, psn, hdr.bth.opcode, payload_len);
         env.transmit(av, packet);
+        Ok(())
     }
 
     pub(super) fn bth(&self, opcode: u8, psn: Psn) -> Bth {

@@ -416,22 +416,25 @@ impl Qp {
         let wqe = &self.req.sq[index];
         let offset = u64::from(pkt) * mtu;
         let chunk = (wqe.len - offset).min(mtu) as usize;
-        let mut payload = vec![0u8; chunk];
-        gather(env, self.cfg.pd, &wqe.wr.data, offset, &mut payload).map_err(SendStop::from)?;
         let last = pkt + 1 == wqe.npsn;
-        self.req.pkts_since_ack_req += 1;
+        let pkts_since_ack_req = self.req.pkts_since_ack_req + 1;
         let ack_req = self.cfg.qp_type == QpType::Rc
-            && (last || self.req.pkts_since_ack_req >= self.req.ack_req_interval());
-        if ack_req {
-            self.req.pkts_since_ack_req = 0;
-        }
-        let wqe = &self.req.sq[index];
+            && (last || pkts_since_ack_req >= self.req.ack_req_interval());
         let hdr = self.data_headers(wqe, pkt, ack_req);
-        if let Some(ud) = wqe.wr.ud {
-            self.transmit_packet(env, stats, &ud.av, &hdr, &payload);
-        } else {
-            self.send_connected(env, stats, &hdr, &payload);
+        // The payload is gathered from guest memory straight into the packet; a refused
+        // access sends nothing and leaves the QP's state as it was.
+        let pd = self.cfg.pd;
+        let fill = |env: &mut dyn DeviceEnv, out: &mut [u8]| {
+            gather(env, pd, &wqe.wr.data, offset, out).map_err(SendStop::from)
+        };
+        match (wqe.wr.ud, self.av) {
+            (Some(ud), _) => self.transmit_filled(env, stats, &ud.av, &hdr, chunk, fill)?,
+            (None, Some(av)) => self.transmit_filled(env, stats, &av, &hdr, chunk, fill)?,
+            (None, None) => {
+                log::warn!("QP {:#x}: no address vector; packet dropped", self.cfg.qpn)
+            }
         }
+        self.req.pkts_since_ack_req = if ack_req { 0 } else { pkts_since_ack_req };
         let wqe = &mut self.req.sq[index];
         if last {
             if self.cfg.qp_type != QpType::Rc {

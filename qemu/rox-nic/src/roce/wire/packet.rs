@@ -112,15 +112,35 @@ pub fn build_packet_with(
     payload: &[u8],
     flush_icrc: FlushIcrc,
 ) -> Vec<u8> {
+    let filled = build_packet_filled(ip, hdr, payload.len(), flush_icrc, |out| {
+        out.copy_from_slice(payload);
+        Ok::<(), std::convert::Infallible>(())
+    });
+    match filled {
+        Ok(packet) => packet,
+        Err(never) => match never {},
+    }
+}
+
+/// [`build_packet_with`] whose `payload_len` payload bytes `fill` writes in place, straight
+/// into the packet (a requester gathers them from guest memory there: no payload buffer of
+/// its own and no second copy). If `fill` fails, no packet is built and its error returned.
+pub fn build_packet_filled<E>(
+    ip: &IpInfo,
+    hdr: &Headers,
+    payload_len: usize,
+    flush_icrc: FlushIcrc,
+    fill: impl FnOnce(&mut [u8]) -> Result<(), E>,
+) -> Result<Vec<u8>, E> {
     let info = opcode_info(hdr.bth.opcode).expect("engine builds only known opcodes");
-    let pad = (4 - payload.len() % 4) % 4;
+    let pad = (4 - payload_len % 4) % 4;
     let v4 = gid_ipv4(&ip.dgid).zip(gid_ipv4(&ip.sgid));
     let ip_len = if v4.is_some() {
         IPV4_HEADER_LEN
     } else {
         IPV6_HEADER_LEN
     };
-    let udp_len = UDP_HEADER_LEN + info.header_len() + payload.len() + pad + ICRC_LEN;
+    let udp_len = UDP_HEADER_LEN + info.header_len() + payload_len + pad + ICRC_LEN;
     let mut buf = Vec::with_capacity(ip_len + udp_len);
     if let Some((dst, src)) = v4 {
         buf.push(IPV4_VERSION_IHL);
@@ -197,20 +217,28 @@ pub fn build_packet_with(
     if info.ieth {
         put_u32(&mut buf, hdr.ieth.expect("IETH required by opcode").get());
     }
-    buf.extend_from_slice(payload);
-    buf.resize(buf.len() + pad, 0);
-    let icrc = if hdr.bth.opcode == opcode::RC_FLUSH && flush_icrc == FlushIcrc::Rxe {
-        rxe_flush_icrc(&buf, ip_len)
+    let payload_at = buf.len();
+    buf.resize(payload_at + payload_len + pad, 0);
+    fill(&mut buf[payload_at..payload_at + payload_len])?;
+    let rxe_flush = hdr.bth.opcode == opcode::RC_FLUSH && flush_icrc == FlushIcrc::Rxe;
+    append_icrc(&mut buf, ip, ip_len, rxe_flush);
+    Ok(buf)
+}
+
+/// Ends a built packet: its ICRC (rdma_rxe's FLUSH one if `rxe_flush`) and, over IPv6, the
+/// UDP checksum, which covers the ICRC.
+fn append_icrc(buf: &mut Vec<u8>, ip: &IpInfo, ip_len: usize, rxe_flush: bool) {
+    let icrc = if rxe_flush {
+        rxe_flush_icrc(buf, ip_len)
     } else {
-        compute_icrc(&buf, ip_len)
+        compute_icrc(buf, ip_len)
     };
     buf.extend_from_slice(&icrc.to_le_bytes());
-    if v4.is_none() {
+    if ip_len == IPV6_HEADER_LEN {
         let csum = udp6_checksum(&ip.sgid, &ip.dgid, &buf[ip_len..]);
         let at = ip_len + field::UDP_CHECKSUM;
         buf[at..at + 2].copy_from_slice(&csum.to_be_bytes());
     }
-    buf
 }
 
 /// ICRC of `packet` (IP header .. end of pad, without the ICRC itself); `ip_len` is the IP
