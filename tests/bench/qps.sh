@@ -2,7 +2,9 @@
 # Guest side of tests/bench/qps: guest 1 serves, guest 0 runs ib_write_bw -s 8192 over its rox
 # NIC 0 with each QP count of QPS_LIST, the same messages in all (QPS_MESSAGES, spread over the
 # QPs), and prints one line per count: bandwidth and what the device's counters moved by on
-# this side (packets sent, retransmissions, ACK timeouts, frames its port discarded).
+# this side (packets sent, retransmissions, ACK timeouts, frames its port discarded); the
+# server prints what its device saw: duplicate requests (a retransmission of what had arrived:
+# a spurious timeout) and out-of-sequence ones (a packet before them was lost).
 #   qps.sh server|client
 # Environment: ROX_KO, QPS_LIST (default "16 256"), QPS_MESSAGES (default 12800).
 set -u
@@ -42,7 +44,9 @@ for q in $list; do
 	n=$((n + 1))
 	cmd="ib_write_bw -d $dev -x $gid -F -s $size -q $q -n $iters -p $port"
 	if [ "$role" = server ]; then
+		dup=$(rdma_counter "$dev" duplicate_request) oos=$(rdma_counter "$dev" out_of_sequence)
 		timeout 600 $cmd >/tmp/qps-server.log 2>&1 || { cat /tmp/qps-server.log; fail "$cmd"; }
+		echo "QPSRX qps=$q duplicates=$(($(rdma_counter "$dev" duplicate_request) - dup)) out_of_sequence=$(($(rdma_counter "$dev" out_of_sequence) - oos))"
 		continue
 	fi
 	wait_ping "$peer" 120 || fail "guest 1 ($peer) unreachable"
