@@ -651,6 +651,42 @@ mod tests {
     }
 
     #[test]
+    fn the_port_scheduler_holds_packets_and_a_retransmission_adds_nothing_to_the_flight() {
+        let (mut env, mut stats, mut qp) = rc_fixture();
+        env.send_allowance = Some(2);
+        for id in 0..4 {
+            let wqe = qp.make_wqe(send_wr(id, WrOpcode::Send, 0));
+            qp.enqueue(&mut env, &mut stats, wqe);
+        }
+        assert_eq!(env.sent.len(), 2, "the scheduler let two packets go");
+        assert_eq!(qp.req.next_psn.get(), 102, "the held WRs took no PSN");
+        assert!(
+            env.asked.iter().all(|&adds| adds),
+            "first transmissions add to the flight"
+        );
+        // A turn (Engine::resume_send): the rest leaves, in order.
+        env.send_allowance = None;
+        qp.transmit(&mut env, &mut stats);
+        assert_eq!(env.sent.len(), 4);
+        assert_eq!(qp.req.next_psn.get(), 104);
+        // Go back to the oldest packet (as after a timeout): resending adds nothing.
+        env.asked.clear();
+        qp.req.cursor = 0;
+        qp.req.cursor_pkt = 0;
+        qp.transmit(&mut env, &mut stats);
+        assert_eq!(env.sent.len(), 8);
+        assert_eq!(
+            env.asked, [false; 4],
+            "retransmissions are already in flight"
+        );
+        // UC has no flight.
+        let (mut env, mut qp) = (TestEnv::new(), rts_qp(QpType::Uc));
+        let wqe = qp.make_wqe(send_wr(9, WrOpcode::Send, 0));
+        qp.enqueue(&mut env, &mut stats, wqe);
+        assert_eq!(env.asked, [false]);
+    }
+
+    #[test]
     fn rd_atomic_limit_and_fence_hold_the_queue() {
         let (mut env, mut stats, mut qp) = rc_fixture();
         qp.max_rd_atomic = 1;

@@ -43,6 +43,10 @@ pub(super) struct TestEnv {
     pub(super) flush_icrc: wire::FlushIcrc,
     /// XRC SRQs by number: their domain and PD, and their posted receive WRs.
     pub(super) xrc_srqs: HashMap<u32, (XrcSrq, VecDeque<RecvWr>)>,
+    /// Request packets the port's scheduler still lets go (None: any number), and each
+    /// question the requester asked it: whether the packet adds to the flight.
+    pub(super) send_allowance: Option<u32>,
+    pub(super) asked: Vec<bool>,
 }
 
 impl TestEnv {
@@ -74,6 +78,8 @@ impl TestEnv {
             async_errors: Vec::new(),
             flush_icrc: wire::FlushIcrc::Iba,
             xrc_srqs: HashMap::new(),
+            send_allowance: None,
+            asked: Vec::new(),
         }
     }
 
@@ -124,6 +130,17 @@ impl DeviceEnv for TestEnv {
     }
     fn transmit(&mut self, _: &AddressVector, packet: Vec<u8>) {
         self.sent.push(packet);
+    }
+    fn may_send_request(&mut self, _: Qpn, adds_to_flight: bool) -> bool {
+        self.asked.push(adds_to_flight);
+        match &mut self.send_allowance {
+            None => true,
+            Some(0) => false,
+            Some(n) => {
+                *n -= 1;
+                true
+            }
+        }
     }
     fn xrc_srq(&self, srqn: u32) -> Option<XrcSrq> {
         self.xrc_srqs.get(&srqn).map(|(srq, _)| *srq)
