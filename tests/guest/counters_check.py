@@ -8,9 +8,14 @@
   counters_check.py delta <before> <after> <source>.<name>=<value>...
       Checks that each named counter grew by exactly <value> between the snapshots; prints
       each check and exits 1 if any failed (or a named counter is missing).
+  counters_check.py perfquery <before> <perfquery output> <after>
+      Checks that every counter perfquery printed (PortCounters or PortCountersExtended)
+      that sysfs also has lies between the two sysfs snapshots taken around it; exits 1 if
+      one does not, or if none was compared.
 """
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -68,12 +73,53 @@ def delta(before_path, after_path, expectations):
     return failed
 
 
+# perfquery's field names and the sysfs counters of the same PMA fields.
+PERFQUERY_SYSFS = {
+    "PortXmitData": "port_xmit_data",
+    "PortRcvData": "port_rcv_data",
+    "PortXmitPkts": "port_xmit_packets",
+    "PortRcvPkts": "port_rcv_packets",
+    "PortRcvErrors": "port_rcv_errors",
+    "PortXmitDiscards": "port_xmit_discards",
+    "PortUnicastXmitPkts": "unicast_xmit_packets",
+    "PortUnicastRcvPkts": "unicast_rcv_packets",
+    "PortMulticastXmitPkts": "multicast_xmit_packets",
+    "PortMulticastRcvPkts": "multicast_rcv_packets",
+}
+
+
+def perfquery(before_path, output_path, after_path):
+    with open(before_path) as f:
+        before = json.load(f)["sysfs"]
+    with open(after_path) as f:
+        after = json.load(f)["sysfs"]
+    failed = compared = 0
+    with open(output_path) as f:
+        for line in f:
+            m = re.match(r"^(\w+):\.*(\d+)$", line.strip())
+            if not m or m.group(1) not in PERFQUERY_SYSFS:
+                continue
+            name = PERFQUERY_SYSFS[m.group(1)]
+            value = int(m.group(2))
+            ok = before[name] <= value <= after[name]
+            compared += 1
+            failed += not ok
+            print(f"{'ok  ' if ok else 'FAIL'} perfquery {m.group(1):22} {value} "
+                  f"(sysfs {name} {before[name]}..{after[name]})")
+    if not compared:
+        print("FAIL: no counter of perfquery's output has a sysfs counterpart")
+        return 1
+    return 1 if failed else 0
+
+
 def main(argv):
     if len(argv) == 4 and argv[1] == "snapshot":
         snapshot(argv[2], argv[3])
         return 0
     if len(argv) >= 5 and argv[1] == "delta":
         return 1 if delta(argv[2], argv[3], argv[4:]) else 0
+    if len(argv) == 5 and argv[1] == "perfquery":
+        return perfquery(argv[2], argv[3], argv[4])
     print(__doc__, file=sys.stderr)
     return 2
 

@@ -96,4 +96,32 @@ for name in req_remote_access_errors resp_remote_access_errors rx_write_requests
 	[ -r "$hw/$name" ] || fail "no $hw/$name"
 done
 [ "$failed" = 0 ] || fail "$failed of 4 traffic runs counted other than the traffic they made"
+
+# perfquery (infiniband-diags, scripts/root-extras.txt) would ask the same PMA through umad (a
+# PerfMgt GET on QP1), but libibmad opens its port by registering umad agents for the SMI
+# class (QP0) as well, and ib_core has no QP0 on a RoCE port: ib_register_mad_agent refuses
+# IB_QPT_SMI where !rdma_cap_ib_smi (drivers/infiniband/core/mad.c), so perfquery stops with
+# "client_register for mgmt 1 failed" before sending anything, on any RoCE HCA
+# (docs/driver.md "PMA counters"). The check: where perfquery answers, each counter it reads
+# lies between sysfs before and after it (its own MADs are RoCE packets too); on an Ethernet
+# port the refusal must be that one (any other failure fails).
+command -v perfquery >/dev/null || fail "perfquery is not in the root (infiniband-diags: scripts/root-extras.txt)"
+modprobe ib_umad 2>/dev/null
+link_layer=$(cat "/sys/class/infiniband/$DEV/ports/1/link_layer")
+for extended in "" -x; do
+	python3 "$check" snapshot $DEV "$work/pq-before.json" || fail "snapshot failed"
+	pq_out=$(perfquery $extended -C $DEV -P 1 2>&1)
+	pq_rc=$?
+	python3 "$check" snapshot $DEV "$work/pq-after.json" || fail "snapshot failed"
+	if [ $pq_rc = 0 ]; then
+		echo "$pq_out" >"$work/pq.txt"
+		python3 "$check" perfquery "$work/pq-before.json" "$work/pq.txt" "$work/pq-after.json" ||
+			fail "perfquery $extended read other values than sysfs"
+	elif [ "$link_layer" = Ethernet ] && grep -q "client_register for mgmt 1 failed" <<<"$pq_out"; then
+		echo "perfquery $extended -C $DEV -P 1: refused on a RoCE port (no SMI agent): $(grep -m1 'client_register' <<<"$pq_out")"
+	else
+		echo "$pq_out" | tail -5
+		fail "perfquery $extended -C $DEV -P 1 failed (exit $pq_rc) other than by the RoCE port's missing SMI agent (link layer $link_layer)"
+	fi
+done
 echo "$DEV's PMA counters and mlx5-named hw_counters count exactly the traffic and errors made"
