@@ -14,7 +14,7 @@ trap 'grep -q "^rox_kverbs_test " /proc/modules && rmmod rox_kverbs_test; grep -
 fail() { echo "FAIL: $*"; dmesg | tail -60; exit 1; }
 skip() { echo "SKIP: $*"; exit 0; }
 rox_vendor=0x524f   # uapi/src/regs.rs PCI_VENDOR_ID
-# The checks rox_kverbs_test.c's check_hung_device makes (its CHECK lines).
+# The checks tests/kernel/kverbs_hang.c's check_hung_device makes (its CHECK lines).
 HANG_CHECKS=3
 . "$(dirname "$0")/lib.sh"
 
