@@ -299,11 +299,16 @@ impl CqListing {
 }
 
 impl QpCqs {
-    /// Takes kernel QP `qpn` out of its CQs' lists: a dead device's poll completes nothing
-    /// more of it.
-    pub(crate) fn unlist(&self, qpn: Qpn) {
+    /// Takes destroyed kernel QP `qpn` out of its CQs: its list node and the CQEs of it not
+    /// polled yet go together under each CQ's lock, so a concurrent poll sees the QP either
+    /// listed with its CQEs (and retires them) or gone with them, never its CQEs unlisted.
+    pub(crate) fn remove(&self, dev: &RoxDev<'_>, qpn: Qpn) {
         for cq in self.cqs.iter().flatten() {
-            let node = cq.state.lock().qps.remove_node(&qpn);
+            let node = {
+                let mut state = cq.state.lock();
+                clean_locked(dev, cq, &mut state.consumer, qpn);
+                state.qps.remove_node(&qpn)
+            };
             // The QP's own reference outlives this one: its rings are freed with the QP, not
             // here under the spinlock.
             drop(node);
@@ -314,14 +319,18 @@ impl QpCqs {
     /// (`cq_clean.rs`): the QP was reset or destroyed, and the device writes no more of them.
     pub(crate) fn clean(&self, dev: &RoxDev<'_>, qpn: Qpn) {
         for cq in self.cqs.iter().flatten() {
-            let mut state = cq.state.lock();
-            let mut ring = CleanRing(cq);
-            let consumer = remove_qp_cqes(&mut ring, state.consumer, qpn);
-            if consumer != state.consumer {
-                state.consumer = consumer;
-                dev.kernel_doorbell(cq.db.slot(), Some(consumer), None);
-            }
+            clean_locked(dev, cq, &mut cq.state.lock().consumer, qpn);
         }
+    }
+}
+
+/// Removes QP `qpn`'s CQEs from `cq`'s ring from `consumer` (its lock held) on; rings the CQ's
+/// doorbell with the new consumer index if any left.
+fn clean_locked(dev: &RoxDev<'_>, cq: &KernelCq, consumer: &mut u32, qpn: Qpn) {
+    let cleaned = remove_qp_cqes(&mut CleanRing(cq), *consumer, qpn);
+    if cleaned != *consumer {
+        *consumer = cleaned;
+        dev.kernel_doorbell(cq.db.slot(), Some(cleaned), None);
     }
 }
 

@@ -724,27 +724,28 @@ pub(crate) fn query(dev: &RoxDev<'_>, qp: &Qp) -> Result<(QpAttr, QpInitAttr)> {
 }
 
 pub(crate) fn destroy(dev: &RoxDev<'_>, qp: &Qp) {
-    if let QpQueue::Kernel { cqs, .. } = &qp.queue {
-        // First: a dead device's CQs complete nothing more of it.
-        cqs.unlist(qp.qpn);
-    }
     let cmd = admin::QpnCmd {
         qpn: qp.qpn,
         reserved: 0,
     };
+    // The device first: once it destroyed the QP it writes no more CQEs of it, so the removal
+    // below leaves none its consumer could poll after freeing their wr_id. A dead device
+    // writes nothing either; its poll flushes the QP's work requests until it is removed.
     if let Err(err) = dev
         .run::<admin::DestroyQp>(cmd)
         .or_else(|e| gone_if_dead(dev, e))
     {
-        dev_warn!(
+        // ib_core's destroy_qp of a kernel QP cannot fail (the binding's destroy returns
+        // nothing), so the QP goes anyway; say loudly that the device may still complete
+        // work requests of it, whose CQEs would then name a QP no longer there.
+        dev_err!(
             dev.pdev.as_ref(),
-            "DESTROY_QP {} failed: {:?}\n",
+            "DESTROY_QP {} failed on a live device: {:?}; its later CQEs are stale\n",
             qp.qpn.get(),
             err
         );
     }
     if let QpQueue::Kernel { cqs, .. } = &qp.queue {
-        // The device writes no more of it: its consumer never sees a CQE of a QP it freed.
-        cqs.clean(dev, qp.qpn);
+        cqs.remove(dev, qp.qpn);
     }
 }

@@ -17,7 +17,7 @@ trap 'grep -q "^rox_kverbs_test " /proc/modules && rmmod rox_kverbs_test; grep -
 fail() { echo "FAIL: $*"; dmesg | tail -40; exit 1; }
 skip() { echo "SKIP: $*"; exit 0; }
 rox_vendor=0x524f   # uapi/src/regs.rs PCI_VENDOR_ID
-# The checks rox_kverbs_test.c makes in a full run (its CHECK lines, loops counted): change it
+# The checks tests/kernel/kverbs_*.c make in a full run (their CHECK lines, loops counted): change it
 # with the module. docs/driver.md gives the same number.
 KVERBS_CHECKS=72
 . "$(dirname "$0")/lib.sh"
