@@ -98,6 +98,7 @@ mod tests {
             rq_psn: Some(Psn::from_wire(100)),
             sq_psn: Some(Psn::from_wire(100)),
             path_mtu: Some(Mtu::Mtu1024),
+            timeout: Some(14),
             ..QpModify::default()
         };
         engine.modify_qp(env, LOCAL_QPN, &modify).unwrap();
@@ -269,6 +270,85 @@ mod tests {
         env.now = wake;
         engine.poll(&mut env);
         assert_eq!(env.sent.len(), 2);
+    }
+
+    fn ack_from_peer(psn: u32) -> Vec<u8> {
+        packet_from_peer(op::RC_ACKNOWLEDGE, psn, &[], |h| {
+            h.aeth = Some(wire::Aeth {
+                syndrome: wire::Syndrome::Ack,
+                msn: Msn::default(),
+            })
+        })
+    }
+
+    /// Across a pacing gap with every sent packet ACKed (an RTT sample taken), nothing is in
+    /// flight: no tail probe (it would bypass pacing) and no timeout, at any rate.
+    #[test]
+    fn a_paced_qp_with_everything_sent_acked_takes_no_probe_or_timeout() {
+        for line_rate in [10, 2] {
+            let mut env = TestEnv::new();
+            let mut cc = CcConfig::default();
+            cc.params.line_rate = line_rate;
+            let mut engine = engine_with(cc, &mut env, QpType::Rc);
+            env.now = 1_000_000;
+            engine.receive(&mut env, &cnp_from_peer(LOCAL_QPN)).unwrap();
+            engine
+                .post_send(
+                    &mut env,
+                    LOCAL_QPN,
+                    send_wr(1, WrOpcode::RdmaWrite, 4 * 1024),
+                )
+                .unwrap();
+            let mut wake_ups = 0;
+            while let Some(last) = env.sent_parsed().last().map(|p| p.hdr.bth.psn.get()) {
+                // Each packet is ACKed 10 µs after it went, then the QP waits for its pacing.
+                env.now += 10 * US;
+                engine.receive(&mut env, &ack_from_peer(last)).unwrap();
+                let Some(next) = engine.next_deadline() else {
+                    break;
+                };
+                env.now = env.now.max(next);
+                engine.poll(&mut env);
+                wake_ups += 1;
+                assert!(wake_ups <= 4, "line rate {line_rate}: a wake-up sends");
+            }
+            let s = engine.stats();
+            assert_eq!(env.sent.len(), 4, "line rate {line_rate}: paced, all sent");
+            assert_eq!((s.tail_probes, s.retransmit_timeouts), (0, 0));
+            assert_eq!(engine.next_deadline(), None, "all ACKed: no timer");
+        }
+    }
+
+    /// The same when the port's scheduler holds the QP back for many round trips.
+    #[test]
+    fn a_qp_the_scheduler_holds_back_with_everything_acked_takes_no_probe() {
+        let mut env = TestEnv::new();
+        let mut engine = engine_with(cc_off(), &mut env, QpType::Rc);
+        env.request_budget = Some(1);
+        env.now = 1_000_000;
+        engine
+            .post_send(
+                &mut env,
+                LOCAL_QPN,
+                send_wr(1, WrOpcode::RdmaWrite, 4 * 1024),
+            )
+            .unwrap();
+        assert_eq!(env.sent.len(), 1);
+        env.now += 10 * US;
+        engine.receive(&mut env, &ack_from_peer(100)).unwrap();
+        assert_eq!(engine.next_deadline(), None, "nothing in flight");
+        env.now += 100_000 * US;
+        engine.poll(&mut env);
+        let s = engine.stats();
+        assert_eq!((s.tail_probes, s.retransmit_timeouts), (0, 0));
+        assert_eq!(env.sent.len(), 1, "still held back");
+        env.request_budget = None;
+        engine.resume_send(&mut env, LOCAL_QPN);
+        assert_eq!(env.sent.len(), 4);
+        assert!(
+            engine.next_deadline().is_some(),
+            "in flight again: the timer runs"
+        );
     }
 
     #[test]

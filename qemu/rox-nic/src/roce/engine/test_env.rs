@@ -43,6 +43,8 @@ pub(super) struct TestEnv {
     pub(super) flush_icrc: wire::FlushIcrc,
     /// XRC SRQs by number: their domain and PD, and their posted receive WRs.
     pub(super) xrc_srqs: HashMap<u32, (XrcSrq, VecDeque<RecvWr>)>,
+    /// The transmit scheduler's answer: request packets it still lets go (None: all).
+    pub(super) request_budget: Option<usize>,
 }
 
 impl TestEnv {
@@ -74,6 +76,7 @@ impl TestEnv {
             async_errors: Vec::new(),
             flush_icrc: wire::FlushIcrc::Iba,
             xrc_srqs: HashMap::new(),
+            request_budget: None,
         }
     }
 
@@ -124,6 +127,16 @@ impl DeviceEnv for TestEnv {
     }
     fn transmit(&mut self, _: &AddressVector, packet: Vec<u8>) {
         self.sent.push(packet);
+    }
+    fn may_send_request(&mut self, _qpn: Qpn, _adds_to_flight: bool) -> bool {
+        match &mut self.request_budget {
+            None => true,
+            Some(0) => false,
+            Some(left) => {
+                *left -= 1;
+                true
+            }
+        }
     }
     fn xrc_srq(&self, srqn: u32) -> Option<XrcSrq> {
         self.xrc_srqs.get(&srqn).map(|(srq, _)| *srq)
