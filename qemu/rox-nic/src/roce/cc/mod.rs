@@ -187,7 +187,7 @@ pub const PARAMS: &[ParamSpec] = &[
         0,
         0,
         1_000_000,
-        "rate on a flow's first CNP (0: line rate)"
+        "rate a flow's first CNP sets, uncut (0: cut from line rate)"
     ),
     param!(
         rate_reduce_monitor_period,
