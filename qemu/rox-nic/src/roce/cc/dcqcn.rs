@@ -91,6 +91,11 @@ impl Dcqcn {
         self.target
     }
 
+    /// When the timer's next increase event is due (ns).
+    pub fn next_increase_ns(&self) -> u64 {
+        self.timer_due
+    }
+
     /// α in 1/1024 units.
     pub fn alpha(&self) -> u64 {
         self.alpha
