@@ -149,6 +149,7 @@ mod tests {
             let send = marked_ce(packet_from_peer(op::RC_SEND_ONLY, psn, &[], |_| {}));
             engine.receive(&mut env, &send).unwrap();
         }
+        engine.poll(&mut env);
         let cnps: Vec<_> = env.sent.iter().filter(|p| p[20 + 8] == op::CNP).collect();
         assert_eq!(
             cnps.len(),
@@ -161,7 +162,20 @@ mod tests {
         assert_eq!(cnp.payload, &[0; 16], "16 reserved bytes");
         assert_eq!(cnps[0][20 + 8 + 1], 0, "no flags");
         assert_eq!(cnps[0][20 + 8 + 4], 0x40, "BECN");
-        assert_eq!(wire::ecn_of(cnp.ip_header), ECN_ECT0);
+        assert_eq!(
+            wire::ecn_of(cnp.ip_header),
+            ECN_NOT_ECT,
+            "a CNP is not paced"
+        );
+        let acks: Vec<_> = env
+            .sent_parsed()
+            .into_iter()
+            .filter(|p| p.hdr.bth.opcode == op::RC_ACKNOWLEDGE)
+            .collect();
+        assert!(!acks.is_empty());
+        for ack in acks {
+            assert_eq!(wire::ecn_of(ack.ip_header), ECN_NOT_ECT, "nor an ACK");
+        }
         assert_eq!(wire::ipv4_header_checksum(cnp.ip_header), 0);
         let s = engine.stats();
         assert_eq!((s.np_ecn_marked_roce_packets, s.np_cnp_sent), (3, 2));
@@ -257,6 +271,12 @@ mod tests {
             )
             .unwrap();
         assert_eq!(env.sent.len(), 1, "the first packet goes, the rest wait");
+        let request = wire::parse_packet(&env.sent[0]).unwrap();
+        assert_eq!(
+            wire::ecn_of(request.ip_header),
+            ECN_ECT0,
+            "paced: ECN-capable"
+        );
         let qp = &engine.qps[&LOCAL_QPN];
         let rate = qp.cc.rate_kbps();
         let gap = crate::roce::cc::dcqcn::wire_time_ns(env.sent[0].len() as u64, rate);
