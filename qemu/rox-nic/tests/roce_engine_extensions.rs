@@ -303,7 +303,7 @@ fn rc_flush_errors() {
         } else {
             (QpState::Rts, vec![])
         };
-        t.assert_responder(state, &events, &what);
+        t.assert_responder(state, &events, what);
     }
 }
 
