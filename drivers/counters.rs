@@ -19,7 +19,7 @@ use kernel::prelude::*;
 type NamedCounter = (&'static CStr, fn(&PortCounters) -> u64);
 
 /// The transport's counters under mlx5's hw_counters names, each read from QUERY_COUNTERS.
-/// The congestion ones stay 0 until rox has congestion control. The last one has no mlx5
+/// The congestion ones count rox-nic's ECN, CNP and DCQCN events. The last one has no mlx5
 /// counterpart (mlx5 counts no XRC errors): rox's own name.
 const MLX5_NAMED: [NamedCounter; 20] = [
     (c"out_of_sequence", |c| c.out_of_sequence),

@@ -92,7 +92,8 @@ struct Args {
     /// Fault injection: on this real-time signal the device dies as a NIC whose firmware
     /// crashed or whose PCIe link went down: `rtmin+N[,fatal=silent|report|hang]` (`report` and
     /// `hang` raise the device's fatal event first). It then does nothing and its BARs read
-    /// all-ones (`hang`: they answer, and a reset never completes), but QEMU stays served. Repeatable (one signal per mode). docs/hardware.md.
+    /// all-ones (`hang`: they answer, and a reset never completes), but QEMU stays served.
+    /// Repeatable (one signal per mode). docs/hardware.md.
     #[arg(long, value_name = "SPEC")]
     die_on: Vec<DieOn>,
     /// Debugging only (rox-lab's own test that a rox-nic panic fails its lab): panic when

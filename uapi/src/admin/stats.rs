@@ -56,6 +56,6 @@ pub const STAT_PORT_DROP_NO_DMAC: usize = 31;
 /// (`STAT_RX_BAD_KEY`) and state.
 pub const STAT_RX_MCAST_COPIES: usize = 32;
 /// RoCEv2 CNPs dropped: for a QP that does not exist, is not RC/UC, or is not connected to
-/// the CNP's sender (congestion control; docs/congestion.md).
+/// the CNP's sender (docs/transport.md, "Congestion control").
 pub const STAT_RX_CNP_DROPPED: usize = 33;
 pub const STATS_COUNT: usize = 34;

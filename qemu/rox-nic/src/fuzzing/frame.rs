@@ -214,6 +214,24 @@ impl Rig {
             ack_req: u.arbitrary::<bool>()?,
             psn: Psn::from_wire(base.get().wrapping_add(delta)),
         });
+        self.extension_headers(u, &info, &mut hdr)?;
+        let len = match u.int_in_range(0u8..=7)? {
+            0 => u.int_in_range(0..=4096)?,
+            1 => 256,
+            _ => u.int_in_range(0..=300)?,
+        };
+        let ip = self.ip_info(u)?;
+        Ok(wire::build_packet(&ip, &hdr, &pattern(9, len)))
+    }
+
+    /// The extension headers `info`'s opcode carries, with arbitrary (mostly plausible)
+    /// contents.
+    fn extension_headers(
+        &self,
+        u: &mut Unstructured,
+        info: &wire::OpcodeInfo,
+        hdr: &mut Headers,
+    ) -> Result<()> {
         if info.xrceth {
             hdr.xrceth = Some(u.arbitrary::<u32>()?);
         }
@@ -270,11 +288,11 @@ impl Rig {
         if info.ieth {
             hdr.ieth = Some(self.key(u)?);
         }
-        let len = match u.int_in_range(0u8..=7)? {
-            0 => u.int_in_range(0..=4096)?,
-            1 => 256,
-            _ => u.int_in_range(0..=300)?,
-        };
+        Ok(())
+    }
+
+    /// Addresses (mostly the peer's, some IPv6 or strangers) and ECN (some CE-marked).
+    fn ip_info(&self, u: &mut Unstructured) -> Result<IpInfo> {
         let v6 = u.ratio(1u8, 8)?;
         let (sgid, dgid) = if v6 {
             let mut peer6 = self.own_v6;
@@ -291,15 +309,14 @@ impl Rig {
         } else {
             crate::roce::cc::ECN_ECT0
         };
-        let ip = IpInfo {
+        Ok(IpInfo {
             sgid,
             dgid,
             traffic_class,
             hop_limit: 64,
             flow_label: 0,
             src_port: 0xc099,
-        };
-        Ok(wire::build_packet(&ip, &hdr, &pattern(9, len)))
+        })
     }
 
     fn frame(&self, u: &mut Unstructured) -> Result<Vec<u8>> {

@@ -53,8 +53,9 @@ pub struct Dcqcn {
 }
 
 impl Dcqcn {
-    /// A flow's first CNP at `now`: it starts from rate_to_set_on_first_cnp (or the highest
-    /// rate) with α at initial_alpha_value, and is cut at once.
+    /// A flow's first CNP at `now`, α at initial_alpha_value: the rate and target become
+    /// rate_to_set_on_first_cnp (mlx5: the rate set on the first CNP, not cut further), or
+    /// with 0 the highest rate, cut at once.
     pub fn first_cnp(now: u64, p: &CcParams) -> Dcqcn {
         let max = p.max_rate_kbps();
         let start = match p.rate_to_set_on_first_cnp {
@@ -75,7 +76,9 @@ impl Dcqcn {
             bytes: 0,
             last_increase_by_timer: false,
         };
-        d.cut(now, p, true);
+        if p.rate_to_set_on_first_cnp == 0 {
+            d.cut(now, p, true);
+        }
         d
     }
 
@@ -86,6 +89,11 @@ impl Dcqcn {
 
     pub fn target_kbps(&self) -> u64 {
         self.target
+    }
+
+    /// When the timer's next increase event is due (ns).
+    pub fn next_increase_ns(&self) -> u64 {
+        self.timer_due
     }
 
     /// α in 1/1024 units.
@@ -256,6 +264,19 @@ mod tests {
         assert_eq!(d.target_kbps(), LINE);
         assert_eq!(d.alpha(), 1023);
         assert!(!d.recovered(&p));
+    }
+
+    #[test]
+    fn rate_to_set_on_first_cnp_is_the_rate_after_the_first_cnp() {
+        let mut p = params();
+        p.rate_to_set_on_first_cnp = 10_000;
+        let d = Dcqcn::first_cnp(0, &p);
+        assert_eq!(d.rate_kbps(), 10_000_000, "set, not cut again");
+        assert_eq!(d.target_kbps(), 10_000_000);
+        assert_eq!(d.alpha(), 1023);
+        // Above the highest rate it is the highest rate.
+        p.rate_to_set_on_first_cnp = 1_000_000;
+        assert_eq!(Dcqcn::first_cnp(0, &p).rate_kbps(), LINE);
     }
 
     #[test]

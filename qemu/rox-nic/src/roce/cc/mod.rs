@@ -187,7 +187,7 @@ pub const PARAMS: &[ParamSpec] = &[
         0,
         0,
         1_000_000,
-        "rate on a flow's first CNP (0: line rate)"
+        "rate a flow's first CNP sets, uncut (0: cut from line rate)"
     ),
     param!(
         rate_reduce_monitor_period,
@@ -348,6 +348,10 @@ pub struct QpCc {
     pub rp: Option<Dcqcn>,
     /// The requester sends its next packet no earlier than this (ns; pacing at the rate).
     pub not_before: u64,
+    /// When the last paced packet's time began and its size: its wait is recomputed at the
+    /// rate of the moment ([`QpCc::paced_until`]).
+    last_sent: u64,
+    last_bytes: u64,
     /// The requester stopped for pacing and has more to send at this time: a timer.
     pub wake_at: Option<u64>,
     /// When this QP last sent a CNP (notification point rate limit).
@@ -401,18 +405,31 @@ impl QpCc {
     }
 
     /// The time the requester's next packet must wait for (None: it may go now). Costs one
-    /// test while the QP sends at line rate.
-    pub fn paced_until(&self, now: u64) -> Option<u64> {
-        self.rp.as_ref()?;
-        (now < self.not_before).then_some(self.not_before)
+    /// test while the QP sends at line rate. The wait is the last packet's time at the rate
+    /// now (the timer may have raised it since the packet went), and ends no later than the
+    /// next increase event, which may shorten it again: a packet sent at a floor of 1 Mb/s
+    /// does not hold the QP for its 33 ms at that rate.
+    pub fn paced_until(&mut self, now: u64) -> Option<u64> {
+        let rp = self.rp.as_mut()?;
+        if now >= self.not_before {
+            return None;
+        }
+        rp.advance(now, &self.params);
+        if rp.recovered(&self.params) {
+            self.rp = None;
+            return None;
+        }
+        self.not_before = self.last_sent + dcqcn::wire_time_ns(self.last_bytes, rp.rate_kbps());
+        (now < self.not_before).then(|| self.not_before.min(rp.next_increase_ns()))
     }
 
     /// The requester sent `bytes` at `now`: the next packet waits their time at the rate.
     pub fn sent(&mut self, bytes: u64, now: u64) {
         let Some(rp) = &mut self.rp else { return };
         rp.on_sent(bytes, now, &self.params);
-        let gap = dcqcn::wire_time_ns(bytes, rp.rate_kbps());
-        self.not_before = self.not_before.max(now) + gap;
+        self.last_sent = self.not_before.max(now);
+        self.last_bytes = bytes;
+        self.not_before = self.last_sent + dcqcn::wire_time_ns(bytes, rp.rate_kbps());
         if rp.recovered(&self.params) {
             self.rp = None;
         }
@@ -509,6 +526,30 @@ mod tests {
         cc.sent(4096, 1_000_000_000);
         assert!(cc.rp.is_none());
         assert_eq!(cc.paced_until(1_000_000_001), None);
+    }
+
+    #[test]
+    fn a_paced_wait_follows_the_rate_the_timer_raises_not_the_rate_at_send_time() {
+        let mut cc = QpCc::new(&CcConfig::default());
+        cc.params.rate_to_set_on_first_cnp = 1;
+        cc.on_cnp(0);
+        assert_eq!(cc.rate_kbps(), 1_000, "1 Mb/s");
+        cc.sent(4096, 0);
+        let at_send_rate = dcqcn::wire_time_ns(4096, 1_000);
+        assert_eq!(at_send_rate, 32_768_000);
+        let period = u64::from(cc.params.rpg_time_reset) * 1000;
+        let mut now = 0;
+        while let Some(until) = cc.paced_until(now) {
+            assert!(
+                until > now && until - now <= period,
+                "woken at each increase"
+            );
+            now = until;
+        }
+        // Additive increases every 300 µs: the packet's time at the risen rate has passed
+        // after about 1.5 ms.
+        assert!(now < at_send_rate / 10, "went at {now} ns");
+        assert!(now >= 4 * period, "went at {now} ns: still paced");
     }
 
     #[test]

@@ -123,9 +123,29 @@ impl Qp {
         progress
     }
 
+    /// One past the newest PSN the peer can answer: the last one sent or, for a READ or
+    /// atomic whose request went, the last response asked for. Not `next_psn`, which moves
+    /// past all of a WR's PSNs when it starts, while pacing or the port's scheduler may
+    /// hold the rest of it back.
+    pub(super) fn flight_end(&self) -> Psn {
+        let sent_end = self.req.sent_end;
+        self.req
+            .sq
+            .iter()
+            .take_while(|w| w.started)
+            .filter(|w| w.kind.rd_atomic() && w.first_psn.before(sent_end))
+            .map(|w| w.last_psn().next())
+            .fold(sent_end, |end, e| if e.after(end) { e } else { end })
+    }
+
+    /// Whether a packet sent (or a response asked for) is not yet acknowledged: what the
+    /// retransmission timer waits for.
+    pub(super) fn in_flight(&self) -> bool {
+        self.flight_end().diff(self.una()) > 0
+    }
+
     pub(super) fn restart_timer(&mut self, now: u64) {
-        let outstanding = self.una() != self.req.next_psn;
-        if outstanding {
+        if self.in_flight() {
             self.arm_timer(now);
         } else {
             self.req.timer_deadline = None;
@@ -494,7 +514,7 @@ impl Qp {
         }
         if self.req.timer_deadline.is_some_and(|t| now >= t) {
             let una = self.una();
-            if una == self.req.next_psn {
+            if !self.in_flight() {
                 self.req.timer_deadline = None;
             } else if self.tail_probe_due(env, stats, now) {
                 // The probe went; the RTO runs on.

@@ -89,7 +89,13 @@ mod tests {
 
     fn engine_with(cc: CcConfig, env: &mut TestEnv, qp_type: QpType) -> Engine {
         let mut engine = Engine::new().with_cc(cc);
-        create_rts_qp(&mut engine, env, qp_type);
+        engine.create_qp(rts_qp(qp_type).cfg).unwrap();
+        // A 268 ms local ACK timeout: the pacing tests watch the timer.
+        let modify = QpModify {
+            timeout: Some(14),
+            ..rts_modify()
+        };
+        engine.modify_qp(env, LOCAL_QPN, &modify).unwrap();
         engine
     }
 
@@ -143,6 +149,7 @@ mod tests {
             let send = marked_ce(packet_from_peer(op::RC_SEND_ONLY, psn, &[], |_| {}));
             engine.receive(&mut env, &send).unwrap();
         }
+        engine.poll(&mut env);
         let cnps: Vec<_> = env.sent.iter().filter(|p| p[20 + 8] == op::CNP).collect();
         assert_eq!(
             cnps.len(),
@@ -155,7 +162,20 @@ mod tests {
         assert_eq!(cnp.payload, &[0; 16], "16 reserved bytes");
         assert_eq!(cnps[0][20 + 8 + 1], 0, "no flags");
         assert_eq!(cnps[0][20 + 8 + 4], 0x40, "BECN");
-        assert_eq!(wire::ecn_of(cnp.ip_header), ECN_ECT0);
+        assert_eq!(
+            wire::ecn_of(cnp.ip_header),
+            ECN_NOT_ECT,
+            "a CNP is not paced"
+        );
+        let acks: Vec<_> = env
+            .sent_parsed()
+            .into_iter()
+            .filter(|p| p.hdr.bth.opcode == op::RC_ACKNOWLEDGE)
+            .collect();
+        assert!(!acks.is_empty());
+        for ack in acks {
+            assert_eq!(wire::ecn_of(ack.ip_header), ECN_NOT_ECT, "nor an ACK");
+        }
         assert_eq!(wire::ipv4_header_checksum(cnp.ip_header), 0);
         let s = engine.stats();
         assert_eq!((s.np_ecn_marked_roce_packets, s.np_cnp_sent), (3, 2));
@@ -232,6 +252,12 @@ mod tests {
         assert_eq!(engine.next_deadline(), None, "nothing to send: no timer");
         post_write(&mut engine, &mut env, 4 * 1024);
         assert_eq!(env.sent.len(), 1, "the first packet goes, the rest wait");
+        let request = wire::parse_packet(&env.sent[0]).unwrap();
+        assert_eq!(
+            wire::ecn_of(request.ip_header),
+            ECN_ECT0,
+            "paced: ECN-capable"
+        );
         let qp = &engine.qps[&LOCAL_QPN];
         let rate = qp.cc.rate_kbps();
         let gap = crate::roce::cc::dcqcn::wire_time_ns(env.sent[0].len() as u64, rate);
@@ -245,6 +271,86 @@ mod tests {
         env.now = wake;
         engine.poll(&mut env);
         assert_eq!(env.sent.len(), 2);
+    }
+
+    fn ack_from_peer(psn: u32) -> Vec<u8> {
+        packet_from_peer(op::RC_ACKNOWLEDGE, psn, &[], |h| {
+            h.aeth = Some(wire::Aeth {
+                syndrome: wire::Syndrome::Ack,
+                msn: Msn::default(),
+            })
+        })
+    }
+
+    /// Across a pacing gap with every sent packet ACKed (an RTT sample taken), nothing is in
+    /// flight: no tail probe (it would bypass pacing) and no timeout, at any rate.
+    #[test]
+    fn a_paced_qp_with_everything_sent_acked_takes_no_probe_or_timeout() {
+        for line_rate in [10, 2] {
+            let mut env = TestEnv::new();
+            let mut cc = CcConfig::default();
+            cc.params.line_rate = line_rate;
+            let mut engine = engine_with(cc, &mut env, QpType::Rc);
+            env.now = 1_000_000;
+            engine.receive(&mut env, &cnp_from_peer(LOCAL_QPN)).unwrap();
+            engine
+                .post_send(
+                    &mut env,
+                    LOCAL_QPN,
+                    send_wr(1, WrOpcode::RdmaWrite, 4 * 1024),
+                )
+                .unwrap();
+            let mut wake_ups = 0;
+            while let Some(last) = env.sent_parsed().last().map(|p| p.hdr.bth.psn.get()) {
+                // Each packet is ACKed 10 µs after it went, then the QP waits for its pacing
+                // (waking at each DCQCN increase event).
+                env.now += 10 * US;
+                engine.receive(&mut env, &ack_from_peer(last)).unwrap();
+                let Some(next) = engine.next_deadline() else {
+                    break;
+                };
+                env.now = env.now.max(next);
+                engine.poll(&mut env);
+                wake_ups += 1;
+                assert!(wake_ups < 10_000, "line rate {line_rate}: it goes on");
+            }
+            let s = engine.stats();
+            assert_eq!(env.sent.len(), 4, "line rate {line_rate}: paced, all sent");
+            assert_eq!((s.tail_probes, s.retransmit_timeouts), (0, 0));
+            assert_eq!(engine.next_deadline(), None, "all ACKed: no timer");
+        }
+    }
+
+    /// The same when the port's scheduler holds the QP back for many round trips.
+    #[test]
+    fn a_qp_the_scheduler_holds_back_with_everything_acked_takes_no_probe() {
+        let mut env = TestEnv::new();
+        let mut engine = engine_with(cc_off(), &mut env, QpType::Rc);
+        env.send_allowance = Some(1);
+        env.now = 1_000_000;
+        engine
+            .post_send(
+                &mut env,
+                LOCAL_QPN,
+                send_wr(1, WrOpcode::RdmaWrite, 4 * 1024),
+            )
+            .unwrap();
+        assert_eq!(env.sent.len(), 1);
+        env.now += 10 * US;
+        engine.receive(&mut env, &ack_from_peer(100)).unwrap();
+        assert_eq!(engine.next_deadline(), None, "nothing in flight");
+        env.now += 100_000 * US;
+        engine.poll(&mut env);
+        let s = engine.stats();
+        assert_eq!((s.tail_probes, s.retransmit_timeouts), (0, 0));
+        assert_eq!(env.sent.len(), 1, "still held back");
+        env.send_allowance = None;
+        engine.resume_send(&mut env, LOCAL_QPN);
+        assert_eq!(env.sent.len(), 4);
+        assert!(
+            engine.next_deadline().is_some(),
+            "in flight again: the timer runs"
+        );
     }
 
     #[test]

@@ -9,8 +9,10 @@ use super::req::Requester;
 use super::resp::{InMessage, Responder};
 use super::wqe::wc_opcode;
 use super::EngineStats;
-use crate::roce::cc::{QpCc, ECN_MASK};
-use crate::roce::wire::{self, opcode as op, Aeth, Bth, Headers, IpInfo, Syndrome, DEFAULT_PKEY};
+use crate::roce::cc::{QpCc, ECN_MASK, ECN_NOT_ECT};
+use crate::roce::wire::{
+    self, opcode as op, Aeth, Bth, Headers, IpInfo, OpcodeClass, Syndrome, DEFAULT_PKEY,
+};
 use crate::roce::*;
 use rox_uapi::admin::PORT_NUM;
 use rox_uapi::verbs::{
@@ -212,12 +214,27 @@ impl Qp {
             .then(|| ACK_TIMEOUT_UNIT_NS << self.timeout.min(MAX_ACK_TIMEOUT_EXPONENT))
     }
 
-    pub(super) fn ip_info(&self, av: &AddressVector) -> IpInfo {
+    /// The ECN bits of a packet with `opcode`: ECT(0) only for what congestion control
+    /// slows down when the path marks it (RFC 3168: ECT only from a transport that responds
+    /// to CE), the requests of an RC/UC QP (XRC's included), which DCQCN paces. Responses
+    /// (ACKs, READ responses, atomic ACKs), CNPs and UD packets are not paced: Not-ECT.
+    fn ecn_of(&self, opcode: u8) -> u8 {
+        let paced_transport = matches!(self.cfg.qp_type, QpType::Rc | QpType::Uc);
+        let request = wire::opcode_info(opcode)
+            .is_some_and(|info| !info.class.is_response() && info.class != OpcodeClass::Cnp);
+        if paced_transport && request {
+            self.cc.ecn()
+        } else {
+            ECN_NOT_ECT
+        }
+    }
+
+    pub(super) fn ip_info(&self, av: &AddressVector, opcode: u8) -> IpInfo {
         IpInfo {
             sgid: av.sgid,
             dgid: av.dgid,
-            // The ECN field is the device's: ECT(0) with congestion control on.
-            traffic_class: (av.traffic_class & !ECN_MASK) | self.cc.ecn(),
+            // The ECN field is the device's.
+            traffic_class: (av.traffic_class & !ECN_MASK) | self.ecn_of(opcode),
             hop_limit: if av.hop_limit == 0 {
                 DEFAULT_HOP_LIMIT
             } else {
@@ -299,7 +316,7 @@ impl Qp {
         payload_len: usize,
         fill: impl FnOnce(&mut dyn DeviceEnv, &mut [u8]) -> Result<(), E>,
     ) -> Result<(), E> {
-        let ip = self.ip_info(av);
+        let ip = self.ip_info(av, hdr.bth.opcode);
         let flush_icrc = env.flush_icrc();
         let packet =
             wire::build_packet_filled(&ip, hdr, payload_len, flush_icrc, |out| fill(env, out))?;

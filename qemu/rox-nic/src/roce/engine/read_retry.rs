@@ -250,6 +250,22 @@ mod tests {
             .collect()
     }
 
+    /// The READ's one request packet asked for PSNs 100..=103: while a response is missing
+    /// something is in flight and the retransmission timer runs; with the last, it stops.
+    #[test]
+    fn the_timer_runs_until_the_last_response_of_a_read_arrives() {
+        let (mut env, mut stats, mut qp) = read_sent();
+        assert_eq!(qp.flight_end(), Psn::from_wire(104));
+        for n in 0..3 {
+            respond(&mut qp, &mut env, &mut stats, n);
+            assert!(qp.in_flight(), "response {n} of 4");
+            assert!(qp.req.timer_deadline.is_some(), "response {n} of 4");
+        }
+        respond(&mut qp, &mut env, &mut stats, 3);
+        assert!(!qp.in_flight());
+        assert_eq!(qp.req.timer_deadline, None);
+    }
+
     #[test]
     fn responses_after_a_lost_one_are_kept_and_only_the_hole_is_asked_again() {
         let (mut env, mut stats, mut qp) = read_sent();

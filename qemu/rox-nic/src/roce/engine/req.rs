@@ -254,7 +254,7 @@ impl Qp {
             self.req.sent_end = psn.next();
             self.time_packet(psn, now);
         }
-        if self.req.timer_deadline.is_none() {
+        if self.req.timer_deadline.is_none() && self.in_flight() {
             if self.req.rtt.backoff == 0 {
                 // Busy again after idling: the retry period starts now.
                 self.req.retry_period_start = now;
