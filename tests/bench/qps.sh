@@ -16,15 +16,7 @@ messages=${QPS_MESSAGES:-12800}
 size=8192
 counters="tx_packets retransmits local_ack_timeout_err"
 
-[ -f "${ROX_KO:-}" ] || fail "no rox.ko (ROX_KO=${ROX_KO:-})"
-grep -q '^rox ' /proc/modules || insmod "$ROX_KO" || fail "insmod $ROX_KO"
-dev=
-for _ in $(seq 100); do
-	dev=$(rdma_link_dev "$ROX_IF_0")
-	[ -n "$dev" ] && break
-	sleep 0.2
-done
-[ -n "$dev" ] || fail "no RDMA device on $ROX_IF_0"
+dev=$(rox_dev_on "$ROX_IF_0") || fail "no rox device on $ROX_IF_0"
 wait_port_active "$dev" || fail "$dev port not active"
 gid=$(gid_index "$dev") || fail "no IPv4 RoCE v2 GID on $dev"
 peer=${ROX_IP_1_0:-}

@@ -11,6 +11,21 @@ rdma_counter() { python3 "$ROX_RDMA_TOOL" counter "$1" "$2"; }
 rdma_counters() { python3 "$ROX_RDMA_TOOL" counters "$@"; }
 rdma_link_dev() { python3 "$ROX_RDMA_TOOL" link-dev "$@" 2>/dev/null; }
 
+# rox_dev_on NETDEV: load rox.ko ($ROX_KO) unless it is loaded, wait up to 20 s for the RDMA
+# device on NETDEV and print its name; status 1 with the reason on stderr when there is none.
+rox_dev_on() {
+	local dev
+	[ -f "${ROX_KO:-}" ] || { echo "no rox.ko (ROX_KO=${ROX_KO:-})" >&2; return 1; }
+	grep -q '^rox ' /proc/modules || insmod "$ROX_KO" || { echo "insmod $ROX_KO failed" >&2; return 1; }
+	for _ in $(seq 100); do
+		dev=$(rdma_link_dev "$1")
+		[ -n "$dev" ] && { echo "$dev"; return 0; }
+		sleep 0.2
+	done
+	echo "no RDMA device on $1: $(rdma link show 2>&1 | tr '\n' ' ')" >&2
+	return 1
+}
+
 # gid_index DEV [4|6]: print the index of DEV's (port 1) RoCEv2 GID holding this guest's lab
 # IPv4 (default) or IPv6 address. GIDs appear asynchronously after an address or a device is
 # added: waits up to 20 s. ib_core's table order depends on when addresses and devices came

@@ -22,6 +22,29 @@ need_rox_0() {
 	ibv_devinfo -d rox_0 | grep -q PORT_ACTIVE || fail "rox_0 port 1 is not active"
 }
 
+# What the kernel-verbs test module needs: sets test_ko, clears dmesg and kmemleak, loads
+# rox.ko ($ROX_KO) unless it is loaded and waits (10 s each) for rox_0 and rox_1 and their IPv4
+# RoCEv2 GIDs. A missing device goes to $1 (skip or fail) with why.
+kverbs_setup() {
+	local on_missing=$1 dev
+	test_ko=$(dirname "${ROX_KO:-/nonexistent}")/kverbs/rox_kverbs_test.ko
+	[ -f "$test_ko" ] || fail "no test module at $test_ko (scripts/build-module.sh builds it)"
+	dmesg -C
+	kmemleak_clear
+	if ! grep -q '^rox ' /proc/modules; then
+		[ -f "${ROX_KO:-}" ] || fail "no module at ${ROX_KO:-}"
+		insmod "$ROX_KO" || fail "insmod rox.ko failed"
+	fi
+	for dev in rox_0 rox_1; do
+		for _ in $(seq 50); do [ -e /sys/class/infiniband/$dev ] && break; sleep 0.2; done
+		[ -e /sys/class/infiniband/$dev ] || "$on_missing" "no $dev (the test needs two rox NICs)"
+		for _ in $(seq 50); do
+			grep -q '0000:0000:0000:0000:0000:ffff' /sys/class/infiniband/$dev/ports/1/gids/* 2>/dev/null && break
+			sleep 0.2
+		done
+	done
+}
+
 # Wait until the server (pid $1) listens on TCP port $2, so the client does not race it
 # (up to 20 s under TCG). Fails early if the server died.
 wait_for_server() {

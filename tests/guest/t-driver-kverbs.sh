@@ -23,23 +23,7 @@ KVERBS_CHECKS=72
 . "$(dirname "$0")/lib.sh"
 
 grep -qx $rox_vendor /sys/bus/pci/devices/*/vendor 2>/dev/null || skip "no rox-nic attached"
-test_ko=$(dirname "${ROX_KO:-/nonexistent}")/kverbs/rox_kverbs_test.ko
-[ -f "$test_ko" ] || fail "no test module at $test_ko (scripts/build-module.sh builds it)"
-dmesg -C
-kmemleak_clear
-if ! grep -q '^rox ' /proc/modules; then
-	[ -f "${ROX_KO:-}" ] || fail "no module at ${ROX_KO:-}"
-	insmod "$ROX_KO" || fail "insmod rox.ko failed"
-fi
-for dev in rox_0 rox_1; do
-	for _ in $(seq 50); do [ -e /sys/class/infiniband/$dev ] && break; sleep 0.2; done
-	[ -e /sys/class/infiniband/$dev ] || skip "no $dev (the guest needs two rox NICs)"
-	# The test needs an IPv4 RoCEv2 GID on each device.
-	for _ in $(seq 50); do
-		grep -q '0000:0000:0000:0000:0000:ffff' /sys/class/infiniband/$dev/ports/1/gids/* 2>/dev/null && break
-		sleep 0.2
-	done
-done
+kverbs_setup skip
 # Side B on rox_1 (traffic over the lab bridge), then on rox_0 itself (QP-to-QP loopback).
 results=()
 for peer in rox_1 rox_0; do

@@ -25,22 +25,7 @@ rox_functions=$(grep -lx $rox_vendor /sys/bus/pci/devices/*/vendor 2>/dev/null |
 # (qemu/guest-init writes /run/rox/booted): with a rox-nic and no run directory, the harness
 # is broken, which must not pass as a skip.
 [ -e /run/rox/booted ] || fail "a rox-nic is attached but rox-lab's run directory /run/rox is not mounted"
-test_ko=$(dirname "${ROX_KO:-/nonexistent}")/kverbs/rox_kverbs_test.ko
-[ -f "$test_ko" ] || fail "no test module at $test_ko (scripts/build-module.sh builds it)"
-dmesg -C
-kmemleak_clear
-if ! grep -q '^rox ' /proc/modules; then
-	[ -f "${ROX_KO:-}" ] || fail "no module at ${ROX_KO:-}"
-	insmod "$ROX_KO" || fail "insmod rox.ko failed"
-fi
-for dev in rox_0 rox_1; do
-	for _ in $(seq 50); do [ -e /sys/class/infiniband/$dev ] && break; sleep 0.2; done
-	[ -e /sys/class/infiniband/$dev ] || fail "no $dev although $rox_functions rox-nics are attached"
-	for _ in $(seq 50); do
-		grep -q '0000:0000:0000:0000:0000:ffff' /sys/class/infiniband/$dev/ports/1/gids/* 2>/dev/null && break
-		sleep 0.2
-	done
-done
+kverbs_setup fail
 # rox-nic 0 is the first rox function (rox-lab adds them in order): rox_0.
 pci=$(basename "$(readlink -f /sys/class/infiniband/rox_0/device)")
 first=$(for d in /sys/bus/pci/devices/*; do grep -qx $rox_vendor "$d/vendor" && basename "$d"; done | sort | head -1)

@@ -38,15 +38,7 @@ virtio)
 	rdma link add rxe0 type rxe netdev "$ROX_IF_0" || fail "rdma link add rxe0 on $ROX_IF_0"
 	dev=rxe0 ;;
 rox)
-	[ -f "${ROX_KO:-}" ] || fail "no rox.ko (ROX_KO=${ROX_KO:-})"
-	grep -q '^rox ' /proc/modules || insmod "$ROX_KO" || fail "insmod $ROX_KO"
-	dev=
-	for _ in $(seq 100); do
-		dev=$(rdma_link_dev "$ROX_IF_0")
-		[ -n "$dev" ] && break
-		sleep 0.2
-	done
-	[ -n "$dev" ] || fail "no RDMA device on $ROX_IF_0: $(rdma link show)" ;;
+	dev=$(rox_dev_on "$ROX_IF_0") || fail "no rox device on $ROX_IF_0" ;;
 *) fail "guest $me has no lab NIC 0" ;;
 esac
 wait_port_active "$dev" || fail "$dev port not active"
