@@ -17,6 +17,7 @@ use super::mem::MemTable;
 use super::ring::Ring;
 use super::Shared;
 use crate::dma::GuestMemory;
+use crate::roce::id_map::IdMap;
 use crate::roce::wire::FlushIcrc;
 use crate::roce::Gid;
 
@@ -103,9 +104,9 @@ pub struct Hw {
     /// there.
     pub mem_table: MemTable,
     pub next_mw: u32,
-    pub cqs: HashMap<u32, Cq>,
-    pub qps: HashMap<Qpn, QpQueues>,
-    pub srqs: HashMap<u32, Srq>,
+    pub cqs: IdMap<u32, Cq>,
+    pub qps: IdMap<Qpn, QpQueues>,
+    pub srqs: IdMap<u32, Srq>,
     pub eqs: Vec<Option<Eq>>,
     /// (page, slot) -> in use.
     pub doorbells_used: HashMap<(u32, u32), ()>,
@@ -149,9 +150,9 @@ impl Hw {
             gids: [None; GID_TABLE_LEN as usize],
             mem_table: MemTable::default(),
             next_mw: 1,
-            cqs: HashMap::new(),
-            qps: HashMap::new(),
-            srqs: HashMap::new(),
+            cqs: IdMap::default(),
+            qps: IdMap::default(),
+            srqs: IdMap::default(),
             eqs: (0..MAX_EQS).map(|_| None).collect(),
             doorbells_used: HashMap::new(),
             deferred: VecDeque::new(),

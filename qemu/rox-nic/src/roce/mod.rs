@@ -20,6 +20,7 @@
 
 pub mod cc;
 pub mod engine;
+pub mod id_map;
 pub mod verbs;
 pub mod wire;
 
