@@ -121,6 +121,10 @@ impl DeviceEnv for Hw {
         Hw::pop_recv(self, qpn)
     }
 
+    fn recycle_sges(&mut self, sges: Vec<crate::roce::Sge>) {
+        Hw::recycle_sges(self, sges)
+    }
+
     fn xrc_srq(&self, srqn: u32) -> Option<XrcSrq> {
         let srq = self.srqs.get(&srqn).filter(|srq| srq.xrcd != XRCD_NONE)?;
         Some(XrcSrq {

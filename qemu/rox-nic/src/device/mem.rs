@@ -5,7 +5,6 @@
 //! engine's test double (`testkit::mock_env`) over plain memory, so host tests run
 //! against the rules the device has.
 
-use std::collections::HashMap;
 use std::sync::atomic::{fence, Ordering};
 
 use rox_uapi::ids::{Key, Qpn};
@@ -15,14 +14,15 @@ use rox_uapi::verbs::*;
 use super::region::*;
 use super::ring::load_page_list;
 use crate::dma::GuestRam;
+use crate::roce::id_map::IdMap;
 use crate::roce::{AccessError, AtomicOp, FastReg, FlushSpec, MwBind, RemoteTarget};
 
 /// Regions and windows by key index ([`Key::index`]): an index names one object whatever the
 /// variant part of its key; lookups compare the whole key ([`MemTable::mr`]).
 #[derive(Debug, Default)]
 pub struct MemTable {
-    pub mrs: HashMap<u32, Mr>,
-    pub mws: HashMap<u32, Mw>,
+    pub mrs: IdMap<u32, Mr>,
+    pub mws: IdMap<u32, Mw>,
 }
 
 /// What an invalidation (LOCAL_INV, SEND with invalidate) names.

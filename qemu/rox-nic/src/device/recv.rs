@@ -7,7 +7,7 @@ use rox_uapi::queue::*;
 
 use super::deferred::Deferred;
 use super::ring::{posted_entries, WildIndex};
-use super::state::Hw;
+use super::state::{Hw, SPARE_SGE_LISTS};
 use crate::roce::{self, RecvWr};
 
 impl Hw {
@@ -22,23 +22,30 @@ impl Hw {
     }
 
     /// The receive WR of WQE `w`, fetched at ring index `index` (its CQE names that).
-    fn decode_recv(&self, w: &RqWqe, index: u32) -> Option<RecvWr> {
+    fn decode_recv(&mut self, w: &RqWqe, index: u32) -> Option<RecvWr> {
         if w.num_sge as u32 > RQ_MAX_SGE {
             return None;
         }
-        let sges = w.sge[..w.num_sge as usize]
-            .iter()
-            .map(|s| roce::Sge {
-                addr: s.addr,
-                length: s.length,
-                lkey: s.lkey,
-            })
-            .collect();
+        let mut sges = self.spare_sges.pop().unwrap_or_default();
+        sges.extend(w.sge[..w.num_sge as usize].iter().map(|s| roce::Sge {
+            addr: s.addr,
+            length: s.length,
+            lkey: s.lkey,
+        }));
         Some(RecvWr {
             wr_id: w.wr_id,
             sges,
             wqe_index: index as u16,
         })
+    }
+
+    /// Keeps `sges`'s allocation for the next WR decoded (up to [`SPARE_SGE_LISTS`] of them):
+    /// one allocation and one free per message less.
+    pub(crate) fn recycle_sges(&mut self, mut sges: Vec<roce::Sge>) {
+        if self.spare_sges.len() < SPARE_SGE_LISTS && sges.capacity() > 0 {
+            sges.clear();
+            self.spare_sges.push(sges);
+        }
     }
 
     pub(crate) fn pop_srq(&mut self, srq_id: u32) -> Option<RecvWr> {

@@ -17,8 +17,9 @@ use super::mem::MemTable;
 use super::ring::Ring;
 use super::Shared;
 use crate::dma::GuestMemory;
+use crate::roce::id_map::IdMap;
 use crate::roce::wire::FlushIcrc;
-use crate::roce::Gid;
+use crate::roce::{Gid, Sge};
 
 #[derive(Debug)]
 pub struct Cq {
@@ -103,9 +104,9 @@ pub struct Hw {
     /// there.
     pub mem_table: MemTable,
     pub next_mw: u32,
-    pub cqs: HashMap<u32, Cq>,
-    pub qps: HashMap<Qpn, QpQueues>,
-    pub srqs: HashMap<u32, Srq>,
+    pub cqs: IdMap<u32, Cq>,
+    pub qps: IdMap<Qpn, QpQueues>,
+    pub srqs: IdMap<u32, Srq>,
     pub eqs: Vec<Option<Eq>>,
     /// (page, slot) -> in use.
     pub doorbells_used: HashMap<(u32, u32), ()>,
@@ -133,7 +134,13 @@ pub struct Hw {
     pub next_srq: u32,
     /// The port's transmit scheduler, which the requester asks before every packet.
     pub tx_sched: TxScheduler,
+    /// Emptied SGE lists of retired WRs, reused by the next WRs decoded
+    /// ([`Hw::recycle_sges`]).
+    pub spare_sges: Vec<Vec<Sge>>,
 }
+
+/// Most emptied SGE lists kept for reuse (a deep queue's worth).
+pub const SPARE_SGE_LISTS: usize = 1024;
 
 /// The first QPN handed to ordinary QPs (0 and 1 are SMI/GSI).
 pub const FIRST_QPN: Qpn = Qpn::new(2).unwrap();
@@ -149,9 +156,9 @@ impl Hw {
             gids: [None; GID_TABLE_LEN as usize],
             mem_table: MemTable::default(),
             next_mw: 1,
-            cqs: HashMap::new(),
-            qps: HashMap::new(),
-            srqs: HashMap::new(),
+            cqs: IdMap::default(),
+            qps: IdMap::default(),
+            srqs: IdMap::default(),
             eqs: (0..MAX_EQS).map(|_| None).collect(),
             doorbells_used: HashMap::new(),
             deferred: VecDeque::new(),
@@ -167,6 +174,7 @@ impl Hw {
             next_qpn: FIRST_QPN.get(),
             next_srq: 1,
             tx_sched: TxScheduler::new(false),
+            spare_sges: Vec::new(),
         }
     }
 

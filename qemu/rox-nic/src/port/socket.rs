@@ -49,6 +49,8 @@ pub struct Dgram {
     /// limit (net.unix.max_dgram_qlen) and poll reports when the peer can take more. While
     /// the peer is missing, each send tries again (a send only happens with frames to send).
     connected: bool,
+    /// The `recvmmsg` headers of the receive batch, kept between calls.
+    receiver: sys::net::DatagramReceiver,
 }
 
 impl Dgram {
@@ -63,6 +65,7 @@ impl Dgram {
             socket,
             remote: remote.to_path_buf(),
             connected: false,
+            receiver: sys::net::DatagramReceiver::default(),
         };
         d.try_connect();
         Ok(d)
@@ -84,7 +87,7 @@ impl Dgram {
         batch.clear();
         let slot_len = batch.slot_len;
         let mut lens = [0usize; BATCH];
-        let n = sys::net::recv_datagrams(
+        let n = self.receiver.recv(
             self.socket.as_raw_fd(),
             &mut batch.slots,
             slot_len,

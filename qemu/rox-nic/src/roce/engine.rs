@@ -35,9 +35,8 @@ mod xrc;
 
 pub use xrc::XrcRole;
 
-use std::collections::HashMap;
-
 use super::cc::{CcConfig, QpCc};
+use super::id_map::IdMap;
 use super::wire::{ParseError, Syndrome};
 use super::*;
 use qp::Qp;
@@ -145,7 +144,7 @@ pub enum RxDrop {
 /// Transport engine of one device: the QP table of transport contexts and their state machines.
 #[derive(Debug)]
 pub struct Engine {
-    qps: HashMap<Qpn, Qp>,
+    qps: IdMap<Qpn, Qp>,
     stats: EngineStats,
     /// MTU of UD (and GSI) QPs, which no modify_qp sets: the largest the port carries.
     ud_mtu: Mtu,
@@ -156,7 +155,7 @@ pub struct Engine {
 impl Default for Engine {
     fn default() -> Engine {
         Engine {
-            qps: HashMap::new(),
+            qps: IdMap::default(),
             stats: EngineStats::default(),
             ud_mtu: Mtu::Mtu4096,
             cc: CcConfig::default(),

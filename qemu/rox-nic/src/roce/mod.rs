@@ -20,6 +20,7 @@
 
 pub mod cc;
 pub mod engine;
+pub mod id_map;
 pub mod verbs;
 pub mod wire;
 
@@ -477,6 +478,11 @@ pub trait DeviceEnv {
     ) -> Result<(), AccessError>;
     /// Take the next receive WR of QP `qpn` (from its RQ, or its SRQ if it has one).
     fn pop_recv(&mut self, qpn: Qpn) -> Option<RecvWr>;
+    /// An SGE list the engine is done with (a retired send WR's, a completed receive WR's):
+    /// the device may reuse its allocation for the next WR it decodes.
+    fn recycle_sges(&mut self, sges: Vec<Sge>) {
+        drop(sges);
+    }
     /// Deliver a completion to the QP's send or receive CQ.
     fn complete(&mut self, completion: Completion);
     /// Send one RoCEv2 IP packet along `av` (to the device owning `av.dgid`, in an Ethernet

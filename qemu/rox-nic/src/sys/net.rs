@@ -3,6 +3,7 @@
 
 use std::fs::File;
 use std::io::ErrorKind;
+use std::mem::MaybeUninit;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 use crate::port::FrameRef;
@@ -77,66 +78,97 @@ pub fn set_socket_int(fd: RawFd, option: libc::c_int, value: libc::c_int) -> boo
     r == 0
 }
 
-/// Receives up to `N` datagrams with one non-blocking `recvmmsg`, datagram `i` into
-/// `slots[i]`; its length goes to `lens[i]`. Returns how many arrived (an empty socket: 0).
-pub fn recv_datagrams<const N: usize>(
-    fd: RawFd,
-    slots: &mut [u8],
-    slot_len: usize,
-    lens: &mut [usize; N],
-) -> std::io::Result<usize> {
-    // SAFETY: iovec is plain C data; all zeroes is a valid value.
-    let mut iovs: [libc::iovec; N] = unsafe { std::mem::zeroed() };
-    // SAFETY: mmsghdr is plain C data; all zeroes is a valid value.
-    let mut msgs: [libc::mmsghdr; N] = unsafe { std::mem::zeroed() };
-    let mut count = 0;
-    for ((m, iov), slot) in msgs
-        .iter_mut()
-        .zip(iovs.iter_mut())
-        .zip(slots.chunks_exact_mut(slot_len))
-    {
-        *iov = libc::iovec {
-            iov_base: slot.as_mut_ptr().cast(),
-            iov_len: slot.len(),
+/// The `recvmmsg` headers of one receive buffer, built once and reused by every call: a
+/// device polls its port every few microseconds, and setting up a batch's 64 headers per
+/// look cost more than the empty look itself. The kernel only writes their lengths and
+/// flags, never the iovecs they point to.
+#[derive(Default)]
+pub struct DatagramReceiver {
+    msgs: Vec<libc::mmsghdr>,
+    iovs: Vec<libc::iovec>,
+    /// The buffer they point into: its address, length and slot length.
+    built_for: (usize, usize, usize),
+}
+
+// SAFETY: the raw pointers inside are addresses of the caller's buffer, only dereferenced
+// (by the kernel) within `recv`, while that buffer is exclusively borrowed; nothing is
+// shared between threads.
+unsafe impl Send for DatagramReceiver {}
+
+impl DatagramReceiver {
+    /// Points one header at each `slot_len` slot of `slots` (at most `max` of them).
+    fn build(&mut self, slots: &mut [u8], slot_len: usize, max: usize) {
+        self.iovs = slots
+            .chunks_exact_mut(slot_len)
+            .take(max)
+            .map(|slot| libc::iovec {
+                iov_base: slot.as_mut_ptr().cast(),
+                iov_len: slot.len(),
+            })
+            .collect();
+        self.msgs = self
+            .iovs
+            .iter_mut()
+            .map(|iov| {
+                // SAFETY: mmsghdr is plain C data; all zeroes is a valid value.
+                let mut m: libc::mmsghdr = unsafe { std::mem::zeroed() };
+                m.msg_hdr.msg_iov = iov;
+                m.msg_hdr.msg_iovlen = 1;
+                m
+            })
+            .collect();
+        self.built_for = (slots.as_ptr() as usize, slots.len(), slot_len);
+    }
+
+    /// Receives up to `N` datagrams with one non-blocking `recvmmsg`, datagram `i` into
+    /// slot `i` of `slots` (slots of `slot_len` bytes); its length goes to `lens[i]`.
+    /// Returns how many arrived (an empty socket: 0).
+    pub fn recv<const N: usize>(
+        &mut self,
+        fd: RawFd,
+        slots: &mut [u8],
+        slot_len: usize,
+        lens: &mut [usize; N],
+    ) -> std::io::Result<usize> {
+        if self.built_for != (slots.as_ptr() as usize, slots.len(), slot_len) {
+            self.build(slots, slot_len, N);
+        }
+        // SAFETY: every header's single iovec lies in `self.iovs` and points into `slots`
+        // (checked just above: the headers were built for this very buffer), which is
+        // exclusively borrowed across the call; no timeout pointer.
+        let n = unsafe {
+            libc::recvmmsg(
+                fd,
+                self.msgs.as_mut_ptr(),
+                self.msgs.len() as libc::c_uint,
+                libc::MSG_DONTWAIT,
+                std::ptr::null_mut(),
+            )
         };
-        m.msg_hdr.msg_iov = iov;
-        m.msg_hdr.msg_iovlen = 1;
-        count += 1;
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            return match e.kind() {
+                ErrorKind::WouldBlock | ErrorKind::Interrupted => Ok(0),
+                _ => Err(e),
+            };
+        }
+        for (len, m) in lens.iter_mut().zip(&self.msgs[..n as usize]) {
+            *len = m.msg_len as usize;
+        }
+        Ok(n as usize)
     }
-    // SAFETY: the first `count` messages' single iovecs point into `slots`, alive and
-    // exclusively borrowed across the call; no timeout pointer.
-    let n = unsafe {
-        libc::recvmmsg(
-            fd,
-            msgs.as_mut_ptr(),
-            count as libc::c_uint,
-            libc::MSG_DONTWAIT,
-            std::ptr::null_mut(),
-        )
-    };
-    if n < 0 {
-        let e = std::io::Error::last_os_error();
-        return match e.kind() {
-            ErrorKind::WouldBlock | ErrorKind::Interrupted => Ok(0),
-            _ => Err(e),
-        };
-    }
-    for (len, m) in lens.iter_mut().zip(&msgs[..n as usize]) {
-        *len = m.msg_len as usize;
-    }
-    Ok(n as usize)
 }
 
 /// Sends the first up to `N` of `frames` (each a header and a body, one datagram) with one
 /// non-blocking `sendmmsg`. Returns how many went; an error only if none did.
 pub fn send_datagrams<const N: usize>(fd: RawFd, frames: &[FrameRef]) -> std::io::Result<usize> {
     let count = frames.len().min(N);
-    // SAFETY: iovec is plain C data; all zeroes is a valid value.
-    let mut iovs: [[libc::iovec; 2]; N] = unsafe { std::mem::zeroed() };
-    // SAFETY: mmsghdr is plain C data; all zeroes is a valid value.
-    let mut msgs: [libc::mmsghdr; N] = unsafe { std::mem::zeroed() };
-    for (i, f) in frames[..count].iter().enumerate() {
-        iovs[i] = [
+    // Only the `count` headers used are written (most calls send a few frames of a batch
+    // of N); the rest stay uninitialised and the kernel is told of `count` only.
+    let mut iovs = [const { MaybeUninit::<[libc::iovec; 2]>::uninit() }; N];
+    let mut msgs = [const { MaybeUninit::<libc::mmsghdr>::uninit() }; N];
+    for ((m, iov), f) in msgs.iter_mut().zip(iovs.iter_mut()).zip(&frames[..count]) {
+        let iov = iov.write([
             libc::iovec {
                 iov_base: f.head.as_ptr() as *mut libc::c_void,
                 iov_len: f.head.len(),
@@ -145,16 +177,19 @@ pub fn send_datagrams<const N: usize>(fd: RawFd, frames: &[FrameRef]) -> std::io
                 iov_base: f.body.as_ptr() as *mut libc::c_void,
                 iov_len: f.body.len(),
             },
-        ];
-        msgs[i].msg_hdr.msg_iov = iovs[i].as_mut_ptr();
-        msgs[i].msg_hdr.msg_iovlen = 2;
+        ]);
+        // SAFETY: mmsghdr is plain C data; all zeroes is a valid value.
+        let mut hdr: libc::mmsghdr = unsafe { std::mem::zeroed() };
+        hdr.msg_hdr.msg_iov = iov.as_mut_ptr();
+        hdr.msg_hdr.msg_iovlen = 2;
+        m.write(hdr);
     }
-    // SAFETY: the first `count` messages point into `iovs` and `frames`, alive across the
-    // call; the kernel only reads them (and writes msg_len).
+    // SAFETY: the first `count` messages were written just above and point into `iovs` and
+    // `frames`, alive across the call; the kernel reads only those (and writes msg_len).
     let n = unsafe {
         libc::sendmmsg(
             fd,
-            msgs.as_mut_ptr(),
+            msgs.as_mut_ptr().cast::<libc::mmsghdr>(),
             count as libc::c_uint,
             libc::MSG_DONTWAIT,
         )
@@ -172,4 +207,42 @@ pub fn unshare_network_namespace() -> std::io::Result<()> {
         return Err(std::io::Error::last_os_error());
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::net::UnixDatagram;
+
+    #[test]
+    fn a_receiver_fills_the_buffer_it_is_given_even_when_the_buffer_changes() {
+        let (a, b) = UnixDatagram::pair().unwrap();
+        b.set_nonblocking(true).unwrap();
+        let mut receiver = DatagramReceiver::default();
+        let mut lens = [0usize; 4];
+        for round in 0..3u8 {
+            // A new buffer each round (another address, then another slot length): the
+            // headers must follow it, not point at the one before.
+            let slot_len = 8 + usize::from(round / 2) * 4;
+            let mut slots = vec![0u8; 4 * slot_len];
+            assert_eq!(
+                receiver
+                    .recv(b.as_raw_fd(), &mut slots, slot_len, &mut lens)
+                    .unwrap(),
+                0
+            );
+            a.send(&[round; 3]).unwrap();
+            a.send(&[round + 10; 20]).unwrap();
+            let n = receiver
+                .recv(b.as_raw_fd(), &mut slots, slot_len, &mut lens)
+                .unwrap();
+            assert_eq!(n, 2);
+            assert_eq!(&slots[..3], &[round; 3]);
+            // A datagram longer than its slot is cut to the slot.
+            assert_eq!(lens[..2], [3, slot_len]);
+            assert!(slots[slot_len..2 * slot_len]
+                .iter()
+                .all(|&x| x == round + 10));
+        }
+    }
 }

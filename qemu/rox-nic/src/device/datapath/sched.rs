@@ -22,11 +22,12 @@
 //! sending: nobody overtakes. A retransmission adds no packet to the flight, so it needs only
 //! queue room: packets lost in flight can always be resent.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::VecDeque;
 
 use rox_uapi::ids::Qpn;
 
 use super::DataPath;
+use crate::roce::id_map::IdSet;
 
 /// Frames the port's transmit queue may hold before the scheduler stops giving turns.
 pub const SCHED_QUEUE_TARGET: usize = 4 * crate::port::BATCH;
@@ -48,7 +49,7 @@ pub struct TxScheduler {
     flight_room: u64,
     /// QPs waiting for a turn, in order, and the same set for lookups.
     ready: VecDeque<Qpn>,
-    waiting: HashSet<Qpn>,
+    waiting: IdSet<Qpn>,
     /// The QP whose turn it is and the packets left in its turn.
     turn: Option<(Qpn, u32)>,
     /// Something was sent since the last refill.

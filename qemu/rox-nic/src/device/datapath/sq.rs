@@ -94,7 +94,8 @@ impl DataPath {
             self.shared.wqe_trace.wqe_fetch(qpn.get(), index, &wqe);
             // Its CQE names it by index: kernel consumers retire their queues by it.
             let wqe_index = index as u16;
-            match decode_send(&self.hw, qp_type, sig_all, &wqe) {
+            let sges = self.hw.spare_sges.pop().unwrap_or_default();
+            match decode_send(&self.hw, qp_type, sig_all, &wqe, sges) {
                 Ok(wr) => {
                     let wr = SendWr { wqe_index, ..wr };
                     let _ = self.engine.post_send(&mut self.hw, qpn, wr);
@@ -141,12 +142,14 @@ impl DataPath {
     }
 }
 
-/// Decode a send WQE. Errors are (WC status, vendor_err) for the error CQE.
+/// Decode a send WQE; its SGEs go into `sges` (an empty list whose allocation is reused).
+/// Errors are (WC status, vendor_err) for the error CQE.
 pub fn decode_send(
     hw: &Hw,
     qp_type: u8,
     sig_all: bool,
     w: &SqWqe,
+    mut sges: Vec<roce::Sge>,
 ) -> Result<SendWr, (WcStatus, u8)> {
     let opcode =
         WrOpcode::from_u8(w.opcode).ok_or((WcStatus::LocQpOpErr, VENDOR_ERR_BAD_OPCODE))?;
@@ -161,17 +164,18 @@ pub fn decode_send(
         if w.num_sge as u32 > SQ_MAX_SGE {
             return Err((WcStatus::LocQpOpErr, VENDOR_ERR_BAD_SGE_COUNT));
         }
-        let sges = w.data[..w.num_sge as usize * size_of::<Sge>()]
-            .chunks_exact(size_of::<Sge>())
-            .map(|b| {
-                let s: Sge = crate::dma::from_bytes(b);
-                roce::Sge {
-                    addr: s.addr,
-                    length: s.length,
-                    lkey: s.lkey,
-                }
-            })
-            .collect();
+        sges.extend(
+            w.data[..w.num_sge as usize * size_of::<Sge>()]
+                .chunks_exact(size_of::<Sge>())
+                .map(|b| {
+                    let s: Sge = crate::dma::from_bytes(b);
+                    roce::Sge {
+                        addr: s.addr,
+                        length: s.length,
+                        lkey: s.lkey,
+                    }
+                }),
+        );
         SendData::Sges(sges)
     };
     let mut wr = SendWr {

@@ -197,6 +197,9 @@ impl Qp {
                     )
                 });
             }
+            if let SendData::Sges(sges) = wqe.wr.data {
+                env.recycle_sges(sges);
+            }
             if status != WcStatus::Success {
                 self.send_queue_failed(env);
                 return;

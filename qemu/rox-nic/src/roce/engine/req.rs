@@ -167,12 +167,16 @@ impl Qp {
                     // SQD: no new WR starts until the QP returns to RTS.
                     break;
                 }
+                // Counting the outstanding READs and atomics walks the started WQEs: only a
+                // WR that the count can hold back pays for it.
                 let rd_atomic = wqe.kind.rd_atomic();
-                let outstanding = self.outstanding_rd_atomic();
-                if (rd_atomic && outstanding >= usize::from(self.max_rd_atomic.max(1)))
-                    || (wqe.wr.fence && outstanding > 0)
-                {
-                    break;
+                if rd_atomic || wqe.wr.fence {
+                    let outstanding = self.outstanding_rd_atomic();
+                    if (rd_atomic && outstanding >= usize::from(self.max_rd_atomic.max(1)))
+                        || (wqe.wr.fence && outstanding > 0)
+                    {
+                        break;
+                    }
                 }
                 if wqe.kind == WqeKind::Local {
                     self.execute_local(env, cursor);

@@ -245,6 +245,7 @@ impl Qp {
                 offset as u32,
             )
         });
+        env.recycle_sges(wr.sges);
         self.resp.msn = self.resp.msn.next();
     }
 

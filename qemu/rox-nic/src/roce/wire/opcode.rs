@@ -1,6 +1,8 @@
 //! IB transport opcodes (BTH opcode byte) that rox uses, what each one means
 //! ([`OpcodeClass`]) and which headers follow its BTH ([`OpcodeInfo`]).
 
+use std::sync::LazyLock;
+
 use super::{
     AETH_LEN, ATOMIC_ACK_ETH_LEN, ATOMIC_ETH_LEN, BTH_LEN, DETH_LEN, FETH_LEN, IETH_LEN, IMMDT_LEN,
     RETH_LEN, XRCETH_LEN,
@@ -108,7 +110,17 @@ pub struct OpcodeInfo {
 /// RC has every operation; UC only SEND and WRITE (not with invalidate); UD only SEND ONLY
 /// (with or without immediate); XRC RC's but the memory placement extensions (IBA 9.2
 /// defines no XRC FLUSH or ATOMIC WRITE).
+///
+/// Every packet in and out asks (several times): a table of all 256 answers, worked out once
+/// by [`decode_opcode`], makes that one load.
 pub fn opcode_info(op: u8) -> Option<OpcodeInfo> {
+    static TABLE: LazyLock<[Option<OpcodeInfo>; 256]> =
+        LazyLock::new(|| std::array::from_fn(|op| decode_opcode(op as u8)));
+    TABLE[usize::from(op)]
+}
+
+/// The header layout of `op` ([`opcode_info`] is its table).
+fn decode_opcode(op: u8) -> Option<OpcodeInfo> {
     if op == CNP {
         return Some(CNP_INFO);
     }
