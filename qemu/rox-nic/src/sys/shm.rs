@@ -1,13 +1,17 @@
 //! Shared memory between two processes (the rox-to-rox cable, `crate::port::cable`): a sealed
 //! memfd, its shared mapping with bounds-checked atomics and copies, descriptor passing over a
-//! unix stream (SCM_RIGHTS) and an epoll set that folds several fds into one pollable fd.
+//! unix stream (SCM_RIGHTS) and an epoll set that folds several fds into one pollable fd; and
+//! [`store_once`], the copy into guest memory (which QEMU's vCPUs share) that stores each byte
+//! exactly once, as a DMA engine does.
 
 use std::ffi::CStr;
 use std::fs::File;
 use std::io::ErrorKind;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
-use std::sync::atomic::AtomicU32;
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
+
+use vm_memory::volatile_memory::VolatileSlice;
 
 /// The seals a cable's memfd carries: its size is fixed for good, so neither process can make
 /// the other's mapping fault (SIGBUS) by shrinking it.
@@ -137,6 +141,47 @@ impl Drop for SharedMapping {
         // `self` (atomics borrow `self`).
         unsafe { libc::munmap(self.base.cast(), self.len) };
     }
+}
+
+/// Copies `src` into `dst` (of the same length; false, nothing written, if not) as a DMA
+/// engine writes: every byte stored exactly once, in ascending address order (aligned 8-byte
+/// stores, single bytes at the ends). `memcpy` may store bytes twice (glibc copies 16..31
+/// bytes as two overlapping 16-byte stores, larger sizes with overlapping head and tail
+/// vectors): software that updates memory as soon as it sees the device's bytes there —
+/// rsockets rewrites the target SGE a credit WRITE placed, without waiting for the completion
+/// — would have its update undone by the second store (the rsockets verification failure
+/// between two rox guests). Relaxed atomic stores are plain stores that the compiler may
+/// neither split nor repeat. One bounds check for the whole copy, none per word.
+pub fn store_once(dst: &VolatileSlice<'_, ()>, src: &[u8]) -> bool {
+    const WORD: usize = size_of::<u64>();
+    if dst.len() != src.len() {
+        return false;
+    }
+    let guard = dst.ptr_guard_mut();
+    let first = guard.as_ptr();
+    let n = src.len();
+    let head = (first as usize).wrapping_neg().rem_euclid(WORD).min(n);
+    let words = (n - head) / WORD;
+    let tail = head + words * WORD;
+    // SAFETY: `dst` is `n` bytes of a live mapping (its guard keeps the pointer valid for this
+    // call), so every byte at `first + i`, i < n, may be accessed; the words start 8-aligned
+    // (`head` bytes in). Other parties (the guest) touch this memory only concurrently as
+    // they do any DMA target, which atomic stores tolerate, as vm-memory's atomic refs do.
+    unsafe {
+        let byte = |i: usize| AtomicU8::from_ptr(first.add(i));
+        for (i, &b) in src[..head].iter().enumerate() {
+            byte(i).store(b, Ordering::Relaxed);
+        }
+        let word_at = first.add(head).cast::<u64>();
+        for (w, chunk) in src[head..tail].chunks_exact(WORD).enumerate() {
+            let value = u64::from_ne_bytes(chunk.try_into().expect("a word"));
+            AtomicU64::from_ptr(word_at.add(w)).store(value, Ordering::Relaxed);
+        }
+        for (i, &b) in src[tail..].iter().enumerate() {
+            byte(tail + i).store(b, Ordering::Relaxed);
+        }
+    }
+    true
 }
 
 /// Most descriptors one message carries.
@@ -349,6 +394,23 @@ mod tests {
             "an overflowing offset is refused"
         );
         assert!(!has_size_seals(&crate::sys::fd::memfd(c"plain").unwrap()));
+    }
+
+    #[test]
+    fn store_once_copies_exactly_its_slice_or_nothing_when_lengths_differ() {
+        let src: Vec<u8> = (1..=100).collect();
+        for (at, len) in [(0, 100), (3, 61), (7, 1), (5, 0)] {
+            let mut mem = [0u8; 128];
+            assert!(store_once(
+                &VolatileSlice::from(&mut mem[at..at + len]),
+                &src[..len]
+            ));
+            assert_eq!(&mem[at..at + len], &src[..len], "{at}+{len}");
+            assert!(mem[..at].iter().chain(&mem[at + len..]).all(|&b| b == 0));
+        }
+        let mut mem = [0u8; 16];
+        assert!(!store_once(&VolatileSlice::from(&mut mem[..8]), &src[..9]));
+        assert_eq!(mem, [0; 16], "a length mismatch writes nothing");
     }
 
     #[test]
