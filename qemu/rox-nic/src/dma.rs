@@ -373,12 +373,12 @@ mod tests {
         let fd = crate::sys::fd::memfd(c"rox-dma-test").expect("memfd");
         fd.set_len(4096).expect("size");
         let region = MappedRegion::map(&fd, 0, 0, 4096).expect("map");
-        let src: Vec<u8> = (1..=64).collect();
-        for offset in 0..8u64 {
-            for len in 0..=40 {
-                region.write_at(0, &[0u8; 64]).expect("clear");
+        let src: Vec<u8> = (1..=128).collect();
+        for offset in 0..16u64 {
+            for len in 0..=100 {
+                region.write_at(0, &[0u8; 128]).expect("clear");
                 region.write_at(offset, &src[..len]).expect("write");
-                let mut buf = [0u8; 64];
+                let mut buf = [0u8; 128];
                 region.read_at(0, &mut buf).expect("read");
                 let at = offset as usize;
                 assert_eq!(&buf[at..at + len], &src[..len], "{offset}+{len}");
