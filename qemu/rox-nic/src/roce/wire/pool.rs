@@ -13,6 +13,9 @@ use std::cell::RefCell;
 const POOL_BUFFERS: usize = 256;
 /// Shorter buffers (ACKs, small messages) are cheap to zero and not kept.
 const POOL_MIN_LEN: usize = 1024;
+/// Nor are buffers of more than a cable slot (a frame of a port with a very large MTU): the
+/// pool stays within POOL_BUFFERS x 16 KiB per thread.
+const POOL_MAX_CAPACITY: usize = 16 << 10;
 
 thread_local! {
     static SPENT: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
@@ -20,7 +23,7 @@ thread_local! {
 
 /// Gives back the buffer of a packet that was sent (or dropped) for a later packet.
 pub fn recycle(buf: Vec<u8>) {
-    if buf.len() < POOL_MIN_LEN {
+    if buf.len() < POOL_MIN_LEN || buf.capacity() > POOL_MAX_CAPACITY {
         return;
     }
     SPENT.with_borrow_mut(|pool| {
@@ -61,6 +64,7 @@ mod tests {
             "the same allocation"
         );
         recycle(vec![1u8; POOL_MIN_LEN - 1]);
+        recycle(vec![1u8; POOL_MAX_CAPACITY + 1]);
         let fresh = buffer(3000);
         assert_eq!(
             fresh,
