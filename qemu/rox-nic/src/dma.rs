@@ -179,56 +179,19 @@ impl MappedRegion {
         (n == buf.len()).then_some(())
     }
 
-    /// Copies `data` to offset `off` of the mapping, every byte stored once ([`store_once`]).
+    /// Copies `data` to offset `off` of the mapping, every byte stored once, as a DMA engine
+    /// writes ([`crate::sys::shm::store_once`] says why).
     pub fn write_at(&self, off: u64, data: &[u8]) -> Option<()> {
         if !self.writable {
             return None;
         }
-        let first = self.map.as_ptr() as usize + usize::try_from(off).ok()?;
-        store_once(&self.slice(off, data.len())?, first, data)
+        crate::sys::shm::store_once(&self.slice(off, data.len())?, data).then_some(())
     }
 
     /// The naturally aligned integer at offset `off` of the mapping, as an atomic.
     pub fn atomic_at<T: AtomicInteger>(&self, off: u64) -> Option<&T> {
         self.map.get_atomic_ref(usize::try_from(off).ok()?).ok()
     }
-}
-
-/// Copies `src` into `dst` (whose first byte is at host address `first`) as a DMA engine
-/// writes: every byte stored exactly once, in ascending address order (aligned 8-byte stores,
-/// single bytes at the ends). `memcpy` may store bytes twice (glibc copies 16..31 bytes as two
-/// overlapping 16-byte stores, larger sizes with overlapping head and tail vectors): software
-/// that updates memory as soon as it sees the device's bytes there — rsockets rewrites the
-/// target SGE a credit WRITE placed, without waiting for the completion — would have its update
-/// undone by the second store (the rsockets verification failure between two rox guests).
-/// Relaxed atomic stores are plain stores that the compiler may neither split nor repeat.
-fn store_once(dst: &VolatileSlice<'_, ()>, first: usize, src: &[u8]) -> Option<()> {
-    const WORD: usize = size_of::<u64>();
-    let n = src.len();
-    let head = first.wrapping_neg().rem_euclid(WORD).min(n);
-    let words = (n - head) / WORD;
-    for (i, &b) in src[..head].iter().enumerate() {
-        dst.get_atomic_ref::<AtomicU8>(i)
-            .ok()?
-            .store(b, Ordering::Relaxed);
-    }
-    for (w, chunk) in src[head..head + words * WORD]
-        .chunks_exact(WORD)
-        .enumerate()
-    {
-        let word = u64::from_ne_bytes(chunk.try_into().ok()?);
-        let at = head + w * WORD;
-        dst.get_atomic_ref::<AtomicU64>(at)
-            .ok()?
-            .store(word, Ordering::Relaxed);
-    }
-    let tail = head + words * WORD;
-    for (i, &b) in src[tail..].iter().enumerate() {
-        dst.get_atomic_ref::<AtomicU8>(tail + i)
-            .ok()?
-            .store(b, Ordering::Relaxed);
-    }
-    Some(())
 }
 
 /// The set of mapped regions. Immutable: DMA_MAP/UNMAP build a new one; the data path holds an
@@ -410,12 +373,12 @@ mod tests {
         let fd = crate::sys::fd::memfd(c"rox-dma-test").expect("memfd");
         fd.set_len(4096).expect("size");
         let region = MappedRegion::map(&fd, 0, 0, 4096).expect("map");
-        let src: Vec<u8> = (1..=64).collect();
-        for offset in 0..8u64 {
-            for len in 0..=40 {
-                region.write_at(0, &[0u8; 64]).expect("clear");
+        let src: Vec<u8> = (1..=128).collect();
+        for offset in 0..16u64 {
+            for len in 0..=100 {
+                region.write_at(0, &[0u8; 128]).expect("clear");
                 region.write_at(offset, &src[..len]).expect("write");
-                let mut buf = [0u8; 64];
+                let mut buf = [0u8; 128];
                 region.read_at(0, &mut buf).expect("read");
                 let at = offset as usize;
                 assert_eq!(&buf[at..at + len], &src[..len], "{offset}+{len}");

@@ -524,7 +524,10 @@ impl Port {
             .collect();
         let sent = self.link.send(&refs);
         drop(refs);
-        self.tx.drain(..sent.taken);
+        // The sent frames' buffers carry the next packets the engine builds (no allocation).
+        self.tx
+            .drain(..sent.taken)
+            .for_each(|(_, body)| crate::roce::wire::recycle(body));
         let delivered = sent.taken - sent.dropped;
         self.stats.tx_frames += delivered as u64;
         self.stats.tx_lost += sent.dropped as u64;

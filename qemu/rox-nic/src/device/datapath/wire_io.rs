@@ -14,6 +14,7 @@ impl DataPath {
                 break;
             };
             deliver(&mut self.engine, &mut self.hw, &p, None);
+            wire::recycle(p);
             self.run_deferred();
             work = true;
         }

@@ -1,6 +1,7 @@
 //! Building and parsing RoCEv2 IP packets: IP/UDP encapsulation, the BTH and its extension
 //! headers in the order [`OpcodeInfo`] gives, pad, ICRC and checksums.
 
+use super::pool;
 use super::*;
 
 /// Reads big-endian fields one after the other.
@@ -31,13 +32,35 @@ impl Reader<'_> {
     }
 }
 
-fn put_u16(buf: &mut Vec<u8>, v: u16) {
+/// Writes a packet's headers one after the other into its buffer (big-endian fields).
+struct Writer<'a> {
+    buf: &'a mut [u8],
+    at: usize,
+}
+
+impl Writer<'_> {
+    fn extend_from_slice(&mut self, bytes: &[u8]) {
+        self.buf[self.at..self.at + bytes.len()].copy_from_slice(bytes);
+        self.at += bytes.len();
+    }
+    fn push(&mut self, v: u8) {
+        self.extend_from_slice(&[v]);
+    }
+}
+
+impl Extend<u8> for Writer<'_> {
+    fn extend<I: IntoIterator<Item = u8>>(&mut self, bytes: I) {
+        bytes.into_iter().for_each(|b| self.push(b));
+    }
+}
+
+fn put_u16(buf: &mut Writer, v: u16) {
     buf.extend_from_slice(&v.to_be_bytes());
 }
-fn put_u32(buf: &mut Vec<u8>, v: u32) {
+fn put_u32(buf: &mut Writer, v: u32) {
     buf.extend_from_slice(&v.to_be_bytes());
 }
-fn put_u64(buf: &mut Vec<u8>, v: u64) {
+fn put_u64(buf: &mut Writer, v: u64) {
     buf.extend_from_slice(&v.to_be_bytes());
 }
 
@@ -77,7 +100,7 @@ fn udp6_checksum(src: &Gid, dst: &Gid, udp: &[u8]) -> u16 {
 }
 
 /// Appends the BTH of a packet whose payload has `pad` pad bytes.
-fn put_bth(buf: &mut Vec<u8>, b: &Bth, pad: usize) {
+fn put_bth(buf: &mut Writer, b: &Bth, pad: usize) {
     buf.push(b.opcode);
     let is_cnp = b.opcode == opcode::CNP;
     // A CNP's flags are all clear (A17.9.3: no migration state to carry).
@@ -124,7 +147,9 @@ pub fn build_packet_with(
 
 /// [`build_packet_with`] whose `payload_len` payload bytes `fill` writes in place, straight
 /// into the packet (a requester gathers them from guest memory there: no payload buffer of
-/// its own and no second copy). If `fill` fails, no packet is built and its error returned.
+/// its own and no second copy). `fill` must write every byte of its slice: the buffer is a
+/// recycled one ([`super::recycle`]), never zeroed first. If `fill` fails, no packet is built
+/// and its error returned.
 pub fn build_packet_filled<E>(
     ip: &IpInfo,
     hdr: &Headers,
@@ -141,99 +166,122 @@ pub fn build_packet_filled<E>(
         IPV6_HEADER_LEN
     };
     let udp_len = UDP_HEADER_LEN + info.header_len() + payload_len + pad + ICRC_LEN;
-    let mut buf = Vec::with_capacity(ip_len + udp_len);
+    let mut buf = pool::buffer(ip_len + udp_len);
+    let mut w = Writer {
+        buf: &mut buf,
+        at: 0,
+    };
+    put_ip_udp(&mut w, ip, v4, ip_len + udp_len);
+    put_bth(&mut w, &hdr.bth, pad);
+    put_extension_headers(&mut w, hdr, &info);
+    let payload_at = w.at;
+    debug_assert_eq!(payload_at, ip_len + UDP_HEADER_LEN + info.header_len());
+    if let Some(v4_header) = v4.and(buf.get_mut(..IPV4_HEADER_LEN)) {
+        let csum = ipv4_header_checksum(v4_header);
+        v4_header[field::V4_CHECKSUM..field::V4_CHECKSUM + 2].copy_from_slice(&csum.to_be_bytes());
+    }
+    let payload_end = payload_at + payload_len;
+    if let Err(e) = fill(&mut buf[payload_at..payload_end]) {
+        pool::recycle(buf);
+        return Err(e);
+    }
+    buf[payload_end..payload_end + pad].fill(0);
+    let rxe_flush = hdr.bth.opcode == opcode::RC_FLUSH && flush_icrc == FlushIcrc::Rxe;
+    put_icrc(&mut buf, ip, ip_len, rxe_flush);
+    Ok(buf)
+}
+
+/// The IP header (its IPv4 checksum 0, filled in by the caller) and the UDP header of a packet
+/// of `total_len` bytes; `v4`: the IPv4 destination and source, None for IPv6.
+fn put_ip_udp(w: &mut Writer, ip: &IpInfo, v4: Option<([u8; 4], [u8; 4])>, total_len: usize) {
+    let ip_len = if v4.is_some() {
+        IPV4_HEADER_LEN
+    } else {
+        IPV6_HEADER_LEN
+    };
+    let udp_len = total_len - ip_len;
     if let Some((dst, src)) = v4 {
-        buf.push(IPV4_VERSION_IHL);
-        buf.push(ip.traffic_class);
-        put_u16(&mut buf, (ip_len + udp_len) as u16);
-        put_u16(&mut buf, 0); // identification: unused with DF
-        put_u16(&mut buf, IPV4_DONT_FRAGMENT);
-        buf.push(ip.hop_limit);
-        buf.push(IP_PROTO_UDP);
-        put_u16(&mut buf, 0);
-        buf.extend_from_slice(&src);
-        buf.extend_from_slice(&dst);
-        let csum = ipv4_header_checksum(&buf[..IPV4_HEADER_LEN]);
-        buf[field::V4_CHECKSUM..field::V4_CHECKSUM + 2].copy_from_slice(&csum.to_be_bytes());
+        w.push(IPV4_VERSION_IHL);
+        w.push(ip.traffic_class);
+        put_u16(w, total_len as u16);
+        put_u16(w, 0); // identification: unused with DF
+        put_u16(w, IPV4_DONT_FRAGMENT);
+        w.push(ip.hop_limit);
+        w.push(IP_PROTO_UDP);
+        put_u16(w, 0);
+        w.extend_from_slice(&src);
+        w.extend_from_slice(&dst);
     } else {
         put_u32(
-            &mut buf,
+            w,
             (u32::from(IPV6_VERSION) << 28)
                 | (u32::from(ip.traffic_class) << 20)
                 | (ip.flow_label & 0xfffff),
         );
-        put_u16(&mut buf, udp_len as u16);
-        buf.push(IP_PROTO_UDP);
-        buf.push(ip.hop_limit);
-        buf.extend_from_slice(&ip.sgid);
-        buf.extend_from_slice(&ip.dgid);
+        put_u16(w, udp_len as u16);
+        w.push(IP_PROTO_UDP);
+        w.push(ip.hop_limit);
+        w.extend_from_slice(&ip.sgid);
+        w.extend_from_slice(&ip.dgid);
     }
-    put_u16(&mut buf, ip.src_port);
-    put_u16(&mut buf, ROCE_V2_UDP_PORT);
-    put_u16(&mut buf, udp_len as u16);
-    put_u16(&mut buf, 0); // UDP checksum: 0 (none) over IPv4, filled below for IPv6
-    put_bth(&mut buf, &hdr.bth, pad);
-    xrceth::put(&mut buf, hdr, &info);
+    put_u16(w, ip.src_port);
+    put_u16(w, ROCE_V2_UDP_PORT);
+    put_u16(w, udp_len as u16);
+    put_u16(w, 0); // UDP checksum: 0 (none) over IPv4, filled in at the end for IPv6
+}
+
+/// The headers after the BTH, in the order `info` gives.
+fn put_extension_headers(w: &mut Writer, hdr: &Headers, info: &OpcodeInfo) {
+    xrceth::put(w, hdr, info);
     if info.deth {
         let d = hdr.deth.expect("DETH required by opcode");
-        put_u32(&mut buf, d.qkey);
-        put_u32(&mut buf, Qpn::from_wire(d.src_qpn.get()).get());
+        put_u32(w, d.qkey);
+        put_u32(w, Qpn::from_wire(d.src_qpn.get()).get());
     }
     if info.feth {
-        put_u32(
-            &mut buf,
-            hdr.feth.expect("FETH required by opcode").encode(),
-        );
+        put_u32(w, hdr.feth.expect("FETH required by opcode").encode());
     }
     if info.reth {
         let r = hdr.reth.expect("RETH required by opcode");
-        put_u64(&mut buf, r.va);
-        put_u32(&mut buf, r.rkey.get());
-        put_u32(&mut buf, r.dma_len);
+        put_u64(w, r.va);
+        put_u32(w, r.rkey.get());
+        put_u32(w, r.dma_len);
     }
     if info.atomic_eth {
         let a = hdr.atomic_eth.expect("AtomicETH required by opcode");
-        put_u64(&mut buf, a.va);
-        put_u32(&mut buf, a.rkey.get());
-        put_u64(&mut buf, a.swap_add);
-        put_u64(&mut buf, a.compare);
+        put_u64(w, a.va);
+        put_u32(w, a.rkey.get());
+        put_u64(w, a.swap_add);
+        put_u64(w, a.compare);
     }
     if info.aeth {
         let a = hdr.aeth.expect("AETH required by opcode");
         put_u32(
-            &mut buf,
+            w,
             (u32::from(a.syndrome.encode()) << 24) | Msn::from_wire(a.msn.get()).get(),
         );
     }
     if info.atomic_ack_eth {
-        put_u64(
-            &mut buf,
-            hdr.atomic_ack.expect("AtomicAckETH required by opcode"),
-        );
+        put_u64(w, hdr.atomic_ack.expect("AtomicAckETH required by opcode"));
     }
     if info.immdt {
-        put_u32(&mut buf, hdr.imm.expect("ImmDt required by opcode"));
+        put_u32(w, hdr.imm.expect("ImmDt required by opcode"));
     }
     if info.ieth {
-        put_u32(&mut buf, hdr.ieth.expect("IETH required by opcode").get());
+        put_u32(w, hdr.ieth.expect("IETH required by opcode").get());
     }
-    let payload_at = buf.len();
-    buf.resize(payload_at + payload_len + pad, 0);
-    fill(&mut buf[payload_at..payload_at + payload_len])?;
-    let rxe_flush = hdr.bth.opcode == opcode::RC_FLUSH && flush_icrc == FlushIcrc::Rxe;
-    append_icrc(&mut buf, ip, ip_len, rxe_flush);
-    Ok(buf)
 }
 
-/// Ends a built packet: its ICRC (rdma_rxe's FLUSH one if `rxe_flush`) and, over IPv6, the
-/// UDP checksum, which covers the ICRC.
-fn append_icrc(buf: &mut Vec<u8>, ip: &IpInfo, ip_len: usize, rxe_flush: bool) {
+/// Ends a built packet: its ICRC (rdma_rxe's FLUSH one if `rxe_flush`) in its last 4 bytes
+/// and, over IPv6, the UDP checksum, which covers the ICRC.
+fn put_icrc(buf: &mut [u8], ip: &IpInfo, ip_len: usize, rxe_flush: bool) {
+    let icrc_at = buf.len() - ICRC_LEN;
     let icrc = if rxe_flush {
-        rxe_flush_icrc(buf, ip_len)
+        rxe_flush_icrc(&buf[..icrc_at], ip_len)
     } else {
-        compute_icrc(buf, ip_len)
+        compute_icrc(&buf[..icrc_at], ip_len)
     };
-    buf.extend_from_slice(&icrc.to_le_bytes());
+    buf[icrc_at..].copy_from_slice(&icrc.to_le_bytes());
     if ip_len == IPV6_HEADER_LEN {
         let csum = udp6_checksum(&ip.sgid, &ip.dgid, &buf[ip_len..]);
         let at = ip_len + field::UDP_CHECKSUM;
@@ -508,6 +556,7 @@ pub fn parse_transport(packet: &[u8], ip: IpView) -> Result<Parsed<'_>, ParseErr
 
 #[cfg(test)]
 mod tests {
+    use super::super::recycle;
     use super::*;
 
     fn flush_headers() -> Headers {
@@ -577,6 +626,29 @@ mod tests {
         h.update(&transport[BTH_LEN..opcode_len]);
         h.update(&transport[..transport.len() - ICRC_LEN]);
         h.finalize()
+    }
+
+    /// A packet built over a recycled buffer full of another packet's bytes is byte for byte
+    /// the packet built over a fresh one: every byte is written (headers, payload, pad, ICRC).
+    #[test]
+    fn a_packet_built_over_a_dirty_recycled_buffer_is_the_same_packet() {
+        let mut hdr = flush_headers();
+        hdr.bth.opcode = opcode::RC_WRITE_ONLY;
+        hdr.feth = None;
+        for v6 in [false, true] {
+            for len in [1021usize, 1024, 4095] {
+                let payload: Vec<u8> = (0..len).map(|i| (i * 7) as u8).collect();
+                let fresh = build_packet(&ip(v6), &hdr, &payload);
+                for _ in 0..4 {
+                    recycle(vec![0xa5; 9000]);
+                }
+                let reused = build_packet(&ip(v6), &hdr, &payload);
+                assert_eq!(reused, fresh, "v6 {v6}, {len} B");
+                assert_eq!(parse_packet(&reused).expect("parses").payload, &payload[..]);
+            }
+        }
+        let refused = build_packet_filled(&ip(false), &hdr, 2048, FlushIcrc::Iba, |_| Err(()));
+        assert_eq!(refused, Err(()), "a failed fill builds nothing");
     }
 
     #[test]

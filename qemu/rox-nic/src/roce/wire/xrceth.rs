@@ -17,10 +17,10 @@ pub fn decode(word: u32) -> u32 {
 }
 
 /// Appends the XRCETH of `hdr` to a packet being built, if its opcode has one.
-pub(super) fn put(buf: &mut Vec<u8>, hdr: &super::Headers, info: &super::OpcodeInfo) {
+pub(super) fn put(buf: &mut impl Extend<u8>, hdr: &super::Headers, info: &super::OpcodeInfo) {
     if info.xrceth {
         let srqn = hdr.xrceth.expect("XRCETH required by opcode");
-        buf.extend_from_slice(&encode(srqn).to_be_bytes());
+        buf.extend(encode(srqn).to_be_bytes());
     }
 }
 
