@@ -60,7 +60,7 @@ impl TapIo {
 enum Io {
     Plain,
     /// The ring is made by the thread that first moves frames (it must drive it alone).
-    Uring(Option<FrameRing>),
+    Uring(Option<Box<FrameRing>>),
 }
 
 pub struct Tap {
@@ -142,7 +142,7 @@ impl Tap {
     fn ring(&mut self) -> Option<&mut FrameRing> {
         if let Io::Uring(slot @ None) = &mut self.io {
             match FrameRing::new(self.file.as_raw_fd()) {
-                Ok(r) => *slot = Some(r),
+                Ok(r) => *slot = Some(Box::new(r)),
                 Err(e) => {
                     log::warn!(
                         "rox-nic: port tap {}: io_uring ring: {e}; plain read/writev from now on",
@@ -153,7 +153,7 @@ impl Tap {
             }
         }
         match &mut self.io {
-            Io::Uring(r) => r.as_mut(),
+            Io::Uring(r) => r.as_deref_mut(),
             Io::Plain => None,
         }
     }
