@@ -27,6 +27,7 @@ const SUBNET: u8 = 14;
 const ALLOW_SKIP_ENV: &str = "ROX_ALLOW_SKIP_TAP";
 /// Within the pair's send queue (128 WQEs).
 const MESSAGES: u64 = 96;
+/// Bytes per WRITE (ROX_TAP_RDMA_BYTES overrides, up to 1 MiB, for measuring).
 const MESSAGE: u64 = 64 << 10;
 /// Rounds of each back end, alternately (ROX_TAP_RDMA_ROUNDS overrides, for measuring).
 const ROUNDS: usize = 2;
@@ -61,26 +62,26 @@ fn bridge() -> std::io::Result<()> {
 }
 
 /// One round: a fresh pair of devices on the taps with back end `io`; WRITEs MESSAGES of
-/// MESSAGE bytes from a to b, checks them, and prints the rate.
-fn round(io: TapIo) {
+/// `message` bytes from a to b, checks them, and prints the rate.
+fn round(io: TapIo, message: u64) {
     let name = if io == TapIo::Uring { "uring" } else { "plain" };
     std::env::set_var(TAP_IO_ENV, name);
     let mut a = port_device(LinkSpec::Tap("tapa".into()), SUBNET, 1, None);
     let mut b = port_device(LinkSpec::Tap("tapb".into()), SUBNET, 2, None);
     let (mut a_cq, mut qa, _b_cq) = deep_rc_pair(&mut a, &mut b, SUBNET, PD);
-    let total = MESSAGES * MESSAGE;
+    let total = MESSAGES * message;
     let (src, src_key) = a.buffer(PD, total, ACCESS);
     let (dst, dst_key) = b.buffer(PD, total, ACCESS);
     let data = pattern(41, total as usize);
     a.ram.write(src, &data);
     let start = Instant::now();
     for i in 0..MESSAGES {
-        let at = i * MESSAGE;
+        let at = i * message;
         let w = send_wqe(
             i,
             WR_RDMA_WRITE,
             WQE_FLAG_SIGNALED,
-            &[sge(src + at, MESSAGE as u32, src_key)],
+            &[sge(src + at, message as u32, src_key)],
         );
         a.write_send(&mut qa, &with_rdma(w, dst + at, dst_key));
     }
@@ -101,7 +102,7 @@ fn round(io: TapIo) {
     );
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     println!(
-        "tap {name}: {MESSAGES} WRITEs of {MESSAGE} B in {secs:.3} s: {:.0} MB/s; requester sent \
+        "tap {name}: {MESSAGES} WRITEs of {message} B in {secs:.3} s: {:.0} MB/s; requester sent \
          {} frames, {} retransmissions ({} timeouts); responder received {} frames; load {}",
         total as f64 / secs / 1e6,
         sa[STAT_PORT_TX_FRAMES],
@@ -123,10 +124,15 @@ fn rdma_writes_cross_a_bridge_intact_on_both_tap_back_ends() {
             .ok()
             .and_then(|r| r.parse().ok())
             .unwrap_or(ROUNDS);
+        let message = std::env::var("ROX_TAP_RDMA_BYTES")
+            .ok()
+            .and_then(|r| r.parse().ok())
+            .unwrap_or(MESSAGE)
+            .clamp(4096, 1 << 20);
         for _ in 0..rounds {
-            round(TapIo::Plain);
+            round(TapIo::Plain, message);
             match rox_nic::sys::uring::available() {
-                Ok(()) => round(TapIo::Uring),
+                Ok(()) => round(TapIo::Uring, message),
                 Err(e) => println!("tap uring: not run, io_uring unavailable here ({e})"),
             }
         }
