@@ -103,12 +103,15 @@ fn round(io: TapIo, message: u64) {
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     println!(
         "tap {name}: {MESSAGES} WRITEs of {message} B in {secs:.3} s: {:.0} MB/s; requester sent \
-         {} frames, {} retransmissions ({} timeouts); responder received {} frames; load {}",
+         {} frames, {} retransmissions ({} timeouts); responder received {} frames, sent {}; requester \
+         received {}; load {}",
         total as f64 / secs / 1e6,
         sa[STAT_PORT_TX_FRAMES],
         sa[STAT_RETRANSMITS],
         sa[STAT_TIMEOUTS],
         sb[STAT_PORT_RX_FRAMES],
+        sb[STAT_PORT_TX_FRAMES],
+        sa[STAT_PORT_RX_FRAMES],
         load.split_whitespace()
             .take(3)
             .collect::<Vec<_>>()
