@@ -91,8 +91,7 @@ impl Tap {
             .write(true)
             .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
             .open(TUN_DEVICE)?;
-        sys::net::tap_attach(&file, name)
-            .map_err(|e| std::io::Error::new(e.kind(), format!("attach to tap {name}: {e}")))?;
+        attach(&file, name)?;
         let io = match (io, sys::uring::available()) {
             (TapIo::Plain, _) => {
                 log::info!("rox-nic: port tap {name}: plain read/writev, one system call per frame ({TAP_IO_ENV}=plain)");
@@ -226,6 +225,30 @@ impl Tap {
         match &self.io {
             Io::Uring(Some(r)) if r.has_frames() => Some(Duration::ZERO),
             _ => None,
+        }
+    }
+}
+
+/// How long a tap another process just let go of may still be busy.
+const ATTACH_BUSY_WAIT: Duration = Duration::from_secs(1);
+
+/// Attaches `file` to tap `name`. A rox-nic that used io_uring and just exited leaves the tap
+/// attached (EBUSY) until the kernel's asynchronous teardown of its ring dropped the armed
+/// read, a few milliseconds: wait that out, up to [`ATTACH_BUSY_WAIT`].
+fn attach(file: &File, name: &str) -> std::io::Result<()> {
+    let start = std::time::Instant::now();
+    loop {
+        match sys::net::tap_attach(file, name) {
+            Err(e)
+                if e.raw_os_error() == Some(libc::EBUSY) && start.elapsed() < ATTACH_BUSY_WAIT =>
+            {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            r => {
+                return r.map_err(|e| {
+                    std::io::Error::new(e.kind(), format!("attach to tap {name}: {e}"))
+                })
+            }
         }
     }
 }
