@@ -2,7 +2,8 @@
 //! thread; the namespace goes away with the thread): the port attaches to a tap made with
 //! `ip tuntap`, reads its MTU, and moves frames both ways between itself and a packet socket
 //! on the interface. Needs CAP_SYS_ADMIN, /dev/net/tun and `ip`; without them the test fails,
-//! unless ROX_ALLOW_SKIP_TAP=1 lets it skip (printing SKIPPED).
+//! unless ROX_ALLOW_SKIP_TAP=1 lets it skip (printing SKIPPED). Each back end of the tap
+//! (io_uring, plain read/writev) also moves bursts both ways, every frame once and in order.
 
 // The host side of the test (making the tap up, a raw packet socket) is system calls rox-nic
 // itself never makes.
@@ -11,7 +12,8 @@
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
-use rox_nic::port::{LinkSpec, Port, PortConfig};
+use rox_nic::port::tap::{Tap, TapIo};
+use rox_nic::port::{Link, LinkSpec, Port, PortConfig};
 
 const TAP: &str = "roxt0";
 /// Set to 1 to let the test skip where no network namespace with a tap can be made.
@@ -84,6 +86,21 @@ fn packet_socket(name: &str) -> OwnedFd {
         },
         "bind packet socket",
     );
+    // Room for a whole burst of frames (as root, beyond net.core.rmem_max).
+    let rcvbuf: libc::c_int = 4 << 20;
+    // SAFETY: setsockopt reads one c_int.
+    check(
+        unsafe {
+            libc::setsockopt(
+                sock.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_RCVBUFFORCE,
+                (&rcvbuf as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        },
+        "SO_RCVBUFFORCE",
+    );
     let timeout = libc::timeval {
         tv_sec: 1,
         tv_usec: 0,
@@ -110,8 +127,9 @@ fn test_frame(dst: [u8; 6], src: [u8; 6], tag: &[u8]) -> Vec<u8> {
     f
 }
 
-#[test]
-fn tap_port_reads_the_mtu_and_moves_frames_both_ways() {
+/// Runs `body` on a thread in a network namespace of its own (the namespace goes with the
+/// thread); fails where that cannot be made, unless ROX_ALLOW_SKIP_TAP=1 lets it skip.
+fn in_own_namespace(body: impl FnOnce() -> std::io::Result<()> + Send + 'static) {
     let outcome = std::thread::spawn(|| {
         // SAFETY: unshare with a flag only changes this thread's namespaces.
         if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
@@ -120,6 +138,50 @@ fn tap_port_reads_the_mtu_and_moves_frames_both_ways() {
         if !std::path::Path::new("/dev/net/tun").exists() {
             return Err(std::io::Error::other("no /dev/net/tun"));
         }
+        body()
+    })
+    .join()
+    .unwrap();
+    if let Err(e) = outcome {
+        // A test that checks nothing must not pass unseen: only an explicit opt-out skips.
+        assert!(
+            std::env::var(ALLOW_SKIP_ENV).as_deref() == Ok("1"),
+            "cannot make a network namespace with a tap here ({e}); run as root (CAP_SYS_ADMIN, \
+             /dev/net/tun, ip), or set {ALLOW_SKIP_ENV}=1 to skip this test"
+        );
+        println!(
+            "SKIPPED ({ALLOW_SKIP_ENV}=1): cannot make a network namespace with a tap here ({e})"
+        );
+    }
+}
+
+/// Makes tap TAP in this thread's namespace (`ip` runs in it: a forked child inherits it).
+fn make_tap() -> std::io::Result<()> {
+    let made = std::process::Command::new("ip")
+        .args(["tuntap", "add", "dev", TAP, "mode", "tap"])
+        .status()?;
+    if !made.success() {
+        return Err(std::io::Error::other(format!("ip tuntap add: {made}")));
+    }
+    Ok(())
+}
+
+/// The next frame with the test ethertype on `wire` (the kernel sends its own frames too).
+fn next_test_frame(wire: &OwnedFd) -> Vec<u8> {
+    let mut buf = [0u8; 2048];
+    loop {
+        // SAFETY: recv writes at most `buf.len()` bytes into `buf`.
+        let n = unsafe { libc::recv(wire.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
+        check(n as libc::c_int, "a frame from the port");
+        if buf[12..14] == ETHERTYPE_TEST {
+            return buf[..n as usize].to_vec();
+        }
+    }
+}
+
+#[test]
+fn tap_port_reads_the_mtu_and_moves_frames_both_ways() {
+    in_own_namespace(|| {
         let missing = Port::open(&PortConfig::new(LinkSpec::Tap("roxt9".into())), PORT_MAC)
             .err()
             .expect("a missing tap is refused, not created");
@@ -127,13 +189,7 @@ fn tap_port_reads_the_mtu_and_moves_frames_both_ways() {
             missing.to_string().contains("no interface roxt9"),
             "{missing}"
         );
-        // `ip` runs in this thread's namespace (a forked child inherits it).
-        let made = std::process::Command::new("ip")
-            .args(["tuntap", "add", "dev", TAP, "mode", "tap"])
-            .status()?;
-        if !made.success() {
-            return Err(std::io::Error::other(format!("ip tuntap add: {made}")));
-        }
+        make_tap()?;
         let mut port = Port::open(&PortConfig::new(LinkSpec::Tap(TAP.into())), PORT_MAC)
             .expect("a tap port in our own namespace");
         const DEFAULT_ETHERNET_MTU: usize = 1500;
@@ -178,18 +234,82 @@ fn tap_port_reads_the_mtu_and_moves_frames_both_ways() {
             }
         }
         Ok(())
-    })
-    .join()
-    .unwrap();
-    if let Err(e) = outcome {
-        // A test that checks nothing must not pass unseen: only an explicit opt-out skips.
+    });
+}
+
+/// A burst each way through a port on back end `io`: 300 numbered frames written to the tap
+/// arrive at the port, and 300 the port queues leave with one flush, each once and in order.
+fn bursts_both_ways(io: TapIo) -> std::io::Result<()> {
+    make_tap()?;
+    let tap = Tap::open_with(TAP, io)?;
+    assert_eq!(tap.is_uring(), io == TapIo::Uring);
+    let mut port = Port::with_link(Link::Tap(tap), PORT_MAC, 1500, None, None).unwrap();
+    set_up(TAP);
+    let wire = packet_socket(TAP);
+    const BURST: u32 = 300;
+    for i in 0..BURST {
+        let f = test_frame(PORT_MAC, PEER_MAC, &i.to_be_bytes());
+        // SAFETY: send reads `f`.
+        let n = unsafe { libc::send(wire.as_raw_fd(), f.as_ptr().cast(), f.len(), 0) };
+        check(n as libc::c_int, "send on the tap");
+    }
+    let mut seen = Vec::new();
+    let give_up = Instant::now() + Duration::from_secs(10);
+    while seen.len() < BURST as usize {
         assert!(
-            std::env::var(ALLOW_SKIP_ENV).as_deref() == Ok("1"),
-            "cannot make a network namespace with a tap here ({e}); run as root (CAP_SYS_ADMIN, \
-             /dev/net/tun, ip), or set {ALLOW_SKIP_ENV}=1 to skip this test"
+            Instant::now() < give_up,
+            "{io:?}: the port saw {} frames",
+            seen.len()
         );
-        println!(
-            "SKIPPED ({ALLOW_SKIP_ENV}=1): cannot make a network namespace with a tap here ({e})"
+        if port.recv().unwrap() == 0 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        for f in port.frames().filter(|f| f[12..14] == ETHERTYPE_TEST) {
+            assert_eq!(f.len(), 60, "{io:?}: a whole frame");
+            seen.push(u32::from_be_bytes(f[14..18].try_into().unwrap()));
+        }
+    }
+    assert_eq!(
+        seen,
+        (0..BURST).collect::<Vec<_>>(),
+        "{io:?}: inbound once each, in order"
+    );
+    for i in 0..BURST {
+        port.queue_frame(&test_frame(PEER_MAC, PORT_MAC, &i.to_be_bytes()));
+    }
+    assert_eq!(
+        port.flush(),
+        BURST as usize,
+        "{io:?}: the whole burst leaves"
+    );
+    let calls = port.stats().send_calls;
+    match io {
+        // Two enters: 256 writes, then 44.
+        TapIo::Uring => assert_eq!(calls, 2, "one enter per {} frames", 256),
+        _ => assert_eq!(calls, BURST as u64, "one writev per frame"),
+    }
+    for i in 0..BURST {
+        let f = next_test_frame(&wire);
+        assert_eq!(
+            f[14..18],
+            i.to_be_bytes(),
+            "{io:?}: outbound frame {i} in its place"
         );
     }
+    Ok(())
+}
+
+#[test]
+fn io_uring_tap_moves_bursts_in_order() {
+    if let Err(e) = rox_nic::sys::uring::available() {
+        // The auto choice falls back to plain here, which the other tests cover.
+        println!("SKIPPED: io_uring unavailable on this host ({e})");
+        return;
+    }
+    in_own_namespace(|| bursts_both_ways(TapIo::Uring));
+}
+
+#[test]
+fn plain_tap_moves_bursts_in_order() {
+    in_own_namespace(|| bursts_both_ways(TapIo::Plain));
 }

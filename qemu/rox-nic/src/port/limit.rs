@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use super::frame::ETH_HEADER_LEN;
+use super::tap::{Tap, TapIo};
 use super::{Link, LinkSpec, Port, BATCH};
 
 /// A unix stream wire on socket `name` in `dir`: the listening and the connecting end.
@@ -50,9 +51,24 @@ pub fn port_limit(
     mtu: usize,
     secs: f64,
 ) -> std::io::Result<(f64, f64)> {
+    port_limit_tap_io(tx, rx, mtu, secs, TapIo::Auto)
+}
+
+/// [`port_limit`] with taps on back end `tap_io`.
+pub fn port_limit_tap_io(
+    tx: &LinkSpec,
+    rx: &LinkSpec,
+    mtu: usize,
+    secs: f64,
+    tap_io: TapIo,
+) -> std::io::Result<(f64, f64)> {
     let (mac_tx, mac_rx) = ([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]);
     let open = move |spec: &LinkSpec, mac| -> std::io::Result<Port> {
-        Port::with_link(Link::open(spec)?, mac, mtu, None, None).map_err(std::io::Error::other)
+        let link = match spec {
+            LinkSpec::Tap(name) => Link::Tap(Tap::open_with(name, tap_io)?),
+            _ => Link::open(spec)?,
+        };
+        Port::with_link(link, mac, mtu, None, None).map_err(std::io::Error::other)
     };
     // The sending end first (a listening end of a stream or cable binds here), then the
     // receiving one on its own thread; they meet as the sender flushes and the receiver polls.

@@ -271,10 +271,11 @@ impl Link {
         }
     }
 
-    /// How long until the link tries again to reach a missing peer (None: nothing to retry).
+    /// How long until the link tries again to reach a missing peer, or zero while it holds
+    /// received frames its fd does not show (None: nothing to retry).
     pub fn retry_in(&self) -> Option<Duration> {
         match self {
-            Link::Tap(_) => None,
+            Link::Tap(t) => t.retry_in(),
             Link::Dgram(_) => None,
             Link::Stream(s) => s.retry_in(),
             Link::Cable(c) => c.retry_in(),

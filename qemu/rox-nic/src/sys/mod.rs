@@ -9,7 +9,8 @@
 //! - [`fd`]: eventfds and memfds;
 //! - [`net`]: tap interfaces, socket options, batched datagram I/O, network namespaces;
 //! - [`shm`]: sealed memfds, shared mappings, descriptor passing, epoll sets (the cable);
-//! - [`poll`]: sleeping on file descriptors (`ppoll`).
+//! - [`poll`]: sleeping on file descriptors (`ppoll`);
+//! - [`uring`]: io_uring for a port's frames (bursts of writes, an armed multishot read).
 #![allow(unsafe_code)]
 
 pub mod clock;
@@ -18,3 +19,4 @@ pub mod net;
 pub mod pod;
 pub mod poll;
 pub mod shm;
+pub mod uring;
