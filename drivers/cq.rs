@@ -17,7 +17,9 @@ use crate::{
         regs,
         uapi::{admin, ids::Qpn, queue, udata as ud, verbs},
     },
-    ib::{CqInit, Created, DeviceId, IbDev, NetworkHdr, Udata, Wc, WcFlags, WcOpcode, WcOut},
+    ib::{
+        CqInit, Created, DeviceId, IbDev, IbQpRef, NetworkHdr, Udata, Wc, WcFlags, WcOpcode, WcOut,
+    },
     ids::DbSlot,
     qp::KernelQp,
     ring::{KernelRing, UserRing},
@@ -75,8 +77,8 @@ struct KernelCqState {
     /// Sequence number of the last arm request (`regs::cq_arm_word`).
     arm_seq: u32,
     /// The kernel QPs whose send or receive completions go to this CQ: a polled CQE retires its
-    /// work request through them, and a dead device's poll flushes theirs. Under the lock the
-    /// poll holds anyway, so a CQE costs no device-wide lock.
+    /// work request through them and names their `ib_qp` to ib_core, and a dead device's poll
+    /// flushes theirs. Under the lock the poll holds anyway, so a CQE takes no other lock.
     qps: KernelQps,
 }
 
@@ -374,8 +376,8 @@ fn wc_opcode(opcode: u8) -> WcOpcode {
     }
 }
 
-/// ib_core's form of a completion.
-fn wc_of(cqe: &queue::Cqe) -> Wc {
+/// ib_core's form of a completion of QP `qp` (None: a QP the CQ does not list).
+fn wc_of(cqe: &queue::Cqe, qp: Option<IbQpRef>) -> Wc {
     let mut flags = WcFlags::empty();
     if cqe.wc_flags & verbs::WC_FLAG_GRH != 0 {
         flags |= WcFlags::GRH;
@@ -393,7 +395,7 @@ fn wc_of(cqe: &queue::Cqe) -> Wc {
         opcode: wc_opcode(cqe.opcode),
         vendor_err: cqe.vendor_err.into(),
         byte_len: cqe.byte_len,
-        qp_num: cqe.qp_num,
+        qp,
         imm_data: cqe.imm_data,
         src_qp: cqe.src_qp,
         flags,
@@ -430,8 +432,13 @@ pub(crate) fn poll(dev: &RoxDev<'_>, cq: &Cq, wc: &mut WcOut<'_>) -> Result<usiz
             break;
         }
         let cqe = k.ring.ring.read(slot)?;
-        retire(&state.qps, &cqe);
-        wc.set(count, &wc_of(&cqe));
+        // The QP's list entry, under the lock held here: the work request to retire and
+        // ib_core's `ib_qp` of the completion, with no device-wide lookup.
+        let qp = state.qps.get(&cqe.qp_num);
+        if let Some(qp) = qp {
+            retire(qp, &cqe);
+        }
+        wc.set(count, &wc_of(&cqe, qp.map(|qp| qp.ib_qp)));
         state.consumer = state.consumer.wrapping_add(1);
         count += 1;
     }
@@ -439,8 +446,8 @@ pub(crate) fn poll(dev: &RoxDev<'_>, cq: &Cq, wc: &mut WcOut<'_>) -> Result<usiz
         dev.kernel_doorbell(k.db.slot(), Some(state.consumer), None);
     }
     if count < wc.len() && flush {
-        dead::flush(&state.qps, cq.id, |qpn, posted| {
-            wc.set(count, &flushed_wc(qpn, &posted));
+        dead::flush(&state.qps, cq.id, |qp, posted| {
+            wc.set(count, &flushed_wc(qp, &posted));
             count += 1;
             count < wc.len()
         });
@@ -448,12 +455,9 @@ pub(crate) fn poll(dev: &RoxDev<'_>, cq: &Cq, wc: &mut WcOut<'_>) -> Result<usiz
     Ok(count)
 }
 
-/// A CQE of a kernel CQ was polled: the work request it completes, and every one before it
-/// in its queue, is no longer outstanding.
-fn retire(qps: &KernelQps, cqe: &queue::Cqe) {
-    let Some(qp) = qps.get(&cqe.qp_num) else {
-        return;
-    };
+/// A CQE of kernel QP `qp` was polled: the work request it completes, and every one before
+/// it in its queue, is no longer outstanding.
+fn retire(qp: &KernelQp, cqe: &queue::Cqe) {
     if is_recv(cqe.opcode) {
         // Receives of an SRQ are not the QP's (their index is the SRQ's).
         if let Some(rq) = &qp.rq {
@@ -469,15 +473,15 @@ fn is_recv(opcode: u8) -> bool {
     opcode & verbs::WC_OPC_RECV != 0
 }
 
-/// The completion of a work request a dead device never completed.
-fn flushed_wc(qpn: Qpn, posted: &Posted) -> Wc {
+/// The completion of a work request of `qp` a dead device never completed.
+fn flushed_wc(qp: &KernelQp, posted: &Posted) -> Wc {
     Wc {
         wr_id: posted.wr_id,
         status: verbs::WC_WR_FLUSH_ERR.into(),
         opcode: wc_opcode(posted.wc_opcode),
         vendor_err: 0,
         byte_len: 0,
-        qp_num: qpn,
+        qp: Some(qp.ib_qp),
         imm_data: 0,
         src_qp: Qpn::default(),
         flags: WcFlags::empty(),

@@ -21,7 +21,8 @@
 use crate::{
     cq::KernelQps,
     dev::RoxDev,
-    hw::{regs, uapi::ids::Qpn},
+    hw::regs,
+    qp::KernelQp,
     wq::{KernelWq, Posted},
 };
 use core::sync::atomic::{AtomicBool, AtomicI64, Ordering};
@@ -85,13 +86,13 @@ impl DeadState {
 /// The device is dead: hands the outstanding work requests of the kernel QPs `qps` (a CQ's
 /// list) completing into CQ `cq_id` to `emit`, oldest first per queue, until `emit` returns
 /// false (it took that one and has no room for more).
-pub(crate) fn flush(qps: &KernelQps, cq_id: u32, mut emit: impl FnMut(Qpn, Posted) -> bool) {
-    for (&qpn, qp) in qps.iter() {
-        if qp.send_cq == cq_id && !drain(&qp.sq, qpn, &mut emit) {
+pub(crate) fn flush(qps: &KernelQps, cq_id: u32, mut emit: impl FnMut(&KernelQp, Posted) -> bool) {
+    for qp in qps.values() {
+        if qp.send_cq == cq_id && !drain(&qp.sq, qp, &mut emit) {
             return;
         }
         if let (true, Some(rq)) = (qp.recv_cq == cq_id, &qp.rq) {
-            if !drain(rq, qpn, &mut emit) {
+            if !drain(rq, qp, &mut emit) {
                 return;
             }
         }
@@ -107,14 +108,15 @@ pub(crate) fn pending(qps: &KernelQps, cq_id: u32) -> bool {
     })
 }
 
-/// Hands the outstanding entries of `wq` to `emit` until it returns false; false then.
+/// Hands the outstanding entries of `wq`, a queue of `qp`, to `emit` until it returns false;
+/// false then.
 fn drain<T: AsBytes + FromBytes + Copy>(
     wq: &KernelWq<T>,
-    qpn: Qpn,
-    emit: &mut impl FnMut(Qpn, Posted) -> bool,
+    qp: &KernelQp,
+    emit: &mut impl FnMut(&KernelQp, Posted) -> bool,
 ) -> bool {
     while let Some(posted) = wq.retire_oldest() {
-        if !emit(qpn, posted) {
+        if !emit(qp, posted) {
             return false;
         }
     }

@@ -12,8 +12,8 @@ use crate::{
         uapi::{admin, ids::Qpn, queue, udata as ud, verbs},
     },
     ib::{
-        self, AhAttr, AsyncEvent, Created, DeviceId, IbDev, QpAttr, QpCap, QpInit, QpInitAttr,
-        RecvWr, SendFlags, SendWr, Sge, Udata, WrOpcode,
+        self, AhAttr, AsyncEvent, Created, DeviceId, IbDev, IbQpRef, QpAttr, QpCap, QpInit,
+        QpInitAttr, RecvWr, SendFlags, SendWr, Sge, Udata, WrOpcode,
     },
     ids::DbSlot,
     ring::UserRing,
@@ -54,6 +54,9 @@ pub(crate) struct KernelQp {
     /// The device ids of the CQs its send and receive completions go to.
     pub(crate) send_cq: u32,
     pub(crate) recv_cq: u32,
+    /// ib_core's QP, which its work completions name: the CQs listing this QP hand it over
+    /// with each completion, so a poll looks nothing up elsewhere.
+    pub(crate) ib_qp: IbQpRef,
 }
 
 fn log_depth_for(wrs: u32, requested_log: u32) -> Result<u32> {
@@ -259,6 +262,7 @@ fn create_kernel(
             db,
             send_cq,
             recv_cq,
+            ib_qp: init.ib_qp,
         },
         GFP_KERNEL,
     )?;

@@ -10,6 +10,7 @@ use crate::hw::uapi::{
     ids::{Psn, Qpn},
     verbs,
 };
+use core::ptr::{self, NonNull};
 
 /// A word of flag bits with named members (the bit values are ib_core's).
 macro_rules! ib_flags {
@@ -433,8 +434,9 @@ pub(crate) struct Wc {
     pub(crate) opcode: WcOpcode,
     pub(crate) vendor_err: u32,
     pub(crate) byte_len: u32,
-    /// The QP the completion belongs to (ib_core gets its `ib_qp`).
-    pub(crate) qp_num: Qpn,
+    /// ib_core's QP the completion belongs to (`wc.qp`); None (null) for a QP the CQ does not
+    /// list.
+    pub(crate) qp: Option<IbQpRef>,
     /// Immediate data (network order) or, with `WITH_INVALIDATE`, the invalidated rkey.
     pub(crate) imm_data: u32,
     pub(crate) src_qp: Qpn,
@@ -445,10 +447,28 @@ pub(crate) struct Wc {
     pub(crate) network_hdr: Option<NetworkHdr>,
 }
 
+/// ib_core's `ib_qp` of a QP, as a work completion names it (`wc.qp`): given to the driver
+/// when the QP is created ([`super::QpInit::ib_qp`]), kept with the QP while it exists, and
+/// only ever handed back to ib_core, never dereferenced. So a poll needs no lookup (and no
+/// lock) to name the QP of a completion.
+#[derive(Clone, Copy)]
+pub(crate) struct IbQpRef(NonNull<b::ib_qp>);
+
+// SAFETY: an `IbQpRef` is an address the driver stores and copies into `ib_wc`, from any
+// thread; nothing dereferences it through this type.
+unsafe impl Send for IbQpRef {}
+// SAFETY: as for `Send`: shared references give nothing but the address.
+unsafe impl Sync for IbQpRef {}
+
+impl IbQpRef {
+    pub(super) fn new(qp: *mut b::ib_qp) -> Option<Self> {
+        NonNull::new(qp).map(Self)
+    }
+}
+
 /// ib_core's array of completions a kernel CQ poll fills.
 pub(crate) struct WcOut<'a> {
     pub(super) raw: &'a mut [b::ib_wc],
-    pub(super) registry: &'a super::Registry,
 }
 
 impl WcOut<'_> {
@@ -467,7 +487,7 @@ impl WcOut<'_> {
         raw.opcode = wc.opcode.raw();
         raw.vendor_err = wc.vendor_err;
         raw.byte_len = wc.byte_len;
-        raw.qp = self.registry.qp_ptr(wc.qp_num);
+        raw.qp = wc.qp.map_or(ptr::null_mut(), |qp| qp.0.as_ptr());
         // The union holds the immediate data (network order) or the invalidated rkey.
         raw.ex.imm_data = wc.imm_data;
         raw.src_qp = wc.src_qp.get();

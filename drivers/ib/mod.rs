@@ -24,9 +24,9 @@ mod wr;
 pub(crate) mod xrcd;
 
 pub(crate) use attr::{
-    AhAttr, DeviceAttr, DeviceCapFlags, MrAdvice, NetworkHdr, OdpCaps, OdpTransportCaps, PortAttr,
-    PortImmutable, QpAttr, QpCap, QpInitAttr, SrqAttr, SrqAttrMask, Wc, WcFlags, WcOpcode, WcOut,
-    QP_RATE_LIMIT,
+    AhAttr, DeviceAttr, DeviceCapFlags, IbQpRef, MrAdvice, NetworkHdr, OdpCaps, OdpTransportCaps,
+    PortAttr, PortImmutable, QpAttr, QpCap, QpInitAttr, SrqAttr, SrqAttrMask, Wc, WcFlags,
+    WcOpcode, WcOut, QP_RATE_LIMIT,
 };
 pub(crate) use ibdev::IbDev;
 pub(crate) use registration::{DeviceParams, IbRegistration};

@@ -4,7 +4,7 @@
 
 use super::bindings as b;
 use crate::hw::uapi::ids::Qpn;
-use core::ptr::{self, NonNull};
+use core::ptr::NonNull;
 use kernel::{
     new_spinlock_irq,
     prelude::*,
@@ -102,8 +102,9 @@ struct RegistryInner {
 /// The live CQs, QPs and SRQs of a device by device id (QPs by QPN), so that events from the
 /// device reach them. The trampolines insert objects after a successful create and remove them
 /// before destroy; callbacks into ib_core run under the lock, so no event reaches a destroyed
-/// object. The lock is an IRQ-safe spinlock: kernel consumers may poll CQs (which look QPs up
-/// here) in any context; ib_core's handlers called under it do not sleep.
+/// object. The lock is an IRQ-safe spinlock: events and kicks come from any context (the
+/// EQ's interrupt thread, a post on a dead device); ib_core's handlers called under it do not
+/// sleep. A CQ poll does not take it: each kernel CQ lists its QPs with their `ib_qp`.
 #[pin_data]
 pub(crate) struct Registry {
     #[pin]
@@ -207,15 +208,6 @@ impl Registry {
                 }
             }
         }
-    }
-
-    /// ib_core's QP with number `qpn` (for work completions), null if none.
-    pub(crate) fn qp_ptr(&self, qpn: Qpn) -> *mut b::ib_qp {
-        self.inner
-            .lock()
-            .qps
-            .get(&qpn)
-            .map_or(ptr::null_mut(), |qp| qp.0.as_ptr())
     }
 
     /// A port (`port` != 0) or device event, dispatched to every ib_core client.

@@ -4,8 +4,8 @@
 
 use super::{
     attr::{
-        AhAttr, DeviceAttr, MrAdvice, PortAttr, PortImmutable, QpAttr, QpCap, QpInitAttr, SrqAttr,
-        SrqAttrMask, WcOut,
+        AhAttr, DeviceAttr, IbQpRef, MrAdvice, PortAttr, PortImmutable, QpAttr, QpCap, QpInitAttr,
+        SrqAttr, SrqAttrMask, WcOut,
     },
     mmap::UcontextRef,
     registry::Registry,
@@ -43,6 +43,8 @@ pub(crate) struct QpInit<'a, V: Verbs> {
     pub(crate) srq: Option<&'a V::Srq>,
     /// An XRC target QP's domain number; `XRCD_NONE` otherwise.
     pub(crate) xrcd: u32,
+    /// ib_core's QP being created, for the work completions of a kernel QP.
+    pub(crate) ib_qp: IbQpRef,
 }
 
 /// What a created object tells ib_core about itself.

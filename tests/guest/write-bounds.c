@@ -6,6 +6,7 @@
 #include <string.h>
 #include <time.h>
 #include <infiniband/verbs.h>
+#include "qp-loop.h"
 
 #define GUARD 4096
 #define GID_INDEX 0
@@ -23,43 +24,6 @@ static void die(const char *what)
 static uint8_t pattern_byte(size_t i)
 {
 	return (uint8_t)(i * 7 + 3 + (i >> 8));
-}
-
-static int to_rts(struct ibv_qp *qp, uint32_t dest_qpn)
-{
-	struct ibv_qp_attr a = {
-		.qp_state = IBV_QPS_INIT,
-		.pkey_index = 0,
-		.port_num = 1,
-		.qp_access_flags = IBV_ACCESS_REMOTE_WRITE,
-	};
-	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-			  IBV_QP_ACCESS_FLAGS))
-		return -1;
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTR;
-	a.path_mtu = IBV_MTU_1024;
-	a.dest_qp_num = dest_qpn;
-	a.rq_psn = 0;
-	a.max_dest_rd_atomic = 1;
-	a.min_rnr_timer = 12;
-	a.ah_attr.is_global = 1;
-	a.ah_attr.grh.dgid = gid;
-	a.ah_attr.grh.sgid_index = GID_INDEX;
-	a.ah_attr.grh.hop_limit = 1;
-	a.ah_attr.port_num = 1;
-	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-			  IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
-		return -1;
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTS;
-	a.timeout = 14;
-	a.retry_cnt = 7;
-	a.rnr_retry = 7;
-	a.sq_psn = 0;
-	a.max_rd_atomic = 1;
-	return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-			     IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
 }
 
 /* One case: a fresh QP pair, a region of region_len bytes inside GUARD pattern bytes on each
@@ -91,7 +55,8 @@ static int run_case(const char *what, size_t region_len, size_t off, size_t len)
 	struct ibv_qp *requester = ibv_create_qp(pd, &init), *responder = ibv_create_qp(pd, &init);
 	if (!requester || !responder)
 		die("ibv_create_qp");
-	if (to_rts(requester, responder->qp_num) || to_rts(responder, requester->qp_num))
+	if (to_rts(requester, IBV_QPT_RC, responder->qp_num, &gid, GID_INDEX) ||
+	    to_rts(responder, IBV_QPT_RC, requester->qp_num, &gid, GID_INDEX))
 		die("ibv_modify_qp");
 	struct ibv_sge sge = { .addr = (uintptr_t)src, .length = len, .lkey = src_mr->lkey };
 	struct ibv_send_wr wr = {
@@ -135,12 +100,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "usage: %s DEVICE\n", argv[0]);
 		return 2;
 	}
-	struct ibv_device **list = ibv_get_device_list(NULL);
-	if (!list)
-		die("ibv_get_device_list");
-	for (int i = 0; list[i]; i++)
-		if (!strcmp(ibv_get_device_name(list[i]), argv[1]))
-			ctx = ibv_open_device(list[i]);
+	ctx = open_device_named(argv[1]);
 	if (!ctx) {
 		fprintf(stderr, "no device %s\n", argv[1]);
 		return 2;

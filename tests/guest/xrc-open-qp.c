@@ -16,9 +16,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 #include <infiniband/verbs.h>
+#include "qp-loop.h"
 
 enum { MSG = 64, SRQ_WR = 4 };
 
@@ -31,17 +31,6 @@ static int gid_index;
 		fprintf(stderr, " (errno %d %s)\n", errno, strerror(errno)); \
 		return 1;                                           \
 	} while (0)
-
-static struct ibv_context *open_device(void)
-{
-	struct ibv_device **list = ibv_get_device_list(NULL);
-	struct ibv_context *ctx = NULL;
-	for (int i = 0; list && list[i]; i++)
-		if (!strcmp(ibv_get_device_name(list[i]), dev_name))
-			ctx = ibv_open_device(list[i]);
-	ibv_free_device_list(list);
-	return ctx;
-}
 
 static struct ibv_xrcd *open_domain(struct ibv_context *ctx, int fd)
 {
@@ -58,84 +47,45 @@ static struct ibv_qp *open_target(struct ibv_context *ctx, struct ibv_xrcd *xrcd
 	return ibv_open_qp(ctx, &a);
 }
 
-static void set_path(struct ibv_qp_attr *a, uint32_t dest_qpn, const union ibv_gid *gid)
+/* A process's own context of the device and the XRC domain on the domain file. */
+struct domain {
+	struct ibv_context *ctx;
+	int fd;
+	struct ibv_xrcd *xrcd;
+};
+
+/* Opens `d` for `who` (creator or opener): 0, or 1 after saying what failed. */
+static int domain_open(struct domain *d, const char *who)
 {
-	a->path_mtu = IBV_MTU_1024;
-	a->dest_qp_num = dest_qpn;
-	a->ah_attr.is_global = 1;
-	a->ah_attr.grh.dgid = *gid;
-	a->ah_attr.grh.sgid_index = gid_index;
-	a->ah_attr.grh.hop_limit = 1;
-	a->ah_attr.port_num = 1;
+	d->ctx = open_device_named(dev_name);
+	if (!d->ctx)
+		FAIL("%s: cannot open %s", who, dev_name);
+	d->fd = open(domain_file, O_RDONLY | O_CREAT, 0600);
+	d->xrcd = d->fd < 0 ? NULL : open_domain(d->ctx, d->fd);
+	if (!d->xrcd)
+		FAIL("%s: cannot open the XRC domain on %s", who, domain_file);
+	return 0;
 }
 
-/* INIT, then RTR towards `dest_qpn`: all a target needs to receive. */
-static int target_to_rtr(struct ibv_qp *qp, uint32_t dest_qpn, const union ibv_gid *gid)
+/* Lets go of `d`: 0, or -1 if the domain or the context would not close. */
+static int domain_close(struct domain *d)
 {
-	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .port_num = 1,
-		.qp_access_flags = IBV_ACCESS_REMOTE_WRITE };
-	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-			  IBV_QP_ACCESS_FLAGS))
+	if (ibv_close_xrcd(d->xrcd) || ibv_close_device(d->ctx))
 		return -1;
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTR;
-	set_path(&a, dest_qpn, gid);
-	a.max_dest_rd_atomic = 1;
-	a.min_rnr_timer = 12;
-	return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-			     IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
-}
-
-static int initiator_to_rts(struct ibv_qp *qp, uint32_t dest_qpn, const union ibv_gid *gid)
-{
-	/* An initiator is not asked for; ib_core requires the access flags all the same. */
-	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .port_num = 1 };
-	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-			  IBV_QP_ACCESS_FLAGS))
-		return -1;
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTR;
-	set_path(&a, dest_qpn, gid);
-	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-			  IBV_QP_RQ_PSN))
-		return -1;
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTS;
-	a.timeout = 14;
-	a.retry_cnt = 7;
-	a.rnr_retry = 7;
-	a.max_rd_atomic = 1;
-	return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT |
-			     IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC);
-}
-
-/* The next completion of `cq` within 10 s; 0, or -1 when none came. */
-static int next_wc(struct ibv_cq *cq, struct ibv_wc *wc)
-{
-	struct timespec t0, t;
-	clock_gettime(CLOCK_MONOTONIC, &t0);
-	do {
-		if (ibv_poll_cq(cq, 1, wc) > 0)
-			return 0;
-		clock_gettime(CLOCK_MONOTONIC, &t);
-	} while (t.tv_sec - t0.tv_sec < 10);
-	return -1;
+	close(d->fd);
+	return 0;
 }
 
 /* Makes the target, hands its number over `to_opener`, waits on `from_opener` until the
  * opener holds it, then lets go of everything and says so. */
 static int creator(int to_opener, int from_opener)
 {
-	struct ibv_context *ctx = open_device();
-	if (!ctx)
-		FAIL("creator: cannot open %s", dev_name);
-	int fd = open(domain_file, O_RDONLY | O_CREAT, 0600);
-	struct ibv_xrcd *xrcd = fd < 0 ? NULL : open_domain(ctx, fd);
-	if (!xrcd)
-		FAIL("creator: cannot open the XRC domain on %s", domain_file);
+	struct domain d;
+	if (domain_open(&d, "creator"))
+		return 1;
 	struct ibv_qp_init_attr_ex qa = { .qp_type = IBV_QPT_XRC_RECV,
-		.comp_mask = IBV_QP_INIT_ATTR_XRCD, .xrcd = xrcd };
-	struct ibv_qp *target = ibv_create_qp_ex(ctx, &qa);
+		.comp_mask = IBV_QP_INIT_ATTR_XRCD, .xrcd = d.xrcd };
+	struct ibv_qp *target = ibv_create_qp_ex(d.ctx, &qa);
 	if (!target)
 		FAIL("creator: cannot create the XRC target QP");
 	uint32_t qpn = target->qp_num;
@@ -143,9 +93,8 @@ static int creator(int to_opener, int from_opener)
 	if (write(to_opener, &qpn, sizeof(qpn)) != sizeof(qpn) ||
 	    read(from_opener, &ack, 1) != 1 || ack != 'o')
 		FAIL("creator: the opener did not open target QP %u", qpn);
-	if (ibv_destroy_qp(target) || ibv_close_xrcd(xrcd) || ibv_close_device(ctx))
+	if (ibv_destroy_qp(target) || domain_close(&d))
 		FAIL("creator: cannot let go of target QP %u, its domain or its context", qpn);
-	close(fd);
 	printf("xrc-open-qp: creator made target QP %u and let go of it\n", qpn);
 	fflush(stdout);
 	return write(to_opener, "d", 1) == 1 ? 0 : 1;
@@ -179,9 +128,9 @@ static int send_through(struct ibv_context *ctx, struct ibv_pd *pd, struct ibv_c
 	struct ibv_qp *initiator = mr ? ibv_create_qp_ex(ctx, &qa) : NULL;
 	if (!initiator || ibv_query_gid(ctx, 1, gid_index, &gid) || ibv_get_srq_num(srq, &srqn))
 		FAIL("opener: cannot make the initiator");
-	if (target_to_rtr(target, initiator->qp_num, &gid))
+	if (to_rtr(target, IBV_QPT_XRC_RECV, initiator->qp_num, &gid, gid_index))
 		FAIL("opener: cannot move the opened target to RTR");
-	if (initiator_to_rts(initiator, target->qp_num, &gid))
+	if (to_rts(initiator, IBV_QPT_XRC_SEND, target->qp_num, &gid, gid_index))
 		FAIL("opener: cannot move the initiator to RTS");
 	struct ibv_qp_attr got;
 	struct ibv_qp_init_attr init;
@@ -226,13 +175,11 @@ static int opener(int from_creator, int to_creator)
 	char done;
 	if (read(from_creator, &qpn, sizeof(qpn)) != sizeof(qpn))
 		FAIL("opener: no target QP number from the creator");
-	struct ibv_context *ctx = open_device();
-	if (!ctx)
-		FAIL("opener: cannot open %s", dev_name);
-	int fd = open(domain_file, O_RDONLY | O_CREAT, 0600);
-	struct ibv_xrcd *xrcd = fd < 0 ? NULL : open_domain(ctx, fd);
-	if (!xrcd)
-		FAIL("opener: cannot open the XRC domain on %s", domain_file);
+	struct domain d;
+	if (domain_open(&d, "opener"))
+		return 1;
+	struct ibv_context *ctx = d.ctx;
+	struct ibv_xrcd *xrcd = d.xrcd;
 	if (refused_opens(ctx, xrcd, qpn))
 		return 1;
 	struct ibv_qp *target = open_target(ctx, xrcd, qpn, IBV_QPT_XRC_RECV);
@@ -260,10 +207,8 @@ static int opener(int from_creator, int to_creator)
 	struct ibv_qp *again = open_target(ctx, xrcd, qpn, IBV_QPT_XRC_RECV);
 	if (again)
 		FAIL("opener: target QP %u opened again after its last handle was destroyed", qpn);
-	if (ibv_destroy_srq(srq) || ibv_destroy_cq(cq) || ibv_dealloc_pd(pd) ||
-	    ibv_close_xrcd(xrcd) || ibv_close_device(ctx))
+	if (ibv_destroy_srq(srq) || ibv_destroy_cq(cq) || ibv_dealloc_pd(pd) || domain_close(&d))
 		FAIL("opener: cannot clean up");
-	close(fd);
 	printf("xrc-open-qp: target QP %u is gone with its last handle\n", qpn);
 	return 0;
 }

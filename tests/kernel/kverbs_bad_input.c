@@ -2,6 +2,25 @@
 /* Checks of bad input (issue 11): error completions, guard pages intact. */
 #include "rox_kverbs_test.h"
 
+/*
+ * Whether a 64-byte RDMA WRITE of `fill` bytes from `lb` on a's QP `qp` through `mr`'s key
+ * completed and landed at the start of `tb`'s data.
+ */
+static bool write_lands(struct ib_qp *qp, struct side *a, struct buf *lb, struct ib_mr *mr,
+			struct buf *tb, u64 wr_id, u8 fill)
+{
+	struct ib_wc wc;
+	int ret;
+
+	memset(data_of(lb), fill, 64);
+	buf_sync_dev(lb);
+	ret = rdma_op(qp, IB_WR_RDMA_WRITE, wr_id, data_dma(lb), 64, a->pd->local_dma_lkey,
+		      mr->iova, mr->rkey);
+	ret = ret ? ret : wait_wr(a->cq, wr_id, &wc);
+	buf_sync_cpu(tb);
+	return !ret && !memchr_inv(data_of(tb), fill, 64);
+}
+
 /* The bad input of issue 11. */
 void check_bad_input(struct side *a, struct side *b)
 {
@@ -89,13 +108,7 @@ void check_bad_input(struct side *a, struct side *b)
 	CHECK(ret > 0, "bad: LOCAL_INV of another PD's key %#x -> status %d", mr2->rkey, ret);
 	pair_down(&p, a, b);
 	/* mr2 must still be valid: a WRITE through it lands. */
-	memset(data_of(&lb), 0x5a, 64);
-	buf_sync_dev(&lb);
-	ret = rdma_op(p2.qa, IB_WR_RDMA_WRITE, 52, data_dma(&lb), 64, a->pd->local_dma_lkey,
-		      mr2->iova, mr2->rkey);
-	ret = ret ? ret : wait_wr(a->cq, 52, &wc);
-	buf_sync_cpu(&tb2);
-	CHECK(!ret && !memchr_inv(data_of(&tb2), 0x5a, 64),
+	CHECK(write_lands(p2.qa, a, &lb, mr2, &tb2, 52, 0x5a),
 	      "bad: the other PD's key still works after the refused LOCAL_INV");
 
 	/* SEND_WITH_INV of an unknown rkey and of a foreign one (pd2's, to a pd QP). */
@@ -126,13 +139,7 @@ void check_bad_input(struct side *a, struct side *b)
 			pair_down(&p, a, b);
 		}
 	}
-	memset(data_of(&lb), 0x6b, 64);
-	buf_sync_dev(&lb);
-	ret = rdma_op(p2.qa, IB_WR_RDMA_WRITE, 53, data_dma(&lb), 64, a->pd->local_dma_lkey,
-		      mr2->iova, mr2->rkey);
-	ret = ret ? ret : wait_wr(a->cq, 53, &wc);
-	buf_sync_cpu(&tb2);
-	CHECK(!ret && !memchr_inv(data_of(&tb2), 0x6b, 64) && guards_ok(&tb2),
+	CHECK(write_lands(p2.qa, a, &lb, mr2, &tb2, 53, 0x6b) && guards_ok(&tb2),
 	      "bad: the foreign key survived the SEND_WITH_INV, guards intact");
 	pair_down(&p2, a, b);
 out:

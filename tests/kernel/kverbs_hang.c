@@ -15,51 +15,26 @@
 void check_hung_device(struct side *a, struct side *b)
 {
 	const int nrecv = 8, nsend = 4;
-	struct ib_cq *ca, *cb;
-	struct ib_qp *qa = NULL, *qb = NULL;
-	struct side sa = *a, sb2 = *b;
+	struct cq_pair p;
 	struct ctx_counter wrs = {};
 	struct buf rb = {}, tx = {};
 	unsigned long start;
-	int i, ret = 0;
+	int ret;
 	bool finished;
 
-	ca = ib_alloc_cq(a->dev, NULL, 64, 0, IB_POLL_SOFTIRQ);
-	cb = ib_alloc_cq(b->dev, NULL, 64, 0, IB_POLL_SOFTIRQ);
-	if (IS_ERR(ca) || IS_ERR(cb)) {
+	if (cq_pair_cqs(&p, a, b, IB_POLL_SOFTIRQ, 0)) {
 		SETUP_FAILED("hang: CQs");
 		goto out;
 	}
-	sa.cq = ca;
-	sb2.cq = cb;
-	qa = create_qp(&sa, NULL, IB_QPT_RC, DEPTH, DEPTH, NULL, ca);
-	qb = create_qp(&sb2, NULL, IB_QPT_RC, DEPTH, DEPTH, NULL, cb);
-	if (IS_ERR(qa) || IS_ERR(qb) || connect_qp(qa, a, b, qb->qp_num) ||
-	    connect_qp(qb, b, a, qa->qp_num) || buf_alloc(&rb, a->dev) || buf_alloc(&tx, a->dev)) {
+	if (cq_pair_connect(&p, a, b) || buf_alloc(&rb, a->dev) || buf_alloc(&tx, a->dev)) {
 		SETUP_FAILED("hang: RC pair");
 		goto out;
 	}
 	wrs.cqe.done = count_done;
 	init_completion(&wrs.done);
 	wrs.want = nrecv + nsend;
-	for (i = 0; i < nrecv; i++) {
-		struct ib_sge sge = { .addr = data_dma(&rb) + i * 128, .length = 128,
-				      .lkey = a->pd->local_dma_lkey };
-		struct ib_recv_wr wr = { .wr_cqe = &wrs.cqe, .sg_list = &sge, .num_sge = 1 };
-		const struct ib_recv_wr *bad;
-
-		ret |= ib_post_recv(qa, &wr, &bad);
-	}
-	for (i = 0; i < nsend; i++) {
-		struct ib_sge sge = { .addr = data_dma(&tx), .length = 64,
-				      .lkey = a->pd->local_dma_lkey };
-		struct ib_send_wr wr = { .wr_cqe = &wrs.cqe, .opcode = IB_WR_SEND,
-					 .sg_list = &sge, .num_sge = 1,
-					 .send_flags = IB_SEND_SIGNALED };
-		const struct ib_send_wr *bad;
-
-		ret |= ib_post_send(qa, &wr, &bad);
-	}
+	ret = post_recvs(p.qa, nrecv, &wrs.cqe, 0, data_dma(&rb), a->pd->local_dma_lkey);
+	ret = post_sends(p.qa, nsend, &wrs.cqe, 0, data_dma(&tx), a->pd->local_dma_lkey) ?: ret;
 	CHECK(!ret, "hang: %d receives and %d SENDs posted on rox_0", nrecv, nsend);
 	/* Still in flight a moment later: the device is alive and nothing can complete. */
 	msleep(200);
@@ -74,14 +49,7 @@ void check_hung_device(struct side *a, struct side *b)
 	CHECK(finished && atomic_read(&wrs.flushed) == nrecv + nsend,
 	      "hang: all %d work requests completed with IB_WC_WR_FLUSH_ERR", nrecv + nsend);
 out:
-	if (!IS_ERR_OR_NULL(qa))
-		ib_destroy_qp(qa);
-	if (!IS_ERR_OR_NULL(qb))
-		ib_destroy_qp(qb);
+	cq_pair_down(&p);
 	buf_free(&rb);
 	buf_free(&tx);
-	if (!IS_ERR_OR_NULL(ca))
-		ib_free_cq(ca);
-	if (!IS_ERR_OR_NULL(cb))
-		ib_free_cq(cb);
 }

@@ -233,6 +233,41 @@ void pair_down(struct pair *p, struct side *a, struct side *b)
 	drain_cq(b->cq);
 }
 
+int cq_pair_cqs(struct cq_pair *p, struct side *a, struct side *b, enum ib_poll_context ctx,
+		int vector)
+{
+	p->qa = NULL;
+	p->qb = NULL;
+	p->ca = ib_alloc_cq(a->dev, NULL, 64, vector % a->dev->num_comp_vectors, ctx);
+	p->cb = ib_alloc_cq(b->dev, NULL, 64, vector % b->dev->num_comp_vectors, ctx);
+	if (IS_ERR(p->ca))
+		return PTR_ERR(p->ca);
+	return PTR_ERR_OR_ZERO(p->cb);
+}
+
+int cq_pair_connect(struct cq_pair *p, struct side *a, struct side *b)
+{
+	p->qa = create_qp(a, NULL, IB_QPT_RC, DEPTH, DEPTH, NULL, p->ca);
+	p->qb = create_qp(b, NULL, IB_QPT_RC, DEPTH, DEPTH, NULL, p->cb);
+	if (IS_ERR(p->qa))
+		return PTR_ERR(p->qa);
+	if (IS_ERR(p->qb))
+		return PTR_ERR(p->qb);
+	return connect_qp(p->qa, a, b, p->qb->qp_num) ?: connect_qp(p->qb, b, a, p->qa->qp_num);
+}
+
+void cq_pair_down(struct cq_pair *p)
+{
+	if (!IS_ERR_OR_NULL(p->qa))
+		ib_destroy_qp(p->qa);
+	if (!IS_ERR_OR_NULL(p->qb))
+		ib_destroy_qp(p->qb);
+	if (!IS_ERR_OR_NULL(p->ca))
+		ib_free_cq(p->ca);
+	if (!IS_ERR_OR_NULL(p->cb))
+		ib_free_cq(p->cb);
+}
+
 int buf_alloc(struct buf *b, struct ib_device *dev)
 {
 	b->dev = dev;
@@ -293,6 +328,51 @@ int post_srq_recv(struct ib_srq *srq, u64 wr_id, u64 addr, u32 len, u32 lkey)
 	const struct ib_recv_wr *bad;
 
 	return ib_post_srq_recv(srq, &wr, &bad);
+}
+
+/*
+ * `n` receives of 128 bytes each, receive i at `addr` + 128 i: with `cqe` each completes
+ * through it (ib_core's polling), else their wr_ids are `wr_id`, `wr_id` + 1, ... All are
+ * posted; 0 or the first error.
+ */
+int post_recvs(struct ib_qp *qp, int n, struct ib_cqe *cqe, u64 wr_id, u64 addr, u32 lkey)
+{
+	int i, ret = 0;
+
+	for (i = 0; i < n; i++) {
+		struct ib_sge sge = { .addr = addr + i * 128, .length = 128, .lkey = lkey };
+		struct ib_recv_wr wr = { .sg_list = &sge, .num_sge = 1 };
+		const struct ib_recv_wr *bad;
+		int err;
+
+		if (cqe)
+			wr.wr_cqe = cqe;
+		else
+			wr.wr_id = wr_id + i;
+		err = ib_post_recv(qp, &wr, &bad);
+		ret = ret ?: err;
+	}
+	return ret;
+}
+
+/* `n` signalled SENDs of the 64 bytes at `addr`, completing as post_recvs' receives do. */
+int post_sends(struct ib_qp *qp, int n, struct ib_cqe *cqe, u64 wr_id, u64 addr, u32 lkey)
+{
+	int i, ret = 0;
+
+	for (i = 0; i < n; i++) {
+		struct ib_sge sge = { .addr = addr, .length = 64, .lkey = lkey };
+		struct ib_send_wr wr = { .opcode = IB_WR_SEND, .sg_list = &sge, .num_sge = 1 };
+		int err;
+
+		if (cqe)
+			wr.wr_cqe = cqe;
+		else
+			wr.wr_id = wr_id + i;
+		err = post_send(qp, &wr);
+		ret = ret ?: err;
+	}
+	return ret;
 }
 
 int post_send(struct ib_qp *qp, struct ib_send_wr *wr)

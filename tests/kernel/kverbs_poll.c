@@ -7,25 +7,17 @@ void check_poll_ctx(struct side *a, struct side *b, enum ib_poll_context ctx,
 		    const char *name, int vector)
 {
 	const int n = 8;
-	struct ib_cq *ca, *cb;
-	struct ib_qp *qa = NULL, *qb = NULL;
-	struct side sa = *a, sb2 = *b;
+	struct cq_pair p;
 	struct ctx_counter sends = {}, recvs = {};
 	struct buf rb = {}, tx = {};
-	int i, ret = 0;
+	int i, ret;
 	bool finished;
 
-	ca = ib_alloc_cq(a->dev, NULL, 64, vector % a->dev->num_comp_vectors, ctx);
-	cb = ib_alloc_cq(b->dev, NULL, 64, vector % b->dev->num_comp_vectors, ctx);
-	CHECK(!IS_ERR(ca) && !IS_ERR(cb), "cq %s: CQs on completion vector %d", name, vector);
-	if (IS_ERR(ca) || IS_ERR(cb))
+	ret = cq_pair_cqs(&p, a, b, ctx, vector);
+	CHECK(!ret, "cq %s: CQs on completion vector %d", name, vector);
+	if (ret)
 		goto out;
-	sa.cq = ca;
-	sb2.cq = cb;
-	qa = create_qp(&sa, NULL, IB_QPT_RC, DEPTH, DEPTH, NULL, ca);
-	qb = create_qp(&sb2, NULL, IB_QPT_RC, DEPTH, DEPTH, NULL, cb);
-	if (IS_ERR(qa) || IS_ERR(qb) || connect_qp(qa, a, b, qb->qp_num) ||
-	    connect_qp(qb, b, a, qa->qp_num) || buf_alloc(&rb, b->dev) || buf_alloc(&tx, a->dev)) {
+	if (cq_pair_connect(&p, a, b) || buf_alloc(&rb, b->dev) || buf_alloc(&tx, a->dev)) {
 		CHECK(0, "cq %s: RC pair", name);
 		goto out;
 	}
@@ -36,31 +28,15 @@ void check_poll_ctx(struct side *a, struct side *b, enum ib_poll_context ctx,
 	sends.want = n;
 	/* n receives consumed, 2 more flushed by the drain. */
 	recvs.want = n + 2;
-	for (i = 0; i < n + 2; i++) {
-		struct ib_sge sge = { .addr = data_dma(&rb) + i * 128, .length = 128,
-				      .lkey = b->pd->local_dma_lkey };
-		struct ib_recv_wr wr = { .wr_cqe = &recvs.cqe, .sg_list = &sge, .num_sge = 1 };
-		const struct ib_recv_wr *bad;
-
-		ret |= ib_post_recv(qb, &wr, &bad);
-	}
-	for (i = 0; i < n; i++) {
-		struct ib_sge sge = { .addr = data_dma(&tx), .length = 64,
-				      .lkey = a->pd->local_dma_lkey };
-		struct ib_send_wr wr = { .wr_cqe = &sends.cqe, .opcode = IB_WR_SEND,
-					 .sg_list = &sge, .num_sge = 1,
-					 .send_flags = IB_SEND_SIGNALED };
-		const struct ib_send_wr *bad;
-
-		ret |= ib_post_send(qa, &wr, &bad);
-	}
+	ret = post_recvs(p.qb, n + 2, &recvs.cqe, 0, data_dma(&rb), b->pd->local_dma_lkey);
+	ret = post_sends(p.qa, n, &sends.cqe, 0, data_dma(&tx), a->pd->local_dma_lkey) ?: ret;
 	if (ctx == IB_POLL_DIRECT) {
 		unsigned long end = jiffies + msecs_to_jiffies(TIMEOUT_MS);
 
 		while ((atomic_read(&sends.ok) < n || atomic_read(&recvs.ok) < n) &&
 		       time_before(jiffies, end)) {
-			ib_process_cq_direct(ca, -1);
-			ib_process_cq_direct(cb, -1);
+			ib_process_cq_direct(p.ca, -1);
+			ib_process_cq_direct(p.cb, -1);
 			usleep_range(100, 200);
 		}
 		finished = atomic_read(&sends.ok) == n && atomic_read(&recvs.ok) == n;
@@ -73,24 +49,17 @@ void check_poll_ctx(struct side *a, struct side *b, enum ib_poll_context ctx,
 	CHECK(!ret && finished && !atomic_read(&sends.other),
 	      "cq %s: %d SENDs and %d receives completed through ib_core's polling", name,
 	      atomic_read(&sends.ok), atomic_read(&recvs.ok));
-	ib_drain_qp(qa);
-	ib_drain_qp(qb);
+	ib_drain_qp(p.qa);
+	ib_drain_qp(p.qb);
 	if (ctx == IB_POLL_DIRECT)
-		ib_process_cq_direct(cb, -1);
+		ib_process_cq_direct(p.cb, -1);
 	CHECK(atomic_read(&recvs.flushed) == 2 && !atomic_read(&recvs.other),
 	      "cq %s: ib_drain_qp returned, the 2 receives left were flushed (%d)", name,
 	      atomic_read(&recvs.flushed));
 out:
-	if (!IS_ERR_OR_NULL(qa))
-		ib_destroy_qp(qa);
-	if (!IS_ERR_OR_NULL(qb))
-		ib_destroy_qp(qb);
+	cq_pair_down(&p);
 	buf_free(&rb);
 	buf_free(&tx);
-	if (!IS_ERR_OR_NULL(ca))
-		ib_free_cq(ca);
-	if (!IS_ERR_OR_NULL(cb))
-		ib_free_cq(cb);
 }
 
 /*
@@ -118,16 +87,8 @@ void check_reset_reuse(struct side *a, struct side *b)
 		SETUP_FAILED("reset reuse: buffers");
 		goto out;
 	}
-	for (i = 0; i < 5; i++)
-		ret |= post_recv(p.qb, i, data_dma(&rb) + i * 128, 128, b->pd->local_dma_lkey);
-	for (i = 0; i < 3; i++) {
-		struct ib_sge sge = { .addr = data_dma(&tx), .length = 64,
-				      .lkey = a->pd->local_dma_lkey };
-		struct ib_send_wr wr = { .wr_id = 100 + i, .opcode = IB_WR_SEND, .sg_list = &sge,
-					 .num_sge = 1, .send_flags = IB_SEND_SIGNALED };
-
-		ret |= post_send(p.qa, &wr);
-	}
+	ret |= post_recvs(p.qb, 5, NULL, 0, data_dma(&rb), b->pd->local_dma_lkey);
+	ret |= post_sends(p.qa, 3, NULL, 100, data_dma(&tx), a->pd->local_dma_lkey);
 	/* The 3 arrived (their receives completed); the sender's CQEs follow the ACKs. */
 	for (i = 0; i < 3; i++)
 		ret |= wait_wr(b->cq, i, NULL);
@@ -138,16 +99,8 @@ void check_reset_reuse(struct side *a, struct side *b)
 	drain_cq(b->cq);
 	ret |= connect_qp(p.qa, a, b, p.qb->qp_num);
 	ret |= connect_qp(p.qb, b, a, p.qa->qp_num);
-	for (i = 0; i < 2; i++)
-		ret |= post_recv(p.qb, 10 + i, data_dma(&rb) + i * 128, 128, b->pd->local_dma_lkey);
-	for (i = 0; i < 2; i++) {
-		struct ib_sge sge = { .addr = data_dma(&tx), .length = 64,
-				      .lkey = a->pd->local_dma_lkey };
-		struct ib_send_wr wr = { .wr_id = 200 + i, .opcode = IB_WR_SEND, .sg_list = &sge,
-					 .num_sge = 1, .send_flags = IB_SEND_SIGNALED };
-
-		ret |= post_send(p.qa, &wr);
-	}
+	ret |= post_recvs(p.qb, 2, NULL, 10, data_dma(&rb), b->pd->local_dma_lkey);
+	ret |= post_sends(p.qa, 2, NULL, 200, data_dma(&tx), a->pd->local_dma_lkey);
 	/* Everything a's CQ returns within 1 s (the new SENDs take milliseconds). */
 	end = jiffies + msecs_to_jiffies(1000);
 	while (time_before(jiffies, end) && n < ARRAY_SIZE(got)) {

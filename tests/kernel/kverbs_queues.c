@@ -66,6 +66,38 @@ out:
 	ib_destroy_srq(srq);
 }
 
+/* A send-only QP on a and a receive-only one on b, with a buffer each. */
+struct one_way {
+	struct ib_qp *so, *ro;
+	struct buf sb, rb;
+};
+
+/* `w` of QP type `type`; 0 or -errno (one_way_down either way). */
+static int one_way_up(struct one_way *w, struct side *a, struct side *b, enum ib_qp_type type)
+{
+	memset(w, 0, sizeof(*w));
+	w->so = create_qp(a, NULL, type, DEPTH, 0, NULL, NULL);
+	w->ro = create_qp(b, NULL, type, 0, DEPTH, NULL, NULL);
+	if (IS_ERR(w->so))
+		return PTR_ERR(w->so);
+	if (IS_ERR(w->ro))
+		return PTR_ERR(w->ro);
+	return buf_alloc(&w->rb, b->dev) ?: buf_alloc(&w->sb, a->dev);
+}
+
+/* Frees `w` and empties both sides' CQs of what it left there. */
+static void one_way_down(struct one_way *w, struct side *a, struct side *b)
+{
+	buf_free(&w->rb);
+	buf_free(&w->sb);
+	if (!IS_ERR(w->so))
+		ib_destroy_qp(w->so);
+	if (!IS_ERR(w->ro))
+		ib_destroy_qp(w->ro);
+	drain_cq(a->cq);
+	drain_cq(b->cq);
+}
+
 void check_zero_depth(struct side *a, struct side *b)
 {
 	static const enum ib_qp_type types[] = { IB_QPT_RC, IB_QPT_UC, IB_QPT_UD };
@@ -105,60 +137,49 @@ void check_zero_depth(struct side *a, struct side *b)
 	}
 	/* Traffic between a send-only RC QP on a and a receive-only one on b. */
 	{
-		struct ib_qp *so = create_qp(a, NULL, IB_QPT_RC, DEPTH, 0, NULL, NULL);
-		struct ib_qp *ro = create_qp(b, NULL, IB_QPT_RC, 0, DEPTH, NULL, NULL);
-		struct buf rb = {}, sb = {};
+		struct one_way w;
 		struct ib_wc wc;
 		int ret = -EINVAL;
 
-		if (!IS_ERR(so) && !IS_ERR(ro) && !buf_alloc(&rb, b->dev) && !buf_alloc(&sb, a->dev) &&
-		    !connect_qp(so, a, b, ro->qp_num) && !connect_qp(ro, b, a, so->qp_num)) {
-			struct ib_sge sge = { .addr = data_dma(&sb), .length = 100,
+		if (!one_way_up(&w, a, b, IB_QPT_RC) && !connect_qp(w.so, a, b, w.ro->qp_num) &&
+		    !connect_qp(w.ro, b, a, w.so->qp_num)) {
+			struct ib_sge sge = { .addr = data_dma(&w.sb), .length = 100,
 					      .lkey = a->pd->local_dma_lkey };
 			struct ib_send_wr wr = { .wr_id = 200, .opcode = IB_WR_SEND, .sg_list = &sge,
 						 .num_sge = 1 };
 
-			post_recv(ro, 201, data_dma(&rb), PAGE_SIZE, b->pd->local_dma_lkey);
-			ret = post_send(so, &wr);
+			post_recv(w.ro, 201, data_dma(&w.rb), PAGE_SIZE, b->pd->local_dma_lkey);
+			ret = post_send(w.so, &wr);
 			ret = ret ? ret : wait_wr(a->cq, 200, NULL);
 			ret = ret ? ret : wait_wr(b->cq, 201, &wc);
 		}
 		CHECK(!ret && wc.byte_len == 100,
 		      "zero-depth: SEND from a send-only RC QP to a receive-only one (status %d)", ret);
-		buf_free(&rb);
-		buf_free(&sb);
-		if (!IS_ERR(so))
-			ib_destroy_qp(so);
-		if (!IS_ERR(ro))
-			ib_destroy_qp(ro);
-		drain_cq(a->cq);
-		drain_cq(b->cq);
+		one_way_down(&w, a, b);
 	}
 	/* UD: a send-only QP on a to a receive-only QP on b through an address handle. */
 	{
-		struct ib_qp *so = create_qp(a, NULL, IB_QPT_UD, DEPTH, 0, NULL, NULL);
-		struct ib_qp *ro = create_qp(b, NULL, IB_QPT_UD, 0, DEPTH, NULL, NULL);
-		struct buf rb = {}, sb = {};
+		struct one_way w;
 		struct rdma_ah_attr av;
 		struct ib_ah *ah = NULL;
 		struct ib_wc wc;
 		int ret = -EINVAL;
 
-		if (!IS_ERR(so) && !IS_ERR(ro) && !buf_alloc(&rb, b->dev) && !buf_alloc(&sb, a->dev) &&
-		    !ud_ready(so, 0x1111) && !ud_ready(ro, 0x1111)) {
+		if (!one_way_up(&w, a, b, IB_QPT_UD) && !ud_ready(w.so, 0x1111) &&
+		    !ud_ready(w.ro, 0x1111)) {
 			roce_av(&av, a, b);
 			ah = rdma_create_ah(a->pd, &av, RDMA_CREATE_AH_SLEEPABLE);
 			if (!IS_ERR(ah)) {
-				struct ib_sge sge = { .addr = data_dma(&sb), .length = 64,
+				struct ib_sge sge = { .addr = data_dma(&w.sb), .length = 64,
 						      .lkey = a->pd->local_dma_lkey };
 				struct ib_ud_wr wr = {
 					.wr = { .wr_id = 210, .opcode = IB_WR_SEND, .sg_list = &sge,
 						.num_sge = 1 },
-					.ah = ah, .remote_qpn = ro->qp_num, .remote_qkey = 0x1111,
+					.ah = ah, .remote_qpn = w.ro->qp_num, .remote_qkey = 0x1111,
 				};
 
-				post_recv(ro, 211, data_dma(&rb), PAGE_SIZE, b->pd->local_dma_lkey);
-				ret = post_send(so, &wr.wr);
+				post_recv(w.ro, 211, data_dma(&w.rb), PAGE_SIZE, b->pd->local_dma_lkey);
+				ret = post_send(w.so, &wr.wr);
 				ret = ret ? ret : wait_wr(a->cq, 210, NULL);
 				ret = ret ? ret : wait_wr(b->cq, 211, &wc);
 			} else {
@@ -166,18 +187,11 @@ void check_zero_depth(struct side *a, struct side *b)
 				ah = NULL;
 			}
 		}
-		CHECK(!ret && wc.byte_len == 64 + 40 && wc.src_qp == so->qp_num,
+		CHECK(!ret && wc.byte_len == 64 + 40 && wc.src_qp == w.so->qp_num,
 		      "zero-depth: UD datagram from a send-only QP to a receive-only one (status %d)",
 		      ret);
 		if (ah)
 			rdma_destroy_ah(ah, RDMA_DESTROY_AH_SLEEPABLE);
-		buf_free(&rb);
-		buf_free(&sb);
-		if (!IS_ERR(so))
-			ib_destroy_qp(so);
-		if (!IS_ERR(ro))
-			ib_destroy_qp(ro);
-		drain_cq(a->cq);
-		drain_cq(b->cq);
+		one_way_down(&w, a, b);
 	}
 }

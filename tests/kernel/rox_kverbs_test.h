@@ -62,6 +62,15 @@ struct pair {
 	struct ib_qp *qa, *qb;
 };
 
+/*
+ * An RC pair a<->b on two CQs of its own that ib_core polls (cq_pair_cqs' poll context and
+ * completion vector): for checks whose completions reach ib_cqe callbacks (count_done).
+ */
+struct cq_pair {
+	struct ib_cq *ca, *cb;
+	struct ib_qp *qa, *qb;
+};
+
 /* A DMA-mapped buffer of BUF_PAGES pages, the first and last a guard. */
 struct buf {
 	struct ib_device *dev;
@@ -98,6 +107,13 @@ int ud_ready(struct ib_qp *qp, u32 qkey);
 int pair_up(struct pair *p, struct side *a, struct side *b, struct ib_pd *pdb,
 	    struct ib_srq *srqb);
 void pair_down(struct pair *p, struct side *a, struct side *b);
+/* The CQs of `p` (vector taken modulo each device's); 0 or -errno. cq_pair_down after either. */
+int cq_pair_cqs(struct cq_pair *p, struct side *a, struct side *b, enum ib_poll_context ctx,
+		int vector);
+/* Its QPs on those CQs, connected; 0 or -errno. */
+int cq_pair_connect(struct cq_pair *p, struct side *a, struct side *b);
+/* Destroys what cq_pair_cqs and cq_pair_connect made. */
+void cq_pair_down(struct cq_pair *p);
 int buf_alloc(struct buf *b, struct ib_device *dev);
 void buf_free(struct buf *b);
 void buf_sync_cpu(struct buf *b);
@@ -106,6 +122,8 @@ bool guards_ok(struct buf *b);
 int post_recv(struct ib_qp *qp, u64 wr_id, u64 addr, u32 len, u32 lkey);
 int post_srq_recv(struct ib_srq *srq, u64 wr_id, u64 addr, u32 len, u32 lkey);
 int post_send(struct ib_qp *qp, struct ib_send_wr *wr);
+int post_recvs(struct ib_qp *qp, int n, struct ib_cqe *cqe, u64 wr_id, u64 addr, u32 lkey);
+int post_sends(struct ib_qp *qp, int n, struct ib_cqe *cqe, u64 wr_id, u64 addr, u32 lkey);
 int rdma_op(struct ib_qp *qp, enum ib_wr_opcode op, u64 wr_id, u64 laddr, u32 len,
 	    u32 lkey, u64 raddr, u32 rkey);
 int fast_reg(struct ib_qp *qp, struct ib_cq *cq, struct ib_mr *mr, struct buf *b,

@@ -151,10 +151,7 @@ pub(super) unsafe extern "C" fn poll_cq<V: Verbs>(
             core::slice::from_raw_parts_mut(wc, n as usize),
         )
     };
-    let mut out = WcOut {
-        raw: wcs,
-        registry: V::registry(dev),
-    };
+    let mut out = WcOut { raw: wcs };
     match V::poll_cq(dev, data, &mut out) {
         Ok(count) => count as c_int,
         Err(err) => err.to_errno(),

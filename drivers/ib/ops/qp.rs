@@ -4,7 +4,7 @@
 use super::{errno, ucontext_of, xrcd::xrcd_num};
 use crate::hw::uapi::ids::Qpn;
 use crate::ib::{
-    attr::{QpAttr, QpCap},
+    attr::{IbQpRef, QpAttr, QpCap},
     bindings as b,
     ibdev::ib_of,
     obj::{dev_of, Obj},
@@ -72,6 +72,9 @@ pub(super) unsafe extern "C" fn create_qp<V: Verbs>(
     // SAFETY: `udata` is null or valid for this call.
     let (mut udata_w, uctx) = unsafe { (Udata::from_raw(udata), ucontext_of::<V>(udata)) };
     let mut cap = QpCap::from_raw(&init.cap);
+    let Some(ib_qp) = IbQpRef::new(qp) else {
+        return EINVAL.to_errno();
+    };
     let qp_init = QpInit {
         qp_type: init.qp_type,
         sq_sig_all: init.sq_sig_type == b::ib_sig_type_IB_SIGNAL_ALL_WR,
@@ -82,6 +85,7 @@ pub(super) unsafe extern "C" fn create_qp<V: Verbs>(
         recv_cq,
         srq,
         xrcd,
+        ib_qp,
     };
     let rc = errno((|| {
         let created = V::create_qp(dev, ib_of(ibdev), uctx, qp_init, &mut udata_w)?;
