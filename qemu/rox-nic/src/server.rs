@@ -1,6 +1,12 @@
-//! vfio-user glue: the regions and IRQs rox-nic declares, the `ServerBackend` the crate's
+//! vfio-user glue: the regions and IRQs rox-nic declares, the `ServerBackend` rox-nic's
 //! (single-threaded, control-only) server loop calls, and a bounded trace of those calls for
-//! diagnosing a guest that hangs while talking to the device.
+//! diagnosing a guest that hangs while talking to the device. The loop itself is
+//! [`protocol`], over the whole-message reads and writes of [`framing`].
+
+pub mod framing;
+pub mod protocol;
+
+pub use protocol::{ServeError, Server};
 
 use std::collections::VecDeque;
 use std::fmt::{self, Write as _};
@@ -12,9 +18,7 @@ use std::time::Instant;
 
 use rox_uapi::regs::{self, BAR_CTRL, BAR_DB};
 use vfio_bindings::bindings::vfio::*;
-use vfio_user::{
-    DmaMapFlags, DmaUnmapFlags, IrqInfo, Server, ServerBackend, ServerRegion, SparseArea,
-};
+use vfio_user::{DmaMapFlags, DmaUnmapFlags, IrqInfo, ServerBackend, ServerRegion, SparseArea};
 
 use crate::device::RoxNic;
 use crate::pci::CONFIG_SPACE_SIZE;
@@ -24,8 +28,8 @@ use crate::pci::CONFIG_SPACE_SIZE;
 pub enum ServerError {
     #[error("socket {0} is in use by a running server")]
     SocketInUse(String),
-    #[error("vfio-user: {0}")]
-    VfioUser(#[from] vfio_user::Error),
+    #[error("binding vfio-user socket {0}: {1}")]
+    Bind(String, std::io::Error),
     #[error("removing stale socket {0}: {1}")]
     Stale(String, std::io::Error),
 }
@@ -100,7 +104,8 @@ pub fn bind(path: &Path, nic: &RoxNic) -> Result<Server, ServerError> {
         std::fs::remove_file(path)
             .map_err(|e| ServerError::Stale(path.display().to_string(), e))?;
     }
-    Ok(Server::new(path, true, irqs(), regions(nic))?)
+    Server::bind(path, irqs(), regions(nic))
+        .map_err(|e| ServerError::Bind(path.display().to_string(), e))
 }
 
 impl ServerBackend for RoxNic {
@@ -323,7 +328,7 @@ impl Trace {
         };
         let mut out = format!(
             "vfio-user trace: {total} request(s) reached the device, the last {} below, now +{now} ms \
-             (VERSION and the GET_INFO queries are answered by the vfio_user crate and not traced)\n",
+             (VERSION and the GET_INFO queries are answered by the server loop and not traced)\n",
             entries.len()
         );
         for e in &entries {
@@ -506,7 +511,7 @@ pub fn serve(
     nic: &mut RoxNic,
     trace: Arc<Trace>,
     panic_at: Option<u64>,
-) -> Result<(), vfio_user::Error> {
+) -> Result<(), ServeError> {
     let mut traced = Traced {
         backend: nic,
         trace,

@@ -269,9 +269,23 @@ pub fn recv_with_fds(
     stream: &UnixStream,
     data: &mut [u8],
 ) -> std::io::Result<(usize, Vec<OwnedFd>)> {
+    recv_with_fds_max(stream, data, MAX_FDS)
+}
+
+/// The most descriptors Linux passes in one message (SCM_MAX_FD): with room for this many,
+/// a receive is never cut short for lack of room.
+pub const SCM_MAX_FD: usize = 253;
+
+/// [`recv_with_fds`] with room for `max_fds` descriptors (more attached is an error, and the
+/// kernel closes the extra ones).
+pub fn recv_with_fds_max(
+    stream: &UnixStream,
+    data: &mut [u8],
+    max_fds: usize,
+) -> std::io::Result<(usize, Vec<OwnedFd>)> {
     // SAFETY: CMSG_SPACE only computes a size.
     let space =
-        unsafe { libc::CMSG_SPACE((MAX_FDS * std::mem::size_of::<RawFd>()) as u32) } as usize;
+        unsafe { libc::CMSG_SPACE((max_fds * std::mem::size_of::<RawFd>()) as u32) } as usize;
     let mut control = vec![0u64; space.div_ceil(8)];
     let mut iov = libc::iovec {
         iov_base: data.as_mut_ptr().cast(),

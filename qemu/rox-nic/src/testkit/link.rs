@@ -7,7 +7,7 @@ use super::*;
 pub enum Link {
     /// Direct calls into the device model.
     InProcess(Box<RoxNic>),
-    /// A vfio-user socket served by a thread running the crate's server loop.
+    /// A vfio-user socket served by a thread running rox-nic's server loop.
     Socket {
         client: RefCell<vfio_user::Client>,
         server: Option<JoinHandle<()>>,

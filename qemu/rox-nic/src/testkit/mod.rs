@@ -234,7 +234,7 @@ impl TestDriver {
         Self::setup(Link::InProcess(Box::new(nic)), shared, db)
     }
 
-    /// The same, over a real vfio-user socket (a server thread runs the crate's loop).
+    /// The same, over a real vfio-user socket (a server thread runs rox-nic's server loop).
     pub fn over_socket(config: DeviceConfig) -> TestDriver {
         let nic = RoxNic::new(config).expect("create device");
         let shared = nic.shared().clone();
