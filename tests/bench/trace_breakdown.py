@@ -370,7 +370,7 @@ def burst_report(tr, name):
         rows = burst_rows(run)
         if not rows:
             continue
-        lo, hi = run[0]["ts"], run[-1]["ts"] + run[-1]["dur"]
+        lo, hi = run[0]["ts"], max(s["ts"] + s["dur"] for s in run)
         qps = len({s["tid"] for s in run})
         busy = sum(s["dur"] for s in run)
         title = (f"{name} from {tr.names.get(pid, pid)}: {len(run)} WQEs on {qps} QPs in "
