@@ -140,6 +140,8 @@ class Bursts(unittest.TestCase):
         self.assertIn("bridge, request frames", text)
         self.assertIn("bridge, ACKs back", text)
         self.assertIn("sent again (retransmissions and tail probes): 0", text)
+        self.assertEqual(tb.frame_rate(tr, CLIENT, 5000, 5200, bin_us=100.0), [(0.05, 20000.0)])
+        ET.fromstring(tb.bursts_svg(tr, "RDMA_WRITE 8192 B", "s"))
         probe = rec(CLIENT, 5150.0, "frame out", psn=11, opcode="WRITE_LAST")
         self.assertEqual(tb.resent_frames(tb.Trace(ev + [probe]), CLIENT, 5000, 5200, ("WRITE_LAST",)), 1)
 

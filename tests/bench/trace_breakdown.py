@@ -364,6 +364,32 @@ def resent_frames(tr, pid, lo, hi, opcodes):
     return seen
 
 
+def frame_rate(tr, pid, lo, hi, bin_us=50000.0):
+    """[(ms from lo, request frames out per second)] in bins of `bin_us`."""
+    counts = {}
+    for (name, p, _psn, op), rows in tr.by_key.items():
+        if name == "frame out" and p == pid and op.startswith("WRITE"):
+            for ts, _ in rows:
+                if lo <= ts <= hi:
+                    k = int((ts - lo) // bin_us)
+                    counts[k] = counts.get(k, 0) + 1
+    if not counts:
+        return []
+    return [((k + 0.5) * bin_us / 1000, counts.get(k, 0) * 1e6 / bin_us) for k in range(max(counts) + 1)]
+
+
+def bursts_svg(tr, name, subtitle):
+    """Request frames out per second over time, a line per run of WQEs (per QP count)."""
+    series = {}
+    for pid, run in bursts(tr, name):
+        lo, hi = run[0]["ts"], max(s["ts"] + s["dur"] for s in run)
+        pts = frame_rate(tr, pid, lo, hi)
+        if pts:
+            series[f"{tr.names.get(pid, pid)}, {len({s['tid'] for s in run})} QPs"] = pts
+    return svgplot.line_chart(series, f"{name}: request frames out per second (50 ms bins)",
+                              "ms from the run's first doorbell", "frames/s", subtitle=subtitle)
+
+
 def burst_report(tr, name):
     lines = []
     for pid, run in bursts(tr, name):
@@ -535,6 +561,8 @@ def main():
     ap.add_argument("--write-bytes", type=int, default=1048576, help="the WRITE size (1048576)")
     ap.add_argument("--svg-dir", help="write send-lat-iterations.svg and send-lat-median.svg here")
     ap.add_argument("--subtitle", default="", help="a line under the charts' titles (conditions)")
+    ap.add_argument("--bursts-svg", metavar="OUT.svg",
+                    help="with --bursts: also draw each run's request frames out per second over time")
     ap.add_argument("--excerpt", nargs=3, metavar=("FROM_US", "TO_US", "OUT"),
                     help="also write the events between these µs of the trace as OUT (JSON)")
     ap.add_argument("--bursts", metavar="WQE_NAME",
@@ -554,6 +582,9 @@ def main():
             if not text:
                 sys.exit(f"trace_breakdown: no WQE named {a.bursts!r} with a CQE")
             print(text)
+            if a.bursts_svg:
+                with open(a.bursts_svg, "w") as f:
+                    f.write(bursts_svg(tr, a.bursts, a.subtitle))
             return 0
         sends, wakes = send_lat_iterations(tr, a.client)
         writes = write_iterations(tr, a.write_bytes)
