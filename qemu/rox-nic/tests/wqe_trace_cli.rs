@@ -5,7 +5,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use rox_nic::trace::Dump;
+use rox_nic::trace::{Dump, Kind};
 
 const NIC: &str = env!("CARGO_BIN_EXE_rox-nic");
 const TOOL: &str = env!("CARGO_BIN_EXE_rox-trace");
@@ -48,7 +48,12 @@ fn sigusr2_writes_the_trace_and_rox_trace_reads_it() {
     wait_for(&file, "trace file after SIGUSR2");
     // Written beside and renamed: once it exists it is whole.
     let dump = Dump::read_from(&mut std::fs::File::open(&file).unwrap()).unwrap();
-    assert_eq!(dump, Dump::default(), "no guest, no WQE");
+    // No guest, no WQE: at most the data path's naps on its way to idle.
+    assert!(
+        dump.records.iter().all(|r| r.kind() == Some(Kind::Wait)),
+        "{dump:?}"
+    );
+    assert_eq!(dump.overwritten, 0);
     assert!(
         child.try_wait().unwrap().is_none(),
         "SIGUSR2 does not end rox-nic"

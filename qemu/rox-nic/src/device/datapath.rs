@@ -215,6 +215,8 @@ impl DataPath {
     /// Block on the wake eventfd, the port and the netdev for at most `timeout` (and no
     /// longer than until a link tries again to reach a missing peer).
     fn wait(&self, mut timeout: Option<Duration>) {
+        // Only a running trace reads the clock here (the trace's nap records).
+        let began = self.shared.wqe_trace.is_on().then(Instant::now);
         let mut fds = [libc::pollfd {
             fd: self.shared.wake.as_raw_fd(),
             events: libc::POLLIN,
@@ -240,6 +242,10 @@ impl DataPath {
         }
         sys::poll::ppoll(&mut fds[..nfds], timeout);
         self.shared.wake.drain();
+        if let Some(began) = began {
+            let idle = self.shared.idle.load(Ordering::Relaxed) == DB_DEVICE_IDLE;
+            self.shared.wqe_trace.wait(began.elapsed(), timeout, idle);
+        }
     }
 
     /// The idle protocol: announce idleness in every doorbell page, re-scan once (a store that

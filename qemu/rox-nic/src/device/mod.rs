@@ -357,7 +357,10 @@ impl RoxNic {
             }
             REG_ADMIN_DB => self.shared.send(Control::AdminDoorbell(v)),
             REG_SCRATCH => r.scratch = v,
-            WAKE_REG => self.shared.wake.signal(),
+            WAKE_REG => {
+                self.shared.wqe_trace.wake();
+                self.shared.wake.signal();
+            }
             o => match Self::eq_reg(o) {
                 Some((n, EQ_ADDR_LO)) => set_lo(&mut r.eq_addr[n as usize], v),
                 Some((n, EQ_ADDR_HI)) => set_hi(&mut r.eq_addr[n as usize], v),

@@ -7,7 +7,7 @@
 use serde_json::{json, Value};
 
 use super::lives::{lives, Life, Stage};
-use super::record::{Dump, Kind, Record, NO_SYNDROME};
+use super::record::{Dump, Kind, Record, NO_SYNDROME, WAIT_IDLE};
 use super::report::{opcode_name, wr_opcode_name};
 
 /// The track of events that belong to no QP (EQEs, interrupts).
@@ -65,7 +65,7 @@ fn meta(pid: usize, tid: Option<u32>, what: &str, name: &str) -> Value {
 /// The QP track a record belongs on.
 fn track_of(r: &Record) -> u32 {
     match r.kind() {
-        Some(Kind::Eqe | Kind::Interrupt) | None => DEVICE_TRACK,
+        Some(Kind::Eqe | Kind::Interrupt | Kind::Wait | Kind::Wake) | None => DEVICE_TRACK,
         Some(_) => r.qpn,
     }
 }
@@ -104,6 +104,12 @@ fn instant(pid: usize, r: &Record, ts: f64) -> Value {
         ),
         Some(Kind::Eqe) => ("eqe", json!({ "eq": r.a, "type": r.op, "handle": r.qpn })),
         Some(Kind::Interrupt) => ("interrupt", json!({ "vector": r.a })),
+        Some(Kind::Wait) => (
+            "wait",
+            json!({ "waited_us": r.a, "asked_us": (r.b != u32::MAX).then_some(r.b),
+                    "idle": r.flags & WAIT_IDLE != 0 }),
+        ),
+        Some(Kind::Wake) => ("wake", json!({})),
         None => ("unknown", json!({ "kind": r.kind })),
     };
     json!({

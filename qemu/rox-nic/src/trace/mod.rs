@@ -1,6 +1,7 @@
 //! The WQE trace: every send WQE's life as the device sees it (doorbell noticed, WQE fetched,
 //! PSNs assigned, each packet out, each ACK/NAK/response in, retransmissions, CQE written,
-//! EQE and interrupt raised; and every well-formed packet in, at the device), timestamped on
+//! EQE and interrupt raised; every well-formed packet in, at the device; the data path's naps
+//! and wake-register writes, which say how long a doorbell waited), timestamped on
 //! CLOCK_MONOTONIC into a bounded per-device ring.
 //!
 //! Off by default and then free but for one relaxed atomic load per hook: the hooks take
@@ -20,12 +21,13 @@ mod ring;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
+use std::time::Duration;
 
 use rox_uapi::queue::{Sge, SqWqe, WqeFlags};
 
 use crate::roce::wire::{ParseError, Parsed};
 use crate::sys::clock::monotonic_ns;
-pub use record::{Dump, Kind, Record, Retransmit, CQE_RECV, NO_SYNDROME};
+pub use record::{Dump, Kind, Record, Retransmit, CQE_RECV, NO_SYNDROME, WAIT_IDLE};
 use ring::Ring;
 
 /// Records kept when the trace is turned on without a capacity.
@@ -238,6 +240,26 @@ impl WqeTrace {
             self.push(Kind::Interrupt, 0, vector, 0, 0, 0, 0);
         }
     }
+
+    /// The data path's wait ended after `waited` (it asked for at most `timeout`); `idle`: it
+    /// was the idle sleep. Says how much of a doorbell's delay was the device napping.
+    #[inline]
+    pub fn wait(&self, waited: Duration, timeout: Option<Duration>, idle: bool) {
+        if self.is_on() {
+            let us = |d: Duration| u32::try_from(d.as_micros()).unwrap_or(u32::MAX);
+            let asked = timeout.map_or(u32::MAX, us);
+            let flags = if idle { WAIT_IDLE } else { 0 };
+            self.push(Kind::Wait, 0, us(waited), asked, 0, flags, 0);
+        }
+    }
+
+    /// A vCPU wrote the wake register.
+    #[inline]
+    pub fn wake(&self) {
+        if self.is_on() {
+            self.push(Kind::Wake, 0, 0, 0, 0, 0, 0);
+        }
+    }
 }
 
 /// The bytes a send WQE moves: its inline data, or the sum of its gather list.
@@ -255,6 +277,39 @@ fn wqe_bytes(w: &SqWqe) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_wait_says_how_long_and_whether_it_was_the_idle_sleep_and_a_wake_is_recorded() {
+        let t = WqeTrace::new();
+        t.wait(
+            Duration::from_micros(7),
+            Some(Duration::from_micros(9)),
+            false,
+        );
+        assert!(t.dump().records.is_empty(), "off: nothing");
+        t.start(Some(8));
+        t.wait(
+            Duration::from_micros(7),
+            Some(Duration::from_micros(9)),
+            false,
+        );
+        t.wake();
+        t.wait(Duration::from_secs(5000), None, true);
+        let d = t.dump();
+        let got: Vec<_> = d
+            .records
+            .iter()
+            .map(|r| (r.kind(), r.qpn, r.a, r.b, r.flags))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (Some(Kind::Wait), 0, 7, 9, 0),
+                (Some(Kind::Wake), 0, 0, 0, 0),
+                (Some(Kind::Wait), 0, u32::MAX, u32::MAX, WAIT_IDLE),
+            ]
+        );
+    }
 
     #[test]
     fn an_off_trace_records_nothing_and_a_started_one_everything() {

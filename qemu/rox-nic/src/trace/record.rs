@@ -34,11 +34,18 @@ pub enum Kind {
     /// A well-formed RoCEv2 packet reached the device (before the transport looks at it):
     /// `qpn` its destination QP, `a` its PSN, `b` its payload length, `op` the BTH opcode.
     FrameIn = 10,
+    /// The data-path thread's wait (a nap while backing off, or the idle sleep) ended: `a`
+    /// how long it waited (µs), `b` the timeout it asked for (µs, `u32::MAX` for none),
+    /// `flags` [`WAIT_IDLE`] for the idle sleep (the doorbell pages said the device was idle).
+    Wait = 11,
+    /// The wake register was written (a vCPU's trapped write reached the device's server
+    /// thread; the vCPU waits for the reply).
+    Wake = 12,
 }
 
 impl Kind {
     /// Every kind (the values a record's kind byte may hold).
-    pub const ALL: [Kind; 10] = [
+    pub const ALL: [Kind; 12] = [
         Kind::Doorbell,
         Kind::WqeFetch,
         Kind::WqeStart,
@@ -49,6 +56,8 @@ impl Kind {
         Kind::Eqe,
         Kind::Interrupt,
         Kind::FrameIn,
+        Kind::Wait,
+        Kind::Wake,
     ];
 
     pub fn from_u8(v: u8) -> Option<Kind> {
@@ -67,6 +76,8 @@ impl Kind {
             Kind::Eqe => "eqe",
             Kind::Interrupt => "interrupt",
             Kind::FrameIn => "frame-in",
+            Kind::Wait => "wait",
+            Kind::Wake => "wake",
         }
     }
 }
@@ -86,6 +97,8 @@ pub enum Retransmit {
 pub const NO_SYNDROME: u32 = 0x100;
 /// `Cqe.flags`: a receive completion.
 pub const CQE_RECV: u16 = 1;
+/// `Wait.flags`: the idle sleep, not a nap.
+pub const WAIT_IDLE: u16 = 1;
 
 /// One timestamped event.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -220,7 +233,8 @@ mod tests {
         }
         assert_eq!(Kind::from_u8(0), None);
         assert_eq!(Kind::from_u8(10), Some(Kind::FrameIn));
-        assert_eq!(Kind::from_u8(11), None);
+        assert_eq!(Kind::from_u8(12), Some(Kind::Wake));
+        assert_eq!(Kind::from_u8(13), None);
     }
 
     #[test]

@@ -5,7 +5,7 @@
 use std::fmt::Write;
 
 use super::lives::{lives, Life, Stage};
-use super::record::{Dump, Kind, Record, NO_SYNDROME};
+use super::record::{Dump, Kind, Record, NO_SYNDROME, WAIT_IDLE};
 use crate::roce::wire::opcode::*;
 use rox_uapi::verbs::*;
 
@@ -122,6 +122,19 @@ fn describe(r: &Record) -> String {
         ),
         Some(Kind::Eqe) => format!("eqe          eq={} type={} handle={}", r.a, r.op, r.qpn),
         Some(Kind::Interrupt) => format!("interrupt    vector={}", r.a),
+        Some(Kind::Wait) => {
+            let what = if r.flags & WAIT_IDLE != 0 {
+                "slept"
+            } else {
+                "napped"
+            };
+            let asked = match r.b {
+                u32::MAX => "no limit".to_string(),
+                b => format!("{b} us"),
+            };
+            format!("{what:<13}{} us (asked {asked})", r.a)
+        }
+        Some(Kind::Wake) => "wake         (wake register written)".to_string(),
         None => format!("unknown record kind {}", r.kind),
     }
 }
@@ -184,7 +197,7 @@ fn timeline_between(dumps: &[Dump], names: &[String], from: u64, to: u64) -> Str
     for (d, r) in all {
         let name = names.get(d).map_or("?", String::as_str);
         let qp = match r.kind() {
-            Some(Kind::Eqe | Kind::Interrupt) => "        ".to_string(),
+            Some(Kind::Eqe | Kind::Interrupt | Kind::Wait | Kind::Wake) => "        ".to_string(),
             _ => format!("qp {:#05x}", r.qpn),
         };
         let _ = writeln!(
@@ -284,6 +297,29 @@ mod tests {
         assert_eq!(sums.len(), 2, "{text}");
         assert!(sums[1].contains("CQE->interrupt 0.200 us"), "{text}");
         assert!(sums[1].contains("1 retransmissions"), "{text}");
+    }
+
+    #[test]
+    fn naps_sleeps_and_wakes_are_device_lines_of_the_timeline() {
+        use super::super::lives::tests::rec;
+        let mut dump = two_writes();
+        let nap = rec(1, Kind::Wait, 0, 12, 9, 0, 0);
+        let mut sleep = rec(2, Kind::Wait, 0, 70_000, u32::MAX, 0, 0);
+        sleep.flags = WAIT_IDLE;
+        dump.records
+            .splice(0..0, [nap, rec(2, Kind::Wake, 0, 0, 0, 0, 0), sleep]);
+        let text = timeline(std::slice::from_ref(&dump), &["rox0".into()]);
+        assert!(text.contains("napped       12 us (asked 9 us)"), "{text}");
+        assert!(
+            text.contains("slept        70000 us (asked no limit)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("wake         (wake register written)"),
+            "{text}"
+        );
+        let sums = text.lines().filter(|l| l.contains("=>")).count();
+        assert_eq!(sums, 2, "they change no WQE's life: {text}");
     }
 
     #[test]
