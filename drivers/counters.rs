@@ -19,9 +19,12 @@ use kernel::prelude::*;
 type NamedCounter = (&'static CStr, fn(&PortCounters) -> u64);
 
 /// The transport's counters under mlx5's hw_counters names, each read from QUERY_COUNTERS.
-/// The congestion ones count rox-nic's ECN, CNP and DCQCN events. The last one has no mlx5
-/// counterpart (mlx5 counts no XRC errors): rox's own name.
-const MLX5_NAMED: [NamedCounter; 20] = [
+/// The congestion ones count rox-nic's ECN, CNP and DCQCN events. `rx_xrc_domain_errors` has
+/// no mlx5 counterpart (mlx5 counts no XRC errors): rox's own name. The `bottleneck_*` ones
+/// are the lab's congested switch queue in front of the port (rox-nic `--bottleneck`), under
+/// the names of a switch's queue counters (SAI/SONiC: packets, bytes, drops, WRED drops, ECN
+/// marks, watermark).
+const MLX5_NAMED: [NamedCounter; 26] = [
     (c"out_of_sequence", |c| c.out_of_sequence),
     (c"duplicate_request", |c| c.duplicate_request),
     (c"packet_seq_err", |c| c.packet_seq_err),
@@ -48,6 +51,20 @@ const MLX5_NAMED: [NamedCounter; 20] = [
     (c"rp_cnp_handled", |c| c.rp_cnp_handled),
     (c"rp_cnp_ignored", |c| c.rp_cnp_ignored),
     (c"rx_xrc_domain_errors", |c| c.rx_xrc_domain_errors),
+    (c"bottleneck_packets", |c| c.bottleneck_packets),
+    (c"bottleneck_bytes", |c| c.bottleneck_bytes),
+    (c"bottleneck_dropped_packets", |c| {
+        c.bottleneck_dropped_packets
+    }),
+    (c"bottleneck_wred_dropped_packets", |c| {
+        c.bottleneck_wred_dropped_packets
+    }),
+    (c"bottleneck_wred_ecn_marked_packets", |c| {
+        c.bottleneck_wred_ecn_marked_packets
+    }),
+    (c"bottleneck_watermark_bytes", |c| {
+        c.bottleneck_watermark_bytes
+    }),
 ];
 
 const COUNTER_COUNT: usize = admin::STATS_COUNT + MLX5_NAMED.len();

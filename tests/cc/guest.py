@@ -4,8 +4,9 @@ rox-nic sits behind a bottleneck (rox-nic --bottleneck: a rate-limited switch qu
 CE as RED does, docs/congestion-lab.md).
 
     guest.py receiver SECONDS SIZE      guest 2: two ib_write_bw servers (one per sender), and
-                                        the start barrier; at the end its counters and the
-                                        bottleneck's (from its rox-nic's log)
+                                        the start barrier; at the end its counters (the
+                                        bottleneck's among them, `bottleneck_*`) and, to check
+                                        them against, the bottleneck's own last log line
     guest.py sender FLOW SECONDS SIZE   guests 0 and 1: waits at the barrier, then WRITEs SIZE
                                         bytes messages to the receiver for SECONDS, timing each
                                         of ib_write_bw's per-second reports
@@ -138,7 +139,7 @@ def receiver(seconds, size):
         say("FAIL: rox-nic panicked: " + log[log.index("panicked") - 200:][:600])
         failed = True
     print("CC " + json.dumps({"role": "receiver", "counters_before": before,
-                              "counters": after, "bottleneck": bottleneck}), flush=True)
+                              "counters": after, "bottleneck_log": bottleneck}), flush=True)
     if failed:
         for o in outs:
             print(o[-2000:])

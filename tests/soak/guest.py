@@ -15,9 +15,12 @@ Jobs (--plan):
          (tests/interop/rdma-xfer.c) both pairs, and a sequence-numbered RC SEND stream of
          --messages (tests/soak/send-seq.c) both pairs; the rox <-> rox transfers between
          `COUNTERS` lines as in the loss plan.
-  loss   per round, RDMA WRITE then READ of --xfer-mib checksummed rox <-> rox, each job between
-         two `COUNTERS` lines (before and after, both guests) so tests/soak/run can tell what
-         each transfer sent: the loss-recovery measurement (retransmitted bytes, goodput).
+  loss   per round, RDMA WRITE then READ of --xfer-mib checksummed between the --pair (server
+         device on guest 0 - client device on guest 1, the client the requester): rox-rox,
+         rox-rxe (rxe0 WRITEs to / READs from rox_0) or rxe-rox (rox_0 WRITEs to / READs from
+         rxe0), or both of the last two one after the other; each job between two `COUNTERS` lines of both devices of both guests (before
+         and after) so tests/soak/run can tell what each transfer sent: the loss-recovery
+         measurement (retransmitted bytes, goodput).
 
 Each side prints one line per job:
     RESULT <round> <job> <server|client> <ok|fail> | <detail>
@@ -109,6 +112,19 @@ def setup_routes(me, plan, ip, ifs):
         route(ip[peer, 1], ifs[0], ip[me, 0])
 
 
+def loss_ends(me, pair, ip, ifs):
+    """The loss plan's server (guest 0) and client (guest 1) devices of `pair`, and the routes
+    that make each side's traffic to the other leave through the netdev of its device (the
+    server's, guest 0's, answers through it too)."""
+    names = {"rox": ("rox_0", 0), "rxe": ("rxe0", 1)}
+    (srv_dev, srv_n), (cli_dev, cli_n) = (names[d] for d in pair.split("-"))
+    if me == 0:
+        route(ip[1, cli_n], ifs[srv_n], ip[0, srv_n])
+    else:
+        route(ip[0, srv_n], ifs[cli_n], ip[1, cli_n])
+    return Ends(me, srv_dev, ip[0, srv_n], cli_dev, ip[1, cli_n])
+
+
 def rsockets(tool, ends, size, count):
     common = f"-S {size} -C {count} -T v -p {{port}}"
     return (f"{tool} -b {ends.srv_ip} {common}", f"{tool} -s {ends.srv_ip} {common}")
@@ -163,10 +179,13 @@ def soak_round(a, rox, roxrxe):
     return rounds
 
 
-def loss_round(a, rox):
-    """The loss-recovery measurement: WRITE and READ rox <-> rox, one after the other."""
-    return [(f"rdma-write-{a.xfer_mib}m-rox-rox", xfer(rox, "write", a.xfer_mib), True),
-            (f"rdma-read-{a.xfer_mib}m-rox-rox", xfer(rox, "read", a.xfer_mib), True)]
+LOSS_PAIRS = ("rox-rox", "rox-rxe", "rxe-rox")
+
+
+def loss_round(pair, mib, ends):
+    """The loss-recovery measurement: WRITE and READ of `pair`, one after the other."""
+    return [(f"rdma-write-{mib}m-{pair}", xfer(ends, "write", mib), True),
+            (f"rdma-read-{mib}m-{pair}", xfer(ends, "read", mib), True)]
 
 
 def start(cmd):
@@ -256,7 +275,13 @@ def main():
     ap.add_argument("--rounds", type=int, required=True)
     ap.add_argument("--xfer-mib", type=int, default=64)
     ap.add_argument("--messages", type=int, default=100000)
+    ap.add_argument("--pair", default="rox-rox",
+                    help="loss plan: server device (guest 0) - client device (guest 1): rox-rox, "
+                         "rox-rxe or rxe-rox, or rox-rxe,rxe-rox for both, one after the other")
     a = ap.parse_args()
+    pairs = a.pair.split(",")
+    if any(p not in LOSS_PAIRS for p in pairs) or ("rox-rox" in pairs and len(pairs) > 1):
+        sys.exit(f"soak: --pair {a.pair}: want one of {', '.join(LOSS_PAIRS)}, or rox-rxe,rxe-rox")
     ifs = (env("ROX_IF_0"), env("ROX_IF_1"))
     setup(a.ko, ifs[1])
     ip = {(g, n): env(f"ROX_IP_{g}_{n}") for g in (0, 1) for n in (0, 1)}
@@ -264,6 +289,8 @@ def main():
     rox = Ends(a.me, "rox_0", ip[0, 0], "rox_0", ip[1, 0])
     rxe = Ends(a.me, "rxe0", ip[0, 1], "rxe0", ip[1, 1])
     roxrxe = Ends(a.me, "rox_0", ip[0, 0], "rxe0", ip[1, 1])
+    # Each pair's routes name the other side's address of its own device: they coexist.
+    loss_pairs = [(p, loss_ends(a.me, p, ip, ifs)) for p in pairs] if a.plan == "loss" else []
     peer = 1 - a.me
     for n in (0, 1):
         for _ in range(120):
@@ -277,10 +304,13 @@ def main():
         if a.plan == "hunt":
             failed += run_jobs(a.me, r, hunt_round(r, rox, rxe), parallel=True)
         elif a.plan == "loss":
-            for j, job in enumerate(loss_round(a, rox)):
-                counters("rox_0", f"@g{a.me}:before:{r}:{job[0]}")
+            jobs = [job for pair, ends in loss_pairs for job in loss_round(pair, a.xfer_mib, ends)]
+            for j, job in enumerate(jobs):
+                for dev in ("rox_0", "rxe0"):
+                    counters(dev, f"@g{a.me}:before:{r}:{job[0]}")
                 failed += run_jobs(a.me, r, [job], parallel=False, first_job=j)
-                counters("rox_0", f"@g{a.me}:after:{r}:{job[0]}")
+                for dev in ("rox_0", "rxe0"):
+                    counters(dev, f"@g{a.me}:after:{r}:{job[0]}")
         else:
             first_job = 0
             for pair, jobs in soak_round(a, rox, roxrxe):

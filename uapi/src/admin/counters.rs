@@ -86,8 +86,25 @@ pub struct PortCounters {
     /// XRC requests a target QP refused because the SRQ they name is not in the target's XRC
     /// domain (or does not exist): NAK invalid request sent, nothing delivered.
     pub rx_xrc_domain_errors: u64,
+
+    // The congested switch queue in front of the port's receive side (rox-nic `--bottleneck`,
+    // docs/congestion-lab.md), counted as a switch counts its egress queue toward this port
+    // (SAI's / SONiC's queue counters: packets, bytes, drops, WRED drops, ECN marks,
+    // watermark); all 0 without a bottleneck. Frames, Ethernet header included; RoCEv2 only.
+    /// Frames the queue passed on to the device.
+    pub bottleneck_packets: u64,
+    /// Their bytes.
+    pub bottleneck_bytes: u64,
+    /// Frames the queue dropped: full (tail drop) or by WRED (`bottleneck_wred_dropped_packets`).
+    pub bottleneck_dropped_packets: u64,
+    /// Of those, frames that were not ECN-capable dropped by WRED where it would have marked.
+    pub bottleneck_wred_dropped_packets: u64,
+    /// ECN-capable frames WRED marked Congestion Experienced.
+    pub bottleneck_wred_ecn_marked_packets: u64,
+    /// The deepest the queue was, in bytes (a high-water mark, not a count).
+    pub bottleneck_watermark_bytes: u64,
 }
-const _: () = assert!(core::mem::size_of::<PortCounters>() == 28 * 8);
+const _: () = assert!(core::mem::size_of::<PortCounters>() == 34 * 8);
 
 /// Writes [`PortCounters`] of port `index` to `resp_addr`, answers its size.
 pub struct QueryCounters;

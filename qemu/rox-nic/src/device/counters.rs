@@ -1,11 +1,13 @@
 //! QUERY_COUNTERS: the port's PMA counters and the transport's mlx5-named counters, gathered from
 //! where each event is counted once: packets and octets in `Hw::stats` (the data path's route
 //! and deliver), transport events in the engine's `EngineStats`, and here what only the device
-//! sees (completion statuses, multicast destinations, sends without a link).
+//! sees (completion statuses, multicast destinations, sends without a link) and the counters of
+//! the congested queue in front of its port (`--bottleneck`), as the data path last read them.
 
 use rox_uapi::admin::*;
 
 use super::state::Hw;
+use crate::port::BottleneckStats;
 use crate::roce::{Engine, Gid, WcStatus};
 
 /// Events only the device layer sees.
@@ -22,6 +24,9 @@ pub struct DeviceCounters {
     pub resp_cqe_errors: u64,
     /// Receive completions with LOC_LEN_ERR.
     pub resp_local_length_errors: u64,
+    /// The port's bottleneck (the switch queue in front of it), copied after each receive
+    /// from the port: the one count the bottleneck keeps, read here and nowhere else.
+    pub bottleneck: BottleneckStats,
 }
 
 impl DeviceCounters {
@@ -85,6 +90,12 @@ pub fn port_counters(hw: &Hw, engine: &Engine) -> PortCounters {
         rp_cnp_handled: es.rp_cnp_handled,
         rp_cnp_ignored: es.rp_cnp_ignored,
         rx_xrc_domain_errors: es.rx_xrc_domain_errors,
+        bottleneck_packets: dc.bottleneck.passed,
+        bottleneck_bytes: dc.bottleneck.passed_bytes,
+        bottleneck_dropped_packets: dc.bottleneck.tail_drops + dc.bottleneck.red_drops,
+        bottleneck_wred_dropped_packets: dc.bottleneck.red_drops,
+        bottleneck_wred_ecn_marked_packets: dc.bottleneck.ce_marked,
+        bottleneck_watermark_bytes: dc.bottleneck.max_depth,
     }
 }
 

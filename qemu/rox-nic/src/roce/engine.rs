@@ -356,7 +356,9 @@ impl Engine {
     /// whenever [`Engine::next_deadline`] passes.
     pub fn poll(&mut self, env: &mut dyn DeviceEnv) {
         for qp in self.qps.values_mut() {
-            if qp.resp.ack_pending {
+            qp.resume_read_responses(env, &mut self.stats);
+            // An ACK waits for the READ responses before it (congestion.rs).
+            if qp.resp.ack_pending && !qp.paced_reads.pending() {
                 qp.resp.ack_pending = false;
                 if qp.can_receive() {
                     let psn = qp.resp.epsn.prev();
@@ -373,7 +375,14 @@ impl Engine {
     pub fn next_deadline(&self) -> Option<u64> {
         self.qps
             .values()
-            .flat_map(|qp| [qp.req.timer_deadline, qp.req.rnr_until, qp.cc.wake_at])
+            .flat_map(|qp| {
+                [
+                    qp.req.timer_deadline,
+                    qp.req.rnr_until,
+                    qp.cc.wake_at,
+                    qp.paced_reads.wake_at,
+                ]
+            })
             .flatten()
             .min()
     }

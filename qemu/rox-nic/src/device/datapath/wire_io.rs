@@ -134,6 +134,9 @@ impl DataPath {
                 break;
             }
         }
+        if let Some(queue) = port.bottleneck_stats() {
+            self.hw.counters.bottleneck = queue;
+        }
         work
     }
 

@@ -91,6 +91,13 @@ pub struct CcParams {
     pub clamp_tgt_rate_after_time_inc: u32,
     /// Notification point: µs between two CNPs a QP sends.
     pub min_time_between_cnps: u32,
+    /// The DSCP of the CNPs the notification point sends (IPv4 TOS / IPv6 traffic class bits
+    /// 7..2), whatever the QP's own traffic class: switches queue CNPs apart (mlx5: 48, CS6).
+    pub cnp_dscp: u32,
+    /// The 802.1p priority of the CNPs (mlx5: 6). It belongs in an 802.1Q tag: rox's port
+    /// sends untagged frames and has one transmit queue, so it is kept but changes nothing
+    /// on rox's wire.
+    pub cnp_802p_prio: u32,
     /// rox's own: the line rate in Mb/s a QP sends at while not cut (the rate QUERY_PORT
     /// reports: 4X EDR).
     pub line_rate: u32,
@@ -231,6 +238,15 @@ pub const PARAMS: &[ParamSpec] = &[
         4095,
         "notification point: least time between a QP's CNPs"
     ),
+    param!(cnp_dscp, "DSCP", 48, 0, 63, "the DSCP of the CNPs sent"),
+    param!(
+        cnp_802p_prio,
+        "802.1p",
+        6,
+        0,
+        7,
+        "the CNPs' 802.1p priority (no 802.1Q tag on rox's port: unused)"
+    ),
     param!(
         line_rate,
         "Mb/s",
@@ -261,6 +277,8 @@ impl Default for CcParams {
             clamp_tgt_rate: 0,
             clamp_tgt_rate_after_time_inc: 0,
             min_time_between_cnps: 0,
+            cnp_dscp: 0,
+            cnp_802p_prio: 0,
             line_rate: 0,
         };
         for spec in PARAMS {
@@ -464,6 +482,7 @@ mod tests {
             (p.rate_reduce_monitor_period, p.min_time_between_cnps),
             (4, 4)
         );
+        assert_eq!((p.cnp_dscp, p.cnp_802p_prio), (48, 6));
         assert!(CcConfig::default().enabled);
         assert_eq!(CcConfig::default().ecn(), ECN_ECT0);
     }
@@ -491,6 +510,8 @@ mod tests {
                 "unknown congestion control parameter \"nope\"",
             ),
             ("rpg_gd=99", "rpg_gd=99: out of range 1..=15"),
+            ("cnp_dscp=64", "cnp_dscp=64: out of range 0..=63"),
+            ("cnp_802p_prio=8", "cnp_802p_prio=8: out of range 0..=7"),
             ("rpg_ai_rate=fast", "want a whole number"),
             ("rpg_ai_rate", "want name=value"),
             ("rpg_max_rate=5,rpg_min_rate=10", "below rpg_min_rate"),

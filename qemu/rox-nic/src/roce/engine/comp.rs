@@ -295,6 +295,13 @@ impl Qp {
                 if !self.ack_through(psn, now) {
                     stats.rx_stale_responses += 1;
                 }
+                if self.probe_answered(stats) {
+                    env.wqe_trace().retransmit(
+                        self.cfg.qpn.get(),
+                        self.una().get(),
+                        Retransmit::SequenceNak,
+                    );
+                }
             }
             Syndrome::RnrNak(code) => {
                 if !self.accept_nak(psn, now, stats) {

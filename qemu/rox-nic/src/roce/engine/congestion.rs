@@ -1,15 +1,23 @@
 //! The engine's congestion control hooks (the algorithm is `crate::roce::cc`): the
 //! notification point answering CE-marked packets with CNPs, the reaction point taking CNPs,
-//! and the requester's pacing at its QP's DCQCN rate.
+//! and the pacing at its QP's DCQCN rate of what a QP sends as data: its requests (the
+//! requester asks [`crate::roce::cc::QpCc::paced_until`] itself) and its READ responses
+//! (here: [`PacedReads`]).
+
+use std::collections::VecDeque;
 
 use super::qp::Qp;
 use super::{Engine, EngineStats, RxDrop};
 use crate::roce::cc::{ECN_CE, ECN_MASK};
-use crate::roce::wire::{self, opcode as op, Bth, Headers, Parsed, DEFAULT_PKEY};
+use crate::roce::wire::DEFAULT_PKEY;
+use crate::roce::wire::{self, opcode as op, Aeth, Bth, Headers, Parsed, Reth, Syndrome};
 use crate::roce::*;
 
 /// A CNP's reserved bytes, sent as zeros.
 const CNP_RESERVED: [u8; op::CNP_RESERVED_LEN] = [0; op::CNP_RESERVED_LEN];
+/// The DSCP is the traffic class's upper 6 bits, above the 2 ECN bits.
+const DSCP_SHIFT: u8 = 2;
+const DSCP_MAX: u8 = 0x3f;
 
 impl Engine {
     /// Counts a received RoCE packet marked Congestion Experienced (whatever then becomes
@@ -59,12 +67,16 @@ impl Qp {
         stats: &mut EngineStats,
     ) {
         // A QP before RTR has no peer to tell; one in ERR tells nobody.
-        let connected = matches!(self.cfg.qp_type, QpType::Rc | QpType::Uc)
-            && self.av.is_some()
-            && self.can_receive();
-        if !self.cc.enabled || !connected || !self.cc.cnp_due(env.now_ns()) {
+        let connected = matches!(self.cfg.qp_type, QpType::Rc | QpType::Uc) && self.can_receive();
+        let Some(mut av) = self.av.filter(|_| connected && self.cc.enabled) else {
+            return;
+        };
+        if !self.cc.cnp_due(env.now_ns()) {
             return;
         }
+        // The CNP's DSCP is the notification point's, not the QP's (its ECN: Not-ECT).
+        let dscp = self.cc.params.cnp_dscp as u8 & DSCP_MAX;
+        av.traffic_class = dscp << DSCP_SHIFT;
         // Not `self.bth`: an XRC QP's CNP is a CNP too, and it names no PSN (A17.9.3).
         let hdr = Headers::new(Bth {
             opcode: op::CNP,
@@ -75,7 +87,165 @@ impl Qp {
             psn: Psn::default(),
         });
         stats.np_cnp_sent += 1;
-        self.send_connected(env, stats, &hdr, &CNP_RESERVED);
+        self.transmit_packet(env, stats, &av, &hdr, &CNP_RESERVED);
+    }
+}
+
+/// The responses of one READ (or of a replayed part of one) still to send.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct ReadStream {
+    /// The PSN of response 0, and the range it reads.
+    pub(super) psn: Psn,
+    pub(super) reth: Reth,
+    /// Response packets of the READ as asked (their opcodes follow from it), the next one to
+    /// send, and where to stop (before `npkts` when a retry asked for the rest again).
+    pub(super) npkts: u32,
+    pub(super) next: u32,
+    pub(super) end: u32,
+    /// The MSN its AETHs carry: the READ's own, whatever the responder executed since.
+    pub(super) msn: Msn,
+}
+
+/// READ responses a cut QP owes, oldest first. DCQCN limits what a QP sends, and a READ's
+/// responses are data its responder sends, so they take the QP's rate as its requests do (on
+/// mlx5 the requester of a READ answers CE-marked responses with CNPs to this QP). Responses
+/// leave in PSN order: a READ behind a waiting one waits too, and the QP's coalesced ACK
+/// waits for them all (an ACK past a READ's PSNs would tell the requester its responses were
+/// lost).
+#[derive(Debug, Default)]
+pub(super) struct PacedReads {
+    queue: VecDeque<ReadStream>,
+    /// When the first waiting response may go: an engine timer.
+    pub(super) wake_at: Option<u64>,
+}
+
+impl PacedReads {
+    pub(super) fn pending(&self) -> bool {
+        !self.queue.is_empty()
+    }
+
+    /// Forgets every waiting response at `psn` or later: a duplicate READ from `psn` asks
+    /// for them again (the requester resends from its first missing response on).
+    fn forget_from(&mut self, psn: Psn) {
+        self.queue.retain_mut(|s| {
+            let keep = psn.diff(s.psn).max(0) as u32;
+            s.end = s.end.min(keep);
+            s.next < s.end
+        });
+        if self.queue.is_empty() {
+            self.wake_at = None;
+        }
+    }
+}
+
+impl Qp {
+    /// Sends the responses of `stream` (its range checked): all at once while the QP is not
+    /// cut, else as its rate allows, the rest waiting for [`Qp::resume_read_responses`].
+    /// Returns false if reading the memory failed (a NAK was sent).
+    pub(super) fn read_responses(
+        &mut self,
+        env: &mut dyn DeviceEnv,
+        stats: &mut EngineStats,
+        stream: ReadStream,
+    ) -> bool {
+        self.paced_reads.forget_from(stream.psn.add(stream.next));
+        if self.paced_reads.pending() {
+            self.paced_reads.queue.push_back(stream);
+            return true;
+        }
+        self.stream_read_responses(env, stats, stream)
+    }
+
+    /// Sends from `s` until it ends or the QP's rate holds the next response (then `s` waits
+    /// at the head of the queue and the QP's pacing timer is set).
+    fn stream_read_responses(
+        &mut self,
+        env: &mut dyn DeviceEnv,
+        stats: &mut EngineStats,
+        mut s: ReadStream,
+    ) -> bool {
+        let mtu = self.mtu.bytes();
+        let mut buf = vec![0u8; mtu.min(s.reth.dma_len) as usize];
+        while s.next < s.end {
+            if self.cc.rp.is_some() {
+                if let Some(until) = self.cc.paced_until(env.now_ns()) {
+                    self.paced_reads.queue.push_front(s);
+                    self.paced_reads.wake_at = Some(until);
+                    return true;
+                }
+            }
+            let bytes_before = stats.tx_bytes;
+            if !self.send_read_response(env, stats, &s, &mut buf) {
+                return false;
+            }
+            if self.cc.rp.is_some() {
+                self.cc.sent(stats.tx_bytes - bytes_before, env.now_ns());
+            }
+            s.next += 1;
+        }
+        true
+    }
+
+    /// Response `s.next` of a READ: its data read from memory now.
+    fn send_read_response(
+        &mut self,
+        env: &mut dyn DeviceEnv,
+        stats: &mut EngineStats,
+        s: &ReadStream,
+        buf: &mut [u8],
+    ) -> bool {
+        let mtu = self.mtu.bytes();
+        let (i, psn) = (s.next, s.psn.add(s.next));
+        let offset = i * mtu;
+        let chunk = (s.reth.dma_len - offset).min(mtu) as usize;
+        let data = &mut buf[..chunk];
+        let target = self.remote_target(s.reth.rkey, s.reth.va);
+        if chunk > 0
+            && env
+                .read_remote(target.offset(u64::from(offset)), data)
+                .is_err()
+        {
+            self.remote_access_error(env, stats, psn);
+            return false;
+        }
+        let base = match (i == 0, i + 1 == s.npkts) {
+            (true, true) => op::RC_READ_RESPONSE_ONLY,
+            (true, false) => op::RC_READ_RESPONSE_FIRST,
+            (false, false) => op::RC_READ_RESPONSE_MIDDLE,
+            (false, true) => op::RC_READ_RESPONSE_LAST,
+        };
+        let mut hdr = Headers::new(self.bth(base, psn));
+        if wire::opcode_info(base).is_some_and(|info| info.aeth) {
+            hdr.aeth = Some(Aeth {
+                syndrome: Syndrome::Ack,
+                msn: s.msn,
+            });
+        }
+        self.send_connected(env, stats, &hdr, data);
+        true
+    }
+
+    /// The pacing timer of waiting READ responses (`Engine::poll`): sends them in order as
+    /// the rate allows. A QP that can no longer respond drops them.
+    pub(super) fn resume_read_responses(
+        &mut self,
+        env: &mut dyn DeviceEnv,
+        stats: &mut EngineStats,
+    ) {
+        if self.paced_reads.wake_at.is_none_or(|t| env.now_ns() < t) {
+            return;
+        }
+        self.paced_reads.wake_at = None;
+        while let Some(s) = self.paced_reads.queue.pop_front() {
+            if !self.can_receive() {
+                self.paced_reads = PacedReads::default();
+                return;
+            }
+            let sent_all = self.stream_read_responses(env, stats, s);
+            if self.paced_reads.wake_at.is_some() || !sent_all {
+                return;
+            }
+        }
     }
 }
 
@@ -83,7 +253,8 @@ impl Qp {
 mod tests {
     use super::super::test_env::*;
     use super::*;
-    use crate::roce::cc::{CcConfig, ECN_ECT0, ECN_NOT_ECT};
+    use crate::roce::cc::{dcqcn, CcConfig, ECN_ECT0, ECN_NOT_ECT};
+    use rox_uapi::verbs::ACCESS_REMOTE_READ;
 
     const US: u64 = 1000;
 
@@ -177,6 +348,7 @@ mod tests {
             assert_eq!(wire::ecn_of(ack.ip_header), ECN_NOT_ECT, "nor an ACK");
         }
         assert_eq!(wire::ipv4_header_checksum(cnp.ip_header), 0);
+        assert_eq!(cnp.ip_header[1] >> 2, 48, "mlx5's default cnp_dscp (CS6)");
         let s = engine.stats();
         assert_eq!((s.np_ecn_marked_roce_packets, s.np_cnp_sent), (3, 2));
         assert_eq!(
@@ -184,6 +356,38 @@ mod tests {
             3,
             "the SENDs themselves were delivered"
         );
+    }
+
+    /// A CNP carries the device's cnp_dscp, not the QP's traffic class; the requests keep
+    /// the QP's.
+    #[test]
+    fn a_cnp_carries_cnp_dscp_whatever_the_qps_traffic_class() {
+        let mut env = TestEnv::new();
+        let mut cc = CcConfig::default();
+        cc.params.apply_list("cnp_dscp=26,cnp_802p_prio=3").unwrap();
+        let mut engine = engine_with(cc, &mut env, QpType::Rc);
+        engine
+            .qps
+            .get_mut(&LOCAL_QPN)
+            .unwrap()
+            .av
+            .as_mut()
+            .unwrap()
+            .traffic_class = 10 << 2;
+        sends(&mut env, 1);
+        let send = marked_ce(packet_from_peer(op::RC_SEND_ONLY, 100, &[], |_| {}));
+        engine.receive(&mut env, &send).unwrap();
+        engine.poll(&mut env);
+        post_write(&mut engine, &mut env, 64);
+        let sent = env.sent_parsed();
+        let tos = |opcode| {
+            let p = sent.iter().find(|p| p.hdr.bth.opcode == opcode).unwrap();
+            assert_eq!(wire::ipv4_header_checksum(p.ip_header), 0);
+            p.ip_header[1]
+        };
+        assert_eq!(tos(op::CNP), 26 << 2, "DSCP 26, Not-ECT");
+        assert_eq!(tos(op::RC_WRITE_ONLY), 10 << 2 | ECN_ECT0, "the QP's own");
+        assert_eq!(tos(op::RC_ACKNOWLEDGE), 10 << 2, "the QP's own, Not-ECT");
     }
 
     #[test]
@@ -375,6 +579,150 @@ mod tests {
         assert!(env.sent.is_empty(), "no CNP from a QP in ERR");
         let s = engine.stats();
         assert_eq!((s.np_ecn_marked_roce_packets, s.np_cnp_sent), (1, 0));
+    }
+
+    /// An engine whose test QP answers READs (four at once).
+    fn responder(cc: CcConfig, env: &mut TestEnv) -> Engine {
+        let mut engine = Engine::new().with_cc(cc);
+        engine.create_qp(rts_qp(QpType::Rc).cfg).unwrap();
+        let modify = QpModify {
+            access_flags: Some(ACCESS_REMOTE_READ),
+            max_dest_rd_atomic: Some(4),
+            ..rts_modify()
+        };
+        engine.modify_qp(env, LOCAL_QPN, &modify).unwrap();
+        fill_pattern(env, MEM_LEN);
+        engine
+    }
+
+    fn read_request(psn: u32, va: u64, len: u32) -> Vec<u8> {
+        packet_from_peer(op::RC_READ_REQUEST, psn, &[], |h| {
+            h.reth = Some(Reth {
+                va,
+                rkey: RKEY,
+                dma_len: len,
+            })
+        })
+    }
+
+    /// Plays the engine's timers until none is armed (none may be past 1 s): the time each
+    /// packet sent from `first` on left at.
+    fn play_timers(engine: &mut Engine, env: &mut TestEnv, first: usize) -> Vec<u64> {
+        let mut at = vec![env.now; env.sent.len() - first];
+        while let Some(t) = engine.next_deadline() {
+            assert!(t < env.now + 1_000_000_000, "a timer a second away");
+            env.now = env.now.max(t);
+            engine.poll(env);
+            at.resize(env.sent.len() - first, env.now);
+        }
+        at
+    }
+
+    /// A READ's responses leave at once while the QP is not cut. A CNP cuts the QP's rate,
+    /// and the next READ's responses leave one per their time at that rate, through the
+    /// engine's timer, with the right data; with CC on they are ECN-capable.
+    #[test]
+    fn a_cnp_cuts_the_rate_of_a_read_response_stream() {
+        const LEN: u32 = 16 * 1024;
+        let mut env = TestEnv::new();
+        let mut engine = responder(CcConfig::default(), &mut env);
+        env.now = 1_000_000;
+        engine
+            .receive(&mut env, &read_request(100, 0, LEN))
+            .unwrap();
+        assert_eq!(env.sent.len(), 16, "uncut: all 16 responses at once");
+        assert_eq!(engine.next_deadline(), None);
+        engine.receive(&mut env, &cnp_from_peer(LOCAL_QPN)).unwrap();
+        assert_eq!(engine.stats().rp_cnp_handled, 1);
+        let rate = engine.qps[&LOCAL_QPN].cc.rate_kbps();
+        engine
+            .receive(&mut env, &read_request(116, 0x4000, LEN))
+            .unwrap();
+        assert_eq!(
+            env.sent.len(),
+            17,
+            "cut: the first response goes, the rest wait"
+        );
+        let at = play_timers(&mut engine, &mut env, 16);
+        let sent = env.sent_parsed();
+        let responses = &sent[16..];
+        assert_eq!(responses.len(), 16);
+        for (i, p) in responses.iter().enumerate() {
+            assert_eq!(p.hdr.bth.psn.get(), 116 + i as u32, "in order, each once");
+            assert_eq!(wire::ecn_of(p.ip_header), ECN_ECT0, "paced: ECN-capable");
+            if i > 0 {
+                let gap = dcqcn::wire_time_ns(env.sent[16 + i - 1].len() as u64, rate);
+                assert_eq!(
+                    at[i] - at[i - 1],
+                    gap,
+                    "response {i}: its time at the cut rate"
+                );
+            }
+        }
+        let data: Vec<u8> = responses.iter().flat_map(|p| p.payload.to_vec()).collect();
+        assert_eq!(data, env.mem[0x4000..0x4000 + LEN as usize]);
+        for p in &sent[..16] {
+            assert_eq!(wire::ecn_of(p.ip_header), ECN_ECT0);
+        }
+        // With CC off, READ responses are Not-ECT.
+        let mut env = TestEnv::new();
+        let mut engine = responder(cc_off(), &mut env);
+        engine
+            .receive(&mut env, &read_request(100, 0, 2048))
+            .unwrap();
+        for p in env.sent_parsed() {
+            assert_eq!(wire::ecn_of(p.ip_header), ECN_NOT_ECT);
+        }
+    }
+
+    /// Responses leave in PSN order: the ACK of a SEND behind a paced READ waits for its
+    /// responses; a duplicate READ from the middle of it (the requester's retry) replaces
+    /// the waiting rest, so no response is sent twice.
+    #[test]
+    fn an_ack_waits_for_paced_read_responses_and_a_retried_read_replaces_the_rest() {
+        let mut env = TestEnv::new();
+        let mut cc = CcConfig::default();
+        cc.params.rate_to_set_on_first_cnp = 100;
+        let mut engine = responder(cc, &mut env);
+        sends(&mut env, 1);
+        env.now = 1_000_000;
+        engine.receive(&mut env, &cnp_from_peer(LOCAL_QPN)).unwrap();
+        engine
+            .receive(&mut env, &read_request(100, 0, 8 * 1024))
+            .unwrap();
+        let send = packet_from_peer(op::RC_SEND_ONLY, 108, &[], |_| {});
+        engine.receive(&mut env, &send).unwrap();
+        engine.poll(&mut env);
+        assert_eq!(env.sent.len(), 1, "one response, no ACK yet");
+        // The requester asks again from PSN 103 (3 KiB in).
+        engine
+            .receive(&mut env, &read_request(103, 3 * 1024, 5 * 1024))
+            .unwrap();
+        play_timers(&mut engine, &mut env, 0);
+        let sent = env.sent_parsed();
+        let order: Vec<(u8, u32)> = sent
+            .iter()
+            .map(|p| (p.hdr.bth.opcode, p.hdr.bth.psn.get()))
+            .collect();
+        use op::*;
+        assert_eq!(
+            order,
+            [
+                (RC_READ_RESPONSE_FIRST, 100),
+                (RC_READ_RESPONSE_MIDDLE, 101),
+                (RC_READ_RESPONSE_MIDDLE, 102),
+                // The retry's responses, as IBA wants them: FIRST at the PSN it asked from.
+                (RC_READ_RESPONSE_FIRST, 103),
+                (RC_READ_RESPONSE_MIDDLE, 104),
+                (RC_READ_RESPONSE_MIDDLE, 105),
+                (RC_READ_RESPONSE_MIDDLE, 106),
+                (RC_READ_RESPONSE_LAST, 107),
+                (RC_ACKNOWLEDGE, 108),
+            ]
+        );
+        let data: Vec<u8> = sent[..8].iter().flat_map(|p| p.payload.to_vec()).collect();
+        assert_eq!(data, env.mem[..8 * 1024]);
+        assert_eq!(engine.stats().rx_duplicates, 1);
     }
 
     #[test]

@@ -59,6 +59,8 @@ pub(super) struct Qp {
     pub(super) xrc_held_srq: Option<u32>,
     /// Congestion control: ECN, the CNPs it sends, its DCQCN rate and pacing.
     pub(super) cc: QpCc,
+    /// READ responses waiting for the QP's DCQCN rate (congestion.rs).
+    pub(super) paced_reads: super::congestion::PacedReads,
 }
 
 impl Qp {
@@ -89,6 +91,7 @@ impl Qp {
             xrc: None,
             xrc_held_srq: None,
             cc: QpCc::default(),
+            paced_reads: Default::default(),
         }
     }
 
@@ -216,13 +219,15 @@ impl Qp {
 
     /// The ECN bits of a packet with `opcode`: ECT(0) only for what congestion control
     /// slows down when the path marks it (RFC 3168: ECT only from a transport that responds
-    /// to CE), the requests of an RC/UC QP (XRC's included), which DCQCN paces. Responses
-    /// (ACKs, READ responses, atomic ACKs), CNPs and UD packets are not paced: Not-ECT.
+    /// to CE): the requests and READ responses of an RC/UC QP (XRC's included), which DCQCN
+    /// paces. ACKs, atomic ACKs, CNPs and UD packets are not paced: Not-ECT.
     fn ecn_of(&self, opcode: u8) -> u8 {
         let paced_transport = matches!(self.cfg.qp_type, QpType::Rc | QpType::Uc);
-        let request = wire::opcode_info(opcode)
-            .is_some_and(|info| !info.class.is_response() && info.class != OpcodeClass::Cnp);
-        if paced_transport && request {
+        let paced = wire::opcode_info(opcode).is_some_and(|info| {
+            info.class == OpcodeClass::ReadResponse
+                || (!info.class.is_response() && info.class != OpcodeClass::Cnp)
+        });
+        if paced_transport && paced {
             self.cc.ecn()
         } else {
             ECN_NOT_ECT

@@ -1,13 +1,14 @@
 //! The responder's execution of a request with the expected PSN: one handler per opcode
 //! class (SEND, WRITE, READ, atomics, FLUSH, ATOMIC WRITE) and the responses they send.
 
+use super::congestion::ReadStream;
 use super::qp::Qp;
 use super::resp::{op_sequence_ok, InMessage, RdAtomic};
 use super::sg::{scatter, SgError};
 use super::wqe::{ATOMIC_BYTES, MAX_MESSAGE_BYTES};
 use super::EngineStats;
 use crate::roce::wire::{
-    self, opcode as op, Aeth, Bth, Headers, NakCode, OpcodeClass, Parsed, Reth, Syndrome,
+    opcode as op, Aeth, Bth, Headers, NakCode, OpcodeClass, Parsed, Reth, Syndrome,
 };
 use crate::roce::*;
 
@@ -25,7 +26,8 @@ fn count_request(stats: &mut EngineStats, p: &Parsed<'_>) {
 }
 
 impl Qp {
-    /// Sends READ response packets for `reth` starting at `psn`. Returns false on an access error.
+    /// Sends READ response packets for `reth` starting at `psn` (paced at the QP's rate:
+    /// congestion.rs). Returns false on an access error.
     pub(super) fn send_read_responses(
         &mut self,
         env: &mut dyn DeviceEnv,
@@ -33,9 +35,8 @@ impl Qp {
         psn: Psn,
         reth: &Reth,
     ) -> bool {
-        let mtu = self.mtu.bytes();
         let len = reth.dma_len;
-        let npkts = len.div_ceil(mtu).max(1);
+        let npkts = len.div_ceil(self.mtu.bytes()).max(1);
         // Check the whole range before the first response leaves, without reading it (the
         // device walks an on-demand region's page entries; other regions are contiguous
         // behind their key, so their bounds suffice).
@@ -52,39 +53,15 @@ impl Qp {
                 }
             }
         }
-        let mut buf = vec![0u8; mtu.min(len) as usize];
-        for i in 0..npkts {
-            let offset = i * mtu;
-            let chunk = (len - offset).min(mtu) as usize;
-            let data = &mut buf[..chunk];
-            if chunk > 0
-                && env
-                    .read_remote(
-                        self.remote_target(reth.rkey, reth.va)
-                            .offset(u64::from(offset)),
-                        data,
-                    )
-                    .is_err()
-            {
-                self.remote_access_error(env, stats, psn.add(i));
-                return false;
-            }
-            let base = match (i == 0, i + 1 == npkts) {
-                (true, true) => op::RC_READ_RESPONSE_ONLY,
-                (true, false) => op::RC_READ_RESPONSE_FIRST,
-                (false, false) => op::RC_READ_RESPONSE_MIDDLE,
-                (false, true) => op::RC_READ_RESPONSE_LAST,
-            };
-            let mut hdr = Headers::new(self.bth(base, psn.add(i)));
-            if wire::opcode_info(base).is_some_and(|info| info.aeth) {
-                hdr.aeth = Some(Aeth {
-                    syndrome: Syndrome::Ack,
-                    msn: self.resp.msn,
-                });
-            }
-            self.send_connected(env, stats, &hdr, data);
-        }
-        true
+        let stream = ReadStream {
+            psn,
+            reth: *reth,
+            npkts,
+            next: 0,
+            end: npkts,
+            msn: self.resp.msn,
+        };
+        self.read_responses(env, stats, stream)
     }
 
     pub(super) fn send_atomic_ack(

@@ -3,11 +3,16 @@
 //! local ACK timeout attribute (IBA: 4.096 µs × 2^timeout).
 //!
 //! Before the RTO, up to twice per stall, a tail probe (TCP's tail loss probe, RFC 8985 §7): after
-//! two round trips without progress the requester sends its last packet again asking for an
-//! ACK (for a READ: asks again for its first missing response). Whatever was lost at the tail
-//! — the last packets, the NAK, the last ACK, a READ retry — the answer shows it: an ACK for
-//! what arrived, or a repeated NAK from a responder whose gap is still open (resp.rs), and
-//! recovery goes on at the speed of a round trip instead of a timeout.
+//! two round trips without progress the requester sends its first packet not known to have
+//! arrived again, asking for an ACK (for a READ: asks again for its first missing response).
+//! A responder takes it in sequence or ACKs it again as a duplicate, so the answer says where
+//! the responder is, whatever was lost — the last packets, the NAK, the last ACK, a resend, a
+//! READ retry — and whatever the responder does with packets past a gap: rdma_rxe NAKs a gap
+//! once and then drops what follows it in silence, so a probe of the last packet would get no
+//! answer from it. The packets sent before the probe that its ACK does not cover were lost:
+//! the requester goes back to them at once (RACK's rule: what was sent before a packet that
+//! arrived, and is not acknowledged, is lost), and recovery goes on at the speed of a round
+//! trip instead of a timeout.
 //!
 //! IBA only says the requester must not give up before retry_cnt timeouts of the attribute's
 //! length without progress. So a timeout of the (shorter) RTO retransmits at once but spends a
@@ -46,6 +51,8 @@ pub(super) struct RttEstimator {
     pub(super) backoff: u32,
     /// Tail probes sent since the last progress.
     pub(super) probes_sent: u8,
+    /// A tail probe of a SEND/WRITE-like packet is out: the next ACK answers it.
+    pub(super) probe_unanswered: bool,
     /// The packet being timed (PSN, sent at); only first transmissions are timed and a
     /// rewind forgets it (Karn's rule: an ACK after a resend does not say which copy arrived).
     pub(super) probe: Option<(Psn, u64)>,
@@ -132,20 +139,28 @@ impl Qp {
         true
     }
 
-    /// Sends the tail probe: the last packet sent of the newest unfinished WR, asking for an
-    /// ACK, or for a READ a request for its first missing responses. The cursor stays.
+    /// Sends the tail probe: the first packet not known to have arrived (of the oldest
+    /// unfinished WR), asking for an ACK, or for a READ a request for its first missing
+    /// responses. The cursor stays.
     fn send_tail_probe(&mut self, env: &mut dyn DeviceEnv, stats: &mut EngineStats) {
         let started = self.req.sq.iter().take_while(|w| w.started).count();
-        let Some(index) = (0..started).rev().find(|&i| {
+        let Some(index) = (0..started).find(|&i| {
             let w = &self.req.sq[i];
             !w.done() && w.error.is_none() && w.kind != WqeKind::Local
         }) else {
             return;
         };
         let wqe = &self.req.sq[index];
-        let pkt = match wqe.kind {
-            WqeKind::Read => wqe.read_pkts_done,
-            _ => (wqe.npsn - 1).min(self.req.sent_end.prev().distance_from(wqe.first_psn)),
+        let is_read = wqe.kind == WqeKind::Read;
+        let pkt = if is_read {
+            wqe.read_pkts_done
+        } else {
+            let first_missing = wqe.resume_psn(self.req.acked_psn);
+            let last_sent = self.req.sent_end.prev().distance_from(wqe.first_psn);
+            first_missing
+                .distance_from(wqe.first_psn)
+                .min(wqe.npsn - 1)
+                .min(last_sent)
         };
         let saved = (
             self.req.cursor,
@@ -159,6 +174,8 @@ impl Qp {
         self.rtt_forget_probe();
         if self.send_packet(env, stats, index).is_ok() {
             stats.tail_probes += 1;
+            // A READ's answer is its responses, which find their own gaps (read_retry.rs).
+            self.req.rtt.probe_unanswered = !is_read;
         }
         (
             self.req.cursor,
@@ -189,6 +206,25 @@ impl Qp {
     /// copy, so nothing is timed until a first transmission again.
     pub(super) fn rtt_forget_probe(&mut self) {
         self.req.rtt.probe = None;
+        self.req.rtt.probe_unanswered = false;
+    }
+
+    /// An ACK came while a tail probe was out: it answers the probe, which was sent after
+    /// every packet it does not cover, so those were lost (the responder dropped them after a
+    /// gap, or they never came): back to the first of them now. Returns whether it went back.
+    pub(super) fn probe_answered(&mut self, stats: &mut EngineStats) -> bool {
+        if !std::mem::take(&mut self.req.rtt.probe_unanswered) {
+            return false;
+        }
+        let una = self.una();
+        if una.diff(self.req.sent_end) >= 0 {
+            return false;
+        }
+        stats.nak_rewinds += 1;
+        self.req.on_loss();
+        self.rtt_forget_probe();
+        self.rewind_to(una);
+        true
     }
 
     /// Progress: the RTO stops backing off and the attribute's retry period starts over.
@@ -257,8 +293,8 @@ mod tests {
         qp.on_timers(&mut env, &mut stats);
         assert_eq!(
             psns(&env),
-            [(102, true)],
-            "the last packet again, asking for an ACK"
+            [(100, true)],
+            "the first packet not known to have arrived, asking for an ACK"
         );
         assert_eq!(
             qp.req.timer_deadline,
@@ -285,6 +321,51 @@ mod tests {
         ack_from_peer(&mut qp, &mut env, &mut stats, 102, Syndrome::Ack);
         assert_eq!(qp.req.timer_deadline, None, "all acknowledged");
         assert_eq!(qp.req.rtt.backoff, 0);
+    }
+
+    /// A responder that NAKs a gap once and then drops what follows it (rdma_rxe): the resend
+    /// after its NAK is lost too, so it says nothing more. The probe is the packet it waits
+    /// for; its ACK shows the packets after it were lost, and they go again at once: no
+    /// timeout.
+    #[test]
+    fn a_probe_answered_by_an_ack_short_of_what_was_sent_goes_back_at_once() {
+        let (mut env, mut stats, mut qp) = sent_send(100_000);
+        const SEQ_NAK: Syndrome = Syndrome::Nak(NakCode::PsnSequenceError);
+        env.now = 50_000;
+        ack_from_peer(&mut qp, &mut env, &mut stats, 100, SEQ_NAK);
+        assert_eq!(
+            psns(&env),
+            [(100, false), (101, false), (102, true)],
+            "fast retransmit"
+        );
+        env.sent.clear();
+        // All three resends are lost (or dropped past the gap): silence until the probe.
+        env.now = qp.req.timer_deadline.expect("the probe's timer");
+        qp.on_timers(&mut env, &mut stats);
+        assert_eq!(
+            psns(&env),
+            [(100, true)],
+            "the packet the responder waits for"
+        );
+        env.sent.clear();
+        env.now += 100_000;
+        ack_from_peer(&mut qp, &mut env, &mut stats, 100, Syndrome::Ack);
+        assert_eq!(
+            psns(&env),
+            [(101, false), (102, true)],
+            "the rest again, at once"
+        );
+        assert_eq!((stats.tail_probes, stats.retransmit_timeouts), (1, 0));
+        assert_eq!(stats.nak_rewinds, 2);
+        // An ACK of everything after the next probe goes back nowhere.
+        env.sent.clear();
+        env.now = qp.req.timer_deadline.expect("the next probe's timer");
+        qp.on_timers(&mut env, &mut stats);
+        assert_eq!(psns(&env), [(101, true)]);
+        env.sent.clear();
+        ack_from_peer(&mut qp, &mut env, &mut stats, 102, Syndrome::Ack);
+        assert!(env.sent.is_empty());
+        assert_eq!((stats.nak_rewinds, qp.req.timer_deadline), (2, None));
     }
 
     #[test]
