@@ -76,6 +76,20 @@ fn run(a: &mut Side, target: u64, rkey: Key, size: u64, limit: Limit) -> Rate {
     Rate::new(done, size, start.elapsed().as_secs_f64())
 }
 
+/// The bytes every WRITE sends (a prefix of them): no two neighbouring pages alike.
+fn pattern() -> Vec<u8> {
+    (0..MAX_MSG).map(|i| (i * 7 + i / 4093) as u8).collect()
+}
+
+/// Completions say only that the WRITEs succeeded: the last one's bytes must also be in place.
+fn check_landed(b: &TestDriver, target: u64, size: u64) {
+    let landed = b.ram.read(target + MAX_MSG, size as usize);
+    assert!(
+        landed == pattern()[..size as usize],
+        "the last {size} B WRITE's destination differs from its source"
+    );
+}
+
 /// Device `last` of the pair on cable end `link`, with a buffer of two messages.
 fn device(link: LinkSpec, last: u8) -> (TestDriver, u64, Key) {
     let mut d = port_device(link, SUBNET, last, None);
@@ -105,6 +119,7 @@ fn main() {
         buf: abuf,
         key: akey,
     };
+    a.d.ram.write(a.buf, &pattern());
     // The ends meet on their data path threads: a first WRITE (retransmitted if it went out
     // before they met) makes sure the cable is up before anything is counted.
     run(&mut a, bbuf, bkey, 8, Limit::Msgs(1));
@@ -119,6 +134,7 @@ fn main() {
             run(&mut a, bbuf, bkey, size, Limit::Msgs(msgs));
             let frames = a.d.query_stats()[STAT_PORT_TX_FRAMES] - frames_before;
             println!("write {size} B: {msgs} messages, {frames} frames out of the requester");
+            check_landed(&db, bbuf, size);
         }
         return;
     }
@@ -141,6 +157,7 @@ fn main() {
         );
     }
     println!("load average at end:   {}", benchkit::load_average());
+    check_landed(&db, bbuf, MAX_MSG);
     let stats = a.d.query_stats();
     println!(
         "requester: {} frames out, {} retransmissions",

@@ -229,19 +229,25 @@ impl Tap {
     }
 }
 
-/// How long a tap another process just let go of may still be busy.
-const ATTACH_BUSY_WAIT: Duration = Duration::from_secs(1);
+/// How long a tap another process just let go of may still be busy (milliseconds usually,
+/// longer on a loaded host).
+const ATTACH_BUSY_WAIT: Duration = Duration::from_secs(10);
 
 /// Attaches `file` to tap `name`. A rox-nic that used io_uring and just exited leaves the tap
 /// attached (EBUSY) until the kernel's asynchronous teardown of its ring dropped the armed
 /// read, a few milliseconds: wait that out, up to [`ATTACH_BUSY_WAIT`].
 fn attach(file: &File, name: &str) -> std::io::Result<()> {
     let start = std::time::Instant::now();
+    let mut logged = false;
     loop {
         match sys::net::tap_attach(file, name) {
             Err(e)
                 if e.raw_os_error() == Some(libc::EBUSY) && start.elapsed() < ATTACH_BUSY_WAIT =>
             {
+                if !logged {
+                    log::info!("rox-nic: tap {name} busy (a previous user still lets go), waiting up to {ATTACH_BUSY_WAIT:?}");
+                    logged = true;
+                }
                 std::thread::sleep(Duration::from_millis(10));
             }
             r => {

@@ -86,8 +86,8 @@ pub fn set_socket_int(fd: RawFd, option: libc::c_int, value: libc::c_int) -> boo
 pub struct DatagramReceiver {
     msgs: Vec<libc::mmsghdr>,
     iovs: Vec<libc::iovec>,
-    /// The buffer they point into: its address, length and slot length.
-    built_for: (usize, usize, usize),
+    /// The buffer they point into: its address, length and slot length, and the headers' count.
+    built_for: (usize, usize, usize, usize),
 }
 
 // SAFETY: the raw pointers inside are addresses of the caller's buffer, only dereferenced
@@ -117,7 +117,7 @@ impl DatagramReceiver {
                 m
             })
             .collect();
-        self.built_for = (slots.as_ptr() as usize, slots.len(), slot_len);
+        self.built_for = (slots.as_ptr() as usize, slots.len(), slot_len, max);
     }
 
     /// Receives up to `N` datagrams with one non-blocking `recvmmsg`, datagram `i` into
@@ -130,7 +130,7 @@ impl DatagramReceiver {
         slot_len: usize,
         lens: &mut [usize; N],
     ) -> std::io::Result<usize> {
-        if self.built_for != (slots.as_ptr() as usize, slots.len(), slot_len) {
+        if self.built_for != (slots.as_ptr() as usize, slots.len(), slot_len, N) {
             self.build(slots, slot_len, N);
         }
         // SAFETY: every header's single iovec lies in `self.iovs` and points into `slots`
@@ -244,5 +244,24 @@ mod tests {
                 .iter()
                 .all(|&x| x == round + 10));
         }
+    }
+
+    #[test]
+    fn a_receiver_takes_no_more_datagrams_than_the_call_has_lengths_for() {
+        let (a, b) = UnixDatagram::pair().unwrap();
+        b.set_nonblocking(true).unwrap();
+        let mut receiver = DatagramReceiver::default();
+        let mut slots = vec![0u8; 8 * 16];
+        let fd = b.as_raw_fd();
+        assert_eq!(receiver.recv(fd, &mut slots, 16, &mut [0; 8]).unwrap(), 0);
+        for i in 0..4u8 {
+            a.send(&[i; 5]).unwrap();
+        }
+        // The same buffer with fewer lengths: two datagrams now, the others left waiting.
+        let mut lens = [0usize; 2];
+        assert_eq!(receiver.recv(fd, &mut slots, 16, &mut lens).unwrap(), 2);
+        assert_eq!((lens, slots[0], slots[16]), ([5, 5], 0, 1));
+        assert_eq!(receiver.recv(fd, &mut slots, 16, &mut lens).unwrap(), 2);
+        assert_eq!((slots[0], slots[16]), (2, 3));
     }
 }

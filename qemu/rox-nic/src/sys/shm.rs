@@ -249,18 +249,21 @@ pub fn send_with_fds(stream: &UnixStream, data: &[u8], fds: &[RawFd]) -> std::io
             fd_bytes as usize,
         );
     }
-    // SAFETY: `msg`, its iovec (into `data`) and its control buffer live across the call.
-    let n = unsafe { libc::sendmsg(stream.as_raw_fd(), &msg, libc::MSG_NOSIGNAL) };
-    if n < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    if n as usize != data.len() {
-        return Err(std::io::Error::new(
-            ErrorKind::WriteZero,
-            "message cut short",
-        ));
-    }
-    Ok(())
+    let sent = loop {
+        // SAFETY: `msg`, its iovec (into `data`) and its control buffer live across the call.
+        let n = unsafe { libc::sendmsg(stream.as_raw_fd(), &msg, libc::MSG_NOSIGNAL) };
+        if n >= 0 {
+            break n as usize;
+        }
+        let e = std::io::Error::last_os_error();
+        if e.kind() != ErrorKind::Interrupted {
+            return Err(e);
+        }
+    };
+    // A stream may take part of the message (a signal, a full buffer): the descriptors went
+    // with that part, the rest follows as plain bytes.
+    let mut rest = stream;
+    std::io::Write::write_all(&mut rest, &data[sent..])
 }
 
 /// Receives one message of at most `data.len()` bytes and the descriptors attached to it.

@@ -94,7 +94,13 @@ impl DataPath {
             self.shared.wqe_trace.wqe_fetch(qpn.get(), index, &wqe);
             // Its CQE names it by index: kernel consumers retire their queues by it.
             let wqe_index = index as u16;
-            let sges = self.hw.spare_sges.pop().unwrap_or_default();
+            // Only an SGE list keeps the spare list it is decoded into (an inline WQE's would
+            // be dropped with it, and the pool would allocate anew).
+            let sges = if wqe.flags & WqeFlags::INLINE.bits() != 0 {
+                Vec::new()
+            } else {
+                self.hw.spare_sges.pop().unwrap_or_default()
+            };
             match decode_send(&self.hw, qp_type, sig_all, &wqe, sges) {
                 Ok(wr) => {
                     let wr = SendWr { wqe_index, ..wr };

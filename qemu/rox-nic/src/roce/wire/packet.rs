@@ -175,7 +175,9 @@ pub fn build_packet_filled<E>(
     put_bth(&mut w, &hdr.bth, pad);
     put_extension_headers(&mut w, hdr, &info);
     let payload_at = w.at;
-    debug_assert_eq!(payload_at, ip_len + UDP_HEADER_LEN + info.header_len());
+    // The buffer is recycled, not zeroed: a header shorter than its opcode's layout would send
+    // stale bytes, so a mismatch is a bug that must stop here in every build.
+    assert_eq!(payload_at, ip_len + UDP_HEADER_LEN + info.header_len());
     if let Some(v4_header) = v4.and(buf.get_mut(..IPV4_HEADER_LEN)) {
         let csum = ipv4_header_checksum(v4_header);
         v4_header[field::V4_CHECKSUM..field::V4_CHECKSUM + 2].copy_from_slice(&csum.to_be_bytes());
@@ -632,21 +634,48 @@ mod tests {
     /// the packet built over a fresh one: every byte is written (headers, payload, pad, ICRC).
     #[test]
     fn a_packet_built_over_a_dirty_recycled_buffer_is_the_same_packet() {
+        // Every extension header present: each opcode writes the ones its layout has.
         let mut hdr = flush_headers();
-        hdr.bth.opcode = opcode::RC_WRITE_ONLY;
-        hdr.feth = None;
-        for v6 in [false, true] {
-            for len in [1021usize, 1024, 4095] {
-                let payload: Vec<u8> = (0..len).map(|i| (i * 7) as u8).collect();
-                let fresh = build_packet(&ip(v6), &hdr, &payload);
-                for _ in 0..4 {
-                    recycle(vec![0xa5; 9000]);
+        hdr.deth = Some(Deth {
+            qkey: 0x1122_3344,
+            src_qpn: Qpn::new(0x55).unwrap(),
+        });
+        hdr.xrceth = Some(0x00ab_cdef);
+        hdr.atomic_eth = Some(AtomicEth {
+            va: 0x7f00_0000_2000,
+            rkey: Key::from_raw(0x2345_6702),
+            swap_add: 0x0102_0304_0506_0708,
+            compare: 0x1112_1314_1516_1718,
+        });
+        hdr.aeth = Some(Aeth {
+            syndrome: Syndrome::Ack,
+            msn: Msn::new(0x33).unwrap(),
+        });
+        hdr.atomic_ack = Some(0x2122_2324_2526_2728);
+        hdr.imm = Some(0x3132_3334);
+        hdr.ieth = Some(Key::from_raw(0x4142_4344));
+        let ops: Vec<u8> = (0..=u8::MAX)
+            .filter(|&op| opcode_info(op).is_some())
+            .collect();
+        assert!(ops.len() > 40, "{} opcodes", ops.len());
+        for op in ops {
+            hdr.bth.opcode = op;
+            for v6 in [false, true] {
+                for len in [1021usize, 1024] {
+                    let payload: Vec<u8> = (0..len).map(|i| (i * 7) as u8).collect();
+                    let fresh = build_packet(&ip(v6), &hdr, &payload);
+                    for _ in 0..4 {
+                        recycle(vec![0xa5; 9000]);
+                    }
+                    let reused = build_packet(&ip(v6), &hdr, &payload);
+                    assert_eq!(reused, fresh, "opcode {op:#04x}, v6 {v6}, {len} B");
                 }
-                let reused = build_packet(&ip(v6), &hdr, &payload);
-                assert_eq!(reused, fresh, "v6 {v6}, {len} B");
-                assert_eq!(parse_packet(&reused).expect("parses").payload, &payload[..]);
             }
         }
+        hdr.bth.opcode = opcode::RC_WRITE_ONLY;
+        let payload: Vec<u8> = (0..4095).map(|i| (i * 7) as u8).collect();
+        let built = build_packet(&ip(true), &hdr, &payload);
+        assert_eq!(parse_packet(&built).expect("parses").payload, &payload[..]);
         let refused = build_packet_filled(&ip(false), &hdr, 2048, FlushIcrc::Iba, |_| Err(()));
         assert_eq!(refused, Err(()), "a failed fill builds nothing");
     }
