@@ -159,6 +159,21 @@ impl DatagramReceiver {
     }
 }
 
+/// A frame's two pieces (header, body) as the iovecs one write or datagram sends. The kernel
+/// only reads through them: the `*mut` is the C type's, not a licence to write.
+pub fn frame_iovecs(f: &FrameRef) -> [libc::iovec; 2] {
+    [
+        libc::iovec {
+            iov_base: f.head.as_ptr() as *mut libc::c_void,
+            iov_len: f.head.len(),
+        },
+        libc::iovec {
+            iov_base: f.body.as_ptr() as *mut libc::c_void,
+            iov_len: f.body.len(),
+        },
+    ]
+}
+
 /// Sends the first up to `N` of `frames` (each a header and a body, one datagram) with one
 /// non-blocking `sendmmsg`. Returns how many went; an error only if none did.
 pub fn send_datagrams<const N: usize>(fd: RawFd, frames: &[FrameRef]) -> std::io::Result<usize> {
@@ -168,16 +183,7 @@ pub fn send_datagrams<const N: usize>(fd: RawFd, frames: &[FrameRef]) -> std::io
     let mut iovs = [const { MaybeUninit::<[libc::iovec; 2]>::uninit() }; N];
     let mut msgs = [const { MaybeUninit::<libc::mmsghdr>::uninit() }; N];
     for ((m, iov), f) in msgs.iter_mut().zip(iovs.iter_mut()).zip(&frames[..count]) {
-        let iov = iov.write([
-            libc::iovec {
-                iov_base: f.head.as_ptr() as *mut libc::c_void,
-                iov_len: f.head.len(),
-            },
-            libc::iovec {
-                iov_base: f.body.as_ptr() as *mut libc::c_void,
-                iov_len: f.body.len(),
-            },
-        ]);
+        let iov = iov.write(frame_iovecs(f));
         // SAFETY: mmsghdr is plain C data; all zeroes is a valid value.
         let mut hdr: libc::mmsghdr = unsafe { std::mem::zeroed() };
         hdr.msg_hdr.msg_iov = iov.as_mut_ptr();

@@ -302,18 +302,8 @@ impl FrameRing {
         for chunk in frames.chunks(SQ_ENTRIES as usize) {
             let base = results.len();
             self.iovecs.clear();
-            self.iovecs.extend(chunk.iter().map(|f| {
-                [
-                    libc::iovec {
-                        iov_base: f.head.as_ptr() as *mut libc::c_void,
-                        iov_len: f.head.len(),
-                    },
-                    libc::iovec {
-                        iov_base: f.body.as_ptr() as *mut libc::c_void,
-                        iov_len: f.body.len(),
-                    },
-                ]
-            }));
+            self.iovecs
+                .extend(chunk.iter().map(super::net::frame_iovecs));
             {
                 let mut sq = self.ring.submission();
                 for (i, iov) in self.iovecs.iter().enumerate() {
