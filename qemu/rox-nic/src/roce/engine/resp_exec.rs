@@ -65,7 +65,7 @@ impl Qp {
     }
 
     pub(super) fn send_atomic_ack(
-        &self,
+        &mut self,
         env: &mut dyn DeviceEnv,
         stats: &mut EngineStats,
         psn: Psn,
@@ -77,12 +77,12 @@ impl Qp {
             msn: self.resp.msn,
         });
         hdr.atomic_ack = Some(original);
-        self.send_connected(env, stats, &hdr, &[]);
+        self.send_response(env, stats, hdr);
     }
 
     /// The response to a FLUSH or ATOMIC WRITE: a READ RESPONSE ONLY without data (IBA A19).
     pub(super) fn send_empty_read_response(
-        &self,
+        &mut self,
         env: &mut dyn DeviceEnv,
         stats: &mut EngineStats,
         psn: Psn,
@@ -92,7 +92,7 @@ impl Qp {
             syndrome: Syndrome::Ack,
             msn: self.resp.msn,
         });
-        self.send_connected(env, stats, &hdr, &[]);
+        self.send_response(env, stats, hdr);
     }
 
     /// Executes the request with the expected PSN (RC and UC).
