@@ -2,15 +2,17 @@
 //! notification point answering CE-marked packets with CNPs, the reaction point taking CNPs,
 //! and the pacing at its QP's DCQCN rate of what a QP sends as data: its requests (the
 //! requester asks [`crate::roce::cc::QpCc::paced_until`] itself) and its READ responses
-//! (here: [`PacedReads`]).
+//! (here: the decision to hold one, and [`PacedReads`], the responses waiting; resp_exec.rs
+//! builds and sends them).
 
 use std::collections::VecDeque;
 
 use super::qp::Qp;
+use super::resp_exec::ReadStream;
 use super::{Engine, EngineStats, RxDrop};
 use crate::roce::cc::{ECN_CE, ECN_MASK};
 use crate::roce::wire::DEFAULT_PKEY;
-use crate::roce::wire::{self, opcode as op, Aeth, Bth, Headers, Parsed, Reth, Syndrome};
+use crate::roce::wire::{self, opcode as op, Bth, Headers, Parsed};
 use crate::roce::*;
 
 /// A CNP's reserved bytes, sent as zeros.
@@ -91,21 +93,6 @@ impl Qp {
     }
 }
 
-/// The responses of one READ (or of a replayed part of one) still to send.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct ReadStream {
-    /// The PSN of response 0, and the range it reads.
-    pub(super) psn: Psn,
-    pub(super) reth: Reth,
-    /// Response packets of the READ as asked (their opcodes follow from it), the next one to
-    /// send, and where to stop (before `npkts` when a retry asked for the rest again).
-    pub(super) npkts: u32,
-    pub(super) next: u32,
-    pub(super) end: u32,
-    /// The MSN its AETHs carry: the READ's own, whatever the responder executed since.
-    pub(super) msn: Msn,
-}
-
 /// One response a QP owes behind paced READ responses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Owed {
@@ -183,75 +170,25 @@ impl Qp {
         }
     }
 
-    /// Sends from `s` until it ends or the QP's rate holds the next response (then `s` waits
-    /// at the head of the queue and the QP's pacing timer is set).
-    fn stream_read_responses(
-        &mut self,
-        env: &mut dyn DeviceEnv,
-        stats: &mut EngineStats,
-        mut s: ReadStream,
-    ) -> bool {
-        let mtu = self.mtu.bytes();
-        let mut buf = vec![0u8; mtu.min(s.reth.dma_len) as usize];
-        while s.next < s.end {
-            if self.cc.rp.is_some() {
-                if let Some(until) = self.cc.paced_until(env.now_ns()) {
-                    self.paced_reads.queue.push_front(Owed::Read(s));
-                    self.paced_reads.wake_at = Some(until);
-                    return true;
-                }
-            }
-            let bytes_before = stats.tx_bytes;
-            if !self.send_read_response(env, stats, &s, &mut buf) {
-                return false;
-            }
-            if self.cc.rp.is_some() {
-                self.cc.sent(stats.tx_bytes - bytes_before, env.now_ns());
-            }
-            s.next += 1;
+    /// The pacing decision before READ response `s.next`: whether the QP's rate holds it
+    /// (then `s` waits at the head of the queue and the QP's pacing timer is set).
+    pub(super) fn read_response_held(&mut self, now: u64, s: ReadStream) -> bool {
+        if self.cc.rp.is_none() {
+            return false;
         }
+        let Some(until) = self.cc.paced_until(now) else {
+            return false;
+        };
+        self.paced_reads.queue.push_front(Owed::Read(s));
+        self.paced_reads.wake_at = Some(until);
         true
     }
 
-    /// Response `s.next` of a READ: its data read from memory now.
-    fn send_read_response(
-        &mut self,
-        env: &mut dyn DeviceEnv,
-        stats: &mut EngineStats,
-        s: &ReadStream,
-        buf: &mut [u8],
-    ) -> bool {
-        let mtu = self.mtu.bytes();
-        let (i, psn) = (s.next, s.psn.add(s.next));
-        let offset = i * mtu;
-        let chunk = (s.reth.dma_len - offset).min(mtu) as usize;
-        let data = &mut buf[..chunk];
-        let target = self.remote_target(s.reth.rkey, s.reth.va);
-        if chunk > 0
-            && env
-                .read_remote(target.offset(u64::from(offset)), data)
-                .is_err()
-        {
-            // The responses waiting behind are answered by the NAK.
-            self.paced_reads.forget_from(psn);
-            self.remote_access_error(env, stats, psn);
-            return false;
+    /// A READ response of `bytes` left: it spends the QP's rate.
+    pub(super) fn read_response_sent(&mut self, bytes: u64, now: u64) {
+        if self.cc.rp.is_some() {
+            self.cc.sent(bytes, now);
         }
-        let base = match (i == 0, i + 1 == s.npkts) {
-            (true, true) => op::RC_READ_RESPONSE_ONLY,
-            (true, false) => op::RC_READ_RESPONSE_FIRST,
-            (false, false) => op::RC_READ_RESPONSE_MIDDLE,
-            (false, true) => op::RC_READ_RESPONSE_LAST,
-        };
-        let mut hdr = Headers::new(self.bth(base, psn));
-        if wire::opcode_info(base).is_some_and(|info| info.aeth) {
-            hdr.aeth = Some(Aeth {
-                syndrome: Syndrome::Ack,
-                msn: s.msn,
-            });
-        }
-        self.send_connected(env, stats, &hdr, data);
-        true
     }
 
     /// The pacing timer of waiting READ responses (`Engine::poll`): sends them in order as

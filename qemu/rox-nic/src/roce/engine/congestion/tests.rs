@@ -4,7 +4,7 @@
 use super::super::test_env::{self, *};
 use super::*;
 use crate::roce::cc::{dcqcn, CcConfig, ECN_ECT0, ECN_NOT_ECT};
-use crate::roce::wire::{AtomicEth, NakCode, Syndrome};
+use crate::roce::wire::{Aeth, AtomicEth, NakCode, Reth, Syndrome};
 use rox_uapi::verbs::{ACCESS_REMOTE_ATOMIC, ACCESS_REMOTE_READ};
 
 const US: u64 = 1000;
