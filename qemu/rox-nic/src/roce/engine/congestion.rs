@@ -2,15 +2,17 @@
 //! notification point answering CE-marked packets with CNPs, the reaction point taking CNPs,
 //! and the pacing at its QP's DCQCN rate of what a QP sends as data: its requests (the
 //! requester asks [`crate::roce::cc::QpCc::paced_until`] itself) and its READ responses
-//! (here: [`PacedReads`]).
+//! (here: the decision to hold one, and [`PacedReads`], the responses waiting; resp_exec.rs
+//! builds and sends them).
 
 use std::collections::VecDeque;
 
 use super::qp::Qp;
+use super::resp_exec::ReadStream;
 use super::{Engine, EngineStats, RxDrop};
 use crate::roce::cc::{ECN_CE, ECN_MASK};
 use crate::roce::wire::DEFAULT_PKEY;
-use crate::roce::wire::{self, opcode as op, Aeth, Bth, Headers, Parsed, Reth, Syndrome};
+use crate::roce::wire::{self, opcode as op, Bth, Headers, Parsed};
 use crate::roce::*;
 
 /// A CNP's reserved bytes, sent as zeros.
@@ -91,30 +93,24 @@ impl Qp {
     }
 }
 
-/// The responses of one READ (or of a replayed part of one) still to send.
+/// One response a QP owes behind paced READ responses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct ReadStream {
-    /// The PSN of response 0, and the range it reads.
-    pub(super) psn: Psn,
-    pub(super) reth: Reth,
-    /// Response packets of the READ as asked (their opcodes follow from it), the next one to
-    /// send, and where to stop (before `npkts` when a retry asked for the rest again).
-    pub(super) npkts: u32,
-    pub(super) next: u32,
-    pub(super) end: u32,
-    /// The MSN its AETHs carry: the READ's own, whatever the responder executed since.
-    pub(super) msn: Msn,
+pub(super) enum Owed {
+    /// READ responses, sent at the QP's rate.
+    Read(ReadStream),
+    /// A response without data (ACK, NAK, RNR NAK, atomic ACK, empty READ response).
+    Response(Headers),
 }
 
-/// READ responses a cut QP owes, oldest first. DCQCN limits what a QP sends, and a READ's
+/// The responses a cut QP owes, oldest first. DCQCN limits what a QP sends, and a READ's
 /// responses are data its responder sends, so they take the QP's rate as its requests do (on
 /// mlx5 the requester of a READ answers CE-marked responses with CNPs to this QP). Responses
-/// leave in PSN order: a READ behind a waiting one waits too, and the QP's coalesced ACK
-/// waits for them all (an ACK past a READ's PSNs would tell the requester its responses were
-/// lost).
+/// leave in PSN order: while READ responses wait, every other response of the QP waits behind
+/// them (a response past a READ's PSNs would tell the requester its responses were lost, and
+/// it would ask for the READ again), and the QP's coalesced ACK waits for them all.
 #[derive(Debug, Default)]
 pub(super) struct PacedReads {
-    queue: VecDeque<ReadStream>,
+    queue: VecDeque<Owed>,
     /// When the first waiting response may go: an engine timer.
     pub(super) wake_at: Option<u64>,
 }
@@ -125,12 +121,16 @@ impl PacedReads {
     }
 
     /// Forgets every waiting response at `psn` or later: a duplicate READ from `psn` asks
-    /// for them again (the requester resends from its first missing response on).
-    fn forget_from(&mut self, psn: Psn) {
-        self.queue.retain_mut(|s| {
-            let keep = psn.diff(s.psn).max(0) as u32;
-            s.end = s.end.min(keep);
-            s.next < s.end
+    /// for them again (the requester resends from its first missing response on), and a
+    /// READ that failed at `psn` ends its responder's answers there (a NAK).
+    pub(super) fn forget_from(&mut self, psn: Psn) {
+        self.queue.retain_mut(|owed| match owed {
+            Owed::Read(s) => {
+                let keep = psn.diff(s.psn).max(0) as u32;
+                s.end = s.end.min(keep);
+                s.next < s.end
+            }
+            Owed::Response(hdr) => hdr.bth.psn.before(psn),
         });
         if self.queue.is_empty() {
             self.wake_at = None;
@@ -150,79 +150,45 @@ impl Qp {
     ) -> bool {
         self.paced_reads.forget_from(stream.psn.add(stream.next));
         if self.paced_reads.pending() {
-            self.paced_reads.queue.push_back(stream);
+            self.paced_reads.queue.push_back(Owed::Read(stream));
             return true;
         }
         self.stream_read_responses(env, stats, stream)
     }
 
-    /// Sends from `s` until it ends or the QP's rate holds the next response (then `s` waits
-    /// at the head of the queue and the QP's pacing timer is set).
-    fn stream_read_responses(
+    /// Sends a response without data now, or behind the READ responses still waiting.
+    pub(super) fn send_response(
         &mut self,
         env: &mut dyn DeviceEnv,
         stats: &mut EngineStats,
-        mut s: ReadStream,
-    ) -> bool {
-        let mtu = self.mtu.bytes();
-        let mut buf = vec![0u8; mtu.min(s.reth.dma_len) as usize];
-        while s.next < s.end {
-            if self.cc.rp.is_some() {
-                if let Some(until) = self.cc.paced_until(env.now_ns()) {
-                    self.paced_reads.queue.push_front(s);
-                    self.paced_reads.wake_at = Some(until);
-                    return true;
-                }
-            }
-            let bytes_before = stats.tx_bytes;
-            if !self.send_read_response(env, stats, &s, &mut buf) {
-                return false;
-            }
-            if self.cc.rp.is_some() {
-                self.cc.sent(stats.tx_bytes - bytes_before, env.now_ns());
-            }
-            s.next += 1;
+        hdr: Headers,
+    ) {
+        if self.paced_reads.pending() {
+            self.paced_reads.queue.push_back(Owed::Response(hdr));
+        } else {
+            self.send_connected(env, stats, &hdr, &[]);
         }
+    }
+
+    /// The pacing decision before READ response `s.next`: whether the QP's rate holds it
+    /// (then `s` waits at the head of the queue and the QP's pacing timer is set).
+    pub(super) fn read_response_held(&mut self, now: u64, s: ReadStream) -> bool {
+        if self.cc.rp.is_none() {
+            return false;
+        }
+        let Some(until) = self.cc.paced_until(now) else {
+            return false;
+        };
+        self.paced_reads.queue.push_front(Owed::Read(s));
+        self.paced_reads.wake_at = Some(until);
         true
     }
 
-    /// Response `s.next` of a READ: its data read from memory now.
-    fn send_read_response(
-        &mut self,
-        env: &mut dyn DeviceEnv,
-        stats: &mut EngineStats,
-        s: &ReadStream,
-        buf: &mut [u8],
-    ) -> bool {
-        let mtu = self.mtu.bytes();
-        let (i, psn) = (s.next, s.psn.add(s.next));
-        let offset = i * mtu;
-        let chunk = (s.reth.dma_len - offset).min(mtu) as usize;
-        let data = &mut buf[..chunk];
-        let target = self.remote_target(s.reth.rkey, s.reth.va);
-        if chunk > 0
-            && env
-                .read_remote(target.offset(u64::from(offset)), data)
-                .is_err()
-        {
-            self.remote_access_error(env, stats, psn);
-            return false;
+    /// A READ response of `bytes` left: it spends the QP's rate.
+    pub(super) fn read_response_sent(&mut self, bytes: u64, now: u64) {
+        if self.cc.rp.is_some() {
+            self.cc.sent(bytes, now);
         }
-        let base = match (i == 0, i + 1 == s.npkts) {
-            (true, true) => op::RC_READ_RESPONSE_ONLY,
-            (true, false) => op::RC_READ_RESPONSE_FIRST,
-            (false, false) => op::RC_READ_RESPONSE_MIDDLE,
-            (false, true) => op::RC_READ_RESPONSE_LAST,
-        };
-        let mut hdr = Headers::new(self.bth(base, psn));
-        if wire::opcode_info(base).is_some_and(|info| info.aeth) {
-            hdr.aeth = Some(Aeth {
-                syndrome: Syndrome::Ack,
-                msn: s.msn,
-            });
-        }
-        self.send_connected(env, stats, &hdr, data);
-        true
     }
 
     /// The pacing timer of waiting READ responses (`Engine::poll`): sends them in order as
@@ -236,510 +202,23 @@ impl Qp {
             return;
         }
         self.paced_reads.wake_at = None;
-        while let Some(s) = self.paced_reads.queue.pop_front() {
+        while let Some(owed) = self.paced_reads.queue.pop_front() {
             if !self.can_receive() {
                 self.paced_reads = PacedReads::default();
                 return;
             }
-            let sent_all = self.stream_read_responses(env, stats, s);
-            if self.paced_reads.wake_at.is_some() || !sent_all {
-                return;
+            match owed {
+                Owed::Response(hdr) => self.send_connected(env, stats, &hdr, &[]),
+                Owed::Read(s) => {
+                    let sent_all = self.stream_read_responses(env, stats, s);
+                    if self.paced_reads.wake_at.is_some() || !sent_all {
+                        return;
+                    }
+                }
             }
         }
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::super::test_env::*;
-    use super::*;
-    use crate::roce::cc::{dcqcn, CcConfig, ECN_ECT0, ECN_NOT_ECT};
-    use rox_uapi::verbs::ACCESS_REMOTE_READ;
-
-    const US: u64 = 1000;
-
-    fn engine_with(cc: CcConfig, env: &mut TestEnv, qp_type: QpType) -> Engine {
-        let mut engine = Engine::new().with_cc(cc);
-        engine.create_qp(rts_qp(qp_type).cfg).unwrap();
-        // A 268 ms local ACK timeout: the pacing tests watch the timer.
-        let modify = QpModify {
-            timeout: Some(14),
-            ..rts_modify()
-        };
-        engine.modify_qp(env, LOCAL_QPN, &modify).unwrap();
-        engine
-    }
-
-    /// Posts an RDMA WRITE of `len` bytes (WR 1) on the test QP.
-    fn post_write(engine: &mut Engine, env: &mut TestEnv, len: u32) {
-        let wr = send_wr(1, WrOpcode::RdmaWrite, len);
-        engine.post_send(env, LOCAL_QPN, wr).unwrap();
-    }
-
-    fn cc_off() -> CcConfig {
-        CcConfig {
-            enabled: false,
-            ..CcConfig::default()
-        }
-    }
-
-    /// `packet` as a congested router leaves it: ECN set to CE (the IPv4 header checksum
-    /// fixed; the ICRC masks the TOS byte).
-    fn marked_ce(mut packet: Vec<u8>) -> Vec<u8> {
-        packet[1] |= ECN_CE;
-        packet[10..12].fill(0);
-        let sum = wire::ipv4_header_checksum(&packet[..20]);
-        packet[10..12].copy_from_slice(&sum.to_be_bytes());
-        packet
-    }
-
-    fn cnp_from_peer(dest: Qpn) -> Vec<u8> {
-        packet_from_peer(op::CNP, 0, &CNP_RESERVED, |h| {
-            h.bth.dest_qpn = dest;
-            h.bth.ack_req = false;
-        })
-    }
-
-    fn sends(env: &mut TestEnv, n: usize) {
-        for i in 0..n {
-            env.recv.push_back(RecvWr {
-                wqe_index: 0,
-                wr_id: i as u64,
-                sges: Vec::new(),
-            });
-        }
-    }
-
-    #[test]
-    fn ce_marked_packets_get_one_cnp_per_min_time_between_cnps() {
-        let mut env = TestEnv::new();
-        let mut engine = engine_with(CcConfig::default(), &mut env, QpType::Rc);
-        sends(&mut env, 3);
-        for (psn, at) in [(100, 0), (101, US), (102, 5 * US)] {
-            env.now = 1_000_000 + at;
-            let send = marked_ce(packet_from_peer(op::RC_SEND_ONLY, psn, &[], |_| {}));
-            engine.receive(&mut env, &send).unwrap();
-        }
-        engine.poll(&mut env);
-        let cnps: Vec<_> = env.sent.iter().filter(|p| p[20 + 8] == op::CNP).collect();
-        assert_eq!(
-            cnps.len(),
-            2,
-            "at 0 and 5 µs; the one at 1 µs is within 4 µs"
-        );
-        let cnp = wire::parse_packet(cnps[0]).expect("a valid packet (ICRC, lengths)");
-        assert_eq!(cnp.hdr.bth.dest_qpn, PEER_QPN, "to the sender's QP");
-        assert_eq!((cnp.hdr.bth.psn.get(), cnp.hdr.bth.ack_req), (0, false));
-        assert_eq!(cnp.payload, &[0; 16], "16 reserved bytes");
-        assert_eq!(cnps[0][20 + 8 + 1], 0, "no flags");
-        assert_eq!(cnps[0][20 + 8 + 4], 0x40, "BECN");
-        assert_eq!(
-            wire::ecn_of(cnp.ip_header),
-            ECN_NOT_ECT,
-            "a CNP is not paced"
-        );
-        let acks: Vec<_> = env
-            .sent_parsed()
-            .into_iter()
-            .filter(|p| p.hdr.bth.opcode == op::RC_ACKNOWLEDGE)
-            .collect();
-        assert!(!acks.is_empty());
-        for ack in acks {
-            assert_eq!(wire::ecn_of(ack.ip_header), ECN_NOT_ECT, "nor an ACK");
-        }
-        assert_eq!(wire::ipv4_header_checksum(cnp.ip_header), 0);
-        assert_eq!(cnp.ip_header[1] >> 2, 48, "mlx5's default cnp_dscp (CS6)");
-        let s = engine.stats();
-        assert_eq!((s.np_ecn_marked_roce_packets, s.np_cnp_sent), (3, 2));
-        assert_eq!(
-            env.completions.len(),
-            3,
-            "the SENDs themselves were delivered"
-        );
-    }
-
-    /// A CNP carries the device's cnp_dscp, not the QP's traffic class; the requests keep
-    /// the QP's.
-    #[test]
-    fn a_cnp_carries_cnp_dscp_whatever_the_qps_traffic_class() {
-        let mut env = TestEnv::new();
-        let mut cc = CcConfig::default();
-        cc.params.apply_list("cnp_dscp=26,cnp_802p_prio=3").unwrap();
-        let mut engine = engine_with(cc, &mut env, QpType::Rc);
-        engine
-            .qps
-            .get_mut(&LOCAL_QPN)
-            .unwrap()
-            .av
-            .as_mut()
-            .unwrap()
-            .traffic_class = 10 << 2;
-        sends(&mut env, 1);
-        let send = marked_ce(packet_from_peer(op::RC_SEND_ONLY, 100, &[], |_| {}));
-        engine.receive(&mut env, &send).unwrap();
-        engine.poll(&mut env);
-        post_write(&mut engine, &mut env, 64);
-        let sent = env.sent_parsed();
-        let tos = |opcode| {
-            let p = sent.iter().find(|p| p.hdr.bth.opcode == opcode).unwrap();
-            assert_eq!(wire::ipv4_header_checksum(p.ip_header), 0);
-            p.ip_header[1]
-        };
-        assert_eq!(tos(op::CNP), 26 << 2, "DSCP 26, Not-ECT");
-        assert_eq!(tos(op::RC_WRITE_ONLY), 10 << 2 | ECN_ECT0, "the QP's own");
-        assert_eq!(tos(op::RC_ACKNOWLEDGE), 10 << 2, "the QP's own, Not-ECT");
-    }
-
-    #[test]
-    fn with_cc_off_packets_are_not_ect_ce_is_counted_and_cnps_ignored() {
-        let mut env = TestEnv::new();
-        let mut engine = engine_with(cc_off(), &mut env, QpType::Rc);
-        sends(&mut env, 1);
-        let send = marked_ce(packet_from_peer(op::RC_SEND_ONLY, 100, &[], |_| {}));
-        engine.receive(&mut env, &send).unwrap();
-        engine.receive(&mut env, &cnp_from_peer(LOCAL_QPN)).unwrap();
-        engine.poll(&mut env);
-        let sent = env.sent_parsed();
-        assert_eq!(sent.len(), 1, "the ACK, no CNP");
-        assert_eq!(sent[0].hdr.bth.opcode, op::RC_ACKNOWLEDGE);
-        assert_eq!(wire::ecn_of(sent[0].ip_header), ECN_NOT_ECT);
-        let s = engine.stats();
-        assert_eq!(
-            (s.np_ecn_marked_roce_packets, s.np_cnp_sent),
-            (1, 0),
-            "CE still counted"
-        );
-        assert_eq!((s.rp_cnp_handled, s.rp_cnp_ignored), (0, 1));
-        // Nothing is paced either.
-        post_write(&mut engine, &mut env, 8 * 1024);
-        assert_eq!(env.sent.len(), 1 + 8);
-    }
-
-    #[test]
-    fn cnps_no_rc_or_uc_qp_can_take_are_dropped_and_counted_alone() {
-        let mut env = TestEnv::new();
-        let mut engine = engine_with(CcConfig::default(), &mut env, QpType::Ud);
-        let before = engine.stats().clone();
-        let unknown = Qpn::from_wire(0x777);
-        for dest in [unknown, LOCAL_QPN] {
-            assert_eq!(
-                engine.receive(&mut env, &cnp_from_peer(dest)),
-                Err(RxDrop::UnwantedCnp(dest))
-            );
-        }
-        let s = engine.stats();
-        assert_eq!(s.rx_cnp_dropped, 2);
-        let others = EngineStats {
-            rx_packets: before.rx_packets + 2,
-            rx_cnp_dropped: 2,
-            ..before
-        };
-        assert_eq!(*s, others, "no other counter moved");
-        // From an address other than an RC QP's peer: dropped too.
-        let mut env = TestEnv::new();
-        let mut engine = engine_with(CcConfig::default(), &mut env, QpType::Rc);
-        let stranger = from_source(cnp_from_peer(LOCAL_QPN), [10, 0, 0, 9]);
-        assert_eq!(
-            engine.receive(&mut env, &stranger),
-            Err(RxDrop::UnwantedCnp(LOCAL_QPN))
-        );
-        assert_eq!(engine.stats().rp_cnp_handled, 0);
-    }
-
-    #[test]
-    fn a_cnp_paces_the_requester_through_the_engine_timer() {
-        let mut env = TestEnv::new();
-        let mut engine = engine_with(CcConfig::default(), &mut env, QpType::Rc);
-        env.now = 1_000_000;
-        engine.receive(&mut env, &cnp_from_peer(LOCAL_QPN)).unwrap();
-        assert_eq!(engine.stats().rp_cnp_handled, 1);
-        assert_eq!(engine.next_deadline(), None, "nothing to send: no timer");
-        post_write(&mut engine, &mut env, 4 * 1024);
-        assert_eq!(env.sent.len(), 1, "the first packet goes, the rest wait");
-        let request = wire::parse_packet(&env.sent[0]).unwrap();
-        assert_eq!(
-            wire::ecn_of(request.ip_header),
-            ECN_ECT0,
-            "paced: ECN-capable"
-        );
-        let qp = &engine.qps[&LOCAL_QPN];
-        let rate = qp.cc.rate_kbps();
-        let gap = crate::roce::cc::dcqcn::wire_time_ns(env.sent[0].len() as u64, rate);
-        let wake = qp.cc.wake_at.expect("paced");
-        assert_eq!(wake, 1_000_000 + gap);
-        // The engine's deadline is the pacing time (the ACK timeout is later).
-        assert_eq!(engine.next_deadline(), Some(wake));
-        env.now = wake - 1;
-        engine.poll(&mut env);
-        assert_eq!(env.sent.len(), 1, "not before its time");
-        env.now = wake;
-        engine.poll(&mut env);
-        assert_eq!(env.sent.len(), 2);
-    }
-
-    fn ack_from_peer(psn: u32) -> Vec<u8> {
-        packet_from_peer(op::RC_ACKNOWLEDGE, psn, &[], |h| {
-            h.aeth = Some(wire::Aeth {
-                syndrome: wire::Syndrome::Ack,
-                msn: Msn::default(),
-            })
-        })
-    }
-
-    /// Across a pacing gap with every sent packet ACKed (an RTT sample taken), nothing is in
-    /// flight: no tail probe (it would bypass pacing) and no timeout, at any rate.
-    #[test]
-    fn a_paced_qp_with_everything_sent_acked_takes_no_probe_or_timeout() {
-        for line_rate in [10, 2] {
-            let mut env = TestEnv::new();
-            let mut cc = CcConfig::default();
-            cc.params.line_rate = line_rate;
-            let mut engine = engine_with(cc, &mut env, QpType::Rc);
-            env.now = 1_000_000;
-            engine.receive(&mut env, &cnp_from_peer(LOCAL_QPN)).unwrap();
-            engine
-                .post_send(
-                    &mut env,
-                    LOCAL_QPN,
-                    send_wr(1, WrOpcode::RdmaWrite, 4 * 1024),
-                )
-                .unwrap();
-            let mut wake_ups = 0;
-            while let Some(last) = env.sent_parsed().last().map(|p| p.hdr.bth.psn.get()) {
-                // Each packet is ACKed 10 µs after it went, then the QP waits for its pacing
-                // (waking at each DCQCN increase event).
-                env.now += 10 * US;
-                engine.receive(&mut env, &ack_from_peer(last)).unwrap();
-                let Some(next) = engine.next_deadline() else {
-                    break;
-                };
-                env.now = env.now.max(next);
-                engine.poll(&mut env);
-                wake_ups += 1;
-                assert!(wake_ups < 10_000, "line rate {line_rate}: it goes on");
-            }
-            let s = engine.stats();
-            assert_eq!(env.sent.len(), 4, "line rate {line_rate}: paced, all sent");
-            assert_eq!((s.tail_probes, s.retransmit_timeouts), (0, 0));
-            assert_eq!(engine.next_deadline(), None, "all ACKed: no timer");
-        }
-    }
-
-    /// The same when the port's scheduler holds the QP back for many round trips.
-    #[test]
-    fn a_qp_the_scheduler_holds_back_with_everything_acked_takes_no_probe() {
-        let mut env = TestEnv::new();
-        let mut engine = engine_with(cc_off(), &mut env, QpType::Rc);
-        env.send_allowance = Some(1);
-        env.now = 1_000_000;
-        engine
-            .post_send(
-                &mut env,
-                LOCAL_QPN,
-                send_wr(1, WrOpcode::RdmaWrite, 4 * 1024),
-            )
-            .unwrap();
-        assert_eq!(env.sent.len(), 1);
-        env.now += 10 * US;
-        engine.receive(&mut env, &ack_from_peer(100)).unwrap();
-        assert_eq!(engine.next_deadline(), None, "nothing in flight");
-        env.now += 100_000 * US;
-        engine.poll(&mut env);
-        let s = engine.stats();
-        assert_eq!((s.tail_probes, s.retransmit_timeouts), (0, 0));
-        assert_eq!(env.sent.len(), 1, "still held back");
-        env.send_allowance = None;
-        engine.resume_send(&mut env, LOCAL_QPN);
-        assert_eq!(env.sent.len(), 4);
-        assert!(
-            engine.next_deadline().is_some(),
-            "in flight again: the timer runs"
-        );
-    }
-
-    #[test]
-    fn a_qp_that_cannot_receive_sends_no_cnp_and_a_flushed_one_no_timer() {
-        let mut env = TestEnv::new();
-        let mut engine = engine_with(CcConfig::default(), &mut env, QpType::Rc);
-        engine.receive(&mut env, &cnp_from_peer(LOCAL_QPN)).unwrap();
-        post_write(&mut engine, &mut env, 4 * 1024);
-        assert!(engine.next_deadline().is_some(), "paced");
-        engine.set_error(&mut env, LOCAL_QPN).unwrap();
-        assert_eq!(
-            engine.next_deadline(),
-            None,
-            "a flushed QP waits for nothing"
-        );
-        env.sent.clear();
-        let send = marked_ce(packet_from_peer(op::RC_SEND_ONLY, 100, &[], |_| {}));
-        assert_eq!(
-            engine.receive(&mut env, &send),
-            Err(RxDrop::NoQp(LOCAL_QPN))
-        );
-        assert!(env.sent.is_empty(), "no CNP from a QP in ERR");
-        let s = engine.stats();
-        assert_eq!((s.np_ecn_marked_roce_packets, s.np_cnp_sent), (1, 0));
-    }
-
-    /// An engine whose test QP answers READs (four at once).
-    fn responder(cc: CcConfig, env: &mut TestEnv) -> Engine {
-        let mut engine = Engine::new().with_cc(cc);
-        engine.create_qp(rts_qp(QpType::Rc).cfg).unwrap();
-        let modify = QpModify {
-            access_flags: Some(ACCESS_REMOTE_READ),
-            max_dest_rd_atomic: Some(4),
-            ..rts_modify()
-        };
-        engine.modify_qp(env, LOCAL_QPN, &modify).unwrap();
-        fill_pattern(env, MEM_LEN);
-        engine
-    }
-
-    fn read_request(psn: u32, va: u64, len: u32) -> Vec<u8> {
-        packet_from_peer(op::RC_READ_REQUEST, psn, &[], |h| {
-            h.reth = Some(Reth {
-                va,
-                rkey: RKEY,
-                dma_len: len,
-            })
-        })
-    }
-
-    /// Plays the engine's timers until none is armed (none may be past 1 s): the time each
-    /// packet sent from `first` on left at.
-    fn play_timers(engine: &mut Engine, env: &mut TestEnv, first: usize) -> Vec<u64> {
-        let mut at = vec![env.now; env.sent.len() - first];
-        while let Some(t) = engine.next_deadline() {
-            assert!(t < env.now + 1_000_000_000, "a timer a second away");
-            env.now = env.now.max(t);
-            engine.poll(env);
-            at.resize(env.sent.len() - first, env.now);
-        }
-        at
-    }
-
-    /// A READ's responses leave at once while the QP is not cut. A CNP cuts the QP's rate,
-    /// and the next READ's responses leave one per their time at that rate, through the
-    /// engine's timer, with the right data; with CC on they are ECN-capable.
-    #[test]
-    fn a_cnp_cuts_the_rate_of_a_read_response_stream() {
-        const LEN: u32 = 16 * 1024;
-        let mut env = TestEnv::new();
-        let mut engine = responder(CcConfig::default(), &mut env);
-        env.now = 1_000_000;
-        engine
-            .receive(&mut env, &read_request(100, 0, LEN))
-            .unwrap();
-        assert_eq!(env.sent.len(), 16, "uncut: all 16 responses at once");
-        assert_eq!(engine.next_deadline(), None);
-        engine.receive(&mut env, &cnp_from_peer(LOCAL_QPN)).unwrap();
-        assert_eq!(engine.stats().rp_cnp_handled, 1);
-        let rate = engine.qps[&LOCAL_QPN].cc.rate_kbps();
-        engine
-            .receive(&mut env, &read_request(116, 0x4000, LEN))
-            .unwrap();
-        assert_eq!(
-            env.sent.len(),
-            17,
-            "cut: the first response goes, the rest wait"
-        );
-        let at = play_timers(&mut engine, &mut env, 16);
-        let sent = env.sent_parsed();
-        let responses = &sent[16..];
-        assert_eq!(responses.len(), 16);
-        for (i, p) in responses.iter().enumerate() {
-            assert_eq!(p.hdr.bth.psn.get(), 116 + i as u32, "in order, each once");
-            assert_eq!(wire::ecn_of(p.ip_header), ECN_ECT0, "paced: ECN-capable");
-            if i > 0 {
-                let gap = dcqcn::wire_time_ns(env.sent[16 + i - 1].len() as u64, rate);
-                assert_eq!(
-                    at[i] - at[i - 1],
-                    gap,
-                    "response {i}: its time at the cut rate"
-                );
-            }
-        }
-        let data: Vec<u8> = responses.iter().flat_map(|p| p.payload.to_vec()).collect();
-        assert_eq!(data, env.mem[0x4000..0x4000 + LEN as usize]);
-        for p in &sent[..16] {
-            assert_eq!(wire::ecn_of(p.ip_header), ECN_ECT0);
-        }
-        // With CC off, READ responses are Not-ECT.
-        let mut env = TestEnv::new();
-        let mut engine = responder(cc_off(), &mut env);
-        engine
-            .receive(&mut env, &read_request(100, 0, 2048))
-            .unwrap();
-        for p in env.sent_parsed() {
-            assert_eq!(wire::ecn_of(p.ip_header), ECN_NOT_ECT);
-        }
-    }
-
-    /// Responses leave in PSN order: the ACK of a SEND behind a paced READ waits for its
-    /// responses; a duplicate READ from the middle of it (the requester's retry) replaces
-    /// the waiting rest, so no response is sent twice.
-    #[test]
-    fn an_ack_waits_for_paced_read_responses_and_a_retried_read_replaces_the_rest() {
-        let mut env = TestEnv::new();
-        let mut cc = CcConfig::default();
-        cc.params.rate_to_set_on_first_cnp = 100;
-        let mut engine = responder(cc, &mut env);
-        sends(&mut env, 1);
-        env.now = 1_000_000;
-        engine.receive(&mut env, &cnp_from_peer(LOCAL_QPN)).unwrap();
-        engine
-            .receive(&mut env, &read_request(100, 0, 8 * 1024))
-            .unwrap();
-        let send = packet_from_peer(op::RC_SEND_ONLY, 108, &[], |_| {});
-        engine.receive(&mut env, &send).unwrap();
-        engine.poll(&mut env);
-        assert_eq!(env.sent.len(), 1, "one response, no ACK yet");
-        // The requester asks again from PSN 103 (3 KiB in).
-        engine
-            .receive(&mut env, &read_request(103, 3 * 1024, 5 * 1024))
-            .unwrap();
-        play_timers(&mut engine, &mut env, 0);
-        let sent = env.sent_parsed();
-        let order: Vec<(u8, u32)> = sent
-            .iter()
-            .map(|p| (p.hdr.bth.opcode, p.hdr.bth.psn.get()))
-            .collect();
-        use op::*;
-        assert_eq!(
-            order,
-            [
-                (RC_READ_RESPONSE_FIRST, 100),
-                (RC_READ_RESPONSE_MIDDLE, 101),
-                (RC_READ_RESPONSE_MIDDLE, 102),
-                // The retry's responses, as IBA wants them: FIRST at the PSN it asked from.
-                (RC_READ_RESPONSE_FIRST, 103),
-                (RC_READ_RESPONSE_MIDDLE, 104),
-                (RC_READ_RESPONSE_MIDDLE, 105),
-                (RC_READ_RESPONSE_MIDDLE, 106),
-                (RC_READ_RESPONSE_LAST, 107),
-                (RC_ACKNOWLEDGE, 108),
-            ]
-        );
-        let data: Vec<u8> = sent[..8].iter().flat_map(|p| p.payload.to_vec()).collect();
-        assert_eq!(data, env.mem[..8 * 1024]);
-        assert_eq!(engine.stats().rx_duplicates, 1);
-    }
-
-    #[test]
-    fn a_storm_of_cnps_holds_the_qp_at_its_floor_and_it_still_sends() {
-        let mut env = TestEnv::new();
-        let mut cc = CcConfig::default();
-        cc.params.rpg_min_rate = 1000;
-        let mut engine = engine_with(cc, &mut env, QpType::Rc);
-        for i in 0..10_000 {
-            env.now = i * US;
-            engine.receive(&mut env, &cnp_from_peer(LOCAL_QPN)).unwrap();
-        }
-        assert_eq!(engine.qps[&LOCAL_QPN].cc.rate_kbps(), 1_000_000);
-        assert_eq!(engine.stats().rp_cnp_handled, 10_000);
-        engine
-            .post_send(&mut env, LOCAL_QPN, send_wr(1, WrOpcode::Send, 64))
-            .unwrap();
-        assert_eq!(env.sent.len(), 1, "a paced QP still sends");
-    }
-}
+mod tests;

@@ -349,8 +349,9 @@ impl Qp {
         }
     }
 
+    /// An ACK, NAK or RNR NAK, behind any READ responses still waiting (congestion.rs).
     pub(super) fn send_ack(
-        &self,
+        &mut self,
         env: &mut dyn DeviceEnv,
         stats: &mut EngineStats,
         psn: Psn,
@@ -366,7 +367,7 @@ impl Qp {
             Syndrome::RnrNak(_) => stats.rnr_naks_sent += 1,
             Syndrome::Nak(_) => stats.naks_sent += 1,
         }
-        self.send_connected(env, stats, &hdr, &[]);
+        self.send_response(env, stats, hdr);
     }
 
     pub(super) fn complete_recv(

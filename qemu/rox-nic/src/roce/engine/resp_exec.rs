@@ -1,7 +1,6 @@
 //! The responder's execution of a request with the expected PSN: one handler per opcode
 //! class (SEND, WRITE, READ, atomics, FLUSH, ATOMIC WRITE) and the responses they send.
 
-use super::congestion::ReadStream;
 use super::qp::Qp;
 use super::resp::{op_sequence_ok, InMessage, RdAtomic};
 use super::sg::{scatter, SgError};
@@ -23,6 +22,21 @@ fn count_request(stats: &mut EngineStats, p: &Parsed<'_>) {
         OpcodeClass::Atomic | OpcodeClass::AtomicWrite => stats.rx_atomic_requests += 1,
         _ => {}
     }
+}
+
+/// The responses of one READ (or of a replayed part of one) still to send.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct ReadStream {
+    /// The PSN of response 0, and the range it reads.
+    pub(super) psn: Psn,
+    pub(super) reth: Reth,
+    /// Response packets of the READ as asked (their opcodes follow from it), the next one to
+    /// send, and where to stop (before `npkts` when a retry asked for the rest again).
+    pub(super) npkts: u32,
+    pub(super) next: u32,
+    pub(super) end: u32,
+    /// The MSN its AETHs carry: the READ's own, whatever the responder executed since.
+    pub(super) msn: Msn,
 }
 
 impl Qp {
@@ -64,8 +78,73 @@ impl Qp {
         self.read_responses(env, stats, stream)
     }
 
+    /// Sends from `s` until it ends or the QP's rate holds the next response (then `s` waits
+    /// at the head of the queue and the QP's pacing timer is set).
+    pub(super) fn stream_read_responses(
+        &mut self,
+        env: &mut dyn DeviceEnv,
+        stats: &mut EngineStats,
+        mut s: ReadStream,
+    ) -> bool {
+        let mtu = self.mtu.bytes();
+        let mut buf = vec![0u8; mtu.min(s.reth.dma_len) as usize];
+        while s.next < s.end {
+            if self.read_response_held(env.now_ns(), s) {
+                return true;
+            }
+            let bytes_before = stats.tx_bytes;
+            if !self.send_read_response(env, stats, &s, &mut buf) {
+                return false;
+            }
+            self.read_response_sent(stats.tx_bytes - bytes_before, env.now_ns());
+            s.next += 1;
+        }
+        true
+    }
+
+    /// Response `s.next` of a READ: its data read from memory now.
+    fn send_read_response(
+        &mut self,
+        env: &mut dyn DeviceEnv,
+        stats: &mut EngineStats,
+        s: &ReadStream,
+        buf: &mut [u8],
+    ) -> bool {
+        let mtu = self.mtu.bytes();
+        let (i, psn) = (s.next, s.psn.add(s.next));
+        let offset = i * mtu;
+        let chunk = (s.reth.dma_len - offset).min(mtu) as usize;
+        let data = &mut buf[..chunk];
+        let target = self.remote_target(s.reth.rkey, s.reth.va);
+        if chunk > 0
+            && env
+                .read_remote(target.offset(u64::from(offset)), data)
+                .is_err()
+        {
+            // The responses waiting behind are answered by the NAK.
+            self.paced_reads.forget_from(psn);
+            self.remote_access_error(env, stats, psn);
+            return false;
+        }
+        let base = match (i == 0, i + 1 == s.npkts) {
+            (true, true) => op::RC_READ_RESPONSE_ONLY,
+            (true, false) => op::RC_READ_RESPONSE_FIRST,
+            (false, false) => op::RC_READ_RESPONSE_MIDDLE,
+            (false, true) => op::RC_READ_RESPONSE_LAST,
+        };
+        let mut hdr = Headers::new(self.bth(base, psn));
+        if wire::opcode_info(base).is_some_and(|info| info.aeth) {
+            hdr.aeth = Some(Aeth {
+                syndrome: Syndrome::Ack,
+                msn: s.msn,
+            });
+        }
+        self.send_connected(env, stats, &hdr, data);
+        true
+    }
+
     pub(super) fn send_atomic_ack(
-        &self,
+        &mut self,
         env: &mut dyn DeviceEnv,
         stats: &mut EngineStats,
         psn: Psn,
@@ -77,12 +156,12 @@ impl Qp {
             msn: self.resp.msn,
         });
         hdr.atomic_ack = Some(original);
-        self.send_connected(env, stats, &hdr, &[]);
+        self.send_response(env, stats, hdr);
     }
 
     /// The response to a FLUSH or ATOMIC WRITE: a READ RESPONSE ONLY without data (IBA A19).
     pub(super) fn send_empty_read_response(
-        &self,
+        &mut self,
         env: &mut dyn DeviceEnv,
         stats: &mut EngineStats,
         psn: Psn,
@@ -92,7 +171,7 @@ impl Qp {
             syndrome: Syndrome::Ack,
             msn: self.resp.msn,
         });
-        self.send_connected(env, stats, &hdr, &[]);
+        self.send_response(env, stats, hdr);
     }
 
     /// Executes the request with the expected PSN (RC and UC).
@@ -481,245 +560,4 @@ impl Qp {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::super::test_env::*;
-    use super::*;
-    use crate::roce::wire::{AtomicEth, Headers};
-
-    fn receive(qp: &mut Qp, env: &mut TestEnv, stats: &mut EngineStats, bytes: &[u8]) {
-        let p = wire::parse_packet(bytes).expect("well-formed");
-        qp.responder_receive(env, stats, &p);
-    }
-
-    fn recv_wr(wr_id: u64, addr: u64, length: u32) -> RecvWr {
-        RecvWr {
-            wqe_index: 0,
-            wr_id,
-            sges: vec![Sge {
-                addr,
-                length,
-                lkey: LKEY,
-            }],
-        }
-    }
-
-    fn reth(va: u64, rkey: Key, dma_len: u32) -> impl FnOnce(&mut Headers) {
-        move |h: &mut Headers| h.reth = Some(Reth { va, rkey, dma_len })
-    }
-
-    #[test]
-    fn multi_packet_send_lands_in_one_receive_wr_and_completes_on_the_last() {
-        let (mut env, mut stats, mut qp) = rc_fixture();
-        env.recv.push_back(recv_wr(7, 0x100, 64));
-        receive(
-            &mut qp,
-            &mut env,
-            &mut stats,
-            &packet_from_peer(op::RC_SEND_FIRST, 100, b"abcd", |_| {}),
-        );
-        assert!(env.completions.is_empty());
-        let last = packet_from_peer(op::RC_SEND_LAST_IMM, 101, b"efgh", |h| h.imm = Some(9));
-        receive(&mut qp, &mut env, &mut stats, &last);
-        assert_eq!(&env.mem[0x100..0x108], b"abcdefgh");
-        let c = env.completions[0];
-        assert_eq!(
-            (c.wr_id, c.status, c.byte_len, c.imm),
-            (7, WcStatus::Success, 8, 9)
-        );
-        assert_eq!(c.wc_flags, WC_FLAG_WITH_IMM);
-        assert_eq!((qp.resp.epsn.get(), qp.resp.msn.get()), (102, 1));
-        assert!(qp.resp.ack_pending);
-    }
-
-    #[test]
-    fn uc_send_without_receive_wr_drops_the_whole_message() {
-        let (mut env, mut stats, mut qp) =
-            (TestEnv::new(), EngineStats::default(), rts_qp(QpType::Uc));
-        let uc = |base| op::CLASS_UC | base;
-        receive(
-            &mut qp,
-            &mut env,
-            &mut stats,
-            &packet_from_peer(uc(op::RC_SEND_FIRST), 100, b"ab", |_| {}),
-        );
-        env.recv.push_back(recv_wr(1, 0x100, 64));
-        receive(
-            &mut qp,
-            &mut env,
-            &mut stats,
-            &packet_from_peer(uc(op::RC_SEND_LAST), 101, b"cd", |_| {}),
-        );
-        assert!(
-            env.completions.is_empty(),
-            "the rest of a dropped message is dropped"
-        );
-        receive(
-            &mut qp,
-            &mut env,
-            &mut stats,
-            &packet_from_peer(uc(op::RC_SEND_ONLY), 102, b"xy", |_| {}),
-        );
-        assert_eq!(env.completions.len(), 1, "the next message is delivered");
-        assert_eq!(&env.mem[0x100..0x102], b"xy");
-        assert_eq!(stats.rx_no_recv_wr, 1);
-        assert!(env.sent.is_empty(), "UC never answers");
-    }
-
-    #[test]
-    fn write_checks_the_whole_range_before_writing() {
-        let (mut env, mut stats, mut qp) = rc_fixture();
-        let rkey = RKEY;
-        // Announces more than memory holds: nothing of the first packet lands.
-        let first = packet_from_peer(
-            op::RC_WRITE_FIRST,
-            100,
-            &[1; 1024],
-            reth(0, rkey, MEM_LEN as u32 + 1),
-        );
-        env.recv.push_back(recv_wr(7, 0x800, 64));
-        receive(&mut qp, &mut env, &mut stats, &first);
-        assert!(env.mem[..1024].iter().all(|&b| b == 0));
-        let nak = env.sent_parsed()[0].hdr.aeth.unwrap().syndrome;
-        assert_eq!(nak, Syndrome::Nak(NakCode::RemoteAccessError));
-        assert!(qp.resp.cur.is_none());
-        // Class C: the QP is in error, its receive queue flushed, its owner told.
-        assert_eq!(qp.state, QpState::Err);
-        let flushed: Vec<_> = env
-            .completions
-            .iter()
-            .map(|c| (c.wr_id, c.status))
-            .collect();
-        assert_eq!(flushed, [(7, WcStatus::WrFlushErr)]);
-        assert_eq!(env.async_errors, [QpAsyncError::AccessViolation]);
-        // A region whose page is absent: RNR NAK, nothing executed, the PSN expected again;
-        // the QP stays in RTS and nothing is reported.
-        let (mut env, mut stats, mut qp) = rc_fixture();
-        let fault = packet_from_peer(op::RC_WRITE_ONLY, 100, &[1; 8], reth(0, FAULT_KEY, 8));
-        receive(&mut qp, &mut env, &mut stats, &fault);
-        assert_eq!(
-            env.sent_parsed()[0].hdr.aeth.unwrap().syndrome,
-            Syndrome::RnrNak(0)
-        );
-        assert_eq!((stats.page_fault_naks, qp.resp.epsn.get()), (1, 100));
-        assert_eq!(qp.state, QpState::Rts);
-        assert!(env.async_errors.is_empty());
-    }
-
-    #[test]
-    fn read_beyond_its_region_is_a_remote_access_error_that_fails_the_qp() {
-        let (mut env, mut stats, mut qp) = rc_fixture();
-        let read = packet_from_peer(op::RC_READ_REQUEST, 100, &[], reth(0, BAD_KEY, 64));
-        receive(&mut qp, &mut env, &mut stats, &read);
-        let sent = env.sent_parsed();
-        assert_eq!(sent.len(), 1, "one NAK, no READ response");
-        let nak = sent[0].hdr.aeth.unwrap().syndrome;
-        assert_eq!(nak, Syndrome::Nak(NakCode::RemoteAccessError));
-        assert_eq!(qp.state, QpState::Err);
-        assert_eq!(env.async_errors, [QpAsyncError::AccessViolation]);
-        // A QP in error answers nothing more.
-        let again = packet_from_peer(op::RC_READ_REQUEST, 100, &[], reth(0, RKEY, 8));
-        receive(&mut qp, &mut env, &mut stats, &again);
-        assert_eq!(env.sent_parsed().len(), 1);
-    }
-
-    #[test]
-    fn write_longer_than_its_reth_is_an_invalid_request() {
-        let (mut env, mut stats, mut qp) = rc_fixture();
-        let bytes = packet_from_peer(op::RC_WRITE_ONLY, 100, &[1; 16], reth(0, RKEY, 8));
-        receive(&mut qp, &mut env, &mut stats, &bytes);
-        let nak = env.sent_parsed()[0].hdr.aeth.unwrap().syndrome;
-        assert_eq!(nak, Syndrome::Nak(NakCode::InvalidRequest));
-        assert_eq!(qp.state, QpState::Err);
-        assert_eq!(env.async_errors, [QpAsyncError::InvalidRequest]);
-        assert!(env.mem[..16].iter().all(|&b| b == 0));
-    }
-
-    #[test]
-    fn write_with_immediate_waits_for_a_receive_wr_before_writing() {
-        let (mut env, mut stats, mut qp) = rc_fixture();
-        let bytes = packet_from_peer(op::RC_WRITE_ONLY_IMM, 100, &[5; 8], |h| {
-            reth(0x200, RKEY, 8)(h);
-            h.imm = Some(3);
-        });
-        receive(&mut qp, &mut env, &mut stats, &bytes);
-        assert!(
-            env.mem[0x200..0x208].iter().all(|&b| b == 0),
-            "RNR: nothing written"
-        );
-        assert_eq!(
-            env.sent_parsed()[0].hdr.aeth.unwrap().syndrome,
-            Syndrome::RnrNak(0)
-        );
-        env.recv.push_back(recv_wr(4, 0, 0));
-        receive(&mut qp, &mut env, &mut stats, &bytes);
-        assert_eq!(&env.mem[0x200..0x208], &[5; 8]);
-        let c = env.completions[0];
-        assert_eq!(
-            (c.wr_id, c.opcode, c.byte_len, c.imm),
-            (4, WcOpcode::RecvRdmaWithImm, 8, 3)
-        );
-    }
-
-    #[test]
-    fn atomic_executes_once_and_a_duplicate_gets_the_saved_value() {
-        let (mut env, mut stats, mut qp) = rc_fixture();
-        env.mem[0x300..0x308].copy_from_slice(&40u64.to_le_bytes());
-        let bytes = packet_from_peer(op::RC_FETCH_ADD, 100, &[], |h| {
-            h.atomic_eth = Some(AtomicEth {
-                va: 0x300,
-                rkey: RKEY,
-                swap_add: 2,
-                compare: 0,
-            })
-        });
-        receive(&mut qp, &mut env, &mut stats, &bytes);
-        receive(&mut qp, &mut env, &mut stats, &bytes);
-        assert_eq!(env.mem[0x300..0x308], 42u64.to_le_bytes(), "added once");
-        let sent = env.sent_parsed();
-        assert_eq!(sent.len(), 2);
-        assert!(sent.iter().all(|p| p.hdr.atomic_ack == Some(40)));
-        assert_eq!((stats.rx_duplicates, qp.resp.epsn.get()), (1, 101));
-    }
-
-    #[test]
-    fn misaligned_atomic_and_read_without_resources_are_invalid_requests() {
-        let (mut env, mut stats, mut qp) = rc_fixture();
-        let bytes = packet_from_peer(op::RC_COMPARE_SWAP, 100, &[], |h| {
-            h.atomic_eth = Some(AtomicEth {
-                va: 0x301,
-                rkey: RKEY,
-                swap_add: 1,
-                compare: 0,
-            })
-        });
-        receive(&mut qp, &mut env, &mut stats, &bytes);
-        assert_eq!(qp.state, QpState::Err);
-        let (mut env, mut qp) = (TestEnv::new(), rts_qp(QpType::Rc));
-        qp.max_dest_rd_atomic = 0;
-        let read = packet_from_peer(op::RC_READ_REQUEST, 100, &[], reth(0, RKEY, 8));
-        receive(&mut qp, &mut env, &mut stats, &read);
-        let nak = env.sent_parsed()[0].hdr.aeth.unwrap().syndrome;
-        assert_eq!(nak, Syndrome::Nak(NakCode::InvalidRequest));
-    }
-
-    #[test]
-    fn read_answers_in_mtu_packets_and_advances_by_their_count() {
-        let (mut env, mut stats, mut qp) = rc_fixture();
-        fill_pattern(&mut env, 2500);
-        let read = packet_from_peer(op::RC_READ_REQUEST, 100, &[], reth(0, RKEY, 2500));
-        receive(&mut qp, &mut env, &mut stats, &read);
-        let sent = env.sent_parsed();
-        let ops: Vec<u8> = sent.iter().map(|p| p.hdr.bth.opcode).collect();
-        assert_eq!(
-            ops,
-            [
-                op::RC_READ_RESPONSE_FIRST,
-                op::RC_READ_RESPONSE_MIDDLE,
-                op::RC_READ_RESPONSE_LAST
-            ]
-        );
-        let data: Vec<u8> = sent.iter().flat_map(|p| p.payload.to_vec()).collect();
-        assert_eq!(data, env.mem[..2500]);
-        assert_eq!((qp.resp.epsn.get(), qp.resp.msn.get()), (103, 1));
-    }
-}
+mod tests;
