@@ -7,7 +7,8 @@
 //! point; default 0.3 s).
 //! For instruction counts (callgrind; wall clock is noise on a loaded machine) set
 //! ROX_BENCH_MSGS=N: each point of ROX_BENCH_POINTS (default `write:4096,write:65536,send:8`)
-//! then moves exactly N messages and nothing else runs, e.g.
+//! then moves exactly N messages and nothing else runs, and prints its ACK timeouts and the load
+//! average beside the rate, e.g.
 //! `ROX_BENCH_MSGS=2000 ROX_BENCH_POINTS=send:8 valgrind --tool=callgrind target/release/deps/throughput-*`.
 
 use std::time::Instant;
@@ -15,6 +16,9 @@ use std::time::Instant;
 use rox_nic::benchkit::{self, Rate, SIZES};
 use rox_nic::testkit::pair::Side;
 use rox_nic::testkit::*;
+use rox_uapi::admin::{
+    STAT_ACKS_SENT, STAT_RETRANSMITS, STAT_TIMEOUTS, STAT_TX_PACKETS, STAT_WAKEUPS,
+};
 use rox_uapi::queue::*;
 use rox_uapi::verbs::*;
 
@@ -120,6 +124,14 @@ fn run(a: &mut Side, b: &mut Side, opcode: u8, size: u64, limit: Limit) -> Rate 
     Rate::new(done, size, t)
 }
 
+/// The one-minute load average (the number is noise without it), or "?".
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| l.split_whitespace().next().map(str::to_owned))
+        .unwrap_or_else(|| "?".into())
+}
+
 /// The fixed-count mode (ROX_BENCH_MSGS): only the points asked for, exactly `msgs` each.
 fn run_counted(a: &mut Side, b: &mut Side, msgs: u64) {
     let points = std::env::var("ROX_BENCH_POINTS")
@@ -135,10 +147,22 @@ fn run_counted(a: &mut Side, b: &mut Side, msgs: u64) {
         };
         let size: u64 = size.parse().expect("ROX_BENCH_POINTS: size in bytes");
         assert!(size <= MAX_MSG, "ROX_BENCH_POINTS: size at most {MAX_MSG}");
+        let (req0, resp0) = (a.d.query_stats(), b.d.query_stats());
         let rate = run(a, b, opcode, size, Limit::Msgs(msgs));
+        let (req1, resp1) = (a.d.query_stats(), b.d.query_stats());
+        let delta = |s1: &[u64], s0: &[u64], i: usize| s1[i] - s0[i];
+        // The pair loses nothing: an ACK timeout here is a device thread that got no CPU for
+        // longer than the RTO (docs/benchmarks.md), so the load goes beside it.
         println!(
-            "{op} {size} B: {msgs} messages, {:.0} msg/s",
-            rate.msgs_per_sec
+            "{op} {size} B: {msgs} messages, {:.0} msg/s; requester {} ACK timeouts, {} \
+             retransmissions, {} wakeups; responder {} ACKs, {} wakeups; load {}",
+            rate.msgs_per_sec,
+            delta(&req1, &req0, STAT_TIMEOUTS),
+            delta(&req1, &req0, STAT_RETRANSMITS),
+            delta(&req1, &req0, STAT_WAKEUPS),
+            delta(&resp1, &resp0, STAT_ACKS_SENT),
+            delta(&resp1, &resp0, STAT_WAKEUPS),
+            load_average(),
         );
     }
 }
@@ -178,7 +202,6 @@ fn main() {
     println!(
         "port raw limit (dgram socket pair, 4 KiB frames, no RDMA): {fps:.0} frames/s, {mbps:.0} MB/s"
     );
-    use rox_uapi::admin::{STAT_ACKS_SENT, STAT_RETRANSMITS, STAT_TIMEOUTS, STAT_TX_PACKETS};
     let requester = a.d.query_stats();
     let responder = b.d.query_stats();
     println!(
