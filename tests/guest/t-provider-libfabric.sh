@@ -5,8 +5,11 @@
 # rox_0 (same-device loopback, as t-driver-rdmacm: in one guest rdma_cm resolves an address of
 # this guest to the device that owns it, so a client on rox_1 asking for rox_0's address gets
 # no verbs fabric info at all), addresses exchanged over TCP, every message checked (-c), over
-# RC (FI_VERBS_PREFER_XRC=0). `rdma resource show qp`, polled while it runs, must list RC QPs
-# on rox and no XRC QP.
+# RC (FI_VERBS_PREFER_XRC=0). librox's debug log (VERBS_LOG_LEVEL=4, one VERBS_LOG_FILE per
+# process) names every QP each process moved to RTS on rox: it must show RC QPs and no XRC QP.
+# (QPs merely created say nothing: libfabric's verbs provider creates and destroys QPs of every
+# type while probing capabilities. An earlier form polled `rdma resource show qp` during the
+# run and saw nothing when fi_pingpong finished between two polls, in 0.29 s on a faster host.)
 # Over XRC (FI_VERBS_PREFER_XRC=1, FI_OFI_RXM_USE_SRX=1, domain rox_0-xrc) it does not run yet:
 # libfabric offers rox_0-xrc (rox reports IBV_DEVICE_XRC) but creating its XRC initiator QP
 # (rdma_create_qp_ex of an IBV_QPT_XRC_SEND QP) fails with EINVAL; docs/provider.md.
@@ -49,20 +52,16 @@ for xrc in 0 1; do
 	echo "FI_VERBS_PREFER_XRC=$xrc: $PROVIDER domains: $(awk '/domain:/ { print $2 }' "$work/fi_info.$xrc" | sort -u | tr '\n' ' ')"
 done
 
-# qp_types_while PID FILE: until PID ends, record "<device> <QP type>" of every rox QP that
-# `rdma resource show qp` lists (the GSI QP1 aside) into FILE, one line each, deduplicated;
-# FILE.raw keeps every listing.
-qp_types_while() {
-	while kill -0 "$1" 2>/dev/null; do
-		rdma resource show qp >>"$2.raw" 2>&1
-		sleep 0.2
-	done
-	awk '{ dev = ""; type = ""
-		for (i = 1; i < NF; i++) {
-			if ($i == "link") { dev = $(i + 1); sub("/.*", "", dev) }
-			if ($i == "type") type = $(i + 1)
-		}
-		if (dev ~ /^rox_/ && type != "" && type != "GSI") print dev, type }' "$2.raw" | sort -u >"$2"
+# qp_types_of FILE LOG...: "<device> <QP type>" of every QP librox's debug logs LOG... say
+# reached RTS ("rox: rox_0: RC QP 17 to RTS"), one line each, deduplicated, into FILE; the
+# creations (probes included) are counted by type and printed.
+qp_types_of() {
+	local out=$1
+	shift
+	cat "$@" 2>/dev/null | awk '$1 == "rox:" && $4 == "QP" && $6 == "to" && $7 == "RTS" {
+		dev = $2; sub(":$", "", dev); print dev, $3 }' | sort -u >"$out"
+	echo "  QPs librox created (libfabric's probes included): $(cat "$@" 2>/dev/null |
+		awk '$1 == "rox:" && $3 == "created" { print $4 }' | sort | uniq -c | awk '{ printf "%s %s, ", $2, $1 }')"
 }
 
 problems=()
@@ -70,8 +69,8 @@ problems=()
 mode() {
 	local name=$1 xrc=$2 sdom=$3 cdom=$4 wanted=$5 forbidden=$6 server client srv_rc cli_rc t
 	local args=(-p "$PROVIDER" -e rdm -I "$ITERATIONS" -S "$SIZE" -c)
-	: >"$work/types.$name.raw"
 	FI_VERBS_PREFER_XRC=$xrc FI_OFI_RXM_USE_SRX=$xrc FI_LOG_LEVEL=info timeout "$RUN_TIMEOUT" \
+		env VERBS_LOG_LEVEL=4 VERBS_LOG_FILE="$work/verbs.$name.server" \
 		fi_pingpong "${args[@]}" -d "$sdom" >"$work/server.$name" 2>&1 &
 	server=$!
 	if ! wait_for_server "$server" $OOB_PORT; then
@@ -81,16 +80,17 @@ mode() {
 		return
 	fi
 	FI_VERBS_PREFER_XRC=$xrc FI_OFI_RXM_USE_SRX=$xrc FI_LOG_LEVEL=info timeout "$RUN_TIMEOUT" \
+		env VERBS_LOG_LEVEL=4 VERBS_LOG_FILE="$work/verbs.$name.client" \
 		fi_pingpong "${args[@]}" -d "$cdom" "$server_ip" >"$work/client.$name" 2>&1 &
 	client=$!
-	qp_types_while "$client" "$work/types.$name"
 	wait "$client"
 	cli_rc=$?
 	wait "$server"
 	srv_rc=$?
 	echo "--- $name ($sdom <- $cdom, FI_VERBS_PREFER_XRC=$xrc FI_OFI_RXM_USE_SRX=$xrc): client exit $cli_rc, server exit $srv_rc"
 	grep -E '^ *[0-9]+[kmg]?  ' "$work/client.$name" | sed 's/^/  /'
-	echo "  QPs seen: $(tr '\n' ',' <"$work/types.$name")"
+	qp_types_of "$work/types.$name" "$work/verbs.$name.server" "$work/verbs.$name.client"
+	echo "  QPs librox moved to RTS: $(tr '\n' ',' <"$work/types.$name")"
 	echo "  libfabric log lines naming XRC: client $(grep -ci xrc "$work/client.$name"), server $(grep -ci xrc "$work/server.$name")"
 	if [ "$cli_rc" != 0 ] || [ "$srv_rc" != 0 ]; then
 		grep -E '<warn>|error' "$work/client.$name" | grep -v efadv_query | sed 's/^/  client: /' | tail -15
@@ -98,8 +98,8 @@ mode() {
 		problems+=("$name: fi_pingpong failed (client $cli_rc, server $srv_rc)")
 	fi
 	if [ ! -s "$work/types.$name" ]; then
-		echo "  rdma resource show qp during the run:"
-		sort -u "$work/types.$name.raw" | head -20 | sed 's/^/    /'
+		echo "  librox's debug logs:"
+		cat "$work/verbs.$name.server" "$work/verbs.$name.client" 2>/dev/null | head -20 | sed 's/^/    /'
 		grep -i xrc "$work/server.$name" | grep -v ':core:' | head -10 | sed 's/^/  server: /'
 	fi
 	for t in $wanted; do

@@ -202,6 +202,33 @@ impl RoxQp {
     }
 }
 
+/// A QP type as `rdma resource show qp` names it, for librox's debug log.
+pub fn qp_type_name(qp_type: ffi::ibv_qp_type) -> &'static str {
+    match qp_type {
+        ffi::IBV_QPT_RC => "RC",
+        ffi::IBV_QPT_UC => "UC",
+        ffi::IBV_QPT_UD => "UD",
+        ffi::IBV_QPT_XRC_SEND => "XRC_INI",
+        ffi::IBV_QPT_XRC_RECV => "XRC_TGT",
+        ffi::IBV_QPT_RAW_PACKET => "RAW_PACKET",
+        _ => "unknown",
+    }
+}
+
+/// A QP state as `rdma resource show qp` names it, for librox's debug log.
+pub fn qp_state_name(state: ffi::ibv_qp_state) -> &'static str {
+    match state {
+        ffi::IBV_QPS_RESET => "RESET",
+        ffi::IBV_QPS_INIT => "INIT",
+        ffi::IBV_QPS_RTR => "RTR",
+        ffi::IBV_QPS_RTS => "RTS",
+        ffi::IBV_QPS_SQD => "SQD",
+        ffi::IBV_QPS_SQE => "SQE",
+        ffi::IBV_QPS_ERR => "ERR",
+        _ => "unknown",
+    }
+}
+
 /// Init-attribute masks librox accepts (the XRC domain of an XRC target); anything else (RSS,
 /// ...) is not supported.
 const SUPPORTED_COMP_MASK: u32 = ffi::IBV_QP_INIT_ATTR_PD
@@ -272,6 +299,23 @@ pub(crate) mod tests {
             },
             ..Zeroable::zeroed()
         }
+    }
+
+    #[test]
+    fn qp_types_are_named_as_rdma_resource_names_them() {
+        let names: Vec<_> = [
+            ffi::IBV_QPT_RC,
+            ffi::IBV_QPT_UC,
+            ffi::IBV_QPT_UD,
+            ffi::IBV_QPT_XRC_SEND,
+            ffi::IBV_QPT_XRC_RECV,
+        ]
+        .into_iter()
+        .map(qp_type_name)
+        .collect();
+        assert_eq!(names, ["RC", "UC", "UD", "XRC_INI", "XRC_TGT"]);
+        assert_eq!(qp_state_name(ffi::IBV_QPS_RTS), "RTS");
+        assert_eq!(qp_state_name(ffi::IBV_QPS_ERR), "ERR");
     }
 
     #[test]

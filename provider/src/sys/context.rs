@@ -17,7 +17,7 @@ use rox_uapi::queue::{Cqe, CQE_SIZE, RQ_WQE_SIZE, SQ_MAX_INLINE, SQ_WQE_SIZE};
 use rox_uapi::regs::DB_SLOTS_PER_PAGE;
 use rox_uapi::udata::AllocUcontextResp;
 use std::collections::HashMap;
-use std::ffi::CString;
+use std::ffi::{CStr, CString};
 use std::sync::{Mutex, MutexGuard};
 
 /// The rox driver context; libibverbs allocates it (zeroed) around its `verbs_context`.
@@ -102,16 +102,27 @@ impl RoxContext {
 
     /// Log an error through libibverbs' logger (VERBS_LOG_LEVEL / VERBS_LOG_FILE).
     pub fn log_err(&self, msg: &str) {
+        self.log(ffi::VERBS_LOG_ERR, msg);
+    }
+
+    /// Log a debug line (VERBS_LOG_LEVEL=4): what librox did with an object, for users and
+    /// tests that must know which QPs a program made without sampling `rdma resource`.
+    pub fn log_debug(&self, msg: &str) {
+        self.log(ffi::VERBS_LOG_DEBUG, msg);
+    }
+
+    fn log(&self, level: u32, msg: &str) {
         let msg = CString::new(msg.replace('\0', " ")).unwrap_or_default();
         // SAFETY: a live verbs_context and a "%s" format with one C string argument.
-        unsafe {
-            ffi::__verbs_log(
-                self.vctx_ptr(),
-                ffi::VERBS_LOG_ERR,
-                c"rox: %s\n".as_ptr(),
-                msg.as_ptr(),
-            )
-        };
+        unsafe { ffi::__verbs_log(self.vctx_ptr(), level, c"rox: %s\n".as_ptr(), msg.as_ptr()) };
+    }
+
+    /// The device's name (rox_0, ...), as libibverbs lists it.
+    pub fn device_name(&self) -> String {
+        // SAFETY: a live context's device, whose name is a NUL-terminated array libibverbs
+        // filled from sysfs.
+        let name = unsafe { CStr::from_ptr((*self.vctx.context.device).name.as_ptr()) };
+        name.to_string_lossy().into_owned()
     }
 
     /// `verbs_init_and_alloc_context` + `ibv_cmd_get_context` + rox's own setup.

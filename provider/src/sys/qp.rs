@@ -24,9 +24,36 @@ unsafe fn create(
 ) -> Result<*mut ffi::ibv_qp> {
     // SAFETY: per the contract.
     let ctx = unsafe { RoxContext::from_ibv(ibctx) };
-    let hw = ctx.hw();
     // SAFETY: an SRQ outlives the QPs attached to it (rox.ko refuses to destroy it).
     let srq = unsafe { SrqRef::new(attr.srq) };
+    let kind = logic::qp_type_name(attr.qp_type);
+    // SAFETY: per the contract.
+    let created = unsafe { create_in(ctx, ibctx, attr, srq) };
+    match &created {
+        Ok(qp) => ctx.log_debug(&format!(
+            "{}: created {kind} QP {}",
+            ctx.device_name(),
+            // SAFETY: a QP just created: a live RoxQp, whose ibv_qp it starts with.
+            unsafe { (*qp.cast::<RoxQp>()).qpn.get() }
+        )),
+        Err(e) => ctx.log_debug(&format!(
+            "{}: creating a {kind} QP failed: errno {}",
+            ctx.device_name(),
+            e.0
+        )),
+    }
+    created
+}
+
+/// # Safety
+/// As `create`; `ctx` is `ibctx`'s rox context and `srq` the SRQ of `attr`.
+unsafe fn create_in(
+    ctx: &RoxContext,
+    ibctx: *mut ffi::ibv_context,
+    attr: &mut ffi::ibv_qp_init_attr_ex,
+    srq: Option<SrqRef>,
+) -> Result<*mut ffi::ibv_qp> {
+    let hw = ctx.hw();
     let (mut qp, req) = RoxQp::new(attr, &hw.limits, srq)?;
     let mut cmd = DrvCmd::<ffi::ibv_create_qp, _>::new(req);
     let mut resp = DrvResp::<ffi::ib_uverbs_create_qp_resp, CreateQpResp>::new();
@@ -138,6 +165,17 @@ pub unsafe extern "C" fn modify_qp(
     // SAFETY: a QP made by this module; `attr` valid for the bits of `attr_mask`.
     let (qp, attr) = unsafe { (objects::qp(ibqp), &*attr) };
     qp.modified(attr, attr_mask as u32);
+    if attr_mask as u32 & ffi::IBV_QP_STATE != 0 {
+        // SAFETY: a live QP of a context made by alloc_context.
+        let (ctx, kind) = unsafe { (RoxContext::from_ibv((*ibqp).context), (*ibqp).qp_type) };
+        ctx.log_debug(&format!(
+            "{}: {} QP {} to {}",
+            ctx.device_name(),
+            logic::qp_type_name(kind),
+            qp.qpn.get(),
+            logic::qp_state_name(attr.qp_state)
+        ));
+    }
     0
 }
 
