@@ -164,11 +164,20 @@ def check_rust_side(r, tree):
         missing = ", ".join(n for n in need if n not in have)
         r.miss(f"Rust side not built ({missing}) but the source is here: preparable",
                f"make -C {tree} modules_prepare rust/ KERNELRELEASE=<the running kernel's release>")
+    elif have:
+        # Ubuntu's linux-lib-rust-<abi> (26.04, 7.0.0-44-generic, checked 2026-11-26) ships the
+        # crates' metadata, rust/Makefile and scripts/target.json, not rust/bindgen_parameters,
+        # which rox's own bindgen run (Kbuild) reads.
+        missing = ", ".join(n for n in need if n not in have)
+        r.miss(f"Rust side incomplete: {missing} missing (present: {', '.join(have)})",
+               f"copy {missing} from the kernel source of exactly this version into {tree}"
+               " (on Ubuntu: apt-get source linux-image-unsigned-$(uname -r))")
     else:
         r.miss("no Rust side (no rust/*.rmeta, rust/Makefile or bindgen_parameters): a headers package "
                "ships none\n      (upstream's install-extmod-build copies nothing under rust/)",
                "prepare the matching kernel source with this config (make modules_prepare rust/);\n"
-               "for Debian's kernel: scripts/setup-stock-kernel.sh (make setup ROX_KERNEL_FLAVOUR=stock)")
+               "for Debian's kernel: scripts/setup-stock-kernel.sh (make setup ROX_KERNEL_FLAVOUR=stock);\n"
+               "on Ubuntu: install linux-lib-rust-$(uname -r) beside linux-headers-$(uname -r)")
 
 
 def check_module(r, ko, symvers, kernel_modules):
