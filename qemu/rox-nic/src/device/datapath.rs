@@ -83,7 +83,7 @@ pub struct DataPath {
     last_wire_poll: Instant,
     scan_buf: Vec<Qpn>,
     /// Packets the device sent to its own GIDs, received on the next look.
-    loopback: VecDeque<Vec<u8>>,
+    loopback: VecDeque<wire::Packet>,
     /// Something was queued on the port since the last flush.
     port_queued: bool,
 }

@@ -15,7 +15,7 @@ pub enum Deferred {
     Transmit {
         dgid: Gid,
         dmac: Mac,
-        packet: Vec<u8>,
+        packet: crate::roce::wire::Packet,
     },
     /// An async event (`EQE_TYPE_*`) of a QP, posted after the admin command or pass that
     /// caused it (a modify's own completion comes first).

@@ -199,7 +199,7 @@ impl DeviceEnv for Hw {
     }
 
     /// Queued for the data path, which routes it (loopback, port, or lost with the link).
-    fn transmit(&mut self, av: &AddressVector, packet: Vec<u8>) {
+    fn transmit(&mut self, av: &AddressVector, packet: crate::roce::wire::Packet) {
         self.deferred.push_back(Deferred::Transmit {
             dgid: av.dgid,
             dmac: av.dmac,

@@ -8,6 +8,17 @@
 //! Ethernet frame (RoCEv2 with ICRC, or a netdev frame), as on every other wire, so capture,
 //! fault injection and the engine do not know which wire they are on.
 //!
+//! Each ring is a control block, 1024 descriptors (a buffer's number and a frame's length) and
+//! 1024 buffers of 16 KiB. No frame is copied on the plain path: the engine builds a packet
+//! straight in a free transmit buffer the cable lends it (`roce::wire::pool`, behind room for
+//! the Ethernet header the port writes when it routes the packet), and the cable publishes
+//! that buffer where it lies; the receiving port reads frames where they lie (ICRC check,
+//! payload placed into guest memory from the buffer) and frees their slots when it is done
+//! with the batch. Frames the port copies (netdev frames, a fault injector's, a packet built
+//! while no buffer was to spare) take a free buffer at send time. A buffer goes back on the
+//! free list when the peer's tail passes its descriptor; the buffers a ring position holds are
+//! this end's own record, so a descriptor the peer rewrites cannot free a buffer twice.
+//!
 //! Each ring has a producer count (`head`), a consumer count (`tail`) and two wake flags. A
 //! consumer that finds its ring empty raises `consumer_waiting` and looks once more; a producer
 //! that publishes frames takes the flag down and rings the consumer's doorbell only if it was
@@ -16,10 +27,12 @@
 //! idle one sleeps in poll on its doorbell. The doorbell, the connection (the peer going away)
 //! and the listening socket are folded into one epoll fd, the port's poll fd.
 //!
-//! Everything in the shared memory may be written by the peer at any time: counts and lengths
-//! are checked, and a ring whose counts make no sense cuts the cable (as a peer that went away
-//! does); nothing the peer writes can make this end read or write outside the mapping, and the
-//! memfd's size is sealed so the mapping cannot shrink under it.
+//! Everything in the shared memory may be written by the peer at any time: counts, buffer
+//! numbers and lengths are checked, and a ring whose counts make no sense cuts the cable (as a
+//! peer that went away does); nothing the peer writes can make this end read or write outside
+//! the mapping, and the memfd's size is sealed so the mapping cannot shrink under it. A peer
+//! that writes a buffer it has published can only make that frame's bytes wrong, as a wire
+//! corrupts a frame (the ICRC check catches it or not, as on any wire).
 
 use std::fs::File;
 use std::io::{Read, Write};
@@ -27,22 +40,33 @@ use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{fence, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use super::frame::{EthHeader, ETH_HEADER_LEN};
 use super::socket::{remove_stale_socket, RECONNECT_INTERVAL};
 use super::{FrameRef, RxBatch, Sent, BATCH};
+use crate::roce::wire::pool::{self, Lease, Lender, Packet};
 use crate::sys;
-use crate::sys::shm::{Epoll, SharedMapping};
+use crate::sys::shm::{Epoll, Region, SharedMapping};
 
 /// The hello message's and the memfd header's first word ("RXCB").
 const MAGIC: u32 = 0x5258_4342;
-const VERSION: u32 = 1;
-/// Frame slots per ring (a power of two) and bytes per slot (a length word and the frame).
-pub const RING_SLOTS: u32 = 512;
+/// 2: descriptors (buffer, length) in front of the buffers, so a frame is built in any free
+/// buffer and published in place.
+const VERSION: u32 = 2;
+/// Frame buffers (and descriptors) per ring (a power of two) and bytes per buffer. More
+/// buffers than the transmit scheduler lets the port queue beside a full ring (its 256 and
+/// 1024 - [`COPY_RESERVE`] lendable ones), so the engine rarely finds none to build in (with
+/// 512, a quarter of a 1 MiB WRITE's frames were built on the heap and copied in). The
+/// memfd's pages are allocated when first touched, and the free list hands out the buffer
+/// freed last.
+pub const RING_SLOTS: u32 = 1024;
 pub const SLOT_LEN: u32 = 16 << 10;
 /// The longest frame a cable carries.
-pub const CABLE_MAX_FRAME: usize = SLOT_LEN as usize - LEN_WORD;
-const LEN_WORD: usize = 4;
+pub const CABLE_MAX_FRAME: usize = SLOT_LEN as usize;
+/// A descriptor: the buffer's index and the frame's length (u32 each, native endian).
+const DESC_LEN: usize = 8;
 /// Bytes of the memfd's header and of each ring's control block (its words on separate cache
 /// lines, so the two ends do not write one line).
 const PAGE: usize = 4096;
@@ -55,10 +79,20 @@ const HELLO_LEN: usize = 16;
 /// How often an empty ring's end asks its epoll set what else happened (peer gone, a new peer
 /// knocking); between times, an empty ring costs no system call.
 const HOUSEKEEPING_INTERVAL: Duration = Duration::from_millis(1);
+/// Transmit buffers never lent to the engine: frames the port copies in (netdev frames, a
+/// fault injector's, packets built while no buffer was to spare) queue in front of lent
+/// ones, and must find a buffer that the peer's reading frees, never one a lent packet
+/// behind them holds.
+const COPY_RESERVE: usize = 64;
+
+/// Bytes of a ring's descriptors (whole pages).
+fn descriptors_len(slots: u32) -> usize {
+    (slots as usize * DESC_LEN).next_multiple_of(PAGE)
+}
 
 /// Where ring `r` (0: listener to connector, 1: back) starts in the memfd.
 fn ring_base(r: usize, slots: u32, slot_len: u32) -> usize {
-    PAGE + r * (PAGE + slots as usize * slot_len as usize)
+    PAGE + r * (PAGE + descriptors_len(slots) + slots as usize * slot_len as usize)
 }
 
 /// The memfd's size for `slots` slots of `slot_len` bytes per ring.
@@ -66,7 +100,9 @@ fn region_len(slots: u32, slot_len: u32) -> usize {
     ring_base(2, slots, slot_len)
 }
 
-/// One direction of the cable, as one end sees it.
+/// One direction of the cable, as one end sees it: a control block, `slots` descriptors and
+/// `slots` buffers.
+#[derive(Clone, Copy)]
 struct Ring {
     base: usize,
     slots: u32,
@@ -74,31 +110,142 @@ struct Ring {
 }
 
 impl Ring {
-    fn slot(&self, count: u32) -> usize {
-        self.base + PAGE + (count % self.slots) as usize * self.slot_len as usize
+    fn new(r: usize, slots: u32, slot_len: u32) -> Ring {
+        Ring {
+            base: ring_base(r, slots, slot_len),
+            slots,
+            slot_len,
+        }
     }
 
-    /// Frames waiting, or None if the counts make no sense (a broken or hostile peer).
-    fn used(&self, map: &SharedMapping) -> Option<u32> {
-        let head = map.atomic_u32(self.base + HEAD).load(Ordering::Acquire);
-        let tail = map.atomic_u32(self.base + TAIL).load(Ordering::Acquire);
-        let used = head.wrapping_sub(tail);
-        (used <= self.slots).then_some(used)
+    /// The descriptor of ring position `count`.
+    fn descriptor(&self, count: u32) -> usize {
+        self.base + PAGE + (count % self.slots) as usize * DESC_LEN
     }
+
+    /// Buffer `index` (< slots).
+    fn buffer(&self, index: u32) -> usize {
+        self.base + PAGE + descriptors_len(self.slots) + index as usize * self.slot_len as usize
+    }
+}
+
+/// This end's transmit buffers, lent to the engine to build packets in ([`pool`]).
+struct TxSlots {
+    /// Buffers neither lent, nor published and not yet read.
+    free: Mutex<Vec<Region>>,
+}
+
+impl TxSlots {
+    fn free(&self) -> std::sync::MutexGuard<'_, Vec<Region>> {
+        // A panic elsewhere cannot leave a list of numbers half changed.
+        self.free.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl Lender for TxSlots {
+    fn lend(self: Arc<Self>) -> Option<Lease> {
+        let buffer = {
+            let mut free = self.free();
+            if free.len() <= COPY_RESERVE {
+                return None;
+            }
+            free.pop()?
+        };
+        Some(Lease::new(buffer, self))
+    }
+
+    fn give_back(&self, buffer: Region) {
+        self.free().push(buffer);
+    }
+}
+
+/// A frame for [`Wire::produce`]: bytes to copy into a buffer, or a packet that may have
+/// been built in one.
+enum Out<'a> {
+    Bytes(FrameRef<'a>),
+    Packet(&'a EthHeader, &'a mut Packet),
+}
+
+/// What [`Wire::produce`] did with a frame.
+enum Produced {
+    Published,
+    /// Longer than a buffer: lost, as a wire loses a frame over its MTU.
+    TooLong,
+    /// No free buffer now.
+    NoRoom,
 }
 
 /// A live connection: the mapping, this end's rings and the doorbells.
 struct Wire {
     conn: UnixStream,
-    map: SharedMapping,
+    map: Arc<SharedMapping>,
     rx: Ring,
     tx: Ring,
     /// This end's doorbell (in the epoll set) and the peer's.
     doorbell: File,
     peer_doorbell: File,
+    slots: Arc<TxSlots>,
+    /// `slots`, as the engine's packets name their lender.
+    lender: Arc<dyn Lender>,
+    /// The transmit ring's count as this end knows it (the shared word is only its copy for
+    /// the peer, who could scribble over it), and the count up to which the buffers the peer
+    /// read went back to the free list.
+    tx_head: u32,
+    tx_reclaimed: u32,
+    /// The buffer published at each transmit ring position, until the peer has read it
+    /// (this end's record: the peer may scribble over the descriptors).
+    published: Vec<Option<Region>>,
+    /// The receive ring's count, likewise.
+    rx_tail: u32,
+    /// The receive ring's buffers, read where the peer's descriptors point.
+    rx_buffers: Vec<Region>,
+    /// Received frames lent to the port (buffer and length), freed at the next receive or
+    /// [`Wire::release_lent`].
+    lent: Vec<(u32, usize)>,
 }
 
 impl Wire {
+    fn new(
+        conn: UnixStream,
+        map: SharedMapping,
+        bells: (File, File),
+        listener: bool,
+    ) -> std::io::Result<Wire> {
+        let (slots, slot_len) = (RING_SLOTS, SLOT_LEN);
+        let (tx, rx) = if listener { (0, 1) } else { (1, 0) };
+        let map = Arc::new(map);
+        let (tx, rx) = (
+            Ring::new(tx, slots, slot_len),
+            Ring::new(rx, slots, slot_len),
+        );
+        let carve = |ring: &Ring| {
+            map.carve(ring.buffer(0), slot_len as usize, slots)
+                .ok_or_else(|| std::io::Error::other("cable buffers outside the mapping"))
+        };
+        let mut free = carve(&tx)?;
+        free.reverse();
+        let rx_buffers = carve(&rx)?;
+        let tx_slots = Arc::new(TxSlots {
+            free: Mutex::new(free),
+        });
+        Ok(Wire {
+            conn,
+            map,
+            rx,
+            tx,
+            doorbell: bells.0,
+            peer_doorbell: bells.1,
+            lender: tx_slots.clone(),
+            slots: tx_slots,
+            tx_head: 0,
+            tx_reclaimed: 0,
+            published: (0..slots).map(|_| None).collect(),
+            rx_tail: 0,
+            rx_buffers,
+            lent: Vec::with_capacity(BATCH),
+        })
+    }
+
     fn ring_peer(&self) {
         // A full counter (EAGAIN) still leaves the peer's fd readable, which is all it needs.
         let _ = (&self.peer_doorbell).write(&1u64.to_ne_bytes());
@@ -123,78 +270,160 @@ impl Wire {
         was != 0
     }
 
-    /// Copies frames from the front of `frames` into free slots and publishes them.
-    /// Returns (frames taken, of those dropped as too long), or None if the ring is broken.
-    fn produce(&self, frames: &[FrameRef]) -> Option<(usize, usize)> {
-        let free = self.tx.slots - self.tx.used(&self.map)?;
-        let head_word = self.map.atomic_u32(self.tx.base + HEAD);
-        let mut head = head_word.load(Ordering::Relaxed);
-        let (mut taken, mut dropped) = (0, 0);
-        let mut filled = 0;
-        for f in frames {
-            let len = f.head.len() + f.body.len();
-            if len > CABLE_MAX_FRAME {
-                // Longer than a slot: lost, as a wire loses a frame over its MTU.
-                taken += 1;
-                dropped += 1;
-                continue;
-            }
-            if filled == free {
-                break;
-            }
-            let at = self.tx.slot(head);
-            self.map.write(at, &(len as u32).to_ne_bytes());
-            self.map.write(at + LEN_WORD, f.head);
-            self.map.write(at + LEN_WORD + f.head.len(), f.body);
-            head = head.wrapping_add(1);
-            filled += 1;
-            taken += 1;
-        }
-        if filled > 0 {
-            head_word.store(head, Ordering::Release);
-            self.wake_if_waiting(&self.tx, CONSUMER_WAITING);
-        }
-        Some((taken, dropped))
+    /// The peer's count of `ring` (the transmit ring's tail, the receive ring's head), if it
+    /// is no further from this end's own count than `ring` has slots.
+    fn peer_count(&self, ring: &Ring, word: usize, own: u32, ahead: bool) -> Option<u32> {
+        let peer = self
+            .map
+            .atomic_u32(ring.base + word)
+            .load(Ordering::Acquire);
+        let gap = if ahead {
+            peer.wrapping_sub(own)
+        } else {
+            own.wrapping_sub(peer)
+        };
+        (gap <= ring.slots).then_some(peer)
     }
 
-    /// Copies up to [`BATCH`] waiting frames into `batch` and frees their slots.
-    /// None if the ring is broken.
-    fn consume(&self, batch: &mut RxBatch) -> Option<usize> {
-        let used = self.rx.used(&self.map)?;
-        let tail_word = self.map.atomic_u32(self.rx.base + TAIL);
-        let mut tail = tail_word.load(Ordering::Relaxed);
-        let n = (used as usize).min(BATCH);
-        for _ in 0..n {
-            let at = self.rx.slot(tail);
-            let mut len = [0u8; LEN_WORD];
-            self.map.read(at, &mut len);
-            let len = u32::from_ne_bytes(len) as usize;
-            if len > CABLE_MAX_FRAME {
+    /// Puts the buffers of the frames the peer has read back on the free list. None if the
+    /// peer's tail makes no sense.
+    fn reclaim(&mut self) -> Option<()> {
+        let tail = self.peer_count(&self.tx, TAIL, self.tx_head, false)?;
+        if tail.wrapping_sub(self.tx_reclaimed) > self.tx_head.wrapping_sub(self.tx_reclaimed) {
+            return None;
+        }
+        if tail != self.tx_reclaimed {
+            let mut free = self.slots.free();
+            while self.tx_reclaimed != tail {
+                let at = (self.tx_reclaimed % self.tx.slots) as usize;
+                free.extend(self.published[at].take());
+                self.tx_reclaimed = self.tx_reclaimed.wrapping_add(1);
+            }
+        }
+        Some(())
+    }
+
+    /// Queues `buffer`, holding a frame of `len` bytes, at the next ring position (the peer
+    /// sees it at [`Wire::publish`]).
+    fn push(&mut self, buffer: Region, len: usize) {
+        let at = self.tx.descriptor(self.tx_head);
+        let mut desc = [0u8; DESC_LEN];
+        desc[..4].copy_from_slice(&buffer.index().to_ne_bytes());
+        desc[4..].copy_from_slice(&(len as u32).to_ne_bytes());
+        self.map.write(at, &desc);
+        self.published[(self.tx_head % self.tx.slots) as usize] = Some(buffer);
+        self.tx_head = self.tx_head.wrapping_add(1);
+    }
+
+    /// Puts one frame in the ring: a packet built in one of this wire's buffers as it is,
+    /// anything else copied into a free buffer.
+    fn produce(&mut self, frame: &mut Out) -> Produced {
+        let len = match frame {
+            Out::Bytes(f) => f.head.len() + f.body.len(),
+            Out::Packet(_, p) => ETH_HEADER_LEN + p.len(),
+        };
+        if len > CABLE_MAX_FRAME {
+            return Produced::TooLong;
+        }
+        if let Out::Packet(_, p) = frame {
+            if p.lease().is_some_and(|l| l.is_from(&self.lender)) {
+                let packet = std::mem::replace(*p, Packet::from(Vec::new()));
+                if let Ok((lease, frame_len)) = packet.into_lease() {
+                    self.push(lease.publish(), frame_len);
+                    return Produced::Published;
+                }
+            }
+        }
+        let Some(mut buffer) = self.slots.free().pop() else {
+            return Produced::NoRoom;
+        };
+        let (head, body): (&[u8], &[u8]) = match frame {
+            Out::Bytes(f) => (f.head, f.body),
+            Out::Packet(head, p) => (&head[..], p),
+        };
+        let bytes = buffer.as_mut_slice();
+        bytes[..head.len()].copy_from_slice(head);
+        bytes[head.len()..len].copy_from_slice(body);
+        self.push(buffer, len);
+        Produced::Published
+    }
+
+    /// Shows the peer the frames pushed since the last time, and wakes it if it sleeps.
+    fn publish(&self) {
+        let head = self.map.atomic_u32(self.tx.base + HEAD);
+        if head.load(Ordering::Relaxed) != self.tx_head {
+            head.store(self.tx_head, Ordering::Release);
+            self.wake_if_waiting(&self.tx, CONSUMER_WAITING);
+        }
+    }
+
+    /// Frees the slots of the frames lent to the port, and wakes the peer if it waits for
+    /// room.
+    fn release_lent(&mut self) {
+        if self.lent.is_empty() {
+            return;
+        }
+        self.rx_tail = self.rx_tail.wrapping_add(self.lent.len() as u32);
+        self.lent.clear();
+        self.map
+            .atomic_u32(self.rx.base + TAIL)
+            .store(self.rx_tail, Ordering::Release);
+        self.wake_if_waiting(&self.rx, PRODUCER_WAITING);
+    }
+
+    /// Lends up to [`BATCH`] waiting frames ([`Wire::lent_frames`]), after freeing those lent
+    /// before. None if the ring is broken.
+    fn consume(&mut self) -> Option<usize> {
+        self.release_lent();
+        let head = self.peer_count(&self.rx, HEAD, self.rx_tail, true)?;
+        let n = (head.wrapping_sub(self.rx_tail) as usize).min(BATCH);
+        for i in 0..n {
+            let mut desc = [0u8; DESC_LEN];
+            self.map.read(
+                self.rx.descriptor(self.rx_tail.wrapping_add(i as u32)),
+                &mut desc,
+            );
+            let id = u32::from_ne_bytes(desc[..4].try_into().expect("4 bytes"));
+            let len = u32::from_ne_bytes(desc[4..].try_into().expect("4 bytes")) as usize;
+            if id >= self.rx.slots || len > self.rx.slot_len as usize {
+                self.lent.clear();
                 return None;
             }
-            let slot = batch.next_slot();
-            let copy = len.min(slot.len());
-            self.map.read(at + LEN_WORD, &mut slot[..copy]);
-            // A frame longer than a batch slot shows as longer than any valid frame, and the
-            // classifier drops it as oversize.
-            batch.push_len(len);
-            tail = tail.wrapping_add(1);
-        }
-        if n > 0 {
-            tail_word.store(tail, Ordering::Release);
-            self.wake_if_waiting(&self.rx, PRODUCER_WAITING);
+            self.lent.push((id, len));
         }
         Some(n)
     }
 
+    /// The frames [`Wire::consume`] lent, in arrival order.
+    fn lent_frames(&self) -> impl Iterator<Item = &[u8]> {
+        // A published buffer is the receiving end's until it moves its tail past it
+        // ([`Wire::release_lent`], which takes `&mut self` and so ends these borrows).
+        self.lent
+            .iter()
+            .map(|&(id, len)| &self.rx_buffers[id as usize].as_slice()[..len])
+    }
+
     /// Raises this end's `flag` on `ring` and looks again whether `ready` holds (a peer that
     /// published before seeing the flag is caught here). True if `ready` now holds.
-    fn arm(&self, ring: &Ring, flag: usize, ready: impl Fn(u32) -> bool) -> bool {
+    fn arm(&self, ring: &Ring, flag: usize, ready: impl Fn(&Wire) -> bool) -> bool {
         self.map
             .atomic_u32(ring.base + flag)
             .store(1, Ordering::SeqCst);
         fence(Ordering::SeqCst);
-        ring.used(&self.map).is_none_or(ready)
+        ready(self)
+    }
+
+    /// Whether the peer's receive ring shows frames (or makes no sense, which the next look
+    /// finds).
+    fn rx_ready(&self) -> bool {
+        self.peer_count(&self.rx, HEAD, self.rx_tail, true)
+            .is_none_or(|head| head != self.rx_tail)
+    }
+
+    /// Whether the peer read frames since this end last reclaimed buffers.
+    fn tx_ready(&self) -> bool {
+        self.peer_count(&self.tx, TAIL, self.tx_head, false)
+            .is_none_or(|tail| tail != self.tx_reclaimed)
     }
 }
 
@@ -323,12 +552,15 @@ impl Cable {
             self.epoll.remove(l.as_raw_fd());
         }
         log::info!("rox-nic: cable peer connected");
+        // Packets this thread builds from now on may be built in this wire's buffers.
+        pool::lend_from(Some(wire.lender.clone()));
         self.wire = Some(wire);
     }
 
     fn disconnect(&mut self, why: &str) {
         if let Some(w) = self.wire.take() {
             log::info!("rox-nic: cable cut: {why}");
+            pool::stop_lending(&w.lender);
             self.epoll.remove(w.doorbell.as_raw_fd());
             self.epoll.remove(w.conn.as_raw_fd());
             if let Role::Listen(l) = &self.role {
@@ -365,14 +597,28 @@ impl Cable {
         }
     }
 
-    /// Up to [`BATCH`] frames; never waits. An empty ring is armed for the doorbell.
+    /// Up to [`BATCH`] frames copied into `batch`; never waits. An empty ring is armed for
+    /// the doorbell.
     pub fn recv(&mut self, batch: &mut RxBatch) -> std::io::Result<usize> {
         batch.clear();
+        let n = self.recv_lent()?;
+        for f in self.lent_frames() {
+            batch.push_frame(f, false);
+        }
+        self.release_lent();
+        Ok(n)
+    }
+
+    /// Up to [`BATCH`] frames lent where they lie in the ring ([`Cable::lent_frames`]),
+    /// after freeing those lent before; never waits. An empty ring is armed for the doorbell.
+    pub fn recv_lent(&mut self) -> std::io::Result<usize> {
         if self.wire.is_none() {
             self.housekeeping(true);
         }
-        let Some(w) = &self.wire else { return Ok(0) };
-        match w.consume(batch) {
+        let Some(w) = &mut self.wire else {
+            return Ok(0);
+        };
+        match w.consume() {
             None => self.disconnect("the peer broke the receive ring"),
             Some(0) => {
                 // A wake flag of this end's that the peer took down means the doorbell rang:
@@ -384,9 +630,15 @@ impl Cable {
                     self.tx_armed = false;
                 }
                 self.housekeeping(rung);
-                if let Some(w) = &self.wire {
-                    if w.arm(&w.rx, CONSUMER_WAITING, |used| used > 0) {
-                        return Ok(w.consume(batch).unwrap_or(0));
+                if let Some(w) = &mut self.wire {
+                    if w.arm(&w.rx, CONSUMER_WAITING, Wire::rx_ready) {
+                        return match w.consume() {
+                            Some(n) => Ok(n),
+                            None => {
+                                self.disconnect("the peer broke the receive ring");
+                                Ok(0)
+                            }
+                        };
                     }
                 }
             }
@@ -395,32 +647,78 @@ impl Cable {
         Ok(0)
     }
 
+    /// The frames the last [`Cable::recv_lent`] lent, in arrival order.
+    pub fn lent_frames(&self) -> impl Iterator<Item = &[u8]> {
+        self.wire.iter().flat_map(Wire::lent_frames)
+    }
+
+    /// Frees the slots of the frames lent (the peer may fill them again).
+    pub fn release_lent(&mut self) {
+        if let Some(w) = &mut self.wire {
+            w.release_lent();
+        }
+    }
+
     /// Copies frames into the ring until it is full; the rest stays with the caller (the
     /// peer rings this end's doorbell once it frees slots).
     pub fn send(&mut self, frames: &[FrameRef]) -> Sent {
+        self.send_each(frames.iter().map(|f| Out::Bytes(*f)), frames.len())
+    }
+
+    /// [`Cable::send`] for the port's queue: a packet built in one of this cable's buffers
+    /// is published where it lies (its Ethernet header already in front), the rest copied.
+    pub fn send_packets(&mut self, frames: &mut [(EthHeader, Packet)]) -> Sent {
+        let n = frames.len();
+        self.send_each(frames.iter_mut().map(|(h, p)| Out::Packet(h, p)), n)
+    }
+
+    fn send_each<'a>(&mut self, mut frames: impl Iterator<Item = Out<'a>>, total: usize) -> Sent {
         if !self.try_connect() {
-            return Sent::all_lost(frames.len());
+            return Sent::all_lost(total);
         }
         let mut sent = Sent::default();
-        while let Some(w) = &self.wire {
-            let Some((taken, dropped)) = w.produce(&frames[sent.taken..]) else {
-                self.disconnect("the peer broke the send ring");
-                let rest = frames.len() - sent.taken;
-                sent.taken += rest;
-                sent.dropped += rest;
-                break;
-            };
-            sent.taken += taken;
-            sent.dropped += dropped;
-            if sent.taken == frames.len() {
-                break;
+        let mut next = frames.next();
+        let broken = loop {
+            let Some(w) = &mut self.wire else { break false };
+            if w.reclaim().is_none() {
+                break true;
             }
+            while let Some(frame) = &mut next {
+                match w.produce(frame) {
+                    Produced::Published => sent.taken += 1,
+                    Produced::TooLong => {
+                        sent.taken += 1;
+                        sent.dropped += 1;
+                    }
+                    Produced::NoRoom => break,
+                }
+                next = frames.next();
+            }
+            w.publish();
+            if next.is_none() {
+                break false;
+            }
+            let room = w.arm(&w.tx, PRODUCER_WAITING, Wire::tx_ready);
             self.tx_armed = true;
-            if !w.arm(&w.tx, PRODUCER_WAITING, |used| used < w.tx.slots) {
-                break;
+            if !room {
+                break false;
             }
+        };
+        if broken {
+            self.disconnect("the peer broke the send ring");
+            let rest = total - sent.taken;
+            sent.taken += rest;
+            sent.dropped += rest;
         }
         sent
+    }
+}
+
+impl Drop for Cable {
+    fn drop(&mut self) {
+        if let Some(w) = &self.wire {
+            pool::stop_lending(&w.lender);
+        }
     }
 }
 
@@ -443,22 +741,7 @@ fn serve_hello(conn: UnixStream) -> std::io::Result<Wire> {
         ],
     )?;
     conn.set_nonblocking(true)?;
-    Ok(Wire {
-        conn,
-        map,
-        tx: Ring {
-            base: ring_base(0, slots, slot_len),
-            slots,
-            slot_len,
-        },
-        rx: Ring {
-            base: ring_base(1, slots, slot_len),
-            slots,
-            slot_len,
-        },
-        doorbell: listener_bell,
-        peer_doorbell: connector_bell,
-    })
+    Wire::new(conn, map, (listener_bell, connector_bell), true)
 }
 
 fn hello_bytes(slots: u32, slot_len: u32) -> [u8; HELLO_LEN] {
@@ -504,192 +787,8 @@ fn take_hello(conn: UnixStream) -> std::io::Result<Wire> {
     }
     let map = SharedMapping::map(&memfd, len)?;
     conn.set_nonblocking(true)?;
-    Ok(Wire {
-        conn,
-        map,
-        rx: Ring {
-            base: ring_base(0, slots, slot_len),
-            slots,
-            slot_len,
-        },
-        tx: Ring {
-            base: ring_base(1, slots, slot_len),
-            slots,
-            slot_len,
-        },
-        doorbell,
-        peer_doorbell,
-    })
+    Wire::new(conn, map, (doorbell, peer_doorbell), false)
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Polls `c` until `want` frames arrived (or a few seconds passed).
-    fn receive(c: &mut Cable, want: usize) -> Vec<Vec<u8>> {
-        let mut batch = RxBatch::new(CABLE_MAX_FRAME);
-        let mut got = Vec::new();
-        let start = Instant::now();
-        while got.len() < want && start.elapsed() < Duration::from_secs(5) {
-            c.recv(&mut batch).unwrap();
-            got.extend(batch.frames().map(<[u8]>::to_vec));
-        }
-        got
-    }
-
-    /// Drives both ends until they are connected (a few seconds at most).
-    fn handshake(a: &mut Cable, b: &mut Cable) {
-        let start = Instant::now();
-        while !(a.is_connected() && b.is_connected()) {
-            assert!(
-                start.elapsed() < Duration::from_secs(5),
-                "the ends did not meet"
-            );
-            a.recv(&mut RxBatch::new(64)).unwrap();
-            b.recv(&mut RxBatch::new(64)).unwrap();
-            std::thread::sleep(Duration::from_millis(1));
-        }
-    }
-
-    /// A listening and a connected end in `dir`.
-    fn pair(dir: &Path) -> (Cable, Cable) {
-        let path = dir.join("cable.sock");
-        let mut listener = Cable::listen(&path).unwrap();
-        let mut connector = Cable::connect(&path).unwrap();
-        assert!(
-            !connector.is_connected(),
-            "the hello comes when the listener runs"
-        );
-        handshake(&mut listener, &mut connector);
-        (listener, connector)
-    }
-
-    fn frame(i: usize) -> Vec<u8> {
-        (0..14 + i % 4000).map(|b| (b + i) as u8).collect()
-    }
-
-    #[test]
-    fn frames_cross_both_ways_intact_and_a_full_ring_pushes_back() {
-        let dir = tempfile::tempdir().unwrap();
-        let (mut l, mut c) = pair(dir.path());
-        let frames: Vec<Vec<u8>> = (0..RING_SLOTS as usize + 100).map(frame).collect();
-        let refs: Vec<FrameRef> = frames.iter().map(|f| FrameRef::whole(f)).collect();
-        let sent = l.send(&refs);
-        assert_eq!(sent.taken, RING_SLOTS as usize, "a full ring takes no more");
-        assert_eq!(sent.dropped, 0);
-        let mut got = receive(&mut c, RING_SLOTS as usize);
-        let rest = l.send(&refs[sent.taken..]);
-        assert_eq!((rest.taken, rest.dropped), (100, 0));
-        got.extend(receive(&mut c, 100));
-        assert_eq!(got, frames, "every frame, in order, byte for byte");
-        let back = c.send(&refs[..3]);
-        assert_eq!(back.taken, 3);
-        assert_eq!(receive(&mut l, 3), frames[..3].to_vec());
-    }
-
-    #[test]
-    fn an_idle_end_sleeps_on_its_fd_and_the_doorbell_wakes_it() {
-        let dir = tempfile::tempdir().unwrap();
-        let (mut l, mut c) = pair(dir.path());
-        // Arm: an empty receive raises the wake flag; the fd is quiet.
-        assert_eq!(c.recv(&mut RxBatch::new(64)).unwrap(), 0);
-        let mut fds = [libc::pollfd {
-            fd: c.fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        }];
-        sys::poll::ppoll(&mut fds, Some(Duration::from_millis(20)));
-        assert_eq!(fds[0].revents, 0, "an idle cable must not wake its end");
-        let f = frame(7);
-        assert_eq!(l.send(&[FrameRef::whole(&f)]).taken, 1);
-        sys::poll::ppoll(&mut fds, Some(Duration::from_secs(2)));
-        assert_ne!(
-            fds[0].revents & libc::POLLIN,
-            0,
-            "the frame rings the doorbell"
-        );
-        assert_eq!(receive(&mut c, 1), vec![f]);
-        // Drained and armed again: quiet once more.
-        assert_eq!(c.recv(&mut RxBatch::new(64)).unwrap(), 0);
-        fds[0].revents = 0;
-        sys::poll::ppoll(&mut fds, Some(Duration::from_millis(20)));
-        assert_eq!(fds[0].revents, 0, "the doorbell was drained");
-    }
-
-    #[test]
-    fn a_frame_longer_than_a_slot_is_lost_alone() {
-        let dir = tempfile::tempdir().unwrap();
-        let (mut l, mut c) = pair(dir.path());
-        let long = vec![0u8; CABLE_MAX_FRAME + 1];
-        let ok = frame(3);
-        let sent = l.send(&[FrameRef::whole(&long), FrameRef::whole(&ok)]);
-        assert_eq!((sent.taken, sent.dropped), (2, 1));
-        assert_eq!(receive(&mut c, 1), vec![ok]);
-    }
-
-    #[test]
-    fn a_peer_that_goes_away_cuts_the_cable_and_a_new_one_is_served() {
-        let dir = tempfile::tempdir().unwrap();
-        let (mut l, c) = pair(dir.path());
-        drop(c);
-        let start = Instant::now();
-        while l.is_connected() {
-            assert!(
-                start.elapsed() < Duration::from_secs(5),
-                "the cut was not noticed"
-            );
-            l.recv(&mut RxBatch::new(64)).unwrap();
-            std::thread::sleep(Duration::from_millis(2));
-        }
-        let f = frame(1);
-        assert_eq!(l.send(&[FrameRef::whole(&f)]), Sent::all_lost(1));
-        let mut again = Cable::connect(&dir.path().join("cable.sock")).unwrap();
-        handshake(&mut l, &mut again);
-        assert_eq!(l.send(&[FrameRef::whole(&f)]).taken, 1);
-        assert_eq!(receive(&mut again, 1), vec![f]);
-    }
-
-    #[test]
-    fn a_peer_that_breaks_the_ring_counts_cuts_the_cable_without_harm() {
-        let dir = tempfile::tempdir().unwrap();
-        let (l, mut c) = pair(dir.path());
-        let w = l.wire.as_ref().unwrap();
-        // The listener's transmit ring claims more frames than it has slots.
-        w.map
-            .atomic_u32(w.tx.base + HEAD)
-            .store(RING_SLOTS + 7, Ordering::Release);
-        assert_eq!(c.recv(&mut RxBatch::new(64)).unwrap(), 0);
-        assert!(!c.is_connected(), "nonsense counts cut the cable");
-        // A wild length word in a slot does too.
-        let (mut l2, mut c2) = {
-            let d = tempfile::tempdir().unwrap();
-            let p = pair(d.path());
-            drop(l);
-            p
-        };
-        let f = frame(2);
-        l2.send(&[FrameRef::whole(&f)]);
-        let w = l2.wire.as_ref().unwrap();
-        w.map.write(w.tx.slot(0), &u32::MAX.to_ne_bytes());
-        assert_eq!(c2.recv(&mut RxBatch::new(64)).unwrap(), 0);
-        assert!(!c2.is_connected());
-    }
-
-    #[test]
-    fn a_connector_refuses_a_hello_that_is_not_a_cable() {
-        let (x, y) = UnixStream::pair().unwrap();
-        let plain = sys::fd::memfd(c"not-sealed").unwrap();
-        plain
-            .set_len(region_len(RING_SLOTS, SLOT_LEN) as u64)
-            .unwrap();
-        let fd = plain.as_raw_fd();
-        sys::shm::send_with_fds(&x, &hello_bytes(RING_SLOTS, SLOT_LEN), &[fd, fd, fd]).unwrap();
-        let e = take_hello(y).err().expect("an unsealed memfd is refused");
-        assert!(e.to_string().contains("sealed"), "{e}");
-        let (x, y) = UnixStream::pair().unwrap();
-        x.set_nonblocking(false).unwrap();
-        sys::shm::send_with_fds(&x, b"GET / HTTP/1.0\r\n", &[]).unwrap();
-        assert!(take_hello(y).is_err());
-    }
-}
+mod tests;

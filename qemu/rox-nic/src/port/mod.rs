@@ -35,6 +35,8 @@ pub use faults::{BadFaultSpec, FaultConfig, FaultInjector, FaultStats};
 use frame::{EthHeader, Mac, ETH_HEADER_LEN};
 use pcap::PcapWriter;
 
+use crate::roce::wire::Packet;
+
 /// Frames moved per `recvmmsg` / `sendmmsg` (and per receive pass of a tap).
 pub const BATCH: usize = 64;
 /// IP MTU of a socket port unless `--mtu` says otherwise (a jumbo-frame wire: a 4096-byte
@@ -370,8 +372,11 @@ pub struct Port {
     pcap: Option<PcapWriter<BufWriter<File>>>,
     epoch: Instant,
     /// Frames waiting for the wire, in order.
-    tx: Vec<(EthHeader, Vec<u8>)>,
+    tx: Vec<(EthHeader, Packet)>,
     rx: RxBatch,
+    /// The last receive's frames are the cable's, lent where they lie ([`Port::frames`]),
+    /// not copies in `rx`.
+    rx_lent: bool,
     stats: PortStats,
     bottleneck: Option<bottleneck::Shaper>,
 }
@@ -438,6 +443,7 @@ impl Port {
             epoch: Instant::now(),
             tx: Vec::new(),
             rx: RxBatch::new(mtu + ETH_HEADER_LEN),
+            rx_lent: false,
             stats: PortStats::default(),
             bottleneck: None,
         })
@@ -482,9 +488,14 @@ impl Port {
         }
     }
 
-    /// Queues a RoCEv2 IP packet in a frame to `dmac`.
-    pub fn queue_ip(&mut self, dmac: &Mac, packet: Vec<u8>) {
+    /// Queues a RoCEv2 IP packet in a frame to `dmac` (a packet built in a buffer the cable
+    /// lent gets its Ethernet header in front of it there).
+    pub fn queue_ip(&mut self, dmac: &Mac, packet: impl Into<Packet>) {
+        let mut packet = packet.into();
         let head = frame::roce_header(dmac, &self.mac, &packet);
+        if let Some(room) = packet.header_room() {
+            room.copy_from_slice(&head);
+        }
         self.queue(head, packet);
     }
 
@@ -493,11 +504,14 @@ impl Port {
         let Some(head) = whole.first_chunk::<ETH_HEADER_LEN>() else {
             return;
         };
-        self.queue(*head, whole[ETH_HEADER_LEN..].to_vec());
+        self.queue(*head, Packet::from(whole[ETH_HEADER_LEN..].to_vec()));
     }
 
     /// Queues a frame (captured now, then through the fault injector) for [`Port::flush`].
-    pub fn queue(&mut self, head: EthHeader, body: Vec<u8>) {
+    /// Only the plain path keeps a packet where it was built; the fault injector works on
+    /// a copy of its own.
+    pub fn queue(&mut self, head: EthHeader, body: impl Into<Packet>) {
+        let body = body.into();
         self.capture(&[&head, &body]);
         if self.tx.len() >= TX_QUEUE_LIMIT {
             self.stats.tx_queue_full += 1;
@@ -506,7 +520,7 @@ impl Port {
         match &mut self.faults {
             Some(f) => {
                 let from = frame::corruptible_from(frame::ethertype(&head), &body);
-                f.apply(head, body, from, &mut self.tx);
+                f.apply(head, body.into_vec(), from, &mut OnHeap(&mut self.tx));
             }
             None => self.tx.push((head, body)),
         }
@@ -518,17 +532,22 @@ impl Port {
         if self.tx.is_empty() {
             return 0;
         }
-        let refs: Vec<FrameRef> = self
-            .tx
-            .iter()
-            .map(|(h, b)| FrameRef { head: h, body: b })
-            .collect();
-        let sent = self.link.send(&refs);
-        drop(refs);
-        // The sent frames' buffers carry the next packets the engine builds (no allocation).
+        let sent = match &mut self.link {
+            Link::Cable(c) => c.send_packets(&mut self.tx),
+            link => {
+                let refs: Vec<FrameRef> = self
+                    .tx
+                    .iter()
+                    .map(|(h, b)| FrameRef { head: h, body: b })
+                    .collect();
+                link.send(&refs)
+            }
+        };
+        // The sent frames' heap buffers carry the next packets the engine builds (no
+        // allocation); lent ones the cable published are its own again.
         self.tx
             .drain(..sent.taken)
-            .for_each(|(_, body)| crate::roce::wire::recycle(body));
+            .for_each(|(_, body)| body.recycle());
         let delivered = sent.taken - sent.dropped;
         self.stats.tx_frames += delivered as u64;
         self.stats.tx_lost += sent.dropped as u64;
@@ -549,17 +568,25 @@ impl Port {
     /// Releases a frame held back by reorder injection and sends (call when idle).
     pub fn flush_faults(&mut self) -> usize {
         if let Some(f) = &mut self.faults {
-            f.flush(&mut self.tx);
+            f.flush(&mut OnHeap(&mut self.tx));
         }
         self.flush()
     }
 
     /// Receives up to [`BATCH`] frames (see [`Port::frames`]); never waits. With nothing
-    /// waiting, a frame held back by reorder injection is released.
+    /// waiting, a frame held back by reorder injection is released. A cable without a
+    /// bottleneck in front lends its frames where they lie: they stay the port's until the
+    /// next receive or [`Port::release_frames`].
     pub fn recv(&mut self) -> std::io::Result<usize> {
-        let n = match &mut self.bottleneck {
-            Some(b) => b.recv(&mut self.link, &mut self.rx, self.epoch.elapsed())?,
-            None => self.link.recv(&mut self.rx)?,
+        let t = self.epoch.elapsed();
+        self.rx_lent = false;
+        let n = match (&mut self.bottleneck, &mut self.link) {
+            (Some(b), link) => b.recv(link, &mut self.rx, t)?,
+            (None, Link::Cable(c)) => {
+                self.rx_lent = true;
+                c.recv_lent()?
+            }
+            (None, link) => link.recv(&mut self.rx)?,
         };
         if n == 0 {
             if self.faults.is_some() {
@@ -571,7 +598,7 @@ impl Port {
         self.stats.rx_frames += n as u64;
         if let Some(pcap) = &mut self.pcap {
             let t = self.epoch.elapsed().as_nanos() as u64;
-            for f in self.rx.frames() {
+            for f in received(&self.link, &self.rx, self.rx_lent) {
                 if pcap.write_frame(t, &[f]).is_err() {
                     break;
                 }
@@ -582,7 +609,14 @@ impl Port {
 
     /// The frames of the last [`Port::recv`].
     pub fn frames(&self) -> impl Iterator<Item = &[u8]> {
-        self.rx.frames()
+        received(&self.link, &self.rx, self.rx_lent)
+    }
+
+    /// Done with the frames of the last [`Port::recv`]: a cable may fill their slots again.
+    pub fn release_frames(&mut self) {
+        if let Link::Cable(c) = &mut self.link {
+            c.release_lent();
+        }
     }
 
     /// The fd to poll for arriving frames, and whether to wait for room to write.
@@ -611,6 +645,29 @@ impl Port {
             Some(p) => p.flush(),
             None => Ok(()),
         }
+    }
+}
+
+/// The frames of a port's last receive: lent by its cable, or copied into `rx`.
+fn received<'a>(link: &'a Link, rx: &'a RxBatch, lent: bool) -> impl Iterator<Item = &'a [u8]> {
+    let cable = match link {
+        Link::Cable(c) if lent => Some(c),
+        _ => None,
+    };
+    let copied = cable.is_none().then(|| rx.frames());
+    copied
+        .into_iter()
+        .flatten()
+        .chain(cable.into_iter().flat_map(cable::Cable::lent_frames))
+}
+
+/// The port's transmit queue as the fault injector fills it (with heap packets).
+struct OnHeap<'a>(&'a mut Vec<(EthHeader, Packet)>);
+
+impl Extend<(EthHeader, Vec<u8>)> for OnHeap<'_> {
+    fn extend<I: IntoIterator<Item = (EthHeader, Vec<u8>)>>(&mut self, frames: I) {
+        self.0
+            .extend(frames.into_iter().map(|(h, b)| (h, Packet::from(b))));
     }
 }
 

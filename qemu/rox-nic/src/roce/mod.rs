@@ -487,7 +487,7 @@ pub trait DeviceEnv {
     fn complete(&mut self, completion: Completion);
     /// Send one RoCEv2 IP packet along `av` (to the device owning `av.dgid`, in an Ethernet
     /// frame to `av.dmac`).
-    fn transmit(&mut self, av: &AddressVector, packet: Vec<u8>);
+    fn transmit(&mut self, av: &AddressVector, packet: wire::Packet);
     /// Whether QP `qpn`'s requester may send its next request packet now (the port's
     /// transmit scheduler); `adds_to_flight`: a first transmission of an RC packet (not a
     /// retransmission, not UC/UD). If not, the device gives the QP a turn later through

@@ -10,7 +10,7 @@
 
 pub mod opcode;
 mod packet;
-mod pool;
+pub mod pool;
 pub mod xrceth;
 
 use super::{Gid, Key, Msn, Psn, Qpn};
@@ -20,7 +20,7 @@ pub use packet::{
     ipv4_header_checksum, parse_packet, parse_transport, rxe_flush_icrc, FlushIcrc, IpView,
     ParseError, Parsed,
 };
-pub use pool::recycle;
+pub use pool::{recycle, Packet};
 
 /// IANA UDP port of RoCEv2.
 pub const ROCE_V2_UDP_PORT: u16 = 4791;

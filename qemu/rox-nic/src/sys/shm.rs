@@ -7,9 +7,12 @@
 use std::ffi::CStr;
 use std::fs::File;
 use std::io::ErrorKind;
+use std::ops::Range;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
+use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
 
 use vm_memory::volatile_memory::VolatileSlice;
 
@@ -47,11 +50,17 @@ pub fn has_size_seals(file: &File) -> bool {
 pub struct SharedMapping {
     base: *mut u8,
     len: usize,
+    /// Byte ranges handed out as [`Region`]s: none is handed out twice.
+    carved: Mutex<Vec<Range<usize>>>,
 }
 
 // SAFETY: the mapping is plain shared memory; all access goes through atomics or copies that
 // tolerate concurrent writers, so it may move to and be used from any thread.
 unsafe impl Send for SharedMapping {}
+
+// SAFETY: likewise, shared references only reach the memory through those atomics and copies,
+// or through the [`Region`]s carved out once each.
+unsafe impl Sync for SharedMapping {}
 
 impl SharedMapping {
     /// Maps all `len` bytes of `file` (which must be at least that long and sealed against
@@ -81,6 +90,7 @@ impl SharedMapping {
         Ok(SharedMapping {
             base: p.cast(),
             len,
+            carved: Mutex::new(Vec::new()),
         })
     }
 
@@ -101,6 +111,35 @@ impl SharedMapping {
         // SAFETY: in bounds and aligned (checked above; mmap returns page-aligned memory); the
         // mapping lives as long as `self`, and an AtomicU32 tolerates concurrent access.
         unsafe { &*self.base.add(offset).cast::<AtomicU32>() }
+    }
+
+    /// `count` regions of `len` bytes each from byte `offset` on, numbered 0.., each this
+    /// process's only handle to its bytes (a cable's frame buffers: whoever holds one reads
+    /// and writes it as ordinary memory). None if they leave the mapping or overlap regions
+    /// carved before.
+    pub fn carve(self: &Arc<Self>, offset: usize, len: usize, count: u32) -> Option<Vec<Region>> {
+        let end = len.checked_mul(count as usize)?.checked_add(offset)?;
+        if len == 0 || end > self.len {
+            return None;
+        }
+        let mut carved = self.carved.lock().unwrap_or_else(|e| e.into_inner());
+        if carved.iter().any(|r| r.start < end && offset < r.end) {
+            return None;
+        }
+        carved.push(offset..end);
+        Some(
+            (0..count)
+                .map(|index| Region {
+                    map: self.clone(),
+                    // SAFETY: inside the mapping (checked above); mmap never returns null.
+                    ptr: unsafe {
+                        NonNull::new_unchecked(self.base.add(offset + index as usize * len))
+                    },
+                    len,
+                    index,
+                })
+                .collect(),
+        )
     }
 
     /// Copies `src` to byte `offset`; false (nothing written) if it does not fit.
@@ -140,6 +179,54 @@ impl Drop for SharedMapping {
         // SAFETY: unmaps exactly the mapping this value made; no reference into it outlives
         // `self` (atomics borrow `self`).
         unsafe { libc::munmap(self.base.cast(), self.len) };
+    }
+}
+
+/// Bytes of a [`SharedMapping`] this process holds alone ([`SharedMapping::carve`]); it
+/// keeps the mapping alive. The peer process shares them by a protocol (a cable's buffer is
+/// the writer's until published, the reader's until freed): one that breaks it can only make
+/// the bytes wrong while they are read, as a wire corrupts a frame.
+pub struct Region {
+    map: Arc<SharedMapping>,
+    ptr: NonNull<u8>,
+    len: usize,
+    index: u32,
+}
+
+// SAFETY: a region is the only handle in this process to its bytes (carve hands each range
+// out once), so moving it to another thread moves that access, and `&Region` only reads.
+unsafe impl Send for Region {}
+// SAFETY: as above: shared references only read.
+unsafe impl Sync for Region {}
+
+impl Region {
+    /// Its number among the regions carved with it.
+    pub fn index(&self) -> u32 {
+        self.index
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Whether it lies in `map`.
+    pub fn is_in(&self, map: &Arc<SharedMapping>) -> bool {
+        Arc::ptr_eq(&self.map, map)
+    }
+
+    pub fn as_slice(&self) -> &[u8] {
+        // SAFETY: `len` bytes in the mapping `self.map` keeps alive; this region is the only
+        // handle to them in this process, and `&self` lets nothing write them meanwhile.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: as in `as_slice`, and `&mut self` makes this the only borrow.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
     }
 }
 

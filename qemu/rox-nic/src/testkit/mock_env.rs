@@ -268,8 +268,8 @@ impl DeviceEnv for MockEnv {
     fn complete(&mut self, completion: Completion) {
         self.completions.push(completion);
     }
-    fn transmit(&mut self, av: &AddressVector, packet: Vec<u8>) {
-        self.outbox.push((av.dgid, packet));
+    fn transmit(&mut self, av: &AddressVector, packet: crate::roce::wire::Packet) {
+        self.outbox.push((av.dgid, packet.into_vec()));
         self.tx_dmacs.push(av.dmac);
     }
 }

@@ -14,7 +14,7 @@ impl DataPath {
                 break;
             };
             deliver(&mut self.engine, &mut self.hw, &p, None);
-            wire::recycle(p);
+            p.recycle();
             self.run_deferred();
             work = true;
         }
@@ -41,7 +41,7 @@ impl DataPath {
     /// Where a packet the engine sent goes: back into the device for its own GIDs, out on the
     /// port for others (a multicast group's both), nowhere without a link. The one place
     /// transmitted packets are counted.
-    fn route(&mut self, dgid: &Gid, dmac: &Mac, packet: Vec<u8>) {
+    fn route(&mut self, dgid: &Gid, dmac: &Mac, packet: wire::Packet) {
         if !self.hw.port_up() {
             // No link: the packet is lost like on a real wire (RC retransmits later).
             self.hw.counters.tx_port_down_discards += 1;
@@ -134,6 +134,8 @@ impl DataPath {
                 break;
             }
         }
+        // A cable lent the frames where they lie: its peer may fill the slots again.
+        port.release_frames();
         if let Some(queue) = port.bottleneck_stats() {
             self.hw.counters.bottleneck = queue;
         }

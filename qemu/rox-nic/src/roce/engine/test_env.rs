@@ -128,8 +128,8 @@ impl DeviceEnv for TestEnv {
     fn complete(&mut self, completion: Completion) {
         self.completions.push(completion);
     }
-    fn transmit(&mut self, _: &AddressVector, packet: Vec<u8>) {
-        self.sent.push(packet);
+    fn transmit(&mut self, _: &AddressVector, packet: wire::Packet) {
+        self.sent.push(packet.into_vec());
     }
     fn may_send_request(&mut self, _: Qpn, adds_to_flight: bool) -> bool {
         self.asked.push(adds_to_flight);

@@ -197,7 +197,7 @@ impl DeviceEnv for SrqEnv<'_> {
     fn check_invalidate(&mut self, pd: u32, qpn: Qpn, rkey: Key, remote: bool) -> AccessResult {
         self.inner.check_invalidate(pd, qpn, rkey, remote)
     }
-    fn transmit(&mut self, av: &AddressVector, packet: Vec<u8>) {
+    fn transmit(&mut self, av: &AddressVector, packet: crate::roce::wire::Packet) {
         self.inner.transmit(av, packet)
     }
     fn wqe_trace(&self) -> &crate::trace::WqeTrace {

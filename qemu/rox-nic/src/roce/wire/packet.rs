@@ -1,7 +1,7 @@
 //! Building and parsing RoCEv2 IP packets: IP/UDP encapsulation, the BTH and its extension
 //! headers in the order [`OpcodeInfo`] gives, pad, ICRC and checksums.
 
-use super::pool;
+use super::pool::{self, Packet};
 use super::*;
 
 /// Reads big-endian fields one after the other.
@@ -140,7 +140,7 @@ pub fn build_packet_with(
         Ok::<(), std::convert::Infallible>(())
     });
     match filled {
-        Ok(packet) => packet,
+        Ok(packet) => packet.into_vec(),
         Err(never) => match never {},
     }
 }
@@ -148,15 +148,15 @@ pub fn build_packet_with(
 /// [`build_packet_with`] whose `payload_len` payload bytes `fill` writes in place, straight
 /// into the packet (a requester gathers them from guest memory there: no payload buffer of
 /// its own and no second copy). `fill` must write every byte of its slice: the buffer is a
-/// recycled one ([`super::recycle`]), never zeroed first. If `fill` fails, no packet is built
-/// and its error returned.
+/// recycled one ([`super::recycle`]) or one a port lent ([`pool`]: a cable's transmit slot),
+/// never zeroed first. If `fill` fails, no packet is built and its error returned.
 pub fn build_packet_filled<E>(
     ip: &IpInfo,
     hdr: &Headers,
     payload_len: usize,
     flush_icrc: FlushIcrc,
     fill: impl FnOnce(&mut [u8]) -> Result<(), E>,
-) -> Result<Vec<u8>, E> {
+) -> Result<Packet, E> {
     let info = opcode_info(hdr.bth.opcode).expect("engine builds only known opcodes");
     let pad = (4 - payload_len % 4) % 4;
     let v4 = gid_ipv4(&ip.dgid).zip(gid_ipv4(&ip.sgid));
@@ -184,7 +184,7 @@ pub fn build_packet_filled<E>(
     }
     let payload_end = payload_at + payload_len;
     if let Err(e) = fill(&mut buf[payload_at..payload_end]) {
-        pool::recycle(buf);
+        buf.recycle();
         return Err(e);
     }
     buf[payload_end..payload_end + pad].fill(0);
