@@ -1,8 +1,8 @@
 //! Host benchmark of the device between two rox-nic instances wired back to back through
 //! `dgram` ports (Ethernet frames on unix datagram sockets): messages/s and GB/s for RDMA WRITE
 //! and SEND from 8 B to 1 MiB, next to this host's memcpy bandwidth (one table, see
-//! `rox_nic::benchkit`), and below it the raw limit of such a port: 4 KiB frames moved between
-//! two ports with no RDMA on top.
+//! `rox_nic::benchkit`), and below it the raw limits of such a port: 4 KiB frames, and frames
+//! the size of an 8 B WRITE's, moved between two ports with no RDMA on top.
 //! Run: `cargo bench -p rox-nic --bench throughput` (set ROX_BENCH_SECS to change the time per
 //! point; default 0.3 s).
 //! For instruction counts (callgrind; wall clock is noise on a loaded machine) set
@@ -28,6 +28,9 @@ const MAX_MSG: u64 = 1 << 20;
 /// WQEs in flight (64 MiB at 1 MiB: the requester's send window keeps the wire within what
 /// the socket buffers hold).
 const WINDOW: u32 = 64;
+/// The frame of an 8 B RDMA WRITE: Ethernet 14, IPv4 20, UDP 8, BTH 12, RETH 16, payload 8,
+/// ICRC 4.
+const WRITE_8B_FRAME: usize = 82;
 
 fn side(link: LinkSpec, last: u8) -> Side {
     /// The benchmark's devices own GIDs 127.0.9.x.
@@ -201,6 +204,15 @@ fn main() {
     let (fps, mbps) = rox_nic::port::limit::port_limit(&la, &lb, 9000, secs.max(0.5)).unwrap();
     println!(
         "port raw limit (dgram socket pair, 4 KiB frames, no RDMA): {fps:.0} frames/s, {mbps:.0} MB/s"
+    );
+    // An 8 B message is one frame: the wire's small-frame rate bounds its msg/s.
+    let (la, lb) = dgram_wire(dir.path(), "sa.sock", "sb.sock");
+    let (fps, _) =
+        rox_nic::port::limit::port_limit_frames(&la, &lb, 9000, secs.max(0.5), WRITE_8B_FRAME)
+            .unwrap();
+    println!(
+        "port raw limit (dgram socket pair, {WRITE_8B_FRAME} B frames as an 8 B WRITE's, no RDMA): \
+         {fps:.0} frames/s"
     );
     let requester = a.d.query_stats();
     let responder = b.d.query_stats();
