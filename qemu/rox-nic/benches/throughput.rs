@@ -1,16 +1,18 @@
 //! Host benchmark of the device between two rox-nic instances wired back to back through
 //! `dgram` ports (Ethernet frames on unix datagram sockets): messages/s and GB/s for RDMA WRITE
 //! and SEND from 8 B to 1 MiB, next to this host's memcpy bandwidth (one table, see
-//! `rox_nic::benchkit`), and below it the raw limit of such a port: 4 KiB frames moved between
-//! two ports with no RDMA on top.
+//! `rox_nic::benchkit`), and below it the raw limits of such a port: 4 KiB frames, and frames
+//! the size of an 8 B WRITE's, moved between two ports with no RDMA on top.
 //! Run: `cargo bench -p rox-nic --bench throughput` (set ROX_BENCH_SECS to change the time per
 //! point; default 0.3 s).
 //! For instruction counts (callgrind; wall clock is noise on a loaded machine) set
 //! ROX_BENCH_MSGS=N: each point of ROX_BENCH_POINTS (default `write:4096,write:65536,send:8`)
 //! then moves exactly N messages and nothing else runs, and prints its ACK timeouts and the load
-//! average beside the rate, e.g.
+//! average beside the rate. ROX_BENCH_WAIT=event makes the application side sleep on
+//! completion events instead of yielding (see `Wait`). E.g.
 //! `ROX_BENCH_MSGS=2000 ROX_BENCH_POINTS=send:8 valgrind --tool=callgrind target/release/deps/throughput-*`.
 
+use std::os::fd::AsRawFd;
 use std::time::Instant;
 
 use rox_nic::benchkit::{self, Rate, SIZES};
@@ -28,6 +30,9 @@ const MAX_MSG: u64 = 1 << 20;
 /// WQEs in flight (64 MiB at 1 MiB: the requester's send window keeps the wire within what
 /// the socket buffers hold).
 const WINDOW: u32 = 64;
+/// The frame of an 8 B RDMA WRITE: Ethernet 14, IPv4 20, UDP 8, BTH 12, RETH 16, payload 8,
+/// ICRC 4.
+const WRITE_8B_FRAME: usize = 82;
 
 fn side(link: LinkSpec, last: u8) -> Side {
     /// The benchmark's devices own GIDs 127.0.9.x.
@@ -69,11 +74,16 @@ fn run(a: &mut Side, b: &mut Side, opcode: u8, size: u64, limit: Limit) -> Rate 
     let start = Instant::now();
     let mut stop = false;
     let mut idle_polls = 0u32;
+    let wait = Wait::from_env();
     while !stop || done < posted {
         // The machine may have only two cores for two device threads: the application side
-        // yields instead of spinning when it has nothing to do.
+        // does not spin when it has nothing to do.
         if idle_polls > 0 {
-            std::thread::yield_now();
+            match wait {
+                Wait::Yield => std::thread::yield_now(),
+                Wait::Event if send => wait_for_cqe(&mut [&mut *a, &mut *b]),
+                Wait::Event => wait_for_cqe(&mut [&mut *a]),
+            }
         }
         if !stop {
             stop = match limit {
@@ -122,6 +132,51 @@ fn run(a: &mut Side, b: &mut Side, opcode: u8, size: u64, limit: Limit) -> Rate 
         while b.d.poll_cq(&mut b.cq).is_some() {}
     }
     Rate::new(done, size, t)
+}
+
+/// How the application side waits while it has nothing to do (ROX_BENCH_WAIT).
+#[derive(Clone, Copy)]
+enum Wait {
+    /// `sched_yield` in a loop (the default, as the numbers of earlier sessions): the thread
+    /// stays runnable; at load 13 it had a third of the process's CPU samples, most in the
+    /// system call.
+    Yield,
+    /// `event`: sleep on the CQs' completion events (a verbs application's completion
+    /// channel), leaving the cores to the device threads; the device then writes an EQE and
+    /// signals an interrupt per wait (about 350 more instructions per 8 B WRITE).
+    Event,
+}
+
+impl Wait {
+    fn from_env() -> Wait {
+        match std::env::var("ROX_BENCH_WAIT").as_deref() {
+            Ok("yield") | Err(_) => Wait::Yield,
+            Ok("event") => Wait::Event,
+            Ok(other) => panic!("ROX_BENCH_WAIT: event or yield, not {other}"),
+        }
+    }
+}
+
+/// Arms the CQs of `sides` and sleeps until one of them has a completion event (a CQE that
+/// came before the arm fires at once: the device checks) or 1 ms passed; then re-arms their
+/// completion EQs.
+fn wait_for_cqe(sides: &mut [&mut Side]) {
+    const SAFETY_NET: std::time::Duration = std::time::Duration::from_millis(1);
+    let mut fds = Vec::with_capacity(sides.len());
+    for s in sides.iter_mut() {
+        s.d.arm_cq(&mut s.cq, rox_uapi::regs::CQ_ARM_NEXT);
+        fds.push(libc::pollfd {
+            fd: s.d.vectors[COMP_EQ as usize].as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        });
+    }
+    rox_nic::sys::poll::ppoll(&mut fds, Some(SAFETY_NET));
+    for s in sides.iter_mut() {
+        s.d.vectors[COMP_EQ as usize].drain();
+        while s.d.poll_eq(COMP_EQ).is_some() {}
+        s.d.ack_eq(COMP_EQ, true);
+    }
 }
 
 /// The one-minute load average (the number is noise without it), or "?".
@@ -201,6 +256,15 @@ fn main() {
     let (fps, mbps) = rox_nic::port::limit::port_limit(&la, &lb, 9000, secs.max(0.5)).unwrap();
     println!(
         "port raw limit (dgram socket pair, 4 KiB frames, no RDMA): {fps:.0} frames/s, {mbps:.0} MB/s"
+    );
+    // An 8 B message is one frame: the wire's small-frame rate bounds its msg/s.
+    let (la, lb) = dgram_wire(dir.path(), "sa.sock", "sb.sock");
+    let (fps, _) =
+        rox_nic::port::limit::port_limit_frames(&la, &lb, 9000, secs.max(0.5), WRITE_8B_FRAME)
+            .unwrap();
+    println!(
+        "port raw limit (dgram socket pair, {WRITE_8B_FRAME} B frames as an 8 B WRITE's, no RDMA): \
+         {fps:.0} frames/s"
     );
     let requester = a.d.query_stats();
     let responder = b.d.query_stats();

@@ -62,6 +62,30 @@ pub fn port_limit_tap_io(
     secs: f64,
     tap_io: TapIo,
 ) -> std::io::Result<(f64, f64)> {
+    measure(tx, rx, mtu, secs, tap_io, RAW_FRAME_BYTES)
+}
+
+/// [`port_limit`] with frames of `frame_bytes` (at least 64): the most small messages the
+/// wire itself could carry, one frame each.
+pub fn port_limit_frames(
+    tx: &LinkSpec,
+    rx: &LinkSpec,
+    mtu: usize,
+    secs: f64,
+    frame_bytes: usize,
+) -> std::io::Result<(f64, f64)> {
+    const MIN_FRAME: usize = 64;
+    measure(tx, rx, mtu, secs, TapIo::Auto, frame_bytes.max(MIN_FRAME))
+}
+
+fn measure(
+    tx: &LinkSpec,
+    rx: &LinkSpec,
+    mtu: usize,
+    secs: f64,
+    tap_io: TapIo,
+    frame_bytes: usize,
+) -> std::io::Result<(f64, f64)> {
     let (mac_tx, mac_rx) = ([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]);
     let open = move |spec: &LinkSpec, mac| -> std::io::Result<Port> {
         let link = match spec {
@@ -104,7 +128,7 @@ pub fn port_limit_tap_io(
         sender.flush();
         std::thread::sleep(std::time::Duration::from_millis(1));
     }
-    let payload = raw_udp_packet(RAW_FRAME_BYTES - ETH_HEADER_LEN);
+    let payload = raw_udp_packet(frame_bytes - ETH_HEADER_LEN);
     let start = Instant::now();
     while start.elapsed().as_secs_f64() < secs {
         while sender.has_backlog() {

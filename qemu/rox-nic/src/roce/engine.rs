@@ -317,10 +317,8 @@ impl Engine {
         qpn: Qpn,
         wr: SendWr,
     ) -> Result<(), EngineError> {
-        let qp = self.qps.get_mut(&qpn).ok_or(EngineError::NoSuchQp(qpn))?;
-        let wqe = qp.make_wqe(wr);
-        qp.enqueue(env, &mut self.stats, wqe);
-        Ok(())
+        self.queue_send(env, qpn, Ok(wr))?;
+        self.send_queued(env, qpn)
     }
 
     /// Posts a send WR the device could not decode. It completes with `failed.status` after
@@ -332,14 +330,43 @@ impl Engine {
         qpn: Qpn,
         failed: FailedWr,
     ) -> Result<(), EngineError> {
+        self.queue_send(env, qpn, Err(failed))?;
+        self.send_queued(env, qpn)
+    }
+
+    /// Queues a send WR (or one the device could not decode, as [`Engine::post_failed`])
+    /// without sending anything: a doorbell's WQEs are queued one by one, then
+    /// [`Engine::send_queued`] sends them in one burst.
+    pub fn queue_send(
+        &mut self,
+        env: &mut dyn DeviceEnv,
+        qpn: Qpn,
+        wr: Result<SendWr, FailedWr>,
+    ) -> Result<(), EngineError> {
         let qp = self.qps.get_mut(&qpn).ok_or(EngineError::NoSuchQp(qpn))?;
-        let kind = wqe_kind(failed.opcode);
-        let wr = SendWr {
-            wqe_index: failed.wqe_index,
-            ..SendWr::new(failed.wr_id, failed.opcode)
+        let wqe = match wr {
+            Ok(wr) => qp.make_wqe(wr),
+            Err(failed) => {
+                let wr = SendWr {
+                    wqe_index: failed.wqe_index,
+                    ..SendWr::new(failed.wr_id, failed.opcode)
+                };
+                Wqe::failed(
+                    wr,
+                    wqe_kind(failed.opcode),
+                    failed.status,
+                    failed.vendor_err,
+                )
+            }
         };
-        let wqe = Wqe::failed(wr, kind, failed.status, failed.vendor_err);
-        qp.enqueue(env, &mut self.stats, wqe);
+        qp.queue(env, wqe);
+        Ok(())
+    }
+
+    /// Sends what the WRs queued on QP `qpn` may (its window, the port's scheduler, ...).
+    pub fn send_queued(&mut self, env: &mut dyn DeviceEnv, qpn: Qpn) -> Result<(), EngineError> {
+        let qp = self.qps.get_mut(&qpn).ok_or(EngineError::NoSuchQp(qpn))?;
+        qp.send_queued(env, &mut self.stats);
         Ok(())
     }
 
@@ -543,6 +570,39 @@ mod tests {
             ]
         );
         assert_eq!(engine.qp_state(LOCAL_QPN), Some(QpState::Err));
+    }
+
+    #[test]
+    fn a_doorbells_wrs_are_queued_then_sent_in_one_burst_in_post_order() {
+        let (mut engine, mut env) = (Engine::new(), TestEnv::new());
+        create_rts_qp(&mut engine, &mut env, QpType::Rc);
+        for wr_id in 1..=2 {
+            let wr = send_wr(wr_id, WrOpcode::Send, 8);
+            engine.queue_send(&mut env, LOCAL_QPN, Ok(wr)).unwrap();
+        }
+        let failed = FailedWr {
+            wr_id: 3,
+            opcode: WrOpcode::Send,
+            status: WcStatus::LocQpOpErr,
+            vendor_err: 0,
+            wqe_index: 2,
+        };
+        engine.queue_send(&mut env, LOCAL_QPN, Err(failed)).unwrap();
+        let after = send_wr(4, WrOpcode::Send, 8);
+        engine.queue_send(&mut env, LOCAL_QPN, Ok(after)).unwrap();
+        assert!(env.sent.is_empty(), "queued, not sent");
+        assert_eq!(engine.sq_outstanding(LOCAL_QPN), 4);
+        engine.send_queued(&mut env, LOCAL_QPN).unwrap();
+        let psns: Vec<u32> = env
+            .sent_parsed()
+            .iter()
+            .map(|p| p.hdr.bth.psn.get())
+            .collect();
+        assert_eq!(psns, [100, 101], "in order, up to the failed WR");
+        assert_eq!(
+            engine.queue_send(&mut env, Qpn::new(0x999).unwrap(), Err(failed)),
+            Err(EngineError::NoSuchQp(Qpn::new(0x999).unwrap()))
+        );
     }
 
     #[test]

@@ -74,9 +74,18 @@ impl DataPath {
             }
         };
         self.shared.wqe_trace.doorbell(qpn.get(), pi, pending);
-        for _ in 0..pending.min(SQ_BATCH) {
+        // The batch is queued WQE by WQE and sent in one burst.
+        self.queue_sq_batch(qpn, pending.min(SQ_BATCH));
+        let _ = self.engine.send_queued(&mut self.hw, qpn);
+        true
+    }
+
+    /// Fetches, decodes and queues up to `count` WQEs of QP `qpn`'s SQ in the engine; a WQE
+    /// it cannot read makes the QP fatal (after what was queued before it is sent).
+    fn queue_sq_batch(&mut self, qpn: Qpn, count: u32) {
+        for _ in 0..count {
             let Some(qp) = self.hw.qps.get_mut(&qpn) else {
-                return true;
+                return;
             };
             let index = qp.sq_ci;
             let addr = qp.sq.entry_addr(index);
@@ -86,8 +95,9 @@ impl DataPath {
             let wqe: SqWqe = match self.hw.mem.read_obj(addr) {
                 Ok(w) => w,
                 Err(_) => {
+                    let _ = self.engine.send_queued(&mut self.hw, qpn);
                     self.qp_fatal(qpn, VENDOR_ERR_BAD_DMA);
-                    return true;
+                    return;
                 }
             };
             self.hw.stats[STAT_SEND_WQES] += 1;
@@ -101,27 +111,23 @@ impl DataPath {
             } else {
                 self.hw.spare_sges.pop().unwrap_or_default()
             };
-            match decode_send(&self.hw, qp_type, sig_all, &wqe, sges) {
-                Ok(wr) => {
-                    let wr = SendWr { wqe_index, ..wr };
-                    let _ = self.engine.post_send(&mut self.hw, qpn, wr);
-                }
+            let wr = match decode_send(&self.hw, qp_type, sig_all, &wqe, sges) {
+                Ok(wr) => Ok(SendWr { wqe_index, ..wr }),
                 Err((status, vendor_err)) => {
                     // Completes behind the WRs already in the engine, then the QP leaves RTS.
                     self.hw.stats[STAT_WQE_ERRORS] += 1;
-                    let failed = FailedWr {
+                    Err(FailedWr {
                         wr_id: wqe.wr_id,
                         // An unknown opcode completes as a SEND (what ibv reports for it).
                         opcode: WrOpcode::from_u8(wqe.opcode).unwrap_or(WrOpcode::Send),
                         status,
                         vendor_err,
                         wqe_index,
-                    };
-                    let _ = self.engine.post_failed(&mut self.hw, qpn, failed);
+                    })
                 }
-            }
+            };
+            let _ = self.engine.queue_send(&mut self.hw, qpn, wr);
         }
-        true
     }
 
     /// Receive WQEs are consumed on demand by the engine; the doorbell only matters to flush

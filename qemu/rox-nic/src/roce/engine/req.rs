@@ -119,8 +119,16 @@ impl From<SgError> for SendStop {
 }
 
 impl Qp {
-    /// Queues a WQE on the SQ; in ERR or SQE it is flushed at once.
+    /// Queues a WQE on the SQ and sends what it may (the tests' post).
+    #[cfg(test)]
     pub(super) fn enqueue(&mut self, env: &mut dyn DeviceEnv, stats: &mut EngineStats, wqe: Wqe) {
+        self.queue(env, wqe);
+        self.send_queued(env, stats);
+    }
+
+    /// Queues a WQE on the SQ without sending (a doorbell's batch is sent once, by
+    /// [`Qp::send_queued`]); in ERR or SQE it is flushed at once.
+    pub(super) fn queue(&mut self, env: &mut dyn DeviceEnv, wqe: Wqe) {
         self.req.sq.push_back(wqe);
         match self.state {
             QpState::Err => {
@@ -129,7 +137,14 @@ impl Qp {
                 self.flush_rq(env);
             }
             QpState::Sqe => self.flush_sq(env),
-            _ => self.transmit(env, stats),
+            _ => {}
+        }
+    }
+
+    /// Sends what the queued WQEs may (ERR and SQE flushed them when they were queued).
+    pub(super) fn send_queued(&mut self, env: &mut dyn DeviceEnv, stats: &mut EngineStats) {
+        if !matches!(self.state, QpState::Err | QpState::Sqe) {
+            self.transmit(env, stats);
         }
     }
 
@@ -148,6 +163,9 @@ impl Qp {
     /// Sends what the window, the RD/atomic limit, fences and RNR waits allow.
     pub(super) fn transmit(&mut self, env: &mut dyn DeviceEnv, stats: &mut EngineStats) {
         self.cc.wake_at = None;
+        // One clock read per burst for the RC bookkeeping (a read is ~60 ns in a VM; the
+        // frames leave together at the end of the data path's pass anyway).
+        let mut sent_at = None;
         while self.can_send() && self.req.rnr_until.is_none() && self.req.cursor < self.req.sq.len()
         {
             let cursor = self.req.cursor;
@@ -225,7 +243,8 @@ impl Qp {
                         self.cc.sent(stats.tx_bytes - bytes_before, env.now_ns());
                     }
                     if self.cfg.qp_type == QpType::Rc {
-                        self.sent_rc_packet(psn, env.now_ns());
+                        let now = *sent_at.get_or_insert_with(|| env.now_ns());
+                        self.sent_rc_packet(psn, now);
                     }
                 }
                 Err(SendStop::Fault) => {

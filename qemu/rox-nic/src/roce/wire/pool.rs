@@ -25,9 +25,10 @@ use crate::sys::shm::Region;
 
 /// Buffers kept per thread: a burst's worth of 4 KiB frames (about 1 MiB).
 const POOL_BUFFERS: usize = 256;
-/// Shorter buffers (ACKs, small messages) are cheap to zero and not kept.
-const POOL_MIN_LEN: usize = 1024;
-/// Nor are buffers of more than a cable slot (a frame of a port with a very large MTU): the
+/// Shorter packets (ACKs, small messages) are built in this thread's own buffers, not in a
+/// port's lent ones: they are cheap to copy and the port's buffers are kept for long frames.
+const LEND_MIN_LEN: usize = 1024;
+/// Buffers of more than a cable slot (a frame of a port with a very large MTU) are not kept: the
 /// pool stays within POOL_BUFFERS x 16 KiB per thread.
 const POOL_MAX_CAPACITY: usize = 16 << 10;
 /// Bytes a lent buffer keeps in front of the packet: an Ethernet header.
@@ -220,9 +221,11 @@ pub fn stop_lending(lender: &Arc<dyn Lender>) {
     });
 }
 
-/// Gives back the buffer of a packet that was sent (or dropped) for a later packet.
+/// Gives back the buffer of a packet that was sent (or dropped) for a later packet. Short
+/// ones too: allocating, zeroing and freeing each request's buffer cost about 450 of the
+/// host benchmark's 7,400 instructions per 8 B WRITE.
 pub fn recycle(buf: Vec<u8>) {
-    if buf.len() < POOL_MIN_LEN || buf.capacity() > POOL_MAX_CAPACITY {
+    if buf.capacity() > POOL_MAX_CAPACITY {
         return;
     }
     SPENT.with_borrow_mut(|pool| {
@@ -233,10 +236,10 @@ pub fn recycle(buf: Vec<u8>) {
 }
 
 /// A packet buffer of `len` initialized bytes (their values are whatever was there: the
-/// builder writes every one of them): lent by this thread's lender if it has a buffer that
-/// big to spare, else recycled or new.
+/// builder writes every one of them): lent by this thread's lender if the packet is long
+/// and it has a buffer that big to spare, else recycled (short ones too) or new.
 pub(super) fn buffer(len: usize) -> Packet {
-    if len >= POOL_MIN_LEN {
+    if len >= LEND_MIN_LEN {
         let lent = LENDER.with_borrow(|l| l.clone().and_then(Lender::lend));
         if let Some(lease) = lent.filter(|l| HEADROOM + len <= l.cap()) {
             return Packet {
@@ -244,11 +247,12 @@ pub(super) fn buffer(len: usize) -> Packet {
                 len,
             };
         }
-        if let Some(mut buf) = SPENT.with_borrow_mut(Vec::pop) {
-            // Shrinking writes nothing; growing zeroes only the new bytes.
-            buf.resize(len, 0);
-            return Packet::from(buf);
-        }
+    }
+    if let Some(mut buf) = SPENT.with_borrow_mut(Vec::pop) {
+        // Shrinking writes nothing; growing zeroes only the new bytes (a short packet's
+        // buffer grows once, then carries long ones).
+        buf.resize(len, 0);
+        return Packet::from(buf);
     }
     Packet::from(vec![0; len])
 }
@@ -259,7 +263,7 @@ mod tests {
     use std::sync::Mutex;
 
     #[test]
-    fn a_recycled_buffer_comes_back_with_the_length_asked_and_small_ones_are_not_kept() {
+    fn a_recycled_buffer_comes_back_with_the_length_asked_and_huge_ones_are_not_kept() {
         // The test thread's own pool: nothing else runs on it.
         while SPENT.with_borrow_mut(Vec::pop).is_some() {}
         let big = vec![7u8; 4096];
@@ -271,7 +275,6 @@ mod tests {
             (at, 2000),
             "the same allocation"
         );
-        recycle(vec![1u8; POOL_MIN_LEN - 1]);
         recycle(vec![1u8; POOL_MAX_CAPACITY + 1]);
         let fresh = buffer(3000);
         assert_eq!(
@@ -282,8 +285,13 @@ mod tests {
         again.recycle();
         let grown = buffer(4096);
         assert!(grown[2000..].iter().all(|&b| b == 0), "growth is zeroed");
+        let short = vec![3u8; 60];
+        let at = short.as_ptr();
+        recycle(short);
+        let reused = buffer(40);
+        assert_eq!(reused.as_ptr(), at, "a short packet's buffer is kept too");
         for _ in 0..POOL_BUFFERS + 10 {
-            recycle(vec![0u8; POOL_MIN_LEN]);
+            recycle(vec![0u8; 60]);
         }
         assert_eq!(
             SPENT.with_borrow(Vec::len),
