@@ -165,6 +165,22 @@ fn start_binary(dir: &std::path::Path) -> (Child, std::path::PathBuf) {
     (child, path)
 }
 
+/// Waits (10 s at most) until rox-nic's log holds `count` vfio-user trace dumps.
+fn wait_for_dumps(log: &std::path::Path, count: usize) {
+    let t0 = Instant::now();
+    loop {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        if text.matches("vfio-user trace:").count() >= count {
+            return;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "rox-nic printed no trace for SIGUSR1 #{count} within 10 s:\n{text}"
+        );
+        thread::sleep(Duration::from_millis(5));
+    }
+}
+
 fn sigusr1(child: &Child) {
     let ok = Command::new("kill")
         .args(["-USR1", &child.id().to_string()])
@@ -179,12 +195,20 @@ fn signals_to_the_binary_while_it_waits_in_recv_lose_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let (mut child, path) = start_binary(dir.path());
     let mut c = Client::connect(&path, Duration::ZERO);
+    let log_path = dir.path().join("rox-nic.log");
+    let mut dumps = 0;
+    // Each signal is sent only once the last one's dump is in the log: two SIGUSR1s pending at
+    // once are one signal (on a loaded host a fixed pause between them was not enough).
+    let mut signal = |child: &Child| {
+        sigusr1(child);
+        dumps += 1;
+        wait_for_dumps(&log_path, dumps);
+    };
     const SIGNALS: usize = 20;
     for round in 0..SIGNALS as u32 {
         // Idle in recv between messages, then inside a payload. (A cut inside a header is
         // the test above's; here only the signals differ from an ordinary conversation.)
-        sigusr1(&child);
-        thread::sleep(Duration::from_millis(20));
+        signal(&child);
         let mut w = access(BAR_CTRL, REG_SCRATCH, 4);
         w.extend_from_slice(&round.to_le_bytes());
         let id = c.tx.next_id;
@@ -193,8 +217,7 @@ fn signals_to_the_binary_while_it_waits_in_recv_lose_nothing() {
         m.extend_from_slice(&w);
         c.tx.sock.write_all(&m[..21]).unwrap();
         thread::sleep(Duration::from_millis(20));
-        sigusr1(&child);
-        thread::sleep(Duration::from_millis(20));
+        signal(&child);
         c.tx.sock.write_all(&m[21..]).unwrap();
         c.expect_reply(id, CMD_REGION_WRITE);
         assert_eq!(c.read32(BAR_CTRL, REG_SCRATCH), round);
