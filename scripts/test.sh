@@ -82,9 +82,9 @@ stage guest-ulp tests/ulp/run --cases nvme,nfs,unload,fault || exit 1
 # Bad input on the wire: a host on the bridge floods rox_0's port with every kind of frame it
 # must drop (and broadcast/multicast for its netdev) while pingpongs run; each drop counted.
 stage port-flood tests/net/flood || exit 1
-# Reliability under the debug kernel (kmemleak, KFENCE, SLUB debug): 50 load/probe/unload
+# Reliability under the debug kernel (kmemleak, KFENCE, SLUB debug, lockdep): 50 load/probe/unload
 # cycles and rmmod with live objects, kernel verbs, ODP and raw-uverbs bad input, each test
-# with a kmemleak scan that must run and report nothing.
+# with a kmemleak scan that must run and report nothing, and no lockdep report.
 stage kernel-debug scripts/setup-kernel.sh debug || exit 1
 stage module-debug scripts/build-module.sh debug || exit 1
 stage guest-debug tests/guest/run debug driver-load-cycles,driver-kverbs,driver-odp,driver-negative || exit 1

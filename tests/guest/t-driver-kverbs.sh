@@ -42,5 +42,6 @@ for peer in rox_1 rox_0; do
 done
 rmmod rox || fail "rmmod rox failed"
 kmemleak_check
+lockdep_check
 dmesg | grep -E 'BUG:|Oops|WARNING:|general protection|refcount_t:|hung task|sleeping function' && fail "kernel complained"
 echo "ok   t-driver-kverbs: ${results[*]}"

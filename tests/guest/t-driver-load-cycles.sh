@@ -57,5 +57,6 @@ if $have_provider; then
 fi
 
 kmemleak_check
+lockdep_check
 dmesg | grep -E 'BUG:|Oops|WARNING:|general protection|refcount_t:' && fail "kernel complained"
 echo "rox.ko survived $cycles cycles and removal under load"

@@ -57,4 +57,5 @@ fi
 rmmod rox || fail "rmmod failed"
 dmesg | grep -E 'BUG:|Oops|WARNING:|kmemleak' && fail "kernel complained"
 kmemleak_check
+lockdep_check
 echo "rox.ko rejected every bad input with the expected errno and cleaned up"

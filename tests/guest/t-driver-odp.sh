@@ -40,4 +40,5 @@ if dmesg | grep -E "BUG|WARNING|Oops|general protection|KASAN|use-after-free"; t
 	fail "kernel complained"
 fi
 kmemleak_check
+lockdep_check
 echo "ODP: one fault per READ; dereg during faults is clean"

@@ -53,10 +53,15 @@ FAULT_NOTICE_S = 240
 FAULT_TEARDOWN_LIMIT_S = 180
 # rxe: the tap is taken down on the host, which the guest cannot see; wait this long instead.
 RXE_FAULT_SETTLE_S = 90
-# What must never appear in dmesg.
+# What must never appear in dmesg (lockdep's and RCU's reports start "WARNING:" or "BUG:"; the
+# rest are named for the reader).
 KERNEL_COMPLAINT = re.compile(
     r"Oops|BUG:|WARNING:|general protection|blocked for more than|hung_task|KASAN|KFENCE|"
-    r"kmemleak:.*new suspected|Call Trace")
+    r"kmemleak:.*new suspected|Call Trace|possible circular locking dependency|"
+    r"inconsistent lock state|suspicious RCU usage|sleeping function called from invalid context|"
+    r"lockdep is turned off")
+# lockdep (debug kernel) reports only its first finding, then stops proving: debug_locks 0 here.
+LOCKDEP_STATS = "/proc/lockdep_stats"
 
 
 def log(msg):
@@ -129,6 +134,12 @@ def kernel_complaints(since):
     """New dmesg lines since line `since` that show a kernel problem (at most a few)."""
     lines = must("dmesg").splitlines()[since:]
     bad = [l for l in lines if KERNEL_COMPLAINT.search(l)]
+    # A report printed before `since` (rox.ko's load, an earlier case) turned lockdep off.
+    if os.path.exists(LOCKDEP_STATS):
+        stats = open(LOCKDEP_STATS).read()
+        if not re.search(r"^\s*debug_locks:\s*1\s*$", stats, re.M):
+            bad.insert(0, "lockdep is off (debug_locks 0): it reported a locking problem earlier in "
+                          "this boot (dmesg), or ran out of room")
     return bad[:5]
 
 

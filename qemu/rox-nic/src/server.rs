@@ -6,7 +6,7 @@
 pub mod framing;
 pub mod protocol;
 
-pub use protocol::{ServeError, Server};
+pub use protocol::{Refusal, Refused, ServeError, Server};
 
 use std::collections::VecDeque;
 use std::fmt::{self, Write as _};
@@ -229,6 +229,20 @@ pub enum TraceOp {
     DmaUnmap,
     Reset,
     SetIrqs,
+    /// A request the server loop refused (whether or not the device saw it first).
+    Refused,
+}
+
+/// What a [`TraceOp::Refused`] entry records of the refusal.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TraceRefusal {
+    /// The request's message id and command.
+    pub id: u16,
+    pub command: u16,
+    pub errno: i32,
+    pub why: String,
+    /// Whether an error reply was sent (false: the request asked for no reply).
+    pub replied: bool,
 }
 
 /// One request the crate handed to the backend: when, what, and (once answered) the result.
@@ -249,6 +263,8 @@ pub struct TraceEntry {
     pub value: Option<u64>,
     /// Whether the backend has returned (a reply, if the request wanted one, follows).
     pub answered: bool,
+    /// The refusal, for [`TraceOp::Refused`] entries.
+    pub refusal: Option<TraceRefusal>,
 }
 
 /// The last requests of the vfio-user conversation, bounded in memory: printed to rox-nic's
@@ -284,24 +300,52 @@ impl Trace {
     }
 
     fn begin(&self, op: TraceOp, region: u32, offset: u64, len: u64, value: Option<u64>) -> u64 {
-        let at_ms = u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX);
-        let mut ring = self.ring();
-        ring.seq += 1;
-        let seq = ring.seq;
-        if ring.entries.len() == self.capacity {
-            ring.entries.pop_front();
-        }
-        ring.entries.push_back(TraceEntry {
-            seq,
-            at_ms,
+        self.push(TraceEntry {
+            seq: 0,
+            at_ms: 0,
             op,
             region,
             offset,
             len,
             value,
             answered: false,
+            refusal: None,
+        })
+    }
+
+    /// Appends `entry` with the next sequence number and the time now; returns the number.
+    fn push(&self, mut entry: TraceEntry) -> u64 {
+        entry.at_ms = u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let mut ring = self.ring();
+        ring.seq += 1;
+        entry.seq = ring.seq;
+        if ring.entries.len() == self.capacity {
+            ring.entries.pop_front();
+        }
+        ring.entries.push_back(entry);
+        ring.seq
+    }
+
+    /// Records a request the server loop refused: a refused query never reaches the device,
+    /// and one the device refused is otherwise traced as answered.
+    pub fn refused(&self, r: &Refused) {
+        self.push(TraceEntry {
+            seq: 0,
+            at_ms: 0,
+            op: TraceOp::Refused,
+            region: 0,
+            offset: 0,
+            len: u64::from(r.size),
+            value: None,
+            answered: true,
+            refusal: Some(TraceRefusal {
+                id: r.id,
+                command: r.command,
+                errno: r.refusal.errno,
+                why: r.refusal.why.clone(),
+                replied: r.replied,
+            }),
         });
-        seq
     }
 
     fn finish(&self, seq: u64, value: Option<u64>) {
@@ -327,8 +371,9 @@ impl Trace {
             (ring.seq, ring.entries.iter().cloned().collect::<Vec<_>>())
         };
         let mut out = format!(
-            "vfio-user trace: {total} request(s) reached the device, the last {} below, now +{now} ms \
-             (VERSION and the GET_INFO queries are answered by the server loop and not traced)\n",
+            "vfio-user trace: {total} entries (requests that reached the device, and refusals), \
+             the last {} below, now +{now} ms (VERSION and the GET_INFO queries are answered by \
+             the server loop and traced only when refused)\n",
             entries.len()
         );
         for e in &entries {
@@ -385,12 +430,45 @@ impl fmt::Display for TraceEntry {
                 "SET_IRQS index {} start {} count {}",
                 self.region, self.offset, self.len
             )?,
+            TraceOp::Refused => {
+                if let Some(r) = &self.refusal {
+                    write!(
+                        f,
+                        "REFUSED request id {} {} (command {}, {} bytes): {}: {}; {}",
+                        r.id,
+                        protocol::command::name(r.command),
+                        r.command,
+                        self.len,
+                        errno_name(r.errno),
+                        r.why,
+                        if r.replied {
+                            "error reply sent"
+                        } else {
+                            "NO_REPLY: not answered"
+                        }
+                    )?;
+                }
+            }
         }
         f.write_str(if self.answered {
             ""
         } else {
             " (not answered yet)"
         })
+    }
+}
+
+/// An errno as its symbol, for the errnos the server loop and the device refuse with.
+fn errno_name(errno: i32) -> String {
+    match errno {
+        libc::EINVAL => "EINVAL".to_string(),
+        libc::E2BIG => "E2BIG".to_string(),
+        libc::EOPNOTSUPP => "EOPNOTSUPP".to_string(),
+        libc::EIO => "EIO".to_string(),
+        libc::ENOMEM => "ENOMEM".to_string(),
+        libc::EFAULT => "EFAULT".to_string(),
+        libc::EBUSY => "EBUSY".to_string(),
+        n => format!("errno {n}"),
     }
 }
 
@@ -514,10 +592,10 @@ pub fn serve(
 ) -> Result<(), ServeError> {
     let mut traced = Traced {
         backend: nic,
-        trace,
+        trace: trace.clone(),
         panic_at,
     };
-    server.run(&mut traced)
+    server.run_observed(&mut traced, &|r| trace.refused(r))
 }
 
 #[cfg(test)]
@@ -538,7 +616,7 @@ mod tests {
         assert!(e[0].answered && e[1].answered && !e[2].answered);
         assert_eq!(e[1].value, Some(0x1234_0003));
         let text = t.render();
-        assert!(text.starts_with("vfio-user trace: 5 request(s)"), "{text}");
+        assert!(text.starts_with("vfio-user trace: 5 entries"), "{text}");
         assert!(
             text.contains("#4 read  config 0xc len 4 -> 0x12340003\n"),
             "{text}"
@@ -562,6 +640,40 @@ mod tests {
         assert!(text.contains("DMA_MAP 0x100000 +0x80000000\n"), "{text}");
         assert!(
             text.contains("SET_IRQS index 2 start 0 count 4 (not answered yet)"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_refusal_is_a_trace_line_with_its_command_id_errno_and_why() {
+        let t = Trace::new(2);
+        let s = t.begin(TraceOp::Read, BAR_CTRL, 0, 4, None);
+        t.finish(s, Some(7));
+        let why = Refusal {
+            errno: libc::EINVAL,
+            why: "no region 20".to_string(),
+        };
+        for (id, replied) in [(41, true), (42, false)] {
+            t.refused(&Refused {
+                id,
+                command: protocol::command::REGION_READ,
+                size: 32,
+                refusal: &why,
+                replied,
+            });
+        }
+        let e = t.entries();
+        assert_eq!((e.len(), e[0].op, e[0].seq), (2, TraceOp::Refused, 2));
+        let text = t.render();
+        assert!(
+            text.contains(
+                "#2 REFUSED request id 41 REGION_READ (command 9, 32 bytes): EINVAL: \
+                 no region 20; error reply sent\n"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("#3 REFUSED request id 42 REGION_READ (command 9, 32 bytes): EINVAL: no region 20; NO_REPLY: not answered\n"),
             "{text}"
         );
     }

@@ -8,7 +8,7 @@
 
 mod vfio_user_client;
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::process::{Child, Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -193,7 +193,7 @@ fn sigusr1(child: &Child) {
 #[test]
 fn signals_to_the_binary_while_it_waits_in_recv_lose_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    let (mut child, path) = start_binary(dir.path());
+    let (child, path) = start_binary(dir.path());
     let mut c = Client::connect(&path, Duration::ZERO);
     let log_path = dir.path().join("rox-nic.log");
     let mut dumps = 0;
@@ -223,6 +223,17 @@ fn signals_to_the_binary_while_it_waits_in_recv_lose_nothing() {
         assert_eq!(c.read32(BAR_CTRL, REG_SCRATCH), round);
     }
     c.close();
+    let log = wait_exit(child, dir.path());
+    // Every signal was taken (the trace printed), none disturbed the conversation.
+    assert_eq!(
+        log.matches("vfio-user trace:").count(),
+        2 * SIGNALS,
+        "{log}"
+    );
+}
+
+/// Waits (10 s at most) for the rox-nic binary to exit after its client left; its log.
+fn wait_exit(mut child: Child, dir: &std::path::Path) -> String {
     let t0 = Instant::now();
     let status = loop {
         if let Some(s) = child.try_wait().unwrap() {
@@ -234,18 +245,80 @@ fn signals_to_the_binary_while_it_waits_in_recv_lose_nothing() {
         }
         thread::sleep(Duration::from_millis(10));
     };
-    let mut log = String::new();
-    std::fs::File::open(dir.path().join("rox-nic.log"))
-        .unwrap()
-        .read_to_string(&mut log)
-        .unwrap();
+    let log = std::fs::read_to_string(dir.join("rox-nic.log")).unwrap();
     assert!(status.success(), "rox-nic: {status}\n{log}");
-    // Every signal was taken (the trace printed), none disturbed the conversation.
-    assert_eq!(
-        log.matches("vfio-user trace:").count(),
-        2 * SIGNALS,
-        "{log}"
+    log
+}
+
+#[test]
+fn refused_requests_show_in_the_trace_the_binary_dumps_on_sigusr1() {
+    let dir = tempfile::tempdir().unwrap();
+    let (child, path) = start_binary(dir.path());
+    let mut c = Client::connect(&path, Duration::ZERO);
+    // Refused by the server loop before the device sees it: a read of the ROM region
+    // (size 0), and an unknown command that asked for no reply. Refused by the device: an
+    // INTx trigger with vectors (rox-nic has MSI-X only).
+    let rom = c.tx.send(
+        CMD_REGION_READ,
+        0,
+        &access(VFIO_PCI_ROM_REGION_INDEX, 0, 4),
+        None,
     );
+    assert_eq!(c.expect_error(rom, CMD_REGION_READ), EINVAL);
+    let unknown = c.tx.send(77, FLAG_NO_REPLY, &[0x5a; 8], None);
+    let intx = c.tx.send(
+        CMD_SET_IRQS,
+        0,
+        &set_irqs_payload(
+            VFIO_IRQ_SET_DATA_NONE | VFIO_IRQ_SET_ACTION_TRIGGER,
+            VFIO_PCI_INTX_IRQ_INDEX,
+            0,
+            1,
+        ),
+        None,
+    );
+    assert_eq!(c.expect_error(intx, CMD_SET_IRQS), EINVAL);
+    c.in_step(0xd0d0);
+    sigusr1(&child);
+    // The dump is written by a thread of its own: wait for its last line (the in-step read).
+    let t0 = Instant::now();
+    let dump = loop {
+        let log = std::fs::read_to_string(dir.path().join("rox-nic.log")).unwrap();
+        if let Some(at) = log.find("vfio-user trace:") {
+            if log[at..].contains("read  BAR0") {
+                break log[at..].to_string();
+            }
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "no trace dump after SIGUSR1:\n{log}"
+        );
+        thread::sleep(Duration::from_millis(20));
+    };
+    let expected = [
+        format!(
+            "REFUSED request id {rom} REGION_READ (command 9, 32 bytes): EINVAL: 4 bytes at 0x0 \
+             are not inside region {VFIO_PCI_ROM_REGION_INDEX} (0 bytes"
+        ),
+        format!(
+            "REFUSED request id {unknown} unknown (command 77, 24 bytes): EOPNOTSUPP: command 77 \
+             (unknown) is not served; NO_REPLY: not answered"
+        ),
+        format!("SET_IRQS index {VFIO_PCI_INTX_IRQ_INDEX} start 0 count 1\n"),
+        format!(
+            "REFUSED request id {intx} DEVICE_SET_IRQS (command 8, 36 bytes): EINVAL: the device \
+             refused it: "
+        ),
+    ];
+    let mut from = 0;
+    for line in &expected {
+        let at = dump[from..]
+            .find(line.as_str())
+            .unwrap_or_else(|| panic!("{line:?} not in the dump (in order):\n{dump}"));
+        from += at + line.len();
+    }
+    c.close();
+    wait_exit(child, dir.path());
 }
 
 #[test]

@@ -27,6 +27,27 @@ pub mod command {
     pub const REGION_READ: u16 = 9;
     pub const REGION_WRITE: u16 = 10;
     pub const DEVICE_RESET: u16 = 13;
+
+    /// The command's name in the specification, for logs and the trace.
+    pub fn name(command: u16) -> &'static str {
+        match command {
+            VERSION => "VERSION",
+            DMA_MAP => "DMA_MAP",
+            DMA_UNMAP => "DMA_UNMAP",
+            DEVICE_GET_INFO => "DEVICE_GET_INFO",
+            DEVICE_GET_REGION_INFO => "DEVICE_GET_REGION_INFO",
+            6 => "DEVICE_GET_REGION_IO_FDS",
+            DEVICE_GET_IRQ_INFO => "DEVICE_GET_IRQ_INFO",
+            DEVICE_SET_IRQS => "DEVICE_SET_IRQS",
+            REGION_READ => "REGION_READ",
+            REGION_WRITE => "REGION_WRITE",
+            11 => "DMA_READ",
+            12 => "DMA_WRITE",
+            DEVICE_RESET => "DEVICE_RESET",
+            14 => "DIRTY_PAGES",
+            _ => "unknown",
+        }
+    }
 }
 use command::*;
 
@@ -70,15 +91,47 @@ impl Answer {
     }
 }
 
-/// A refusal: the errno the error reply carries.
-type Refusal = i32;
+/// A refusal: the errno the error reply carries (never 0) and why, for the log and the trace.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refusal {
+    pub errno: i32,
+    pub why: String,
+}
+
+impl Refusal {
+    fn new(errno: i32, why: impl Into<String>) -> Refusal {
+        Refusal {
+            errno,
+            why: why.into(),
+        }
+    }
+
+    fn invalid(why: impl Into<String>) -> Refusal {
+        Refusal::new(libc::EINVAL, why)
+    }
+}
+
+/// A request the server refused, as its observer (rox-nic's vfio-user trace) is told of it.
+#[derive(Debug)]
+pub struct Refused<'a> {
+    pub id: u16,
+    pub command: u16,
+    /// Bytes of the whole message, header included.
+    pub size: u32,
+    pub refusal: &'a Refusal,
+    /// Whether an error reply is sent (false: the request asked for none).
+    pub replied: bool,
+}
 
 /// The fixed fields of a request's payload, read in order; too few bytes is EINVAL.
 struct Fields<'a>(&'a [u8]);
 
 impl Fields<'_> {
     fn take<const N: usize>(&mut self) -> Result<[u8; N], Refusal> {
-        let (head, rest) = self.0.split_at_checked(N).ok_or(libc::EINVAL)?;
+        let (head, rest) = self
+            .0
+            .split_at_checked(N)
+            .ok_or_else(|| Refusal::invalid("payload too short for the command's fixed fields"))?;
         self.0 = rest;
         Ok(head.try_into().expect("N bytes"))
     }
@@ -101,9 +154,10 @@ fn put64(out: &mut Vec<u8>, v: u64) {
     out.extend_from_slice(&v.to_le_bytes());
 }
 
-/// A backend's failure as the errno QEMU is given (never 0).
+/// A backend's failure as the errno QEMU is given (never 0) and its text.
 fn errno_of(e: std::io::Error) -> Refusal {
-    e.raw_os_error().filter(|&n| n > 0).unwrap_or(libc::EIO)
+    let errno = e.raw_os_error().filter(|&n| n > 0).unwrap_or(libc::EIO);
+    Refusal::new(errno, format!("the device refused it: {e}"))
 }
 
 /// The capabilities rox-nic announces in its VERSION reply: one descriptor per message,
@@ -128,6 +182,16 @@ impl Server {
 
     /// Waits for one client and serves it until it hangs up.
     pub fn run(&self, backend: &mut dyn ServerBackend) -> Result<(), ServeError> {
+        self.run_observed(backend, &|_| {})
+    }
+
+    /// [`Server::run`], telling `on_refused` of every request refused (after the log line,
+    /// before the error reply is sent).
+    pub fn run_observed(
+        &self,
+        backend: &mut dyn ServerBackend,
+        on_refused: &dyn Fn(&Refused),
+    ) -> Result<(), ServeError> {
         let stream = loop {
             match self.listener.accept() {
                 Ok((stream, _)) => break stream,
@@ -135,15 +199,17 @@ impl Server {
                 Err(e) => return Err(ServeError::Accept(e)),
             }
         };
-        self.serve_connection(&stream, backend)
+        self.serve_connection(&stream, backend, on_refused)
     }
 
     /// Serves a connected client until it hangs up between two messages (Ok) or the stream
     /// can no longer be followed or written (Err; the caller drops the connection).
+    /// `on_refused` hears of every refused request.
     pub fn serve_connection(
         &self,
         stream: &UnixStream,
         backend: &mut dyn ServerBackend,
+        on_refused: &dyn Fn(&Refused),
     ) -> Result<(), ServeError> {
         while let Some(message) = framing::read_message(&mut &*stream)? {
             let h = message.header;
@@ -158,26 +224,35 @@ impl Server {
                 continue;
             }
             let outcome = self.answer(backend, message);
-            if let Err(errno) = outcome {
+            if let Err(refusal) = &outcome {
                 log::warn!(
-                    "vfio-user: request {} (command {}, {} bytes) refused: {}{}",
+                    "vfio-user: request {} ({} {}, {} bytes) refused: {}: {}{}",
                     h.id,
+                    command::name(h.command),
                     h.command,
                     h.size,
-                    std::io::Error::from_raw_os_error(errno),
+                    std::io::Error::from_raw_os_error(refusal.errno),
+                    refusal.why,
                     if h.wants_reply() {
                         ""
                     } else {
                         " (NO_REPLY: not answered)"
                     }
                 );
+                on_refused(&Refused {
+                    id: h.id,
+                    command: h.command,
+                    size: h.size,
+                    refusal,
+                    replied: h.wants_reply(),
+                });
             }
             if !h.wants_reply() {
                 continue;
             }
             let sent = match &outcome {
                 Ok(a) => framing::write_reply(stream, &h, &a.payload, a.fd),
-                Err(errno) => framing::write_error(stream, &h, *errno),
+                Err(refusal) => framing::write_error(stream, &h, refusal.errno),
             };
             sent.map_err(|source| ServeError::Reply {
                 id: h.id,
@@ -192,7 +267,14 @@ impl Server {
     /// The answer to one whole request.
     fn answer(&self, backend: &mut dyn ServerBackend, message: Message) -> Result<Answer, Refusal> {
         if message.oversized {
-            return Err(libc::E2BIG);
+            return Err(Refusal::new(
+                libc::E2BIG,
+                format!(
+                    "message of {} bytes is over the {} bytes a request may carry (read and dropped)",
+                    message.header.size,
+                    framing::HEADER_SIZE + framing::MAX_PAYLOAD
+                ),
+            ));
         }
         let Message {
             header,
@@ -214,7 +296,10 @@ impl Server {
             DEVICE_RESET => backend.reset().map(|()| Answer::empty()).map_err(errno_of),
             // GET_REGION_IO_FDS, DMA_READ/DMA_WRITE (the server's to send), DIRTY_PAGES,
             // REGION_WRITE_MULTI (not announced) and anything unknown.
-            _ => Err(libc::EOPNOTSUPP),
+            c => Err(Refusal::new(
+                libc::EOPNOTSUPP,
+                format!("command {c} ({}) is not served", command::name(c)),
+            )),
         }
     }
 
@@ -234,7 +319,8 @@ impl Server {
         let argsz = p.u32()?;
         let _flags = p.u32()?;
         let index = p.u32()?;
-        let region = self.regions.get(index as usize).ok_or(libc::EINVAL)?;
+        let region = (self.regions.get(index as usize))
+            .ok_or_else(|| Refusal::invalid(format!("no region {index}")))?;
         let mut info = region.region_info;
         let mut caps = Vec::new();
         if !region.sparse_areas.is_empty() {
@@ -271,7 +357,8 @@ impl Server {
         let _argsz = p.u32()?;
         let _flags = p.u32()?;
         let index = p.u32()?;
-        let irq = self.irqs.get(index as usize).ok_or(libc::EINVAL)?;
+        let irq = (self.irqs.get(index as usize))
+            .ok_or_else(|| Refusal::invalid(format!("no IRQ index {index}")))?;
         let mut out = Vec::with_capacity(16);
         for v in [16, irq.flags, irq.index, irq.count] {
             put32(&mut out, v);
@@ -288,10 +375,13 @@ impl Server {
         let (_argsz, flags, index) = (p.u32()?, p.u32()?, p.u32()?);
         let (start, count) = (p.u32()?, p.u32()?);
         if index as usize >= self.irqs.len() {
-            return Err(libc::EINVAL);
+            return Err(Refusal::invalid(format!("no IRQ index {index}")));
         }
         if flags & VFIO_IRQ_SET_DATA_BOOL != 0 {
-            return Err(libc::EOPNOTSUPP);
+            return Err(Refusal::new(
+                libc::EOPNOTSUPP,
+                "SET_IRQS with DATA_BOOL is not served",
+            ));
         }
         backend
             .set_irqs(index, flags, start, count, fds)
@@ -301,10 +391,14 @@ impl Server {
 
     /// The region an access names, if `count` bytes at `offset` lie inside it.
     fn access(&self, region: u32, offset: u64, count: u32) -> Result<(), Refusal> {
-        let r = self.regions.get(region as usize).ok_or(libc::EINVAL)?;
-        let end = offset.checked_add(u64::from(count)).ok_or(libc::EINVAL)?;
-        if count as usize > MAX_DATA_XFER || end > r.region_info.size {
-            return Err(libc::EINVAL);
+        let r = (self.regions.get(region as usize))
+            .ok_or_else(|| Refusal::invalid(format!("no region {region}")))?;
+        let end = offset.checked_add(u64::from(count));
+        if count as usize > MAX_DATA_XFER || end.is_none_or(|end| end > r.region_info.size) {
+            return Err(Refusal::invalid(format!(
+                "{count} bytes at {offset:#x} are not inside region {region} ({} bytes; at most {MAX_DATA_XFER} per access)",
+                r.region_info.size
+            )));
         }
         Ok(())
     }
@@ -335,7 +429,10 @@ impl Server {
     ) -> Result<Answer, Refusal> {
         let (offset, region, count) = (p.u64()?, p.u32()?, p.u32()?);
         if p.0.len() != count as usize {
-            return Err(libc::EINVAL);
+            return Err(Refusal::invalid(format!(
+                "REGION_WRITE of count {count} carries {} bytes of data",
+                p.0.len()
+            )));
         }
         self.access(region, offset, count)?;
         backend
@@ -380,8 +477,16 @@ fn dma_map(
 ) -> Result<Answer, Refusal> {
     let (_argsz, flags) = (p.u32()?, p.u32()?);
     let (offset, address, size) = (p.u64()?, p.u64()?, p.u64()?);
-    if fds.len() > 1 || size == 0 || address.checked_add(size).is_none() {
-        return Err(libc::EINVAL);
+    if fds.len() > 1 {
+        return Err(Refusal::invalid(format!(
+            "DMA_MAP with {} descriptors",
+            fds.len()
+        )));
+    }
+    if size == 0 || address.checked_add(size).is_none() {
+        return Err(Refusal::invalid(format!(
+            "DMA_MAP of {size:#x} bytes at {address:#x} is empty or wraps"
+        )));
     }
     backend
         .dma_map(
@@ -400,10 +505,15 @@ fn dma_map(
 fn dma_unmap(backend: &mut dyn ServerBackend, mut p: Fields) -> Result<Answer, Refusal> {
     let (argsz, flags, address, size) = (p.u32()?, p.u32()?, p.u64()?, p.u64()?);
     if flags & VFIO_DMA_UNMAP_FLAG_GET_DIRTY_BITMAP != 0 {
-        return Err(libc::EOPNOTSUPP);
+        return Err(Refusal::new(
+            libc::EOPNOTSUPP,
+            "DMA_UNMAP with a dirty bitmap (no migration)",
+        ));
     }
     if flags & VFIO_DMA_UNMAP_FLAG_ALL == 0 && address.checked_add(size).is_none() {
-        return Err(libc::EINVAL);
+        return Err(Refusal::invalid(format!(
+            "DMA_UNMAP of {size:#x} bytes at {address:#x} wraps"
+        )));
     }
     backend
         .dma_unmap(DmaUnmapFlags::from_bits_retain(flags), address, size)
