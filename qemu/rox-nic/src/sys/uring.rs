@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 
 use io_uring::{cqueue, opcode, types, IoUring, Probe};
 
+use super::shm::SharedMapping;
 use crate::port::FrameRef;
 
 /// Writes submitted per `io_uring_enter` (a longer list goes in chunks of this many).
@@ -52,47 +53,11 @@ const ENTER_EXT_ARG: u32 = 8;
 /// How long a drop waits for the cancelled read's last completion before leaking its buffers.
 const DISARM_WAIT: Duration = Duration::from_secs(2);
 
-/// An anonymous private mapping, unmapped on drop.
-struct Mapping {
-    ptr: *mut u8,
-    len: usize,
-}
-
-impl Mapping {
-    fn anonymous(len: usize) -> io::Result<Mapping> {
-        // SAFETY: a fresh anonymous mapping; no existing memory is touched; result checked.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if ptr == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(Mapping {
-            ptr: ptr.cast(),
-            len,
-        })
-    }
-}
-
-impl Drop for Mapping {
-    fn drop(&mut self) {
-        // SAFETY: the mapping this value made; nothing refers to it any more.
-        unsafe { libc::munmap(self.ptr.cast(), self.len) };
-    }
-}
-
 /// The receive side's provided buffers: a ring of `entries` buffer descriptors the kernel
 /// takes from, and the buffers, `slot_len` bytes each.
 struct RxBuffers {
-    ring: Mapping,
-    bufs: Mapping,
+    ring: SharedMapping,
+    bufs: SharedMapping,
     entries: u16,
     slot_len: usize,
     /// Our copy of the ring's tail (the kernel keeps the head).
@@ -102,8 +67,8 @@ struct RxBuffers {
 impl RxBuffers {
     fn new(entries: u16, slot_len: usize) -> io::Result<RxBuffers> {
         let mut rx = RxBuffers {
-            ring: Mapping::anonymous(entries as usize * BUF_ENTRY_BYTES)?,
-            bufs: Mapping::anonymous(entries as usize * slot_len)?,
+            ring: SharedMapping::anonymous(entries as usize * BUF_ENTRY_BYTES)?,
+            bufs: SharedMapping::anonymous(entries as usize * slot_len)?,
             entries,
             slot_len,
             tail: 0,
@@ -118,12 +83,12 @@ impl RxBuffers {
     /// Puts buffer `bid` at the ring's tail (seen by the kernel after [`RxBuffers::publish`]).
     fn give_back(&mut self, bid: u16) {
         let at = (self.tail & (self.entries - 1)) as usize * BUF_ENTRY_BYTES;
-        let addr = self.bufs.ptr as u64 + bid as u64 * self.slot_len as u64;
+        let addr = self.bufs.as_ptr() as u64 + bid as u64 * self.slot_len as u64;
         // SAFETY: `at` is an entry inside the ring mapping; the kernel reads entries only
         // between its head and the published tail, and this one is beyond the tail. Entry 0's
         // reserved field (the tail) is not written here.
         unsafe {
-            let entry = self.ring.ptr.add(at);
+            let entry = self.ring.as_ptr().add(at);
             entry.cast::<u64>().write_unaligned(addr);
             entry
                 .add(8)
@@ -138,7 +103,7 @@ impl RxBuffers {
     fn publish(&self) {
         // SAFETY: the tail is a naturally aligned u16 inside the ring mapping, shared with the
         // kernel only through atomic accesses.
-        let tail = unsafe { &*self.ring.ptr.add(BUF_RING_TAIL).cast::<AtomicU16>() };
+        let tail = unsafe { &*self.ring.as_ptr().add(BUF_RING_TAIL).cast::<AtomicU16>() };
         tail.store(self.tail, Ordering::Release);
     }
 
@@ -149,7 +114,7 @@ impl RxBuffers {
         // returned it with this completion, so it writes it no more until `give_back`.
         unsafe {
             std::slice::from_raw_parts(
-                self.bufs.ptr.add(bid * self.slot_len),
+                self.bufs.as_ptr().add(bid * self.slot_len),
                 len.min(self.slot_len),
             )
         }
@@ -466,7 +431,7 @@ impl FrameRing {
             // until the ring is closed (field order; drop leaks it if the read is not over).
             unsafe {
                 self.ring.submitter().register_buf_ring_with_flags(
-                    rx.ring.ptr as u64,
+                    rx.ring.as_ptr() as u64,
                     rx.entries,
                     BUF_GROUP,
                     0,
