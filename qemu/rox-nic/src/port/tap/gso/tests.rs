@@ -228,3 +228,52 @@ fn a_partial_checksum_is_completed() {
     complete_checksum(&far, &mut frame);
     assert_eq!(frame, before);
 }
+
+/// A request for more frames than the receive batch has room for: the batch takes what fits,
+/// the rest waits (the tap keeps the request) and comes next, in order, nothing lost.
+#[test]
+fn a_request_beyond_the_batch_continues_in_the_next() {
+    use crate::port::{RxBatch, BATCH};
+    let deliver = super::super::deliver;
+    let mut batch = RxBatch::new(9014);
+    let lone = [&NO_OFFLOAD[..], &HEAD, &roce_packet(100, 99, WRITE_MIDDLE)].concat();
+    for _ in 0..BATCH - 4 {
+        assert_eq!(deliver(&lone, 0, &mut batch), None);
+    }
+    // 16 frames of 2 KiB: one request (16 of 4 KiB would pass 64 KiB and make two).
+    let bodies: Vec<Vec<u8>> = (0..16)
+        .map(|n| roce_packet(2048, n, WRITE_MIDDLE))
+        .collect();
+    let frames = refs(&bodies);
+    let mut w = GsoWriter::default();
+    let (mut pieces, mut writes) = (Vec::new(), Vec::new());
+    w.build(&frames, true, &mut pieces, &mut writes);
+    assert_eq!(writes.len(), 1);
+    let raw = written(&pieces, &writes[0]);
+    assert_eq!(deliver(&raw, 0, &mut batch), Some(4), "four fit");
+    let mut got: Vec<Vec<u8>> = batch.frames().skip(BATCH - 4).map(<[u8]>::to_vec).collect();
+    batch.clear();
+    assert_eq!(
+        deliver(&raw, 4, &mut batch),
+        None,
+        "the rest fits the next batch"
+    );
+    got.extend(batch.frames().map(<[u8]>::to_vec));
+    assert_eq!(got.len(), 16);
+    for (i, (f, body)) in got.iter().zip(&bodies).enumerate() {
+        assert_eq!(&f[..ETH_HEADER_LEN], &HEAD);
+        let ip = &f[ETH_HEADER_LEN..];
+        assert_eq!(be16(ip, 4), i as u16, "frame {i} in its place");
+        assert_eq!(
+            ip[V4_UDP..ip.len() - ICRC_LEN],
+            body[V4_UDP..body.len() - ICRC_LEN]
+        );
+    }
+    // A frame shorter than its header, or a request this port cannot cut: dropped.
+    assert_eq!(deliver(&[0u8; 4], 0, &mut batch), None);
+    let mut tcp = raw.clone();
+    tcp[VNET_HDR_LEN + ETH_HEADER_LEN + 9] = 6;
+    let before = batch.len();
+    assert_eq!(deliver(&tcp, 0, &mut batch), None);
+    assert_eq!(batch.len(), before, "nothing taken");
+}
