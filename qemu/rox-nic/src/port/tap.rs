@@ -9,9 +9,10 @@
 //! - plain `read`/`writev`, one system call per frame: where io_uring is missing (an old
 //!   kernel, a seccomp filter, `kernel.io_uring_disabled`), or when `ROX_TAP_IO=plain` asks.
 //!
-//! With io_uring, the tap also takes and makes UDP segmentation-offload frames (IFF_VNET_HDR,
-//! TUNSETOFFLOAD USO4/USO6, Linux 6.2 on; [`gso`]): a run of a QP's frames crosses a bridge as
-//! one 64 KiB packet. `ROX_TAP_GSO=off` turns that off (frames go one by one, as before).
+//! With io_uring and `ROX_TAP_GSO=on`, the tap also takes and makes UDP segmentation-offload
+//! frames (IFF_VNET_HDR, TUNSETOFFLOAD USO4/USO6, Linux 6.2 on; [`gso`]): a run of a QP's
+//! frames crosses a bridge as one packet of up to 64 KiB. Off by default: whatever reads the
+//! bridge's frames raw (tcpdump, rox-peer's AF_PACKET socket) would see such packets uncut.
 
 mod gso;
 
@@ -29,7 +30,7 @@ use gso::{complete_checksum, GsoWriter, Segments, VnetHdr, NO_OFFLOAD, VNET_HDR_
 const TUN_DEVICE: &str = "/dev/net/tun";
 /// Environment variable choosing a tap's back end: `auto` (default), `uring` or `plain`.
 pub const TAP_IO_ENV: &str = "ROX_TAP_IO";
-/// Environment variable turning UDP segmentation offload on a tap `on` (default) or `off`.
+/// Environment variable turning UDP segmentation offload on a tap `on` or `off` (default).
 pub const TAP_GSO_ENV: &str = "ROX_TAP_GSO";
 /// The offloads a tap with segmentation offload takes (USO needs the checksum offload).
 const TAP_OFFLOADS: libc::c_uint = libc::TUN_F_CSUM | libc::TUN_F_USO4 | libc::TUN_F_USO6;
@@ -103,8 +104,8 @@ impl Tap {
     /// says); says in the log which one moves frames.
     pub fn open_with(name: &str, io: TapIo) -> std::io::Result<Tap> {
         let gso = match std::env::var(TAP_GSO_ENV).as_deref() {
-            Ok("on") | Ok("") | Err(_) => true,
-            Ok("off") => false,
+            Ok("on") => true,
+            Ok("off") | Ok("") | Err(_) => false,
             Ok(other) => {
                 return Err(std::io::Error::new(
                     ErrorKind::InvalidInput,
