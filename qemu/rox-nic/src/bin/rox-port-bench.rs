@@ -7,8 +7,10 @@
 //!
 //! Measures every kind of port: a pair of unix dgram sockets (QEMU `-netdev dgram` framing), a
 //! unix stream (`-netdev stream` framing), a rox-to-rox cable (shared-memory rings) and two taps
-//! on a Linux bridge, the taps once with one `read`/`writev` per frame ("bridge") and once with
-//! io_uring bursts ("bridge-uring", rox-nic's default where the kernel has it). The taps and the bridge live in a network namespace private to this
+//! on a Linux bridge, the taps once with one `read`/`writev` per frame ("bridge"), once with
+//! io_uring bursts ("bridge-uring") and once with io_uring and UDP segmentation offload, the
+//! frames addressed as RoCEv2 so runs of them cross as one request ("bridge-gso", rox-nic's
+//! tap with ROX_TAP_GSO=on). The taps and the bridge live in a network namespace private to this
 //! process (it vanishes with the process, so nothing is left behind); that part needs root.
 //! `--json` prints one JSON object per port kind instead of text (tests/bench/compare reads
 //! it).
@@ -19,7 +21,7 @@ use std::process::{Command, ExitCode};
 
 use clap::Parser;
 use rox_nic::port::limit::{
-    cable_wire, dgram_wire, port_limit, port_limit_tap_io, stream_wire, RAW_FRAME_BYTES,
+    cable_wire, dgram_wire, port_limit, port_limit_tap, stream_wire, RAW_FRAME_BYTES,
 };
 use rox_nic::port::tap::TapIo;
 use rox_nic::port::LinkSpec;
@@ -38,7 +40,7 @@ struct Args {
     #[arg(long)]
     json: bool,
     /// Measure only these port kinds (comma-separated: dgram, stream, cable, bridge,
-    /// bridge-uring).
+    /// bridge-uring, bridge-gso).
     #[arg(long, default_value = "")]
     only: String,
     /// Measure the bridge this many times, its two tap back ends alternately.
@@ -157,15 +159,22 @@ fn main() -> ExitCode {
     }
 }
 
-/// The bridge's limit with each tap back end, `--rounds` times alternately (plain first);
+/// The bridge's limit with each tap back end (and io_uring with segmentation offload),
+/// `--rounds` times alternately (plain first);
 /// false if a measurement failed (io_uring missing on this host is said, not a failure).
 fn bridge_limits(ta: &LinkSpec, tb: &LinkSpec, args: &Args) -> bool {
     let mut ok = true;
     let uring = sys::uring::available();
     for _ in 0..args.rounds {
-        for (kind, io, what) in [
-            ("bridge", TapIo::Plain, "one read/writev per frame"),
-            ("bridge-uring", TapIo::Uring, "io_uring bursts"),
+        for (kind, io, gso, what) in [
+            ("bridge", TapIo::Plain, false, "one read/writev per frame"),
+            ("bridge-uring", TapIo::Uring, false, "io_uring bursts"),
+            (
+                "bridge-gso",
+                TapIo::Uring,
+                true,
+                "io_uring, UDP segmentation offload (frames to UDP 4791)",
+            ),
         ] {
             if !args.measures(kind) {
                 continue;
@@ -175,7 +184,7 @@ fn bridge_limits(ta: &LinkSpec, tb: &LinkSpec, args: &Args) -> bool {
                 continue;
             }
             let what = format!("two taps on a Linux bridge (MTU {}), {what}", args.mtu);
-            let result = port_limit_tap_io(ta, tb, args.mtu, args.seconds, io);
+            let result = port_limit_tap(ta, tb, args.mtu, args.seconds, io, gso);
             ok &= report(kind, &what, args.json, result);
         }
     }

@@ -8,6 +8,7 @@ use std::time::Instant;
 use super::frame::ETH_HEADER_LEN;
 use super::tap::{Tap, TapIo};
 use super::{Link, LinkSpec, Port, BATCH};
+use crate::roce::wire::ROCE_V2_UDP_PORT;
 
 /// A unix stream wire on socket `name` in `dir`: the listening and the connecting end.
 pub fn stream_wire(dir: &Path, name: &str) -> (LinkSpec, LinkSpec) {
@@ -54,7 +55,7 @@ pub fn port_limit(
     port_limit_tap_io(tx, rx, mtu, secs, TapIo::Auto)
 }
 
-/// [`port_limit`] with taps on back end `tap_io`.
+/// [`port_limit`] with taps on back end `tap_io`, frames one by one.
 pub fn port_limit_tap_io(
     tx: &LinkSpec,
     rx: &LinkSpec,
@@ -62,7 +63,21 @@ pub fn port_limit_tap_io(
     secs: f64,
     tap_io: TapIo,
 ) -> std::io::Result<(f64, f64)> {
-    measure(tx, rx, mtu, secs, tap_io, RAW_FRAME_BYTES)
+    port_limit_tap(tx, rx, mtu, secs, tap_io, false)
+}
+
+/// [`port_limit_tap_io`]; with `gso`, the taps take and make UDP segmentation-offload requests
+/// and the frames are addressed to the RoCEv2 port, so runs of them leave as one request as
+/// rox's do (`tap::gso`).
+pub fn port_limit_tap(
+    tx: &LinkSpec,
+    rx: &LinkSpec,
+    mtu: usize,
+    secs: f64,
+    tap_io: TapIo,
+    gso: bool,
+) -> std::io::Result<(f64, f64)> {
+    measure(tx, rx, mtu, secs, tap_io, RAW_FRAME_BYTES, gso)
 }
 
 /// [`port_limit`] with frames of `frame_bytes` (at least 64): the most small messages the
@@ -75,7 +90,7 @@ pub fn port_limit_frames(
     frame_bytes: usize,
 ) -> std::io::Result<(f64, f64)> {
     const MIN_FRAME: usize = 64;
-    measure(tx, rx, mtu, secs, TapIo::Auto, frame_bytes.max(MIN_FRAME))
+    measure(tx, rx, mtu, secs, TapIo::Auto, frame_bytes.max(MIN_FRAME), false)
 }
 
 fn measure(
@@ -85,11 +100,12 @@ fn measure(
     secs: f64,
     tap_io: TapIo,
     frame_bytes: usize,
+    gso: bool,
 ) -> std::io::Result<(f64, f64)> {
     let (mac_tx, mac_rx) = ([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]);
     let open = move |spec: &LinkSpec, mac| -> std::io::Result<Port> {
         let link = match spec {
-            LinkSpec::Tap(name) => Link::Tap(Tap::open_with(name, tap_io)?),
+            LinkSpec::Tap(name) => Link::Tap(Tap::open_with_gso(name, tap_io, gso)?),
             _ => Link::open(spec)?,
         };
         Port::with_link(link, mac, mtu, None, None).map_err(std::io::Error::other)
@@ -124,11 +140,12 @@ fn measure(
             let _ = receiver.join();
             return Err(std::io::Error::other("the receiving end never connected"));
         }
-        sender.queue_ip(&mac_rx, raw_udp_packet(64));
+        sender.queue_ip(&mac_rx, raw_udp_packet(64, DISCARD_PORT));
         sender.flush();
         std::thread::sleep(std::time::Duration::from_millis(1));
     }
-    let payload = raw_udp_packet(frame_bytes - ETH_HEADER_LEN);
+    let port = if gso { ROCE_V2_UDP_PORT } else { DISCARD_PORT };
+    let payload = raw_udp_packet(frame_bytes - ETH_HEADER_LEN, port);
     let start = Instant::now();
     while start.elapsed().as_secs_f64() < secs {
         while sender.has_backlog() {
@@ -151,13 +168,15 @@ fn measure(
     Ok((frames as f64 / t, bytes as f64 / t / 1e6))
 }
 
-/// A well-formed IPv4 UDP packet of `len` bytes (zero payload) between two test addresses: a
-/// Linux bridge with br_netfilter loaded drops IP frames whose header does not check out.
-fn raw_udp_packet(len: usize) -> Vec<u8> {
+const DISCARD_PORT: u16 = 9;
+
+/// A well-formed IPv4 UDP packet of `len` bytes (zero payload) between two test addresses, to
+/// UDP port `port`: a Linux bridge with br_netfilter loaded drops IP frames whose header does
+/// not check out.
+fn raw_udp_packet(len: usize, port: u16) -> Vec<u8> {
     const IPV4_UDP_TTL64: [u8; 12] = [0x45, 0, 0, 0, 0, 0, 0x40, 0, 64, 17, 0, 0];
     const SRC: [u8; 4] = [192, 0, 2, 1];
     const DST: [u8; 4] = [192, 0, 2, 2];
-    const DISCARD_PORT: u16 = 9;
     let mut p = vec![0u8; len];
     p[..12].copy_from_slice(&IPV4_UDP_TTL64);
     p[2..4].copy_from_slice(&(len as u16).to_be_bytes());
@@ -166,7 +185,7 @@ fn raw_udp_packet(len: usize) -> Vec<u8> {
     let checksum = crate::roce::wire::ipv4_header_checksum(&p[..20]);
     p[10..12].copy_from_slice(&checksum.to_be_bytes());
     p[20..22].copy_from_slice(&DISCARD_PORT.to_be_bytes());
-    p[22..24].copy_from_slice(&DISCARD_PORT.to_be_bytes());
+    p[22..24].copy_from_slice(&port.to_be_bytes());
     p[24..26].copy_from_slice(&((len - 20) as u16).to_be_bytes());
     p
 }

@@ -8,9 +8,16 @@
 //!   arrived costs none (`crate::sys::uring`);
 //! - plain `read`/`writev`, one system call per frame: where io_uring is missing (an old
 //!   kernel, a seccomp filter, `kernel.io_uring_disabled`), or when `ROX_TAP_IO=plain` asks.
+//!
+//! With io_uring and `ROX_TAP_GSO=on`, the tap also takes and makes UDP segmentation-offload
+//! frames (IFF_VNET_HDR, TUNSETOFFLOAD USO4/USO6, Linux 6.2 on; [`gso`]): a run of a QP's
+//! frames crosses a bridge as one packet of up to 64 KiB. Off by default: whatever reads the
+//! bridge's frames raw (tcpdump, rox-peer's AF_PACKET socket) would see such packets uncut.
+
+mod gso;
 
 use std::fs::{File, OpenOptions};
-use std::io::{ErrorKind, IoSlice, Read, Write};
+use std::io::{ErrorKind, IoSlice, IoSliceMut, Read, Write};
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::time::Duration;
@@ -18,10 +25,17 @@ use std::time::Duration;
 use super::{FrameRef, RxBatch, Sent, BATCH};
 use crate::sys;
 use crate::sys::uring::FrameRing;
+use gso::{complete_checksum, GsoWriter, Segments, VnetHdr, NO_OFFLOAD, VNET_HDR_LEN};
 
 const TUN_DEVICE: &str = "/dev/net/tun";
 /// Environment variable choosing a tap's back end: `auto` (default), `uring` or `plain`.
 pub const TAP_IO_ENV: &str = "ROX_TAP_IO";
+/// Environment variable turning UDP segmentation offload on a tap `on` or `off` (default).
+pub const TAP_GSO_ENV: &str = "ROX_TAP_GSO";
+/// The offloads a tap with segmentation offload takes (USO needs the checksum offload).
+const TAP_OFFLOADS: libc::c_uint = libc::TUN_F_CSUM | libc::TUN_F_USO4 | libc::TUN_F_USO6;
+/// The longest frame a tap with segmentation offload hands over, behind its header.
+const GSO_READ_LEN: usize = VNET_HDR_LEN + super::frame::ETH_HEADER_LEN + 65535;
 
 /// Which back end moves a tap's frames.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -69,6 +83,14 @@ pub struct Tap {
     file: File,
     name: String,
     results: Vec<i32>,
+    write_results: Vec<i32>,
+    /// Every frame read or written carries a `virtio_net_hdr` (IFF_VNET_HDR).
+    vnet: bool,
+    /// Segmentation offload on: runs of frames leave as one request, and such arrive.
+    gso: bool,
+    writer: GsoWriter,
+    /// A request read whose frames did not all fit the last batch, and the next frame's index.
+    pending: Option<(Vec<u8>, usize)>,
 }
 
 impl Tap {
@@ -78,8 +100,25 @@ impl Tap {
         Tap::open_with(name, TapIo::from_env()?)
     }
 
-    /// Attaches to tap `name` with back end `io`; says in the log which one moves frames.
+    /// Attaches to tap `name` with back end `io` (segmentation offload as [`TAP_GSO_ENV`]
+    /// says); says in the log which one moves frames.
     pub fn open_with(name: &str, io: TapIo) -> std::io::Result<Tap> {
+        let gso = match std::env::var(TAP_GSO_ENV).as_deref() {
+            Ok("on") => true,
+            Ok("off") | Ok("") | Err(_) => false,
+            Ok(other) => {
+                return Err(std::io::Error::new(
+                    ErrorKind::InvalidInput,
+                    format!("{TAP_GSO_ENV}={other:?}: want on or off"),
+                ))
+            }
+        };
+        Tap::open_with_gso(name, io, gso)
+    }
+
+    /// [`Tap::open_with`], segmentation offload on (where io_uring moves the frames and the
+    /// kernel has it) if `gso`.
+    pub fn open_with_gso(name: &str, io: TapIo, gso: bool) -> std::io::Result<Tap> {
         if !sys::net::interface_exists(name)? {
             return Err(std::io::Error::new(
                 ErrorKind::NotFound,
@@ -91,8 +130,13 @@ impl Tap {
             .write(true)
             .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
             .open(TUN_DEVICE)?;
-        attach(&file, name)?;
-        let io = match (io, sys::uring::available()) {
+        let uring = sys::uring::available();
+        let vnet = gso && io != TapIo::Plain && uring.is_ok();
+        attach(&file, name, vnet)?;
+        // Offloads belong to the interface and outlive the fd: a tap an earlier user had them
+        // on would hand this one requests it cannot read without a virtio_net_hdr.
+        let gso = offload(&file, name, if vnet { TAP_OFFLOADS } else { 0 }) && vnet;
+        let io = match (io, uring) {
             (TapIo::Plain, _) => {
                 log::info!("rox-nic: port tap {name}: plain read/writev, one system call per frame ({TAP_IO_ENV}=plain)");
                 Io::Plain
@@ -100,8 +144,9 @@ impl Tap {
             (_, Ok(())) => {
                 log::info!(
                     "rox-nic: port tap {name}: io_uring (bursts of up to {} writes per enter, \
-                     a multishot read kept armed)",
-                    sys::uring::SQ_ENTRIES
+                     a multishot read kept armed), UDP segmentation offload {}",
+                    sys::uring::SQ_ENTRIES,
+                    if gso { "on" } else { "off" }
                 );
                 Io::Uring(None)
             }
@@ -124,6 +169,11 @@ impl Tap {
             file,
             name: name.to_string(),
             results: Vec::new(),
+            write_results: Vec::new(),
+            vnet,
+            gso,
+            writer: GsoWriter::default(),
+            pending: None,
         })
     }
 
@@ -137,6 +187,11 @@ impl Tap {
         matches!(self.io, Io::Uring(_))
     }
 
+    /// Whether runs of frames leave (and arrive) as segmentation-offload requests.
+    pub fn is_gso(&self) -> bool {
+        self.gso
+    }
+
     /// The ring, made on first use by this thread; None (and plain from now on) if that fails.
     fn ring(&mut self) -> Option<&mut FrameRing> {
         if let Io::Uring(slot @ None) = &mut self.io {
@@ -148,6 +203,11 @@ impl Tap {
                         self.name
                     );
                     self.io = Io::Plain;
+                    // Frames keep their virtio_net_hdr (it is the tap's for good), but ask
+                    // for nothing and arrive whole.
+                    if self.gso {
+                        self.gso = !offload(&self.file, &self.name, 0);
+                    }
                 }
             }
         }
@@ -160,17 +220,36 @@ impl Tap {
     /// Up to [`BATCH`] frames; never waits.
     pub fn recv(&mut self, batch: &mut RxBatch) -> std::io::Result<usize> {
         batch.clear();
+        let mut pending = self.pending.take();
+        if let Some((raw, from)) = pending.take() {
+            pending = deliver(&raw, from, batch).map(|next| (raw, next));
+        }
+        if pending.is_some() || batch.len() == BATCH {
+            self.pending = pending;
+            return Ok(batch.len());
+        }
         let slot_len = batch.slot_len;
+        let read_len = match (self.vnet, self.gso) {
+            (false, _) => slot_len,
+            (true, false) => VNET_HDR_LEN + slot_len,
+            (true, true) => GSO_READ_LEN,
+        };
+        let vnet = self.vnet;
         if let Some(ring) = self.ring() {
-            let (n, _calls) = ring.recv(slot_len, BATCH, |f| {
-                batch.push_frame(f, f.len() >= slot_len);
+            ring.recv(read_len, BATCH, |raw| {
+                if !vnet {
+                    batch.push_frame(raw, raw.len() >= slot_len);
+                } else if let Some(next) = deliver(raw, 0, batch) {
+                    pending = Some((raw.to_vec(), next));
+                }
+                pending.is_none() && batch.len() < BATCH
             })?;
-            return Ok(n);
+            self.pending = pending;
+            return Ok(batch.len());
         }
         while batch.len() < BATCH {
-            let slot = batch.next_slot();
-            match (&self.file).read(slot) {
-                Ok(n) => batch.push_len(n),
+            match self.read_plain(batch) {
+                Ok(()) => {}
                 Err(e) if e.kind() == ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == ErrorKind::Interrupted => continue,
                 Err(e) => return Err(e),
@@ -179,30 +258,104 @@ impl Tap {
         Ok(batch.len())
     }
 
+    /// One `read` into the batch's next slot (behind a `virtio_net_hdr` if the tap has them;
+    /// no segmentation request arrives then, offloads being off).
+    fn read_plain(&mut self, batch: &mut RxBatch) -> std::io::Result<()> {
+        let slot_len = batch.slot_len;
+        if !self.vnet {
+            let n = (&self.file).read(batch.next_slot())?;
+            batch.push_len(n);
+            return Ok(());
+        }
+        let mut hdr = [0u8; VNET_HDR_LEN];
+        let slot = batch.next_slot();
+        let n =
+            (&self.file).read_vectored(&mut [IoSliceMut::new(&mut hdr), IoSliceMut::new(slot)])?;
+        let len = n.saturating_sub(VNET_HDR_LEN);
+        let vnet = VnetHdr::parse(&hdr);
+        if len < slot_len {
+            complete_checksum(&vnet, &mut slot[..len]);
+        }
+        if n >= VNET_HDR_LEN {
+            batch.push_len(len);
+        }
+        Ok(())
+    }
+
     /// Sends from the front of `frames`; stops where the interface pushes back.
     pub fn send(&mut self, frames: &[FrameRef]) -> Sent {
         let mut results = std::mem::take(&mut self.results);
-        let sent = match self.ring().map(|r| r.send(frames, &mut results)) {
-            Some(Ok(calls)) => Sent {
-                calls,
-                ..settle(&results)
-            },
-            Some(Err(e)) => {
-                log::warn!("rox-nic: port tap {}: {e}", self.name);
-                Sent::all_lost(frames.len())
+        let sent = if self.ring().is_none() {
+            self.send_plain(frames)
+        } else if self.vnet {
+            self.send_requests(frames, &mut results)
+        } else {
+            let Io::Uring(Some(ring)) = &mut self.io else {
+                unreachable!("the ring was made just above")
+            };
+            match ring.send(frames, &mut results) {
+                Ok(calls) => Sent {
+                    calls,
+                    ..settle(&results)
+                },
+                Err(e) => {
+                    log::warn!("rox-nic: port tap {}: {e}", self.name);
+                    Sent::all_lost(frames.len())
+                }
             }
-            None => self.send_plain(frames),
         };
         self.results = results;
         sent
     }
 
-    /// One `writev` per frame.
+    /// Sends `frames` through the ring, each behind a `virtio_net_hdr`, runs of them as one
+    /// segmentation request each (if on); `results` gets each frame's write result.
+    fn send_requests(&mut self, frames: &[FrameRef], results: &mut Vec<i32>) -> Sent {
+        let Io::Uring(Some(ring)) = &mut self.io else {
+            unreachable!("called with a ring")
+        };
+        let (mut pieces, mut requests) = (Vec::new(), Vec::new());
+        let groups = self
+            .writer
+            .build(frames, self.gso, &mut pieces, &mut requests);
+        let writes = &mut self.write_results;
+        let calls = match ring.send_writes(&pieces, &requests, writes) {
+            Ok(calls) => calls,
+            Err(e) => {
+                log::warn!("rox-nic: port tap {}: {e}", self.name);
+                return Sent::all_lost(frames.len());
+            }
+        };
+        results.clear();
+        for (group, &r) in groups.iter().zip(writes.iter()) {
+            if r == -libc::EINVAL && group.len() > 1 && self.gso {
+                // The kernel refuses the requests themselves: frames go one by one from now.
+                log::warn!(
+                    "rox-nic: port tap {}: a segmentation-offload write failed (EINVAL); \
+                     frames go one by one from now on",
+                    self.name
+                );
+                self.gso = false;
+            }
+            results.extend(std::iter::repeat_n(r, group.len()));
+        }
+        Sent {
+            calls,
+            ..settle(results)
+        }
+    }
+
+    /// One `writev` per frame (behind an empty `virtio_net_hdr` if the tap has them).
     fn send_plain(&mut self, frames: &[FrameRef]) -> Sent {
         let mut sent = Sent::default();
+        let vnet: &[u8] = if self.vnet { &NO_OFFLOAD } else { &[] };
         for f in frames {
             // One writev: a tap takes a frame per write.
-            let r = (&self.file).write_vectored(&[IoSlice::new(f.head), IoSlice::new(f.body)]);
+            let r = (&self.file).write_vectored(&[
+                IoSlice::new(vnet),
+                IoSlice::new(f.head),
+                IoSlice::new(f.body),
+            ]);
             sent.calls += 1;
             match r {
                 Err(e) if e.kind() == ErrorKind::WouldBlock => break,
@@ -223,6 +376,7 @@ impl Tap {
     /// the fd would not wake for them).
     pub fn retry_in(&self) -> Option<Duration> {
         match &self.io {
+            _ if self.pending.is_some() => Some(Duration::ZERO),
             Io::Uring(Some(r)) if r.has_frames() => Some(Duration::ZERO),
             _ => None,
         }
@@ -236,11 +390,11 @@ const ATTACH_BUSY_WAIT: Duration = Duration::from_secs(10);
 /// Attaches `file` to tap `name`. A rox-nic that used io_uring and just exited leaves the tap
 /// attached (EBUSY) until the kernel's asynchronous teardown of its ring dropped the armed
 /// read, a few milliseconds: wait that out, up to [`ATTACH_BUSY_WAIT`].
-fn attach(file: &File, name: &str) -> std::io::Result<()> {
+fn attach(file: &File, name: &str, vnet_hdr: bool) -> std::io::Result<()> {
     let start = std::time::Instant::now();
     let mut logged = false;
     loop {
-        match sys::net::tap_attach(file, name) {
+        match sys::net::tap_attach(file, name, vnet_hdr) {
             Err(e)
                 if e.raw_os_error() == Some(libc::EBUSY) && start.elapsed() < ATTACH_BUSY_WAIT =>
             {
@@ -257,6 +411,57 @@ fn attach(file: &File, name: &str) -> std::io::Result<()> {
             }
         }
     }
+}
+
+/// Sets the offloads tap `name`'s reader takes; false (and said in the log) if the kernel
+/// refuses them (before Linux 6.2 it has no USO).
+fn offload(file: &File, name: &str, offloads: libc::c_uint) -> bool {
+    match sys::net::tap_set_offload(file, offloads) {
+        Ok(()) => true,
+        Err(e) => {
+            log::info!(
+                "rox-nic: port tap {name}: offloads {offloads:#x} refused ({e}): frames one by one"
+            );
+            false
+        }
+    }
+}
+
+/// Puts `raw` (a frame as read, behind its `virtio_net_hdr`) into `batch`: the frames a
+/// segmentation request stands for from frame `from` on, or the frame itself with its partial
+/// checksum completed. Returns the next frame's index if the batch filled up first; a frame
+/// this port cannot take (no header, a request not for UDP) is dropped.
+fn deliver(raw: &[u8], from: usize, batch: &mut RxBatch) -> Option<usize> {
+    let (hdr, frame) = raw.split_first_chunk::<VNET_HDR_LEN>()?;
+    let vnet = VnetHdr::parse(hdr);
+    let Ok(segments) = Segments::of(&vnet, frame) else {
+        log::debug!(
+            "rox-nic: tap: dropped a segmentation request of type {}",
+            vnet.gso_type
+        );
+        return None;
+    };
+    let slot_len = batch.slot_len;
+    for i in from..segments.count() {
+        if batch.len() == BATCH {
+            return Some(i);
+        }
+        let slot = batch.next_slot();
+        let payload = segments.payload(i);
+        let head = segments.header(i, slot);
+        let len = head + payload.len();
+        if len >= slot_len {
+            // Longer than the port takes: a slot's length stands for it (dropped as oversize).
+            batch.push_len(slot_len);
+            continue;
+        }
+        slot[head..len].copy_from_slice(payload);
+        if !segments.is_request() {
+            complete_checksum(&vnet, &mut slot[..len]);
+        }
+        batch.push_len(len);
+    }
+    None
 }
 
 /// What one burst's write results (bytes or -errno per frame, in order) mean for the port's

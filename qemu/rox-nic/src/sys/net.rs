@@ -33,12 +33,31 @@ pub fn interface_exists(name: &str) -> std::io::Result<bool> {
 }
 
 /// Attaches the open /dev/net/tun `file` to the tap interface `name` (TUNSETIFF, IFF_TAP |
-/// IFF_NO_PI: whole Ethernet frames).
-pub fn tap_attach(file: &File, name: &str) -> std::io::Result<()> {
+/// IFF_NO_PI: whole Ethernet frames; with `vnet_hdr`, IFF_VNET_HDR: each frame read or written
+/// behind a 10-byte `virtio_net_hdr`).
+pub fn tap_attach(file: &File, name: &str, vnet_hdr: bool) -> std::io::Result<()> {
     let mut req = ifreq(name)?;
-    req.ifr_ifru.ifru_flags = (libc::IFF_TAP | libc::IFF_NO_PI) as libc::c_short;
+    let vnet = if vnet_hdr { libc::IFF_VNET_HDR } else { 0 };
+    req.ifr_ifru.ifru_flags = (libc::IFF_TAP | libc::IFF_NO_PI | vnet) as libc::c_short;
     // SAFETY: TUNSETIFF reads and writes one ifreq, which lives across the call.
     if unsafe { libc::ioctl(file.as_raw_fd(), libc::TUNSETIFF as _, &mut req) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Tells the kernel which offloads the reader of tap `file` (attached with IFF_VNET_HDR)
+/// handles (TUNSETOFFLOAD: `libc::TUN_F_*`); 0: none, every frame arrives whole and checksummed.
+pub fn tap_set_offload(file: &File, offloads: libc::c_uint) -> std::io::Result<()> {
+    // SAFETY: TUNSETOFFLOAD takes its argument by value; no memory is passed.
+    if unsafe {
+        libc::ioctl(
+            file.as_raw_fd(),
+            libc::TUNSETOFFLOAD as _,
+            offloads as libc::c_ulong,
+        )
+    } < 0
+    {
         return Err(std::io::Error::last_os_error());
     }
     Ok(())

@@ -45,8 +45,9 @@ pub fn has_size_seals(file: &File) -> bool {
     seals >= 0 && seals & SIZE_SEALS == SIZE_SEALS
 }
 
-/// A shared, read-write mapping of a whole file. Another process may write it at any time:
-/// everything read from it is data to check, never a length or index to trust.
+/// A shared, read-write mapping of a whole file (or of anonymous memory, [`SharedMapping::
+/// anonymous`]). Another process may write it at any time: everything read from it is data to
+/// check, never a length or index to trust.
 pub struct SharedMapping {
     base: *mut u8,
     len: usize,
@@ -92,6 +93,35 @@ impl SharedMapping {
             len,
             carved: Mutex::new(Vec::new()),
         })
+    }
+
+    /// A shared anonymous mapping of `len` zero bytes: memory this process shares with the
+    /// kernel only (io_uring's provided buffers, `crate::sys::uring`).
+    pub fn anonymous(len: usize) -> std::io::Result<SharedMapping> {
+        // SAFETY: a new anonymous mapping; the kernel picks the address; the result is checked.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(SharedMapping {
+            base: p.cast(),
+            len,
+            carved: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// The mapping's first byte, for memory handed to the kernel.
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.base
     }
 
     pub fn len(&self) -> usize {

@@ -16,6 +16,7 @@
 
 use std::collections::VecDeque;
 use std::io;
+use std::ops::Range;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicU16, Ordering};
 use std::thread::ThreadId;
@@ -23,6 +24,7 @@ use std::time::{Duration, Instant};
 
 use io_uring::{cqueue, opcode, types, IoUring, Probe};
 
+use super::shm::SharedMapping;
 use crate::port::FrameRef;
 
 /// Writes submitted per `io_uring_enter` (a longer list goes in chunks of this many).
@@ -31,6 +33,10 @@ pub const SQ_ENTRIES: u32 = 256;
 const CQ_ENTRIES: u32 = 1024;
 /// Receive buffers (a power of two): frames the armed read may take in between two looks.
 pub const RX_BUFFERS: u16 = 256;
+/// Fewer, for buffers longer than [`LARGE_BUFFER`] (a tap's 64 KiB segmentation-offload
+/// frames): the same few MiB hold as many wire frames.
+const RX_LARGE_BUFFERS: u16 = 64;
+const LARGE_BUFFER: usize = 16 << 10;
 /// `user_data` of the armed read and of its cancellation; a write's is its index in the list.
 const RX_TAG: u64 = u64::MAX;
 const CANCEL_TAG: u64 = u64::MAX - 1;
@@ -47,47 +53,11 @@ const ENTER_EXT_ARG: u32 = 8;
 /// How long a drop waits for the cancelled read's last completion before leaking its buffers.
 const DISARM_WAIT: Duration = Duration::from_secs(2);
 
-/// An anonymous private mapping, unmapped on drop.
-struct Mapping {
-    ptr: *mut u8,
-    len: usize,
-}
-
-impl Mapping {
-    fn anonymous(len: usize) -> io::Result<Mapping> {
-        // SAFETY: a fresh anonymous mapping; no existing memory is touched; result checked.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if ptr == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(Mapping {
-            ptr: ptr.cast(),
-            len,
-        })
-    }
-}
-
-impl Drop for Mapping {
-    fn drop(&mut self) {
-        // SAFETY: the mapping this value made; nothing refers to it any more.
-        unsafe { libc::munmap(self.ptr.cast(), self.len) };
-    }
-}
-
 /// The receive side's provided buffers: a ring of `entries` buffer descriptors the kernel
 /// takes from, and the buffers, `slot_len` bytes each.
 struct RxBuffers {
-    ring: Mapping,
-    bufs: Mapping,
+    ring: SharedMapping,
+    bufs: SharedMapping,
     entries: u16,
     slot_len: usize,
     /// Our copy of the ring's tail (the kernel keeps the head).
@@ -97,8 +67,8 @@ struct RxBuffers {
 impl RxBuffers {
     fn new(entries: u16, slot_len: usize) -> io::Result<RxBuffers> {
         let mut rx = RxBuffers {
-            ring: Mapping::anonymous(entries as usize * BUF_ENTRY_BYTES)?,
-            bufs: Mapping::anonymous(entries as usize * slot_len)?,
+            ring: SharedMapping::anonymous(entries as usize * BUF_ENTRY_BYTES)?,
+            bufs: SharedMapping::anonymous(entries as usize * slot_len)?,
             entries,
             slot_len,
             tail: 0,
@@ -113,12 +83,12 @@ impl RxBuffers {
     /// Puts buffer `bid` at the ring's tail (seen by the kernel after [`RxBuffers::publish`]).
     fn give_back(&mut self, bid: u16) {
         let at = (self.tail & (self.entries - 1)) as usize * BUF_ENTRY_BYTES;
-        let addr = self.bufs.ptr as u64 + bid as u64 * self.slot_len as u64;
+        let addr = self.bufs.as_ptr() as u64 + bid as u64 * self.slot_len as u64;
         // SAFETY: `at` is an entry inside the ring mapping; the kernel reads entries only
         // between its head and the published tail, and this one is beyond the tail. Entry 0's
         // reserved field (the tail) is not written here.
         unsafe {
-            let entry = self.ring.ptr.add(at);
+            let entry = self.ring.as_ptr().add(at);
             entry.cast::<u64>().write_unaligned(addr);
             entry
                 .add(8)
@@ -133,7 +103,7 @@ impl RxBuffers {
     fn publish(&self) {
         // SAFETY: the tail is a naturally aligned u16 inside the ring mapping, shared with the
         // kernel only through atomic accesses.
-        let tail = unsafe { &*self.ring.ptr.add(BUF_RING_TAIL).cast::<AtomicU16>() };
+        let tail = unsafe { &*self.ring.as_ptr().add(BUF_RING_TAIL).cast::<AtomicU16>() };
         tail.store(self.tail, Ordering::Release);
     }
 
@@ -144,7 +114,7 @@ impl RxBuffers {
         // returned it with this completion, so it writes it no more until `give_back`.
         unsafe {
             std::slice::from_raw_parts(
-                self.bufs.ptr.add(bid * self.slot_len),
+                self.bufs.as_ptr().add(bid * self.slot_len),
                 len.min(self.slot_len),
             )
         }
@@ -165,7 +135,8 @@ pub struct FrameRing {
     writes_early: Vec<(u64, i32)>,
     /// A receive error seen after frames were handed out, reported by the next receive.
     rx_error: Option<io::Error>,
-    iovecs: Vec<[libc::iovec; 2]>,
+    iovecs: Vec<libc::iovec>,
+    writes: Vec<Range<usize>>,
 }
 
 // SAFETY: the raw pointers are the ring's own mappings; a FrameRing moved to another thread
@@ -228,7 +199,8 @@ impl FrameRing {
             rx_early: VecDeque::new(),
             writes_early: Vec::new(),
             rx_error: None,
-            iovecs: Vec::with_capacity(SQ_ENTRIES as usize),
+            iovecs: Vec::new(),
+            writes: Vec::new(),
         })
     }
 
@@ -290,28 +262,59 @@ impl FrameRing {
         }
     }
 
-    /// Writes each of `frames` (header and body: one frame) with one writev, all submitted
-    /// with one `io_uring_enter` per [`SQ_ENTRIES`], and waits for every completion:
-    /// `results[i]` is frame i's byte count or -errno, for the frames submitted. Stops after
-    /// a chunk whose last write the fd refused with EAGAIN (the wire pushes back). Returns
-    /// the system calls made.
+    /// Writes each of `frames` (header and body: one frame) with one writev: see
+    /// [`FrameRing::send_writes`].
     pub fn send(&mut self, frames: &[FrameRef], results: &mut Vec<i32>) -> io::Result<u64> {
+        let mut writes = std::mem::take(&mut self.writes);
+        writes.clear();
+        writes.extend((0..frames.len()).map(|i| 2 * i..2 * i + 2));
+        let pieces: Vec<&[u8]> = frames.iter().flat_map(|f| [f.head, f.body]).collect();
+        let r = self.send_writes(&pieces, &writes, results);
+        self.writes = writes;
+        r
+    }
+
+    /// Submits one writev per entry of `writes` (a range of `pieces`, which it writes in
+    /// order: one frame), all with one `io_uring_enter` per [`SQ_ENTRIES`], and waits for
+    /// every completion: `results[i]` is write i's byte count or -errno, for the writes
+    /// submitted. Stops after a chunk whose last write the fd refused with EAGAIN (the wire
+    /// pushes back). Returns the system calls made.
+    pub fn send_writes(
+        &mut self,
+        pieces: &[&[u8]],
+        writes: &[Range<usize>],
+        results: &mut Vec<i32>,
+    ) -> io::Result<u64> {
+        if let Some(bad) = writes
+            .iter()
+            .find(|w| w.start > w.end || w.end > pieces.len())
+        {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("write of pieces {bad:?}, {} pieces", pieces.len()),
+            ));
+        }
+        self.iovecs.clear();
+        self.iovecs.extend(pieces.iter().map(|p| libc::iovec {
+            iov_base: p.as_ptr() as *mut libc::c_void,
+            iov_len: p.len(),
+        }));
         self.check_owner()?;
         results.clear();
         let mut calls = 0;
-        for chunk in frames.chunks(SQ_ENTRIES as usize) {
+        for chunk in writes.chunks(SQ_ENTRIES as usize) {
             let base = results.len();
-            self.iovecs.clear();
-            self.iovecs
-                .extend(chunk.iter().map(super::net::frame_iovecs));
             {
                 let mut sq = self.ring.submission();
-                for (i, iov) in self.iovecs.iter().enumerate() {
-                    let write = opcode::Writev::new(types::Fd(self.fd), iov.as_ptr(), 2)
-                        .build()
-                        .user_data((base + i) as u64);
-                    // SAFETY: the iovecs and the frames they name stay borrowed until this
-                    // call reaped every write's completion (complete_writes below).
+                for (i, range) in chunk.iter().enumerate() {
+                    let iov = &self.iovecs[range.clone()];
+                    let write =
+                        opcode::Writev::new(types::Fd(self.fd), iov.as_ptr(), iov.len() as u32)
+                            .build()
+                            .user_data((base + i) as u64);
+                    // SAFETY: the iovecs (in bounds, checked above) and the pieces they name
+                    // stay borrowed until this call reaped every write's completion
+                    // (complete_writes below).
                     if unsafe { sq.push(&write) }.is_err() {
                         unreachable!("the submission queue is empty between calls");
                     }
@@ -403,26 +406,32 @@ impl FrameRing {
     }
 
     /// Hands up to `max` received frames to `take` (each at most `slot_len` bytes; a longer
-    /// one shows as `slot_len` bytes), in arrival order. Arms the read on first use and after
+    /// one shows as `slot_len` bytes), in arrival order, and stops early once `take` says it
+    /// has no room for another. Arms the read on first use and after
     /// it stopped; with it armed and nothing arrived, makes no system call. Returns (frames,
     /// system calls).
     pub fn recv(
         &mut self,
         slot_len: usize,
         max: usize,
-        mut take: impl FnMut(&[u8]),
+        mut take: impl FnMut(&[u8]) -> bool,
     ) -> io::Result<(usize, u64)> {
         self.check_owner()?;
         if let Some(e) = self.rx_error.take() {
             return Err(e);
         }
         if self.rx.is_none() {
-            let rx = RxBuffers::new(RX_BUFFERS, slot_len)?;
-            // SAFETY: the ring mapping is page aligned, RX_BUFFERS entries long, and lives
+            let count = if slot_len > LARGE_BUFFER {
+                RX_LARGE_BUFFERS
+            } else {
+                RX_BUFFERS
+            };
+            let rx = RxBuffers::new(count, slot_len)?;
+            // SAFETY: the ring mapping is page aligned, `count` entries long, and lives
             // until the ring is closed (field order; drop leaks it if the read is not over).
             unsafe {
                 self.ring.submitter().register_buf_ring_with_flags(
-                    rx.ring.ptr as u64,
+                    rx.ring.as_ptr() as u64,
                     rx.entries,
                     BUF_GROUP,
                     0,
@@ -455,24 +464,39 @@ impl FrameRing {
     }
 
     /// Takes up to `max` frames from the read's completions (those reaped early first).
-    fn take_frames(&mut self, max: usize, take: &mut impl FnMut(&[u8])) -> usize {
+    fn take_frames(&mut self, max: usize, take: &mut impl FnMut(&[u8]) -> bool) -> usize {
         let mut n = 0;
-        while n < max {
+        let mut room = true;
+        while n < max && room {
             let Some((res, flags)) = self.rx_early.pop_front() else {
                 break;
             };
             // Whether it ended the read was noted when it was set aside.
-            n += handle_read(&mut self.rx, &mut self.rx_error, res, flags, take);
+            n += handle_read(
+                &mut self.rx,
+                &mut self.rx_error,
+                res,
+                flags,
+                take,
+                &mut room,
+            );
         }
         let mut cq = self.ring.completion();
-        while n < max {
+        while n < max && room {
             let Some(e) = cq.next() else { break };
             if e.user_data() != RX_TAG {
                 continue;
             }
             let (res, flags) = (e.result(), e.flags());
             self.rx_armed &= cqueue::more(flags);
-            n += handle_read(&mut self.rx, &mut self.rx_error, res, flags, take);
+            n += handle_read(
+                &mut self.rx,
+                &mut self.rx_error,
+                res,
+                flags,
+                take,
+                &mut room,
+            );
         }
         drop(cq);
         if let Some(rx) = &self.rx {
@@ -530,21 +554,22 @@ impl FrameRing {
     }
 }
 
-/// One completion of the armed read: the frame to `take` (its buffer then given back), or a
-/// stop. Returns the frames taken (0 or 1).
+/// One completion of the armed read: the frame to `take` (its buffer then given back; `room`
+/// becomes what `take` answered), or a stop. Returns the frames taken (0 or 1).
 fn handle_read(
     rx: &mut Option<RxBuffers>,
     rx_error: &mut Option<io::Error>,
     res: i32,
     flags: u32,
-    take: &mut impl FnMut(&[u8]),
+    take: &mut impl FnMut(&[u8]) -> bool,
+    room: &mut bool,
 ) -> usize {
     let Some(rx) = rx else { return 0 };
     let bid = cqueue::buffer_select(flags);
     let mut taken = 0;
     if res >= 0 {
         if let Some(bid) = bid {
-            take(rx.frame(bid, res as usize));
+            *room = take(rx.frame(bid, res as usize));
             taken = 1;
         }
     } else if res != -libc::ENOBUFS && res != -libc::ECANCELED {
@@ -570,219 +595,4 @@ impl Drop for FrameRing {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::os::fd::{AsRawFd, OwnedFd};
-
-    fn socketpair(kind: libc::c_int) -> (OwnedFd, OwnedFd) {
-        use std::os::unix::net::{UnixDatagram, UnixStream};
-        if kind == libc::SOCK_STREAM {
-            let (a, b) = UnixStream::pair().unwrap();
-            return (a.into(), b.into());
-        }
-        let (a, b) = UnixDatagram::pair().unwrap();
-        (a.into(), b.into())
-    }
-
-    fn pipe() -> (OwnedFd, OwnedFd) {
-        let (r, w) = std::io::pipe().unwrap();
-        (r.into(), w.into())
-    }
-
-    fn set_nonblocking(fd: &OwnedFd) {
-        // SAFETY: fcntl on an fd owned by the caller.
-        unsafe {
-            let fl = libc::fcntl(fd.as_raw_fd(), libc::F_GETFL);
-            libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, fl | libc::O_NONBLOCK);
-        }
-    }
-
-    fn read_some(fd: &OwnedFd, buf: &mut [u8]) -> isize {
-        // SAFETY: read writes at most `buf.len()` bytes into `buf`.
-        unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) }
-    }
-
-    fn write_all(fd: &OwnedFd, bytes: &[u8]) {
-        // SAFETY: write reads `bytes`.
-        let n = unsafe { libc::write(fd.as_raw_fd(), bytes.as_ptr().cast(), bytes.len()) };
-        assert_eq!(n, bytes.len() as isize, "{}", io::Error::last_os_error());
-    }
-
-    /// Frame `i`: a 4-byte header with its number and a body whose length and bytes vary.
-    fn numbered(i: u32, body_len: usize) -> (Vec<u8>, Vec<u8>) {
-        let body = (0..body_len).map(|k| (i as usize + k) as u8).collect();
-        (i.to_be_bytes().to_vec(), body)
-    }
-
-    fn frame_refs(frames: &[(Vec<u8>, Vec<u8>)]) -> Vec<FrameRef<'_>> {
-        Vec::from_iter(frames.iter().map(|(head, body)| FrameRef { head, body }))
-    }
-
-    /// Whether io_uring works here; where it does not, fails unless ROX_ALLOW_SKIP_URING=1
-    /// lets the test skip (the plain back end covers such hosts).
-    fn available_or_skip() -> bool {
-        let Err(e) = available() else { return true };
-        let env = "ROX_ALLOW_SKIP_URING";
-        let allowed = std::env::var(env).as_deref() == Ok("1");
-        assert!(allowed, "io_uring: {e}; {env}=1 skips");
-        println!("SKIPPED ({env}=1): io_uring unavailable here ({e})");
-        false
-    }
-
-    #[test]
-    fn a_long_burst_leaves_in_order_one_enter_per_chunk() {
-        if !available_or_skip() {
-            return;
-        }
-        let (r, w) = pipe();
-        let e = FrameRing::new(w.as_raw_fd()).err().unwrap();
-        assert!(e.to_string().contains("O_NONBLOCK"), "{e}");
-        set_nonblocking(&w);
-        let mut ring = FrameRing::new(w.as_raw_fd()).unwrap();
-        let frames: Vec<_> = (0..300).map(|i| numbered(i, 40)).collect();
-        let refs = frame_refs(&frames);
-        let mut results = Vec::new();
-        let calls = ring.send(&refs, &mut results).unwrap();
-        assert_eq!(calls, 2, "300 writes in chunks of {SQ_ENTRIES}: two enters");
-        assert_eq!(results, vec![44; 300]);
-        // A pipe keeps the bytes in write order: every frame once, in order, whole.
-        let mut got = vec![0u8; 300 * 44];
-        let mut at = 0;
-        while at < got.len() {
-            let n = read_some(&r, &mut got[at..]);
-            assert!(n > 0);
-            at += n as usize;
-        }
-        for (i, (h, b)) in frames.iter().enumerate() {
-            assert_eq!(&got[i * 44..i * 44 + 4], &h[..], "frame {i} in its place");
-            assert_eq!(&got[i * 44 + 4..(i + 1) * 44], &b[..]);
-        }
-    }
-
-    #[test]
-    fn a_full_wire_stops_the_burst_at_a_clean_prefix() {
-        if !available_or_skip() {
-            return;
-        }
-        let (ours, peer) = socketpair(libc::SOCK_DGRAM);
-        set_nonblocking(&ours);
-        let fd = ours.as_raw_fd();
-        assert!(crate::sys::net::set_socket_int(fd, libc::SO_SNDBUF, 4096));
-        let mut ring = FrameRing::new(ours.as_raw_fd()).unwrap();
-        let frames: Vec<_> = (0..200).map(|i| numbered(i, 200)).collect();
-        let refs = frame_refs(&frames);
-        let mut results = Vec::new();
-        ring.send(&refs, &mut results).unwrap();
-        let sent = results.iter().take_while(|&&r| r == 204).count();
-        assert!(sent > 0 && sent < 200, "a small buffer takes some: {sent}");
-        assert!(
-            results[sent..].iter().all(|&r| r == -libc::EAGAIN),
-            "after the first refusal only refusals (nobody read): {results:?}"
-        );
-        set_nonblocking(&peer);
-        let mut buf = [0u8; 512];
-        for i in 0..sent as u32 {
-            let n = read_some(&peer, &mut buf);
-            assert_eq!(n, 204);
-            assert_eq!(buf[..4], i.to_be_bytes(), "datagram {i} in order");
-        }
-        let beyond = read_some(&peer, &mut buf);
-        assert!(beyond < 0, "no datagram beyond those reported sent");
-    }
-
-    #[test]
-    fn the_armed_read_delivers_every_frame_once_in_order_across_re_arms() {
-        if !available_or_skip() {
-            return;
-        }
-        let (ours, peer) = socketpair(libc::SOCK_DGRAM);
-        set_nonblocking(&ours);
-        let mut ring = FrameRing::new(ours.as_raw_fd()).unwrap();
-        const SLOT: usize = 301;
-        // Nothing there: the first look arms the read (one enter); later empty looks are free.
-        let look = |ring: &mut FrameRing| ring.recv(SLOT, 64, |_| panic!("none")).unwrap();
-        assert_eq!(look(&mut ring), (0, 1));
-        assert_eq!(look(&mut ring), (0, 0));
-        // More frames than receive buffers, so the read runs out and is armed again.
-        let total = 3 * RX_BUFFERS as u32 + 17;
-        let writer = std::thread::spawn(move || {
-            for i in 0..total {
-                let (h, b) = numbered(i, (i as usize * 7) % 290);
-                write_all(&peer, &[h, b].concat());
-            }
-            // One longer than a slot: shows as a slot's length.
-            write_all(&peer, &vec![0xee; SLOT + 50]);
-            peer
-        });
-        let mut got: Vec<Vec<u8>> = Vec::new();
-        let give_up = Instant::now() + Duration::from_secs(20);
-        while got.len() < total as usize + 1 {
-            let late = Instant::now() > give_up;
-            assert!(!late, "only {} frames", got.len());
-            let (n, _) = ring.recv(SLOT, 64, |f| got.push(f.to_vec())).unwrap();
-            assert!(n <= 64);
-            if n == 0 {
-                std::thread::yield_now();
-            }
-        }
-        let _peer = writer.join().unwrap();
-        for (i, f) in got[..total as usize].iter().enumerate() {
-            let (h, b) = numbered(i as u32, (i * 7) % 290);
-            assert_eq!(f, &[h, b].concat(), "frame {i}: once, in order, whole");
-        }
-        let oversized = got[total as usize].len();
-        assert_eq!(oversized, SLOT, "an oversized frame shows as a slot");
-        assert_eq!(look(&mut ring).0, 0, "nothing more");
-    }
-
-    #[test]
-    fn another_thread_is_refused_and_drop_there_is_safe() {
-        if !available_or_skip() {
-            return;
-        }
-        let (ours, _peer) = socketpair(libc::SOCK_DGRAM);
-        set_nonblocking(&ours);
-        let mut ring = FrameRing::new(ours.as_raw_fd()).unwrap();
-        ring.recv(100, 8, |_| {}).unwrap();
-        std::thread::spawn(move || {
-            let e = ring.recv(100, 8, |_| {}).unwrap_err();
-            assert!(e.to_string().contains("thread"), "{e}");
-            let mut results = Vec::new();
-            assert!(ring.send(&[], &mut results).is_err());
-            // Dropped here, armed, on a thread that cannot cancel: the buffers are leaked.
-        })
-        .join()
-        .unwrap();
-    }
-
-    #[test]
-    fn drop_after_the_read_ran_out_and_a_send_reaped_its_end_does_not_hang() {
-        if !available_or_skip() {
-            return;
-        }
-        let (done_tx, done_rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let (ours, peer) = socketpair(libc::SOCK_STREAM);
-            set_nonblocking(&ours);
-            const SLOT: usize = 64;
-            let mut ring = FrameRing::new(ours.as_raw_fd()).unwrap();
-            let armed = ring.recv(SLOT, 64, |_| {}).unwrap();
-            assert_eq!(armed, (0, 1), "armed, nothing yet");
-            // More than the buffers: the read takes RX_BUFFERS reads, then ends with ENOBUFS.
-            write_all(&peer, &vec![7u8; SLOT * (RX_BUFFERS as usize + 40)]);
-            while ring.ring.completion().len() <= RX_BUFFERS as usize {
-                ring.enter(0, 0, true);
-            }
-            assert_eq!(ring.recv(SLOT, 64, |_| {}).unwrap().0, 64);
-            // The writer's reap sets the read's remaining completions, its end too, aside.
-            let mut results = Vec::new();
-            let one = [(b"x".to_vec(), vec![])];
-            ring.send(&frame_refs(&one), &mut results).unwrap();
-            assert_eq!(results, [1]);
-            drop(ring);
-            done_tx.send(()).unwrap();
-        });
-        let waited = done_rx.recv_timeout(Duration::from_secs(20));
-        assert!(waited.is_ok(), "the drop hung (or the scenario failed)");
-    }
-}
+mod tests;
