@@ -19,17 +19,19 @@ use kernel::prelude::*;
 type NamedCounter = (&'static CStr, fn(&PortCounters) -> u64);
 
 /// The transport's counters under mlx5's hw_counters names, each read from QUERY_COUNTERS.
-/// The congestion ones count rox-nic's ECN, CNP and DCQCN events. `rx_xrc_domain_errors` has
+/// The congestion ones count rox-nic's ECN, CNP and DCQCN events; `roce_adp_retrans` its
+/// retransmissions before the local ACK timeout (tail probes). `rx_xrc_domain_errors` has
 /// no mlx5 counterpart (mlx5 counts no XRC errors): rox's own name. The `bottleneck_*` ones
 /// are the lab's congested switch queue in front of the port (rox-nic `--bottleneck`), under
 /// the names of a switch's queue counters (SAI/SONiC: packets, bytes, drops, WRED drops, ECN
 /// marks, watermark).
-const MLX5_NAMED: [NamedCounter; 26] = [
+const MLX5_NAMED: [NamedCounter; 27] = [
     (c"out_of_sequence", |c| c.out_of_sequence),
     (c"duplicate_request", |c| c.duplicate_request),
     (c"packet_seq_err", |c| c.packet_seq_err),
     (c"implied_nak_seq_err", |c| c.implied_nak_seq_err),
     (c"local_ack_timeout_err", |c| c.local_ack_timeout_err),
+    (c"roce_adp_retrans", |c| c.roce_adp_retrans),
     (c"rnr_nak_retry_err", |c| c.rnr_nak_retry_err),
     (c"req_cqe_error", |c| c.req_cqe_error),
     (c"resp_cqe_error", |c| c.resp_cqe_error),

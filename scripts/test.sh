@@ -64,9 +64,10 @@ stage guest-mcast tests/net/mcast-pair || exit 1
 # A hostile RoCE peer on the bridge (qemu/rox-peer) runs IBA RC conformance cases against a rox
 # guest and an rdma_rxe guest side by side (tests/peer/run, docs/peer.md).
 stage guest-peer tests/peer/run || exit 1
-# Congestion (tests/cc/run, docs/congestion-lab.md): two rox guests WRITE into a third behind
-# rox-nic's RED/ECN bottleneck, CC off then on: no CNPs off; CNPs sent and handled on, with fewer
-# drops + retransmits than off; both flows' throughput over time in cc.svg, the numbers in cc.json
+# Congestion (tests/cc/run, docs/congestion-lab.md): a WRITE flow and a READ flow (guest 1's READ
+# responses) into a third rox guest behind rox-nic's RED/ECN bottleneck, CC off then on: no CNPs
+# off; CNPs sent and handled on (by the READ responder too), with fewer drops and drops +
+# retransmits than off; both flows' throughput over time in cc.svg, the numbers in cc.json
 # (two 3-guest labs, about 2 minutes warm).
 stage congestion tests/cc/run || exit 1
 # The wire under seeded loss, duplication, reordering and corruption (rox-nic's port faults):

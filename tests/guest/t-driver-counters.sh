@@ -56,7 +56,7 @@ quiet=(out_of_sequence duplicate_request packet_seq_err implied_nak_seq_err
 	local_ack_timeout_err rnr_nak_retry_err req_cqe_error resp_cqe_error
 	req_remote_access_errors resp_remote_access_errors req_remote_invalid_request
 	resp_local_length_error np_cnp_sent np_ecn_marked_roce_packets rp_cnp_handled
-	rp_cnp_ignored rx_xrc_domain_errors)
+	rp_cnp_ignored rx_xrc_domain_errors roce_adp_retrans)
 failed=0
 # run <operation> <count> <octets per operation> <expectations...>: runs the traffic between
 # two snapshots and checks the traffic counters and <expectations> (source.name=delta);

@@ -103,8 +103,15 @@ pub struct PortCounters {
     pub bottleneck_wred_ecn_marked_packets: u64,
     /// The deepest the queue was, in bytes (a high-water mark, not a count).
     pub bottleneck_watermark_bytes: u64,
+
+    // Requester retransmissions (appended: older drivers read the prefix above).
+    /// Retransmissions the requester sent before its local ACK timeout, on a timer adapted to
+    /// the measured round trip (rox: tail probes, each the first packet not known to have
+    /// arrived, sent again); mlx5's name for its adaptive retransmissions. The timeouts
+    /// themselves are `local_ack_timeout_err`.
+    pub roce_adp_retrans: u64,
 }
-const _: () = assert!(core::mem::size_of::<PortCounters>() == 34 * 8);
+const _: () = assert!(core::mem::size_of::<PortCounters>() == 35 * 8);
 
 /// Writes [`PortCounters`] of port `index` to `resp_addr`, answers its size.
 pub struct QueryCounters;

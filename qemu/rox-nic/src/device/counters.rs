@@ -6,9 +6,9 @@
 
 use rox_uapi::admin::*;
 
-use super::state::Hw;
+use super::state::{Hw, Stats};
 use crate::port::BottleneckStats;
-use crate::roce::{Engine, Gid, WcStatus};
+use crate::roce::{Engine, EngineStats, Gid, WcStatus};
 
 /// Events only the device layer sees.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -57,19 +57,23 @@ impl DeviceCounters {
 
 /// The QUERY_COUNTERS response of the device's port.
 pub fn port_counters(hw: &Hw, engine: &Engine) -> PortCounters {
-    let es = engine.stats();
-    let dc = &hw.counters;
+    gather(&hw.stats, &hw.counters, engine.stats())
+}
+
+/// [`PortCounters`] from where each event is counted: the data path's stats, the device's
+/// own counters and the engine's.
+fn gather(stats: &Stats, dc: &DeviceCounters, es: &EngineStats) -> PortCounters {
     PortCounters {
-        xmit_packets: hw.stats[STAT_TX_PACKETS],
-        xmit_octets: hw.stats[STAT_TX_BYTES],
+        xmit_packets: stats[STAT_TX_PACKETS],
+        xmit_octets: stats[STAT_TX_BYTES],
         xmit_multicast_packets: dc.tx_multicast_packets,
-        rcv_packets: hw.stats[STAT_RX_PACKETS],
-        rcv_octets: hw.stats[STAT_RX_BYTES],
+        rcv_packets: stats[STAT_RX_PACKETS],
+        rcv_octets: stats[STAT_RX_BYTES],
         rcv_multicast_packets: dc.rx_multicast_packets,
         rcv_errors: es.rx_icrc_errors + es.rx_malformed,
         xmit_discards: dc.tx_port_down_discards
             + dc.tx_port_queue_discards
-            + hw.stats[STAT_PORT_DROP_NO_DMAC],
+            + stats[STAT_PORT_DROP_NO_DMAC],
         out_of_sequence: es.rx_out_of_sequence,
         duplicate_request: es.rx_duplicates,
         rx_write_requests: es.rx_write_requests,
@@ -96,6 +100,7 @@ pub fn port_counters(hw: &Hw, engine: &Engine) -> PortCounters {
         bottleneck_wred_dropped_packets: dc.bottleneck.red_drops,
         bottleneck_wred_ecn_marked_packets: dc.bottleneck.ce_marked,
         bottleneck_watermark_bytes: dc.bottleneck.max_depth,
+        roce_adp_retrans: es.tail_probes,
     }
 }
 
@@ -120,6 +125,25 @@ mod tests {
         assert_eq!(c.req_cqe_errors, 1);
         assert_eq!(c.resp_cqe_errors, 2);
         assert_eq!(c.resp_local_length_errors, 1);
+    }
+
+    /// A tail probe is a retransmission before the local ACK timeout: counted apart from the
+    /// timeouts, under mlx5's name for its adaptive retransmissions.
+    #[test]
+    fn tail_probes_are_roce_adp_retrans_and_timeouts_local_ack_timeout_err() {
+        let es = EngineStats {
+            tail_probes: 7,
+            retransmit_timeouts: 3,
+            ..EngineStats::default()
+        };
+        let c = gather(&[0; STATS_COUNT], &DeviceCounters::default(), &es);
+        assert_eq!((c.roce_adp_retrans, c.local_ack_timeout_err), (7, 3));
+        let others = PortCounters {
+            roce_adp_retrans: 0,
+            local_ack_timeout_err: 0,
+            ..c
+        };
+        assert_eq!(others, PortCounters::default(), "nothing else moved");
     }
 
     #[test]

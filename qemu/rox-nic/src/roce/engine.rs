@@ -35,7 +35,7 @@ mod xrc;
 
 pub use xrc::XrcRole;
 
-use super::cc::{CcConfig, QpCc};
+use super::cc::{CcConfig, CnpLimiter, QpCc};
 use super::id_map::IdMap;
 use super::wire::{ParseError, Syndrome};
 use super::*;
@@ -109,8 +109,8 @@ pub struct EngineStats {
     pub rx_invalid_request_naks: u64,
     /// READ responses past a gap: an implied NAK (an earlier response was lost).
     pub rx_read_gaps: u64,
-    /// Tail probes: a requester's last packet sent again after two round trips without
-    /// progress, to learn what the tail of its window lost (engine/rto.rs).
+    /// Tail probes: a requester's first packet not known to have arrived sent again after two
+    /// round trips without progress, to learn what its window lost (engine/rto.rs).
     pub tail_probes: u64,
     /// XRC requests naming an SRQ that is not an XRC SRQ of the target QP's domain.
     pub rx_xrc_domain_errors: u64,
@@ -150,6 +150,8 @@ pub struct Engine {
     ud_mtu: Mtu,
     /// Congestion control of the device (each QP takes it when created).
     cc: CcConfig,
+    /// The port's CNP rate limit (congestion.rs).
+    cnp_limiter: CnpLimiter,
 }
 
 impl Default for Engine {
@@ -159,6 +161,7 @@ impl Default for Engine {
             stats: EngineStats::default(),
             ud_mtu: Mtu::Mtu4096,
             cc: CcConfig::default(),
+            cnp_limiter: CnpLimiter::default(),
         }
     }
 }

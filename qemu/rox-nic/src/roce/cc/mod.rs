@@ -6,7 +6,8 @@
 //!   mlx5's names, units and defaults ([`PARAMS`]);
 //! - [`dcqcn`]: the reaction point's rate state machine of one QP (pure: times and byte
 //!   counts in, rates out);
-//! - [`QpCc`]: what one QP keeps: its DCQCN state, its pacing time and its last CNP sent.
+//! - [`QpCc`]: what one QP keeps: its DCQCN state and its pacing time;
+//! - [`CnpLimiter`]: the port's notification point rate limit (min_time_between_cnps).
 //!
 //! With congestion control on, every RoCE packet the device sends is ECN-capable (ECT(0));
 //! with it off they are Not-ECT, CNPs received are counted and ignored, and none are sent.
@@ -89,7 +90,7 @@ pub struct CcParams {
     /// after a timer increase when clamp_tgt_rate_after_time_inc is set).
     pub clamp_tgt_rate: u32,
     pub clamp_tgt_rate_after_time_inc: u32,
-    /// Notification point: µs between two CNPs a QP sends.
+    /// Notification point: µs between two CNPs the port sends ([`CnpLimiter`]).
     pub min_time_between_cnps: u32,
     /// The DSCP of the CNPs the notification point sends (IPv4 TOS / IPv6 traffic class bits
     /// 7..2), whatever the QP's own traffic class: switches queue CNPs apart (mlx5: 48, CS6).
@@ -236,7 +237,7 @@ pub const PARAMS: &[ParamSpec] = &[
         4,
         0,
         4095,
-        "notification point: least time between a QP's CNPs"
+        "notification point: least time between the port's CNPs"
     ),
     param!(cnp_dscp, "DSCP", 48, 0, 63, "the DSCP of the CNPs sent"),
     param!(
@@ -356,6 +357,32 @@ impl CcParams {
     }
 }
 
+/// The notification point's CNP rate limit, one per port: at most one CNP leaves the port per
+/// `min_time_between_cnps`, whichever QPs the CE-marked packets were for. mlx5 configures the
+/// notification point per port and priority, not per QP (its `ecn/roce_np` sysfs and
+/// firmware parameters), and its firmware register describes the field as the minimum time
+/// between CNPs sent from the port; rox's port has one priority. A CE-marked packet inside
+/// the gap is counted (`np_ecn_marked_roce_packets`) and gets no CNP, whichever QP it is for.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CnpLimiter {
+    last_cnp_ns: Option<u64>,
+}
+
+impl CnpLimiter {
+    /// Whether a CNP may leave the port at `now` (and notes it sent).
+    pub fn due(&mut self, now: u64, params: &CcParams) -> bool {
+        let gap = u64::from(params.min_time_between_cnps) * 1000;
+        if self
+            .last_cnp_ns
+            .is_some_and(|t| now.saturating_sub(t) < gap)
+        {
+            return false;
+        }
+        self.last_cnp_ns = Some(now);
+        true
+    }
+}
+
 /// The congestion control state of one QP.
 #[derive(Clone, Debug, Default)]
 pub struct QpCc {
@@ -372,8 +399,6 @@ pub struct QpCc {
     last_bytes: u64,
     /// The requester stopped for pacing and has more to send at this time: a timer.
     pub wake_at: Option<u64>,
-    /// When this QP last sent a CNP (notification point rate limit).
-    pub last_cnp_ns: Option<u64>,
 }
 
 impl QpCc {
@@ -392,19 +417,6 @@ impl QpCc {
         } else {
             ECN_NOT_ECT
         }
-    }
-
-    /// Whether a CE-marked packet at `now` may be answered with a CNP (and notes it sent).
-    pub fn cnp_due(&mut self, now: u64) -> bool {
-        let gap = u64::from(self.params.min_time_between_cnps) * 1000;
-        if self
-            .last_cnp_ns
-            .is_some_and(|t| now.saturating_sub(t) < gap)
-        {
-            return false;
-        }
-        self.last_cnp_ns = Some(now);
-        true
     }
 
     /// A CNP for the QP at `now` (congestion control on): DCQCN cuts the rate.
@@ -523,11 +535,17 @@ mod tests {
     }
 
     #[test]
-    fn cnps_of_a_qp_keep_their_least_gap() {
-        let mut cc = QpCc::new(&CcConfig::default());
-        assert!(cc.cnp_due(1_000));
-        assert!(!cc.cnp_due(4_999), "within 4 µs of the last");
-        assert!(cc.cnp_due(5_000));
+    fn cnps_of_the_port_keep_their_least_gap() {
+        let mut port = CnpLimiter::default();
+        let p = CcParams::default();
+        assert!(port.due(1_000, &p));
+        assert!(!port.due(4_999, &p), "within 4 µs of the last");
+        assert!(port.due(5_000, &p));
+        let none = CcParams {
+            min_time_between_cnps: 0,
+            ..p
+        };
+        assert!(port.due(5_000, &none), "0: no limit");
     }
 
     #[test]

@@ -10,9 +10,9 @@ use std::collections::VecDeque;
 use super::qp::Qp;
 use super::resp_exec::ReadStream;
 use super::{Engine, EngineStats, RxDrop};
-use crate::roce::cc::{ECN_CE, ECN_MASK};
+use crate::roce::cc::{CnpLimiter, ECN_CE, ECN_MASK};
 use crate::roce::wire::DEFAULT_PKEY;
-use crate::roce::wire::{self, opcode as op, Bth, Headers, Parsed};
+use crate::roce::wire::{self, opcode as op, Bth, Headers, Parsed, Syndrome};
 use crate::roce::*;
 
 /// A CNP's reserved bytes, sent as zeros.
@@ -61,19 +61,20 @@ impl Engine {
 
 impl Qp {
     /// The notification point: a CE-marked packet arrived for this QP. An RC/UC QP with
-    /// congestion control on tells its peer's QP with a CNP, at most one per
-    /// min_time_between_cnps.
+    /// congestion control on tells its peer's QP with a CNP, as the port's rate limit allows
+    /// (at most one per min_time_between_cnps from the port, whichever QP: [`CnpLimiter`]).
     pub(super) fn congestion_experienced(
         &mut self,
         env: &mut dyn DeviceEnv,
         stats: &mut EngineStats,
+        port: &mut CnpLimiter,
     ) {
         // A QP before RTR has no peer to tell; one in ERR tells nobody.
         let connected = matches!(self.cfg.qp_type, QpType::Rc | QpType::Uc) && self.can_receive();
         let Some(mut av) = self.av.filter(|_| connected && self.cc.enabled) else {
             return;
         };
-        if !self.cc.cnp_due(env.now_ns()) {
+        if !port.due(env.now_ns(), &self.cc.params) {
             return;
         }
         // The CNP's DSCP is the notification point's, not the QP's (its ECN: Not-ECT).
@@ -166,8 +167,22 @@ impl Qp {
         if self.paced_reads.pending() {
             self.paced_reads.queue.push_back(Owed::Response(hdr));
         } else {
-            self.send_connected(env, stats, &hdr, &[]);
+            self.send_response_now(env, stats, &hdr);
         }
+    }
+
+    /// Sends a response without data and counts an ACK, NAK or RNR NAK as it leaves: one
+    /// forgotten in the queue (the QP errored, or a retried READ replaced it) was never sent.
+    fn send_response_now(&self, env: &mut dyn DeviceEnv, stats: &mut EngineStats, hdr: &Headers) {
+        let is_ack = hdr.bth.opcode & op::OP_MASK == op::RC_ACKNOWLEDGE & op::OP_MASK;
+        if let Some(aeth) = hdr.aeth.filter(|_| is_ack && self.av.is_some()) {
+            match aeth.syndrome {
+                Syndrome::Ack => stats.acks_sent += 1,
+                Syndrome::RnrNak(_) => stats.rnr_naks_sent += 1,
+                Syndrome::Nak(_) => stats.naks_sent += 1,
+            }
+        }
+        self.send_connected(env, stats, hdr, &[]);
     }
 
     /// The pacing decision before READ response `s.next`: whether the QP's rate holds it
@@ -208,7 +223,7 @@ impl Qp {
                 return;
             }
             match owed {
-                Owed::Response(hdr) => self.send_connected(env, stats, &hdr, &[]),
+                Owed::Response(hdr) => self.send_response_now(env, stats, &hdr),
                 Owed::Read(s) => {
                     let sent_all = self.stream_read_responses(env, stats, s);
                     if self.paced_reads.wake_at.is_some() || !sent_all {

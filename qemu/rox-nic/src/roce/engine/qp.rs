@@ -349,7 +349,8 @@ impl Qp {
         }
     }
 
-    /// An ACK, NAK or RNR NAK, behind any READ responses still waiting (congestion.rs).
+    /// An ACK, NAK or RNR NAK, behind any READ responses still waiting (congestion.rs counts
+    /// it when it leaves).
     pub(super) fn send_ack(
         &mut self,
         env: &mut dyn DeviceEnv,
@@ -362,11 +363,6 @@ impl Qp {
             syndrome,
             msn: self.resp.msn,
         });
-        match syndrome {
-            Syndrome::Ack => stats.acks_sent += 1,
-            Syndrome::RnrNak(_) => stats.rnr_naks_sent += 1,
-            Syndrome::Nak(_) => stats.naks_sent += 1,
-        }
         self.send_response(env, stats, hdr);
     }
 

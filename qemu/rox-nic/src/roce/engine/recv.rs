@@ -60,7 +60,7 @@ impl Engine {
             }
         }
         if ce {
-            qp.congestion_experienced(env, &mut self.stats);
+            qp.congestion_experienced(env, &mut self.stats, &mut self.cnp_limiter);
         }
         if qp.xrc.is_some() {
             return qp.xrc_receive(env, &mut self.stats, &p);

@@ -21,10 +21,11 @@ fn engine_with(cc: CcConfig, env: &mut TestEnv, qp_type: QpType) -> Engine {
     engine
 }
 
-/// Posts an RDMA WRITE of `len` bytes (WR 1) on the test QP.
-fn post_write(engine: &mut Engine, env: &mut TestEnv, len: u32) {
-    let wr = send_wr(1, WrOpcode::RdmaWrite, len);
-    engine.post_send(env, LOCAL_QPN, wr).unwrap();
+/// Posts WR 1, an `opcode` of `len` bytes ([`send_wr`]), on the test QP.
+fn post(engine: &mut Engine, env: &mut TestEnv, opcode: WrOpcode, len: u32) {
+    engine
+        .post_send(env, LOCAL_QPN, send_wr(1, opcode, len))
+        .unwrap();
 }
 
 fn cc_off() -> CcConfig {
@@ -129,7 +130,7 @@ fn a_cnp_carries_cnp_dscp_whatever_the_qps_traffic_class() {
     let send = marked_ce(packet_from_peer(op::RC_SEND_ONLY, 100, &[], |_| {}));
     engine.receive(&mut env, &send).unwrap();
     engine.poll(&mut env);
-    post_write(&mut engine, &mut env, 64);
+    post(&mut engine, &mut env, WrOpcode::RdmaWrite, 64);
     let sent = env.sent_parsed();
     let tos = |opcode| {
         let p = sent.iter().find(|p| p.hdr.bth.opcode == opcode).unwrap();
@@ -162,7 +163,7 @@ fn with_cc_off_packets_are_not_ect_ce_is_counted_and_cnps_ignored() {
     );
     assert_eq!((s.rp_cnp_handled, s.rp_cnp_ignored), (0, 1));
     // Nothing is paced either.
-    post_write(&mut engine, &mut env, 8 * 1024);
+    post(&mut engine, &mut env, WrOpcode::RdmaWrite, 8 * 1024);
     assert_eq!(env.sent.len(), 1 + 8);
 }
 
@@ -205,7 +206,7 @@ fn a_cnp_paces_the_requester_through_the_engine_timer() {
     engine.receive(&mut env, &cnp_from_peer(LOCAL_QPN)).unwrap();
     assert_eq!(engine.stats().rp_cnp_handled, 1);
     assert_eq!(engine.next_deadline(), None, "nothing to send: no timer");
-    post_write(&mut engine, &mut env, 4 * 1024);
+    post(&mut engine, &mut env, WrOpcode::RdmaWrite, 4 * 1024);
     assert_eq!(env.sent.len(), 1, "the first packet goes, the rest wait");
     let request = wire::parse_packet(&env.sent[0]).unwrap();
     assert_eq!(
@@ -248,13 +249,7 @@ fn a_paced_qp_with_everything_sent_acked_takes_no_probe_or_timeout() {
         let mut engine = engine_with(cc, &mut env, QpType::Rc);
         env.now = 1_000_000;
         engine.receive(&mut env, &cnp_from_peer(LOCAL_QPN)).unwrap();
-        engine
-            .post_send(
-                &mut env,
-                LOCAL_QPN,
-                send_wr(1, WrOpcode::RdmaWrite, 4 * 1024),
-            )
-            .unwrap();
+        post(&mut engine, &mut env, WrOpcode::RdmaWrite, 4 * 1024);
         let mut wake_ups = 0;
         while let Some(last) = env.sent_parsed().last().map(|p| p.hdr.bth.psn.get()) {
             // Each packet is ACKed 10 µs after it went, then the QP waits for its pacing
@@ -283,13 +278,7 @@ fn a_qp_the_scheduler_holds_back_with_everything_acked_takes_no_probe() {
     let mut engine = engine_with(cc_off(), &mut env, QpType::Rc);
     env.send_allowance = Some(1);
     env.now = 1_000_000;
-    engine
-        .post_send(
-            &mut env,
-            LOCAL_QPN,
-            send_wr(1, WrOpcode::RdmaWrite, 4 * 1024),
-        )
-        .unwrap();
+    post(&mut engine, &mut env, WrOpcode::RdmaWrite, 4 * 1024);
     assert_eq!(env.sent.len(), 1);
     env.now += 10 * US;
     engine.receive(&mut env, &ack_from_peer(100)).unwrap();
@@ -313,7 +302,7 @@ fn a_qp_that_cannot_receive_sends_no_cnp_and_a_flushed_one_no_timer() {
     let mut env = TestEnv::new();
     let mut engine = engine_with(CcConfig::default(), &mut env, QpType::Rc);
     engine.receive(&mut env, &cnp_from_peer(LOCAL_QPN)).unwrap();
-    post_write(&mut engine, &mut env, 4 * 1024);
+    post(&mut engine, &mut env, WrOpcode::RdmaWrite, 4 * 1024);
     assert!(engine.next_deadline().is_some(), "paced");
     engine.set_error(&mut env, LOCAL_QPN).unwrap();
     assert_eq!(
@@ -601,8 +590,89 @@ fn a_storm_of_cnps_holds_the_qp_at_its_floor_and_it_still_sends() {
     }
     assert_eq!(engine.qps[&LOCAL_QPN].cc.rate_kbps(), 1_000_000);
     assert_eq!(engine.stats().rp_cnp_handled, 10_000);
-    engine
-        .post_send(&mut env, LOCAL_QPN, send_wr(1, WrOpcode::Send, 64))
-        .unwrap();
+    post(&mut engine, &mut env, WrOpcode::Send, 64);
     assert_eq!(env.sent.len(), 1, "a paced QP still sends");
+}
+
+/// The CNP rate limit is the port's, as mlx5's notification point is configured per port:
+/// CE-marked packets for two QPs 1 µs apart get one CNP between them, and the next one
+/// past min_time_between_cnps gets its own (to the QP's own peer).
+#[test]
+fn the_cnp_rate_limit_is_the_ports_whichever_qp_the_marks_are_for() {
+    const OTHER_QPN: Qpn = Qpn::from_wire(0x12);
+    const OTHER_PEER: Qpn = Qpn::from_wire(0x23);
+    let mut env = TestEnv::new();
+    let mut engine = engine_with(CcConfig::default(), &mut env, QpType::Rc);
+    let mut other = rts_qp(QpType::Rc).cfg;
+    other.qpn = OTHER_QPN;
+    engine.create_qp(other).unwrap();
+    let modify = QpModify {
+        dest_qpn: Some(OTHER_PEER),
+        ..rts_modify()
+    };
+    engine.modify_qp(&mut env, OTHER_QPN, &modify).unwrap();
+    sends(&mut env, 3);
+    for (qpn, psn, at) in [
+        (LOCAL_QPN, 100, 0),
+        (OTHER_QPN, 100, US),
+        (OTHER_QPN, 101, 5 * US),
+    ] {
+        env.now = 1_000_000 + at;
+        let send = packet_from_peer(op::RC_SEND_ONLY, psn, &[], |h| h.bth.dest_qpn = qpn);
+        engine.receive(&mut env, &marked_ce(send)).unwrap();
+    }
+    let cnps: Vec<Qpn> = env
+        .sent_parsed()
+        .iter()
+        .filter(|p| p.hdr.bth.opcode == op::CNP)
+        .map(|p| p.hdr.bth.dest_qpn)
+        .collect();
+    assert_eq!(
+        cnps,
+        [PEER_QPN, OTHER_PEER],
+        "the mark at 1 µs is within 4 µs of the port's last CNP"
+    );
+    let s = engine.stats();
+    assert_eq!((s.np_ecn_marked_roce_packets, s.np_cnp_sent), (3, 2));
+}
+
+/// ACKs and NAKs are counted when they leave, not when they are queued behind paced READ
+/// responses: a sequence NAK still waiting when its QP errors is never sent, nor counted.
+#[test]
+fn a_nak_queued_behind_paced_reads_counts_only_if_it_leaves() {
+    for error_first in [false, true] {
+        let mut env = TestEnv::new();
+        let mut cc = CcConfig::default();
+        cc.params.rate_to_set_on_first_cnp = 100;
+        let mut engine = responder(cc, &mut env);
+        sends(&mut env, 1);
+        env.now = 1_000_000;
+        engine.receive(&mut env, &cnp_from_peer(LOCAL_QPN)).unwrap();
+        engine
+            .receive(&mut env, &read_request(100, 0, 8 * 1024))
+            .unwrap();
+        // A SEND past a lost one (108): a sequence NAK, queued behind the READ's responses.
+        let send = packet_from_peer(op::RC_SEND_ONLY, 109, &[], |_| {});
+        engine.receive(&mut env, &send).unwrap();
+        assert_eq!(engine.stats().naks_sent, 0, "queued, not sent");
+        if error_first {
+            engine.set_error(&mut env, LOCAL_QPN).unwrap();
+        }
+        play_timers(&mut engine, &mut env, 0);
+        let naks_on_wire = env
+            .sent_parsed()
+            .iter()
+            .filter(|p| {
+                p.hdr
+                    .aeth
+                    .is_some_and(|a| matches!(a.syndrome, Syndrome::Nak(_)))
+            })
+            .count() as u64;
+        assert_eq!(
+            naks_on_wire,
+            u64::from(!error_first),
+            "error first: {error_first}"
+        );
+        assert_eq!(engine.stats().naks_sent, naks_on_wire, "counted as sent");
+    }
 }
