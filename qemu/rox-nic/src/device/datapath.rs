@@ -20,6 +20,7 @@ use rox_uapi::verbs::*;
 mod admin_queue;
 mod dead;
 pub(super) mod sched;
+mod spin;
 mod sq;
 mod wire_io;
 
@@ -41,14 +42,11 @@ use crate::sys;
 
 use admin_queue::AdminQueue;
 use sched::TxScheduler;
+use spin::{Expectation, Step};
 pub use sq::decode_send;
 
 pub use super::admin::DEVICE_CAPS;
 
-/// How long the loop spins (no syscalls) after the last piece of work.
-const SPIN_PERIOD: Duration = Duration::from_micros(50);
-/// Longest nap between polls while backing off (before going idle).
-const MAX_NAP: Duration = Duration::from_micros(500);
 /// WQEs fetched from one SQ per pass, so one busy QP cannot starve the others.
 const SQ_BATCH: u32 = 64;
 /// Loopback packets handled per pass.
@@ -86,6 +84,8 @@ pub struct DataPath {
     loopback: VecDeque<Vec<u8>>,
     /// Something was queued on the port since the last flush.
     port_queued: bool,
+    /// Whether an answer is expected in this idle period (how long to spin before a nap).
+    expectation: Expectation,
 }
 
 enum Flow {
@@ -139,6 +139,7 @@ impl DataPath {
             scan_buf: Vec::new(),
             loopback: VecDeque::new(),
             port_queued: false,
+            expectation: Expectation::default(),
         })
     }
 
@@ -176,26 +177,31 @@ impl DataPath {
             }
             if work {
                 last_work = Instant::now();
+                self.expectation.work_done();
                 continue;
             }
             let idle_for = last_work.elapsed();
-            if idle_for < SPIN_PERIOD {
-                std::hint::spin_loop();
-                continue;
-            }
-            if idle_for < self.idle_after {
-                // Back off: nap longer the longer nothing happened, but wake at once for a
-                // packet, a trapped register write or an engine timer.
-                let nap = (idle_for / 8).min(MAX_NAP);
-                let timeout = self.timer_timeout().map_or(nap, |t| t.min(nap));
-                self.wait(Some(timeout));
-                // The wait may have ended for a frame: look at once.
-                self.wire_busy = true;
-                continue;
-            }
-            if self.go_idle() {
-                last_work = Instant::now();
-                self.wire_busy = true;
+            let expecting = self.expectation.expecting(
+                self.hw.stats[STAT_RX_PACKETS],
+                self.hw.stats[STAT_CQES],
+                || self.engine.packets_in_flight(),
+            );
+            match spin::next_step(idle_for, expecting, self.idle_after) {
+                Step::Spin => std::hint::spin_loop(),
+                Step::Nap(nap) => {
+                    // Wake at once for a packet, a trapped register write or an engine timer.
+                    let timeout = self.timer_timeout().map_or(nap, |t| t.min(nap));
+                    self.wait(Some(timeout));
+                    // The wait may have ended for a frame: look at once.
+                    self.wire_busy = true;
+                }
+                Step::Idle => {
+                    if self.go_idle() {
+                        last_work = Instant::now();
+                        self.expectation.work_done();
+                        self.wire_busy = true;
+                    }
+                }
             }
         }
         if let Some(p) = &mut self.port {
