@@ -62,6 +62,13 @@ struct Args {
     /// Milliseconds without work before the data path sleeps until woken.
     #[arg(long, default_value_t = DEFAULT_IDLE_AFTER.as_millis() as u64)]
     idle_ms: u64,
+    /// Microseconds the data path keeps polling after its last work while an answer is
+    /// expected (RC requests unacknowledged, or packets in / CQEs out since it last had
+    /// nothing to do) before it naps; 0 (the default) polls 50 µs as at any other time. For a
+    /// host with cores to spare: where the guests' vCPUs take every core it made latency
+    /// worse (docs/benchmarks.md). Default: $ROX_NIC_EXPECT_SPIN_US, else 0.
+    #[arg(long)]
+    expect_spin_us: Option<u64>,
     /// How FLUSH requests this device sends carry their ICRC: `iba` (the spec), or `rxe` (as
     /// Linux rdma_rxe computes it, which an rxe responder requires; docs/interop.md). Received
     /// FLUSH requests are accepted with either. Default: $ROX_NIC_FLUSH_ICRC, else `iba`.
@@ -112,6 +119,19 @@ enum FlushIcrcArg {
 enum CcArg {
     On,
     Off,
+}
+
+/// How long the data path spins while an answer is expected, from the command line or
+/// (through rox-lab) the environment.
+fn expect_spin(arg: Option<u64>) -> Result<std::time::Duration, String> {
+    let us = match (arg, std::env::var("ROX_NIC_EXPECT_SPIN_US")) {
+        (Some(us), _) => us,
+        (None, Ok(v)) => v
+            .parse()
+            .map_err(|_| format!("ROX_NIC_EXPECT_SPIN_US={v}: not a number of µs"))?,
+        (None, Err(_)) => 0,
+    };
+    Ok(std::time::Duration::from_micros(us))
 }
 
 /// The congestion control the command line (or, through rox-lab, the environment) asks for.
@@ -217,6 +237,7 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     config.port = port;
     config.netdev = args.netdev;
     config.idle_after = std::time::Duration::from_millis(args.idle_ms);
+    config.expect_spin = expect_spin(args.expect_spin_us)?;
     config.flush_icrc = flush;
     config.cc = cc;
     let mut nic = RoxNic::new(config)?;

@@ -42,7 +42,7 @@ use crate::sys;
 
 use admin_queue::AdminQueue;
 use sched::TxScheduler;
-use spin::{Expectation, Step};
+use spin::{Backoff, Expectation, Step};
 pub use sq::decode_send;
 
 pub use super::admin::DEVICE_CAPS;
@@ -71,7 +71,8 @@ pub struct DataPath {
     flush_icrc: FlushIcrc,
     /// Congestion control: configuration, which a reset keeps.
     cc: CcConfig,
-    idle_after: Duration,
+    /// When a pass without work spins, naps or goes idle.
+    backoff: Backoff,
     /// The port's own count of frames sent, as far as `STAT_PORT_TX_FRAMES` has it.
     port_tx_seen: u64,
     /// The port's own count of frames lost, as far as the port's discards counter has it.
@@ -131,7 +132,10 @@ impl DataPath {
             mac: cfg.mac,
             flush_icrc: cfg.flush_icrc,
             cc: cfg.cc.clone(),
-            idle_after: cfg.idle_after,
+            backoff: Backoff {
+                expect_spin: cfg.expect_spin,
+                idle_after: cfg.idle_after,
+            },
             port_tx_seen: 0,
             port_drops_seen: 0,
             wire_busy: false,
@@ -181,12 +185,13 @@ impl DataPath {
                 continue;
             }
             let idle_for = last_work.elapsed();
-            let expecting = self.expectation.expecting(
-                self.hw.stats[STAT_RX_PACKETS],
-                self.hw.stats[STAT_CQES],
-                || self.engine.packets_in_flight(),
-            );
-            match spin::next_step(idle_for, expecting, self.idle_after) {
+            let expecting = self.backoff.uses_expectation()
+                && self.expectation.expecting(
+                    self.hw.stats[STAT_RX_PACKETS],
+                    self.hw.stats[STAT_CQES],
+                    || self.engine.packets_in_flight(),
+                );
+            match self.backoff.next_step(idle_for, expecting) {
                 Step::Spin => std::hint::spin_loop(),
                 Step::Nap(nap) => {
                     // Wake at once for a packet, a trapped register write or an engine timer.

@@ -2,8 +2,9 @@
 //!
 //! A nap is a `ppoll` with a timeout, and on a host whose cores are busy with vCPU threads it
 //! overshoots: asked 6 µs, it took 80–94 µs in the trace of a two-guest ib_send_lat
-//! (docs/debugging.md), and that overshoot was most of each bridge crossing. So while an
-//! answer is expected soon the loop keeps polling for longer before the first nap:
+//! (docs/debugging.md), and that overshoot was most of each bridge crossing. So a device may
+//! keep polling for longer before the first nap while an answer is expected soon
+//! (`--expect-spin-us`, off by default):
 //!
 //! - a peer's answer: RC requests of this device are unacknowledged (an ACK or a READ
 //!   response is due within a round trip);
@@ -11,18 +12,17 @@
 //!   took RoCE packets in or wrote CQEs (a ping-pong's other side posts its reply a guest
 //!   turn after its CQE).
 //!
-//! The spin is bounded by the time since the last work ([`EXPECT_SPIN`]), not by a count of
-//! events, so a device with nothing expected spins only [`SPIN_PERIOD`] and an idle device
-//! (nothing arrives, nothing in flight) naps and then sleeps as before.
+//! The spin is bounded by the time since the last work, not by a count of events, so an idle
+//! device (nothing arrives, nothing in flight) naps and then sleeps as before. It is off by
+//! default because on a host with no spare core it costs more than it saves: two guests'
+//! busy vCPUs and two spinning rox-nics on 2 cores made ib_send_lat's typical and minimum
+//! latency worse in every A/B run (docs/benchmarks.md, "Spinning while an answer is
+//! expected").
 
 use std::time::Duration;
 
 /// How long the loop spins (no system calls) after the last piece of work.
 pub const SPIN_PERIOD: Duration = Duration::from_micros(50);
-/// How long it spins after the last work while an answer is expected: about one guest turn
-/// plus a bridge crossing of a ping-pong on a quiet host (135 + 15 µs in the trace), so a
-/// conversation's next event usually lands inside the spin.
-pub const EXPECT_SPIN: Duration = Duration::from_micros(200);
 /// Longest nap between polls while backing off (before going idle).
 pub const MAX_NAP: Duration = Duration::from_micros(500);
 
@@ -37,17 +37,37 @@ pub enum Step {
     Idle,
 }
 
-/// What to do `idle_for` after the last work, with an answer `expecting` or not, for a
-/// device that goes idle after `idle_after`.
-pub fn next_step(idle_for: Duration, expecting: bool, idle_after: Duration) -> Step {
-    let spin = if expecting { EXPECT_SPIN } else { SPIN_PERIOD };
-    if idle_for < spin {
-        Step::Spin
-    } else if idle_for < idle_after {
-        // Nap longer the longer nothing happened.
-        Step::Nap((idle_for / 8).min(MAX_NAP))
-    } else {
-        Step::Idle
+/// When a pass that found no work spins, naps or goes idle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Backoff {
+    /// How long the loop spins after the last work while an answer is expected (zero: as
+    /// long as otherwise, [`SPIN_PERIOD`]).
+    pub expect_spin: Duration,
+    /// How long without work before the device goes idle.
+    pub idle_after: Duration,
+}
+
+impl Backoff {
+    /// Whether an expected answer changes anything (else the caller need not ask).
+    pub fn uses_expectation(&self) -> bool {
+        self.expect_spin > SPIN_PERIOD
+    }
+
+    /// What to do `idle_for` after the last work, with an answer `expecting` or not.
+    pub fn next_step(&self, idle_for: Duration, expecting: bool) -> Step {
+        let spin = if expecting {
+            self.expect_spin.max(SPIN_PERIOD)
+        } else {
+            SPIN_PERIOD
+        };
+        if idle_for < spin {
+            Step::Spin
+        } else if idle_for < self.idle_after {
+            // Nap longer the longer nothing happened.
+            Step::Nap((idle_for / 8).min(MAX_NAP))
+        } else {
+            Step::Idle
+        }
     }
 }
 
@@ -100,25 +120,44 @@ mod tests {
         Duration::from_micros(n)
     }
 
+    fn backoff(expect_spin_us: u64) -> Backoff {
+        Backoff {
+            expect_spin: us(expect_spin_us),
+            idle_after: IDLE_AFTER,
+        }
+    }
+
     #[test]
     fn without_an_answer_expected_it_spins_only_the_short_period() {
-        assert_eq!(next_step(us(0), false, IDLE_AFTER), Step::Spin);
-        assert_eq!(next_step(us(49), false, IDLE_AFTER), Step::Spin);
-        assert_eq!(next_step(us(80), false, IDLE_AFTER), Step::Nap(us(10)));
+        let b = backoff(200);
+        assert_eq!(b.next_step(us(0), false), Step::Spin);
+        assert_eq!(b.next_step(us(49), false), Step::Spin);
+        assert_eq!(b.next_step(us(80), false), Step::Nap(us(10)));
     }
 
     #[test]
     fn while_an_answer_is_expected_it_spins_longer_and_then_naps() {
-        assert_eq!(next_step(us(80), true, IDLE_AFTER), Step::Spin);
-        assert_eq!(next_step(us(199), true, IDLE_AFTER), Step::Spin);
-        assert_eq!(next_step(us(200), true, IDLE_AFTER), Step::Nap(us(25)));
+        let b = backoff(200);
+        assert!(b.uses_expectation());
+        assert_eq!(b.next_step(us(80), true), Step::Spin);
+        assert_eq!(b.next_step(us(199), true), Step::Spin);
+        assert_eq!(b.next_step(us(200), true), Step::Nap(us(25)));
+    }
+
+    #[test]
+    fn off_an_expected_answer_changes_nothing() {
+        let b = backoff(0);
+        assert!(!b.uses_expectation());
+        assert_eq!(b.next_step(us(49), true), Step::Spin);
+        assert_eq!(b.next_step(us(80), true), Step::Nap(us(10)));
     }
 
     #[test]
     fn naps_grow_to_their_cap_and_the_device_goes_idle() {
-        assert_eq!(next_step(us(8_000), true, IDLE_AFTER), Step::Nap(MAX_NAP));
-        assert_eq!(next_step(IDLE_AFTER, true, IDLE_AFTER), Step::Idle);
-        assert_eq!(next_step(IDLE_AFTER, false, IDLE_AFTER), Step::Idle);
+        let b = backoff(200);
+        assert_eq!(b.next_step(us(8_000), true), Step::Nap(MAX_NAP));
+        assert_eq!(b.next_step(IDLE_AFTER, true), Step::Idle);
+        assert_eq!(b.next_step(IDLE_AFTER, false), Step::Idle);
     }
 
     #[test]
