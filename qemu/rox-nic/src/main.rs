@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use clap::Parser;
+use rox_nic::device::datapath::SPIN_PERIOD;
 use rox_nic::device::{
     BottleneckConfig, DeviceConfig, DieOn, FaultConfig, LinkSpec, PortConfig, RoxNic, Shared,
     DEFAULT_IDLE_AFTER,
@@ -62,9 +63,15 @@ struct Args {
     /// Milliseconds without work before the data path sleeps until woken.
     #[arg(long, default_value_t = DEFAULT_IDLE_AFTER.as_millis() as u64)]
     idle_ms: u64,
+    /// Microseconds the data path keeps polling after its last work before it naps (50 by
+    /// default). While it polls it holds a core that a peer device on the same host may be
+    /// waiting for (docs/benchmarks.md, "What a crossing waits for"). Default:
+    /// $ROX_NIC_SPIN_US, else 50.
+    #[arg(long)]
+    spin_us: Option<u64>,
     /// Microseconds the data path keeps polling after its last work while an answer is
     /// expected (RC requests unacknowledged, or packets in / CQEs out since it last had
-    /// nothing to do) before it naps; 0 (the default) polls 50 µs as at any other time. For a
+    /// nothing to do) before it naps; 0 (the default) polls as long as at any other time (`--spin-us`). For a
     /// host with cores to spare: where the guests' vCPUs take every core it made latency
     /// worse (docs/benchmarks.md). Default: $ROX_NIC_EXPECT_SPIN_US, else 0.
     #[arg(long)]
@@ -121,15 +128,15 @@ enum CcArg {
     Off,
 }
 
-/// How long the data path spins while an answer is expected, from the command line or
-/// (through rox-lab) the environment.
-fn expect_spin(arg: Option<u64>) -> Result<std::time::Duration, String> {
-    let us = match (arg, std::env::var("ROX_NIC_EXPECT_SPIN_US")) {
+/// A duration in µs from the command line, else (through rox-lab) the environment variable
+/// `env`, else `default`.
+fn micros_arg(arg: Option<u64>, env: &str, default: u64) -> Result<std::time::Duration, String> {
+    let us = match (arg, std::env::var(env)) {
         (Some(us), _) => us,
         (None, Ok(v)) => v
             .parse()
-            .map_err(|_| format!("ROX_NIC_EXPECT_SPIN_US={v}: not a number of µs"))?,
-        (None, Err(_)) => 0,
+            .map_err(|_| format!("{env}={v}: not a number of µs"))?,
+        (None, Err(_)) => default,
     };
     Ok(std::time::Duration::from_micros(us))
 }
@@ -237,7 +244,12 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     config.port = port;
     config.netdev = args.netdev;
     config.idle_after = std::time::Duration::from_millis(args.idle_ms);
-    config.expect_spin = expect_spin(args.expect_spin_us)?;
+    config.spin = micros_arg(
+        args.spin_us,
+        "ROX_NIC_SPIN_US",
+        SPIN_PERIOD.as_micros() as u64,
+    )?;
+    config.expect_spin = micros_arg(args.expect_spin_us, "ROX_NIC_EXPECT_SPIN_US", 0)?;
     config.flush_icrc = flush;
     config.cc = cc;
     let mut nic = RoxNic::new(config)?;

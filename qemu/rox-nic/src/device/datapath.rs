@@ -42,6 +42,7 @@ use crate::sys;
 
 use admin_queue::AdminQueue;
 use sched::TxScheduler;
+pub use spin::SPIN_PERIOD;
 use spin::{Backoff, Expectation, Step};
 pub use sq::decode_send;
 
@@ -133,6 +134,7 @@ impl DataPath {
             flush_icrc: cfg.flush_icrc,
             cc: cfg.cc.clone(),
             backoff: Backoff {
+                spin: cfg.spin,
                 expect_spin: cfg.expect_spin,
                 idle_after: cfg.idle_after,
             },

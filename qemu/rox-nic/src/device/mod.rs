@@ -49,6 +49,8 @@ pub struct DeviceConfig {
     pub netdev: Option<LinkSpec>,
     /// How long the data path keeps polling with nothing to do before it sleeps.
     pub idle_after: std::time::Duration,
+    /// How long the data path keeps polling after its last work before it naps.
+    pub spin: std::time::Duration,
     /// How long the data path keeps polling after its last work while an answer is expected
     /// (zero: off, the default; `datapath/spin.rs`).
     pub expect_spin: std::time::Duration,
@@ -71,6 +73,7 @@ impl DeviceConfig {
             port: None,
             netdev: None,
             idle_after: DEFAULT_IDLE_AFTER,
+            spin: datapath::SPIN_PERIOD,
             expect_spin: std::time::Duration::ZERO,
             flush_icrc: crate::roce::wire::FlushIcrc::Iba,
             cc: crate::roce::cc::CcConfig::default(),

@@ -21,7 +21,11 @@
 
 use std::time::Duration;
 
-/// How long the loop spins (no system calls) after the last piece of work.
+/// How long the loop spins (no system calls) after the last piece of work, by default
+/// (`--spin-us`). While it spins it holds a core: on a 2-core host whose other core runs a
+/// guest's busy vCPU, a peer device woken by the frame just sent waits for that core, and in
+/// the two-guest ib_send_lat trace the receiver's wait ended a median 10 µs after the
+/// sender's spin did (docs/benchmarks.md, "What a crossing waits for").
 pub const SPIN_PERIOD: Duration = Duration::from_micros(50);
 /// Longest nap between polls while backing off (before going idle).
 pub const MAX_NAP: Duration = Duration::from_micros(500);
@@ -40,8 +44,10 @@ pub enum Step {
 /// When a pass that found no work spins, naps or goes idle.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Backoff {
-    /// How long the loop spins after the last work while an answer is expected (zero: as
-    /// long as otherwise, [`SPIN_PERIOD`]).
+    /// How long the loop spins after the last work ([`SPIN_PERIOD`] by default).
+    pub spin: Duration,
+    /// How long it spins after the last work while an answer is expected (at most `spin`:
+    /// no longer than otherwise).
     pub expect_spin: Duration,
     /// How long without work before the device goes idle.
     pub idle_after: Duration,
@@ -50,15 +56,15 @@ pub struct Backoff {
 impl Backoff {
     /// Whether an expected answer changes anything (else the caller need not ask).
     pub fn uses_expectation(&self) -> bool {
-        self.expect_spin > SPIN_PERIOD
+        self.expect_spin > self.spin
     }
 
     /// What to do `idle_for` after the last work, with an answer `expecting` or not.
     pub fn next_step(&self, idle_for: Duration, expecting: bool) -> Step {
         let spin = if expecting {
-            self.expect_spin.max(SPIN_PERIOD)
+            self.expect_spin.max(self.spin)
         } else {
-            SPIN_PERIOD
+            self.spin
         };
         if idle_for < spin {
             Step::Spin
@@ -122,6 +128,7 @@ mod tests {
 
     fn backoff(expect_spin_us: u64) -> Backoff {
         Backoff {
+            spin: SPIN_PERIOD,
             expect_spin: us(expect_spin_us),
             idle_after: IDLE_AFTER,
         }
@@ -131,7 +138,7 @@ mod tests {
     fn without_an_answer_expected_it_spins_only_the_short_period() {
         let b = backoff(200);
         assert_eq!(b.next_step(us(0), false), Step::Spin);
-        assert_eq!(b.next_step(us(49), false), Step::Spin);
+        assert_eq!(b.next_step(SPIN_PERIOD - us(1), false), Step::Spin);
         assert_eq!(b.next_step(us(80), false), Step::Nap(us(10)));
     }
 
@@ -148,8 +155,27 @@ mod tests {
     fn off_an_expected_answer_changes_nothing() {
         let b = backoff(0);
         assert!(!b.uses_expectation());
-        assert_eq!(b.next_step(us(49), true), Step::Spin);
+        assert_eq!(b.next_step(SPIN_PERIOD - us(1), true), Step::Spin);
         assert_eq!(b.next_step(us(80), true), Step::Nap(us(10)));
+    }
+
+    #[test]
+    fn a_shorter_spin_naps_sooner() {
+        let b = Backoff {
+            spin: us(10),
+            ..backoff(0)
+        };
+        assert_eq!(b.next_step(us(9), false), Step::Spin);
+        assert_eq!(b.next_step(us(16), false), Step::Nap(us(2)));
+        assert_eq!(
+            Backoff {
+                spin: Duration::ZERO,
+                ..b
+            }
+            .next_step(us(0), false),
+            Step::Nap(us(0)),
+            "no spin: a nap at once"
+        );
     }
 
     #[test]
