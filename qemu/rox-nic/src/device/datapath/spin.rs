@@ -1,10 +1,8 @@
 //! What the data path does when a pass found no work: poll again (spin), nap, or go idle.
 //!
-//! A nap is a `ppoll` with a timeout, and on a host whose cores are busy with vCPU threads it
-//! overshoots: asked 6 µs, it took 80–94 µs in the trace of a two-guest ib_send_lat
-//! (docs/debugging.md), and that overshoot was most of each bridge crossing. So a device may
-//! keep polling for longer before the first nap while an answer is expected soon
-//! (`--expect-spin-us`, off by default):
+//! After its last work the loop spins [`SPIN_PERIOD`] (`--spin-us`), then naps on its fds
+//! for longer and longer, then goes idle. A device may also spin longer while an answer is
+//! expected soon (`--expect-spin-us`, off by default):
 //!
 //! - a peer's answer: RC requests of this device are unacknowledged (an ACK or a READ
 //!   response is due within a round trip);
@@ -13,11 +11,10 @@
 //!   turn after its CQE).
 //!
 //! The spin is bounded by the time since the last work, not by a count of events, so an idle
-//! device (nothing arrives, nothing in flight) naps and then sleeps as before. It is off by
-//! default because on a host with no spare core it costs more than it saves: two guests'
-//! busy vCPUs and two spinning rox-nics on 2 cores made ib_send_lat's typical and minimum
-//! latency worse in every A/B run (docs/benchmarks.md, "Spinning while an answer is
-//! expected").
+//! device (nothing arrives, nothing in flight) naps and then sleeps as before. The longer spin
+//! is off by default because a spinning device holds a core: with two guests' busy vCPUs
+//! and two rox-nics on 2 cores, a crossing waited for the sender's spin to end, and
+//! ib_send_lat got worse in every A/B run (docs/benchmarks.md, "What a crossing waits for").
 
 use std::time::Duration;
 
