@@ -63,10 +63,9 @@ struct Args {
     /// Milliseconds without work before the data path sleeps until woken.
     #[arg(long, default_value_t = DEFAULT_IDLE_AFTER.as_millis() as u64)]
     idle_ms: u64,
-    /// Microseconds the data path keeps polling after its last work before it naps (50 by
-    /// default). While it polls it holds a core that a peer device on the same host may be
-    /// waiting for (docs/benchmarks.md, "What a crossing waits for"). Default:
-    /// $ROX_NIC_SPIN_US, else 50.
+    /// Microseconds the data path keeps polling after its last work before it naps. While it
+    /// polls it holds a core that a peer device on the same host may be waiting for
+    /// (docs/benchmarks.md, "What a crossing waits for"). Default: $ROX_NIC_SPIN_US, else 10.
     #[arg(long)]
     spin_us: Option<u64>,
     /// Microseconds the data path keeps polling after its last work while an answer is
