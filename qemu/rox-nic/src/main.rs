@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use clap::Parser;
+use rox_nic::device::datapath::SPIN_PERIOD;
 use rox_nic::device::{
     BottleneckConfig, DeviceConfig, DieOn, FaultConfig, LinkSpec, PortConfig, RoxNic, Shared,
     DEFAULT_IDLE_AFTER,
@@ -62,6 +63,18 @@ struct Args {
     /// Milliseconds without work before the data path sleeps until woken.
     #[arg(long, default_value_t = DEFAULT_IDLE_AFTER.as_millis() as u64)]
     idle_ms: u64,
+    /// Microseconds the data path keeps polling after its last work before it naps. While it
+    /// polls it holds a core that a peer device on the same host may be waiting for
+    /// (docs/benchmarks.md, "What a crossing waits for"). Default: $ROX_NIC_SPIN_US, else 10.
+    #[arg(long)]
+    spin_us: Option<u64>,
+    /// Microseconds the data path keeps polling after its last work while an answer is
+    /// expected (RC requests unacknowledged, or packets in / CQEs out since it last had
+    /// nothing to do) before it naps; 0 (the default) polls as long as at any other time (`--spin-us`). For a
+    /// host with cores to spare: where the guests' vCPUs take every core it made latency
+    /// worse (docs/benchmarks.md). Default: $ROX_NIC_EXPECT_SPIN_US, else 0.
+    #[arg(long)]
+    expect_spin_us: Option<u64>,
     /// How FLUSH requests this device sends carry their ICRC: `iba` (the spec), or `rxe` (as
     /// Linux rdma_rxe computes it, which an rxe responder requires; docs/interop.md). Received
     /// FLUSH requests are accepted with either. Default: $ROX_NIC_FLUSH_ICRC, else `iba`.
@@ -112,6 +125,19 @@ enum FlushIcrcArg {
 enum CcArg {
     On,
     Off,
+}
+
+/// A duration in µs from the command line, else (through rox-lab) the environment variable
+/// `env`, else `default`.
+fn micros_arg(arg: Option<u64>, env: &str, default: u64) -> Result<std::time::Duration, String> {
+    let us = match (arg, std::env::var(env)) {
+        (Some(us), _) => us,
+        (None, Ok(v)) => v
+            .parse()
+            .map_err(|_| format!("{env}={v}: not a number of µs"))?,
+        (None, Err(_)) => default,
+    };
+    Ok(std::time::Duration::from_micros(us))
 }
 
 /// The congestion control the command line (or, through rox-lab, the environment) asks for.
@@ -217,6 +243,12 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     config.port = port;
     config.netdev = args.netdev;
     config.idle_after = std::time::Duration::from_millis(args.idle_ms);
+    config.spin = micros_arg(
+        args.spin_us,
+        "ROX_NIC_SPIN_US",
+        SPIN_PERIOD.as_micros() as u64,
+    )?;
+    config.expect_spin = micros_arg(args.expect_spin_us, "ROX_NIC_EXPECT_SPIN_US", 0)?;
     config.flush_icrc = flush;
     config.cc = cc;
     let mut nic = RoxNic::new(config)?;

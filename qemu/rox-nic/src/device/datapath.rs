@@ -20,6 +20,7 @@ use rox_uapi::verbs::*;
 mod admin_queue;
 mod dead;
 pub(super) mod sched;
+mod spin;
 mod sq;
 mod wire_io;
 
@@ -41,14 +42,12 @@ use crate::sys;
 
 use admin_queue::AdminQueue;
 use sched::TxScheduler;
+pub use spin::SPIN_PERIOD;
+use spin::{Backoff, Expectation, Step};
 pub use sq::decode_send;
 
 pub use super::admin::DEVICE_CAPS;
 
-/// How long the loop spins (no syscalls) after the last piece of work.
-const SPIN_PERIOD: Duration = Duration::from_micros(50);
-/// Longest nap between polls while backing off (before going idle).
-const MAX_NAP: Duration = Duration::from_micros(500);
 /// WQEs fetched from one SQ per pass, so one busy QP cannot starve the others.
 const SQ_BATCH: u32 = 64;
 /// Loopback packets handled per pass.
@@ -73,7 +72,8 @@ pub struct DataPath {
     flush_icrc: FlushIcrc,
     /// Congestion control: configuration, which a reset keeps.
     cc: CcConfig,
-    idle_after: Duration,
+    /// When a pass without work spins, naps or goes idle.
+    backoff: Backoff,
     /// The port's own count of frames sent, as far as `STAT_PORT_TX_FRAMES` has it.
     port_tx_seen: u64,
     /// The port's own count of frames lost, as far as the port's discards counter has it.
@@ -86,6 +86,8 @@ pub struct DataPath {
     loopback: VecDeque<wire::Packet>,
     /// Something was queued on the port since the last flush.
     port_queued: bool,
+    /// Whether an answer is expected in this idle period (how long to spin before a nap).
+    expectation: Expectation,
 }
 
 enum Flow {
@@ -131,7 +133,11 @@ impl DataPath {
             mac: cfg.mac,
             flush_icrc: cfg.flush_icrc,
             cc: cfg.cc.clone(),
-            idle_after: cfg.idle_after,
+            backoff: Backoff {
+                spin: cfg.spin,
+                expect_spin: cfg.expect_spin,
+                idle_after: cfg.idle_after,
+            },
             port_tx_seen: 0,
             port_drops_seen: 0,
             wire_busy: false,
@@ -139,6 +145,7 @@ impl DataPath {
             scan_buf: Vec::new(),
             loopback: VecDeque::new(),
             port_queued: false,
+            expectation: Expectation::default(),
         })
     }
 
@@ -176,26 +183,32 @@ impl DataPath {
             }
             if work {
                 last_work = Instant::now();
+                self.expectation.work_done();
                 continue;
             }
             let idle_for = last_work.elapsed();
-            if idle_for < SPIN_PERIOD {
-                std::hint::spin_loop();
-                continue;
-            }
-            if idle_for < self.idle_after {
-                // Back off: nap longer the longer nothing happened, but wake at once for a
-                // packet, a trapped register write or an engine timer.
-                let nap = (idle_for / 8).min(MAX_NAP);
-                let timeout = self.timer_timeout().map_or(nap, |t| t.min(nap));
-                self.wait(Some(timeout));
-                // The wait may have ended for a frame: look at once.
-                self.wire_busy = true;
-                continue;
-            }
-            if self.go_idle() {
-                last_work = Instant::now();
-                self.wire_busy = true;
+            let expecting = self.backoff.uses_expectation()
+                && self.expectation.expecting(
+                    self.hw.stats[STAT_RX_PACKETS],
+                    self.hw.stats[STAT_CQES],
+                    || self.engine.packets_in_flight(),
+                );
+            match self.backoff.next_step(idle_for, expecting) {
+                Step::Spin => std::hint::spin_loop(),
+                Step::Nap(nap) => {
+                    // Wake at once for a packet, a trapped register write or an engine timer.
+                    let timeout = self.timer_timeout().map_or(nap, |t| t.min(nap));
+                    self.wait(Some(timeout));
+                    // The wait may have ended for a frame: look at once.
+                    self.wire_busy = true;
+                }
+                Step::Idle => {
+                    if self.go_idle() {
+                        last_work = Instant::now();
+                        self.expectation.work_done();
+                        self.wire_busy = true;
+                    }
+                }
             }
         }
         if let Some(p) = &mut self.port {

@@ -49,6 +49,11 @@ pub struct DeviceConfig {
     pub netdev: Option<LinkSpec>,
     /// How long the data path keeps polling with nothing to do before it sleeps.
     pub idle_after: std::time::Duration,
+    /// How long the data path keeps polling after its last work before it naps.
+    pub spin: std::time::Duration,
+    /// How long the data path keeps polling after its last work while an answer is expected
+    /// (zero: off, the default; `datapath/spin.rs`).
+    pub expect_spin: std::time::Duration,
     /// The ICRC of the FLUSH requests the device sends (rdma_rxe's for an rxe peer).
     pub flush_icrc: crate::roce::wire::FlushIcrc,
     /// Congestion control (ECN, CNPs, DCQCN): on by default, as mlx5's RoCE.
@@ -68,6 +73,8 @@ impl DeviceConfig {
             port: None,
             netdev: None,
             idle_after: DEFAULT_IDLE_AFTER,
+            spin: datapath::SPIN_PERIOD,
+            expect_spin: std::time::Duration::ZERO,
             flush_icrc: crate::roce::wire::FlushIcrc::Iba,
             cc: crate::roce::cc::CcConfig::default(),
         }

@@ -25,11 +25,18 @@ use super::wqe::WqeKind;
 use super::EngineStats;
 use crate::roce::{DeviceEnv, Psn};
 
-/// The RTO never goes below this: a guest's NIC answers within a few hundred µs when its
-/// vCPUs run, but a host with more guests than cores stalls one for a few ms now and then;
-/// a spurious timeout resends a window, so the floor is the cost of that against the wait
-/// for a real loss.
-pub(super) const RTO_MIN_NS: u64 = 2_000_000;
+/// The scheduler tick of the hosts rox-nic runs on (HZ=250: Debian's kernels, and these
+/// machines').
+pub(super) const SCHED_TICK_NS: u64 = 4_000_000;
+/// The RTO never goes below this. A peer's device answers within a few hundred µs when its
+/// thread runs, but a host with more runnable threads than cores leaves a woken thread
+/// waiting for a core: its naps overran by 1–4 ms most often (one to a few ticks), up to
+/// 71 ms (docs/benchmarks.md, "What those ACK timeouts are"). A timeout then resends the
+/// window with nothing lost. At 2 ms (half a tick) a loaded host timed out 4.5× as often as
+/// at three ticks (docs/transport.md, "The RTO floor"), while a real loss waits for the RTO
+/// only when the tail probes and NAKs could not find it (1 of 6 lossy transfers of
+/// tests/roce_loss_recovery.rs, which took 12 % longer).
+pub(super) const RTO_MIN_NS: u64 = 3 * SCHED_TICK_NS;
 /// A repeated sequence NAK for the PSN the requester already went back to is taken as a new
 /// loss (the resend did not arrive) only this long after that rewind, at least: sooner it
 /// answers packets sent before the rewind. Half the smoothed round trip, at least this.
@@ -366,6 +373,37 @@ mod tests {
         ack_from_peer(&mut qp, &mut env, &mut stats, 102, Syndrome::Ack);
         assert!(env.sent.is_empty());
         assert_eq!((stats.nak_rewinds, qp.req.timer_deadline), (2, None));
+    }
+
+    /// The responder's thread got no core for two and a half scheduler ticks (a loaded host):
+    /// its ACK comes 10 ms late. The tail probes go (a packet each), but nothing times out
+    /// and no window is resent.
+    #[test]
+    fn a_responder_late_by_a_few_scheduler_ticks_causes_no_timeout() {
+        let (mut env, mut stats, mut qp) = sent_send(100_000);
+        let late = 10 * SCHED_TICK_NS / 4;
+        while let Some(deadline) = qp.req.timer_deadline.filter(|&t| t <= late) {
+            env.now = deadline;
+            qp.on_timers(&mut env, &mut stats);
+        }
+        env.now = late;
+        qp.on_timers(&mut env, &mut stats);
+        assert_eq!(
+            psns(&env),
+            [(100, true), (100, true)],
+            "the two probes only"
+        );
+        ack_from_peer(&mut qp, &mut env, &mut stats, 102, Syndrome::Ack);
+        assert_eq!(stats.retransmit_timeouts, 0);
+        assert_eq!(psns(&env).len(), 2, "nothing resent");
+        assert_eq!(qp.req.timer_deadline, None, "all acknowledged");
+    }
+
+    #[test]
+    fn the_rto_floor_is_three_scheduler_ticks() {
+        let mut e = RttEstimator::default();
+        e.sample(50_000);
+        assert_eq!(e.rto_ns(u64::MAX), 3 * SCHED_TICK_NS);
     }
 
     #[test]

@@ -1,0 +1,219 @@
+//! What the data path does when a pass found no work: poll again (spin), nap, or go idle.
+//!
+//! After its last work the loop spins [`SPIN_PERIOD`] (`--spin-us`), then naps on its fds
+//! for longer and longer, then goes idle. A device may also spin longer while an answer is
+//! expected soon (`--expect-spin-us`, off by default):
+//!
+//! - a peer's answer: RC requests of this device are unacknowledged (an ACK or a READ
+//!   response is due within a round trip);
+//! - the guest's answer, or the peer's next request: since the last idle period the device
+//!   took RoCE packets in or wrote CQEs (a ping-pong's other side posts its reply a guest
+//!   turn after its CQE).
+//!
+//! The spin is bounded by the time since the last work, not by a count of events, so an idle
+//! device (nothing arrives, nothing in flight) naps and then sleeps as before. The longer spin
+//! is off by default because a spinning device holds a core: with two guests' busy vCPUs
+//! and two rox-nics on 2 cores, a crossing waited for the sender's spin to end, and
+//! ib_send_lat got worse in every A/B run (docs/benchmarks.md, "What a crossing waits for").
+
+use std::time::Duration;
+
+/// How long the loop spins (no system calls) after the last piece of work, by default
+/// (`--spin-us`). While it spins it holds a core: on a 2-core host whose other core runs a
+/// guest's busy vCPU, a peer device woken by the frame just sent waits for that core, and in
+/// the two-guest ib_send_lat trace the receiver's wait ended a median 10 µs after the
+/// sender's spin did. At 10 µs instead of 50 the crossing went from 68 to 28 µs and the round
+/// trip from 415 to 164 µs (docs/benchmarks.md, "What a crossing waits for").
+pub const SPIN_PERIOD: Duration = Duration::from_micros(10);
+/// Longest nap between polls while backing off (before going idle).
+pub const MAX_NAP: Duration = Duration::from_micros(500);
+
+/// The next step of a pass that found no work.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// Look again at once.
+    Spin,
+    /// Sleep on the fds at most this long.
+    Nap(Duration),
+    /// Announce idleness and sleep until woken.
+    Idle,
+}
+
+/// When a pass that found no work spins, naps or goes idle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Backoff {
+    /// How long the loop spins after the last work ([`SPIN_PERIOD`] by default).
+    pub spin: Duration,
+    /// How long it spins after the last work while an answer is expected (at most `spin`:
+    /// no longer than otherwise).
+    pub expect_spin: Duration,
+    /// How long without work before the device goes idle.
+    pub idle_after: Duration,
+}
+
+impl Backoff {
+    /// Whether an expected answer changes anything (else the caller need not ask).
+    pub fn uses_expectation(&self) -> bool {
+        self.expect_spin > self.spin
+    }
+
+    /// What to do `idle_for` after the last work, with an answer `expecting` or not.
+    pub fn next_step(&self, idle_for: Duration, expecting: bool) -> Step {
+        let spin = if expecting {
+            self.expect_spin.max(self.spin)
+        } else {
+            self.spin
+        };
+        if idle_for < spin {
+            Step::Spin
+        } else if idle_for < self.idle_after {
+            // Nap longer the longer nothing happened.
+            Step::Nap((idle_for / 8).min(MAX_NAP))
+        } else {
+            Step::Idle
+        }
+    }
+}
+
+/// Whether the device expects an answer: decided once per idle period (at its first pass
+/// without work) from the counters of what the device took in and wrote, and from what it
+/// has in flight.
+#[derive(Debug, Default)]
+pub struct Expectation {
+    /// RoCE packets received and CQEs written, as of the last decision.
+    rx_packets_seen: u64,
+    cqes_seen: u64,
+    /// This idle period's decision (None: work was done since).
+    decided: Option<bool>,
+}
+
+impl Expectation {
+    /// Work was done: the next pass without work decides again.
+    pub fn work_done(&mut self) {
+        self.decided = None;
+    }
+
+    /// This idle period's decision, made now if not yet: true if packets came in or CQEs
+    /// were written since the last decision, or `in_flight()` (RC request packets
+    /// unacknowledged) is not zero. `in_flight` walks the QPs: it is called once per period.
+    pub fn expecting(
+        &mut self,
+        rx_packets: u64,
+        cqes: u64,
+        in_flight: impl FnOnce() -> u64,
+    ) -> bool {
+        if let Some(d) = self.decided {
+            return d;
+        }
+        let fresh = rx_packets != self.rx_packets_seen || cqes != self.cqes_seen;
+        self.rx_packets_seen = rx_packets;
+        self.cqes_seen = cqes;
+        let d = fresh || in_flight() > 0;
+        self.decided = Some(d);
+        d
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const IDLE_AFTER: Duration = Duration::from_millis(20);
+
+    fn us(n: u64) -> Duration {
+        Duration::from_micros(n)
+    }
+
+    fn backoff(expect_spin_us: u64) -> Backoff {
+        Backoff {
+            spin: SPIN_PERIOD,
+            expect_spin: us(expect_spin_us),
+            idle_after: IDLE_AFTER,
+        }
+    }
+
+    #[test]
+    fn without_an_answer_expected_it_spins_only_the_short_period() {
+        let b = backoff(200);
+        assert_eq!(b.next_step(us(0), false), Step::Spin);
+        assert_eq!(b.next_step(SPIN_PERIOD - us(1), false), Step::Spin);
+        assert_eq!(b.next_step(us(80), false), Step::Nap(us(10)));
+    }
+
+    #[test]
+    fn while_an_answer_is_expected_it_spins_longer_and_then_naps() {
+        let b = backoff(200);
+        assert!(b.uses_expectation());
+        assert_eq!(b.next_step(us(80), true), Step::Spin);
+        assert_eq!(b.next_step(us(199), true), Step::Spin);
+        assert_eq!(b.next_step(us(200), true), Step::Nap(us(25)));
+    }
+
+    #[test]
+    fn off_an_expected_answer_changes_nothing() {
+        let b = backoff(0);
+        assert!(!b.uses_expectation());
+        assert_eq!(b.next_step(SPIN_PERIOD - us(1), true), Step::Spin);
+        assert_eq!(b.next_step(us(80), true), Step::Nap(us(10)));
+    }
+
+    #[test]
+    fn a_shorter_spin_naps_sooner() {
+        let b = Backoff {
+            spin: us(10),
+            ..backoff(0)
+        };
+        assert_eq!(b.next_step(us(9), false), Step::Spin);
+        assert_eq!(b.next_step(us(16), false), Step::Nap(us(2)));
+        assert_eq!(
+            Backoff {
+                spin: Duration::ZERO,
+                ..b
+            }
+            .next_step(us(0), false),
+            Step::Nap(us(0)),
+            "no spin: a nap at once"
+        );
+    }
+
+    #[test]
+    fn naps_grow_to_their_cap_and_the_device_goes_idle() {
+        let b = backoff(200);
+        assert_eq!(b.next_step(us(8_000), true), Step::Nap(MAX_NAP));
+        assert_eq!(b.next_step(IDLE_AFTER, true), Step::Idle);
+        assert_eq!(b.next_step(IDLE_AFTER, false), Step::Idle);
+    }
+
+    #[test]
+    fn packets_in_or_cqes_out_make_one_idle_period_expecting() {
+        let mut e = Expectation::default();
+        assert!(!e.expecting(0, 0, || 0), "nothing happened");
+        e.work_done();
+        assert!(e.expecting(1, 0, || 0), "a packet came in");
+        e.work_done();
+        assert!(!e.expecting(1, 0, || 0), "nothing new since");
+        e.work_done();
+        assert!(e.expecting(1, 1, || 0), "a CQE was written");
+        e.work_done();
+        assert!(e.expecting(1, 1, || 3), "requests are in flight");
+    }
+
+    #[test]
+    fn a_period_decides_once_and_walks_the_qps_at_most_once() {
+        let mut e = Expectation::default();
+        let mut walks = 0;
+        for _ in 0..5 {
+            assert!(e.expecting(0, 0, || {
+                walks += 1;
+                1
+            }));
+        }
+        assert_eq!(walks, 1);
+        // Within the period, new counters do not change the decision...
+        e.decided = Some(false);
+        assert!(!e.expecting(9, 9, || 1));
+        // ...the next period sees them.
+        e.work_done();
+        assert!(e.expecting(9, 9, || 0));
+    }
+}
