@@ -24,7 +24,7 @@ need_rox_0() {
 
 # What the kernel-verbs test module needs: sets test_ko, clears dmesg and kmemleak, loads
 # rox.ko ($ROX_KO) unless it is loaded and waits (10 s each) for rox_0 and rox_1 and their IPv4
-# RoCEv2 GIDs. A missing device goes to $1 (skip or fail) with why.
+# RoCEv2 GIDs. A missing device goes to $1 (skip or fail) with why; a device without its GID fails.
 kverbs_setup() {
 	local on_missing=$1 dev
 	test_ko=$(dirname "${ROX_KO:-/nonexistent}")/kverbs/rox_kverbs_test.ko
@@ -42,17 +42,41 @@ kverbs_setup() {
 			grep -q '0000:0000:0000:0000:0000:ffff' /sys/class/infiniband/$dev/ports/1/gids/* 2>/dev/null && break
 			sleep 0.2
 		done
+		grep -q '0000:0000:0000:0000:0000:ffff' /sys/class/infiniband/$dev/ports/1/gids/* 2>/dev/null ||
+			fail "$dev has no IPv4 RoCEv2 GID after 10 s"
 	done
 }
 
-# Wait until the server (pid $1) listens on TCP port $2, so the client does not race it
-# (up to 20 s under TCG). Fails early if the server died.
+# How long a server program may take to start listening: a program that loads libibverbs and
+# its providers and opens a device takes seconds in a TCG guest on a loaded host.
+SERVER_START_S=120
+
+# Wait until the server (pid $1) listens on TCP port $2, so the client does not race it.
+# Status 1 with the reason on stderr when the server died first or did not listen within
+# SERVER_START_S.
 wait_for_server() {
-	for _ in $(seq 200); do
+	local end=$((SECONDS + SERVER_START_S))
+	while [ $SECONDS -lt $end ]; do
 		ss -Hltn "sport = :$2" | grep -q . && return 0
-		kill -0 "$1" 2>/dev/null || return 1
+		kill -0 "$1" 2>/dev/null || { echo "the server (pid $1) exited before listening on TCP port $2" >&2; return 1; }
 		sleep 0.1
 	done
+	echo "nothing listened on TCP port $2 within $SERVER_START_S s" >&2
+	return 1
+}
+
+# Wait until the server (pid $1) has an rdma_cm listener on port $2 (`rdma resource show
+# cm_id`: a cm_id in state LISTEN with that source port), so that its client's connect request
+# does not arrive before it (rdma_cm rejects that: REJECTED, reason 8). Status 1 with the
+# reason on stderr when the server died first or did not listen within SERVER_START_S.
+wait_for_cm_listener() {
+	local end=$((SECONDS + SERVER_START_S))
+	while [ $SECONDS -lt $end ]; do
+		rdma resource show cm_id 2>/dev/null | grep -qE "state LISTEN .*src-addr [^ ]*:$2( |\$)" && return 0
+		kill -0 "$1" 2>/dev/null || { echo "the server (pid $1) exited before listening on rdma_cm port $2" >&2; return 1; }
+		sleep 0.1
+	done
+	echo "no rdma_cm listener on port $2 within $SERVER_START_S s: $(rdma resource show cm_id 2>&1 | tr '\n' ' ')" >&2
 	return 1
 }
 

@@ -28,7 +28,9 @@
 #define MULTICAST_QPN 0xffffffu
 #define MSG_SIZE 256
 #define GRH_SIZE 40
-#define WAIT_MS 10000
+/* How long a completion may take: a deadline against a hang, not a speed (a loaded host may not
+ * run a rox-nic process for a while). */
+#define WAIT_MS 60000
 
 struct side {
 	struct ibv_context *ctx;

@@ -31,7 +31,7 @@ fi
 
 work=$(mktemp -d /tmp/rox-gid-events.XXXXXX)
 gcc -O1 -Wall -o "$work/gid-events" "$(dirname "$0")/gid-events.c" -libverbs || fail "cannot compile the test program"
-timeout 150 "$work/gid-events" "${pairs[@]}"
+timeout 300 "$work/gid-events" "${pairs[@]}"
 rc=$?
 # Leave the netdevs as they were, whatever happened.
 for ((d = 0; d < ${#pairs[@]} / 2; d++)); do

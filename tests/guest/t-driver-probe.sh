@@ -37,7 +37,7 @@ rdma statistic show link rox_0/1 | tee /tmp/rox-stat.out
 grep -q 'tx_packets' /tmp/rox-stat.out || fail "no device counters in rdma statistic"
 # Port follows the netdev.
 ip link set "$netdev" down
-sleep 0.5
+for i in $(seq 25); do grep -q DOWN /sys/class/infiniband/rox_0/ports/1/state && break; sleep 0.2; done
 grep -q DOWN /sys/class/infiniband/rox_0/ports/1/state || fail "port not DOWN with $netdev down"
 ip link set "$netdev" up
 for i in $(seq 25); do grep -q ACTIVE /sys/class/infiniband/rox_0/ports/1/state && break; sleep 0.2; done

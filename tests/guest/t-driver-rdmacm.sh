@@ -10,6 +10,11 @@ fail() { echo "FAIL: $*"; dmesg | tail -20; exit 1; }
 skip() { echo "SKIP: $*"; exit 0; }
 rox_vendor=0x524f   # uapi/src/regs.rs PCI_VENDOR_ID
 pings=10
+# The rdma_cm ports of the servers (rping's and ucmatose's defaults, given explicitly: the
+# client starts once a listener on that port shows in `rdma resource show cm_id`).
+RPING_PORT=7174
+UCMATOSE_PORT=7471
+. "$(dirname "$0")/lib.sh"
 
 grep -qx $rox_vendor /sys/bus/pci/devices/*/vendor 2>/dev/null || skip "no rox-nic attached"
 [ -f /usr/lib/x86_64-linux-gnu/libibverbs/librox-rdmav34.so ] || skip "librox is not installed"
@@ -19,6 +24,7 @@ if ! grep -q '^rox ' /proc/modules; then
 	insmod "$ROX_KO" || fail "insmod failed"
 fi
 for _ in $(seq 50); do [ -e /sys/class/infiniband/rox_0 ] && break; sleep 0.2; done
+[ -e /sys/class/infiniband/rox_0 ] || fail "no rox_0 after 10 s"
 dmesg | grep -q "rox_0: Couldn't" && fail "ib_mad could not open rox_0: $(dmesg | grep 'rox_0: Couldn')"
 
 ipv4_of() {
@@ -32,10 +38,10 @@ server_ip=$(ipv4_of rox_0)
 run_rping() { # $1: label, $2...: client source options
 	local label=$1 out=/tmp/rping-$1
 	shift
-	timeout 60 rping -s -a "$server_ip" -C $pings -v >"$out.server" 2>&1 &
+	timeout 240 rping -s -a "$server_ip" -p $RPING_PORT -C $pings -v >"$out.server" 2>&1 &
 	local server=$!
-	sleep 1
-	timeout 50 rping -c -a "$server_ip" "$@" -C $pings -v >"$out.client" 2>&1
+	wait_for_cm_listener $server $RPING_PORT || { wait $server; fail "rping $label: the server did not listen: $(tail -3 "$out.server")"; }
+	timeout 60 rping -c -a "$server_ip" -p $RPING_PORT "$@" -C $pings -v >"$out.client" 2>&1
 	local crc=$?
 	wait $server
 	local src=$?
@@ -48,10 +54,10 @@ run_rping() { # $1: label, $2...: client source options
 run_ucmatose() { # $1: label, $2...: options of both sides
 	local label=$1 out=/tmp/ucmatose-$1
 	shift
-	timeout 60 ucmatose -b "$server_ip" "$@" >"$out.server" 2>&1 &
+	timeout 240 ucmatose -b "$server_ip" -p $UCMATOSE_PORT "$@" >"$out.server" 2>&1 &
 	local server=$!
-	sleep 1
-	timeout 50 ucmatose -s "$server_ip" "$@" >"$out.client" 2>&1
+	wait_for_cm_listener $server $UCMATOSE_PORT || { wait $server; fail "ucmatose $label: the server did not listen: $(tail -3 "$out.server")"; }
+	timeout 60 ucmatose -s "$server_ip" -p $UCMATOSE_PORT "$@" >"$out.client" 2>&1
 	local crc=$?
 	wait $server
 	local src=$?

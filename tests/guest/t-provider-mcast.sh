@@ -93,7 +93,7 @@ gcc -O2 -Wall -Werror -o /tmp/mcast-verbs "$(dirname "$0")/mcast-verbs.c" -libve
 . "$(dirname "$0")/lab.sh"
 gid6=$(gid_index rox_0 6) || fail "rox_0 has no IPv6 RoCE v2 GID"
 before=$(counter rox_1 rx_mcast_copies)
-timeout 60 /tmp/mcast-verbs rox_0 "$gid6" rox_1 ff0e::1:1 16 || fail "IPv6 multicast through verbs (exit $?)"
+timeout 300 /tmp/mcast-verbs rox_0 "$gid6" rox_1 ff0e::1:1 16 || fail "IPv6 multicast through verbs (exit $?)"
 after=$(counter rox_1 rx_mcast_copies)
 [ $((after - before)) = 16 ] || fail "IPv6: rox_1 rx_mcast_copies rose by $((after - before)), want 16"
 echo "ok   IPv6 group ff0e::1:1 rox_0 -> rox_1 through verbs (rox_1 rx_mcast_copies +16)"

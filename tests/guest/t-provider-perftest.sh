@@ -31,11 +31,15 @@ need_rox_0
 run_pair() {
 	local -a cmd
 	read -ra cmd <<<"$1"
-	timeout "$RUN_TIMEOUT" "${cmd[@]}" -d rox_0 -x "$GID_INDEX" >/tmp/pt-server.log 2>&1 &
+	# The server waits for its client too: its bound covers its own start and the whole run.
+	timeout $((SERVER_START_S + RUN_TIMEOUT)) "${cmd[@]}" -d rox_0 -x "$GID_INDEX" >/tmp/pt-server.log 2>&1 &
 	local server=$!
-	wait_for_server "$server" "$EXCHANGE_PORT"
-	timeout "$RUN_TIMEOUT" "${cmd[@]}" -d rox_0 -x "$GID_INDEX" 127.0.0.1 >/tmp/pt-client.log 2>&1
-	client_rc=$?
+	if wait_for_server "$server" "$EXCHANGE_PORT" 2>/tmp/pt-client.log; then
+		timeout "$RUN_TIMEOUT" "${cmd[@]}" -d rox_0 -x "$GID_INDEX" 127.0.0.1 >/tmp/pt-client.log 2>&1
+		client_rc=$?
+	else
+		client_rc=not-run
+	fi
 	wait "$server"
 	server_rc=$?
 	# The result row starts with the message size and the iteration count.

@@ -49,11 +49,15 @@ for run in "${RUNS[@]}"; do
 	IFS='|' read -r name server_dev client_dev gid args <<<"$run"
 	read -ra cmd <<<"$args"
 	[ "$server_dev" = "$client_dev" ] || cross_runs=$((cross_runs + 1))
-	timeout "$RUN_TIMEOUT" "${cmd[@]}" -d "$server_dev" -g "$gid" >/tmp/pp-server.log 2>&1 &
+	# The server waits for its client too: its bound covers its own start and the whole run.
+	timeout $((SERVER_START_S + RUN_TIMEOUT)) "${cmd[@]}" -d "$server_dev" -g "$gid" >/tmp/pp-server.log 2>&1 &
 	server=$!
-	wait_for_server "$server" "$EXCHANGE_PORT"
-	timeout "$RUN_TIMEOUT" "${cmd[@]}" -d "$client_dev" -g "$gid" 127.0.0.1 >/tmp/pp-client.log 2>&1
-	client_rc=$?
+	if wait_for_server "$server" "$EXCHANGE_PORT" 2>/tmp/pp-client.log; then
+		timeout "$RUN_TIMEOUT" "${cmd[@]}" -d "$client_dev" -g "$gid" 127.0.0.1 >/tmp/pp-client.log 2>&1
+		client_rc=$?
+	else
+		client_rc=not-run
+	fi
 	wait "$server"
 	server_rc=$?
 	# Each side prints "<n> iters in <t> seconds = <u> usec/iter" on success.

@@ -26,6 +26,9 @@ skip() { echo "SKIP: $*"; exit 0; }
 TESTS_PER_CLIENT=100
 RUN_TIMEOUT=180
 EXCHANGE_PORT=18515
+# rdma_xserver's rdma_cm port (its default, given explicitly: rdma_xclient starts once a
+# listener on it shows in `rdma resource show cm_id`).
+XSERVER_PORT=7471
 PYVERBS_SUITE=/usr/share/doc/rdma-core/tests
 # The pyverbs tests with XRC in their name (rdma-core 56.1).
 PYVERBS_XRC_TESTS=7
@@ -103,11 +106,15 @@ server_ip=$(ip -4 -o addr show dev "$ndev" | awk '{ print $4 }' | cut -d/ -f1 | 
 if [ -z "$server_ip" ]; then
 	problems+=("rox_0's netdev ${ndev:-?} has no IPv4 address for rdma_xserver")
 else
-	timeout 60 rdma_xserver -c x >/tmp/xserver.log 2>&1 &
+	timeout 240 rdma_xserver -p $XSERVER_PORT -c x >/tmp/xserver.log 2>&1 &
 	server=$!
-	sleep 2
-	timeout 50 rdma_xclient -s "$server_ip" -c x >/tmp/xclient.log 2>&1
-	client_rc=$?
+	client_rc=-
+	if wait_for_cm_listener "$server" $XSERVER_PORT 2>/tmp/xserver.wait; then
+		timeout 60 rdma_xclient -s "$server_ip" -p $XSERVER_PORT -c x >/tmp/xclient.log 2>&1
+		client_rc=$?
+	else
+		cat /tmp/xserver.wait >/tmp/xclient.log
+	fi
 	wait "$server"
 	server_rc=$?
 	if [ $client_rc = 0 ] && [ $server_rc = 0 ] && grep -q 'end 0' /tmp/xclient.log; then

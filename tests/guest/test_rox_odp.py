@@ -1,6 +1,6 @@
 # ODP checks of tests/guest/t-driver-odp.sh, run as a module of rdma-core's pyverbs suite
 # (copied into the unpacked suite: it uses tests.base).
-import os, re, subprocess, time
+import os, re, select, subprocess, time
 import pyverbs.enums as e
 from pyverbs.wr import SGE
 from pyverbs.mem_alloc import madvise, mmap, MAP_ANONYMOUS_, MAP_PRIVATE_
@@ -10,6 +10,8 @@ import tests.test_odp as odp
 import tests.utils as u
 
 MSG = 16 << 20
+# How long a child may take to set up and post its first READ (a loaded TCG guest is slow).
+READ_START_S = 300
 
 
 class BigOdpRC(odp.OdpRC):
@@ -54,21 +56,40 @@ class RoxOdpTest(base.RDMATestCase):
 
     def test_dereg_while_faulting(self):
         # A child reads from untouched regions and is killed mid-way, again and again: its
-        # MRs are deregistered while the device's faults on them are being resolved.
+        # MRs are deregistered while the device's faults on them are being resolved. The kill
+        # comes once the child has posted its first READ (it says so through a pipe), however
+        # long a loaded guest takes to get there, so it never lands before the faults begin.
         for _ in range(5):
+            ready_r, ready_w = os.pipe()
             pid = os.fork()
             if pid == 0:
                 try:
+                    os.close(ready_r)
                     self.create_players(BigOdpRC, msg_size=MSG,
                                         odp_caps=e.IBV_ODP_SUPPORT_READ)
                     wr = u.get_send_elements(self.client, False, e.IBV_WR_RDMA_READ)[0]
+                    u.send(self.client, wr, e.IBV_WR_RDMA_READ)
+                    os.write(ready_w, b'r')
                     while True:
-                        u.send(self.client, wr, e.IBV_WR_RDMA_READ)
                         u.poll_cq(self.client.cq)
                         # The source leaves the device again (invalidation) and refaults.
                         madvise(self.server.mr.buf, MSG)
+                        u.send(self.client, wr, e.IBV_WR_RDMA_READ)
+                except BaseException as ex:
+                    # Before the READ was posted this fails the case (the parent sees no 'r');
+                    # after it (a slow READ's poll timeout, say) the exit deregisters too.
+                    print(f'child: {type(ex).__name__}: {ex}', flush=True)
                 finally:
                     os._exit(0)
-            time.sleep(1.5)
+            os.close(ready_w)
+            readable = select.select([ready_r], [], [], READ_START_S)[0]
+            said = os.read(ready_r, 1) if readable else b''
+            os.close(ready_r)
+            if said != b'r':
+                os.kill(pid, 9)
+                os.waitpid(pid, 0)
+                self.fail('the child posted no READ' +
+                          ('' if readable else f' within {READ_START_S} s'))
+            time.sleep(0.5)
             os.kill(pid, 9)
             os.waitpid(pid, 0)

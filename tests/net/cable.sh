@@ -18,17 +18,21 @@ port=18515
 for op in write read; do
 	port=$((port + 1))
 	if [ "$role" = server ]; then
-		timeout 120 /tmp/rdma-xfer -s "$server" -p "$port" -m "$mib" -o "$op" >/tmp/x.log 2>&1 ||
+		# Bounds the wait for the client and the transfer; the lab's timeout bounds the whole.
+		timeout 300 /tmp/rdma-xfer -s "$server" -p "$port" -m "$mib" -o "$op" >/tmp/x.log 2>&1 ||
 			{ cat /tmp/x.log; fail "rdma-xfer server $op"; }
 		continue
 	fi
 	# Retry only while the server is not listening yet (rdma_cm REJ reason 8, invalid service
-	# ID), as tests/net/pair.sh does.
-	for _ in $(seq 30); do
-		timeout 120 /tmp/rdma-xfer -c "$server" -p "$port" -m "$mib" -o "$op" >/tmp/x.log 2>&1
+	# ID), as tests/net/pair.sh does, for up to 300 s (the server starts once its previous
+	# step is done, which a loaded host may make late).
+	connect_by=$((SECONDS + 300))
+	while :; do
+		timeout 300 /tmp/rdma-xfer -c "$server" -p "$port" -m "$mib" -o "$op" >/tmp/x.log 2>&1
 		c=$?
 		[ $c = 0 ] && break
 		grep -qE "REJECTED[^0-9]{1,12}8\b" /tmp/x.log || break
+		[ $SECONDS -lt $connect_by ] || break
 		sleep 0.5
 	done
 	grep -q ": equal" /tmp/x.log && [ "$c" = 0 ] || { cat /tmp/x.log; fail "rdma-xfer $op of $mib MiB (exit $c)"; }

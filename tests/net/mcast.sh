@@ -137,7 +137,7 @@ verbs_send() {
 	local round=$1 group=$2 family=$3 peer=$4 out=/tmp/mcast-verbs-$1 gid
 	gid=$(gid_index "$dev" "$family") || fail "round $round: $dev has no IPv$family GID"
 	wait_ready "$round" "$peer"
-	timeout 60 /tmp/mcast-verbs send "$dev" "$gid" "$group" $MESSAGES >"$out" 2>&1 ||
+	timeout 300 /tmp/mcast-verbs send "$dev" "$gid" "$group" $MESSAGES >"$out" 2>&1 ||
 		fail "round $round: verbs sender on $dev: $(cat "$out")"
 	echo "ok   round $round: $(sed -n 's/^ok *//p' "$out")"
 }

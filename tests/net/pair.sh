@@ -50,6 +50,13 @@ if [ "$role" = client ]; then
 fi
 
 iters=${PAIR_ITERS:-200}
+# A server waits for its client as long as the client may take to get to it: in tests/net/two-
+# hosts one client runs all its tests against another server first. The lab's own timeout
+# bounds the whole run.
+SERVER_WAIT_S=480
+# How long a client keeps trying while its server is not listening yet (the server's guest may
+# boot and load its driver later and more slowly than this one).
+CONNECT_WINDOW_S=300
 pp="-d $dev -g $gid -n $iters"
 rc=0
 for t in "$@"; do
@@ -68,7 +75,7 @@ for t in "$@"; do
 		rping) cmd="rping -s -a $peer -C 10 -v" ;;
 		ucmatose) cmd="ucmatose -b $peer -c 2 -C 20 -S 1024" ;;
 		esac
-		timeout 120 $cmd >/tmp/s.log 2>&1 || { echo "FAIL server: $t ($cmd)"; cat /tmp/s.log; rc=1; }
+		timeout $SERVER_WAIT_S $cmd >/tmp/s.log 2>&1 || { echo "FAIL server: $t ($cmd)"; cat /tmp/s.log; rc=1; }
 		continue
 	fi
 	case $t in
@@ -79,11 +86,13 @@ for t in "$@"; do
 	# Retry only while the server is not listening yet, and nothing else (as
 	# tests/interop/cases.py): a refused TCP connection, or an rdma_cm REJ with reason 8
 	# (invalid service ID). UNREACHABLE (lost CM MADs) or any other reject is a failure.
-	for _ in $(seq 60); do
+	connect_by=$((SECONDS + CONNECT_WINDOW_S))
+	while :; do
 		timeout 120 $cmd >/tmp/c.log 2>&1
 		c=$?
 		[ $c = 0 ] && break
 		grep -qE "Couldn't connect to [^ ]+:[0-9]+|REJECTED[^0-9]{1,12}8\b" /tmp/c.log || break
+		[ $SECONDS -lt $connect_by ] || { echo "client: $t: no server listening within $CONNECT_WINDOW_S s"; break; }
 		echo "retry $t: the server is not listening yet ($(grep -m1 -oE "Couldn't connect to [^ ]+:[0-9]+|REJECTED[^0-9]{1,12}8\b" /tmp/c.log))"
 		sleep 1
 	done

@@ -3,7 +3,8 @@
 guest holding a rox NIC (rox_0) and a virtio-net NIC with rdma_rxe on it (rxe0), both guests
 running this script with the same arguments but --me. Guest 0 runs every server, guest 1
 every client; each job of a round has its own port, so a server left waiting by a failed job
-never meets the client of a later one, and the guests need no other coordination.
+never meets the client of a later one; a client starts once its server says it listens (a TCP
+"ready" port per job, READY_PORT_OFFSET above the job's port), however far apart the guests run.
 
 Jobs (--plan):
   hunt   per round, a verified rsockets stream rox_0 <-> rox_0 (`rstream -S 65536 -C 200 -T v`,
@@ -29,8 +30,10 @@ and at the end the devices' counters (`rdma statistic`) as `COUNTERS <dev> name=
 import argparse
 import os
 import re
+import socket
 import subprocess
 import sys
+import threading
 import time
 
 sys.path.insert(0, "/rox/tests/interop")
@@ -41,12 +44,20 @@ import in_guest  # noqa: E402  (tests/lib/in_guest.py: the lab's addresses, devi
 BASE_PORT = 23000
 JOB_TIMEOUT_S = 900
 CONNECT_WINDOW_S = 120
-# Clients of a round start this late, so that every server (started at the same moment on the
-# other guest) listens: an rsockets client that meets no listener fails in rpoll with no clear
-# "not listening" message, and its server then waits for a client that never comes.
-SERVER_HEAD_START_S = 3
+# A client starts only once its server listens: an rsockets client that meets no listener fails
+# in rpoll with no clear "not listening" message (its server then waits for a client that never
+# comes), and the server's guest may be seconds behind this one. So the server side, once its
+# program listens (a TCP or rdma_cm listener on the job's port), opens the job's ready port
+# (the job's port + READY_PORT_OFFSET, on guest 0) and the client connects there first.
+READY_PORT_OFFSET = 20000
+# How long a client waits for its server to be ready: the server's guest starts the job only
+# when its previous job is over, however long that took.
+READY_WAIT_S = 600
 # In a hunt round the other traffic starts first; the verified stream joins it this much later.
 BACKGROUND_HEAD_START_S = 3
+# Guest 0's address its ready ports are reached on (main sets it): its virtio NIC's (TCP
+# recovers from whatever the rox ports' faults do to frames on the way).
+ready_server_ip = None
 # What a client sees while its server is not listening yet (the only reason to try again):
 # a refused TCP connection (perftest) or an rdma_cm reject (rsockets, rdma-xfer, send-seq).
 NOT_LISTENING = re.compile(r"Couldn't connect to \S+:\d+|REJECTED|Connection refused|"
@@ -203,9 +214,61 @@ def finish(proc, timeout):
         return 124, out + f"\n(timed out after {timeout} s)"
 
 
-def run_client(cmd, delay=0):
-    """A client: tried again only while its server is not listening yet. `delay`: start
-    this late (the verified stream starts once the other traffic is running)."""
+def listening(port):
+    """Whether a program of this guest listens on `port`: TCP (perftest's exchange) or
+    rdma_cm (rsockets, rdma-xfer, send-seq; `rdma resource show cm_id`)."""
+    rc, out = sh(f"ss -Hltn 'sport = :{port}'", 30)
+    if rc == 0 and out.strip():
+        return True
+    rc, out = sh("rdma resource show cm_id", 30)
+    return rc == 0 and re.search(rf"state LISTEN .*src-addr \S*:{port}( |$)", out, re.M) is not None
+
+
+def announce_ready(proc, port):
+    """Server side, in a thread: once `proc` listens on `port`, accepts one connection on the
+    job's ready port (see READY_PORT_OFFSET). Gives up when `proc` ends first."""
+    while not listening(port):
+        if proc.poll() is not None:
+            return
+        time.sleep(0.2)
+    with socket.create_server(("", port + READY_PORT_OFFSET)) as srv:
+        srv.settimeout(1)
+        while proc.poll() is None:
+            try:
+                srv.accept()[0].close()
+                return
+            except socket.timeout:
+                continue
+
+
+def start_server(cmd, port):
+    """A server program, with its readiness announced to the client (announce_ready)."""
+    proc = start(cmd)
+    threading.Thread(target=announce_ready, args=(proc, port), daemon=True).start()
+    return proc
+
+
+def wait_ready(server_ip, port):
+    """Client side: waits (at most READY_WAIT_S) until the server of the job on `port`
+    says it listens; an error message when it never did, else None."""
+    end = time.monotonic() + READY_WAIT_S
+    while True:
+        try:
+            socket.create_connection((server_ip, port + READY_PORT_OFFSET), timeout=5).close()
+            return None
+        except OSError as e:
+            if time.monotonic() > end:
+                return f"the server on {server_ip} was not listening on port {port} after {READY_WAIT_S} s ({e})"
+            time.sleep(0.5)
+
+
+def run_client(cmd, server_ip, port, delay=0):
+    """A client: started once its server listens; tried again only while its server is not
+    listening yet. `delay`: start this much later still (the verified stream starts once the
+    other traffic is running)."""
+    not_ready = wait_ready(server_ip, port)
+    if not_ready:
+        return 1, not_ready
     time.sleep(delay)
     t0 = time.monotonic()
     while True:
@@ -233,28 +296,28 @@ def run_jobs(me, r, jobs, parallel, first_job=0):
     """Runs this guest's side of `jobs` (all at once if `parallel`); returns the failures. Job
     j of round r has its own port (jobs of a round numbered from `first_job`)."""
     role = "server" if me == 0 else "client"
-    cmds = [(name, (srv if me == 0 else cli).format(
-                port=BASE_PORT + (r * 16 + first_job + j) % 20000))
-            for j, (name, (srv, cli), _) in enumerate(jobs)]
+    ports = [BASE_PORT + (r * 16 + first_job + j) % 20000 for j in range(len(jobs))]
+    cmds = [(name, (srv if me == 0 else cli).format(port=port), port)
+            for (name, (srv, cli), _), port in zip(jobs, ports)]
     failed = 0
     if parallel:
         if me == 0:
-            procs = [(name, cmd, start(cmd)) for name, cmd in cmds]
+            procs = [(name, cmd, start_server(cmd, port)) for name, cmd, port in cmds]
             done = [(name, cmd, *finish(p, JOB_TIMEOUT_S)) for name, cmd, p in procs]
         else:
             import concurrent.futures as cf
             with cf.ThreadPoolExecutor(len(cmds)) as ex:
-                main = SERVER_HEAD_START_S + (BACKGROUND_HEAD_START_S if len(cmds) > 1 else 0)
-                futs = [(name, cmd, ex.submit(run_client, cmd,
-                                              main if j == 0 else SERVER_HEAD_START_S))
-                        for j, (name, cmd) in enumerate(cmds)]
+                main = BACKGROUND_HEAD_START_S if len(cmds) > 1 else 0
+                futs = [(name, cmd, ex.submit(run_client, cmd, ready_server_ip, port,
+                                              main if j == 0 else 0))
+                        for j, (name, cmd, port) in enumerate(cmds)]
                 done = [(name, cmd, *f.result()) for name, cmd, f in futs]
         for name, cmd, rc, out in done:
             failed += not report(r, name, role, cmd, rc, out)
     else:
-        for name, cmd in cmds:
-            rc, out = (finish(start(cmd), JOB_TIMEOUT_S) if me == 0
-                       else run_client(cmd, SERVER_HEAD_START_S))
+        for name, cmd, port in cmds:
+            rc, out = (finish(start_server(cmd, port), JOB_TIMEOUT_S) if me == 0
+                       else run_client(cmd, ready_server_ip, port))
             failed += not report(r, name, role, cmd, rc, out)
             time.sleep(1)
     return failed
@@ -284,7 +347,9 @@ def main():
         sys.exit(f"soak: --pair {a.pair}: want one of {', '.join(LOSS_PAIRS)}, or rox-rxe,rxe-rox")
     ifs = (env("ROX_IF_0"), env("ROX_IF_1"))
     setup(a.ko, ifs[1])
+    global ready_server_ip
     ip = {(g, n): env(f"ROX_IP_{g}_{n}") for g in (0, 1) for n in (0, 1)}
+    ready_server_ip = ip[0, 1]
     setup_routes(a.me, a.plan, ip, ifs)
     rox = Ends(a.me, "rox_0", ip[0, 0], "rox_0", ip[1, 0])
     rxe = Ends(a.me, "rxe0", ip[0, 1], "rxe0", ip[1, 1])

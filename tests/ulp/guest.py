@@ -43,6 +43,9 @@ KEEP_ALIVE_TMO_S = 5
 # fast_io_fail_tmo the queued I/O would wait for all of them.
 FAST_IO_FAIL_TMO_S = 4
 FAULT_IO_LIMIT_S = 180
+# How long fio may take to complete its first I/Os before the fault (it starts slowly on a
+# loaded TCG host; the fault must hit I/O in flight, so the case waits for that, not for a time).
+FIO_START_S = 180
 # The target after the fault: rox.ko meets its dead device when nvmet tears the initiator's
 # queues down (keep-alive expiry) or when the target does: its admin queue gets no completion,
 # which it says once (drivers/admin.rs), failing every later command at once. The target waits
@@ -293,7 +296,9 @@ def nvme_connect(peer, src_ip, queues, extra=""):
     must("modprobe nvme_rdma")
     must(f"nvme connect -t rdma -a {peer} -s {NVME_PORT} -n {NQN} -w {src_ip}"
          f" --nr-io-queues {queues} {host_ids()} {extra}", 120)
-    for _ in range(100):
+    # The namespace appears when the controller's scan work has run: late on a loaded guest.
+    end = time.monotonic() + 120
+    while time.monotonic() < end:
         for c in sorted(os.listdir("/sys/class/nvme") if os.path.isdir("/sys/class/nvme") else []):
             try:
                 if open(f"/sys/class/nvme/{c}/subsysnqn").read().strip() == NQN:
@@ -311,7 +316,7 @@ def nvme_connect(peer, src_ip, queues, extra=""):
             except OSError:
                 pass
         time.sleep(0.1)
-    raise Step("nvme connect succeeded but no namespace block device appeared")
+    raise Step("nvme connect succeeded but no namespace block device appeared within 120 s")
 
 
 def nvme_disconnect():
@@ -389,9 +394,9 @@ def nfs_server_down():
     must("rpc.nfsd 0", 120)
     must("exportfs -ua")
     sh("kill $(pidof rpc.mountd)", 10)
-    for _ in range(50):
-        if sh("pidof rpc.mountd", 5)[0] != 0:
-            break
+    # Gone before rpc_pipefs is unmounted (a loaded guest may take a while to run its exit).
+    end = time.monotonic() + 60
+    while sh("pidof rpc.mountd", 5)[0] == 0 and time.monotonic() < end:
         time.sleep(0.1)
     must("umount /var/lib/nfs/rpc_pipefs && umount /proc/fs/nfsd && umount /var/lib/nfs")
     must(f"umount {EXPORT}")
@@ -567,13 +572,13 @@ def fault(a, ctl, rdma, mark):
     def done():
         f = open(stat).read().split()
         return int(f[0]) + int(f[4])
-    before, end = done(), time.monotonic() + 60
+    before, end = done(), time.monotonic() + FIO_START_S
     while done() < before + 64 and proc.poll() is None and time.monotonic() < end:
         time.sleep(0.5)
     if proc.poll() is not None or done() < before + 64:
         proc.kill()
         out = proc.communicate()[0] if proc.poll() is not None else ""
-        raise Step(f"fio made no progress before the fault: {out.strip()[-300:]}")
+        raise Step(f"fio made no progress within {FIO_START_S} s before the fault: {out.strip()[-300:]}")
     print("ULP-FAULT-NOW", flush=True)
     t0 = time.monotonic()
     try:
