@@ -90,7 +90,15 @@ pub fn port_limit_frames(
     frame_bytes: usize,
 ) -> std::io::Result<(f64, f64)> {
     const MIN_FRAME: usize = 64;
-    measure(tx, rx, mtu, secs, TapIo::Auto, frame_bytes.max(MIN_FRAME), false)
+    measure(
+        tx,
+        rx,
+        mtu,
+        secs,
+        TapIo::Auto,
+        frame_bytes.max(MIN_FRAME),
+        false,
+    )
 }
 
 fn measure(
