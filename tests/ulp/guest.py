@@ -65,6 +65,17 @@ KERNEL_COMPLAINT = re.compile(
     r"lockdep is turned off")
 # lockdep (debug kernel) reports only its first finding, then stops proving: debug_locks 0 here.
 LOCKDEP_STATS = "/proc/lockdep_stats"
+# lockdep reports of Linux's own code that rox cannot cause or mend, each the set of locks in
+# its dependency chain. nvmet-rdma runs a queue's first command (the I/O connect, which takes
+# nvmet_config_sem) inside the rdma_cm handler (under id_priv->handler_mutex) when it arrives
+# before ESTABLISHED, which IB allows; removing a port calls rdma_destroy_id (handler_mutex)
+# under nvmet_config_sem. Seen on 7.3.4 in make test's guest-ulp-debug, 2026-11-26, not on every
+# run: only when the connect overtakes ESTABLISHED. A known report is printed, not failed; a
+# report that names rox ("[rox]") or any other lock still fails.
+KNOWN_UPSTREAM_LOCKDEP = [frozenset({"nvmet_config_sem", "&id_priv->handler_mutex"})]
+LOCKDEP_REPORT_START = re.compile(
+    r"possible circular locking dependency|inconsistent lock state|possible recursive locking")
+LOCKDEP_CHAIN_LOCK = re.compile(r"-> #\d+ \((.+?)\)\{")
 
 
 def log(msg):
@@ -133,12 +144,43 @@ class Rdma:
         self.dev = None
 
 
+def known_lockdep_reports(lines):
+    """Line ranges of the lockdep reports in `lines` that are KNOWN_UPSTREAM_LOCKDEP's: a
+    report runs from its "=====" banner to the "</TASK>" that ends its stack backtrace."""
+    known = []
+    for start, line in enumerate(lines):
+        if not LOCKDEP_REPORT_START.search(line):
+            continue
+        first = max(start - 1, 0)
+        backtrace = next((i for i in range(start, min(start + 400, len(lines)))
+                          if "stack backtrace:" in lines[i]), None)
+        if backtrace is None:
+            continue
+        end = next((i + 1 for i in range(backtrace, min(backtrace + 200, len(lines)))
+                    if "</TASK>" in lines[i]), None)
+        if end is None:
+            continue
+        block = lines[first:end]
+        locks = frozenset(m.group(1) for l in block for m in LOCKDEP_CHAIN_LOCK.finditer(l))
+        if locks in KNOWN_UPSTREAM_LOCKDEP and not any("[rox]" in l for l in block):
+            known.append(range(first, end))
+    return known
+
+
 def kernel_complaints(since):
     """New dmesg lines since line `since` that show a kernel problem (at most a few)."""
-    lines = must("dmesg").splitlines()[since:]
-    bad = [l for l in lines if KERNEL_COMPLAINT.search(l)]
-    # A report printed before `since` (rox.ko's load, an earlier case) turned lockdep off.
-    if os.path.exists(LOCKDEP_STATS):
+    every = must("dmesg").splitlines()
+    known = known_lockdep_reports(every)
+    for r in known:
+        if r.start >= since:
+            log("known upstream lockdep report, not rox's (nvmet-rdma against rdma_cm: "
+                f"{every[r.start + 1].strip()}); lockdep proves nothing more in this boot")
+    inside = set(i for r in known for i in r)
+    bad = [l for i, l in enumerate(every) if i >= since and i not in inside
+           and KERNEL_COMPLAINT.search(l)]
+    # A report printed before `since` (rox.ko's load, an earlier case) turned lockdep off;
+    # a known upstream report explains it.
+    if os.path.exists(LOCKDEP_STATS) and not known:
         stats = open(LOCKDEP_STATS).read()
         if not re.search(r"^\s*debug_locks:\s*1\s*$", stats, re.M):
             bad.insert(0, "lockdep is off (debug_locks 0): it reported a locking problem earlier in "
