@@ -12,9 +12,10 @@
 //! 1024 buffers of 16 KiB. No frame is copied on the plain path: the engine builds a packet
 //! straight in a free transmit buffer the cable lends it (`roce::wire::pool`, behind room for
 //! the Ethernet header the port writes when it routes the packet), and the cable publishes
-//! that buffer where it lies; the receiving port reads frames where they lie (ICRC check,
-//! payload placed into guest memory from the buffer) and frees their slots when it is done
-//! with the batch. Frames the port copies (netdev frames, a fault injector's, a packet built
+//! that buffer where it lies. The receiving end copies each frame out of its buffer once
+//! (volatile loads, `sys::shm::PeerBytes`) into memory of its own, from which the port checks
+//! the ICRC and places the payload: the peer can still write a buffer it published, and what
+//! is checked must be what is placed. It frees the slots when the port is done with the batch. Frames the port copies (netdev frames, a fault injector's, a packet built
 //! while no buffer was to spare) take a free buffer at send time. A buffer goes back on the
 //! free list when the peer's tail passes its descriptor; the buffers a ring position holds are
 //! this end's own record, so a descriptor the peer rewrites cannot free a buffer twice.
@@ -32,11 +33,11 @@
 //! peer that went away does); nothing the peer writes can make this end read or write outside
 //! the mapping, and the memfd's size is sealed so the mapping cannot shrink under it. A peer
 //! that writes a buffer it has published can only make that frame's bytes wrong, as a wire
-//! corrupts a frame (the ICRC check catches it or not, as on any wire).
+//! corrupts a frame (the ICRC check of the copy catches it or not, as on any wire).
 
 use std::fs::File;
 use std::io::{Read, Write};
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{fence, Ordering};
@@ -48,7 +49,8 @@ use super::socket::{remove_stale_socket, RECONNECT_INTERVAL};
 use super::{FrameRef, RxBatch, Sent, BATCH};
 use crate::roce::wire::pool::{self, Lease, Lender, Packet};
 use crate::sys;
-use crate::sys::shm::{Epoll, Region, SharedMapping};
+use crate::sys::shm::{Epoll, PeerBytes, Region, SharedMapping};
+use hello::{serve_hello, take_hello};
 
 /// The hello message's and the memfd header's first word ("RXCB").
 const MAGIC: u32 = 0x5258_4342;
@@ -197,11 +199,14 @@ struct Wire {
     published: Vec<Option<Region>>,
     /// The receive ring's count, likewise.
     rx_tail: u32,
-    /// The receive ring's buffers, read where the peer's descriptors point.
-    rx_buffers: Vec<Region>,
-    /// Received frames lent to the port (buffer and length), freed at the next receive or
-    /// [`Wire::release_lent`].
-    lent: Vec<(u32, usize)>,
+    /// The receive ring's buffers, copied from where the peer's descriptors point.
+    rx_buffers: Vec<PeerBytes>,
+    /// The copies of the received frames, [`BATCH`] slots of a buffer's length (this
+    /// process's own memory, which the peer cannot change).
+    rx_copies: Vec<u8>,
+    /// Received frames lent to the port (their lengths, in `rx_copies`' slots); their ring
+    /// slots are freed at the next receive or [`Wire::release_lent`].
+    lent: Vec<usize>,
 }
 
 impl Wire {
@@ -218,13 +223,13 @@ impl Wire {
             Ring::new(tx, slots, slot_len),
             Ring::new(rx, slots, slot_len),
         );
-        let carve = |ring: &Ring| {
-            map.carve(ring.buffer(0), slot_len as usize, slots)
-                .ok_or_else(|| std::io::Error::other("cable buffers outside the mapping"))
-        };
-        let mut free = carve(&tx)?;
+        let outside = || std::io::Error::other("cable buffers outside the mapping");
+        let mut free = map
+            .carve(tx.buffer(0), slot_len as usize, slots)
+            .ok_or_else(outside)?;
         free.reverse();
-        let rx_buffers = carve(&rx)?;
+        let rx_buffers =
+            PeerBytes::carve(&map, rx.buffer(0), slot_len as usize, slots).ok_or_else(outside)?;
         let tx_slots = Arc::new(TxSlots {
             free: Mutex::new(free),
         });
@@ -242,6 +247,7 @@ impl Wire {
             published: (0..slots).map(|_| None).collect(),
             rx_tail: 0,
             rx_buffers,
+            rx_copies: vec![0; BATCH * slot_len as usize],
             lent: Vec::with_capacity(BATCH),
         })
     }
@@ -304,8 +310,12 @@ impl Wire {
     }
 
     /// Queues `buffer`, holding a frame of `len` bytes, at the next ring position (the peer
-    /// sees it at [`Wire::publish`]).
-    fn push(&mut self, buffer: Region, len: usize) {
+    /// sees it at [`Wire::publish`]). A full ring gives it back: with as many buffers as
+    /// positions that cannot happen, but a position still holding a buffer must never lose it.
+    fn push(&mut self, buffer: Region, len: usize) -> Result<(), Region> {
+        if self.tx_head.wrapping_sub(self.tx_reclaimed) >= self.tx.slots {
+            return Err(buffer);
+        }
         let at = self.tx.descriptor(self.tx_head);
         let mut desc = [0u8; DESC_LEN];
         desc[..4].copy_from_slice(&buffer.index().to_ne_bytes());
@@ -313,6 +323,18 @@ impl Wire {
         self.map.write(at, &desc);
         self.published[(self.tx_head % self.tx.slots) as usize] = Some(buffer);
         self.tx_head = self.tx_head.wrapping_add(1);
+        Ok(())
+    }
+
+    /// [`Wire::push`], a refused buffer going back to the free list.
+    fn push_or_free(&mut self, buffer: Region, len: usize) -> Produced {
+        match self.push(buffer, len) {
+            Ok(()) => Produced::Published,
+            Err(buffer) => {
+                self.slots.give_back(buffer);
+                Produced::NoRoom
+            }
+        }
     }
 
     /// Puts one frame in the ring: a packet built in one of this wire's buffers as it is,
@@ -325,12 +347,15 @@ impl Wire {
         if len > CABLE_MAX_FRAME {
             return Produced::TooLong;
         }
+        if self.tx_head.wrapping_sub(self.tx_reclaimed) >= self.tx.slots {
+            // Checked before a packet is taken apart, so a full ring keeps it for later.
+            return Produced::NoRoom;
+        }
         if let Out::Packet(_, p) = frame {
             if p.lease().is_some_and(|l| l.is_from(&self.lender)) {
                 let packet = std::mem::replace(*p, Packet::from(Vec::new()));
                 if let Ok((lease, frame_len)) = packet.into_lease() {
-                    self.push(lease.publish(), frame_len);
-                    return Produced::Published;
+                    return self.push_or_free(lease.publish(), frame_len);
                 }
             }
         }
@@ -344,8 +369,7 @@ impl Wire {
         let bytes = buffer.as_mut_slice();
         bytes[..head.len()].copy_from_slice(head);
         bytes[head.len()..len].copy_from_slice(body);
-        self.push(buffer, len);
-        Produced::Published
+        self.push_or_free(buffer, len)
     }
 
     /// Shows the peer the frames pushed since the last time, and wakes it if it sleeps.
@@ -389,18 +413,22 @@ impl Wire {
                 self.lent.clear();
                 return None;
             }
-            self.lent.push((id, len));
+            let copy = &mut self.rx_copies[i * self.rx.slot_len as usize..][..len];
+            if !self.rx_buffers[id as usize].copy_to(copy) {
+                self.lent.clear();
+                return None;
+            }
+            self.lent.push(len);
         }
         Some(n)
     }
 
-    /// The frames [`Wire::consume`] lent, in arrival order.
+    /// The frames [`Wire::consume`] lent (their copies), in arrival order.
     fn lent_frames(&self) -> impl Iterator<Item = &[u8]> {
-        // A published buffer is the receiving end's until it moves its tail past it
-        // ([`Wire::release_lent`], which takes `&mut self` and so ends these borrows).
-        self.lent
-            .iter()
-            .map(|&(id, len)| &self.rx_buffers[id as usize].as_slice()[..len])
+        self.rx_copies
+            .chunks_exact(self.rx.slot_len as usize)
+            .zip(&self.lent)
+            .map(|(copy, &len)| &copy[..len])
     }
 
     /// Raises this end's `flag` on `ring` and looks again whether `ready` holds (a peer that
@@ -722,73 +750,7 @@ impl Drop for Cable {
     }
 }
 
-/// The listener's side of the handshake: the memfd, the doorbells, the hello.
-fn serve_hello(conn: UnixStream) -> std::io::Result<Wire> {
-    let (slots, slot_len) = (RING_SLOTS, SLOT_LEN);
-    let len = region_len(slots, slot_len);
-    let memfd = sys::shm::sealed_memfd(c"rox-cable", len as u64)?;
-    let map = SharedMapping::map(&memfd, len)?;
-    let hello = hello_bytes(slots, slot_len);
-    map.write(0, &hello);
-    let (listener_bell, connector_bell) = (sys::fd::eventfd()?, sys::fd::eventfd()?);
-    sys::shm::send_with_fds(
-        &conn,
-        &hello,
-        &[
-            memfd.as_raw_fd(),
-            listener_bell.as_raw_fd(),
-            connector_bell.as_raw_fd(),
-        ],
-    )?;
-    conn.set_nonblocking(true)?;
-    Wire::new(conn, map, (listener_bell, connector_bell), true)
-}
-
-fn hello_bytes(slots: u32, slot_len: u32) -> [u8; HELLO_LEN] {
-    let mut h = [0u8; HELLO_LEN];
-    for (i, word) in [MAGIC, VERSION, slots, slot_len].into_iter().enumerate() {
-        h[i * 4..i * 4 + 4].copy_from_slice(&word.to_ne_bytes());
-    }
-    h
-}
-
-/// The connector's side: checks the hello and the memfd, maps it.
-fn take_hello(conn: UnixStream) -> std::io::Result<Wire> {
-    let bad = |what: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, what.to_string());
-    // Called once bytes are waiting; the timeout only bounds a hello cut short.
-    conn.set_nonblocking(false)?;
-    conn.set_read_timeout(Some(Duration::from_secs(1)))?;
-    let mut hello = [0u8; HELLO_LEN];
-    let (n, fds) = sys::shm::recv_with_fds(&conn, &mut hello)?;
-    let word = |i: usize| u32::from_ne_bytes(hello[i * 4..i * 4 + 4].try_into().unwrap());
-    if n != HELLO_LEN || word(0) != MAGIC || word(1) != VERSION {
-        return Err(bad("not a rox cable hello (magic or version)"));
-    }
-    let (slots, slot_len) = (word(2), word(3));
-    if slots != RING_SLOTS || slot_len != SLOT_LEN {
-        return Err(bad("ring geometry differs from this end's"));
-    }
-    let [memfd, listener_bell, connector_bell]: [OwnedFd; 3] = fds
-        .try_into()
-        .map_err(|_| bad("the hello does not carry three descriptors"))?;
-    let memfd = File::from(memfd);
-    let len = region_len(slots, slot_len);
-    if !sys::shm::has_size_seals(&memfd) || memfd.metadata()?.len() != len as u64 {
-        return Err(bad(
-            "the ring memory is not a sealed memfd of the ring size",
-        ));
-    }
-    let (doorbell, peer_doorbell) = (File::from(connector_bell), File::from(listener_bell));
-    if ![&doorbell, &peer_doorbell]
-        .into_iter()
-        .all(sys::fd::is_nonblocking_eventfd)
-    {
-        return Err(bad("the doorbells are not non-blocking eventfds"));
-    }
-    let map = SharedMapping::map(&memfd, len)?;
-    conn.set_nonblocking(true)?;
-    Wire::new(conn, map, (doorbell, peer_doorbell), false)
-}
+mod hello;
 
 #[cfg(test)]
 mod tests;

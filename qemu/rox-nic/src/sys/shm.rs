@@ -67,45 +67,32 @@ impl SharedMapping {
     /// Maps all `len` bytes of `file` (which must be at least that long and sealed against
     /// shrinking, see [`sealed_memfd`]).
     pub fn map(file: &File, len: usize) -> std::io::Result<SharedMapping> {
+        Self::mmap_shared(len, 0, file.as_raw_fd())
+    }
+
+    /// A shared anonymous mapping of `len` zero bytes: memory this process shares with the
+    /// kernel only (io_uring's provided buffers, `crate::sys::uring`).
+    pub fn anonymous(len: usize) -> std::io::Result<SharedMapping> {
+        Self::mmap_shared(len, libc::MAP_ANONYMOUS, -1)
+    }
+
+    /// A new read-write `MAP_SHARED | flags` mapping of `len` bytes of `fd` (-1: anonymous).
+    fn mmap_shared(len: usize, flags: libc::c_int, fd: RawFd) -> std::io::Result<SharedMapping> {
         if len == 0 {
             return Err(std::io::Error::new(
                 ErrorKind::InvalidInput,
                 "empty mapping",
             ));
         }
-        // SAFETY: a new shared mapping of an open file; the kernel picks the address; the
-        // result is checked.
+        // SAFETY: a new shared mapping (of an open file, or anonymous); the kernel picks the
+        // address; the result is checked.
         let p = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
                 len,
                 libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                file.as_raw_fd(),
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(std::io::Error::last_os_error());
-        }
-        Ok(SharedMapping {
-            base: p.cast(),
-            len,
-            carved: Mutex::new(Vec::new()),
-        })
-    }
-
-    /// A shared anonymous mapping of `len` zero bytes: memory this process shares with the
-    /// kernel only (io_uring's provided buffers, `crate::sys::uring`).
-    pub fn anonymous(len: usize) -> std::io::Result<SharedMapping> {
-        // SAFETY: a new anonymous mapping; the kernel picks the address; the result is checked.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
-                -1,
+                libc::MAP_SHARED | flags,
+                fd,
                 0,
             )
         };
@@ -213,9 +200,9 @@ impl Drop for SharedMapping {
 }
 
 /// Bytes of a [`SharedMapping`] this process holds alone ([`SharedMapping::carve`]); it
-/// keeps the mapping alive. The peer process shares them by a protocol (a cable's buffer is
-/// the writer's until published, the reader's until freed): one that breaks it can only make
-/// the bytes wrong while they are read, as a wire corrupts a frame.
+/// keeps the mapping alive. Only for bytes this process writes and the peer only reads once
+/// handed over (a cable's transmit buffers, the writer's until published): bytes the peer may
+/// write while this process reads them are [`PeerBytes`], which lend no slice.
 pub struct Region {
     map: Arc<SharedMapping>,
     ptr: NonNull<u8>,
@@ -250,13 +237,105 @@ impl Region {
 
     pub fn as_slice(&self) -> &[u8] {
         // SAFETY: `len` bytes in the mapping `self.map` keeps alive; this region is the only
-        // handle to them in this process, and `&self` lets nothing write them meanwhile.
+        // handle to them in this process, and `&self` lets nothing in it write them meanwhile.
+        // The peer reads them only once they are handed over (a transmit buffer is this end's
+        // until published, and taken back only after the peer moved past it); a peer that
+        // breaks that protocol can only corrupt this end's own outgoing frame.
         unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
     }
 
     pub fn as_mut_slice(&mut self) -> &mut [u8] {
         // SAFETY: as in `as_slice`, and `&mut self` makes this the only borrow.
         unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+/// Bytes of a [`SharedMapping`] that the peer process may write at any time, even while
+/// this one reads them (a cable's receive buffers: a peer that breaks the ring protocol, or a
+/// hostile one, rewrites a frame after this end checked it). They are never lent out as a
+/// `&[u8]`, whose bytes Rust (and the optimiser) may assume stay put: the only way to read
+/// them is [`PeerBytes::copy_to`], a copy into this process's own memory that reads each
+/// byte once, so what is checked afterwards is what is used.
+pub struct PeerBytes(Region);
+
+impl PeerBytes {
+    /// `count` buffers of `len` bytes each from byte `offset` on, as [`SharedMapping::carve`].
+    pub fn carve(
+        map: &Arc<SharedMapping>,
+        offset: usize,
+        len: usize,
+        count: u32,
+    ) -> Option<Vec<PeerBytes>> {
+        Some(
+            map.carve(offset, len, count)?
+                .into_iter()
+                .map(PeerBytes)
+                .collect(),
+        )
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.len == 0
+    }
+
+    /// Copies the first `dst.len()` bytes into `dst`; false (nothing copied) if longer than
+    /// these bytes. Volatile loads (16 bytes each on x86-64, 8 elsewhere, single bytes at the
+    /// ends): each byte read exactly once, never assumed unchanged by the compiler.
+    pub fn copy_to(&self, dst: &mut [u8]) -> bool {
+        const WORD: usize = size_of::<u64>();
+        let n = dst.len();
+        if n > self.0.len {
+            return false;
+        }
+        let first = self.0.ptr.as_ptr().cast_const();
+        let mut at = 0;
+        // SAFETY: `n` bytes from `first` lie in the mapping `self.0.map` keeps alive (checked
+        // above); each load below is inside [0, n) and aligned to its size (the checks before
+        // each loop). The peer may write these bytes concurrently: a volatile load of plain
+        // shared memory (as vm-memory reads guest memory) then reads old or new bytes, which
+        // the caller checks as data. `dst` is this process's own memory, borrowed mutably.
+        unsafe {
+            while at < n && (first as usize + at) % (2 * WORD) != 0 {
+                dst[at] = std::ptr::read_volatile(first.add(at));
+                at += 1;
+            }
+            #[cfg(target_arch = "x86_64")]
+            {
+                // 16-aligned here (or at the end). SSE2 is part of x86-64.
+                use std::arch::x86_64::{__m128i, _mm_storeu_si128};
+                // Four vectors a round (one loop step per 64 bytes), then single ones.
+                const VEC: usize = 2 * WORD;
+                let mut from = first.add(at).cast::<__m128i>();
+                let mut rounds = dst[at..].chunks_exact_mut(4 * VEC);
+                for round in &mut rounds {
+                    let v = [0, 1, 2, 3].map(|k| std::ptr::read_volatile(from.add(k)));
+                    for (to, v) in round.chunks_exact_mut(VEC).zip(v) {
+                        _mm_storeu_si128(to.as_mut_ptr().cast(), v);
+                    }
+                    from = from.add(4);
+                }
+                let mut singles = rounds.into_remainder().chunks_exact_mut(VEC);
+                for to in &mut singles {
+                    _mm_storeu_si128(to.as_mut_ptr().cast(), std::ptr::read_volatile(from));
+                    from = from.add(1);
+                }
+                at = n - singles.into_remainder().len();
+            }
+            while n - at >= WORD {
+                let word = std::ptr::read_volatile(first.add(at).cast::<u64>());
+                dst[at..at + WORD].copy_from_slice(&word.to_ne_bytes());
+                at += WORD;
+            }
+            while at < n {
+                dst[at] = std::ptr::read_volatile(first.add(at));
+                at += 1;
+            }
+        }
+        true
     }
 }
 
@@ -577,6 +656,37 @@ mod tests {
         let mut mem = [0u8; 16];
         assert!(!store_once(&VolatileSlice::from(&mut mem[..8]), &src[..9]));
         assert_eq!(mem, [0; 16], "a length mismatch writes nothing");
+    }
+
+    #[test]
+    fn peer_bytes_copy_exactly_what_was_asked_at_any_alignment_or_refuse() {
+        let pattern: Vec<u8> = (0..4096u32).map(|i| (i * 7 + 3) as u8).collect();
+        // Buffers starting 8-, 1- and 16-aligned, copies of odd and vector lengths.
+        for (offset, len) in [(8, 1000), (1, 515), (2048, 2048)] {
+            let map = Arc::new(SharedMapping::anonymous(4096).unwrap());
+            assert!(map.write(0, &pattern));
+            let peer = PeerBytes::carve(&map, offset, len, 1)
+                .unwrap()
+                .pop()
+                .unwrap();
+            assert_eq!(peer.len(), len);
+            for want in [0, 1, 7, 17, 33, len] {
+                let mut got = vec![0u8; want + 1];
+                assert!(peer.copy_to(&mut got[..want]), "{offset}+{want}");
+                assert_eq!(
+                    got[..want],
+                    pattern[offset..offset + want],
+                    "{offset}+{want}"
+                );
+                assert_eq!(got[want], 0, "nothing past the copy");
+            }
+            let mut long = vec![0u8; len + 1];
+            assert!(!peer.copy_to(&mut long), "longer than the buffer");
+            assert!(
+                long.iter().all(|&b| b == 0),
+                "a refused copy writes nothing"
+            );
+        }
     }
 
     #[test]

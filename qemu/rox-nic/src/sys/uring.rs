@@ -467,28 +467,21 @@ impl FrameRing {
     fn take_frames(&mut self, max: usize, take: &mut impl FnMut(&[u8]) -> bool) -> usize {
         let mut n = 0;
         let mut room = true;
-        while n < max && room {
-            let Some((res, flags)) = self.rx_early.pop_front() else {
-                break;
-            };
-            // Whether it ended the read was noted when it was set aside.
-            n += handle_read(
-                &mut self.rx,
-                &mut self.rx_error,
-                res,
-                flags,
-                take,
-                &mut room,
-            );
-        }
         let mut cq = self.ring.completion();
         while n < max && room {
-            let Some(e) = cq.next() else { break };
-            if e.user_data() != RX_TAG {
-                continue;
-            }
-            let (res, flags) = (e.result(), e.flags());
-            self.rx_armed &= cqueue::more(flags);
+            // Completions set aside earlier come first; whether one ended the read was noted
+            // when it was set aside.
+            let (res, flags) = match self.rx_early.pop_front() {
+                Some(early) => early,
+                None => {
+                    let Some(e) = cq.next() else { break };
+                    if e.user_data() != RX_TAG {
+                        continue;
+                    }
+                    self.rx_armed &= cqueue::more(e.flags());
+                    (e.result(), e.flags())
+                }
+            };
             n += handle_read(
                 &mut self.rx,
                 &mut self.rx_error,

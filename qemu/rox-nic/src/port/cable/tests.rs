@@ -1,5 +1,6 @@
 //! The cable's unit tests: frames across both ways, wake-ups, cuts and hostile peers.
 
+use super::hello::hello_bytes;
 use super::*;
 
 /// Polls `c` until `want` frames arrived (or a few seconds passed).
@@ -295,4 +296,52 @@ fn a_frame_read_from_its_slot_is_the_frame_a_copying_receive_gets() {
         frames,
         "the copying receive: the same bytes"
     );
+}
+
+/// A peer that rewrites a frame's buffer after publishing it cannot change the frame the
+/// receiver already took: the port checks and places a copy, never the shared bytes.
+#[test]
+fn a_frame_rewritten_by_the_peer_after_the_receive_stays_as_received() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut l, mut c) = pair(dir.path());
+    let sent = frame(4000);
+    assert_eq!(l.send(&[FrameRef::whole(&sent)]).taken, 1);
+    let start = Instant::now();
+    while c.recv_lent().unwrap() == 0 {
+        assert!(start.elapsed() < Duration::from_secs(5), "nothing arrived");
+    }
+    let w = l.wire.as_ref().unwrap();
+    let mut desc = [0u8; DESC_LEN];
+    assert!(w.map.read(w.tx.descriptor(0), &mut desc));
+    let id = u32::from_ne_bytes(desc[..4].try_into().unwrap());
+    assert!(w.map.write(w.tx.buffer(id), &vec![0xee; sent.len()]));
+    let got: Vec<Vec<u8>> = c.lent_frames().map(<[u8]>::to_vec).collect();
+    assert_eq!(got, vec![sent], "the frame as it was when received");
+}
+
+/// A ring position still holding a buffer never takes another: with as many buffers as
+/// positions no free buffer exists then, and one that did (a bug) is given back, not lost.
+#[test]
+fn a_full_ring_refuses_a_buffer_and_keeps_the_ones_it_holds() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut l, _c) = pair(dir.path());
+    let frames: Vec<Vec<u8>> = (0..RING_SLOTS as usize).map(frame).collect();
+    let refs: Vec<FrameRef> = frames.iter().map(|f| FrameRef::whole(f)).collect();
+    assert_eq!(l.send(&refs).taken, RING_SLOTS as usize);
+    let w = l.wire.as_mut().unwrap();
+    assert!(w.slots.free().is_empty(), "every buffer is in the ring");
+    let spare = Arc::new(SharedMapping::anonymous(4096).unwrap());
+    let extra = spare.carve(0, 4096, 1).unwrap().pop().unwrap();
+    let head = w.tx_head;
+    let back = w.push(extra, 64).expect_err("a full ring refuses");
+    assert!(back.is_in(&spare), "the refused buffer comes back");
+    assert_eq!(w.tx_head, head, "nothing was queued");
+    assert!(
+        w.published.iter().all(Option::is_some),
+        "no buffer was lost"
+    );
+    assert!(matches!(
+        w.produce(&mut Out::Bytes(FrameRef::whole(&frames[0]))),
+        Produced::NoRoom
+    ));
 }

@@ -20,6 +20,7 @@
 //! guest expects finished frames).
 
 use std::ops::Range;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::port::frame::{ETHERTYPE_IPV4, ETHERTYPE_IPV6, ETH_HEADER_LEN};
 use crate::port::FrameRef;
@@ -38,6 +39,17 @@ pub static NO_OFFLOAD: [u8; VNET_HDR_LEN] = [0; VNET_HDR_LEN];
 /// Frames per segmentation request: well under the kernel's UDP_MAX_SEGMENTS (128 since
 /// Linux 5.x, 64 before).
 pub const MAX_SEGMENTS: usize = 64;
+/// The most frames a received request may stand for: the kernel's UDP_MAX_SEGMENTS (128 since
+/// Linux 6.12; 64 before, as rox's own [`MAX_SEGMENTS`]), since a tap on a bridge also takes
+/// requests from the host's UDP sockets. A larger count is no sender's: refused, so one frame
+/// read cannot become a flood of them (64 KiB cut at 1 byte would be 65k frames).
+pub const RX_MAX_SEGMENTS: usize = 128;
+/// The shortest segment a received request may ask for: a RoCEv2 packet's BTH and ICRC (the
+/// least UDP payload any frame the port takes carries).
+pub const RX_MIN_SEGMENT: usize = BTH_LEN + ICRC_LEN;
+/// Received segmentation requests refused for their segment length or count (all taps of
+/// this process; the log names each).
+static REFUSED_REQUESTS: AtomicU64 = AtomicU64::new(0);
 /// An IP packet's largest total length.
 const MAX_IP_PACKET: usize = 65535;
 /// IPv4 (20 bytes, no options) and UDP headers: what a segmentation request repeats per frame.
@@ -329,6 +341,12 @@ fn request_head(frames: &[FrameRef]) -> [u8; REQUEST_HEAD] {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Unsplittable;
 
+/// Received segmentation requests refused so far for a segment shorter than
+/// [`RX_MIN_SEGMENT`] or more than [`RX_MAX_SEGMENTS`] segments.
+pub fn refused_requests() -> u64 {
+    REFUSED_REQUESTS.load(Ordering::Relaxed)
+}
+
 /// The frames a segmentation request stands for (see [`Segments::header`]).
 pub struct Segments<'a> {
     frame: &'a [u8],
@@ -342,7 +360,8 @@ pub struct Segments<'a> {
 
 impl<'a> Segments<'a> {
     /// The frames `frame` (read behind `vnet`) stands for: one, itself, without a
-    /// segmentation request; an error for a request this port cannot cut (not UDP).
+    /// segmentation request; an error for a request this port cannot cut (not UDP) or will
+    /// not (segments shorter than [`RX_MIN_SEGMENT`], more than [`RX_MAX_SEGMENTS`]).
     pub fn of(vnet: &VnetHdr, frame: &'a [u8]) -> Result<Segments<'a>, Unsplittable> {
         let whole = Segments {
             frame,
@@ -379,13 +398,19 @@ impl<'a> Segments<'a> {
             return Err(Unsplittable);
         }
         let size = usize::from(vnet.gso_size);
+        let count = (frame.len() - head_len).div_ceil(size);
+        if size < RX_MIN_SEGMENT || count > RX_MAX_SEGMENTS {
+            REFUSED_REQUESTS.fetch_add(1, Ordering::Relaxed);
+            log::debug!("rox-nic: tap: refused a request of {count} segments of {size} bytes");
+            return Err(Unsplittable);
+        }
         Ok(Segments {
             frame,
             head_len,
             ip_at,
             v6,
             size,
-            count: (frame.len() - head_len).div_ceil(size),
+            count,
         })
     }
 

@@ -277,3 +277,41 @@ fn a_request_beyond_the_batch_continues_in_the_next() {
     assert_eq!(deliver(&tcp, 0, &mut batch), None);
     assert_eq!(batch.len(), before, "nothing taken");
 }
+
+/// A request cut into segments shorter than a RoCEv2 packet's BTH and ICRC, or into more than
+/// the kernel's UDP_MAX_SEGMENTS, is no sender's: refused and counted, not turned into a flood
+/// of frames (64 KiB at gso_size 1 would be 65k frames from one read).
+#[test]
+fn a_request_for_tiny_or_too_many_segments_is_refused_and_counted() {
+    let request = |payload: usize, gso_size: u16| {
+        let mut frame = HEAD.to_vec();
+        let mut ip = vec![
+            0x45, 0, 0, 0, 0, 0, 0x40, 0, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2,
+        ];
+        put16(&mut ip, 2, (V4_UDP + payload) as u16);
+        frame.extend(&ip);
+        frame.extend([0xc0, 0x00, 0x12, 0xb7, 0, 0, 0, 0]);
+        frame.resize(frame.len() + payload, 0x5a);
+        let vnet = VnetHdr {
+            gso_type: GSO_UDP_L4,
+            hdr_len: 42,
+            gso_size,
+            ..VnetHdr::default()
+        };
+        (vnet, frame)
+    };
+    for (payload, gso_size, count) in [(2048, 16, Some(128)), (60000, 469, Some(128))] {
+        let (vnet, frame) = request(payload, gso_size);
+        let got = Segments::of(&vnet, &frame).map(|s| s.count()).ok();
+        assert_eq!(got, count, "{payload} B at {gso_size}");
+    }
+    for (payload, gso_size) in [(3000, 1), (2048, 15), (60000, 468), (65000, 500)] {
+        let before = refused_requests();
+        let (vnet, frame) = request(payload, gso_size);
+        assert!(
+            Segments::of(&vnet, &frame).is_err(),
+            "{payload} B at {gso_size}"
+        );
+        assert!(refused_requests() > before, "counted");
+    }
+}

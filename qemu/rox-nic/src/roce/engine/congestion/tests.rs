@@ -415,21 +415,28 @@ fn a_cnp_cuts_the_rate_of_a_read_response_stream() {
     }
 }
 
+/// A responder whose QP a CNP cut to 100 Mb/s, with `recv_wrs` receive WRs posted and an
+/// 8 KiB READ (PSN 100..107) queued behind the pacing.
+fn paced_responder(env: &mut TestEnv, recv_wrs: usize) -> Engine {
+    let mut cc = CcConfig::default();
+    cc.params.rate_to_set_on_first_cnp = 100;
+    let mut engine = responder(cc, env);
+    sends(env, recv_wrs);
+    env.now = 1_000_000;
+    engine.receive(env, &cnp_from_peer(LOCAL_QPN)).unwrap();
+    engine
+        .receive(env, &read_request(100, 0, 8 * 1024))
+        .unwrap();
+    engine
+}
+
 /// Responses leave in PSN order: the ACK of a SEND behind a paced READ waits for its
 /// responses; a duplicate READ from the middle of it (the requester's retry) replaces
 /// the waiting rest, so no response is sent twice.
 #[test]
 fn an_ack_waits_for_paced_read_responses_and_a_retried_read_replaces_the_rest() {
     let mut env = TestEnv::new();
-    let mut cc = CcConfig::default();
-    cc.params.rate_to_set_on_first_cnp = 100;
-    let mut engine = responder(cc, &mut env);
-    sends(&mut env, 1);
-    env.now = 1_000_000;
-    engine.receive(&mut env, &cnp_from_peer(LOCAL_QPN)).unwrap();
-    engine
-        .receive(&mut env, &read_request(100, 0, 8 * 1024))
-        .unwrap();
+    let mut engine = paced_responder(&mut env, 1);
     let send = packet_from_peer(op::RC_SEND_ONLY, 108, &[], |_| {});
     engine.receive(&mut env, &send).unwrap();
     engine.poll(&mut env);
@@ -470,15 +477,7 @@ fn an_ack_waits_for_paced_read_responses_and_a_retried_read_replaces_the_rest() 
 /// data was right, and the last packet's AETH syndrome.
 fn cut_read_then(then: &[Vec<u8>], recv_wrs: usize) -> (Vec<(u8, u32)>, bool, Syndrome) {
     let mut env = TestEnv::new();
-    let mut cc = CcConfig::default();
-    cc.params.rate_to_set_on_first_cnp = 100;
-    let mut engine = responder(cc, &mut env);
-    sends(&mut env, recv_wrs);
-    env.now = 1_000_000;
-    engine.receive(&mut env, &cnp_from_peer(LOCAL_QPN)).unwrap();
-    engine
-        .receive(&mut env, &read_request(100, 0, 8 * 1024))
-        .unwrap();
+    let mut engine = paced_responder(&mut env, recv_wrs);
     for packet in then {
         engine.receive(&mut env, packet).unwrap();
     }
@@ -642,15 +641,7 @@ fn the_cnp_rate_limit_is_the_ports_whichever_qp_the_marks_are_for() {
 fn a_nak_queued_behind_paced_reads_counts_only_if_it_leaves() {
     for error_first in [false, true] {
         let mut env = TestEnv::new();
-        let mut cc = CcConfig::default();
-        cc.params.rate_to_set_on_first_cnp = 100;
-        let mut engine = responder(cc, &mut env);
-        sends(&mut env, 1);
-        env.now = 1_000_000;
-        engine.receive(&mut env, &cnp_from_peer(LOCAL_QPN)).unwrap();
-        engine
-            .receive(&mut env, &read_request(100, 0, 8 * 1024))
-            .unwrap();
+        let mut engine = paced_responder(&mut env, 1);
         // A SEND past a lost one (108): a sequence NAK, queued behind the READ's responses.
         let send = packet_from_peer(op::RC_SEND_ONLY, 109, &[], |_| {});
         engine.receive(&mut env, &send).unwrap();
