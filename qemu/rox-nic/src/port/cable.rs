@@ -637,7 +637,7 @@ impl Cable {
         Ok(n)
     }
 
-    /// Up to [`BATCH`] frames lent where they lie in the ring ([`Cable::lent_frames`]),
+    /// Up to [`BATCH`] frames lent to the port as copies of its own ([`Cable::lent_frames`]),
     /// after freeing those lent before; never waits. An empty ring is armed for the doorbell.
     pub fn recv_lent(&mut self) -> std::io::Result<usize> {
         if self.wire.is_none() {

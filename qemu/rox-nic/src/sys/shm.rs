@@ -305,25 +305,16 @@ impl PeerBytes {
             }
             #[cfg(target_arch = "x86_64")]
             {
-                // 16-aligned here (or at the end). SSE2 is part of x86-64.
+                // 16-aligned here (or at the end). SSE2 is part of x86-64. (Four vectors a
+                // loop step measured no fewer instructions under callgrind.)
                 use std::arch::x86_64::{__m128i, _mm_storeu_si128};
-                // Four vectors a round (one loop step per 64 bytes), then single ones.
-                const VEC: usize = 2 * WORD;
                 let mut from = first.add(at).cast::<__m128i>();
-                let mut rounds = dst[at..].chunks_exact_mut(4 * VEC);
-                for round in &mut rounds {
-                    let v = [0, 1, 2, 3].map(|k| std::ptr::read_volatile(from.add(k)));
-                    for (to, v) in round.chunks_exact_mut(VEC).zip(v) {
-                        _mm_storeu_si128(to.as_mut_ptr().cast(), v);
-                    }
-                    from = from.add(4);
-                }
-                let mut singles = rounds.into_remainder().chunks_exact_mut(VEC);
-                for to in &mut singles {
-                    _mm_storeu_si128(to.as_mut_ptr().cast(), std::ptr::read_volatile(from));
+                let mut chunks = dst[at..].chunks_exact_mut(2 * WORD);
+                for chunk in &mut chunks {
+                    _mm_storeu_si128(chunk.as_mut_ptr().cast(), std::ptr::read_volatile(from));
                     from = from.add(1);
                 }
-                at = n - singles.into_remainder().len();
+                at = n - chunks.into_remainder().len();
             }
             while n - at >= WORD {
                 let word = std::ptr::read_volatile(first.add(at).cast::<u64>());

@@ -259,7 +259,7 @@ fn a_frame_built_in_a_slot_is_the_frame_the_copying_path_sends() {
     assert_eq!(free(&l), all, "a slot never sent goes back");
 }
 
-/// Frames read where they lie in the receive ring are the bytes a copying receive gets, and
+/// Frames lent (copied out of their slots) are the bytes a copying receive gets, and
 /// parse to the payload sent; their slots stay the receiver's until it releases them.
 #[test]
 fn a_frame_read_from_its_slot_is_the_frame_a_copying_receive_gets() {
