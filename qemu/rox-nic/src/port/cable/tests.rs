@@ -304,7 +304,7 @@ fn a_frame_read_from_its_slot_is_the_frame_a_copying_receive_gets() {
 fn a_frame_rewritten_by_the_peer_after_the_receive_stays_as_received() {
     let dir = tempfile::tempdir().unwrap();
     let (mut l, mut c) = pair(dir.path());
-    let sent = frame(4000);
+    let sent = frame(3999);
     assert_eq!(l.send(&[FrameRef::whole(&sent)]).taken, 1);
     let start = Instant::now();
     while c.recv_lent().unwrap() == 0 {
