@@ -57,7 +57,10 @@ fn replay_target(name: &str) {
 fn every_target_is_replayed_here() {
     let mut names: Vec<&str> = TARGETS.iter().map(|t| t.name).collect();
     names.sort();
-    assert_eq!(names, ["admin", "conversation", "frame", "rings", "wire"]);
+    assert_eq!(
+        names,
+        ["admin", "conversation", "frame", "gso", "rings", "wire"]
+    );
 }
 
 #[test]
@@ -83,4 +86,9 @@ fn frame_corpus_and_crashes_replay() {
 #[test]
 fn conversation_corpus_and_crashes_replay() {
     replay_target("conversation");
+}
+
+#[test]
+fn gso_corpus_and_crashes_replay() {
+    replay_target("gso");
 }

@@ -8,6 +8,7 @@ pub mod admin;
 pub mod conversation;
 pub mod engine_kit;
 pub mod frame;
+pub mod gso;
 pub mod rings;
 pub mod wire;
 
@@ -39,6 +40,10 @@ pub const TARGETS: &[Target] = &[
         name: "conversation",
         run: conversation::run,
     },
+    Target {
+        name: "gso",
+        run: gso::run,
+    },
 ];
 
 /// Seed inputs of target `name`, built from the same code paths the host tests use.
@@ -49,6 +54,7 @@ pub fn seeds(name: &str) -> Vec<Vec<u8>> {
         "rings" => rings::seeds(),
         "frame" => frame::seeds(),
         "conversation" => conversation::seeds(),
+        "gso" => gso::seeds(),
         _ => Vec::new(),
     }
 }

@@ -14,6 +14,9 @@
 //! frames crosses a bridge as one packet of up to 64 KiB. Off by default: whatever reads the
 //! bridge's frames raw (tcpdump, rox-peer's AF_PACKET socket) would see such packets uncut.
 
+#[cfg(feature = "fuzzing")]
+pub mod gso;
+#[cfg(not(feature = "fuzzing"))]
 mod gso;
 
 use std::fs::{File, OpenOptions};

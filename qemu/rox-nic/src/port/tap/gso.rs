@@ -342,7 +342,9 @@ fn request_head(frames: &[FrameRef]) -> [u8; REQUEST_HEAD] {
 pub struct Unsplittable;
 
 /// Received segmentation requests refused so far for a segment shorter than
-/// [`RX_MIN_SEGMENT`] or more than [`RX_MAX_SEGMENTS`] segments.
+/// [`RX_MIN_SEGMENT`] or more than [`RX_MAX_SEGMENTS`] segments (each refusal's log line
+/// says the count too).
+#[cfg(test)]
 pub fn refused_requests() -> u64 {
     REFUSED_REQUESTS.load(Ordering::Relaxed)
 }
@@ -400,8 +402,11 @@ impl<'a> Segments<'a> {
         let size = usize::from(vnet.gso_size);
         let count = (frame.len() - head_len).div_ceil(size);
         if size < RX_MIN_SEGMENT || count > RX_MAX_SEGMENTS {
-            REFUSED_REQUESTS.fetch_add(1, Ordering::Relaxed);
-            log::debug!("rox-nic: tap: refused a request of {count} segments of {size} bytes");
+            let refused = REFUSED_REQUESTS.fetch_add(1, Ordering::Relaxed) + 1;
+            log::debug!(
+                "rox-nic: tap: refused a request of {count} segments of {size} bytes \
+                 ({refused} refused so far)"
+            );
             return Err(Unsplittable);
         }
         Ok(Segments {
