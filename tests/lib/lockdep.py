@@ -166,9 +166,10 @@ def judge(text, debug_locks, where, state_path=STATE_FILE, boot=None, since=0):
                         json.dump(remembered, f)
                 except OSError as e:  # a later check then fails on debug_locks 0: safe
                     msgs.append(f"lockdep: cannot remember the report in {state_path}: {e}")
+                at = "before" if r.lines[-1] < since else "at"
                 msgs.append(f"lockdep: known upstream report, not rox's ({r.known}): {head}; "
-                            f"lockdep coverage ended at {where}: nothing after it is proven in "
-                            "this boot")
+                            f"lockdep coverage ended {at} {where}: nothing after it is proven "
+                            "in this boot")
             continue
         if r.lines[-1] < since:
             continue

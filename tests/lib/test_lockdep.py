@@ -96,8 +96,15 @@ class Judge(unittest.TestCase):
         text = ("[   10.000000] WARNING: suspicious RCU usage\n" + NVMET_REPORT + AFTER)
         ok, msgs = self.judge(text, 0, since=1)
         self.assertTrue(ok, msgs)
+        self.assertIn("lockdep coverage ended at case nvme", msgs[0])
         ok, msgs = self.judge(text, 0, since=0, where="case unload")
         self.assertFalse(ok)
+
+    def test_a_known_report_before_the_mark_ended_coverage_before_this_case(self):
+        text = NVMET_REPORT + AFTER
+        ok, msgs = self.judge(text, 0, since=len(text.splitlines()) - 1)
+        self.assertTrue(ok, msgs)
+        self.assertIn("lockdep coverage ended before case nvme", msgs[0])
 
     def test_the_console_prefix_of_rox_lab_is_read_too(self):
         lines = ["[g0] " + l.split("] ", 1)[1] if "] " in l else "[g0]"
