@@ -30,7 +30,6 @@ and at the end the devices' counters (`rdma statistic`) as `COUNTERS <dev> name=
 import argparse
 import os
 import re
-import socket
 import subprocess
 import sys
 import threading
@@ -40,16 +39,21 @@ sys.path.insert(0, "/rox/tests/interop")
 sys.path.insert(0, "/rox/tests/lib")
 from cases import roce_v2_gid_index, sh  # noqa: E402  (shell runner, RoCE v2 GID lookup)
 import in_guest  # noqa: E402  (tests/lib/in_guest.py: the lab's addresses, device ports)
+import ready_port  # noqa: E402  (tests/lib/ready_port.py: the server's "ready" to its client)
 
-BASE_PORT = 23000
+# Job ports BASE_PORT..+PORT_SPAN, ready ports READY_PORT_OFFSET above: all below Linux's
+# ephemeral range (32768-60999), where any outgoing connection may hold a port.
+BASE_PORT = 10000
+PORT_SPAN = 10000
 JOB_TIMEOUT_S = 900
 CONNECT_WINDOW_S = 120
 # A client starts only once its server listens: an rsockets client that meets no listener fails
 # in rpoll with no clear "not listening" message (its server then waits for a client that never
 # comes), and the server's guest may be seconds behind this one. So the server side, once its
 # program listens (a TCP or rdma_cm listener on the job's port), opens the job's ready port
-# (the job's port + READY_PORT_OFFSET, on guest 0) and the client connects there first.
-READY_PORT_OFFSET = 20000
+# (the job's port + READY_PORT_OFFSET, on guest 0) and the client connects there first; the
+# line it gets says "ready", or why the server's side failed (tests/lib/ready_port.py).
+READY_PORT_OFFSET = 10000
 # How long a client waits for its server to be ready: the server's guest starts the job only
 # when its previous job is over, however long that took.
 READY_WAIT_S = 600
@@ -224,49 +228,31 @@ def listening(port):
     return rc == 0 and re.search(rf"state LISTEN .*src-addr \S*:{port}( |$)", out, re.M) is not None
 
 
-def announce_ready(proc, port):
-    """Server side, in a thread: once `proc` listens on `port`, accepts one connection on the
-    job's ready port (see READY_PORT_OFFSET). Gives up when `proc` ends first."""
-    while not listening(port):
-        if proc.poll() is not None:
-            return
-        time.sleep(0.2)
-    with socket.create_server(("", port + READY_PORT_OFFSET)) as srv:
-        srv.settimeout(1)
-        while proc.poll() is None:
-            try:
-                srv.accept()[0].close()
-                return
-            except socket.timeout:
-                continue
-
-
 def start_server(cmd, port):
-    """A server program, with its readiness announced to the client (announce_ready)."""
+    """A server program, with its readiness announced to the client on the job's ready port
+    (tests/lib/ready_port.py); the ready port is taken first: a string saying why when it
+    cannot be (the job fails at once, its program never starts)."""
+    try:
+        ann = ready_port.Announcer(port + READY_PORT_OFFSET)
+    except OSError as e:
+        return f"cannot open the ready port {port + READY_PORT_OFFSET}: {e}"
     proc = start(cmd)
-    threading.Thread(target=announce_ready, args=(proc, port), daemon=True).start()
+    threading.Thread(target=ann.serve, daemon=True,
+                     args=(lambda: listening(port), lambda: proc.poll() is None,
+                           READY_WAIT_S)).start()
     return proc
 
 
-def wait_ready(server_ip, port):
-    """Client side: waits (at most READY_WAIT_S) until the server of the job on `port`
-    says it listens; an error message when it never did, else None."""
-    end = time.monotonic() + READY_WAIT_S
-    while True:
-        try:
-            socket.create_connection((server_ip, port + READY_PORT_OFFSET), timeout=5).close()
-            return None
-        except OSError as e:
-            if time.monotonic() > end:
-                return f"the server on {server_ip} was not listening on port {port} after {READY_WAIT_S} s ({e})"
-            time.sleep(0.5)
+def finish_server(proc):
+    """finish() of a start_server result."""
+    return (1, proc) if isinstance(proc, str) else finish(proc, JOB_TIMEOUT_S)
 
 
 def run_client(cmd, server_ip, port, delay=0):
     """A client: started once its server listens; tried again only while its server is not
     listening yet. `delay`: start this much later still (the verified stream starts once the
     other traffic is running)."""
-    not_ready = wait_ready(server_ip, port)
+    not_ready = ready_port.wait(server_ip, port + READY_PORT_OFFSET, READY_WAIT_S)
     if not_ready:
         return 1, not_ready
     time.sleep(delay)
@@ -296,14 +282,15 @@ def run_jobs(me, r, jobs, parallel, first_job=0):
     """Runs this guest's side of `jobs` (all at once if `parallel`); returns the failures. Job
     j of round r has its own port (jobs of a round numbered from `first_job`)."""
     role = "server" if me == 0 else "client"
-    ports = [BASE_PORT + (r * 16 + first_job + j) % 20000 for j in range(len(jobs))]
+    ports = [ready_port.job_ports(BASE_PORT, PORT_SPAN, READY_PORT_OFFSET, r * 16 + first_job + j)[0]
+             for j in range(len(jobs))]
     cmds = [(name, (srv if me == 0 else cli).format(port=port), port)
             for (name, (srv, cli), _), port in zip(jobs, ports)]
     failed = 0
     if parallel:
         if me == 0:
             procs = [(name, cmd, start_server(cmd, port)) for name, cmd, port in cmds]
-            done = [(name, cmd, *finish(p, JOB_TIMEOUT_S)) for name, cmd, p in procs]
+            done = [(name, cmd, *finish_server(p)) for name, cmd, p in procs]
         else:
             import concurrent.futures as cf
             with cf.ThreadPoolExecutor(len(cmds)) as ex:
@@ -316,7 +303,7 @@ def run_jobs(me, r, jobs, parallel, first_job=0):
             failed += not report(r, name, role, cmd, rc, out)
     else:
         for name, cmd, port in cmds:
-            rc, out = (finish(start_server(cmd, port), JOB_TIMEOUT_S) if me == 0
+            rc, out = (finish_server(start_server(cmd, port)) if me == 0
                        else run_client(cmd, ready_server_ip, port))
             failed += not report(r, name, role, cmd, rc, out)
             time.sleep(1)

@@ -23,7 +23,9 @@ import threading
 import time
 
 sys.path.insert(0, "/rox/tests/interop")
+sys.path.insert(0, "/rox/tests/lib")
 from cases import roce_v2_gid_index, sh  # noqa: E402  (shell runner, RoCE v2 GID lookup)
+import lockdep  # noqa: E402  (the lockdep verdict, tests/lib/lockdep.py)
 
 CTL_PORT = 4499
 NVME_PORT = 4420
@@ -63,20 +65,9 @@ KERNEL_COMPLAINT = re.compile(
     r"kmemleak:.*new suspected|Call Trace|possible circular locking dependency|"
     r"inconsistent lock state|suspicious RCU usage|sleeping function called from invalid context|"
     r"lockdep is turned off")
-# lockdep (debug kernel) reports only its first finding, then stops proving: debug_locks 0 here.
+# lockdep (debug kernel): its reports, the known upstream ones and debug_locks are judged by
+# tests/lib/lockdep.py, shared with tests/guest/lib.sh.
 LOCKDEP_STATS = "/proc/lockdep_stats"
-# lockdep reports of Linux's own code that rox cannot cause or mend, each the set of locks in
-# its dependency chain. nvmet-rdma runs a queue's first command (the I/O connect, which takes
-# nvmet_config_sem) inside the rdma_cm handler (under id_priv->handler_mutex) when it arrives
-# before ESTABLISHED, which IB allows; removing a port calls rdma_destroy_id (handler_mutex)
-# under nvmet_config_sem. Seen on 7.3.4 in make test's guest-ulp-debug, 2026-11-26, not on every
-# run: only when the connect overtakes ESTABLISHED. A known report is printed, not failed; a
-# report that names rox ("[rox]") or any other lock still fails.
-KNOWN_UPSTREAM_LOCKDEP = [frozenset({"nvmet_config_sem", "&id_priv->handler_mutex"})]
-LOCKDEP_REPORT_START = re.compile(
-    r"possible circular locking dependency|inconsistent lock state|possible recursive locking")
-LOCKDEP_CHAIN_LOCK = re.compile(r"-> #\d+ \((.+?)\)\{")
-
 
 def log(msg):
     print(f"ulp: {msg}", flush=True)
@@ -144,47 +135,22 @@ class Rdma:
         self.dev = None
 
 
-def known_lockdep_reports(lines):
-    """Line ranges of the lockdep reports in `lines` that are KNOWN_UPSTREAM_LOCKDEP's: a
-    report runs from its "=====" banner to the "</TASK>" that ends its stack backtrace."""
-    known = []
-    for start, line in enumerate(lines):
-        if not LOCKDEP_REPORT_START.search(line):
-            continue
-        first = max(start - 1, 0)
-        backtrace = next((i for i in range(start, min(start + 400, len(lines)))
-                          if "stack backtrace:" in lines[i]), None)
-        if backtrace is None:
-            continue
-        end = next((i + 1 for i in range(backtrace, min(backtrace + 200, len(lines)))
-                    if "</TASK>" in lines[i]), None)
-        if end is None:
-            continue
-        block = lines[first:end]
-        locks = frozenset(m.group(1) for l in block for m in LOCKDEP_CHAIN_LOCK.finditer(l))
-        if locks in KNOWN_UPSTREAM_LOCKDEP and not any("[rox]" in l for l in block):
-            known.append(range(first, end))
-    return known
-
-
-def kernel_complaints(since):
-    """New dmesg lines since line `since` that show a kernel problem (at most a few)."""
-    every = must("dmesg").splitlines()
-    known = known_lockdep_reports(every)
-    for r in known:
-        if r.start >= since:
-            log("known upstream lockdep report, not rox's (nvmet-rdma against rdma_cm: "
-                f"{every[r.start + 1].strip()}); lockdep proves nothing more in this boot")
-    inside = set(i for r in known for i in r)
-    bad = [l for i, l in enumerate(every) if i >= since and i not in inside
+def kernel_complaints(since, where):
+    """New dmesg lines since line `since` that show a kernel problem (at most a few), and
+    lockdep's verdict (tests/lib/lockdep.py) for case `where`; its notes (a known upstream
+    report, where lockdep's coverage ended) are logged."""
+    text = must("dmesg")
+    every = text.splitlines()
+    known = set(i for r in lockdep.parse_reports(every) if r.known for i in r.lines)
+    bad = [l for i, l in enumerate(every) if i >= since and i not in known
            and KERNEL_COMPLAINT.search(l)]
-    # A report printed before `since` (rox.ko's load, an earlier case) turned lockdep off;
-    # a known upstream report explains it.
-    if os.path.exists(LOCKDEP_STATS) and not known:
-        stats = open(LOCKDEP_STATS).read()
-        if not re.search(r"^\s*debug_locks:\s*1\s*$", stats, re.M):
-            bad.insert(0, "lockdep is off (debug_locks 0): it reported a locking problem earlier in "
-                          "this boot (dmesg), or ran out of room")
+    if os.path.exists(LOCKDEP_STATS):
+        ok, msgs = lockdep.judge(text, lockdep.read_debug_locks(LOCKDEP_STATS), where,
+                                 since=since)
+        for m in msgs:
+            log(m)
+        if not ok:
+            bad = msgs + bad
     return bad[:5]
 
 
@@ -532,7 +498,7 @@ def target(a, rdma):
                         raise Step(f"still loaded: {left}")
                 else:
                     raise Step(f"unknown case {case}")
-                bad = kernel_complaints(mark)
+                bad = kernel_complaints(mark, f"case {case} (target)")
                 if bad:
                     raise Step("kernel: " + " / ".join(bad))
                 result(case, "target", True, detail)
@@ -589,7 +555,7 @@ def initiator_case(a, ctl, rdma, case):
     elif case == "bench":
         arg = "-"
         mine = bench(a, rdma)
-    bad = kernel_complaints(mark)
+    bad = kernel_complaints(mark, f"case {case} (initiator)")
     if bad:
         raise Step("kernel: " + " / ".join(bad))
     ok, theirs = ask(ctl, "teardown", case, arg)
@@ -645,7 +611,7 @@ def fault(a, ctl, rdma, mark):
         if rc != 0:
             raise Step(f"`{cmd}` exited {rc} after the fault: {out2.strip()[-300:]}; {blocked_tasks()}")
     rdma.down()
-    bad = kernel_complaints(mark)
+    bad = kernel_complaints(mark, "case fault (initiator)")
     if bad:
         raise Step("kernel: " + " / ".join(bad))
     errline = next((l for l in out.splitlines() if "error" in l.lower() and "fio" in l.lower()), "")
@@ -693,7 +659,7 @@ def target_after_fault(a, rdma, mark):
             raise Step("rox.ko never reported its dead device (no admin command without completion"
                        " in dmesg), even through nvmet's teardown and its own unload")
     torn_s = time.monotonic() - t0 - waited
-    bad = kernel_complaints(mark)
+    bad = kernel_complaints(mark, "case fault (target)")
     if bad:
         raise Step("kernel: " + " / ".join(bad))
     leaks = ""
