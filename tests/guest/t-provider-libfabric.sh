@@ -10,9 +10,14 @@
 # (QPs merely created say nothing: libfabric's verbs provider creates and destroys QPs of every
 # type while probing capabilities. An earlier form polled `rdma resource show qp` during the
 # run and saw nothing when fi_pingpong finished between two polls, in 0.29 s on a faster host.)
-# Over XRC (FI_VERBS_PREFER_XRC=1, FI_OFI_RXM_USE_SRX=1, domain rox_0-xrc) it does not run yet:
-# libfabric offers rox_0-xrc (rox reports IBV_DEVICE_XRC) but creating its XRC initiator QP
-# (rdma_create_qp_ex of an IBV_QPT_XRC_SEND QP) fails with EINVAL; docs/provider.md.
+# Over XRC (FI_VERBS_PREFER_XRC=1, FI_OFI_RXM_USE_SRX=1, domain rox_0-xrc) libfabric 2.1 cannot
+# run on any device: its XRC initiator path creates the QP on a CM ID whose address was never
+# resolved (libfabric commit d6d1ca3cf, v1.21.0), and librdmacm refuses that with EINVAL
+# (docs/provider.md). xrc-cm-qp.c does that sequence on rox_0 and shows why: the new ID has no
+# device and rdma_create_qp_ex fails with EINVAL; once the same ID's address is resolved, its
+# device is rox_0's rdma_get_devices() context and the same XRC_SEND rdma_create_qp_ex
+# succeeds (must pass on rox_0). On an rxe device beside it (RC; printed, not asserted) the
+# first step fails the same way; its address is rox_0's, so resolving it binds rox_0.
 # FI_UNIVERSE_SIZE is 16 peers (libfabric's default is 256): ofi_rxm sizes its verbs CQ as
 # (receive + send queue size) x the universe size, which at the default is more than rox's
 # max_cqe (65536): verbs' CQ open fails with EINVAL and so does fi_enable.
@@ -63,6 +68,13 @@ qp_types_of() {
 	echo "  QPs librox created (libfabric's probes included): $(cat "$@" 2>/dev/null |
 		awk '$1 == "rox:" && $3 == "created" { print $4 }' | sort | uniq -c | awk '{ printf "%s %s, ", $2, $1 }')"
 }
+
+# The XRC initiator's CM ID sequence (xrc-cm-qp.c), on rox_0 and an rxe device beside it.
+command -v gcc >/dev/null || fail "no C compiler in the guest"
+gcc -O1 -Wall -Werror -o "$work/xrc-cm-qp" "$(dirname "$0")/xrc-cm-qp.c" -lrdmacm -libverbs ||
+	fail "xrc-cm-qp.c does not compile"
+run_on_rox_0_and_rxe "$work/xrc-cm-qp"
+[ "$rox_rc" = 0 ] || fail "xrc-cm-qp on rox_0: the XRC initiator's CM ID sequence did not behave as librdmacm 56.1 says"
 
 problems=()
 # mode NAME PREFER_XRC SERVER_DOMAIN CLIENT_DOMAIN WANTED_TYPES FORBIDDEN_TYPES
