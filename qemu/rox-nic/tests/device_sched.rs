@@ -103,6 +103,16 @@ fn write_over_qps(dir: &Path, subnet: u8, qps: u64) -> Run {
     }
 }
 
+/// One run at `ROX_SCHED_QPS` QPs (profiling: `callgrind` of one QP count at a time).
+#[test]
+#[ignore]
+fn one_run_at_rox_sched_qps() {
+    let dir = tempfile::tempdir().unwrap();
+    let qps = std::env::var("ROX_SCHED_QPS").map_or(16, |v| v.parse().unwrap());
+    let r = write_over_qps(dir.path(), 23, qps);
+    eprintln!("{qps} QPs: {:?}, {} frames", r.elapsed, r.port_tx_frames);
+}
+
 #[test]
 fn two_hundred_fifty_six_qps_share_the_port_without_loss_in_the_device_queue() {
     let dir = tempfile::tempdir().unwrap();

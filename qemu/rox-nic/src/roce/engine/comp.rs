@@ -516,13 +516,25 @@ impl Qp {
     }
 
     /// Timers: RNR wait over, or local ACK timeout (go-back-N or retry exhaustion).
+    #[cfg(test)]
     pub(super) fn on_timers(&mut self, env: &mut dyn DeviceEnv, stats: &mut EngineStats) {
         let now = env.now_ns();
-        if self.req.rnr_until.is_some_and(|t| now >= t) {
+        self.on_timers_at(env, stats, now);
+    }
+
+    /// [`Qp::on_timers`] at `now` (one clock read serves a whole poll of all QPs).
+    pub(super) fn on_timers_at(
+        &mut self,
+        env: &mut dyn DeviceEnv,
+        stats: &mut EngineStats,
+        now: u64,
+    ) {
+        let due = |t: Option<u64>| t.is_some_and(|t| now >= t);
+        if due(self.req.rnr_until) {
             self.req.rnr_until = None;
             self.restart_timer(now);
         }
-        if self.req.timer_deadline.is_some_and(|t| now >= t) {
+        if due(self.req.timer_deadline) {
             let una = self.una();
             if !self.in_flight() {
                 self.req.timer_deadline = None;
