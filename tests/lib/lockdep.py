@@ -178,6 +178,8 @@ def judge(text, debug_locks, where, state_path=STATE_FILE, boot=None, since=0):
                "incomplete (no end of its backtrace)" if not r.complete else
                "not a known upstream one")
         msgs.append(f"lockdep report {why}: {head}")
+        # The report itself: on CI the run's output is the only evidence there is.
+        msgs.extend("    " + strip(lines[j]).rstrip() for j in r.lines)
     for i, line in enumerate(lines):
         if i >= since and i not in explained and COMPLAINT.search(strip(line)) and \
                 not any(i in r.lines for r in reports):

@@ -40,6 +40,8 @@ class Judge(unittest.TestCase):
         ok, msgs = self.judge(text, 0)
         self.assertFalse(ok)
         self.assertTrue(any("names a [rox] frame" in m for m in msgs), msgs)
+        # The failing report's own lines are printed with the verdict.
+        self.assertTrue(any("nvmet_config_sem" in m for m in msgs[1:]), msgs)
 
     def test_a_report_on_another_lock_fails(self):
         text = NVMET_REPORT.replace("(nvmet_config_sem)", "(&dev->rox_qp_lock)")

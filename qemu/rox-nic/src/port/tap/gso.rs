@@ -36,12 +36,12 @@ const GSO_NONE: u8 = 0;
 const GSO_UDP_L4: u8 = 5;
 /// The header of a frame that asks for nothing.
 pub static NO_OFFLOAD: [u8; VNET_HDR_LEN] = [0; VNET_HDR_LEN];
-/// Frames per segmentation request: well under the kernel's UDP_MAX_SEGMENTS (128 since
-/// Linux 5.x, 64 before).
+/// Frames per segmentation request: the kernel's UDP_MAX_SEGMENTS of older kernels, and
+/// half that of newer ones (128; see [`RX_MAX_SEGMENTS`]).
 pub const MAX_SEGMENTS: usize = 64;
-/// The most frames a received request may stand for: the kernel's UDP_MAX_SEGMENTS (128 since
-/// Linux 6.12; 64 before, as rox's own [`MAX_SEGMENTS`]), since a tap on a bridge also takes
-/// requests from the host's UDP sockets. A larger count is no sender's: refused, so one frame
+/// The most frames a received request may stand for: the kernel's UDP_MAX_SEGMENTS (128 in
+/// recent kernels, 64 in older ones, as rox's own [`MAX_SEGMENTS`]), since a tap on a bridge
+/// also takes requests from the host's UDP sockets. A larger count is no sender's: refused, so one frame
 /// read cannot become a flood of them (64 KiB cut at 1 byte would be 65k frames).
 pub const RX_MAX_SEGMENTS: usize = 128;
 /// The shortest segment a received request may ask for: a RoCEv2 packet's BTH and ICRC (the
