@@ -41,8 +41,8 @@ pub static NO_OFFLOAD: [u8; VNET_HDR_LEN] = [0; VNET_HDR_LEN];
 pub const MAX_SEGMENTS: usize = 64;
 /// The most frames a received request may stand for: the kernel's UDP_MAX_SEGMENTS (128 in
 /// recent kernels, 64 in older ones, as rox's own [`MAX_SEGMENTS`]), since a tap on a bridge
-/// also takes requests from the host's UDP sockets. A larger count is no sender's: refused, so one frame
-/// read cannot become a flood of them (64 KiB cut at 1 byte would be 65k frames).
+/// also takes requests from the host's UDP sockets. A larger count is no sender's: refused,
+/// so one frame read cannot become a flood of them (64 KiB cut at 1 byte would be 65k frames).
 pub const RX_MAX_SEGMENTS: usize = 128;
 /// The shortest segment a received request may ask for: a RoCEv2 packet's BTH and ICRC (the
 /// least UDP payload any frame the port takes carries).
