@@ -182,6 +182,7 @@ impl DataPath {
                 work |= self.flush_port();
             }
             if work {
+                self.shared.loop_work_passes.fetch_add(1, Ordering::Relaxed);
                 last_work = Instant::now();
                 self.expectation.work_done();
                 continue;
@@ -196,6 +197,7 @@ impl DataPath {
             match self.backoff.next_step(idle_for, expecting) {
                 Step::Spin => std::hint::spin_loop(),
                 Step::Nap(nap) => {
+                    self.shared.loop_naps.fetch_add(1, Ordering::Relaxed);
                     // Wake at once for a packet, a trapped register write or an engine timer.
                     let timeout = self.timer_timeout().map_or(nap, |t| t.min(nap));
                     self.wait(Some(timeout));

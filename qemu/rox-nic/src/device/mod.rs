@@ -118,6 +118,10 @@ pub struct Shared {
     pub idle: AtomicU32,
     /// Passes of the data-path loop (to observe that an idle device does not poll).
     pub loop_passes: AtomicU64,
+    /// Passes that found work (the rest spun, napped or went idle).
+    pub loop_work_passes: AtomicU64,
+    /// Naps on the fds between polls while backing off (not the idle sleeps: STAT_WAKEUPS).
+    pub loop_naps: AtomicU64,
     /// Guest RAM; replaced as a whole on DMA_MAP/UNMAP (the data path snapshots the Arc).
     pub mem: RwLock<Arc<GuestMemory>>,
     /// MSI-X eventfds by vector (from SET_IRQS).
@@ -201,6 +205,8 @@ impl RoxNic {
             hung: AtomicBool::new(false),
             idle: AtomicU32::new(0),
             loop_passes: AtomicU64::new(0),
+            loop_work_passes: AtomicU64::new(0),
+            loop_naps: AtomicU64::new(0),
             mem: RwLock::new(Arc::new(GuestMemory::default())),
             irqs: Mutex::new((0..MSIX_VECTORS).map(|_| None).collect()),
             doorbells: DoorbellBar::new().map_err(DeviceError::Doorbells)?,

@@ -1,0 +1,76 @@
+//! Host benchmark of many QPs sharing one port: two devices on a `dgram` wire, the same 2048
+//! WRITEs of 8 KiB (16 MiB) spread over each QP count of ROX_QPS_LIST (default `16 256`), all
+//! posted at once (tests/many_qps). Per count it prints the rate, what the sender's port and
+//! transport counted, and how each device's data-path loop ran: passes, passes with work, naps
+//! and idle sleeps. Wall clock is noise on a shared 2-core host; for instruction counts run one
+//! count at a time under callgrind, with an ACK timeout valgrind's slowness does not reach
+//! (ROX_QPS_ACK_TIMEOUT, IB's exponent, default 16 = 268 ms) and one profile for the timed part
+//! alone, and divide a function's cost by the passes printed here:
+//! `ROX_QPS_LIST=256 ROX_QPS_ACK_TIMEOUT=22 valgrind --tool=callgrind
+//! --dump-before='*timed_part_*' target/release/deps/qps-*` (the timed part: `callgrind.out.PID.2`;
+//! docs/benchmarks.md, "Session 8: 16 against 256 QPs").
+//! Run: `cargo bench -p rox-nic --bench qps`.
+
+#[path = "../tests/many_qps/mod.rs"]
+mod many_qps;
+
+use many_qps::{write_over_qps, Loop, ACK_TIMEOUT, MESSAGES, MSG};
+
+fn main() {
+    let list = std::env::var("ROX_QPS_LIST").unwrap_or_else(|_| "16 256".into());
+    let counts: Vec<u64> = list
+        .split([' ', ','])
+        .filter(|s| !s.is_empty())
+        .map(|s| {
+            let q: u64 = s
+                .parse()
+                .unwrap_or_else(|_| panic!("ROX_QPS_LIST: {s:?} is not a QP count"));
+            assert!(
+                q > 0 && MESSAGES % q == 0,
+                "ROX_QPS_LIST: {q} does not divide the {MESSAGES} messages"
+            );
+            q
+        })
+        .collect();
+    let ack_timeout = std::env::var("ROX_QPS_ACK_TIMEOUT").map_or(ACK_TIMEOUT, |v| {
+        v.parse()
+            .ok()
+            .filter(|t| (1..32).contains(t))
+            .unwrap_or_else(|| panic!("ROX_QPS_ACK_TIMEOUT: {v:?} is not an exponent 1..31"))
+    });
+    let dir = tempfile::tempdir().expect("a temporary directory for the wire's sockets");
+    println!(
+        "{MESSAGES} RDMA WRITEs of {MSG} B per run, ACK timeout {ack_timeout}; load {}",
+        std::fs::read_to_string("/proc/loadavg")
+            .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+            .unwrap_or_default(),
+    );
+    println!(
+        "{:>5} {:>8} {:>7} {:>7} {:>9} | {:>28} | {:>28}",
+        "qps",
+        "MiB/s",
+        "frames",
+        "retrans",
+        "timeouts",
+        "sender passes/work/naps/sleeps",
+        "receiver passes/work/naps/sleeps"
+    );
+    for (i, &qps) in counts.iter().enumerate() {
+        // A fresh pair of devices (and subnet) per run.
+        let r = write_over_qps(dir.path(), 30 + i as u8, qps, ack_timeout);
+        let rate = (MESSAGES * MSG) as f64 / r.elapsed.as_secs_f64() / f64::from(1 << 20);
+        let show = |l: &Loop| format!("{}/{}/{}/{}", l.passes, l.work_passes, l.naps, l.sleeps);
+        println!(
+            "{qps:>5} {rate:>8.1} {:>7} {:>7} {:>9} | {:>28} | {:>28}",
+            r.port_tx_frames,
+            r.retransmits,
+            r.timeouts,
+            show(&r.loops[0]),
+            show(&r.loops[1])
+        );
+        assert_eq!(
+            r.xmit_discards, 0,
+            "{qps} QPs: frames lost in the sending device's own queue"
+        );
+    }
+}

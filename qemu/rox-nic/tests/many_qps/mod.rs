@@ -1,0 +1,171 @@
+//! Many RC QPs sharing one port: two devices on a `dgram` wire (a unix datagram socket pair,
+//! whose buffer pushes back when the peer is slow), N QPs each WRITEing 8 KiB messages, all
+//! posted at once. Shared by tests/device_sched.rs (every byte arrives, nothing is lost in the
+//! device's own queue) and benches/qps.rs (what a run costs at 16 against 256 QPs).
+
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use rox_nic::port::limit::dgram_wire;
+use rox_nic::testkit::*;
+use rox_uapi::admin::*;
+use rox_uapi::queue::*;
+use rox_uapi::verbs::*;
+
+const PD: u32 = 1;
+const ACCESS: u32 = ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE;
+/// ib_write_bw -s 8192 at a 4 KiB path MTU: two packets per message.
+pub const MSG: u64 = 8192;
+/// Messages in each run, spread evenly over its QPs: 16 MiB.
+pub const MESSAGES: u64 = 2048;
+
+/// What one run measured on the sending device, and how both devices' data-path loops ran.
+pub struct Run {
+    pub elapsed: Duration,
+    pub retransmits: u64,
+    pub timeouts: u64,
+    pub port_tx_frames: u64,
+    /// Frames the sending port lost (its queue full, the wire refused them).
+    pub xmit_discards: u64,
+    /// The sender's and the receiver's data-path loop over the timed part of the run.
+    pub loops: [Loop; 2],
+}
+
+/// How one device's data-path loop ran: counters moved over the timed part of a run.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Loop {
+    /// Passes of the loop.
+    pub passes: u64,
+    /// Passes that found work.
+    pub work_passes: u64,
+    /// Naps on the fds while backing off.
+    pub naps: u64,
+    /// Idle sleeps (the device announced idleness and slept until woken).
+    pub sleeps: u64,
+}
+
+impl Loop {
+    fn now(d: &mut TestDriver) -> Loop {
+        let s = d.shared();
+        let (passes, work_passes, naps) = (
+            s.loop_passes.load(Ordering::Relaxed),
+            s.loop_work_passes.load(Ordering::Relaxed),
+            s.loop_naps.load(Ordering::Relaxed),
+        );
+        Loop {
+            passes,
+            work_passes,
+            naps,
+            sleeps: d.query_stats()[STAT_WAKEUPS],
+        }
+    }
+
+    fn since(self, earlier: Loop) -> Loop {
+        Loop {
+            passes: self.passes - earlier.passes,
+            work_passes: self.work_passes - earlier.work_passes,
+            naps: self.naps - earlier.naps,
+            sleeps: self.sleeps - earlier.sleeps,
+        }
+    }
+}
+
+/// The ACK timeout of the test's QPs: 268 ms, since a loaded 2-core host is no reason for a WR
+/// to fail.
+pub const ACK_TIMEOUT: u8 = 16;
+
+/// Called where the timed part of a run begins and ends, so that callgrind can count that
+/// part alone (`--dump-before=*timed_part_*` writes one profile per part).
+#[inline(never)]
+pub fn timed_part_begins() {
+    std::hint::black_box(());
+}
+
+/// See [`timed_part_begins`].
+#[inline(never)]
+pub fn timed_part_ends() {
+    std::hint::black_box(());
+}
+
+/// `qps` RC QPs from a new device pair on `subnet` each WRITE `MESSAGES / qps` messages, all
+/// posted at once; waits for every completion and checks every byte at the receiver. The QPs'
+/// ACK timeout is `ack_timeout` (IB's exponent: 4.096 µs × 2^n).
+pub fn write_over_qps(dir: &Path, subnet: u8, qps: u64, ack_timeout: u8) -> Run {
+    let (one, two) = dgram_wire(dir, &format!("{subnet}a.sock"), &format!("{subnet}b.sock"));
+    let mut a = port_device(one, subnet, 1, None);
+    let mut b = port_device(two, subnet, 2, None);
+    let per_qp = MESSAGES / qps;
+    // Every message is signaled; the CQ holds all of them.
+    let mut a_cq = a.create_cq(12);
+    let b_cq = b.create_cq(4);
+    let params = ConnectParams {
+        mtu: MTU_4096,
+        timeout: ack_timeout,
+        ..Default::default()
+    };
+    let log_sq = (per_qp.next_power_of_two().trailing_zeros() as u8).max(2);
+    let mut pairs = Vec::new();
+    for _ in 0..qps {
+        let (c, mut qa) = a.create_qp_cmd(QPT_RC, PD, a_cq.id, a_cq.id, SRQ_NONE, log_sq, 1);
+        qa.qpn = a.run::<CreateQp>(c);
+        let (c, mut qb) = b.create_qp_cmd(QPT_RC, PD, b_cq.id, b_cq.id, SRQ_NONE, 1, 1);
+        qb.qpn = b.run::<CreateQp>(c);
+        a.connect_with(&qa, gid_v4(127, 0, subnet, 2), qb.qpn, ACCESS, &params);
+        b.connect_with(&qb, gid_v4(127, 0, subnet, 1), qa.qpn, ACCESS, &params);
+        pairs.push(qa);
+        if pairs.len() % 64 == 0 {
+            // Each admin command's completion event: nothing here waits for them.
+            a.drain_eq(0);
+            b.drain_eq(0);
+        }
+    }
+    let total = MESSAGES * MSG;
+    let (src, src_key) = a.buffer(PD, total, ACCESS);
+    let (dst, dst_key) = b.buffer(PD, total, ACCESS);
+    let data = pattern(u64::from(subnet), total as usize);
+    a.ram.write(src, &data);
+
+    let loops_before = [Loop::now(&mut a), Loop::now(&mut b)];
+    timed_part_begins();
+    let start = Instant::now();
+    for (q, qa) in pairs.iter_mut().enumerate() {
+        for i in 0..per_qp {
+            let at = (q as u64 * per_qp + i) * MSG;
+            let w = send_wqe(
+                at,
+                WR_RDMA_WRITE,
+                WQE_FLAG_SIGNALED,
+                &[sge(src + at, MSG as u32, src_key)],
+            );
+            a.write_send(qa, &with_rdma(w, dst + at, dst_key));
+        }
+    }
+    // Ring every doorbell at once: the device finds all QPs' work in one scan.
+    for qa in &pairs {
+        a.ring_sq(qa);
+    }
+    for n in 0..MESSAGES {
+        let c = a.wait_cqe(&mut a_cq);
+        assert_eq!(c.status, WC_SUCCESS, "completion {n} (wr_id {})", c.wr_id);
+    }
+    let elapsed = start.elapsed();
+    timed_part_ends();
+    let loops = [
+        Loop::now(&mut a).since(loops_before[0]),
+        Loop::now(&mut b).since(loops_before[1]),
+    ];
+    assert!(
+        b.ram.read(dst, total as usize) == data,
+        "{qps} QPs: the received bytes differ from the sent ones"
+    );
+    let stats = a.query_stats();
+    Run {
+        elapsed,
+        retransmits: stats[STAT_RETRANSMITS],
+        timeouts: stats[STAT_TIMEOUTS],
+        port_tx_frames: stats[STAT_PORT_TX_FRAMES],
+        xmit_discards: a.port_counters().xmit_discards,
+        loops,
+    }
+}
