@@ -195,7 +195,7 @@ def main():
         rc, out = sh(f"modprobe rdma_rxe && rdma link add {a.dev} type rxe netdev {netdev}", 60)
         if rc != 0:
             sys.exit(f"interop: cannot create {a.dev} on {netdev}: {out}")
-    rc, out = sh("gcc -O2 -Wall -Werror -o /tmp/rdma-xfer /rox/tests/interop/rdma-xfer.c -lrdmacm -libverbs", 300)
+    rc, out = sh("gcc -O2 -Wall -Wextra -Werror -o /tmp/rdma-xfer /rox/tests/interop/rdma-xfer.c -lrdmacm -libverbs", 300)
     if rc != 0:
         sys.exit(f"interop: cannot build rdma-xfer: {out}")
     ctx = Ctx(a.dev, roce_v2_gid_index(a.dev, a.ip), a.ip, a.peer,
