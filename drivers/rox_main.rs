@@ -31,6 +31,9 @@ mod ucontext;
 mod verbs;
 mod wq;
 mod wq_record;
+// KUnit suites of the pure logic above, run at load on a kernel with KUnit (the debug kernel).
+#[cfg(CONFIG_KUNIT = "y")]
+mod kunit_tests;
 
 /// The hardware/software interface (`uapi/`), included by path: the crate is `no_std` with no
 /// dependencies so that the very same definitions build here.

@@ -51,10 +51,10 @@ stage two-hosts tests/net/two-hosts || exit 1
 # decode as InfiniBand in tshark (a sample: every frame but most MIDDLE packets) and every one
 # must carry the ICRC rox-nic recomputes, with every opcode the cases send present, over IPv4
 # and IPv6: SEND first/middle/last/only, RDMA WRITE first/middle/last/only, READ request and
-# response first/middle/last/only, ACK, atomic ACK, FETCH_ADD, FLUSH, ATOMIC WRITE (RC), UC
-# SEND first/middle/last, UD SEND only.
+# response first/middle/last/only, ACK, atomic ACK, FETCH_ADD, SEND only with invalidate, FLUSH,
+# ATOMIC WRITE (RC), UC SEND first/middle/last, UD SEND only.
 capture=$ROX_CACHE/capture/interop.pcap
-interop_opcodes=0x00,0x01,0x02,0x04,0x06,0x07,0x08,0x0a,0x0c,0x0d,0x0e,0x0f,0x10,0x11,0x12,0x14,0x1c,0x1d,0x20,0x21,0x22,0x64
+interop_opcodes=0x00,0x01,0x02,0x04,0x06,0x07,0x08,0x0a,0x0c,0x0d,0x0e,0x0f,0x10,0x11,0x12,0x14,0x17,0x1c,0x1d,0x20,0x21,0x22,0x64
 mkdir -p "$(dirname "$capture")" && rm -f "$capture"
 stage interop tests/interop/run --capture "$capture" || exit 1
 stage bridge-tshark tests/host/tshark-capture.sh --pcap "$capture" --bridge || exit 1
@@ -85,9 +85,10 @@ stage guest-ulp tests/ulp/run --cases nvme,nfs,unload,fault || exit 1
 stage port-flood tests/net/flood || exit 1
 # Reliability under the debug kernel (kmemleak, KFENCE, SLUB debug, lockdep): 50 load/probe/unload
 # cycles and rmmod with live objects, kernel verbs, ODP and raw-uverbs bad input, each test
-# with a kmemleak scan that must run and report nothing, and no lockdep report.
+# with a kmemleak scan that must run and report nothing, and no lockdep report; rox.ko's KUnit
+# suites (drivers/kunit_tests.rs), run by the kernel at load, all ok (t-driver-kunit.sh).
 stage kernel-debug scripts/setup-kernel.sh debug || exit 1
 stage module-debug scripts/build-module.sh debug || exit 1
-stage guest-debug tests/guest/run debug driver-load-cycles,driver-kverbs,driver-odp,driver-negative || exit 1
+stage guest-debug tests/guest/run debug driver-load-cycles,driver-kverbs,driver-odp,driver-negative,driver-kunit || exit 1
 # One NVMe-oF connect / fio / disconnect cycle and unload on the debug kernel: kmemleak silent.
 stage guest-ulp-debug tests/ulp/run --flavour debug || exit 1

@@ -35,7 +35,13 @@ static int write_with(struct ibv_qp *qp, struct ibv_cq *cq, struct ibv_mr *src, 
 int main(int argc, char **argv)
 {
 	char detail[160];
-	int n, gid_index = atoi(argv[2]);
+	int n, gid_index;
+
+	if (argc != 3) {
+		fprintf(stderr, "usage: %s DEVICE GID_INDEX\n", argv[0]);
+		return 2;
+	}
+	gid_index = atoi(argv[2]);
 	struct ibv_device **list = ibv_get_device_list(&n), *dev = NULL;
 	for (int i = 0; list && i < n; i++)
 		if (!strcmp(ibv_get_device_name(list[i]), argv[1]))

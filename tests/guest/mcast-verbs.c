@@ -205,7 +205,7 @@ static void check_received(struct side *rcv, struct ibv_wc *wc, int count, uint3
 	}
 }
 
-static int one_side(int argc, char **argv)
+static int one_side(char **argv)
 {
 	struct side s = {0};
 	union ibv_gid group;
@@ -251,9 +251,9 @@ static int one_side(int argc, char **argv)
 int main(int argc, char **argv)
 {
 	if (argc == 5 && !strcmp(argv[1], "recv"))
-		return one_side(argc, argv);
+		return one_side(argv);
 	if (argc == 6 && !strcmp(argv[1], "send"))
-		return one_side(argc, argv);
+		return one_side(argv);
 
 	struct side snd = {0}, rcv = {0};
 	union ibv_gid group, unicast;

@@ -114,6 +114,10 @@ static int modify_qp_access(uint32_t qp, uint32_t mask, uint32_t access)
 
 int main(int argc, char **argv)
 {
+	if (argc != 4) {
+		fprintf(stderr, "usage: %s /dev/infiniband/uverbsN OWN_GID OWN_MAC\n", argv[0]);
+		return 2;
+	}
 	fd = open(argv[1], O_RDWR);
 	if (fd < 0) { perror(argv[1]); return 2; }
 

@@ -128,6 +128,11 @@ out:
 int main(int argc, char **argv)
 {
 	int n;
+
+	if (argc != 3) {
+		fprintf(stderr, "usage: %s DEVICE GID_INDEX\n", argv[0]);
+		return 2;
+	}
 	struct ibv_device **list = ibv_get_device_list(&n), *dev = NULL;
 	for (int i = 0; list && i < n; i++)
 		if (!strcmp(ibv_get_device_name(list[i]), argv[1]))

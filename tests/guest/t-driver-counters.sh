@@ -48,7 +48,7 @@ atomic_octets=$(((base + 28) + (base + 4 + 8)))
 work=$(mktemp -d /tmp/rox-counters.XXXXXX)
 # Leave no rox.ko behind for the next test (t-driver-probe loads its own), whatever happens.
 trap 'rm -rf "$work"; grep -q "^rox " /proc/modules && rmmod rox' EXIT
-gcc -O1 -Wall -Werror -I"$here" -o "$work/counters" "$here/counters.c" -libverbs ||
+gcc -O1 -Wall -Wextra -Werror -I"$here" -o "$work/counters" "$here/counters.c" -libverbs ||
 	fail "cannot compile the test program"
 
 # The error and event counters good traffic must leave alone.

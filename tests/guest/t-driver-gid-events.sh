@@ -30,7 +30,7 @@ else
 fi
 
 work=$(mktemp -d /tmp/rox-gid-events.XXXXXX)
-gcc -O1 -Wall -o "$work/gid-events" "$(dirname "$0")/gid-events.c" -libverbs || fail "cannot compile the test program"
+gcc -O1 -Wall -Wextra -Werror -o "$work/gid-events" "$(dirname "$0")/gid-events.c" -libverbs || fail "cannot compile the test program"
 timeout 300 "$work/gid-events" "${pairs[@]}"
 rc=$?
 # Leave the netdevs as they were, whatever happened.

@@ -32,7 +32,7 @@ uverbs=$(ls /sys/class/infiniband/rox_0/device/infiniband_verbs/ 2>/dev/null | h
 uapi_header=$(realpath "$(dirname "$0")/../../target/rox-uapi.h")
 [ -f "$uapi_header" ] || fail "$uapi_header missing: tests/guest/run generates it (cargo run -p rox-uapi --bin rox-uapi-header)"
 work=$(mktemp -d /tmp/rox-negative.XXXXXX)
-gcc -O1 -Wall -Werror -I "$(dirname "$uapi_header")" -o "$work/negative" "$(dirname "$0")/negative.c" ||
+gcc -O1 -Wall -Wextra -Werror -I "$(dirname "$uapi_header")" -o "$work/negative" "$(dirname "$0")/negative.c" ||
 	fail "cannot compile the negative test"
 dmesg -C
 kmemleak_clear

@@ -15,7 +15,7 @@ need_rox_0
 command -v gcc >/dev/null || skip "no C compiler in the guest"
 
 work=$(mktemp -d /tmp/rox-keys.XXXXXX)
-gcc -O1 -Wall -Werror -I"$(dirname "$0")" -o "$work/keys" "$(dirname "$0")/keys.c" -libverbs || fail "cannot compile the test program"
+gcc -O1 -Wall -Wextra -Werror -I"$(dirname "$0")" -o "$work/keys" "$(dirname "$0")/keys.c" -libverbs || fail "cannot compile the test program"
 
 run_on_rox_0_and_rxe "$work/keys"
 rm -rf "$work"

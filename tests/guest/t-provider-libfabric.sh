@@ -71,7 +71,7 @@ qp_types_of() {
 
 # The XRC initiator's CM ID sequence (xrc-cm-qp.c), on rox_0 and an rxe device beside it.
 command -v gcc >/dev/null || fail "no C compiler in the guest"
-gcc -O1 -Wall -Werror -o "$work/xrc-cm-qp" "$(dirname "$0")/xrc-cm-qp.c" -lrdmacm -libverbs ||
+gcc -O1 -Wall -Wextra -Werror -o "$work/xrc-cm-qp" "$(dirname "$0")/xrc-cm-qp.c" -lrdmacm -libverbs ||
 	fail "xrc-cm-qp.c does not compile"
 run_on_rox_0_and_rxe "$work/xrc-cm-qp"
 [ "$rox_rc" = 0 ] || fail "xrc-cm-qp on rox_0: the XRC initiator's CM ID sequence did not behave as librdmacm 56.1 says"

@@ -89,7 +89,7 @@ dmesg -C
 run_mckey "IPv4 rox_0 -> rox_1" 239.1.1.1 rox_1 rox_0 4
 run_mckey "IPv4 rox_0 -> rox_0" 239.1.1.2 rox_0 rox_0 4
 
-gcc -O2 -Wall -Werror -o /tmp/mcast-verbs "$(dirname "$0")/mcast-verbs.c" -libverbs || fail "cannot build mcast-verbs"
+gcc -O2 -Wall -Wextra -Werror -o /tmp/mcast-verbs "$(dirname "$0")/mcast-verbs.c" -libverbs || fail "cannot build mcast-verbs"
 . "$(dirname "$0")/lab.sh"
 gid6=$(gid_index rox_0 6) || fail "rox_0 has no IPv6 RoCE v2 GID"
 before=$(counter rox_1 rx_mcast_copies)

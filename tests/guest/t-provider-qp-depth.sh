@@ -13,7 +13,7 @@ need_rox_0
 command -v gcc >/dev/null || skip "no C compiler in the guest"
 
 work=$(mktemp -d /tmp/rox-qp-depth.XXXXXX)
-gcc -O1 -Wall -I"$(dirname "$0")" -o "$work/qp-depth" "$(dirname "$0")/qp-depth.c" -libverbs || fail "cannot compile the test program"
+gcc -O1 -Wall -Wextra -Werror -I"$(dirname "$0")" -o "$work/qp-depth" "$(dirname "$0")/qp-depth.c" -libverbs || fail "cannot compile the test program"
 
 run_on_rox_0_and_rxe "$work/qp-depth"
 rm -rf "$work"

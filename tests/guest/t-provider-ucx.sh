@@ -28,7 +28,7 @@ PERFTEST_PORT=13337
 work=$(mktemp -d /tmp/rox-ucx.XXXXXX)
 trap 'rm -rf "$work"; [ -e /sys/class/infiniband/rxe0 ] && rdma link delete rxe0' EXIT
 
-mpicc -O1 -Wall -o "$work/mpi_pingpong" "$(dirname "$0")/ucx-mpi-pingpong.c" || fail "cannot compile the MPI program"
+mpicc -O1 -Wall -Wextra -Werror -o "$work/mpi_pingpong" "$(dirname "$0")/ucx-mpi-pingpong.c" || fail "cannot compile the MPI program"
 
 netdev=$(ip -o link show | awk -F': ' '$2 != "lo" { print $2; exit }')
 modprobe rdma_rxe && { rdma link show rxe0 >/dev/null 2>&1 || rdma link add rxe0 type rxe netdev "$netdev"; } ||

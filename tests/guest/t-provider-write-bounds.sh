@@ -15,7 +15,7 @@ command -v gcc >/dev/null || fail "no C compiler in the root (gcc and libibverbs
 
 work=$(mktemp -d /tmp/rox-write-bounds.XXXXXX)
 trap 'rm -rf "$work"; [ -e /sys/class/infiniband/rxe0 ] && rdma link delete rxe0' EXIT
-gcc -O1 -Wall -Werror -o "$work/write_bounds" "$(dirname "$0")/write-bounds.c" -libverbs ||
+gcc -O1 -Wall -Wextra -Werror -o "$work/write_bounds" "$(dirname "$0")/write-bounds.c" -libverbs ||
 	fail "cannot compile the write-bounds program"
 
 netdev=$(ip -o link show | awk -F': ' '$2 != "lo" { print $2; exit }')

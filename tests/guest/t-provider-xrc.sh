@@ -91,7 +91,7 @@ python3 -B "$(dirname "$0")/xrc_domains.py" rox_0 || problems+=("xrc_domains.py 
 
 # --- ibv_open_qp: a target QP held by a process that did not create it
 open_qp_dir=$(mktemp -d /tmp/xrc-open-qp.XXXXXX)
-if ! gcc -O1 -Wall -Werror -o "$open_qp_dir/xrc-open-qp" "$(dirname "$0")/xrc-open-qp.c" -libverbs; then
+if ! gcc -O1 -Wall -Wextra -Werror -o "$open_qp_dir/xrc-open-qp" "$(dirname "$0")/xrc-open-qp.c" -libverbs; then
 	problems+=("xrc-open-qp.c does not compile")
 elif timeout 60 "$open_qp_dir/xrc-open-qp" rox_0 0 "$open_qp_dir/domain"; then
 	echo "ok   ibv_open_qp of another process's XRC target QP"

@@ -23,7 +23,9 @@
  *   3. the same ID after a synchronous rdma_resolve_addr (DEVICE's IPv4 address to itself),
  *      what vrb_create_ep did up to libfabric 1.20: id->verbs is DEVICE's rdma_get_devices()
  *      context, the same pointer the PD was allocated on, and the same rdma_create_qp_ex
- *      creates the QP.
+ *      creates the QP. The CM binds the first device with a GID on the address's netdev, so
+ *      the bound device is checked by name: if it is not DEVICE (an rdma_rxe registered
+ *      first on the same netdev) the run fails saying so instead of testing that device.
  * Exit 0 when all three hold, 1 otherwise.
  */
 #include <arpa/inet.h>
@@ -149,8 +151,8 @@ static void qp_attr(struct ibv_qp_init_attr_ex *attr, struct ibv_pd *pd, struct 
 }
 
 /* Steps 2 and 3 on one CM ID (synchronous: no event channel, as vrb_create_ep makes it). */
-static void cm_id_steps(struct ibv_context *ctx, struct ibv_pd *pd, struct ibv_cq *cq,
-			enum ibv_qp_type type, struct sockaddr_in *addr)
+static void cm_id_steps(const char *device, struct ibv_context *ctx, struct ibv_pd *pd,
+			struct ibv_cq *cq, enum ibv_qp_type type, struct sockaddr_in *addr)
 {
 	struct ibv_qp_init_attr_ex attr;
 	struct rdma_cm_id *id;
@@ -179,6 +181,16 @@ static void cm_id_steps(struct ibv_context *ctx, struct ibv_pd *pd, struct ibv_c
 	printf("rdma_resolve_addr %s -> itself: %d (%s); id->verbs %p (%s)\n",
 	       inet_ntoa(addr->sin_addr), ret, ret ? strerror(errno) : "ok", (void *)id->verbs,
 	       ctx_name(id->verbs));
+	if (!ret && id->verbs && strcmp(ctx_name(id->verbs), device)) {
+		/* The CM binds the first device with a GID on the address's netdev: another
+		 * device (an rdma_rxe) registered there first would be the one tested. */
+		printf("FAIL the CM ID bound %s, not %s: another RDMA device on %s's netdev was "
+		       "registered first; this run would test it, not %s\n",
+		       ctx_name(id->verbs), device, device, device);
+		failures++;
+		rdma_destroy_id(id);
+		return;
+	}
 	check(!ret && id->verbs == ctx,
 	      "after address resolution id->verbs is the device's rdma_get_devices() context");
 	qp_attr(&attr, pd, cq, type);
@@ -220,7 +232,7 @@ int main(int argc, char **argv)
 		perror("ibv_alloc_pd/ibv_create_cq");
 		return 1;
 	}
-	cm_id_steps(ctx, pd, cq, type, &addr);
+	cm_id_steps(argv[1], ctx, pd, cq, type, &addr);
 	ibv_destroy_cq(cq);
 	ibv_dealloc_pd(pd);
 	printf("%s: %d failed\n", argv[1], failures);

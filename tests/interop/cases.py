@@ -28,6 +28,7 @@ XFER_MIB = 256
 XFER6_MIB = 32
 FLUSH_MIB = 32
 ATOMIC_WRITE_KIB = 64
+MW_MIB = 16
 
 
 def sh(cmd, timeout):
@@ -125,6 +126,12 @@ CASES = [
     # (tests/interop/run sets ROX_NIC_FLUSH_ICRC=rxe). The server grants its QP FLUSH access.
     (f"RDMA WRITE {FLUSH_MIB} MiB + FLUSH checksummed", xfer("flush", f"-m {FLUSH_MIB}")),
     (f"ATOMIC WRITE {ATOMIC_WRITE_KIB} KiB checksummed", xfer("atomic-write", f"-K {ATOMIC_WRITE_KIB}")),
+    # A type 2 memory window bound by a BIND_MW work request, RDMA WRITE through it, the
+    # checksum sent by SEND with invalidate of its R_Key (the receiver requires
+    # IBV_WC_WITH_INV and that key), then a WRITE through the dead window must be refused with
+    # a remote access error (rdma-xfer -o mw).
+    (f"MW bind + SEND_WITH_INV, RDMA WRITE {MW_MIB} MiB through the window checksummed",
+     xfer("mw", f"-m {MW_MIB}")),
     # IPv6 RoCE v2 GIDs: verbs with the GID given, rdma_cm with IPv6 addresses.
     ("ibv_rc_pingpong IPv6", pingpong("ibv_rc_pingpong", "{gid6}")),
     ("rping IPv6", rping("{ip6}", "{peer6}")),
@@ -137,7 +144,7 @@ CASES = [
 # invalid service ID (rping, ucmatose, rdma-xfer).
 NOT_LISTENING = re.compile(r"Couldn't connect to \S+:\d+|REJECTED\D{1,12}8\b")
 # The line that says what a passing run achieved, per kind of program.
-SUMMARY = re.compile(r"iters in|^\s*\d+\s+\d+\s+[\d.]+|ping data|return status|rdma-xfer: (write|read)")
+SUMMARY = re.compile(r"iters in|^\s*\d+\s+\d+\s+[\d.]+|ping data|return status|rdma-xfer: (write|read|mw)")
 
 
 def run_step(step, me, ctx, names, case, srv_tmpl, cli_tmpl, check):
@@ -195,7 +202,7 @@ def main():
         rc, out = sh(f"modprobe rdma_rxe && rdma link add {a.dev} type rxe netdev {netdev}", 60)
         if rc != 0:
             sys.exit(f"interop: cannot create {a.dev} on {netdev}: {out}")
-    rc, out = sh("gcc -O2 -Wall -Werror -o /tmp/rdma-xfer /rox/tests/interop/rdma-xfer.c -lrdmacm -libverbs", 300)
+    rc, out = sh("gcc -O2 -Wall -Wextra -Werror -o /tmp/rdma-xfer /rox/tests/interop/rdma-xfer.c -lrdmacm -libverbs", 300)
     if rc != 0:
         sys.exit(f"interop: cannot build rdma-xfer: {out}")
     ctx = Ctx(a.dev, roce_v2_gid_index(a.dev, a.ip), a.ip, a.peer,

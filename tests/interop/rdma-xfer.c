@@ -5,8 +5,9 @@
  *
  *   server: rdma-xfer -s ADDR [-p PORT] [-o OP] [-m MiB | -K KiB]
  *   client: rdma-xfer -c ADDR [-p PORT] -o OP [-m MiB | -K KiB] [-k CHUNK_KiB]
- *   OP: write | read | flush | atomic-write (the server needs it for flush and atomic-write:
- *       its buffer's access rights)
+ *                     [-L QP_FILE -W DONE_FILE]
+ *   OP: write | read | flush | atomic-write | mw (the server needs it for flush, atomic-write
+ *       and mw: its buffer's access rights, its memory window)
  *
  * write: the client fills its buffer with a seeded pattern and RDMA WRITEs it into the server's
  *        zeroed buffer, then SENDs its checksum; the server checksums what landed and answers
@@ -14,6 +15,16 @@
  *        range before the checksum. atomic-write: the buffer goes as 8-byte ATOMIC WRITEs.
  *        read: the server fills its buffer, the client RDMA READs all of it and compares with
  *        the checksum the server put in the connection's private data.
+ *        mw: the server binds a type 2 memory window over its buffer (a BIND_MW work request)
+ *        and SENDs its R_Key; the client RDMA WRITEs the buffer through the window, sends its
+ *        checksum by SEND with invalidate naming the window's R_Key, and the server requires a
+ *        receive completion with IBV_WC_WITH_INV and that R_Key; after the server's answer
+ *        the client WRITEs 8 bytes through the invalidated window and requires a remote
+ *        access error (the QP then goes to error; the connection ends as usual).
+ * -L/-W (write; tests/net/flood.sh's live-QP phase): once connected, the client writes its QP
+ * number and its responder's expected PSN ("QPN PSN") to QP_FILE, then WRITEs the buffer again
+ * and again until DONE_FILE exists (at most 300 s) before the checksum exchange: the QP stays
+ * live while another host aims bad frames at it.
  * The server ends on the client's disconnect (the client disconnects only once it has the
  * server's answer), never on its own last SEND's completion: a lost ACK of that SEND must not
  * keep it waiting. Exit 0 only if both checksums are equal; every failure prints why.
@@ -42,6 +53,9 @@ struct conn_info {
 
 struct msg {
 	uint64_t checksum;
+	uint64_t addr; /* mw: the window's address and R_Key */
+	uint32_t rkey;
+	uint32_t spare;
 };
 
 static void die(const char *what)
@@ -99,15 +113,15 @@ static struct rdma_cm_event *expect(struct rdma_event_channel *ch, enum rdma_cm_
 	return ev;
 }
 
-enum op { OP_WRITE, OP_READ, OP_FLUSH, OP_ATOMIC_WRITE };
-static const char *const op_names[] = { "write", "read", "flush", "atomic-write" };
+enum op { OP_WRITE, OP_READ, OP_FLUSH, OP_ATOMIC_WRITE, OP_MW };
+static const char *const op_names[] = { "write", "read", "flush", "atomic-write", "mw" };
 
 static enum op parse_op(const char *name)
 {
 	for (unsigned int i = 0; i < sizeof(op_names) / sizeof(op_names[0]); i++)
 		if (strcmp(name, op_names[i]) == 0)
 			return (enum op)i;
-	fail("-o takes write, read, flush or atomic-write");
+	fail("-o takes write, read, flush, atomic-write or mw");
 	return OP_WRITE;
 }
 
@@ -116,6 +130,8 @@ struct side {
 	struct ibv_pd *pd;
 	struct ibv_cq *cq;
 	struct ibv_mr *mr, *msg_mr;
+	struct ibv_mw *mw; /* mw: the server's window */
+	struct ibv_wc recv_wc; /* the last receive completion (wr_id 1) */
 	uint8_t *buf;
 	size_t len;
 	struct msg msg[2]; /* [0] received, [1] sent */
@@ -159,6 +175,8 @@ static void setup_qp(struct rdma_cm_id *id, struct side *s, enum op op, int is_c
 		access |= IBV_ACCESS_FLUSH_GLOBAL;
 	if (op == OP_ATOMIC_WRITE)
 		access |= IBV_ACCESS_REMOTE_ATOMIC;
+	if (op == OP_MW)
+		access |= IBV_ACCESS_MW_BIND;
 	s->mr = ibv_reg_mr(s->pd, s->buf, s->len, access);
 	if (!s->mr)
 		die("ibv_reg_mr (buffer)");
@@ -177,11 +195,14 @@ static void post_recv_msg(struct rdma_cm_id *id, struct side *s)
 		die("ibv_post_recv");
 }
 
-static void post_send_msg(struct rdma_cm_id *id, struct side *s)
+/* The message in msg[1] as a SEND, or a SEND with invalidate of `invalidate_rkey` if not 0. */
+static void post_send_msg_inv(struct rdma_cm_id *id, struct side *s, uint32_t invalidate_rkey)
 {
 	struct ibv_sge sge = { (uintptr_t)&s->msg[1], sizeof(s->msg[1]), s->msg_mr->lkey };
 	struct ibv_send_wr wr = { .wr_id = 2, .sg_list = &sge, .num_sge = 1,
-				  .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED }, *bad;
+				  .opcode = invalidate_rkey ? IBV_WR_SEND_WITH_INV : IBV_WR_SEND,
+				  .send_flags = IBV_SEND_SIGNALED }, *bad;
+	wr.invalidate_rkey = invalidate_rkey;
 	if (s->qpx) {
 		ibv_wr_start(s->qpx);
 		s->qpx->wr_id = 2;
@@ -195,6 +216,11 @@ static void post_send_msg(struct rdma_cm_id *id, struct side *s)
 	}
 	if (ibv_post_send(id->qp, &wr, &bad))
 		die("ibv_post_send (message)");
+}
+
+static void post_send_msg(struct rdma_cm_id *id, struct side *s)
+{
+	post_send_msg_inv(id, s, 0);
 }
 
 /* One data WR of `n` bytes at `off`: RDMA WRITE or READ through ibv_post_send, or RDMA
@@ -245,8 +271,8 @@ static void flush_all(struct side *s, const struct conn_info *peer)
 		fail("the FLUSH completed with another opcode");
 }
 
-/* Waits for one completion; any error status fails the run. */
-static struct ibv_wc wait_wc(struct side *s)
+/* Waits for one completion, whatever its status; a receive's is kept in recv_wc. */
+static struct ibv_wc poll_wc(struct side *s)
 {
 	struct ibv_wc wc;
 	double deadline = now() + 120;
@@ -257,6 +283,16 @@ static struct ibv_wc wait_wc(struct side *s)
 	}
 	if (n < 0)
 		fail("ibv_poll_cq failed");
+	if (wc.wr_id == 1)
+		s->recv_wc = wc;
+	return wc;
+}
+
+/* Waits for one completion; any error status fails the run. */
+static struct ibv_wc wait_wc(struct side *s)
+{
+	struct ibv_wc wc = poll_wc(s);
+
 	if (wc.status != IBV_WC_SUCCESS) {
 		fprintf(stderr, "rdma-xfer: completion wr_id %" PRIu64 " failed: %s (vendor_err %u)\n",
 			wc.wr_id, ibv_wc_status_str(wc.status), wc.vendor_err);
@@ -340,8 +376,83 @@ static void grant_flush(struct ibv_qp *qp)
 		die("ibv_modify_qp (FLUSH access)");
 }
 
+/* mw, server: binds a type 2 window over the whole buffer (remote write) with a BIND_MW work
+ * request on the connection's QP, and SENDs the client its address and new R_Key. */
+static uint32_t bind_window(struct rdma_cm_id *id, struct side *s)
+{
+	struct ibv_send_wr wr = { .wr_id = 4, .opcode = IBV_WR_BIND_MW,
+				  .send_flags = IBV_SEND_SIGNALED }, *bad;
+	struct ibv_wc wc;
+
+	s->mw = ibv_alloc_mw(s->pd, IBV_MW_TYPE_2);
+	if (!s->mw)
+		die("ibv_alloc_mw (type 2)");
+	wr.bind_mw.mw = s->mw;
+	wr.bind_mw.rkey = ibv_inc_rkey(s->mw->rkey);
+	wr.bind_mw.bind_info.mr = s->mr;
+	wr.bind_mw.bind_info.addr = (uintptr_t)s->buf;
+	wr.bind_mw.bind_info.length = s->len;
+	wr.bind_mw.bind_info.mw_access_flags = IBV_ACCESS_REMOTE_WRITE;
+	if (ibv_post_send(id->qp, &wr, &bad))
+		die("ibv_post_send (BIND_MW)");
+	while ((wc = wait_wc(s)).wr_id != 4)
+		if (wc.wr_id == 1 || wc.wr_id == 2)
+			s->seen[wc.wr_id] = 1;
+	if (wc.opcode != IBV_WC_BIND_MW)
+		fail("the BIND_MW completed with another opcode");
+	printf("rdma-xfer: server bound a type 2 MW over its buffer: R_Key %#x (the MR's %#x)\n",
+	       wr.bind_mw.rkey, s->mr->rkey);
+	s->msg[1].addr = (uintptr_t)s->buf;
+	s->msg[1].rkey = wr.bind_mw.rkey;
+	post_send_msg(id, s);
+	wait_for(s, 2);
+	s->seen[2] = 0;
+	return wr.bind_mw.rkey;
+}
+
+/* The kernel's IB_WC_WITH_INVALIDATE (include/rdma/ib_verbs.h), which is IBV_WC_IP_CSUM_OK in
+ * libibverbs' numbering: rdma_rxe's provider copies the kernel's work completion into the
+ * ibv_wc as it is (rdma-core 56.1 providers/rxe/rxe.c, memcpy in its poll), so on rxe a SEND
+ * with invalidate shows this bit, not IBV_WC_WITH_INV; the invalidated R_Key is in its place. */
+#define KERNEL_IB_WC_WITH_INVALIDATE (1u << 2)
+
+/* mw, server: the client's checksum came by SEND with invalidate of the window's R_Key: the
+ * receive completion says so (IBV_WC_WITH_INV; on an rxe device rxe's kernel bit, above) and
+ * names that R_Key. */
+static int invalidated_by_send(struct rdma_cm_id *id, const struct side *s, uint32_t mw_rkey)
+{
+	const struct ibv_wc *wc = &s->recv_wc;
+	int rxe = strncmp(ibv_get_device_name(id->verbs->device), "rxe", 3) == 0;
+	int flagged = (wc->wc_flags & IBV_WC_WITH_INV) ||
+		      (rxe && (wc->wc_flags & KERNEL_IB_WC_WITH_INVALIDATE));
+	int ok = flagged && wc->invalidated_rkey == mw_rkey;
+
+	printf("rdma-xfer: server's receive: wc_flags %#x (%s), invalidated R_Key %#x (the "
+	       "window's %#x): %s\n", wc->wc_flags,
+	       wc->wc_flags & IBV_WC_WITH_INV ? "IBV_WC_WITH_INV" :
+	       flagged ? "rxe: the kernel's IB_WC_WITH_INVALIDATE bit, not IBV_WC_WITH_INV" :
+			 "no invalidate flag",
+	       wc->invalidated_rkey, mw_rkey, ok ? "invalidated" : "NOT INVALIDATED");
+	return ok;
+}
+
+/* mw, client: one 8-byte WRITE through the invalidated window must fail with a remote access
+ * error (the responder NAKs it). */
+static int window_refused(struct rdma_cm_id *id, struct side *s, const struct conn_info *peer)
+{
+	struct ibv_wc wc;
+
+	post_data(id, s, peer, OP_WRITE, 5, 0, sizeof(uint64_t));
+	while ((wc = poll_wc(s)).wr_id != 5)
+		;
+	printf("rdma-xfer: WRITE through the invalidated window: %s\n",
+	       ibv_wc_status_str(wc.status));
+	return wc.status == IBV_WC_REM_ACCESS_ERR;
+}
+
 static int server(const char *addr, size_t len, enum op op)
 {
+	uint32_t mw_rkey = 0;
 	struct rdma_event_channel *ch = rdma_create_event_channel();
 	struct rdma_cm_id *listen_id, *id;
 	struct rdma_addrinfo *ai = resolve(addr, 1);
@@ -378,10 +489,13 @@ static int server(const char *addr, size_t len, enum op op)
 	if (op == OP_FLUSH)
 		grant_flush(id->qp);
 	rdma_ack_cm_event(expect(ch, RDMA_CM_EVENT_ESTABLISHED));
+	if (op == OP_MW)
+		mw_rkey = bind_window(id, &s);
 	/* The client's SEND ends the transfer: after a write it carries the client's checksum,
 	 * after a read the client's checksum of what it read. */
 	wait_for(&s, 1);
 	uint64_t theirs = s.msg[0].checksum, ours = checksum(s.buf, s.len);
+	int invalidated = op != OP_MW || invalidated_by_send(id, &s, mw_rkey);
 	s.msg[1].checksum = ours;
 	post_send_msg(id, &s);
 	/* The client disconnects once it has our answer; our SEND's own completion may never
@@ -389,11 +503,32 @@ static int server(const char *addr, size_t len, enum op op)
 	wait_disconnect(ch);
 	printf("rdma-xfer: server checksum %016" PRIx64 ", client's %016" PRIx64 ": %s\n", ours,
 	       theirs, ours == theirs ? "equal" : "DIFFERENT");
-	return ours == theirs ? 0 : 1;
+	return ours == theirs && invalidated ? 0 : 1;
+}
+
+static const char *live_qp_file, *live_done_file;
+
+/* -L: "QPN PSN" of the connected QP (its responder's expected PSN) to live_qp_file, whole. */
+static void publish_live_qp(struct ibv_qp *qp)
+{
+	struct ibv_qp_init_attr init;
+	struct ibv_qp_attr attr;
+	char tmp[512];
+	FILE *f;
+
+	if (ibv_query_qp(qp, &attr, IBV_QP_RQ_PSN, &init))
+		die("ibv_query_qp (RQ PSN)");
+	snprintf(tmp, sizeof(tmp), "%s.tmp", live_qp_file);
+	f = fopen(tmp, "w");
+	if (!f || fprintf(f, "%u %u\n", qp->qp_num, attr.rq_psn) < 0 || fclose(f) ||
+	    rename(tmp, live_qp_file))
+		die("writing the -L file");
+	printf("rdma-xfer: live QP %#x, responder expects PSN %#x\n", qp->qp_num, attr.rq_psn);
 }
 
 static int client(const char *addr, enum op op, size_t len, size_t chunk)
 {
+	unsigned int rounds = 0;
 	struct rdma_event_channel *ch = rdma_create_event_channel();
 	struct rdma_cm_id *id;
 	struct rdma_addrinfo *ai = resolve(addr, 0);
@@ -429,21 +564,41 @@ static int client(const char *addr, enum op op, size_t len, size_t chunk)
 	rdma_ack_cm_event(ev);
 	if (peer.kib != (uint32_t)(len >> 10))
 		fail("server and client disagree on the size (-m / -K)");
+	if (op == OP_MW) {
+		/* The window's R_Key, then a receive for the server's answer. */
+		wait_for(&s, 1);
+		s.seen[1] = 0;
+		if (s.msg[0].addr != peer.addr || s.msg[0].rkey == peer.rkey)
+			fail("the server's window is not over its buffer or has the MR's R_Key");
+		peer.rkey = s.msg[0].rkey;
+		post_recv_msg(id, &s);
+	}
+	if (live_qp_file)
+		publish_live_qp(id->qp);
 	t0 = now();
-	move_all(id, &s, &peer, op, chunk);
+	do {
+		move_all(id, &s, &peer, op, chunk);
+		rounds++;
+	} while (live_done_file && access(live_done_file, F_OK) && now() - t0 < 300);
+	if (live_done_file && access(live_done_file, F_OK))
+		fail("-W: the done file did not appear within 300 s");
+	if (rounds > 1)
+		printf("rdma-xfer: the buffer written %u times while the QP was live\n", rounds);
 	if (op == OP_FLUSH)
 		flush_all(&s, &peer);
 	double secs = now() - t0;
 	uint64_t ours = checksum(s.buf, s.len);
 	s.msg[1].checksum = ours;
-	post_send_msg(id, &s);
+	post_send_msg_inv(id, &s, op == OP_MW ? peer.rkey : 0);
 	wait_for(&s, 2);
 	wait_for(&s, 1);
 	uint64_t theirs = s.msg[0].checksum;
 	int ok = ours == theirs && (op != OP_READ || ours == peer.checksum);
+	if (op == OP_MW && !window_refused(id, &s, &peer))
+		ok = 0;
 	printf("rdma-xfer: %s %zu KiB in %.2f s (%.1f MB/s), checksum %016" PRIx64
 	       " vs server's %016" PRIx64 ": %s\n", op_names[op], len >> 10, secs,
-	       (double)s.len / secs / 1e6, ours, theirs, ok ? "equal" : "DIFFERENT");
+	       (double)s.len * rounds / secs / 1e6, ours, theirs, ok ? "equal" : "DIFFERENT");
 	/* Stay until our DREQ is answered (or the CM gives up on it): a client that exits at once
 	 * takes the DREQ's retransmissions with it, and a lost DREQ would leave the server waiting. */
 	rdma_disconnect(id);
@@ -457,7 +612,7 @@ int main(int argc, char **argv)
 	enum op op = OP_WRITE;
 	size_t kib = 256 << 10, chunk_kib = 1024;
 	int c;
-	while ((c = getopt(argc, argv, "s:c:o:m:K:k:p:")) != -1) {
+	while ((c = getopt(argc, argv, "s:c:o:m:K:k:p:L:W:")) != -1) {
 		switch (c) {
 		case 's': srv = optarg; break;
 		case 'c': cli = optarg; break;
@@ -466,12 +621,16 @@ int main(int argc, char **argv)
 		case 'K': kib = strtoul(optarg, NULL, 0); break;
 		case 'k': chunk_kib = strtoul(optarg, NULL, 0); break;
 		case 'p': port = optarg; break;
+		case 'L': live_qp_file = optarg; break;
+		case 'W': live_done_file = optarg; break;
 		default:
 			fprintf(stderr, "usage: rdma-xfer -s ADDR [-p PORT] [-o OP] [-m MiB | -K KiB] | "
 					"-c ADDR [-p PORT] -o OP [-m MiB | -K KiB] [-k KiB]\n");
 			return 2;
 		}
 	}
+	if (!live_qp_file != !live_done_file || (live_qp_file && (srv || op != OP_WRITE)))
+		fail("-L and -W go together, on a write client");
 	if (!!srv == !!cli || kib == 0 || chunk_kib == 0)
 		fail("give exactly one of -s ADDR / -c ADDR, and sizes above 0");
 	setvbuf(stdout, NULL, _IOLBF, 0);

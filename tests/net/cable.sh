@@ -10,7 +10,7 @@ fail() { echo "FAIL cable $role: $*"; exit 1; }
 [ "${ROX_CABLE:-0}" = 1 ] || fail "the lab has no cable (rox-lab --cable)"
 mib=${CABLE_XFER_MIB:-64}
 # Build rdma-xfer first: the compile overlaps the peer's boot.
-gcc -O2 -Wall -Werror -o /tmp/rdma-xfer /rox/tests/interop/rdma-xfer.c -lrdmacm -libverbs ||
+gcc -O2 -Wall -Wextra -Werror -o /tmp/rdma-xfer /rox/tests/interop/rdma-xfer.c -lrdmacm -libverbs ||
 	fail "cannot build rdma-xfer"
 PAIR_ITERS=${PAIR_ITERS:-200} bash "$(dirname "$0")/pair.sh" "$role" rc || exit 1
 server=$ROX_IP_1_0

@@ -11,12 +11,22 @@ generator: the seed is printed (`FLOOD seed N`) and --seed N replays the same fr
     flood.py --iface IF --dst-mac MAC --dst-ip A.B.C.D --target-mtu MTU [--seconds S]
              [--until FILE] [--rate FRAMES_PER_S] [--seed N] [--drops-of IF,IF...]
     flood.py --pcap FILE [--kinds K,K...] [--per-kind N] --dst-mac MAC --dst-ip A.B.C.D
+    flood.py --iface IF --dst-mac MAC --dst-ip A.B.C.D --src-ip PEER --live-qp QPN --live-psn PSN
+             [--per-kind N] [--seed N] [--drops-of IF,IF...]
 
 Prints how many frames of each kind it sent (`FLOOD <kind> <count>`), so a test can compare
 them with the target's `rdma statistic` counters, and (--drops-of) `FLOOD path_dropped N`: the
 frames the named interfaces (the sending one, the target's tap) dropped meanwhile, which
 never reached the target. --pcap writes N frames of each kind to a pcap instead (e.g. for
 rox-pcap-check, which recomputes their ICRCs as rox-nic does).
+
+--live-qp: frames aimed at a live RC QP of a connection (its number and its responder's
+expected PSN given), from the connection's peer address PEER: N of each kind in random order
+(live_kinds), each a request a conforming responder must not execute: a SEND far ahead of the
+expected PSN (sequence error: counted, NAKed), a SEND and an RDMA WRITE with a random R_Key far
+behind it (duplicates: re-acknowledged, never executed, the R_Key never checked), and at the
+expected PSN itself an unknown opcode, a WRITE cut inside its RETH and a SEND with a bad ICRC
+(dropped before the QP sees them).
 """
 import argparse
 import json
@@ -192,6 +202,81 @@ def kinds(dst_mac, src_mac, dst_ip, src_ip, mtu):
     ]
 
 
+PSN_MODULUS = 1 << 24
+# Far outside the window either way: a quarter of the PSN space ahead or behind.
+PSN_FAR = 1 << 22
+BTH_OPCODE_RC_WRITE_ONLY = 0x0A
+# An RC opcode IBA reserves (0x18-0x1b): no device may take it.
+BTH_OPCODE_RC_RESERVED = 0x19
+RETH_LEN = 16
+
+
+def rc_frame(eth, src_ip, dst_ip, opcode, qpn, psn, body, icrc_xor=0):
+    """An RC request to `qpn` at `psn` with `body` after the BTH (AckReq set)."""
+    bth = struct.pack("!BBHII", opcode, 0, DEFAULT_PKEY, qpn & 0xFFFFFF,
+                      0x80000000 | (psn % PSN_MODULUS))
+    payload = bth + body
+    udp_len = 8 + len(payload) + 4
+    ip_hdr = ipv4_header(src_ip, dst_ip, udp_len)
+    udp_hdr = struct.pack("!HHHH", 49152, ROCE_PORT, udp_len, 0)
+    crc = icrc(ip_hdr, udp_hdr, payload)
+    if icrc_xor:
+        crc = struct.pack("<I", struct.unpack("<I", crc)[0] ^ icrc_xor)
+    return eth[0] + eth[1] + struct.pack("!H", ETH_P_IP) + ip_hdr + udp_hdr + payload + crc
+
+
+def live_kinds(dst_mac, src_mac, dst_ip, src_ip, qpn, epsn):
+    """(name, factory) of the frames aimed at the live RC QP `qpn` whose responder expects
+    `epsn` (--live-qp)."""
+    eth = (dst_mac, src_mac)
+
+    def ahead(rnd):
+        return epsn + PSN_FAR + rnd.randrange(1024)
+
+    def behind(rnd):
+        return epsn - PSN_FAR - rnd.randrange(1024)
+
+    def reth(rnd, length):
+        return struct.pack("!QII", rnd.getrandbits(64), rnd.getrandbits(32), length)
+
+    def bad_rkey_write(rnd):
+        data = payload(rnd, 256)
+        return rc_frame(eth, src_ip, dst_ip, BTH_OPCODE_RC_WRITE_ONLY, qpn, behind(rnd),
+                        reth(rnd, len(data)) + data)
+
+    return [
+        ("live_psn_ahead", lambda rnd: rc_frame(eth, src_ip, dst_ip, BTH_OPCODE_RC_SEND_ONLY, qpn,
+                                                ahead(rnd), payload(rnd, 256))),
+        ("live_psn_behind", lambda rnd: rc_frame(eth, src_ip, dst_ip, BTH_OPCODE_RC_SEND_ONLY, qpn,
+                                                 behind(rnd), payload(rnd, 256))),
+        ("live_bad_rkey_write", bad_rkey_write),
+        ("live_unknown_opcode", lambda rnd: rc_frame(eth, src_ip, dst_ip, BTH_OPCODE_RC_RESERVED, qpn,
+                                                     epsn, payload(rnd, 256))),
+        ("live_truncated", lambda rnd: rc_frame(eth, src_ip, dst_ip, BTH_OPCODE_RC_WRITE_ONLY, qpn,
+                                                epsn, rnd.randbytes(4 * rnd.randrange(RETH_LEN // 4)))),
+        ("live_bad_icrc", lambda rnd: rc_frame(eth, src_ip, dst_ip, BTH_OPCODE_RC_SEND_ONLY, qpn, epsn,
+                                               payload(rnd, 256), icrc_xor=rnd.randrange(1, 1 << 32))),
+    ]
+
+
+def send_live(a, rnd, dst_mac, src_mac):
+    """--live-qp: --per-kind frames of each live kind, in random order, at --rate."""
+    ks = live_kinds(dst_mac, src_mac, a.dst_ip, a.src_ip, a.live_qp, a.live_psn)
+    order = [k for k in ks for _ in range(a.per_kind)]
+    rnd.shuffle(order)
+    drop_ifaces = a.drops_of.split(",") if a.drops_of else []
+    drops_before = dropped(drop_ifaces)
+    s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
+    s.bind((a.iface, 0))
+    for name, make in order:
+        s.send(make(rnd))
+        time.sleep(1.0 / a.rate)
+    time.sleep(1)  # frames still on the way have gone by now
+    for name, _ in ks:
+        print(f"FLOOD {name} {a.per_kind}", flush=True)
+    print(f"FLOOD path_dropped {dropped(drop_ifaces) - drops_before}", flush=True)
+
+
 def dropped(ifaces):
     """Frames the interfaces dropped on transmit (ip -s -j: namespace-correct)."""
     n = 0
@@ -227,12 +312,19 @@ def main():
     ap.add_argument("--seed", type=int, help="the generator's seed (default: a random one, printed)")
     ap.add_argument("--drops-of", help="comma list of interfaces whose transmit drops to report")
     ap.add_argument("--self-test", action="store_true", help="print one frame of each kind in hex and exit")
+    ap.add_argument("--live-qp", type=lambda v: int(v, 0), help="aim the live kinds at this RC QP")
+    ap.add_argument("--live-psn", type=lambda v: int(v, 0), help="the live QP's expected PSN")
     a = ap.parse_args()
     seed = a.seed if a.seed is not None else int.from_bytes(os.urandom(4), "big")
     print(f"FLOOD seed {seed}", flush=True)
     rnd = random.Random(seed)
     dst_mac = mac_bytes(a.dst_mac)
     src_mac = b"\x02\x00\x00\x00\xf1\x00"
+    if a.live_qp is not None:
+        if a.live_psn is None or not a.iface:
+            ap.error("--live-qp needs --live-psn and --iface")
+        send_live(a, rnd, dst_mac, src_mac)
+        return
     ks = kinds(dst_mac, src_mac, a.dst_ip, a.src_ip, a.target_mtu)
     if a.kinds:
         wanted = a.kinds.split(",")

@@ -8,6 +8,11 @@
 # the guest, $ROX_RUN_0 on the host): flood.start (target: flood now), flood.running (host:
 # flooding), flood.stop (target: pingpongs done), flood.out (host: what flood.py sent), done
 # (target: finished; the host passes it on to guest 1, which then stops answering pings).
+# Then a live RC QP under fire (audit M10): guest 0 WRITEs a buffer to guest 1 over an rdma_cm
+# connection (tests/interop/rdma-xfer.c) again and again, publishing its QP number and expected
+# PSN in live.qp; the host aims flood.py's live kinds at that QP from guest 1's address and
+# says live.done; the transfer's checksums must agree, each kind be counted where the spec
+# puts it (sequence error, duplicate, dropped, ICRC error), no remote access error counted.
 # Each check prints one line, `ok   WHAT` or `FAIL WHAT`; the exit status is 1 if any failed.
 # Environment: FLOOD_ITERS (pingpong iterations, default 5000: ~10 s each), FLOOD_RATE (frames/s,
 # 2000), FLOOD_SEED (flood.py's seed: replays a run's frames; default a new one, printed).
@@ -40,6 +45,18 @@ if [ "$role" = host ]; then
 		>"$run0/flood.out.tmp" || { bad "flood.py failed: $(cat "$run0/flood.out.tmp")"; exit 1; }
 	mv "$run0/flood.out.tmp" "$run0/flood.out"
 	cat "$run0/flood.out"
+	# The live QP phase (or guest 0's end, if it stopped before).
+	for _ in $(seq 6000); do [ -e "$run0/live.qp" ] || [ -e "$run0/done" ] && break; sleep 0.1; done
+	if [ -e "$run0/live.qp" ]; then
+		read -r qpn psn <"$run0/live.qp"
+		python3 tests/net/flood.py --iface "$ROX_HOST_IF" --dst-mac "$ROX_MAC_0_0" --dst-ip "$ROX_IP_0_0" \
+			--src-ip "$ROX_IP_1_0" --live-qp "$qpn" --live-psn "$psn" --per-kind "${LIVE_PER_KIND:-50}" \
+			--rate 500 --drops-of "$ROX_HOST_IF,g0n0" ${FLOOD_SEED:+--seed "$FLOOD_SEED"} \
+			>"$run0/live.out.tmp" || bad "flood.py --live-qp failed: $(cat "$run0/live.out.tmp")"
+		mv "$run0/live.out.tmp" "$run0/live.out"
+		cat "$run0/live.out"
+		touch "$run0/live.done"
+	fi
 	wait_file "$run0/done" 600 || { bad "guest 0 did not finish"; exit 1; }
 	touch "$run1/done"
 	exit 0
@@ -66,12 +83,28 @@ guest_health() {
 	fi
 }
 
+live_port=20999 live_mib=16
+build_xfer() {
+	gcc -O2 -Wall -Wextra -Werror -o /tmp/rdma-xfer "$(dirname "$0")/../interop/rdma-xfer.c" \
+		-lrdmacm -libverbs 2>/tmp/xfer-cc.log || { bad "cannot build rdma-xfer: $(cat /tmp/xfer-cc.log)"; return 1; }
+}
+
 if [ "$role" = peer ]; then
 	for t in rc ud; do
 		timeout 300 ibv_${t}_pingpong -c $pp >/tmp/$t.log 2>&1 &&
 			ok "ibv_${t}_pingpong -c server ($iters iterations)" ||
 			{ bad "ibv_${t}_pingpong -c server"; cat /tmp/$t.log; }
 	done
+	# The live QP phase's server: the buffer guest 0 WRITEs again and again, checksummed.
+	# It ends on its client's disconnect; if guest 0 ends without connecting, it is stopped.
+	if build_xfer; then
+		/tmp/rdma-xfer -s "$ROX_IP_1_0" -p "$live_port" -m "$live_mib" >/tmp/live.log 2>&1 &
+		srv=$!
+		while kill -0 $srv 2>/dev/null && [ ! -e /run/rox/done ]; do sleep 0.5; done
+		kill $srv 2>/dev/null
+		wait $srv && ok "live QP: rdma-xfer server: $(grep -m1 'server checksum' /tmp/live.log)" ||
+			{ bad "live QP: rdma-xfer server"; cat /tmp/live.log; }
+	fi
 	# Guest 0 pings this guest after the flood: stay up until it is done.
 	wait_file /run/rox/done 300 || bad "guest 0 did not finish"
 	guest_health
@@ -79,6 +112,68 @@ if [ "$role" = peer ]; then
 fi
 
 [ "$role" = target ] || fatal "unknown role"
+
+# live_qp_phase: guest 0's side of the live QP phase (see the top); uses stats, counter, peer.
+live_qp_phase() {
+	local before after c check k n pd r counted_by
+	build_xfer || return
+	before=$(stats)
+	local connect_by=$((SECONDS + 300))
+	while :; do
+		timeout 600 /tmp/rdma-xfer -c "$peer" -p "$live_port" -m "$live_mib" -o write \
+			-L /run/rox/live.qp -W /run/rox/live.done >/tmp/live.log 2>&1
+		c=$?
+		[ $c = 0 ] && break
+		# Only a server not listening yet (REJ reason 8, no QP published) is tried again.
+		[ ! -e /run/rox/live.qp ] && grep -q REJECTED /tmp/live.log && [ $SECONDS -lt $connect_by ] || break
+		sleep 1
+	done
+	if [ $c = 0 ] && grep -q ': equal' /tmp/live.log; then
+		ok "live QP: the transfer under fire completed, checksums equal: $(grep -E 'written|equal' /tmp/live.log | tr '\n' ' ')"
+	else
+		bad "live QP: the transfer under fire (exit $c)"
+		cat /tmp/live.log
+	fi
+	wait_file /run/rox/live.out 60 || { bad "live QP: the host did not report its frames"; return; }
+	cat /run/rox/live.out
+	live() { awk -v k="$1" '$1 == "FLOOD" && $2 == k { print $3 }' /run/rox/live.out; }
+	pd=$(live path_dropped)
+	[[ ${pd:-} =~ ^[0-9]+$ ]] || { bad "live QP: flood.py reported no path_dropped count"; return; }
+	# COUNTER KIND...: the counter rose by at least what was sent of these kinds less what the
+	# path dropped (the connection's own traffic may add duplicates or drops of its own).
+	live_checks=("out_of_sequence live_psn_ahead" "duplicate_requests live_psn_behind live_bad_rkey_write"
+		"rx_dropped live_unknown_opcode live_truncated" "rx_icrc_errors live_bad_icrc")
+	live_sent() { local k n=0; for k in "$@"; do n=$((n + $(live "$k"))); done; echo $n; }
+	live_rose() { echo $(($(counter "$after" "$1") - $(counter "$before" "$1"))); }
+	live_counted() {
+		local check
+		for check in "${live_checks[@]}"; do
+			set -- $check
+			[ "$(live_rose "$1")" -ge $(($(live_sent "${@:2}") - pd)) ] || return 1
+		done
+	}
+	after=$(stats)
+	counted_by=$((SECONDS + 60))
+	until live_counted || [ $SECONDS -ge $counted_by ]; do
+		sleep 1
+		after=$(stats)
+	done
+	for check in "${live_checks[@]}"; do
+		set -- $check
+		n=$(live_sent "${@:2}")
+		r=$(live_rose "$1")
+		[ "$r" -ge $((n - pd)) ] && ok "live QP: $1 rose by $r for $n sent (${*:2}; $pd dropped on the way)" ||
+			bad "live QP: $1 rose by $r, flood.py sent $n (${*:2}), $pd dropped on the way"
+	done
+	r=$(live_rose rx_icrc_errors)
+	[ "$r" -le "$(live live_bad_icrc)" ] || bad "live QP: rx_icrc_errors rose by $r, more than the bad ICRCs sent"
+	r=$(live_rose naks_sent)
+	[ "$r" -ge 1 ] && ok "live QP: the sequence errors were NAKed ($r NAKs)" ||
+		bad "live QP: no NAK for $(live live_psn_ahead) requests far ahead of the expected PSN"
+	r=$(live_rose resp_remote_access_errors)
+	[ "$r" = 0 ] && ok "live QP: no R_Key checked for a duplicate WRITE (resp_remote_access_errors +0)" ||
+		bad "live QP: resp_remote_access_errors rose by $r: a duplicate WRITE's R_Key was checked"
+}
 # Whatever happens, let the host stop flooding and guest 1 go.
 trap 'touch /run/rox/flood.stop /run/rox/done' EXIT
 peer=$ROX_IP_1_0
@@ -217,5 +312,6 @@ r=$(( $(rose port_to_netdev) + netdev_dropped ))
 	ok "port_to_netdev + port_drop_netdev rose by $r for $sent broadcast/multicast sent" ||
 	bad "port_to_netdev + port_drop_netdev rose by $r, flood.py sent $sent broadcast/multicast, $path_dropped dropped on the way"
 echo "target: port_rx_frames rose by $(rose port_rx_frames), port_drop_netdev by $(rose port_drop_netdev)"
+live_qp_phase
 guest_health
 exit $failed

@@ -99,7 +99,7 @@ send() {
 
 # Rounds through libibverbs alone (tests/guest/mcast-verbs.c): IPv6 groups too (rdma_cm has
 # none on RoCEv2), and a sender that waits for its send completions.
-gcc -O2 -Wall -Werror -o /tmp/mcast-verbs "$(dirname "$0")/../guest/mcast-verbs.c" -libverbs || fail "cannot build mcast-verbs"
+gcc -O2 -Wall -Wextra -Werror -o /tmp/mcast-verbs "$(dirname "$0")/../guest/mcast-verbs.c" -libverbs || fail "cannot build mcast-verbs"
 
 # join_ip_group GROUP: hold an IP-level membership of GROUP on the lab NIC until killed. rxe
 # receives through the IP stack, which delivers a group's packets only if the host joined it

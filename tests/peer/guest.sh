@@ -9,7 +9,7 @@ role=$1 peer=$2 port=$3
 shift 3
 . "$(dirname "$0")/../guest/lab.sh"
 fail() { echo "RESULT setup fail $*"; exit 1; }
-gcc -O2 -Wall -o /tmp/peer-cases "$(dirname "$0")/peer-cases.c" -libverbs || fail "cannot build peer-cases"
+gcc -O2 -Wall -Wextra -Werror -o /tmp/peer-cases "$(dirname "$0")/peer-cases.c" -libverbs || fail "cannot build peer-cases"
 case $role in
 rox)
 	insmod "${ROX_KO:?}" || fail "insmod $ROX_KO"
