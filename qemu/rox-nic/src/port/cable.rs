@@ -309,11 +309,16 @@ impl Wire {
         Some(())
     }
 
+    /// Whether every transmit ring position holds a frame the peer has not read yet.
+    fn ring_full(&self) -> bool {
+        self.tx_head.wrapping_sub(self.tx_reclaimed) >= self.tx.slots
+    }
+
     /// Queues `buffer`, holding a frame of `len` bytes, at the next ring position (the peer
     /// sees it at [`Wire::publish`]). A full ring gives it back: with as many buffers as
     /// positions that cannot happen, but a position still holding a buffer must never lose it.
     fn push(&mut self, buffer: Region, len: usize) -> Result<(), Region> {
-        if self.tx_head.wrapping_sub(self.tx_reclaimed) >= self.tx.slots {
+        if self.ring_full() {
             return Err(buffer);
         }
         let at = self.tx.descriptor(self.tx_head);
@@ -347,7 +352,7 @@ impl Wire {
         if len > CABLE_MAX_FRAME {
             return Produced::TooLong;
         }
-        if self.tx_head.wrapping_sub(self.tx_reclaimed) >= self.tx.slots {
+        if self.ring_full() {
             // Checked before a packet is taken apart, so a full ring keeps it for later.
             return Produced::NoRoom;
         }
