@@ -9,14 +9,15 @@
 //! fault injection and the engine do not know which wire they are on.
 //!
 //! Each ring is a control block, 1024 descriptors (a buffer's number and a frame's length) and
-//! 1024 buffers of 16 KiB. No frame is copied on the plain path: the engine builds a packet
-//! straight in a free transmit buffer the cable lends it (`roce::wire::pool`, behind room for
-//! the Ethernet header the port writes when it routes the packet), and the cable publishes
-//! that buffer where it lies. The receiving end copies each frame out of its buffer once
-//! (volatile loads, `sys::shm::PeerBytes`) into memory of its own, from which the port checks
-//! the ICRC and places the payload: the peer can still write a buffer it published, and what
-//! is checked must be what is placed. It frees the slots when the port is done with the batch. Frames the port copies (netdev frames, a fault injector's, a packet built
-//! while no buffer was to spare) take a free buffer at send time. A buffer goes back on the
+//! 1024 buffers of 16 KiB. On the plain path a frame is copied once, on receipt: the engine
+//! builds a packet straight in a free transmit buffer the cable lends it (`roce::wire::pool`,
+//! behind room for the Ethernet header the port writes when it routes the packet), and the
+//! cable publishes that buffer where it lies. The receiving end copies each frame out of its
+//! buffer once (volatile loads, `sys::shm::PeerBytes`) into memory of its own, from which the
+//! port checks the ICRC and places the payload: the peer can still write a buffer it
+//! published, and what is checked must be what is placed. It frees the slots when the port is
+//! done with the batch. Frames the port copies (netdev frames, a fault injector's, a packet
+//! built while no buffer was to spare) take a free buffer at send time. A buffer goes back on the
 //! free list when the peer's tail passes its descriptor; the buffers a ring position holds are
 //! this end's own record, so a descriptor the peer rewrites cannot free a buffer twice.
 //!

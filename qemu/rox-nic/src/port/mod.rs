@@ -374,8 +374,8 @@ pub struct Port {
     /// Frames waiting for the wire, in order.
     tx: Vec<(EthHeader, Packet)>,
     rx: RxBatch,
-    /// The last receive's frames are the cable's, lent where they lie ([`Port::frames`]),
-    /// not copies in `rx`.
+    /// The last receive's frames are lent by the cable ([`Port::frames`]): the copies it made
+    /// out of the shared ring into its own memory, not further copies in `rx`.
     rx_lent: bool,
     stats: PortStats,
     bottleneck: Option<bottleneck::Shaper>,
@@ -575,8 +575,9 @@ impl Port {
 
     /// Receives up to [`BATCH`] frames (see [`Port::frames`]); never waits. With nothing
     /// waiting, a frame held back by reorder injection is released. A cable without a
-    /// bottleneck in front lends its frames where they lie: they stay the port's until the
-    /// next receive or [`Port::release_frames`].
+    /// bottleneck in front lends the copies it made of its frames (in its own memory, out of
+    /// the peer's reach): they stay the port's until the next receive or
+    /// [`Port::release_frames`].
     pub fn recv(&mut self) -> std::io::Result<usize> {
         let t = self.epoch.elapsed();
         self.rx_lent = false;
@@ -648,7 +649,7 @@ impl Port {
     }
 }
 
-/// The frames of a port's last receive: lent by its cable, or copied into `rx`.
+/// The frames of a port's last receive: the cable's own copies, lent, or those in `rx`.
 fn received<'a>(link: &'a Link, rx: &'a RxBatch, lent: bool) -> impl Iterator<Item = &'a [u8]> {
     let cable = match link {
         Link::Cable(c) if lent => Some(c),
