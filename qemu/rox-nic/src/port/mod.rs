@@ -361,6 +361,10 @@ pub struct PortStats {
     /// System calls that sent / received frames.
     pub send_calls: u64,
     pub recv_calls: u64,
+    /// Segmentation requests a tap with offloads received and refused, each dropped whole:
+    /// segments shorter than a RoCEv2 packet's BTH and ICRC, or more than the kernel's
+    /// UDP_MAX_SEGMENTS of them (`tap::gso::RX_MIN_SEGMENT`, `RX_MAX_SEGMENTS`).
+    pub rx_gso_refused: u64,
 }
 
 /// A device's Ethernet port.
@@ -463,7 +467,14 @@ impl Port {
     }
 
     pub fn stats(&self) -> PortStats {
-        self.stats
+        let rx_gso_refused = match &self.link {
+            Link::Tap(t) => t.gso_refused(),
+            _ => 0,
+        };
+        PortStats {
+            rx_gso_refused,
+            ..self.stats
+        }
     }
 
     pub fn bottleneck_stats(&self) -> Option<BottleneckStats> {
@@ -676,6 +687,10 @@ impl Drop for Port {
     fn drop(&mut self) {
         if let Some(b) = &mut self.bottleneck {
             b.log_stats();
+        }
+        let refused = self.stats().rx_gso_refused;
+        if refused > 0 {
+            log::info!("rox-nic: port: {refused} received segmentation requests refused");
         }
         let _ = self.flush_capture();
     }
