@@ -632,7 +632,8 @@ impl Cable {
     }
 
     /// Up to [`BATCH`] frames copied into `batch`; never waits. An empty ring is armed for
-    /// the doorbell.
+    /// the doorbell. (The port, shaped or not, takes [`Cable::recv_lent`]'s copies instead:
+    /// this second copy is for callers of [`super::Link::recv`] that want a batch.)
     pub fn recv(&mut self, batch: &mut RxBatch) -> std::io::Result<usize> {
         batch.clear();
         let n = self.recv_lent()?;
