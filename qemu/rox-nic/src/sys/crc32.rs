@@ -53,22 +53,35 @@ const FOLD_LANE: (u64, u64) = fold_constants(16);
 /// The CRC-32 state (as `crc32fast::Hasher` keeps it: finalized form) after `bytes`, from
 /// `state`.
 pub fn update(state: u32, bytes: &[u8]) -> u32 {
+    update_parts(state, &[], bytes)
+}
+
+/// [`update`] over `head` then `body` (the ICRC's masked headers, built apart, and the rest
+/// of the packet), as if they were one run: `head` (at most 128 bytes) and the start of
+/// `body` make the first block of the fold.
+pub fn update_parts(state: u32, head: &[u8], body: &[u8]) -> u32 {
     #[cfg(target_arch = "x86_64")]
-    if bytes.len() >= 2 * BLOCK
+    if head.len() <= BLOCK
+        && head.len() + body.len() >= 2 * BLOCK
         && std::arch::is_x86_feature_detected!("pclmulqdq")
         && std::arch::is_x86_feature_detected!("avx")
     {
-        let bulk = bytes.len() / BLOCK * BLOCK;
+        let mut first = [0u8; BLOCK];
+        let (from_body, rest) = body.split_at(BLOCK - head.len());
+        first[..head.len()].copy_from_slice(head);
+        first[head.len()..].copy_from_slice(from_body);
+        let lanes = rest.len() / 16 * 16;
         // SAFETY: the CPU has both features the function is compiled for (checked just
-        // above), and `bulk` is a non-zero multiple of BLOCK within `bytes`.
-        let lane = unsafe { x86::fold(!state, &bytes[..bulk]) };
-        let mut rest = crc32fast::Hasher::new_with_initial(!0);
-        rest.update(&lane);
-        rest.update(&bytes[bulk..]);
-        return rest.finalize();
+        // above); `lanes` is a multiple of 16 within `rest`.
+        let lane = unsafe { x86::fold(!state, &first, &rest[..lanes]) };
+        let mut last = crc32fast::Hasher::new_with_initial(!0);
+        last.update(&lane);
+        last.update(&rest[lanes..]);
+        return last.finalize();
     }
     let mut h = crc32fast::Hasher::new_with_initial(state);
-    h.update(bytes);
+    h.update(head);
+    h.update(body);
     h.finalize()
 }
 
@@ -91,30 +104,29 @@ mod x86 {
         _mm_xor_si128(_mm_xor_si128(first, second), next)
     }
 
-    /// One lane congruent to `bytes` (a non-zero multiple of [`BLOCK`] long) with the raw
-    /// CRC register `raw` in front: its CRC from zero is the CRC of `bytes` from `raw`.
+    /// One lane congruent to `first` then `rest` (a multiple of 16 bytes long) with the raw
+    /// CRC register `raw` in front: its CRC from zero is the CRC of those bytes from `raw`.
     ///
     /// # Safety
     /// The CPU must have PCLMULQDQ and AVX.
     #[target_feature(enable = "pclmulqdq,avx")]
-    pub(super) unsafe fn fold(raw: u32, bytes: &[u8]) -> [u8; 16] {
-        assert!(bytes.len() >= BLOCK && bytes.len() % BLOCK == 0);
-        let base = bytes.as_ptr();
-        // Lane `i` of the block at byte `at`.
-        let load = |at: usize, i: usize| {
-            debug_assert!(at + 16 * i + 16 <= bytes.len());
-            // SAFETY: every caller's `at` is a block's start within `bytes` (a whole number
-            // of blocks) and `i` < 8, so the 16 bytes are in bounds; unaligned loads are
-            // allowed.
-            unsafe { _mm_loadu_si128(base.add(at + 16 * i).cast()) }
+    pub(super) unsafe fn fold(raw: u32, first: &[u8; BLOCK], rest: &[u8]) -> [u8; 16] {
+        assert!(rest.len() % 16 == 0);
+        // Lane `i` of the bytes at `at` of `run`.
+        let load = |run: &[u8], at: usize, i: usize| {
+            debug_assert!(at + 16 * i + 16 <= run.len());
+            // SAFETY: every caller's `at + 16 * (i + 1)` is within `run` (whole blocks, or
+            // whole lanes of `rest`); unaligned loads are allowed.
+            unsafe { _mm_loadu_si128(run.as_ptr().add(at + 16 * i).cast()) }
         };
-        let mut lanes: [__m128i; 8] = std::array::from_fn(|i| load(0, i));
+        let mut lanes: [__m128i; 8] = std::array::from_fn(|i| load(first, 0, i));
         lanes[0] = _mm_xor_si128(lanes[0], _mm_cvtsi32_si128(raw as i32));
         let k = constants(FOLD_BLOCK);
-        let mut at = BLOCK;
-        while at < bytes.len() {
+        let blocks = rest.len() / BLOCK * BLOCK;
+        let mut at = 0;
+        while at < blocks {
             for (i, lane) in lanes.iter_mut().enumerate() {
-                *lane = fold_into(*lane, k, load(at, i));
+                *lane = fold_into(*lane, k, load(rest, at, i));
             }
             at += BLOCK;
         }
@@ -122,6 +134,10 @@ mod x86 {
         let mut acc = lanes[0];
         for &lane in &lanes[1..] {
             acc = fold_into(acc, k, lane);
+        }
+        while at < rest.len() {
+            acc = fold_into(acc, k, load(rest, at, 0));
+            at += 16;
         }
         let mut out = [0u8; 16];
         // SAFETY: `out` has 16 bytes; unaligned stores are allowed.
@@ -162,6 +178,24 @@ mod tests {
                 let at = rng.gen_range(0..=bytes.len() - len);
                 let run = &bytes[at..at + len];
                 assert_eq!(update(state, run), reference(state, run), "{len} B");
+            }
+        }
+    }
+
+    /// A head of any length up to a block, then a body: as if one run.
+    #[test]
+    fn head_and_body_hash_as_one_run() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(33);
+        let bytes: Vec<u8> = (0..5000).map(|_| rng.gen()).collect();
+        for head in [0, 1, 15, 16, 48, 68, 127, 128] {
+            for body in [0, 100, 255, 256, 300, 4096, 4100, 4871] {
+                let state = rng.gen();
+                let (h, b) = bytes[..head + body].split_at(head);
+                assert_eq!(
+                    update_parts(state, h, b),
+                    reference(state, &bytes[..head + body]),
+                    "{head} + {body} B"
+                );
             }
         }
     }
