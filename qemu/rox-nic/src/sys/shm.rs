@@ -283,8 +283,9 @@ impl PeerBytes {
     }
 
     /// Copies the first `dst.len()` bytes into `dst`; false (nothing copied) if longer than
-    /// these bytes. Volatile loads (16 bytes each on x86-64, 8 elsewhere, single bytes at the
-    /// ends): each byte read exactly once, never assumed unchanged by the compiler.
+    /// these bytes. Volatile loads (32 bytes each on x86-64 with AVX, else 16; 8 elsewhere,
+    /// single bytes at the ends): each byte read exactly once, never assumed unchanged by the
+    /// compiler.
     pub fn copy_to(&self, dst: &mut [u8]) -> bool {
         const WORD: usize = size_of::<u64>();
         let n = dst.len();
@@ -340,8 +341,9 @@ impl PeerBytes {
 }
 
 /// Copies `src` into `dst` (of the same length; false, nothing written, if not) as a DMA
-/// engine writes: every byte stored exactly once, in ascending address order (aligned 16-byte
-/// stores on x86-64, aligned 8-byte ones around them and elsewhere, single bytes at the ends).
+/// engine writes: every byte stored exactly once, in ascending address order (aligned 32-byte
+/// stores on x86-64 with AVX, else 16-byte ones, aligned smaller ones around them and 8-byte
+/// ones elsewhere, single bytes at the ends).
 /// `memcpy` may store bytes twice (glibc copies 16..31 bytes as two overlapping 16-byte
 /// stores, larger sizes with overlapping head and tail vectors): software that updates memory
 /// as soon as it sees the device's bytes there — rsockets rewrites the target SGE a credit
