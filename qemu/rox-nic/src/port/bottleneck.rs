@@ -368,12 +368,26 @@ impl Shaper {
     ) -> std::io::Result<usize> {
         let now_ns = now.as_nanos() as u64;
         out.clear();
-        if link.recv(&mut self.arrivals)? > 0 {
-            for f in self.arrivals.frames() {
-                if is_roce_v2(f) {
-                    self.queue.offer(f, now_ns);
-                } else {
-                    out.push_frame(f, false);
+        let (queue, arrivals) = (&mut self.queue, &mut self.arrivals);
+        let mut arrive = |f: &[u8]| {
+            if is_roce_v2(f) {
+                queue.offer(f, now_ns);
+            } else {
+                out.push_frame(f, false);
+            }
+        };
+        match link {
+            // A cable's frames are already copies in its own memory: queued from there, not
+            // copied into `arrivals` first.
+            Link::Cable(c) => {
+                if c.recv_lent()? > 0 {
+                    c.lent_frames().for_each(&mut arrive);
+                    c.release_lent();
+                }
+            }
+            link => {
+                if link.recv(arrivals)? > 0 {
+                    arrivals.frames().for_each(arrive);
                 }
             }
         }

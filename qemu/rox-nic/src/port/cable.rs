@@ -9,14 +9,15 @@
 //! fault injection and the engine do not know which wire they are on.
 //!
 //! Each ring is a control block, 1024 descriptors (a buffer's number and a frame's length) and
-//! 1024 buffers of 16 KiB. No frame is copied on the plain path: the engine builds a packet
-//! straight in a free transmit buffer the cable lends it (`roce::wire::pool`, behind room for
-//! the Ethernet header the port writes when it routes the packet), and the cable publishes
-//! that buffer where it lies. The receiving end copies each frame out of its buffer once
-//! (volatile loads, `sys::shm::PeerBytes`) into memory of its own, from which the port checks
-//! the ICRC and places the payload: the peer can still write a buffer it published, and what
-//! is checked must be what is placed. It frees the slots when the port is done with the batch. Frames the port copies (netdev frames, a fault injector's, a packet built
-//! while no buffer was to spare) take a free buffer at send time. A buffer goes back on the
+//! 1024 buffers of 16 KiB. On the plain path a frame is copied once, on receipt: the engine
+//! builds a packet straight in a free transmit buffer the cable lends it (`roce::wire::pool`,
+//! behind room for the Ethernet header the port writes when it routes the packet), and the
+//! cable publishes that buffer where it lies. The receiving end copies each frame out of its
+//! buffer once (volatile loads, `sys::shm::PeerBytes`) into memory of its own, from which the
+//! port checks the ICRC and places the payload: the peer can still write a buffer it
+//! published, and what is checked must be what is placed. It frees the slots when the port is
+//! done with the batch. Frames the port copies (netdev frames, a fault injector's, a packet
+//! built while no buffer was to spare) take a free buffer at send time. A buffer goes back on the
 //! free list when the peer's tail passes its descriptor; the buffers a ring position holds are
 //! this end's own record, so a descriptor the peer rewrites cannot free a buffer twice.
 //!
@@ -309,11 +310,16 @@ impl Wire {
         Some(())
     }
 
+    /// Whether every transmit ring position holds a frame the peer has not read yet.
+    fn ring_full(&self) -> bool {
+        self.tx_head.wrapping_sub(self.tx_reclaimed) >= self.tx.slots
+    }
+
     /// Queues `buffer`, holding a frame of `len` bytes, at the next ring position (the peer
     /// sees it at [`Wire::publish`]). A full ring gives it back: with as many buffers as
     /// positions that cannot happen, but a position still holding a buffer must never lose it.
     fn push(&mut self, buffer: Region, len: usize) -> Result<(), Region> {
-        if self.tx_head.wrapping_sub(self.tx_reclaimed) >= self.tx.slots {
+        if self.ring_full() {
             return Err(buffer);
         }
         let at = self.tx.descriptor(self.tx_head);
@@ -347,7 +353,7 @@ impl Wire {
         if len > CABLE_MAX_FRAME {
             return Produced::TooLong;
         }
-        if self.tx_head.wrapping_sub(self.tx_reclaimed) >= self.tx.slots {
+        if self.ring_full() {
             // Checked before a packet is taken apart, so a full ring keeps it for later.
             return Produced::NoRoom;
         }
@@ -626,7 +632,8 @@ impl Cable {
     }
 
     /// Up to [`BATCH`] frames copied into `batch`; never waits. An empty ring is armed for
-    /// the doorbell.
+    /// the doorbell. (The port, shaped or not, takes [`Cable::recv_lent`]'s copies instead:
+    /// this second copy is for callers of [`super::Link::recv`] that want a batch.)
     pub fn recv(&mut self, batch: &mut RxBatch) -> std::io::Result<usize> {
         batch.clear();
         let n = self.recv_lent()?;

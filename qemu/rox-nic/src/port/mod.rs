@@ -361,6 +361,10 @@ pub struct PortStats {
     /// System calls that sent / received frames.
     pub send_calls: u64,
     pub recv_calls: u64,
+    /// Segmentation requests a tap with offloads received and refused, each dropped whole:
+    /// segments shorter than a RoCEv2 packet's BTH and ICRC, or more than the kernel's
+    /// UDP_MAX_SEGMENTS of them (`tap::gso::RX_MIN_SEGMENT`, `RX_MAX_SEGMENTS`).
+    pub rx_gso_refused: u64,
 }
 
 /// A device's Ethernet port.
@@ -374,8 +378,8 @@ pub struct Port {
     /// Frames waiting for the wire, in order.
     tx: Vec<(EthHeader, Packet)>,
     rx: RxBatch,
-    /// The last receive's frames are the cable's, lent where they lie ([`Port::frames`]),
-    /// not copies in `rx`.
+    /// The last receive's frames are lent by the cable ([`Port::frames`]): the copies it made
+    /// out of the shared ring into its own memory, not further copies in `rx`.
     rx_lent: bool,
     stats: PortStats,
     bottleneck: Option<bottleneck::Shaper>,
@@ -463,7 +467,14 @@ impl Port {
     }
 
     pub fn stats(&self) -> PortStats {
-        self.stats
+        let rx_gso_refused = match &self.link {
+            Link::Tap(t) => t.gso_refused(),
+            _ => 0,
+        };
+        PortStats {
+            rx_gso_refused,
+            ..self.stats
+        }
     }
 
     pub fn bottleneck_stats(&self) -> Option<BottleneckStats> {
@@ -575,8 +586,9 @@ impl Port {
 
     /// Receives up to [`BATCH`] frames (see [`Port::frames`]); never waits. With nothing
     /// waiting, a frame held back by reorder injection is released. A cable without a
-    /// bottleneck in front lends its frames where they lie: they stay the port's until the
-    /// next receive or [`Port::release_frames`].
+    /// bottleneck in front lends the copies it made of its frames (in its own memory, out of
+    /// the peer's reach): they stay the port's until the next receive or
+    /// [`Port::release_frames`].
     pub fn recv(&mut self) -> std::io::Result<usize> {
         let t = self.epoch.elapsed();
         self.rx_lent = false;
@@ -648,7 +660,7 @@ impl Port {
     }
 }
 
-/// The frames of a port's last receive: lent by its cable, or copied into `rx`.
+/// The frames of a port's last receive: the cable's own copies, lent, or those in `rx`.
 fn received<'a>(link: &'a Link, rx: &'a RxBatch, lent: bool) -> impl Iterator<Item = &'a [u8]> {
     let cable = match link {
         Link::Cable(c) if lent => Some(c),
@@ -675,6 +687,10 @@ impl Drop for Port {
     fn drop(&mut self) {
         if let Some(b) = &mut self.bottleneck {
             b.log_stats();
+        }
+        let refused = self.stats().rx_gso_refused;
+        if refused > 0 {
+            log::info!("rox-nic: port: {refused} received segmentation requests refused");
         }
         let _ = self.flush_capture();
     }

@@ -28,7 +28,9 @@ use std::time::Duration;
 use super::{FrameRef, RxBatch, Sent, BATCH};
 use crate::sys;
 use crate::sys::uring::FrameRing;
-use gso::{complete_checksum, GsoWriter, Segments, VnetHdr, NO_OFFLOAD, VNET_HDR_LEN};
+use gso::{
+    complete_checksum, GsoWriter, Segments, Unsplittable, VnetHdr, NO_OFFLOAD, VNET_HDR_LEN,
+};
 
 const TUN_DEVICE: &str = "/dev/net/tun";
 /// Environment variable choosing a tap's back end: `auto` (default), `uring` or `plain`.
@@ -94,6 +96,8 @@ pub struct Tap {
     writer: GsoWriter,
     /// A request read whose frames did not all fit the last batch, and the next frame's index.
     pending: Option<(Vec<u8>, usize)>,
+    /// Segmentation requests received and refused ([`gso::Unsplittable::Refused`]).
+    gso_refused: u64,
 }
 
 impl Tap {
@@ -177,6 +181,7 @@ impl Tap {
             gso,
             writer: GsoWriter::default(),
             pending: None,
+            gso_refused: 0,
         })
     }
 
@@ -193,6 +198,11 @@ impl Tap {
     /// Whether runs of frames leave (and arrive) as segmentation-offload requests.
     pub fn is_gso(&self) -> bool {
         self.gso
+    }
+
+    /// Segmentation requests received and refused so far (tiny or too many segments).
+    pub fn gso_refused(&self) -> u64 {
+        self.gso_refused
     }
 
     /// The ring, made on first use by this thread; None (and plain from now on) if that fails.
@@ -225,7 +235,7 @@ impl Tap {
         batch.clear();
         let mut pending = self.pending.take();
         if let Some((raw, from)) = pending.take() {
-            pending = deliver(&raw, from, batch).map(|next| (raw, next));
+            pending = deliver(&raw, from, batch, &mut self.gso_refused).map(|next| (raw, next));
         }
         if pending.is_some() || batch.len() == BATCH {
             self.pending = pending;
@@ -238,15 +248,18 @@ impl Tap {
             (true, true) => GSO_READ_LEN,
         };
         let vnet = self.vnet;
+        let mut refused = 0;
         if let Some(ring) = self.ring() {
-            ring.recv(read_len, BATCH, |raw| {
+            let read = ring.recv(read_len, BATCH, |raw| {
                 if !vnet {
                     batch.push_frame(raw, raw.len() >= slot_len);
-                } else if let Some(next) = deliver(raw, 0, batch) {
+                } else if let Some(next) = deliver(raw, 0, batch, &mut refused) {
                     pending = Some((raw.to_vec(), next));
                 }
                 pending.is_none() && batch.len() < BATCH
-            })?;
+            });
+            self.gso_refused += refused;
+            read?;
             self.pending = pending;
             return Ok(batch.len());
         }
@@ -433,16 +446,21 @@ fn offload(file: &File, name: &str, offloads: libc::c_uint) -> bool {
 /// Puts `raw` (a frame as read, behind its `virtio_net_hdr`) into `batch`: the frames a
 /// segmentation request stands for from frame `from` on, or the frame itself with its partial
 /// checksum completed. Returns the next frame's index if the batch filled up first; a frame
-/// this port cannot take (no header, a request not for UDP) is dropped.
-fn deliver(raw: &[u8], from: usize, batch: &mut RxBatch) -> Option<usize> {
+/// this port cannot take (no header, a request not for UDP) is dropped, and one it will not
+/// (tiny or too many segments) also counted in `refused`.
+fn deliver(raw: &[u8], from: usize, batch: &mut RxBatch, refused: &mut u64) -> Option<usize> {
     let (hdr, frame) = raw.split_first_chunk::<VNET_HDR_LEN>()?;
     let vnet = VnetHdr::parse(hdr);
-    let Ok(segments) = Segments::of(&vnet, frame) else {
-        log::debug!(
-            "rox-nic: tap: dropped a segmentation request of type {}",
-            vnet.gso_type
-        );
-        return None;
+    let segments = match Segments::of(&vnet, frame) {
+        Ok(s) => s,
+        Err(why) => {
+            *refused += u64::from(why == Unsplittable::Refused);
+            log::debug!(
+                "rox-nic: tap: dropped a segmentation request of type {} ({why:?})",
+                vnet.gso_type
+            );
+            return None;
+        }
     };
     let slot_len = batch.slot_len;
     for i in from..segments.count() {

@@ -10,10 +10,12 @@
 //! - [`net`]: tap interfaces, socket options, batched datagram I/O, network namespaces;
 //! - [`shm`]: sealed memfds, shared mappings, descriptor passing, epoll sets (the cable);
 //! - [`poll`]: sleeping on file descriptors (`ppoll`);
-//! - [`uring`]: io_uring for a port's frames (bursts of writes, an armed multishot read).
+//! - [`uring`]: io_uring for a port's frames (bursts of writes, an armed multishot read);
+//! - [`crc32`]: the ICRC's CRC-32 over long runs, folded with carry-less multiplication.
 #![allow(unsafe_code)]
 
 pub mod clock;
+pub mod crc32;
 pub mod fd;
 pub mod net;
 pub mod pod;

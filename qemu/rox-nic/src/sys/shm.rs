@@ -283,8 +283,9 @@ impl PeerBytes {
     }
 
     /// Copies the first `dst.len()` bytes into `dst`; false (nothing copied) if longer than
-    /// these bytes. Volatile loads (16 bytes each on x86-64, 8 elsewhere, single bytes at the
-    /// ends): each byte read exactly once, never assumed unchanged by the compiler.
+    /// these bytes. Volatile loads (32 bytes each on x86-64 with AVX, else 16; 8 elsewhere,
+    /// single bytes at the ends): each byte read exactly once, never assumed unchanged by the
+    /// compiler.
     pub fn copy_to(&self, dst: &mut [u8]) -> bool {
         const WORD: usize = size_of::<u64>();
         let n = dst.len();
@@ -308,6 +309,15 @@ impl PeerBytes {
                 // 16-aligned here (or at the end). SSE2 is part of x86-64. (Four vectors a
                 // loop step measured no fewer instructions under callgrind.)
                 use std::arch::x86_64::{__m128i, _mm_storeu_si128};
+                if wide::available() {
+                    // One 16-byte vector to 32-align, then 32-byte ones; the rest below.
+                    if n - at >= 2 * WORD && (first as usize + at) % wide::VEC != 0 {
+                        let v = std::ptr::read_volatile(first.add(at).cast::<__m128i>());
+                        _mm_storeu_si128(dst[at..at + 2 * WORD].as_mut_ptr().cast(), v);
+                        at += 2 * WORD;
+                    }
+                    at += wide::load_vectors(first.add(at), &mut dst[at..]);
+                }
                 let mut from = first.add(at).cast::<__m128i>();
                 let mut chunks = dst[at..].chunks_exact_mut(2 * WORD);
                 for chunk in &mut chunks {
@@ -331,8 +341,9 @@ impl PeerBytes {
 }
 
 /// Copies `src` into `dst` (of the same length; false, nothing written, if not) as a DMA
-/// engine writes: every byte stored exactly once, in ascending address order (aligned 16-byte
-/// stores on x86-64, aligned 8-byte ones around them and elsewhere, single bytes at the ends).
+/// engine writes: every byte stored exactly once, in ascending address order (aligned 32-byte
+/// stores on x86-64 with AVX, else 16-byte ones, aligned smaller ones around them and 8-byte
+/// ones elsewhere, single bytes at the ends).
 /// `memcpy` may store bytes twice (glibc copies 16..31 bytes as two overlapping 16-byte
 /// stores, larger sizes with overlapping head and tail vectors): software that updates memory
 /// as soon as it sees the device's bytes there — rsockets rewrites the target SGE a credit
@@ -374,6 +385,15 @@ pub fn store_once(dst: &VolatileSlice<'_, ()>, src: &[u8]) -> bool {
                 store_word(at);
                 at += WORD;
             }
+            if wide::available() {
+                // One 16-byte vector to 32-align, then 32-byte ones; the rest below.
+                if n - at >= VEC && (first as usize + at) % wide::VEC != 0 {
+                    let v = _mm_loadu_si128(src[at..at + VEC].as_ptr().cast());
+                    std::ptr::write_volatile(first.add(at).cast::<__m128i>(), v);
+                    at += VEC;
+                }
+                at += wide::store_vectors(first.add(at), &src[at..]);
+            }
             // SSE2 is part of x86-64: no feature check needed. Four vectors a round, then
             // single ones (a tight loop: the bounds are the chunks').
             let mut to = first.add(at).cast::<__m128i>();
@@ -401,6 +421,63 @@ pub fn store_once(dst: &VolatileSlice<'_, ()>, src: &[u8]) -> bool {
         }
     }
     true
+}
+
+/// 32-byte (AVX) volatile loads and stores for [`PeerBytes::copy_to`] and [`store_once`], on
+/// CPUs that have them: half the instructions of 16-byte ones per byte moved.
+#[cfg(target_arch = "x86_64")]
+mod wide {
+    use std::arch::x86_64::{__m256i, _mm256_loadu_si256, _mm256_storeu_si256};
+
+    /// Bytes per vector (and the alignment the volatile accesses need).
+    pub(super) const VEC: usize = size_of::<__m256i>();
+
+    pub(super) fn available() -> bool {
+        std::arch::is_x86_feature_detected!("avx")
+    }
+
+    /// Copies the whole vectors of `dst.len()` bytes from `from` into `dst`, each read with
+    /// one volatile load; returns the bytes copied.
+    ///
+    /// # Safety
+    /// The CPU has AVX ([`available`]); `from` is 32-aligned and `dst.len()` bytes from it
+    /// may be read.
+    #[target_feature(enable = "avx")]
+    pub(super) unsafe fn load_vectors(from: *const u8, dst: &mut [u8]) -> usize {
+        let mut from = from.cast::<__m256i>();
+        let len = dst.len();
+        let mut chunks = dst.chunks_exact_mut(VEC);
+        for chunk in &mut chunks {
+            // SAFETY: `from` stays 32-aligned and within the bytes the caller vouches for
+            // (one vector per whole chunk of `dst`); `chunk` is 32 bytes of `dst`.
+            unsafe {
+                _mm256_storeu_si256(chunk.as_mut_ptr().cast(), std::ptr::read_volatile(from));
+                from = from.add(1);
+            }
+        }
+        len - chunks.into_remainder().len()
+    }
+
+    /// Stores the whole vectors of `src` at `to`, each with one volatile store, in ascending
+    /// order; returns the bytes stored.
+    ///
+    /// # Safety
+    /// The CPU has AVX ([`available`]); `to` is 32-aligned and `src.len()` bytes from it may
+    /// be written.
+    #[target_feature(enable = "avx")]
+    pub(super) unsafe fn store_vectors(to: *mut u8, src: &[u8]) -> usize {
+        let mut to = to.cast::<__m256i>();
+        let mut chunks = src.chunks_exact(VEC);
+        for chunk in &mut chunks {
+            // SAFETY: `to` stays 32-aligned and within the bytes the caller vouches for (one
+            // vector per whole chunk of `src`); `chunk` is 32 bytes of `src`.
+            unsafe {
+                std::ptr::write_volatile(to, _mm256_loadu_si256(chunk.as_ptr().cast()));
+                to = to.add(1);
+            }
+        }
+        src.len() - chunks.remainder().len()
+    }
 }
 
 /// Most descriptors one message carries.
@@ -634,9 +711,13 @@ mod tests {
 
     #[test]
     fn store_once_copies_exactly_its_slice_or_nothing_when_lengths_differ() {
-        let src: Vec<u8> = (1..=100).collect();
-        for (at, len) in [(0, 100), (3, 61), (7, 1), (5, 0)] {
-            let mut mem = [0u8; 128];
+        let src: Vec<u8> = (1..=200).collect();
+        // Every alignment of the first byte (the 8-, 16- and 32-byte steps), short and long.
+        let cases = (0..32)
+            .map(|at| (at, 200 - at))
+            .chain([(3, 61), (7, 1), (5, 0)]);
+        for (at, len) in cases {
+            let mut mem = [0u8; 256];
             assert!(store_once(
                 &VolatileSlice::from(&mut mem[at..at + len]),
                 &src[..len]
@@ -653,7 +734,7 @@ mod tests {
     fn peer_bytes_copy_exactly_what_was_asked_at_any_alignment_or_refuse() {
         let pattern: Vec<u8> = (0..4096u32).map(|i| (i * 7 + 3) as u8).collect();
         // Buffers starting 8-, 1- and 16-aligned, copies of odd and vector lengths.
-        for (offset, len) in [(8, 1000), (1, 515), (2048, 2048)] {
+        for (offset, len) in [(8, 1000), (1, 515), (16, 999), (2048, 2048)] {
             let map = Arc::new(SharedMapping::anonymous(4096).unwrap());
             assert!(map.write(0, &pattern));
             let peer = PeerBytes::carve(&map, offset, len, 1)
@@ -661,7 +742,7 @@ mod tests {
                 .pop()
                 .unwrap();
             assert_eq!(peer.len(), len);
-            for want in [0, 1, 7, 17, 33, len] {
+            for want in [0, 1, 7, 17, 33, 95, len] {
                 let mut got = vec![0u8; want + 1];
                 assert!(peer.copy_to(&mut got[..want]), "{offset}+{want}");
                 assert_eq!(

@@ -345,3 +345,54 @@ fn a_full_ring_refuses_a_buffer_and_keeps_the_ones_it_holds() {
         Produced::NoRoom
     ));
 }
+
+/// Behind a bottleneck (the congestion lab's shaping) the cable's frames reach the queue
+/// from the cable's own copies: RoCEv2 frames through the queue, the rest straight, each in
+/// order and byte for byte; and the ring's slots are freed, so a second ringful goes too.
+#[test]
+fn a_bottleneck_takes_the_cable_s_frames_and_frees_their_slots() {
+    use super::super::bottleneck::{BottleneckConfig, Shaper};
+    use super::super::Link;
+    let roce = |i: usize| {
+        let mut f = vec![(i % 251) as u8; 100 + i % 900];
+        f[12..14].copy_from_slice(&[0x08, 0x00]);
+        f[14..24].copy_from_slice(&[0x45, 0, 0, 0, 0, 0, 0x40, 0, 64, 17]);
+        f[36..38].copy_from_slice(&crate::roce::wire::ROCE_V2_UDP_PORT.to_be_bytes());
+        f
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (mut l, c) = pair(dir.path());
+    let mut link = Link::Cable(c);
+    let cfg = BottleneckConfig::parse("rate=8G").unwrap();
+    let mut shaper = Shaper::new(cfg, CABLE_MAX_FRAME);
+    let mut out = RxBatch::new(CABLE_MAX_FRAME);
+    let mut now = Duration::ZERO;
+    for round in 0..2 {
+        let frames: Vec<Vec<u8>> = (0..RING_SLOTS as usize)
+            .map(|i| if i % 3 == 0 { frame(i) } else { roce(i) })
+            .collect();
+        let refs: Vec<FrameRef> = frames.iter().map(|f| FrameRef::whole(f)).collect();
+        let sent = l.send(&refs);
+        assert_eq!(
+            (sent.taken, sent.dropped),
+            (frames.len(), 0),
+            "round {round}: the ring has room for a ringful"
+        );
+        let mut got = Vec::new();
+        let start = Instant::now();
+        while got.len() < frames.len() && start.elapsed() < Duration::from_secs(5) {
+            now += Duration::from_secs(1);
+            shaper.recv(&mut link, &mut out, now).unwrap();
+            got.extend(out.frames().map(<[u8]>::to_vec));
+        }
+        let is_roce = |f: &Vec<u8>| f.get(36..38) == Some(&[0x12, 0xb7][..]);
+        let (want_roce, want_other): (Vec<_>, Vec<_>) = frames.into_iter().partition(is_roce);
+        let (got_roce, got_other): (Vec<_>, Vec<_>) = got.into_iter().partition(is_roce);
+        assert_eq!(
+            got_roce, want_roce,
+            "round {round}: RoCEv2 through the queue"
+        );
+        assert_eq!(got_other, want_other, "round {round}: the rest straight");
+    }
+    assert_eq!(shaper.stats().tail_drops + shaper.stats().red_drops, 0);
+}

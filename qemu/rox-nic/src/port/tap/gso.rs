@@ -20,7 +20,6 @@
 //! guest expects finished frames).
 
 use std::ops::Range;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::port::frame::{ETHERTYPE_IPV4, ETHERTYPE_IPV6, ETH_HEADER_LEN};
 use crate::port::FrameRef;
@@ -47,9 +46,6 @@ pub const RX_MAX_SEGMENTS: usize = 128;
 /// The shortest segment a received request may ask for: a RoCEv2 packet's BTH and ICRC (the
 /// least UDP payload any frame the port takes carries).
 pub const RX_MIN_SEGMENT: usize = BTH_LEN + ICRC_LEN;
-/// Received segmentation requests refused for their segment length or count (all taps of
-/// this process; the log names each).
-static REFUSED_REQUESTS: AtomicU64 = AtomicU64::new(0);
 /// An IP packet's largest total length.
 const MAX_IP_PACKET: usize = 65535;
 /// IPv4 (20 bytes, no options) and UDP headers: what a segmentation request repeats per frame.
@@ -339,14 +335,12 @@ fn request_head(frames: &[FrameRef]) -> [u8; REQUEST_HEAD] {
 
 /// Why an arrived frame was dropped.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Unsplittable;
-
-/// Received segmentation requests refused so far for a segment shorter than
-/// [`RX_MIN_SEGMENT`] or more than [`RX_MAX_SEGMENTS`] segments (each refusal's log line
-/// says the count too).
-#[cfg(test)]
-pub fn refused_requests() -> u64 {
-    REFUSED_REQUESTS.load(Ordering::Relaxed)
+pub enum Unsplittable {
+    /// A request this port cannot cut (not UDP, no headers).
+    Unsupported,
+    /// A request it will not cut: segments shorter than [`RX_MIN_SEGMENT`] or more than
+    /// [`RX_MAX_SEGMENTS`] of them (counted in the port's statistics, `rx_gso_refused`).
+    Refused,
 }
 
 /// The frames a segmentation request stands for (see [`Segments::header`]).
@@ -377,7 +371,7 @@ impl<'a> Segments<'a> {
             return Ok(whole);
         }
         if vnet.gso_type != GSO_UDP_L4 || vnet.gso_size == 0 || frame.len() < ETH_HEADER_LEN {
-            return Err(Unsplittable);
+            return Err(Unsplittable::Unsupported);
         }
         let ip_at = ETH_HEADER_LEN;
         let (v6, ip_len) = match be16(frame, 12) {
@@ -394,20 +388,16 @@ impl<'a> Segments<'a> {
             ),
             _ => (false, None),
         };
-        let ip_len = ip_len.ok_or(Unsplittable)?;
+        let ip_len = ip_len.ok_or(Unsplittable::Unsupported)?;
         let head_len = ip_at + ip_len + UDP_HEADER_LEN;
         if frame.len() <= head_len {
-            return Err(Unsplittable);
+            return Err(Unsplittable::Unsupported);
         }
         let size = usize::from(vnet.gso_size);
         let count = (frame.len() - head_len).div_ceil(size);
         if size < RX_MIN_SEGMENT || count > RX_MAX_SEGMENTS {
-            let refused = REFUSED_REQUESTS.fetch_add(1, Ordering::Relaxed) + 1;
-            log::debug!(
-                "rox-nic: tap: refused a request of {count} segments of {size} bytes \
-                 ({refused} refused so far)"
-            );
-            return Err(Unsplittable);
+            log::debug!("rox-nic: tap: refused a request of {count} segments of {size} bytes");
+            return Err(Unsplittable::Refused);
         }
         Ok(Segments {
             frame,

@@ -3,6 +3,7 @@
 
 use super::pool::{self, Packet};
 use super::*;
+use crate::sys::crc32;
 
 /// Reads big-endian fields one after the other.
 struct Reader<'a> {
@@ -294,7 +295,7 @@ fn put_icrc(buf: &mut [u8], ip: &IpInfo, ip_len: usize, rxe_flush: bool) {
 /// ICRC of `packet` (IP header .. end of pad, without the ICRC itself); `ip_len` is the IP
 /// header length (20 or 40).
 pub fn compute_icrc(packet: &[u8], ip_len: usize) -> u32 {
-    icrc_hasher(packet, ip_len).finalize()
+    icrc_state(packet, ip_len)
 }
 
 /// The ICRC rdma_rxe puts on (and expects of) a FLUSH request: the IBA ICRC's input followed
@@ -303,9 +304,10 @@ pub fn compute_icrc(packet: &[u8], ip_len: usize) -> u32 {
 /// here), so its ICRC code takes the packet from the BTH on as the "payload" after having
 /// hashed FETH and RETH as headers. Only FLUSH has this; docs/interop.md.
 pub fn rxe_flush_icrc(packet: &[u8], ip_len: usize) -> u32 {
-    let mut hasher = icrc_hasher(packet, ip_len);
-    hasher.update(&packet[ip_len + UDP_HEADER_LEN..]);
-    hasher.finalize()
+    crc32::update(
+        icrc_state(packet, ip_len),
+        &packet[ip_len + UDP_HEADER_LEN..],
+    )
 }
 
 /// How the ICRC of a FLUSH request is computed on transmit: as IBA says, or as rdma_rxe does
@@ -328,11 +330,14 @@ pub fn icrc_matches(packet: &[u8], ip_len: usize, wire_icrc: u32) -> bool {
             && rxe_flush_icrc(packet, ip_len) == wire_icrc)
 }
 
-/// The ICRC's CRC state after the masked LRH, IP/UDP/BTH and everything after the BTH.
-fn icrc_hasher(packet: &[u8], ip_len: usize) -> crc32fast::Hasher {
+/// The ICRC's CRC state (crc32fast's finalized form) after the masked LRH, IP/UDP/BTH and
+/// everything after the BTH.
+fn icrc_state(packet: &[u8], ip_len: usize) -> u32 {
+    const LRH: usize = ICRC_MASKED_LRH.len();
     let fixed_len = ip_len + UDP_HEADER_LEN + BTH_LEN;
-    let mut masked = [0u8; IPV6_HEADER_LEN + UDP_HEADER_LEN + BTH_LEN];
-    let masked = &mut masked[..fixed_len];
+    let mut head = [0u8; LRH + IPV6_HEADER_LEN + UDP_HEADER_LEN + BTH_LEN];
+    head[..LRH].copy_from_slice(&ICRC_MASKED_LRH);
+    let masked = &mut head[LRH..LRH + fixed_len];
     masked.copy_from_slice(&packet[..fixed_len]);
     if ip_len == IPV4_HEADER_LEN {
         masked[field::V4_TOS] = ICRC_MASK;
@@ -349,11 +354,8 @@ fn icrc_hasher(packet: &[u8], ip_len: usize) -> crc32fast::Hasher {
     let udp_checksum = ip_len + field::UDP_CHECKSUM;
     masked[udp_checksum..udp_checksum + 2].fill(ICRC_MASK);
     masked[ip_len + UDP_HEADER_LEN + field::BTH_RESV8A] = ICRC_MASK;
-    let mut hasher = crc32fast::Hasher::new();
-    hasher.update(&ICRC_MASKED_LRH);
-    hasher.update(masked);
-    hasher.update(&packet[fixed_len..]);
-    hasher
+    // One run for the CRC: the headers head the first block of the payload's fold.
+    crc32::update_parts(0, &head[..LRH + fixed_len], &packet[fixed_len..])
 }
 
 /// Why a received packet was not accepted.

@@ -234,7 +234,10 @@ fn a_partial_checksum_is_completed() {
 #[test]
 fn a_request_beyond_the_batch_continues_in_the_next() {
     use crate::port::{RxBatch, BATCH};
-    let deliver = super::super::deliver;
+    let mut refused = 0;
+    let mut deliver = |raw: &[u8], from, batch: &mut RxBatch| {
+        super::super::deliver(raw, from, batch, &mut refused)
+    };
     let mut batch = RxBatch::new(9014);
     let lone = [&NO_OFFLOAD[..], &HEAD, &roce_packet(100, 99, WRITE_MIDDLE)].concat();
     for _ in 0..BATCH - 4 {
@@ -276,6 +279,10 @@ fn a_request_beyond_the_batch_continues_in_the_next() {
     let before = batch.len();
     assert_eq!(deliver(&tcp, 0, &mut batch), None);
     assert_eq!(batch.len(), before, "nothing taken");
+    assert_eq!(
+        refused, 0,
+        "dropped, not refused: only tiny or too many segments are"
+    );
 }
 
 /// A request cut into segments shorter than a RoCEv2 packet's BTH and ICRC, or into more than
@@ -305,13 +312,36 @@ fn a_request_for_tiny_or_too_many_segments_is_refused_and_counted() {
         let got = Segments::of(&vnet, &frame).map(|s| s.count()).ok();
         assert_eq!(got, count, "{payload} B at {gso_size}");
     }
-    for (payload, gso_size) in [(3000, 1), (2048, 15), (60000, 468), (65000, 500)] {
-        let before = refused_requests();
+    let mut batch = crate::port::RxBatch::new(9014);
+    let mut refused = 0;
+    for (n, (payload, gso_size)) in [(3000, 1), (2048, 15), (60000, 468), (65000, 500)]
+        .into_iter()
+        .enumerate()
+    {
         let (vnet, frame) = request(payload, gso_size);
-        assert!(
-            Segments::of(&vnet, &frame).is_err(),
+        assert_eq!(
+            Segments::of(&vnet, &frame).err(),
+            Some(Unsplittable::Refused),
             "{payload} B at {gso_size}"
         );
-        assert!(refused_requests() > before, "counted");
+        let raw = [&vnet.to_bytes()[..], &frame].concat();
+        assert_eq!(
+            super::super::deliver(&raw, 0, &mut batch, &mut refused),
+            None
+        );
+        assert_eq!(batch.len(), 0, "no frame of it taken");
+        assert_eq!(
+            refused,
+            n as u64 + 1,
+            "counted once, for the port's rx_gso_refused"
+        );
     }
+    // One the port takes is not counted.
+    let (vnet, frame) = request(2048, 16);
+    let raw = [&vnet.to_bytes()[..], &frame].concat();
+    assert_eq!(
+        super::super::deliver(&raw, 0, &mut batch, &mut refused),
+        Some(crate::port::BATCH)
+    );
+    assert_eq!(refused, 4);
 }
