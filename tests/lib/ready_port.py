@@ -1,88 +1,169 @@
-"""A server's "ready" word to its client in another guest, over a TCP port of its own
-(tests/soak/guest.py): the client starts its program only once the server's program listens,
-however far apart the two guests run, and learns at once when the server's side failed.
+"""A server's "ready" word to its client in another guest (tests/soak/guest.py): the client
+starts its program only once the server's program listens, however far apart the two guests
+run, and learns at once when the server's side failed or went away.
 
-The server binds the ready port before it starts its program (a port it cannot have fails the
-job there and then), and answers the client's connection with one line: "ready" once its
-program listens, "fail <why>" when the program ended first. The client retries a refused
-connection (the server's guest is not at that job yet) until its deadline, then reads that
-line; anything but "ready" fails its job at once, with the server's reason.
+The server's guest opens one TCP listener, the board, when its script starts (a port it cannot
+have fails the script there and then) and keeps it open to the end. Per job it posts one line:
+"ready" once the job's program listens, "fail <why>" when the job cannot run or its program
+ended first. A client connects, asks for its job and gets, at once, a greeting that proves the
+board is there; then "pending" every few seconds (the server's guest is alive, not at that job
+yet); then the job's line.
+
+What the client is told, and when (nothing is retried that says a failure):
+  - the job's "fail" line: at once, with the server's reason;
+  - the board refuses the connection after this client has reached it before (the server's
+    script ended or its guest died): at once;
+  - the connection closes without the job's line (the script ended while the client waited):
+    at once;
+  - no greeting, no "pending" for STALL_S (something else listens there, or the server's guest
+    stopped): after STALL_S;
+  - no board at all yet: the connection is tried again only for `first_contact_s` (both guests
+    boot together, so the server's script opens its board soon), then it fails.
+The job's own port is never the channel, so a job whose program cannot listen still reaches
+its client. One board for every job: the per-job listener this replaced could not tell its
+client that it failed to bind (the client then waited out its deadline).
 
 Ports stay below Linux's ephemeral range (ip_local_port_range, 32768-60999 by default): a
 port there can be held by any outgoing connection of the guest, and a bind then fails."""
 import socket
+import threading
 import time
 
 EPHEMERAL_FIRST = 32768
+GREETING = "rox-ready-board"
+HEARTBEAT_S = 5.0
+# A live board greets and says "pending" every HEARTBEAT_S; this much silence means it is not
+# one (or its guest stopped). Generous: a loaded host can stall a guest's thread for seconds.
+STALL_S = 30.0
 
 
-def job_ports(base, span, offset, index):
-    """(job port, ready port) of job `index`: the job port cycles through [base, base+span),
-    its ready port is `offset` above. Raises ValueError for a layout that reaches the
-    ephemeral range or makes the two ranges overlap."""
-    if base + span + offset > EPHEMERAL_FIRST or offset < span or base <= 0:
-        raise ValueError(f"ports {base}-{base + span - 1} and +{offset} reach {EPHEMERAL_FIRST}"
-                         " or overlap")
-    port = base + index % span
-    return port, port + offset
+def job_port(base, span, index):
+    """The port of job `index`: cycles through [base, base+span). Raises ValueError for a
+    range that reaches the ephemeral range."""
+    if base <= 0 or span <= 0 or base + span > EPHEMERAL_FIRST:
+        raise ValueError(f"job ports {base}-{base + span - 1} reach {EPHEMERAL_FIRST}")
+    return base + index % span
 
 
-class Announcer:
-    """Server side. Made before the server's program starts: binds the ready port now
-    (OSError: the job cannot run; say why). `serve` then runs in a thread."""
+def board_port(base, span):
+    """The board's port: the first above the job ports (ValueError if it is ephemeral)."""
+    port = job_port(base, span, 0) + span
+    if port >= EPHEMERAL_FIRST:
+        raise ValueError(f"board port {port} is in the ephemeral range")
+    return port
 
-    def __init__(self, port):
-        self.port = port
+
+class Board:
+    """Server side: binds `port` now (OSError: the server's guest cannot serve; say why) and
+    answers clients in threads until close()."""
+
+    def __init__(self, port, heartbeat_s=HEARTBEAT_S):
+        self.port, self.heartbeat_s = port, heartbeat_s
         self.sock = socket.create_server(("", port))
-        self.error = None  # what serving the client ran into, for the job's report
+        self.lines = {}  # job -> "ready" or "fail ..."
+        self.changed = threading.Condition()
+        self.closed = False
+        threading.Thread(target=self._accept, daemon=True).start()
 
-    def serve(self, listening, running, limit_s, poll_s=0.2):
-        """Waits until `listening()` (the program listens) or not `running()` (it ended),
-        then answers one client with "ready" or "fail ...", waiting at most `limit_s` for it.
-        Never raises: an error is kept in self.error (the client then sees the connection
-        closed without an answer and fails at once)."""
-        try:
-            with self.sock:
-                while not listening():
-                    if not running():
-                        self._answer("fail: the server's program ended before it listened",
-                                     limit_s)
-                        return
-                    time.sleep(poll_s)
-                self._answer("ready", limit_s)
-        except OSError as e:
-            self.error = f"ready port {self.port}: {e}"
+    def post(self, job, line):
+        """The job's answer, "ready" or "fail <why>" (the first one posted stands)."""
+        with self.changed:
+            self.lines.setdefault(str(job), line)
+            self.changed.notify_all()
 
-    def _answer(self, line, limit_s):
-        self.sock.settimeout(limit_s)
+    def close(self):
+        with self.changed:
+            self.closed = True
+            self.changed.notify_all()
         try:
-            conn, _ = self.sock.accept()
-        except socket.timeout:
-            self.error = f"ready port {self.port}: no client came in {limit_s} s"
-            return
+            # Wakes the accept thread and stops listening now (a close alone leaves the
+            # listener open while accept() blocks on it).
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass  # not connected on some systems; the close below still ends it
+        self.sock.close()
+
+    def _accept(self):
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return  # closed
+            threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
+
+    def _answer(self, conn):
         with conn:
-            conn.sendall(line.encode() + b"\n")
+            try:
+                conn.sendall(f"{GREETING}\n".encode())
+                conn.settimeout(STALL_S)
+                job = conn.makefile("r").readline().strip().removeprefix("job ")
+                while True:
+                    with self.changed:
+                        self.changed.wait_for(lambda: job in self.lines or self.closed,
+                                              self.heartbeat_s)
+                        done, line = job in self.lines or self.closed, self.lines.get(job)
+                    if done:
+                        break
+                    conn.sendall(b"pending\n")
+                if line is not None:
+                    conn.sendall(line.encode() + b"\n")
+            except OSError:
+                pass  # the client went away: nothing to tell
 
 
-def wait(host, port, limit_s, retry_s=0.5):
-    """Client side: None once the server at `host` said "ready" on ready port `port`, else
-    why not (its "fail" reason, a closed connection, or nobody there within `limit_s`)."""
-    end = time.monotonic() + limit_s
-    while True:
-        try:
-            conn = socket.create_connection((host, port), timeout=5)
-            break
-        except OSError as e:
-            if time.monotonic() > end:
-                return f"the server on {host} opened no ready port {port} in {limit_s} s ({e})"
-            time.sleep(retry_s)
-    with conn:
-        conn.settimeout(max(end - time.monotonic(), 5))
-        try:
-            answer = conn.makefile("r").readline().strip()
-        except OSError as e:
-            return f"the server on {host} gave no answer on ready port {port} ({e})"
-    if answer == "ready":
-        return None
-    return (f"the server on {host} answered on ready port {port}: "
-            f"{answer or 'nothing (connection closed)'}")
+class Client:
+    """Client side, one per server guest: remembers whether the board was ever reached, so a
+    refused connection after that fails at once."""
+
+    def __init__(self, host, port, first_contact_s, stall_s=STALL_S, retry_s=0.5):
+        self.host, self.port = host, port
+        self.first_contact_s, self.stall_s, self.retry_s = first_contact_s, stall_s, retry_s
+        self.t0 = time.monotonic()
+        self.reached = False
+
+    def _connect(self):
+        """A connection to the board, or why there is none."""
+        while True:
+            try:
+                return socket.create_connection((self.host, self.port), timeout=self.stall_s), None
+            except OSError as e:
+                if self.reached:
+                    return None, (f"the server's board on {self.host}:{self.port} is gone ({e}):"
+                                  " its script ended or its guest stopped")
+                if time.monotonic() - self.t0 > self.first_contact_s:
+                    return None, (f"the server on {self.host} opened no board on port {self.port}"
+                                  f" in {self.first_contact_s:g} s ({e})")
+                time.sleep(self.retry_s)
+
+    def wait(self, job, limit_s):
+        """None once the server said "ready" for `job`, else why not; at most `limit_s` of
+        "pending" (the server's guest alive, not at that job yet)."""
+        conn, why = self._connect()
+        if conn is None:
+            return why
+        where = f"board {self.host}:{self.port}"
+        end = time.monotonic() + limit_s
+        with conn:
+            conn.settimeout(self.stall_s)
+            lines = conn.makefile("r")
+            try:
+                first = lines.readline().strip()
+                if first != GREETING:
+                    return (f"port {self.port} on {self.host} is not a ready board: it said "
+                            f"{first or 'nothing (connection closed)'!r}")
+                self.reached = True
+                conn.sendall(f"job {job}\n".encode())
+                while True:
+                    line = lines.readline().strip()
+                    if line != "pending":
+                        break
+                    if time.monotonic() > end:
+                        return f"job {job}: the server did not reach it in {limit_s:g} s ({where})"
+            except OSError as e:
+                return f"job {job}: the {where} fell silent for {self.stall_s:g} s ({e})"
+        if line == "ready":
+            return None
+        if not line:
+            return (f"job {job}: the {where} closed without an answer: the server's script "
+                    "ended")
+        return f"job {job}: the server answered: {line}"

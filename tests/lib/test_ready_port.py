@@ -1,4 +1,5 @@
-"""ready_port.py on localhost: the port layout, and every answer a client can get."""
+"""ready_port.py on localhost: the port layout, and every answer a client can get — each
+failure told at once (well inside the deadlines given), never by waiting them out."""
 import os
 import socket
 import sys
@@ -9,6 +10,10 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import ready_port  # noqa: E402
 
+# Deadlines the tests must never reach when a failure is to be told at once.
+LONG_S = 60
+AT_ONCE_S = 10
+
 
 def free_port():
     with socket.socket() as s:
@@ -18,79 +23,124 @@ def free_port():
 
 class Layout(unittest.TestCase):
     def test_soak_layout_stays_below_the_ephemeral_range_and_apart(self):
-        jobs, readies = set(), set()
+        board = ready_port.board_port(10000, 10000)
+        self.assertLess(board, ready_port.EPHEMERAL_FIRST)
         for i in range(0, 200000, 7):
-            job, ready = ready_port.job_ports(10000, 10000, 10000, i)
-            self.assertLess(ready, ready_port.EPHEMERAL_FIRST)
-            jobs.add(job)
-            readies.add(ready)
-        self.assertFalse(jobs & readies)
+            job = ready_port.job_port(10000, 10000, i)
+            self.assertTrue(10000 <= job < 20000)
+            self.assertNotEqual(job, board)
 
     def test_a_layout_reaching_the_ephemeral_range_is_refused(self):
         with self.assertRaises(ValueError):
-            ready_port.job_ports(23000, 20000, 20000, 0)  # the old layout
+            ready_port.job_port(23000, 20000, 0)
         with self.assertRaises(ValueError):
-            ready_port.job_ports(10000, 10000, 5000, 0)  # job and ready ports overlap
+            ready_port.board_port(22768, 10000)  # jobs fit, the board would not
 
 
 class Protocol(unittest.TestCase):
-    def serve(self, port, listening, running, limit_s=10):
-        ann = ready_port.Announcer(port)
-        t = threading.Thread(target=ann.serve, args=(listening, running, limit_s, 0.01))
-        t.start()
-        return ann, t
+    def setUp(self):
+        self.port = free_port()
+        self.boards = []
 
-    def test_ready_once_the_program_listens(self):
-        port = free_port()
+    def tearDown(self):
+        for b in self.boards:
+            b.close()
+
+    def board(self, heartbeat_s=0.05):
+        b = ready_port.Board(self.port, heartbeat_s)
+        self.boards.append(b)
+        return b
+
+    def client(self, first_contact_s=LONG_S, stall_s=LONG_S):
+        return ready_port.Client("127.0.0.1", self.port, first_contact_s, stall_s, 0.05)
+
+    def timed_wait(self, client, job, limit_s=LONG_S):
         t0 = time.monotonic()
-        ann, t = self.serve(port, lambda: time.monotonic() - t0 > 0.3, lambda: True)
-        self.assertIsNone(ready_port.wait("127.0.0.1", port, 10, 0.05))
-        self.assertGreater(time.monotonic() - t0, 0.3)
-        t.join()
-        self.assertIsNone(ann.error)
+        why = client.wait(job, limit_s)
+        return why, time.monotonic() - t0
 
-    def test_a_program_that_ends_first_fails_the_client_at_once(self):
-        port = free_port()
-        ann, t = self.serve(port, lambda: False, lambda: False)
-        t0 = time.monotonic()
-        why = ready_port.wait("127.0.0.1", port, 60, 0.05)
-        self.assertLess(time.monotonic() - t0, 30)  # not its 60 s deadline
-        self.assertIn("ended before it listened", why)
-        t.join()
+    def test_ready_once_the_server_posts_it(self):
+        b = self.board()
+        threading.Timer(0.3, b.post, args=(7, "ready")).start()
+        why, took = self.timed_wait(self.client(), 7)
+        self.assertIsNone(why)
+        self.assertGreater(took, 0.25)
 
-    def test_a_taken_ready_port_fails_the_server_at_once(self):
+    def test_a_failed_job_fails_its_client_at_once_with_the_reason(self):
+        b = self.board()
+        b.post(7, "fail: cannot start the program")
+        why, took = self.timed_wait(self.client(), 7)
+        self.assertLess(took, AT_ONCE_S)
+        self.assertIn("cannot start the program", why)
+
+    def test_jobs_are_answered_apart(self):
+        b = self.board()
+        b.post(1, "fail: one")
+        b.post(2, "ready")
+        c = self.client()
+        self.assertIn("one", c.wait(1, LONG_S))
+        self.assertIsNone(c.wait(2, LONG_S))
+
+    def test_a_client_before_the_board_retries_until_it_opens(self):
+        threading.Timer(0.3, lambda: self.board().post(3, "ready")).start()
+        self.assertIsNone(self.client().wait(3, LONG_S))
+
+    def test_no_board_fails_after_the_first_contact_window(self):
+        why, took = self.timed_wait(self.client(first_contact_s=0.3), 3)
+        self.assertIn("opened no board", why)
+        self.assertLess(took, AT_ONCE_S)
+
+    def test_a_board_gone_after_the_first_contact_fails_at_once(self):
+        # The case the per-job ready port could not tell: the server's side cannot answer
+        # (here: its board is gone) and the client would wait out its first-contact window.
+        b = self.board()
+        b.post(1, "ready")
+        c = self.client()
+        self.assertIsNone(c.wait(1, LONG_S))
+        b.close()
+        why, took = self.timed_wait(c, 2)
+        self.assertLess(took, AT_ONCE_S)
+        self.assertIn("board", why)
+        self.assertIn("is gone", why)
+
+    def test_a_board_closed_while_the_client_waits_fails_at_once(self):
+        b = self.board()
+        threading.Timer(0.3, b.close).start()
+        why, took = self.timed_wait(self.client(), 5)
+        self.assertLess(took, AT_ONCE_S)
+        self.assertIn("closed without an answer", why)
+
+    def test_a_job_the_server_never_reaches_fails_at_the_limit(self):
+        self.board()
+        why, took = self.timed_wait(self.client(), 5, limit_s=0.5)
+        self.assertIn("did not reach it", why)
+        self.assertLess(took, AT_ONCE_S)
+
+    def test_a_taken_board_port_fails_the_server_at_once(self):
         with socket.create_server(("", 0)) as holder:
-            port = holder.getsockname()[1]
+            self.port = holder.getsockname()[1]
             with self.assertRaises(OSError):
-                ready_port.Announcer(port)
+                self.board()
 
-    def test_a_client_before_the_server_retries_until_it_comes(self):
-        port = free_port()
-        result = []
-        c = threading.Thread(target=lambda: result.append(
-            ready_port.wait("127.0.0.1", port, 10, 0.05)))
-        c.start()
-        time.sleep(0.3)
-        _, t = self.serve(port, lambda: True, lambda: True)
-        c.join()
-        t.join()
-        self.assertEqual(result, [None])
+    def test_a_silent_stranger_on_the_port_fails_after_the_stall_time(self):
+        with socket.create_server(("127.0.0.1", self.port)):  # listens, never answers
+            why, took = self.timed_wait(self.client(stall_s=0.5), 5)
+        self.assertIn("fell silent", why)
+        self.assertLess(took, AT_ONCE_S)
 
-    def test_nobody_there_fails_after_the_deadline(self):
-        why = ready_port.wait("127.0.0.1", free_port(), 0.3, 0.05)
-        self.assertIn("opened no ready port", why)
-
-    def test_a_closed_connection_without_answer_fails(self):
-        with socket.create_server(("127.0.0.1", 0)) as srv:
-            port = srv.getsockname()[1]
-
-            def close_at_once():
-                srv.accept()[0].close()
-            t = threading.Thread(target=close_at_once)
+    def test_a_stranger_that_answers_something_else_fails_at_once(self):
+        with socket.create_server(("127.0.0.1", self.port)) as srv:
+            def say_hello():
+                conn = srv.accept()[0]
+                conn.sendall(b"hello\n")
+                conn.close()
+            t = threading.Thread(target=say_hello)
             t.start()
-            why = ready_port.wait("127.0.0.1", port, 10, 0.05)
+            why, took = self.timed_wait(self.client(), 5)
             t.join()
-        self.assertIn("nothing (connection closed)", why)
+        self.assertIn("not a ready board", why)
+        self.assertIn("hello", why)
+        self.assertLess(took, AT_ONCE_S)
 
 
 if __name__ == "__main__":

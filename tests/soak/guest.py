@@ -3,8 +3,8 @@
 guest holding a rox NIC (rox_0) and a virtio-net NIC with rdma_rxe on it (rxe0), both guests
 running this script with the same arguments but --me. Guest 0 runs every server, guest 1
 every client; each job of a round has its own port, so a server left waiting by a failed job
-never meets the client of a later one; a client starts once its server says it listens (a TCP
-"ready" port per job, READY_PORT_OFFSET above the job's port), however far apart the guests run.
+never meets the client of a later one; a client starts once its server says it listens (guest
+0's ready board, one TCP port: tests/lib/ready_port.py), however far apart the guests run.
 
 Jobs (--plan):
   hunt   per round, a verified rsockets stream rox_0 <-> rox_0 (`rstream -S 65536 -C 200 -T v`,
@@ -41,27 +41,31 @@ from cases import roce_v2_gid_index, sh  # noqa: E402  (shell runner, RoCE v2 GI
 import in_guest  # noqa: E402  (tests/lib/in_guest.py: the lab's addresses, device ports)
 import ready_port  # noqa: E402  (tests/lib/ready_port.py: the server's "ready" to its client)
 
-# Job ports BASE_PORT..+PORT_SPAN, ready ports READY_PORT_OFFSET above: all below Linux's
-# ephemeral range (32768-60999), where any outgoing connection may hold a port.
+# Job ports BASE_PORT..+PORT_SPAN, the ready board just above: all below Linux's ephemeral
+# range (32768-60999), where any outgoing connection may hold a port.
 BASE_PORT = 10000
 PORT_SPAN = 10000
+BOARD_PORT = ready_port.board_port(BASE_PORT, PORT_SPAN)
 JOB_TIMEOUT_S = 900
 CONNECT_WINDOW_S = 120
 # A client starts only once its server listens: an rsockets client that meets no listener fails
 # in rpoll with no clear "not listening" message (its server then waits for a client that never
 # comes), and the server's guest may be seconds behind this one. So the server side, once its
-# program listens (a TCP or rdma_cm listener on the job's port), opens the job's ready port
-# (the job's port + READY_PORT_OFFSET, on guest 0) and the client connects there first; the
-# line it gets says "ready", or why the server's side failed (tests/lib/ready_port.py).
-READY_PORT_OFFSET = 10000
+# program listens (a TCP or rdma_cm listener on the job's port), posts "ready" for the job on
+# its board (opened when guest 0's script starts) and the client asks there first; the line it
+# gets says "ready", or why the server's side failed (tests/lib/ready_port.py).
 # How long a client waits for its server to be ready: the server's guest starts the job only
-# when its previous job is over, however long that took.
+# when its previous job is over, however long that took (its board says "pending" meanwhile,
+# so a server's guest that stopped is told within ready_port.STALL_S, not this).
 READY_WAIT_S = 600
+# How long a client tries to reach the board the first time: guest 0 opens it as its script
+# starts, and both guests boot together (this client starts once guest 0 answers ping).
+BOARD_FIRST_CONTACT_S = 120
 # In a hunt round the other traffic starts first; the verified stream joins it this much later.
 BACKGROUND_HEAD_START_S = 3
-# Guest 0's address its ready ports are reached on (main sets it): its virtio NIC's (TCP
-# recovers from whatever the rox ports' faults do to frames on the way).
-ready_server_ip = None
+# Guest 0's board (guest 0), or the client of it (guest 1), set by main: reached on guest 0's
+# virtio NIC's address (TCP recovers from whatever the rox ports' faults do to frames).
+board = None
 # What a client sees while its server is not listening yet (the only reason to try again):
 # a refused TCP connection (perftest) or an rdma_cm reject (rsockets, rdma-xfer, send-seq).
 NOT_LISTENING = re.compile(r"Couldn't connect to \S+:\d+|REJECTED|Connection refused|"
@@ -228,31 +232,30 @@ def listening(port):
     return rc == 0 and re.search(rf"state LISTEN .*src-addr \S*:{port}( |$)", out, re.M) is not None
 
 
-def start_server(cmd, port):
-    """A server program, with its readiness announced to the client on the job's ready port
-    (tests/lib/ready_port.py); the ready port is taken first: a string saying why when it
-    cannot be (the job fails at once, its program never starts)."""
-    try:
-        ann = ready_port.Announcer(port + READY_PORT_OFFSET)
-    except OSError as e:
-        return f"cannot open the ready port {port + READY_PORT_OFFSET}: {e}"
+def announce(job, port, proc, poll_s=0.2):
+    """Posts job's line on the board: "ready" once its program listens on `port`, or "fail"
+    when the program ended first."""
+    while not listening(port):
+        if proc.poll() is not None:
+            board.post(job, f"fail: the server's program ended (exit {proc.returncode}) "
+                            "before it listened")
+            return
+        time.sleep(poll_s)
+    board.post(job, "ready")
+
+
+def start_server(cmd, job, port):
+    """A server program, its readiness posted for `job` on the board (tests/lib/ready_port.py)."""
     proc = start(cmd)
-    threading.Thread(target=ann.serve, daemon=True,
-                     args=(lambda: listening(port), lambda: proc.poll() is None,
-                           READY_WAIT_S)).start()
+    threading.Thread(target=announce, args=(job, port, proc), daemon=True).start()
     return proc
 
 
-def finish_server(proc):
-    """finish() of a start_server result."""
-    return (1, proc) if isinstance(proc, str) else finish(proc, JOB_TIMEOUT_S)
-
-
-def run_client(cmd, server_ip, port, delay=0):
-    """A client: started once its server listens; tried again only while its server is not
-    listening yet. `delay`: start this much later still (the verified stream starts once the
-    other traffic is running)."""
-    not_ready = ready_port.wait(server_ip, port + READY_PORT_OFFSET, READY_WAIT_S)
+def run_client(cmd, job, delay=0):
+    """A client: started once its server listens (the board's answer for `job`); tried again
+    only while its server is not listening yet. `delay`: start this much later still (the
+    verified stream starts once the other traffic is running)."""
+    not_ready = board.wait(job, READY_WAIT_S)
     if not_ready:
         return 1, not_ready
     time.sleep(delay)
@@ -282,29 +285,29 @@ def run_jobs(me, r, jobs, parallel, first_job=0):
     """Runs this guest's side of `jobs` (all at once if `parallel`); returns the failures. Job
     j of round r has its own port (jobs of a round numbered from `first_job`)."""
     role = "server" if me == 0 else "client"
-    ports = [ready_port.job_ports(BASE_PORT, PORT_SPAN, READY_PORT_OFFSET, r * 16 + first_job + j)[0]
-             for j in range(len(jobs))]
-    cmds = [(name, (srv if me == 0 else cli).format(port=port), port)
-            for (name, (srv, cli), _), port in zip(jobs, ports)]
+    indices = [r * 16 + first_job + j for j in range(len(jobs))]
+    cmds = [(name, (srv if me == 0 else cli).format(port=port), index, port)
+            for (name, (srv, cli), _), index in zip(jobs, indices)
+            for port in [ready_port.job_port(BASE_PORT, PORT_SPAN, index)]]
     failed = 0
     if parallel:
         if me == 0:
-            procs = [(name, cmd, start_server(cmd, port)) for name, cmd, port in cmds]
-            done = [(name, cmd, *finish_server(p)) for name, cmd, p in procs]
+            procs = [(name, cmd, start_server(cmd, index, port))
+                     for name, cmd, index, port in cmds]
+            done = [(name, cmd, *finish(p, JOB_TIMEOUT_S)) for name, cmd, p in procs]
         else:
             import concurrent.futures as cf
             with cf.ThreadPoolExecutor(len(cmds)) as ex:
                 main = BACKGROUND_HEAD_START_S if len(cmds) > 1 else 0
-                futs = [(name, cmd, ex.submit(run_client, cmd, ready_server_ip, port,
-                                              main if j == 0 else 0))
-                        for j, (name, cmd, port) in enumerate(cmds)]
+                futs = [(name, cmd, ex.submit(run_client, cmd, index, main if j == 0 else 0))
+                        for j, (name, cmd, index, _) in enumerate(cmds)]
                 done = [(name, cmd, *f.result()) for name, cmd, f in futs]
         for name, cmd, rc, out in done:
             failed += not report(r, name, role, cmd, rc, out)
     else:
-        for name, cmd, port in cmds:
-            rc, out = (finish_server(start_server(cmd, port)) if me == 0
-                       else run_client(cmd, ready_server_ip, port))
+        for name, cmd, index, port in cmds:
+            rc, out = (finish(start_server(cmd, index, port), JOB_TIMEOUT_S) if me == 0
+                       else run_client(cmd, index))
             failed += not report(r, name, role, cmd, rc, out)
             time.sleep(1)
     return failed
@@ -332,11 +335,16 @@ def main():
     pairs = a.pair.split(",")
     if any(p not in LOSS_PAIRS for p in pairs) or ("rox-rox" in pairs and len(pairs) > 1):
         sys.exit(f"soak: --pair {a.pair}: want one of {', '.join(LOSS_PAIRS)}, or rox-rxe,rxe-rox")
+    global board
+    if a.me == 0:
+        # First: guest 1's clients look for it from their start (BOARD_FIRST_CONTACT_S).
+        try:
+            board = ready_port.Board(BOARD_PORT)
+        except OSError as e:
+            sys.exit(f"soak: guest 0 FAIL cannot open its ready board on port {BOARD_PORT}: {e}")
     ifs = (env("ROX_IF_0"), env("ROX_IF_1"))
     setup(a.ko, ifs[1])
-    global ready_server_ip
     ip = {(g, n): env(f"ROX_IP_{g}_{n}") for g in (0, 1) for n in (0, 1)}
-    ready_server_ip = ip[0, 1]
     setup_routes(a.me, a.plan, ip, ifs)
     rox = Ends(a.me, "rox_0", ip[0, 0], "rox_0", ip[1, 0])
     rxe = Ends(a.me, "rxe0", ip[0, 1], "rxe0", ip[1, 1])
@@ -350,6 +358,8 @@ def main():
                 break
         else:
             sys.exit(f"soak: {ip[peer, n]} does not answer ping")
+    if a.me == 1:
+        board = ready_port.Client(ip[0, 1], BOARD_PORT, BOARD_FIRST_CONTACT_S)
     print(f"soak: guest {a.me} ready: rox_0 {ip[a.me, 0]}, rxe0 {ip[a.me, 1]}", flush=True)
     failed = 0
     for r in range(a.first_round, a.first_round + a.rounds):
