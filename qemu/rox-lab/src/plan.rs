@@ -333,8 +333,11 @@ pub fn qemu_args(l: &GuestLaunch) -> Vec<String> {
         // A second monitor for rox-lab: asked what the guest is doing when it hangs.
         "-monitor", &format!("unix:{},server=on,wait=off", l.monitor.display()),
         "-kernel", &format!("{kernel}/bzImage"),
+        // tsc=nowatchdog: one boot in ~520 deadlocked in the clocksource watchdog's skew
+        // check (CPU 0 waiting for CPU 1's answer on a clock that counts ticks, CPU 1 in the
+        // first clocksource switch's stop_machine with interrupts off; docs/testing.md).
         "-append", &format!(
-            "console=ttyS0 loglevel=4 panic=-1 oops=panic no_timer_check rootfstype=9p root=rootfs \
+            "console=ttyS0 loglevel=4 panic=-1 oops=panic no_timer_check tsc=nowatchdog rootfstype=9p root=rootfs \
              rootflags=trans=virtio,version=9p2000.L,msize=1048576,cache=loose ro init=/rox/qemu/guest-init \
              rox.run={run} rox.modules={kernel}/modules rox.guest={gi}"),
         "-fsdev", "local,id=rootfs,path=/,security_model=none,readonly=on,multidevs=remap",
