@@ -38,7 +38,7 @@ host-test:
 device:
 	$(CARGO) build --release -p rox-nic -p rox-lab
 
-guest-test: module provider device
+guest-test: module provider libfabric-xrc device
 	tests/guest/run $(ROX_KERNEL_FLAVOUR)
 
 quality:
