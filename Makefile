@@ -2,7 +2,7 @@
 #   make setup    toolchain root + guest kernel into $(ROX_CACHE) (idempotent, cached)
 #   make module   build rox.ko against the cached kernel
 #   make provider build librox and install it into the root
-#   make libfabric-xrc  libfabric 2.1.0 with rox's XRC fixes into the cache (opt-in; tests/guest/libfabric/xrc-pair.sh)
+#   make libfabric-xrc  libfabric 2.1.0 with rox's XRC fixes into the cache (once; t-provider-libfabric)
 #   make quality  rustfmt + clippy (warnings denied, every unsafe block with // SAFETY:)
 #   make test     everything: setup, module, host tests, guest tests (stage timings printed)
 #   make demo     boot a guest (Debian's stock kernel: no kernel build) and show rox at work
@@ -38,7 +38,7 @@ host-test:
 device:
 	$(CARGO) build --release -p rox-nic -p rox-lab
 
-guest-test: module provider device
+guest-test: module provider libfabric-xrc device
 	tests/guest/run $(ROX_KERNEL_FLAVOUR)
 
 quality:

@@ -15,7 +15,7 @@ dev=$(rox_dev_on "$ROX_IF_0") || fail "no rox device on $ROX_IF_0"
 wait_port_active "$dev" || fail "$dev port not active"
 prefix=$("$(dirname "$0")/../../../scripts/build-libfabric-xrc.sh" --prefix)
 [ -e "$prefix/.complete" ] || fail "no $prefix: run 'make libfabric-xrc' on the host"
-# FI_UNIVERSE_SIZE: see t-provider-libfabric.sh (ofi_rxm's CQ at 256 peers exceeds max_cqe).
+# FI_UNIVERSE_SIZE: as in t-provider-libfabric.sh (ofi_rxm's CQ at 256 peers exceeds max_cqe).
 export FI_UNIVERSE_SIZE=16 FI_VERBS_PREFER_XRC=1 FI_OFI_RXM_USE_SRX=1 FI_LOG_LEVEL=warn \
 	LD_LIBRARY_PATH=$prefix/lib VERBS_LOG_LEVEL=4 VERBS_LOG_FILE=/tmp/verbs.$role
 args=(-p "verbs;ofi_rxm" -e rdm -I 200 -S 4096 -c -d "$dev-xrc")
