@@ -2,6 +2,7 @@
 #   make setup    toolchain root + guest kernel into $(ROX_CACHE) (idempotent, cached)
 #   make module   build rox.ko against the cached kernel
 #   make provider build librox and install it into the root
+#   make libfabric-xrc  libfabric 2.1.0 with rox's XRC fixes into the cache (once; t-provider-libfabric)
 #   make quality  rustfmt + clippy (warnings denied, every unsafe block with // SAFETY:)
 #   make test     everything: setup, module, host tests, guest tests (stage timings printed)
 #   make demo     boot a guest (Debian's stock kernel: no kernel build) and show rox at work
@@ -12,7 +13,7 @@ export ROX_CACHE ROX_KERNEL_FLAVOUR
 # A host without cargo on PATH uses the toolchain root's (rustc 1.85; scripts/root-cargo/cargo).
 CARGO ?= $(shell command -v cargo 2>/dev/null || echo scripts/root-cargo/cargo)
 
-.PHONY: setup root kernel module provider device host-test guest-test quality test demo fuzz clean
+.PHONY: setup root kernel module provider libfabric-xrc device host-test guest-test quality test demo fuzz clean
 
 setup: root kernel
 
@@ -28,13 +29,16 @@ module:
 provider: root
 	scripts/build-provider.sh
 
+libfabric-xrc: root
+	scripts/build-libfabric-xrc.sh
+
 host-test:
 	$(CARGO) test --workspace
 
 device:
 	$(CARGO) build --release -p rox-nic -p rox-lab
 
-guest-test: module provider device
+guest-test: module provider libfabric-xrc device
 	tests/guest/run $(ROX_KERNEL_FLAVOUR)
 
 quality:

@@ -26,6 +26,9 @@ stage module scripts/build-module.sh "$flavour" || exit 1
 stage quality-module scripts/quality.sh --module || exit 1
 stage provider scripts/build-provider.sh --test || exit 1
 stage quality-provider scripts/quality.sh --provider || exit 1
+# libfabric 2.1.0 with rox's XRC fixes (tests/guest/libfabric/*.patch) into the cache,
+# once: t-provider-libfabric runs ofi_rxm over XRC with it (~2 min cold, docs/provider.md).
+stage libfabric-xrc scripts/build-libfabric-xrc.sh || exit 1
 stage host-tests cargo test --workspace || exit 1
 # The Python helpers' own unit tests (plots, trace pictures, result parsing).
 stage host-python sh -c 'for d in tests/lib tests/bench; do python3 -m unittest discover -s "$d" -p "test_*.py" || exit 1; done' || exit 1

@@ -10,10 +10,16 @@
 # (QPs merely created say nothing: libfabric's verbs provider creates and destroys QPs of every
 # type while probing capabilities. An earlier form polled `rdma resource show qp` during the
 # run and saw nothing when fi_pingpong finished between two polls, in 0.29 s on a faster host.)
-# Over XRC (FI_VERBS_PREFER_XRC=1, FI_OFI_RXM_USE_SRX=1, domain rox_0-xrc) libfabric 2.1 cannot
-# run on any device: its XRC initiator path creates the QP on a CM ID whose address was never
-# resolved (libfabric commit d6d1ca3cf, v1.21.0), and librdmacm refuses that with EINVAL
-# (docs/provider.md). xrc-cm-qp.c does that sequence on rox_0 and shows why: the new ID has no
+# Over XRC (FI_VERBS_PREFER_XRC=1, FI_OFI_RXM_USE_SRX=1, domain rox_0-xrc) the root's libfabric
+# 2.1 cannot run on any device: its XRC initiator path creates the QP on a CM ID whose address
+# was never resolved (libfabric commit d6d1ca3cf, v1.21.0), and librdmacm refuses that with
+# EINVAL (docs/provider.md). So the XRC run loads libfabric 2.1.0 with rox's fix
+# (libfabric/xrc-resolve.patch, xrc-route-resolved.patch), built into the cache by `make libfabric-xrc`
+# (scripts/build-libfabric-xrc.sh), through LD_LIBRARY_PATH with the root's fi_pingpong; its
+# librox logs must show XRC_INI and XRC_TGT QPs reaching RTS and no RC QP, and every message is
+# checked (libfabric gives its XRC targets an SRQ, which librox ignores as libibverbs does).
+# Without that build the test fails and says how to make it.
+# xrc-cm-qp.c does the unfixed sequence on rox_0 and shows why: the new ID has no
 # device and rdma_create_qp_ex fails with EINVAL; once the same ID's address is resolved, its
 # device is rox_0's rdma_get_devices() context and the same XRC_SEND rdma_create_qp_ex
 # succeeds (must pass on rox_0). On an rxe device beside it (RC; printed, not asserted) the
@@ -29,6 +35,9 @@ need_rox_0
 for tool in fi_info fi_pingpong; do
 	command -v "$tool" >/dev/null || fail "$tool is not in the root (libfabric-bin: scripts/root-extras.txt)"
 done
+xrc_prefix=$("$(dirname "$0")/../../scripts/build-libfabric-xrc.sh" --prefix)
+[ -e "$xrc_prefix/.complete" ] ||
+	fail "no libfabric with rox's XRC fix at $xrc_prefix: run 'make libfabric-xrc' on the host (scripts/build-libfabric-xrc.sh, ~2 min once)"
 
 SERVER_DEV=rox_0
 CLIENT_DEV=rox_0
@@ -77,12 +86,22 @@ run_on_rox_0_and_rxe "$work/xrc-cm-qp"
 [ "$rox_rc" = 0 ] || fail "xrc-cm-qp on rox_0: the XRC initiator's CM ID sequence did not behave as librdmacm 56.1 says"
 
 problems=()
-# mode NAME PREFER_XRC SERVER_DOMAIN CLIENT_DOMAIN WANTED_TYPES FORBIDDEN_TYPES
+# mode NAME PREFER_XRC SERVER_DOMAIN CLIENT_DOMAIN WANTED_TYPES FORBIDDEN_TYPES [LIBDIR]
+# (LIBDIR: where to load libfabric from instead of the root's)
 mode() {
-	local name=$1 xrc=$2 sdom=$3 cdom=$4 wanted=$5 forbidden=$6 server client srv_rc cli_rc t
+	local name=$1 xrc=$2 sdom=$3 cdom=$4 wanted=$5 forbidden=$6 libdir=${7:-} server client srv_rc cli_rc t
 	local args=(-p "$PROVIDER" -e rdm -I "$ITERATIONS" -S "$SIZE" -c)
+	local lib_env=()
+	if [ -n "$libdir" ]; then
+		lib_env=(LD_LIBRARY_PATH="$libdir")
+		# The loader's choice, by the rules the run uses: the fixed build, not the root's.
+		t=$(env "${lib_env[@]}" ldd "$(command -v fi_pingpong)" | awk '$1 ~ /^libfabric\.so/ { print $3 }')
+		echo "--- $name: fi_pingpong loads $t"
+		[ "$(realpath "$t")" = "$(realpath "$libdir/libfabric.so.1")" ] ||
+			problems+=("$name: fi_pingpong loads $t, not $libdir/libfabric.so.1")
+	fi
 	FI_VERBS_PREFER_XRC=$xrc FI_OFI_RXM_USE_SRX=$xrc FI_LOG_LEVEL=info timeout "$RUN_TIMEOUT" \
-		env VERBS_LOG_LEVEL=4 VERBS_LOG_FILE="$work/verbs.$name.server" \
+		env "${lib_env[@]}" VERBS_LOG_LEVEL=4 VERBS_LOG_FILE="$work/verbs.$name.server" \
 		fi_pingpong "${args[@]}" -d "$sdom" >"$work/server.$name" 2>&1 &
 	server=$!
 	if ! wait_for_server "$server" $OOB_PORT; then
@@ -92,7 +111,7 @@ mode() {
 		return
 	fi
 	FI_VERBS_PREFER_XRC=$xrc FI_OFI_RXM_USE_SRX=$xrc FI_LOG_LEVEL=info timeout "$RUN_TIMEOUT" \
-		env VERBS_LOG_LEVEL=4 VERBS_LOG_FILE="$work/verbs.$name.client" \
+		env "${lib_env[@]}" VERBS_LOG_LEVEL=4 VERBS_LOG_FILE="$work/verbs.$name.client" \
 		fi_pingpong "${args[@]}" -d "$cdom" "$server_ip" >"$work/client.$name" 2>&1 &
 	client=$!
 	wait "$client"
@@ -123,5 +142,6 @@ mode() {
 }
 
 mode rc 0 $SERVER_DEV $CLIENT_DEV "RC" "XRC_INI XRC_TGT"
+mode xrc 1 $SERVER_DEV-xrc $CLIENT_DEV-xrc "XRC_INI XRC_TGT" "RC" "$xrc_prefix/lib"
 [ ${#problems[@]} = 0 ] || fail "$(printf '%s; ' "${problems[@]}")"
-echo "fi_pingpong over $PROVIDER passed on RC QPs ($SERVER_DEV <- $CLIENT_DEV)"
+echo "fi_pingpong over $PROVIDER passed on RC QPs (root's libfabric) and on XRC QPs (libfabric with rox's XRC patches) ($SERVER_DEV <- $CLIENT_DEV)"

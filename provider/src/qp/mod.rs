@@ -257,10 +257,9 @@ fn ring_depths(attr: &ffi::ibv_qp_init_attr_ex, limits: &DeviceLimits) -> Result
     }
     let sq_depth = ring_depth(cap.max_send_wr, limits.max_qp_wr).ok_or(EINVAL)?;
     // Neither XRC role has a receive queue (an initiator receives nothing, a target takes the
-    // SRQ each request names): receive capacities asked for are ignored, as on other HCAs.
-    if xrc && !attr.srq.is_null() {
-        return Err(EINVAL);
-    }
+    // SRQ each request names): receive capacities and an SRQ asked for are ignored, as
+    // libibverbs (which passes no SRQ handle for either role) and other HCAs do. libfabric's
+    // verbs provider creates its XRC targets with its shared receive queue in attr.srq.
     let rq_depth = if xrc {
         0
     } else if attr.srq.is_null() {
@@ -352,10 +351,13 @@ pub(crate) mod tests {
         target.qp_type = ffi::IBV_QPT_XRC_RECV;
         target.comp_mask = ffi::IBV_QP_INIT_ATTR_XRCD;
         assert_eq!(ring_depths(&target, &LIMITS), Ok((2, 0)), "a minimal ring");
-        let mut with_srq = rc(8, 0);
-        with_srq.qp_type = ffi::IBV_QPT_XRC_SEND;
-        with_srq.srq = core::ptr::NonNull::dangling().as_ptr();
-        assert_eq!(ring_depths(&with_srq, &LIMITS), Err(EINVAL));
+        // An SRQ given with either role is ignored (libfabric gives its targets one).
+        for qp_type in [ffi::IBV_QPT_XRC_SEND, ffi::IBV_QPT_XRC_RECV] {
+            let mut with_srq = rc(8, 0);
+            with_srq.qp_type = qp_type;
+            with_srq.srq = core::ptr::NonNull::dangling().as_ptr();
+            assert_eq!(ring_depths(&with_srq, &LIMITS), Ok((8, 0)));
+        }
     }
 
     #[test]

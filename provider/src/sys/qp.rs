@@ -24,11 +24,19 @@ unsafe fn create(
 ) -> Result<*mut ffi::ibv_qp> {
     // SAFETY: per the contract.
     let ctx = unsafe { RoxContext::from_ibv(ibctx) };
+    // An XRC QP is attached to no SRQ (a target's requests name theirs): one given (libfabric
+    // gives its targets its shared receive queue) is ignored, and not passed to rox.ko.
+    let xrc = matches!(attr.qp_type, ffi::IBV_QPT_XRC_SEND | ffi::IBV_QPT_XRC_RECV);
+    let given_srq = attr.srq;
+    if xrc {
+        attr.srq = core::ptr::null_mut();
+    }
     // SAFETY: an SRQ outlives the QPs attached to it (rox.ko refuses to destroy it).
     let srq = unsafe { SrqRef::new(attr.srq) };
     let kind = logic::qp_type_name(attr.qp_type);
     // SAFETY: per the contract.
     let created = unsafe { create_in(ctx, ibctx, attr, srq) };
+    attr.srq = given_srq;
     match &created {
         Ok(qp) => ctx.log_debug(&format!(
             "{}: created {kind} QP {}",
