@@ -62,7 +62,6 @@ fn good_writes_and_reads_count_packets_octets_and_requests_only() {
     }
     let c = p.d.query_counters(1).unwrap();
     // Per operation: the request and its ACK or READ response; the same octets either way.
-    let per_op = 2 + 2;
     let op_octets = BASE_OCTETS + RETH + LEN + BASE_OCTETS + AETH;
     // A data-path thread that loses its core for longer than the probe timeout (a loaded
     // host) sends a tail probe: the last request again, answered again as a duplicate. Each
@@ -71,9 +70,9 @@ fn good_writes_and_reads_count_packets_octets_and_requests_only() {
     let probes = c.roce_adp_retrans;
     let ops = 2 * N + probes;
     let expected = PortCounters {
-        xmit_packets: per_op * ops / 2,
+        xmit_packets: 2 * ops,
         xmit_octets: ops * op_octets,
-        rcv_packets: per_op * ops / 2,
+        rcv_packets: 2 * ops,
         rcv_octets: ops * op_octets,
         rx_write_requests: N,
         rx_read_requests: N,
@@ -98,7 +97,10 @@ fn bad_rkey_is_one_access_error_on_each_side() {
     // The WRITE and its NAK; a tail probe sent before the NAK came back (a loaded host)
     // adds the WRITE again and, at most, its answer.
     let probes = c.roce_adp_retrans;
-    assert_eq!(c.xmit_packets, c.rcv_packets, "one device: every frame sent is received");
+    assert_eq!(
+        c.xmit_packets, c.rcv_packets,
+        "one device: every frame sent is received"
+    );
     assert!(
         (2..=2 + 2 * probes).contains(&c.xmit_packets),
         "the WRITE and its NAK, plus at most {probes} probe(s) and answers: {c:?}"
