@@ -10,6 +10,7 @@
 #   4. one RDMA WRITE's life, from part 1's WQE trace (both rox-nics record every WQE, the
 #      newest 4096 records; docs/debugging.md): the last WRITE of an ib_write_lat run as a text
 #      timeline, and the whole trace as Perfetto JSON and that WRITE as an SVG timeline.
+# ROX_GUEST_LOCK=<file>: take that flock before the guests boot (a host shared with other runs).
 # ROX_LIBROX=$ROX_CACHE/.../librox-rdmav34.so: use that librox build (guests load it through
 # RDMAV_DRIVERS) instead of building and installing librox into the shared root.
 set -euo pipefail
@@ -53,6 +54,13 @@ fi
 lap provider
 (cd "$ROX_TOP" && cargo build --release -p rox-nic -p rox-lab)
 lap device
+# On a host shared with other guest runs: ROX_GUEST_LOCK=<file> holds that flock for the guest
+# parts only (not the builds); the wait for it is its own line in the timings.
+if [ -n "${ROX_GUEST_LOCK:-}" ]; then
+	exec 9>>"$ROX_GUEST_LOCK"
+	flock -w 900 9 || die "could not take the guest lock $ROX_GUEST_LOCK in 900 s"
+	lap lock-wait
+fi
 ko=$(cache_path_in_root "$(module_dir "$flavour")")/rox.ko
 
 # Guest-side helpers, prepended to each guest command: echo a command, then run it; a client
