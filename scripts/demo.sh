@@ -10,15 +10,38 @@
 #   4. one RDMA WRITE's life, from part 1's WQE trace (both rox-nics record every WQE, the
 #      newest 4096 records; docs/debugging.md): the last WRITE of an ib_write_lat run as a text
 #      timeline, and the whole trace as Perfetto JSON and that WRITE as an SVG timeline.
+# ROX_GUEST_LOCK=<file>: take that flock before the guests boot (a host shared with other runs).
 # ROX_LIBROX=$ROX_CACHE/.../librox-rdmav34.so: use that librox build (guests load it through
 # RDMAV_DRIVERS) instead of building and installing librox into the shared root.
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 flavour=${ROX_KERNEL_FLAVOUR:-release}
 t0=$(date +%s)
+# Each step's wall time (a newcomer's first hour, docs/kernel.md), printed at the end as make
+# test prints its stages, also when a step failed.
+lap_start=$t0 laps=
+lap() {
+	local now
+	now=$(date +%s)
+	laps+=$(printf '%-14s %5ss' "$1" $((now - lap_start)))$'\n'
+	lap_start=$now
+}
+# shellcheck disable=SC2317 # called by the trap
+print_laps() {
+	local rc=$?
+	echo
+	echo "== demo timings ($flavour kernel)"
+	printf '%s' "$laps"
+	printf '%-14s %5ss\n' total $(( $(date +%s) - t0 ))
+	return $rc
+}
+trap print_laps EXIT
 "$ROX_TOP/scripts/setup-root.sh"
+lap root
 "$ROX_TOP/scripts/setup-kernel.sh" "$flavour"
+lap kernel
 "$ROX_TOP/scripts/build-module.sh" "$flavour"
+lap module
 drivers=
 if [ -n "${ROX_LIBROX:-}" ]; then
 	case $ROX_LIBROX in "$ROX_CACHE"/*-rdmav34.so) ;; *) die "ROX_LIBROX must be a lib<x>-rdmav34.so under $ROX_CACHE" ;; esac
@@ -28,7 +51,16 @@ if [ -n "${ROX_LIBROX:-}" ]; then
 else
 	"$ROX_TOP/scripts/build-provider.sh"
 fi
+lap provider
 (cd "$ROX_TOP" && cargo build --release -p rox-nic -p rox-lab)
+lap device
+# On a host shared with other guest runs: ROX_GUEST_LOCK=<file> holds that flock for the guest
+# parts only (not the builds); the wait for it is its own line in the timings.
+if [ -n "${ROX_GUEST_LOCK:-}" ]; then
+	exec 9>>"$ROX_GUEST_LOCK"
+	flock -w 900 9 || die "could not take the guest lock $ROX_GUEST_LOCK in 900 s"
+	lap lock-wait
+fi
 ko=$(cache_path_in_root "$(module_dir "$flavour")")/rox.ko
 
 # Guest-side helpers, prepended to each guest command: echo a command, then run it; a client
@@ -79,6 +111,7 @@ ROX_NIC_TRACE=4096 ROX_NIC_TRACE_DIR=$trace_dir \
 	client ib_write_lat -d rox_1 -x \$g1 -s 4096 -n 10 -F \$ROX_IP_0_0
 	wait \$!
 "
+lap part1-guest
 
 mkdir -p "$ROX_CACHE/demo"
 pcap=$ROX_CACHE/demo/demo-$(date +%Y%m%d-%H%M%S).pcap
@@ -116,6 +149,7 @@ lab_rc=0
 	echo \"\\\$ ibv_rc_pingpong -d rxe0 -g \$gx -n 200 -p 19003 \$ROX_IP_0_0    # guest 1 rxe0 -> guest 0 rox_0\"
 	client ibv_rc_pingpong -d rxe0 -g \$gx -n 200 -p 19003 \$ROX_IP_0_0
 " || lab_rc=$?
+lap part2-lab
 
 echo
 echo "=== 3. RoCEv2 frames between rox (10.50.0.11) and rxe (10.50.0.22), captured on the bridge ($pcap)"
@@ -140,6 +174,7 @@ else
 	echo "demo: no RoCEv2 frames between 10.50.0.11 and 10.50.0.22 in the capture" >&2
 	[ "$lab_rc" != 0 ] || lab_rc=1
 fi
+lap part3-tshark
 echo
 echo "=== 4. one RDMA WRITE's life: the last WRITE of part 1's ib_write_lat, as both rox-nics traced it"
 traces=("$trace_dir/g0-rox0.wqe-trace" "$trace_dir/g0-rox1.wqe-trace")
@@ -153,7 +188,6 @@ python3 "$ROX_TOP/tests/lib/trace_svg.py" "$trace_dir/trace.json" -o "$trace_dir
 	>/dev/null || trace_rc=$?
 echo "Perfetto (ui.perfetto.dev, every WQE of the trace): $trace_dir/trace.json"
 echo "SVG timeline of that WRITE: $trace_dir/write.svg"
-echo
-echo "demo: $(( $(date +%s) - t0 )) s"
+lap part4-trace
 [ "$trace_rc" = 0 ] || die "part 4: the WQE trace of part 1 could not be read or drawn (above)"
 [ "$lab_rc" = 0 ] || die "part 2 failed (rox-lab exit $lab_rc) or captured no rox <-> rxe frames"
