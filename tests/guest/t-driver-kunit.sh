@@ -17,8 +17,9 @@ if [ ! -d /sys/module/kunit ]; then
 		fail "this is rox's debug kernel (kmemleak) but it has no KUnit (CONFIG_KUNIT=y in qemu/kernel-debug.config)"
 	skip "the kernel has no KUnit (rox.ko's KUnit suites run on the debug kernel)"
 fi
-[ "$(cat /sys/module/kunit/parameters/enable 2>/dev/null || echo Y)" = Y ] ||
-	fail "KUnit is disabled (kunit.enable=0): the suites would not run"
+# kunit.enable has no sysfs file (permission 0): the command line is where it is turned off.
+! grep -qw "kunit.enable=0" /proc/cmdline ||
+	fail "KUnit is disabled (kunit.enable=0 on the command line): the suites would not run"
 [ -f "${ROX_KO:-}" ] || fail "no module at ${ROX_KO:-}"
 grep -q "^rox " /proc/modules && rmmod rox
 dmesg -C
@@ -30,7 +31,8 @@ ktap() {
 	if [ -r "$f" ]; then
 		cat "$f"
 	else
-		dmesg | sed 's/^\[[^]]*\] *//' | awk -v s="$1" '
+		# Only the timestamp and its one space: the cases' indent is KTAP's nesting.
+		dmesg | sed 's/^\[[^]]*\] //' | awk -v s="$1" '
 			$0 ~ "# Subtest: " s "$" { on = 1 }
 			on { print }
 			on && $0 ~ "^(not )?ok [0-9]+ " s "$" { exit }'

@@ -29,6 +29,20 @@ fn rc_pair() -> Loopback {
     })
 }
 
+/// The counters once every frame sent has been received and every tail probe answered (a
+/// probe's answer may still be on its way when the last completion is seen); at most 5 s.
+fn settled_counters(p: &mut Loopback) -> PortCounters {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let c = p.d.query_counters(1).unwrap();
+        let settled = c.xmit_packets == c.rcv_packets && c.duplicate_request == c.roce_adp_retrans;
+        if settled || std::time::Instant::now() > deadline {
+            return c;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
 fn write(p: &mut Loopback, wr_id: u64, len: u32, rkey: Key) -> u8 {
     let w = rdma_wqe(
         wr_id,
@@ -60,7 +74,7 @@ fn good_writes_and_reads_count_packets_octets_and_requests_only() {
         let r = rdma_wqe(100 + i, WR_RDMA_READ, local, p.buf_b, p.key_b);
         assert_eq!(p.complete_on_a(&r).status, WC_SUCCESS);
     }
-    let c = p.d.query_counters(1).unwrap();
+    let c = settled_counters(&mut p);
     // Per operation: the request and its ACK or READ response; the same octets either way.
     let op_octets = BASE_OCTETS + RETH + LEN + BASE_OCTETS + AETH;
     // A data-path thread that loses its core for longer than the probe timeout (a loaded
@@ -88,7 +102,7 @@ fn bad_rkey_is_one_access_error_on_each_side() {
     let mut p = rc_pair();
     let bad = Key::from_raw(p.key_b.get() ^ 1);
     assert_eq!(write(&mut p, 1, 64, bad), WC_REM_ACCESS_ERR);
-    let c = p.d.query_counters(1).unwrap();
+    let c = settled_counters(&mut p);
     assert_eq!(c.resp_remote_access_errors, 1);
     assert_eq!(c.req_remote_access_errors, 1);
     assert_eq!(c.req_cqe_error, 1);
