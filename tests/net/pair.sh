@@ -57,6 +57,8 @@ SERVER_WAIT_S=480
 # How long a client keeps trying while its server is not listening yet (the server's guest may
 # boot and load its driver later and more slowly than this one).
 CONNECT_WINDOW_S=300
+# rdma_xserver's rdma_cm port (its default, given explicitly).
+XSERVER_PORT=7471
 pp="-d $dev -g $gid -n $iters"
 rc=0
 for t in "$@"; do
@@ -66,14 +68,16 @@ for t in "$@"; do
 	uc) cmd="ibv_uc_pingpong -c $pp ${PAIR_PP_ARGS:-}" ;;
 	ud) cmd="ibv_ud_pingpong -c $pp" ;;
 	srq) cmd="ibv_srq_pingpong -c $pp ${PAIR_PP_ARGS:-}" ;;
-	rping) cmd= ;;
-	ucmatose) cmd= ;;
+	# XRC: an XRC domain, an XRC SRQ and XRC_RECV/XRC_SEND QPs per side (issue 19).
+	xsrq) cmd="ibv_xsrq_pingpong $pp" ;;
+	rping | ucmatose | xclient) cmd= ;;
 	*) fail "unknown test $t" ;;
 	esac
 	if [ "$role" = server ]; then
 		case $t in
 		rping) cmd="rping -s -a $peer -C 10 -v" ;;
 		ucmatose) cmd="ucmatose -b $peer -c 2 -C 20 -S 1024" ;;
+		xclient) cmd="rdma_xserver -p $XSERVER_PORT -c x" ;;
 		esac
 		timeout $SERVER_WAIT_S $cmd >/tmp/s.log 2>&1 || { echo "FAIL server: $t ($cmd)"; cat /tmp/s.log; rc=1; }
 		continue
@@ -81,19 +85,26 @@ for t in "$@"; do
 	case $t in
 	rping) cmd="rping -c -a $peer -C 10 -v"; check() { [ "$(grep -c 'ping data' /tmp/c.log)" = 10 ]; } ;;
 	ucmatose) cmd="ucmatose -s $peer -c 2 -C 20 -S 1024"; check() { grep -q 'return status 0' /tmp/c.log; } ;;
+	xclient) cmd="rdma_xclient -s $peer -p $XSERVER_PORT -c x"; check() { grep -q 'end 0' /tmp/c.log; } ;;
+	xsrq) cmd="$cmd $peer"; check() { grep -qx success /tmp/c.log; } ;;
 	*) cmd="$cmd $peer"; check() { grep -q 'iters in' /tmp/c.log; } ;;
 	esac
 	# Retry only while the server is not listening yet, and nothing else (as
 	# tests/interop/cases.py): a refused TCP connection, or an rdma_cm REJ with reason 8
 	# (invalid service ID). UNREACHABLE (lost CM MADs) or any other reject is a failure.
+	# rdma_xclient prints only perror's text, where librdmacm turns every REJ into
+	# ECONNREFUSED: for it a refused connect is retried (any other reject then fails when the
+	# window ends, not at once).
+	not_listening="Couldn't connect to [^ ]+:[0-9]+|REJECTED[^0-9]{1,12}8\b"
+	[ "$t" != xclient ] || not_listening="rdma_connect: Connection refused"
 	connect_by=$((SECONDS + CONNECT_WINDOW_S))
 	while :; do
 		timeout 120 $cmd >/tmp/c.log 2>&1
 		c=$?
 		[ $c = 0 ] && break
-		grep -qE "Couldn't connect to [^ ]+:[0-9]+|REJECTED[^0-9]{1,12}8\b" /tmp/c.log || break
+		grep -qE "$not_listening" /tmp/c.log || break
 		[ $SECONDS -lt $connect_by ] || { echo "client: $t: no server listening within $CONNECT_WINDOW_S s"; break; }
-		echo "retry $t: the server is not listening yet ($(grep -m1 -oE "Couldn't connect to [^ ]+:[0-9]+|REJECTED[^0-9]{1,12}8\b" /tmp/c.log))"
+		echo "retry $t: the server is not listening yet ($(grep -m1 -oE "$not_listening" /tmp/c.log))"
 		sleep 1
 	done
 	if [ $c = 0 ] && check; then
