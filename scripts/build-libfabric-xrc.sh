@@ -6,13 +6,16 @@
 # tests load this one with LD_LIBRARY_PATH=<prefix>/lib and run the root's fi_pingpong
 # (libfabric-bin, the same 2.1.0 ABI). Only the verbs and rxm providers are built.
 #
-#   1. Debian's libfabric source (apt-get source --download-only, with the package lists in a
-#      throwaway directory: the root keeps none); only the orig tarball is used, checked
-#      against LIBFABRIC_ORIG_SHA256. Debian's tarball is a git export without configure, and
-#      autoreconf needs libtoolize, which the root lacks: libtool's .deb is downloaded the same
-#      way and unpacked beside the build, never installed.
-#   2. the patches, autoreconf, configure --enable-only --enable-verbs --enable-rxm, make, make
-#      install, all in the root's private /tmp (gone afterwards; only the prefix stays).
+#   1. on the host (the root builds offline, as build-provider.sh's crates and setup-root.sh's
+#      rdma-core source): Debian's libfabric orig tarball and libtool's .deb, fetched from the
+#      mirror setup-root.sh uses with curl --retry into $ROX_CACHE/downloads/ and checked
+#      against their pinned sha256. Debian's tarball is a git export without configure, and
+#      autoreconf needs libtoolize, which the root lacks: libtool's .deb is unpacked beside the
+#      build, never installed.
+#   2. in the root, without network: the patches, autoreconf, configure --enable-only
+#      --enable-verbs --enable-rxm, make, make install, all in the root's private /tmp (gone
+#      afterwards; only the prefix stays). One builder per prefix at a time ($dir.lock):
+#      worktrees sharing the cache must not remove each other's build.
 #
 # Usage: scripts/build-libfabric-xrc.sh            build once (a no-op when cached)
 #        scripts/build-libfabric-xrc.sh --prefix   print the prefix as seen inside the root
@@ -22,6 +25,10 @@ set -euo pipefail
 LIBFABRIC_VERSION=2.1.0
 LIBFABRIC_ORIG=libfabric_$LIBFABRIC_VERSION.orig.tar.xz
 LIBFABRIC_ORIG_SHA256=1a66369772d5bb151737214af1c478993e969cf298e8f9ed369e7a2ab8d8c6df
+# trixie's libtool (autoreconf's libtoolize only).
+LIBTOOL_DEB=libtool_2.5.4-4_all.deb
+LIBTOOL_DEB_SHA256=be5361a8c1fce2758c3e19608bf97393d5f3afdb7e926aeb83e2818355bd885f
+MIRROR=http://deb.debian.org/debian
 LIBFABRIC_CONFIGURE_FLAGS=(--enable-only --enable-verbs=yes --enable-rxm=yes
 	--disable-static --disable-silent-rules)
 # Applied in this order (the second fixes what the first lets run).
@@ -53,6 +60,28 @@ if [ -e "$dir/.complete" ]; then
 	log "libfabric $LIBFABRIC_VERSION + ${LIBFABRIC_PATCHES[*]}: $dir (cached)"
 	exit 0
 fi
+exec 9>"$dir.lock"
+flock 9
+if [ -e "$dir/.complete" ]; then
+	log "libfabric $LIBFABRIC_VERSION + ${LIBFABRIC_PATCHES[*]}: $dir (built meanwhile)"
+	exit 0
+fi
+
+# fetch FILE POOL-PATH SHA256: into $ROX_CACHE/downloads/ unless there with that sha256.
+downloads=$ROX_CACHE/downloads
+fetch() {
+	local file=$1 url=$MIRROR/pool/main/$2/$1 sha=$3
+	if ! echo "$sha  $downloads/$file" | sha256sum -c --quiet >/dev/null 2>&1; then
+		log "fetching $url"
+		curl -fsSL --retry 5 -o "$downloads/$file.part" "$url" || die "cannot fetch $url"
+		mv "$downloads/$file.part" "$downloads/$file"
+		echo "$sha  $downloads/$file" | sha256sum -c --quiet ||
+			die "$downloads/$file: sha256 is not the pinned $sha"
+	fi
+}
+mkdir -p "$downloads"
+fetch "$LIBFABRIC_ORIG" libf/libfabric "$LIBFABRIC_ORIG_SHA256"
+fetch "$LIBTOOL_DEB" libt/libtool "$LIBTOOL_DEB_SHA256"
 
 log "libfabric $LIBFABRIC_VERSION + ${LIBFABRIC_PATCHES[*]}: building into $dir"
 start=$(date +%s)
@@ -60,23 +89,11 @@ rm -rf "$dir"
 mkdir -p "$dir"
 in_root bash -c '
 	set -euo pipefail
-	prefix=$1 orig=$2 orig_sha=$3 patch_dir=$4 npatch=$5; shift 5
+	prefix=$1 orig=$2 libtool_deb=$3 patch_dir=$4 npatch=$5; shift 5
 	patches=("${@:1:npatch}"); shift "$npatch"
-	apt_opts=(-q -o Dir::State::Lists=/tmp/apt/lists -o Dir::Cache=/tmp/apt/cache
-		-o Debug::NoLocking=1 -o APT::Sandbox::User=root)
-	mkdir -p /tmp/apt/lists/partial /tmp/apt/cache/archives/partial /tmp/dl /tmp/libtool
-	cd /tmp/dl
-	apt-get "${apt_opts[@]}" update >/tmp/apt.log 2>&1 || { tail -20 /tmp/apt.log; exit 1; }
-	apt-get "${apt_opts[@]}" download libtool >>/tmp/apt.log 2>&1 ||
-		{ tail -20 /tmp/apt.log; exit 1; }
-	# Only the orig tarball matters; the .dsc may not be fetchable (apt then fails, keeping it).
-	apt-get "${apt_opts[@]}" source --download-only libfabric >>/tmp/apt.log 2>&1 || true
-	[ -f "$orig" ] || { tail -20 /tmp/apt.log; echo "no $orig from apt-get source" >&2; exit 1; }
-	echo "$orig_sha  $orig" | sha256sum -c --quiet ||
-		{ echo "$orig: sha256 is not the pinned one" >&2; exit 1; }
-
+	mkdir -p /tmp/libtool
 	# libtoolize from the unpacked .deb, pointed at its own data files.
-	dpkg-deb -x libtool_*_all.deb /tmp/libtool
+	dpkg-deb -x "$libtool_deb" /tmp/libtool
 	lt=/tmp/libtool/usr
 	sed -i "s|/usr/share/libtool|$lt/share/libtool|g; s|/usr/share/aclocal|$lt/share/aclocal|g" \
 		"$lt/bin/libtoolize"
@@ -94,7 +111,8 @@ in_root bash -c '
 	grep -E "^\*\*\* Built-in providers|^\*\*\* DSO providers" /tmp/configure.log || true
 	make -j"$(nproc)" >/tmp/make.log 2>&1 || { tail -40 /tmp/make.log; exit 1; }
 	make install >/tmp/install.log 2>&1 || { tail -20 /tmp/install.log; exit 1; }
-' _ "/cache/$name" "$LIBFABRIC_ORIG" "$LIBFABRIC_ORIG_SHA256" \
+' _ "/cache/$name" "$(cache_path_in_root "$downloads/$LIBFABRIC_ORIG")" \
+	"$(cache_path_in_root "$downloads/$LIBTOOL_DEB")" \
 	/rox/tests/guest/libfabric "${#LIBFABRIC_PATCHES[@]}" "${LIBFABRIC_PATCHES[@]}" \
 	"${LIBFABRIC_CONFIGURE_FLAGS[@]}" ||
 	{

@@ -202,6 +202,19 @@ impl RoxQp {
     }
 }
 
+/// Whether an XRC QP of `qp_type` may be created with an SRQ of type `srq_type` (None: no
+/// SRQ), as the kernel's ioctl create_qp judges it (uverbs_std_types_qp.c): an initiator takes
+/// none (EINVAL), a target only an XRC SRQ (EINVAL for a basic one). libfabric's verbs provider
+/// gives its targets its XRC SRQ (vrb_msg_ep_get_qp_attr). rox does not attach it: a target
+/// delivers each request into the SRQ the request names, whichever that is.
+pub fn xrc_srq_check(qp_type: ffi::ibv_qp_type, srq_type: Option<ffi::ibv_srq_type>) -> Result<()> {
+    match (qp_type, srq_type) {
+        (ffi::IBV_QPT_XRC_SEND, Some(_)) => Err(EINVAL),
+        (ffi::IBV_QPT_XRC_RECV, Some(t)) if t != ffi::IBV_SRQT_XRC => Err(EINVAL),
+        _ => Ok(()),
+    }
+}
+
 /// A QP type as `rdma resource show qp` names it, for librox's debug log.
 pub fn qp_type_name(qp_type: ffi::ibv_qp_type) -> &'static str {
     match qp_type {
@@ -257,9 +270,8 @@ fn ring_depths(attr: &ffi::ibv_qp_init_attr_ex, limits: &DeviceLimits) -> Result
     }
     let sq_depth = ring_depth(cap.max_send_wr, limits.max_qp_wr).ok_or(EINVAL)?;
     // Neither XRC role has a receive queue (an initiator receives nothing, a target takes the
-    // SRQ each request names): receive capacities and an SRQ asked for are ignored, as
-    // libibverbs (which passes no SRQ handle for either role) and other HCAs do. libfabric's
-    // verbs provider creates its XRC targets with its shared receive queue in attr.srq.
+    // SRQ each request names): receive capacities asked for are ignored, as on other HCAs. An
+    // SRQ given with an XRC QP was judged (xrc_srq_check) and is not passed on.
     let rq_depth = if xrc {
         0
     } else if attr.srq.is_null() {
@@ -351,12 +363,26 @@ pub(crate) mod tests {
         target.qp_type = ffi::IBV_QPT_XRC_RECV;
         target.comp_mask = ffi::IBV_QP_INIT_ATTR_XRCD;
         assert_eq!(ring_depths(&target, &LIMITS), Ok((2, 0)), "a minimal ring");
-        // An SRQ given with either role is ignored (libfabric gives its targets one).
-        for qp_type in [ffi::IBV_QPT_XRC_SEND, ffi::IBV_QPT_XRC_RECV] {
-            let mut with_srq = rc(8, 0);
-            with_srq.qp_type = qp_type;
-            with_srq.srq = core::ptr::NonNull::dangling().as_ptr();
-            assert_eq!(ring_depths(&with_srq, &LIMITS), Ok((8, 0)));
+    }
+
+    #[test]
+    fn xrc_srq_only_an_xrc_one_on_a_target() {
+        use ffi::{IBV_QPT_RC, IBV_QPT_XRC_RECV, IBV_QPT_XRC_SEND, IBV_SRQT_BASIC, IBV_SRQT_XRC};
+        let cases = [
+            (IBV_QPT_XRC_SEND, None, Ok(())),
+            (IBV_QPT_XRC_SEND, Some(IBV_SRQT_XRC), Err(EINVAL)),
+            (IBV_QPT_XRC_SEND, Some(IBV_SRQT_BASIC), Err(EINVAL)),
+            (IBV_QPT_XRC_RECV, None, Ok(())),
+            (IBV_QPT_XRC_RECV, Some(IBV_SRQT_XRC), Ok(())),
+            (IBV_QPT_XRC_RECV, Some(IBV_SRQT_BASIC), Err(EINVAL)),
+            (IBV_QPT_RC, Some(IBV_SRQT_BASIC), Ok(())),
+        ];
+        for (qp_type, srq_type, want) in cases {
+            assert_eq!(
+                xrc_srq_check(qp_type, srq_type),
+                want,
+                "{qp_type} {srq_type:?}"
+            );
         }
     }
 

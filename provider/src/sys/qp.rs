@@ -24,19 +24,9 @@ unsafe fn create(
 ) -> Result<*mut ffi::ibv_qp> {
     // SAFETY: per the contract.
     let ctx = unsafe { RoxContext::from_ibv(ibctx) };
-    // An XRC QP is attached to no SRQ (a target's requests name theirs): one given (libfabric
-    // gives its targets its shared receive queue) is ignored, and not passed to rox.ko.
-    let xrc = matches!(attr.qp_type, ffi::IBV_QPT_XRC_SEND | ffi::IBV_QPT_XRC_RECV);
-    let given_srq = attr.srq;
-    if xrc {
-        attr.srq = core::ptr::null_mut();
-    }
-    // SAFETY: an SRQ outlives the QPs attached to it (rox.ko refuses to destroy it).
-    let srq = unsafe { SrqRef::new(attr.srq) };
     let kind = logic::qp_type_name(attr.qp_type);
     // SAFETY: per the contract.
-    let created = unsafe { create_in(ctx, ibctx, attr, srq) };
-    attr.srq = given_srq;
+    let created = unsafe { create_checked(ctx, ibctx, attr) };
     match &created {
         Ok(qp) => ctx.log_debug(&format!(
             "{}: created {kind} QP {}",
@@ -50,6 +40,31 @@ unsafe fn create(
             e.0
         )),
     }
+    created
+}
+
+/// An XRC QP is attached to no SRQ (a target delivers into the SRQ each request names): an
+/// SRQ given with one is judged (logic::xrc_srq_check: only an XRC SRQ, only on a target) and
+/// then not passed to rox.ko.
+///
+/// # Safety
+/// As `create`; `ctx` is `ibctx`'s rox context.
+unsafe fn create_checked(
+    ctx: &RoxContext,
+    ibctx: *mut ffi::ibv_context,
+    attr: &mut ffi::ibv_qp_init_attr_ex,
+) -> Result<*mut ffi::ibv_qp> {
+    // SAFETY: an SRQ outlives the QPs attached to it (rox.ko refuses to destroy it).
+    let given_srq = unsafe { SrqRef::new(attr.srq) };
+    if !matches!(attr.qp_type, ffi::IBV_QPT_XRC_SEND | ffi::IBV_QPT_XRC_RECV) {
+        // SAFETY: per the contract.
+        return unsafe { create_in(ctx, ibctx, attr, given_srq) };
+    }
+    logic::xrc_srq_check(attr.qp_type, given_srq.map(|s| s.get().vsrq.srq_type))?;
+    let given = core::mem::replace(&mut attr.srq, core::ptr::null_mut());
+    // SAFETY: per the contract.
+    let created = unsafe { create_in(ctx, ibctx, attr, None) };
+    attr.srq = given;
     created
 }
 

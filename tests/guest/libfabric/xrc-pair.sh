@@ -21,9 +21,19 @@ export FI_UNIVERSE_SIZE=16 FI_VERBS_PREFER_XRC=1 FI_OFI_RXM_USE_SRX=1 FI_LOG_LEV
 args=(-p "verbs;ofi_rxm" -e rdm -I 200 -S 4096 -c -d "$dev-xrc")
 if [ "$role" = client ]; then
 	wait_ping "$ROX_IP_1_0" 120 || fail "guest 1 ($ROX_IP_1_0) unreachable"
-	# fi_pingpong's client does not retry its TCP connect: give the server time to listen.
-	sleep 15
-	timeout 150 fi_pingpong "${args[@]}" "$ROX_IP_1_0" >/tmp/out 2>&1
+	# fi_pingpong's client does not retry its out-of-band TCP connect (util/pingpong.c
+	# pp_ctrl_init_client): retry only while the server is not listening yet (a refused
+	# connect, as tests/net/pair.sh), for at most 120 s; any other failure is final. A probe
+	# connect would take the server's one accept.
+	listen_by=$((SECONDS + 120))
+	while :; do
+		timeout 150 fi_pingpong "${args[@]}" "$ROX_IP_1_0" >/tmp/out 2>&1
+		rc=$?
+		[ "$rc" != 0 ] && grep -q "failed to connect: Connection refused" /tmp/out &&
+			[ $SECONDS -lt $listen_by ] || break
+		sleep 1
+	done
+	(exit "$rc")
 else
 	timeout 180 fi_pingpong "${args[@]}" >/tmp/out 2>&1
 fi
