@@ -557,9 +557,9 @@ pub fn recv_with_fds_max(
     data: &mut [u8],
     max_fds: usize,
 ) -> std::io::Result<(usize, Vec<OwnedFd>)> {
+    let fd_bytes = (max_fds * std::mem::size_of::<RawFd>()) as u32;
     // SAFETY: CMSG_SPACE only computes a size.
-    let space =
-        unsafe { libc::CMSG_SPACE((max_fds * std::mem::size_of::<RawFd>()) as u32) } as usize;
+    let space = unsafe { libc::CMSG_SPACE(fd_bytes) } as usize;
     let mut control = vec![0u64; space.div_ceil(8)];
     let mut iov = libc::iovec {
         iov_base: data.as_mut_ptr().cast(),
