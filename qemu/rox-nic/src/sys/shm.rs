@@ -296,7 +296,7 @@ impl PeerBytes {
         let mut at = 0;
         // SAFETY: `n` bytes from `first` lie in the mapping `self.0.map` keeps alive (checked
         // above); each load below is inside [0, n) and aligned to its size (the checks before
-        // each loop). The peer may write these bytes concurrently: a volatile load of plain
+        // each loop); the 32-byte ones only with AVX, checked by `wide::available()`. The peer may write these bytes concurrently: a volatile load of plain
         // shared memory (as vm-memory reads guest memory) then reads old or new bytes, which
         // the caller checks as data. `dst` is this process's own memory, borrowed mutably.
         unsafe {
@@ -316,7 +316,10 @@ impl PeerBytes {
                         _mm_storeu_si128(dst[at..at + 2 * WORD].as_mut_ptr().cast(), v);
                         at += 2 * WORD;
                     }
-                    at += wide::load_vectors(first.add(at), &mut dst[at..]);
+                    // 32-aligned here if a whole vector is left (the step above).
+                    if n - at >= wide::VEC {
+                        at += wide::load_vectors(first.add(at), &mut dst[at..]);
+                    }
                 }
                 let mut from = first.add(at).cast::<__m128i>();
                 let mut chunks = dst[at..].chunks_exact_mut(2 * WORD);
@@ -362,7 +365,8 @@ pub fn store_once(dst: &VolatileSlice<'_, ()>, src: &[u8]) -> bool {
     let mut at = 0;
     // SAFETY: `dst` is `n` bytes of a live mapping (its guard keeps the pointer valid for this
     // call), so every byte at `first + i`, i < n, may be written; each store below is inside
-    // [0, n) and aligned to its size (the checks before each loop). Other parties (the guest)
+    // [0, n) and aligned to its size (the checks before each loop); the 32-byte ones only
+    // with AVX, checked by `wide::available()`. Other parties (the guest)
     // touch this memory only concurrently as they do any DMA target, which atomic and
     // volatile stores tolerate (as vm-memory's own accessors).
     unsafe {
@@ -392,7 +396,10 @@ pub fn store_once(dst: &VolatileSlice<'_, ()>, src: &[u8]) -> bool {
                     std::ptr::write_volatile(first.add(at).cast::<__m128i>(), v);
                     at += VEC;
                 }
-                at += wide::store_vectors(first.add(at), &src[at..]);
+                // 32-aligned here if a whole vector is left (the step above).
+                if n - at >= wide::VEC {
+                    at += wide::store_vectors(first.add(at), &src[at..]);
+                }
             }
             // SSE2 is part of x86-64: no feature check needed. Four vectors a round, then
             // single ones (a tight loop: the bounds are the chunks').
@@ -550,9 +557,9 @@ pub fn recv_with_fds_max(
     data: &mut [u8],
     max_fds: usize,
 ) -> std::io::Result<(usize, Vec<OwnedFd>)> {
+    let fd_bytes = (max_fds * std::mem::size_of::<RawFd>()) as u32;
     // SAFETY: CMSG_SPACE only computes a size.
-    let space =
-        unsafe { libc::CMSG_SPACE((max_fds * std::mem::size_of::<RawFd>()) as u32) } as usize;
+    let space = unsafe { libc::CMSG_SPACE(fd_bytes) } as usize;
     let mut control = vec![0u64; space.div_ceil(8)];
     let mut iov = libc::iovec {
         iov_base: data.as_mut_ptr().cast(),
