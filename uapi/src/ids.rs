@@ -195,7 +195,7 @@ impl Key {
     }
     /// The key of the MR at `index` with `variant`.
     pub const fn region(index: u32, variant: u8) -> Key {
-        Key((index & Self::MAX_INDEX) << Self::INDEX_SHIFT | variant as u32)
+        Key(((index & Self::MAX_INDEX) << Self::INDEX_SHIFT) | variant as u32)
     }
     /// The rkey of the memory window at `index` with `variant`.
     pub const fn window(index: u32, variant: u8) -> Key {

@@ -75,7 +75,8 @@ impl AsRawFd for EventFd {
 
 /// Signal an interrupt eventfd as vfio does: write 1u64.
 pub fn signal_irq(file: &File) {
-    let _ = (&*file).write(&1u64.to_ne_bytes());
+    let mut file = file;
+    let _ = file.write(&1u64.to_ne_bytes());
 }
 
 #[cfg(test)]

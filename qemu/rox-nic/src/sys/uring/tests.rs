@@ -11,9 +11,15 @@ fn socketpair(kind: libc::c_int) -> (OwnedFd, OwnedFd) {
     (a.into(), b.into())
 }
 
+/// A pipe through libc: `std::io::pipe` needs Rust 1.87, the root's cargo is 1.85.
 fn pipe() -> (OwnedFd, OwnedFd) {
-    let (r, w) = std::io::pipe().unwrap();
-    (r.into(), w.into())
+    use std::os::fd::FromRawFd;
+    let mut fds = [0 as libc::c_int; 2];
+    // SAFETY: pipe2 writes two fds into the array it is given.
+    let rc = unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) };
+    assert_eq!(rc, 0, "pipe2: {}", std::io::Error::last_os_error());
+    // SAFETY: both fds were just created by pipe2 and are owned by nothing else.
+    unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) }
 }
 
 fn set_nonblocking(fd: &OwnedFd) {
