@@ -7,7 +7,7 @@
 //! rox-to-rox `cable` (rings of frames in shared memory, `port::cable`), whose raw frame rate
 //! is far above the 1M msg/s goal at 8 B, so the engine, not the wire, sets its row.
 //! Run: `cargo bench -p rox-nic --bench throughput` (set ROX_BENCH_SECS to change the time per
-//! point; default 0.3 s).
+//! point; default 0.3 s; ROX_BENCH_WINDOW the WQEs in flight, default 64).
 //! For instruction counts (callgrind; wall clock is noise on a loaded machine) set
 //! ROX_BENCH_MSGS=N: each point of ROX_BENCH_POINTS (default `write:4096,write:65536,send:8`)
 //! then moves exactly N messages over each wire asked for and nothing else runs, and prints
@@ -31,9 +31,22 @@ use rox_uapi::verbs::*;
 const PD: u32 = 1;
 const ALL: u32 = ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE | ACCESS_REMOTE_READ;
 const MAX_MSG: u64 = 1 << 20;
-/// WQEs in flight (64 MiB at 1 MiB: the requester's send window keeps the wire within what
-/// the socket buffers hold).
+/// WQEs in flight by default (64 MiB at 1 MiB: the requester's send window keeps the wire
+/// within what the socket buffers hold); ROX_BENCH_WINDOW changes it (at most [`MAX_WINDOW`]).
 const WINDOW: u32 = 64;
+/// The QP's SQ and RQ hold 1024 WQEs each (`side`); the device's RC window is 256 packets.
+const MAX_WINDOW: u32 = 512;
+
+/// WQEs in flight (ROX_BENCH_WINDOW, default [`WINDOW`]).
+fn window() -> u32 {
+    match std::env::var("ROX_BENCH_WINDOW") {
+        Err(_) => WINDOW,
+        Ok(w) => match w.parse() {
+            Ok(n) if (1..=MAX_WINDOW).contains(&n) => n,
+            _ => panic!("ROX_BENCH_WINDOW: 1 to {MAX_WINDOW} WQEs, not {w}"),
+        },
+    }
+}
 /// The frame of an 8 B RDMA WRITE: Ethernet 14, IPv4 20, UDP 8, BTH 12, RETH 16, payload 8,
 /// ICRC 4.
 const WRITE_8B_FRAME: usize = 82;
@@ -66,11 +79,11 @@ enum Limit {
 
 fn run(a: &mut Side, b: &mut Side, opcode: u8, size: u64, limit: Limit) -> Rate {
     let (mut posted, mut done) = (0u64, 0u64);
-    let window = WINDOW as u64;
+    let window = u64::from(window());
     let mut recvs = 0u64;
     let send = opcode == WR_SEND;
     if send {
-        for _ in 0..WINDOW {
+        for _ in 0..window {
             b.d.post_recv(&mut b.qp, recvs, &[sge(b.buf, MAX_MSG as u32, b.key)]);
             recvs += 1;
         }
@@ -290,8 +303,9 @@ fn run_table(wire: Wire, secs: f64) {
     let dir = tempfile::tempdir().unwrap();
     let (mut a, mut b) = pair(wire, dir.path());
     benchkit::print_header(&format!(
-        "rox-nic host benchmark: two devices, RC, {}, MTU 4096, {WINDOW} WQEs in flight, {secs} s per point",
-        wire.describe()
+        "rox-nic host benchmark: two devices, RC, {}, MTU 4096, {} WQEs in flight, {secs} s per point",
+        wire.describe(),
+        window()
     ));
     for size in SIZES {
         let write = run(&mut a, &mut b, WR_RDMA_WRITE, size, Limit::Secs(secs));
