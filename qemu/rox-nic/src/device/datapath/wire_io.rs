@@ -82,10 +82,11 @@ impl DataPath {
 
     /// Whether to look at the port and netdev on this pass: always while frames keep coming,
     /// else at most every `WIRE_POLL_INTERVAL` (each look is a system call; doorbells are
-    /// memory and are looked at on every pass).
-    pub(super) fn wire_due(&self) -> bool {
+    /// memory and are looked at on every pass), `now` being the pass's time.
+    pub(super) fn wire_due(&self, now: Instant) -> bool {
         (self.port.is_some() || self.netdev.is_some())
-            && (self.wire_busy || self.last_wire_poll.elapsed() >= WIRE_POLL_INTERVAL)
+            && (self.wire_busy
+                || now.saturating_duration_since(self.last_wire_poll) >= WIRE_POLL_INTERVAL)
     }
 
     /// Frames from the port: RoCEv2 for this device to the engine, the rest to the netdev.

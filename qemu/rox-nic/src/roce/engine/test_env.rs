@@ -47,6 +47,8 @@ pub(super) struct TestEnv {
     /// question the requester asked it: whether the packet adds to the flight.
     pub(super) send_allowance: Option<u32>,
     pub(super) asked: Vec<bool>,
+    /// How often the engine read the clock ([`DeviceEnv::now_ns`]).
+    pub(super) clock_reads: std::cell::Cell<u64>,
 }
 
 impl TestEnv {
@@ -80,6 +82,7 @@ impl TestEnv {
             xrc_srqs: HashMap::new(),
             send_allowance: None,
             asked: Vec::new(),
+            clock_reads: std::cell::Cell::new(0),
         }
     }
 
@@ -116,6 +119,7 @@ impl DeviceEnv for TestEnv {
     }
 
     fn now_ns(&self) -> u64 {
+        self.clock_reads.set(self.clock_reads.get() + 1);
         self.now
     }
     fn qp_async_error(&mut self, _qpn: Qpn, error: QpAsyncError) {
