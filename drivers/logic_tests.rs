@@ -222,7 +222,7 @@ mod cq_clean_suite {
             self.0[Self::at(index)] = Cqe {
                 qp_num: Qpn::from_raw(qpn),
                 wqe_index,
-                wr_id: u64::from(qpn) << 32 | u64::from(wqe_index),
+                wr_id: (u64::from(qpn) << 32) | u64::from(wqe_index),
                 owner: owner_for(index, N as u32),
                 ..Default::default()
             };
