@@ -280,7 +280,10 @@ fn psn_arithmetic_wraps_at_24_bits() {
 #[test]
 fn icrc_known_answers() {
     let mut versions = Vec::new();
-    for line in KNOWN_ICRCS.lines().filter(|l| !l.is_empty() && !l.starts_with('#')) {
+    for line in KNOWN_ICRCS
+        .lines()
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+    {
         let fields: Vec<&str> = line.split_whitespace().collect();
         let [version, opcode, icrc, hex] = fields[..] else {
             panic!("known_icrcs.txt: not 'ip opcode icrc packet': {line:?}");
@@ -296,7 +299,10 @@ fn icrc_known_answers() {
         let built: String = packet.iter().map(|b| format!("{b:02x}")).collect();
         let built_icrc = u32::from_le_bytes(packet[packet.len() - 4..].try_into().unwrap());
         let now = format!("{version} {opcode:#04x} {built_icrc:#010x} {built}");
-        assert_eq!(built, hex, "{version} {opcode:#04x}: the packet changed; now:\n{now}");
+        assert_eq!(
+            built, hex,
+            "{version} {opcode:#04x}: the packet changed; now:\n{now}"
+        );
         assert_eq!(built_icrc, hex_value(icrc), "{version} {opcode:#04x}: ICRC");
         versions.push(v6);
     }
