@@ -31,9 +31,10 @@ mod ucontext;
 mod verbs;
 mod wq;
 mod wq_record;
-// KUnit suites of the pure logic above, run at load on a kernel with KUnit (the debug kernel).
+// The tests of the pure logic above (the host runs them too), here as KUnit suites the kernel
+// runs at load on a kernel with KUnit (the debug kernel).
 #[cfg(CONFIG_KUNIT = "y")]
-mod kunit_tests;
+mod logic_tests;
 
 /// The hardware/software interface (`uapi/`), included by path: the crate is `no_std` with no
 /// dependencies so that the very same definitions build here.

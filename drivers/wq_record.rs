@@ -2,7 +2,7 @@
 //! What rox.ko records of a kernel work queue to complete its work requests in software when
 //! the device dies (`dead.rs`): the free-running producer, rung and retired indices and a
 //! [`Posted`] per ring slot. Pure logic over a slice (no kernel types, no locking: `wq.rs`
-//! holds it under its lock), so that the host runs its unit tests too (`drivers/host/`).
+//! holds it under its lock), so that its tests (`logic_tests.rs`) run on the host and in KUnit.
 //!
 //! Entries retire by the WQE index a polled CQE carries (`queue::Cqe::wqe_index`), never by
 //! wr_id: consumers may keep several work requests with one wr_id outstanding.
@@ -128,128 +128,5 @@ impl<S: DerefMut<Target = [Posted]>> WqRecord<S> {
         }
         self.rung = self.producer;
         Some(self.producer)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn send(wr_id: u64, signaled: bool) -> Posted {
-        Posted {
-            wr_id,
-            signaled,
-            wc_opcode: verbs::WC_OPC_SEND,
-        }
-    }
-
-    fn record(depth: usize) -> WqRecord<Vec<Posted>> {
-        WqRecord::new(vec![Posted::default(); depth])
-    }
-
-    fn drain(wq: &mut WqRecord<Vec<Posted>>) -> Vec<u64> {
-        core::iter::from_fn(|| wq.retire_oldest())
-            .map(|p| p.wr_id)
-            .collect()
-    }
-
-    #[test]
-    fn a_cqe_retires_its_own_entry_when_outstanding_ones_share_its_wr_id() {
-        // A kernel ULP reuses one cookie: entries 0, 1 and 2 all carry wr_id 7.
-        let mut wq = record(8);
-        for n in 0..3 {
-            wq.commit(Posted {
-                signaled: n != 1,
-                ..send(7, true)
-            });
-        }
-        wq.commit(send(9, true));
-        // The CQE of entry 2 (signaled) retires entries 0..=2; by wr_id the oldest
-        // signaled match, entry 0, would have been taken and entries 1 and 2 flushed again.
-        wq.retire(2);
-        let flushed: Vec<u64> = drain(&mut wq);
-        assert_eq!(flushed, [9]);
-    }
-
-    #[test]
-    fn an_error_cqe_of_an_unsignaled_entry_retires_it_and_those_before() {
-        let mut wq = record(4);
-        wq.commit(send(1, false));
-        wq.commit(send(1, false));
-        wq.commit(send(1, true));
-        wq.retire(1);
-        assert_eq!(wq.retire_oldest(), Some(send(1, true)));
-        assert_eq!(wq.retire_oldest(), None);
-        assert!(!wq.has_outstanding());
-    }
-
-    #[test]
-    fn a_cqe_naming_nothing_outstanding_retires_nothing() {
-        let mut wq = record(4);
-        wq.commit(send(1, true));
-        wq.commit(send(2, true));
-        wq.retire(0);
-        // Entry 0 again (a stale or wild CQE), and an index never posted.
-        wq.retire(0);
-        wq.retire(5);
-        assert_eq!(drain(&mut wq), [2]);
-    }
-
-    #[test]
-    fn retirement_follows_the_index_across_the_16_bit_wrap() {
-        let mut wq = record(16);
-        // 0xfffe entries posted and completed one by one, as a long-running ULP does.
-        for n in 0..0xfffeu32 {
-            wq.commit(send(u64::from(n), true));
-            wq.retire(n as u16);
-        }
-        assert!(!wq.has_outstanding());
-        for n in 0xfffeu32..0x1_0003 {
-            wq.commit(send(u64::from(n), true));
-        }
-        // The CQE of the entry at 0x1_0001 carries 0x0001.
-        wq.retire(0x0001);
-        assert_eq!(drain(&mut wq), [0x1_0002]);
-    }
-
-    #[test]
-    fn overposting_keeps_the_last_depth_entries() {
-        let mut wq = record(4);
-        for n in 0..6 {
-            wq.commit(send(n, true));
-        }
-        // Entries 0 and 1 were overwritten in their slots; a CQE of entry 1 names nothing
-        // known, one of entry 3 retires up to it.
-        wq.retire(1);
-        assert_eq!(wq.outstanding(), (2, 4));
-        wq.retire(3);
-        assert_eq!(drain(&mut wq), [4, 5]);
-    }
-
-    #[test]
-    fn receives_with_one_wr_id_retire_one_by_one() {
-        let mut wq = record(4);
-        for _ in 0..3 {
-            wq.commit(Posted::recv(5));
-        }
-        wq.retire(0);
-        wq.retire(1);
-        assert_eq!(wq.retire_oldest(), Some(Posted::recv(5)));
-        assert_eq!(wq.retire_oldest(), None);
-    }
-
-    #[test]
-    fn reset_forgets_entries_and_restarts_the_indices() {
-        let mut wq = record(4);
-        wq.commit(send(1, true));
-        assert_eq!(wq.take_unrung(), Some(1));
-        assert_eq!(wq.take_unrung(), None);
-        wq.reset();
-        assert!(!wq.has_outstanding());
-        assert_eq!(wq.next_slot(), 0);
-        wq.commit(send(2, true));
-        assert_eq!(wq.take_unrung(), Some(1));
-        wq.retire(0);
-        assert!(!wq.has_outstanding());
     }
 }

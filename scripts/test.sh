@@ -89,7 +89,7 @@ stage port-flood tests/net/flood || exit 1
 # Reliability under the debug kernel (kmemleak, KFENCE, SLUB debug, lockdep): 50 load/probe/unload
 # cycles and rmmod with live objects, kernel verbs, ODP and raw-uverbs bad input, each test
 # with a kmemleak scan that must run and report nothing, and no lockdep report; rox.ko's KUnit
-# suites (drivers/kunit_tests.rs), run by the kernel at load, all ok (t-driver-kunit.sh).
+# suites (drivers/logic_tests.rs), run by the kernel at load, all ok (t-driver-kunit.sh).
 stage kernel-debug scripts/setup-kernel.sh debug || exit 1
 stage module-debug scripts/build-module.sh debug || exit 1
 stage guest-debug tests/guest/run debug driver-load-cycles,driver-kverbs,driver-odp,driver-negative,driver-kunit || exit 1

@@ -1,5 +1,5 @@
 #!/bin/bash
-# rox.ko's KUnit suites (drivers/kunit_tests.rs: rox_wq_record, rox_cq_clean), which the kernel
+# rox.ko's KUnit suites (drivers/logic_tests.rs: rox_wq_record, rox_cq_clean), which the kernel
 # runs when rox.ko loads on a kernel with CONFIG_KUNIT=y. rox's debug kernel has KUnit (and
 # kmemleak): there each suite must have reported, every case ok, the suite ok with
 # fail:0 skip:0; a missing suite or any "not ok" fails. On a kernel without KUnit (release,

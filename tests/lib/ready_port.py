@@ -23,9 +23,15 @@ The job's own port is never the channel, so a job whose program cannot listen st
 its client. One board for every job: the per-job listener this replaced could not tell its
 client that it failed to bind (the client then waited out its deadline).
 
+`listening(port)` and `announce(...)` are the server side's test for "the program listens" and
+its post; tests/lib/ready_board.py puts a board, a program and its client on the command line
+(tests/net/pair.sh).
+
 Ports stay below Linux's ephemeral range (ip_local_port_range, 32768-60999 by default): a
 port there can be held by any outgoing connection of the guest, and a bind then fails."""
+import re
 import socket
+import subprocess
 import threading
 import time
 
@@ -61,6 +67,7 @@ class Board:
         self.port, self.heartbeat_s = port, heartbeat_s
         self.sock = socket.create_server(("", port))
         self.lines = {}  # job -> "ready" or "fail ..."
+        self.answered = set()  # jobs whose line a client has been sent
         self.changed = threading.Condition()
         self.closed = False
         threading.Thread(target=self._accept, daemon=True).start()
@@ -70,6 +77,13 @@ class Board:
         with self.changed:
             self.lines.setdefault(str(job), line)
             self.changed.notify_all()
+
+    def wait_answered(self, job, timeout_s):
+        """Whether a client has been sent `job`'s line, waiting up to `timeout_s` for one. A
+        server closes its board after this: a board gone before its client asked leaves the
+        client trying for first contact instead of telling it the answer."""
+        with self.changed:
+            return self.changed.wait_for(lambda: str(job) in self.answered, timeout_s)
 
     def close(self):
         with self.changed:
@@ -107,6 +121,9 @@ class Board:
                     conn.sendall(b"pending\n")
                 if line is not None:
                     conn.sendall(line.encode() + b"\n")
+                    with self.changed:
+                        self.answered.add(job)
+                        self.changed.notify_all()
             except OSError:
                 pass  # the client went away: nothing to tell
 
@@ -167,3 +184,30 @@ class Client:
             return (f"job {job}: the {where} closed without an answer: the server's script "
                     "ended")
         return f"job {job}: the server answered: {line}"
+
+
+def listening(port):
+    """Whether a program of this host listens on `port`: TCP (`ss`) or rdma_cm (a cm_id in
+    state LISTEN in `rdma resource show cm_id`)."""
+    def output(cmd):
+        try:
+            return subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                  text=True, timeout=30).stdout
+        except (OSError, subprocess.SubprocessError):
+            return ""
+    if output(["ss", "-Hltn", f"sport = :{port}"]).strip():
+        return True
+    return re.search(rf"state LISTEN .*src-addr \S*:{port}( |$)",
+                     output(["rdma", "resource", "show", "cm_id"]), re.M) is not None
+
+
+def announce(board, job, port, proc, poll_s=0.2):
+    """Posts `job`'s line on `board`: "ready" once a program listens on `port`, or "fail" when
+    the server's program `proc` (a Popen) ended first."""
+    while not listening(port):
+        if proc.poll() is not None:
+            board.post(job, f"fail: the server's program ended (exit {proc.returncode}) "
+                            f"before it listened on port {port}")
+            return
+        time.sleep(poll_s)
+    board.post(job, "ready")

@@ -57,8 +57,11 @@ SERVER_WAIT_S=480
 # How long a client keeps trying while its server is not listening yet (the server's guest may
 # boot and load its driver later and more slowly than this one).
 CONNECT_WINDOW_S=300
-# rdma_xserver's rdma_cm port (its default, given explicitly).
+# rdma_xserver's rdma_cm port (its default, given explicitly), and the server guest's ready
+# board for it (tests/lib/ready_board.py; below Linux's ephemeral ports).
 XSERVER_PORT=7471
+READY_BOARD_PORT=7472
+ready_board="python3 $(dirname "$0")/../lib/ready_board.py"
 pp="-d $dev -g $gid -n $iters"
 rc=0
 for t in "$@"; do
@@ -77,7 +80,8 @@ for t in "$@"; do
 		case $t in
 		rping) cmd="rping -s -a $peer -C 10 -v" ;;
 		ucmatose) cmd="ucmatose -b $peer -c 2 -C 20 -S 1024" ;;
-		xclient) cmd="rdma_xserver -p $XSERVER_PORT -c x" ;;
+		# The board says "ready" once rdma_xserver listens (or why it never did).
+		xclient) cmd="$ready_board serve $READY_BOARD_PORT xclient $XSERVER_PORT $SERVER_WAIT_S -- rdma_xserver -p $XSERVER_PORT -c x" ;;
 		esac
 		timeout $SERVER_WAIT_S $cmd >/tmp/s.log 2>&1 || { echo "FAIL server: $t ($cmd)"; cat /tmp/s.log; rc=1; }
 		continue
@@ -89,24 +93,32 @@ for t in "$@"; do
 	xsrq) cmd="$cmd $peer"; check() { grep -qx success /tmp/c.log; } ;;
 	*) cmd="$cmd $peer"; check() { grep -q 'iters in' /tmp/c.log; } ;;
 	esac
-	# Retry only while the server is not listening yet, and nothing else (as
-	# tests/interop/cases.py): a refused TCP connection, or an rdma_cm REJ with reason 8
-	# (invalid service ID). UNREACHABLE (lost CM MADs) or any other reject is a failure.
-	# rdma_xclient prints only perror's text, where librdmacm turns every REJ into
-	# ECONNREFUSED: for it a refused connect is retried (any other reject then fails when the
-	# window ends, not at once).
-	not_listening="Couldn't connect to [^ ]+:[0-9]+|REJECTED[^0-9]{1,12}8\b"
-	[ "$t" != xclient ] || not_listening="rdma_connect: Connection refused"
-	connect_by=$((SECONDS + CONNECT_WINDOW_S))
-	while :; do
-		timeout 120 $cmd >/tmp/c.log 2>&1
-		c=$?
-		[ $c = 0 ] && break
-		grep -qE "$not_listening" /tmp/c.log || break
-		[ $SECONDS -lt $connect_by ] || { echo "client: $t: no server listening within $CONNECT_WINDOW_S s"; break; }
-		echo "retry $t: the server is not listening yet ($(grep -m1 -oE "$not_listening" /tmp/c.log))"
-		sleep 1
-	done
+	if [ "$t" = xclient ]; then
+		# rdma_xclient prints only perror's text, where librdmacm turns every REJ into
+		# ECONNREFUSED: it cannot tell a server not listening yet from a real reject. So it
+		# runs once, when the server's board says rdma_xserver listens, and a refusal fails.
+		if $ready_board wait "$peer" $READY_BOARD_PORT xclient $CONNECT_WINDOW_S $SERVER_WAIT_S >/tmp/c.log 2>&1; then
+			timeout 120 $cmd >/tmp/c.log 2>&1
+			c=$?
+		else
+			c=1
+		fi
+	else
+		# Retry only while the server is not listening yet, and nothing else (as
+		# tests/interop/cases.py): a refused TCP connection, or an rdma_cm REJ with reason 8
+		# (invalid service ID). UNREACHABLE (lost CM MADs) or any other reject is a failure.
+		not_listening="Couldn't connect to [^ ]+:[0-9]+|REJECTED[^0-9]{1,12}8\b"
+		connect_by=$((SECONDS + CONNECT_WINDOW_S))
+		while :; do
+			timeout 120 $cmd >/tmp/c.log 2>&1
+			c=$?
+			[ $c = 0 ] && break
+			grep -qE "$not_listening" /tmp/c.log || break
+			[ $SECONDS -lt $connect_by ] || { echo "client: $t: no server listening within $CONNECT_WINDOW_S s"; break; }
+			echo "retry $t: the server is not listening yet ($(grep -m1 -oE "$not_listening" /tmp/c.log))"
+			sleep 1
+		done
+	fi
 	if [ $c = 0 ] && check; then
 		echo "ok   $t: $(grep 'iters in' /tmp/c.log || tail -1 /tmp/c.log)"
 	else

@@ -222,32 +222,11 @@ def finish(proc, timeout):
         return 124, out + f"\n(timed out after {timeout} s)"
 
 
-def listening(port):
-    """Whether a program of this guest listens on `port`: TCP (perftest's exchange) or
-    rdma_cm (rsockets, rdma-xfer, send-seq; `rdma resource show cm_id`)."""
-    rc, out = sh(f"ss -Hltn 'sport = :{port}'", 30)
-    if rc == 0 and out.strip():
-        return True
-    rc, out = sh("rdma resource show cm_id", 30)
-    return rc == 0 and re.search(rf"state LISTEN .*src-addr \S*:{port}( |$)", out, re.M) is not None
-
-
-def announce(job, port, proc, poll_s=0.2):
-    """Posts job's line on the board: "ready" once its program listens on `port`, or "fail"
-    when the program ended first."""
-    while not listening(port):
-        if proc.poll() is not None:
-            board.post(job, f"fail: the server's program ended (exit {proc.returncode}) "
-                            "before it listened")
-            return
-        time.sleep(poll_s)
-    board.post(job, "ready")
-
-
 def start_server(cmd, job, port):
     """A server program, its readiness posted for `job` on the board (tests/lib/ready_port.py)."""
     proc = start(cmd)
-    threading.Thread(target=announce, args=(job, port, proc), daemon=True).start()
+    threading.Thread(target=ready_port.announce, args=(board, job, port, proc),
+                     daemon=True).start()
     return proc
 
 

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 //! rox.ko's modules that need no kernel (pure logic), built on the host so that `cargo test`
-//! runs their unit tests; the module itself builds the same files with Kbuild. Each is
-//! included by path, with `crate::uapi` as in the module's crate root.
+//! runs their tests (`logic_tests.rs`, which rox.ko runs as KUnit suites on a kernel with
+//! KUnit); the module itself builds the same files with Kbuild. Each is included by path, with
+//! `crate::uapi` as in the module's crate root.
 #![cfg(test)]
 
 use rox_uapi as uapi;
@@ -11,3 +12,6 @@ mod wq_record;
 
 #[path = "../../cq_clean.rs"]
 mod cq_clean;
+
+#[path = "../../logic_tests.rs"]
+mod logic_tests;

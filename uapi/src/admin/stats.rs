@@ -58,4 +58,8 @@ pub const STAT_RX_MCAST_COPIES: usize = 32;
 /// RoCEv2 CNPs dropped: for a QP that does not exist, is not RC/UC, or is not connected to
 /// the CNP's sender (docs/transport.md, "Congestion control").
 pub const STAT_RX_CNP_DROPPED: usize = 33;
-pub const STATS_COUNT: usize = 34;
+/// Receive segmentation requests (a tap with offloads hands over a run of UDP datagrams as
+/// one) refused and dropped whole: segments shorter than a RoCEv2 packet's BTH and ICRC, or
+/// more than the kernel's UDP_MAX_SEGMENTS of them. One per request, however many frames.
+pub const STAT_PORT_RX_GSO_REFUSED: usize = 34;
+pub const STATS_COUNT: usize = 35;

@@ -78,6 +78,9 @@ pub struct DataPath {
     port_tx_seen: u64,
     /// The port's own count of frames lost, as far as the port's discards counter has it.
     port_drops_seen: u64,
+    /// The port's own count of refused segmentation requests, as far as
+    /// `STAT_PORT_RX_GSO_REFUSED` has it.
+    port_gso_refused_seen: u64,
     /// The last look at the port and netdev found frames.
     wire_busy: bool,
     last_wire_poll: Instant,
@@ -140,6 +143,7 @@ impl DataPath {
             },
             port_tx_seen: 0,
             port_drops_seen: 0,
+            port_gso_refused_seen: 0,
             wire_busy: false,
             last_wire_poll: Instant::now(),
             scan_buf: Vec::new(),

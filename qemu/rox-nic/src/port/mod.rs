@@ -363,7 +363,8 @@ pub struct PortStats {
     pub recv_calls: u64,
     /// Segmentation requests a tap with offloads received and refused, each dropped whole:
     /// segments shorter than a RoCEv2 packet's BTH and ICRC, or more than the kernel's
-    /// UDP_MAX_SEGMENTS of them (`tap::gso::RX_MIN_SEGMENT`, `RX_MAX_SEGMENTS`).
+    /// UDP_MAX_SEGMENTS of them (`tap::gso::RX_MIN_SEGMENT`, `RX_MAX_SEGMENTS`). The device's
+    /// `STAT_PORT_RX_GSO_REFUSED`.
     pub rx_gso_refused: u64,
 }
 

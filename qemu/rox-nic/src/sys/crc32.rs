@@ -200,20 +200,6 @@ mod tests {
         assert_eq!(x_pow_mod_p(33), POLY << 1);
     }
 
-    /// Whether this CPU has what the fold needs, detected here independently of
-    /// [`fold_available`].
-    fn cpu_folds() -> bool {
-        #[cfg(target_arch = "x86_64")]
-        {
-            std::arch::is_x86_feature_detected!("pclmulqdq")
-                && std::arch::is_x86_feature_detected!("avx")
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        {
-            false
-        }
-    }
-
     /// `head` then `body` from `state` as crc32fast hashes them, by [`update_parts`] and by
     /// the fold itself; the fold must run wherever the CPU has it and the lengths allow (else
     /// crc32fast would only be compared with itself). Returns whether it ran.
@@ -226,7 +212,7 @@ mod tests {
         let applies = h <= BLOCK && h + b >= 2 * BLOCK;
         assert_eq!(
             fold.is_some(),
-            applies && cpu_folds(),
+            applies && fold_available(),
             "{h} + {b} B: the fold's path"
         );
         if let Some(crc) = fold {
@@ -236,7 +222,7 @@ mod tests {
     }
 
     fn report_path(test: &str, folded: usize, runs: usize) {
-        let path = if cpu_folds() {
+        let path = if fold_available() {
             "PCLMULQDQ fold"
         } else {
             "crc32fast only (no PCLMULQDQ+AVX)"

@@ -137,6 +137,10 @@ impl DataPath {
         }
         // A cable lent the frames where they lie: its peer may fill the slots again.
         port.release_frames();
+        // Requests the port refused whole (a receive may take nothing else).
+        let refused = port.stats().rx_gso_refused;
+        self.hw.stats[STAT_PORT_RX_GSO_REFUSED] += refused - self.port_gso_refused_seen;
+        self.port_gso_refused_seen = refused;
         if let Some(queue) = port.bottleneck_stats() {
             self.hw.counters.bottleneck = queue;
         }

@@ -1,0 +1,315 @@
+// SPDX-License-Identifier: GPL-2.0
+//! The tests of rox.ko's pure logic, written once and run twice: `wq_record.rs` (retiring work
+//! requests by WQE index) and `cq_clean.rs` (a reset QP's CQEs taken out of a CQ ring).
+//!
+//! - On the host, `cargo test -p rox-driver-host-tests` (`drivers/host/` includes this file by
+//!   path): every `#[test]` below is a plain unit test.
+//! - In rox.ko, on a kernel with CONFIG_KUNIT=y (rox's debug kernel; rox_main.rs includes this
+//!   file only there): `#[kunit_tests]` makes each module a KUnit suite (`rox_wq_record`,
+//!   `rox_cq_clean`) and each `#[test]` a case of the same name, which the kernel runs when
+//!   rox.ko loads; KTAP in dmesg and debugfs, judged by tests/guest/t-driver-kunit.sh.
+//!
+//! So the cases need no allocation (fixed arrays) and no `assert!` (KUnit's replaces it only
+//! in the test functions themselves, not in their helpers): each returns a [`Checked`], and
+//! [`check!`] fails it with the file, line and condition of the first check that did not hold.
+//! KUnit fails a case whose `Result` is an `Err`; the kernel build also logs the failed check.
+
+/// A case's outcome: `Err` names the check that failed.
+type Checked = Result<(), &'static str>;
+
+/// The condition must hold, or the case fails here.
+macro_rules! check {
+    ($cond:expr) => {
+        if !$cond {
+            return failed(concat!(
+                file!(),
+                ":",
+                line!(),
+                ": check failed: ",
+                stringify!($cond)
+            ));
+        }
+    };
+}
+
+#[cfg(not(CONFIG_KUNIT = "y"))]
+fn failed(check: &'static str) -> Checked {
+    Err(check)
+}
+
+/// KUnit reports only that the case returned an `Err`: the check that failed goes to the log.
+#[cfg(CONFIG_KUNIT = "y")]
+fn failed(check: &'static str) -> Checked {
+    kernel::pr_err!("KUnit: {}\n", check);
+    Err(check)
+}
+
+#[cfg_attr(CONFIG_KUNIT = "y", kernel::prelude::kunit_tests(rox_wq_record))]
+mod wq_record_suite {
+    use super::{failed, Checked};
+    use crate::uapi::verbs;
+    use crate::wq_record::{Posted, WqRecord};
+
+    fn send(wr_id: u64, signaled: bool) -> Posted {
+        Posted {
+            wr_id,
+            signaled,
+            wc_opcode: verbs::WC_OPC_SEND,
+        }
+    }
+
+    /// Whether retiring the oldest entry one by one yields exactly the wr_ids `expected`.
+    fn drains_to(wq: &mut WqRecord<&mut [Posted]>, expected: &[u64]) -> bool {
+        expected
+            .iter()
+            .all(|&wr_id| wq.retire_oldest().map(|p| p.wr_id) == Some(wr_id))
+            && wq.retire_oldest().is_none()
+    }
+
+    #[test]
+    fn a_cqe_retires_its_own_entry_when_outstanding_ones_share_its_wr_id() -> Checked {
+        // A kernel ULP reuses one cookie: entries 0, 1 (unsignaled) and 2 all carry wr_id 7.
+        let mut slots = [Posted::default(); 8];
+        let mut wq = WqRecord::new(&mut slots[..]);
+        for n in 0..3 {
+            wq.commit(send(7, n != 1));
+        }
+        wq.commit(send(9, true));
+        // The CQE of entry 2 retires entries 0..=2; by wr_id the oldest signaled match, entry
+        // 0, would have been taken and entries 1 and 2 flushed again.
+        wq.retire(2);
+        check!(wq.retire_oldest() == Some(send(9, true)));
+        check!(wq.retire_oldest().is_none());
+        Ok(())
+    }
+
+    #[test]
+    fn an_error_cqe_of_an_unsignaled_entry_retires_it_and_those_before() -> Checked {
+        let mut slots = [Posted::default(); 4];
+        let mut wq = WqRecord::new(&mut slots[..]);
+        wq.commit(send(1, false));
+        wq.commit(send(1, false));
+        wq.commit(send(1, true));
+        wq.retire(1);
+        check!(wq.retire_oldest() == Some(send(1, true)));
+        check!(wq.retire_oldest().is_none());
+        check!(!wq.has_outstanding());
+        Ok(())
+    }
+
+    #[test]
+    fn a_cqe_naming_nothing_outstanding_retires_nothing() -> Checked {
+        let mut slots = [Posted::default(); 4];
+        let mut wq = WqRecord::new(&mut slots[..]);
+        wq.commit(send(1, true));
+        wq.commit(send(2, true));
+        wq.retire(0);
+        // Entry 0 again (a stale or wild CQE), and an index never posted.
+        wq.retire(0);
+        wq.retire(5);
+        check!(drains_to(&mut wq, &[2]));
+        Ok(())
+    }
+
+    #[test]
+    fn retirement_follows_the_index_across_the_16_bit_wrap() -> Checked {
+        let mut slots = [Posted::default(); 16];
+        let mut wq = WqRecord::new(&mut slots[..]);
+        // 0xfffe entries posted and completed one by one, as a long-running ULP does.
+        for n in 0..0xfffeu32 {
+            wq.commit(send(u64::from(n), true));
+            wq.retire(n as u16);
+        }
+        check!(!wq.has_outstanding());
+        for n in 0xfffeu32..0x1_0003 {
+            wq.commit(send(u64::from(n), true));
+        }
+        // The CQE of the entry at 0x1_0001 carries WQE index 0x0001.
+        wq.retire(0x0001);
+        check!(drains_to(&mut wq, &[0x1_0002]));
+        Ok(())
+    }
+
+    #[test]
+    fn overposting_keeps_the_last_depth_entries() -> Checked {
+        let mut slots = [Posted::default(); 4];
+        let mut wq = WqRecord::new(&mut slots[..]);
+        for n in 0..6 {
+            wq.commit(send(n, true));
+        }
+        // Entries 0 and 1 were overwritten in their slots; a CQE of entry 1 names nothing
+        // known (entry 2 is still the oldest outstanding), one of entry 3 retires up to it.
+        wq.retire(1);
+        check!(wq.retire_oldest() == Some(send(2, true)));
+        wq.retire(3);
+        check!(drains_to(&mut wq, &[4, 5]));
+        Ok(())
+    }
+
+    #[test]
+    fn receives_with_one_wr_id_retire_one_by_one() -> Checked {
+        let mut slots = [Posted::default(); 4];
+        let mut wq = WqRecord::new(&mut slots[..]);
+        for _ in 0..3 {
+            wq.commit(Posted::recv(5));
+        }
+        wq.retire(0);
+        wq.retire(1);
+        check!(wq.retire_oldest() == Some(Posted::recv(5)));
+        check!(wq.retire_oldest().is_none());
+        Ok(())
+    }
+
+    #[test]
+    fn reset_forgets_entries_and_restarts_the_indices() -> Checked {
+        let mut slots = [Posted::default(); 4];
+        let mut wq = WqRecord::new(&mut slots[..]);
+        wq.commit(send(1, true));
+        check!(wq.take_unrung() == Some(1));
+        check!(wq.take_unrung().is_none());
+        wq.reset();
+        check!(!wq.has_outstanding());
+        check!(wq.next_slot() == 0);
+        wq.commit(send(2, true));
+        check!(wq.take_unrung() == Some(1));
+        wq.retire(0);
+        check!(!wq.has_outstanding());
+        Ok(())
+    }
+}
+
+#[cfg_attr(CONFIG_KUNIT = "y", kernel::prelude::kunit_tests(rox_cq_clean))]
+mod cq_clean_suite {
+    use super::{failed, Checked};
+    use crate::cq_clean::{remove_qp_cqes, CqeSlots};
+    use crate::uapi::{
+        ids::Qpn,
+        queue::{owner_for, Cqe},
+    };
+
+    /// A CQ ring of `N` (a power of two) CQEs in an array, zeroed: no entry valid on the
+    /// first pass.
+    struct Ring<const N: usize>([Cqe; N]);
+
+    impl<const N: usize> CqeSlots for Ring<N> {
+        fn depth(&self) -> u32 {
+            N as u32
+        }
+        fn owner(&self, slot: usize) -> Option<u8> {
+            self.0.get(slot).map(|c| c.owner)
+        }
+        fn read(&self, slot: usize) -> Option<Cqe> {
+            self.0.get(slot).copied()
+        }
+        fn write(&mut self, slot: usize, cqe: Cqe) {
+            if let Some(entry) = self.0.get_mut(slot) {
+                *entry = cqe;
+            }
+        }
+    }
+
+    impl<const N: usize> Ring<N> {
+        fn new() -> Self {
+            Ring([Cqe::default(); N])
+        }
+
+        fn at(index: u32) -> usize {
+            (index as usize) & (N - 1)
+        }
+
+        /// What the device does: the CQE of `qpn`'s WQE `wqe_index` at free-running `index`.
+        fn device_writes(&mut self, index: u32, qpn: u32, wqe_index: u16) {
+            self.0[Self::at(index)] = Cqe {
+                qp_num: Qpn::from_raw(qpn),
+                wqe_index,
+                wr_id: (u64::from(qpn) << 32) | u64::from(wqe_index),
+                owner: owner_for(index, N as u32),
+                ..Default::default()
+            };
+        }
+
+        /// Whether a poll from `consumer` finds exactly the valid CQEs `expected`, as (qpn,
+        /// wqe_index) in order, and then none.
+        fn polls_to(&self, consumer: u32, expected: &[(u32, u16)]) -> bool {
+            let polled = |index: u32| {
+                let cqe = self.0[Self::at(index)];
+                (cqe.owner == owner_for(index, N as u32)).then(|| (cqe.qp_num.get(), cqe.wqe_index))
+            };
+            let mut index = consumer;
+            for &want in expected {
+                if polled(index) != Some(want) {
+                    return false;
+                }
+                index = index.wrapping_add(1);
+            }
+            expected.len() == N || polled(index).is_none()
+        }
+    }
+
+    #[test]
+    fn a_reset_qps_cqes_leave_and_the_others_keep_their_order() -> Checked {
+        let mut ring = Ring::<8>::new();
+        for (index, (qpn, wqe)) in [(5, 0), (9, 0), (5, 1), (9, 1), (5, 2)]
+            .into_iter()
+            .enumerate()
+        {
+            ring.device_writes(index as u32, qpn, wqe);
+        }
+        let consumer = remove_qp_cqes(&mut ring, 0, Qpn::from_raw(5));
+        check!(consumer == 3);
+        check!(ring.polls_to(consumer, &[(9, 0), (9, 1)]));
+        Ok(())
+    }
+
+    #[test]
+    fn a_stale_cqe_cannot_reach_the_poll_of_the_reused_queue() -> Checked {
+        // QP 5 posted WQEs 0..3; the device completed 0 and 1; the QP is reset before they
+        // were polled and posts again from index 0. Without the clean, the poll would see
+        // (5, 0) and (5, 1) and retire the new WQEs 0 and 1 the device has not done.
+        let mut ring = Ring::<4>::new();
+        ring.device_writes(0, 5, 0);
+        ring.device_writes(1, 5, 1);
+        let consumer = remove_qp_cqes(&mut ring, 0, Qpn::from_raw(5));
+        check!(consumer == 2);
+        check!(ring.polls_to(consumer, &[]));
+        // The device goes on at its producer index 2 with the new WQE 0's completion.
+        ring.device_writes(2, 5, 0);
+        check!(ring.polls_to(consumer, &[(5, 0)]));
+        Ok(())
+    }
+
+    #[test]
+    fn moved_cqes_take_the_owner_byte_of_their_new_pass() -> Checked {
+        // Consumer at 6 of a 4-deep ring: the valid entries span the wrap (indices 6..10).
+        let mut ring = Ring::<4>::new();
+        for index in 0..6 {
+            ring.device_writes(index, 1, index as u16);
+        }
+        ring.device_writes(6, 9, 6);
+        ring.device_writes(7, 5, 0);
+        ring.device_writes(8, 5, 1);
+        ring.device_writes(9, 9, 7);
+        let consumer = remove_qp_cqes(&mut ring, 6, Qpn::from_raw(5));
+        check!(consumer == 8);
+        check!(ring.polls_to(consumer, &[(9, 6), (9, 7)]));
+        // The device's next CQE (index 10, slot 2) is found after them.
+        ring.device_writes(10, 9, 8);
+        check!(ring.polls_to(consumer, &[(9, 6), (9, 7), (9, 8)]));
+        Ok(())
+    }
+
+    #[test]
+    fn a_full_ring_and_an_empty_one() -> Checked {
+        let mut ring = Ring::<4>::new();
+        check!(remove_qp_cqes(&mut ring, 0, Qpn::from_raw(5)) == 0);
+        for index in 0..4 {
+            ring.device_writes(index, if index % 2 == 0 { 5 } else { 7 }, index as u16);
+        }
+        let consumer = remove_qp_cqes(&mut ring, 0, Qpn::from_raw(5));
+        check!(consumer == 2);
+        check!(ring.polls_to(consumer, &[(7, 1), (7, 3)]));
+        // Nothing of QP 7 is removed when another QP is cleaned.
+        check!(remove_qp_cqes(&mut ring, consumer, Qpn::from_raw(5)) == consumer);
+        Ok(())
+    }
+}
