@@ -190,7 +190,12 @@ def receiver(seconds, size):
         say(f"both senders started; the flows run {seconds} s")
         cmd = bw_cmd(gid, BW_BASE_PORT + READ_FLOW, size, GUEST.env(f"ROX_IP_{READ_FLOW}_0"),
                      tool="ib_read_bw")
+        started = time.monotonic()
         read_samples, tail = timed_reports(cmd, seconds)
+        # A READ client that ended early (it failed) must not cut the run short: the counters
+        # are read after flow 0's `seconds` too, else they miss what still crossed the
+        # bottleneck and disagree with its log.
+        time.sleep(max(0.0, seconds - (time.monotonic() - started)))
         # How many reports come in the time depends on the machine: the host judges the flow
         # by the counters (the data its responder sent), the reports only draw it.
         say(f"READ flow {READ_FLOW}: {len(read_samples)} reports in {seconds} s")
