@@ -41,6 +41,9 @@ BARRIER_PORT = 18600
 FLOWS = 2
 # The guests boot at different times under TCG: how long the first may wait for the others.
 BARRIER_WAIT_S = 400
+# How long a perftest server may take to listen on its TCP port (a loaded TCG guest starts it
+# in a second or two): perftest's client does not retry a refused connection.
+LISTEN_WAIT_S = 60
 # Receiver: how long after the flows' end before the last counters (the senders stop, their
 # last frames drain through the bottleneck, rox-nic logs its counters within a second).
 SETTLE_S = 3
@@ -105,17 +108,38 @@ def timed_reports(cmd, seconds):
     return samples, "".join(raw[-40:])
 
 
-def barrier_serve(go_at):
-    """Accepts FLOWS senders, then tells them all to go at once; records when into go_at."""
+def listening(port):
+    """Whether a program of this guest listens on TCP `port` (`ss`). Kept local; the same
+    check (with rdma_cm) lives in tests/lib/ready_port.py's listening() on branch s9-rests."""
+    rc, out = sh(f"ss -Hltn 'sport = :{port}'", 30)
+    return rc == 0 and bool(out.strip())
+
+
+def wait_listening(port, proc, what):
+    """Waits until `proc` (a perftest server) listens on `port`: None, or why it did not."""
+    deadline = time.monotonic() + LISTEN_WAIT_S
+    while not listening(port):
+        if proc.poll() is not None:
+            return f"{what} ended (exit {proc.returncode}) before it listened on port {port}"
+        if time.monotonic() > deadline:
+            return f"{what} did not listen on port {port} within {LISTEN_WAIT_S} s"
+        time.sleep(0.2)
+    return None
+
+
+def barrier_serve(go_at, word="go"):
+    """Accepts FLOWS senders, then tells them all `word` at once ("go": records when into
+    go_at; anything else tells them the receiver failed)."""
     srv = socket.create_server(("", BARRIER_PORT))
     srv.settimeout(BARRIER_WAIT_S)
     conns = []
     try:
         while len(conns) < FLOWS:
             conns.append(srv.accept()[0])
-        go_at.append(time.monotonic())
+        if word == "go":
+            go_at.append(time.monotonic())
         for c in conns:
-            c.sendall(b"go\n")
+            c.sendall(f"{word}\n".encode())
     finally:
         for c in conns:
             c.close()
@@ -129,8 +153,11 @@ def barrier_wait(receiver_ip):
         try:
             with socket.create_connection((receiver_ip, BARRIER_PORT), timeout=5) as s:
                 s.settimeout(BARRIER_WAIT_S)
-                if s.makefile().readline().strip() == "go":
+                word = s.makefile().readline().strip()
+                if word == "go":
                     return
+                if word:
+                    sys.exit(f"cc: the receiver's barrier said {word!r}")
         except OSError:
             time.sleep(0.5)
     sys.exit("cc: the receiver's barrier never said go")
@@ -142,20 +169,33 @@ def receiver(seconds, size):
     servers = [subprocess.Popen(shlex.split(bw_cmd(gid, BW_BASE_PORT + f, size)),
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
                for f in range(FLOWS) if f != READ_FLOW]
+    # The senders' clients connect once they pass the barrier: the servers listen first.
+    write_flows = [f for f in range(FLOWS) if f != READ_FLOW]
+    not_up = [wait_listening(BW_BASE_PORT + f, server, f"flow {f}'s ib_write_bw server")
+              for f, server in zip(write_flows, servers)]
+    not_up = [why for why in not_up if why]
     before = counters()
     go_at = []
-    barrier = threading.Thread(target=barrier_serve, args=(go_at,))
+    barrier = threading.Thread(target=barrier_serve,
+                               args=(go_at, "fail" if not_up else "go"))
     barrier.start()
     barrier.join()
     failed = not go_at
     read_samples = []
-    if failed:
+    if not_up:
+        say("FAIL: " + "; ".join(not_up))
+    elif failed:
         say("FAIL: the senders never both reached the barrier")
     else:
         say(f"both senders started; the flows run {seconds} s")
         cmd = bw_cmd(gid, BW_BASE_PORT + READ_FLOW, size, GUEST.env(f"ROX_IP_{READ_FLOW}_0"),
                      tool="ib_read_bw")
+        started = time.monotonic()
         read_samples, tail = timed_reports(cmd, seconds)
+        # A READ client that ended early (it failed) must not cut the run short: the counters
+        # are read after flow 0's `seconds` too, else they miss what still crossed the
+        # bottleneck and disagree with its log.
+        time.sleep(max(0.0, seconds - (time.monotonic() - started)))
         # How many reports come in the time depends on the machine: the host judges the flow
         # by the counters (the data its responder sent), the reports only draw it.
         say(f"READ flow {READ_FLOW}: {len(read_samples)} reports in {seconds} s")
@@ -196,6 +236,11 @@ def read_responder(flow, seconds, size):
     server = subprocess.Popen(shlex.split(bw_cmd(gid, BW_BASE_PORT + flow, size,
                                                  tool="ib_read_bw")),
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    # The receiver's client connects once the barrier says go: the server listens first.
+    # If it never does, the barrier is still joined (the others need not wait it out).
+    not_up = wait_listening(BW_BASE_PORT + flow, server, f"flow {flow}'s ib_read_bw server")
+    if not_up:
+        say(f"FAIL: {not_up}")
     before = counters()
     barrier_wait(GUEST.env("ROX_IP_2_0"))
     time.sleep(seconds + SETTLE_S)
@@ -210,7 +255,7 @@ def read_responder(flow, seconds, size):
     say(f"flow {flow}: ib_read_bw server: {out[-300:]!r}")
     print("CC " + json.dumps({"role": "sender", "flow": flow, "op": "read", "samples": [],
                               "counters_before": before, "counters": after}), flush=True)
-    return 0
+    return 1 if not_up else 0
 
 
 def sender(flow, seconds, size):

@@ -549,7 +549,11 @@ impl Qp {
                 env.wqe_trace()
                     .retransmit(self.cfg.qpn.get(), una.get(), Retransmit::AckTimeout);
                 self.req.on_loss();
-                self.req.nak_rewind = None;
+                // The loss stays known: a sequence NAK for `una` after this rewind is the
+                // same loss (its resend lost again), which spends a retry only per local ACK
+                // timeout; one that comes within half a round trip answers packets sent
+                // before the rewind.
+                self.req.nak_rewind = Some((una, now));
                 self.rtt_forget_probe();
                 self.rewind_to(una);
                 self.req.timer_deadline = None;

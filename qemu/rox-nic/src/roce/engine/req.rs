@@ -42,7 +42,7 @@ pub(super) struct Requester {
     pub(super) retry_period_start: u64,
     /// One past the highest PSN ever sent: a packet before it is a retransmission.
     pub(super) sent_end: Psn,
-    /// The PSN a sequence NAK made the requester go back to, and when: the same NAK again
+    /// The PSN a sequence NAK or a timeout made the requester go back to, and when: the same NAK
     /// soon after answers packets sent before the rewind and is not acted on (fast
     /// retransmit once per loss).
     pub(super) nak_rewind: Option<(Psn, u64)>,

@@ -423,6 +423,39 @@ mod tests {
         assert_eq!(spent_at.len(), 3, "one per attribute timeout: {spent_at:?}");
     }
 
+    /// A congested queue drops the resend after each timeout too, so the responder NAKs the
+    /// same PSN behind every timeout: the same loss, which spends a retry only per local ACK
+    /// timeout, as the timeouts do. (A timeout used to forget the loss, so each NAK behind it
+    /// spent a retry of its own: the congestion lab's CC-off WRITE flow ran out of its 7 in
+    /// a few hundred ms of a loaded host, RETRY_EXC_ERR.)
+    #[test]
+    fn a_sequence_nak_behind_each_timeout_spends_no_more_than_the_timeouts() {
+        const SEQ_NAK: Syndrome = Syndrome::Nak(NakCode::PsnSequenceError);
+        let (mut env, mut stats, mut qp) = sent_send(1_000_000);
+        let attr = qp.ack_timeout_ns().unwrap();
+        let retries = qp.req.retry_left;
+        let mut spent_at = Vec::new();
+        let mut count_spent = |qp: &Qp, now| {
+            if qp.req.retry_left != retries - spent_at.len() as u8 {
+                spent_at.push(now);
+            }
+        };
+        while env.now < 3 * attr {
+            env.now = qp.req.timer_deadline.expect("armed: the WR did not fail");
+            let timeouts = stats.retransmit_timeouts;
+            qp.on_timers(&mut env, &mut stats);
+            count_spent(&qp, env.now);
+            if stats.retransmit_timeouts > timeouts {
+                // The resend of PSN 100 was dropped, the ones after it arrived: a NAK.
+                env.now += qp.req.rtt.srtt_ns;
+                ack_from_peer(&mut qp, &mut env, &mut stats, 100, SEQ_NAK);
+                count_spent(&qp, env.now);
+            }
+        }
+        assert!(stats.retransmit_timeouts > 3 && stats.nak_rewinds > 3);
+        assert_eq!(spent_at.len(), 3, "one per attribute timeout: {spent_at:?}");
+    }
+
     #[test]
     fn a_repeated_sequence_nak_rewinds_again_only_after_half_a_round_trip() {
         let (mut env, mut stats, mut qp) = sent_send(100_000);
