@@ -10,7 +10,7 @@ use rox_uapi::queue::*;
 use rox_uapi::verbs::*;
 use std::os::unix::net::UnixDatagram;
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The devices of these tests own GIDs 127.0.1.x.
 const SUBNET: u8 = 1;
@@ -139,22 +139,6 @@ fn recv(sock: &UnixDatagram) -> Vec<u8> {
     buf
 }
 
-fn wait_stat(d: &mut TestDriver, counter: usize, at_least: u64) -> Vec<u64> {
-    let give_up = Instant::now() + READ_TIMEOUT;
-    loop {
-        let s = d.query_stats();
-        if s[counter] >= at_least {
-            return s;
-        }
-        assert!(
-            Instant::now() < give_up,
-            "counter {counter} stayed at {}",
-            s[counter]
-        );
-        std::thread::sleep(Duration::from_millis(2));
-    }
-}
-
 const PD: u32 = 1;
 
 const ALL_ACCESS: u32 =
@@ -263,7 +247,7 @@ fn bad_frames_on_the_port_are_dropped_and_counted_and_netdev_traffic_goes_on() {
             normal,
             "{what}: the netdev frame behind it arrived"
         );
-        let after = wait_stat(&mut r.d, counter, before[counter] + 1);
+        let after = r.d.wait_stat(counter, before[counter] + 1);
         assert_eq!(after[counter], before[counter] + 1, "{what}");
         assert_eq!(
             after[STAT_CQES], before[STAT_CQES],
@@ -320,7 +304,7 @@ fn netdev_frames_are_forwarded_both_ways_unchanged() {
         r.wire.send(f).unwrap();
         assert_eq!(&recv(&guest), f);
     }
-    let s = wait_stat(&mut r.d, STAT_PORT_TO_NETDEV, to_guest.len() as u64);
+    let s = r.d.wait_stat(STAT_PORT_TO_NETDEV, to_guest.len() as u64);
     assert_eq!(s[STAT_PORT_TO_NETDEV], to_guest.len() as u64);
     assert_eq!(s[STAT_PORT_FROM_NETDEV], 20);
     assert_eq!(s[STAT_PORT_TX_FRAMES], 20);
@@ -336,7 +320,7 @@ fn frames_for_an_unattached_netdev_are_dropped_and_counted() {
     for i in 0..5 {
         r.wire.send(&netdev_frame([0xff; 6], i)).unwrap();
     }
-    let s = wait_stat(&mut r.d, STAT_PORT_DROP_NETDEV, 5);
+    let s = r.d.wait_stat(STAT_PORT_DROP_NETDEV, 5);
     assert_eq!((s[STAT_PORT_DROP_NETDEV], s[STAT_PORT_TO_NETDEV]), (5, 0));
 }
 
@@ -392,12 +376,12 @@ fn a_burst_for_a_slow_guest_waits_in_the_backlog_and_arrives_in_order() {
     for i in 0..BURST {
         r.wire.send(&netdev_frame(r.mac, i)).unwrap();
     }
-    wait_stat(&mut r.d, STAT_PORT_RX_FRAMES, BURST as u64);
+    r.d.wait_stat(STAT_PORT_RX_FRAMES, BURST as u64);
     std::thread::sleep(Duration::from_millis(100));
     for i in 0..BURST {
         assert_eq!(recv(&guest), netdev_frame(r.mac, i), "frame {i}");
     }
-    let s = wait_stat(&mut r.d, STAT_PORT_TO_NETDEV, BURST as u64);
+    let s = r.d.wait_stat(STAT_PORT_TO_NETDEV, BURST as u64);
     assert_eq!(s[STAT_PORT_DROP_NETDEV], 0);
 }
 
@@ -706,11 +690,8 @@ fn multicast_send_goes_on_the_wire_and_loops_back_to_attached_qps() {
         WC_SUCCESS,
         "UD completes once sent"
     );
-    let after = wait_stat(
-        &mut r.d,
-        STAT_PORT_DROP_NO_DMAC,
-        before[STAT_PORT_DROP_NO_DMAC] + 1,
-    );
+    let after =
+        r.d.wait_stat(STAT_PORT_DROP_NO_DMAC, before[STAT_PORT_DROP_NO_DMAC] + 1);
     assert_eq!(
         after[STAT_PORT_DROP_NO_DMAC],
         before[STAT_PORT_DROP_NO_DMAC] + 1

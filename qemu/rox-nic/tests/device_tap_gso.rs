@@ -7,16 +7,13 @@
 //! ROX_ALLOW_SKIP_TAP=1 lets it skip where that is missing. Its own test binary: it sets
 //! ROX_TAP_GSO.
 
-// unshare(2) for the test thread's namespace and setsockopt(UDP_SEGMENT) on the sender: system
-// calls of the test's host side.
-#![allow(unsafe_code)]
-
 use std::net::UdpSocket;
 use std::os::fd::AsRawFd;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use rox_nic::device::LinkSpec;
+use rox_nic::port::netns::ip;
 use rox_nic::port::tap::{Tap, TapIo, TAP_GSO_ENV, TAP_IO_ENV};
 use rox_nic::testkit::*;
 use rox_uapi::admin::*;
@@ -27,29 +24,11 @@ const DEVICE_IP: &str = "10.77.0.2";
 /// The devices of this test own GIDs 127.0.15.x.
 const SUBNET: u8 = 15;
 const ALLOW_SKIP_ENV: &str = "ROX_ALLOW_SKIP_TAP";
-/// Generous: the device's data path looks at the port at least every few milliseconds.
-const STAT_TIMEOUT: Duration = Duration::from_secs(10);
-/// Between two looks at the counters: each QUERY_STATS takes a page of the test's RAM.
-const STAT_POLL: Duration = Duration::from_millis(50);
-
-fn ip(args: &[&str]) -> std::io::Result<()> {
-    let status = Command::new("ip").args(args).status()?;
-    if !status.success() {
-        return Err(std::io::Error::other(format!(
-            "ip {}: {status}",
-            args.join(" ")
-        )));
-    }
-    Ok(())
-}
 
 /// The tap, up, with the host's address and a neighbour entry for the device's (no ARP: the
 /// device has no netdev to answer it).
 fn tap() -> std::io::Result<()> {
-    // SAFETY: unshare with a flag only changes this thread's namespaces.
-    if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
+    rox_nic::sys::net::unshare_network_namespace()?;
     ip(&["tuntap", "add", TAP, "mode", "tap"])?;
     ip(&["link", "set", TAP, "up"])?;
     ip(&["addr", "add", &format!("{HOST_IP}/24"), "dev", TAP])?;
@@ -69,7 +48,7 @@ fn tap() -> std::io::Result<()> {
 /// operational state UP and swaps the "noop" qdisc, which drops every packet silently, for a
 /// real one; a request sent before that never reaches the device.
 fn wait_link_up() {
-    let give_up = Instant::now() + STAT_TIMEOUT;
+    let give_up = Instant::now() + TIMEOUT;
     loop {
         let out = Command::new("ip")
             .args(["-o", "link", "show", "dev", TAP])
@@ -87,49 +66,17 @@ fn wait_link_up() {
 /// Sends `len` bytes to the device's address as one request for segments of `segment` bytes.
 fn send_request(len: usize, segment: u16) {
     let sock = UdpSocket::bind((HOST_IP, 0)).expect("a UDP socket on the tap's address");
-    let size = libc::c_int::from(segment);
-    // SAFETY: the option value is one c_int that lives across the call.
-    let ret = unsafe {
-        libc::setsockopt(
-            sock.as_raw_fd(),
-            libc::SOL_UDP,
-            libc::UDP_SEGMENT,
-            (&size as *const libc::c_int).cast(),
-            size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    assert_eq!(
-        ret,
-        0,
-        "UDP_SEGMENT {segment}: {}",
-        std::io::Error::last_os_error()
-    );
+    rox_nic::sys::net::set_int_option(
+        sock.as_raw_fd(),
+        libc::SOL_UDP,
+        libc::UDP_SEGMENT,
+        libc::c_int::from(segment),
+    )
+    .unwrap_or_else(|e| panic!("UDP_SEGMENT {segment}: {e}"));
     let sent = sock
         .send_to(&vec![0x5a; len], (DEVICE_IP, 4791))
         .unwrap_or_else(|e| panic!("{len} B in segments of {segment}: {e}"));
     assert_eq!(sent, len);
-}
-
-/// The device's counters once `counter` has reached `at_least`.
-fn wait_stat(d: &mut TestDriver, counter: usize, at_least: u64) -> Vec<u64> {
-    let give_up = Instant::now() + STAT_TIMEOUT;
-    loop {
-        let s = d.query_stats();
-        if s[counter] >= at_least {
-            return s;
-        }
-        assert!(
-            Instant::now() < give_up,
-            "counter {counter} stayed at {} (wanted {at_least}); port: {} frames received, \
-             dropped {} malformed, {} oversize, {} to another MAC",
-            s[counter],
-            s[STAT_PORT_RX_FRAMES],
-            s[STAT_PORT_DROP_MALFORMED],
-            s[STAT_PORT_DROP_OVERSIZE],
-            s[STAT_PORT_DROP_OTHER_MAC]
-        );
-        std::thread::sleep(STAT_POLL);
-    }
 }
 
 fn refused_requests_are_counted_once_each() -> Result<(), String> {
@@ -149,15 +96,15 @@ fn refused_requests_are_counted_once_each() -> Result<(), String> {
 
     // 200 bytes in segments of 8: shorter than a BTH and ICRC, refused whole.
     send_request(200, 8);
-    let s = wait_stat(&mut d, STAT_PORT_RX_GSO_REFUSED, 1);
+    let s = d.wait_stat(STAT_PORT_RX_GSO_REFUSED, 1);
     assert_eq!(s[STAT_PORT_RX_GSO_REFUSED], 1, "one request, counted once");
     send_request(300, 15);
-    wait_stat(&mut d, STAT_PORT_RX_GSO_REFUSED, 2);
+    d.wait_stat(STAT_PORT_RX_GSO_REFUSED, 2);
 
     // 2000 bytes in segments of 500: taken, cut into four frames, not counted.
     let frames = d.query_stats()[STAT_PORT_RX_FRAMES];
     send_request(2000, 500);
-    let s = wait_stat(&mut d, STAT_PORT_RX_FRAMES, frames + 4);
+    let s = d.wait_stat(STAT_PORT_RX_FRAMES, frames + 4);
     assert_eq!(s[STAT_PORT_RX_GSO_REFUSED], 2);
     Ok(())
 }

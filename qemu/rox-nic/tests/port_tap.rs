@@ -131,10 +131,7 @@ fn test_frame(dst: [u8; 6], src: [u8; 6], tag: &[u8]) -> Vec<u8> {
 /// thread); fails where that cannot be made, unless ROX_ALLOW_SKIP_TAP=1 lets it skip.
 fn in_own_namespace(body: impl FnOnce() -> std::io::Result<()> + Send + 'static) {
     let outcome = std::thread::spawn(|| {
-        // SAFETY: unshare with a flag only changes this thread's namespaces.
-        if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
+        rox_nic::sys::net::unshare_network_namespace()?;
         if !std::path::Path::new("/dev/net/tun").exists() {
             return Err(std::io::Error::other("no /dev/net/tun"));
         }
@@ -157,13 +154,7 @@ fn in_own_namespace(body: impl FnOnce() -> std::io::Result<()> + Send + 'static)
 
 /// Makes tap TAP in this thread's namespace (`ip` runs in it: a forked child inherits it).
 fn make_tap() -> std::io::Result<()> {
-    let made = std::process::Command::new("ip")
-        .args(["tuntap", "add", "dev", TAP, "mode", "tap"])
-        .status()?;
-    if !made.success() {
-        return Err(std::io::Error::other(format!("ip tuntap add: {made}")));
-    }
-    Ok(())
+    rox_nic::port::netns::ip(&["tuntap", "add", "dev", TAP, "mode", "tap"])
 }
 
 /// The next frame with the test ethertype on `wire` (the kernel sends its own frames too).

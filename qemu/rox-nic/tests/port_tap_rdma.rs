@@ -6,13 +6,10 @@
 //! asserted (a loaded host decides them). Needs what tests/port_tap.rs needs; ROX_ALLOW_SKIP_TAP=1
 //! lets it skip where that is missing. Its own test binary: it sets ROX_TAP_IO.
 
-// unshare(2) for the test thread's namespace: a system call rox-nic itself never makes.
-#![allow(unsafe_code)]
-
-use std::process::Command;
 use std::time::Instant;
 
 use rox_nic::device::LinkSpec;
+use rox_nic::port::netns;
 use rox_nic::port::tap::{TapIo, TAP_GSO_ENV, TAP_IO_ENV};
 use rox_nic::testkit::pair::deep_rc_pair;
 use rox_nic::testkit::*;
@@ -32,33 +29,11 @@ const MESSAGE: u64 = 64 << 10;
 /// Rounds of each back end, alternately (ROX_TAP_RDMA_ROUNDS overrides, for measuring).
 const ROUNDS: usize = 1;
 
-fn ip(args: &[&str]) -> std::io::Result<()> {
-    let status = Command::new("ip").args(args).status()?;
-    if !status.success() {
-        return Err(std::io::Error::other(format!(
-            "ip {}: {status}",
-            args.join(" ")
-        )));
-    }
-    Ok(())
-}
-
-/// A bridge with taps tapa and tapb, MTU 9000, bridge netfilter off (as rox-lab makes them).
+/// A bridge with taps tapa and tapb, MTU 9000, bridge netfilter off (as rox-lab makes them), in
+/// a network namespace of this thread's own.
 fn bridge() -> std::io::Result<()> {
-    // SAFETY: unshare with a flag only changes this thread's namespaces.
-    if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    ip(&["link", "add", "br0", "mtu", "9000", "type", "bridge"])?;
-    for tap in ["tapa", "tapb"] {
-        ip(&["tuntap", "add", tap, "mode", "tap"])?;
-        ip(&["link", "set", tap, "mtu", "9000", "master", "br0", "up"])?;
-    }
-    ip(&["link", "set", "br0", "up"])?;
-    for table in ["iptables", "ip6tables", "arptables"] {
-        let _ = std::fs::write(format!("/proc/sys/net/bridge/bridge-nf-call-{table}"), "0");
-    }
-    Ok(())
+    rox_nic::sys::net::unshare_network_namespace()?;
+    netns::bridge_with_taps(9000, &["tapa", "tapb"])
 }
 
 /// How one end's tap moves frames: its back end and segmentation offload.

@@ -17,12 +17,13 @@
 
 #![deny(unsafe_code)]
 
-use std::process::{Command, ExitCode};
+use std::process::ExitCode;
 
 use clap::Parser;
 use rox_nic::port::limit::{
     cable_wire, dgram_wire, port_limit, port_limit_tap, stream_wire, RAW_FRAME_BYTES,
 };
+use rox_nic::port::netns;
 use rox_nic::port::tap::TapIo;
 use rox_nic::port::LinkSpec;
 use rox_nic::sys;
@@ -54,34 +55,11 @@ impl Args {
     }
 }
 
-fn ip(args: &[&str]) -> Result<(), String> {
-    let status = Command::new("ip")
-        .args(args)
-        .status()
-        .map_err(|e| format!("ip {}: {e}", args.join(" ")))?;
-    status
-        .success()
-        .then_some(())
-        .ok_or_else(|| format!("ip {} failed ({status})", args.join(" ")))
-}
-
 /// Two taps on a bridge, in a network namespace of this process's own.
 fn private_bridge(mtu: usize) -> Result<(LinkSpec, LinkSpec), String> {
     sys::net::unshare_network_namespace()
         .map_err(|e| format!("unshare(CLONE_NEWNET): {e} (needs root)"))?;
-    let mtu = mtu.to_string();
-    ip(&["link", "add", "br0", "mtu", &mtu, "type", "bridge"])?;
-    for tap in ["tapa", "tapb"] {
-        ip(&["tuntap", "add", tap, "mode", "tap"])?;
-        ip(&["link", "set", tap, "mtu", &mtu, "master", "br0", "up"])?;
-    }
-    ip(&["link", "set", "br0", "up"])?;
-    // As rox-lab does for its bridges: if the host loaded br_netfilter, bridged frames would
-    // go through this namespace's (empty) iptables; the lab's wire skips that, so this one
-    // does too. Absent keys (no br_netfilter) are fine.
-    for table in ["iptables", "ip6tables", "arptables"] {
-        let _ = std::fs::write(format!("/proc/sys/net/bridge/bridge-nf-call-{table}"), "0");
-    }
+    netns::bridge_with_taps(mtu, &["tapa", "tapb"]).map_err(|e| e.to_string())?;
     Ok((LinkSpec::Tap("tapa".into()), LinkSpec::Tap("tapb".into())))
 }
 
@@ -150,7 +128,7 @@ fn main() -> ExitCode {
         Err(_) => {}
     }
     if std::env::var_os("ROX_PORT_BENCH_DEBUG").is_some() {
-        let _ = Command::new("ip").args(["-s", "link"]).status();
+        let _ = netns::ip(&["-s", "link"]);
     }
     if ok {
         ExitCode::SUCCESS

@@ -7,7 +7,9 @@
 //!   (rings of frames in shared memory between two rox-nic processes);
 //! - [`faults`], [`pcap`]: seeded fault injection on, and capture of, the port's frames;
 //! - [`bottleneck`]: a congested switch queue (rate, tail drop, RED/ECN marking) in front of
-//!   the port's receive side.
+//!   the port's receive side;
+//! - [`limit`], [`netns`]: the raw limit of a wire and the taps of a private network namespace,
+//!   for the port benchmark and the host tests on taps.
 //!
 //! A [`Port`] queues frames and sends them in batches ([`Port::flush`]), receives in batches
 //! ([`Port::recv`]), and applies faults and capture to every frame it sends. The netdev side
@@ -20,6 +22,7 @@ pub mod faults;
 pub mod frame;
 pub mod limit;
 pub mod netdev;
+pub mod netns;
 pub mod pcap;
 pub mod socket;
 pub mod tap;

@@ -84,17 +84,31 @@ pub fn interface_mtu(name: &str) -> std::io::Result<usize> {
 
 /// Sets the integer socket option `option` (level SOL_SOCKET) of `fd`; false if refused.
 pub fn set_socket_int(fd: RawFd, option: libc::c_int, value: libc::c_int) -> bool {
+    set_int_option(fd, libc::SOL_SOCKET, option, value).is_ok()
+}
+
+/// Sets the integer option `option` of protocol level `level` (SOL_SOCKET, SOL_UDP, ...) of
+/// `fd`: e.g. SOL_UDP / UDP_SEGMENT, the segment size of a sender's segmentation requests.
+pub fn set_int_option(
+    fd: RawFd,
+    level: libc::c_int,
+    option: libc::c_int,
+    value: libc::c_int,
+) -> std::io::Result<()> {
     // SAFETY: setsockopt reads `size_of::<c_int>()` bytes from a valid c_int.
     let r = unsafe {
         libc::setsockopt(
             fd,
-            libc::SOL_SOCKET,
+            level,
             option,
             (&value as *const libc::c_int).cast(),
             std::mem::size_of::<libc::c_int>() as libc::socklen_t,
         )
     };
-    r == 0
+    if r != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 /// The `recvmmsg` headers of one receive buffer, built once and reused by every call: a
@@ -225,7 +239,9 @@ pub fn send_datagrams<const N: usize>(fd: RawFd, frames: &[FrameRef]) -> std::io
     Ok(n as usize)
 }
 
-/// Moves this process (still single-threaded) into a new network namespace of its own.
+/// Moves the calling thread into a new network namespace of its own (network namespaces are
+/// per thread: threads and children it starts afterwards inherit it, the process's other
+/// threads stay where they were). A single-threaded process moves whole.
 pub fn unshare_network_namespace() -> std::io::Result<()> {
     // SAFETY: unshare only changes this process's namespaces; no memory arguments.
     if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {

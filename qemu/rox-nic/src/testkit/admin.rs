@@ -324,6 +324,30 @@ impl TestDriver {
             .collect()
     }
 
+    /// QUERY_STATS once counter `counter` has reached `at_least`, polled every few
+    /// milliseconds (each look takes a page of the test RAM); fails the test after
+    /// [`TIMEOUT`], naming the port's receive counters (where a frame that never counted went).
+    pub fn wait_stat(&mut self, counter: usize, at_least: u64) -> Vec<u64> {
+        let give_up = Instant::now() + TIMEOUT;
+        loop {
+            let s = self.query_stats();
+            if s[counter] >= at_least {
+                return s;
+            }
+            assert!(
+                Instant::now() < give_up,
+                "counter {counter} stayed at {} (wanted {at_least}); port: {} frames received, \
+                 dropped {} malformed, {} oversize, {} to another MAC",
+                s[counter],
+                s[STAT_PORT_RX_FRAMES],
+                s[STAT_PORT_DROP_MALFORMED],
+                s[STAT_PORT_DROP_OVERSIZE],
+                s[STAT_PORT_DROP_OTHER_MAC]
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
     /// QUERY_COUNTERS of `port`: its counters, or the status the device refused it with.
     pub fn query_counters(&mut self, port: u32) -> Result<PortCounters, u8> {
         let resp = self.ram.alloc(ROX_PAGE_SIZE as u64, ROX_PAGE_SIZE as u64);
