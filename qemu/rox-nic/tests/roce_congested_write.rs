@@ -159,18 +159,7 @@ impl Path {
     }
 
     fn post_write(&mut self, id: u64) {
-        let key = |path: &Path, i: usize| {
-            path.net.devs[i]
-                .env
-                .mrs
-                .table
-                .mrs
-                .values()
-                .next()
-                .unwrap()
-                .key
-        };
-        let (lkey, rkey) = (key(self, 0), key(self, 1));
+        let (lkey, rkey) = (self.net.only_mr_key(0), self.net.only_mr_key(1));
         let mut wr = send_wr(
             id,
             WrOpcode::RdmaWrite,

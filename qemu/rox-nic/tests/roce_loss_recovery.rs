@@ -156,18 +156,7 @@ impl Link {
         let (src, dst) = if op == Op::Write { (0, 1) } else { (1, 0) };
         let data = pattern(7, XFER_BYTES);
         self.net.devs[src].env.fill(BUF, &data);
-        let key = |link: &Link, i: usize| {
-            link.net.devs[i]
-                .env
-                .mrs
-                .table
-                .mrs
-                .values()
-                .next()
-                .unwrap()
-                .key
-        };
-        let (lkey, rkey) = (key(self, 0), key(self, 1));
+        let (lkey, rkey) = (self.net.only_mr_key(0), self.net.only_mr_key(1));
         let start = self.net.now;
         let sender_before = self.net.devs[src].engine.stats().tx_packets;
         let chunks = XFER_BYTES / CHUNK_BYTES;

@@ -80,6 +80,14 @@ impl Net {
         }
     }
 
+    /// The key of device `i`'s one memory region (a set-up that registers a single MR per
+    /// device and posts work requests later, when the keys are needed).
+    pub fn only_mr_key(&self, i: usize) -> Key {
+        let mrs = &self.devs[i].env.mrs.table.mrs;
+        assert_eq!(mrs.len(), 1, "device {i} has {} MRs, not one", mrs.len());
+        mrs.values().next().expect("one MR").key
+    }
+
     pub fn dev(&mut self, i: usize) -> (&mut Engine, &mut MockEnv) {
         let d = &mut self.devs[i];
         d.env.now = self.now;
