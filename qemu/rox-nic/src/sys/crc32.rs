@@ -265,6 +265,29 @@ mod tests {
         report_path("head and body", folded, runs);
     }
 
+    /// The fast path's detection, checked against the kernel's view of the CPU: if
+    /// `fold_available()` wrongly said no, the tests above would quietly test crc32fast only.
+    #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+    #[test]
+    fn fold_detection_agrees_with_proc_cpuinfo() {
+        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo")
+            .unwrap_or_else(|e| panic!("/proc/cpuinfo (every x86-64 Linux has it): {e}"));
+        let flags = cpuinfo
+            .lines()
+            .find_map(|l| l.strip_prefix("flags").and_then(|r| r.split_once(':')))
+            .unwrap_or_else(|| panic!("no flags line in /proc/cpuinfo"))
+            .1;
+        let has = |flag: &str| flags.split_whitespace().any(|f| f == flag);
+        let listed = has("pclmulqdq") && has("avx");
+        assert_eq!(
+            fold_available(),
+            listed,
+            "fold_available() against /proc/cpuinfo (pclmulqdq {}, avx {})",
+            has("pclmulqdq"),
+            has("avx")
+        );
+    }
+
     /// One changed bit anywhere changes the CRC (each lane really counts).
     #[test]
     fn every_bit_of_a_long_run_counts() {
