@@ -34,6 +34,7 @@ sys.path.insert(0, "/rox/tests/lib")
 from cases import roce_v2_gid_index, sh  # noqa: E402  (shared with interop)
 import in_guest  # noqa: E402  (the lab's addresses, device ports)
 import rdma_tool  # noqa: E402  (rdma -j statistic)
+from ready_port import listening  # noqa: E402  (TCP or rdma_cm listener on a port)
 
 DEV = "rox_0"
 BW_BASE_PORT = 18515
@@ -106,13 +107,6 @@ def timed_reports(cmd, seconds):
     p.wait()
     reader.join(timeout=5)
     return samples, "".join(raw[-40:])
-
-
-def listening(port):
-    """Whether a program of this guest listens on TCP `port` (`ss`). Kept local; the same
-    check (with rdma_cm) lives in tests/lib/ready_port.py's listening() on branch s9-rests."""
-    rc, out = sh(f"ss -Hltn 'sport = :{port}'", 30)
-    return rc == 0 and bool(out.strip())
 
 
 def wait_listening(port, proc, what):

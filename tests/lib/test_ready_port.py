@@ -143,5 +143,21 @@ class Protocol(unittest.TestCase):
         self.assertLess(took, AT_ONCE_S)
 
 
+
+class Listening(unittest.TestCase):
+    """listening(), the one "a program listens on this port" check (ready boards, tests/cc)."""
+
+    def test_a_tcp_listener_is_seen_and_a_closed_one_is_not(self):
+        srv = socket.create_server(("127.0.0.1", 0))
+        port = srv.getsockname()[1]
+        with srv:
+            self.assertTrue(ready_port.listening(port))
+        self.assertFalse(ready_port.listening(port))
+
+    def test_a_bound_socket_that_does_not_listen_is_not_seen(self):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.assertFalse(ready_port.listening(s.getsockname()[1]))
+
 if __name__ == "__main__":
     unittest.main()
