@@ -5,13 +5,11 @@
 //! unless ROX_ALLOW_SKIP_TAP=1 lets it skip (printing SKIPPED). Each back end of the tap
 //! (io_uring, plain read/writev) also moves bursts both ways, every frame once and in order.
 
-// The host side of the test (making the tap up, a raw packet socket) is system calls rox-nic
-// itself never makes.
-#![allow(unsafe_code)]
-
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::fs::File;
+use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 
+use rox_nic::port::netns;
 use rox_nic::port::tap::{Tap, TapIo};
 use rox_nic::port::{Link, LinkSpec, Port, PortConfig};
 
@@ -23,102 +21,31 @@ const ETHERTYPE_TEST: [u8; 2] = [0x88, 0xb5];
 const PORT_MAC: [u8; 6] = [0x52, 0x54, 0, 0, 0, 0x01];
 const PEER_MAC: [u8; 6] = [0x52, 0x54, 0, 0, 0, 0xaa];
 
-fn check(ret: libc::c_int, what: &str) {
-    assert!(ret >= 0, "{what}: {}", std::io::Error::last_os_error());
-}
-
-fn ifreq(name: &str) -> libc::ifreq {
-    // SAFETY: ifreq is plain C data; all zeroes is a valid empty request.
-    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
-    for (d, s) in req.ifr_name.iter_mut().zip(name.as_bytes()) {
-        *d = *s as libc::c_char;
-    }
-    req
-}
-
-/// Sets the interface up (SIOCGIFFLAGS / SIOCSIFFLAGS on an AF_INET socket).
+/// Sets the interface up.
 fn set_up(name: &str) {
-    // SAFETY: socket() has no memory arguments; the result is checked.
-    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM, 0) };
-    check(fd, "socket");
-    // SAFETY: `fd` is a new socket owned here.
-    let sock = unsafe { OwnedFd::from_raw_fd(fd) };
-    let mut req = ifreq(name);
-    // SAFETY: the ioctls read and write one ifreq that lives across the calls.
-    unsafe {
-        check(
-            libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS as _, &mut req),
-            "SIOCGIFFLAGS",
-        );
-        req.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short;
-        check(
-            libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS as _, &mut req),
-            "SIOCSIFFLAGS",
-        );
-    }
+    netns::ip(&["link", "set", name, "up"]).expect("the tap up");
 }
 
-/// A packet socket bound to interface `name`, seeing every frame on it.
-fn packet_socket(name: &str) -> OwnedFd {
-    let all = (libc::ETH_P_ALL as u16).to_be();
-    // SAFETY: socket() has no memory arguments; the result is checked.
-    let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW, all as libc::c_int) };
-    check(fd, "packet socket");
-    // SAFETY: `fd` is a new socket owned here.
-    let sock = unsafe { OwnedFd::from_raw_fd(fd) };
-    let cname = std::ffi::CString::new(name).unwrap();
-    // SAFETY: a NUL-terminated name.
-    let index = unsafe { libc::if_nametoindex(cname.as_ptr()) };
-    assert!(index > 0, "no interface {name}");
-    // SAFETY: sockaddr_ll is plain C data; all zeroes is valid.
-    let mut addr: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
-    addr.sll_family = libc::AF_PACKET as u16;
-    addr.sll_protocol = all;
-    addr.sll_ifindex = index as i32;
-    // SAFETY: bind reads one sockaddr_ll of the given size.
-    check(
-        unsafe {
-            libc::bind(
-                sock.as_raw_fd(),
-                (&addr as *const libc::sockaddr_ll).cast(),
-                std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
-            )
-        },
-        "bind packet socket",
-    );
-    // Room for a whole burst of frames (as root, beyond net.core.rmem_max).
-    let rcvbuf: libc::c_int = 4 << 20;
-    // SAFETY: setsockopt reads one c_int.
-    check(
-        unsafe {
-            libc::setsockopt(
-                sock.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_RCVBUFFORCE,
-                (&rcvbuf as *const libc::c_int).cast(),
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-            )
-        },
-        "SO_RCVBUFFORCE",
-    );
-    let timeout = libc::timeval {
-        tv_sec: 1,
-        tv_usec: 0,
-    };
-    // SAFETY: setsockopt reads one timeval.
-    check(
-        unsafe {
-            libc::setsockopt(
-                sock.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_RCVTIMEO,
-                (&timeout as *const libc::timeval).cast(),
-                std::mem::size_of::<libc::timeval>() as libc::socklen_t,
-            )
-        },
-        "SO_RCVTIMEO",
-    );
-    sock
+/// A packet socket bound to interface `name`, seeing every frame on it (room for a whole burst,
+/// a receive waits at most a second).
+fn packet_socket(name: &str) -> File {
+    File::from(
+        rox_nic::sys::net::packet_socket(name, 4 << 20, Duration::from_secs(1))
+            .unwrap_or_else(|e| panic!("a packet socket on {name}: {e}")),
+    )
+}
+
+/// Sends `frame` out of the interface `wire` is bound to, whole.
+fn send(mut wire: &File, frame: &[u8]) {
+    let n = wire.write(frame).expect("send on the tap");
+    assert_eq!(n, frame.len(), "sent whole");
+}
+
+/// The next frame on `wire`.
+fn recv(mut wire: &File) -> Vec<u8> {
+    let mut buf = [0u8; 2048];
+    let n = wire.read(&mut buf).expect("a frame from the port");
+    buf[..n].to_vec()
 }
 
 fn test_frame(dst: [u8; 6], src: [u8; 6], tag: &[u8]) -> Vec<u8> {
@@ -158,14 +85,11 @@ fn make_tap() -> std::io::Result<()> {
 }
 
 /// The next frame with the test ethertype on `wire` (the kernel sends its own frames too).
-fn next_test_frame(wire: &OwnedFd) -> Vec<u8> {
-    let mut buf = [0u8; 2048];
+fn next_test_frame(wire: &File) -> Vec<u8> {
     loop {
-        // SAFETY: recv writes at most `buf.len()` bytes into `buf`.
-        let n = unsafe { libc::recv(wire.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
-        check(n as libc::c_int, "a frame from the port");
-        if buf[12..14] == ETHERTYPE_TEST {
-            return buf[..n as usize].to_vec();
+        let f = recv(wire);
+        if f[12..14] == ETHERTYPE_TEST {
+            return f;
         }
     }
 }
@@ -193,9 +117,7 @@ fn tap_port_reads_the_mtu_and_moves_frames_both_ways() {
         let wire = packet_socket(TAP);
         // Interface -> port.
         let inbound = test_frame(PORT_MAC, PEER_MAC, b"to the port");
-        // SAFETY: send reads `inbound`.
-        let n = unsafe { libc::send(wire.as_raw_fd(), inbound.as_ptr().cast(), inbound.len(), 0) };
-        check(n as libc::c_int, "send on the tap");
+        send(&wire, &inbound);
         let give_up = Instant::now() + Duration::from_secs(5);
         'found: loop {
             assert!(Instant::now() < give_up, "the port never saw the frame");
@@ -214,16 +136,7 @@ fn tap_port_reads_the_mtu_and_moves_frames_both_ways() {
         let outbound = test_frame(PEER_MAC, PORT_MAC, b"from the port");
         port.queue_frame(&outbound);
         assert_eq!(port.flush(), 1);
-        let mut buf = [0u8; 2048];
-        loop {
-            // SAFETY: recv writes at most `buf.len()` bytes into `buf`.
-            let n = unsafe { libc::recv(wire.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
-            check(n as libc::c_int, "the frame from the port");
-            if buf[12..14] == ETHERTYPE_TEST {
-                assert_eq!(&buf[..n as usize], &outbound[..]);
-                break;
-            }
-        }
+        assert_eq!(next_test_frame(&wire), outbound);
         Ok(())
     });
 }
@@ -240,9 +153,7 @@ fn bursts_both_ways(io: TapIo) -> std::io::Result<()> {
     const BURST: u32 = 300;
     for i in 0..BURST {
         let f = test_frame(PORT_MAC, PEER_MAC, &i.to_be_bytes());
-        // SAFETY: send reads `f`.
-        let n = unsafe { libc::send(wire.as_raw_fd(), f.as_ptr().cast(), f.len(), 0) };
-        check(n as libc::c_int, "send on the tap");
+        send(&wire, &f);
     }
     let mut seen = Vec::new();
     let give_up = Instant::now() + Duration::from_secs(10);

@@ -1,5 +1,6 @@
 //! Network system calls with C structures: tap interfaces (`ifreq` ioctls), socket options,
-//! batched datagram I/O (`recvmmsg`/`sendmmsg`) and network namespaces.
+//! batched datagram I/O (`recvmmsg`/`sendmmsg`), network namespaces, and (test kit) a packet
+//! socket on an interface.
 
 use std::fs::File;
 use std::io::ErrorKind;
@@ -248,6 +249,75 @@ pub fn unshare_network_namespace() -> std::io::Result<()> {
         return Err(std::io::Error::last_os_error());
     }
     Ok(())
+}
+
+/// A raw packet socket (AF_PACKET, every ethertype) bound to interface `name`, so it sees every
+/// frame on it and sends whole Ethernet frames out of it: the host tests' far side of a tap
+/// (test kit only: the device never opens one). `rcvbuf` bytes of receive buffer
+/// (SO_RCVBUFFORCE: CAP_NET_ADMIN, beyond net.core.rmem_max); a receive waits at most
+/// `timeout` (SO_RCVTIMEO), then fails with WouldBlock. Read and write it as a `File`.
+#[cfg(any(test, feature = "testkit"))]
+pub fn packet_socket(
+    name: &str,
+    rcvbuf: libc::c_int,
+    timeout: std::time::Duration,
+) -> std::io::Result<OwnedFd> {
+    let all = (libc::ETH_P_ALL as u16).to_be();
+    let index = {
+        let cname = std::ffi::CString::new(name).map_err(std::io::Error::other)?;
+        // SAFETY: a NUL-terminated name that lives across the call.
+        unsafe { libc::if_nametoindex(cname.as_ptr()) }
+    };
+    if index == 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: socket() has no memory arguments; the result is checked.
+    let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW, libc::c_int::from(all)) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a new socket, owned from here on.
+    let sock = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: sockaddr_ll is plain C data; all zeroes is valid.
+    let mut addr: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+    addr.sll_family = libc::AF_PACKET as u16;
+    addr.sll_protocol = all;
+    addr.sll_ifindex = index as i32;
+    // SAFETY: bind reads one sockaddr_ll of the size given.
+    let bound = unsafe {
+        libc::bind(
+            sock.as_raw_fd(),
+            (&addr as *const libc::sockaddr_ll).cast(),
+            std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+        )
+    };
+    if bound != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    set_int_option(
+        sock.as_raw_fd(),
+        libc::SOL_SOCKET,
+        libc::SO_RCVBUFFORCE,
+        rcvbuf,
+    )?;
+    let tv = libc::timeval {
+        tv_sec: timeout.as_secs() as libc::time_t,
+        tv_usec: timeout.subsec_micros() as libc::suseconds_t,
+    };
+    // SAFETY: setsockopt reads one timeval that lives across the call.
+    let r = unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVTIMEO,
+            (&tv as *const libc::timeval).cast(),
+            std::mem::size_of::<libc::timeval>() as libc::socklen_t,
+        )
+    };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(sock)
 }
 
 #[cfg(test)]
