@@ -9,13 +9,11 @@
 //! The control case writes the owner byte before the payload (the order a missing fence or a
 //! reordering compiler would produce) and must be caught: it shows the checker can fail.
 //! `ROX_ORDER_ITERATIONS=N` runs more iterations.
-// The consumer side plays the guest's CPU on raw shared memory: what rox-nic itself never does.
-#![allow(unsafe_code)]
 
-use rox_nic::dma::{GuestMemory, MappedRegion};
+use rox_nic::dma::{from_bytes, GuestMemory, MappedRegion};
+use rox_nic::sys::shm::{sealed_memfd, SharedMapping};
 use rox_uapi::queue::{owner_for, Cqe, CQE_SIZE};
 use std::fs::File;
-use std::os::fd::FromRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -32,66 +30,35 @@ fn payload_byte(seq: u64, i: usize) -> u8 {
 }
 
 fn memfd() -> File {
-    // SAFETY: a fresh memfd; the result is checked.
-    let fd = unsafe { libc::memfd_create(c"rox-order-test".as_ptr(), libc::MFD_CLOEXEC) };
-    assert!(fd >= 0, "memfd_create");
-    // SAFETY: fd is a new descriptor we own.
-    let file = unsafe { File::from_raw_fd(fd) };
-    file.set_len(SIZE as u64).unwrap();
-    file
+    sealed_memfd(c"rox-order-test", SIZE as u64).expect("memfd")
 }
 
-/// The guest's view: its own shared mapping of the same memory.
-struct GuestView {
-    base: *mut u8,
-}
-
-// SAFETY: shared memory read through raw pointers and atomics only.
-unsafe impl Send for GuestView {}
+/// The guest's view: its own shared mapping of the same memory (the sys layer's, as the cable's
+/// peer maps its rings).
+struct GuestView(SharedMapping);
 
 impl GuestView {
     fn map(file: &File) -> GuestView {
-        use std::os::fd::AsRawFd;
-        // SAFETY: a new shared mapping of a memfd of SIZE bytes; checked.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                SIZE,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                file.as_raw_fd(),
-                0,
-            )
-        };
-        assert!(p != libc::MAP_FAILED, "mmap");
-        GuestView { base: p as *mut u8 }
+        GuestView(SharedMapping::map(file, SIZE).expect("mmap"))
     }
 
     fn owner(&self, ci: u32) -> &AtomicU8 {
-        let at = (ci % DEPTH) as usize * CQE_SIZE + CQE_SIZE - 1;
-        // SAFETY: inside the mapping; AtomicU8 has u8's layout.
-        unsafe { &*(self.base.add(at) as *const AtomicU8) }
+        self.0
+            .atomic_u8((ci % DEPTH) as usize * CQE_SIZE + CQE_SIZE - 1)
     }
 
     fn cqe(&self, ci: u32) -> Cqe {
-        let at = (ci % DEPTH) as usize * CQE_SIZE;
-        // SAFETY: inside the mapping; Cqe is plain integers (librox reads it the same way).
-        unsafe { (self.base.add(at) as *const Cqe).read_volatile() }
+        let mut bytes = [0u8; CQE_SIZE];
+        assert!(self.0.read((ci % DEPTH) as usize * CQE_SIZE, &mut bytes));
+        from_bytes(&bytes)
     }
 
     fn payload(&self, slot: u32) -> Vec<u8> {
-        let at = RING_BYTES + slot as usize * PAYLOAD;
-        // SAFETY: inside the mapping; volatile so each byte is really read from memory.
-        (0..PAYLOAD)
-            .map(|i| unsafe { self.base.add(at + i).read_volatile() })
-            .collect()
-    }
-}
-
-impl Drop for GuestView {
-    fn drop(&mut self) {
-        // SAFETY: our mapping.
-        unsafe { libc::munmap(self.base as *mut libc::c_void, SIZE) };
+        let mut bytes = vec![0u8; PAYLOAD];
+        assert!(self
+            .0
+            .read(RING_BYTES + slot as usize * PAYLOAD, &mut bytes));
+        bytes
     }
 }
 

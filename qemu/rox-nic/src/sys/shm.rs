@@ -119,6 +119,15 @@ impl SharedMapping {
         self.len == 0
     }
 
+    /// The byte at `offset` (inside the mapping) as an atomic: e.g. a ring entry's owner byte,
+    /// loaded with acquire as a consumer of the ring does.
+    pub fn atomic_u8(&self, offset: usize) -> &AtomicU8 {
+        assert!(offset < self.len, "atomic at {offset} out of the mapping");
+        // SAFETY: in bounds (checked above); AtomicU8 has u8's size and alignment; the mapping
+        // lives as long as `self`, and an AtomicU8 tolerates concurrent access.
+        unsafe { &*self.base.add(offset).cast::<AtomicU8>() }
+    }
+
     /// The 32-bit atomic at byte `offset` (4-aligned, inside the mapping).
     pub fn atomic_u32(&self, offset: usize) -> &AtomicU32 {
         assert!(
