@@ -1,6 +1,6 @@
 //! Data path through the chassis, completion and shared receive queues: CQEs, completion
 //! events and MSI-X, arming, overflow and resizing, SRQs (limit events, LAST_WQE_REACHED,
-//! resizing), and the idle data path woken by a doorbell.
+//! resizing), and the idle data path woken by a doorbell; its naps' timer slack.
 
 use rox_nic::testkit::loopback::{async_events, pair, ALL_ACCESS, BUF, PD};
 use rox_nic::testkit::*;
@@ -116,6 +116,27 @@ fn idle_device_sleeps_and_doorbell_wakes_it() {
     assert_eq!(d.wait_cqe(&mut cq).wr_id, 2);
     let stats = d.query_stats();
     assert!(stats[STAT_WAKEUPS] >= 2);
+}
+
+#[test]
+fn the_data_path_naps_with_a_timer_slack_of_about_a_microsecond() {
+    // A nap ends up to the thread's timer slack late (50 µs for a normal thread), and a
+    // doorbell stored during a nap waits for its end: the data path tightens its own slack.
+    let d = TestDriver::new(DeviceConfig::new([2, 0, 0, 0, 0, 3]));
+    let start = std::time::Instant::now();
+    let slack = loop {
+        let ns = d
+            .shared()
+            .nap_timer_slack_ns
+            .load(std::sync::atomic::Ordering::Relaxed);
+        if ns != 0 {
+            break Duration::from_nanos(ns);
+        }
+        assert!(start.elapsed() < TIMEOUT, "the data path never started");
+        std::thread::sleep(Duration::from_millis(1));
+    };
+    assert_eq!(slack, rox_nic::device::datapath::NAP_TIMER_SLACK);
+    assert!(slack <= Duration::from_micros(1), "{slack:?}");
 }
 
 #[test]

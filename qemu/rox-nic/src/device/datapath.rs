@@ -42,8 +42,8 @@ use crate::sys;
 
 use admin_queue::AdminQueue;
 use sched::TxScheduler;
-pub use spin::SPIN_PERIOD;
 use spin::{Backoff, Expectation, Step};
+pub use spin::{NAP_TIMER_SLACK, SPIN_PERIOD};
 pub use sq::decode_send;
 
 pub use super::admin::DEVICE_CAPS;
@@ -154,6 +154,7 @@ impl DataPath {
     }
 
     pub fn run(mut self) {
+        self.set_nap_timer_slack();
         self.shared.status.fetch_or(STATUS_READY, Ordering::AcqRel);
         let mut last_work = Instant::now();
         loop {
@@ -225,6 +226,18 @@ impl DataPath {
         }
         if let Some(p) = &mut self.port {
             let _ = p.flush_capture();
+        }
+    }
+
+    /// Lets this thread's naps end when asked ([`spin::NAP_TIMER_SLACK`]) and records the
+    /// slack it got. A refusal leaves the default slack: naps end later, nothing breaks.
+    fn set_nap_timer_slack(&self) {
+        if let Err(e) = sys::poll::set_timer_slack(spin::NAP_TIMER_SLACK) {
+            log::warn!("rox-nic: data path keeps its default timer slack: {e}");
+        }
+        if let Ok(slack) = sys::poll::timer_slack() {
+            let ns = u64::try_from(slack.as_nanos()).unwrap_or(u64::MAX);
+            self.shared.nap_timer_slack_ns.store(ns, Ordering::Relaxed);
         }
     }
 
