@@ -42,8 +42,8 @@ use crate::sys;
 
 use admin_queue::AdminQueue;
 use sched::TxScheduler;
+pub use spin::SPIN_PERIOD;
 use spin::{Backoff, Expectation, Step};
-pub use spin::{NAP_TIMER_SLACK, SPIN_PERIOD};
 pub use sq::decode_send;
 
 pub use super::admin::DEVICE_CAPS;
@@ -74,6 +74,8 @@ pub struct DataPath {
     cc: CcConfig,
     /// When a pass without work spins, naps or goes idle.
     backoff: Backoff,
+    /// The timer slack this thread sets for its naps (None: the thread's default).
+    nap_slack: Option<Duration>,
     /// The port's own count of frames sent, as far as `STAT_PORT_TX_FRAMES` has it.
     port_tx_seen: u64,
     /// The port's own count of frames lost, as far as the port's discards counter has it.
@@ -141,6 +143,7 @@ impl DataPath {
                 expect_spin: cfg.expect_spin,
                 idle_after: cfg.idle_after,
             },
+            nap_slack: cfg.nap_slack,
             port_tx_seen: 0,
             port_drops_seen: 0,
             port_gso_refused_seen: 0,
@@ -229,11 +232,13 @@ impl DataPath {
         }
     }
 
-    /// Lets this thread's naps end when asked ([`spin::NAP_TIMER_SLACK`]) and records the
-    /// slack it got. A refusal leaves the default slack: naps end later, nothing breaks.
+    /// Sets this thread's timer slack (how late its naps may end) as configured, and records
+    /// the slack it has. A refusal leaves the default slack: naps end later, nothing breaks.
     fn set_nap_timer_slack(&self) {
-        if let Err(e) = sys::poll::set_timer_slack(spin::NAP_TIMER_SLACK) {
-            log::warn!("rox-nic: data path keeps its default timer slack: {e}");
+        if let Some(slack) = self.nap_slack {
+            if let Err(e) = sys::poll::set_timer_slack(slack) {
+                log::warn!("rox-nic: data path keeps its default timer slack: {e}");
+            }
         }
         if let Ok(slack) = sys::poll::timer_slack() {
             let ns = u64::try_from(slack.as_nanos()).unwrap_or(u64::MAX);

@@ -27,12 +27,6 @@ use std::time::Duration;
 pub const SPIN_PERIOD: Duration = Duration::from_micros(10);
 /// Longest nap between polls while backing off (before going idle).
 pub const MAX_NAP: Duration = Duration::from_micros(500);
-/// The data-path thread's timer slack: how much later than asked the kernel may end a nap.
-/// A doorbell stored during a nap is seen only when the nap ends, and a normal thread's
-/// default slack (50 µs) is as long as the naps themselves: traced naps asked 58 µs and took
-/// 153 (docs/debugging.md). Idle sleeps have no timeout, so a tight slack costs an idle
-/// device nothing.
-pub const NAP_TIMER_SLACK: Duration = Duration::from_micros(1);
 
 /// The next step of a pass that found no work.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
