@@ -75,6 +75,13 @@ struct Args {
     /// worse (docs/benchmarks.md). Default: $ROX_NIC_EXPECT_SPIN_US, else 0.
     #[arg(long)]
     expect_spin_us: Option<u64>,
+    /// The data-path thread's timer slack in µs: how much later than asked the kernel may end
+    /// a nap (a doorbell stored during a nap is seen when it ends); 0 keeps the thread's own
+    /// (50 µs). For a host with cores to spare: where the guests' vCPUs take every core, 1 µs
+    /// made latency worse (docs/benchmarks.md, "Session 10"). Default: $ROX_NIC_NAP_SLACK_US,
+    /// else 0.
+    #[arg(long)]
+    nap_slack_us: Option<u64>,
     /// How FLUSH requests this device sends carry their ICRC: `iba` (the spec), or `rxe` (as
     /// Linux rdma_rxe computes it, which an rxe responder requires; docs/interop.md). Received
     /// FLUSH requests are accepted with either. Default: $ROX_NIC_FLUSH_ICRC, else `iba`.
@@ -249,6 +256,8 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         SPIN_PERIOD.as_micros() as u64,
     )?;
     config.expect_spin = micros_arg(args.expect_spin_us, "ROX_NIC_EXPECT_SPIN_US", 0)?;
+    let slack = micros_arg(args.nap_slack_us, "ROX_NIC_NAP_SLACK_US", 0)?;
+    config.nap_slack = (!slack.is_zero()).then_some(slack);
     config.flush_icrc = flush;
     config.cc = cc;
     let mut nic = RoxNic::new(config)?;

@@ -1,6 +1,6 @@
 //! Data path through the chassis, completion and shared receive queues: CQEs, completion
 //! events and MSI-X, arming, overflow and resizing, SRQs (limit events, LAST_WQE_REACHED,
-//! resizing), and the idle data path woken by a doorbell.
+//! resizing), and the idle data path woken by a doorbell; its naps' timer slack.
 
 use rox_nic::testkit::loopback::{async_events, pair, ALL_ACCESS, BUF, PD};
 use rox_nic::testkit::*;
@@ -116,6 +116,42 @@ fn idle_device_sleeps_and_doorbell_wakes_it() {
     assert_eq!(d.wait_cqe(&mut cq).wr_id, 2);
     let stats = d.query_stats();
     assert!(stats[STAT_WAKEUPS] >= 2);
+}
+
+/// The data path's timer slack as it read it back when it started.
+fn data_path_slack(d: &TestDriver) -> Duration {
+    let start = std::time::Instant::now();
+    loop {
+        let ns = d
+            .shared()
+            .nap_timer_slack_ns
+            .load(std::sync::atomic::Ordering::Relaxed);
+        if ns != 0 {
+            return Duration::from_nanos(ns);
+        }
+        assert!(start.elapsed() < TIMEOUT, "the data path never started");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+#[test]
+fn the_data_path_naps_with_the_timer_slack_configured() {
+    // A nap ends up to the thread's timer slack late, and a doorbell stored during a nap waits
+    // for its end: `nap_slack` sets the data-path thread's own slack, and only its own.
+    let mine = rox_nic::sys::poll::timer_slack().unwrap();
+    assert_ne!(
+        mine,
+        Duration::from_micros(1),
+        "a test thread of another slack"
+    );
+    let mut cfg = DeviceConfig::new([2, 0, 0, 0, 0, 3]);
+    cfg.nap_slack = Some(Duration::from_micros(1));
+    let d = TestDriver::new(cfg);
+    assert_eq!(data_path_slack(&d), Duration::from_micros(1));
+    assert_eq!(rox_nic::sys::poll::timer_slack().unwrap(), mine);
+    // By default the thread keeps the slack it was born with (its creator's).
+    let d = TestDriver::new(DeviceConfig::new([2, 0, 0, 0, 0, 4]));
+    assert_eq!(data_path_slack(&d), mine);
 }
 
 #[test]

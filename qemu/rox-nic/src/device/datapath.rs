@@ -74,6 +74,8 @@ pub struct DataPath {
     cc: CcConfig,
     /// When a pass without work spins, naps or goes idle.
     backoff: Backoff,
+    /// The timer slack this thread sets for its naps (None: the thread's default).
+    nap_slack: Option<Duration>,
     /// The port's own count of frames sent, as far as `STAT_PORT_TX_FRAMES` has it.
     port_tx_seen: u64,
     /// The port's own count of frames lost, as far as the port's discards counter has it.
@@ -141,6 +143,7 @@ impl DataPath {
                 expect_spin: cfg.expect_spin,
                 idle_after: cfg.idle_after,
             },
+            nap_slack: cfg.nap_slack,
             port_tx_seen: 0,
             port_drops_seen: 0,
             port_gso_refused_seen: 0,
@@ -154,6 +157,7 @@ impl DataPath {
     }
 
     pub fn run(mut self) {
+        self.set_nap_timer_slack();
         self.shared.status.fetch_or(STATUS_READY, Ordering::AcqRel);
         let mut last_work = Instant::now();
         loop {
@@ -225,6 +229,20 @@ impl DataPath {
         }
         if let Some(p) = &mut self.port {
             let _ = p.flush_capture();
+        }
+    }
+
+    /// Sets this thread's timer slack (how late its naps may end) as configured, and records
+    /// the slack it has. A refusal leaves the default slack: naps end later, nothing breaks.
+    fn set_nap_timer_slack(&self) {
+        if let Some(slack) = self.nap_slack {
+            if let Err(e) = sys::poll::set_timer_slack(slack) {
+                log::warn!("rox-nic: data path keeps its default timer slack: {e}");
+            }
+        }
+        if let Ok(slack) = sys::poll::timer_slack() {
+            let ns = u64::try_from(slack.as_nanos()).unwrap_or(u64::MAX);
+            self.shared.nap_timer_slack_ns.store(ns, Ordering::Relaxed);
         }
     }
 

@@ -54,6 +54,12 @@ pub struct DeviceConfig {
     /// How long the data path keeps polling after its last work while an answer is expected
     /// (zero: off, the default; `datapath/spin.rs`).
     pub expect_spin: std::time::Duration,
+    /// The data-path thread's timer slack, how much later than asked the kernel may end a nap
+    /// (a doorbell stored during a nap is seen when it ends); None, the default, keeps the
+    /// thread's own (50 µs for a normal thread). A 1 µs slack made latency worse on a 2-core
+    /// host whose guests' vCPUs take every core: naps that end on time wake the device more
+    /// often, and each wake takes a core from a vCPU (docs/benchmarks.md, "Session 10").
+    pub nap_slack: Option<std::time::Duration>,
     /// The ICRC of the FLUSH requests the device sends (rdma_rxe's for an rxe peer).
     pub flush_icrc: crate::roce::wire::FlushIcrc,
     /// Congestion control (ECN, CNPs, DCQCN): on by default, as mlx5's RoCE.
@@ -75,6 +81,7 @@ impl DeviceConfig {
             idle_after: DEFAULT_IDLE_AFTER,
             spin: datapath::SPIN_PERIOD,
             expect_spin: std::time::Duration::ZERO,
+            nap_slack: None,
             flush_icrc: crate::roce::wire::FlushIcrc::Iba,
             cc: crate::roce::cc::CcConfig::default(),
         }
@@ -122,6 +129,9 @@ pub struct Shared {
     pub loop_work_passes: AtomicU64,
     /// Naps on the fds between polls while backing off (not the idle sleeps: STAT_WAKEUPS).
     pub loop_naps: AtomicU64,
+    /// The data-path thread's timer slack in ns as it read it back when it started (how late
+    /// a nap may end: `DeviceConfig::nap_slack` unless the kernel refused it; 0 before start).
+    pub nap_timer_slack_ns: AtomicU64,
     /// Guest RAM; replaced as a whole on DMA_MAP/UNMAP (the data path snapshots the Arc).
     pub mem: RwLock<Arc<GuestMemory>>,
     /// MSI-X eventfds by vector (from SET_IRQS).
@@ -207,6 +217,7 @@ impl RoxNic {
             loop_passes: AtomicU64::new(0),
             loop_work_passes: AtomicU64::new(0),
             loop_naps: AtomicU64::new(0),
+            nap_timer_slack_ns: AtomicU64::new(0),
             mem: RwLock::new(Arc::new(GuestMemory::default())),
             irqs: Mutex::new((0..MSIX_VECTORS).map(|_| None).collect()),
             doorbells: DoorbellBar::new().map_err(DeviceError::Doorbells)?,

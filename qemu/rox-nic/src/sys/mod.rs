@@ -9,7 +9,7 @@
 //! - [`fd`]: eventfds and memfds;
 //! - [`net`]: tap interfaces, socket options, batched datagram I/O, network namespaces;
 //! - [`shm`]: sealed memfds, shared mappings, descriptor passing, epoll sets (the cable);
-//! - [`poll`]: sleeping on file descriptors (`ppoll`);
+//! - [`poll`]: sleeping on file descriptors (`ppoll`), the thread's timer slack;
 //! - [`uring`]: io_uring for a port's frames (bursts of writes, an armed multishot read);
 //! - [`crc32`]: the ICRC's CRC-32 over long runs, folded with carry-less multiplication.
 #![allow(unsafe_code)]

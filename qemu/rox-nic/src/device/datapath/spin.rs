@@ -11,7 +11,10 @@
 //!   turn after its CQE).
 //!
 //! The spin is bounded by the time since the last work, not by a count of events, so an idle
-//! device (nothing arrives, nothing in flight) naps and then sleeps as before. The longer spin
+//! device (nothing arrives, nothing in flight) naps and then sleeps as before. A nap ends up
+//! to the thread's timer slack late (the kernel's 50 µs unless `--nap-slack-us` sets it: a
+//! 1 µs slack woke the device three times as often and made latency worse on a 2-core host,
+//! docs/benchmarks.md "Session 10"). The longer spin
 //! is off by default because a spinning device holds a core: with two guests' busy vCPUs
 //! and two rox-nics on 2 cores, a crossing waited for the sender's spin to end, and
 //! ib_send_lat got worse in every A/B run (docs/benchmarks.md, "What a crossing waits for").
