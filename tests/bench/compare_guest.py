@@ -31,8 +31,11 @@ import time
 
 sys.path.insert(0, "/rox/tests/interop")
 sys.path.insert(0, "/rox/tests/lib")
+sys.path.insert(0, "/rox/tests/bench")
 from cases import NOT_LISTENING, roce_v2_gid_index, sh  # noqa: E402  (shared with interop)
+import compare_counters  # noqa: E402  (tests/bench/compare_counters.py: the COUNTERS lines)
 import in_guest  # noqa: E402  (tests/lib/in_guest.py: the lab's addresses, device ports)
+import rdma_tool  # noqa: E402  (tests/lib/rdma_tool.py: `rdma statistic` as a dict)
 
 BASE_PORT = 22000
 BW_BYTES_PER_STEP = 512 << 20
@@ -150,8 +153,38 @@ def show_failure(who, cmd, rc, out):
         print(f"  {line}", flush=True)
 
 
+def device_counters(dev):
+    """{name: value} of rox device `dev`'s port counters and its PMA's port_xmit_discards, or
+    None when they cannot be read (the step still runs; its COUNTERS line says so)."""
+    try:
+        values = rdma_tool.port_counters(dev)
+        with open(f"/sys/class/infiniband/{dev}/ports/1/counters/port_xmit_discards") as f:
+            values["port_xmit_discards"] = int(f.read())
+        return values
+    except (rdma_tool.ToolError, OSError, ValueError) as e:
+        print(f"bench: cannot read {dev}'s counters: {e}", flush=True)
+        return None
+
+
 def step(n, role, key, col, tmpl, parse, server, client, timeout):
-    """Runs one step as `role` (server, client or both for loopback). Returns False on failure."""
+    """Runs one step as `role` (server, client or both for loopback) and prints what the
+    counters of the rox devices on this guest's side of it moved by. Returns False on failure."""
+    sides = {"server": [("server", server.dev)], "client": [("client", client.dev)],
+             "both": [("server", server.dev), ("client", client.dev)]}[role]
+    if role == "both" and server.dev == client.dev:
+        sides = [("both", server.dev)]
+    sides = [(side, dev) for side, dev in sides if dev.startswith("rox")]
+    before = [device_counters(dev) for _, dev in sides]
+    ok = run_step(n, role, key, col, tmpl, parse, server, client, timeout)
+    for (side, dev), b in zip(sides, before):
+        a = device_counters(dev)
+        deltas = compare_counters.moved(b, a) if a is not None and b is not None else None
+        print(compare_counters.line(key, col, side, dev, deltas), flush=True)
+    return ok
+
+
+def run_step(n, role, key, col, tmpl, parse, server, client, timeout):
+    """Runs one step as `role`. Returns False on failure."""
     port = BASE_PORT + n
     srv_cmd = tmpl.format(dev=server.dev, gid=server.gid, port=port)
     cli_cmd = tmpl.format(dev=client.dev, gid=client.gid, port=port) + f" {server.ip}"

@@ -233,6 +233,9 @@ impl Runner {
         for h in self.helpers.iter_mut().rev() {
             h.proc.stop(Duration::from_secs(3));
         }
+        if self.namespaces.contains(&self.ns) {
+            self.report_taps();
+        }
         for ns in self.namespaces.drain(..).rev() {
             if let Err(e) = host::remove_netns(&ns) {
                 eprintln!("rox-lab: {e:#}");
@@ -284,6 +287,26 @@ impl Runner {
         let fwd4 = host::snmp_field(&read("/proc/net/snmp"), "Ip", "ForwDatagrams").unwrap_or(0);
         let fwd6 = host::snmp6_field(&read("/proc/net/snmp6"), "Ip6OutForwDatagrams").unwrap_or(0);
         eprintln!("rox-lab: router forwarded {fwd4} IPv4 and {fwd6} IPv6 datagrams");
+    }
+
+    /// What each rox NIC's tap moved and dropped, for benchmarks to tell a slow run from one
+    /// whose frames were lost on the way (printed as `rox-lab: tap g0n0: ...`). The tap's rx is
+    /// what rox-nic wrote, its tx what the bridge queued for rox-nic to read; tx dropped counts
+    /// what did not fit that queue. A segmentation-offload request counts once.
+    fn report_taps(&self) {
+        for nic in self.lab.guests.iter().flat_map(|g| &g.nics) {
+            if nic.kind != NicKind::Rox || nic.cable.is_some() {
+                continue;
+            }
+            let mut cat = in_netns(&self.ns, "cat");
+            for what in TAP_STATS {
+                cat.arg(format!("/sys/class/net/{}/statistics/{what}", nic.tap));
+            }
+            let text = host::run(&mut cat)
+                .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+                .unwrap_or_default();
+            eprintln!("rox-lab: tap {}: {}", nic.tap, tap_report(&text));
+        }
     }
 
     /// Exit status from the guests' recorded statuses; explains guests that failed.
@@ -352,6 +375,22 @@ impl Runner {
     }
 }
 
+/// The tap statistics [`Runner::report_taps`] reads, in the order it names them.
+const TAP_STATS: [&str; 4] = ["rx_packets", "tx_packets", "rx_dropped", "tx_dropped"];
+
+/// `rx N packets, tx N packets, rx dropped N, tx dropped N` from `cat`'s lines in
+/// [`TAP_STATS`] order; `unreadable` when they are not all there.
+fn tap_report(cat_output: &str) -> String {
+    let values: Vec<&str> = cat_output.split_whitespace().collect();
+    if values.len() != TAP_STATS.len() || values.iter().any(|v| v.parse::<u64>().is_err()) {
+        return "statistics unreadable".to_string();
+    }
+    format!(
+        "rx {} packets, tx {} packets, rx dropped {}, tx dropped {}",
+        values[0], values[1], values[2], values[3]
+    )
+}
+
 /// The panics in a Rust program's output: each `thread '…' panicked at FILE:LINE:COL:` line
 /// with the message line that follows it.
 fn panic_messages(log: &str) -> Vec<String> {
@@ -379,5 +418,15 @@ mod tests {
             ["  thread 'rox-datapath' panicked at src/x.rs:3:5:\n  index out of range"]
         );
         assert!(panic_messages("INFO all fine\n").is_empty());
+    }
+
+    #[test]
+    fn tap_statistics_are_named_or_called_unreadable() {
+        assert_eq!(
+            tap_report("16400\n1024\n0\n37\n"),
+            "rx 16400 packets, tx 1024 packets, rx dropped 0, tx dropped 37"
+        );
+        assert_eq!(tap_report("16400\n1024\n"), "statistics unreadable");
+        assert_eq!(tap_report(""), "statistics unreadable");
     }
 }

@@ -9,10 +9,12 @@
 //! - plain `read`/`writev`, one system call per frame: where io_uring is missing (an old
 //!   kernel, a seccomp filter, `kernel.io_uring_disabled`), or when `ROX_TAP_IO=plain` asks.
 //!
-//! With io_uring and `ROX_TAP_GSO=on`, the tap also takes and makes UDP segmentation-offload
-//! frames (IFF_VNET_HDR, TUNSETOFFLOAD USO4/USO6, Linux 6.2 on; [`gso`]): a run of a QP's
-//! frames crosses a bridge as one packet of up to 64 KiB. Off by default: whatever reads the
-//! bridge's frames raw (tcpdump, rox-peer's AF_PACKET socket) would see such packets uncut.
+//! With io_uring, the tap also takes and makes UDP segmentation-offload frames (IFF_VNET_HDR,
+//! TUNSETOFFLOAD USO4/USO6, Linux 6.2 on; [`gso`]): a run of a QP's frames crosses a bridge as
+//! one packet of up to 64 KiB. On by default (guest to guest it was 1.34-3.05x the bandwidth of
+//! frames one by one in every measured pair, docs/benchmarks.md); `ROX_TAP_GSO=off` sends
+//! frames one by one, for whatever reads the bridge's frames raw (tcpdump, rox-peer's
+//! AF_PACKET socket), which would see such packets uncut.
 
 #[cfg(feature = "fuzzing")]
 pub mod gso;
@@ -35,7 +37,7 @@ use gso::{
 const TUN_DEVICE: &str = "/dev/net/tun";
 /// Environment variable choosing a tap's back end: `auto` (default), `uring` or `plain`.
 pub const TAP_IO_ENV: &str = "ROX_TAP_IO";
-/// Environment variable turning UDP segmentation offload on a tap `on` or `off` (default).
+/// Environment variable turning UDP segmentation offload on a tap `on` (default) or `off`.
 pub const TAP_GSO_ENV: &str = "ROX_TAP_GSO";
 /// The offloads a tap with segmentation offload takes (USO needs the checksum offload).
 const TAP_OFFLOADS: libc::c_uint = libc::TUN_F_CSUM | libc::TUN_F_USO4 | libc::TUN_F_USO6;
@@ -108,18 +110,9 @@ impl Tap {
     }
 
     /// Attaches to tap `name` with back end `io` (segmentation offload as [`TAP_GSO_ENV`]
-    /// says); says in the log which one moves frames.
+    /// says, on when unset); says in the log which one moves frames.
     pub fn open_with(name: &str, io: TapIo) -> std::io::Result<Tap> {
-        let gso = match std::env::var(TAP_GSO_ENV).as_deref() {
-            Ok("on") => true,
-            Ok("off") | Ok("") | Err(_) => false,
-            Ok(other) => {
-                return Err(std::io::Error::new(
-                    ErrorKind::InvalidInput,
-                    format!("{TAP_GSO_ENV}={other:?}: want on or off"),
-                ))
-            }
-        };
+        let gso = gso_wanted(std::env::var(TAP_GSO_ENV).ok().as_deref())?;
         Tap::open_with_gso(name, io, gso)
     }
 
@@ -399,6 +392,19 @@ impl Tap {
     }
 }
 
+/// Whether [`TAP_GSO_ENV`]'s value (None: unset) asks for segmentation offload: on unless
+/// it says `off`; anything but on, off or empty is an error.
+fn gso_wanted(value: Option<&str>) -> std::io::Result<bool> {
+    match value {
+        None | Some("on") | Some("") => Ok(true),
+        Some("off") => Ok(false),
+        Some(other) => Err(std::io::Error::new(
+            ErrorKind::InvalidInput,
+            format!("{TAP_GSO_ENV}={other:?}: want on or off"),
+        )),
+    }
+}
+
 /// How long a tap another process just let go of may still be busy (milliseconds usually,
 /// longer on a loaded host).
 const ATTACH_BUSY_WAIT: Duration = Duration::from_secs(10);
@@ -508,6 +514,17 @@ pub(crate) fn settle(results: &[i32]) -> Sent {
 mod tests {
     use super::*;
     use rand::{Rng, SeedableRng};
+
+    #[test]
+    fn segmentation_offload_is_on_unless_asked_off() {
+        assert!(gso_wanted(None).unwrap(), "unset: on");
+        assert!(gso_wanted(Some("")).unwrap());
+        assert!(gso_wanted(Some("on")).unwrap());
+        assert!(!gso_wanted(Some("off")).unwrap());
+        let e = gso_wanted(Some("yes")).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidInput);
+        assert!(e.to_string().contains("want on or off"), "{e}");
+    }
 
     #[test]
     fn settle_takes_up_to_the_last_frame_that_left() {
