@@ -83,7 +83,8 @@ struct Cli {
     /// the lab's own; repeatable (docs/networking.md).
     #[arg(long = "nic-args", value_name = "G=ARGS", allow_hyphen_values = true)]
     nic_args: Vec<NicArgs>,
-    /// Capture bridge 0 with tcpdump into this pcap file.
+    /// Capture bridge 0 with tcpdump into this pcap file (the rox-nics then send frames one by
+    /// one: ROX_TAP_GSO=off).
     #[arg(long)]
     capture: Option<PathBuf>,
     /// Stop capturing after this many frames (tcpdump -c; the default takes every frame).

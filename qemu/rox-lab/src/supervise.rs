@@ -302,10 +302,13 @@ impl Runner {
             for what in TAP_STATS {
                 cat.arg(format!("/sys/class/net/{}/statistics/{what}", nic.tap));
             }
-            let text = host::run(&mut cat)
-                .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-                .unwrap_or_default();
-            eprintln!("rox-lab: tap {}: {}", nic.tap, tap_report(&text));
+            match host::run(&mut cat) {
+                Ok(o) => {
+                    let text = String::from_utf8_lossy(&o.stdout);
+                    eprintln!("rox-lab: tap {}: {}", nic.tap, tap_report(&text));
+                }
+                Err(e) => eprintln!("rox-lab: tap {}: statistics unreadable: {e}", nic.tap),
+            }
         }
     }
 

@@ -10,7 +10,7 @@
 //! on a Linux bridge, the taps once with one `read`/`writev` per frame ("bridge"), once with
 //! io_uring bursts ("bridge-uring") and once with io_uring and UDP segmentation offload, the
 //! frames addressed as RoCEv2 so runs of them cross as one request ("bridge-gso", rox-nic's
-//! tap with ROX_TAP_GSO=on). The taps and the bridge live in a network namespace private to this
+//! tap's default; ROX_TAP_GSO=off sends frames one by one). The taps and the bridge live in a network namespace private to this
 //! process (it vanishes with the process, so nothing is left behind); that part needs root.
 //! `--json` prints one JSON object per port kind instead of text (tests/bench/compare reads
 //! it).

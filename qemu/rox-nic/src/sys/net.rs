@@ -244,7 +244,7 @@ pub fn send_datagrams<const N: usize>(fd: RawFd, frames: &[FrameRef]) -> std::io
 /// per thread: threads and children it starts afterwards inherit it, the process's other
 /// threads stay where they were). A single-threaded process moves whole.
 pub fn unshare_network_namespace() -> std::io::Result<()> {
-    // SAFETY: unshare only changes this process's namespaces; no memory arguments.
+    // SAFETY: unshare only changes the calling thread's namespaces; no memory arguments.
     if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
         return Err(std::io::Error::last_os_error());
     }
