@@ -15,27 +15,20 @@
 //! application side sleep on completion events instead of yielding (see `Wait`). E.g.
 //! `ROX_BENCH_PORT=cable ROX_BENCH_MSGS=2000 ROX_BENCH_POINTS=write:8 valgrind --tool=callgrind target/release/deps/throughput-*`.
 
-use std::os::fd::AsRawFd;
-use std::time::Instant;
-
-use rox_nic::benchkit::{self, Rate, SIZES};
+use rox_nic::benchkit::stream::{Limit, Stream, Wait, MAX_WINDOW};
+use rox_nic::benchkit::{self, SIZES};
 use rox_nic::port::limit::{cable_wire, dgram_wire, port_limit, port_limit_frames};
-use rox_nic::testkit::pair::Side;
-use rox_nic::testkit::*;
+use rox_nic::testkit::LinkSpec;
 use rox_uapi::admin::{
     STAT_ACKS_SENT, STAT_RETRANSMITS, STAT_TIMEOUTS, STAT_TX_PACKETS, STAT_WAKEUPS,
 };
-use rox_uapi::queue::*;
-use rox_uapi::verbs::*;
+use rox_uapi::verbs::{WR_RDMA_WRITE, WR_SEND};
 
-const PD: u32 = 1;
-const ALL: u32 = ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE | ACCESS_REMOTE_READ;
 const MAX_MSG: u64 = 1 << 20;
 /// WQEs in flight by default (64 MiB at 1 MiB: the requester's send window keeps the wire
-/// within what the socket buffers hold); ROX_BENCH_WINDOW changes it (at most [`MAX_WINDOW`]).
+/// within what the socket buffers hold); ROX_BENCH_WINDOW changes it (at most
+/// [`MAX_WINDOW`]; the device's RC window is 256 packets).
 const WINDOW: u32 = 64;
-/// The QP's SQ and RQ hold 1024 WQEs each (`side`); the device's RC window is 256 packets.
-const MAX_WINDOW: u32 = 512;
 
 /// WQEs in flight (ROX_BENCH_WINDOW, default [`WINDOW`]).
 fn window() -> u32 {
@@ -51,151 +44,6 @@ fn window() -> u32 {
 /// ICRC 4.
 const WRITE_8B_FRAME: usize = 82;
 
-fn side(link: LinkSpec, last: u8) -> Side {
-    /// The benchmark's devices own GIDs 127.0.9.x.
-    const SUBNET: u8 = 9;
-    let mut d = port_device(link, SUBNET, last, None);
-    let cq = d.create_cq(12);
-    let (c, mut qp) = d.create_qp_cmd(QPT_RC, PD, cq.id, cq.id, rox_uapi::admin::SRQ_NONE, 10, 10);
-    qp.qpn = d.run::<rox_uapi::admin::CreateQp>(c);
-
-    let size = 2 * MAX_MSG;
-    let (buf, key) = d.buffer(PD, size, ALL);
-    Side {
-        d,
-        cq,
-        qp,
-        buf,
-        key,
-    }
-}
-
-/// When a measured point ends: after a time, or after a fixed number of messages.
-#[derive(Clone, Copy)]
-enum Limit {
-    Secs(f64),
-    Msgs(u64),
-}
-
-fn run(a: &mut Side, b: &mut Side, opcode: u8, size: u64, limit: Limit) -> Rate {
-    let (mut posted, mut done) = (0u64, 0u64);
-    let window = u64::from(window());
-    let mut recvs = 0u64;
-    let send = opcode == WR_SEND;
-    if send {
-        for _ in 0..window {
-            b.d.post_recv(&mut b.qp, recvs, &[sge(b.buf, MAX_MSG as u32, b.key)]);
-            recvs += 1;
-        }
-    }
-    let start = Instant::now();
-    let mut stop = false;
-    let mut idle_polls = 0u32;
-    let wait = Wait::from_env();
-    while !stop || done < posted {
-        // The machine may have only two cores for two device threads: the application side
-        // does not spin when it has nothing to do.
-        if idle_polls > 0 {
-            match wait {
-                Wait::Yield => std::thread::yield_now(),
-                Wait::Event if send => wait_for_cqe(&mut [&mut *a, &mut *b]),
-                Wait::Event => wait_for_cqe(&mut [&mut *a]),
-            }
-        }
-        if !stop {
-            stop = match limit {
-                Limit::Secs(secs) => start.elapsed().as_secs_f64() > secs,
-                Limit::Msgs(n) => posted >= n,
-            };
-        }
-        let before = done;
-        let mut n = 0;
-        while !stop && posted - done < window && !matches!(limit, Limit::Msgs(n) if posted >= n) {
-            let w = send_wqe(
-                posted,
-                opcode,
-                WQE_FLAG_SIGNALED,
-                &[sge(a.buf, size as u32, a.key)],
-            );
-            let w = with_rdma(w, b.buf + MAX_MSG, b.key);
-            a.d.write_send(&mut a.qp, &w);
-            posted += 1;
-            n += 1;
-        }
-        if n > 0 {
-            let qp = a.qp;
-            a.d.ring_sq(&qp);
-        }
-        while let Some(c) = a.d.poll_cq(&mut a.cq) {
-            assert_eq!(c.status, WC_SUCCESS);
-            done += 1;
-        }
-        if send {
-            while let Some(c) = b.d.poll_cq(&mut b.cq) {
-                assert_eq!(c.status, WC_SUCCESS);
-                b.d.post_recv(&mut b.qp, recvs, &[sge(b.buf, MAX_MSG as u32, b.key)]);
-                recvs += 1;
-            }
-        }
-        idle_polls = if done == before && n == 0 {
-            idle_polls + 1
-        } else {
-            0
-        };
-    }
-    let t = start.elapsed().as_secs_f64();
-    if send {
-        // Drain the receive side and its spare receive WRs.
-        while b.d.poll_cq(&mut b.cq).is_some() {}
-    }
-    Rate::new(done, size, t)
-}
-
-/// How the application side waits while it has nothing to do (ROX_BENCH_WAIT).
-#[derive(Clone, Copy)]
-enum Wait {
-    /// `sched_yield` in a loop (the default, as the numbers of earlier sessions): the thread
-    /// stays runnable; at load 13 it had a third of the process's CPU samples, most in the
-    /// system call.
-    Yield,
-    /// `event`: sleep on the CQs' completion events (a verbs application's completion
-    /// channel), leaving the cores to the device threads; the device then writes an EQE and
-    /// signals an interrupt per wait (about 350 more instructions per 8 B WRITE).
-    Event,
-}
-
-impl Wait {
-    fn from_env() -> Wait {
-        match std::env::var("ROX_BENCH_WAIT").as_deref() {
-            Ok("yield") | Err(_) => Wait::Yield,
-            Ok("event") => Wait::Event,
-            Ok(other) => panic!("ROX_BENCH_WAIT: event or yield, not {other}"),
-        }
-    }
-}
-
-/// Arms the CQs of `sides` and sleeps until one of them has a completion event (a CQE that
-/// came before the arm fires at once: the device checks) or 1 ms passed; then re-arms their
-/// completion EQs.
-fn wait_for_cqe(sides: &mut [&mut Side]) {
-    const SAFETY_NET: std::time::Duration = std::time::Duration::from_millis(1);
-    let mut fds = Vec::with_capacity(sides.len());
-    for s in sides.iter_mut() {
-        s.d.arm_cq(&mut s.cq, rox_uapi::regs::CQ_ARM_NEXT);
-        fds.push(libc::pollfd {
-            fd: s.d.vectors[COMP_EQ as usize].as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        });
-    }
-    rox_nic::sys::poll::ppoll(&mut fds, Some(SAFETY_NET));
-    for s in sides.iter_mut() {
-        s.d.vectors[COMP_EQ as usize].drain();
-        while s.d.poll_eq(COMP_EQ).is_some() {}
-        s.d.ack_eq(COMP_EQ, true);
-    }
-}
-
 /// The one-minute load average (the number is noise without it), or "?".
 fn load_average() -> String {
     std::fs::read_to_string("/proc/loadavg")
@@ -205,7 +53,7 @@ fn load_average() -> String {
 }
 
 /// The fixed-count mode (ROX_BENCH_MSGS): only the points asked for, exactly `msgs` each.
-fn run_counted(wire: Wire, a: &mut Side, b: &mut Side, msgs: u64) {
+fn run_counted(wire: Wire, p: &mut Stream, msgs: u64) {
     let points = std::env::var("ROX_BENCH_POINTS")
         .unwrap_or_else(|_| "write:4096,write:65536,send:8".into());
     for point in points.split(',') {
@@ -219,9 +67,9 @@ fn run_counted(wire: Wire, a: &mut Side, b: &mut Side, msgs: u64) {
         };
         let size: u64 = size.parse().expect("ROX_BENCH_POINTS: size in bytes");
         assert!(size <= MAX_MSG, "ROX_BENCH_POINTS: size at most {MAX_MSG}");
-        let (req0, resp0) = (a.d.query_stats(), b.d.query_stats());
-        let rate = run(a, b, opcode, size, Limit::Msgs(msgs));
-        let (req1, resp1) = (a.d.query_stats(), b.d.query_stats());
+        let (req0, resp0) = (p.a.d.query_stats(), p.b.d.query_stats());
+        let rate = p.run(opcode, size, Limit::Msgs(msgs), Wait::from_env());
+        let (req1, resp1) = (p.a.d.query_stats(), p.b.d.query_stats());
         let delta = |s1: &[u64], s0: &[u64], i: usize| s1[i] - s0[i];
         // The pair loses nothing: an ACK timeout here is a device thread that got no CPU for
         // longer than the RTO (docs/benchmarks.md), so the load goes beside it.
@@ -283,40 +131,32 @@ impl Wire {
     }
 }
 
-/// Two devices joined by `wire`, one connected RC QP each, and one 8 B WRITE done between
-/// them: the ends of a cable meet on their data-path threads, so a first message may be lost
-/// and retransmitted before anything is measured.
-fn pair(wire: Wire, dir: &std::path::Path) -> (Side, Side) {
+/// Two devices joined by `wire` (see [`Stream::new`]).
+fn pair(wire: Wire, dir: &std::path::Path) -> Stream {
     let (la, lb) = wire.links(dir, "rdma");
-    let mut a = side(la, 1);
-    let mut b = side(lb, 2);
-    let (qa, qb) = (a.qp, b.qp);
-    a.d.connect_mtu(&qa, gid_v4(127, 0, 9, 2), qb.qpn, ALL, MTU_4096);
-    b.d.connect_mtu(&qb, gid_v4(127, 0, 9, 1), qa.qpn, ALL, MTU_4096);
-    run(&mut a, &mut b, WR_RDMA_WRITE, 8, Limit::Msgs(1));
-    (a, b)
+    Stream::new(la, lb, window(), MAX_MSG)
 }
 
 /// The table of every size over `wire`, its raw limits, and the requester's and responder's
 /// packet counts.
 fn run_table(wire: Wire, secs: f64) {
     let dir = tempfile::tempdir().unwrap();
-    let (mut a, mut b) = pair(wire, dir.path());
+    let mut p = pair(wire, dir.path());
     benchkit::print_header(&format!(
         "rox-nic host benchmark: two devices, RC, {}, MTU 4096, {} WQEs in flight, {secs} s per point",
         wire.describe(),
-        window()
+        p.window()
     ));
     for size in SIZES {
-        let write = run(&mut a, &mut b, WR_RDMA_WRITE, size, Limit::Secs(secs));
-        let send = run(&mut a, &mut b, WR_SEND, size, Limit::Secs(secs));
+        let write = p.run(WR_RDMA_WRITE, size, Limit::Secs(secs), Wait::from_env());
+        let send = p.run(WR_SEND, size, Limit::Secs(secs), Wait::from_env());
         benchkit::print_row(size, write, send);
     }
     benchkit::print_footer();
-    let requester = a.d.query_stats();
-    let responder = b.d.query_stats();
+    let requester = p.a.d.query_stats();
+    let responder = p.b.d.query_stats();
     // The devices' threads would spin beside the raw measurement: gone first.
-    drop((a, b));
+    drop(p);
     let name = wire.name();
     let (ra, rb) = wire.links(dir.path(), "raw");
     let (fps, mbps) = port_limit(&ra, &rb, 9000, secs.max(0.5)).unwrap();
@@ -352,8 +192,8 @@ fn main() {
         match msgs {
             Some(msgs) => {
                 let dir = tempfile::tempdir().unwrap();
-                let (mut a, mut b) = pair(wire, dir.path());
-                run_counted(wire, &mut a, &mut b, msgs);
+                let mut p = pair(wire, dir.path());
+                run_counted(wire, &mut p, msgs);
             }
             None => run_table(wire, secs),
         }

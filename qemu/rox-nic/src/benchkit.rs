@@ -1,8 +1,11 @@
 //! What the host benchmarks share: the memcpy reference, the load average, and the one table
 //! they print (messages/s and GB/s of WRITE and SEND per message size, next to the memcpy
-//! bandwidth of the same size measured in the same run).
+//! bandwidth of the same size measured in the same run), and the message stream they measure
+//! ([`stream`]).
 
 use std::time::Instant;
+
+pub mod stream;
 
 /// Message sizes every benchmark measures: 8 B to 1 MiB.
 pub const SIZES: [u64; 7] = [8, 64, 512, 4096, 32 << 10, 256 << 10, 1 << 20];

@@ -1,0 +1,251 @@
+//! The host benchmarks' message stream: two devices on a wire, one connected RC QP each; side
+//! `a` keeps a window of signaled WRITEs or SENDs in flight to side `b`, which keeps receive
+//! WRs posted for the SENDs.
+
+use std::os::fd::AsRawFd;
+use std::time::{Duration, Instant};
+
+use rox_uapi::queue::*;
+use rox_uapi::verbs::*;
+
+use super::Rate;
+use crate::port::LinkSpec;
+use crate::testkit::pair::Side;
+use crate::testkit::*;
+
+const PD: u32 = 1;
+const ALL: u32 = ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE | ACCESS_REMOTE_READ;
+/// The devices own GIDs 127.0.9.1 and .2.
+const SUBNET: u8 = 9;
+/// The QPs' SQ and RQ hold 2^10 WQEs each, their CQ 2^12 CQEs.
+const QUEUE_LOG_DEPTH: u8 = 10;
+const CQ_LOG_DEPTH: u8 = 12;
+/// The most WQEs a stream keeps in flight: half the SQ, and the RQ holds a window of receive
+/// WRs at every point.
+pub const MAX_WINDOW: u32 = 1 << (QUEUE_LOG_DEPTH - 1);
+
+/// When a run of messages ends: after a time, or after a fixed number of messages.
+#[derive(Clone, Copy, Debug)]
+pub enum Limit {
+    Secs(f64),
+    Msgs(u64),
+}
+
+/// How the application side waits while it has nothing to do (ROX_BENCH_WAIT).
+#[derive(Clone, Copy, Debug)]
+pub enum Wait {
+    /// `sched_yield` in a loop (the default, as the numbers of earlier sessions): the thread
+    /// stays runnable; at load 13 it had a third of the process's CPU samples, most in the
+    /// system call.
+    Yield,
+    /// `event`: sleep on the CQs' completion events (a verbs application's completion
+    /// channel), leaving the cores to the device threads; the device then writes an EQE and
+    /// signals an interrupt per wait (about 350 more instructions per 8 B WRITE).
+    Event,
+}
+
+impl Wait {
+    pub fn from_env() -> Wait {
+        match std::env::var("ROX_BENCH_WAIT").as_deref() {
+            Ok("yield") | Err(_) => Wait::Yield,
+            Ok("event") => Wait::Event,
+            Ok(other) => panic!("ROX_BENCH_WAIT: event or yield, not {other}"),
+        }
+    }
+}
+
+/// The two sides of a stream and what it keeps posted.
+pub struct Stream {
+    pub a: Side,
+    pub b: Side,
+    /// WQEs in flight.
+    window: u32,
+    /// The largest message: a SEND lands at the start of `b`'s buffer, a WRITE `max_msg` in.
+    max_msg: u64,
+    /// Receive WRs posted on `b`'s RQ and not consumed yet. A SEND run leaves a window of them
+    /// posted, so the next one tops them up to its window: posting a whole window per run
+    /// overran the RQ (1024 WQEs) in the 5th SEND run at 256 WQEs in flight, the device made
+    /// `b`'s QP fatal (a wild producer index), and `a`'s first SEND ended in
+    /// `WC_RETRY_EXC_ERR` on a wire that lost nothing.
+    recvs_posted: u32,
+}
+
+impl Stream {
+    /// Two devices on the wire of `la` and `lb`, connected at MTU 4096 with `window` WQEs in
+    /// flight (1 to [`MAX_WINDOW`]), messages up to `max_msg` bytes, and one 8 B WRITE done
+    /// between them: the ends of a cable meet on their data-path threads, so a first message
+    /// may be lost and retransmitted before anything is measured.
+    pub fn new(la: LinkSpec, lb: LinkSpec, window: u32, max_msg: u64) -> Stream {
+        assert!((1..=MAX_WINDOW).contains(&window), "window {window}");
+        let a = side(la, 1, max_msg);
+        let b = side(lb, 2, max_msg);
+        let mut s = Stream {
+            a,
+            b,
+            window,
+            max_msg,
+            recvs_posted: 0,
+        };
+        let (qa, qb) = (s.a.qp, s.b.qp);
+        s.a.d
+            .connect_mtu(&qa, gid_v4(127, 0, SUBNET, 2), qb.qpn, ALL, MTU_4096);
+        s.b.d
+            .connect_mtu(&qb, gid_v4(127, 0, SUBNET, 1), qa.qpn, ALL, MTU_4096);
+        s.run(WR_RDMA_WRITE, 8, Limit::Msgs(1), Wait::Yield);
+        s
+    }
+
+    pub fn window(&self) -> u32 {
+        self.window
+    }
+
+    /// Posts receive WRs on `b` until `window` of them are posted and not consumed.
+    fn top_up_recvs(&mut self) {
+        let b = &mut self.b;
+        while self.recvs_posted < self.window {
+            assert!(self.recvs_posted < b.qp.rq_depth, "b's RQ is full");
+            let len = self.max_msg as u32;
+            b.d.post_recv(
+                &mut b.qp,
+                u64::from(self.recvs_posted),
+                &[sge(b.buf, len, b.key)],
+            );
+            self.recvs_posted += 1;
+        }
+    }
+
+    /// Panics, saying what `b`'s QP is in, if a completion of `side` failed.
+    fn check(&mut self, side: &str, c: &Cqe) {
+        if c.status != WC_SUCCESS {
+            let state = self.b.d.query_qp(self.b.qp.qpn).qp_state;
+            panic!(
+                "{side}: WR {} completed with status {} (vendor error {:#x}); b's QP is in state \
+                 {state}",
+                c.wr_id, c.status, c.vendor_err
+            );
+        }
+    }
+
+    /// Streams `opcode` messages of `size` bytes from `a` to `b` until `limit`, then waits for
+    /// every one posted; the rate of those done.
+    pub fn run(&mut self, opcode: u8, size: u64, limit: Limit, wait: Wait) -> Rate {
+        assert!(size <= self.max_msg);
+        let (mut posted, mut done) = (0u64, 0u64);
+        let window = u64::from(self.window);
+        let send = opcode == WR_SEND;
+        if send {
+            self.top_up_recvs();
+        }
+        let start = Instant::now();
+        let mut stop = false;
+        let mut idle_polls = 0u32;
+        while !stop || done < posted {
+            // The machine may have only two cores for two device threads: the application side
+            // does not spin when it has nothing to do.
+            if idle_polls > 0 {
+                match wait {
+                    Wait::Yield => std::thread::yield_now(),
+                    Wait::Event if send => wait_for_cqe(&mut [&mut self.a, &mut self.b]),
+                    Wait::Event => wait_for_cqe(&mut [&mut self.a]),
+                }
+            }
+            if !stop {
+                stop = match limit {
+                    Limit::Secs(secs) => start.elapsed().as_secs_f64() > secs,
+                    Limit::Msgs(n) => posted >= n,
+                };
+            }
+            let before = done;
+            let mut n = 0;
+            let a = &mut self.a;
+            while !stop && posted - done < window && !matches!(limit, Limit::Msgs(n) if posted >= n)
+            {
+                let w = send_wqe(
+                    posted,
+                    opcode,
+                    WQE_FLAG_SIGNALED,
+                    &[sge(a.buf, size as u32, a.key)],
+                );
+                let w = with_rdma(w, self.b.buf + self.max_msg, self.b.key);
+                a.d.write_send(&mut a.qp, &w);
+                posted += 1;
+                n += 1;
+            }
+            if n > 0 {
+                let qp = a.qp;
+                a.d.ring_sq(&qp);
+            }
+            while let Some(c) = self.a.d.poll_cq(&mut self.a.cq) {
+                self.check("a", &c);
+                done += 1;
+            }
+            if send {
+                while let Some(c) = self.b.d.poll_cq(&mut self.b.cq) {
+                    self.check("b", &c);
+                    self.recvs_posted -= 1;
+                    self.top_up_recvs();
+                }
+            }
+            idle_polls = if done == before && n == 0 {
+                idle_polls + 1
+            } else {
+                0
+            };
+        }
+        let t = start.elapsed().as_secs_f64();
+        if send {
+            // Receives of SENDs still being completed on b: consumed, not posted any more.
+            while let Some(c) = self.b.d.poll_cq(&mut self.b.cq) {
+                self.check("b", &c);
+                self.recvs_posted -= 1;
+            }
+        }
+        Rate::new(done, size, t)
+    }
+}
+
+/// Device `last` on `link` with its CQ, its RC QP and a buffer of two largest messages.
+fn side(link: LinkSpec, last: u8, max_msg: u64) -> Side {
+    let mut d = port_device(link, SUBNET, last, None);
+    let cq = d.create_cq(CQ_LOG_DEPTH);
+    let (c, mut qp) = d.create_qp_cmd(
+        QPT_RC,
+        PD,
+        cq.id,
+        cq.id,
+        rox_uapi::admin::SRQ_NONE,
+        QUEUE_LOG_DEPTH,
+        QUEUE_LOG_DEPTH,
+    );
+    qp.qpn = d.run::<rox_uapi::admin::CreateQp>(c);
+    let (buf, key) = d.buffer(PD, 2 * max_msg, ALL);
+    Side {
+        d,
+        cq,
+        qp,
+        buf,
+        key,
+    }
+}
+
+/// Arms the CQs of `sides` and sleeps until one of them has a completion event (a CQE that
+/// came before the arm fires at once: the device checks) or 1 ms passed; then re-arms their
+/// completion EQs.
+fn wait_for_cqe(sides: &mut [&mut Side]) {
+    const SAFETY_NET: Duration = Duration::from_millis(1);
+    let mut fds = Vec::with_capacity(sides.len());
+    for s in sides.iter_mut() {
+        s.d.arm_cq(&mut s.cq, rox_uapi::regs::CQ_ARM_NEXT);
+        fds.push(libc::pollfd {
+            fd: s.d.vectors[COMP_EQ as usize].as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        });
+    }
+    crate::sys::poll::ppoll(&mut fds, Some(SAFETY_NET));
+    for s in sides.iter_mut() {
+        s.d.vectors[COMP_EQ as usize].drain();
+        while s.d.poll_eq(COMP_EQ).is_some() {}
+        s.d.ack_eq(COMP_EQ, true);
+    }
+}
