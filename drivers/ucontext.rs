@@ -71,6 +71,8 @@ pub(crate) fn alloc(
         rq_wqe_size: queue::RQ_WQE_SIZE as u32,
         cqe_size: queue::CQE_SIZE as u32,
         max_inline: queue::SQ_MAX_INLINE.min(dev.attr.max_inline_data),
+        wake_offset: (regs::WAKE_REG - regs::WAKE_PAGE_OFFSET) as u32,
+        wake_value: page.page,
     };
     udata.respond(&resp)?;
     // From here on the page belongs to the context (returned by `dealloc`).

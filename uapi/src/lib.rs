@@ -11,7 +11,7 @@
 //! commands, completions, payloads; [`queue`] SQ/RQ/SRQ WQEs, SGEs, CQEs, EQEs; [`verbs`] IB
 //! enums with the numbering of libibverbs / ib_verbs.h; [`udata`] kernel <-> provider structs;
 //! [`ids`] QP numbers, sequence numbers and memory keys; [`pma`] the PerfMgt MAD answers the
-//! driver's performance management agent gives.
+//! driver's performance management agent gives; [`wake`] the posted-wake companion device.
 #![no_std]
 
 #[macro_use]
@@ -23,6 +23,7 @@ pub mod queue;
 pub mod regs;
 pub mod udata;
 pub mod verbs;
+pub mod wake;
 
 /// Interface version reported by the device in BAR0 (`regs::REG_VERSION`) and checked by the
 /// driver. Bump on any incompatible layout change in this crate.

@@ -96,6 +96,18 @@ pub const REG_ADMIN_DB: u64 = 0x038;
 pub const REG_SCRATCH: u64 = 0x03c;
 /// RO: 1 while the data-path thread sleeps (mirror of [`DbPage::device_idle`]).
 pub const REG_IDLE: u64 = 0x040;
+/// RO: the token that names this device's posted-wake companion (`super::wake`), low and high
+/// halves; 0 when the device has none ([`CAP_POSTED_WAKE`] clear).
+pub const REG_WAKE_TOKEN_LO: u64 = 0x044;
+pub const REG_WAKE_TOKEN_HI: u64 = 0x048;
+/// RW: `WAKE_MODE_*`: how software wakes this device. The driver writes [`WAKE_MODE_POSTED`]
+/// once every wake it and its user contexts send goes through the companion; the device may
+/// then go idle much sooner, since waking it no longer stalls a vCPU. Reset: trapped.
+pub const REG_WAKE_MODE: u64 = 0x04c;
+/// Wakes are trapped [`WAKE_REG`] writes (each one a vfio-user round trip the vCPU waits for).
+pub const WAKE_MODE_TRAPPED: u32 = 0;
+/// Wakes are posted doorbell writes to the companion (`super::wake`).
+pub const WAKE_MODE_POSTED: u32 = 1;
 
 /// Event queue register banks: EQ n at `REG_EQ_BASE + n * REG_EQ_STRIDE`.
 pub const REG_EQ_BASE: u64 = 0x100;
@@ -189,6 +201,8 @@ pub const CAP_MW: u32 = 1 << 10;
 pub const CAP_CQ_RESIZE: u32 = 1 << 11;
 /// On-demand paging: `MR_FLAG_ON_DEMAND` regions, `ADMIN_OP_ODP_UPDATE`, `EQE_TYPE_PAGE_FAULT`.
 pub const CAP_ODP: u32 = 1 << 12;
+/// The device has a posted-wake companion (`super::wake`; its token in `REG_WAKE_TOKEN_*`).
+pub const CAP_POSTED_WAKE: u32 = 1 << 13;
 
 uapi_flags! {
     /// `REG_STATUS`, typed.
@@ -215,6 +229,7 @@ uapi_flags! {
         MW = CAP_MW,
         CQ_RESIZE = CAP_CQ_RESIZE,
         ODP = CAP_ODP,
+        POSTED_WAKE = CAP_POSTED_WAKE,
     }
 }
 

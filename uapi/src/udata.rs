@@ -9,7 +9,9 @@
 /// version (`match_min_abi_version = match_max_abi_version`). 2: the CQE carries the WQE index
 /// where `sl` was and an XRC-SRQ flag, the send WQE the XRC SRQ number (a librox of version 1
 /// would misread both, so it does not bind to this rox.ko).
-pub const UVERBS_ABI_VERSION: u32 = 2;
+/// 3: alloc_ucontext answers where in the wake page to write and what (`wake_offset`,
+/// `wake_value`), so the wake page may be the posted-wake companion's register page.
+pub const UVERBS_ABI_VERSION: u32 = 3;
 
 use super::ids::Qpn;
 
@@ -18,7 +20,9 @@ c_struct! {
     pub struct AllocUcontextResp as rox_alloc_ucontext_resp {
         /// mmap offset of this context's doorbell page (`regs::DbPage`, 4 KiB).
         pub db_mmap_key: u64,
-        /// mmap offset of the wake page (BAR0 `regs::WAKE_PAGE_OFFSET`, 4 KiB, trapped).
+        /// mmap offset of the wake page: BAR0 `regs::WAKE_PAGE_OFFSET` (4 KiB, trapped), or the
+        /// posted-wake companion's register page (`wake::IVSHMEM_BAR_REGS`) when the driver
+        /// uses it.
         pub wake_mmap_key: u64,
         /// Index of the doorbell page (BAR2 page number), informational.
         pub db_page: u32,
@@ -28,9 +32,15 @@ c_struct! {
         pub rq_wqe_size: u32,
         pub cqe_size: u32,
         pub max_inline: u32,
+        /// Byte offset in the wake page of the 32-bit register a wake writes (0 for the trapped
+        /// `regs::WAKE_REG`, `wake::IVSHMEM_DOORBELL` for the companion).
+        pub wake_offset: u32,
+        /// The value a wake writes there (the doorbell page index for the trapped register,
+        /// `wake::doorbell_value(..)` for the companion).
+        pub wake_value: u32,
     }
 }
-const _: () = assert!(core::mem::size_of::<AllocUcontextResp>() == 40);
+const _: () = assert!(core::mem::size_of::<AllocUcontextResp>() == 48);
 
 c_struct! {
     /// create_cq request: the provider allocated the ring before the call: `1 << log_depth` CQEs
