@@ -109,6 +109,8 @@ pub(crate) const COUNTER_NAMES: [&CStr; COUNTER_COUNT] = {
     names[admin::STAT_RX_MCAST_COPIES] = c"rx_mcast_copies";
     names[admin::STAT_RX_CNP_DROPPED] = c"rx_cnp_dropped";
     names[admin::STAT_PORT_RX_GSO_REFUSED] = c"port_rx_gso_refused";
+    names[admin::STAT_WAKES_TRAPPED] = c"wakes_trapped";
+    names[admin::STAT_WAKES_POSTED] = c"wakes_posted";
     let mut i = 0;
     while i < MLX5_NAMED.len() {
         names[admin::STATS_COUNT + i] = MLX5_NAMED[i].0;

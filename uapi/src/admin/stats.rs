@@ -62,4 +62,10 @@ pub const STAT_RX_CNP_DROPPED: usize = 33;
 /// one) refused and dropped whole: segments shorter than a RoCEv2 packet's BTH and ICRC, or
 /// more than the kernel's UDP_MAX_SEGMENTS of them. One per request, however many frames.
 pub const STAT_PORT_RX_GSO_REFUSED: usize = 34;
-pub const STATS_COUNT: usize = 35;
+/// Writes of the trapped wake register (`regs::WAKE_REG`): each one stalled a vCPU for a
+/// vfio-user round trip.
+pub const STAT_WAKES_TRAPPED: usize = 35;
+/// Doorbells of the posted-wake companion (`wake`) the device took (eventfd signals; several
+/// rung before the device looks count once).
+pub const STAT_WAKES_POSTED: usize = 36;
+pub const STATS_COUNT: usize = 37;
