@@ -17,6 +17,7 @@ use crate::{
     },
     ib::{self, irq::MsixIrqs, AsyncEvent, DeviceParams, IbRegistration, Registry},
     ids::{DbSlots, IdBitmap},
+    wake::Wake,
 };
 use core::sync::atomic::{AtomicU32, Ordering};
 use kernel::{
@@ -73,6 +74,8 @@ pub(crate) struct RoxDev<'bound> {
     /// Physical addresses of BAR0 (wake page) and BAR2 (doorbell pages), for user mappings.
     pub(crate) ctrl_bar_start: u64,
     pub(crate) db_bar_start: u64,
+    /// How the kernel and user contexts wake the device (`wake.rs`).
+    pub(crate) wake: Wake,
 }
 
 impl<'bound> RoxDev<'bound> {
@@ -118,7 +121,10 @@ impl<'bound> RoxDev<'bound> {
             .db_kernel
             .read32(core::mem::offset_of!(regs::DbPage, device_idle));
         if idle == regs::DB_DEVICE_IDLE {
-            self.regs.write(regs::WAKE_REG, regs::DB_PAGE_KERNEL);
+            match &self.wake {
+                Wake::Posted(companion) => companion.ring(),
+                Wake::Trapped => self.regs.write(regs::WAKE_REG, regs::DB_PAGE_KERNEL),
+            }
         } else if idle == u32::MAX && self.regs.read(regs::REG_STATUS) == u32::MAX {
             self.device_died("BAR reads all-ones");
         }
@@ -279,6 +285,8 @@ impl<'bound> RoxPci<'bound> {
             eqs.push(EventQueue::new(dev, eqn)?, GFP_KERNEL)?;
         }
 
+        // After the reset (which sets the mode back to trapped), before the ib_device exists.
+        let wake = crate::wake::setup(bound, &regs);
         let db_kernel =
             bound.iomap_region_sized::<{ regs::ROX_PAGE_SIZE }>(regs::BAR_DB, c"rox-db")?;
         let rox = Arc::new(
@@ -299,6 +307,7 @@ impl<'bound> RoxPci<'bound> {
                 next_pd: AtomicU32::new(1),
                 ctrl_bar_start: bound.resource_start(regs::BAR_CTRL)?,
                 db_bar_start: bound.resource_start(regs::BAR_DB)?,
+                wake,
             },
             GFP_KERNEL,
         )?;

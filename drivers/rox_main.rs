@@ -29,6 +29,7 @@ mod ring;
 mod srq;
 mod ucontext;
 mod verbs;
+mod wake;
 mod wq;
 mod wq_record;
 // The tests of the pure logic above (the host runs them too), here as KUnit suites the kernel

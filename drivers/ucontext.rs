@@ -7,10 +7,11 @@ use crate::{
     dev::RoxDev,
     hw::{
         regs,
-        uapi::{queue, udata as ud},
+        uapi::{queue, udata as ud, wake},
     },
     ib::{mmap::MmapEntry, mmap::UcontextRef, Udata},
     ids::{DbSlot, DbSlots},
+    wake::Wake,
 };
 use kernel::{prelude::*, sync::Arc};
 
@@ -58,7 +59,19 @@ pub(crate) fn alloc(
     };
     let page_size = regs::ROX_PAGE_SIZE as u64;
     let db_pfn = (dev.db_bar_start + u64::from(page.page) * page_size) >> regs::ROX_PAGE_SHIFT;
-    let wake_pfn = (dev.ctrl_bar_start + regs::WAKE_PAGE_OFFSET) >> regs::ROX_PAGE_SHIFT;
+    // The companion's register page when every wake is posted, else BAR0's trapped wake page.
+    let (wake_pfn, wake_offset, wake_value) = match &dev.wake {
+        Wake::Posted(companion) => (
+            companion.regs_pfn(),
+            wake::IVSHMEM_DOORBELL as u32,
+            companion.doorbell(),
+        ),
+        Wake::Trapped => (
+            (dev.ctrl_bar_start + regs::WAKE_PAGE_OFFSET) >> regs::ROX_PAGE_SHIFT,
+            (regs::WAKE_REG - regs::WAKE_PAGE_OFFSET) as u32,
+            page.page,
+        ),
+    };
     let db_entry = MmapEntry::new(uctx, db_pfn, regs::ROX_PAGE_SIZE)?;
     let wake_entry = MmapEntry::new(uctx, wake_pfn, regs::ROX_PAGE_SIZE)?;
     let slots = DbSlots::new_page()?;
@@ -71,8 +84,8 @@ pub(crate) fn alloc(
         rq_wqe_size: queue::RQ_WQE_SIZE as u32,
         cqe_size: queue::CQE_SIZE as u32,
         max_inline: queue::SQ_MAX_INLINE.min(dev.attr.max_inline_data),
-        wake_offset: (regs::WAKE_REG - regs::WAKE_PAGE_OFFSET) as u32,
-        wake_value: page.page,
+        wake_offset,
+        wake_value,
     };
     udata.respond(&resp)?;
     // From here on the page belongs to the context (returned by `dealloc`).

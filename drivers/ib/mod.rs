@@ -11,6 +11,7 @@ mod ibdev;
 pub(crate) mod irq;
 pub(crate) mod mmap;
 pub(crate) mod netdev;
+pub(crate) mod pci_peer;
 mod obj;
 mod ops;
 mod pod;

@@ -1,0 +1,177 @@
+// SPDX-License-Identifier: GPL-2.0
+//! PCI devices rox.ko uses without binding them: a lookup by id with a held reference, memory
+//! decoding switched on for as long as rox needs it, and small MMIO windows of their BARs
+//! (the posted-wake companion, `wake.rs`). The kernel crate wraps only the device a driver is
+//! bound to, so this layer does the rest with the kernel's own bindings.
+
+use core::ptr::NonNull;
+use kernel::{bindings as kb, error::to_result, pci, prelude::*};
+
+/// A held reference to a `struct pci_dev` found by id (no driver of rox's is bound to it).
+///
+/// # Invariants
+///
+/// `raw` is a pci_dev we own one reference on (`pci_get_device`), dropped with it.
+pub(crate) struct PeerPci {
+    raw: NonNull<kb::pci_dev>,
+}
+
+// SAFETY: a referenced pci_dev may be used and released from any thread.
+unsafe impl Send for PeerPci {}
+// SAFETY: the accessors only read fields fixed after enumeration or call thread-safe PCI core
+// functions.
+unsafe impl Sync for PeerPci {}
+
+impl PeerPci {
+    /// Every PCI device `vendor:device`, each held.
+    pub(crate) fn find_all(vendor: u16, device: u16) -> Result<KVec<PeerPci>> {
+        let mut found = KVec::new();
+        let mut cursor: *mut kb::pci_dev = core::ptr::null_mut();
+        loop {
+            // SAFETY: `cursor` is null or the device the previous call returned, whose reference
+            // this call takes over (it is dropped by `pci_get_device`); the result is held.
+            cursor = unsafe { kb::pci_get_device(vendor.into(), device.into(), cursor) };
+            let Some(raw) = NonNull::new(cursor) else {
+                return Ok(found);
+            };
+            // SAFETY: `raw` is a live pci_dev (the cursor's reference); one more for `found`.
+            unsafe { kb::pci_dev_get(raw.as_ptr()) };
+            // INVARIANT: the reference taken just above.
+            let peer = PeerPci { raw };
+            if let Err(e) = found.push(peer, GFP_KERNEL) {
+                // SAFETY: drops the cursor's reference, ending the walk early.
+                unsafe { kb::pci_dev_put(cursor) };
+                return Err(e.into());
+            }
+        }
+    }
+
+    /// The device, as the kernel crate sees it (resources, logging).
+    pub(crate) fn pci(&self) -> &pci::Device {
+        // SAFETY: `pci::Device` is `#[repr(transparent)]` over `Opaque<pci_dev>`, and the device
+        // is held (type invariant) for as long as `self` lends it.
+        unsafe { &*self.raw.as_ptr().cast::<pci::Device>() }
+    }
+
+    /// Switches the device's memory decoding on (`pci_enable_device_mem`) for as long as the
+    /// returned value lives (enables are counted, so other users are unaffected).
+    pub(crate) fn enable_mem(self) -> Result<EnabledPci> {
+        // SAFETY: the device is held (type invariant).
+        to_result(unsafe { kb::pci_enable_device_mem(self.raw.as_ptr()) })?;
+        Ok(EnabledPci { peer: self })
+    }
+}
+
+impl Drop for PeerPci {
+    fn drop(&mut self) {
+        // SAFETY: the reference this value owns (type invariant).
+        unsafe { kb::pci_dev_put(self.raw.as_ptr()) };
+    }
+}
+
+/// A held [`PeerPci`] with memory decoding on; off again (one enable count) on drop.
+pub(crate) struct EnabledPci {
+    peer: PeerPci,
+}
+
+impl EnabledPci {
+    pub(crate) fn pci(&self) -> &pci::Device {
+        self.peer.pci()
+    }
+
+    /// Checks that `len` bytes at `offset` lie inside assigned BAR `bar`.
+    fn check_range(&self, bar: u32, offset: u64, len: u64) -> Result<kernel::ffi::c_int> {
+        let start = self.pci().resource_start(bar)?;
+        let bar_len = self.pci().resource_len(bar)?;
+        if start == 0 || len == 0 || offset.checked_add(len).is_none_or(|end| end > bar_len) {
+            return Err(ENXIO);
+        }
+        Ok(kernel::ffi::c_int::try_from(bar)?)
+    }
+
+    /// Reads `out.len()` 32-bit words at byte `offset` of BAR `bar` (mapped for the read only).
+    pub(crate) fn read_u32s(&self, bar: u32, offset: u64, out: &mut [u32]) -> Result {
+        let len = core::mem::size_of_val(out) as u64;
+        let bar_c = self.check_range(bar, offset, len)?;
+        let pdev = self.peer.raw.as_ptr();
+        // SAFETY: the device is held and enabled; the range lies inside BAR `bar` (checked).
+        let base = unsafe { kb::pci_iomap_range(pdev, bar_c, offset as _, len as _) };
+        if base.is_null() {
+            return Err(ENOMEM);
+        }
+        for (i, word) in out.iter_mut().enumerate() {
+            // SAFETY: word `i` lies inside the `len`-byte mapping made above.
+            *word = unsafe { kb::ioread32(base.cast::<u8>().add(i * 4).cast()) };
+        }
+        // SAFETY: the mapping made above, no longer used.
+        unsafe { kb::pci_iounmap(pdev, base) };
+        Ok(())
+    }
+
+    /// Maps the first `len` bytes of BAR `bar` for as long as the returned value lives.
+    pub(crate) fn map(self, bar: u32, len: u64) -> Result<MappedPci> {
+        let bar_c = self.check_range(bar, 0, len)?;
+        // SAFETY: the device is held and enabled; the range lies inside BAR `bar` (checked).
+        let raw = unsafe { kb::pci_iomap_range(self.peer.raw.as_ptr(), bar_c, 0, len as _) };
+        let addr = NonNull::new(raw).ok_or(ENOMEM)?;
+        // INVARIANT: mapped just above.
+        Ok(MappedPci {
+            addr,
+            len: len as usize,
+            enabled: self,
+        })
+    }
+}
+
+impl Drop for EnabledPci {
+    fn drop(&mut self) {
+        // SAFETY: balances the successful `pci_enable_device_mem` of `enable_mem`.
+        unsafe { kb::pci_disable_device(self.peer.raw.as_ptr()) };
+    }
+}
+
+/// An MMIO window at the start of a BAR of an [`EnabledPci`], unmapped on drop (then the
+/// device is disabled and released, in field order).
+///
+/// # Invariants
+///
+/// `addr` is a `pci_iomap_range` mapping of `len` bytes of the device of `enabled`.
+pub(crate) struct MappedPci {
+    addr: NonNull<kernel::ffi::c_void>,
+    len: usize,
+    enabled: EnabledPci,
+}
+
+// SAFETY: MMIO accessors may be used from any thread; the mapping is released only on drop.
+unsafe impl Send for MappedPci {}
+// SAFETY: `read32`/`write32` are single MMIO accesses, safe to issue concurrently.
+unsafe impl Sync for MappedPci {}
+
+impl MappedPci {
+    pub(crate) fn pci(&self) -> &pci::Device {
+        self.enabled.pci()
+    }
+
+    fn word(&self, offset: usize) -> Result<*mut kernel::ffi::c_void> {
+        if offset % 4 != 0 || offset.checked_add(4).is_none_or(|end| end > self.len) {
+            return Err(EINVAL);
+        }
+        // SAFETY: `offset + 4 <= len`, inside the mapping (type invariant).
+        Ok(unsafe { self.addr.as_ptr().cast::<u8>().add(offset).cast() })
+    }
+
+    /// Writes the 32-bit register at byte `offset` of the window (a posted MMIO write).
+    pub(crate) fn write32(&self, offset: usize, value: u32) -> Result {
+        let addr = self.word(offset)?;
+        // SAFETY: `addr` is an aligned word of the live mapping (`word`).
+        unsafe { kb::iowrite32(value, addr) };
+        Ok(())
+    }
+}
+
+impl Drop for MappedPci {
+    fn drop(&mut self) {
+        // SAFETY: the mapping of this value (type invariant), on the device it was made for.
+        unsafe { kb::pci_iounmap(self.enabled.peer.raw.as_ptr(), self.addr.as_ptr()) };
+    }
+}
