@@ -77,7 +77,10 @@ pub(crate) fn setup(dev: &pci::Device, regs: &Regs<'_>) -> Wake {
 
 fn choose(dev: &pci::Device, regs: &Regs<'_>) -> Wake {
     if regs.read(regs::REG_CAPS) & regs::CAP_POSTED_WAKE == 0 {
-        dev_info!(dev, "wake mode: trapped (device offers no posted-wake companion)\n");
+        dev_info!(
+            dev,
+            "wake mode: trapped (device offers no posted-wake companion)\n"
+        );
         return Wake::Trapped;
     }
     let token = u64::from(regs.read(regs::REG_WAKE_TOKEN_LO))
@@ -146,9 +149,7 @@ fn find(token: u64) -> Option<(EnabledPci, WakeCompanion)> {
 /// The [`WakeCompanion`] at the start of a candidate's shared memory BAR.
 fn read_record(enabled: &EnabledPci) -> Option<WakeCompanion> {
     let mut words = [0u32; core::mem::size_of::<WakeCompanion>() / 4];
-    enabled
-        .read_u32s(w::IVSHMEM_BAR_SHM, 0, &mut words)
-        .ok()?;
+    enabled.read_u32s(w::IVSHMEM_BAR_SHM, 0, &mut words).ok()?;
     let qword = |i: usize| u64::from(words[i]) | (u64::from(words[i + 1]) << 32);
     Some(WakeCompanion {
         magic: qword(0),

@@ -7,6 +7,10 @@
 use core::ptr::NonNull;
 use kernel::{bindings as kb, error::to_result, pci, prelude::*};
 
+fn c_ulong(value: u64) -> Result<kernel::ffi::c_ulong> {
+    Ok(kernel::ffi::c_ulong::try_from(value)?)
+}
+
 /// A held reference to a `struct pci_dev` found by id (no driver of rox's is bound to it).
 ///
 /// # Invariants
@@ -95,7 +99,7 @@ impl EnabledPci {
         let bar_c = self.check_range(bar, offset, len)?;
         let pdev = self.peer.raw.as_ptr();
         // SAFETY: the device is held and enabled; the range lies inside BAR `bar` (checked).
-        let base = unsafe { kb::pci_iomap_range(pdev, bar_c, offset as _, len as _) };
+        let base = unsafe { kb::pci_iomap_range(pdev, bar_c, c_ulong(offset)?, c_ulong(len)?) };
         if base.is_null() {
             return Err(ENOMEM);
         }
@@ -112,7 +116,7 @@ impl EnabledPci {
     pub(crate) fn map(self, bar: u32, len: u64) -> Result<MappedPci> {
         let bar_c = self.check_range(bar, 0, len)?;
         // SAFETY: the device is held and enabled; the range lies inside BAR `bar` (checked).
-        let raw = unsafe { kb::pci_iomap_range(self.peer.raw.as_ptr(), bar_c, 0, len as _) };
+        let raw = unsafe { kb::pci_iomap_range(self.peer.raw.as_ptr(), bar_c, 0, c_ulong(len)?) };
         let addr = NonNull::new(raw).ok_or(ENOMEM)?;
         // INVARIANT: mapped just above.
         Ok(MappedPci {
