@@ -158,8 +158,18 @@ mod tests {
 
     #[test]
     fn wake_offset_unaligned_or_outside_the_page_is_refused() {
-        for bad in [2, 13, ROX_PAGE_SIZE as u32 - 2, ROX_PAGE_SIZE as u32, u32::MAX - 3] {
-            assert_eq!(checked_wake_offset(&resp(bad)), Err(EPROTO), "offset {bad:#x}");
+        for bad in [
+            2,
+            13,
+            ROX_PAGE_SIZE as u32 - 2,
+            ROX_PAGE_SIZE as u32,
+            u32::MAX - 3,
+        ] {
+            assert_eq!(
+                checked_wake_offset(&resp(bad)),
+                Err(EPROTO),
+                "offset {bad:#x}"
+            );
         }
     }
 }
