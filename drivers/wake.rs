@@ -55,7 +55,8 @@ pub(crate) enum Wake {
     Posted(Companion),
 }
 
-/// Finds the device's companion and chooses the wake mode (written to `REG_WAKE_MODE`). Says in
+/// Finds the device's companion and chooses the wake mode (posted is written to
+/// `REG_WAKE_MODE`; the caller has just reset the device, which makes it trapped). Says in
 /// dmesg which mode is in use, and why when it is the trapped one. Never fails the probe: a
 /// missing or unusable companion only costs speed.
 pub(crate) fn setup(dev: &pci::Device, regs: &Regs<'_>) -> Wake {
@@ -70,7 +71,9 @@ pub(crate) fn setup(dev: &pci::Device, regs: &Regs<'_>) -> Wake {
                 c.doorbell
             );
         }
-        Wake::Trapped => regs.write(regs::REG_WAKE_MODE, regs::WAKE_MODE_TRAPPED),
+        // The reset left the mode trapped (and a device without the companion may not know
+        // the register at all).
+        Wake::Trapped => {}
     }
     wake
 }
