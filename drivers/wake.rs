@@ -79,15 +79,21 @@ pub(crate) fn setup(dev: &pci::Device, regs: &Regs<'_>) -> Wake {
 }
 
 fn choose(dev: &pci::Device, regs: &Regs<'_>) -> Wake {
-    if regs.read(regs::REG_CAPS) & regs::CAP_POSTED_WAKE == 0 {
+    let offered = regs.read(regs::REG_CAPS) & regs::CAP_POSTED_WAKE != 0;
+    // Token 0 names no companion (`REG_WAKE_TOKEN_LO`), whatever the capability says.
+    let token = if offered {
+        u64::from(regs.read(regs::REG_WAKE_TOKEN_LO))
+            | (u64::from(regs.read(regs::REG_WAKE_TOKEN_HI)) << 32)
+    } else {
+        0
+    };
+    if token == 0 {
         dev_info!(
             dev,
             "wake mode: trapped (device offers no posted-wake companion)\n"
         );
         return Wake::Trapped;
     }
-    let token = u64::from(regs.read(regs::REG_WAKE_TOKEN_LO))
-        | (u64::from(regs.read(regs::REG_WAKE_TOKEN_HI)) << 32);
     let Some((enabled, record)) = find(token) else {
         dev_warn!(
             dev,
@@ -141,7 +147,7 @@ fn find(token: u64) -> Option<(EnabledPci, WakeCompanion)> {
             continue;
         };
         if let Some(record) = read_record(&enabled) {
-            if record.magic == w::COMPANION_MAGIC && record.token == token && token != 0 {
+            if record.magic == w::COMPANION_MAGIC && record.token == token {
                 return Some((enabled, record));
             }
         }
