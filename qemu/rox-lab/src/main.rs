@@ -33,6 +33,12 @@ const DEFAULT_BOOT_TIMEOUT: u64 = 150;
 const DEFAULT_BOOT_TIMEOUT_DEBUG: u64 = 300;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum OnOff {
+    On,
+    Off,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum Accel {
     Auto,
     Kvm,
@@ -90,6 +96,12 @@ struct Cli {
     /// Stop capturing after this many frames (tcpdump -c; the default takes every frame).
     #[arg(long, requires = "capture")]
     capture_frames: Option<u64>,
+    /// Give each rox NIC its posted-wake companion (`on`): a QEMU `ivshmem-doorbell` whose
+    /// ivshmem server is the NIC's rox-nic (`--wake-socket`), so the driver wakes a sleeping
+    /// device without a vfio-user round trip (docs/hardware.md, "Doorbells, arm and wake").
+    /// `off` leaves it out (A/B runs, the trapped-wake fallback).
+    #[arg(long, value_enum, env = "ROX_POSTED_WAKE", default_value = "on")]
+    posted_wake: OnOff,
     /// Extra vfio-user device socket (under $ROX_CACHE) attached to guest 0; repeatable.
     #[arg(long = "vfio-user")]
     vfio_user: Vec<PathBuf>,

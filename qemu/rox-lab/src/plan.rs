@@ -226,10 +226,15 @@ pub struct RoxNicFiles {
     /// The lab's rox-to-rox cable socket (used by a NIC on the cable), in the lab's run
     /// directory.
     pub cable: PathBuf,
+    /// The socket of the NIC's posted-wake companion (rox-nic `--wake-socket`, QEMU's
+    /// `ivshmem-doorbell` chardev); None: the NIC has none.
+    pub wake: Option<PathBuf>,
 }
 
-pub fn rox_nic_files(guest_dir: &Path, n: usize) -> RoxNicFiles {
+/// The files of NIC `n` in `guest_dir`, with a posted-wake companion or not.
+pub fn rox_nic_files(guest_dir: &Path, n: usize, posted_wake: bool) -> RoxNicFiles {
     RoxNicFiles {
+        wake: posted_wake.then(|| guest_dir.join(format!("rox{n}-wake.sock"))),
         socket: guest_dir.join(format!("rox{n}.sock")),
         nic_end: guest_dir.join(format!("rox{n}-nic.dgram")),
         qemu_end: guest_dir.join(format!("rox{n}-qemu.dgram")),
@@ -269,6 +274,9 @@ pub fn rox_nic_args(
     ];
     if let Some(f) = faults {
         args.extend(["--faults".to_string(), f.to_string()]);
+    }
+    if let Some(w) = &files.wake {
+        args.extend(["--wake-socket".to_string(), w.display().to_string()]);
     }
     for (mode, n) in crate::runner::DIE_ON {
         args.extend(["--die-on".to_string(), format!("rtmin+{n},fatal={mode}")]);
@@ -319,10 +327,38 @@ pub struct GuestLaunch<'a> {
     pub extra_vfio: Vec<PathBuf>,
 }
 
+/// The kernel parameter that gives each posted-wake companion's 256-byte register BAR a page
+/// of its own (aligned to and grown to 4 KiB): rox.ko maps that page into user processes only
+/// then (no other device's registers share it).
+pub const COMPANION_ALIGNMENT: &str = "pci=resource_alignment=12@pci:1af4:1110";
+
+/// QEMU's arguments for the posted-wake companion of rox NIC `n`: its chardev, a client of
+/// the rox-nic's ivshmem server, and the `ivshmem-doorbell` with one vector.
+fn companion_args(n: usize, wake: &Path) -> [String; 4] {
+    [
+        "-chardev".to_string(),
+        format!("socket,id=wake{n},path={}", wake.display()),
+        "-device".to_string(),
+        format!("ivshmem-doorbell,chardev=wake{n},vectors=1"),
+    ]
+}
+
 /// QEMU's arguments for a guest: q35, memfd RAM shared with the rox-nics, the kernel with
 /// guest-init as init, the root and run directory over 9p, slirp eth0, a virtio-net per lab
-/// NIC, a vfio-user-pci device per rox NIC.
+/// NIC, a vfio-user-pci device per rox NIC and after them each rox NIC's posted-wake
+/// companion.
 pub fn qemu_args(l: &GuestLaunch) -> Vec<String> {
+    let companions: Vec<(usize, &Path)> = l
+        .rox_files
+        .iter()
+        .enumerate()
+        .filter_map(|(n, f)| Some((n, f.as_ref()?.wake.as_deref()?)))
+        .collect();
+    let alignment = if companions.is_empty() {
+        String::new()
+    } else {
+        format!(" {COMPANION_ALIGNMENT}")
+    };
     let gi = l.guest.index;
     let (kernel, run, mem) = (l.kernel.display(), l.run_dir.display(), l.mem_mib);
     let mut args: Vec<String> = [
@@ -339,7 +375,7 @@ pub fn qemu_args(l: &GuestLaunch) -> Vec<String> {
         "-append", &format!(
             "console=ttyS0 loglevel=4 panic=-1 oops=panic no_timer_check tsc=nowatchdog rootfstype=9p root=rootfs \
              rootflags=trans=virtio,version=9p2000.L,msize=1048576,cache=loose ro init=/rox/qemu/guest-init \
-             rox.run={run} rox.modules={kernel}/modules rox.guest={gi}"),
+             rox.run={run} rox.modules={kernel}/modules rox.guest={gi}{alignment}"),
         "-fsdev", "local,id=rootfs,path=/,security_model=none,readonly=on,multidevs=remap",
         "-device", "virtio-9p-pci,fsdev=rootfs,mount_tag=rootfs",
         "-fsdev", &format!("local,id=run,path={run},security_model=none,multidevs=remap"),
@@ -385,6 +421,9 @@ pub fn qemu_args(l: &GuestLaunch) -> Vec<String> {
             r#"{{"driver":"vfio-user-pci","socket":{{"type":"unix","path":"{}"}}}}"#,
             s.display()
         ));
+    }
+    for (n, wake) in companions {
+        args.extend(companion_args(n, wake));
     }
     args
 }
@@ -491,7 +530,7 @@ mod tests {
     #[test]
     fn a_rox_nic_serves_its_socket_on_its_tap() {
         let l = lab(false, &["rox,virtio"]);
-        let f = rox_nic_files(Path::new("/run/g0"), 0);
+        let f = rox_nic_files(Path::new("/run/g0"), 0, false);
         assert_eq!(f.socket, Path::new("/run/g0/rox0.sock"));
         let args = rox_nic_args(&l.guests[0].nics[0], &f, 1500, Some("loss=0.1"), None).join(" ");
         assert!(
@@ -517,7 +556,7 @@ mod tests {
     fn cabled_rox_nics_take_the_cable_as_their_port_and_get_no_tap() {
         let l = lab(false, &["rox", "rox"]).with_cable().unwrap();
         let port = |g: usize| {
-            let f = rox_nic_files(Path::new(&format!("/run/lab.1/g{g}")), 0);
+            let f = rox_nic_files(Path::new(&format!("/run/lab.1/g{g}")), 0, false);
             assert_eq!(f.cable, Path::new("/run/lab.1/cable.sock"));
             let args = rox_nic_args(&l.guests[g].nics[0], &f, 9000, None, None);
             let at = args.iter().position(|a| a == "--port").unwrap();
@@ -534,7 +573,8 @@ mod tests {
     }
 
     /// QEMU's arguments for guest 0 of `l` (MTU 9000, TCG, 2 CPUs, 2 GiB) with
-    /// `kernel`, `initrd` or not, a rox-nic on its first NIC of `nics` and `extra_vfio`.
+    /// `kernel`, `initrd` or not, a rox-nic on its first NIC of `nics` (without a posted-wake
+    /// companion) and `extra_vfio`.
     fn launch_args(
         l: &Lab,
         kernel: &str,
@@ -542,9 +582,20 @@ mod tests {
         nics: usize,
         extra_vfio: Vec<PathBuf>,
     ) -> Vec<String> {
+        launch_args_wake(l, kernel, initrd, nics, extra_vfio, false)
+    }
+
+    fn launch_args_wake(
+        l: &Lab,
+        kernel: &str,
+        initrd: bool,
+        nics: usize,
+        extra_vfio: Vec<PathBuf>,
+        posted_wake: bool,
+    ) -> Vec<String> {
         let run = PathBuf::from("/cache/run/lab.1/g0");
         let mut rox_files = vec![None; nics];
-        rox_files[0] = Some(rox_nic_files(&run, 0));
+        rox_files[0] = Some(rox_nic_files(&run, 0, posted_wake));
         qemu_args(&GuestLaunch {
             guest: &l.guests[0],
             mtu: 9000,
@@ -612,5 +663,45 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn a_rox_nic_with_a_companion_serves_it_and_qemu_gets_an_ivshmem_doorbell() {
+        let l = lab(false, &["rox,rox"]);
+        let run = Path::new("/run/g0");
+        let f = rox_nic_files(run, 1, true);
+        assert_eq!(f.wake.as_deref(), Some(Path::new("/run/g0/rox1-wake.sock")));
+        let args = rox_nic_args(&l.guests[0].nics[1], &f, 9000, None, None).join(" ");
+        assert!(
+            args.contains(" --wake-socket /run/g0/rox1-wake.sock "),
+            "{args}"
+        );
+        let off = rox_nic_files(run, 1, false);
+        assert_eq!(off.wake, None);
+        let args = rox_nic_args(&l.guests[0].nics[1], &off, 9000, None, None).join(" ");
+        assert!(!args.contains("--wake-socket"), "{args}");
+
+        let args = launch_args_wake(&l, "/cache/k", false, 2, vec![], true);
+        let text = args.join(" ");
+        assert!(
+            text.contains(" -chardev socket,id=wake0,path=/cache/run/lab.1/g0/rox0-wake.sock -device ivshmem-doorbell,chardev=wake0,vectors=1"),
+            "{text}"
+        );
+        assert!(
+            text.ends_with("ivshmem-doorbell,chardev=wake0,vectors=1"),
+            "after the NICs: {text}"
+        );
+        let append = &args[args.iter().position(|a| a == "-append").unwrap() + 1];
+        assert!(
+            append.ends_with(" rox.guest=0 pci=resource_alignment=12@pci:1af4:1110"),
+            "{append}"
+        );
+        let args = launch_args_wake(&l, "/cache/k", false, 2, vec![], false);
+        let text = args.join(" ");
+        assert!(
+            !text.contains("ivshmem") && !text.contains("-chardev"),
+            "{text}"
+        );
+        assert!(!text.contains("resource_alignment"), "{text}");
     }
 }

@@ -231,9 +231,11 @@ impl Runner {
         })
     }
 
-    /// Starts rox-nic for NIC `n` of guest `g` and waits for its vfio-user socket.
+    /// Starts rox-nic for NIC `n` of guest `g` and waits for its vfio-user socket (and its
+    /// companion's, which rox-nic binds first).
     fn start_rox_nic(&mut self, g: usize, n: usize) -> Result<RoxNicFiles> {
-        let files = rox_nic_files(&self.guest_dir(g), n);
+        let posted_wake = self.cli.posted_wake == crate::OnOff::On;
+        let files = rox_nic_files(&self.guest_dir(g), n, posted_wake);
         if !self.paths.nic_bin.is_file() {
             bail!(
                 "no rox-nic binary at {}; run 'cargo build --release -p rox-nic'",
@@ -265,7 +267,7 @@ impl Runner {
             reported: false,
         });
         let deadline = Instant::now() + Duration::from_secs(10);
-        while !files.socket.exists() {
+        while !files.socket.exists() || files.wake.as_ref().is_some_and(|w| !w.exists()) {
             let ended = self.helpers.last_mut().and_then(|h| h.proc.poll());
             if Instant::now() > deadline || ended.is_some() {
                 bail!(
@@ -304,6 +306,7 @@ impl Runner {
                         qemu_end: self.paths.in_root(&f.qemu_end)?,
                         log: f.log,
                         cable: f.cable,
+                        wake: f.wake.map(|w| self.paths.in_root(&w)).transpose()?,
                     })
                 }
                 NicKind::Virtio => None,

@@ -8,7 +8,7 @@ use clap::Parser;
 use rox_nic::device::datapath::SPIN_PERIOD;
 use rox_nic::device::{
     BottleneckConfig, DeviceConfig, DieOn, FaultConfig, LinkSpec, PortConfig, RoxNic, Shared,
-    DEFAULT_IDLE_AFTER,
+    DEFAULT_IDLE_AFTER, DEFAULT_POSTED_IDLE_AFTER,
 };
 use rox_nic::roce::cc::CcConfig;
 use rox_nic::roce::wire::FlushIcrc;
@@ -63,6 +63,18 @@ struct Args {
     /// Milliseconds without work before the data path sleeps until woken.
     #[arg(long, default_value_t = DEFAULT_IDLE_AFTER.as_millis() as u64)]
     idle_ms: u64,
+    /// Serve a posted-wake companion on this unix socket: the ivshmem server of a QEMU
+    /// `ivshmem-doorbell` (`-chardev socket,id=C,path=PATH -device
+    /// ivshmem-doorbell,chardev=C,vectors=1`) whose doorbell wakes this device without a
+    /// vfio-user round trip (docs/hardware.md, "Doorbells, arm and wake"). Default:
+    /// $ROX_NIC_WAKE_SOCKET, else none.
+    #[arg(long, value_name = "PATH")]
+    wake_socket: Option<PathBuf>,
+    /// Microseconds without work before the data path sleeps while the driver wakes it
+    /// through the companion (REG_WAKE_MODE posted). Default: $ROX_NIC_POSTED_IDLE_US, else
+    /// the measured default (docs/benchmarks.md, "Session 11").
+    #[arg(long)]
+    posted_idle_us: Option<u64>,
     /// Microseconds the data path keeps polling after its last work before it naps. While it
     /// polls it holds a core that a peer device on the same host may be waiting for
     /// (docs/benchmarks.md, "What a crossing waits for"). Default: $ROX_NIC_SPIN_US, else 10.
@@ -260,10 +272,25 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     config.nap_slack = (!slack.is_zero()).then_some(slack);
     config.flush_icrc = flush;
     config.cc = cc;
+    config.posted_idle_after = micros_arg(
+        args.posted_idle_us,
+        "ROX_NIC_POSTED_IDLE_US",
+        DEFAULT_POSTED_IDLE_AFTER.as_micros() as u64,
+    )?;
+    let wake_socket = args
+        .wake_socket
+        .or_else(|| std::env::var_os("ROX_NIC_WAKE_SOCKET").map(PathBuf::from))
+        .filter(|p| !p.as_os_str().is_empty());
+    config.posted_wake = wake_socket.is_some();
     let mut nic = RoxNic::new(config)?;
     // Before the socket exists: whoever sees it may signal us.
     let wqe_trace_file = start_wqe_trace(args.trace_wqe, args.trace_wqe_file, &args.socket, &nic)?;
     die_on_signals(&args.die_on, nic.shared().clone())?;
+    if let Some(path) = &wake_socket {
+        // Before the vfio-user socket: whoever waits for that one finds this one too.
+        rox_nic::server::ivshmem::bind(path, nic.shared())?.spawn()?;
+        log::info!("rox-nic: wake companion on {}", path.display());
+    }
     let server = rox_nic::server::bind(&args.socket, &nic)?;
     let trace = Trace::new(Trace::DEFAULT_CAPACITY);
     dump_trace_on_sigusr1(trace.clone())?;

@@ -4,6 +4,7 @@
 //! [`protocol`], over the whole-message reads and writes of [`framing`].
 
 pub mod framing;
+pub mod ivshmem;
 pub mod protocol;
 
 pub use protocol::{Refusal, Refused, ServeError, Server};
@@ -96,6 +97,14 @@ pub fn irqs() -> Vec<IrqInfo> {
 /// Bind the vfio-user socket. A socket file nobody listens on is stale and removed; a live one
 /// is an error.
 pub fn bind(path: &Path, nic: &RoxNic) -> Result<Server, ServerError> {
+    claim_socket_path(path)?;
+    Server::bind(path, irqs(), regions(nic))
+        .map_err(|e| ServerError::Bind(path.display().to_string(), e))
+}
+
+/// Makes `path` free for a new socket: refused if a server answers there, a stale socket
+/// (nobody listening) is removed.
+fn claim_socket_path(path: &Path) -> Result<(), ServerError> {
     if path.exists() {
         if UnixStream::connect(path).is_ok() {
             return Err(ServerError::SocketInUse(path.display().to_string()));
@@ -104,8 +113,7 @@ pub fn bind(path: &Path, nic: &RoxNic) -> Result<Server, ServerError> {
         std::fs::remove_file(path)
             .map_err(|e| ServerError::Stale(path.display().to_string(), e))?;
     }
-    Server::bind(path, irqs(), regions(nic))
-        .map_err(|e| ServerError::Bind(path.display().to_string(), e))
+    Ok(())
 }
 
 impl ServerBackend for RoxNic {

@@ -142,6 +142,7 @@ impl DataPath {
                 spin: cfg.spin,
                 expect_spin: cfg.expect_spin,
                 idle_after: cfg.idle_after,
+                posted_idle_after: cfg.posted_idle_after,
             },
             nap_slack: cfg.nap_slack,
             port_tx_seen: 0,
@@ -208,7 +209,8 @@ impl DataPath {
                     self.hw.stats[STAT_CQES],
                     || self.engine.packets_in_flight(),
                 );
-            match self.backoff.next_step(idle_for, expecting) {
+            let posted = self.shared.wakes_posted();
+            match self.backoff.next_step(idle_for, expecting, posted) {
                 Step::Spin => std::hint::spin_loop(),
                 Step::Nap(nap) => {
                     self.shared.loop_naps.fetch_add(1, Ordering::Relaxed);
@@ -255,17 +257,18 @@ impl DataPath {
         ))
     }
 
-    /// Block on the wake eventfd, the port and the netdev for at most `timeout` (and no
-    /// longer than until a link tries again to reach a missing peer).
-    fn wait(&self, mut timeout: Option<Duration>) {
+    /// Block on the wake eventfds (trapped and posted), the port and the netdev for at most
+    /// `timeout` (and no longer than until a link tries again to reach a missing peer).
+    fn wait(&mut self, mut timeout: Option<Duration>) {
         // Only a running trace reads the clock here (the trace's nap records).
         let began = self.shared.wqe_trace.is_on().then(Instant::now);
         let mut fds = [libc::pollfd {
             fd: self.shared.wake.as_raw_fd(),
             events: libc::POLLIN,
             revents: 0,
-        }; 3];
-        let mut nfds = 1;
+        }; 4];
+        fds[1].fd = self.shared.posted_wake.as_raw_fd();
+        let mut nfds = 2;
         let links = [
             self.port.as_ref().map(|p| (p.poll_fd(), p.retry_in())),
             self.netdev.as_ref().map(|l| (l.poll_fd(), l.retry_in())),
@@ -285,6 +288,9 @@ impl DataPath {
         }
         sys::poll::ppoll(&mut fds[..nfds], timeout);
         self.shared.wake.drain();
+        if self.shared.posted_wake.drain() {
+            self.hw.stats[STAT_WAKES_POSTED] += 1;
+        }
         if let Some(began) = began {
             let idle = self.shared.idle.load(Ordering::Relaxed) == DB_DEVICE_IDLE;
             self.shared.wqe_trace.wait(began.elapsed(), timeout, idle);

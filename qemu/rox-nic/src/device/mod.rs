@@ -64,6 +64,13 @@ pub struct DeviceConfig {
     pub flush_icrc: crate::roce::wire::FlushIcrc,
     /// Congestion control (ECN, CNPs, DCQCN): on by default, as mlx5's RoCE.
     pub cc: crate::roce::cc::CcConfig,
+    /// The device has a posted-wake companion (`server::ivshmem`, `rox_uapi::wake`): BAR0
+    /// names it by a random token and `CAP_POSTED_WAKE`.
+    pub posted_wake: bool,
+    /// How long the data path keeps polling with nothing to do before it sleeps while the
+    /// driver wakes it through the companion (`REG_WAKE_MODE` posted): a wake then costs the
+    /// vCPU no round trip, so the device may sleep much sooner (`datapath/spin.rs`).
+    pub posted_idle_after: std::time::Duration,
 }
 
 pub use crate::port::{BottleneckConfig, FaultConfig, LinkSpec, PortConfig};
@@ -71,6 +78,8 @@ pub use death::{DeathMode, DieOn};
 
 /// Default idle grace period of the data path.
 pub const DEFAULT_IDLE_AFTER: std::time::Duration = std::time::Duration::from_millis(20);
+/// Default idle grace period while wakes are posted (`DeviceConfig::posted_idle_after`).
+pub const DEFAULT_POSTED_IDLE_AFTER: std::time::Duration = std::time::Duration::from_micros(200);
 
 impl DeviceConfig {
     pub fn new(mac: [u8; 6]) -> DeviceConfig {
@@ -84,6 +93,8 @@ impl DeviceConfig {
             nap_slack: None,
             flush_icrc: crate::roce::wire::FlushIcrc::Iba,
             cc: crate::roce::cc::CcConfig::default(),
+            posted_wake: false,
+            posted_idle_after: DEFAULT_POSTED_IDLE_AFTER,
         }
     }
 }
@@ -138,6 +149,15 @@ pub struct Shared {
     pub irqs: Mutex<Vec<Option<File>>>,
     pub doorbells: DoorbellBar,
     pub wake: EventFd,
+    /// The eventfd the posted-wake companion signals (`server::ivshmem`): the data path sleeps
+    /// on it beside `wake`.
+    pub posted_wake: EventFd,
+    /// The token of the posted-wake companion (`REG_WAKE_TOKEN_*`); 0 without one.
+    pub wake_token: u64,
+    /// `REG_WAKE_MODE` (`WAKE_MODE_*`): how the driver says it wakes the device.
+    pub wake_mode: AtomicU32,
+    /// Writes of the trapped `WAKE_REG` (`STAT_WAKES_TRAPPED`; the socket thread counts them).
+    pub wakes_trapped: AtomicU64,
     pub ctl: Sender<Control>,
     /// The WQE trace (off unless started; the data path's hooks write it).
     pub wqe_trace: crate::trace::WqeTrace,
@@ -156,6 +176,30 @@ impl Shared {
 
     pub fn is_fatal(&self) -> bool {
         self.status.load(Ordering::Acquire) & STATUS_FATAL != 0
+    }
+
+    /// The capabilities this device reports (`REG_CAPS`, `DeviceAttr::caps`).
+    pub fn caps(&self) -> u32 {
+        if self.wake_token != 0 {
+            admin::DEVICE_CAPS | CAP_POSTED_WAKE
+        } else {
+            admin::DEVICE_CAPS
+        }
+    }
+
+    /// Whether the driver wakes the device through its companion (`REG_WAKE_MODE`).
+    pub fn wakes_posted(&self) -> bool {
+        self.wake_mode.load(Ordering::Relaxed) == WAKE_MODE_POSTED
+    }
+}
+
+/// A random nonzero token naming a device's posted-wake companion.
+fn companion_token() -> u64 {
+    loop {
+        let t = rand::random::<u64>();
+        if t != 0 {
+            return t;
+        }
     }
 }
 
@@ -222,6 +266,14 @@ impl RoxNic {
             irqs: Mutex::new((0..MSIX_VECTORS).map(|_| None).collect()),
             doorbells: DoorbellBar::new().map_err(DeviceError::Doorbells)?,
             wake: EventFd::new().map_err(DeviceError::EventFd)?,
+            posted_wake: EventFd::new().map_err(DeviceError::EventFd)?,
+            wake_token: if config.posted_wake {
+                companion_token()
+            } else {
+                0
+            },
+            wake_mode: AtomicU32::new(WAKE_MODE_TRAPPED),
+            wakes_trapped: AtomicU64::new(0),
             ctl: tx,
             wqe_trace: crate::trace::WqeTrace::new(),
         });
@@ -319,7 +371,7 @@ impl RoxNic {
         let r = &self.regs;
         match offset {
             REG_VERSION => rox_uapi::ROX_VERSION,
-            REG_CAPS => datapath::DEVICE_CAPS,
+            REG_CAPS => self.shared.caps(),
             REG_STATUS => {
                 let mut s = self.shared.status.load(Ordering::Acquire);
                 if r.admin_ctrl & ADMIN_CTRL_ENABLE != 0 {
@@ -339,6 +391,9 @@ impl RoxNic {
             REG_ADMIN_CTRL => r.admin_ctrl,
             REG_SCRATCH => r.scratch,
             REG_IDLE => self.shared.idle.load(Ordering::Acquire),
+            REG_WAKE_TOKEN_LO => self.shared.wake_token as u32,
+            REG_WAKE_TOKEN_HI => (self.shared.wake_token >> 32) as u32,
+            REG_WAKE_MODE => self.shared.wake_mode.load(Ordering::Relaxed),
             o => match Self::eq_reg(o) {
                 Some((n, EQ_ADDR_LO)) => r.eq_addr[n as usize] as u32,
                 Some((n, EQ_ADDR_HI)) => (r.eq_addr[n as usize] >> 32) as u32,
@@ -382,9 +437,11 @@ impl RoxNic {
             REG_ADMIN_DB => self.shared.send(Control::AdminDoorbell(v)),
             REG_SCRATCH => r.scratch = v,
             WAKE_REG => {
+                self.shared.wakes_trapped.fetch_add(1, Ordering::Relaxed);
                 self.shared.wqe_trace.wake();
                 self.shared.wake.signal();
             }
+            REG_WAKE_MODE => self.set_wake_mode(v),
             o => match Self::eq_reg(o) {
                 Some((n, EQ_ADDR_LO)) => set_lo(&mut r.eq_addr[n as usize], v),
                 Some((n, EQ_ADDR_HI)) => set_hi(&mut r.eq_addr[n as usize], v),
@@ -425,9 +482,29 @@ impl RoxNic {
         }
         self.regs = RegFile::default();
         self.shared
+            .wake_mode
+            .store(WAKE_MODE_TRAPPED, Ordering::Relaxed);
+        self.shared.wakes_trapped.store(0, Ordering::Relaxed);
+        self.shared
             .status
             .fetch_and(!STATUS_READY, Ordering::AcqRel);
         self.shared.send(Control::Reset);
+    }
+
+    /// `REG_WAKE_MODE`: posted only on a device with a companion (else nothing could wake it
+    /// without a trap); an unknown mode is ignored.
+    fn set_wake_mode(&mut self, v: u32) {
+        match v {
+            WAKE_MODE_TRAPPED => {}
+            WAKE_MODE_POSTED if self.shared.wake_token != 0 => {}
+            _ => {
+                log::debug!("ignoring REG_WAKE_MODE write {v:#x}");
+                return;
+            }
+        }
+        self.shared.wake_mode.store(v, Ordering::Relaxed);
+        // The data path may be asleep under the other mode's idle policy: let it re-decide.
+        self.shared.wake.signal();
     }
 
     // ---- DMA and interrupts ----------------------------------------------------------------

@@ -31,6 +31,7 @@ pod!(
     rox_uapi::queue::Cqe,
     rox_uapi::queue::Eqe,
     rox_uapi::queue::PageList,
+    rox_uapi::wake::WakeCompanion,
     rox_uapi::admin::AdminCmd,
     rox_uapi::admin::AdminCpl,
     rox_uapi::admin::QpAttr,

@@ -22,6 +22,7 @@ use mr::{alloc_mw, dealloc_mw, dereg_mr, odp_update, reg_mr};
 use qp::{attach_mcast, create_qp, destroy_qp, detach_mcast, modify_qp, query_qp};
 use rox_uapi::ids::Qpn;
 use srq::{create_srq, destroy_srq, modify_srq, query_srq};
+use std::sync::atomic::Ordering;
 
 /// A command's outcome: its typed result ([`AdminCommand::Result`]) or an `ADMIN_STATUS_*`.
 pub(super) type AdminResult<T = ()> = Result<T, u8>;
@@ -37,8 +38,9 @@ where
     exec(&from_bytes::<C::Payload>(payload)).map(ResultWords::to_words)
 }
 
-/// The capabilities the device reports (REG_CAPS and DeviceAttr::caps): all it defines.
-pub const DEVICE_CAPS: u32 = DeviceCaps::ALL.bits();
+/// The capabilities every device reports (REG_CAPS and DeviceAttr::caps): all it defines but
+/// `CAP_POSTED_WAKE`, which only a device with a companion has (`Shared::caps`).
+pub const DEVICE_CAPS: u32 = DeviceCaps::ALL.bits() & !CAP_POSTED_WAKE;
 
 /// Execute one admin command and build its completion.
 pub fn execute(hw: &mut Hw, engine: &mut Engine, cmd: &AdminCmd) -> AdminCpl {
@@ -124,7 +126,7 @@ fn query_device(hw: &mut Hw, q: &QueryCmd) -> AdminResult {
         num_comp_eqs: MAX_EQS - 1,
         num_db_pages: DB_PAGE_COUNT,
         atomic_cap: ATOMIC_CAP_HCA,
-        caps: DEVICE_CAPS,
+        caps: hw.shared.caps(),
         max_mw: if DEVICE_CAPS & CAP_MW != 0 {
             DEV_MAX_MW
         } else {
@@ -260,6 +262,7 @@ fn query_stats(hw: &mut Hw, engine: &mut Engine, q: &QueryCmd) -> AdminResult<u3
     s[STAT_RX_UNKNOWN_QP] = es.rx_no_qp;
     s[STAT_RX_BAD_KEY] = es.rx_bad_pkey + es.rx_qkey_violations;
     s[STAT_RX_CNP_DROPPED] = es.rx_cnp_dropped;
+    s[STAT_WAKES_TRAPPED] = hw.shared.wakes_trapped.load(Ordering::Relaxed);
     let bytes: Vec<u8> = s.iter().flat_map(|v| v.to_le_bytes()).collect();
     write_resp(hw, q.resp_addr, &bytes)?;
     Ok(STATS_COUNT as u32)

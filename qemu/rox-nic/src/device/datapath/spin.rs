@@ -10,6 +10,12 @@
 //!   took RoCE packets in or wrote CQEs (a ping-pong's other side posts its reply a guest
 //!   turn after its CQE).
 //!
+//! While the driver wakes the device through its posted-wake companion (`REG_WAKE_MODE`
+//! posted), a wake costs the vCPU one eventfd write instead of a vfio-user round trip, and the
+//! device goes idle after `posted_idle_after` (`--posted-idle-us`) instead of `idle_after`:
+//! an idle device wakes as soon as the guest rings, where a napping one waits for its nap to
+//! end (a nap asked 1 µs took 60-74 µs on a 2-core host, docs/benchmarks.md "Session 11").
+//!
 //! The spin is bounded by the time since the last work, not by a count of events, so an idle
 //! device (nothing arrives, nothing in flight) naps and then sleeps as before. A nap ends up
 //! to the thread's timer slack late (the kernel's 50 µs unless `--nap-slack-us` sets it: a
@@ -52,6 +58,9 @@ pub struct Backoff {
     pub expect_spin: Duration,
     /// How long without work before the device goes idle.
     pub idle_after: Duration,
+    /// How long without work before the device goes idle while wakes are posted (at most
+    /// `idle_after`).
+    pub posted_idle_after: Duration,
 }
 
 impl Backoff {
@@ -60,16 +69,22 @@ impl Backoff {
         self.expect_spin > self.spin
     }
 
-    /// What to do `idle_for` after the last work, with an answer `expecting` or not.
-    pub fn next_step(&self, idle_for: Duration, expecting: bool) -> Step {
+    /// What to do `idle_for` after the last work, with an answer `expecting` or not, with
+    /// wakes `posted` through the companion or trapped.
+    pub fn next_step(&self, idle_for: Duration, expecting: bool, posted: bool) -> Step {
         let spin = if expecting {
             self.expect_spin.max(self.spin)
         } else {
             self.spin
         };
+        let idle_after = if posted {
+            self.posted_idle_after.min(self.idle_after)
+        } else {
+            self.idle_after
+        };
         if idle_for < spin {
             Step::Spin
-        } else if idle_for < self.idle_after {
+        } else if idle_for < idle_after {
             // Nap longer the longer nothing happened.
             Step::Nap((idle_for / 8).min(MAX_NAP))
         } else {
@@ -132,32 +147,33 @@ mod tests {
             spin: SPIN_PERIOD,
             expect_spin: us(expect_spin_us),
             idle_after: IDLE_AFTER,
+            posted_idle_after: us(200),
         }
     }
 
     #[test]
     fn without_an_answer_expected_it_spins_only_the_short_period() {
         let b = backoff(200);
-        assert_eq!(b.next_step(us(0), false), Step::Spin);
-        assert_eq!(b.next_step(SPIN_PERIOD - us(1), false), Step::Spin);
-        assert_eq!(b.next_step(us(80), false), Step::Nap(us(10)));
+        assert_eq!(b.next_step(us(0), false, false), Step::Spin);
+        assert_eq!(b.next_step(SPIN_PERIOD - us(1), false, false), Step::Spin);
+        assert_eq!(b.next_step(us(80), false, false), Step::Nap(us(10)));
     }
 
     #[test]
     fn while_an_answer_is_expected_it_spins_longer_and_then_naps() {
         let b = backoff(200);
         assert!(b.uses_expectation());
-        assert_eq!(b.next_step(us(80), true), Step::Spin);
-        assert_eq!(b.next_step(us(199), true), Step::Spin);
-        assert_eq!(b.next_step(us(200), true), Step::Nap(us(25)));
+        assert_eq!(b.next_step(us(80), true, false), Step::Spin);
+        assert_eq!(b.next_step(us(199), true, false), Step::Spin);
+        assert_eq!(b.next_step(us(200), true, false), Step::Nap(us(25)));
     }
 
     #[test]
     fn off_an_expected_answer_changes_nothing() {
         let b = backoff(0);
         assert!(!b.uses_expectation());
-        assert_eq!(b.next_step(SPIN_PERIOD - us(1), true), Step::Spin);
-        assert_eq!(b.next_step(us(80), true), Step::Nap(us(10)));
+        assert_eq!(b.next_step(SPIN_PERIOD - us(1), true, false), Step::Spin);
+        assert_eq!(b.next_step(us(80), true, false), Step::Nap(us(10)));
     }
 
     #[test]
@@ -166,14 +182,14 @@ mod tests {
             spin: us(10),
             ..backoff(0)
         };
-        assert_eq!(b.next_step(us(9), false), Step::Spin);
-        assert_eq!(b.next_step(us(16), false), Step::Nap(us(2)));
+        assert_eq!(b.next_step(us(9), false, false), Step::Spin);
+        assert_eq!(b.next_step(us(16), false, false), Step::Nap(us(2)));
         assert_eq!(
             Backoff {
                 spin: Duration::ZERO,
                 ..b
             }
-            .next_step(us(0), false),
+            .next_step(us(0), false, false),
             Step::Nap(us(0)),
             "no spin: a nap at once"
         );
@@ -182,9 +198,37 @@ mod tests {
     #[test]
     fn naps_grow_to_their_cap_and_the_device_goes_idle() {
         let b = backoff(200);
-        assert_eq!(b.next_step(us(8_000), true), Step::Nap(MAX_NAP));
-        assert_eq!(b.next_step(IDLE_AFTER, true), Step::Idle);
-        assert_eq!(b.next_step(IDLE_AFTER, false), Step::Idle);
+        assert_eq!(b.next_step(us(8_000), true, false), Step::Nap(MAX_NAP));
+        assert_eq!(b.next_step(IDLE_AFTER, true, false), Step::Idle);
+        assert_eq!(b.next_step(IDLE_AFTER, false, false), Step::Idle);
+    }
+
+    #[test]
+    fn with_posted_wakes_it_goes_idle_sooner_after_its_spin() {
+        let b = backoff(0);
+        assert_eq!(b.next_step(us(5), false, true), Step::Spin);
+        assert_eq!(b.next_step(us(96), false, true), Step::Nap(us(12)));
+        assert_eq!(b.next_step(us(200), false, true), Step::Idle);
+        assert_eq!(
+            b.next_step(us(200), false, false),
+            Step::Nap(us(25)),
+            "trapped wakes keep the long grace"
+        );
+        let at_once = Backoff {
+            posted_idle_after: Duration::ZERO,
+            ..b
+        };
+        assert_eq!(at_once.next_step(us(5), false, true), Step::Spin);
+        assert_eq!(at_once.next_step(SPIN_PERIOD, false, true), Step::Idle);
+        let longer = Backoff {
+            posted_idle_after: Duration::from_secs(1),
+            ..b
+        };
+        assert_eq!(
+            longer.next_step(IDLE_AFTER, false, true),
+            Step::Idle,
+            "never later than with trapped wakes"
+        );
     }
 
     #[test]
