@@ -2,24 +2,27 @@
 # How rox.ko and librox wake an idle rox-nic (guest; docs/driver.md "Waking the device"):
 #   - with a posted-wake companion (rox-nic offers CAP_POSTED_WAKE; rox-lab's default: a QEMU
 #     ivshmem-doorbell 1af4:1110 beside each NIC), every rox device must say "wake mode:
-#     posted" at probe, and traffic after a pause long enough for the device to go idle — a
-#     user RC pingpong (librox's wakes) and rdma_cm's handshake (the kernel's GSI QP1 wakes)
-#     — must wake it only by posted doorbells: wakes_posted grows, wakes_trapped does not;
+#     posted" at probe, and every wake must be a posted doorbell (rox-nic's wakes_posted
+#     grows, wakes_trapped does not) for librox (wake_after_idle.py rings rox_0 ROUNDS times
+#     while it sleeps; then ibv_rc_pingpong) and for the kernel (rox_kverbs_test.ko, kernel
+#     QPs only, between rox_0 and rox_1);
 #   - without one (ROX_POSTED_WAKE=off in the lab), every device says "wake mode: trapped
-#     (device offers no posted-wake companion)", the same traffic works, and wakes_trapped grows.
+#     (device offers no posted-wake companion)", the same traffic works, and the rings on the
+#     sleeping device are trapped wakes (wakes_trapped grows by at least ROUNDS, wakes_posted
+#     not at all).
 # A device that offers the companion but falls back to trapped wakes fails here, whatever the
 # reason rox.ko gives. The counters are rox-nic's, read through `rdma statistic`.
 set -u
-trap 'grep -q "^rox " /proc/modules && rmmod rox' EXIT
+trap 'grep -q "^rox_kverbs_test " /proc/modules && rmmod rox_kverbs_test; grep -q "^rox " /proc/modules && rmmod rox' EXIT
 fail() { echo "FAIL: $*"; dmesg | grep -i 'rox' | tail -20; exit 1; }
 skip() { echo "SKIP: $*"; exit 0; }
 . "$(dirname "$0")/lib.sh"
 DEV=rox_0
-PAUSE_S=1 # idle after 20 ms trapped, sooner posted (docs/hardware.md)
-RPING_PORT=7174
+ROUNDS=3
+PAUSE_S=0.5 # > idle_after (20 ms trapped, 200 us posted; docs/hardware.md)
 
 grep -qx "$ROX_VENDOR" /sys/bus/pci/devices/*/vendor 2>/dev/null || skip "no rox-nic attached"
-command -v rping >/dev/null || fail "no rping (rdmacm-utils) in the root"
+command -v python3 >/dev/null || fail "no python3 in the root"
 # Probe afresh so this test reads what rox.ko said about every device.
 grep -q '^rox ' /proc/modules && { rmmod rox || fail "cannot unload the rox.ko already loaded"; }
 dmesg -C
@@ -35,31 +38,41 @@ no_cap=$(dmesg | grep -c 'wake mode: trapped (device offers no posted-wake compa
 dmesg | grep 'wake mode:' | sed 's/^\[[^]]*\] //'
 echo "$nics rox NICs, $companions ivshmem-doorbell devices"
 if [ "$posted" = "$nics" ]; then
-	mode=posted
+	mode=posted other=trapped
 elif [ "$no_cap" = "$nics" ]; then
-	mode=trapped
+	mode=trapped other=posted
 	[ "$companions" = 0 ] || fail "no device offers a companion, yet $companions ivshmem-doorbell devices exist"
 else
 	fail "of $nics rox NICs $posted wake posted and $no_cap have no companion: the others fell back to trapped wakes"
 fi
 
-# Sets trapped_now and posted_now: rox_0's wake counters from `rdma statistic` (lab.sh).
+# Sets wakes[trapped] and wakes[posted]: rox_0's wake counters from `rdma statistic` (lab.sh).
+declare -A wakes
 read_wakes() {
-	trapped_now=$(rdma_counter $DEV wakes_trapped)
-	posted_now=$(rdma_counter $DEV wakes_posted)
-	[[ $trapped_now =~ ^[0-9]+$ && $posted_now =~ ^[0-9]+$ ]] ||
-		fail "no wakes_trapped/wakes_posted in 'rdma statistic show link $DEV/1'"
+	local kind
+	for kind in trapped posted; do
+		wakes[$kind]=$(rdma_counter $DEV wakes_$kind)
+		[[ ${wakes[$kind]} =~ ^[0-9]+$ ]] || fail "no wakes_$kind in 'rdma statistic show link $DEV/1'"
+	done
+}
+# expect <what> <least>: since the last read_wakes, rox_0 took at least <least> wakes of this
+# mode and none of the other.
+expect() {
+	local what=$1 least=$2 mine=${wakes[$mode]} others=${wakes[$other]}
+	read_wakes
+	mine=$((${wakes[$mode]} - mine)) others=$((${wakes[$other]} - others))
+	echo "$what: wakes_$mode +$mine, wakes_$other +$others"
+	[ "$mine" -ge "$least" ] || fail "$what: $mine $mode wakes (want at least $least)"
+	[ "$others" = 0 ] || fail "$what: $others $other wakes in $mode mode"
 }
 
-ipv4=$(ip -4 -o addr show dev "$(cat /sys/class/infiniband/$DEV/ports/1/gid_attrs/ndevs/0)" |
-	awk '{ print $4 }' | cut -d/ -f1 | head -1)
-[ -n "$ipv4" ] || fail "$DEV's netdev has no IPv4 address"
-
+# librox, deterministically: each ring finds the device asleep.
 read_wakes
-trapped0=$trapped_now posted0=$posted_now
+python3 "$(dirname "$0")/wake_after_idle.py" $ROUNDS $PAUSE_S || fail "wake_after_idle.py failed"
+expect "librox, $ROUNDS rings of a sleeping $DEV" $ROUNDS
 
-# librox's wakes: RC pingpong on rox_0 (QP-to-QP loopback), started on an idle device.
-sleep $PAUSE_S
+# librox under traffic: RC pingpong on rox_0 (QP-to-QP loopback), started on an idle device.
+read_wakes
 timeout 120 ibv_rc_pingpong -d $DEV -g 0 -n 20 >/tmp/wake-server.out 2>&1 &
 server=$!
 wait_for_server $server 18515 || fail "pingpong server: $(cat /tmp/wake-server.out)"
@@ -67,30 +80,22 @@ sleep $PAUSE_S
 timeout 120 ibv_rc_pingpong -d $DEV -g 0 -n 20 127.0.0.1 >/tmp/wake-client.out 2>&1 ||
 	fail "pingpong client: $(cat /tmp/wake-client.out)"
 wait $server || fail "pingpong server: $(cat /tmp/wake-server.out)"
-grep -q 'iters in' /tmp/wake-client.out || fail "pingpong client printed no result"
-echo "ok   ibv_rc_pingpong after ${PAUSE_S} s idle"
+grep -q '^20 iters in' /tmp/wake-client.out || fail "pingpong client printed no result"
+expect "ibv_rc_pingpong on $DEV" 0
 
-# The kernel's wakes: rdma_cm's handshake is MADs on rox.ko's GSI QP1.
-sleep $PAUSE_S
-timeout 120 rping -s -a "$ipv4" -p $RPING_PORT -C 3 >/tmp/wake-rping.server 2>&1 &
-server=$!
-wait_for_cm_listener $server $RPING_PORT || fail "rping server did not listen: $(cat /tmp/wake-rping.server)"
-sleep $PAUSE_S
-timeout 60 rping -c -a "$ipv4" -p $RPING_PORT -C 3 >/tmp/wake-rping.client 2>&1 ||
-	fail "rping client: $(cat /tmp/wake-rping.client)"
-wait $server || fail "rping server: $(cat /tmp/wake-rping.server)"
-echo "ok   rping after ${PAUSE_S} s idle"
-
+# The kernel: kernel QPs only (rox_kverbs_test.ko, side B on rox_1). Posted mode idles after
+# 200 us, so its 72 checks' doorbells find the device asleep many times.
+kverbs_setup fail
 read_wakes
-trapped=$((trapped_now - trapped0))
-posted_n=$((posted_now - posted0))
-echo "$DEV during the traffic: wakes_posted +$posted_n, wakes_trapped +$trapped"
-dmesg | grep -E 'BUG:|Oops|WARNING:|general protection' && fail "kernel complained"
+timeout 300 insmod "$test_ko" peer=rox_1 || fail "insmod rox_kverbs_test.ko failed"
+rmmod rox_kverbs_test || fail "rmmod rox_kverbs_test failed"
+result=$(dmesg | grep -o 'rox_kverbs: result: .*' | tail -1)
+[[ $result =~ result:\ [0-9]+\ passed,\ 0\ failed ]] || fail "kernel verbs: ${result:-no result}"
 if [ $mode = posted ]; then
-	[ "$posted_n" -gt 0 ] || fail "wake mode posted, but no posted wake reached the device"
-	[ "$trapped" = 0 ] || fail "wake mode posted, but $trapped wakes were trapped writes"
+	expect "kernel verbs rox_0 <-> rox_1" 1
 else
-	[ "$trapped" -gt 0 ] || fail "wake mode trapped, but no trapped wake reached the device"
-	[ "$posted_n" = 0 ] || fail "wake mode trapped, but $posted_n wakes were posted"
+	expect "kernel verbs rox_0 <-> rox_1" 0
 fi
+
+dmesg | grep -E 'BUG:|Oops|WARNING:|general protection' && fail "kernel complained"
 echo "ok   t-driver-wake: mode $mode on all $nics rox NICs; $DEV woken only by $mode wakes"
