@@ -29,16 +29,26 @@ dmesg -C
 need_rox_0
 
 nics=$(grep -lx "$ROX_VENDOR" /sys/bus/pci/devices/*/vendor | wc -l)
-companions=0 # ivshmem-doorbell devices (rox_uapi::wake::IVSHMEM_VENDOR_ID:IVSHMEM_DEVICE_ID)
+# The ivshmem-doorbell devices (rox_uapi::wake::IVSHMEM_VENDOR_ID:IVSHMEM_DEVICE_ID).
+companion_dirs=()
 for d in /sys/bus/pci/devices/*; do
-	[ "$(cat "$d/vendor")" = 0x1af4 ] && [ "$(cat "$d/device")" = 0x1110 ] && companions=$((companions + 1))
+	[ "$(cat "$d/vendor")" = 0x1af4 ] && [ "$(cat "$d/device")" = 0x1110 ] && companion_dirs+=("$d")
 done
+companions=${#companion_dirs[@]}
+# enabled_companions: how many companions have memory decoding enabled by someone (sysfs
+# `enable`: the kernel's enable count; nothing but rox.ko enables them).
+enabled_companions() {
+	local d n=0
+	for d in "${companion_dirs[@]}"; do [ "$(cat "$d/enable")" != 0 ] && n=$((n + 1)); done
+	echo $n
+}
 posted=$(dmesg | grep -c 'wake mode: posted')
 no_cap=$(dmesg | grep -c 'wake mode: trapped (device offers no posted-wake companion)')
 dmesg | grep 'wake mode:' | sed 's/^\[[^]]*\] //'
 echo "$nics rox NICs, $companions ivshmem-doorbell devices"
 if [ "$posted" = "$nics" ]; then
 	mode=posted other=trapped
+	[ "$(enabled_companions)" = "$nics" ] || fail "rox.ko holds $(enabled_companions) companions enabled, not $nics"
 elif [ "$no_cap" = "$nics" ]; then
 	mode=trapped other=posted
 	[ "$companions" = 0 ] || fail "no device offers a companion, yet $companions ivshmem-doorbell devices exist"
@@ -98,4 +108,7 @@ else
 fi
 
 dmesg | grep -E 'BUG:|Oops|WARNING:|general protection' && fail "kernel complained"
+# rmmod releases the companions: none stays enabled.
+rmmod rox || fail "rmmod rox failed"
+[ "$(enabled_companions)" = 0 ] || fail "$(enabled_companions) companions still enabled after rmmod rox"
 echo "ok   t-driver-wake: mode $mode on all $nics rox NICs; $DEV woken only by $mode wakes"
