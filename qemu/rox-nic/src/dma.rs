@@ -25,7 +25,8 @@ pub struct DmaError {
 pub trait GuestRam {
     /// Copy guest memory at `addr` into `buf`.
     fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), DmaError>;
-    /// Copy `data` into guest memory at `addr`.
+    /// Copy `data` into guest memory at `addr`; a write refused (not memory, not writable)
+    /// stores nothing (`device::mem` relies on it).
     fn write(&self, addr: u64, data: &[u8]) -> Result<(), DmaError>;
     /// Check that `[addr, addr+len)` is memory, and writable if `write`.
     fn check_access(&self, addr: u64, len: u64, write: bool) -> Result<(), DmaError>;
