@@ -25,7 +25,8 @@ pub struct DmaError {
 pub trait GuestRam {
     /// Copy guest memory at `addr` into `buf`.
     fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), DmaError>;
-    /// Copy `data` into guest memory at `addr`.
+    /// Copy `data` into guest memory at `addr`; a write refused (not memory, not writable)
+    /// stores nothing (`device::mem` relies on it).
     fn write(&self, addr: u64, data: &[u8]) -> Result<(), DmaError>;
     /// Check that `[addr, addr+len)` is memory, and writable if `write`.
     fn check_access(&self, addr: u64, len: u64, write: bool) -> Result<(), DmaError>;
@@ -329,6 +330,20 @@ impl GuestMemory {
     pub fn write_entry_owner_last<T: Pod>(&self, addr: u64, value: &T) -> Result<(), DmaError> {
         let bytes = as_bytes(value);
         let (body, owner) = bytes.split_at(bytes.len() - 1);
+        // Inside one writable region (every ring in practice): that one lookup is the check;
+        // the general path below looked the region up three times per CQE.
+        if let Some((r, off, avail)) = self.region_at(addr) {
+            if r.writable && avail >= bytes.len() as u64 {
+                let err = DmaError {
+                    addr,
+                    len: bytes.len() as u64,
+                };
+                r.write_at(off, body).ok_or(err)?;
+                let cell: &AtomicU8 = r.atomic_at(off + body.len() as u64).ok_or(err)?;
+                cell.store(owner[0], Ordering::Release);
+                return Ok(());
+            }
+        }
         // Checked whole first: a refused owner byte must not leave a written body behind.
         self.check_access(addr, bytes.len() as u64, true)?;
         self.write(addr, body)?;
@@ -421,6 +436,15 @@ mod tests {
         assert!(mem.write_entry_owner_last(0x1ffc, &u64::MAX).is_err());
         mem.read(0x1ff0, &mut back).expect("read");
         assert_eq!(back, [7u8; 16], "a refused entry wrote no body");
+        assert!(
+            mem.write_entry_owner_last(0x2010, &u64::MAX).is_err(),
+            "an entry inside the read-only page"
+        );
+        mem.write_entry_owner_last(0x1ff0, &0x0102_0304_0506_0708u64)
+            .expect("an entry inside the writable page");
+        mem.read(0x1ff0, &mut back).expect("read");
+        assert_eq!(back[..8], 0x0102_0304_0506_0708u64.to_ne_bytes());
+        assert_eq!(back[8..], [7u8; 8], "nothing past the entry");
     }
 
     #[test]

@@ -416,8 +416,15 @@ impl Qp {
         }
         // The first packet checks the whole RETH range before any byte lands (as the IBA
         // responder, rxe's check_rkey and the READ path do): a WRITE that overruns its
-        // target writes nothing. Later packets stay inside it (`remaining`).
-        let reth = p.hdr.reth.filter(|reth| p.info.first && reth.dma_len > 0);
+        // target writes nothing. Later packets stay inside it (`remaining`). A WRITE of one
+        // packet without immediate skips it: its write covers exactly that range (the
+        // lengths above) and refuses it whole, with the same error, before storing anything;
+        // the check looked the key up a second time per small message.
+        let only = p.info.first && p.info.last && p.hdr.imm.is_none();
+        let reth = p
+            .hdr
+            .reth
+            .filter(|reth| p.info.first && !only && reth.dma_len > 0);
         if let Some(reth) = reth {
             let len = u64::from(reth.dma_len);
             if let Err(e) = env.check_remote_write(self.remote_target(reth.rkey, reth.va), len) {

@@ -239,3 +239,22 @@ fn read_answers_in_mtu_packets_and_advances_by_their_count() {
     assert_eq!(data, env.mem[..2500]);
     assert_eq!((qp.resp.epsn.get(), qp.resp.msn.get()), (103, 1));
 }
+
+/// A WRITE of one packet has no range check apart from its write (one key lookup per small
+/// message): a bad key, or a range past its region, still gets a remote access error NAK,
+/// fails the QP and writes nothing.
+#[test]
+fn a_one_packet_write_refused_by_its_write_naks_and_writes_nothing() {
+    for (key, va) in [(BAD_KEY, 0), (RKEY, MEM_LEN as u64 - 4)] {
+        let (mut env, mut stats, mut qp) = rc_fixture();
+        let only = packet_from_peer(op::RC_WRITE_ONLY, 100, &[1; 8], reth(va, key, 8));
+        receive(&mut qp, &mut env, &mut stats, &only);
+        let sent = env.sent_parsed();
+        assert_eq!(sent.len(), 1, "{key:?} at {va:#x}: one NAK");
+        let nak = sent[0].hdr.aeth.unwrap().syndrome;
+        assert_eq!(nak, Syndrome::Nak(NakCode::RemoteAccessError));
+        assert_eq!(qp.state, QpState::Err);
+        assert_eq!(env.async_errors, [QpAsyncError::AccessViolation]);
+        assert!(env.mem.iter().all(|&b| b == 0), "{key:?} at {va:#x}");
+    }
+}
