@@ -180,12 +180,12 @@ impl MappedRegion {
     }
 
     /// Copies `data` to offset `off` of the mapping, every byte stored once, as a DMA engine
-    /// writes ([`crate::sys::shm::store_once`] says why).
+    /// writes ([`crate::sys::store_once::store_once`] says why).
     pub fn write_at(&self, off: u64, data: &[u8]) -> Option<()> {
         if !self.writable {
             return None;
         }
-        crate::sys::shm::store_once(&self.slice(off, data.len())?, data).then_some(())
+        crate::sys::store_once::store_once(&self.slice(off, data.len())?, data).then_some(())
     }
 
     /// The naturally aligned integer at offset `off` of the mapping, as an atomic.
