@@ -246,6 +246,21 @@ impl GuestMemory {
         Some((r, off, r.size - off))
     }
 
+    /// Test kit: the mapped bytes `[addr, addr+len)`, inside one region, as the device
+    /// accesses them (to watch its stores: `sys::store_trace`).
+    #[cfg(any(test, feature = "testkit"))]
+    pub fn volatile_slice(&self, addr: u64, len: usize) -> Result<VolatileSlice<'_, ()>, DmaError> {
+        let err = DmaError {
+            addr,
+            len: len as u64,
+        };
+        let (r, off, avail) = self.region_at(addr).ok_or(err)?;
+        if avail < len as u64 {
+            return Err(err);
+        }
+        r.slice(off, len).ok_or(err)
+    }
+
     /// Check that `[addr, addr+len)` is entirely mapped.
     pub fn check(&self, addr: u64, len: u64) -> Result<(), DmaError> {
         self.check_access(addr, len, false)
