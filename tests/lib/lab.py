@@ -40,11 +40,15 @@ def rox_lab():
 
 
 def command(guests, mtu=9000, timeout=900, flavour=DEFAULT_FLAVOUR, capture=None, routed=False,
-            extra=()):
-    """rox-lab's command line for [(NICS, CMD), ...] (guest 0 first)."""
+            raw_bridge_reader=False, extra=()):
+    """rox-lab's command line for [(NICS, CMD), ...] (guest 0 first). `raw_bridge_reader`: the
+    run reads bridge 0 raw (a --host-cmd's tcpdump or AF_PACKET socket), so rox-lab starts the
+    rox-nics sending frames one by one (--raw-bridge-reader; --capture implies it)."""
     cmd = [rox_lab(), "--mtu", str(mtu), "--timeout", str(timeout), "--flavour", flavour]
     if capture:
         cmd += ["--capture", capture]
+    if raw_bridge_reader:
+        cmd.append("--raw-bridge-reader")
     if routed:
         cmd.append("--routed")
     cmd += list(extra)

@@ -85,6 +85,11 @@ class Board:
         with self.changed:
             return self.changed.wait_for(lambda: str(job) in self.answered, timeout_s)
 
+    def status(self, job):
+        """`job`'s posted line (None before one) and whether a client has been sent it."""
+        with self.changed:
+            return self.lines.get(str(job)), str(job) in self.answered
+
     def close(self):
         with self.changed:
             self.closed = True

@@ -2,6 +2,7 @@
 once the server's program listens, and at once when that program ended before it listened;
 the server keeps its board until the client has had the answer."""
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -28,15 +29,22 @@ class Cli(unittest.TestCase):
     def setUp(self):
         self.board_port, self.job_port = free_port(), free_port()
 
-    def serve(self, cmd, linger_s=LONG_S):
+    def serve(self, cmd, limit_s=LONG_S):
         return subprocess.Popen(CLI + ["serve", str(self.board_port), "x", str(self.job_port),
-                                       str(linger_s), "--"] + cmd,
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                                       str(limit_s), "--"] + cmd,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                start_new_session=True)
 
     @staticmethod
     def finish(server, timeout_s):
-        """The server's exit status and output, once it ended within `timeout_s`."""
-        out, _ = server.communicate(timeout=timeout_s)
+        """The server's exit status and output, once it ended within `timeout_s` (else it and
+        its program are killed and the test fails)."""
+        try:
+            out, _ = server.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.communicate()
+            raise
         return server.returncode, out
 
     def wait(self):
@@ -71,11 +79,32 @@ class Cli(unittest.TestCase):
         self.assertIn("before it listened", out)
         self.assertEqual(self.finish(server, LONG_S)[0], 0)
 
-    def test_without_a_client_the_server_gives_up_after_its_linger_time(self):
-        server = self.serve([sys.executable, "-c", "pass"], linger_s=0.5)
+    def test_without_a_client_the_server_gives_up_at_its_limit(self):
+        server = self.serve([sys.executable, "-c", "pass"], limit_s=0.5)
         rc, out = self.finish(server, AT_ONCE_S)
         self.assertEqual(rc, 0)
         self.assertIn("no client asked", out)
+
+    def test_a_program_that_listens_for_no_client_is_stopped_at_the_limit(self):
+        server = self.serve(listener(self.job_port, 0), limit_s=2.0)
+        rc, out = self.finish(server, AT_ONCE_S)
+        self.assertEqual(rc, 124, out)
+        self.assertIn("still ran after 2 s: it listened, but no client asked for job x", out)
+
+    def test_a_program_that_never_listens_is_stopped_at_the_limit(self):
+        server = self.serve([sys.executable, "-c", "import time; time.sleep(60)"], limit_s=1.0)
+        rc, out = self.finish(server, AT_ONCE_S)
+        self.assertEqual(rc, 124, out)
+        self.assertIn(f"it never listened on port {self.job_port}", out)
+
+    def test_a_client_told_ready_that_never_connects_is_named_at_the_limit(self):
+        server = self.serve(listener(self.job_port, 0), limit_s=3.0)
+        rc, out, _ = self.wait()
+        self.assertEqual(rc, 0, out)
+        # Told "ready", the client never connects to the program.
+        rc, out = self.finish(server, AT_ONCE_S)
+        self.assertEqual(rc, 124, out)
+        self.assertIn("its client was told it listens, but it did not end", out)
 
     def test_a_taken_board_port_fails_the_server_at_once(self):
         with socket.create_server(("", self.board_port)):

@@ -61,10 +61,11 @@ CONNECT_WINDOW_S=300
 # board for it (tests/lib/ready_board.py; below Linux's ephemeral ports).
 XSERVER_PORT=7471
 READY_BOARD_PORT=7472
-# How long the board stays open for its client once rdma_xserver has ended: shorter than the
-# server's outer timeout (SERVER_WAIT_S, which kills the board too), so if rdma_xserver ended
-# early (it could not listen) and no client ever asked, the board itself says so before that.
-READY_BOARD_LINGER_S=$((SERVER_WAIT_S - 30))
+# How long the board and rdma_xserver may take in all: shorter than the server's outer timeout
+# (SERVER_WAIT_S, which kills the board too), so the board itself stops rdma_xserver first and
+# says what was missing (it never listened; it listened and no client asked; the client was
+# told and never connected), or that no client asked after rdma_xserver ended early.
+READY_BOARD_LIMIT_S=$((SERVER_WAIT_S - 30))
 ready_board="python3 $(dirname "$0")/../lib/ready_board.py"
 pp="-d $dev -g $gid -n $iters"
 rc=0
@@ -85,7 +86,7 @@ for t in "$@"; do
 		rping) cmd="rping -s -a $peer -C 10 -v" ;;
 		ucmatose) cmd="ucmatose -b $peer -c 2 -C 20 -S 1024" ;;
 		# The board says "ready" once rdma_xserver listens (or why it never did).
-		xclient) cmd="$ready_board serve $READY_BOARD_PORT xclient $XSERVER_PORT $READY_BOARD_LINGER_S -- rdma_xserver -p $XSERVER_PORT -c x" ;;
+		xclient) cmd="$ready_board serve $READY_BOARD_PORT xclient $XSERVER_PORT $READY_BOARD_LIMIT_S -- rdma_xserver -p $XSERVER_PORT -c x" ;;
 		esac
 		timeout $SERVER_WAIT_S $cmd >/tmp/s.log 2>&1 || { echo "FAIL server: $t ($cmd)"; cat /tmp/s.log; rc=1; }
 		continue

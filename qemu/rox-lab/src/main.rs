@@ -89,10 +89,14 @@ struct Cli {
     /// the lab's own; repeatable (docs/networking.md).
     #[arg(long = "nic-args", value_name = "G=ARGS", allow_hyphen_values = true)]
     nic_args: Vec<NicArgs>,
-    /// Capture bridge 0 with tcpdump into this pcap file (the rox-nics then send frames one by
-    /// one: ROX_TAP_GSO=off).
+    /// Capture bridge 0 with tcpdump into this pcap file (implies --raw-bridge-reader).
     #[arg(long)]
     capture: Option<PathBuf>,
+    /// Something reads bridge 0 raw (a --host-cmd's tcpdump or AF_PACKET socket): the rox-nics
+    /// send frames one by one (ROX_TAP_GSO=off), not the tap's segmentation-offload requests of
+    /// up to 64 KiB, which such a reader would see uncut (docs/networking.md).
+    #[arg(long)]
+    raw_bridge_reader: bool,
     /// Stop capturing after this many frames (tcpdump -c; the default takes every frame).
     #[arg(long, requires = "capture")]
     capture_frames: Option<u64>,
@@ -153,6 +157,16 @@ struct Cli {
 }
 
 impl Cli {
+    /// The environment rox-lab adds to each rox-nic's own.
+    fn rox_nic_env(&self) -> Vec<(&'static str, &'static str)> {
+        if self.raw_bridge_reader || self.capture.is_some() {
+            // A raw reader of the bridge takes frames, not segmentation-offload requests.
+            vec![("ROX_TAP_GSO", "off")]
+        } else {
+            Vec::new()
+        }
+    }
+
     /// Seconds a guest has to boot (0: no deadline).
     fn boot_deadline(&self) -> u64 {
         self.boot_timeout.unwrap_or(if self.flavour == "debug" {
@@ -229,4 +243,24 @@ fn main() -> ExitCode {
     };
     runner.teardown();
     code
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cli(args: &[&str]) -> Cli {
+        let lab = ["rox-lab", "--guest", "rox", "--cmd", "true"];
+        Cli::try_parse_from(lab.iter().chain(args)).expect("a valid command line")
+    }
+
+    #[test]
+    fn a_raw_reader_of_the_bridge_turns_the_taps_offload_off() {
+        let off = vec![("ROX_TAP_GSO", "off")];
+        assert_eq!(cli(&["--raw-bridge-reader"]).rox_nic_env(), off);
+        assert_eq!(cli(&["--capture", "/tmp/x.pcap"]).rox_nic_env(), off);
+        // Without one the offload stays as rox-nic's environment says (on by default).
+        assert_eq!(cli(&[]).rox_nic_env(), Vec::new());
+        assert_eq!(cli(&["--host-cmd", "true"]).rox_nic_env(), Vec::new());
+    }
 }

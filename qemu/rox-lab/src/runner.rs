@@ -252,11 +252,7 @@ impl Runner {
         );
         let mut cmd = in_netns(&self.ns, &self.paths.nic_bin);
         cmd.args(args);
-        if self.cli.capture.is_some() {
-            // A capture of the bridge shows frames one by one, not the tap's segmentation-
-            // offload requests of up to 64 KiB (docs/transport.md).
-            cmd.env("ROX_TAP_GSO", "off");
-        }
+        cmd.envs(self.cli.rox_nic_env());
         let records = std::env::var("ROX_NIC_TRACE").ok();
         cmd.args(rox_nic_trace_args(records.as_deref(), &trace_dir()?, g, n));
         let what = format!("rox-nic g{g} nic{n}");

@@ -181,12 +181,12 @@ impl MappedRegion {
     }
 
     /// Copies `data` to offset `off` of the mapping, every byte stored once, as a DMA engine
-    /// writes ([`crate::sys::shm::store_once`] says why).
+    /// writes ([`crate::sys::store_once::store_once`] says why).
     pub fn write_at(&self, off: u64, data: &[u8]) -> Option<()> {
         if !self.writable {
             return None;
         }
-        crate::sys::shm::store_once(&self.slice(off, data.len())?, data).then_some(())
+        crate::sys::store_once::store_once(&self.slice(off, data.len())?, data).then_some(())
     }
 
     /// The naturally aligned integer at offset `off` of the mapping, as an atomic.
@@ -245,6 +245,21 @@ impl GuestMemory {
         }
         let off = addr - r.iova;
         Some((r, off, r.size - off))
+    }
+
+    /// Test kit: the mapped bytes `[addr, addr+len)`, inside one region, as the device
+    /// accesses them (to watch its stores: `sys::store_trace`).
+    #[cfg(any(test, feature = "testkit"))]
+    pub fn volatile_slice(&self, addr: u64, len: usize) -> Result<VolatileSlice<'_, ()>, DmaError> {
+        let err = DmaError {
+            addr,
+            len: len as u64,
+        };
+        let (r, off, avail) = self.region_at(addr).ok_or(err)?;
+        if avail < len as u64 {
+            return Err(err);
+        }
+        r.slice(off, len).ok_or(err)
     }
 
     /// Check that `[addr, addr+len)` is entirely mapped.

@@ -1,6 +1,7 @@
 //! Data path through the chassis, completion and shared receive queues: CQEs, completion
 //! events and MSI-X, arming, overflow and resizing, SRQs (limit events, LAST_WQE_REACHED,
-//! resizing), and the idle data path woken by a doorbell; its naps' timer slack.
+//! resizing), and the idle data path woken by a doorbell; its naps' timer slack (read from
+//! /proc/TID/timerslack_ns, which for another thread needs CAP_SYS_NICE: run as root).
 
 use rox_nic::testkit::loopback::{async_events, pair, ALL_ACCESS, BUF, PD};
 use rox_nic::testkit::*;
@@ -118,40 +119,69 @@ fn idle_device_sleeps_and_doorbell_wakes_it() {
     assert!(stats[STAT_WAKEUPS] >= 2);
 }
 
-/// The data path's timer slack as it read it back when it started.
-fn data_path_slack(d: &TestDriver) -> Duration {
-    let start = std::time::Instant::now();
-    loop {
-        let ns = d
-            .shared()
-            .nap_timer_slack_ns
-            .load(std::sync::atomic::Ordering::Relaxed);
-        if ns != 0 {
-            return Duration::from_nanos(ns);
+/// How many data-path threads (named `rox-datapath`) of this process have timer slack `slack`,
+/// as the kernel shows it in /proc/TID/timerslack_ns (another thread's slack: CAP_SYS_NICE).
+fn data_path_threads_with_slack(slack: Duration) -> usize {
+    let mut count = 0;
+    for task in std::fs::read_dir("/proc/self/task").expect("/proc/self/task") {
+        let tid = task.expect("a task of this process").file_name();
+        let tid = tid.to_str().expect("a numeric TID");
+        // A thread may end between the listing and the reads: then it is no data path of ours.
+        let Ok(comm) = std::fs::read_to_string(format!("/proc/self/task/{tid}/comm")) else {
+            continue;
+        };
+        if comm.trim_end() != "rox-datapath" {
+            continue;
         }
-        assert!(start.elapsed() < TIMEOUT, "the data path never started");
-        std::thread::sleep(Duration::from_millis(1));
+        // A thread's own timerslack_ns is under /proc/TID, not /proc/self/task/TID.
+        let ns = match std::fs::read_to_string(format!("/proc/{tid}/timerslack_ns")) {
+            Ok(ns) => ns,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => panic!(
+                "cannot read data-path thread {tid}'s timer slack ({e}): reading another \
+                 thread's /proc/TID/timerslack_ns needs CAP_SYS_NICE; run as root"
+            ),
+        };
+        let ns: u64 = ns.trim().parse().expect("timerslack_ns is a number");
+        count += usize::from(Duration::from_nanos(ns) == slack);
     }
+    count
 }
 
 #[test]
 fn the_data_path_naps_with_the_timer_slack_configured() {
     // A nap ends up to the thread's timer slack late, and a doorbell stored during a nap waits
-    // for its end: `nap_slack` sets the data-path thread's own slack, and only its own.
-    let mine = rox_nic::sys::poll::timer_slack().unwrap();
-    assert_ne!(
-        mine,
-        Duration::from_micros(1),
+    // for its end: `nap_slack` sets the data-path thread's own slack, and only its own. Other
+    // tests' devices run beside these, their data paths with their creators' slack (the
+    // default): this test's devices are told apart by slacks only they have, and the devices
+    // are made on a thread of its own slack.
+    const CONFIGURED: Duration = Duration::from_micros(1);
+    const CREATORS: Duration = Duration::from_nanos(123_457);
+    let default = rox_nic::sys::poll::timer_slack().unwrap();
+    assert!(
+        ![CONFIGURED, CREATORS].contains(&default),
         "a test thread of another slack"
     );
-    let mut cfg = DeviceConfig::new([2, 0, 0, 0, 0, 3]);
-    cfg.nap_slack = Some(Duration::from_micros(1));
-    let d = TestDriver::new(cfg);
-    assert_eq!(data_path_slack(&d), Duration::from_micros(1));
-    assert_eq!(rox_nic::sys::poll::timer_slack().unwrap(), mine);
-    // By default the thread keeps the slack it was born with (its creator's).
-    let d = TestDriver::new(DeviceConfig::new([2, 0, 0, 0, 0, 4]));
-    assert_eq!(data_path_slack(&d), mine);
+    std::thread::spawn(|| {
+        rox_nic::sys::poll::set_timer_slack(CREATORS).unwrap();
+        let mut cfg = DeviceConfig::new([2, 0, 0, 0, 0, 3]);
+        cfg.nap_slack = Some(CONFIGURED);
+        let d = TestDriver::new(cfg);
+        assert_eq!(data_path_threads_with_slack(CONFIGURED), 1);
+        assert_eq!(rox_nic::sys::poll::timer_slack().unwrap(), CREATORS);
+        drop(d);
+        assert_eq!(
+            data_path_threads_with_slack(CONFIGURED),
+            0,
+            "the slack was the ended device's data path's"
+        );
+        // By default the thread keeps the slack it was born with (its creator's).
+        let d = TestDriver::new(DeviceConfig::new([2, 0, 0, 0, 0, 4]));
+        assert_eq!(data_path_threads_with_slack(CREATORS), 1);
+        drop(d);
+    })
+    .join()
+    .unwrap();
 }
 
 #[test]

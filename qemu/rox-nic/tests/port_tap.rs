@@ -5,7 +5,8 @@
 //! unless ROX_ALLOW_SKIP_TAP=1 lets it skip (printing SKIPPED). Each back end of the tap
 //! (io_uring with and without the segmentation offload's `virtio_net_hdr`, plain read/writev)
 //! also moves bursts both ways, every frame once and in order; each case names its offload
-//! setting, so `ROX_TAP_GSO` in the environment changes none of them.
+//! setting, so `ROX_TAP_GSO` in the environment changes none of them. The io_uring cases fail
+//! where io_uring is unavailable unless ROX_ALLOW_SKIP_URING=1 lets them skip.
 
 use std::fs::File;
 use std::io::{Read, Write};
@@ -18,6 +19,8 @@ use rox_nic::port::{Link, LinkSpec, Port, PortConfig};
 const TAP: &str = "roxt0";
 /// Set to 1 to let the test skip where no network namespace with a tap can be made.
 const ALLOW_SKIP_ENV: &str = "ROX_ALLOW_SKIP_TAP";
+/// Lets the io_uring cases skip where io_uring is unavailable (as `sys::uring`'s tests).
+const ALLOW_SKIP_URING_ENV: &str = "ROX_ALLOW_SKIP_URING";
 /// IEEE 802 local experimental ethertype: nothing else on the interface uses it.
 const ETHERTYPE_TEST: [u8; 2] = [0x88, 0xb5];
 const PORT_MAC: [u8; 6] = [0x52, 0x54, 0, 0, 0, 0x01];
@@ -211,23 +214,29 @@ fn bursts_both_ways(io: TapIo, gso: bool) -> std::io::Result<()> {
     Ok(())
 }
 
-#[test]
-fn io_uring_tap_moves_bursts_in_order() {
+/// [`bursts_both_ways`] on the io_uring back end, with the offload or without. Where io_uring
+/// is unavailable the tap's auto choice falls back to plain (which the plain case covers): this
+/// fails there unless ROX_ALLOW_SKIP_URING=1 lets it skip, as `sys::uring`'s own tests do.
+fn uring_bursts(gso: bool) {
     if let Err(e) = rox_nic::sys::uring::available() {
-        // The auto choice falls back to plain here, which the other tests cover.
-        println!("SKIPPED: io_uring unavailable on this host ({e})");
+        assert!(
+            std::env::var(ALLOW_SKIP_URING_ENV).as_deref() == Ok("1"),
+            "io_uring unavailable on this host ({e}); {ALLOW_SKIP_URING_ENV}=1 skips"
+        );
+        println!("SKIPPED ({ALLOW_SKIP_URING_ENV}=1): io_uring unavailable on this host ({e})");
         return;
     }
-    in_own_namespace(|| bursts_both_ways(TapIo::Uring, false));
+    in_own_namespace(move || bursts_both_ways(TapIo::Uring, gso));
+}
+
+#[test]
+fn io_uring_tap_moves_bursts_in_order() {
+    uring_bursts(false);
 }
 
 #[test]
 fn io_uring_tap_with_the_offload_moves_bursts_in_order() {
-    if let Err(e) = rox_nic::sys::uring::available() {
-        println!("SKIPPED: io_uring unavailable on this host ({e})");
-        return;
-    }
-    in_own_namespace(|| bursts_both_ways(TapIo::Uring, true));
+    uring_bursts(true);
 }
 
 #[test]

@@ -234,17 +234,14 @@ impl DataPath {
         }
     }
 
-    /// Sets this thread's timer slack (how late its naps may end) as configured, and records
-    /// the slack it has. A refusal leaves the default slack: naps end later, nothing breaks.
+    /// Sets this thread's timer slack (how late its naps may end) as configured (the kernel
+    /// shows it in /proc/TID/timerslack_ns). A refusal leaves the default slack: naps end
+    /// later, nothing breaks.
     fn set_nap_timer_slack(&self) {
         if let Some(slack) = self.nap_slack {
             if let Err(e) = sys::poll::set_timer_slack(slack) {
                 log::warn!("rox-nic: data path keeps its default timer slack: {e}");
             }
-        }
-        if let Ok(slack) = sys::poll::timer_slack() {
-            let ns = u64::try_from(slack.as_nanos()).unwrap_or(u64::MAX);
-            self.shared.nap_timer_slack_ns.store(ns, Ordering::Relaxed);
         }
     }
 

@@ -140,9 +140,6 @@ pub struct Shared {
     pub loop_work_passes: AtomicU64,
     /// Naps on the fds between polls while backing off (not the idle sleeps: STAT_WAKEUPS).
     pub loop_naps: AtomicU64,
-    /// The data-path thread's timer slack in ns as it read it back when it started (how late
-    /// a nap may end: `DeviceConfig::nap_slack` unless the kernel refused it; 0 before start).
-    pub nap_timer_slack_ns: AtomicU64,
     /// Guest RAM; replaced as a whole on DMA_MAP/UNMAP (the data path snapshots the Arc).
     pub mem: RwLock<Arc<GuestMemory>>,
     /// MSI-X eventfds by vector (from SET_IRQS).
@@ -261,7 +258,6 @@ impl RoxNic {
             loop_passes: AtomicU64::new(0),
             loop_work_passes: AtomicU64::new(0),
             loop_naps: AtomicU64::new(0),
-            nap_timer_slack_ns: AtomicU64::new(0),
             mem: RwLock::new(Arc::new(GuestMemory::default())),
             irqs: Mutex::new((0..MSIX_VECTORS).map(|_| None).collect()),
             doorbells: DoorbellBar::new().map_err(DeviceError::Doorbells)?,

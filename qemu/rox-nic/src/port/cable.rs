@@ -50,7 +50,8 @@ use super::socket::{remove_stale_socket, RECONNECT_INTERVAL};
 use super::{FrameRef, RxBatch, Sent, BATCH};
 use crate::roce::wire::pool::{self, Lease, Lender, Packet};
 use crate::sys;
-use crate::sys::shm::{Epoll, PeerBytes, Region, SharedMapping};
+use crate::sys::epoll::Epoll;
+use crate::sys::shm::{PeerBytes, Region, SharedMapping};
 use hello::{serve_hello, take_hello};
 
 /// The hello message's and the memfd header's first word ("RXCB").
@@ -539,7 +540,7 @@ impl Cable {
             Role::Connect(path) => match self.pending.take() {
                 // Connected earlier: the hello is read once it is there, never waited for (the
                 // listener answers when its data path next runs).
-                Some(conn) => match sys::shm::peek(&conn) {
+                Some(conn) => match sys::fdpass::peek(&conn) {
                     Some(true) => {
                         self.epoll.remove(conn.as_raw_fd());
                         take_hello(conn).map(Some)
@@ -626,7 +627,7 @@ impl Cable {
         if ready[..n].contains(&doorbell) {
             w.drain_doorbell();
         }
-        if ready[..n].contains(&conn) && sys::shm::peer_closed(&w.conn) {
+        if ready[..n].contains(&conn) && sys::fdpass::peer_closed(&w.conn) {
             self.disconnect("the peer went away");
         }
     }

@@ -13,7 +13,7 @@ use std::io::{ErrorKind, Write};
 use std::os::fd::{OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 
-use crate::sys::shm;
+use crate::sys::fdpass;
 
 /// Bytes of a message header.
 pub const HEADER_SIZE: usize = 16;
@@ -109,7 +109,7 @@ impl Source for &UnixStream {
     fn recv(&mut self, buf: &mut [u8]) -> std::io::Result<(usize, Vec<OwnedFd>)> {
         // Room for all a message can carry: too little would fail the read and lose the
         // message's place in the stream.
-        shm::recv_with_fds_max(self, buf, shm::SCM_MAX_FD)
+        fdpass::recv_with_fds_max(self, buf, fdpass::SCM_MAX_FD)
     }
 }
 
@@ -193,7 +193,7 @@ pub fn write_reply(
     msg.extend_from_slice(&header.encode());
     msg.extend_from_slice(payload);
     match fd {
-        Some(fd) => shm::send_with_fds(stream, &msg, &[fd]),
+        Some(fd) => fdpass::send_with_fds(stream, &msg, &[fd]),
         None => (&mut &*stream).write_all(&msg),
     }
 }

@@ -19,7 +19,7 @@ pub(super) fn serve_hello(conn: UnixStream) -> std::io::Result<Wire> {
     let hello = hello_bytes(slots, slot_len);
     map.write(0, &hello);
     let (listener_bell, connector_bell) = (sys::fd::eventfd()?, sys::fd::eventfd()?);
-    sys::shm::send_with_fds(
+    sys::fdpass::send_with_fds(
         &conn,
         &hello,
         &[
@@ -47,7 +47,7 @@ pub(super) fn take_hello(conn: UnixStream) -> std::io::Result<Wire> {
     conn.set_nonblocking(false)?;
     conn.set_read_timeout(Some(Duration::from_secs(1)))?;
     let mut hello = [0u8; HELLO_LEN];
-    let (n, fds) = sys::shm::recv_with_fds(&conn, &mut hello)?;
+    let (n, fds) = sys::fdpass::recv_with_fds(&conn, &mut hello)?;
     let word = |i: usize| u32::from_ne_bytes(hello[i * 4..i * 4 + 4].try_into().unwrap());
     if n != HELLO_LEN || word(0) != MAGIC || word(1) != VERSION {
         return Err(bad("not a rox cable hello (magic or version)"));

@@ -162,12 +162,12 @@ fn a_connector_refuses_a_hello_that_is_not_a_cable() {
         .set_len(region_len(RING_SLOTS, SLOT_LEN) as u64)
         .unwrap();
     let fd = plain.as_raw_fd();
-    sys::shm::send_with_fds(&x, &hello_bytes(RING_SLOTS, SLOT_LEN), &[fd, fd, fd]).unwrap();
+    sys::fdpass::send_with_fds(&x, &hello_bytes(RING_SLOTS, SLOT_LEN), &[fd, fd, fd]).unwrap();
     let e = take_hello(y).err().expect("an unsealed memfd is refused");
     assert!(e.to_string().contains("sealed"), "{e}");
     let (x, y) = UnixStream::pair().unwrap();
     x.set_nonblocking(false).unwrap();
-    sys::shm::send_with_fds(&x, b"GET / HTTP/1.0\r\n", &[]).unwrap();
+    sys::fdpass::send_with_fds(&x, b"GET / HTTP/1.0\r\n", &[]).unwrap();
     assert!(take_hello(y).is_err());
 }
 
