@@ -31,7 +31,7 @@ stage quality-provider scripts/quality.sh --provider || exit 1
 stage libfabric-xrc scripts/build-libfabric-xrc.sh || exit 1
 stage host-tests cargo test --workspace || exit 1
 # The Python helpers' own unit tests (plots, trace pictures, result parsing).
-stage host-python sh -c 'for d in tests/lib tests/bench; do python3 -m unittest discover -s "$d" -p "test_*.py" || exit 1; done' || exit 1
+stage host-python sh -c 'for d in tests/lib tests/bench tests/interop; do python3 -m unittest discover -s "$d" -p "test_*.py" || exit 1; done' || exit 1
 stage capture tests/host/tshark-capture.sh || exit 1
 stage device cargo build --release -p rox-nic -p rox-lab || exit 1
 # The lab's own failure detection: a guest that does not boot fails within its deadline with a

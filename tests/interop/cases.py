@@ -8,6 +8,10 @@ client of a later one.
 Each side prints one machine-readable line per step:
     RESULT <step> <server|client> <ok|fail> <case> | <detail>
 tests/interop/run pairs them up: a case passes in one direction only if both sides said ok.
+After each step each side prints what its own RDMA device's port counters (`rdma statistic`:
+rox's or rdma_rxe's) moved by during it, as tests/bench/compare_counters.py's line:
+    COUNTERS <step> <server|client> <guest name> <device> name=delta ...
+so a slow or failed step can be told apart from one that lost or repeated packets.
 """
 import argparse
 import ipaddress
@@ -16,6 +20,11 @@ import re
 import subprocess
 import sys
 import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench"))
+import compare_counters  # noqa: E402  (tests/bench/compare_counters.py: the COUNTERS lines)
+import rdma_tool  # noqa: E402  (tests/lib/rdma_tool.py: `rdma statistic` as a dict)
 
 BASE_PORT = 21000
 # How long a client keeps trying while the server of its step is not listening yet, and how
@@ -147,6 +156,35 @@ NOT_LISTENING = re.compile(r"Couldn't connect to \S+:\d+|REJECTED\D{1,12}8\b")
 SUMMARY = re.compile(r"iters in|^\s*\d+\s+\d+\s+[\d.]+|ping data|return status|rdma-xfer: (write|read|mw)")
 
 
+def device_counters(dev):
+    """{name: value} of `dev`'s port 1 counters, or None when they cannot be read (the step
+    still runs; its COUNTERS line says "unreadable")."""
+    try:
+        return rdma_tool.port_counters(dev)
+    except rdma_tool.ToolError as e:
+        print(f"interop: cannot read {dev}'s counters: {e}", flush=True)
+        return None
+
+
+def counters_report(labels, records):
+    """The host's lines for the COUNTERS records of the steps (compare_counters.parse's dicts,
+    `key` the step): under each step's label ({step: label}), each side's device and what
+    moved, in step order."""
+    by_step = {}
+    for r in records:
+        by_step.setdefault(int(r["key"]), []).append(r)
+    out = []
+    for step in sorted(by_step):
+        out.append(f"  {labels.get(step, f'step {step}')}:")
+        for r in sorted(by_step[step], key=lambda r: r["column"]):
+            if r["moved"] is None:
+                what = "unreadable"
+            else:
+                what = " ".join(f"{k}={v}" for k, v in r["moved"].items()) or "nothing moved"
+            out.append(f"    {r['side']} {r['device']} ({r['column']}): {what}")
+    return out
+
+
 def run_step(step, me, ctx, names, case, srv_tmpl, cli_tmpl, check):
     client = step % 2  # even steps: guest 0 is the client; odd: guest 1
     role = "client" if me == client else "server"
@@ -155,6 +193,7 @@ def run_step(step, me, ctx, names, case, srv_tmpl, cli_tmpl, check):
         dev=ctx.dev, gid=ctx.gid, ip=ctx.ip, peer=ctx.peer, port=port, gid6=ctx.gid6,
         ip6=ctx.ip6, peer6=ctx.peer6)
     label = f"{case} | {names[client]} client -> {names[1 - client]} server"
+    before = device_counters(ctx.dev)
     t0 = time.monotonic()
     if role == "server":
         rc, out = sh(cmd, STEP_TIMEOUT_S)
@@ -169,11 +208,14 @@ def run_step(step, me, ctx, names, case, srv_tmpl, cli_tmpl, check):
     # The client's output must show the result; a server proves itself by its exit status
     # (perftest's latency servers print no result row; pingpong -c and rdma-xfer servers
     # verify the data and exit non-zero on a mismatch).
+    after = device_counters(ctx.dev)
+    deltas = compare_counters.moved(before, after) if before is not None and after is not None else None
     ok = rc == 0 and (role == "server" or check(out))
     lines = [l for l in out.strip().splitlines() if l.strip()]
     summary = [l for l in lines if SUMMARY.search(l)]
     detail = (summary or lines or ["(no output)"])[-1].strip()
     print(f"RESULT {step} {role} {'ok' if ok else 'fail'} {label} | {detail}", flush=True)
+    print(compare_counters.line(str(step), role, names[me], ctx.dev, deltas), flush=True)
     if not ok:
         print(f"--- {role} of step {step} ({cmd}) exited {rc}:", flush=True)
         print("\n".join(lines[-25:]), flush=True)

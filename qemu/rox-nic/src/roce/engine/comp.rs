@@ -265,7 +265,13 @@ impl Qp {
                 self.on_ack(env, stats, psn, aeth.syndrome, now)
             }
             class => match self.wqe_of_response(stats, psn) {
-                None => false,
+                None => {
+                    // A copy of a response to a READ already complete.
+                    if class == OpcodeClass::ReadResponse {
+                        self.stale_response_postpones_timer(now);
+                    }
+                    false
+                }
                 Some(index) if class == OpcodeClass::AtomicAck => {
                     let original = p.hdr.atomic_ack.expect("parsed AtomicAckETH");
                     self.on_atomic_ack(env, stats, index, original, now)

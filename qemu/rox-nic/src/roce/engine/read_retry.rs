@@ -60,6 +60,7 @@ impl Qp {
         let pkt = psn.distance_from(wqe.first_psn);
         if self.read_packet_present(wqe, pkt) {
             stats.rx_stale_responses += 1;
+            self.stale_response_postpones_timer(now);
             return false;
         }
         // A response past a gap: an implied NAK (an earlier response was lost).
@@ -177,10 +178,11 @@ impl Qp {
         let wqe = &self.req.sq[index];
         let psn = wqe.first_psn.add(start);
         let hdr = self.read_range_request(wqe, psn, start, end);
+        let last = wqe.last_psn();
         stats.nak_rewinds += 1;
         env.wqe_trace()
             .retransmit(self.cfg.qpn.get(), psn.get(), Retransmit::ReadGap);
-        self.rtt_forget_probe();
+        self.rtt_forget_probe_through(last);
         self.send_connected(env, stats, &hdr, &[]);
     }
 }
@@ -407,6 +409,134 @@ mod tests {
             requests(&env),
             [(101, 0x1000 + 1024, 1024)],
             "from the first missing response up to the next that arrived"
+        );
+    }
+
+    /// Copies of the responses 0..3 of the READ at PSN 100, one every `step` ns from now
+    /// until the requester sends something; returns when it did.
+    fn copies_until_a_request(qp: &mut Qp, env: &mut TestEnv, stats: &mut EngineStats, step: u64) {
+        for n in (0..3).cycle() {
+            env.now += step;
+            respond(qp, env, stats, n);
+            qp.on_timers(env, stats);
+            if !env.sent.is_empty() {
+                return;
+            }
+        }
+    }
+
+    /// rdma_rxe answers a duplicate READ only after the requests queued before it, so the
+    /// replays a tail probe or timeout asked for come long after the originals, as copies of
+    /// placed responses (docs/interop.md, "READ from rdma_rxe"). While they flow the
+    /// responder is alive and busy with older requests: asking again would only queue
+    /// another replay behind them. The timer waits, but a peer that sends nothing but copies
+    /// still gets the next request once the local ACK timeout has passed since the last
+    /// progress. Before, every wait ran out under the copies and each asked for another replay.
+    #[test]
+    fn copies_of_placed_responses_postpone_the_timer_up_to_the_local_ack_timeout() {
+        let (mut env, mut stats, mut qp) = read_sent();
+        for n in [0, 1, 2] {
+            respond(&mut qp, &mut env, &mut stats, n);
+        }
+        let progress_at = env.now;
+        env.now = qp.req.timer_deadline.unwrap();
+        qp.on_timers(&mut env, &mut stats);
+        let probe = (103, 0x1000 + 3072, 1024);
+        assert_eq!(requests(&env), [probe], "the tail probe");
+        env.sent.clear();
+        // Copies every half round trip, far sooner than the next probe (two round trips).
+        copies_until_a_request(&mut qp, &mut env, &mut stats, 50_000);
+        let attr = qp.ack_timeout_ns().unwrap();
+        assert!(
+            env.now >= progress_at + attr,
+            "asked again at {} ns, {} ns after the last progress, while copies came",
+            env.now,
+            env.now - progress_at
+        );
+        assert!(
+            env.now < progress_at + attr + 50_000,
+            "and no later than the local ACK timeout"
+        );
+        assert_eq!(
+            requests(&env),
+            [probe],
+            "the second probe, at the period's end"
+        );
+    }
+
+    /// The same for copies of a READ already complete (retired): they postpone the timer of
+    /// the READ after it.
+    #[test]
+    fn copies_of_a_completed_read_postpone_the_next_reads_timer() {
+        let (mut env, mut stats, mut qp) = read_sent();
+        qp.max_rd_atomic = 2;
+        let wqe = qp.make_wqe(send_wr(2, WrOpcode::RdmaRead, 1024));
+        qp.enqueue(&mut env, &mut stats, wqe);
+        for n in 0..4 {
+            respond(&mut qp, &mut env, &mut stats, n);
+        }
+        assert_eq!(env.completions.len(), 1, "the first READ is complete");
+        env.sent.clear();
+        let deadline = qp.req.timer_deadline.expect("the second READ's timer");
+        copies_until_a_request(&mut qp, &mut env, &mut stats, 50_000);
+        assert!(
+            env.now > deadline + 10 * 50_000,
+            "asked again at {} ns, the timer was due at {deadline} ns",
+            env.now
+        );
+        assert_eq!(
+            requests(&env),
+            [(104, 0x1000, 1024)],
+            "the second READ's tail probe"
+        );
+    }
+
+    /// Karn's rule forbids a round-trip sample from a packet sent again, not from a packet a
+    /// READ retry did not repeat. A tail probe of the first READ asks only for that READ's
+    /// responses; the second READ's request, sent once, is still timed when its first response
+    /// comes after the responder's stall. Before, every READ retry forgot the timed packet:
+    /// against rdma_rxe, whose responder stalls for milliseconds, the estimate stayed at its
+    /// first sample (0.8 ms, from an idle responder), every stall brought a probe and every
+    /// probe forgot the sample that would have shown the longer round trip.
+    #[test]
+    fn a_read_retry_keeps_timing_a_later_reads_request() {
+        let (mut env, mut stats, mut qp) = read_sent();
+        qp.max_rd_atomic = 2;
+        // Response 0 arrives after 100 µs: the READ's request gives a sample, nothing is timed.
+        env.now = 100_000;
+        respond(&mut qp, &mut env, &mut stats, 0);
+        assert_eq!(qp.req.rtt.probe, None);
+        let mut second = send_wr(2, WrOpcode::RdmaRead, 1024);
+        second.remote_addr = 0x8000;
+        let wqe = qp.make_wqe(second);
+        qp.enqueue(&mut env, &mut stats, wqe);
+        assert_eq!(
+            qp.req.rtt.probe,
+            Some((Psn::from_wire(104), 100_000)),
+            "the second request is timed"
+        );
+        env.sent.clear();
+        // The responder stalls: the probe asks for the first READ's responses 1..3.
+        env.now = qp.req.timer_deadline.unwrap();
+        qp.on_timers(&mut env, &mut stats);
+        assert_eq!(requests(&env), [(101, 0x1000 + 1024, 3072)]);
+        // 10 ms later the originals come, then the second READ's response.
+        env.now = 10_100_000;
+        for n in 1..4 {
+            respond(&mut qp, &mut env, &mut stats, n);
+        }
+        let bytes = packet_from_peer(op::RC_READ_RESPONSE_ONLY, 104, &[9; 1024], |h| {
+            h.aeth = Some(Aeth {
+                syndrome: Syndrome::Ack,
+                msn: Msn::default(),
+            })
+        });
+        qp.completer_receive(&mut env, &mut stats, &wire::parse_packet(&bytes).unwrap());
+        assert_eq!(env.completions.len(), 2);
+        assert!(
+            qp.req.rtt.srtt_ns > 1_000_000,
+            "the 10 ms round trip of the second request was taken: srtt {} ns",
+            qp.req.rtt.srtt_ns
         );
     }
 }

@@ -19,6 +19,12 @@
 //! retry only when the attribute's full time has passed since the last progress or the last
 //! retry spent: a peer that is really gone fails the WR after retry_cnt × timeout, as before,
 //! while a lost tail packet costs a few round trips instead of the attribute's 0.5 s or more.
+//!
+//! A READ retry costs the rest of the READ, and a responder that answers in order (rdma_rxe)
+//! sends that replay after what it was sending: its copies then arrive while the timer runs.
+//! They restart it (never past the attribute's timeout since the last progress), and a READ
+//! retry forgets only a timed packet it repeats; otherwise each stall of a slow responder
+//! asked for another replay (docs/interop.md, "READ from rdma_rxe").
 
 use super::qp::Qp;
 use super::wqe::WqeKind;
@@ -174,11 +180,15 @@ impl Qp {
             self.req.cursor_pkt,
             self.req.pkts_since_ack_req,
         );
+        let read_last = is_read.then(|| wqe.last_psn());
         self.req.cursor = index;
         self.req.cursor_pkt = pkt;
         // Whatever packet it is, it asks for an ACK.
         self.req.pkts_since_ack_req = u32::MAX - 1;
-        self.rtt_forget_probe();
+        match read_last {
+            Some(last) => self.rtt_forget_probe_through(last),
+            None => self.rtt_forget_probe(),
+        }
         if self.send_packet(env, stats, index).is_ok() {
             stats.tail_probes += 1;
             // A READ's answer is its responses, which find their own gaps (read_retry.rs).
@@ -214,6 +224,49 @@ impl Qp {
     pub(super) fn rtt_forget_probe(&mut self) {
         self.req.rtt.probe = None;
         self.req.rtt.probe_unanswered = false;
+    }
+
+    /// A READ retry (a tail probe of a READ, or a hole asked for again) went out for
+    /// responses of the READ whose last PSN is `last`: their answers carry PSNs through
+    /// `last` only. Karn's rule forgets the timed packet only if it is at or before `last`;
+    /// one after it (a later READ's request, sent once) still gives a clean sample.
+    /// Forgetting it on every READ retry kept the estimate at its first sample against
+    /// rdma_rxe, whose responder stalls for milliseconds: each stall brought a probe and each
+    /// probe forgot the sample that would have shown the longer round trip (docs/interop.md,
+    /// "READ from rdma_rxe").
+    pub(super) fn rtt_forget_probe_through(&mut self, last: Psn) {
+        self.req.rtt.probe_unanswered = false;
+        if self
+            .req
+            .rtt
+            .probe
+            .is_some_and(|(timed, _)| timed.diff(last) <= 0)
+        {
+            self.req.rtt.probe = None;
+        }
+    }
+
+    /// A stale READ response came (a copy of a placed one, or of a READ already complete):
+    /// the responder is alive and answering, in order, requests older than the outstanding
+    /// ones — the replay a retry asked for (rdma_rxe answers a duplicate READ only after what
+    /// it was answering). A request now would only queue another replay behind it, so the
+    /// timer starts over from `now`, its backoff and probe count kept. Never past the end of
+    /// the retry period (the local ACK timeout since the last progress or retry spent): a
+    /// peer that sends nothing but copies still runs the QP out of retries.
+    pub(super) fn stale_response_postpones_timer(&mut self, now: u64) {
+        let (Some(due), Some(attr)) = (self.req.timer_deadline, self.ack_timeout_ns()) else {
+            return;
+        };
+        let period_end = self.req.retry_period_start.saturating_add(attr);
+        let was_probe = self.req.timer_probe;
+        self.arm_timer(now);
+        match self.req.timer_deadline.map(|t| t.min(period_end)) {
+            Some(later) if later > due => self.req.timer_deadline = Some(later),
+            _ => {
+                self.req.timer_deadline = Some(due);
+                self.req.timer_probe = was_probe;
+            }
+        }
     }
 
     /// An ACK came while a tail probe was out: it answers the probe, which was sent after
