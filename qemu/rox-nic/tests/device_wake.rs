@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use rox_nic::server::ivshmem::{self, DEVICE_PEER, DEVICE_VECTOR, SHM_SIZE};
-use rox_nic::sys::shm::recv_with_fds;
+use rox_nic::sys::fdpass::recv_with_fds;
 use rox_nic::testkit::loopback::{ALL_ACCESS, PD};
 use rox_nic::testkit::*;
 use rox_nic::DeviceConfig;

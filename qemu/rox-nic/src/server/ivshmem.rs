@@ -29,8 +29,9 @@ use rox_uapi::wake::{WakeCompanion, COMPANION_MAGIC};
 
 use super::ServerError;
 use crate::device::Shared;
+use crate::sys::fdpass::send_with_fds;
 use crate::sys::pod::as_bytes;
-use crate::sys::shm::{sealed_memfd, send_with_fds};
+use crate::sys::shm::sealed_memfd;
 
 /// The ivshmem protocol version QEMU speaks (since 2.5).
 pub const PROTOCOL_VERSION: i64 = 0;
