@@ -78,8 +78,11 @@ pub use death::{DeathMode, DieOn};
 
 /// Default idle grace period of the data path.
 pub const DEFAULT_IDLE_AFTER: std::time::Duration = std::time::Duration::from_millis(20);
-/// Default idle grace period while wakes are posted (`DeviceConfig::posted_idle_after`).
-pub const DEFAULT_POSTED_IDLE_AFTER: std::time::Duration = std::time::Duration::from_micros(200);
+/// Default idle grace period while wakes are posted (`DeviceConfig::posted_idle_after`): none,
+/// the device sleeps as soon as its spin ends. 50, 200 and 1000 µs measured as trapped wakes
+/// did (the device napped instead), 0 halved loopback ib_write_lat (docs/benchmarks.md,
+/// "Session 11").
+pub const DEFAULT_POSTED_IDLE_AFTER: std::time::Duration = std::time::Duration::ZERO;
 
 impl DeviceConfig {
     pub fn new(mac: [u8; 6]) -> DeviceConfig {
