@@ -412,10 +412,14 @@ mod tests {
         );
     }
 
+    /// At most this many copies before a request: a regression that let copies postpone
+    /// the timer for ever fails the test instead of hanging it.
+    const MAX_COPIES: usize = 10_000;
+
     /// Copies of the responses 0..3 of the READ at PSN 100, one every `step` ns from now
     /// until the requester sends something; returns when it did.
     fn copies_until_a_request(qp: &mut Qp, env: &mut TestEnv, stats: &mut EngineStats, step: u64) {
-        for n in (0..3).cycle() {
+        for n in (0..3).cycle().take(MAX_COPIES) {
             env.now += step;
             respond(qp, env, stats, n);
             qp.on_timers(env, stats);
@@ -423,6 +427,39 @@ mod tests {
                 return;
             }
         }
+        panic!("no request after {MAX_COPIES} copies, one every {step} ns");
+    }
+
+    /// A peer that answers every request with nothing but copies of responses already
+    /// placed (one every 50 µs) is not making progress: the READ still fails with
+    /// RETRY_EXC_ERR once retry_cnt periods of the local ACK timeout are spent (plus the
+    /// first, and slack for the backoff's last wait), never later.
+    #[test]
+    fn only_copies_of_read_responses_still_exhaust_the_retries() {
+        let (mut env, mut stats, mut qp) = read_sent();
+        for n in [0, 1, 2] {
+            respond(&mut qp, &mut env, &mut stats, n);
+        }
+        let progress_at = env.now;
+        let attr = qp.ack_timeout_ns().unwrap();
+        let limit = (u64::from(qp.retry_cnt) + 2) * attr;
+        let step = 50_000;
+        for n in (0..3).cycle().take((limit / step) as usize + 1) {
+            env.now += step;
+            respond(&mut qp, &mut env, &mut stats, n);
+            qp.on_timers(&mut env, &mut stats);
+            if !env.completions.is_empty() {
+                break;
+            }
+        }
+        let failed_after = env.now - progress_at;
+        assert_eq!(
+            env.completions.iter().map(|c| c.status).collect::<Vec<_>>(),
+            [WcStatus::RetryExcErr],
+            "after {failed_after} ns of copies ({} local ACK timeouts of {attr} ns)",
+            failed_after as f64 / attr as f64
+        );
+        assert!(failed_after <= limit, "failed after {failed_after} ns");
     }
 
     /// rdma_rxe answers a duplicate READ only after the requests queued before it, so the
