@@ -528,6 +528,33 @@ mod tests {
         );
     }
 
+    /// Copies of a READ already complete say nothing about a WRITE sent after it: the
+    /// WRITE's loss is found when its own timer is due, not an ACK timeout later.
+    #[test]
+    fn copies_of_a_completed_read_do_not_delay_a_lost_write_after_it() {
+        let (mut env, mut stats, mut qp) = read_sent();
+        let wqe = qp.make_wqe(send_wr(2, WrOpcode::RdmaWrite, 8));
+        qp.enqueue(&mut env, &mut stats, wqe);
+        for n in 0..4 {
+            respond(&mut qp, &mut env, &mut stats, n);
+        }
+        assert_eq!(env.completions.len(), 1, "the READ is complete");
+        env.sent.clear();
+        let deadline = qp.req.timer_deadline.expect("the WRITE's timer");
+        copies_until_a_request(&mut qp, &mut env, &mut stats, 50_000);
+        assert!(
+            env.now < deadline + 50_000,
+            "the WRITE went again at {} ns, its timer was due at {deadline} ns",
+            env.now
+        );
+        let sent: Vec<_> = env
+            .sent_parsed()
+            .iter()
+            .map(|p| (p.hdr.bth.opcode, p.hdr.bth.psn.get()))
+            .collect();
+        assert_eq!(sent, [(op::RC_WRITE_ONLY, 104)], "the lost WRITE");
+    }
+
     /// Karn's rule forbids a round-trip sample from a packet sent again, not from a packet a
     /// READ retry did not repeat. A tail probe of the first READ asks only for that READ's
     /// responses; the second READ's request, sent once, is still timed when its first response
