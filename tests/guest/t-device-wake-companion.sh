@@ -23,17 +23,22 @@ if ! grep -q '^rox ' /proc/modules; then
 fi
 trap '[ -z "$loaded" ] || rmmod rox' EXIT
 for _ in $(seq 50); do ls -d /sys/class/infiniband/rox_* >/dev/null 2>&1 && break; sleep 0.2; done
-command -v lspci >/dev/null && lspci -nn -d 1af4:1110
+command -v lspci >/dev/null && lspci -nn -d 1af4:1110 # rox_uapi::wake::IVSHMEM_VENDOR_ID/DEVICE_ID
 
 python3 - "$ROX_VENDOR" <<'EOF' || fail "see above"
 import ctypes, glob, mmap, os, struct, sys, time
 
 ROX_VENDOR = int(sys.argv[1], 16)
-REG_CAPS, REG_WAKE_TOKEN_LO, REG_WAKE_TOKEN_HI = 0x004, 0x044, 0x048
-CAP_POSTED_WAKE = 1 << 13
-MAGIC = int.from_bytes(b"roxwake1", "little")
-DOORBELL = 12
-PAGE = 4096
+# Copies of uapi constants (no generator exists; keep them equal to these):
+REG_CAPS = 0x004  # rox_uapi::regs::REG_CAPS
+REG_WAKE_TOKEN_LO = 0x044  # rox_uapi::regs::REG_WAKE_TOKEN_LO
+REG_WAKE_TOKEN_HI = 0x048  # rox_uapi::regs::REG_WAKE_TOKEN_HI
+CAP_POSTED_WAKE = 1 << 13  # rox_uapi::regs::CAP_POSTED_WAKE
+MAGIC = int.from_bytes(b"roxwake1", "little")  # rox_uapi::wake::COMPANION_MAGIC
+IVSHMEM = (0x1AF4, 0x1110)  # rox_uapi::wake::IVSHMEM_VENDOR_ID, IVSHMEM_DEVICE_ID
+DOORBELL = 12  # rox_uapi::wake::IVSHMEM_DOORBELL
+SHM_BAR = 2  # rox_uapi::wake::IVSHMEM_BAR_SHM
+PAGE = 4096  # rox_uapi::regs::ROX_PAGE_SIZE
 
 
 def ids(dev):
@@ -82,7 +87,7 @@ def counter(dev, name):
 
 devs = sorted(glob.glob("/sys/bus/pci/devices/*"))
 rox = [d for d in devs if ids(d)[0] == ROX_VENDOR]
-companions = [d for d in devs if ids(d) == (0x1AF4, 0x1110)]
+companions = [d for d in devs if ids(d) == IVSHMEM]
 tokens = {}
 for d in rox:
     enable_memory(d)
@@ -99,12 +104,12 @@ for d in rox:
 if len(companions) != len(tokens):
     sys.exit(f"FAIL: {len(tokens)} rox functions with a companion, {len(companions)} companions")
 for c in companions:
-    (r0, r0_end), (r2, r2_end) = bars(c)[0], bars(c)[2]
+    (r0, r0_end), (r2, r2_end) = bars(c)[0], bars(c)[SHM_BAR]
     print(f"{os.path.basename(c)}: BAR0 {r0:#x}-{r0_end:#x}, BAR2 {r2:#x}-{r2_end:#x}")
     if r0 % PAGE or r0_end - r0 + 1 < PAGE:
         sys.exit(f"FAIL: {c}: the register BAR does not have a page of its own")
     enable_memory(c)
-    shm = mapped(c, 2, PAGE)
+    shm = mapped(c, SHM_BAR, PAGE)
     magic, token, peer, vector = struct.unpack_from("<QQII", shm, 0)
     shm.close()
     print(f"  record: magic {magic:#x} token {token:#x} peer {peer} vector {vector}")

@@ -330,7 +330,11 @@ pub struct GuestLaunch<'a> {
 /// The kernel parameter that gives each posted-wake companion's 256-byte register BAR a page
 /// of its own (aligned to and grown to 4 KiB): rox.ko maps that page into user processes only
 /// then (no other device's registers share it).
-pub const COMPANION_ALIGNMENT: &str = "pci=resource_alignment=12@pci:1af4:1110";
+pub fn companion_alignment() -> String {
+    use rox_uapi::wake::{IVSHMEM_DEVICE_ID, IVSHMEM_VENDOR_ID};
+    let shift = rox_uapi::regs::ROX_PAGE_SHIFT;
+    format!("pci=resource_alignment={shift}@pci:{IVSHMEM_VENDOR_ID:04x}:{IVSHMEM_DEVICE_ID:04x}")
+}
 
 /// QEMU's arguments for the posted-wake companion of rox NIC `n`: its chardev, a client of
 /// the rox-nic's ivshmem server, and the `ivshmem-doorbell` with one vector.
@@ -357,7 +361,7 @@ pub fn qemu_args(l: &GuestLaunch) -> Vec<String> {
     let alignment = if companions.is_empty() {
         String::new()
     } else {
-        format!(" {COMPANION_ALIGNMENT}")
+        format!(" {}", companion_alignment())
     };
     let gi = l.guest.index;
     let (kernel, run, mem) = (l.kernel.display(), l.run_dir.display(), l.mem_mib);

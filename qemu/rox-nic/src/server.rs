@@ -12,6 +12,7 @@ pub use protocol::{Refusal, Refused, ServeError, Server};
 use std::collections::VecDeque;
 use std::fmt::{self, Write as _};
 use std::fs::File;
+use std::os::unix::fs::FileTypeExt;
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -33,6 +34,8 @@ pub enum ServerError {
     Bind(String, std::io::Error),
     #[error("removing stale socket {0}: {1}")]
     Stale(String, std::io::Error),
+    #[error("{0} exists and is not a socket: give a free path (a stale socket there is removed)")]
+    NotASocket(String),
 }
 
 /// The region table: BAR0 trapped, BAR2 mmappable as one sparse area backed by the doorbell
@@ -94,26 +97,30 @@ pub fn irqs() -> Vec<IrqInfo> {
         .collect()
 }
 
-/// Bind the vfio-user socket. A socket file nobody listens on is stale and removed; a live one
-/// is an error.
+/// Bind the vfio-user socket. A socket file nobody listens on is stale and removed; a live one,
+/// or a path that is not a socket, is an error.
 pub fn bind(path: &Path, nic: &RoxNic) -> Result<Server, ServerError> {
     claim_socket_path(path)?;
     Server::bind(path, irqs(), regions(nic))
         .map_err(|e| ServerError::Bind(path.display().to_string(), e))
 }
 
-/// Makes `path` free for a new socket: refused if a server answers there, a stale socket
-/// (nobody listening) is removed.
+/// Makes `path` free for a new socket: refused if a server answers there or if it is not a
+/// socket (a file given by mistake is never removed), a stale socket (nobody listening) is
+/// removed.
 fn claim_socket_path(path: &Path) -> Result<(), ServerError> {
-    if path.exists() {
-        if UnixStream::connect(path).is_ok() {
-            return Err(ServerError::SocketInUse(path.display().to_string()));
-        }
-        log::warn!("removing stale socket {}", path.display());
-        std::fs::remove_file(path)
-            .map_err(|e| ServerError::Stale(path.display().to_string(), e))?;
+    let Ok(meta) = std::fs::metadata(path) else {
+        return Ok(());
+    };
+    let shown = || path.display().to_string();
+    if !meta.file_type().is_socket() {
+        return Err(ServerError::NotASocket(shown()));
     }
-    Ok(())
+    if UnixStream::connect(path).is_ok() {
+        return Err(ServerError::SocketInUse(shown()));
+    }
+    log::warn!("removing stale socket {}", path.display());
+    std::fs::remove_file(path).map_err(|e| ServerError::Stale(shown(), e))
 }
 
 impl ServerBackend for RoxNic {
@@ -609,6 +616,33 @@ pub fn serve(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A file that is not a socket is never removed, whatever answers a connect there.
+    /// Before, a regular file given by mistake as a socket path was deleted.
+    #[test]
+    fn only_a_stale_socket_is_removed_from_a_socket_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("notes.txt");
+        std::fs::write(&file, "keep me").unwrap();
+        let err = claim_socket_path(&file).unwrap_err();
+        assert!(matches!(err, ServerError::NotASocket(_)), "{err}");
+        assert_eq!(std::fs::read_to_string(&file).unwrap(), "keep me");
+        std::fs::create_dir(dir.path().join("d")).unwrap();
+        let err = claim_socket_path(&dir.path().join("d")).unwrap_err();
+        assert!(matches!(err, ServerError::NotASocket(_)), "{err}");
+
+        let live = dir.path().join("live.sock");
+        let _listener = std::os::unix::net::UnixListener::bind(&live).unwrap();
+        let err = claim_socket_path(&live).unwrap_err();
+        assert!(matches!(err, ServerError::SocketInUse(_)), "{err}");
+        assert!(live.exists());
+
+        let stale = dir.path().join("stale.sock");
+        drop(std::os::unix::net::UnixListener::bind(&stale).unwrap());
+        claim_socket_path(&stale).unwrap();
+        assert!(!stale.exists());
+        claim_socket_path(&stale).unwrap();
+    }
 
     #[test]
     fn trace_keeps_the_last_requests_and_marks_answers() {

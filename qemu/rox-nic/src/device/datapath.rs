@@ -284,8 +284,10 @@ impl DataPath {
             }
         }
         sys::poll::ppoll(&mut fds[..nfds], timeout);
-        self.shared.wake.drain();
-        if self.shared.posted_wake.drain() {
+        // Only an eventfd ppoll saw readable is read: the posted wake's is shared with
+        // another process, which may have made it blocking.
+        self.shared.wake.drain_if_ready(&fds[0]);
+        if self.shared.posted_wake.drain_if_ready(&fds[1]) {
             self.hw.stats[STAT_WAKES_POSTED] += 1;
         }
         if let Some(began) = began {

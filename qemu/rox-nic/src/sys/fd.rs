@@ -62,6 +62,14 @@ impl EventFd {
         (&self.0).read(&mut buf).is_ok()
     }
 
+    /// Consume pending signals only if `polled`, this eventfd's entry of a finished ppoll,
+    /// saw it readable; true if there were any. Never a read otherwise: the file description
+    /// may be shared with another process (the posted wake's, over SCM_RIGHTS), which can
+    /// clear its O_NONBLOCK, and a read of an empty blocking eventfd would stall the caller.
+    pub fn drain_if_ready(&self, polled: &libc::pollfd) -> bool {
+        polled.revents & libc::POLLIN != 0 && self.drain()
+    }
+
     pub fn try_clone_file(&self) -> std::io::Result<File> {
         self.0.try_clone()
     }
@@ -88,5 +96,57 @@ mod doorbell_tests {
         assert!(is_nonblocking_eventfd(&eventfd().unwrap()));
         let file = tempfile::tempfile().unwrap();
         assert!(!is_nonblocking_eventfd(&file));
+    }
+}
+
+#[cfg(test)]
+mod eventfd_tests {
+    use super::*;
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    /// Clears O_NONBLOCK on `file`'s file description, as a process sharing it may.
+    fn make_blocking(file: &File) {
+        let fd = file.as_raw_fd();
+        // SAFETY: fcntl on a descriptor `file` owns, without memory arguments.
+        unsafe {
+            let flags = libc::fcntl(fd, libc::F_GETFL);
+            assert!(flags >= 0);
+            assert_eq!(libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_NONBLOCK), 0);
+        }
+    }
+
+    fn polled(wake: &EventFd, revents: libc::c_short) -> libc::pollfd {
+        libc::pollfd {
+            fd: wake.as_raw_fd(),
+            events: libc::POLLIN,
+            revents,
+        }
+    }
+
+    /// Another process made the shared eventfd blocking: one ppoll did not see readable is
+    /// not read, so the caller does not block on it. Before, the data path read it after
+    /// every ppoll. (If the read blocks, the test signals the eventfd to end it and fails.)
+    #[test]
+    fn an_eventfd_not_seen_readable_is_not_read_even_if_made_blocking() {
+        let wake = EventFd::new().unwrap();
+        let shared = wake.try_clone_file().unwrap();
+        make_blocking(&shared);
+        let (done, returned) = mpsc::channel();
+        let reader = std::thread::spawn(move || {
+            let drained = wake.drain_if_ready(&polled(&wake, 0));
+            done.send(()).unwrap();
+            (wake, drained)
+        });
+        let in_time = returned.recv_timeout(Duration::from_secs(2)).is_ok();
+        if !in_time {
+            signal_irq(&shared);
+        }
+        let (wake, drained) = reader.join().unwrap();
+        assert!(in_time, "read an empty eventfd ppoll did not see readable");
+        assert!(!drained);
+        wake.signal();
+        assert!(wake.drain_if_ready(&polled(&wake, libc::POLLIN)));
+        assert!(!wake.drain_if_ready(&polled(&wake, 0)));
     }
 }

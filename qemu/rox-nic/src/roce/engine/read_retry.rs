@@ -412,10 +412,14 @@ mod tests {
         );
     }
 
+    /// At most this many copies before a request: a regression that let copies postpone
+    /// the timer for ever fails the test instead of hanging it.
+    const MAX_COPIES: usize = 10_000;
+
     /// Copies of the responses 0..3 of the READ at PSN 100, one every `step` ns from now
     /// until the requester sends something; returns when it did.
     fn copies_until_a_request(qp: &mut Qp, env: &mut TestEnv, stats: &mut EngineStats, step: u64) {
-        for n in (0..3).cycle() {
+        for n in (0..3).cycle().take(MAX_COPIES) {
             env.now += step;
             respond(qp, env, stats, n);
             qp.on_timers(env, stats);
@@ -423,6 +427,39 @@ mod tests {
                 return;
             }
         }
+        panic!("no request after {MAX_COPIES} copies, one every {step} ns");
+    }
+
+    /// A peer that answers every request with nothing but copies of responses already
+    /// placed (one every 50 µs) is not making progress: the READ still fails with
+    /// RETRY_EXC_ERR once retry_cnt periods of the local ACK timeout are spent (plus the
+    /// first, and slack for the backoff's last wait), never later.
+    #[test]
+    fn only_copies_of_read_responses_still_exhaust_the_retries() {
+        let (mut env, mut stats, mut qp) = read_sent();
+        for n in [0, 1, 2] {
+            respond(&mut qp, &mut env, &mut stats, n);
+        }
+        let progress_at = env.now;
+        let attr = qp.ack_timeout_ns().unwrap();
+        let limit = (u64::from(qp.retry_cnt) + 2) * attr;
+        let step = 50_000;
+        for n in (0..3).cycle().take((limit / step) as usize + 1) {
+            env.now += step;
+            respond(&mut qp, &mut env, &mut stats, n);
+            qp.on_timers(&mut env, &mut stats);
+            if !env.completions.is_empty() {
+                break;
+            }
+        }
+        let failed_after = env.now - progress_at;
+        assert_eq!(
+            env.completions.iter().map(|c| c.status).collect::<Vec<_>>(),
+            [WcStatus::RetryExcErr],
+            "after {failed_after} ns of copies ({} local ACK timeouts of {attr} ns)",
+            failed_after as f64 / attr as f64
+        );
+        assert!(failed_after <= limit, "failed after {failed_after} ns");
     }
 
     /// rdma_rxe answers a duplicate READ only after the requests queued before it, so the
@@ -489,6 +526,33 @@ mod tests {
             [(104, 0x1000, 1024)],
             "the second READ's tail probe"
         );
+    }
+
+    /// Copies of a READ already complete say nothing about a WRITE sent after it: the
+    /// WRITE's loss is found when its own timer is due, not an ACK timeout later.
+    #[test]
+    fn copies_of_a_completed_read_do_not_delay_a_lost_write_after_it() {
+        let (mut env, mut stats, mut qp) = read_sent();
+        let wqe = qp.make_wqe(send_wr(2, WrOpcode::RdmaWrite, 8));
+        qp.enqueue(&mut env, &mut stats, wqe);
+        for n in 0..4 {
+            respond(&mut qp, &mut env, &mut stats, n);
+        }
+        assert_eq!(env.completions.len(), 1, "the READ is complete");
+        env.sent.clear();
+        let deadline = qp.req.timer_deadline.expect("the WRITE's timer");
+        copies_until_a_request(&mut qp, &mut env, &mut stats, 50_000);
+        assert!(
+            env.now < deadline + 50_000,
+            "the WRITE went again at {} ns, its timer was due at {deadline} ns",
+            env.now
+        );
+        let sent: Vec<_> = env
+            .sent_parsed()
+            .iter()
+            .map(|p| (p.hdr.bth.opcode, p.hdr.bth.psn.get()))
+            .collect();
+        assert_eq!(sent, [(op::RC_WRITE_ONLY, 104)], "the lost WRITE");
     }
 
     /// Karn's rule forbids a round-trip sample from a packet sent again, not from a packet a

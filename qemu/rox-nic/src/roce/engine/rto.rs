@@ -253,10 +253,15 @@ impl Qp {
     /// timer starts over from `now`, its backoff and probe count kept. Never past the end of
     /// the retry period (the local ACK timeout since the last progress or retry spent): a
     /// peer that sends nothing but copies still runs the QP out of retries.
+    /// Only while the oldest unacknowledged WR is a READ: once the READ completed, its
+    /// copies say nothing about a SEND or WRITE after it, whose loss is found at its own RTO.
     pub(super) fn stale_response_postpones_timer(&mut self, now: u64) {
         let (Some(due), Some(attr)) = (self.req.timer_deadline, self.ack_timeout_ns()) else {
             return;
         };
+        if !self.oldest_unacked_is_read() {
+            return;
+        }
         let period_end = self.req.retry_period_start.saturating_add(attr);
         let was_probe = self.req.timer_probe;
         self.arm_timer(now);
@@ -267,6 +272,16 @@ impl Qp {
                 self.req.timer_probe = was_probe;
             }
         }
+    }
+
+    /// Whether the oldest WR sent and not yet complete is a READ.
+    fn oldest_unacked_is_read(&self) -> bool {
+        self.req
+            .sq
+            .iter()
+            .take_while(|w| w.started)
+            .find(|w| !w.done())
+            .is_some_and(|w| w.kind == WqeKind::Read)
     }
 
     /// An ACK came while a tail probe was out: it answers the probe, which was sent after
