@@ -107,7 +107,7 @@ fn choose(dev: &pci::Device, regs: &Regs<'_>) -> Wake {
     let companion = enabled.pci();
     let start = companion.resource_start(w::IVSHMEM_BAR_REGS).unwrap_or(0);
     let len = companion.resource_len(w::IVSHMEM_BAR_REGS).unwrap_or(0);
-    if !page_isolated(start, len) {
+    if !page_isolated(enabled.bar_is_mem(w::IVSHMEM_BAR_REGS), start, len) {
         // Mapping that page into processes would hand them whatever else shares it.
         dev_warn!(
             dev,
@@ -132,17 +132,25 @@ fn choose(dev: &pci::Device, regs: &Regs<'_>) -> Wake {
     }
 }
 
-/// Whether a BAR at `start` of `len` bytes has its first page to itself.
-fn page_isolated(start: u64, len: u64) -> bool {
+/// Whether a BAR at `start` of `len` bytes has its first page to itself (and is memory: an
+/// I/O-port BAR's numbers are no page of anything).
+fn page_isolated(is_mem: bool, start: u64, len: u64) -> bool {
     let page = regs::ROX_PAGE_SIZE as u64;
-    start != 0 && start % page == 0 && len >= page
+    is_mem && start != 0 && start % page == 0 && len >= page
 }
 
 /// The enabled companion whose record carries `token`, and the record. Candidates that do not
-/// match are disabled and released again.
+/// match are disabled and released again. Only an unbound ivshmem with memory BARs is touched:
+/// ivshmem-plain shares the id, and a device bound to uio or vfio-pci is someone else's.
 fn find(token: u64) -> Option<(EnabledPci, WakeCompanion)> {
     let candidates = PeerPci::find_all(w::IVSHMEM_VENDOR_ID, w::IVSHMEM_DEVICE_ID).ok()?;
     for candidate in candidates {
+        if candidate.has_driver()
+            || !candidate.bar_is_mem(w::IVSHMEM_BAR_REGS)
+            || !candidate.bar_is_mem(w::IVSHMEM_BAR_SHM)
+        {
+            continue;
+        }
         let Ok(enabled) = candidate.enable_mem() else {
             continue;
         };
