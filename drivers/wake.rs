@@ -55,13 +55,11 @@ pub(crate) enum Wake {
     Posted(Companion),
 }
 
-/// Finds the device's companion and chooses the wake mode (posted is written to
-/// `REG_WAKE_MODE`; the caller has just reset the device, which makes it trapped). Says in
-/// dmesg which mode is in use, and why when it is the trapped one. Never fails the probe: a
-/// missing or unusable companion only costs speed.
-pub(crate) fn setup(dev: &pci::Device, regs: &Regs<'_>) -> Wake {
-    let wake = choose(dev, regs);
-    match &wake {
+/// Tells the device the chosen mode (posted is written to `REG_WAKE_MODE`; the probe's reset
+/// left it trapped) and says so in dmesg. Called once `RoxDev` owns `regs`: a later probe
+/// failure drops it, and its reset puts the device back to trapped.
+pub(crate) fn apply(dev: &pci::Device, regs: &Regs<'_>, wake: &Wake) {
+    match wake {
         Wake::Posted(c) => {
             regs.write(regs::REG_WAKE_MODE, regs::WAKE_MODE_POSTED);
             dev_info!(
@@ -75,10 +73,13 @@ pub(crate) fn setup(dev: &pci::Device, regs: &Regs<'_>) -> Wake {
         // the register at all).
         Wake::Trapped => {}
     }
-    wake
 }
 
-fn choose(dev: &pci::Device, regs: &Regs<'_>) -> Wake {
+/// Finds the device's companion and chooses the wake mode. Says in dmesg why when it is the
+/// trapped one. Never fails the probe: a missing or unusable companion only costs speed. The
+/// device is not told yet: [`apply`] does, once nothing in the probe can fail before the
+/// device's reset-on-drop owner exists.
+pub(crate) fn setup(dev: &pci::Device, regs: &Regs<'_>) -> Wake {
     let offered = regs.read(regs::REG_CAPS) & regs::CAP_POSTED_WAKE != 0;
     // Token 0 names no companion (`REG_WAKE_TOKEN_LO`), whatever the capability says.
     let token = if offered {
