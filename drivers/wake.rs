@@ -112,11 +112,14 @@ pub(crate) fn setup(dev: &pci::Device, regs: &Regs<'_>) -> Wake {
         // Mapping that page into processes would hand them whatever else shares it.
         dev_warn!(
             dev,
-            "wake mode: trapped (companion {} registers at {:#x}+{:#x} share a page; boot with \
-             pci=resource_alignment=12@pci:1af4:1110)\n",
+            "wake mode: trapped (companion {} registers at {:#x}+{:#x} are no page of their own; \
+             boot with pci=resource_alignment={}@pci:{:04x}:{:04x})\n",
             companion.as_ref().name(),
             start,
-            len
+            len,
+            regs::ROX_PAGE_SHIFT,
+            w::IVSHMEM_VENDOR_ID,
+            w::IVSHMEM_DEVICE_ID
         );
         return Wake::Trapped;
     }
