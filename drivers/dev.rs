@@ -286,6 +286,7 @@ impl<'bound> RoxPci<'bound> {
         }
 
         // After the reset (which sets the mode back to trapped), before the ib_device exists.
+        // The device hears the mode only once `rox` owns it (below).
         let wake = crate::wake::setup(bound, &regs);
         let db_kernel =
             bound.iomap_region_sized::<{ regs::ROX_PAGE_SIZE }>(regs::BAR_DB, c"rox-db")?;
@@ -311,6 +312,8 @@ impl<'bound> RoxPci<'bound> {
             },
             GFP_KERNEL,
         )?;
+        // From here a failed probe drops `rox`, whose reset makes the device trapped again.
+        crate::wake::apply(bound, &rox.regs, &rox.wake);
 
         let irqs = MsixIrqs::new(bound, num_comp + 1, c"rox-eq", |eqn| EqHandler {
             dev: rox.clone(),

@@ -55,13 +55,11 @@ pub(crate) enum Wake {
     Posted(Companion),
 }
 
-/// Finds the device's companion and chooses the wake mode (posted is written to
-/// `REG_WAKE_MODE`; the caller has just reset the device, which makes it trapped). Says in
-/// dmesg which mode is in use, and why when it is the trapped one. Never fails the probe: a
-/// missing or unusable companion only costs speed.
-pub(crate) fn setup(dev: &pci::Device, regs: &Regs<'_>) -> Wake {
-    let wake = choose(dev, regs);
-    match &wake {
+/// Tells the device the chosen mode (posted is written to `REG_WAKE_MODE`; the probe's reset
+/// left it trapped) and says so in dmesg. Called once `RoxDev` owns `regs`: a later probe
+/// failure drops it, and its reset puts the device back to trapped.
+pub(crate) fn apply(dev: &pci::Device, regs: &Regs<'_>, wake: &Wake) {
+    match wake {
         Wake::Posted(c) => {
             regs.write(regs::REG_WAKE_MODE, regs::WAKE_MODE_POSTED);
             dev_info!(
@@ -75,10 +73,13 @@ pub(crate) fn setup(dev: &pci::Device, regs: &Regs<'_>) -> Wake {
         // the register at all).
         Wake::Trapped => {}
     }
-    wake
 }
 
-fn choose(dev: &pci::Device, regs: &Regs<'_>) -> Wake {
+/// Finds the device's companion and chooses the wake mode. Says in dmesg why when it is the
+/// trapped one. Never fails the probe: a missing or unusable companion only costs speed. The
+/// device is not told yet: [`apply`] does, once nothing in the probe can fail before the
+/// device's reset-on-drop owner exists.
+pub(crate) fn setup(dev: &pci::Device, regs: &Regs<'_>) -> Wake {
     let offered = regs.read(regs::REG_CAPS) & regs::CAP_POSTED_WAKE != 0;
     // Token 0 names no companion (`REG_WAKE_TOKEN_LO`), whatever the capability says.
     let token = if offered {
@@ -107,15 +108,18 @@ fn choose(dev: &pci::Device, regs: &Regs<'_>) -> Wake {
     let companion = enabled.pci();
     let start = companion.resource_start(w::IVSHMEM_BAR_REGS).unwrap_or(0);
     let len = companion.resource_len(w::IVSHMEM_BAR_REGS).unwrap_or(0);
-    if !page_isolated(start, len) {
+    if !page_isolated(enabled.bar_is_mem(w::IVSHMEM_BAR_REGS), start, len) {
         // Mapping that page into processes would hand them whatever else shares it.
         dev_warn!(
             dev,
-            "wake mode: trapped (companion {} registers at {:#x}+{:#x} share a page; boot with \
-             pci=resource_alignment=12@pci:1af4:1110)\n",
+            "wake mode: trapped (companion {} registers at {:#x}+{:#x} are no page of their own; \
+             boot with pci=resource_alignment={}@pci:{:04x}:{:04x})\n",
             companion.as_ref().name(),
             start,
-            len
+            len,
+            regs::ROX_PAGE_SHIFT,
+            w::IVSHMEM_VENDOR_ID,
+            w::IVSHMEM_DEVICE_ID
         );
         return Wake::Trapped;
     }
@@ -132,17 +136,25 @@ fn choose(dev: &pci::Device, regs: &Regs<'_>) -> Wake {
     }
 }
 
-/// Whether a BAR at `start` of `len` bytes has its first page to itself.
-fn page_isolated(start: u64, len: u64) -> bool {
+/// Whether a BAR at `start` of `len` bytes has its first page to itself (and is memory: an
+/// I/O-port BAR's numbers are no page of anything).
+fn page_isolated(is_mem: bool, start: u64, len: u64) -> bool {
     let page = regs::ROX_PAGE_SIZE as u64;
-    start != 0 && start % page == 0 && len >= page
+    is_mem && start != 0 && start % page == 0 && len >= page
 }
 
 /// The enabled companion whose record carries `token`, and the record. Candidates that do not
-/// match are disabled and released again.
+/// match are disabled and released again. Only an unbound ivshmem with memory BARs is touched:
+/// ivshmem-plain shares the id, and a device bound to uio or vfio-pci is someone else's.
 fn find(token: u64) -> Option<(EnabledPci, WakeCompanion)> {
     let candidates = PeerPci::find_all(w::IVSHMEM_VENDOR_ID, w::IVSHMEM_DEVICE_ID).ok()?;
     for candidate in candidates {
+        if candidate.has_driver()
+            || !candidate.bar_is_mem(w::IVSHMEM_BAR_REGS)
+            || !candidate.bar_is_mem(w::IVSHMEM_BAR_SHM)
+        {
+            continue;
+        }
         let Ok(enabled) = candidate.enable_mem() else {
             continue;
         };

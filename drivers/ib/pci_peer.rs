@@ -57,6 +57,27 @@ impl PeerPci {
         unsafe { &*self.raw.as_ptr().cast::<pci::Device>() }
     }
 
+    /// Whether a driver is bound to the device (`pci_dev->driver` or `dev.driver`): uio,
+    /// vfio-pci, ivshmem's own users. rox leaves such a device alone. A snapshot: a driver may
+    /// still bind later; rox's enable is counted, so it does not undo theirs.
+    pub(crate) fn has_driver(&self) -> bool {
+        let raw = self.raw.as_ptr();
+        // SAFETY: the device is held (type invariant); both fields are pointers the driver core
+        // sets and clears whole, read here once each.
+        unsafe { !(*raw).driver.is_null() || !(*raw).dev.driver.is_null() }
+    }
+
+    /// Whether BAR `bar` is a memory BAR (`IORESOURCE_MEM`), not I/O ports or unassigned.
+    pub(crate) fn bar_is_mem(&self, bar: u32) -> bool {
+        let Some(index) = usize::try_from(bar).ok().filter(|&i| i < 6) else {
+            return false;
+        };
+        // SAFETY: the device is held (type invariant); `index` is a standard BAR (< 6) of the
+        // `resource` array, whose flags are fixed after enumeration.
+        let flags = unsafe { (*self.raw.as_ptr()).resource[index].flags };
+        u64::try_from(flags).is_ok_and(|f| f & u64::from(kb::IORESOURCE_MEM) != 0)
+    }
+
     /// Switches the device's memory decoding on (`pci_enable_device_mem`) for as long as the
     /// returned value lives (enables are counted, so other users are unaffected).
     pub(crate) fn enable_mem(self) -> Result<EnabledPci> {
@@ -81,6 +102,10 @@ pub(crate) struct EnabledPci {
 impl EnabledPci {
     pub(crate) fn pci(&self) -> &pci::Device {
         self.peer.pci()
+    }
+
+    pub(crate) fn bar_is_mem(&self, bar: u32) -> bool {
+        self.peer.bar_is_mem(bar)
     }
 
     /// Checks that `len` bytes at `offset` lie inside assigned BAR `bar`.

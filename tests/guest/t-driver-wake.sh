@@ -42,6 +42,14 @@ enabled_companions() {
 	for d in "${companion_dirs[@]}"; do [ "$(cat "$d/enable")" != 0 ] && n=$((n + 1)); done
 	echo $n
 }
+# each_enabled_once: every companion's enable count is exactly 1 (docs/driver.md: rox.ko holds
+# one enable on the companion it uses and none on the candidates it released), else fails.
+each_enabled_once() {
+	local d
+	for d in "${companion_dirs[@]}"; do
+		[ "$(cat "$d/enable")" = 1 ] || fail "companion ${d##*/} has enable count $(cat "$d/enable") while rox.ko holds it (want 1)"
+	done
+}
 posted=$(dmesg | grep -c 'wake mode: posted')
 no_cap=$(dmesg | grep -c 'wake mode: trapped (device offers no posted-wake companion)')
 dmesg | grep 'wake mode:' | sed 's/^\[[^]]*\] //'
@@ -49,6 +57,7 @@ echo "$nics rox NICs, $companions ivshmem-doorbell devices"
 if [ "$posted" = "$nics" ]; then
 	mode=posted other=trapped
 	[ "$(enabled_companions)" = "$nics" ] || fail "rox.ko holds $(enabled_companions) companions enabled, not $nics"
+	each_enabled_once
 elif [ "$no_cap" = "$nics" ]; then
 	mode=trapped other=posted
 	[ "$companions" = 0 ] || fail "no device offers a companion, yet $companions ivshmem-doorbell devices exist"
@@ -108,6 +117,7 @@ else
 fi
 
 dmesg | grep -E 'BUG:|Oops|WARNING:|general protection' && fail "kernel complained"
+[ $mode = posted ] && each_enabled_once # still exactly one enable each after the traffic
 # rmmod releases the companions: none stays enabled.
 rmmod rox || fail "rmmod rox failed"
 [ "$(enabled_companions)" = 0 ] || fail "$(enabled_companions) companions still enabled after rmmod rox"
