@@ -7,7 +7,10 @@
 # pci=resource_alignment), as rox.ko needs to map it into user processes. A doorbell write
 # to the companion (ivshmem: peer << 16 | vector at offset 12 of BAR0) reaches rox-nic, which
 # counts it in wakes_posted (rox.ko's hw_counters, QUERY_STATS).
-# Reads the devices through sysfs (resource mmaps), with python3; needs only rox.ko.
+# Reads the devices through sysfs (resource mmaps), with python3. rox functions' BAR0 is read
+# before rox.ko binds them: a kernel with CONFIG_IO_STRICT_DEVMEM (Debian's) refuses mmaps of a
+# BAR a driver has claimed (EINVAL); the companions are never claimed (rox.ko maps them without
+# requesting the region), so their doorbell is rung with rox.ko loaded, which reads the counter.
 set -u
 fail() { echo "FAIL: $*"; exit 1; }
 skip() { echo "SKIP: $*"; exit 0; }
@@ -15,20 +18,21 @@ skip() { echo "SKIP: $*"; exit 0; }
 command -v python3 >/dev/null || skip "no python3 in the guest"
 grep -qx "$ROX_VENDOR" /sys/bus/pci/devices/*/vendor 2>/dev/null ||
 	skip "no rox device in this guest (no PCI function with vendor $ROX_VENDOR)"
-loaded=
-if ! grep -q '^rox ' /proc/modules; then
-	[ -f "${ROX_KO:-}" ] || fail "no module at ${ROX_KO:-}"
-	insmod "$ROX_KO" || fail "insmod $ROX_KO failed"
-	loaded=1
+[ -f "${ROX_KO:-}" ] || fail "no module at ${ROX_KO:-}"
+was_loaded=
+if grep -q '^rox ' /proc/modules; then
+	was_loaded=1
+	rmmod rox || fail "rmmod rox failed (its BAR0 must be unclaimed to be read)"
 fi
-trap '[ -z "$loaded" ] || rmmod rox' EXIT
-for _ in $(seq 50); do ls -d /sys/class/infiniband/rox_* >/dev/null 2>&1 && break; sleep 0.2; done
+# Leave rox.ko as it was found.
+trap 'if [ -n "$was_loaded" ]; then grep -q "^rox " /proc/modules || insmod "$ROX_KO"; else ! grep -q "^rox " /proc/modules || rmmod rox; fi' EXIT
 command -v lspci >/dev/null && lspci -nn -d 1af4:1110 # rox_uapi::wake::IVSHMEM_VENDOR_ID/DEVICE_ID
 
-python3 - "$ROX_VENDOR" <<'EOF' || fail "see above"
-import ctypes, glob, mmap, os, struct, sys, time
+python3 - "$ROX_VENDOR" "$ROX_KO" <<'EOF' || fail "see above"
+import ctypes, glob, mmap, os, struct, subprocess, sys, time
 
 ROX_VENDOR = int(sys.argv[1], 16)
+ROX_KO = sys.argv[2]
 # Copies of uapi constants (no generator exists; keep them equal to these):
 REG_CAPS = 0x004  # rox_uapi::regs::REG_CAPS
 REG_WAKE_TOKEN_LO = 0x044  # rox_uapi::regs::REG_WAKE_TOKEN_LO
@@ -103,6 +107,7 @@ for d in rox:
         tokens[token] = d
 if len(companions) != len(tokens):
     sys.exit(f"FAIL: {len(tokens)} rox functions with a companion, {len(companions)} companions")
+rings = []
 for c in companions:
     (r0, r0_end), (r2, r2_end) = bars(c)[0], bars(c)[SHM_BAR]
     print(f"{os.path.basename(c)}: BAR0 {r0:#x}-{r0_end:#x}, BAR2 {r2:#x}-{r2_end:#x}")
@@ -117,7 +122,16 @@ for c in companions:
         sys.exit(f"FAIL: {c}: no companion record (magic {magic:#x})")
     if token not in tokens:
         sys.exit(f"FAIL: {c}: token {token:#x} names no rox function")
-    d = tokens.pop(token)
+    rings.append((c, tokens.pop(token), peer, vector))
+
+# The counters are rox.ko's hw_counters: bind the rox functions now.
+subprocess.run(["insmod", ROX_KO], check=True)
+end = time.monotonic() + 10
+while not all(glob.glob(f"{d}/infiniband/rox_*") for _, d, _, _ in rings):
+    if time.monotonic() > end:
+        sys.exit("FAIL: rox.ko registered no ib device within 10 s")
+    time.sleep(0.2)
+for c, d, peer, vector in rings:
     before = counter(d, "wakes_posted")
     regs = mapped(c, 0, PAGE)
     ctypes.c_uint32.from_buffer(regs, DOORBELL).value = peer << 16 | (vector & 0xFFFF)
