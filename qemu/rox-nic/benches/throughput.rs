@@ -20,7 +20,8 @@ use rox_nic::benchkit::{self, SIZES};
 use rox_nic::port::limit::{cable_wire, dgram_wire, port_limit, port_limit_frames};
 use rox_nic::testkit::LinkSpec;
 use rox_uapi::admin::{
-    STAT_ACKS_SENT, STAT_RETRANSMITS, STAT_TIMEOUTS, STAT_TX_PACKETS, STAT_WAKEUPS,
+    STAT_ACKS_SENT, STAT_DUP_REQUESTS, STAT_NAKS_SENT, STAT_RETRANSMITS, STAT_TIMEOUTS,
+    STAT_TX_PACKETS, STAT_WAKEUPS,
 };
 use rox_uapi::verbs::{WR_RDMA_WRITE, WR_SEND};
 
@@ -75,13 +76,16 @@ fn run_counted(wire: Wire, p: &mut Stream, msgs: u64) {
         // longer than the RTO (docs/benchmarks.md), so the load goes beside it.
         println!(
             "{} {op} {size} B: {msgs} messages, {:.0} msg/s; requester {} ACK timeouts, {} \
-             retransmissions, {} wakeups; responder {} ACKs, {} wakeups; load {}",
+             retransmissions, {} wakeups; responder {} ACKs, {} NAKs, {} duplicates, {} wakeups; \
+             load {}",
             wire.name(),
             rate.msgs_per_sec,
             delta(&req1, &req0, STAT_TIMEOUTS),
             delta(&req1, &req0, STAT_RETRANSMITS),
             delta(&req1, &req0, STAT_WAKEUPS),
             delta(&resp1, &resp0, STAT_ACKS_SENT),
+            delta(&resp1, &resp0, STAT_NAKS_SENT),
+            delta(&resp1, &resp0, STAT_DUP_REQUESTS),
             delta(&resp1, &resp0, STAT_WAKEUPS),
             load_average(),
         );
