@@ -11,7 +11,9 @@
 //! For instruction counts (callgrind; wall clock is noise on a loaded machine) set
 //! ROX_BENCH_MSGS=N: each point of ROX_BENCH_POINTS (default `write:4096,write:65536,send:8`)
 //! then moves exactly N messages over each wire asked for and nothing else runs, and prints
-//! its ACK timeouts and the load average beside the rate. ROX_BENCH_WAIT=event makes the
+//! its ACK timeouts, the responder's ACKs, NAKs and duplicates (a retransmission with no NAK
+//! and no timeout is a tail probe's rewind) and the load average beside the rate.
+//! ROX_BENCH_WAIT=event makes the
 //! application side sleep on completion events instead of yielding (see `Wait`). E.g.
 //! `ROX_BENCH_PORT=cable ROX_BENCH_MSGS=2000 ROX_BENCH_POINTS=write:8 valgrind --tool=callgrind target/release/deps/throughput-*`.
 
