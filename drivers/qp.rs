@@ -34,6 +34,21 @@ pub(crate) struct Qp {
     queue: QpQueue,
 }
 
+impl Qp {
+    /// A new QP of `init` on `queue`, with the capacities granted (written back into `init`),
+    /// in RESET, where ib_core's state table starts.
+    fn reset(qpn: Qpn, init: &QpInit<'_, RoxVerbs>, queue: QpQueue) -> Self {
+        Qp {
+            qpn,
+            qp_type: init.qp_type,
+            sq_sig_all: init.sq_sig_all,
+            state: AtomicU32::new(verbs::QPS_RESET.into()),
+            cap: *init.cap,
+            queue,
+        }
+    }
+}
+
 enum QpQueue {
     User {
         _sq: UserRing,
@@ -179,18 +194,12 @@ pub(crate) fn create(
         qpn,
         db_slot: db.slot(),
     };
-    let qp = Qp {
-        qpn,
-        qp_type: init.qp_type,
-        sq_sig_all: init.sq_sig_all,
-        state: AtomicU32::new(verbs::QPS_RESET.into()),
-        cap: *cap,
-        queue: QpQueue::User {
-            _sq: sq,
-            _rq: rq,
-            _db: db,
-        },
+    let queue = QpQueue::User {
+        _sq: sq,
+        _rq: rq,
+        _db: db,
     };
+    let qp = Qp::reset(qpn, &init, queue);
     if let Err(err) = udata.respond(&resp) {
         destroy(dev, &qp);
         return Err(err);
@@ -292,14 +301,7 @@ fn create_kernel(
     cap.max_send_sge = max_send_sge;
     cap.max_recv_sge = if has_srq { 0 } else { max_recv_sge };
     cap.max_inline_data = max_inline;
-    let qp = Qp {
-        qpn,
-        qp_type: init.qp_type,
-        sq_sig_all: init.sq_sig_all,
-        state: AtomicU32::new(verbs::QPS_RESET.into()),
-        cap: *cap,
-        queue: QpQueue::Kernel { qp: queues, cqs },
-    };
+    let qp = Qp::reset(qpn, &init, QpQueue::Kernel { qp: queues, cqs });
     Ok(Created {
         data: qp,
         id: qpn,
