@@ -18,6 +18,13 @@ use kernel::prelude::*;
 /// A hw_counter's name and how to read it from QUERY_COUNTERS' response.
 type NamedCounter = (&'static CStr, fn(&PortCounters) -> u64);
 
+/// `[(c"field", |c| c.field), ...]`: each counter named as its `PortCounters` field, said once.
+macro_rules! by_field_name {
+    ($($field:ident),* $(,)?) => {
+        [$((kernel::c_str!(stringify!($field)), |c: &PortCounters| c.$field)),*]
+    };
+}
+
 /// The transport's counters under mlx5's hw_counters names, each read from QUERY_COUNTERS.
 /// The congestion ones count rox-nic's ECN, CNP and DCQCN events; `roce_adp_retrans` its
 /// retransmissions before the local ACK timeout (tail probes). `rx_xrc_domain_errors` has
@@ -25,48 +32,34 @@ type NamedCounter = (&'static CStr, fn(&PortCounters) -> u64);
 /// are the lab's congested switch queue in front of the port (rox-nic `--bottleneck`), under
 /// the names of a switch's queue counters (SAI/SONiC: packets, bytes, drops, WRED drops, ECN
 /// marks, watermark).
-const MLX5_NAMED: [NamedCounter; 27] = [
-    (c"out_of_sequence", |c| c.out_of_sequence),
-    (c"duplicate_request", |c| c.duplicate_request),
-    (c"packet_seq_err", |c| c.packet_seq_err),
-    (c"implied_nak_seq_err", |c| c.implied_nak_seq_err),
-    (c"local_ack_timeout_err", |c| c.local_ack_timeout_err),
-    (c"roce_adp_retrans", |c| c.roce_adp_retrans),
-    (c"rnr_nak_retry_err", |c| c.rnr_nak_retry_err),
-    (c"req_cqe_error", |c| c.req_cqe_error),
-    (c"resp_cqe_error", |c| c.resp_cqe_error),
-    (c"req_remote_access_errors", |c| c.req_remote_access_errors),
-    (c"resp_remote_access_errors", |c| {
-        c.resp_remote_access_errors
-    }),
-    (c"req_remote_invalid_request", |c| {
-        c.req_remote_invalid_request
-    }),
-    (c"resp_local_length_error", |c| c.resp_local_length_error),
-    (c"rx_write_requests", |c| c.rx_write_requests),
-    (c"rx_read_requests", |c| c.rx_read_requests),
-    (c"rx_atomic_requests", |c| c.rx_atomic_requests),
-    (c"np_cnp_sent", |c| c.np_cnp_sent),
-    (c"np_ecn_marked_roce_packets", |c| {
-        c.np_ecn_marked_roce_packets
-    }),
-    (c"rp_cnp_handled", |c| c.rp_cnp_handled),
-    (c"rp_cnp_ignored", |c| c.rp_cnp_ignored),
-    (c"rx_xrc_domain_errors", |c| c.rx_xrc_domain_errors),
-    (c"bottleneck_packets", |c| c.bottleneck_packets),
-    (c"bottleneck_bytes", |c| c.bottleneck_bytes),
-    (c"bottleneck_dropped_packets", |c| {
-        c.bottleneck_dropped_packets
-    }),
-    (c"bottleneck_wred_dropped_packets", |c| {
-        c.bottleneck_wred_dropped_packets
-    }),
-    (c"bottleneck_wred_ecn_marked_packets", |c| {
-        c.bottleneck_wred_ecn_marked_packets
-    }),
-    (c"bottleneck_watermark_bytes", |c| {
-        c.bottleneck_watermark_bytes
-    }),
+const MLX5_NAMED: [NamedCounter; 27] = by_field_name![
+    out_of_sequence,
+    duplicate_request,
+    packet_seq_err,
+    implied_nak_seq_err,
+    local_ack_timeout_err,
+    roce_adp_retrans,
+    rnr_nak_retry_err,
+    req_cqe_error,
+    resp_cqe_error,
+    req_remote_access_errors,
+    resp_remote_access_errors,
+    req_remote_invalid_request,
+    resp_local_length_error,
+    rx_write_requests,
+    rx_read_requests,
+    rx_atomic_requests,
+    np_cnp_sent,
+    np_ecn_marked_roce_packets,
+    rp_cnp_handled,
+    rp_cnp_ignored,
+    rx_xrc_domain_errors,
+    bottleneck_packets,
+    bottleneck_bytes,
+    bottleneck_dropped_packets,
+    bottleneck_wred_dropped_packets,
+    bottleneck_wred_ecn_marked_packets,
+    bottleneck_watermark_bytes,
 ];
 
 const COUNTER_COUNT: usize = admin::STATS_COUNT + MLX5_NAMED.len();

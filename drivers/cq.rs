@@ -97,6 +97,35 @@ fn log_depth_for(entries: u32) -> u32 {
         .max(admin::DEV_MIN_LOG_DEPTH.into())
 }
 
+/// Pins librox's ring of 2^`log_depth` CQEs at `buf_addr` for a CQ of `cqe` entries; returns
+/// it with its depth. EINVAL for a depth out of the device's range, or a `cqe` of 0, over the
+/// depth or over the device's maximum.
+fn pin_user_ring(
+    dev: &RoxDev<'_>,
+    ib: IbDev<'_>,
+    buf_addr: u64,
+    log_depth: u32,
+    cqe: u32,
+) -> Result<(UserRing, u32)> {
+    if !(u32::from(admin::DEV_MIN_LOG_DEPTH)..=u32::from(admin::DEV_MAX_LOG_CQ_DEPTH))
+        .contains(&log_depth)
+    {
+        return Err(EINVAL);
+    }
+    let depth = 1u32 << log_depth;
+    if cqe == 0 || cqe > depth || cqe > dev.attr.max_cqe {
+        return Err(EINVAL);
+    }
+    let ring = UserRing::new(
+        dev,
+        ib,
+        buf_addr,
+        queue::CQE_SIZE << log_depth,
+        verbs::ACCESS_LOCAL_WRITE,
+    )?;
+    Ok((ring, depth))
+}
+
 pub(crate) fn create(
     dev: &RoxDev<'_>,
     ib: IbDev<'_>,
@@ -112,22 +141,7 @@ pub(crate) fn create(
     };
     let req: ud::CreateCqReq = udata.read()?;
     let log_depth = req.log_depth;
-    if !(u32::from(admin::DEV_MIN_LOG_DEPTH)..=u32::from(admin::DEV_MAX_LOG_CQ_DEPTH))
-        .contains(&log_depth)
-    {
-        return Err(EINVAL);
-    }
-    let depth = 1u32 << log_depth;
-    if init.cqe == 0 || init.cqe > depth || init.cqe > dev.attr.max_cqe {
-        return Err(EINVAL);
-    }
-    let ring = UserRing::new(
-        dev,
-        ib,
-        req.buf_addr,
-        queue::CQE_SIZE << log_depth,
-        verbs::ACCESS_LOCAL_WRITE,
-    )?;
+    let (ring, depth) = pin_user_ring(dev, ib, req.buf_addr, log_depth, init.cqe)?;
     let db = uctx.alloc_db_slot()?;
     let desc = ring.desc();
     let ring = KBox::pin_init(new_mutex!(ring), GFP_KERNEL)?;
@@ -176,22 +190,7 @@ pub(crate) fn resize(
     };
     let req: ud::ResizeCqReq = udata.read()?;
     let log_depth = req.log_depth;
-    if !(u32::from(admin::DEV_MIN_LOG_DEPTH)..=u32::from(admin::DEV_MAX_LOG_CQ_DEPTH))
-        .contains(&log_depth)
-    {
-        return Err(EINVAL);
-    }
-    let depth = 1u32 << log_depth;
-    if cqe == 0 || cqe > depth || cqe > dev.attr.max_cqe {
-        return Err(EINVAL);
-    }
-    let new_ring = UserRing::new(
-        dev,
-        ib,
-        req.buf_addr,
-        queue::CQE_SIZE << log_depth,
-        verbs::ACCESS_LOCAL_WRITE,
-    )?;
+    let (new_ring, depth) = pin_user_ring(dev, ib, req.buf_addr, log_depth, cqe)?;
     let mut current = ring.lock();
     let cmd = admin::ResizeCqCmd {
         cq: cq.id,

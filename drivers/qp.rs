@@ -34,6 +34,21 @@ pub(crate) struct Qp {
     queue: QpQueue,
 }
 
+impl Qp {
+    /// A new QP of `init` on `queue`, with the capacities granted (written back into `init`),
+    /// in RESET, where ib_core's state table starts.
+    fn reset(qpn: Qpn, init: &QpInit<'_, RoxVerbs>, queue: QpQueue) -> Self {
+        Qp {
+            qpn,
+            qp_type: init.qp_type,
+            sq_sig_all: init.sq_sig_all,
+            state: AtomicU32::new(verbs::QPS_RESET.into()),
+            cap: *init.cap,
+            queue,
+        }
+    }
+}
+
 enum QpQueue {
     User {
         _sq: UserRing,
@@ -67,6 +82,32 @@ fn log_depth_for(wrs: u32, requested_log: u32) -> Result<u32> {
     Ok(requested_log)
 }
 
+/// What a WQE holds, within what the device advertises.
+struct WqeLimits {
+    send_sge: u32,
+    recv_sge: u32,
+    inline: u32,
+}
+
+/// The WQE limits of a QP on `dev`; EINVAL if `cap` asks for more than they allow, or for more
+/// work requests than the device queues.
+fn wqe_limits(dev: &RoxDev<'_>, cap: &QpCap) -> Result<WqeLimits> {
+    let limits = WqeLimits {
+        send_sge: queue::SQ_MAX_SGE.min(dev.attr.max_send_sge),
+        recv_sge: queue::RQ_MAX_SGE.min(dev.attr.max_recv_sge),
+        inline: queue::SQ_MAX_INLINE.min(dev.attr.max_inline_data),
+    };
+    if cap.max_send_sge > limits.send_sge
+        || cap.max_recv_sge > limits.recv_sge
+        || cap.max_inline_data > limits.inline
+        || cap.max_send_wr > dev.attr.max_qp_wr
+        || cap.max_recv_wr > dev.attr.max_qp_wr
+    {
+        return Err(EINVAL);
+    }
+    Ok(limits)
+}
+
 pub(crate) fn create(
     dev: &RoxDev<'_>,
     ib: IbDev<'_>,
@@ -93,18 +134,11 @@ pub(crate) fn create(
     let xrc = matches!(qp_type, verbs::QPT_XRC_INI | verbs::QPT_XRC_TGT);
     let req: ud::CreateQpReq = udata.read()?;
     let cap = &mut *init.cap;
-    // What a WQE holds, within what the device advertises.
-    let max_send_sge = queue::SQ_MAX_SGE.min(dev.attr.max_send_sge);
-    let max_recv_sge = queue::RQ_MAX_SGE.min(dev.attr.max_recv_sge);
-    let max_inline = queue::SQ_MAX_INLINE.min(dev.attr.max_inline_data);
-    if cap.max_send_sge > max_send_sge
-        || cap.max_recv_sge > max_recv_sge
-        || cap.max_inline_data > max_inline
-        || cap.max_send_wr > dev.attr.max_qp_wr
-        || cap.max_recv_wr > dev.attr.max_qp_wr
-    {
-        return Err(EINVAL);
-    }
+    let WqeLimits {
+        send_sge: max_send_sge,
+        recv_sge: max_recv_sge,
+        inline: max_inline,
+    } = wqe_limits(dev, cap)?;
     let log_sq = log_depth_for(cap.max_send_wr, req.log_sq_depth)?;
     let sq = UserRing::new(dev, ib, req.sq_buf_addr, queue::SQ_WQE_SIZE << log_sq, 0)?;
     let (rq, log_rq) = match init.srq {
@@ -160,18 +194,12 @@ pub(crate) fn create(
         qpn,
         db_slot: db.slot(),
     };
-    let qp = Qp {
-        qpn,
-        qp_type: init.qp_type,
-        sq_sig_all: init.sq_sig_all,
-        state: AtomicU32::new(verbs::QPS_RESET.into()),
-        cap: *cap,
-        queue: QpQueue::User {
-            _sq: sq,
-            _rq: rq,
-            _db: db,
-        },
+    let queue = QpQueue::User {
+        _sq: sq,
+        _rq: rq,
+        _db: db,
     };
+    let qp = Qp::reset(qpn, &init, queue);
     if let Err(err) = udata.respond(&resp) {
         destroy(dev, &qp);
         return Err(err);
@@ -214,17 +242,11 @@ fn create_kernel(
         // Capacities a target is asked for mean nothing: it has no queue of its own.
         *cap = QpCap::default();
     }
-    let max_send_sge = queue::SQ_MAX_SGE.min(dev.attr.max_send_sge);
-    let max_recv_sge = queue::RQ_MAX_SGE.min(dev.attr.max_recv_sge);
-    let max_inline = queue::SQ_MAX_INLINE.min(dev.attr.max_inline_data);
-    if cap.max_send_sge > max_send_sge
-        || cap.max_recv_sge > max_recv_sge
-        || cap.max_inline_data > max_inline
-        || cap.max_send_wr > dev.attr.max_qp_wr
-        || cap.max_recv_wr > dev.attr.max_qp_wr
-    {
-        return Err(EINVAL);
-    }
+    let WqeLimits {
+        send_sge: max_send_sge,
+        recv_sge: max_recv_sge,
+        inline: max_inline,
+    } = wqe_limits(dev, cap)?;
     let has_srq = init.srq.is_some() || target;
     let log_sq = kernel_log_depth::<queue::SqWqe>(cap.max_send_wr)?;
     let log_rq = if has_srq {
@@ -279,14 +301,7 @@ fn create_kernel(
     cap.max_send_sge = max_send_sge;
     cap.max_recv_sge = if has_srq { 0 } else { max_recv_sge };
     cap.max_inline_data = max_inline;
-    let qp = Qp {
-        qpn,
-        qp_type: init.qp_type,
-        sq_sig_all: init.sq_sig_all,
-        state: AtomicU32::new(verbs::QPS_RESET.into()),
-        cap: *cap,
-        queue: QpQueue::Kernel { qp: queues, cqs },
-    };
+    let qp = Qp::reset(qpn, &init, QpQueue::Kernel { qp: queues, cqs });
     Ok(Created {
         data: qp,
         id: qpn,

@@ -26,6 +26,23 @@ rox_dev_on() {
 	return 1
 }
 
+# lab_rdma_dev: set up and print the RDMA device of this guest's lab NIC 0: rdma_rxe's rxe0 on
+# a virtio NIC, rox.ko's device on a rox NIC (rox_dev_on). On failure says why on stderr and
+# returns 1.
+lab_rdma_dev() {
+	local kind_var=ROX_NIC_${ROX_GUEST}_0
+	case ${!kind_var:-} in
+	virtio)
+		modprobe rdma_rxe >&2 || { echo "modprobe rdma_rxe failed" >&2; return 1; }
+		rdma link add rxe0 type rxe netdev "$ROX_IF_0" >&2 ||
+			{ echo "rdma link add rxe0 on $ROX_IF_0 failed" >&2; return 1; }
+		echo rxe0 ;;
+	rox)
+		rox_dev_on "$ROX_IF_0" || { echo "no rox device on $ROX_IF_0" >&2; return 1; } ;;
+	*) echo "guest $ROX_GUEST has no lab NIC 0" >&2; return 1 ;;
+	esac
+}
+
 # gid_index DEV [4|6]: print the index of DEV's (port 1) RoCEv2 GID holding this guest's lab
 # IPv4 (default) or IPv6 address. GIDs appear asynchronously after an address or a device is
 # added: waits up to 20 s. ib_core's table order depends on when addresses and devices came

@@ -39,12 +39,63 @@ def rox_lab():
     return exe
 
 
+def rox_nic():
+    """The rox-nic binary rox-lab starts: $ROX_NIC_BIN (rox-lab reads it too), else this clone's
+    release build; fails clearly if it is not there."""
+    exe = os.environ.get("ROX_NIC_BIN", os.path.join(TOP, "target", "release", "rox-nic"))
+    if not os.access(exe, os.X_OK):
+        raise SystemExit(f"no rox-nic binary at {exe}; run 'cargo build --release -p rox-nic'")
+    return exe
+
+
+def rox_trace():
+    """rox-trace: $ROX_TRACE_BIN, else the one beside the rox-nic in use (one crate, one build)."""
+    exe = os.environ.get("ROX_TRACE_BIN") or os.path.join(os.path.dirname(rox_nic()), "rox-trace")
+    if not os.access(exe, os.X_OK):
+        raise SystemExit(f"no rox-trace binary at {exe}; run 'cargo build --release -p rox-nic'")
+    return exe
+
+
+LIBROX_SUFFIX = "-rdmav34.so"
+
+
+def librox_drivers(librox, cache, root):
+    """The environment prefix that makes the guests' libibverbs load `librox` (a file named
+    lib<x>-rdmav34.so under the cache or this clone, seen in the guest at /cache or /rox) before
+    the configured providers, so nothing shared is installed: "RDMAV_DRIVERS=<path> ". Without
+    `librox`, "" once the root (`root`) has librox installed. A bad path fails clearly."""
+    if not librox:
+        if not os.path.exists(f"{root}/usr/lib/x86_64-linux-gnu/libibverbs/librox{LIBROX_SUFFIX}"):
+            raise SystemExit("librox is not installed in the root; run 'make provider'")
+        return ""
+    path = os.path.realpath(librox)
+    if not path.endswith(LIBROX_SUFFIX) or not os.path.isfile(path):
+        raise SystemExit(f"--librox needs an existing file named lib<x>{LIBROX_SUFFIX}: {librox}")
+    cache = os.path.realpath(cache)
+    if path.startswith(cache + "/"):
+        in_guest = "/cache" + path[len(cache):]
+    elif path.startswith(TOP + "/"):
+        in_guest = "/rox" + path[len(TOP):]
+    else:
+        raise SystemExit(f"--librox must be under $ROX_CACHE ({cache}) or the clone ({TOP}): {librox}")
+    # libibverbs appends the suffix itself.
+    return f"RDMAV_DRIVERS={in_guest[:-len(LIBROX_SUFFIX)]} "
+
+
+def guest_librox(librox):
+    """librox_drivers for this host's cache and root."""
+    return librox_drivers(librox, _lib_sh('echo "$ROX_CACHE"'), _lib_sh("root_dir"))
+
+
 def command(guests, mtu=9000, timeout=900, flavour=DEFAULT_FLAVOUR, capture=None, routed=False,
             raw_bridge_reader=False, extra=()):
     """rox-lab's command line for [(NICS, CMD), ...] (guest 0 first). `raw_bridge_reader`: the
     run reads bridge 0 raw (a --host-cmd's tcpdump or AF_PACKET socket), so rox-lab starts the
-    rox-nics sending frames one by one (--raw-bridge-reader; --capture implies it)."""
-    cmd = [rox_lab(), "--mtu", str(mtu), "--timeout", str(timeout), "--flavour", flavour]
+    rox-nics sending frames one by one (--raw-bridge-reader; --capture implies it). `mtu` None:
+    rox-lab's default, or an --mtu in `extra`."""
+    cmd = [rox_lab(), "--timeout", str(timeout), "--flavour", flavour]
+    if mtu is not None:
+        cmd += ["--mtu", str(mtu)]
     if capture:
         cmd += ["--capture", capture]
     if raw_bridge_reader:

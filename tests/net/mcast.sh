@@ -31,16 +31,7 @@ MCAST_READY_PORT=7100
 RECV_TIMEOUT=150
 SEND_WAIT=240
 
-kind_var=ROX_NIC_${me}_0
-case ${!kind_var:-} in
-virtio)
-	modprobe rdma_rxe || fail "modprobe rdma_rxe"
-	rdma link add rxe0 type rxe netdev "$ROX_IF_0" || fail "rdma link add rxe0 on $ROX_IF_0"
-	dev=rxe0 ;;
-rox)
-	dev=$(rox_dev_on "$ROX_IF_0") || fail "no rox device on $ROX_IF_0" ;;
-*) fail "guest $me has no lab NIC 0" ;;
-esac
+dev=$(lab_rdma_dev) || fail "no RDMA device on lab NIC 0 (above: why)"
 wait_port_active "$dev" || fail "$dev port not active"
 gid_index "$dev" 4 >/dev/null || fail "$dev lacks its lab IPv4 GID"
 echo "guest $me: $dev on $ROX_IF_0"

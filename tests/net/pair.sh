@@ -16,16 +16,7 @@ shift
 fail() { echo "FAIL $role: $*"; exit 1; }
 
 peer=${PAIR_PEER:-${ROX_IP_1_0:-}} # the server: guest 1's lab NIC 0 (PAIR_PEER: in another lab)
-kind_var=ROX_NIC_${ROX_GUEST}_0
-case ${!kind_var:-} in
-virtio)
-	modprobe rdma_rxe || fail "modprobe rdma_rxe"
-	rdma link add rxe0 type rxe netdev "$ROX_IF_0" || fail "rdma link add rxe0 on $ROX_IF_0"
-	dev=rxe0 ;;
-rox)
-	dev=$(rox_dev_on "$ROX_IF_0") || fail "no rox device on $ROX_IF_0" ;;
-*) fail "guest $ROX_GUEST has no lab NIC 0" ;;
-esac
+dev=$(lab_rdma_dev) || fail "no RDMA device on lab NIC 0 (above: why)"
 wait_port_active "$dev" || fail "$dev port not active"
 gid=$(gid_index "$dev") || fail "no IPv4 RoCE v2 GID on $dev"
 active_mtu=$(ibv_devinfo -d "$dev" | awk '/active_mtu/ { print $2; exit }')

@@ -481,6 +481,13 @@ mod tests {
     /// A table with one region `[BASE, BASE+0x100)` on one page at BASE (index 1) and one type 2 window
     /// (index 2) of the same PD, over 0x200 bytes of memory.
     fn table(access: u32) -> (MemTable, Vec<u8>, Key) {
+        let (t, key) = table_at(BASE, 0x100, &[BASE], access);
+        (t, vec![0; 0x200], key)
+    }
+
+    /// A table with one region `[iova, iova+length)` on the 4 KiB `pages` (index 1) and one
+    /// unbound type 2 window (index 2) of the same PD; returns the region's key.
+    fn table_at(iova: u64, length: u64, pages: &[u64], access: u32) -> (MemTable, Key) {
         let key = Key::region(1, 0);
         let mut t = MemTable::default();
         t.mrs.insert(
@@ -489,10 +496,10 @@ mod tests {
                 key,
                 pd: PD,
                 access,
-                iova: BASE,
-                length: 0x100,
+                iova,
+                length,
                 offset: 0,
-                pages: vec![BASE],
+                pages: pages.to_vec(),
                 page_shift: 12,
                 physical: false,
                 odp: false,
@@ -509,7 +516,7 @@ mod tests {
                 binding: None,
             },
         );
-        (t, vec![0; 0x200], key)
+        (t, key)
     }
 
     #[test]
@@ -560,24 +567,7 @@ mod tests {
     #[test]
     fn a_write_refused_anywhere_stores_nothing() {
         const IOVA: u64 = 0x10_0000;
-        let key = Key::region(1, 0);
-        let mut t = MemTable::default();
-        t.mrs.insert(
-            1,
-            Mr {
-                key,
-                pd: PD,
-                access: ALL,
-                iova: IOVA,
-                length: 0x2000,
-                offset: 0,
-                pages: vec![BASE, 0x4000_0000],
-                page_shift: 12,
-                physical: false,
-                odp: false,
-                fast_reg: None,
-            },
-        );
+        let (t, key) = table_at(IOVA, 0x2000, &[BASE, 0x4000_0000], ALL);
         let mut mem = vec![0u8; 0x1000];
         let ram = SliceRam::new(BASE, &mut mem);
         let write = |va, data: &[u8]| t.write_remote(&ram, at(PD, QPN, key, va), data);

@@ -12,43 +12,35 @@ pub const MAX_FDS: usize = 4;
 pub fn send_with_fds(stream: &UnixStream, data: &[u8], fds: &[RawFd]) -> std::io::Result<()> {
     assert!(fds.len() <= MAX_FDS && !data.is_empty());
     let fd_bytes = std::mem::size_of_val(fds) as u32;
-    // SAFETY: CMSG_SPACE only computes a size.
-    let space = unsafe { libc::CMSG_SPACE(fd_bytes) } as usize;
-    let mut control = vec![0u64; space.div_ceil(8)];
-    let mut iov = libc::iovec {
-        iov_base: data.as_ptr() as *mut libc::c_void,
-        iov_len: data.len(),
-    };
-    // SAFETY: msghdr is plain C data; all zeroes is a valid value.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control.as_mut_ptr().cast();
-    msg.msg_controllen = space as _;
-    // SAFETY: `msg` points at a control buffer of CMSG_SPACE(fd_bytes) bytes, enough for one
-    // header and the descriptors copied into its data.
-    unsafe {
-        let cmsg = libc::CMSG_FIRSTHDR(&msg);
-        (*cmsg).cmsg_level = libc::SOL_SOCKET;
-        (*cmsg).cmsg_type = libc::SCM_RIGHTS;
-        (*cmsg).cmsg_len = libc::CMSG_LEN(fd_bytes) as _;
-        std::ptr::copy_nonoverlapping(
-            fds.as_ptr().cast::<u8>(),
-            libc::CMSG_DATA(cmsg),
-            fd_bytes as usize,
-        );
-    }
-    let sent = loop {
-        // SAFETY: `msg`, its iovec (into `data`) and its control buffer live across the call.
-        let n = unsafe { libc::sendmsg(stream.as_raw_fd(), &msg, libc::MSG_NOSIGNAL) };
-        if n >= 0 {
-            break n as usize;
+    // sendmsg only reads through the iovec.
+    let base = data.as_ptr() as *mut libc::c_void;
+    let sent = with_msghdr(base, data.len(), fd_bytes, |msg| {
+        // SAFETY: `msg` points at a control buffer of CMSG_SPACE(fd_bytes) bytes, enough for
+        // one header and the descriptors copied into its data.
+        unsafe {
+            let cmsg = libc::CMSG_FIRSTHDR(msg);
+            (*cmsg).cmsg_level = libc::SOL_SOCKET;
+            (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+            (*cmsg).cmsg_len = libc::CMSG_LEN(fd_bytes) as _;
+            std::ptr::copy_nonoverlapping(
+                fds.as_ptr().cast::<u8>(),
+                libc::CMSG_DATA(cmsg),
+                fd_bytes as usize,
+            );
         }
-        let e = std::io::Error::last_os_error();
-        if e.kind() != ErrorKind::Interrupted {
-            return Err(e);
+        loop {
+            // SAFETY: `msg`, its iovec (into `data`) and its control buffer live across the
+            // call.
+            let n = unsafe { libc::sendmsg(stream.as_raw_fd(), msg, libc::MSG_NOSIGNAL) };
+            if n >= 0 {
+                break Ok(n as usize);
+            }
+            let e = std::io::Error::last_os_error();
+            if e.kind() != ErrorKind::Interrupted {
+                break Err(e);
+            }
         }
-    };
+    })?;
     // A stream may take part of the message (a signal, a full buffer): the descriptors went
     // with that part, the rest follows as plain bytes.
     let mut rest = stream;
@@ -76,31 +68,36 @@ pub fn recv_with_fds_max(
     max_fds: usize,
 ) -> std::io::Result<(usize, Vec<OwnedFd>)> {
     let fd_bytes = (max_fds * std::mem::size_of::<RawFd>()) as u32;
-    // SAFETY: CMSG_SPACE only computes a size.
-    let space = unsafe { libc::CMSG_SPACE(fd_bytes) } as usize;
-    let mut control = vec![0u64; space.div_ceil(8)];
-    let mut iov = libc::iovec {
-        iov_base: data.as_mut_ptr().cast(),
-        iov_len: data.len(),
-    };
-    // SAFETY: msghdr is plain C data; all zeroes is a valid value.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control.as_mut_ptr().cast();
-    msg.msg_controllen = space as _;
-    // SAFETY: `msg`, its iovec (into `data`) and its control buffer live across the call;
-    // MSG_CMSG_CLOEXEC makes received descriptors close-on-exec.
-    let n = unsafe { libc::recvmsg(stream.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC) };
-    if n < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
+    with_msghdr(data.as_mut_ptr().cast(), data.len(), fd_bytes, |msg| {
+        // SAFETY: `msg`, its iovec (into `data`) and its control buffer live across the call;
+        // MSG_CMSG_CLOEXEC makes received descriptors close-on-exec.
+        let n = unsafe { libc::recvmsg(stream.as_raw_fd(), &mut *msg, libc::MSG_CMSG_CLOEXEC) };
+        if n < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: recvmsg just filled the control buffer `msg` points at.
+        let fds = unsafe { received_fds(msg) };
+        if msg.msg_flags & libc::MSG_CTRUNC != 0 {
+            return Err(std::io::Error::new(
+                ErrorKind::InvalidData,
+                "too many descriptors attached",
+            ));
+        }
+        Ok((n as usize, fds))
+    })
+}
+
+/// The descriptors SCM_RIGHTS headers in `msg`'s control buffer carry, now owned here.
+///
+/// # Safety
+/// `msg` is as recvmsg left it: its control buffer holds well-formed headers (the CMSG_*
+/// macros walk them without leaving it), and each SCM_RIGHTS descriptor is new in this process
+/// and owned by nobody else.
+unsafe fn received_fds(msg: &libc::msghdr) -> Vec<OwnedFd> {
     let mut fds = Vec::new();
-    // SAFETY: the kernel filled `msg.msg_control` with well-formed headers inside the buffer;
-    // the CMSG_* macros walk them without leaving it. Each SCM_RIGHTS descriptor is new in
-    // this process and owned by nobody else.
+    // SAFETY: as the caller promises.
     unsafe {
-        let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
+        let mut cmsg = libc::CMSG_FIRSTHDR(msg);
         while !cmsg.is_null() {
             if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
                 let bytes = (*cmsg).cmsg_len as usize - libc::CMSG_LEN(0) as usize;
@@ -110,16 +107,35 @@ pub fn recv_with_fds_max(
                     fds.push(OwnedFd::from_raw_fd(fd));
                 }
             }
-            cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
+            cmsg = libc::CMSG_NXTHDR(msg, cmsg);
         }
     }
-    if msg.msg_flags & libc::MSG_CTRUNC != 0 {
-        return Err(std::io::Error::new(
-            ErrorKind::InvalidData,
-            "too many descriptors attached",
-        ));
-    }
-    Ok((n as usize, fds))
+    fds
+}
+
+/// Runs `f` on the header of one message: one iovec over the `len` bytes at `base`, and a
+/// zeroed control buffer of CMSG_SPACE(`fd_bytes`) bytes (room for that many bytes of
+/// descriptors); both live across `f`.
+fn with_msghdr<T>(
+    base: *mut libc::c_void,
+    len: usize,
+    fd_bytes: u32,
+    f: impl FnOnce(&mut libc::msghdr) -> T,
+) -> T {
+    // SAFETY: CMSG_SPACE only computes a size.
+    let space = unsafe { libc::CMSG_SPACE(fd_bytes) } as usize;
+    let mut control = vec![0u64; space.div_ceil(8)];
+    let mut iov = libc::iovec {
+        iov_base: base,
+        iov_len: len,
+    };
+    // SAFETY: msghdr is plain C data; all zeroes is a valid value.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = space as _;
+    f(&mut msg)
 }
 
 /// What waits on a connected stream, looked at without consuming it: Some(true) bytes,
@@ -173,5 +189,20 @@ mod tests {
         assert_eq!(recv_with_fds(&y, &mut buf).unwrap().0, 1);
         drop(x);
         assert!(peer_closed(&y));
+    }
+
+    #[test]
+    fn more_descriptors_than_room_is_an_error() {
+        let (x, y) = UnixStream::pair().unwrap();
+        let f = sealed_memfd(c"rox-shm-pass", 4096).unwrap();
+        let fd = f.as_raw_fd();
+        // Room for one descriptor is 8 bytes of cmsg data (aligned): three do not fit.
+        send_with_fds(&x, b"three", &[fd, fd, fd]).unwrap();
+        let mut buf = [0u8; 16];
+        let err = recv_with_fds_max(&y, &mut buf, 1).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidData, "{err}");
+        send_with_fds(&x, b"two", &[fd, fd]).unwrap();
+        let (n, fds) = recv_with_fds_max(&y, &mut buf, 2).unwrap();
+        assert_eq!((&buf[..n], fds.len()), (&b"two"[..], 2));
     }
 }
