@@ -8,8 +8,7 @@ use super::rto::RttEstimator;
 use super::sg::{gather, SgError};
 use super::wqe::{Wqe, WqeKind, ATOMIC_BYTES};
 use super::{
-    EngineStats, ACK_REQ_INTERVAL, MAX_INFLIGHT_PSNS, MIN_INFLIGHT_PSNS, PAGE_FAULT_RETRY_MAX_NS,
-    PAGE_FAULT_RETRY_NS,
+    EngineStats, ACK_REQ_INTERVAL, MAX_INFLIGHT_PSNS, PAGE_FAULT_RETRY_MAX_NS, PAGE_FAULT_RETRY_NS,
 };
 use crate::roce::wire::{opcode as op, AtomicEth, Bth, Deth, Feth, Headers, Reth};
 use crate::roce::*;
@@ -60,7 +59,8 @@ pub(super) struct Requester {
     /// In SQD and the drain has not been reported yet ([`DeviceEnv::sq_drained`]).
     pub(super) drain_pending: bool,
     /// Send window in packets (flow control, window.rs): halved on every loss, grown by the
-    /// packets acknowledged, between [`MIN_INFLIGHT_PSNS`] and [`MAX_INFLIGHT_PSNS`].
+    /// packets acknowledged, between [`MIN_INFLIGHT_PSNS`](super::MIN_INFLIGHT_PSNS) and
+    /// [`MAX_INFLIGHT_PSNS`].
     pub(super) window: u32,
     /// The window the first loss of the current run of losses left (TCP's ssthresh): below
     /// it the window grows by one per acknowledged packet, at or above it by one per window
@@ -539,6 +539,7 @@ fn data_opcode(kind: WqeKind, first: bool, last: bool, imm: bool, inv: bool) -> 
 #[cfg(test)]
 mod tests {
     use super::super::test_env::*;
+    use super::super::MIN_INFLIGHT_PSNS;
     use super::*;
 
     #[test]
