@@ -10,7 +10,8 @@
 //! One file per role, as rdma_rxe: `recv.rs` checks and dispatches received packets,
 //! `req.rs` turns send WQEs into requests, `comp.rs` takes the responses and runs the timers,
 //! `resp.rs` checks requests (PSN, op sequence, duplicates) and `resp_exec.rs` executes them;
-//! `qp.rs` is a QP's transport context, `wqe.rs` the send WQEs, `sg.rs` scatter/gather.
+//! `qp.rs` is a QP's transport context, `window.rs` the requester's send window, `wqe.rs` the
+//! send WQEs, `sg.rs` scatter/gather.
 //!
 //! A requester's invariants: `sq` holds WQEs in post order, the started ones first, and they
 //! own consecutive PSNs up to `next_psn`; `una` (the go-back-N point: the first PSN of the
@@ -30,6 +31,7 @@ mod rto;
 mod sg;
 #[cfg(test)]
 mod test_env;
+mod window;
 mod wqe;
 mod xrc;
 

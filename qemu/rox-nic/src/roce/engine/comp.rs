@@ -116,7 +116,7 @@ impl Qp {
             self.req.retry_left = self.retry_cnt;
             self.req.rnr_left = self.rnr_retry;
             self.req.nak_rewind = None;
-            self.req.on_progress();
+            self.count_acked_since(before);
             self.rtt_progress(now);
             self.restart_timer(now);
         }
@@ -466,7 +466,9 @@ impl Qp {
             return false;
         };
         if placed {
+            let before = self.una();
             self.req.sq[index].responded = true;
+            self.count_acked_since(before);
         }
         self.responded(now);
         true

@@ -82,7 +82,11 @@ impl Qp {
             return false;
         };
         if placed {
+            let before = self.una();
             self.read_packet_arrived(index, pkt);
+            // Responses count as packets acknowledged, as ACKed request packets do: a READ
+            // answered in full grows the window as much as a WRITE of as many packets.
+            self.count_acked_since(before);
             if self.req.read_resp_high.is_none_or(|high| psn.after(high)) {
                 self.req.read_resp_high = Some(psn);
             }

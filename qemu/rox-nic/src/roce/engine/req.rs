@@ -8,8 +8,7 @@ use super::rto::RttEstimator;
 use super::sg::{gather, SgError};
 use super::wqe::{Wqe, WqeKind, ATOMIC_BYTES};
 use super::{
-    EngineStats, ACK_REQ_INTERVAL, MAX_INFLIGHT_PSNS, MIN_INFLIGHT_PSNS, PAGE_FAULT_RETRY_MAX_NS,
-    PAGE_FAULT_RETRY_NS,
+    EngineStats, ACK_REQ_INTERVAL, MAX_INFLIGHT_PSNS, PAGE_FAULT_RETRY_MAX_NS, PAGE_FAULT_RETRY_NS,
 };
 use crate::roce::wire::{opcode as op, AtomicEth, Bth, Deth, Feth, Headers, Reth};
 use crate::roce::*;
@@ -59,30 +58,28 @@ pub(super) struct Requester {
     pub(super) pkts_since_ack_req: u32,
     /// In SQD and the drain has not been reported yet ([`DeviceEnv::sq_drained`]).
     pub(super) drain_pending: bool,
-    /// Send window in packets (flow control): halved on every loss (ACK timeout, sequence
-    /// NAK), grown by one per ACK that makes progress, between [`MIN_INFLIGHT_PSNS`] and
-    /// [`MAX_INFLIGHT_PSNS`]. A receiver whose socket buffer holds less than a full window
-    /// loses the tail of every burst; go-back-N would resend into the same overflow forever,
-    /// the shrinking window makes the bursts fit.
+    /// Send window in packets (flow control, window.rs): halved on every loss, grown by the
+    /// packets acknowledged, between [`MIN_INFLIGHT_PSNS`](super::MIN_INFLIGHT_PSNS) and
+    /// [`MAX_INFLIGHT_PSNS`].
     pub(super) window: u32,
+    /// The window the first loss of the current run of losses left (TCP's ssthresh): below
+    /// it the window grows by one per acknowledged packet, at or above it by one per window
+    /// of them.
+    pub(super) recovery_window: u32,
+    /// Packets acknowledged towards the window's next step above `recovery_window`.
+    pub(super) acked_credit: u32,
+    /// Something was acknowledged since the last loss: the next loss starts a new run.
+    pub(super) acked_since_loss: bool,
 }
 
 impl Requester {
     pub(super) fn new() -> Requester {
         Requester {
             window: MAX_INFLIGHT_PSNS,
+            recovery_window: MAX_INFLIGHT_PSNS,
+            acked_since_loss: true,
             ..Default::default()
         }
-    }
-
-    /// A loss: halve the window.
-    pub(super) fn on_loss(&mut self) {
-        self.window = (self.window / 2).max(MIN_INFLIGHT_PSNS);
-    }
-
-    /// An ACK made progress: grow the window.
-    pub(super) fn on_progress(&mut self) {
-        self.window = (self.window + 1).min(MAX_INFLIGHT_PSNS);
     }
 
     /// A page-fault stall at `now`: wait [`PAGE_FAULT_RETRY_NS`], doubled on every stall
@@ -542,29 +539,8 @@ fn data_opcode(kind: WqeKind, first: bool, last: bool, imm: bool, inv: bool) -> 
 #[cfg(test)]
 mod tests {
     use super::super::test_env::*;
+    use super::super::MIN_INFLIGHT_PSNS;
     use super::*;
-
-    #[test]
-    fn window_halves_on_loss_and_grows_on_progress_within_bounds() {
-        let mut req = Requester::new();
-        assert_eq!(req.window, MAX_INFLIGHT_PSNS);
-        assert_eq!(req.ack_req_interval(), ACK_REQ_INTERVAL);
-        for _ in 0..10 {
-            req.on_loss();
-        }
-        assert_eq!(req.window, MIN_INFLIGHT_PSNS);
-        assert_eq!(
-            req.ack_req_interval(),
-            MIN_INFLIGHT_PSNS / 2,
-            "twice per window"
-        );
-        req.on_progress();
-        assert_eq!(req.window, MIN_INFLIGHT_PSNS + 1);
-        for _ in 0..1000 {
-            req.on_progress();
-        }
-        assert_eq!(req.window, MAX_INFLIGHT_PSNS);
-    }
 
     #[test]
     fn page_fault_stalls_double_their_wait_up_to_the_cap() {
