@@ -301,7 +301,7 @@ impl Qp {
                 if !self.ack_through(psn, now) {
                     stats.rx_stale_responses += 1;
                 }
-                if self.probe_answered(stats) {
+                if self.probe_answered(stats, now) {
                     env.wqe_trace().retransmit(
                         self.cfg.qpn.get(),
                         self.una().get(),
