@@ -323,6 +323,8 @@ impl Qp {
     ///   the probe arrived (a slow responder ACKing every few packets, woken after the
     ///   probe): progress only. If it was the answer, the next probe, of the first packet
     ///   still missing, is taken in sequence and its ACK goes back (one probe time later).
+    ///   Still taken for the answer: a late ACK of exactly the probed PSN from a responder
+    ///   that ACKs every packet (rdma_rxe, when rox asks on each): nothing tells them apart.
     ///
     /// The answer was sent after every packet it does not cover, so those were lost (the
     /// responder dropped them after a gap, or they never came): back to the first of them
