@@ -298,10 +298,11 @@ impl Qp {
         count_received_nak(stats, syndrome);
         match syndrome {
             Syndrome::Ack => {
-                if !self.ack_through(psn, now) {
+                let progress = self.ack_through(psn, now);
+                if !progress {
                     stats.rx_stale_responses += 1;
                 }
-                if self.probe_answered(stats) {
+                if self.probe_answered(stats, psn, progress, now) {
                     env.wqe_trace().retransmit(
                         self.cfg.qpn.get(),
                         self.una().get(),
