@@ -1,0 +1,367 @@
+//! The retransmission timer and the tail probe, driven through the engine's QP.
+
+use super::super::test_env::*;
+use super::*;
+use crate::roce::wire::{NakCode, Syndrome};
+use crate::roce::*;
+
+fn psns(env: &TestEnv) -> Vec<(u32, bool)> {
+    env.sent_parsed()
+        .iter()
+        .map(|p| (p.hdr.bth.psn.get(), p.hdr.bth.ack_req))
+        .collect()
+}
+
+/// An RC QP that measured a round trip of `rtt` and sent a 3-packet SEND (PSNs 100..=102).
+fn sent_send(rtt: u64) -> (TestEnv, EngineStats, Qp) {
+    let (mut env, mut stats, mut qp) = rc_fixture();
+    qp.req.retry_left = 7;
+    qp.req.rtt.sample(rtt);
+    let wqe = qp.make_wqe(send_wr(1, WrOpcode::Send, 3000));
+    qp.enqueue(&mut env, &mut stats, wqe);
+    env.sent.clear();
+    (env, stats, qp)
+}
+
+#[test]
+fn a_stall_gets_two_tail_probes_then_the_rto_goes_back_n_without_spending_a_retry() {
+    let (mut env, mut stats, mut qp) = sent_send(100_000);
+    let retries = qp.req.retry_left;
+    assert_eq!(
+        qp.req.timer_deadline,
+        Some(200_000),
+        "the probe after two round trips"
+    );
+    env.now = 200_000;
+    qp.on_timers(&mut env, &mut stats);
+    assert_eq!(
+        psns(&env),
+        [(100, true)],
+        "the first packet not known to have arrived, asking for an ACK"
+    );
+    assert_eq!(
+        qp.req.timer_deadline,
+        Some(600_000),
+        "the second after twice as long"
+    );
+    env.now = 600_000;
+    qp.on_timers(&mut env, &mut stats);
+    assert_eq!(stats.tail_probes, 2);
+    assert_eq!(qp.req.cursor, 1, "probes leave the cursor");
+    let rto = qp.req.rtt.rto_ns(u64::MAX);
+    assert_eq!(qp.req.timer_deadline, Some(600_000 + rto), "then the RTO");
+    env.now += rto;
+    env.sent.clear();
+    qp.on_timers(&mut env, &mut stats);
+    assert_eq!(psns(&env), [(100, false), (101, false), (102, true)]);
+    assert_eq!(stats.retransmit_timeouts, 1);
+    assert_eq!(
+        qp.req.retry_left, retries,
+        "a retry is spent only per local ACK timeout (67 ms) without progress"
+    );
+    // The RTO backs off and no probe comes until progress.
+    assert_eq!(qp.req.timer_deadline, Some(env.now + 2 * rto));
+    ack_from_peer(&mut qp, &mut env, &mut stats, 102, Syndrome::Ack);
+    assert_eq!(qp.req.timer_deadline, None, "all acknowledged");
+    assert_eq!(qp.req.rtt.backoff, 0);
+}
+
+/// A responder that NAKs a gap once and then drops what follows it (rdma_rxe): the resend
+/// after its NAK is lost too, so it says nothing more. The probe is the packet it waits
+/// for; its ACK shows the packets after it were lost, and they go again at once: no
+/// timeout.
+#[test]
+fn a_probe_answered_by_an_ack_short_of_what_was_sent_goes_back_at_once() {
+    let (mut env, mut stats, mut qp) = sent_send(100_000);
+    const SEQ_NAK: Syndrome = Syndrome::Nak(NakCode::PsnSequenceError);
+    env.now = 50_000;
+    ack_from_peer(&mut qp, &mut env, &mut stats, 100, SEQ_NAK);
+    assert_eq!(
+        psns(&env),
+        [(100, false), (101, false), (102, true)],
+        "fast retransmit"
+    );
+    env.sent.clear();
+    // All three resends are lost (or dropped past the gap): silence until the probe.
+    env.now = qp.req.timer_deadline.expect("the probe's timer");
+    qp.on_timers(&mut env, &mut stats);
+    assert_eq!(
+        psns(&env),
+        [(100, true)],
+        "the packet the responder waits for"
+    );
+    env.sent.clear();
+    env.now += 100_000;
+    ack_from_peer(&mut qp, &mut env, &mut stats, 100, Syndrome::Ack);
+    assert_eq!(
+        psns(&env),
+        [(101, false), (102, true)],
+        "the rest again, at once"
+    );
+    assert_eq!((stats.tail_probes, stats.retransmit_timeouts), (1, 0));
+    assert_eq!(stats.nak_rewinds, 2);
+    // An ACK of everything after the next probe goes back nowhere.
+    env.sent.clear();
+    env.now = qp.req.timer_deadline.expect("the next probe's timer");
+    qp.on_timers(&mut env, &mut stats);
+    assert_eq!(psns(&env), [(101, true)]);
+    env.sent.clear();
+    ack_from_peer(&mut qp, &mut env, &mut stats, 102, Syndrome::Ack);
+    assert!(env.sent.is_empty());
+    assert_eq!((stats.nak_rewinds, qp.req.timer_deadline), (2, None));
+}
+
+/// An ACK that left the responder before the probe could reach it (the rest of a receive
+/// batch the probe's timer interrupted) comes sooner than any round trip: it is progress,
+/// not the probe's answer — no rewind, no halved window, nothing resent. The answer after
+/// it (the responder, holding 100-101, repeats its newest ACK for the duplicate probe)
+/// still shows the loss of 102. (Before, the early ACK went back to 102 and halved the
+/// window: part of the 506-5,261 duplicate requests per 300k messages of the host bench
+/// with ACKs every 8-32 frames and nothing lost.)
+#[test]
+fn an_ack_in_flight_before_the_tail_probe_is_not_its_answer() {
+    const RTT: u64 = 100_000;
+    let (mut env, mut stats, mut qp) = sent_send(RTT);
+    env.now = qp.req.timer_deadline.expect("the probe's timer");
+    let probe_at = env.now;
+    qp.on_timers(&mut env, &mut stats);
+    assert_eq!(psns(&env), [(100, true)], "the tail probe");
+    env.sent.clear();
+    let window = qp.req.window;
+    env.now = probe_at + RTT / 10;
+    ack_from_peer(&mut qp, &mut env, &mut stats, 101, Syndrome::Ack);
+    assert!(env.sent.is_empty(), "nothing resent: {:?}", psns(&env));
+    assert_eq!(stats.nak_rewinds, 0);
+    assert!(qp.req.window > window / 2, "the window is not halved");
+    env.now = probe_at + RTT;
+    ack_from_peer(&mut qp, &mut env, &mut stats, 101, Syndrome::Ack);
+    assert_eq!(psns(&env), [(102, true)], "the lost packet again, at once");
+    assert_eq!((stats.nak_rewinds, stats.retransmit_timeouts), (1, 0));
+    env.sent.clear();
+    ack_from_peer(&mut qp, &mut env, &mut stats, 102, Syndrome::Ack);
+    assert!(env.sent.is_empty());
+    assert_eq!(qp.req.timer_deadline, None, "all acknowledged");
+}
+
+/// A responder asleep when the window came wakes after the probe left and ACKs the
+/// window in parts, then the probe: its first ACK, past the probed PSN but short of what
+/// was sent, comes a round trip after the probe and is still not the answer. Had 102
+/// been lost, the next probe (the first packet still missing) finds it.
+#[test]
+fn an_ack_past_the_probed_psn_and_short_of_the_window_is_progress_only() {
+    const RTT: u64 = 100_000;
+    let (mut env, mut stats, mut qp) = sent_send(RTT);
+    env.now = qp.req.timer_deadline.expect("the probe's timer");
+    qp.on_timers(&mut env, &mut stats);
+    env.sent.clear();
+    env.now += 2 * RTT;
+    ack_from_peer(&mut qp, &mut env, &mut stats, 101, Syndrome::Ack);
+    assert!(env.sent.is_empty(), "nothing resent: {:?}", psns(&env));
+    assert_eq!(stats.nak_rewinds, 0);
+    // Silence: 102 was lost after all. The next probe is 102 itself.
+    env.now = qp.req.timer_deadline.expect("the next probe's timer");
+    qp.on_timers(&mut env, &mut stats);
+    assert_eq!(psns(&env), [(102, true)]);
+    env.sent.clear();
+    env.now += RTT;
+    ack_from_peer(&mut qp, &mut env, &mut stats, 102, Syndrome::Ack);
+    assert!(env.sent.is_empty());
+    assert_eq!((stats.nak_rewinds, stats.retransmit_timeouts), (0, 0));
+    assert_eq!(qp.req.timer_deadline, None, "all acknowledged");
+}
+
+/// Early ACKs that end up covering everything sent before the probe leave nothing for
+/// its answer to show lost: a later short ACK (of packets sent after the probe) is not
+/// taken for it.
+#[test]
+fn once_all_sent_before_the_probe_is_acknowledged_its_answer_goes_back_nowhere() {
+    const RTT: u64 = 100_000;
+    let (mut env, mut stats, mut qp) = sent_send(RTT);
+    env.now = qp.req.timer_deadline.expect("the probe's timer");
+    let probe_at = env.now;
+    qp.on_timers(&mut env, &mut stats);
+    env.now = probe_at + RTT / 10;
+    ack_from_peer(&mut qp, &mut env, &mut stats, 102, Syndrome::Ack);
+    assert_eq!(qp.req.rtt.tail_probe, None, "nothing left for the answer");
+    let wqe = qp.make_wqe(send_wr(2, WrOpcode::Send, 3000));
+    qp.enqueue(&mut env, &mut stats, wqe);
+    env.sent.clear();
+    env.now = probe_at + RTT;
+    ack_from_peer(&mut qp, &mut env, &mut stats, 103, Syndrome::Ack);
+    assert!(env.sent.is_empty(), "resent: {:?}", psns(&env));
+    assert_eq!(stats.nak_rewinds, 0);
+}
+
+/// The responder's thread got no core for two and a half scheduler ticks (a loaded host):
+/// its ACK comes 10 ms late. The tail probes go (a packet each), but nothing times out
+/// and no window is resent.
+#[test]
+fn a_responder_late_by_a_few_scheduler_ticks_causes_no_timeout() {
+    let (mut env, mut stats, mut qp) = sent_send(100_000);
+    let late = 10 * SCHED_TICK_NS / 4;
+    while let Some(deadline) = qp.req.timer_deadline.filter(|&t| t <= late) {
+        env.now = deadline;
+        qp.on_timers(&mut env, &mut stats);
+    }
+    env.now = late;
+    qp.on_timers(&mut env, &mut stats);
+    assert_eq!(
+        psns(&env),
+        [(100, true), (100, true)],
+        "the two probes only"
+    );
+    ack_from_peer(&mut qp, &mut env, &mut stats, 102, Syndrome::Ack);
+    assert_eq!(stats.retransmit_timeouts, 0);
+    assert_eq!(psns(&env).len(), 2, "nothing resent");
+    assert_eq!(qp.req.timer_deadline, None, "all acknowledged");
+}
+
+#[test]
+fn the_rto_floor_is_three_scheduler_ticks() {
+    let mut e = RttEstimator::default();
+    e.sample(50_000);
+    assert_eq!(e.rto_ns(u64::MAX), 3 * SCHED_TICK_NS);
+}
+
+#[test]
+fn timeouts_spend_retries_once_the_attribute_timeout_passed() {
+    let (mut env, mut stats, mut qp) = sent_send(1_000_000);
+    let attr = qp.ack_timeout_ns().unwrap();
+    let retries = qp.req.retry_left;
+    let mut spent_at = Vec::new();
+    while env.now < 3 * attr {
+        env.now = qp.req.timer_deadline.expect("armed");
+        qp.on_timers(&mut env, &mut stats);
+        if qp.req.retry_left != retries - spent_at.len() as u8 {
+            spent_at.push(env.now);
+        }
+    }
+    assert!(stats.retransmit_timeouts > 3);
+    assert_eq!(spent_at.len(), 3, "one per attribute timeout: {spent_at:?}");
+}
+
+/// A congested queue drops the resend after each timeout too, so the responder NAKs the
+/// same PSN behind every timeout: the same loss, which spends a retry only per local ACK
+/// timeout, as the timeouts do. (A timeout used to forget the loss, so each NAK behind it
+/// spent a retry of its own: the congestion lab's CC-off WRITE flow ran out of its 7 in
+/// a few hundred ms of a loaded host, RETRY_EXC_ERR.)
+#[test]
+fn a_sequence_nak_behind_each_timeout_spends_no_more_than_the_timeouts() {
+    const SEQ_NAK: Syndrome = Syndrome::Nak(NakCode::PsnSequenceError);
+    let (mut env, mut stats, mut qp) = sent_send(1_000_000);
+    let attr = qp.ack_timeout_ns().unwrap();
+    let retries = qp.req.retry_left;
+    let mut spent_at = Vec::new();
+    let mut count_spent = |qp: &Qp, now| {
+        if qp.req.retry_left != retries - spent_at.len() as u8 {
+            spent_at.push(now);
+        }
+    };
+    while env.now < 3 * attr {
+        env.now = qp.req.timer_deadline.expect("armed: the WR did not fail");
+        let timeouts = stats.retransmit_timeouts;
+        qp.on_timers(&mut env, &mut stats);
+        count_spent(&qp, env.now);
+        if stats.retransmit_timeouts > timeouts {
+            // The resend of PSN 100 was dropped, the ones after it arrived: a NAK.
+            env.now += qp.req.rtt.srtt_ns;
+            ack_from_peer(&mut qp, &mut env, &mut stats, 100, SEQ_NAK);
+            count_spent(&qp, env.now);
+        }
+    }
+    assert!(stats.retransmit_timeouts > 3 && stats.nak_rewinds > 3);
+    assert_eq!(spent_at.len(), 3, "one per attribute timeout: {spent_at:?}");
+}
+
+#[test]
+fn a_repeated_sequence_nak_rewinds_again_only_after_half_a_round_trip() {
+    let (mut env, mut stats, mut qp) = sent_send(100_000);
+    const SEQ_NAK: Syndrome = Syndrome::Nak(NakCode::PsnSequenceError);
+    ack_from_peer(&mut qp, &mut env, &mut stats, 101, SEQ_NAK);
+    assert_eq!(psns(&env), [(101, false), (102, true)], "fast retransmit");
+    env.sent.clear();
+    env.now += 10_000;
+    ack_from_peer(&mut qp, &mut env, &mut stats, 101, SEQ_NAK);
+    assert!(
+        env.sent.is_empty(),
+        "answers packets sent before the rewind"
+    );
+    assert_eq!(stats.rx_stale_responses, 1);
+    env.now += 50_000;
+    ack_from_peer(&mut qp, &mut env, &mut stats, 101, SEQ_NAK);
+    assert_eq!(
+        psns(&env),
+        [(101, false), (102, true)],
+        "the resend was lost"
+    );
+    assert_eq!(stats.nak_rewinds, 2);
+    assert_eq!(
+        qp.req.retry_left, 6,
+        "the same loss NAKed again spends a retry only per local ACK timeout"
+    );
+}
+
+#[test]
+fn acks_of_first_transmissions_give_round_trip_samples() {
+    let (mut env, mut stats, mut qp) = rc_fixture();
+    env.now = 1_000;
+    let wqe = qp.make_wqe(send_wr(1, WrOpcode::Send, 8));
+    qp.enqueue(&mut env, &mut stats, wqe);
+    assert_eq!(
+        qp.req.timer_deadline,
+        Some(1_000 + qp.ack_timeout_ns().unwrap())
+    );
+    env.now = 31_000;
+    ack_from_peer(&mut qp, &mut env, &mut stats, 100, Syndrome::Ack);
+    assert_eq!(qp.req.rtt.srtt_ns, 30_000);
+    // A retransmitted packet is not timed (Karn).
+    let wqe = qp.make_wqe(send_wr(2, WrOpcode::Send, 8));
+    qp.enqueue(&mut env, &mut stats, wqe);
+    qp.rewind_to(Psn::from_wire(101));
+    qp.rtt_forget_probe();
+    qp.transmit(&mut env, &mut stats);
+    env.now = 1_000_000;
+    ack_from_peer(&mut qp, &mut env, &mut stats, 101, Syndrome::Ack);
+    assert_eq!(qp.req.rtt.srtt_ns, 30_000);
+}
+
+#[test]
+fn rto_follows_the_samples_within_the_floor_and_the_attribute() {
+    let mut e = RttEstimator::default();
+    let attr = 537_000_000;
+    assert_eq!(
+        e.rto_ns(attr),
+        attr,
+        "no sample yet: the attribute's timeout"
+    );
+    e.sample(10_000_000);
+    assert_eq!((e.srtt_ns, e.rttvar_ns), (10_000_000, 5_000_000));
+    assert_eq!(e.rto_ns(attr), 30_000_000, "srtt + 4 rttvar");
+    for _ in 0..50 {
+        e.sample(100_000);
+    }
+    assert!(e.srtt_ns < 200_000, "converges: {}", e.srtt_ns);
+    assert_eq!(e.rto_ns(attr), RTO_MIN_NS, "never below the floor");
+    assert_eq!(e.rto_ns(1_000_000), 1_000_000, "never beyond the attribute");
+}
+
+#[test]
+fn timeouts_in_a_row_double_the_rto_up_to_the_attribute() {
+    let mut e = RttEstimator::default();
+    e.sample(1_000_000);
+    let base = e.rto_ns(u64::MAX);
+    e.backoff = 1;
+    assert_eq!(e.rto_ns(u64::MAX), 2 * base);
+    e.backoff = 3;
+    assert_eq!(e.rto_ns(u64::MAX), 8 * base);
+    e.backoff = 40;
+    assert_eq!(e.rto_ns(50_000_000), 50_000_000);
+}
+
+#[test]
+fn a_repeated_nak_counts_after_half_a_round_trip() {
+    let mut e = RttEstimator::default();
+    assert_eq!(e.nak_repeat_ns(), NAK_REPEAT_MIN_NS);
+    e.sample(4_000_000);
+    assert_eq!(e.nak_repeat_ns(), 2_000_000);
+}
