@@ -429,6 +429,7 @@ impl Qp {
         self.req.read_asked.clear();
         self.req.read_resp_high = None;
         self.req.rtt.probe = None;
+        self.req.rtt.timed_ack_req = None;
         self.cc.wake_at = None;
     }
 

@@ -241,7 +241,9 @@ impl Qp {
                     }
                     if self.cfg.qp_type == QpType::Rc {
                         let now = *sent_at.get_or_insert_with(|| env.now_ns());
-                        self.sent_rc_packet(psn, now);
+                        // Every packet asking for an ACK starts the count over.
+                        let ack_req = self.req.pkts_since_ack_req == 0;
+                        self.sent_rc_packet(psn, ack_req, now);
                     }
                 }
                 Err(SendStop::Fault) => {
@@ -268,11 +270,11 @@ impl Qp {
     }
 
     /// Bookkeeping after the RC packet `psn` left at `now`: a first transmission is timed
-    /// for the round trip, and the retransmission timer runs.
-    fn sent_rc_packet(&mut self, psn: Psn, now: u64) {
+    /// for the round trip (`ack_req`: it asked for an ACK), and the retransmission timer runs.
+    fn sent_rc_packet(&mut self, psn: Psn, ack_req: bool, now: u64) {
         if psn.diff(self.req.sent_end) >= 0 {
             self.req.sent_end = psn.next();
-            self.time_packet(psn, now);
+            self.time_packet(psn, ack_req, now);
         }
         if self.req.timer_deadline.is_none() && self.in_flight() {
             if self.req.rtt.backoff == 0 {

@@ -62,7 +62,11 @@ pub(super) struct RttEstimator {
     pub(super) rttvar_ns: u64,
     /// Timeouts in a row since the last progress: each doubles the RTO.
     pub(super) backoff: u32,
-    /// The smallest round-trip sample yet (0: none): no answer to a packet comes sooner.
+    /// The smallest round trip yet of a packet that asked for an ACK itself, answered by an
+    /// ACK of exactly it (0: none): no tail probe's answer comes sooner. Not the smallest of
+    /// the samples: those time the first packet of a burst, whose ACK waits for the burst's
+    /// AckReq packet, so at 16 packets per AckReq each includes the responder's work on up to
+    /// 15 more, and a probe (one packet) is answered sooner than any of them.
     pub(super) min_rtt_ns: u64,
     /// Tail probes sent since the last progress.
     pub(super) probes_sent: u8,
@@ -71,6 +75,9 @@ pub(super) struct RttEstimator {
     /// The packet being timed (PSN, sent at); only first transmissions are timed and a
     /// rewind forgets it (Karn's rule: an ACK after a resend does not say which copy arrived).
     pub(super) probe: Option<(Psn, u64)>,
+    /// The first-transmitted packet asking for an ACK being timed for [`Self::min_rtt_ns`]
+    /// (PSN, sent at); forgotten as [`Self::probe`] is.
+    pub(super) timed_ack_req: Option<(Psn, u64)>,
 }
 
 /// A tail probe of a SEND/WRITE-like packet, out and not answered yet.
@@ -87,10 +94,6 @@ pub(super) struct TailProbe {
 impl RttEstimator {
     /// Takes one round-trip sample.
     pub(super) fn sample(&mut self, rtt_ns: u64) {
-        self.min_rtt_ns = match self.min_rtt_ns {
-            0 => rtt_ns.max(1),
-            min => min.min(rtt_ns.max(1)),
-        };
         if self.srtt_ns == 0 {
             self.srtt_ns = rtt_ns.max(1);
             self.rttvar_ns = rtt_ns / 2;
@@ -100,6 +103,15 @@ impl RttEstimator {
             self.rttvar_ns = (3 * self.rttvar_ns + err) / 4;
             self.srtt_ns = ((7 * self.srtt_ns + rtt_ns) / 8).max(1);
         }
+    }
+
+    /// Takes the round trip of a packet that asked for an ACK, answered by an ACK of exactly
+    /// it: the time a tail probe's answer takes at least.
+    pub(super) fn sample_ack_req(&mut self, rtt_ns: u64) {
+        self.min_rtt_ns = match self.min_rtt_ns {
+            0 => rtt_ns.max(1),
+            min => min.min(rtt_ns.max(1)),
+        };
     }
 
     /// The RTO within `[RTO_MIN_NS, bound_ns]`: the attribute's timeout until a sample
@@ -224,20 +236,35 @@ impl Qp {
         ) = saved;
     }
 
-    /// Starts timing the packet `psn` sent now, if no packet is being timed.
-    pub(super) fn time_packet(&mut self, psn: Psn, now: u64) {
-        if self.req.rtt.probe.is_none() {
-            self.req.rtt.probe = Some((psn, now));
+    /// Starts timing the packet `psn` sent now (`ack_req`: it asked for an ACK), if no
+    /// packet is being timed.
+    pub(super) fn time_packet(&mut self, psn: Psn, ack_req: bool, now: u64) {
+        let rtt = &mut self.req.rtt;
+        if rtt.probe.is_none() {
+            rtt.probe = Some((psn, now));
+        }
+        if ack_req && rtt.timed_ack_req.is_none() {
+            rtt.timed_ack_req = Some((psn, now));
         }
     }
 
     /// An ACK or response showed that every PSN through `psn` arrived: a timed packet among
-    /// them gives a round-trip sample.
+    /// them gives a round-trip sample, and the timed AckReq packet gives one for the smallest
+    /// round trip if `psn` is exactly it (an ACK of a later packet waited for that one too).
     pub(super) fn rtt_acked_through(&mut self, psn: Psn, now: u64) {
-        if let Some((timed, sent)) = self.req.rtt.probe {
+        let rtt = &mut self.req.rtt;
+        if let Some((timed, sent)) = rtt.probe {
             if psn.diff(timed) >= 0 {
-                self.req.rtt.sample(now.saturating_sub(sent));
-                self.req.rtt.probe = None;
+                rtt.sample(now.saturating_sub(sent));
+                rtt.probe = None;
+            }
+        }
+        if let Some((timed, sent)) = rtt.timed_ack_req {
+            if psn == timed {
+                rtt.sample_ack_req(now.saturating_sub(sent));
+            }
+            if psn.diff(timed) >= 0 {
+                rtt.timed_ack_req = None;
             }
         }
     }
@@ -246,6 +273,7 @@ impl Qp {
     /// copy, so nothing is timed until a first transmission again.
     pub(super) fn rtt_forget_probe(&mut self) {
         self.req.rtt.probe = None;
+        self.req.rtt.timed_ack_req = None;
         self.req.rtt.tail_probe = None;
     }
 
@@ -258,14 +286,14 @@ impl Qp {
     /// probe forgot the sample that would have shown the longer round trip (docs/interop.md,
     /// "READ from rdma_rxe").
     pub(super) fn rtt_forget_probe_through(&mut self, last: Psn) {
-        self.req.rtt.tail_probe = None;
-        if self
-            .req
-            .rtt
-            .probe
-            .is_some_and(|(timed, _)| timed.diff(last) <= 0)
-        {
-            self.req.rtt.probe = None;
+        let rtt = &mut self.req.rtt;
+        rtt.tail_probe = None;
+        let repeated = |timed: Option<(Psn, u64)>| timed.is_some_and(|(t, _)| t.diff(last) <= 0);
+        if repeated(rtt.probe) {
+            rtt.probe = None;
+        }
+        if repeated(rtt.timed_ack_req) {
+            rtt.timed_ack_req = None;
         }
     }
 
@@ -313,7 +341,8 @@ impl Qp {
     /// for the newest PSN taken; rdma_rxe answers a duplicate with its newest PSN, C9-105):
     /// - once everything sent before the probe is acknowledged, nothing is left for its
     ///   answer to show lost;
-    /// - an ACK sooner than the smallest round trip yet after the probe left the responder
+    /// - an ACK sooner than the smallest round trip of a packet asking for an ACK after the
+    ///   probe left the responder
     ///   before the probe reached it (RFC 8985 §6.2's test for an original's ACK): the rest of
     ///   a receive batch the probe's timer interrupted;
     /// - the answer is an ACK of exactly the probed PSN (the responder took it in sequence and

@@ -17,6 +17,7 @@ fn sent_send(rtt: u64) -> (TestEnv, EngineStats, Qp) {
     let (mut env, mut stats, mut qp) = rc_fixture();
     qp.req.retry_left = 7;
     qp.req.rtt.sample(rtt);
+    qp.req.rtt.sample_ack_req(rtt);
     let wqe = qp.make_wqe(send_wr(1, WrOpcode::Send, 3000));
     qp.enqueue(&mut env, &mut stats, wqe);
     env.sent.clear();
@@ -141,6 +142,55 @@ fn an_ack_in_flight_before_the_tail_probe_is_not_its_answer() {
     ack_from_peer(&mut qp, &mut env, &mut stats, 102, Syndrome::Ack);
     assert!(env.sent.is_empty());
     assert_eq!(qp.req.timer_deadline, None, "all acknowledged");
+}
+
+/// A bulk flow: each message's first packet leaves at once and the rest, with the AckReq
+/// on the last, 20 µs later; its ACK comes a round trip after that. Every sample of the
+/// first packet then takes 20 µs more than a round trip. A lost message's tail probe is
+/// one packet asking for an ACK: its answer, a plain round trip later, is sooner than all
+/// of those samples and is still taken for the answer — the lost packets go again at
+/// once, no RTO wait. (Before, the smallest round trip was the smallest of those samples:
+/// the answer was refused as too early, the next probe's too, and the loss waited for
+/// the RTO.)
+#[test]
+fn a_probe_answered_after_one_round_trip_goes_back_though_every_sample_was_longer() {
+    const RTT: u64 = 100_000;
+    const SPREAD: u64 = 20_000;
+    let (mut env, mut stats, mut qp) = rc_fixture();
+    qp.req.retry_left = 7;
+    let mut next = 100;
+    for message in 0..4u64 {
+        let at = message * 1_000_000;
+        env.now = at;
+        env.send_allowance = Some(1);
+        let wqe = qp.make_wqe(send_wr(message, WrOpcode::Send, 4096));
+        qp.enqueue(&mut env, &mut stats, wqe);
+        env.now = at + SPREAD;
+        env.send_allowance = None;
+        qp.transmit(&mut env, &mut stats);
+        next += 4;
+        env.now = at + SPREAD + RTT;
+        ack_from_peer(&mut qp, &mut env, &mut stats, next - 1, Syndrome::Ack);
+    }
+    assert_eq!(qp.req.rtt.srtt_ns, RTT + SPREAD, "every sample was longer");
+    // PSNs 116..=118: all three lost (or dropped after the gap).
+    env.now = 4_000_000;
+    let wqe = qp.make_wqe(send_wr(9, WrOpcode::Send, 3000));
+    qp.enqueue(&mut env, &mut stats, wqe);
+    env.sent.clear();
+    env.now = qp.req.timer_deadline.expect("the probe's timer");
+    let probe_at = env.now;
+    qp.on_timers(&mut env, &mut stats);
+    assert_eq!(psns(&env), [(116, true)], "the tail probe");
+    env.sent.clear();
+    env.now = probe_at + RTT + 1;
+    ack_from_peer(&mut qp, &mut env, &mut stats, 116, Syndrome::Ack);
+    assert_eq!(
+        psns(&env),
+        [(117, false), (118, true)],
+        "the rest again, at once"
+    );
+    assert_eq!((stats.nak_rewinds, stats.retransmit_timeouts), (1, 0));
 }
 
 /// A responder asleep when the window came wakes after the probe left and ACKs the
