@@ -193,6 +193,32 @@ fn a_probe_answered_after_one_round_trip_goes_back_though_every_sample_was_longe
     assert_eq!((stats.nak_rewinds, stats.retransmit_timeouts), (1, 0));
 }
 
+/// An ACK of exactly the probed PSN, sooner than any round trip after the probe left,
+/// answers the original (a responder that ACKs every packet, woken late): progress, not
+/// the probe's answer. The same ACK again a round trip after the probe is its answer.
+#[test]
+fn an_ack_of_the_probed_psn_sooner_than_a_round_trip_is_not_its_answer() {
+    const RTT: u64 = 100_000;
+    let (mut env, mut stats, mut qp) = sent_send(RTT);
+    env.now = qp.req.timer_deadline.expect("the probe's timer");
+    let probe_at = env.now;
+    qp.on_timers(&mut env, &mut stats);
+    assert_eq!(psns(&env), [(100, true)], "the tail probe");
+    env.sent.clear();
+    env.now = probe_at + RTT / 10;
+    ack_from_peer(&mut qp, &mut env, &mut stats, 100, Syndrome::Ack);
+    assert!(env.sent.is_empty(), "nothing resent: {:?}", psns(&env));
+    assert_eq!(stats.nak_rewinds, 0);
+    env.now = probe_at + RTT;
+    ack_from_peer(&mut qp, &mut env, &mut stats, 100, Syndrome::Ack);
+    assert_eq!(
+        psns(&env),
+        [(101, false), (102, true)],
+        "the lost packets again, at once"
+    );
+    assert_eq!((stats.nak_rewinds, stats.retransmit_timeouts), (1, 0));
+}
+
 /// A responder asleep when the window came wakes after the probe left and ACKs the
 /// window in parts, then the probe: its first ACK, past the probed PSN but short of what
 /// was sent, comes a round trip after the probe and is still not the answer. Had 102
