@@ -365,14 +365,11 @@ impl Qp {
         progress: bool,
         now: u64,
     ) -> bool {
+        self.forget_overtaken_tail_probe();
         let Some(probe) = self.req.rtt.tail_probe else {
             return false;
         };
         let una = self.una();
-        if una.diff(probe.sent_end) >= 0 {
-            self.req.rtt.tail_probe = None;
-            return false;
-        }
         if now.saturating_sub(probe.sent_at) < self.req.rtt.min_rtt_ns {
             return false;
         }
@@ -386,6 +383,20 @@ impl Qp {
         self.rtt_forget_probe();
         self.rewind_to(una);
         true
+    }
+
+    /// Once everything sent before the tail probe is acknowledged (by ACKs, READ responses or
+    /// atomic results), nothing is left for its answer to show lost: the probe is forgotten.
+    pub(super) fn forget_overtaken_tail_probe(&mut self) {
+        let una = self.una();
+        if self
+            .req
+            .rtt
+            .tail_probe
+            .is_some_and(|probe| una.diff(probe.sent_end) >= 0)
+        {
+            self.req.rtt.tail_probe = None;
+        }
     }
 
     /// Progress: the RTO stops backing off and the attribute's retry period starts over.

@@ -219,6 +219,31 @@ fn an_ack_of_the_probed_psn_sooner_than_a_round_trip_is_not_its_answer() {
     assert_eq!((stats.nak_rewinds, stats.retransmit_timeouts), (1, 0));
 }
 
+/// A READ's response moves the oldest unacknowledged PSN past everything sent before the
+/// tail probe: nothing is left for the probe's answer to show lost, and the probe is
+/// forgotten then, not at the next ACK.
+#[test]
+fn a_read_response_past_all_sent_before_the_probe_forgets_it() {
+    use crate::roce::wire::{self, opcode as op, Aeth};
+    const RTT: u64 = 100_000;
+    let (mut env, mut stats, mut qp) = sent_send(RTT);
+    let wqe = qp.make_wqe(send_wr(2, WrOpcode::RdmaRead, 1024));
+    qp.enqueue(&mut env, &mut stats, wqe);
+    env.now = qp.req.timer_deadline.expect("the probe's timer");
+    qp.on_timers(&mut env, &mut stats);
+    assert!(qp.req.rtt.tail_probe.is_some(), "the probe of 100 is out");
+    env.now += RTT;
+    let bytes = packet_from_peer(op::RC_READ_RESPONSE_ONLY, 103, &[9; 1024], |h| {
+        h.aeth = Some(Aeth {
+            syndrome: Syndrome::Ack,
+            msn: Msn::default(),
+        })
+    });
+    qp.completer_receive(&mut env, &mut stats, &wire::parse_packet(&bytes).unwrap());
+    assert_eq!(env.completions.len(), 2, "the SEND and the READ");
+    assert_eq!(qp.req.rtt.tail_probe, None);
+}
+
 /// A responder asleep when the window came wakes after the probe left and ACKs the
 /// window in parts, then the probe: its first ACK, past the probed PSN but short of what
 /// was sent, comes a round trip after the probe and is still not the answer. Had 102
