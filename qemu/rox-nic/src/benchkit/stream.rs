@@ -5,6 +5,7 @@
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
+use rox_uapi::admin::*;
 use rox_uapi::queue::*;
 use rox_uapi::verbs::*;
 
@@ -68,6 +69,9 @@ pub struct Stream {
     /// `b`'s QP fatal (a wild producer index), and `a`'s first SEND ended in
     /// `WC_RETRY_EXC_ERR` on a wire that lost nothing.
     recvs_posted: u32,
+    /// When the current run started and when it last saw a completion, for a failure's report.
+    run_start: Instant,
+    last_done: Instant,
 }
 
 impl Stream {
@@ -85,6 +89,8 @@ impl Stream {
             window,
             max_msg,
             recvs_posted: 0,
+            run_start: Instant::now(),
+            last_done: Instant::now(),
         };
         let (qa, qb) = (s.a.qp, s.b.qp);
         s.a.d
@@ -114,16 +120,54 @@ impl Stream {
         }
     }
 
-    /// Panics, saying what `b`'s QP is in, if a completion of `side` failed.
+    /// Panics, saying what `b`'s QP is in and what the transport saw, if a completion of
+    /// `side` failed.
     fn check(&mut self, side: &str, c: &Cqe) {
         if c.status != WC_SUCCESS {
-            let state = self.b.d.query_qp(self.b.qp.qpn).qp_state;
+            let report = self.failure_report();
             panic!(
-                "{side}: WR {} completed with status {} (vendor error {:#x}); b's QP is in state \
-                 {state}",
-                c.wr_id, c.status, c.vendor_err
+                "{side}: WR {} completed with status {} (vendor error {:#x}) {:?} into the run, \
+                 {:?} after the last completion; {report}",
+                c.wr_id,
+                c.status,
+                c.vendor_err,
+                self.run_start.elapsed(),
+                self.last_done.elapsed()
             );
         }
+    }
+
+    /// What a failed completion needs said: `b`'s QP state, `a`'s QP's ACK timeout and retry
+    /// count, and both sides' transport counters.
+    fn failure_report(&mut self) -> String {
+        let qa = self.a.d.query_qp(self.a.qp.qpn);
+        let state = self.b.d.query_qp(self.b.qp.qpn).qp_state;
+        let (sa, sb) = (self.a.d.query_stats(), self.b.d.query_stats());
+        let (ca, cb) = (self.a.d.port_counters(), self.b.d.port_counters());
+        format!(
+            "b's QP is in state {state}; a's QP: timeout {} retry_cnt {}; \
+             a: {} timeouts, {} retransmits (timeouts + rewinds), {} tail probes, \
+             {} sequence NAKs received, {} transmit discards, {} frames sent, {} received; \
+             b: {} duplicate requests, {} out of sequence, {} NAKs sent, {} ACKs sent, \
+             {} transmit discards, {} frames sent, {} received, {} dropped",
+            qa.timeout,
+            qa.retry_cnt,
+            sa[STAT_TIMEOUTS],
+            sa[STAT_RETRANSMITS],
+            ca.roce_adp_retrans,
+            ca.packet_seq_err,
+            ca.xmit_discards,
+            sa[STAT_PORT_TX_FRAMES],
+            sa[STAT_PORT_RX_FRAMES],
+            cb.duplicate_request,
+            cb.out_of_sequence,
+            sb[STAT_NAKS_SENT],
+            sb[STAT_ACKS_SENT],
+            cb.xmit_discards,
+            sb[STAT_PORT_TX_FRAMES],
+            sb[STAT_PORT_RX_FRAMES],
+            sb[STAT_RX_DROPPED],
+        )
     }
 
     /// Streams `opcode` messages of `size` bytes from `a` to `b` until `limit`, then waits for
@@ -137,6 +181,7 @@ impl Stream {
             self.top_up_recvs();
         }
         let start = Instant::now();
+        (self.run_start, self.last_done) = (start, start);
         let mut stop = false;
         let mut idle_polls = 0u32;
         while !stop || done < posted {
@@ -178,6 +223,7 @@ impl Stream {
             while let Some(c) = self.a.d.poll_cq(&mut self.a.cq) {
                 self.check("a", &c);
                 done += 1;
+                self.last_done = Instant::now();
             }
             if send {
                 while let Some(c) = self.b.d.poll_cq(&mut self.b.cq) {
