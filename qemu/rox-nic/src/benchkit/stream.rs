@@ -18,6 +18,12 @@ const PD: u32 = 1;
 const ALL: u32 = ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE | ACCESS_REMOTE_READ;
 /// The devices own GIDs 127.0.9.1 and .2.
 const SUBNET: u8 = 9;
+/// The QPs' local ACK timeout: 17 (537 ms), what rdma_cm gives a RoCE connection (its packet
+/// lifetime 16, plus one). With ibv_rc_pingpong's 14 (67 ms) a WR failed with RETRY_EXC_ERR
+/// once in 100-200 runs of tests/bench_stream.rs on a loaded 2-core host (3 copies beside busy
+/// loops): 671 ms without a completion, every frame delivered both ways, no NAK, no discard —
+/// the retry_cnt (7) x 67 ms a loaded host's threads can go without progress.
+const ACK_TIMEOUT: u8 = 17;
 /// The QPs' SQ and RQ hold 2^10 WQEs each, their CQ 2^12 CQEs.
 const QUEUE_LOG_DEPTH: u8 = 10;
 const CQ_LOG_DEPTH: u8 = 12;
@@ -93,10 +99,15 @@ impl Stream {
             last_done: Instant::now(),
         };
         let (qa, qb) = (s.a.qp, s.b.qp);
+        let params = ConnectParams {
+            mtu: MTU_4096,
+            timeout: ACK_TIMEOUT,
+            ..Default::default()
+        };
         s.a.d
-            .connect_mtu(&qa, gid_v4(127, 0, SUBNET, 2), qb.qpn, ALL, MTU_4096);
+            .connect_with(&qa, gid_v4(127, 0, SUBNET, 2), qb.qpn, ALL, &params);
         s.b.d
-            .connect_mtu(&qb, gid_v4(127, 0, SUBNET, 1), qa.qpn, ALL, MTU_4096);
+            .connect_with(&qb, gid_v4(127, 0, SUBNET, 1), qa.qpn, ALL, &params);
         s.run(WR_RDMA_WRITE, 8, Limit::Msgs(1), Wait::Yield);
         s
     }
