@@ -5,6 +5,7 @@
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
+use rox_uapi::admin::*;
 use rox_uapi::queue::*;
 use rox_uapi::verbs::*;
 
@@ -17,6 +18,12 @@ const PD: u32 = 1;
 const ALL: u32 = ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE | ACCESS_REMOTE_READ;
 /// The devices own GIDs 127.0.9.1 and .2.
 const SUBNET: u8 = 9;
+/// The QPs' local ACK timeout: 17 (537 ms), what rdma_cm gives a RoCE connection (its packet
+/// lifetime 16, plus one). With ibv_rc_pingpong's 14 (67 ms) a WR failed with RETRY_EXC_ERR
+/// once in 100-200 runs of tests/bench_stream.rs on a loaded 2-core host (3 copies beside busy
+/// loops): 671 ms without a completion, every frame delivered both ways, no NAK, no discard —
+/// the retry_cnt (7) x 67 ms a loaded host's threads can go without progress.
+const ACK_TIMEOUT: u8 = 17;
 /// The QPs' SQ and RQ hold 2^10 WQEs each, their CQ 2^12 CQEs.
 const QUEUE_LOG_DEPTH: u8 = 10;
 const CQ_LOG_DEPTH: u8 = 12;
@@ -68,6 +75,9 @@ pub struct Stream {
     /// `b`'s QP fatal (a wild producer index), and `a`'s first SEND ended in
     /// `WC_RETRY_EXC_ERR` on a wire that lost nothing.
     recvs_posted: u32,
+    /// When the current run started and when it last saw a completion, for a failure's report.
+    run_start: Instant,
+    last_done: Instant,
 }
 
 impl Stream {
@@ -85,12 +95,19 @@ impl Stream {
             window,
             max_msg,
             recvs_posted: 0,
+            run_start: Instant::now(),
+            last_done: Instant::now(),
         };
         let (qa, qb) = (s.a.qp, s.b.qp);
+        let params = ConnectParams {
+            mtu: MTU_4096,
+            timeout: ACK_TIMEOUT,
+            ..Default::default()
+        };
         s.a.d
-            .connect_mtu(&qa, gid_v4(127, 0, SUBNET, 2), qb.qpn, ALL, MTU_4096);
+            .connect_with(&qa, gid_v4(127, 0, SUBNET, 2), qb.qpn, ALL, &params);
         s.b.d
-            .connect_mtu(&qb, gid_v4(127, 0, SUBNET, 1), qa.qpn, ALL, MTU_4096);
+            .connect_with(&qb, gid_v4(127, 0, SUBNET, 1), qa.qpn, ALL, &params);
         s.run(WR_RDMA_WRITE, 8, Limit::Msgs(1), Wait::Yield);
         s
     }
@@ -114,16 +131,54 @@ impl Stream {
         }
     }
 
-    /// Panics, saying what `b`'s QP is in, if a completion of `side` failed.
+    /// Panics, saying what `b`'s QP is in and what the transport saw, if a completion of
+    /// `side` failed.
     fn check(&mut self, side: &str, c: &Cqe) {
         if c.status != WC_SUCCESS {
-            let state = self.b.d.query_qp(self.b.qp.qpn).qp_state;
+            let report = self.failure_report();
             panic!(
-                "{side}: WR {} completed with status {} (vendor error {:#x}); b's QP is in state \
-                 {state}",
-                c.wr_id, c.status, c.vendor_err
+                "{side}: WR {} completed with status {} (vendor error {:#x}) {:?} into the run, \
+                 {:?} after the last completion; {report}",
+                c.wr_id,
+                c.status,
+                c.vendor_err,
+                self.run_start.elapsed(),
+                self.last_done.elapsed()
             );
         }
+    }
+
+    /// What a failed completion needs said: `b`'s QP state, `a`'s QP's ACK timeout and retry
+    /// count, and both sides' transport counters.
+    fn failure_report(&mut self) -> String {
+        let qa = self.a.d.query_qp(self.a.qp.qpn);
+        let state = self.b.d.query_qp(self.b.qp.qpn).qp_state;
+        let (sa, sb) = (self.a.d.query_stats(), self.b.d.query_stats());
+        let (ca, cb) = (self.a.d.port_counters(), self.b.d.port_counters());
+        format!(
+            "b's QP is in state {state}; a's QP: timeout {} retry_cnt {}; \
+             a: {} timeouts, {} retransmits (timeouts + rewinds), {} tail probes, \
+             {} sequence NAKs received, {} transmit discards, {} frames sent, {} received; \
+             b: {} duplicate requests, {} out of sequence, {} NAKs sent, {} ACKs sent, \
+             {} transmit discards, {} frames sent, {} received, {} dropped",
+            qa.timeout,
+            qa.retry_cnt,
+            sa[STAT_TIMEOUTS],
+            sa[STAT_RETRANSMITS],
+            ca.roce_adp_retrans,
+            ca.packet_seq_err,
+            ca.xmit_discards,
+            sa[STAT_PORT_TX_FRAMES],
+            sa[STAT_PORT_RX_FRAMES],
+            cb.duplicate_request,
+            cb.out_of_sequence,
+            sb[STAT_NAKS_SENT],
+            sb[STAT_ACKS_SENT],
+            cb.xmit_discards,
+            sb[STAT_PORT_TX_FRAMES],
+            sb[STAT_PORT_RX_FRAMES],
+            sb[STAT_RX_DROPPED],
+        )
     }
 
     /// Streams `opcode` messages of `size` bytes from `a` to `b` until `limit`, then waits for
@@ -137,6 +192,7 @@ impl Stream {
             self.top_up_recvs();
         }
         let start = Instant::now();
+        (self.run_start, self.last_done) = (start, start);
         let mut stop = false;
         let mut idle_polls = 0u32;
         while !stop || done < posted {
@@ -178,6 +234,7 @@ impl Stream {
             while let Some(c) = self.a.d.poll_cq(&mut self.a.cq) {
                 self.check("a", &c);
                 done += 1;
+                self.last_done = Instant::now();
             }
             if send {
                 while let Some(c) = self.b.d.poll_cq(&mut self.b.cq) {
