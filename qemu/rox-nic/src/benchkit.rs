@@ -6,6 +6,7 @@
 use std::time::Instant;
 
 pub mod stream;
+pub mod watch;
 
 /// Message sizes every benchmark measures: 8 B to 1 MiB.
 pub const SIZES: [u64; 7] = [8, 64, 512, 4096, 32 << 10, 256 << 10, 1 << 20];

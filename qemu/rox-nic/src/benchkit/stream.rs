@@ -9,6 +9,7 @@ use rox_uapi::admin::*;
 use rox_uapi::queue::*;
 use rox_uapi::verbs::*;
 
+use super::watch::Watch;
 use super::Rate;
 use crate::port::LinkSpec;
 use crate::testkit::pair::Side;
@@ -19,10 +20,12 @@ const ALL: u32 = ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE | ACCESS_REMOTE_READ;
 /// The devices own GIDs 127.0.9.1 and .2.
 const SUBNET: u8 = 9;
 /// The QPs' local ACK timeout: 17 (537 ms), what rdma_cm gives a RoCE connection (its packet
-/// lifetime 16, plus one). With ibv_rc_pingpong's 14 (67 ms) a WR failed with RETRY_EXC_ERR
-/// once in 100-200 runs of tests/bench_stream.rs on a loaded 2-core host (3 copies beside busy
-/// loops): 671 ms without a completion, every frame delivered both ways, no NAK, no discard —
-/// the retry_cnt (7) x 67 ms a loaded host's threads can go without progress.
+/// lifetime 16, plus one). With ibv_rc_pingpong's 14 (67 ms) a WR failed with RETRY_EXC_ERR in
+/// 11 of 300 runs of tests/bench_stream.rs on a loaded 2-core host (3 copies beside 2 busy
+/// loops): in every one the responder's data-path thread was runnable and waited for a core
+/// for 89-100 % of a 0.65-2.7 s gap (docs/benchmarks.md, "Session 13"). A peer that does not
+/// run answers no probe: only the timeout guards against it. `ROX_BENCH_ACK_TIMEOUT` (0-31)
+/// sets another, to reproduce that.
 const ACK_TIMEOUT: u8 = 17;
 /// The QPs' SQ and RQ hold 2^10 WQEs each, their CQ 2^12 CQEs.
 const QUEUE_LOG_DEPTH: u8 = 10;
@@ -61,6 +64,17 @@ impl Wait {
     }
 }
 
+/// The QPs' local ACK timeout: `ROX_BENCH_ACK_TIMEOUT` if set, else [`ACK_TIMEOUT`].
+fn ack_timeout() -> u8 {
+    match std::env::var("ROX_BENCH_ACK_TIMEOUT") {
+        Err(_) => ACK_TIMEOUT,
+        Ok(v) => match v.parse::<u8>() {
+            Ok(t) if t <= 31 => t,
+            _ => panic!("ROX_BENCH_ACK_TIMEOUT: 0 to 31 (4.096 us x 2^timeout), not {v}"),
+        },
+    }
+}
+
 /// The two sides of a stream and what it keeps posted.
 pub struct Stream {
     pub a: Side,
@@ -78,6 +92,10 @@ pub struct Stream {
     /// When the current run started and when it last saw a completion, for a failure's report.
     run_start: Instant,
     last_done: Instant,
+    /// The device threads, sampled at the last completion and through a gap after it.
+    watch: Watch,
+    /// The longest time the stream went without a completion of `a`'s, over all its runs.
+    longest_gap: Duration,
 }
 
 impl Stream {
@@ -97,11 +115,13 @@ impl Stream {
             recvs_posted: 0,
             run_start: Instant::now(),
             last_done: Instant::now(),
+            watch: Watch::new(),
+            longest_gap: Duration::ZERO,
         };
         let (qa, qb) = (s.a.qp, s.b.qp);
         let params = ConnectParams {
             mtu: MTU_4096,
-            timeout: ACK_TIMEOUT,
+            timeout: ack_timeout(),
             ..Default::default()
         };
         s.a.d
@@ -110,6 +130,12 @@ impl Stream {
             .connect_with(&qb, gid_v4(127, 0, SUBNET, 1), qa.qpn, ALL, &params);
         s.run(WR_RDMA_WRITE, 8, Limit::Msgs(1), Wait::Yield);
         s
+    }
+
+    /// The longest time the stream went without a completion of `a`'s, over all its runs
+    /// (a stalled device shows here before any WR fails).
+    pub fn longest_gap(&self) -> Duration {
+        self.longest_gap
     }
 
     pub fn window(&self) -> u32 {
@@ -160,7 +186,7 @@ impl Stream {
              a: {} timeouts, {} retransmits (timeouts + rewinds), {} tail probes, \
              {} sequence NAKs received, {} transmit discards, {} frames sent, {} received; \
              b: {} duplicate requests, {} out of sequence, {} NAKs sent, {} ACKs sent, \
-             {} transmit discards, {} frames sent, {} received, {} dropped",
+             {} transmit discards, {} frames sent, {} received, {} dropped; {}",
             qa.timeout,
             qa.retry_cnt,
             sa[STAT_TIMEOUTS],
@@ -178,6 +204,7 @@ impl Stream {
             sb[STAT_PORT_TX_FRAMES],
             sb[STAT_PORT_RX_FRAMES],
             sb[STAT_RX_DROPPED],
+            self.watch.report([self.a.d.shared(), self.b.d.shared()]),
         )
     }
 
@@ -193,12 +220,15 @@ impl Stream {
         }
         let start = Instant::now();
         (self.run_start, self.last_done) = (start, start);
+        self.watch
+            .completion([self.a.d.shared(), self.b.d.shared()]);
         let mut stop = false;
         let mut idle_polls = 0u32;
         while !stop || done < posted {
             // The machine may have only two cores for two device threads: the application side
             // does not spin when it has nothing to do.
             if idle_polls > 0 {
+                self.watch.idle([self.a.d.shared(), self.b.d.shared()]);
                 match wait {
                     Wait::Yield => std::thread::yield_now(),
                     Wait::Event if send => wait_for_cqe(&mut [&mut self.a, &mut self.b]),
@@ -231,10 +261,19 @@ impl Stream {
                 let qp = a.qp;
                 a.d.ring_sq(&qp);
             }
+            let done_before = done;
+            let before_poll = self.last_done;
             while let Some(c) = self.a.d.poll_cq(&mut self.a.cq) {
                 self.check("a", &c);
                 done += 1;
                 self.last_done = Instant::now();
+            }
+            if done > done_before {
+                self.longest_gap = self
+                    .longest_gap
+                    .max(self.last_done.duration_since(before_poll));
+                self.watch
+                    .completion([self.a.d.shared(), self.b.d.shared()]);
             }
             if send {
                 while let Some(c) = self.b.d.poll_cq(&mut self.b.cq) {

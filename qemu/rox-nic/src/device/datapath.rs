@@ -159,6 +159,9 @@ impl DataPath {
 
     pub fn run(mut self) {
         self.set_nap_timer_slack();
+        self.shared
+            .datapath_tid
+            .store(sys::poll::thread_id(), Ordering::Relaxed);
         self.shared.status.fetch_or(STATUS_READY, Ordering::AcqRel);
         let mut last_work = Instant::now();
         loop {

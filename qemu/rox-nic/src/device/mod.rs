@@ -22,7 +22,7 @@ pub(crate) mod ring;
 pub(crate) mod state;
 
 use std::fs::File;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::thread::JoinHandle;
 
@@ -143,6 +143,9 @@ pub struct Shared {
     pub loop_work_passes: AtomicU64,
     /// Naps on the fds between polls while backing off (not the idle sleeps: STAT_WAKEUPS).
     pub loop_naps: AtomicU64,
+    /// The data-path thread's id, once it runs (0 before): its /proc/self/task entry shows
+    /// how long it ran and waited for a core (`benchkit::watch`).
+    pub datapath_tid: AtomicI32,
     /// Guest RAM; replaced as a whole on DMA_MAP/UNMAP (the data path snapshots the Arc).
     pub mem: RwLock<Arc<GuestMemory>>,
     /// MSI-X eventfds by vector (from SET_IRQS).
@@ -261,6 +264,7 @@ impl RoxNic {
             loop_passes: AtomicU64::new(0),
             loop_work_passes: AtomicU64::new(0),
             loop_naps: AtomicU64::new(0),
+            datapath_tid: AtomicI32::new(0),
             mem: RwLock::new(Arc::new(GuestMemory::default())),
             irqs: Mutex::new((0..MSIX_VECTORS).map(|_| None).collect()),
             doorbells: DoorbellBar::new().map_err(DeviceError::Doorbells)?,

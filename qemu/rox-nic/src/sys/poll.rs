@@ -40,6 +40,12 @@ pub fn set_timer_slack(slack: Duration) -> io::Result<()> {
     Ok(())
 }
 
+/// The calling thread's id (what /proc/self/task/TID names it by).
+pub fn thread_id() -> i32 {
+    // SAFETY: gettid takes no arguments and cannot fail.
+    unsafe { libc::gettid() }
+}
+
 /// The calling thread's timer slack, as the kernel reads it back.
 pub fn timer_slack() -> io::Result<Duration> {
     // SAFETY: PR_GET_TIMERSLACK takes no arguments and returns the slack in nanoseconds.
