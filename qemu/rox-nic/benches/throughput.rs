@@ -14,7 +14,8 @@
 //! its ACK timeouts, the responder's ACKs, NAKs and duplicates (a retransmission with no NAK
 //! and no timeout is a tail probe's rewind) and the load average beside the rate.
 //! ROX_BENCH_WAIT=event makes the
-//! application side sleep on completion events instead of yielding (see `Wait`). E.g.
+//! application side sleep on completion events instead of yielding (see `Wait`);
+//! ROX_BENCH_ACK_TIMEOUT=T connects the QPs with local ACK timeout T instead of 17. E.g.
 //! `ROX_BENCH_PORT=cable ROX_BENCH_MSGS=2000 ROX_BENCH_POINTS=write:8 valgrind --tool=callgrind target/release/deps/throughput-*`.
 
 use rox_nic::benchkit::stream::{Limit, Stream, Wait, MAX_WINDOW};

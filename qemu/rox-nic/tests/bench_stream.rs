@@ -9,6 +9,11 @@
 //! ended in WC_RETRY_EXC_ERR (status 12) on a wire that lost nothing. The bench aborted at its
 //! 32 KiB point every time, which looked like a transport bug. Message counts are fixed; no
 //! assertion is on time or rate.
+//!
+//! On a host loaded far beyond its cores a WR can still end in WC_RETRY_EXC_ERR: a responder
+//! thread that gets no core for 8 x 537 ms (the stream's timeout 17) answers nothing. Its report
+//! then shows that thread runnable and waiting for a core through the gap
+//! (docs/benchmarks.md, "Session 13").
 
 use rox_nic::benchkit::stream::{Limit, Stream, Wait};
 use rox_nic::port::limit::cable_wire;
