@@ -42,7 +42,11 @@ fn send_runs_after_send_runs_keep_the_responders_receive_queue_within_its_depth(
     // The point where the bench aborted: the 32 KiB WRITE run, then a 32 KiB SEND run.
     s.run(WR_RDMA_WRITE, 32 << 10, Limit::Msgs(MSGS), Wait::Yield);
     s.run(WR_SEND, 32 << 10, Limit::Msgs(MSGS), Wait::Yield);
-    eprintln!("longest gap without a completion: {:?}", s.longest_gap());
+    let (gap, threads) = s.longest_gap();
+    eprintln!(
+        "longest gap without a completion: {gap:?}; {}",
+        threads.unwrap_or("")
+    );
     let requester = s.a.d.query_stats();
     // The 8 B WRITE that connected the stream, then the runs.
     let messages = 1 + u64::from(SEND_RUNS + 2) * MSGS;

@@ -11,6 +11,7 @@ use rox_uapi::verbs::*;
 
 use super::watch::Watch;
 use super::Rate;
+use crate::device::Shared;
 use crate::port::LinkSpec;
 use crate::testkit::pair::Side;
 use crate::testkit::*;
@@ -27,6 +28,9 @@ const SUBNET: u8 = 9;
 /// run answers no probe: only the timeout guards against it. `ROX_BENCH_ACK_TIMEOUT` (0-31)
 /// sets another, to reproduce that.
 const ACK_TIMEOUT: u8 = 17;
+/// A gap without a completion this long or longer gets a report of the device threads
+/// ([`Stream::longest_gap`]).
+pub const REPORTED_GAP: Duration = Duration::from_millis(100);
 /// The QPs' SQ and RQ hold 2^10 WQEs each, their CQ 2^12 CQEs.
 const QUEUE_LOG_DEPTH: u8 = 10;
 const CQ_LOG_DEPTH: u8 = 12;
@@ -96,6 +100,7 @@ pub struct Stream {
     watch: Watch,
     /// The longest time the stream went without a completion of `a`'s, over all its runs.
     longest_gap: Duration,
+    longest_gap_report: Option<String>,
 }
 
 impl Stream {
@@ -117,6 +122,7 @@ impl Stream {
             last_done: Instant::now(),
             watch: Watch::new(),
             longest_gap: Duration::ZERO,
+            longest_gap_report: None,
         };
         let (qa, qb) = (s.a.qp, s.b.qp);
         let params = ConnectParams {
@@ -133,9 +139,23 @@ impl Stream {
     }
 
     /// The longest time the stream went without a completion of `a`'s, over all its runs
-    /// (a stalled device shows here before any WR fails).
-    pub fn longest_gap(&self) -> Duration {
-        self.longest_gap
+    /// (a stalled device shows here before any WR fails), and what the device threads did
+    /// through it if it lasted [`REPORTED_GAP`] or more (as a failure's report says it).
+    pub fn longest_gap(&self) -> (Duration, Option<&str>) {
+        (self.longest_gap, self.longest_gap_report.as_deref())
+    }
+
+    /// Completions came after `gap` without one: the longest gap's report is taken now, while
+    /// the watch still holds the gap's samples.
+    fn gap_ended(&mut self, gap: Duration) {
+        let sides: [&Shared; 2] = [self.a.d.shared(), self.b.d.shared()];
+        if gap > self.longest_gap {
+            self.longest_gap = gap;
+            if gap >= REPORTED_GAP {
+                self.longest_gap_report = Some(self.watch.report(sides));
+            }
+        }
+        self.watch.completion(sides);
     }
 
     pub fn window(&self) -> u32 {
@@ -269,11 +289,7 @@ impl Stream {
                 self.last_done = Instant::now();
             }
             if done > done_before {
-                self.longest_gap = self
-                    .longest_gap
-                    .max(self.last_done.duration_since(before_poll));
-                self.watch
-                    .completion([self.a.d.shared(), self.b.d.shared()]);
+                self.gap_ended(self.last_done.duration_since(before_poll));
             }
             if send {
                 while let Some(c) = self.b.d.poll_cq(&mut self.b.cq) {
