@@ -210,6 +210,9 @@ mod tests {
             asleep = thread_sample(tid);
         }
         assert_eq!(asleep.state, 'S');
+        // The kernel brings a thread's run time up to date when it leaves the core: a thread
+        // that never slept may still show none.
+        std::thread::sleep(Duration::from_millis(1));
         let me = thread_sample(crate::sys::poll::thread_id());
         assert_eq!(me.state, 'R');
         assert!(me.run_ns > 0);
