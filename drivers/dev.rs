@@ -339,6 +339,10 @@ impl<'bound> RoxPci<'bound> {
         )?;
         // From here a failed probe drops `rox`, whose reset makes the device trapped again.
         crate::wake::apply(bound, &rox.regs, &rox.wake);
+        // As soon as there is a `RoxDev` to switch back: a removal between the lookup
+        // (`wake::setup`) and here is not seen (known limit, driver.md). Before the ib_device
+        // is registered a removal has no user mapping to revoke.
+        let companion_watch = crate::wake::watch(&rox.wake, CompanionGone(rox.clone()))?;
 
         let irqs = MsixIrqs::new(bound, num_comp + 1, c"rox-eq", |eqn| EqHandler {
             dev: rox.clone(),
@@ -381,9 +385,6 @@ impl<'bound> RoxPci<'bound> {
                 mac
             ),
         }
-        // After the registration: a removal revokes the ib_device's user mappings. A removal
-        // between the lookup (`wake::setup`) and here is not seen (known limit, driver.md).
-        let companion_watch = crate::wake::watch(&rox.wake, CompanionGone(rox.clone()))?;
         Ok(Self {
             _companion_watch: companion_watch,
             _ib: ib,
