@@ -339,9 +339,8 @@ impl<'bound> RoxPci<'bound> {
         )?;
         // From here a failed probe drops `rox`, whose reset makes the device trapped again.
         crate::wake::apply(bound, &rox.regs, &rox.wake);
-        // As soon as there is a `RoxDev` to switch back: a removal between the lookup
-        // (`wake::setup`) and here is not seen (known limit, driver.md). Before the ib_device
-        // is registered a removal has no user mapping to revoke.
+        // As soon as there is a `RoxDev` to switch back (a removal since `wake::setup` is not
+        // seen: known limit, driver.md); before the ib_device, no user mapping to revoke.
         let companion_watch = crate::wake::watch(&rox.wake, CompanionGone(rox.clone()))?;
 
         let irqs = MsixIrqs::new(bound, num_comp + 1, c"rox-eq", |eqn| EqHandler {

@@ -65,6 +65,9 @@ pub(crate) struct PostedWake {
     /// kernel wake in progress finishes its posted write before the mapping goes.
     companion: Pin<KBox<Revocable<Companion>>>,
     regs_pfn: u64,
+    /// The companion's `struct device`, held past the removal: what the removal watch looks
+    /// for (outside the RCU section of `companion`: registering it sleeps) and its name.
+    device: ARef<Device>,
     /// Whether the companion is gone. User mappings of its page are made under this lock, and
     /// it is set under it before the mappings are revoked, so no mapping survives the removal.
     gone: Pin<KBox<Mutex<bool>>>,
@@ -73,9 +76,11 @@ pub(crate) struct PostedWake {
 impl PostedWake {
     fn new(companion: Companion) -> Result<Self> {
         let regs_pfn = companion.regs_pfn();
+        let device = companion.regs.pci().as_ref().into();
         Ok(Self {
             companion: KBox::pin_init(Revocable::new(companion), GFP_KERNEL)?,
             regs_pfn,
+            device,
             gone: KBox::pin_init(new_mutex!(false), GFP_KERNEL)?,
         })
     }
@@ -119,16 +124,13 @@ impl PostedWake {
             }
             *gone = true;
         }
-        let name: Option<ARef<Device>> = self
-            .companion
-            .try_access_with(|c| c.regs.pci().as_ref().into());
         regs.write(regs::REG_WAKE_MODE, regs::WAKE_MODE_TRAPPED);
         self.companion.revoke();
         let revoked = revoke_user_mappings();
         dev_warn!(
             dev,
             "wake mode: trapped (companion {} removed; {})\n",
-            name.as_ref().map_or(c"?", |d| d.name()),
+            self.device.name(),
             if revoked {
                 "user mappings of the device revoked, processes must reopen it"
             } else {
@@ -149,7 +151,7 @@ pub(crate) fn apply(dev: &pci::Device, regs: &Regs<'_>, wake: &Wake) {
                 dev_info!(
                     dev,
                     "wake mode: posted (companion {}, doorbell {:#x})\n",
-                    c.regs.pci().as_ref().name(),
+                    p.device.name(),
                     c.doorbell
                 )
             });
@@ -165,13 +167,7 @@ pub(crate) fn watch<H: PeerRemoved>(wake: &Wake, handler: H) -> Result<Option<Re
     let Wake::Posted(p) = wake else {
         return Ok(None);
     };
-    match p
-        .companion
-        .try_access_with(|c| RemovalWatch::new(c.regs.pci(), handler))
-    {
-        Some(watch) => Ok(Some(watch?)),
-        None => Ok(None),
-    }
+    Ok(Some(RemovalWatch::new(&p.device, handler)?))
 }
 
 /// Finds the device's companion and chooses the wake mode. Says in dmesg why when it is the

@@ -239,9 +239,9 @@ unsafe impl<H: PeerRemoved> Send for RemovalWatch<H> {}
 unsafe impl<H: PeerRemoved> Sync for RemovalWatch<H> {}
 
 impl<H: PeerRemoved> RemovalWatch<H> {
-    /// Watches `target` (a device rox holds, e.g. a [`MappedPci`]'s) for removal.
-    pub(crate) fn new(target: &pci::Device, handler: H) -> Result<Self> {
-        let target = core::ptr::from_ref(target.as_ref()) as usize;
+    /// Watches `target` (a device rox holds, e.g. a [`MappedPci`]'s) for removal. Sleeps.
+    pub(crate) fn new(target: &kernel::device::Device, handler: H) -> Result<Self> {
+        let target = core::ptr::from_ref(target) as usize;
         let boxed = KBox::new(
             Watch {
                 nb: kb::notifier_block::default(),

@@ -5,7 +5,7 @@
 # companion), put rox_0 back to trapped wakes — a new process's rings of the sleeping device
 # and the kernel's own wakes count as wakes_trapped, none as wakes_posted —, keep it working (a
 # new ibv_rc_pingpong on rox_0), let the holder post again and exit, and unload cleanly, with
-# no kernel complaint. Then the bus is rescanned: the companion comes back and a fresh load of
+# no kernel complaint (nor, on the debug kernel, a leak or a lockdep report). Then the bus is rescanned: the companion comes back and a fresh load of
 # rox.ko uses it again (so the tests after this one find the lab as it was).
 # Passes at once when rox_0 is offered no companion (rox-lab ROX_POSTED_WAKE=off).
 set -u
@@ -96,6 +96,7 @@ grep -q '^20 iters in' /tmp/comp-client.out || fail "pingpong client printed no 
 echo "ibv_rc_pingpong on $DEV: $(grep 'iters in' /tmp/comp-client.out)"
 
 dmesg | grep -E 'BUG:|Oops|WARNING:|general protection' && fail "kernel complained"
+lockdep_check # before kverbs_setup clears dmesg: the removal's locking, on the debug kernel
 # The kernel's own wakes (kernel QPs, rox_kverbs_test.ko, side B on rox_1): trapped on rox_0.
 kverbs_setup fail
 read_wakes
@@ -107,6 +108,8 @@ expect_trapped "kernel verbs rox_0 <-> rox_1" 0
 
 dmesg | grep -E 'BUG:|Oops|WARNING:|general protection' && fail "kernel complained"
 rmmod rox || fail "rmmod rox failed after the removal"
+kmemleak_check
+lockdep_check
 
 # Put the lab back: the companion returns with a rescan, and a new probe uses it.
 echo 1 >/sys/bus/pci/rescan
