@@ -90,8 +90,13 @@ impl PostedWake {
         self.companion.try_access_with(Companion::ring).is_some()
     }
 
-    /// The register page's frame and the doorbell word, while the companion is there.
+    /// The register page's frame and the doorbell word for a new context, unless the
+    /// companion is gone or going (then the context is a trapped one).
     pub(crate) fn user_page(&self) -> Option<(u64, u32)> {
+        let gone = self.gone.lock();
+        if *gone {
+            return None;
+        }
         self.companion
             .try_access_with(|c| (c.regs_pfn(), c.doorbell()))
     }
