@@ -15,7 +15,12 @@ use crate::{
         },
         Regs,
     },
-    ib::{self, irq::MsixIrqs, AsyncEvent, DeviceParams, IbRegistration, Registry},
+    ib::{
+        self,
+        irq::MsixIrqs,
+        pci_peer::{PeerRemoved, RemovalWatch},
+        AsyncEvent, DeviceParams, IbRegistration, Registry,
+    },
     ids::{DbSlots, IdBitmap},
     wake::Wake,
 };
@@ -121,9 +126,13 @@ impl<'bound> RoxDev<'bound> {
             .db_kernel
             .read32(core::mem::offset_of!(regs::DbPage, device_idle));
         if idle == regs::DB_DEVICE_IDLE {
-            match &self.wake {
-                Wake::Posted(companion) => companion.ring(),
-                Wake::Trapped => self.regs.write(regs::WAKE_REG, regs::DB_PAGE_KERNEL),
+            // A companion removed since (or being removed) is no wake: the trapped one then.
+            let posted = match &self.wake {
+                Wake::Posted(posted) => posted.ring(),
+                Wake::Trapped => false,
+            };
+            if !posted {
+                self.regs.write(regs::WAKE_REG, regs::DB_PAGE_KERNEL);
             }
         } else if idle == u32::MAX && self.regs.read(regs::REG_STATUS) == u32::MAX {
             self.device_died("BAR reads all-ones");
@@ -235,11 +244,27 @@ impl ThreadedHandler for EqHandler<'_> {
     }
 }
 
-/// The PCI driver's data of one bound rox-nic. Fields drop in order: the ib_device goes
-/// first (no verb runs afterwards), then the interrupts, then the device state (reset). EQ 0's
+/// Tells a device that its posted-wake companion is leaving the PCI bus (`wake::watch`).
+struct CompanionGone<'bound>(Arc<RoxDev<'bound>>);
+
+impl PeerRemoved for CompanionGone<'_> {
+    fn removed(&self) {
+        let dev = &self.0;
+        if let Wake::Posted(posted) = &dev.wake {
+            posted.companion_removed(dev.pdev, &dev.regs, || {
+                dev.registry().revoke_user_mappings()
+            });
+        }
+    }
+}
+
+/// The PCI driver's data of one bound rox-nic. Fields drop in order: the companion's removal
+/// watch first (no removal is handled afterwards; one in progress is waited for), then the
+/// ib_device (no verb runs afterwards), then the interrupts, then the device state (reset). EQ 0's
 /// interrupt thread may still be resolving a page fault while the ib_device is unregistered:
 /// dereg_mr waits for it (`odp::OdpMrs`), so no region outlives the ib_device.
 pub(crate) struct RoxPci<'bound> {
+    _companion_watch: Option<RemovalWatch<CompanionGone<'bound>>>,
     _ib: IbRegistration<'bound, RoxVerbs>,
     _irqs: MsixIrqs<'bound, EqHandler<'bound>>,
     _dev: Arc<RoxDev<'bound>>,
@@ -314,6 +339,9 @@ impl<'bound> RoxPci<'bound> {
         )?;
         // From here a failed probe drops `rox`, whose reset makes the device trapped again.
         crate::wake::apply(bound, &rox.regs, &rox.wake);
+        // As soon as there is a `RoxDev` to switch back (a removal since `wake::setup` is not
+        // seen: known limit, driver.md); before the ib_device, no user mapping to revoke.
+        let companion_watch = crate::wake::watch(&rox.wake, CompanionGone(rox.clone()))?;
 
         let irqs = MsixIrqs::new(bound, num_comp + 1, c"rox-eq", |eqn| EqHandler {
             dev: rox.clone(),
@@ -357,6 +385,7 @@ impl<'bound> RoxPci<'bound> {
             ),
         }
         Ok(Self {
+            _companion_watch: companion_watch,
             _ib: ib,
             _irqs: irqs,
             _dev: rox,

@@ -60,13 +60,14 @@ pub(crate) fn alloc(
     let page_size = regs::ROX_PAGE_SIZE as u64;
     let db_pfn = (dev.db_bar_start + u64::from(page.page) * page_size) >> regs::ROX_PAGE_SHIFT;
     // The companion's register page when every wake is posted, else BAR0's trapped wake page.
-    let (wake_pfn, wake_offset, wake_value) = match &dev.wake {
-        Wake::Posted(companion) => (
-            companion.regs_pfn(),
-            wake::IVSHMEM_DOORBELL as u32,
-            companion.doorbell(),
-        ),
-        Wake::Trapped => (
+    // A removed companion's contexts are trapped ones (`wake::PostedWake`).
+    let companion = match &dev.wake {
+        Wake::Posted(posted) => posted.user_page(),
+        Wake::Trapped => None,
+    };
+    let (wake_pfn, wake_offset, wake_value) = match companion {
+        Some((pfn, doorbell)) => (pfn, wake::IVSHMEM_DOORBELL as u32, doorbell),
+        None => (
             (dev.ctrl_bar_start + regs::WAKE_PAGE_OFFSET) >> regs::ROX_PAGE_SHIFT,
             (regs::WAKE_REG - regs::WAKE_PAGE_OFFSET) as u32,
             page.page,
@@ -97,6 +98,15 @@ pub(crate) fn alloc(
         _db_entry: db_entry,
         _wake_entry: wake_entry,
     })
+}
+
+/// A process maps device page `pfn` of one of its contexts (`Verbs::map_user_page`): refused
+/// if it is the page of a companion removed since the context was made.
+pub(crate) fn map_user_page(dev: &RoxDev<'_>, pfn: u64, map: impl FnOnce() -> Result) -> Result {
+    match &dev.wake {
+        Wake::Posted(posted) => posted.map_user_page(pfn, map),
+        Wake::Trapped => map(),
+    }
 }
 
 pub(crate) fn dealloc(dev: &RoxDev<'_>, uctx: &Ucontext) {

@@ -233,6 +233,10 @@ impl Verbs for RoxVerbs {
         ucontext::alloc(dev, uctx, udata)
     }
 
+    fn map_user_page(dev: &RoxDev<'_>, pfn: u64, map: impl FnOnce() -> Result) -> Result {
+        ucontext::map_user_page(dev, pfn, map)
+    }
+
     fn dealloc_ucontext(dev: &RoxDev<'_>, uctx: &Ucontext) {
         ucontext::dealloc(dev, uctx)
     }

@@ -14,9 +14,11 @@ use crate::{
         uapi::wake::{self as w, WakeCompanion},
         Regs,
     },
-    ib::pci_peer::{EnabledPci, MappedPci, PeerPci},
+    ib::pci_peer::{EnabledPci, MappedPci, PeerPci, PeerRemoved, RemovalWatch},
 };
-use kernel::{pci, prelude::*};
+use kernel::{
+    device::Device, new_mutex, pci, prelude::*, revocable::Revocable, sync::aref::ARef, sync::Mutex,
+};
 
 /// A matched companion: its register BAR mapped for the kernel's wakes, the doorbell word, and
 /// where its register page is for user mappings. Holds the device (reference, memory
@@ -30,17 +32,17 @@ pub(crate) struct Companion {
 
 impl Companion {
     /// The 32-bit word a wake writes at [`w::IVSHMEM_DOORBELL`].
-    pub(crate) fn doorbell(&self) -> u32 {
+    fn doorbell(&self) -> u32 {
         self.doorbell
     }
 
     /// Page frame of the register page user contexts map.
-    pub(crate) fn regs_pfn(&self) -> u64 {
+    fn regs_pfn(&self) -> u64 {
         self.regs_start >> regs::ROX_PAGE_SHIFT
     }
 
     /// Wakes the device (a posted write; never waits for rox-nic).
-    pub(crate) fn ring(&self) {
+    fn ring(&self) {
         let _ = self
             .regs
             .write32(w::IVSHMEM_DOORBELL as usize, self.doorbell);
@@ -51,8 +53,96 @@ impl Companion {
 pub(crate) enum Wake {
     /// BAR0 `WAKE_REG` (kernel) and BAR0's wake page (user contexts).
     Trapped,
-    /// The companion's doorbell, for the kernel and every user context.
-    Posted(Companion),
+    /// The companion's doorbell, for the kernel and every user context, until the companion is
+    /// removed ([`PostedWake::companion_removed`]); trapped from then on.
+    Posted(PostedWake),
+}
+
+/// The companion while it lasts, and what outlives it: its register page's frame (so that a
+/// context made before the removal cannot map it afterwards).
+pub(crate) struct PostedWake {
+    /// Revoked (unmapped, disabled, released) when the companion leaves the bus. RCU: a
+    /// kernel wake in progress finishes its posted write before the mapping goes.
+    companion: Pin<KBox<Revocable<Companion>>>,
+    regs_pfn: u64,
+    /// The companion's `struct device`, held past the removal: what the removal watch looks
+    /// for (outside the RCU section of `companion`: registering it sleeps) and its name.
+    device: ARef<Device>,
+    /// Whether the companion is gone. User mappings of its page are made under this lock, and
+    /// it is set under it before the mappings are revoked, so no mapping survives the removal.
+    gone: Pin<KBox<Mutex<bool>>>,
+}
+
+impl PostedWake {
+    fn new(companion: Companion) -> Result<Self> {
+        let regs_pfn = companion.regs_pfn();
+        let device = companion.regs.pci().as_ref().into();
+        Ok(Self {
+            companion: KBox::pin_init(Revocable::new(companion), GFP_KERNEL)?,
+            regs_pfn,
+            device,
+            gone: KBox::pin_init(new_mutex!(false), GFP_KERNEL)?,
+        })
+    }
+
+    /// Rings the companion; false if it is gone (the caller wakes the trapped way).
+    pub(crate) fn ring(&self) -> bool {
+        self.companion.try_access_with(Companion::ring).is_some()
+    }
+
+    /// The register page's frame and the doorbell word for a new context, unless the
+    /// companion is gone or going (then the context is a trapped one).
+    pub(crate) fn user_page(&self) -> Option<(u64, u32)> {
+        let gone = self.gone.lock();
+        if *gone {
+            return None;
+        }
+        self.companion
+            .try_access_with(|c| (c.regs_pfn(), c.doorbell()))
+    }
+
+    /// Runs `map` (a process maps page `pfn`) unless `pfn` is the removed companion's page.
+    pub(crate) fn map_user_page(&self, pfn: u64, map: impl FnOnce() -> Result) -> Result {
+        let gone = self.gone.lock();
+        if *gone && pfn == self.regs_pfn {
+            return Err(ENXIO);
+        }
+        map()
+    }
+
+    /// The companion leaves the bus (`dev`'s PCI bus notifier, before its BARs are released):
+    /// the device goes back to trapped wakes (told first, so a wake posted meanwhile still
+    /// counts), the kernel's wakes switch to `WAKE_REG` and the companion is released (after
+    /// every kernel wake already ringing it), then `revoke_user_mappings` revokes the
+    /// processes' mappings (none of its page is made after `gone` is set). Says so in dmesg.
+    /// A second call does nothing.
+    pub(crate) fn companion_removed(
+        &self,
+        dev: &pci::Device,
+        regs: &Regs<'_>,
+        revoke_user_mappings: impl FnOnce() -> bool,
+    ) {
+        {
+            let mut gone = self.gone.lock();
+            if *gone {
+                return;
+            }
+            *gone = true;
+        }
+        regs.write(regs::REG_WAKE_MODE, regs::WAKE_MODE_TRAPPED);
+        self.companion.revoke();
+        let revoked = revoke_user_mappings();
+        dev_warn!(
+            dev,
+            "wake mode: trapped (companion {} removed; {})\n",
+            self.device.name(),
+            if revoked {
+                "user mappings of the device revoked, processes must reopen it"
+            } else {
+                "no user mappings to revoke"
+            }
+        );
+    }
 }
 
 /// Tells the device the chosen mode (posted is written to `REG_WAKE_MODE`; the probe's reset
@@ -60,19 +150,29 @@ pub(crate) enum Wake {
 /// failure drops it, and its reset puts the device back to trapped.
 pub(crate) fn apply(dev: &pci::Device, regs: &Regs<'_>, wake: &Wake) {
     match wake {
-        Wake::Posted(c) => {
+        Wake::Posted(p) => {
             regs.write(regs::REG_WAKE_MODE, regs::WAKE_MODE_POSTED);
-            dev_info!(
-                dev,
-                "wake mode: posted (companion {}, doorbell {:#x})\n",
-                c.regs.pci().as_ref().name(),
-                c.doorbell
-            );
+            let _ = p.companion.try_access_with(|c| {
+                dev_info!(
+                    dev,
+                    "wake mode: posted (companion {}, doorbell {:#x})\n",
+                    p.device.name(),
+                    c.doorbell
+                )
+            });
         }
         // The reset left the mode trapped (and a device without the companion may not know
         // the register at all).
         Wake::Trapped => {}
     }
+}
+
+/// The watched companion, as seen by the PCI bus notifier: a [`RemovalWatch`] of its device.
+pub(crate) fn watch<H: PeerRemoved>(wake: &Wake, handler: H) -> Result<Option<RemovalWatch<H>>> {
+    let Wake::Posted(p) = wake else {
+        return Ok(None);
+    };
+    Ok(Some(RemovalWatch::new(&p.device, handler)?))
 }
 
 /// Finds the device's companion and chooses the wake mode. Says in dmesg why when it is the
@@ -123,12 +223,17 @@ pub(crate) fn setup(dev: &pci::Device, regs: &Regs<'_>) -> Wake {
         );
         return Wake::Trapped;
     }
-    match enabled.map(w::IVSHMEM_BAR_REGS, w::IVSHMEM_BAR_REGS_SIZE) {
-        Ok(mapped) => Wake::Posted(Companion {
-            regs: mapped,
-            doorbell: record.doorbell(),
-            regs_start: start,
-        }),
+    let companion = enabled
+        .map(w::IVSHMEM_BAR_REGS, w::IVSHMEM_BAR_REGS_SIZE)
+        .and_then(|mapped| {
+            PostedWake::new(Companion {
+                regs: mapped,
+                doorbell: record.doorbell(),
+                regs_start: start,
+            })
+        });
+    match companion {
+        Ok(posted) => Wake::Posted(posted),
         Err(e) => {
             dev_warn!(dev, "wake mode: trapped (companion registers: {:?})\n", e);
             Wake::Trapped

@@ -58,3 +58,4 @@ bool rox_shim_umem_odp_page_writable(struct ib_umem_odp *odp, size_t idx);
 dma_addr_t rox_shim_umem_odp_dma_map_page(struct ib_umem_odp *odp, size_t idx);
 bool rox_shim_umem_odp_dma_mapping_error(struct ib_umem_odp *odp, dma_addr_t addr);
 unsigned long rox_shim_hmm_pfn_write(void);
+bool rox_shim_ib_device_try_get(struct ib_device *dev);

@@ -3,7 +3,7 @@
 //! `rdma_user_mmap_entry`: the driver inserts an entry per page and hands its offset to the
 //! provider, which mmaps the uverbs file at that offset.
 
-use super::bindings as b;
+use super::{bindings as b, obj::dev_of, Verbs};
 use core::{marker::PhantomData, ptr::NonNull};
 use kernel::{error::to_result, ffi::c_int, prelude::*};
 
@@ -91,13 +91,14 @@ impl Drop for MmapEntry {
     }
 }
 
-/// ops.mmap: maps the entry at the VMA's offset, non-cached.
+/// ops.mmap: maps the entry at the VMA's offset, non-cached, if the driver still allows that
+/// page ([`Verbs::map_user_page`]).
 ///
 /// # Safety
 ///
-/// Called only by ib_core (`ib_device_ops.mmap`) with a live ucontext of this device and the
+/// Called only by ib_core (`ib_device_ops.mmap`) with a live ucontext of a `V` device and the
 /// VMA of the mmap call, valid (and its mm locked) for the call.
-pub(super) unsafe extern "C" fn mmap(
+pub(super) unsafe extern "C" fn mmap<V: Verbs>(
     uctx: *mut b::ib_ucontext,
     vma: *mut b::vm_area_struct,
 ) -> c_int {
@@ -107,15 +108,21 @@ pub(super) unsafe extern "C" fn mmap(
         return EINVAL.to_errno();
     }
     // SAFETY: every entry of our ucontexts is the first field of a `RoxEntry`; we hold the
-    // reference `rdma_user_mmap_entry_get` took; the VMA is valid for this call.
-    unsafe {
-        let rox = entry.cast::<RoxEntry>();
-        let length = b::rox_shim_vma_size(vma);
-        let prot = b::rox_shim_pgprot_noncached((*vma).vm_page_prot);
-        let ret =
-            b::rdma_user_mmap_io(uctx, vma, (*rox).pfn as usize, length as usize, prot, entry);
-        b::rdma_user_mmap_entry_put(entry);
-        ret
+    // reference `rdma_user_mmap_entry_get` took; the ucontext's device is one of `V`'s.
+    let (pfn, dev) = unsafe { ((*entry.cast::<RoxEntry>()).pfn, dev_of::<V>((*uctx).device)) };
+    let ret = V::map_user_page(dev, pfn, || {
+        // SAFETY: the VMA is valid for this call; `entry` is held (above).
+        to_result(unsafe {
+            let length = b::rox_shim_vma_size(vma);
+            let prot = b::rox_shim_pgprot_noncached((*vma).vm_page_prot);
+            b::rdma_user_mmap_io(uctx, vma, pfn as usize, length as usize, prot, entry)
+        })
+    });
+    // SAFETY: the reference taken above.
+    unsafe { b::rdma_user_mmap_entry_put(entry) };
+    match ret {
+        Ok(()) => 0,
+        Err(e) => e.to_errno(),
     }
 }
 

@@ -204,3 +204,100 @@ impl Drop for MappedPci {
         unsafe { kb::pci_iounmap(self.enabled.peer.raw.as_ptr(), self.addr.as_ptr()) };
     }
 }
+
+/// What a [`RemovalWatch`] calls when its device leaves the PCI bus.
+pub(crate) trait PeerRemoved: Send + Sync {
+    /// The device is being deleted (`BUS_NOTIFY_DEL_DEVICE`): its BARs are still assigned and
+    /// decoded, and are released once this returns. May sleep. May be called again if another
+    /// device later has the same address (implementations make a second call a no-op).
+    fn removed(&self);
+}
+
+/// The notifier block and what it calls, at a fixed address while registered.
+#[repr(C)]
+struct Watch<H> {
+    nb: kb::notifier_block,
+    /// Address of the watched `struct device`, compared only (never dereferenced here).
+    target: usize,
+    handler: H,
+}
+
+/// Calls `H::removed` when the watched PCI device is deleted, through a notifier on the PCI bus
+/// (rox binds no driver to the device, so no `remove` callback would tell it). Unregistered on
+/// drop, which waits for a running call.
+///
+/// # Invariants
+///
+/// `watch` is a `KBox` allocation registered on `pci_bus_type`'s notifier chain until drop.
+pub(crate) struct RemovalWatch<H: PeerRemoved> {
+    watch: NonNull<Watch<H>>,
+}
+
+// SAFETY: the handler is `Send + Sync`; the block is only touched by the notifier chain.
+unsafe impl<H: PeerRemoved> Send for RemovalWatch<H> {}
+// SAFETY: see `Send`; `&RemovalWatch` gives no access at all.
+unsafe impl<H: PeerRemoved> Sync for RemovalWatch<H> {}
+
+impl<H: PeerRemoved> RemovalWatch<H> {
+    /// Watches `target` (a device rox holds, e.g. a [`MappedPci`]'s) for removal. Sleeps.
+    pub(crate) fn new(target: &kernel::device::Device, handler: H) -> Result<Self> {
+        let target = core::ptr::from_ref(target) as usize;
+        let boxed = KBox::new(
+            Watch {
+                nb: kb::notifier_block::default(),
+                target,
+                handler,
+            },
+            GFP_KERNEL,
+        )?;
+        let raw = KBox::into_raw(boxed);
+        // SAFETY: `raw` is a live allocation with a valid callback; it stays registered (and
+        // allocated) until `drop`.
+        let ret = unsafe {
+            (*raw).nb.notifier_call = Some(Self::notify);
+            kb::bus_register_notifier(&raw const kb::pci_bus_type, &raw mut (*raw).nb)
+        };
+        if let Err(e) = to_result(ret) {
+            // SAFETY: not registered; ours again.
+            drop(unsafe { KBox::from_raw(raw) });
+            return Err(e);
+        }
+        // INVARIANT: registered just above.
+        Ok(Self {
+            watch: NonNull::new(raw).ok_or(EINVAL)?,
+        })
+    }
+
+    /// The notifier chain's callback: `data` is the `struct device` the event is about.
+    ///
+    /// # Safety
+    ///
+    /// Called by the notifier chain with `nb` the block of a registered `Watch<H>`.
+    unsafe extern "C" fn notify(
+        nb: *mut kb::notifier_block,
+        action: kernel::ffi::c_ulong,
+        data: *mut kernel::ffi::c_void,
+    ) -> kernel::ffi::c_int {
+        // SAFETY: `nb` is the first field of a registered `Watch<H>` (`repr(C)`), alive until
+        // unregistered, which waits for this call.
+        let watch = unsafe { &*nb.cast::<Watch<H>>() };
+        if u64::try_from(action).ok() == Some(kb::bus_notifier_event_BUS_NOTIFY_DEL_DEVICE.into())
+            && data as usize == watch.target
+        {
+            watch.handler.removed();
+        }
+        kb::NOTIFY_DONE as kernel::ffi::c_int
+    }
+}
+
+impl<H: PeerRemoved> Drop for RemovalWatch<H> {
+    fn drop(&mut self) {
+        let raw = self.watch.as_ptr();
+        // SAFETY: registered (type invariant); unregistering waits for a running callback, after
+        // which nothing refers to the block and the allocation is ours again.
+        unsafe {
+            kb::bus_unregister_notifier(&raw const kb::pci_bus_type, &raw mut (*raw).nb);
+            drop(KBox::from_raw(raw));
+        }
+    }
+}

@@ -244,6 +244,30 @@ impl Registry {
         self.device_event(port, event);
     }
 
+    /// Revokes every user mapping of the device's pages (`rdma_user_mmap_disassociate`): each
+    /// process's mapping is zapped, and a later touch of it gets ib_core's dummy page instead.
+    /// False if the device is not (or no longer) registered. May sleep.
+    pub(crate) fn revoke_user_mappings(&self) -> bool {
+        let held = {
+            let inner = self.inner.lock();
+            // A registration reference (taken under the lock that `set_ibdev(None)` takes after
+            // unregistering) makes ib_core's unregistration wait for our `ib_device_put`.
+            inner.ibdev.as_ref().map(|d| d.0.as_ptr()).filter(|&ibdev| {
+                // SAFETY: the device is registered (cleared under this lock after
+                // unregistering), so its memory is live.
+                unsafe { b::rox_shim_ib_device_try_get(ibdev) }
+            })
+        };
+        let Some(ibdev) = held else { return false };
+        // SAFETY: registered and held (above), so its uverbs client data is there; the
+        // reference is dropped once done.
+        unsafe {
+            b::rdma_user_mmap_disassociate(ibdev);
+            b::ib_device_put(ibdev);
+        }
+        true
+    }
+
     pub(super) fn set_ibdev(&self, ibdev: Option<NonNull<b::ib_device>>) {
         self.inner.lock().ibdev = ibdev.map(ObjPtr);
     }

@@ -38,3 +38,4 @@ bool rox_shim_umem_odp_page_writable(struct ib_umem_odp *odp, size_t idx) { retu
 dma_addr_t rox_shim_umem_odp_dma_map_page(struct ib_umem_odp *odp, size_t idx) { struct pci_p2pdma_map_state p2p = {}; return hmm_dma_map_pfn(odp->umem.ibdev->dma_device, &odp->map, idx, &p2p); }
 bool rox_shim_umem_odp_dma_mapping_error(struct ib_umem_odp *odp, dma_addr_t addr) { return ib_dma_mapping_error(odp->umem.ibdev, addr); }
 unsigned long rox_shim_hmm_pfn_write(void) { return HMM_PFN_WRITE; }
+bool rox_shim_ib_device_try_get(struct ib_device *dev) { return ib_device_try_get(dev); }

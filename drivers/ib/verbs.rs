@@ -122,6 +122,10 @@ pub(crate) trait Verbs: Sized + 'static {
         udata: &mut Udata<'_>,
     ) -> Result<Self::Ucontext>;
     fn dealloc_ucontext(dev: &Self::Dev<'_>, uctx: &Self::Ucontext);
+    /// A process maps device page `pfn` (an entry of one of its contexts): `map` does it. The
+    /// driver refuses a page it has revoked since the entry was made, and runs `map` under
+    /// whatever lock orders it with that revocation.
+    fn map_user_page(dev: &Self::Dev<'_>, pfn: u64, map: impl FnOnce() -> Result) -> Result;
 
     fn alloc_pd(dev: &Self::Dev<'_>, udata: &mut Udata<'_>) -> Result<Self::Pd>;
     fn dealloc_pd(dev: &Self::Dev<'_>, pd: &Self::Pd);

@@ -62,7 +62,7 @@ pub(super) fn table<V: Verbs>() -> b::ib_device_ops {
     ops.alloc_ucontext = Some(device::alloc_ucontext::<V>);
     ops.dealloc_ucontext = Some(device::dealloc_ucontext::<V>);
     ops.disassociate_ucontext = Some(device::disassociate_ucontext);
-    ops.mmap = Some(mmap::mmap);
+    ops.mmap = Some(mmap::mmap::<V>);
     ops.mmap_free = Some(mmap::mmap_free);
     ops.alloc_pd = Some(device::alloc_pd::<V>);
     ops.dealloc_pd = Some(device::dealloc_pd::<V>);

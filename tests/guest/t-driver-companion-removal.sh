@@ -1,0 +1,121 @@
+#!/bin/bash
+# The posted-wake companion removed under a loaded rox.ko (guest; docs/driver.md "Companion
+# removed while held"): rox_0's companion is removed through sysfs while a process holds a
+# context of rox_0 with its pages mapped. rox.ko must say so in dmesg (one line naming the
+# companion), put rox_0 back to trapped wakes — a new process's rings of the sleeping device
+# and the kernel's own wakes count as wakes_trapped, none as wakes_posted —, keep it working (a
+# new ibv_rc_pingpong on rox_0), let the holder post again and exit, and unload cleanly, with
+# no kernel complaint (nor, on the debug kernel, a leak or a lockdep report). Then the bus is rescanned: the companion comes back and a fresh load of
+# rox.ko uses it again (so the tests after this one find the lab as it was).
+# Passes at once when rox_0 is offered no companion (rox-lab ROX_POSTED_WAKE=off).
+set -u
+companion_dir=
+trap 'rm -f /tmp/hold-ready /tmp/hold-go; [ -n "${holder:-}" ] && kill "$holder" 2>/dev/null
+grep -q "^rox_kverbs_test " /proc/modules && rmmod rox_kverbs_test
+grep -q "^rox " /proc/modules && rmmod rox
+[ -n "$companion_dir" ] && [ ! -e "$companion_dir" ] && echo 1 >/sys/bus/pci/rescan' EXIT
+fail() { echo "FAIL: $*"; dmesg | grep -i 'rox\|BUG\|WARN' | tail -20; exit 1; }
+skip() { echo "SKIP: $*"; exit 0; }
+. "$(dirname "$0")/lib.sh"
+DEV=rox_0
+PAUSE_S=0.5 # > idle_after (20 ms trapped; docs/hardware.md)
+
+grep -qx "$ROX_VENDOR" /sys/bus/pci/devices/*/vendor 2>/dev/null || skip "no rox-nic attached"
+command -v python3 >/dev/null || fail "no python3 in the root"
+grep -q '^rox ' /proc/modules && { rmmod rox || fail "cannot unload the rox.ko already loaded"; }
+dmesg -C
+need_rox_0
+pci=$(basename "$(readlink -f /sys/class/infiniband/$DEV/device)")
+# "rox <pci>: wake mode: posted (companion <address>, doorbell <word>)"
+companion=$(dmesg | sed -n "s/.* $pci: wake mode: posted (companion \([^,]*\),.*/\1/p" | tail -1)
+if [ -z "$companion" ]; then
+	# Without companions (guest-debug) there is nothing to remove; a device that offers one and
+	# did not take it is t-driver-wake's failure. (A SKIP would fail a strict run.)
+	dmesg | grep -q "$pci: wake mode: trapped (device offers no posted-wake companion)" ||
+		fail "$DEV ($pci) has no companion: $(dmesg | grep "$pci: wake mode" | tail -1)"
+	rmmod rox || fail "rmmod rox failed"
+	echo "ok   t-driver-companion-removal: $DEV has no companion in this lab, nothing to remove"
+	exit 0
+fi
+companion_dir=/sys/bus/pci/devices/$companion
+[ -e "$companion_dir" ] || fail "$DEV's companion $companion is not in sysfs"
+echo "$DEV ($pci), companion $companion"
+
+# Sets wakes[trapped] and wakes[posted]: $DEV's wake counters (rox-nic's, `rdma statistic`).
+declare -A wakes
+read_wakes() {
+	local kind
+	for kind in trapped posted; do
+		wakes[$kind]=$(rdma_counter $DEV wakes_$kind)
+		[[ ${wakes[$kind]} =~ ^[0-9]+$ ]] || fail "no wakes_$kind in 'rdma statistic show link $DEV/1'"
+	done
+}
+# expect_trapped <what> <least>: since the last read_wakes, $DEV took at least <least>
+# trapped wakes and no posted one.
+expect_trapped() {
+	local what=$1 least=$2 trapped=${wakes[trapped]} posted=${wakes[posted]}
+	read_wakes
+	trapped=$((${wakes[trapped]} - trapped)) posted=$((${wakes[posted]} - posted))
+	echo "$what: wakes_trapped +$trapped, wakes_posted +$posted"
+	[ "$trapped" -ge "$least" ] || fail "$what: $trapped trapped wakes (want at least $least)"
+	[ "$posted" = 0 ] || fail "$what: $posted posted wakes after the companion was removed"
+}
+
+# A process holding a context (doorbell and wake pages mapped) across the removal.
+rm -f /tmp/hold-ready /tmp/hold-go
+python3 "$(dirname "$0")/hold_context.py" $DEV /tmp/hold-ready /tmp/hold-go >/tmp/hold.out 2>&1 &
+holder=$!
+for _ in $(seq 100); do [ -e /tmp/hold-ready ] && break; sleep 0.1; done
+[ -e /tmp/hold-ready ] || fail "the holder made no context: $(cat /tmp/hold.out)"
+
+echo 1 >"$companion_dir/remove" || fail "cannot remove $companion"
+[ -e "$companion_dir" ] && fail "$companion is still in sysfs after its removal"
+line=$(dmesg | grep "$pci: wake mode: trapped (companion $companion removed")
+[ -n "$line" ] || fail "rox.ko said nothing of its companion's removal"
+echo "dmesg: ${line#*] }"
+
+# The holder posts again (its mappings were revoked: its stores must hurt nobody) and exits.
+touch /tmp/hold-go
+wait $holder || fail "the holder failed: $(cat /tmp/hold.out)"
+holder=
+grep -q "^held $DEV across the removal" /tmp/hold.out || fail "holder: $(cat /tmp/hold.out)"
+
+# A new process's context: trapped wakes (BAR0's wake page), each ring finds the device asleep.
+read_wakes
+python3 "$(dirname "$0")/wake_after_idle.py" 3 $PAUSE_S || fail "wake_after_idle.py failed"
+expect_trapped "librox, 3 rings of a sleeping $DEV" 3
+
+# The device is not stalled: RC pingpong on rox_0 (QP-to-QP loopback).
+timeout 120 ibv_rc_pingpong -d $DEV -g 0 -n 20 >/tmp/comp-server.out 2>&1 &
+server=$!
+wait_for_server $server 18515 || fail "pingpong server: $(cat /tmp/comp-server.out)"
+timeout 120 ibv_rc_pingpong -d $DEV -g 0 -n 20 127.0.0.1 >/tmp/comp-client.out 2>&1 ||
+	fail "pingpong client: $(cat /tmp/comp-client.out)"
+wait $server || fail "pingpong server: $(cat /tmp/comp-server.out)"
+grep -q '^20 iters in' /tmp/comp-client.out || fail "pingpong client printed no result"
+echo "ibv_rc_pingpong on $DEV: $(grep 'iters in' /tmp/comp-client.out)"
+
+dmesg | grep -E 'BUG:|Oops|WARNING:|general protection' && fail "kernel complained"
+lockdep_check # before kverbs_setup clears dmesg: the removal's locking, on the debug kernel
+# The kernel's own wakes (kernel QPs, rox_kverbs_test.ko, side B on rox_1): trapped on rox_0.
+kverbs_setup fail
+read_wakes
+timeout 300 insmod "$test_ko" peer=rox_1 || fail "insmod rox_kverbs_test.ko failed"
+rmmod rox_kverbs_test || fail "rmmod rox_kverbs_test failed"
+result=$(dmesg | grep -o 'rox_kverbs: result: .*' | tail -1)
+[[ $result =~ result:\ [0-9]+\ passed,\ 0\ failed ]] || fail "kernel verbs: ${result:-no result}"
+expect_trapped "kernel verbs rox_0 <-> rox_1" 0
+
+dmesg | grep -E 'BUG:|Oops|WARNING:|general protection' && fail "kernel complained"
+rmmod rox || fail "rmmod rox failed after the removal"
+kmemleak_check
+lockdep_check
+
+# Put the lab back: the companion returns with a rescan, and a new probe uses it.
+echo 1 >/sys/bus/pci/rescan
+[ -e "$companion_dir" ] || fail "$companion did not come back with a rescan"
+dmesg -C
+need_rox_0
+dmesg | grep -q "$pci: wake mode: posted" || fail "after the rescan: $(dmesg | grep "$pci: wake mode")"
+rmmod rox || fail "rmmod rox failed"
+echo "ok   t-driver-companion-removal: $DEV back to trapped wakes when $companion left; lab restored"
