@@ -96,5 +96,8 @@ stage module-debug scripts/build-module.sh debug || exit 1
 # this one keeps the trapped wake (BAR0's wake page, librox's wake_offset 0) exercised, and
 # t-driver-wake checks its trapped branch.
 stage guest-debug env ROX_POSTED_WAKE=off tests/guest/run debug driver-load-cycles,driver-kverbs,driver-odp,driver-negative,driver-kunit,driver-wake || exit 1
+# The companion's removal under lockdep and kmemleak (the notifier, RCU and the revocation of
+# user mappings), with the companion on: the stage above has none to remove.
+stage guest-debug-companion tests/guest/run debug driver-companion-removal || exit 1
 # One NVMe-oF connect / fio / disconnect cycle and unload on the debug kernel: kmemleak silent.
 stage guest-ulp-debug tests/ulp/run --flavour debug || exit 1
