@@ -466,13 +466,7 @@ pub fn run(data: &[u8]) {
 
 /// Inputs of a few shapes (the fuzzer grows the rest).
 pub fn seeds() -> Vec<Vec<u8>> {
-    (0u8..24)
-        .map(|i| {
-            (0..256u32)
-                .map(|j| (j.wrapping_mul(2_246_822_519) >> 11) as u8 ^ i.wrapping_mul(37))
-                .collect()
-        })
-        .collect()
+    super::hashed_inputs(24, 256, 2_246_822_519, 11, 37)
 }
 
 #[cfg(test)]
