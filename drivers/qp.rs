@@ -37,7 +37,7 @@ pub(crate) struct Qp {
 impl Qp {
     /// A new QP of `init` on `queue`, with the capacities granted (written back into `init`),
     /// in RESET, where ib_core's state table starts.
-    fn reset(qpn: Qpn, init: &QpInit<'_, RoxVerbs>, queue: QpQueue) -> Self {
+    fn new_in_reset(qpn: Qpn, init: &QpInit<'_, RoxVerbs>, queue: QpQueue) -> Self {
         Qp {
             qpn,
             qp_type: init.qp_type,
@@ -199,7 +199,7 @@ pub(crate) fn create(
         _rq: rq,
         _db: db,
     };
-    let qp = Qp::reset(qpn, &init, queue);
+    let qp = Qp::new_in_reset(qpn, &init, queue);
     if let Err(err) = udata.respond(&resp) {
         destroy(dev, &qp);
         return Err(err);
@@ -301,7 +301,7 @@ fn create_kernel(
     cap.max_send_sge = max_send_sge;
     cap.max_recv_sge = if has_srq { 0 } else { max_recv_sge };
     cap.max_inline_data = max_inline;
-    let qp = Qp::reset(qpn, &init, QpQueue::Kernel { qp: queues, cqs });
+    let qp = Qp::new_in_reset(qpn, &init, QpQueue::Kernel { qp: queues, cqs });
     Ok(Created {
         data: qp,
         id: qpn,

@@ -5,6 +5,7 @@
 
 use std::cell::Cell;
 use std::fs::File;
+use std::ops::Range;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 
@@ -295,14 +296,9 @@ impl GuestMemory {
             }
         }
         self.check(addr, buf.len() as u64)?;
-        let mut done = 0usize;
-        while done < buf.len() {
-            let (r, off, avail) = self.region_at(addr + done as u64).ok_or(err)?;
-            let n = (avail as usize).min(buf.len() - done);
-            r.read_at(off, &mut buf[done..done + n]).ok_or(err)?;
-            done += n;
-        }
-        Ok(())
+        self.for_each_piece(addr, buf.len(), err, |r, off, piece| {
+            r.read_at(off, &mut buf[piece])
+        })
     }
 
     /// Copy `data` into guest memory at `addr`.
@@ -320,11 +316,26 @@ impl GuestMemory {
             }
         }
         self.check_access(addr, data.len() as u64, true)?;
+        self.for_each_piece(addr, data.len(), err, |r, off, piece| {
+            r.write_at(off, &data[piece])
+        })
+    }
+
+    /// Copies `[addr, addr+len)`, an access spanning regions, one region's piece at a time:
+    /// `copy` gets the region, the piece's offset in it and the piece's range in the access.
+    /// `err` is the access's error, for a piece that is not mapped or fails to copy.
+    fn for_each_piece(
+        &self,
+        addr: u64,
+        len: usize,
+        err: DmaError,
+        mut copy: impl FnMut(&MappedRegion, u64, Range<usize>) -> Option<()>,
+    ) -> Result<(), DmaError> {
         let mut done = 0usize;
-        while done < data.len() {
+        while done < len {
             let (r, off, avail) = self.region_at(addr + done as u64).ok_or(err)?;
-            let n = (avail as usize).min(data.len() - done);
-            r.write_at(off, &data[done..done + n]).ok_or(err)?;
+            let n = (avail as usize).min(len - done);
+            copy(r, off, done..done + n).ok_or(err)?;
             done += n;
         }
         Ok(())
@@ -460,6 +471,37 @@ mod tests {
         mem.read(0x1ff0, &mut back).expect("read");
         assert_eq!(back[..8], 0x0102_0304_0506_0708u64.to_ne_bytes());
         assert_eq!(back[8..], [7u8; 8], "nothing past the entry");
+    }
+
+    /// An access spanning regions lands each piece at its own region's offset (the two
+    /// regions map the memfd's pages in the other order, so a piece at the wrong offset or in
+    /// the wrong region reads back wrong).
+    #[test]
+    fn an_access_across_two_regions_copies_each_piece_in_its_region() {
+        let fd = crate::sys::fd::memfd(c"rox-dma-test").expect("memfd");
+        fd.set_len(8192).expect("size");
+        let low = MappedRegion::map(&fd, 4096, 0x1000, 4096).expect("map");
+        let high = MappedRegion::map(&fd, 0, 0x2000, 4096).expect("map");
+        let mem = GuestMemory::default().with_region(low).with_region(high);
+        let data: Vec<u8> = (1..=40).collect();
+        mem.write(0x1ff0, &data)
+            .expect("a write may span both pages");
+        let mut back = [0u8; 40];
+        mem.read(0x1ff0, &mut back)
+            .expect("a read may span both pages");
+        assert_eq!(back[..], data[..]);
+        let (mut low_tail, mut high_head) = ([0u8; 16], [0u8; 24]);
+        mem.read(0x1ff0, &mut low_tail)
+            .expect("inside the low page");
+        mem.read(0x2000, &mut high_head)
+            .expect("inside the high page");
+        assert_eq!(low_tail[..], data[..16]);
+        assert_eq!(high_head[..], data[16..]);
+        let mut file = [0u8; 40];
+        std::os::unix::fs::FileExt::read_exact_at(&fd, &mut file[..24], 0).expect("pread");
+        std::os::unix::fs::FileExt::read_exact_at(&fd, &mut file[24..], 8192 - 16).expect("pread");
+        assert_eq!(file[..24], data[16..], "the high page is the file's first");
+        assert_eq!(file[24..], data[..16], "the low page is the file's second");
     }
 
     #[test]

@@ -205,13 +205,19 @@ impl Conversation {
         }
     }
 
-    fn deliver_to_b(&mut self, p: &[u8]) {
-        let _ = self.b.receive(self.now, p);
-        self.collect();
+    /// The wire's queue toward B (`to_b`) or toward A.
+    fn queue(&mut self, to_b: bool) -> &mut VecDeque<Vec<u8>> {
+        if to_b {
+            &mut self.to_b
+        } else {
+            &mut self.to_a
+        }
     }
 
-    fn deliver_to_a(&mut self, p: &[u8]) {
-        let _ = self.a.receive(self.now, p);
+    /// Gives `p` to B (`to_b`) or A, and puts what that made it send on the wire.
+    fn deliver(&mut self, to_b: bool, p: &[u8]) {
+        let end = if to_b { &mut self.b } else { &mut self.a };
+        let _ = end.receive(self.now, p);
         self.collect();
     }
 
@@ -272,27 +278,21 @@ impl Conversation {
         let to_b = u.arbitrary::<bool>()?;
         match u.int_in_range(0u8..=11)? {
             0..=3 => {
-                let q = if to_b { &mut self.to_b } else { &mut self.to_a };
-                if let Some(p) = q.pop_front() {
-                    if to_b {
-                        self.deliver_to_b(&p);
-                    } else {
-                        self.deliver_to_a(&p);
-                    }
+                if let Some(p) = self.queue(to_b).pop_front() {
+                    self.deliver(to_b, &p);
                 }
             }
             4 => {
-                let q = if to_b { &mut self.to_b } else { &mut self.to_a };
-                q.pop_front();
+                self.queue(to_b).pop_front();
             }
             5 => {
-                let q = if to_b { &mut self.to_b } else { &mut self.to_a };
+                let q = self.queue(to_b);
                 if let Some(p) = q.front().cloned() {
                     q.push_back(p);
                 }
             }
             6 => {
-                let q = if to_b { &mut self.to_b } else { &mut self.to_a };
+                let q = self.queue(to_b);
                 if q.len() >= 2 {
                     let i = u.int_in_range(1..=q.len() - 1)?;
                     q.swap(0, i);
@@ -306,16 +306,11 @@ impl Conversation {
                 };
                 if !history.is_empty() {
                     let p = u.choose(history)?.clone();
-                    if to_b {
-                        self.deliver_to_b(&p);
-                    } else {
-                        self.deliver_to_a(&p);
-                    }
+                    self.deliver(to_b, &p);
                 }
             }
             8 => {
-                let q = if to_b { &mut self.to_b } else { &mut self.to_a };
-                if let Some(p) = q.front_mut() {
+                if let Some(p) = self.queue(to_b).front_mut() {
                     let at = u.choose_index(p.len())?;
                     p[at] ^= u.int_in_range(1..=255)?;
                 }
@@ -334,7 +329,7 @@ impl Conversation {
             }
             _ => {
                 let p = self.forge(u)?;
-                self.deliver_to_a(&p);
+                self.deliver(false, &p);
             }
         }
         Ok(())
@@ -350,9 +345,9 @@ impl Conversation {
         self.collect();
         for _ in 0..SETTLE_STEPS {
             if let Some(p) = self.to_b.pop_front() {
-                self.deliver_to_b(&p);
+                self.deliver(true, &p);
             } else if let Some(p) = self.to_a.pop_front() {
-                self.deliver_to_a(&p);
+                self.deliver(false, &p);
             } else {
                 let next = [&self.a, &self.b]
                     .iter()
@@ -471,13 +466,7 @@ pub fn run(data: &[u8]) {
 
 /// Inputs of a few shapes (the fuzzer grows the rest).
 pub fn seeds() -> Vec<Vec<u8>> {
-    (0u8..24)
-        .map(|i| {
-            (0..256u32)
-                .map(|j| (j.wrapping_mul(2_246_822_519) >> 11) as u8 ^ i.wrapping_mul(37))
-                .collect()
-        })
-        .collect()
+    super::hashed_inputs(24, 256, 2_246_822_519, 11, 37)
 }
 
 #[cfg(test)]

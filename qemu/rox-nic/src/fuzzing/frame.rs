@@ -507,13 +507,7 @@ fn still_moves_messages(mut rig: Rig) {
 
 /// Inputs of a few shapes (the fuzzer grows the rest).
 pub fn seeds() -> Vec<Vec<u8>> {
-    (0u8..32)
-        .map(|i| {
-            (0..384u32)
-                .map(|j| (j.wrapping_mul(3_266_489_917) >> 9) as u8 ^ i.wrapping_mul(59))
-                .collect()
-        })
-        .collect()
+    super::hashed_inputs(32, 384, 3_266_489_917, 9, 59)
 }
 
 #[cfg(test)]

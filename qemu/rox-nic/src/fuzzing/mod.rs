@@ -58,3 +58,16 @@ pub fn seeds(name: &str) -> Vec<Vec<u8>> {
         _ => Vec::new(),
     }
 }
+
+/// `count` inputs of `len` bytes each, for a target that reads its input as a stream of
+/// choices: byte `j` of input `i` is a multiplicative hash of `j` (times `mul`, shifted right
+/// by `shift`) xor `i * salt`, so the choices vary along an input and between inputs.
+fn hashed_inputs(count: u8, len: u32, mul: u32, shift: u32, salt: u8) -> Vec<Vec<u8>> {
+    (0..count)
+        .map(|i| {
+            (0..len)
+                .map(|j| (j.wrapping_mul(mul) >> shift) as u8 ^ i.wrapping_mul(salt))
+                .collect()
+        })
+        .collect()
+}

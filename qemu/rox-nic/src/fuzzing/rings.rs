@@ -560,11 +560,5 @@ fn still_moves_messages(rig: &mut Rig) {
 
 /// A few inputs that post one of each kind of work request (the fuzzer grows the rest).
 pub fn seeds() -> Vec<Vec<u8>> {
-    (0u8..16)
-        .map(|i| {
-            (0..512u32)
-                .map(|j| (j.wrapping_mul(2_654_435_761) >> 13) as u8 ^ i)
-                .collect()
-        })
-        .collect()
+    super::hashed_inputs(16, 512, 2_654_435_761, 13, 1)
 }

@@ -341,10 +341,10 @@ impl Qp {
     /// for the newest PSN taken; rdma_rxe answers a duplicate with its newest PSN, C9-105):
     /// - once everything sent before the probe is acknowledged, nothing is left for its
     ///   answer to show lost;
-    /// - an ACK sooner than the smallest round trip of a packet asking for an ACK after the
-    ///   probe left the responder
-    ///   before the probe reached it (RFC 8985 §6.2's test for an original's ACK): the rest of
-    ///   a receive batch the probe's timer interrupted;
+    /// - an ACK that arrives sooner after the probe than the smallest round trip (measured on
+    ///   packets that asked for an ACK, [`RttEstimator::min_rtt_ns`]) left the responder
+    ///   before the probe reached it (RFC 8985 §6.2's test for an original's ACK), so it is
+    ///   progress, not the answer: the rest of a receive batch the probe's timer interrupted;
     /// - the answer is an ACK of exactly the probed PSN (the responder took it in sequence and
     ///   nothing after it) or one repeating the newest ACK at or past it (the probe was a
     ///   duplicate and nothing after that came);

@@ -24,6 +24,24 @@ fn sent_send(rtt: u64) -> (TestEnv, EngineStats, Qp) {
     (env, stats, qp)
 }
 
+/// Lets the timer of `qp` fire as a tail probe: checks that what it sends is the packet of
+/// PSN `psn` alone, asking for an ACK, and counted as a probe; clears what was sent and
+/// returns when the probe left.
+fn fire_probe(env: &mut TestEnv, stats: &mut EngineStats, qp: &mut Qp, psn: u32) -> u64 {
+    env.now = qp.req.timer_deadline.expect("the probe's timer");
+    let probes = stats.tail_probes;
+    env.sent.clear();
+    qp.on_timers(env, stats);
+    assert_eq!(
+        psns(env),
+        [(psn, true)],
+        "the tail probe: the first packet not known to have arrived, asking for an ACK"
+    );
+    assert_eq!(stats.tail_probes, probes + 1, "counted as a tail probe");
+    env.sent.clear();
+    env.now
+}
+
 #[test]
 fn a_stall_gets_two_tail_probes_then_the_rto_goes_back_n_without_spending_a_retry() {
     let (mut env, mut stats, mut qp) = sent_send(100_000);
@@ -33,26 +51,18 @@ fn a_stall_gets_two_tail_probes_then_the_rto_goes_back_n_without_spending_a_retr
         Some(200_000),
         "the probe after two round trips"
     );
-    env.now = 200_000;
-    qp.on_timers(&mut env, &mut stats);
-    assert_eq!(
-        psns(&env),
-        [(100, true)],
-        "the first packet not known to have arrived, asking for an ACK"
-    );
+    fire_probe(&mut env, &mut stats, &mut qp, 100);
     assert_eq!(
         qp.req.timer_deadline,
         Some(600_000),
         "the second after twice as long"
     );
-    env.now = 600_000;
-    qp.on_timers(&mut env, &mut stats);
+    fire_probe(&mut env, &mut stats, &mut qp, 100);
     assert_eq!(stats.tail_probes, 2);
     assert_eq!(qp.req.cursor, 1, "probes leave the cursor");
     let rto = qp.req.rtt.rto_ns(u64::MAX);
     assert_eq!(qp.req.timer_deadline, Some(600_000 + rto), "then the RTO");
     env.now += rto;
-    env.sent.clear();
     qp.on_timers(&mut env, &mut stats);
     assert_eq!(psns(&env), [(100, false), (101, false), (102, true)]);
     assert_eq!(stats.retransmit_timeouts, 1);
@@ -82,16 +92,9 @@ fn a_probe_answered_by_an_ack_short_of_what_was_sent_goes_back_at_once() {
         [(100, false), (101, false), (102, true)],
         "fast retransmit"
     );
-    env.sent.clear();
-    // All three resends are lost (or dropped past the gap): silence until the probe.
-    env.now = qp.req.timer_deadline.expect("the probe's timer");
-    qp.on_timers(&mut env, &mut stats);
-    assert_eq!(
-        psns(&env),
-        [(100, true)],
-        "the packet the responder waits for"
-    );
-    env.sent.clear();
+    // All three resends are lost (or dropped past the gap): silence until the probe, the
+    // packet the responder waits for.
+    fire_probe(&mut env, &mut stats, &mut qp, 100);
     env.now += 100_000;
     ack_from_peer(&mut qp, &mut env, &mut stats, 100, Syndrome::Ack);
     assert_eq!(
@@ -102,11 +105,7 @@ fn a_probe_answered_by_an_ack_short_of_what_was_sent_goes_back_at_once() {
     assert_eq!((stats.tail_probes, stats.retransmit_timeouts), (1, 0));
     assert_eq!(stats.nak_rewinds, 2);
     // An ACK of everything after the next probe goes back nowhere.
-    env.sent.clear();
-    env.now = qp.req.timer_deadline.expect("the next probe's timer");
-    qp.on_timers(&mut env, &mut stats);
-    assert_eq!(psns(&env), [(101, true)]);
-    env.sent.clear();
+    fire_probe(&mut env, &mut stats, &mut qp, 101);
     ack_from_peer(&mut qp, &mut env, &mut stats, 102, Syndrome::Ack);
     assert!(env.sent.is_empty());
     assert_eq!((stats.nak_rewinds, qp.req.timer_deadline), (2, None));
@@ -123,11 +122,7 @@ fn a_probe_answered_by_an_ack_short_of_what_was_sent_goes_back_at_once() {
 fn an_ack_in_flight_before_the_tail_probe_is_not_its_answer() {
     const RTT: u64 = 100_000;
     let (mut env, mut stats, mut qp) = sent_send(RTT);
-    env.now = qp.req.timer_deadline.expect("the probe's timer");
-    let probe_at = env.now;
-    qp.on_timers(&mut env, &mut stats);
-    assert_eq!(psns(&env), [(100, true)], "the tail probe");
-    env.sent.clear();
+    let probe_at = fire_probe(&mut env, &mut stats, &mut qp, 100);
     let window = qp.req.window;
     env.now = probe_at + RTT / 10;
     ack_from_peer(&mut qp, &mut env, &mut stats, 101, Syndrome::Ack);
@@ -177,12 +172,7 @@ fn a_probe_answered_after_one_round_trip_goes_back_though_every_sample_was_longe
     env.now = 4_000_000;
     let wqe = qp.make_wqe(send_wr(9, WrOpcode::Send, 3000));
     qp.enqueue(&mut env, &mut stats, wqe);
-    env.sent.clear();
-    env.now = qp.req.timer_deadline.expect("the probe's timer");
-    let probe_at = env.now;
-    qp.on_timers(&mut env, &mut stats);
-    assert_eq!(psns(&env), [(116, true)], "the tail probe");
-    env.sent.clear();
+    let probe_at = fire_probe(&mut env, &mut stats, &mut qp, 116);
     env.now = probe_at + RTT + 1;
     ack_from_peer(&mut qp, &mut env, &mut stats, 116, Syndrome::Ack);
     assert_eq!(
@@ -200,11 +190,7 @@ fn a_probe_answered_after_one_round_trip_goes_back_though_every_sample_was_longe
 fn an_ack_of_the_probed_psn_sooner_than_a_round_trip_is_not_its_answer() {
     const RTT: u64 = 100_000;
     let (mut env, mut stats, mut qp) = sent_send(RTT);
-    env.now = qp.req.timer_deadline.expect("the probe's timer");
-    let probe_at = env.now;
-    qp.on_timers(&mut env, &mut stats);
-    assert_eq!(psns(&env), [(100, true)], "the tail probe");
-    env.sent.clear();
+    let probe_at = fire_probe(&mut env, &mut stats, &mut qp, 100);
     env.now = probe_at + RTT / 10;
     ack_from_peer(&mut qp, &mut env, &mut stats, 100, Syndrome::Ack);
     assert!(env.sent.is_empty(), "nothing resent: {:?}", psns(&env));
@@ -229,8 +215,7 @@ fn a_read_response_past_all_sent_before_the_probe_forgets_it() {
     let (mut env, mut stats, mut qp) = sent_send(RTT);
     let wqe = qp.make_wqe(send_wr(2, WrOpcode::RdmaRead, 1024));
     qp.enqueue(&mut env, &mut stats, wqe);
-    env.now = qp.req.timer_deadline.expect("the probe's timer");
-    qp.on_timers(&mut env, &mut stats);
+    fire_probe(&mut env, &mut stats, &mut qp, 100);
     assert!(qp.req.rtt.tail_probe.is_some(), "the probe of 100 is out");
     env.now += RTT;
     let bytes = packet_from_peer(op::RC_READ_RESPONSE_ONLY, 103, &[9; 1024], |h| {
@@ -252,18 +237,13 @@ fn a_read_response_past_all_sent_before_the_probe_forgets_it() {
 fn an_ack_past_the_probed_psn_and_short_of_the_window_is_progress_only() {
     const RTT: u64 = 100_000;
     let (mut env, mut stats, mut qp) = sent_send(RTT);
-    env.now = qp.req.timer_deadline.expect("the probe's timer");
-    qp.on_timers(&mut env, &mut stats);
-    env.sent.clear();
+    fire_probe(&mut env, &mut stats, &mut qp, 100);
     env.now += 2 * RTT;
     ack_from_peer(&mut qp, &mut env, &mut stats, 101, Syndrome::Ack);
     assert!(env.sent.is_empty(), "nothing resent: {:?}", psns(&env));
     assert_eq!(stats.nak_rewinds, 0);
     // Silence: 102 was lost after all. The next probe is 102 itself.
-    env.now = qp.req.timer_deadline.expect("the next probe's timer");
-    qp.on_timers(&mut env, &mut stats);
-    assert_eq!(psns(&env), [(102, true)]);
-    env.sent.clear();
+    fire_probe(&mut env, &mut stats, &mut qp, 102);
     env.now += RTT;
     ack_from_peer(&mut qp, &mut env, &mut stats, 102, Syndrome::Ack);
     assert!(env.sent.is_empty());
@@ -278,9 +258,7 @@ fn an_ack_past_the_probed_psn_and_short_of_the_window_is_progress_only() {
 fn once_all_sent_before_the_probe_is_acknowledged_its_answer_goes_back_nowhere() {
     const RTT: u64 = 100_000;
     let (mut env, mut stats, mut qp) = sent_send(RTT);
-    env.now = qp.req.timer_deadline.expect("the probe's timer");
-    let probe_at = env.now;
-    qp.on_timers(&mut env, &mut stats);
+    let probe_at = fire_probe(&mut env, &mut stats, &mut qp, 100);
     env.now = probe_at + RTT / 10;
     ack_from_peer(&mut qp, &mut env, &mut stats, 102, Syndrome::Ack);
     assert_eq!(qp.req.rtt.tail_probe, None, "nothing left for the answer");
