@@ -5,6 +5,7 @@
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use rox_nic::testkit::process;
 use rox_uapi::regs::*;
 use vfio_bindings::bindings::vfio::VFIO_PCI_CONFIG_REGION_INDEX;
 
@@ -38,7 +39,7 @@ fn signal_kills_the_device_not_the_process() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    wait_until("rox-nic did not create its socket", || path.exists());
+    process::wait_listening(&path, Duration::from_secs(10), "rox-nic");
     let mut c = vfio_user::Client::new(&path).unwrap();
     assert_eq!(rd(&mut c, BAR_CTRL, REG_VERSION), rox_uapi::ROX_VERSION);
     let vendor = rd(&mut c, VFIO_PCI_CONFIG_REGION_INDEX, 0);

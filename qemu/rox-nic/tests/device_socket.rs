@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use rox_nic::device::doorbell::DoorbellBar;
 use rox_nic::device::EventFd;
+use rox_nic::testkit::process::{self, StopOnDrop};
 use rox_nic::testkit::{GuestRam, RAM_BASE};
 use rox_nic::{DeviceConfig, RoxNic};
 use rox_uapi::admin::*;
@@ -163,17 +164,6 @@ fn vfio_user_client_programs_the_device() {
     thread.join().unwrap();
 }
 
-fn wait_for(path: &std::path::Path) {
-    let start = Instant::now();
-    while !path.exists() {
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "rox-nic did not create its socket"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
-
 #[test]
 fn binary_serves_one_client_and_reports_bad_configuration() {
     let exe = env!("CARGO_BIN_EXE_rox-nic");
@@ -182,23 +172,25 @@ fn binary_serves_one_client_and_reports_bad_configuration() {
     let d = |name: &str| dir.path().join(name).to_str().unwrap().to_string();
     let port = format!("dgram:local={},remote={}", d("port.sock"), d("wire.sock"));
     let netdev = format!("dgram:local={},remote={}", d("nd.sock"), d("guest.sock"));
-    let mut child = std::process::Command::new(exe)
-        .args([
-            "--socket",
-            path.to_str().unwrap(),
-            "--mac",
-            "52:54:00:00:00:01",
-            "--port",
-            &port,
-            "--netdev",
-            &netdev,
-            "--mtu",
-            "1500",
-        ])
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    wait_for(&path);
+    let mut child = StopOnDrop(
+        std::process::Command::new(exe)
+            .args([
+                "--socket",
+                path.to_str().unwrap(),
+                "--mac",
+                "52:54:00:00:00:01",
+                "--port",
+                &port,
+                "--netdev",
+                &netdev,
+                "--mtu",
+                "1500",
+            ])
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    process::wait_listening(&path, Duration::from_secs(10), "rox-nic");
     let mut c = vfio_user::Client::new(&path).unwrap();
     assert_eq!(rd(&mut c, REG_VERSION), rox_uapi::ROX_VERSION);
 
@@ -221,12 +213,11 @@ fn binary_serves_one_client_and_reports_bad_configuration() {
     drop(c);
     let start = Instant::now();
     loop {
-        if let Some(status) = child.try_wait().unwrap() {
+        if let Some(status) = child.0.try_wait().unwrap() {
             assert!(status.success());
             break;
         }
         if start.elapsed() > Duration::from_secs(10) {
-            child.kill().unwrap();
             panic!("rox-nic did not exit after the client left");
         }
         std::thread::sleep(Duration::from_millis(10));

@@ -14,7 +14,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use rox_nic::server::Trace;
-use rox_nic::testkit::{GuestRam, RAM_BASE};
+use rox_nic::testkit::{process, GuestRam, RAM_BASE};
 use rox_uapi::regs::*;
 use vfio_bindings::bindings::vfio::*;
 use vfio_user_client::*;
@@ -153,15 +153,8 @@ fn start_binary(dir: &std::path::Path) -> (Child, std::path::PathBuf) {
         .stderr(Stdio::from(log))
         .spawn()
         .unwrap();
-    let t0 = Instant::now();
-    // Waits for the socket file without connecting: rox-nic serves one client only.
-    while !path.exists() {
-        assert!(
-            t0.elapsed() < Duration::from_secs(10),
-            "rox-nic did not listen"
-        );
-        thread::sleep(Duration::from_millis(20));
-    }
+    // Waits for the listening socket without connecting: rox-nic serves one client only.
+    process::wait_listening(&path, Duration::from_secs(10), "rox-nic");
     (child, path)
 }
 

@@ -5,6 +5,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use rox_nic::testkit::process;
 use rox_nic::trace::{Dump, Kind};
 
 const NIC: &str = env!("CARGO_BIN_EXE_rox-nic");
@@ -39,7 +40,7 @@ fn sigusr2_writes_the_trace_and_rox_trace_reads_it() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    wait_for(&socket, "vfio-user socket");
+    process::wait_listening(&socket, Duration::from_secs(10), "rox-nic");
     let kill = Command::new("kill")
         .args(["-USR2", &child.id().to_string()])
         .status()

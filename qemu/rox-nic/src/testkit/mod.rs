@@ -12,7 +12,8 @@
 //! peer's packets on the wire), [`loopback`] (one device, two QPs), [`pair`] (two
 //! devices back to back, a QP each) and
 //! [`mock_env`] (the engine's test double, no device at all) over [`protected`] (the
-//! device's protection table over plain memory, shared by every engine test double).
+//! device's protection table over plain memory, shared by every engine test double);
+//! [`process`]: a rox-nic process a test starts (listening yet? stopped on drop).
 
 mod admin;
 mod datapath;
@@ -21,6 +22,7 @@ mod link;
 pub mod loopback;
 pub mod mock_env;
 pub mod pair;
+pub mod process;
 pub mod protected;
 mod ram;
 mod wqe;
