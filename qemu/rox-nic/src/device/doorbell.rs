@@ -71,16 +71,25 @@ impl DoorbellBar {
             .store(value, Ordering::Release);
     }
 
+    /// Stores `value` in every page's `device_idle`. Release stores, not a full barrier
+    /// each: 256 SeqCst stores (a locked exchange each, one per page) took 5.2 µs with the
+    /// pages cached (1.7 µs as Release stores), paid on every wake before the device looked
+    /// at a doorbell and on every idle announcement (docs/benchmarks.md, "Session 13"). The
+    /// protocol needs one full barrier: the caller's `fence(SeqCst)` between announcing
+    /// idleness and its last re-scan. When the device wakes, software that still reads idle
+    /// only wakes it once more, and a doorbell a running device's scan misses is seen by its
+    /// next pass.
     pub fn set_idle(&self, value: u32) {
         for page in 0..regs::DB_PAGE_COUNT {
             self.word(page as usize * regs::ROX_PAGE_SIZE)
-                .store(value, Ordering::SeqCst);
+                .store(value, Ordering::Release);
         }
     }
 
     /// Announces idleness in every page, each saying first whether its RQ doorbells need a
     /// wake (`DbPage::rq_no_wake`): they do on the pages in `rq_wake`, no others. Both words
-    /// share a cache line, so this costs what [`Self::set_idle`] does.
+    /// share a cache line, so this costs what [`Self::set_idle`] does; as there, the caller
+    /// fences before its re-scan.
     pub fn set_idle_with_rq_wakes(&self, rq_wake: &PageSet) {
         for page in 0..regs::DB_PAGE_COUNT {
             let base = page as usize * regs::ROX_PAGE_SIZE;
@@ -93,7 +102,7 @@ impl DoorbellBar {
             self.word(base + offset_of!(regs::DbPage, rq_no_wake))
                 .store(no_wake, Ordering::Relaxed);
             self.word(base)
-                .store(regs::DB_DEVICE_IDLE, Ordering::SeqCst);
+                .store(regs::DB_DEVICE_IDLE, Ordering::Release);
         }
     }
 
