@@ -34,6 +34,12 @@ impl ContextHw {
     pub fn ring(&self, slot: DoorbellSlot, word: SlotWord, value: u32) {
         self.doorbell.ring(slot, word, value);
     }
+
+    /// Ring a QP's RQ doorbell: publish `value`, then wake the device if it is asleep and said
+    /// this page's RQ doorbells need a wake (crate::sys::doorbell).
+    pub fn ring_rq(&self, slot: DoorbellSlot, value: u32) {
+        self.doorbell.ring_rq(slot, value);
+    }
 }
 
 /// Device limits (from query_device at open) that object creation checks before it allocates

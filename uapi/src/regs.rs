@@ -246,6 +246,9 @@ pub const DB_SLOTS_PER_PAGE: usize = (ROX_PAGE_SIZE - DB_SLOTS_OFFSET) / 8;
 /// Value of [`DbPage::device_idle`] while the device sleeps.
 pub const DB_DEVICE_IDLE: u32 = 1;
 pub const DB_DEVICE_RUNNING: u32 = 0;
+/// Value of [`DbPage::rq_no_wake`] while no QP with a receive queue on the page needs its RQ
+/// producer index seen at once.
+pub const DB_RQ_NO_WAKE: u32 = 1;
 
 /// One doorbell slot. Meaning by object:
 /// - QP: `a` = SQ producer index, `b` = RQ producer index;
@@ -271,11 +274,21 @@ const _: () = assert!(core::mem::size_of::<DbSlot>() == 8);
 ///   `fence(SeqCst)`, re-scans all slots once, and only then sleeps until the wake register is
 ///   written (or a packet / admin command / timer needs it). It stores
 ///   [`DB_DEVICE_RUNNING`] when it wakes.
+/// - an RQ doorbell (a QP's `b`) may skip the wake when the page's `rq_no_wake` is
+///   [`DB_RQ_NO_WAKE`]: the device reads an RQ's producer index when a message needs a receive
+///   WQE, so only a QP in the error state, whose new receive WQEs the device flushes, needs its
+///   RQ doorbell seen; the device stores `rq_no_wake` before `device_idle`.
 #[repr(C)]
 pub struct DbPage {
     /// Written by the device only.
     pub device_idle: u32,
-    pub reserved: [u32; 15],
+    /// Written by the device only, meaningful while `device_idle` is [`DB_DEVICE_IDLE`]:
+    /// [`DB_RQ_NO_WAKE`] when no QP with a receive queue on this page is in the error state;
+    /// else (and on a device that never writes it) 0: RQ doorbells wake the device as any other.
+    /// A wake for nothing costs a loopback ib_send_lat iteration a vCPU exit and hands the
+    /// device a core while the poster's next doorbell waits (docs/benchmarks.md, "Session 13").
+    pub rq_no_wake: u32,
+    pub reserved: [u32; 14],
     pub slots: [DbSlot; DB_SLOTS_PER_PAGE],
 }
 const _: () = assert!(core::mem::size_of::<DbPage>() == ROX_PAGE_SIZE);

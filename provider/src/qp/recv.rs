@@ -6,7 +6,6 @@
 use super::post::{post_list, PostError};
 use super::RoxQp;
 use crate::context::ContextHw;
-use crate::sys::doorbell::SlotWord;
 use crate::sys::errno::{Result, EINVAL};
 use crate::sys::ffi;
 use crate::sys::wr::{RecvWr, WrList};
@@ -51,12 +50,7 @@ pub fn post_recv(
     let Some(rq) = qp.rq.as_ref().filter(|_| qp.can_receive()) else {
         return Err((wrs.head(), EINVAL));
     };
-    post_recv_list(
-        rq,
-        |pi| hw.ring(qp.db_slot, SlotWord::B, pi),
-        wrs,
-        qp.max_recv_sge,
-    )
+    post_recv_list(rq, |pi| hw.ring_rq(qp.db_slot, pi), wrs, qp.max_recv_sge)
 }
 
 #[cfg(test)]

@@ -3,14 +3,15 @@
 //! is going to sleep (`DbPage::device_idle`) — write the wake: the word rox.ko named
 //! (`wake_value`) at the offset it named (`wake_offset`) of the wake page, which is BAR0's
 //! trapped wake page or the posted-wake companion's doorbell page (`rox_uapi::wake`). No
-//! syscall, and no VM exit while the device is awake.
+//! syscall, and no VM exit while the device is awake. A QP's RQ doorbell skips the wake also
+//! when the idle device said its page's RQ doorbells need none (`DbPage::rq_no_wake`).
 
 use crate::sys::errno::{Result, EPROTO};
 use crate::sys::memory::DevicePage;
 use core::mem::{offset_of, size_of};
 use core::sync::atomic::{fence, AtomicU32, Ordering};
 use rox_uapi::regs::{
-    db_slot_offset, DbPage, DbSlot, DB_DEVICE_IDLE, DB_SLOTS_PER_PAGE, ROX_PAGE_SIZE,
+    db_slot_offset, DbPage, DbSlot, DB_DEVICE_IDLE, DB_RQ_NO_WAKE, DB_SLOTS_PER_PAGE, ROX_PAGE_SIZE,
 };
 use rox_uapi::udata::AllocUcontextResp;
 
@@ -36,6 +37,7 @@ impl DoorbellSlot {
 const _: () = assert!(
     db_slot_offset(DB_SLOTS_PER_PAGE as u32 - 1) + size_of::<DbSlot>() <= ROX_PAGE_SIZE
         && offset_of!(DbPage, device_idle) + size_of::<u32>() <= ROX_PAGE_SIZE
+        && offset_of!(DbPage, rq_no_wake) + size_of::<u32>() <= ROX_PAGE_SIZE
 );
 
 /// The offset in the wake page of the register a wake writes, as rox.ko's ucontext answer
@@ -112,14 +114,30 @@ impl Doorbell {
 
     /// Ring a doorbell: publish `value`, then wake the device if it is asleep.
     pub fn ring(&self, slot: DoorbellSlot, word: SlotWord, value: u32) {
+        self.ring_and_wake(slot, word, value, false);
+    }
+
+    /// Ring a QP's RQ doorbell (`DbSlot::b`): as [`Self::ring`], but without the wake when the
+    /// idle device said this page's RQ doorbells need none. A wake for nothing is a vCPU exit,
+    /// and it hands the device a core while the poster's next doorbell (the SEND after the
+    /// receive it reposted) waits.
+    pub fn ring_rq(&self, slot: DoorbellSlot, value: u32) {
+        self.ring_and_wake(slot, SlotWord::B, value, true);
+    }
+
+    fn ring_and_wake(&self, slot: DoorbellSlot, word: SlotWord, value: u32, rq: bool) {
         self.publish(slot, word, value);
         // Pairs with the device's fence between setting device_idle and its final re-scan.
         fence(Ordering::SeqCst);
-        if self
+        // Acquire: the device stores rq_no_wake before device_idle.
+        let idle = self
             .word(offset_of!(DbPage, device_idle))
-            .load(Ordering::Relaxed)
-            == DB_DEVICE_IDLE
-        {
+            .load(Ordering::Acquire);
+        let rq_no_wake = || {
+            self.word(offset_of!(DbPage, rq_no_wake))
+                .load(Ordering::Relaxed)
+        };
+        if wake_needed(idle, rq.then_some(rq_no_wake)) {
             // SAFETY: `wake_offset` is an aligned 32-bit word inside the mapped wake page
             // (`checked_wake_offset`), which stays mapped while `self` lives; a 32-bit store.
             unsafe {
@@ -133,6 +151,13 @@ impl Doorbell {
     }
 }
 
+/// Whether a doorbell must wake a device whose page says `device_idle`. `rq_no_wake` reads the
+/// page's word of that name for an RQ doorbell (only while the device is idle); None for any
+/// other doorbell.
+fn wake_needed(device_idle: u32, rq_no_wake: Option<impl FnOnce() -> u32>) -> bool {
+    device_idle == DB_DEVICE_IDLE && rq_no_wake.is_none_or(|read| read() != DB_RQ_NO_WAKE)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -144,6 +169,24 @@ mod tests {
             wake_offset,
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn an_rq_doorbell_skips_the_wake_only_where_the_idle_device_said_so() {
+        use rox_uapi::regs::DB_DEVICE_RUNNING;
+        let other: Option<fn() -> u32> = None;
+        assert!(
+            wake_needed(DB_DEVICE_IDLE, other),
+            "an SQ or CQ arm doorbell"
+        );
+        assert!(!wake_needed(DB_DEVICE_RUNNING, other));
+        assert!(!wake_needed(DB_DEVICE_IDLE, Some(|| DB_RQ_NO_WAKE)));
+        assert!(
+            wake_needed(DB_DEVICE_IDLE, Some(|| 0)),
+            "a page with a QP in the error state, or a device that never writes the word"
+        );
+        let unread = || -> u32 { panic!("rq_no_wake read while the device runs") };
+        assert!(!wake_needed(DB_DEVICE_RUNNING, Some(unread)));
     }
 
     #[test]

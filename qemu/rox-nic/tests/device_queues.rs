@@ -119,6 +119,50 @@ fn idle_device_sleeps_and_doorbell_wakes_it() {
     assert!(stats[STAT_WAKEUPS] >= 2);
 }
 
+/// Waits until the device announces idleness in the test doorbell page.
+fn wait_announced_idle(d: &TestDriver) {
+    let start = std::time::Instant::now();
+    while d.db.idle(TEST_DB_PAGE) != DB_DEVICE_IDLE {
+        assert!(start.elapsed() < TIMEOUT, "device never went idle");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+#[test]
+fn rq_doorbells_need_no_wake_unless_a_qp_of_the_page_is_in_the_error_state() {
+    let mut cfg = DeviceConfig::new([2, 0, 0, 0, 0, 3]);
+    cfg.idle_after = Duration::from_millis(5);
+    let mut d = TestDriver::new(cfg);
+    let (mut cq, mut qp) = d.self_connected_rc(PD, 6, ALL_ACCESS);
+    let (buf, key) = d.buffer(PD, 8192, ALL_ACCESS);
+    wait_announced_idle(&d);
+    assert_eq!(
+        d.db.rq_no_wake(TEST_DB_PAGE),
+        DB_RQ_NO_WAKE,
+        "an RTS QP's RQ doorbell needs no wake"
+    );
+    // Posted without a wake, the receive is taken when a SEND needs it.
+    let wakes = d.wakes;
+    assert!(!d.post_recv_as_librox(&mut qp, 7, &[sge(buf + 4096, 64, key)]));
+    let w = send_wqe(1, WR_SEND, WQE_FLAG_SIGNALED, &[sge(buf, 16, key)]);
+    d.post_send(&mut qp, &w);
+    assert_eq!(d.wakes, wakes + 1, "only the SQ doorbell woke the device");
+    let mut got: Vec<(u64, u8)> = (0..2)
+        .map(|_| d.wait_cqe(&mut cq))
+        .map(|c| (c.wr_id, c.status))
+        .collect();
+    got.sort_unstable();
+    assert_eq!(got, [(1, WC_SUCCESS), (7, WC_SUCCESS)]);
+    // In the error state the device flushes new receive WQEs when it sees their doorbell: the
+    // page says RQ doorbells need a wake again, and the wake gets the flush.
+    assert_eq!(d.modify_qp_state(qp.qpn, QPS_ERR), ADMIN_STATUS_SUCCESS);
+    wait_announced_idle(&d);
+    assert_eq!(d.db.rq_no_wake(TEST_DB_PAGE), 0);
+    assert!(d.post_recv_as_librox(&mut qp, 8, &[sge(buf + 4096, 64, key)]));
+    let c = d.wait_cqe(&mut cq);
+    assert_eq!((c.wr_id, c.status), (8, WC_WR_FLUSH_ERR));
+}
+
 /// How many data-path threads (named `rox-datapath`) of this process have timer slack `slack`,
 /// as the kernel shows it in /proc/TID/timerslack_ns (another thread's slack: CAP_SYS_NICE).
 fn data_path_threads_with_slack(slack: Duration) -> usize {

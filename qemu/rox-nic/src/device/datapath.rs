@@ -308,8 +308,9 @@ impl DataPath {
             let _ = p.flush_capture();
         }
         self.account_port_tx();
+        let rq_wake = self.rq_wake_pages();
         self.shared.idle.store(DB_DEVICE_IDLE, Ordering::SeqCst);
-        self.shared.doorbells.set_idle(DB_DEVICE_IDLE);
+        self.shared.doorbells.set_idle_with_rq_wakes(&rq_wake);
         fence(Ordering::SeqCst);
         let found = !self.shared.is_fatal() && self.scan_doorbells();
         if !found && self.ctl.is_empty() {

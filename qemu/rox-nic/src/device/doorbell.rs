@@ -3,6 +3,7 @@
 //! loads.
 
 use std::fs::File;
+use std::mem::offset_of;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -70,11 +71,45 @@ impl DoorbellBar {
             .store(value, Ordering::Release);
     }
 
+    /// Stores `value` in every page's `device_idle`. Release stores, not a full barrier
+    /// each: 256 SeqCst stores (a locked exchange each, one per page) took 5.2 µs with the
+    /// pages cached (1.7 µs as Release stores), paid on every wake before the device looked
+    /// at a doorbell and on every idle announcement (docs/benchmarks.md, "Session 13"). The
+    /// protocol needs one full barrier: the caller's `fence(SeqCst)` between announcing
+    /// idleness and its last re-scan. When the device wakes, software that still reads idle
+    /// only wakes it once more, and a doorbell a running device's scan misses is seen by its
+    /// next pass.
     pub fn set_idle(&self, value: u32) {
         for page in 0..regs::DB_PAGE_COUNT {
             self.word(page as usize * regs::ROX_PAGE_SIZE)
-                .store(value, Ordering::SeqCst);
+                .store(value, Ordering::Release);
         }
+    }
+
+    /// Announces idleness in every page, each saying first whether its RQ doorbells need a
+    /// wake (`DbPage::rq_no_wake`): they do on the pages in `rq_wake`, no others. Both words
+    /// share a cache line, so this costs what [`Self::set_idle`] does; as there, the caller
+    /// fences before its re-scan.
+    pub fn set_idle_with_rq_wakes(&self, rq_wake: &PageSet) {
+        for page in 0..regs::DB_PAGE_COUNT {
+            let base = page as usize * regs::ROX_PAGE_SIZE;
+            let no_wake = if rq_wake.contains(page) {
+                0
+            } else {
+                regs::DB_RQ_NO_WAKE
+            };
+            // Before `device_idle`: software that sees the device idle sees this too.
+            self.word(base + offset_of!(regs::DbPage, rq_no_wake))
+                .store(no_wake, Ordering::Relaxed);
+            self.word(base)
+                .store(regs::DB_DEVICE_IDLE, Ordering::Release);
+        }
+    }
+
+    /// `DbPage::rq_no_wake` of `page` as the device last announced it.
+    pub fn rq_no_wake(&self, page: u32) -> u32 {
+        self.word(page as usize * regs::ROX_PAGE_SIZE + offset_of!(regs::DbPage, rq_no_wake))
+            .load(Ordering::Acquire)
     }
 
     pub fn idle(&self, page: u32) -> u32 {
@@ -93,6 +128,25 @@ impl DoorbellBar {
             self.word(off).store(value, Ordering::Relaxed);
         }
         std::sync::atomic::fence(Ordering::SeqCst);
+    }
+}
+
+/// A set of doorbell pages, one bit per page.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PageSet([u64; (regs::DB_PAGE_COUNT as usize).div_ceil(64)]);
+
+impl PageSet {
+    /// Adds `page` (a page past `DB_PAGE_COUNT` is no page: ignored).
+    pub fn insert(&mut self, page: u32) {
+        if let Some(w) = self.0.get_mut(page as usize / 64) {
+            *w |= 1 << (page % 64);
+        }
+    }
+
+    pub fn contains(&self, page: u32) -> bool {
+        self.0
+            .get(page as usize / 64)
+            .is_some_and(|w| w & (1 << (page % 64)) != 0)
     }
 }
 

@@ -43,6 +43,23 @@ impl TestDriver {
         self.kick();
     }
 
+    /// Posts a receive WQE as librox does: stores the RQ doorbell and wakes the idle device
+    /// only if the page says its RQ doorbells need a wake (`DbPage::rq_no_wake`). Returns
+    /// whether it woke the device.
+    pub fn post_recv_as_librox(&mut self, qp: &mut TestQp, wr_id: u64, sges: &[Sge]) -> bool {
+        self.write_recv(qp.rq, qp.rq_depth, &mut qp.rq_pi, wr_id, sges);
+        self.db.store_b(TEST_DB_PAGE, qp.db_slot, qp.rq_pi);
+        fence(Ordering::SeqCst);
+        if self.db.idle(TEST_DB_PAGE) == DB_DEVICE_IDLE
+            && self.db.rq_no_wake(TEST_DB_PAGE) != DB_RQ_NO_WAKE
+        {
+            self.wakes += 1;
+            self.write_reg(WAKE_REG, TEST_DB_PAGE);
+            return true;
+        }
+        false
+    }
+
     pub fn post_srq(&mut self, srq: &mut TestSrq, wr_id: u64, sges: &[Sge]) {
         self.write_recv(srq.ring, srq.depth, &mut srq.pi, wr_id, sges);
         self.db.store_a(TEST_DB_PAGE, srq.db_slot, srq.pi);

@@ -1,7 +1,7 @@
 //! Doorbells and send queues: scanning the doorbell pages and CQ arm words, fetching and
 //! decoding SQ WQEs for the engine, telling it about new receive WQEs, failing broken QPs.
 
-use super::super::doorbell::DoorbellBar;
+use super::super::doorbell::{DoorbellBar, PageSet};
 use super::super::state::QpQueues;
 use super::*;
 use crate::dma::read_as;
@@ -152,6 +152,20 @@ impl DataPath {
             return true;
         }
         false
+    }
+
+    /// The doorbell pages whose RQ doorbells must wake the idle device: those of QPs with a
+    /// receive queue of their own in the error state, whose new receive WQEs
+    /// [`Self::process_rq`] flushes. Elsewhere the engine reads an RQ's producer index when a
+    /// message needs a receive WQE, so an RQ doorbell needs no wake.
+    pub(super) fn rq_wake_pages(&self) -> PageSet {
+        let mut pages = PageSet::default();
+        for qp in self.hw.qps.values() {
+            if qp.rq.is_some() && !qp.broken && self.engine.qp_state(qp.qpn) == Some(QpState::Err) {
+                pages.insert(qp.db_page);
+            }
+        }
+        pages
     }
 }
 
