@@ -252,10 +252,46 @@ impl PeerRemoved for CompanionGone<'_> {
         let dev = &self.0;
         if let Wake::Posted(posted) = &dev.wake {
             posted.companion_removed(dev.pdev, &dev.regs, || {
-                dev.registry().revoke_user_mappings()
+                dev.registry()
+                    .revoke_user_mappings()
+                    .then(|| fail_user_qps(dev))
             });
         }
     }
+}
+
+/// The processes' doorbells no longer reach the device (their mappings were revoked): each
+/// user QP is moved to ERR through the device, which flushes its outstanding work requests into
+/// its CQs (user memory, still polled), and gets IB_EVENT_QP_FATAL, so that its process learns
+/// it must reopen the device instead of posting into nothing. Kernel QPs are left alone: their
+/// wakes and doorbells still reach the device. Returns how many QPs were moved. Sleeps.
+///
+/// A QP destroyed meanwhile fails the modify (no such QPN) and is skipped; its number comes
+/// back only after the device's QPN counter wraps around.
+fn fail_user_qps(dev: &RoxDev<'_>) -> usize {
+    let qpns = match dev.registry().user_qps() {
+        Ok(qpns) => qpns,
+        Err(e) => {
+            dev_err!(dev.pdev, "cannot list the user QPs to fail: {:?}\n", e);
+            return 0;
+        }
+    };
+    let mut failed = 0;
+    for qpn in qpns {
+        let cmd = admin::ModifyQpCmd {
+            qpn,
+            attr_mask: uapi::verbs::QP_STATE,
+            attr: admin::QpAttr {
+                qp_state: uapi::verbs::QPS_ERR,
+                ..Default::default()
+            },
+        };
+        if dev.run::<admin::ModifyQp>(cmd).is_ok() {
+            dev.registry().qp_event(qpn, AsyncEvent::QpFatal);
+            failed += 1;
+        }
+    }
+    failed
 }
 
 /// The PCI driver's data of one bound rox-nic. Fields drop in order: the companion's removal

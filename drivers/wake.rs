@@ -113,14 +113,15 @@ impl PostedWake {
     /// The companion leaves the bus (`dev`'s PCI bus notifier, before its BARs are released):
     /// the device goes back to trapped wakes (told first, so a wake posted meanwhile still
     /// counts), the kernel's wakes switch to `WAKE_REG` and the companion is released (after
-    /// every kernel wake already ringing it), then `revoke_user_mappings` revokes the
-    /// processes' mappings (none of its page is made after `gone` is set). Says so in dmesg.
-    /// A second call does nothing.
+    /// every kernel wake already ringing it), then `cut_off_users` revokes the processes'
+    /// mappings (none of its page is made after `gone` is set) and fails their QPs: it answers
+    /// how many QPs, or None when the device is not registered (nothing to revoke). Says so in
+    /// dmesg. A second call does nothing.
     pub(crate) fn companion_removed(
         &self,
         dev: &pci::Device,
         regs: &Regs<'_>,
-        revoke_user_mappings: impl FnOnce() -> bool,
+        cut_off_users: impl FnOnce() -> Option<usize>,
     ) {
         {
             let mut gone = self.gone.lock();
@@ -131,17 +132,20 @@ impl PostedWake {
         }
         regs.write(regs::REG_WAKE_MODE, regs::WAKE_MODE_TRAPPED);
         self.companion.revoke();
-        let revoked = revoke_user_mappings();
-        dev_warn!(
-            dev,
-            "wake mode: trapped (companion {} removed; {})\n",
-            self.device.name(),
-            if revoked {
-                "user mappings of the device revoked, processes must reopen it"
-            } else {
-                "no user mappings to revoke"
-            }
-        );
+        match cut_off_users() {
+            Some(qps) => dev_warn!(
+                dev,
+                "wake mode: trapped (companion {} removed; user mappings of the device revoked \
+                 and its user QPs moved to error ({}), processes must reopen it)\n",
+                self.device.name(),
+                qps
+            ),
+            None => dev_warn!(
+                dev,
+                "wake mode: trapped (companion {} removed; no user mappings to revoke)\n",
+                self.device.name()
+            ),
+        }
     }
 }
 

@@ -192,6 +192,28 @@ impl Registry {
         }
     }
 
+    /// The numbers of the registered QPs that belong to user contexts (ib_core's `uobject`
+    /// set; kernel QPs are left out). May sleep: the list is allocated outside the lock.
+    pub(crate) fn user_qps(&self) -> Result<KVec<Qpn>> {
+        loop {
+            let room = self.inner.lock().qps.iter().count();
+            let mut qpns = KVec::with_capacity(room, GFP_KERNEL)?;
+            let inner = self.inner.lock();
+            if inner.qps.iter().count() > room {
+                continue; // created meanwhile: allocate again
+            }
+            for (qpn, qp) in inner.qps.iter() {
+                // SAFETY: `qp` is registered, hence alive; ib_core sets `uobject` before the
+                // QP is created and never changes it.
+                if unsafe { !(*qp.0.as_ptr()).uobject.is_null() } {
+                    // Within the capacity reserved above: allocates nothing.
+                    qpns.push(*qpn, GFP_ATOMIC)?;
+                }
+            }
+            return Ok(qpns);
+        }
+    }
+
     /// An asynchronous event of SRQ `id`.
     pub(crate) fn srq_event(&self, id: u32, event: AsyncEvent) {
         let inner = self.inner.lock();

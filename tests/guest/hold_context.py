@@ -1,12 +1,16 @@
 """Hold a context of a rox device across its companion's removal (t-driver-companion-removal.sh).
 
 Usage: hold_context.py DEV READY GO. Opens DEV, makes a PD, MR, CQ and an RC QP in INIT and
-posts one receive (so its doorbell and wake pages are mapped and used), creates the file READY,
-waits for the file GO, then posts one more receive (its stores now land wherever the kernel
-left the mappings: they must not crash the process or the kernel), destroys everything and
-prints "held DEV across the removal".
+posts one receive (wr_id 1: its doorbell and wake pages are mapped and used), creates the file
+READY, waits for the file GO, then posts one more receive (wr_id 2: its stores now land wherever
+the kernel left the mappings: they must not crash the process or the kernel). rox.ko moved the
+QP to error when the companion went (docs/driver.md "Companion removed while held"): the holder
+must get IBV_EVENT_QP_FATAL (ibv_get_async_event) and receive 1 back from its CQ flushed
+(IBV_WC_WR_FLUSH_ERR), else it exits nonzero. Then it destroys everything and prints "held DEV
+across the removal".
 """
 import os
+import signal
 import sys
 import time
 
@@ -29,7 +33,7 @@ qp = QP(pd, QPInitAttr(qp_type=e.IBV_QPT_RC, scq=cq, rcq=cq, cap=QPCap(max_recv_
 attr = QPAttr(port_num=1)
 attr.qp_access_flags = e.IBV_ACCESS_LOCAL_WRITE
 qp.to_init(attr)
-qp.post_recv(RecvWR(num_sge=1, sg=[SGE(mr.buf, 64, mr.lkey)]))
+qp.post_recv(RecvWR(wr_id=1, num_sge=1, sg=[SGE(mr.buf, 64, mr.lkey)]))
 open(ready, "w").close()
 deadline = time.monotonic() + 120
 while not os.path.exists(go):
@@ -37,7 +41,28 @@ while not os.path.exists(go):
         sys.exit("no go within 120 s")
     time.sleep(0.05)
 time.sleep(0.1)  # the device has gone idle: the post below rings the wake page too
-qp.post_recv(RecvWR(num_sge=1, sg=[SGE(mr.buf, 64, mr.lkey)]))
+qp.post_recv(RecvWR(wr_id=2, num_sge=1, sg=[SGE(mr.buf, 64, mr.lkey)]))
+
+# The QP's fate, told twice: the fatal event (acknowledged before the QP is destroyed, which
+# waits for that) and the flush of the receive the device had. An alarm ends a wait for an
+# event that never comes (the blocked read fails, and so does the holder).
+signal.signal(signal.SIGALRM, lambda *_: sys.exit("no async event within 10 s"))
+signal.alarm(10)
+event = ctx.get_async_event()
+signal.alarm(0)
+event_type = event.event_type
+event.ack()
+if event_type != e.IBV_EVENT_QP_FATAL:
+    sys.exit(f"async event {event_type}, not IBV_EVENT_QP_FATAL ({e.IBV_EVENT_QP_FATAL})")
+flushed = []
+deadline = time.monotonic() + 10
+while not flushed and time.monotonic() < deadline:
+    _, wcs = cq.poll(4)
+    flushed = [(wc.wr_id, wc.status) for wc in wcs]
+    time.sleep(0.01)
+if flushed != [(1, e.IBV_WC_WR_FLUSH_ERR)]:
+    sys.exit(f"completions {flushed}, not receive 1 flushed ({e.IBV_WC_WR_FLUSH_ERR})")
+print(f"QP_FATAL and receive 1 flushed (status {e.IBV_WC_WR_FLUSH_ERR})", flush=True)
 for obj in (qp, cq, mr, pd, ctx):
     obj.close()
 print(f"held {dev} across the removal", flush=True)

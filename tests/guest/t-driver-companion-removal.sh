@@ -1,8 +1,9 @@
 #!/bin/bash
 # The posted-wake companion removed under a loaded rox.ko (guest; docs/driver.md "Companion
 # removed while held"): rox_0's companion is removed through sysfs while a process holds a
-# context of rox_0 with its pages mapped. rox.ko must say so in dmesg (one line naming the
-# companion), put rox_0 back to trapped wakes — a new process's rings of the sleeping device
+# context of rox_0 with its pages mapped and a receive posted. rox.ko must say so in dmesg (one
+# line naming the companion), move the holder's QP to error (IBV_EVENT_QP_FATAL, its receive
+# flushed: hold_context.py checks both), put rox_0 back to trapped wakes — a new process's rings of the sleeping device
 # and the kernel's own wakes count as wakes_trapped, none as wakes_posted —, keep it working (a
 # new ibv_rc_pingpong on rox_0), let the holder post again and exit, and unload cleanly, with
 # no kernel complaint (nor, on the debug kernel, a leak or a lockdep report). Then the bus is rescanned: the companion comes back and a fresh load of
@@ -63,7 +64,7 @@ expect_trapped() {
 
 # A process holding a context (doorbell and wake pages mapped) across the removal.
 rm -f /tmp/hold-ready /tmp/hold-go
-python3 "$(dirname "$0")/hold_context.py" $DEV /tmp/hold-ready /tmp/hold-go >/tmp/hold.out 2>&1 &
+timeout 120 python3 "$(dirname "$0")/hold_context.py" $DEV /tmp/hold-ready /tmp/hold-go >/tmp/hold.out 2>&1 &
 holder=$!
 for _ in $(seq 100); do [ -e /tmp/hold-ready ] && break; sleep 0.1; done
 [ -e /tmp/hold-ready ] || fail "the holder made no context: $(cat /tmp/hold.out)"
@@ -73,12 +74,16 @@ echo 1 >"$companion_dir/remove" || fail "cannot remove $companion"
 line=$(dmesg | grep "$pci: wake mode: trapped (companion $companion removed")
 [ -n "$line" ] || fail "rox.ko said nothing of its companion's removal"
 echo "dmesg: ${line#*] }"
+# The holder's one QP is the only user QP of $DEV.
+[[ $line == *"user QPs moved to error (1)"* ]] || fail "rox.ko failed not exactly the holder's QP"
 
-# The holder posts again (its mappings were revoked: its stores must hurt nobody) and exits.
+# The holder posts again (its mappings were revoked: its stores must hurt nobody), gets its
+# QP's fatal event and its first receive flushed, and exits.
 touch /tmp/hold-go
 wait $holder || fail "the holder failed: $(cat /tmp/hold.out)"
 holder=
 grep -q "^held $DEV across the removal" /tmp/hold.out || fail "holder: $(cat /tmp/hold.out)"
+echo "holder: $(grep QP_FATAL /tmp/hold.out)"
 
 # A new process's context: trapped wakes (BAR0's wake page), each ring finds the device asleep.
 read_wakes
