@@ -121,19 +121,19 @@ impl Watch {
                     out,
                     " {name} {} {:.1}/{:.1} {}/{}/{}{}",
                     a.thread.state,
-                    ms_ns(a.thread.run_ns - b.thread.run_ns),
-                    ms_ns(a.thread.wait_ns - b.thread.wait_ns),
-                    a.passes - b.passes,
-                    a.work_passes - b.work_passes,
-                    a.naps - b.naps,
+                    ms_ns(a.thread.run_ns.saturating_sub(b.thread.run_ns)),
+                    ms_ns(a.thread.wait_ns.saturating_sub(b.thread.wait_ns)),
+                    a.passes.saturating_sub(b.passes),
+                    a.work_passes.saturating_sub(b.work_passes),
+                    a.naps.saturating_sub(b.naps),
                     if a.idle { " idle" } else { "" },
                 );
             }
             let _ = write!(
                 out,
                 " app {:.1}/{:.1}",
-                ms_ns(s.app.run_ns - before.app.run_ns),
-                ms_ns(s.app.wait_ns - before.app.wait_ns)
+                ms_ns(s.app.run_ns.saturating_sub(before.app.run_ns)),
+                ms_ns(s.app.wait_ns.saturating_sub(before.app.wait_ns))
             );
             before = *s;
         }
@@ -218,10 +218,16 @@ mod tests {
         assert!(me.run_ns > 0);
         stop_tx.send(()).unwrap();
         sleeper.join().unwrap();
-        assert_eq!(
-            thread_sample(tid).state,
-            '?',
-            "a thread that is gone has no entry"
-        );
+        // join returns once the kernel clears the thread's tid, a moment before it unhashes
+        // the thread's /proc entry.
+        let mut gone = thread_sample(tid);
+        for _ in 0..100 {
+            if gone.state == '?' {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+            gone = thread_sample(tid);
+        }
+        assert_eq!(gone.state, '?', "a thread that is gone has no entry");
     }
 }

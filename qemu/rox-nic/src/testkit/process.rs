@@ -11,7 +11,7 @@ const ACCEPTCON: &str = "00010000";
 /// Whether a socket listens on the unix socket path `path` (/proc/net/unix). Tells more than
 /// the file's existence: the file appears at bind, before listen, and a connect in between is
 /// refused (a test that waited only for the file failed once under load). Does not connect, so
-/// it never takes a one-client server's only client.
+/// it never takes a one-client server's only client. A path with whitespace never matches.
 pub fn listening_at(path: &Path) -> bool {
     let Ok(table) = std::fs::read_to_string("/proc/net/unix") else {
         return false;
