@@ -153,11 +153,14 @@ impl PacedReads {
                     let head_end = s.end.min(offset(first, &s));
                     let tail_next = s.next.max(offset(end, &s));
                     if s.next < head_end {
-                        self.queue.push_back(Owed::Read(ReadStream { end: head_end, ..s }));
+                        self.queue
+                            .push_back(Owed::Read(ReadStream { end: head_end, ..s }));
                     }
                     if tail_next < s.end {
-                        self.queue
-                            .push_back(Owed::Read(ReadStream { next: tail_next, ..s }));
+                        self.queue.push_back(Owed::Read(ReadStream {
+                            next: tail_next,
+                            ..s
+                        }));
                     }
                 }
                 Owed::Response(hdr) => {

@@ -506,11 +506,19 @@ fn a_retry_of_a_few_responses_forgets_only_those_behind_the_pacing() {
     );
     psns.sort_unstable();
     psns.dedup();
-    assert_eq!(psns, (100..116).collect::<Vec<u32>>(), "every response sent");
+    assert_eq!(
+        psns,
+        (100..116).collect::<Vec<u32>>(),
+        "every response sent"
+    );
     assert_eq!(sent.len(), 17, "none but the retried one twice: {sent:?}");
     for p in &sent {
         let psn = p.hdr.bth.psn.get();
-        let (base, at) = if psn < 108 { (0, psn - 100) } else { (0x2000, psn - 108) };
+        let (base, at) = if psn < 108 {
+            (0, psn - 100)
+        } else {
+            (0x2000, psn - 108)
+        };
         let from = base + at as usize * 1024;
         assert_eq!(p.payload, &env.mem[from..from + 1024], "PSN {psn}'s data");
     }
