@@ -237,7 +237,7 @@ impl Qp {
     /// The pacing decision before READ response `s.next`: whether the QP's rate holds it
     /// (then `s` waits at the head of the queue and the QP's pacing timer is set).
     pub(super) fn read_response_held(&mut self, now: u64, s: ReadStream) -> bool {
-        if self.cc.rp.is_none() {
+        if !self.cc.paced() {
             return false;
         }
         let Some(until) = self.cc.paced_until(now) else {
@@ -250,7 +250,7 @@ impl Qp {
 
     /// A READ response of `bytes` left: it spends the QP's rate.
     pub(super) fn read_response_sent(&mut self, bytes: u64, now: u64) {
-        if self.cc.rp.is_some() {
+        if self.cc.paced() {
             self.cc.sent(bytes, now);
         }
     }
