@@ -50,7 +50,7 @@ LISTEN_WAIT_S = 60
 SETTLE_S = 3
 # perftest's report line: bytes, iterations, BW peak, BW average [MB/s], MsgRate [Mpps].
 BW_LINE = re.compile(r"^\s*(\d+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s*$")
-BOTTLENECK_LINE = re.compile(r"bottleneck stats: (.*)$")
+BOTTLENECK_LINE = re.compile(r"bottleneck stats: (.*)$", re.M)
 
 GUEST = in_guest.Guest("cc")
 
@@ -214,8 +214,12 @@ def receiver(seconds, size):
     if "panicked" in log:
         say("FAIL: rox-nic panicked: " + log[log.index("panicked") - 200:][:600])
         failed = True
+    # Every line (logged at most once a second while the counts change): where in time the
+    # drops and marks fell.
+    series = [{k: int(v) for k, v in (kv.split("=") for kv in line.split())} for line in stats]
     print("CC " + json.dumps({"role": "receiver", "counters_before": before,
                               "counters": after, "bottleneck_log": bottleneck,
+                              "bottleneck_series": series,
                               "read_flow": READ_FLOW, "read_samples": read_samples}), flush=True)
     if failed:
         for o in outs:

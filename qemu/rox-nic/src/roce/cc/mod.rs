@@ -389,8 +389,13 @@ pub struct QpCc {
     /// The device's setting when the QP was created.
     pub enabled: bool,
     pub params: CcParams,
-    /// The reaction point's rate (None: never cut, or recovered: line rate, no pacing).
+    /// The reaction point's rate (None: never cut, or recovered: the highest rate).
     pub rp: Option<Dcqcn>,
+    /// A CNP cut the QP once: from then on it is paced, at its DCQCN rate or, recovered, at
+    /// the highest rate. On hardware the line is the limit; rox's port has none, and a device
+    /// faster than a line rate set below its speed (a lab's) would send a recovered QP's
+    /// window as one burst far faster than the line. A QP never cut costs one test a packet.
+    cut_once: bool,
     /// The requester sends its next packet no earlier than this (ns; pacing at the rate).
     pub not_before: u64,
     /// When the last paced packet's time began and its size: its wait is recomputed at the
@@ -419,8 +424,14 @@ impl QpCc {
         }
     }
 
+    /// Whether the QP's packets are paced: once a CNP has cut it.
+    pub fn paced(&self) -> bool {
+        self.cut_once
+    }
+
     /// A CNP for the QP at `now` (congestion control on): DCQCN cuts the rate.
     pub fn on_cnp(&mut self, now: u64) {
+        self.cut_once = true;
         // A flow that recovered while idle is forgotten: this CNP is a first one again.
         if let Some(rp) = &mut self.rp {
             rp.advance(now, &self.params);
@@ -435,32 +446,42 @@ impl QpCc {
     }
 
     /// The time the requester's next packet must wait for (None: it may go now). Costs one
-    /// test while the QP sends at line rate. The wait is the last packet's time at the rate
-    /// now (the timer may have raised it since the packet went), and ends no later than the
-    /// next increase event, which may shorten it again: a packet sent at a floor of 1 Mb/s
-    /// does not hold the QP for its 33 ms at that rate.
+    /// test while the QP was never cut. The wait is the last packet's time at the rate now
+    /// (the timer may have raised it since the packet went), and ends no later than the next
+    /// increase event, which may shorten it again: a packet sent at a floor of 1 Mb/s does
+    /// not hold the QP for its 33 ms at that rate.
     pub fn paced_until(&mut self, now: u64) -> Option<u64> {
-        let rp = self.rp.as_mut()?;
-        if now >= self.not_before {
+        if !self.cut_once || now >= self.not_before {
             return None;
         }
-        rp.advance(now, &self.params);
-        if rp.recovered(&self.params) {
-            self.rp = None;
-            return None;
+        if let Some(rp) = &mut self.rp {
+            rp.advance(now, &self.params);
+            if rp.recovered(&self.params) {
+                self.rp = None;
+            }
         }
-        self.not_before = self.last_sent + dcqcn::wire_time_ns(self.last_bytes, rp.rate_kbps());
-        (now < self.not_before).then(|| self.not_before.min(rp.next_increase_ns()))
+        let rate = self.rate_kbps();
+        self.not_before = self.last_sent + dcqcn::wire_time_ns(self.last_bytes, rate);
+        let next_increase = self.rp.as_ref().map_or(u64::MAX, Dcqcn::next_increase_ns);
+        (now < self.not_before).then(|| self.not_before.min(next_increase))
     }
 
     /// The requester sent `bytes` at `now`: the next packet waits their time at the rate.
     pub fn sent(&mut self, bytes: u64, now: u64) {
-        let Some(rp) = &mut self.rp else { return };
-        rp.on_sent(bytes, now, &self.params);
+        if !self.cut_once {
+            return;
+        }
+        if let Some(rp) = &mut self.rp {
+            rp.on_sent(bytes, now, &self.params);
+        }
         self.last_sent = self.not_before.max(now);
         self.last_bytes = bytes;
-        self.not_before = self.last_sent + dcqcn::wire_time_ns(bytes, rp.rate_kbps());
-        if rp.recovered(&self.params) {
+        self.not_before = self.last_sent + dcqcn::wire_time_ns(bytes, self.rate_kbps());
+        if self
+            .rp
+            .as_ref()
+            .is_some_and(|rp| rp.recovered(&self.params))
+        {
             self.rp = None;
         }
     }
@@ -549,7 +570,7 @@ mod tests {
     }
 
     #[test]
-    fn a_cut_qp_is_paced_at_its_rate_and_a_recovered_one_is_not() {
+    fn a_cut_qp_is_paced_at_its_rate_and_a_recovered_one_at_the_line_rate() {
         let mut cc = QpCc::new(&CcConfig::default());
         assert_eq!(cc.paced_until(0), None, "never cut: line rate, no pacing");
         cc.sent(4096, 0);
@@ -561,10 +582,50 @@ mod tests {
         let gap = dcqcn::wire_time_ns(4096, rate);
         assert_eq!(cc.paced_until(1_000), Some(1_000 + gap));
         assert_eq!(cc.paced_until(1_000 + gap), None);
-        // A second afterwards the timer has brought it back to line rate: state forgotten.
+        // A second afterwards the timer has brought it back to line rate: state forgotten,
+        // paced at the line rate.
         cc.sent(4096, 1_000_000_000);
         assert!(cc.rp.is_none());
-        assert_eq!(cc.paced_until(1_000_000_001), None);
+        let at_line = dcqcn::wire_time_ns(4096, cc.params.max_rate_kbps());
+        assert_eq!(cc.paced_until(1_000_000_001), Some(1_000_000_000 + at_line));
+        assert_eq!(cc.paced_until(1_000_000_000 + at_line), None);
+    }
+
+    /// A device faster than its line (a lab sets line_rate to its bottleneck's 400 Mb/s):
+    /// a recovered QP goes on at the line rate, not at the device's speed. Forgotten along
+    /// with its DCQCN state, it sent its whole window at once (the lab's tail drops).
+    #[test]
+    fn a_recovered_qp_sends_no_faster_than_the_line_rate() {
+        let mut cfg = CcConfig::default();
+        cfg.params.line_rate = 400;
+        let mut cc = QpCc::new(&cfg);
+        cc.on_cnp(0);
+        // A device that can send a 4 KiB packet every 10 µs (3.3 Gb/s) sends as the pacing
+        // lets it, for 2 s: the QP recovers.
+        const DEVICE_GAP: u64 = 10_000;
+        let mut now = 0;
+        let send = |cc: &mut QpCc, now: &mut u64| {
+            while let Some(until) = cc.paced_until(*now) {
+                *now = until;
+            }
+            cc.sent(4096, *now);
+            *now += DEVICE_GAP;
+        };
+        while now < 2_000_000_000 {
+            send(&mut cc, &mut now);
+        }
+        assert!(cc.rp.is_none(), "recovered");
+        let gap = dcqcn::wire_time_ns(4096, 400_000);
+        assert_eq!(gap, 81_920);
+        let start = now;
+        for _ in 0..100 {
+            send(&mut cc, &mut now);
+        }
+        let took = now - start;
+        assert!(
+            (99 * gap..=101 * gap).contains(&took),
+            "100 packets of 4 KiB in {took} ns: at 400 Mb/s they take 100 × {gap}"
+        );
     }
 
     #[test]

@@ -121,9 +121,8 @@ impl PacedReads {
         !self.queue.is_empty()
     }
 
-    /// Forgets every waiting response at `psn` or later: a duplicate READ from `psn` asks
-    /// for them again (the requester resends from its first missing response on), and a
-    /// READ that failed at `psn` ends its responder's answers there (a NAK).
+    /// Forgets every waiting response at `psn` or later: a READ that failed at `psn` ends
+    /// its responder's answers there (its NAK answers them).
     pub(super) fn forget_from(&mut self, psn: Psn) {
         self.queue.retain_mut(|owed| match owed {
             Owed::Read(s) => {
@@ -137,6 +136,55 @@ impl PacedReads {
             self.wake_at = None;
         }
     }
+
+    /// Forgets the waiting responses of PSNs `first..end` (end exclusive), which a duplicate
+    /// READ asks for again; the rest keep their place. A READ's waiting responses on both
+    /// sides of the range stay, as two streams. Only what the duplicate covers goes: rox's
+    /// requester asks again for exactly the responses it lost, and the responses behind them
+    /// would otherwise never be sent (it waited for a tail probe or its timer to find each
+    /// READ behind); a go-back-N requester asks again for every later request too, and each
+    /// of those duplicates replaces its own responses in turn.
+    fn forget_range(&mut self, first: Psn, end: Psn) {
+        let offset = |psn: Psn, s: &ReadStream| psn.diff(s.psn).max(0) as u32;
+        let owed = std::mem::take(&mut self.queue);
+        for o in owed {
+            match o {
+                Owed::Read(s) => {
+                    let head_end = s.end.min(offset(first, &s));
+                    let tail_next = s.next.max(offset(end, &s));
+                    if s.next < head_end {
+                        self.queue
+                            .push_back(Owed::Read(ReadStream { end: head_end, ..s }));
+                    }
+                    if tail_next < s.end {
+                        self.queue.push_back(Owed::Read(ReadStream {
+                            next: tail_next,
+                            ..s
+                        }));
+                    }
+                }
+                Owed::Response(hdr) => {
+                    if !hdr.bth.psn.within(first, end.prev()) {
+                        self.queue.push_back(o);
+                    }
+                }
+            }
+        }
+        if self.queue.is_empty() {
+            self.wake_at = None;
+        }
+    }
+
+    /// Queues `stream` in PSN order: before the first waiting response past its first PSN.
+    fn insert_in_order(&mut self, stream: ReadStream) {
+        let first = stream.psn.add(stream.next);
+        let at = self.queue.iter().position(|o| match o {
+            Owed::Read(s) => s.psn.add(s.next).after(first),
+            Owed::Response(hdr) => hdr.bth.psn.after(first),
+        });
+        self.queue
+            .insert(at.unwrap_or(self.queue.len()), Owed::Read(stream));
+    }
 }
 
 impl Qp {
@@ -149,9 +197,10 @@ impl Qp {
         stats: &mut EngineStats,
         stream: ReadStream,
     ) -> bool {
-        self.paced_reads.forget_from(stream.psn.add(stream.next));
+        let (first, end) = (stream.psn.add(stream.next), stream.psn.add(stream.end));
+        self.paced_reads.forget_range(first, end);
         if self.paced_reads.pending() {
-            self.paced_reads.queue.push_back(Owed::Read(stream));
+            self.paced_reads.insert_in_order(stream);
             return true;
         }
         self.stream_read_responses(env, stats, stream)
@@ -188,7 +237,7 @@ impl Qp {
     /// The pacing decision before READ response `s.next`: whether the QP's rate holds it
     /// (then `s` waits at the head of the queue and the QP's pacing timer is set).
     pub(super) fn read_response_held(&mut self, now: u64, s: ReadStream) -> bool {
-        if self.cc.rp.is_none() {
+        if !self.cc.paced() {
             return false;
         }
         let Some(until) = self.cc.paced_until(now) else {
@@ -201,7 +250,7 @@ impl Qp {
 
     /// A READ response of `bytes` left: it spends the QP's rate.
     pub(super) fn read_response_sent(&mut self, bytes: u64, now: u64) {
-        if self.cc.rp.is_some() {
+        if self.cc.paced() {
             self.cc.sent(bytes, now);
         }
     }

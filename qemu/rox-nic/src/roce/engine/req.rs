@@ -210,7 +210,7 @@ impl Qp {
                     break;
                 }
             }
-            if self.cc.rp.is_some() {
+            if self.cc.paced() {
                 if let Some(until) = self.cc.paced_until(env.now_ns()) {
                     // Above its DCQCN rate: the packet waits for the engine's timer.
                     self.cc.wake_at = Some(until);
@@ -236,7 +236,7 @@ impl Qp {
             match self.send_packet(env, stats, cursor) {
                 Ok(()) => {
                     self.req.fault_wait_ns = 0;
-                    if self.cc.rp.is_some() {
+                    if self.cc.paced() {
                         self.cc.sent(stats.tx_bytes - bytes_before, env.now_ns());
                     }
                     if self.cfg.qp_type == QpType::Rc {

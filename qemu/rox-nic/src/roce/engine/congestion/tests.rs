@@ -472,6 +472,58 @@ fn an_ack_waits_for_paced_read_responses_and_a_retried_read_replaces_the_rest() 
     assert_eq!(engine.stats().rx_duplicates, 1);
 }
 
+/// A selective retry (rox's requester asks again for exactly the responses it lost) takes
+/// the place of those responses only: the responses of the same READ past its range and of
+/// the READs after it still waiting behind the pacing are sent, each once. Forgetting
+/// everything from the retry's PSN on (right for a go-back-N retry, which asks again for all
+/// of it) left the requester waiting for a tail probe or its timer for every READ behind.
+#[test]
+fn a_retry_of_a_few_responses_forgets_only_those_behind_the_pacing() {
+    let mut env = TestEnv::new();
+    let mut engine = paced_responder(&mut env, 0);
+    // A second 8 KiB READ (PSN 108..115) behind the first.
+    engine
+        .receive(&mut env, &read_request(108, 0x2000, 8 * 1024))
+        .unwrap();
+    engine.poll(&mut env);
+    assert_eq!(env.sent.len(), 1, "cut: one READ response, the rest wait");
+    // Response 100 was lost on the way: the requester asks again for it alone.
+    engine
+        .receive(&mut env, &read_request(100, 0, 1024))
+        .unwrap();
+    // And later, with responses 101..103 in, for 104..105.
+    env.now += 1;
+    engine
+        .receive(&mut env, &read_request(104, 4 * 1024, 2 * 1024))
+        .unwrap();
+    play_timers(&mut engine, &mut env, 0);
+    let sent = env.sent_parsed();
+    let mut psns: Vec<u32> = sent.iter().map(|p| p.hdr.bth.psn.get()).collect();
+    assert_eq!(
+        psns.iter().filter(|&&psn| psn == 100).count(),
+        2,
+        "100, then its retry: {psns:?}"
+    );
+    psns.sort_unstable();
+    psns.dedup();
+    assert_eq!(
+        psns,
+        (100..116).collect::<Vec<u32>>(),
+        "every response sent"
+    );
+    assert_eq!(sent.len(), 17, "none but the retried one twice: {sent:?}");
+    for p in &sent {
+        let psn = p.hdr.bth.psn.get();
+        let (base, at) = if psn < 108 {
+            (0, psn - 100)
+        } else {
+            (0x2000, psn - 108)
+        };
+        let from = base + at as usize * 1024;
+        assert_eq!(p.payload, &env.mem[from..from + 1024], "PSN {psn}'s data");
+    }
+}
+
 /// A responder cut to 100 Mb/s by a CNP, then a READ of 8 KiB at PSN 100 (8 responses)
 /// and `then` (PSN 108 on): every packet it sends, as (opcode, PSN), whether the READ's
 /// data was right, and the last packet's AETH syndrome.
