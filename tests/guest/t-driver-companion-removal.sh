@@ -88,7 +88,7 @@ echo "holder: $(grep QP_FATAL /tmp/hold.out)"
 # A new process's context: trapped wakes (BAR0's wake page), each ring finds the device asleep.
 read_wakes
 python3 "$(dirname "$0")/wake_after_idle.py" 3 $PAUSE_S || fail "wake_after_idle.py failed"
-expect_trapped "librox, 3 rings of a sleeping $DEV" 3
+expect_trapped "librox, 3 SRQ rings of a sleeping $DEV" 3
 
 # The device is not stalled: RC pingpong on rox_0 (QP-to-QP loopback).
 timeout 120 ibv_rc_pingpong -d $DEV -g 0 -n 20 >/tmp/comp-server.out 2>&1 &

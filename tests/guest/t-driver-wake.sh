@@ -3,7 +3,7 @@
 #   - with a posted-wake companion (rox-nic offers CAP_POSTED_WAKE; rox-lab's default: a QEMU
 #     ivshmem-doorbell 1af4:1110 beside each NIC), every rox device must say "wake mode:
 #     posted" at probe, and every wake must be a posted doorbell (rox-nic's wakes_posted
-#     grows, wakes_trapped does not) for librox (wake_after_idle.py rings rox_0 ROUNDS times
+#     grows, wakes_trapped does not) for librox (wake_after_idle.py rings rox_0's SRQ ROUNDS times
 #     while it sleeps; then ibv_rc_pingpong) and for the kernel (rox_kverbs_test.ko, kernel
 #     QPs only, between rox_0 and rox_1);
 #   - without one (ROX_POSTED_WAKE=off in the lab), every device says "wake mode: trapped
@@ -88,7 +88,16 @@ expect() {
 # librox, deterministically: each ring finds the device asleep.
 read_wakes
 python3 "$(dirname "$0")/wake_after_idle.py" $ROUNDS $PAUSE_S || fail "wake_after_idle.py failed"
-expect "librox, $ROUNDS rings of a sleeping $DEV" $ROUNDS
+expect "librox, $ROUNDS SRQ rings of a sleeping $DEV" $ROUNDS
+# An RQ doorbell needs no wake while no QP of its page is in the error state (the device
+# reads the RQ when a message needs a receive WQE; DbPage::rq_no_wake): none at all.
+read_wakes
+python3 "$(dirname "$0")/wake_after_idle.py" $ROUNDS $PAUSE_S rq || fail "wake_after_idle.py rq failed"
+before_posted=${wakes[posted]} before_trapped=${wakes[trapped]}
+read_wakes
+rq_wakes=$((${wakes[posted]} - before_posted + ${wakes[trapped]} - before_trapped))
+echo "librox, $ROUNDS RQ rings of a sleeping $DEV: $rq_wakes wakes"
+[ "$rq_wakes" = 0 ] || fail "librox woke $DEV $rq_wakes times for RQ doorbells of QPs not in the error state"
 
 # librox under traffic: RC pingpong on rox_0 (QP-to-QP loopback), started on an idle device.
 read_wakes
