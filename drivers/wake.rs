@@ -16,6 +16,7 @@ use crate::{
     },
     ib::pci_peer::{EnabledPci, MappedPci, PeerPci, PeerRemoved, RemovalWatch},
 };
+use core::sync::atomic::{AtomicBool, Ordering};
 use kernel::{
     device::Device, new_mutex, pci, prelude::*, revocable::Revocable, sync::aref::ARef, sync::Mutex,
 };
@@ -71,6 +72,9 @@ pub(crate) struct PostedWake {
     /// Whether the companion is gone. User mappings of its page are made under this lock, and
     /// it is set under it before the mappings are revoked, so no mapping survives the removal.
     gone: Pin<KBox<Mutex<bool>>>,
+    /// Set once the removal has revoked the processes' mappings: a context made after that
+    /// maps only pages that stay live; one made before is cut off ([`Self::cuts_off`]).
+    users_cut_off: AtomicBool,
 }
 
 impl PostedWake {
@@ -82,6 +86,7 @@ impl PostedWake {
             regs_pfn,
             device,
             gone: KBox::pin_init(new_mutex!(false), GFP_KERNEL)?,
+            users_cut_off: AtomicBool::new(false),
         })
     }
 
@@ -99,6 +104,19 @@ impl PostedWake {
         }
         self.companion
             .try_access_with(|c| (c.regs_pfn(), c.doorbell()))
+    }
+
+    /// Whether a context made now is one a removal would cut off: its pages may be mapped
+    /// before the removal revokes them (recorded by the context, asked of [`Self::cuts_off`]).
+    pub(crate) fn context_before_cut_off(&self) -> bool {
+        !self.users_cut_off.load(Ordering::Acquire)
+    }
+
+    /// Whether a context made when [`Self::context_before_cut_off`] said `made_before` is cut
+    /// off: the removal has begun, so its doorbell and wake pages are (or are about to be)
+    /// ib_core's dummy page, and a CQ, QP or SRQ it made now would never reach the device.
+    pub(crate) fn cuts_off(&self, made_before: bool) -> bool {
+        made_before && *self.gone.lock()
     }
 
     /// Runs `map` (a process maps page `pfn`) unless `pfn` is the removed companion's page.
@@ -132,7 +150,9 @@ impl PostedWake {
         }
         regs.write(regs::REG_WAKE_MODE, regs::WAKE_MODE_TRAPPED);
         self.companion.revoke();
-        match cut_off_users() {
+        let cut_off = cut_off_users();
+        self.users_cut_off.store(true, Ordering::Release);
+        match cut_off {
             Some(qps) => dev_warn!(
                 dev,
                 "wake mode: trapped (companion {} removed; user mappings of the device revoked \
