@@ -250,7 +250,9 @@ impl<H: PeerRemoved> RemovalWatch<H> {
             },
             GFP_KERNEL,
         )?;
-        let raw = KBox::into_raw(boxed);
+        // Made before registering, so that no error path can leave a registered block.
+        let watch = NonNull::from(KBox::leak(boxed));
+        let raw = watch.as_ptr();
         // SAFETY: `raw` is a live allocation with a valid callback; it stays registered (and
         // allocated) until `drop`.
         let ret = unsafe {
@@ -263,9 +265,7 @@ impl<H: PeerRemoved> RemovalWatch<H> {
             return Err(e);
         }
         // INVARIANT: registered just above.
-        Ok(Self {
-            watch: NonNull::new(raw).ok_or(EINVAL)?,
-        })
+        Ok(Self { watch })
     }
 
     /// The notifier chain's callback: `data` is the `struct device` the event is about.
