@@ -18,7 +18,8 @@ use crate::{
 };
 use core::sync::atomic::{AtomicBool, Ordering};
 use kernel::{
-    device::Device, new_mutex, pci, prelude::*, revocable::Revocable, sync::aref::ARef, sync::Mutex,
+    device::{Bound, Device},
+    new_mutex, pci, prelude::*, revocable::Revocable, sync::aref::ARef, sync::Mutex,
 };
 
 /// A matched companion: its register BAR mapped for the kernel's wakes, the doorbell word, and
@@ -192,11 +193,16 @@ pub(crate) fn apply(dev: &pci::Device, regs: &Regs<'_>, wake: &Wake) {
 }
 
 /// The watched companion, as seen by the PCI bus notifier: a [`RemovalWatch`] of its device.
-pub(crate) fn watch<H: PeerRemoved>(wake: &Wake, handler: H) -> Result<Option<RemovalWatch<H>>> {
+/// The watch ends when `owner` (the rox device) is unbound at the latest.
+pub(crate) fn watch<'bound, H: PeerRemoved + 'bound>(
+    owner: &'bound Device<Bound>,
+    wake: &Wake,
+    handler: H,
+) -> Result<Option<RemovalWatch<'bound, H>>> {
     let Wake::Posted(p) = wake else {
         return Ok(None);
     };
-    Ok(Some(RemovalWatch::new(&p.device, handler)?))
+    Ok(Some(RemovalWatch::new(owner, &p.device, handler)?))
 }
 
 /// Finds the device's companion and chooses the wake mode. Says in dmesg why when it is the
