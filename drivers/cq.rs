@@ -142,7 +142,7 @@ pub(crate) fn create(
     let req: ud::CreateCqReq = udata.read()?;
     let log_depth = req.log_depth;
     let (ring, depth) = pin_user_ring(dev, ib, req.buf_addr, log_depth, init.cqe)?;
-    let db = uctx.alloc_db_slot()?;
+    let db = uctx.alloc_db_slot(dev)?;
     let desc = ring.desc();
     let ring = KBox::pin_init(new_mutex!(ring), GFP_KERNEL)?;
     let cmd = admin::CreateCqCmd {

@@ -300,7 +300,7 @@ fn fail_user_qps(dev: &RoxDev<'_>) -> usize {
 /// interrupt thread may still be resolving a page fault while the ib_device is unregistered:
 /// dereg_mr waits for it (`odp::OdpMrs`), so no region outlives the ib_device.
 pub(crate) struct RoxPci<'bound> {
-    _companion_watch: Option<RemovalWatch<CompanionGone<'bound>>>,
+    _companion_watch: Option<RemovalWatch<'bound, CompanionGone<'bound>>>,
     _ib: IbRegistration<'bound, RoxVerbs>,
     _irqs: MsixIrqs<'bound, EqHandler<'bound>>,
     _dev: Arc<RoxDev<'bound>>,
@@ -377,7 +377,7 @@ impl<'bound> RoxPci<'bound> {
         crate::wake::apply(bound, &rox.regs, &rox.wake);
         // As soon as there is a `RoxDev` to switch back (a removal since `wake::setup` is not
         // seen: known limit, driver.md); before the ib_device, no user mapping to revoke.
-        let companion_watch = crate::wake::watch(&rox.wake, CompanionGone(rox.clone()))?;
+        let companion_watch = crate::wake::watch(dev, &rox.wake, CompanionGone(rox.clone()))?;
 
         let irqs = MsixIrqs::new(bound, num_comp + 1, c"rox-eq", |eqn| EqHandler {
             dev: rox.clone(),

@@ -158,7 +158,7 @@ pub(crate) fn create(
             )
         }
     };
-    let db = uctx.alloc_db_slot()?;
+    let db = uctx.alloc_db_slot(dev)?;
     let cmd = admin::CreateQpCmd {
         qp_type,
         sq_sig_all: init.sq_sig_all.into(),

@@ -83,7 +83,7 @@ pub(crate) fn create(
         queue::RQ_WQE_SIZE << log_depth,
         verbs::ACCESS_LOCAL_WRITE,
     )?;
-    let db = uctx.alloc_db_slot()?;
+    let db = uctx.alloc_db_slot(dev)?;
     let cmd = admin::CreateSrqCmd {
         pd: pdn,
         log_depth: log_depth as u8,

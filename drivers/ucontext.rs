@@ -22,6 +22,9 @@ pub(crate) struct Ucontext {
     slots: Arc<DbSlots>,
     _db_entry: MmapEntry,
     _wake_entry: MmapEntry,
+    /// Made before a companion's removal revoked the processes' mappings
+    /// (`wake::PostedWake::context_before_cut_off`).
+    before_cut_off: bool,
 }
 
 impl Ucontext {
@@ -29,7 +32,15 @@ impl Ucontext {
         self.db_page
     }
 
-    pub(crate) fn alloc_db_slot(&self) -> Result<DbSlot> {
+    /// A doorbell slot for a new CQ, QP or SRQ of the context. EIO once the companion's
+    /// removal has cut the context off: its doorbell and wake pages no longer reach the device,
+    /// so the new queue would silently do nothing (docs/driver.md).
+    pub(crate) fn alloc_db_slot(&self, dev: &RoxDev<'_>) -> Result<DbSlot> {
+        if let Wake::Posted(posted) = &dev.wake {
+            if posted.cuts_off(self.before_cut_off) {
+                return Err(EIO);
+            }
+        }
         DbSlot::alloc(&self.slots)
     }
 }
@@ -53,6 +64,11 @@ pub(crate) fn alloc(
     udata: &mut Udata<'_>,
 ) -> Result<Ucontext> {
     udata.expect_no_input()?;
+    // Read before anything is mapped: a removal that ends later cuts the context off.
+    let before_cut_off = match &dev.wake {
+        Wake::Posted(posted) => posted.context_before_cut_off(),
+        Wake::Trapped => false,
+    };
     let page = DbPage {
         dev,
         page: dev.db_pages.alloc().map_err(|_| ENOMEM)?,
@@ -97,6 +113,7 @@ pub(crate) fn alloc(
         slots,
         _db_entry: db_entry,
         _wake_entry: wake_entry,
+        before_cut_off,
     })
 }
 

@@ -16,8 +16,10 @@ use crate::{
     },
     ib::pci_peer::{EnabledPci, MappedPci, PeerPci, PeerRemoved, RemovalWatch},
 };
+use core::sync::atomic::{AtomicBool, Ordering};
 use kernel::{
-    device::Device, new_mutex, pci, prelude::*, revocable::Revocable, sync::aref::ARef, sync::Mutex,
+    device::{Bound, Device},
+    new_mutex, pci, prelude::*, revocable::Revocable, sync::aref::ARef, sync::Mutex,
 };
 
 /// A matched companion: its register BAR mapped for the kernel's wakes, the doorbell word, and
@@ -71,6 +73,9 @@ pub(crate) struct PostedWake {
     /// Whether the companion is gone. User mappings of its page are made under this lock, and
     /// it is set under it before the mappings are revoked, so no mapping survives the removal.
     gone: Pin<KBox<Mutex<bool>>>,
+    /// Set once the removal has revoked the processes' mappings: a context made after that
+    /// maps only pages that stay live; one made before is cut off ([`Self::cuts_off`]).
+    users_cut_off: AtomicBool,
 }
 
 impl PostedWake {
@@ -82,6 +87,7 @@ impl PostedWake {
             regs_pfn,
             device,
             gone: KBox::pin_init(new_mutex!(false), GFP_KERNEL)?,
+            users_cut_off: AtomicBool::new(false),
         })
     }
 
@@ -99,6 +105,19 @@ impl PostedWake {
         }
         self.companion
             .try_access_with(|c| (c.regs_pfn(), c.doorbell()))
+    }
+
+    /// Whether a context made now is one a removal would cut off: its pages may be mapped
+    /// before the removal revokes them (recorded by the context, asked of [`Self::cuts_off`]).
+    pub(crate) fn context_before_cut_off(&self) -> bool {
+        !self.users_cut_off.load(Ordering::Acquire)
+    }
+
+    /// Whether a context made when [`Self::context_before_cut_off`] said `made_before` is cut
+    /// off: the removal has begun, so its doorbell and wake pages are (or are about to be)
+    /// ib_core's dummy page, and a CQ, QP or SRQ it made now would never reach the device.
+    pub(crate) fn cuts_off(&self, made_before: bool) -> bool {
+        made_before && *self.gone.lock()
     }
 
     /// Runs `map` (a process maps page `pfn`) unless `pfn` is the removed companion's page.
@@ -132,7 +151,9 @@ impl PostedWake {
         }
         regs.write(regs::REG_WAKE_MODE, regs::WAKE_MODE_TRAPPED);
         self.companion.revoke();
-        match cut_off_users() {
+        let cut_off = cut_off_users();
+        self.users_cut_off.store(true, Ordering::Release);
+        match cut_off {
             Some(qps) => dev_warn!(
                 dev,
                 "wake mode: trapped (companion {} removed; user mappings of the device revoked \
@@ -172,11 +193,16 @@ pub(crate) fn apply(dev: &pci::Device, regs: &Regs<'_>, wake: &Wake) {
 }
 
 /// The watched companion, as seen by the PCI bus notifier: a [`RemovalWatch`] of its device.
-pub(crate) fn watch<H: PeerRemoved>(wake: &Wake, handler: H) -> Result<Option<RemovalWatch<H>>> {
+/// The watch ends when `owner` (the rox device) is unbound at the latest.
+pub(crate) fn watch<'bound, H: PeerRemoved + 'bound>(
+    owner: &'bound Device<Bound>,
+    wake: &Wake,
+    handler: H,
+) -> Result<Option<RemovalWatch<'bound, H>>> {
     let Wake::Posted(p) = wake else {
         return Ok(None);
     };
-    Ok(Some(RemovalWatch::new(&p.device, handler)?))
+    Ok(Some(RemovalWatch::new(owner, &p.device, handler)?))
 }
 
 /// Finds the device's companion and chooses the wake mode. Says in dmesg why when it is the

@@ -5,7 +5,13 @@
 //! bound to, so this layer does the rest with the kernel's own bindings.
 
 use core::ptr::NonNull;
-use kernel::{bindings as kb, error::to_result, pci, prelude::*};
+use kernel::{
+    bindings as kb,
+    device::{Bound, Device},
+    error::to_result,
+    pci,
+    prelude::*,
+};
 
 fn c_ulong(value: u64) -> Result<kernel::ffi::c_ulong> {
     Ok(kernel::ffi::c_ulong::try_from(value)?)
@@ -224,23 +230,36 @@ struct Watch<H> {
 
 /// Calls `H::removed` when the watched PCI device is deleted, through a notifier on the PCI bus
 /// (rox binds no driver to the device, so no `remove` callback would tell it). Unregistered on
-/// drop, which waits for a running call.
+/// drop, which waits for a running call, and in any case when `owner` is unbound: the
+/// unregistration is a devres action of `owner`, which drop runs early. So a watch never
+/// dropped (`mem::forget` is safe) still ends before anything the handler borrows for
+/// `'bound` does.
 ///
 /// # Invariants
 ///
-/// `watch` is a `KBox` allocation registered on `pci_bus_type`'s notifier chain until drop.
-pub(crate) struct RemovalWatch<H: PeerRemoved> {
+/// `watch` is a `KBox` allocation registered on `pci_bus_type`'s notifier chain, and
+/// `release::<H>` of it is a devres action of `owner` that unregisters and frees it, until
+/// drop runs that action (or `owner`'s unbinding does, if drop never comes).
+pub(crate) struct RemovalWatch<'bound, H: PeerRemoved + 'bound> {
     watch: NonNull<Watch<H>>,
+    owner: &'bound Device<Bound>,
 }
 
-// SAFETY: the handler is `Send + Sync`; the block is only touched by the notifier chain.
-unsafe impl<H: PeerRemoved> Send for RemovalWatch<H> {}
+// SAFETY: the handler is `Send + Sync`; the block is only touched by the notifier chain and
+// the devres action, and `owner` is a shared reference to a `Sync` device.
+unsafe impl<H: PeerRemoved> Send for RemovalWatch<'_, H> {}
 // SAFETY: see `Send`; `&RemovalWatch` gives no access at all.
-unsafe impl<H: PeerRemoved> Sync for RemovalWatch<H> {}
+unsafe impl<H: PeerRemoved> Sync for RemovalWatch<'_, H> {}
 
-impl<H: PeerRemoved> RemovalWatch<H> {
-    /// Watches `target` (a device rox holds, e.g. a [`MappedPci`]'s) for removal. Sleeps.
-    pub(crate) fn new(target: &kernel::device::Device, handler: H) -> Result<Self> {
+fn device_raw(dev: &Device<impl kernel::device::DeviceContext>) -> *mut kb::device {
+    // `Device` is `#[repr(transparent)]` over `Opaque<bindings::device>`.
+    core::ptr::from_ref(dev).cast_mut().cast()
+}
+
+impl<'bound, H: PeerRemoved + 'bound> RemovalWatch<'bound, H> {
+    /// Watches `target` (a device rox holds, e.g. a [`MappedPci`]'s) for removal for at most
+    /// as long as `owner` (the device rox is bound to) stays bound. Sleeps.
+    pub(crate) fn new(owner: &'bound Device<Bound>, target: &Device, handler: H) -> Result<Self> {
         let target = core::ptr::from_ref(target) as usize;
         let boxed = KBox::new(
             Watch {
@@ -250,9 +269,11 @@ impl<H: PeerRemoved> RemovalWatch<H> {
             },
             GFP_KERNEL,
         )?;
-        let raw = KBox::into_raw(boxed);
+        // Made before registering, so that no error path can leave a registered block.
+        let watch = NonNull::from(KBox::leak(boxed));
+        let raw = watch.as_ptr();
         // SAFETY: `raw` is a live allocation with a valid callback; it stays registered (and
-        // allocated) until `drop`.
+        // allocated) until `release` runs.
         let ret = unsafe {
             (*raw).nb.notifier_call = Some(Self::notify);
             kb::bus_register_notifier(&raw const kb::pci_bus_type, &raw mut (*raw).nb)
@@ -262,10 +283,29 @@ impl<H: PeerRemoved> RemovalWatch<H> {
             drop(unsafe { KBox::from_raw(raw) });
             return Err(e);
         }
-        // INVARIANT: registered just above.
-        Ok(Self {
-            watch: NonNull::new(raw).ok_or(EINVAL)?,
-        })
+        // SAFETY: `owner` is bound for 'bound; `release` gets the registered block, and on
+        // failure `devm_add_action_or_reset` has already run it (unregistered and freed).
+        to_result(unsafe {
+            kb::devm_add_action_or_reset(device_raw(owner), Some(Self::release), raw.cast())
+        })?;
+        // INVARIANT: registered, and its release a devres action of `owner`, just above.
+        Ok(Self { watch, owner })
+    }
+
+    /// The devres action (run by drop, or by `owner`'s unbinding): unregisters the block, which
+    /// waits for a running callback, then frees it with the handler.
+    ///
+    /// # Safety
+    ///
+    /// `data` is the registered `Watch<H>` of a `RemovalWatch`, released at most once.
+    unsafe extern "C" fn release(data: *mut kernel::ffi::c_void) {
+        let raw = data.cast::<Watch<H>>();
+        // SAFETY: registered (contract); once unregistered nothing refers to the block and the
+        // allocation is ours again.
+        unsafe {
+            kb::bus_unregister_notifier(&raw const kb::pci_bus_type, &raw mut (*raw).nb);
+            drop(KBox::from_raw(raw));
+        }
     }
 
     /// The notifier chain's callback: `data` is the `struct device` the event is about.
@@ -290,14 +330,17 @@ impl<H: PeerRemoved> RemovalWatch<H> {
     }
 }
 
-impl<H: PeerRemoved> Drop for RemovalWatch<H> {
+impl<'bound, H: PeerRemoved + 'bound> Drop for RemovalWatch<'bound, H> {
     fn drop(&mut self) {
-        let raw = self.watch.as_ptr();
-        // SAFETY: registered (type invariant); unregistering waits for a running callback, after
-        // which nothing refers to the block and the allocation is ours again.
+        // SAFETY: `owner` is still bound (it is borrowed for 'bound, and `self` lives within
+        // it), so the action added by `new` is still on its devres list (type invariant):
+        // `devm_release_action` runs it once (unregisters and frees) and removes it.
         unsafe {
-            kb::bus_unregister_notifier(&raw const kb::pci_bus_type, &raw mut (*raw).nb);
-            drop(KBox::from_raw(raw));
-        }
+            kb::devm_release_action(
+                device_raw(self.owner),
+                Some(Self::release),
+                self.watch.as_ptr().cast(),
+            )
+        };
     }
 }

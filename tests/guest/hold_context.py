@@ -6,9 +6,11 @@ READY, waits for the file GO, then posts one more receive (wr_id 2: its stores n
 the kernel left the mappings: they must not crash the process or the kernel). rox.ko moved the
 QP to error when the companion went (docs/driver.md "Companion removed while held"): the holder
 must get IBV_EVENT_QP_FATAL (ibv_get_async_event) and receive 1 back from its CQ flushed
-(IBV_WC_WR_FLUSH_ERR), else it exits nonzero. Then it destroys everything and prints "held DEV
+(IBV_WC_WR_FLUSH_ERR), and a new CQ or QP of the context must be refused with EIO (the context
+is cut off), else it exits nonzero. Then it destroys everything and prints "held DEV
 across the removal".
 """
+import errno
 import os
 import signal
 import sys
@@ -19,6 +21,7 @@ import pyverbs.device as d
 import pyverbs.enums as e
 import pyverbs.mr as m
 import pyverbs.pd as p
+from pyverbs.pyverbs_error import PyverbsRDMAError
 from pyverbs.qp import QP, QPAttr, QPCap, QPInitAttr
 from pyverbs.wr import SGE, RecvWR
 
@@ -63,6 +66,23 @@ while not flushed and time.monotonic() < deadline:
 if flushed != [(1, e.IBV_WC_WR_FLUSH_ERR)]:
     sys.exit(f"completions {flushed}, not receive 1 flushed ({e.IBV_WC_WR_FLUSH_ERR})")
 print(f"QP_FATAL and receive 1 flushed (status {e.IBV_WC_WR_FLUSH_ERR})", flush=True)
+
+# The removal cut the context off: a CQ or QP it makes now would ring pages that no longer
+# reach the device, so rox.ko refuses them with EIO (a clear error, not a queue that never runs).
+def refused(what, make):
+    try:
+        obj = make()
+    except PyverbsRDMAError as err:
+        if err.error_code != errno.EIO:
+            sys.exit(f"new {what}: errno {err.error_code}, not EIO ({errno.EIO}): {err}")
+        return
+    obj.close()
+    sys.exit(f"new {what} of the cut-off context was created, not refused with EIO")
+
+
+refused("CQ", lambda: c.CQ(ctx, 8))
+refused("QP", lambda: QP(pd, QPInitAttr(qp_type=e.IBV_QPT_RC, scq=cq, rcq=cq, cap=QPCap())))
+print("new CQ and QP of the cut-off context refused with EIO", flush=True)
 for obj in (qp, cq, mr, pd, ctx):
     obj.close()
 print(f"held {dev} across the removal", flush=True)

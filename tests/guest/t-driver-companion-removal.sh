@@ -3,7 +3,8 @@
 # removed while held"): rox_0's companion is removed through sysfs while a process holds a
 # context of rox_0 with its pages mapped and a receive posted. rox.ko must say so in dmesg (one
 # line naming the companion), move the holder's QP to error (IBV_EVENT_QP_FATAL, its receive
-# flushed: hold_context.py checks both), put rox_0 back to trapped wakes — a new process's rings of the sleeping device
+# flushed; a new CQ or QP of that context refused with EIO: hold_context.py checks all three),
+# put rox_0 back to trapped wakes — a new process's rings of the sleeping device
 # and the kernel's own wakes count as wakes_trapped, none as wakes_posted —, keep it working (a
 # new ibv_rc_pingpong on rox_0), let the holder post again and exit, and unload cleanly, with
 # no kernel complaint (nor, on the debug kernel, a leak or a lockdep report). Then the bus is rescanned: the companion comes back and a fresh load of
@@ -84,6 +85,7 @@ wait $holder || fail "the holder failed: $(cat /tmp/hold.out)"
 holder=
 grep -q "^held $DEV across the removal" /tmp/hold.out || fail "holder: $(cat /tmp/hold.out)"
 echo "holder: $(grep QP_FATAL /tmp/hold.out)"
+echo "holder: $(grep 'refused with EIO' /tmp/hold.out)"
 
 # A new process's context: trapped wakes (BAR0's wake page), each ring finds the device asleep.
 read_wakes
