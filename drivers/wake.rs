@@ -19,7 +19,11 @@ use crate::{
 use core::sync::atomic::{AtomicBool, Ordering};
 use kernel::{
     device::{Bound, Device},
-    new_mutex, pci, prelude::*, revocable::Revocable, sync::aref::ARef, sync::Mutex,
+    new_mutex, pci,
+    prelude::*,
+    revocable::Revocable,
+    sync::aref::ARef,
+    sync::Mutex,
 };
 
 /// A matched companion: its register BAR mapped for the kernel's wakes, the doorbell word, and
