@@ -40,8 +40,10 @@ stage lab-selftest qemu/rox-lab/selftest || exit 1
 stage guest-tests tests/guest/run "$flavour" || exit 1
 stage guest-pair tests/guest/pair-pingpong || exit 1
 # Two guests joined by a rox-to-rox cable (shared-memory rings, docs/networking.md): no tap for
-# those NICs, so the pingpong and the checksummed 64 MiB WRITE and READ cross the cable or fail.
+# those NICs, so the pingpongs, perftest and the checksummed 256 MiB WRITE and READ cross the
+# cable or fail; then NVMe-oF (nvmet-rdma/nvme-rdma, fio crc32c verify) and clean unloads across it.
 stage guest-cable tests/net/cable-pair || exit 1
+stage guest-ulp-cable tests/ulp/run --cable --cases nvme,unload || exit 1
 # The lab's other shapes (rox-lab, docs/networking.md): two guests on two subnets through the
 # router namespace, and one guest on a 1500-byte Ethernet.
 stage guest-routed tests/net/routed-pingpong || exit 1

@@ -1,18 +1,19 @@
 #!/bin/bash
 # Guest side of tests/net/cable-pair: guest 1 serves, guest 0 connects, over NIC 0 (the cable).
 #   cable.sh server|client
-# ibv_rc_pingpong -c (tests/net/pair.sh), then rdma-xfer WRITE and READ of CABLE_XFER_MIB MiB,
-# each checked by a checksum of every byte on both sides.
+# ibv_rc_pingpong -c and ibv_srq_pingpong -c, perftest's ib_write_bw, ib_read_bw and
+# ib_send_lat (tests/net/pair.sh), then rdma-xfer WRITE and READ of CABLE_XFER_MIB MiB (default
+# 256), each checked by a checksum of every byte on both sides.
 set -u
 role=$1
 . "$(dirname "$0")/../guest/lab.sh"
 fail() { echo "FAIL cable $role: $*"; exit 1; }
 [ "${ROX_CABLE:-0}" = 1 ] || fail "the lab has no cable (rox-lab --cable)"
-mib=${CABLE_XFER_MIB:-64}
+mib=${CABLE_XFER_MIB:-256}
 # Build rdma-xfer first: the compile overlaps the peer's boot.
 gcc -O2 -Wall -Wextra -Werror -o /tmp/rdma-xfer /rox/tests/interop/rdma-xfer.c -lrdmacm -libverbs ||
 	fail "cannot build rdma-xfer"
-PAIR_ITERS=${PAIR_ITERS:-200} bash "$(dirname "$0")/pair.sh" "$role" rc || exit 1
+PAIR_ITERS=${PAIR_ITERS:-200} bash "$(dirname "$0")/pair.sh" "$role" rc srq write_bw read_bw send_lat || exit 1
 server=$ROX_IP_1_0
 port=18515
 for op in write read; do

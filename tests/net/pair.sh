@@ -3,8 +3,9 @@
 # its lab NIC 0 — a rox device (rox.ko, $ROX_KO) or, on a virtio NIC, rdma_rxe. Unmodified
 # programs: the libibverbs pingpongs with -c validation (their TCP side channel and the RoCE
 # packets both cross the lab network), rping and ucmatose over rdma_cm (the CM handshake over
-# both guests' QP1).
+# both guests' QP1), and perftest's bandwidth and latency tools (their TCP side channel too).
 #   pair.sh server|client TEST...      TEST: rc rc-events uc ud srq rping ucmatose
+#                                            write_bw read_bw send_lat
 # Environment: PAIR_ITERS (default 200), PAIR_PP_ARGS (extra rc/uc/srq pingpong arguments,
 # e.g. "-s 8192 -m 1024"), PAIR_ROUTED=1 (the client asserts the server is on another subnet,
 # reached through the router), PAIR_ACTIVE_MTU (both assert the port's active_mtu).
@@ -59,6 +60,9 @@ READY_BOARD_PORT=7472
 READY_BOARD_LIMIT_S=$((SERVER_WAIT_S - 30))
 ready_board="python3 $(dirname "$0")/../lib/ready_board.py"
 pp="-d $dev -g $gid -n $iters"
+PERF_BW_SIZE=65536
+PERF_LAT_SIZE=64
+perf="-d $dev -x $gid -n $iters -F"
 rc=0
 for t in "$@"; do
 	case $t in
@@ -69,6 +73,11 @@ for t in "$@"; do
 	srq) cmd="ibv_srq_pingpong -c $pp ${PAIR_PP_ARGS:-}" ;;
 	# XRC: an XRC domain, an XRC SRQ and XRC_RECV/XRC_SEND QPs per side (issue 19).
 	xsrq) cmd="ibv_xsrq_pingpong $pp" ;;
+	# perftest: 64 KiB RDMA WRITE and READ streams, 64 B SEND latency. They check every
+	# completion's status, not the data (rdma-xfer and the pingpongs' -c do that).
+	write_bw) cmd="ib_write_bw $perf -s $PERF_BW_SIZE" ;;
+	read_bw) cmd="ib_read_bw $perf -s $PERF_BW_SIZE" ;;
+	send_lat) cmd="ib_send_lat $perf -s $PERF_LAT_SIZE" ;;
 	rping | ucmatose | xclient) cmd= ;;
 	*) fail "unknown test $t" ;;
 	esac
@@ -87,6 +96,9 @@ for t in "$@"; do
 	ucmatose) cmd="ucmatose -s $peer -c 2 -C 20 -S 1024"; check() { grep -q 'return status 0' /tmp/c.log; } ;;
 	xclient) cmd="rdma_xclient -s $peer -p $XSERVER_PORT -c x"; check() { grep -q 'end 0' /tmp/c.log; } ;;
 	xsrq) cmd="$cmd $peer"; check() { grep -qx success /tmp/c.log; } ;;
+	# perftest's result row: bytes, iterations, then the numbers.
+	write_bw | read_bw) cmd="$cmd $peer"; check() { grep -qE "^ *$PERF_BW_SIZE +$iters +[0-9.]+" /tmp/c.log; } ;;
+	send_lat) cmd="$cmd $peer"; check() { grep -qE "^ *$PERF_LAT_SIZE +$iters +[0-9.]+" /tmp/c.log; } ;;
 	*) cmd="$cmd $peer"; check() { grep -q 'iters in' /tmp/c.log; } ;;
 	esac
 	if [ "$t" = xclient ]; then
@@ -116,7 +128,7 @@ for t in "$@"; do
 		done
 	fi
 	if [ $c = 0 ] && check; then
-		echo "ok   $t: $(grep 'iters in' /tmp/c.log || tail -1 /tmp/c.log)"
+		echo "ok   $t: $(grep -E 'iters in|^ *[0-9]+ +[0-9]+ +[0-9.]+' /tmp/c.log || tail -1 /tmp/c.log)"
 	else
 		echo "FAIL client: $t ($cmd, exit $c)"
 		cat /tmp/c.log

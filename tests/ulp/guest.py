@@ -776,8 +776,14 @@ def main():
     ap.add_argument("--kmemleak", action="store_true", help="end with a kmemleak scan on both sides")
     ap.add_argument("--fault-kmemleak", action="store_true",
                     help="the target scans for leaks itself once rox.ko is unloaded after the fault")
+    ap.add_argument("--cable", action="store_true",
+                    help="the transport's NIC must be on rox-lab's rox-to-rox cable (no tap)")
     a = ap.parse_args()
     a.cases = a.cases.split(",")
+    # rox-lab tells each guest whether its lab has a cable: a --cable run that got the bridge
+    # would pass without crossing the cable.
+    if a.cable and os.environ.get("ROX_CABLE") != "1":
+        sys.exit("ulp: --cable, but rox-lab says this lab has no cable (ROX_CABLE != 1)")
     if (a.kmemleak or a.fault_kmemleak) and os.access("/sys/kernel/debug/kmemleak", os.W_OK):
         write("/sys/kernel/debug/kmemleak", "clear")
     rdma = Rdma(a.transport, a.nic, a.ko)
