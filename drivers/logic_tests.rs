@@ -1,13 +1,15 @@
 // SPDX-License-Identifier: GPL-2.0
 //! The tests of rox.ko's pure logic, written once and run twice: `wq_record.rs` (retiring work
-//! requests by WQE index) and `cq_clean.rs` (a reset QP's CQEs taken out of a CQ ring).
+//! requests by WQE index), `cq_clean.rs` (a reset QP's CQEs taken out of a CQ ring) and
+//! `cut_off.rs` (a companion's removal against a create of a cut-off context).
 //!
 //! - On the host, `cargo test -p rox-driver-host-tests` (`drivers/host/` includes this file by
 //!   path): every `#[test]` below is a plain unit test.
 //! - In rox.ko, on a kernel with CONFIG_KUNIT=y (rox's debug kernel; rox_main.rs includes this
 //!   file only there): `#[kunit_tests]` makes each module a KUnit suite (`rox_wq_record`,
-//!   `rox_cq_clean`) and each `#[test]` a case of the same name, which the kernel runs when
-//!   rox.ko loads; KTAP in dmesg and debugfs, judged by tests/guest/t-driver-kunit.sh.
+//!   `rox_cq_clean`, `rox_cut_off`) and each `#[test]` a case of the same name, which the
+//!   kernel runs when rox.ko loads; KTAP in dmesg and debugfs, judged by
+//!   tests/guest/t-driver-kunit.sh.
 //!
 //! So the cases need no allocation (fixed arrays) and no `assert!` (KUnit's replaces it only
 //! in the test functions themselves, not in their helpers): each returns a [`Checked`], and
@@ -310,6 +312,142 @@ mod cq_clean_suite {
         check!(ring.polls_to(consumer, &[(7, 1), (7, 3)]));
         // Nothing of QP 7 is removed when another QP is cleaned.
         check!(remove_qp_cqes(&mut ring, consumer, Qpn::from_raw(5)) == consumer);
+        Ok(())
+    }
+}
+
+#[cfg_attr(CONFIG_KUNIT = "y", kernel::prelude::kunit_tests(rox_cut_off))]
+mod cut_off_suite {
+    use super::{failed, Checked};
+    use crate::cut_off::CutOff;
+
+    /// How a create of a context made before the cut-off ended.
+    #[derive(Clone, Copy, PartialEq)]
+    enum Outcome {
+        /// EIO: at the early check or at the registration.
+        Refused,
+        /// Registered: the process has the object.
+        Registered,
+    }
+
+    /// One create of a user QP (0: the early check of `alloc_db_slot`, 1: the device makes
+    /// the QP, 2: registration under the registry's lock) beside a companion's removal (0:
+    /// begin, 1: list the registered user QPs under the registry's lock, 2: end), as
+    /// `ucontext.rs`, the registry's insert and `wake::PostedWake::companion_removed` do them.
+    struct Race {
+        cut_off: CutOff,
+        made_before: bool,
+        create_steps: usize,
+        removal_steps: usize,
+        outcome: Option<Outcome>,
+        registered: bool,
+        listed: bool,
+        /// Whether the create passed the early check and was refused at the registration.
+        refused_late: bool,
+    }
+
+    impl Race {
+        fn new() -> Self {
+            let cut_off = CutOff::new();
+            let made_before = cut_off.context_made_before();
+            Race {
+                cut_off,
+                made_before,
+                create_steps: 0,
+                removal_steps: 0,
+                outcome: None,
+                registered: false,
+                listed: false,
+                refused_late: false,
+            }
+        }
+
+        fn create_step(&mut self) {
+            let step = self.create_steps;
+            self.create_steps += 1;
+            if self.outcome.is_some() {
+                return;
+            }
+            let refused = self.cut_off.refuses(self.made_before);
+            match step {
+                0 if refused => self.outcome = Some(Outcome::Refused),
+                2 if refused => {
+                    self.outcome = Some(Outcome::Refused);
+                    self.refused_late = true;
+                }
+                2 => {
+                    self.registered = true;
+                    self.outcome = Some(Outcome::Registered);
+                }
+                _ => {}
+            }
+        }
+
+        fn removal_step(&mut self) {
+            match self.removal_steps {
+                0 => self.cut_off.begin(),
+                1 => self.listed = self.registered,
+                _ => self.cut_off.end(),
+            }
+            self.removal_steps += 1;
+        }
+
+        /// Runs the six steps in the order of `order`'s low six bits (set: the create's next
+        /// step, clear: the removal's), which has three of each.
+        fn run(order: u32) -> Self {
+            let mut race = Race::new();
+            for bit in 0..6 {
+                if order & (1 << bit) != 0 {
+                    race.create_step();
+                } else {
+                    race.removal_step();
+                }
+            }
+            race
+        }
+    }
+
+    #[test]
+    fn a_create_racing_the_removal_is_refused_or_its_qp_is_failed() -> Checked {
+        let (mut orders, mut late, mut failed_qps) = (0, 0, 0);
+        for order in (0u32..64).filter(|o| o.count_ones() == 3) {
+            let race = Race::run(order);
+            orders += 1;
+            // Every create ends, and one the removal did not list (so never failed: a QP that
+            // silently never reaches the device) is never handed to the process.
+            check!(race.outcome.is_some());
+            if race.outcome == Some(Outcome::Registered) {
+                check!(race.listed);
+                failed_qps += 1;
+            }
+            if race.refused_late {
+                check!(!race.listed);
+                late += 1;
+            }
+        }
+        check!(orders == 20);
+        // The window exists: some creates pass the early check and meet the cut-off only at
+        // the registration; and a create registered before the listing is failed, not refused.
+        check!(late > 0);
+        check!(failed_qps > 0);
+        Ok(())
+    }
+
+    #[test]
+    fn only_contexts_made_before_the_removal_ended_are_cut_off() -> Checked {
+        let cut_off = CutOff::new();
+        let before = cut_off.context_made_before();
+        check!(before);
+        check!(!cut_off.refuses(before));
+        cut_off.begin();
+        // Made while the removal runs: its pages may be mapped before they are revoked.
+        let during = cut_off.context_made_before();
+        check!(cut_off.refuses(before) && cut_off.refuses(during));
+        cut_off.end();
+        let after = cut_off.context_made_before();
+        check!(!after);
+        check!(!cut_off.refuses(after));
+        check!(cut_off.refuses(before) && cut_off.refuses(during));
         Ok(())
     }
 }

@@ -14,6 +14,7 @@ mod admin;
 mod counters;
 mod cq;
 mod cq_clean;
+mod cut_off;
 mod dead;
 mod dev;
 mod eq;

@@ -32,14 +32,22 @@ impl Ucontext {
         self.db_page
     }
 
-    /// A doorbell slot for a new CQ, QP or SRQ of the context. EIO once the companion's
-    /// removal has cut the context off: its doorbell and wake pages no longer reach the device,
-    /// so the new queue would silently do nothing (docs/driver.md).
+    /// Whether the companion's removal has cut the context off: its doorbell and wake pages no
+    /// longer reach the device, so a new CQ, QP or SRQ of it would silently do nothing
+    /// (docs/driver.md). Never sleeps (`Verbs::admits` asks under the registry's lock).
+    pub(crate) fn is_cut_off(&self, dev: &RoxDev<'_>) -> bool {
+        match &dev.wake {
+            Wake::Posted(posted) => posted.cuts_off(self.before_cut_off),
+            Wake::Trapped => false,
+        }
+    }
+
+    /// A doorbell slot for a new CQ, QP or SRQ of the context. EIO once the context is cut
+    /// off: an early check that saves the device's work; the one that counts is made when the
+    /// object is registered (`Verbs::admits`, `cut_off.rs`).
     pub(crate) fn alloc_db_slot(&self, dev: &RoxDev<'_>) -> Result<DbSlot> {
-        if let Wake::Posted(posted) = &dev.wake {
-            if posted.cuts_off(self.before_cut_off) {
-                return Err(EIO);
-            }
+        if self.is_cut_off(dev) {
+            return Err(EIO);
         }
         DbSlot::alloc(&self.slots)
     }

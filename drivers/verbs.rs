@@ -241,6 +241,10 @@ impl Verbs for RoxVerbs {
         ucontext::dealloc(dev, uctx)
     }
 
+    fn admits(dev: &RoxDev<'_>, uctx: Option<&Ucontext>) -> bool {
+        uctx.is_none_or(|uctx| !uctx.is_cut_off(dev))
+    }
+
     fn alloc_pd(dev: &RoxDev<'_>, udata: &mut Udata<'_>) -> Result<Pd> {
         udata.expect_no_input()?;
         udata.respond_empty()?;

@@ -14,9 +14,9 @@ use crate::{
         uapi::wake::{self as w, WakeCompanion},
         Regs,
     },
+    cut_off::CutOff,
     ib::pci_peer::{EnabledPci, MappedPci, PeerPci, PeerRemoved, RemovalWatch},
 };
-use core::sync::atomic::{AtomicBool, Ordering};
 use kernel::{
     device::{Bound, Device},
     new_mutex, pci,
@@ -77,9 +77,9 @@ pub(crate) struct PostedWake {
     /// Whether the companion is gone. User mappings of its page are made under this lock, and
     /// it is set under it before the mappings are revoked, so no mapping survives the removal.
     gone: Pin<KBox<Mutex<bool>>>,
-    /// Set once the removal has revoked the processes' mappings: a context made after that
-    /// maps only pages that stay live; one made before is cut off ([`Self::cuts_off`]).
-    users_cut_off: AtomicBool,
+    /// The contexts the removal cuts off ([`Self::cuts_off`]): begun with `gone`, before the
+    /// user QPs are listed; ended once the processes' mappings are revoked.
+    cut_off: CutOff,
 }
 
 impl PostedWake {
@@ -91,7 +91,7 @@ impl PostedWake {
             regs_pfn,
             device,
             gone: KBox::pin_init(new_mutex!(false), GFP_KERNEL)?,
-            users_cut_off: AtomicBool::new(false),
+            cut_off: CutOff::new(),
         })
     }
 
@@ -114,14 +114,15 @@ impl PostedWake {
     /// Whether a context made now is one a removal would cut off: its pages may be mapped
     /// before the removal revokes them (recorded by the context, asked of [`Self::cuts_off`]).
     pub(crate) fn context_before_cut_off(&self) -> bool {
-        !self.users_cut_off.load(Ordering::Acquire)
+        self.cut_off.context_made_before()
     }
 
     /// Whether a context made when [`Self::context_before_cut_off`] said `made_before` is cut
     /// off: the removal has begun, so its doorbell and wake pages are (or are about to be)
     /// ib_core's dummy page, and a CQ, QP or SRQ it made now would never reach the device.
+    /// Never sleeps: asked under the registry's lock too (`cut_off.rs`).
     pub(crate) fn cuts_off(&self, made_before: bool) -> bool {
-        made_before && *self.gone.lock()
+        self.cut_off.refuses(made_before)
     }
 
     /// Runs `map` (a process maps page `pfn`) unless `pfn` is the removed companion's page.
@@ -138,8 +139,9 @@ impl PostedWake {
     /// counts), the kernel's wakes switch to `WAKE_REG` and the companion is released (after
     /// every kernel wake already ringing it), then `cut_off_users` revokes the processes'
     /// mappings (none of its page is made after `gone` is set) and fails their QPs: it answers
-    /// how many QPs, or None when the device is not registered (nothing to revoke). Says so in
-    /// dmesg. A second call does nothing.
+    /// how many QPs, or None when the device is not registered (nothing to revoke). The cut-off
+    /// begins with `gone`, before `cut_off_users` lists the QPs, so a QP registered after the
+    /// listing is refused instead (`cut_off.rs`). Says so in dmesg. A second call does nothing.
     pub(crate) fn companion_removed(
         &self,
         dev: &pci::Device,
@@ -152,11 +154,12 @@ impl PostedWake {
                 return;
             }
             *gone = true;
+            self.cut_off.begin();
         }
         regs.write(regs::REG_WAKE_MODE, regs::WAKE_MODE_TRAPPED);
         self.companion.revoke();
         let cut_off = cut_off_users();
-        self.users_cut_off.store(true, Ordering::Release);
+        self.cut_off.end();
         match cut_off {
             Some(qps) => dev_warn!(
                 dev,

@@ -294,11 +294,22 @@ impl Registry {
         self.inner.lock().ibdev = ibdev.map(ObjPtr);
     }
 
-    pub(super) fn insert_cq(&self, id: u32, cq: *mut b::ib_cq) -> Result {
+    /// Registers CQ `id` if `admit` (asked under the lock: see [`Self::insert_qp`]) says so,
+    /// else EIO.
+    pub(super) fn insert_cq(
+        &self,
+        id: u32,
+        cq: *mut b::ib_cq,
+        admit: impl FnOnce() -> bool,
+    ) -> Result {
         let cq = NonNull::new(cq).ok_or(EINVAL)?;
         // Allocated before taking the (spin) lock.
         let node = RBTreeNode::new(id, ObjPtr(cq), GFP_KERNEL)?;
-        self.inner.lock().cqs.insert(node);
+        let mut inner = self.inner.lock();
+        if !admit() {
+            return Err(EIO);
+        }
+        inner.cqs.insert(node);
         Ok(())
     }
     /// CQ `id` is being destroyed (ib_free_cq has stopped its poller and calls destroy_cq).
@@ -311,21 +322,45 @@ impl Registry {
             cancel_kicked_poll(cq.0.as_ptr());
         }
     }
-    pub(super) fn insert_qp(&self, qpn: Qpn, qp: *mut b::ib_qp) -> Result {
+    /// Registers QP `qpn` if `admit` says so, else EIO. `admit` is asked under the lock that
+    /// [`Self::user_qps`] lists under, so a driver that stops admitting a context's objects
+    /// before it lists the QPs to fail finds every QP it admitted (`cut_off.rs`). It must not
+    /// sleep.
+    pub(super) fn insert_qp(
+        &self,
+        qpn: Qpn,
+        qp: *mut b::ib_qp,
+        admit: impl FnOnce() -> bool,
+    ) -> Result {
         let qp = NonNull::new(qp).ok_or(EINVAL)?;
         // Allocated before taking the (spin) lock.
         let node = RBTreeNode::new(qpn, ObjPtr(qp), GFP_KERNEL)?;
-        self.inner.lock().qps.insert(node);
+        let mut inner = self.inner.lock();
+        if !admit() {
+            return Err(EIO);
+        }
+        inner.qps.insert(node);
         Ok(())
     }
     pub(super) fn remove_qp(&self, qpn: Qpn) {
         self.inner.lock().qps.remove(&qpn);
     }
-    pub(super) fn insert_srq(&self, id: u32, srq: *mut b::ib_srq) -> Result {
+    /// Registers SRQ `id` if `admit` (asked under the lock: see [`Self::insert_qp`]) says so,
+    /// else EIO.
+    pub(super) fn insert_srq(
+        &self,
+        id: u32,
+        srq: *mut b::ib_srq,
+        admit: impl FnOnce() -> bool,
+    ) -> Result {
         let srq = NonNull::new(srq).ok_or(EINVAL)?;
         // Allocated before taking the (spin) lock.
         let node = RBTreeNode::new(id, ObjPtr(srq), GFP_KERNEL)?;
-        self.inner.lock().srqs.insert(node);
+        let mut inner = self.inner.lock();
+        if !admit() {
+            return Err(EIO);
+        }
+        inner.srqs.insert(node);
         Ok(())
     }
     pub(super) fn remove_srq(&self, id: u32) {

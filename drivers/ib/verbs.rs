@@ -122,6 +122,10 @@ pub(crate) trait Verbs: Sized + 'static {
         udata: &mut Udata<'_>,
     ) -> Result<Self::Ucontext>;
     fn dealloc_ucontext(dev: &Self::Dev<'_>, uctx: &Self::Ucontext);
+    /// Whether a CQ, QP or SRQ just created for `uctx` (None: a kernel consumer's) may be
+    /// registered; a refused one is destroyed and its create fails with EIO. Asked under the
+    /// registry's (spin) lock, ordered against [`Registry::user_qps`]: must not sleep.
+    fn admits(dev: &Self::Dev<'_>, uctx: Option<&Self::Ucontext>) -> bool;
     /// A process maps device page `pfn` (an entry of one of its contexts): `map` does it. The
     /// driver refuses a page it has revoked since the entry was made, and runs `map` under
     /// whatever lock orders it with that revocation.

@@ -47,6 +47,28 @@ kverbs_setup() {
 	done
 }
 
+# The wake counters of $DEV (rox-nic's, `rdma statistic`; lab.sh). read_wakes sets
+# wakes[trapped] and wakes[posted]; expect_wakes MODE WHAT LEAST (MODE: posted or trapped):
+# since the last read_wakes, $DEV took at least LEAST wakes of MODE and none of the other.
+declare -A wakes
+read_wakes() {
+	local kind
+	for kind in trapped posted; do
+		wakes[$kind]=$(rdma_counter "$DEV" wakes_$kind)
+		[[ ${wakes[$kind]} =~ ^[0-9]+$ ]] || fail "no wakes_$kind in 'rdma statistic show link $DEV/1'"
+	done
+}
+expect_wakes() {
+	local mode=$1 what=$2 least=$3 other=posted mine others
+	[ "$mode" = posted ] && other=trapped
+	mine=${wakes[$mode]} others=${wakes[$other]}
+	read_wakes
+	mine=$((${wakes[$mode]} - mine)) others=$((${wakes[$other]} - others))
+	echo "$what: wakes_$mode +$mine, wakes_$other +$others"
+	[ "$mine" -ge "$least" ] || fail "$what: $mine $mode wakes (want at least $least)"
+	[ "$others" = 0 ] || fail "$what: $others $other wakes in $mode mode"
+}
+
 # How long a server program may take to start listening: a program that loads libibverbs and
 # its providers and opens a device takes seconds in a TCG guest on a loaded host.
 SERVER_START_S=120

@@ -43,26 +43,6 @@ companion_dir=/sys/bus/pci/devices/$companion
 [ -e "$companion_dir" ] || fail "$DEV's companion $companion is not in sysfs"
 echo "$DEV ($pci), companion $companion"
 
-# Sets wakes[trapped] and wakes[posted]: $DEV's wake counters (rox-nic's, `rdma statistic`).
-declare -A wakes
-read_wakes() {
-	local kind
-	for kind in trapped posted; do
-		wakes[$kind]=$(rdma_counter $DEV wakes_$kind)
-		[[ ${wakes[$kind]} =~ ^[0-9]+$ ]] || fail "no wakes_$kind in 'rdma statistic show link $DEV/1'"
-	done
-}
-# expect_trapped <what> <least>: since the last read_wakes, $DEV took at least <least>
-# trapped wakes and no posted one.
-expect_trapped() {
-	local what=$1 least=$2 trapped=${wakes[trapped]} posted=${wakes[posted]}
-	read_wakes
-	trapped=$((${wakes[trapped]} - trapped)) posted=$((${wakes[posted]} - posted))
-	echo "$what: wakes_trapped +$trapped, wakes_posted +$posted"
-	[ "$trapped" -ge "$least" ] || fail "$what: $trapped trapped wakes (want at least $least)"
-	[ "$posted" = 0 ] || fail "$what: $posted posted wakes after the companion was removed"
-}
-
 # A process holding a context (doorbell and wake pages mapped) across the removal.
 rm -f /tmp/hold-ready /tmp/hold-go
 timeout 120 python3 "$(dirname "$0")/hold_context.py" $DEV /tmp/hold-ready /tmp/hold-go >/tmp/hold.out 2>&1 &
@@ -90,7 +70,7 @@ echo "holder: $(grep 'refused with EIO' /tmp/hold.out)"
 # A new process's context: trapped wakes (BAR0's wake page), each ring finds the device asleep.
 read_wakes
 python3 "$(dirname "$0")/wake_after_idle.py" 3 $PAUSE_S || fail "wake_after_idle.py failed"
-expect_trapped "librox, 3 SRQ rings of a sleeping $DEV" 3
+expect_wakes trapped "librox, 3 SRQ rings of a sleeping $DEV" 3
 
 # The device is not stalled: RC pingpong on rox_0 (QP-to-QP loopback).
 timeout 120 ibv_rc_pingpong -d $DEV -g 0 -n 20 >/tmp/comp-server.out 2>&1 &
@@ -111,7 +91,7 @@ timeout 300 insmod "$test_ko" peer=rox_1 || fail "insmod rox_kverbs_test.ko fail
 rmmod rox_kverbs_test || fail "rmmod rox_kverbs_test failed"
 result=$(dmesg | grep -o 'rox_kverbs: result: .*' | tail -1)
 [[ $result =~ result:\ [0-9]+\ passed,\ 0\ failed ]] || fail "kernel verbs: ${result:-no result}"
-expect_trapped "kernel verbs rox_0 <-> rox_1" 0
+expect_wakes trapped "kernel verbs rox_0 <-> rox_1" 0
 
 dmesg | grep -E 'BUG:|Oops|WARNING:|general protection' && fail "kernel complained"
 rmmod rox || fail "rmmod rox failed after the removal"

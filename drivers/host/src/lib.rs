@@ -13,5 +13,8 @@ mod wq_record;
 #[path = "../../cq_clean.rs"]
 mod cq_clean;
 
+#[path = "../../cut_off.rs"]
+mod cut_off;
+
 #[path = "../../logic_tests.rs"]
 mod logic_tests;

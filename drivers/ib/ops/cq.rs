@@ -40,7 +40,7 @@ pub(super) unsafe extern "C" fn create_cq<V: Verbs>(
         let id = created.id;
         // SAFETY: fresh object, data not initialised.
         unsafe { Obj::<b::ib_cq, V::Cq>::init(cq, created.data) };
-        if let Err(err) = V::registry(dev).insert_cq(id, cq) {
+        if let Err(err) = V::registry(dev).insert_cq(id, cq, || V::admits(dev, uctx)) {
             // SAFETY: initialised just above; ib_core frees the memory on error.
             unsafe { Obj::<b::ib_cq, V::Cq>::destroy(cq, |data| V::destroy_cq(dev, data)) };
             return Err(err);

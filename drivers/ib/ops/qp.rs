@@ -95,7 +95,7 @@ pub(super) unsafe extern "C" fn create_qp<V: Verbs>(
             (*qp).qp_num = id.get();
             Obj::<b::ib_qp, V::Qp>::init(qp, created.data);
         }
-        if let Err(err) = V::registry(dev).insert_qp(id, qp) {
+        if let Err(err) = V::registry(dev).insert_qp(id, qp, || V::admits(dev, uctx)) {
             // SAFETY: initialised just above; ib_core frees the memory on error.
             unsafe { Obj::<b::ib_qp, V::Qp>::destroy(qp, |data| V::destroy_qp(dev, data)) };
             return Err(err);

@@ -65,7 +65,7 @@ pub(super) unsafe extern "C" fn create_srq<V: Verbs>(
         }
         // SAFETY: fresh object, data not initialised.
         unsafe { Obj::<b::ib_srq, V::Srq>::init(srq, created.data) };
-        if let Err(err) = V::registry(dev).insert_srq(id, srq) {
+        if let Err(err) = V::registry(dev).insert_srq(id, srq, || V::admits(dev, uctx)) {
             // SAFETY: initialised just above; ib_core frees the memory on error.
             unsafe { Obj::<b::ib_srq, V::Srq>::destroy(srq, |data| V::destroy_srq(dev, data)) };
             return Err(err);

@@ -201,15 +201,7 @@ mod tests {
         });
         let tid = tid_rx.recv().unwrap();
         // recv blocks in a futex; give it time to get there.
-        let mut asleep = thread_sample(tid);
-        for _ in 0..100 {
-            if asleep.state == 'S' {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-            asleep = thread_sample(tid);
-        }
-        assert_eq!(asleep.state, 'S');
+        assert_eq!(wait_state(tid, 'S').state, 'S');
         // The kernel brings a thread's run time up to date when it leaves the core: a thread
         // that never slept may still show none.
         std::thread::sleep(Duration::from_millis(1));
@@ -220,14 +212,23 @@ mod tests {
         sleeper.join().unwrap();
         // join returns once the kernel clears the thread's tid, a moment before it unhashes
         // the thread's /proc entry.
-        let mut gone = thread_sample(tid);
+        assert_eq!(
+            wait_state(tid, '?').state,
+            '?',
+            "a thread that is gone has no entry"
+        );
+    }
+
+    /// Samples thread `tid` until it shows state `want`, for up to a second; the last sample.
+    fn wait_state(tid: i32, want: char) -> ThreadSample {
+        let mut sample = thread_sample(tid);
         for _ in 0..100 {
-            if gone.state == '?' {
+            if sample.state == want {
                 break;
             }
             std::thread::sleep(Duration::from_millis(10));
-            gone = thread_sample(tid);
+            sample = thread_sample(tid);
         }
-        assert_eq!(gone.state, '?', "a thread that is gone has no entry");
+        sample
     }
 }
