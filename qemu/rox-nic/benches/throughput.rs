@@ -20,7 +20,7 @@
 //! companion (the wake register; the device naps before it sleeps) instead of through the
 //! companion, as rox.ko in rox-lab's guests does (the default since session 14);
 //! ROX_BENCH_POSTED_SPIN_US=N has the devices spin N µs before they sleep while wakes are
-//! posted (default 0; 10 was main's before session 14). E.g.
+//! posted (default the device's, 10; 0: `--posted-spin-us 0`). E.g.
 //! `ROX_BENCH_PORT=cable ROX_BENCH_MSGS=2000 ROX_BENCH_POINTS=write:8 valgrind --tool=callgrind target/release/deps/throughput-*`.
 
 use rox_nic::benchkit::stream::{Limit, Stream, Wait, MAX_WINDOW};

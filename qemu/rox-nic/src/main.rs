@@ -81,10 +81,10 @@ struct Args {
     #[arg(long)]
     spin_us: Option<u64>,
     /// Microseconds the data path keeps polling after its last work while the driver wakes it
-    /// through the companion (posted wakes), at most `--spin-us`: a posted wake costs the
-    /// guest one eventfd write, so by default the device sleeps at once and leaves the core to
-    /// whoever it waits for (docs/benchmarks.md, "Session 14: the host engine at window 64").
-    /// Default: $ROX_NIC_POSTED_SPIN_US, else 0.
+    /// through the companion (posted wakes), at most `--spin-us`. 0 sleeps at once and leaves
+    /// the core to whoever the device waits for: faster host streams and two-guest latency,
+    /// but a bimodal loopback ib_send_lat (docs/benchmarks.md, "Session 14: the host engine
+    /// at window 64"). Default: $ROX_NIC_POSTED_SPIN_US, else 10 (as `--spin-us`).
     #[arg(long)]
     posted_spin_us: Option<u64>,
     /// Microseconds the data path keeps polling after its last work while an answer is

@@ -229,10 +229,15 @@ fn without_a_companion_there_is_no_token_no_capability_and_no_posted_mode() {
 
 #[test]
 fn with_posted_wakes_the_device_sleeps_again_without_spinning() {
-    // Posted wakes, the default grace (none) and the default posted spin (none): a device
-    // woken with nothing to do goes back to sleep on its first pass without work, instead of
-    // polling for a spin period first (datapath/spin.rs, POSTED_SPIN_PERIOD).
-    let mut d = device(rox_nic::device::DEFAULT_POSTED_IDLE_AFTER);
+    // Posted wakes, the default grace (none) and a posted spin of 0 (`--posted-spin-us 0`):
+    // a device woken with nothing to do goes back to sleep on its first pass without work,
+    // instead of polling for a spin period first (datapath/spin.rs).
+    let mut cfg = DeviceConfig::new([2, 0, 0, 0, 0, 0x23]);
+    cfg.posted_wake = true;
+    cfg.idle_after = Duration::from_secs(60);
+    cfg.posted_idle_after = rox_nic::device::DEFAULT_POSTED_IDLE_AFTER;
+    cfg.posted_spin = Duration::ZERO;
+    let mut d = TestDriver::new(cfg);
     d.wake_through_companion();
     wait_asleep(&d);
     let passes = || {

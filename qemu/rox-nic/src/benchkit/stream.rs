@@ -73,7 +73,7 @@ impl Wait {
 pub enum Wake {
     /// `posted` (the default): through the device's posted-wake companion, as rox.ko does in
     /// rox-lab's guests, whose devices have one by default; the device then sleeps as soon as
-    /// it has nothing to do (`device/datapath/spin.rs`).
+    /// its spin ends, without napping first (`device/datapath/spin.rs`).
     Posted,
     /// `trapped`: through the wake register, as a driver of a device without a companion; the
     /// device then spins and naps 20 ms before it sleeps (what this bench measured until
@@ -92,7 +92,8 @@ impl Wake {
 }
 
 /// The devices' spin while wakes are posted, if `ROX_BENCH_POSTED_SPIN_US` sets one (else the
-/// device's default, `POSTED_SPIN_PERIOD`): 10 measures main's spin before session 14.
+/// device's default, `POSTED_SPIN_PERIOD`, 10 µs); 0 has them sleep as soon as they have
+/// nothing to do (`--posted-spin-us 0`).
 fn posted_spin_from_env() -> Option<Duration> {
     let v = std::env::var("ROX_BENCH_POSTED_SPIN_US").ok()?;
     match v.parse() {

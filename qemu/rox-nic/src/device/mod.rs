@@ -52,7 +52,7 @@ pub struct DeviceConfig {
     /// How long the data path keeps polling after its last work before it naps.
     pub spin: std::time::Duration,
     /// How long the data path keeps polling after its last work while the driver wakes it
-    /// through the companion (at most `spin`; none by default: `datapath/spin.rs`).
+    /// through the companion (at most `spin`; as `spin` by default: `datapath/spin.rs`).
     pub posted_spin: std::time::Duration,
     /// How long the data path keeps polling after its last work while an answer is expected
     /// (zero: off, the default; `datapath/spin.rs`).

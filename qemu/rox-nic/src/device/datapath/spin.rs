@@ -16,13 +16,13 @@
 //! an idle device wakes as soon as the guest rings, where a napping one waits for its nap to
 //! end (a nap asked 1 µs took 60-74 µs on a 2-core host, docs/benchmarks.md "Session 11").
 //!
-//! While wakes are posted the loop does not spin by default either (`posted_spin`,
-//! `--posted-spin-us`, 0): with nothing to do it goes idle at once, and the party whose turn
-//! it is (the guest's driver storing a doorbell, the peer device sending a frame) wakes it
-//! through an fd. A spin there only held a core that party needed: in the host bench at 64
-//! WQEs in flight, three threads on two busy cores, the requester spun 10 µs after writing a
-//! window's CQEs while the application thread that would post the next window waited for that
-//! core (docs/benchmarks.md, "Session 14: the host engine at window 64").
+//! While wakes are posted it spins `posted_spin` instead (`--posted-spin-us`, at most the
+//! spin; the same 10 µs by default). With 0 the device sleeps as soon as a pass finds nothing
+//! and the party whose turn it is (the driver storing a doorbell, the peer device sending a
+//! frame) wakes it through an fd: in the host bench at 64 WQEs in flight, three threads on two
+//! busy cores, the 10 µs spins held the core the awaited thread needed (docs/benchmarks.md,
+//! "Session 14: the host engine at window 64"); in loopback guests it made ib_send_lat's
+//! typical bimodal, hence not the default.
 //!
 //! The spin is bounded by the time since the last work, not by a count of events, so an idle
 //! device (nothing arrives, nothing in flight) naps and then sleeps as before. A nap ends up
@@ -43,11 +43,12 @@ use std::time::Duration;
 /// trip from 415 to 164 µs (docs/benchmarks.md, "What a crossing waits for").
 pub const SPIN_PERIOD: Duration = Duration::from_micros(10);
 /// How long the loop spins after the last work while wakes are posted, by default
-/// (`--posted-spin-us`): not at all. A posted wake costs the waker one eventfd write, so the
-/// device sleeps at once and leaves the core to whoever it waits for; spinning 10 µs here made
-/// the host bench's window-64 turn wait for the spinner's core (docs/benchmarks.md, "Session
-/// 14: the host engine at window 64").
-pub const POSTED_SPIN_PERIOD: Duration = Duration::ZERO;
+/// (`--posted-spin-us`): as long as with trapped wakes. 0 (sleep at once; a posted wake costs
+/// the waker one eventfd write) made the host bench's window-64 turn 1.3-1.8x faster and
+/// two-guest latency lower, but loopback ib_send_lat's typical landed at 27-32 µs (0.74-0.82x
+/// rxe's) in 2 of 4 runs against 13.6-16.1 with the spin (docs/benchmarks.md, "Session 14:
+/// the host engine at window 64"), so it is an option, not the default.
+pub const POSTED_SPIN_PERIOD: Duration = SPIN_PERIOD;
 /// Longest nap between polls while backing off (before going idle).
 pub const MAX_NAP: Duration = Duration::from_micros(500);
 
@@ -256,15 +257,19 @@ mod tests {
 
     #[test]
     fn with_posted_wakes_it_spins_only_the_posted_spin() {
+        assert_eq!(
+            POSTED_SPIN_PERIOD, SPIN_PERIOD,
+            "by default as trapped wakes"
+        );
         let b = Backoff {
-            posted_spin: POSTED_SPIN_PERIOD,
+            posted_spin: Duration::ZERO,
             posted_idle_after: crate::device::DEFAULT_POSTED_IDLE_AFTER,
             ..backoff(0)
         };
         assert_eq!(
             b.next_step(us(0), false, true),
             Step::Idle,
-            "posted wakes, by default: idle at once, no spin"
+            "posted wakes, posted spin 0: idle at once, no spin"
         );
         assert_eq!(
             b.next_step(us(0), false, false),
