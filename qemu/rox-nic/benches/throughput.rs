@@ -15,7 +15,12 @@
 //! and no timeout is a tail probe's rewind) and the load average beside the rate.
 //! ROX_BENCH_WAIT=event makes the
 //! application side sleep on completion events instead of yielding (see `Wait`);
-//! ROX_BENCH_ACK_TIMEOUT=T connects the QPs with local ACK timeout T instead of 17. E.g.
+//! ROX_BENCH_ACK_TIMEOUT=T connects the QPs with local ACK timeout T instead of 17.
+//! ROX_BENCH_WAKE=trapped drives the devices as a driver of a device without a posted-wake
+//! companion (the wake register; the device naps before it sleeps) instead of through the
+//! companion, as rox.ko in rox-lab's guests does (the default since session 14);
+//! ROX_BENCH_POSTED_SPIN_US=N has the devices spin N µs before they sleep while wakes are
+//! posted (default the device's, 10; 0: `--posted-spin-us 0`). E.g.
 //! `ROX_BENCH_PORT=cable ROX_BENCH_MSGS=2000 ROX_BENCH_POINTS=write:8 valgrind --tool=callgrind target/release/deps/throughput-*`.
 
 use rox_nic::benchkit::stream::{Limit, Stream, Wait, MAX_WINDOW};

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use clap::Parser;
-use rox_nic::device::datapath::SPIN_PERIOD;
+use rox_nic::device::datapath::{POSTED_SPIN_PERIOD, SPIN_PERIOD};
 use rox_nic::device::{
     BottleneckConfig, DeviceConfig, DieOn, FaultConfig, LinkSpec, PortConfig, RoxNic, Shared,
     DEFAULT_IDLE_AFTER, DEFAULT_POSTED_IDLE_AFTER,
@@ -80,6 +80,13 @@ struct Args {
     /// (docs/benchmarks.md, "What a crossing waits for"). Default: $ROX_NIC_SPIN_US, else 10.
     #[arg(long)]
     spin_us: Option<u64>,
+    /// Microseconds the data path keeps polling after its last work while the driver wakes it
+    /// through the companion (posted wakes), at most `--spin-us`. 0 sleeps at once and leaves
+    /// the core to whoever the device waits for: faster host streams and two-guest latency,
+    /// but a bimodal loopback ib_send_lat (docs/benchmarks.md, "Session 14: the host engine
+    /// at window 64"). Default: $ROX_NIC_POSTED_SPIN_US, else 10 (as `--spin-us`).
+    #[arg(long)]
+    posted_spin_us: Option<u64>,
     /// Microseconds the data path keeps polling after its last work while an answer is
     /// expected (RC requests unacknowledged, or packets in / CQEs out since it last had
     /// nothing to do) before it naps; 0 (the default) polls as long as at any other time (`--spin-us`). For a
@@ -266,6 +273,11 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         args.spin_us,
         "ROX_NIC_SPIN_US",
         SPIN_PERIOD.as_micros() as u64,
+    )?;
+    config.posted_spin = micros_arg(
+        args.posted_spin_us,
+        "ROX_NIC_POSTED_SPIN_US",
+        POSTED_SPIN_PERIOD.as_micros() as u64,
     )?;
     config.expect_spin = micros_arg(args.expect_spin_us, "ROX_NIC_EXPECT_SPIN_US", 0)?;
     let slack = micros_arg(args.nap_slack_us, "ROX_NIC_NAP_SLACK_US", 0)?;

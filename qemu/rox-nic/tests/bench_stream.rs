@@ -65,3 +65,24 @@ fn send_runs_after_send_runs_keep_the_responders_receive_queue_within_its_depth(
         "every SEND took one receive WR"
     );
 }
+
+#[test]
+fn a_send_stream_posts_receive_wrs_without_waking_the_receiving_device() {
+    // The stream drives its devices through their companions (posted wakes: a device sleeps
+    // as soon as it has nothing to do). Its receive WRs are posted as librox posts them: the
+    // engine reads the RQ when a message needs a receive WR, so an RQ doorbell wakes nothing.
+    // Waking the receiving device for each (the test driver's plain post_recv) woke it about
+    // once per SEND.
+    const SENDS: u64 = 2_000;
+    let dir = tempfile::tempdir().unwrap();
+    let (la, lb) = cable_wire(dir.path(), "wakes.sock");
+    let mut s = Stream::new(la, lb, 64, MAX_MSG);
+    let before = s.b.d.wakes;
+    s.run(WR_SEND, 8, Limit::Msgs(SENDS), Wait::Yield);
+    let wakes = s.b.d.wakes - before;
+    assert!(
+        wakes <= SENDS / 100,
+        "{wakes} wakes of the receiving device for {SENDS} SENDs"
+    );
+    assert_eq!(s.b.d.query_stats()[STAT_RECV_WQES], SENDS);
+}

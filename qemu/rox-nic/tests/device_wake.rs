@@ -226,3 +226,36 @@ fn without_a_companion_there_is_no_token_no_capability_and_no_posted_mode() {
     d.write_reg(WAKE_REG, TEST_DB_PAGE);
     assert_eq!(d.query_stats()[STAT_WAKES_TRAPPED], before + 2);
 }
+
+#[test]
+fn with_posted_wakes_the_device_sleeps_again_without_spinning() {
+    // Posted wakes, the default grace (none) and a posted spin of 0 (`--posted-spin-us 0`):
+    // a device woken with nothing to do goes back to sleep on its first pass without work,
+    // instead of polling for a spin period first (datapath/spin.rs).
+    let mut cfg = DeviceConfig::new([2, 0, 0, 0, 0, 0x23]);
+    cfg.posted_wake = true;
+    cfg.idle_after = Duration::from_secs(60);
+    cfg.posted_idle_after = rox_nic::device::DEFAULT_POSTED_IDLE_AFTER;
+    cfg.posted_spin = Duration::ZERO;
+    let mut d = TestDriver::new(cfg);
+    d.wake_through_companion();
+    wait_asleep(&d);
+    let passes = || {
+        d.shared()
+            .loop_passes
+            .load(std::sync::atomic::Ordering::Relaxed)
+    };
+    const WAKES: u64 = 40;
+    let before = passes();
+    for _ in 0..WAKES {
+        d.shared().posted_wake.signal();
+        wait_asleep(&d);
+    }
+    let per_wake = (passes() - before) as f64 / WAKES as f64;
+    // A 10 µs spin is tens of passes; sleeping at once is one or two (the wake's own pass,
+    // and one that finds the doorbells the wait left unscanned).
+    assert!(
+        per_wake <= 4.0,
+        "{per_wake:.1} passes per wake: the device polled before it slept again"
+    );
+}

@@ -42,8 +42,8 @@ use crate::sys;
 
 use admin_queue::AdminQueue;
 use sched::TxScheduler;
-pub use spin::SPIN_PERIOD;
 use spin::{Backoff, Expectation, Step};
+pub use spin::{POSTED_SPIN_PERIOD, SPIN_PERIOD};
 pub use sq::decode_send;
 
 pub use super::admin::DEVICE_CAPS;
@@ -140,6 +140,7 @@ impl DataPath {
             cc: cfg.cc.clone(),
             backoff: Backoff {
                 spin: cfg.spin,
+                posted_spin: cfg.posted_spin,
                 expect_spin: cfg.expect_spin,
                 idle_after: cfg.idle_after,
                 posted_idle_after: cfg.posted_idle_after,

@@ -51,6 +51,9 @@ pub struct DeviceConfig {
     pub idle_after: std::time::Duration,
     /// How long the data path keeps polling after its last work before it naps.
     pub spin: std::time::Duration,
+    /// How long the data path keeps polling after its last work while the driver wakes it
+    /// through the companion (at most `spin`; as `spin` by default: `datapath/spin.rs`).
+    pub posted_spin: std::time::Duration,
     /// How long the data path keeps polling after its last work while an answer is expected
     /// (zero: off, the default; `datapath/spin.rs`).
     pub expect_spin: std::time::Duration,
@@ -92,6 +95,7 @@ impl DeviceConfig {
             netdev: None,
             idle_after: DEFAULT_IDLE_AFTER,
             spin: datapath::SPIN_PERIOD,
+            posted_spin: datapath::POSTED_SPIN_PERIOD,
             expect_spin: std::time::Duration::ZERO,
             nap_slack: None,
             flush_icrc: crate::roce::wire::FlushIcrc::Iba,

@@ -8,8 +8,7 @@ impl TestDriver {
     fn kick(&mut self) {
         fence(Ordering::SeqCst);
         if self.db.idle(TEST_DB_PAGE) == DB_DEVICE_IDLE {
-            self.wakes += 1;
-            self.write_reg(WAKE_REG, TEST_DB_PAGE);
+            self.ring_wake();
         }
     }
 
@@ -53,8 +52,7 @@ impl TestDriver {
         if self.db.idle(TEST_DB_PAGE) == DB_DEVICE_IDLE
             && self.db.rq_no_wake(TEST_DB_PAGE) != DB_RQ_NO_WAKE
         {
-            self.wakes += 1;
-            self.write_reg(WAKE_REG, TEST_DB_PAGE);
+            self.ring_wake();
             return true;
         }
         false

@@ -165,8 +165,11 @@ pub struct TestDriver {
     /// One eventfd per MSI-X vector (what QEMU would hand over in SET_IRQS).
     pub vectors: Vec<EventFd>,
     next_slot: u32,
-    /// Times the driver rang the wake register.
+    /// Times the driver woke the idle device (the wake register, or the companion's eventfd).
     pub wakes: u64,
+    /// The driver wakes the device through its companion (`REG_WAKE_MODE` posted), as rox.ko
+    /// does when the device has one; else through the trapped wake register.
+    posted_wakes: bool,
 }
 
 /// The MAC of the testkit device owning `gid`: 02:00 and the GID's last 4 bytes (so a test
@@ -179,9 +182,20 @@ pub fn test_mac(gid: &[u8; 16]) -> [u8; 6] {
 /// A device owning GID `::ffff:127.0.<subnet>.<host>` (set at index 0), with MAC
 /// [`test_mac`] of it and the port `port`.
 pub fn port_device_with(port: PortConfig, subnet: u8, host: u8) -> TestDriver {
+    port_device_config(port, subnet, host, |_| {})
+}
+
+/// [`port_device_with`], its configuration changed by `tune` before the device starts.
+pub fn port_device_config(
+    port: PortConfig,
+    subnet: u8,
+    host: u8,
+    tune: impl FnOnce(&mut DeviceConfig),
+) -> TestDriver {
     let gid = gid_v4(127, 0, subnet, host);
     let mut cfg = DeviceConfig::new(test_mac(&gid));
     cfg.port = Some(port);
+    tune(&mut cfg);
     let mut d = TestDriver::new(cfg);
     d.set_gid(0, gid);
     d
@@ -295,6 +309,7 @@ impl TestDriver {
             vectors,
             next_slot: 0,
             wakes: 0,
+            posted_wakes: false,
         };
         let start = Instant::now();
         while d.read_reg(REG_STATUS) & STATUS_READY == 0 {
@@ -334,6 +349,30 @@ impl TestDriver {
             entry_size: EQE_SIZE as u64,
             ci: 0,
         });
+    }
+
+    /// Wakes the device from now on through its posted-wake companion, as rox.ko does for a
+    /// device that has one (`DeviceConfig::posted_wake`): `REG_WAKE_MODE` posted, and each
+    /// wake a write of the companion's eventfd (what QEMU's ivshmem doorbell does for a guest)
+    /// instead of the trapped wake register.
+    pub fn wake_through_companion(&mut self) {
+        self.write_reg(REG_WAKE_MODE, WAKE_MODE_POSTED);
+        assert_eq!(
+            self.read_reg(REG_WAKE_MODE),
+            WAKE_MODE_POSTED,
+            "the device has no companion (DeviceConfig::posted_wake)"
+        );
+        self.posted_wakes = true;
+    }
+
+    /// Wakes the idle device, the way [`Self::wake_through_companion`] chose.
+    fn ring_wake(&mut self) {
+        self.wakes += 1;
+        if self.posted_wakes {
+            self.shared.posted_wake.signal();
+        } else {
+            self.write_reg(WAKE_REG, TEST_DB_PAGE);
+        }
     }
 
     pub fn shared(&self) -> &Arc<Shared> {

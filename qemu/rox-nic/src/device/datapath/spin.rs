@@ -16,6 +16,14 @@
 //! an idle device wakes as soon as the guest rings, where a napping one waits for its nap to
 //! end (a nap asked 1 µs took 60-74 µs on a 2-core host, docs/benchmarks.md "Session 11").
 //!
+//! While wakes are posted it spins `posted_spin` instead (`--posted-spin-us`, at most the
+//! spin; the same 10 µs by default). With 0 the device sleeps as soon as a pass finds nothing
+//! and the party whose turn it is (the driver storing a doorbell, the peer device sending a
+//! frame) wakes it through an fd: in the host bench at 64 WQEs in flight, three threads on two
+//! busy cores, the 10 µs spins held the core the awaited thread needed (docs/benchmarks.md,
+//! "Session 14: the host engine at window 64"); in loopback guests it made ib_send_lat's
+//! typical bimodal, hence not the default.
+//!
 //! The spin is bounded by the time since the last work, not by a count of events, so an idle
 //! device (nothing arrives, nothing in flight) naps and then sleeps as before. A nap ends up
 //! to the thread's timer slack late (the kernel's 50 µs unless `--nap-slack-us` sets it: a
@@ -34,6 +42,13 @@ use std::time::Duration;
 /// sender's spin did. At 10 µs instead of 50 the crossing went from 68 to 28 µs and the round
 /// trip from 415 to 164 µs (docs/benchmarks.md, "What a crossing waits for").
 pub const SPIN_PERIOD: Duration = Duration::from_micros(10);
+/// How long the loop spins after the last work while wakes are posted, by default
+/// (`--posted-spin-us`): as long as with trapped wakes. 0 (sleep at once; a posted wake costs
+/// the waker one eventfd write) made the host bench's window-64 turn 1.3-1.8x faster and
+/// two-guest latency lower, but loopback ib_send_lat's typical landed at 27-32 µs (0.74-0.82x
+/// rxe's) in 2 of 4 runs against 13.6-16.1 with the spin (docs/benchmarks.md, "Session 14:
+/// the host engine at window 64"), so it is an option, not the default.
+pub const POSTED_SPIN_PERIOD: Duration = SPIN_PERIOD;
 /// Longest nap between polls while backing off (before going idle).
 pub const MAX_NAP: Duration = Duration::from_micros(500);
 
@@ -53,6 +68,9 @@ pub enum Step {
 pub struct Backoff {
     /// How long the loop spins after the last work ([`SPIN_PERIOD`] by default).
     pub spin: Duration,
+    /// How long it spins after the last work while wakes are posted (at most `spin`;
+    /// [`POSTED_SPIN_PERIOD`] by default).
+    pub posted_spin: Duration,
     /// How long it spins after the last work while an answer is expected (at most `spin`:
     /// no longer than otherwise).
     pub expect_spin: Duration,
@@ -72,10 +90,15 @@ impl Backoff {
     /// What to do `idle_for` after the last work, with an answer `expecting` or not, with
     /// wakes `posted` through the companion or trapped.
     pub fn next_step(&self, idle_for: Duration, expecting: bool, posted: bool) -> Step {
-        let spin = if expecting {
-            self.expect_spin.max(self.spin)
+        let spin = if posted {
+            self.posted_spin.min(self.spin)
         } else {
             self.spin
+        };
+        let spin = if expecting {
+            self.expect_spin.max(spin)
+        } else {
+            spin
         };
         let idle_after = if posted {
             self.posted_idle_after.min(self.idle_after)
@@ -145,6 +168,7 @@ mod tests {
     fn backoff(expect_spin_us: u64) -> Backoff {
         Backoff {
             spin: SPIN_PERIOD,
+            posted_spin: SPIN_PERIOD,
             expect_spin: us(expect_spin_us),
             idle_after: IDLE_AFTER,
             posted_idle_after: us(200),
@@ -228,6 +252,54 @@ mod tests {
             longer.next_step(IDLE_AFTER, false, true),
             Step::Idle,
             "never later than with trapped wakes"
+        );
+    }
+
+    #[test]
+    fn with_posted_wakes_it_spins_only_the_posted_spin() {
+        assert_eq!(
+            POSTED_SPIN_PERIOD, SPIN_PERIOD,
+            "by default as trapped wakes"
+        );
+        let b = Backoff {
+            posted_spin: Duration::ZERO,
+            posted_idle_after: crate::device::DEFAULT_POSTED_IDLE_AFTER,
+            ..backoff(0)
+        };
+        assert_eq!(
+            b.next_step(us(0), false, true),
+            Step::Idle,
+            "posted wakes, posted spin 0: idle at once, no spin"
+        );
+        assert_eq!(
+            b.next_step(us(0), false, false),
+            Step::Spin,
+            "trapped wakes keep the spin"
+        );
+        let some = Backoff {
+            posted_spin: us(3),
+            posted_idle_after: us(50),
+            ..b
+        };
+        assert_eq!(some.next_step(us(2), false, true), Step::Spin);
+        assert_eq!(some.next_step(us(8), false, true), Step::Nap(us(1)));
+        let longer = Backoff {
+            posted_spin: us(100),
+            ..some
+        };
+        assert_eq!(
+            longer.next_step(us(16), false, true),
+            Step::Nap(us(2)),
+            "never longer than with trapped wakes"
+        );
+        let expecting = Backoff {
+            expect_spin: us(40),
+            ..some
+        };
+        assert_eq!(
+            expecting.next_step(us(30), true, true),
+            Step::Spin,
+            "an expected answer still spins as asked"
         );
     }
 
