@@ -126,9 +126,21 @@ impl RttEstimator {
             .min(bound_ns)
     }
 
-    /// When the tail probe is due after the last progress (None: no round trip measured).
+    /// When the tail probe is due after the last progress (None: no round trip measured):
+    /// two smoothed round trips (RFC 8985 §7.2), or srtt + 4·rttvar where the round trip
+    /// varies more than that — the RTO's own test for an answer that is late, without the
+    /// RTO's floor, since a probe costs one packet and not the window. A responder whose
+    /// answers come late now and then (its thread waiting for a core) has a large rttvar,
+    /// and two round trips were a probe of a packet that had arrived. RFC 8985 adds the
+    /// peer's delayed-ACK time with one packet in flight; a rox responder delays no ACK (it
+    /// ACKs every packet asking, at the end of its receive pass), so nothing is added. No
+    /// probe comes at or after the RTO (`arm_timer`): that is RFC 8985's min(PTO, RTO).
     pub(super) fn pto_ns(&self) -> Option<u64> {
-        (self.srtt_ns != 0).then(|| (2 * self.srtt_ns).max(PTO_MIN_NS))
+        (self.srtt_ns != 0).then(|| {
+            (2 * self.srtt_ns)
+                .max(self.srtt_ns + 4 * self.rttvar_ns)
+                .max(PTO_MIN_NS)
+        })
     }
 
     /// How long after a rewind for a sequence NAK a repeated NAK for the same PSN still
