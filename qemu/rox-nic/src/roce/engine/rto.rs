@@ -3,8 +3,9 @@
 //! local ACK timeout attribute (IBA: 4.096 µs × 2^timeout).
 //!
 //! Before the RTO, up to twice per stall, a tail probe (TCP's tail loss probe, RFC 8985 §7): after
-//! two round trips without progress the requester sends its first packet not known to have
-//! arrived again, asking for an ACK (for a READ: asks again for its first missing response).
+//! two round trips without progress (and the lateness spurious probes taught) the requester
+//! sends its first packet not known to have arrived again, asking for an ACK (for a READ: asks
+//! again for its first missing response).
 //! A responder takes it in sequence or ACKs it again as a duplicate, so the answer says where
 //! the responder is, whatever was lost — the last packets, the NAK, the last ACK, a resend, a
 //! READ retry — and whatever the responder does with packets past a gap: rdma_rxe NAKs a gap
@@ -70,6 +71,10 @@ pub(super) struct RttEstimator {
     pub(super) min_rtt_ns: u64,
     /// Tail probes sent since the last progress.
     pub(super) probes_sent: u8,
+    /// How much later than two round trips the tail probe comes: the lateness of answers
+    /// that made a probe spurious ([`Self::probe_was_spurious`]); 0 after a probe found a
+    /// loss.
+    pub(super) pto_extra_ns: u64,
     /// A tail probe of a SEND/WRITE-like packet is out and not answered yet.
     pub(super) tail_probe: Option<TailProbe>,
     /// The packet being timed (PSN, sent at); only first transmissions are timed and a
@@ -127,20 +132,30 @@ impl RttEstimator {
     }
 
     /// When the tail probe is due after the last progress (None: no round trip measured):
-    /// two smoothed round trips (RFC 8985 §7.2), or srtt + 4·rttvar where the round trip
-    /// varies more than that — the RTO's own test for an answer that is late, without the
-    /// RTO's floor, since a probe costs one packet and not the window. A responder whose
-    /// answers come late now and then (its thread waiting for a core) has a large rttvar,
-    /// and two round trips were a probe of a packet that had arrived. RFC 8985 adds the
-    /// peer's delayed-ACK time with one packet in flight; a rox responder delays no ACK (it
-    /// ACKs every packet asking, at the end of its receive pass), so nothing is added. No
-    /// probe comes at or after the RTO (`arm_timer`): that is RFC 8985's min(PTO, RTO).
+    /// two smoothed round trips (RFC 8985 §7.2) and the lateness learnt from spurious probes
+    /// ([`Self::probe_was_spurious`]). Not srtt + 4·rttvar: the samples time a burst's first
+    /// packet, whose answer queues behind the answers to what was sent before it, so their
+    /// variation measures that queue, not lateness; a READ stream at 5 % loss had rttvar
+    /// 1.3–1.6× srtt, and probes that waited for it left the wire idle 40 of 92 ms
+    /// (tests/roce_loss_recovery.rs allows a quarter). The timer restarts on every progress,
+    /// so what a probe must outwait is a gap in progress, which only a probe that was not
+    /// needed measures. RFC 8985 adds the peer's delayed-ACK time with one packet in flight;
+    /// a rox responder delays no ACK (it ACKs every packet asking, at the end of its receive
+    /// pass), so nothing is added. No probe comes at or after the RTO (`arm_timer`): RFC
+    /// 8985's min(PTO, RTO).
     pub(super) fn pto_ns(&self) -> Option<u64> {
-        (self.srtt_ns != 0).then(|| {
-            (2 * self.srtt_ns)
-                .max(self.srtt_ns + 4 * self.rttvar_ns)
-                .max(PTO_MIN_NS)
-        })
+        (self.srtt_ns != 0).then(|| (2 * self.srtt_ns).max(PTO_MIN_NS) + self.pto_extra_ns)
+    }
+
+    /// A tail probe sent at `probe_sent_at` was not needed: everything sent before it was
+    /// acknowledged at `now`, sooner after it than any probe is answered (the smallest round
+    /// trip), so by ACKs that left the responder before the probe reached it — the answer was
+    /// late, nothing was lost (a responder whose thread waited for a core). The next probe
+    /// waits that much longer (RFC 8985 §6.2 grows its reordering window on a spurious
+    /// retransmission alike), never past the RTO floor; a probe that finds a loss forgets it.
+    pub(super) fn probe_was_spurious(&mut self, probe_sent_at: u64, now: u64) {
+        let late = now.saturating_sub(probe_sent_at);
+        self.pto_extra_ns = self.pto_extra_ns.max(late).min(RTO_MIN_NS);
     }
 
     /// How long after a rewind for a sequence NAK a repeated NAK for the same PSN still
@@ -377,7 +392,7 @@ impl Qp {
         progress: bool,
         now: u64,
     ) -> bool {
-        self.forget_overtaken_tail_probe();
+        self.forget_overtaken_tail_probe(now);
         let Some(probe) = self.req.rtt.tail_probe else {
             return false;
         };
@@ -390,6 +405,8 @@ impl Qp {
             return false;
         }
         self.req.rtt.tail_probe = None;
+        // The probe was needed: waiting longer for the next one would only delay recovery.
+        self.req.rtt.pto_extra_ns = 0;
         stats.nak_rewinds += 1;
         self.req.on_loss();
         self.rtt_forget_probe();
@@ -398,16 +415,17 @@ impl Qp {
     }
 
     /// Once everything sent before the tail probe is acknowledged (by ACKs, READ responses or
-    /// atomic results), nothing is left for its answer to show lost: the probe is forgotten.
-    pub(super) fn forget_overtaken_tail_probe(&mut self) {
+    /// atomic results) at `now`, nothing is left for its answer to show lost: the probe is
+    /// forgotten, and if that came sooner after it than its answer could, it was spurious.
+    pub(super) fn forget_overtaken_tail_probe(&mut self, now: u64) {
         let una = self.una();
-        if self
-            .req
-            .rtt
-            .tail_probe
-            .is_some_and(|probe| una.diff(probe.sent_end) >= 0)
-        {
-            self.req.rtt.tail_probe = None;
+        let rtt = &mut self.req.rtt;
+        let Some(probe) = rtt.tail_probe.filter(|p| una.diff(p.sent_end) >= 0) else {
+            return;
+        };
+        rtt.tail_probe = None;
+        if rtt.min_rtt_ns != 0 && now.saturating_sub(probe.sent_at) < rtt.min_rtt_ns {
+            rtt.probe_was_spurious(probe.sent_at, now);
         }
     }
 
