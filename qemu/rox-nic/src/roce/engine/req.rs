@@ -4,7 +4,7 @@
 use std::collections::{BTreeSet, HashMap, VecDeque};
 
 use super::qp::Qp;
-use super::rto::RttEstimator;
+use super::rto::{ProbeLateness, RttEstimator};
 use super::sg::{gather, SgError};
 use super::wqe::{Wqe, WqeKind, ATOMIC_BYTES};
 use super::{
@@ -36,6 +36,8 @@ pub(super) struct Requester {
     pub(super) timer_probe: bool,
     /// Round-trip estimate and the RTO's backoff.
     pub(super) rtt: RttEstimator,
+    /// The lateness spurious tail probes taught, the engine's (rto.rs).
+    pub(super) pto_lateness: ProbeLateness,
     /// When the last progress was made or retry spent: a timeout spends a retry only once
     /// the QP's whole local ACK timeout has passed since (see rto.rs).
     pub(super) retry_period_start: u64,

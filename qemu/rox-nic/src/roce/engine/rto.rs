@@ -27,6 +27,8 @@
 //! retry forgets only a timed packet it repeats; otherwise each stall of a slow responder
 //! asked for another replay (docs/interop.md, "READ from rdma_rxe").
 
+use std::sync::atomic::Ordering;
+
 use super::qp::Qp;
 use super::wqe::WqeKind;
 use super::EngineStats;
@@ -71,10 +73,6 @@ pub(super) struct RttEstimator {
     pub(super) min_rtt_ns: u64,
     /// Tail probes sent since the last progress.
     pub(super) probes_sent: u8,
-    /// How much later than two round trips the tail probe comes: the lateness of answers
-    /// that made a probe spurious ([`Self::probe_was_spurious`]); 0 after a probe found a
-    /// loss.
-    pub(super) pto_extra_ns: u64,
     /// A tail probe of a SEND/WRITE-like packet is out and not answered yet.
     pub(super) tail_probe: Option<TailProbe>,
     /// The packet being timed (PSN, sent at); only first transmissions are timed and a
@@ -131,6 +129,27 @@ impl RttEstimator {
             .min(bound_ns)
     }
 
+    /// Two smoothed round trips (RFC 8985 §7.2), at least [`PTO_MIN_NS`]: the tail probe's
+    /// time before the lateness learnt ([`Qp::pto_ns`]). None: no round trip measured.
+    pub(super) fn pto_ns(&self) -> Option<u64> {
+        (self.srtt_ns != 0).then(|| (2 * self.srtt_ns).max(PTO_MIN_NS))
+    }
+
+    /// How long after a rewind for a sequence NAK a repeated NAK for the same PSN still
+    /// answers packets sent before it.
+    pub(super) fn nak_repeat_ns(&self) -> u64 {
+        (self.srtt_ns / 2).max(NAK_REPEAT_MIN_NS)
+    }
+}
+
+/// How much later than two round trips a tail probe comes, shared by all QPs of an engine
+/// (`Engine::create_qp` hands each QP the engine's): the lateness of answers that made a
+/// probe spurious. What delays an answer on a lossless link is the peers' data-path threads
+/// waiting for a core, which every QP in flight at that moment sees at once: at 256 QPs a
+/// QP learning for itself had sent its probe before it had anything to learn from.
+pub(super) type ProbeLateness = std::sync::Arc<std::sync::atomic::AtomicU64>;
+
+impl Qp {
     /// When the tail probe is due after the last progress (None: no round trip measured):
     /// two smoothed round trips (RFC 8985 §7.2) and the lateness learnt from spurious probes
     /// ([`Self::probe_was_spurious`]). Not srtt + 4·rttvar: the samples time a burst's first
@@ -144,28 +163,21 @@ impl RttEstimator {
     /// pass), so nothing is added. No probe comes at or after the RTO (`arm_timer`): RFC
     /// 8985's min(PTO, RTO).
     pub(super) fn pto_ns(&self) -> Option<u64> {
-        (self.srtt_ns != 0).then(|| (2 * self.srtt_ns).max(PTO_MIN_NS) + self.pto_extra_ns)
+        let late = self.req.pto_lateness.load(Ordering::Relaxed);
+        self.req.rtt.pto_ns().map(|pto| pto + late)
     }
 
     /// A tail probe sent at `probe_sent_at` was not needed: everything sent before it was
     /// acknowledged at `now`, sooner after it than any probe is answered (the smallest round
     /// trip), so by ACKs that left the responder before the probe reached it — the answer was
-    /// late, nothing was lost (a responder whose thread waited for a core). The next probe
-    /// waits that much longer (RFC 8985 §6.2 grows its reordering window on a spurious
-    /// retransmission alike), never past the RTO floor; a probe that finds a loss forgets it.
-    pub(super) fn probe_was_spurious(&mut self, probe_sent_at: u64, now: u64) {
-        let late = now.saturating_sub(probe_sent_at);
-        self.pto_extra_ns = self.pto_extra_ns.max(late).min(RTO_MIN_NS);
+    /// late, nothing was lost. The engine's next probes wait that much longer (RFC 8985 §6.2
+    /// grows its reordering window on a spurious retransmission alike), never past the RTO
+    /// floor; a probe that finds a loss forgets it ([`Self::probe_answered`]).
+    pub(super) fn probe_was_spurious(&self, probe_sent_at: u64, now: u64) {
+        let late = now.saturating_sub(probe_sent_at).min(RTO_MIN_NS);
+        self.req.pto_lateness.fetch_max(late, Ordering::Relaxed);
     }
 
-    /// How long after a rewind for a sequence NAK a repeated NAK for the same PSN still
-    /// answers packets sent before it.
-    pub(super) fn nak_repeat_ns(&self) -> u64 {
-        (self.srtt_ns / 2).max(NAK_REPEAT_MIN_NS)
-    }
-}
-
-impl Qp {
     /// The retransmission timeout now, or None if the QP's timeout attribute is 0 (IBA: wait
     /// for ever, no local ACK timer).
     pub(super) fn rto_ns(&self) -> Option<u64> {
@@ -182,7 +194,7 @@ impl Qp {
         };
         let probes = self.req.rtt.probes_sent;
         let pto = (self.req.rtt.backoff == 0 && probes < MAX_TAIL_PROBES)
-            .then(|| self.req.rtt.pto_ns())
+            .then(|| self.pto_ns())
             .flatten()
             .map(|pto| pto << probes)
             .filter(|&pto| pto < rto);
@@ -406,7 +418,7 @@ impl Qp {
         }
         self.req.rtt.tail_probe = None;
         // The probe was needed: waiting longer for the next one would only delay recovery.
-        self.req.rtt.pto_extra_ns = 0;
+        self.req.pto_lateness.store(0, Ordering::Relaxed);
         stats.nak_rewinds += 1;
         self.req.on_loss();
         self.rtt_forget_probe();
@@ -425,7 +437,7 @@ impl Qp {
         };
         rtt.tail_probe = None;
         if rtt.min_rtt_ns != 0 && now.saturating_sub(probe.sent_at) < rtt.min_rtt_ns {
-            rtt.probe_was_spurious(probe.sent_at, now);
+            self.probe_was_spurious(probe.sent_at, now);
         }
     }
 

@@ -319,7 +319,7 @@ fn a_responder_late_once_gets_no_probe_the_next_time() {
     env.now = probe_at + LATE;
     ack_from_peer(&mut qp, &mut env, &mut stats, 102, Syndrome::Ack);
     assert!(env.sent.is_empty(), "nothing resent: {:?}", psns(&env));
-    assert_eq!((stats.nak_rewinds, qp.req.rtt.pto_extra_ns), (0, LATE));
+    assert_eq!((stats.nak_rewinds, lateness(&qp)), (0, LATE));
     // The next SEND, answered as late: no probe.
     let start = env.now;
     send_three(&mut env, &mut stats, &mut qp, 2);
@@ -362,7 +362,7 @@ fn a_lost_tail_after_a_spurious_probe_is_still_found_by_the_next() {
         "the lost tail again, at once"
     );
     assert_eq!((stats.nak_rewinds, stats.retransmit_timeouts), (1, 0));
-    assert_eq!(qp.req.rtt.pto_extra_ns, 0);
+    assert_eq!(lateness(&qp), 0);
 }
 
 /// An ACK of everything a round trip or more after the probe may be its answer (the probe
@@ -374,15 +374,38 @@ fn an_answer_a_round_trip_after_the_probe_teaches_no_lateness() {
     let probe_at = fire_probe(&mut env, &mut stats, &mut qp, 100);
     env.now = probe_at + RTT;
     ack_from_peer(&mut qp, &mut env, &mut stats, 102, Syndrome::Ack);
-    assert_eq!(qp.req.rtt.pto_extra_ns, 0);
+    assert_eq!(lateness(&qp), 0);
 }
 
 #[test]
 fn the_learnt_lateness_never_takes_the_probe_past_the_rto_floor() {
-    let mut e = RttEstimator::default();
-    e.sample(100_000);
-    e.probe_was_spurious(1_000, 1_000 + 10 * RTO_MIN_NS);
-    assert_eq!(e.pto_extra_ns, RTO_MIN_NS);
+    let (_, _, qp) = sent_send(100_000);
+    qp.probe_was_spurious(1_000, 1_000 + 10 * RTO_MIN_NS);
+    assert_eq!(lateness(&qp), RTO_MIN_NS);
+}
+
+/// What one QP learnt delays the probes of every QP sharing its lateness (an engine's): a
+/// peer's thread waiting for a core delays the answers of all QPs in flight at once.
+#[test]
+fn a_lateness_learnt_by_one_qp_delays_the_probe_of_another() {
+    const RTT: u64 = 100_000;
+    let (mut env, mut stats, mut qp) = sent_send(RTT);
+    let (mut env2, mut stats2, mut other) = sent_send(RTT);
+    other.req.pto_lateness = std::sync::Arc::clone(&qp.req.pto_lateness);
+    let probe_at = fire_probe(&mut env, &mut stats, &mut qp, 100);
+    env.now = probe_at + 30_000;
+    ack_from_peer(&mut qp, &mut env, &mut stats, 102, Syndrome::Ack);
+    other.restart_timer(env2.now);
+    assert_eq!(other.req.timer_deadline, Some(env2.now + 2 * RTT + 30_000));
+    env2.now += 2 * RTT + 29_999;
+    other.on_timers(&mut env2, &mut stats2);
+    assert_eq!(stats2.tail_probes, 0);
+}
+
+fn lateness(qp: &Qp) -> u64 {
+    qp.req
+        .pto_lateness
+        .load(std::sync::atomic::Ordering::Relaxed)
 }
 
 #[test]
