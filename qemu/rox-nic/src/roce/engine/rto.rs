@@ -75,6 +75,11 @@ pub(super) struct RttEstimator {
     pub(super) probes_sent: u8,
     /// A tail probe of a SEND/WRITE-like packet is out and not answered yet.
     pub(super) tail_probe: Option<TailProbe>,
+    /// A tail probe overtaken by ACKs (everything sent before it acknowledged) later than
+    /// the smallest round trip after it: (the PSN acknowledged then, when the probe left,
+    /// when it was overtaken). An ACK repeating that PSN next is the responder answering the
+    /// probe as a duplicate: the probe was spurious (TCP's DSACK).
+    pub(super) overtaken_probe: Option<(Psn, u64, u64)>,
     /// The packet being timed (PSN, sent at); only first transmissions are timed and a
     /// rewind forgets it (Karn's rule: an ACK after a resend does not say which copy arrived).
     pub(super) probe: Option<(Psn, u64)>,
@@ -314,6 +319,7 @@ impl Qp {
         self.req.rtt.probe = None;
         self.req.rtt.timed_ack_req = None;
         self.req.rtt.tail_probe = None;
+        self.req.rtt.overtaken_probe = None;
     }
 
     /// A READ retry (a tail probe of a READ, or a hole asked for again) went out for
@@ -404,6 +410,7 @@ impl Qp {
         progress: bool,
         now: u64,
     ) -> bool {
+        self.repeat_shows_spurious_probe(psn, progress);
         self.forget_overtaken_tail_probe(now);
         let Some(probe) = self.req.rtt.tail_probe else {
             return false;
@@ -431,6 +438,7 @@ impl Qp {
     /// forgotten, and if that came sooner after it than its answer could, it was spurious.
     pub(super) fn forget_overtaken_tail_probe(&mut self, now: u64) {
         let una = self.una();
+        let acked = self.req.acked_psn;
         let rtt = &mut self.req.rtt;
         let Some(probe) = rtt.tail_probe.filter(|p| una.diff(p.sent_end) >= 0) else {
             return;
@@ -438,6 +446,22 @@ impl Qp {
         rtt.tail_probe = None;
         if rtt.min_rtt_ns != 0 && now.saturating_sub(probe.sent_at) < rtt.min_rtt_ns {
             self.probe_was_spurious(probe.sent_at, now);
+        } else {
+            // Its answer or the originals' ACK, or both: a repeat of this ACK will tell.
+            rtt.overtaken_probe = Some((acked, probe.sent_at, now));
+        }
+    }
+
+    /// An ACK of `psn` (`progress`: it moved the oldest unacknowledged PSN): if it repeats
+    /// the ACK that overtook a tail probe, the responder had the probed packet already and
+    /// answered the probe as a duplicate: the probe was spurious, and the originals' ACK came
+    /// that late after it. Any other ACK ends the wait for that repeat.
+    fn repeat_shows_spurious_probe(&mut self, psn: Psn, progress: bool) {
+        let Some((acked, sent_at, overtaken_at)) = self.req.rtt.overtaken_probe.take() else {
+            return;
+        };
+        if !progress && psn == acked {
+            self.probe_was_spurious(sent_at, overtaken_at);
         }
     }
 
