@@ -27,7 +27,7 @@
 //! retry forgets only a timed packet it repeats; otherwise each stall of a slow responder
 //! asked for another replay (docs/interop.md, "READ from rdma_rxe").
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::qp::Qp;
 use super::wqe::WqeKind;
@@ -147,12 +147,44 @@ impl RttEstimator {
     }
 }
 
+/// The learnt lateness halves every this long after it was last learnt: it follows the
+/// host's load (a stall a few times a second keeps it), and a link whose answers stopped
+/// being late gets its fast probes back within seconds.
+pub(super) const LATENESS_HALF_LIFE_NS: u64 = 1_000_000_000;
+
 /// How much later than two round trips a tail probe comes, shared by all QPs of an engine
 /// (`Engine::create_qp` hands each QP the engine's): the lateness of answers that made a
 /// probe spurious. What delays an answer on a lossless link is the peers' data-path threads
 /// waiting for a core, which every QP in flight at that moment sees at once: at 256 QPs a
 /// QP learning for itself had sent its probe before it had anything to learn from.
-pub(super) type ProbeLateness = std::sync::Arc<std::sync::atomic::AtomicU64>;
+pub(super) type ProbeLateness = std::sync::Arc<Lateness>;
+
+/// The lateness and when it was last learnt (ns of the device's clock).
+#[derive(Debug, Default)]
+pub(super) struct Lateness {
+    late_ns: AtomicU64,
+    learnt_at_ns: AtomicU64,
+}
+
+impl Lateness {
+    /// The lateness at `now`: halved per [`LATENESS_HALF_LIFE_NS`] since it was learnt.
+    pub(super) fn at(&self, now: u64) -> u64 {
+        let age = now.saturating_sub(self.learnt_at_ns.load(Ordering::Relaxed));
+        let halvings = (age / LATENESS_HALF_LIFE_NS).min(63) as u32;
+        self.late_ns.load(Ordering::Relaxed) >> halvings
+    }
+
+    /// An answer came `late_ns` after a probe that was not needed, at `now`.
+    fn learn(&self, late_ns: u64, now: u64) {
+        let late = self.at(now).max(late_ns).min(RTO_MIN_NS);
+        self.late_ns.store(late, Ordering::Relaxed);
+        self.learnt_at_ns.store(now, Ordering::Relaxed);
+    }
+
+    fn forget(&self) {
+        self.late_ns.store(0, Ordering::Relaxed);
+    }
+}
 
 impl Qp {
     /// When the tail probe is due after the last progress (None: no round trip measured):
@@ -167,8 +199,8 @@ impl Qp {
     /// a rox responder delays no ACK (it ACKs every packet asking, at the end of its receive
     /// pass), so nothing is added. No probe comes at or after the RTO (`arm_timer`): RFC
     /// 8985's min(PTO, RTO).
-    pub(super) fn pto_ns(&self) -> Option<u64> {
-        let late = self.req.pto_lateness.load(Ordering::Relaxed);
+    pub(super) fn pto_ns(&self, now: u64) -> Option<u64> {
+        let late = self.req.pto_lateness.at(now);
         self.req.rtt.pto_ns().map(|pto| pto + late)
     }
 
@@ -177,10 +209,12 @@ impl Qp {
     /// trip), so by ACKs that left the responder before the probe reached it — the answer was
     /// late, nothing was lost. The engine's next probes wait that much longer (RFC 8985 §6.2
     /// grows its reordering window on a spurious retransmission alike), never past the RTO
-    /// floor; a probe that finds a loss forgets it ([`Self::probe_answered`]).
+    /// floor, fading by half a second later ([`LATENESS_HALF_LIFE_NS`]); a probe that finds
+    /// a loss forgets it ([`Self::probe_answered`]).
     pub(super) fn probe_was_spurious(&self, probe_sent_at: u64, now: u64) {
-        let late = now.saturating_sub(probe_sent_at).min(RTO_MIN_NS);
-        self.req.pto_lateness.fetch_max(late, Ordering::Relaxed);
+        self.req
+            .pto_lateness
+            .learn(now.saturating_sub(probe_sent_at), now);
     }
 
     /// The retransmission timeout now, or None if the QP's timeout attribute is 0 (IBA: wait
@@ -199,7 +233,7 @@ impl Qp {
         };
         let probes = self.req.rtt.probes_sent;
         let pto = (self.req.rtt.backoff == 0 && probes < MAX_TAIL_PROBES)
-            .then(|| self.pto_ns())
+            .then(|| self.pto_ns(now))
             .flatten()
             .map(|pto| pto << probes)
             .filter(|&pto| pto < rto);
@@ -425,7 +459,7 @@ impl Qp {
         }
         self.req.rtt.tail_probe = None;
         // The probe was needed: waiting longer for the next one would only delay recovery.
-        self.req.pto_lateness.store(0, Ordering::Relaxed);
+        self.req.pto_lateness.forget();
         stats.nak_rewinds += 1;
         self.req.on_loss();
         self.rtt_forget_probe();

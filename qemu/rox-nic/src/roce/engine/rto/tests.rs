@@ -440,9 +440,26 @@ fn a_lateness_learnt_by_one_qp_delays_the_probe_of_another() {
 }
 
 fn lateness(qp: &Qp) -> u64 {
-    qp.req
-        .pto_lateness
-        .load(std::sync::atomic::Ordering::Relaxed)
+    qp.req.pto_lateness.at(0)
+}
+
+/// The lateness fades by half per second after it was last learnt, so a link whose answers
+/// stopped being late gets its fast probes back.
+#[test]
+fn the_learnt_lateness_halves_every_second() {
+    let (_, _, qp) = sent_send(100_000);
+    let t = 5 * LATENESS_HALF_LIFE_NS;
+    qp.probe_was_spurious(t - 400_000, t);
+    let late = |at| qp.req.pto_lateness.at(at);
+    assert_eq!(late(t + LATENESS_HALF_LIFE_NS - 1), 400_000);
+    assert_eq!(late(t + LATENESS_HALF_LIFE_NS), 200_000);
+    assert_eq!(late(t + 3 * LATENESS_HALF_LIFE_NS), 50_000);
+    // Learnt again: the larger of what is left and the new lateness, from then on.
+    qp.probe_was_spurious(
+        t + LATENESS_HALF_LIFE_NS,
+        t + LATENESS_HALF_LIFE_NS + 100_000,
+    );
+    assert_eq!(late(t + LATENESS_HALF_LIFE_NS + 100_000), 200_000);
 }
 
 #[test]
