@@ -2,9 +2,10 @@
 # Guest side of tests/bench/qps: guest 1 serves, guest 0 runs ib_write_bw -s 8192 over its rox
 # NIC 0 with each QP count of QPS_LIST, the same messages in all (QPS_MESSAGES, spread over the
 # QPs), and prints one line per count: bandwidth and what the device's counters moved by on
-# this side (packets sent, retransmissions, ACK timeouts, frames its port discarded); the
-# server prints what its device saw: duplicate requests (a retransmission of what had arrived:
-# a spurious timeout) and out-of-sequence ones (a packet before them was lost).
+# this side (packets sent, retransmissions, ACK timeouts, tail probes, frames its port
+# discarded); the server prints what its device saw: duplicate requests (a retransmission of
+# what had arrived: a spurious timeout or probe) and out-of-sequence ones (a packet before them
+# was lost).
 #   qps.sh server|client
 # Environment: ROX_KO, QPS_LIST (default "16 256"), QPS_MESSAGES (default 12800).
 set -u
@@ -14,7 +15,7 @@ fail() { echo "FAIL $role: $*"; exit 1; }
 list=${QPS_LIST:-16 256}
 messages=${QPS_MESSAGES:-12800}
 size=8192
-counters="tx_packets retransmits local_ack_timeout_err"
+counters="tx_packets retransmits local_ack_timeout_err roce_adp_retrans"
 
 dev=$(rox_dev_on "$ROX_IF_0") || fail "no rox device on $ROX_IF_0"
 wait_port_active "$dev" || fail "$dev port not active"
@@ -55,6 +56,6 @@ for q in $list; do
 	[ -n "$bw" ] || { cat /tmp/qps-client.log; fail "no result from $cmd $peer"; }
 	read -ra b <<<"$before"
 	read -ra a <<<"$after"
-	echo "QPS qps=$q messages=$((iters * q)) bw_MiBps=$bw tx_packets=$((a[0] - b[0])) retransmits=$((a[1] - b[1])) ack_timeouts=$((a[2] - b[2])) xmit_discards=$((a[3] - b[3]))"
+	echo "QPS qps=$q messages=$((iters * q)) bw_MiBps=$bw tx_packets=$((a[0] - b[0])) retransmits=$((a[1] - b[1])) ack_timeouts=$((a[2] - b[2])) tail_probes=$((a[3] - b[3])) xmit_discards=$((a[4] - b[4]))"
 done
 echo "qps $role: done"

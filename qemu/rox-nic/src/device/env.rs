@@ -35,6 +35,10 @@ impl DeviceEnv for Hw {
         self.tx_sched.may_send(qpn, adds_to_flight)
     }
 
+    fn request_budget_spent(&self, qpn: Qpn) -> bool {
+        self.tx_sched.budget_spent(qpn)
+    }
+
     fn multicast_copy(&mut self) {
         self.stats[STAT_RX_MCAST_COPIES] += 1;
     }

@@ -154,6 +154,8 @@ pub struct Engine {
     cc: CcConfig,
     /// The port's CNP rate limit (congestion.rs).
     cnp_limiter: CnpLimiter,
+    /// The lateness spurious tail probes taught, shared by the QPs (rto.rs).
+    pto_lateness: rto::ProbeLateness,
 }
 
 impl Default for Engine {
@@ -164,6 +166,7 @@ impl Default for Engine {
             ud_mtu: Mtu::Mtu4096,
             cc: CcConfig::default(),
             cnp_limiter: CnpLimiter::default(),
+            pto_lateness: Default::default(),
         }
     }
 }
@@ -211,6 +214,7 @@ impl Engine {
         };
         let mut qp = Qp::new(cfg, mtu);
         qp.cc = QpCc::new(&self.cc);
+        qp.req.pto_lateness = std::sync::Arc::clone(&self.pto_lateness);
         self.qps.insert(cfg.qpn, qp);
         Ok(())
     }
@@ -477,6 +481,16 @@ mod tests {
     use super::test_env::*;
     use super::*;
     use crate::roce::wire::{self, opcode as op};
+
+    #[test]
+    fn the_qps_of_an_engine_share_the_lateness_tail_probes_learn() {
+        let mut e = Engine::new();
+        for n in [0x11, 0x12] {
+            e.create_qp(rc_config(Qpn::from_wire(n))).unwrap();
+        }
+        let [a, b] = [0x11, 0x12].map(|n| &e.qps[&Qpn::from_wire(n)].req.pto_lateness);
+        assert!(std::sync::Arc::ptr_eq(a, b));
+    }
 
     fn rc_config(qpn: Qpn) -> QpConfig {
         QpConfig {

@@ -495,6 +495,12 @@ pub trait DeviceEnv {
     fn may_send_request(&mut self, _qpn: Qpn, _adds_to_flight: bool) -> bool {
         true
     }
+    /// Whether QP `qpn`, whose request packet [`Self::may_send_request`] just let go, may
+    /// send no further one now (its turn or the port's budget is spent): that packet then
+    /// asks for an ACK.
+    fn request_budget_spent(&self, _qpn: Qpn) -> bool {
+        false
+    }
     /// The device's WQE trace, which the engine's hooks write (packets out, responses in,
     /// retransmissions); off unless the device has one running.
     fn wqe_trace(&self) -> &crate::trace::WqeTrace {

@@ -107,6 +107,24 @@ impl TxScheduler {
         true
     }
 
+    /// Whether QP `qpn`, which just sent, may send no further packet now: its turn or the
+    /// port's budget is spent (conservatively: a retransmission needs no flight room). The
+    /// requester then asks for an ACK on the packet it is building, so that what it sent is
+    /// acknowledged while it waits for its next turn; a packet without AckReq waited there
+    /// unacknowledged (the responder ACKs only AckReq packets) until the tail probe sent it
+    /// again.
+    pub fn budget_spent(&self, qpn: Qpn) -> bool {
+        if !self.limited {
+            return false;
+        }
+        let turn_over = match &self.turn {
+            Some((q, left)) if *q == qpn => *left == 0,
+            // Not on turn: it went because nobody waited, and so may the next.
+            _ => !self.ready.is_empty(),
+        };
+        turn_over || self.queue_room == 0 || self.flight_room == 0
+    }
+
     /// Whether the budget must be computed again: something was sent since the last refill
     /// (rooms shrank) or QPs wait (rooms may have grown). Otherwise the old budget is still
     /// a safe one: the queue and the flight only shrank.
@@ -278,6 +296,30 @@ mod tests {
             Some(qpn(2)),
             "QP 2 had work left: back at the end"
         );
+    }
+
+    #[test]
+    fn the_last_packet_a_budget_allows_is_known_as_it_goes() {
+        let mut s = refilled(SCHED_QUEUE_TARGET - 2, 0);
+        assert!(s.may_send(qpn(2), true));
+        assert!(!s.budget_spent(qpn(2)), "one more frame fits the queue");
+        assert!(s.may_send(qpn(2), true));
+        assert!(s.budget_spent(qpn(2)), "the queue is at its target");
+        let mut s = refilled(0, PORT_INFLIGHT_LIMIT - 1);
+        assert!(s.may_send(qpn(2), true));
+        assert!(s.budget_spent(qpn(2)), "the flight is full");
+        // A turn's last packet.
+        let mut s = refilled(SCHED_QUEUE_TARGET, 0);
+        assert!(!s.may_send(qpn(3), true));
+        s.refill(0, 0);
+        assert_eq!(s.start_turn(), Some(qpn(3)));
+        for _ in 1..TURN_PACKETS {
+            assert!(s.may_send(qpn(3), true));
+            assert!(!s.budget_spent(qpn(3)));
+        }
+        assert!(s.may_send(qpn(3), true));
+        assert!(s.budget_spent(qpn(3)), "the turn is over");
+        assert!(!TxScheduler::new(false).budget_spent(qpn(3)), "no port");
     }
 
     #[test]

@@ -374,7 +374,7 @@ impl Qp {
     /// A response arrived for a request (progress, whatever the WR's fate): both retry
     /// counts start over, the ACK timer restarts, and a tail probe it overtook is forgotten.
     pub(super) fn responded(&mut self, now: u64) {
-        self.forget_overtaken_tail_probe();
+        self.forget_overtaken_tail_probe(now);
         self.req.retry_left = self.retry_cnt;
         self.req.rnr_left = self.rnr_retry;
         self.req.nak_rewind = None;

@@ -4,7 +4,7 @@
 use std::collections::{BTreeSet, HashMap, VecDeque};
 
 use super::qp::Qp;
-use super::rto::RttEstimator;
+use super::rto::{ProbeLateness, RttEstimator};
 use super::sg::{gather, SgError};
 use super::wqe::{Wqe, WqeKind, ATOMIC_BYTES};
 use super::{
@@ -36,6 +36,8 @@ pub(super) struct Requester {
     pub(super) timer_probe: bool,
     /// Round-trip estimate and the RTO's backoff.
     pub(super) rtt: RttEstimator,
+    /// The lateness spurious tail probes taught, the engine's (rto.rs).
+    pub(super) pto_lateness: ProbeLateness,
     /// When the last progress was made or retry spent: a timeout spends a retry only once
     /// the QP's whole local ACK timeout has passed since (see rto.rs).
     pub(super) retry_period_start: u64,
@@ -440,8 +442,13 @@ impl Qp {
         let chunk = (wqe.len - offset).min(mtu) as usize;
         let last = pkt + 1 == wqe.npsn;
         let pkts_since_ack_req = self.req.pkts_since_ack_req + 1;
+        // Also the last packet the port's scheduler lets go before the QP's next turn: the
+        // responder ACKs only packets that ask, so one that did not would wait unacknowledged
+        // for that turn (at 256 QPs, dozens of round trips) and get tail-probed.
         let ack_req = self.cfg.qp_type == QpType::Rc
-            && (last || pkts_since_ack_req >= self.req.ack_req_interval());
+            && (last
+                || pkts_since_ack_req >= self.req.ack_req_interval()
+                || env.request_budget_spent(self.cfg.qpn));
         let hdr = self.data_headers(wqe, pkt, ack_req);
         // The payload is gathered from guest memory straight into the packet; a refused
         // access sends nothing and leaves the QP's state as it was.
@@ -685,6 +692,29 @@ mod tests {
         let wqe = qp.make_wqe(send_wr(9, WrOpcode::Send, 0));
         qp.enqueue(&mut env, &mut stats, wqe);
         assert_eq!(env.asked, [false]);
+    }
+
+    /// The packet the port's scheduler lets go last before the QP's next turn asks for an
+    /// ACK, mid-message too: the responder ACKs only packets that ask, so one that did not
+    /// waited unacknowledged for that turn and was tail-probed (at 256 QPs in two guests,
+    /// 12-65 duplicates per run). Fails without the scheduler check in `send_data_packet`.
+    #[test]
+    fn the_last_packet_before_the_scheduler_holds_the_qp_asks_for_an_ack() {
+        let (mut env, mut stats, mut qp) = rc_fixture();
+        env.send_allowance = Some(1);
+        let wqe = qp.make_wqe(send_wr(1, WrOpcode::Send, 3000));
+        qp.enqueue(&mut env, &mut stats, wqe);
+        let ack_reqs = |env: &TestEnv| {
+            env.sent_parsed()
+                .iter()
+                .map(|p| p.hdr.bth.ack_req)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(ack_reqs(&env), [true], "the budget's last packet asks");
+        // Its turn: the rest goes, asking only at the message's end.
+        env.send_allowance = None;
+        qp.transmit(&mut env, &mut stats);
+        assert_eq!(ack_reqs(&env), [true, false, true]);
     }
 
     #[test]

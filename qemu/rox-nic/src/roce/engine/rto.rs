@@ -3,8 +3,9 @@
 //! local ACK timeout attribute (IBA: 4.096 µs × 2^timeout).
 //!
 //! Before the RTO, up to twice per stall, a tail probe (TCP's tail loss probe, RFC 8985 §7): after
-//! two round trips without progress the requester sends its first packet not known to have
-//! arrived again, asking for an ACK (for a READ: asks again for its first missing response).
+//! two round trips without progress (and the lateness spurious probes taught) the requester
+//! sends its first packet not known to have arrived again, asking for an ACK (for a READ: asks
+//! again for its first missing response).
 //! A responder takes it in sequence or ACKs it again as a duplicate, so the answer says where
 //! the responder is, whatever was lost — the last packets, the NAK, the last ACK, a resend, a
 //! READ retry — and whatever the responder does with packets past a gap: rdma_rxe NAKs a gap
@@ -25,6 +26,8 @@
 //! They restart it (never past the attribute's timeout since the last progress), and a READ
 //! retry forgets only a timed packet it repeats; otherwise each stall of a slow responder
 //! asked for another replay (docs/interop.md, "READ from rdma_rxe").
+
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::qp::Qp;
 use super::wqe::WqeKind;
@@ -72,6 +75,11 @@ pub(super) struct RttEstimator {
     pub(super) probes_sent: u8,
     /// A tail probe of a SEND/WRITE-like packet is out and not answered yet.
     pub(super) tail_probe: Option<TailProbe>,
+    /// A tail probe overtaken by ACKs (everything sent before it acknowledged) later than
+    /// the smallest round trip after it: (the PSN acknowledged then, when the probe left,
+    /// when it was overtaken). An ACK repeating that PSN next is the responder answering the
+    /// probe as a duplicate: the probe was spurious (TCP's DSACK).
+    pub(super) overtaken_probe: Option<(Psn, u64, u64)>,
     /// The packet being timed (PSN, sent at); only first transmissions are timed and a
     /// rewind forgets it (Karn's rule: an ACK after a resend does not say which copy arrived).
     pub(super) probe: Option<(Psn, u64)>,
@@ -126,7 +134,8 @@ impl RttEstimator {
             .min(bound_ns)
     }
 
-    /// When the tail probe is due after the last progress (None: no round trip measured).
+    /// Two smoothed round trips (RFC 8985 §7.2), at least [`PTO_MIN_NS`]: the tail probe's
+    /// time before the lateness learnt ([`Qp::pto_ns`]). None: no round trip measured.
     pub(super) fn pto_ns(&self) -> Option<u64> {
         (self.srtt_ns != 0).then(|| (2 * self.srtt_ns).max(PTO_MIN_NS))
     }
@@ -138,7 +147,76 @@ impl RttEstimator {
     }
 }
 
+/// The learnt lateness halves every this long after it was last learnt: it follows the
+/// host's load (a stall a few times a second keeps it), and a link whose answers stopped
+/// being late gets its fast probes back within seconds.
+pub(super) const LATENESS_HALF_LIFE_NS: u64 = 1_000_000_000;
+
+/// How much later than two round trips a tail probe comes, shared by all QPs of an engine
+/// (`Engine::create_qp` hands each QP the engine's): the lateness of answers that made a
+/// probe spurious. What delays an answer on a lossless link is the peers' data-path threads
+/// waiting for a core, which every QP in flight at that moment sees at once: at 256 QPs a
+/// QP learning for itself had sent its probe before it had anything to learn from.
+pub(super) type ProbeLateness = std::sync::Arc<Lateness>;
+
+/// The lateness and when it was last learnt (ns of the device's clock).
+#[derive(Debug, Default)]
+pub(super) struct Lateness {
+    late_ns: AtomicU64,
+    learnt_at_ns: AtomicU64,
+}
+
+impl Lateness {
+    /// The lateness at `now`: halved per [`LATENESS_HALF_LIFE_NS`] since it was learnt.
+    pub(super) fn at(&self, now: u64) -> u64 {
+        let age = now.saturating_sub(self.learnt_at_ns.load(Ordering::Relaxed));
+        let halvings = (age / LATENESS_HALF_LIFE_NS).min(63) as u32;
+        self.late_ns.load(Ordering::Relaxed) >> halvings
+    }
+
+    /// An answer came `late_ns` after a probe that was not needed, at `now`.
+    fn learn(&self, late_ns: u64, now: u64) {
+        let late = self.at(now).max(late_ns).min(RTO_MIN_NS);
+        self.late_ns.store(late, Ordering::Relaxed);
+        self.learnt_at_ns.store(now, Ordering::Relaxed);
+    }
+
+    fn forget(&self) {
+        self.late_ns.store(0, Ordering::Relaxed);
+    }
+}
+
 impl Qp {
+    /// When the tail probe is due after the last progress (None: no round trip measured):
+    /// two smoothed round trips (RFC 8985 §7.2) and the lateness learnt from spurious probes
+    /// ([`Self::probe_was_spurious`]). Not srtt + 4·rttvar: the samples time a burst's first
+    /// packet, whose answer queues behind the answers to what was sent before it, so their
+    /// variation measures that queue, not lateness; a READ stream at 5 % loss had rttvar
+    /// 1.3–1.6× srtt, and probes that waited for it left the wire idle 40 of 92 ms
+    /// (tests/roce_loss_recovery.rs allows a quarter). The timer restarts on every progress,
+    /// so what a probe must outwait is a gap in progress, which only a probe that was not
+    /// needed measures. RFC 8985 adds the peer's delayed-ACK time with one packet in flight;
+    /// a rox responder delays no ACK (it ACKs every packet asking, at the end of its receive
+    /// pass), so nothing is added. No probe comes at or after the RTO (`arm_timer`): RFC
+    /// 8985's min(PTO, RTO).
+    pub(super) fn pto_ns(&self, now: u64) -> Option<u64> {
+        let late = self.req.pto_lateness.at(now);
+        self.req.rtt.pto_ns().map(|pto| pto + late)
+    }
+
+    /// A tail probe sent at `probe_sent_at` was not needed: everything sent before it was
+    /// acknowledged at `now`, sooner after it than any probe is answered (the smallest round
+    /// trip), so by ACKs that left the responder before the probe reached it — the answer was
+    /// late, nothing was lost. The engine's next probes wait that much longer (RFC 8985 §6.2
+    /// grows its reordering window on a spurious retransmission alike), never past the RTO
+    /// floor, fading by half a second later ([`LATENESS_HALF_LIFE_NS`]); a probe that finds
+    /// a loss forgets it ([`Self::probe_answered`]).
+    pub(super) fn probe_was_spurious(&self, probe_sent_at: u64, now: u64) {
+        self.req
+            .pto_lateness
+            .learn(now.saturating_sub(probe_sent_at), now);
+    }
+
     /// The retransmission timeout now, or None if the QP's timeout attribute is 0 (IBA: wait
     /// for ever, no local ACK timer).
     pub(super) fn rto_ns(&self) -> Option<u64> {
@@ -155,7 +233,7 @@ impl Qp {
         };
         let probes = self.req.rtt.probes_sent;
         let pto = (self.req.rtt.backoff == 0 && probes < MAX_TAIL_PROBES)
-            .then(|| self.req.rtt.pto_ns())
+            .then(|| self.pto_ns(now))
             .flatten()
             .map(|pto| pto << probes)
             .filter(|&pto| pto < rto);
@@ -275,6 +353,7 @@ impl Qp {
         self.req.rtt.probe = None;
         self.req.rtt.timed_ack_req = None;
         self.req.rtt.tail_probe = None;
+        self.req.rtt.overtaken_probe = None;
     }
 
     /// A READ retry (a tail probe of a READ, or a hole asked for again) went out for
@@ -365,7 +444,8 @@ impl Qp {
         progress: bool,
         now: u64,
     ) -> bool {
-        self.forget_overtaken_tail_probe();
+        self.repeat_shows_spurious_probe(psn, progress);
+        self.forget_overtaken_tail_probe(now);
         let Some(probe) = self.req.rtt.tail_probe else {
             return false;
         };
@@ -378,6 +458,8 @@ impl Qp {
             return false;
         }
         self.req.rtt.tail_probe = None;
+        // The probe was needed: waiting longer for the next one would only delay recovery.
+        self.req.pto_lateness.forget();
         stats.nak_rewinds += 1;
         self.req.on_loss();
         self.rtt_forget_probe();
@@ -386,16 +468,34 @@ impl Qp {
     }
 
     /// Once everything sent before the tail probe is acknowledged (by ACKs, READ responses or
-    /// atomic results), nothing is left for its answer to show lost: the probe is forgotten.
-    pub(super) fn forget_overtaken_tail_probe(&mut self) {
+    /// atomic results) at `now`, nothing is left for its answer to show lost: the probe is
+    /// forgotten, and if that came sooner after it than its answer could, it was spurious.
+    pub(super) fn forget_overtaken_tail_probe(&mut self, now: u64) {
         let una = self.una();
-        if self
-            .req
-            .rtt
-            .tail_probe
-            .is_some_and(|probe| una.diff(probe.sent_end) >= 0)
-        {
-            self.req.rtt.tail_probe = None;
+        let acked = self.req.acked_psn;
+        let rtt = &mut self.req.rtt;
+        let Some(probe) = rtt.tail_probe.filter(|p| una.diff(p.sent_end) >= 0) else {
+            return;
+        };
+        rtt.tail_probe = None;
+        if rtt.min_rtt_ns != 0 && now.saturating_sub(probe.sent_at) < rtt.min_rtt_ns {
+            self.probe_was_spurious(probe.sent_at, now);
+        } else {
+            // Its answer or the originals' ACK, or both: a repeat of this ACK will tell.
+            rtt.overtaken_probe = Some((acked, probe.sent_at, now));
+        }
+    }
+
+    /// An ACK of `psn` (`progress`: it moved the oldest unacknowledged PSN): if it repeats
+    /// the ACK that overtook a tail probe, the responder had the probed packet already and
+    /// answered the probe as a duplicate: the probe was spurious, and the originals' ACK came
+    /// that late after it. Any other ACK ends the wait for that repeat.
+    fn repeat_shows_spurious_probe(&mut self, psn: Psn, progress: bool) {
+        let Some((acked, sent_at, overtaken_at)) = self.req.rtt.overtaken_probe.take() else {
+            return;
+        };
+        if !progress && psn == acked {
+            self.probe_was_spurious(sent_at, overtaken_at);
         }
     }
 

@@ -146,6 +146,9 @@ impl DeviceEnv for TestEnv {
             }
         }
     }
+    fn request_budget_spent(&self, _: Qpn) -> bool {
+        self.send_allowance == Some(0)
+    }
     fn xrc_srq(&self, srqn: u32) -> Option<XrcSrq> {
         self.xrc_srqs.get(&srqn).map(|(srq, _)| *srq)
     }
