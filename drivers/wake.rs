@@ -9,12 +9,12 @@
 //! handed to processes go through the companion.
 
 use crate::{
+    cut_off::CutOff,
     hw::{
         regs,
         uapi::wake::{self as w, WakeCompanion},
         Regs,
     },
-    cut_off::CutOff,
     ib::pci_peer::{EnabledPci, MappedPci, PeerPci, PeerRemoved, RemovalWatch},
 };
 use kernel::{
