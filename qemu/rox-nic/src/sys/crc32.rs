@@ -219,14 +219,18 @@ mod x86 {
     pub(super) unsafe fn fold(raw: u32, first: &[u8; BLOCK], rest: &[u8]) -> [u8; 16] {
         assert!(rest.len() % 16 == 0);
         let blocks = rest.len() / BLOCK * BLOCK;
-        // SAFETY (each `load`): lanes of the whole block `first`, or of whole blocks of `rest`.
-        let mut lanes: [__m128i; 8] = std::array::from_fn(|i| unsafe { load(&first[..], 0, i) });
+        let mut lanes: [__m128i; 8] = std::array::from_fn(|i| {
+            // SAFETY: lane i < 8 of the whole block `first`; the CPU has the features.
+            unsafe { load(&first[..], 0, i) }
+        });
         lanes[0] = _mm_xor_si128(lanes[0], _mm_cvtsi32_si128(raw as i32));
         let k = constants(FOLD_BLOCK);
         let mut at = 0;
         while at < blocks {
             for (i, lane) in lanes.iter_mut().enumerate() {
-                *lane = fold_into(*lane, k, unsafe { load(rest, at, i) });
+                // SAFETY: lane i < 8 of the whole block at `at` (at + BLOCK <= blocks <= len).
+                let next = unsafe { load(rest, at, i) };
+                *lane = fold_into(*lane, k, next);
             }
             at += BLOCK;
         }
