@@ -60,6 +60,7 @@ read_wakes() {
 }
 expect_wakes() {
 	local mode=$1 what=$2 least=$3 other=posted mine others
+	case $mode in posted | trapped) ;; *) fail "expect_wakes: mode '$mode' (posted or trapped)" ;; esac
 	[ "$mode" = posted ] && other=trapped
 	mine=${wakes[$mode]} others=${wakes[$other]}
 	read_wakes

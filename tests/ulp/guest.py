@@ -784,6 +784,8 @@ def main():
     # would pass without crossing the cable.
     if a.cable and os.environ.get("ROX_CABLE") != "1":
         sys.exit("ulp: --cable, but rox-lab says this lab has no cable (ROX_CABLE != 1)")
+    if a.cable and a.nic != 0:
+        sys.exit(f"ulp: --cable joins NIC 0 only; --nic {a.nic} is on the bridge")
     if (a.kmemleak or a.fault_kmemleak) and os.access("/sys/kernel/debug/kmemleak", os.W_OK):
         write("/sys/kernel/debug/kmemleak", "clear")
     rdma = Rdma(a.transport, a.nic, a.ko)

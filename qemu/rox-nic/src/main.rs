@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use clap::Parser;
-use rox_nic::device::datapath::{POSTED_SPIN_PERIOD, SPIN_PERIOD};
+use rox_nic::device::datapath::SPIN_PERIOD;
 use rox_nic::device::{
     BottleneckConfig, DeviceConfig, DieOn, FaultConfig, LinkSpec, PortConfig, RoxNic, Shared,
     DEFAULT_IDLE_AFTER, DEFAULT_POSTED_IDLE_AFTER,
@@ -166,6 +166,21 @@ fn micros_arg(arg: Option<u64>, env: &str, default: u64) -> Result<std::time::Du
     Ok(std::time::Duration::from_micros(us))
 }
 
+/// The spin while wakes are posted: `--posted-spin-us`, else $ROX_NIC_POSTED_SPIN_US, else the
+/// spin itself (`--spin-us`: a device with posted wakes spins as one without unless told), and
+/// never longer than that spin.
+fn posted_spin(arg: Option<u64>, spin: std::time::Duration) -> Result<std::time::Duration, String> {
+    let posted = micros_arg(arg, "ROX_NIC_POSTED_SPIN_US", spin.as_micros() as u64)?;
+    if posted > spin {
+        return Err(format!(
+            "--posted-spin-us / ROX_NIC_POSTED_SPIN_US {} µs: at most the spin (--spin-us, {} µs)",
+            posted.as_micros(),
+            spin.as_micros()
+        ));
+    }
+    Ok(posted)
+}
+
 /// The congestion control the command line (or, through rox-lab, the environment) asks for.
 fn congestion_control(arg: Option<CcArg>, params: &[String]) -> Result<CcConfig, String> {
     let mode = match (arg, std::env::var("ROX_NIC_CC")) {
@@ -274,11 +289,7 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         "ROX_NIC_SPIN_US",
         SPIN_PERIOD.as_micros() as u64,
     )?;
-    config.posted_spin = micros_arg(
-        args.posted_spin_us,
-        "ROX_NIC_POSTED_SPIN_US",
-        POSTED_SPIN_PERIOD.as_micros() as u64,
-    )?;
+    config.posted_spin = posted_spin(args.posted_spin_us, config.spin)?;
     config.expect_spin = micros_arg(args.expect_spin_us, "ROX_NIC_EXPECT_SPIN_US", 0)?;
     let slack = micros_arg(args.nap_slack_us, "ROX_NIC_NAP_SLACK_US", 0)?;
     config.nap_slack = (!slack.is_zero()).then_some(slack);
@@ -411,4 +422,22 @@ fn dump_trace_on_sigusr1(trace: Arc<Trace>) -> std::io::Result<()> {
             }
         })?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn the_posted_spin_is_the_spin_unless_told_and_never_longer() {
+        let us = Duration::from_micros;
+        assert_eq!(posted_spin(Some(0), us(50)), Ok(us(0)));
+        assert_eq!(posted_spin(Some(50), us(50)), Ok(us(50)));
+        let err = posted_spin(Some(51), us(50)).unwrap_err();
+        assert!(err.contains("at most the spin"), "{err}");
+        if std::env::var_os("ROX_NIC_POSTED_SPIN_US").is_none() {
+            assert_eq!(posted_spin(None, us(50)), Ok(us(50)));
+        }
+    }
 }

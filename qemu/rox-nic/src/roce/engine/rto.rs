@@ -151,6 +151,11 @@ impl RttEstimator {
 /// host's load (a stall a few times a second keeps it), and a link whose answers stopped
 /// being late gets its fast probes back within seconds.
 pub(super) const LATENESS_HALF_LIFE_NS: u64 = 1_000_000_000;
+/// The learnt lateness never exceeds this: a quarter of the RTO floor, so that two round
+/// trips and the lateness stay below the RTO and a real tail loss is still found by a probe
+/// (within ~3 ms), not by the RTO, whatever a stall taught. Stalls longer than this still cost
+/// a spurious probe.
+pub(super) const LATENESS_MAX_NS: u64 = RTO_MIN_NS / 4;
 
 /// How much later than two round trips a tail probe comes, shared by all QPs of an engine
 /// (`Engine::create_qp` hands each QP the engine's): the lateness of answers that made a
@@ -176,7 +181,7 @@ impl Lateness {
 
     /// An answer came `late_ns` after a probe that was not needed, at `now`.
     fn learn(&self, late_ns: u64, now: u64) {
-        let late = self.at(now).max(late_ns).min(RTO_MIN_NS);
+        let late = self.at(now).max(late_ns).min(LATENESS_MAX_NS);
         self.late_ns.store(late, Ordering::Relaxed);
         self.learnt_at_ns.store(now, Ordering::Relaxed);
     }

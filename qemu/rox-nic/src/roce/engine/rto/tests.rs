@@ -414,11 +414,25 @@ fn an_ack_of_new_packets_after_an_overtaken_probe_teaches_nothing() {
     assert_eq!(lateness(&qp), 0);
 }
 
+/// However late the answers were, the probe stays due before the RTO: a real tail loss after
+/// a long stall is still found by a probe, not by the RTO.
 #[test]
 fn the_learnt_lateness_never_takes_the_probe_past_the_rto_floor() {
-    let (_, _, qp) = sent_send(100_000);
+    let (env, _, mut qp) = sent_send(100_000);
     qp.probe_was_spurious(1_000, 1_000 + 10 * RTO_MIN_NS);
-    assert_eq!(lateness(&qp), RTO_MIN_NS);
+    assert_eq!(lateness(&qp), LATENESS_MAX_NS);
+    qp.restart_timer(env.now);
+    let rto = qp.rto_ns().expect("the QP has an ACK timeout");
+    let deadline = qp.req.timer_deadline.expect("a timer is armed");
+    assert!(
+        qp.req.timer_probe,
+        "the timer armed is the probe's, not the RTO's"
+    );
+    assert!(
+        deadline - env.now < rto,
+        "probe due {} ns after, RTO {rto}",
+        deadline - env.now
+    );
 }
 
 /// What one QP learnt delays the probes of every QP sharing its lateness (an engine's): a
