@@ -525,19 +525,28 @@ mod tests {
         report_path("head and body", folded, runs);
     }
 
+    /// The CPU's feature flags as the kernel lists them (/proc/cpuinfo's first `flags` line).
+    #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+    fn cpu_flags() -> Vec<String> {
+        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo")
+            .unwrap_or_else(|e| panic!("/proc/cpuinfo (every x86-64 Linux has it): {e}"));
+        cpuinfo
+            .lines()
+            .find_map(|l| l.strip_prefix("flags").and_then(|r| r.split_once(':')))
+            .unwrap_or_else(|| panic!("no flags line in /proc/cpuinfo"))
+            .1
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect()
+    }
+
     /// The fast path's detection, checked against the kernel's view of the CPU: if
     /// `fold_available()` wrongly said no, the tests above would quietly test crc32fast only.
     #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
     #[test]
     fn fold_detection_agrees_with_proc_cpuinfo() {
-        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo")
-            .unwrap_or_else(|e| panic!("/proc/cpuinfo (every x86-64 Linux has it): {e}"));
-        let flags = cpuinfo
-            .lines()
-            .find_map(|l| l.strip_prefix("flags").and_then(|r| r.split_once(':')))
-            .unwrap_or_else(|| panic!("no flags line in /proc/cpuinfo"))
-            .1;
-        let has = |flag: &str| flags.split_whitespace().any(|f| f == flag);
+        let flags = cpu_flags();
+        let has = |flag: &str| flags.iter().any(|f| f == flag);
         let listed = has("pclmulqdq") && has("avx");
         assert_eq!(
             fold_available(),
@@ -555,14 +564,8 @@ mod tests {
     #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
     #[test]
     fn wide_fold_detection_agrees_with_proc_cpuinfo() {
-        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo")
-            .unwrap_or_else(|e| panic!("/proc/cpuinfo (every x86-64 Linux has it): {e}"));
-        let flags = cpuinfo
-            .lines()
-            .find_map(|l| l.strip_prefix("flags").and_then(|r| r.split_once(':')))
-            .unwrap_or_else(|| panic!("no flags line in /proc/cpuinfo"))
-            .1;
-        let has = |flag: &str| flags.split_whitespace().any(|f| f == flag);
+        let flags = cpu_flags();
+        let has = |flag: &str| flags.iter().any(|f| f == flag);
         assert_eq!(
             wide_available(),
             has("avx512f") && has("vpclmulqdq"),
