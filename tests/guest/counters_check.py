@@ -5,6 +5,10 @@
       Writes the port 1 counters of <device> to <file> (JSON): sysfs ports/1/counters/*
       (the PMA answers of rox.ko's process_mad) as "sysfs", and `rdma -j statistic show link`
       (the hw_counters) as "rdma".
+  counters_check.py settle <device> <before> <after>
+      Snapshots <device> into <after> once the traffic since <before> has settled (every
+      frame sent received: one device loops back to itself; every tail probe answered as a
+      duplicate), at most 5 s; prints the number of tail probes sent (roce_adp_retrans).
   counters_check.py delta <before> <after> <source>.<name>=<value>...
       Checks that each named counter grew by exactly <value> between the snapshots; prints
       each check and exits 1 if any failed (or a named counter is missing).
@@ -18,6 +22,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 
 
 def sysfs_counters(device):
@@ -51,6 +56,29 @@ def rdma_counters(device):
 def snapshot(device, path):
     with open(path, "w") as f:
         json.dump({"sysfs": sysfs_counters(device), "rdma": rdma_counters(device)}, f)
+
+
+def grown(before, after, name):
+    return after["rdma"][name] - before["rdma"][name]
+
+
+def settle(device, before_path, after_path, seconds=5.0):
+    # A data-path thread that loses its core for longer than the probe timeout (a loaded
+    # host) sends a tail probe: the last request again, answered again as a duplicate; its
+    # answer may still be on the wire when the program saw its last completion.
+    with open(before_path) as f:
+        before = json.load(f)
+    deadline = time.monotonic() + seconds
+    while True:
+        snapshot(device, after_path)
+        with open(after_path) as f:
+            after = json.load(f)
+        probes = grown(before, after, "roce_adp_retrans")
+        settled = (grown(before, after, "tx_packets") == grown(before, after, "rx_packets")
+                   and grown(before, after, "duplicate_request") == probes)
+        if settled or time.monotonic() > deadline:
+            return probes
+        time.sleep(0.01)
 
 
 def delta(before_path, after_path, expectations):
@@ -115,6 +143,9 @@ def perfquery(before_path, output_path, after_path):
 def main(argv):
     if len(argv) == 4 and argv[1] == "snapshot":
         snapshot(argv[2], argv[3])
+        return 0
+    if len(argv) == 5 and argv[1] == "settle":
+        print(settle(argv[2], argv[3], argv[4]))
         return 0
     if len(argv) >= 5 and argv[1] == "delta":
         return 1 if delta(argv[2], argv[3], argv[4:]) else 0
