@@ -294,23 +294,35 @@ impl Registry {
         self.inner.lock().ibdev = ibdev.map(ObjPtr);
     }
 
-    /// Registers CQ `id` if `admit` (asked under the lock: see [`Self::insert_qp`]) says so,
-    /// else EIO.
+    /// Registers `obj` under `key` in the table `table` picks if `admit` says so, else EIO.
+    /// `admit` is asked under the lock that [`Self::user_qps`] lists under, so a driver that
+    /// stops admitting a context's objects before it lists the QPs to fail finds every QP it
+    /// admitted (`cut_off.rs`). It must not sleep.
+    fn insert<K: Ord, T>(
+        &self,
+        key: K,
+        obj: *mut T,
+        table: impl FnOnce(&mut RegistryInner) -> &mut RBTree<K, ObjPtr<T>>,
+        admit: impl FnOnce() -> bool,
+    ) -> Result {
+        let obj = NonNull::new(obj).ok_or(EINVAL)?;
+        // Allocated before taking the (spin) lock.
+        let node = RBTreeNode::new(key, ObjPtr(obj), GFP_KERNEL)?;
+        let mut inner = self.inner.lock();
+        if !admit() {
+            return Err(EIO);
+        }
+        table(&mut inner).insert(node);
+        Ok(())
+    }
+    /// Registers CQ `id` if `admit` says so, else EIO (see [`Self::insert`]).
     pub(super) fn insert_cq(
         &self,
         id: u32,
         cq: *mut b::ib_cq,
         admit: impl FnOnce() -> bool,
     ) -> Result {
-        let cq = NonNull::new(cq).ok_or(EINVAL)?;
-        // Allocated before taking the (spin) lock.
-        let node = RBTreeNode::new(id, ObjPtr(cq), GFP_KERNEL)?;
-        let mut inner = self.inner.lock();
-        if !admit() {
-            return Err(EIO);
-        }
-        inner.cqs.insert(node);
-        Ok(())
+        self.insert(id, cq, |inner| &mut inner.cqs, admit)
     }
     /// CQ `id` is being destroyed (ib_free_cq has stopped its poller and calls destroy_cq).
     /// Once it is out of the registry no kick reaches it; a kick just before (a dead device's,
@@ -322,46 +334,26 @@ impl Registry {
             cancel_kicked_poll(cq.0.as_ptr());
         }
     }
-    /// Registers QP `qpn` if `admit` says so, else EIO. `admit` is asked under the lock that
-    /// [`Self::user_qps`] lists under, so a driver that stops admitting a context's objects
-    /// before it lists the QPs to fail finds every QP it admitted (`cut_off.rs`). It must not
-    /// sleep.
+    /// Registers QP `qpn` if `admit` says so, else EIO (see [`Self::insert`]).
     pub(super) fn insert_qp(
         &self,
         qpn: Qpn,
         qp: *mut b::ib_qp,
         admit: impl FnOnce() -> bool,
     ) -> Result {
-        let qp = NonNull::new(qp).ok_or(EINVAL)?;
-        // Allocated before taking the (spin) lock.
-        let node = RBTreeNode::new(qpn, ObjPtr(qp), GFP_KERNEL)?;
-        let mut inner = self.inner.lock();
-        if !admit() {
-            return Err(EIO);
-        }
-        inner.qps.insert(node);
-        Ok(())
+        self.insert(qpn, qp, |inner| &mut inner.qps, admit)
     }
     pub(super) fn remove_qp(&self, qpn: Qpn) {
         self.inner.lock().qps.remove(&qpn);
     }
-    /// Registers SRQ `id` if `admit` (asked under the lock: see [`Self::insert_qp`]) says so,
-    /// else EIO.
+    /// Registers SRQ `id` if `admit` says so, else EIO (see [`Self::insert`]).
     pub(super) fn insert_srq(
         &self,
         id: u32,
         srq: *mut b::ib_srq,
         admit: impl FnOnce() -> bool,
     ) -> Result {
-        let srq = NonNull::new(srq).ok_or(EINVAL)?;
-        // Allocated before taking the (spin) lock.
-        let node = RBTreeNode::new(id, ObjPtr(srq), GFP_KERNEL)?;
-        let mut inner = self.inner.lock();
-        if !admit() {
-            return Err(EIO);
-        }
-        inner.srqs.insert(node);
-        Ok(())
+        self.insert(id, srq, |inner| &mut inner.srqs, admit)
     }
     pub(super) fn remove_srq(&self, id: u32) {
         self.inner.lock().srqs.remove(&id);

@@ -34,7 +34,7 @@ sys.path.insert(0, "/rox/tests/lib")
 sys.path.insert(0, "/rox/tests/bench")
 from cases import NOT_LISTENING, roce_v2_gid_index, sh  # noqa: E402  (shared with interop)
 import compare_counters  # noqa: E402  (tests/bench/compare_counters.py: the COUNTERS lines)
-import in_guest  # noqa: E402  (tests/lib/in_guest.py: the lab's addresses, device ports)
+import in_guest  # noqa: E402  (tests/lib/in_guest.py: lab addresses, rox.ko, rxe, ports)
 import rdma_tool  # noqa: E402  (tests/lib/rdma_tool.py: `rdma statistic` as a dict)
 
 BASE_PORT = 22000
@@ -64,20 +64,9 @@ def rox_dev_on(netdev):
 
 def setup(ko, rxe_netdevs):
     """Loads rox.ko and makes rxe<i> on each of `rxe_netdevs`; returns the rxe devices."""
-    if not os.path.isdir("/sys/class/infiniband/rox_0"):
-        rc, out = sh(f"insmod {ko}", 60)
-        if rc != 0:
-            sys.exit(f"bench: insmod {ko} failed: {out}")
-        for _ in range(100):
-            if os.path.isdir("/sys/class/infiniband/rox_0"):
-                break
-            time.sleep(0.2)
-    wait_active("rox_0")
+    GUEST.load_rox(ko)
     for i, netdev in enumerate(rxe_netdevs):
-        rc, out = sh(f"modprobe rdma_rxe && rdma link add rxe{i} type rxe netdev {netdev}", 60)
-        if rc != 0:
-            sys.exit(f"bench: cannot create rxe{i} on {netdev}: {out}")
-        wait_active(f"rxe{i}")
+        GUEST.add_rxe(f"rxe{i}", netdev)
     return [f"rxe{i}" for i in range(len(rxe_netdevs))]
 
 

@@ -73,22 +73,16 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	const char *op = argv[3];
-	int n, gid_index = atoi(argv[2]), count = atoi(argv[4]);
+	int gid_index = atoi(argv[2]), count = atoi(argv[4]);
 	uint32_t size = strtoul(argv[5], NULL, 0);
 	if (size > BUF_SIZE || count < 1) {
 		fprintf(stderr, "size at most %d, count at least 1\n", BUF_SIZE);
 		return 2;
 	}
-	struct ibv_device **list = ibv_get_device_list(&n), *dev = NULL;
-	for (int i = 0; list && i < n; i++)
-		if (!strcmp(ibv_get_device_name(list[i]), argv[1]))
-			dev = list[i];
-	struct ibv_context *ctx = dev ? ibv_open_device(dev) : NULL;
 	union ibv_gid gid;
-	if (!ctx || ibv_query_gid(ctx, 1, gid_index, &gid)) {
-		fprintf(stderr, "cannot open %s / query GID %d\n", argv[1], gid_index);
+	struct ibv_context *ctx = open_device_gid(argv[1], gid_index, &gid);
+	if (!ctx)
 		return 1;
-	}
 	int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
 		     IBV_ACCESS_REMOTE_ATOMIC;
 	struct ibv_pd *pd = ibv_alloc_pd(ctx);
@@ -139,7 +133,6 @@ int main(int argc, char **argv)
 	ibv_destroy_cq(cq);
 	ibv_dealloc_pd(pd);
 	ibv_close_device(ctx);
-	ibv_free_device_list(list);
 	printf("%s: %d x %s of %u bytes as expected\n", argv[1], count, op, size);
 	return 0;
 }

@@ -35,23 +35,17 @@ static int write_with(struct ibv_qp *qp, struct ibv_cq *cq, struct ibv_mr *src, 
 int main(int argc, char **argv)
 {
 	char detail[160];
-	int n, gid_index;
+	int gid_index;
 
 	if (argc != 3) {
 		fprintf(stderr, "usage: %s DEVICE GID_INDEX\n", argv[0]);
 		return 2;
 	}
 	gid_index = atoi(argv[2]);
-	struct ibv_device **list = ibv_get_device_list(&n), *dev = NULL;
-	for (int i = 0; list && i < n; i++)
-		if (!strcmp(ibv_get_device_name(list[i]), argv[1]))
-			dev = list[i];
-	struct ibv_context *ctx = dev ? ibv_open_device(dev) : NULL;
 	union ibv_gid gid;
-	if (!ctx || ibv_query_gid(ctx, 1, gid_index, &gid)) {
-		fprintf(stderr, "cannot open %s / query GID %d\n", argv[1], gid_index);
+	struct ibv_context *ctx = open_device_gid(argv[1], gid_index, &gid);
+	if (!ctx)
 		return 100;
-	}
 	struct ibv_pd *pd = ibv_alloc_pd(ctx);
 	char *buf = calloc(NR_MRS + 2, 4096);
 	struct ibv_mr *mrs[NR_MRS];
@@ -119,7 +113,6 @@ int main(int argc, char **argv)
 		ibv_dereg_mr(mrs[i]);
 	ibv_dealloc_pd(pd);
 	ibv_close_device(ctx);
-	ibv_free_device_list(list);
 	printf("%s: %d failed\n", argv[1], failures);
 	return failures;
 }

@@ -127,17 +127,11 @@ out:
 
 int main(int argc, char **argv)
 {
-	int n;
-
 	if (argc != 3) {
 		fprintf(stderr, "usage: %s DEVICE GID_INDEX\n", argv[0]);
 		return 2;
 	}
-	struct ibv_device **list = ibv_get_device_list(&n), *dev = NULL;
-	for (int i = 0; list && i < n; i++)
-		if (!strcmp(ibv_get_device_name(list[i]), argv[1]))
-			dev = list[i];
-	struct ibv_context *ctx = dev ? ibv_open_device(dev) : NULL;
+	struct ibv_context *ctx = open_device_named(argv[1]);
 	if (!ctx) {
 		fprintf(stderr, "cannot open %s\n", argv[1]);
 		return 100;
@@ -147,7 +141,6 @@ int main(int argc, char **argv)
 	one_type(ctx, IBV_QPT_UC, "UC", gid_index);
 	one_type(ctx, IBV_QPT_UD, "UD", gid_index);
 	ibv_close_device(ctx);
-	ibv_free_device_list(list);
 	printf("%s: %d failed\n", argv[1], failures);
 	return failures;
 }

@@ -1,9 +1,10 @@
 /* Shared by the guest tests' small libibverbs programs (t-provider-*.sh, t-driver-*.sh compile
- * them; the header is found next to them): open a device by name, bring a QP of one device to
+ * them; the header is found next to them): open a device by name (and read a GID), bring a QP of one device to
  * RTR or RTS towards a QP of the same device (loopback over GID `gid_index`, whose value is
  * `gid`), wait for a completion. The QP steps return 0 or -1 (errno set by ibv_modify_qp). */
 #ifndef ROX_QP_LOOP_H
 #define ROX_QP_LOOP_H
+#include <stdio.h>
 #include <string.h>
 #include <time.h>
 #include <infiniband/verbs.h>
@@ -20,6 +21,20 @@ static inline struct ibv_context *open_device_named(const char *name)
 		if (!strcmp(ibv_get_device_name(list[i]), name))
 			ctx = ibv_open_device(list[i]);
 	ibv_free_device_list(list);
+	return ctx;
+}
+
+/* A context of the device named `name`, with its port 1's GID `gid_index` in `gid`; NULL, said
+ * on stderr, when there is no such device, it fails to open or the GID cannot be read. */
+static inline struct ibv_context *open_device_gid(const char *name, int gid_index, union ibv_gid *gid)
+{
+	struct ibv_context *ctx = open_device_named(name);
+	if (!ctx || ibv_query_gid(ctx, 1, gid_index, gid)) {
+		fprintf(stderr, "cannot open %s / query GID %d\n", name, gid_index);
+		if (ctx)
+			ibv_close_device(ctx);
+		return NULL;
+	}
 	return ctx;
 }
 

@@ -1,6 +1,6 @@
 """Shared by the scripts that run inside a lab guest (rox-lab mounts the clone at /rox): what the
-lab tells a guest about its network (`ROX_IF_<n>`, `ROX_IP_<guest>_<n>`) and waiting for an RDMA
-device's port. The host-side helpers are lab.py's."""
+lab tells a guest about its network (`ROX_IF_<n>`, `ROX_IP_<guest>_<n>`), loading rox.ko, making
+rdma_rxe devices and waiting for an RDMA device's port. The host-side helpers are lab.py's."""
 import os
 import sys
 import time
@@ -12,6 +12,8 @@ from cases import sh  # noqa: E402  (the guest scripts' shell runner)
 # come up within a second or two; a slow TCG guest takes longer).
 PORT_ACTIVE_POLLS = 150
 PORT_ACTIVE_POLL_S = 0.2
+# How long rox_0 may take to appear after insmod (polls of PORT_ACTIVE_POLL_S).
+ROX_APPEAR_POLLS = 100
 
 
 class Guest:
@@ -34,3 +36,24 @@ class Guest:
                 return
             time.sleep(PORT_ACTIVE_POLL_S)
         sys.exit(f"{self.who}: {dev} port 1 is not active")
+
+    def load_rox(self, ko):
+        """Loads rox.ko `ko` unless rox_0 is there already, and waits for rox_0's port 1 to be
+        active; exits if insmod fails or the port does not come up."""
+        if not os.path.isdir("/sys/class/infiniband/rox_0"):
+            rc, out = sh(f"insmod {ko}", 60)
+            if rc != 0:
+                sys.exit(f"{self.who}: insmod {ko} failed: {out}")
+            for _ in range(ROX_APPEAR_POLLS):
+                if os.path.isdir("/sys/class/infiniband/rox_0"):
+                    break
+                time.sleep(PORT_ACTIVE_POLL_S)
+        self.wait_active("rox_0")
+
+    def add_rxe(self, dev, netdev):
+        """Makes rdma_rxe device `dev` on `netdev` and waits for its port 1 to be active; exits
+        if either fails."""
+        rc, out = sh(f"modprobe rdma_rxe && rdma link add {dev} type rxe netdev {netdev}", 60)
+        if rc != 0:
+            sys.exit(f"{self.who}: cannot create {dev} on {netdev}: {out}")
+        self.wait_active(dev)

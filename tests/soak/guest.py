@@ -28,7 +28,6 @@ Each side prints one line per job:
 and at the end the devices' counters (`rdma statistic`) as `COUNTERS <dev> name=value ...`.
 """
 import argparse
-import os
 import re
 import subprocess
 import sys
@@ -38,7 +37,7 @@ import time
 sys.path.insert(0, "/rox/tests/interop")
 sys.path.insert(0, "/rox/tests/lib")
 from cases import roce_v2_gid_index, sh  # noqa: E402  (shell runner, RoCE v2 GID lookup)
-import in_guest  # noqa: E402  (tests/lib/in_guest.py: the lab's addresses, device ports)
+import in_guest  # noqa: E402  (tests/lib/in_guest.py: lab addresses, rox.ko, rxe, ports)
 import ready_port  # noqa: E402  (tests/lib/ready_port.py: the server's "ready" to its client)
 
 # Job ports BASE_PORT..+PORT_SPAN, the ready board just above: all below Linux's ephemeral
@@ -77,22 +76,12 @@ SUMMARY = re.compile(r"^\s*\S+\s+\S+\s+\d+\s+[\d.]+\S*\s+[\d.]+|rdma-xfer: (writ
 
 
 GUEST = in_guest.Guest("soak")
-env, wait_active = GUEST.env, GUEST.wait_active
+env = GUEST.env
 
 
 def setup(ko, rxe_netdev):
-    rc, out = sh(f"insmod {ko}", 60)
-    if rc != 0:
-        sys.exit(f"soak: insmod {ko} failed: {out}")
-    for _ in range(100):
-        if os.path.isdir("/sys/class/infiniband/rox_0"):
-            break
-        time.sleep(0.2)
-    wait_active("rox_0")
-    rc, out = sh(f"modprobe rdma_rxe && rdma link add rxe0 type rxe netdev {rxe_netdev}", 60)
-    if rc != 0:
-        sys.exit(f"soak: cannot create rxe0 on {rxe_netdev}: {out}")
-    wait_active("rxe0")
+    GUEST.load_rox(ko)
+    GUEST.add_rxe("rxe0", rxe_netdev)
     for src, exe in (("/rox/tests/interop/rdma-xfer.c", "/tmp/rdma-xfer"),
                      ("/rox/tests/soak/send-seq.c", "/tmp/send-seq")):
         rc, out = sh(f"gcc -O2 -o {exe} {src} -lrdmacm -libverbs", 300)

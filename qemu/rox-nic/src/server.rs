@@ -617,6 +617,12 @@ pub fn serve(
 mod tests {
     use super::*;
 
+    /// The rendered trace `text` holds `part`, or the test fails showing all of it.
+    #[track_caller]
+    fn assert_has(text: &str, part: &str) {
+        assert!(text.contains(part), "{part:?} is not in:\n{text}");
+    }
+
     /// A file that is not a socket is never removed, whatever answers a connect there.
     /// Before, a regular file given by mistake as a socket path was deleted.
     #[test]
@@ -659,14 +665,8 @@ mod tests {
         assert_eq!(e[1].value, Some(0x1234_0003));
         let text = t.render();
         assert!(text.starts_with("vfio-user trace: 5 entries"), "{text}");
-        assert!(
-            text.contains("#4 read  config 0xc len 4 -> 0x12340003\n"),
-            "{text}"
-        );
-        assert!(
-            text.contains("#5 read  config 0x10 len 4 (not answered yet)"),
-            "{text}"
-        );
+        assert_has(&text, "#4 read  config 0xc len 4 -> 0x12340003\n");
+        assert_has(&text, "#5 read  config 0x10 len 4 (not answered yet)");
     }
 
     #[test]
@@ -678,12 +678,9 @@ mod tests {
         t.finish(s, None);
         t.begin(TraceOp::SetIrqs, VFIO_PCI_MSIX_IRQ_INDEX, 0, 4, Some(0x24));
         let text = t.render();
-        assert!(text.contains("write BAR0 0x40 len 4 = 0x1\n"), "{text}");
-        assert!(text.contains("DMA_MAP 0x100000 +0x80000000\n"), "{text}");
-        assert!(
-            text.contains("SET_IRQS index 2 start 0 count 4 (not answered yet)"),
-            "{text}"
-        );
+        assert_has(&text, "write BAR0 0x40 len 4 = 0x1\n");
+        assert_has(&text, "DMA_MAP 0x100000 +0x80000000\n");
+        assert_has(&text, "SET_IRQS index 2 start 0 count 4 (not answered yet)");
     }
 
     #[test]
@@ -707,16 +704,15 @@ mod tests {
         let e = t.entries();
         assert_eq!((e.len(), e[0].op, e[0].seq), (2, TraceOp::Refused, 2));
         let text = t.render();
-        assert!(
-            text.contains(
-                "#2 REFUSED request id 41 REGION_READ (command 9, 32 bytes): EINVAL: \
-                 no region 20; error reply sent\n"
-            ),
-            "{text}"
+        assert_has(
+            &text,
+            "#2 REFUSED request id 41 REGION_READ (command 9, 32 bytes): EINVAL: \
+                 no region 20; error reply sent\n",
         );
-        assert!(
-            text.contains("#3 REFUSED request id 42 REGION_READ (command 9, 32 bytes): EINVAL: no region 20; NO_REPLY: not answered\n"),
-            "{text}"
+        assert_has(
+            &text,
+            "#3 REFUSED request id 42 REGION_READ (command 9, 32 bytes): EINVAL: \
+                 no region 20; NO_REPLY: not answered\n",
         );
     }
 

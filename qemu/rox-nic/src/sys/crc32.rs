@@ -14,7 +14,7 @@
 //! congruent to everything before it, whose CRC is the CRC of the whole run: a Barrett
 //! reduction ([`x86::reduce`]) gives it, and `crc32fast` hashes the last bytes (under a lane)
 //! and runs under [`SHORT_MIN`] bytes. Where the CPU has AVX-512F and VPCLMULQDQ (and the
-//! compiler their intrinsics, Rust 1.89), the eight lanes of a block sit in two 512-bit
+//! compiler their intrinsics, Rust 1.89: build.rs probes for them), the eight lanes of a block sit in two 512-bit
 //! registers and fold four at a time (`x86::wide`), 13 instructions per 128 bytes instead of
 //! 35. Runs shorter than two blocks (small messages' packets, ACKs) fold lane by lane and end
 //! in a Barrett reduction ([`fold_short`]).
@@ -94,7 +94,8 @@ fn fold_available() -> bool {
 
 /// Whether this CPU runs the wide fold (four lanes to a 512-bit register: a quarter of the
 /// narrow fold's instructions): x86-64 with AVX-512F and VPCLMULQDQ, and a compiler that knows
-/// them (Rust 1.89; the workspace's rust-version is 1.85, whose builds fold narrow). Valgrind
+/// them (`rox_wide_fold`: Rust 1.89; the workspace's rust-version is 1.85, whose builds fold
+/// narrow). Valgrind
 /// has no AVX-512, so callgrind counts the narrow fold.
 fn wide_available() -> bool {
     #[cfg(target_arch = "x86_64")]
@@ -275,9 +276,10 @@ mod x86 {
 
     /// The fold four lanes to a register: the eight lanes of a block in two 512-bit
     /// registers, each 128-bit part folded on by the same constants as a narrow lane.
-    #[rustversion::since(1.89)]
-    // The AVX-512 and VPCLMULQDQ intrinsics are stable from 1.89; on older compilers this
-    // module is the one below, which never folds wide.
+    // `rox_wide_fold`: the compiler has the AVX-512 and VPCLMULQDQ intrinsics (build.rs
+    // probes it: stable from 1.89); elsewhere this module is the one below, which never
+    // folds wide.
+    #[cfg(rox_wide_fold)]
     #[allow(clippy::incompatible_msrv)]
     pub(super) mod wide {
         use std::arch::x86_64::*;
@@ -342,8 +344,8 @@ mod x86 {
         }
     }
 
-    /// What the module above is on compilers older than 1.89: never available.
-    #[rustversion::before(1.89)]
+    /// What the module above is on compilers without its intrinsics: never available.
+    #[cfg(not(rox_wide_fold))]
     pub(super) mod wide {
         use super::super::BLOCK;
 
@@ -356,7 +358,7 @@ mod x86 {
         /// # Safety
         /// None; it panics.
         pub(in super::super) unsafe fn fold(_: u32, _: &[u8; BLOCK], _: &[u8]) -> [u8; 16] {
-            unreachable!("the wide fold needs Rust 1.89")
+            unreachable!("the wide fold needs the AVX-512 intrinsics of Rust 1.89")
         }
     }
 
@@ -560,8 +562,7 @@ mod tests {
     /// The wide fold's detection, checked against the kernel's view of the CPU: if
     /// `wide_available()` wrongly said no, the hosts that have it would fold narrow and the
     /// tests above would never run the wide fold.
-    #[rustversion::since(1.89)]
-    #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+    #[cfg(all(rox_wide_fold, target_os = "linux"))]
     #[test]
     fn wide_fold_detection_agrees_with_proc_cpuinfo() {
         let flags = cpu_flags();
@@ -573,6 +574,17 @@ mod tests {
             has("avx512f"),
             has("vpclmulqdq")
         );
+    }
+
+    /// The build script's probe finds the wide fold's intrinsics on every compiler that surely
+    /// has them (stable from 1.89; nightlies and betas of 1.89 may not): a probe that never
+    /// compiled would leave every host folding narrow, unseen.
+    #[rustversion::all(stable, since(1.89))]
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn the_wide_fold_is_compiled_in_on_stable_1_89_and_later() {
+        #[cfg(not(rox_wide_fold))]
+        panic!("build.rs's probe failed on this compiler");
     }
 
     /// The ICRC runs of small messages (an 8 B WRITE: 48 bytes of masked headers and 24 of
