@@ -5,13 +5,15 @@ use super::pool::{self, Packet};
 use super::*;
 use crate::sys::crc32;
 
-/// Reads big-endian fields one after the other.
+/// Reads big-endian fields one after the other (inlined: a call per field cost more than
+/// the field).
 struct Reader<'a> {
     bytes: &'a [u8],
     at: usize,
 }
 
 impl Reader<'_> {
+    #[inline(always)]
     fn take<const N: usize>(&mut self) -> [u8; N] {
         let v = self.bytes[self.at..self.at + N]
             .try_into()
@@ -19,15 +21,19 @@ impl Reader<'_> {
         self.at += N;
         v
     }
+    #[inline(always)]
     fn u8(&mut self) -> u8 {
         u8::from_be_bytes(self.take())
     }
+    #[inline(always)]
     fn u16(&mut self) -> u16 {
         u16::from_be_bytes(self.take())
     }
+    #[inline(always)]
     fn u32(&mut self) -> u32 {
         u32::from_be_bytes(self.take())
     }
+    #[inline(always)]
     fn u64(&mut self) -> u64 {
         u64::from_be_bytes(self.take())
     }
@@ -40,10 +46,12 @@ struct Writer<'a> {
 }
 
 impl Writer<'_> {
+    #[inline(always)]
     fn extend_from_slice(&mut self, bytes: &[u8]) {
         self.buf[self.at..self.at + bytes.len()].copy_from_slice(bytes);
         self.at += bytes.len();
     }
+    #[inline(always)]
     fn push(&mut self, v: u8) {
         self.extend_from_slice(&[v]);
     }
@@ -55,12 +63,15 @@ impl Extend<u8> for Writer<'_> {
     }
 }
 
+#[inline(always)]
 fn put_u16(buf: &mut Writer, v: u16) {
     buf.extend_from_slice(&v.to_be_bytes());
 }
+#[inline(always)]
 fn put_u32(buf: &mut Writer, v: u32) {
     buf.extend_from_slice(&v.to_be_bytes());
 }
+#[inline(always)]
 fn put_u64(buf: &mut Writer, v: u64) {
     buf.extend_from_slice(&v.to_be_bytes());
 }
