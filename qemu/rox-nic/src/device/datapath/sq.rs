@@ -113,7 +113,10 @@ impl DataPath {
                 self.hw.spare_sges.pop().unwrap_or_default()
             };
             let wr = match decode_send(&self.hw, qp_type, sig_all, &wqe, sges) {
-                Ok(wr) => Ok(SendWr { wqe_index, ..wr }),
+                Ok(mut wr) => {
+                    wr.wqe_index = wqe_index;
+                    Ok(wr)
+                }
                 Err((status, vendor_err)) => {
                     // Completes behind the WRs already in the engine, then the QP leaves RTS.
                     self.hw.stats[STAT_WQE_ERRORS] += 1;
