@@ -84,6 +84,8 @@ impl DataPath {
     /// Fetches, decodes and queues up to `count` WQEs of QP `qpn`'s SQ in the engine; a WQE
     /// it cannot read makes the QP fatal (after what was queued before it is sent).
     fn queue_sq_batch(&mut self, qpn: Qpn, count: u32) {
+        // One WQE buffer for the batch, each fetch overwrites all of it.
+        let mut wqe: SqWqe = crate::dma::from_bytes(&[]);
         for _ in 0..count {
             let Some(qp) = self.hw.qps.get_mut(&qpn) else {
                 return;
@@ -93,14 +95,11 @@ impl DataPath {
             qp.sq_ci = qp.sq_ci.wrapping_add(1);
             let sig_all = qp.sq_sig_all;
             let qp_type = qp.qp_type;
-            let wqe: SqWqe = match self.hw.mem.read_obj(addr) {
-                Ok(w) => w,
-                Err(_) => {
-                    let _ = self.engine.send_queued(&mut self.hw, qpn);
-                    self.qp_fatal(qpn, VENDOR_ERR_BAD_DMA);
-                    return;
-                }
-            };
+            if self.hw.mem.read_into(addr, &mut wqe).is_err() {
+                let _ = self.engine.send_queued(&mut self.hw, qpn);
+                self.qp_fatal(qpn, VENDOR_ERR_BAD_DMA);
+                return;
+            }
             self.hw.stats[STAT_SEND_WQES] += 1;
             self.shared.wqe_trace.wqe_fetch(qpn.get(), index, &wqe);
             // Its CQE names it by index: kernel consumers retire their queues by it.
