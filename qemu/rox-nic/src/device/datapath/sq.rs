@@ -272,18 +272,18 @@ pub fn decode_send(
             }
             WrOpcode::BindMw => {
                 let b: BindSeg = read_as(&w.seg);
-                wr.bind = Some(MwBind {
+                wr.bind = Some(Box::new(MwBind {
                     addr: b.addr,
                     length: b.length,
                     new_rkey: b.new_rkey,
                     lkey: b.lkey,
                     access: b.access,
-                });
+                }));
                 wr.data = SendData::Sges(Vec::new());
             }
             WrOpcode::RegMr => {
                 let f: FastRegSeg = read_as(&w.seg);
-                wr.fast_reg = Some(FastReg {
+                wr.fast_reg = Some(Box::new(FastReg {
                     iova: f.iova,
                     length: f.length,
                     page_list: f.page_list,
@@ -291,7 +291,7 @@ pub fn decode_send(
                     access: f.access,
                     npages: f.npages,
                     page_shift: f.page_shift,
-                });
+                }));
                 wr.data = SendData::Sges(Vec::new());
             }
             WrOpcode::Flush => {
