@@ -340,13 +340,13 @@ fn flush_and_atomic_write_count_against_max_rd_atomic() {
 
 fn bind_wr(id: u64, new_rkey: Key, lkey: Key) -> SendWr {
     let mut wr = send_wr(id, WrOpcode::BindMw, SendData::Sges(Vec::new()));
-    wr.bind = Some(MwBind {
+    wr.bind = Some(Box::new(MwBind {
         addr: BUF,
         length: 4096,
         new_rkey,
         lkey,
         access: ACCESS_REMOTE_WRITE,
-    });
+    }));
     wr
 }
 
@@ -381,7 +381,7 @@ fn local_operations_complete_in_sq_order_without_packets() {
         page_shift: 12,
     };
     let mut reg = send_wr(4, WrOpcode::RegMr, SendData::Sges(Vec::new()));
-    reg.fast_reg = Some(fast_reg);
+    reg.fast_reg = Some(Box::new(fast_reg));
     t.post(reg);
     t.post(send_wr(3, WrOpcode::Send, SendData::Inline(vec![1, 2])));
     t.recv_b(9, vec![sge(RECV_AREA, 64, t.key_b)]);
@@ -433,10 +433,10 @@ fn failed_bind_and_invalidate_complete_in_error_and_flush() {
     // A fast registration the device refuses: MW_BIND_ERR with the REG_MR opcode, then flush.
     let mut t = pair(&QpParams::rc());
     let mut reg = send_wr(1, WrOpcode::RegMr, SendData::Sges(Vec::new()));
-    reg.fast_reg = Some(FastReg {
+    reg.fast_reg = Some(Box::new(FastReg {
         key: BAD_RKEY,
         ..Default::default()
-    });
+    }));
     let c = t.with_send_behind(reg);
     assert_eq!(
         statuses(&c),

@@ -109,7 +109,17 @@ impl Hw {
     /// Passes `r` on ([`MemTable::answer_fault`]), posting a page fault on EQ 0 when there
     /// is one to post and EQ 0 is less than half full (the driver's own admin completions
     /// must always find room in EQ 0).
+    #[inline]
     pub(crate) fn page_fault<T>(&mut self, r: Result<T, AccessError>) -> Result<T, AccessError> {
+        // Every access of the data path passes here: the one that succeeded returns at once.
+        if r.is_ok() {
+            return r;
+        }
+        self.post_page_fault(r)
+    }
+
+    /// [`Self::page_fault`] for a refused access.
+    fn post_page_fault<T>(&mut self, r: Result<T, AccessError>) -> Result<T, AccessError> {
         let eqs = &self.eqs;
         let room = || match eqs.get(EQ_ADMIN_ASYNC as usize) {
             Some(Some(eq)) => (eq.pi.wrapping_sub(eq.ci) & EQ_DB_CI_MASK) < eq.depth / 2,

@@ -150,11 +150,31 @@ impl Mr {
         if self.physical {
             return Ok(Chunks::One([(va, len)]));
         }
-        let mut out = Chunks::Many(Vec::new());
-        let mut off = va - self.iova + self.offset;
+        let off = va - self.iova + self.offset;
         let last = ((off + len.max(1) - 1) >> self.page_shift) as usize;
-        let mut left = len;
         let psize = 1u64 << self.page_shift;
+        let first = (off >> self.page_shift) as usize;
+        if len > 0 && first == last {
+            // Inside one page (every small message): one page lookup, no chunk merging. (No
+            // bytes touch no page: an empty access looks nothing up, as below.)
+            let base = self.page_addr_upto(first, last, write)?;
+            return Ok(Chunks::One([(base + (off & (psize - 1)), len)]));
+        }
+        self.chunks_by_page(off, len, last, write)
+    }
+
+    /// [`Self::chunks`] page by page from offset `off` into the region's pages, merging
+    /// contiguous pages: `last` is the last page the access needs.
+    fn chunks_by_page(
+        &self,
+        mut off: u64,
+        len: u64,
+        last: usize,
+        write: bool,
+    ) -> Result<Chunks, AccessError> {
+        let psize = 1u64 << self.page_shift;
+        let mut out = Chunks::Many(Vec::new());
+        let mut left = len;
         while left > 0 {
             let page = (off >> self.page_shift) as usize;
             let in_page = off & (psize - 1);
@@ -227,7 +247,7 @@ pub struct MwBinding {
 
 #[cfg(test)]
 mod tests {
-    use super::Chunks;
+    use super::*;
 
     fn chunks_of(pieces: &[(u64, u64)]) -> Vec<(u64, u64)> {
         let mut out = Chunks::Many(Vec::new());
@@ -249,5 +269,60 @@ mod tests {
             chunks_of(&[(0x1000, 0x1000), (0x8000, 0x1000), (0x9000, 4), (0x4000, 2)]),
             vec![(0x1000, 0x1000), (0x8000, 0x1004), (0x4000, 2)]
         );
+    }
+
+    /// The one-page shortcut of `chunks` answers as the page-by-page walk: same chunks, same
+    /// error (bounds, an absent or read-only on-demand page, a failed one), for every access
+    /// of up to 70 bytes at every offset of a three-page region whose pages are not contiguous.
+    #[test]
+    fn a_one_page_access_gets_the_chunks_and_errors_of_the_page_walk() {
+        let page = |i: u64| 0x10_0000 + i * 0x3000;
+        let plain = Mr {
+            key: Key::from_raw(0x100),
+            pd: 1,
+            access: 0,
+            iova: 0x7000_0010,
+            length: 3 * 64 - 0x10 - 5,
+            offset: 0x10,
+            pages: (0..3).map(page).collect(),
+            page_shift: 6,
+            physical: false,
+            odp: false,
+            fast_reg: None,
+        };
+        let odp = Mr {
+            odp: true,
+            pages: vec![
+                page(0) | ODP_PTE_PRESENT | ODP_PTE_WRITE,
+                page(1) | ODP_PTE_PRESENT,
+                ODP_PTE_FAILED,
+            ],
+            ..plain.clone()
+        };
+        let absent = Mr {
+            pages: vec![page(0) | ODP_PTE_PRESENT | ODP_PTE_WRITE, 0, 0],
+            ..odp.clone()
+        };
+        let mut one_page = 0;
+        for mr in [&plain, &odp, &absent] {
+            for va in mr.iova - 2..mr.iova + mr.length + 2 {
+                for len in 0..70 {
+                    for write in [false, true] {
+                        let got = mr.chunks(va, len, write).map(|c| c.to_vec());
+                        let walked = if mr.contains(va, len) {
+                            let off = va - mr.iova + mr.offset;
+                            let last = ((off + len.max(1) - 1) >> mr.page_shift) as usize;
+                            one_page +=
+                                usize::from(len > 0 && (off >> mr.page_shift) as usize == last);
+                            mr.chunks_by_page(off, len, last, write).map(|c| c.to_vec())
+                        } else {
+                            Err(AccessError::OutOfBounds)
+                        };
+                        assert_eq!(got, walked, "va {va:#x} len {len} write {write}");
+                    }
+                }
+            }
+        }
+        assert!(one_page > 1000, "the shortcut was taken {one_page} times");
     }
 }

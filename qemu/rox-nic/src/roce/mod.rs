@@ -112,11 +112,12 @@ pub struct SendWr {
     pub swap: u64,
     /// What a FLUSH asks for (other opcodes ignore it).
     pub flush: FlushSpec,
-    /// BIND_MW: the binding (other opcodes: None). LOCAL_INV and SEND_WITH_INV name the
+    /// BIND_MW: the binding (other opcodes: None; boxed, as `fast_reg`: rare, and the WR is
+    /// moved into and out of the engine's queues whole). LOCAL_INV and SEND_WITH_INV name the
     /// window or fast-registration region to invalidate in `rkey`.
-    pub bind: Option<MwBind>,
+    pub bind: Option<Box<MwBind>>,
     /// REG_MR: the registration (other opcodes: None).
-    pub fast_reg: Option<FastReg>,
+    pub fast_reg: Option<Box<FastReg>>,
     /// UD only.
     pub ud: Option<UdDest>,
     /// Where the device fetched it: the low 16 bits of its SQ index, for its CQE.

@@ -1,7 +1,7 @@
 //! [`store_once`], the copy into guest memory (which QEMU's vCPUs share) that stores each
 //! byte exactly once, as a DMA engine does.
 
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU16, AtomicU32, AtomicU64, AtomicU8, Ordering};
 
 use vm_memory::volatile_memory::VolatileSlice;
 
@@ -11,7 +11,7 @@ use super::wide;
 /// Copies `src` into `dst` (of the same length; false, nothing written, if not) as a DMA
 /// engine writes: every byte stored exactly once, in ascending address order (aligned 32-byte
 /// stores on x86-64 with AVX, else 16-byte ones, aligned smaller ones around them and 8-byte
-/// ones elsewhere, single bytes at the ends).
+/// ones elsewhere, single bytes up to the first word and 4-, 2- and 1-byte ones after the last).
 /// `memcpy` may store bytes twice (glibc copies 16..31 bytes as two overlapping 16-byte
 /// stores, larger sizes with overlapping head and tail vectors): software that updates memory
 /// as soon as it sees the device's bytes there — rsockets rewrites the target SGE a credit
@@ -30,7 +30,8 @@ pub fn store_once(dst: &VolatileSlice<'_, ()>, src: &[u8]) -> bool {
     let mut at = 0;
     // SAFETY: `dst` is `n` bytes of a live mapping (its guard keeps the pointer valid for this
     // call), so every byte at `first + i`, i < n, may be written; each store below is inside
-    // [0, n) and aligned to its size (the checks before each loop); the 32-byte ones only
+    // [0, n) and aligned to its size (the checks before each loop; the tail's 4- and 2-byte
+    // ones start word-aligned, asserted there); the 32-byte ones only
     // with AVX, checked by `wide::available()`. Other parties (the guest)
     // touch this memory only concurrently as they do any DMA target, which atomic and
     // volatile stores tolerate (as vm-memory's own accessors).
@@ -45,8 +46,10 @@ pub fn store_once(dst: &VolatileSlice<'_, ()>, src: &[u8]) -> bool {
             store_byte(at);
             at += 1;
         }
+        // Under a vector's worth left (a small payload, a CQE's tail): words and the tail
+        // below, without the vector steps' checks.
         #[cfg(target_arch = "x86_64")]
-        {
+        if n - at >= 16 {
             // 8-aligned here: one word makes it 16-aligned (or leaves fewer than 16 bytes).
             use std::arch::x86_64::{__m128i, _mm_loadu_si128};
             const VEC: usize = size_of::<__m128i>();
@@ -87,9 +90,21 @@ pub fn store_once(dst: &VolatileSlice<'_, ()>, src: &[u8]) -> bool {
             store_word(at);
             at += WORD;
         }
-        while at < n {
+        // Under a word left, `at` word-aligned (the steps above only add whole words to the
+        // alignment the first loop made) or nothing left: a half word, a quarter, a byte.
+        debug_assert!(at == n || (first as usize + at) % WORD == 0);
+        if n - at >= 4 {
+            let value = u32::from_ne_bytes(src[at..at + 4].try_into().expect("4 bytes"));
+            AtomicU32::from_ptr(first.add(at).cast::<u32>()).store(value, Ordering::Relaxed);
+            at += 4;
+        }
+        if n - at >= 2 {
+            let value = u16::from_ne_bytes(src[at..at + 2].try_into().expect("2 bytes"));
+            AtomicU16::from_ptr(first.add(at).cast::<u16>()).store(value, Ordering::Relaxed);
+            at += 2;
+        }
+        if at < n {
             store_byte(at);
-            at += 1;
         }
     }
     true
@@ -103,9 +118,12 @@ mod tests {
     fn store_once_copies_exactly_its_slice_or_nothing_when_lengths_differ() {
         let src: Vec<u8> = (1..=200).collect();
         // Every alignment of the first byte (the 8-, 16- and 32-byte steps), short and long.
+        // And every length under 40 at every alignment: the short copies skip the vector
+        // steps and end in 4-, 2- and 1-byte stores.
         let cases = (0..32)
             .map(|at| (at, 200 - at))
-            .chain([(3, 61), (7, 1), (5, 0)]);
+            .chain([(3, 61), (7, 1), (5, 0)])
+            .chain((0..32).flat_map(|at| (0..40).map(move |len| (at, len))));
         for (at, len) in cases {
             let mut mem = [0u8; 256];
             assert!(store_once(

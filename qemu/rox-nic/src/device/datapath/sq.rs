@@ -84,6 +84,8 @@ impl DataPath {
     /// Fetches, decodes and queues up to `count` WQEs of QP `qpn`'s SQ in the engine; a WQE
     /// it cannot read makes the QP fatal (after what was queued before it is sent).
     fn queue_sq_batch(&mut self, qpn: Qpn, count: u32) {
+        // One WQE buffer for the batch, each fetch overwrites all of it.
+        let mut wqe: SqWqe = crate::dma::from_bytes(&[]);
         for _ in 0..count {
             let Some(qp) = self.hw.qps.get_mut(&qpn) else {
                 return;
@@ -93,14 +95,11 @@ impl DataPath {
             qp.sq_ci = qp.sq_ci.wrapping_add(1);
             let sig_all = qp.sq_sig_all;
             let qp_type = qp.qp_type;
-            let wqe: SqWqe = match self.hw.mem.read_obj(addr) {
-                Ok(w) => w,
-                Err(_) => {
-                    let _ = self.engine.send_queued(&mut self.hw, qpn);
-                    self.qp_fatal(qpn, VENDOR_ERR_BAD_DMA);
-                    return;
-                }
-            };
+            if self.hw.mem.read_into(addr, &mut wqe).is_err() {
+                let _ = self.engine.send_queued(&mut self.hw, qpn);
+                self.qp_fatal(qpn, VENDOR_ERR_BAD_DMA);
+                return;
+            }
             self.hw.stats[STAT_SEND_WQES] += 1;
             self.shared.wqe_trace.wqe_fetch(qpn.get(), index, &wqe);
             // Its CQE names it by index: kernel consumers retire their queues by it.
@@ -113,7 +112,10 @@ impl DataPath {
                 self.hw.spare_sges.pop().unwrap_or_default()
             };
             let wr = match decode_send(&self.hw, qp_type, sig_all, &wqe, sges) {
-                Ok(wr) => Ok(SendWr { wqe_index, ..wr }),
+                Ok(mut wr) => {
+                    wr.wqe_index = wqe_index;
+                    Ok(wr)
+                }
                 Err((status, vendor_err)) => {
                     // Completes behind the WRs already in the engine, then the QP leaves RTS.
                     self.hw.stats[STAT_WQE_ERRORS] += 1;
@@ -270,18 +272,18 @@ pub fn decode_send(
             }
             WrOpcode::BindMw => {
                 let b: BindSeg = read_as(&w.seg);
-                wr.bind = Some(MwBind {
+                wr.bind = Some(Box::new(MwBind {
                     addr: b.addr,
                     length: b.length,
                     new_rkey: b.new_rkey,
                     lkey: b.lkey,
                     access: b.access,
-                });
+                }));
                 wr.data = SendData::Sges(Vec::new());
             }
             WrOpcode::RegMr => {
                 let f: FastRegSeg = read_as(&w.seg);
-                wr.fast_reg = Some(FastReg {
+                wr.fast_reg = Some(Box::new(FastReg {
                     iova: f.iova,
                     length: f.length,
                     page_list: f.page_list,
@@ -289,7 +291,7 @@ pub fn decode_send(
                     access: f.access,
                     npages: f.npages,
                     page_shift: f.page_shift,
-                });
+                }));
                 wr.data = SendData::Sges(Vec::new());
             }
             WrOpcode::Flush => {

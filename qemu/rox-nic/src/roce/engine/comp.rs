@@ -161,11 +161,20 @@ impl Qp {
                 None if head.done() => WcStatus::Success,
                 None => break,
             };
-            let wqe = self.req.sq.pop_front().expect("head exists");
-            if wqe.kind == WqeKind::Read {
+            // What the completion and the clean-up need, read in place: the WQE (~270 bytes)
+            // is not moved out of the queue to be read once.
+            let (kind, first_psn, signaled) = (head.kind, head.first_psn, head.wr.signaled);
+            let (name, opcode, len, vendor_err) =
+                (head.wr.name(), head.wr.opcode, head.len, head.vendor_err);
+            let sges = match self.req.sq.front_mut().map(|w| &mut w.wr.data) {
+                Some(SendData::Sges(sges)) => Some(std::mem::take(sges)),
+                _ => None,
+            };
+            self.req.sq.pop_front();
+            if kind == WqeKind::Read {
                 // A READ that failed with responses beyond a hole leaves their record behind.
-                self.req.read_early.remove(&wqe.first_psn.get());
-                self.req.read_asked.remove(&wqe.first_psn.get());
+                self.req.read_early.remove(&first_psn.get());
+                self.req.read_asked.remove(&first_psn.get());
                 if !self.req.sq.iter().any(|w| w.kind == WqeKind::Read) {
                     // Kept over 2^23 PSNs without READs, it would seem ahead of the next
                     // READ's responses and make each of them ask for the rest again.
@@ -180,24 +189,24 @@ impl Qp {
             } else {
                 self.req.cursor -= 1;
             }
-            if status != WcStatus::Success || wqe.wr.signaled {
+            if status != WcStatus::Success || signaled {
                 let byte_len = if status == WcStatus::Success {
-                    wqe.len as u32
+                    len as u32
                 } else {
                     0
                 };
                 env.complete(Completion {
-                    vendor_err: wqe.vendor_err,
+                    vendor_err,
                     ..Completion::send(
                         self.cfg.qpn,
-                        wqe.wr.name(),
+                        name,
                         status,
-                        wc_opcode(wqe.kind, wqe.wr.opcode),
+                        wc_opcode(kind, opcode),
                         byte_len,
                     )
                 });
             }
-            if let SendData::Sges(sges) = wqe.wr.data {
+            if let Some(sges) = sges {
                 env.recycle_sges(sges);
             }
             if status != WcStatus::Success {

@@ -296,9 +296,10 @@ impl Qp {
         let wqe = &mut self.req.sq[index];
         wqe.started = true;
         wqe.first_psn = next_psn;
-        let result = match (wqe.wr.opcode, wqe.wr.bind, wqe.wr.fast_reg) {
-            (WrOpcode::BindMw, Some(bind), _) => env.bind_mw(pd, qpn, &bind),
-            (WrOpcode::RegMr, _, Some(reg)) => env.fast_register(pd, qpn, &reg),
+        let (bind, reg) = (wqe.wr.bind.as_deref(), wqe.wr.fast_reg.as_deref());
+        let result = match (wqe.wr.opcode, bind, reg) {
+            (WrOpcode::BindMw, Some(bind), _) => env.bind_mw(pd, qpn, bind),
+            (WrOpcode::RegMr, _, Some(reg)) => env.fast_register(pd, qpn, reg),
             _ => env.invalidate(pd, qpn, wqe.wr.rkey, false),
         }
         .map_err(|_| WcStatus::MwBindErr);

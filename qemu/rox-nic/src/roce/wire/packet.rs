@@ -5,13 +5,15 @@ use super::pool::{self, Packet};
 use super::*;
 use crate::sys::crc32;
 
-/// Reads big-endian fields one after the other.
+/// Reads big-endian fields one after the other (inlined: a call per field cost more than
+/// the field).
 struct Reader<'a> {
     bytes: &'a [u8],
     at: usize,
 }
 
 impl Reader<'_> {
+    #[inline(always)]
     fn take<const N: usize>(&mut self) -> [u8; N] {
         let v = self.bytes[self.at..self.at + N]
             .try_into()
@@ -19,15 +21,19 @@ impl Reader<'_> {
         self.at += N;
         v
     }
+    #[inline(always)]
     fn u8(&mut self) -> u8 {
         u8::from_be_bytes(self.take())
     }
+    #[inline(always)]
     fn u16(&mut self) -> u16 {
         u16::from_be_bytes(self.take())
     }
+    #[inline(always)]
     fn u32(&mut self) -> u32 {
         u32::from_be_bytes(self.take())
     }
+    #[inline(always)]
     fn u64(&mut self) -> u64 {
         u64::from_be_bytes(self.take())
     }
@@ -40,10 +46,12 @@ struct Writer<'a> {
 }
 
 impl Writer<'_> {
+    #[inline(always)]
     fn extend_from_slice(&mut self, bytes: &[u8]) {
         self.buf[self.at..self.at + bytes.len()].copy_from_slice(bytes);
         self.at += bytes.len();
     }
+    #[inline(always)]
     fn push(&mut self, v: u8) {
         self.extend_from_slice(&[v]);
     }
@@ -55,22 +63,28 @@ impl Extend<u8> for Writer<'_> {
     }
 }
 
+#[inline(always)]
 fn put_u16(buf: &mut Writer, v: u16) {
     buf.extend_from_slice(&v.to_be_bytes());
 }
+#[inline(always)]
 fn put_u32(buf: &mut Writer, v: u32) {
     buf.extend_from_slice(&v.to_be_bytes());
 }
+#[inline(always)]
 fn put_u64(buf: &mut Writer, v: u64) {
     buf.extend_from_slice(&v.to_be_bytes());
 }
 
 /// The IPv4 header checksum of `header` (0 when `header` carries a correct one).
 pub fn ipv4_header_checksum(header: &[u8]) -> u16 {
-    let mut sum: u32 = header
-        .chunks(2)
+    let words = header.chunks_exact(2);
+    // An IP header is whole 32-bit words; an odd byte would count as a word padded with zero.
+    let odd = words.remainder().first().map_or(0, |&b| u32::from(b) << 8);
+    let mut sum: u32 = words
         .map(|w| u32::from(u16::from_be_bytes([w[0], w[1]])))
-        .sum();
+        .sum::<u32>()
+        + odd;
     while sum > 0xffff {
         sum = (sum & 0xffff) + (sum >> 16);
     }
@@ -100,28 +114,28 @@ fn udp6_checksum(src: &Gid, dst: &Gid, udp: &[u8]) -> u16 {
     }
 }
 
-/// Appends the BTH of a packet whose payload has `pad` pad bytes.
+/// Appends the BTH of a packet whose payload has `pad` pad bytes (built whole, then stored
+/// with one copy).
 fn put_bth(buf: &mut Writer, b: &Bth, pad: usize) {
-    buf.push(b.opcode);
     let is_cnp = b.opcode == opcode::CNP;
     // A CNP's flags are all clear (A17.9.3: no migration state to carry).
     let mig = if is_cnp { 0 } else { BTH_MIG };
-    buf.push(
-        if b.solicited { BTH_SE } else { 0 }
-            | mig
-            | ((pad as u8 & BTH_PAD_MASK) << BTH_PAD_SHIFT)
-            | BTH_TVER,
-    );
-    put_u16(buf, b.pkey);
+    let flags = if b.solicited { BTH_SE } else { 0 }
+        | mig
+        | ((pad as u8 & BTH_PAD_MASK) << BTH_PAD_SHIFT)
+        | BTH_TVER;
+    let pkey = b.pkey.to_be_bytes();
     // A CNP carries BECN: the flow it names went through a point of congestion. The bit is
     // in the byte the ICRC masks.
     let becn = if is_cnp { BTH_BECN } else { 0 };
     // from_wire: a number wider than its field must not spill into the neighbouring bits.
-    put_u32(buf, Qpn::from_wire(b.dest_qpn.get()).get() | becn);
-    put_u32(
-        buf,
-        Psn::from_wire(b.psn.get()).get() | if b.ack_req { BTH_ACK_REQ } else { 0 },
-    );
+    let qpn = (Qpn::from_wire(b.dest_qpn.get()).get() | becn).to_be_bytes();
+    let psn =
+        (Psn::from_wire(b.psn.get()).get() | if b.ack_req { BTH_ACK_REQ } else { 0 }).to_be_bytes();
+    buf.extend_from_slice(&[
+        b.opcode, flags, pkey[0], pkey[1], qpn[0], qpn[1], qpn[2], qpn[3], psn[0], psn[1], psn[2],
+        psn[3],
+    ]);
 }
 
 /// Builds a complete RoCEv2 IP packet with a valid ICRC (IBA's).
@@ -179,10 +193,6 @@ pub fn build_packet_filled<E>(
     // The buffer is recycled, not zeroed: a header shorter than its opcode's layout would send
     // stale bytes, so a mismatch is a bug that must stop here in every build.
     assert_eq!(payload_at, ip_len + UDP_HEADER_LEN + info.header_len());
-    if let Some(v4_header) = v4.and(buf.get_mut(..IPV4_HEADER_LEN)) {
-        let csum = ipv4_header_checksum(v4_header);
-        v4_header[field::V4_CHECKSUM..field::V4_CHECKSUM + 2].copy_from_slice(&csum.to_be_bytes());
-    }
     let payload_end = payload_at + payload_len;
     if let Err(e) = fill(&mut buf[payload_at..payload_end]) {
         buf.recycle();
@@ -194,8 +204,9 @@ pub fn build_packet_filled<E>(
     Ok(buf)
 }
 
-/// The IP header (its IPv4 checksum 0, filled in by the caller) and the UDP header of a packet
-/// of `total_len` bytes; `v4`: the IPv4 destination and source, None for IPv6.
+/// The IP header (with its IPv4 checksum) and the UDP header of a packet of `total_len`
+/// bytes; `v4`: the IPv4 destination and source, None for IPv6. Each header is built whole
+/// and stored with one copy.
 fn put_ip_udp(w: &mut Writer, ip: &IpInfo, v4: Option<([u8; 4], [u8; 4])>, total_len: usize) {
     let ip_len = if v4.is_some() {
         IPV4_HEADER_LEN
@@ -204,16 +215,34 @@ fn put_ip_udp(w: &mut Writer, ip: &IpInfo, v4: Option<([u8; 4], [u8; 4])>, total
     };
     let udp_len = total_len - ip_len;
     if let Some((dst, src)) = v4 {
-        w.push(IPV4_VERSION_IHL);
-        w.push(ip.traffic_class);
-        put_u16(w, total_len as u16);
-        put_u16(w, 0); // identification: unused with DF
-        put_u16(w, IPV4_DONT_FRAGMENT);
-        w.push(ip.hop_limit);
-        w.push(IP_PROTO_UDP);
-        put_u16(w, 0);
-        w.extend_from_slice(&src);
-        w.extend_from_slice(&dst);
+        let len = (total_len as u16).to_be_bytes();
+        let df = IPV4_DONT_FRAGMENT.to_be_bytes();
+        // Identification 0 (unused with DF), checksum 0 until computed below.
+        let mut h: [u8; IPV4_HEADER_LEN] = [
+            IPV4_VERSION_IHL,
+            ip.traffic_class,
+            len[0],
+            len[1],
+            0,
+            0,
+            df[0],
+            df[1],
+            ip.hop_limit,
+            IP_PROTO_UDP,
+            0,
+            0,
+            src[0],
+            src[1],
+            src[2],
+            src[3],
+            dst[0],
+            dst[1],
+            dst[2],
+            dst[3],
+        ];
+        let csum = ipv4_header_checksum(&h).to_be_bytes();
+        h[field::V4_CHECKSUM..field::V4_CHECKSUM + 2].copy_from_slice(&csum);
+        w.extend_from_slice(&h);
     } else {
         put_u32(
             w,
@@ -227,10 +256,13 @@ fn put_ip_udp(w: &mut Writer, ip: &IpInfo, v4: Option<([u8; 4], [u8; 4])>, total
         w.extend_from_slice(&ip.sgid);
         w.extend_from_slice(&ip.dgid);
     }
-    put_u16(w, ip.src_port);
-    put_u16(w, ROCE_V2_UDP_PORT);
-    put_u16(w, udp_len as u16);
-    put_u16(w, 0); // UDP checksum: 0 (none) over IPv4, filled in at the end for IPv6
+    let (sport, dport, len) = (
+        ip.src_port.to_be_bytes(),
+        ROCE_V2_UDP_PORT.to_be_bytes(),
+        (udp_len as u16).to_be_bytes(),
+    );
+    // UDP checksum: 0 (none) over IPv4, filled in at the end for IPv6.
+    w.extend_from_slice(&[sport[0], sport[1], dport[0], dport[1], len[0], len[1], 0, 0]);
 }
 
 /// The headers after the BTH, in the order `info` gives.
