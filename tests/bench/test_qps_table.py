@@ -1,0 +1,71 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: GPL-2.0-only OR MIT
+"""Unit tests of qps_table.py:  python3 -m unittest discover -s tests/bench -p 'test_*.py'"""
+import os
+import sys
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import qps_table  # noqa: E402
+
+MSG = 12800
+BYTES = MSG * 8192  # 100 MiB
+
+
+def client(run, q, bw, tx=25600, rx=12800, probes=0):
+    return (f"[g0] QPS run={run} qps={q} messages={MSG} bytes={BYTES} bw_MiBps={bw} tx_packets={tx} "
+            f"rx_packets={rx} retransmits=0 local_ack_timeout_err=0 roce_adp_retrans={probes} "
+            "port_xmit_discards=0 wakeups=2 doorbell_scans=100 interrupts=50")
+
+
+def server(run, q, acks):
+    return (f"[g1] QPSRX run={run} qps={q} rx_packets=25600 tx_packets={acks} acks_sent={acks} "
+            "duplicate_request=0 out_of_sequence=0 wakeups=4 doorbell_scans=10 interrupts=7")
+
+
+LAB = "\n".join([
+    "noise QPS without a run",
+    client(1, 16, "800.00"), server(1, 16, 6400),
+    server(2, 256, 12800), client(2, 256, "400.00", rx=12800),
+    client(3, 16, "600.00"), server(3, 16, 6400),
+    client(4, 256, "900.00", probes=3), server(4, 256, 12800),
+    client(5, 16, "700.00"), server(5, 16, 6400),
+    client(6, 256, "700.00"), server(6, 256, 12800),
+])
+
+
+class ParseTest(unittest.TestCase):
+    def test_runs_in_order_with_both_sides(self):
+        runs = qps_table.parse(LAB)
+        self.assertEqual([r["qps"] for r in runs], [16, 256] * 3)
+        self.assertEqual(runs[3]["c"]["roce_adp_retrans"], 3)
+        self.assertEqual(runs[1]["s"]["acks_sent"], 12800)
+        self.assertEqual(runs[0]["bw"], 800.0)
+
+    def test_a_run_the_client_did_not_finish_is_left_out(self):
+        runs = qps_table.parse(server(1, 16, 6400) + "\n" + client(2, 256, "1.5") + "\n" + server(2, 256, 1))
+        self.assertEqual([r["run"] for r in runs], [2])
+
+
+class SummaryTest(unittest.TestCase):
+    def test_medians_of_alternated_runs_and_per_mib_counts(self):
+        s = qps_table.summary(qps_table.parse(LAB))
+        self.assertEqual(list(s), [16, 256])
+        bw16, per16, n16 = s[16]
+        bw256, per256, _ = s[256]
+        self.assertEqual((bw16, bw256, n16), (700.0, 700.0, 3))
+        self.assertEqual(per16["s_acks"], 64.0)  # 6400 ACKs over 100 MiB
+        self.assertEqual(per256["s_acks"], 128.0)
+        self.assertEqual(per16["c_tx"], 256.0)
+
+    def test_table_prints_every_run_and_the_ratio_of_medians(self):
+        runs = qps_table.parse(LAB)
+        lines = qps_table.table([("main#1", runs)])
+        self.assertEqual(sum(1 for x in lines if x.startswith("main#1") and " 400.00 " in x), 1)
+        median_rows = [x.split() for x in lines[lines.index(next(x for x in lines if x.startswith("medians"))) + 2:]]
+        self.assertEqual([r[:5] for r in median_rows], [["main#1", "16", "3", "700.00", "1.00"],
+                                                         ["main#1", "256", "3", "700.00", "1.00"]])
+
+
+if __name__ == "__main__":
+    unittest.main()
