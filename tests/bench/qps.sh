@@ -10,7 +10,12 @@
 # out-of-sequence requests) and how often the device had to be woken or looked at its
 # doorbells: counts that do not depend on the host's load.
 #   qps.sh server|client
-# Environment: ROX_KO, QPS_LIST (default "16 256"), QPS_MESSAGES (default 12800).
+# Before them, a base run per QP count with QPS_BASE_ITERS (default 10) messages per QP, its
+# lines marked base=1: what connecting, tearing down and a few messages cost (admin commands
+# wake the device and interrupt the driver once or more per QP), which qps_table.py takes off
+# the other runs' counts to show what the transfer alone cost per MiB. QPS_BASE_ITERS=0: none.
+# Environment: ROX_KO, QPS_LIST (default "16 256"), QPS_MESSAGES (default 12800),
+# QPS_BASE_ITERS.
 set -u
 role=$1
 . "$(dirname "$0")/../guest/lab.sh"
@@ -40,9 +45,16 @@ deltas() {
 	awk 'NR == FNR { b[$1] = $2; next } { printf "%s=%d ", $1, $2 - b[$1] }' "$1" "$2"
 }
 
+base_iters=${QPS_BASE_ITERS:-10}
+plan=""
+if [ "$base_iters" -gt 0 ]; then
+	for q in $(printf '%s\n' $list | awk '!seen[$0]++'); do plan="$plan $q:$base_iters:1"; done
+fi
+for q in $list; do plan="$plan $q:$((messages / q)):0"; done
+
 n=0
-for q in $list; do
-	iters=$((messages / q))
+for step in $plan; do
+	IFS=: read -r q iters base <<<"$step"
 	port=$((18600 + n))
 	n=$((n + 1))
 	cmd="ib_write_bw -d $dev -x $gid -F -s $size -q $q -n $iters -p $port"
@@ -50,7 +62,7 @@ for q in $list; do
 	if [ "$role" = server ]; then
 		timeout 600 $cmd >/tmp/qps-server.log 2>&1 || { cat /tmp/qps-server.log; fail "$cmd"; }
 		snapshot /tmp/qps-after
-		echo "QPSRX run=$n qps=$q $(deltas /tmp/qps-before /tmp/qps-after)"
+		echo "QPSRX run=$n qps=$q base=$base $(deltas /tmp/qps-before /tmp/qps-after)"
 		continue
 	fi
 	wait_ping "$peer" 120 || fail "guest 1 ($peer) unreachable"
@@ -64,6 +76,6 @@ for q in $list; do
 	# perftest's row: bytes, iterations (of all QPs), BW peak, BW average [MiB/s], MsgRate.
 	bw=$(awk -v s=$size -v i=$((iters * q)) '$1 == s && $2 == i { print $4; exit }' /tmp/qps-client.log)
 	[ -n "$bw" ] || { cat /tmp/qps-client.log; fail "no result from $cmd $peer"; }
-	echo "QPS run=$n qps=$q messages=$((iters * q)) bytes=$((iters * q * size)) bw_MiBps=$bw $(deltas /tmp/qps-before /tmp/qps-after)"
+	echo "QPS run=$n qps=$q base=$base messages=$((iters * q)) bytes=$((iters * q * size)) bw_MiBps=$bw $(deltas /tmp/qps-before /tmp/qps-after)"
 done
 echo "qps $role: done"

@@ -3,7 +3,10 @@
 """tests/bench/qps_table.py — the table of tests/bench/qps: from each lab's output (the guests'
 QPS and QPSRX lines, tests/bench/qps.sh), every run in the order it ran, then per binary and
 QP count the medians, the ratio of the medians (each count against the first of QPS_LIST), and
-what the two devices did per MiB moved: counts that do not depend on the host's load.
+what the two devices did per MiB moved: counts that do not depend on the host's load. Where a
+lab has a base run at a count (base=1: a few messages per QP), the per-MiB counts are the
+transfer's alone: (run - base) / (run's bytes - base's bytes), the QPs' setup and teardown
+(admin commands, each a wake and an interrupt) taken off.
 
     qps_table.py LABEL=LOG [LABEL=LOG ...]
 
@@ -49,7 +52,7 @@ def fields(text):
 def parse(text):
     """The runs of one lab's output in run order: [{run, qps, bw, bytes, c: {..}, s: {..}}].
     A run the server reported and the client did not (it failed) is left out."""
-    client, server = {}, {}
+    client, server = {}, {}  # run number -> fields
     for line in text.splitlines():
         m = LINE.search(line)
         if not m:
@@ -59,14 +62,36 @@ def parse(text):
     runs = []
     for n in sorted(client):
         c = client[n]
-        runs.append({"run": n, "qps": c["qps"], "bw": float(c["bw_MiBps"]),
+        runs.append({"run": n, "qps": c["qps"], "bw": float(c["bw_MiBps"]), "base": c.get("base", 0) == 1,
                      "bytes": c.get("bytes", c["messages"] * 8192), "c": c, "s": server.get(n, {})})
     return runs
 
 
+def net_of_base(runs):
+    """The timed runs, each with `net`: its counts less its count's base run's, and the bytes
+    between (the run itself where there is no base run)."""
+    bases = {r["qps"]: r for r in runs if r["base"]}
+    out = []
+    for r in runs:
+        if r["base"]:
+            continue
+        b = bases.get(r["qps"])
+        if b is None or b["bytes"] >= r["bytes"]:
+            net = {"bytes": r["bytes"], "c": r["c"], "s": r["s"]}
+        else:
+            net = {"bytes": r["bytes"] - b["bytes"]}
+            for side in "cs":
+                net[side] = {k: v - b[side][k] for k, v in r[side].items()
+                             if isinstance(v, int) and isinstance(b[side].get(k), int)}
+        out.append(dict(r, net=net))
+    return out
+
+
 def per_mib(run, side, name):
-    v = run[side].get(name)
-    return None if v is None else v * MIB / run["bytes"]
+    """Counter `name` of `side` per MiB of the run's transfer (its base run's taken off)."""
+    net = run.get("net", run)
+    v = net[side].get(name)
+    return None if v is None else v * MIB / net["bytes"]
 
 
 def fmt(v, places=2):
@@ -74,7 +99,8 @@ def fmt(v, places=2):
 
 
 def summary(runs):
-    """{qps: (median MiB/s, {per-MiB name: median})} in the order the counts first ran."""
+    """{qps: (median MiB/s, {per-MiB name: median}, runs)} of the timed runs (as net_of_base
+    gives them), in the order the counts first ran."""
     out = {}
     for q in dict.fromkeys(r["qps"] for r in runs):
         mine = [r for r in runs if r["qps"] == q]
@@ -87,19 +113,30 @@ def summary(runs):
 
 
 def table(labs):
-    """The report's lines for [(label, runs)]."""
+    """The report's lines for [(label, runs)] (runs as parse() gives them)."""
+    base_lines = []
+    for label, runs in labs:
+        for r in (r for r in runs if r["base"]):
+            base_lines.append(f"{label:<10} {r['run']:>3} {r['qps']:>5} {r['c'].get('messages', '?'):>8} "
+                              + " ".join(f"{r[side].get(c, '?'):>10}" for _, side, c in PER_MIB))
+    labs = [(label, net_of_base(runs)) for label, runs in labs]
     lines = ["every run, in the order it ran (c: the client's device, srv: the server's):",
              f"{'lab':<10} {'run':>3} {'qps':>5} {'MiB/s':>9} " + " ".join(f"{h:>13}" for h, _, _ in RUN_COLUMNS)]
     for label, runs in labs:
         for r in runs:
             cells = " ".join(f"{r[side].get(c, '?'):>13}" for _, side, c in RUN_COLUMNS)
             lines.append(f"{label:<10} {r['run']:>3} {r['qps']:>5} {r['bw']:>9.2f} {cells}")
-    lines.append("per MiB moved, every run (c_: the client's device, s_: the server's; tx/rx: RoCE packets):")
+    lines.append("per MiB moved, every run, its base run's counts taken off (c_: the client's device, "
+                 "s_: the server's; tx/rx: RoCE packets):")
     lines.append(f"{'lab':<10} {'run':>3} {'qps':>5} " + " ".join(f"{h:>10}" for h, _, _ in PER_MIB))
     for label, runs in labs:
         for r in runs:
             lines.append(f"{label:<10} {r['run']:>3} {r['qps']:>5} "
                          + " ".join(f"{fmt(per_mib(r, s, c)):>10}" for _, s, c in PER_MIB))
+    if base_lines:
+        lines.append("base runs (connect, a few messages per QP, tear down), what the devices counted:")
+        lines.append(f"{'lab':<10} {'run':>3} {'qps':>5} {'messages':>8} " + " ".join(f"{h:>10}" for h, _, _ in PER_MIB))
+        lines += base_lines
     lines.append("medians per lab and QP count; ratio: the median MiB/s against the first count's:")
     lines.append(f"{'lab':<10} {'qps':>5} {'runs':>4} {'MiB/s':>9} {'ratio':>6} "
                  + " ".join(f"{h:>10}" for h, _, _ in PER_MIB))

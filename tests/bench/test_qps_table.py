@@ -47,9 +47,30 @@ class ParseTest(unittest.TestCase):
         self.assertEqual([r["run"] for r in runs], [2])
 
 
+def base(run, q, messages, wakeups, rx_s):
+    return (f"[g0] QPS run={run} qps={q} base=1 messages={messages} bytes={messages * 8192} bw_MiBps=5.0 "
+            f"tx_packets={2 * messages} rx_packets=1 wakeups={wakeups} doorbell_scans=1 interrupts=1\n"
+            f"[g1] QPSRX run={run} qps={q} base=1 rx_packets={rx_s} acks_sent=1 wakeups={wakeups} "
+            "doorbell_scans=1 interrupts=1")
+
+
+class BaseTest(unittest.TestCase):
+    def test_the_base_run_is_taken_off_the_per_mib_counts(self):
+        # 256 QPs x 10 messages = 2560 (20 MiB) with 2000 wakeups of setup; the timed run
+        # 12800 messages (100 MiB) with 2800 wakeups: 800 for 80 MiB of transfer.
+        text = base(1, 256, 2560, 2000, 5120) + "\n" + client(2, 256, "500.0").replace("wakeups=2", "wakeups=2800") \
+            + "\n" + server(2, 256, 12800)
+        runs = qps_table.net_of_base(qps_table.parse(text))
+        self.assertEqual([r["run"] for r in runs], [2])
+        self.assertEqual(qps_table.per_mib(runs[0], "c", "wakeups"), 10.0)
+        self.assertEqual(qps_table.per_mib(runs[0], "s", "rx_packets"), 256.0)  # (25600 - 5120) / 80
+        lines = qps_table.table([("x#1", qps_table.parse(text))])
+        self.assertTrue(any(x.split()[:4] == ["x#1", "1", "256", "2560"] for x in lines), lines)
+
+
 class SummaryTest(unittest.TestCase):
     def test_medians_of_alternated_runs_and_per_mib_counts(self):
-        s = qps_table.summary(qps_table.parse(LAB))
+        s = qps_table.summary(qps_table.net_of_base(qps_table.parse(LAB)))
         self.assertEqual(list(s), [16, 256])
         bw16, per16, n16 = s[16]
         bw256, per256, _ = s[256]
