@@ -150,6 +150,22 @@ def table(labs):
             ratio = bw / base if base else None
             lines.append(f"{label:<10} {q:>5} {n:>4} {bw:>9.2f} {fmt(ratio):>6} "
                          + " ".join(f"{fmt(per[h]):>10}" for h, _, _ in PER_MIB))
+    pooled = {}
+    for label, runs in labs:
+        pooled.setdefault(label.split("#")[0], []).extend(runs)
+    if len(pooled) < len(labs):
+        lines.append("medians over every lab of a binary (labs of one label pooled):")
+        lines.append(f"{'binary':<10} {'qps':>5} {'runs':>4} {'MiB/s':>9} {'ratio':>6} {'lab ratios':<30}")
+        for binary, runs in pooled.items():
+            s = summary(runs) if runs else {}
+            if not s:
+                continue
+            base = next(iter(s.values()))[0]
+            each = [summary(r) for label, r in labs if label.split("#")[0] == binary and r]
+            for q, (bw, _, n) in s.items():
+                ratios = "" if q == next(iter(s)) else " ".join(
+                    fmt(e[q][0] / next(iter(e.values()))[0]) for e in each if q in e)
+                lines.append(f"{binary:<10} {q:>5} {n:>4} {bw:>9.2f} {fmt(bw / base if base else None):>6} {ratios:<30}")
     return lines
 
 

@@ -88,5 +88,21 @@ class SummaryTest(unittest.TestCase):
                                                          ["main#1", "256", "3", "700.00", "1.00"]])
 
 
+class PooledTest(unittest.TestCase):
+    def test_labs_of_one_binary_are_pooled_with_each_labs_ratio(self):
+        other = LAB.replace("bw_MiBps=800.00", "bw_MiBps=100.00")  # lab 2: 16 QPs 100, 600, 700
+        lines = qps_table.table([("main#1", qps_table.parse(LAB)), ("main#2", qps_table.parse(other))])
+        start = lines.index(next(x for x in lines if x.startswith("medians over every lab")))
+        rows = [x.split() for x in lines[start + 2:]]
+        # 16 QPs over both labs: 100 600 600 700 700 800 -> 650; 256: 400 400 700 700 900 900 -> 700.
+        self.assertEqual(rows[0][:5], ["main", "16", "6", "650.00", "1.00"])
+        self.assertEqual(rows[1][:5], ["main", "256", "6", "700.00", "1.08"])
+        self.assertEqual(rows[1][5:], ["1.00", "1.17"], "each lab's own ratio: 700 / 700, 700 / 600")
+
+    def test_one_lab_per_binary_has_no_pooled_rows(self):
+        lines = qps_table.table([("main#1", qps_table.parse(LAB)), ("after#2", qps_table.parse(LAB))])
+        self.assertFalse(any(x.startswith("medians over every lab") for x in lines))
+
+
 if __name__ == "__main__":
     unittest.main()
