@@ -112,6 +112,18 @@ def summary(runs):
     return out
 
 
+def beats(runs, q, base_q):
+    """Of all pairs (a run at `base_q`, a run at `q`) of `runs`, the share where the `q` run
+    moved more (ties count half): how often the count wins a coin toss of single runs, which
+    does not hang on a few slow runs as a median of few does."""
+    a = [r["bw"] for r in runs if r["qps"] == base_q]
+    b = [r["bw"] for r in runs if r["qps"] == q]
+    if not a or not b:
+        return None
+    wins = sum((y > x) + 0.5 * (y == x) for x in a for y in b)
+    return wins / (len(a) * len(b))
+
+
 def table(labs):
     """The report's lines for [(label, runs)] (runs as parse() gives them)."""
     base_lines = []
@@ -155,7 +167,8 @@ def table(labs):
         pooled.setdefault(label.split("#")[0], []).extend(runs)
     if len(pooled) < len(labs):
         lines.append("medians over every lab of a binary (labs of one label pooled):")
-        lines.append(f"{'binary':<10} {'qps':>5} {'runs':>4} {'MiB/s':>9} {'ratio':>6} {'lab ratios':<30}")
+        lines.append(f"{'binary':<10} {'qps':>5} {'runs':>4} {'MiB/s':>9} {'ratio':>6} {'wins':>5} lab ratios "
+                     "(wins: the share of pairs of single runs in which this count moved more than the first)")
         for binary, runs in pooled.items():
             s = summary(runs) if runs else {}
             if not s:
@@ -165,7 +178,9 @@ def table(labs):
             for q, (bw, _, n) in s.items():
                 ratios = "" if q == next(iter(s)) else " ".join(
                     fmt(e[q][0] / next(iter(e.values()))[0]) for e in each if q in e)
-                lines.append(f"{binary:<10} {q:>5} {n:>4} {bw:>9.2f} {fmt(bw / base if base else None):>6} {ratios:<30}")
+                win = beats(runs, q, next(iter(s)))
+                lines.append(f"{binary:<10} {q:>5} {n:>4} {bw:>9.2f} {fmt(bw / base if base else None):>6} "
+                             f"{fmt(win):>5} {ratios}".rstrip())
     return lines
 
 

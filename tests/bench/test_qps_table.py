@@ -95,9 +95,18 @@ class PooledTest(unittest.TestCase):
         start = lines.index(next(x for x in lines if x.startswith("medians over every lab")))
         rows = [x.split() for x in lines[start + 2:]]
         # 16 QPs over both labs: 100 600 600 700 700 800 -> 650; 256: 400 400 700 700 900 900 -> 700.
-        self.assertEqual(rows[0][:5], ["main", "16", "6", "650.00", "1.00"])
+        self.assertEqual(rows[0][:6], ["main", "16", "6", "650.00", "1.00", "0.50"])
         self.assertEqual(rows[1][:5], ["main", "256", "6", "700.00", "1.08"])
-        self.assertEqual(rows[1][5:], ["1.00", "1.17"], "each lab's own ratio: 700 / 700, 700 / 600")
+        self.assertEqual(rows[1][6:], ["1.00", "1.17"], "each lab's own ratio: 700 / 700, 700 / 600")
+        # 16 QPs: 100 600 600 700 700 800; 256: 400 400 700 700 900 900. Of the 36 pairs:
+        # a 400 beats 100 only (1), a 700 beats 100, 600, 600 and ties 700 twice (4), a 900
+        # beats all six.
+        self.assertEqual(rows[1][5], f"{(2 * 1 + 2 * 4 + 2 * 6) / 36:.2f}")
+
+    def test_wins_count_pairs_of_single_runs_ties_half(self):
+        runs = [{"qps": 16, "bw": 10.0}, {"qps": 16, "bw": 30.0}, {"qps": 256, "bw": 20.0}, {"qps": 256, "bw": 30.0}]
+        self.assertEqual(qps_table.beats(runs, 256, 16), (1 + 0 + 1 + 0.5) / 4)
+        self.assertIsNone(qps_table.beats(runs, 64, 16))
 
     def test_one_lab_per_binary_has_no_pooled_rows(self):
         lines = qps_table.table([("main#1", qps_table.parse(LAB)), ("after#2", qps_table.parse(LAB))])
