@@ -674,7 +674,9 @@ mod tests {
             timeout: Some(14),
             ..rts_modify()
         };
-        engine.modify_qp(&mut env, LOCAL_QPN, &with_ack_timer).unwrap();
+        engine
+            .modify_qp(&mut env, LOCAL_QPN, &with_ack_timer)
+            .unwrap();
         // One packet may go, then the port's scheduler holds the QP (it waits for a turn).
         env.send_allowance = Some(1);
         for wr_id in [1, 2] {
@@ -687,7 +689,11 @@ mod tests {
         for _ in 0..10 {
             engine.poll(&mut env);
         }
-        assert_eq!(env.asked.len(), asked, "no timer due: the QP waits for its turn");
+        assert_eq!(
+            env.asked.len(),
+            asked,
+            "no timer due: the QP waits for its turn"
+        );
         // The ACK timer comes due: the QP may have to resend, so it asks.
         env.now = engine.next_deadline().expect("the SEND's timer");
         engine.poll(&mut env);
