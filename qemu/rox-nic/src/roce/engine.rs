@@ -667,6 +667,40 @@ mod tests {
     }
 
     #[test]
+    fn poll_asks_the_port_for_a_held_qp_only_when_one_of_its_timers_is_due() {
+        let (mut engine, mut env) = (Engine::new(), TestEnv::new());
+        engine.create_qp(rts_qp(QpType::Rc).cfg).unwrap();
+        let with_ack_timer = QpModify {
+            timeout: Some(14),
+            ..rts_modify()
+        };
+        engine
+            .modify_qp(&mut env, LOCAL_QPN, &with_ack_timer)
+            .unwrap();
+        // One packet may go, then the port's scheduler holds the QP (it waits for a turn).
+        env.send_allowance = Some(1);
+        for wr_id in [1, 2] {
+            let wr = send_wr(wr_id, WrOpcode::Send, 8);
+            engine.queue_send(&mut env, LOCAL_QPN, Ok(wr)).unwrap();
+        }
+        engine.send_queued(&mut env, LOCAL_QPN).unwrap();
+        assert_eq!(env.sent.len(), 1);
+        let asked = env.asked.len();
+        for _ in 0..10 {
+            engine.poll(&mut env);
+        }
+        assert_eq!(
+            env.asked.len(),
+            asked,
+            "no timer due: the QP waits for its turn"
+        );
+        // The ACK timer comes due: the QP may have to resend, so it asks.
+        env.now = engine.next_deadline().expect("the SEND's timer");
+        engine.poll(&mut env);
+        assert!(env.asked.len() > asked, "a due timer asks the port");
+    }
+
+    #[test]
     fn poll_sends_one_coalesced_ack_and_reset_forgets_the_qp() {
         let (mut engine, mut env) = (Engine::new(), TestEnv::new());
         create_rts_qp(&mut engine, &mut env, QpType::Rc);

@@ -549,6 +549,13 @@ impl Qp {
         now: u64,
     ) {
         let due = |t: Option<u64>| t.is_some_and(|t| now >= t);
+        // Only a timer that came due can let the QP send what it could not before (the RNR
+        // or page-fault wait over, a rewind, the rate limiter's wait over); otherwise what
+        // it has waits for an ACK or a turn of the port's scheduler, which resume it. A
+        // transmit on every poll asked the scheduler for every QP with work on every pass
+        // (at 256 QPs 11,574 refused asks for 4,096 packets, benches/qps under callgrind).
+        let may_send_more =
+            due(self.req.rnr_until) || due(self.req.timer_deadline) || due(self.cc.wake_at);
         if due(self.req.rnr_until) {
             self.req.rnr_until = None;
             self.restart_timer(now);
@@ -578,7 +585,9 @@ impl Qp {
                 self.req.timer_deadline = None;
             }
         }
-        self.transmit(env, stats);
+        if may_send_more {
+            self.transmit(env, stats);
+        }
     }
 }
 
