@@ -10,7 +10,8 @@
       frame sent received: one device loops back to itself; every tail probe answered as a
       duplicate), at most 5 s; prints the number of tail probes sent (roce_adp_retrans).
   counters_check.py delta <before> <after> <source>.<name>=<value>...
-      Checks that each named counter grew by exactly <value> between the snapshots; prints
+      Checks that each named counter grew by exactly <value> (or, for <low>..<high>, by
+      at least <low> and at most <high>) between the snapshots; prints
       each check and exits 1 if any failed (or a named counter is missing).
   counters_check.py perfquery <before> <perfquery output> <after>
       Checks that every counter perfquery printed (PortCounters or PortCountersExtended)
@@ -59,6 +60,8 @@ def snapshot(device, path):
 
 
 def grown(before, after, name):
+    if name not in before["rdma"] or name not in after["rdma"]:
+        raise SystemExit(f"no rdma statistic counter {name}")
     return after["rdma"][name] - before["rdma"][name]
 
 
@@ -95,7 +98,8 @@ def delta(before_path, after_path, expectations):
             failed += 1
             continue
         got = after[source][name] - before[source][name]
-        ok = got == int(want)
+        low, _, high = want.partition("..")
+        ok = int(low) <= got <= int(high or low)
         failed += not ok
         print(f"{'ok  ' if ok else 'FAIL'} {key:42} +{got} (expected +{want})")
     return failed

@@ -31,7 +31,8 @@ pub fn store_once(dst: &VolatileSlice<'_, ()>, src: &[u8]) -> bool {
     // SAFETY: `dst` is `n` bytes of a live mapping (its guard keeps the pointer valid for this
     // call), so every byte at `first + i`, i < n, may be written; each store below is inside
     // [0, n) and aligned to its size (the checks before each loop; the tail's 4- and 2-byte
-    // ones start word-aligned, asserted there); the 32-byte ones only
+    // ones start word-aligned: every step after the first loop adds a multiple of 8,
+    // debug-asserted there); the 32-byte ones only
     // with AVX, checked by `wide::available()`. Other parties (the guest)
     // touch this memory only concurrently as they do any DMA target, which atomic and
     // volatile stores tolerate (as vm-memory's own accessors).
