@@ -24,6 +24,11 @@
 //! "Session 14: the host engine at window 64"); in loopback guests it made ib_send_lat's
 //! typical bimodal, hence not the default.
 //!
+//! `--adaptive-spin on` spins the posted spin only where it pays ([`SpinHistory`]): while at
+//! least half of the device's recent idle periods ended within it, else it sleeps at once and
+//! spins one period in [`PROBE_EVERY`] to look again (docs/benchmarks.md, "Session 15: the
+//! spin").
+//!
 //! The spin is bounded by the time since the last work, not by a count of events, so an idle
 //! device (nothing arrives, nothing in flight) naps and then sleeps as before. A nap ends up
 //! to the thread's timer slack late (the kernel's 50 µs unless `--nap-slack-us` sets it: a
