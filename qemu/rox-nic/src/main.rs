@@ -179,7 +179,7 @@ fn posted_spin(arg: Option<u64>, spin: std::time::Duration) -> Result<std::time:
     micros_arg(arg, "ROX_NIC_POSTED_SPIN_US", spin.as_micros() as u64)
 }
 
-/// Whether the posted spin adapts: `--adaptive-spin on|off`, else $ROX_NIC_ADAPTIVE_SPIN
+/// Whether the posted spin adapts: `--adaptive-spin true|false`, else $ROX_NIC_ADAPTIVE_SPIN
 /// (1 or 0), else off.
 fn adaptive_spin(arg: Option<bool>) -> Result<bool, String> {
     match (arg, std::env::var("ROX_NIC_ADAPTIVE_SPIN")) {
@@ -441,6 +441,15 @@ fn dump_trace_on_sigusr1(trace: Arc<Trace>) -> std::io::Result<()> {
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    #[test]
+    fn the_adaptive_spin_is_off_unless_told() {
+        assert_eq!(adaptive_spin(Some(true)), Ok(true));
+        assert_eq!(adaptive_spin(Some(false)), Ok(false));
+        if std::env::var_os("ROX_NIC_ADAPTIVE_SPIN").is_none() {
+            assert_eq!(adaptive_spin(None), Ok(false));
+        }
+    }
 
     #[test]
     fn the_posted_spin_is_the_spin_unless_told() {

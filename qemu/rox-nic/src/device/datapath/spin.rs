@@ -24,7 +24,7 @@
 //! "Session 14: the host engine at window 64"); in loopback guests it made ib_send_lat's
 //! typical bimodal, hence not the default.
 //!
-//! `--adaptive-spin on` spins the posted spin only where it pays ([`SpinHistory`]): while at
+//! `--adaptive-spin true` spins the posted spin only where it pays ([`SpinHistory`]): while at
 //! least half of the device's recent idle periods ended within it, else it sleeps at once and
 //! spins one period in [`PROBE_EVERY`] to look again (docs/benchmarks.md, "Session 15: the
 //! spin").
@@ -451,6 +451,17 @@ mod tests {
         assert!(err.contains("at most the spin"), "{err}");
     }
 
+    /// Idle periods of 30 µs (longer than the spin) until one does not spin (at most 100:
+    /// a history that never stops spinning fails here rather than hangs).
+    fn until_it_sleeps(h: &mut SpinHistory) {
+        for _ in 0..100 {
+            if !period(h, 30) {
+                return;
+            }
+        }
+        panic!("still spinning after 100 periods longer than the spin");
+    }
+
     /// One idle period of `gap` on `h` with a spin budget of 10 µs; returns whether it spun.
     fn period(h: &mut SpinHistory, gap_us: u64) -> bool {
         let spun = h.spins();
@@ -489,14 +500,14 @@ mod tests {
     #[test]
     fn a_sleeping_device_spins_again_when_its_work_comes_soon() {
         let mut h = SpinHistory::default();
-        while period(&mut h, 30) {}
+        until_it_sleeps(&mut h);
         // Slept periods: a long gap (maybe the wake's own latency) says nothing...
         let hits_before = h.hits;
         assert!(!period(&mut h, 30));
         assert_eq!(h.hits, hits_before, "an unspun long gap is not a miss");
         // ...a short one, even through a sleep, says the spin would have paid.
         let mut n = 0;
-        while !h.spins() {
+        while !h.spins() && n < 100 {
             h.work_came(us(3), SPIN_PERIOD);
             n += 1;
         }
@@ -506,7 +517,7 @@ mod tests {
     #[test]
     fn a_period_without_a_pass_that_found_nothing_is_not_counted() {
         let mut h = SpinHistory::default();
-        while period(&mut h, 30) {}
+        until_it_sleeps(&mut h);
         let before = h;
         h.work_came(us(3), SPIN_PERIOD);
         assert_eq!(h, before, "work after work: no idle period");
