@@ -87,6 +87,12 @@ struct Args {
     /// at window 64"). Default: $ROX_NIC_POSTED_SPIN_US, else 10 (as `--spin-us`).
     #[arg(long)]
     posted_spin_us: Option<u64>,
+    /// Spin the posted spin only while it pays: while at least half of the device's recent
+    /// idle periods ended within it (a ping-pong on this device), else sleep at once and
+    /// leave the core to whoever the device waits for (docs/benchmarks.md, "Session 15: the
+    /// spin"). Default: $ROX_NIC_ADAPTIVE_SPIN (1 or 0), else off.
+    #[arg(long, value_name = "BOOL", action = clap::ArgAction::Set)]
+    adaptive_spin: Option<bool>,
     /// Microseconds the data path keeps polling after its last work while an answer is
     /// expected (RC requests unacknowledged, or packets in / CQEs out since it last had
     /// nothing to do) before it naps; 0 (the default) polls as long as at any other time (`--spin-us`). For a
@@ -167,18 +173,24 @@ fn micros_arg(arg: Option<u64>, env: &str, default: u64) -> Result<std::time::Du
 }
 
 /// The spin while wakes are posted: `--posted-spin-us`, else $ROX_NIC_POSTED_SPIN_US, else the
-/// spin itself (`--spin-us`: a device with posted wakes spins as one without unless told), and
-/// never longer than that spin.
+/// spin itself (`--spin-us`: a device with posted wakes spins as one without unless told). The
+/// device refuses one longer than the spin (`Backoff::new`).
 fn posted_spin(arg: Option<u64>, spin: std::time::Duration) -> Result<std::time::Duration, String> {
-    let posted = micros_arg(arg, "ROX_NIC_POSTED_SPIN_US", spin.as_micros() as u64)?;
-    if posted > spin {
-        return Err(format!(
-            "--posted-spin-us / ROX_NIC_POSTED_SPIN_US {} µs: at most the spin (--spin-us, {} µs)",
-            posted.as_micros(),
-            spin.as_micros()
-        ));
+    micros_arg(arg, "ROX_NIC_POSTED_SPIN_US", spin.as_micros() as u64)
+}
+
+/// Whether the posted spin adapts: `--adaptive-spin true|false`, else $ROX_NIC_ADAPTIVE_SPIN
+/// (1 or 0), else off.
+fn adaptive_spin(arg: Option<bool>) -> Result<bool, String> {
+    match (arg, std::env::var("ROX_NIC_ADAPTIVE_SPIN")) {
+        (Some(a), _) => Ok(a),
+        (None, Ok(v)) => match v.as_str() {
+            "1" => Ok(true),
+            "0" => Ok(false),
+            _ => Err(format!("ROX_NIC_ADAPTIVE_SPIN={v:?}: want 1 or 0")),
+        },
+        (None, Err(_)) => Ok(false),
     }
-    Ok(posted)
 }
 
 /// The congestion control the command line (or, through rox-lab, the environment) asks for.
@@ -290,6 +302,7 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         SPIN_PERIOD.as_micros() as u64,
     )?;
     config.posted_spin = posted_spin(args.posted_spin_us, config.spin)?;
+    config.adaptive_spin = adaptive_spin(args.adaptive_spin)?;
     config.expect_spin = micros_arg(args.expect_spin_us, "ROX_NIC_EXPECT_SPIN_US", 0)?;
     let slack = micros_arg(args.nap_slack_us, "ROX_NIC_NAP_SLACK_US", 0)?;
     config.nap_slack = (!slack.is_zero()).then_some(slack);
@@ -430,12 +443,19 @@ mod tests {
     use std::time::Duration;
 
     #[test]
-    fn the_posted_spin_is_the_spin_unless_told_and_never_longer() {
+    fn the_adaptive_spin_is_off_unless_told() {
+        assert_eq!(adaptive_spin(Some(true)), Ok(true));
+        assert_eq!(adaptive_spin(Some(false)), Ok(false));
+        if std::env::var_os("ROX_NIC_ADAPTIVE_SPIN").is_none() {
+            assert_eq!(adaptive_spin(None), Ok(false));
+        }
+    }
+
+    #[test]
+    fn the_posted_spin_is_the_spin_unless_told() {
         let us = Duration::from_micros;
         assert_eq!(posted_spin(Some(0), us(50)), Ok(us(0)));
         assert_eq!(posted_spin(Some(50), us(50)), Ok(us(50)));
-        let err = posted_spin(Some(51), us(50)).unwrap_err();
-        assert!(err.contains("at most the spin"), "{err}");
         if std::env::var_os("ROX_NIC_POSTED_SPIN_US").is_none() {
             assert_eq!(posted_spin(None, us(50)), Ok(us(50)));
         }

@@ -20,6 +20,16 @@ const PD: u32 = 1;
 const ALL: u32 = ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE | ACCESS_REMOTE_READ;
 /// The devices own GIDs 127.0.9.1 and .2.
 const SUBNET: u8 = 9;
+/// Whether the devices' posted spin adapts (`--adaptive-spin`): `ROX_BENCH_ADAPTIVE_SPIN` 1 or
+/// 0 if set, else the device's default.
+fn adaptive_spin_from_env() -> Option<bool> {
+    match std::env::var("ROX_BENCH_ADAPTIVE_SPIN").ok()?.as_str() {
+        "1" => Some(true),
+        "0" => Some(false),
+        v => panic!("ROX_BENCH_ADAPTIVE_SPIN: 1 or 0, not {v}"),
+    }
+}
+
 /// The QPs' local ACK timeout: 17 (537 ms), what rdma_cm gives a RoCE connection (its packet
 /// lifetime 16, plus one). With ibv_rc_pingpong's 14 (67 ms) a WR failed with RETRY_EXC_ERR in
 /// 11 of 300 runs of tests/bench_stream.rs on a loaded 2-core host (3 copies beside 2 busy
@@ -362,6 +372,9 @@ fn side(link: LinkSpec, last: u8, max_msg: u64) -> Side {
         cfg.posted_wake = wake == Wake::Posted;
         if let Some(spin) = posted_spin_from_env() {
             cfg.posted_spin = spin;
+        }
+        if let Some(adaptive) = adaptive_spin_from_env() {
+            cfg.adaptive_spin = adaptive;
         }
     });
     if wake == Wake::Posted {

@@ -42,7 +42,7 @@ use crate::sys;
 
 use admin_queue::AdminQueue;
 use sched::TxScheduler;
-use spin::{Backoff, Expectation, Step};
+use spin::{Backoff, Expectation, SpinHistory, Step};
 pub use spin::{POSTED_SPIN_PERIOD, SPIN_PERIOD};
 pub use sq::decode_send;
 
@@ -93,6 +93,8 @@ pub struct DataPath {
     port_queued: bool,
     /// Whether an answer is expected in this idle period (how long to spin before a nap).
     expectation: Expectation,
+    /// Whether the posted spin paid off in the recent idle periods (`--adaptive-spin`).
+    spin_history: SpinHistory,
 }
 
 enum Flow {
@@ -138,13 +140,7 @@ impl DataPath {
             mac: cfg.mac,
             flush_icrc: cfg.flush_icrc,
             cc: cfg.cc.clone(),
-            backoff: Backoff {
-                spin: cfg.spin,
-                posted_spin: cfg.posted_spin,
-                expect_spin: cfg.expect_spin,
-                idle_after: cfg.idle_after,
-                posted_idle_after: cfg.posted_idle_after,
-            },
+            backoff: Backoff::new(cfg)?,
             nap_slack: cfg.nap_slack,
             port_tx_seen: 0,
             port_drops_seen: 0,
@@ -155,6 +151,7 @@ impl DataPath {
             loopback: VecDeque::new(),
             port_queued: false,
             expectation: Expectation::default(),
+            spin_history: SpinHistory::default(),
         })
     }
 
@@ -165,6 +162,9 @@ impl DataPath {
             .store(sys::poll::thread_id(), Ordering::Relaxed);
         self.shared.status.fetch_or(STATUS_READY, Ordering::AcqRel);
         let mut last_work = Instant::now();
+        // The end of the last work, which a sleep does not move (`last_work` restarts the
+        // backoff after one): an idle period's gap for the spin history.
+        let mut work_ended = last_work;
         loop {
             self.shared.loop_passes.fetch_add(1, Ordering::Relaxed);
             let (flow, mut work) = self.drain_control();
@@ -203,6 +203,11 @@ impl DataPath {
                 self.shared.loop_work_passes.fetch_add(1, Ordering::Relaxed);
                 last_work = Instant::now();
                 self.expectation.work_done();
+                if self.backoff.adapts() {
+                    let gap = pass_now.saturating_duration_since(work_ended);
+                    self.spin_history.work_came(gap, self.backoff.posted_spin);
+                }
+                work_ended = last_work;
                 continue;
             }
             // Taken during this pass, which found no work: as good as a fresh read.
@@ -214,7 +219,8 @@ impl DataPath {
                     || self.engine.packets_in_flight(),
                 );
             let posted = self.shared.wakes_posted();
-            match self.backoff.next_step(idle_for, expecting, posted) {
+            let pays = !(posted && self.backoff.adapts()) || self.spin_history.spins();
+            match self.backoff.next_step(idle_for, expecting, posted, pays) {
                 Step::Spin => std::hint::spin_loop(),
                 Step::Nap(nap) => {
                     self.shared.loop_naps.fetch_add(1, Ordering::Relaxed);

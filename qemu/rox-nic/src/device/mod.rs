@@ -54,6 +54,9 @@ pub struct DeviceConfig {
     /// How long the data path keeps polling after its last work while the driver wakes it
     /// through the companion (at most `spin`; as `spin` by default: `datapath/spin.rs`).
     pub posted_spin: std::time::Duration,
+    /// Whether the posted spin is spun only while it pays: while at least half of the
+    /// device's recent idle periods ended within it (`datapath/spin.rs`, `SpinHistory`).
+    pub adaptive_spin: bool,
     /// How long the data path keeps polling after its last work while an answer is expected
     /// (zero: off, the default; `datapath/spin.rs`).
     pub expect_spin: std::time::Duration,
@@ -96,6 +99,7 @@ impl DeviceConfig {
             idle_after: DEFAULT_IDLE_AFTER,
             spin: datapath::SPIN_PERIOD,
             posted_spin: datapath::POSTED_SPIN_PERIOD,
+            adaptive_spin: false,
             expect_spin: std::time::Duration::ZERO,
             nap_slack: None,
             flush_icrc: crate::roce::wire::FlushIcrc::Iba,
@@ -247,6 +251,15 @@ pub enum DeviceError {
     },
     #[error("cannot start the data-path thread: {0}")]
     Thread(std::io::Error),
+    #[error(
+        "the spin while wakes are posted ({} µs, --posted-spin-us) is at most the spin ({} µs, --spin-us)",
+        posted_spin.as_micros(),
+        spin.as_micros()
+    )]
+    PostedSpin {
+        posted_spin: std::time::Duration,
+        spin: std::time::Duration,
+    },
 }
 
 fn set_lo(v: &mut u64, lo: u32) {

@@ -24,6 +24,11 @@
 //! "Session 14: the host engine at window 64"); in loopback guests it made ib_send_lat's
 //! typical bimodal, hence not the default.
 //!
+//! `--adaptive-spin true` spins the posted spin only where it pays ([`SpinHistory`]): while at
+//! least half of the device's recent idle periods ended within it, else it sleeps at once and
+//! spins one period in [`PROBE_EVERY`] to look again (docs/benchmarks.md, "Session 15: the
+//! spin").
+//!
 //! The spin is bounded by the time since the last work, not by a count of events, so an idle
 //! device (nothing arrives, nothing in flight) naps and then sleeps as before. A nap ends up
 //! to the thread's timer slack late (the kernel's 50 µs unless `--nap-slack-us` sets it: a
@@ -71,6 +76,8 @@ pub struct Backoff {
     /// How long it spins after the last work while wakes are posted (at most `spin`;
     /// [`POSTED_SPIN_PERIOD`] by default).
     pub posted_spin: Duration,
+    /// Whether the posted spin is spun only while it pays ([`SpinHistory`]).
+    pub adaptive: bool,
     /// How long it spins after the last work while an answer is expected (at most `spin`:
     /// no longer than otherwise).
     pub expect_spin: Duration,
@@ -82,18 +89,47 @@ pub struct Backoff {
 }
 
 impl Backoff {
+    /// The backoff a device's configuration asks for. One rule is checked here, for every
+    /// way a device is made (the command line, the benches, the tests): the spin while wakes
+    /// are posted is at most the spin (a posted wake is the cheaper one, so a device never
+    /// spins longer for it).
+    pub fn new(cfg: &super::DeviceConfig) -> Result<Backoff, super::DeviceError> {
+        if cfg.posted_spin > cfg.spin {
+            return Err(super::DeviceError::PostedSpin {
+                posted_spin: cfg.posted_spin,
+                spin: cfg.spin,
+            });
+        }
+        Ok(Backoff {
+            spin: cfg.spin,
+            posted_spin: cfg.posted_spin,
+            adaptive: cfg.adaptive_spin,
+            expect_spin: cfg.expect_spin,
+            idle_after: cfg.idle_after,
+            posted_idle_after: cfg.posted_idle_after,
+        })
+    }
+
     /// Whether an expected answer changes anything (else the caller need not ask).
     pub fn uses_expectation(&self) -> bool {
         self.expect_spin > self.spin
     }
 
+    /// Whether the posted spin adapts to the device's recent idle periods (else the caller
+    /// need not keep them).
+    pub fn adapts(&self) -> bool {
+        self.adaptive && !self.posted_spin.is_zero()
+    }
+
     /// What to do `idle_for` after the last work, with an answer `expecting` or not, with
-    /// wakes `posted` through the companion or trapped.
-    pub fn next_step(&self, idle_for: Duration, expecting: bool, posted: bool) -> Step {
-        let spin = if posted {
-            self.posted_spin.min(self.spin)
-        } else {
-            self.spin
+    /// wakes `posted` through the companion or trapped, and whether a spin `pays` in this
+    /// idle period ([`SpinHistory`]; only posted wakes heed it: a trapped wake costs the
+    /// vCPU a round trip, and without a spin such a device naps, a nap that ends late).
+    pub fn next_step(&self, idle_for: Duration, expecting: bool, posted: bool, pays: bool) -> Step {
+        let spin = match (posted, pays || !self.adaptive) {
+            (false, _) => self.spin,
+            (true, true) => self.posted_spin,
+            (true, false) => Duration::ZERO,
         };
         let spin = if expecting {
             self.expect_spin.max(spin)
@@ -112,6 +148,70 @@ impl Backoff {
             Step::Nap((idle_for / 8).min(MAX_NAP))
         } else {
             Step::Idle
+        }
+    }
+}
+
+/// How many recent idle periods [`SpinHistory`] weighs.
+const HISTORY: u32 = 8;
+/// While spinning does not pay, every this many idle periods spins anyway, to see whether it
+/// pays again.
+pub const PROBE_EVERY: u32 = 8;
+
+/// Whether spinning pays off on this device now: a spin pays where the device's next work
+/// comes within it (a ping-pong on one device: the guest's answer comes a guest turn after
+/// the CQE), and costs where it does not (the awaited party, a thread on a busy core, needs
+/// the core the spin holds: the host bench at window 64, docs/benchmarks.md "Session 15").
+///
+/// Each idle period (from the last work to the next) is a hit if its work came within the
+/// spin budget. A period that spun says hit or miss; one that slept at once says only hit
+/// (its gap includes the wake's latency, so a long gap may be the sleep's own doing). The
+/// device spins while at least half of the last [`HISTORY`] recorded periods were hits, and
+/// otherwise every [`PROBE_EVERY`]th period, whose spin records a fresh hit or miss.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SpinHistory {
+    /// The last [`HISTORY`] recorded periods, newest in bit 0: 1 a hit.
+    hits: u8,
+    /// Periods since the last one that spun.
+    unspun: u32,
+    /// Whether the current idle period spins (None: not decided yet, work was done since).
+    spins: Option<bool>,
+}
+
+impl Default for SpinHistory {
+    /// A new device spins as a device without the policy would, until its periods say
+    /// otherwise.
+    fn default() -> SpinHistory {
+        SpinHistory {
+            hits: u8::MAX,
+            unspun: 0,
+            spins: None,
+        }
+    }
+}
+
+impl SpinHistory {
+    /// Whether this idle period spins: decided at its first pass without work, then kept.
+    pub fn spins(&mut self) -> bool {
+        if let Some(s) = self.spins {
+            return s;
+        }
+        let pays = self.hits.count_ones() * 2 >= HISTORY;
+        let s = pays || self.unspun + 1 >= PROBE_EVERY;
+        self.unspun = if s { 0 } else { self.unspun + 1 };
+        self.spins = Some(s);
+        s
+    }
+
+    /// Work came `gap` after the last work, with a spin budget of `budget`: the idle period
+    /// ends (a no-op unless one was decided, i.e. a pass without work came in between).
+    pub fn work_came(&mut self, gap: Duration, budget: Duration) {
+        let Some(spun) = self.spins.take() else {
+            return;
+        };
+        let hit = gap < budget;
+        if hit || spun {
+            self.hits = (self.hits << 1) | u8::from(hit);
         }
     }
 }
@@ -169,6 +269,7 @@ mod tests {
         Backoff {
             spin: SPIN_PERIOD,
             posted_spin: SPIN_PERIOD,
+            adaptive: false,
             expect_spin: us(expect_spin_us),
             idle_after: IDLE_AFTER,
             posted_idle_after: us(200),
@@ -178,26 +279,32 @@ mod tests {
     #[test]
     fn without_an_answer_expected_it_spins_only_the_short_period() {
         let b = backoff(200);
-        assert_eq!(b.next_step(us(0), false, false), Step::Spin);
-        assert_eq!(b.next_step(SPIN_PERIOD - us(1), false, false), Step::Spin);
-        assert_eq!(b.next_step(us(80), false, false), Step::Nap(us(10)));
+        assert_eq!(b.next_step(us(0), false, false, true), Step::Spin);
+        assert_eq!(
+            b.next_step(SPIN_PERIOD - us(1), false, false, true),
+            Step::Spin
+        );
+        assert_eq!(b.next_step(us(80), false, false, true), Step::Nap(us(10)));
     }
 
     #[test]
     fn while_an_answer_is_expected_it_spins_longer_and_then_naps() {
         let b = backoff(200);
         assert!(b.uses_expectation());
-        assert_eq!(b.next_step(us(80), true, false), Step::Spin);
-        assert_eq!(b.next_step(us(199), true, false), Step::Spin);
-        assert_eq!(b.next_step(us(200), true, false), Step::Nap(us(25)));
+        assert_eq!(b.next_step(us(80), true, false, true), Step::Spin);
+        assert_eq!(b.next_step(us(199), true, false, true), Step::Spin);
+        assert_eq!(b.next_step(us(200), true, false, true), Step::Nap(us(25)));
     }
 
     #[test]
     fn off_an_expected_answer_changes_nothing() {
         let b = backoff(0);
         assert!(!b.uses_expectation());
-        assert_eq!(b.next_step(SPIN_PERIOD - us(1), true, false), Step::Spin);
-        assert_eq!(b.next_step(us(80), true, false), Step::Nap(us(10)));
+        assert_eq!(
+            b.next_step(SPIN_PERIOD - us(1), true, false, true),
+            Step::Spin
+        );
+        assert_eq!(b.next_step(us(80), true, false, true), Step::Nap(us(10)));
     }
 
     #[test]
@@ -206,14 +313,14 @@ mod tests {
             spin: us(10),
             ..backoff(0)
         };
-        assert_eq!(b.next_step(us(9), false, false), Step::Spin);
-        assert_eq!(b.next_step(us(16), false, false), Step::Nap(us(2)));
+        assert_eq!(b.next_step(us(9), false, false, true), Step::Spin);
+        assert_eq!(b.next_step(us(16), false, false, true), Step::Nap(us(2)));
         assert_eq!(
             Backoff {
                 spin: Duration::ZERO,
                 ..b
             }
-            .next_step(us(0), false, false),
+            .next_step(us(0), false, false, true),
             Step::Nap(us(0)),
             "no spin: a nap at once"
         );
@@ -222,19 +329,22 @@ mod tests {
     #[test]
     fn naps_grow_to_their_cap_and_the_device_goes_idle() {
         let b = backoff(200);
-        assert_eq!(b.next_step(us(8_000), true, false), Step::Nap(MAX_NAP));
-        assert_eq!(b.next_step(IDLE_AFTER, true, false), Step::Idle);
-        assert_eq!(b.next_step(IDLE_AFTER, false, false), Step::Idle);
+        assert_eq!(
+            b.next_step(us(8_000), true, false, true),
+            Step::Nap(MAX_NAP)
+        );
+        assert_eq!(b.next_step(IDLE_AFTER, true, false, true), Step::Idle);
+        assert_eq!(b.next_step(IDLE_AFTER, false, false, true), Step::Idle);
     }
 
     #[test]
     fn with_posted_wakes_it_goes_idle_sooner_after_its_spin() {
         let b = backoff(0);
-        assert_eq!(b.next_step(us(5), false, true), Step::Spin);
-        assert_eq!(b.next_step(us(96), false, true), Step::Nap(us(12)));
-        assert_eq!(b.next_step(us(200), false, true), Step::Idle);
+        assert_eq!(b.next_step(us(5), false, true, true), Step::Spin);
+        assert_eq!(b.next_step(us(96), false, true, true), Step::Nap(us(12)));
+        assert_eq!(b.next_step(us(200), false, true, true), Step::Idle);
         assert_eq!(
-            b.next_step(us(200), false, false),
+            b.next_step(us(200), false, false, true),
             Step::Nap(us(25)),
             "trapped wakes keep the long grace"
         );
@@ -242,14 +352,17 @@ mod tests {
             posted_idle_after: Duration::ZERO,
             ..b
         };
-        assert_eq!(at_once.next_step(us(5), false, true), Step::Spin);
-        assert_eq!(at_once.next_step(SPIN_PERIOD, false, true), Step::Idle);
+        assert_eq!(at_once.next_step(us(5), false, true, true), Step::Spin);
+        assert_eq!(
+            at_once.next_step(SPIN_PERIOD, false, true, true),
+            Step::Idle
+        );
         let longer = Backoff {
             posted_idle_after: Duration::from_secs(1),
             ..b
         };
         assert_eq!(
-            longer.next_step(IDLE_AFTER, false, true),
+            longer.next_step(IDLE_AFTER, false, true, true),
             Step::Idle,
             "never later than with trapped wakes"
         );
@@ -267,12 +380,12 @@ mod tests {
             ..backoff(0)
         };
         assert_eq!(
-            b.next_step(us(0), false, true),
+            b.next_step(us(0), false, true, true),
             Step::Idle,
             "posted wakes, posted spin 0: idle at once, no spin"
         );
         assert_eq!(
-            b.next_step(us(0), false, false),
+            b.next_step(us(0), false, false, true),
             Step::Spin,
             "trapped wakes keep the spin"
         );
@@ -281,23 +394,14 @@ mod tests {
             posted_idle_after: us(50),
             ..b
         };
-        assert_eq!(some.next_step(us(2), false, true), Step::Spin);
-        assert_eq!(some.next_step(us(8), false, true), Step::Nap(us(1)));
-        let longer = Backoff {
-            posted_spin: us(100),
-            ..some
-        };
-        assert_eq!(
-            longer.next_step(us(16), false, true),
-            Step::Nap(us(2)),
-            "never longer than with trapped wakes"
-        );
+        assert_eq!(some.next_step(us(2), false, true, true), Step::Spin);
+        assert_eq!(some.next_step(us(8), false, true, true), Step::Nap(us(1)));
         let expecting = Backoff {
             expect_spin: us(40),
             ..some
         };
         assert_eq!(
-            expecting.next_step(us(30), true, true),
+            expecting.next_step(us(30), true, true, true),
             Step::Spin,
             "an expected answer still spins as asked"
         );
@@ -334,5 +438,122 @@ mod tests {
         // ...the next period sees them.
         e.work_done();
         assert!(e.expecting(9, 9, || 0));
+    }
+
+    #[test]
+    fn a_posted_spin_longer_than_the_spin_is_refused_where_the_device_is_made() {
+        let mut cfg = crate::device::DeviceConfig::new([2, 0, 0, 0, 0, 1]);
+        cfg.spin = us(50);
+        cfg.posted_spin = us(50);
+        assert_eq!(Backoff::new(&cfg).unwrap().posted_spin, us(50));
+        cfg.posted_spin = us(51);
+        let err = Backoff::new(&cfg).unwrap_err().to_string();
+        assert!(err.contains("at most the spin"), "{err}");
+    }
+
+    /// Idle periods of 30 µs (longer than the spin) until one does not spin (at most 100:
+    /// a history that never stops spinning fails here rather than hangs).
+    fn until_it_sleeps(h: &mut SpinHistory) {
+        for _ in 0..100 {
+            if !period(h, 30) {
+                return;
+            }
+        }
+        panic!("still spinning after 100 periods longer than the spin");
+    }
+
+    /// One idle period of `gap` on `h` with a spin budget of 10 µs; returns whether it spun.
+    fn period(h: &mut SpinHistory, gap_us: u64) -> bool {
+        let spun = h.spins();
+        assert_eq!(h.spins(), spun, "decided once per period");
+        h.work_came(us(gap_us), SPIN_PERIOD);
+        spun
+    }
+
+    #[test]
+    fn a_device_whose_work_comes_within_the_spin_keeps_spinning() {
+        let mut h = SpinHistory::default();
+        for _ in 0..100 {
+            assert!(period(&mut h, 4), "a ping-pong's answer within the spin");
+        }
+        // Half of the periods within the spin still pay.
+        for i in 0..100 {
+            assert!(period(&mut h, if i % 2 == 0 { 4 } else { 40 }));
+        }
+    }
+
+    #[test]
+    fn a_device_whose_work_comes_later_than_the_spin_sleeps_at_once_and_probes() {
+        let mut h = SpinHistory::default();
+        let spun: Vec<bool> = (0..5).map(|_| period(&mut h, 30)).collect();
+        assert_eq!(
+            spun, [true; 5],
+            "a new device spins until half its history misses"
+        );
+        let spun = (0..10 * PROBE_EVERY).filter(|_| period(&mut h, 30)).count();
+        assert_eq!(
+            spun as u32, 10,
+            "then only one probe in {PROBE_EVERY} periods spins"
+        );
+    }
+
+    #[test]
+    fn a_sleeping_device_spins_again_when_its_work_comes_soon() {
+        let mut h = SpinHistory::default();
+        until_it_sleeps(&mut h);
+        // Slept periods: a long gap (maybe the wake's own latency) says nothing...
+        let hits_before = h.hits;
+        assert!(!period(&mut h, 30));
+        assert_eq!(h.hits, hits_before, "an unspun long gap is not a miss");
+        // ...a short one, even through a sleep, says the spin would have paid.
+        let mut n = 0;
+        while !h.spins() && n < 100 {
+            h.work_came(us(3), SPIN_PERIOD);
+            n += 1;
+        }
+        assert!(n <= HISTORY as usize / 2, "{n} short periods to spin again");
+    }
+
+    #[test]
+    fn a_period_without_a_pass_that_found_nothing_is_not_counted() {
+        let mut h = SpinHistory::default();
+        until_it_sleeps(&mut h);
+        let before = h;
+        h.work_came(us(3), SPIN_PERIOD);
+        assert_eq!(h, before, "work after work: no idle period");
+    }
+
+    #[test]
+    fn an_adaptive_device_that_does_not_spin_sleeps_as_a_posted_spin_of_0() {
+        let b = Backoff {
+            adaptive: true,
+            posted_idle_after: Duration::ZERO,
+            ..backoff(0)
+        };
+        assert!(b.adapts());
+        assert_eq!(b.next_step(us(0), false, true, false), Step::Idle);
+        assert_eq!(b.next_step(us(0), false, true, true), Step::Spin);
+        assert_eq!(
+            b.next_step(us(0), false, false, false),
+            Step::Spin,
+            "trapped wakes spin regardless"
+        );
+        assert!(
+            !Backoff {
+                posted_spin: Duration::ZERO,
+                ..b
+            }
+            .adapts(),
+            "no posted spin: nothing to adapt"
+        );
+        assert_eq!(
+            Backoff {
+                adaptive: false,
+                ..b
+            }
+            .next_step(us(0), false, true, false),
+            Step::Spin,
+            "off, the spin is spun whatever the history"
+        );
     }
 }
