@@ -147,3 +147,28 @@ fn another_port_is_a_bad_param() {
         assert_eq!(p.d.query_counters(port), Err(ADMIN_STATUS_BAD_PARAM));
     }
 }
+
+/// A data-path thread that loses its core right after taking a request (a loaded host) must
+/// not probe or time out that request: on one device the ACK it owes is sent and taken before
+/// the engine's timers run (device/datapath.rs `receive`). Each stall (20 ms, past any probe
+/// timeout: the learnt lateness stops at 3 ms) comes after the pass took the WRITE.
+#[test]
+fn a_pass_stalled_after_taking_a_request_does_not_probe_it() {
+    use std::sync::atomic::Ordering;
+    let mut p = rc_pair();
+    let key_b = p.key_b;
+    for i in 0..8 {
+        assert_eq!(write(&mut p, i, 64, key_b), WC_SUCCESS);
+    }
+    for i in 0..4 {
+        p.d.shared()
+            .stall_before_timers_ns
+            .store(20_000_000, Ordering::Relaxed);
+        assert_eq!(write(&mut p, 100 + i, 64, key_b), WC_SUCCESS);
+    }
+    let c = settled_counters(&mut p);
+    assert_eq!(c.roce_adp_retrans, 0, "a stalled pass probed: {c:?}");
+    assert_eq!(c.duplicate_request, 0, "{c:?}");
+    assert_eq!(c.local_ack_timeout_err, 0, "{c:?}");
+    assert_eq!(c.xmit_packets, 2 * 12, "each WRITE and its ACK once: {c:?}");
+}

@@ -187,13 +187,7 @@ impl DataPath {
                 self.refill_tx_budget();
                 work |= self.scan_doorbells();
                 work |= self.run_deferred();
-                work |= self.receive_loopback();
-                if self.wire_due(pass_now) {
-                    let got = self.receive_port() | self.receive_netdev();
-                    self.wire_busy = got;
-                    self.last_wire_poll = pass_now;
-                    work |= got;
-                }
+                work |= self.receive(pass_now);
                 self.engine.poll(&mut self.hw);
                 work |= self.run_deferred();
                 work |= self.run_tx_turns();
@@ -241,6 +235,41 @@ impl DataPath {
         }
         if let Some(p) = &mut self.port {
             let _ = p.flush_capture();
+        }
+    }
+
+    /// Takes what arrived (the loopback queue, and the wire when due); after a pass that took
+    /// something, sends the answers the engine owes and takes the same-device ones at once, so
+    /// that the engine's timers, which run next, never see a request whose answer is one pass
+    /// away: a thread that lost its core between the two (a loaded host) would send a tail
+    /// probe or time the request out (t-driver-counters counts exactly; docs/testing.md).
+    fn receive(&mut self, pass_now: Instant) -> bool {
+        let mut got = self.receive_loopback();
+        if self.wire_due(pass_now) {
+            let wire = self.receive_port() | self.receive_netdev();
+            self.wire_busy = wire;
+            self.last_wire_poll = pass_now;
+            got |= wire;
+        }
+        if got {
+            self.engine.send_answers(&mut self.hw);
+            self.run_deferred();
+            self.receive_loopback();
+            #[cfg(feature = "testkit")]
+            self.stall_for_test();
+        }
+        got
+    }
+
+    /// Tests only: sleeps as long as a test asked, once (`Shared::stall_before_timers_ns`).
+    #[cfg(feature = "testkit")]
+    fn stall_for_test(&self) {
+        let ns = self
+            .shared
+            .stall_before_timers_ns
+            .swap(0, Ordering::Relaxed);
+        if ns > 0 {
+            std::thread::sleep(Duration::from_nanos(ns));
         }
     }
 

@@ -172,6 +172,10 @@ pub struct Shared {
     pub ctl: Sender<Control>,
     /// The WQE trace (off unless started; the data path's hooks write it).
     pub wqe_trace: crate::trace::WqeTrace,
+    /// Tests only: nanoseconds the data path's next pass that received something sleeps
+    /// before it runs the engine's timers, as a thread that lost its core there would.
+    #[cfg(feature = "testkit")]
+    pub stall_before_timers_ns: AtomicU64,
 }
 
 impl Shared {
@@ -296,6 +300,8 @@ impl RoxNic {
             wakes_trapped: AtomicU64::new(0),
             ctl: tx,
             wqe_trace: crate::trace::WqeTrace::new(),
+            #[cfg(feature = "testkit")]
+            stall_before_timers_ns: AtomicU64::new(0),
         });
         let dp = datapath::DataPath::new(shared.clone(), rx, &config)?;
         let thread = std::thread::Builder::new()

@@ -39,7 +39,7 @@ pub use xrc::XrcRole;
 
 use super::cc::{CcConfig, CnpLimiter, QpCc};
 use super::id_map::IdMap;
-use super::wire::{ParseError, Syndrome};
+use super::wire::ParseError;
 use super::*;
 use qp::Qp;
 use wqe::{wqe_kind, Wqe};
@@ -388,6 +388,20 @@ impl Engine {
         Ok(())
     }
 
+    /// Sends what the responders owe now: READ responses whose pacing wait is over and
+    /// coalesced ACKs. [`Engine::poll`] does this too; the data path calls it first after a
+    /// pass that received requests, so that it can take same-device answers before any timer
+    /// runs (a thread that lost its core between a request and the ACK it makes would
+    /// otherwise probe or time out a request whose ACK is one pass away).
+    pub fn send_answers(&mut self, env: &mut dyn DeviceEnv) {
+        for qp in self.qps.values_mut() {
+            if !qp.resp.ack_pending && qp.paced_reads.wake_at.is_none() {
+                continue;
+            }
+            qp.send_answers(env, &mut self.stats);
+        }
+    }
+
     /// Sends coalesced ACKs and runs timers. Call after each batch of [`Engine::receive`]s and
     /// whenever [`Engine::next_deadline`] passes.
     pub fn poll(&mut self, env: &mut dyn DeviceEnv) {
@@ -400,15 +414,7 @@ impl Engine {
                 continue;
             }
             let now = *now.get_or_insert_with(|| env.now_ns());
-            qp.resume_read_responses(env, &mut self.stats);
-            // An ACK waits for the READ responses before it (congestion.rs).
-            if qp.resp.ack_pending && !qp.paced_reads.pending() {
-                qp.resp.ack_pending = false;
-                if qp.can_receive() {
-                    let psn = qp.resp.epsn.prev();
-                    qp.send_ack(env, &mut self.stats, psn, Syndrome::Ack);
-                }
-            }
+            qp.send_answers(env, &mut self.stats);
             if qp.state == QpState::Rts || qp.state == QpState::Sqd {
                 qp.on_timers_at(env, &mut self.stats, now);
             }

@@ -257,6 +257,19 @@ impl Qp {
 
     /// The pacing timer of waiting READ responses (`Engine::poll`): sends them in order as
     /// the rate allows. A QP that can no longer respond drops them.
+    /// Sends what this responder owes now: the READ responses whose pacing wait is over, then
+    /// a coalesced ACK (an ACK waits for the READ responses before it).
+    pub(super) fn send_answers(&mut self, env: &mut dyn DeviceEnv, stats: &mut EngineStats) {
+        self.resume_read_responses(env, stats);
+        if self.resp.ack_pending && !self.paced_reads.pending() {
+            self.resp.ack_pending = false;
+            if self.can_receive() {
+                let psn = self.resp.epsn.prev();
+                self.send_ack(env, stats, psn, Syndrome::Ack);
+            }
+        }
+    }
+
     pub(super) fn resume_read_responses(
         &mut self,
         env: &mut dyn DeviceEnv,
