@@ -268,6 +268,7 @@ impl Qp {
             stats.rx_stale_responses += 1;
             return;
         }
+        let una_before = self.una();
         let go_on = match p.info.class {
             OpcodeClass::Ack => {
                 let aeth = p.hdr.aeth.expect("parsed AETH");
@@ -288,7 +289,12 @@ impl Qp {
                 Some(index) => self.on_read_response(env, stats, p, index, now),
             },
         };
-        if go_on {
+        // A stale NAK (or a response stalled for a page fault) may still have acknowledged
+        // WRs before it: complete them and use the window they opened now, not at the next
+        // response or the ACK timer (a poll no longer transmits for every QP).
+        let acked_more =
+            self.una() != una_before && matches!(self.state, QpState::Rts | QpState::Sqd);
+        if go_on || acked_more {
             self.retire(env);
             self.transmit(env, stats);
         }

@@ -255,8 +255,6 @@ impl Qp {
         }
     }
 
-    /// The pacing timer of waiting READ responses (`Engine::poll`): sends them in order as
-    /// the rate allows. A QP that can no longer respond drops them.
     /// Sends what this responder owes now: the READ responses whose pacing wait is over, then
     /// a coalesced ACK (an ACK waits for the READ responses before it).
     pub(super) fn send_answers(&mut self, env: &mut dyn DeviceEnv, stats: &mut EngineStats) {
@@ -270,6 +268,8 @@ impl Qp {
         }
     }
 
+    /// The pacing timer of waiting READ responses (`Engine::poll`): sends them in order as
+    /// the rate allows. A QP that can no longer respond drops them.
     pub(super) fn resume_read_responses(
         &mut self,
         env: &mut dyn DeviceEnv,

@@ -533,6 +533,47 @@ fn a_sequence_nak_behind_each_timeout_spends_no_more_than_the_timeouts() {
     assert_eq!(spent_at.len(), 3, "one per attribute timeout: {spent_at:?}");
 }
 
+/// A NAK for a PSN past a READ whose response has not come (stale: it asks no rewind) still
+/// acknowledges the WRITE before that READ: its completion is written at once.
+#[test]
+fn a_stale_nak_completes_the_writes_it_acknowledges() {
+    let (mut env, mut stats, mut qp) = rc_fixture();
+    for (id, opcode) in [
+        (1, WrOpcode::RdmaWrite),
+        (2, WrOpcode::RdmaRead),
+        (3, WrOpcode::RdmaWrite),
+    ] {
+        let wqe = qp.make_wqe(send_wr(id, opcode, 8));
+        qp.enqueue(&mut env, &mut stats, wqe);
+    }
+    assert_eq!(
+        qp.req.next_psn.get(),
+        103,
+        "one packet each, PSNs 100..=102"
+    );
+    let stale = stats.rx_stale_responses;
+    env.now += 1_000;
+    ack_from_peer(
+        &mut qp,
+        &mut env,
+        &mut stats,
+        102,
+        Syndrome::Nak(NakCode::PsnSequenceError),
+    );
+    assert_eq!(
+        stats.rx_stale_responses,
+        stale + 1,
+        "no rewind past the READ"
+    );
+    assert_eq!(
+        qp.una().get(),
+        101,
+        "the WRITE before the READ is acknowledged"
+    );
+    let done: Vec<u64> = env.completions.iter().map(|c| c.wr_id).collect();
+    assert_eq!(done, [1], "its completion written with the NAK");
+}
+
 #[test]
 fn a_repeated_sequence_nak_rewinds_again_only_after_half_a_round_trip() {
     let (mut env, mut stats, mut qp) = sent_send(100_000);
