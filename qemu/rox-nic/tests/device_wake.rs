@@ -259,3 +259,41 @@ fn with_posted_wakes_the_device_sleeps_again_without_spinning() {
         "{per_wake:.1} passes per wake: the device polled before it slept again"
     );
 }
+
+#[test]
+fn the_sleeping_device_says_so_on_the_pages_with_objects_and_no_others() {
+    // Announcing on all 256 pages cost ~5,000 instructions per sleep (docs/benchmarks.md,
+    // "Session 16"); software only rings the doorbells of its objects.
+    let mut d = device(Duration::from_micros(500));
+    d.write_reg(REG_WAKE_MODE, WAKE_MODE_POSTED);
+    let (mut cq, mut qp) = d.self_connected_rc(PD, 6, ALL_ACCESS);
+    let (buf, key) = d.buffer(PD, 8192, ALL_ACCESS);
+    wait_asleep(&d);
+    let unused = [2, 100, DB_PAGE_COUNT - 1];
+    assert_eq!(d.db.idle(TEST_DB_PAGE), DB_DEVICE_IDLE);
+    assert_eq!(
+        d.db.idle(DB_PAGE_KERNEL),
+        DB_DEVICE_IDLE,
+        "the kernel's page"
+    );
+    for page in unused {
+        assert_eq!(
+            d.db.idle(page),
+            DB_DEVICE_RUNNING,
+            "page {page} has no object"
+        );
+    }
+    // The doorbell of an object on an announced page wakes it, and it says so there.
+    let w = rdma_wqe(1, WR_RDMA_WRITE, sge(buf, 16, key), buf + 4096, key);
+    d.post_send(&mut qp, &w);
+    assert_eq!(d.wait_cqe(&mut cq).status, WC_SUCCESS);
+    wait_asleep(&d);
+    assert_eq!(d.db.idle(TEST_DB_PAGE), DB_DEVICE_IDLE);
+    for page in unused {
+        assert_eq!(
+            d.db.idle(page),
+            DB_DEVICE_RUNNING,
+            "page {page} has no object"
+        );
+    }
+}

@@ -345,15 +345,20 @@ impl DataPath {
         }
         self.account_port_tx();
         let rq_wake = self.rq_wake_pages();
+        // Only pages with objects: nothing else is rung (no admin command runs before the
+        // wake below, so these are also the pages to set running again).
+        let pages = self.hw.doorbells_used.pages();
         self.shared.idle.store(DB_DEVICE_IDLE, Ordering::SeqCst);
-        self.shared.doorbells.set_idle_with_rq_wakes(&rq_wake);
+        self.shared
+            .doorbells
+            .set_idle_with_rq_wakes(&pages, &rq_wake);
         fence(Ordering::SeqCst);
         let found = !self.shared.is_fatal() && self.scan_doorbells();
         if !found && self.ctl.is_empty() {
             self.wait(self.timer_timeout());
             self.hw.stats[STAT_WAKEUPS] += 1;
         }
-        self.shared.doorbells.set_idle(DB_DEVICE_RUNNING);
+        self.shared.doorbells.set_running(&pages);
         self.shared.idle.store(DB_DEVICE_RUNNING, Ordering::SeqCst);
         true
     }

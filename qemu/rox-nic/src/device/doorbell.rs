@@ -2,6 +2,7 @@
 //! producer indices and CQ arm words to); the device maps it too and polls it with atomic
 //! loads.
 
+use std::collections::HashSet;
 use std::fs::File;
 use std::mem::offset_of;
 use std::os::fd::{AsRawFd, RawFd};
@@ -71,7 +72,8 @@ impl DoorbellBar {
             .store(value, Ordering::Release);
     }
 
-    /// Stores `value` in every page's `device_idle`. Release stores, not a full barrier
+    /// Stores [`regs::DB_DEVICE_RUNNING`] in the `device_idle` of the pages in `pages` (those
+    /// [`Self::set_idle_with_rq_wakes`] announced). Release stores, not a full barrier
     /// each: 256 SeqCst stores (a locked exchange each, one per page) took 5.2 µs with the
     /// pages cached (1.7 µs as Release stores), paid on every wake before the device looked
     /// at a doorbell and on every idle announcement (docs/benchmarks.md, "Session 13"). The
@@ -79,19 +81,22 @@ impl DoorbellBar {
     /// idleness and its last re-scan. When the device wakes, software that still reads idle
     /// only wakes it once more, and a doorbell a running device's scan misses is seen by its
     /// next pass.
-    pub fn set_idle(&self, value: u32) {
-        for page in 0..regs::DB_PAGE_COUNT {
+    pub fn set_running(&self, pages: &PageSet) {
+        for page in pages.iter() {
             self.word(page as usize * regs::ROX_PAGE_SIZE)
-                .store(value, Ordering::Release);
+                .store(regs::DB_DEVICE_RUNNING, Ordering::Release);
         }
     }
 
-    /// Announces idleness in every page, each saying first whether its RQ doorbells need a
-    /// wake (`DbPage::rq_no_wake`): they do on the pages in `rq_wake`, no others. Both words
-    /// share a cache line, so this costs what [`Self::set_idle`] does; as there, the caller
-    /// fences before its re-scan.
-    pub fn set_idle_with_rq_wakes(&self, rq_wake: &PageSet) {
-        for page in 0..regs::DB_PAGE_COUNT {
+    /// Announces idleness in the pages in `pages`, each saying first whether its RQ
+    /// doorbells need a wake (`DbPage::rq_no_wake`): they do on the pages in `rq_wake`, no
+    /// others. `pages` are those software may ring an object's doorbell on
+    /// ([`DoorbellsUsed::pages`]): a page without one stays running, as nothing rung there
+    /// is looked at, and an object created on it later is created by an admin command, which
+    /// wakes the device, whose next announcement then includes its page. Both words share a
+    /// cache line; as in [`Self::set_running`], the caller fences before its re-scan.
+    pub fn set_idle_with_rq_wakes(&self, pages: &PageSet, rq_wake: &PageSet) {
+        for page in pages.iter() {
             let base = page as usize * regs::ROX_PAGE_SIZE;
             let no_wake = if rq_wake.contains(page) {
                 0
@@ -143,10 +148,93 @@ impl PageSet {
         }
     }
 
+    /// Takes `page` out (a page past `DB_PAGE_COUNT` is no page: ignored).
+    pub fn remove(&mut self, page: u32) {
+        if let Some(w) = self.0.get_mut(page as usize / 64) {
+            *w &= !(1 << (page % 64));
+        }
+    }
+
     pub fn contains(&self, page: u32) -> bool {
         self.0
             .get(page as usize / 64)
             .is_some_and(|w| w & (1 << (page % 64)) != 0)
+    }
+
+    /// The pages in the set, in ascending order.
+    pub fn iter(&self) -> impl Iterator<Item = u32> + '_ {
+        self.0.iter().enumerate().flat_map(|(i, &word)| {
+            let mut rest = word;
+            std::iter::from_fn(move || {
+                (rest != 0).then(|| {
+                    let bit = rest.trailing_zeros();
+                    rest &= rest - 1;
+                    i as u32 * 64 + bit
+                })
+            })
+        })
+    }
+}
+
+/// The doorbell slots the device's objects (QPs, CQs, SRQs) hold, and the pages they lie on:
+/// the pages whose doorbells software may ring, on which the idle device announces that it
+/// sleeps (announcing on all 256 pages cost ~5,000 instructions per sleep, ~250 per 8 B
+/// WRITE of the host bench, docs/benchmarks.md "Session 16").
+#[derive(Debug)]
+pub struct DoorbellsUsed {
+    slots: HashSet<(u32, u32)>,
+    /// Slots in use per page.
+    per_page: Vec<u32>,
+    pages: PageSet,
+}
+
+impl Default for DoorbellsUsed {
+    fn default() -> DoorbellsUsed {
+        let mut pages = PageSet::default();
+        // The kernel's page always: rox.ko rings its objects' doorbells there.
+        pages.insert(regs::DB_PAGE_KERNEL);
+        DoorbellsUsed {
+            slots: HashSet::new(),
+            per_page: vec![0; regs::DB_PAGE_COUNT as usize],
+            pages,
+        }
+    }
+}
+
+impl DoorbellsUsed {
+    pub fn contains(&self, page: u32, slot: u32) -> bool {
+        self.slots.contains(&(page, slot))
+    }
+
+    /// Takes slot `slot` of `page` (a page past `DB_PAGE_COUNT` is refused before: ignored);
+    /// false if it was taken already.
+    pub fn claim(&mut self, page: u32, slot: u32) -> bool {
+        if !self.slots.insert((page, slot)) {
+            return false;
+        }
+        if let Some(n) = self.per_page.get_mut(page as usize) {
+            *n += 1;
+            self.pages.insert(page);
+        }
+        true
+    }
+
+    /// Gives slot `slot` of `page` back (nothing if it was not taken).
+    pub fn release(&mut self, page: u32, slot: u32) {
+        if !self.slots.remove(&(page, slot)) {
+            return;
+        }
+        if let Some(n) = self.per_page.get_mut(page as usize) {
+            *n -= 1;
+            if *n == 0 && page != regs::DB_PAGE_KERNEL {
+                self.pages.remove(page);
+            }
+        }
+    }
+
+    /// The pages with a slot in use, and the kernel's.
+    pub fn pages(&self) -> PageSet {
+        self.pages
     }
 }
 
@@ -163,5 +251,60 @@ impl DoorbellBar {
         if offset % 4 == 0 && offset < regs::BAR_DB_SIZE {
             self.word(offset as usize).store(value, Ordering::Release);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_pages_in_use_follow_the_slots_claimed_and_released() {
+        let mut used = DoorbellsUsed::default();
+        let kernel = regs::DB_PAGE_KERNEL;
+        assert_eq!(used.pages().iter().collect::<Vec<_>>(), [kernel]);
+        assert!(used.claim(3, 0));
+        assert!(used.claim(3, 5));
+        assert!(!used.claim(3, 5), "a slot is taken once");
+        assert!(used.claim(200, 1));
+        assert!(used.claim(kernel, 2));
+        assert_eq!(used.pages().iter().collect::<Vec<_>>(), [kernel, 3, 200]);
+        used.release(3, 0);
+        assert!(used.contains(3, 5) && !used.contains(3, 0));
+        assert_eq!(used.pages().iter().collect::<Vec<_>>(), [kernel, 3, 200]);
+        used.release(3, 0); // not taken: changes nothing
+        used.release(3, 5);
+        used.release(200, 1);
+        used.release(kernel, 2);
+        assert_eq!(used.pages().iter().collect::<Vec<_>>(), [kernel]);
+    }
+
+    #[test]
+    fn the_device_announces_idleness_only_on_the_pages_given_and_takes_it_back_there() {
+        let bar = DoorbellBar::new().unwrap();
+        let mut pages = PageSet::default();
+        for page in [0, 1, 64, regs::DB_PAGE_COUNT - 1] {
+            pages.insert(page);
+        }
+        let mut rq_wake = PageSet::default();
+        rq_wake.insert(64);
+        bar.set_idle_with_rq_wakes(&pages, &rq_wake);
+        for page in 0..regs::DB_PAGE_COUNT {
+            let announced = pages.contains(page);
+            let idle = if announced {
+                regs::DB_DEVICE_IDLE
+            } else {
+                regs::DB_DEVICE_RUNNING
+            };
+            assert_eq!(bar.idle(page), idle, "page {page}");
+            let no_wake = match (announced, page) {
+                (true, 64) => 0,
+                (true, _) => regs::DB_RQ_NO_WAKE,
+                (false, _) => 0,
+            };
+            assert_eq!(bar.rq_no_wake(page), no_wake, "page {page}");
+        }
+        bar.set_running(&pages);
+        assert!((0..regs::DB_PAGE_COUNT).all(|p| bar.idle(p) == regs::DB_DEVICE_RUNNING));
     }
 }

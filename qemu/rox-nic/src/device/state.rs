@@ -13,6 +13,7 @@ use rox_uapi::verbs::*;
 use super::counters::DeviceCounters;
 use super::datapath::sched::TxScheduler;
 use super::deferred::Deferred;
+use super::doorbell::DoorbellsUsed;
 use super::mem::MemTable;
 use super::ring::Ring;
 use super::Shared;
@@ -108,8 +109,8 @@ pub struct Hw {
     pub qps: IdMap<Qpn, QpQueues>,
     pub srqs: IdMap<u32, Srq>,
     pub eqs: Vec<Option<Eq>>,
-    /// (page, slot) -> in use.
-    pub doorbells_used: HashMap<(u32, u32), ()>,
+    /// The doorbell slots in use, and their pages.
+    pub doorbells_used: DoorbellsUsed,
     /// Work the engine's calls left for the data path, in order (see [`Deferred`]).
     pub deferred: VecDeque<Deferred>,
     /// `PORT_ACTIVE` or `PORT_DOWN`, as the driver last reported its netdev's link.
@@ -160,7 +161,7 @@ impl Hw {
             qps: IdMap::default(),
             srqs: IdMap::default(),
             eqs: (0..MAX_EQS).map(|_| None).collect(),
-            doorbells_used: HashMap::new(),
+            doorbells_used: DoorbellsUsed::default(),
             deferred: VecDeque::new(),
             port_state: PORT_ACTIVE,
             rx_port_down_drops: 0,

@@ -87,6 +87,6 @@ pub(super) fn destroy_cq(hw: &mut Hw, id: u32) -> AdminResult {
         return Err(ADMIN_STATUS_BUSY);
     }
     let cq = hw.cqs.remove(&id).expect("present");
-    hw.doorbells_used.remove(&(cq.db_page, cq.db_slot));
+    hw.doorbells_used.release(cq.db_page, cq.db_slot);
     Ok(())
 }

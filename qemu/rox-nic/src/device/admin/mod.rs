@@ -217,11 +217,10 @@ fn set_gid(hw: &mut Hw, c: &SetGidCmd) -> AdminResult {
 pub(super) fn claim_doorbell(hw: &mut Hw, page: u32, slot: u32) -> Result<(), u8> {
     if page >= DB_PAGE_COUNT
         || slot as usize >= DB_SLOTS_PER_PAGE
-        || hw.doorbells_used.contains_key(&(page, slot))
+        || !hw.doorbells_used.claim(page, slot)
     {
         return Err(ADMIN_STATUS_BAD_DOORBELL);
     }
-    hw.doorbells_used.insert((page, slot), ());
     hw.shared.doorbells.store_a(page, slot, 0);
     hw.shared.doorbells.store_b(page, slot, 0);
     Ok(())

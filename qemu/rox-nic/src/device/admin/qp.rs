@@ -89,7 +89,7 @@ pub(super) fn create_qp(hw: &mut Hw, engine: &mut Engine, c: &CreateQpCmd) -> Ad
         None => engine.create_qp(cfg),
     };
     if created.is_err() {
-        hw.doorbells_used.remove(&(c.db_page, c.db_slot));
+        hw.doorbells_used.release(c.db_page, c.db_slot);
         return Err(ADMIN_STATUS_NO_RESOURCES);
     }
     for cq in [send_cq, recv_cq].into_iter().filter(|&cq| cq != CQ_NONE) {
@@ -179,7 +179,7 @@ pub(super) fn query_qp(hw: &mut Hw, engine: &mut Engine, q: &QueryCmd) -> AdminR
 pub(super) fn destroy_qp(hw: &mut Hw, engine: &mut Engine, qpn: Qpn) -> AdminResult {
     let qp = hw.qps.remove(&qpn).ok_or(ADMIN_STATUS_BAD_HANDLE)?;
     let _ = engine.destroy_qp(qpn);
-    hw.doorbells_used.remove(&(qp.db_page, qp.db_slot));
+    hw.doorbells_used.release(qp.db_page, qp.db_slot);
     for cq in [qp.send_cq, qp.recv_cq] {
         if let Some(cq) = hw.cqs.get_mut(&cq) {
             cq.users -= 1;

@@ -91,7 +91,7 @@ pub(super) fn destroy_srq(hw: &mut Hw, id: u32) -> AdminResult {
         return Err(ADMIN_STATUS_BUSY);
     }
     let srq = hw.srqs.remove(&id).expect("present");
-    hw.doorbells_used.remove(&(srq.db_page, srq.db_slot));
+    hw.doorbells_used.release(srq.db_page, srq.db_slot);
     if let Some(cq) = hw.cqs.get_mut(&srq.cq).filter(|_| srq.xrcd != XRCD_NONE) {
         cq.users -= 1;
     }
