@@ -42,7 +42,6 @@ use super::id_map::IdMap;
 use super::wire::ParseError;
 use super::*;
 use qp::Qp;
-use wqe::{wqe_kind, Wqe};
 
 /// Most PSNs a requester keeps in flight (unacknowledged) per QP; bounds retransmission bursts
 /// and the port's socket buffer use.
@@ -352,23 +351,32 @@ impl Engine {
         qpn: Qpn,
         wr: Result<SendWr, FailedWr>,
     ) -> Result<(), EngineError> {
+        let slot = self.send_slot(qpn)?;
+        let decoded = wr.map(|wr| *slot = wr);
+        self.queue_decoded(env, qpn, decoded)
+    }
+
+    /// A blank send WR ([`SendWr::new`]) at the tail of QP `qpn`'s send queue, for the device
+    /// to decode a WQE into where it stays (decoded apart and moved in, a 168-byte WR was
+    /// copied four times on its way), then queued by [`Engine::queue_decoded`]. Until then
+    /// it is a failed WR: one whose decoding never finished completes in error, unsent.
+    pub fn send_slot(&mut self, qpn: Qpn) -> Result<&mut SendWr, EngineError> {
         let qp = self.qps.get_mut(&qpn).ok_or(EngineError::NoSuchQp(qpn))?;
-        let wqe = match wr {
-            Ok(wr) => qp.make_wqe(wr),
-            Err(failed) => {
-                let wr = SendWr {
-                    wqe_index: failed.wqe_index,
-                    ..SendWr::new(failed.wr_id, failed.opcode)
-                };
-                Wqe::failed(
-                    wr,
-                    wqe_kind(failed.opcode),
-                    failed.status,
-                    failed.vendor_err,
-                )
-            }
-        };
-        qp.queue(env, wqe);
+        Ok(qp.push_blank_wr())
+    }
+
+    /// Queues the WR decoded into QP `qpn`'s [`Engine::send_slot`] (validated against the QP,
+    /// as [`Engine::queue_send`] does), or, if the device could not decode it, `failed`
+    /// instead: it completes with `failed.status` in SQ order.
+    pub fn queue_decoded(
+        &mut self,
+        env: &mut dyn DeviceEnv,
+        qpn: Qpn,
+        decoded: Result<(), FailedWr>,
+    ) -> Result<(), EngineError> {
+        let qp = self.qps.get_mut(&qpn).ok_or(EngineError::NoSuchQp(qpn))?;
+        qp.finish_tail_wr(decoded);
+        qp.queued(env);
         Ok(())
     }
 
@@ -653,6 +661,43 @@ mod tests {
         assert_eq!(
             engine.queue_send(&mut env, Qpn::new(0x999).unwrap(), Err(failed)),
             Err(EngineError::NoSuchQp(Qpn::new(0x999).unwrap()))
+        );
+    }
+
+    #[test]
+    fn a_wr_decoded_in_its_slot_is_queued_as_one_moved_in_and_an_unfinished_slot_fails() {
+        let (mut engine, mut env) = (Engine::new(), TestEnv::new());
+        create_rts_qp(&mut engine, &mut env, QpType::Rc);
+        // Decoded in place, field by field, into the blank slot.
+        let slot = engine.send_slot(LOCAL_QPN).unwrap();
+        let wr = send_wr(1, WrOpcode::Send, 8);
+        (slot.wr_id, slot.opcode, slot.data) = (wr.wr_id, wr.opcode, wr.data);
+        engine.queue_decoded(&mut env, LOCAL_QPN, Ok(())).unwrap();
+        // A slot left blank (never decoded into) fails in SQ order rather than being sent.
+        engine.send_slot(LOCAL_QPN).unwrap();
+        engine.send_queued(&mut env, LOCAL_QPN).unwrap();
+        assert_eq!(
+            env.sent.len(),
+            1,
+            "the decoded WR went out, the blank did not"
+        );
+        // One the device could not decode completes with its status and its own name.
+        let slot = engine.send_slot(LOCAL_QPN).unwrap();
+        slot.wr_id = 77;
+        let failed = FailedWr {
+            wr_id: 3,
+            opcode: WrOpcode::RdmaWrite,
+            status: WcStatus::LocLenErr,
+            vendor_err: 9,
+            wqe_index: 2,
+        };
+        engine
+            .queue_decoded(&mut env, LOCAL_QPN, Err(failed))
+            .unwrap();
+        assert_eq!(engine.sq_outstanding(LOCAL_QPN), 3);
+        assert_eq!(
+            engine.send_slot(Qpn::new(0x999).unwrap()).err(),
+            Some(EngineError::NoSuchQp(Qpn::new(0x999).unwrap()))
         );
     }
 

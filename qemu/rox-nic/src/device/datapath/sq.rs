@@ -111,10 +111,14 @@ impl DataPath {
             } else {
                 self.hw.spare_sges.pop().unwrap_or_default()
             };
-            let wr = match decode_send(&self.hw, qp_type, sig_all, &wqe, sges) {
-                Ok(mut wr) => {
-                    wr.wqe_index = wqe_index;
-                    Ok(wr)
+            // Decoded into its place in the engine's send queue (where it stays).
+            let Ok(slot) = self.engine.send_slot(qpn) else {
+                return;
+            };
+            let decoded = match decode_send(&self.hw, qp_type, sig_all, &wqe, sges, slot) {
+                Ok(()) => {
+                    slot.wqe_index = wqe_index;
+                    Ok(())
                 }
                 Err((status, vendor_err)) => {
                     // Completes behind the WRs already in the engine, then the QP leaves RTS.
@@ -129,7 +133,7 @@ impl DataPath {
                     })
                 }
             };
-            let _ = self.engine.queue_send(&mut self.hw, qpn, wr);
+            let _ = self.engine.queue_decoded(&mut self.hw, qpn, decoded);
         }
     }
 
@@ -192,7 +196,8 @@ pub(super) fn qps_with_doorbell_news<'a>(
     );
 }
 
-/// Decode a send WQE; its SGEs go into `sges` (an empty list whose allocation is reused).
+/// Decodes a send WQE into `wr`, a blank WR ([`SendWr::new`]: the fields an opcode does not
+/// use keep its values); its SGEs go into `sges` (an empty list whose allocation is reused).
 /// Errors are (WC status, vendor_err) for the error CQE.
 pub fn decode_send(
     hw: &Hw,
@@ -200,7 +205,8 @@ pub fn decode_send(
     sig_all: bool,
     w: &SqWqe,
     mut sges: Vec<roce::Sge>,
-) -> Result<SendWr, (WcStatus, u8)> {
+    wr: &mut SendWr,
+) -> Result<(), (WcStatus, u8)> {
     let opcode =
         WrOpcode::from_u8(w.opcode).ok_or((WcStatus::LocQpOpErr, VENDOR_ERR_BAD_OPCODE))?;
     let flags =
@@ -228,14 +234,14 @@ pub fn decode_send(
         );
         SendData::Sges(sges)
     };
-    let mut wr = SendWr {
-        signaled: sig_all || flags.contains(WqeFlags::SIGNALED),
-        solicited: flags.contains(WqeFlags::SOLICITED),
-        fence: flags.contains(WqeFlags::FENCE),
-        data,
-        imm: u32::from_be(w.imm_data),
-        ..SendWr::new(w.wr_id, opcode)
-    };
+    // Field by field: the WR is not built apart and moved in.
+    wr.wr_id = w.wr_id;
+    wr.opcode = opcode;
+    wr.signaled = sig_all || flags.contains(WqeFlags::SIGNALED);
+    wr.solicited = flags.contains(WqeFlags::SOLICITED);
+    wr.fence = flags.contains(WqeFlags::FENCE);
+    wr.data = data;
+    wr.imm = u32::from_be(w.imm_data);
     if qp_type == QPT_XRC_INI {
         wr.xrc_srqn = w.xrc_srqn;
     }
@@ -304,7 +310,7 @@ pub fn decode_send(
             _ => {}
         }
     }
-    Ok(wr)
+    Ok(())
 }
 
 #[cfg(test)]

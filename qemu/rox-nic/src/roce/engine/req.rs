@@ -127,8 +127,14 @@ impl Qp {
 
     /// Queues a WQE on the SQ without sending (a doorbell's batch is sent once, by
     /// [`Qp::send_queued`]); in ERR or SQE it is flushed at once.
+    #[cfg(test)]
     pub(super) fn queue(&mut self, env: &mut dyn DeviceEnv, wqe: Wqe) {
         self.req.sq.push_back(wqe);
+        self.queued(env);
+    }
+
+    /// The SQ's tail WQE was queued: in ERR or SQE it is flushed at once.
+    pub(super) fn queued(&mut self, env: &mut dyn DeviceEnv) {
         match self.state {
             QpState::Err => {
                 self.flush_sq(env);

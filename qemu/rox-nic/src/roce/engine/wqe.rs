@@ -151,11 +151,61 @@ pub(super) fn wqe_kind(opcode: WrOpcode) -> WqeKind {
 impl Qp {
     /// Validates a WR and makes it a WQE; an invalid one becomes a failed WQE that completes
     /// with its error status in SQ order.
+    #[cfg(test)]
     pub(super) fn make_wqe(&self, wr: SendWr) -> Wqe {
         let kind = wqe_kind(wr.opcode);
         match self.check_wr(&wr, kind) {
             Ok((len, npsn)) => Wqe::new(wr, kind, len, npsn),
             Err(status) => Wqe::failed(wr, kind, status, 0),
+        }
+    }
+
+    /// Appends a failed WQE with a blank WR ([`SendWr::new`]) to the SQ, for a WR to be
+    /// decoded into; [`Qp::finish_tail_wr`] makes it what was decoded.
+    pub(super) fn push_blank_wr(&mut self) -> &mut SendWr {
+        let blank = SendWr::new(0, WrOpcode::Send);
+        self.req
+            .sq
+            .push_back(Wqe::failed(blank, WqeKind::Send, WcStatus::LocQpOpErr, 0));
+        &mut self.req.sq.back_mut().expect("just pushed").wr
+    }
+
+    /// Validates the WR decoded into the SQ's tail ([`Qp::push_blank_wr`]) as
+    /// [`Qp::make_wqe`] does, or makes the tail the WR the device could not decode.
+    pub(super) fn finish_tail_wr(&mut self, decoded: Result<(), FailedWr>) {
+        let Some(tail) = self.req.sq.back() else {
+            return;
+        };
+        let (kind, checked) = match decoded {
+            Ok(()) => {
+                let kind = wqe_kind(tail.wr.opcode);
+                (kind, self.check_wr(&tail.wr, kind).map_err(|s| (s, 0)))
+            }
+            Err(ref failed) => (
+                wqe_kind(failed.opcode),
+                Err((failed.status, failed.vendor_err)),
+            ),
+        };
+        let Some(tail) = self.req.sq.back_mut() else {
+            return;
+        };
+        if let Err(failed) = decoded {
+            tail.wr = SendWr {
+                wqe_index: failed.wqe_index,
+                ..SendWr::new(failed.wr_id, failed.opcode)
+            };
+        }
+        tail.kind = kind;
+        match checked {
+            Ok((len, npsn)) => {
+                tail.len = len;
+                tail.npsn = npsn;
+                tail.error = None;
+            }
+            Err((status, vendor_err)) => {
+                tail.error = Some(status);
+                tail.vendor_err = vendor_err;
+            }
         }
     }
 
