@@ -212,11 +212,8 @@ impl Qp {
                 self.req.next_psn
             };
             let rc = self.cfg.qp_type == QpType::Rc;
-            if rc {
-                let una = self.una();
-                if psn.diff(una.add(self.req.window)) >= 0 {
-                    break;
-                }
+            if rc && !self.within_window(psn) {
+                break;
             }
             if self.cc.paced() {
                 if let Some(until) = self.cc.paced_until(env.now_ns()) {
