@@ -100,7 +100,7 @@ pub struct Hw {
     pub mem: Arc<GuestMemory>,
     pub epoch: Instant,
     pub mac: [u8; 6],
-    pub gids: [Option<Gid>; GID_TABLE_LEN as usize],
+    pub gids: GidTable,
     /// Memory regions and windows: every access on behalf of a work request is checked
     /// there.
     pub mem_table: MemTable,
@@ -154,7 +154,7 @@ impl Hw {
             mem,
             epoch: Instant::now(),
             mac,
-            gids: [None; GID_TABLE_LEN as usize],
+            gids: GidTable::default(),
             mem_table: MemTable::default(),
             next_mw: 1,
             cqs: IdMap::default(),
@@ -185,7 +185,7 @@ impl Hw {
 
     /// `gid` is in this device's GID table.
     pub fn is_own_gid(&self, gid: &Gid) -> bool {
-        self.gids.iter().any(|g| g.as_ref() == Some(gid))
+        self.gids.contains(gid)
     }
 
     /// `gid` is a multicast group with at least one QP of this device attached.
@@ -199,6 +199,81 @@ impl Hw {
     }
 
     pub fn gid_valid(&self) -> Vec<bool> {
-        self.gids.iter().map(|g| g.is_some()).collect()
+        self.gids.entries.iter().map(|g| g.is_some()).collect()
+    }
+}
+
+/// The device's GID table, and which entries are valid, bit by index: the check every packet
+/// sent and received makes ([`Hw::is_own_gid`]) compares only those (it compared all 16
+/// entries per packet sent to another device).
+#[derive(Debug, Default)]
+pub struct GidTable {
+    entries: [Option<Gid>; GID_TABLE_LEN as usize],
+    valid: u32,
+}
+
+// `GidTable::valid` has a bit per entry.
+const _: () = assert!(GID_TABLE_LEN <= u32::BITS);
+
+impl GidTable {
+    /// Entry `index` (None: invalid, or no such index).
+    pub fn get(&self, index: usize) -> Option<Gid> {
+        self.entries.get(index).copied().flatten()
+    }
+
+    /// Sets entry `index` (None: invalid); false if there is no such index.
+    pub fn set(&mut self, index: usize, gid: Option<Gid>) -> bool {
+        let Some(entry) = self.entries.get_mut(index) else {
+            return false;
+        };
+        *entry = gid;
+        let bit = 1 << index;
+        if gid.is_some() {
+            self.valid |= bit;
+        } else {
+            self.valid &= !bit;
+        }
+        true
+    }
+
+    /// `gid` is a valid entry.
+    pub fn contains(&self, gid: &Gid) -> bool {
+        let mut valid = self.valid;
+        while valid != 0 {
+            let index = valid.trailing_zeros() as usize;
+            if self.entries[index].as_ref() == Some(gid) {
+                return true;
+            }
+            valid &= valid - 1;
+        }
+        false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_gid_table_finds_exactly_its_valid_entries() {
+        let gid = |n: u8| -> Gid { [n; 16] };
+        let mut table = GidTable::default();
+        assert!(
+            !table.contains(&gid(0)),
+            "an empty table holds not even the zero GID"
+        );
+        assert!(table.set(0, Some(gid(1))));
+        assert!(table.set(15, Some(gid(2))));
+        assert!(!table.set(16, Some(gid(3))), "no entry 16");
+        assert!(table.contains(&gid(1)) && table.contains(&gid(2)));
+        assert!(!table.contains(&gid(3)));
+        assert_eq!(table.get(15), Some(gid(2)));
+        assert_eq!(table.get(16), None);
+        // Replaced and invalidated entries are gone.
+        assert!(table.set(0, Some(gid(4))));
+        assert!(table.set(15, None));
+        assert!(!table.contains(&gid(1)) && !table.contains(&gid(2)));
+        assert!(table.contains(&gid(4)));
+        assert_eq!(table.get(15), None);
     }
 }

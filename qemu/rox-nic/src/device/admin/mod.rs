@@ -201,14 +201,13 @@ fn set_port_state(hw: &mut Hw, c: &SetPortStateCmd) -> AdminResult {
 }
 
 fn set_gid(hw: &mut Hw, c: &SetGidCmd) -> AdminResult {
-    let slot = hw
-        .gids
-        .get_mut(c.index as usize)
-        .ok_or(ADMIN_STATUS_BAD_PARAM)?;
-    match c.valid {
-        0 => *slot = None,
-        1 if c.gid_type == GID_TYPE_ROCE_UDP_ENCAP => *slot = Some(c.gid),
+    let gid = match c.valid {
+        0 => None,
+        1 if c.gid_type == GID_TYPE_ROCE_UDP_ENCAP => Some(c.gid),
         _ => return Err(ADMIN_STATUS_BAD_PARAM),
+    };
+    if !hw.gids.set(c.index as usize, gid) {
+        return Err(ADMIN_STATUS_BAD_PARAM);
     }
     Ok(())
 }

@@ -138,7 +138,7 @@ pub(super) fn modify_qp(hw: &mut Hw, engine: &mut Engine, c: &ModifyQpCmd) -> Ad
     )
     .map_err(|e| e.status())?;
     let sgid = if mask & QP_AV != 0 {
-        hw.gids[c.attr.ah.sgid_index as usize]
+        hw.gids.get(c.attr.ah.sgid_index as usize)
     } else {
         None
     };

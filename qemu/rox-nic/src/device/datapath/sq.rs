@@ -250,8 +250,6 @@ pub fn decode_send(
         let sgid = hw
             .gids
             .get(ud.sgid_index as usize)
-            .copied()
-            .flatten()
             .ok_or((WcStatus::LocQpOpErr, VENDOR_ERR_BAD_OPCODE))?;
         wr.ud = Some(UdDest {
             av: AddressVector {
