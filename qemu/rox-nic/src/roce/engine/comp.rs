@@ -65,19 +65,6 @@ impl Qp {
             .unwrap_or(self.req.next_psn)
     }
 
-    /// PSN `psn` is inside the send window, which starts at [`Qp::una`]. The first PSN of
-    /// the SQ's head (or, if it has not started, the next PSN) is at or before `una`: started
-    /// WQEs are a prefix of the SQ, their PSNs ascend, and `una` lies in one of them or is
-    /// the next PSN. A PSN inside the window from there is inside `una`'s without the walk
-    /// that finds it, which the requester paid once per packet sent (~65 instructions).
-    pub(super) fn within_window(&self, psn: Psn) -> bool {
-        let floor = match self.req.sq.front() {
-            Some(head) if head.started => head.first_psn,
-            _ => self.req.next_psn,
-        };
-        psn.diff(floor.add(self.req.window)) < 0 || psn.diff(self.una().add(self.req.window)) < 0
-    }
-
     /// A response (PSN `psn`) could not be placed because a local page is absent: drop it,
     /// go back to its request and send that again once the page-fault wait is over.
     pub(super) fn stall_response_for_fault(&mut self, stats: &mut EngineStats, psn: Psn, now: u64) {
@@ -631,37 +618,6 @@ mod tests {
         }
         env.sent.clear();
         (env, stats, qp)
-    }
-
-    #[test]
-    fn the_window_check_without_the_walk_answers_as_the_walk() {
-        // A 3-packet SEND (100..=102), a 2-packet READ (103..=104), a 1-packet SEND (105).
-        let wrs = [
-            (WrOpcode::Send, 3000),
-            (WrOpcode::RdmaRead, 2000),
-            (WrOpcode::Send, 8),
-        ];
-        let (_, _, mut qp) = sent(&wrs);
-        let exact = |qp: &Qp, p: Psn| p.diff(qp.una().add(qp.req.window)) < 0;
-        let check = |qp: &Qp| {
-            for offset in 0..600 {
-                let p = psn(100).add(offset);
-                assert_eq!(qp.within_window(p), exact(qp, p), "PSN {}", p.get());
-            }
-        };
-        for window in [1, 2, 4, 64, 256] {
-            qp.req.window = window;
-            check(&qp);
-        }
-        qp.req.window = 2;
-        qp.ack_through(psn(101), 0);
-        check(&qp);
-        qp.ack_through(psn(102), 0);
-        qp.req.sq[1].read_pkts_done = 1;
-        check(&qp);
-        qp.req.sq[1].read_pkts_done = 2;
-        qp.ack_through(psn(105), 0);
-        check(&qp);
     }
 
     #[test]
