@@ -270,7 +270,8 @@ const _: () = assert!(core::mem::size_of::<DbSlot>() == 8);
 /// Arm/wake protocol (Dekker-style, both sides use full fences):
 /// - software: store the slot; `fence(SeqCst)`; load `device_idle`; if it is
 ///   [`DB_DEVICE_IDLE`], write [`WAKE_REG`] (one trapped write).
-/// - device: after finding nothing for a while it stores [`DB_DEVICE_IDLE`] in every page,
+/// - device: after finding nothing for a while it stores [`DB_DEVICE_IDLE`] in every page that
+///   holds a doorbell slot of one of its objects (and in page [`DB_PAGE_KERNEL`]),
 ///   `fence(SeqCst)`, re-scans all slots once, and only then sleeps until the wake register is
 ///   written (or a packet / admin command / timer needs it). It stores
 ///   [`DB_DEVICE_RUNNING`] when it wakes.

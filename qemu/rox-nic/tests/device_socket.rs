@@ -138,17 +138,19 @@ fn vfio_user_client_programs_the_device() {
     let eqe: Eqe = ram.read_obj(eq);
     assert_eq!(eqe.event_type, EQE_TYPE_ADMIN);
 
-    // The device announces idleness in the doorbell page the client mapped.
+    // The device announces idleness in the doorbell page the client mapped (the kernel's
+    // page always; others only while an object's doorbell is on them).
     let idle = |page: u32| db_map.idle(page);
     let start = Instant::now();
-    while idle(3) != DB_DEVICE_IDLE {
+    while idle(DB_PAGE_KERNEL) != DB_DEVICE_IDLE {
         assert!(
             start.elapsed() < Duration::from_secs(5),
             "device never went idle"
         );
         std::thread::sleep(Duration::from_millis(1));
     }
-    wr(&mut c, WAKE_REG, 3);
+    assert_eq!(idle(3), DB_DEVICE_RUNNING, "no object on page 3");
+    wr(&mut c, WAKE_REG, DB_PAGE_KERNEL);
 
     // Device reset over the protocol clears the admin queue state.
     c.reset().unwrap();
