@@ -75,13 +75,13 @@ pub fn update(state: u32, bytes: &[u8]) -> u32 {
 /// fields, set to ones), without a copy of the run: the fold ORs each of the first block's
 /// lanes as it loads it. Bytes of `ored` past the run's end are ignored.
 pub fn update_ored(state: u32, run: &[u8], ored: &[u8; ORED_LEN]) -> u32 {
-    if let Some(crc) = fold_long(state, run, ored) {
-        return crc;
-    }
-    if let Some(crc) = fold_short(state, run, ored) {
-        return crc;
-    }
-    by_table(state, run, ored)
+    // The length first: a short run never asks whether the CPU folds wide.
+    let folded = if run.len() >= 2 * BLOCK {
+        fold_long(state, run, ored)
+    } else {
+        fold_short(state, run, ored)
+    };
+    folded.unwrap_or_else(|| by_table(state, run, ored))
 }
 
 /// [`update_ored`] by crc32fast's table (a lookup a byte): runs under [`SHORT_MIN`] bytes, and
@@ -415,9 +415,11 @@ mod x86 {
         // SAFETY: the first lane is within the run (asserted).
         let first = unsafe { ored_lane(run, 0, ored) };
         let mut acc = _mm_xor_si128(first, _mm_cvtsi32_si128(raw as i32));
-        for at in (16..run.len() / 16 * 16).step_by(16) {
+        let (whole, mut at) = (run.len() / 16 * 16, 16);
+        while at < whole {
             // SAFETY: a whole lane below the end of the run's whole lanes.
             acc = fold_into(acc, k, unsafe { ored_lane(run, at, ored) });
+            at += 16;
         }
         // SAFETY: the run is at least a lane long (asserted); the CPU has the features.
         unsafe { fold_tail(acc, run, ored) }
