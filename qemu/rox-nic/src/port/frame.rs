@@ -130,7 +130,7 @@ fn ipv4(p: &[u8]) -> Result<Ip, Malformed> {
     if header_len < IPV4_HEADER_LEN || total < header_len || total > p.len() {
         return Err(Malformed);
     }
-    if ipv4_header_checksum(&p[..header_len]) != 0 {
+    if !ipv4_header_checksum_ok(&p[..header_len]) {
         return Err(Malformed);
     }
     const PROTOCOL: usize = 9;
@@ -207,6 +207,31 @@ fn ipv6(p: &[u8]) -> Result<Ip, Malformed> {
     })
 }
 
+/// Whether the checksum of an IPv4 header (whole 32-bit words: its IHL) holds: its 16-bit
+/// words sum to all ones in ones' complement (RFC 1071). Summed a 32-bit word at a time in the
+/// CPU's byte order and folded: byte-swapped words sum to the byte-swapped sum, and all ones
+/// is its own swap (a word-by-word big-endian sum cost ~80 instructions a frame).
+fn ipv4_header_checksum_ok(header: &[u8]) -> bool {
+    let word = |w: &[u8]| u64::from(u32::from_ne_bytes(w.try_into().expect("4 bytes")));
+    let mut sum: u64 = match header.first_chunk::<IPV4_HEADER_LEN>() {
+        // Every RoCEv2 packet's: five words, unrolled.
+        Some(h) if header.len() == IPV4_HEADER_LEN => {
+            word(&h[..4]) + word(&h[4..8]) + word(&h[8..12]) + word(&h[12..16]) + word(&h[16..])
+        }
+        _ => {
+            let words = header.chunks_exact(4);
+            if !words.remainder().is_empty() {
+                return ipv4_header_checksum(header) == 0;
+            }
+            words.map(word).sum()
+        }
+    };
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    sum == 0xffff
+}
+
 /// A UDP header that fits and a length field within the IP payload.
 fn check_udp_header(udp: &[u8]) -> Result<(), Malformed> {
     if udp.len() < UDP_HEADER_LEN {
@@ -267,6 +292,36 @@ mod tests {
     use crate::roce::wire::{self, opcode as op, Bth, Headers, DEFAULT_PKEY};
     use crate::roce::{Psn, Qpn};
     use crate::testkit::frames::roce_frame;
+
+    /// The word-wise checksum check agrees with the checksum every IPv4 header is built
+    /// with, for every header length and for headers with any one bit flipped (each must
+    /// fail), and with random headers, valid or not.
+    #[test]
+    fn the_header_checksum_check_agrees_with_the_checksum() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(41);
+        for len in (IPV4_HEADER_LEN..=60).step_by(4) {
+            for _ in 0..50 {
+                let mut h: Vec<u8> = (0..len).map(|_| rng.gen()).collect();
+                assert_eq!(
+                    ipv4_header_checksum_ok(&h),
+                    ipv4_header_checksum(&h) == 0,
+                    "{h:02x?}"
+                );
+                h[10..12].fill(0);
+                let sum = ipv4_header_checksum(&h);
+                h[10..12].copy_from_slice(&sum.to_be_bytes());
+                assert!(ipv4_header_checksum_ok(&h), "{h:02x?}");
+                for bit in 0..len * 8 {
+                    h[bit / 8] ^= 1 << (bit % 8);
+                    assert!(!ipv4_header_checksum_ok(&h), "bit {bit} of {h:02x?}");
+                    h[bit / 8] ^= 1 << (bit % 8);
+                }
+            }
+        }
+        assert!(!ipv4_header_checksum_ok(&[0; IPV4_HEADER_LEN]));
+        assert!(ipv4_header_checksum_ok(&[0xff; IPV4_HEADER_LEN]));
+    }
 
     /// The IP header the frame check read and the transport parse behind it give what a
     /// whole parse gives, for IPv4 and IPv6, so the data path parses each frame once.

@@ -527,7 +527,10 @@ impl Port {
     /// a copy of its own.
     pub fn queue(&mut self, head: EthHeader, body: impl Into<Packet>) {
         let body = body.into();
-        self.capture(&[&head, &body]);
+        // Checked here: the slice of parts is built on every frame's path otherwise.
+        if self.pcap.is_some() {
+            self.capture(&[&head, &body]);
+        }
         if self.tx.len() >= TX_QUEUE_LIMIT {
             self.stats.tx_queue_full += 1;
             return;

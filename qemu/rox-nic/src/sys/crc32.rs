@@ -12,12 +12,14 @@
 //! product of two reflected 64-bit halves comes out one bit short of the lane's convention, so
 //! the constants are x^(8D+63) and x^(8D-1) mod P. What is left after the last fold is a lane
 //! congruent to everything before it, whose CRC is the CRC of the whole run: a Barrett
-//! reduction ([`x86::reduce`]) gives it, and `crc32fast` hashes the last bytes (under a lane)
-//! and runs under [`SHORT_MIN`] bytes. Where the CPU has AVX-512F and VPCLMULQDQ (and the
-//! compiler their intrinsics, Rust 1.89: build.rs probes for them), the eight lanes of a block sit in two 512-bit
-//! registers and fold four at a time (`x86::wide`), 13 instructions per 128 bytes instead of
-//! 35. Runs shorter than two blocks (small messages' packets, ACKs) fold lane by lane and end
-//! in a Barrett reduction ([`fold_short`]).
+//! reduction ([`x86::reduce`]) gives it. The bytes past the last whole lane are folded in by
+//! shuffles ([`x86::fold_tail`]); `crc32fast` hashes runs under [`SHORT_MIN`] bytes. Where the
+//! CPU has AVX-512F and VPCLMULQDQ (and the compiler their intrinsics, Rust 1.89: build.rs
+//! probes for them), the eight lanes of a block sit in two 512-bit registers and fold four at a
+//! time (`x86::wide`), 13 instructions per 128 bytes instead of 35. Runs shorter than two
+//! blocks (small messages' packets, ACKs) fold lane by lane where they lie ([`fold_short`]).
+//! The ICRC's masked header fields are ORed over a run's first block as its lanes are loaded
+//! ([`update_ored`]): no copy of the headers or the run.
 // Elsewhere only crc32fast runs: the fold's constants are then unused.
 #![cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 
@@ -57,26 +59,65 @@ const fn fold_constants(bytes: u32) -> (u64, u64) {
 const FOLD_BLOCK: (u64, u64) = fold_constants(BLOCK as u32);
 const FOLD_LANE: (u64, u64) = fold_constants(16);
 
+/// Bytes at the front of a run that [`update_ored`] may OR a mask over: its first block.
+pub const ORED_LEN: usize = BLOCK;
+
+/// A mask that ORs nothing.
+const NOTHING_ORED: [u8; ORED_LEN] = [0; ORED_LEN];
+
 /// The CRC-32 state (as `crc32fast::Hasher` keeps it: finalized form) after `bytes`, from
 /// `state`.
 pub fn update(state: u32, bytes: &[u8]) -> u32 {
-    update_parts(state, &[], bytes)
+    update_ored(state, bytes, &NOTHING_ORED)
 }
 
-/// [`update`] over `head` then `body` (the ICRC's masked headers, built apart, and the rest
-/// of the packet), as if they were one run: `head` (at most 128 bytes) and the start of
-/// `body` make the first block of the fold.
-pub fn update_parts(state: u32, head: &[u8], body: &[u8]) -> u32 {
-    if let Some(crc) = fold_parts(state, head, body) {
-        return crc;
-    }
-    if let Some(crc) = fold_short(state, head, body) {
-        return crc;
+/// [`update`] of `run` with `ored` ORed over its first bytes (the ICRC's masked header
+/// fields, set to ones), without a copy of the run: the fold ORs each of the first block's
+/// lanes as it loads it. Bytes of `ored` past the run's end are ignored.
+pub fn update_ored(state: u32, run: &[u8], ored: &[u8; ORED_LEN]) -> u32 {
+    // The length first: a short run never asks whether the CPU folds wide.
+    let folded = if run.len() >= 2 * BLOCK {
+        fold_long(state, run, ored)
+    } else {
+        fold_short(state, run, ored)
+    };
+    folded.unwrap_or_else(|| by_table(state, run, ored))
+}
+
+/// [`update_ored`] by crc32fast's table (a lookup a byte): runs under [`SHORT_MIN`] bytes, and
+/// CPUs without the fold.
+fn by_table(state: u32, run: &[u8], ored: &[u8; ORED_LEN]) -> u32 {
+    let front = run.len().min(ORED_LEN);
+    let mut first = [0u8; ORED_LEN];
+    for ((f, r), o) in first.iter_mut().zip(run).zip(ored) {
+        *f = r | o;
     }
     let mut h = crc32fast::Hasher::new_with_initial(state);
-    h.update(head);
-    h.update(body);
+    h.update(&first[..front]);
+    h.update(&run[front..]);
     h.finalize()
+}
+
+/// [`update`] bit by bit, for constants (the CRC state after the ICRC's masked LRH).
+pub const fn update_bitwise(state: u32, bytes: &[u8]) -> u32 {
+    // The reflected polynomial: bit 31 - e the coefficient of x^e.
+    const REFLECTED: u32 = POLY.reverse_bits();
+    let mut crc = !state;
+    let mut i = 0;
+    while i < bytes.len() {
+        crc ^= bytes[i] as u32;
+        let mut bit = 0;
+        while bit < 8 {
+            crc = if crc & 1 != 0 {
+                (crc >> 1) ^ REFLECTED
+            } else {
+                crc >> 1
+            };
+            bit += 1;
+        }
+        i += 1;
+    }
+    !crc
 }
 
 /// Whether this CPU runs the fold: x86-64 with PCLMULQDQ and AVX.
@@ -108,20 +149,21 @@ fn wide_available() -> bool {
     }
 }
 
-/// [`update_parts`] by the fold, or `None` where it does not run (a CPU without it, a head
-/// longer than a block, fewer than two blocks in all): then `crc32fast` hashes everything.
-fn fold_parts(state: u32, head: &[u8], body: &[u8]) -> Option<u32> {
-    fold_parts_by(wide_available(), state, head, body)
+/// [`update_ored`] by the block fold, or `None` where it does not run (a CPU without it, a
+/// run shorter than two blocks).
+fn fold_long(state: u32, run: &[u8], ored: &[u8; ORED_LEN]) -> Option<u32> {
+    fold_long_by(wide_available(), state, run, ored)
 }
 
-/// [`fold_parts`] by the wide fold if `wide` (which must then be available), else the narrow.
-fn fold_parts_by(wide: bool, state: u32, head: &[u8], body: &[u8]) -> Option<u32> {
+/// [`fold_long`] by the wide fold if `wide` (which must then be available), else the narrow.
+fn fold_long_by(wide: bool, state: u32, run: &[u8], ored: &[u8; ORED_LEN]) -> Option<u32> {
     #[cfg(target_arch = "x86_64")]
-    if head.len() <= BLOCK && head.len() + body.len() >= 2 * BLOCK && fold_available() {
+    if run.len() >= 2 * BLOCK && fold_available() {
+        let (front, rest) = run.split_at(BLOCK);
         let mut first = [0u8; BLOCK];
-        let (from_body, rest) = body.split_at(BLOCK - head.len());
-        first[..head.len()].copy_from_slice(head);
-        first[head.len()..].copy_from_slice(from_body);
+        for ((f, r), o) in first.iter_mut().zip(front).zip(ored) {
+            *f = r | o;
+        }
         let lanes = rest.len() / 16 * 16;
         let lane = if wide {
             assert!(wide_available(), "the wide fold on a CPU without it");
@@ -133,49 +175,34 @@ fn fold_parts_by(wide: bool, state: u32, head: &[u8], body: &[u8]) -> Option<u32
             // above); `lanes` is a multiple of 16 within `rest`.
             unsafe { x86::fold(!state, &first, &rest[..lanes]) }
         };
-        // SAFETY: the CPU has PCLMULQDQ and AVX (checked above).
-        let crc = unsafe { x86::reduce_bytes(&lane) };
-        let tail = &rest[lanes..];
-        if tail.is_empty() {
-            return Some(crc);
-        }
-        let mut last = crc32fast::Hasher::new_with_initial(crc);
-        last.update(tail);
-        return Some(last.finalize());
+        // SAFETY: the CPU has PCLMULQDQ and AVX (checked above); the run is longer than a
+        // lane, and its last bytes are past the mask (it is two blocks long).
+        return Some(unsafe { x86::reduce(x86::fold_tail(lane, run, &NOTHING_ORED)) });
     }
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = (wide, state, head, body);
+    let _ = (wide, state, run, ored);
     None
 }
 
-/// The shortest run [`fold_short`] takes (a RoCEv2 packet's ICRC run is at least 48 bytes:
-/// masked LRH, IPv4, UDP, BTH).
-const SHORT_MIN: usize = 32;
+/// The shortest run [`fold_short`] takes: one whole lane (a RoCEv2 packet's ICRC run is at
+/// least 40 bytes past the masked LRH: IPv4, UDP, BTH).
+const SHORT_MIN: usize = 16;
 
-/// [`update_parts`] of a run shorter than two blocks (a small message's packet, an ACK) by
+/// [`update_ored`] of a run shorter than two blocks (a small message's packet, an ACK) by
 /// folding lane by lane, or `None` where it does not run (no PCLMULQDQ+AVX, outside
-/// [`SHORT_MIN`]..2 blocks). crc32fast hashes runs under 128 bytes a table lookup per byte
-/// (about 290 instructions for an 8 B WRITE's 72 bytes); here the run is copied behind zeros
-/// up to whole lanes (zeros in front of a zero CRC register leave it zero, so the raw
-/// register goes into the run's first four bytes, as the long fold puts it in its first
-/// lane), folded one lane onto the next, and the last lane reduced to the CRC.
-fn fold_short(state: u32, head: &[u8], body: &[u8]) -> Option<u32> {
-    let len = head.len() + body.len();
+/// [`SHORT_MIN`]..2 blocks). crc32fast hashes runs under 128 bytes a table lookup per byte;
+/// here each lane is loaded from the run where it lies (the mask ORed in, the raw register
+/// XORed into the first), folded onto the next, a last partial lane folded in by shuffles
+/// ([`x86::fold_tail`]), and the last lane reduced to the CRC.
+fn fold_short(state: u32, run: &[u8], ored: &[u8; ORED_LEN]) -> Option<u32> {
     #[cfg(target_arch = "x86_64")]
-    if (SHORT_MIN..2 * BLOCK).contains(&len) && fold_available() {
-        let mut run = [0u8; 2 * BLOCK];
-        let pad = (16 - len % 16) % 16;
-        run[pad..pad + head.len()].copy_from_slice(head);
-        run[pad + head.len()..pad + len].copy_from_slice(body);
-        for (b, r) in run[pad..pad + 4].iter_mut().zip((!state).to_le_bytes()) {
-            *b ^= r;
-        }
+    if (SHORT_MIN..2 * BLOCK).contains(&run.len()) && fold_available() {
         // SAFETY: the CPU has both features the functions are compiled for (checked just
-        // above); `pad + len` is a whole number of lanes within `run`.
-        return Some(unsafe { x86::reduce(x86::fold_lanes(&run[..pad + len])) });
+        // above); the run is at least a lane long.
+        return Some(unsafe { x86::reduce(x86::fold_run(!state, run, ored)) });
     }
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = (state, head, body, len);
+    let _ = (state, run, ored);
     None
 }
 
@@ -183,7 +210,7 @@ fn fold_short(state: u32, head: &[u8], body: &[u8]) -> Option<u32> {
 mod x86 {
     use std::arch::x86_64::*;
 
-    use super::{BLOCK, FOLD_BLOCK, FOLD_LANE};
+    use super::{BLOCK, FOLD_BLOCK, FOLD_LANE, ORED_LEN};
 
     /// A fold constant pair as one lane: `first` in the low half, `second` in the high.
     fn constants((first, second): (u64, u64)) -> __m128i {
@@ -217,7 +244,7 @@ mod x86 {
     /// # Safety
     /// The CPU must have PCLMULQDQ and AVX.
     #[target_feature(enable = "pclmulqdq,avx")]
-    pub(super) unsafe fn fold(raw: u32, first: &[u8; BLOCK], rest: &[u8]) -> [u8; 16] {
+    pub(super) unsafe fn fold(raw: u32, first: &[u8; BLOCK], rest: &[u8]) -> __m128i {
         assert!(rest.len() % 16 == 0);
         let blocks = rest.len() / BLOCK * BLOCK;
         let mut lanes: [__m128i; 8] = std::array::from_fn(|i| {
@@ -257,7 +284,7 @@ mod x86 {
     /// # Safety
     /// The CPU must have PCLMULQDQ and AVX.
     #[target_feature(enable = "pclmulqdq,avx")]
-    pub(super) unsafe fn finish(lanes: [__m128i; 8], tail: &[u8]) -> [u8; 16] {
+    pub(super) unsafe fn finish(lanes: [__m128i; 8], tail: &[u8]) -> __m128i {
         let k = constants(FOLD_LANE);
         let mut acc = lanes[0];
         for &lane in &lanes[1..] {
@@ -268,10 +295,7 @@ mod x86 {
             // SAFETY: `tail` is whole lanes (asserted).
             acc = fold_into(acc, k, unsafe { load(tail, at, 0) });
         }
-        let mut out = [0u8; 16];
-        // SAFETY: `out` has 16 bytes; unaligned stores are allowed.
-        unsafe { _mm_storeu_si128(out.as_mut_ptr().cast(), acc) };
-        out
+        acc
     }
 
     /// The fold four lanes to a register: the eight lanes of a block in two 512-bit
@@ -297,11 +321,7 @@ mod x86 {
         /// # Safety
         /// The CPU must have AVX-512F and VPCLMULQDQ ([`available`]).
         #[target_feature(enable = "avx512f,vpclmulqdq")]
-        pub(in super::super) unsafe fn fold(
-            raw: u32,
-            first: &[u8; BLOCK],
-            rest: &[u8],
-        ) -> [u8; 16] {
+        pub(in super::super) unsafe fn fold(raw: u32, first: &[u8; BLOCK], rest: &[u8]) -> __m128i {
             assert!(rest.len() % 16 == 0);
             let mut first = *first;
             for (b, r) in first.iter_mut().zip(raw.to_le_bytes()) {
@@ -348,6 +368,7 @@ mod x86 {
     #[cfg(not(rox_wide_fold))]
     pub(super) mod wide {
         use super::super::BLOCK;
+        use std::arch::x86_64::__m128i;
 
         pub(in super::super) fn available() -> bool {
             false
@@ -357,42 +378,110 @@ mod x86 {
         ///
         /// # Safety
         /// None; it panics.
-        pub(in super::super) unsafe fn fold(_: u32, _: &[u8; BLOCK], _: &[u8]) -> [u8; 16] {
+        pub(in super::super) unsafe fn fold(_: u32, _: &[u8; BLOCK], _: &[u8]) -> __m128i {
             unreachable!("the wide fold needs the AVX-512 intrinsics of Rust 1.89")
         }
     }
 
-    /// One lane congruent to `run` (whole lanes, at least one), each lane folded onto the
-    /// next: its CRC from zero is the CRC of `run` from zero.
+    /// The 16 bytes at `at` of `run` with those of `ored` at `at` ORed in (none where the
+    /// lane reaches past the mask: a whole lane that starts inside it ends inside it; the
+    /// run's last, unaligned lane is masked by [`fold_tail`] only within the mask).
     ///
     /// # Safety
-    /// The CPU must have PCLMULQDQ and AVX.
+    /// `at + 16` must be within `run`.
     #[target_feature(enable = "pclmulqdq,avx")]
-    pub(super) unsafe fn fold_lanes(run: &[u8]) -> __m128i {
-        assert!(run.len() % 16 == 0 && !run.is_empty());
-        let k = constants(FOLD_LANE);
-        let mut lanes = run.chunks_exact(16);
-        let lane = |l: &[u8]| {
-            // SAFETY: `l` is one of `run`'s 16-byte lanes; unaligned loads are allowed.
-            unsafe { _mm_loadu_si128(l.as_ptr().cast()) }
-        };
-        let mut acc = lane(lanes.next().expect("a lane"));
-        for next in lanes {
-            acc = fold_into(acc, k, lane(next));
+    unsafe fn ored_lane(run: &[u8], at: usize, ored: &[u8; ORED_LEN]) -> __m128i {
+        // SAFETY: the 16 bytes are within `run` (the caller's promise).
+        let bytes = unsafe { load(run, at, 0) };
+        if at + 16 <= ORED_LEN {
+            // SAFETY: the 16 bytes are within `ored` (just checked).
+            _mm_or_si128(bytes, unsafe { load(ored, at, 0) })
+        } else {
+            bytes
         }
-        acc
     }
 
-    /// [`reduce`] of the lane `bytes` holds (the last lane of a long fold: reduced here
-    /// instead of hashed by crc32fast's table, a lookup a byte).
+    /// One lane congruent to `run` (at least a lane long) with `ored` ORed over its front and
+    /// the raw CRC register `raw` in front: its CRC from zero is the CRC of those bytes from
+    /// `raw`. Each lane is loaded where it lies and folded onto the next; a last partial lane
+    /// by [`fold_tail`].
     ///
     /// # Safety
     /// The CPU must have PCLMULQDQ and AVX.
     #[target_feature(enable = "pclmulqdq,avx")]
-    pub(super) unsafe fn reduce_bytes(bytes: &[u8; 16]) -> u32 {
-        // SAFETY: `bytes` is 16 readable bytes; unaligned loads are allowed; the CPU has the
-        // features `reduce` needs (this function's precondition).
-        unsafe { reduce(_mm_loadu_si128(bytes.as_ptr().cast())) }
+    pub(super) unsafe fn fold_run(raw: u32, run: &[u8], ored: &[u8; ORED_LEN]) -> __m128i {
+        assert!(run.len() >= 16);
+        let k = constants(FOLD_LANE);
+        // SAFETY: the first lane is within the run (asserted).
+        let first = unsafe { ored_lane(run, 0, ored) };
+        let mut acc = _mm_xor_si128(first, _mm_cvtsi32_si128(raw as i32));
+        let (whole, mut at) = (run.len() / 16 * 16, 16);
+        while at < whole {
+            // SAFETY: a whole lane below the end of the run's whole lanes.
+            acc = fold_into(acc, k, unsafe { ored_lane(run, at, ored) });
+            at += 16;
+        }
+        // SAFETY: the run is at least a lane long (asserted); the CPU has the features.
+        unsafe { fold_tail(acc, run, ored) }
+    }
+
+    /// `acc`, congruent to the whole lanes of `run` (at least one), with the `r` bytes past
+    /// them (the run's length mod 16) folded in. `acc` then those bytes are, behind 16 - `r`
+    /// zeros (which leave a zero register zero), two lanes: the zeros and `acc`'s first `r`
+    /// bytes, then `acc`'s other bytes and the run's last `r`; both are made by shuffles, the
+    /// first folded onto the second.
+    ///
+    /// # Safety
+    /// The CPU must have PCLMULQDQ and AVX.
+    #[target_feature(enable = "pclmulqdq,avx")]
+    pub(super) unsafe fn fold_tail(acc: __m128i, run: &[u8], ored: &[u8; ORED_LEN]) -> __m128i {
+        /// Shuffle controls: the 16 bytes at `r` move a lane's bytes up by 16 - r (zeros
+        /// below), those at 16 + r down by r (zeros above); 0x80 gives a zero byte.
+        static SHIFTS: [u8; 48] = {
+            let mut t = [0x80u8; 48];
+            let mut i = 0;
+            while i < 16 {
+                t[16 + i] = i as u8;
+                i += 1;
+            }
+            t
+        };
+        /// The 16 bytes at `r`: ones over a lane's last `r` bytes.
+        static LAST: [u8; 32] = {
+            let mut t = [0u8; 32];
+            let mut i = 16;
+            while i < 32 {
+                t[i] = 0xff;
+                i += 1;
+            }
+            t
+        };
+        let r = run.len() % 16;
+        if r == 0 {
+            return acc;
+        }
+        assert!(run.len() > 16);
+        // SAFETY: the run's last 16 bytes (it is longer than a lane, asserted). Its mask
+        // applies where the run is no longer than the mask; past that, the bytes this lane
+        // adds (past the whole lanes) are past the mask too.
+        let last = unsafe {
+            if run.len() <= ORED_LEN {
+                ored_lane(run, run.len() - 16, ored)
+            } else {
+                load(run, run.len() - 16, 0)
+            }
+        };
+        // SAFETY: r < 16: each 16-byte read is within its table.
+        let (up, down, keep) = unsafe {
+            (
+                load(&SHIFTS, r, 0),
+                load(&SHIFTS, 16 + r, 0),
+                load(&LAST, r, 0),
+            )
+        };
+        let front = _mm_shuffle_epi8(acc, up);
+        let back = _mm_or_si128(_mm_shuffle_epi8(acc, down), _mm_and_si128(last, keep));
+        fold_into(front, constants(FOLD_LANE), back)
     }
 
     /// The CRC (crc32fast's finalized form) of `lane`'s 16 bytes from a zero register: the
@@ -424,210 +513,4 @@ mod x86 {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use rand::{Rng, SeedableRng};
-
-    fn reference(state: u32, bytes: &[u8]) -> u32 {
-        let mut h = crc32fast::Hasher::new_with_initial(state);
-        h.update(bytes);
-        h.finalize()
-    }
-
-    #[test]
-    fn x_pow_mod_p_reduces_by_the_polynomial() {
-        assert_eq!(x_pow_mod_p(0), 1);
-        assert_eq!(x_pow_mod_p(31), 0x8000_0000);
-        assert_eq!(x_pow_mod_p(32), POLY);
-        assert_eq!(x_pow_mod_p(33), POLY << 1);
-    }
-
-    /// `head` then `body` from `state` as crc32fast hashes them, by [`update_parts`] and by
-    /// the fold itself; the fold must run wherever the CPU has it and the lengths allow (else
-    /// crc32fast would only be compared with itself). Returns whether it ran.
-    fn check(state: u32, head: &[u8], body: &[u8]) -> bool {
-        let whole = [head, body].concat();
-        let want = reference(state, &whole);
-        let (h, b) = (head.len(), body.len());
-        assert_eq!(update_parts(state, head, body), want, "{h} + {b} B");
-        let fold = fold_parts(state, head, body);
-        let applies = h <= BLOCK && h + b >= 2 * BLOCK;
-        assert_eq!(
-            fold.is_some(),
-            applies && fold_available(),
-            "{h} + {b} B: the fold's path"
-        );
-        if let Some(crc) = fold {
-            assert_eq!(crc, want, "{h} + {b} B by the fold");
-        }
-        // Both folds wherever the CPU has the wide one (the narrow one is then not the
-        // default path, and is still what callgrind and older compilers run).
-        if wide_available() {
-            let narrow = fold_parts_by(false, state, head, body);
-            assert_eq!(narrow, fold, "{h} + {b} B by the narrow fold");
-            let wide = fold_parts_by(true, state, head, body);
-            assert_eq!(wide, fold, "{h} + {b} B by the wide fold");
-        }
-        let short = fold_short(state, head, body);
-        let short_applies = (SHORT_MIN..2 * BLOCK).contains(&(h + b));
-        assert_eq!(
-            short.is_some(),
-            short_applies && fold_available(),
-            "{h} + {b} B: the short fold's path"
-        );
-        if let Some(crc) = short {
-            assert_eq!(crc, want, "{h} + {b} B by the short fold");
-        }
-        fold.is_some() || short.is_some()
-    }
-
-    fn report_path(test: &str, folded: usize, runs: usize) {
-        let path = if wide_available() {
-            "wide (AVX-512 VPCLMULQDQ) and narrow PCLMULQDQ folds"
-        } else if fold_available() {
-            "PCLMULQDQ fold"
-        } else {
-            "crc32fast only (no PCLMULQDQ+AVX)"
-        };
-        eprintln!("{test}: {path}: {folded} of {runs} runs folded");
-    }
-
-    /// The standard check value, and every length around the fold's edges from any state,
-    /// as crc32fast computes them.
-    #[test]
-    fn the_fold_gives_crc32fast_s_crc_for_every_length_and_state() {
-        assert_eq!(update(0, b"123456789"), 0xCBF4_3926);
-        let mut rng = rand::rngs::StdRng::seed_from_u64(32);
-        let bytes: Vec<u8> = (0..9000).map(|_| rng.gen()).collect();
-        let lengths = (0..600).chain([1023, 1024, 1025, 4095, 4096, 4097, 4108, 8192, 9000]);
-        let (mut runs, mut folded) = (0, 0);
-        for len in lengths {
-            for state in [0, !0, rng.gen()] {
-                let at = rng.gen_range(0..=bytes.len() - len);
-                folded += usize::from(check(state, &[], &bytes[at..at + len]));
-                runs += 1;
-            }
-        }
-        report_path("every length", folded, runs);
-    }
-
-    /// A head of any length up to a block, then a body: as if one run.
-    #[test]
-    fn head_and_body_hash_as_one_run() {
-        let mut rng = rand::rngs::StdRng::seed_from_u64(33);
-        let bytes: Vec<u8> = (0..5000).map(|_| rng.gen()).collect();
-        let (mut runs, mut folded) = (0, 0);
-        for head in [0, 1, 15, 16, 48, 68, 127, 128, 129] {
-            for body in [0, 1, 8, 24, 100, 255, 256, 300, 4096, 4100, 4871] {
-                let (h, b) = bytes[..head + body].split_at(head);
-                folded += usize::from(check(rng.gen(), h, b));
-                runs += 1;
-            }
-        }
-        report_path("head and body", folded, runs);
-    }
-
-    /// The CPU's feature flags as the kernel lists them (/proc/cpuinfo's first `flags` line).
-    #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
-    fn cpu_flags() -> Vec<String> {
-        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo")
-            .unwrap_or_else(|e| panic!("/proc/cpuinfo (every x86-64 Linux has it): {e}"));
-        cpuinfo
-            .lines()
-            .find_map(|l| l.strip_prefix("flags").and_then(|r| r.split_once(':')))
-            .unwrap_or_else(|| panic!("no flags line in /proc/cpuinfo"))
-            .1
-            .split_whitespace()
-            .map(str::to_owned)
-            .collect()
-    }
-
-    /// The fast path's detection, checked against the kernel's view of the CPU: if
-    /// `fold_available()` wrongly said no, the tests above would quietly test crc32fast only.
-    #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
-    #[test]
-    fn fold_detection_agrees_with_proc_cpuinfo() {
-        let flags = cpu_flags();
-        let has = |flag: &str| flags.iter().any(|f| f == flag);
-        let listed = has("pclmulqdq") && has("avx");
-        assert_eq!(
-            fold_available(),
-            listed,
-            "fold_available() against /proc/cpuinfo (pclmulqdq {}, avx {})",
-            has("pclmulqdq"),
-            has("avx")
-        );
-    }
-
-    /// The wide fold's detection, checked against the kernel's view of the CPU: if
-    /// `wide_available()` wrongly said no, the hosts that have it would fold narrow and the
-    /// tests above would never run the wide fold.
-    #[cfg(all(rox_wide_fold, target_os = "linux"))]
-    #[test]
-    fn wide_fold_detection_agrees_with_proc_cpuinfo() {
-        let flags = cpu_flags();
-        let has = |flag: &str| flags.iter().any(|f| f == flag);
-        assert_eq!(
-            wide_available(),
-            has("avx512f") && has("vpclmulqdq"),
-            "wide_available() against /proc/cpuinfo (avx512f {}, vpclmulqdq {})",
-            has("avx512f"),
-            has("vpclmulqdq")
-        );
-    }
-
-    /// The build script's probe finds the wide fold's intrinsics on every compiler that surely
-    /// has them (stable from 1.89; nightlies and betas of 1.89 may not): a probe that never
-    /// compiled would leave every host folding narrow, unseen.
-    #[rustversion::all(stable, since(1.89))]
-    #[cfg(target_arch = "x86_64")]
-    #[test]
-    fn the_wide_fold_is_compiled_in_on_stable_1_89_and_later() {
-        #[cfg(not(rox_wide_fold))]
-        panic!("build.rs's probe failed on this compiler");
-    }
-
-    /// The ICRC runs of small messages (an 8 B WRITE: 48 bytes of masked headers and 24 of
-    /// RETH and payload; an ACK: 48 and 4 of AETH) take the short fold where the CPU has
-    /// it, and every bit of them counts.
-    #[test]
-    fn short_packets_fold_lane_by_lane_and_every_bit_counts() {
-        let mut rng = rand::rngs::StdRng::seed_from_u64(34);
-        for (head, body) in [
-            (48, 24),
-            (48, 4),
-            (68, 24),
-            (SHORT_MIN, 0),
-            (0, 2 * BLOCK - 1),
-        ] {
-            let mut bytes: Vec<u8> = (0..head + body).map(|_| rng.gen()).collect();
-            let state = rng.gen();
-            let (h, b) = bytes.split_at(head);
-            assert_eq!(check(state, h, b), fold_available(), "{head} + {body} B");
-            let crc = update_parts(state, h, b);
-            for bit in 0..bytes.len() * 8 {
-                bytes[bit / 8] ^= 1 << (bit % 8);
-                let (h, b) = bytes.split_at(head);
-                assert_ne!(
-                    update_parts(state, h, b),
-                    crc,
-                    "{head} + {body} B, bit {bit}"
-                );
-                bytes[bit / 8] ^= 1 << (bit % 8);
-            }
-        }
-    }
-
-    /// One changed bit anywhere changes the CRC (each lane really counts).
-    #[test]
-    fn every_bit_of_a_long_run_counts() {
-        let mut bytes = vec![0x5au8; 4096];
-        let crc = update(0, &bytes);
-        for at in (0..bytes.len()).step_by(61) {
-            bytes[at] ^= 0x10;
-            assert_ne!(update(0, &bytes), crc, "byte {at}");
-            check(0, &[], &bytes);
-            bytes[at] ^= 0x10;
-        }
-    }
-}
+mod tests;

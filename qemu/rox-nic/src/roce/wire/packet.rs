@@ -363,31 +363,47 @@ pub fn icrc_matches(packet: &[u8], ip_len: usize, wire_icrc: u32) -> bool {
 }
 
 /// The ICRC's CRC state (crc32fast's finalized form) after the masked LRH, IP/UDP/BTH and
-/// everything after the BTH.
+/// everything after the BTH: one run over the packet where it lies, the masked fields ORed
+/// to ones as the fold loads them (no copy of the headers or the payload).
 fn icrc_state(packet: &[u8], ip_len: usize) -> u32 {
-    const LRH: usize = ICRC_MASKED_LRH.len();
-    let fixed_len = ip_len + UDP_HEADER_LEN + BTH_LEN;
-    let mut head = [0u8; LRH + IPV6_HEADER_LEN + UDP_HEADER_LEN + BTH_LEN];
-    head[..LRH].copy_from_slice(&ICRC_MASKED_LRH);
-    let masked = &mut head[LRH..LRH + fixed_len];
-    masked.copy_from_slice(&packet[..fixed_len]);
+    let ored = if ip_len == IPV4_HEADER_LEN {
+        &ICRC_ORED_V4
+    } else {
+        &ICRC_ORED_V6
+    };
+    crc32::update_ored(ICRC_LRH_STATE, packet, ored)
+}
+
+/// The CRC state after the masked LRH, where every ICRC run starts.
+const ICRC_LRH_STATE: u32 = crc32::update_bitwise(0, &ICRC_MASKED_LRH);
+
+/// The header fields the ICRC masks (IBA A17.3.3) as ones to OR over a packet's first bytes.
+static ICRC_ORED_V4: [u8; crc32::ORED_LEN] = icrc_ored(IPV4_HEADER_LEN);
+static ICRC_ORED_V6: [u8; crc32::ORED_LEN] = icrc_ored(IPV6_HEADER_LEN);
+
+/// [`ICRC_ORED_V4`] or [`ICRC_ORED_V6`] for IP header length `ip_len`.
+const fn icrc_ored(ip_len: usize) -> [u8; crc32::ORED_LEN] {
+    let mut ored = [0u8; crc32::ORED_LEN];
     if ip_len == IPV4_HEADER_LEN {
-        masked[field::V4_TOS] = ICRC_MASK;
-        masked[field::V4_TTL] = ICRC_MASK;
-        masked[field::V4_CHECKSUM..field::V4_CHECKSUM + 2].fill(ICRC_MASK);
+        ored[field::V4_TOS] = ICRC_MASK;
+        ored[field::V4_TTL] = ICRC_MASK;
+        ored[field::V4_CHECKSUM] = ICRC_MASK;
+        ored[field::V4_CHECKSUM + 1] = ICRC_MASK;
     } else {
         // Everything but the 4-bit version: traffic class and flow label.
         const VERSION_BITS: u8 = 0xf0;
         let word = field::V6_VERSION_CLASS_FLOW;
-        masked[word] |= !VERSION_BITS;
-        masked[word + 1..word + 4].fill(ICRC_MASK);
-        masked[field::V6_HOP_LIMIT] = ICRC_MASK;
+        ored[word] = ICRC_MASK & !VERSION_BITS;
+        ored[word + 1] = ICRC_MASK;
+        ored[word + 2] = ICRC_MASK;
+        ored[word + 3] = ICRC_MASK;
+        ored[field::V6_HOP_LIMIT] = ICRC_MASK;
     }
     let udp_checksum = ip_len + field::UDP_CHECKSUM;
-    masked[udp_checksum..udp_checksum + 2].fill(ICRC_MASK);
-    masked[ip_len + UDP_HEADER_LEN + field::BTH_RESV8A] = ICRC_MASK;
-    // One run for the CRC: the headers head the first block of the payload's fold.
-    crc32::update_parts(0, &head[..LRH + fixed_len], &packet[fixed_len..])
+    ored[udp_checksum] = ICRC_MASK;
+    ored[udp_checksum + 1] = ICRC_MASK;
+    ored[ip_len + UDP_HEADER_LEN + field::BTH_RESV8A] = ICRC_MASK;
+    ored
 }
 
 /// Why a received packet was not accepted.
