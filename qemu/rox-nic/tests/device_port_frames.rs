@@ -416,6 +416,22 @@ const GROUP_V6_MAC: [u8; 6] = [0x33, 0x33, 0x00, 0x01, 0x02, 0x03];
 /// The test side's IPv6 address (a GID of the peer).
 const PEER_GID_V6: [u8; 16] = [0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x99];
 
+/// A UD SEND of `payload` from QP `src_qpn` of the test's side (GID `sgid`) to multicast group
+/// `group` (MAC `group_mac`) with Q_Key `qkey`.
+fn group_send(
+    (sgid, group, group_mac): ([u8; 16], [u8; 16], [u8; 6]),
+    src_qpn: u32,
+    qkey: u32,
+    payload: &[u8],
+) -> Vec<u8> {
+    let deth = Some(wire::Deth {
+        qkey,
+        src_qpn: Qpn::new(src_qpn).unwrap(),
+    });
+    let hdr = headers(UD_SEND_ONLY, Qpn::MULTICAST, 0xffff, deth);
+    roce_frame_to((sgid, group, group_mac), &hdr, payload)
+}
+
 /// Frames to a group reach every attached QP that has the packet's Q_Key (IPv4 and IPv6
 /// groups); a detached group's frames go to the netdev again.
 #[test]
@@ -434,15 +450,7 @@ fn multicast_frames_reach_every_attached_qp_with_its_own_qkey() {
     // Attaching twice is no change (one copy per QP below).
     r.d.admin_ok(ADMIN_OP_ATTACH_MCAST, mcast(q1.qpn, group));
     let before = r.d.query_stats();
-    let deth = Some(wire::Deth {
-        qkey: UD_QKEY,
-        src_qpn: Qpn::new(0x77).unwrap(),
-    });
-    let f = roce_frame_to(
-        (peer_gid(), group, GROUP_V4_MAC),
-        &headers(UD_SEND_ONLY, Qpn::MULTICAST, 0xffff, deth),
-        b"group",
-    );
+    let f = group_send((peer_gid(), group, GROUP_V4_MAC), 0x77, UD_QKEY, b"group");
     r.wire.send(&f).unwrap();
     let mut got = [r.d.wait_cqe(&mut cq), r.d.wait_cqe(&mut cq)];
     got.sort_by_key(|c| c.wr_id);
@@ -478,13 +486,10 @@ fn multicast_frames_reach_every_attached_qp_with_its_own_qkey() {
 
     // An IPv6 group with q3 only.
     r.d.admin_ok(ADMIN_OP_ATTACH_MCAST, mcast(q3.qpn, GROUP_V6));
-    let deth3 = Some(wire::Deth {
-        qkey: UD_QKEY + 1,
-        src_qpn: Qpn::new(0x78).unwrap(),
-    });
-    let f6 = roce_frame_to(
+    let f6 = group_send(
         (PEER_GID_V6, GROUP_V6, GROUP_V6_MAC),
-        &headers(UD_SEND_ONLY, Qpn::MULTICAST, 0xffff, deth3),
+        0x78,
+        UD_QKEY + 1,
         b"six",
     );
     r.wire.send(&f6).unwrap();
@@ -569,15 +574,7 @@ fn bad_multicast_commands_get_their_status_and_change_nothing() {
     );
     r.d.expect_no_cqe(&mut rc_cq, Duration::from_millis(1));
 
-    let deth = Some(wire::Deth {
-        qkey: UD_QKEY,
-        src_qpn: Qpn::new(0x77).unwrap(),
-    });
-    let f = roce_frame_to(
-        (peer_gid(), group, GROUP_V4_MAC),
-        &headers(UD_SEND_ONLY, Qpn::MULTICAST, 0xffff, deth),
-        b"still",
-    );
+    let f = group_send((peer_gid(), group, GROUP_V4_MAC), 0x77, UD_QKEY, b"still");
     r.wire.send(&f).unwrap();
     let c = r.d.wait_cqe(&mut cq);
     assert_eq!((c.status, c.wr_id, c.qp_num), (WC_SUCCESS, 1, q1.qpn));
