@@ -1,18 +1,19 @@
 #!/usr/bin/env python3
-"""The size gate of rox's Rust: no source file over 800 lines, no function over 120 lines.
+"""The size gate of rox's sources: no file over 800 lines, no function over 120 lines.
 
 Usage: scripts/code-size.py [--list] [PATH...]
-  PATH...  files or directories to check (default: every *.rs git tracks)
-  --list   also print every production function over the limit's half, longest first
+  PATH...  files or directories to check (default: every file git tracks)
+  --list   also print every function over the limit's half, longest first
 
-Test code is exempt, found from the code itself rather than from a list: files under a
-`tests/`, `benches/` or `fuzz/` directory; items gated to tests (`#[test]`, or a `#[cfg(...)]`
-that holds only when testing: `test`, or a feature in TEST_FEATURES); and the files of a module
-whose `mod` declaration is so gated (rox-nic's testkit, benchkit, fuzzing). A function's length
-runs from its `fn` line to its closing brace; a function nested in another counts in both.
-No cargo and no crates: a small tokenizer (comments, strings, raw strings, chars, lifetimes)
-and brace matching are all the Rust this needs.
+Every source file counts, test code too: Rust, Python, C (and headers) and shell, known by
+their ending or, for scripts without one, their `#!` line; other files (docs, data, build
+files) are not sources. Functions are measured in Rust (`fn`, nested ones counting in both),
+Python (`def`, from the ast), C (a top-level brace block that follows a parenthesised
+declarator) and shell (`name() {` ... `}`); a function runs from its first line to its closing
+brace (Python: its last statement). No cargo and no crates: for Rust a small tokenizer
+(comments, strings, raw strings, chars, lifetimes) and brace matching are all this needs.
 """
+import ast
 import os
 import re
 import subprocess
@@ -20,9 +21,8 @@ import sys
 
 MAX_FILE_LINES = 800
 MAX_FN_LINES = 120
-# Cargo features that only test and fuzzing builds enable (qemu/rox-nic/Cargo.toml).
-TEST_FEATURES = {"testkit", "fuzzing"}
-TEST_DIRS = {"tests", "benches", "fuzz"}
+SUFFIXES = {".rs": "rust", ".py": "python", ".c": "c", ".h": "c", ".sh": "shell"}
+SHEBANGS = (("python", "python"), ("bash", "shell"), ("/sh", "shell"), ("busybox sh", "shell"))
 
 IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -118,54 +118,6 @@ def matching(toks, i):
     return len(toks) - 1
 
 
-def cfg_test_only(toks, lo, hi):
-    """Whether the cfg predicate toks[lo:hi] holds only in test or fuzzing builds."""
-
-    def parse(i):
-        # -> (test_only, next index)
-        kind, text, _ = toks[i]
-        if text in ("any", "all", "not") and toks[i + 1][1] == "(":
-            close = matching(toks, i + 1)
-            args, j = [], i + 2
-            while j < close:
-                val, j = parse(j)
-                args.append(val)
-                if toks[j][1] == ",":
-                    j += 1
-            if text == "any":
-                val = bool(args) and all(args)
-            elif text == "all":
-                val = any(args)
-            else:
-                val = False
-            return val, close + 1
-        if text == "feature" and toks[i + 1][1] == "=":
-            return toks[i + 2][1] in TEST_FEATURES, i + 3
-        j = i + 1
-        if j < hi and toks[j][1] == "=":
-            j += 2
-        return text == "test", j
-
-    return parse(lo)[0]
-
-
-def attributes(toks, i):
-    """The outer attributes starting at toks[i]: (test_only, #[path] or None, index after
-    them)."""
-    test_only, path = False, None
-    while i + 1 < len(toks) and toks[i][1] == "#" and toks[i + 1][1] == "[":
-        close = matching(toks, i + 1)
-        name = toks[i + 2][1]
-        if name == "test" and close == i + 3:
-            test_only = True
-        elif name == "cfg" and toks[i + 3][1] == "(":
-            test_only |= cfg_test_only(toks, i + 4, matching(toks, i + 3))
-        elif name == "path" and toks[i + 3][1] == "=":
-            path = toks[i + 4][1]
-        i = close + 1
-    return test_only, path, i
-
-
 def item_end(toks, i):
     """Index of the last token of the item starting at toks[i] (its `;` or closing brace)."""
     depth = 0
@@ -184,96 +136,152 @@ def item_end(toks, i):
     return len(toks) - 1
 
 
-def scan(src):
-    """(functions, gated modules) of one file: functions as (name, first line, lines) outside
-    test-only items; gated modules as (name, #[path] or None) declared test-only."""
+def rust_functions(src):
+    """(name, first line, lines) of every Rust function with a body."""
     toks = tokenize(src)
-    functions, gated = [], []
-    i = 0
-    while i < len(toks):
-        kind, text, line = toks[i]
-        if text == "#" and i + 1 < len(toks) and toks[i + 1][1] == "[":
-            test_only, path_attr, after = attributes(toks, i)
-            if test_only:
-                end = item_end(toks, after)
-                decl = [t[1] for t in toks[after : end + 1]]
-                if "mod" in decl and decl[-1] == ";":
-                    gated.append((decl[decl.index("mod") + 1], path_attr))
-                i = end + 1
-            else:
-                i = after
-            continue
-        if kind == "ident" and text == "fn" and i + 1 < len(toks) and toks[i + 1][0] == "ident":
+    functions = []
+    for i, (kind, text, line) in enumerate(toks[:-1]):
+        if kind == "ident" and text == "fn" and toks[i + 1][0] == "ident":
             end = item_end(toks, i)
             if toks[end][1] == "}":
                 functions.append((toks[i + 1][1], line, toks[end][2] - line + 1))
-            i += 2  # nested functions are measured too
+    return functions
+
+
+def python_functions(src):
+    """(name, first line, lines) of every Python function, methods and nested ones too."""
+    return [
+        (n.name, n.lineno, n.end_lineno - n.lineno + 1)
+        for n in ast.walk(ast.parse(src))
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+    ]
+
+
+C_NOISE = re.compile(r'/\*.*?\*/|//[^\n]*|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'', re.S)
+# A declarator's end: a name and its (possibly nested) parenthesised parameters.
+C_DECLARATOR = re.compile(r"(\w+)\s*\([^()]*(\([^()]*\)[^()]*)*\)\s*$")
+
+
+def c_functions(src):
+    """(name, first line, lines) of every C function: a top-level `{` whose declaration (the
+    text since the last top-level `;`, `}` or preprocessor line) ends in a declarator and holds
+    no `=` (not an initializer)."""
+    # Comments and literals blanked, newlines kept: line numbers stay right.
+    code = C_NOISE.sub(lambda m: re.sub(r"[^\n]", " ", m.group()), src)
+    functions, depth, decl, name, first = [], 0, "", None, 0
+    for lineno, text in enumerate(code.split("\n"), 1):
+        if depth == 0 and text.lstrip().startswith("#"):
+            decl = ""
             continue
-        i += 1
-    return functions, gated
+        for c in text:
+            if depth == 0:
+                if c == "{":
+                    m = C_DECLARATOR.search(decl)
+                    name = m.group(1) if m and "=" not in decl else None
+                    first = lineno - decl.lstrip().count("\n")
+                    depth, decl = 1, ""
+                elif c in ";}":
+                    decl = ""
+                else:
+                    decl += c
+            elif c == "{":
+                depth += 1
+            elif c == "}":
+                depth -= 1
+                if depth == 0 and name:
+                    functions.append((name, first, lineno - first + 1))
+        if depth == 0:
+            decl += "\n"
+    return functions
 
 
-def module_paths(path, name, path_attr):
-    """Files and directories the `mod name;` declared in `path` may live in."""
-    here = os.path.dirname(path)
-    if path_attr:
-        return [os.path.normpath(os.path.join(here, path_attr))]
-    stem = os.path.splitext(os.path.basename(path))[0]
-    base = here if stem in ("lib", "main", "mod") else os.path.join(here, stem)
-    return [os.path.join(base, name + ".rs"), os.path.join(base, name)]
+SHELL_FN = re.compile(r"^(\s*)(?:function\s+)?([A-Za-z_][\w-]*)\s*\(\)\s*\{?\s*(#.*)?$")
 
 
-def rust_files(args):
+def shell_functions(src):
+    """(name, first line, lines) of every shell function written `name() {` (or `{` on the
+    next line) that ends at a `}` line of the same indentation."""
+    lines = src.split("\n")
+    functions = []
+    for i, text in enumerate(lines):
+        m = SHELL_FN.match(text)
+        if not m:
+            continue
+        close = re.compile(re.escape(m.group(1)) + r"\}")
+        end = next((j for j in range(i + 1, len(lines)) if close.match(lines[j])), None)
+        if end is not None:
+            functions.append((m.group(2), i + 1, end - i + 1))
+    return functions
+
+
+FUNCTIONS = {
+    "rust": rust_functions,
+    "python": python_functions,
+    "c": c_functions,
+    "shell": shell_functions,
+}
+
+
+def kind(path):
+    """The language of the source file `path`, or None if it is not one."""
+    suffix = os.path.splitext(path)[1]
+    if suffix in SUFFIXES:
+        return SUFFIXES[suffix]
+    if suffix:
+        return None
+    try:
+        with open(path, "rb") as f:
+            first = f.readline(200).decode("utf-8", "replace")
+    except OSError:
+        return None
+    if not first.startswith("#!"):
+        return None
+    return next((k for word, k in SHEBANGS if word in first), None)
+
+
+def source_files(args):
     if not args:
-        out = subprocess.run(["git", "ls-files", "*.rs"], capture_output=True, text=True, check=True)
-        return out.stdout.split()
-    files = []
-    for arg in args:
-        if os.path.isdir(arg):
-            for root, _, names in os.walk(arg):
-                files += [os.path.join(root, f) for f in names if f.endswith(".rs")]
-        else:
-            files.append(arg)
-    return files
+        out = subprocess.run(["git", "ls-files"], capture_output=True, text=True, check=True)
+        paths = out.stdout.split("\n")
+    else:
+        paths = []
+        for arg in args:
+            if os.path.isdir(arg):
+                for root, _, names in os.walk(arg):
+                    paths += [os.path.join(root, f) for f in names]
+            else:
+                paths.append(arg)
+    return sorted(p for p in paths if p and os.path.isfile(p) and not os.path.islink(p))
 
 
 def main():
     args = sys.argv[1:]
     listing = "--list" in args
     args = [a for a in args if a != "--list"]
-    files = sorted(f for f in rust_files(args) if not TEST_DIRS & set(f.split("/")[:-1]))
-    scanned, test_modules = {}, []
-    for path in files:
+    failures, long, checked = [], [], 0
+    for path in source_files(args):
+        lang = kind(path)
+        if lang is None:
+            continue
+        checked += 1
         with open(path, encoding="utf-8") as f:
             src = f.read()
-        functions, gated = scan(src)
-        scanned[path] = (src.count("\n"), functions)
-        for name, path_attr in gated:
-            test_modules += module_paths(path, name, path_attr)
-
-    def test_code(path):
-        return any(path == m or path.startswith(m + "/") for m in test_modules)
-
-    failures, long = [], []
-    for path, (lines, functions) in scanned.items():
-        if test_code(path):
-            continue
+        lines = src.count("\n")
         if lines > MAX_FILE_LINES:
             failures.append(f"{path}: {lines} lines (at most {MAX_FILE_LINES} per file)")
-        for name, line, length in functions:
+        for name, line, length in FUNCTIONS[lang](src):
             if length > MAX_FN_LINES:
                 failures.append(
-                    f"{path}:{line}: fn {name} is {length} lines (at most {MAX_FN_LINES})"
+                    f"{path}:{line}: {lang} function {name} is {length} lines (at most {MAX_FN_LINES})"
                 )
             if length > MAX_FN_LINES // 2:
-                long.append((length, f"{path}:{line}: fn {name}"))
+                long.append((length, f"{path}:{line}: {name}"))
     if listing:
         for length, where in sorted(long, reverse=True):
             print(f"{length:5} {where}")
         sys.stdout.flush()
     for failure in failures:
         print(failure, file=sys.stderr)
-    checked = sum(1 for p in scanned if not test_code(p))
     if failures:
         print(f"code-size: {len(failures)} over the limits in {checked} files", file=sys.stderr)
         return 1

@@ -3,8 +3,8 @@
 # (`// SAFETY:`), for each userspace crate; and the size of all of rox's Rust.
 #   scripts/quality.sh --workspace  uapi, rox-nic, rox-lab (host toolchain), rustfmt of librox
 #                                   and rox.ko, and scripts/code-size.py over the whole tree
-#                                   (source files <= 800 lines, functions <= 120; test code
-#                                   exempt)
+#                                   (Rust, Python, C and shell source files <= 800 lines,
+#                                   functions <= 120; test code too)
 #   scripts/quality.sh --provider   clippy of librox (provider/, its own cargo project, built in
 #                                   the toolchain root with its own cargo setup): on the
 #                                   host, with the bindings the root build generated
@@ -54,7 +54,7 @@ else
 	done
 fi
 if [ "$part" != --provider ]; then
-	log "size: source files and functions of every crate (scripts/code-size.py)"
+	log "size: source files and functions of the whole tree (scripts/code-size.py)"
 	python3 scripts/code-size.py || die "files or functions over the size limits (above)"
 	if $root_cargo; then
 		log "rustfmt: NOT CHECKED (no host Rust toolchain, and the root has no rustfmt)"

@@ -60,11 +60,7 @@ def say(msg):
 
 
 def setup():
-    ko = GUEST.env("ROX_KO")
-    rc, out = sh(f"insmod {ko}", 60)
-    if rc != 0:
-        sys.exit(f"cc: insmod {ko}: {out}")
-    GUEST.wait_active(DEV)
+    GUEST.load_rox(GUEST.env("ROX_KO"))
     # This guest's lab address: ROX_IP_<G>_0, G its number (ROX_GUEST).
     return roce_v2_gid_index(DEV, GUEST.env(f"ROX_IP_{GUEST.env('ROX_GUEST')}_0"))
 

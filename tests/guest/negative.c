@@ -112,34 +112,11 @@ static int modify_qp_access(uint32_t qp, uint32_t mask, uint32_t access)
 	return cmd(IB_USER_VERBS_CMD_MODIFY_QP, &m, sizeof(m), NULL, 0, 0);
 }
 
-int main(int argc, char **argv)
+/* Address handles: rox.ko hands back the destination MAC ib_core resolved (librox puts it in
+ * UD WQEs). A multicast GID maps to its multicast MAC; rox_0's own GID (`gid_arg`) resolves to
+ * its netdev's MAC (`mac_arg`). */
+static void check_ah(uint32_t pd, const char *gid_arg, const char *mac_arg)
 {
-	if (argc != 4) {
-		fprintf(stderr, "usage: %s /dev/infiniband/uverbsN OWN_GID OWN_MAC\n", argv[0]);
-		return 2;
-	}
-	fd = open(argv[1], O_RDWR);
-	if (fd < 0) { perror(argv[1]); return 2; }
-
-	/* --- ucontext */
-	struct { struct ib_uverbs_get_context_resp core; struct rox_alloc_ucontext_resp drv; } ctx = {0};
-	struct ib_uverbs_get_context gc = { .response = (uintptr_t)&ctx };
-	uint64_t junk = 0x5a5a5a5a;
-	expect("get_context: driver response buffer too small",
-	       cmd(IB_USER_VERBS_CMD_GET_CONTEXT, &gc, sizeof(gc), NULL, 0, sizeof(ctx.core) + 8), EINVAL);
-	expect("get_context: unexpected non-zero driver input",
-	       cmd(IB_USER_VERBS_CMD_GET_CONTEXT, &gc, sizeof(gc), &junk, sizeof(junk), sizeof(ctx)), EOPNOTSUPP);
-	expect("get_context", cmd(IB_USER_VERBS_CMD_GET_CONTEXT, &gc, sizeof(gc), NULL, 0, sizeof(ctx)), 0);
-
-	/* --- PD */
-	struct ib_uverbs_alloc_pd_resp pd_resp;
-	struct ib_uverbs_alloc_pd ap = { .response = (uintptr_t)&pd_resp };
-	expect("alloc_pd", cmd(IB_USER_VERBS_CMD_ALLOC_PD, &ap, sizeof(ap), NULL, 0, sizeof(pd_resp)), 0);
-	uint32_t pd = pd_resp.pd_handle;
-
-	/* --- AH: rox.ko hands back the destination MAC ib_core resolved (librox puts it in UD
-	 * WQEs). A multicast GID maps to its multicast MAC; rox_0's own GID (argv[2]) resolves to
-	 * its netdev's MAC (argv[3]). */
 	struct { struct ib_uverbs_create_ah_resp core; struct rox_create_ah_resp drv; } ah_resp;
 	struct ib_uverbs_create_ah ca = { .response = (uintptr_t)&ah_resp, .pd_handle = pd,
 		.attr = { .is_global = 1, .port_num = 1, .grh = { .sgid_index = 0, .hop_limit = 64 } } };
@@ -153,18 +130,21 @@ int main(int argc, char **argv)
 	expect("create_ah 224.0.0.1: dmac 01:00:5e:00:00:01, hop limit 64",
 	       memcmp(ah_resp.drv.dmac, mcast_mac, 6) || ah_resp.drv.hop_limit != 64 || ah_resp.drv.reserved ? EINVAL : 0, 0);
 	uint8_t own_gid[16], own_mac[6];
-	for (int i = 0; i < 16; i++) sscanf(argv[2] + 2 * i + i / 2, "%2hhx", &own_gid[i]);
-	sscanf(argv[3], "%hhx:%hhx:%hhx:%hhx:%hhx:%hhx", &own_mac[0], &own_mac[1], &own_mac[2],
+	for (int i = 0; i < 16; i++) sscanf(gid_arg + 2 * i + i / 2, "%2hhx", &own_gid[i]);
+	sscanf(mac_arg, "%hhx:%hhx:%hhx:%hhx:%hhx:%hhx", &own_mac[0], &own_mac[1], &own_mac[2],
 	       &own_mac[3], &own_mac[4], &own_mac[5]);
 	memcpy(ca.attr.grh.dgid, own_gid, 16);
 	memset(&ah_resp, 0xa5, sizeof(ah_resp));
 	expect("create_ah to rox_0's own GID 0", cmd(IB_USER_VERBS_CMD_CREATE_AH, &ca, sizeof(ca), NULL, 0, sizeof(ah_resp)), 0);
 	printf("     dmac %02x:%02x:%02x:%02x:%02x:%02x (netdev %s)\n", ah_resp.drv.dmac[0], ah_resp.drv.dmac[1],
-	       ah_resp.drv.dmac[2], ah_resp.drv.dmac[3], ah_resp.drv.dmac[4], ah_resp.drv.dmac[5], argv[3]);
+	       ah_resp.drv.dmac[2], ah_resp.drv.dmac[3], ah_resp.drv.dmac[4], ah_resp.drv.dmac[5], mac_arg);
 	expect("create_ah to rox_0's own GID: dmac is its netdev's MAC",
 	       memcmp(ah_resp.drv.dmac, own_mac, 6) ? EINVAL : 0, 0);
+}
 
-	/* --- MR */
+/* Memory regions in PD `pd`: bad input refused, on-demand rules. */
+static void check_mr(uint32_t pd)
+{
 	struct ib_uverbs_reg_mr_resp mr_resp;
 	struct ib_uverbs_reg_mr rm = { .response = (uintptr_t)&mr_resp, .start = unmapped(),
 		.length = PAGE, .hca_va = 0x10000, .pd_handle = pd, .access_flags = IB_UVERBS_ACCESS_LOCAL_WRITE };
@@ -195,8 +175,12 @@ int main(int argc, char **argv)
 	odp = rm;
 	odp.access_flags = IB_UVERBS_ACCESS_LOCAL_WRITE | IB_UVERBS_ACCESS_ON_DEMAND | IB_UVERBS_ACCESS_HUGETLB;
 	expect("reg_mr: on demand with huge pages", cmd(IB_USER_VERBS_CMD_REG_MR, &odp, sizeof(odp), NULL, 0, sizeof(mr_resp)), EOPNOTSUPP);
+}
 
-	/* --- MW */
+/* Memory windows in PD `pd`: bad input refused, a stale handle. */
+static void check_mw(uint32_t pd)
+{
+	uint64_t junk = 0x5a5a5a5a;
 	struct ib_uverbs_alloc_mw_resp mw_resp;
 	struct ib_uverbs_alloc_mw am = { .response = (uintptr_t)&mw_resp, .pd_handle = pd, .mw_type = 3 };
 	expect("alloc_mw: type 3", cmd(IB_USER_VERBS_CMD_ALLOC_MW, &am, sizeof(am), NULL, 0, sizeof(mw_resp)), EINVAL);
@@ -211,8 +195,11 @@ int main(int argc, char **argv)
 	expect("dealloc_mw again (stale handle)", cmd(IB_USER_VERBS_CMD_DEALLOC_MW, &dm, sizeof(dm), NULL, 0, 0), ENOENT);
 	am.mw_type = 1;
 	expect("alloc_mw type 1 (left for close)", cmd(IB_USER_VERBS_CMD_ALLOC_MW, &am, sizeof(am), NULL, 0, sizeof(mw_resp)), 0);
+}
 
-	/* --- CQ */
+/* Completion queues: bad creation and resize input refused; returns a CQ of 128 CQEs. */
+static uint32_t check_cq(void)
+{
 	void *cq_ring = ring(64 * CQE_SIZE < PAGE ? PAGE : 64 * CQE_SIZE);
 	struct rox_create_cq_req cq_req = { .buf_addr = (uintptr_t)cq_ring, .log_depth = 6 };
 	uint32_t cq;
@@ -252,8 +239,12 @@ int main(int argc, char **argv)
 	rc_req.buf_addr = (uintptr_t)ring(128 * CQE_SIZE);
 	expect("resize_cq 64 -> 128", cmd(IB_USER_VERBS_CMD_RESIZE_CQ, &rc, sizeof(rc), &rc_req, sizeof(rc_req), sizeof(rc_resp)), 0);
 	expect("resize_cq reports 128 CQEs", rc_resp.cqe == 128 ? 0 : EINVAL, 0);
+	return cq;
+}
 
-	/* --- QP */
+/* Queue pairs on `cq`: bad creation and modify input refused; returns an RC QP in INIT. */
+static uint32_t check_qp(uint32_t pd, uint32_t cq)
+{
 	struct rox_create_qp_req qp_req = { .sq_buf_addr = (uintptr_t)ring(16 * SQ_WQE_SIZE),
 		.rq_buf_addr = (uintptr_t)ring(16 * RQ_WQE_SIZE), .log_sq_depth = 4, .log_rq_depth = 4 };
 	uint32_t qp;
@@ -291,8 +282,12 @@ int main(int argc, char **argv)
 	expect("modify_qp: undefined access flag", modify_qp_access(qp, init_mask, 1u << 30), EINVAL);
 	expect("modify_qp RESET -> INIT", modify_qp(qp, init_mask, QPS_INIT, 1, 0), 0);
 	expect("modify_qp: INIT -> RTS", modify_qp(qp, QP_STATE, QPS_RTS, 0, 0), EINVAL);
+	return qp;
+}
 
-	/* --- SRQ */
+/* Shared receive queues: bad creation and resize input refused, a resize that works. */
+static void check_srq(uint32_t pd)
+{
 	struct { struct ib_uverbs_create_srq_resp core; struct rox_create_srq_resp drv; } srq_resp;
 	struct rox_create_srq_req srq_req = { .buf_addr = (uintptr_t)ring(16 * RQ_WQE_SIZE), .log_depth = 4 };
 	struct ib_uverbs_create_srq cs = { .response = (uintptr_t)&srq_resp, .pd_handle = pd,
@@ -326,6 +321,39 @@ int main(int argc, char **argv)
 	struct ib_uverbs_query_srq qs = { .response = (uintptr_t)&qs_resp, .srq_handle = srq };
 	expect("query_srq", cmd(IB_USER_VERBS_CMD_QUERY_SRQ, &qs, sizeof(qs), NULL, 0, sizeof(qs_resp)), 0);
 	expect("query_srq after resize: max_wr is 32", qs_resp.max_wr == 32 ? 0 : EINVAL, 0);
+}
+
+int main(int argc, char **argv)
+{
+	if (argc != 4) {
+		fprintf(stderr, "usage: %s /dev/infiniband/uverbsN OWN_GID OWN_MAC\n", argv[0]);
+		return 2;
+	}
+	fd = open(argv[1], O_RDWR);
+	if (fd < 0) { perror(argv[1]); return 2; }
+
+	/* --- ucontext */
+	struct { struct ib_uverbs_get_context_resp core; struct rox_alloc_ucontext_resp drv; } ctx = {0};
+	struct ib_uverbs_get_context gc = { .response = (uintptr_t)&ctx };
+	uint64_t junk = 0x5a5a5a5a;
+	expect("get_context: driver response buffer too small",
+	       cmd(IB_USER_VERBS_CMD_GET_CONTEXT, &gc, sizeof(gc), NULL, 0, sizeof(ctx.core) + 8), EINVAL);
+	expect("get_context: unexpected non-zero driver input",
+	       cmd(IB_USER_VERBS_CMD_GET_CONTEXT, &gc, sizeof(gc), &junk, sizeof(junk), sizeof(ctx)), EOPNOTSUPP);
+	expect("get_context", cmd(IB_USER_VERBS_CMD_GET_CONTEXT, &gc, sizeof(gc), NULL, 0, sizeof(ctx)), 0);
+
+	/* --- PD */
+	struct ib_uverbs_alloc_pd_resp pd_resp;
+	struct ib_uverbs_alloc_pd ap = { .response = (uintptr_t)&pd_resp };
+	expect("alloc_pd", cmd(IB_USER_VERBS_CMD_ALLOC_PD, &ap, sizeof(ap), NULL, 0, sizeof(pd_resp)), 0);
+	uint32_t pd = pd_resp.pd_handle;
+
+	check_ah(pd, argv[2], argv[3]);
+	check_mr(pd);
+	check_mw(pd);
+	uint32_t cq = check_cq();
+	uint32_t qp = check_qp(pd, cq);
+	check_srq(pd);
 
 	/* --- destroy */
 	struct ib_uverbs_destroy_qp_resp dq_resp;

@@ -21,6 +21,42 @@ static bool write_lands(struct ib_qp *qp, struct side *a, struct buf *lb, struct
 	return !ret && !memchr_inv(data_of(tb), fill, 64);
 }
 
+/*
+ * SEND_WITH_INV from a to b naming an unknown rkey and `foreign_rkey` (another PD's): the
+ * sender gets an error completion and so does b's receive (into `snap`), each on a fresh pair.
+ */
+static void check_send_with_bad_inv(struct side *a, struct side *b, struct buf *lb,
+				    struct buf *snap, u32 foreign_rkey)
+{
+	u32 keys[2] = { 0x00fffe00 | 0x42, foreign_rkey };
+	const char *what[2] = { "an unknown", "another PD's" };
+	struct pair p;
+	struct ib_wc wc;
+	int ret, k;
+
+	for (k = 0; k < 2; k++) {
+		struct ib_sge sge = { .addr = data_dma(lb), .length = 8,
+				      .lkey = a->pd->local_dma_lkey };
+		struct ib_send_wr wr = { .wr_id = 60 + k, .opcode = IB_WR_SEND_WITH_INV,
+					 .sg_list = &sge, .num_sge = 1 };
+		int rret;
+
+		if (pair_up(&p, a, b, NULL, NULL)) {
+			SETUP_FAILED("bad: RC pair for SEND_WITH_INV %d", k);
+			break;
+		}
+		post_recv(p.qb, 70 + k, data_dma(snap), PAGE_SIZE, b->pd->local_dma_lkey);
+		wr.ex.invalidate_rkey = keys[k];
+		ret = post_send(p.qa, &wr);
+		ret = ret ? ret : wait_wr(a->cq, 60 + k, &wc);
+		rret = wait_wr(b->cq, 70 + k, NULL);
+		CHECK(ret > 0 && rret != 0,
+		      "bad: SEND_WITH_INV of %s rkey %#x -> sender status %d, receiver status %d",
+		      what[k], keys[k], ret, rret);
+		pair_down(&p, a, b);
+	}
+}
+
 /* The bad input of issue 11. */
 void check_bad_input(struct side *a, struct side *b)
 {
@@ -112,33 +148,7 @@ void check_bad_input(struct side *a, struct side *b)
 	      "bad: the other PD's key still works after the refused LOCAL_INV");
 
 	/* SEND_WITH_INV of an unknown rkey and of a foreign one (pd2's, to a pd QP). */
-	{
-		u32 keys[2] = { 0x00fffe00 | 0x42, mr2->rkey };
-		const char *what[2] = { "an unknown", "another PD's" };
-		int k;
-
-		for (k = 0; k < 2; k++) {
-			struct ib_sge sge = { .addr = data_dma(&lb), .length = 8,
-					      .lkey = a->pd->local_dma_lkey };
-			struct ib_send_wr wr = { .wr_id = 60 + k, .opcode = IB_WR_SEND_WITH_INV,
-						 .sg_list = &sge, .num_sge = 1 };
-			int rret;
-
-			if (pair_up(&p, a, b, NULL, NULL)) {
-				SETUP_FAILED("bad: RC pair for SEND_WITH_INV %d", k);
-				break;
-			}
-			post_recv(p.qb, 70 + k, data_dma(&snap), PAGE_SIZE, b->pd->local_dma_lkey);
-			wr.ex.invalidate_rkey = keys[k];
-			ret = post_send(p.qa, &wr);
-			ret = ret ? ret : wait_wr(a->cq, 60 + k, &wc);
-			rret = wait_wr(b->cq, 70 + k, NULL);
-			CHECK(ret > 0 && rret != 0,
-			      "bad: SEND_WITH_INV of %s rkey %#x -> sender status %d, receiver status %d",
-			      what[k], keys[k], ret, rret);
-			pair_down(&p, a, b);
-		}
-	}
+	check_send_with_bad_inv(a, b, &lb, &snap, mr2->rkey);
 	CHECK(write_lands(p2.qa, a, &lb, mr2, &tb2, 53, 0x6b) && guards_ok(&tb2),
 	      "bad: the foreign key survived the SEND_WITH_INV, guards intact");
 	pair_down(&p2, a, b);

@@ -111,6 +111,120 @@ out:
 	pair_down(&p, a, b);
 }
 
+/* Inline RDMA WRITE from a kernel virtual address into `mr` (registered over `tb`) through
+ * `rkey`, then WRITE_WITH_IMM, whose immediate b's receive (into `rb`) reports. */
+static void check_inline_and_imm(struct pair *p, struct side *a, struct side *b, struct ib_mr *mr,
+				 u32 rkey, struct buf *tb, struct buf *lb, struct buf *rb)
+{
+	struct ib_wc wc;
+	int ret;
+	static const char pat[] = "inline RDMA WRITE through a fast-registered rkey";
+	struct ib_sge sge = { .addr = (u64)(uintptr_t)pat, .length = sizeof(pat) };
+	struct ib_rdma_wr w = {
+		.wr = { .wr_id = 24, .opcode = IB_WR_RDMA_WRITE, .sg_list = &sge,
+			.num_sge = 1, .send_flags = IB_SEND_INLINE },
+		.remote_addr = mr->iova + 200, .rkey = rkey,
+	};
+
+	ret = post_send(p->qa, &w.wr);
+	ret = ret ? ret : wait_wr(a->cq, 24, &wc);
+	buf_sync_cpu(tb);
+	CHECK(!ret && !memcmp(data_of(tb) + 200, pat, sizeof(pat)),
+	      "fastreg: inline RDMA WRITE of %zu bytes lands (status %d)", sizeof(pat), ret);
+	post_recv(p->qb, 25, data_dma(rb), PAGE_SIZE, b->pd->local_dma_lkey);
+	sge.addr = data_dma(lb);
+	sge.lkey = a->pd->local_dma_lkey;
+	sge.length = 32;
+	w.wr.wr_id = 26;
+	w.wr.opcode = IB_WR_RDMA_WRITE_WITH_IMM;
+	w.wr.send_flags = 0;
+	w.wr.ex.imm_data = cpu_to_be32(0xabcd);
+	ret = post_send(p->qa, &w.wr);
+	ret = ret ? ret : wait_wr(a->cq, 26, NULL);
+	ret = ret ? ret : wait_wr(b->cq, 25, &wc);
+	CHECK(!ret && wc.opcode == IB_WC_RECV_RDMA_WITH_IMM && (wc.wc_flags & IB_WC_WITH_IMM) &&
+		      wc.ex.imm_data == cpu_to_be32(0xabcd),
+	      "fastreg: RDMA WRITE_WITH_IMM completes IB_WC_RECV_RDMA_WITH_IMM imm 0x%x (status %d)",
+	      be32_to_cpu(wc.ex.imm_data), ret);
+}
+
+/* FETCH_AND_ADD and CMP_AND_SWP through `rkey` on `mr` (registered over `tb`) at offset 64
+ * (8-byte aligned), their results into `lb`. */
+static void check_atomics(struct pair *p, struct side *a, struct ib_mr *mr, u32 rkey,
+			  struct buf *tb, struct buf *lb)
+{
+	struct ib_sge sge = { .addr = data_dma(lb), .length = 8, .lkey = a->pd->local_dma_lkey };
+	struct ib_atomic_wr aw = {
+		.wr = { .wr_id = 22, .opcode = IB_WR_ATOMIC_FETCH_AND_ADD, .sg_list = &sge,
+			.num_sge = 1 },
+		.remote_addr = mr->iova + 64, .rkey = rkey, .compare_add = 5,
+	};
+	u64 *res = (u64 *)data_of(lb), *target = (u64 *)(data_of(tb) + 64);
+	struct ib_wc wc;
+	int ret;
+
+	*target = 100;
+	buf_sync_dev(tb);
+	ret = post_send(p->qa, &aw.wr);
+	ret = ret ? ret : wait_wr(a->cq, 22, &wc);
+	buf_sync_cpu(lb);
+	buf_sync_cpu(tb);
+	CHECK(!ret && wc.opcode == IB_WC_FETCH_ADD && *res == 100 && *target == 105,
+	      "atomic: FETCH_AND_ADD returned %llu, memory now %llu", *res, *target);
+	aw.wr.wr_id = 23;
+	aw.wr.opcode = IB_WR_ATOMIC_CMP_AND_SWP;
+	aw.compare_add = 105;
+	aw.swap = 7;
+	ret = post_send(p->qa, &aw.wr);
+	ret = ret ? ret : wait_wr(a->cq, 23, &wc);
+	buf_sync_cpu(lb);
+	buf_sync_cpu(tb);
+	CHECK(!ret && wc.opcode == IB_WC_COMP_SWAP && *res == 105 && *target == 7,
+	      "atomic: CMP_AND_SWP returned %llu, memory now %llu", *res, *target);
+}
+
+/* On a fresh pair: re-registration of `mr` over `tb` with the next key variant after
+ * `old_rkey`, a WRITE through it, then LOCAL_INV, after which a WRITE writes nothing (`rb`
+ * keeps what `tb` held). */
+static void check_reregister_then_local_inv(struct side *a, struct side *b, struct ib_mr *mr,
+					    u32 old_rkey, struct buf *tb, struct buf *lb,
+					    struct buf *rb)
+{
+	struct pair p;
+	struct ib_wc wc;
+	u32 rkey;
+	int ret;
+
+	if (pair_up(&p, a, b, NULL, NULL)) {
+		CHECK(0, "fastreg: second RC pair connects");
+		return;
+	}
+	ret = fast_reg(p.qb, b->cq, mr, tb, NPAGES, RW_ACCESS);
+	rkey = mr->rkey;
+	CHECK(ret == 0 && rkey == ib_inc_rkey(old_rkey),
+	      "fastreg: re-registration with ib_inc_rkey %#x -> %#x (status %d)", old_rkey, rkey,
+	      ret);
+	ret = rdma_op(p.qa, IB_WR_RDMA_WRITE, 40, data_dma(lb), 64, a->pd->local_dma_lkey,
+		      mr->iova, rkey);
+	ret = ret ? ret : wait_wr(a->cq, 40, &wc);
+	buf_sync_cpu(tb);
+	CHECK(!ret && !memchr_inv(data_of(tb), 0x3c, 64), "fastreg: WRITE through the new rkey lands");
+	ret = local_inv(p.qb, b->cq, rkey, &wc);
+	CHECK(ret == 0 && wc.opcode == IB_WC_LOCAL_INV, "local_inv: LOCAL_INV of %#x completes (status %d)",
+	      rkey, ret);
+	memcpy(data_of(rb), data_of(tb), NPAGES * PAGE_SIZE);
+	memset(data_of(lb), 0x77, PAGE_SIZE);
+	buf_sync_dev(lb);
+	ret = rdma_op(p.qa, IB_WR_RDMA_WRITE, 41, data_dma(lb), 64, a->pd->local_dma_lkey,
+		      mr->iova, rkey);
+	ret = ret ? ret : wait_wr(a->cq, 41, &wc);
+	buf_sync_cpu(tb);
+	CHECK(ret == IB_WC_REM_ACCESS_ERR && !memcmp(data_of(rb), data_of(tb), NPAGES * PAGE_SIZE) &&
+		      guards_ok(tb),
+	      "local_inv: WRITE through the invalidated rkey -> status %d, nothing written", ret);
+	pair_down(&p, a, b);
+}
+
 /* Fast registration on b, then a's WRITE/READ/atomics through the new rkey, LOCAL_INV,
  * SEND_WITH_INV, re-registration with ib_inc_rkey. */
 void check_fast_reg(struct side *a, struct side *b)
@@ -120,7 +234,6 @@ void check_fast_reg(struct side *a, struct side *b)
 	struct ib_mr *mr;
 	struct ib_wc wc;
 	u32 old_rkey, rkey;
-	u64 *res;
 	int ret, i;
 
 	if (pair_up(&p, a, b, NULL, NULL)) {
@@ -163,71 +276,10 @@ void check_fast_reg(struct side *a, struct side *b)
 	      "fastreg: peer RDMA READ through rkey %#x returns the data", rkey);
 
 	/* Inline RDMA WRITE from a kernel virtual address, then WRITE_WITH_IMM. */
-	{
-		static const char pat[] = "inline RDMA WRITE through a fast-registered rkey";
-		struct ib_sge sge = { .addr = (u64)(uintptr_t)pat, .length = sizeof(pat) };
-		struct ib_rdma_wr w = {
-			.wr = { .wr_id = 24, .opcode = IB_WR_RDMA_WRITE, .sg_list = &sge,
-				.num_sge = 1, .send_flags = IB_SEND_INLINE },
-			.remote_addr = mr->iova + 200, .rkey = rkey,
-		};
-
-		ret = post_send(p.qa, &w.wr);
-		ret = ret ? ret : wait_wr(a->cq, 24, &wc);
-		buf_sync_cpu(&tb);
-		CHECK(!ret && !memcmp(data_of(&tb) + 200, pat, sizeof(pat)),
-		      "fastreg: inline RDMA WRITE of %zu bytes lands (status %d)", sizeof(pat), ret);
-		post_recv(p.qb, 25, data_dma(&rb), PAGE_SIZE, b->pd->local_dma_lkey);
-		sge.addr = data_dma(&lb);
-		sge.lkey = a->pd->local_dma_lkey;
-		sge.length = 32;
-		w.wr.wr_id = 26;
-		w.wr.opcode = IB_WR_RDMA_WRITE_WITH_IMM;
-		w.wr.send_flags = 0;
-		w.wr.ex.imm_data = cpu_to_be32(0xabcd);
-		ret = post_send(p.qa, &w.wr);
-		ret = ret ? ret : wait_wr(a->cq, 26, NULL);
-		ret = ret ? ret : wait_wr(b->cq, 25, &wc);
-		CHECK(!ret && wc.opcode == IB_WC_RECV_RDMA_WITH_IMM && (wc.wc_flags & IB_WC_WITH_IMM) &&
-			      wc.ex.imm_data == cpu_to_be32(0xabcd),
-		      "fastreg: RDMA WRITE_WITH_IMM completes IB_WC_RECV_RDMA_WITH_IMM imm 0x%x (status %d)",
-		      be32_to_cpu(wc.ex.imm_data), ret);
-	}
+	check_inline_and_imm(&p, a, b, mr, rkey, &tb, &lb, &rb);
 
 	/* Atomics on the registered memory (offset 64, 8-byte aligned). */
-	res = (u64 *)data_of(&lb);
-	*(u64 *)(data_of(&tb) + 64) = 100;
-	buf_sync_dev(&tb);
-	{
-		struct ib_sge sge = { .addr = data_dma(&lb), .length = 8,
-				      .lkey = a->pd->local_dma_lkey };
-		struct ib_atomic_wr aw = {
-			.wr = { .wr_id = 22, .opcode = IB_WR_ATOMIC_FETCH_AND_ADD, .sg_list = &sge,
-				.num_sge = 1 },
-			.remote_addr = mr->iova + 64, .rkey = rkey, .compare_add = 5,
-		};
-
-		ret = post_send(p.qa, &aw.wr);
-		ret = ret ? ret : wait_wr(a->cq, 22, &wc);
-		buf_sync_cpu(&lb);
-		buf_sync_cpu(&tb);
-		CHECK(!ret && wc.opcode == IB_WC_FETCH_ADD && *res == 100 &&
-			      *(u64 *)(data_of(&tb) + 64) == 105,
-		      "atomic: FETCH_AND_ADD returned %llu, memory now %llu", *res,
-		      *(u64 *)(data_of(&tb) + 64));
-		aw.wr.wr_id = 23;
-		aw.wr.opcode = IB_WR_ATOMIC_CMP_AND_SWP;
-		aw.compare_add = 105;
-		aw.swap = 7;
-		ret = post_send(p.qa, &aw.wr);
-		ret = ret ? ret : wait_wr(a->cq, 23, &wc);
-		buf_sync_cpu(&lb);
-		buf_sync_cpu(&tb);
-		CHECK(!ret && wc.opcode == IB_WC_COMP_SWAP && *res == 105 &&
-			      *(u64 *)(data_of(&tb) + 64) == 7,
-		      "atomic: CMP_AND_SWP returned %llu, memory now %llu", *res,
-		      *(u64 *)(data_of(&tb) + 64));
-	}
+	check_atomics(&p, a, mr, rkey, &tb, &lb);
 
 	/* SEND_WITH_INV of the rkey: the receive reports it, the key is gone. */
 	post_recv(p.qb, 30, data_dma(&rb), PAGE_SIZE, b->pd->local_dma_lkey);
@@ -260,35 +312,7 @@ void check_fast_reg(struct side *a, struct side *b)
 	pair_down(&p, a, b);
 
 	/* Re-registration with the next key variant, then LOCAL_INV. */
-	if (pair_up(&p, a, b, NULL, NULL)) {
-		CHECK(0, "fastreg: second RC pair connects");
-		goto out_mr;
-	}
-	old_rkey = rkey;
-	ret = fast_reg(p.qb, b->cq, mr, &tb, NPAGES, RW_ACCESS);
-	rkey = mr->rkey;
-	CHECK(ret == 0 && rkey == ib_inc_rkey(old_rkey),
-	      "fastreg: re-registration with ib_inc_rkey %#x -> %#x (status %d)", old_rkey, rkey,
-	      ret);
-	ret = rdma_op(p.qa, IB_WR_RDMA_WRITE, 40, data_dma(&lb), 64, a->pd->local_dma_lkey,
-		      mr->iova, rkey);
-	ret = ret ? ret : wait_wr(a->cq, 40, &wc);
-	buf_sync_cpu(&tb);
-	CHECK(!ret && !memchr_inv(data_of(&tb), 0x3c, 64), "fastreg: WRITE through the new rkey lands");
-	ret = local_inv(p.qb, b->cq, rkey, &wc);
-	CHECK(ret == 0 && wc.opcode == IB_WC_LOCAL_INV, "local_inv: LOCAL_INV of %#x completes (status %d)",
-	      rkey, ret);
-	memcpy(data_of(&rb), data_of(&tb), NPAGES * PAGE_SIZE);
-	memset(data_of(&lb), 0x77, PAGE_SIZE);
-	buf_sync_dev(&lb);
-	ret = rdma_op(p.qa, IB_WR_RDMA_WRITE, 41, data_dma(&lb), 64, a->pd->local_dma_lkey,
-		      mr->iova, rkey);
-	ret = ret ? ret : wait_wr(a->cq, 41, &wc);
-	buf_sync_cpu(&tb);
-	CHECK(ret == IB_WC_REM_ACCESS_ERR && !memcmp(data_of(&rb), data_of(&tb), NPAGES * PAGE_SIZE) &&
-		      guards_ok(&tb),
-	      "local_inv: WRITE through the invalidated rkey -> status %d, nothing written", ret);
-	pair_down(&p, a, b);
+	check_reregister_then_local_inv(a, b, mr, rkey, &tb, &lb, &rb);
 	goto out_mr;
 out:
 	pair_down(&p, a, b);

@@ -73,6 +73,8 @@ fn query_device_port_and_mac() {
     assert!(d.wait_vector(EQ_ADMIN_ASYNC, std::time::Duration::from_secs(1)));
 }
 
+/// An unknown opcode, a handle of no object, a response buffer outside guest memory: each an
+/// error status, and the device stays healthy.
 #[test]
 fn bad_admin_input_gets_error_status() {
     let mut d = driver();
@@ -133,7 +135,13 @@ fn bad_admin_input_gets_error_status() {
         }),
     );
     assert_eq!(cpl.status, ADMIN_STATUS_BAD_DMA);
-    // CQ: bad EQ, bad depth, unmapped page list, doorbell slot out of range or reused.
+    assert_eq!(d.read_reg(REG_STATUS) & STATUS_FATAL, 0);
+}
+
+/// CQ: bad EQ, bad depth, unmapped page list, doorbell slot out of range or reused.
+#[test]
+fn bad_cq_input_gets_error_status() {
+    let mut d = driver();
     let base = d.ram.alloc(4096, 4096);
     let ring = d.page_list(base, 4096);
     let good = CreateCqCmd {
@@ -148,8 +156,6 @@ fn bad_admin_input_gets_error_status() {
         addr: 0xdead_0000,
         ..ring
     };
-    let unaligned = d.page_list(base + 8, 4096);
-    let _ = unaligned;
     let bad_cqs = [
         (
             "EQ 0",
@@ -206,13 +212,21 @@ fn bad_admin_input_gets_error_status() {
         let got = d.admin(ADMIN_OP_CREATE_CQ, payload(&cmd)).status;
         assert_eq!(got, status, "{what}");
     }
-    let cq = d.admin_ok(ADMIN_OP_CREATE_CQ, payload(&good)).result0;
+    d.admin_ok(ADMIN_OP_CREATE_CQ, payload(&good));
     assert_eq!(
         d.admin(ADMIN_OP_CREATE_CQ, payload(&good)).status,
         ADMIN_STATUS_BAD_DOORBELL,
         "slot reused"
     );
-    // QP: unknown type, unknown CQ, SRQ of another PD.
+    assert_eq!(d.read_reg(REG_STATUS) & STATUS_FATAL, 0);
+}
+
+/// QP: unknown type, unknown CQ, SRQ of another PD; a CQ a QP uses is busy until the QP is
+/// gone.
+#[test]
+fn bad_qp_input_gets_error_status_and_a_cq_in_use_stays() {
+    let mut d = driver();
+    let cq = d.create_cq(7).id;
     let (c, _) = d.create_qp_cmd(QPT_RC, PD, cq, cq, SRQ_NONE, 4, 4);
     let srq = d.create_srq(PD + 1, 4, 0);
     let bad_qps = [
@@ -258,7 +272,13 @@ fn bad_admin_input_gets_error_status() {
             reserved: 0,
         }),
     );
-    // MR: unknown access bits, remote write without local write.
+    assert_eq!(d.read_reg(REG_STATUS) & STATUS_FATAL, 0);
+}
+
+/// MR: unknown access bits, remote write without local write; a GID index out of range.
+#[test]
+fn bad_mr_and_gid_input_gets_error_status() {
+    let mut d = driver();
     let buf = d.ram.alloc(8192, 4096);
     assert_eq!(
         d.reg_mr(PD, buf, 8192, 1 << 20),

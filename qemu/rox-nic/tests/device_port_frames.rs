@@ -416,9 +416,24 @@ const GROUP_V6_MAC: [u8; 6] = [0x33, 0x33, 0x00, 0x01, 0x02, 0x03];
 /// The test side's IPv6 address (a GID of the peer).
 const PEER_GID_V6: [u8; 16] = [0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x99];
 
+/// A UD SEND of `payload` from QP `src_qpn` of the test's side (GID `sgid`) to multicast group
+/// `group` (MAC `group_mac`) with Q_Key `qkey`.
+fn group_send(
+    (sgid, group, group_mac): ([u8; 16], [u8; 16], [u8; 6]),
+    src_qpn: u32,
+    qkey: u32,
+    payload: &[u8],
+) -> Vec<u8> {
+    let deth = Some(wire::Deth {
+        qkey,
+        src_qpn: Qpn::new(src_qpn).unwrap(),
+    });
+    let hdr = headers(UD_SEND_ONLY, Qpn::MULTICAST, 0xffff, deth);
+    roce_frame_to((sgid, group, group_mac), &hdr, payload)
+}
+
 /// Frames to a group reach every attached QP that has the packet's Q_Key (IPv4 and IPv6
-/// groups); a detached group's frames go to the netdev again; bad attach/detach commands get
-/// their status and change nothing.
+/// groups); a detached group's frames go to the netdev again.
 #[test]
 fn multicast_frames_reach_every_attached_qp_with_its_own_qkey() {
     let dir = tempfile::tempdir().unwrap();
@@ -435,15 +450,7 @@ fn multicast_frames_reach_every_attached_qp_with_its_own_qkey() {
     // Attaching twice is no change (one copy per QP below).
     r.d.admin_ok(ADMIN_OP_ATTACH_MCAST, mcast(q1.qpn, group));
     let before = r.d.query_stats();
-    let deth = Some(wire::Deth {
-        qkey: UD_QKEY,
-        src_qpn: Qpn::new(0x77).unwrap(),
-    });
-    let f = roce_frame_to(
-        (peer_gid(), group, GROUP_V4_MAC),
-        &headers(UD_SEND_ONLY, Qpn::MULTICAST, 0xffff, deth),
-        b"group",
-    );
+    let f = group_send((peer_gid(), group, GROUP_V4_MAC), 0x77, UD_QKEY, b"group");
     r.wire.send(&f).unwrap();
     let mut got = [r.d.wait_cqe(&mut cq), r.d.wait_cqe(&mut cq)];
     got.sort_by_key(|c| c.wr_id);
@@ -479,13 +486,10 @@ fn multicast_frames_reach_every_attached_qp_with_its_own_qkey() {
 
     // An IPv6 group with q3 only.
     r.d.admin_ok(ADMIN_OP_ATTACH_MCAST, mcast(q3.qpn, GROUP_V6));
-    let deth3 = Some(wire::Deth {
-        qkey: UD_QKEY + 1,
-        src_qpn: Qpn::new(0x78).unwrap(),
-    });
-    let f6 = roce_frame_to(
+    let f6 = group_send(
         (PEER_GID_V6, GROUP_V6, GROUP_V6_MAC),
-        &headers(UD_SEND_ONLY, Qpn::MULTICAST, 0xffff, deth3),
+        0x78,
+        UD_QKEY + 1,
         b"six",
     );
     r.wire.send(&f6).unwrap();
@@ -495,7 +499,50 @@ fn multicast_frames_reach_every_attached_qp_with_its_own_qkey() {
         (WC_SUCCESS, q3.qpn, Qpn::new(0x78).unwrap(), 3 + GRH_SIZE)
     );
 
-    // Bad commands.
+    let status = |r: &mut Rig, op, qpn, gid| r.d.admin(op, mcast(qpn, gid)).status;
+    // Leaving: q1 and q2 detach, q3 is destroyed (which detaches it): the group is gone and
+    // its frames are the netdev's again.
+    r.d.admin_ok(ADMIN_OP_DETACH_MCAST, mcast(q1.qpn, group));
+    assert_eq!(
+        status(&mut r, ADMIN_OP_DETACH_MCAST, q1.qpn, group),
+        ADMIN_STATUS_BAD_HANDLE,
+        "detached twice"
+    );
+    r.d.admin_ok(ADMIN_OP_DETACH_MCAST, mcast(q2.qpn, group));
+    r.d.admin_ok(
+        ADMIN_OP_DESTROY_QP,
+        payload(&QpnCmd {
+            qpn: q3.qpn,
+            reserved: 0,
+        }),
+    );
+    assert_eq!(
+        status(&mut r, ADMIN_OP_DETACH_MCAST, q3.qpn, GROUP_V6),
+        ADMIN_STATUS_BAD_HANDLE,
+        "destroyed QP"
+    );
+    for frame in [&f, &f6] {
+        r.wire.send(frame).unwrap();
+        assert_eq!(
+            &recv(&guest),
+            frame,
+            "an unattached group's frame goes to the netdev"
+        );
+    }
+    r.d.expect_no_cqe(&mut cq, Duration::from_millis(50));
+}
+
+/// Bad attach/detach commands (an RC QP, a unicast GID, no QP, a QP not attached or not in
+/// that group) get their status and change nothing: the group's frame still reaches its one
+/// attached QP, once.
+#[test]
+fn bad_multicast_commands_get_their_status_and_change_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut r = rig(dir.path(), true, None);
+    let mut cq = r.d.create_cq(6);
+    let (q1, buf1) = ud_receiver(&mut r, &cq, UD_QKEY, 1);
+    let group = gid_v4(GROUP_V4[0], GROUP_V4[1], GROUP_V4[2], GROUP_V4[3]);
+    r.d.admin_ok(ADMIN_OP_ATTACH_MCAST, mcast(q1.qpn, group));
     let mut rc_cq = r.d.create_cq(2);
     let rc = r.d.create_qp(QPT_RC, PD, rc_cq.id, rc_cq.id, SRQ_NONE);
     let status = |r: &mut Rig, op, qpn, gid| r.d.admin(op, mcast(qpn, gid)).status;
@@ -527,35 +574,11 @@ fn multicast_frames_reach_every_attached_qp_with_its_own_qkey() {
     );
     r.d.expect_no_cqe(&mut rc_cq, Duration::from_millis(1));
 
-    // Leaving: q1 and q2 detach, q3 is destroyed (which detaches it): the group is gone and
-    // its frames are the netdev's again.
-    r.d.admin_ok(ADMIN_OP_DETACH_MCAST, mcast(q1.qpn, group));
-    assert_eq!(
-        status(&mut r, ADMIN_OP_DETACH_MCAST, q1.qpn, group),
-        ADMIN_STATUS_BAD_HANDLE,
-        "detached twice"
-    );
-    r.d.admin_ok(ADMIN_OP_DETACH_MCAST, mcast(q2.qpn, group));
-    r.d.admin_ok(
-        ADMIN_OP_DESTROY_QP,
-        payload(&QpnCmd {
-            qpn: q3.qpn,
-            reserved: 0,
-        }),
-    );
-    assert_eq!(
-        status(&mut r, ADMIN_OP_DETACH_MCAST, q3.qpn, GROUP_V6),
-        ADMIN_STATUS_BAD_HANDLE,
-        "destroyed QP"
-    );
-    for frame in [&f, &f6] {
-        r.wire.send(frame).unwrap();
-        assert_eq!(
-            &recv(&guest),
-            frame,
-            "an unattached group's frame goes to the netdev"
-        );
-    }
+    let f = group_send((peer_gid(), group, GROUP_V4_MAC), 0x77, UD_QKEY, b"still");
+    r.wire.send(&f).unwrap();
+    let c = r.d.wait_cqe(&mut cq);
+    assert_eq!((c.status, c.wr_id, c.qp_num), (WC_SUCCESS, 1, q1.qpn));
+    assert_eq!(r.d.ram.read(buf1 + GRH_SIZE as u64, 5), b"still");
     r.d.expect_no_cqe(&mut cq, Duration::from_millis(50));
 }
 

@@ -294,7 +294,7 @@ fn read_only_dma_mapping_is_never_written() {
 #[test]
 fn type2_window_empty_bind_and_bound_qp_destroyed() {
     let (mut p, mw_mr) = mw_pair();
-    let window = p.buf_b + 4096;
+    let window = window_of(&p);
     let mw = alloc_mw(&mut p.d, PD, MW_TYPE_2);
     let rkey = inc_rkey(mw);
     p.d.post_send(
@@ -304,7 +304,7 @@ fn type2_window_empty_bind_and_bound_qp_destroyed() {
     let c = p.d.wait_cqe(&mut p.cq_b);
     assert_eq!((c.status, c.opcode), (WC_MW_BIND_ERR, WC_OPC_BIND_MW));
 
-    let (mut p, mw_mr, rkey) = bound_type2_window(2, window);
+    let (mut p, mw_mr, rkey) = bound_type2_window(2);
     p.d.admin_ok(
         ADMIN_OP_DESTROY_QP,
         payload(&QpnCmd {
@@ -354,12 +354,17 @@ fn mw_pair() -> (Pair, Key) {
     (p, mr)
 }
 
+/// Where the tests bind their windows: 4 KiB into b's buffer (the same on every fresh pair).
+fn window_of(p: &Pair) -> u64 {
+    p.buf_b + 4096
+}
+
 /// A fresh [`mw_pair`] with a type 2 window bound on b's QP (WR `wr_id`) to 64 bytes at
-/// `addr` with remote write; returns the pair, the MR's lkey and the window's rkey.
-fn bound_type2_window(wr_id: u64, addr: u64) -> (Pair, Key, Key) {
+/// [`window_of`] with remote write; returns the pair, the MR's lkey and the window's rkey.
+fn bound_type2_window(wr_id: u64) -> (Pair, Key, Key) {
     let (mut p, mw_mr) = mw_pair();
     let rkey = inc_rkey(alloc_mw(&mut p.d, PD, MW_TYPE_2));
-    let bind = bind_wqe(wr_id, rkey, mw_mr, addr, 64, ACCESS_REMOTE_WRITE);
+    let bind = bind_wqe(wr_id, rkey, mw_mr, window_of(&p), 64, ACCESS_REMOTE_WRITE);
     p.d.post_send(&mut p.b, &bind);
     assert_eq!(p.d.wait_cqe(&mut p.cq_b).status, WC_SUCCESS);
     (p, mw_mr, rkey)
@@ -372,16 +377,15 @@ fn mw_write(p: &mut Pair, id: u64, addr: u64, rkey: Key) -> u8 {
     p.d.wait_cqe(&mut p.cq_a).status
 }
 
-/// Memory windows through the device: a type 2 window bound by b's QP lets a's QP write
-/// inside it only; LOCAL_INV and SEND with invalidate end it; a type 1 window is rebound
-/// (new rkey) and unbound with length 0; binds that break the rules fail with MW_BIND_ERR;
-/// deregistering the MR or deallocating the window leaves its rkey reaching nothing.
+/// A type 2 window through the device: unbound its rkey reaches nothing; bound by b's QP it
+/// lets a's QP write inside it only; bound on a's QP, b's QP may not use it (type 2B); bound,
+/// it cannot be bound again before it is invalidated.
 #[test]
-fn memory_windows() {
+fn a_type2_window_reaches_its_range_through_the_qp_it_is_bound_to() {
     // Unbound, a window's rkey reaches nothing. The failed write leaves both QPs in ERR (the
     // responder's with a QP_ACCESS_ERR event, IBA class C): fresh pairs follow.
     let (mut p, _) = mw_pair();
-    let window = p.buf_b + 4096;
+    let window = window_of(&p);
     let mw = alloc_mw(&mut p.d, PD, MW_TYPE_2);
     assert!(mw.is_window());
     assert_eq!(
@@ -427,11 +431,16 @@ fn memory_windows() {
     p.d.post_send(&mut p.b, &bind);
     let c = p.d.wait_cqe(&mut p.cq_b);
     assert_eq!((c.status, c.opcode), (WC_MW_BIND_ERR, WC_OPC_BIND_MW));
+}
 
+/// LOCAL_INV and SEND with invalidate end a type 2 window.
+#[test]
+fn invalidation_ends_a_type2_window() {
     // LOCAL_INV on b ends the window (a's write then fails, and b's QP goes to ERR);
     // invalidating it again fails (on a fresh pair, whose b QP still works).
     for again in [false, true] {
-        let (mut p, _, rkey) = bound_type2_window(8, window);
+        let (mut p, _, rkey) = bound_type2_window(8);
+        let window = window_of(&p);
         let mut inv = with_rdma(send_wqe(9, WR_LOCAL_INV, WQE_FLAG_SIGNALED, &[]), 0, rkey);
         p.d.post_send(&mut p.b, &inv);
         let c = p.d.wait_cqe(&mut p.cq_b);
@@ -447,7 +456,8 @@ fn memory_windows() {
     }
 
     // SEND with invalidate from a: b's window bound on b's QP ends with the message.
-    let (mut p, _, rkey) = bound_type2_window(12, window);
+    let (mut p, _, rkey) = bound_type2_window(12);
+    let window = window_of(&p);
     p.d.post_recv(&mut p.b, 13, &[sge(p.buf_b + 8192, 64, p.key_b)]);
     let send = rdma_wqe(14, WR_SEND_WITH_INV, sge(p.buf_a, 8, p.key_a), 0, rkey);
     p.d.post_send(&mut p.a, &send);
@@ -458,9 +468,13 @@ fn memory_windows() {
         (13, WC_SUCCESS, WC_FLAG_WITH_INV, rkey.get())
     );
     assert_eq!(mw_write(&mut p, 15, window, rkey), WC_REM_ACCESS_ERR);
+}
 
-    // Type 1: rebinding changes the rkey; any QP of the PD may use it; length 0 unbinds.
+/// Type 1: rebinding changes the rkey; any QP of the PD may use it; length 0 unbinds.
+#[test]
+fn a_type1_window_rebinds_with_a_new_rkey_and_unbinds_with_length_0() {
     let (mut p, mw_mr) = mw_pair();
+    let window = window_of(&p);
     let mw = alloc_mw(&mut p.d, PD, MW_TYPE_1);
     let k1 = inc_rkey(mw);
     let k2 = inc_rkey(k1);
@@ -476,9 +490,15 @@ fn memory_windows() {
     p.d.post_send(&mut p.a, &bind_wqe(19, k3, mw_mr, window, 0, 0));
     assert_eq!(p.d.wait_cqe(&mut p.cq_a).status, WC_SUCCESS);
     assert_eq!(mw_write(&mut p, 20, window, k3), WC_REM_ACCESS_ERR);
+}
 
-    // Rule breakers: an MR without MW_BIND, remote write over an MR without local write, a
-    // window beyond the MR, another PD's window, an rkey naming no window.
+/// Binds that break the rules fail with MW_BIND_ERR: an MR without MW_BIND, remote write over
+/// an MR without local write, a window beyond the MR, another PD's window, an rkey naming no
+/// window.
+#[test]
+fn binds_that_break_the_rules_fail() {
+    let p = pair(QPT_RC);
+    let window = window_of(&p);
     let cases: [(&str, u32, u32, u64); 5] = [
         ("MR without MW_BIND", PD, 0, window),
         ("remote write, MR without local write", PD, 1, window),
@@ -517,10 +537,15 @@ fn memory_windows() {
             "{what}"
         );
     }
+}
 
-    // Deregistering the MR (or deallocating the window) leaves the rkey reaching nothing.
+/// Deregistering the MR or deallocating the window leaves its rkey reaching nothing; bad
+/// window admin input gets an error status.
+#[test]
+fn a_window_reaches_nothing_after_its_mr_or_itself_is_gone() {
     for dealloc in [false, true] {
         let (mut p, mw_mr) = mw_pair();
+        let window = window_of(&p);
         let mw = alloc_mw(&mut p.d, PD, MW_TYPE_2);
         let rkey = inc_rkey(mw);
         p.d.post_send(

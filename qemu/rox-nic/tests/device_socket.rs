@@ -28,6 +28,69 @@ fn wr(c: &mut vfio_user::Client, off: u64, v: u32) {
     c.region_write(BAR_CTRL, off, &v.to_le_bytes()).unwrap();
 }
 
+/// Waits up to 5 s for `done`, looking again after `nap` (zero: at once); fails saying `what`.
+fn wait_for(what: &str, nap: Duration, mut done: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(start.elapsed() < Duration::from_secs(5), "{what}");
+        if nap.is_zero() {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(nap);
+        }
+    }
+}
+
+/// Sets up EQ 0 and the admin queue through BAR0 and runs READ_MAC through them: its
+/// completion, the MAC, and EQ 0's event with its interrupt on `vectors[0]`.
+fn read_mac_through_the_admin_queue(
+    c: &mut vfio_user::Client,
+    ram: &mut GuestRam,
+    vectors: &[EventFd],
+) {
+    assert_eq!(rd(c, REG_VERSION), rox_uapi::ROX_VERSION);
+    assert!(rd(c, REG_STATUS) & STATUS_READY != 0);
+    let log_depth = 2;
+    let cmd_ring = ram.alloc(4096, 4096);
+    let cpl_ring = ram.alloc(4096, 4096);
+    let eq = ram.alloc(4096, 4096);
+    wr(c, reg_eq(0, EQ_ADDR_LO), eq as u32);
+    wr(c, reg_eq(0, EQ_ADDR_HI), (eq >> 32) as u32);
+    wr(c, reg_eq(0, EQ_LOG_DEPTH), 4);
+    wr(c, reg_eq(0, EQ_CTRL), EQ_CTRL_ENABLE);
+    wr(c, REG_ADMIN_CMD_BASE_LO, cmd_ring as u32);
+    wr(c, REG_ADMIN_CMD_BASE_HI, (cmd_ring >> 32) as u32);
+    wr(c, REG_ADMIN_CPL_BASE_LO, cpl_ring as u32);
+    wr(c, REG_ADMIN_CPL_BASE_HI, (cpl_ring >> 32) as u32);
+    wr(c, REG_ADMIN_LOG_DEPTH, log_depth);
+    wr(c, REG_ADMIN_CTRL, ADMIN_CTRL_ENABLE);
+    let cmd = AdminCmd {
+        hdr: AdminCmdHdr {
+            opcode: ADMIN_OP_READ_MAC,
+            cmd_id: 0x77,
+            ..Default::default()
+        },
+        payload: AdminPayload {
+            raw: [0; ADMIN_PAYLOAD_SIZE],
+        },
+    };
+    ram.write_obj(cmd_ring, &cmd);
+    wr(c, REG_ADMIN_DB, 1);
+    wait_for("no admin completion", Duration::ZERO, || {
+        ram.owner(cpl_ring + ADMIN_CPL_SIZE as u64 - 1) == owner_for(0, 1 << log_depth)
+    });
+    let cpl: AdminCpl = ram.read_obj(cpl_ring);
+    assert_eq!((cpl.cmd_id, cpl.status), (0x77, ADMIN_STATUS_SUCCESS));
+    assert_eq!(cpl.result0.to_le_bytes(), MAC[..4]);
+    wait_for(
+        "MSI-X vector 0 did not fire",
+        Duration::from_millis(1),
+        || vectors[0].drain(),
+    );
+    let eqe: Eqe = ram.read_obj(eq);
+    assert_eq!(eqe.event_type, EQE_TYPE_ADMIN);
+}
+
 #[test]
 fn vfio_user_client_programs_the_device() {
     let dir = tempfile::tempdir().unwrap();
@@ -88,76 +151,21 @@ fn vfio_user_client_programs_the_device() {
     .unwrap();
 
     // Registers and one admin command through the rings, with its EQ 0 interrupt.
-    assert_eq!(rd(&mut c, REG_VERSION), rox_uapi::ROX_VERSION);
-    assert!(rd(&mut c, REG_STATUS) & STATUS_READY != 0);
-    let log_depth = 2;
-    let cmd_ring = ram.alloc(4096, 4096);
-    let cpl_ring = ram.alloc(4096, 4096);
-    let eq = ram.alloc(4096, 4096);
-    wr(&mut c, reg_eq(0, EQ_ADDR_LO), eq as u32);
-    wr(&mut c, reg_eq(0, EQ_ADDR_HI), (eq >> 32) as u32);
-    wr(&mut c, reg_eq(0, EQ_LOG_DEPTH), 4);
-    wr(&mut c, reg_eq(0, EQ_CTRL), EQ_CTRL_ENABLE);
-    wr(&mut c, REG_ADMIN_CMD_BASE_LO, cmd_ring as u32);
-    wr(&mut c, REG_ADMIN_CMD_BASE_HI, (cmd_ring >> 32) as u32);
-    wr(&mut c, REG_ADMIN_CPL_BASE_LO, cpl_ring as u32);
-    wr(&mut c, REG_ADMIN_CPL_BASE_HI, (cpl_ring >> 32) as u32);
-    wr(&mut c, REG_ADMIN_LOG_DEPTH, log_depth);
-    wr(&mut c, REG_ADMIN_CTRL, ADMIN_CTRL_ENABLE);
-    let cmd = AdminCmd {
-        hdr: AdminCmdHdr {
-            opcode: ADMIN_OP_READ_MAC,
-            cmd_id: 0x77,
-            ..Default::default()
-        },
-        payload: AdminPayload {
-            raw: [0; ADMIN_PAYLOAD_SIZE],
-        },
-    };
-    ram.write_obj(cmd_ring, &cmd);
-    wr(&mut c, REG_ADMIN_DB, 1);
-    let start = Instant::now();
-    while ram.owner(cpl_ring + ADMIN_CPL_SIZE as u64 - 1) != owner_for(0, 1 << log_depth) {
-        assert!(
-            start.elapsed() < Duration::from_secs(5),
-            "no admin completion"
-        );
-        std::thread::yield_now();
-    }
-    let cpl: AdminCpl = ram.read_obj(cpl_ring);
-    assert_eq!((cpl.cmd_id, cpl.status), (0x77, ADMIN_STATUS_SUCCESS));
-    assert_eq!(cpl.result0.to_le_bytes(), MAC[..4]);
-    let start = Instant::now();
-    while !vectors[0].drain() {
-        assert!(
-            start.elapsed() < Duration::from_secs(5),
-            "MSI-X vector 0 did not fire"
-        );
-        std::thread::sleep(Duration::from_millis(1));
-    }
-    let eqe: Eqe = ram.read_obj(eq);
-    assert_eq!(eqe.event_type, EQE_TYPE_ADMIN);
+    read_mac_through_the_admin_queue(&mut c, &mut ram, &vectors);
 
     // The device announces idleness in the doorbell page the client mapped (the kernel's
     // page always; others only while an object's doorbell is on them).
-    let idle = |page: u32| db_map.idle(page);
-    let start = Instant::now();
-    while idle(DB_PAGE_KERNEL) != DB_DEVICE_IDLE {
-        assert!(
-            start.elapsed() < Duration::from_secs(5),
-            "device never went idle"
-        );
-        std::thread::sleep(Duration::from_millis(1));
-    }
-    assert_eq!(idle(3), DB_DEVICE_RUNNING, "no object on page 3");
+    wait_for("device never went idle", Duration::from_millis(1), || {
+        db_map.idle(DB_PAGE_KERNEL) == DB_DEVICE_IDLE
+    });
+    assert_eq!(db_map.idle(3), DB_DEVICE_RUNNING, "no object on page 3");
     wr(&mut c, WAKE_REG, DB_PAGE_KERNEL);
 
     // Device reset over the protocol clears the admin queue state.
     c.reset().unwrap();
-    let start = Instant::now();
-    while rd(&mut c, REG_STATUS) & STATUS_READY == 0 {
-        assert!(start.elapsed() < Duration::from_secs(5));
-    }
+    wait_for("not ready after a reset", Duration::ZERO, || {
+        rd(&mut c, REG_STATUS) & STATUS_READY != 0
+    });
     assert_eq!(rd(&mut c, REG_ADMIN_CTRL), 0);
 
     drop(db_map);

@@ -495,15 +495,121 @@ fn srq_receive_wrs_are_not_flushed_with_the_qp() {
     assert_eq!(env.recv_queues[&qpn].len(), 1);
 }
 
+/// Headers of a random packet of `opcode` to QP b of a `qp_type` pair whose b side has MR
+/// `kb`: every header the opcode has, with fields mostly near what the QP expects (its QPN,
+/// PSN window, P_Key, Q_Key, key, buffer), else random.
+fn random_headers(
+    rng: &mut rand::rngs::StdRng,
+    opcode: u8,
+    qp_type: QpType,
+    kb: Key,
+) -> roce_common::roce::wire::Headers {
+    use rand::rngs::StdRng;
+    use rand::Rng;
+    use roce_common::roce::wire::{
+        self, Aeth, AtomicEth, Bth, Deth, Feth, Headers, NakCode, Reth, Syndrome,
+    };
+    let info = wire::opcode_info(opcode).unwrap();
+    let near = |rng: &mut StdRng, base: Psn| base.add(rng.gen_range(0..8));
+    let mut h = Headers::new(Bth {
+        opcode,
+        solicited: rng.gen(),
+        pkey: if rng.gen_bool(0.95) {
+            0xffff
+        } else {
+            rng.gen()
+        },
+        dest_qpn: if rng.gen_bool(0.9) {
+            QPN_B
+        } else {
+            Qpn::from_wire(rng.gen_range(0..0x100))
+        },
+        ack_req: rng.gen(),
+        psn: if rng.gen_bool(0.8) {
+            near(rng, SQ_PSN_A.sub(4))
+        } else {
+            Psn::from_wire(rng.gen_range(0..0x100_0000))
+        },
+    });
+    let va = || BUF + BUF_LEN / 2;
+    let va = if rng.gen_bool(0.5) { va() } else { rng.gen() };
+    if info.xrceth {
+        h.xrceth = Some(rng.gen());
+    }
+    let rkey = if rng.gen_bool(0.7) {
+        kb
+    } else {
+        Key::from_raw(rng.gen())
+    };
+    if info.reth {
+        h.reth = Some(Reth {
+            va,
+            rkey,
+            dma_len: if rng.gen_bool(0.8) {
+                rng.gen_range(0..5000)
+            } else {
+                rng.gen()
+            },
+        });
+    }
+    if info.ieth {
+        h.ieth = Some(if rng.gen_bool(0.5) {
+            kb
+        } else {
+            Key::from_raw(rng.gen())
+        });
+    }
+    if info.feth {
+        h.feth = Some(Feth {
+            placement_type: rng.gen_range(0..16),
+            selectivity_level: rng.gen_range(0..4),
+        });
+    }
+    if info.atomic_eth {
+        h.atomic_eth = Some(AtomicEth {
+            va,
+            rkey,
+            swap_add: rng.gen(),
+            compare: rng.gen(),
+        });
+    }
+    if info.aeth {
+        let syndrome = match rng.gen_range(0..3) {
+            0 => Syndrome::Ack,
+            1 => Syndrome::RnrNak(rng.gen_range(0..32)),
+            _ => Syndrome::Nak(NakCode::PsnSequenceError),
+        };
+        h.aeth = Some(Aeth {
+            syndrome,
+            msn: Msn::from_wire(rng.gen_range(0..0x100_0000)),
+        });
+    }
+    if info.atomic_ack_eth {
+        h.atomic_ack = Some(rng.gen());
+    }
+    if info.immdt {
+        h.imm = Some(rng.gen());
+    }
+    if info.deth {
+        h.deth = Some(Deth {
+            qkey: if rng.gen_bool(0.8) {
+                QpParams::of(qp_type).qkey
+            } else {
+                rng.gen()
+            },
+            src_qpn: Qpn::from_wire(rng.gen_range(0..0x100_0000)),
+        });
+    }
+    h
+}
+
 /// Well-formed packets (valid ICRC) with random opcodes, PSNs, keys, addresses and lengths,
 /// plus raw garbage: the engine must neither panic nor touch memory outside registered regions.
 #[test]
 fn random_packets_never_panic_or_escape_regions() {
     use rand::rngs::StdRng;
     use rand::{Rng, SeedableRng};
-    use roce_common::roce::wire::{
-        self, Aeth, AtomicEth, Bth, Deth, Feth, Headers, NakCode, Reth, Syndrome,
-    };
+    use roce_common::roce::wire;
     const PACKETS: usize = 8_000;
     let mut rng = StdRng::seed_from_u64(0xf022);
     for qp_type in [QpType::Rc, QpType::Uc, QpType::Ud] {
@@ -525,97 +631,7 @@ fn random_packets_never_panic_or_escape_regions() {
                 );
             }
             let opcode = opcodes[rng.gen_range(0..opcodes.len())];
-            let info = wire::opcode_info(opcode).unwrap();
-            let near = |rng: &mut StdRng, base: Psn| base.add(rng.gen_range(0..8));
-            let mut h = Headers::new(Bth {
-                opcode,
-                solicited: rng.gen(),
-                pkey: if rng.gen_bool(0.95) {
-                    0xffff
-                } else {
-                    rng.gen()
-                },
-                dest_qpn: if rng.gen_bool(0.9) {
-                    QPN_B
-                } else {
-                    Qpn::from_wire(rng.gen_range(0..0x100))
-                },
-                ack_req: rng.gen(),
-                psn: if rng.gen_bool(0.8) {
-                    near(&mut rng, SQ_PSN_A.sub(4))
-                } else {
-                    Psn::from_wire(rng.gen_range(0..0x100_0000))
-                },
-            });
-            let va = || BUF + BUF_LEN / 2;
-            let va = if rng.gen_bool(0.5) { va() } else { rng.gen() };
-            if info.xrceth {
-                h.xrceth = Some(rng.gen());
-            }
-            let rkey = if rng.gen_bool(0.7) {
-                kb
-            } else {
-                Key::from_raw(rng.gen())
-            };
-            if info.reth {
-                h.reth = Some(Reth {
-                    va,
-                    rkey,
-                    dma_len: if rng.gen_bool(0.8) {
-                        rng.gen_range(0..5000)
-                    } else {
-                        rng.gen()
-                    },
-                });
-            }
-            if info.ieth {
-                h.ieth = Some(if rng.gen_bool(0.5) {
-                    kb
-                } else {
-                    Key::from_raw(rng.gen())
-                });
-            }
-            if info.feth {
-                h.feth = Some(Feth {
-                    placement_type: rng.gen_range(0..16),
-                    selectivity_level: rng.gen_range(0..4),
-                });
-            }
-            if info.atomic_eth {
-                h.atomic_eth = Some(AtomicEth {
-                    va,
-                    rkey,
-                    swap_add: rng.gen(),
-                    compare: rng.gen(),
-                });
-            }
-            if info.aeth {
-                let syndrome = match rng.gen_range(0..3) {
-                    0 => Syndrome::Ack,
-                    1 => Syndrome::RnrNak(rng.gen_range(0..32)),
-                    _ => Syndrome::Nak(NakCode::PsnSequenceError),
-                };
-                h.aeth = Some(Aeth {
-                    syndrome,
-                    msn: Msn::from_wire(rng.gen_range(0..0x100_0000)),
-                });
-            }
-            if info.atomic_ack_eth {
-                h.atomic_ack = Some(rng.gen());
-            }
-            if info.immdt {
-                h.imm = Some(rng.gen());
-            }
-            if info.deth {
-                h.deth = Some(Deth {
-                    qkey: if rng.gen_bool(0.8) {
-                        QpParams::of(qp_type).qkey
-                    } else {
-                        rng.gen()
-                    },
-                    src_qpn: Qpn::from_wire(rng.gen_range(0..0x100_0000)),
-                });
-            }
+            let h = random_headers(&mut rng, opcode, qp_type, kb);
             let mut payload = vec![0u8; rng.gen_range(0..600)];
             rng.fill(&mut payload[..]);
             let mut packet = wire::build_packet(&ip, &h, &payload);

@@ -120,100 +120,134 @@ fn rc_exactly_once_in_order_under_loss_duplication_reordering_corruption() {
     assert_eq!(net.devs[0].engine.qp_state(QPN_A), Some(QpState::Rts));
 }
 
+/// The mixed test's operations: SEND, WRITE, READ, FETCH_ADD, CMP_SWAP, in turn.
+const KINDS: u64 = 5;
+/// Its operations in flight at once (each owns a requester slot until it completes).
+const WINDOW: u64 = 16;
+const READ_LEN: u32 = 600;
+/// What each FETCH_ADD adds to the responder's counter.
+const ADD: u64 = 3;
+
+/// Where the mixed test's operations go. Requester: send/read slots. Responder: receive
+/// slots, write slots, a read-only source, the atomics' counter.
+struct Mixed {
+    local: u64,
+    remote_recv: u64,
+    remote_write: u64,
+    remote_source: u64,
+    counter: u64,
+    key_a: Key,
+    key_b: Key,
+    /// What every READ reads.
+    source: Vec<u8>,
+}
+
+impl Mixed {
+    /// Two engines on a faulty wire, connected, with the regions laid out and the responder's
+    /// receives posted.
+    fn new() -> (Net, Mixed) {
+        let mut net = Net::new(&[gid_v4(1), gid_v4(2)]);
+        let faults = faults(0.03, 0.01, 0xfeed);
+        net.faults = Some(FaultInjector::new(faults));
+        let remote_source = MEM_BASE + 2 * WINDOW * SLOT;
+        let m = Mixed {
+            local: MEM_BASE,
+            remote_recv: MEM_BASE,
+            remote_write: MEM_BASE + WINDOW * SLOT,
+            remote_source,
+            counter: remote_source + u64::from(READ_LEN),
+            key_a: net.devs[0]
+                .env
+                .reg_mr(PD, MEM_BASE, 2 * WINDOW * SLOT, ALL_ACCESS),
+            key_b: net.devs[1]
+                .env
+                .reg_mr(PD, MEM_BASE, 4 * WINDOW * SLOT, ALL_ACCESS),
+            source: pattern(0xabc, READ_LEN as usize),
+        };
+        net.devs[1].env.fill(m.remote_source, &m.source);
+        let params = QpParams {
+            timeout: 8,
+            max_rd_atomic: 4,
+            ..QpParams::rc()
+        };
+        connect(&mut net, 0, QPN_A, 1, QPN_B, &params);
+        for slot in 0..2 * WINDOW {
+            let at = m.remote_recv + (slot % WINDOW) * SLOT;
+            let wr = recv_wr(slot, vec![sge(at, SLOT as u32, m.key_b)]);
+            net.devs[1].env.post_recv(QPN_B, wr);
+        }
+        (net, m)
+    }
+
+    /// The requester's slot of operation `i`.
+    fn slot(&self, i: u64) -> u64 {
+        self.local + (i % WINDOW) * SLOT
+    }
+
+    /// Operation `i` (its kind `i % KINDS`), its slot in `env` filled as it needs.
+    fn wr(&self, i: u64, env: &mut MockEnv) -> SendWr {
+        let addr = self.slot(i);
+        let key_a = self.key_a;
+        let mut wr = match i % KINDS {
+            0 | 1 => {
+                let m = pattern(i as u32, 40 + (i % 300) as usize);
+                env.fill(addr, &m);
+                let opcode = if i % KINDS == 0 {
+                    WrOpcode::Send
+                } else {
+                    WrOpcode::RdmaWrite
+                };
+                send_wr(
+                    i,
+                    opcode,
+                    SendData::Sges(vec![sge(addr, m.len() as u32, key_a)]),
+                )
+            }
+            2 => {
+                env.fill(addr, &[0; READ_LEN as usize]);
+                send_wr(
+                    i,
+                    WrOpcode::RdmaRead,
+                    SendData::Sges(vec![sge(addr, READ_LEN, key_a)]),
+                )
+            }
+            3 => send_wr(
+                i,
+                WrOpcode::AtomicFetchAndAdd,
+                SendData::Sges(vec![sge(addr, 8, key_a)]),
+            ),
+            _ => send_wr(
+                i,
+                WrOpcode::AtomicCmpAndSwp,
+                SendData::Sges(vec![sge(addr, 8, key_a)]),
+            ),
+        };
+        wr.rkey = self.key_b;
+        wr.remote_addr = match i % KINDS {
+            1 => self.remote_write + (i % WINDOW) * SLOT,
+            2 => self.remote_source,
+            _ => self.counter,
+        };
+        wr.compare_add = if i % KINDS == 3 { ADD } else { u64::MAX }; // the CMP_SWAP never matches
+        wr.swap = 0;
+        wr
+    }
+}
+
 /// Mixed SEND / WRITE / READ / FETCH_ADD / CMP_SWAP traffic under the same faults: READs and
 /// atomics exercise retransmitted READ requests (re-executed) and duplicate atomics (replayed
 /// from the saved result, never executed twice).
 #[test]
 fn rc_mixed_operations_exactly_once_under_faults() {
     const OPS: u64 = 20_000;
-    const WINDOW: u64 = 16;
-    const KINDS: u64 = 5;
-    const READ_LEN: u32 = 600;
-    const ADD: u64 = 3;
-    let mut net = Net::new(&[gid_v4(1), gid_v4(2)]);
-    let faults = faults(0.03, 0.01, 0xfeed);
-    net.faults = Some(FaultInjector::new(faults));
-    // Requester: send/read slots. Responder: receive slots, write slots, read-only source, counter.
-    let local = MEM_BASE;
-    let remote_recv = MEM_BASE;
-    let remote_write = MEM_BASE + WINDOW * SLOT;
-    let remote_source = MEM_BASE + 2 * WINDOW * SLOT;
-    let counter = remote_source + u64::from(READ_LEN);
-    let key_a = net.devs[0]
-        .env
-        .reg_mr(PD, local, 2 * WINDOW * SLOT, ALL_ACCESS);
-    let key_b = net.devs[1]
-        .env
-        .reg_mr(PD, MEM_BASE, 4 * WINDOW * SLOT, ALL_ACCESS);
-    let source = pattern(0xabc, READ_LEN as usize);
-    net.devs[1].env.fill(remote_source, &source);
-    let params = QpParams {
-        timeout: 8,
-        max_rd_atomic: 4,
-        ..QpParams::rc()
-    };
-    connect(&mut net, 0, QPN_A, 1, QPN_B, &params);
-    for slot in 0..2 * WINDOW {
-        let wr = recv_wr(
-            slot,
-            vec![sge(
-                remote_recv + (slot % WINDOW) * SLOT,
-                SLOT as u32,
-                key_b,
-            )],
-        );
-        net.devs[1].env.post_recv(QPN_B, wr);
-    }
+    let (mut net, m) = Mixed::new();
     let (mut posted, mut completed, mut received, mut adds_done) = (0u64, 0u64, 0u64, 0u64);
     let mut rounds = 0u64;
-    let slot_addr = |i: u64| local + (i % WINDOW) * SLOT;
     while completed < OPS {
         while posted < OPS && posted - completed < WINDOW {
             let i = posted;
-            let addr = slot_addr(i);
             let (engine, env) = net.dev(0);
-            let mut wr = match i % KINDS {
-                0 | 1 => {
-                    let m = pattern(i as u32, 40 + (i % 300) as usize);
-                    env.fill(addr, &m);
-                    let opcode = if i % KINDS == 0 {
-                        WrOpcode::Send
-                    } else {
-                        WrOpcode::RdmaWrite
-                    };
-                    send_wr(
-                        i,
-                        opcode,
-                        SendData::Sges(vec![sge(addr, m.len() as u32, key_a)]),
-                    )
-                }
-                2 => {
-                    env.fill(addr, &[0; READ_LEN as usize]);
-                    send_wr(
-                        i,
-                        WrOpcode::RdmaRead,
-                        SendData::Sges(vec![sge(addr, READ_LEN, key_a)]),
-                    )
-                }
-                3 => send_wr(
-                    i,
-                    WrOpcode::AtomicFetchAndAdd,
-                    SendData::Sges(vec![sge(addr, 8, key_a)]),
-                ),
-                _ => send_wr(
-                    i,
-                    WrOpcode::AtomicCmpAndSwp,
-                    SendData::Sges(vec![sge(addr, 8, key_a)]),
-                ),
-            };
-            wr.rkey = key_b;
-            wr.remote_addr = match i % KINDS {
-                1 => remote_write + (i % WINDOW) * SLOT,
-                2 => remote_source,
-                _ => counter,
-            };
-            wr.compare_add = if i % KINDS == 3 { ADD } else { u64::MAX }; // the CMP_SWAP never matches
-            wr.swap = 0;
+            let wr = m.wr(i, env);
             engine.post_send(env, QPN_A, wr).unwrap();
             posted += 1;
         }
@@ -231,12 +265,11 @@ fn rc_mixed_operations_exactly_once_under_faults() {
                 "in order, all succeed"
             );
             let env = &net.devs[0].env;
-            let result =
-                || u64::from_le_bytes(env.bytes(slot_addr(c.wr_id), 8).try_into().unwrap());
+            let result = || u64::from_le_bytes(env.bytes(m.slot(c.wr_id), 8).try_into().unwrap());
             match c.wr_id % KINDS {
                 2 => assert_eq!(
-                    env.bytes(slot_addr(c.wr_id), READ_LEN as usize),
-                    &source[..],
+                    env.bytes(m.slot(c.wr_id), READ_LEN as usize),
+                    &m.source[..],
                     "READ {}",
                     c.wr_id
                 ),
@@ -262,21 +295,22 @@ fn rc_mixed_operations_exactly_once_under_faults() {
         for c in net.devs[1].env.take_completions() {
             assert_eq!(c.status, WcStatus::Success);
             let expected_id = received * KINDS;
-            let m = pattern(expected_id as u32, 40 + (expected_id % 300) as usize);
-            let addr = remote_recv + (c.wr_id % WINDOW) * SLOT;
+            let sent = pattern(expected_id as u32, 40 + (expected_id % 300) as usize);
+            let addr = m.remote_recv + (c.wr_id % WINDOW) * SLOT;
             assert_eq!(
                 net.devs[1].env.bytes(addr, c.byte_len as usize),
-                &m[..],
+                &sent[..],
                 "SEND {expected_id} in order, intact"
             );
             received += 1;
-            net.devs[1]
-                .env
-                .post_recv(QPN_B, recv_wr(c.wr_id, vec![sge(addr, SLOT as u32, key_b)]));
+            net.devs[1].env.post_recv(
+                QPN_B,
+                recv_wr(c.wr_id, vec![sge(addr, SLOT as u32, m.key_b)]),
+            );
         }
     }
     assert_eq!(received, OPS / KINDS);
-    let final_counter = u64::from_le_bytes(net.devs[1].env.bytes(counter, 8).try_into().unwrap());
+    let final_counter = u64::from_le_bytes(net.devs[1].env.bytes(m.counter, 8).try_into().unwrap());
     assert_eq!(
         final_counter,
         OPS / KINDS * ADD,

@@ -103,13 +103,28 @@ impl Wake {
 
 /// The devices' spin while wakes are posted, if `ROX_BENCH_POSTED_SPIN_US` sets one (else the
 /// device's default, `POSTED_SPIN_PERIOD`, 10 µs); 0 has them sleep as soon as they have
-/// nothing to do (`--posted-spin-us 0`).
-fn posted_spin_from_env() -> Option<Duration> {
+/// nothing to do (`--posted-spin-us 0`). `spin` is the devices' spin, which it may not exceed.
+fn posted_spin_from_env(spin: Duration) -> Option<Duration> {
     let v = std::env::var("ROX_BENCH_POSTED_SPIN_US").ok()?;
-    match v.parse() {
-        Ok(us) => Some(Duration::from_micros(us)),
-        Err(_) => panic!("ROX_BENCH_POSTED_SPIN_US: microseconds, not {v}"),
+    Some(posted_spin(&v, spin).unwrap_or_else(|e| panic!("{e}")))
+}
+
+/// `ROX_BENCH_POSTED_SPIN_US`'s value `v` for devices whose spin is `spin`: refused here, with
+/// the variable named, where it is longer than the spin (every device refuses that,
+/// `Backoff::new`, which would otherwise stop the bench at device creation).
+fn posted_spin(v: &str, spin: Duration) -> Result<Duration, String> {
+    let us = v
+        .parse()
+        .map_err(|_| format!("ROX_BENCH_POSTED_SPIN_US: microseconds, not {v}"))?;
+    let posted = Duration::from_micros(us);
+    if posted > spin {
+        return Err(format!(
+            "ROX_BENCH_POSTED_SPIN_US={v}: at most the devices' spin, {} µs (a device never \
+             spins longer while wakes are posted)",
+            spin.as_micros()
+        ));
     }
+    Ok(posted)
 }
 
 /// The QPs' local ACK timeout: `ROX_BENCH_ACK_TIMEOUT` if set, else [`ACK_TIMEOUT`].
@@ -370,7 +385,7 @@ fn side(link: LinkSpec, last: u8, max_msg: u64) -> Side {
     let port = crate::port::PortConfig::new(link);
     let mut d = port_device_config(port, SUBNET, last, |cfg| {
         cfg.posted_wake = wake == Wake::Posted;
-        if let Some(spin) = posted_spin_from_env() {
+        if let Some(spin) = posted_spin_from_env(cfg.spin) {
             cfg.posted_spin = spin;
         }
         if let Some(adaptive) = adaptive_spin_from_env() {
@@ -420,5 +435,24 @@ fn wait_for_cqe(sides: &mut [&mut Side]) {
         s.d.vectors[COMP_EQ as usize].drain();
         while s.d.poll_eq(COMP_EQ).is_some() {}
         s.d.ack_eq(COMP_EQ, true);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_posted_spin_longer_than_the_spin_is_refused_naming_the_variable() {
+        let spin = Duration::from_micros(10);
+        assert_eq!(posted_spin("0", spin), Ok(Duration::ZERO));
+        assert_eq!(posted_spin("10", spin), Ok(spin));
+        let err = posted_spin("11", spin).unwrap_err();
+        assert!(
+            err.starts_with("ROX_BENCH_POSTED_SPIN_US=11: at most the devices' spin, 10 µs"),
+            "{err}"
+        );
+        let err = posted_spin("ten", spin).unwrap_err();
+        assert_eq!(err, "ROX_BENCH_POSTED_SPIN_US: microseconds, not ten");
     }
 }

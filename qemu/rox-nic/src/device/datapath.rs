@@ -42,7 +42,7 @@ use crate::sys;
 
 use admin_queue::AdminQueue;
 use sched::TxScheduler;
-use spin::{Backoff, Expectation, SpinHistory, Step};
+use spin::{Backoff, Expectation, Step};
 pub use spin::{POSTED_SPIN_PERIOD, SPIN_PERIOD};
 pub use sq::decode_send;
 
@@ -72,7 +72,8 @@ pub struct DataPath {
     flush_icrc: FlushIcrc,
     /// Congestion control: configuration, which a reset keeps.
     cc: CcConfig,
-    /// When a pass without work spins, naps or goes idle.
+    /// When a pass without work spins, naps or goes idle (with `--adaptive-spin`, from the
+    /// recent idle periods it records).
     backoff: Backoff,
     /// The timer slack this thread sets for its naps (None: the thread's default).
     nap_slack: Option<Duration>,
@@ -93,8 +94,6 @@ pub struct DataPath {
     port_queued: bool,
     /// Whether an answer is expected in this idle period (how long to spin before a nap).
     expectation: Expectation,
-    /// Whether the posted spin paid off in the recent idle periods (`--adaptive-spin`).
-    spin_history: SpinHistory,
 }
 
 enum Flow {
@@ -151,7 +150,6 @@ impl DataPath {
             loopback: VecDeque::new(),
             port_queued: false,
             expectation: Expectation::default(),
-            spin_history: SpinHistory::default(),
         })
     }
 
@@ -163,7 +161,7 @@ impl DataPath {
         self.shared.status.fetch_or(STATUS_READY, Ordering::AcqRel);
         let mut last_work = Instant::now();
         // The end of the last work, which a sleep does not move (`last_work` restarts the
-        // backoff after one): an idle period's gap for the spin history.
+        // backoff after one): an idle period's gap for the backoff's spin history.
         let mut work_ended = last_work;
         loop {
             self.shared.loop_passes.fetch_add(1, Ordering::Relaxed);
@@ -197,10 +195,8 @@ impl DataPath {
                 self.shared.loop_work_passes.fetch_add(1, Ordering::Relaxed);
                 last_work = Instant::now();
                 self.expectation.work_done();
-                if self.backoff.adapts() {
-                    let gap = pass_now.saturating_duration_since(work_ended);
-                    self.spin_history.work_came(gap, self.backoff.posted_spin);
-                }
+                self.backoff
+                    .work_came(pass_now.saturating_duration_since(work_ended));
                 work_ended = last_work;
                 continue;
             }
@@ -213,8 +209,7 @@ impl DataPath {
                     || self.engine.packets_in_flight(),
                 );
             let posted = self.shared.wakes_posted();
-            let pays = !(posted && self.backoff.adapts()) || self.spin_history.spins();
-            match self.backoff.next_step(idle_for, expecting, posted, pays) {
+            match self.backoff.next_step(idle_for, expecting, posted) {
                 Step::Spin => std::hint::spin_loop(),
                 Step::Nap(nap) => {
                     self.shared.loop_naps.fetch_add(1, Ordering::Relaxed);

@@ -325,4 +325,183 @@ mod tests {
         }
         assert!(one_page > 1000, "the shortcut was taken {one_page} times");
     }
+
+    /// What `chunks` must give for `[va, va+len)` of `mr`, from the region's definition in
+    /// 128-bit arithmetic (no sum can wrap): out of bounds unless the range lies inside
+    /// `[iova, iova + length)`, else the bytes page by page through the page list, merged
+    /// where pages are contiguous, and out of bounds where the list has no such page. (An
+    /// on-demand region's pages are all present here.)
+    fn chunks_by_definition(mr: &Mr, va: u64, len: u64) -> Result<Vec<(u64, u64)>, AccessError> {
+        let (va, len, iova) = (u128::from(va), u128::from(len), u128::from(mr.iova));
+        if va < iova || va + len > iova + u128::from(mr.length) {
+            return Err(AccessError::OutOfBounds);
+        }
+        let psize = 1u128 << mr.page_shift;
+        let mut out: Vec<(u64, u64)> = Vec::new();
+        let mut off = va - iova + u128::from(mr.offset);
+        let end = off + len;
+        while off < end {
+            let entry = *mr
+                .pages
+                .get((off / psize) as usize)
+                .ok_or(AccessError::OutOfBounds)?;
+            let page = if mr.odp {
+                entry & !ODP_PTE_ALL_FLAGS
+            } else {
+                entry
+            };
+            let n = (end - off).min(psize - off % psize);
+            let addr = (u128::from(page) + off % psize) as u64;
+            match out.last_mut() {
+                Some((a, l)) if u128::from(*a) + u128::from(*l) == u128::from(addr) => {
+                    *l += n as u64
+                }
+                _ => out.push((addr, n as u64)),
+            }
+            off += n;
+        }
+        Ok(out)
+    }
+
+    /// A region of three scattered 4 KiB pages, 0x10 bytes into the first.
+    fn three_pages(iova: u64, length: u64) -> Mr {
+        Mr {
+            key: Key::from_raw(0x200),
+            pd: 1,
+            access: 0,
+            iova,
+            length,
+            offset: 0x10,
+            pages: vec![0x40_0000, 0x10_0000, 0x10_1000],
+            page_shift: 12,
+            physical: false,
+            odp: false,
+            fast_reg: None,
+        }
+    }
+
+    /// A region that ends at the top of the address space (`iova + length == u64::MAX`, the
+    /// most `region_fits` allows): an access whose end would pass `u64::MAX` is out of bounds,
+    /// never wrapped to a low address, and the region's last bytes are reached through its
+    /// last page.
+    #[test]
+    fn an_access_near_u64_max_is_out_of_bounds_never_wrapped() {
+        let length = 3 * 4096 - 0x10 - 1;
+        assert!(region_fits(u64::MAX - length, length));
+        assert!(
+            !region_fits(u64::MAX - length + 1, length),
+            "one byte past u64::MAX"
+        );
+        assert!(!region_fits(0, DEV_MAX_MR_SIZE + 1));
+        let top = three_pages(u64::MAX - length, length);
+        assert!(pages_cover(top.offset, length, 3, 12));
+        let odp = Mr {
+            odp: true,
+            pages: top
+                .pages
+                .iter()
+                .map(|p| p | ODP_PTE_PRESENT | ODP_PTE_WRITE)
+                .collect(),
+            ..top.clone()
+        };
+        let lens = (0..70).chain([4096, length - 1, length, length + 1]);
+        let lens: Vec<u64> = lens.chain((0..70).map(|k| u64::MAX - k)).collect();
+        let mut reached = 0;
+        for mr in [&top, &odp] {
+            for va in (0..140)
+                .map(|k| u64::MAX - k)
+                .chain([top.iova - 1, top.iova])
+            {
+                for &len in &lens {
+                    let want = chunks_by_definition(&top, va, len);
+                    assert_eq!(
+                        mr.contains(va, len),
+                        want.is_ok(),
+                        "va {va:#x} len {len:#x}"
+                    );
+                    let got = mr.chunks(va, len, true).map(|c| c.to_vec());
+                    assert_eq!(got, want, "va {va:#x} len {len:#x} odp {}", mr.odp);
+                    if want.is_ok() && len > 0 {
+                        assert_eq!(mr.check_present(va, len), Ok(()));
+                        reached += 1;
+                    }
+                }
+            }
+        }
+        assert!(reached > 1000, "{reached} accesses inside the region");
+        assert_eq!(
+            top.chunks(u64::MAX - 1, 1, false).map(|c| c.to_vec()),
+            Ok(vec![(0x10_1000 + 0xffe, 1)]),
+            "the region's last byte is the last page's"
+        );
+        let physical = Mr {
+            physical: true,
+            pages: Vec::new(),
+            ..top.clone()
+        };
+        assert_eq!(
+            physical.chunks(u64::MAX - 8, 8, false).map(|c| c.to_vec()),
+            Ok(vec![(u64::MAX - 8, 8)])
+        );
+        assert_eq!(
+            physical.chunks(u64::MAX - 8, 9, false).map(|c| c.to_vec()),
+            Err(AccessError::OutOfBounds),
+            "a physical region's end is u64::MAX too"
+        );
+    }
+
+    /// A page list shorter than the region claims (the registration checks refuse such a
+    /// region; this is the data path's own guard): an access that needs a page past the
+    /// list's end is out of bounds as a whole, with no chunk of the pages before it, pinned or
+    /// on demand; the pages the list has still work.
+    #[test]
+    fn a_page_list_shorter_than_the_region_is_out_of_bounds_past_its_end() {
+        let full = three_pages(0x7000_0000, 3 * 4096 - 0x10);
+        let short = Mr {
+            pages: full.pages[..2].to_vec(),
+            ..full.clone()
+        };
+        let odp = Mr {
+            odp: true,
+            pages: short.pages.iter().map(|p| p | ODP_PTE_PRESENT).collect(),
+            ..short.clone()
+        };
+        let empty = Mr {
+            pages: Vec::new(),
+            ..full.clone()
+        };
+        let second_page_end = full.iova + 2 * 4096 - 0x10;
+        for mr in [&short, &odp, &empty] {
+            for va in (full.iova..full.iova + full.length).step_by(61) {
+                for len in [1, 8, 4096, 3 * 4096] {
+                    let want = chunks_by_definition(mr, va, len);
+                    assert_eq!(
+                        mr.chunks(va, len, false).map(|c| c.to_vec()),
+                        want,
+                        "va {va:#x} len {len}"
+                    );
+                    if mr.contains(va, len) && va + len > second_page_end {
+                        assert_eq!(want, Err(AccessError::OutOfBounds), "va {va:#x} len {len}");
+                        if mr.odp {
+                            assert_eq!(mr.check_present(va, len), Err(AccessError::OutOfBounds));
+                        }
+                    }
+                }
+            }
+        }
+        assert_eq!(
+            short
+                .chunks(full.iova, 2 * 4096 - 0x10, false)
+                .map(|c| c.to_vec()),
+            Ok(vec![(0x40_0010, 4096 - 0x10), (0x10_0000, 4096)]),
+            "the pages the list has"
+        );
+        assert_eq!(
+            short
+                .chunks(full.iova, 2 * 4096 - 0xf, true)
+                .map(|c| c.to_vec()),
+            Err(AccessError::OutOfBounds),
+            "one byte into the missing page"
+        );
+    }
 }

@@ -24,7 +24,8 @@
 //! "Session 14: the host engine at window 64"); in loopback guests it made ib_send_lat's
 //! typical bimodal, hence not the default.
 //!
-//! `--adaptive-spin true` spins the posted spin only where it pays ([`SpinHistory`]): while at
+//! `--adaptive-spin true` spins the posted spin only where it pays (the backoff's
+//! [`SpinHistory`] of the device's idle periods): while at
 //! least half of the device's recent idle periods ended within it, else it sleeps at once and
 //! spins one period in [`PROBE_EVERY`] to look again (docs/benchmarks.md, "Session 15: the
 //! spin").
@@ -68,7 +69,8 @@ pub enum Step {
     Idle,
 }
 
-/// When a pass that found no work spins, naps or goes idle.
+/// When a pass that found no work spins, naps or goes idle: the one answer to "spin or sleep",
+/// from the configuration and, with `--adaptive-spin`, the device's recent idle periods.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Backoff {
     /// How long the loop spins after the last work ([`SPIN_PERIOD`] by default).
@@ -86,6 +88,10 @@ pub struct Backoff {
     /// How long without work before the device goes idle while wakes are posted (at most
     /// `idle_after`).
     pub posted_idle_after: Duration,
+    /// Whether the posted spin paid off in the recent idle periods (kept while it [`adapts`]).
+    ///
+    /// [`adapts`]: Backoff::adapts
+    history: SpinHistory,
 }
 
 impl Backoff {
@@ -107,6 +113,7 @@ impl Backoff {
             expect_spin: cfg.expect_spin,
             idle_after: cfg.idle_after,
             posted_idle_after: cfg.posted_idle_after,
+            history: SpinHistory::default(),
         })
     }
 
@@ -115,21 +122,32 @@ impl Backoff {
         self.expect_spin > self.spin
     }
 
-    /// Whether the posted spin adapts to the device's recent idle periods (else the caller
-    /// need not keep them).
-    pub fn adapts(&self) -> bool {
+    /// Whether the posted spin adapts to the device's recent idle periods.
+    fn adapts(&self) -> bool {
         self.adaptive && !self.posted_spin.is_zero()
     }
 
+    /// Work came `gap` after the end of the last work (a sleep in between does not move that
+    /// end): the idle period, if one began, ends, and the history (while it adapts) records
+    /// whether the posted spin would have covered it.
+    pub fn work_came(&mut self, gap: Duration) {
+        if self.adapts() {
+            self.history.work_came(gap, self.posted_spin);
+        }
+    }
+
     /// What to do `idle_for` after the last work, with an answer `expecting` or not, with
-    /// wakes `posted` through the companion or trapped, and whether a spin `pays` in this
-    /// idle period ([`SpinHistory`]; only posted wakes heed it: a trapped wake costs the
-    /// vCPU a round trip, and without a spin such a device naps, a nap that ends late).
-    pub fn next_step(&self, idle_for: Duration, expecting: bool, posted: bool, pays: bool) -> Step {
-        let spin = match (posted, pays || !self.adaptive) {
-            (false, _) => self.spin,
-            (true, true) => self.posted_spin,
-            (true, false) => Duration::ZERO,
+    /// wakes `posted` through the companion or trapped. Adaptive, a posted spin is spun only
+    /// in idle periods where the history says it pays (decided at the period's first pass);
+    /// trapped wakes spin regardless (a trapped wake costs the vCPU a round trip, and without
+    /// a spin such a device naps, a nap that ends late).
+    pub fn next_step(&mut self, idle_for: Duration, expecting: bool, posted: bool) -> Step {
+        let spin = if !posted {
+            self.spin
+        } else if !self.adapts() || self.history.spins() {
+            self.posted_spin
+        } else {
+            Duration::ZERO
         };
         let spin = if expecting {
             self.expect_spin.max(spin)
@@ -169,7 +187,7 @@ pub const PROBE_EVERY: u32 = 8;
 /// device spins while at least half of the last [`HISTORY`] recorded periods were hits, and
 /// otherwise every [`PROBE_EVERY`]th period, whose spin records a fresh hit or miss.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct SpinHistory {
+struct SpinHistory {
     /// The last [`HISTORY`] recorded periods, newest in bit 0: 1 a hit.
     hits: u8,
     /// Periods since the last one that spun.
@@ -192,7 +210,7 @@ impl Default for SpinHistory {
 
 impl SpinHistory {
     /// Whether this idle period spins: decided at its first pass without work, then kept.
-    pub fn spins(&mut self) -> bool {
+    fn spins(&mut self) -> bool {
         if let Some(s) = self.spins {
             return s;
         }
@@ -205,7 +223,7 @@ impl SpinHistory {
 
     /// Work came `gap` after the last work, with a spin budget of `budget`: the idle period
     /// ends (a no-op unless one was decided, i.e. a pass without work came in between).
-    pub fn work_came(&mut self, gap: Duration, budget: Duration) {
+    fn work_came(&mut self, gap: Duration, budget: Duration) {
         let Some(spun) = self.spins.take() else {
             return;
         };
@@ -273,54 +291,49 @@ mod tests {
             expect_spin: us(expect_spin_us),
             idle_after: IDLE_AFTER,
             posted_idle_after: us(200),
+            history: SpinHistory::default(),
         }
     }
 
     #[test]
     fn without_an_answer_expected_it_spins_only_the_short_period() {
-        let b = backoff(200);
-        assert_eq!(b.next_step(us(0), false, false, true), Step::Spin);
-        assert_eq!(
-            b.next_step(SPIN_PERIOD - us(1), false, false, true),
-            Step::Spin
-        );
-        assert_eq!(b.next_step(us(80), false, false, true), Step::Nap(us(10)));
+        let mut b = backoff(200);
+        assert_eq!(b.next_step(us(0), false, false), Step::Spin);
+        assert_eq!(b.next_step(SPIN_PERIOD - us(1), false, false), Step::Spin);
+        assert_eq!(b.next_step(us(80), false, false), Step::Nap(us(10)));
     }
 
     #[test]
     fn while_an_answer_is_expected_it_spins_longer_and_then_naps() {
-        let b = backoff(200);
+        let mut b = backoff(200);
         assert!(b.uses_expectation());
-        assert_eq!(b.next_step(us(80), true, false, true), Step::Spin);
-        assert_eq!(b.next_step(us(199), true, false, true), Step::Spin);
-        assert_eq!(b.next_step(us(200), true, false, true), Step::Nap(us(25)));
+        assert_eq!(b.next_step(us(80), true, false), Step::Spin);
+        assert_eq!(b.next_step(us(199), true, false), Step::Spin);
+        assert_eq!(b.next_step(us(200), true, false), Step::Nap(us(25)));
     }
 
     #[test]
     fn off_an_expected_answer_changes_nothing() {
-        let b = backoff(0);
+        let mut b = backoff(0);
         assert!(!b.uses_expectation());
-        assert_eq!(
-            b.next_step(SPIN_PERIOD - us(1), true, false, true),
-            Step::Spin
-        );
-        assert_eq!(b.next_step(us(80), true, false, true), Step::Nap(us(10)));
+        assert_eq!(b.next_step(SPIN_PERIOD - us(1), true, false), Step::Spin);
+        assert_eq!(b.next_step(us(80), true, false), Step::Nap(us(10)));
     }
 
     #[test]
     fn a_shorter_spin_naps_sooner() {
-        let b = Backoff {
+        let mut b = Backoff {
             spin: us(10),
             ..backoff(0)
         };
-        assert_eq!(b.next_step(us(9), false, false, true), Step::Spin);
-        assert_eq!(b.next_step(us(16), false, false, true), Step::Nap(us(2)));
+        assert_eq!(b.next_step(us(9), false, false), Step::Spin);
+        assert_eq!(b.next_step(us(16), false, false), Step::Nap(us(2)));
         assert_eq!(
             Backoff {
                 spin: Duration::ZERO,
                 ..b
             }
-            .next_step(us(0), false, false, true),
+            .next_step(us(0), false, false),
             Step::Nap(us(0)),
             "no spin: a nap at once"
         );
@@ -328,41 +341,35 @@ mod tests {
 
     #[test]
     fn naps_grow_to_their_cap_and_the_device_goes_idle() {
-        let b = backoff(200);
-        assert_eq!(
-            b.next_step(us(8_000), true, false, true),
-            Step::Nap(MAX_NAP)
-        );
-        assert_eq!(b.next_step(IDLE_AFTER, true, false, true), Step::Idle);
-        assert_eq!(b.next_step(IDLE_AFTER, false, false, true), Step::Idle);
+        let mut b = backoff(200);
+        assert_eq!(b.next_step(us(8_000), true, false), Step::Nap(MAX_NAP));
+        assert_eq!(b.next_step(IDLE_AFTER, true, false), Step::Idle);
+        assert_eq!(b.next_step(IDLE_AFTER, false, false), Step::Idle);
     }
 
     #[test]
     fn with_posted_wakes_it_goes_idle_sooner_after_its_spin() {
-        let b = backoff(0);
-        assert_eq!(b.next_step(us(5), false, true, true), Step::Spin);
-        assert_eq!(b.next_step(us(96), false, true, true), Step::Nap(us(12)));
-        assert_eq!(b.next_step(us(200), false, true, true), Step::Idle);
+        let mut b = backoff(0);
+        assert_eq!(b.next_step(us(5), false, true), Step::Spin);
+        assert_eq!(b.next_step(us(96), false, true), Step::Nap(us(12)));
+        assert_eq!(b.next_step(us(200), false, true), Step::Idle);
         assert_eq!(
-            b.next_step(us(200), false, false, true),
+            b.next_step(us(200), false, false),
             Step::Nap(us(25)),
             "trapped wakes keep the long grace"
         );
-        let at_once = Backoff {
+        let mut at_once = Backoff {
             posted_idle_after: Duration::ZERO,
             ..b
         };
-        assert_eq!(at_once.next_step(us(5), false, true, true), Step::Spin);
-        assert_eq!(
-            at_once.next_step(SPIN_PERIOD, false, true, true),
-            Step::Idle
-        );
-        let longer = Backoff {
+        assert_eq!(at_once.next_step(us(5), false, true), Step::Spin);
+        assert_eq!(at_once.next_step(SPIN_PERIOD, false, true), Step::Idle);
+        let mut longer = Backoff {
             posted_idle_after: Duration::from_secs(1),
             ..b
         };
         assert_eq!(
-            longer.next_step(IDLE_AFTER, false, true, true),
+            longer.next_step(IDLE_AFTER, false, true),
             Step::Idle,
             "never later than with trapped wakes"
         );
@@ -374,34 +381,34 @@ mod tests {
             POSTED_SPIN_PERIOD, SPIN_PERIOD,
             "by default as trapped wakes"
         );
-        let b = Backoff {
+        let mut b = Backoff {
             posted_spin: Duration::ZERO,
             posted_idle_after: crate::device::DEFAULT_POSTED_IDLE_AFTER,
             ..backoff(0)
         };
         assert_eq!(
-            b.next_step(us(0), false, true, true),
+            b.next_step(us(0), false, true),
             Step::Idle,
             "posted wakes, posted spin 0: idle at once, no spin"
         );
         assert_eq!(
-            b.next_step(us(0), false, false, true),
+            b.next_step(us(0), false, false),
             Step::Spin,
             "trapped wakes keep the spin"
         );
-        let some = Backoff {
+        let mut some = Backoff {
             posted_spin: us(3),
             posted_idle_after: us(50),
             ..b
         };
-        assert_eq!(some.next_step(us(2), false, true, true), Step::Spin);
-        assert_eq!(some.next_step(us(8), false, true, true), Step::Nap(us(1)));
-        let expecting = Backoff {
+        assert_eq!(some.next_step(us(2), false, true), Step::Spin);
+        assert_eq!(some.next_step(us(8), false, true), Step::Nap(us(1)));
+        let mut expecting = Backoff {
             expect_spin: us(40),
             ..some
         };
         assert_eq!(
-            expecting.next_step(us(30), true, true, true),
+            expecting.next_step(us(30), true, true),
             Step::Spin,
             "an expected answer still spins as asked"
         );
@@ -523,37 +530,72 @@ mod tests {
         assert_eq!(h, before, "work after work: no idle period");
     }
 
+    /// One idle period of `gap_us` on `b` with posted wakes: the step of its first pass
+    /// without work, then the work that ends it.
+    fn posted_period(b: &mut Backoff, gap_us: u64) -> Step {
+        let step = b.next_step(us(0), false, true);
+        assert_eq!(
+            b.next_step(us(0), false, true),
+            step,
+            "decided once per period"
+        );
+        b.work_came(us(gap_us));
+        step
+    }
+
     #[test]
-    fn an_adaptive_device_that_does_not_spin_sleeps_as_a_posted_spin_of_0() {
-        let b = Backoff {
+    fn an_adaptive_backoff_sleeps_at_once_where_its_posted_spin_does_not_pay() {
+        let adaptive = Backoff {
             adaptive: true,
             posted_idle_after: Duration::ZERO,
             ..backoff(0)
         };
-        assert!(b.adapts());
-        assert_eq!(b.next_step(us(0), false, true, false), Step::Idle);
-        assert_eq!(b.next_step(us(0), false, true, true), Step::Spin);
+        let mut b = adaptive;
+        assert_eq!(posted_period(&mut b, 30), Step::Spin, "a new device spins");
+        let periods = (1..100)
+            .find(|_| posted_period(&mut b, 30) == Step::Idle)
+            .expect("still spinning after 100 periods longer than the spin");
+        assert!(periods <= HISTORY, "{periods} periods to stop spinning");
         assert_eq!(
-            b.next_step(us(0), false, false, false),
-            Step::Spin,
-            "trapped wakes spin regardless"
+            posted_period(&mut b, 30),
+            Step::Idle,
+            "posted wakes, a spin that does not pay: idle at once, as a posted spin of 0"
         );
-        assert!(
-            !Backoff {
-                posted_spin: Duration::ZERO,
-                ..b
-            }
-            .adapts(),
-            "no posted spin: nothing to adapt"
-        );
+        let before = b.history;
+        for _ in 0..20 {
+            assert_eq!(
+                b.next_step(us(0), false, false),
+                Step::Spin,
+                "trapped wakes spin regardless"
+            );
+            b.work_came(us(30));
+        }
+        assert_eq!(b.history, before, "trapped wakes' periods are not weighed");
         assert_eq!(
             Backoff {
                 adaptive: false,
                 ..b
             }
-            .next_step(us(0), false, true, false),
+            .next_step(us(0), false, true),
             Step::Spin,
-            "off, the spin is spun whatever the history"
+            "off, the posted spin is spun whatever the history"
+        );
+        let mut again = 0;
+        while posted_period(&mut b, 3) != Step::Spin {
+            again += 1;
+            assert!(again < 100, "work within the spin never brought it back");
+        }
+        assert!(again <= HISTORY, "{again} short periods to spin again");
+        let mut no_spin = Backoff {
+            posted_spin: Duration::ZERO,
+            ..adaptive
+        };
+        for _ in 0..20 {
+            assert_eq!(posted_period(&mut no_spin, 30), Step::Idle);
+        }
+        assert_eq!(
+            no_spin.history, adaptive.history,
+            "no posted spin: nothing to adapt, nothing recorded"
         );
     }
 }
