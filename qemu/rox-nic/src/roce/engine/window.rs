@@ -70,7 +70,9 @@ impl Qp {
             Some(head) if head.started => head.first_psn,
             _ => self.req.next_psn,
         };
-        psn.diff(floor.add(self.req.window)) < 0 || psn.diff(self.una().add(self.req.window)) < 0
+        // Unsigned from the floor: a signed difference wraps once `psn` is 2^23 past it (a
+        // head READ of ~2^23 packets), and would call a PSN past the window inside it.
+        psn.distance_from(floor) < self.req.window || psn.diff(self.una().add(self.req.window)) < 0
     }
 
     /// The oldest outstanding PSN moved on from `before` (an ACK, a READ response placed, an
@@ -265,5 +267,36 @@ mod tests {
         qp.req.sq[1].read_pkts_done = 2;
         qp.ack_through(psn(105), 0);
         check(&qp);
+    }
+
+    /// The head READ is 2^23 packets long with one response left: the PSNs just past the
+    /// window are 2^23 past the head's first, where a signed difference from it wraps.
+    #[test]
+    fn the_window_check_without_the_walk_holds_half_the_psn_space_from_the_head() {
+        let (mut env, mut stats, mut qp) = rc_fixture();
+        for (id, (opcode, len)) in [(WrOpcode::RdmaRead, 2000), (WrOpcode::Send, 8)]
+            .into_iter()
+            .enumerate()
+        {
+            let wqe = qp.make_wqe(send_wr(id as u64, opcode, len));
+            qp.enqueue(&mut env, &mut stats, wqe);
+        }
+        const HALF: u32 = 1 << 23;
+        qp.req.sq[0].npsn = HALF;
+        qp.req.sq[0].read_pkts_done = HALF - 1;
+        let head = qp.req.sq[0].first_psn;
+        assert_eq!(qp.una(), head.add(HALF - 1));
+        for window in [1, 64, 256] {
+            qp.req.window = window;
+            for offset in 0..600 {
+                let p = qp.una().add(offset);
+                let exact = p.diff(qp.una().add(window)) < 0;
+                assert_eq!(
+                    qp.within_window(p),
+                    exact,
+                    "window {window}, una + {offset}"
+                );
+            }
+        }
     }
 }
