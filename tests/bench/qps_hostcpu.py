@@ -7,7 +7,7 @@ CPUs so far, in ns (the sum of their threads' /proc/PID/task/TID/schedstat):
 
     HOSTCPU run=N at=start|end nic0=NS nic1=NS qemu0=NS qemu1=NS
 
-nicG is guest G's rox-nic, qemuG its QEMU (G from the /run/gG/ paths in their command lines;
+nicG is guest G's rox-nic, qemuG its QEMU (G from the run/lab.N/gG/ paths in their command lines;
 guest 0 is the client). qps_table.py turns the two into each run's CPU per MiB moved: whether
 the devices or the guests cost more at 256 QPs than at 16 does not depend on the load as a
 single run's MiB/s does.
@@ -21,7 +21,7 @@ import re
 import sys
 
 MARK = re.compile(r"\b(QPSSTART|QPS) run=(\d+)\b")
-GUEST = re.compile(r"/run/g(\d+)/")
+GUEST = re.compile(r"/run/lab\.\d+/g(\d+)/")
 
 
 def ancestors(pid, parents):

@@ -18,8 +18,8 @@ BUSY = "import time\nt = time.time()\nwhile time.time() - t < 5: pass"
 class SampleTest(unittest.TestCase):
     def test_the_labs_processes_below_the_shell_are_counted_by_guest(self):
         exe = os.readlink("/proc/self/exe")
-        # A stand-in for guest 1's rox-nic: this interpreter, /run/g1/ on its command line.
-        child = subprocess.Popen([exe, "-c", BUSY, "/run/g1/rox0.sock"])
+        # A stand-in for guest 1's rox-nic: this interpreter, run/lab.N/g1/ on its command line, as the lab names it.
+        child = subprocess.Popen([exe, "-c", BUSY, "/root/.cache/rox/run/lab.77/g1/rox0.sock"])
         try:
             time.sleep(0.3)
             first = qps_hostcpu.sample(exe, os.getpid())
