@@ -457,7 +457,10 @@ impl Engine {
         let flight = self.qps.flight();
         debug_assert_eq!(
             flight,
-            self.qps.values().map(table::rc_packets_in_flight).sum::<u64>(),
+            self.qps
+                .values()
+                .map(table::rc_packets_in_flight)
+                .sum::<u64>(),
             "the table's count of packets in flight"
         );
         flight

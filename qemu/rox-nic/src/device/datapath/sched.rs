@@ -280,7 +280,10 @@ mod tests {
         let mut s = refilled(0, PORT_INFLIGHT_LIMIT - 1);
         assert!(s.may_send(qpn(2), true));
         assert!(!s.may_send(qpn(2), true), "the flight is full");
-        assert!(!s.has_room(), "a turn for a new packet could only be refused");
+        assert!(
+            !s.has_room(),
+            "a turn for a new packet could only be refused"
+        );
         assert_eq!(s.start_turn(), None);
         // A rewind (a timer, a NAK): the QP now waits to resend.
         assert!(!s.may_send(qpn(2), false), "not on turn: it waits");
@@ -291,7 +294,10 @@ mod tests {
             s.may_send(qpn(2), false),
             "a retransmission needs only queue room"
         );
-        assert!(!s.may_send(qpn(2), true), "a new packet still needs flight room");
+        assert!(
+            !s.may_send(qpn(2), true),
+            "a new packet still needs flight room"
+        );
         assert_eq!(s.end_turn(), 1);
     }
 

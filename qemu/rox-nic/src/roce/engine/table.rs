@@ -132,7 +132,10 @@ impl QpTable {
     /// The QPs that have a timer armed or an answer owed (and perhaps a few that had them
     /// when last noted).
     pub fn active(&self) -> impl Iterator<Item = &Qp> {
-        self.active.iter().filter_map(|q| self.map.get(q)).map(|s| &s.qp)
+        self.active
+            .iter()
+            .filter_map(|q| self.map.get(q))
+            .map(|s| &s.qp)
     }
 
     /// Calls `f` for every QP with a timer armed or an answer owed; a QP left with neither
