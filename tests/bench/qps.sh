@@ -5,10 +5,8 @@
 # sides print what their device's counters moved by (tests/bench/qps_table.py reads them):
 #   QPS run=N qps=Q messages=M bw_MiBps=B <counter>=<delta> ...    (the client)
 #   QPSRX run=N qps=Q <counter>=<delta> ...                          (the server)
-# and the client marks on the console where perftest's measurement starts and ends
-# (QPSSTART run=N at its results header, QPSEND run=N at its result row), where the host reads
-# its processes' CPU time (tests/bench/qps_hostcpu.py): connecting 256 QPs costs the guests
-# seconds of CPU, the transfer a fraction of one.
+# and the client marks each run's start (QPSSTART run=N), where the host reads its processes'
+# CPU time (tests/bench/qps_hostcpu.py; again at the QPS line).
 # The counters (`rdma statistic`, and the PMA's port_xmit_discards) say what the transport did
 # (packets each way, ACKs sent, retransmissions, ACK timeouts, tail probes, duplicates,
 # out-of-sequence requests) and how often the device had to be woken or looked at its
@@ -49,21 +47,6 @@ deltas() {
 	awk 'NR == FNR { b[$1] = $2; next } { printf "%s=%d ", $1, $2 - b[$1] }' "$1" "$2"
 }
 
-# The console, for the marks while perftest's output goes to its log.
-exec 3>&1
-# mark_transfer RUN MESSAGES: passes perftest's output (line-buffered) through and marks on the
-# console where its measurement starts (the results header, printed once the QPs are
-# connected) and ends (the result row, printed before they are torn down).
-mark_transfer() {
-	local line a b
-	while IFS= read -r line; do
-		printf '%s\n' "$line"
-		case $line in *"#bytes"*) echo "QPSSTART run=$1" >&3 ;; esac
-		read -r a b _ <<<"$line"
-		if [ "$a" = "$size" ] && [ "$b" = "$2" ]; then echo "QPSEND run=$1" >&3; fi
-	done
-}
-
 base_iters=${QPS_BASE_ITERS:-10}
 plan=""
 if [ "$base_iters" -gt 0 ]; then
@@ -85,10 +68,11 @@ for step in $plan; do
 		continue
 	fi
 	wait_ping "$peer" 120 || fail "guest 1 ($peer) unreachable"
+	# The host reads the lab's CPU time here and at the QPS line (tests/bench/qps_hostcpu.py).
+	echo "QPSSTART run=$n qps=$q base=$base"
 	# The server may still be starting: try again while nobody listens (60 s).
 	for _ in $(seq 120); do
-		timeout 600 stdbuf -oL $cmd "$peer" 2>&1 | mark_transfer "$n" "$((iters * q))" >/tmp/qps-client.log
-		[ "${PIPESTATUS[0]}" -eq 0 ] && break
+		timeout 600 $cmd "$peer" >/tmp/qps-client.log 2>&1 && break
 		grep -q "Couldn't connect\|Unable to open file descriptor" /tmp/qps-client.log || break
 		sleep 0.5
 	done

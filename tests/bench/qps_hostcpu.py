@@ -1,10 +1,9 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: GPL-2.0-only OR MIT
 """tests/bench/qps_hostcpu.py — the host's side of tests/bench/qps: passes a lab's output
-through and, where each run's measurement starts and ends as the client guest marks them
-(`QPSSTART run=N` at perftest's results header, `QPSEND run=N` at its result row,
-tests/bench/qps.sh), adds what the lab's processes have run on the host's CPUs so far, in ns
-(the sum of their threads' /proc/PID/task/TID/schedstat):
+through and, at each run's start and end as the client guest announces them (`QPSSTART run=N`
+and `QPS run=N`, tests/bench/qps.sh), adds what the lab's processes have run on the host's
+CPUs so far, in ns (the sum of their threads' /proc/PID/task/TID/schedstat):
 
     HOSTCPU run=N at=start|end nic0=NS nic1=NS qemu0=NS qemu1=NS
 
@@ -21,7 +20,7 @@ import os
 import re
 import sys
 
-MARK = re.compile(r"\b(QPSSTART|QPSEND) run=(\d+)\b")
+MARK = re.compile(r"\b(QPSSTART|QPS) run=(\d+)\b")
 GUEST = re.compile(r"/run/lab\.\d+/g(\d+)/")
 
 

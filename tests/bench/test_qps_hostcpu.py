@@ -36,18 +36,17 @@ class SampleTest(unittest.TestCase):
 
 class FilterTest(unittest.TestCase):
     def test_lines_pass_through_and_each_run_mark_adds_a_hostcpu_line(self):
-        lab = "[g0] QPSSTART run=3\n[g1] QPSRX run=3 qps=16\n[g0] QPSEND run=3\n[g0] QPS run=3 qps=16 bw_MiBps=1\n"
+        lab = "[g0] QPSSTART run=3 qps=16 base=0\n[g1] QPSRX run=3 qps=16\n[g0] QPS run=3 qps=16 bw_MiBps=1\n"
         out = io.StringIO()
         with mock.patch.object(sys, "stdin", io.StringIO(lab)), mock.patch.object(sys, "stdout", out), \
                 mock.patch.object(qps_hostcpu, "sample", return_value={"nic0": 5, "qemu1": 7}):
             self.assertEqual(qps_hostcpu.main(["/bin/true"]), 0)
         self.assertEqual(out.getvalue().splitlines(), [
-            "[g0] QPSSTART run=3",
+            "[g0] QPSSTART run=3 qps=16 base=0",
             "HOSTCPU run=3 at=start nic0=5 qemu1=7",
             "[g1] QPSRX run=3 qps=16",
-            "[g0] QPSEND run=3",
-            "HOSTCPU run=3 at=end nic0=5 qemu1=7",
             "[g0] QPS run=3 qps=16 bw_MiBps=1",
+            "HOSTCPU run=3 at=end nic0=5 qemu1=7",
         ])
 
 
