@@ -100,7 +100,7 @@ impl QpTable {
     /// Removes QP `qpn` and everything noted of it.
     pub fn remove(&mut self, qpn: &Qpn) -> Option<Qp> {
         let slot = self.map.remove(qpn)?;
-        self.flight -= slot.flight;
+        self.flight = self.flight.saturating_sub(slot.flight);
         // Rare (a destroy or a reset): the lists are walked once.
         if slot.active {
             self.active.retain(|q| q != qpn);
@@ -182,6 +182,7 @@ impl QpTable {
     }
 }
 
+#[cfg(test)]
 impl std::ops::Index<&Qpn> for QpTable {
     type Output = Qp;
 
@@ -195,7 +196,9 @@ impl Lists<'_> {
     /// active or the owing list.
     fn note(&mut self, qpn: Qpn, slot: &mut Slot) {
         let flight = rc_packets_in_flight(&slot.qp);
-        *self.flight = *self.flight - slot.flight + flight;
+        // Saturating: were the count ever wrong (debug builds check it), a wrap would hold
+        // every new packet of the port back for good.
+        *self.flight = self.flight.saturating_sub(slot.flight) + flight;
         slot.flight = flight;
         if !slot.active && has_poll_work(&slot.qp) {
             slot.active = true;
