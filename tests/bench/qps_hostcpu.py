@@ -3,9 +3,10 @@
 """tests/bench/qps_hostcpu.py — the host's side of tests/bench/qps: passes a lab's output
 through and, at each run's start and end as the client guest announces them (`QPSSTART run=N`
 and `QPS run=N`, tests/bench/qps.sh), adds what the lab's processes have run on the host's
-CPUs so far, in ns (the sum of their threads' /proc/PID/task/TID/schedstat):
+CPUs so far, and how long they waited runnable for a CPU, in ns (the sums of their threads'
+/proc/PID/task/TID/schedstat):
 
-    HOSTCPU run=N at=start|end nic0=NS nic1=NS qemu0=NS qemu1=NS
+    HOSTCPU run=N at=start|end nic0=NS nic1=NS qemu0=NS qemu1=NS nicwait0=NS ... qemuwait1=NS
 
 nicG is guest G's rox-nic, qemuG its QEMU (G from the run/lab.N/gG/ paths in their command lines;
 guest 0 is the client). qps_table.py turns the two into each run's CPU per MiB moved: whether
@@ -42,17 +43,19 @@ def read(path):
 
 
 def cpu_ns(pid):
-    """On-CPU ns of all of `pid`'s threads (0 if it is gone)."""
-    total = 0
+    """(on-CPU ns, ns waited runnable) of all of `pid`'s threads ((0, 0) if it is gone)."""
+    ran = waited = 0
     try:
         tids = os.listdir(f"/proc/{pid}/task")
     except OSError:
-        return 0
+        return 0, 0
     for tid in tids:
         s = read(f"/proc/{pid}/task/{tid}/schedstat")
         if s:
-            total += int(s.split()[0])
-    return total
+            fields = s.split()
+            ran += int(fields[0])
+            waited += int(fields[1])
+    return ran, waited
 
 
 def processes():
@@ -76,7 +79,8 @@ def processes():
 
 
 def sample(nic_bin, top):
-    """{nicG/qemuG: ns} of the lab's processes below pid `top`."""
+    """{nicG/qemuG: ns run, nicwaitG/qemuwaitG: ns waited} of the lab's processes below pid
+    `top`."""
     procs = processes()
     parents = {pid: p[0] for pid, p in procs.items()}
     out = {}
@@ -91,8 +95,9 @@ def sample(nic_bin, top):
             continue
         g = GUEST.search(cmd)
         if g:
-            key = f"{kind}{g.group(1)}"
-            out[key] = out.get(key, 0) + cpu_ns(pid)
+            ran, waited = cpu_ns(pid)
+            for key, ns in ((f"{kind}{g.group(1)}", ran), (f"{kind}wait{g.group(1)}", waited)):
+                out[key] = out.get(key, 0) + ns
     return out
 
 

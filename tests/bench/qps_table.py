@@ -32,9 +32,11 @@ PER_MIB = (("c_tx", "c", "tx_packets"), ("c_rx", "c", "rx_packets"), ("s_rx", "s
            ("s_db_scans", "s", "doorbell_scans"), ("s_irqs", "s", "interrupts"),
            ("c_wakeups", "c", "wakeups"), ("c_db_scans", "c", "doorbell_scans"),
            ("c_irqs", "c", "interrupts"),
-           # Host CPU µs of the client's and the server's rox-nic and QEMU (qps_hostcpu.py).
+           # Host CPU µs of the client's and the server's rox-nic and QEMU, and µs their
+           # rox-nic threads waited runnable for a CPU (qps_hostcpu.py).
            ("c_nic_us", "h", "nic0"), ("s_nic_us", "h", "nic1"),
-           ("c_qemu_us", "h", "qemu0"), ("s_qemu_us", "h", "qemu1"))
+           ("c_qemu_us", "h", "qemu0"), ("s_qemu_us", "h", "qemu1"),
+           ("c_nicwait", "h", "nicwait0"), ("s_nicwait", "h", "nicwait1"))
 
 
 def fields(text):
