@@ -4,14 +4,14 @@
 through and, at each run's start and end as the client guest announces them (`QPSSTART run=N`
 and `QPS run=N`, tests/bench/qps.sh), adds what the lab's processes have run on the host's
 CPUs so far, and how long they waited runnable for a CPU, in ns (the sums of their threads'
-/proc/PID/task/TID/schedstat):
+/proc/PID/task/TID/schedstat), and the host's monotonic clock (wall):
 
-    HOSTCPU run=N at=start|end nic0=NS nic1=NS qemu0=NS qemu1=NS nicwait0=NS ... qemuwait1=NS
+    HOSTCPU run=N at=start|end nic0=NS nic1=NS qemu0=NS qemu1=NS nicwait0=NS ... wall=NS
 
-nicG is guest G's rox-nic, qemuG its QEMU (G from the run/lab.N/gG/ paths in their command lines;
-guest 0 is the client). qps_table.py turns the two into each run's CPU per MiB moved: whether
-the devices or the guests cost more at 256 QPs than at 16 does not depend on the load as a
-single run's MiB/s does.
+nicG is guest G's rox-nic, qemuG its QEMU (G from the run/lab.N/gG/ paths in their command
+lines; guest 0 is the client). qps_table.py turns the two into each run's CPU per MiB moved:
+whether the devices or the guests cost more at 256 QPs than at 16 does not depend on the load
+as a single run's MiB/s does.
 
     qemu/lab ... | qps_hostcpu.py ROX_NIC_BINARY
 
@@ -20,6 +20,7 @@ Only processes below this pipeline's shell (its parent) are counted.
 import os
 import re
 import sys
+import time
 
 MARK = re.compile(r"\b(QPSSTART|QPS) run=(\d+)\b")
 GUEST = re.compile(r"/run/lab\.\d+/g(\d+)/")
@@ -102,6 +103,7 @@ def sample(nic_bin, top):
 
 
 def hostcpu_line(run, at, counts):
+    counts = dict(counts, wall=time.monotonic_ns())
     return f"HOSTCPU run={run} at={at} " + " ".join(f"{k}={v}" for k, v in sorted(counts.items()))
 
 

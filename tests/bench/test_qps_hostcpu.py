@@ -42,7 +42,11 @@ class FilterTest(unittest.TestCase):
         with mock.patch.object(sys, "stdin", io.StringIO(lab)), mock.patch.object(sys, "stdout", out), \
                 mock.patch.object(qps_hostcpu, "sample", return_value={"nic0": 5, "qemu1": 7}):
             self.assertEqual(qps_hostcpu.main(["/bin/true"]), 0)
-        self.assertEqual(out.getvalue().splitlines(), [
+        lines = out.getvalue().splitlines()
+        walls = [int(x.rsplit(" wall=", 1)[1]) for x in lines if x.startswith("HOSTCPU")]
+        self.assertEqual(len(walls), 2)
+        self.assertLessEqual(walls[0], walls[1])
+        self.assertEqual([x.rsplit(" wall=", 1)[0] for x in lines], [
             "[g0] QPSSTART run=3 qps=16 base=0",
             "HOSTCPU run=3 at=start nic0=5 qemu1=7",
             "[g1] QPSRX run=3 qps=16",
