@@ -254,3 +254,110 @@ pub(super) fn has_poll_work(qp: &Qp) -> bool {
         || qp.req.timer_deadline.is_some()
         || qp.cc.wake_at.is_some()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_env::*;
+    use super::super::*;
+    use crate::roce::wire::{self, opcode as op};
+
+    fn rc_config(qpn: Qpn) -> QpConfig {
+        QpConfig {
+            qpn,
+            qp_type: QpType::Rc,
+            pd: 1,
+            uses_srq: false,
+        }
+    }
+
+    /// `count` RC QPs from [`LOCAL_QPN`] on, in RTS with an ACK timer, talking to the
+    /// test's peer.
+    fn engine_with_qps(env: &mut TestEnv, count: u32) -> (Engine, Vec<Qpn>) {
+        let mut engine = Engine::new();
+        let with_ack_timer = QpModify {
+            timeout: Some(14),
+            ..rts_modify()
+        };
+        let qpns: Vec<Qpn> = (0..count)
+            .map(|i| Qpn::new(LOCAL_QPN.get() + i).unwrap())
+            .collect();
+        for &qpn in &qpns {
+            engine.create_qp(rc_config(qpn)).unwrap();
+            engine.modify_qp(env, qpn, &with_ack_timer).unwrap();
+        }
+        (engine, qpns)
+    }
+
+    #[test]
+    fn a_pass_visits_only_the_qps_with_a_timer_armed_or_an_answer_owed() {
+        let mut env = TestEnv::new();
+        let (mut engine, qpns) = engine_with_qps(&mut env, 64);
+        // Every QP has a WR the port's scheduler holds back: work, but nothing to poll.
+        env.send_allowance = Some(0);
+        for (i, &qpn) in qpns.iter().enumerate() {
+            let wr = send_wr(i as u64, WrOpcode::Send, 8);
+            engine.post_send(&mut env, qpn, wr).unwrap();
+        }
+        engine.poll(&mut env);
+        assert_eq!(engine.qps.active_len(), 0, "no QP has a timer or owes");
+        assert_eq!(engine.packets_in_flight(), 0);
+        // Two QPs get a turn each: one packet in flight and its ACK timer armed.
+        env.send_allowance = None;
+        for &qpn in &qpns[5..7] {
+            engine.resume_send(&mut env, qpn);
+        }
+        assert_eq!(env.sent.len(), 2);
+        assert_eq!(engine.packets_in_flight(), 2);
+        engine.poll(&mut env);
+        assert_eq!(engine.qps.active_len(), 2, "the two QPs with a timer");
+        // Their ACKs: nothing in flight, no timer, nothing to visit.
+        for &qpn in &qpns[5..7] {
+            let ack = packet_from_peer(op::RC_ACKNOWLEDGE, 100, &[], |h| {
+                h.bth.dest_qpn = qpn;
+                h.aeth = Some(wire::Aeth {
+                    syndrome: wire::Syndrome::Ack,
+                    msn: Msn::default(),
+                })
+            });
+            engine.receive(&mut env, &ack).unwrap();
+        }
+        assert_eq!(engine.packets_in_flight(), 0);
+        engine.poll(&mut env);
+        assert_eq!(engine.qps.active_len(), 0);
+        assert_eq!(engine.next_deadline(), None);
+    }
+
+    #[test]
+    fn every_answer_owed_is_sent_and_only_once() {
+        let mut env = TestEnv::new();
+        let (mut engine, qpns) = engine_with_qps(&mut env, 32);
+        // Requests to every fourth QP, two to one of them: each owes one coalesced ACK.
+        let asked: Vec<Qpn> = qpns.iter().copied().step_by(4).collect();
+        for (n, &qpn) in asked.iter().chain(&asked[..1]).enumerate() {
+            env.recv.push_back(RecvWr {
+                wqe_index: 0,
+                wr_id: n as u64,
+                sges: Vec::new(),
+            });
+            let psn = if n < asked.len() { 100 } else { 101 };
+            let send = packet_from_peer(op::RC_SEND_ONLY, psn, &[], |h| h.bth.dest_qpn = qpn);
+            engine.receive(&mut env, &send).unwrap();
+        }
+        assert!(env.sent.is_empty(), "ACKs wait for the pass's answers");
+        engine.send_answers(&mut env);
+        let acks = env.sent_parsed();
+        let mut acked: Vec<(Qpn, u32)> = acks
+            .iter()
+            .map(|p| (p.hdr.bth.dest_qpn, p.hdr.bth.psn.get()))
+            .collect();
+        acked.sort();
+        let mut expected: Vec<(Qpn, u32)> = asked.iter().map(|_| PEER_QPN).zip([100; 8]).collect();
+        expected[0].1 = 101;
+        expected.sort();
+        assert_eq!(acked, expected, "one ACK per QP that took requests");
+        env.sent.clear();
+        engine.send_answers(&mut env);
+        engine.poll(&mut env);
+        assert!(env.sent.is_empty(), "nothing is owed twice");
+    }
+}
