@@ -5,6 +5,8 @@
 # sides print what their device's counters moved by (tests/bench/qps_table.py reads them):
 #   QPS run=N qps=Q messages=M bw_MiBps=B <counter>=<delta> ...    (the client)
 #   QPSRX run=N qps=Q <counter>=<delta> ...                          (the server)
+# and the client marks each run's start (QPSSTART run=N), where the host reads its processes'
+# CPU time (tests/bench/qps_hostcpu.py; again at the QPS line).
 # The counters (`rdma statistic`, and the PMA's port_xmit_discards) say what the transport did
 # (packets each way, ACKs sent, retransmissions, ACK timeouts, tail probes, duplicates,
 # out-of-sequence requests) and how often the device had to be woken or looked at its
@@ -66,6 +68,8 @@ for step in $plan; do
 		continue
 	fi
 	wait_ping "$peer" 120 || fail "guest 1 ($peer) unreachable"
+	# The host reads the lab's CPU time here and at the QPS line (tests/bench/qps_hostcpu.py).
+	echo "QPSSTART run=$n qps=$q base=$base"
 	# The server may still be starting: try again while nobody listens (60 s).
 	for _ in $(seq 120); do
 		timeout 600 $cmd "$peer" >/tmp/qps-client.log 2>&1 && break

@@ -18,7 +18,7 @@ import re
 import statistics
 import sys
 
-LINE = re.compile(r"\b(QPS|QPSRX) (run=\d+ .*?)\s*$")
+LINE = re.compile(r"\b(QPS|QPSRX|HOSTCPU) (run=\d+ .*?)\s*$")
 MIB = 1 << 20
 
 # Every run's row: (heading, side, counter); side "c" the client (requester), "s" the server.
@@ -31,7 +31,12 @@ PER_MIB = (("c_tx", "c", "tx_packets"), ("c_rx", "c", "rx_packets"), ("s_rx", "s
            ("s_acks", "s", "acks_sent"), ("s_wakeups", "s", "wakeups"),
            ("s_db_scans", "s", "doorbell_scans"), ("s_irqs", "s", "interrupts"),
            ("c_wakeups", "c", "wakeups"), ("c_db_scans", "c", "doorbell_scans"),
-           ("c_irqs", "c", "interrupts"))
+           ("c_irqs", "c", "interrupts"),
+           # Host CPU µs of the client's and the server's rox-nic and QEMU, and µs their
+           # rox-nic threads waited runnable for a CPU (qps_hostcpu.py).
+           ("c_nic_us", "h", "nic0"), ("s_nic_us", "h", "nic1"),
+           ("c_qemu_us", "h", "qemu0"), ("s_qemu_us", "h", "qemu1"),
+           ("c_nicwait", "h", "nicwait0"), ("s_nicwait", "h", "nicwait1"))
 
 
 def fields(text):
@@ -50,21 +55,36 @@ def fields(text):
 
 
 def parse(text):
-    """The runs of one lab's output in run order: [{run, qps, bw, bytes, c: {..}, s: {..}}].
-    A run the server reported and the client did not (it failed) is left out."""
-    client, server = {}, {}  # run number -> fields
+    """The runs of one lab's output in run order: [{run, qps, bw, bytes, c: {..}, s: {..},
+    h: {..}}] (h: the host's CPU µs of each process during the run, from the HOSTCPU lines at
+    its start and end). A run the server reported and the client did not (it failed) is left
+    out."""
+    client, server, host = {}, {}, {}  # run number -> fields
     for line in text.splitlines():
         m = LINE.search(line)
         if not m:
             continue
         f = fields(m.group(2))
+        if m.group(1) == "HOSTCPU":
+            host.setdefault(f["run"], {})[f.get("at")] = f
+            continue
         (client if m.group(1) == "QPS" else server)[f["run"]] = f
     runs = []
     for n in sorted(client):
         c = client[n]
         runs.append({"run": n, "qps": c["qps"], "bw": float(c["bw_MiBps"]), "base": c.get("base", 0) == 1,
-                     "bytes": c.get("bytes", c["messages"] * 8192), "c": c, "s": server.get(n, {})})
+                     "bytes": c.get("bytes", c["messages"] * 8192), "c": c, "s": server.get(n, {}),
+                     "h": host_cpu_us(host.get(n, {}))})
     return runs
+
+
+def host_cpu_us(marks):
+    """{process: µs} the lab's processes ran between a run's HOSTCPU start and end marks."""
+    start, end = marks.get("start"), marks.get("end")
+    if not start or not end:
+        return {}
+    return {k: (v - start[k]) // 1000 for k, v in end.items()
+            if k not in ("run", "at") and isinstance(v, int) and isinstance(start.get(k), int)}
 
 
 def net_of_base(runs):
@@ -77,10 +97,10 @@ def net_of_base(runs):
             continue
         b = bases.get(r["qps"])
         if b is None or b["bytes"] >= r["bytes"]:
-            net = {"bytes": r["bytes"], "c": r["c"], "s": r["s"]}
+            net = {"bytes": r["bytes"], "c": r["c"], "s": r["s"], "h": r.get("h", {})}
         else:
             net = {"bytes": r["bytes"] - b["bytes"]}
-            for side in "cs":
+            for side in "csh":
                 net[side] = {k: v - b[side][k] for k, v in r[side].items()
                              if isinstance(v, int) and isinstance(b[side].get(k), int)}
         out.append(dict(r, net=net))
@@ -90,7 +110,7 @@ def net_of_base(runs):
 def per_mib(run, side, name):
     """Counter `name` of `side` per MiB of the run's transfer (its base run's taken off)."""
     net = run.get("net", run)
-    v = net[side].get(name)
+    v = net.get(side, {}).get(name)
     return None if v is None else v * MIB / net["bytes"]
 
 
@@ -181,6 +201,11 @@ def table(labs):
                 win = beats(runs, q, next(iter(s)))
                 lines.append(f"{binary:<10} {q:>5} {n:>4} {bw:>9.2f} {fmt(bw / base if base else None):>6} "
                              f"{fmt(win):>5} {ratios}".rstrip())
+        lines.append("per MiB moved, medians over every lab of a binary:")
+        lines.append(f"{'binary':<10} {'qps':>5} {'runs':>4} " + " ".join(f"{h:>10}" for h, _, _ in PER_MIB))
+        for binary, runs in pooled.items():
+            for q, (_, per, n) in (summary(runs) if runs else {}).items():
+                lines.append(f"{binary:<10} {q:>5} {n:>4} " + " ".join(f"{fmt(per[h]):>10}" for h, _, _ in PER_MIB))
     return lines
 
 

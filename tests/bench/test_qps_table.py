@@ -68,6 +68,38 @@ class BaseTest(unittest.TestCase):
         self.assertTrue(any(x.split()[:4] == ["x#1", "1", "256", "2560"] for x in lines), lines)
 
 
+def hostcpu(run, at, nic0, nic1, qemu0=0, qemu1=0):
+    """A HOSTCPU line as qps_hostcpu.py writes it (ns)."""
+    return f"HOSTCPU run={run} at={at} nic0={nic0} nic1={nic1} qemu0={qemu0} qemu1={qemu1}"
+
+
+class HostCpuTest(unittest.TestCase):
+    def test_each_runs_host_cpu_is_its_end_less_its_start_per_mib_net_of_its_base(self):
+        # Base run: 20 MiB, the client's rox-nic ran 30 ms. Timed run: 100 MiB, 110 ms: 80 ms
+        # for the 80 MiB of transfer, 1,000 µs a MiB; the server's 160 ms less 0: 2,000 µs.
+        text = "\n".join([
+            "[g0] QPSSTART run=1 qps=256 base=1", hostcpu(1, "start", 5_000_000, 7_000_000),
+            base(1, 256, 2560, 2000, 5120), hostcpu(1, "end", 35_000_000, 7_000_000),
+            hostcpu(2, "start", 35_000_000, 7_000_000, 1_000, 2_000),
+            client(2, 256, "500.0"), server(2, 256, 12800),
+            hostcpu(2, "end", 145_000_000, 167_000_000, 3_001_000, 2_000),
+        ])
+        runs = qps_table.parse(text)
+        self.assertEqual(runs[0]["h"], {"nic0": 30_000, "nic1": 0, "qemu0": 0, "qemu1": 0})
+        self.assertEqual(runs[1]["h"]["qemu0"], 3_000)
+        net = qps_table.net_of_base(runs)
+        self.assertEqual(qps_table.per_mib(net[0], "h", "nic0"), 1000.0)
+        self.assertEqual(qps_table.per_mib(net[0], "h", "nic1"), 2000.0)
+        self.assertEqual(qps_table.per_mib(net[0], "h", "qemu0"), 3000 / 80)
+
+    def test_a_run_without_both_marks_has_no_host_cpu(self):
+        text = hostcpu(1, "start", 1, 1) + "\n" + client(1, 16, "10.0") + "\n" + server(1, 16, 1)
+        runs = qps_table.parse(text)
+        self.assertEqual(runs[0]["h"], {})
+        self.assertIsNone(qps_table.per_mib(runs[0], "h", "nic0"))
+        self.assertTrue(any(" ? " in x for x in qps_table.table([("x#1", runs)])))
+
+
 class SummaryTest(unittest.TestCase):
     def test_medians_of_alternated_runs_and_per_mib_counts(self):
         s = qps_table.summary(qps_table.net_of_base(qps_table.parse(LAB)))

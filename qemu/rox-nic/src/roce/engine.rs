@@ -29,6 +29,7 @@ mod resp;
 mod resp_exec;
 mod rto;
 mod sg;
+mod table;
 #[cfg(test)]
 mod test_env;
 mod window;
@@ -38,10 +39,10 @@ mod xrc;
 pub use xrc::XrcRole;
 
 use super::cc::{CcConfig, CnpLimiter, QpCc};
-use super::id_map::IdMap;
 use super::wire::ParseError;
 use super::*;
 use qp::Qp;
+use table::QpTable;
 
 /// Most PSNs a requester keeps in flight (unacknowledged) per QP; bounds retransmission bursts
 /// and the port's socket buffer use.
@@ -145,7 +146,7 @@ pub enum RxDrop {
 /// Transport engine of one device: the QP table of transport contexts and their state machines.
 #[derive(Debug)]
 pub struct Engine {
-    qps: IdMap<Qpn, Qp>,
+    qps: QpTable,
     stats: EngineStats,
     /// MTU of UD (and GSI) QPs, which no modify_qp sets: the largest the port carries.
     ud_mtu: Mtu,
@@ -160,7 +161,7 @@ pub struct Engine {
 impl Default for Engine {
     fn default() -> Engine {
         Engine {
-            qps: IdMap::default(),
+            qps: QpTable::default(),
             stats: EngineStats::default(),
             ud_mtu: Mtu::Mtu4096,
             cc: CcConfig::default(),
@@ -254,7 +255,7 @@ impl Engine {
         attr: &QpAttr,
         sgid: Option<Gid>,
     ) -> Result<(), EngineError> {
-        let qp = self.qps.get_mut(&qpn).ok_or(EngineError::NoSuchQp(qpn))?;
+        let mut qp = self.qps.get_mut(&qpn).ok_or(EngineError::NoSuchQp(qpn))?;
         let state = if mask & rox_uapi::verbs::QP_STATE != 0 {
             Some(QpState::from_u8(attr.qp_state).ok_or(EngineError::BadState(qpn, attr.qp_state))?)
         } else {
@@ -265,11 +266,13 @@ impl Engine {
         if state == Some(QpState::Rtr) && connected && qp.av.is_none() && !gets_av {
             return Err(EngineError::MissingAttribute(qpn, "av"));
         }
-        qp.apply_attr(mask, attr, sgid, state.unwrap_or(qp.state));
+        let new_state = state.unwrap_or(qp.state);
+        qp.apply_attr(mask, attr, sgid, new_state);
         let Some(state) = state else { return Ok(()) };
         match state {
             QpState::Reset => {
                 let cfg = qp.cfg;
+                drop(qp);
                 self.qps.remove(&qpn);
                 self.create_qp(cfg)?;
                 return Ok(());
@@ -361,7 +364,10 @@ impl Engine {
     /// copied four times on its way), then queued by [`Engine::queue_decoded`]. Until then
     /// it is a failed WR: one whose decoding never finished completes in error, unsent.
     pub fn send_slot(&mut self, qpn: Qpn) -> Result<&mut SendWr, EngineError> {
-        let qp = self.qps.get_mut(&qpn).ok_or(EngineError::NoSuchQp(qpn))?;
+        let qp = self
+            .qps
+            .get_mut_unnoted(&qpn)
+            .ok_or(EngineError::NoSuchQp(qpn))?;
         Ok(qp.push_blank_wr())
     }
 
@@ -374,7 +380,7 @@ impl Engine {
         qpn: Qpn,
         decoded: Result<(), FailedWr>,
     ) -> Result<(), EngineError> {
-        let qp = self.qps.get_mut(&qpn).ok_or(EngineError::NoSuchQp(qpn))?;
+        let mut qp = self.qps.get_mut(&qpn).ok_or(EngineError::NoSuchQp(qpn))?;
         qp.finish_tail_wr(decoded);
         qp.queued(env);
         Ok(())
@@ -382,14 +388,14 @@ impl Engine {
 
     /// Sends what the WRs queued on QP `qpn` may (its window, the port's scheduler, ...).
     pub fn send_queued(&mut self, env: &mut dyn DeviceEnv, qpn: Qpn) -> Result<(), EngineError> {
-        let qp = self.qps.get_mut(&qpn).ok_or(EngineError::NoSuchQp(qpn))?;
+        let mut qp = self.qps.get_mut(&qpn).ok_or(EngineError::NoSuchQp(qpn))?;
         qp.send_queued(env, &mut self.stats);
         Ok(())
     }
 
     /// Tells the engine receive WRs were posted to a QP: in the error state they are flushed.
     pub fn recv_posted(&mut self, env: &mut dyn DeviceEnv, qpn: Qpn) -> Result<(), EngineError> {
-        let qp = self.qps.get_mut(&qpn).ok_or(EngineError::NoSuchQp(qpn))?;
+        let mut qp = self.qps.get_mut(&qpn).ok_or(EngineError::NoSuchQp(qpn))?;
         if qp.state == QpState::Err {
             qp.flush_rq(env);
         }
@@ -401,13 +407,10 @@ impl Engine {
     /// pass that received requests, so that it can take same-device answers before any timer
     /// runs (a thread that lost its core between a request and the ACK it makes would
     /// otherwise probe or time out a request whose ACK is one pass away).
+    /// Visits only the QPs that owe answers (the table lists them as they take requests).
     pub fn send_answers(&mut self, env: &mut dyn DeviceEnv) {
-        for qp in self.qps.values_mut() {
-            if !qp.resp.ack_pending && qp.paced_reads.wake_at.is_none() {
-                continue;
-            }
-            qp.send_answers(env, &mut self.stats);
-        }
+        let stats = &mut self.stats;
+        self.qps.for_each_owing(|qp| qp.send_answers(env, stats));
     }
 
     /// Sends coalesced ACKs and runs timers. Call after each batch of [`Engine::receive`]s and
@@ -415,18 +418,17 @@ impl Engine {
     pub fn poll(&mut self, env: &mut dyn DeviceEnv) {
         // At most one clock read for all QPs (a read costs 24-60 ns in a VM, and a pass of
         // 256 QPs read it 256 times), and none while no QP has anything to poll: the data
-        // path polls on every pass, an idle one too.
+        // path polls on every pass, an idle one too. Only the QPs with a timer armed or an
+        // answer owed are visited (the table lists them as they change).
         let mut now = None;
-        for qp in self.qps.values_mut() {
-            if nothing_to_poll(qp) {
-                continue;
-            }
+        let stats = &mut self.stats;
+        self.qps.for_each_active(|qp| {
             let now = *now.get_or_insert_with(|| env.now_ns());
-            qp.send_answers(env, &mut self.stats);
+            qp.send_answers(env, stats);
             if qp.state == QpState::Rts || qp.state == QpState::Sqd {
-                qp.on_timers_at(env, &mut self.stats, now);
+                qp.on_timers_at(env, stats, now);
             }
-        }
+        });
     }
 
     /// The earliest time [`Engine::poll`] has timer work to do (None: no timer armed).
@@ -434,7 +436,7 @@ impl Engine {
         // A plain loop: the data path asks before every nap, and with hundreds of QPs the
         // iterator adapters cost more than the comparisons (callgrind, docs/benchmarks.md).
         let mut next: Option<u64> = None;
-        for qp in self.qps.values() {
+        for qp in self.qps.active() {
             for t in [
                 qp.req.timer_deadline,
                 qp.req.rnr_until,
@@ -453,7 +455,7 @@ impl Engine {
     /// Gives QP `qpn` a turn to send what its window allows (the port's transmit scheduler
     /// held it back); a QP that is gone or cannot send is left alone.
     pub fn resume_send(&mut self, env: &mut dyn DeviceEnv, qpn: Qpn) {
-        if let Some(qp) = self.qps.get_mut(&qpn) {
+        if let Some(mut qp) = self.qps.get_mut(&qpn) {
             if qp.can_send() {
                 qp.transmit(env, &mut self.stats);
             }
@@ -461,33 +463,26 @@ impl Engine {
     }
 
     /// RC request packets sent and not yet acknowledged (or answered), over all QPs.
+    /// Kept by the table as QPs change: the scheduler asks on every pass.
     pub fn packets_in_flight(&self) -> u64 {
-        self.qps
-            .values()
-            .filter(|qp| qp.cfg.qp_type == QpType::Rc && qp.can_send())
-            .map(|qp| qp.req.sent_end.diff(qp.una()).max(0) as u64)
-            .sum()
+        let flight = self.qps.flight();
+        debug_assert_eq!(
+            flight,
+            self.qps
+                .values()
+                .map(table::rc_packets_in_flight)
+                .sum::<u64>(),
+            "the table's count of packets in flight"
+        );
+        flight
     }
 
     /// Moves a QP to the error state (flushing its WRs), e.g. on a device-detected fatal error.
     pub fn set_error(&mut self, env: &mut dyn DeviceEnv, qpn: Qpn) -> Result<(), EngineError> {
-        let qp = self.qps.get_mut(&qpn).ok_or(EngineError::NoSuchQp(qpn))?;
+        let mut qp = self.qps.get_mut(&qpn).ok_or(EngineError::NoSuchQp(qpn))?;
         qp.enter_error(env);
         Ok(())
     }
-}
-
-/// Whether [`Engine::poll`] would do nothing for `qp`: no ACK owed, no timer armed, no WR
-/// in its send queue, no SQ drain to report. Most QPs of a device with hundreds are like this in any
-/// pass (a responder's requester side, a QP between messages), and poll skips them.
-fn nothing_to_poll(qp: &Qp) -> bool {
-    !qp.resp.ack_pending
-        && qp.paced_reads.wake_at.is_none()
-        && qp.req.rnr_until.is_none()
-        && qp.req.timer_deadline.is_none()
-        && qp.cc.wake_at.is_none()
-        && qp.req.sq.is_empty()
-        && !qp.req.drain_pending
 }
 
 #[cfg(test)]
@@ -704,7 +699,14 @@ mod tests {
     #[test]
     fn poll_reads_the_clock_only_while_a_qp_has_something_to_poll() {
         let (mut engine, mut env) = (Engine::new(), TestEnv::new());
-        create_rts_qp(&mut engine, &mut env, QpType::Rc);
+        engine.create_qp(rts_qp(QpType::Rc).cfg).unwrap();
+        let with_ack_timer = QpModify {
+            timeout: Some(14),
+            ..rts_modify()
+        };
+        engine
+            .modify_qp(&mut env, LOCAL_QPN, &with_ack_timer)
+            .unwrap();
         let reads = env.clock_reads.get();
         engine.poll(&mut env);
         assert_eq!(env.clock_reads.get(), reads, "an idle QP: no clock read");

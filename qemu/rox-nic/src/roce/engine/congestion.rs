@@ -45,7 +45,7 @@ impl Engine {
             matches!(qp.cfg.qp_type, QpType::Rc | QpType::Uc)
                 && qp.av.is_some_and(|av| av.dgid == p.sgid)
         });
-        let Some(qp) = qp else {
+        let Some(mut qp) = qp else {
             self.stats.rx_cnp_dropped += 1;
             return Err(RxDrop::UnwantedCnp(qpn));
         };

@@ -44,7 +44,7 @@ impl Engine {
         if qpn == Qpn::MULTICAST {
             return self.receive_multicast(env, p);
         }
-        let Some(qp) = self.qps.get_mut(&qpn) else {
+        let Some(mut qp) = self.qps.get_mut(&qpn) else {
             self.stats.rx_no_qp += 1;
             return Err(RxDrop::NoQp(qpn));
         };
@@ -93,7 +93,7 @@ impl Engine {
             return Err(RxDrop::NoQp(Qpn::MULTICAST));
         }
         for qpn in members {
-            let Some(qp) = self.qps.get_mut(&qpn) else {
+            let Some(mut qp) = self.qps.get_mut(&qpn) else {
                 continue;
             };
             if qp.cfg.qp_type == QpType::Ud {

@@ -51,7 +51,7 @@ impl Engine {
             ..cfg
         };
         self.create_qp(cfg)?;
-        if let Some(qp) = self.qps.get_mut(&cfg.qpn) {
+        if let Some(mut qp) = self.qps.get_mut(&cfg.qpn) {
             qp.xrc = Some(role);
         }
         Ok(())

@@ -1,0 +1,371 @@
+//! The engine's QP table, and what it keeps up to date about its QPs so that a pass of the
+//! data path visits only the QPs with something to do instead of every QP: the QPs with a
+//! timer armed or an answer owed (what [`Engine::poll`](super::Engine::poll) runs), the QPs
+//! owing answers (what [`Engine::send_answers`](super::Engine::send_answers) sends), and the
+//! RC packets in flight over all QPs (what the port's scheduler refills its budget from).
+//!
+//! Every change to a QP goes through [`QpTable::get_mut`] (or a walk of this table), whose
+//! guard notes the QP's state when it is dropped: a QP whose timer was armed, or that took a
+//! request it owes an ACK for, is listed then. At 256 QPs every pass walked all of them two
+//! or three times (the poll, the answers after a pass that received anything, the flight
+//! for the scheduler's budget), though only the few in flight had anything to do.
+
+use std::ops::{Deref, DerefMut};
+
+use super::qp::Qp;
+use crate::roce::id_map::IdMap;
+use crate::roce::*;
+
+/// A QP and what the table last noted of it.
+#[derive(Debug)]
+struct Slot {
+    qp: Qp,
+    /// Its RC packets in flight, as counted in [`QpTable::flight`].
+    flight: u64,
+    /// On [`QpTable::active`].
+    active: bool,
+    /// On [`QpTable::owing`].
+    owing: bool,
+}
+
+/// The QPs of an engine by QPN.
+#[derive(Debug, Default)]
+pub(super) struct QpTable {
+    map: IdMap<Qpn, Slot>,
+    /// QPs that had a timer armed or an answer owed when last noted, each once.
+    active: Vec<Qpn>,
+    /// QPs that owed an answer when last noted, each once.
+    owing: Vec<Qpn>,
+    /// RC request packets sent and not yet acknowledged, over all QPs.
+    flight: u64,
+}
+
+/// A QP borrowed for a change; dropping it notes the change in its table.
+pub(super) struct QpMut<'a> {
+    qpn: Qpn,
+    slot: &'a mut Slot,
+    lists: Lists<'a>,
+}
+
+/// The table's lists, which a noted change may add to.
+struct Lists<'a> {
+    active: &'a mut Vec<Qpn>,
+    owing: &'a mut Vec<Qpn>,
+    flight: &'a mut u64,
+}
+
+impl QpTable {
+    pub fn contains_key(&self, qpn: &Qpn) -> bool {
+        self.map.contains_key(qpn)
+    }
+
+    pub fn get(&self, qpn: &Qpn) -> Option<&Qp> {
+        self.map.get(qpn).map(|s| &s.qp)
+    }
+
+    /// QP `qpn` for a change (noted when the guard is dropped).
+    pub fn get_mut(&mut self, qpn: &Qpn) -> Option<QpMut<'_>> {
+        let QpTable {
+            map,
+            active,
+            owing,
+            flight,
+        } = self;
+        let slot = map.get_mut(qpn)?;
+        Some(QpMut {
+            qpn: *qpn,
+            slot,
+            lists: Lists {
+                active,
+                owing,
+                flight,
+            },
+        })
+    }
+
+    /// QP `qpn` for a change that nothing notes: only for one that alters none of what the
+    /// table keeps (timers, answers owed, packets in flight), such as a blank WR pushed at
+    /// the tail of the SQ ([`super::Engine::send_slot`]), which [`Self::get_mut`] notes
+    /// once it is filled and queued.
+    pub fn get_mut_unnoted(&mut self, qpn: &Qpn) -> Option<&mut Qp> {
+        self.map.get_mut(qpn).map(|s| &mut s.qp)
+    }
+
+    /// Adds a new QP (one of the same QPN must not be in the table).
+    pub fn insert(&mut self, qpn: Qpn, qp: Qp) {
+        let slot = Slot {
+            qp,
+            flight: 0,
+            active: false,
+            owing: false,
+        };
+        let old = self.map.insert(qpn, slot);
+        debug_assert!(old.is_none(), "QP {qpn:#x} inserted twice");
+        // A new QP has no timer and owes nothing, but note it like any change.
+        drop(self.get_mut(&qpn));
+    }
+
+    /// Removes QP `qpn` and everything noted of it.
+    pub fn remove(&mut self, qpn: &Qpn) -> Option<Qp> {
+        let slot = self.map.remove(qpn)?;
+        self.flight = self.flight.saturating_sub(slot.flight);
+        // Rare (a destroy or a reset): the lists are walked once.
+        if slot.active {
+            self.active.retain(|q| q != qpn);
+        }
+        if slot.owing {
+            self.owing.retain(|q| q != qpn);
+        }
+        Some(slot.qp)
+    }
+
+    /// QPs on the active list (tests: right after a poll, the QPs with a timer armed or
+    /// an answer owed).
+    #[cfg(test)]
+    pub fn active_len(&self) -> usize {
+        self.active.len()
+    }
+
+    /// RC request packets in flight over all QPs.
+    pub fn flight(&self) -> u64 {
+        self.flight
+    }
+
+    /// Every QP (a walk of the whole table: for checks in debug builds, not for a pass of
+    /// the data path).
+    pub fn values(&self) -> impl Iterator<Item = &Qp> {
+        self.map.values().map(|s| &s.qp)
+    }
+
+    /// The QPs that have a timer armed or an answer owed (and perhaps a few that had them
+    /// when last noted).
+    pub fn active(&self) -> impl Iterator<Item = &Qp> {
+        self.active
+            .iter()
+            .filter_map(|q| self.map.get(q))
+            .map(|s| &s.qp)
+    }
+
+    /// Calls `f` for every QP with a timer armed or an answer owed; a QP left with neither
+    /// leaves the list until a change arms or owes again.
+    pub fn for_each_active(&mut self, mut f: impl FnMut(&mut Qp)) {
+        let mut i = 0;
+        while i < self.active.len() {
+            let qpn = self.active[i];
+            let Some(slot) = self.map.get_mut(&qpn) else {
+                self.active.swap_remove(i);
+                continue;
+            };
+            f(&mut slot.qp);
+            let mut lists = Lists {
+                active: &mut self.active,
+                owing: &mut self.owing,
+                flight: &mut self.flight,
+            };
+            lists.note(qpn, slot);
+            if has_poll_work(&slot.qp) {
+                i += 1;
+            } else {
+                slot.active = false;
+                self.active.swap_remove(i);
+            }
+        }
+    }
+
+    /// Calls `f` for every QP that owed an answer when last noted (each once; one still
+    /// owing after `f` is listed again).
+    pub fn for_each_owing(&mut self, mut f: impl FnMut(&mut Qp)) {
+        let mut owing = std::mem::take(&mut self.owing);
+        for qpn in owing.drain(..) {
+            let Some(mut qp) = self.get_mut(&qpn) else {
+                continue;
+            };
+            qp.slot.owing = false;
+            f(&mut qp);
+        }
+        // Keep the list's buffer: this runs on every pass that received anything.
+        if self.owing.is_empty() {
+            self.owing = owing;
+        }
+    }
+}
+
+#[cfg(test)]
+impl std::ops::Index<&Qpn> for QpTable {
+    type Output = Qp;
+
+    fn index(&self, qpn: &Qpn) -> &Qp {
+        &self.map[qpn].qp
+    }
+}
+
+impl Lists<'_> {
+    /// Notes what changed of QP `qpn`: its packets in flight, and whether it joins the
+    /// active or the owing list.
+    fn note(&mut self, qpn: Qpn, slot: &mut Slot) {
+        let flight = rc_packets_in_flight(&slot.qp);
+        // Saturating: were the count ever wrong (debug builds check it), a wrap would hold
+        // every new packet of the port back for good.
+        *self.flight = self.flight.saturating_sub(slot.flight) + flight;
+        slot.flight = flight;
+        if !slot.active && has_poll_work(&slot.qp) {
+            slot.active = true;
+            self.active.push(qpn);
+        }
+        if !slot.owing && owes_answers(&slot.qp) {
+            slot.owing = true;
+            self.owing.push(qpn);
+        }
+    }
+}
+
+impl Deref for QpMut<'_> {
+    type Target = Qp;
+
+    fn deref(&self) -> &Qp {
+        &self.slot.qp
+    }
+}
+
+impl DerefMut for QpMut<'_> {
+    fn deref_mut(&mut self) -> &mut Qp {
+        &mut self.slot.qp
+    }
+}
+
+impl Drop for QpMut<'_> {
+    fn drop(&mut self) {
+        self.lists.note(self.qpn, self.slot);
+    }
+}
+
+/// RC request packets `qp` sent that are not yet acknowledged (or answered).
+pub(super) fn rc_packets_in_flight(qp: &Qp) -> u64 {
+    if qp.cfg.qp_type != QpType::Rc || !qp.can_send() {
+        return 0;
+    }
+    qp.req.sent_end.diff(qp.una()).max(0) as u64
+}
+
+/// Whether `qp` owes an answer: a coalesced ACK or READ responses held by its rate.
+pub(super) fn owes_answers(qp: &Qp) -> bool {
+    qp.resp.ack_pending || qp.paced_reads.wake_at.is_some()
+}
+
+/// Whether [`super::Engine::poll`] has anything to do for `qp`: an answer owed or a timer
+/// armed. Most QPs of a device with hundreds have neither in any pass (a responder's
+/// requester side, a QP between messages, a QP waiting for the port's scheduler with
+/// nothing in flight).
+pub(super) fn has_poll_work(qp: &Qp) -> bool {
+    owes_answers(qp)
+        || qp.req.rnr_until.is_some()
+        || qp.req.timer_deadline.is_some()
+        || qp.cc.wake_at.is_some()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_env::*;
+    use super::super::*;
+    use crate::roce::wire::{self, opcode as op};
+
+    fn rc_config(qpn: Qpn) -> QpConfig {
+        QpConfig {
+            qpn,
+            qp_type: QpType::Rc,
+            pd: 1,
+            uses_srq: false,
+        }
+    }
+
+    /// `count` RC QPs from [`LOCAL_QPN`] on, in RTS with an ACK timer, talking to the
+    /// test's peer.
+    fn engine_with_qps(env: &mut TestEnv, count: u32) -> (Engine, Vec<Qpn>) {
+        let mut engine = Engine::new();
+        let with_ack_timer = QpModify {
+            timeout: Some(14),
+            ..rts_modify()
+        };
+        let qpns: Vec<Qpn> = (0..count)
+            .map(|i| Qpn::new(LOCAL_QPN.get() + i).unwrap())
+            .collect();
+        for &qpn in &qpns {
+            engine.create_qp(rc_config(qpn)).unwrap();
+            engine.modify_qp(env, qpn, &with_ack_timer).unwrap();
+        }
+        (engine, qpns)
+    }
+
+    #[test]
+    fn a_pass_visits_only_the_qps_with_a_timer_armed_or_an_answer_owed() {
+        let mut env = TestEnv::new();
+        let (mut engine, qpns) = engine_with_qps(&mut env, 64);
+        // Every QP has a WR the port's scheduler holds back: work, but nothing to poll.
+        env.send_allowance = Some(0);
+        for (i, &qpn) in qpns.iter().enumerate() {
+            let wr = send_wr(i as u64, WrOpcode::Send, 8);
+            engine.post_send(&mut env, qpn, wr).unwrap();
+        }
+        engine.poll(&mut env);
+        assert_eq!(engine.qps.active_len(), 0, "no QP has a timer or owes");
+        assert_eq!(engine.packets_in_flight(), 0);
+        // Two QPs get a turn each: one packet in flight and its ACK timer armed.
+        env.send_allowance = None;
+        for &qpn in &qpns[5..7] {
+            engine.resume_send(&mut env, qpn);
+        }
+        assert_eq!(env.sent.len(), 2);
+        assert_eq!(engine.packets_in_flight(), 2);
+        engine.poll(&mut env);
+        assert_eq!(engine.qps.active_len(), 2, "the two QPs with a timer");
+        // Their ACKs: nothing in flight, no timer, nothing to visit.
+        for &qpn in &qpns[5..7] {
+            let ack = packet_from_peer(op::RC_ACKNOWLEDGE, 100, &[], |h| {
+                h.bth.dest_qpn = qpn;
+                h.aeth = Some(wire::Aeth {
+                    syndrome: wire::Syndrome::Ack,
+                    msn: Msn::default(),
+                })
+            });
+            engine.receive(&mut env, &ack).unwrap();
+        }
+        assert_eq!(engine.packets_in_flight(), 0);
+        engine.poll(&mut env);
+        assert_eq!(engine.qps.active_len(), 0);
+        assert_eq!(engine.next_deadline(), None);
+    }
+
+    #[test]
+    fn every_answer_owed_is_sent_and_only_once() {
+        let mut env = TestEnv::new();
+        let (mut engine, qpns) = engine_with_qps(&mut env, 32);
+        // Requests to every fourth QP, two to one of them: each owes one coalesced ACK.
+        let asked: Vec<Qpn> = qpns.iter().copied().step_by(4).collect();
+        for (n, &qpn) in asked.iter().chain(&asked[..1]).enumerate() {
+            env.recv.push_back(RecvWr {
+                wqe_index: 0,
+                wr_id: n as u64,
+                sges: Vec::new(),
+            });
+            let psn = if n < asked.len() { 100 } else { 101 };
+            let send = packet_from_peer(op::RC_SEND_ONLY, psn, &[], |h| h.bth.dest_qpn = qpn);
+            engine.receive(&mut env, &send).unwrap();
+        }
+        assert!(env.sent.is_empty(), "ACKs wait for the pass's answers");
+        engine.send_answers(&mut env);
+        let acks = env.sent_parsed();
+        let mut acked: Vec<(Qpn, u32)> = acks
+            .iter()
+            .map(|p| (p.hdr.bth.dest_qpn, p.hdr.bth.psn.get()))
+            .collect();
+        acked.sort();
+        let mut expected: Vec<(Qpn, u32)> = asked.iter().map(|_| PEER_QPN).zip([100; 8]).collect();
+        expected[0].1 = 101;
+        expected.sort();
+        assert_eq!(acked, expected, "one ACK per QP that took requests");
+        env.sent.clear();
+        engine.send_answers(&mut env);
+        engine.poll(&mut env);
+        assert!(env.sent.is_empty(), "nothing is owed twice");
+    }
+}
