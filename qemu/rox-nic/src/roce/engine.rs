@@ -495,26 +495,18 @@ mod tests {
     fn the_qps_of_an_engine_share_the_lateness_tail_probes_learn() {
         let mut e = Engine::new();
         for n in [0x11, 0x12] {
-            e.create_qp(rc_config(Qpn::from_wire(n))).unwrap();
+            e.create_qp(qp_config(Qpn::from_wire(n), QpType::Rc))
+                .unwrap();
         }
         let [a, b] = [0x11, 0x12].map(|n| &e.qps[&Qpn::from_wire(n)].req.pto_lateness);
         assert!(std::sync::Arc::ptr_eq(a, b));
-    }
-
-    fn rc_config(qpn: Qpn) -> QpConfig {
-        QpConfig {
-            qpn,
-            qp_type: QpType::Rc,
-            pd: 1,
-            uses_srq: false,
-        }
     }
 
     #[test]
     fn rtr_without_address_vector_is_refused_for_connected_qps() {
         let (mut engine, mut env) = (Engine::new(), TestEnv::new());
         let qpn = Qpn::new(5).unwrap();
-        engine.create_qp(rc_config(qpn)).unwrap();
+        engine.create_qp(qp_config(qpn, QpType::Rc)).unwrap();
         let rtr = QpModify {
             state: Some(QpState::Rtr),
             ..Default::default()
@@ -523,7 +515,7 @@ mod tests {
         assert_eq!(e, EngineError::MissingAttribute(qpn, "av"));
         assert_eq!(engine.qp_state(qpn), Some(QpState::Reset));
         assert_eq!(
-            engine.create_qp(rc_config(qpn)),
+            engine.create_qp(qp_config(qpn, QpType::Rc)),
             Err(EngineError::QpExists(qpn))
         );
     }
@@ -698,15 +690,8 @@ mod tests {
 
     #[test]
     fn poll_reads_the_clock_only_while_a_qp_has_something_to_poll() {
-        let (mut engine, mut env) = (Engine::new(), TestEnv::new());
-        engine.create_qp(rts_qp(QpType::Rc).cfg).unwrap();
-        let with_ack_timer = QpModify {
-            timeout: Some(14),
-            ..rts_modify()
-        };
-        engine
-            .modify_qp(&mut env, LOCAL_QPN, &with_ack_timer)
-            .unwrap();
+        let mut env = TestEnv::new();
+        let (mut engine, _) = engine_with_timed_qps(&mut env, 1);
         let reads = env.clock_reads.get();
         engine.poll(&mut env);
         assert_eq!(env.clock_reads.get(), reads, "an idle QP: no clock read");
@@ -721,15 +706,8 @@ mod tests {
 
     #[test]
     fn poll_asks_the_port_for_a_held_qp_only_when_one_of_its_timers_is_due() {
-        let (mut engine, mut env) = (Engine::new(), TestEnv::new());
-        engine.create_qp(rts_qp(QpType::Rc).cfg).unwrap();
-        let with_ack_timer = QpModify {
-            timeout: Some(14),
-            ..rts_modify()
-        };
-        engine
-            .modify_qp(&mut env, LOCAL_QPN, &with_ack_timer)
-            .unwrap();
+        let mut env = TestEnv::new();
+        let (mut engine, _) = engine_with_timed_qps(&mut env, 1);
         // One packet may go, then the port's scheduler holds the QP (it waits for a turn).
         env.send_allowance = Some(1);
         for wr_id in [1, 2] {

@@ -269,37 +269,10 @@ mod tests {
     use super::super::*;
     use crate::roce::wire::{self, opcode as op};
 
-    fn rc_config(qpn: Qpn) -> QpConfig {
-        QpConfig {
-            qpn,
-            qp_type: QpType::Rc,
-            pd: 1,
-            uses_srq: false,
-        }
-    }
-
-    /// `count` RC QPs from [`LOCAL_QPN`] on, in RTS with an ACK timer, talking to the
-    /// test's peer.
-    fn engine_with_qps(env: &mut TestEnv, count: u32) -> (Engine, Vec<Qpn>) {
-        let mut engine = Engine::new();
-        let with_ack_timer = QpModify {
-            timeout: Some(14),
-            ..rts_modify()
-        };
-        let qpns: Vec<Qpn> = (0..count)
-            .map(|i| Qpn::new(LOCAL_QPN.get() + i).unwrap())
-            .collect();
-        for &qpn in &qpns {
-            engine.create_qp(rc_config(qpn)).unwrap();
-            engine.modify_qp(env, qpn, &with_ack_timer).unwrap();
-        }
-        (engine, qpns)
-    }
-
     #[test]
     fn a_pass_visits_only_the_qps_with_a_timer_armed_or_an_answer_owed() {
         let mut env = TestEnv::new();
-        let (mut engine, qpns) = engine_with_qps(&mut env, 64);
+        let (mut engine, qpns) = engine_with_timed_qps(&mut env, 64);
         // Every QP has a WR the port's scheduler holds back: work, but nothing to poll.
         env.send_allowance = Some(0);
         for (i, &qpn) in qpns.iter().enumerate() {
@@ -338,7 +311,7 @@ mod tests {
     #[test]
     fn every_answer_owed_is_sent_and_only_once() {
         let mut env = TestEnv::new();
-        let (mut engine, qpns) = engine_with_qps(&mut env, 32);
+        let (mut engine, qpns) = engine_with_timed_qps(&mut env, 32);
         // Requests to every fourth QP, two to one of them: each owes one coalesced ACK.
         let asked: Vec<Qpn> = qpns.iter().copied().step_by(4).collect();
         for (n, &qpn) in asked.iter().chain(&asked[..1]).enumerate() {

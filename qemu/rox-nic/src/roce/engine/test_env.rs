@@ -160,16 +160,21 @@ impl DeviceEnv for TestEnv {
 pub(super) const LOCAL_QPN: Qpn = Qpn::from_wire(0x11);
 pub(super) const PEER_QPN: Qpn = Qpn::from_wire(0x22);
 
+/// The configuration of test QP `qpn` of `qp_type`: in the test regions' PD, with its own
+/// receive queue.
+pub(super) fn qp_config(qpn: Qpn, qp_type: QpType) -> QpConfig {
+    QpConfig {
+        qpn,
+        qp_type,
+        pd: PD,
+        uses_srq: false,
+    }
+}
+
 /// A QP of `qp_type` in RTS with every remote access, MTU 1024, talking to [`PEER_QPN`]
 /// at 10.0.0.2 from 10.0.0.1, both PSNs at 100.
 pub(super) fn rts_qp(qp_type: QpType) -> Qp {
-    let cfg = QpConfig {
-        qpn: LOCAL_QPN,
-        qp_type,
-        pd: 1,
-        uses_srq: false,
-    };
-    let mut qp = Qp::new(cfg, Mtu::Mtu1024);
+    let mut qp = Qp::new(qp_config(LOCAL_QPN, qp_type), Mtu::Mtu1024);
     qp.state = QpState::Rts;
     qp.dest_qpn = PEER_QPN;
     qp.access = ACCESS_REMOTE_WRITE | ACCESS_REMOTE_READ | ACCESS_REMOTE_ATOMIC;
@@ -202,10 +207,33 @@ pub(super) fn rts_modify() -> QpModify {
     }
 }
 
+/// [`rts_modify`] with a local ACK timeout (14: 268 ms), so that a packet sent arms the
+/// QP's ACK timer.
+pub(super) fn rts_modify_timed() -> QpModify {
+    QpModify {
+        timeout: Some(14),
+        ..rts_modify()
+    }
+}
+
 /// Creates [`rts_qp`]`(qp_type)` in `engine` and takes it to RTS with [`rts_modify`].
 pub(super) fn create_rts_qp(engine: &mut Engine, env: &mut TestEnv, qp_type: QpType) {
     engine.create_qp(rts_qp(qp_type).cfg).unwrap();
     engine.modify_qp(env, LOCAL_QPN, &rts_modify()).unwrap();
+}
+
+/// An engine with `count` RC QPs from [`LOCAL_QPN`] on, in RTS with an ACK timer
+/// ([`rts_modify_timed`]), talking to the test's peer.
+pub(super) fn engine_with_timed_qps(env: &mut TestEnv, count: u32) -> (Engine, Vec<Qpn>) {
+    let mut engine = Engine::new();
+    let qpns: Vec<Qpn> = (0..count)
+        .map(|i| Qpn::new(LOCAL_QPN.get() + i).unwrap())
+        .collect();
+    for &qpn in &qpns {
+        engine.create_qp(qp_config(qpn, QpType::Rc)).unwrap();
+        engine.modify_qp(env, qpn, &rts_modify_timed()).unwrap();
+    }
+    (engine, qpns)
 }
 
 /// A SEND WR of `len` bytes from address 0 through [`LKEY`] (to [`RKEY`] at 0x1000).

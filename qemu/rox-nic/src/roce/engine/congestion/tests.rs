@@ -13,11 +13,9 @@ fn engine_with(cc: CcConfig, env: &mut TestEnv, qp_type: QpType) -> Engine {
     let mut engine = Engine::new().with_cc(cc);
     engine.create_qp(rts_qp(qp_type).cfg).unwrap();
     // A 268 ms local ACK timeout: the pacing tests watch the timer.
-    let modify = QpModify {
-        timeout: Some(14),
-        ..rts_modify()
-    };
-    engine.modify_qp(env, LOCAL_QPN, &modify).unwrap();
+    engine
+        .modify_qp(env, LOCAL_QPN, &rts_modify_timed())
+        .unwrap();
     engine
 }
 

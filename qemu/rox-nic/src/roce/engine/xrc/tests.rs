@@ -26,13 +26,9 @@ fn rts(engine: &mut Engine, env: &mut TestEnv) {
 
 fn xrc_engine(env: &mut TestEnv, role: XrcRole) -> Engine {
     let mut engine = Engine::new();
-    let cfg = QpConfig {
-        qpn: LOCAL_QPN,
-        qp_type: QpType::Rc,
-        pd: 1,
-        uses_srq: false,
-    };
-    engine.create_xrc_qp(cfg, role).unwrap();
+    engine
+        .create_xrc_qp(qp_config(LOCAL_QPN, QpType::Rc), role)
+        .unwrap();
     rts(&mut engine, env);
     engine
 }
