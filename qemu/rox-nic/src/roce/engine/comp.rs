@@ -65,6 +65,24 @@ impl Qp {
             .unwrap_or(self.req.next_psn)
     }
 
+    /// [`Qp::una`] without the walk while no change moved it since it was last found: the
+    /// QP table counts the flight after every change of a QP, most of which move nothing.
+    /// Debug builds check it against the walk.
+    pub(super) fn una_noted(&mut self) -> Psn {
+        if let Some(una) = self.req.una_known {
+            debug_assert_eq!(
+                una,
+                self.una(),
+                "QP {:#x}: a change moved una unnoted",
+                self.cfg.qpn
+            );
+            return una;
+        }
+        let una = self.una();
+        self.req.una_known = Some(una);
+        una
+    }
+
     /// A response (PSN `psn`) could not be placed because a local page is absent: drop it,
     /// go back to its request and send that again once the page-fault wait is over.
     pub(super) fn stall_response_for_fault(&mut self, stats: &mut EngineStats, psn: Psn, now: u64) {
@@ -111,6 +129,7 @@ impl Qp {
             }
         }
         let after = self.una();
+        self.req.una_known = Some(after);
         let progress = after != before;
         if progress {
             self.req.retry_left = self.retry_cnt;
@@ -210,6 +229,8 @@ impl Qp {
                 env.recycle_sges(sges);
             }
             if status != WcStatus::Success {
+                // A failed WQE need not be done: its leaving may move `una`.
+                self.req.una_may_move();
                 self.send_queue_failed(env);
                 return;
             }
@@ -485,6 +506,7 @@ impl Qp {
         if placed {
             let before = self.una();
             self.req.sq[index].responded = true;
+            self.req.una_may_move();
             self.count_acked_since(before);
         }
         self.responded(now);

@@ -132,7 +132,8 @@ impl Qp {
             sq_psn,
             self.req.next_psn = Psn::from_wire(a.sq_psn.get()),
             self.req.sent_end = self.req.next_psn,
-            self.req.acked_psn = a.sq_psn.prev()
+            self.req.acked_psn = a.sq_psn.prev(),
+            self.req.una_may_move()
         );
         take!(QP_TIMEOUT, timeout, self.timeout = a.timeout);
         take!(
@@ -411,6 +412,7 @@ impl Qp {
 
     /// Completes every send WR with WR_FLUSH_ERR and stops the requester.
     pub(super) fn flush_sq(&mut self, env: &mut dyn DeviceEnv) {
+        self.req.una_may_move();
         while let Some(wqe) = self.req.sq.pop_front() {
             env.complete(Completion::send(
                 self.cfg.qpn,

@@ -100,6 +100,7 @@ impl Qp {
     /// Records response packet `pkt` of the READ at `index` as placed.
     fn read_packet_arrived(&mut self, index: usize, pkt: u32) {
         let req = &mut self.req;
+        req.una_may_move();
         let wqe = &mut req.sq[index];
         let key = wqe.first_psn.get();
         if pkt != wqe.read_pkts_done {

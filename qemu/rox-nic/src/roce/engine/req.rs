@@ -72,6 +72,9 @@ pub(super) struct Requester {
     pub(super) acked_credit: u32,
     /// Something was acknowledged since the last loss: the next loss starts a new run.
     pub(super) acked_since_loss: bool,
+    /// [`Qp::una`] as last found, None once a change may have moved it: the QP table reads
+    /// it after every change of the QP ([`Qp::una_noted`]), most of which do not move it.
+    pub(super) una_known: Option<Psn>,
 }
 
 impl Requester {
@@ -96,6 +99,12 @@ impl Requester {
 
     pub(super) fn ack_req_interval(&self) -> u32 {
         ACK_REQ_INTERVAL.min(self.window / 2)
+    }
+
+    /// What [`Qp::una`] depends on changed (the next PSN, the acknowledged PSN, a started
+    /// WQE finished or left the SQ): [`Qp::una_noted`] finds it again.
+    pub(super) fn una_may_move(&mut self) {
+        self.una_known = None;
     }
 }
 
@@ -229,6 +238,8 @@ impl Qp {
             }
             let wqe = &mut self.req.sq[cursor];
             let fresh = !wqe.started;
+            // A WQE starting does not move `una`: it is not done yet, and its first PSN is
+            // the next PSN `una` was at if no started WQE was outstanding.
             if fresh {
                 wqe.started = true;
                 wqe.first_psn = self.req.next_psn;
@@ -258,6 +269,7 @@ impl Qp {
                         let wqe = &mut self.req.sq[cursor];
                         wqe.started = false;
                         self.req.next_psn = wqe.first_psn;
+                        self.req.una_may_move();
                     }
                     stats.page_fault_stalls += 1;
                     let now = env.now_ns();
@@ -296,6 +308,7 @@ impl Qp {
     pub(super) fn execute_local(&mut self, env: &mut dyn DeviceEnv, index: usize) {
         let (pd, qpn) = (self.cfg.pd, self.cfg.qpn);
         let next_psn = self.req.next_psn;
+        self.req.una_may_move();
         let wqe = &mut self.req.sq[index];
         wqe.started = true;
         wqe.first_psn = next_psn;
@@ -472,6 +485,7 @@ impl Qp {
         if last {
             if self.cfg.qp_type != QpType::Rc {
                 wqe.acked = true; // UC/UD complete once sent
+                self.req.una_may_move();
             }
             self.req.cursor += 1;
             self.req.cursor_pkt = 0;

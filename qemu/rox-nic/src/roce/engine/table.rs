@@ -203,7 +203,10 @@ impl Lists<'_> {
     /// Notes what changed of QP `qpn`: its packets in flight, and whether it joins the
     /// active or the owing list.
     fn note(&mut self, qpn: Qpn, slot: &mut Slot) {
-        let flight = rc_packets_in_flight(&slot.qp);
+        // `una` as the requester last found it: the walk of its SQ runs only after a change
+        // that may have moved it (an ACK, a response), not after every change.
+        let una = slot.qp.una_noted();
+        let flight = rc_flight(&slot.qp, una);
         // Saturating: were the count ever wrong (debug builds check it), a wrap would hold
         // every new packet of the port back for good.
         *self.flight = self.flight.saturating_sub(slot.flight) + flight;
@@ -239,12 +242,19 @@ impl Drop for QpMut<'_> {
     }
 }
 
-/// RC request packets `qp` sent that are not yet acknowledged (or answered).
+/// RC request packets `qp` sent that are not yet acknowledged (or answered), found by the
+/// walk of its SQ (debug builds check the table's count against it).
 pub(super) fn rc_packets_in_flight(qp: &Qp) -> u64 {
+    rc_flight(qp, qp.una())
+}
+
+/// RC request packets `qp` sent that are not yet acknowledged (or answered), `una` being its
+/// [`Qp::una`].
+fn rc_flight(qp: &Qp, una: Psn) -> u64 {
     if qp.cfg.qp_type != QpType::Rc || !qp.can_send() {
         return 0;
     }
-    qp.req.sent_end.diff(qp.una()).max(0) as u64
+    qp.req.sent_end.diff(una).max(0) as u64
 }
 
 /// Whether `qp` owes an answer: a coalesced ACK or READ responses held by its rate.
@@ -306,6 +316,41 @@ mod tests {
         engine.poll(&mut env);
         assert_eq!(engine.qps.active_len(), 0);
         assert_eq!(engine.next_deadline(), None);
+    }
+
+    /// The flight the table counts follows each change that moves a requester's oldest
+    /// outstanding PSN (an ACK, a READ response), though the note no longer walks the SQ.
+    #[test]
+    fn the_flight_follows_the_acks_and_read_responses_that_move_una() {
+        let mut env = TestEnv::new();
+        let (mut engine, _) = engine_with_timed_qps(&mut env, 1);
+        for wr in [
+            send_wr(1, WrOpcode::RdmaWrite, 2048),
+            send_wr(2, WrOpcode::RdmaRead, 2048),
+        ] {
+            engine.post_send(&mut env, LOCAL_QPN, wr).unwrap();
+        }
+        // PSNs 100-101 the WRITE's, 102 the READ's request (its responses: 102-103).
+        assert_eq!(engine.packets_in_flight(), 3);
+        let aeth = Some(wire::Aeth {
+            syndrome: wire::Syndrome::Ack,
+            msn: Msn::default(),
+        });
+        let ack = packet_from_peer(op::RC_ACKNOWLEDGE, 101, &[], |h| h.aeth = aeth);
+        engine.receive(&mut env, &ack).unwrap();
+        assert_eq!(engine.packets_in_flight(), 1, "the WRITE acknowledged");
+        let first = packet_from_peer(op::RC_READ_RESPONSE_FIRST, 102, &[1; 1024], |h| {
+            h.aeth = aeth
+        });
+        engine.receive(&mut env, &first).unwrap();
+        assert_eq!(engine.packets_in_flight(), 0, "the READ's request answered");
+        let last = packet_from_peer(op::RC_READ_RESPONSE_LAST, 103, &[2; 1024], |h| {
+            h.aeth = aeth
+        });
+        engine.receive(&mut env, &last).unwrap();
+        assert_eq!(engine.packets_in_flight(), 0);
+        let done: Vec<u64> = env.completions.iter().map(|c| c.wr_id).collect();
+        assert_eq!(done, [1, 2]);
     }
 
     #[test]
