@@ -381,6 +381,14 @@ impl Engine {
         decoded: Result<(), FailedWr>,
     ) -> Result<(), EngineError> {
         let mut qp = self.qps.get_mut(&qpn).ok_or(EngineError::NoSuchQp(qpn))?;
+        if decoded.is_err() {
+            // The SGE list a failed decode filled goes back to the device for its next WR
+            // (the failed WR is remade blank): no allocation lost per failed WQE.
+            let tail = qp.req.sq.back_mut().map(|w| &mut w.wr.data);
+            if let Some(SendData::Sges(sges)) = tail {
+                env.recycle_sges(std::mem::take(sges));
+            }
+        }
         qp.finish_tail_wr(decoded);
         qp.queued(env);
         Ok(())
@@ -685,6 +693,43 @@ mod tests {
         assert_eq!(
             engine.send_slot(Qpn::new(0x999).unwrap()).err(),
             Some(EngineError::NoSuchQp(Qpn::new(0x999).unwrap()))
+        );
+    }
+
+    #[test]
+    fn a_failed_decode_gives_the_sge_list_it_filled_back_to_the_device() {
+        let (mut engine, mut env) = (Engine::new(), TestEnv::new());
+        create_rts_qp(&mut engine, &mut env, QpType::Rc);
+        // The device decoded the SGEs into a spare list of its own, then found the WQE bad.
+        let slot = engine.send_slot(LOCAL_QPN).unwrap();
+        let mut sges = Vec::with_capacity(4);
+        sges.push(Sge {
+            addr: 0,
+            length: 8,
+            lkey: LKEY,
+        });
+        slot.data = SendData::Sges(sges);
+        let failed = FailedWr {
+            wr_id: 1,
+            opcode: WrOpcode::Send,
+            status: WcStatus::LocLenErr,
+            vendor_err: 0,
+            wqe_index: 0,
+        };
+        engine
+            .queue_decoded(&mut env, LOCAL_QPN, Err(failed))
+            .unwrap();
+        engine.send_queued(&mut env, LOCAL_QPN).unwrap();
+        assert_eq!(env.recycled, [4], "the list's allocation, given back once");
+        let done: Vec<(u64, WcStatus)> = env
+            .completions
+            .iter()
+            .map(|c| (c.wr_id, c.status))
+            .collect();
+        assert_eq!(
+            done,
+            [(1, WcStatus::LocLenErr)],
+            "the WR still fails as decoded"
         );
     }
 

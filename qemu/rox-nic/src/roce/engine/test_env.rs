@@ -49,6 +49,8 @@ pub(super) struct TestEnv {
     pub(super) asked: Vec<bool>,
     /// How often the engine read the clock ([`DeviceEnv::now_ns`]).
     pub(super) clock_reads: std::cell::Cell<u64>,
+    /// The SGE lists the engine gave back ([`DeviceEnv::recycle_sges`]), by capacity.
+    pub(super) recycled: Vec<usize>,
 }
 
 impl TestEnv {
@@ -83,6 +85,7 @@ impl TestEnv {
             send_allowance: None,
             asked: Vec::new(),
             clock_reads: std::cell::Cell::new(0),
+            recycled: Vec::new(),
         }
     }
 
@@ -131,6 +134,9 @@ impl DeviceEnv for TestEnv {
     }
     fn complete(&mut self, completion: Completion) {
         self.completions.push(completion);
+    }
+    fn recycle_sges(&mut self, sges: Vec<Sge>) {
+        self.recycled.push(sges.capacity());
     }
     fn transmit(&mut self, _: &AddressVector, packet: wire::Packet) {
         self.sent.push(packet.into_vec());
