@@ -196,7 +196,7 @@ impl Qp {
 mod tests {
     use super::super::test_env::*;
     use super::*;
-    use crate::roce::wire::{self, opcode as op, Aeth, Syndrome};
+    use crate::roce::wire::{self, opcode as op, Syndrome};
 
     const READ_LEN: u32 = 4096;
 
@@ -226,11 +226,16 @@ mod tests {
         let payload = [n as u8 + 1; 1024];
         let bytes = packet_from_peer(opcode, first + n, &payload, |h| {
             if n == 0 || n == 3 {
-                h.aeth = Some(Aeth {
-                    syndrome: Syndrome::Ack,
-                    msn: Msn::default(),
-                });
+                h.aeth = peer_aeth(Syndrome::Ack);
             }
+        });
+        qp.completer_receive(env, stats, &wire::parse_packet(&bytes).unwrap());
+    }
+
+    /// The one response (bytes all 9) of a second READ of 1024 bytes, at PSN 104.
+    fn respond_to_second_read(qp: &mut Qp, env: &mut TestEnv, stats: &mut EngineStats) {
+        let bytes = packet_from_peer(op::RC_READ_RESPONSE_ONLY, 104, &[9; 1024], |h| {
+            h.aeth = peer_aeth(Syndrome::Ack)
         });
         qp.completer_receive(env, stats, &wire::parse_packet(&bytes).unwrap());
     }
@@ -323,13 +328,7 @@ mod tests {
         qp.enqueue(&mut env, &mut stats, wqe);
         env.sent.clear();
         // The second READ (PSN 104) is answered; the first one's request never arrived.
-        let bytes = packet_from_peer(op::RC_READ_RESPONSE_ONLY, 104, &[9; 1024], |h| {
-            h.aeth = Some(Aeth {
-                syndrome: Syndrome::Ack,
-                msn: Msn::default(),
-            })
-        });
-        qp.completer_receive(&mut env, &mut stats, &wire::parse_packet(&bytes).unwrap());
+        respond_to_second_read(&mut qp, &mut env, &mut stats);
         assert_eq!(requests(&env), [(100, 0x1000, READ_LEN)]);
     }
 
@@ -594,13 +593,7 @@ mod tests {
         for n in 1..4 {
             respond(&mut qp, &mut env, &mut stats, n);
         }
-        let bytes = packet_from_peer(op::RC_READ_RESPONSE_ONLY, 104, &[9; 1024], |h| {
-            h.aeth = Some(Aeth {
-                syndrome: Syndrome::Ack,
-                msn: Msn::default(),
-            })
-        });
-        qp.completer_receive(&mut env, &mut stats, &wire::parse_packet(&bytes).unwrap());
+        respond_to_second_read(&mut qp, &mut env, &mut stats);
         assert_eq!(env.completions.len(), 2);
         assert!(
             qp.req.rtt.srtt_ns > 1_000_000,

@@ -305,10 +305,7 @@ mod tests {
         for &qpn in &qpns[5..7] {
             let ack = packet_from_peer(op::RC_ACKNOWLEDGE, 100, &[], |h| {
                 h.bth.dest_qpn = qpn;
-                h.aeth = Some(wire::Aeth {
-                    syndrome: wire::Syndrome::Ack,
-                    msn: Msn::default(),
-                })
+                h.aeth = peer_aeth(wire::Syndrome::Ack)
             });
             engine.receive(&mut env, &ack).unwrap();
         }
@@ -332,10 +329,7 @@ mod tests {
         }
         // PSNs 100-101 the WRITE's, 102 the READ's request (its responses: 102-103).
         assert_eq!(engine.packets_in_flight(), 3);
-        let aeth = Some(wire::Aeth {
-            syndrome: wire::Syndrome::Ack,
-            msn: Msn::default(),
-        });
+        let aeth = peer_aeth(wire::Syndrome::Ack);
         let ack = packet_from_peer(op::RC_ACKNOWLEDGE, 101, &[], |h| h.aeth = aeth);
         engine.receive(&mut env, &ack).unwrap();
         assert_eq!(engine.packets_in_flight(), 1, "the WRITE acknowledged");

@@ -306,12 +306,18 @@ pub(super) fn ack_from_peer(
     syndrome: wire::Syndrome,
 ) {
     let bytes = packet_from_peer(wire::opcode::RC_ACKNOWLEDGE, psn, &[], |h| {
-        h.aeth = Some(wire::Aeth {
-            syndrome,
-            msn: Msn::default(),
-        })
+        h.aeth = peer_aeth(syndrome)
     });
     qp.completer_receive(env, stats, &wire::parse_packet(&bytes).unwrap());
+}
+
+/// The AETH of the peer's ACKs, NAKs and responses: `syndrome`, MSN 0 (the tests' requesters
+/// do not read it).
+pub(super) fn peer_aeth(syndrome: wire::Syndrome) -> Option<wire::Aeth> {
+    Some(wire::Aeth {
+        syndrome,
+        msn: Msn::default(),
+    })
 }
 
 /// `packet` (IPv4, as [`packet_from_peer`] builds it) as if sent from `src`: its IPv4 header

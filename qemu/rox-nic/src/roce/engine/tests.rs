@@ -106,10 +106,7 @@ fn a_failed_wr_completes_in_order_and_stops_the_queue() {
     assert!(env.completions.is_empty(), "WR 1 is not acknowledged yet");
     assert_eq!(engine.sq_outstanding(LOCAL_QPN), 3);
     let ack = packet_from_peer(op::RC_ACKNOWLEDGE, 100, &[], |h| {
-        h.aeth = Some(wire::Aeth {
-            syndrome: wire::Syndrome::Ack,
-            msn: Msn::default(),
-        })
+        h.aeth = peer_aeth(wire::Syndrome::Ack)
     });
     engine.receive(&mut env, &ack).unwrap();
     // Each completion names its WQE's index (the test's WRs 1 and 3 were posted at 0).

@@ -1,6 +1,6 @@
 use super::super::test_env::*;
 use super::*;
-use crate::roce::wire::{self, opcode as op, Aeth};
+use crate::roce::wire::{self, opcode as op};
 
 const SEQ_NAK: Syndrome = Syndrome::Nak(NakCode::PsnSequenceError);
 
@@ -120,10 +120,7 @@ fn an_atomic_response_is_progress_that_renews_rnr_retry() {
     qp.on_timers(&mut env, &mut stats);
     assert_eq!(env.sent.len(), 2, "atomic and SEND sent again");
     let bytes = packet_from_peer(op::RC_ATOMIC_ACKNOWLEDGE, 100, &[], |h| {
-        h.aeth = Some(Aeth {
-            syndrome: Syndrome::Ack,
-            msn: Msn::default(),
-        });
+        h.aeth = peer_aeth(Syndrome::Ack);
         h.atomic_ack = Some(5);
     });
     qp.completer_receive(&mut env, &mut stats, &wire::parse_packet(&bytes).unwrap());
