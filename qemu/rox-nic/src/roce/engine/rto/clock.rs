@@ -58,3 +58,99 @@ impl Engine {
         self.answers_read_at = now;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::super::test_env::*;
+    use super::*;
+    use crate::roce::wire::{self, opcode as op};
+    use crate::roce::*;
+
+    const MS: u64 = 1_000_000;
+    /// The QP's ACK timeout attribute (14: 67.1 ms), its RTO before a first round trip.
+    const RTO: u64 = 4096 << 14;
+
+    /// An engine with one RC QP that sent a one-packet SEND at time 0 (PSN 100).
+    fn sent_at_zero(env: &mut TestEnv) -> Engine {
+        let mut engine = Engine::new();
+        let cfg = QpConfig {
+            qpn: LOCAL_QPN,
+            qp_type: QpType::Rc,
+            pd: 1,
+            uses_srq: false,
+        };
+        engine.create_qp(cfg).unwrap();
+        let with_ack_timer = QpModify {
+            timeout: Some(14),
+            ..rts_modify()
+        };
+        engine.modify_qp(env, LOCAL_QPN, &with_ack_timer).unwrap();
+        env.now = 0;
+        let wr = send_wr(1, WrOpcode::Send, 8);
+        engine.post_send(env, LOCAL_QPN, wr).unwrap();
+        assert_eq!(env.sent.len(), 1);
+        engine
+    }
+
+    fn deadline(engine: &Engine) -> Option<u64> {
+        engine.qps.get(&LOCAL_QPN).unwrap().req.timer_deadline
+    }
+
+    fn ack(engine: &mut Engine, env: &mut TestEnv) {
+        let ack = packet_from_peer(op::RC_ACKNOWLEDGE, 100, &[], |h| {
+            h.aeth = Some(wire::Aeth {
+                syndrome: wire::Syndrome::Ack,
+                msn: Msn::default(),
+            })
+        });
+        engine.receive(env, &ack).unwrap();
+    }
+
+    #[test]
+    fn a_timer_armed_for_queued_packets_counts_from_when_they_left() {
+        let mut env = TestEnv::new();
+        let mut engine = sent_at_zero(&mut env);
+        assert_eq!(deadline(&engine), Some(RTO));
+        // The thread lost its core before the port's flush: the packet left 30 ms later.
+        env.now = 30 * MS;
+        engine.packets_left(&env);
+        assert_eq!(deadline(&engine), Some(30 * MS + RTO));
+        // Once only: the next flush had nothing of this QP's.
+        env.now = 40 * MS;
+        engine.packets_left(&env);
+        assert_eq!(deadline(&engine), Some(30 * MS + RTO));
+        env.now = RTO + 10 * MS;
+        engine.poll(&mut env);
+        assert_eq!(engine.stats().retransmit_timeouts, 0, "67 ms after it was queued");
+        env.now = 30 * MS + RTO;
+        engine.poll(&mut env);
+        assert_eq!(engine.stats().retransmit_timeouts, 1, "67 ms after it left");
+    }
+
+    #[test]
+    fn the_timers_are_judged_at_the_last_read_of_the_wire() {
+        let mut env = TestEnv::new();
+        let mut engine = sent_at_zero(&mut env);
+        engine.packets_left(&env);
+        // The wire was read before the deadline; the thread then stalled past it, while the
+        // ACK arrived: not a timeout, the ACK is taken at the next read.
+        engine.wire_read(RTO - MS);
+        env.now = RTO + 50 * MS;
+        engine.poll(&mut env);
+        assert_eq!(engine.stats().retransmit_timeouts, 0);
+        engine.wire_read(env.now);
+        ack(&mut engine, &mut env);
+        engine.poll(&mut env);
+        assert_eq!(engine.stats().retransmit_timeouts, 0);
+        assert_eq!(deadline(&engine), None, "acknowledged");
+        // A read after the deadline that found no ACK: the timer fires.
+        env.now = 100 * MS;
+        let wr = send_wr(2, WrOpcode::Send, 8);
+        engine.post_send(&mut env, LOCAL_QPN, wr).unwrap();
+        engine.packets_left(&env);
+        engine.wire_read(100 * MS + RTO);
+        env.now = 100 * MS + RTO + 5 * MS;
+        engine.poll(&mut env);
+        assert_eq!(engine.stats().retransmit_timeouts, 1);
+    }
+}
