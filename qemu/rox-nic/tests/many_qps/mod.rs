@@ -160,7 +160,10 @@ pub fn write_over_qps(dir: &Path, subnet: u8, qps: u64, ack_timeout: u8) -> Run 
     if let Some(dir) = trace_dir {
         for (d, side) in [(&a, "a"), (&b, "b")] {
             let path = dir.join(format!("{subnet}-{qps}-{side}.wqe-trace"));
-            d.shared().wqe_trace.write_dump(&path).expect("the trace written");
+            d.shared()
+                .wqe_trace
+                .write_dump(&path)
+                .expect("the trace written");
         }
     }
     let loops = [

@@ -121,7 +121,11 @@ mod tests {
         assert_eq!(deadline(&engine), Some(30 * MS + RTO));
         env.now = RTO + 10 * MS;
         engine.poll(&mut env);
-        assert_eq!(engine.stats().retransmit_timeouts, 0, "67 ms after it was queued");
+        assert_eq!(
+            engine.stats().retransmit_timeouts,
+            0,
+            "67 ms after it was queued"
+        );
         env.now = 30 * MS + RTO;
         engine.poll(&mut env);
         assert_eq!(engine.stats().retransmit_timeouts, 1, "67 ms after it left");
