@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: GPL-2.0-only OR MIT
 """Why each ACK timeout of a traced run happened: reads rox-trace's text timeline of the
 requester (device `a`) and its peer (`b`) (`rox-trace A.wqe-trace B.wqe-trace --name a --name b
 --timeline`, e.g. of benches/qps with ROX_QPS_TRACE_DIR) and prints, per timeout of QP q from
@@ -93,7 +94,7 @@ def explain(recs):
 
 def main():
     for path in sys.argv[1:]:
-        rows = explain(parse(path))
+        rows = explain(sorted(parse(path), key=lambda r: r[0]))
         print(f"{path}: {len(rows)} ACK timeouts")
         for t, qp, psn, why in rows:
             print(f"  {t:10.0f} us qp {qp} psn {psn:#x}: {why}")
