@@ -14,8 +14,9 @@ The verdict per timeout:
   no record for over 1 ms (the ACK sat in its port queue: the flush is at the pass's end);
 - "ACK on its way": the peer built the ACK before T and went on;
 - "peer took p but had not ACKed it" / "peer had not taken p": the peer's backlog and stalls;
-- "requester stalled with p unsent": the requester's thread had no record for over 1 ms
-  within 100 us of building p (inside the pass, before its flush).
+- "requester stalled with p unsent": the requester's thread had no record for over 1 ms, and
+  longer than the peer's longest silence, within 100 us of building p (inside the pass,
+  before its flush).
 """
 import re
 import sys
@@ -49,10 +50,6 @@ def silence(recs, dev, start, end):
     return max((b - a for a, b in zip(times, times[1:]) if b > start and a < end), default=0.0)
 
 
-def next_record(recs, dev, after):
-    return next((r[0] for r in recs if r[1] == dev and r[0] > after), None)
-
-
 def explain(recs):
     out = []
     for i, (t, dev, qp, kind, psn, rest) in enumerate(recs):
@@ -72,15 +69,14 @@ def explain(recs):
         )
         a_gap, b_gap = silence(recs, "a", built, t), silence(recs, "b", built, t)
         if ack is not None:
-            quiet = (next_record(recs, "b", ack) or t) - ack
             verdict = (
                 "peer's ACK waited in the peer (its thread held no core before the flush)"
-                if quiet > 1000
+                if silence(recs, "b", ack, t) > 1000
                 else "ACK on its way (unread at a)"
             )
         elif taken is not None:
             verdict = "peer took p but had not ACKed it (its backlog, its stalls)"
-        elif silence(recs, "a", built, built + 100) > 1000:
+        elif silence(recs, "a", built, built + 100) > max(1000, b_gap):
             verdict = "requester stalled with p unsent"
         else:
             verdict = "peer had not taken p (its backlog, its stalls)"
