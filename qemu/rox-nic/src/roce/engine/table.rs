@@ -303,15 +303,6 @@ mod tests {
     use super::super::*;
     use crate::roce::wire::{self, opcode as op};
 
-    fn rc_config(qpn: Qpn) -> QpConfig {
-        QpConfig {
-            qpn,
-            qp_type: QpType::Rc,
-            pd: 1,
-            uses_srq: false,
-        }
-    }
-
     /// `count` RC QPs from [`LOCAL_QPN`] on, in RTS with an ACK timer, talking to the
     /// test's peer.
     fn engine_with_qps(env: &mut TestEnv, count: u32) -> (Engine, Vec<Qpn>) {

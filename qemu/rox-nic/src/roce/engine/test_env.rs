@@ -160,14 +160,22 @@ impl DeviceEnv for TestEnv {
 pub(super) const LOCAL_QPN: Qpn = Qpn::from_wire(0x11);
 pub(super) const PEER_QPN: Qpn = Qpn::from_wire(0x22);
 
+/// The configuration of RC QP `qpn` in PD 1 without an SRQ.
+pub(super) fn rc_config(qpn: Qpn) -> QpConfig {
+    QpConfig {
+        qpn,
+        qp_type: QpType::Rc,
+        pd: 1,
+        uses_srq: false,
+    }
+}
+
 /// A QP of `qp_type` in RTS with every remote access, MTU 1024, talking to [`PEER_QPN`]
 /// at 10.0.0.2 from 10.0.0.1, both PSNs at 100.
 pub(super) fn rts_qp(qp_type: QpType) -> Qp {
     let cfg = QpConfig {
-        qpn: LOCAL_QPN,
         qp_type,
-        pd: 1,
-        uses_srq: false,
+        ..rc_config(LOCAL_QPN)
     };
     let mut qp = Qp::new(cfg, Mtu::Mtu1024);
     qp.state = QpState::Rts;

@@ -73,13 +73,7 @@ mod tests {
     /// An engine with one RC QP that sent a one-packet SEND at time 0 (PSN 100).
     fn sent_at_zero(env: &mut TestEnv) -> Engine {
         let mut engine = Engine::new();
-        let cfg = QpConfig {
-            qpn: LOCAL_QPN,
-            qp_type: QpType::Rc,
-            pd: 1,
-            uses_srq: false,
-        };
-        engine.create_qp(cfg).unwrap();
+        engine.create_qp(rc_config(LOCAL_QPN)).unwrap();
         let with_ack_timer = QpModify {
             timeout: Some(14),
             ..rts_modify()
