@@ -156,6 +156,8 @@ pub struct Engine {
     cnp_limiter: CnpLimiter,
     /// The lateness spurious tail probes taught, shared by the QPs (rto.rs).
     pto_lateness: rto::ProbeLateness,
+    /// When the data path last began reading its wire (rto/clock.rs; MAX: no wire).
+    answers_read_at: u64,
 }
 
 impl Default for Engine {
@@ -167,6 +169,7 @@ impl Default for Engine {
             cc: CcConfig::default(),
             cnp_limiter: CnpLimiter::default(),
             pto_lateness: Default::default(),
+            answers_read_at: u64::MAX,
         }
     }
 }
@@ -429,9 +432,11 @@ impl Engine {
         // path polls on every pass, an idle one too. Only the QPs with a timer armed or an
         // answer owed are visited (the table lists them as they change).
         let mut now = None;
+        // Judged at the last read of the wire, not later (rto/clock.rs).
+        let read_at = self.answers_read_at;
         let stats = &mut self.stats;
         self.qps.for_each_active(|qp| {
-            let now = *now.get_or_insert_with(|| env.now_ns());
+            let now = *now.get_or_insert_with(|| env.now_ns().min(read_at));
             qp.send_answers(env, stats);
             if qp.state == QpState::Rts || qp.state == QpState::Sqd {
                 qp.on_timers_at(env, stats, now);

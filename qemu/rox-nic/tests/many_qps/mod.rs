@@ -126,6 +126,12 @@ pub fn write_over_qps(dir: &Path, subnet: u8, qps: u64, ack_timeout: u8) -> Run 
     let data = pattern(u64::from(subnet), total as usize);
     a.ram.write(src, &data);
 
+    let trace_dir = std::env::var_os("ROX_QPS_TRACE_DIR").map(std::path::PathBuf::from);
+    if trace_dir.is_some() {
+        // Both devices' WQE traces over the timed part (docs/debugging.md), for rox-trace.
+        a.shared().wqe_trace.start(Some(1 << 20));
+        b.shared().wqe_trace.start(Some(1 << 20));
+    }
     let loops_before = [Loop::now(&mut a), Loop::now(&mut b)];
     timed_part_begins();
     let start = Instant::now();
@@ -151,6 +157,15 @@ pub fn write_over_qps(dir: &Path, subnet: u8, qps: u64, ack_timeout: u8) -> Run 
     }
     let elapsed = start.elapsed();
     timed_part_ends();
+    if let Some(dir) = trace_dir {
+        for (d, side) in [(&a, "a"), (&b, "b")] {
+            let path = dir.join(format!("{subnet}-{qps}-{side}.wqe-trace"));
+            d.shared()
+                .wqe_trace
+                .write_dump(&path)
+                .expect("the trace written");
+        }
+    }
     let loops = [
         Loop::now(&mut a).since(loops_before[0]),
         Loop::now(&mut b).since(loops_before[1]),

@@ -91,9 +91,13 @@ impl DataPath {
 
     /// Frames from the port: RoCEv2 for this device to the engine, the rest to the netdev.
     pub(super) fn receive_port(&mut self) -> bool {
+        use roce::DeviceEnv;
         let Some(port) = &mut self.port else {
             return false;
         };
+        // What arrives from here on is not taken before this pass's timers: they are judged
+        // at this time (roce/engine/rto/clock.rs).
+        self.engine.wire_read(self.hw.now_ns());
         let mut work = false;
         let (mac, max_frame) = (port.mac(), port.max_frame());
         for _ in 0..RX_BATCHES_PER_PASS {
@@ -192,9 +196,15 @@ impl DataPath {
     pub(super) fn flush_port(&mut self) -> bool {
         let queued = std::mem::take(&mut self.port_queued);
         let Some(port) = &mut self.port else {
+            // Nothing waits in a port: the packets left when the engine built them.
+            self.engine.packets_left(&self.hw);
             return false;
         };
         let sent = port.flush();
+        if port.backlog() == 0 {
+            // Every packet queued so far left: their timers count from now (rto/clock.rs).
+            self.engine.packets_left(&self.hw);
+        }
         self.account_port_tx();
         queued || sent > 0
     }

@@ -30,6 +30,8 @@ pub(super) struct Requester {
     pub(super) rnr_left: u8,
     /// Retransmission timer (its length: [`Qp::rto_ns`]).
     pub(super) timer_deadline: Option<u64>,
+    /// The timer was armed then for packets not yet out of the device (rto/clock.rs).
+    pub(super) timer_queued_at: Option<u64>,
     /// Waiting out an RNR NAK until then.
     pub(super) rnr_until: Option<u64>,
     /// The timer's deadline is the tail probe's, not the RTO's (rto.rs).
@@ -298,7 +300,7 @@ impl Qp {
                 // Busy again after idling: the retry period starts now.
                 self.req.retry_period_start = now;
             }
-            self.arm_timer(now);
+            self.arm_timer_on_departure(now);
         }
     }
 

@@ -232,6 +232,7 @@ impl Qp {
     /// Arms the retransmission timer at `now`: for the tail probe if one is due before the
     /// RTO (not after a timeout until progress is made), else for the RTO.
     pub(super) fn arm_timer(&mut self, now: u64) {
+        self.req.timer_queued_at = None;
         let Some(rto) = self.rto_ns() else {
             self.req.timer_deadline = None;
             return;
@@ -260,7 +261,8 @@ impl Qp {
         self.req.timer_probe = false;
         self.send_tail_probe(env, stats, now);
         self.req.rtt.probes_sent += 1;
-        self.arm_timer(now);
+        // Its answer comes after the probe leaves, at the end of the pass.
+        self.arm_timer_on_departure(now);
         true
     }
 
@@ -532,5 +534,6 @@ impl Qp {
     }
 }
 
+mod clock;
 #[cfg(test)]
 mod tests;

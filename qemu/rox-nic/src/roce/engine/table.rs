@@ -26,6 +26,8 @@ struct Slot {
     active: bool,
     /// On [`QpTable::owing`].
     owing: bool,
+    /// On [`QpTable::departing`].
+    departing: bool,
 }
 
 /// The QPs of an engine by QPN.
@@ -36,6 +38,9 @@ pub(super) struct QpTable {
     active: Vec<Qpn>,
     /// QPs that owed an answer when last noted, each once.
     owing: Vec<Qpn>,
+    /// QPs whose timer was armed for packets not yet out of the device when last noted,
+    /// each once (rto/clock.rs).
+    departing: Vec<Qpn>,
     /// RC request packets sent and not yet acknowledged, over all QPs.
     flight: u64,
 }
@@ -51,6 +56,7 @@ pub(super) struct QpMut<'a> {
 struct Lists<'a> {
     active: &'a mut Vec<Qpn>,
     owing: &'a mut Vec<Qpn>,
+    departing: &'a mut Vec<Qpn>,
     flight: &'a mut u64,
 }
 
@@ -69,6 +75,7 @@ impl QpTable {
             map,
             active,
             owing,
+            departing,
             flight,
         } = self;
         let slot = map.get_mut(qpn)?;
@@ -78,6 +85,7 @@ impl QpTable {
             lists: Lists {
                 active,
                 owing,
+                departing,
                 flight,
             },
         })
@@ -98,6 +106,7 @@ impl QpTable {
             flight: 0,
             active: false,
             owing: false,
+            departing: false,
         };
         let old = self.map.insert(qpn, slot);
         debug_assert!(old.is_none(), "QP {qpn:#x} inserted twice");
@@ -115,6 +124,9 @@ impl QpTable {
         }
         if slot.owing {
             self.owing.retain(|q| q != qpn);
+        }
+        if slot.departing {
+            self.departing.retain(|q| q != qpn);
         }
         Some(slot.qp)
     }
@@ -160,6 +172,7 @@ impl QpTable {
             let mut lists = Lists {
                 active: &mut self.active,
                 owing: &mut self.owing,
+                departing: &mut self.departing,
                 flight: &mut self.flight,
             };
             lists.note(qpn, slot);
@@ -186,6 +199,23 @@ impl QpTable {
         // Keep the list's buffer: this runs on every pass that received anything.
         if self.owing.is_empty() {
             self.owing = owing;
+        }
+    }
+
+    /// Whether no QP's timer waits for its packets to leave the device.
+    pub fn departing_is_empty(&self) -> bool {
+        self.departing.is_empty()
+    }
+
+    /// Calls `f` for every QP whose timer was armed for packets not yet out of the device
+    /// (each once), and empties that list. `f` moves only the timer's deadline, which keeps
+    /// the QP on the active list: nothing else to note.
+    pub fn for_each_departing(&mut self, mut f: impl FnMut(&mut Qp)) {
+        for qpn in self.departing.drain(..) {
+            if let Some(slot) = self.map.get_mut(&qpn) {
+                slot.departing = false;
+                f(&mut slot.qp);
+            }
         }
     }
 }
@@ -218,6 +248,10 @@ impl Lists<'_> {
         if !slot.owing && owes_answers(&slot.qp) {
             slot.owing = true;
             self.owing.push(qpn);
+        }
+        if !slot.departing && slot.qp.req.timer_queued_at.is_some() {
+            slot.departing = true;
+            self.departing.push(qpn);
         }
     }
 }

@@ -213,7 +213,7 @@ pub(super) fn rts_modify() -> QpModify {
     }
 }
 
-/// [`rts_modify`] with a local ACK timeout (14: 268 ms), so that a packet sent arms the
+/// [`rts_modify`] with a local ACK timeout (14: 67.1 ms), so that a packet sent arms the
 /// QP's ACK timer.
 pub(super) fn rts_modify_timed() -> QpModify {
     QpModify {
