@@ -45,13 +45,14 @@ use std::sync::atomic::{fence, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::frame::{EthHeader, ETH_HEADER_LEN};
+use super::frame::{received_icrc_front, EthHeader, ETH_HEADER_LEN};
 use super::socket::{remove_stale_socket, RECONNECT_INTERVAL};
 use super::{FrameRef, RxBatch, Sent, BATCH};
 use crate::roce::wire::pool::{self, Lease, Lender, Packet};
+use crate::roce::wire::IcrcFold;
 use crate::sys;
 use crate::sys::epoll::Epoll;
-use crate::sys::shm::{PeerBytes, Region, SharedMapping};
+use crate::sys::shm::{Copied, PeerBytes, Region, SharedMapping};
 use hello::{serve_hello, take_hello};
 
 /// The hello message's and the memfd header's first word ("RXCB").
@@ -206,9 +207,10 @@ struct Wire {
     /// The copies of the received frames, [`BATCH`] slots of a buffer's length (this
     /// process's own memory, which the peer cannot change).
     rx_copies: Vec<u8>,
-    /// Received frames lent to the port (their lengths, in `rx_copies`' slots); their ring
-    /// slots are freed at the next receive or [`Wire::release_lent`].
-    lent: Vec<usize>,
+    /// Received frames lent to the port (their lengths, in `rx_copies`' slots, and the ICRC
+    /// runs of RoCEv2 ones folded as they were copied); their ring slots are freed at the next
+    /// receive or [`Wire::release_lent`].
+    lent: Vec<(usize, Option<IcrcFold>)>,
 }
 
 impl Wire {
@@ -421,21 +423,31 @@ impl Wire {
                 return None;
             }
             let copy = &mut self.rx_copies[i * self.rx.slot_len as usize..][..len];
-            if !self.rx_buffers[id as usize].copy_to(copy) {
-                self.lent.clear();
-                return None;
-            }
-            self.lent.push(len);
+            let mut ip_len = 0;
+            let copied = self.rx_buffers[id as usize].copy_folding(copy, |first| {
+                let (len, front) = received_icrc_front(first)?;
+                ip_len = len;
+                Some(front)
+            });
+            let fold = match copied {
+                Copied::Refused => {
+                    self.lent.clear();
+                    return None;
+                }
+                Copied::Plain => None,
+                Copied::Folded(state) => Some(IcrcFold { ip_len, state }),
+            };
+            self.lent.push((len, fold));
         }
         Some(n)
     }
 
-    /// The frames [`Wire::consume`] lent (their copies), in arrival order.
-    fn lent_frames(&self) -> impl Iterator<Item = &[u8]> {
+    /// The frames [`Wire::consume`] lent (their copies, and their folds), in arrival order.
+    fn lent_frames(&self) -> impl Iterator<Item = (&[u8], Option<IcrcFold>)> {
         self.rx_copies
             .chunks_exact(self.rx.slot_len as usize)
             .zip(&self.lent)
-            .map(|(copy, &len)| &copy[..len])
+            .map(|(copy, &(len, fold))| (&copy[..len], fold))
     }
 
     /// Raises this end's `flag` on `ring` and looks again whether `ready` holds (a peer that
@@ -638,7 +650,7 @@ impl Cable {
     pub fn recv(&mut self, batch: &mut RxBatch) -> std::io::Result<usize> {
         batch.clear();
         let n = self.recv_lent()?;
-        for f in self.lent_frames() {
+        for (f, _) in self.lent_frames() {
             batch.push_frame(f, false);
         }
         self.release_lent();
@@ -683,8 +695,9 @@ impl Cable {
         Ok(0)
     }
 
-    /// The frames the last [`Cable::recv_lent`] lent, in arrival order.
-    pub fn lent_frames(&self) -> impl Iterator<Item = &[u8]> {
+    /// The frames the last [`Cable::recv_lent`] lent, in arrival order, each with the ICRC
+    /// run folded as it was copied (RoCEv2 frames).
+    pub fn lent_frames(&self) -> impl Iterator<Item = (&[u8], Option<IcrcFold>)> {
         self.wire.iter().flat_map(Wire::lent_frames)
     }
 

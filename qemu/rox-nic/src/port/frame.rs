@@ -10,10 +10,11 @@ use rox_uapi::admin::{
 };
 
 use crate::roce::wire::{
-    ipv4_gid, ipv4_header_checksum, IpView, IPV4_HEADER_LEN, IPV6_HEADER_LEN, ROCE_V2_UDP_PORT,
-    UDP_HEADER_LEN,
+    icrc_front, ipv4_gid, ipv4_header_checksum, IcrcFold, IpView, IPV4_HEADER_LEN,
+    IPV6_HEADER_LEN, ROCE_V2_UDP_PORT, UDP_HEADER_LEN,
 };
 use crate::roce::Gid;
+use crate::sys::crc32::Front;
 
 pub type Mac = [u8; 6];
 pub const MAC_LEN: usize = 6;
@@ -118,6 +119,58 @@ pub fn sort_frame(
     }
 }
 
+/// [`sort_frame`] of a frame whose ICRC run the port folded as it copied the frame (`fold`,
+/// [`received_icrc_front`]): a RoCEv2 packet that reaches to the frame's end, which the fold
+/// proves right, is handed on with its ICRC checked, and is not hashed again. Anything else
+/// (no fold, a wrong ICRC, rdma_rxe's FLUSH ICRC, Ethernet padding behind the packet) is
+/// checked by the transport as every other frame is, and dropped there if wrong.
+pub fn sort_received(
+    frame: &[u8],
+    fold: Option<IcrcFold>,
+    own_mac: &Mac,
+    max_frame: usize,
+    own_gid: impl Fn(&Gid) -> bool,
+) -> Arrival {
+    let mut arrival = sort_frame(frame, own_mac, max_frame, own_gid);
+    if let (Arrival::Roce(range, ip), Some(fold)) = (&mut arrival, fold) {
+        ip.icrc_checked = range.end == frame.len() && fold.proves(ip.header_len);
+    }
+    arrival
+}
+
+/// The ICRC runs of RoCEv2 frames, for folds of whole frames (the IP packet behind the
+/// Ethernet header).
+static ICRC_FRONT_V4: Front = icrc_front(ETH_HEADER_LEN, IPV4_HEADER_LEN);
+static ICRC_FRONT_V6: Front = icrc_front(ETH_HEADER_LEN, IPV6_HEADER_LEN);
+
+/// The ICRC fold to make of a received frame whose first bytes are `first` (the Ethernet, IP
+/// and UDP headers at least), if they say it is a UDP packet to RoCEv2's port right behind the
+/// Ethernet header, over IPv4 (no options) or IPv6: its IP header length and the fold's
+/// front. None for anything else, or too few bytes to tell: [`sort_received`] decides from
+/// the whole copy whether the fold proves anything.
+pub fn received_icrc_front(first: &[u8]) -> Option<(usize, &'static Front)> {
+    const V4_FIRST_BYTE: u8 = IPV4_VERSION << IP_VERSION_SHIFT | (IPV4_HEADER_LEN / 4) as u8;
+    const V4_PROTOCOL: usize = 9;
+    const V6_NEXT_HEADER: usize = 6;
+    let ip = first.get(ETH_HEADER_LEN..)?;
+    let (ip_len, front) = match be16(first, ETHERTYPE_AT) {
+        ETHERTYPE_IPV4
+            if ip.first() == Some(&V4_FIRST_BYTE) && ip.get(V4_PROTOCOL) == Some(&IP_PROTO_UDP) =>
+        {
+            (IPV4_HEADER_LEN, &ICRC_FRONT_V4)
+        }
+        ETHERTYPE_IPV6
+            if ip.first().map(|b| b >> IP_VERSION_SHIFT) == Some(IPV6_VERSION)
+                && ip.get(V6_NEXT_HEADER) == Some(&IP_PROTO_UDP) =>
+        {
+            (IPV6_HEADER_LEN, &ICRC_FRONT_V6)
+        }
+        _ => return None,
+    };
+    let port = ip.get(ip_len + 2..ip_len + 4)?;
+    (be16(port, 0) == ROCE_V2_UDP_PORT).then_some((ip_len, front))
+}
+
 struct Malformed;
 
 /// Checks an IPv4 packet (with Ethernet padding possibly behind it).
@@ -165,6 +218,7 @@ fn ipv4(p: &[u8]) -> Result<Ip, Malformed> {
             header_len: IPV4_HEADER_LEN,
             sgid: ipv4_gid(src),
             dgid: ipv4_gid(dst),
+            icrc_checked: false,
         },
     })
 }
@@ -203,6 +257,7 @@ fn ipv6(p: &[u8]) -> Result<Ip, Malformed> {
             header_len: IPV6_HEADER_LEN,
             sgid: p[SRC..SRC + 16].try_into().unwrap(),
             dgid,
+            icrc_checked: false,
         },
     })
 }

@@ -16,9 +16,9 @@ pub mod xrceth;
 use super::{Gid, Key, Msn, Psn, Qpn};
 pub use opcode::{opcode_info, OpcodeClass, OpcodeInfo};
 pub use packet::{
-    build_packet, build_packet_filled, build_packet_with, compute_icrc, icrc_matches,
-    ipv4_header_checksum, parse_packet, parse_transport, rxe_flush_icrc, FlushIcrc, IpView,
-    ParseError, Parsed,
+    build_packet, build_packet_filled, build_packet_with, compute_icrc, icrc_front,
+    icrc_matches, ipv4_header_checksum, parse_packet, parse_transport, rxe_flush_icrc, FlushIcrc,
+    IcrcFold, IpView, ParseError, Parsed, ICRC_RESIDUE,
 };
 pub use pool::{recycle, Packet};
 

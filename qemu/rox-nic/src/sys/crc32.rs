@@ -65,6 +65,70 @@ pub const ORED_LEN: usize = BLOCK;
 /// A mask that ORs nothing.
 const NOTHING_ORED: [u8; ORED_LEN] = [0; ORED_LEN];
 
+/// Bytes of a buffer a [`Front`] changes: its first block, and a lane more, so that the
+/// fold's last, unaligned lane can take the change at any offset inside the block.
+const FRONT_LEN: usize = BLOCK + 16;
+
+/// A run that starts `at` bytes (under a lane) into a buffer, folded in the buffer's own
+/// lanes (a frame's IP packet behind its Ethernet header, folded as the copy of the frame
+/// loads it, `copy`): the bytes before the run count as zeros (zeros in front of a zero
+/// register leave it zero), the raw register `!state` is XORed over the run's first four
+/// bytes and `ored` ORed over its front. Each lane of the buffer's first block is changed by
+/// one AND, OR and XOR with these constants.
+pub struct Front {
+    at: usize,
+    state: u32,
+    ored: [u8; ORED_LEN],
+    keep: [u8; FRONT_LEN],
+    or: [u8; FRONT_LEN],
+    xor: [u8; FRONT_LEN],
+}
+
+impl Front {
+    /// The run from byte `at` (under 16) on, from `state`, with `ored` over its front; the
+    /// mask must end inside the buffer's first block.
+    pub const fn new(at: usize, state: u32, ored: &[u8; ORED_LEN]) -> Front {
+        assert!(at < 16, "the run starts inside the first lane");
+        let mut f = Front {
+            at,
+            state,
+            ored: *ored,
+            keep: [0xff; FRONT_LEN],
+            or: [0; FRONT_LEN],
+            xor: [0; FRONT_LEN],
+        };
+        let mut i = 0;
+        while i < at {
+            f.keep[i] = 0;
+            i += 1;
+        }
+        let raw = (!state).to_le_bytes();
+        let mut i = 0;
+        while i < ORED_LEN {
+            assert!(at + i < BLOCK || ored[i] == 0, "the mask ends inside the first block");
+            if at + i < FRONT_LEN {
+                f.or[at + i] = ored[i];
+            }
+            if i < raw.len() {
+                f.xor[at + i] = raw[i];
+            }
+            i += 1;
+        }
+        f
+    }
+
+    /// Bytes of a buffer in front of the run.
+    pub fn at(&self) -> usize {
+        self.at
+    }
+
+    /// The run's CRC state folded over `buffer[at..]` where it lies ([`update_ored`]): what
+    /// the fused copy (`copy`) gives, computed from the copy afterwards.
+    pub fn update(&self, buffer: &[u8]) -> u32 {
+        update_ored(self.state, &buffer[self.at.min(buffer.len())..], &self.ored)
+    }
+}
+
 /// The CRC-32 state (as `crc32fast::Hasher` keeps it: finalized form) after `bytes`, from
 /// `state`.
 pub fn update(state: u32, bytes: &[u8]) -> u32 {
@@ -213,7 +277,7 @@ mod x86 {
     use super::{BLOCK, FOLD_BLOCK, FOLD_LANE, ORED_LEN};
 
     /// A fold constant pair as one lane: `first` in the low half, `second` in the high.
-    fn constants((first, second): (u64, u64)) -> __m128i {
+    pub(super) fn constants((first, second): (u64, u64)) -> __m128i {
         let halves = [first, second];
         // SAFETY: `halves` is 16 readable bytes (little-endian: `first` low); unaligned loads
         // are allowed; SSE2 is part of x86_64.
@@ -229,7 +293,7 @@ mod x86 {
     // it is needed on the older compilers only.
     #[allow(unused_unsafe)]
     #[target_feature(enable = "pclmulqdq,avx")]
-    unsafe fn fold_into(lane: __m128i, k: __m128i, next: __m128i) -> __m128i {
+    pub(super) unsafe fn fold_into(lane: __m128i, k: __m128i, next: __m128i) -> __m128i {
         // SAFETY: the CPU has the features (this function's precondition); no memory access.
         unsafe {
             let first = _mm_clmulepi64_si128::<0x00>(lane, k);
@@ -271,7 +335,7 @@ mod x86 {
     /// # Safety
     /// `at + 16 * (i + 1)` must be within `run` (every caller loads whole blocks or whole
     /// lanes of a run a multiple of 16 bytes long).
-    unsafe fn load(run: &[u8], at: usize, i: usize) -> __m128i {
+    pub(super) unsafe fn load(run: &[u8], at: usize, i: usize) -> __m128i {
         debug_assert!(at + 16 * i + 16 <= run.len());
         // SAFETY: the 16 bytes are within `run` (the caller's promise); unaligned loads are
         // allowed; SSE2 is part of x86_64.
@@ -286,14 +350,26 @@ mod x86 {
     #[target_feature(enable = "pclmulqdq,avx")]
     pub(super) unsafe fn finish(lanes: [__m128i; 8], tail: &[u8]) -> __m128i {
         let k = constants(FOLD_LANE);
-        let mut acc = lanes[0];
-        for &lane in &lanes[1..] {
-            acc = fold_into(acc, k, lane);
-        }
+        // SAFETY: the same features.
+        let mut acc = unsafe { merge(lanes) };
         assert!(tail.len() % 16 == 0);
         for at in (0..tail.len()).step_by(16) {
             // SAFETY: `tail` is whole lanes (asserted).
             acc = fold_into(acc, k, unsafe { load(tail, at, 0) });
+        }
+        acc
+    }
+
+    /// The eight lanes of the last block folded into one.
+    ///
+    /// # Safety
+    /// The CPU must have PCLMULQDQ and AVX.
+    #[target_feature(enable = "pclmulqdq,avx")]
+    pub(super) unsafe fn merge(lanes: [__m128i; 8]) -> __m128i {
+        let k = constants(FOLD_LANE);
+        let mut acc = lanes[0];
+        for &lane in &lanes[1..] {
+            acc = fold_into(acc, k, lane);
         }
         acc
     }
@@ -435,6 +511,31 @@ mod x86 {
     /// The CPU must have PCLMULQDQ and AVX.
     #[target_feature(enable = "pclmulqdq,avx")]
     pub(super) unsafe fn fold_tail(acc: __m128i, run: &[u8], ored: &[u8; ORED_LEN]) -> __m128i {
+        let r = run.len() % 16;
+        if r == 0 {
+            return acc;
+        }
+        assert!(run.len() > 16);
+        // SAFETY: the run's last 16 bytes (it is longer than a lane, asserted). Its mask
+        // applies where the run is no longer than the mask; past that, the bytes this lane
+        // adds (past the whole lanes) are past the mask too.
+        let last = unsafe {
+            if run.len() <= ORED_LEN {
+                ored_lane(run, run.len() - 16, ored)
+            } else {
+                load(run, run.len() - 16, 0)
+            }
+        };
+        // SAFETY: the same features; r < 16.
+        unsafe { fold_last(acc, last, r) }
+    }
+
+    /// `acc` with the last `r` (1..16) bytes of `last` folded in ([`fold_tail`]).
+    ///
+    /// # Safety
+    /// The CPU must have PCLMULQDQ and AVX; `r` < 16.
+    #[target_feature(enable = "pclmulqdq,avx")]
+    pub(super) unsafe fn fold_last(acc: __m128i, last: __m128i, r: usize) -> __m128i {
         /// Shuffle controls: the 16 bytes at `r` move a lane's bytes up by 16 - r (zeros
         /// below), those at 16 + r down by r (zeros above); 0x80 gives a zero byte.
         static SHIFTS: [u8; 48] = {
@@ -456,21 +557,7 @@ mod x86 {
             }
             t
         };
-        let r = run.len() % 16;
-        if r == 0 {
-            return acc;
-        }
-        assert!(run.len() > 16);
-        // SAFETY: the run's last 16 bytes (it is longer than a lane, asserted). Its mask
-        // applies where the run is no longer than the mask; past that, the bytes this lane
-        // adds (past the whole lanes) are past the mask too.
-        let last = unsafe {
-            if run.len() <= ORED_LEN {
-                ored_lane(run, run.len() - 16, ored)
-            } else {
-                load(run, run.len() - 16, 0)
-            }
-        };
+        assert!(r < 16);
         // SAFETY: r < 16: each 16-byte read is within its table.
         let (up, down, keep) = unsafe {
             (
@@ -511,6 +598,9 @@ mod x86 {
         }
     }
 }
+
+#[cfg(target_arch = "x86_64")]
+pub(super) mod copy;
 
 #[cfg(test)]
 mod tests;
