@@ -423,19 +423,9 @@ impl Wire {
                 return None;
             }
             let copy = &mut self.rx_copies[i * self.rx.slot_len as usize..][..len];
-            let mut ip_len = 0;
-            let copied = self.rx_buffers[id as usize].copy_folding(copy, |first| {
-                let (len, front) = received_icrc_front(first)?;
-                ip_len = len;
-                Some(front)
-            });
-            let fold = match copied {
-                Copied::Refused => {
-                    self.lent.clear();
-                    return None;
-                }
-                Copied::Plain => None,
-                Copied::Folded(state) => Some(IcrcFold { ip_len, state }),
+            let Some(fold) = copy_received(&self.rx_buffers[id as usize], copy) else {
+                self.lent.clear();
+                return None;
             };
             self.lent.push((len, fold));
         }
@@ -471,6 +461,23 @@ impl Wire {
     fn tx_ready(&self) -> bool {
         self.peer_count(&self.tx, TAIL, self.tx_head, false)
             .is_none_or(|tail| tail != self.tx_reclaimed)
+    }
+}
+
+/// Copies a received frame out of its buffer into `copy` (as long as the frame), folding
+/// the ICRC run of a RoCEv2 frame as it goes ([`PeerBytes::copy_folding`]): the fold, if
+/// the frame's headers asked for one. None if the frame is longer than the buffer.
+pub(crate) fn copy_received(buffer: &PeerBytes, copy: &mut [u8]) -> Option<Option<IcrcFold>> {
+    let mut ip_len = 0;
+    let copied = buffer.copy_folding(copy, |first| {
+        let (len, front) = received_icrc_front(first)?;
+        ip_len = len;
+        Some(front)
+    });
+    match copied {
+        Copied::Refused => None,
+        Copied::Plain => Some(None),
+        Copied::Folded(state) => Some(Some(IcrcFold { ip_len, state })),
     }
 }
 
