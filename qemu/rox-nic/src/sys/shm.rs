@@ -303,10 +303,11 @@ impl PeerBytes {
     }
 
     /// [`PeerBytes::copy_to`], and the CRC-32 of the copy that `choose` asks for once it has
-    /// seen the copy's first bytes (whole lanes, up to [`PEEK_LEN`]; a frame's headers): the
-    /// CRC state [`crc32::Front::update`] gives over the whole copy, folded as the bytes are
-    /// copied where the CPU can (`crc32::copy`), else from the copy afterwards. Either way it
-    /// is the CRC of the copy, whatever the peer writes meanwhile.
+    /// seen the copy's first bytes (up to [`PEEK_LEN`]; a frame's headers): the CRC state
+    /// [`crc32::Front::update`] gives over the whole copy. Past its first block a long copy
+    /// is folded as it is made (`crc32::copy`, each lane folded from the register it was
+    /// copied with); a short one is folded from the copy. Either way it is the CRC of the
+    /// copy, whatever the peer writes meanwhile: the peer's bytes are read once.
     pub fn copy_folding<'f>(
         &self,
         dst: &mut [u8],
@@ -318,22 +319,24 @@ impl PeerBytes {
         }
         let first = self.0.ptr.as_ptr().cast_const();
         #[cfg(target_arch = "x86_64")]
-        if crc32::copy::runs(first, n) {
-            let peek = (n / 16 * 16).min(PEEK_LEN);
-            self.copy_from(0, &mut dst[..peek]);
-            let Some(front) = choose(&dst[..peek]) else {
-                self.copy_from(peek, dst);
-                return Copied::Plain;
-            };
-            // SAFETY: `runs` holds; `n` bytes from `first` lie in the mapping (checked above),
-            // and the first `peek` of them are in `dst`.
-            return Copied::Folded(unsafe { crc32::copy::copy_fold(first, dst, peek, front) });
+        let fused = crc32::copy::runs(first, n);
+        #[cfg(not(target_arch = "x86_64"))]
+        let fused = false;
+        let head = if fused { PEEK_LEN } else { n };
+        self.copy_from(0, &mut dst[..head]);
+        let Some(front) = choose(&dst[..head.min(PEEK_LEN)]) else {
+            self.copy_from(head, dst);
+            return Copied::Plain;
+        };
+        if !fused {
+            return Copied::Folded(front.update(dst));
         }
-        self.copy_from(0, dst);
-        match choose(&dst[..n.min(PEEK_LEN)]) {
-            Some(front) => Copied::Folded(front.update(dst)),
-            None => Copied::Plain,
-        }
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `runs` holds; `n` bytes from `first` lie in the mapping (checked above), and
+        // the first `head` of them are in `dst`.
+        return Copied::Folded(unsafe { crc32::copy::copy_fold(first, dst, head, front) });
+        #[cfg(not(target_arch = "x86_64"))]
+        unreachable!("fused only on x86-64")
     }
 
     /// Copies bytes `from..dst.len()` (within these bytes) into the same range of `dst`.
@@ -359,7 +362,9 @@ impl PeerBytes {
                 // 16-aligned here (or at the end). SSE2 is part of x86-64. (Four vectors a
                 // loop step measured no fewer instructions under callgrind.)
                 use std::arch::x86_64::{__m128i, _mm_storeu_si128};
-                if n - at >= wide::VEC && wide::available() {
+                // 32-byte vectors pay for their feature check and call on long copies only
+                // (a small message's frame is a few 16-byte ones).
+                if n - at >= WIDE_MIN && wide::available() {
                     // One 16-byte vector to 32-align, then 32-byte ones; the rest below.
                     if (first as usize + at) % wide::VEC != 0 {
                         let v = std::ptr::read_volatile(first.add(at).cast::<__m128i>());
@@ -391,8 +396,12 @@ impl PeerBytes {
 }
 
 /// Bytes of a copy [`PeerBytes::copy_folding`] shows its `choose` (at most): a RoCEv2 frame's
-/// Ethernet, IP and UDP headers.
-pub const PEEK_LEN: usize = 64;
+/// Ethernet, IP and UDP headers and more; the first block a fused copy folds from the copy.
+pub const PEEK_LEN: usize = crc32::ORED_LEN;
+
+/// The shortest copy [`PeerBytes::copy_to`] makes with 32-byte vectors where it can.
+#[cfg(target_arch = "x86_64")]
+const WIDE_MIN: usize = 256;
 
 /// What [`PeerBytes::copy_folding`] did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -4,6 +4,11 @@
 //! copy's, whatever the other process writes meanwhile, and the copy is not read again for
 //! it (the second pass over a received frame's bytes that checking its ICRC was).
 //!
+//! Only buffers of two blocks or more are fused (a 4 KiB frame's copy and ICRC): a shorter
+//! one is copied, then folded from the copy, whose lanes are in the cache then (the fusion
+//! would save a few loads, the dispatch costs more). The caller copies the first block
+//! itself, to see which run to fold ([`Front`]), and its lanes are folded from the copy.
+//!
 //! The lanes are the buffer's own (the source is aligned), not the run's: the run starts
 //! [`Front::at`] bytes in, and the first block's lanes are changed by the [`Front`] as they
 //! are loaded. Whole blocks past the first fold eight lanes at a time (four to a register
@@ -13,23 +18,23 @@
 use std::arch::x86_64::*;
 
 use super::x86::{constants, fold_into, fold_last, load, merge, reduce};
-use super::{Front, BLOCK, FOLD_BLOCK, FOLD_LANE, FRONT_LEN};
+use super::{Front, BLOCK, FOLD_BLOCK, FOLD_LANE};
 use crate::sys::shm::copy_short;
 
 /// Bytes of a lane.
 const LANE: usize = 16;
 
 /// Whether [`copy_fold`] takes a copy of `len` bytes from `src`: a CPU with the fold, at
-/// least two lanes, and a source aligned for the loads (16 bytes, 64 where the fold is wide).
+/// least two blocks, and a source aligned for the loads (16 bytes, 64 where the fold is
+/// wide).
 pub(in crate::sys) fn runs(src: *const u8, len: usize) -> bool {
-    let align = if super::wide_available() { 64 } else { LANE };
-    len >= 2 * LANE && (src as usize) % align == 0 && super::fold_available()
+    len >= 2 * BLOCK && (src as usize) % 64 == 0 && super::fold_available()
 }
 
 /// Copies `dst.len()` bytes from `src` into `dst` and returns what `front.update(dst)` would
 /// (the CRC state of the run in the copy), folding each lane as it is copied. The first
-/// `copied` bytes (whole lanes, under a block) are already in `dst` (the caller looked at them
-/// to choose `front`): they are folded from there, never read from `src` again.
+/// `copied` bytes (whole lanes, a block at most) are already in `dst` (the caller looked at
+/// them to choose `front`): they are folded from there, never read from `src` again.
 ///
 /// # Safety
 /// [`runs`] holds for `src` and `dst.len()`; `dst.len()` bytes from `src` may be read (another
@@ -54,13 +59,11 @@ pub(in crate::sys) unsafe fn copy_fold_by(
     copied: usize,
     front: &Front,
 ) -> u32 {
-    assert!(copied % LANE == 0 && copied < BLOCK && copied <= dst.len());
+    assert!(copied % LANE == 0 && copied <= BLOCK && dst.len() >= 2 * BLOCK);
     // SAFETY: the CPU has the features and the source its alignment ([`runs`], the caller's
     // promise); each function reads only within `dst.len()` bytes of `src`.
     unsafe {
-        let lane = if dst.len() < 2 * BLOCK {
-            copy_fold_short(src, dst, copied, front)
-        } else if wide {
+        let lane = if wide {
             assert!(super::wide_available(), "the wide fold on a CPU without it");
             wide::copy_fold(src, dst, copied, front)
         } else {
@@ -96,7 +99,7 @@ unsafe fn take(src: *const u8, dst: &mut [u8], at: usize, copied: usize) -> __m1
 /// `at..at + 4`).
 #[target_feature(enable = "pclmulqdq,avx")]
 unsafe fn fronted(v: __m128i, front: &Front, at: usize) -> __m128i {
-    assert!(at + LANE <= FRONT_LEN && at % LANE == 0);
+    assert!(at + LANE <= BLOCK && at % LANE == 0);
     // SAFETY: within the front's tables (asserted).
     unsafe {
         let or = _mm_or_si128(
@@ -114,58 +117,18 @@ unsafe fn fronted(v: __m128i, front: &Front, at: usize) -> __m128i {
 }
 
 /// The buffer's last partial lane (from the copy, all of it written) folded into `acc`, the
-/// fold of its whole lanes.
+/// fold of its whole lanes (past the first block: the front changes none of it).
 #[target_feature(enable = "pclmulqdq,avx")]
-unsafe fn fold_copy_tail(acc: __m128i, dst: &[u8], front: &Front) -> __m128i {
+unsafe fn fold_copy_tail(acc: __m128i, dst: &[u8]) -> __m128i {
     let n = dst.len();
     let r = n % LANE;
     if r == 0 {
         return acc;
     }
-    assert!(n > LANE);
-    // SAFETY: the buffer's last 16 bytes (it is longer than a lane); where they reach into
-    // the first block, the front's tables are read at their offset (within FRONT_LEN).
-    unsafe {
-        let last = load(dst, n - LANE, 0);
-        let last = if n <= FRONT_LEN {
-            let at = n - LANE;
-            _mm_xor_si128(
-                _mm_or_si128(
-                    _mm_and_si128(last, load(&front.keep, at, 0)),
-                    load(&front.or, at, 0),
-                ),
-                load(&front.xor, at, 0),
-            )
-        } else {
-            last
-        };
-        fold_last(acc, last, r)
-    }
-}
-
-/// [`copy_fold`] of a buffer shorter than two blocks (a small message's frame, an ACK): lane
-/// by lane.
-///
-/// # Safety
-/// As [`copy_fold`]'s.
-#[target_feature(enable = "pclmulqdq,avx")]
-unsafe fn copy_fold_short(src: *const u8, dst: &mut [u8], copied: usize, front: &Front) -> __m128i {
-    let n = dst.len();
-    let whole = n / LANE * LANE;
-    let k = constants(FOLD_LANE);
-    // SAFETY: whole lanes within `dst.len()`; the features are this function's.
-    unsafe {
-        let mut acc = fronted(take(src, dst, 0, copied), front, 0);
-        let mut at = LANE;
-        while at < whole {
-            let v = take(src, dst, at, copied);
-            let v = if at < BLOCK { fronted(v, front, at) } else { v };
-            acc = fold_into(acc, k, v);
-            at += LANE;
-        }
-        copy_short(src.add(whole), &mut dst[whole..]);
-        fold_copy_tail(acc, dst, front)
-    }
+    assert!(n >= BLOCK + LANE);
+    // SAFETY: the buffer's last 16 bytes (it is longer than a lane); the features are this
+    // function's.
+    unsafe { fold_last(acc, load(dst, n - LANE, 0), r) }
 }
 
 /// The eight lanes of the first block, changed by `front`.
@@ -184,13 +147,7 @@ unsafe fn first_block(
 /// The lanes past the last whole block (`from` on) folded onto `acc` one by one, then the
 /// last partial lane.
 #[target_feature(enable = "pclmulqdq,avx")]
-unsafe fn copy_fold_rest(
-    mut acc: __m128i,
-    src: *const u8,
-    dst: &mut [u8],
-    from: usize,
-    front: &Front,
-) -> __m128i {
+unsafe fn copy_fold_rest(mut acc: __m128i, src: *const u8, dst: &mut [u8], from: usize) -> __m128i {
     let whole = dst.len() / LANE * LANE;
     let k = constants(FOLD_LANE);
     // SAFETY: whole lanes within `dst.len()`, then the bytes past them.
@@ -201,7 +158,7 @@ unsafe fn copy_fold_rest(
             at += LANE;
         }
         copy_short(src.add(whole), &mut dst[whole..]);
-        fold_copy_tail(acc, dst, front)
+        fold_copy_tail(acc, dst)
     }
 }
 
@@ -223,7 +180,7 @@ unsafe fn copy_fold_long(src: *const u8, dst: &mut [u8], copied: usize, front: &
             }
             at += BLOCK;
         }
-        copy_fold_rest(merge(lanes), src, dst, blocks_end, front)
+        copy_fold_rest(merge(lanes), src, dst, blocks_end)
     }
 }
 
@@ -298,7 +255,7 @@ mod wide {
         ];
         // SAFETY: the narrow fold's features are implied (above); the rest is within
         // `dst.len()`.
-        unsafe { copy_fold_rest(merge(lanes), src, dst, blocks_end, front) }
+        unsafe { copy_fold_rest(merge(lanes), src, dst, blocks_end) }
     }
 }
 

@@ -41,9 +41,10 @@ fn peer_bytes(bytes: &[u8]) -> (Arc<SharedMapping>, PeerBytes) {
 }
 
 /// Every length 0-599 and around 1, 4 and 8 KiB, fronts at 0, 14 (a frame's IP packet) and
-/// anywhere in the first lane, from any state, after 0 to 4 lanes the caller copied: the
-/// fused copy copies every byte and gives crc32fast's CRC of the copy, by each path (short,
-/// narrow, wide wherever the CPU has it) and through `PeerBytes::copy_folding`.
+/// anywhere in the first lane, from any state, after none, 3 or 8 lanes the caller copied:
+/// the copy (fused from two blocks on) copies every byte and gives crc32fast's CRC of the
+/// copy, by each path (narrow, wide wherever the CPU has it) and through
+/// `PeerBytes::copy_folding` (which folds a short copy from the copy).
 #[test]
 fn the_fused_copy_gives_the_copy_and_its_crc_for_every_length_front_and_path() {
     let mut rng = rand::rngs::StdRng::seed_from_u64(171);
@@ -70,8 +71,8 @@ fn the_fused_copy_gives_the_copy_and_its_crc_for_every_length_front_and_path() {
                 continue;
             }
             fused += 1;
-            let paths = [false, wide_available()];
-            for (wide, copied) in paths.into_iter().zip([(len / 16 * 16).min(48), 0]) {
+            let paths = [false, wide_available(), false];
+            for (wide, copied) in paths.into_iter().zip([BLOCK, 0, 48]) {
                 let mut dst = vec![0x5a; len];
                 dst[..copied].copy_from_slice(&bytes[..copied]);
                 // SAFETY: `runs` holds; the mapping holds `len` bytes from `src`.
@@ -96,18 +97,19 @@ fn the_lanes_the_caller_copied_are_folded_from_the_copy() {
     if !super::super::fold_available() {
         return;
     }
-    let bytes: Vec<u8> = (0..300u32).map(|i| (i * 13 + 1) as u8).collect();
+    let bytes: Vec<u8> = (0..4100u32).map(|i| (i * 13 + 1) as u8).collect();
     let (map, _peer) = peer_bytes(&bytes);
     let front = Front::new(14, 0x1234_5678, &[0; ORED_LEN]);
-    for len in [40, 64, 299] {
+    for (len, copied) in [(256, 32), (299, BLOCK), (4100, 64)] {
         let mut dst = vec![0; len];
-        dst[..32].copy_from_slice(&bytes[..32]);
-        assert!(map.write(0, &[0xee; 32]), "the peer rewrites what was copied");
-        // SAFETY: `runs` holds (page-aligned, `len` bytes in the mapping).
-        let got = unsafe { copy_fold(map.as_ptr(), &mut dst, 32, &front) };
+        dst[..copied].copy_from_slice(&bytes[..copied]);
+        assert!(map.write(0, &vec![0xee; copied]), "the peer rewrites what was copied");
+        assert!(runs(map.as_ptr(), len));
+        // SAFETY: `runs` holds; the mapping holds `len` bytes.
+        let got = unsafe { copy_fold(map.as_ptr(), &mut dst, copied, &front) };
         assert_eq!(dst, bytes[..len]);
         assert_eq!(got, front.update(&dst), "{len} B");
-        assert!(map.write(0, &bytes[..32]));
+        assert!(map.write(0, &bytes[..copied]));
     }
 }
 
