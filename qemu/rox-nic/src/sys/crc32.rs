@@ -65,9 +65,13 @@ pub const ORED_LEN: usize = BLOCK;
 /// A mask that ORs nothing.
 const NOTHING_ORED: [u8; ORED_LEN] = [0; ORED_LEN];
 
+/// Bytes of a buffer a [`Front`] changes: its first block, and a lane more, so that the
+/// last, unaligned lane of a shorter buffer can take the change at any offset in the block.
+const FRONT_LEN: usize = BLOCK + 16;
+
 /// A run that starts `at` bytes (under a lane) into a buffer, folded in the buffer's own
 /// lanes (a frame's IP packet behind its Ethernet header, folded as the copy of the frame
-/// loads it, `copy`; a shorter buffer is folded from its copy by [`Front::update`]): the bytes before the run count as zeros (zeros in front of a zero
+/// loads it, `copy`): the bytes before the run count as zeros (zeros in front of a zero
 /// register leave it zero), the raw register `!state` is XORed over the run's first four
 /// bytes and `ored` ORed over its front. Each lane of the buffer's first block is changed by
 /// one AND, OR and XOR with these constants.
@@ -75,9 +79,9 @@ pub struct Front {
     at: usize,
     state: u32,
     ored: [u8; ORED_LEN],
-    keep: [u8; BLOCK],
-    or: [u8; BLOCK],
-    xor: [u8; BLOCK],
+    keep: [u8; FRONT_LEN],
+    or: [u8; FRONT_LEN],
+    xor: [u8; FRONT_LEN],
 }
 
 impl Front {
@@ -89,9 +93,9 @@ impl Front {
             at,
             state,
             ored: *ored,
-            keep: [0xff; BLOCK],
-            or: [0; BLOCK],
-            xor: [0; BLOCK],
+            keep: [0xff; FRONT_LEN],
+            or: [0; FRONT_LEN],
+            xor: [0; FRONT_LEN],
         };
         let mut i = 0;
         while i < at {

@@ -304,10 +304,10 @@ impl PeerBytes {
 
     /// [`PeerBytes::copy_to`], and the CRC-32 of the copy that `choose` asks for once it has
     /// seen the copy's first bytes (up to [`PEEK_LEN`]; a frame's headers): the CRC state
-    /// [`crc32::Front::update`] gives over the whole copy. Past its first block a long copy
-    /// is folded as it is made (`crc32::copy`, each lane folded from the register it was
-    /// copied with); a short one is folded from the copy. Either way it is the CRC of the
-    /// copy, whatever the peer writes meanwhile: the peer's bytes are read once.
+    /// [`crc32::Front::update`] gives over the whole copy, folded as the copy is made where
+    /// the CPU can (`crc32::copy`: each lane past those first ones folded from the register it
+    /// was copied with), else from the copy. Either way it is the CRC of the copy, whatever
+    /// the peer writes meanwhile: the peer's bytes are read once.
     pub fn copy_folding<'f>(
         &self,
         dst: &mut [u8],
@@ -317,26 +317,24 @@ impl PeerBytes {
         if n > self.0.len {
             return Copied::Refused;
         }
-        let first = self.0.ptr.as_ptr().cast_const();
         #[cfg(target_arch = "x86_64")]
-        let fused = crc32::copy::runs(first, n);
-        #[cfg(not(target_arch = "x86_64"))]
-        let fused = false;
-        let head = if fused { PEEK_LEN } else { n };
-        self.copy_from(0, &mut dst[..head]);
-        let Some(front) = choose(&dst[..head.min(PEEK_LEN)]) else {
-            self.copy_from(head, dst);
-            return Copied::Plain;
-        };
-        if !fused {
-            return Copied::Folded(front.update(dst));
+        if let Some(fold) = crc32::copy::fold_for(self.0.ptr.as_ptr(), n) {
+            let peek = (n / 16 * 16).min(PEEK_LEN);
+            self.copy_from(0, &mut dst[..peek]);
+            let Some(front) = choose(&dst[..peek]) else {
+                self.copy_from(peek, dst);
+                return Copied::Plain;
+            };
+            // SAFETY: `fold_for` gave `fold`; `n` bytes from the first lie in the mapping
+            // (checked above), and the first `peek` of them are in `dst`.
+            let first = self.0.ptr.as_ptr().cast_const();
+            return Copied::Folded(unsafe { crc32::copy::copy_fold(fold, first, dst, peek, front) });
         }
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: `runs` holds; `n` bytes from `first` lie in the mapping (checked above), and
-        // the first `head` of them are in `dst`.
-        return Copied::Folded(unsafe { crc32::copy::copy_fold(first, dst, head, front) });
-        #[cfg(not(target_arch = "x86_64"))]
-        unreachable!("fused only on x86-64")
+        self.copy_from(0, dst);
+        match choose(&dst[..n.min(PEEK_LEN)]) {
+            Some(front) => Copied::Folded(front.update(dst)),
+            None => Copied::Plain,
+        }
     }
 
     /// Copies bytes `from..dst.len()` (within these bytes) into the same range of `dst`.
@@ -396,8 +394,8 @@ impl PeerBytes {
 }
 
 /// Bytes of a copy [`PeerBytes::copy_folding`] shows its `choose` (at most): a RoCEv2 frame's
-/// Ethernet, IP and UDP headers and more; the first block a fused copy folds from the copy.
-pub const PEEK_LEN: usize = crc32::ORED_LEN;
+/// Ethernet, IP and UDP headers.
+pub const PEEK_LEN: usize = 64;
 
 /// The shortest copy [`PeerBytes::copy_to`] makes with 32-byte vectors where it can.
 #[cfg(target_arch = "x86_64")]

@@ -4,10 +4,8 @@
 //! copy's, whatever the other process writes meanwhile, and the copy is not read again for
 //! it (the second pass over a received frame's bytes that checking its ICRC was).
 //!
-//! Only buffers of two blocks or more are fused (a 4 KiB frame's copy and ICRC): a shorter
-//! one is copied, then folded from the copy, whose lanes are in the cache then (the fusion
-//! would save a few loads, the dispatch costs more). The caller copies the first block
-//! itself, to see which run to fold ([`Front`]), and its lanes are folded from the copy.
+//! The caller copies the first lanes itself, to see which run to fold ([`Front`]): they are
+//! folded from the copy.
 //!
 //! The lanes are the buffer's own (the source is aligned), not the run's: the run starts
 //! [`Front::at`] bytes in, and the first block's lanes are changed by the [`Front`] as they
@@ -16,55 +14,76 @@
 //! back from the copy (own memory) and folded in by shuffles (`x86::fold_last`).
 
 use std::arch::x86_64::*;
+use std::sync::atomic::{AtomicU8, Ordering};
 
 use super::x86::{constants, fold_into, fold_last, load, merge, reduce};
-use super::{Front, BLOCK, FOLD_BLOCK, FOLD_LANE};
+use super::{Front, BLOCK, FOLD_BLOCK, FOLD_LANE, FRONT_LEN};
 use crate::sys::shm::copy_short;
 
 /// Bytes of a lane.
 const LANE: usize = 16;
 
-/// Whether [`copy_fold`] takes a copy of `len` bytes from `src`: a CPU with the fold, at
-/// least two blocks, and a source aligned for the loads (16 bytes, 64 where the fold is
-/// wide).
-pub(in crate::sys) fn runs(src: *const u8, len: usize) -> bool {
-    len >= 2 * BLOCK && (src as usize) % 64 == 0 && super::fold_available()
+/// How this CPU fuses: the narrow fold (PCLMULQDQ and AVX) or the wide (AVX-512F and
+/// VPCLMULQDQ as well).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(in crate::sys) enum Fold {
+    Narrow,
+    Wide,
+}
+
+/// [`Fold`] as detected once: 0 not yet, 1 none, 2 narrow, 3 wide (a small frame's copy
+/// cannot afford four feature checks).
+static DETECTED: AtomicU8 = AtomicU8::new(0);
+
+/// How [`copy_fold`] takes a copy of `len` bytes from `src`, if it does: a CPU with the fold,
+/// at least two lanes, and a source 64-aligned (for the loads, 16 or 64 bytes).
+pub(in crate::sys) fn fold_for(src: *const u8, len: usize) -> Option<Fold> {
+    if len < 2 * LANE || (src as usize) % 64 != 0 {
+        return None;
+    }
+    let mode = match DETECTED.load(Ordering::Relaxed) {
+        0 => {
+            let mode = match (super::fold_available(), super::wide_available()) {
+                (false, _) => 1,
+                (true, false) => 2,
+                (true, true) => 3,
+            };
+            DETECTED.store(mode, Ordering::Relaxed);
+            mode
+        }
+        mode => mode,
+    };
+    match mode {
+        2 => Some(Fold::Narrow),
+        3 => Some(Fold::Wide),
+        _ => None,
+    }
 }
 
 /// Copies `dst.len()` bytes from `src` into `dst` and returns what `front.update(dst)` would
 /// (the CRC state of the run in the copy), folding each lane as it is copied. The first
-/// `copied` bytes (whole lanes, a block at most) are already in `dst` (the caller looked at
-/// them to choose `front`): they are folded from there, never read from `src` again.
+/// `copied` bytes (whole lanes, a block at most, one lane at least) are already in `dst` (the
+/// caller looked at them to choose `front`): they are folded from there, never read from
+/// `src` again.
 ///
 /// # Safety
-/// [`runs`] holds for `src` and `dst.len()`; `dst.len()` bytes from `src` may be read (another
-/// process may write them meanwhile).
+/// `fold` is what [`fold_for`] gave for `src` and `dst.len()` (or [`Fold::Narrow`] where it
+/// gave [`Fold::Wide`]); `dst.len()` bytes from `src` may be read (another process may write
+/// them meanwhile).
 pub(in crate::sys) unsafe fn copy_fold(
+    fold: Fold,
     src: *const u8,
     dst: &mut [u8],
     copied: usize,
     front: &Front,
 ) -> u32 {
-    copy_fold_by(super::wide_available(), src, dst, copied, front)
-}
-
-/// [`copy_fold`] by the wide fold if `wide` (which must then be available), else the narrow.
-///
-/// # Safety
-/// As [`copy_fold`]'s.
-pub(in crate::sys) unsafe fn copy_fold_by(
-    wide: bool,
-    src: *const u8,
-    dst: &mut [u8],
-    copied: usize,
-    front: &Front,
-) -> u32 {
-    assert!(copied % LANE == 0 && copied <= BLOCK && dst.len() >= 2 * BLOCK);
-    // SAFETY: the CPU has the features and the source its alignment ([`runs`], the caller's
-    // promise); each function reads only within `dst.len()` bytes of `src`.
+    assert!(copied % LANE == 0 && (LANE..=BLOCK).contains(&copied) && copied <= dst.len());
+    // SAFETY: the CPU has the features and the source its alignment ([`fold_for`], the
+    // caller's promise); each function reads only within `dst.len()` bytes of `src`.
     unsafe {
-        let lane = if wide {
-            assert!(super::wide_available(), "the wide fold on a CPU without it");
+        let lane = if dst.len() < 2 * BLOCK {
+            copy_fold_short(src, dst, copied, front)
+        } else if fold == Fold::Wide {
             wide::copy_fold(src, dst, copied, front)
         } else {
             copy_fold_long(src, dst, copied, front)
@@ -94,41 +113,74 @@ unsafe fn take(src: *const u8, dst: &mut [u8], at: usize, copied: usize) -> __m1
     }
 }
 
-/// Lane `at` (a lane of the first block) changed by `front`. Only the first lane has bytes
-/// in front of the run (`at` < 16), and only the first two the raw register (at bytes
-/// `at..at + 4`).
+/// The lane at `at` (inside the first block, any offset) changed by `front`.
 #[target_feature(enable = "pclmulqdq,avx")]
 unsafe fn fronted(v: __m128i, front: &Front, at: usize) -> __m128i {
-    assert!(at + LANE <= BLOCK && at % LANE == 0);
+    assert!(at + LANE <= FRONT_LEN);
     // SAFETY: within the front's tables (asserted).
     unsafe {
-        let or = _mm_or_si128(
-            match at {
-                0 => _mm_and_si128(v, load(&front.keep, at, 0)),
-                _ => v,
-            },
-            load(&front.or, at, 0),
-        );
-        match at {
-            0 | LANE => _mm_xor_si128(or, load(&front.xor, at, 0)),
-            _ => or,
-        }
+        let kept = _mm_and_si128(v, load(&front.keep, at, 0));
+        _mm_xor_si128(
+            _mm_or_si128(kept, load(&front.or, at, 0)),
+            load(&front.xor, at, 0),
+        )
     }
 }
 
 /// The buffer's last partial lane (from the copy, all of it written) folded into `acc`, the
-/// fold of its whole lanes (past the first block: the front changes none of it).
+/// fold of its whole lanes; changed by `front` where it reaches into the first block.
 #[target_feature(enable = "pclmulqdq,avx")]
-unsafe fn fold_copy_tail(acc: __m128i, dst: &[u8]) -> __m128i {
+unsafe fn fold_copy_tail(acc: __m128i, dst: &[u8], front: &Front) -> __m128i {
     let n = dst.len();
     let r = n % LANE;
     if r == 0 {
         return acc;
     }
-    assert!(n >= BLOCK + LANE);
-    // SAFETY: the buffer's last 16 bytes (it is longer than a lane); the features are this
-    // function's.
-    unsafe { fold_last(acc, load(dst, n - LANE, 0), r) }
+    assert!(n > LANE);
+    // SAFETY: the buffer's last 16 bytes (it is longer than a lane); the front's tables at
+    // their offset where it is inside them; the features are this function's.
+    unsafe {
+        let last = load(dst, n - LANE, 0);
+        let last = if n <= FRONT_LEN {
+            fronted(last, front, n - LANE)
+        } else {
+            last
+        };
+        fold_last(acc, last, r)
+    }
+}
+
+/// [`copy_fold`] of a buffer shorter than two blocks (a small message's frame, an ACK): lane
+/// by lane, the lanes the caller copied from the copy, the others read once and stored.
+///
+/// # Safety
+/// As [`copy_fold`]'s.
+#[target_feature(enable = "pclmulqdq,avx")]
+unsafe fn copy_fold_short(src: *const u8, dst: &mut [u8], copied: usize, front: &Front) -> __m128i {
+    let n = dst.len();
+    let whole = n / LANE * LANE;
+    assert!(copied >= LANE && copied <= whole && whole <= 2 * BLOCK);
+    let k = constants(FOLD_LANE);
+    // SAFETY: every lane below `whole` is within `dst` and `src`'s `n` bytes (16-aligned:
+    // the source is 64-aligned); the features are this function's.
+    unsafe {
+        let mut acc = fronted(load(dst, 0, 0), front, 0);
+        let mut at = LANE;
+        while at < copied {
+            acc = fold_into(acc, k, fronted(load(dst, at, 0), front, at));
+            at += LANE;
+        }
+        let to = dst.as_mut_ptr();
+        while at < whole {
+            let v = std::ptr::read_volatile(src.add(at).cast::<__m128i>());
+            _mm_storeu_si128(to.add(at).cast(), v);
+            let v = if at < BLOCK { fronted(v, front, at) } else { v };
+            acc = fold_into(acc, k, v);
+            at += LANE;
+        }
+        copy_short(src.add(whole), &mut dst[whole..]);
+        fold_copy_tail(acc, dst, front)
+    }
 }
 
 /// The eight lanes of the first block, changed by `front`.
@@ -147,7 +199,13 @@ unsafe fn first_block(
 /// The lanes past the last whole block (`from` on) folded onto `acc` one by one, then the
 /// last partial lane.
 #[target_feature(enable = "pclmulqdq,avx")]
-unsafe fn copy_fold_rest(mut acc: __m128i, src: *const u8, dst: &mut [u8], from: usize) -> __m128i {
+unsafe fn copy_fold_rest(
+    mut acc: __m128i,
+    src: *const u8,
+    dst: &mut [u8],
+    from: usize,
+    front: &Front,
+) -> __m128i {
     let whole = dst.len() / LANE * LANE;
     let k = constants(FOLD_LANE);
     // SAFETY: whole lanes within `dst.len()`, then the bytes past them.
@@ -158,7 +216,7 @@ unsafe fn copy_fold_rest(mut acc: __m128i, src: *const u8, dst: &mut [u8], from:
             at += LANE;
         }
         copy_short(src.add(whole), &mut dst[whole..]);
-        fold_copy_tail(acc, dst)
+        fold_copy_tail(acc, dst, front)
     }
 }
 
@@ -180,7 +238,7 @@ unsafe fn copy_fold_long(src: *const u8, dst: &mut [u8], copied: usize, front: &
             }
             at += BLOCK;
         }
-        copy_fold_rest(merge(lanes), src, dst, blocks_end)
+        copy_fold_rest(merge(lanes), src, dst, blocks_end, front)
     }
 }
 
@@ -196,8 +254,7 @@ mod wide {
     /// volatile load.
     ///
     /// # Safety
-    /// As [`super::copy_fold`]'s, and the CPU has AVX-512F and VPCLMULQDQ (the source is then
-    /// 64-aligned: [`super::runs`]).
+    /// As [`super::copy_fold`]'s, and the CPU has AVX-512F and VPCLMULQDQ.
     #[target_feature(enable = "avx512f,vpclmulqdq")]
     pub(super) unsafe fn copy_fold(
         src: *const u8,
@@ -255,7 +312,7 @@ mod wide {
         ];
         // SAFETY: the narrow fold's features are implied (above); the rest is within
         // `dst.len()`.
-        unsafe { copy_fold_rest(merge(lanes), src, dst, blocks_end) }
+        unsafe { copy_fold_rest(merge(lanes), src, dst, blocks_end, front) }
     }
 }
 

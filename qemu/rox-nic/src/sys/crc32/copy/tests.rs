@@ -41,10 +41,9 @@ fn peer_bytes(bytes: &[u8]) -> (Arc<SharedMapping>, PeerBytes) {
 }
 
 /// Every length 0-599 and around 1, 4 and 8 KiB, fronts at 0, 14 (a frame's IP packet) and
-/// anywhere in the first lane, from any state, after none, 3 or 8 lanes the caller copied:
-/// the copy (fused from two blocks on) copies every byte and gives crc32fast's CRC of the
-/// copy, by each path (narrow, wide wherever the CPU has it) and through
-/// `PeerBytes::copy_folding` (which folds a short copy from the copy).
+/// anywhere in the first lane, from any state, after 1, 3 or up to 8 lanes the caller copied:
+/// the fused copy copies every byte and gives crc32fast's CRC of the copy, by each path
+/// (short, narrow, wide wherever the CPU has it) and through `PeerBytes::copy_folding`.
 #[test]
 fn the_fused_copy_gives_the_copy_and_its_crc_for_every_length_front_and_path() {
     let mut rng = rand::rngs::StdRng::seed_from_u64(171);
@@ -67,18 +66,19 @@ fn the_fused_copy_gives_the_copy_and_its_crc_for_every_length_front_and_path() {
             assert_eq!(copied, Copied::Folded(want), "{len} B from {at}");
             assert_eq!(dst, bytes[..len], "{len} B copied");
             runs_ += 1;
-            if !runs(src, len) {
+            let Some(fold) = fold_for(src, len) else {
                 continue;
-            }
+            };
             fused += 1;
-            let paths = [false, wide_available(), false];
-            for (wide, copied) in paths.into_iter().zip([BLOCK, 0, 48]) {
+            let whole = len / 16 * 16;
+            let paths = [(Fold::Narrow, whole.min(BLOCK)), (fold, 16), (Fold::Narrow, 48.min(whole))];
+            for (fold, copied) in paths {
                 let mut dst = vec![0x5a; len];
                 dst[..copied].copy_from_slice(&bytes[..copied]);
-                // SAFETY: `runs` holds; the mapping holds `len` bytes from `src`.
-                let got = unsafe { copy_fold_by(wide, src, &mut dst, copied, &front) };
-                assert_eq!(got, want, "{len} B from {at}, wide {wide}, {copied} copied");
-                assert_eq!(dst, bytes[..len], "{len} B copied, wide {wide}");
+                // SAFETY: `fold_for` gave `fold` (or narrow); the mapping holds `len` bytes.
+                let got = unsafe { copy_fold(fold, src, &mut dst, copied, &front) };
+                assert_eq!(got, want, "{len} B from {at}, {fold:?}, {copied} copied");
+                assert_eq!(dst, bytes[..len], "{len} B copied, {fold:?}");
             }
         }
     }
@@ -100,13 +100,13 @@ fn the_lanes_the_caller_copied_are_folded_from_the_copy() {
     let bytes: Vec<u8> = (0..4100u32).map(|i| (i * 13 + 1) as u8).collect();
     let (map, _peer) = peer_bytes(&bytes);
     let front = Front::new(14, 0x1234_5678, &[0; ORED_LEN]);
-    for (len, copied) in [(256, 32), (299, BLOCK), (4100, 64)] {
+    for (len, copied) in [(40, 32), (256, 32), (299, BLOCK), (4100, 64)] {
         let mut dst = vec![0; len];
         dst[..copied].copy_from_slice(&bytes[..copied]);
         assert!(map.write(0, &vec![0xee; copied]), "the peer rewrites what was copied");
-        assert!(runs(map.as_ptr(), len));
-        // SAFETY: `runs` holds; the mapping holds `len` bytes.
-        let got = unsafe { copy_fold(map.as_ptr(), &mut dst, copied, &front) };
+        let fold = fold_for(map.as_ptr(), len).expect("folds");
+        // SAFETY: `fold_for` gave `fold`; the mapping holds `len` bytes.
+        let got = unsafe { copy_fold(fold, map.as_ptr(), &mut dst, copied, &front) };
         assert_eq!(dst, bytes[..len]);
         assert_eq!(got, front.update(&dst), "{len} B");
         assert!(map.write(0, &bytes[..copied]));
