@@ -65,9 +65,6 @@ pub const ORED_LEN: usize = BLOCK;
 /// A mask that ORs nothing.
 const NOTHING_ORED: [u8; ORED_LEN] = [0; ORED_LEN];
 
-/// Bytes of a buffer a [`Front`] changes: its first block, and a lane more, so that the
-/// last, unaligned lane of a shorter buffer can take the change at any offset in the block.
-const FRONT_LEN: usize = BLOCK + 16;
 
 /// A run that starts `at` bytes (under a lane) into a buffer, folded in the buffer's own
 /// lanes (a frame's IP packet behind its Ethernet header, folded as the copy of the frame
@@ -79,9 +76,9 @@ pub struct Front {
     at: usize,
     state: u32,
     ored: [u8; ORED_LEN],
-    keep: [u8; FRONT_LEN],
-    or: [u8; FRONT_LEN],
-    xor: [u8; FRONT_LEN],
+    keep: [u8; BLOCK],
+    or: [u8; BLOCK],
+    xor: [u8; BLOCK],
 }
 
 impl Front {
@@ -93,9 +90,9 @@ impl Front {
             at,
             state,
             ored: *ored,
-            keep: [0xff; FRONT_LEN],
-            or: [0; FRONT_LEN],
-            xor: [0; FRONT_LEN],
+            keep: [0xff; BLOCK],
+            or: [0; BLOCK],
+            xor: [0; BLOCK],
         };
         let mut i = 0;
         while i < at {
@@ -182,6 +179,12 @@ pub const fn update_bitwise(state: u32, bytes: &[u8]) -> u32 {
         i += 1;
     }
     !crc
+}
+
+/// Whether a copy of `len` bytes out of another process's memory folds as it copies
+/// (`copy`: the wide fold, two blocks or more; and a source aligned for it).
+pub fn copy_folds(len: usize) -> bool {
+    len >= 2 * BLOCK && wide_available()
 }
 
 /// Whether this CPU runs the fold: x86-64 with PCLMULQDQ and AVX.

@@ -302,12 +302,12 @@ impl PeerBytes {
         true
     }
 
-    /// [`PeerBytes::copy_to`], and the CRC-32 of the copy that `choose` asks for once it has
-    /// seen the copy's first bytes (up to [`PEEK_LEN`]; a frame's headers): the CRC state
-    /// [`crc32::Front::update`] gives over the whole copy, folded as the copy is made where
-    /// the CPU can (`crc32::copy`: each lane past those first ones folded from the register it
-    /// was copied with), else from the copy. Either way it is the CRC of the copy, whatever
-    /// the peer writes meanwhile: the peer's bytes are read once.
+    /// [`PeerBytes::copy_to`], and where the CPU fuses a fold with a copy this long
+    /// (`crc32::copy`: the wide fold, two blocks or more) the CRC-32 of the copy that
+    /// `choose` asks for once it has seen its first bytes ([`PEEK_LEN`]; a frame's headers):
+    /// the CRC state [`crc32::Front::update`] gives over the whole copy, each 64 bytes past
+    /// those folded from the register they were copied with. It is the CRC of the copy,
+    /// whatever the peer writes meanwhile: the peer's bytes are read once.
     pub fn copy_folding<'f>(
         &self,
         dst: &mut [u8],
@@ -317,24 +317,21 @@ impl PeerBytes {
         if n > self.0.len {
             return Copied::Refused;
         }
+        let first = self.0.ptr.as_ptr().cast_const();
         #[cfg(target_arch = "x86_64")]
-        if let Some(fold) = crc32::copy::fold_for(self.0.ptr.as_ptr(), n) {
-            let peek = (n / 16 * 16).min(PEEK_LEN);
-            self.copy_from(0, &mut dst[..peek]);
-            let Some(front) = choose(&dst[..peek]) else {
-                self.copy_from(peek, dst);
+        if crc32::copy::fuses(first, n) {
+            self.copy_from(0, &mut dst[..PEEK_LEN]);
+            let Some(front) = choose(&dst[..PEEK_LEN]) else {
+                self.copy_from(PEEK_LEN, dst);
                 return Copied::Plain;
             };
-            // SAFETY: `fold_for` gave `fold`; `n` bytes from the first lie in the mapping
-            // (checked above), and the first `peek` of them are in `dst`.
-            let first = self.0.ptr.as_ptr().cast_const();
-            return Copied::Folded(unsafe { crc32::copy::copy_fold(fold, first, dst, peek, front) });
+            // SAFETY: `fuses` holds; `n` bytes from `first` lie in the mapping (checked
+            // above), and the first `PEEK_LEN` of them are in `dst`.
+            return Copied::Folded(unsafe { crc32::copy::copy_fold(first, dst, PEEK_LEN, front) });
         }
+        let _ = (first, choose);
         self.copy_from(0, dst);
-        match choose(&dst[..n.min(PEEK_LEN)]) {
-            Some(front) => Copied::Folded(front.update(dst)),
-            None => Copied::Plain,
-        }
+        Copied::Plain
     }
 
     /// Copies bytes `from..dst.len()` (within these bytes) into the same range of `dst`.
@@ -406,7 +403,7 @@ const WIDE_MIN: usize = 256;
 pub enum Copied {
     /// Longer than the peer's bytes: nothing copied.
     Refused,
-    /// Copied; `choose` asked for no CRC.
+    /// Copied, without a CRC (`choose` asked for none, or the copy is not fused).
     Plain,
     /// Copied, and the CRC state of the copy.
     Folded(u32),

@@ -3,6 +3,7 @@
 use super::*;
 use crate::roce::wire::{self, opcode as op, Bth, Headers, DEFAULT_PKEY};
 use crate::roce::{Psn, Qpn};
+use crate::sys::crc32;
 use crate::testkit::frames::roce_frame;
 
 /// The word-wise checksum check agrees with the checksum every IPv4 header is built
@@ -130,6 +131,9 @@ fn write_frame(v6: bool, len: usize) -> Vec<u8> {
 /// RoCEv2 packet for this device).
 fn receive(frame: &[u8]) -> (Arrival, Option<Result<(), wire::ParseError>>) {
     let (copy, fold) = copied_as_received(frame);
+    // Folded where the copy fuses, and then for every RoCEv2 frame.
+    let roce = received_icrc_front(&frame[..frame.len().min(64)]).is_some();
+    assert_eq!(fold.is_some(), roce && crc32::copy_folds(frame.len()));
     let own_gid = |g: &Gid| *g == gids(false).1 || *g == gids(true).1;
     let arrival = sort_received(&copy, fold, &OWN, 9014, own_gid);
     let parsed = match &arrival {
@@ -140,10 +144,11 @@ fn receive(frame: &[u8]) -> (Arrival, Option<Result<(), wire::ParseError>>) {
 }
 
 /// A RoCEv2 frame copied as a cable receives it has its ICRC proved by the fold (and is not
-/// hashed again), over IPv4 and IPv6, short and long (the short and the block folds). With
-/// any one bit of its IP packet flipped, the fold proves it exactly when the two-pass check
-/// (`icrc_matches` over the packet) passes, which is when the bit is one the ICRC masks; a
-/// frame with any other bit flipped is never accepted.
+/// hashed again) where the copy fuses (long frames, the wide fold), over IPv4 and IPv6; a
+/// short one is left to the transport. With any one bit of its IP packet flipped, the fold
+/// proves it exactly when the two-pass check (`icrc_matches` over the packet) passes, which
+/// is when the bit is one the ICRC masks; a frame with any other bit flipped is never
+/// accepted.
 #[test]
 fn a_received_frame_s_icrc_is_proved_by_the_copy_and_every_flipped_bit_is_refused() {
     for v6 in [false, true] {
@@ -154,7 +159,8 @@ fn a_received_frame_s_icrc_is_proved_by_the_copy_and_every_flipped_bit_is_refuse
             let Arrival::Roce(_, ip) = arrival else {
                 panic!("v6 {v6}, {len} B: {arrival:?}");
             };
-            assert!(ip.icrc_checked, "v6 {v6}, {len} B: proved by the fold");
+            let folds = crc32::copy_folds(frame.len());
+            assert_eq!(ip.icrc_checked, folds, "v6 {v6}, {len} B: proved by the fold");
             assert_eq!(parsed, Some(Ok(())));
             // Every bit of the short frames, a bit of every byte of the long ones.
             let bits: Vec<usize> = if frame.len() <= 300 {
@@ -172,7 +178,8 @@ fn a_received_frame_s_icrc_is_proved_by_the_copy_and_every_flipped_bit_is_refuse
                 let (arrival, parsed) = receive(&bad);
                 if let Arrival::Roce(range, ip) = &arrival {
                     let whole = range.end == bad.len();
-                    assert_eq!(ip.icrc_checked, two_pass && whole, "v6 {v6}, {len} B, bit {bit}");
+                    let proved = two_pass && whole && folds;
+                    assert_eq!(ip.icrc_checked, proved, "v6 {v6}, {len} B, bit {bit}");
                 }
                 if parsed == Some(Ok(())) {
                     assert!(two_pass, "v6 {v6}, {len} B, bit {bit}: accepted, ICRC wrong");
@@ -187,7 +194,7 @@ fn a_received_frame_s_icrc_is_proved_by_the_copy_and_every_flipped_bit_is_refuse
 /// ICRC (refused as `BadIcrc`); and a fold of the other IP version's masks proves nothing.
 #[test]
 fn what_the_fold_does_not_prove_the_transport_checks() {
-    let mut padded = write_frame(false, 2);
+    let mut padded = write_frame(false, 1000);
     padded.extend([0, 0]);
     let (arrival, parsed) = receive(&padded);
     assert!(matches!(arrival, Arrival::Roce(_, ip) if !ip.icrc_checked));
@@ -219,14 +226,17 @@ fn what_the_fold_does_not_prove_the_transport_checks() {
     assert_eq!(parsed, Some(Ok(())), "rdma_rxe's FLUSH ICRC: hashed, and accepted");
 
     // Over IPv4: IPv6's UDP checksum covers the ICRC, and the frame check refuses it first.
-    let mut bad = write_frame(false, 100);
+    let mut bad = write_frame(false, 1000);
     *bad.last_mut().unwrap() ^= 0x80;
     let (arrival, parsed) = receive(&bad);
     assert!(matches!(arrival, Arrival::Roce(_, ip) if !ip.icrc_checked));
     assert_eq!(parsed, Some(Err(wire::ParseError::BadIcrc)));
 
-    let (copy, fold) = copied_as_received(&write_frame(false, 8));
-    let fold = fold.expect("a RoCEv2 frame is folded");
+    let (copy, fold) = copied_as_received(&write_frame(false, 1000));
+    let Some(fold) = fold else {
+        assert!(!crc32::copy_folds(copy.len()), "a long RoCEv2 frame is folded");
+        return;
+    };
     assert!(fold.proves(IPV4_HEADER_LEN) && !fold.proves(IPV6_HEADER_LEN));
     let other = IcrcFold {
         ip_len: IPV6_HEADER_LEN,

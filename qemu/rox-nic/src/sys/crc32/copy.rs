@@ -1,95 +1,58 @@
 //! The fold fused with a copy out of memory another process may write (a cable's receive
-//! ring, `sys::shm::PeerBytes::copy_folding`): each lane is read from the source once, with a
-//! volatile load, stored to the copy and folded from the same register. So the CRC is the
-//! copy's, whatever the other process writes meanwhile, and the copy is not read again for
-//! it (the second pass over a received frame's bytes that checking its ICRC was).
+//! ring, `sys::shm::PeerBytes::copy_folding`): each 64 bytes are read from the source once,
+//! with a volatile load, stored to the copy and folded from the same register. So the CRC is
+//! the copy's, whatever the other process writes meanwhile, and the copy is not read again
+//! for it (the second pass over a received frame's bytes that checking its ICRC was).
+//!
+//! Only where the fold is wide (AVX-512F and VPCLMULQDQ, `x86::wide`) and the copy two
+//! blocks or more (a 4 KiB frame): there one 64-byte load, store and fold replace the copy's
+//! two 32-byte loads and stores and the fold's load. Lane by lane (16 bytes) a fused copy
+//! takes more instructions than a copy and a fold apart (measured: 2,942 against 1,785 a
+//! 4 KiB frame under callgrind, and more for a small frame): the fold's loads are operands of
+//! its XORs, and the copy's vectors are wider.
 //!
 //! The caller copies the first lanes itself, to see which run to fold ([`Front`]): they are
-//! folded from the copy.
-//!
-//! The lanes are the buffer's own (the source is aligned), not the run's: the run starts
-//! [`Front::at`] bytes in, and the first block's lanes are changed by the [`Front`] as they
-//! are loaded. Whole blocks past the first fold eight lanes at a time (four to a register
-//! where the CPU folds wide), the rest lane by lane; the buffer's last partial lane is read
-//! back from the copy (own memory) and folded in by shuffles (`x86::fold_last`).
+//! folded from the copy. The lanes are the buffer's own (the source is aligned), not the
+//! run's: the run starts [`Front::at`] bytes in, and the first block's lanes are changed by
+//! the [`Front`] as they are loaded. Whole blocks past the first fold four lanes to a
+//! register, the lanes past the last whole block one by one, and the buffer's last partial
+//! lane is read back from the copy (own memory) and folded in by shuffles
+//! (`x86::fold_last`).
 
 use std::arch::x86_64::*;
-use std::sync::atomic::{AtomicU8, Ordering};
 
 use super::x86::{constants, fold_into, fold_last, load, merge, reduce};
-use super::{Front, BLOCK, FOLD_BLOCK, FOLD_LANE, FRONT_LEN};
+use super::{Front, BLOCK, FOLD_LANE};
 use crate::sys::shm::copy_short;
 
 /// Bytes of a lane.
 const LANE: usize = 16;
 
-/// How this CPU fuses: the narrow fold (PCLMULQDQ and AVX) or the wide (AVX-512F and
-/// VPCLMULQDQ as well).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(in crate::sys) enum Fold {
-    Narrow,
-    Wide,
-}
-
-/// [`Fold`] as detected once: 0 not yet, 1 none, 2 narrow, 3 wide (a small frame's copy
-/// cannot afford four feature checks).
-static DETECTED: AtomicU8 = AtomicU8::new(0);
-
-/// How [`copy_fold`] takes a copy of `len` bytes from `src`, if it does: a CPU with the fold,
-/// at least two lanes, and a source 64-aligned (for the loads, 16 or 64 bytes).
-pub(in crate::sys) fn fold_for(src: *const u8, len: usize) -> Option<Fold> {
-    if len < 2 * LANE || (src as usize) % 64 != 0 {
-        return None;
-    }
-    let mode = match DETECTED.load(Ordering::Relaxed) {
-        0 => {
-            let mode = match (super::fold_available(), super::wide_available()) {
-                (false, _) => 1,
-                (true, false) => 2,
-                (true, true) => 3,
-            };
-            DETECTED.store(mode, Ordering::Relaxed);
-            mode
-        }
-        mode => mode,
-    };
-    match mode {
-        2 => Some(Fold::Narrow),
-        3 => Some(Fold::Wide),
-        _ => None,
-    }
+/// Whether [`copy_fold`] takes a copy of `len` bytes from `src`: a CPU with the wide fold, two
+/// blocks at least, and a source 64-aligned (for the loads).
+pub(in crate::sys) fn fuses(src: *const u8, len: usize) -> bool {
+    (src as usize) % 64 == 0 && super::copy_folds(len)
 }
 
 /// Copies `dst.len()` bytes from `src` into `dst` and returns what `front.update(dst)` would
-/// (the CRC state of the run in the copy), folding each lane as it is copied. The first
-/// `copied` bytes (whole lanes, a block at most, one lane at least) are already in `dst` (the
-/// caller looked at them to choose `front`): they are folded from there, never read from
-/// `src` again.
+/// (the CRC state of the run in the copy), folding each 64 bytes as they are copied. The first
+/// `copied` bytes (whole lanes, a block at most) are already in `dst` (the caller looked at
+/// them to choose `front`): they are folded from there, never read from `src` again.
 ///
 /// # Safety
-/// `fold` is what [`fold_for`] gave for `src` and `dst.len()` (or [`Fold::Narrow`] where it
-/// gave [`Fold::Wide`]); `dst.len()` bytes from `src` may be read (another process may write
-/// them meanwhile).
+/// [`fuses`] holds for `src` and `dst.len()`; `dst.len()` bytes from `src` may be read
+/// (another process may write them meanwhile).
 pub(in crate::sys) unsafe fn copy_fold(
-    fold: Fold,
     src: *const u8,
     dst: &mut [u8],
     copied: usize,
     front: &Front,
 ) -> u32 {
-    assert!(copied % LANE == 0 && (LANE..=BLOCK).contains(&copied) && copied <= dst.len());
-    // SAFETY: the CPU has the features and the source its alignment ([`fold_for`], the
-    // caller's promise); each function reads only within `dst.len()` bytes of `src`.
-    unsafe {
-        let lane = if dst.len() < 2 * BLOCK {
-            copy_fold_short(src, dst, copied, front)
-        } else if fold == Fold::Wide {
-            wide::copy_fold(src, dst, copied, front)
-        } else {
-            copy_fold_long(src, dst, copied, front)
-        };
-        reduce(lane)
-    }
+    assert!(copied % LANE == 0 && copied <= BLOCK && dst.len() >= 2 * BLOCK);
+    assert!(fuses(src, dst.len()), "a fused copy on a CPU without the wide fold");
+    // SAFETY: the CPU has the features and the source its alignment (asserted); the fold
+    // reads only within `dst.len()` bytes of `src`.
+    unsafe { reduce(wide::copy_fold(src, dst, copied, front)) }
 }
 
 /// Lane `at` of the buffer: from `dst` if the caller copied it already (under `copied`), else
@@ -113,77 +76,7 @@ unsafe fn take(src: *const u8, dst: &mut [u8], at: usize, copied: usize) -> __m1
     }
 }
 
-/// The lane at `at` (inside the first block, any offset) changed by `front`.
-#[target_feature(enable = "pclmulqdq,avx")]
-unsafe fn fronted(v: __m128i, front: &Front, at: usize) -> __m128i {
-    assert!(at + LANE <= FRONT_LEN);
-    // SAFETY: within the front's tables (asserted).
-    unsafe {
-        let kept = _mm_and_si128(v, load(&front.keep, at, 0));
-        _mm_xor_si128(
-            _mm_or_si128(kept, load(&front.or, at, 0)),
-            load(&front.xor, at, 0),
-        )
-    }
-}
-
-/// The buffer's last partial lane (from the copy, all of it written) folded into `acc`, the
-/// fold of its whole lanes; changed by `front` where it reaches into the first block.
-#[target_feature(enable = "pclmulqdq,avx")]
-unsafe fn fold_copy_tail(acc: __m128i, dst: &[u8], front: &Front) -> __m128i {
-    let n = dst.len();
-    let r = n % LANE;
-    if r == 0 {
-        return acc;
-    }
-    assert!(n > LANE);
-    // SAFETY: the buffer's last 16 bytes (it is longer than a lane); the front's tables at
-    // their offset where it is inside them; the features are this function's.
-    unsafe {
-        let last = load(dst, n - LANE, 0);
-        let last = if n <= FRONT_LEN {
-            fronted(last, front, n - LANE)
-        } else {
-            last
-        };
-        fold_last(acc, last, r)
-    }
-}
-
-/// [`copy_fold`] of a buffer shorter than two blocks (a small message's frame, an ACK): lane
-/// by lane, the lanes the caller copied from the copy, the others read once and stored.
-///
-/// # Safety
-/// As [`copy_fold`]'s.
-#[target_feature(enable = "pclmulqdq,avx")]
-unsafe fn copy_fold_short(src: *const u8, dst: &mut [u8], copied: usize, front: &Front) -> __m128i {
-    let n = dst.len();
-    let whole = n / LANE * LANE;
-    assert!(copied >= LANE && copied <= whole && whole <= 2 * BLOCK);
-    let k = constants(FOLD_LANE);
-    // SAFETY: every lane below `whole` is within `dst` and `src`'s `n` bytes (16-aligned:
-    // the source is 64-aligned); the features are this function's.
-    unsafe {
-        let mut acc = fronted(load(dst, 0, 0), front, 0);
-        let mut at = LANE;
-        while at < copied {
-            acc = fold_into(acc, k, fronted(load(dst, at, 0), front, at));
-            at += LANE;
-        }
-        let to = dst.as_mut_ptr();
-        while at < whole {
-            let v = std::ptr::read_volatile(src.add(at).cast::<__m128i>());
-            _mm_storeu_si128(to.add(at).cast(), v);
-            let v = if at < BLOCK { fronted(v, front, at) } else { v };
-            acc = fold_into(acc, k, v);
-            at += LANE;
-        }
-        copy_short(src.add(whole), &mut dst[whole..]);
-        fold_copy_tail(acc, dst, front)
-    }
-}
-
-/// The eight lanes of the first block, changed by `front`.
+/// The eight lanes of the first block, each changed by `front`.
 #[target_feature(enable = "pclmulqdq,avx")]
 unsafe fn first_block(
     src: *const u8,
@@ -191,24 +84,30 @@ unsafe fn first_block(
     copied: usize,
     front: &Front,
 ) -> [__m128i; 8] {
-    // SAFETY: the block is within `dst.len()` (two blocks at least, the callers'); the
-    // features are this function's.
-    std::array::from_fn(|i| unsafe { fronted(take(src, dst, LANE * i, copied), front, LANE * i) })
+    std::array::from_fn(|i| {
+        let at = LANE * i;
+        // SAFETY: the block is within `dst.len()` (two blocks at least, the caller's) and
+        // the front's tables; the features are this function's.
+        unsafe {
+            let kept = _mm_and_si128(take(src, dst, at, copied), load(&front.keep, at, 0));
+            _mm_xor_si128(
+                _mm_or_si128(kept, load(&front.or, at, 0)),
+                load(&front.xor, at, 0),
+            )
+        }
+    })
 }
 
 /// The lanes past the last whole block (`from` on) folded onto `acc` one by one, then the
-/// last partial lane.
+/// buffer's last partial lane (from the copy, all of it written; past the first block, so
+/// the front changes none of it).
 #[target_feature(enable = "pclmulqdq,avx")]
-unsafe fn copy_fold_rest(
-    mut acc: __m128i,
-    src: *const u8,
-    dst: &mut [u8],
-    from: usize,
-    front: &Front,
-) -> __m128i {
-    let whole = dst.len() / LANE * LANE;
+unsafe fn copy_fold_rest(mut acc: __m128i, src: *const u8, dst: &mut [u8], from: usize) -> __m128i {
+    let n = dst.len();
+    let whole = n / LANE * LANE;
     let k = constants(FOLD_LANE);
-    // SAFETY: whole lanes within `dst.len()`, then the bytes past them.
+    // SAFETY: whole lanes within `dst.len()`, then the bytes past them (`src + whole` is
+    // 16-aligned); the last 16 bytes of the copy; the features are this function's.
     unsafe {
         let mut at = from;
         while at < whole {
@@ -216,29 +115,10 @@ unsafe fn copy_fold_rest(
             at += LANE;
         }
         copy_short(src.add(whole), &mut dst[whole..]);
-        fold_copy_tail(acc, dst, front)
-    }
-}
-
-/// [`copy_fold`] of two blocks or more by the narrow fold: eight lanes a block.
-///
-/// # Safety
-/// As [`copy_fold`]'s.
-#[target_feature(enable = "pclmulqdq,avx")]
-unsafe fn copy_fold_long(src: *const u8, dst: &mut [u8], copied: usize, front: &Front) -> __m128i {
-    let blocks_end = dst.len() / BLOCK * BLOCK;
-    let k = constants(FOLD_BLOCK);
-    // SAFETY: whole blocks within `dst.len()`; the features are this function's.
-    unsafe {
-        let mut lanes = first_block(src, dst, copied, front);
-        let mut at = BLOCK;
-        while at < blocks_end {
-            for (i, lane) in lanes.iter_mut().enumerate() {
-                *lane = fold_into(*lane, k, take(src, dst, at + LANE * i, 0));
-            }
-            at += BLOCK;
+        match n % LANE {
+            0 => acc,
+            r => fold_last(acc, load(dst, n - LANE, 0), r),
         }
-        copy_fold_rest(merge(lanes), src, dst, blocks_end, front)
     }
 }
 
@@ -250,11 +130,11 @@ mod wide {
     use super::super::{BLOCK, FOLD_BLOCK};
     use super::{constants, copy_fold_rest, first_block, merge, Front};
 
-    /// [`super::copy_fold_long`], four lanes to a register: each 64 bytes read with one
-    /// volatile load.
+    /// [`super::copy_fold`]: four lanes to a register, each 64 bytes read with one volatile
+    /// load.
     ///
     /// # Safety
-    /// As [`super::copy_fold`]'s, and the CPU has AVX-512F and VPCLMULQDQ.
+    /// As [`super::copy_fold`]'s.
     #[target_feature(enable = "avx512f,vpclmulqdq")]
     pub(super) unsafe fn copy_fold(
         src: *const u8,
@@ -312,7 +192,7 @@ mod wide {
         ];
         // SAFETY: the narrow fold's features are implied (above); the rest is within
         // `dst.len()`.
-        unsafe { copy_fold_rest(merge(lanes), src, dst, blocks_end, front) }
+        unsafe { copy_fold_rest(merge(lanes), src, dst, blocks_end) }
     }
 }
 
@@ -323,7 +203,7 @@ mod wide {
 
     use super::Front;
 
-    /// Never called (the wide fold is never available).
+    /// Never called ([`super::fuses`] is false: the wide fold is never available).
     ///
     /// # Safety
     /// None; it panics.
