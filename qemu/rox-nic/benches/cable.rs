@@ -124,7 +124,10 @@ fn rx_copy_point(frames: u32, rounds: usize) {
     let frame = [&roce_header(&[2; 6], &[4; 6], &packet)[..], &packet].concat();
     let map = std::sync::Arc::new(SharedMapping::anonymous(16 << 10).unwrap());
     assert!(map.write(0, &frame));
-    let buffer = PeerBytes::carve(&map, 0, 16 << 10, 1).unwrap().pop().unwrap();
+    let buffer = PeerBytes::carve(&map, 0, 16 << 10, 1)
+        .unwrap()
+        .pop()
+        .unwrap();
     let mut copy = vec![0u8; frame.len()];
     let two_passes = |copy: &mut [u8]| {
         assert!(buffer.copy_to(copy));
@@ -132,11 +135,11 @@ fn rx_copy_point(frames: u32, rounds: usize) {
         let icrc = u32::from_le_bytes(ip[ip.len() - 4..].try_into().unwrap());
         assert!(icrc_matches(&ip[..ip.len() - 4], 20, icrc));
     };
-    let fused = |copy: &mut [u8]| {
-        match buffer.copy_folding(copy, |f| received_icrc_front(f).map(|(_, front)| front)) {
-            Copied::Folded(state) => assert_eq!(state, ICRC_RESIDUE),
-            _ => two_passes(copy),
-        }
+    let fused = |copy: &mut [u8]| match buffer
+        .copy_folding(copy, |f| received_icrc_front(f).map(|(_, front)| front))
+    {
+        Copied::Folded(state) => assert_eq!(state, ICRC_RESIDUE),
+        _ => two_passes(copy),
     };
     let mut times = [Vec::new(), Vec::new()];
     for _ in 0..rounds {
@@ -152,7 +155,12 @@ fn rx_copy_point(frames: u32, rounds: usize) {
             took.push((thread_cpu_ns() - start) as f64 / f64::from(frames));
         }
     }
-    let show = |t: &[f64]| t.iter().map(|ns| format!("{ns:.0}")).collect::<Vec<_>>().join(" ");
+    let show = |t: &[f64]| {
+        t.iter()
+            .map(|ns| format!("{ns:.0}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
     println!(
         "receive copy + ICRC check of a 4 KiB frame, thread CPU ns: two passes {}, folded as \
          copied {}",
@@ -231,5 +239,8 @@ fn main() {
     let (ra, rb) = cable_wire(dir.path(), "raw.sock");
     let (fps, mbps) = port_limit(&ra, &rb, 9000, secs.max(0.5)).unwrap();
     println!("cable raw limit (4 KiB frames, no RDMA): {fps:.0} frames/s, {mbps:.0} MB/s");
-    rx_copy_point(if benching { 20_000 } else { 200 }, if benching { 7 } else { 1 });
+    rx_copy_point(
+        if benching { 20_000 } else { 200 },
+        if benching { 7 } else { 1 },
+    );
 }

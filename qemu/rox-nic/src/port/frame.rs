@@ -10,8 +10,8 @@ use rox_uapi::admin::{
 };
 
 use crate::roce::wire::{
-    icrc_front, ipv4_gid, ipv4_header_checksum, IcrcFold, IpView, IPV4_HEADER_LEN,
-    IPV6_HEADER_LEN, ROCE_V2_UDP_PORT, UDP_HEADER_LEN,
+    icrc_front, ipv4_gid, ipv4_header_checksum, IcrcFold, IpView, IPV4_HEADER_LEN, IPV6_HEADER_LEN,
+    ROCE_V2_UDP_PORT, UDP_HEADER_LEN,
 };
 use crate::roce::Gid;
 use crate::sys::crc32::Front;

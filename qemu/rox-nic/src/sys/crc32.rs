@@ -65,7 +65,6 @@ pub const ORED_LEN: usize = BLOCK;
 /// A mask that ORs nothing.
 const NOTHING_ORED: [u8; ORED_LEN] = [0; ORED_LEN];
 
-
 /// A run that starts `at` bytes (under a lane) into a buffer, folded in the buffer's own
 /// lanes (a frame's IP packet behind its Ethernet header, folded as the copy of the frame
 /// loads it, `copy`): the bytes before the run count as zeros (zeros in front of a zero
@@ -102,7 +101,10 @@ impl Front {
         let raw = (!state).to_le_bytes();
         let mut i = 0;
         while i < ORED_LEN {
-            assert!(at + i < BLOCK || ored[i] == 0, "the mask ends inside the first block");
+            assert!(
+                at + i < BLOCK || ored[i] == 0,
+                "the mask ends inside the first block"
+            );
             if at + i < BLOCK {
                 f.or[at + i] = ored[i];
             }

@@ -137,7 +137,9 @@ fn receive(frame: &[u8]) -> (Arrival, Option<Result<(), wire::ParseError>>) {
     let own_gid = |g: &Gid| *g == gids(false).1 || *g == gids(true).1;
     let arrival = sort_received(&copy, fold, &OWN, 9014, own_gid);
     let parsed = match &arrival {
-        Arrival::Roce(range, ip) => Some(wire::parse_transport(&copy[range.clone()], *ip).map(drop)),
+        Arrival::Roce(range, ip) => {
+            Some(wire::parse_transport(&copy[range.clone()], *ip).map(drop))
+        }
         _ => None,
     };
     (arrival, parsed)
@@ -160,13 +162,18 @@ fn a_received_frame_s_icrc_is_proved_by_the_copy_and_every_flipped_bit_is_refuse
                 panic!("v6 {v6}, {len} B: {arrival:?}");
             };
             let folds = crc32::copy_folds(frame.len());
-            assert_eq!(ip.icrc_checked, folds, "v6 {v6}, {len} B: proved by the fold");
+            assert_eq!(
+                ip.icrc_checked, folds,
+                "v6 {v6}, {len} B: proved by the fold"
+            );
             assert_eq!(parsed, Some(Ok(())));
             // Every bit of the short frames, a bit of every byte of the long ones.
             let bits: Vec<usize> = if frame.len() <= 300 {
                 (ETH_HEADER_LEN * 8..frame.len() * 8).collect()
             } else {
-                (ETH_HEADER_LEN..frame.len()).map(|b| b * 8 + b % 8).collect()
+                (ETH_HEADER_LEN..frame.len())
+                    .map(|b| b * 8 + b % 8)
+                    .collect()
             };
             for bit in bits {
                 let mut bad = frame.clone();
@@ -182,7 +189,10 @@ fn a_received_frame_s_icrc_is_proved_by_the_copy_and_every_flipped_bit_is_refuse
                     assert_eq!(ip.icrc_checked, proved, "v6 {v6}, {len} B, bit {bit}");
                 }
                 if parsed == Some(Ok(())) {
-                    assert!(two_pass, "v6 {v6}, {len} B, bit {bit}: accepted, ICRC wrong");
+                    assert!(
+                        two_pass,
+                        "v6 {v6}, {len} B, bit {bit}: accepted, ICRC wrong"
+                    );
                 }
             }
         }
@@ -223,7 +233,11 @@ fn what_the_fold_does_not_prove_the_transport_checks() {
     let frame = [&roce_header(&OWN, &PEER, &flush)[..], &flush].concat();
     let (arrival, parsed) = receive(&frame);
     assert!(matches!(arrival, Arrival::Roce(_, ip) if !ip.icrc_checked));
-    assert_eq!(parsed, Some(Ok(())), "rdma_rxe's FLUSH ICRC: hashed, and accepted");
+    assert_eq!(
+        parsed,
+        Some(Ok(())),
+        "rdma_rxe's FLUSH ICRC: hashed, and accepted"
+    );
 
     // Over IPv4: IPv6's UDP checksum covers the ICRC, and the frame check refuses it first.
     let mut bad = write_frame(false, 1000);
@@ -234,7 +248,10 @@ fn what_the_fold_does_not_prove_the_transport_checks() {
 
     let (copy, fold) = copied_as_received(&write_frame(false, 1000));
     let Some(fold) = fold else {
-        assert!(!crc32::copy_folds(copy.len()), "a long RoCEv2 frame is folded");
+        assert!(
+            !crc32::copy_folds(copy.len()),
+            "a long RoCEv2 frame is folded"
+        );
         return;
     };
     assert!(fold.proves(IPV4_HEADER_LEN) && !fold.proves(IPV6_HEADER_LEN));

@@ -49,7 +49,10 @@ pub(in crate::sys) unsafe fn copy_fold(
     front: &Front,
 ) -> u32 {
     assert!(copied % LANE == 0 && copied <= BLOCK && dst.len() >= 2 * BLOCK);
-    assert!(fuses(src, dst.len()), "a fused copy on a CPU without the wide fold");
+    assert!(
+        fuses(src, dst.len()),
+        "a fused copy on a CPU without the wide fold"
+    );
     // SAFETY: the CPU has the features and the source its alignment (asserted); the fold
     // reads only within `dst.len()` bytes of `src`.
     unsafe { reduce(wide::copy_fold(src, dst, copied, front)) }

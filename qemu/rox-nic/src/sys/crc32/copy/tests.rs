@@ -31,7 +31,8 @@ fn mask(rng: &mut impl Rng, room: usize) -> [u8; ORED_LEN] {
 
 /// `bytes` in a page-aligned shared mapping, as the peer's buffer of a cable.
 fn peer_bytes(bytes: &[u8]) -> (Arc<SharedMapping>, PeerBytes) {
-    let map = Arc::new(SharedMapping::anonymous(bytes.len().max(1).next_multiple_of(4096)).unwrap());
+    let map =
+        Arc::new(SharedMapping::anonymous(bytes.len().max(1).next_multiple_of(4096)).unwrap());
     assert!(map.write(0, bytes));
     let peer = PeerBytes::carve(&map, 0, bytes.len().max(1), 1)
         .unwrap()
@@ -58,7 +59,11 @@ fn the_fused_copy_gives_the_copy_and_its_crc_for_every_length_and_front() {
             let state = rng.gen();
             let front = Front::new(at, state, &ored);
             let want = reference(at, state, &ored, &bytes[..len]);
-            assert_eq!(front.update(&bytes[..len]), want, "{len} B from {at}: the fold");
+            assert_eq!(
+                front.update(&bytes[..len]),
+                want,
+                "{len} B from {at}: the fold"
+            );
             let mut dst = vec![0xa5; len];
             let copied = peer.copy_folding(&mut dst, |first| {
                 assert_eq!(first, &bytes[..crate::sys::shm::PEEK_LEN]);
@@ -82,7 +87,10 @@ fn the_fused_copy_gives_the_copy_and_its_crc_for_every_length_and_front() {
             }
         }
     }
-    eprintln!("fused copy: {fused} of {copies} copies fused (wide fold: {})", wide_available());
+    eprintln!(
+        "fused copy: {fused} of {copies} copies fused (wide fold: {})",
+        wide_available()
+    );
     assert_eq!(fused > 0, wide_available());
     assert_eq!(
         peer.copy_folding(&mut vec![0; 9001], |_| unreachable!()),
@@ -103,7 +111,10 @@ fn the_lanes_the_caller_copied_are_folded_from_the_copy() {
     for (len, copied) in [(256, 32), (299, BLOCK), (4100, 64)] {
         let mut dst = vec![0; len];
         dst[..copied].copy_from_slice(&bytes[..copied]);
-        assert!(map.write(0, &vec![0xee; copied]), "the peer rewrites what was copied");
+        assert!(
+            map.write(0, &vec![0xee; copied]),
+            "the peer rewrites what was copied"
+        );
         // SAFETY: `fuses` holds; the mapping holds `len` bytes.
         let got = unsafe { copy_fold(map.as_ptr(), &mut dst, copied, &front) };
         assert_eq!(dst, bytes[..len]);
