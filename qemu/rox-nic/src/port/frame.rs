@@ -92,6 +92,21 @@ pub fn sort_frame(
     max_frame: usize,
     own_gid: impl Fn(&Gid) -> bool,
 ) -> Arrival {
+    sort_received(frame, None, own_mac, max_frame, own_gid)
+}
+
+/// [`sort_frame`] of a frame whose ICRC run the port folded as it copied the frame (`fold`,
+/// [`received_icrc_front`]): a RoCEv2 packet that reaches to the frame's end, which the fold
+/// proves right, is handed on with its ICRC checked, and is not hashed again. Anything else
+/// (no fold, a wrong ICRC, rdma_rxe's FLUSH ICRC, Ethernet padding behind the packet) is
+/// checked by the transport as every other frame is, and dropped there if wrong.
+pub fn sort_received(
+    frame: &[u8],
+    fold: Option<IcrcFold>,
+    own_mac: &Mac,
+    max_frame: usize,
+    own_gid: impl Fn(&Gid) -> bool,
+) -> Arrival {
     if frame.len() < ETH_HEADER_LEN {
         return Arrival::Drop(STAT_PORT_DROP_MALFORMED);
     }
@@ -112,30 +127,13 @@ pub fn sort_frame(
     };
     match ip {
         Err(Malformed) => Arrival::Drop(STAT_PORT_DROP_MALFORMED),
-        Ok(Ip::Roce { range, ip }) if own_gid(&ip.dgid) => {
-            Arrival::Roce(range.start + ETH_HEADER_LEN..range.end + ETH_HEADER_LEN, ip)
+        Ok(Ip::Roce { range, mut ip }) if own_gid(&ip.dgid) => {
+            let end = range.end + ETH_HEADER_LEN;
+            ip.icrc_checked = fold.is_some_and(|f| end == frame.len() && f.proves(ip.header_len));
+            Arrival::Roce(range.start + ETH_HEADER_LEN..end, ip)
         }
         Ok(_) => Arrival::Netdev,
     }
-}
-
-/// [`sort_frame`] of a frame whose ICRC run the port folded as it copied the frame (`fold`,
-/// [`received_icrc_front`]): a RoCEv2 packet that reaches to the frame's end, which the fold
-/// proves right, is handed on with its ICRC checked, and is not hashed again. Anything else
-/// (no fold, a wrong ICRC, rdma_rxe's FLUSH ICRC, Ethernet padding behind the packet) is
-/// checked by the transport as every other frame is, and dropped there if wrong.
-pub fn sort_received(
-    frame: &[u8],
-    fold: Option<IcrcFold>,
-    own_mac: &Mac,
-    max_frame: usize,
-    own_gid: impl Fn(&Gid) -> bool,
-) -> Arrival {
-    let mut arrival = sort_frame(frame, own_mac, max_frame, own_gid);
-    if let (Arrival::Roce(range, ip), Some(fold)) = (&mut arrival, fold) {
-        ip.icrc_checked = range.end == frame.len() && fold.proves(ip.header_len);
-    }
-    arrival
 }
 
 /// The ICRC runs of RoCEv2 frames, for folds of whole frames (the IP packet behind the
