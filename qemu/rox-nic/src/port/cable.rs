@@ -15,7 +15,9 @@
 //! cable publishes that buffer where it lies. The receiving end copies each frame out of its
 //! buffer once (volatile loads, `sys::shm::PeerBytes`) into memory of its own, from which the
 //! port checks the ICRC and places the payload: the peer can still write a buffer it
-//! published, and what is checked must be what is placed. It frees the slots when the port is
+//! published, and what is checked must be what is placed. Where the CPU folds wide, a long
+//! RoCEv2 frame's ICRC is folded as it is copied, from the registers the copy stored
+//! ([`copy_received`]), and the transport does not hash that frame again. It frees the slots when the port is
 //! done with the batch. Frames the port copies (netdev frames, a fault injector's, a packet
 //! built while no buffer was to spare) take a free buffer at send time. A buffer goes back on the
 //! free list when the peer's tail passes its descriptor; the buffers a ring position holds are
