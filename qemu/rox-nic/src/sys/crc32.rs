@@ -23,6 +23,8 @@
 // Elsewhere only crc32fast runs: the fold's constants are then unused.
 #![cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 
+use std::sync::atomic::{AtomicU8, Ordering};
+
 /// The CRC-32 polynomial without its x^32 term, bit e the coefficient of x^e.
 const POLY: u32 = 0x04C1_1DB7;
 /// Bytes one pass of the fold takes: eight lanes.
@@ -189,8 +191,35 @@ pub fn copy_folds(len: usize) -> bool {
     len >= 2 * BLOCK && wide_available()
 }
 
+/// The fold's CPU features as detected once: 0 not yet, else [`DETECTED`] with [`NARROW`]
+/// and [`WIDE`] where the CPU has them (every ICRC and every long received frame asks:
+/// four feature checks a call cost ~20 instructions).
+static FEATURES: AtomicU8 = AtomicU8::new(0);
+const DETECTED: u8 = 0x80;
+const NARROW: u8 = 1;
+const WIDE: u8 = 2;
+
+/// [`FEATURES`], detected on the first call.
+fn features() -> u8 {
+    match FEATURES.load(Ordering::Relaxed) {
+        0 => {
+            let narrow = detect_narrow();
+            let wide = narrow && x86_wide_detected();
+            let f = DETECTED | if narrow { NARROW } else { 0 } | if wide { WIDE } else { 0 };
+            FEATURES.store(f, Ordering::Relaxed);
+            f
+        }
+        f => f,
+    }
+}
+
 /// Whether this CPU runs the fold: x86-64 with PCLMULQDQ and AVX.
 fn fold_available() -> bool {
+    features() & NARROW != 0
+}
+
+/// The CPU has PCLMULQDQ and AVX (asked once, [`features`]).
+fn detect_narrow() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
         std::arch::is_x86_feature_detected!("pclmulqdq")
@@ -208,6 +237,11 @@ fn fold_available() -> bool {
 /// narrow). Valgrind
 /// has no AVX-512, so callgrind counts the narrow fold.
 fn wide_available() -> bool {
+    features() & WIDE != 0
+}
+
+/// The CPU and the compiler have the wide fold (asked once, [`features`]).
+fn x86_wide_detected() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
         x86::wide::available()
