@@ -201,7 +201,8 @@ fn a_received_frame_s_icrc_is_proved_by_the_copy_and_every_flipped_bit_is_refuse
 
 /// What the fold does not prove is left to the transport's own check, as on every other
 /// wire: a packet with Ethernet padding behind it, rdma_rxe's FLUSH ICRC (accepted), a wrong
-/// ICRC (refused as `BadIcrc`); and a fold of the other IP version's masks proves nothing.
+/// ICRC (refused as `BadIcrc`), even with a tail forged to bring the frame's fold to the
+/// residue; and a fold of the other IP version's masks proves nothing.
 #[test]
 fn what_the_fold_does_not_prove_the_transport_checks() {
     let mut padded = write_frame(false, 1000);
@@ -245,6 +246,26 @@ fn what_the_fold_does_not_prove_the_transport_checks() {
     let (arrival, parsed) = receive(&bad);
     assert!(matches!(arrival, Arrival::Roce(_, ip) if !ip.icrc_checked));
     assert_eq!(parsed, Some(Err(wire::ParseError::BadIcrc)));
+    // A peer can pick four bytes behind a packet with a wrong ICRC that bring the fold of the
+    // whole frame to the residue: the fold proves only a packet that ends at the frame's end.
+    let forged = wire::compute_icrc(&bad[ETH_HEADER_LEN..], IPV4_HEADER_LEN).to_le_bytes();
+    let mut padded_bad = bad.clone();
+    padded_bad.extend(forged);
+    let (copy, fold) = copied_as_received(&padded_bad);
+    if let Some(fold) = fold {
+        assert!(
+            fold.proves(IPV4_HEADER_LEN),
+            "the forged tail hits the residue"
+        );
+        let arrival = sort_received(&copy, Some(fold), &OWN, 9014, |_| true);
+        assert!(matches!(arrival, Arrival::Roce(_, ip) if !ip.icrc_checked));
+    }
+    let (_, parsed) = receive(&padded_bad);
+    assert_eq!(
+        parsed,
+        Some(Err(wire::ParseError::BadIcrc)),
+        "hashed, and refused"
+    );
 
     let (copy, fold) = copied_as_received(&write_frame(false, 1000));
     let Some(fold) = fold else {
