@@ -463,7 +463,18 @@ mod x86 {
                 low = on(low, load(rest, at));
                 high = on(high, load(rest, at + 64));
             }
-            let lanes = [
+            // SAFETY: AVX-512F implies AVX and VPCLMULQDQ implies PCLMULQDQ; `rest[blocks..]`
+            // is whole lanes.
+            unsafe { finish(lanes(low, high), &rest[blocks..]) }
+        }
+
+        /// The eight 128-bit lanes of a block held in two 512-bit registers, in order.
+        ///
+        /// # Safety
+        /// The CPU must have AVX-512F.
+        #[target_feature(enable = "avx512f")]
+        pub(in super::super) unsafe fn lanes(low: __m512i, high: __m512i) -> [__m128i; 8] {
+            [
                 _mm512_extracti32x4_epi32::<0>(low),
                 _mm512_extracti32x4_epi32::<1>(low),
                 _mm512_extracti32x4_epi32::<2>(low),
@@ -472,10 +483,7 @@ mod x86 {
                 _mm512_extracti32x4_epi32::<1>(high),
                 _mm512_extracti32x4_epi32::<2>(high),
                 _mm512_extracti32x4_epi32::<3>(high),
-            ];
-            // SAFETY: AVX-512F implies AVX and VPCLMULQDQ implies PCLMULQDQ; `rest[blocks..]`
-            // is whole lanes.
-            unsafe { finish(lanes, &rest[blocks..]) }
+            ]
         }
     }
 

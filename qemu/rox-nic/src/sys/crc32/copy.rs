@@ -19,6 +19,10 @@
 //! lane is read back from the copy (own memory) and folded in by shuffles
 //! (`x86::fold_last`).
 
+// Without the wide fold's intrinsics (`rox_wide_fold`: Rust 1.89) nothing is fused, and the
+// narrow helpers below are unused.
+#![cfg_attr(not(rox_wide_fold), allow(dead_code, unused_imports))]
+
 use std::arch::x86_64::*;
 
 use super::x86::{constants, fold_into, fold_last, load, merge, reduce};
@@ -130,6 +134,7 @@ unsafe fn copy_fold_rest(mut acc: __m128i, src: *const u8, dst: &mut [u8], from:
 mod wide {
     use std::arch::x86_64::*;
 
+    use super::super::x86::wide::lanes;
     use super::super::{BLOCK, FOLD_BLOCK};
     use super::{constants, copy_fold_rest, first_block, merge, Front};
 
@@ -183,19 +188,9 @@ mod wide {
             low = on(low, take(at));
             high = on(high, take(at + 64));
         }
-        let lanes = [
-            _mm512_extracti32x4_epi32::<0>(low),
-            _mm512_extracti32x4_epi32::<1>(low),
-            _mm512_extracti32x4_epi32::<2>(low),
-            _mm512_extracti32x4_epi32::<3>(low),
-            _mm512_extracti32x4_epi32::<0>(high),
-            _mm512_extracti32x4_epi32::<1>(high),
-            _mm512_extracti32x4_epi32::<2>(high),
-            _mm512_extracti32x4_epi32::<3>(high),
-        ];
         // SAFETY: the narrow fold's features are implied (above); the rest is within
         // `dst.len()`.
-        unsafe { copy_fold_rest(merge(lanes), src, dst, blocks_end) }
+        unsafe { copy_fold_rest(merge(lanes(low, high)), src, dst, blocks_end) }
     }
 }
 
