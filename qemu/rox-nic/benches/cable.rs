@@ -97,6 +97,78 @@ fn device(link: LinkSpec, last: u8) -> (TestDriver, u64, Key) {
     (d, buf, key)
 }
 
+/// Thread CPU time of taking one 4 KiB RoCEv2 frame out of a cable's receive buffer and
+/// checking its ICRC, `frames` frames a measurement, `rounds` measurements of each way
+/// alternated: two passes (copy, then the ICRC over the copy, as before session 17) and the
+/// copy that folds the ICRC as it copies (`PeerBytes::copy_folding`: fused where the CPU has
+/// the wide fold, else a copy and the transport's check as before).
+fn rx_copy_point(frames: u32, rounds: usize) {
+    use rox_nic::port::frame::{received_icrc_front, roce_header};
+    use rox_nic::roce::wire::{icrc_matches, ICRC_RESIDUE};
+    use rox_nic::sys::clock::thread_cpu_ns;
+    use rox_nic::sys::shm::{Copied, PeerBytes, SharedMapping};
+    let hdr = rox_nic::roce::wire::Headers::new(rox_nic::roce::wire::Bth {
+        opcode: rox_nic::roce::wire::opcode::RC_WRITE_MIDDLE,
+        solicited: false,
+        pkey: rox_nic::roce::wire::DEFAULT_PKEY,
+        dest_qpn: rox_nic::roce::Qpn::from_wire(0x11),
+        ack_req: false,
+        psn: rox_nic::roce::Psn::from_wire(7),
+    });
+    let gids = (gid_v4(127, 0, SUBNET, 1), gid_v4(127, 0, SUBNET, 2));
+    let packet = rox_nic::roce::wire::build_packet(
+        &rox_nic::testkit::frames::peer_ip(gids.0, gids.1),
+        &hdr,
+        &pattern()[..4096],
+    );
+    let frame = [&roce_header(&[2; 6], &[4; 6], &packet)[..], &packet].concat();
+    let map = std::sync::Arc::new(SharedMapping::anonymous(16 << 10).unwrap());
+    assert!(map.write(0, &frame));
+    let buffer = PeerBytes::carve(&map, 0, 16 << 10, 1)
+        .unwrap()
+        .pop()
+        .unwrap();
+    let mut copy = vec![0u8; frame.len()];
+    let two_passes = |copy: &mut [u8]| {
+        assert!(buffer.copy_to(copy));
+        let ip = &copy[14..];
+        let icrc = u32::from_le_bytes(ip[ip.len() - 4..].try_into().unwrap());
+        assert!(icrc_matches(&ip[..ip.len() - 4], 20, icrc));
+    };
+    let fused = |copy: &mut [u8]| match buffer
+        .copy_folding(copy, |f| received_icrc_front(f).map(|(_, front)| front))
+    {
+        Copied::Folded(state) => assert_eq!(state, ICRC_RESIDUE),
+        _ => two_passes(copy),
+    };
+    let mut times = [Vec::new(), Vec::new()];
+    for _ in 0..rounds {
+        for (way, took) in times.iter_mut().enumerate() {
+            let start = thread_cpu_ns();
+            for _ in 0..frames {
+                if way == 0 {
+                    two_passes(&mut copy);
+                } else {
+                    fused(&mut copy);
+                }
+            }
+            took.push((thread_cpu_ns() - start) as f64 / f64::from(frames));
+        }
+    }
+    let show = |t: &[f64]| {
+        t.iter()
+            .map(|ns| format!("{ns:.0}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    println!(
+        "receive copy + ICRC check of a 4 KiB frame, thread CPU ns: two passes {}, folded as \
+         copied {}",
+        show(&times[0]),
+        show(&times[1])
+    );
+}
+
 fn main() {
     // `cargo test --benches` runs this with --bench absent: a quick pass then.
     let benching = std::env::args().any(|a| a == "--bench");
@@ -167,4 +239,8 @@ fn main() {
     let (ra, rb) = cable_wire(dir.path(), "raw.sock");
     let (fps, mbps) = port_limit(&ra, &rb, 9000, secs.max(0.5)).unwrap();
     println!("cable raw limit (4 KiB frames, no RDMA): {fps:.0} frames/s, {mbps:.0} MB/s");
+    rx_copy_point(
+        if benching { 20_000 } else { 200 },
+        if benching { 7 } else { 1 },
+    );
 }

@@ -381,7 +381,7 @@ impl Shaper {
             // copied into `arrivals` first.
             Link::Cable(c) => {
                 if c.recv_lent()? > 0 {
-                    c.lent_frames().for_each(&mut arrive);
+                    c.lent_frames().for_each(|(f, _)| arrive(f));
                     c.release_lent();
                 }
             }

@@ -15,7 +15,9 @@
 //! cable publishes that buffer where it lies. The receiving end copies each frame out of its
 //! buffer once (volatile loads, `sys::shm::PeerBytes`) into memory of its own, from which the
 //! port checks the ICRC and places the payload: the peer can still write a buffer it
-//! published, and what is checked must be what is placed. It frees the slots when the port is
+//! published, and what is checked must be what is placed. Where the CPU folds wide, a long
+//! RoCEv2 frame's ICRC is folded as it is copied, from the registers the copy stored
+//! ([`copy_received`]), and the transport does not hash that frame again. It frees the slots when the port is
 //! done with the batch. Frames the port copies (netdev frames, a fault injector's, a packet
 //! built while no buffer was to spare) take a free buffer at send time. A buffer goes back on the
 //! free list when the peer's tail passes its descriptor; the buffers a ring position holds are
@@ -45,13 +47,14 @@ use std::sync::atomic::{fence, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::frame::{EthHeader, ETH_HEADER_LEN};
+use super::frame::{received_icrc_front, EthHeader, ETH_HEADER_LEN};
 use super::socket::{remove_stale_socket, RECONNECT_INTERVAL};
 use super::{FrameRef, RxBatch, Sent, BATCH};
 use crate::roce::wire::pool::{self, Lease, Lender, Packet};
+use crate::roce::wire::IcrcFold;
 use crate::sys;
 use crate::sys::epoll::Epoll;
-use crate::sys::shm::{PeerBytes, Region, SharedMapping};
+use crate::sys::shm::{Copied, PeerBytes, Region, SharedMapping};
 use hello::{serve_hello, take_hello};
 
 /// The hello message's and the memfd header's first word ("RXCB").
@@ -206,9 +209,10 @@ struct Wire {
     /// The copies of the received frames, [`BATCH`] slots of a buffer's length (this
     /// process's own memory, which the peer cannot change).
     rx_copies: Vec<u8>,
-    /// Received frames lent to the port (their lengths, in `rx_copies`' slots); their ring
-    /// slots are freed at the next receive or [`Wire::release_lent`].
-    lent: Vec<usize>,
+    /// Received frames lent to the port (their lengths, in `rx_copies`' slots, and the ICRC
+    /// runs of RoCEv2 ones folded as they were copied); their ring slots are freed at the next
+    /// receive or [`Wire::release_lent`].
+    lent: Vec<(usize, Option<IcrcFold>)>,
 }
 
 impl Wire {
@@ -421,21 +425,21 @@ impl Wire {
                 return None;
             }
             let copy = &mut self.rx_copies[i * self.rx.slot_len as usize..][..len];
-            if !self.rx_buffers[id as usize].copy_to(copy) {
+            let Some(fold) = copy_received(&self.rx_buffers[id as usize], copy) else {
                 self.lent.clear();
                 return None;
-            }
-            self.lent.push(len);
+            };
+            self.lent.push((len, fold));
         }
         Some(n)
     }
 
-    /// The frames [`Wire::consume`] lent (their copies), in arrival order.
-    fn lent_frames(&self) -> impl Iterator<Item = &[u8]> {
+    /// The frames [`Wire::consume`] lent (their copies, and their folds), in arrival order.
+    fn lent_frames(&self) -> impl Iterator<Item = (&[u8], Option<IcrcFold>)> {
         self.rx_copies
             .chunks_exact(self.rx.slot_len as usize)
             .zip(&self.lent)
-            .map(|(copy, &len)| &copy[..len])
+            .map(|(copy, &(len, fold))| (&copy[..len], fold))
     }
 
     /// Raises this end's `flag` on `ring` and looks again whether `ready` holds (a peer that
@@ -459,6 +463,23 @@ impl Wire {
     fn tx_ready(&self) -> bool {
         self.peer_count(&self.tx, TAIL, self.tx_head, false)
             .is_none_or(|tail| tail != self.tx_reclaimed)
+    }
+}
+
+/// Copies a received frame out of its buffer into `copy` (as long as the frame), folding
+/// the ICRC run of a RoCEv2 frame as it goes ([`PeerBytes::copy_folding`]): the fold, if
+/// the frame's headers asked for one. None if the frame is longer than the buffer.
+pub(crate) fn copy_received(buffer: &PeerBytes, copy: &mut [u8]) -> Option<Option<IcrcFold>> {
+    let mut ip_len = 0;
+    let copied = buffer.copy_folding(copy, |first| {
+        let (len, front) = received_icrc_front(first)?;
+        ip_len = len;
+        Some(front)
+    });
+    match copied {
+        Copied::Refused => None,
+        Copied::Plain => Some(None),
+        Copied::Folded(state) => Some(Some(IcrcFold { ip_len, state })),
     }
 }
 
@@ -638,7 +659,7 @@ impl Cable {
     pub fn recv(&mut self, batch: &mut RxBatch) -> std::io::Result<usize> {
         batch.clear();
         let n = self.recv_lent()?;
-        for f in self.lent_frames() {
+        for (f, _) in self.lent_frames() {
             batch.push_frame(f, false);
         }
         self.release_lent();
@@ -683,8 +704,9 @@ impl Cable {
         Ok(0)
     }
 
-    /// The frames the last [`Cable::recv_lent`] lent, in arrival order.
-    pub fn lent_frames(&self) -> impl Iterator<Item = &[u8]> {
+    /// The frames the last [`Cable::recv_lent`] lent, in arrival order, each with the ICRC
+    /// run folded as it was copied (RoCEv2 frames).
+    pub fn lent_frames(&self) -> impl Iterator<Item = (&[u8], Option<IcrcFold>)> {
         self.wire.iter().flat_map(Wire::lent_frames)
     }
 

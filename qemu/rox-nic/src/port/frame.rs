@@ -10,10 +10,11 @@ use rox_uapi::admin::{
 };
 
 use crate::roce::wire::{
-    ipv4_gid, ipv4_header_checksum, IpView, IPV4_HEADER_LEN, IPV6_HEADER_LEN, ROCE_V2_UDP_PORT,
-    UDP_HEADER_LEN,
+    icrc_front, ipv4_gid, ipv4_header_checksum, IcrcFold, IpView, IPV4_HEADER_LEN, IPV6_HEADER_LEN,
+    ROCE_V2_UDP_PORT, UDP_HEADER_LEN,
 };
 use crate::roce::Gid;
+use crate::sys::crc32::Front;
 
 pub type Mac = [u8; 6];
 pub const MAC_LEN: usize = 6;
@@ -91,6 +92,21 @@ pub fn sort_frame(
     max_frame: usize,
     own_gid: impl Fn(&Gid) -> bool,
 ) -> Arrival {
+    sort_received(frame, None, own_mac, max_frame, own_gid)
+}
+
+/// [`sort_frame`] of a frame whose ICRC run the port folded as it copied the frame (`fold`,
+/// [`received_icrc_front`]): a RoCEv2 packet that reaches to the frame's end, which the fold
+/// proves right, is handed on with its ICRC checked, and is not hashed again. Anything else
+/// (no fold, a wrong ICRC, rdma_rxe's FLUSH ICRC, Ethernet padding behind the packet) is
+/// checked by the transport as every other frame is, and dropped there if wrong.
+pub fn sort_received(
+    frame: &[u8],
+    fold: Option<IcrcFold>,
+    own_mac: &Mac,
+    max_frame: usize,
+    own_gid: impl Fn(&Gid) -> bool,
+) -> Arrival {
     if frame.len() < ETH_HEADER_LEN {
         return Arrival::Drop(STAT_PORT_DROP_MALFORMED);
     }
@@ -111,11 +127,46 @@ pub fn sort_frame(
     };
     match ip {
         Err(Malformed) => Arrival::Drop(STAT_PORT_DROP_MALFORMED),
-        Ok(Ip::Roce { range, ip }) if own_gid(&ip.dgid) => {
-            Arrival::Roce(range.start + ETH_HEADER_LEN..range.end + ETH_HEADER_LEN, ip)
+        Ok(Ip::Roce { range, mut ip }) if own_gid(&ip.dgid) => {
+            let end = range.end + ETH_HEADER_LEN;
+            ip.icrc_checked = fold.is_some_and(|f| end == frame.len() && f.proves(ip.header_len));
+            Arrival::Roce(range.start + ETH_HEADER_LEN..end, ip)
         }
         Ok(_) => Arrival::Netdev,
     }
+}
+
+/// The ICRC runs of RoCEv2 frames, for folds of whole frames (the IP packet behind the
+/// Ethernet header).
+static ICRC_FRONT_V4: Front = icrc_front(ETH_HEADER_LEN, IPV4_HEADER_LEN);
+static ICRC_FRONT_V6: Front = icrc_front(ETH_HEADER_LEN, IPV6_HEADER_LEN);
+
+/// The ICRC fold to make of a received frame whose first bytes are `first` (the Ethernet, IP
+/// and UDP headers at least), if they say it is a UDP packet to RoCEv2's port right behind the
+/// Ethernet header, over IPv4 (no options) or IPv6: its IP header length and the fold's
+/// front. None for anything else, or too few bytes to tell: [`sort_received`] decides from
+/// the whole copy whether the fold proves anything.
+pub fn received_icrc_front(first: &[u8]) -> Option<(usize, &'static Front)> {
+    const V4_FIRST_BYTE: u8 = IPV4_VERSION << IP_VERSION_SHIFT | (IPV4_HEADER_LEN / 4) as u8;
+    const V4_PROTOCOL: usize = 9;
+    const V6_NEXT_HEADER: usize = 6;
+    let ip = first.get(ETH_HEADER_LEN..)?;
+    let (ip_len, front) = match be16(first, ETHERTYPE_AT) {
+        ETHERTYPE_IPV4
+            if ip.first() == Some(&V4_FIRST_BYTE) && ip.get(V4_PROTOCOL) == Some(&IP_PROTO_UDP) =>
+        {
+            (IPV4_HEADER_LEN, &ICRC_FRONT_V4)
+        }
+        ETHERTYPE_IPV6
+            if ip.first().map(|b| b >> IP_VERSION_SHIFT) == Some(IPV6_VERSION)
+                && ip.get(V6_NEXT_HEADER) == Some(&IP_PROTO_UDP) =>
+        {
+            (IPV6_HEADER_LEN, &ICRC_FRONT_V6)
+        }
+        _ => return None,
+    };
+    let port = ip.get(ip_len + 2..ip_len + 4)?;
+    (be16(port, 0) == ROCE_V2_UDP_PORT).then_some((ip_len, front))
 }
 
 struct Malformed;
@@ -165,6 +216,7 @@ fn ipv4(p: &[u8]) -> Result<Ip, Malformed> {
             header_len: IPV4_HEADER_LEN,
             sgid: ipv4_gid(src),
             dgid: ipv4_gid(dst),
+            icrc_checked: false,
         },
     })
 }
@@ -203,6 +255,7 @@ fn ipv6(p: &[u8]) -> Result<Ip, Malformed> {
             header_len: IPV6_HEADER_LEN,
             sgid: p[SRC..SRC + 16].try_into().unwrap(),
             dgid,
+            icrc_checked: false,
         },
     })
 }
@@ -287,80 +340,4 @@ pub fn ethertype(header: &EthHeader) -> u16 {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::roce::wire::{self, opcode as op, Bth, Headers, DEFAULT_PKEY};
-    use crate::roce::{Psn, Qpn};
-    use crate::testkit::frames::roce_frame;
-
-    /// The word-wise checksum check agrees with the checksum every IPv4 header is built
-    /// with, for every header length and for headers with any one bit flipped (each must
-    /// fail), and with random headers, valid or not.
-    #[test]
-    fn the_header_checksum_check_agrees_with_the_checksum() {
-        use rand::{Rng, SeedableRng};
-        let mut rng = rand::rngs::StdRng::seed_from_u64(41);
-        for len in (IPV4_HEADER_LEN..=60).step_by(4) {
-            for _ in 0..50 {
-                let mut h: Vec<u8> = (0..len).map(|_| rng.gen()).collect();
-                assert_eq!(
-                    ipv4_header_checksum_ok(&h),
-                    ipv4_header_checksum(&h) == 0,
-                    "{h:02x?}"
-                );
-                h[10..12].fill(0);
-                let sum = ipv4_header_checksum(&h);
-                h[10..12].copy_from_slice(&sum.to_be_bytes());
-                assert!(ipv4_header_checksum_ok(&h), "{h:02x?}");
-                for bit in 0..len * 8 {
-                    h[bit / 8] ^= 1 << (bit % 8);
-                    assert!(!ipv4_header_checksum_ok(&h), "bit {bit} of {h:02x?}");
-                    h[bit / 8] ^= 1 << (bit % 8);
-                }
-            }
-        }
-        assert!(!ipv4_header_checksum_ok(&[0; IPV4_HEADER_LEN]));
-        assert!(ipv4_header_checksum_ok(&[0xff; IPV4_HEADER_LEN]));
-    }
-
-    /// The IP header the frame check read and the transport parse behind it give what a
-    /// whole parse gives, for IPv4 and IPv6, so the data path parses each frame once.
-    #[test]
-    fn sorted_frames_parse_from_behind_the_ip_header_as_whole_packets_do() {
-        let own = [2, 0, 0, 0, 0, 1];
-        for (sgid, dgid) in [
-            (ipv4_gid([10, 0, 0, 2]), ipv4_gid([10, 0, 0, 1])),
-            (
-                [0xfe, 0x80, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 2],
-                [0xfe; 16],
-            ),
-        ] {
-            let bth = Bth {
-                opcode: op::RC_SEND_ONLY,
-                solicited: false,
-                pkey: DEFAULT_PKEY,
-                dest_qpn: Qpn::from_wire(0x11),
-                ack_req: true,
-                psn: Psn::from_wire(7),
-            };
-            let hdr = Headers::new(bth);
-            let peer = [2, 0, 0, 0, 0, 2];
-            let frame = roce_frame(&own, &peer, (sgid, dgid), &hdr, b"payload!");
-            let ip = &frame[ETH_HEADER_LEN..];
-            let Arrival::Roce(range, view) = sort_frame(&frame, &own, 9000, |g| *g == dgid) else {
-                panic!("not sorted as RoCE");
-            };
-            assert_eq!((view.sgid, view.dgid), (sgid, dgid));
-            let once = wire::parse_transport(&frame[range], view).expect("parses");
-            let whole = wire::parse_packet(ip).expect("parses");
-            assert_eq!(
-                (once.sgid, once.dgid, once.hdr),
-                (whole.sgid, whole.dgid, whole.hdr)
-            );
-            assert_eq!(
-                (once.payload, once.ip_header),
-                (whole.payload, whole.ip_header)
-            );
-        }
-    }
-}
+mod tests;

@@ -38,7 +38,7 @@ pub use faults::{BadFaultSpec, FaultConfig, FaultInjector, FaultStats};
 use frame::{EthHeader, Mac, ETH_HEADER_LEN};
 use pcap::PcapWriter;
 
-use crate::roce::wire::Packet;
+use crate::roce::wire::{IcrcFold, Packet};
 
 /// Frames moved per `recvmmsg` / `sendmmsg` (and per receive pass of a tap).
 pub const BATCH: usize = 64;
@@ -618,7 +618,7 @@ impl Port {
         self.stats.rx_frames += n as u64;
         if let Some(pcap) = &mut self.pcap {
             let t = self.epoch.elapsed().as_nanos() as u64;
-            for f in received(&self.link, &self.rx, self.rx_lent) {
+            for (f, _) in received(&self.link, &self.rx, self.rx_lent) {
                 if pcap.write_frame(t, &[f]).is_err() {
                     break;
                 }
@@ -629,6 +629,12 @@ impl Port {
 
     /// The frames of the last [`Port::recv`].
     pub fn frames(&self) -> impl Iterator<Item = &[u8]> {
+        self.frames_folded().map(|(f, _)| f)
+    }
+
+    /// [`Port::frames`], each with its ICRC run where the wire folded it as it copied the
+    /// frame (a cable's RoCEv2 frames), for [`frame::sort_received`].
+    pub fn frames_folded(&self) -> impl Iterator<Item = (&[u8], Option<IcrcFold>)> {
         received(&self.link, &self.rx, self.rx_lent)
     }
 
@@ -668,13 +674,18 @@ impl Port {
     }
 }
 
-/// The frames of a port's last receive: the cable's own copies, lent, or those in `rx`.
-fn received<'a>(link: &'a Link, rx: &'a RxBatch, lent: bool) -> impl Iterator<Item = &'a [u8]> {
+/// The frames of a port's last receive (and their ICRC folds): the cable's own copies,
+/// lent, or those in `rx`.
+fn received<'a>(
+    link: &'a Link,
+    rx: &'a RxBatch,
+    lent: bool,
+) -> impl Iterator<Item = (&'a [u8], Option<IcrcFold>)> {
     let cable = match link {
         Link::Cable(c) if lent => Some(c),
         _ => None,
     };
-    let copied = cable.is_none().then(|| rx.frames());
+    let copied = cable.is_none().then(|| rx.frames().map(|f| (f, None)));
     copied
         .into_iter()
         .flatten()

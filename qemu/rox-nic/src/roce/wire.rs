@@ -8,17 +8,20 @@
 //! set to all ones, the BTH with its reserved byte (resv8a) set to all ones, then the rest of the
 //! headers, payload and pad; transmitted as a little-endian 32-bit value.
 
+mod icrc;
 pub mod opcode;
 mod packet;
 pub mod pool;
 pub mod xrceth;
 
 use super::{Gid, Key, Msn, Psn, Qpn};
+pub use icrc::{
+    compute_icrc, icrc_front, icrc_matches, rxe_flush_icrc, FlushIcrc, IcrcFold, ICRC_RESIDUE,
+};
 pub use opcode::{opcode_info, OpcodeClass, OpcodeInfo};
 pub use packet::{
-    build_packet, build_packet_filled, build_packet_with, compute_icrc, icrc_matches,
-    ipv4_header_checksum, parse_packet, parse_transport, rxe_flush_icrc, FlushIcrc, IpView,
-    ParseError, Parsed,
+    build_packet, build_packet_filled, build_packet_with, ipv4_header_checksum, parse_packet,
+    parse_transport, IpView, ParseError, Parsed,
 };
 pub use pool::{recycle, Packet};
 

@@ -23,6 +23,8 @@
 // Elsewhere only crc32fast runs: the fold's constants are then unused.
 #![cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 
+use std::sync::atomic::{AtomicU8, Ordering};
+
 /// The CRC-32 polynomial without its x^32 term, bit e the coefficient of x^e.
 const POLY: u32 = 0x04C1_1DB7;
 /// Bytes one pass of the fold takes: eight lanes.
@@ -64,6 +66,69 @@ pub const ORED_LEN: usize = BLOCK;
 
 /// A mask that ORs nothing.
 const NOTHING_ORED: [u8; ORED_LEN] = [0; ORED_LEN];
+
+/// A run that starts `at` bytes (under a lane) into a buffer, folded in the buffer's own
+/// lanes (a frame's IP packet behind its Ethernet header, folded as the copy of the frame
+/// loads it, `copy`): the bytes before the run count as zeros (zeros in front of a zero
+/// register leave it zero), the raw register `!state` is XORed over the run's first four
+/// bytes and `ored` ORed over its front. Each lane of the buffer's first block is changed by
+/// one AND, OR and XOR with these constants.
+pub struct Front {
+    at: usize,
+    state: u32,
+    ored: [u8; ORED_LEN],
+    keep: [u8; BLOCK],
+    or: [u8; BLOCK],
+    xor: [u8; BLOCK],
+}
+
+impl Front {
+    /// The run from byte `at` (under 16) on, from `state`, with `ored` over its front; the
+    /// mask must end inside the buffer's first block.
+    pub const fn new(at: usize, state: u32, ored: &[u8; ORED_LEN]) -> Front {
+        assert!(at < 16, "the run starts inside the first lane");
+        let mut f = Front {
+            at,
+            state,
+            ored: *ored,
+            keep: [0xff; BLOCK],
+            or: [0; BLOCK],
+            xor: [0; BLOCK],
+        };
+        let mut i = 0;
+        while i < at {
+            f.keep[i] = 0;
+            i += 1;
+        }
+        let raw = (!state).to_le_bytes();
+        let mut i = 0;
+        while i < ORED_LEN {
+            assert!(
+                at + i < BLOCK || ored[i] == 0,
+                "the mask ends inside the first block"
+            );
+            if at + i < BLOCK {
+                f.or[at + i] = ored[i];
+            }
+            if i < raw.len() {
+                f.xor[at + i] = raw[i];
+            }
+            i += 1;
+        }
+        f
+    }
+
+    /// Bytes of a buffer in front of the run.
+    pub fn at(&self) -> usize {
+        self.at
+    }
+
+    /// The run's CRC state folded over `buffer[at..]` where it lies ([`update_ored`]): what
+    /// the fused copy (`copy`) gives, computed from the copy afterwards.
+    pub fn update(&self, buffer: &[u8]) -> u32 {
+        update_ored(self.state, &buffer[self.at.min(buffer.len())..], &self.ored)
+    }
+}
 
 /// The CRC-32 state (as `crc32fast::Hasher` keeps it: finalized form) after `bytes`, from
 /// `state`.
@@ -120,8 +185,41 @@ pub const fn update_bitwise(state: u32, bytes: &[u8]) -> u32 {
     !crc
 }
 
+/// Whether a copy of `len` bytes out of another process's memory folds as it copies
+/// (`copy`: the wide fold, two blocks or more; and a source aligned for it).
+pub fn copy_folds(len: usize) -> bool {
+    len >= 2 * BLOCK && wide_available()
+}
+
+/// The fold's CPU features as detected once: 0 not yet, else [`DETECTED`] with [`NARROW`]
+/// and [`WIDE`] where the CPU has them (every ICRC and every long received frame asks:
+/// four feature checks a call cost ~20 instructions).
+static FEATURES: AtomicU8 = AtomicU8::new(0);
+const DETECTED: u8 = 0x80;
+const NARROW: u8 = 1;
+const WIDE: u8 = 2;
+
+/// [`FEATURES`], detected on the first call.
+fn features() -> u8 {
+    match FEATURES.load(Ordering::Relaxed) {
+        0 => {
+            let narrow = detect_narrow();
+            let wide = narrow && x86_wide_detected();
+            let f = DETECTED | if narrow { NARROW } else { 0 } | if wide { WIDE } else { 0 };
+            FEATURES.store(f, Ordering::Relaxed);
+            f
+        }
+        f => f,
+    }
+}
+
 /// Whether this CPU runs the fold: x86-64 with PCLMULQDQ and AVX.
 fn fold_available() -> bool {
+    features() & NARROW != 0
+}
+
+/// The CPU has PCLMULQDQ and AVX (asked once, [`features`]).
+fn detect_narrow() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
         std::arch::is_x86_feature_detected!("pclmulqdq")
@@ -139,6 +237,11 @@ fn fold_available() -> bool {
 /// narrow). Valgrind
 /// has no AVX-512, so callgrind counts the narrow fold.
 fn wide_available() -> bool {
+    features() & WIDE != 0
+}
+
+/// The CPU and the compiler have the wide fold (asked once, [`features`]).
+fn x86_wide_detected() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
         x86::wide::available()
@@ -213,7 +316,7 @@ mod x86 {
     use super::{BLOCK, FOLD_BLOCK, FOLD_LANE, ORED_LEN};
 
     /// A fold constant pair as one lane: `first` in the low half, `second` in the high.
-    fn constants((first, second): (u64, u64)) -> __m128i {
+    pub(super) fn constants((first, second): (u64, u64)) -> __m128i {
         let halves = [first, second];
         // SAFETY: `halves` is 16 readable bytes (little-endian: `first` low); unaligned loads
         // are allowed; SSE2 is part of x86_64.
@@ -229,7 +332,7 @@ mod x86 {
     // it is needed on the older compilers only.
     #[allow(unused_unsafe)]
     #[target_feature(enable = "pclmulqdq,avx")]
-    unsafe fn fold_into(lane: __m128i, k: __m128i, next: __m128i) -> __m128i {
+    pub(super) unsafe fn fold_into(lane: __m128i, k: __m128i, next: __m128i) -> __m128i {
         // SAFETY: the CPU has the features (this function's precondition); no memory access.
         unsafe {
             let first = _mm_clmulepi64_si128::<0x00>(lane, k);
@@ -271,7 +374,7 @@ mod x86 {
     /// # Safety
     /// `at + 16 * (i + 1)` must be within `run` (every caller loads whole blocks or whole
     /// lanes of a run a multiple of 16 bytes long).
-    unsafe fn load(run: &[u8], at: usize, i: usize) -> __m128i {
+    pub(super) unsafe fn load(run: &[u8], at: usize, i: usize) -> __m128i {
         debug_assert!(at + 16 * i + 16 <= run.len());
         // SAFETY: the 16 bytes are within `run` (the caller's promise); unaligned loads are
         // allowed; SSE2 is part of x86_64.
@@ -286,14 +389,26 @@ mod x86 {
     #[target_feature(enable = "pclmulqdq,avx")]
     pub(super) unsafe fn finish(lanes: [__m128i; 8], tail: &[u8]) -> __m128i {
         let k = constants(FOLD_LANE);
-        let mut acc = lanes[0];
-        for &lane in &lanes[1..] {
-            acc = fold_into(acc, k, lane);
-        }
+        // SAFETY: the same features.
+        let mut acc = unsafe { merge(lanes) };
         assert!(tail.len() % 16 == 0);
         for at in (0..tail.len()).step_by(16) {
             // SAFETY: `tail` is whole lanes (asserted).
             acc = fold_into(acc, k, unsafe { load(tail, at, 0) });
+        }
+        acc
+    }
+
+    /// The eight lanes of the last block folded into one.
+    ///
+    /// # Safety
+    /// The CPU must have PCLMULQDQ and AVX.
+    #[target_feature(enable = "pclmulqdq,avx")]
+    pub(super) unsafe fn merge(lanes: [__m128i; 8]) -> __m128i {
+        let k = constants(FOLD_LANE);
+        let mut acc = lanes[0];
+        for &lane in &lanes[1..] {
+            acc = fold_into(acc, k, lane);
         }
         acc
     }
@@ -348,7 +463,18 @@ mod x86 {
                 low = on(low, load(rest, at));
                 high = on(high, load(rest, at + 64));
             }
-            let lanes = [
+            // SAFETY: AVX-512F implies AVX and VPCLMULQDQ implies PCLMULQDQ; `rest[blocks..]`
+            // is whole lanes.
+            unsafe { finish(lanes(low, high), &rest[blocks..]) }
+        }
+
+        /// The eight 128-bit lanes of a block held in two 512-bit registers, in order.
+        ///
+        /// # Safety
+        /// The CPU must have AVX-512F.
+        #[target_feature(enable = "avx512f")]
+        pub(in super::super) unsafe fn lanes(low: __m512i, high: __m512i) -> [__m128i; 8] {
+            [
                 _mm512_extracti32x4_epi32::<0>(low),
                 _mm512_extracti32x4_epi32::<1>(low),
                 _mm512_extracti32x4_epi32::<2>(low),
@@ -357,10 +483,7 @@ mod x86 {
                 _mm512_extracti32x4_epi32::<1>(high),
                 _mm512_extracti32x4_epi32::<2>(high),
                 _mm512_extracti32x4_epi32::<3>(high),
-            ];
-            // SAFETY: AVX-512F implies AVX and VPCLMULQDQ implies PCLMULQDQ; `rest[blocks..]`
-            // is whole lanes.
-            unsafe { finish(lanes, &rest[blocks..]) }
+            ]
         }
     }
 
@@ -435,6 +558,31 @@ mod x86 {
     /// The CPU must have PCLMULQDQ and AVX.
     #[target_feature(enable = "pclmulqdq,avx")]
     pub(super) unsafe fn fold_tail(acc: __m128i, run: &[u8], ored: &[u8; ORED_LEN]) -> __m128i {
+        let r = run.len() % 16;
+        if r == 0 {
+            return acc;
+        }
+        assert!(run.len() > 16);
+        // SAFETY: the run's last 16 bytes (it is longer than a lane, asserted). Its mask
+        // applies where the run is no longer than the mask; past that, the bytes this lane
+        // adds (past the whole lanes) are past the mask too.
+        let last = unsafe {
+            if run.len() <= ORED_LEN {
+                ored_lane(run, run.len() - 16, ored)
+            } else {
+                load(run, run.len() - 16, 0)
+            }
+        };
+        // SAFETY: the same features; r < 16.
+        unsafe { fold_last(acc, last, r) }
+    }
+
+    /// `acc` with the last `r` (1..16) bytes of `last` folded in ([`fold_tail`]).
+    ///
+    /// # Safety
+    /// The CPU must have PCLMULQDQ and AVX; `r` < 16.
+    #[target_feature(enable = "pclmulqdq,avx")]
+    pub(super) unsafe fn fold_last(acc: __m128i, last: __m128i, r: usize) -> __m128i {
         /// Shuffle controls: the 16 bytes at `r` move a lane's bytes up by 16 - r (zeros
         /// below), those at 16 + r down by r (zeros above); 0x80 gives a zero byte.
         static SHIFTS: [u8; 48] = {
@@ -456,21 +604,7 @@ mod x86 {
             }
             t
         };
-        let r = run.len() % 16;
-        if r == 0 {
-            return acc;
-        }
-        assert!(run.len() > 16);
-        // SAFETY: the run's last 16 bytes (it is longer than a lane, asserted). Its mask
-        // applies where the run is no longer than the mask; past that, the bytes this lane
-        // adds (past the whole lanes) are past the mask too.
-        let last = unsafe {
-            if run.len() <= ORED_LEN {
-                ored_lane(run, run.len() - 16, ored)
-            } else {
-                load(run, run.len() - 16, 0)
-            }
-        };
+        assert!(r < 16);
         // SAFETY: r < 16: each 16-byte read is within its table.
         let (up, down, keep) = unsafe {
             (
@@ -511,6 +645,9 @@ mod x86 {
         }
     }
 }
+
+#[cfg(target_arch = "x86_64")]
+pub(super) mod copy;
 
 #[cfg(test)]
 mod tests;

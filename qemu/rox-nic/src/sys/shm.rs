@@ -11,6 +11,7 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU8};
 use std::sync::{Arc, Mutex};
 
+use super::crc32;
 #[cfg(target_arch = "x86_64")]
 use super::wide;
 
@@ -291,21 +292,61 @@ impl PeerBytes {
 
     /// Copies the first `dst.len()` bytes into `dst`; false (nothing copied) if longer than
     /// these bytes. Volatile loads (32 bytes each on x86-64 with AVX, else 16; 8 elsewhere,
-    /// single bytes at the ends): each byte read exactly once, never assumed unchanged by the
-    /// compiler.
+    /// single bytes to align the front, 8, 4, 2 and 1 at the end): each byte read exactly
+    /// once, never assumed unchanged by the compiler.
     pub fn copy_to(&self, dst: &mut [u8]) -> bool {
-        const WORD: usize = size_of::<u64>();
-        let n = dst.len();
-        if n > self.0.len {
+        if dst.len() > self.0.len {
             return false;
         }
+        self.copy_from(0, dst);
+        true
+    }
+
+    /// [`PeerBytes::copy_to`], and where the CPU fuses a fold with a copy this long
+    /// (`crc32::copy`: the wide fold, two blocks or more) the CRC-32 of the copy that
+    /// `choose` asks for once it has seen its first bytes ([`PEEK_LEN`]; a frame's headers):
+    /// the CRC state [`crc32::Front::update`] gives over the whole copy, each 64 bytes past
+    /// those folded from the register they were copied with. It is the CRC of the copy,
+    /// whatever the peer writes meanwhile: the peer's bytes are read once.
+    pub fn copy_folding<'f>(
+        &self,
+        dst: &mut [u8],
+        choose: impl FnOnce(&[u8]) -> Option<&'f crc32::Front>,
+    ) -> Copied {
+        let n = dst.len();
+        if n > self.0.len {
+            return Copied::Refused;
+        }
         let first = self.0.ptr.as_ptr().cast_const();
-        let mut at = 0;
-        // SAFETY: `n` bytes from `first` lie in the mapping `self.0.map` keeps alive (checked
-        // above); each load below is inside [0, n) and aligned to its size (the checks before
-        // each loop); the 32-byte ones only with AVX, checked by `wide::available()`. The peer may write these bytes concurrently: a volatile load of plain
-        // shared memory (as vm-memory reads guest memory) then reads old or new bytes, which
-        // the caller checks as data. `dst` is this process's own memory, borrowed mutably.
+        #[cfg(target_arch = "x86_64")]
+        if crc32::copy::fuses(first, n) {
+            self.copy_from(0, &mut dst[..PEEK_LEN]);
+            let Some(front) = choose(&dst[..PEEK_LEN]) else {
+                self.copy_from(PEEK_LEN, dst);
+                return Copied::Plain;
+            };
+            // SAFETY: `fuses` holds; `n` bytes from `first` lie in the mapping (checked
+            // above), and the first `PEEK_LEN` of them are in `dst`.
+            return Copied::Folded(unsafe { crc32::copy::copy_fold(first, dst, PEEK_LEN, front) });
+        }
+        let _ = (first, choose);
+        self.copy_from(0, dst);
+        Copied::Plain
+    }
+
+    /// Copies bytes `from..dst.len()` (within these bytes) into the same range of `dst`.
+    fn copy_from(&self, from: usize, dst: &mut [u8]) {
+        const WORD: usize = size_of::<u64>();
+        let n = dst.len();
+        assert!(n <= self.0.len && from <= n);
+        let first = self.0.ptr.as_ptr().cast_const();
+        let mut at = from;
+        // SAFETY: `n` bytes from `first` lie in the mapping `self.0.map` keeps alive (asserted
+        // above); each load below is inside [from, n) and aligned to its size (the checks
+        // before each loop); the 32-byte ones only with AVX, checked by `wide::available()`.
+        // The peer may write these bytes concurrently: a volatile load of plain shared memory
+        // (as vm-memory reads guest memory) then reads old or new bytes, which the caller
+        // checks as data. `dst` is this process's own memory, borrowed mutably.
         unsafe {
             while at < n && (first as usize + at) % (2 * WORD) != 0 {
                 dst[at] = std::ptr::read_volatile(first.add(at));
@@ -316,9 +357,11 @@ impl PeerBytes {
                 // 16-aligned here (or at the end). SSE2 is part of x86-64. (Four vectors a
                 // loop step measured no fewer instructions under callgrind.)
                 use std::arch::x86_64::{__m128i, _mm_storeu_si128};
-                if wide::available() {
+                // 32-byte vectors pay for their feature check and call on long copies only
+                // (a small message's frame is a few 16-byte ones).
+                if n - at >= WIDE_MIN && wide::available() {
                     // One 16-byte vector to 32-align, then 32-byte ones; the rest below.
-                    if n - at >= 2 * WORD && (first as usize + at) % wide::VEC != 0 {
+                    if (first as usize + at) % wide::VEC != 0 {
                         let v = std::ptr::read_volatile(first.add(at).cast::<__m128i>());
                         _mm_storeu_si128(dst[at..at + 2 * WORD].as_mut_ptr().cast(), v);
                         at += 2 * WORD;
@@ -341,12 +384,62 @@ impl PeerBytes {
                 dst[at..at + WORD].copy_from_slice(&word.to_ne_bytes());
                 at += WORD;
             }
-            while at < n {
-                dst[at] = std::ptr::read_volatile(first.add(at));
-                at += 1;
-            }
+            // 8-aligned here, or at the end.
+            copy_short(first.add(at), &mut dst[at..]);
         }
-        true
+    }
+}
+
+/// Bytes of a copy [`PeerBytes::copy_folding`] shows its `choose` (at most): a RoCEv2 frame's
+/// Ethernet, IP and UDP headers.
+pub const PEEK_LEN: usize = 64;
+
+/// The shortest copy [`PeerBytes::copy_to`] makes with 32-byte vectors where it can.
+#[cfg(target_arch = "x86_64")]
+const WIDE_MIN: usize = 256;
+
+/// What [`PeerBytes::copy_folding`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Copied {
+    /// Longer than the peer's bytes: nothing copied.
+    Refused,
+    /// Copied, without a CRC (`choose` asked for none, or the copy is not fused).
+    Plain,
+    /// Copied, and the CRC state of the copy.
+    Folded(u32),
+}
+
+/// Copies `dst.len()` (under 16) bytes from `from` with volatile loads of 8, 4, 2 and 1 bytes,
+/// in that order, each read once (not a byte at a time: a frame's tail is up to 15 bytes).
+///
+/// # Safety
+/// `dst.len()` bytes from `from` may be read (another process may write them), and `from` is
+/// 8-aligned unless `dst` is empty (each load is then aligned to its size).
+pub(super) unsafe fn copy_short(from: *const u8, dst: &mut [u8]) {
+    let n = dst.len();
+    assert!(n < 16);
+    let mut at = 0;
+    // SAFETY: each load is within the `n` bytes and aligned (the caller's promise: the offsets
+    // 0, 8, 8 + 4 ... step down by the sizes); the stores are within `dst`.
+    unsafe {
+        if n & 8 != 0 {
+            let v = std::ptr::read_volatile(from.cast::<u64>());
+            dst[at..at + 8].copy_from_slice(&v.to_ne_bytes());
+            at += 8;
+        }
+        if n & 4 != 0 {
+            let v = std::ptr::read_volatile(from.add(at).cast::<u32>());
+            dst[at..at + 4].copy_from_slice(&v.to_ne_bytes());
+            at += 4;
+        }
+        if n & 2 != 0 {
+            let v = std::ptr::read_volatile(from.add(at).cast::<u16>());
+            dst[at..at + 2].copy_from_slice(&v.to_ne_bytes());
+            at += 2;
+        }
+        if n & 1 != 0 {
+            dst[at] = std::ptr::read_volatile(from.add(at));
+        }
     }
 }
 

@@ -114,8 +114,8 @@ impl DataPath {
             work = true;
             self.hw.stats[STAT_PORT_RX_FRAMES] += n as u64;
             let mut to_netdev: Vec<FrameRef> = Vec::new();
-            for f in port.frames() {
-                match frame::sort_frame(f, &mac, max_frame, |g| {
+            for (f, fold) in port.frames_folded() {
+                match frame::sort_received(f, fold, &mac, max_frame, |g| {
                     self.hw.is_own_gid(g) || self.hw.has_mcast_group(g)
                 }) {
                     Arrival::Roce(range, ip) => {

@@ -276,12 +276,16 @@ fn a_frame_read_from_its_slot_is_the_frame_a_copying_receive_gets() {
     while c.recv_lent().unwrap() == 0 {
         assert!(start.elapsed() < Duration::from_secs(5), "nothing arrived");
     }
-    let lent: Vec<Vec<u8>> = c.lent_frames().map(<[u8]>::to_vec).collect();
+    let lent: Vec<Vec<u8>> = c.lent_frames().map(|(f, _)| f.to_vec()).collect();
     assert_eq!(lent, frames);
-    for (f, p) in c.lent_frames().zip(&packets) {
+    for ((f, fold), p) in c.lent_frames().zip(&packets) {
         let parsed = crate::roce::wire::parse_packet(&f[ETH_HEADER_LEN..]).expect("parses");
         let sent = crate::roce::wire::parse_packet(p).unwrap();
         assert_eq!(parsed.payload, sent.payload);
+        // Folded as it was copied (where the copy fuses): the ICRC proved over the copy.
+        let ip_len = parsed.ip_header.len();
+        let folds = crate::sys::crc32::copy_folds(f.len());
+        assert_eq!(fold.is_some_and(|f| f.proves(ip_len)), folds, "{fold:?}");
     }
     let tail = |c: &Cable| {
         let w = c.wire.as_ref().unwrap();
@@ -315,7 +319,7 @@ fn a_frame_rewritten_by_the_peer_after_the_receive_stays_as_received() {
     assert!(w.map.read(w.tx.descriptor(0), &mut desc));
     let id = u32::from_ne_bytes(desc[..4].try_into().unwrap());
     assert!(w.map.write(w.tx.buffer(id), &vec![0xee; sent.len()]));
-    let got: Vec<Vec<u8>> = c.lent_frames().map(<[u8]>::to_vec).collect();
+    let got: Vec<Vec<u8>> = c.lent_frames().map(|(f, _)| f.to_vec()).collect();
     assert_eq!(got, vec![sent], "the frame as it was when received");
 }
 

@@ -1,9 +1,9 @@
 //! Building and parsing RoCEv2 IP packets: IP/UDP encapsulation, the BTH and its extension
 //! headers in the order [`OpcodeInfo`] gives, pad, ICRC and checksums.
 
+use super::icrc::{compute_icrc, icrc_matches, rxe_flush_icrc, FlushIcrc};
 use super::pool::{self, Packet};
 use super::*;
-use crate::sys::crc32;
 
 /// Reads big-endian fields one after the other (inlined: a call per field cost more than
 /// the field).
@@ -324,88 +324,6 @@ fn put_icrc(buf: &mut [u8], ip: &IpInfo, ip_len: usize, rxe_flush: bool) {
     }
 }
 
-/// ICRC of `packet` (IP header .. end of pad, without the ICRC itself); `ip_len` is the IP
-/// header length (20 or 40).
-pub fn compute_icrc(packet: &[u8], ip_len: usize) -> u32 {
-    icrc_state(packet, ip_len)
-}
-
-/// The ICRC rdma_rxe puts on (and expects of) a FLUSH request: the IBA ICRC's input followed
-/// by the whole transport part again, BTH (unmasked) to the end. rxe's opcode table gives
-/// RC_FLUSH no payload offset (drivers/infiniband/sw/rxe/rxe_opcode.c, Linux 6.2 on, 7.3.4
-/// here), so its ICRC code takes the packet from the BTH on as the "payload" after having
-/// hashed FETH and RETH as headers. Only FLUSH has this; docs/interop.md.
-pub fn rxe_flush_icrc(packet: &[u8], ip_len: usize) -> u32 {
-    crc32::update(
-        icrc_state(packet, ip_len),
-        &packet[ip_len + UDP_HEADER_LEN..],
-    )
-}
-
-/// How the ICRC of a FLUSH request is computed on transmit: as IBA says, or as rdma_rxe does
-/// ([`rxe_flush_icrc`]), which an rxe responder needs (it drops the IBA one).
-/// The device's choice (`DeviceConfig::flush_icrc`, rox-nic --flush-icrc); received FLUSH
-/// requests are accepted with either.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum FlushIcrc {
-    #[default]
-    Iba,
-    Rxe,
-}
-
-/// Whether `wire_icrc` is the ICRC of `packet` (no ICRC) with IP header length `ip_len`: the
-/// IBA one, or for a FLUSH request also rdma_rxe's ([`rxe_flush_icrc`]; the opcode is the
-/// BTH's first byte).
-pub fn icrc_matches(packet: &[u8], ip_len: usize, wire_icrc: u32) -> bool {
-    compute_icrc(packet, ip_len) == wire_icrc
-        || (packet.get(ip_len + UDP_HEADER_LEN) == Some(&opcode::RC_FLUSH)
-            && rxe_flush_icrc(packet, ip_len) == wire_icrc)
-}
-
-/// The ICRC's CRC state (crc32fast's finalized form) after the masked LRH, IP/UDP/BTH and
-/// everything after the BTH: one run over the packet where it lies, the masked fields ORed
-/// to ones as the fold loads them (no copy of the headers or the payload).
-fn icrc_state(packet: &[u8], ip_len: usize) -> u32 {
-    let ored = if ip_len == IPV4_HEADER_LEN {
-        &ICRC_ORED_V4
-    } else {
-        &ICRC_ORED_V6
-    };
-    crc32::update_ored(ICRC_LRH_STATE, packet, ored)
-}
-
-/// The CRC state after the masked LRH, where every ICRC run starts.
-const ICRC_LRH_STATE: u32 = crc32::update_bitwise(0, &ICRC_MASKED_LRH);
-
-/// The header fields the ICRC masks (IBA A17.3.3) as ones to OR over a packet's first bytes.
-static ICRC_ORED_V4: [u8; crc32::ORED_LEN] = icrc_ored(IPV4_HEADER_LEN);
-static ICRC_ORED_V6: [u8; crc32::ORED_LEN] = icrc_ored(IPV6_HEADER_LEN);
-
-/// [`ICRC_ORED_V4`] or [`ICRC_ORED_V6`] for IP header length `ip_len`.
-const fn icrc_ored(ip_len: usize) -> [u8; crc32::ORED_LEN] {
-    let mut ored = [0u8; crc32::ORED_LEN];
-    if ip_len == IPV4_HEADER_LEN {
-        ored[field::V4_TOS] = ICRC_MASK;
-        ored[field::V4_TTL] = ICRC_MASK;
-        ored[field::V4_CHECKSUM] = ICRC_MASK;
-        ored[field::V4_CHECKSUM + 1] = ICRC_MASK;
-    } else {
-        // Everything but the 4-bit version: traffic class and flow label.
-        const VERSION_BITS: u8 = 0xf0;
-        let word = field::V6_VERSION_CLASS_FLOW;
-        ored[word] = ICRC_MASK & !VERSION_BITS;
-        ored[word + 1] = ICRC_MASK;
-        ored[word + 2] = ICRC_MASK;
-        ored[word + 3] = ICRC_MASK;
-        ored[field::V6_HOP_LIMIT] = ICRC_MASK;
-    }
-    let udp_checksum = ip_len + field::UDP_CHECKSUM;
-    ored[udp_checksum] = ICRC_MASK;
-    ored[udp_checksum + 1] = ICRC_MASK;
-    ored[ip_len + UDP_HEADER_LEN + field::BTH_RESV8A] = ICRC_MASK;
-    ored
-}
-
 /// Why a received packet was not accepted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ParseError {
@@ -488,6 +406,9 @@ pub struct IpView {
     pub header_len: usize,
     pub sgid: Gid,
     pub dgid: Gid,
+    /// The port already proved the packet's IBA ICRC right ([`IcrcFold::proves`], over the
+    /// very bytes handed on): [`parse_transport`] does not hash it again.
+    pub icrc_checked: bool,
 }
 
 /// Parses and validates a received RoCEv2 IP packet (lengths, opcode, pad, ICRC).
@@ -500,6 +421,7 @@ pub fn parse_packet(packet: &[u8]) -> Result<Parsed<'_>, ParseError> {
         header_len,
         sgid,
         dgid,
+        icrc_checked: false,
     };
     parse_transport(packet, ip)
 }
@@ -512,6 +434,7 @@ pub fn parse_transport(packet: &[u8], ip: IpView) -> Result<Parsed<'_>, ParseErr
         header_len: ip_len,
         sgid,
         dgid,
+        icrc_checked,
     } = ip;
     if packet.len() < ip_len + UDP_HEADER_LEN + BTH_LEN + ICRC_LEN {
         return Err(ParseError::Malformed);
@@ -538,7 +461,7 @@ pub fn parse_transport(packet: &[u8], ip: IpView) -> Result<Parsed<'_>, ParseErr
     }
     let icrc_at = packet.len() - ICRC_LEN;
     let wire_icrc = u32::from_le_bytes(packet[icrc_at..].try_into().unwrap());
-    if !icrc_matches(&packet[..icrc_at], ip_len, wire_icrc) {
+    if !icrc_checked && !icrc_matches(&packet[..icrc_at], ip_len, wire_icrc) {
         return Err(ParseError::BadIcrc);
     }
     let mut r = Reader { bytes: t, at: 0 };
