@@ -607,7 +607,8 @@ impl Qp {
                 // same loss (its resend lost again), which spends a retry only per local ACK
                 // timeout; one that comes within half a round trip answers packets sent
                 // before the rewind.
-                self.req.nak_rewind = Some((una, now));
+                // By the clock, not the time the timers are judged at (rto/clock.rs).
+                self.req.nak_rewind = Some((una, env.now_ns().max(now)));
                 self.rtt_forget_probe();
                 self.rewind_to(una);
                 self.req.timer_deadline = None;

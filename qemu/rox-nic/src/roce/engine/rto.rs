@@ -308,9 +308,14 @@ impl Qp {
         if self.send_packet(env, stats, index).is_ok() {
             stats.tail_probes += 1;
             // A READ's answer is its responses, which find their own gaps (read_retry.rs).
+            // Sent now by the clock: `now` is the time the timers are judged at, the last
+            // read of the wire (rto/clock.rs), which a stall may put well before this; an
+            // answer timed from it would look slower than it was and be taken for the
+            // probe's.
+            let sent_at = env.now_ns().max(now);
             self.req.rtt.tail_probe = (!is_read).then_some(TailProbe {
                 psn,
-                sent_at: now,
+                sent_at,
                 sent_end,
             });
         }

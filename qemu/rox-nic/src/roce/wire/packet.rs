@@ -407,8 +407,10 @@ pub struct IpView {
     pub sgid: Gid,
     pub dgid: Gid,
     /// The port already proved the packet's IBA ICRC right ([`IcrcFold::proves`], over the
-    /// very bytes handed on): [`parse_transport`] does not hash it again.
-    pub icrc_checked: bool,
+    /// very bytes handed on): [`parse_transport`] does not hash it again. Set only by the
+    /// port's frame check (port/frame.rs); not public, so no one outside the crate can
+    /// build a view that skips the check.
+    pub(crate) icrc_checked: bool,
 }
 
 /// Parses and validates a received RoCEv2 IP packet (lengths, opcode, pad, ICRC).
