@@ -107,7 +107,7 @@ fn idle_device_sleeps_and_doorbell_wakes_it() {
     let mut w2 = w;
     w2.wr_id = 2;
     d.write_send(&mut qp, &w2);
-    d.db.store_a(TEST_DB_PAGE, qp.db_slot, qp.sq_pi);
+    d.doorbell_a(qp.db_slot, qp.sq_pi);
     std::thread::sleep(Duration::from_millis(50));
     assert!(
         d.poll_cq(&mut cq).is_none(),
