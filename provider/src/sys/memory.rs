@@ -259,6 +259,28 @@ impl DevicePage {
     pub fn as_ptr(&self) -> *mut u8 {
         self.addr.as_ptr()
     }
+
+    /// Tests: a zeroed page of ordinary memory in place of a device page.
+    #[cfg(test)]
+    pub fn anonymous() -> Result<Self> {
+        // SAFETY: a new anonymous shared mapping of one page.
+        let addr = unsafe {
+            libc::mmap(
+                ptr::null_mut(),
+                ROX_PAGE_SIZE,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if addr == libc::MAP_FAILED {
+            return Err(Errno::last());
+        }
+        Ok(DevicePage {
+            addr: NonNull::new(addr.cast::<u8>()).ok_or(EINVAL)?,
+        })
+    }
 }
 
 impl Drop for DevicePage {

@@ -86,7 +86,10 @@ fn work_the_qp_could_not_take_when_its_news_came_is_sent_later() {
     wait_announced_idle(&d);
     assert!(d.poll_cq(&mut cq).is_none(), "nothing is sent before RTS");
     d.connect(&qp, gid, qp.qpn, ALL_ACCESS);
-    assert_eq!(completions(&mut d, &mut cq, WRS as usize), (0..WRS).collect::<Vec<_>>());
+    assert_eq!(
+        completions(&mut d, &mut cq, WRS as usize),
+        (0..WRS).collect::<Vec<_>>()
+    );
 }
 
 /// Doorbells of QPs that share a news byte, stored one after another while the device takes
@@ -112,7 +115,11 @@ fn doorbells_stored_while_the_device_takes_their_groups_news_are_all_seen() {
             next += 1;
         }
         let expected: Vec<u64> = (first..next).collect();
-        assert_eq!(completions(&mut d, &mut cq, qps.len()), expected, "round {round}");
+        assert_eq!(
+            completions(&mut d, &mut cq, qps.len()),
+            expected,
+            "round {round}"
+        );
     }
 }
 
@@ -123,7 +130,10 @@ fn doorbells_stored_while_the_device_takes_their_groups_news_are_all_seen() {
 fn a_page_whose_owner_stores_no_news_has_every_doorbell_seen() {
     let mut d = device(3, Duration::from_millis(2));
     d.stop_news();
-    assert!(d.db.news_on(DB_PAGE_KERNEL), "the driver still says it stores news");
+    assert!(
+        d.db.news_on(DB_PAGE_KERNEL),
+        "the driver still says it stores news"
+    );
     every_doorbell_is_seen(&mut d);
 }
 

@@ -328,7 +328,10 @@ mod tests {
         const PAGE: u32 = 9;
         const ROUNDS: u32 = 20_000;
         let slots = [0, regs::DB_NEWS_GROUP_SLOTS as u32];
-        assert_eq!(regs::db_news_offset(slots[1]) / 8, regs::db_news_offset(0) / 8);
+        assert_eq!(
+            regs::db_news_offset(slots[1]) / 8,
+            regs::db_news_offset(0) / 8
+        );
         let bar = Arc::new(DoorbellBar::new().unwrap());
         let started = Arc::new(AtomicU32::new(0));
         let stored = Arc::new(AtomicU32::new(0));

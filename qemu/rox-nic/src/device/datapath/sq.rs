@@ -3,9 +3,9 @@
 
 use super::super::doorbell::{DbObject, DoorbellBar, DoorbellsUsed, PageSet};
 use super::super::state::{Cq, QpQueues};
-use crate::roce::id_map::IdMap;
 use super::*;
 use crate::dma::read_as;
+use crate::roce::id_map::IdMap;
 
 impl DataPath {
     /// Looks at the doorbells with news (docs/summary-doorbell.md): on a page whose owner
@@ -241,7 +241,10 @@ pub(super) fn doorbell_news(
             for (_, object) in objects.group(group) {
                 match object {
                     DbObject::Qp(qpn) => {
-                        if qps.get(&qpn).is_some_and(|qp| has_doorbell_news(qp, doorbells)) {
+                        if qps
+                            .get(&qpn)
+                            .is_some_and(|qp| has_doorbell_news(qp, doorbells))
+                        {
                             out.qps.push(qpn);
                         }
                     }
@@ -477,7 +480,11 @@ mod tests {
         };
         assert_eq!(scan(&qps, &mut out), [3], "page 3's owner stores no news");
         assert!(out.qps.is_empty(), "1024 idle QPs: nothing to visit");
-        assert_eq!(out.cqs, [3], "a CQ of a page without news is looked at on every pass");
+        assert_eq!(
+            out.cqs,
+            [3],
+            "a CQ of a page without news is looked at on every pass"
+        );
 
         let qp = |n: u32| &qps[&Qpn::new(n + 2).unwrap()];
         let ring = |qp: &QpQueues, sq: bool| {
@@ -499,7 +506,10 @@ mod tests {
         doorbells.store_a(qp(40).db_page, qp(40).db_slot, 1);
         doorbells.store_a(qp(1010).db_page, qp(1010).db_slot, 1);
         assert_eq!(scan(&qps, &mut out), [3]);
-        assert_eq!(out.qps, [qp(504 + group).qpn, qp(504 + group + 4).qpn, qp(1010).qpn]);
+        assert_eq!(
+            out.qps,
+            [qp(504 + group).qpn, qp(504 + group + 4).qpn, qp(1010).qpn]
+        );
 
         // Taken: the group's news is gone, page 3's QP is found while its slot is ahead.
         assert_eq!(scan(&qps, &mut out), [3]);
@@ -528,7 +538,10 @@ mod tests {
         }
         let slot_by_slot = doorbell_news(&used, &qps, &cqs, &doorbells, &mut out);
         assert_eq!(page_list(slot_by_slot), [3]);
-        assert!(out.qps.is_empty(), "news pages: a slot without news is not looked at");
+        assert!(
+            out.qps.is_empty(),
+            "news pages: a slot without news is not looked at"
+        );
 
         // The driver's page without news_on: a user page's is not trusted (an older rox.ko
         // does not clear it for the page's next context).

@@ -131,7 +131,10 @@ mod tests {
         assert!(used.claim(200, 1, DbObject::Srq(1)));
         assert!(used.claim(kernel, 2, qp(4)));
         assert!(!used.claim(regs::DB_PAGE_COUNT, 0, qp(5)), "no such page");
-        assert!(!used.claim(3, DB_SLOTS_PER_PAGE as u32, qp(5)), "no such slot");
+        assert!(
+            !used.claim(3, DB_SLOTS_PER_PAGE as u32, qp(5)),
+            "no such slot"
+        );
         assert_eq!(used.pages().iter().collect::<Vec<_>>(), [kernel, 3, 200]);
         used.release(3, 0);
         assert_eq!(used.object(3, 5), Some(DbObject::Cq(1)));
@@ -159,6 +162,10 @@ mod tests {
         assert_eq!(group(0), [(0, qp(2)), (edge - 1, qp(3))]);
         assert_eq!(group(1), [(edge, qp(4))]);
         assert_eq!(group(regs::db_news_group(last)), [(last, qp(5))]);
-        assert_eq!(group(regs::DB_NEWS_GROUPS), [], "past the last group: no slot");
+        assert_eq!(
+            group(regs::DB_NEWS_GROUPS),
+            [],
+            "past the last group: no slot"
+        );
     }
 }
