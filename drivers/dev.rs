@@ -45,6 +45,28 @@ const _: () = assert!(
     "the kernel's doorbell page is mapped at BAR2 offset 0"
 );
 
+/// Whether every doorbell stores its news byte (`regs::DbPage`): on a device with the summary
+/// doorbell.
+fn stores_news(caps: u32) -> bool {
+    caps & regs::CAP_DB_SUMMARY != 0
+}
+
+/// Stores `DbPage::news_on` of doorbell page `page`: the owner stores news (`on`) or not.
+fn say_news_on(bar: &DbBar<'_>, page: u32, on: bool) -> Result {
+    let offset = page as usize * regs::ROX_PAGE_SIZE + core::mem::offset_of!(regs::DbPage, news_on);
+    bar.try_write32(if on { regs::DB_NEWS_ON } else { 0 }, offset)
+}
+
+/// Maps BAR2 and says on the driver's page whether it stores news, before any kernel object
+/// rings: from then on the device takes news on that page and trusts the user pages' word, which
+/// this driver clears for each new context (`ucontext::alloc`).
+fn map_doorbells<'bound>(bound: &'bound pci::Device<Bound>, caps: u32) -> Result<DbBar<'bound>> {
+    let bar =
+        bound.iomap_region_sized::<{ regs::BAR_DB_SIZE as usize }>(regs::BAR_DB, c"rox-db")?;
+    say_news_on(&bar, regs::DB_PAGE_KERNEL, stores_news(caps))?;
+    Ok(bar)
+}
+
 /// Completion event queues rox uses at most (one per vCPU of the 2-vCPU test guests is plenty;
 /// the device offers up to `MAX_EQS - 1`).
 const MAX_COMP_EQS: u32 = 2;
@@ -73,9 +95,6 @@ pub(crate) struct RoxDev<'bound> {
     /// The doorbell BAR: the driver's own page (`DB_PAGE_KERNEL`), whose slots serve the
     /// queues of kernel consumers, and the user contexts' pages.
     db_bar: DbBar<'bound>,
-    /// The device has the summary doorbell (`regs::CAP_DB_SUMMARY`): every kernel doorbell
-    /// stores its news byte, and the driver's page says so (`DbPage::news_on`).
-    db_news: bool,
     pub(crate) kernel_slots: Arc<DbSlots>,
     /// Whether the device died, and the kernel QPs completed in software then (`dead.rs`).
     pub(crate) dead: DeadState,
@@ -125,7 +144,7 @@ impl<'bound> RoxDev<'bound> {
                 .db_bar
                 .try_write32(b, offset + core::mem::size_of::<u32>());
         }
-        if self.db_news {
+        if stores_news(self.attr.caps) {
             // After the slot (the MMIO write orders it after the writes above).
             let _ = self
                 .db_bar
@@ -153,10 +172,7 @@ impl<'bound> RoxDev<'bound> {
     /// driver's page at bring-up, and "no" on a user context's page before the context gets it,
     /// so that a provider which stores none never inherits a predecessor's word.
     pub(crate) fn say_news_on(&self, page: u32, on: bool) {
-        let offset = page as usize * regs::ROX_PAGE_SIZE
-            + core::mem::offset_of!(regs::DbPage, news_on);
-        let value = if on { regs::DB_NEWS_ON } else { 0 };
-        let _ = self.db_bar.try_write32(value, offset);
+        let _ = say_news_on(&self.db_bar, page, on);
     }
 
     /// Runs one typed admin command (`uapi::admin::AdminCommand`): `C`'s payload in, `C`'s
@@ -369,9 +385,7 @@ impl<'bound> RoxPci<'bound> {
         // After the reset (which sets the mode back to trapped), before the ib_device exists.
         // The device hears the mode only once `rox` owns it (below).
         let wake = crate::wake::setup(bound, &regs);
-        let db_bar =
-            bound.iomap_region_sized::<{ regs::BAR_DB_SIZE as usize }>(regs::BAR_DB, c"rox-db")?;
-        let db_news = attr.caps & regs::CAP_DB_SUMMARY != 0;
+        let db_bar = map_doorbells(bound, attr.caps)?;
         let rox = Arc::new(
             RoxDev {
                 pdev: bound,
@@ -385,7 +399,6 @@ impl<'bound> RoxPci<'bound> {
                 odp_mrs: crate::odp::OdpMrs::new()?,
                 db_pages: DbPages::new(regs::DB_PAGE_KERNEL + 1, regs::DB_PAGE_COUNT),
                 db_bar,
-                db_news,
                 kernel_slots: DbSlots::new_page()?,
                 dead: DeadState::new()?,
                 next_pd: AtomicU32::new(1),
@@ -395,9 +408,6 @@ impl<'bound> RoxPci<'bound> {
             },
             GFP_KERNEL,
         )?;
-        // Before any kernel object: the device takes news on the driver's page from here, and
-        // trusts the user pages' word (this driver clears it for each new context).
-        rox.say_news_on(regs::DB_PAGE_KERNEL, rox.db_news);
         // From here a failed probe drops `rox`, whose reset makes the device trapped again.
         crate::wake::apply(bound, &rox.regs, &rox.wake);
         // As soon as there is a `RoxDev` to switch back (a removal since `wake::setup` is not
