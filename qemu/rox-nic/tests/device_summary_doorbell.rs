@@ -58,14 +58,6 @@ fn completions(d: &mut TestDriver, cq: &mut TestCq, n: usize) -> Vec<u64> {
     ids
 }
 
-fn wait_announced_idle(d: &TestDriver) {
-    let start = std::time::Instant::now();
-    while d.db.idle(TEST_DB_PAGE) != DB_DEVICE_IDLE {
-        assert!(start.elapsed() < TIMEOUT, "device never went idle");
-        std::thread::sleep(Duration::from_millis(1));
-    }
-}
-
 /// WQEs rung while the QP cannot send yet, and more of them than the device fetches in a pass:
 /// the device takes their news at once, so it must keep looking at that QP (as a slot-by-slot
 /// scan did) until it took them all, across its sleeps too.
@@ -83,7 +75,7 @@ fn work_the_qp_could_not_take_when_its_news_came_is_sent_later() {
     }
     d.ring_sq(&qp);
     // Taken while in RESET; the device runs out of work and sleeps.
-    wait_announced_idle(&d);
+    d.wait_announced_idle();
     assert!(d.poll_cq(&mut cq).is_none(), "nothing is sent before RTS");
     d.connect(&qp, gid, qp.qpn, ALL_ACCESS);
     assert_eq!(
@@ -107,7 +99,7 @@ fn doorbells_stored_while_the_device_takes_their_groups_news_are_all_seen() {
     for round in 0..1500 {
         // Some rounds find the device asleep: the re-scan after its announcement races too.
         if round % 100 == 0 {
-            wait_announced_idle(&d);
+            d.wait_announced_idle();
         }
         let first = next;
         for qp in qps.iter_mut() {
@@ -151,7 +143,7 @@ fn every_doorbell_is_seen(d: &mut TestDriver) {
     let (mut cq, mut qps, buf, key) = self_connected(d, 3, 8);
     for round in 0..20u64 {
         if round % 5 == 0 {
-            wait_announced_idle(d);
+            d.wait_announced_idle();
         }
         for (i, qp) in qps.iter_mut().enumerate() {
             d.post_send(qp, &write(round * 8 + i as u64, buf, key));
@@ -161,14 +153,14 @@ fn every_doorbell_is_seen(d: &mut TestDriver) {
     // A CQ arm word: the next completion posts an event.
     d.drain_eq(COMP_EQ);
     d.arm_cq(&mut cq, CQ_ARM_NEXT);
-    wait_announced_idle(d);
+    d.wait_announced_idle();
     d.post_send(&mut qps[0], &write(1000, buf, key));
     assert_eq!(d.wait_cqe(&mut cq).wr_id, 1000);
     assert_eq!(d.wait_event(COMP_EQ, EQE_TYPE_COMPLETION).handle, cq.id);
     // An RQ doorbell of a QP in the error state: its receive WQE is flushed.
     let qp = &mut qps[1];
     d.modify_qp_state(qp.qpn, QPS_ERR);
-    wait_announced_idle(d);
+    d.wait_announced_idle();
     d.post_recv(qp, 77, &[sge(buf, 8, key)]);
     let c = d.wait_cqe(&mut cq);
     assert_eq!((c.wr_id, c.status), (77, WC_WR_FLUSH_ERR));

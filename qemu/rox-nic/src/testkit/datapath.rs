@@ -31,6 +31,15 @@ impl TestDriver {
         }
     }
 
+    /// Waits until the device announces idleness in the test doorbell page.
+    pub fn wait_announced_idle(&self) {
+        let start = Instant::now();
+        while self.db.idle(TEST_DB_PAGE) != DB_DEVICE_IDLE {
+            assert!(start.elapsed() < TIMEOUT, "device never went idle");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
     /// Write a send WQE at the SQ producer index (not yet rung).
     pub fn write_send(&mut self, qp: &mut TestQp, wqe: &SqWqe) {
         let addr = qp.sq + (qp.sq_pi & (qp.sq_depth - 1)) as u64 * SQ_WQE_SIZE as u64;
