@@ -324,6 +324,11 @@ const _: () = assert!(core::mem::size_of::<DbSlot>() == 8);
 ///   `news_on` before it hands the page to a new context, so a context that never stores news
 ///   (an older provider) never inherits its predecessor's. A page without it is scanned slot by
 ///   slot, as before the summary doorbell.
+/// - Access sizes: software stores a news byte, the device swaps the 8-byte word holding it.
+///   Mixed sizes on one location are outside the Rust/C++ memory model, but x86-64 and ARMv8
+///   order and never tear them (a byte store is never lost inside the swap); the device's
+///   race tests check this on the host. Where BAR2 is trapped rather than mapped, the device
+///   applies a byte write to its word atomically (rox-nic's `DoorbellBar::write_byte`).
 #[repr(C)]
 pub struct DbPage {
     /// Written by the device only.

@@ -252,6 +252,23 @@ impl DoorbellBar {
             self.word(offset as usize).store(value, Ordering::Release);
         }
     }
+
+    /// A trapped byte store (software's news byte when BAR2 is not mmapped): that byte of
+    /// its word and no other. An atomic update: the device swaps news words from another
+    /// thread, and every guest store to a trapped BAR comes through here.
+    pub fn write_byte(&self, offset: u64, value: u8) {
+        if offset >= regs::BAR_DB_SIZE {
+            return;
+        }
+        let shift = (offset % 4) * 8;
+        let mask = 0xff_u32 << shift;
+        let byte = u32::from(value) << shift;
+        let word = self.word((offset - offset % 4) as usize);
+        // The closure always returns Some: the update cannot fail.
+        let _ = word.fetch_update(Ordering::Release, Ordering::Relaxed, |w| {
+            Some((w & !mask) | byte)
+        });
+    }
 }
 
 #[cfg(test)]
