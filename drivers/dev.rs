@@ -37,12 +37,35 @@ use kernel::{
 /// Doorbell pages of BAR2, one per user context (page `DB_PAGE_KERNEL` is the driver's).
 pub(crate) type DbPages = IdBitmap<{ (regs::DB_PAGE_COUNT as usize).div_ceil(u64::BITS as usize) }>;
 
-/// The start of BAR2, which holds the driver's doorbell page (`DB_PAGE_KERNEL`).
-pub(crate) type DbBar<'bound> = pci::Bar<'bound, { regs::ROX_PAGE_SIZE }>;
+/// BAR2: the driver's doorbell page (`DB_PAGE_KERNEL`) and the user contexts' pages, whose
+/// `news_on` it clears before a context gets one (`regs::DbPage`).
+pub(crate) type DbBar<'bound> = pci::Bar<'bound, { regs::BAR_DB_SIZE as usize }>;
 const _: () = assert!(
     regs::DB_PAGE_KERNEL == 0,
     "the kernel's doorbell page is mapped at BAR2 offset 0"
 );
+
+/// Whether every doorbell stores its news byte (`regs::DbPage`): on a device with the summary
+/// doorbell.
+fn stores_news(caps: u32) -> bool {
+    caps & regs::CAP_DB_SUMMARY != 0
+}
+
+/// Stores `DbPage::news_on` of doorbell page `page`: the owner stores news (`on`) or not.
+fn say_news_on(bar: &DbBar<'_>, page: u32, on: bool) -> Result {
+    let offset = page as usize * regs::ROX_PAGE_SIZE + core::mem::offset_of!(regs::DbPage, news_on);
+    bar.try_write32(if on { regs::DB_NEWS_ON } else { 0 }, offset)
+}
+
+/// Maps BAR2 and says on the driver's page whether it stores news, before any kernel object
+/// rings: from then on the device takes news on that page and trusts the user pages' word, which
+/// this driver clears for each new context (`ucontext::alloc`).
+fn map_doorbells<'bound>(bound: &'bound pci::Device<Bound>, caps: u32) -> Result<DbBar<'bound>> {
+    let bar =
+        bound.iomap_region_sized::<{ regs::BAR_DB_SIZE as usize }>(regs::BAR_DB, c"rox-db")?;
+    say_news_on(&bar, regs::DB_PAGE_KERNEL, stores_news(caps))?;
+    Ok(bar)
+}
 
 /// Completion event queues rox uses at most (one per vCPU of the 2-vCPU test guests is plenty;
 /// the device offers up to `MAX_EQS - 1`).
@@ -69,9 +92,9 @@ pub(crate) struct RoxDev<'bound> {
     /// On-demand paging regions by lkey (for page fault events).
     pub(crate) odp_mrs: crate::odp::OdpMrs,
     pub(crate) db_pages: DbPages,
-    /// The driver's own doorbell page (`DB_PAGE_KERNEL` of BAR2) and its slots, for the
-    /// queues of kernel consumers.
-    db_kernel: DbBar<'bound>,
+    /// The doorbell BAR: the driver's own page (`DB_PAGE_KERNEL`), whose slots serve the
+    /// queues of kernel consumers, and the user contexts' pages.
+    db_bar: DbBar<'bound>,
     pub(crate) kernel_slots: Arc<DbSlots>,
     /// Whether the device died, and the kernel QPs completed in software then (`dead.rs`).
     pub(crate) dead: DeadState,
@@ -114,16 +137,22 @@ impl<'bound> RoxDev<'bound> {
         }
         let offset = regs::db_slot_offset(slot);
         if let Some(a) = a {
-            let _ = self.db_kernel.try_write32(a, offset);
+            let _ = self.db_bar.try_write32(a, offset);
         }
         if let Some(b) = b {
             let _ = self
-                .db_kernel
+                .db_bar
                 .try_write32(b, offset + core::mem::size_of::<u32>());
+        }
+        if stores_news(self.attr.caps) {
+            // After the slot (the MMIO write orders it after the writes above).
+            let _ = self
+                .db_bar
+                .try_write8(regs::DB_NEWS_SET, regs::db_news_offset(slot));
         }
         fence(Ordering::SeqCst);
         let idle = self
-            .db_kernel
+            .db_bar
             .read32(core::mem::offset_of!(regs::DbPage, device_idle));
         if idle == regs::DB_DEVICE_IDLE {
             // A companion removed since (or being removed) is no wake: the trapped one then.
@@ -137,6 +166,13 @@ impl<'bound> RoxDev<'bound> {
         } else if idle == u32::MAX && self.regs.read(regs::REG_STATUS) == u32::MAX {
             self.device_died("BAR reads all-ones");
         }
+    }
+
+    /// Says on doorbell page `page` whether its owner stores news (`DbPage::news_on`): the
+    /// driver's page at bring-up, and "no" on a user context's page before the context gets it,
+    /// so that a provider which stores none never inherits a predecessor's word.
+    pub(crate) fn say_news_on(&self, page: u32, on: bool) {
+        let _ = say_news_on(&self.db_bar, page, on);
     }
 
     /// Runs one typed admin command (`uapi::admin::AdminCommand`): `C`'s payload in, `C`'s
@@ -349,8 +385,7 @@ impl<'bound> RoxPci<'bound> {
         // After the reset (which sets the mode back to trapped), before the ib_device exists.
         // The device hears the mode only once `rox` owns it (below).
         let wake = crate::wake::setup(bound, &regs);
-        let db_kernel =
-            bound.iomap_region_sized::<{ regs::ROX_PAGE_SIZE }>(regs::BAR_DB, c"rox-db")?;
+        let db_bar = map_doorbells(bound, attr.caps)?;
         let rox = Arc::new(
             RoxDev {
                 pdev: bound,
@@ -363,7 +398,7 @@ impl<'bound> RoxPci<'bound> {
                 registry: KBox::pin_init(Registry::new(), GFP_KERNEL)?,
                 odp_mrs: crate::odp::OdpMrs::new()?,
                 db_pages: DbPages::new(regs::DB_PAGE_KERNEL + 1, regs::DB_PAGE_COUNT),
-                db_kernel,
+                db_bar,
                 kernel_slots: DbSlots::new_page()?,
                 dead: DeadState::new()?,
                 next_pd: AtomicU32::new(1),

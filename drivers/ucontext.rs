@@ -100,6 +100,8 @@ pub(crate) fn alloc(
     let db_entry = MmapEntry::new(uctx, db_pfn, regs::ROX_PAGE_SIZE)?;
     let wake_entry = MmapEntry::new(uctx, wake_pfn, regs::ROX_PAGE_SIZE)?;
     let slots = DbSlots::new_page()?;
+    // The page's last context may have stored news; this one says so itself if it does.
+    dev.say_news_on(page.page, false);
     let resp = ud::AllocUcontextResp {
         db_mmap_key: db_entry.offset(),
         wake_mmap_key: wake_entry.offset(),

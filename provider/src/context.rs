@@ -30,6 +30,11 @@ impl ContextHw {
         self.doorbell.publish(slot, word, value);
     }
 
+    /// Publish a CQ's consumer index (crate::sys::doorbell).
+    pub fn publish_consumer_index(&self, slot: DoorbellSlot, value: u32) {
+        self.doorbell.publish_consumer_index(slot, value);
+    }
+
     /// Ring a doorbell: publish `value`, then wake the device if it is asleep.
     pub fn ring(&self, slot: DoorbellSlot, word: SlotWord, value: u32) {
         self.doorbell.ring(slot, word, value);

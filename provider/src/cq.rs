@@ -144,7 +144,7 @@ impl RoxCq {
             polled += 1;
         }
         if polled > 0 {
-            hw.publish(self.db_slot, SlotWord::A, state.ci);
+            hw.publish_consumer_index(self.db_slot, state.ci);
         }
         polled
     }
@@ -159,7 +159,7 @@ impl RoxCq {
 
     /// `ibv_end_poll` (the CQ lock held): publish the consumer index.
     pub fn end_poll(&self, state: &CqState, hw: &ContextHw) {
-        hw.publish(self.db_slot, SlotWord::A, state.ci);
+        hw.publish_consumer_index(self.db_slot, state.ci);
     }
 
     /// `ibv_req_notify_cq`: a new arm word (next completion, or next solicited one).

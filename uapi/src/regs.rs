@@ -203,6 +203,9 @@ pub const CAP_CQ_RESIZE: u32 = 1 << 11;
 pub const CAP_ODP: u32 = 1 << 12;
 /// The device has a posted-wake companion (`super::wake`; its token in `REG_WAKE_TOKEN_*`).
 pub const CAP_POSTED_WAKE: u32 = 1 << 13;
+/// The summary doorbell: the device looks only at the slots of groups whose news byte is set
+/// on the pages that say they store news ([`DbPage::news`], [`DbPage::news_on`]).
+pub const CAP_DB_SUMMARY: u32 = 1 << 14;
 
 uapi_flags! {
     /// `REG_STATUS`, typed.
@@ -230,6 +233,7 @@ uapi_flags! {
         CQ_RESIZE = CAP_CQ_RESIZE,
         ODP = CAP_ODP,
         POSTED_WAKE = CAP_POSTED_WAKE,
+        DB_SUMMARY = CAP_DB_SUMMARY,
     }
 }
 
@@ -249,6 +253,30 @@ pub const DB_DEVICE_RUNNING: u32 = 0;
 /// Value of [`DbPage::rq_no_wake`] while no QP with a receive queue on the page needs its RQ
 /// producer index seen at once.
 pub const DB_RQ_NO_WAKE: u32 = 1;
+/// Value of [`DbPage::news_on`] on a page whose owner stores a news byte after each slot.
+pub const DB_NEWS_ON: u32 = 1;
+/// Offset of [`DbPage::news`] in a doorbell page (8-byte aligned: the device takes news a
+/// 64-bit word at a time).
+pub const DB_NEWS_OFFSET: usize = 16;
+/// Bytes of [`DbPage::news`]: what the 64-byte header has left.
+pub const DB_NEWS_BYTES: usize = DB_SLOTS_OFFSET - DB_NEWS_OFFSET;
+/// Slots per news byte: slot `s` is in group `s / DB_NEWS_GROUP_SLOTS`.
+pub const DB_NEWS_GROUP_SLOTS: usize = DB_SLOTS_PER_PAGE.div_ceil(DB_NEWS_BYTES);
+/// News groups in use (the last news bytes of the header cover no slot).
+pub const DB_NEWS_GROUPS: usize = DB_SLOTS_PER_PAGE.div_ceil(DB_NEWS_GROUP_SLOTS);
+const _: () = assert!(DB_NEWS_OFFSET % 8 == 0 && DB_NEWS_GROUPS <= DB_NEWS_BYTES);
+/// The news byte's value that says "a slot of this group changed".
+pub const DB_NEWS_SET: u8 = 1;
+
+/// The news group of slot `slot`.
+pub const fn db_news_group(slot: u32) -> usize {
+    slot as usize / DB_NEWS_GROUP_SLOTS
+}
+
+/// Byte offset in a doorbell page of the news byte of slot `slot`'s group.
+pub const fn db_news_offset(slot: u32) -> usize {
+    DB_NEWS_OFFSET + db_news_group(slot)
+}
 
 /// One doorbell slot. Meaning by object:
 /// - QP: `a` = SQ producer index, `b` = RQ producer index;
@@ -268,8 +296,8 @@ const _: () = assert!(core::mem::size_of::<DbSlot>() == 8);
 /// One 4 KiB doorbell page (BAR2 page n).
 ///
 /// Arm/wake protocol (Dekker-style, both sides use full fences):
-/// - software: store the slot; `fence(SeqCst)`; load `device_idle`; if it is
-///   [`DB_DEVICE_IDLE`], write [`WAKE_REG`] (one trapped write).
+/// - software: store the slot (and its news byte, below); `fence(SeqCst)`; load
+///   `device_idle`; if it is [`DB_DEVICE_IDLE`], write [`WAKE_REG`] (one trapped write).
 /// - device: after finding nothing for a while it stores [`DB_DEVICE_IDLE`] in every page that
 ///   holds a doorbell slot of one of its objects (and in page [`DB_PAGE_KERNEL`]),
 ///   `fence(SeqCst)`, re-scans all slots once, and only then sleeps until the wake register is
@@ -279,6 +307,28 @@ const _: () = assert!(core::mem::size_of::<DbSlot>() == 8);
 ///   [`DB_RQ_NO_WAKE`]: the device reads an RQ's producer index when a message needs a receive
 ///   WQE, so only a QP in the error state, whose new receive WQEs the device flushes, needs its
 ///   RQ doorbell seen; the device stores `rq_no_wake` before `device_idle`.
+///
+/// Summary doorbell ([`CAP_DB_SUMMARY`]; docs/summary-doorbell.md). On a page whose `news_on`
+/// is [`DB_NEWS_ON`] the device looks only at the slots of groups whose news byte is set:
+/// - software: store the slot; store [`DB_NEWS_SET`] in `news[db_news_group(slot)]` with
+///   release ordering (a plain byte store: BAR2 may be an I/O region to the guest, where a
+///   read-modify-write is not atomic against the device); then the wake protocol above.
+/// - device: load the news words; swap each nonzero one with 0 (acquire: a slot stored
+///   before its news byte is seen by the loads after the swap; a news byte stored after the
+///   swap stays for the next pass); then look at the objects of those groups. Its re-scan
+///   after announcing idleness takes news the same way, so the fences above cover the news
+///   byte as they cover the slot.
+/// - `news_on`: the owner of the page stores it once, before it rings any slot of the page.
+///   The device trusts a user page's `news_on` only while the driver's page
+///   ([`DB_PAGE_KERNEL`]) has it too: a driver that stores it there clears a user page's
+///   `news_on` before it hands the page to a new context, so a context that never stores news
+///   (an older provider) never inherits its predecessor's. A page without it is scanned slot by
+///   slot, as before the summary doorbell.
+/// - Access sizes: software stores a news byte, the device swaps the 8-byte word holding it.
+///   Mixed sizes on one location are outside the Rust/C++ memory model, but x86-64 and ARMv8
+///   order and never tear them (a byte store is never lost inside the swap); the device's
+///   race tests check this on the host. Where BAR2 is trapped rather than mapped, the device
+///   applies a byte write to its word atomically (rox-nic's `DoorbellBar::write_byte`).
 #[repr(C)]
 pub struct DbPage {
     /// Written by the device only.
@@ -289,11 +339,17 @@ pub struct DbPage {
     /// A wake for nothing costs a loopback ib_send_lat iteration a vCPU exit and hands the
     /// device a core while the poster's next doorbell waits (docs/benchmarks.md, "Session 13").
     pub rq_no_wake: u32,
-    pub reserved: [u32; 14],
+    /// Written by software: [`DB_NEWS_ON`] when it stores a news byte after every slot.
+    pub news_on: u32,
+    pub reserved: u32,
+    /// One byte per group of [`DB_NEWS_GROUP_SLOTS`] slots: set by software after a slot of the
+    /// group, cleared by the device when it takes the news.
+    pub news: [u8; DB_NEWS_BYTES],
     pub slots: [DbSlot; DB_SLOTS_PER_PAGE],
 }
 const _: () = assert!(core::mem::size_of::<DbPage>() == ROX_PAGE_SIZE);
 const _: () = assert!(core::mem::offset_of!(DbPage, slots) == DB_SLOTS_OFFSET);
+const _: () = assert!(core::mem::offset_of!(DbPage, news) == DB_NEWS_OFFSET);
 
 /// Byte offset of slot `slot` in a doorbell page.
 pub const fn db_slot_offset(slot: u32) -> usize {

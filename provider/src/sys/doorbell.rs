@@ -5,13 +5,16 @@
 //! trapped wake page or the posted-wake companion's doorbell page (`rox_uapi::wake`). No
 //! syscall, and no VM exit while the device is awake. A QP's RQ doorbell skips the wake also
 //! when the idle device said its page's RQ doorbells need none (`DbPage::rq_no_wake`).
+//! On a device with the summary doorbell (`CAP_DB_SUMMARY`) each slot store is followed by the
+//! news byte of the slot's group (`DbPage::news`), which is what the device looks for.
 
 use crate::sys::errno::{Result, EPROTO};
 use crate::sys::memory::DevicePage;
 use core::mem::{offset_of, size_of};
-use core::sync::atomic::{fence, AtomicU32, Ordering};
+use core::sync::atomic::{fence, AtomicU32, AtomicU8, Ordering};
 use rox_uapi::regs::{
-    db_slot_offset, DbPage, DbSlot, DB_DEVICE_IDLE, DB_RQ_NO_WAKE, DB_SLOTS_PER_PAGE, ROX_PAGE_SIZE,
+    db_news_offset, db_slot_offset, DbPage, DbSlot, CAP_DB_SUMMARY, DB_DEVICE_IDLE, DB_NEWS_ON,
+    DB_NEWS_SET, DB_RQ_NO_WAKE, DB_SLOTS_PER_PAGE, ROX_PAGE_SIZE,
 };
 use rox_uapi::udata::AllocUcontextResp;
 
@@ -33,11 +36,13 @@ impl DoorbellSlot {
     }
 }
 
-// Every slot and the idle flag lie inside the page.
+// Every slot, news byte and header word lies inside the page.
 const _: () = assert!(
     db_slot_offset(DB_SLOTS_PER_PAGE as u32 - 1) + size_of::<DbSlot>() <= ROX_PAGE_SIZE
+        && db_news_offset(DB_SLOTS_PER_PAGE as u32 - 1) < ROX_PAGE_SIZE
         && offset_of!(DbPage, device_idle) + size_of::<u32>() <= ROX_PAGE_SIZE
         && offset_of!(DbPage, rq_no_wake) + size_of::<u32>() <= ROX_PAGE_SIZE
+        && offset_of!(DbPage, news_on) + size_of::<u32>() <= ROX_PAGE_SIZE
 );
 
 /// The offset in the wake page of the register a wake writes, as rox.ko's ucontext answer
@@ -62,6 +67,8 @@ pub struct Doorbell {
     wake_offset: usize,
     /// What a wake writes there.
     wake_value: u32,
+    /// Store a news byte after each slot (the device has `CAP_DB_SUMMARY`).
+    news: bool,
 }
 
 impl Doorbell {
@@ -82,12 +89,30 @@ impl Doorbell {
         .inspect_err(|e| log(&format!("cannot map the doorbell page: {e:?}")))?;
         let wake_page = DevicePage::map(cmd_fd, ucontext.wake_mmap_key, libc::PROT_WRITE)
             .inspect_err(|e| log(&format!("cannot map the wake page: {e:?}")))?;
-        Ok(Doorbell {
+        Ok(Doorbell::new(db_page, wake_page, wake_offset, ucontext))
+    }
+
+    /// The doorbell of the two pages mapped; on a device with the summary doorbell it says
+    /// on its page, before any slot of it is rung, that it stores news (`DbPage::news_on`).
+    fn new(
+        db_page: DevicePage,
+        wake_page: DevicePage,
+        wake_offset: usize,
+        ucontext: &AllocUcontextResp,
+    ) -> Self {
+        let doorbell = Doorbell {
             db_page,
             wake_page,
             wake_offset,
             wake_value: ucontext.wake_value,
-        })
+            news: ucontext.caps & CAP_DB_SUMMARY != 0,
+        };
+        if doorbell.news {
+            doorbell
+                .word(offset_of!(DbPage, news_on))
+                .store(DB_NEWS_ON, Ordering::Release);
+        }
+        doorbell
     }
 
     fn word(&self, offset: usize) -> &AtomicU32 {
@@ -106,10 +131,30 @@ impl Doorbell {
         self.word(db_slot_offset(slot.0) + within)
     }
 
-    /// Publish `value` in a slot word without waking the device (CQ consumer index: the device
-    /// reads it when it writes the next CQE, it never waits for it).
+    /// Publish `value` in a slot word without waking the device (a CQ's arm word: the device
+    /// takes it before it writes the next CQE), then its news byte.
     pub fn publish(&self, slot: DoorbellSlot, word: SlotWord, value: u32) {
         self.slot_word(slot, word).store(value, Ordering::Release);
+        if self.news {
+            // SAFETY: the news byte of a DoorbellSlot's group lies inside the mapped doorbell
+            // page (checked above at compile time), which stays mapped while `self` lives.
+            let news = unsafe {
+                &*self
+                    .db_page
+                    .as_ptr()
+                    .add(db_news_offset(slot.0))
+                    .cast::<AtomicU8>()
+            };
+            // Release: after the slot, as the device reads it after taking the news.
+            news.store(DB_NEWS_SET, Ordering::Release);
+        }
+    }
+
+    /// Publish a CQ's consumer index: no wake and no news, as the device never looks for it
+    /// (it reads it when it writes a CQE).
+    pub fn publish_consumer_index(&self, slot: DoorbellSlot, value: u32) {
+        self.slot_word(slot, SlotWord::A)
+            .store(value, Ordering::Release);
     }
 
     /// Ring a doorbell: publish `value`, then wake the device if it is asleep.
@@ -214,5 +259,75 @@ mod tests {
                 "offset {bad:#x}"
             );
         }
+    }
+
+    /// A doorbell over two pages of ordinary memory, for a device with `caps`.
+    fn doorbell(caps: u32) -> Doorbell {
+        let page = || DevicePage::anonymous().expect("mmap");
+        Doorbell::new(page(), page(), 0, &AllocUcontextResp { caps, ..resp(0) })
+    }
+
+    /// The doorbell page's 64-byte header.
+    fn header(db: &Doorbell) -> [u8; 64] {
+        let mut out = [0u8; 64];
+        for (i, byte) in out.iter_mut().enumerate() {
+            // SAFETY: a byte of the header of the mapped doorbell page.
+            *byte = unsafe { db.db_page.as_ptr().add(i).read_volatile() };
+        }
+        out
+    }
+
+    fn clear_news(db: &Doorbell) {
+        for i in offset_of!(DbPage, news)..64 {
+            // SAFETY: a byte of the news of the mapped doorbell page.
+            unsafe { db.db_page.as_ptr().add(i).write_volatile(0) };
+        }
+    }
+
+    fn news(db: &Doorbell) -> Vec<usize> {
+        let start = offset_of!(DbPage, news);
+        (start..64)
+            .filter(|&i| header(db)[i] != 0)
+            .map(|i| i - start)
+            .collect()
+    }
+
+    #[test]
+    fn with_the_summary_doorbell_every_ring_stores_its_groups_news_and_the_page_says_so() {
+        use rox_uapi::regs::{db_news_group, DB_NEWS_GROUP_SLOTS};
+        let db = doorbell(CAP_DB_SUMMARY);
+        let news_on = offset_of!(DbPage, news_on);
+        assert_eq!(header(&db)[news_on..news_on + 4], DB_NEWS_ON.to_ne_bytes());
+        let last = DB_SLOTS_PER_PAGE as u32 - 1;
+        for n in [0, DB_NEWS_GROUP_SLOTS as u32, last] {
+            let slot = DoorbellSlot::new(n).unwrap();
+            let group = db_news_group(n);
+            db.ring(slot, SlotWord::A, 5);
+            assert_eq!(db.slot_word(slot, SlotWord::A).load(Ordering::Relaxed), 5);
+            assert_eq!(news(&db), [group], "SQ doorbell of slot {n}");
+            clear_news(&db);
+            db.ring_rq(slot, 6);
+            assert_eq!(news(&db), [group], "RQ doorbell of slot {n}");
+            clear_news(&db);
+            db.publish(slot, SlotWord::B, 7);
+            assert_eq!(news(&db), [group], "CQ arm word of slot {n}");
+            clear_news(&db);
+            db.publish_consumer_index(slot, 8);
+            assert_eq!(db.slot_word(slot, SlotWord::A).load(Ordering::Relaxed), 8);
+            assert!(news(&db).is_empty(), "a consumer index is not news");
+        }
+    }
+
+    #[test]
+    fn without_the_summary_doorbell_no_ring_touches_the_page_header() {
+        let db = doorbell(0);
+        for n in [0, 17, DB_SLOTS_PER_PAGE as u32 - 1] {
+            let slot = DoorbellSlot::new(n).unwrap();
+            db.ring(slot, SlotWord::A, 1);
+            db.ring_rq(slot, 2);
+            db.publish(slot, SlotWord::B, 3);
+            db.publish_consumer_index(slot, 4);
+        }
+        assert_eq!(header(&db), [0; 64], "news_on and news stay 0");
     }
 }

@@ -19,6 +19,25 @@ pub struct QueueBuffer {
     len: usize,
 }
 
+/// A fresh anonymous private mapping of `len` bytes (whole pages), zeroed, read-write.
+fn anonymous_pages(len: usize) -> Result<NonNull<u8>> {
+    // SAFETY: a fresh anonymous private mapping; no existing memory is affected.
+    let addr = unsafe {
+        libc::mmap(
+            ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if addr == libc::MAP_FAILED {
+        return Err(Errno::last());
+    }
+    NonNull::new(addr.cast::<u8>()).ok_or(EINVAL)
+}
+
 impl QueueBuffer {
     /// A ring of `entries` entries of `1 << entry_shift` bytes.
     pub fn new(entries: u32, entry_shift: u32) -> Result<Self> {
@@ -27,21 +46,7 @@ impl QueueBuffer {
             .max(1)
             .checked_next_multiple_of(ROX_PAGE_SIZE)
             .ok_or(EINVAL)?;
-        // SAFETY: a fresh anonymous private mapping; no existing memory is affected.
-        let addr = unsafe {
-            libc::mmap(
-                ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if addr == libc::MAP_FAILED {
-            return Err(Errno::last());
-        }
-        let addr = NonNull::new(addr.cast::<u8>()).ok_or(EINVAL)?;
+        let addr = anonymous_pages(len)?;
         // SAFETY: [addr, addr + len) is the mapping made above.
         let ret = unsafe { ffi::ibv_dontfork_range(addr.as_ptr().cast::<c_void>(), len) };
         if ret != 0 {
@@ -258,6 +263,14 @@ impl DevicePage {
 
     pub fn as_ptr(&self) -> *mut u8 {
         self.addr.as_ptr()
+    }
+
+    /// Tests: a zeroed page of ordinary memory in place of a device page.
+    #[cfg(test)]
+    pub fn anonymous() -> Result<Self> {
+        Ok(DevicePage {
+            addr: anonymous_pages(ROX_PAGE_SIZE)?,
+        })
     }
 }
 

@@ -163,6 +163,12 @@ impl ServerBackend for RoxNic {
                 // A trapped doorbell write is rare (no mmap); make sure it is noticed.
                 self.shared().wake.signal();
             }
+            // A news byte of the summary doorbell (uapi regs.rs `DbPage::news`): dropped, a
+            // page that says news_on would have its doorbells never looked at.
+            BAR_DB if data.len() == 1 => {
+                self.shared().doorbells.write_byte(offset, data[0]);
+                self.shared().wake.signal();
+            }
             _ => {}
         }
         Ok(())

@@ -302,7 +302,7 @@ fn port_state_changes_are_events_and_a_down_port_moves_no_packets() {
 fn wild_receive_index_found_by_an_arriving_send_makes_the_qp_fatal() {
     let mut p = pair(QPT_RC);
     const WILD_INDEX: u32 = 0x7fff_0000;
-    p.d.db.store_b(TEST_DB_PAGE, p.a.db_slot, WILD_INDEX);
+    p.d.doorbell_b(p.a.db_slot, WILD_INDEX);
     async_events(&mut p.d);
     p.d.post_send(
         &mut p.b,

@@ -107,7 +107,7 @@ fn idle_device_sleeps_and_doorbell_wakes_it() {
     let mut w2 = w;
     w2.wr_id = 2;
     d.write_send(&mut qp, &w2);
-    d.db.store_a(TEST_DB_PAGE, qp.db_slot, qp.sq_pi);
+    d.doorbell_a(qp.db_slot, qp.sq_pi);
     std::thread::sleep(Duration::from_millis(50));
     assert!(
         d.poll_cq(&mut cq).is_none(),
@@ -119,15 +119,6 @@ fn idle_device_sleeps_and_doorbell_wakes_it() {
     assert!(stats[STAT_WAKEUPS] >= 2);
 }
 
-/// Waits until the device announces idleness in the test doorbell page.
-fn wait_announced_idle(d: &TestDriver) {
-    let start = std::time::Instant::now();
-    while d.db.idle(TEST_DB_PAGE) != DB_DEVICE_IDLE {
-        assert!(start.elapsed() < TIMEOUT, "device never went idle");
-        std::thread::sleep(Duration::from_millis(1));
-    }
-}
-
 #[test]
 fn rq_doorbells_need_no_wake_unless_a_qp_of_the_page_is_in_the_error_state() {
     let mut cfg = DeviceConfig::new([2, 0, 0, 0, 0, 3]);
@@ -135,7 +126,7 @@ fn rq_doorbells_need_no_wake_unless_a_qp_of_the_page_is_in_the_error_state() {
     let mut d = TestDriver::new(cfg);
     let (mut cq, mut qp) = d.self_connected_rc(PD, 6, ALL_ACCESS);
     let (buf, key) = d.buffer(PD, 8192, ALL_ACCESS);
-    wait_announced_idle(&d);
+    d.wait_announced_idle();
     assert_eq!(
         d.db.rq_no_wake(TEST_DB_PAGE),
         DB_RQ_NO_WAKE,
@@ -156,7 +147,7 @@ fn rq_doorbells_need_no_wake_unless_a_qp_of_the_page_is_in_the_error_state() {
     // In the error state the device flushes new receive WQEs when it sees their doorbell: the
     // page says RQ doorbells need a wake again, and the wake gets the flush.
     assert_eq!(d.modify_qp_state(qp.qpn, QPS_ERR), ADMIN_STATUS_SUCCESS);
-    wait_announced_idle(&d);
+    d.wait_announced_idle();
     assert_eq!(d.db.rq_no_wake(TEST_DB_PAGE), 0);
     assert!(d.post_recv_as_librox(&mut qp, 8, &[sge(buf + 4096, 64, key)]));
     let c = d.wait_cqe(&mut cq);

@@ -132,6 +132,13 @@ fn vfio_user_client_programs_the_device() {
         .unwrap();
     // Mapped from the fd the server sent for BAR2, as QEMU does.
     let db_map = DoorbellBar::map(db_file).unwrap();
+    // A trapped byte store (QEMU without the mmap) lands as that byte: a news byte of the
+    // summary doorbell, which a device dropping it would never look behind.
+    let news = 3 * ROX_PAGE_SIZE as u64 + DB_NEWS_OFFSET as u64 + 2;
+    c.region_write(BAR_DB, news, &[DB_NEWS_SET]).unwrap();
+    assert_eq!(db_map.read_word(news - 2), u32::from(DB_NEWS_SET) << 16);
+    c.region_write(BAR_DB, news, &[0]).unwrap();
+    assert_eq!(db_map.read_word(news - 2), 0);
 
     // Guest RAM and interrupts.
     let mut ram = GuestRam::new(RAM_BASE, RAM_SIZE);

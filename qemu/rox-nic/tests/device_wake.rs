@@ -148,7 +148,7 @@ fn the_companion_names_its_device_and_its_eventfd_wakes_the_sleeping_device() {
     // A doorbell store alone sits unseen while the device sleeps...
     let w = rdma_wqe(1, WR_RDMA_WRITE, sge(buf, 16, key), buf + 4096, key);
     d.write_send(&mut qp, &w);
-    d.db.store_a(TEST_DB_PAGE, qp.db_slot, qp.sq_pi);
+    d.doorbell_a(qp.db_slot, qp.sq_pi);
     std::thread::sleep(Duration::from_millis(50));
     assert!(
         d.poll_cq(&mut cq).is_none(),

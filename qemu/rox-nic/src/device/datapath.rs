@@ -87,7 +87,8 @@ pub struct DataPath {
     /// The last look at the port and netdev found frames.
     wire_busy: bool,
     last_wire_poll: Instant,
-    scan_buf: Vec<Qpn>,
+    /// What the last doorbell scan looked at (kept for its allocations).
+    scan_news: sq::DoorbellNews,
     /// Packets the device sent to its own GIDs, received on the next look.
     loopback: VecDeque<wire::Packet>,
     /// Something was queued on the port since the last flush.
@@ -146,7 +147,7 @@ impl DataPath {
             port_gso_refused_seen: 0,
             wire_busy: false,
             last_wire_poll: Instant::now(),
-            scan_buf: Vec::new(),
+            scan_news: sq::DoorbellNews::default(),
             loopback: VecDeque::new(),
             port_queued: false,
             expectation: Expectation::default(),

@@ -334,7 +334,7 @@ fn step(rig: &mut Rig, u: &mut Unstructured) -> Result<()> {
                 } else {
                     rig.srq.pi
                 };
-                rig.d.db.store_a(TEST_DB_PAGE, s.db_slot, pi);
+                rig.d.doorbell_a(s.db_slot, pi);
             } else {
                 let q = rig.qps[qp];
                 let addr = q.rq + u64::from(q.rq_pi & (q.rq_depth - 1)) * RQ_WQE_SIZE as u64;
@@ -348,7 +348,7 @@ fn step(rig: &mut Rig, u: &mut Unstructured) -> Result<()> {
                 } else {
                     rig.qps[qp].rq_pi
                 };
-                rig.d.db.store_b(TEST_DB_PAGE, q.db_slot, pi);
+                rig.d.doorbell_b(q.db_slot, pi);
             }
             rig.d.write_reg(WAKE_REG, TEST_DB_PAGE);
         }

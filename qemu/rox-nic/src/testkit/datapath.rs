@@ -12,6 +12,34 @@ impl TestDriver {
         }
     }
 
+    /// Stores word `a` of slot `slot` of the test page, then (when this driver stores news) the
+    /// news byte of its group, as librox does; no wake.
+    pub fn doorbell_a(&self, slot: u32, value: u32) {
+        self.db.store_a(TEST_DB_PAGE, slot, value);
+        self.news_after(slot);
+    }
+
+    /// [`Self::doorbell_a`] for word `b`.
+    pub fn doorbell_b(&self, slot: u32, value: u32) {
+        self.db.store_b(TEST_DB_PAGE, slot, value);
+        self.news_after(slot);
+    }
+
+    fn news_after(&self, slot: u32) {
+        if self.news {
+            self.db.store_news(TEST_DB_PAGE, slot);
+        }
+    }
+
+    /// Waits until the device announces idleness in the test doorbell page.
+    pub fn wait_announced_idle(&self) {
+        let start = Instant::now();
+        while self.db.idle(TEST_DB_PAGE) != DB_DEVICE_IDLE {
+            assert!(start.elapsed() < TIMEOUT, "device never went idle");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
     /// Write a send WQE at the SQ producer index (not yet rung).
     pub fn write_send(&mut self, qp: &mut TestQp, wqe: &SqWqe) {
         let addr = qp.sq + (qp.sq_pi & (qp.sq_depth - 1)) as u64 * SQ_WQE_SIZE as u64;
@@ -21,7 +49,7 @@ impl TestDriver {
 
     pub fn ring_sq(&mut self, qp: &TestQp) {
         fence(Ordering::Release);
-        self.db.store_a(TEST_DB_PAGE, qp.db_slot, qp.sq_pi);
+        self.doorbell_a(qp.db_slot, qp.sq_pi);
         self.kick();
     }
 
@@ -32,13 +60,13 @@ impl TestDriver {
 
     /// Set the SQ producer index to anything (for wild-index tests).
     pub fn ring_sq_raw(&mut self, qp: &TestQp, pi: u32) {
-        self.db.store_a(TEST_DB_PAGE, qp.db_slot, pi);
+        self.doorbell_a(qp.db_slot, pi);
         self.kick();
     }
 
     pub fn post_recv(&mut self, qp: &mut TestQp, wr_id: u64, sges: &[Sge]) {
         self.write_recv(qp.rq, qp.rq_depth, &mut qp.rq_pi, wr_id, sges);
-        self.db.store_b(TEST_DB_PAGE, qp.db_slot, qp.rq_pi);
+        self.doorbell_b(qp.db_slot, qp.rq_pi);
         self.kick();
     }
 
@@ -47,7 +75,7 @@ impl TestDriver {
     /// whether it woke the device.
     pub fn post_recv_as_librox(&mut self, qp: &mut TestQp, wr_id: u64, sges: &[Sge]) -> bool {
         self.write_recv(qp.rq, qp.rq_depth, &mut qp.rq_pi, wr_id, sges);
-        self.db.store_b(TEST_DB_PAGE, qp.db_slot, qp.rq_pi);
+        self.doorbell_b(qp.db_slot, qp.rq_pi);
         fence(Ordering::SeqCst);
         if self.db.idle(TEST_DB_PAGE) == DB_DEVICE_IDLE
             && self.db.rq_no_wake(TEST_DB_PAGE) != DB_RQ_NO_WAKE
@@ -60,7 +88,7 @@ impl TestDriver {
 
     pub fn post_srq(&mut self, srq: &mut TestSrq, wr_id: u64, sges: &[Sge]) {
         self.write_recv(srq.ring, srq.depth, &mut srq.pi, wr_id, sges);
-        self.db.store_a(TEST_DB_PAGE, srq.db_slot, srq.pi);
+        self.doorbell_a(srq.db_slot, srq.pi);
         self.kick();
     }
 
@@ -79,6 +107,7 @@ impl TestDriver {
         }
         let cqe: Cqe = self.ram.read_obj(cq.ring.addr(cq.ring.ci));
         cq.ring.ci = cq.ring.ci.wrapping_add(1);
+        // No news, as librox: the device reads a consumer index when it writes a CQE.
         self.db.store_a(TEST_DB_PAGE, cq.db_slot, cq.ring.ci);
         Some(cqe)
     }
@@ -114,8 +143,7 @@ impl TestDriver {
 
     pub fn arm_cq(&mut self, cq: &mut TestCq, arm_type: u32) {
         cq.arm_seq = cq.arm_seq.wrapping_add(1);
-        self.db
-            .store_b(TEST_DB_PAGE, cq.db_slot, cq_arm_word(cq.arm_seq, arm_type));
+        self.doorbell_b(cq.db_slot, cq_arm_word(cq.arm_seq, arm_type));
         self.kick();
     }
 

@@ -170,6 +170,9 @@ pub struct TestDriver {
     /// The driver wakes the device through its companion (`REG_WAKE_MODE` posted), as rox.ko
     /// does when the device has one; else through the trapped wake register.
     posted_wakes: bool,
+    /// The driver stores a news byte after each doorbell, as rox.ko and librox do on a device
+    /// with `CAP_DB_SUMMARY` (`DbPage::news`); see [`TestDriver::stop_news`].
+    news: bool,
 }
 
 /// The MAC of the testkit device owning `gid`: 02:00 and the GID's last 4 bytes (so a test
@@ -310,12 +313,14 @@ impl TestDriver {
             next_slot: 0,
             wakes: 0,
             posted_wakes: false,
+            news: std::env::var("ROX_TEST_DOORBELLS").as_deref() != Ok("slots"),
         };
         let start = Instant::now();
         while d.read_reg(REG_STATUS) & STATUS_READY == 0 {
             assert!(start.elapsed() < TIMEOUT, "device not ready");
             std::thread::yield_now();
         }
+        d.say_news();
         d.dma_map_ram();
         d.install_vectors();
         d.enable_admin();
@@ -363,6 +368,22 @@ impl TestDriver {
             "the device has no companion (DeviceConfig::posted_wake)"
         );
         self.posted_wakes = true;
+    }
+
+    /// Says in the doorbell pages whether this driver stores news (`DbPage::news_on` of its
+    /// page, and of the kernel's page, which is the driver's own as rox.ko's is). With
+    /// `ROX_TEST_DOORBELLS=slots` in the environment the test driver never stores news, and the
+    /// device scans its page slot by slot (every test can run both ways).
+    fn say_news(&self) {
+        self.db.set_news_on(DB_PAGE_KERNEL, self.news);
+        self.db.set_news_on(TEST_DB_PAGE, self.news);
+    }
+
+    /// From now on the test page's owner never stores news: a provider without
+    /// `CAP_DB_SUMMARY` (rox.ko, the kernel page's owner, still says it does).
+    pub fn stop_news(&mut self) {
+        self.news = false;
+        self.db.set_news_on(TEST_DB_PAGE, false);
     }
 
     /// Wakes the idle device, the way [`Self::wake_through_companion`] chose.
@@ -483,6 +504,8 @@ impl TestDriver {
         };
         self.admin_pi = 0;
         self.next_slot = 0;
+        // The reset cleared the doorbell pages, `news_on` too.
+        self.say_news();
         self.enable_admin();
         self.enable_eq(EQ_ADMIN_ASYNC);
         self.enable_eq(COMP_EQ);

@@ -4,7 +4,7 @@ use rox_uapi::admin::*;
 use rox_uapi::queue::*;
 use rox_uapi::regs::*;
 
-use super::{claim_doorbell, next_id, AdminResult};
+use super::{claim_doorbell, next_id, AdminResult, DbObject};
 use crate::device::ring::{load_ring, posted_entries, RingKind};
 use crate::device::state::{Cq, Hw};
 use crate::roce::Engine;
@@ -17,9 +17,12 @@ pub(super) fn create_cq(hw: &mut Hw, c: &CreateCqCmd) -> AdminResult<u32> {
         return Err(ADMIN_STATUS_NO_RESOURCES);
     }
     let ring = load_ring(&hw.mem, &c.ring, c.log_depth, RingKind::Cq)?;
-    claim_doorbell(hw, c.db_page, c.db_slot)?;
+    // The number is taken only with the doorbell slot.
+    let mut next_cq = hw.next_cq;
     let cqs = &hw.cqs;
-    let id = next_id(&mut hw.next_cq, 1, |id| cqs.contains_key(&id));
+    let id = next_id(&mut next_cq, 1, |id| cqs.contains_key(&id));
+    claim_doorbell(hw, c.db_page, c.db_slot, DbObject::Cq(id))?;
+    hw.next_cq = next_cq;
     hw.cqs.insert(
         id,
         Cq {

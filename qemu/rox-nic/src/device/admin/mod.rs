@@ -13,6 +13,7 @@ mod mr;
 mod qp;
 mod srq;
 
+pub(super) use super::doorbell::DbObject;
 use super::state::Hw;
 use crate::dma::{as_bytes, from_bytes, Pod};
 use crate::roce::Engine;
@@ -212,12 +213,15 @@ fn set_gid(hw: &mut Hw, c: &SetGidCmd) -> AdminResult {
     Ok(())
 }
 
-/// Take a doorbell slot for a new object and zero it: every object's indices start at 0.
-pub(super) fn claim_doorbell(hw: &mut Hw, page: u32, slot: u32) -> Result<(), u8> {
-    if page >= DB_PAGE_COUNT
-        || slot as usize >= DB_SLOTS_PER_PAGE
-        || !hw.doorbells_used.claim(page, slot)
-    {
+/// Take a doorbell slot for new object `object` and zero it: every object's indices start
+/// at 0.
+pub(super) fn claim_doorbell(
+    hw: &mut Hw,
+    page: u32,
+    slot: u32,
+    object: DbObject,
+) -> Result<(), u8> {
+    if !hw.doorbells_used.claim(page, slot, object) {
         return Err(ADMIN_STATUS_BAD_DOORBELL);
     }
     hw.shared.doorbells.store_a(page, slot, 0);

@@ -5,7 +5,7 @@ use rox_uapi::admin::*;
 use rox_uapi::ids::Qpn;
 use rox_uapi::verbs::*;
 
-use super::{claim_doorbell, next_id, write_resp, AdminResult};
+use super::{claim_doorbell, next_id, write_resp, AdminResult, DbObject};
 use crate::device::qp_state::check_modify;
 use crate::device::ring::{load_ring, RingKind};
 use crate::device::state::{Hw, QpQueues, FIRST_QPN};
@@ -68,16 +68,19 @@ pub(super) fn create_qp(hw: &mut Hw, engine: &mut Engine, c: &CreateQpCmd) -> Ad
     } else {
         None
     };
-    claim_doorbell(hw, c.db_page, c.db_slot)?;
+    // The number is taken only with the doorbell slot.
+    let mut next_qpn = hw.next_qpn;
     let qpn = if c.qp_type == QPT_GSI {
         Qpn::GSI
     } else {
         let qps = &hw.qps;
         let first = FIRST_QPN.get();
-        Qpn::from_raw(next_id(&mut hw.next_qpn, first, |n| {
+        Qpn::from_raw(next_id(&mut next_qpn, first, |n| {
             qps.contains_key(&Qpn::from_raw(n))
         }))
     };
+    claim_doorbell(hw, c.db_page, c.db_slot, DbObject::Qp(qpn))?;
+    hw.next_qpn = next_qpn;
     let cfg = QpConfig {
         qpn,
         qp_type,

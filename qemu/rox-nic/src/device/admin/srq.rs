@@ -2,7 +2,7 @@
 
 use rox_uapi::admin::*;
 
-use super::{claim_doorbell, next_id, AdminResult};
+use super::{claim_doorbell, next_id, AdminResult, DbObject};
 use crate::device::ring::{load_ring, RingKind};
 use crate::device::state::{Hw, Srq};
 
@@ -17,12 +17,15 @@ pub(super) fn create_srq(hw: &mut Hw, c: &CreateSrqCmd) -> AdminResult<u32> {
     if c.xrcd != XRCD_NONE && !hw.cqs.contains_key(&c.cq) {
         return Err(ADMIN_STATUS_BAD_HANDLE);
     }
-    claim_doorbell(hw, c.db_page, c.db_slot)?;
+    // The number is taken only with the doorbell slot.
+    let mut next_srq = hw.next_srq;
+    let srqs = &hw.srqs;
+    let id = next_id(&mut next_srq, 1, |id| srqs.contains_key(&id));
+    claim_doorbell(hw, c.db_page, c.db_slot, DbObject::Srq(id))?;
+    hw.next_srq = next_srq;
     if let Some(cq) = hw.cqs.get_mut(&c.cq).filter(|_| c.xrcd != XRCD_NONE) {
         cq.users += 1;
     }
-    let srqs = &hw.srqs;
-    let id = next_id(&mut hw.next_srq, 1, |id| srqs.contains_key(&id));
     hw.srqs.insert(
         id,
         Srq {

@@ -1,31 +1,59 @@
 //! Doorbells and send queues: scanning the doorbell pages and CQ arm words, fetching and
 //! decoding SQ WQEs for the engine, telling it about new receive WQEs, failing broken QPs.
 
-use super::super::doorbell::{DoorbellBar, PageSet};
-use super::super::state::QpQueues;
+use super::super::doorbell::{DbObject, DoorbellBar, DoorbellsUsed, PageSet};
+use super::super::state::{Cq, QpQueues};
 use super::*;
 use crate::dma::read_as;
+use crate::roce::id_map::IdMap;
 
 impl DataPath {
+    /// Looks at the doorbells with news (docs/summary-doorbell.md): on a page whose owner
+    /// stores news bytes, the objects of the groups with news; on any other page, every object.
     pub(super) fn scan_doorbells(&mut self) -> bool {
         self.hw.stats[STAT_DOORBELL_SCANS] += 1;
         let mut work = false;
-        // Reuse one buffer: this runs every few microseconds while busy.
-        let mut qpns = std::mem::take(&mut self.scan_buf);
-        qps_with_doorbell_news(self.hw.qps.values(), &self.shared.doorbells, &mut qpns);
-        for &qpn in &qpns {
+        // Reuse the lists: this runs every few microseconds while busy.
+        let mut news = std::mem::take(&mut self.scan_news);
+        let slot_by_slot = doorbell_news(
+            &self.hw.doorbells_used,
+            &self.hw.qps,
+            &self.hw.cqs,
+            &self.shared.doorbells,
+            &mut news,
+        );
+        for &qpn in &news.qps {
             work |= self.process_sq(qpn);
             work |= self.process_rq(qpn);
+            self.keep_news(qpn, &slot_by_slot);
         }
-        self.scan_buf = qpns;
-        work | self.scan_cq_arms()
+        work |= self.check_cq_arms(&news.cqs);
+        self.scan_news = news;
+        work
     }
 
-    /// A CQ armed while it still holds unconsumed CQEs gets its event at once, so software
-    /// that arms after a poll never sleeps on a completion that already arrived.
-    pub(super) fn scan_cq_arms(&mut self) -> bool {
+    /// A QP whose doorbell still says more than the device took (WQEs past a batch, or posted
+    /// before RTS, which wait) gets its news byte back, so that the next pass looks at it
+    /// again as a slot-by-slot scan would; nothing for a QP on a page scanned slot by slot.
+    fn keep_news(&self, qpn: Qpn, slot_by_slot: &PageSet) {
+        let Some(qp) = self.hw.qps.get(&qpn) else {
+            return;
+        };
+        let doorbells = &self.shared.doorbells;
+        if !slot_by_slot.contains(qp.db_page) && has_doorbell_news(qp, doorbells) {
+            doorbells.store_news(qp.db_page, qp.db_slot);
+        }
+    }
+
+    /// Takes the new arm words of CQs `ids`. A CQ armed while it still holds unconsumed CQEs
+    /// gets its event at once, so software that arms after a poll never sleeps on a
+    /// completion that already arrived.
+    fn check_cq_arms(&mut self, ids: &[u32]) -> bool {
         let mut fire = Vec::new();
-        for (&id, cq) in self.hw.cqs.iter_mut() {
+        for &id in ids {
+            let Some(cq) = self.hw.cqs.get_mut(&id) else {
+                continue;
+            };
             let slot = self.shared.doorbells.slot(cq.db_page, cq.db_slot);
             if CqArm::from_bits(slot.b).seq == cq.arm_seq {
                 continue;
@@ -175,25 +203,80 @@ impl DataPath {
     }
 }
 
-/// The QPs whose doorbell slot says something the device has not taken yet (an SQ producer
-/// index past the WQEs fetched, an RQ producer index not seen), into `out`. One load of the
-/// slot per QP and nothing else: a pass of a device with 256 QPs looked each one up twice
-/// and asked the engine its state, idle or not, and that per-QP cost made 256 QPs move half
-/// what 16 do (docs/benchmarks.md).
-pub(super) fn qps_with_doorbell_news<'a>(
-    qps: impl Iterator<Item = &'a QpQueues>,
+/// The objects a scan looks at: QPs whose doorbell slot says something the device has not
+/// taken yet, and CQs whose arm word may have changed.
+#[derive(Debug, Default)]
+pub(super) struct DoorbellNews {
+    pub qps: Vec<Qpn>,
+    pub cqs: Vec<u32>,
+}
+
+/// Fills `out` with the objects to look at; returns the pages scanned slot by slot. A page
+/// whose owner stores news bytes (`DbPage::news_on`, trusted while the driver's page has it
+/// too) costs its news words and the objects of the groups with news, however many objects it
+/// holds: loading every QP's slot on every pass was the per-QP cost left at 256 QPs
+/// (docs/benchmarks.md, "Session 16: 256 QPs against 16"). Any other page's objects are all
+/// looked at, as before the summary doorbell. SRQs are not: the engine reads an SRQ's
+/// producer index when a message needs a receive WQE.
+pub(super) fn doorbell_news(
+    used: &DoorbellsUsed,
+    qps: &IdMap<Qpn, QpQueues>,
+    cqs: &IdMap<u32, Cq>,
     doorbells: &DoorbellBar,
-    out: &mut Vec<Qpn>,
-) {
-    out.clear();
-    out.extend(
-        qps.filter(|qp| {
-            let slot = doorbells.slot(qp.db_page, qp.db_slot);
-            // A broken QP's queues are not looked at any more.
-            !qp.broken && (slot.a != qp.sq_ci || (qp.rq.is_some() && slot.b != qp.rq_pi_seen))
-        })
-        .map(|qp| qp.qpn),
-    );
+    out: &mut DoorbellNews,
+) -> PageSet {
+    out.qps.clear();
+    out.cqs.clear();
+    let trusted = doorbells.news_on(DB_PAGE_KERNEL);
+    let mut slot_by_slot = PageSet::default();
+    for (page, objects) in used.iter() {
+        if !(trusted && doorbells.news_on(page)) {
+            slot_by_slot.insert(page);
+            continue;
+        }
+        let mut groups = doorbells.take_news(page);
+        while groups != 0 {
+            let group = groups.trailing_zeros() as usize;
+            groups &= groups - 1;
+            for (_, object) in objects.group(group) {
+                match object {
+                    DbObject::Qp(qpn) => {
+                        if qps
+                            .get(&qpn)
+                            .is_some_and(|qp| has_doorbell_news(qp, doorbells))
+                        {
+                            out.qps.push(qpn);
+                        }
+                    }
+                    DbObject::Cq(id) => out.cqs.push(id),
+                    DbObject::Srq(_) => {}
+                }
+            }
+        }
+    }
+    if !slot_by_slot.is_empty() {
+        out.qps.extend(
+            qps.values()
+                .filter(|qp| slot_by_slot.contains(qp.db_page) && has_doorbell_news(qp, doorbells))
+                .map(|qp| qp.qpn),
+        );
+        out.cqs.extend(
+            cqs.iter()
+                .filter(|(_, cq)| slot_by_slot.contains(cq.db_page))
+                .map(|(&id, _)| id),
+        );
+    }
+    slot_by_slot
+}
+
+/// Whether QP `qp`'s doorbell slot says something the device has not taken yet (an SQ
+/// producer index past the WQEs fetched, an RQ producer index not seen). One load of the slot
+/// and nothing else: a pass of a device with 256 QPs looked each one up twice and asked the
+/// engine its state, idle or not (docs/benchmarks.md).
+fn has_doorbell_news(qp: &QpQueues, doorbells: &DoorbellBar) -> bool {
+    let slot = doorbells.slot(qp.db_page, qp.db_slot);
+    // A broken QP's queues are not looked at any more.
+    !qp.broken && (slot.a != qp.sq_ci || (qp.rq.is_some() && slot.b != qp.rq_pi_seen))
 }
 
 /// Decodes a send WQE into `wr`, a blank WR ([`SendWr::new`]: the fields an opcode does not
@@ -343,28 +426,140 @@ mod tests {
         }
     }
 
+    /// 1024 QPs on pages 1, 2 and 3 (504 a page), CQ 3 on page 3 and CQ 4 on page 4; pages 1,
+    /// 2 and 4 say they store news, and the kernel's page too (the driver's word).
+    fn many_qps(doorbells: &DoorbellBar) -> (DoorbellsUsed, IdMap<Qpn, QpQueues>, IdMap<u32, Cq>) {
+        let mut used = DoorbellsUsed::default();
+        let mut qps = IdMap::default();
+        for n in 0..1024 {
+            let qp = queues(n, n % 2 == 0);
+            assert!(used.claim(qp.db_page, qp.db_slot, DbObject::Qp(qp.qpn)));
+            qps.insert(qp.qpn, qp);
+        }
+        let mut cqs = IdMap::default();
+        for (page, slot) in [(3, DB_SLOTS_PER_PAGE as u32 - 1), (4, 0)] {
+            assert!(used.claim(page, slot, DbObject::Cq(page)));
+            cqs.insert(page, cq(page, slot));
+        }
+        for page in [DB_PAGE_KERNEL, 1, 2, 4] {
+            doorbells.set_news_on(page, true);
+        }
+        (used, qps, cqs)
+    }
+
+    fn cq(page: u32, slot: u32) -> Cq {
+        Cq {
+            ring: Ring {
+                pages: vec![0],
+                page_shift: 12,
+                depth: 64,
+                entry_shift: 6,
+            },
+            eqn: 1,
+            db_page: page,
+            db_slot: slot,
+            pi: 0,
+            arm_seq: 0,
+            armed: 0,
+            error: false,
+            users: 0,
+        }
+    }
+
+    fn page_list(pages: PageSet) -> Vec<u32> {
+        pages.iter().collect()
+    }
+
     #[test]
-    fn a_scan_picks_only_the_qps_whose_doorbell_moved_however_many_are_idle() {
+    fn news_in_one_group_finds_exactly_the_qps_of_that_group_whose_doorbell_moved() {
         let doorbells = DoorbellBar::new().unwrap();
-        let mut qps: Vec<QpQueues> = (0..1024).map(|n| queues(n, n % 2 == 0)).collect();
-        let mut out = Vec::new();
-        qps_with_doorbell_news(qps.iter(), &doorbells, &mut out);
-        assert!(out.is_empty(), "1024 idle QPs: nothing to visit");
+        let (used, mut qps, cqs) = many_qps(&doorbells);
+        let mut out = DoorbellNews::default();
+        let scan = |qps: &IdMap<Qpn, QpQueues>, out: &mut DoorbellNews| {
+            page_list(doorbell_news(&used, qps, &cqs, &doorbells, out))
+        };
+        assert_eq!(scan(&qps, &mut out), [3], "page 3's owner stores no news");
+        assert!(out.qps.is_empty(), "1024 idle QPs: nothing to visit");
+        assert_eq!(
+            out.cqs,
+            [3],
+            "a CQ of a page without news is looked at on every pass"
+        );
 
-        // An SQ producer index past what was fetched, an RQ index not seen yet.
-        doorbells.store_a(qps[7].db_page, qps[7].db_slot, 3);
-        doorbells.store_b(qps[600].db_page, qps[600].db_slot, 1);
-        // An RQ doorbell of a QP without an RQ (its SRQ's) and a broken QP's SQ: not news.
-        doorbells.store_b(qps[601].db_page, qps[601].db_slot, 1);
-        doorbells.store_a(qps[900].db_page, qps[900].db_slot, 1);
-        qps[900].broken = true;
-        qps_with_doorbell_news(qps.iter(), &doorbells, &mut out);
-        assert_eq!(out, vec![qps[7].qpn, qps[600].qpn]);
+        let qp = |n: u32| &qps[&Qpn::new(n + 2).unwrap()];
+        let ring = |qp: &QpQueues, sq: bool| {
+            if sq {
+                doorbells.store_a(qp.db_page, qp.db_slot, 3);
+            } else {
+                doorbells.store_b(qp.db_page, qp.db_slot, 1);
+            }
+            doorbells.store_news(qp.db_page, qp.db_slot);
+        };
+        // Group 2 of page 2 (QPs 504 + 22..=32): two rung, one (without an RQ) on its RQ
+        // word only, which is no news. A group with news and no doorbell moved; a slot moved
+        // without news on page 1; a slot moved on page 3, which is scanned slot by slot.
+        let group = 2 * DB_NEWS_GROUP_SLOTS as u32;
+        ring(qp(504 + group), true);
+        ring(qp(504 + group + 4), false);
+        ring(qp(504 + group + 5), false);
+        doorbells.store_news(1, 7 * DB_NEWS_GROUP_SLOTS as u32);
+        doorbells.store_a(qp(40).db_page, qp(40).db_slot, 1);
+        doorbells.store_a(qp(1010).db_page, qp(1010).db_slot, 1);
+        assert_eq!(scan(&qps, &mut out), [3]);
+        assert_eq!(
+            out.qps,
+            [qp(504 + group).qpn, qp(504 + group + 4).qpn, qp(1010).qpn]
+        );
 
-        // Taken: the indices caught up, so the next scan visits nobody again.
-        qps[7].sq_ci = 3;
-        qps[600].rq_pi_seen = 1;
-        qps_with_doorbell_news(qps.iter(), &doorbells, &mut out);
-        assert!(out.is_empty());
+        // Taken: the group's news is gone, page 3's QP is found while its slot is ahead.
+        assert_eq!(scan(&qps, &mut out), [3]);
+        assert_eq!(out.qps, [qp(1010).qpn]);
+        qps.get_mut(&Qpn::new(1012).unwrap()).unwrap().sq_ci = 1;
+        scan(&qps, &mut out);
+        assert!(out.qps.is_empty());
+
+        // A CQ's arm word with news: that CQ (and page 3's, looked at on every pass).
+        doorbells.store_b(4, cqs[&4].db_slot, cq_arm_word(1, CQ_ARM_NEXT));
+        doorbells.store_news(4, cqs[&4].db_slot);
+        scan(&qps, &mut out);
+        assert_eq!(out.cqs, [4, 3]);
+    }
+
+    #[test]
+    fn pages_are_scanned_slot_by_slot_unless_their_owner_and_the_driver_say_they_store_news() {
+        let doorbells = DoorbellBar::new().unwrap();
+        let (used, qps, cqs) = many_qps(&doorbells);
+        let mut out = DoorbellNews::default();
+        // Moved without news on pages 1 and 2.
+        let moved = [Qpn::new(2 + 40).unwrap(), Qpn::new(2 + 700).unwrap()];
+        for qpn in moved {
+            let qp = &qps[&qpn];
+            doorbells.store_a(qp.db_page, qp.db_slot, 1);
+        }
+        let slot_by_slot = doorbell_news(&used, &qps, &cqs, &doorbells, &mut out);
+        assert_eq!(page_list(slot_by_slot), [3]);
+        assert!(
+            out.qps.is_empty(),
+            "news pages: a slot without news is not looked at"
+        );
+
+        // The driver's page without news_on: a user page's is not trusted (an older rox.ko
+        // does not clear it for the page's next context).
+        doorbells.set_news_on(DB_PAGE_KERNEL, false);
+        let slot_by_slot = doorbell_news(&used, &qps, &cqs, &doorbells, &mut out);
+        assert_eq!(page_list(slot_by_slot), [1, 2, 3, 4]);
+        let mut found = out.qps.clone();
+        found.sort();
+        assert_eq!(found, moved);
+        let mut cq_ids = out.cqs.clone();
+        cq_ids.sort();
+        assert_eq!(cq_ids, [3, 4]);
+
+        // The driver says it again; page 2's owner stops: page 2 slot by slot.
+        doorbells.set_news_on(DB_PAGE_KERNEL, true);
+        doorbells.set_news_on(2, false);
+        let slot_by_slot = doorbell_news(&used, &qps, &cqs, &doorbells, &mut out);
+        assert_eq!(page_list(slot_by_slot), [2, 3]);
+        assert_eq!(out.qps, [moved[1]]);
     }
 }
