@@ -69,6 +69,7 @@ const VERSION: u32 = 2;
 /// memfd's pages are allocated when first touched, and the free list hands out the buffer
 /// freed last.
 pub const RING_SLOTS: u32 = 1024;
+const _: () = assert!(RING_SLOTS.is_power_of_two());
 pub const SLOT_LEN: u32 = 16 << 10;
 /// The longest frame a cable carries.
 pub const CABLE_MAX_FRAME: usize = SLOT_LEN as usize;
@@ -125,9 +126,15 @@ impl Ring {
         }
     }
 
+    /// The slot of ring position `count` (`slots` is [`RING_SLOTS`], a power of two: a mask,
+    /// not a division, on every frame).
+    fn slot(&self, count: u32) -> usize {
+        (count & (self.slots - 1)) as usize
+    }
+
     /// The descriptor of ring position `count`.
     fn descriptor(&self, count: u32) -> usize {
-        self.base + PAGE + (count % self.slots) as usize * DESC_LEN
+        self.base + PAGE + self.slot(count) * DESC_LEN
     }
 
     /// Buffer `index` (< slots).
@@ -297,20 +304,16 @@ impl Wire {
         (gap <= ring.slots).then_some(peer)
     }
 
-    /// Puts the buffers of the frames the peer has read back on the free list. None if the
-    /// peer's tail makes no sense.
-    fn reclaim(&mut self) -> Option<()> {
+    /// Puts the buffers of the frames the peer has read back on the free list `free` (the
+    /// locked list of `slots`). None if the peer's tail makes no sense.
+    fn reclaim(&mut self, free: &mut Vec<Region>) -> Option<()> {
         let tail = self.peer_count(&self.tx, TAIL, self.tx_head, false)?;
         if tail.wrapping_sub(self.tx_reclaimed) > self.tx_head.wrapping_sub(self.tx_reclaimed) {
             return None;
         }
-        if tail != self.tx_reclaimed {
-            let mut free = self.slots.free();
-            while self.tx_reclaimed != tail {
-                let at = (self.tx_reclaimed % self.tx.slots) as usize;
-                free.extend(self.published[at].take());
-                self.tx_reclaimed = self.tx_reclaimed.wrapping_add(1);
-            }
+        while self.tx_reclaimed != tail {
+            free.extend(self.published[self.tx.slot(self.tx_reclaimed)].take());
+            self.tx_reclaimed = self.tx_reclaimed.wrapping_add(1);
         }
         Some(())
     }
@@ -332,25 +335,27 @@ impl Wire {
         desc[..4].copy_from_slice(&buffer.index().to_ne_bytes());
         desc[4..].copy_from_slice(&(len as u32).to_ne_bytes());
         self.map.write(at, &desc);
-        self.published[(self.tx_head % self.tx.slots) as usize] = Some(buffer);
+        self.published[self.tx.slot(self.tx_head)] = Some(buffer);
         self.tx_head = self.tx_head.wrapping_add(1);
         Ok(())
     }
 
-    /// [`Wire::push`], a refused buffer going back to the free list.
-    fn push_or_free(&mut self, buffer: Region, len: usize) -> Produced {
+    /// [`Wire::push`], a refused buffer going back to the free list `free`.
+    fn push_or_free(&mut self, buffer: Region, len: usize, free: &mut Vec<Region>) -> Produced {
         match self.push(buffer, len) {
             Ok(()) => Produced::Published,
             Err(buffer) => {
-                self.slots.give_back(buffer);
+                free.push(buffer);
                 Produced::NoRoom
             }
         }
     }
 
     /// Puts one frame in the ring: a packet built in one of this wire's buffers as it is,
-    /// anything else copied into a free buffer.
-    fn produce(&mut self, frame: &mut Out) -> Produced {
+    /// anything else copied into a buffer from `free` (the locked free list of `slots`, taken
+    /// once per batch of frames, not per frame: nothing here may lock it again, e.g. drop a
+    /// lease of this wire's).
+    fn produce(&mut self, frame: &mut Out, free: &mut Vec<Region>) -> Produced {
         let len = match frame {
             Out::Bytes(f) => f.head.len() + f.body.len(),
             Out::Packet(_, p) => ETH_HEADER_LEN + p.len(),
@@ -366,21 +371,28 @@ impl Wire {
             if p.lease().is_some_and(|l| l.is_from(&self.lender)) {
                 let packet = std::mem::replace(*p, Packet::from(Vec::new()));
                 if let Ok((lease, frame_len)) = packet.into_lease() {
-                    return self.push_or_free(lease.publish(), frame_len);
+                    return self.push_or_free(lease.publish(), frame_len, free);
                 }
             }
         }
-        let Some(mut buffer) = self.slots.free().pop() else {
+        let Some(mut buffer) = free.pop() else {
             return Produced::NoRoom;
         };
-        let (head, body): (&[u8], &[u8]) = match frame {
-            Out::Bytes(f) => (f.head, f.body),
-            Out::Packet(head, p) => (&head[..], p),
-        };
-        let bytes = buffer.as_mut_slice();
-        bytes[..head.len()].copy_from_slice(head);
-        bytes[head.len()..len].copy_from_slice(body);
-        self.push_or_free(buffer, len)
+        let bytes = &mut buffer.as_mut_slice()[..len];
+        match frame {
+            Out::Bytes(f) => {
+                let (head, body) = bytes.split_at_mut(f.head.len());
+                head.copy_from_slice(f.head);
+                body.copy_from_slice(f.body);
+            }
+            Out::Packet(h, p) => {
+                // The header's length is known here: stores, not a call to memcpy.
+                let (head, body) = bytes.split_at_mut(ETH_HEADER_LEN);
+                head.copy_from_slice(&h[..]);
+                body.copy_from_slice(p);
+            }
+        }
+        self.push_or_free(buffer, len, free)
     }
 
     /// Shows the peer the frames pushed since the last time, and wakes it if it sleeps.
@@ -738,11 +750,14 @@ impl Cable {
         let mut next = frames.next();
         let broken = loop {
             let Some(w) = &mut self.wire else { break false };
-            if w.reclaim().is_none() {
+            // The free list is locked once for the whole batch.
+            let slots = w.slots.clone();
+            let mut free = slots.free();
+            if w.reclaim(&mut free).is_none() {
                 break true;
             }
             while let Some(frame) = &mut next {
-                match w.produce(frame) {
+                match w.produce(frame, &mut free) {
                     Produced::Published => sent.taken += 1,
                     Produced::TooLong => {
                         sent.taken += 1;
@@ -752,6 +767,7 @@ impl Cable {
                 }
                 next = frames.next();
             }
+            drop(free);
             w.publish();
             if next.is_none() {
                 break false;

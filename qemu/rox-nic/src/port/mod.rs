@@ -563,9 +563,7 @@ impl Port {
         };
         // The sent frames' heap buffers carry the next packets the engine builds (no
         // allocation); lent ones the cable published are its own again.
-        self.tx
-            .drain(..sent.taken)
-            .for_each(|(_, body)| body.recycle());
+        crate::roce::wire::pool::recycle_all(self.tx.drain(..sent.taken).map(|(_, body)| body));
         let delivered = sent.taken - sent.dropped;
         self.stats.tx_frames += delivered as u64;
         self.stats.tx_lost += sent.dropped as u64;

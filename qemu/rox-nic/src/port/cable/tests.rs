@@ -249,7 +249,9 @@ fn a_frame_built_in_a_slot_is_the_frame_the_copying_path_sends() {
     }
     // Read and freed by the peer: every buffer is free again once the sender looks.
     l.send_packets(&mut []);
-    l.wire.as_mut().unwrap().reclaim().unwrap();
+    let w = l.wire.as_mut().unwrap();
+    let slots = w.slots.clone();
+    w.reclaim(&mut slots.free()).unwrap();
     assert_eq!(free(&l), all);
     pool::lend_from(Some(lender.clone()));
     let (unsent, _) = write_packet(false, 4096);
@@ -345,7 +347,7 @@ fn a_full_ring_refuses_a_buffer_and_keeps_the_ones_it_holds() {
         "no buffer was lost"
     );
     assert!(matches!(
-        w.produce(&mut Out::Bytes(FrameRef::whole(&frames[0]))),
+        w.produce(&mut Out::Bytes(FrameRef::whole(&frames[0])), &mut Vec::new()),
         Produced::NoRoom
     ));
 }

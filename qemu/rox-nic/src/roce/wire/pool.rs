@@ -225,14 +225,35 @@ pub fn stop_lending(lender: &Arc<dyn Lender>) {
 /// ones too: allocating, zeroing and freeing each request's buffer cost about 450 of the
 /// host benchmark's 7,400 instructions per 8 B WRITE.
 pub fn recycle(buf: Vec<u8>) {
-    if buf.capacity() > POOL_MAX_CAPACITY {
-        return;
+    if worth_keeping(&buf) {
+        SPENT.with_borrow_mut(|pool| keep(pool, buf));
     }
+}
+
+/// [`Packet::recycle`] for each of `packets` (a port's sent batch), with one look at this
+/// thread's pool for all of them.
+pub fn recycle_all(packets: impl Iterator<Item = Packet>) {
     SPENT.with_borrow_mut(|pool| {
-        if pool.len() < POOL_BUFFERS {
-            pool.push(buf);
+        for p in packets {
+            // A lent buffer goes back to its lender as the packet drops.
+            if let Buf::Heap(v) = p.buf {
+                keep(pool, v);
+            }
         }
     });
+}
+
+/// Whether a buffer is worth a place in the pool: not huge, and not empty (a packet
+/// published from a lent buffer leaves an empty one behind, which would only be grown,
+/// that is allocated, by the next packet).
+fn worth_keeping(buf: &Vec<u8>) -> bool {
+    (1..=POOL_MAX_CAPACITY).contains(&buf.capacity())
+}
+
+fn keep(pool: &mut Vec<Vec<u8>>, buf: Vec<u8>) {
+    if worth_keeping(&buf) && pool.len() < POOL_BUFFERS {
+        pool.push(buf);
+    }
 }
 
 /// A packet buffer of `len` initialized bytes (their values are whatever was there: the
