@@ -402,3 +402,36 @@ fn a_bottleneck_takes_the_cable_s_frames_and_frees_their_slots() {
     }
     assert_eq!(shaper.stats().tail_drops + shaper.stats().red_drops, 0);
 }
+
+/// The send takes its copies' buffers from the free list it locked once for the batch: a
+/// batch longer than the free buffers (the rest lent out) stops where they run out, keeps
+/// its other frames for later, in order, and every buffer comes back once the peer read.
+#[test]
+fn a_batch_that_runs_out_of_free_buffers_stops_there_and_loses_none() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut l, mut c) = pair(dir.path());
+    let lender = l.wire.as_ref().unwrap().lender.clone();
+    let free = |l: &Cable| l.wire.as_ref().unwrap().slots.free().len();
+    let all = free(&l);
+    let leases: Vec<Lease> = std::iter::from_fn(|| lender.clone().lend()).collect();
+    assert_eq!(free(&l), COPY_RESERVE, "the reserve is never lent");
+    let frames: Vec<Vec<u8>> = (0..COPY_RESERVE + 36).map(frame).collect();
+    let mut queue: Vec<(EthHeader, Packet)> = frames
+        .iter()
+        .map(|f| {
+            let head: EthHeader = f[..ETH_HEADER_LEN].try_into().unwrap();
+            (head, Packet::from(f[ETH_HEADER_LEN..].to_vec()))
+        })
+        .collect();
+    let sent = l.send_packets(&mut queue);
+    assert_eq!((sent.taken, sent.dropped), (COPY_RESERVE, 0));
+    assert_eq!(free(&l), 0);
+    let mut got = receive(&mut c, COPY_RESERVE);
+    drop(leases);
+    let rest = l.send_packets(&mut queue[COPY_RESERVE..]);
+    assert_eq!((rest.taken, rest.dropped), (36, 0));
+    got.extend(receive(&mut c, 36));
+    assert_eq!(got, frames, "every frame, in order, byte for byte");
+    l.send_packets(&mut []);
+    assert_eq!(free(&l), all, "every buffer is free again");
+}

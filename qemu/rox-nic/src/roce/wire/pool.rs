@@ -321,6 +321,32 @@ mod tests {
         );
     }
 
+    /// A sent batch goes back in one call: heap buffers to this thread's pool (not the empty
+    /// one a published lent packet leaves behind, which the next packet would only have to
+    /// grow), lent ones to their lender.
+    #[test]
+    fn a_sent_batch_is_recycled_at_once_and_empty_buffers_are_not_kept() {
+        while SPENT.with_borrow_mut(Vec::pop).is_some() {}
+        let memfd = crate::sys::shm::sealed_memfd(c"rox-pool-batch", 4096).unwrap();
+        let map = Arc::new(crate::sys::shm::SharedMapping::map(&memfd, 4096).unwrap());
+        let lender = Arc::new(TestLender {
+            free: Mutex::new(map.carve(0, 4096, 1).unwrap()),
+        });
+        let lent = Packet {
+            len: 100,
+            buf: Buf::Lent(lender.clone().lend().unwrap()),
+        };
+        assert!(free_ids(&lender).is_empty());
+        let (a, b) = (vec![1u8; 60], vec![2u8; 3000]);
+        let at = [a.as_ptr(), b.as_ptr()];
+        recycle_all([Packet::from(a), lent, Packet::from(Vec::new()), Packet::from(b)].into_iter());
+        assert_eq!(free_ids(&lender), vec![0], "the lent buffer went back to its lender");
+        let kept: Vec<*const u8> = SPENT.with_borrow(|p| p.iter().map(|v| v.as_ptr()).collect());
+        assert_eq!(kept, at, "both heap buffers, in order; not the empty one");
+        recycle(Vec::new());
+        assert_eq!(SPENT.with_borrow(Vec::len), 2, "nor one recycled alone");
+    }
+
     /// A lender of the buffers of a memfd that records what comes back.
     struct TestLender {
         free: Mutex<Vec<Region>>,
