@@ -173,7 +173,7 @@ fn a_connector_refuses_a_hello_that_is_not_a_cable() {
 
 /// A WRITE packet of `len` payload bytes from 10.9.0.1 to .2, IPv4 or IPv6, built in this
 /// thread's lender's buffer if it has one; and the same packet built on the heap.
-fn write_packet(v6: bool, len: usize) -> (Packet, Vec<u8>) {
+pub(in crate::port) fn write_packet(v6: bool, len: usize) -> (Packet, Vec<u8>) {
     use crate::roce::wire::{self, opcode, Bth, FlushIcrc, Headers, IpInfo, Reth};
     use crate::roce::{Key, Psn, Qpn};
     let gid = |last: u8| {
@@ -216,7 +216,7 @@ fn write_packet(v6: bool, len: usize) -> (Packet, Vec<u8>) {
 }
 
 /// The frame the port's copying path makes of `packet`: its header and its bytes.
-fn heap_frame(packet: &[u8]) -> (EthHeader, Vec<u8>) {
+pub(in crate::port) fn heap_frame(packet: &[u8]) -> (EthHeader, Vec<u8>) {
     let head = super::super::frame::roce_header(&[2, 0, 0, 0, 0, 2], &[2, 0, 0, 0, 0, 1], packet);
     (head, [&head[..], packet].concat())
 }
