@@ -430,8 +430,10 @@ impl Wire {
 }
 
 /// Lent frames' copies' slots beside their lengths and folds ([`Cable::lent_slots`]).
-pub type LentSlots<'a> =
-    std::iter::Zip<std::slice::ChunksExact<'a, u8>, std::slice::Iter<'a, (usize, Option<IcrcFold>)>>;
+pub type LentSlots<'a> = std::iter::Zip<
+    std::slice::ChunksExact<'a, u8>,
+    std::slice::Iter<'a, (usize, Option<IcrcFold>)>,
+>;
 
 /// A lent frame (its copy, cut to its length) and its fold, from its [`LentSlots`] item.
 pub fn lent_frame<'a>(

@@ -52,7 +52,10 @@ fn a_receive_shows_every_frame_in_order_with_the_folds_its_wire_made() {
     let mut b = port(Link::Cable(Cable::connect(&path).unwrap()));
     let start = Instant::now();
     while !(a.link().is_connected() && b.link().is_connected()) {
-        assert!(start.elapsed() < Duration::from_secs(5), "the ends did not meet");
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "the ends did not meet"
+        );
         a.recv().unwrap();
         b.recv().unwrap();
         std::thread::sleep(Duration::from_millis(1));
@@ -73,5 +76,8 @@ fn a_receive_shows_every_frame_in_order_with_the_folds_its_wire_made() {
     let got = cross(&mut c, &mut d, &frames);
     let bytes: Vec<Vec<u8>> = got.iter().map(|(f, ..)| f.clone()).collect();
     assert_eq!(bytes, frames, "the socket: every frame, in order");
-    assert!(got.iter().all(|(_, folded, _)| !folded), "a socket folds nothing");
+    assert!(
+        got.iter().all(|(_, folded, _)| !folded),
+        "a socket folds nothing"
+    );
 }

@@ -347,7 +347,10 @@ fn a_full_ring_refuses_a_buffer_and_keeps_the_ones_it_holds() {
         "no buffer was lost"
     );
     assert!(matches!(
-        w.produce(&mut Out::Bytes(FrameRef::whole(&frames[0])), &mut Vec::new()),
+        w.produce(
+            &mut Out::Bytes(FrameRef::whole(&frames[0])),
+            &mut Vec::new()
+        ),
         Produced::NoRoom
     ));
 }

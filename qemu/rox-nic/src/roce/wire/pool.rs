@@ -339,8 +339,20 @@ mod tests {
         assert!(free_ids(&lender).is_empty());
         let (a, b) = (vec![1u8; 60], vec![2u8; 3000]);
         let at = [a.as_ptr(), b.as_ptr()];
-        recycle_all([Packet::from(a), lent, Packet::from(Vec::new()), Packet::from(b)].into_iter());
-        assert_eq!(free_ids(&lender), vec![0], "the lent buffer went back to its lender");
+        recycle_all(
+            [
+                Packet::from(a),
+                lent,
+                Packet::from(Vec::new()),
+                Packet::from(b),
+            ]
+            .into_iter(),
+        );
+        assert_eq!(
+            free_ids(&lender),
+            vec![0],
+            "the lent buffer went back to its lender"
+        );
         let kept: Vec<*const u8> = SPENT.with_borrow(|p| p.iter().map(|v| v.as_ptr()).collect());
         assert_eq!(kept, at, "both heap buffers, in order; not the empty one");
         recycle(Vec::new());
