@@ -42,6 +42,11 @@ fn pair(dir: &Path) -> (Cable, Cable) {
     (listener, connector)
 }
 
+/// The transmit buffers on `l`'s free list.
+fn free(l: &Cable) -> usize {
+    l.wire.as_ref().unwrap().slots.free().len()
+}
+
 fn frame(i: usize) -> Vec<u8> {
     (0..14 + i % 4000).map(|b| (b + i) as u8).collect()
 }
@@ -230,7 +235,6 @@ fn a_frame_built_in_a_slot_is_the_frame_the_copying_path_sends() {
     let dir = tempfile::tempdir().unwrap();
     let (mut l, mut c) = pair(dir.path());
     let lender = l.wire.as_ref().unwrap().lender.clone();
-    let free = |l: &Cable| l.wire.as_ref().unwrap().slots.free().len();
     let all = free(&l);
     for (v6, len) in [(false, 4096), (true, 4096), (false, 1021), (true, 3001)] {
         let before = free(&l);
@@ -413,9 +417,8 @@ fn a_bottleneck_takes_the_cable_s_frames_and_frees_their_slots() {
 fn a_batch_that_runs_out_of_free_buffers_stops_there_and_loses_none() {
     let dir = tempfile::tempdir().unwrap();
     let (mut l, mut c) = pair(dir.path());
-    let lender = l.wire.as_ref().unwrap().lender.clone();
-    let free = |l: &Cable| l.wire.as_ref().unwrap().slots.free().len();
     let all = free(&l);
+    let lender = l.wire.as_ref().unwrap().lender.clone();
     let leases: Vec<Lease> = std::iter::from_fn(|| lender.clone().lend()).collect();
     assert_eq!(free(&l), COPY_RESERVE, "the reserve is never lent");
     let frames: Vec<Vec<u8>> = (0..COPY_RESERVE + 36).map(frame).collect();
