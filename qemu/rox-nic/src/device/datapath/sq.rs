@@ -486,6 +486,11 @@ mod tests {
             "a CQ of a page without news is looked at on every pass"
         );
 
+        // Broken QPs are not looked at, whatever their slots say: one in the group below,
+        // one on page 3 (scanned slot by slot).
+        for n in [504 + 2 * DB_NEWS_GROUP_SLOTS as u32 + 1, 1011] {
+            qps.get_mut(&Qpn::new(n + 2).unwrap()).unwrap().broken = true;
+        }
         let qp = |n: u32| &qps[&Qpn::new(n + 2).unwrap()];
         let ring = |qp: &QpQueues, sq: bool| {
             if sq {
@@ -496,10 +501,13 @@ mod tests {
             doorbells.store_news(qp.db_page, qp.db_slot);
         };
         // Group 2 of page 2 (QPs 504 + 22..=32): two rung, one (without an RQ) on its RQ
-        // word only, which is no news. A group with news and no doorbell moved; a slot moved
-        // without news on page 1; a slot moved on page 3, which is scanned slot by slot.
+        // word only, which is no news, one broken. A group with news and no doorbell moved; a
+        // slot moved without news on page 1; a slot moved on page 3, which is scanned slot by
+        // slot, and a broken QP's there.
         let group = 2 * DB_NEWS_GROUP_SLOTS as u32;
         ring(qp(504 + group), true);
+        ring(qp(504 + group + 1), true);
+        doorbells.store_a(qp(1011).db_page, qp(1011).db_slot, 1);
         ring(qp(504 + group + 4), false);
         ring(qp(504 + group + 5), false);
         doorbells.store_news(1, 7 * DB_NEWS_GROUP_SLOTS as u32);
