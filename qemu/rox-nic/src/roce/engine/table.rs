@@ -430,7 +430,10 @@ mod tests {
         });
         engine.receive(&mut env, &ack).unwrap();
         engine.poll(&mut env);
-        assert_eq!((engine.packets_in_flight(), engine.next_deadline()), (0, None));
+        assert_eq!(
+            (engine.packets_in_flight(), engine.next_deadline()),
+            (0, None)
+        );
 
         let mut qp = engine.qps.get_mut(&LOCAL_QPN).unwrap();
         let stale = qp.req.sent_end.sub(MAX_INFLIGHT_PSNS);
