@@ -9,6 +9,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use rox_nic::port::limit::dgram_wire;
+use rox_nic::testkit::pair::{rc_qps_between, RcQps};
 use rox_nic::testkit::*;
 use rox_uapi::admin::*;
 use rox_uapi::queue::*;
@@ -41,16 +42,14 @@ fn a_stall_of_the_senders_own_thread_times_out_nothing() {
         timeout: ACK_TIMEOUT,
         ..Default::default()
     };
-    let mut qps = Vec::new();
-    for _ in 0..QPS {
-        let qa = a.create_qp(QPT_RC, PD, a_cq.id, a_cq.id, SRQ_NONE);
-        let qb = b.create_qp(QPT_RC, PD, b_cq.id, b_cq.id, SRQ_NONE);
-        a.connect_with(&qa, gid_v4(127, 0, subnet, 2), qb.qpn, ACCESS, &params);
-        b.connect_with(&qb, gid_v4(127, 0, subnet, 1), qa.qpn, ACCESS, &params);
-        qps.push(qa);
-        a.drain_eq(0);
-        b.drain_eq(0);
-    }
+    let spec = RcQps {
+        subnet,
+        count: QPS,
+        pd: PD,
+        access: ACCESS,
+        log_sq: 1,
+    };
+    let mut qps = rc_qps_between(&mut a, &mut b, [a_cq.id, b_cq.id], &spec, &params);
     // The trigger: a QP of the sending device connected to itself. Its packet comes back
     // through the device's loopback, which the pass's receive takes: the stall starts there,
     // after the doorbells' packets were built and the wire read, before the timers and the

@@ -53,6 +53,14 @@ impl DoorbellBar {
             .expect("doorbell offsets are aligned and inside the BAR")
     }
 
+    /// Byte `offset` of the BAR, as an atomic: a store there changes that byte and no other,
+    /// while the device swaps whole news words from another thread.
+    fn byte(&self, offset: usize) -> &AtomicU8 {
+        self.map
+            .get_atomic_ref(offset)
+            .expect("doorbell byte offsets are inside the BAR")
+    }
+
     fn slot_offset(page: u32, slot: u32) -> usize {
         page as usize * regs::ROX_PAGE_SIZE + regs::db_slot_offset(slot)
     }
@@ -83,9 +91,7 @@ impl DoorbellBar {
     /// the slot (release), as the summary doorbell's protocol has it (`regs::DbPage`). The
     /// device stores it too, for a group it must look at again on its next pass.
     pub fn store_news(&self, page: u32, slot: u32) {
-        self.map
-            .get_atomic_ref::<AtomicU8>(Self::page_offset(page, regs::db_news_offset(slot)))
-            .expect("news bytes lie inside the BAR")
+        self.byte(Self::page_offset(page, regs::db_news_offset(slot)))
             .store(regs::DB_NEWS_SET, Ordering::Release);
     }
 
@@ -254,20 +260,12 @@ impl DoorbellBar {
     }
 
     /// A trapped byte store (software's news byte when BAR2 is not mmapped): that byte of
-    /// its word and no other. An atomic update: the device swaps news words from another
-    /// thread, and every guest store to a trapped BAR comes through here.
+    /// its word and no other, the same release store of one byte as [`Self::store_news`]
+    /// (what a guest's mapped store is too).
     pub fn write_byte(&self, offset: u64, value: u8) {
-        if offset >= regs::BAR_DB_SIZE {
-            return;
+        if offset < regs::BAR_DB_SIZE {
+            self.byte(offset as usize).store(value, Ordering::Release);
         }
-        let shift = (offset % 4) * 8;
-        let mask = 0xff_u32 << shift;
-        let byte = u32::from(value) << shift;
-        let word = self.word((offset - offset % 4) as usize);
-        // The closure always returns Some: the update cannot fail.
-        let _ = word.fetch_update(Ordering::Release, Ordering::Relaxed, |w| {
-            Some((w & !mask) | byte)
-        });
     }
 }
 
@@ -330,6 +328,20 @@ mod tests {
         assert_eq!(bar.slot(5, 0).a, 7);
         assert!(bar.news_on(5));
         assert_eq!((bar.idle(5), bar.rq_no_wake(5)), (0, 0));
+    }
+
+    #[test]
+    fn a_trapped_byte_store_changes_that_byte_and_leaves_its_word_neighbours() {
+        let bar = DoorbellBar::new().unwrap();
+        let news = 3 * regs::ROX_PAGE_SIZE as u64 + regs::DB_NEWS_OFFSET as u64;
+        bar.write_word(news, 0x4433_2211);
+        bar.write_byte(news + 2, regs::DB_NEWS_SET);
+        let set = u32::from(regs::DB_NEWS_SET) << 16;
+        assert_eq!(bar.read_word(news), 0x4400_2211 | set);
+        bar.write_byte(news + 2, 0);
+        assert_eq!(bar.read_word(news), 0x4400_2211);
+        // Past the BAR: ignored, not a panic.
+        bar.write_byte(regs::BAR_DB_SIZE, 1);
     }
 
     /// The protocol's race (`regs::DbPage`): software stores two slots of two groups whose

@@ -126,7 +126,7 @@ impl DeviceEnv for Hw {
     }
 
     fn recycle_sges(&mut self, sges: Vec<crate::roce::Sge>) {
-        Hw::recycle_sges(self, sges)
+        self.spare_sges.give_back(sges)
     }
 
     fn xrc_srq(&self, srqn: u32) -> Option<XrcSrq> {

@@ -19,6 +19,7 @@ pub mod qp_state;
 pub(crate) mod recv;
 pub(crate) mod region;
 pub(crate) mod ring;
+pub(crate) mod spare_sges;
 pub(crate) mod state;
 
 use std::fs::File;

@@ -7,7 +7,7 @@ use rox_uapi::queue::*;
 
 use super::deferred::Deferred;
 use super::ring::{posted_entries, WildIndex};
-use super::state::{Hw, SPARE_SGE_LISTS};
+use super::state::Hw;
 use crate::roce::{self, RecvWr};
 
 impl Hw {
@@ -26,7 +26,7 @@ impl Hw {
         if w.num_sge as u32 > RQ_MAX_SGE {
             return None;
         }
-        let mut sges = self.spare_sges.pop().unwrap_or_default();
+        let mut sges = self.spare_sges.take();
         sges.extend(w.sge[..w.num_sge as usize].iter().map(|s| roce::Sge {
             addr: s.addr,
             length: s.length,
@@ -37,15 +37,6 @@ impl Hw {
             sges,
             wqe_index: index as u16,
         })
-    }
-
-    /// Keeps `sges`'s allocation for the next WR decoded (up to [`SPARE_SGE_LISTS`] of them):
-    /// one allocation and one free per message less.
-    pub(crate) fn recycle_sges(&mut self, mut sges: Vec<roce::Sge>) {
-        if self.spare_sges.len() < SPARE_SGE_LISTS && sges.capacity() > 0 {
-            sges.clear();
-            self.spare_sges.push(sges);
-        }
     }
 
     pub(crate) fn pop_srq(&mut self, srq_id: u32) -> Option<RecvWr> {

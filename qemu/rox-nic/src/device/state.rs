@@ -16,11 +16,12 @@ use super::deferred::Deferred;
 use super::doorbell::DoorbellsUsed;
 use super::mem::MemTable;
 use super::ring::Ring;
+use super::spare_sges::SpareSges;
 use super::Shared;
 use crate::dma::GuestMemory;
 use crate::roce::id_map::IdMap;
 use crate::roce::wire::FlushIcrc;
-use crate::roce::{Gid, Sge};
+use crate::roce::Gid;
 
 #[derive(Debug)]
 pub struct Cq {
@@ -135,13 +136,9 @@ pub struct Hw {
     pub next_srq: u32,
     /// The port's transmit scheduler, which the requester asks before every packet.
     pub tx_sched: TxScheduler,
-    /// Emptied SGE lists of retired WRs, reused by the next WRs decoded
-    /// ([`Hw::recycle_sges`]).
-    pub spare_sges: Vec<Vec<Sge>>,
+    /// Emptied SGE lists of retired WRs, reused by the next WRs decoded.
+    pub spare_sges: SpareSges,
 }
-
-/// Most emptied SGE lists kept for reuse (a deep queue's worth).
-pub const SPARE_SGE_LISTS: usize = 1024;
 
 /// The first QPN handed to ordinary QPs (0 and 1 are SMI/GSI).
 pub const FIRST_QPN: Qpn = Qpn::new(2).unwrap();
@@ -175,7 +172,7 @@ impl Hw {
             next_qpn: FIRST_QPN.get(),
             next_srq: 1,
             tx_sched: TxScheduler::new(false),
-            spare_sges: Vec::new(),
+            spare_sges: SpareSges::default(),
         }
     }
 

@@ -10,7 +10,8 @@
 //! header, optionally with one byte changed afterwards.
 //!
 //! Invariants: every frame the frame check hands over lies inside the frame and is IPv4/IPv6 to an
-//! own GID; the engine's drop counters move by exactly the drops it returned; memory changes
+//! own GID, and with any ICRC fold a port may claim, as ICRC-checked only if its ICRC is right
+//! ([`super::frame_fold`]); the engine's drop counters move by exactly the drops it returned; memory changes
 //! only inside the MR the QPs may write; every completion is for one of the QPs and a WR
 //! posted there; every packet the engine sends is one rox accepts; and afterwards a new RC
 //! pair with a second engine still moves a message.
@@ -363,6 +364,9 @@ fn run_counted(data: &[u8]) -> EngineStats {
     for _ in 0..MAX_FRAMES {
         let Ok(frame) = rig.frame(&mut u) else { break };
         let own = |g: &Gid| *g == rig.node.gid || *g == rig.own_v6;
+        if super::frame_fold::check(&frame, &mut u, &OWN_MAC, MAX_FRAME, own).is_err() {
+            break;
+        }
         // The data path's own two steps: the frame check, then the transport parse from its
         // IP view; they must agree with a whole parse of the same packet.
         if let Arrival::Roce(range, ip) = sort_frame(&frame, &OWN_MAC, MAX_FRAME, own) {

@@ -8,6 +8,7 @@ pub mod admin;
 pub mod conversation;
 pub mod engine_kit;
 pub mod frame;
+pub mod frame_fold;
 pub mod gso;
 pub mod rings;
 pub mod wire;

@@ -1,6 +1,10 @@
 //! Target `rings`: arbitrary WQEs, SGE lists, producer and consumer indices and arm words on
 //! the SQs, RQs, SRQ, CQs and EQs of a real device holding RC, UC and UD QPs (each pair
-//! talking over the device's loopback), two MRs and a memory window.
+//! talking over the device's loopback), two MRs and a memory window. The input chooses
+//! whether the driver stores the summary doorbell's news bytes (docs/summary-doorbell.md)
+//! after its doorbells, whether a raw arm word gets one, and what the doorbell pages'
+//! `news_on` say meanwhile (a wrong one makes the device miss doorbells: software's fault,
+//! and the checks below hold all the same; the pages say the truth again before them).
 //!
 //! Invariants, checked once the device has gone idle:
 //! - no byte of the guest memory the setup laid out changed unless it lies in the one
@@ -289,7 +293,7 @@ fn send_wqe_for(rig: &Rig, qp: usize, u: &mut Unstructured) -> Result<SqWqe> {
 /// What the fuzzer does next.
 fn step(rig: &mut Rig, u: &mut Unstructured) -> Result<()> {
     let qp = u.int_in_range(0..=rig.qps.len() - 1)?;
-    match u.int_in_range(0u8..=11)? {
+    match u.int_in_range(0u8..=12)? {
         0..=3 => {
             let w = send_wqe_for(rig, qp, u)?;
             let q = rig.qps[qp];
@@ -362,16 +366,7 @@ fn step(rig: &mut Rig, u: &mut Unstructured) -> Result<()> {
                     .store_a(TEST_DB_PAGE, rig.cqs[cq].db_slot, u.arbitrary::<u32>()?);
             }
         }
-        8 => {
-            let cq = u.int_in_range(0..=rig.cqs.len() - 1)?;
-            if u.arbitrary::<bool>()? {
-                rig.d.arm_cq(&mut rig.cqs[cq], u.int_in_range(0..=3)?);
-            } else {
-                rig.d
-                    .db
-                    .store_b(TEST_DB_PAGE, rig.cqs[cq].db_slot, u.arbitrary::<u32>()?);
-            }
-        }
+        8 => arm_word(rig, u)?,
         9 => {
             let eqn = u.int_in_range(0..=MAX_EQS)?;
             let polled = rig.d.eqs.get(eqn as usize).copied().flatten().map(|r| r.ci);
@@ -394,8 +389,36 @@ fn step(rig: &mut Rig, u: &mut Unstructured) -> Result<()> {
             };
             rig.d.modify_qp(rig.qps[qp].qpn, QP_STATE, attr);
         }
+        11 => news_on(rig, u)?,
         _ => settle(rig),
     }
+    Ok(())
+}
+
+/// A CQ's arm word: armed as the driver does, or any word, with its news byte or without.
+fn arm_word(rig: &mut Rig, u: &mut Unstructured) -> Result<()> {
+    let cq = u.int_in_range(0..=rig.cqs.len() - 1)?;
+    if u.arbitrary::<bool>()? {
+        rig.d.arm_cq(&mut rig.cqs[cq], u.int_in_range(0..=3)?);
+    } else {
+        let slot = rig.cqs[cq].db_slot;
+        rig.d.db.store_b(TEST_DB_PAGE, slot, u.arbitrary::<u32>()?);
+        if u.arbitrary::<bool>()? {
+            rig.d.db.store_news(TEST_DB_PAGE, slot);
+        }
+    }
+    Ok(())
+}
+
+/// The kernel's or the test page's `news_on`, said or not, whatever the driver does.
+fn news_on(rig: &mut Rig, u: &mut Unstructured) -> Result<()> {
+    let page = if u.arbitrary::<bool>()? {
+        DB_PAGE_KERNEL
+    } else {
+        TEST_DB_PAGE
+    };
+    rig.d.db.set_news_on(page, u.arbitrary::<bool>()?);
+    rig.d.write_reg(WAKE_REG, TEST_DB_PAGE);
     Ok(())
 }
 
@@ -425,11 +448,18 @@ pub fn run(data: &[u8]) {
     let mut rig = Rig::new();
     let cqes_before = rig.d.query_stats()[STAT_CQES];
     let mut u = Unstructured::new(data);
+    // The driver stores news (rox.ko and librox on a device with CAP_DB_SUMMARY), or never
+    // (an older provider): the device looks behind the news or at every slot.
+    if u.arbitrary::<bool>().unwrap_or(false) {
+        rig.d.stop_news();
+    }
     for _ in 0..MAX_OPS {
         if u.is_empty() || step(&mut rig, &mut u).is_err() {
             break;
         }
     }
+    // What the pages say is the truth again: every doorbell rung is looked at from here on.
+    rig.d.say_news();
     settle(&mut rig);
     check_memory(&rig);
     if !reset_if_fatal(&mut rig) {

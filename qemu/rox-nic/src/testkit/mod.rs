@@ -374,7 +374,7 @@ impl TestDriver {
     /// page, and of the kernel's page, which is the driver's own as rox.ko's is). With
     /// `ROX_TEST_DOORBELLS=slots` in the environment the test driver never stores news, and the
     /// device scans its page slot by slot (every test can run both ways).
-    fn say_news(&self) {
+    pub fn say_news(&self) {
         self.db.set_news_on(DB_PAGE_KERNEL, self.news);
         self.db.set_news_on(TEST_DB_PAGE, self.news);
     }

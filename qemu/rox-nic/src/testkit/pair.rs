@@ -96,3 +96,48 @@ pub fn deep_rc_pair(
     b.connect_with(&qb, gid_v4(127, 0, subnet, 1), qa.qpn, ALL_ACCESS, &p);
     (a_cq, qa, b_cq)
 }
+
+/// What [`rc_qps_between`] makes.
+#[derive(Clone, Copy, Debug)]
+pub struct RcQps {
+    /// The devices own GIDs 127.0.`subnet`.1 (a) and .2 (b).
+    pub subnet: u8,
+    pub count: u64,
+    pub pd: u32,
+    /// What each QP allows its peer.
+    pub access: u32,
+    /// a's send queues hold 2^`log_sq` WQEs (b's QPs only answer).
+    pub log_sq: u8,
+}
+
+/// `spec.count` RC QPs of device `a`, each connected with `params` to one of device `b`, a's
+/// completing on CQ `cqs[0]` and b's on `cqs[1]`: the set-up of the tests (and the benchmark)
+/// of many QPs sharing one port. Returns a's QPs.
+pub fn rc_qps_between(
+    a: &mut TestDriver,
+    b: &mut TestDriver,
+    cqs: [u32; 2],
+    spec: &RcQps,
+    params: &ConnectParams,
+) -> Vec<TestQp> {
+    use rox_uapi::{admin::CreateQp, verbs::QPT_RC};
+    let RcQps {
+        subnet, pd, access, ..
+    } = *spec;
+    let mut qps = Vec::new();
+    for _ in 0..spec.count {
+        let (c, mut qa) = a.create_qp_cmd(QPT_RC, pd, cqs[0], cqs[0], SRQ_NONE, spec.log_sq, 1);
+        qa.qpn = a.run::<CreateQp>(c);
+        let (c, mut qb) = b.create_qp_cmd(QPT_RC, pd, cqs[1], cqs[1], SRQ_NONE, 1, 1);
+        qb.qpn = b.run::<CreateQp>(c);
+        a.connect_with(&qa, Side::gid(subnet, 2), qb.qpn, access, params);
+        b.connect_with(&qb, Side::gid(subnet, 1), qa.qpn, access, params);
+        qps.push(qa);
+        if qps.len() % 64 == 0 {
+            // Each admin command's completion event: nothing here waits for them.
+            a.drain_eq(0);
+            b.drain_eq(0);
+        }
+    }
+    qps
+}

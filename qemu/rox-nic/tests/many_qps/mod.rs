@@ -8,6 +8,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use rox_nic::port::limit::dgram_wire;
+use rox_nic::testkit::pair::{rc_qps_between, RcQps};
 use rox_nic::testkit::*;
 use rox_uapi::admin::*;
 use rox_uapi::queue::*;
@@ -104,22 +105,14 @@ pub fn write_over_qps(dir: &Path, subnet: u8, qps: u64, ack_timeout: u8) -> Run 
         timeout: ack_timeout,
         ..Default::default()
     };
-    let log_sq = (per_qp.next_power_of_two().trailing_zeros() as u8).max(2);
-    let mut pairs = Vec::new();
-    for _ in 0..qps {
-        let (c, mut qa) = a.create_qp_cmd(QPT_RC, PD, a_cq.id, a_cq.id, SRQ_NONE, log_sq, 1);
-        qa.qpn = a.run::<CreateQp>(c);
-        let (c, mut qb) = b.create_qp_cmd(QPT_RC, PD, b_cq.id, b_cq.id, SRQ_NONE, 1, 1);
-        qb.qpn = b.run::<CreateQp>(c);
-        a.connect_with(&qa, gid_v4(127, 0, subnet, 2), qb.qpn, ACCESS, &params);
-        b.connect_with(&qb, gid_v4(127, 0, subnet, 1), qa.qpn, ACCESS, &params);
-        pairs.push(qa);
-        if pairs.len() % 64 == 0 {
-            // Each admin command's completion event: nothing here waits for them.
-            a.drain_eq(0);
-            b.drain_eq(0);
-        }
-    }
+    let spec = RcQps {
+        subnet,
+        count: qps,
+        pd: PD,
+        access: ACCESS,
+        log_sq: (per_qp.next_power_of_two().trailing_zeros() as u8).max(2),
+    };
+    let mut pairs = rc_qps_between(&mut a, &mut b, [a_cq.id, b_cq.id], &spec, &params);
     let total = MESSAGES * MSG;
     let (src, src_key) = a.buffer(PD, total, ACCESS);
     let (dst, dst_key) = b.buffer(PD, total, ACCESS);

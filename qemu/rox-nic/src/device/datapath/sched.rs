@@ -206,7 +206,7 @@ impl DataPath {
             return;
         }
         let backlog = self.port.as_ref().map_or(0, |p| p.backlog());
-        let in_flight = self.engine.packets_in_flight();
+        let in_flight = self.engine.flight_for_budget(PORT_INFLIGHT_LIMIT);
         self.hw.tx_sched.refill(backlog, in_flight);
     }
 

@@ -2,7 +2,8 @@
 //! decoding SQ WQEs for the engine, telling it about new receive WQEs, failing broken QPs.
 
 use super::super::doorbell::{DbObject, DoorbellBar, DoorbellsUsed, PageSet};
-use super::super::state::{Cq, QpQueues};
+use super::super::spare_sges::SpareSges;
+use super::super::state::{Cq, GidTable, QpQueues};
 use super::*;
 use crate::dma::read_as;
 use crate::roce::id_map::IdMap;
@@ -132,35 +133,30 @@ impl DataPath {
             self.shared.wqe_trace.wqe_fetch(qpn.get(), index, &wqe);
             // Its CQE names it by index: kernel consumers retire their queues by it.
             let wqe_index = index as u16;
-            // Only an SGE list keeps the spare list it is decoded into (an inline WQE's would
-            // be dropped with it, and the pool would allocate anew).
-            let sges = if wqe.flags & WqeFlags::INLINE.bits() != 0 {
-                Vec::new()
-            } else {
-                self.hw.spare_sges.pop().unwrap_or_default()
-            };
             // Decoded into its place in the engine's send queue (where it stays).
             let Ok(slot) = self.engine.send_slot(qpn) else {
                 return;
             };
-            let decoded = match decode_send(&self.hw, qp_type, sig_all, &wqe, sges, slot) {
-                Ok(()) => {
-                    slot.wqe_index = wqe_index;
-                    Ok(())
-                }
-                Err((status, vendor_err)) => {
-                    // Completes behind the WRs already in the engine, then the QP leaves RTS.
-                    self.hw.stats[STAT_WQE_ERRORS] += 1;
-                    Err(FailedWr {
-                        wr_id: wqe.wr_id,
-                        // An unknown opcode completes as a SEND (what ibv reports for it).
-                        opcode: WrOpcode::from_u8(wqe.opcode).unwrap_or(WrOpcode::Send),
-                        status,
-                        vendor_err,
-                        wqe_index,
-                    })
-                }
-            };
+            let hw = &mut self.hw;
+            let decoded =
+                match decode_send(&hw.gids, &mut hw.spare_sges, qp_type, sig_all, &wqe, slot) {
+                    Ok(()) => {
+                        slot.wqe_index = wqe_index;
+                        Ok(())
+                    }
+                    Err((status, vendor_err)) => {
+                        // Completes behind the WRs already in the engine, then the QP leaves RTS.
+                        self.hw.stats[STAT_WQE_ERRORS] += 1;
+                        Err(FailedWr {
+                            wr_id: wqe.wr_id,
+                            // An unknown opcode completes as a SEND (what ibv reports for it).
+                            opcode: WrOpcode::from_u8(wqe.opcode).unwrap_or(WrOpcode::Send),
+                            status,
+                            vendor_err,
+                            wqe_index,
+                        })
+                    }
+                };
             let _ = self.engine.queue_decoded(&mut self.hw, qpn, decoded);
         }
     }
@@ -280,14 +276,16 @@ fn has_doorbell_news(qp: &QpQueues, doorbells: &DoorbellBar) -> bool {
 }
 
 /// Decodes a send WQE into `wr`, a blank WR ([`SendWr::new`]: the fields an opcode does not
-/// use keep its values); its SGEs go into `sges` (an empty list whose allocation is reused).
-/// Errors are (WC status, vendor_err) for the error CQE.
+/// use keep its values). Its SGEs go into a list from `spares`, which stays in `wr` (a
+/// failed WR's goes back with it, [`crate::roce::engine::Engine::queue_decoded`]); a WR
+/// that ends up without SGEs gives its list back at once. Errors are (WC status,
+/// vendor_err) for the error CQE.
 pub fn decode_send(
-    hw: &Hw,
+    gids: &GidTable,
+    spares: &mut SpareSges,
     qp_type: u8,
     sig_all: bool,
     w: &SqWqe,
-    mut sges: Vec<roce::Sge>,
     wr: &mut SendWr,
 ) -> Result<(), (WcStatus, u8)> {
     let opcode =
@@ -303,6 +301,7 @@ pub fn decode_send(
         if w.num_sge as u32 > SQ_MAX_SGE {
             return Err((WcStatus::LocQpOpErr, VENDOR_ERR_BAD_SGE_COUNT));
         }
+        let mut sges = spares.take();
         sges.extend(
             w.data[..w.num_sge as usize * size_of::<Sge>()]
                 .chunks_exact(size_of::<Sge>())
@@ -330,8 +329,7 @@ pub fn decode_send(
     }
     if qp_type == QPT_UD || qp_type == QPT_GSI {
         let ud: UdSeg = read_as(&w.seg);
-        let sgid = hw
-            .gids
+        let sgid = gids
             .get(ud.sgid_index as usize)
             .ok_or((WcStatus::LocQpOpErr, VENDOR_ERR_BAD_OPCODE))?;
         wr.ud = Some(UdDest {
@@ -355,7 +353,8 @@ pub fn decode_send(
         match opcode {
             // The 8 bytes to write travel in compare_add; they become the WR's payload.
             WrOpcode::AtomicWrite => {
-                wr.data = SendData::Inline(r.compare_add.to_ne_bytes().to_vec());
+                let bytes = SendData::Inline(r.compare_add.to_ne_bytes().to_vec());
+                spares.give_back_data(std::mem::replace(&mut wr.data, bytes));
             }
             WrOpcode::BindMw => {
                 let b: BindSeg = read_as(&w.seg);
@@ -366,7 +365,7 @@ pub fn decode_send(
                     lkey: b.lkey,
                     access: b.access,
                 }));
-                wr.data = SendData::Sges(Vec::new());
+                spares.give_back_data(std::mem::replace(&mut wr.data, SendData::Sges(Vec::new())));
             }
             WrOpcode::RegMr => {
                 let f: FastRegSeg = read_as(&w.seg);
@@ -379,7 +378,7 @@ pub fn decode_send(
                     npages: f.npages,
                     page_shift: f.page_shift,
                 }));
-                wr.data = SendData::Sges(Vec::new());
+                spares.give_back_data(std::mem::replace(&mut wr.data, SendData::Sges(Vec::new())));
             }
             WrOpcode::Flush => {
                 wr.flush = FlushSpec {
@@ -486,6 +485,11 @@ mod tests {
             "a CQ of a page without news is looked at on every pass"
         );
 
+        // Broken QPs are not looked at, whatever their slots say: one in the group below,
+        // one on page 3 (scanned slot by slot).
+        for n in [504 + 2 * DB_NEWS_GROUP_SLOTS as u32 + 1, 1011] {
+            qps.get_mut(&Qpn::new(n + 2).unwrap()).unwrap().broken = true;
+        }
         let qp = |n: u32| &qps[&Qpn::new(n + 2).unwrap()];
         let ring = |qp: &QpQueues, sq: bool| {
             if sq {
@@ -496,10 +500,13 @@ mod tests {
             doorbells.store_news(qp.db_page, qp.db_slot);
         };
         // Group 2 of page 2 (QPs 504 + 22..=32): two rung, one (without an RQ) on its RQ
-        // word only, which is no news. A group with news and no doorbell moved; a slot moved
-        // without news on page 1; a slot moved on page 3, which is scanned slot by slot.
+        // word only, which is no news, one broken. A group with news and no doorbell moved; a
+        // slot moved without news on page 1; a slot moved on page 3, which is scanned slot by
+        // slot, and a broken QP's there.
         let group = 2 * DB_NEWS_GROUP_SLOTS as u32;
         ring(qp(504 + group), true);
+        ring(qp(504 + group + 1), true);
+        doorbells.store_a(qp(1011).db_page, qp(1011).db_slot, 1);
         ring(qp(504 + group + 4), false);
         ring(qp(504 + group + 5), false);
         doorbells.store_news(1, 7 * DB_NEWS_GROUP_SLOTS as u32);
@@ -523,6 +530,60 @@ mod tests {
         doorbells.store_news(4, cqs[&4].db_slot);
         scan(&qps, &mut out);
         assert_eq!(out.cqs, [4, 3]);
+    }
+
+    /// A WQE of `opcode` with `num_sge` (zeroed) SGEs, or inline (8 bytes).
+    fn send_wqe(opcode: WrOpcode, num_sge: u8, inline: bool) -> SqWqe {
+        let mut w: SqWqe = crate::dma::from_bytes(&[]);
+        w.opcode = opcode as u8;
+        w.num_sge = num_sge;
+        if inline {
+            w.flags = WqeFlags::INLINE.bits();
+            w.inline_len = 8;
+        }
+        w
+    }
+
+    /// Every SGE list taken from the spares stays in a WR that has SGEs or goes back: the
+    /// WRs without any (ATOMIC WRITE, BIND_MW, REG_MR) dropped theirs, and a WQE refused
+    /// before its SGEs were read takes none.
+    #[test]
+    fn decoding_keeps_a_spare_sge_list_only_in_a_wr_with_sges() {
+        let gids = GidTable::default();
+        let mut spares = SpareSges::default();
+        for _ in 0..2 {
+            spares.give_back(Vec::with_capacity(4));
+        }
+        let mut decode = |w: SqWqe| {
+            let mut wr = SendWr::new(0, WrOpcode::Send);
+            let result = decode_send(&gids, &mut spares, QPT_RC, false, &w, &mut wr);
+            (result, wr.data, spares.len())
+        };
+        let (result, data, left) = decode(send_wqe(WrOpcode::RdmaWrite, 2, false));
+        assert!(result.is_ok());
+        assert!(matches!(&data, SendData::Sges(s) if s.len() == 2 && s.capacity() == 4));
+        assert_eq!(left, 1, "the WRITE keeps its list");
+        // Payloads without an SGE list: the inline bytes, the ATOMIC WRITE's 8, none.
+        for (w, payload) in [
+            (send_wqe(WrOpcode::Send, 0, true), 8),
+            (send_wqe(WrOpcode::AtomicWrite, 1, false), 8),
+            (send_wqe(WrOpcode::BindMw, 1, false), 0),
+            (send_wqe(WrOpcode::RegMr, 1, false), 0),
+        ] {
+            let (result, data, left) = decode(w);
+            assert!(result.is_ok());
+            assert_eq!((data.len(), left), (payload, 1), "opcode {}", w.opcode);
+        }
+        let mut unknown = send_wqe(WrOpcode::Send, 1, false);
+        unknown.opcode = 0xee;
+        for w in [
+            unknown,
+            send_wqe(WrOpcode::Send, SQ_MAX_SGE as u8 + 1, false),
+        ] {
+            let (result, _, left) = decode(w);
+            assert!(result.is_err());
+            assert_eq!(left, 1, "refused before its SGEs: no list taken");
+        }
     }
 
     #[test]

@@ -70,6 +70,10 @@ impl Qp {
     /// Debug builds check it against the walk.
     pub(super) fn una_noted(&mut self) -> Psn {
         if let Some(una) = self.req.una_known {
+            #[cfg(test)]
+            if self.req.una_known_corrupt {
+                return una;
+            }
             debug_assert_eq!(
                 una,
                 self.una(),
@@ -81,6 +85,14 @@ impl Qp {
         let una = self.una();
         self.req.una_known = Some(una);
         una
+    }
+
+    /// Tests: makes the kept `una` say `una` (a change that moved it unnoted, in a release
+    /// build); the next note counts the flight from it.
+    #[cfg(test)]
+    pub(super) fn corrupt_una_cache(&mut self, una: Psn) {
+        self.req.una_known = Some(una);
+        self.req.una_known_corrupt = true;
     }
 
     /// A response (PSN `psn`) could not be placed because a local page is absent: drop it,

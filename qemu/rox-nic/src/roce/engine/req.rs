@@ -77,6 +77,10 @@ pub(super) struct Requester {
     /// [`Qp::una`] as last found, None once a change may have moved it: the QP table reads
     /// it after every change of the QP ([`Qp::una_noted`]), most of which do not move it.
     pub(super) una_known: Option<Psn>,
+    /// Tests: `una_known` was set wrong on purpose ([`Qp::corrupt_una_cache`]); debug builds
+    /// do not check it until it is forgotten.
+    #[cfg(test)]
+    pub(super) una_known_corrupt: bool,
 }
 
 impl Requester {
@@ -107,6 +111,10 @@ impl Requester {
     /// WQE finished or left the SQ): [`Qp::una_noted`] finds it again.
     pub(super) fn una_may_move(&mut self) {
         self.una_known = None;
+        #[cfg(test)]
+        {
+            self.una_known_corrupt = false;
+        }
     }
 }
 

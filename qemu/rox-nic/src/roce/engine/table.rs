@@ -43,6 +43,9 @@ pub(super) struct QpTable {
     departing: Vec<Qpn>,
     /// RC request packets sent and not yet acknowledged, over all QPs.
     flight: u64,
+    /// What the last [`Self::recount_stuck_flight`] walk found: the same count is not
+    /// walked again.
+    recounted: Option<u64>,
 }
 
 /// A QP borrowed for a change; dropping it notes the change in its table.
@@ -77,6 +80,7 @@ impl QpTable {
             owing,
             departing,
             flight,
+            recounted: _,
         } = self;
         let slot = map.get_mut(qpn)?;
         Some(QpMut {
@@ -141,6 +145,31 @@ impl QpTable {
     /// RC request packets in flight over all QPs.
     pub fn flight(&self) -> u64 {
         self.flight
+    }
+
+    /// Counts the flight again if it fills a budget of `limit` packets (the port's) while no
+    /// QP has a timer armed; true if it did. Such a count is not trusted: a packet in
+    /// flight arms its QP's ACK timer (or, held after a loss, waits to be resent), and with
+    /// no timer nothing may come to move any `una`. A missed [`Qp::una_noted`] invalidation
+    /// (which debug builds catch) would otherwise overcount the flight for good and hold
+    /// every first transmission of the port. Every QP's `una` is then found again by the
+    /// walk, once for a count: a wire that holds resends keeps the same count.
+    pub fn recount_stuck_flight(&mut self, limit: u64) -> bool {
+        if self.flight < limit
+            || self.recounted == Some(self.flight)
+            || self.active().any(has_timer_armed)
+        {
+            return false;
+        }
+        // Rare (a bug's fallback): the QPNs are collected, then each QP noted afresh.
+        let qpns: Vec<Qpn> = self.map.keys().copied().collect();
+        for qpn in qpns {
+            if let Some(mut qp) = self.get_mut(&qpn) {
+                qp.req.una_may_move();
+            }
+        }
+        self.recounted = Some(self.flight);
+        true
     }
 
     /// Every QP (a walk of the whole table: for checks in debug builds, not for a pass of
@@ -301,10 +330,13 @@ pub(super) fn owes_answers(qp: &Qp) -> bool {
 /// requester side, a QP between messages, a QP waiting for the port's scheduler with
 /// nothing in flight).
 pub(super) fn has_poll_work(qp: &Qp) -> bool {
-    owes_answers(qp)
-        || qp.req.rnr_until.is_some()
-        || qp.req.timer_deadline.is_some()
-        || qp.cc.wake_at.is_some()
+    owes_answers(qp) || has_timer_armed(qp)
+}
+
+/// Whether a timer of `qp`'s requester is armed: its retransmission timer, an RNR (or
+/// page-fault) wait, its rate's next release.
+fn has_timer_armed(qp: &Qp) -> bool {
+    qp.req.rnr_until.is_some() || qp.req.timer_deadline.is_some() || qp.cc.wake_at.is_some()
 }
 
 #[cfg(test)]
@@ -379,6 +411,45 @@ mod tests {
         assert_eq!(engine.packets_in_flight(), 0);
         let done: Vec<u64> = env.completions.iter().map(|c| c.wr_id).collect();
         assert_eq!(done, [1, 2]);
+    }
+
+    /// A kept `una` that a change moved unnoted (here corrupted on purpose) overcounts the
+    /// flight; once that fills the port's budget with no timer armed, nothing would ever
+    /// correct it and the port would send no new packet. The budget's count walks again.
+    /// Without the walk the QP sends nothing (release builds; debug builds' check of the
+    /// count fails first).
+    #[test]
+    fn a_flight_that_fills_the_budget_with_no_timer_armed_is_counted_again() {
+        let limit = u64::from(MAX_INFLIGHT_PSNS);
+        let mut env = TestEnv::new();
+        let (mut engine, _) = engine_with_timed_qps(&mut env, 1);
+        let write = |id| send_wr(id, WrOpcode::RdmaWrite, 8);
+        engine.post_send(&mut env, LOCAL_QPN, write(1)).unwrap();
+        let ack = packet_from_peer(op::RC_ACKNOWLEDGE, 100, &[], |h| {
+            h.aeth = peer_aeth(wire::Syndrome::Ack)
+        });
+        engine.receive(&mut env, &ack).unwrap();
+        engine.poll(&mut env);
+        assert_eq!(
+            (engine.packets_in_flight(), engine.next_deadline()),
+            (0, None)
+        );
+
+        let mut qp = engine.qps.get_mut(&LOCAL_QPN).unwrap();
+        let stale = qp.req.sent_end.sub(MAX_INFLIGHT_PSNS);
+        qp.corrupt_una_cache(stale);
+        drop(qp);
+        assert_eq!(engine.qps.flight(), limit, "the whole budget, as counted");
+        // The port's budget, as the scheduler refills it (sched.rs), for the next WRITE.
+        let flight = engine.flight_for_budget(limit);
+        env.send_allowance = Some(limit.saturating_sub(flight) as u32);
+        engine.post_send(&mut env, LOCAL_QPN, write(2)).unwrap();
+        assert_eq!(env.sent.len(), 2, "the second WRITE went");
+        assert_eq!(engine.stats.flight_recounts, 1);
+        assert_eq!(engine.packets_in_flight(), 1);
+        // In flight with its timer armed: nothing to walk.
+        engine.flight_for_budget(1);
+        assert_eq!(engine.stats.flight_recounts, 1);
     }
 
     #[test]
