@@ -29,6 +29,8 @@ pub(super) struct Ring {
 
 impl Ring {
     pub(super) fn new(r: usize, slots: u32, slot_len: u32) -> Ring {
+        // `slot` masks ring positions.
+        debug_assert!(slots.is_power_of_two());
         Ring {
             base: ring_base(r, slots, slot_len),
             slots,

@@ -235,7 +235,8 @@ pub fn recycle(buf: Vec<u8>) {
 pub fn recycle_all(packets: impl Iterator<Item = Packet>) {
     SPENT.with_borrow_mut(|pool| {
         for p in packets {
-            // A lent buffer goes back to its lender as the packet drops.
+            // A lent buffer goes back to its lender as the packet drops, inside this borrow
+            // of the pool: a lender's `give_back` must not touch this pool (it would panic).
             if let Buf::Heap(v) = p.buf {
                 keep(pool, v);
             }
