@@ -44,7 +44,8 @@ pub(super) struct QpTable {
     /// RC request packets sent and not yet acknowledged, over all QPs.
     flight: u64,
     /// What the last [`Self::recount_stuck_flight`] walk found: the same count is not
-    /// walked again.
+    /// walked again until the flight shrinks (an ACK moved some `una`: a later stuck count,
+    /// the same number or not, is a new one).
     recounted: Option<u64>,
 }
 
@@ -61,6 +62,7 @@ struct Lists<'a> {
     owing: &'a mut Vec<Qpn>,
     departing: &'a mut Vec<Qpn>,
     flight: &'a mut u64,
+    recounted: &'a mut Option<u64>,
 }
 
 impl QpTable {
@@ -80,7 +82,7 @@ impl QpTable {
             owing,
             departing,
             flight,
-            recounted: _,
+            recounted,
         } = self;
         let slot = map.get_mut(qpn)?;
         Some(QpMut {
@@ -91,6 +93,7 @@ impl QpTable {
                 owing,
                 departing,
                 flight,
+                recounted,
             },
         })
     }
@@ -122,6 +125,9 @@ impl QpTable {
     pub fn remove(&mut self, qpn: &Qpn) -> Option<Qp> {
         let slot = self.map.remove(qpn)?;
         self.flight = self.flight.saturating_sub(slot.flight);
+        if slot.flight > 0 {
+            self.recounted = None;
+        }
         // Rare (a destroy or a reset): the lists are walked once.
         if slot.active {
             self.active.retain(|q| q != qpn);
@@ -203,6 +209,7 @@ impl QpTable {
                 owing: &mut self.owing,
                 departing: &mut self.departing,
                 flight: &mut self.flight,
+                recounted: &mut self.recounted,
             };
             lists.note(qpn, slot);
             if has_poll_work(&slot.qp) {
@@ -269,6 +276,9 @@ impl Lists<'_> {
         // Saturating: were the count ever wrong (debug builds check it), a wrap would hold
         // every new packet of the port back for good.
         *self.flight = self.flight.saturating_sub(slot.flight) + flight;
+        if flight < slot.flight {
+            *self.recounted = None;
+        }
         slot.flight = flight;
         if !slot.active && has_poll_work(&slot.qp) {
             slot.active = true;
@@ -450,6 +460,38 @@ mod tests {
         // In flight with its timer armed: nothing to walk.
         engine.flight_for_budget(1);
         assert_eq!(engine.stats.flight_recounts, 1);
+    }
+
+    /// A QP without an ACK timeout (IBA: 0, none) fills the budget with no timer armed and
+    /// a right count: walked once, not again at each refill. Once an ACK shrinks the flight,
+    /// a later stuck count (here the same number, from a corrupted `una`) is walked afresh;
+    /// keeping the first walk's count would hold the port for good.
+    #[test]
+    fn a_stuck_count_is_walked_once_until_the_flight_shrinks() {
+        let mut env = TestEnv::new();
+        let mut engine = Engine::new();
+        create_rts_qp(&mut engine, &mut env, QpType::Rc);
+        for id in 0..4 {
+            let wr = send_wr(id, WrOpcode::RdmaWrite, 8);
+            engine.post_send(&mut env, LOCAL_QPN, wr).unwrap();
+        }
+        assert_eq!((env.sent.len(), engine.next_deadline()), (4, None));
+        assert_eq!(engine.flight_for_budget(4), 4);
+        assert_eq!(engine.flight_for_budget(4), 4);
+        assert_eq!(engine.stats.flight_recounts, 1, "the same count walked once");
+
+        let ack = packet_from_peer(op::RC_ACKNOWLEDGE, 103, &[], |h| {
+            h.aeth = peer_aeth(wire::Syndrome::Ack)
+        });
+        engine.receive(&mut env, &ack).unwrap();
+        assert_eq!(engine.packets_in_flight(), 0);
+        let mut qp = engine.qps.get_mut(&LOCAL_QPN).unwrap();
+        let stale = qp.req.sent_end.sub(4);
+        qp.corrupt_una_cache(stale);
+        drop(qp);
+        assert_eq!(engine.qps.flight(), 4, "stuck at the walked count again");
+        assert_eq!(engine.flight_for_budget(4), 0);
+        assert_eq!(engine.stats.flight_recounts, 2);
     }
 
     #[test]
