@@ -261,7 +261,10 @@ impl DoorbellBar {
 
     /// A trapped byte store (software's news byte when BAR2 is not mmapped): that byte of
     /// its word and no other, the same release store of one byte as [`Self::store_news`]
-    /// (what a guest's mapped store is too).
+    /// (what a guest's mapped store is too). It races the data path's whole-word swap of
+    /// the news word: Rust's memory model leaves mixed-size atomics to the hardware, and
+    /// this relies on x86-64's and ARMv8's single-copy atomic byte stores inside a word,
+    /// as the mapped guest's stores already do (`regs::DbPage`).
     pub fn write_byte(&self, offset: u64, value: u8) {
         if offset < regs::BAR_DB_SIZE {
             self.byte(offset as usize).store(value, Ordering::Release);
