@@ -172,14 +172,17 @@ impl DataPath {
     }
 
     /// After the engine took a batch of packets: the answers it owes now (coalesced ACKs, READ
-    /// responses) are built and routed, and what went to the port leaves at once. Not at the
-    /// end of the pass: a thread that loses its core before then (a loaded host) would hold
-    /// ACKs the peer's timers are counting (docs/transport.md, "When answers leave"). One ACK
-    /// per QP per batch, not per packet.
+    /// responses) are built and routed, and when it owed some, the port's queue leaves at once.
+    /// Not at the end of the pass: a thread that loses its core before then (a loaded host)
+    /// would hold ACKs the peer's timers are counting (docs/transport.md, "When answers
+    /// leave"). One ACK per QP per batch, not per packet. A batch that owed nothing (a
+    /// requester's ACKs) flushes nothing: the packets it let go leave with the pass's turns,
+    /// in one flush, as before.
     pub(super) fn answer_taken(&mut self) {
+        let owed = self.engine.owes_answers();
         self.engine.send_answers(&mut self.hw);
         self.run_deferred();
-        if self.port_queued {
+        if owed && self.port_queued {
             self.flush_port();
         }
     }
