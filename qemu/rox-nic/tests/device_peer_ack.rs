@@ -10,9 +10,8 @@ use std::time::{Duration, Instant};
 use rox_nic::device::Shared;
 use rox_nic::port::limit::dgram_wire;
 use rox_nic::testkit::*;
-use rox_uapi::queue::*;
 use rox_uapi::admin::*;
-use rox_uapi::regs::*;
+use rox_uapi::queue::*;
 use rox_uapi::verbs::*;
 
 const PD: u32 = 1;
