@@ -8,7 +8,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rox_nic::device::Shared;
-use rox_nic::port::limit::dgram_wire;
 use rox_nic::testkit::*;
 use rox_uapi::admin::*;
 use rox_uapi::queue::*;
@@ -36,12 +35,6 @@ impl Drop for Release {
 #[test]
 fn a_batchs_acks_leave_before_the_responder_loses_its_core() {
     let dir = tempfile::tempdir().unwrap();
-    let (one, two) = dgram_wire(dir.path(), "a.sock", "b.sock");
-    let subnet = 32;
-    let mut a = port_device(one, subnet, 1, None);
-    let mut b = port_device(two, subnet, 2, None);
-    let mut a_cq = a.create_cq(7);
-    let b_cq = b.create_cq(4);
     let params = ConnectParams {
         mtu: MTU_4096,
         timeout: ACK_TIMEOUT,
@@ -49,16 +42,13 @@ fn a_batchs_acks_leave_before_the_responder_loses_its_core() {
     };
     // Two QPs: the second has measured no round trip when it sends, so no tail probe joins
     // its WRITEs while the responder is held.
-    let mut qps = Vec::new();
-    for _ in 0..2 {
-        let qa = a.create_qp(QPT_RC, PD, a_cq.id, a_cq.id, SRQ_NONE);
-        let qb = b.create_qp(QPT_RC, PD, b_cq.id, b_cq.id, SRQ_NONE);
-        a.connect_with(&qa, gid_v4(127, 0, subnet, 2), qb.qpn, ACCESS, &params);
-        b.connect_with(&qb, gid_v4(127, 0, subnet, 1), qa.qpn, ACCESS, &params);
-        a.drain_eq(0);
-        b.drain_eq(0);
-        qps.push(qa);
-    }
+    let pair::RcQps {
+        mut a,
+        mut b,
+        mut a_cq,
+        mut qps,
+        ..
+    } = pair::rc_qps_over_dgram(dir.path(), 32, 2, 7, (PD, ACCESS), &params);
     let total = (HELD_WRITES + 1) * MSG;
     let (src, src_key) = a.buffer(PD, total, ACCESS);
     let (dst, dst_key) = b.buffer(PD, total, ACCESS);

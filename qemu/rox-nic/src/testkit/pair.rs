@@ -1,6 +1,7 @@
 //! Two devices back to back: each on a port over one datagram wire (device 1 and device 2 send
 //! to each other's socket), each with a CQ, one QP and a registered buffer — the set-up of
-//! every test (and the benchmark) that runs traffic between two whole devices.
+//! every test (and the benchmark) that runs traffic between two whole devices; or with many
+//! RC QPs of one connected to as many of the other ([`rc_qps_over_dgram`]).
 
 use std::path::Path;
 
@@ -95,4 +96,52 @@ pub fn deep_rc_pair(
     a.connect_with(&qa, gid_v4(127, 0, subnet, 2), qb.qpn, ALL_ACCESS, &p);
     b.connect_with(&qb, gid_v4(127, 0, subnet, 1), qa.qpn, ALL_ACCESS, &p);
     (a_cq, qa, b_cq)
+}
+
+/// Two devices on a datagram wire with RC QPs of the first connected to as many of the second.
+pub struct RcQps {
+    /// The requester, device 127.0.`subnet`.1, and the responder, .2.
+    pub a: TestDriver,
+    pub b: TestDriver,
+    /// Every QP's CQ on each side.
+    pub a_cq: TestCq,
+    pub b_cq: TestCq,
+    /// a's QPs, in the order made.
+    pub qps: Vec<TestQp>,
+}
+
+/// [`RcQps`] with `qps` QP pairs in PD `pd` on the wire in `dir` (devices 127.0.`subnet`.1 and
+/// .2), each side allowing `access` and connected with `params`; a's CQ holds 2^`a_cq_log`
+/// completions, b's 16. Each command's completion event is drained as it comes.
+pub fn rc_qps_over_dgram(
+    dir: &Path,
+    subnet: u8,
+    qps: u64,
+    a_cq_log: u8,
+    (pd, access): (u32, u32),
+    params: &ConnectParams,
+) -> RcQps {
+    use rox_uapi::verbs::QPT_RC;
+    let (one, two) = dgram_wire(dir, "a.sock", "b.sock");
+    let mut a = port_device(one, subnet, 1, None);
+    let mut b = port_device(two, subnet, 2, None);
+    let a_cq = a.create_cq(a_cq_log);
+    let b_cq = b.create_cq(4);
+    let mut made = Vec::new();
+    for _ in 0..qps {
+        let qa = a.create_qp(QPT_RC, pd, a_cq.id, a_cq.id, SRQ_NONE);
+        let qb = b.create_qp(QPT_RC, pd, b_cq.id, b_cq.id, SRQ_NONE);
+        a.connect_with(&qa, gid_v4(127, 0, subnet, 2), qb.qpn, access, params);
+        b.connect_with(&qb, gid_v4(127, 0, subnet, 1), qa.qpn, access, params);
+        a.drain_eq(0);
+        b.drain_eq(0);
+        made.push(qa);
+    }
+    RcQps {
+        a,
+        b,
+        a_cq,
+        b_cq,
+        qps: made,
+    }
 }
