@@ -35,20 +35,10 @@ impl Drop for Release {
 #[test]
 fn a_batchs_acks_leave_before_the_responder_loses_its_core() {
     let dir = tempfile::tempdir().unwrap();
-    let params = ConnectParams {
-        mtu: MTU_4096,
-        timeout: ACK_TIMEOUT,
-        ..Default::default()
-    };
     // Two QPs: the second has measured no round trip when it sends, so no tail probe joins
     // its WRITEs while the responder is held.
-    let pair::RcQps {
-        mut a,
-        mut b,
-        mut a_cq,
-        mut qps,
-        ..
-    } = pair::rc_qps_over_dgram(dir.path(), 32, 2, 7, (PD, ACCESS), &params);
+    let (mut a, mut b, mut a_cq, mut qps) =
+        pair::rc_qps_over_dgram(dir.path(), 32, (2, 7), (PD, ACCESS), ACK_TIMEOUT);
     let total = (HELD_WRITES + 1) * MSG;
     let (src, src_key) = a.buffer(PD, total, ACCESS);
     let (dst, dst_key) = b.buffer(PD, total, ACCESS);

@@ -30,24 +30,19 @@ const STALL: Duration = Duration::from_millis(400);
 fn a_stall_of_the_senders_own_thread_times_out_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let subnet = 31;
-    let params = ConnectParams {
-        mtu: MTU_4096,
-        timeout: ACK_TIMEOUT,
-        ..Default::default()
-    };
-    let pair::RcQps {
-        mut a,
-        mut b,
-        mut a_cq,
-        mut qps,
-        ..
-    } = pair::rc_qps_over_dgram(dir.path(), subnet, QPS, 10, (PD, ACCESS), &params);
+    let (mut a, mut b, mut a_cq, mut qps) =
+        pair::rc_qps_over_dgram(dir.path(), subnet, (QPS, 10), (PD, ACCESS), ACK_TIMEOUT);
     // The trigger: a QP of the sending device connected to itself. Its packet comes back
     // through the device's loopback, which the pass's receive takes: the stall starts there,
     // after the doorbells' packets were built and the wire read, before the timers and the
     // port's flush.
     let mut trigger = a.create_qp(QPT_RC, PD, a_cq.id, a_cq.id, SRQ_NONE);
     let own = gid_v4(127, 0, subnet, 1);
+    let params = ConnectParams {
+        mtu: MTU_4096,
+        timeout: ACK_TIMEOUT,
+        ..Default::default()
+    };
     a.connect_with(&trigger, own, trigger.qpn, ACCESS, &params);
     let total = (QPS + 2) * MSG;
     let (src, src_key) = a.buffer(PD, total, ACCESS);

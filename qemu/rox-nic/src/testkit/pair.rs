@@ -98,50 +98,38 @@ pub fn deep_rc_pair(
     (a_cq, qa, b_cq)
 }
 
-/// Two devices on a datagram wire with RC QPs of the first connected to as many of the second.
-pub struct RcQps {
-    /// The requester, device 127.0.`subnet`.1, and the responder, .2.
-    pub a: TestDriver,
-    pub b: TestDriver,
-    /// Every QP's CQ on each side.
-    pub a_cq: TestCq,
-    pub b_cq: TestCq,
-    /// a's QPs, in the order made.
-    pub qps: Vec<TestQp>,
-}
-
-/// [`RcQps`] with `qps` QP pairs in PD `pd` on the wire in `dir` (devices 127.0.`subnet`.1 and
-/// .2), each side allowing `access` and connected with `params`; a's CQ holds 2^`a_cq_log`
-/// completions, b's 16. Each command's completion event is drained as it comes.
+/// Two devices on the datagram wire in `dir` (127.0.`subnet`.1 and .2) with `qps` RC QPs of
+/// the first connected to as many of the second, in PD `pd`, each side allowing `access`, at
+/// a 4 KiB path MTU and ACK timeout `ack_timeout`. Returns both devices, the first's CQ (every
+/// QP's; 2^`a_cq_log` entries) and its QPs in the order made. Each command's completion event
+/// is drained as it comes.
 pub fn rc_qps_over_dgram(
     dir: &Path,
     subnet: u8,
-    qps: u64,
-    a_cq_log: u8,
+    (qps, a_cq_log): (u64, u8),
     (pd, access): (u32, u32),
-    params: &ConnectParams,
-) -> RcQps {
-    use rox_uapi::verbs::QPT_RC;
+    ack_timeout: u8,
+) -> (TestDriver, TestDriver, TestCq, Vec<TestQp>) {
+    use rox_uapi::verbs::{MTU_4096, QPT_RC};
     let (one, two) = dgram_wire(dir, "a.sock", "b.sock");
     let mut a = port_device(one, subnet, 1, None);
     let mut b = port_device(two, subnet, 2, None);
     let a_cq = a.create_cq(a_cq_log);
     let b_cq = b.create_cq(4);
+    let params = ConnectParams {
+        mtu: MTU_4096,
+        timeout: ack_timeout,
+        ..Default::default()
+    };
     let mut made = Vec::new();
     for _ in 0..qps {
         let qa = a.create_qp(QPT_RC, pd, a_cq.id, a_cq.id, SRQ_NONE);
         let qb = b.create_qp(QPT_RC, pd, b_cq.id, b_cq.id, SRQ_NONE);
-        a.connect_with(&qa, gid_v4(127, 0, subnet, 2), qb.qpn, access, params);
-        b.connect_with(&qb, gid_v4(127, 0, subnet, 1), qa.qpn, access, params);
+        a.connect_with(&qa, gid_v4(127, 0, subnet, 2), qb.qpn, access, &params);
+        b.connect_with(&qb, gid_v4(127, 0, subnet, 1), qa.qpn, access, &params);
         a.drain_eq(0);
         b.drain_eq(0);
         made.push(qa);
     }
-    RcQps {
-        a,
-        b,
-        a_cq,
-        b_cq,
-        qps: made,
-    }
+    (a, b, a_cq, made)
 }
