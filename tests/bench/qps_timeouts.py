@@ -11,7 +11,9 @@ nap's end: the thread held no core, or was inside one pass) between p's build an
 
 The verdict per timeout:
 - "peer's ACK waited in the peer": the peer built the ACK before T and its thread then had
-  no record for over 1 ms (the ACK sat in its port queue: the flush is at the pass's end);
+  no record for over 1 ms (the ACK sat in its port queue: until session 18 the flush was at
+  the pass's end; a rox-nic since flushes after the receive batch that owed it, so with one
+  this verdict means the silence fell inside that batch's handling);
 - "ACK on its way": the peer built the ACK before T and went on;
 - "peer took p but had not ACKed it" / "peer had not taken p": the peer's backlog and stalls;
 - "requester stalled with p unsent": the requester's thread had no record for over 1 ms, and

@@ -1,11 +1,11 @@
 //! Host benchmark of many QPs sharing one port: two devices on a `dgram` wire, the same 2048
 //! WRITEs of 8 KiB (16 MiB) spread over each QP count of ROX_QPS_LIST (default `16 256`), all
 //! posted at once (tests/many_qps). Per count it prints the rate, what the sender's port and
-//! transport counted, and how each device's data-path loop ran: passes, passes with work, naps
-//! and idle sleeps. Wall clock is noise on a shared 2-core host; for instruction counts run one
-//! count at a time under callgrind, with an ACK timeout valgrind's slowness does not reach
-//! (ROX_QPS_ACK_TIMEOUT, IB's exponent, default 16 = 268 ms) and one profile for the timed part
-//! alone, and divide a function's cost by the passes printed here:
+//! transport counted, the receiver's ACKs (its port's frames), and how each device's data-path
+//! loop ran: passes, passes with work, naps and idle sleeps. Wall clock is noise on a shared
+//! 2-core host; for instruction counts run one count at a time under callgrind, with an ACK
+//! timeout valgrind's slowness does not reach (ROX_QPS_ACK_TIMEOUT, IB's exponent, default
+//! 16 = 268 ms) and one profile for the timed part alone, and divide a function's cost by the passes printed here:
 //! `ROX_QPS_LIST=256 ROX_QPS_ACK_TIMEOUT=22 valgrind --tool=callgrind
 //! --dump-before='*timed_part_*' target/release/deps/qps-*` (the timed part: `callgrind.out.PID.2`;
 //! docs/benchmarks.md, "Session 8: 16 against 256 QPs"). ROX_QPS_TRACE_DIR=DIR writes both
@@ -47,10 +47,11 @@ fn main() {
             .unwrap_or_default(),
     );
     println!(
-        "{:>5} {:>8} {:>7} {:>7} {:>9} | {:>28} | {:>28}",
+        "{:>5} {:>8} {:>7} {:>6} {:>7} {:>9} | {:>28} | {:>28}",
         "qps",
         "MiB/s",
         "frames",
+        "acks",
         "retrans",
         "timeouts",
         "sender passes/work/naps/sleeps",
@@ -62,8 +63,9 @@ fn main() {
         let rate = (MESSAGES * MSG) as f64 / r.elapsed.as_secs_f64() / f64::from(1 << 20);
         let show = |l: &Loop| format!("{}/{}/{}/{}", l.passes, l.work_passes, l.naps, l.sleeps);
         println!(
-            "{qps:>5} {rate:>8.1} {:>7} {:>7} {:>9} | {:>28} | {:>28}",
+            "{qps:>5} {rate:>8.1} {:>7} {:>6} {:>7} {:>9} | {:>28} | {:>28}",
             r.port_tx_frames,
+            r.acks,
             r.retransmits,
             r.timeouts,
             show(&r.loops[0]),

@@ -15,10 +15,11 @@ fn two_hundred_fifty_six_qps_share_the_port_without_loss_in_the_device_queue() {
     let rate = |r: &Run| (MESSAGES * MSG) as f64 / r.elapsed.as_secs_f64() / (1 << 20) as f64;
     for (qps, r) in [(16, &few), (256, &many)] {
         eprintln!(
-            "{qps} QPs: {:.0} MiB/s, {} frames sent, {} discarded, {} retransmits ({} timeouts), \
-             data-path loops (sender, receiver): {:?}",
+            "{qps} QPs: {:.0} MiB/s, {} frames sent, {} ACKs, {} discarded, {} retransmits \
+             ({} timeouts), data-path loops (sender, receiver): {:?}",
             rate(r),
             r.port_tx_frames,
+            r.acks,
             r.xmit_discards,
             r.retransmits,
             r.timeouts,

@@ -8,8 +8,6 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use rox_nic::port::limit::dgram_wire;
-use rox_nic::testkit::pair::{rc_qps_between, RcQps};
 use rox_nic::testkit::*;
 use rox_uapi::admin::*;
 use rox_uapi::queue::*;
@@ -31,31 +29,20 @@ const STALL: Duration = Duration::from_millis(400);
 #[test]
 fn a_stall_of_the_senders_own_thread_times_out_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    let (one, two) = dgram_wire(dir.path(), "a.sock", "b.sock");
     let subnet = 31;
-    let mut a = port_device(one, subnet, 1, None);
-    let mut b = port_device(two, subnet, 2, None);
-    let mut a_cq = a.create_cq(10);
-    let b_cq = b.create_cq(4);
-    let params = ConnectParams {
-        mtu: MTU_4096,
-        timeout: ACK_TIMEOUT,
-        ..Default::default()
-    };
-    let spec = RcQps {
-        subnet,
-        count: QPS,
-        pd: PD,
-        access: ACCESS,
-        log_sq: 1,
-    };
-    let mut qps = rc_qps_between(&mut a, &mut b, [a_cq.id, b_cq.id], &spec, &params);
+    let (mut a, mut b, mut a_cq, mut qps) =
+        pair::rc_qps_over_dgram(dir.path(), subnet, (QPS, 10), (PD, ACCESS), ACK_TIMEOUT);
     // The trigger: a QP of the sending device connected to itself. Its packet comes back
     // through the device's loopback, which the pass's receive takes: the stall starts there,
     // after the doorbells' packets were built and the wire read, before the timers and the
     // port's flush.
     let mut trigger = a.create_qp(QPT_RC, PD, a_cq.id, a_cq.id, SRQ_NONE);
     let own = gid_v4(127, 0, subnet, 1);
+    let params = ConnectParams {
+        mtu: MTU_4096,
+        timeout: ACK_TIMEOUT,
+        ..Default::default()
+    };
     a.connect_with(&trigger, own, trigger.qpn, ACCESS, &params);
     let total = (QPS + 2) * MSG;
     let (src, src_key) = a.buffer(PD, total, ACCESS);

@@ -234,8 +234,9 @@ impl DataPath {
         }
     }
 
-    /// Takes what arrived (the loopback queue, and the wire when due); after a pass that took
-    /// something, sends the answers the engine owes and takes the same-device ones at once, so
+    /// Takes what arrived (the loopback queue, and the wire when due: the answers to each batch
+    /// of the port's frames leave right after it, `answer_taken`); after a pass that took
+    /// something, sends the answers still owed and takes the same-device ones at once, so
     /// that the engine's timers, which run next, never see a request whose answer is one pass
     /// away: a thread that lost its core between the two (a loaded host) would send a tail
     /// probe or time the request out (t-driver-counters counts exactly; docs/testing.md).
@@ -248,8 +249,7 @@ impl DataPath {
             got |= wire;
         }
         if got {
-            self.engine.send_answers(&mut self.hw);
-            self.run_deferred();
+            self.answer_taken();
             self.receive_loopback();
             #[cfg(feature = "testkit")]
             self.stall_for_test();

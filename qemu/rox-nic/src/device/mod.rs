@@ -21,6 +21,8 @@ pub(crate) mod region;
 pub(crate) mod ring;
 pub(crate) mod spare_sges;
 pub(crate) mod state;
+#[cfg(feature = "testkit")]
+pub mod test_hold;
 
 use std::fs::File;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
@@ -177,6 +179,9 @@ pub struct Shared {
     /// before it runs the engine's timers, as a thread that lost its core there would.
     #[cfg(feature = "testkit")]
     pub stall_before_timers_ns: AtomicU64,
+    /// Tests only: holds the data path after it answered a batch of frames from the port.
+    #[cfg(feature = "testkit")]
+    pub hold_after_rx_batch: test_hold::TestHold,
 }
 
 impl Shared {
@@ -303,6 +308,8 @@ impl RoxNic {
             wqe_trace: crate::trace::WqeTrace::new(),
             #[cfg(feature = "testkit")]
             stall_before_timers_ns: AtomicU64::new(0),
+            #[cfg(feature = "testkit")]
+            hold_after_rx_batch: test_hold::TestHold::default(),
         });
         let dp = datapath::DataPath::new(shared.clone(), rx, &config)?;
         let thread = std::thread::Builder::new()

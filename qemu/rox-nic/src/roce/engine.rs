@@ -416,6 +416,12 @@ impl Engine {
         Ok(())
     }
 
+    /// Whether a responder owes an answer (a coalesced ACK, READ responses held by its rate):
+    /// what [`Engine::send_answers`] visits.
+    pub fn owes_answers(&self) -> bool {
+        !self.qps.owing_is_empty()
+    }
+
     /// Sends what the responders owe now: READ responses whose pacing wait is over and
     /// coalesced ACKs. [`Engine::poll`] does this too; the data path calls it first after a
     /// pass that received requests, so that it can take same-device answers before any timer

@@ -1,6 +1,7 @@
 //! Two devices back to back: each on a port over one datagram wire (device 1 and device 2 send
 //! to each other's socket), each with a CQ, one QP and a registered buffer — the set-up of
-//! every test (and the benchmark) that runs traffic between two whole devices.
+//! every test (and the benchmark) that runs traffic between two whole devices; or with many
+//! RC QPs of one connected to as many of the other ([`rc_qps_over_dgram`]).
 
 use std::path::Path;
 
@@ -140,4 +141,38 @@ pub fn rc_qps_between(
         }
     }
     qps
+}
+
+/// Two devices on the datagram wire in `dir` (127.0.`subnet`.1 and .2) with `qps` RC QPs of
+/// the first connected to as many of the second ([`rc_qps_between`]; the first's send queues
+/// hold 256 WQEs), in PD `pd`, each side allowing `access`, at a 4 KiB path MTU and ACK
+/// timeout `ack_timeout`. Returns both devices, the first's CQ (every QP's; 2^`a_cq_log`
+/// entries) and its QPs in the order made.
+pub fn rc_qps_over_dgram(
+    dir: &Path,
+    subnet: u8,
+    (qps, a_cq_log): (u64, u8),
+    (pd, access): (u32, u32),
+    ack_timeout: u8,
+) -> (TestDriver, TestDriver, TestCq, Vec<TestQp>) {
+    use rox_uapi::verbs::MTU_4096;
+    let (one, two) = dgram_wire(dir, "a.sock", "b.sock");
+    let mut a = port_device(one, subnet, 1, None);
+    let mut b = port_device(two, subnet, 2, None);
+    let a_cq = a.create_cq(a_cq_log);
+    let b_cq = b.create_cq(4);
+    let params = ConnectParams {
+        mtu: MTU_4096,
+        timeout: ack_timeout,
+        ..Default::default()
+    };
+    let spec = RcQps {
+        subnet,
+        count: qps,
+        pd,
+        access,
+        log_sq: 8,
+    };
+    let made = rc_qps_between(&mut a, &mut b, [a_cq.id, b_cq.id], &spec, &params);
+    (a, b, a_cq, made)
 }

@@ -27,6 +27,8 @@ pub struct Run {
     pub retransmits: u64,
     pub timeouts: u64,
     pub port_tx_frames: u64,
+    /// Frames the receiving device sent: its ACKs.
+    pub acks: u64,
     /// Frames the sending port lost (its queue full, the wire refused them).
     pub xmit_discards: u64,
     /// The sender's and the receiver's data-path loop over the timed part of the run.
@@ -167,12 +169,14 @@ pub fn write_over_qps(dir: &Path, subnet: u8, qps: u64, ack_timeout: u8) -> Run 
         b.ram.read(dst, total as usize) == data,
         "{qps} QPs: the received bytes differ from the sent ones"
     );
+    let acks = b.query_stats()[STAT_PORT_TX_FRAMES];
     let stats = a.query_stats();
     Run {
         elapsed,
         retransmits: stats[STAT_RETRANSMITS],
         timeouts: stats[STAT_TIMEOUTS],
         port_tx_frames: stats[STAT_PORT_TX_FRAMES],
+        acks,
         xmit_discards: a.port_counters().xmit_discards,
         loops,
     }

@@ -89,56 +89,33 @@ impl DataPath {
                 || now.saturating_duration_since(self.last_wire_poll) >= WIRE_POLL_INTERVAL)
     }
 
-    /// Frames from the port: RoCEv2 for this device to the engine, the rest to the netdev.
+    /// Frames from the port: RoCEv2 for this device to the engine, the rest to the netdev;
+    /// after each batch the answers it owes leave (`answer_taken`).
     pub(super) fn receive_port(&mut self) -> bool {
         use roce::DeviceEnv;
-        let Some(port) = &mut self.port else {
+        if self.port.is_none() {
             return false;
-        };
+        }
         // What arrives from here on is not taken before this pass's timers: they are judged
         // at this time (roce/engine/rto/clock.rs).
         self.engine.wire_read(self.hw.now_ns());
         let mut work = false;
-        let (mac, max_frame) = (port.mac(), port.max_frame());
         for _ in 0..RX_BATCHES_PER_PASS {
-            let n = match port.recv() {
-                Ok(n) => n,
-                Err(e) => {
-                    log::warn!("rox-nic: port receive: {e}");
-                    break;
-                }
-            };
+            let n = self.take_port_batch();
             if n == 0 {
                 break;
             }
             work = true;
-            self.hw.stats[STAT_PORT_RX_FRAMES] += n as u64;
-            let mut to_netdev: Vec<FrameRef> = Vec::new();
-            for (f, fold) in port.frames_folded() {
-                match frame::sort_received(f, fold, &mac, max_frame, |g| {
-                    self.hw.is_own_gid(g) || self.hw.has_mcast_group(g)
-                }) {
-                    Arrival::Roce(range, ip) => {
-                        deliver(&mut self.engine, &mut self.hw, &f[range], Some(ip));
-                    }
-                    Arrival::Netdev => to_netdev.push(FrameRef::whole(f)),
-                    Arrival::Drop(counter) => self.hw.stats[counter] += 1,
-                }
-            }
-            if !to_netdev.is_empty() {
-                let forwarded = match &mut self.netdev {
-                    Some(nd) => nd.forward(&to_netdev),
-                    None => Forwarded {
-                        delivered: 0,
-                        dropped: to_netdev.len() as u64,
-                    },
-                };
-                count_forwarded(&mut self.hw, forwarded);
-            }
+            self.answer_taken();
+            #[cfg(feature = "testkit")]
+            self.shared.hold_after_rx_batch.reached();
             if n < crate::port::BATCH {
                 break;
             }
         }
+        let Some(port) = &mut self.port else {
+            return work;
+        };
         // A cable lent the frames where they lie: its peer may fill the slots again.
         port.release_frames();
         // Requests the port refused whole (a receive may take nothing else).
@@ -149,6 +126,65 @@ impl DataPath {
             self.hw.counters.bottleneck = queue;
         }
         work
+    }
+
+    /// One receive from the port (up to `port::BATCH` frames), each frame handed on; returns
+    /// how many it took (0 also after an error, which is logged).
+    fn take_port_batch(&mut self) -> usize {
+        let Some(port) = &mut self.port else {
+            return 0;
+        };
+        let n = match port.recv() {
+            Ok(n) => n,
+            Err(e) => {
+                log::warn!("rox-nic: port receive: {e}");
+                return 0;
+            }
+        };
+        if n == 0 {
+            return 0;
+        }
+        self.hw.stats[STAT_PORT_RX_FRAMES] += n as u64;
+        let (mac, max_frame) = (port.mac(), port.max_frame());
+        let mut to_netdev: Vec<FrameRef> = Vec::new();
+        for (f, fold) in port.frames_folded() {
+            match frame::sort_received(f, fold, &mac, max_frame, |g| {
+                self.hw.is_own_gid(g) || self.hw.has_mcast_group(g)
+            }) {
+                Arrival::Roce(range, ip) => {
+                    deliver(&mut self.engine, &mut self.hw, &f[range], Some(ip));
+                }
+                Arrival::Netdev => to_netdev.push(FrameRef::whole(f)),
+                Arrival::Drop(counter) => self.hw.stats[counter] += 1,
+            }
+        }
+        if !to_netdev.is_empty() {
+            let forwarded = match &mut self.netdev {
+                Some(nd) => nd.forward(&to_netdev),
+                None => Forwarded {
+                    delivered: 0,
+                    dropped: to_netdev.len() as u64,
+                },
+            };
+            count_forwarded(&mut self.hw, forwarded);
+        }
+        n
+    }
+
+    /// After the engine took a batch of packets: the answers it owes now (coalesced ACKs, READ
+    /// responses) are built and routed, and when it owed some, the port's queue leaves at once.
+    /// Not at the end of the pass: a thread that loses its core before then (a loaded host)
+    /// would hold ACKs the peer's timers are counting (docs/transport.md, "When answers
+    /// leave"). One ACK per QP per batch, not per packet. A batch that owed nothing (a
+    /// requester's ACKs) flushes nothing: the packets it let go leave with the pass's turns,
+    /// in one flush, as before.
+    pub(super) fn answer_taken(&mut self) {
+        let owed = self.engine.owes_answers();
+        self.engine.send_answers(&mut self.hw);
+        self.run_deferred();
+        if owed && self.port_queued {
+            self.flush_port();
+        }
     }
 
     /// Frames the netdev sent: out on the port unchanged.

@@ -201,8 +201,8 @@ impl Qp {
     /// (tests/roce_loss_recovery.rs allows a quarter). The timer restarts on every progress,
     /// so what a probe must outwait is a gap in progress, which only a probe that was not
     /// needed measures. RFC 8985 adds the peer's delayed-ACK time with one packet in flight;
-    /// a rox responder delays no ACK (it ACKs every packet asking, at the end of its receive
-    /// pass), so nothing is added. No probe comes at or after the RTO (`arm_timer`): RFC
+    /// a rox responder delays no ACK (it ACKs every packet asking, right after the receive
+    /// batch that took it), so nothing is added. No probe comes at or after the RTO (`arm_timer`): RFC
     /// 8985's min(PTO, RTO).
     pub(super) fn pto_ns(&self, now: u64) -> Option<u64> {
         let late = self.req.pto_lateness.at(now);
