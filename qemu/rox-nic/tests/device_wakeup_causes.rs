@@ -96,7 +96,10 @@ fn a_frame_is_a_wire_wakeup_a_wake_is_none_and_a_command_is_the_drivers() {
     sleeping(&d);
     let [sleeps, wire, timer, driver, trapped] = since(causes(&mut d), before);
     assert_eq!((wire, timer, driver, trapped), (1, 0, 1, 1));
-    assert_eq!(sleeps, 3, "the frame, the wake and the query each ended one sleep");
+    assert_eq!(
+        sleeps, 3,
+        "the frame, the wake and the query each ended one sleep"
+    );
 }
 
 #[test]
@@ -124,6 +127,12 @@ fn a_link_retry_is_a_timer_wakeup() {
     let [sleeps, wire, timer, driver, trapped] = since(after, before);
     assert_eq!((wire, trapped), (0, 0));
     // A query that came while a retry had it up woke nothing; a sleep may end for both.
-    assert!(driver <= queries, "{driver} driver wake-ups from {queries} queries");
-    assert!(timer >= 1 && sleeps <= timer + driver, "{sleeps} sleeps, {timer} timers");
+    assert!(
+        driver <= queries,
+        "{driver} driver wake-ups from {queries} queries"
+    );
+    assert!(
+        timer >= 1 && sleeps <= timer + driver,
+        "{sleeps} sleeps, {timer} timers"
+    );
 }
