@@ -104,6 +104,9 @@ pub(crate) const COUNTER_NAMES: [&CStr; COUNTER_COUNT] = {
     names[admin::STAT_PORT_RX_GSO_REFUSED] = c"port_rx_gso_refused";
     names[admin::STAT_WAKES_TRAPPED] = c"wakes_trapped";
     names[admin::STAT_WAKES_POSTED] = c"wakes_posted";
+    names[admin::STAT_WAKEUPS_WIRE] = c"wakeups_wire";
+    names[admin::STAT_WAKEUPS_TIMER] = c"wakeups_timer";
+    names[admin::STAT_WAKEUPS_DRIVER] = c"wakeups_driver";
     let mut i = 0;
     while i < MLX5_NAMED.len() {
         names[admin::STATS_COUNT + i] = MLX5_NAMED[i].0;

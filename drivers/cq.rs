@@ -331,7 +331,7 @@ fn clean_locked(dev: &RoxDev<'_>, cq: &KernelCq, consumer: &mut u32, qpn: Qpn) {
     let cleaned = remove_qp_cqes(&mut CleanRing(cq), *consumer, qpn);
     if cleaned != *consumer {
         *consumer = cleaned;
-        dev.kernel_doorbell(cq.db.slot(), Some(cleaned), None);
+        dev.kernel_consumer_index(cq.db.slot(), cleaned);
     }
 }
 
@@ -442,7 +442,7 @@ pub(crate) fn poll(dev: &RoxDev<'_>, cq: &Cq, wc: &mut WcOut<'_>) -> Result<usiz
         count += 1;
     }
     if count > 0 {
-        dev.kernel_doorbell(k.db.slot(), Some(state.consumer), None);
+        dev.kernel_consumer_index(k.db.slot(), state.consumer);
     }
     if count < wc.len() && flush {
         dead::flush(&state.qps, cq.id, |qp, posted| {

@@ -22,6 +22,7 @@ use crate::{
         AsyncEvent, DeviceParams, IbRegistration, Registry,
     },
     ids::{DbSlots, IdBitmap},
+    slot_store::{device_takes_news, SlotStore},
     wake::Wake,
 };
 use core::sync::atomic::{AtomicU32, Ordering};
@@ -45,12 +46,6 @@ const _: () = assert!(
     "the kernel's doorbell page is mapped at BAR2 offset 0"
 );
 
-/// Whether every doorbell stores its news byte (`regs::DbPage`): on a device with the summary
-/// doorbell.
-fn stores_news(caps: u32) -> bool {
-    caps & regs::CAP_DB_SUMMARY != 0
-}
-
 /// Stores `DbPage::news_on` of doorbell page `page`: the owner stores news (`on`) or not.
 fn say_news_on(bar: &DbBar<'_>, page: u32, on: bool) -> Result {
     let offset = page as usize * regs::ROX_PAGE_SIZE + core::mem::offset_of!(regs::DbPage, news_on);
@@ -63,7 +58,7 @@ fn say_news_on(bar: &DbBar<'_>, page: u32, on: bool) -> Result {
 fn map_doorbells<'bound>(bound: &'bound pci::Device<Bound>, caps: u32) -> Result<DbBar<'bound>> {
     let bar =
         bound.iomap_region_sized::<{ regs::BAR_DB_SIZE as usize }>(regs::BAR_DB, c"rox-db")?;
-    say_news_on(&bar, regs::DB_PAGE_KERNEL, stores_news(caps))?;
+    say_news_on(&bar, regs::DB_PAGE_KERNEL, device_takes_news(caps))?;
     Ok(bar)
 }
 
@@ -128,9 +123,20 @@ impl<'bound> RoxDev<'bound> {
     }
 
     /// Writes a slot of the driver's doorbell page (`a` and/or `b`, see `regs::DbSlot`), then
-    /// wakes the device if it sleeps (the arm/wake protocol of `regs::DbPage`). Nothing on a
-    /// dead device; a read of all-ones (no device behind the BAR) marks it dead.
+    /// wakes the device if it sleeps (the arm/wake protocol of `regs::DbPage`): a producer
+    /// index or a CQ's arm word. Nothing on a dead device; a read of all-ones (no device
+    /// behind the BAR) marks it dead.
     pub(crate) fn kernel_doorbell(&self, slot: u32, a: Option<u32>, b: Option<u32>) {
+        self.store_slot(SlotStore::Ring, slot, a, b);
+    }
+
+    /// Publishes a kernel CQ's consumer index in its slot: no news and no wake
+    /// (`SlotStore::ConsumerIndex`). Nothing on a dead device.
+    pub(crate) fn kernel_consumer_index(&self, slot: u32, consumer: u32) {
+        self.store_slot(SlotStore::ConsumerIndex, slot, Some(consumer), None);
+    }
+
+    fn store_slot(&self, store: SlotStore, slot: u32, a: Option<u32>, b: Option<u32>) {
         use core::sync::atomic::{fence, Ordering};
         if self.is_dead() {
             return;
@@ -144,11 +150,14 @@ impl<'bound> RoxDev<'bound> {
                 .db_bar
                 .try_write32(b, offset + core::mem::size_of::<u32>());
         }
-        if stores_news(self.attr.caps) {
+        if store.stores_news(self.attr.caps) {
             // After the slot (the MMIO write orders it after the writes above).
             let _ = self
                 .db_bar
                 .try_write8(regs::DB_NEWS_SET, regs::db_news_offset(slot));
+        }
+        if !store.may_wake() {
+            return;
         }
         fence(Ordering::SeqCst);
         let idle = self

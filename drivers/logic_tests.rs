@@ -1,13 +1,14 @@
 // SPDX-License-Identifier: GPL-2.0
 //! The tests of rox.ko's pure logic, written once and run twice: `wq_record.rs` (retiring work
-//! requests by WQE index), `cq_clean.rs` (a reset QP's CQEs taken out of a CQ ring) and
-//! `cut_off.rs` (a companion's removal against a create of a cut-off context).
+//! requests by WQE index), `cq_clean.rs` (a reset QP's CQEs taken out of a CQ ring),
+//! `cut_off.rs` (a companion's removal against a create of a cut-off context) and
+//! `slot_store.rs` (what a doorbell slot store asks of the device).
 //!
 //! - On the host, `cargo test -p rox-driver-host-tests` (`drivers/host/` includes this file by
 //!   path): every `#[test]` below is a plain unit test.
 //! - In rox.ko, on a kernel with CONFIG_KUNIT=y (rox's debug kernel; rox_main.rs includes this
 //!   file only there): `#[kunit_tests]` makes each module a KUnit suite (`rox_wq_record`,
-//!   `rox_cq_clean`, `rox_cut_off`) and each `#[test]` a case of the same name, which the
+//!   `rox_cq_clean`, `rox_cut_off`, `rox_slot_store`) and each `#[test]` a case of the same name, which the
 //!   kernel runs when rox.ko loads; KTAP in dmesg and debugfs, judged by
 //!   tests/guest/t-driver-kunit.sh.
 //!
@@ -448,6 +449,30 @@ mod cut_off_suite {
         check!(!after);
         check!(!cut_off.refuses(after));
         check!(cut_off.refuses(before) && cut_off.refuses(during));
+        Ok(())
+    }
+}
+
+#[cfg_attr(CONFIG_KUNIT = "y", kernel::prelude::kunit_tests(rox_slot_store))]
+mod slot_store_suite {
+    use super::{failed, Checked};
+    use crate::slot_store::SlotStore;
+    use crate::uapi::regs::CAP_DB_SUMMARY;
+
+    #[test]
+    fn a_consumer_index_stores_no_news_and_wakes_nothing() -> Checked {
+        // The device reads it when it writes a CQE: news would cost it a visit per poll.
+        check!(!SlotStore::ConsumerIndex.stores_news(CAP_DB_SUMMARY));
+        check!(!SlotStore::ConsumerIndex.may_wake());
+        Ok(())
+    }
+
+    #[test]
+    fn a_ring_or_arm_stores_news_on_a_summary_device_and_may_wake() -> Checked {
+        check!(SlotStore::Ring.stores_news(CAP_DB_SUMMARY));
+        check!(SlotStore::Ring.stores_news(!0));
+        check!(!SlotStore::Ring.stores_news(!CAP_DB_SUMMARY));
+        check!(SlotStore::Ring.may_wake());
         Ok(())
     }
 }

@@ -27,6 +27,7 @@ mod mw;
 mod odp;
 mod qp;
 mod ring;
+mod slot_store;
 mod srq;
 mod ucontext;
 mod verbs;

@@ -16,5 +16,8 @@ mod cq_clean;
 #[path = "../../cut_off.rs"]
 mod cut_off;
 
+#[path = "../../slot_store.rs"]
+mod slot_store;
+
 #[path = "../../logic_tests.rs"]
 mod logic_tests;

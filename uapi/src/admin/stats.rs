@@ -68,4 +68,15 @@ pub const STAT_WAKES_TRAPPED: usize = 35;
 /// Doorbells of the posted-wake companion (`wake`) the device took (eventfd signals; several
 /// rung before the device looks count once).
 pub const STAT_WAKES_POSTED: usize = 36;
-pub const STATS_COUNT: usize = 37;
+/// Idle sleeps (`STAT_WAKEUPS`) the port or the paired netdev ended: a frame arrived (or a
+/// blocked send could go on). With the next two, why a sleep ended when no wake did (a sleep
+/// may count under several): a doorbell rung while the device is awake for one of these
+/// needs no wake, so tests that count wakes discount it (tests/guest/wake_after_idle.py).
+pub const STAT_WAKEUPS_WIRE: usize = 37;
+/// Idle sleeps that ended with nothing to read: the transport's next timer or a link's retry
+/// was due (or a signal came).
+pub const STAT_WAKEUPS_TIMER: usize = 38;
+/// Idle sleeps the driver's register writes ended: admin and EQ doorbells, queue enables, a
+/// reset (not `WAKE_REG`: `STAT_WAKES_TRAPPED`).
+pub const STAT_WAKEUPS_DRIVER: usize = 39;
+pub const STATS_COUNT: usize = 40;

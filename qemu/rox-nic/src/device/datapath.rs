@@ -102,6 +102,18 @@ enum Flow {
     Shutdown,
 }
 
+/// Which of its fds ended a wait (none: it timed out or a signal came).
+#[derive(Clone, Copy, Default)]
+struct Woken {
+    /// The wake eventfd: a trapped `WAKE_REG` write, a control message or another register
+    /// write that wakes the device.
+    wake: bool,
+    /// The posted-wake companion's eventfd.
+    posted: bool,
+    /// The port or the paired netdev.
+    wire: bool,
+}
+
 impl DataPath {
     pub fn new(
         shared: Arc<Shared>,
@@ -291,7 +303,8 @@ impl DataPath {
 
     /// Block on the wake eventfds (trapped and posted), the port and the netdev for at most
     /// `timeout` (and no longer than until a link tries again to reach a missing peer).
-    fn wait(&mut self, mut timeout: Option<Duration>) {
+    /// Returns which of them ended the wait.
+    fn wait(&mut self, mut timeout: Option<Duration>) -> Woken {
         // Only a running trace reads the clock here (the trace's nap records).
         let began = self.shared.wqe_trace.is_on().then(Instant::now);
         let mut fds = [libc::pollfd {
@@ -321,13 +334,37 @@ impl DataPath {
         sys::poll::ppoll(&mut fds[..nfds], timeout);
         // Only an eventfd ppoll saw readable is read: the posted wake's is shared with
         // another process, which may have made it blocking.
-        self.shared.wake.drain_if_ready(&fds[0]);
-        if self.shared.posted_wake.drain_if_ready(&fds[1]) {
+        let woken = Woken {
+            wake: self.shared.wake.drain_if_ready(&fds[0]),
+            posted: self.shared.posted_wake.drain_if_ready(&fds[1]),
+            wire: fds[2..nfds].iter().any(|f| f.revents != 0),
+        };
+        if woken.posted {
             self.hw.stats[STAT_WAKES_POSTED] += 1;
         }
         if let Some(began) = began {
             let idle = self.shared.idle.load(Ordering::Relaxed) == DB_DEVICE_IDLE;
             self.shared.wqe_trace.wait(began.elapsed(), timeout, idle);
+        }
+        woken
+    }
+
+    /// Counts why an idle sleep ended when no wake ended it (`STAT_WAKEUPS_*`): a doorbell
+    /// rung while the device is up for one of these needs no wake, and tests that count wakes
+    /// must know (tests/guest/wake_after_idle.py). A trapped wake is counted where it is
+    /// written (`STAT_WAKES_TRAPPED`), a posted one by `wait`.
+    fn count_wakeup(&mut self, woken: Woken) {
+        let stats = &mut self.hw.stats;
+        stats[STAT_WAKEUPS] += 1;
+        if woken.wire {
+            stats[STAT_WAKEUPS_WIRE] += 1;
+        }
+        // A control message is a driver's register write (each one signals the wake eventfd).
+        if !self.ctl.is_empty() {
+            stats[STAT_WAKEUPS_DRIVER] += 1;
+        }
+        if !(woken.wake || woken.posted || woken.wire) {
+            stats[STAT_WAKEUPS_TIMER] += 1;
         }
     }
 
@@ -351,8 +388,8 @@ impl DataPath {
         fence(Ordering::SeqCst);
         let found = !self.shared.is_fatal() && self.scan_doorbells();
         if !found && self.ctl.is_empty() {
-            self.wait(self.timer_timeout());
-            self.hw.stats[STAT_WAKEUPS] += 1;
+            let woken = self.wait(self.timer_timeout());
+            self.count_wakeup(woken);
         }
         self.shared.doorbells.set_running(&pages);
         self.shared.idle.store(DB_DEVICE_RUNNING, Ordering::SeqCst);

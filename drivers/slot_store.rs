@@ -1,0 +1,37 @@
+// SPDX-License-Identifier: GPL-2.0
+//! What a store to a slot of the driver's doorbell page asks of the device (`regs::DbPage`,
+//! docs/summary-doorbell.md). A producer index or a CQ's arm word is work the device must look
+//! at: the news byte of the slot's group follows it (on a device with the summary doorbell),
+//! then the idle check and, if it sleeps, a wake. A CQ's consumer index needs neither: the
+//! device reads it only when it writes a CQE and never waits for it, so news there cost a
+//! group visit per kernel poll, and a wake a trapped write (librox's `publish_consumer_index`
+//! stores it alone too). Pure logic: `dev.rs` does the stores; the host and KUnit test this.
+
+use crate::uapi::regs;
+
+/// A kind of store to a doorbell slot.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum SlotStore {
+    /// An SQ, RQ or SRQ producer index, or a CQ's arm word: work for the device.
+    Ring,
+    /// A CQ's consumer index (word `a`).
+    ConsumerIndex,
+}
+
+/// Whether a device with `caps` takes news (the summary doorbell): the driver then says
+/// `news_on` on its page and stores news after its rings.
+pub(crate) fn device_takes_news(caps: u32) -> bool {
+    caps & regs::CAP_DB_SUMMARY != 0
+}
+
+impl SlotStore {
+    /// Whether the news byte of the slot's group follows, on a device with `caps`.
+    pub(crate) fn stores_news(self, caps: u32) -> bool {
+        self == SlotStore::Ring && device_takes_news(caps)
+    }
+
+    /// Whether the idle check follows (and a wake of a sleeping device).
+    pub(crate) fn may_wake(self) -> bool {
+        self == SlotStore::Ring
+    }
+}
