@@ -2,7 +2,8 @@
 //! that loses its core right after it took a batch from the port (held there by the test,
 //! `hold_after_rx_batch`, as a loaded host would) has already put the batch's ACKs on the
 //! wire, so the requester completes while the responder is still held; and they stay one ACK
-//! per QP per batch, not one per packet (device/datapath/wire_io.rs `answer_taken`).
+//! per QP per batch, not one per packet; a READ's response, made at once, leaves with its
+//! batch too (device/datapath/wire_io.rs `answer_taken`).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -96,6 +97,43 @@ fn a_batchs_acks_leave_before_the_responder_loses_its_core() {
         stats[STAT_RX_PACKETS], 2,
         "ACKs the requester got: one for the first batch, one for the {HELD_WRITES} WRITEs \
          of one QP taken in the next"
+    );
+}
+
+/// A READ is answered at once, not through the ACKs owed: its response leaves with the batch
+/// that took the request too, so the requester completes while the responder is held.
+#[test]
+fn a_batchs_read_responses_leave_before_the_responder_loses_its_core() {
+    let dir = tempfile::tempdir().unwrap();
+    let access = ACCESS | ACCESS_REMOTE_READ;
+    let (mut a, mut b, mut a_cq, mut qps) =
+        pair::rc_qps_over_dgram(dir.path(), 33, (1, 7), (PD, access), ACK_TIMEOUT);
+    let (local, local_key) = a.buffer(PD, MSG, access);
+    let (remote, remote_key) = b.buffer(PD, MSG, access);
+    let data = pattern(5, MSG as usize);
+    b.ram.write(remote, &data);
+    let read = send_wqe(
+        0,
+        WR_RDMA_READ,
+        WQE_FLAG_SIGNALED,
+        &[sge(local, MSG as u32, local_key)],
+    );
+    let hold = Release(b.shared().clone());
+    let held = || hold.0.hold_after_rx_batch.is_held();
+
+    hold.0.hold_after_rx_batch.arm();
+    a.post_send(&mut qps[0], &with_rdma(read, remote, remote_key));
+    wait_until(held, "the responder never took the READ");
+    let c = wait_cqe_while(&mut a, &mut a_cq, held);
+    assert_eq!(c.status, WC_SUCCESS);
+    assert!(
+        held(),
+        "the requester completed only after the responder's thread went on: the READ response \
+         waited in its port queue through the hold"
+    );
+    assert!(
+        a.ram.read(local, MSG as usize) == data,
+        "the READ brought other bytes"
     );
 }
 

@@ -93,6 +93,9 @@ pub struct DataPath {
     loopback: VecDeque<wire::Packet>,
     /// Something was queued on the port since the last flush.
     port_queued: bool,
+    /// The engine's `tx_responses` when the port was last flushed: answers made since then
+    /// may wait in the port's queue.
+    responses_at_flush: u64,
     /// Whether an answer is expected in this idle period (how long to spin before a nap).
     expectation: Expectation,
 }
@@ -162,6 +165,7 @@ impl DataPath {
             scan_news: sq::DoorbellNews::default(),
             loopback: VecDeque::new(),
             port_queued: false,
+            responses_at_flush: 0,
             expectation: Expectation::default(),
         })
     }

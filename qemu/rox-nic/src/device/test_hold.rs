@@ -11,7 +11,8 @@ const ARMED: u8 = 1;
 const HELD: u8 = 2;
 
 /// How long a hold lasts at most if the test never lets go (it failed): the device thread
-/// ends, so the test's teardown does not hang.
+/// goes on, so the test's teardown does not hang. An `arm` while the thread is held ends
+/// that hold and is lost (a test arms once, before the point is reached).
 const HOLD_LIMIT: Duration = Duration::from_secs(60);
 
 /// One hold: armed by a test, taken by the next pass that reaches the point, ended by the test.

@@ -63,6 +63,10 @@ pub const PAGE_FAULT_RETRY_MAX_NS: u64 = 10_000_000;
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct EngineStats {
     pub tx_packets: u64,
+    /// Of those, a responder's answers (ACKs, NAKs, READ responses, atomic ACKs): the data
+    /// path flushes the port after a receive batch that made some (docs/transport.md, "When
+    /// answers leave").
+    pub tx_responses: u64,
     /// Bytes of the RoCEv2 IP packets sent (what DCQCN's byte counter and pacing count).
     pub tx_bytes: u64,
     pub rx_packets: u64,
@@ -414,12 +418,6 @@ impl Engine {
             qp.flush_rq(env);
         }
         Ok(())
-    }
-
-    /// Whether a responder owes an answer (a coalesced ACK, READ responses held by its rate):
-    /// what [`Engine::send_answers`] visits.
-    pub fn owes_answers(&self) -> bool {
-        !self.qps.owing_is_empty()
     }
 
     /// Sends what the responders owe now: READ responses whose pacing wait is over and

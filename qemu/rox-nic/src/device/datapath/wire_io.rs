@@ -172,17 +172,17 @@ impl DataPath {
     }
 
     /// After the engine took a batch of packets: the answers it owes now (coalesced ACKs, READ
-    /// responses) are built and routed, and when it owed some, the port's queue leaves at once.
-    /// Not at the end of the pass: a thread that loses its core before then (a loaded host)
-    /// would hold ACKs the peer's timers are counting (docs/transport.md, "When answers
-    /// leave"). One ACK per QP per batch, not per packet. A batch that owed nothing (a
-    /// requester's ACKs) flushes nothing: the packets it let go leave with the pass's turns,
-    /// in one flush, as before.
+    /// responses held by a rate) are built and routed, and if the batch made any answer (those,
+    /// or what its requests were answered with at once: READ responses, atomic ACKs, NAKs),
+    /// the port's queue leaves at once. Not at the end of the pass: a thread that loses its core
+    /// before then (a loaded host) would hold answers the peer's timers are counting
+    /// (docs/transport.md, "When answers leave"). One ACK per QP per batch, not per packet. A
+    /// batch that made no answer (a requester's ACKs) flushes nothing: the packets it let go
+    /// leave with the pass's turns, in one flush, as before.
     pub(super) fn answer_taken(&mut self) {
-        let owed = self.engine.owes_answers();
         self.engine.send_answers(&mut self.hw);
         self.run_deferred();
-        if owed && self.port_queued {
+        if self.engine.stats().tx_responses != self.responses_at_flush && self.port_queued {
             self.flush_port();
         }
     }
@@ -231,6 +231,7 @@ impl DataPath {
     /// Sends what was queued on the port this pass (the engine's packets, netdev frames).
     pub(super) fn flush_port(&mut self) -> bool {
         let queued = std::mem::take(&mut self.port_queued);
+        self.responses_at_flush = self.engine.stats().tx_responses;
         let Some(port) = &mut self.port else {
             // Nothing waits in a port: the packets left when the engine built them.
             self.engine.packets_left(&self.hw);

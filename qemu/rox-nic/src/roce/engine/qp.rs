@@ -327,6 +327,9 @@ impl Qp {
         let packet =
             wire::build_packet_filled(&ip, hdr, payload_len, flush_icrc, |out| fill(env, out))?;
         stats.tx_packets += 1;
+        if wire::opcode_info(hdr.bth.opcode).is_some_and(|i| i.class.is_response()) {
+            stats.tx_responses += 1;
+        }
         stats.tx_bytes += packet.len() as u64;
         let (qpn, psn) = (self.cfg.qpn.get(), hdr.bth.psn.get());
         env.wqe_trace()

@@ -238,11 +238,6 @@ impl QpTable {
         }
     }
 
-    /// Whether no QP owes an answer (as last noted).
-    pub fn owing_is_empty(&self) -> bool {
-        self.owing.is_empty()
-    }
-
     /// Whether no QP's timer waits for its packets to leave the device.
     pub fn departing_is_empty(&self) -> bool {
         self.departing.is_empty()
