@@ -478,7 +478,10 @@ mod tests {
         assert_eq!((env.sent.len(), engine.next_deadline()), (4, None));
         assert_eq!(engine.flight_for_budget(4), 4);
         assert_eq!(engine.flight_for_budget(4), 4);
-        assert_eq!(engine.stats.flight_recounts, 1, "the same count walked once");
+        assert_eq!(
+            engine.stats.flight_recounts, 1,
+            "the same count walked once"
+        );
 
         let ack = packet_from_peer(op::RC_ACKNOWLEDGE, 103, &[], |h| {
             h.aeth = peer_aeth(wire::Syndrome::Ack)
