@@ -38,8 +38,12 @@ fn a_batchs_acks_leave_before_the_responder_loses_its_core() {
     let dir = tempfile::tempdir().unwrap();
     // Two QPs: the second has measured no round trip when it sends, so no tail probe joins
     // its WRITEs while the responder is held.
-    let (mut a, mut b, mut a_cq, mut qps) =
-        pair::rc_qps_over_dgram(dir.path(), 32, (2, 7), (PD, ACCESS), ACK_TIMEOUT);
+    let (mut a, mut b, mut a_cq, mut qps) = pair::rc_qps_over_dgram(
+        dir.path(),
+        &pair::RcQps::new(32, 2, (PD, ACCESS)),
+        7,
+        ACK_TIMEOUT,
+    );
     let total = (HELD_WRITES + 1) * MSG;
     let (src, src_key) = a.buffer(PD, total, ACCESS);
     let (dst, dst_key) = b.buffer(PD, total, ACCESS);
@@ -59,14 +63,7 @@ fn a_batchs_acks_leave_before_the_responder_loses_its_core() {
 
     hold.0.hold_after_rx_batch.arm();
     a.post_send(&mut qps[0], &write(0));
-    wait_until(held, "the responder never took the WRITE");
-    let c = wait_cqe_while(&mut a, &mut a_cq, held);
-    assert_eq!(c.status, WC_SUCCESS);
-    assert!(
-        held(),
-        "the requester completed only after the responder's thread went on: the ACK waited \
-         in its port queue through the hold"
-    );
+    completes_while_held(&mut a, &mut a_cq, held, "WRITE's ACK");
 
     // Held still: WRITEs queue up in the responder's socket, taken in one batch on release.
     for n in 1..=HELD_WRITES {
@@ -106,8 +103,12 @@ fn a_batchs_acks_leave_before_the_responder_loses_its_core() {
 fn a_batchs_read_responses_leave_before_the_responder_loses_its_core() {
     let dir = tempfile::tempdir().unwrap();
     let access = ACCESS | ACCESS_REMOTE_READ;
-    let (mut a, mut b, mut a_cq, mut qps) =
-        pair::rc_qps_over_dgram(dir.path(), 33, (1, 7), (PD, access), ACK_TIMEOUT);
+    let (mut a, mut b, mut a_cq, mut qps) = pair::rc_qps_over_dgram(
+        dir.path(),
+        &pair::RcQps::new(33, 1, (PD, access)),
+        7,
+        ACK_TIMEOUT,
+    );
     let (local, local_key) = a.buffer(PD, MSG, access);
     let (remote, remote_key) = b.buffer(PD, MSG, access);
     let data = pattern(5, MSG as usize);
@@ -123,17 +124,29 @@ fn a_batchs_read_responses_leave_before_the_responder_loses_its_core() {
 
     hold.0.hold_after_rx_batch.arm();
     a.post_send(&mut qps[0], &with_rdma(read, remote, remote_key));
-    wait_until(held, "the responder never took the READ");
-    let c = wait_cqe_while(&mut a, &mut a_cq, held);
-    assert_eq!(c.status, WC_SUCCESS);
-    assert!(
-        held(),
-        "the requester completed only after the responder's thread went on: the READ response \
-         waited in its port queue through the hold"
-    );
+    completes_while_held(&mut a, &mut a_cq, held, "READ's response");
     assert!(
         a.ram.read(local, MSG as usize) == data,
         "the READ brought other bytes"
+    );
+}
+
+/// Once the responder took the request just posted and is held after that batch, the
+/// requester completes it successfully while the responder is still held: `answer` left
+/// with the batch, not waiting in the responder's port queue through the hold.
+fn completes_while_held(
+    a: &mut TestDriver,
+    cq: &mut TestCq,
+    held: impl Fn() -> bool,
+    answer: &str,
+) {
+    wait_until(&held, "the responder never took the request");
+    let c = wait_cqe_while(a, cq, &held);
+    assert_eq!(c.status, WC_SUCCESS);
+    assert!(
+        held(),
+        "the requester completed only after the responder's thread went on: the {answer} \
+         waited in its port queue through the hold"
     );
 }
 

@@ -30,8 +30,12 @@ const STALL: Duration = Duration::from_millis(400);
 fn a_stall_of_the_senders_own_thread_times_out_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let subnet = 31;
-    let (mut a, mut b, mut a_cq, mut qps) =
-        pair::rc_qps_over_dgram(dir.path(), subnet, (QPS, 10), (PD, ACCESS), ACK_TIMEOUT);
+    let (mut a, mut b, mut a_cq, mut qps) = pair::rc_qps_over_dgram(
+        dir.path(),
+        &pair::RcQps::new(subnet, QPS, (PD, ACCESS)),
+        10,
+        ACK_TIMEOUT,
+    );
     // The trigger: a QP of the sending device connected to itself. Its packet comes back
     // through the device's loopback, which the pass's receive takes: the stall starts there,
     // after the doorbells' packets were built and the wire read, before the timers and the

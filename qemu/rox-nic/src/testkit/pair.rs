@@ -111,6 +111,20 @@ pub struct RcQps {
     pub log_sq: u8,
 }
 
+impl RcQps {
+    /// `count` QPs on `subnet` in PD `pd`, each allowing its peer `access`, a's with 256
+    /// send WQEs.
+    pub fn new(subnet: u8, count: u64, (pd, access): (u32, u32)) -> RcQps {
+        RcQps {
+            subnet,
+            count,
+            pd,
+            access,
+            log_sq: 8,
+        }
+    }
+}
+
 /// `spec.count` RC QPs of device `a`, each connected with `params` to one of device `b`, a's
 /// completing on CQ `cqs[0]` and b's on `cqs[1]`: the set-up of the tests (and the benchmark)
 /// of many QPs sharing one port. Returns a's QPs.
@@ -143,20 +157,19 @@ pub fn rc_qps_between(
     qps
 }
 
-/// Two devices on the datagram wire in `dir` (127.0.`subnet`.1 and .2) with `qps` RC QPs of
-/// the first connected to as many of the second ([`rc_qps_between`]; the first's send queues
-/// hold 256 WQEs), in PD `pd`, each side allowing `access`, at a 4 KiB path MTU and ACK
-/// timeout `ack_timeout`. Returns both devices, the first's CQ (every QP's; 2^`a_cq_log`
-/// entries) and its QPs in the order made.
+/// Two devices on the datagram wire in `dir` (127.0.`subnet`.1 and .2, sockets named by the
+/// subnet) with the RC QPs of `spec` ([`rc_qps_between`]) at a 4 KiB path MTU and ACK timeout
+/// `ack_timeout`. Returns both devices, the first's CQ (every QP's; 2^`a_cq_log` entries) and
+/// its QPs in the order made.
 pub fn rc_qps_over_dgram(
     dir: &Path,
-    subnet: u8,
-    (qps, a_cq_log): (u64, u8),
-    (pd, access): (u32, u32),
+    spec: &RcQps,
+    a_cq_log: u8,
     ack_timeout: u8,
 ) -> (TestDriver, TestDriver, TestCq, Vec<TestQp>) {
     use rox_uapi::verbs::MTU_4096;
-    let (one, two) = dgram_wire(dir, "a.sock", "b.sock");
+    let subnet = spec.subnet;
+    let (one, two) = dgram_wire(dir, &format!("{subnet}a.sock"), &format!("{subnet}b.sock"));
     let mut a = port_device(one, subnet, 1, None);
     let mut b = port_device(two, subnet, 2, None);
     let a_cq = a.create_cq(a_cq_log);
@@ -166,13 +179,6 @@ pub fn rc_qps_over_dgram(
         timeout: ack_timeout,
         ..Default::default()
     };
-    let spec = RcQps {
-        subnet,
-        count: qps,
-        pd,
-        access,
-        log_sq: 8,
-    };
-    let made = rc_qps_between(&mut a, &mut b, [a_cq.id, b_cq.id], &spec, &params);
+    let made = rc_qps_between(&mut a, &mut b, [a_cq.id, b_cq.id], spec, &params);
     (a, b, a_cq, made)
 }

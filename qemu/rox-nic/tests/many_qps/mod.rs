@@ -7,8 +7,7 @@ use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use rox_nic::port::limit::dgram_wire;
-use rox_nic::testkit::pair::{rc_qps_between, RcQps};
+use rox_nic::testkit::pair::{rc_qps_over_dgram, RcQps};
 use rox_nic::testkit::*;
 use rox_uapi::admin::*;
 use rox_uapi::queue::*;
@@ -95,18 +94,7 @@ pub fn timed_part_ends() {
 /// posted at once; waits for every completion and checks every byte at the receiver. The QPs'
 /// ACK timeout is `ack_timeout` (IB's exponent: 4.096 µs × 2^n).
 pub fn write_over_qps(dir: &Path, subnet: u8, qps: u64, ack_timeout: u8) -> Run {
-    let (one, two) = dgram_wire(dir, &format!("{subnet}a.sock"), &format!("{subnet}b.sock"));
-    let mut a = port_device(one, subnet, 1, None);
-    let mut b = port_device(two, subnet, 2, None);
     let per_qp = MESSAGES / qps;
-    // Every message is signaled; the CQ holds all of them.
-    let mut a_cq = a.create_cq(12);
-    let b_cq = b.create_cq(4);
-    let params = ConnectParams {
-        mtu: MTU_4096,
-        timeout: ack_timeout,
-        ..Default::default()
-    };
     let spec = RcQps {
         subnet,
         count: qps,
@@ -114,7 +102,8 @@ pub fn write_over_qps(dir: &Path, subnet: u8, qps: u64, ack_timeout: u8) -> Run 
         access: ACCESS,
         log_sq: (per_qp.next_power_of_two().trailing_zeros() as u8).max(2),
     };
-    let mut pairs = rc_qps_between(&mut a, &mut b, [a_cq.id, b_cq.id], &spec, &params);
+    // Every message is signaled; the CQ (2^12) holds all of them.
+    let (mut a, mut b, mut a_cq, mut pairs) = rc_qps_over_dgram(dir, &spec, 12, ack_timeout);
     let total = MESSAGES * MSG;
     let (src, src_key) = a.buffer(PD, total, ACCESS);
     let (dst, dst_key) = b.buffer(PD, total, ACCESS);
