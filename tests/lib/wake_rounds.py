@@ -13,6 +13,11 @@ while nothing else woke the device fails (librox saw it sleep and wrote no wake,
 did not say it slept). Driver wake-ups do not excuse a ring: the counter readings themselves
 are admin commands (one to six wake-ups a reading, measured in a guest), and nothing else in
 these tests drives the device between rings.
+Known limit: a window is the whole pause, wider than the idle grace that matters (20 ms
+trapped), so a lost wake that happened to come near a frame would be excused, not failed;
+and a ring is counted as woken by any wake in its window (nothing else writes wakes in these
+tests). A ring racing the device's idle announcement needs something to have just woken the
+device, which these tests cannot make happen.
 """
 
 # Counters read once per ring, after it: a window runs from one reading to the next.
