@@ -337,7 +337,8 @@ pub struct DbPage {
     /// [`DB_RQ_NO_WAKE`] when no QP with a receive queue on this page is in the error state;
     /// else (and on a device that never writes it) 0: RQ doorbells wake the device as any other.
     /// A wake for nothing costs a loopback ib_send_lat iteration a vCPU exit and hands the
-    /// device a core while the poster's next doorbell waits (docs/benchmarks.md, "Session 13").
+    /// device a core while the poster's next doorbell waits (docs/benchmarks/session-13.md,
+    /// "Session 13: loopback ib_send_lat").
     pub rq_no_wake: u32,
     /// Written by software: [`DB_NEWS_ON`] when it stores a news byte after every slot.
     pub news_on: u32,

@@ -8,8 +8,8 @@
 //! 16 = 268 ms) and one profile for the timed part alone, and divide a function's cost by the passes printed here:
 //! `ROX_QPS_LIST=256 ROX_QPS_ACK_TIMEOUT=22 valgrind --tool=callgrind
 //! --dump-before='*timed_part_*' target/release/deps/qps-*` (the timed part: `callgrind.out.PID.2`;
-//! docs/benchmarks.md, "Session 8: 16 against 256 QPs"). ROX_QPS_TRACE_DIR=DIR writes both
-//! devices' WQE traces of each run there (DIR/SUBNET-QPS-{a,b}.wqe-trace, for rox-trace).
+//! docs/benchmarks/session-08.md, "Session 8: 16 against 256 QPs"). ROX_QPS_TRACE_DIR=DIR writes
+//! both devices' WQE traces of each run there (DIR/SUBNET-QPS-{a,b}.wqe-trace, for rox-trace).
 //! Run: `cargo bench -p rox-nic --bench qps`.
 
 #[path = "../tests/many_qps/mod.rs"]

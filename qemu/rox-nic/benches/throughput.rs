@@ -21,7 +21,7 @@
 //! companion, as rox.ko in rox-lab's guests does (the default since session 14);
 //! ROX_BENCH_POSTED_SPIN_US=N has the devices spin N µs before they sleep while wakes are
 //! posted (default the device's, 10, which is also the most; 0: `--posted-spin-us 0`);
-//! ROX_BENCH_ADAPTIVE_SPIN=1 (or 0) spins it only while it pays (`--adaptive-spin`, docs/benchmarks.md "Session 15: the spin"). E.g.
+//! ROX_BENCH_ADAPTIVE_SPIN=1 (or 0) spins it only while it pays (`--adaptive-spin`, docs/benchmarks/session-15.md "Session 15: the spin"). E.g.
 //! `ROX_BENCH_PORT=cable ROX_BENCH_MSGS=2000 ROX_BENCH_POINTS=write:8 valgrind --tool=callgrind target/release/deps/throughput-*`.
 
 use rox_nic::benchkit::stream::{Limit, Stream, Wait, MAX_WINDOW};
@@ -82,7 +82,8 @@ fn run_counted(wire: Wire, p: &mut Stream, msgs: u64) {
         let (req1, resp1) = (p.a.d.query_stats(), p.b.d.query_stats());
         let delta = |s1: &[u64], s0: &[u64], i: usize| s1[i] - s0[i];
         // The pair loses nothing: an ACK timeout here is a device thread that got no CPU for
-        // longer than the RTO (docs/benchmarks.md), so the load goes beside it.
+        // longer than the RTO (docs/benchmarks/session-05.md, "What those ACK timeouts are"), so
+        // the load goes beside it.
         println!(
             "{} {op} {size} B: {msgs} messages, {:.0} msg/s; requester {} ACK timeouts, {} \
              retransmissions, {} wakeups; responder {} ACKs, {} NAKs, {} duplicates, {} wakeups; \

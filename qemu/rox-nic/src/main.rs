@@ -72,38 +72,43 @@ struct Args {
     wake_socket: Option<PathBuf>,
     /// Microseconds without work before the data path sleeps while the driver wakes it
     /// through the companion (REG_WAKE_MODE posted). Default: $ROX_NIC_POSTED_IDLE_US, else
-    /// the measured default (docs/benchmarks.md, "Session 11").
+    /// the measured default (docs/benchmarks/session-11.md, "Session 11: the posted wake").
     #[arg(long)]
     posted_idle_us: Option<u64>,
     /// Microseconds the data path keeps polling after its last work before it naps. While it
     /// polls it holds a core that a peer device on the same host may be waiting for
-    /// (docs/benchmarks.md, "What a crossing waits for"). Default: $ROX_NIC_SPIN_US, else 10.
+    /// (docs/benchmarks/session-06.md, "What a crossing waits for"). Default: $ROX_NIC_SPIN_US,
+    /// else 10.
     #[arg(long)]
     spin_us: Option<u64>,
     /// Microseconds the data path keeps polling after its last work while the driver wakes it
     /// through the companion (posted wakes), at most `--spin-us`. 0 sleeps at once and leaves
     /// the core to whoever the device waits for: faster host streams and two-guest latency,
-    /// but a bimodal loopback ib_send_lat (docs/benchmarks.md, "Session 14: the host engine
-    /// at window 64"). Default: $ROX_NIC_POSTED_SPIN_US, else 10 (as `--spin-us`).
+    /// but a bimodal loopback ib_send_lat (docs/benchmarks/session-14.md, "Session 14: the host
+    /// engine at window 64").
+    /// Default: $ROX_NIC_POSTED_SPIN_US, else 10 (as `--spin-us`).
     #[arg(long)]
     posted_spin_us: Option<u64>,
     /// Spin the posted spin only while it pays: while at least half of the device's recent
     /// idle periods ended within it (a ping-pong on this device), else sleep at once and
-    /// leave the core to whoever the device waits for (docs/benchmarks.md, "Session 15: the
-    /// spin"). Default: $ROX_NIC_ADAPTIVE_SPIN (1 or 0), else off.
+    /// leave the core to whoever the device waits for (docs/benchmarks/session-15.md, "Session 15:
+    /// the spin").
+    /// Default: $ROX_NIC_ADAPTIVE_SPIN (1 or 0), else off.
     #[arg(long, value_name = "BOOL", action = clap::ArgAction::Set)]
     adaptive_spin: Option<bool>,
     /// Microseconds the data path keeps polling after its last work while an answer is
     /// expected (RC requests unacknowledged, or packets in / CQEs out since it last had
     /// nothing to do) before it naps; 0 (the default) polls as long as at any other time (`--spin-us`). For a
     /// host with cores to spare: where the guests' vCPUs take every core it made latency
-    /// worse (docs/benchmarks.md). Default: $ROX_NIC_EXPECT_SPIN_US, else 0.
+    /// worse (docs/benchmarks/session-06.md, "Spinning while an answer is expected"). Default:
+    /// $ROX_NIC_EXPECT_SPIN_US, else 0.
     #[arg(long)]
     expect_spin_us: Option<u64>,
     /// The data-path thread's timer slack in µs: how much later than asked the kernel may end
     /// a nap (a doorbell stored during a nap is seen when it ends); 0 keeps the thread's own
     /// (50 µs). For a host with cores to spare: where the guests' vCPUs take every core, 1 µs
-    /// made latency worse (docs/benchmarks.md, "Session 10"). Default: $ROX_NIC_NAP_SLACK_US,
+    /// made latency worse (docs/benchmarks/session-10.md, "Session 10: timer slack for the data
+    /// path's naps"). Default: $ROX_NIC_NAP_SLACK_US,
     /// else 0.
     #[arg(long)]
     nap_slack_us: Option<u64>,

@@ -13,7 +13,7 @@
 //! On a host loaded far beyond its cores a WR can still end in WC_RETRY_EXC_ERR: a responder
 //! thread that gets no core for 8 x 537 ms (the stream's timeout 17) answers nothing. Its report
 //! then shows that thread runnable and waiting for a core through the gap
-//! (docs/benchmarks.md, "Session 13").
+//! (docs/benchmarks/session-10.md, "Session 10: the abort at 256 WQEs", its session 13 paragraph).
 
 use rox_nic::benchkit::stream::{Limit, Stream, Wait};
 use rox_nic::port::limit::cable_wire;

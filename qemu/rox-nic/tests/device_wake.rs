@@ -262,8 +262,9 @@ fn with_posted_wakes_the_device_sleeps_again_without_spinning() {
 
 #[test]
 fn the_sleeping_device_says_so_on_the_pages_with_objects_and_no_others() {
-    // Announcing on all 256 pages cost ~5,000 instructions per sleep (docs/benchmarks.md,
-    // "Session 16"); software only rings the doorbells of its objects.
+    // Announcing on all 256 pages cost ~5,000 instructions per sleep
+    // (docs/benchmarks/session-16.md, "Session 16: instructions per message");
+    // software only rings the doorbells of its objects.
     let mut d = device(Duration::from_micros(500));
     d.write_reg(REG_WAKE_MODE, WAKE_MODE_POSTED);
     let (mut cq, mut qp) = d.self_connected_rc(PD, 6, ALL_ACCESS);

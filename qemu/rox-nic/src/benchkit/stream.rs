@@ -34,7 +34,8 @@ fn adaptive_spin_from_env() -> Option<bool> {
 /// lifetime 16, plus one). With ibv_rc_pingpong's 14 (67 ms) a WR failed with RETRY_EXC_ERR in
 /// 11 of 300 runs of tests/bench_stream.rs on a loaded 2-core host (3 copies beside 2 busy
 /// loops): in every one the responder's data-path thread was runnable and waited for a core
-/// for 89-100 % of a 0.65-2.7 s gap (docs/benchmarks.md, "Session 13"). A peer that does not
+/// for 89-100 % of a 0.65-2.7 s gap (docs/benchmarks/session-10.md, "Session 10: the abort at 256
+/// WQEs", its session 13 paragraph). A peer that does not
 /// run answers no probe: only the timeout guards against it. `ROX_BENCH_ACK_TIMEOUT` (0-31)
 /// sets another, to reproduce that.
 const ACK_TIMEOUT: u8 = 17;

@@ -194,7 +194,8 @@ impl DataPath {
             // The pass's one clock read for its own bookkeeping (when the wire is due, how
             // long nothing happened): a read costs 24-60 ns, and a pass that found no work
             // read the clock four times, most of what a spinning pass does (a `perf` profile
-            // of the 8 B WRITE bench, docs/benchmarks.md).
+            // of the 8 B WRITE bench, docs/benchmarks/session-09.md, "Session 9: 8 B messages over
+            // the cable").
             let pass_now = Instant::now();
             if !self.shared.is_fatal() {
                 // Each engine call site drains the deferred work it left.

@@ -140,8 +140,9 @@ impl DoorbellBar {
     /// [`Self::set_idle_with_rq_wakes`] announced). Release stores, not a full barrier
     /// each: 256 SeqCst stores (a locked exchange each, one per page) took 5.2 µs with the
     /// pages cached (1.7 µs as Release stores), paid on every wake before the device looked
-    /// at a doorbell and on every idle announcement (docs/benchmarks.md, "Session 13"). The
-    /// protocol needs one full barrier: the caller's `fence(SeqCst)` between announcing
+    /// at a doorbell and on every idle announcement (docs/benchmarks/session-13.md, "Session 13:
+    /// loopback ib_send_lat"). The protocol needs one full barrier: the caller's `fence(SeqCst)`
+    /// between announcing
     /// idleness and its last re-scan. When the device wakes, software that still reads idle
     /// only wakes it once more, and a doorbell a running device's scan misses is seen by its
     /// next pass.

@@ -67,7 +67,8 @@ pub struct DeviceConfig {
     /// (a doorbell stored during a nap is seen when it ends); None, the default, keeps the
     /// thread's own (50 µs for a normal thread). A 1 µs slack made latency worse on a 2-core
     /// host whose guests' vCPUs take every core: naps that end on time wake the device more
-    /// often, and each wake takes a core from a vCPU (docs/benchmarks.md, "Session 10").
+    /// often, and each wake takes a core from a vCPU (docs/benchmarks/session-10.md, "Session 10:
+    /// timer slack for the data path's naps").
     pub nap_slack: Option<std::time::Duration>,
     /// The ICRC of the FLUSH requests the device sends (rdma_rxe's for an rxe peer).
     pub flush_icrc: crate::roce::wire::FlushIcrc,
@@ -89,8 +90,8 @@ pub use death::{DeathMode, DieOn};
 pub const DEFAULT_IDLE_AFTER: std::time::Duration = std::time::Duration::from_millis(20);
 /// Default idle grace period while wakes are posted (`DeviceConfig::posted_idle_after`): none,
 /// the device sleeps as soon as its spin ends. 50, 200 and 1000 µs measured as trapped wakes
-/// did (the device napped instead), 0 halved loopback ib_write_lat (docs/benchmarks.md,
-/// "Session 11").
+/// did (the device napped instead), 0 halved loopback ib_write_lat (docs/benchmarks/session-11.md,
+/// "Session 11: the posted wake").
 pub const DEFAULT_POSTED_IDLE_AFTER: std::time::Duration = std::time::Duration::ZERO;
 
 impl DeviceConfig {

@@ -1,5 +1,6 @@
 //! The `frame` target's property of the fused receive copy (`port::cable::copy_received`,
-//! docs/benchmarks.md "Session 17"): whatever ICRC fold a port claims for a frame,
+//! docs/benchmarks/session-17.md "Session 17: the cable's receive copy and its ICRC"): whatever
+//! ICRC fold a port claims for a frame,
 //! `port::frame::sort_received` hands a RoCEv2 packet on as ICRC-checked only if the
 //! two-pass check (`wire::compute_icrc` over the packet, against its last four bytes) finds
 //! its ICRC right; and with the fold the cable makes, a packet that ends at the frame's end

@@ -12,8 +12,9 @@
 //! With io_uring, the tap also takes and makes UDP segmentation-offload frames (IFF_VNET_HDR,
 //! TUNSETOFFLOAD USO4/USO6, Linux 6.2 on; [`gso`]): a run of a QP's frames crosses a bridge as
 //! one packet of up to 64 KiB. On by default (guest to guest it was 1.34-3.05x the bandwidth of
-//! frames one by one in every measured pair, docs/benchmarks.md); `ROX_TAP_GSO=off` sends
-//! frames one by one, for whatever reads the bridge's frames raw (tcpdump, rox-peer's
+//! frames one by one in every measured pair, docs/benchmarks/session-10.md, "Session 10: the tap's
+//! offload, settled"); `ROX_TAP_GSO=off` sends frames one by one, for whatever reads the bridge's
+//! frames raw (tcpdump, rox-peer's
 //! AF_PACKET socket), which would see such packets uncut.
 
 #[cfg(feature = "fuzzing")]

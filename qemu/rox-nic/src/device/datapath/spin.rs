@@ -14,30 +14,32 @@
 //! posted), a wake costs the vCPU one eventfd write instead of a vfio-user round trip, and the
 //! device goes idle after `posted_idle_after` (`--posted-idle-us`) instead of `idle_after`:
 //! an idle device wakes as soon as the guest rings, where a napping one waits for its nap to
-//! end (a nap asked 1 µs took 60-74 µs on a 2-core host, docs/benchmarks.md "Session 11").
+//! end (a nap asked 1 µs took 60-74 µs on a 2-core host, docs/benchmarks/session-11.md "Session 11:
+//! the posted wake").
 //!
 //! While wakes are posted it spins `posted_spin` instead (`--posted-spin-us`, at most the
 //! spin; the same 10 µs by default). With 0 the device sleeps as soon as a pass finds nothing
 //! and the party whose turn it is (the driver storing a doorbell, the peer device sending a
 //! frame) wakes it through an fd: in the host bench at 64 WQEs in flight, three threads on two
-//! busy cores, the 10 µs spins held the core the awaited thread needed (docs/benchmarks.md,
-//! "Session 14: the host engine at window 64"); in loopback guests it made ib_send_lat's
-//! typical bimodal, hence not the default.
+//! busy cores, the 10 µs spins held the core the awaited thread needed
+//! (docs/benchmarks/session-14.md, "Session 14: the host engine at window 64");
+//! in loopback guests it made ib_send_lat's typical bimodal, hence not the default.
 //!
 //! `--adaptive-spin true` spins the posted spin only where it pays (the backoff's
 //! [`SpinHistory`] of the device's idle periods): while at
 //! least half of the device's recent idle periods ended within it, else it sleeps at once and
-//! spins one period in [`PROBE_EVERY`] to look again (docs/benchmarks.md, "Session 15: the
-//! spin").
+//! spins one period in [`PROBE_EVERY`] to look again (docs/benchmarks/session-15.md, "Session 15:
+//! the spin").
 //!
 //! The spin is bounded by the time since the last work, not by a count of events, so an idle
 //! device (nothing arrives, nothing in flight) naps and then sleeps as before. A nap ends up
 //! to the thread's timer slack late (the kernel's 50 µs unless `--nap-slack-us` sets it: a
 //! 1 µs slack woke the device three times as often and made latency worse on a 2-core host,
-//! docs/benchmarks.md "Session 10"). The longer spin
-//! is off by default because a spinning device holds a core: with two guests' busy vCPUs
+//! docs/benchmarks/session-10.md "Session 10: timer slack for the data path's naps"). The longer
+//! spin is off by default because a spinning device holds a core: with two guests' busy vCPUs
 //! and two rox-nics on 2 cores, a crossing waited for the sender's spin to end, and
-//! ib_send_lat got worse in every A/B run (docs/benchmarks.md, "What a crossing waits for").
+//! ib_send_lat got worse in every A/B run (docs/benchmarks/session-06.md, "What a crossing waits
+//! for").
 
 use std::time::Duration;
 
@@ -46,14 +48,15 @@ use std::time::Duration;
 /// guest's busy vCPU, a peer device woken by the frame just sent waits for that core, and in
 /// the two-guest ib_send_lat trace the receiver's wait ended a median 10 µs after the
 /// sender's spin did. At 10 µs instead of 50 the crossing went from 68 to 28 µs and the round
-/// trip from 415 to 164 µs (docs/benchmarks.md, "What a crossing waits for").
+/// trip from 415 to 164 µs (docs/benchmarks/session-06.md, "What a crossing waits for").
 pub const SPIN_PERIOD: Duration = Duration::from_micros(10);
 /// How long the loop spins after the last work while wakes are posted, by default
 /// (`--posted-spin-us`): as long as with trapped wakes. 0 (sleep at once; a posted wake costs
 /// the waker one eventfd write) made the host bench's window-64 turn 1.3-1.8x faster and
 /// two-guest latency lower, but loopback ib_send_lat's typical landed at 27-32 µs (0.74-0.82x
-/// rxe's) in 2 of 4 runs against 13.6-16.1 with the spin (docs/benchmarks.md, "Session 14:
-/// the host engine at window 64"), so it is an option, not the default.
+/// rxe's) in 2 of 4 runs against 13.6-16.1 with the spin (docs/benchmarks/session-14.md, "Session
+/// 14: the host engine at window 64"),
+/// so it is an option, not the default.
 pub const POSTED_SPIN_PERIOD: Duration = SPIN_PERIOD;
 /// Longest nap between polls while backing off (before going idle).
 pub const MAX_NAP: Duration = Duration::from_micros(500);
@@ -179,7 +182,8 @@ pub const PROBE_EVERY: u32 = 8;
 /// Whether spinning pays off on this device now: a spin pays where the device's next work
 /// comes within it (a ping-pong on one device: the guest's answer comes a guest turn after
 /// the CQE), and costs where it does not (the awaited party, a thread on a busy core, needs
-/// the core the spin holds: the host bench at window 64, docs/benchmarks.md "Session 15").
+/// the core the spin holds: the host bench at window 64, docs/benchmarks/session-15.md "Session 15:
+/// the spin").
 ///
 /// Each idle period (from the last work to the next) is a hit if its work came within the
 /// spin budget. A period that spun says hit or miss; one that slept at once says only hit

@@ -211,8 +211,8 @@ pub(super) struct DoorbellNews {
 /// whose owner stores news bytes (`DbPage::news_on`, trusted while the driver's page has it
 /// too) costs its news words and the objects of the groups with news, however many objects it
 /// holds: loading every QP's slot on every pass was the per-QP cost left at 256 QPs
-/// (docs/benchmarks.md, "Session 16: 256 QPs against 16"). Any other page's objects are all
-/// looked at, as before the summary doorbell. SRQs are not: the engine reads an SRQ's
+/// (docs/benchmarks/session-16.md, "Session 16: 256 QPs against 16"). Any other page's objects are
+/// all looked at, as before the summary doorbell. SRQs are not: the engine reads an SRQ's
 /// producer index when a message needs a receive WQE.
 pub(super) fn doorbell_news(
     used: &DoorbellsUsed,
@@ -268,7 +268,8 @@ pub(super) fn doorbell_news(
 /// Whether QP `qp`'s doorbell slot says something the device has not taken yet (an SQ
 /// producer index past the WQEs fetched, an RQ producer index not seen). One load of the slot
 /// and nothing else: a pass of a device with 256 QPs looked each one up twice and asked the
-/// engine its state, idle or not (docs/benchmarks.md).
+/// engine its state, idle or not (docs/benchmarks/session-07.md, "Session 7: why 256 QPs moved half
+/// of what 16 do").
 fn has_doorbell_news(qp: &QpQueues, doorbells: &DoorbellBar) -> bool {
     let slot = doorbells.slot(qp.db_page, qp.db_slot);
     // A broken QP's queues are not looked at any more.

@@ -48,7 +48,7 @@ impl PageObjects {
 /// The doorbell slots the device's objects (QPs, CQs, SRQs) hold, by page: the pages in it are
 /// those whose doorbells software may ring, on which the idle device announces that it sleeps
 /// (announcing on all 256 pages cost ~5,000 instructions per sleep, ~250 per 8 B WRITE of the
-/// host bench, docs/benchmarks.md "Session 16").
+/// host bench, docs/benchmarks/session-16.md "Session 16: instructions per message").
 #[derive(Debug, Default)]
 pub struct DoorbellsUsed {
     /// The pages with a slot in use, ascending.

@@ -2,7 +2,9 @@
 //! on): a run of RoCEv2 frames of one flow leaves as one write of up to 64 KiB, crosses a
 //! Linux bridge as one packet, and reaches a peer tap that takes such packets as one read.
 //! Per-frame costs in the kernel (a write, a bridge hop, a read each) are paid once per run
-//! (docs/benchmarks.md has the measurement that chose it).
+//! (docs/benchmarks/session-06.md, "Issue 18's measurements: the bridge with UDP segmentation
+//! offload on the taps", and session-10.md, "Session 10: the tap's offload, settled", have the
+//! measurements that chose it).
 //!
 //! Transmit ([`GsoWriter`]): consecutive IPv4 RoCEv2 frames with one Ethernet header, one
 //! IP/UDP flow and equally long UDP payloads (the last may be shorter) leave as one frame

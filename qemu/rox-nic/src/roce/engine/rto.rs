@@ -40,7 +40,7 @@ pub(super) const SCHED_TICK_NS: u64 = 4_000_000;
 /// The RTO never goes below this. A peer's device answers within a few hundred µs when its
 /// thread runs, but a host with more runnable threads than cores leaves a woken thread
 /// waiting for a core: its naps overran by 1–4 ms most often (one to a few ticks), up to
-/// 71 ms (docs/benchmarks.md, "What those ACK timeouts are"). A timeout then resends the
+/// 71 ms (docs/benchmarks/session-05.md, "What those ACK timeouts are"). A timeout then resends the
 /// window with nothing lost. At 2 ms (half a tick) a loaded host timed out 4.5× as often as
 /// at three ticks (docs/transport.md, "The RTO floor"), while a real loss waits for the RTO
 /// only when the tail probes and NAKs could not find it (1 of 6 lossy transfers of

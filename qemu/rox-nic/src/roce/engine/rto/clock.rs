@@ -4,8 +4,9 @@
 //! A data-path pass builds packets (the engine arms the timer then), reads the wire, runs the
 //! timers and at its end flushes the port (a receive batch that made answers flushes them
 //! at once, docs/transport.md "When answers leave"). On a loaded host the thread can lose its core
-//! anywhere in that pass for longer than the RTO floor (docs/benchmarks.md, "Session 17: 256
-//! QPs, retransmissions traced"). Measured by the thread's clock, a stall between building a
+//! anywhere in that pass for longer than the RTO floor (docs/benchmarks/session-17.md, "Session 17:
+//! 256 QPs, retransmissions traced").
+//! Measured by the thread's clock, a stall between building a
 //! packet and the flush timed out (or probed) a packet that had not left yet, and a stall
 //! between the wire read and the timers timed out QPs whose ACKs had arrived and sat unread
 //! in the port's socket: retransmissions of the device's own making, with nothing lost and
