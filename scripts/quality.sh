@@ -4,7 +4,9 @@
 #   scripts/quality.sh --workspace  uapi, rox-nic, rox-lab (host toolchain), rustfmt of librox
 #                                   and rox.ko, and scripts/code-size.py over the whole tree
 #                                   (Rust, Python, C and shell source files <= 800 lines,
-#                                   functions <= 120; test code too)
+#                                   functions <= 120; test code too), and scripts/doc-links.py
+#                                   (every relative link and #anchor in the tracked Markdown
+#                                   resolves; well under a second)
 #   scripts/quality.sh --provider   clippy of librox (provider/, its own cargo project, built in
 #                                   the toolchain root with its own cargo setup): on the
 #                                   host, with the bindings the root build generated
@@ -56,6 +58,8 @@ fi
 if [ "$part" != --provider ]; then
 	log "size: source files and functions of the whole tree (scripts/code-size.py)"
 	python3 scripts/code-size.py || die "files or functions over the size limits (above)"
+	log "docs: relative links and anchors of the Markdown files (scripts/doc-links.py)"
+	python3 scripts/doc-links.py || die "broken links in the docs (above)"
 	if $root_cargo; then
 		log "rustfmt: NOT CHECKED (no host Rust toolchain, and the root has no rustfmt)"
 	else
