@@ -163,7 +163,13 @@ fn a_pass_stalled_after_taking_a_request_does_not_probe_it() {
     let hold = &shared.hold_before_timers;
     for i in 0..4 {
         hold.arm();
-        let w = rdma_wqe(100 + i, WR_RDMA_WRITE, sge(p.buf_a, 64, p.key_a), p.buf_b, key_b);
+        let w = rdma_wqe(
+            100 + i,
+            WR_RDMA_WRITE,
+            sge(p.buf_a, 64, p.key_a),
+            p.buf_b,
+            key_b,
+        );
         p.post_on_a(&w);
         wait_until(|| hold.is_held(), "the pass never took the WRITE");
         std::thread::sleep(std::time::Duration::from_millis(20));

@@ -98,7 +98,10 @@ mod tests {
         let h = hold.clone();
         let second = std::thread::spawn(move || h.reached());
         while !hold.is_held() {
-            assert!(start.elapsed() < Duration::from_secs(10), "the next arrival never held");
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "the next arrival never held"
+            );
             std::thread::yield_now();
         }
         assert!(!second.is_finished());

@@ -170,8 +170,7 @@ impl QpTable {
     /// armed and nothing wrong) cost each refill only the QPs that sent since the last, and
     /// a wire that holds resends (nothing changes) walks nothing twice.
     pub fn recount_stuck_flight(&mut self, limit: u64) -> u64 {
-        if self.flight < limit || self.unchecked.is_empty() || self.active().any(has_timer_armed)
-        {
+        if self.flight < limit || self.unchecked.is_empty() || self.active().any(has_timer_armed) {
             return 0;
         }
         let mut unchecked = std::mem::take(&mut self.unchecked);
@@ -524,7 +523,10 @@ mod tests {
         for (id, &qpn) in qpns[..4].iter().enumerate() {
             engine.post_send(&mut env, qpn, write(id as u64)).unwrap();
         }
-        assert_eq!((engine.flight_for_budget(4), engine.next_deadline()), (4, None));
+        assert_eq!(
+            (engine.flight_for_budget(4), engine.next_deadline()),
+            (4, None)
+        );
         for round in 0..ROUNDS {
             let qpn = qpns[(round % 4) as usize];
             let ack = packet_from_peer(op::RC_ACKNOWLEDGE, 100 + round / 4, &[], |h| {
@@ -532,9 +534,19 @@ mod tests {
                 h.aeth = peer_aeth(wire::Syndrome::Ack)
             });
             engine.receive(&mut env, &ack).unwrap();
-            assert_eq!(engine.flight_for_budget(4), 3, "round {round}: its ACK came");
-            engine.post_send(&mut env, qpn, write(4 + u64::from(round))).unwrap();
-            assert_eq!(engine.flight_for_budget(4), 4, "round {round}: it sent again");
+            assert_eq!(
+                engine.flight_for_budget(4),
+                3,
+                "round {round}: its ACK came"
+            );
+            engine
+                .post_send(&mut env, qpn, write(4 + u64::from(round)))
+                .unwrap();
+            assert_eq!(
+                engine.flight_for_budget(4),
+                4,
+                "round {round}: it sent again"
+            );
         }
         assert_eq!(env.sent.len(), 4 + ROUNDS as usize);
         assert!(
