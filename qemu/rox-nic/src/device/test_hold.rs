@@ -68,11 +68,7 @@ mod tests {
         hold.arm();
         let h = hold.clone();
         let thread = std::thread::spawn(move || h.reached());
-        let start = Instant::now();
-        while !hold.is_held() {
-            assert!(start.elapsed() < Duration::from_secs(10), "never held");
-            std::thread::yield_now();
-        }
+        wait_held(&hold);
         assert!(!thread.is_finished());
         hold.release();
         thread.join().unwrap();
@@ -87,25 +83,24 @@ mod tests {
         hold.arm();
         let h = hold.clone();
         let first = std::thread::spawn(move || h.reached());
-        let start = Instant::now();
-        while !hold.is_held() {
-            assert!(start.elapsed() < Duration::from_secs(10), "never held");
-            std::thread::yield_now();
-        }
+        wait_held(&hold);
         hold.arm();
         first.join().unwrap();
         assert!(!hold.is_held(), "the first arrival went on");
         let h = hold.clone();
         let second = std::thread::spawn(move || h.reached());
-        while !hold.is_held() {
-            assert!(
-                start.elapsed() < Duration::from_secs(10),
-                "the next arrival never held"
-            );
-            std::thread::yield_now();
-        }
+        wait_held(&hold);
         assert!(!second.is_finished());
         hold.release();
         second.join().unwrap();
+    }
+
+    /// Waits until a thread is held at `hold` (10 s at most).
+    fn wait_held(hold: &TestHold) {
+        let start = Instant::now();
+        while !hold.is_held() {
+            assert!(start.elapsed() < Duration::from_secs(10), "never held");
+            std::thread::yield_now();
+        }
     }
 }

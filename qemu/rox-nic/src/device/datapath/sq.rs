@@ -388,7 +388,6 @@ fn decode_rdma_seg(spares: &mut SpareSges, w: &SqWqe, wr: &mut SendWr) {
                 lkey: b.lkey,
                 access: b.access,
             }));
-            spares.give_back_data(std::mem::replace(&mut wr.data, SendData::Sges(Vec::new())));
         }
         WrOpcode::RegMr => {
             let f: FastRegSeg = read_as(&w.seg);
@@ -401,7 +400,6 @@ fn decode_rdma_seg(spares: &mut SpareSges, w: &SqWqe, wr: &mut SendWr) {
                 npages: f.npages,
                 page_shift: f.page_shift,
             }));
-            spares.give_back_data(std::mem::replace(&mut wr.data, SendData::Sges(Vec::new())));
         }
         WrOpcode::Flush => {
             wr.flush = FlushSpec {
@@ -411,6 +409,10 @@ fn decode_rdma_seg(spares: &mut SpareSges, w: &SqWqe, wr: &mut SendWr) {
             };
         }
         _ => {}
+    }
+    if matches!(wr.opcode, WrOpcode::BindMw | WrOpcode::RegMr) {
+        // Their segment is all they carry.
+        spares.give_back_data(std::mem::replace(&mut wr.data, SendData::Sges(Vec::new())));
     }
 }
 

@@ -305,6 +305,19 @@ pub(super) fn packet_from_peer(
     wire::build_packet(&ip, &hdr, payload)
 }
 
+/// The peer's atomic request `opcode` (FETCH_ADD, COMPARE_SWAP) with PSN `psn` on the 8
+/// bytes at `va` through [`RKEY`]: add or swap `swap_add` (compare 0).
+pub(super) fn atomic_from_peer(opcode: u8, psn: u32, va: u64, swap_add: u64) -> Vec<u8> {
+    packet_from_peer(opcode, psn, &[], |h| {
+        h.atomic_eth = Some(wire::AtomicEth {
+            va,
+            rkey: RKEY,
+            swap_add,
+            compare: 0,
+        })
+    })
+}
+
 /// The peer's RC ACKNOWLEDGE of PSN `psn` with `syndrome` (ACK, NAK or RNR NAK), handed to
 /// `qp`'s completer.
 pub(super) fn ack_from_peer(

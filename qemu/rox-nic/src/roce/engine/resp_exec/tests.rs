@@ -2,7 +2,7 @@
 
 use super::super::test_env::*;
 use super::*;
-use crate::roce::wire::{AtomicEth, Headers};
+use crate::roce::wire::Headers;
 
 fn receive(qp: &mut Qp, env: &mut TestEnv, stats: &mut EngineStats, bytes: &[u8]) {
     let p = wire::parse_packet(bytes).expect("well-formed");
@@ -181,14 +181,7 @@ fn write_with_immediate_waits_for_a_receive_wr_before_writing() {
 fn atomic_executes_once_and_a_duplicate_gets_the_saved_value() {
     let (mut env, mut stats, mut qp) = rc_fixture();
     env.mem[0x300..0x308].copy_from_slice(&40u64.to_le_bytes());
-    let bytes = packet_from_peer(op::RC_FETCH_ADD, 100, &[], |h| {
-        h.atomic_eth = Some(AtomicEth {
-            va: 0x300,
-            rkey: RKEY,
-            swap_add: 2,
-            compare: 0,
-        })
-    });
+    let bytes = atomic_from_peer(op::RC_FETCH_ADD, 100, 0x300, 2);
     receive(&mut qp, &mut env, &mut stats, &bytes);
     receive(&mut qp, &mut env, &mut stats, &bytes);
     assert_eq!(env.mem[0x300..0x308], 42u64.to_le_bytes(), "added once");
@@ -201,14 +194,7 @@ fn atomic_executes_once_and_a_duplicate_gets_the_saved_value() {
 #[test]
 fn misaligned_atomic_and_read_without_resources_are_invalid_requests() {
     let (mut env, mut stats, mut qp) = rc_fixture();
-    let bytes = packet_from_peer(op::RC_COMPARE_SWAP, 100, &[], |h| {
-        h.atomic_eth = Some(AtomicEth {
-            va: 0x301,
-            rkey: RKEY,
-            swap_add: 1,
-            compare: 0,
-        })
-    });
+    let bytes = atomic_from_peer(op::RC_COMPARE_SWAP, 100, 0x301, 1);
     receive(&mut qp, &mut env, &mut stats, &bytes);
     assert_eq!(qp.state, QpState::Err);
     let (mut env, mut qp) = (TestEnv::new(), rts_qp(QpType::Rc));
@@ -268,14 +254,7 @@ fn every_answer_sent_and_only_answers_count_as_responses() {
     fill_pattern(&mut env, 2500);
     let read = packet_from_peer(op::RC_READ_REQUEST, 100, &[], reth(0, RKEY, 2500));
     receive(&mut qp, &mut env, &mut stats, &read);
-    let fetch_add = packet_from_peer(op::RC_FETCH_ADD, 103, &[], |h| {
-        h.atomic_eth = Some(AtomicEth {
-            va: 0x300,
-            rkey: RKEY,
-            swap_add: 2,
-            compare: 0,
-        })
-    });
+    let fetch_add = atomic_from_peer(op::RC_FETCH_ADD, 103, 0x300, 2);
     receive(&mut qp, &mut env, &mut stats, &fetch_add);
     let write = packet_from_peer(op::RC_WRITE_ONLY, 104, &[1; 8], reth(0x400, RKEY, 8));
     receive(&mut qp, &mut env, &mut stats, &write);
