@@ -282,14 +282,13 @@ impl Lists<'_> {
     fn note(&mut self, qpn: Qpn, slot: &mut Slot) {
         // `una` as the requester last found it: the walk of its SQ runs only after a change
         // that may have moved it (an ACK, a response), not after every change.
-        let kept = slot.qp.req.una_known.is_some();
-        let una = slot.qp.una_noted();
+        let (una, kept) = slot.qp.una_noted();
         let flight = rc_flight(&slot.qp, una);
         // Saturating: were the count ever wrong (debug builds check it), a wrap would hold
         // every new packet of the port back for good.
         *self.flight = self.flight.saturating_sub(slot.flight) + flight;
         slot.flight = flight;
-        if kept && flight > 0 && !slot.unchecked {
+        if !slot.unchecked && kept && flight > 0 {
             slot.unchecked = true;
             self.unchecked.push(qpn);
         }
