@@ -168,7 +168,7 @@ impl QpTable {
     /// again: the walk costs what changed since the last one, not the table's size. So QPs
     /// without an ACK timeout (IBA: 0, no timer; their flight fills the budget with no timer
     /// armed and nothing wrong) cost each refill only the QPs that sent since the last, and
-    /// a wire that holds resends (nothing changes) walks nothing twice.
+    /// a stuck count that nothing changes is walked once.
     pub fn recount_stuck_flight(&mut self, limit: u64) -> u64 {
         if self.flight < limit || self.unchecked.is_empty() || self.active().any(has_timer_armed) {
             return 0;
@@ -476,8 +476,8 @@ mod tests {
 
     /// A QP without an ACK timeout (IBA: 0, none) fills the budget with no timer armed and
     /// a right count: walked once, not again at each refill. Once an ACK shrinks the flight,
-    /// a later stuck count (here the same number, from a corrupted `una`) is walked afresh;
-    /// keeping the first walk's count would hold the port for good.
+    /// a later stuck count (here the same number, from a corrupted `una`) is walked afresh:
+    /// the QP changed since the walk (a walk kept for a count would hold the port for good).
     #[test]
     fn a_stuck_count_is_walked_once_until_the_flight_shrinks() {
         let mut env = TestEnv::new();
