@@ -154,17 +154,27 @@ fn another_port_is_a_bad_param() {
 /// timeout: the learnt lateness stops at 3 ms) comes after the pass took the WRITE.
 #[test]
 fn a_pass_stalled_after_taking_a_request_does_not_probe_it() {
-    use std::sync::atomic::Ordering;
     let mut p = rc_pair();
     let key_b = p.key_b;
     for i in 0..8 {
         assert_eq!(write(&mut p, i, 64, key_b), WC_SUCCESS);
     }
+    let shared = p.d.shared().clone();
+    let hold = &shared.hold_before_timers;
     for i in 0..4 {
-        p.d.shared()
-            .stall_before_timers_ns
-            .store(20_000_000, Ordering::Relaxed);
-        assert_eq!(write(&mut p, 100 + i, 64, key_b), WC_SUCCESS);
+        hold.arm();
+        let w = rdma_wqe(
+            100 + i,
+            WR_RDMA_WRITE,
+            sge(p.buf_a, 64, p.key_a),
+            p.buf_b,
+            key_b,
+        );
+        p.post_on_a(&w);
+        wait_until(|| hold.is_held(), "the pass never took the WRITE");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        hold.release();
+        assert_eq!(p.d.wait_cqe(&mut p.cq_a).status, WC_SUCCESS);
     }
     let c = settled_counters(&mut p);
     assert_eq!(c.roce_adp_retrans, 0, "a stalled pass probed: {c:?}");

@@ -6,7 +6,7 @@
 //! batch too (device/datapath/wire_io.rs `answer_taken`).
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use rox_nic::device::Shared;
 use rox_nic::testkit::*;
@@ -164,14 +164,5 @@ fn wait_cqe_while(a: &mut TestDriver, cq: &mut TestCq, going_on: impl Fn() -> bo
              the ACK waited in its port queue"
         );
         std::thread::yield_now();
-    }
-}
-
-/// Waits until `done` holds; at most `TIMEOUT`.
-fn wait_until(mut done: impl FnMut() -> bool, what: &str) {
-    let start = Instant::now();
-    while !done() {
-        assert!(start.elapsed() < TIMEOUT, "{what}");
-        std::thread::sleep(Duration::from_micros(50));
     }
 }

@@ -1,13 +1,14 @@
 //! The retransmission timer counts what the peer takes, not the device's own thread losing its
 //! core: 255 RC QPs of one device WRITE to a second device over one port while the sending
-//! device's data-path thread stalls (`stall_before_timers_ns`, longer than the QPs' whole
-//! ACK timeout) in the pass that queued their packets or read the wire before their ACKs came
+//! device's data-path thread is held (`hold_before_timers`, longer than the QPs' whole ACK
+//! timeout) in the pass that queued their packets or read the wire before their ACKs came
 //! (roce/engine/rto/clock.rs). Nothing is lost and the peer answers at once: any probe,
 //! timeout or resend is the device's own doing.
 
-use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use rox_nic::device::Shared;
 use rox_nic::testkit::*;
 use rox_uapi::admin::*;
 use rox_uapi::queue::*;
@@ -25,6 +26,16 @@ const QPS: u64 = 255;
 const ACK_TIMEOUT: u8 = 16;
 /// Longer than the ACK timeout (and than any RTO within it).
 const STALL: Duration = Duration::from_millis(400);
+
+/// Lets the sending device's thread go however the test ends (a failed test must not leave
+/// it held through the teardown).
+struct Release(Arc<Shared>);
+
+impl Drop for Release {
+    fn drop(&mut self) {
+        self.0.hold_before_timers.release();
+    }
+}
 
 #[test]
 fn a_stall_of_the_senders_own_thread_times_out_nothing() {
@@ -63,30 +74,30 @@ fn a_stall_of_the_senders_own_thread_times_out_nothing() {
         );
         with_rdma(w, to, key)
     };
-    // A first stall holds the thread while every doorbell is rung, so that the next pass
-    // finds them all and builds every packet (the trigger's last), then stalls again.
-    let stall = |a: &TestDriver| {
-        a.shared()
-            .stall_before_timers_ns
-            .store(STALL.as_nanos() as u64, Ordering::Relaxed)
-    };
-    stall(&a);
+    // A first hold keeps the thread while every doorbell is rung, so that the next pass
+    // finds them all and builds every packet (the trigger's last), then is held again.
+    let hold = Release(a.shared().clone());
+    let held = || hold.0.hold_before_timers.is_held();
+    hold.0.hold_before_timers.arm();
     let at = QPS * MSG;
     a.post_send(&mut trigger, &write(at, src + at, src_key));
-    wait_for_stall(&a);
-    stall(&a);
+    wait_until(held, "the data path never took the trigger's packet");
     for (q, qa) in qps.iter_mut().enumerate() {
         let at = q as u64 * MSG;
         a.post_send(qa, &write(at, dst + at, dst_key));
     }
     let at = (QPS + 1) * MSG;
     a.post_send(&mut trigger, &write(at, src + at, src_key));
+    // Armed again: this pass goes on, the next that receives (the trigger's second packet,
+    // behind every QP's) is held.
+    hold.0.hold_before_timers.arm();
+    wait_until(held, "the pass that built the QPs' packets was never held");
+    std::thread::sleep(STALL);
+    hold.0.hold_before_timers.release();
     for n in 0..QPS + 2 {
         let c = a.wait_cqe(&mut a_cq);
         assert_eq!(c.status, WC_SUCCESS, "completion {n} (wr_id {})", c.wr_id);
     }
-    let stalled = a.shared().stall_before_timers_ns.load(Ordering::Relaxed) == 0;
-    assert!(stalled, "the sending device's thread never stalled");
     assert!(
         b.ram.read(dst, (QPS * MSG) as usize) == data[..(QPS * MSG) as usize],
         "the received bytes differ from the sent ones"
@@ -107,15 +118,6 @@ fn a_stall_of_the_senders_own_thread_times_out_nothing() {
         0,
         "the peer got no request twice"
     );
-}
-
-/// Waits until the data-path thread of `a` began the stall asked for (it takes the request).
-fn wait_for_stall(a: &TestDriver) {
-    let start = Instant::now();
-    while a.shared().stall_before_timers_ns.load(Ordering::Relaxed) != 0 {
-        assert!(start.elapsed() < TIMEOUT, "the data path never stalled");
-        std::thread::sleep(Duration::from_micros(50));
-    }
 }
 
 /// The sending device's counters once the peer took every frame it sent and every tail probe

@@ -269,21 +269,9 @@ impl DataPath {
             self.answer_taken();
             self.receive_loopback();
             #[cfg(feature = "testkit")]
-            self.stall_for_test();
+            self.shared.hold_before_timers.reached();
         }
         got
-    }
-
-    /// Tests only: sleeps as long as a test asked, once (`Shared::stall_before_timers_ns`).
-    #[cfg(feature = "testkit")]
-    fn stall_for_test(&self) {
-        let ns = self
-            .shared
-            .stall_before_timers_ns
-            .swap(0, Ordering::Relaxed);
-        if ns > 0 {
-            std::thread::sleep(Duration::from_nanos(ns));
-        }
     }
 
     /// Sets this thread's timer slack (how late its naps may end) as configured (the kernel

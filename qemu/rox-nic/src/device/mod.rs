@@ -176,10 +176,10 @@ pub struct Shared {
     pub ctl: Sender<Control>,
     /// The WQE trace (off unless started; the data path's hooks write it).
     pub wqe_trace: crate::trace::WqeTrace,
-    /// Tests only: nanoseconds the data path's next pass that received something sleeps
-    /// before it runs the engine's timers, as a thread that lost its core there would.
+    /// Tests only: holds the data path in a pass that received something, before it runs the
+    /// engine's timers, as a host that took its core away there would.
     #[cfg(feature = "testkit")]
-    pub stall_before_timers_ns: AtomicU64,
+    pub hold_before_timers: test_hold::TestHold,
     /// Tests only: holds the data path after it answered a batch of frames from the port.
     #[cfg(feature = "testkit")]
     pub hold_after_rx_batch: test_hold::TestHold,
@@ -308,7 +308,7 @@ impl RoxNic {
             ctl: tx,
             wqe_trace: crate::trace::WqeTrace::new(),
             #[cfg(feature = "testkit")]
-            stall_before_timers_ns: AtomicU64::new(0),
+            hold_before_timers: test_hold::TestHold::default(),
             #[cfg(feature = "testkit")]
             hold_after_rx_batch: test_hold::TestHold::default(),
         });

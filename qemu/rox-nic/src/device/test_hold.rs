@@ -11,8 +11,7 @@ const ARMED: u8 = 1;
 const HELD: u8 = 2;
 
 /// How long a hold lasts at most if the test never lets go (it failed): the device thread
-/// goes on, so the test's teardown does not hang. An `arm` while the thread is held ends
-/// that hold and is lost (a test arms once, before the point is reached).
+/// goes on, so the test's teardown does not hang.
 const HOLD_LIMIT: Duration = Duration::from_secs(60);
 
 /// One hold: armed by a test, taken by the next pass that reaches the point, ended by the test.
@@ -20,7 +19,8 @@ const HOLD_LIMIT: Duration = Duration::from_secs(60);
 pub struct TestHold(AtomicU8);
 
 impl TestHold {
-    /// The next pass that reaches the point holds there.
+    /// The next pass that reaches the point holds there. Armed while a thread is held, it
+    /// lets that one go and holds the next arrival (a test that holds two passes in a row).
     pub fn arm(&self) {
         self.0.store(ARMED, Ordering::SeqCst);
     }
@@ -48,7 +48,10 @@ impl TestHold {
         while self.is_held() && start.elapsed() < HOLD_LIMIT {
             std::thread::sleep(Duration::from_micros(100));
         }
-        self.release();
+        // Ends a hold the test never ended; an `arm` since then stays for the next arrival.
+        let _ = self
+            .0
+            .compare_exchange(HELD, NONE, Ordering::SeqCst, Ordering::SeqCst);
     }
 }
 
@@ -65,15 +68,39 @@ mod tests {
         hold.arm();
         let h = hold.clone();
         let thread = std::thread::spawn(move || h.reached());
-        let start = Instant::now();
-        while !hold.is_held() {
-            assert!(start.elapsed() < Duration::from_secs(10), "never held");
-            std::thread::yield_now();
-        }
+        wait_held(&hold);
         assert!(!thread.is_finished());
         hold.release();
         thread.join().unwrap();
         hold.reached();
         assert!(!hold.is_held(), "a hold holds once");
+    }
+
+    /// Armed again while a thread is held: that thread goes on, the next arrival holds.
+    #[test]
+    fn an_arm_while_held_lets_go_and_holds_the_next_arrival() {
+        let hold = Arc::new(TestHold::default());
+        hold.arm();
+        let h = hold.clone();
+        let first = std::thread::spawn(move || h.reached());
+        wait_held(&hold);
+        hold.arm();
+        first.join().unwrap();
+        assert!(!hold.is_held(), "the first arrival went on");
+        let h = hold.clone();
+        let second = std::thread::spawn(move || h.reached());
+        wait_held(&hold);
+        assert!(!second.is_finished());
+        hold.release();
+        second.join().unwrap();
+    }
+
+    /// Waits until a thread is held at `hold` (10 s at most).
+    fn wait_held(hold: &TestHold) {
+        let start = Instant::now();
+        while !hold.is_held() {
+            assert!(start.elapsed() < Duration::from_secs(10), "never held");
+            std::thread::yield_now();
+        }
     }
 }

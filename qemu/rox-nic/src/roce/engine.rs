@@ -130,8 +130,9 @@ pub struct EngineStats {
     /// CNPs dropped: for no QP, a QP that is not RC/UC or not connected, or from an address
     /// other than the QP's peer.
     pub rx_cnp_dropped: u64,
-    /// Walks of every QP for a flight count that filled the port's budget with no timer
-    /// armed ([`Engine::flight_for_budget`]; none unless a change moved a `una` unnoted).
+    /// QPs whose packets in flight were counted again because the count filled the port's
+    /// budget with no timer armed ([`Engine::flight_for_budget`]: a fallback for a change
+    /// that moved a `una` unnoted; QPs without an ACK timeout get there legitimately).
     pub flight_recounts: u64,
 }
 
@@ -499,11 +500,11 @@ impl Engine {
     }
 
     /// [`Self::packets_in_flight`] for the port's budget of `limit` packets: a count that
-    /// fills it while no QP has a timer armed is found again by a walk of every QP (the
-    /// release fallback of the table's kept `una`s, table.rs).
+    /// fills it while no QP has a timer armed is found again by a walk of the QPs that
+    /// changed since the last such walk (the release fallback of the table's kept `una`s,
+    /// table.rs).
     pub fn flight_for_budget(&mut self, limit: u64) -> u64 {
-        let recounted = self.qps.recount_stuck_flight(limit);
-        self.stats.flight_recounts += u64::from(recounted);
+        self.stats.flight_recounts += self.qps.recount_stuck_flight(limit);
         self.packets_in_flight()
     }
 

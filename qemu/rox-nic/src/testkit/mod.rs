@@ -534,6 +534,16 @@ pub fn admin_port() -> u8 {
     PORT_NUM
 }
 
+/// Waits until `done` holds (a device's thread reached a test's hold, a counter moved);
+/// fails the test with `what` after [`TIMEOUT`].
+pub fn wait_until(mut done: impl FnMut() -> bool, what: &str) {
+    let start = Instant::now();
+    while !done() {
+        assert!(start.elapsed() < TIMEOUT, "{what}");
+        std::thread::sleep(Duration::from_micros(50));
+    }
+}
+
 /// Bytes of a deterministic pattern (for checksummed payloads).
 pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
     let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;

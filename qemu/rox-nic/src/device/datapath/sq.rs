@@ -146,7 +146,7 @@ impl DataPath {
                     }
                     Err((status, vendor_err)) => {
                         // Completes behind the WRs already in the engine, then the QP leaves RTS.
-                        self.hw.stats[STAT_WQE_ERRORS] += 1;
+                        hw.stats[STAT_WQE_ERRORS] += 1;
                         Err(FailedWr {
                             wr_id: wqe.wr_id,
                             // An unknown opcode completes as a SEND (what ibv reports for it).
@@ -293,30 +293,7 @@ pub fn decode_send(
         WrOpcode::from_u8(w.opcode).ok_or((WcStatus::LocQpOpErr, VENDOR_ERR_BAD_OPCODE))?;
     let flags =
         WqeFlags::from_bits(w.flags).ok_or((WcStatus::LocQpOpErr, VENDOR_ERR_BAD_OPCODE))?;
-    let data = if flags.contains(WqeFlags::INLINE) {
-        if w.inline_len > SQ_MAX_INLINE {
-            return Err((WcStatus::LocLenErr, VENDOR_ERR_BAD_INLINE));
-        }
-        SendData::Inline(w.data[..w.inline_len as usize].to_vec())
-    } else {
-        if w.num_sge as u32 > SQ_MAX_SGE {
-            return Err((WcStatus::LocQpOpErr, VENDOR_ERR_BAD_SGE_COUNT));
-        }
-        let mut sges = spares.take();
-        sges.extend(
-            w.data[..w.num_sge as usize * size_of::<Sge>()]
-                .chunks_exact(size_of::<Sge>())
-                .map(|b| {
-                    let s: Sge = crate::dma::from_bytes(b);
-                    roce::Sge {
-                        addr: s.addr,
-                        length: s.length,
-                        lkey: s.lkey,
-                    }
-                }),
-        );
-        SendData::Sges(sges)
-    };
+    let data = decode_data(spares, flags, w)?;
     // Field by field: the WR is not built apart and moved in.
     wr.wr_id = w.wr_id;
     wr.opcode = opcode;
@@ -329,69 +306,115 @@ pub fn decode_send(
         wr.xrc_srqn = w.xrc_srqn;
     }
     if qp_type == QPT_UD || qp_type == QPT_GSI {
-        let ud: UdSeg = read_as(&w.seg);
-        let sgid = gids
-            .get(ud.sgid_index as usize)
-            .ok_or((WcStatus::LocQpOpErr, VENDOR_ERR_BAD_OPCODE))?;
-        wr.ud = Some(UdDest {
-            av: AddressVector {
-                dgid: ud.dgid,
-                sgid,
-                traffic_class: ud.traffic_class,
-                hop_limit: ud.hop_limit,
-                flow_label: ud.flow_label,
-                dmac: ud.dmac,
-            },
-            remote_qpn: ud.dest_qpn,
-            remote_qkey: ud.qkey,
-        });
+        wr.ud = Some(decode_ud_dest(gids, w)?);
     } else {
-        let r: RdmaSeg = read_as(&w.seg);
-        wr.remote_addr = r.remote_addr;
-        wr.rkey = r.rkey;
-        wr.compare_add = r.compare_add;
-        wr.swap = r.swap;
-        match opcode {
-            // The 8 bytes to write travel in compare_add; they become the WR's payload.
-            WrOpcode::AtomicWrite => {
-                let bytes = SendData::Inline(r.compare_add.to_ne_bytes().to_vec());
-                spares.give_back_data(std::mem::replace(&mut wr.data, bytes));
-            }
-            WrOpcode::BindMw => {
-                let b: BindSeg = read_as(&w.seg);
-                wr.bind = Some(Box::new(MwBind {
-                    addr: b.addr,
-                    length: b.length,
-                    new_rkey: b.new_rkey,
-                    lkey: b.lkey,
-                    access: b.access,
-                }));
-                spares.give_back_data(std::mem::replace(&mut wr.data, SendData::Sges(Vec::new())));
-            }
-            WrOpcode::RegMr => {
-                let f: FastRegSeg = read_as(&w.seg);
-                wr.fast_reg = Some(Box::new(FastReg {
-                    iova: f.iova,
-                    length: f.length,
-                    page_list: f.page_list,
-                    key: f.key,
-                    access: f.access,
-                    npages: f.npages,
-                    page_shift: f.page_shift,
-                }));
-                spares.give_back_data(std::mem::replace(&mut wr.data, SendData::Sges(Vec::new())));
-            }
-            WrOpcode::Flush => {
-                wr.flush = FlushSpec {
-                    length: r.length,
-                    placement_type: r.flush_type,
-                    level: r.flush_level,
-                };
-            }
-            _ => {}
-        }
+        decode_rdma_seg(spares, w, wr);
     }
     Ok(())
+}
+
+/// What a send WQE sends: its inline bytes, or its SGE list (in a list from `spares`).
+fn decode_data(
+    spares: &mut SpareSges,
+    flags: WqeFlags,
+    w: &SqWqe,
+) -> Result<SendData, (WcStatus, u8)> {
+    if flags.contains(WqeFlags::INLINE) {
+        if w.inline_len > SQ_MAX_INLINE {
+            return Err((WcStatus::LocLenErr, VENDOR_ERR_BAD_INLINE));
+        }
+        return Ok(SendData::Inline(w.data[..w.inline_len as usize].to_vec()));
+    }
+    if w.num_sge as u32 > SQ_MAX_SGE {
+        return Err((WcStatus::LocQpOpErr, VENDOR_ERR_BAD_SGE_COUNT));
+    }
+    let mut sges = spares.take();
+    sges.extend(
+        w.data[..w.num_sge as usize * size_of::<Sge>()]
+            .chunks_exact(size_of::<Sge>())
+            .map(|b| {
+                let s: Sge = crate::dma::from_bytes(b);
+                roce::Sge {
+                    addr: s.addr,
+                    length: s.length,
+                    lkey: s.lkey,
+                }
+            }),
+    );
+    Ok(SendData::Sges(sges))
+}
+
+/// The destination of a UD (or GSI) send WQE: its address vector from the UD segment, the
+/// source GID from the port's table.
+fn decode_ud_dest(gids: &GidTable, w: &SqWqe) -> Result<UdDest, (WcStatus, u8)> {
+    let ud: UdSeg = read_as(&w.seg);
+    let sgid = gids
+        .get(ud.sgid_index as usize)
+        .ok_or((WcStatus::LocQpOpErr, VENDOR_ERR_BAD_OPCODE))?;
+    Ok(UdDest {
+        av: AddressVector {
+            dgid: ud.dgid,
+            sgid,
+            traffic_class: ud.traffic_class,
+            hop_limit: ud.hop_limit,
+            flow_label: ud.flow_label,
+            dmac: ud.dmac,
+        },
+        remote_qpn: ud.dest_qpn,
+        remote_qkey: ud.qkey,
+    })
+}
+
+/// The segment of a connected QP's send WQE: the RDMA and atomic fields, or what the
+/// operations that carry their own segment (ATOMIC WRITE, BIND_MW, REG_MR, FLUSH) need. An
+/// operation whose segment replaces its data gives the SGE list back to `spares`.
+fn decode_rdma_seg(spares: &mut SpareSges, w: &SqWqe, wr: &mut SendWr) {
+    let r: RdmaSeg = read_as(&w.seg);
+    wr.remote_addr = r.remote_addr;
+    wr.rkey = r.rkey;
+    wr.compare_add = r.compare_add;
+    wr.swap = r.swap;
+    match wr.opcode {
+        // The 8 bytes to write travel in compare_add; they become the WR's payload.
+        WrOpcode::AtomicWrite => {
+            let bytes = SendData::Inline(r.compare_add.to_ne_bytes().to_vec());
+            spares.give_back_data(std::mem::replace(&mut wr.data, bytes));
+        }
+        WrOpcode::BindMw => {
+            let b: BindSeg = read_as(&w.seg);
+            wr.bind = Some(Box::new(MwBind {
+                addr: b.addr,
+                length: b.length,
+                new_rkey: b.new_rkey,
+                lkey: b.lkey,
+                access: b.access,
+            }));
+        }
+        WrOpcode::RegMr => {
+            let f: FastRegSeg = read_as(&w.seg);
+            wr.fast_reg = Some(Box::new(FastReg {
+                iova: f.iova,
+                length: f.length,
+                page_list: f.page_list,
+                key: f.key,
+                access: f.access,
+                npages: f.npages,
+                page_shift: f.page_shift,
+            }));
+        }
+        WrOpcode::Flush => {
+            wr.flush = FlushSpec {
+                length: r.length,
+                placement_type: r.flush_type,
+                level: r.flush_level,
+            };
+        }
+        _ => {}
+    }
+    if matches!(wr.opcode, WrOpcode::BindMw | WrOpcode::RegMr) {
+        // Their segment is all they carry.
+        spares.give_back_data(std::mem::replace(&mut wr.data, SendData::Sges(Vec::new())));
+    }
 }
 
 #[cfg(test)]

@@ -67,12 +67,13 @@ impl Qp {
 
     /// [`Qp::una`] without the walk while no change moved it since it was last found: the
     /// QP table counts the flight after every change of a QP, most of which move nothing.
-    /// Debug builds check it against the walk.
-    pub(super) fn una_noted(&mut self) -> Psn {
+    /// Debug builds check it against the walk. True with it if it was the kept one (not
+    /// found afresh): what the table's release fallback may have to find again.
+    pub(super) fn una_noted(&mut self) -> (Psn, bool) {
         if let Some(una) = self.req.una_known {
             #[cfg(test)]
             if self.req.una_known_corrupt {
-                return una;
+                return (una, true);
             }
             debug_assert_eq!(
                 una,
@@ -80,11 +81,11 @@ impl Qp {
                 "QP {:#x}: a change moved una unnoted",
                 self.cfg.qpn
             );
-            return una;
+            return (una, true);
         }
         let una = self.una();
         self.req.una_known = Some(una);
-        una
+        (una, false)
     }
 
     /// Tests: makes the kept `una` say `una` (a change that moved it unnoted, in a release

@@ -231,7 +231,7 @@ impl Qp {
                 Syndrome::Nak(_) => stats.naks_sent += 1,
             }
         }
-        self.send_connected(env, stats, hdr, &[]);
+        self.send_answer(env, stats, hdr, &[]);
     }
 
     /// The pacing decision before READ response `s.next`: whether the QP's rate holds it

@@ -292,6 +292,20 @@ impl Qp {
         self.transmit_packet(env, stats, &av, hdr, payload);
     }
 
+    /// Sends a responder's answer (an ACK, NAK, atomic ACK or READ response) on the QP's
+    /// connection: the one place answers are counted (`EngineStats::tx_responses`, which the
+    /// data path's flush after a receive batch watches), not a look at every packet's opcode.
+    pub(super) fn send_answer(
+        &self,
+        env: &mut dyn DeviceEnv,
+        stats: &mut EngineStats,
+        hdr: &Headers,
+        payload: &[u8],
+    ) {
+        stats.tx_responses += u64::from(self.av.is_some());
+        self.send_connected(env, stats, hdr, payload);
+    }
+
     /// Builds a packet of this QP along `av` and hands it to the device: the one place the
     /// engine sends (and counts) a packet.
     pub(super) fn transmit_packet(
@@ -327,9 +341,6 @@ impl Qp {
         let packet =
             wire::build_packet_filled(&ip, hdr, payload_len, flush_icrc, |out| fill(env, out))?;
         stats.tx_packets += 1;
-        if wire::opcode_info(hdr.bth.opcode).is_some_and(|i| i.class.is_response()) {
-            stats.tx_responses += 1;
-        }
         stats.tx_bytes += packet.len() as u64;
         let (qpn, psn) = (self.cfg.qpn.get(), hdr.bth.psn.get());
         env.wqe_trace()

@@ -139,7 +139,7 @@ impl Qp {
                 msn: s.msn,
             });
         }
-        self.send_connected(env, stats, &hdr, data);
+        self.send_answer(env, stats, &hdr, data);
         true
     }
 

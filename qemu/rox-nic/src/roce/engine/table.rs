@@ -28,6 +28,8 @@ struct Slot {
     owing: bool,
     /// On [`QpTable::departing`].
     departing: bool,
+    /// On [`QpTable::unchecked`].
+    unchecked: bool,
 }
 
 /// The QPs of an engine by QPN.
@@ -43,10 +45,12 @@ pub(super) struct QpTable {
     departing: Vec<Qpn>,
     /// RC request packets sent and not yet acknowledged, over all QPs.
     flight: u64,
-    /// What the last [`Self::recount_stuck_flight`] walk found: the same count is not
-    /// walked again until the flight shrinks (an ACK moved some `una`: a later stuck count,
-    /// the same number or not, is a new one).
-    recounted: Option<u64>,
+    /// QPs whose packets in flight were counted from a kept `una` since the last
+    /// [`Self::recount_stuck_flight`] (each once): the only ones a missed `una` invalidation
+    /// could have overcounted, so the only ones that walk finds again. A QP whose count came
+    /// from its `una` found afresh (after an ACK or a response) or that the walk counted, and
+    /// that no change touched since, is right.
+    unchecked: Vec<Qpn>,
 }
 
 /// A QP borrowed for a change; dropping it notes the change in its table.
@@ -62,7 +66,7 @@ struct Lists<'a> {
     owing: &'a mut Vec<Qpn>,
     departing: &'a mut Vec<Qpn>,
     flight: &'a mut u64,
-    recounted: &'a mut Option<u64>,
+    unchecked: &'a mut Vec<Qpn>,
 }
 
 impl QpTable {
@@ -82,7 +86,7 @@ impl QpTable {
             owing,
             departing,
             flight,
-            recounted,
+            unchecked,
         } = self;
         let slot = map.get_mut(qpn)?;
         Some(QpMut {
@@ -93,7 +97,7 @@ impl QpTable {
                 owing,
                 departing,
                 flight,
-                recounted,
+                unchecked,
             },
         })
     }
@@ -114,6 +118,7 @@ impl QpTable {
             active: false,
             owing: false,
             departing: false,
+            unchecked: false,
         };
         let old = self.map.insert(qpn, slot);
         debug_assert!(old.is_none(), "QP {qpn:#x} inserted twice");
@@ -125,9 +130,6 @@ impl QpTable {
     pub fn remove(&mut self, qpn: &Qpn) -> Option<Qp> {
         let slot = self.map.remove(qpn)?;
         self.flight = self.flight.saturating_sub(slot.flight);
-        if slot.flight > 0 {
-            self.recounted = None;
-        }
         // Rare (a destroy or a reset): the lists are walked once.
         if slot.active {
             self.active.retain(|q| q != qpn);
@@ -137,6 +139,9 @@ impl QpTable {
         }
         if slot.departing {
             self.departing.retain(|q| q != qpn);
+        }
+        if slot.unchecked {
+            self.unchecked.retain(|q| q != qpn);
         }
         Some(slot.qp)
     }
@@ -154,28 +159,34 @@ impl QpTable {
     }
 
     /// Counts the flight again if it fills a budget of `limit` packets (the port's) while no
-    /// QP has a timer armed; true if it did. Such a count is not trusted: a packet in
-    /// flight arms its QP's ACK timer (or, held after a loss, waits to be resent), and with
-    /// no timer nothing may come to move any `una`. A missed [`Qp::una_noted`] invalidation
-    /// (which debug builds catch) would otherwise overcount the flight for good and hold
-    /// every first transmission of the port. Every QP's `una` is then found again by the
-    /// walk, once for a count: a wire that holds resends keeps the same count.
-    pub fn recount_stuck_flight(&mut self, limit: u64) -> bool {
-        if self.flight < limit
-            || self.recounted == Some(self.flight)
-            || self.active().any(has_timer_armed)
-        {
-            return false;
+    /// QP has a timer armed; returns the QPs counted again. Such a count is not trusted: a
+    /// packet in flight of a QP with an ACK timeout arms its timer (or, held after a loss,
+    /// waits to be resent), and with no timer nothing may come to move any `una`. A missed
+    /// [`Qp::una_noted`] invalidation (which debug builds catch) would otherwise overcount the
+    /// flight for good and hold every first transmission of the port. The QPs whose count
+    /// came from a kept `una` since the last such walk ([`Self::unchecked`]) find theirs
+    /// again: the walk costs what changed since the last one, not the table's size. So QPs
+    /// without an ACK timeout (IBA: 0, no timer; their flight fills the budget with no timer
+    /// armed and nothing wrong) cost each refill only the QPs that sent since the last, and
+    /// a stuck count that nothing changes is walked once.
+    pub fn recount_stuck_flight(&mut self, limit: u64) -> u64 {
+        if self.flight < limit || self.unchecked.is_empty() || self.active().any(has_timer_armed) {
+            return 0;
         }
-        // Rare (a bug's fallback): the QPNs are collected, then each QP noted afresh.
-        let qpns: Vec<Qpn> = self.map.keys().copied().collect();
-        for qpn in qpns {
+        let mut unchecked = std::mem::take(&mut self.unchecked);
+        let walked = unchecked.len() as u64;
+        for qpn in unchecked.drain(..) {
             if let Some(mut qp) = self.get_mut(&qpn) {
+                qp.slot.unchecked = false;
+                // Its count is found afresh as the guard drops: the QP is not listed again.
                 qp.req.una_may_move();
             }
         }
-        self.recounted = Some(self.flight);
-        true
+        // Keep the list's buffer (refills of QPs without a timer walk every few passes).
+        if self.unchecked.is_empty() {
+            self.unchecked = unchecked;
+        }
+        walked
     }
 
     /// Every QP (a walk of the whole table: for checks in debug builds, not for a pass of
@@ -209,7 +220,7 @@ impl QpTable {
                 owing: &mut self.owing,
                 departing: &mut self.departing,
                 flight: &mut self.flight,
-                recounted: &mut self.recounted,
+                unchecked: &mut self.unchecked,
             };
             lists.note(qpn, slot);
             if has_poll_work(&slot.qp) {
@@ -271,15 +282,16 @@ impl Lists<'_> {
     fn note(&mut self, qpn: Qpn, slot: &mut Slot) {
         // `una` as the requester last found it: the walk of its SQ runs only after a change
         // that may have moved it (an ACK, a response), not after every change.
-        let una = slot.qp.una_noted();
+        let (una, kept) = slot.qp.una_noted();
         let flight = rc_flight(&slot.qp, una);
         // Saturating: were the count ever wrong (debug builds check it), a wrap would hold
         // every new packet of the port back for good.
         *self.flight = self.flight.saturating_sub(slot.flight) + flight;
-        if flight < slot.flight {
-            *self.recounted = None;
-        }
         slot.flight = flight;
+        if !slot.unchecked && kept && flight > 0 {
+            slot.unchecked = true;
+            self.unchecked.push(qpn);
+        }
         if !slot.active && has_poll_work(&slot.qp) {
             slot.active = true;
             self.active.push(qpn);
@@ -464,8 +476,8 @@ mod tests {
 
     /// A QP without an ACK timeout (IBA: 0, none) fills the budget with no timer armed and
     /// a right count: walked once, not again at each refill. Once an ACK shrinks the flight,
-    /// a later stuck count (here the same number, from a corrupted `una`) is walked afresh;
-    /// keeping the first walk's count would hold the port for good.
+    /// a later stuck count (here the same number, from a corrupted `una`) is walked afresh:
+    /// the QP changed since the walk (a walk kept for a count would hold the port for good).
     #[test]
     fn a_stuck_count_is_walked_once_until_the_flight_shrinks() {
         let mut env = TestEnv::new();
@@ -495,6 +507,52 @@ mod tests {
         assert_eq!(engine.qps.flight(), 4, "stuck at the walked count again");
         assert_eq!(engine.flight_for_budget(4), 0);
         assert_eq!(engine.stats.flight_recounts, 2);
+    }
+
+    /// QPs without an ACK timeout (IBA: 0, no timer) keep the port's flight at its budget
+    /// with no timer armed and a right count while their ACKs come and they send again: each
+    /// refill walks only the QP that sent since the last one, not the whole table (every
+    /// refill walked all 64 QPs before).
+    #[test]
+    fn qps_without_a_timer_at_the_full_budget_walk_only_what_changed() {
+        const ROUNDS: u32 = 32;
+        let mut env = TestEnv::new();
+        let (mut engine, qpns) = engine_with_qps(&mut env, 64, &rts_modify());
+        let write = |id| send_wr(id, WrOpcode::RdmaWrite, 8);
+        for (id, &qpn) in qpns[..4].iter().enumerate() {
+            engine.post_send(&mut env, qpn, write(id as u64)).unwrap();
+        }
+        assert_eq!(
+            (engine.flight_for_budget(4), engine.next_deadline()),
+            (4, None)
+        );
+        for round in 0..ROUNDS {
+            let qpn = qpns[(round % 4) as usize];
+            let ack = packet_from_peer(op::RC_ACKNOWLEDGE, 100 + round / 4, &[], |h| {
+                h.bth.dest_qpn = qpn;
+                h.aeth = peer_aeth(wire::Syndrome::Ack)
+            });
+            engine.receive(&mut env, &ack).unwrap();
+            assert_eq!(
+                engine.flight_for_budget(4),
+                3,
+                "round {round}: its ACK came"
+            );
+            engine
+                .post_send(&mut env, qpn, write(4 + u64::from(round)))
+                .unwrap();
+            assert_eq!(
+                engine.flight_for_budget(4),
+                4,
+                "round {round}: it sent again"
+            );
+        }
+        assert_eq!(env.sent.len(), 4 + ROUNDS as usize);
+        assert!(
+            engine.stats.flight_recounts <= u64::from(ROUNDS) + 4,
+            "QPs walked: {} (the QPs that sent, or the table at every refill?)",
+            engine.stats.flight_recounts
+        );
     }
 
     #[test]

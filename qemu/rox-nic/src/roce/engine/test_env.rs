@@ -231,13 +231,22 @@ pub(super) fn create_rts_qp(engine: &mut Engine, env: &mut TestEnv, qp_type: QpT
 /// An engine with `count` RC QPs from [`LOCAL_QPN`] on, in RTS with an ACK timer
 /// ([`rts_modify_timed`]), talking to the test's peer.
 pub(super) fn engine_with_timed_qps(env: &mut TestEnv, count: u32) -> (Engine, Vec<Qpn>) {
+    engine_with_qps(env, count, &rts_modify_timed())
+}
+
+/// An engine with `count` RC QPs from [`LOCAL_QPN`] on, each taken to RTS with `modify`.
+pub(super) fn engine_with_qps(
+    env: &mut TestEnv,
+    count: u32,
+    modify: &QpModify,
+) -> (Engine, Vec<Qpn>) {
     let mut engine = Engine::new();
     let qpns: Vec<Qpn> = (0..count)
         .map(|i| Qpn::new(LOCAL_QPN.get() + i).unwrap())
         .collect();
     for &qpn in &qpns {
         engine.create_qp(qp_config(qpn, QpType::Rc)).unwrap();
-        engine.modify_qp(env, qpn, &rts_modify_timed()).unwrap();
+        engine.modify_qp(env, qpn, modify).unwrap();
     }
     (engine, qpns)
 }
@@ -294,6 +303,19 @@ pub(super) fn packet_from_peer(
         src_port: wire::flow_source_port(PEER_QPN),
     };
     wire::build_packet(&ip, &hdr, payload)
+}
+
+/// The peer's atomic request `opcode` (FETCH_ADD, COMPARE_SWAP) with PSN `psn` on the 8
+/// bytes at `va` through [`RKEY`]: add or swap `swap_add` (compare 0).
+pub(super) fn atomic_from_peer(opcode: u8, psn: u32, va: u64, swap_add: u64) -> Vec<u8> {
+    packet_from_peer(opcode, psn, &[], |h| {
+        h.atomic_eth = Some(wire::AtomicEth {
+            va,
+            rkey: RKEY,
+            swap_add,
+            compare: 0,
+        })
+    })
 }
 
 /// The peer's RC ACKNOWLEDGE of PSN `psn` with `syndrome` (ACK, NAK or RNR NAK), handed to

@@ -4,7 +4,7 @@
 use super::super::test_env::{self, *};
 use super::*;
 use crate::roce::cc::{dcqcn, CcConfig, ECN_ECT0, ECN_NOT_ECT};
-use crate::roce::wire::{Aeth, AtomicEth, NakCode, Reth, Syndrome};
+use crate::roce::wire::{Aeth, NakCode, Reth, Syndrome};
 use rox_uapi::verbs::{ACCESS_REMOTE_ATOMIC, ACCESS_REMOTE_READ};
 
 const US: u64 = 1000;
@@ -556,14 +556,7 @@ fn read_responses_100_to_107() -> Vec<(u8, u32)> {
 /// response past the READ's PSNs would make the requester ask for the READ again.
 #[test]
 fn every_response_waits_behind_paced_read_responses() {
-    let fetch_add = packet_from_peer(op::RC_FETCH_ADD, 108, &[], |h| {
-        h.atomic_eth = Some(AtomicEth {
-            va: 0x8000,
-            rkey: RKEY,
-            swap_add: 2,
-            compare: 0,
-        })
-    });
+    let fetch_add = atomic_from_peer(op::RC_FETCH_ADD, 108, 0x8000, 2);
     let (order, data_right, _) = cut_read_then(&[fetch_add.clone(), fetch_add], 0);
     let mut want = read_responses_100_to_107();
     want.extend([(op::RC_ATOMIC_ACKNOWLEDGE, 108); 2]);

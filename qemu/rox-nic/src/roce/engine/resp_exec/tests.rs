@@ -2,7 +2,7 @@
 
 use super::super::test_env::*;
 use super::*;
-use crate::roce::wire::{AtomicEth, Headers};
+use crate::roce::wire::Headers;
 
 fn receive(qp: &mut Qp, env: &mut TestEnv, stats: &mut EngineStats, bytes: &[u8]) {
     let p = wire::parse_packet(bytes).expect("well-formed");
@@ -181,14 +181,7 @@ fn write_with_immediate_waits_for_a_receive_wr_before_writing() {
 fn atomic_executes_once_and_a_duplicate_gets_the_saved_value() {
     let (mut env, mut stats, mut qp) = rc_fixture();
     env.mem[0x300..0x308].copy_from_slice(&40u64.to_le_bytes());
-    let bytes = packet_from_peer(op::RC_FETCH_ADD, 100, &[], |h| {
-        h.atomic_eth = Some(AtomicEth {
-            va: 0x300,
-            rkey: RKEY,
-            swap_add: 2,
-            compare: 0,
-        })
-    });
+    let bytes = atomic_from_peer(op::RC_FETCH_ADD, 100, 0x300, 2);
     receive(&mut qp, &mut env, &mut stats, &bytes);
     receive(&mut qp, &mut env, &mut stats, &bytes);
     assert_eq!(env.mem[0x300..0x308], 42u64.to_le_bytes(), "added once");
@@ -201,14 +194,7 @@ fn atomic_executes_once_and_a_duplicate_gets_the_saved_value() {
 #[test]
 fn misaligned_atomic_and_read_without_resources_are_invalid_requests() {
     let (mut env, mut stats, mut qp) = rc_fixture();
-    let bytes = packet_from_peer(op::RC_COMPARE_SWAP, 100, &[], |h| {
-        h.atomic_eth = Some(AtomicEth {
-            va: 0x301,
-            rkey: RKEY,
-            swap_add: 1,
-            compare: 0,
-        })
-    });
+    let bytes = atomic_from_peer(op::RC_COMPARE_SWAP, 100, 0x301, 1);
     receive(&mut qp, &mut env, &mut stats, &bytes);
     assert_eq!(qp.state, QpState::Err);
     let (mut env, mut qp) = (TestEnv::new(), rts_qp(QpType::Rc));
@@ -257,4 +243,44 @@ fn a_one_packet_write_refused_by_its_write_naks_and_writes_nothing() {
         assert_eq!(env.async_errors, [QpAsyncError::AccessViolation]);
         assert!(env.mem.iter().all(|&b| b == 0), "{key:?} at {va:#x}");
     }
+}
+
+/// `tx_responses` (what the data path's flush after a receive batch watches) counts every
+/// answer the responder sends, each kind where it is made (READ responses, an atomic ACK, a
+/// coalesced ACK, a NAK), and no request of the QP's requester.
+#[test]
+fn every_answer_sent_and_only_answers_count_as_responses() {
+    let (mut env, mut stats, mut qp) = rc_fixture();
+    fill_pattern(&mut env, 2500);
+    let read = packet_from_peer(op::RC_READ_REQUEST, 100, &[], reth(0, RKEY, 2500));
+    receive(&mut qp, &mut env, &mut stats, &read);
+    let fetch_add = atomic_from_peer(op::RC_FETCH_ADD, 103, 0x300, 2);
+    receive(&mut qp, &mut env, &mut stats, &fetch_add);
+    let write = packet_from_peer(op::RC_WRITE_ONLY, 104, &[1; 8], reth(0x400, RKEY, 8));
+    receive(&mut qp, &mut env, &mut stats, &write);
+    qp.send_answers(&mut env, &mut stats);
+    let gap = packet_from_peer(op::RC_WRITE_ONLY, 107, &[1; 8], reth(0x400, RKEY, 8));
+    receive(&mut qp, &mut env, &mut stats, &gap);
+    let kinds: Vec<u8> = env.sent_parsed().iter().map(|p| p.hdr.bth.opcode).collect();
+    assert_eq!(
+        kinds,
+        [
+            op::RC_READ_RESPONSE_FIRST,
+            op::RC_READ_RESPONSE_MIDDLE,
+            op::RC_READ_RESPONSE_LAST,
+            op::RC_ATOMIC_ACKNOWLEDGE,
+            op::RC_ACKNOWLEDGE,
+            op::RC_ACKNOWLEDGE,
+        ],
+        "three READ responses, the atomic ACK, the WRITE's ACK, the gap's NAK"
+    );
+    assert_eq!((stats.tx_packets, stats.tx_responses), (6, 6));
+
+    env.sent.clear();
+    for id in 1..=3 {
+        let wqe = qp.make_wqe(send_wr(id, WrOpcode::RdmaWrite, 8));
+        qp.enqueue(&mut env, &mut stats, wqe);
+    }
+    assert_eq!(env.sent.len(), 3, "the requester's WRITEs");
+    assert_eq!((stats.tx_packets, stats.tx_responses), (9, 6));
 }
