@@ -161,6 +161,7 @@ fn a_pass_stalled_after_taking_a_request_does_not_probe_it() {
     }
     let shared = p.d.shared().clone();
     let hold = &shared.hold_before_timers;
+    let _release = hold.release_on_drop();
     for i in 0..4 {
         hold.arm();
         let w = rdma_wqe(

@@ -5,10 +5,8 @@
 //! (roce/engine/rto/clock.rs). Nothing is lost and the peer answers at once: any probe,
 //! timeout or resend is the device's own doing.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rox_nic::device::Shared;
 use rox_nic::testkit::*;
 use rox_uapi::admin::*;
 use rox_uapi::queue::*;
@@ -26,16 +24,6 @@ const QPS: u64 = 255;
 const ACK_TIMEOUT: u8 = 16;
 /// Longer than the ACK timeout (and than any RTO within it).
 const STALL: Duration = Duration::from_millis(400);
-
-/// Lets the sending device's thread go however the test ends (a failed test must not leave
-/// it held through the teardown).
-struct Release(Arc<Shared>);
-
-impl Drop for Release {
-    fn drop(&mut self) {
-        self.0.hold_before_timers.release();
-    }
-}
 
 #[test]
 fn a_stall_of_the_senders_own_thread_times_out_nothing() {
@@ -76,9 +64,11 @@ fn a_stall_of_the_senders_own_thread_times_out_nothing() {
     };
     // A first hold keeps the thread while every doorbell is rung, so that the next pass
     // finds them all and builds every packet (the trigger's last), then is held again.
-    let hold = Release(a.shared().clone());
-    let held = || hold.0.hold_before_timers.is_held();
-    hold.0.hold_before_timers.arm();
+    let shared = a.shared().clone();
+    let hold = &shared.hold_before_timers;
+    let _release = hold.release_on_drop();
+    let held = || hold.is_held();
+    hold.arm();
     let at = QPS * MSG;
     a.post_send(&mut trigger, &write(at, src + at, src_key));
     wait_until(held, "the data path never took the trigger's packet");
@@ -90,10 +80,10 @@ fn a_stall_of_the_senders_own_thread_times_out_nothing() {
     a.post_send(&mut trigger, &write(at, src + at, src_key));
     // Armed again: this pass goes on, the next that receives (the trigger's second packet,
     // behind every QP's) is held.
-    hold.0.hold_before_timers.arm();
+    hold.arm();
     wait_until(held, "the pass that built the QPs' packets was never held");
     std::thread::sleep(STALL);
-    hold.0.hold_before_timers.release();
+    hold.release();
     for n in 0..QPS + 2 {
         let c = a.wait_cqe(&mut a_cq);
         assert_eq!(c.status, WC_SUCCESS, "completion {n} (wr_id {})", c.wr_id);

@@ -35,6 +35,12 @@ impl TestHold {
         self.0.store(NONE, Ordering::SeqCst);
     }
 
+    /// Releases the hold when dropped, however the test ends: a failed assertion must not
+    /// leave the thread held through the teardown (up to [`HOLD_LIMIT`]).
+    pub fn release_on_drop(&self) -> ReleaseOnDrop<'_> {
+        ReleaseOnDrop(self)
+    }
+
     /// The data path reached the point: holds if armed, until released.
     pub(crate) fn reached(&self) {
         if self
@@ -52,6 +58,16 @@ impl TestHold {
         let _ = self
             .0
             .compare_exchange(HELD, NONE, Ordering::SeqCst, Ordering::SeqCst);
+    }
+}
+
+/// [`TestHold::release_on_drop`]'s guard.
+#[must_use = "the hold is released when this is dropped"]
+pub struct ReleaseOnDrop<'a>(&'a TestHold);
+
+impl Drop for ReleaseOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.release();
     }
 }
 

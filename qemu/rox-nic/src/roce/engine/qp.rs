@@ -302,6 +302,7 @@ impl Qp {
         hdr: &Headers,
         payload: &[u8],
     ) {
+        // Counted before the packet is built: one that fails to build costs one needless flush.
         stats.tx_responses += u64::from(self.av.is_some());
         self.send_connected(env, stats, hdr, payload);
     }

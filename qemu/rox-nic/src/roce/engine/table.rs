@@ -48,8 +48,9 @@ pub(super) struct QpTable {
     /// QPs whose packets in flight were counted from a kept `una` since the last
     /// [`Self::recount_stuck_flight`] (each once): the only ones a missed `una` invalidation
     /// could have overcounted, so the only ones that walk finds again. A QP whose count came
-    /// from its `una` found afresh (after an ACK or a response) or that the walk counted, and
-    /// that no change touched since, is right.
+    /// from its `una` found afresh or that the walk counted, and that no change touched since,
+    /// is right. An ACK stores the `una` it learnt as the kept one, so a QP still in flight after
+    /// an ACK is listed too: more walks than needed, never fewer.
     unchecked: Vec<Qpn>,
 }
 
