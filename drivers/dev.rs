@@ -22,7 +22,7 @@ use crate::{
         AsyncEvent, DeviceParams, IbRegistration, Registry,
     },
     ids::{DbSlots, IdBitmap},
-    slot_store::{device_takes_news, SlotStore},
+    slot_store::{device_takes_news, AfterStore, SlotStore},
     wake::Wake,
 };
 use core::sync::atomic::{AtomicU32, Ordering};
@@ -131,7 +131,8 @@ impl<'bound> RoxDev<'bound> {
     }
 
     /// Publishes a kernel CQ's consumer index in its slot: no news and no wake
-    /// (`SlotStore::ConsumerIndex`). Nothing on a dead device.
+    /// (`SlotStore::ConsumerIndex`), but a read of all-ones marks the device dead as after a
+    /// ring. Nothing on a dead device.
     pub(crate) fn kernel_consumer_index(&self, slot: u32, consumer: u32) {
         self.store_slot(SlotStore::ConsumerIndex, slot, Some(consumer), None);
     }
@@ -156,24 +157,29 @@ impl<'bound> RoxDev<'bound> {
                 .db_bar
                 .try_write8(regs::DB_NEWS_SET, regs::db_news_offset(slot));
         }
-        if !store.may_wake() {
-            return;
+        if store.may_wake() {
+            fence(Ordering::SeqCst);
         }
-        fence(Ordering::SeqCst);
         let idle = self
             .db_bar
             .read32(core::mem::offset_of!(regs::DbPage, device_idle));
-        if idle == regs::DB_DEVICE_IDLE {
-            // A companion removed since (or being removed) is no wake: the trapped one then.
-            let posted = match &self.wake {
-                Wake::Posted(posted) => posted.ring(),
-                Wake::Trapped => false,
-            };
-            if !posted {
-                self.regs.write(regs::WAKE_REG, regs::DB_PAGE_KERNEL);
+        match store.after(idle) {
+            AfterStore::Nothing => {}
+            AfterStore::Wake => {
+                // A companion removed since (or being removed) is no wake: the trapped one then.
+                let posted = match &self.wake {
+                    Wake::Posted(posted) => posted.ring(),
+                    Wake::Trapped => false,
+                };
+                if !posted {
+                    self.regs.write(regs::WAKE_REG, regs::DB_PAGE_KERNEL);
+                }
             }
-        } else if idle == u32::MAX && self.regs.read(regs::REG_STATUS) == u32::MAX {
-            self.device_died("BAR reads all-ones");
+            AfterStore::ConfirmRemoved => {
+                if self.regs.read(regs::REG_STATUS) == u32::MAX {
+                    self.device_died("BAR reads all-ones");
+                }
+            }
         }
     }
 

@@ -456,8 +456,8 @@ mod cut_off_suite {
 #[cfg_attr(CONFIG_KUNIT = "y", kernel::prelude::kunit_tests(rox_slot_store))]
 mod slot_store_suite {
     use super::{failed, Checked};
-    use crate::slot_store::SlotStore;
-    use crate::uapi::regs::CAP_DB_SUMMARY;
+    use crate::slot_store::{AfterStore, SlotStore};
+    use crate::uapi::regs::{CAP_DB_SUMMARY, DB_DEVICE_IDLE, DB_DEVICE_RUNNING};
 
     #[test]
     fn a_consumer_index_stores_no_news_and_wakes_nothing() -> Checked {
@@ -473,6 +473,24 @@ mod slot_store_suite {
         check!(SlotStore::Ring.stores_news(!0));
         check!(!SlotStore::Ring.stores_news(!CAP_DB_SUMMARY));
         check!(SlotStore::Ring.may_wake());
+        Ok(())
+    }
+
+    #[test]
+    fn only_a_ring_or_arm_wakes_a_sleeping_device() -> Checked {
+        check!(SlotStore::Ring.after(DB_DEVICE_IDLE) == AfterStore::Wake);
+        check!(SlotStore::ConsumerIndex.after(DB_DEVICE_IDLE) == AfterStore::Nothing);
+        check!(SlotStore::Ring.after(DB_DEVICE_RUNNING) == AfterStore::Nothing);
+        check!(SlotStore::ConsumerIndex.after(DB_DEVICE_RUNNING) == AfterStore::Nothing);
+        Ok(())
+    }
+
+    #[test]
+    fn every_store_that_reads_all_ones_looks_for_a_removed_device() -> Checked {
+        // A kernel CQ poll that found CQEs stores only its consumer index: it must still notice
+        // a surprise-removed device, as a ring does.
+        check!(SlotStore::ConsumerIndex.after(u32::MAX) == AfterStore::ConfirmRemoved);
+        check!(SlotStore::Ring.after(u32::MAX) == AfterStore::ConfirmRemoved);
         Ok(())
     }
 }
