@@ -209,15 +209,18 @@ impl<'bound> RoxDev<'bound> {
         result
     }
 
-    /// Runs one admin command that answers with a `T` in a DMA buffer.
-    pub(crate) fn query<C: admin::AdminQuery>(&self, index: u32) -> Result<(C::Response, C::Result)>
+    /// Runs one admin query (its response in a DMA buffer; `AdminQueue::query`): the response
+    /// and the query's own value.
+    pub(crate) fn query<C, R>(&self, index: u32) -> Result<(C::Response, R)>
     where
+        C: admin::AdminQuery<Result = admin::QueryAnswer<R>>,
         C::Response: kernel::transmute::AsBytes + kernel::transmute::FromBytes,
+        R: admin::ResultWords,
     {
         if self.is_dead() {
             return Err(EIO);
         }
-        let result = self.admin.query::<C>(self.pdev.as_ref(), &self.regs, index);
+        let result = self.admin.query::<C, R>(self.pdev.as_ref(), &self.regs, index);
         self.check_admin(result)
     }
 
@@ -383,8 +386,8 @@ impl<'bound> RoxPci<'bound> {
 
         let admin = AdminQueue::new(dev)?;
         admin.enable(&regs)?;
-        let (attr, ()) = admin.query::<admin::QueryDevice>(dev, &regs, 0)?;
-        let (port, ()) = admin.query::<admin::QueryPort>(dev, &regs, admin::PORT_NUM.into())?;
+        let (attr, ()) = admin.query::<admin::QueryDevice, _>(dev, &regs, 0)?;
+        let (port, ()) = admin.query::<admin::QueryPort, _>(dev, &regs, admin::PORT_NUM.into())?;
         let admin::MacAddr(mac) = admin.run::<admin::ReadMac>(&regs, Default::default())?;
 
         let num_comp = attr.num_comp_eqs.min(regs::MAX_EQS - 1).min(MAX_COMP_EQS);
