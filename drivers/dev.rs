@@ -220,7 +220,9 @@ impl<'bound> RoxDev<'bound> {
         if self.is_dead() {
             return Err(EIO);
         }
-        let result = self.admin.query::<C, R>(self.pdev.as_ref(), &self.regs, index);
+        let result = self
+            .admin
+            .query::<C, R>(self.pdev.as_ref(), &self.regs, index);
         self.check_admin(result)
     }
 
