@@ -8,13 +8,14 @@ use crate::hw::{
     uapi::{
         admin::{
             self, AdminCmd, AdminCmdHdr, AdminCommand, AdminCpl, AdminPayload, AdminQuery,
-            ResultWords,
+            QueryAnswer, ResultWords,
         },
         queue::owner_for,
     },
     Regs,
 };
 use crate::ib::dma::DmaArray;
+use crate::query_len;
 use kernel::{
     device::{Bound, Device},
     new_mutex,
@@ -183,24 +184,41 @@ impl AdminQueue {
         Ok(cpl)
     }
 
-    /// Executes a command that writes a response structure `T` to a DMA buffer.
-    pub(crate) fn query<C: AdminQuery>(
+    /// Executes a query (`AdminQuery`): the command gives the device the length of the
+    /// response buffer, the device writes a prefix of `C::Response` and answers how much; the
+    /// rest of the response reads as zero (`query_len.rs`). Returns the response and the
+    /// query's own value (`result0`).
+    pub(crate) fn query<C, R>(
         &self,
         dev: &Device<Bound>,
         regs: &Regs<'_>,
         index: u32,
-    ) -> Result<(C::Response, C::Result)>
+    ) -> Result<(C::Response, R)>
     where
+        C: AdminQuery<Result = QueryAnswer<R>>,
         C::Response: AsBytes + FromBytes,
+        R: ResultWords,
     {
+        let len = core::mem::size_of::<C::Response>();
         let resp = DmaArray::<C::Response>::zeroed(dev, 1)?;
         let cmd = admin::QueryCmd {
             index,
-            reserved: 0,
+            resp_len: u32::try_from(len)?,
             resp_addr: resp.dma_address(),
         };
-        let result = self.run::<C>(regs, cmd)?;
-        Ok((resp.read(0)?, result))
+        let answer = self.run::<C>(regs, cmd)?;
+        let Some(written) = query_len::written_prefix(answer.written, len) else {
+            pr_err!(
+                "rox: admin query {:#x} answered {} bytes written into a buffer of {}\n",
+                C::OPCODE,
+                answer.written,
+                len
+            );
+            return Err(EIO);
+        };
+        let mut response = resp.read(0)?;
+        query_len::keep_prefix(response.as_bytes_mut(), written);
+        Ok((response, answer.value))
     }
 }
 

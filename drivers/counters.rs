@@ -122,8 +122,8 @@ pub(crate) const COUNTER_NAMES: [&CStr; COUNTER_COUNT] = {
 
 /// Reads the hw_counters into `values` (`COUNTER_NAMES` order): two admin queries.
 pub(crate) fn read_counters(dev: &RoxDev<'_>, values: &mut [u64]) -> Result {
-    let (stats, _) = dev.query::<admin::QueryStats>(0)?;
-    let (port, _) = dev.query::<admin::QueryCounters>(u32::from(admin::PORT_NUM))?;
+    let (stats, _) = dev.query::<admin::QueryStats, _>(0)?;
+    let (port, _) = dev.query::<admin::QueryCounters, _>(u32::from(admin::PORT_NUM))?;
     let (stat_values, named_values) = values.split_at_mut(admin::STATS_COUNT.min(values.len()));
     for (value, stat) in stat_values.iter_mut().zip(stats) {
         *value = stat;
@@ -144,7 +144,7 @@ pub(crate) fn process_mad(
 ) -> Result<MadAnswer> {
     let port = u8::try_from(port).map_err(|_| EINVAL)?;
     pma::answer(mad, out, port, || {
-        dev.query::<admin::QueryCounters>(u32::from(port))
+        dev.query::<admin::QueryCounters, _>(u32::from(port))
             .map(|(counters, _)| counters)
     })
 }

@@ -22,7 +22,7 @@ use crate::{
         AsyncEvent, DeviceParams, IbRegistration, Registry,
     },
     ids::{DbSlots, IdBitmap},
-    slot_store::{device_takes_news, SlotStore},
+    slot_store::{device_takes_news, AfterStore, SlotStore},
     wake::Wake,
 };
 use core::sync::atomic::{AtomicU32, Ordering};
@@ -131,7 +131,8 @@ impl<'bound> RoxDev<'bound> {
     }
 
     /// Publishes a kernel CQ's consumer index in its slot: no news and no wake
-    /// (`SlotStore::ConsumerIndex`). Nothing on a dead device.
+    /// (`SlotStore::ConsumerIndex`), but a read of all-ones marks the device dead as after a
+    /// ring. Nothing on a dead device.
     pub(crate) fn kernel_consumer_index(&self, slot: u32, consumer: u32) {
         self.store_slot(SlotStore::ConsumerIndex, slot, Some(consumer), None);
     }
@@ -156,24 +157,29 @@ impl<'bound> RoxDev<'bound> {
                 .db_bar
                 .try_write8(regs::DB_NEWS_SET, regs::db_news_offset(slot));
         }
-        if !store.may_wake() {
-            return;
+        if store.may_wake() {
+            fence(Ordering::SeqCst);
         }
-        fence(Ordering::SeqCst);
         let idle = self
             .db_bar
             .read32(core::mem::offset_of!(regs::DbPage, device_idle));
-        if idle == regs::DB_DEVICE_IDLE {
-            // A companion removed since (or being removed) is no wake: the trapped one then.
-            let posted = match &self.wake {
-                Wake::Posted(posted) => posted.ring(),
-                Wake::Trapped => false,
-            };
-            if !posted {
-                self.regs.write(regs::WAKE_REG, regs::DB_PAGE_KERNEL);
+        match store.after(idle) {
+            AfterStore::Nothing => {}
+            AfterStore::Wake => {
+                // A companion removed since (or being removed) is no wake: the trapped one then.
+                let posted = match &self.wake {
+                    Wake::Posted(posted) => posted.ring(),
+                    Wake::Trapped => false,
+                };
+                if !posted {
+                    self.regs.write(regs::WAKE_REG, regs::DB_PAGE_KERNEL);
+                }
             }
-        } else if idle == u32::MAX && self.regs.read(regs::REG_STATUS) == u32::MAX {
-            self.device_died("BAR reads all-ones");
+            AfterStore::ConfirmRemoved => {
+                if self.regs.read(regs::REG_STATUS) == u32::MAX {
+                    self.device_died("BAR reads all-ones");
+                }
+            }
         }
     }
 
@@ -203,15 +209,20 @@ impl<'bound> RoxDev<'bound> {
         result
     }
 
-    /// Runs one admin command that answers with a `T` in a DMA buffer.
-    pub(crate) fn query<C: admin::AdminQuery>(&self, index: u32) -> Result<(C::Response, C::Result)>
+    /// Runs one admin query (its response in a DMA buffer; `AdminQueue::query`): the response
+    /// and the query's own value.
+    pub(crate) fn query<C, R>(&self, index: u32) -> Result<(C::Response, R)>
     where
+        C: admin::AdminQuery<Result = admin::QueryAnswer<R>>,
         C::Response: kernel::transmute::AsBytes + kernel::transmute::FromBytes,
+        R: admin::ResultWords,
     {
         if self.is_dead() {
             return Err(EIO);
         }
-        let result = self.admin.query::<C>(self.pdev.as_ref(), &self.regs, index);
+        let result = self
+            .admin
+            .query::<C, R>(self.pdev.as_ref(), &self.regs, index);
         self.check_admin(result)
     }
 
@@ -377,8 +388,8 @@ impl<'bound> RoxPci<'bound> {
 
         let admin = AdminQueue::new(dev)?;
         admin.enable(&regs)?;
-        let (attr, ()) = admin.query::<admin::QueryDevice>(dev, &regs, 0)?;
-        let (port, ()) = admin.query::<admin::QueryPort>(dev, &regs, admin::PORT_NUM.into())?;
+        let (attr, ()) = admin.query::<admin::QueryDevice, _>(dev, &regs, 0)?;
+        let (port, ()) = admin.query::<admin::QueryPort, _>(dev, &regs, admin::PORT_NUM.into())?;
         let admin::MacAddr(mac) = admin.run::<admin::ReadMac>(&regs, Default::default())?;
 
         let num_comp = attr.num_comp_eqs.min(regs::MAX_EQS - 1).min(MAX_COMP_EQS);

@@ -2,14 +2,15 @@
 //! The tests of rox.ko's pure logic, written once and run twice: `wq_record.rs` (retiring work
 //! requests by WQE index), `cq_clean.rs` (a reset QP's CQEs taken out of a CQ ring),
 //! `cut_off.rs` (a companion's removal against a create of a cut-off context) and
-//! `slot_store.rs` (what a doorbell slot store asks of the device).
+//! `slot_store.rs` (what a doorbell slot store asks of the device) and `query_len.rs` (what the
+//! driver takes of a query's response).
 //!
 //! - On the host, `cargo test -p rox-driver-host-tests` (`drivers/host/` includes this file by
 //!   path): every `#[test]` below is a plain unit test.
 //! - In rox.ko, on a kernel with CONFIG_KUNIT=y (rox's debug kernel; rox_main.rs includes this
 //!   file only there): `#[kunit_tests]` makes each module a KUnit suite (`rox_wq_record`,
-//!   `rox_cq_clean`, `rox_cut_off`, `rox_slot_store`) and each `#[test]` a case of the same name, which the
-//!   kernel runs when rox.ko loads; KTAP in dmesg and debugfs, judged by
+//!   `rox_cq_clean`, `rox_cut_off`, `rox_slot_store`, `rox_query_len`) and each `#[test]` a
+//!   case of the same name, which the kernel runs when rox.ko loads; KTAP in dmesg and debugfs, judged by
 //!   tests/guest/t-driver-kunit.sh.
 //!
 //! So the cases need no allocation (fixed arrays) and no `assert!` (KUnit's replaces it only
@@ -456,8 +457,8 @@ mod cut_off_suite {
 #[cfg_attr(CONFIG_KUNIT = "y", kernel::prelude::kunit_tests(rox_slot_store))]
 mod slot_store_suite {
     use super::{failed, Checked};
-    use crate::slot_store::SlotStore;
-    use crate::uapi::regs::CAP_DB_SUMMARY;
+    use crate::slot_store::{AfterStore, SlotStore};
+    use crate::uapi::regs::{CAP_DB_SUMMARY, DB_DEVICE_IDLE, DB_DEVICE_RUNNING};
 
     #[test]
     fn a_consumer_index_stores_no_news_and_wakes_nothing() -> Checked {
@@ -473,6 +474,54 @@ mod slot_store_suite {
         check!(SlotStore::Ring.stores_news(!0));
         check!(!SlotStore::Ring.stores_news(!CAP_DB_SUMMARY));
         check!(SlotStore::Ring.may_wake());
+        Ok(())
+    }
+
+    #[test]
+    fn only_a_ring_or_arm_wakes_a_sleeping_device() -> Checked {
+        check!(SlotStore::Ring.after(DB_DEVICE_IDLE) == AfterStore::Wake);
+        check!(SlotStore::ConsumerIndex.after(DB_DEVICE_IDLE) == AfterStore::Nothing);
+        check!(SlotStore::Ring.after(DB_DEVICE_RUNNING) == AfterStore::Nothing);
+        check!(SlotStore::ConsumerIndex.after(DB_DEVICE_RUNNING) == AfterStore::Nothing);
+        Ok(())
+    }
+
+    #[test]
+    fn every_store_that_reads_all_ones_looks_for_a_removed_device() -> Checked {
+        // A kernel CQ poll that found CQEs stores only its consumer index: it must still notice
+        // a surprise-removed device, as a ring does.
+        check!(SlotStore::ConsumerIndex.after(u32::MAX) == AfterStore::ConfirmRemoved);
+        check!(SlotStore::Ring.after(u32::MAX) == AfterStore::ConfirmRemoved);
+        Ok(())
+    }
+}
+
+#[cfg_attr(CONFIG_KUNIT = "y", kernel::prelude::kunit_tests(rox_query_len))]
+mod query_len_suite {
+    use super::{failed, Checked};
+    use crate::query_len::{keep_prefix, written_prefix};
+    use crate::uapi::admin::STATS_COUNT;
+
+    /// A device with fewer counters than the driver knows, one with as many, one with more.
+    #[test]
+    fn a_device_writes_at_most_the_buffer_it_was_given() -> Checked {
+        let buffer = STATS_COUNT * 8;
+        check!(written_prefix(37 * 8, buffer) == Some(37 * 8));
+        check!(written_prefix(buffer as u32, buffer) == Some(buffer));
+        check!(written_prefix(buffer as u32 + 8, buffer).is_none());
+        check!(written_prefix(u32::MAX, buffer).is_none());
+        Ok(())
+    }
+
+    #[test]
+    fn what_the_device_did_not_write_reads_as_zero() -> Checked {
+        let mut response = [0xa5u8; 16];
+        keep_prefix(&mut response, 10);
+        check!(response[..10].iter().all(|&b| b == 0xa5));
+        check!(response[10..].iter().all(|&b| b == 0));
+        let mut whole = [0xa5u8; 16];
+        keep_prefix(&mut whole, 16);
+        check!(whole.iter().all(|&b| b == 0xa5));
         Ok(())
     }
 }

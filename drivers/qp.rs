@@ -710,7 +710,7 @@ fn has_srq(qp: &Qp) -> bool {
 
 pub(crate) fn query(dev: &RoxDev<'_>, qp: &Qp) -> Result<(QpAttr, QpInitAttr)> {
     // QUERY_QP names the QP by its number in the generic query index.
-    let (hw, _) = dev.query::<admin::QueryQp>(qp.qpn.get())?;
+    let (hw, _) = dev.query::<admin::QueryQp, _>(qp.qpn.get())?;
     let attr = QpAttr {
         qp_state: hw.qp_state.into(),
         cur_qp_state: hw.qp_state.into(),

@@ -26,6 +26,7 @@ mod mr;
 mod mw;
 mod odp;
 mod qp;
+mod query_len;
 mod ring;
 mod slot_store;
 mod srq;

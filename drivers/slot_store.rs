@@ -5,7 +5,10 @@
 //! then the idle check and, if it sleeps, a wake. A CQ's consumer index needs neither: the
 //! device reads it only when it writes a CQE and never waits for it, so news there cost a
 //! group visit per kernel poll, and a wake a trapped write (librox's `publish_consumer_index`
-//! stores it alone too). Pure logic: `dev.rs` does the stores; the host and KUnit test this.
+//! stores it alone too). Every store reads the page's `device_idle` after it, though: a BAR
+//! reading all-ones is a device gone from the bus (surprise removal, its process dead), which
+//! a kernel poll must notice as a ring does. Pure logic: `dev.rs` does the stores and reads;
+//! the host and KUnit test this.
 
 use crate::uapi::regs;
 
@@ -24,14 +27,36 @@ pub(crate) fn device_takes_news(caps: u32) -> bool {
     caps & regs::CAP_DB_SUMMARY != 0
 }
 
+/// What follows a store, from the page's `device_idle` word read after it.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum AfterStore {
+    /// The device is up, or asleep and the store needs no wake.
+    Nothing,
+    /// The device sleeps and the store is work for it: wake it.
+    Wake,
+    /// All-ones: no device may answer behind the BAR; a register read confirms it (a
+    /// `device_idle` of all-ones is no state the device writes).
+    ConfirmRemoved,
+}
+
 impl SlotStore {
     /// Whether the news byte of the slot's group follows, on a device with `caps`.
     pub(crate) fn stores_news(self, caps: u32) -> bool {
         self == SlotStore::Ring && device_takes_news(caps)
     }
 
-    /// Whether the idle check follows (and a wake of a sleeping device).
+    /// Whether a sleeping device is woken after the store (then the store and the read of
+    /// `device_idle` are fenced: the arm/wake protocol of `regs::DbPage`).
     pub(crate) fn may_wake(self) -> bool {
         self == SlotStore::Ring
+    }
+
+    /// What follows the store, given the `device_idle` word read after it.
+    pub(crate) fn after(self, device_idle: u32) -> AfterStore {
+        match device_idle {
+            regs::DB_DEVICE_IDLE if self.may_wake() => AfterStore::Wake,
+            u32::MAX => AfterStore::ConfirmRemoved,
+            _ => AfterStore::Nothing,
+        }
     }
 }

@@ -1,6 +1,6 @@
 #!/bin/bash
 # rox.ko's KUnit suites (drivers/logic_tests.rs: rox_wq_record, rox_cq_clean, rox_cut_off,
-# rox_slot_store), which the kernel runs when rox.ko loads on a kernel with CONFIG_KUNIT=y.
+# rox_slot_store, rox_query_len), which the kernel runs when rox.ko loads on a kernel with CONFIG_KUNIT=y.
 # rox's debug kernel has KUnit (and kmemleak): there each suite must have reported, every case
 # ok, the suite ok with fail:0 skip:0; a missing suite or any "not ok" fails. On a kernel
 # without KUnit (release, Debian's stock) rox.ko must carry no KUnit section (the suites are
@@ -9,7 +9,7 @@
 set -u
 trap 'grep -q "^rox " /proc/modules && rmmod rox' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
-suites="rox_wq_record rox_cq_clean rox_cut_off rox_slot_store"
+suites="rox_wq_record rox_cq_clean rox_cut_off rox_slot_store rox_query_len"
 
 mountpoint -q /sys/kernel/debug || mount -t debugfs none /sys/kernel/debug 2>/dev/null
 if [ ! -d /sys/module/kunit ]; then

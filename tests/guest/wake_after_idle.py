@@ -14,8 +14,9 @@ PAUSE_S (longer than the device's idle_after: it sleeps) and posts one receive.
   in the error state (the idle device says so in `DbPage::rq_no_wake`; the device reads the
   RQ when a message needs a receive WQE), so librox writes no wake at all: ROUNDS rings (the
   caller checks the counters).
-The QP never leaves INIT: the receives wait, nothing is sent. Prints "rang N times after
-PAUSE_S s idle (KIND)".
+The QP never leaves INIT: the receives wait, nothing is sent. While it rings, the guest's NICs
+send no IPv6 router solicitations (tests/lib/ipv6_quiet.py), the frames that woke rox_0 between
+rings before. Prints "rang N times after PAUSE_S s idle (KIND)".
 """
 import os
 import sys
@@ -31,6 +32,7 @@ from pyverbs.srq import SRQ, SrqAttr, SrqInitAttr
 from pyverbs.wr import SGE, RecvWR
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+from ipv6_quiet import no_router_solicitations  # noqa: E402
 from rdma_tool import port_counters  # noqa: E402
 from wake_rounds import LOST, OTHER, WOKE, judge  # noqa: E402
 
@@ -51,24 +53,27 @@ attr = QPAttr(port_num=1)
 attr.qp_access_flags = e.IBV_ACCESS_LOCAL_WRITE
 qp.to_init(attr)
 target = srq if kind == "srq" else qp
-woke = rang = 0
-counters = port_counters(DEV) if kind == "srq" else None
-while woke < rounds and rang < most:
-    time.sleep(pause)
-    target.post_recv(RecvWR(num_sge=1, sg=[SGE(mr.buf, 64, mr.lkey)]))
-    rang += 1
-    if kind == "rq":
-        woke += 1
-        continue
-    before, counters = counters, port_counters(DEV)
-    verdict, reason = judge(before, counters)
-    if verdict == LOST:
-        sys.exit(f"ring {rang} of {DEV}: {reason}: librox saw it asleep and wrote no wake, "
-                 "or the device did not say it slept")
-    if verdict == OTHER:
-        print(f"ring {rang} of {DEV} not counted: {reason}", flush=True)
-    if verdict == WOKE:
-        woke += 1
+with no_router_solicitations() as quiet:
+    print(f"no IPv6 router solicitations from {', '.join(quiet) or 'no interface'} while ringing",
+          flush=True)
+    woke = rang = 0
+    counters = port_counters(DEV) if kind == "srq" else None
+    while woke < rounds and rang < most:
+        time.sleep(pause)
+        target.post_recv(RecvWR(num_sge=1, sg=[SGE(mr.buf, 64, mr.lkey)]))
+        rang += 1
+        if kind == "rq":
+            woke += 1
+            continue
+        before, counters = counters, port_counters(DEV)
+        verdict, reason = judge(before, counters)
+        if verdict == LOST:
+            sys.exit(f"ring {rang} of {DEV}: {reason}: librox saw it asleep and wrote no wake, "
+                     "or the device did not say it slept")
+        if verdict == OTHER:
+            print(f"ring {rang} of {DEV} not counted: {reason}", flush=True)
+        if verdict == WOKE:
+            woke += 1
 if woke < rounds:
     sys.exit(f"{DEV}: only {woke} of {rang} rings found it asleep; the others found it woken "
              "by something else")

@@ -19,5 +19,8 @@ mod cut_off;
 #[path = "../../slot_store.rs"]
 mod slot_store;
 
+#[path = "../../query_len.rs"]
+mod query_len;
+
 #[path = "../../logic_tests.rs"]
 mod logic_tests;

@@ -36,13 +36,7 @@ fn registers_identify_the_device() {
 fn query_device_port_and_mac() {
     let mut d = driver();
     let resp = d.ram.alloc(4096, 4096);
-    d.admin_ok(
-        ADMIN_OP_QUERY_DEVICE,
-        payload(&QueryCmd {
-            resp_addr: resp,
-            ..Default::default()
-        }),
-    );
+    d.admin_ok(ADMIN_OP_QUERY_DEVICE, page_query(0, resp));
     let attr: DeviceAttr = d.ram.read_obj(resp);
     assert_eq!(attr.vendor_id, PCI_VENDOR_ID as u32);
     assert_eq!(attr.max_send_sge, SQ_MAX_SGE);
@@ -58,14 +52,7 @@ fn query_device_port_and_mac() {
         u16::from_le_bytes([MAC[4], MAC[5]]) as u32
     );
     // Port 2 does not exist.
-    let cpl = d.admin(
-        ADMIN_OP_QUERY_PORT,
-        payload(&QueryCmd {
-            index: 2,
-            resp_addr: resp,
-            ..Default::default()
-        }),
-    );
+    let cpl = d.admin(ADMIN_OP_QUERY_PORT, page_query(2, resp));
     assert_eq!(cpl.status, ADMIN_STATUS_BAD_PARAM);
     // Every admin command posted an event on EQ 0 and fired vector 0 while EQ 0 was armed.
     let events = d.drain_eq(EQ_ADMIN_ASYNC);
@@ -127,13 +114,7 @@ fn bad_admin_input_gets_error_status() {
         ADMIN_STATUS_BAD_HANDLE
     );
     // Response buffer not in guest memory.
-    let cpl = d.admin(
-        ADMIN_OP_QUERY_DEVICE,
-        payload(&QueryCmd {
-            resp_addr: 0x10,
-            ..Default::default()
-        }),
-    );
+    let cpl = d.admin(ADMIN_OP_QUERY_DEVICE, page_query(0, 0x10));
     assert_eq!(cpl.status, ADMIN_STATUS_BAD_DMA);
     assert_eq!(d.read_reg(REG_STATUS) & STATUS_FATAL, 0);
 }

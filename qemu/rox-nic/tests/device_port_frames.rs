@@ -588,14 +588,7 @@ fn multicast_table_limits() {
     let dir = tempfile::tempdir().unwrap();
     let mut r = rig(dir.path(), false, None);
     let resp = r.d.ram.alloc(4096, 4096);
-    r.d.admin_ok(
-        ADMIN_OP_QUERY_DEVICE,
-        payload(&QueryCmd {
-            index: 0,
-            reserved: 0,
-            resp_addr: resp,
-        }),
-    );
+    r.d.admin_ok(ADMIN_OP_QUERY_DEVICE, page_query(0, resp));
     let attr: DeviceAttr = r.d.ram.read_obj(resp);
     assert_eq!(
         (

@@ -45,13 +45,7 @@ fn alive(d: &mut TestDriver) {
 /// What QUERY_DEVICE answers (the device's fixed attributes): the same before and after.
 fn device_attrs(d: &mut TestDriver) -> Vec<u8> {
     let resp = d.ram.alloc(ROX_PAGE_SIZE as u64, ROX_PAGE_SIZE as u64);
-    d.admin_ok(
-        ADMIN_OP_QUERY_DEVICE,
-        payload(&QueryCmd {
-            resp_addr: resp,
-            ..Default::default()
-        }),
-    );
+    d.admin_ok(ADMIN_OP_QUERY_DEVICE, page_query(0, resp));
     d.ram.read(resp, ROX_PAGE_SIZE)
 }
 

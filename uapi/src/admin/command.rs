@@ -138,10 +138,10 @@ macro_rules! admin_commands {
 }
 
 admin_commands! {
-    /// Writes [`DeviceAttr`] to `resp_addr`.
-    QueryDevice = ADMIN_OP_QUERY_DEVICE, query: QueryCmd => ();
-    /// Writes [`PortAttr`] of port `index` to `resp_addr`.
-    QueryPort = ADMIN_OP_QUERY_PORT, query: QueryCmd => ();
+    /// Writes [`DeviceAttr`] (its first `resp_len` bytes) to `resp_addr`.
+    QueryDevice = ADMIN_OP_QUERY_DEVICE, query: QueryCmd => QueryAnswer<()>;
+    /// Writes [`PortAttr`] of port `index` (its first `resp_len` bytes) to `resp_addr`.
+    QueryPort = ADMIN_OP_QUERY_PORT, query: QueryCmd => QueryAnswer<()>;
     SetGid = ADMIN_OP_SET_GID, set_gid: SetGidCmd => ();
     ReadMac = ADMIN_OP_READ_MAC, none: NoPayload => MacAddr;
     SetPortState = ADMIN_OP_SET_PORT_STATE, set_port_state: SetPortStateCmd => ();
@@ -161,8 +161,9 @@ admin_commands! {
     CreateQp = ADMIN_OP_CREATE_QP, create_qp: CreateQpCmd => Qpn;
     /// Answers the QP's new state (`verbs::QPS_*`).
     ModifyQp = ADMIN_OP_MODIFY_QP, modify_qp: ModifyQpCmd => u32;
-    /// index = QPN; writes [`QpAttr`] to `resp_addr`, answers the QP state.
-    QueryQp = ADMIN_OP_QUERY_QP, query: QueryCmd => u32;
+    /// index = QPN; writes [`QpAttr`] (its first `resp_len` bytes) to `resp_addr`, answers
+    /// the QP state.
+    QueryQp = ADMIN_OP_QUERY_QP, query: QueryCmd => QueryAnswer<u32>;
     DestroyQp = ADMIN_OP_DESTROY_QP, qp: QpnCmd => ();
     AttachMcast = ADMIN_OP_ATTACH_MCAST, mcast: McastCmd => ();
     DetachMcast = ADMIN_OP_DETACH_MCAST, mcast: McastCmd => ();
@@ -173,8 +174,29 @@ admin_commands! {
     QuerySrq = ADMIN_OP_QUERY_SRQ, handle: HandleCmd => SrqCounts;
     /// handle = SRQ id.
     DestroySrq = ADMIN_OP_DESTROY_SRQ, handle: HandleCmd => ();
-    /// Writes `[u64; STATS_COUNT]` to `resp_addr`, answers STATS_COUNT.
-    QueryStats = ADMIN_OP_QUERY_STATS, query: QueryCmd => u32;
+    /// Writes `[u64; STATS_COUNT]` (its first `resp_len` bytes) to `resp_addr`, answers
+    /// STATS_COUNT (how many the device has).
+    QueryStats = ADMIN_OP_QUERY_STATS, query: QueryCmd => QueryAnswer<u32>;
+}
+
+/// What a query answers: its own result in `result0` (`R` uses that word alone: the QP state,
+/// a count, or nothing) and in `result1` the bytes of its response it wrote (at most the
+/// command's `resp_len`).
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct QueryAnswer<R> {
+    pub value: R,
+    pub written: u32,
+}
+impl<R: ResultWords> ResultWords for QueryAnswer<R> {
+    fn to_words(self) -> (u32, u32) {
+        (self.value.to_words().0, self.written)
+    }
+    fn from_words(result0: u32, result1: u32) -> Self {
+        QueryAnswer {
+            value: R::from_words(result0, 0),
+            written: result1,
+        }
+    }
 }
 
 /// A command that writes a response structure to [`QueryCmd::resp_addr`]: which one.
@@ -192,4 +214,21 @@ impl AdminQuery for QueryQp {
 }
 impl AdminQuery for QueryStats {
     type Response = [u64; STATS_COUNT];
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_query_answers_its_value_in_result0_and_the_bytes_written_in_result1() {
+        let answer = QueryAnswer {
+            value: 7u32,
+            written: 296,
+        };
+        assert_eq!(answer.to_words(), (7, 296));
+        assert_eq!(QueryAnswer::<u32>::from_words(7, 296), answer);
+        let none = QueryAnswer::<()>::from_words(0, 40);
+        assert_eq!((none.written, none.to_words()), (40, (0, 40)));
+    }
 }

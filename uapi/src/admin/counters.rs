@@ -6,10 +6,11 @@
 //! driver converts to IBA widths and units (PortXmitData counts 4-octet words, the 32-bit
 //! PortCounters fields stop at their maximum).
 
-use super::{AdminCommand, AdminPayload, AdminQuery, QueryCmd, ADMIN_PAYLOAD_SIZE};
+use super::{AdminCommand, AdminPayload, AdminQuery, QueryAnswer, QueryCmd, ADMIN_PAYLOAD_SIZE};
 
-/// Payload [`QueryCmd`] (`index` = port number, 1); response [`PortCounters`]; result0 = its
-/// size in bytes (a driver built against a shorter layout reads a prefix).
+/// Payload [`QueryCmd`] (`index` = port number, 1); response [`PortCounters`] (its first
+/// `resp_len` bytes: a driver built against a shorter layout gets the prefix it knows); result0
+/// = its size in bytes, result1 = the bytes written.
 pub const ADMIN_OP_QUERY_COUNTERS: u8 = 0x51;
 
 /// Response of QUERY_COUNTERS.
@@ -113,12 +114,13 @@ pub struct PortCounters {
 }
 const _: () = assert!(core::mem::size_of::<PortCounters>() == 35 * 8);
 
-/// Writes [`PortCounters`] of port `index` to `resp_addr`, answers its size.
+/// Writes [`PortCounters`] of port `index` (its first `resp_len` bytes) to `resp_addr`,
+/// answers its size.
 pub struct QueryCounters;
 impl AdminCommand for QueryCounters {
     const OPCODE: u8 = ADMIN_OP_QUERY_COUNTERS;
     type Payload = QueryCmd;
-    type Result = u32;
+    type Result = QueryAnswer<u32>;
     fn payload(payload: QueryCmd) -> AdminPayload {
         let mut area = AdminPayload {
             raw: [0; ADMIN_PAYLOAD_SIZE],

@@ -7,8 +7,15 @@
 //! writes one completion per command at the same ring index, then an `EQE_TYPE_ADMIN` event on
 //! EQ 0 (if EQ 0 is enabled). The driver keeps at most `depth` commands outstanding.
 //!
-//! Commands that return more than 8 bytes write a response structure to a driver-provided DMA
-//! buffer (`resp_addr`, at least [`ADMIN_RESP_MAX`] bytes, or the size of the response).
+//! Commands that return more than 8 bytes (the queries: payload [`QueryCmd`]) write a
+//! response structure to a driver-provided DMA buffer of `resp_len` bytes at `resp_addr`: the
+//! device writes the response's first `min(resp_len, its size)` bytes, nothing after them, and
+//! answers how many in `result1` ([`QueryAnswer`]). So a device whose response grew (counters
+//! appended) and a driver built against the shorter layout agree: the driver gets the prefix
+//! it knows; a driver built against a longer one finds its tail untouched (zero, as it
+//! allocated it). `resp_len` 0, which an older driver wrote there (a reserved word), gets
+//! ADMIN_STATUS_BAD_PARAM and nothing written: such a driver gave no bound, and a clear
+//! refusal beats writing past its buffer.
 //!
 //! One file per command family: `device.rs` (device and port queries, GID table, port state,
 //! the device's limits), `stats.rs` (the QUERY_STATS counters), `counters.rs` (QUERY_COUNTERS:
@@ -41,7 +48,8 @@ pub const ADMIN_CMD_SIZE: usize = 128;
 pub const ADMIN_CPL_SIZE: usize = 16;
 /// Bytes of command-specific payload in an [`AdminCmd`].
 pub const ADMIN_PAYLOAD_SIZE: usize = ADMIN_CMD_SIZE - 8;
-/// Largest response structure a command writes to `resp_addr`.
+/// Largest response structure a command writes to `resp_addr` (a query writes at most
+/// `resp_len` bytes of it).
 pub const ADMIN_RESP_MAX: usize = super::regs::ROX_PAGE_SIZE;
 
 // Opcodes.
@@ -97,8 +105,8 @@ pub const ADMIN_OP_MODIFY_SRQ: u8 = 0x41;
 pub const ADMIN_OP_QUERY_SRQ: u8 = 0x42;
 /// Payload [`HandleCmd`] (handle = SRQ id).
 pub const ADMIN_OP_DESTROY_SRQ: u8 = 0x43;
-/// Payload [`QueryCmd`]; response `[u64; STATS_COUNT]` indexed by `STAT_*`; result0 =
-/// STATS_COUNT.
+/// Payload [`QueryCmd`]; response `[u64; STATS_COUNT]` indexed by `STAT_*` (a prefix of it:
+/// `resp_len`); result0 = STATS_COUNT, result1 = the bytes written.
 pub const ADMIN_OP_QUERY_STATS: u8 = 0x50;
 /// Payload [`SetPortStateCmd`]: the driver reports the link state of the paired netdev. A
 /// change posts `EQE_TYPE_PORT_CHANGE` (handle = port, aux = new `verbs::PORT_*` state) on
@@ -215,17 +223,23 @@ pub struct QpnCmd {
 const _: () = assert!(core::mem::size_of::<KeyCmd>() == core::mem::size_of::<HandleCmd>());
 const _: () = assert!(core::mem::size_of::<QpnCmd>() == core::mem::size_of::<HandleCmd>());
 
-/// Commands that write a response structure.
+/// Commands that write a response structure (the queries; see the module's doc for the rule).
 #[repr(C)]
 #[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
 pub struct QueryCmd {
-    /// QPN for QUERY_QP, port number for QUERY_PORT, 0 otherwise.
+    /// QPN for QUERY_QP, port number for QUERY_PORT and QUERY_COUNTERS, 0 otherwise.
     pub index: u32,
-    pub reserved: u32,
+    /// Bytes of the response buffer: the device writes at most this many (not 0).
+    pub resp_len: u32,
     /// DMA address of the response buffer.
     pub resp_addr: u64,
 }
-const _: () = assert!(core::mem::size_of::<QueryCmd>() <= ADMIN_PAYLOAD_SIZE);
+const _: () = assert!(core::mem::size_of::<QueryCmd>() == 16);
+// `resp_len` is the word older drivers left 0 as `reserved`: that is how their commands are
+// told apart (and refused).
+const _: () = assert!(core::mem::offset_of!(QueryCmd, index) == 0);
+const _: () = assert!(core::mem::offset_of!(QueryCmd, resp_len) == 4);
+const _: () = assert!(core::mem::offset_of!(QueryCmd, resp_addr) == 8);
 
 /// The payload of a command that carries none (READ_MAC).
 #[repr(C)]

@@ -20,7 +20,7 @@ use rox_uapi::verbs::*;
 
 use crate::device::DeviceConfig;
 use crate::dma::as_bytes;
-use crate::testkit::{payload, TestDriver, COMP_EQ, RAM_BASE, TEST_DB_PAGE};
+use crate::testkit::{page_query, payload, TestDriver, COMP_EQ, RAM_BASE, TEST_DB_PAGE};
 
 const MAC: [u8; 6] = [2, 0, 0, 0xf0, 0, 1];
 /// Guest memory the fuzzer's addresses point into (far from the driver's rings).
@@ -188,13 +188,7 @@ fn still_answers(d: &mut TestDriver) {
     let mac = d.run::<ReadMac>(NoPayload::default());
     assert_eq!(mac.0, MAC, "READ_MAC");
     let resp = d.ram.alloc(PAGE, PAGE);
-    d.admin_ok(
-        ADMIN_OP_QUERY_DEVICE,
-        payload(&QueryCmd {
-            resp_addr: resp,
-            ..Default::default()
-        }),
-    );
+    d.admin_ok(ADMIN_OP_QUERY_DEVICE, page_query(0, resp));
     // The input may hold any doorbell slot: take the first free one of the last page.
     let ring = d.ram.alloc(4 * PAGE, PAGE);
     let create = |d: &mut TestDriver, op: u8, fill: &dyn Fn(u32) -> AdminPayload| {
@@ -340,7 +334,7 @@ fn session() -> Vec<Command> {
             op,
             &QueryCmd {
                 index: 0,
-                reserved: 0,
+                resp_len: PAGE as u32,
                 resp_addr: ARENA + 200 * PAGE,
             },
         )

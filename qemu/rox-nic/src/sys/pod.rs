@@ -19,6 +19,9 @@ macro_rules! pod {
     };
 }
 pod!(u8, u16, u32, u64);
+// SAFETY: an array of Pod values is Pod: its elements are, and an array has no padding between
+// them.
+unsafe impl<T: Pod, const N: usize> Pod for [T; N] {}
 pod!(
     rox_uapi::queue::Sge,
     rox_uapi::queue::SqWqe,

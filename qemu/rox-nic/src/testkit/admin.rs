@@ -282,43 +282,39 @@ impl TestDriver {
         self.admin_ok(ADMIN_OP_MODIFY_SRQ, payload(&m));
     }
 
+    /// Runs query `opcode` of `index` (a QPN, a port, or 0) into a fresh page of the test RAM
+    /// (`resp_len` a page): its completion and the page's address.
+    pub fn query(&mut self, opcode: u8, index: u32) -> (AdminCpl, u64) {
+        let resp = self.ram.alloc(ROX_PAGE_SIZE as u64, ROX_PAGE_SIZE as u64);
+        (self.admin(opcode, page_query(index, resp)), resp)
+    }
+
+    /// Query `opcode` of `index`, which must succeed and write a whole `T`.
+    fn query_ok<T: Pod>(&mut self, opcode: u8, index: u32) -> T {
+        let (cpl, resp) = self.query(opcode, index);
+        assert_eq!(
+            cpl.status, ADMIN_STATUS_SUCCESS,
+            "query {opcode:#x} of {index}"
+        );
+        assert_eq!(cpl.result1 as usize, size_of::<T>(), "bytes written");
+        self.ram.read_obj(resp)
+    }
+
     /// QUERY_PORT of the device's one port.
     pub fn query_port(&mut self) -> PortAttr {
-        let resp = self.ram.alloc(ROX_PAGE_SIZE as u64, ROX_PAGE_SIZE as u64);
-        self.admin_ok(
-            ADMIN_OP_QUERY_PORT,
-            payload(&QueryCmd {
-                index: PORT_NUM as u32,
-                resp_addr: resp,
-                ..Default::default()
-            }),
-        );
-        self.ram.read_obj(resp)
+        self.query_ok(ADMIN_OP_QUERY_PORT, PORT_NUM as u32)
     }
 
     pub fn query_qp(&mut self, qpn: Qpn) -> QpAttr {
-        let resp = self.ram.alloc(ROX_PAGE_SIZE as u64, ROX_PAGE_SIZE as u64);
-        self.admin_ok(
-            ADMIN_OP_QUERY_QP,
-            payload(&QueryCmd {
-                index: qpn.get(),
-                resp_addr: resp,
-                ..Default::default()
-            }),
-        );
-        self.ram.read_obj(resp)
+        self.query_ok(ADMIN_OP_QUERY_QP, qpn.get())
     }
 
+    /// QUERY_STATS: every counter the device has.
     pub fn query_stats(&mut self) -> Vec<u64> {
-        let resp = self.ram.alloc(ROX_PAGE_SIZE as u64, ROX_PAGE_SIZE as u64);
-        let cpl = self.admin_ok(
-            ADMIN_OP_QUERY_STATS,
-            payload(&QueryCmd {
-                resp_addr: resp,
-                ..Default::default()
-            }),
-        );
-        let b = self.ram.read(resp, cpl.result0 as usize * 8);
+        let (cpl, resp) = self.query(ADMIN_OP_QUERY_STATS, 0);
+        assert_eq!(cpl.status, ADMIN_STATUS_SUCCESS, "QUERY_STATS");
+        assert_eq!(cpl.result1, cpl.result0 * 8, "a page holds every counter");
+        let b = self.ram.read(resp, cpl.result1 as usize);
         b.chunks_exact(8)
             .map(|c| u64::from_le_bytes(c.try_into().expect("8")))
             .collect()
@@ -350,19 +346,12 @@ impl TestDriver {
 
     /// QUERY_COUNTERS of `port`: its counters, or the status the device refused it with.
     pub fn query_counters(&mut self, port: u32) -> Result<PortCounters, u8> {
-        let resp = self.ram.alloc(ROX_PAGE_SIZE as u64, ROX_PAGE_SIZE as u64);
-        let cpl = self.admin(
-            ADMIN_OP_QUERY_COUNTERS,
-            payload(&QueryCmd {
-                index: port,
-                resp_addr: resp,
-                ..Default::default()
-            }),
-        );
+        let (cpl, resp) = self.query(ADMIN_OP_QUERY_COUNTERS, port);
         if cpl.status != ADMIN_STATUS_SUCCESS {
             return Err(cpl.status);
         }
         assert_eq!(cpl.result0 as usize, size_of::<PortCounters>());
+        assert_eq!(cpl.result1, cpl.result0, "bytes written");
         Ok(self.ram.read_obj(resp))
     }
 

@@ -231,6 +231,15 @@ pub fn payload<T: Pod>(v: &T) -> AdminPayload {
     AdminPayload { raw }
 }
 
+/// A query's payload ([`QueryCmd`]) with a response buffer of one page at `resp_addr`.
+pub fn page_query(index: u32, resp_addr: u64) -> AdminPayload {
+    payload(&QueryCmd {
+        index,
+        resp_len: ROX_PAGE_SIZE as u32,
+        resp_addr,
+    })
+}
+
 static SOCKET_SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 impl TestDriver {

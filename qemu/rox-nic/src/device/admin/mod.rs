@@ -14,7 +14,7 @@ mod qp;
 mod srq;
 
 pub(super) use super::doorbell::DbObject;
-use super::state::Hw;
+use super::state::{Hw, Stats};
 use crate::dma::{as_bytes, from_bytes, Pod};
 use crate::roce::Engine;
 use core::mem::size_of;
@@ -39,6 +39,32 @@ where
     exec(&from_bytes::<C::Payload>(payload)).map(ResultWords::to_words)
 }
 
+/// Decodes query `C`'s [`QueryCmd`], runs `exec` on it (its value and whole response) and
+/// writes the prefix of the response that fits the driver's buffer (`resp_len`): the one rule
+/// of every query (uapi `admin` module doc). A `resp_len` of 0 (an older driver's reserved
+/// word) is refused before `exec` runs.
+fn run_query<C, R>(
+    hw: &mut Hw,
+    payload: &[u8],
+    exec: impl FnOnce(&mut Hw, &QueryCmd) -> AdminResult<(R, C::Response)>,
+) -> AdminResult<(u32, u32)>
+where
+    C: AdminQuery<Result = QueryAnswer<R>>,
+    C::Response: Pod,
+    R: ResultWords,
+{
+    let q = from_bytes::<QueryCmd>(payload);
+    if q.resp_len == 0 {
+        return Err(ADMIN_STATUS_BAD_PARAM);
+    }
+    let (value, response) = exec(hw, &q)?;
+    let bytes = as_bytes(&response);
+    let written = bytes.len().min(q.resp_len as usize);
+    write_resp(hw, q.resp_addr, &bytes[..written])?;
+    let written = written as u32; // at most `resp_len`, a u32
+    Ok(QueryAnswer { value, written }.to_words())
+}
+
 /// The capabilities every device reports (REG_CAPS and DeviceAttr::caps): all it defines but
 /// `CAP_POSTED_WAKE`, which only a device with a companion has (`Shared::caps`).
 pub const DEVICE_CAPS: u32 = DeviceCaps::ALL.bits() & !CAP_POSTED_WAKE;
@@ -47,8 +73,8 @@ pub const DEVICE_CAPS: u32 = DeviceCaps::ALL.bits() & !CAP_POSTED_WAKE;
 pub fn execute(hw: &mut Hw, engine: &mut Engine, cmd: &AdminCmd) -> AdminCpl {
     let payload = &as_bytes(cmd)[size_of::<AdminCmdHdr>()..];
     let r = match cmd.hdr.opcode {
-        QueryDevice::OPCODE => run::<QueryDevice>(payload, |c| query_device(hw, c)),
-        QueryPort::OPCODE => run::<QueryPort>(payload, |c| query_port(hw, c)),
+        QueryDevice::OPCODE => run_query::<QueryDevice, _>(hw, payload, query_device),
+        QueryPort::OPCODE => run_query::<QueryPort, _>(hw, payload, query_port),
         SetGid::OPCODE => run::<SetGid>(payload, |c| set_gid(hw, c)),
         ReadMac::OPCODE => run::<ReadMac>(payload, |_| Ok(MacAddr(hw.mac))),
         RegMr::OPCODE => run::<RegMr>(payload, |c| reg_mr(hw, c)),
@@ -61,7 +87,7 @@ pub fn execute(hw: &mut Hw, engine: &mut Engine, cmd: &AdminCmd) -> AdminCpl {
         ResizeCq::OPCODE => run::<ResizeCq>(payload, |c| resize_cq(hw, engine, c)),
         CreateQp::OPCODE => run::<CreateQp>(payload, |c| create_qp(hw, engine, c)),
         ModifyQp::OPCODE => run::<ModifyQp>(payload, |c| modify_qp(hw, engine, c)),
-        QueryQp::OPCODE => run::<QueryQp>(payload, |c| query_qp(hw, engine, c)),
+        QueryQp::OPCODE => run_query::<QueryQp, _>(hw, payload, |hw, c| query_qp(hw, engine, c)),
         DestroyQp::OPCODE => run::<DestroyQp>(payload, |c| destroy_qp(hw, engine, c.qpn)),
         AttachMcast::OPCODE => run::<AttachMcast>(payload, |c| attach_mcast(hw, c)),
         DetachMcast::OPCODE => run::<DetachMcast>(payload, |c| detach_mcast(hw, c)),
@@ -69,8 +95,12 @@ pub fn execute(hw: &mut Hw, engine: &mut Engine, cmd: &AdminCmd) -> AdminCpl {
         ModifySrq::OPCODE => run::<ModifySrq>(payload, |c| modify_srq(hw, c)),
         QuerySrq::OPCODE => run::<QuerySrq>(payload, |c| query_srq(hw, c.handle)),
         DestroySrq::OPCODE => run::<DestroySrq>(payload, |c| destroy_srq(hw, c.handle)),
-        QueryStats::OPCODE => run::<QueryStats>(payload, |c| query_stats(hw, engine, c)),
-        QueryCounters::OPCODE => run::<QueryCounters>(payload, |c| query_counters(hw, engine, c)),
+        QueryStats::OPCODE => run_query::<QueryStats, _>(hw, payload, |hw, _| {
+            Ok((STATS_COUNT as u32, query_stats(hw, engine)))
+        }),
+        QueryCounters::OPCODE => {
+            run_query::<QueryCounters, _>(hw, payload, |hw, c| query_counters(hw, engine, c))
+        }
         SetPortState::OPCODE => run::<SetPortState>(payload, |c| set_port_state(hw, c)),
         _ => Err(ADMIN_STATUS_BAD_OPCODE),
     };
@@ -94,11 +124,11 @@ pub fn execute(hw: &mut Hw, engine: &mut Engine, cmd: &AdminCmd) -> AdminCpl {
     }
 }
 
-pub(super) fn write_resp(hw: &Hw, addr: u64, bytes: &[u8]) -> Result<(), u8> {
+fn write_resp(hw: &Hw, addr: u64, bytes: &[u8]) -> Result<(), u8> {
     hw.mem.write(addr, bytes).map_err(|_| ADMIN_STATUS_BAD_DMA)
 }
 
-fn query_device(hw: &mut Hw, q: &QueryCmd) -> AdminResult {
+fn query_device(hw: &mut Hw, _: &QueryCmd) -> AdminResult<((), DeviceAttr)> {
     let guid = mac_to_guid(hw.mac);
     let attr = DeviceAttr {
         fw_ver: DEV_FW_VERSION,
@@ -137,8 +167,7 @@ fn query_device(hw: &mut Hw, q: &QueryCmd) -> AdminResult {
         max_mcast_qp_attach: DEV_MAX_MCAST_QP_ATTACH,
         max_total_mcast_qp_attach: DEV_MAX_TOTAL_MCAST_QP_ATTACH,
     };
-    write_resp(hw, q.resp_addr, as_bytes(&attr))?;
-    Ok(())
+    Ok(((), attr))
 }
 
 /// EUI-64 from a MAC, as RoCE devices derive their node GUID.
@@ -158,7 +187,7 @@ fn mac_to_guid(mac: [u8; 6]) -> u64 {
     ])
 }
 
-fn query_port(hw: &mut Hw, q: &QueryCmd) -> AdminResult {
+fn query_port(hw: &mut Hw, q: &QueryCmd) -> AdminResult<((), PortAttr)> {
     if q.index != PORT_NUM as u32 {
         return Err(ADMIN_STATUS_BAD_PARAM);
     }
@@ -181,8 +210,7 @@ fn query_port(hw: &mut Hw, q: &QueryCmd) -> AdminResult {
         mac: hw.mac,
         reserved: [0; 2],
     };
-    write_resp(hw, q.resp_addr, as_bytes(&attr))?;
-    Ok(())
+    Ok(((), attr))
 }
 
 /// The driver reports its netdev's link state; a change is an async PORT_CHANGE event.
@@ -245,7 +273,8 @@ pub(super) fn next_id(next: &mut u32, first: u32, used: impl Fn(u32) -> bool) ->
     }
 }
 
-fn query_stats(hw: &mut Hw, engine: &mut Engine, q: &QueryCmd) -> AdminResult<u32> {
+/// The QUERY_STATS counters: the device's own, with the engine's folded in.
+fn query_stats(hw: &mut Hw, engine: &mut Engine) -> Stats {
     let es = engine.stats();
     let mut s = hw.stats;
     s[STAT_RX_ICRC_ERRORS] = es.rx_icrc_errors;
@@ -265,17 +294,18 @@ fn query_stats(hw: &mut Hw, engine: &mut Engine, q: &QueryCmd) -> AdminResult<u3
     s[STAT_RX_BAD_KEY] = es.rx_bad_pkey + es.rx_qkey_violations;
     s[STAT_RX_CNP_DROPPED] = es.rx_cnp_dropped;
     s[STAT_WAKES_TRAPPED] = hw.shared.wakes_trapped.load(Ordering::Relaxed);
-    let bytes: Vec<u8> = s.iter().flat_map(|v| v.to_le_bytes()).collect();
-    write_resp(hw, q.resp_addr, &bytes)?;
-    Ok(STATS_COUNT as u32)
+    s
 }
 
 /// QUERY_COUNTERS of port `q.index` (the device has one port, `PORT_NUM`).
-fn query_counters(hw: &mut Hw, engine: &mut Engine, q: &QueryCmd) -> AdminResult<u32> {
+fn query_counters(
+    hw: &mut Hw,
+    engine: &mut Engine,
+    q: &QueryCmd,
+) -> AdminResult<(u32, PortCounters)> {
     if q.index != u32::from(PORT_NUM) {
         return Err(ADMIN_STATUS_BAD_PARAM);
     }
     let counters = super::counters::port_counters(hw, engine);
-    write_resp(hw, q.resp_addr, as_bytes(&counters))?;
-    Ok(size_of::<PortCounters>() as u32)
+    Ok((size_of::<PortCounters>() as u32, counters))
 }

@@ -5,11 +5,10 @@ use rox_uapi::admin::*;
 use rox_uapi::ids::Qpn;
 use rox_uapi::verbs::*;
 
-use super::{claim_doorbell, next_id, write_resp, AdminResult, DbObject};
+use super::{claim_doorbell, next_id, AdminResult, DbObject};
 use crate::device::qp_state::check_modify;
 use crate::device::ring::{load_ring, RingKind};
 use crate::device::state::{Hw, QpQueues, FIRST_QPN};
-use crate::dma::as_bytes;
 use crate::roce::engine::XrcRole;
 use crate::roce::{Engine, QpConfig, QpType};
 
@@ -168,15 +167,18 @@ pub(super) fn modify_qp(hw: &mut Hw, engine: &mut Engine, c: &ModifyQpCmd) -> Ad
     Ok(next as u32)
 }
 
-pub(super) fn query_qp(hw: &mut Hw, engine: &mut Engine, q: &QueryCmd) -> AdminResult<u32> {
+pub(super) fn query_qp(
+    hw: &mut Hw,
+    engine: &mut Engine,
+    q: &QueryCmd,
+) -> AdminResult<(u32, QpAttr)> {
     // index = QPN: a word wider than 24 bits names no QP.
     let qpn = Qpn::from_raw(q.index);
     if !hw.qps.contains_key(&qpn) {
         return Err(ADMIN_STATUS_BAD_HANDLE);
     }
     let attr = engine.query_qp(qpn).ok_or(ADMIN_STATUS_BAD_HANDLE)?;
-    write_resp(hw, q.resp_addr, as_bytes(&attr))?;
-    Ok(attr.qp_state as u32)
+    Ok((attr.qp_state as u32, attr))
 }
 
 pub(super) fn destroy_qp(hw: &mut Hw, engine: &mut Engine, qpn: Qpn) -> AdminResult {
