@@ -26,8 +26,10 @@ pub mod verbs;
 pub mod wake;
 
 /// Interface version reported by the device in BAR0 (`regs::REG_VERSION`) and checked by the
-/// driver. Bump on any incompatible layout change in this crate.
-pub const ROX_VERSION: u32 = 1;
+/// driver. Bump on any incompatible layout change in this crate. 2: queries carry their
+/// buffer's length (`admin::QueryCmd::resp_len`) and a length of 0 is refused, so a driver of
+/// version 1 (which left that word 0) refuses the device at probe instead of failing there.
+pub const ROX_VERSION: u32 = 2;
 
 // rox.ko includes this file as `#[path = "../uapi/src/lib.rs"] mod uapi;` (its children resolve
 // next to it), so the modules refer to each other only through `super::`, never `crate::`.

@@ -15,7 +15,8 @@
 //! it knows; a driver built against a longer one finds its tail untouched (zero, as it
 //! allocated it). `resp_len` 0, which an older driver wrote there (a reserved word), gets
 //! ADMIN_STATUS_BAD_PARAM and nothing written: such a driver gave no bound, and a clear
-//! refusal beats writing past its buffer.
+//! refusal beats writing past its buffer. The change raised `ROX_VERSION` to 2, so such a
+//! driver already refuses the device at probe with both versions in its message.
 //!
 //! One file per command family: `device.rs` (device and port queries, GID table, port state,
 //! the device's limits), `stats.rs` (the QUERY_STATS counters), `counters.rs` (QUERY_COUNTERS:
