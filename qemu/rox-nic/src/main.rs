@@ -89,11 +89,11 @@ struct Args {
     /// Default: $ROX_NIC_POSTED_SPIN_US, else 10 (as `--spin-us`).
     #[arg(long)]
     posted_spin_us: Option<u64>,
-    /// Spin the posted spin only while it pays: while at least half of the device's recent
-    /// idle periods ended within it (a ping-pong on this device), else sleep at once and
-    /// leave the core to whoever the device waits for (docs/benchmarks/session-15.md, "Session 15:
-    /// the spin").
-    /// Default: $ROX_NIC_ADAPTIVE_SPIN (1 or 0), else off.
+    /// Spin the posted spin only where it brings the next work sooner than sleeping at once
+    /// (the gaps of the device's recent idle periods that spun against those that slept),
+    /// else sleep at once and leave the core to whoever the device waits for
+    /// (docs/benchmarks/session-19-spin.md). Default: $ROX_NIC_ADAPTIVE_SPIN (1 or 0), else
+    /// off.
     #[arg(long, value_name = "BOOL", action = clap::ArgAction::Set)]
     adaptive_spin: Option<bool>,
     /// Microseconds the data path keeps polling after its last work while an answer is

@@ -57,8 +57,9 @@ pub struct DeviceConfig {
     /// How long the data path keeps polling after its last work while the driver wakes it
     /// through the companion (at most `spin`; as `spin` by default: `datapath/spin.rs`).
     pub posted_spin: std::time::Duration,
-    /// Whether the posted spin is spun only while it pays: while at least half of the
-    /// device's recent idle periods ended within it (`datapath/spin.rs`, `SpinHistory`).
+    /// Whether the posted spin is spun only where it brings the next work sooner than
+    /// sleeping at once, judged from the device's recent idle periods (`datapath/spin.rs`,
+    /// `SpinHistory`).
     pub adaptive_spin: bool,
     /// How long the data path keeps polling after its last work while an answer is expected
     /// (zero: off, the default; `datapath/spin.rs`).
