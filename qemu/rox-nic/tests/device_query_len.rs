@@ -62,10 +62,7 @@ fn a_shorter_stats_buffer_gets_its_counters_and_nothing_after_them() {
     assert_eq!(cpl.status, ADMIN_STATUS_SUCCESS);
     assert_eq!(cpl.result0 as usize, STATS_COUNT, "the device's own count");
     assert_eq!(cpl.result1 as usize, len, "bytes written");
-    assert!(
-        untouched(&page[len..]),
-        "written past the shorter buffer"
-    );
+    assert!(untouched(&page[len..]), "written past the shorter buffer");
     // The prefix is the counters: the admin commands so far posted events on EQ 0.
     let eqes = u64::from_le_bytes(page[STAT_EQES * 8..][..8].try_into().unwrap());
     assert!((1..1000).contains(&eqes), "STAT_EQES = {eqes:#x}");
