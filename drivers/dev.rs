@@ -160,6 +160,10 @@ impl<'bound> RoxDev<'bound> {
         if store.may_wake() {
             fence(Ordering::SeqCst);
         }
+        // Read after every store, a consumer index's too: the rox_slot_store cases (KUnit and
+        // host) rely on it, as `SlotStore::after`'s all-ones check acts only on what is read
+        // here. They test the rule (which store may wake, what all-ones means), not this
+        // wiring: a store that skipped this read would still pass them.
         let idle = self
             .db_bar
             .read32(core::mem::offset_of!(regs::DbPage, device_idle));

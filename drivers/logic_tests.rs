@@ -10,8 +10,8 @@
 //! - In rox.ko, on a kernel with CONFIG_KUNIT=y (rox's debug kernel; rox_main.rs includes this
 //!   file only there): `#[kunit_tests]` makes each module a KUnit suite (`rox_wq_record`,
 //!   `rox_cq_clean`, `rox_cut_off`, `rox_slot_store`, `rox_query_len`) and each `#[test]` a
-//!   case of the same name, which the kernel runs when rox.ko loads; KTAP in dmesg and debugfs, judged by
-//!   tests/guest/t-driver-kunit.sh.
+//!   case of the same name, which the kernel runs when rox.ko loads; KTAP in dmesg and
+//!   debugfs, judged by tests/guest/t-driver-kunit.sh.
 //!
 //! So the cases need no allocation (fixed arrays) and no `assert!` (KUnit's replaces it only
 //! in the test functions themselves, not in their helpers): each returns a [`Checked`], and

@@ -10,11 +10,13 @@ it awake for its idle grace, so a ring then rightly writes no wake and is not co
 MLD reports and neighbour solicitations (over before any test), as the only frames there: with
 router_solicitations 0 (read when the solicitation timer fires, so the next one is not sent)
 such rings become rare, and a lost wake has no frames left to hide behind. The old values are
-put back afterwards; a timer that stopped does not start again, so later tests stay quiet too.
+put back afterwards (each on its own: one that fails is printed and the rest still are); a
+timer that stopped does not start again, so later tests stay quiet too.
 """
 import contextlib
 import glob
 import os
+import sys
 
 CONF = "/proc/sys/net/ipv6/conf"
 
@@ -35,6 +37,11 @@ def no_router_solicitations():
                 f.write("0")
         yield sorted(p.split(os.sep)[-2] for p in saved)
     finally:
+        # Each on its own: an interface gone meanwhile (its directory with it) is no reason to
+        # leave the others quiet.
         for path, value in saved.items():
-            with open(path, "w") as f:
-                f.write(value)
+            try:
+                with open(path, "w") as f:
+                    f.write(value)
+            except OSError as e:
+                print(f"ipv6_quiet: could not restore {path} to {value}: {e}", file=sys.stderr)

@@ -20,12 +20,17 @@ pub trait AdminCommand {
 
 /// A typed result carried in an [`AdminCpl`]'s `result0` and `result1`.
 pub trait ResultWords: Sized {
+    /// Whether [`to_words`](Self::to_words) may answer a `result1` other than 0. True unless the
+    /// type says otherwise, so a type that did not say cannot be a [`QueryAnswer`]'s value
+    /// (whose `result1` is the bytes written).
+    const USES_RESULT1: bool = true;
     fn to_words(self) -> (u32, u32);
     fn from_words(result0: u32, result1: u32) -> Self;
 }
 
 /// Commands that answer nothing but their status.
 impl ResultWords for () {
+    const USES_RESULT1: bool = false;
     fn to_words(self) -> (u32, u32) {
         (0, 0)
     }
@@ -34,6 +39,7 @@ impl ResultWords for () {
 
 /// Commands that answer one number (an id, a key, a depth, a count): `result0`.
 impl ResultWords for u32 {
+    const USES_RESULT1: bool = false;
     fn to_words(self) -> (u32, u32) {
         (self, 0)
     }
@@ -44,6 +50,7 @@ impl ResultWords for u32 {
 
 /// ALLOC_MW: the window's rkey.
 impl ResultWords for Key {
+    const USES_RESULT1: bool = false;
     fn to_words(self) -> (u32, u32) {
         (self.get(), 0)
     }
@@ -54,6 +61,7 @@ impl ResultWords for Key {
 
 /// CREATE_QP: the new QP's number.
 impl ResultWords for Qpn {
+    const USES_RESULT1: bool = false;
     fn to_words(self) -> (u32, u32) {
         (self.get(), 0)
     }
@@ -182,16 +190,33 @@ admin_commands! {
 /// What a query answers: its own result in `result0` (`R` uses that word alone: the QP state,
 /// a count, or nothing) and in `result1` the bytes of its response it wrote (at most the
 /// command's `resp_len`).
+///
+/// An `R` that also uses `result1` does not build (its `ResultWords::USES_RESULT1`), so its
+/// second word cannot be dropped unseen:
+///
+/// ```compile_fail
+/// use rox_uapi::admin::{MrKeys, QueryAnswer, ResultWords};
+/// let _ = QueryAnswer { value: MrKeys::default(), written: 8 }.to_words();
+/// ```
 #[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
 pub struct QueryAnswer<R> {
     pub value: R,
     pub written: u32,
 }
+impl<R: ResultWords> QueryAnswer<R> {
+    /// Evaluated where `to_words` or `from_words` is built for an `R`.
+    const VALUE_IN_RESULT0: () = assert!(
+        !R::USES_RESULT1,
+        "a QueryAnswer's value must fit result0: its result1 is the bytes written"
+    );
+}
 impl<R: ResultWords> ResultWords for QueryAnswer<R> {
     fn to_words(self) -> (u32, u32) {
+        let () = Self::VALUE_IN_RESULT0;
         (self.value.to_words().0, self.written)
     }
     fn from_words(result0: u32, result1: u32) -> Self {
+        let () = Self::VALUE_IN_RESULT0;
         QueryAnswer {
             value: R::from_words(result0, 0),
             written: result1,

@@ -20,7 +20,7 @@ use rox_uapi::verbs::*;
 
 use crate::device::DeviceConfig;
 use crate::dma::as_bytes;
-use crate::testkit::{page_query, payload, TestDriver, COMP_EQ, RAM_BASE, TEST_DB_PAGE};
+use crate::testkit::{page_query, payload, TestDriver, COMP_EQ, RAM_BASE};
 
 const MAC: [u8; 6] = [2, 0, 0, 0xf0, 0, 1];
 /// Guest memory the fuzzer's addresses point into (far from the driver's rings).
@@ -32,6 +32,10 @@ const MAX_COMMANDS: usize = 64;
 const MAX_LINKS: u8 = 3;
 /// The doorbell page of the objects made after the input.
 const PROBE_DB_PAGE: u32 = rox_uapi::regs::DB_PAGE_COUNT - 1;
+/// The doorbell page of the seed session's objects. Not 1: where `db_page` is the high half of
+/// an 8-aligned word (CreateSrqCmd, CreateQpCmd), page 1 after a small number reads as an
+/// address in the driver's rings, and [`keep_off_driver_rings`] would move it.
+const SESSION_DB_PAGE: u32 = 2;
 const PAGE: u64 = ROX_PAGE_SIZE as u64;
 
 /// One command of an input.
@@ -110,9 +114,15 @@ fn keep_off_driver_rings(p: &mut [u8; ADMIN_PAYLOAD_SIZE]) {
 
 /// The body of the target.
 pub fn run(data: &[u8]) {
-    let cmds = decode(data);
     let mut d = device();
+    execute(&mut d, &decode(data));
+    still_answers(&mut d);
+}
+
+/// Runs `cmds` in order, checking each completion's invariants; answers their statuses.
+fn execute(d: &mut TestDriver, cmds: &[Command]) -> Vec<u8> {
     let mut results: Vec<u32> = Vec::new();
+    let mut statuses = Vec::new();
     for (i, c) in cmds.iter().enumerate() {
         let mut p = c.payload;
         for &(from, at) in &c.links {
@@ -148,8 +158,9 @@ pub fn run(data: &[u8]) {
             "command {i}: fatal"
         );
         results.push(cpl.result0);
+        statuses.push(cpl.status);
     }
-    still_answers(&mut d);
+    statuses
 }
 
 fn is_known(op: u8) -> bool {
@@ -257,6 +268,19 @@ fn cmd<T: crate::dma::Pod>(opcode: u8, v: &T) -> Command {
     }
 }
 
+/// A query of `index` (the port for QUERY_PORT and QUERY_COUNTERS; 0 for the others, and
+/// QUERY_QP's QPN is linked) into a page of the arena.
+fn query(opcode: u8, index: u8) -> Command {
+    cmd(
+        opcode,
+        &QueryCmd {
+            index: index.into(),
+            resp_len: PAGE as u32,
+            resp_addr: ARENA + 200 * PAGE,
+        },
+    )
+}
+
 fn linked(mut c: Command, links: &[(u8, u8)]) -> Command {
     c.links = links.to_vec();
     c
@@ -276,7 +300,7 @@ fn arena_pages(first: u64, n: u32) -> PageList {
 /// states, and teardown; and each known opcode once with an empty payload.
 pub fn seeds() -> Vec<Vec<u8>> {
     let session = session();
-    let mut out = vec![encode(&session), encode(&session[..8])];
+    let mut out = vec![encode(&session), encode(&session[..9])];
     let every: Vec<Command> = (0..=0x60u8)
         .filter(|&op| is_known(op))
         .map(|op| cmd(op, &NoPayload::default()))
@@ -285,21 +309,26 @@ pub fn seeds() -> Vec<Vec<u8>> {
     out
 }
 
-/// The objects a session makes: a CQ, an SRQ and an RC QP on arena pages, and GID 0.
-fn session_objects() -> (CreateCqCmd, CreateSrqCmd, CreateQpCmd, SetGidCmd) {
+/// The objects a session makes: two CQs, an SRQ and an RC QP on arena pages, and GID 0.
+fn session_objects() -> ([CreateCqCmd; 2], CreateSrqCmd, CreateQpCmd, SetGidCmd) {
     let cq = CreateCqCmd {
         ring: arena_pages(1, 1),
         log_depth: 7,
         eqn: COMP_EQ,
-        db_page: TEST_DB_PAGE,
+        db_page: SESSION_DB_PAGE,
         db_slot: 0,
         ..Default::default()
+    };
+    let recv_cq = CreateCqCmd {
+        ring: arena_pages(2, 1),
+        db_slot: 3,
+        ..cq
     };
     let srq = CreateSrqCmd {
         pd: 1,
         log_depth: 5,
         limit: 2,
-        db_page: TEST_DB_PAGE,
+        db_page: SESSION_DB_PAGE,
         db_slot: 2,
         ring: arena_pages(3, 1),
         ..Default::default()
@@ -309,7 +338,7 @@ fn session_objects() -> (CreateCqCmd, CreateSrqCmd, CreateQpCmd, SetGidCmd) {
         log_sq_depth: 4,
         log_rq_depth: 5,
         pd: 1,
-        db_page: TEST_DB_PAGE,
+        db_page: SESSION_DB_PAGE,
         db_slot: 1,
         sq: arena_pages(4, 1),
         rq: arena_pages(5, 1),
@@ -322,23 +351,15 @@ fn session_objects() -> (CreateCqCmd, CreateSrqCmd, CreateQpCmd, SetGidCmd) {
         ..Default::default()
     };
     gid.gid[10..].copy_from_slice(&[0xff, 0xff, 127, 0, 0, 1]);
-    (cq, srq, qp, gid)
+    ([cq, recv_cq], srq, qp, gid)
 }
 
-/// A driver's session: queries, an MR, a window, a CQ, an SRQ, a QP walked to RTS, and
-/// teardown; links name the objects the device numbered.
+/// A driver's session: queries, an MR, a window, two CQs, an SRQ, a QP walked to RTS, and
+/// teardown; links name the objects the device numbered. The QP's two CQs differ: CQ numbers
+/// 1 and 1 side by side form the word 0x1_0000_0001, an address in the driver's rings to
+/// [`keep_off_driver_rings`].
 fn session() -> Vec<Command> {
-    let (cq, srq, qp, gid) = session_objects();
-    let query = |op| {
-        cmd(
-            op,
-            &QueryCmd {
-                index: 0,
-                resp_len: PAGE as u32,
-                resp_addr: ARENA + 200 * PAGE,
-            },
-        )
-    };
+    let ([cq, recv_cq], srq, qp, gid) = session_objects();
     let to = |state: u8, mask: u32| ModifyQpCmd {
         qpn: Default::default(),
         attr_mask: mask,
@@ -356,8 +377,8 @@ fn session() -> Vec<Command> {
         },
     };
     vec![
-        query(ADMIN_OP_QUERY_DEVICE),
-        query(ADMIN_OP_QUERY_PORT),
+        query(ADMIN_OP_QUERY_DEVICE, 0),
+        query(ADMIN_OP_QUERY_PORT, PORT_NUM),
         cmd(ADMIN_OP_SET_GID, &gid),
         cmd(
             ADMIN_OP_REG_MR,
@@ -381,7 +402,8 @@ fn session() -> Vec<Command> {
         ),
         cmd(ADMIN_OP_CREATE_CQ, &cq),
         cmd(ADMIN_OP_CREATE_SRQ, &srq),
-        linked(cmd(ADMIN_OP_CREATE_QP, &qp), &[(5, 8), (5, 12), (6, 16)]),
+        cmd(ADMIN_OP_CREATE_CQ, &recv_cq),
+        linked(cmd(ADMIN_OP_CREATE_QP, &qp), &[(5, 8), (7, 12), (6, 16)]),
         linked(
             cmd(
                 ADMIN_OP_MODIFY_QP,
@@ -390,26 +412,43 @@ fn session() -> Vec<Command> {
                     QP_STATE | QP_PKEY_INDEX | QP_PORT | QP_ACCESS_FLAGS,
                 ),
             ),
-            &[(7, 0)],
+            &[(8, 0)],
         ),
         linked(
             cmd(
                 ADMIN_OP_MODIFY_QP,
                 &to(
                     QPS_RTR,
-                    QP_STATE | QP_AV | QP_PATH_MTU | QP_DEST_QPN | QP_RQ_PSN,
+                    QP_STATE
+                        | QP_AV
+                        | QP_PATH_MTU
+                        | QP_DEST_QPN
+                        | QP_RQ_PSN
+                        | QP_MAX_DEST_RD_ATOMIC
+                        | QP_MIN_RNR_TIMER,
                 ),
             ),
-            &[(7, 0), (7, 40)],
+            &[(8, 0), (8, 40)],
         ),
         linked(
-            cmd(ADMIN_OP_MODIFY_QP, &to(QPS_RTS, QP_STATE | QP_SQ_PSN)),
-            &[(7, 0)],
+            cmd(
+                ADMIN_OP_MODIFY_QP,
+                &to(
+                    QPS_RTS,
+                    QP_STATE
+                        | QP_SQ_PSN
+                        | QP_TIMEOUT
+                        | QP_RETRY_CNT
+                        | QP_RNR_RETRY
+                        | QP_MAX_QP_RD_ATOMIC,
+                ),
+            ),
+            &[(8, 0)],
         ),
-        linked(query(ADMIN_OP_QUERY_QP), &[(7, 0)]),
-        linked(query(ADMIN_OP_QUERY_SRQ), &[(6, 0)]),
-        query(ADMIN_OP_QUERY_STATS),
-        query(ADMIN_OP_QUERY_COUNTERS),
+        linked(query(ADMIN_OP_QUERY_QP, 0), &[(8, 0)]),
+        linked(cmd(ADMIN_OP_QUERY_SRQ, &HandleCmd::default()), &[(6, 0)]),
+        query(ADMIN_OP_QUERY_STATS, 0),
+        query(ADMIN_OP_QUERY_COUNTERS, PORT_NUM),
         linked(
             cmd(
                 ADMIN_OP_RESIZE_CQ,
@@ -422,8 +461,9 @@ fn session() -> Vec<Command> {
             ),
             &[(5, 0)],
         ),
-        linked(cmd(ADMIN_OP_DESTROY_QP, &QpnCmd::default()), &[(7, 0)]),
+        linked(cmd(ADMIN_OP_DESTROY_QP, &QpnCmd::default()), &[(8, 0)]),
         linked(cmd(ADMIN_OP_DESTROY_SRQ, &HandleCmd::default()), &[(6, 0)]),
+        linked(cmd(ADMIN_OP_DESTROY_CQ, &HandleCmd::default()), &[(7, 0)]),
         linked(cmd(ADMIN_OP_DESTROY_CQ, &HandleCmd::default()), &[(5, 0)]),
         linked(cmd(ADMIN_OP_DEALLOC_MW, &KeyCmd::default()), &[(4, 0)]),
         linked(cmd(ADMIN_OP_DEREG_MR, &KeyCmd::default()), &[(3, 0)]),
@@ -433,6 +473,14 @@ fn session() -> Vec<Command> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The seed reaches every command of a session (a failed CREATE leaves the commands that
+    /// link to it refused, and the fuzzer starts from less).
+    #[test]
+    fn every_command_of_the_session_seed_succeeds() {
+        let statuses = execute(&mut device(), &session());
+        assert_eq!(statuses, vec![ADMIN_STATUS_SUCCESS; session().len()]);
+    }
 
     #[test]
     fn records_round_trip() {
