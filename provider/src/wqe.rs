@@ -135,20 +135,7 @@ pub(crate) fn new_wqe(sq: &SqAttrs, opcode: u8, send_flags: u32, index: u32) -> 
     if !opcode_allowed(sq.qp_type, opcode) {
         return Err(EINVAL);
     }
-    Ok(SqWqe {
-        wr_id: u64::from(index),
-        opcode,
-        flags: wqe_flags(sq, send_flags),
-        num_sge: 0,
-        reserved0: 0,
-        imm_data: 0,
-        inline_len: 0,
-        xrc_srqn: 0,
-        seg: SqSeg {
-            rdma: RdmaSeg::default(),
-        },
-        data: [0; SQ_WQE_DATA_SIZE],
-    })
+    Ok(SqWqe::new(u64::from(index), opcode, wqe_flags(sq, send_flags)))
 }
 
 /// The segment of a WRITE / READ.
