@@ -421,7 +421,10 @@ mod tests {
     #[test]
     fn a_new_send_wqe_carries_only_its_id_opcode_and_flags() {
         let w = SqWqe::new(7, crate::verbs::WR_SEND, WQE_FLAG_SIGNALED);
-        assert_eq!((w.wr_id, w.opcode, w.flags), (7, crate::verbs::WR_SEND, WQE_FLAG_SIGNALED));
+        assert_eq!(
+            (w.wr_id, w.opcode, w.flags),
+            (7, crate::verbs::WR_SEND, WQE_FLAG_SIGNALED)
+        );
         assert_eq!((w.num_sge, w.reserved0, w.imm_data), (0, 0, 0));
         assert_eq!((w.inline_len, w.xrc_srqn), (0, 0));
         assert!(w.data.iter().all(|&b| b == 0));
