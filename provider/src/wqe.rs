@@ -135,7 +135,11 @@ pub(crate) fn new_wqe(sq: &SqAttrs, opcode: u8, send_flags: u32, index: u32) -> 
     if !opcode_allowed(sq.qp_type, opcode) {
         return Err(EINVAL);
     }
-    Ok(SqWqe::new(u64::from(index), opcode, wqe_flags(sq, send_flags)))
+    Ok(SqWqe::new(
+        u64::from(index),
+        opcode,
+        wqe_flags(sq, send_flags),
+    ))
 }
 
 /// The segment of a WRITE / READ.
