@@ -159,6 +159,29 @@ pub union SqSeg {
 }
 const _: () = assert!(core::mem::size_of::<SqSeg>() == 40);
 
+impl SqSeg {
+    /// The segment of an operation on `[remote_addr ..)` through `rkey` (WRITE, READ; an rkey
+    /// alone: `remote_addr` 0): the rest zero.
+    #[inline]
+    pub fn remote(remote_addr: u64, rkey: Key) -> Self {
+        Self::atomic(remote_addr, rkey, 0, 0)
+    }
+
+    /// The segment of an atomic at `remote_addr` through `rkey` (`swap`: CMP_AND_SWP only).
+    #[inline]
+    pub fn atomic(remote_addr: u64, rkey: Key, compare_add: u64, swap: u64) -> Self {
+        SqSeg {
+            rdma: RdmaSeg {
+                remote_addr,
+                rkey,
+                compare_add,
+                swap,
+                ..Default::default()
+            },
+        }
+    }
+}
+
 /// Send queue WQE (256 bytes).
 #[repr(C)]
 #[derive(Clone, Copy)]

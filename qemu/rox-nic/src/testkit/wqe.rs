@@ -36,13 +36,7 @@ pub fn inline_wqe(wr_id: u64, opcode: u8, flags: u8, bytes: &[u8]) -> SqWqe {
 }
 
 pub fn with_rdma(mut w: SqWqe, remote_addr: u64, rkey: Key) -> SqWqe {
-    w.seg = SqSeg {
-        rdma: RdmaSeg {
-            remote_addr,
-            rkey,
-            ..Default::default()
-        },
-    };
+    w.seg = SqSeg::remote(remote_addr, rkey);
     w
 }
 
@@ -63,15 +57,7 @@ pub fn with_atomic(
     compare_add: u64,
     swap: u64,
 ) -> SqWqe {
-    w.seg = SqSeg {
-        rdma: RdmaSeg {
-            remote_addr,
-            rkey,
-            compare_add,
-            swap,
-            ..Default::default()
-        },
-    };
+    w.seg = SqSeg::atomic(remote_addr, rkey, compare_add, swap);
     w
 }
 
