@@ -160,7 +160,7 @@ pub fn send_imm(qp: &RoxQp, sq: &mut SendQueue, meta: WrMeta, imm_data: u32) {
 
 pub fn rdma_write(qp: &RoxQp, sq: &mut SendQueue, meta: WrMeta, rkey: Key, remote_addr: u64) {
     if let Some(wqe) = begin(qp, sq, meta, verbs::WR_RDMA_WRITE) {
-        wqe.seg = wqe::rdma_seg(remote_addr, rkey);
+        wqe.seg = SqSeg::remote(remote_addr, rkey);
     }
 }
 
@@ -173,14 +173,14 @@ pub fn rdma_write_imm(
     imm_data: u32,
 ) {
     if let Some(wqe) = begin(qp, sq, meta, verbs::WR_RDMA_WRITE_WITH_IMM) {
-        wqe.seg = wqe::rdma_seg(remote_addr, rkey);
+        wqe.seg = SqSeg::remote(remote_addr, rkey);
         wqe.imm_data = imm_data;
     }
 }
 
 pub fn rdma_read(qp: &RoxQp, sq: &mut SendQueue, meta: WrMeta, rkey: Key, remote_addr: u64) {
     if let Some(wqe) = begin(qp, sq, meta, verbs::WR_RDMA_READ) {
-        wqe.seg = wqe::rdma_seg(remote_addr, rkey);
+        wqe.seg = SqSeg::remote(remote_addr, rkey);
     }
 }
 
@@ -194,7 +194,7 @@ pub fn atomic_cmp_swp(
     swap: u64,
 ) {
     if let Some(wqe) = begin(qp, sq, meta, verbs::WR_ATOMIC_CMP_AND_SWP) {
-        wqe.seg = wqe::atomic_seg(remote_addr, rkey, compare, swap);
+        wqe.seg = SqSeg::atomic(remote_addr, rkey, compare, swap);
     }
 }
 
@@ -207,7 +207,7 @@ pub fn atomic_fetch_add(
     add: u64,
 ) {
     if let Some(wqe) = begin(qp, sq, meta, verbs::WR_ATOMIC_FETCH_AND_ADD) {
-        wqe.seg = wqe::atomic_seg(remote_addr, rkey, add, 0);
+        wqe.seg = SqSeg::atomic(remote_addr, rkey, add, 0);
     }
 }
 

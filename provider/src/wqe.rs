@@ -135,54 +135,21 @@ pub(crate) fn new_wqe(sq: &SqAttrs, opcode: u8, send_flags: u32, index: u32) -> 
     if !opcode_allowed(sq.qp_type, opcode) {
         return Err(EINVAL);
     }
-    Ok(SqWqe {
-        wr_id: u64::from(index),
+    Ok(SqWqe::new(
+        u64::from(index),
         opcode,
-        flags: wqe_flags(sq, send_flags),
-        num_sge: 0,
-        reserved0: 0,
-        imm_data: 0,
-        inline_len: 0,
-        xrc_srqn: 0,
-        seg: SqSeg {
-            rdma: RdmaSeg::default(),
-        },
-        data: [0; SQ_WQE_DATA_SIZE],
-    })
-}
-
-/// The segment of a WRITE / READ.
-pub(crate) fn rdma_seg(remote_addr: u64, rkey: Key) -> SqSeg {
-    SqSeg {
-        rdma: RdmaSeg {
-            remote_addr,
-            rkey,
-            ..Default::default()
-        },
-    }
-}
-
-/// The segment of a CMP_AND_SWP / FETCH_AND_ADD (`swap` is ignored by FETCH_AND_ADD).
-pub(crate) fn atomic_seg(remote_addr: u64, rkey: Key, compare_add: u64, swap: u64) -> SqSeg {
-    SqSeg {
-        rdma: RdmaSeg {
-            remote_addr,
-            rkey,
-            compare_add,
-            swap,
-            ..Default::default()
-        },
-    }
+        wqe_flags(sq, send_flags),
+    ))
 }
 
 /// The segment of an ATOMIC WRITE: the 8 bytes ride in `compare_add`, in memory order.
 pub(crate) fn atomic_write_seg(remote_addr: u64, rkey: Key, value: [u8; 8]) -> SqSeg {
-    atomic_seg(remote_addr, rkey, u64::from_ne_bytes(value), 0)
+    SqSeg::atomic(remote_addr, rkey, u64::from_ne_bytes(value), 0)
 }
 
 /// The segment of a LOCAL_INV / SEND_WITH_INV: the rkey to invalidate.
 pub(crate) fn invalidate_seg(rkey: Key) -> SqSeg {
-    rdma_seg(0, rkey)
+    SqSeg::remote(0, rkey)
 }
 
 /// A window binding as the application describes it (`ibv_mw_bind_info`).

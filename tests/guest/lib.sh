@@ -47,6 +47,16 @@ kverbs_setup() {
 	done
 }
 
+# One run of the kernel-verbs test module (after kverbs_setup) with side B on $1: fails unless
+# it reports every check passed.
+kverbs_run() {
+	local peer=$1 result
+	timeout 300 insmod "$test_ko" peer="$peer" || fail "insmod rox_kverbs_test.ko failed"
+	rmmod rox_kverbs_test || fail "rmmod rox_kverbs_test failed"
+	result=$(dmesg | grep -o 'rox_kverbs: result: .*' | tail -1)
+	[[ $result =~ result:\ [0-9]+\ passed,\ 0\ failed ]] || fail "kernel verbs: ${result:-no result}"
+}
+
 # The wake counters of $DEV (rox-nic's, `rdma statistic`; lab.sh). read_wakes sets
 # wakes[trapped] and wakes[posted]; expect_wakes MODE WHAT LEAST (MODE: posted or trapped):
 # since the last read_wakes, $DEV took at least LEAST wakes of MODE and none of the other.

@@ -95,10 +95,7 @@ expect_wakes $mode "ibv_rc_pingpong on $DEV" 0
 # 200 us, so its 72 checks' doorbells find the device asleep many times.
 kverbs_setup fail
 read_wakes
-timeout 300 insmod "$test_ko" peer=rox_1 || fail "insmod rox_kverbs_test.ko failed"
-rmmod rox_kverbs_test || fail "rmmod rox_kverbs_test failed"
-result=$(dmesg | grep -o 'rox_kverbs: result: .*' | tail -1)
-[[ $result =~ result:\ [0-9]+\ passed,\ 0\ failed ]] || fail "kernel verbs: ${result:-no result}"
+kverbs_run rox_1
 if [ $mode = posted ]; then
 	expect_wakes $mode "kernel verbs rox_0 <-> rox_1" 1
 else

@@ -159,6 +159,29 @@ pub union SqSeg {
 }
 const _: () = assert!(core::mem::size_of::<SqSeg>() == 40);
 
+impl SqSeg {
+    /// The segment of an operation on `[remote_addr ..)` through `rkey` (WRITE, READ; an rkey
+    /// alone: `remote_addr` 0): the rest zero.
+    #[inline]
+    pub fn remote(remote_addr: u64, rkey: Key) -> Self {
+        Self::atomic(remote_addr, rkey, 0, 0)
+    }
+
+    /// The segment of an atomic at `remote_addr` through `rkey` (`swap`: CMP_AND_SWP only).
+    #[inline]
+    pub fn atomic(remote_addr: u64, rkey: Key, compare_add: u64, swap: u64) -> Self {
+        SqSeg {
+            rdma: RdmaSeg {
+                remote_addr,
+                rkey,
+                compare_add,
+                swap,
+                ..Default::default()
+            },
+        }
+    }
+}
+
 /// Send queue WQE (256 bytes).
 #[repr(C)]
 #[derive(Clone, Copy)]
@@ -182,6 +205,28 @@ pub struct SqWqe {
     pub data: [u8; SQ_WQE_DATA_SIZE],
 }
 const _: () = assert!(core::mem::size_of::<SqWqe>() == SQ_WQE_SIZE);
+
+impl SqWqe {
+    /// A WQE of `opcode` with `flags` (`WQE_FLAG_*`): every other field zero, no SGE, no
+    /// payload, an all-zero segment.
+    #[inline]
+    pub fn new(wr_id: u64, opcode: u8, flags: u8) -> Self {
+        SqWqe {
+            wr_id,
+            opcode,
+            flags,
+            num_sge: 0,
+            reserved0: 0,
+            imm_data: 0,
+            inline_len: 0,
+            xrc_srqn: 0,
+            seg: SqSeg {
+                rdma: RdmaSeg::default(),
+            },
+            data: [0; SQ_WQE_DATA_SIZE],
+        }
+    }
+}
 const _: () = assert!(core::mem::offset_of!(SqWqe, seg) == 24);
 const _: () = assert!(core::mem::offset_of!(SqWqe, data) == 64);
 const _: () = assert!(1 << SQ_WQE_SHIFT == SQ_WQE_SIZE);
@@ -395,6 +440,18 @@ pub const PAGE_SHIFT_MAX: u8 = 30;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_new_send_wqe_carries_only_its_id_opcode_and_flags() {
+        let w = SqWqe::new(7, crate::verbs::WR_SEND, WQE_FLAG_SIGNALED);
+        assert_eq!(
+            (w.wr_id, w.opcode, w.flags),
+            (7, crate::verbs::WR_SEND, WQE_FLAG_SIGNALED)
+        );
+        assert_eq!((w.num_sge, w.reserved0, w.imm_data), (0, 0, 0));
+        assert_eq!((w.inline_len, w.xrc_srqn), (0, 0));
+        assert!(w.data.iter().all(|&b| b == 0));
+    }
 
     #[test]
     fn a_wqe_index_names_one_outstanding_entry_across_the_16_bit_wrap() {

@@ -55,7 +55,7 @@ pub(super) fn send_wqe(
         }
         verbs::WR_ATOMIC_CMP_AND_SWP | verbs::WR_ATOMIC_FETCH_AND_ADD => {
             let (remote_addr, rkey, compare_add, swap) = wr.atomic();
-            wqe::atomic_seg(remote_addr, rkey, compare_add, swap)
+            SqSeg::atomic(remote_addr, rkey, compare_add, swap)
         }
         verbs::WR_SEND | verbs::WR_SEND_WITH_IMM => SqSeg {
             rdma: RdmaSeg::default(),
@@ -71,7 +71,7 @@ pub(super) fn send_wqe(
         }
         _ => {
             let (remote_addr, rkey) = wr.rdma();
-            wqe::rdma_seg(remote_addr, rkey)
+            SqSeg::remote(remote_addr, rkey)
         }
     };
     if matches!(opcode, verbs::WR_BIND_MW | verbs::WR_LOCAL_INV) {

@@ -346,6 +346,7 @@ fn bind_wr(id: u64, new_rkey: Key, lkey: Key) -> SendWr {
         new_rkey,
         lkey,
         access: ACCESS_REMOTE_WRITE,
+        ..Default::default()
     }));
     wr
 }
@@ -379,6 +380,7 @@ fn local_operations_complete_in_sq_order_without_packets() {
         access: ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE,
         npages: 1,
         page_shift: 12,
+        ..Default::default()
     };
     let mut reg = send_wr(4, WrOpcode::RegMr, SendData::Sges(Vec::new()));
     reg.fast_reg = Some(Box::new(fast_reg));
@@ -502,6 +504,7 @@ fn send_with_invalidate_invalidates_at_the_responder() {
         new_rkey: rkey,
         lkey: bindable,
         access: ACCESS_REMOTE_WRITE,
+        ..Default::default()
     };
     let (_, env) = t.net.dev(1);
     env.bind_mw(PD, QPN_B, &bind).unwrap();

@@ -663,6 +663,7 @@ mod tests {
             new_rkey: rkey,
             lkey: key,
             access: ACCESS_REMOTE_READ,
+            ..Default::default()
         };
         t.bind_mw(PD, QPN, &bind).unwrap();
         // Bound once: a second bind needs an invalidation first.
@@ -708,6 +709,7 @@ mod tests {
             new_rkey: rkey,
             lkey: key,
             access: ACCESS_REMOTE_READ,
+            ..Default::default()
         };
         t.bind_mw(PD, QPN, &bind).unwrap();
         t.unbind_windows_into(key.index());
@@ -749,6 +751,7 @@ mod tests {
             access: ACCESS_LOCAL_WRITE | ACCESS_REMOTE_READ,
             npages: 1,
             page_shift: 12,
+            ..Default::default()
         };
         // Too many pages for its capacity.
         let two = FastReg { npages: 2, ..reg };

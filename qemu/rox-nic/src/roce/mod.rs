@@ -157,32 +157,13 @@ impl SendWr {
     }
 }
 
-/// A memory window bind: the window whose rkey index `new_rkey` names gets
-/// `[addr, addr + length)` of the MR `lkey` (same PD as the QP) with `access`, and rkey
-/// `new_rkey`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct MwBind {
-    pub addr: u64,
-    pub length: u64,
-    pub new_rkey: Key,
-    pub lkey: Key,
-    pub access: u32,
-}
+/// A memory window bind (`IB_WR_BIND_MW`): the WQE's segment as posted, whose layout and rule
+/// uapi defines once.
+pub use rox_uapi::queue::BindSeg as MwBind;
 
-/// A fast registration (`IB_WR_REG_MR`): the fast-registration region whose key index `key`
-/// names (same PD as the QP, currently invalid) maps `[iova, iova + length)` onto `npages`
-/// pages of `1 << page_shift` bytes whose DMA addresses the device reads from `page_list`
-/// when the work request executes; its lkey and rkey become `key`, its access `access`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct FastReg {
-    pub iova: u64,
-    pub length: u64,
-    pub page_list: u64,
-    pub key: Key,
-    pub access: u32,
-    pub npages: u32,
-    pub page_shift: u8,
-}
+/// A fast registration (`IB_WR_REG_MR`): the WQE's segment as posted, whose layout and rule
+/// uapi defines once.
+pub use rox_uapi::queue::FastRegSeg as FastReg;
 
 /// The target of a FLUSH work request (IBA memory placement extensions): `remote_addr` /
 /// `rkey` of the [`SendWr`] and these.

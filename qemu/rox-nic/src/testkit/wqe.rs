@@ -19,24 +19,12 @@ pub fn sge(addr: u64, length: u32, lkey: Key) -> Sge {
 
 /// A send WQE with SGEs.
 pub fn send_wqe(wr_id: u64, opcode: u8, flags: u8, sges: &[Sge]) -> SqWqe {
-    let mut data = [0u8; SQ_WQE_DATA_SIZE];
+    let mut w = SqWqe::new(wr_id, opcode, flags);
+    w.num_sge = sges.len() as u8;
     for (i, s) in sges.iter().enumerate() {
-        data[i * size_of::<Sge>()..(i + 1) * size_of::<Sge>()].copy_from_slice(as_bytes(s));
+        w.data[i * size_of::<Sge>()..(i + 1) * size_of::<Sge>()].copy_from_slice(as_bytes(s));
     }
-    SqWqe {
-        wr_id,
-        opcode,
-        flags,
-        num_sge: sges.len() as u8,
-        reserved0: 0,
-        imm_data: 0,
-        inline_len: 0,
-        xrc_srqn: 0,
-        seg: SqSeg {
-            rdma: RdmaSeg::default(),
-        },
-        data,
-    }
+    w
 }
 
 /// A send WQE with inline payload.
@@ -48,13 +36,7 @@ pub fn inline_wqe(wr_id: u64, opcode: u8, flags: u8, bytes: &[u8]) -> SqWqe {
 }
 
 pub fn with_rdma(mut w: SqWqe, remote_addr: u64, rkey: Key) -> SqWqe {
-    w.seg = SqSeg {
-        rdma: RdmaSeg {
-            remote_addr,
-            rkey,
-            ..Default::default()
-        },
-    };
+    w.seg = SqSeg::remote(remote_addr, rkey);
     w
 }
 
@@ -75,15 +57,7 @@ pub fn with_atomic(
     compare_add: u64,
     swap: u64,
 ) -> SqWqe {
-    w.seg = SqSeg {
-        rdma: RdmaSeg {
-            remote_addr,
-            rkey,
-            compare_add,
-            swap,
-            ..Default::default()
-        },
-    };
+    w.seg = SqSeg::atomic(remote_addr, rkey, compare_add, swap);
     w
 }
 

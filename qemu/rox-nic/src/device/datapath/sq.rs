@@ -381,26 +381,10 @@ fn decode_rdma_seg(spares: &mut SpareSges, w: &SqWqe, wr: &mut SendWr) {
             spares.give_back_data(std::mem::replace(&mut wr.data, bytes));
         }
         WrOpcode::BindMw => {
-            let b: BindSeg = read_as(&w.seg);
-            wr.bind = Some(Box::new(MwBind {
-                addr: b.addr,
-                length: b.length,
-                new_rkey: b.new_rkey,
-                lkey: b.lkey,
-                access: b.access,
-            }));
+            wr.bind = Some(Box::new(read_as::<MwBind, _>(&w.seg)));
         }
         WrOpcode::RegMr => {
-            let f: FastRegSeg = read_as(&w.seg);
-            wr.fast_reg = Some(Box::new(FastReg {
-                iova: f.iova,
-                length: f.length,
-                page_list: f.page_list,
-                key: f.key,
-                access: f.access,
-                npages: f.npages,
-                page_shift: f.page_shift,
-            }));
+            wr.fast_reg = Some(Box::new(read_as::<FastReg, _>(&w.seg)));
         }
         WrOpcode::Flush => {
             wr.flush = FlushSpec {
