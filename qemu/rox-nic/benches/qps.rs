@@ -10,12 +10,15 @@
 //! --dump-before='*timed_part_*' target/release/deps/qps-*` (the timed part: `callgrind.out.PID.2`;
 //! docs/benchmarks/session-08.md, "Session 8: 16 against 256 QPs"). ROX_QPS_TRACE_DIR=DIR writes
 //! both devices' WQE traces of each run there (DIR/SUBNET-QPS-{a,b}.wqe-trace, for rox-trace).
+//! ROX_QPS_POSTING=one-by-one[:GAP_NS] posts as perftest does instead (QP after QP, a doorbell
+//! per WQE, GAP_NS between posts) and the sender's column `fetches/parked` says how often its
+//! device took WQEs from a doorbell and how often it left them for the QP's turn.
 //! Run: `cargo bench -p rox-nic --bench qps`.
 
 #[path = "../tests/many_qps/mod.rs"]
 mod many_qps;
 
-use many_qps::{write_over_qps, Loop, ACK_TIMEOUT, MESSAGES, MSG};
+use many_qps::{write_over_qps, Loop, Posting, ACK_TIMEOUT, MESSAGES, MSG};
 
 fn main() {
     let list = std::env::var("ROX_QPS_LIST").unwrap_or_else(|_| "16 256".into());
@@ -39,15 +42,16 @@ fn main() {
             .filter(|t| (1..32).contains(t))
             .unwrap_or_else(|| panic!("ROX_QPS_ACK_TIMEOUT: {v:?} is not an exponent 1..31"))
     });
+    let posting = Posting::from_env();
     let dir = tempfile::tempdir().expect("a temporary directory for the wire's sockets");
     println!(
-        "{MESSAGES} RDMA WRITEs of {MSG} B per run, ACK timeout {ack_timeout}; load {}",
+        "{MESSAGES} RDMA WRITEs of {MSG} B per run, posted {posting:?}, ACK timeout {ack_timeout}; load {}",
         std::fs::read_to_string("/proc/loadavg")
             .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
             .unwrap_or_default(),
     );
     println!(
-        "{:>5} {:>8} {:>7} {:>6} {:>7} {:>9} | {:>28} | {:>28}",
+        "{:>5} {:>8} {:>7} {:>6} {:>7} {:>9} | {:>28} | {:>14} | {:>28}",
         "qps",
         "MiB/s",
         "frames",
@@ -55,20 +59,22 @@ fn main() {
         "retrans",
         "timeouts",
         "sender passes/work/naps/sleeps",
+        "fetches/parked",
         "receiver passes/work/naps/sleeps"
     );
     for (i, &qps) in counts.iter().enumerate() {
         // A fresh pair of devices (and subnet) per run.
-        let r = write_over_qps(dir.path(), 30 + i as u8, qps, ack_timeout);
+        let r = write_over_qps(dir.path(), 30 + i as u8, qps, ack_timeout, posting);
         let rate = (MESSAGES * MSG) as f64 / r.elapsed.as_secs_f64() / f64::from(1 << 20);
         let show = |l: &Loop| format!("{}/{}/{}/{}", l.passes, l.work_passes, l.naps, l.sleeps);
         println!(
-            "{qps:>5} {rate:>8.1} {:>7} {:>6} {:>7} {:>9} | {:>28} | {:>28}",
+            "{qps:>5} {rate:>8.1} {:>7} {:>6} {:>7} {:>9} | {:>28} | {:>14} | {:>28}",
             r.port_tx_frames,
             r.acks,
             r.retransmits,
             r.timeouts,
             show(&r.loops[0]),
+            format!("{}/{}", r.loops[0].fetches, r.loops[0].parked),
             show(&r.loops[1])
         );
         assert_eq!(

@@ -5,13 +5,13 @@
 
 mod many_qps;
 
-use many_qps::{write_over_qps, Run, ACK_TIMEOUT, MESSAGES, MSG};
+use many_qps::{write_over_qps, Posting, Run, ACK_TIMEOUT, MESSAGES, MSG};
 
 #[test]
 fn two_hundred_fifty_six_qps_share_the_port_without_loss_in_the_device_queue() {
     let dir = tempfile::tempdir().unwrap();
-    let few = write_over_qps(dir.path(), 21, 16, ACK_TIMEOUT);
-    let many = write_over_qps(dir.path(), 22, 256, ACK_TIMEOUT);
+    let few = write_over_qps(dir.path(), 21, 16, ACK_TIMEOUT, Posting::AtOnce);
+    let many = write_over_qps(dir.path(), 22, 256, ACK_TIMEOUT, Posting::AtOnce);
     let rate = |r: &Run| (MESSAGES * MSG) as f64 / r.elapsed.as_secs_f64() / (1 << 20) as f64;
     for (qps, r) in [(16, &few), (256, &many)] {
         eprintln!(

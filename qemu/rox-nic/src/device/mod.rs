@@ -156,6 +156,12 @@ pub struct Shared {
     pub loop_work_passes: AtomicU64,
     /// Naps on the fds between polls while backing off (not the idle sleeps: STAT_WAKEUPS).
     pub loop_naps: AtomicU64,
+    /// SQ doorbells whose WQEs were fetched (up to a batch each; the WQE trace's doorbell
+    /// notices).
+    pub sq_fetches: AtomicU64,
+    /// SQ doorbells of RC QPs parked while the port's flight was full (their WQEs fetched at
+    /// the QP's turn; datapath/sched.rs).
+    pub parked_doorbells: AtomicU64,
     /// The data-path thread's id, once it runs (0 before): its /proc/self/task entry shows
     /// how long it ran and waited for a core (`benchkit::watch`).
     pub datapath_tid: AtomicI32,
@@ -293,6 +299,8 @@ impl RoxNic {
             loop_passes: AtomicU64::new(0),
             loop_work_passes: AtomicU64::new(0),
             loop_naps: AtomicU64::new(0),
+            sq_fetches: AtomicU64::new(0),
+            parked_doorbells: AtomicU64::new(0),
             datapath_tid: AtomicI32::new(0),
             mem: RwLock::new(Arc::new(GuestMemory::default())),
             irqs: Mutex::new((0..MSIX_VECTORS).map(|_| None).collect()),

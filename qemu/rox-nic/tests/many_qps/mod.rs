@@ -45,21 +45,48 @@ pub struct Loop {
     pub naps: u64,
     /// Idle sleeps (the device announced idleness and slept until woken).
     pub sleeps: u64,
+    /// SQ doorbells whose WQEs the device fetched (a batch each).
+    pub fetches: u64,
+    /// SQ doorbells of RC QPs parked while the port's flight was full.
+    pub parked: u64,
+}
+
+/// How the run posts its WRITEs.
+#[derive(Clone, Copy, Debug)]
+pub enum Posting {
+    /// Every WQE written, then every QP's doorbell rung once.
+    AtOnce,
+    /// As perftest's ib_write_bw does: QP after QP, each WQE rung on its own (librox rings
+    /// per post), `gap` between posts (a guest's vCPU posts one every few µs).
+    OneByOne { gap: Duration },
+}
+
+impl Posting {
+    /// `ROX_QPS_POSTING`: `at-once` (the default) or `one-by-one[:GAP_NS]`.
+    pub fn from_env() -> Posting {
+        let v = std::env::var("ROX_QPS_POSTING").unwrap_or_default();
+        match v.split_once(':').unwrap_or((&v, "0")) {
+            ("" | "at-once", _) => Posting::AtOnce,
+            ("one-by-one", gap) => Posting::OneByOne {
+                gap: Duration::from_nanos(gap.parse().unwrap_or_else(|_| {
+                    panic!("ROX_QPS_POSTING: {gap:?} is not a gap in ns")
+                })),
+            },
+            _ => panic!("ROX_QPS_POSTING: {v:?} is not at-once or one-by-one[:GAP_NS]"),
+        }
+    }
 }
 
 impl Loop {
     fn now(d: &mut TestDriver) -> Loop {
-        let s = d.shared();
-        let (passes, work_passes, naps) = (
-            s.loop_passes.load(Ordering::Relaxed),
-            s.loop_work_passes.load(Ordering::Relaxed),
-            s.loop_naps.load(Ordering::Relaxed),
-        );
+        let s = d.shared().clone();
         Loop {
-            passes,
-            work_passes,
-            naps,
+            passes: s.loop_passes.load(Ordering::Relaxed),
+            work_passes: s.loop_work_passes.load(Ordering::Relaxed),
+            naps: s.loop_naps.load(Ordering::Relaxed),
             sleeps: d.query_stats()[STAT_WAKEUPS],
+            fetches: s.sq_fetches.load(Ordering::Relaxed),
+            parked: s.parked_doorbells.load(Ordering::Relaxed),
         }
     }
 
@@ -69,6 +96,8 @@ impl Loop {
             work_passes: self.work_passes - earlier.work_passes,
             naps: self.naps - earlier.naps,
             sleeps: self.sleeps - earlier.sleeps,
+            fetches: self.fetches - earlier.fetches,
+            parked: self.parked - earlier.parked,
         }
     }
 }
@@ -92,8 +121,15 @@ pub fn timed_part_ends() {
 
 /// `qps` RC QPs from a new device pair on `subnet` each WRITE `MESSAGES / qps` messages, all
 /// posted at once; waits for every completion and checks every byte at the receiver. The QPs'
-/// ACK timeout is `ack_timeout` (IB's exponent: 4.096 µs × 2^n).
-pub fn write_over_qps(dir: &Path, subnet: u8, qps: u64, ack_timeout: u8) -> Run {
+/// ACK timeout is `ack_timeout` (IB's exponent: 4.096 µs × 2^n); `posting` says how they are
+/// posted.
+pub fn write_over_qps(
+    dir: &Path,
+    subnet: u8,
+    qps: u64,
+    ack_timeout: u8,
+    posting: Posting,
+) -> Run {
     let per_qp = MESSAGES / qps;
     let spec = RcQps {
         subnet,
@@ -128,12 +164,24 @@ pub fn write_over_qps(dir: &Path, subnet: u8, qps: u64, ack_timeout: u8) -> Run 
                 WQE_FLAG_SIGNALED,
                 &[sge(src + at, MSG as u32, src_key)],
             );
-            a.write_send(qa, &with_rdma(w, dst + at, dst_key));
+            let w = with_rdma(w, dst + at, dst_key);
+            match posting {
+                Posting::AtOnce => a.write_send(qa, &w),
+                Posting::OneByOne { gap } => {
+                    a.post_send(qa, &w);
+                    let posted = Instant::now();
+                    while posted.elapsed() < gap {
+                        std::hint::spin_loop();
+                    }
+                }
+            }
         }
     }
-    // Ring every doorbell at once: the device finds all QPs' work in one scan.
-    for qa in &pairs {
-        a.ring_sq(qa);
+    if let Posting::AtOnce = posting {
+        // Ring every doorbell at once: the device finds all QPs' work in one scan.
+        for qa in &pairs {
+            a.ring_sq(qa);
+        }
     }
     for n in 0..MESSAGES {
         let c = a.wait_cqe(&mut a_cq);

@@ -103,6 +103,7 @@ impl DataPath {
                 return true;
             }
         };
+        self.shared.sq_fetches.fetch_add(1, Ordering::Relaxed);
         self.shared.wqe_trace.doorbell(qpn.get(), pi, pending);
         // The batch is queued WQE by WQE and sent in one burst.
         self.queue_sq_batch(qpn, pending.min(SQ_BATCH));
