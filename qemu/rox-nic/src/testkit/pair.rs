@@ -8,7 +8,10 @@ use std::path::Path;
 use rox_uapi::admin::SRQ_NONE;
 
 use super::loopback::ALL_ACCESS;
-use super::{gid_v4, port_device, ConnectParams, Key, TestCq, TestDriver, TestQp};
+use super::{
+    gid_v4, port_device, port_device_config, ConnectParams, Key, PortConfig, TestCq, TestDriver,
+    TestQp,
+};
 use crate::device::FaultConfig;
 use crate::port::limit::dgram_wire;
 
@@ -109,6 +112,9 @@ pub struct RcQps {
     pub access: u32,
     /// a's send queues hold 2^`log_sq` WQEs (b's QPs only answer).
     pub log_sq: u8,
+    /// The drivers wake the devices through their posted-wake companions, as rox.ko does in
+    /// a guest (an idle device then sleeps as soon as its spin ends); else trapped.
+    pub posted_wakes: bool,
 }
 
 impl RcQps {
@@ -121,6 +127,7 @@ impl RcQps {
             pd,
             access,
             log_sq: 8,
+            posted_wakes: false,
         }
     }
 }
@@ -170,8 +177,13 @@ pub fn rc_qps_over_dgram(
     use rox_uapi::verbs::MTU_4096;
     let subnet = spec.subnet;
     let (one, two) = dgram_wire(dir, &format!("{subnet}a.sock"), &format!("{subnet}b.sock"));
-    let mut a = port_device(one, subnet, 1, None);
-    let mut b = port_device(two, subnet, 2, None);
+    let posted = |cfg: &mut crate::device::DeviceConfig| cfg.posted_wake = spec.posted_wakes;
+    let mut a = port_device_config(PortConfig::new(one), subnet, 1, posted);
+    let mut b = port_device_config(PortConfig::new(two), subnet, 2, posted);
+    if spec.posted_wakes {
+        a.wake_through_companion();
+        b.wake_through_companion();
+    }
     let a_cq = a.create_cq(a_cq_log);
     let b_cq = b.create_cq(4);
     let params = ConnectParams {

@@ -137,6 +137,8 @@ pub fn write_over_qps(
         pd: PD,
         access: ACCESS,
         log_sq: (per_qp.next_power_of_two().trailing_zeros() as u8).max(2),
+        // ROX_QPS_WAKE=posted: as rox.ko in a guest (the device sleeps once its spin ends).
+        posted_wakes: std::env::var("ROX_QPS_WAKE").is_ok_and(|v| v == "posted"),
     };
     // Every message is signaled; the CQ (2^12) holds all of them.
     let (mut a, mut b, mut a_cq, mut pairs) = rc_qps_over_dgram(dir, &spec, 12, ack_timeout);
