@@ -13,14 +13,17 @@
 //! ROX_QPS_POSTING=one-by-one[:GAP_NS] posts as perftest does instead (QP after QP, a doorbell
 //! per WQE, GAP_NS between posts) and the sender's column `fetches/parked` says how often its
 //! device took WQEs from a doorbell and how often it left them for the QP's turn.
+//! ROX_QPS_MESSAGES=N moves N messages a run instead (perftest's 12,800: 50 a QP at 256 QPs),
+//! ROX_QPS_WAKE=posted wakes the devices as rox.ko does in a guest.
 //! Run: `cargo bench -p rox-nic --bench qps`.
 
 #[path = "../tests/many_qps/mod.rs"]
 mod many_qps;
 
-use many_qps::{write_over_qps, Loop, Posting, ACK_TIMEOUT, MESSAGES, MSG};
+use many_qps::{messages, write_over_qps, Loop, Posting, ACK_TIMEOUT, MSG};
 
 fn main() {
+    let messages = messages();
     let list = std::env::var("ROX_QPS_LIST").unwrap_or_else(|_| "16 256".into());
     let counts: Vec<u64> = list
         .split([' ', ','])
@@ -30,8 +33,8 @@ fn main() {
                 .parse()
                 .unwrap_or_else(|_| panic!("ROX_QPS_LIST: {s:?} is not a QP count"));
             assert!(
-                q > 0 && MESSAGES % q == 0,
-                "ROX_QPS_LIST: {q} does not divide the {MESSAGES} messages"
+                q > 0 && messages % q == 0,
+                "ROX_QPS_LIST: {q} does not divide the {messages} messages"
             );
             q
         })
@@ -45,7 +48,7 @@ fn main() {
     let posting = Posting::from_env();
     let dir = tempfile::tempdir().expect("a temporary directory for the wire's sockets");
     println!(
-        "{MESSAGES} RDMA WRITEs of {MSG} B per run, posted {posting:?}, ACK timeout {ack_timeout}; load {}",
+        "{messages} RDMA WRITEs of {MSG} B per run, posted {posting:?}, ACK timeout {ack_timeout}; load {}",
         std::fs::read_to_string("/proc/loadavg")
             .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
             .unwrap_or_default(),
@@ -65,7 +68,7 @@ fn main() {
     for (i, &qps) in counts.iter().enumerate() {
         // A fresh pair of devices (and subnet) per run.
         let r = write_over_qps(dir.path(), 30 + i as u8, qps, ack_timeout, posting);
-        let rate = (MESSAGES * MSG) as f64 / r.elapsed.as_secs_f64() / f64::from(1 << 20);
+        let rate = (messages * MSG) as f64 / r.elapsed.as_secs_f64() / f64::from(1 << 20);
         let show = |l: &Loop| format!("{}/{}/{}/{}", l.passes, l.work_passes, l.naps, l.sleeps);
         println!(
             "{qps:>5} {rate:>8.1} {:>7} {:>6} {:>7} {:>9} | {:>28} | {:>14} | {:>28}",

@@ -20,6 +20,17 @@ pub const MSG: u64 = 8192;
 /// Messages in each run, spread evenly over its QPs: 16 MiB.
 pub const MESSAGES: u64 = 2048;
 
+/// Messages in each run: `ROX_QPS_MESSAGES` (the bench's; perftest's 12,800 is 50 a QP at 256
+/// QPs, which the chase of session 19 needed), else [`MESSAGES`].
+pub fn messages() -> u64 {
+    std::env::var("ROX_QPS_MESSAGES").map_or(MESSAGES, |v| {
+        v.parse()
+            .ok()
+            .filter(|&n| (1..=16_384).contains(&n))
+            .unwrap_or_else(|| panic!("ROX_QPS_MESSAGES: {v:?} is not 1..=16384"))
+    })
+}
+
 /// What one run measured on the sending device, and how both devices' data-path loops ran.
 pub struct Run {
     pub elapsed: Duration,
@@ -119,7 +130,7 @@ pub fn timed_part_ends() {
     std::hint::black_box(());
 }
 
-/// `qps` RC QPs from a new device pair on `subnet` each WRITE `MESSAGES / qps` messages, all
+/// `qps` RC QPs from a new device pair on `subnet` each WRITE `messages() / qps` messages, all
 /// posted at once; waits for every completion and checks every byte at the receiver. The QPs'
 /// ACK timeout is `ack_timeout` (IB's exponent: 4.096 µs × 2^n); `posting` says how they are
 /// posted.
@@ -130,7 +141,8 @@ pub fn write_over_qps(
     ack_timeout: u8,
     posting: Posting,
 ) -> Run {
-    let per_qp = MESSAGES / qps;
+    let messages = messages();
+    let per_qp = messages / qps;
     let spec = RcQps {
         subnet,
         count: qps,
@@ -140,9 +152,10 @@ pub fn write_over_qps(
         // ROX_QPS_WAKE=posted: as rox.ko in a guest (the device sleeps once its spin ends).
         posted_wakes: std::env::var("ROX_QPS_WAKE").is_ok_and(|v| v == "posted"),
     };
-    // Every message is signaled; the CQ (2^12) holds all of them.
-    let (mut a, mut b, mut a_cq, mut pairs) = rc_qps_over_dgram(dir, &spec, 12, ack_timeout);
-    let total = MESSAGES * MSG;
+    // Every message is signaled; the CQ (at least 2^12) holds all of them.
+    let cq_log = (messages.next_power_of_two().trailing_zeros() as u8).max(12);
+    let (mut a, mut b, mut a_cq, mut pairs) = rc_qps_over_dgram(dir, &spec, cq_log, ack_timeout);
+    let total = messages * MSG;
     let (src, src_key) = a.buffer(PD, total, ACCESS);
     let (dst, dst_key) = b.buffer(PD, total, ACCESS);
     let data = pattern(u64::from(subnet), total as usize);
@@ -185,7 +198,7 @@ pub fn write_over_qps(
             a.ring_sq(qa);
         }
     }
-    for n in 0..MESSAGES {
+    for n in 0..messages {
         let c = a.wait_cqe(&mut a_cq);
         assert_eq!(c.status, WC_SUCCESS, "completion {n} (wr_id {})", c.wr_id);
     }
