@@ -40,6 +40,28 @@ impl ContextHw {
         self.doorbell.ring(slot, word, value);
     }
 
+    /// Ring a QP's SQ doorbell for new WQEs of `sq` that are all `packets_only` or not: an RC
+    /// QP's WQEs that all send packets skip the wake while the idle device says its flight is
+    /// full (crate::sys::doorbell).
+    pub fn ring_sq(
+        &self,
+        slot: DoorbellSlot,
+        sq: &crate::wqe::SqAttrs,
+        packets_only: bool,
+        value: u32,
+    ) {
+        if packets_only
+            && matches!(
+                sq.qp_type,
+                crate::sys::ffi::IBV_QPT_RC | crate::sys::ffi::IBV_QPT_XRC_SEND
+            )
+        {
+            self.doorbell.ring_rc_sq(slot, value);
+        } else {
+            self.doorbell.ring(slot, SlotWord::A, value);
+        }
+    }
+
     /// Ring a QP's RQ doorbell: publish `value`, then wake the device if it is asleep and said
     /// this page's RQ doorbells need a wake (crate::sys::doorbell).
     pub fn ring_rq(&self, slot: DoorbellSlot, value: u32) {

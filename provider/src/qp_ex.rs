@@ -47,6 +47,8 @@ pub struct WrBatch {
     current: Option<u32>,
     /// The first error of the batch.
     error: Option<Errno>,
+    /// A WQE of the batch is a local operation (`ContextHw::ring_sq`: its doorbell wakes).
+    local: bool,
 }
 
 /// `qp_ex->wr_id` and `qp_ex->wr_flags` when an operation is posted.
@@ -92,6 +94,7 @@ fn begin<'q>(qp: &RoxQp, sq: &'q mut SendQueue, meta: WrMeta, opcode: u8) -> Opt
     wq.write(index, new);
     wq.commit(meta.wr_id);
     batch.current = Some(index);
+    batch.local |= wqe::is_local(opcode);
     Some(wq.entry_mut(index))
 }
 
@@ -116,6 +119,7 @@ pub fn start(sq: &mut SendQueue) {
         start: sq.wq.pi(),
         current: None,
         error: None,
+        local: false,
     };
 }
 
@@ -133,8 +137,9 @@ pub fn finish(sq: &mut SendQueue) -> Result<Option<u32>> {
 
 /// `ibv_wr_complete`: announce the batch (or drop it and return its errno).
 pub fn complete(qp: &RoxQp, sq: &mut SendQueue, hw: &ContextHw) -> Result<()> {
+    let packets_only = !sq.batch.local;
     if let Some(pi) = finish(sq)? {
-        hw.ring(qp.db_slot, SlotWord::A, pi);
+        hw.ring_sq(qp.db_slot, &qp.sq_attrs, packets_only, pi);
     }
     Ok(())
 }

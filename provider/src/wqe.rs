@@ -30,6 +30,15 @@ pub struct SqAttrs {
     pub max_inline: u32,
 }
 
+/// Whether a WQE of `opcode` is a local operation (BIND_MW, LOCAL_INV, REG_MR): the device
+/// executes it without sending a packet.
+pub fn is_local(opcode: u8) -> bool {
+    matches!(
+        opcode,
+        verbs::WR_BIND_MW | verbs::WR_LOCAL_INV | verbs::WR_REG_MR
+    )
+}
+
 /// A WR's Q_Key with this bit set means "use the QP's Q_Key" (IB spec 10.2.5).
 pub(crate) const QKEY_USE_QP: u32 = 1 << 31;
 

@@ -253,6 +253,9 @@ pub const DB_DEVICE_RUNNING: u32 = 0;
 /// Value of [`DbPage::rq_no_wake`] while no QP with a receive queue on the page needs its RQ
 /// producer index seen at once.
 pub const DB_RQ_NO_WAKE: u32 = 1;
+/// Value of [`DbPage::rc_sq_no_wake`] while the port's flight is full: an RC SQ doorbell of
+/// WQEs that all send packets need not wake the idle device.
+pub const DB_RC_SQ_NO_WAKE: u32 = 1;
 /// Value of [`DbPage::news_on`] on a page whose owner stores a news byte after each slot.
 pub const DB_NEWS_ON: u32 = 1;
 /// Offset of [`DbPage::news`] in a doorbell page (8-byte aligned: the device takes news a
@@ -307,6 +310,12 @@ const _: () = assert!(core::mem::size_of::<DbSlot>() == 8);
 ///   [`DB_RQ_NO_WAKE`]: the device reads an RQ's producer index when a message needs a receive
 ///   WQE, so only a QP in the error state, whose new receive WQEs the device flushes, needs its
 ///   RQ doorbell seen; the device stores `rq_no_wake` before `device_idle`.
+/// - an RC (or XRC initiator) QP's SQ doorbell whose new WQEs all send packets (no BIND_MW,
+///   LOCAL_INV, REG_MR) may skip the wake when the page's `rc_sq_no_wake` is
+///   [`DB_RC_SQ_NO_WAKE`]: the device went idle with its port's flight full, so none of them
+///   could be sent before an ACK or a retransmission timer, each of which wakes the device;
+///   the device stores it before `device_idle`, and not on a page with an RC QP in the error
+///   state (whose WQEs it flushes at once).
 ///
 /// Summary doorbell ([`CAP_DB_SUMMARY`]; docs/summary-doorbell.md). On a page whose `news_on`
 /// is [`DB_NEWS_ON`] the device looks only at the slots of groups whose news byte is set:
@@ -342,7 +351,12 @@ pub struct DbPage {
     pub rq_no_wake: u32,
     /// Written by software: [`DB_NEWS_ON`] when it stores a news byte after every slot.
     pub news_on: u32,
-    pub reserved: u32,
+    /// Written by the device only, meaningful while `device_idle` is [`DB_DEVICE_IDLE`]:
+    /// [`DB_RC_SQ_NO_WAKE`] when the device went idle with its port's flight full (above);
+    /// else (and on a device that never writes it) 0. A doorbell of perftest's, posting 12,800
+    /// WQEs to 256 QPs before it polls once, would wake a device that can send none of them
+    /// (docs/benchmarks/session-20-qps.md).
+    pub rc_sq_no_wake: u32,
     /// One byte per group of [`DB_NEWS_GROUP_SLOTS`] slots: set by software after a slot of the
     /// group, cleared by the device when it takes the news.
     pub news: [u8; DB_NEWS_BYTES],

@@ -67,7 +67,7 @@ mod tests {
             wrs[i].next = next;
         }
         let mut rung = None;
-        let r = post_sends(&qp, list(wrs.as_mut_ptr()), |pi| rung = Some(pi));
+        let r = post_sends(&qp, list(wrs.as_mut_ptr()), |pi, _| rung = Some(pi));
         assert_eq!(
             r.map_err(|(wr, e)| (wr as *const _, e)),
             Err((&wrs[2] as *const _, EINVAL))
@@ -76,7 +76,7 @@ mod tests {
         // Ring full after 4 posts: ENOMEM on the fifth.
         wrs[2].opcode = ffi::IBV_WR_SEND;
         let mut rung = None;
-        let r = post_sends(&qp, list(&raw mut wrs[2]), |pi| rung = Some(pi));
+        let r = post_sends(&qp, list(&raw mut wrs[2]), |pi, _| rung = Some(pi));
         assert_eq!(
             r.map_err(|(wr, e)| (wr as *const _, e)),
             Err((&wrs[4] as *const _, ENOMEM))

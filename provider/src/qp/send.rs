@@ -115,21 +115,37 @@ pub fn post_send(
     if !qp.can_send() {
         return Err((wrs.head(), EINVAL));
     }
-    post_sends(qp, wrs, |pi| hw.ring(qp.db_slot, SlotWord::A, pi))
+    post_sends(qp, wrs, |pi, packets_only| {
+        hw.ring_sq(qp.db_slot, &qp.sq_attrs, packets_only, pi)
+    })
 }
 
 /// Format and store the send WRs `wrs` in `qp`'s send ring; `ring_doorbell` announces the new
-/// producer index (post_send rings the QP's doorbell slot, the tests record it).
+/// producer index and whether every WQE stored sends packets (none is a local operation:
+/// `ContextHw::ring_sq`); post_send rings the QP's doorbell slot, the tests record it.
 pub(super) fn post_sends(
     qp: &RoxQp,
     wrs: WrList<'_, ffi::ibv_send_wr>,
-    ring_doorbell: impl FnOnce(u32),
+    ring_doorbell: impl FnOnce(u32, bool),
 ) -> core::result::Result<(), PostError<ffi::ibv_send_wr>> {
-    post_list(&mut qp.sq.lock(), ring_doorbell, wrs, |w, index, wq| {
-        let wqe = send_wqe(&qp.sq_attrs, &qp.qkey, w, index)?;
-        wq.write(index, wqe);
-        Ok(w.wr_id())
-    })
+    let mut packets_only = true;
+    let mut sq = qp.sq.lock();
+    let mut stored = None;
+    let result = post_list(
+        &mut sq,
+        |pi| stored = Some(pi),
+        wrs,
+        |w, index, wq| {
+            let wqe = send_wqe(&qp.sq_attrs, &qp.qkey, w, index)?;
+            packets_only &= !wqe::is_local(wqe.opcode);
+            wq.write(index, wqe);
+            Ok(w.wr_id())
+        },
+    );
+    if let Some(pi) = stored {
+        ring_doorbell(pi, packets_only);
+    }
+    result
 }
 
 #[cfg(test)]
@@ -342,7 +358,7 @@ pub(super) mod tests {
         for round in 0..ROUNDS {
             wr.wr_id = u64::from(round);
             let mut rung = 0;
-            let r = post_sends(&qp, list(&raw mut wr), |pi| rung = pi);
+            let r = post_sends(&qp, list(&raw mut wr), |pi, _| rung = pi);
             assert!(r.is_ok() && rung == round.wrapping_add(1));
             cq.device_writes(
                 ci,

@@ -14,7 +14,7 @@ use core::mem::{offset_of, size_of};
 use core::sync::atomic::{fence, AtomicU32, AtomicU8, Ordering};
 use rox_uapi::regs::{
     db_news_offset, db_slot_offset, DbPage, DbSlot, CAP_DB_SUMMARY, DB_DEVICE_IDLE, DB_NEWS_ON,
-    DB_NEWS_SET, DB_RQ_NO_WAKE, DB_SLOTS_PER_PAGE, ROX_PAGE_SIZE,
+    DB_NEWS_SET, DB_RC_SQ_NO_WAKE, DB_RQ_NO_WAKE, DB_SLOTS_PER_PAGE, ROX_PAGE_SIZE,
 };
 use rox_uapi::udata::AllocUcontextResp;
 
@@ -167,22 +167,47 @@ impl Doorbell {
     /// and it hands the device a core while the poster's next doorbell (the SEND after the
     /// receive it reposted) waits.
     pub fn ring_rq(&self, slot: DoorbellSlot, value: u32) {
-        self.ring_and_wake(slot, SlotWord::B, value, true);
+        self.ring_and_wake(
+            slot,
+            SlotWord::B,
+            value,
+            Some((offset_of!(DbPage, rq_no_wake), DB_RQ_NO_WAKE)),
+        );
     }
 
-    fn ring_and_wake(&self, slot: DoorbellSlot, word: SlotWord, value: u32, rq: bool) {
+    /// Ring an RC (or XRC initiator) QP's SQ doorbell whose new WQEs all send packets: as
+    /// [`Self::ring`], but without the wake when the idle device said its port's flight is
+    /// full (`DbPage::rc_sq_no_wake`): it could send none of them before the ACK or timer
+    /// that wakes it anyway, and perftest's ib_write_bw posts 12,800 WQEs to 256 QPs before
+    /// it polls once (docs/benchmarks/session-20-qps.md).
+    pub fn ring_rc_sq(&self, slot: DoorbellSlot, value: u32) {
+        self.ring_and_wake(
+            slot,
+            SlotWord::A,
+            value,
+            Some((offset_of!(DbPage, rc_sq_no_wake), DB_RC_SQ_NO_WAKE)),
+        );
+    }
+
+    /// Publishes `value`, then wakes the idle device unless the page's word at `no_wake`
+    /// (offset, value) says this doorbell needs none.
+    fn ring_and_wake(
+        &self,
+        slot: DoorbellSlot,
+        word: SlotWord,
+        value: u32,
+        no_wake: Option<(usize, u32)>,
+    ) {
         self.publish(slot, word, value);
         // Pairs with the device's fence between setting device_idle and its final re-scan.
         fence(Ordering::SeqCst);
-        // Acquire: the device stores rq_no_wake before device_idle.
+        // Acquire: the device stores the no-wake words before device_idle.
         let idle = self
             .word(offset_of!(DbPage, device_idle))
             .load(Ordering::Acquire);
-        let rq_no_wake = || {
-            self.word(offset_of!(DbPage, rq_no_wake))
-                .load(Ordering::Relaxed)
-        };
-        if wake_needed(idle, rq.then_some(rq_no_wake)) {
+        let says_no_wake = no_wake
+            .map(|(offset, quiet)| move || self.word(offset).load(Ordering::Relaxed) == quiet);
+        if wake_needed(idle, says_no_wake) {
             // SAFETY: `wake_offset` is an aligned 32-bit word inside the mapped wake page
             // (`checked_wake_offset`), which stays mapped while `self` lives; a 32-bit store.
             unsafe {
@@ -196,11 +221,12 @@ impl Doorbell {
     }
 }
 
-/// Whether a doorbell must wake a device whose page says `device_idle`. `rq_no_wake` reads the
-/// page's word of that name for an RQ doorbell (only while the device is idle); None for any
+/// Whether a doorbell must wake a device whose page says `device_idle`. `says_no_wake` reads
+/// the page's no-wake word for this kind of doorbell (`rq_no_wake` for an RQ,
+/// `rc_sq_no_wake` for an RC SQ of packets; only while the device is idle); None for any
 /// other doorbell.
-fn wake_needed(device_idle: u32, rq_no_wake: Option<impl FnOnce() -> u32>) -> bool {
-    device_idle == DB_DEVICE_IDLE && rq_no_wake.is_none_or(|read| read() != DB_RQ_NO_WAKE)
+fn wake_needed(device_idle: u32, says_no_wake: Option<impl FnOnce() -> bool>) -> bool {
+    device_idle == DB_DEVICE_IDLE && says_no_wake.is_none_or(|read| !read())
 }
 
 #[cfg(test)]
@@ -219,19 +245,68 @@ mod tests {
     #[test]
     fn an_rq_doorbell_skips_the_wake_only_where_the_idle_device_said_so() {
         use rox_uapi::regs::DB_DEVICE_RUNNING;
-        let other: Option<fn() -> u32> = None;
+        let other: Option<fn() -> bool> = None;
         assert!(
             wake_needed(DB_DEVICE_IDLE, other),
             "an SQ or CQ arm doorbell"
         );
         assert!(!wake_needed(DB_DEVICE_RUNNING, other));
-        assert!(!wake_needed(DB_DEVICE_IDLE, Some(|| DB_RQ_NO_WAKE)));
+        assert!(!wake_needed(DB_DEVICE_IDLE, Some(|| true)));
         assert!(
-            wake_needed(DB_DEVICE_IDLE, Some(|| 0)),
+            wake_needed(DB_DEVICE_IDLE, Some(|| false)),
             "a page with a QP in the error state, or a device that never writes the word"
         );
-        let unread = || -> u32 { panic!("rq_no_wake read while the device runs") };
+        let unread = || -> bool { panic!("a no-wake word read while the device runs") };
         assert!(!wake_needed(DB_DEVICE_RUNNING, Some(unread)));
+    }
+
+    #[test]
+    fn an_rc_sq_doorbell_skips_the_wake_only_while_the_idle_device_says_its_flight_is_full() {
+        let page = || DevicePage::anonymous().expect("mmap");
+        let resp = AllocUcontextResp {
+            wake_value: 0xfeed,
+            ..resp(0)
+        };
+        let db = Doorbell::new(page(), page(), 0, &resp);
+        let set = |offset: usize, value: u32| {
+            // SAFETY: an aligned word of the header of the mapped doorbell page.
+            unsafe {
+                db.db_page
+                    .as_ptr()
+                    .add(offset)
+                    .cast::<u32>()
+                    .write_volatile(value)
+            };
+        };
+        let wakes = || {
+            // SAFETY: the wake word at offset 0 of the mapped wake page.
+            let w = unsafe { db.wake_page.as_ptr().cast::<u32>().read_volatile() };
+            // SAFETY: as above.
+            unsafe { db.wake_page.as_ptr().cast::<u32>().write_volatile(0) };
+            w == 0xfeed
+        };
+        let slot = DoorbellSlot::new(3).unwrap();
+        set(offset_of!(DbPage, device_idle), DB_DEVICE_IDLE);
+        set(offset_of!(DbPage, rc_sq_no_wake), DB_RC_SQ_NO_WAKE);
+        db.ring_rc_sq(slot, 1);
+        assert!(
+            !wakes(),
+            "the flight is full: an RC SQ of packets waits for the ACK"
+        );
+        db.ring(slot, SlotWord::A, 2);
+        assert!(
+            wakes(),
+            "any other SQ doorbell (UD, UC, a local operation) wakes"
+        );
+        db.publish(slot, SlotWord::B, 3);
+        db.ring(slot, SlotWord::B, 4);
+        assert!(wakes(), "a CQ arm wakes");
+        set(offset_of!(DbPage, rc_sq_no_wake), 0);
+        db.ring_rc_sq(slot, 5);
+        assert!(
+            wakes(),
+            "without the word (or from a device that never writes it)"
+        );
     }
 
     #[test]

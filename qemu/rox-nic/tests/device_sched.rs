@@ -2,6 +2,7 @@
 //! (a unix datagram socket pair, whose buffer pushes back when the peer is slow), N QPs each
 //! WRITEing 8 KiB messages, all posted at once. Every byte arrives, the sending port loses no
 //! frame in its own queue, and 256 QPs move the same bytes without collapsing against 16.
+//! `ROX_QPS_POSTING=one-by-one` runs it with perftest's posting (benches/qps.rs).
 
 mod many_qps;
 
@@ -10,8 +11,8 @@ use many_qps::{write_over_qps, Posting, Run, ACK_TIMEOUT, MESSAGES, MSG};
 #[test]
 fn two_hundred_fifty_six_qps_share_the_port_without_loss_in_the_device_queue() {
     let dir = tempfile::tempdir().unwrap();
-    let few = write_over_qps(dir.path(), 21, 16, ACK_TIMEOUT, Posting::AtOnce);
-    let many = write_over_qps(dir.path(), 22, 256, ACK_TIMEOUT, Posting::AtOnce);
+    let few = write_over_qps(dir.path(), 21, 16, ACK_TIMEOUT, Posting::from_env());
+    let many = write_over_qps(dir.path(), 22, 256, ACK_TIMEOUT, Posting::from_env());
     let rate = |r: &Run| (MESSAGES * MSG) as f64 / r.elapsed.as_secs_f64() / (1 << 20) as f64;
     for (qps, r) in [(16, &few), (256, &many)] {
         eprintln!(

@@ -370,14 +370,14 @@ impl DataPath {
             let _ = p.flush_capture();
         }
         self.account_port_tx();
-        let rq_wake = self.rq_wake_pages();
+        let (rq_wake, rc_sq_quiet) = self.idle_wake_pages();
         // Only pages with objects: nothing else is rung (no admin command runs before the
         // wake below, so these are also the pages to set running again).
         let pages = self.hw.doorbells_used.pages();
         self.shared.idle.store(DB_DEVICE_IDLE, Ordering::SeqCst);
         self.shared
             .doorbells
-            .set_idle_with_rq_wakes(&pages, &rq_wake);
+            .set_idle_with_rq_wakes(&pages, &rq_wake, &rc_sq_quiet);
         fence(Ordering::SeqCst);
         let found = !self.shared.is_fatal() && self.scan_doorbells();
         if !found && self.ctl.is_empty() {

@@ -158,9 +158,16 @@ impl DoorbellBar {
     /// others. `pages` are those software may ring an object's doorbell on
     /// ([`DoorbellsUsed::pages`]): a page without one stays running, as nothing rung there
     /// is looked at, and an object created on it later is created by an admin command, which
-    /// wakes the device, whose next announcement then includes its page. Both words share a
-    /// cache line; as in [`Self::set_running`], the caller fences before its re-scan.
-    pub fn set_idle_with_rq_wakes(&self, pages: &PageSet, rq_wake: &PageSet) {
+    /// wakes the device, whose next announcement then includes its page. The pages in
+    /// `rc_sq_quiet` say their RC SQ doorbells need no wake (`DbPage::rc_sq_no_wake`: the
+    /// port's flight is full), the others that they do. The words share a cache line; as in
+    /// [`Self::set_running`], the caller fences before its re-scan.
+    pub fn set_idle_with_rq_wakes(
+        &self,
+        pages: &PageSet,
+        rq_wake: &PageSet,
+        rc_sq_quiet: &PageSet,
+    ) {
         for page in pages.iter() {
             let base = page as usize * regs::ROX_PAGE_SIZE;
             let no_wake = if rq_wake.contains(page) {
@@ -168,9 +175,16 @@ impl DoorbellBar {
             } else {
                 regs::DB_RQ_NO_WAKE
             };
-            // Before `device_idle`: software that sees the device idle sees this too.
+            let rc_sq_no_wake = if rc_sq_quiet.contains(page) {
+                regs::DB_RC_SQ_NO_WAKE
+            } else {
+                0
+            };
+            // Before `device_idle`: software that sees the device idle sees these too.
             self.word(base + offset_of!(regs::DbPage, rq_no_wake))
                 .store(no_wake, Ordering::Relaxed);
+            self.word(base + offset_of!(regs::DbPage, rc_sq_no_wake))
+                .store(rc_sq_no_wake, Ordering::Relaxed);
             self.word(base)
                 .store(regs::DB_DEVICE_IDLE, Ordering::Release);
         }
@@ -179,6 +193,12 @@ impl DoorbellBar {
     /// `DbPage::rq_no_wake` of `page` as the device last announced it.
     pub fn rq_no_wake(&self, page: u32) -> u32 {
         self.word(page as usize * regs::ROX_PAGE_SIZE + offset_of!(regs::DbPage, rq_no_wake))
+            .load(Ordering::Acquire)
+    }
+
+    /// `DbPage::rc_sq_no_wake` of `page` as the device last announced it.
+    pub fn rc_sq_no_wake(&self, page: u32) -> u32 {
+        self.word(page as usize * regs::ROX_PAGE_SIZE + offset_of!(regs::DbPage, rc_sq_no_wake))
             .load(Ordering::Acquire)
     }
 
@@ -286,7 +306,9 @@ mod tests {
         }
         let mut rq_wake = PageSet::default();
         rq_wake.insert(64);
-        bar.set_idle_with_rq_wakes(&pages, &rq_wake);
+        let mut rc_sq_quiet = PageSet::default();
+        rc_sq_quiet.insert(64);
+        bar.set_idle_with_rq_wakes(&pages, &rq_wake, &rc_sq_quiet);
         for page in 0..regs::DB_PAGE_COUNT {
             let announced = pages.contains(page);
             let idle = if announced {
@@ -301,6 +323,12 @@ mod tests {
                 (false, _) => 0,
             };
             assert_eq!(bar.rq_no_wake(page), no_wake, "page {page}");
+            let rc_sq_no_wake = if announced && page == 64 {
+                regs::DB_RC_SQ_NO_WAKE
+            } else {
+                0
+            };
+            assert_eq!(bar.rc_sq_no_wake(page), rc_sq_no_wake, "page {page}");
         }
         bar.set_running(&pages);
         assert!((0..regs::DB_PAGE_COUNT).all(|p| bar.idle(p) == regs::DB_DEVICE_RUNNING));

@@ -185,6 +185,13 @@ impl DeviceEnv for Hw {
     }
 
     fn qp_entered_error(&mut self, qpn: Qpn) {
+        // A parked QP's WQEs are still in its SQ: the next pass takes them and flushes them
+        // at once, not at a turn that waits for the flight (datapath/sched.rs, "Parked QPs").
+        if self.tx_sched.unpark(qpn) {
+            if let Some(qp) = self.qps.get(&qpn) {
+                self.shared.doorbells.store_news(qp.db_page, qp.db_slot);
+            }
+        }
         // No more receive WQEs of this QP will be taken from its SRQ (IBA 11.6.3.2).
         if self.qps.get(&qpn).is_some_and(|qp| qp.srq != SRQ_NONE) {
             self.deferred.push_back(Deferred::Event {

@@ -86,6 +86,23 @@ impl TestDriver {
         false
     }
 
+    /// Posts a send WQE that sends packets on an RC QP as librox does: stores the SQ
+    /// doorbell and wakes the idle device only if the page does not say its port's flight is
+    /// full (`DbPage::rc_sq_no_wake`). Returns whether it woke the device.
+    pub fn post_rc_send_as_librox(&mut self, qp: &mut TestQp, wqe: &SqWqe) -> bool {
+        self.write_send(qp, wqe);
+        fence(Ordering::Release);
+        self.doorbell_a(qp.db_slot, qp.sq_pi);
+        fence(Ordering::SeqCst);
+        if self.db.idle(TEST_DB_PAGE) == DB_DEVICE_IDLE
+            && self.db.rc_sq_no_wake(TEST_DB_PAGE) != DB_RC_SQ_NO_WAKE
+        {
+            self.ring_wake();
+            return true;
+        }
+        false
+    }
+
     pub fn post_srq(&mut self, srq: &mut TestSrq, wr_id: u64, sges: &[Sge]) {
         self.write_recv(srq.ring, srq.depth, &mut srq.pi, wr_id, sges);
         self.doorbell_a(srq.db_slot, srq.pi);

@@ -79,9 +79,10 @@ impl Posting {
         match v.split_once(':').unwrap_or((&v, "0")) {
             ("" | "at-once", _) => Posting::AtOnce,
             ("one-by-one", gap) => Posting::OneByOne {
-                gap: Duration::from_nanos(gap.parse().unwrap_or_else(|_| {
-                    panic!("ROX_QPS_POSTING: {gap:?} is not a gap in ns")
-                })),
+                gap: Duration::from_nanos(
+                    gap.parse()
+                        .unwrap_or_else(|_| panic!("ROX_QPS_POSTING: {gap:?} is not a gap in ns")),
+                ),
             },
             _ => panic!("ROX_QPS_POSTING: {v:?} is not at-once or one-by-one[:GAP_NS]"),
         }
@@ -134,13 +135,7 @@ pub fn timed_part_ends() {
 /// posted at once; waits for every completion and checks every byte at the receiver. The QPs'
 /// ACK timeout is `ack_timeout` (IB's exponent: 4.096 µs × 2^n); `posting` says how they are
 /// posted.
-pub fn write_over_qps(
-    dir: &Path,
-    subnet: u8,
-    qps: u64,
-    ack_timeout: u8,
-    posting: Posting,
-) -> Run {
+pub fn write_over_qps(dir: &Path, subnet: u8, qps: u64, ack_timeout: u8, posting: Posting) -> Run {
     let messages = messages();
     let per_qp = messages / qps;
     let spec = RcQps {
@@ -183,7 +178,9 @@ pub fn write_over_qps(
             match posting {
                 Posting::AtOnce => a.write_send(qa, &w),
                 Posting::OneByOne { gap } => {
-                    a.post_send(qa, &w);
+                    // As librox rings an RC SQ of WRITEs (no wake while the idle device
+                    // says its flight is full).
+                    a.post_rc_send_as_librox(qa, &w);
                     let posted = Instant::now();
                     while posted.elapsed() < gap {
                         std::hint::spin_loop();

@@ -24,13 +24,26 @@
 //! QP that waits to resend gets a turn (the others keep their places): a turn for a QP whose
 //! next packet is new could only be refused (at 256 QPs most of the turns given were, 8,882
 //! turns for 4,096 packets in benches/qps under callgrind).
+//!
+//! **Parked QPs.** While the flight is full, an RC QP in RTS whose doorbell brings new WQEs is
+//! parked instead of having them fetched: it joins the ready list (once), its doorbell's news
+//! is taken as seen, and its WQEs stay in its SQ until its turn, when `run_tx_turns` fetches
+//! them (a batch, as a doorbell would) and sends what the turn allows. A fetch then could only
+//! queue the WQEs behind a refused packet: with perftest posting 12,800 WQEs to 256 QPs before
+//! it polls once, main's device took them one or two a pass while the flight was full (up to
+//! 691 passes in 1 ms, 2,348 doorbell notices a run against ~260 at 16 QPs;
+//! docs/benchmarks/session-19-qps.md), every such pass counting as work, so the thread never
+//! napped and held a core the peer's device needed. A parked doorbell is no work. Nothing
+//! else waits: UD, UC and GSI sends, CQ arms, receive doorbells and error flushes are taken
+//! in the same pass as before, and a parked QP that enters the error state is unparked and
+//! its news stored again, so the next pass flushes its WQEs (`Hw::qp_entered_error`).
 
 use std::collections::VecDeque;
 
 use rox_uapi::ids::Qpn;
 
 use super::DataPath;
-use crate::roce::id_map::IdMap;
+use crate::roce::id_map::{IdMap, IdSet};
 
 /// Frames the port's transmit queue may hold before the scheduler stops giving turns.
 pub const SCHED_QUEUE_TARGET: usize = 4 * crate::port::BATCH;
@@ -56,6 +69,8 @@ pub struct TxScheduler {
     waiting: IdMap<Qpn, bool>,
     /// QPs of `waiting` refused a retransmission.
     resends_waiting: usize,
+    /// QPs of `waiting` whose new WQEs were left in their SQ ([`Self::park`]).
+    parked: IdSet<Qpn>,
     /// The QP whose turn it is and the packets left in its turn.
     turn: Option<(Qpn, u32)>,
     /// Something was sent since the last refill.
@@ -127,6 +142,29 @@ impl TxScheduler {
                 }
             }
         }
+    }
+
+    /// Parks QP `qpn`, an RC QP in RTS whose doorbell brought new WQEs, if the flight is
+    /// full: it waits for a turn with its WQEs left in its SQ, and true says the caller must
+    /// not fetch them (they are fetched at its turn, [`Self::unpark`]). A QP waiting to resend
+    /// keeps its place and its claim to a turn while the flight is full.
+    pub fn park(&mut self, qpn: Qpn) -> bool {
+        if !self.limited || self.flight_room > 0 {
+            return false;
+        }
+        self.wait_for_turn(qpn, false);
+        self.parked.insert(qpn);
+        true
+    }
+
+    /// Whether QP `qpn` was parked; it is not any more (its turn came, or it left RTS).
+    pub fn unpark(&mut self, qpn: Qpn) -> bool {
+        self.parked.remove(&qpn)
+    }
+
+    /// Whether QP `qpn` is parked (its doorbell's news needs no second look).
+    pub fn is_parked(&self, qpn: Qpn) -> bool {
+        self.parked.contains(&qpn)
     }
 
     /// Whether QP `qpn`, which just sent, may send no further packet now: its turn or the
@@ -226,6 +264,10 @@ impl DataPath {
                     break;
                 };
                 self.engine.resume_send(&mut self.hw, qpn);
+                if self.hw.tx_sched.unpark(qpn) {
+                    // Its new WQEs are still in its SQ: taken now, for this turn.
+                    self.fetch_parked(qpn);
+                }
                 round_sent += self.hw.tx_sched.end_turn();
                 self.run_deferred();
             }
@@ -392,6 +434,32 @@ mod tests {
         assert!(s.may_send(qpn(3), true));
         assert!(s.budget_spent(qpn(3)), "the turn is over");
         assert!(!TxScheduler::new(false).budget_spent(qpn(3)), "no port");
+    }
+
+    #[test]
+    fn a_qp_is_parked_only_while_the_flight_is_full_and_waits_for_its_turn_once() {
+        let mut s = refilled(0, PORT_INFLIGHT_LIMIT - 1);
+        assert!(!s.park(qpn(2)), "the flight has room: its WQEs are fetched");
+        assert!(
+            !TxScheduler::new(false).park(qpn(2)),
+            "no port: nothing to wait for"
+        );
+        assert!(s.may_send(qpn(2), true));
+        assert!(s.park(qpn(3)));
+        assert!(s.park(qpn(3)), "a second doorbell: still parked");
+        assert!(s.park(qpn(4)));
+        assert_eq!(s.waiting(), 2, "each parked QP is on the ready list once");
+        assert_eq!(s.start_turn(), None, "new packets need flight room");
+        // An ACK: the turns come in order, and each says its WQEs are still in its SQ.
+        s.refill(0, 0);
+        assert_eq!(s.start_turn(), Some(qpn(3)));
+        assert!(s.unpark(qpn(3)) && !s.is_parked(qpn(3)));
+        s.end_turn();
+        assert_eq!(s.start_turn(), Some(qpn(4)));
+        assert!(s.unpark(qpn(4)));
+        s.end_turn();
+        assert!(!s.unpark(qpn(4)), "unparked once");
+        assert_eq!(s.start_turn(), None);
     }
 
     #[test]

@@ -41,7 +41,11 @@ impl DataPath {
             return;
         };
         let doorbells = &self.shared.doorbells;
-        if !slot_by_slot.contains(qp.db_page) && has_doorbell_news(qp, doorbells) {
+        // A parked QP's WQEs are taken at its turn (`fetch_parked`), not looked for again.
+        if !slot_by_slot.contains(qp.db_page)
+            && !self.hw.tx_sched.is_parked(qpn)
+            && has_doorbell_news(qp, doorbells)
+        {
             doorbells.store_news(qp.db_page, qp.db_slot);
         }
     }
@@ -86,7 +90,9 @@ impl DataPath {
         let Some(qp) = self.hw.qps.get(&qpn) else {
             return false;
         };
-        if qp.broken {
+        // A parked QP's WQEs wait for its turn (`fetch_parked`); its group's news (another
+        // QP's doorbell) brings it here again.
+        if qp.broken || self.hw.tx_sched.is_parked(qpn) {
             return false;
         }
         // WQEs posted before RTS wait; in SQD new WQEs wait for the return to RTS.
@@ -103,12 +109,36 @@ impl DataPath {
                 return true;
             }
         };
+        // While the port's flight is full an RC QP's new WQEs could only queue behind a
+        // refused packet: the QP waits for its turn with them in its SQ (sched.rs, "Parked
+        // QPs"). Not work: the pass may sleep. A local operation (or a WQE it cannot read)
+        // at the head is taken now: it needs no flight.
+        let parks = state == Some(QpState::Rts)
+            && matches!(qp.qp_type, QPT_RC | QPT_XRC_INI)
+            && head_needs_the_wire(&self.hw.mem, qp);
+        if parks && self.hw.tx_sched.park(qpn) {
+            self.shared.parked_doorbells.fetch_add(1, Ordering::Relaxed);
+            return false;
+        }
         self.shared.sq_fetches.fetch_add(1, Ordering::Relaxed);
         self.shared.wqe_trace.doorbell(qpn.get(), pi, pending);
         // The batch is queued WQE by WQE and sent in one burst.
         self.queue_sq_batch(qpn, pending.min(SQ_BATCH));
         let _ = self.engine.send_queued(&mut self.hw, qpn);
         true
+    }
+
+    /// The turn of QP `qpn`, parked until now (sched.rs, "Parked QPs"): its WQEs are fetched as its
+    /// doorbell would have had them (parked again if the flight filled meanwhile); what is
+    /// left past the batch gets its news back, as `keep_news` does, for the next pass.
+    pub(super) fn fetch_parked(&mut self, qpn: Qpn) {
+        self.process_sq(qpn);
+        let Some(qp) = self.hw.qps.get(&qpn) else {
+            return;
+        };
+        if !self.hw.tx_sched.is_parked(qpn) && has_doorbell_news(qp, &self.shared.doorbells) {
+            self.shared.doorbells.store_news(qp.db_page, qp.db_slot);
+        }
     }
 
     /// Fetches, decodes and queues up to `count` WQEs of QP `qpn`'s SQ in the engine; a WQE
@@ -185,18 +215,43 @@ impl DataPath {
         false
     }
 
-    /// The doorbell pages whose RQ doorbells must wake the idle device: those of QPs with a
-    /// receive queue of their own in the error state, whose new receive WQEs
-    /// [`Self::process_rq`] flushes. Elsewhere the engine reads an RQ's producer index when a
-    /// message needs a receive WQE, so an RQ doorbell needs no wake.
-    pub(super) fn rq_wake_pages(&self) -> PageSet {
-        let mut pages = PageSet::default();
+    /// What the idle device's doorbell pages say (`DbPage::rq_no_wake`, `rc_sq_no_wake`):
+    /// the pages whose RQ doorbells must wake it, and those whose RC SQ doorbells need not.
+    ///
+    /// RQ: those of QPs with a receive queue of their own in the error state, whose new
+    /// receive WQEs [`Self::process_rq`] flushes. Elsewhere the engine reads an RQ's producer
+    /// index when a message needs a receive WQE, so an RQ doorbell needs no wake.
+    ///
+    /// RC SQ: while the port's flight is full, an RC QP's new WQEs that send packets are
+    /// parked (sched.rs, "Parked QPs") until an ACK or a retransmission timer, both of which
+    /// wake the device: every page but those of an RC QP in the error state (whose WQEs are
+    /// flushed at once). Counted afresh: the scheduler's budget may be older than the last ACK.
+    pub(super) fn idle_wake_pages(&mut self) -> (PageSet, PageSet) {
+        let flight_full = self.port.is_some()
+            && self.engine.flight_for_budget(sched::PORT_INFLIGHT_LIMIT)
+                >= sched::PORT_INFLIGHT_LIMIT;
+        let mut rq_wake = PageSet::default();
+        let mut rc_sq_wake = PageSet::default();
         for qp in self.hw.qps.values() {
-            if qp.rq.is_some() && !qp.broken && self.engine.qp_state(qp.qpn) == Some(QpState::Err) {
-                pages.insert(qp.db_page);
+            if qp.broken || self.engine.qp_state(qp.qpn) != Some(QpState::Err) {
+                continue;
+            }
+            if qp.rq.is_some() {
+                rq_wake.insert(qp.db_page);
+            }
+            if matches!(qp.qp_type, QPT_RC | QPT_XRC_INI) {
+                rc_sq_wake.insert(qp.db_page);
             }
         }
-        pages
+        let mut rc_sq_quiet = PageSet::default();
+        if flight_full {
+            for page in self.hw.doorbells_used.pages().iter() {
+                if !rc_sq_wake.contains(page) {
+                    rc_sq_quiet.insert(page);
+                }
+            }
+        }
+        (rq_wake, rc_sq_quiet)
     }
 }
 
@@ -264,6 +319,18 @@ pub(super) fn doorbell_news(
         );
     }
     slot_by_slot
+}
+
+/// Whether the first WQE the device has not taken from QP `qp`'s SQ sends packets (one byte
+/// read: its opcode). A local operation (BIND_MW, LOCAL_INV, REG_MR), an unknown opcode or a
+/// WQE the device cannot read completes without the wire, so its QP is not parked.
+fn head_needs_the_wire(mem: &crate::dma::GuestMemory, qp: &QpQueues) -> bool {
+    let mut opcode = [0u8; 1];
+    let at = qp.sq.entry_addr(qp.sq_ci) + std::mem::offset_of!(SqWqe, opcode) as u64;
+    mem.read(at, &mut opcode).is_ok()
+        && WrOpcode::from_u8(opcode[0]).is_some_and(|op| {
+            !matches!(op, WrOpcode::BindMw | WrOpcode::LocalInv | WrOpcode::RegMr)
+        })
 }
 
 /// Whether QP `qp`'s doorbell slot says something the device has not taken yet (an SQ

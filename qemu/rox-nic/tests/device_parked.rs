@@ -1,0 +1,167 @@
+//! An RC QP whose doorbell brings WQEs while the port's flight is full is parked: its WQEs
+//! stay in its SQ until its turn, and its doorbell is no work for the pass
+//! (device/datapath/sched.rs, "Parked QPs"); the idle device says on its doorbell pages that
+//! an RC SQ doorbell of packets needs no wake (`DbPage::rc_sq_no_wake`). Everything else goes
+//! at once: a UD send, the flush of a parked QP moved to the error state.
+//!
+//! Two devices on a dgram wire. The receiver's thread is held after its first receive (as a
+//! host that took its core would), so the sender's 2 MiB WRITE keeps the port's whole flight
+//! (256 packets) unacknowledged for as long as the test needs; the ACK timeout (4.3 s) is far
+//! beyond what the test waits. Then WRITEs are posted one by one, as perftest posts them.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rox_nic::device::Shared;
+use rox_nic::testkit::pair::{rc_qps_over_dgram, RcQps, Side};
+use rox_nic::testkit::*;
+use rox_uapi::admin::*;
+use rox_uapi::regs::*;
+use rox_uapi::verbs::*;
+
+const PD: u32 = 1;
+const ACCESS: u32 = ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE;
+const SUBNET: u8 = 43;
+/// 4.096 µs × 2^20: no ACK timeout while the receiver is held.
+const ACK_TIMEOUT: u8 = 20;
+/// Twice the port's flight at a 4 KiB MTU: half of it waits however the first ACKs fall.
+const BIG: u64 = 2 << 20;
+const MSG: u64 = 8192;
+/// QPs that post one WRITE each while the flight is full.
+const LATE: usize = 8;
+
+fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(start.elapsed() < TIMEOUT, "{what}");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Waits for two whole passes of the data path after now: a doorbell stored before is seen.
+fn two_passes(shared: &Arc<Shared>) {
+    let now = shared.loop_passes.load(Ordering::SeqCst);
+    wait_until("the data path made no pass", || {
+        shared.loop_passes.load(Ordering::SeqCst) >= now + 2
+    });
+}
+
+#[test]
+fn while_the_flight_is_full_rc_doorbells_are_parked_and_ud_sends_and_flushes_go_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = RcQps {
+        log_sq: 4,
+        ..RcQps::new(SUBNET, 1 + LATE as u64, (PD, ACCESS))
+    };
+    let (mut a, mut b, mut a_cq, mut qps) = rc_qps_over_dgram(dir.path(), &spec, 8, ACK_TIMEOUT);
+    let len = BIG + (LATE as u64 + 1) * MSG;
+    let (src, src_key) = a.buffer(PD, len, ACCESS);
+    let (dst, dst_key) = b.buffer(PD, len, ACCESS);
+    let data = pattern(7, len as usize);
+    a.ram.write(src, &data);
+    let ud = a.create_qp(QPT_UD, PD, a_cq.id, a_cq.id, SRQ_NONE);
+    a.activate_ud(&ud, 0x42);
+    let mut ud = ud;
+    let sender = a.shared().clone();
+    let receiver = b.shared().clone();
+    let hold = &receiver.hold_before_timers;
+    let _release = hold.release_on_drop();
+
+    // The flight fills and stays full: the receiver holds after its first receive.
+    hold.arm();
+    let write = |at: u64, len: u64| {
+        rdma_wqe(
+            at,
+            WR_RDMA_WRITE,
+            sge(src + at, len as u32, src_key),
+            dst + at,
+            dst_key,
+        )
+    };
+    a.post_send(&mut qps[0], &write(0, BIG));
+    wait_until("the receiver never took a frame", || hold.is_held());
+    let mut frames = 0;
+    wait_until("the sender's frames did not settle at its flight", || {
+        let now = a.query_stats()[STAT_PORT_TX_FRAMES];
+        let settled = now == frames && now >= 256;
+        frames = now;
+        settled
+    });
+
+    // Perftest's posting: one WQE, one doorbell, on QP after QP.
+    let fetches = sender.sq_fetches.load(Ordering::SeqCst);
+    let parked = sender.parked_doorbells.load(Ordering::SeqCst);
+    for (i, qp) in qps[1..].iter_mut().enumerate() {
+        let at = BIG + i as u64 * MSG;
+        a.post_send(qp, &write(at, MSG));
+        two_passes(&sender);
+    }
+    assert_eq!(
+        (
+            sender.sq_fetches.load(Ordering::SeqCst) - fetches,
+            sender.parked_doorbells.load(Ordering::SeqCst) - parked
+        ),
+        (0, LATE as u64),
+        "(fetches, parks) of {LATE} doorbells while the flight was full"
+    );
+    assert_eq!(
+        a.query_stats()[STAT_PORT_TX_FRAMES],
+        frames,
+        "nothing more left"
+    );
+
+    // Idle with the flight full, the device says RC doorbells of packets need no wake: one
+    // more WRITE is posted without one (the ACK will wake the device).
+    a.wait_announced_idle();
+    assert_eq!(a.db.rc_sq_no_wake(TEST_DB_PAGE), DB_RC_SQ_NO_WAKE);
+    let last = BIG + LATE as u64 * MSG;
+    assert!(
+        !a.post_rc_send_as_librox(&mut qps[1], &write(last, MSG)),
+        "an RC WRITE woke the device while its flight was full"
+    );
+
+    // A UD send is not held by the flight: it completes while every WRITE waits.
+    let w = ud_wqe(
+        900,
+        WR_SEND,
+        sge(src, 64, src_key),
+        Side::gid(SUBNET, 2),
+        Qpn::new(2).unwrap(),
+        0x42,
+    );
+    a.post_send(&mut ud, &w);
+    a.expect_cqe(&mut a_cq, 900, WC_SUCCESS);
+
+    // A parked QP moved to the error state flushes its WQE at once, not at a turn.
+    let flushed = 3;
+    a.modify_qp_state(qps[flushed].qpn, QPS_ERR);
+    a.expect_cqe(&mut a_cq, BIG + (flushed as u64 - 1) * MSG, WC_WR_FLUSH_ERR);
+    // Its page now wakes the device for RC doorbells: a QP in the error state flushes at once.
+    a.wait_announced_idle();
+    assert_eq!(a.db.rc_sq_no_wake(TEST_DB_PAGE), 0);
+
+    // The receiver goes on: every other WRITE completes, its bytes in place.
+    hold.release();
+    let mut done = Vec::new();
+    for _ in 0..LATE + 1 {
+        let c = a.wait_cqe(&mut a_cq);
+        assert_eq!(c.status, WC_SUCCESS, "{c:?}");
+        done.push(c.wr_id);
+    }
+    done.sort();
+    let mut expected: Vec<u64> = (0..LATE as u64)
+        .filter(|&i| i != flushed as u64 - 1)
+        .map(|i| BIG + i * MSG)
+        .collect();
+    expected.insert(0, 0);
+    expected.push(last);
+    assert_eq!(done, expected);
+    for &at in &expected {
+        let len = if at == 0 { BIG } else { MSG };
+        assert!(
+            b.ram.read(dst + at, len as usize) == data[at as usize..(at + len) as usize],
+            "the WRITE at {at} arrived other than sent"
+        );
+    }
+}
