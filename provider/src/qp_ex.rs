@@ -15,7 +15,6 @@
 use crate::ah::RoxAh;
 use crate::context::ContextHw;
 use crate::qp::{RoxQp, SendQueue};
-use crate::sys::doorbell::SlotWord;
 use crate::sys::errno::{Errno, Result, EINVAL, ENOMEM};
 use crate::sys::ffi;
 use crate::sys::wr::{AppSlice, MwView, UserBuf};

@@ -67,12 +67,14 @@ mod tests {
             wrs[i].next = next;
         }
         let mut rung = None;
-        let r = post_sends(&qp, list(wrs.as_mut_ptr()), |pi, _| rung = Some(pi));
+        let r = post_sends(&qp, list(wrs.as_mut_ptr()), |pi, packets_only| {
+            rung = Some((pi, packets_only))
+        });
         assert_eq!(
             r.map_err(|(wr, e)| (wr as *const _, e)),
             Err((&wrs[2] as *const _, EINVAL))
         );
-        assert_eq!(rung, Some(2));
+        assert_eq!(rung, Some((2, true)), "two SENDs: packets only");
         // Ring full after 4 posts: ENOMEM on the fifth.
         wrs[2].opcode = ffi::IBV_WR_SEND;
         let mut rung = None;
@@ -91,5 +93,29 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(qp.retire(&cqe), Some(101));
+    }
+
+    /// A list with a local operation rings as one that needs the device awake (the device
+    /// does it without waiting for its flight: `ContextHw::ring_sq`).
+    #[test]
+    fn a_list_with_a_local_operation_is_not_packets_only() {
+        let qp = test_qp(ffi::IBV_QPT_RC);
+        let mut sges = [ffi::ibv_sge {
+            addr: 0x1000,
+            length: 8,
+            lkey: 1,
+        }];
+        let mut wrs = [
+            send_wr(ffi::IBV_WR_SEND, &mut sges, 0),
+            send_wr(ffi::IBV_WR_LOCAL_INV, &mut [], 0),
+        ];
+        let next: *mut ffi::ibv_send_wr = &mut wrs[1];
+        wrs[0].next = next;
+        let mut rung = None;
+        let r = post_sends(&qp, list(wrs.as_mut_ptr()), |pi, packets_only| {
+            rung = Some((pi, packets_only))
+        });
+        assert!(r.is_ok());
+        assert_eq!(rung, Some((2, false)));
     }
 }

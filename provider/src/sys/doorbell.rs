@@ -159,7 +159,7 @@ impl Doorbell {
 
     /// Ring a doorbell: publish `value`, then wake the device if it is asleep.
     pub fn ring(&self, slot: DoorbellSlot, word: SlotWord, value: u32) {
-        self.ring_and_wake(slot, word, value, false);
+        self.ring_and_wake(slot, word, value, None);
     }
 
     /// Ring a QP's RQ doorbell (`DbSlot::b`): as [`Self::ring`], but without the wake when the
