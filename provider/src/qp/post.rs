@@ -49,14 +49,19 @@ mod tests {
     use rox_uapi::queue::{Cqe, SqWqe};
     use rox_uapi::verbs;
 
-    #[test]
-    fn post_list_stops_at_the_first_bad_wr_and_rings_for_the_good_ones() {
-        let qp = test_qp(ffi::IBV_QPT_RC);
-        let mut sges = [ffi::ibv_sge {
+    /// One 8-byte SGE.
+    fn one_sge() -> [ffi::ibv_sge; 1] {
+        [ffi::ibv_sge {
             addr: 0x1000,
             length: 8,
             lkey: 1,
-        }];
+        }]
+    }
+
+    #[test]
+    fn post_list_stops_at_the_first_bad_wr_and_rings_for_the_good_ones() {
+        let qp = test_qp(ffi::IBV_QPT_RC);
+        let mut sges = one_sge();
         let mut wrs: Vec<ffi::ibv_send_wr> = (0..6)
             .map(|_| send_wr(ffi::IBV_WR_SEND, &mut sges, 0))
             .collect();
@@ -100,11 +105,7 @@ mod tests {
     #[test]
     fn a_list_with_a_local_operation_is_not_packets_only() {
         let qp = test_qp(ffi::IBV_QPT_RC);
-        let mut sges = [ffi::ibv_sge {
-            addr: 0x1000,
-            length: 8,
-            lkey: 1,
-        }];
+        let mut sges = one_sge();
         let mut wrs = [
             send_wr(ffi::IBV_WR_SEND, &mut sges, 0),
             send_wr(ffi::IBV_WR_LOCAL_INV, &mut [], 0),

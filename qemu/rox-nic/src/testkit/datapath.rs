@@ -76,14 +76,19 @@ impl TestDriver {
     pub fn post_recv_as_librox(&mut self, qp: &mut TestQp, wr_id: u64, sges: &[Sge]) -> bool {
         self.write_recv(qp.rq, qp.rq_depth, &mut qp.rq_pi, wr_id, sges);
         self.doorbell_b(qp.db_slot, qp.rq_pi);
+        self.kick_unless(|db| db.rq_no_wake(TEST_DB_PAGE) == DB_RQ_NO_WAKE)
+    }
+
+    /// The software half of the idle protocol after a doorbell store whose kind the idle
+    /// device may say needs no wake (`says_no_wake` reads the page's word for it, as librox
+    /// does). Returns whether it woke the device.
+    fn kick_unless(&mut self, says_no_wake: impl FnOnce(&DbMap) -> bool) -> bool {
         fence(Ordering::SeqCst);
-        if self.db.idle(TEST_DB_PAGE) == DB_DEVICE_IDLE
-            && self.db.rq_no_wake(TEST_DB_PAGE) != DB_RQ_NO_WAKE
-        {
+        let wake = self.db.idle(TEST_DB_PAGE) == DB_DEVICE_IDLE && !says_no_wake(&self.db);
+        if wake {
             self.ring_wake();
-            return true;
         }
-        false
+        wake
     }
 
     /// Posts a send WQE that sends packets on an RC QP as librox does: stores the SQ
@@ -93,14 +98,7 @@ impl TestDriver {
         self.write_send(qp, wqe);
         fence(Ordering::Release);
         self.doorbell_a(qp.db_slot, qp.sq_pi);
-        fence(Ordering::SeqCst);
-        if self.db.idle(TEST_DB_PAGE) == DB_DEVICE_IDLE
-            && self.db.rc_sq_no_wake(TEST_DB_PAGE) != DB_RC_SQ_NO_WAKE
-        {
-            self.ring_wake();
-            return true;
-        }
-        false
+        self.kick_unless(|db| db.rc_sq_no_wake(TEST_DB_PAGE) == DB_RC_SQ_NO_WAKE)
     }
 
     pub fn post_srq(&mut self, srq: &mut TestSrq, wr_id: u64, sges: &[Sge]) {
