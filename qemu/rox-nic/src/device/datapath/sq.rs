@@ -128,9 +128,9 @@ impl DataPath {
         true
     }
 
-    /// The turn of QP `qpn`, parked until now (sched.rs, "Parked QPs"): its WQEs are fetched as its
-    /// doorbell would have had them (parked again if the flight filled meanwhile); what is
-    /// left past the batch gets its news back, as `keep_news` does, for the next pass.
+    /// The turn of QP `qpn`, parked until now (sched.rs, "Parked QPs"): its WQEs are fetched
+    /// as its doorbell would have had them (parked again if the flight filled meanwhile);
+    /// what is left past the batch gets its news back, as `keep_news` does, for the next pass.
     pub(super) fn fetch_parked(&mut self, qpn: Qpn) {
         self.process_sq(qpn);
         let Some(qp) = self.hw.qps.get(&qpn) else {
