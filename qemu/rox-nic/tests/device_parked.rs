@@ -130,8 +130,15 @@ fn while_the_flight_is_full_rc_doorbells_are_parked_and_ud_sends_and_flushes_go_
         Qpn::new(2).unwrap(),
         0x42,
     );
+    let posted = Instant::now();
     a.post_send(&mut ud, &w);
     a.expect_cqe(&mut a_cq, 900, WC_SUCCESS);
+    // Printed, not asserted (a loaded host's scheduling): session 19's held sleep made this
+    // wait for the flight's ACK, 3.9-4.8 ms.
+    eprintln!(
+        "a UD send posted to the idle device with its flight full: CQE after {:?}",
+        posted.elapsed()
+    );
 
     // A parked QP moved to the error state flushes its WQE at once, not at a turn.
     let flushed = 3;
