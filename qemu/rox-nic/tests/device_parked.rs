@@ -150,21 +150,28 @@ fn while_the_flight_is_full_rc_doorbells_are_parked_and_ud_sends_and_flushes_go_
 
     // The receiver goes on: every other WRITE completes, its bytes in place.
     hold.release();
-    let mut done = Vec::new();
-    for _ in 0..LATE + 1 {
-        let c = a.wait_cqe(&mut a_cq);
-        assert_eq!(c.status, WC_SUCCESS, "{c:?}");
-        done.push(c.wr_id);
-    }
-    done.sort();
     let mut expected: Vec<u64> = (0..LATE as u64)
         .filter(|&i| i != flushed as u64 - 1)
         .map(|i| BIG + i * MSG)
         .collect();
     expected.insert(0, 0);
     expected.push(last);
+    let done: Vec<u64> = (0..expected.len())
+        .map(|_| a.wait_cqe(&mut a_cq))
+        .map(|c| {
+            assert_eq!(c.status, WC_SUCCESS, "{c:?}");
+            c.wr_id
+        })
+        .collect();
+    arrived(&b, dst, &data, done, &expected);
+}
+
+/// The WRITEs completed (`done`, by wr_id: the offset written) are those `expected`, each one's
+/// bytes at the receiver's `dst` as sent (`data`; the one at 0 is [`BIG`], the others [`MSG`]).
+fn arrived(b: &TestDriver, dst: u64, data: &[u8], mut done: Vec<u64>, expected: &[u64]) {
+    done.sort();
     assert_eq!(done, expected);
-    for &at in &expected {
+    for &at in expected {
         let len = if at == 0 { BIG } else { MSG };
         assert!(
             b.ram.read(dst + at, len as usize) == data[at as usize..(at + len) as usize],
