@@ -33,7 +33,9 @@
 //! it polls once, main's device took them one or two a pass while the flight was full (up to
 //! 691 passes in 1 ms, 2,348 doorbell notices a run against ~260 at 16 QPs;
 //! docs/benchmarks/session-19-qps.md), every such pass counting as work, so the thread never
-//! napped and held a core the peer's device needed. A parked doorbell is no work. Nothing
+//! napped and held a core the peer's device needed. A parked doorbell is no work, and the
+//! idle device tells software such doorbells need no wake (`DbPage::rc_sq_no_wake`,
+//! `DataPath::idle_wake_pages`): in a guest each would otherwise wake it for nothing. Nothing
 //! else waits: UD, UC and GSI sends, CQ arms, receive doorbells and error flushes are taken
 //! in the same pass as before, and a parked QP that enters the error state is unparked and
 //! its news stored again, so the next pass flushes its WQEs (`Hw::qp_entered_error`).
