@@ -182,8 +182,8 @@ admin_commands! {
     QuerySrq = ADMIN_OP_QUERY_SRQ, handle: HandleCmd => SrqCounts;
     /// handle = SRQ id.
     DestroySrq = ADMIN_OP_DESTROY_SRQ, handle: HandleCmd => ();
-    /// Writes `[u64; STATS_COUNT]` (its first `resp_len` bytes) to `resp_addr`, answers
-    /// STATS_COUNT (how many the device has).
+    /// Writes [`Stats`] (its first `resp_len` bytes) to `resp_addr`, answers STATS_COUNT (how
+    /// many the device has).
     QueryStats = ADMIN_OP_QUERY_STATS, query: QueryCmd => QueryAnswer<u32>;
 }
 
@@ -238,7 +238,7 @@ impl AdminQuery for QueryQp {
     type Response = QpAttr;
 }
 impl AdminQuery for QueryStats {
-    type Response = [u64; STATS_COUNT];
+    type Response = Stats;
 }
 
 #[cfg(test)]

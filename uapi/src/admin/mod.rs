@@ -106,7 +106,7 @@ pub const ADMIN_OP_MODIFY_SRQ: u8 = 0x41;
 pub const ADMIN_OP_QUERY_SRQ: u8 = 0x42;
 /// Payload [`HandleCmd`] (handle = SRQ id).
 pub const ADMIN_OP_DESTROY_SRQ: u8 = 0x43;
-/// Payload [`QueryCmd`]; response `[u64; STATS_COUNT]` indexed by `STAT_*` (a prefix of it:
+/// Payload [`QueryCmd`]; response [`Stats`] indexed by `STAT_*` (a prefix of it:
 /// `resp_len`); result0 = STATS_COUNT, result1 = the bytes written.
 pub const ADMIN_OP_QUERY_STATS: u8 = 0x50;
 /// Payload [`SetPortStateCmd`]: the driver reports the link state of the paired netdev. A

@@ -14,7 +14,7 @@ mod qp;
 mod srq;
 
 pub(super) use super::doorbell::DbObject;
-use super::state::{Hw, Stats};
+use super::state::Hw;
 use crate::dma::{as_bytes, from_bytes, Pod};
 use crate::roce::Engine;
 use core::mem::size_of;
