@@ -224,21 +224,43 @@ impl<R: ResultWords> ResultWords for QueryAnswer<R> {
     }
 }
 
-/// A command that writes a response structure to [`QueryCmd::resp_addr`]: which one.
+/// A command that writes a response structure to [`QueryCmd::resp_addr`]: which one, and how
+/// much of it a driver needs.
 pub trait AdminQuery: AdminCommand<Payload = QueryCmd> {
     type Response: Copy;
+    /// The query's name in messages (its `ADMIN_OP_*` without the prefix).
+    const NAME: &'static str;
+    /// The fewest bytes of the response a device may write into a buffer at least this long
+    /// (`QueryAnswer::written`): the prefix that holds every field the driver reads and cannot
+    /// take as zero. rox.ko refuses an answer of fewer (EIO, naming the query and both
+    /// lengths), as it refuses one of more than its buffer. 0 for the counter queries: a
+    /// counter the device lacks reads as 0.
+    const REQUIRED_LEN: usize;
 }
 impl AdminQuery for QueryDevice {
     type Response = DeviceAttr;
+    const NAME: &'static str = "QUERY_DEVICE";
+    /// rox.ko reads every field, the last (`max_total_mcast_qp_attach`) included, and a zero
+    /// limit or capability would be taken as the device's.
+    const REQUIRED_LEN: usize = core::mem::size_of::<DeviceAttr>();
 }
 impl AdminQuery for QueryPort {
     type Response = PortAttr;
+    const NAME: &'static str = "QUERY_PORT";
+    /// rox.ko reads `max_mtu`, `active_width` and `active_speed`, the last of them at byte 15
+    /// (the state comes from the netdev, the MAC from READ_MAC).
+    const REQUIRED_LEN: usize = core::mem::offset_of!(PortAttr, active_speed) + 1;
 }
 impl AdminQuery for QueryQp {
     type Response = QpAttr;
+    const NAME: &'static str = "QUERY_QP";
+    /// rox.ko reads every field up to the address vector (`ah`), the last.
+    const REQUIRED_LEN: usize = core::mem::size_of::<QpAttr>();
 }
 impl AdminQuery for QueryStats {
     type Response = Stats;
+    const NAME: &'static str = "QUERY_STATS";
+    const REQUIRED_LEN: usize = 0;
 }
 
 #[cfg(test)]

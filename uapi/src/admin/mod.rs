@@ -13,7 +13,9 @@
 //! answers how many in `result1` ([`QueryAnswer`]). So a device whose response grew (counters
 //! appended) and a driver built against the shorter layout agree: the driver gets the prefix
 //! it knows; a driver built against a longer one finds its tail untouched (zero, as it
-//! allocated it). `resp_len` 0, which an older driver wrote there (a reserved word), gets
+//! allocated it), unless the tail holds a field it cannot take as zero: each query names the
+//! prefix a driver needs ([`AdminQuery::REQUIRED_LEN`]), and rox.ko refuses an answer of fewer
+//! bytes. `resp_len` 0, which an older driver wrote there (a reserved word), gets
 //! ADMIN_STATUS_BAD_PARAM and nothing written: such a driver gave no bound, and a clear
 //! refusal beats writing past its buffer. The change raised `ROX_VERSION` to 2, so such a
 //! driver already refuses the device at probe with both versions in its message.
