@@ -8,7 +8,7 @@ use crate::hw::{
     uapi::{
         admin::{
             self, AdminCmd, AdminCmdHdr, AdminCommand, AdminCpl, AdminPayload, AdminQuery,
-            QueryAnswer, ResultWords,
+            QueryAnswer, Result0Only, ResultWords,
         },
         queue::owner_for,
     },
@@ -198,7 +198,7 @@ impl AdminQueue {
     where
         C: AdminQuery<Result = QueryAnswer<R>>,
         C::Response: AsBytes + FromBytes,
-        R: ResultWords,
+        R: Result0Only,
     {
         let len = core::mem::size_of::<C::Response>();
         let resp = DmaArray::<C::Response>::zeroed(dev, 1)?;

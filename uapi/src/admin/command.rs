@@ -20,17 +20,21 @@ pub trait AdminCommand {
 
 /// A typed result carried in an [`AdminCpl`]'s `result0` and `result1`.
 pub trait ResultWords: Sized {
-    /// Whether [`to_words`](Self::to_words) may answer a `result1` other than 0. True unless the
-    /// type says otherwise, so a type that did not say cannot be a [`QueryAnswer`]'s value
-    /// (whose `result1` is the bytes written).
-    const USES_RESULT1: bool = true;
     fn to_words(self) -> (u32, u32);
     fn from_words(result0: u32, result1: u32) -> Self;
 }
 
+/// A result carried in `result0` alone (its `result1` is always 0): what a [`QueryAnswer`] may
+/// carry, whose `result1` is the bytes written. A type says so by implementing this; one that
+/// did not cannot be a query's value.
+pub trait Result0Only: ResultWords {}
+impl Result0Only for () {}
+impl Result0Only for u32 {}
+impl Result0Only for Key {}
+impl Result0Only for Qpn {}
+
 /// Commands that answer nothing but their status.
 impl ResultWords for () {
-    const USES_RESULT1: bool = false;
     fn to_words(self) -> (u32, u32) {
         (0, 0)
     }
@@ -39,7 +43,6 @@ impl ResultWords for () {
 
 /// Commands that answer one number (an id, a key, a depth, a count): `result0`.
 impl ResultWords for u32 {
-    const USES_RESULT1: bool = false;
     fn to_words(self) -> (u32, u32) {
         (self, 0)
     }
@@ -50,7 +53,6 @@ impl ResultWords for u32 {
 
 /// ALLOC_MW: the window's rkey.
 impl ResultWords for Key {
-    const USES_RESULT1: bool = false;
     fn to_words(self) -> (u32, u32) {
         (self.get(), 0)
     }
@@ -61,7 +63,6 @@ impl ResultWords for Key {
 
 /// CREATE_QP: the new QP's number.
 impl ResultWords for Qpn {
-    const USES_RESULT1: bool = false;
     fn to_words(self) -> (u32, u32) {
         (self.get(), 0)
     }
@@ -191,32 +192,20 @@ admin_commands! {
 /// a count, or nothing) and in `result1` the bytes of its response it wrote (at most the
 /// command's `resp_len`).
 ///
-/// An `R` that also uses `result1` does not build (its `ResultWords::USES_RESULT1`), so its
-/// second word cannot be dropped unseen:
-///
-/// ```compile_fail
-/// use rox_uapi::admin::{MrKeys, QueryAnswer, ResultWords};
-/// let _ = QueryAnswer { value: MrKeys::default(), written: 8 }.to_words();
-/// ```
+/// Only an `R` that is [`Result0Only`] makes a `QueryAnswer<R>` that is a [`ResultWords`], so
+/// an `R` that also uses `result1` (e.g. [`MrKeys`]) is refused where the query is declared,
+/// and its second word cannot be dropped unseen
+/// (`a_query_answer_carries_only_a_result0_value`).
 #[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
 pub struct QueryAnswer<R> {
     pub value: R,
     pub written: u32,
 }
-impl<R: ResultWords> QueryAnswer<R> {
-    /// Evaluated where `to_words` or `from_words` is built for an `R`.
-    const VALUE_IN_RESULT0: () = assert!(
-        !R::USES_RESULT1,
-        "a QueryAnswer's value must fit result0: its result1 is the bytes written"
-    );
-}
-impl<R: ResultWords> ResultWords for QueryAnswer<R> {
+impl<R: Result0Only> ResultWords for QueryAnswer<R> {
     fn to_words(self) -> (u32, u32) {
-        let () = Self::VALUE_IN_RESULT0;
         (self.value.to_words().0, self.written)
     }
     fn from_words(result0: u32, result1: u32) -> Self {
-        let () = Self::VALUE_IN_RESULT0;
         QueryAnswer {
             value: R::from_words(result0, 0),
             written: result1,
@@ -277,5 +266,35 @@ mod tests {
         assert_eq!(QueryAnswer::<u32>::from_words(7, 296), answer);
         let none = QueryAnswer::<()>::from_words(0, 40);
         assert_eq!((none.written, none.to_words()), (40, (0, 40)));
+    }
+
+    /// Whether a type is a [`ResultWords`], as a value: `Probe`'s inherent constant (there when
+    /// its bound holds) shadows the trait's default `false`. Concrete types only.
+    struct Probe<T>(core::marker::PhantomData<T>);
+    trait Fallback {
+        const IS: bool = false;
+    }
+    impl<T> Fallback for Probe<T> {}
+    impl<T: ResultWords> Probe<T> {
+        const IS: bool = true;
+    }
+    macro_rules! is_result_words {
+        ($t:ty) => {
+            <Probe<$t>>::IS
+        };
+    }
+
+    /// The rule the doc of [`QueryAnswer`] states, as values rather than a compile failure (a
+    /// `compile_fail` doctest passes on any error, and its error code is checked only on
+    /// nightly): the probe answers true for the answers the queries use, false for one whose
+    /// value needs `result1`, and true for that value alone.
+    #[test]
+    fn a_query_answer_carries_only_a_result0_value() {
+        assert!(is_result_words!(QueryAnswer<()>));
+        assert!(is_result_words!(QueryAnswer<u32>));
+        assert!(is_result_words!(MrKeys));
+        assert!(!is_result_words!(QueryAnswer<MrKeys>));
+        assert!(!is_result_words!(QueryAnswer<SrqCounts>));
+        assert!(!is_result_words!(QueryAnswer<MacAddr>));
     }
 }

@@ -51,7 +51,7 @@ fn run_query<C, R>(
 where
     C: AdminQuery<Result = QueryAnswer<R>>,
     C::Response: Pod,
-    R: ResultWords,
+    R: Result0Only,
 {
     let q = from_bytes::<QueryCmd>(payload);
     if q.resp_len == 0 {
