@@ -124,12 +124,7 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(
-            as_bytes(&SqSeg::atomic(
-                addr,
-                rkey,
-                atomic.compare_add,
-                atomic.swap
-            )),
+            as_bytes(&SqSeg::atomic(addr, rkey, atomic.compare_add, atomic.swap)),
             as_bytes(&literal(atomic))
         );
         let invalidate = RdmaSeg {
