@@ -8,14 +8,14 @@ use crate::hw::{
     uapi::{
         admin::{
             self, AdminCmd, AdminCmdHdr, AdminCommand, AdminCpl, AdminPayload, AdminQuery,
-            QueryAnswer, ResultWords,
+            QueryAnswer, Result0Only, ResultWords,
         },
         queue::owner_for,
     },
     Regs,
 };
 use crate::ib::dma::DmaArray;
-use crate::query_len;
+use crate::query_len::{self, BadLength};
 use kernel::{
     device::{Bound, Device},
     new_mutex,
@@ -186,8 +186,9 @@ impl AdminQueue {
 
     /// Executes a query (`AdminQuery`): the command gives the device the length of the
     /// response buffer, the device writes a prefix of `C::Response` and answers how much; the
-    /// rest of the response reads as zero (`query_len.rs`). Returns the response and the
-    /// query's own value (`result0`).
+    /// rest of the response reads as zero (`query_len.rs`). EIO when it answers more than the
+    /// buffer or less than `C::REQUIRED_LEN`. Returns the response and the query's own value
+    /// (`result0`).
     pub(crate) fn query<C, R>(
         &self,
         dev: &Device<Bound>,
@@ -197,7 +198,7 @@ impl AdminQueue {
     where
         C: AdminQuery<Result = QueryAnswer<R>>,
         C::Response: AsBytes + FromBytes,
-        R: ResultWords,
+        R: Result0Only,
     {
         let len = core::mem::size_of::<C::Response>();
         let resp = DmaArray::<C::Response>::zeroed(dev, 1)?;
@@ -207,14 +208,26 @@ impl AdminQueue {
             resp_addr: resp.dma_address(),
         };
         let answer = self.run::<C>(regs, cmd)?;
-        let Some(written) = query_len::written_prefix(answer.written, len) else {
-            pr_err!(
-                "rox: admin query {:#x} answered {} bytes written into a buffer of {}\n",
-                C::OPCODE,
-                answer.written,
-                len
-            );
-            return Err(EIO);
+        let written = match query_len::written_prefix(answer.written, C::REQUIRED_LEN, len) {
+            Ok(written) => written,
+            Err(BadLength::Over) => {
+                pr_err!(
+                    "rox: admin query {} answered {} bytes written into a buffer of {}\n",
+                    C::NAME,
+                    answer.written,
+                    len
+                );
+                return Err(EIO);
+            }
+            Err(BadLength::Short) => {
+                pr_err!(
+                    "rox: admin query {} answered {} bytes written, fewer than the {} it reads\n",
+                    C::NAME,
+                    answer.written,
+                    C::REQUIRED_LEN
+                );
+                return Err(EIO);
+            }
         };
         let mut response = resp.read(0)?;
         query_len::keep_prefix(response.as_bytes_mut(), written);

@@ -219,7 +219,7 @@ impl<'bound> RoxDev<'bound> {
     where
         C: admin::AdminQuery<Result = admin::QueryAnswer<R>>,
         C::Response: kernel::transmute::AsBytes + kernel::transmute::FromBytes,
-        R: admin::ResultWords,
+        R: admin::Result0Only,
     {
         if self.is_dead() {
             return Err(EIO);

@@ -499,17 +499,53 @@ mod slot_store_suite {
 #[cfg_attr(CONFIG_KUNIT = "y", kernel::prelude::kunit_tests(rox_query_len))]
 mod query_len_suite {
     use super::{failed, Checked};
-    use crate::query_len::{keep_prefix, written_prefix};
-    use crate::uapi::admin::STATS_COUNT;
+    use crate::query_len::{keep_prefix, written_prefix, BadLength};
+    use crate::uapi::admin::{
+        AdminQuery, DeviceAttr, PortAttr, QueryDevice, QueryPort, QueryStats, Stats,
+    };
+    use core::mem::size_of;
 
     /// A device with fewer counters than the driver knows, one with as many, one with more.
     #[test]
     fn a_device_writes_at_most_the_buffer_it_was_given() -> Checked {
-        let buffer = STATS_COUNT * 8;
-        check!(written_prefix(37 * 8, buffer) == Some(37 * 8));
-        check!(written_prefix(buffer as u32, buffer) == Some(buffer));
-        check!(written_prefix(buffer as u32 + 8, buffer).is_none());
-        check!(written_prefix(u32::MAX, buffer).is_none());
+        let buffer = size_of::<Stats>();
+        let required = QueryStats::REQUIRED_LEN;
+        check!(written_prefix(37 * 8, required, buffer) == Ok(37 * 8));
+        check!(written_prefix(buffer as u32, required, buffer) == Ok(buffer));
+        check!(written_prefix(buffer as u32 + 8, required, buffer) == Err(BadLength::Over));
+        check!(written_prefix(u32::MAX, required, buffer) == Err(BadLength::Over));
+        Ok(())
+    }
+
+    /// QUERY_DEVICE: every field is read (a zero limit would be taken as the device's), so a
+    /// device that writes less than all of `DeviceAttr`, or nothing, is refused.
+    #[test]
+    fn a_device_attr_shorter_than_the_fields_read_is_refused() -> Checked {
+        let (required, buffer) = (QueryDevice::REQUIRED_LEN, size_of::<DeviceAttr>());
+        check!(written_prefix(0, required, buffer) == Err(BadLength::Short));
+        check!(written_prefix(buffer as u32 - 4, required, buffer) == Err(BadLength::Short));
+        check!(written_prefix(buffer as u32, required, buffer) == Ok(buffer));
+        Ok(())
+    }
+
+    /// QUERY_PORT: the driver reads up to `active_speed` (byte 15); the MAC after it comes
+    /// from READ_MAC, so a device that stops there is taken, one byte less is not.
+    #[test]
+    fn a_port_attr_shorter_than_its_active_speed_is_refused() -> Checked {
+        let (required, buffer) = (QueryPort::REQUIRED_LEN, size_of::<PortAttr>());
+        check!(required == 16);
+        check!(written_prefix(0, required, buffer) == Err(BadLength::Short));
+        check!(written_prefix(15, required, buffer) == Err(BadLength::Short));
+        check!(written_prefix(16, required, buffer) == Ok(16));
+        check!(written_prefix(buffer as u32, required, buffer) == Ok(buffer));
+        check!(written_prefix(buffer as u32 + 1, required, buffer) == Err(BadLength::Over));
+        Ok(())
+    }
+
+    /// The counter queries need nothing: a counter the device lacks reads as zero.
+    #[test]
+    fn a_counter_query_may_write_nothing() -> Checked {
+        check!(written_prefix(0, QueryStats::REQUIRED_LEN, size_of::<Stats>()) == Ok(0));
         Ok(())
     }
 

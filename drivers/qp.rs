@@ -367,29 +367,19 @@ fn send_seg(qp: &Qp, opcode: u8, wr: &SendWr<'_, RoxVerbs>) -> Result<queue::SqS
         // A datagram needs an address handle.
         return Err(EINVAL);
     }
-    let rdma = match opcode {
+    // The RDMA, atomic and invalidate segments are uapi's (as librox builds them).
+    Ok(match opcode {
         verbs::WR_RDMA_WRITE | verbs::WR_RDMA_WRITE_WITH_IMM | verbs::WR_RDMA_READ => {
             let (remote_addr, rkey) = wr.rdma().ok_or(EINVAL)?;
-            queue::RdmaSeg {
-                remote_addr,
-                rkey,
-                ..Default::default()
-            }
+            queue::SqSeg::remote(remote_addr, rkey)
         }
         verbs::WR_ATOMIC_CMP_AND_SWP | verbs::WR_ATOMIC_FETCH_AND_ADD => {
             let a = wr.atomic().ok_or(EINVAL)?;
-            queue::RdmaSeg {
-                remote_addr: a.remote_addr,
-                rkey: a.rkey,
-                compare_add: a.compare_add,
-                swap: a.swap,
-                ..Default::default()
-            }
+            queue::SqSeg::atomic(a.remote_addr, a.rkey, a.compare_add, a.swap)
         }
-        verbs::WR_SEND_WITH_INV | verbs::WR_LOCAL_INV => queue::RdmaSeg {
-            rkey: wr.invalidate_rkey(),
-            ..Default::default()
-        },
+        verbs::WR_SEND_WITH_INV | verbs::WR_LOCAL_INV => {
+            queue::SqSeg::invalidate(wr.invalidate_rkey())
+        }
         verbs::WR_REG_MR => {
             let reg = wr.reg().ok_or(EINVAL)?;
             // Only fast-registration MRs (alloc_mr) take a REG_MR; the page list is the one
@@ -398,7 +388,7 @@ fn send_seg(qp: &Qp, opcode: u8, wr: &SendWr<'_, RoxVerbs>) -> Result<queue::SqS
             if !reg.page_size.is_power_of_two() || list.npages > list.capacity {
                 return Err(EINVAL);
             }
-            return Ok(queue::SqSeg {
+            queue::SqSeg {
                 fast_reg: queue::FastRegSeg {
                     iova: reg.iova,
                     length: reg.length,
@@ -409,11 +399,10 @@ fn send_seg(qp: &Qp, opcode: u8, wr: &SendWr<'_, RoxVerbs>) -> Result<queue::SqS
                     page_shift: reg.page_size.trailing_zeros() as u8,
                     reserved: [0; 3],
                 },
-            });
+            }
         }
-        _ => queue::RdmaSeg::default(),
-    };
-    Ok(queue::SqSeg { rdma })
+        _ => queue::SqSeg::default(),
+    })
 }
 
 /// Kernel QPs: writes one send WQE (the consumer keeps at most `max_send_wr` outstanding, as
@@ -437,12 +426,13 @@ pub(crate) fn post_send(_dev: &RoxDev<'_>, qp: &Qp, wr: &SendWr<'_, RoxVerbs>) -
     if send_flags.contains(SendFlags::FENCE) {
         flags |= queue::WQE_FLAG_FENCE;
     }
-    let seg = send_seg(qp, opcode, wr)?;
-    let mut data = [0u8; queue::SQ_WQE_DATA_SIZE];
+    // uapi's zeroed WQE (as librox's), then what this request sets.
+    let mut wqe = queue::SqWqe::new(wr.wr_id(), opcode, flags);
+    wqe.imm_data = wr.imm_data();
+    wqe.seg = send_seg(qp, opcode, wr)?;
     let sges = wr.sges();
-    let (num_sge, inline_len) = if matches!(opcode, verbs::WR_LOCAL_INV | verbs::WR_REG_MR) {
+    if matches!(opcode, verbs::WR_LOCAL_INV | verbs::WR_REG_MR) {
         // Local operations carry no data.
-        (0, 0)
     } else if send_flags.contains(SendFlags::INLINE) {
         if !matches!(
             opcode,
@@ -454,29 +444,17 @@ pub(crate) fn post_send(_dev: &RoxDev<'_>, qp: &Qp, wr: &SendWr<'_, RoxVerbs>) -
         ) {
             return Err(EINVAL);
         }
-        let max = (qp.cap.max_inline_data as usize).min(data.len());
-        let len = wr.copy_inline(&mut data[..max])?;
-        flags |= queue::WQE_FLAG_INLINE;
-        (0, len as u32)
+        let max = (qp.cap.max_inline_data as usize).min(wqe.data.len());
+        let len = wr.copy_inline(&mut wqe.data[..max])?;
+        wqe.flags |= queue::WQE_FLAG_INLINE;
+        wqe.inline_len = len as u32;
     } else {
         if sges.len() > qp.cap.max_send_sge as usize {
             return Err(EINVAL);
         }
-        write_sges(&mut data, sges)?;
-        (sges.len() as u8, 0)
-    };
-    let wqe = queue::SqWqe {
-        wr_id: wr.wr_id(),
-        opcode,
-        flags,
-        num_sge,
-        reserved0: 0,
-        imm_data: wr.imm_data(),
-        inline_len,
-        xrc_srqn: 0,
-        seg,
-        data,
-    };
+        write_sges(&mut wqe.data, sges)?;
+        wqe.num_sge = sges.len() as u8;
+    }
     let posted = Posted {
         wr_id: wr.wr_id(),
         signaled: qp.sq_sig_all || send_flags.contains(SendFlags::SIGNALED),

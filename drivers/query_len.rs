@@ -3,14 +3,33 @@
 //! module doc): the command carries the buffer's length, the device writes a prefix of its
 //! response and answers how many bytes. The driver takes those bytes and zero for the rest of
 //! its response, so a device with a shorter response (fewer counters) reads as zero there and a
-//! device with a longer one never writes past the buffer. Pure logic: `admin.rs` runs the
-//! queries; the host and KUnit test this.
+//! device with a longer one never writes past the buffer; but it refuses an answer shorter than
+//! the fields it reads (`AdminQuery::REQUIRED_LEN`), which zero would stand in for unseen.
+//! Pure logic: `admin.rs` runs the queries; the host and KUnit test this.
 
-/// The bytes of a `buffer`-byte response that a device answering `written` wrote: `None` when
-/// it claims more than the buffer holds (a device that broke the rule: nothing it wrote is
-/// trusted).
-pub(crate) fn written_prefix(written: u32, buffer: usize) -> Option<usize> {
-    usize::try_from(written).ok().filter(|&n| n <= buffer)
+/// Why a device's answer of how much it wrote is refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum BadLength {
+    /// Fewer bytes than the fields the driver reads.
+    Short,
+    /// More bytes than the buffer holds (a device that broke the rule: nothing it wrote is
+    /// trusted).
+    Over,
+}
+
+/// The bytes of a `buffer`-byte response that a device answering `written` wrote, when that
+/// is at least the `required` bytes the driver reads and at most the buffer.
+pub(crate) fn written_prefix(
+    written: u32,
+    required: usize,
+    buffer: usize,
+) -> Result<usize, BadLength> {
+    match usize::try_from(written) {
+        Ok(n) if n > buffer => Err(BadLength::Over),
+        Ok(n) if n < required => Err(BadLength::Short),
+        Ok(n) => Ok(n),
+        Err(_) => Err(BadLength::Over),
+    }
 }
 
 /// Keeps the first `written` bytes of `response` and zeroes the rest (a device writes nothing

@@ -218,14 +218,14 @@ pub fn atomic_fetch_add(
 /// SEND with invalidate (RC): the peer invalidates its window `invalidate_rkey`.
 pub fn send_inv(qp: &RoxQp, sq: &mut SendQueue, meta: WrMeta, invalidate_rkey: Key) {
     if let Some(wqe) = begin(qp, sq, meta, verbs::WR_SEND_WITH_INV) {
-        wqe.seg = wqe::invalidate_seg(invalidate_rkey);
+        wqe.seg = SqSeg::invalidate(invalidate_rkey);
     }
 }
 
 /// LOCAL_INV of a type 2 window: complete in itself.
 pub fn local_inv(qp: &RoxQp, sq: &mut SendQueue, meta: WrMeta, invalidate_rkey: Key) {
     if let Some(wqe) = begin(qp, sq, meta, verbs::WR_LOCAL_INV) {
-        wqe.seg = wqe::invalidate_seg(invalidate_rkey);
+        wqe.seg = SqSeg::invalidate(invalidate_rkey);
     }
 }
 

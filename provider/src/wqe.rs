@@ -156,11 +156,6 @@ pub(crate) fn atomic_write_seg(remote_addr: u64, rkey: Key, value: [u8; 8]) -> S
     SqSeg::atomic(remote_addr, rkey, u64::from_ne_bytes(value), 0)
 }
 
-/// The segment of a LOCAL_INV / SEND_WITH_INV: the rkey to invalidate.
-pub(crate) fn invalidate_seg(rkey: Key) -> SqSeg {
-    SqSeg::remote(0, rkey)
-}
-
 /// A window binding as the application describes it (`ibv_mw_bind_info`).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct BindInfo {

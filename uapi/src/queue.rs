@@ -180,7 +180,25 @@ impl SqSeg {
             },
         }
     }
+
+    /// The segment of a LOCAL_INV or SEND_WITH_INV: the rkey to invalidate, in
+    /// [`RdmaSeg::rkey`]; the rest zero.
+    #[inline]
+    pub fn invalidate(rkey: Key) -> Self {
+        Self::remote(0, rkey)
+    }
 }
+
+/// The segment of an operation that reads none (SEND, SEND_WITH_IMM): all 40 bytes zero.
+impl Default for SqSeg {
+    #[inline]
+    fn default() -> Self {
+        SqSeg {
+            rdma: RdmaSeg::default(),
+        }
+    }
+}
+const _: () = assert!(core::mem::size_of::<RdmaSeg>() == core::mem::size_of::<SqSeg>());
 
 /// Send queue WQE (256 bytes).
 #[repr(C)]
@@ -220,9 +238,7 @@ impl SqWqe {
             imm_data: 0,
             inline_len: 0,
             xrc_srqn: 0,
-            seg: SqSeg {
-                rdma: RdmaSeg::default(),
-            },
+            seg: SqSeg::default(),
             data: [0; SQ_WQE_DATA_SIZE],
         }
     }

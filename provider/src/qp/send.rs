@@ -12,7 +12,7 @@ use crate::sys::ffi;
 use crate::sys::wr::{SendWr, WrList};
 use crate::wqe::{self, SqAttrs};
 use core::sync::atomic::{AtomicU32, Ordering};
-use rox_uapi::queue::{RdmaSeg, SqSeg, SqWqe};
+use rox_uapi::queue::{SqSeg, SqWqe};
 use rox_uapi::verbs;
 
 /// Format the send WQE of `wr` (to be written at slot `index`) for a queue of `sq` whose QP's
@@ -57,10 +57,8 @@ pub(super) fn send_wqe(
             let (remote_addr, rkey, compare_add, swap) = wr.atomic();
             SqSeg::atomic(remote_addr, rkey, compare_add, swap)
         }
-        verbs::WR_SEND | verbs::WR_SEND_WITH_IMM => SqSeg {
-            rdma: RdmaSeg::default(),
-        },
-        verbs::WR_SEND_WITH_INV | verbs::WR_LOCAL_INV => wqe::invalidate_seg(wr.invalidate_rkey()),
+        verbs::WR_SEND | verbs::WR_SEND_WITH_IMM => SqSeg::default(),
+        verbs::WR_SEND_WITH_INV | verbs::WR_LOCAL_INV => SqSeg::invalidate(wr.invalidate_rkey()),
         verbs::WR_BIND_MW => {
             // Type 1 windows are bound with ibv_bind_mw only (crate::mw).
             let (mw, new_rkey, info) = wr.bind_mw().ok_or(EINVAL)?;

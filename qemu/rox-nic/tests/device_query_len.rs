@@ -25,7 +25,7 @@ fn device_and_queries() -> (TestDriver, [(u8, u32, usize); 5]) {
         (ADMIN_OP_QUERY_DEVICE, 0, size_of::<DeviceAttr>()),
         (ADMIN_OP_QUERY_PORT, port, size_of::<PortAttr>()),
         (ADMIN_OP_QUERY_QP, qp.qpn.get(), size_of::<QpAttr>()),
-        (ADMIN_OP_QUERY_STATS, 0, STATS_COUNT * size_of::<u64>()),
+        (ADMIN_OP_QUERY_STATS, 0, size_of::<Stats>()),
         (ADMIN_OP_QUERY_COUNTERS, port, size_of::<PortCounters>()),
     ];
     (d, queries)

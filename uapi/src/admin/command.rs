@@ -20,17 +20,21 @@ pub trait AdminCommand {
 
 /// A typed result carried in an [`AdminCpl`]'s `result0` and `result1`.
 pub trait ResultWords: Sized {
-    /// Whether [`to_words`](Self::to_words) may answer a `result1` other than 0. True unless the
-    /// type says otherwise, so a type that did not say cannot be a [`QueryAnswer`]'s value
-    /// (whose `result1` is the bytes written).
-    const USES_RESULT1: bool = true;
     fn to_words(self) -> (u32, u32);
     fn from_words(result0: u32, result1: u32) -> Self;
 }
 
+/// A result carried in `result0` alone (its `result1` is always 0): what a [`QueryAnswer`] may
+/// carry, whose `result1` is the bytes written. A type says so by implementing this; one that
+/// did not cannot be a query's value.
+pub trait Result0Only: ResultWords {}
+impl Result0Only for () {}
+impl Result0Only for u32 {}
+impl Result0Only for Key {}
+impl Result0Only for Qpn {}
+
 /// Commands that answer nothing but their status.
 impl ResultWords for () {
-    const USES_RESULT1: bool = false;
     fn to_words(self) -> (u32, u32) {
         (0, 0)
     }
@@ -39,7 +43,6 @@ impl ResultWords for () {
 
 /// Commands that answer one number (an id, a key, a depth, a count): `result0`.
 impl ResultWords for u32 {
-    const USES_RESULT1: bool = false;
     fn to_words(self) -> (u32, u32) {
         (self, 0)
     }
@@ -50,7 +53,6 @@ impl ResultWords for u32 {
 
 /// ALLOC_MW: the window's rkey.
 impl ResultWords for Key {
-    const USES_RESULT1: bool = false;
     fn to_words(self) -> (u32, u32) {
         (self.get(), 0)
     }
@@ -61,7 +63,6 @@ impl ResultWords for Key {
 
 /// CREATE_QP: the new QP's number.
 impl ResultWords for Qpn {
-    const USES_RESULT1: bool = false;
     fn to_words(self) -> (u32, u32) {
         (self.get(), 0)
     }
@@ -182,8 +183,8 @@ admin_commands! {
     QuerySrq = ADMIN_OP_QUERY_SRQ, handle: HandleCmd => SrqCounts;
     /// handle = SRQ id.
     DestroySrq = ADMIN_OP_DESTROY_SRQ, handle: HandleCmd => ();
-    /// Writes `[u64; STATS_COUNT]` (its first `resp_len` bytes) to `resp_addr`, answers
-    /// STATS_COUNT (how many the device has).
+    /// Writes [`Stats`] (its first `resp_len` bytes) to `resp_addr`, answers STATS_COUNT (how
+    /// many the device has).
     QueryStats = ADMIN_OP_QUERY_STATS, query: QueryCmd => QueryAnswer<u32>;
 }
 
@@ -191,32 +192,20 @@ admin_commands! {
 /// a count, or nothing) and in `result1` the bytes of its response it wrote (at most the
 /// command's `resp_len`).
 ///
-/// An `R` that also uses `result1` does not build (its `ResultWords::USES_RESULT1`), so its
-/// second word cannot be dropped unseen:
-///
-/// ```compile_fail
-/// use rox_uapi::admin::{MrKeys, QueryAnswer, ResultWords};
-/// let _ = QueryAnswer { value: MrKeys::default(), written: 8 }.to_words();
-/// ```
+/// Only an `R` that is [`Result0Only`] makes a `QueryAnswer<R>` that is a [`ResultWords`], so
+/// an `R` that also uses `result1` (e.g. [`MrKeys`]) is refused where the query is declared,
+/// and its second word cannot be dropped unseen
+/// (`a_query_answer_carries_only_a_result0_value`).
 #[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
 pub struct QueryAnswer<R> {
     pub value: R,
     pub written: u32,
 }
-impl<R: ResultWords> QueryAnswer<R> {
-    /// Evaluated where `to_words` or `from_words` is built for an `R`.
-    const VALUE_IN_RESULT0: () = assert!(
-        !R::USES_RESULT1,
-        "a QueryAnswer's value must fit result0: its result1 is the bytes written"
-    );
-}
-impl<R: ResultWords> ResultWords for QueryAnswer<R> {
+impl<R: Result0Only> ResultWords for QueryAnswer<R> {
     fn to_words(self) -> (u32, u32) {
-        let () = Self::VALUE_IN_RESULT0;
         (self.value.to_words().0, self.written)
     }
     fn from_words(result0: u32, result1: u32) -> Self {
-        let () = Self::VALUE_IN_RESULT0;
         QueryAnswer {
             value: R::from_words(result0, 0),
             written: result1,
@@ -224,22 +213,52 @@ impl<R: ResultWords> ResultWords for QueryAnswer<R> {
     }
 }
 
-/// A command that writes a response structure to [`QueryCmd::resp_addr`]: which one.
+/// A command that writes a response structure to [`QueryCmd::resp_addr`]: which one, and how
+/// much of it a driver needs.
 pub trait AdminQuery: AdminCommand<Payload = QueryCmd> {
     type Response: Copy;
+    /// The query's name in messages (its `ADMIN_OP_*` without the prefix).
+    const NAME: &'static str;
+    /// The fewest bytes of the response a device may write into a buffer at least this long
+    /// (`QueryAnswer::written`): the prefix that holds every field the driver reads and cannot
+    /// take as zero. rox.ko refuses an answer of fewer (EIO, naming the query and both
+    /// lengths), as it refuses one of more than its buffer. 0 for the counter queries: a
+    /// counter the device lacks reads as 0.
+    const REQUIRED_LEN: usize;
 }
 impl AdminQuery for QueryDevice {
     type Response = DeviceAttr;
+    const NAME: &'static str = "QUERY_DEVICE";
+    /// rox.ko reads every field, the last (`max_total_mcast_qp_attach`) included, and a zero
+    /// limit or capability would be taken as the device's.
+    const REQUIRED_LEN: usize = core::mem::size_of::<DeviceAttr>();
 }
 impl AdminQuery for QueryPort {
     type Response = PortAttr;
+    const NAME: &'static str = "QUERY_PORT";
+    /// rox.ko reads `max_mtu`, `active_width` and `active_speed`, the last of them at byte 15
+    /// (the state comes from the netdev, the MAC from READ_MAC).
+    const REQUIRED_LEN: usize = core::mem::offset_of!(PortAttr, active_speed) + 1;
 }
 impl AdminQuery for QueryQp {
     type Response = QpAttr;
+    const NAME: &'static str = "QUERY_QP";
+    /// rox.ko reads every field up to the address vector (`ah`), the last.
+    const REQUIRED_LEN: usize = core::mem::size_of::<QpAttr>();
 }
 impl AdminQuery for QueryStats {
-    type Response = [u64; STATS_COUNT];
+    type Response = Stats;
+    const NAME: &'static str = "QUERY_STATS";
+    const REQUIRED_LEN: usize = 0;
 }
+// A floor past the end of its response would make rox.ko refuse every device (the counter
+// queries' floor is 0).
+const _: () = {
+    use core::mem::size_of;
+    assert!(QueryDevice::REQUIRED_LEN <= size_of::<DeviceAttr>());
+    assert!(QueryPort::REQUIRED_LEN <= size_of::<PortAttr>());
+    assert!(QueryQp::REQUIRED_LEN <= size_of::<QpAttr>());
+};
 
 #[cfg(test)]
 mod tests {
@@ -255,5 +274,39 @@ mod tests {
         assert_eq!(QueryAnswer::<u32>::from_words(7, 296), answer);
         let none = QueryAnswer::<()>::from_words(0, 40);
         assert_eq!((none.written, none.to_words()), (40, (0, 40)));
+    }
+
+    /// Whether a type is a [`ResultWords`], as a value: `Probe`'s inherent constant (there when
+    /// its bound holds) shadows the trait's default `false`. Concrete types only.
+    struct Probe<T>(core::marker::PhantomData<T>);
+    trait Fallback {
+        const IS: bool = false;
+    }
+    impl<T> Fallback for Probe<T> {}
+    impl<T: ResultWords> Probe<T> {
+        const IS: bool = true;
+    }
+    macro_rules! is_result_words {
+        ($t:ty) => {
+            <Probe<$t>>::IS
+        };
+    }
+
+    /// The rule the doc of [`QueryAnswer`] states, as values that must be true rather than a
+    /// build that must fail (a `compile_fail` doctest passes on any error, and stable rustdoc
+    /// checks no error code): the probe answers true for the answers the queries use, false
+    /// for one whose value needs `result1`, and true for that value alone.
+    #[test]
+    fn a_query_answer_carries_only_a_result0_value() {
+        // Evaluated when the tests build (clippy wants constant asserts there): a false one
+        // fails `cargo test` with the assert's text.
+        const {
+            assert!(is_result_words!(QueryAnswer<()>));
+            assert!(is_result_words!(QueryAnswer<u32>));
+            assert!(is_result_words!(MrKeys));
+            assert!(!is_result_words!(QueryAnswer<MrKeys>));
+            assert!(!is_result_words!(QueryAnswer<SrqCounts>));
+            assert!(!is_result_words!(QueryAnswer<MacAddr>));
+        }
     }
 }

@@ -131,4 +131,6 @@ impl AdminCommand for QueryCounters {
 }
 impl AdminQuery for QueryCounters {
     type Response = PortCounters;
+    const NAME: &'static str = "QUERY_COUNTERS";
+    const REQUIRED_LEN: usize = 0;
 }

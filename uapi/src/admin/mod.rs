@@ -13,7 +13,9 @@
 //! answers how many in `result1` ([`QueryAnswer`]). So a device whose response grew (counters
 //! appended) and a driver built against the shorter layout agree: the driver gets the prefix
 //! it knows; a driver built against a longer one finds its tail untouched (zero, as it
-//! allocated it). `resp_len` 0, which an older driver wrote there (a reserved word), gets
+//! allocated it), unless the tail holds a field it cannot take as zero: each query names the
+//! prefix a driver needs ([`AdminQuery::REQUIRED_LEN`]), and rox.ko refuses an answer of fewer
+//! bytes. `resp_len` 0, which an older driver wrote there (a reserved word), gets
 //! ADMIN_STATUS_BAD_PARAM and nothing written: such a driver gave no bound, and a clear
 //! refusal beats writing past its buffer. The change raised `ROX_VERSION` to 2, so such a
 //! driver already refuses the device at probe with both versions in its message.
@@ -106,7 +108,7 @@ pub const ADMIN_OP_MODIFY_SRQ: u8 = 0x41;
 pub const ADMIN_OP_QUERY_SRQ: u8 = 0x42;
 /// Payload [`HandleCmd`] (handle = SRQ id).
 pub const ADMIN_OP_DESTROY_SRQ: u8 = 0x43;
-/// Payload [`QueryCmd`]; response `[u64; STATS_COUNT]` indexed by `STAT_*` (a prefix of it:
+/// Payload [`QueryCmd`]; response [`Stats`] indexed by `STAT_*` (a prefix of it:
 /// `resp_len`); result0 = STATS_COUNT, result1 = the bytes written.
 pub const ADMIN_OP_QUERY_STATS: u8 = 0x50;
 /// Payload [`SetPortStateCmd`]: the driver reports the link state of the paired netdev. A

@@ -1,4 +1,4 @@
-//! The QUERY_STATS counters: indices into its `[u64; STATS_COUNT]` response.
+//! The QUERY_STATS counters: indices into its [`Stats`] response.
 
 pub const STAT_TX_PACKETS: usize = 0;
 pub const STAT_TX_BYTES: usize = 1;
@@ -80,3 +80,9 @@ pub const STAT_WAKEUPS_TIMER: usize = 38;
 /// reset (not `WAKE_REG`: `STAT_WAKES_TRAPPED`).
 pub const STAT_WAKEUPS_DRIVER: usize = 39;
 pub const STATS_COUNT: usize = 40;
+
+/// The response of QUERY_STATS: the counters by `STAT_*` index, each a u64 little-endian like
+/// every field of this crate (written and read in native order, which the crate asserts is
+/// little-endian). A device writes a prefix of it (`QueryCmd::resp_len`), a shorter one when
+/// it has fewer counters: the driver reads the rest as 0.
+pub type Stats = [u64; STATS_COUNT];

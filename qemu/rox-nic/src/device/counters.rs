@@ -6,7 +6,7 @@
 
 use rox_uapi::admin::*;
 
-use super::state::{Hw, Stats};
+use super::state::Hw;
 use crate::port::BottleneckStats;
 use crate::roce::{Engine, EngineStats, Gid, WcStatus};
 

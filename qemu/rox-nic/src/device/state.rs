@@ -92,9 +92,6 @@ pub struct QpQueues {
     pub broken: bool,
 }
 
-/// Counters by `STAT_*` index.
-pub type Stats = [u64; STATS_COUNT];
-
 /// Everything the engine's environment touches.
 pub struct Hw {
     pub shared: Arc<Shared>,

@@ -98,4 +98,63 @@ mod tests {
         assert_eq!(from_bytes::<u64>(&[0xaa]), 0xaa);
         assert_eq!(read_as::<u32, u64>(&v), 0x0506_0708);
     }
+
+    /// uapi's segment and WQE builders, which rox.ko, librox and the testkit use, write the
+    /// bytes of the field-by-field literals rox.ko wrote before it used them (session 20).
+    #[test]
+    fn the_segment_builders_write_the_bytes_of_their_field_by_field_segments() {
+        use rox_uapi::ids::Key;
+        use rox_uapi::queue::{RdmaSeg, SqSeg, SqWqe, SQ_WQE_DATA_SIZE};
+        let (addr, rkey) = (0x1122_3344_5566_7788u64, Key::from_raw(0x8000_0123));
+        let literal = |rdma: RdmaSeg| SqSeg { rdma };
+        let remote = RdmaSeg {
+            remote_addr: addr,
+            rkey,
+            ..Default::default()
+        };
+        assert_eq!(
+            as_bytes(&SqSeg::remote(addr, rkey)),
+            as_bytes(&literal(remote))
+        );
+        let atomic = RdmaSeg {
+            remote_addr: addr,
+            rkey,
+            compare_add: 0x0102_0304_0506_0708,
+            swap: 0xa1a2_a3a4_a5a6_a7a8,
+            ..Default::default()
+        };
+        assert_eq!(
+            as_bytes(&SqSeg::atomic(addr, rkey, atomic.compare_add, atomic.swap)),
+            as_bytes(&literal(atomic))
+        );
+        let invalidate = RdmaSeg {
+            rkey,
+            ..Default::default()
+        };
+        assert_eq!(
+            as_bytes(&SqSeg::invalidate(rkey)),
+            as_bytes(&literal(invalidate))
+        );
+        // The device reads the rkey to invalidate where the builder put it.
+        assert_eq!(read_as::<RdmaSeg, _>(&SqSeg::invalidate(rkey)).rkey, rkey);
+        assert!(as_bytes(&SqSeg::default()).iter().all(|&b| b == 0));
+
+        let mut built = SqWqe::new(7, 3, 0x5);
+        built.imm_data = 0x0a0b_0c0d;
+        built.inline_len = 12;
+        built.seg = SqSeg::remote(addr, rkey);
+        let literal_wqe = SqWqe {
+            wr_id: 7,
+            opcode: 3,
+            flags: 0x5,
+            num_sge: 0,
+            reserved0: 0,
+            imm_data: 0x0a0b_0c0d,
+            inline_len: 12,
+            xrc_srqn: 0,
+            seg: literal(remote),
+            data: [0; SQ_WQE_DATA_SIZE],
+        };
+        assert_eq!(as_bytes(&built), as_bytes(&literal_wqe));
+    }
 }

@@ -314,10 +314,9 @@ impl TestDriver {
         let (cpl, resp) = self.query(ADMIN_OP_QUERY_STATS, 0);
         assert_eq!(cpl.status, ADMIN_STATUS_SUCCESS, "QUERY_STATS");
         assert_eq!(cpl.result1, cpl.result0 * 8, "a page holds every counter");
-        let b = self.ram.read(resp, cpl.result1 as usize);
-        b.chunks_exact(8)
-            .map(|c| u64::from_le_bytes(c.try_into().expect("8")))
-            .collect()
+        // uapi's layout: the counters the device has, out of `Stats`.
+        let stats: Stats = from_bytes(&self.ram.read(resp, cpl.result1 as usize));
+        stats[..cpl.result0 as usize].to_vec()
     }
 
     /// QUERY_STATS once counter `counter` has reached `at_least`, polled every few

@@ -14,7 +14,7 @@ mod qp;
 mod srq;
 
 pub(super) use super::doorbell::DbObject;
-use super::state::{Hw, Stats};
+use super::state::Hw;
 use crate::dma::{as_bytes, from_bytes, Pod};
 use crate::roce::Engine;
 use core::mem::size_of;
@@ -51,7 +51,7 @@ fn run_query<C, R>(
 where
     C: AdminQuery<Result = QueryAnswer<R>>,
     C::Response: Pod,
-    R: ResultWords,
+    R: Result0Only,
 {
     let q = from_bytes::<QueryCmd>(payload);
     if q.resp_len == 0 {

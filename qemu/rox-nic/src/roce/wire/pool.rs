@@ -141,7 +141,9 @@ impl Packet {
         }
     }
 
-    /// Gives a heap buffer back to this thread's pool ([`recycle`]) or a lent one to its port.
+    /// Gives the buffer back: a heap one to this thread's pool, a lent one to its port (as it
+    /// drops). [`recycle_all`] of this one packet; the free [`recycle`] takes a bare heap
+    /// buffer, not a packet.
     pub fn recycle(self) {
         recycle_all(std::iter::once(self));
     }
