@@ -379,6 +379,8 @@ impl DataPath {
             .doorbells
             .set_idle_with_rq_wakes(&pages, &rq_wake, &rc_sq_quiet);
         fence(Ordering::SeqCst);
+        #[cfg(feature = "testkit")]
+        self.shared.hold_before_idle_rescan.reached();
         let found = !self.shared.is_fatal() && self.scan_doorbells();
         if !found && self.ctl.is_empty() {
             let woken = self.wait(self.timer_timeout());

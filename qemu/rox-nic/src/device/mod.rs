@@ -190,6 +190,10 @@ pub struct Shared {
     /// Tests only: holds the data path after it answered a batch of frames from the port.
     #[cfg(feature = "testkit")]
     pub hold_after_rx_batch: test_hold::TestHold,
+    /// Tests only: holds the data path going idle after its announcement, before its re-scan
+    /// (a doorbell stored there by a driver that read the device running needs no wake).
+    #[cfg(feature = "testkit")]
+    pub hold_before_idle_rescan: test_hold::TestHold,
 }
 
 impl Shared {
@@ -320,6 +324,8 @@ impl RoxNic {
             hold_before_timers: test_hold::TestHold::default(),
             #[cfg(feature = "testkit")]
             hold_after_rx_batch: test_hold::TestHold::default(),
+            #[cfg(feature = "testkit")]
+            hold_before_idle_rescan: test_hold::TestHold::default(),
         });
         let dp = datapath::DataPath::new(shared.clone(), rx, &config)?;
         let thread = std::thread::Builder::new()

@@ -151,12 +151,17 @@ impl TxScheduler {
     /// not fetch them (they are fetched at its turn, [`Self::unpark`]). A QP waiting to resend
     /// keeps its place and its claim to a turn while the flight is full.
     pub fn park(&mut self, qpn: Qpn) -> bool {
-        if !self.limited || self.flight_room > 0 {
+        if !self.would_park() {
             return false;
         }
         self.wait_for_turn(qpn, false);
         self.parked.insert(qpn);
         true
+    }
+
+    /// Whether [`Self::park`] would park a QP on this budget's count of the flight.
+    pub fn would_park(&self) -> bool {
+        self.limited && self.flight_room == 0
     }
 
     /// Whether QP `qpn` was parked; it is not any more (its turn came, or it left RTS).
@@ -242,9 +247,13 @@ impl DataPath {
     /// A new transmit budget from the port's backlog and the QPs' flight, unless the last
     /// one is still good.
     pub(super) fn refill_tx_budget(&mut self) {
-        if !self.hw.tx_sched.needs_refill() {
-            return;
+        if self.hw.tx_sched.needs_refill() {
+            self.refill_tx_budget_now();
         }
+    }
+
+    /// A new transmit budget from the port's backlog and the QPs' flight as they are now.
+    pub(super) fn refill_tx_budget_now(&mut self) {
         let backlog = self.port.as_ref().map_or(0, |p| p.backlog());
         let in_flight = self.engine.flight_for_budget(PORT_INFLIGHT_LIMIT);
         self.hw.tx_sched.refill(backlog, in_flight);

@@ -116,7 +116,7 @@ impl DataPath {
         let parks = state == Some(QpState::Rts)
             && matches!(qp.qp_type, QPT_RC | QPT_XRC_INI)
             && head_needs_the_wire(&self.hw.mem, qp);
-        if parks && self.hw.tx_sched.park(qpn) {
+        if parks && self.park_if_flight_full(qpn) {
             self.shared.parked_doorbells.fetch_add(1, Ordering::Relaxed);
             return false;
         }
@@ -126,6 +126,17 @@ impl DataPath {
         self.queue_sq_batch(qpn, pending.min(SQ_BATCH));
         let _ = self.engine.send_queued(&mut self.hw, qpn);
         true
+    }
+
+    /// Parks RC QP `qpn` if the port's flight is full by a fresh count. The budget's count
+    /// may be old: an ACK that emptied the flight refills nothing when no QP waits, and a QP
+    /// parked on that count by the idle re-scan (which runs no turns) waited with nothing in
+    /// flight to wake the device (review of s20-qps, tests/device_parked.rs).
+    fn park_if_flight_full(&mut self, qpn: Qpn) -> bool {
+        if self.hw.tx_sched.would_park() {
+            self.refill_tx_budget_now();
+        }
+        self.hw.tx_sched.park(qpn)
     }
 
     /// The turn of QP `qpn`, parked until now (sched.rs, "Parked QPs"): its WQEs are fetched
