@@ -203,7 +203,10 @@ pub struct QueryAnswer<R> {
 }
 impl<R: Result0Only> ResultWords for QueryAnswer<R> {
     fn to_words(self) -> (u32, u32) {
-        (self.value.to_words().0, self.written)
+        let (result0, result1) = self.value.to_words();
+        // `Result0Only` is the type's claim; a value that broke it would lose its second word.
+        debug_assert_eq!(result1, 0, "a Result0Only value used result1");
+        (result0, self.written)
     }
     fn from_words(result0: u32, result1: u32) -> Self {
         QueryAnswer {
@@ -230,8 +233,10 @@ impl AdminQuery for QueryDevice {
     type Response = DeviceAttr;
     const NAME: &'static str = "QUERY_DEVICE";
     /// rox.ko reads every field, the last (`max_total_mcast_qp_attach`) included, and a zero
-    /// limit or capability would be taken as the device's.
-    const REQUIRED_LEN: usize = core::mem::size_of::<DeviceAttr>();
+    /// limit or capability would be taken as the device's. Pinned to that field, not to the
+    /// struct's size: a field appended later must not make rox.ko refuse every device that
+    /// predates it (raising the floor is a choice, made here).
+    const REQUIRED_LEN: usize = core::mem::offset_of!(DeviceAttr, max_total_mcast_qp_attach) + 4;
 }
 impl AdminQuery for QueryPort {
     type Response = PortAttr;
@@ -243,8 +248,10 @@ impl AdminQuery for QueryPort {
 impl AdminQuery for QueryQp {
     type Response = QpAttr;
     const NAME: &'static str = "QUERY_QP";
-    /// rox.ko reads every field up to the address vector (`ah`), the last.
-    const REQUIRED_LEN: usize = core::mem::size_of::<QpAttr>();
+    /// rox.ko reads every field up to the address vector (`ah`), the last (pinned to it, as
+    /// QUERY_DEVICE's floor is).
+    const REQUIRED_LEN: usize =
+        core::mem::offset_of!(QpAttr, ah) + core::mem::size_of::<AddrVector>();
 }
 impl AdminQuery for QueryStats {
     type Response = Stats;
@@ -258,6 +265,10 @@ const _: () = {
     assert!(QueryDevice::REQUIRED_LEN <= size_of::<DeviceAttr>());
     assert!(QueryPort::REQUIRED_LEN <= size_of::<PortAttr>());
     assert!(QueryQp::REQUIRED_LEN <= size_of::<QpAttr>());
+    // What every ROX_VERSION 2 device writes: raising a floor past it refuses them all.
+    assert!(QueryDevice::REQUIRED_LEN == 144);
+    assert!(QueryPort::REQUIRED_LEN == 16);
+    assert!(QueryQp::REQUIRED_LEN == 72);
 };
 
 #[cfg(test)]
