@@ -33,10 +33,7 @@ pub struct SqAttrs {
 /// Whether a WQE of `opcode` is a local operation (BIND_MW, LOCAL_INV, REG_MR): the device
 /// executes it without sending a packet.
 pub fn is_local(opcode: u8) -> bool {
-    matches!(
-        opcode,
-        verbs::WR_BIND_MW | verbs::WR_LOCAL_INV | verbs::WR_REG_MR
-    )
+    verbs::WrOpcode::from_u8(opcode).is_some_and(verbs::WrOpcode::is_local)
 }
 
 /// A WR's Q_Key with this bit set means "use the QP's Q_Key" (IB spec 10.2.5).

@@ -292,6 +292,19 @@ uapi_enum! {
     }
 }
 
+impl WrOpcode {
+    /// Whether a WQE of this opcode is a local operation (BIND_MW, LOCAL_INV, REG_MR): the
+    /// device executes it without sending a packet. librox's wake rule and the device's
+    /// parking read this one rule (docs/transport.md, "Parked QPs"), and the engine's
+    /// classification is checked against it.
+    pub const fn is_local(self) -> bool {
+        matches!(
+            self,
+            WrOpcode::BindMw | WrOpcode::LocalInv | WrOpcode::RegMr
+        )
+    }
+}
+
 uapi_enum! {
     /// QP state, numbered as `enum ibv_qp_state`.
     pub enum QpState {

@@ -43,6 +43,7 @@ const _: () = assert!(
         && offset_of!(DbPage, device_idle) + size_of::<u32>() <= ROX_PAGE_SIZE
         && offset_of!(DbPage, rq_no_wake) + size_of::<u32>() <= ROX_PAGE_SIZE
         && offset_of!(DbPage, news_on) + size_of::<u32>() <= ROX_PAGE_SIZE
+        && offset_of!(DbPage, rc_sq_no_wake) + size_of::<u32>() <= ROX_PAGE_SIZE
 );
 
 /// The offset in the wake page of the register a wake writes, as rox.ko's ucontext answer

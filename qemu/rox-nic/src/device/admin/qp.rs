@@ -184,6 +184,8 @@ pub(super) fn query_qp(
 pub(super) fn destroy_qp(hw: &mut Hw, engine: &mut Engine, qpn: Qpn) -> AdminResult {
     let qp = hw.qps.remove(&qpn).ok_or(ADMIN_STATUS_BAD_HANDLE)?;
     let _ = engine.destroy_qp(qpn);
+    // A parked QP's turn finds no QP; a later QP of the number must not start parked.
+    hw.tx_sched.unpark(qpn);
     hw.doorbells_used.release(qp.db_page, qp.db_slot);
     for cq in [qp.send_cq, qp.recv_cq] {
         if let Some(cq) = hw.cqs.get_mut(&cq) {

@@ -339,9 +339,7 @@ fn head_needs_the_wire(mem: &crate::dma::GuestMemory, qp: &QpQueues) -> bool {
     let mut opcode = [0u8; 1];
     let at = qp.sq.entry_addr(qp.sq_ci) + std::mem::offset_of!(SqWqe, opcode) as u64;
     mem.read(at, &mut opcode).is_ok()
-        && WrOpcode::from_u8(opcode[0]).is_some_and(|op| {
-            !matches!(op, WrOpcode::BindMw | WrOpcode::LocalInv | WrOpcode::RegMr)
-        })
+        && WrOpcode::from_u8(opcode[0]).is_some_and(|op| !op.is_local())
 }
 
 /// Whether QP `qp`'s doorbell slot says something the device has not taken yet (an SQ

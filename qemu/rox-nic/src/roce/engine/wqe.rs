@@ -262,6 +262,18 @@ mod tests {
         qp.check_wr(&wr, wqe_kind(wr.opcode))
     }
 
+    /// The engine's local operations are uapi's (`WrOpcode::is_local`), the rule librox's
+    /// wake and the device's parking read: a WQE one of them took for a packet sender while
+    /// the engine ran it locally (or the reverse) would park a QP or skip a wake wrongly.
+    #[test]
+    fn the_local_operations_are_uapis() {
+        for op in 0..=u8::MAX {
+            if let Some(op) = WrOpcode::from_u8(op) {
+                assert_eq!(wqe_kind(op) == WqeKind::Local, op.is_local(), "{op:?}");
+            }
+        }
+    }
+
     #[test]
     fn check_wr_counts_packets_of_the_path_mtu() {
         assert_eq!(
