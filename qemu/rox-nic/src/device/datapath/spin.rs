@@ -53,8 +53,8 @@ use std::time::Duration;
 
 mod history;
 
-use history::SideHistories;
 pub use history::Side;
+use history::SideHistories;
 
 /// How long the loop spins (no system calls) after the last piece of work, by default
 /// (`--spin-us`). While it spins it holds a core: on a 2-core host whose other core runs a

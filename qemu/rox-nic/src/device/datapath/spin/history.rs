@@ -130,7 +130,11 @@ impl SideHistories {
         }
         self.clock += 1;
         let used = self.clock;
-        if let Some(i) = self.sides.iter().position(|e| e.is_some_and(|e| e.side == side)) {
+        if let Some(i) = self
+            .sides
+            .iter()
+            .position(|e| e.is_some_and(|e| e.side == side))
+        {
             if let Some(entry) = &mut self.sides[i] {
                 entry.used = used;
             }
@@ -264,7 +268,6 @@ impl Gaps {
         sum.checked_div(middle.len() as u64).unwrap_or(0)
     }
 }
-
 
 #[cfg(test)]
 mod tests {
@@ -411,7 +414,6 @@ mod tests {
         assert_eq!(h, before, "work after work: no idle period");
     }
 
-
     /// A loopback ping-pong on one device, `rounds` round trips: the period that follows the
     /// client's doorbell awaits the server, whose doorbell comes 5 µs after the last work when
     /// the device spins and 40 µs when it sleeps at once (the server's vCPU was on the other
@@ -476,7 +478,10 @@ mod tests {
         // The burst's later passes (no pass without work between) took b's packets.
         h.work_came(us(31), b);
         h.work_came(us(32), b);
-        assert_eq!(h.follows, a, "the next period follows what ended the last one");
+        assert_eq!(
+            h.follows, a,
+            "the next period follows what ended the last one"
+        );
         h.spins();
         assert_eq!(h.open, Some(Slot::Side(0)));
         assert_eq!(h.sides[0].map(|e| e.side), Some(a));
@@ -539,7 +544,10 @@ mod tests {
         h.open = None;
         period_after(&mut h, others[SIDES - 1], 20);
         assert_eq!(h.sides.iter().flatten().count(), SIDES, "bounded");
-        assert!(record_of(&h, others[0]).is_none(), "the least recently used went");
+        assert!(
+            record_of(&h, others[0]).is_none(),
+            "the least recently used went"
+        );
         assert_eq!(
             record_of(&h, kept).map(|r| (r.spun, r.slept)),
             Some((trained.spun, trained.slept)),
@@ -548,7 +556,10 @@ mod tests {
         for &side in &others[SIDES..] {
             period_after(&mut h, side, 20);
         }
-        assert!(record_of(&h, kept).is_none(), "{SIDES} new sides in a row: given up");
+        assert!(
+            record_of(&h, kept).is_none(),
+            "{SIDES} new sides in a row: given up"
+        );
         assert_eq!(h.other, other, "Side::OTHER's record is never given up");
     }
 }
