@@ -37,7 +37,9 @@
 //! (`--expect-spin-us`) the expect spin is spun and the record is neither asked nor told. Off by
 //! default: on a host that lost a core to other work, loopback ib_send_lat's typical went to
 //! milliseconds in 2 of 3 fair runs with Session 19's rule, in none of the plain spin's (same
-//! file).
+//! file); per side, loopback latency was lower than the plain spin's in every cell of four pairs
+//! (two with a busy loop on a host core), but the host goal and two guests were not shown on a
+//! shared host (docs/benchmarks/session-20-spin.md).
 //!
 //! The spin is bounded by the time since the last work, not by a count of events, so an idle
 //! device (nothing arrives, nothing in flight) naps and then sleeps as before. A nap ends up
