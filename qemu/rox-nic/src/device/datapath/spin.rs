@@ -37,7 +37,7 @@
 //! (`--expect-spin-us`) the expect spin is spun and the record is neither asked nor told. Off by
 //! default: on a host that lost a core to other work, loopback ib_send_lat's typical went to
 //! milliseconds in 2 of 3 fair runs with Session 19's rule, in none of the plain spin's (same
-//! file); per side, loopback latency was lower than the plain spin's in every cell of four pairs
+//! file); per side, loopback latency was lower than the plain spin's in every cell of five pairs
 //! (two with a busy loop on a host core), but the host goal and two guests were not shown on a
 //! shared host (docs/benchmarks/session-20-spin.md).
 //!
