@@ -42,7 +42,7 @@ use crate::sys;
 
 use admin_queue::AdminQueue;
 use sched::TxScheduler;
-use spin::{Backoff, Expectation, Step};
+use spin::{Backoff, Expectation, Side, Step};
 pub use spin::{POSTED_SPIN_PERIOD, SPIN_PERIOD};
 pub use sq::decode_send;
 
@@ -98,6 +98,10 @@ pub struct DataPath {
     responses_at_flush: u64,
     /// Whether an answer is expected in this idle period (how long to spin before a nap).
     expectation: Expectation,
+    /// Where the first work since the last pass without work came from (None: nothing
+    /// QP-specific, or no work yet): the side of the device's work that ended an idle period,
+    /// for the adaptive spin's record.
+    work_side: Option<Side>,
 }
 
 enum Flow {
@@ -167,6 +171,7 @@ impl DataPath {
             port_queued: false,
             responses_at_flush: 0,
             expectation: Expectation::default(),
+            work_side: None,
         })
     }
 
@@ -213,11 +218,14 @@ impl DataPath {
                 self.shared.loop_work_passes.fetch_add(1, Ordering::Relaxed);
                 last_work = Instant::now();
                 self.expectation.work_done();
+                let side = self.work_side.take().unwrap_or(Side::OTHER);
                 self.backoff
-                    .work_came(pass_now.saturating_duration_since(work_ended));
+                    .work_came(pass_now.saturating_duration_since(work_ended), side);
                 work_ended = last_work;
                 continue;
             }
+            // Left by `go_idle`'s re-scan, whose work no work pass followed: stale now.
+            self.work_side = None;
             // Taken during this pass, which found no work: as good as a fresh read.
             let idle_for = pass_now.saturating_duration_since(last_work);
             let expecting = self.backoff.uses_expectation()

@@ -26,13 +26,20 @@
 //! in loopback guests it made ib_send_lat's typical bimodal, hence not the default.
 //!
 //! `--adaptive-spin true` spins the posted spin only where it brings the next work sooner
-//! than sleeping at once: the backoff's [`SpinHistory`] keeps the gaps of the device's recent
-//! idle periods that spun and of those that slept, takes the way whose gaps are shorter and
-//! the other one period in [`PROBE_EVERY`] (docs/benchmarks/session-19-spin.md; Session 15's
-//! first rule, "spin while half the periods ended within the spin", spun for the side of a
-//! loopback ping-pong that the spin delayed and slept where sleeping cost more). Off by
+//! than sleeping at once: for each side of the device's work (the QP whose doorbell or packet
+//! ended the idle period before, [`history`]), the backoff keeps the gaps of the recent idle
+//! periods that followed it and spun and of those that slept, takes the way whose gaps are
+//! shorter and the other one period in [`PROBE_EVERY`](history::PROBE_EVERY) (docs/benchmarks/session-19-spin.md;
+//! Session 15's first rule, "spin while half the periods ended within the spin", spun for the
+//! side of a loopback ping-pong that the spin delayed and slept where sleeping cost more;
+//! Session 19's one record for the whole device weighed a ping-pong's two sides together and
+//! spun for both, docs/benchmarks/session-20-spin.md). While an answer is expected
+//! (`--expect-spin-us`) the expect spin is spun and the record is neither asked nor told. Off by
 //! default: on a host that lost a core to other work, loopback ib_send_lat's typical went to
-//! milliseconds in 2 of 3 fair runs with it, in none of the plain spin's (same file).
+//! milliseconds in 2 of 3 fair runs with Session 19's rule, in none of the plain spin's (same
+//! file); per side, loopback latency was lower than the plain spin's in every cell of five pairs
+//! (two with a busy loop on a host core), but the host goal and two guests were not shown on a
+//! shared host (docs/benchmarks/session-20-spin.md).
 //!
 //! The spin is bounded by the time since the last work, not by a count of events, so an idle
 //! device (nothing arrives, nothing in flight) naps and then sleeps as before. A nap ends up
@@ -45,6 +52,11 @@
 //! for").
 
 use std::time::Duration;
+
+mod history;
+
+pub use history::Side;
+use history::SideHistories;
 
 /// How long the loop spins (no system calls) after the last piece of work, by default
 /// (`--spin-us`). While it spins it holds a core: on a 2-core host whose other core runs a
@@ -84,20 +96,21 @@ pub struct Backoff {
     /// How long it spins after the last work while wakes are posted (at most `spin`;
     /// [`POSTED_SPIN_PERIOD`] by default).
     pub posted_spin: Duration,
-    /// Whether the posted spin is spun only while it pays ([`SpinHistory`]).
+    /// Whether the posted spin is spun only while it pays (the sides' records, [`history`]).
     pub adaptive: bool,
-    /// How long it spins after the last work while an answer is expected (at most `spin`:
-    /// no longer than otherwise).
+    /// How long it spins after the last work while an answer is expected (longer than
+    /// `spin`, or it changes nothing: [`Backoff::uses_expectation`]).
     pub expect_spin: Duration,
     /// How long without work before the device goes idle.
     pub idle_after: Duration,
     /// How long without work before the device goes idle while wakes are posted (at most
     /// `idle_after`).
     pub posted_idle_after: Duration,
-    /// Whether the posted spin paid off in the recent idle periods (kept while it [`adapts`]).
+    /// Whether the posted spin paid off in the recent idle periods of each side (kept while
+    /// it [`adapts`]).
     ///
     /// [`adapts`]: Backoff::adapts
-    history: SpinHistory,
+    history: SideHistories,
 }
 
 impl Backoff {
@@ -119,7 +132,7 @@ impl Backoff {
             expect_spin: cfg.expect_spin,
             idle_after: cfg.idle_after,
             posted_idle_after: cfg.posted_idle_after,
-            history: SpinHistory::default(),
+            history: SideHistories::default(),
         })
     }
 
@@ -134,33 +147,37 @@ impl Backoff {
     }
 
     /// Work came `gap` after the end of the last work (a sleep in between does not move that
-    /// end): the idle period, if one began, ends, and the history (while it adapts) records
-    /// its gap under the way it took.
-    pub fn work_came(&mut self, gap: Duration) {
+    /// end), first from `side`: the idle period, if one began, ends, and the record of the
+    /// side it followed (while the backoff adapts) takes its gap under the way it took; the
+    /// next period follows `side`.
+    pub fn work_came(&mut self, gap: Duration, side: Side) {
         if self.adapts() {
-            self.history.work_came(gap);
+            self.history.work_came(gap, side);
         }
     }
 
     /// What to do `idle_for` after the last work, with an answer `expecting` or not, with
     /// wakes `posted` through the companion or trapped. Adaptive, a posted spin is spun only
-    /// in idle periods where the history says it brings the next work sooner than sleeping at
-    /// once (decided at the period's first pass);
-    /// trapped wakes spin regardless (a trapped wake costs the vCPU a round trip, and without
-    /// a spin such a device naps, a nap that ends late).
+    /// in idle periods where the record of the side they follow says it brings the next work
+    /// sooner than sleeping at once (decided at the period's first pass); trapped wakes spin
+    /// regardless (a trapped wake costs the vCPU a round trip, and without a spin such a
+    /// device naps, a nap that ends late). An expected answer spins the expect spin, the
+    /// record not asked: such a period neither spun the posted spin nor slept at once, and
+    /// filed under either it would skew that way's gaps.
     pub fn next_step(&mut self, idle_for: Duration, expecting: bool, posted: bool) -> Step {
-        let spin = if !posted {
-            self.spin
-        } else if !self.adapts() || self.history.spins() {
-            self.posted_spin
+        let expect = if expecting {
+            self.expect_spin
         } else {
             Duration::ZERO
         };
-        let spin = if expecting {
-            self.expect_spin.max(spin)
+        let spin = if !posted {
+            self.spin
+        } else if expect.is_zero() && self.adapts() && !self.history.spins() {
+            Duration::ZERO
         } else {
-            spin
+            self.posted_spin
         };
+        let spin = spin.max(expect);
         let idle_after = if posted {
             self.posted_idle_after.min(self.idle_after)
         } else {
@@ -174,116 +191,6 @@ impl Backoff {
         } else {
             Step::Idle
         }
-    }
-}
-
-/// How many recent idle periods of each way (spun, slept at once) [`SpinHistory`] weighs.
-const HISTORY: usize = 8;
-/// Every this many idle periods the device takes the way it does not prefer, so that way's
-/// record stays fresh. Odd: a ping-pong's idle periods alternate between its two sides, which
-/// answer after different gaps, and an even interval would try the other way on one side only.
-pub const PROBE_EVERY: u32 = 7;
-
-/// How much sooner a spin's typical gap must be than a sleep's for the device to spin: at least
-/// this many µs, and at least 1/[`SPIN_MARGIN_DIV`] of the sleep's gap. Where the way makes no
-/// difference (the gaps are the workload's), the two typicals differ by noise alone, and
-/// without a margin that noise would make the device spin in about half its periods.
-const SPIN_MARGIN_MIN_US: u64 = 2;
-const SPIN_MARGIN_DIV: u64 = 8;
-
-/// Which way of ending an idle period brings the next work sooner on this device now: spinning
-/// the posted spin, or sleeping at once (a posted wake then ends the sleep). Each way keeps the
-/// gaps (from the last work to the next) of its last [`HISTORY`] periods; the device takes the
-/// way whose typical gap ([`Gaps::typical`]) is shorter, sleeping unless the spin's is shorter
-/// by a margin (a spin must bring the work sooner to earn the core it holds), and every
-/// [`PROBE_EVERY`]th period the other.
-///
-/// Why the gap itself and not "did the work come within the spin": where the device's spin
-/// holds the core the awaited party needs, a spin only delays it (the host bench at window 64;
-/// a loopback guest whose vCPU the data path preempted answered 13 µs after the device slept
-/// at once and 23 µs after a 10 µs spin), and where it does not, sleeping can cost more than
-/// the spin (a loopback guest with both vCPUs busy answered 35-45 µs after the device slept at
-/// once and 20-25 µs after a spin, docs/benchmarks/session-19-spin.md). Only the gaps say which.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct SpinHistory {
-    /// Gaps of the last periods that spun.
-    spun: Gaps,
-    /// Gaps of the last periods that slept at once.
-    slept: Gaps,
-    /// Periods since the last one that took the way not preferred.
-    unprobed: u32,
-    /// Whether the current idle period spins (None: not decided yet, work was done since).
-    spins: Option<bool>,
-}
-
-impl Default for SpinHistory {
-    /// A new device has no gaps: both ways count as instant until tried, so it tries both
-    /// before it prefers one.
-    fn default() -> SpinHistory {
-        SpinHistory {
-            spun: Gaps::default(),
-            slept: Gaps::default(),
-            unprobed: 0,
-            spins: None,
-        }
-    }
-}
-
-impl SpinHistory {
-    /// Whether this idle period spins: decided at its first pass without work, then kept.
-    fn spins(&mut self) -> bool {
-        if let Some(s) = self.spins {
-            return s;
-        }
-        let slept = self.slept.typical();
-        let prefer =
-            self.spun.typical() + (slept / SPIN_MARGIN_DIV).max(SPIN_MARGIN_MIN_US) < slept;
-        let probe = self.unprobed + 1 >= PROBE_EVERY;
-        self.unprobed = if probe { 0 } else { self.unprobed + 1 };
-        let s = prefer != probe;
-        self.spins = Some(s);
-        s
-    }
-
-    /// Work came `gap` after the last work: the idle period ends and its gap is recorded under
-    /// the way it took (a no-op unless one was decided, i.e. a pass without work came between).
-    fn work_came(&mut self, gap: Duration) {
-        match self.spins.take() {
-            Some(true) => self.spun.record(gap),
-            Some(false) => self.slept.record(gap),
-            None => {}
-        }
-    }
-}
-
-/// The last [`HISTORY`] gaps of one way, in µs (saturating: a device idle for an hour weighs
-/// as one idle for 71 minutes), oldest overwritten first.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-struct Gaps {
-    us: [u32; HISTORY],
-    /// How many of `us` were recorded (at most [`HISTORY`]).
-    len: usize,
-    next: usize,
-}
-
-impl Gaps {
-    fn record(&mut self, gap: Duration) {
-        self.us[self.next] = u32::try_from(gap.as_micros()).unwrap_or(u32::MAX);
-        self.next = (self.next + 1) % HISTORY;
-        self.len = (self.len + 1).min(HISTORY);
-    }
-
-    /// The mean of the middle half of the recorded gaps (0 if none: an untried way looks
-    /// instant, so it is tried). Two long gaps (a host that took the core away for a tick)
-    /// move it by a place each, not by their length; a mix of two kinds of period (a
-    /// ping-pong's two sides) weighs both.
-    fn typical(&self) -> u64 {
-        let mut sorted = self.us;
-        let recorded = &mut sorted[..self.len];
-        recorded.sort_unstable();
-        let middle = &recorded[self.len / 4..self.len - self.len / 4];
-        let sum: u64 = middle.iter().map(|&g| u64::from(g)).sum();
-        sum.checked_div(middle.len() as u64).unwrap_or(0)
     }
 }
 
@@ -328,6 +235,7 @@ impl Expectation {
 
 #[cfg(test)]
 mod tests {
+    use super::history::{HISTORY, PROBE_EVERY};
     use super::*;
 
     const IDLE_AFTER: Duration = Duration::from_millis(20);
@@ -344,7 +252,7 @@ mod tests {
             expect_spin: us(expect_spin_us),
             idle_after: IDLE_AFTER,
             posted_idle_after: us(200),
-            history: SpinHistory::default(),
+            history: SideHistories::default(),
         }
     }
 
@@ -511,141 +419,9 @@ mod tests {
         assert!(err.contains("at most the spin"), "{err}");
     }
 
-    /// One idle period on `h` in a world where work comes `spun_us` after the last work when
-    /// the device spins and `slept_us` when it sleeps at once; returns whether it spun.
-    fn period(h: &mut SpinHistory, spun_us: u64, slept_us: u64) -> bool {
-        let spun = h.spins();
-        assert_eq!(h.spins(), spun, "decided once per period");
-        h.work_came(us(if spun { spun_us } else { slept_us }));
-        spun
-    }
-
-    /// How many of `n` periods spin after a new device's first 4 × [`HISTORY`] in this world.
-    fn spun_of(n: u32, spun_us: u64, slept_us: u64) -> u32 {
-        let mut h = SpinHistory::default();
-        for _ in 0..4 * HISTORY {
-            period(&mut h, spun_us, slept_us);
-        }
-        (0..n).filter(|_| period(&mut h, spun_us, slept_us)).count() as u32
-    }
-
-    #[test]
-    fn where_the_spin_delays_the_awaited_party_the_device_sleeps_at_once_and_probes() {
-        // A loopback guest whose vCPU the data path preempted: it answers 13 µs after the
-        // device slept at once, 23 µs after a 10 µs spin. The host bench at window 64 alike.
-        assert_eq!(
-            spun_of(10 * PROBE_EVERY, 23, 13),
-            10,
-            "only one probe in {PROBE_EVERY} periods spins"
-        );
-    }
-
-    #[test]
-    fn where_sleeping_costs_more_than_the_spin_the_device_spins_even_past_the_spin() {
-        // A loopback guest with both vCPUs busy: 35-45 µs after the device slept at once,
-        // 20-25 µs after a spin. Work later than the spin, yet the spin brought it sooner.
-        assert_eq!(
-            spun_of(10 * PROBE_EVERY, 22, 40),
-            10 * (PROBE_EVERY - 1),
-            "all but one period in {PROBE_EVERY} spin"
-        );
-    }
-
-    #[test]
-    fn a_ping_pongs_two_sides_are_weighed_together() {
-        // Loopback ib_send_lat with the data path on the client's core: the server answers
-        // within a pass either way, the client 13 µs after a sleep or 23 after a spin. The
-        // quick side must not make the device spin for the slow one.
-        let mut h = SpinHistory::default();
-        let mut side = 0;
-        let mut spun = 0;
-        for i in 0..20 * PROBE_EVERY {
-            side ^= 1;
-            let s = if side == 0 {
-                period(&mut h, 1, 1)
-            } else {
-                period(&mut h, 23, 13)
-            };
-            if i >= 6 * PROBE_EVERY && s {
-                spun += 1;
-            }
-        }
-        assert_eq!(spun, 14, "only the probes spin");
-    }
-
-    #[test]
-    fn a_long_gap_now_and_then_does_not_change_the_way() {
-        let mut h = SpinHistory::default();
-        for _ in 0..4 * HISTORY {
-            period(&mut h, 22, 40);
-        }
-        // One period in eight lost the core for a tick, whichever way it took.
-        let spun = (0..8 * PROBE_EVERY)
-            .filter(|i| {
-                let tick = if i % 8 == 0 { 4_000 } else { 0 };
-                period(&mut h, 22 + tick, 40 + tick)
-            })
-            .count() as u32;
-        assert_eq!(spun, 8 * (PROBE_EVERY - 1), "still spins, probes aside");
-    }
-
-    #[test]
-    fn where_the_way_makes_no_difference_the_device_sleeps_probes_aside() {
-        // The gaps are the workload's (±10 % noise, the same either way): only the probes spin.
-        for base in [30, 200, 1_000, 100_000] {
-            let mut h = SpinHistory::default();
-            let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
-            let mut noisy = || {
-                seed = seed
-                    .wrapping_mul(6_364_136_223_846_793_005)
-                    .wrapping_add(1_442_695_040_888_963_407);
-                base * (90 + (seed >> 33) % 21) / 100
-            };
-            for _ in 0..4 * HISTORY {
-                let gap = noisy();
-                period(&mut h, gap, gap);
-            }
-            let n = 100 * PROBE_EVERY;
-            let spun = (0..n)
-                .filter(|_| {
-                    let gap = noisy();
-                    period(&mut h, gap, gap)
-                })
-                .count() as u32;
-            assert_eq!(
-                spun,
-                n / PROBE_EVERY,
-                "gaps of {base} µs: only the probes spin"
-            );
-        }
-    }
-
-    #[test]
-    fn a_device_tries_both_ways_before_it_prefers_one() {
-        let mut h = SpinHistory::default();
-        let first: Vec<bool> = (0..2 * HISTORY).map(|_| period(&mut h, 23, 13)).collect();
-        assert!(!first[0], "a tie sleeps: the spin must earn its core");
-        let spun = first.iter().filter(|&&s| s).count();
-        assert!(
-            (3..HISTORY).contains(&spun),
-            "{spun} spins among the first {} periods: {first:?}",
-            2 * HISTORY
-        );
-    }
-
-    #[test]
-    fn a_period_without_a_pass_that_found_nothing_is_not_counted() {
-        let mut h = SpinHistory::default();
-        for _ in 0..4 * HISTORY {
-            period(&mut h, 23, 13);
-        }
-        let before = h;
-        h.work_came(us(3));
-        assert_eq!(h, before, "work after work: no idle period");
-    }
-
-    /// One idle period on `b` with posted wakes in the world of [`period`]: the step of its
-    /// first pass without work, then the work that ends it.
+    /// One idle period on `b` with posted wakes, in a world where work comes `spun_us` after
+    /// the last work when the device spins and `slept_us` when it sleeps at once: the step of
+    /// its first pass without work, then the work that ends it (from nothing QP-specific).
     fn posted_period(b: &mut Backoff, spun_us: u64, slept_us: u64) -> Step {
         let step = b.next_step(us(0), false, true);
         assert_eq!(
@@ -653,11 +429,14 @@ mod tests {
             step,
             "decided once per period"
         );
-        b.work_came(us(if step == Step::Spin {
-            spun_us
-        } else {
-            slept_us
-        }));
+        b.work_came(
+            us(if step == Step::Spin {
+                spun_us
+            } else {
+                slept_us
+            }),
+            Side::OTHER,
+        );
         step
     }
 
@@ -687,7 +466,7 @@ mod tests {
                 Step::Spin,
                 "trapped wakes spin regardless"
             );
-            b.work_came(us(30));
+            b.work_came(us(30), Side::OTHER);
         }
         assert_eq!(b.history, before, "trapped wakes' periods are not weighed");
         assert_eq!(
@@ -721,5 +500,35 @@ mod tests {
             no_spin.history, adaptive.history,
             "no posted spin: nothing to adapt, nothing recorded"
         );
+    }
+
+    #[test]
+    fn an_expected_answer_spins_the_expect_spin_and_leaves_the_record_alone() {
+        let mut b = Backoff {
+            adaptive: true,
+            posted_idle_after: Duration::ZERO,
+            ..backoff(200)
+        };
+        for _ in 0..4 * HISTORY {
+            posted_period(&mut b, 30, 15);
+        }
+        let before = b.history;
+        for _ in 0..3 * HISTORY {
+            assert_eq!(
+                b.next_step(us(150), true, true),
+                Step::Spin,
+                "an expected answer spins the expect spin whatever the record"
+            );
+            // The answer came within the expect spin: no way of the record's took it.
+            b.work_came(us(160), Side::OTHER);
+        }
+        assert_eq!(
+            b.history, before,
+            "the expect spin's periods are filed under neither way"
+        );
+        let idle = (0..PROBE_EVERY)
+            .filter(|_| posted_period(&mut b, 30, 15) == Step::Idle)
+            .count() as u32;
+        assert_eq!(idle, PROBE_EVERY - 1, "the record's way is as before");
     }
 }

@@ -24,8 +24,11 @@ impl DataPath {
             &mut news,
         );
         for &qpn in &news.qps {
-            work |= self.process_sq(qpn);
-            work |= self.process_rq(qpn);
+            let qp_work = self.process_sq(qpn) | self.process_rq(qpn);
+            if qp_work && self.work_side.is_none() {
+                self.work_side = Some(Side::doorbell(qpn));
+            }
+            work |= qp_work;
             self.keep_news(qpn, &slot_by_slot);
         }
         work |= self.check_cq_arms(&news.cqs);

@@ -13,7 +13,8 @@ impl DataPath {
             let Some(p) = self.loopback.pop_front() else {
                 break;
             };
-            deliver(&mut self.engine, &mut self.hw, &p, None);
+            let side = deliver(&mut self.engine, &mut self.hw, &p, None);
+            self.work_side = self.work_side.or(side);
             p.recycle();
             self.run_deferred();
             work = true;
@@ -147,12 +148,14 @@ impl DataPath {
         self.hw.stats[STAT_PORT_RX_FRAMES] += n as u64;
         let (mac, max_frame) = (port.mac(), port.max_frame());
         let mut to_netdev: Vec<FrameRef> = Vec::new();
+        let mut first_side = None;
         for (f, fold) in port.frames_folded() {
             match frame::sort_received(f, fold, &mac, max_frame, |g| {
                 self.hw.is_own_gid(g) || self.hw.has_mcast_group(g)
             }) {
                 Arrival::Roce(range, ip) => {
-                    deliver(&mut self.engine, &mut self.hw, &f[range], Some(ip));
+                    let side = deliver(&mut self.engine, &mut self.hw, &f[range], Some(ip));
+                    first_side = first_side.or(side);
                 }
                 Arrival::Netdev => to_netdev.push(FrameRef::whole(f)),
                 Arrival::Drop(counter) => self.hw.stats[counter] += 1,
@@ -168,6 +171,7 @@ impl DataPath {
             };
             count_forwarded(&mut self.hw, forwarded);
         }
+        self.work_side = self.work_side.or(first_side);
         n
     }
 
@@ -268,11 +272,13 @@ fn count_forwarded(hw: &mut Hw, f: Forwarded) {
 
 /// Hands a received packet to the transport, unless the port is down (no link, no packets):
 /// parsed once, from behind the IP header if the port's frame check read it (`ip`). The one
-/// place received packets are counted.
-fn deliver(engine: &mut Engine, hw: &mut Hw, packet: &[u8], ip: Option<IpView>) {
+/// place received packets are counted. Returns the side of the device's work the packet is
+/// (its QP, and whether it answers a request: the adaptive spin's record, `spin::history`), if
+/// it parsed.
+fn deliver(engine: &mut Engine, hw: &mut Hw, packet: &[u8], ip: Option<IpView>) -> Option<Side> {
     if !hw.port_up() {
         hw.rx_port_down_drops += 1;
-        return;
+        return None;
     }
     hw.stats[STAT_RX_PACKETS] += 1;
     hw.stats[STAT_RX_BYTES] += packet.len() as u64;
@@ -281,9 +287,11 @@ fn deliver(engine: &mut Engine, hw: &mut Hw, packet: &[u8], ip: Option<IpView>) 
         None => wire::parse_packet(packet),
     };
     hw.shared.wqe_trace.frame_in(&parsed);
-    if let Ok(p) = &parsed {
+    let side = parsed.as_ref().ok().map(|p| {
         hw.counters.destination(true, &p.dgid);
-    }
+        Side::packet(p.hdr.bth.dest_qpn, p.info.class.is_response())
+    });
     // Drops (bad ICRC, no such QP, ...) are counted by the engine.
     let _ = engine.receive_parsed(hw, parsed);
+    side
 }
