@@ -149,20 +149,7 @@ fn while_the_flight_is_full_rc_doorbells_are_parked_and_ud_sends_and_flushes_go_
         posted.elapsed()
     );
 
-    // A local operation at the head of an RC QP's SQ needs no flight: it is taken at once,
-    // not parked (a LOCAL_INV of a key that is no window or fast-registered MR: it completes
-    // in error, which also shows it ran).
-    let fetches = sender.sq_fetches.load(Ordering::SeqCst);
-    let local = &mut qps[LATE + 1];
-    let inv = with_rdma(
-        send_wqe(901, WR_LOCAL_INV, WQE_FLAG_SIGNALED, &[]),
-        0,
-        src_key,
-    );
-    a.post_send(local, &inv);
-    let c = a.wait_cqe(&mut a_cq);
-    assert_eq!((c.wr_id, c.opcode), (901, WC_OPC_LOCAL_INV), "{c:?}");
-    assert_eq!(sender.sq_fetches.load(Ordering::SeqCst), fetches + 1);
+    local_op_goes_at_once(&mut a, &mut qps[LATE + 1], &mut a_cq, src_key);
 
     // A parked QP moved to the error state flushes its WQE at once, not at a turn.
     let flushed = 3;
@@ -188,6 +175,19 @@ fn while_the_flight_is_full_rc_doorbells_are_parked_and_ud_sends_and_flushes_go_
         })
         .collect();
     arrived(&b, dst, &data, done, &expected);
+}
+
+/// A local operation at the head of an RC QP's SQ needs no flight: it is taken at once while
+/// the flight is full, not parked (a LOCAL_INV of a key that is no window or fast-registered
+/// MR: it completes in error, which also shows it ran).
+fn local_op_goes_at_once(a: &mut TestDriver, qp: &mut TestQp, cq: &mut TestCq, key: Key) {
+    let sender = a.shared().clone();
+    let fetches = sender.sq_fetches.load(Ordering::SeqCst);
+    let inv = with_rdma(send_wqe(901, WR_LOCAL_INV, WQE_FLAG_SIGNALED, &[]), 0, key);
+    a.post_send(qp, &inv);
+    let c = a.wait_cqe(cq);
+    assert_eq!((c.wr_id, c.opcode), (901, WC_OPC_LOCAL_INV), "{c:?}");
+    assert_eq!(sender.sq_fetches.load(Ordering::SeqCst), fetches + 1);
 }
 
 /// The WRITEs completed (`done`, by wr_id: the offset written) are those `expected`, each one's
