@@ -93,8 +93,8 @@ struct Args {
     /// (the gaps of the device's recent idle periods that spun against those that slept, kept
     /// per side of its work: the QP whose doorbell or packet ended the idle period before),
     /// else sleep at once and leave the core to whoever the device waits for
-    /// (docs/benchmarks/session-19-spin.md, session-20-spin.md). Default: $ROX_NIC_ADAPTIVE_SPIN (1 or 0), else
-    /// off.
+    /// (docs/benchmarks/session-19-spin.md, session-20-spin.md). Default:
+    /// $ROX_NIC_ADAPTIVE_SPIN (1 or 0), else off.
     #[arg(long, value_name = "BOOL", action = clap::ArgAction::Set)]
     adaptive_spin: Option<bool>,
     /// Microseconds the data path keeps polling after its last work while an answer is

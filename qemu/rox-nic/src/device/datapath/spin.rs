@@ -29,7 +29,8 @@
 //! than sleeping at once: for each side of the device's work (the QP whose doorbell or packet
 //! ended the idle period before, [`history`]), the backoff keeps the gaps of the recent idle
 //! periods that followed it and spun and of those that slept, takes the way whose gaps are
-//! shorter and the other one period in [`PROBE_EVERY`](history::PROBE_EVERY) (docs/benchmarks/session-19-spin.md;
+//! shorter and the other one period in [`PROBE_EVERY`](history::PROBE_EVERY)
+//! (docs/benchmarks/session-19-spin.md;
 //! Session 15's first rule, "spin while half the periods ended within the spin", spun for the
 //! side of a loopback ping-pong that the spin delayed and slept where sleeping cost more;
 //! Session 19's one record for the whole device weighed a ping-pong's two sides together and
@@ -170,9 +171,13 @@ impl Backoff {
         } else {
             Duration::ZERO
         };
+        let asked = posted && expect.is_zero() && self.adapts();
+        if self.adapts() && !asked {
+            self.history.unasked_period();
+        }
         let spin = if !posted {
             self.spin
-        } else if expect.is_zero() && self.adapts() && !self.history.spins() {
+        } else if asked && !self.history.spins() {
             Duration::ZERO
         } else {
             self.posted_spin
