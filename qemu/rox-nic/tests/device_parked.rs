@@ -51,6 +51,13 @@ fn two_passes(shared: &Arc<Shared>) {
     });
 }
 
+/// An RDMA WRITE of `len` bytes at offset `at` of buffer `src` to the same offset of `dst`
+/// (wr_id: the offset).
+fn write_at(src: (u64, Key), dst: (u64, Key), at: u64, len: u64) -> SqWqe {
+    let sge = sge(src.0 + at, len as u32, src.1);
+    rdma_wqe(at, WR_RDMA_WRITE, sge, dst.0 + at, dst.1)
+}
+
 /// Waits until the sender's flight is full and stays so (the receiver is held): two whole
 /// passes of its data path sent nothing more, so an ACK the receiver sent before its hold
 /// has been read and its room used (whatever the host's scheduling).
@@ -88,15 +95,7 @@ fn while_the_flight_is_full_rc_doorbells_are_parked_and_ud_sends_and_flushes_go_
 
     // The flight fills and stays full: the receiver holds after its first receive.
     hold.arm();
-    let write = |at: u64, len: u64| {
-        rdma_wqe(
-            at,
-            WR_RDMA_WRITE,
-            sge(src + at, len as u32, src_key),
-            dst + at,
-            dst_key,
-        )
-    };
+    let write = |at, len| write_at((src, src_key), (dst, dst_key), at, len);
     a.post_send(&mut qps[0], &write(0, BIG));
     wait_until("the receiver never took a frame", || hold.is_held());
     settled_at_full_flight(&mut a);
@@ -223,15 +222,7 @@ fn a_doorbell_the_idle_rescan_finds_after_the_flight_emptied_is_sent() {
     a.ram.write(src, &data);
     let sender = a.shared().clone();
     let receiver = b.shared().clone();
-    let write = |at: u64, len: u64| {
-        rdma_wqe(
-            at,
-            WR_RDMA_WRITE,
-            sge(src + at, len as u32, src_key),
-            dst + at,
-            dst_key,
-        )
-    };
+    let write = |at, len| write_at((src, src_key), (dst, dst_key), at, len);
 
     // The sender's budget counts a full flight (one WRITE of exactly the port's flight): the
     // receiver holds after its first receive while the sender's passes go on; then every ACK comes and no QP waits (no new count).
