@@ -130,6 +130,13 @@ impl<'bound> RoxDev<'bound> {
         self.store_slot(SlotStore::Ring, slot, a, b);
     }
 
+    /// Writes a kernel QP's SQ producer index to its slot as [`Self::kernel_doorbell`] does,
+    /// as `store` says (`SlotStore::sq`): an RC SQ's WQEs that all send packets wake no idle
+    /// device whose port's flight is full.
+    pub(crate) fn kernel_sq_doorbell(&self, slot: u32, producer: u32, store: SlotStore) {
+        self.store_slot(store, slot, Some(producer), None);
+    }
+
     /// Publishes a kernel CQ's consumer index in its slot: no news and no wake
     /// (`SlotStore::ConsumerIndex`), but a read of all-ones marks the device dead as after a
     /// ring. Nothing on a dead device.
@@ -167,7 +174,13 @@ impl<'bound> RoxDev<'bound> {
         let idle = self
             .db_bar
             .read32(core::mem::offset_of!(regs::DbPage, device_idle));
-        match store.after(idle) {
+        // After `device_idle`'s read (readl orders the reads after it), as the device stores
+        // this word before `device_idle`: an idle device's word is the one it announced.
+        let rc_sq_no_wake = || {
+            self.db_bar
+                .read32(core::mem::offset_of!(regs::DbPage, rc_sq_no_wake))
+        };
+        match store.after(idle, rc_sq_no_wake) {
             AfterStore::Nothing => {}
             AfterStore::Wake => {
                 // A companion removed since (or being removed) is no wake: the trapped one then.
