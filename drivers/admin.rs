@@ -235,11 +235,6 @@ impl AdminQueue {
     }
 }
 
-/// Makes a device whose admin queue broke forget every ring and object, so nothing it runs
-/// later can reach memory the driver frees. The device stays unusable (every command answers
-/// EIO) until the driver is bound again. Returns once the reset is over (`STATUS_READY`), so
-/// the caller (e.g. the mmu notifier after a failed ODP unmap) knows the device no longer uses
-/// any page.
 /// How long a reset may take, and how often to look.
 const RESET_TIMEOUT_US: i64 = 5_000_000;
 const RESET_POLL_US: i64 = 1000;
@@ -261,7 +256,13 @@ pub(crate) fn reset(regs: &Regs<'_>) -> Result {
     Ok(())
 }
 
-fn quiesce(regs: &Regs<'_>) {
+/// Makes a device whose admin queue broke, or whose bring-up failed after its admin queue was
+/// enabled, forget every ring and object, so nothing it runs later can reach memory the driver
+/// frees; a device that does not come back from the reset is logged. A broken queue's device
+/// stays unusable (every command answers EIO) until the driver is bound again. Returns once
+/// the reset is over (`STATUS_READY`), so the caller (e.g. the mmu notifier after a failed ODP
+/// unmap) knows the device no longer uses any page.
+pub(crate) fn quiesce(regs: &Regs<'_>) {
     if reset(regs).is_err() {
         pr_err!("rox: device did not come back from a reset\n");
     }

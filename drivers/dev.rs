@@ -130,6 +130,13 @@ impl<'bound> RoxDev<'bound> {
         self.store_slot(SlotStore::Ring, slot, a, b);
     }
 
+    /// Writes a kernel QP's SQ producer index to its slot as [`Self::kernel_doorbell`] does,
+    /// as `store` says (`SlotStore::sq`): an RC SQ's WQEs that all send packets wake no idle
+    /// device whose port's flight is full.
+    pub(crate) fn kernel_sq_doorbell(&self, slot: u32, producer: u32, store: SlotStore) {
+        self.store_slot(store, slot, Some(producer), None);
+    }
+
     /// Publishes a kernel CQ's consumer index in its slot: no news and no wake
     /// (`SlotStore::ConsumerIndex`), but a read of all-ones marks the device dead as after a
     /// ring. Nothing on a dead device.
@@ -167,7 +174,13 @@ impl<'bound> RoxDev<'bound> {
         let idle = self
             .db_bar
             .read32(core::mem::offset_of!(regs::DbPage, device_idle));
-        match store.after(idle) {
+        // After `device_idle`'s read (readl orders the reads after it), as the device stores
+        // this word before `device_idle`: an idle device's word is the one it announced.
+        let rc_sq_no_wake = || {
+            self.db_bar
+                .read32(core::mem::offset_of!(regs::DbPage, rc_sq_no_wake))
+        };
+        match store.after(idle, rc_sq_no_wake) {
             AfterStore::Nothing => {}
             AfterStore::Wake => {
                 // A companion removed since (or being removed) is no wake: the trapped one then.
@@ -354,6 +367,66 @@ fn fail_user_qps(dev: &RoxDev<'_>) -> usize {
     failed
 }
 
+/// What the device answers at bring-up over its admin queue, and what the driver maps and
+/// allocates by those answers: the parts of a [`RoxDev`] made while the device holds the admin
+/// ring's address and no `RoxDev` (whose drop resets the device) exists yet.
+struct Queried<'bound> {
+    attr: admin::DeviceAttr,
+    port: admin::PortAttr,
+    mac: [u8; 6],
+    /// `eqs[0]` is `EQ_ADMIN_ASYNC`; not yet given to the device.
+    eqs: KVec<EventQueue>,
+    db_bar: DbBar<'bound>,
+}
+
+impl<'bound> Queried<'bound> {
+    /// Enables `queue` on the device (it gets the ring's address) and asks it what a `RoxDev`
+    /// needs. On any error the device is reset before this returns, so that it forgets the
+    /// ring before the caller's error path frees it: a refused query must not leave the device
+    /// holding the address of freed memory (a command or completion written there later).
+    fn enable_and_query(
+        bound: &'bound pci::Device<Bound>,
+        regs: &Regs<'_>,
+        queue: &AdminQueue,
+    ) -> Result<Self> {
+        let queried = queue
+            .enable(regs)
+            .and_then(|()| Self::query(bound, regs, queue));
+        if queried.is_err() {
+            crate::admin::quiesce(regs);
+        }
+        queried
+    }
+
+    fn query(
+        bound: &'bound pci::Device<Bound>,
+        regs: &Regs<'_>,
+        queue: &AdminQueue,
+    ) -> Result<Self> {
+        let dev = bound.as_ref();
+        let (attr, ()) = queue.query::<admin::QueryDevice, _>(dev, regs, 0)?;
+        let (port, ()) = queue.query::<admin::QueryPort, _>(dev, regs, admin::PORT_NUM.into())?;
+        let admin::MacAddr(mac) = queue.run::<admin::ReadMac>(regs, Default::default())?;
+        let num_comp = attr.num_comp_eqs.min(regs::MAX_EQS - 1).min(MAX_COMP_EQS);
+        if num_comp == 0 {
+            dev_err!(dev, "device offers no completion event queue\n");
+            return Err(ENODEV);
+        }
+        let mut eqs = KVec::with_capacity(num_comp as usize + 1, GFP_KERNEL)?;
+        for eqn in 0..=num_comp {
+            eqs.push(EventQueue::new(dev, eqn)?, GFP_KERNEL)?;
+        }
+        let db_bar = map_doorbells(bound, attr.caps)?;
+        Ok(Self {
+            attr,
+            port,
+            mac,
+            eqs,
+            db_bar,
+        })
+    }
+}
+
 /// The PCI driver's data of one bound rox-nic. Fields drop in order: the companion's removal
 /// watch first (no removal is handled afterwards; one in progress is waited for), then the
 /// ib_device (no verb runs afterwards), then the interrupts, then the device state (reset). EQ 0's
@@ -390,57 +463,56 @@ impl<'bound> RoxPci<'bound> {
         crate::admin::reset(&regs)
             .inspect_err(|_| dev_err!(dev, "device did not come out of reset\n"))?;
 
+        // Allocated before the device holds an address of the driver's: an error returns
+        // with nothing to take back.
         let admin = AdminQueue::new(dev)?;
-        admin.enable(&regs)?;
-        let (attr, ()) = admin.query::<admin::QueryDevice, _>(dev, &regs, 0)?;
-        let (port, ()) = admin.query::<admin::QueryPort, _>(dev, &regs, admin::PORT_NUM.into())?;
-        let admin::MacAddr(mac) = admin.run::<admin::ReadMac>(&regs, Default::default())?;
-
-        let num_comp = attr.num_comp_eqs.min(regs::MAX_EQS - 1).min(MAX_COMP_EQS);
-        if num_comp == 0 {
-            dev_err!(dev, "device offers no completion event queue\n");
-            return Err(ENODEV);
-        }
-        let mut eqs = KVec::with_capacity(num_comp as usize + 1, GFP_KERNEL)?;
-        for eqn in 0..=num_comp {
-            eqs.push(EventQueue::new(dev, eqn)?, GFP_KERNEL)?;
-        }
+        let registry = KBox::pin_init(Registry::new(), GFP_KERNEL)?;
+        let odp_mrs = crate::odp::OdpMrs::new()?;
+        let kernel_slots = DbSlots::new_page()?;
+        let dead = DeadState::new()?;
+        let ctrl_bar_start = bound.resource_start(regs::BAR_CTRL)?;
+        let db_bar_start = bound.resource_start(regs::BAR_DB)?;
+        // Resets the device on its errors (the admin ring's address is then the device's).
+        let queried = Queried::enable_and_query(bound, &regs, &admin)?;
 
         // After the reset (which sets the mode back to trapped), before the ib_device exists.
         // The device hears the mode only once `rox` owns it (below).
         let wake = crate::wake::setup(bound, &regs);
-        let db_bar = map_doorbells(bound, attr.caps)?;
+        // Nothing fails from the queries to here. From here a failed probe drops the `RoxDev`
+        // (also when `Arc::new` cannot allocate: it drops its value), whose reset makes the
+        // device forget its rings before they are freed, and trapped again.
         let rox = Arc::new(
             RoxDev {
                 pdev: bound,
                 regs,
                 admin,
-                eqs,
-                attr,
-                port,
-                mac,
-                registry: KBox::pin_init(Registry::new(), GFP_KERNEL)?,
-                odp_mrs: crate::odp::OdpMrs::new()?,
+                eqs: queried.eqs,
+                attr: queried.attr,
+                port: queried.port,
+                mac: queried.mac,
+                registry,
+                odp_mrs,
                 db_pages: DbPages::new(regs::DB_PAGE_KERNEL + 1, regs::DB_PAGE_COUNT),
-                db_bar,
-                kernel_slots: DbSlots::new_page()?,
-                dead: DeadState::new()?,
+                db_bar: queried.db_bar,
+                kernel_slots,
+                dead,
                 next_pd: AtomicU32::new(1),
-                ctrl_bar_start: bound.resource_start(regs::BAR_CTRL)?,
-                db_bar_start: bound.resource_start(regs::BAR_DB)?,
+                ctrl_bar_start,
+                db_bar_start,
                 wake,
             },
             GFP_KERNEL,
         )?;
-        // From here a failed probe drops `rox`, whose reset makes the device trapped again.
         crate::wake::apply(bound, &rox.regs, &rox.wake);
         // As soon as there is a `RoxDev` to switch back (a removal since `wake::setup` is not
         // seen: known limit, driver.md); before the ib_device, no user mapping to revoke.
         let companion_watch = crate::wake::watch(dev, &rox.wake, CompanionGone(rox.clone()))?;
 
-        let irqs = MsixIrqs::new(bound, num_comp + 1, c"rox-eq", |eqn| EqHandler {
-            dev: rox.clone(),
-            eqn,
+        let irqs = MsixIrqs::new(bound, rox.num_comp_vectors() + 1, c"rox-eq", |eqn| {
+            EqHandler {
+                dev: rox.clone(),
+                eqn,
+            }
         })?;
         for eq in rox.eqs.iter() {
             eq.enable(&rox.regs)?;
@@ -470,13 +542,13 @@ impl<'bound> RoxPci<'bound> {
                 "{}: port 1 on {} ({:02x?})\n",
                 ib.name(),
                 n.name(),
-                mac
+                rox.mac
             ),
             None => dev_warn!(
                 dev,
                 "{}: no netdev has MAC {:02x?} yet; port 1 is down\n",
                 ib.name(),
-                mac
+                rox.mac
             ),
         }
         Ok(Self {

@@ -52,14 +52,23 @@ fn failed(check: &'static str) -> Checked {
 mod wq_record_suite {
     use super::{failed, Checked};
     use crate::uapi::verbs;
-    use crate::wq_record::{Posted, WqRecord};
+    use crate::wq_record::{Posted, Unrung, WqRecord};
 
     fn send(wr_id: u64, signaled: bool) -> Posted {
         Posted {
             wr_id,
             signaled,
             wc_opcode: verbs::WC_OPC_SEND,
+            local: false,
         }
+    }
+
+    /// A ring of the entries up to `producer`, all of which send packets.
+    fn packets(producer: u32) -> Option<Unrung> {
+        Some(Unrung {
+            producer,
+            packets_only: true,
+        })
     }
 
     /// Whether retiring the oldest entry one by one yields exactly the wr_ids `expected`.
@@ -169,15 +178,45 @@ mod wq_record_suite {
         let mut slots = [Posted::default(); 4];
         let mut wq = WqRecord::new(&mut slots[..]);
         wq.commit(send(1, true));
-        check!(wq.take_unrung() == Some(1));
+        check!(wq.take_unrung() == packets(1));
         check!(wq.take_unrung().is_none());
         wq.reset();
         check!(!wq.has_outstanding());
         check!(wq.next_slot() == 0);
         wq.commit(send(2, true));
-        check!(wq.take_unrung() == Some(1));
+        check!(wq.take_unrung() == packets(1));
         wq.retire(0);
         check!(!wq.has_outstanding());
+        Ok(())
+    }
+
+    /// An RC SQ's ring may skip the wake only if no entry since the last ring is a local
+    /// operation (`SlotStore::sq`): one among packets makes the whole ring wake, and the next
+    /// ring of packets alone may skip it again.
+    #[test]
+    fn a_ring_says_whether_an_entry_since_the_last_one_is_a_local_operation() -> Checked {
+        let mut slots = [Posted::default(); 8];
+        let mut wq = WqRecord::new(&mut slots[..]);
+        let local_inv = Posted {
+            wc_opcode: verbs::WC_OPC_LOCAL_INV,
+            local: true,
+            ..send(2, true)
+        };
+        wq.commit(send(1, false));
+        wq.commit(local_inv);
+        wq.commit(send(3, true));
+        let with_local = Some(Unrung {
+            producer: 3,
+            packets_only: false,
+        });
+        check!(wq.take_unrung() == with_local);
+        wq.commit(send(4, true));
+        check!(wq.take_unrung() == packets(4));
+        // A local operation posted and then reset away is not the next ring's.
+        wq.commit(local_inv);
+        wq.reset();
+        wq.commit(send(5, true));
+        check!(wq.take_unrung() == packets(1));
         Ok(())
     }
 }
@@ -458,7 +497,22 @@ mod cut_off_suite {
 mod slot_store_suite {
     use super::{failed, Checked};
     use crate::slot_store::{AfterStore, SlotStore};
-    use crate::uapi::regs::{CAP_DB_SUMMARY, DB_DEVICE_IDLE, DB_DEVICE_RUNNING};
+    use crate::uapi::regs::{CAP_DB_SUMMARY, DB_DEVICE_IDLE, DB_DEVICE_RUNNING, DB_RC_SQ_NO_WAKE};
+    use crate::uapi::verbs;
+    use core::cell::Cell;
+
+    /// A page whose `rc_sq_no_wake` reads `word`; `read` says whether it was read.
+    fn page_says(word: u32, read: &Cell<bool>) -> impl FnOnce() -> u32 + '_ {
+        move || {
+            read.set(true);
+            word
+        }
+    }
+
+    /// What follows `store` on a page whose `rc_sq_no_wake` is `word`.
+    fn after_with(store: SlotStore, device_idle: u32, word: u32) -> AfterStore {
+        store.after(device_idle, page_says(word, &Cell::new(false)))
+    }
 
     #[test]
     fn a_consumer_index_stores_no_news_and_wakes_nothing() -> Checked {
@@ -479,10 +533,15 @@ mod slot_store_suite {
 
     #[test]
     fn only_a_ring_or_arm_wakes_a_sleeping_device() -> Checked {
-        check!(SlotStore::Ring.after(DB_DEVICE_IDLE) == AfterStore::Wake);
-        check!(SlotStore::ConsumerIndex.after(DB_DEVICE_IDLE) == AfterStore::Nothing);
-        check!(SlotStore::Ring.after(DB_DEVICE_RUNNING) == AfterStore::Nothing);
-        check!(SlotStore::ConsumerIndex.after(DB_DEVICE_RUNNING) == AfterStore::Nothing);
+        // The page's rc_sq_no_wake concerns RC SQ doorbells of packets alone.
+        for word in [0, DB_RC_SQ_NO_WAKE] {
+            check!(after_with(SlotStore::Ring, DB_DEVICE_IDLE, word) == AfterStore::Wake);
+            let consumer = after_with(SlotStore::ConsumerIndex, DB_DEVICE_IDLE, word);
+            check!(consumer == AfterStore::Nothing);
+            check!(after_with(SlotStore::Ring, DB_DEVICE_RUNNING, word) == AfterStore::Nothing);
+            let consumer = after_with(SlotStore::ConsumerIndex, DB_DEVICE_RUNNING, word);
+            check!(consumer == AfterStore::Nothing);
+        }
         Ok(())
     }
 
@@ -490,8 +549,52 @@ mod slot_store_suite {
     fn every_store_that_reads_all_ones_looks_for_a_removed_device() -> Checked {
         // A kernel CQ poll that found CQEs stores only its consumer index: it must still notice
         // a surprise-removed device, as a ring does.
-        check!(SlotStore::ConsumerIndex.after(u32::MAX) == AfterStore::ConfirmRemoved);
-        check!(SlotStore::Ring.after(u32::MAX) == AfterStore::ConfirmRemoved);
+        let stores = [
+            SlotStore::ConsumerIndex,
+            SlotStore::Ring,
+            SlotStore::RcSqOfPackets,
+        ];
+        for store in stores {
+            check!(after_with(store, u32::MAX, DB_RC_SQ_NO_WAKE) == AfterStore::ConfirmRemoved);
+        }
+        Ok(())
+    }
+
+    /// Only an SQ of a QP that counts in the port's flight (RC; the one rule of uapi's)
+    /// whose new WQEs all send packets may skip the wake; any other SQ rings as before.
+    #[test]
+    fn only_an_rc_sq_of_packets_may_skip_the_wake() -> Checked {
+        let rc = verbs::qp_type_counts_in_flight(verbs::QPT_RC);
+        check!(SlotStore::sq(rc, true) == SlotStore::RcSqOfPackets);
+        check!(SlotStore::sq(rc, false) == SlotStore::Ring);
+        for other in [verbs::QPT_UD, verbs::QPT_UC, verbs::QPT_GSI] {
+            let counts = verbs::qp_type_counts_in_flight(other);
+            check!(SlotStore::sq(counts, true) == SlotStore::Ring);
+            check!(SlotStore::sq(counts, false) == SlotStore::Ring);
+        }
+        // Otherwise a ring: its news byte, and the idle check.
+        check!(SlotStore::RcSqOfPackets.stores_news(CAP_DB_SUMMARY));
+        check!(!SlotStore::RcSqOfPackets.stores_news(!CAP_DB_SUMMARY));
+        check!(SlotStore::RcSqOfPackets.may_wake());
+        Ok(())
+    }
+
+    /// A kernel RC SQ of packets wakes an idle device unless its page says the port's flight
+    /// is full; the word is read only from a sleeping device (a running one needs no wake).
+    #[test]
+    fn an_rc_sq_of_packets_wakes_no_idle_device_whose_flight_is_full() -> Checked {
+        let store = SlotStore::RcSqOfPackets;
+        let full = after_with(store, DB_DEVICE_IDLE, DB_RC_SQ_NO_WAKE);
+        check!(full == AfterStore::Nothing);
+        // 0: a page with an RC QP in the error state, or a device that never writes the word.
+        check!(after_with(store, DB_DEVICE_IDLE, 0) == AfterStore::Wake);
+        check!(after_with(store, DB_DEVICE_IDLE, 7) == AfterStore::Wake);
+        let read = Cell::new(false);
+        let running = store.after(DB_DEVICE_RUNNING, page_says(DB_RC_SQ_NO_WAKE, &read));
+        check!(running == AfterStore::Nothing && !read.get());
+        let read = Cell::new(false);
+        let _ = SlotStore::Ring.after(DB_DEVICE_IDLE, page_says(0, &read));
+        check!(!read.get());
         Ok(())
     }
 }

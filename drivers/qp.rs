@@ -459,6 +459,7 @@ pub(crate) fn post_send(_dev: &RoxDev<'_>, qp: &Qp, wr: &SendWr<'_, RoxVerbs>) -
         wr_id: wr.wr_id(),
         signaled: qp.sq_sig_all || send_flags.contains(SendFlags::SIGNALED),
         wc_opcode: send_wc_opcode(opcode),
+        local: verbs::WrOpcode::from_u8(opcode).is_some_and(verbs::WrOpcode::is_local),
     };
     k.sq.post(wqe, posted)
 }
@@ -476,13 +477,16 @@ fn send_wc_opcode(opcode: u8) -> u8 {
     }
 }
 
-/// Kernel QPs: tells the device about new send WQEs. A dead device completes them in software
-/// (`dead.rs`): its send CQ's poller is kicked instead.
+/// Kernel QPs: tells the device about new send WQEs; an RC QP's that all send packets wake
+/// no idle device whose port's flight is full (`KernelWq::ring_sq`). A dead device completes
+/// them in software (`dead.rs`): its send CQ's poller is kicked instead.
 pub(crate) fn ring_sq(dev: &RoxDev<'_>, qp: &Qp) {
     let QpQueue::Kernel { qp: k, .. } = &qp.queue else {
         return;
     };
-    k.sq.ring(dev, k.db.slot(), DbWord::A);
+    // ib_core numbers QP types as uapi does (checked in `ib`).
+    let counts_in_flight = u8::try_from(qp.qp_type).is_ok_and(verbs::qp_type_counts_in_flight);
+    k.sq.ring_sq(dev, k.db.slot(), counts_in_flight);
     if dev.is_dead() {
         dev.registry().kick_kernel_cq(k.send_cq);
     }

@@ -12,7 +12,8 @@ use crate::{
     },
     ib::{RecvWr, Sge},
     ring::KernelRing,
-    wq_record::WqRecord,
+    slot_store::SlotStore,
+    wq_record::{Unrung, WqRecord},
 };
 
 pub(crate) use crate::wq_record::Posted;
@@ -85,11 +86,26 @@ impl<T: AsBytes + FromBytes + Copy> KernelWq<T> {
     /// word `word` of the driver's doorbell slot `slot`.
     pub(crate) fn ring(&self, dev: &RoxDev<'_>, slot: u32, word: DbWord) {
         let mut record = self.record.lock();
-        if let Some(producer) = record.take_unrung() {
+        if let Some(Unrung { producer, .. }) = record.take_unrung() {
             match word {
                 DbWord::A => dev.kernel_doorbell(slot, Some(producer), None),
                 DbWord::B => dev.kernel_doorbell(slot, None, Some(producer)),
             }
+        }
+    }
+
+    /// A QP's send queue: as [`Self::ring`] with word A, but when the QP `counts_in_flight`
+    /// (`verbs::qp_type_counts_in_flight`) and none of the new WQEs is a local operation, an
+    /// idle device whose port's flight is full is not woken (`SlotStore::sq`).
+    pub(crate) fn ring_sq(&self, dev: &RoxDev<'_>, slot: u32, counts_in_flight: bool) {
+        let mut record = self.record.lock();
+        if let Some(Unrung {
+            producer,
+            packets_only,
+        }) = record.take_unrung()
+        {
+            let store = SlotStore::sq(counts_in_flight, packets_only);
+            dev.kernel_sq_doorbell(slot, producer, store);
         }
     }
 }

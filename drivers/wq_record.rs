@@ -18,6 +18,10 @@ pub(crate) struct Posted {
     pub(crate) signaled: bool,
     /// `verbs::WC_OPC_*` its completion carries.
     pub(crate) wc_opcode: u8,
+    /// A local operation (`verbs::WrOpcode::is_local`): the device executes it without
+    /// sending a packet, so its doorbell must wake the device however full the port's flight
+    /// (`slot_store::SlotStore::sq`).
+    pub(crate) local: bool,
 }
 
 impl Posted {
@@ -27,8 +31,18 @@ impl Posted {
             wr_id,
             signaled: true,
             wc_opcode: verbs::WC_OPC_RECV,
+            local: false,
         }
     }
+}
+
+/// What a doorbell tells the device of the entries posted since the last one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Unrung {
+    /// The producer index to ring with.
+    pub(crate) producer: u32,
+    /// None of them is a local operation ([`Posted::local`]): all send packets.
+    pub(crate) packets_only: bool,
 }
 
 /// The indices of a kernel work queue of `posted.len()` (a power of two) slots, all
@@ -38,6 +52,8 @@ pub(crate) struct WqRecord<S> {
     producer: u32,
     rung: u32,
     retired: u32,
+    /// An entry posted since the last ring is a local operation.
+    unrung_local: bool,
     /// `Posted` of every ring slot, by slot.
     posted: S,
 }
@@ -50,6 +66,7 @@ impl<S: DerefMut<Target = [Posted]>> WqRecord<S> {
             producer: 0,
             rung: 0,
             retired: 0,
+            unrung_local: false,
             posted,
         }
     }
@@ -74,6 +91,7 @@ impl<S: DerefMut<Target = [Posted]>> WqRecord<S> {
         if let Some(entry) = self.posted.get_mut(slot) {
             *entry = posted;
         }
+        self.unrung_local |= posted.local;
         self.producer = self.producer.wrapping_add(1);
     }
 
@@ -113,6 +131,7 @@ impl<S: DerefMut<Target = [Posted]>> WqRecord<S> {
         self.producer = 0;
         self.rung = 0;
         self.retired = 0;
+        self.unrung_local = false;
     }
 
     /// Whether entries are posted and not retired.
@@ -120,13 +139,17 @@ impl<S: DerefMut<Target = [Posted]>> WqRecord<S> {
         self.producer != self.retired
     }
 
-    /// The producer index to ring the doorbell with, if entries were posted since the last
-    /// ring (it is then taken as rung).
-    pub(crate) fn take_unrung(&mut self) -> Option<u32> {
+    /// What to ring the doorbell with, if entries were posted since the last ring (they are
+    /// then taken as rung).
+    pub(crate) fn take_unrung(&mut self) -> Option<Unrung> {
         if self.rung == self.producer {
             return None;
         }
         self.rung = self.producer;
-        Some(self.producer)
+        let packets_only = !core::mem::take(&mut self.unrung_local);
+        Some(Unrung {
+            producer: self.producer,
+            packets_only,
+        })
     }
 }

@@ -521,6 +521,8 @@ const _: () = {
     assert!(verbs::QPT_RC as u32 == b::ib_qp_type_IB_QPT_RC);
     assert!(verbs::QPT_UC as u32 == b::ib_qp_type_IB_QPT_UC);
     assert!(verbs::QPT_UD as u32 == b::ib_qp_type_IB_QPT_UD);
+    assert!(verbs::QPT_XRC_INI as u32 == b::ib_qp_type_IB_QPT_XRC_INI);
+    assert!(verbs::QPT_XRC_TGT as u32 == b::ib_qp_type_IB_QPT_XRC_TGT);
     assert!(verbs::QPS_RESET as u32 == b::ib_qp_state_IB_QPS_RESET);
     assert!(verbs::QPS_INIT as u32 == b::ib_qp_state_IB_QPS_INIT);
     assert!(verbs::QPS_RTR as u32 == b::ib_qp_state_IB_QPS_RTR);

@@ -40,9 +40,10 @@ impl ContextHw {
         self.doorbell.ring(slot, word, value);
     }
 
-    /// Ring a QP's SQ doorbell for new WQEs of `sq` that are all `packets_only` or not: an RC
-    /// QP's WQEs that all send packets skip the wake while the idle device says its flight is
-    /// full (crate::sys::doorbell).
+    /// Ring a QP's SQ doorbell for new WQEs of `sq` that are all `packets_only` or not: the
+    /// WQEs that all send packets of a QP that counts in the port's flight (RC, XRC initiator:
+    /// `SqAttrs::counts_in_flight`) skip the wake while the idle device says its flight is full
+    /// (crate::sys::doorbell).
     pub fn ring_sq(
         &self,
         slot: DoorbellSlot,
@@ -50,12 +51,7 @@ impl ContextHw {
         packets_only: bool,
         value: u32,
     ) {
-        if packets_only
-            && matches!(
-                sq.qp_type,
-                crate::sys::ffi::IBV_QPT_RC | crate::sys::ffi::IBV_QPT_XRC_SEND
-            )
-        {
+        if packets_only && sq.counts_in_flight() {
             self.doorbell.ring_rc_sq(slot, value);
         } else {
             self.doorbell.ring(slot, SlotWord::A, value);

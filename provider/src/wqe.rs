@@ -30,6 +30,29 @@ pub struct SqAttrs {
     pub max_inline: u32,
 }
 
+impl SqAttrs {
+    /// Whether the queue's QP counts in its port's flight (`verbs::qp_type_counts_in_flight`:
+    /// RC, XRC initiator): its doorbell of WQEs that all send packets may skip the wake while
+    /// the idle device says the flight is full (`ContextHw::ring_sq`).
+    pub fn counts_in_flight(&self) -> bool {
+        qp_type(self.qp_type).is_some_and(verbs::qp_type_counts_in_flight)
+    }
+}
+
+/// libibverbs' QP type -> rox's (`verbs::QPT_*`; None for a type rox does not make). The
+/// numbers are the same (ibv_cmd_create_qp_ex hands libibverbs' to rox.ko, which takes it as
+/// ib_core's), but librox's rules on QP types that uapi writes take uapi's numbers through here.
+pub(crate) fn qp_type(qp_type: ffi::ibv_qp_type) -> Option<u8> {
+    Some(match qp_type {
+        ffi::IBV_QPT_RC => verbs::QPT_RC,
+        ffi::IBV_QPT_UC => verbs::QPT_UC,
+        ffi::IBV_QPT_UD => verbs::QPT_UD,
+        ffi::IBV_QPT_XRC_SEND => verbs::QPT_XRC_INI,
+        ffi::IBV_QPT_XRC_RECV => verbs::QPT_XRC_TGT,
+        _ => return None,
+    })
+}
+
 /// Whether a WQE of `opcode` is a local operation (BIND_MW, LOCAL_INV, REG_MR): the device
 /// executes it without sending a packet.
 pub fn is_local(opcode: u8) -> bool {
@@ -354,6 +377,25 @@ pub(crate) mod tests {
         assert_eq!(wr_opcode(ffi::IBV_WR_TSO), None);
         assert_eq!(wr_opcode(ffi::IBV_WR_BIND_MW), Some(verbs::WR_BIND_MW));
         assert_eq!(wr_opcode(ffi::IBV_WR_FLUSH), Some(verbs::WR_FLUSH));
+    }
+
+    /// Which queues' doorbells of packets may skip the wake: RC and XRC initiators', by uapi's
+    /// rule through librox's one mapping of libibverbs' QP types.
+    #[test]
+    fn rc_and_xrc_initiator_queues_count_in_the_ports_flight() {
+        let cases = [
+            (ffi::IBV_QPT_RC, Some(verbs::QPT_RC), true),
+            (ffi::IBV_QPT_UC, Some(verbs::QPT_UC), false),
+            (ffi::IBV_QPT_UD, Some(verbs::QPT_UD), false),
+            (ffi::IBV_QPT_XRC_SEND, Some(verbs::QPT_XRC_INI), true),
+            (ffi::IBV_QPT_XRC_RECV, Some(verbs::QPT_XRC_TGT), false),
+            (ffi::IBV_QPT_RAW_PACKET, None, false),
+            (ffi::IBV_QPT_DRIVER, None, false),
+        ];
+        for (ibv, rox, counts) in cases {
+            assert_eq!(qp_type(ibv), rox, "ibv QP type {ibv}");
+            assert_eq!(test_sq(ibv).counts_in_flight(), counts, "ibv QP type {ibv}");
+        }
     }
 
     #[test]

@@ -310,8 +310,9 @@ const _: () = assert!(core::mem::size_of::<DbSlot>() == 8);
 ///   [`DB_RQ_NO_WAKE`]: the device reads an RQ's producer index when a message needs a receive
 ///   WQE, so only a QP in the error state, whose new receive WQEs the device flushes, needs its
 ///   RQ doorbell seen; the device stores `rq_no_wake` before `device_idle`.
-/// - an RC (or XRC initiator) QP's SQ doorbell whose new WQEs all send packets (no BIND_MW,
-///   LOCAL_INV, REG_MR) may skip the wake when the page's `rc_sq_no_wake` is
+/// - an RC (or XRC initiator: [`super::verbs::qp_type_counts_in_flight`]) QP's SQ doorbell
+///   whose new WQEs all send packets (no BIND_MW, LOCAL_INV, REG_MR:
+///   [`super::verbs::WrOpcode::is_local`]) may skip the wake when the page's `rc_sq_no_wake` is
 ///   [`DB_RC_SQ_NO_WAKE`]: the device went idle with its port's flight full, so none of them
 ///   could be sent before an ACK or a retransmission timer, each of which wakes the device;
 ///   the device stores it before `device_idle`, and not on a page with an RC QP in the error

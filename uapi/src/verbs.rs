@@ -172,6 +172,17 @@ pub const QPT_UD: u8 = 4;
 pub const QPT_XRC_INI: u8 = 9;
 /// XRC target (`IB_QPT_XRC_TGT`, libibverbs' `IBV_QPT_XRC_RECV`).
 pub const QPT_XRC_TGT: u8 = 10;
+
+/// Whether a QP of type `qp_type` (`QPT_*`) counts in its port's flight: RC and the XRC
+/// initiator, whose request packets stay in flight until acknowledged. While the flight is
+/// full such a QP's new WQEs that send packets wait, parked, for the ACK or retransmission
+/// timer that wakes the device (docs/transport.md, "Parked QPs"), so its SQ doorbell of such
+/// WQEs may skip the wake while the idle device says `regs::DbPage::rc_sq_no_wake`. The one
+/// rule rox-nic (which QPs park, which pages say the word), librox and rox.ko (which SQ
+/// doorbells may skip the wake) read.
+pub const fn qp_type_counts_in_flight(qp_type: u8) -> bool {
+    matches!(qp_type, QPT_RC | QPT_XRC_INI)
+}
 /// The QP number of the GSI QP (QP1).
 pub const GSI_QPN: u32 = 1;
 /// The well-known Q_Key of QP1.
@@ -357,7 +368,22 @@ impl Mtu {
 
 #[cfg(test)]
 mod tests {
-    use super::Mtu;
+    use super::*;
+
+    /// Every QP type's answer, pinned: only RC and the XRC initiator send requests that wait
+    /// for acknowledgements (UC and UD are unacknowledged, GSI is UD, an XRC target has no
+    /// send queue); any other number is no type rox counts.
+    #[test]
+    fn only_rc_and_the_xrc_initiator_count_in_the_ports_flight() {
+        for qp_type in 0..=u8::MAX {
+            let want = matches!(qp_type, 2 | 9);
+            assert_eq!(qp_type_counts_in_flight(qp_type), want, "QP type {qp_type}");
+        }
+        assert!(qp_type_counts_in_flight(QPT_RC) && qp_type_counts_in_flight(QPT_XRC_INI));
+        for other in [QPT_GSI, QPT_UC, QPT_UD, QPT_XRC_TGT] {
+            assert!(!qp_type_counts_in_flight(other), "QP type {other}");
+        }
+    }
 
     #[test]
     fn ud_mtu_is_the_largest_that_fits_the_port() {

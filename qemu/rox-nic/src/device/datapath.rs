@@ -385,7 +385,7 @@ impl DataPath {
         self.shared.idle.store(DB_DEVICE_IDLE, Ordering::SeqCst);
         self.shared
             .doorbells
-            .set_idle_with_rq_wakes(&pages, &rq_wake, &rc_sq_quiet);
+            .set_idle_with_wakes(&pages, &rq_wake, &rc_sq_quiet);
         fence(Ordering::SeqCst);
         #[cfg(feature = "testkit")]
         self.shared.hold_before_idle_rescan.reached();

@@ -137,7 +137,7 @@ impl DoorbellBar {
     }
 
     /// Stores [`regs::DB_DEVICE_RUNNING`] in the `device_idle` of the pages in `pages` (those
-    /// [`Self::set_idle_with_rq_wakes`] announced). Release stores, not a full barrier
+    /// [`Self::set_idle_with_wakes`] announced). Release stores, not a full barrier
     /// each: 256 SeqCst stores (a locked exchange each, one per page) took 5.2 µs with the
     /// pages cached (1.7 µs as Release stores), paid on every wake before the device looked
     /// at a doorbell and on every idle announcement (docs/benchmarks/session-13.md, "Session 13:
@@ -153,21 +153,16 @@ impl DoorbellBar {
         }
     }
 
-    /// Announces idleness in the pages in `pages`, each saying first whether its RQ
-    /// doorbells need a wake (`DbPage::rq_no_wake`): they do on the pages in `rq_wake`, no
-    /// others. `pages` are those software may ring an object's doorbell on
-    /// ([`DoorbellsUsed::pages`]): a page without one stays running, as nothing rung there
-    /// is looked at, and an object created on it later is created by an admin command, which
-    /// wakes the device, whose next announcement then includes its page. The pages in
-    /// `rc_sq_quiet` say their RC SQ doorbells need no wake (`DbPage::rc_sq_no_wake`: the
-    /// port's flight is full), the others that they do. The words share a cache line; as in
-    /// [`Self::set_running`], the caller fences before its re-scan.
-    pub fn set_idle_with_rq_wakes(
-        &self,
-        pages: &PageSet,
-        rq_wake: &PageSet,
-        rc_sq_quiet: &PageSet,
-    ) {
+    /// Announces idleness in the pages in `pages`, each saying first which of its doorbells
+    /// need a wake: its RQ doorbells (`DbPage::rq_no_wake`) on the pages in `rq_wake`, no
+    /// others; its RC SQ doorbells of packets (`DbPage::rc_sq_no_wake`: the port's flight is
+    /// full) on all but the pages in `rc_sq_quiet`. `pages` are those software may ring an
+    /// object's doorbell on ([`DoorbellsUsed::pages`]): a page without one stays running, as
+    /// nothing rung there is looked at, and an object created on it later is created by an
+    /// admin command, which wakes the device, whose next announcement then includes its page.
+    /// The words share a cache line; as in [`Self::set_running`], the caller fences before its
+    /// re-scan.
+    pub fn set_idle_with_wakes(&self, pages: &PageSet, rq_wake: &PageSet, rc_sq_quiet: &PageSet) {
         for page in pages.iter() {
             let base = page as usize * regs::ROX_PAGE_SIZE;
             let no_wake = if rq_wake.contains(page) {
@@ -308,7 +303,7 @@ mod tests {
         rq_wake.insert(64);
         let mut rc_sq_quiet = PageSet::default();
         rc_sq_quiet.insert(64);
-        bar.set_idle_with_rq_wakes(&pages, &rq_wake, &rc_sq_quiet);
+        bar.set_idle_with_wakes(&pages, &rq_wake, &rc_sq_quiet);
         for page in 0..regs::DB_PAGE_COUNT {
             let announced = pages.contains(page);
             let idle = if announced {

@@ -117,7 +117,7 @@ impl DataPath {
         // QPs"). Not work: the pass may sleep. A local operation (or a WQE it cannot read)
         // at the head is taken now: it needs no flight.
         let parks = state == Some(QpState::Rts)
-            && matches!(qp.qp_type, QPT_RC | QPT_XRC_INI)
+            && qp_type_counts_in_flight(qp.qp_type)
             && head_needs_the_wire(&self.hw.mem, qp);
         if parks && self.park_if_flight_full(qpn) {
             self.shared.parked_doorbells.fetch_add(1, Ordering::Relaxed);
@@ -253,7 +253,7 @@ impl DataPath {
             if qp.rq.is_some() {
                 rq_wake.insert(qp.db_page);
             }
-            if matches!(qp.qp_type, QPT_RC | QPT_XRC_INI) {
+            if qp_type_counts_in_flight(qp.qp_type) {
                 rc_sq_wake.insert(qp.db_page);
             }
         }
