@@ -558,7 +558,9 @@ mod tests {
         // would tie, and a tie sleeps, in every period (a review's count: 0 of 900 spun where
         // a spin answers in 5 µs and a sleep in 40). A new side starts from the device's.
         let mut h = SideHistories::default();
-        let sides: Vec<Side> = (0..=SIDES as u32).map(|n| Side::sq_doorbell(qp(n))).collect();
+        let sides: Vec<Side> = (0..=SIDES as u32)
+            .map(|n| Side::sq_doorbell(qp(n)))
+            .collect();
         let rounds = 100;
         let mut spun = 0;
         for round in 0..rounds {
