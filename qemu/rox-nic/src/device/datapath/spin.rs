@@ -27,7 +27,7 @@
 //!
 //! `--adaptive-spin true` spins the posted spin only where it brings the next work sooner
 //! than sleeping at once: for each side of the device's work (the QP whose doorbell or packet
-//! ended the idle period before, [`history`]), the backoff keeps the gaps of the recent idle
+//! ended the idle period before, [`history`]; below), the backoff keeps the gaps of the recent idle
 //! periods that followed it and spun and of those that slept, takes the way whose gaps are
 //! shorter and the other one period in [`PROBE_EVERY`](history::PROBE_EVERY)
 //! (docs/benchmarks/session-19-spin.md;
@@ -40,7 +40,10 @@
 //! milliseconds in 2 of 3 fair runs with Session 19's rule, in none of the plain spin's (same
 //! file); per side, loopback latency was lower than the plain spin's in every cell of five pairs
 //! (two with a busy loop on a host core), but the host goal and two guests were not shown on a
-//! shared host (docs/benchmarks/session-20-spin.md).
+//! shared host (docs/benchmarks/session-20-spin.md); in session 21's, on a quiet host WRITE was
+//! ≥ 1M msg/s in every run and SEND in 1 of 4, and with a compiler on a host core loopback
+//! ib_send_lat's typical was worse than the plain spin's in 1 of 2 pairs
+//! (docs/benchmarks/session-21-spin.md).
 //!
 //! A side is what the data path found first in the pass that ended an idle period: a QP's SQ
 //! doorbell, its RQ doorbell (work only in the error state, where it flushes) and a packet for
