@@ -42,8 +42,8 @@ use crate::sys;
 
 use admin_queue::AdminQueue;
 use sched::TxScheduler;
-use spin::{Backoff, Expectation, Side, Step};
-pub use spin::{POSTED_SPIN_PERIOD, SPIN_PERIOD};
+use spin::{Backoff, Expectation, Step};
+pub use spin::{Side, POSTED_SPIN_PERIOD, SPIN_PERIOD};
 pub use sq::decode_send;
 
 pub use super::admin::DEVICE_CAPS;
@@ -235,7 +235,12 @@ impl DataPath {
                     || self.engine.packets_in_flight(),
                 );
             let posted = self.shared.wakes_posted();
-            match self.backoff.next_step(idle_for, expecting, posted) {
+            let step = self.backoff.next_step(idle_for, expecting, posted);
+            #[cfg(feature = "testkit")]
+            if let Some(side) = self.backoff.take_opened() {
+                self.shared.spin_sides.record(side);
+            }
+            match step {
                 Step::Spin => std::hint::spin_loop(),
                 Step::Nap(nap) => {
                     self.shared.loop_naps.fetch_add(1, Ordering::Relaxed);

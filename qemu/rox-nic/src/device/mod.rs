@@ -23,6 +23,8 @@ pub(crate) mod spare_sges;
 pub(crate) mod state;
 #[cfg(feature = "testkit")]
 pub mod test_hold;
+#[cfg(feature = "testkit")]
+pub mod test_spin_log;
 
 use std::fs::File;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
@@ -194,6 +196,10 @@ pub struct Shared {
     /// (a doorbell stored there by a driver that read the device running needs no wake).
     #[cfg(feature = "testkit")]
     pub hold_before_idle_rescan: test_hold::TestHold,
+    /// Tests only: the side of each idle period the adaptive spin's records decided, once a
+    /// test starts the log.
+    #[cfg(feature = "testkit")]
+    pub spin_sides: test_spin_log::SpinSideLog,
 }
 
 impl Shared {
@@ -326,6 +332,8 @@ impl RoxNic {
             hold_after_rx_batch: test_hold::TestHold::default(),
             #[cfg(feature = "testkit")]
             hold_before_idle_rescan: test_hold::TestHold::default(),
+            #[cfg(feature = "testkit")]
+            spin_sides: test_spin_log::SpinSideLog::default(),
         });
         let dp = datapath::DataPath::new(shared.clone(), rx, &config)?;
         let thread = std::thread::Builder::new()

@@ -27,7 +27,7 @@
 //!
 //! `--adaptive-spin true` spins the posted spin only where it brings the next work sooner
 //! than sleeping at once: for each side of the device's work (the QP whose doorbell or packet
-//! ended the idle period before, [`history`]), the backoff keeps the gaps of the recent idle
+//! ended the idle period before, [`history`]; below), the backoff keeps the gaps of the recent idle
 //! periods that followed it and spun and of those that slept, takes the way whose gaps are
 //! shorter and the other one period in [`PROBE_EVERY`](history::PROBE_EVERY)
 //! (docs/benchmarks/session-19-spin.md;
@@ -40,7 +40,22 @@
 //! milliseconds in 2 of 3 fair runs with Session 19's rule, in none of the plain spin's (same
 //! file); per side, loopback latency was lower than the plain spin's in every cell of five pairs
 //! (two with a busy loop on a host core), but the host goal and two guests were not shown on a
-//! shared host (docs/benchmarks/session-20-spin.md).
+//! shared host (docs/benchmarks/session-20-spin.md); in session 21's, on a quiet host WRITE was
+//! ≥ 1M msg/s in every run and SEND in 1 of 4, and with a compiler on a host core loopback
+//! ib_send_lat's typical was worse than the plain spin's in 1 of 2 pairs
+//! (docs/benchmarks/session-21-spin.md).
+//!
+//! A side is what the data path found first in the pass that ended an idle period: a QP's SQ
+//! doorbell, its RQ doorbell (work only in the error state, where it flushes) and a packet for
+//! it are different sides (`sq.rs`, `wire_io.rs`). A packet the engine dropped (no such QP, a
+//! bad P_Key, one that did not parse) names no side, and a pass whose work named none is
+//! [`Side::OTHER`]'s, as a frame for the netdev, an admin command or a CQ's arm is. Chosen over
+//! "the period stays open and the drop records nothing": a drop is work all the same (the loop
+//! restarts its spin after it, so the period did end and its gap is real for the way it took),
+//! and a stream of drops would leave that rule's side deciding period after period on a record
+//! that is never told; named after the packet's QP instead, stray packets for QPNs that do not
+//! exist would each take one of the few records' entries from a side that does (the review of
+//! session 20). `tests/device_spin_sides.rs` drives the wiring through a device.
 //!
 //! The spin is bounded by the time since the last work, not by a count of events, so an idle
 //! device (nothing arrives, nothing in flight) naps and then sleeps as before. A nap ends up
@@ -155,6 +170,14 @@ impl Backoff {
         if self.adapts() {
             self.history.work_came(gap, side);
         }
+    }
+
+    /// Tests only: the side of the idle period opened since the last call, if the sides'
+    /// records were asked about one (the data path's log for the tests,
+    /// `test_spin_log::SpinSideLog`).
+    #[cfg(feature = "testkit")]
+    pub fn take_opened(&mut self) -> Option<Side> {
+        self.history.take_opened()
     }
 
     /// What to do `idle_for` after the last work, with an answer `expecting` or not, with

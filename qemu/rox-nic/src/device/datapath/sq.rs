@@ -24,11 +24,18 @@ impl DataPath {
             &mut news,
         );
         for &qpn in &news.qps {
-            let qp_work = self.process_sq(qpn) | self.process_rq(qpn);
-            if qp_work && self.work_side.is_none() {
-                self.work_side = Some(Side::doorbell(qpn));
+            let sq_work = self.process_sq(qpn);
+            let rq_work = self.process_rq(qpn);
+            if self.work_side.is_none() {
+                self.work_side = if sq_work {
+                    Some(Side::sq_doorbell(qpn))
+                } else if rq_work {
+                    Some(Side::rq_doorbell(qpn))
+                } else {
+                    None
+                };
             }
-            work |= qp_work;
+            work |= sq_work | rq_work;
             self.keep_news(qpn, &slot_by_slot);
         }
         work |= self.check_cq_arms(&news.cqs);

@@ -274,7 +274,7 @@ fn count_forwarded(hw: &mut Hw, f: Forwarded) {
 /// parsed once, from behind the IP header if the port's frame check read it (`ip`). The one
 /// place received packets are counted. Returns the side of the device's work the packet is
 /// (its QP, and whether it answers a request: the adaptive spin's record, `spin::history`), if
-/// it parsed.
+/// the engine took it (a dropped packet names no side: `spin.rs`'s head).
 fn deliver(engine: &mut Engine, hw: &mut Hw, packet: &[u8], ip: Option<IpView>) -> Option<Side> {
     if !hw.port_up() {
         hw.rx_port_down_drops += 1;
@@ -292,6 +292,6 @@ fn deliver(engine: &mut Engine, hw: &mut Hw, packet: &[u8], ip: Option<IpView>) 
         Side::packet(p.hdr.bth.dest_qpn, p.info.class.is_response())
     });
     // Drops (bad ICRC, no such QP, ...) are counted by the engine.
-    let _ = engine.receive_parsed(hw, parsed);
-    side
+    let taken = engine.receive_parsed(hw, parsed).is_ok();
+    side.filter(|_| taken)
 }

@@ -20,21 +20,31 @@ use rox_uapi::ids::Qpn;
 
 /// The side of the device's work an idle period follows: what ended the idle period before
 /// it (see the module's head), or [`Side::OTHER`] for work that came from nothing QP-specific
-/// (an admin command, a control message, a timer, a CQ's arm).
+/// (an admin command, a control message, a timer, a CQ's arm, a frame for the netdev, a packet
+/// the engine dropped).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Side(u32);
 
-/// [`Side`]'s bits above a QPN's 24: a packet that was a request, one that was an answer.
+/// [`Side`]'s bits above a QPN's 24: a packet that was a request, one that was an answer, a
+/// doorbell of the receive queue (none of them: of the send queue).
 const SIDE_REQUEST: u32 = 1 << 24;
 const SIDE_ANSWER: u32 = 1 << 25;
+const SIDE_RQ_DOORBELL: u32 = 1 << 26;
 
 impl Side {
     /// Work that came from nothing QP-specific.
     pub const OTHER: Side = Side(u32::MAX);
 
-    /// A doorbell of QP `qpn` (either of its queues).
-    pub fn doorbell(qpn: Qpn) -> Side {
+    /// A doorbell of QP `qpn`'s send queue: WQEs the device fetched (and sent, or flushed).
+    pub fn sq_doorbell(qpn: Qpn) -> Side {
         Side(qpn.get())
+    }
+
+    /// A doorbell of QP `qpn`'s receive queue that was work: receive WQEs flushed in the error
+    /// state (elsewhere an RQ doorbell is no work, `process_rq`). Its own side: what follows a
+    /// QP's flushed receives is not what follows its sends.
+    pub fn rq_doorbell(qpn: Qpn) -> Side {
+        Side(qpn.get() | SIDE_RQ_DOORBELL)
     }
 
     /// A packet received for QP `qpn`: an `answer` (its requester's: ACK, READ or atomic
@@ -66,6 +76,10 @@ pub(super) struct SideHistories {
     open: Option<Slot>,
     /// Counts decisions: an entry's `used` says how recently it decided.
     clock: u64,
+    /// Tests only: the side of the last idle period the records were asked about, until the
+    /// data path takes it for the test's log (`Backoff::take_opened`).
+    #[cfg(feature = "testkit")]
+    opened: Option<Side>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -93,6 +107,8 @@ impl Default for SideHistories {
             follows: Side::OTHER,
             open: None,
             clock: 0,
+            #[cfg(feature = "testkit")]
+            opened: None,
         }
     }
 }
@@ -106,6 +122,10 @@ impl SideHistories {
             _ => {
                 let slot = self.slot_of(self.follows);
                 self.open = Some(slot);
+                #[cfg(feature = "testkit")]
+                {
+                    self.opened = Some(self.follows);
+                }
                 slot
             }
         };
@@ -127,6 +147,13 @@ impl SideHistories {
             }
             self.follows = side;
         }
+    }
+
+    /// Tests only: the side of the idle period opened since the last call, if the records
+    /// were asked about one.
+    #[cfg(feature = "testkit")]
+    pub(super) fn take_opened(&mut self) -> Option<Side> {
+        self.opened.take()
     }
 
     /// A pass without work in an idle period the records are not asked about: the period is
@@ -458,7 +485,7 @@ mod tests {
     /// and 13 after a sleep (the spin held the client's core). Returns how many periods spun
     /// awaiting each side, (server, client), after the first 6 × [`PROBE_EVERY`] rounds.
     fn ping_pong(h: &mut SideHistories, rounds: u32) -> (u32, u32) {
-        let (client, server) = (Side::doorbell(qp(3)), Side::doorbell(qp(2)));
+        let (client, server) = (Side::sq_doorbell(qp(3)), Side::sq_doorbell(qp(2)));
         let mut spun = (0, 0);
         let mut last = client;
         for period in 0..2 * rounds {
@@ -509,7 +536,7 @@ mod tests {
     #[test]
     fn a_burst_of_passes_is_the_side_that_began_it() {
         let mut h = SideHistories::default();
-        let (a, b) = (Side::doorbell(qp(7)), Side::packet(qp(7), true));
+        let (a, b) = (Side::sq_doorbell(qp(7)), Side::packet(qp(7), true));
         h.spins();
         h.work_came(us(30), a);
         // The burst's later passes (no pass without work between) took b's packets.
@@ -531,7 +558,9 @@ mod tests {
         // would tie, and a tie sleeps, in every period (a review's count: 0 of 900 spun where
         // a spin answers in 5 µs and a sleep in 40). A new side starts from the device's.
         let mut h = SideHistories::default();
-        let sides: Vec<Side> = (0..=SIDES as u32).map(|n| Side::doorbell(qp(n))).collect();
+        let sides: Vec<Side> = (0..=SIDES as u32)
+            .map(|n| Side::sq_doorbell(qp(n)))
+            .collect();
         let rounds = 100;
         let mut spun = 0;
         for round in 0..rounds {
@@ -553,7 +582,7 @@ mod tests {
     #[test]
     fn an_unasked_period_names_the_side_the_next_one_follows_and_records_nothing() {
         let mut h = SideHistories::default();
-        let (five, six) = (Side::doorbell(qp(5)), Side::doorbell(qp(6)));
+        let (five, six) = (Side::sq_doorbell(qp(5)), Side::sq_doorbell(qp(6)));
         h.spins();
         h.work_came(us(10), five);
         h.spins();
@@ -575,12 +604,13 @@ mod tests {
     }
 
     #[test]
-    fn a_packets_side_is_its_qp_and_whether_it_answers() {
+    fn a_side_is_its_qp_and_what_came_a_doorbell_of_either_queue_or_a_packet() {
         let sides = [
-            Side::doorbell(qp(5)),
+            Side::sq_doorbell(qp(5)),
+            Side::rq_doorbell(qp(5)),
             Side::packet(qp(5), false),
             Side::packet(qp(5), true),
-            Side::doorbell(qp(6)),
+            Side::sq_doorbell(qp(6)),
             Side::OTHER,
         ];
         for (i, a) in sides.iter().enumerate() {
@@ -588,7 +618,13 @@ mod tests {
                 assert_eq!(a == b, i == j, "{a:?} {b:?}");
             }
         }
-        assert_ne!(Side::doorbell(Qpn::MULTICAST), Side::OTHER);
+        for multicast in [
+            Side::sq_doorbell(Qpn::MULTICAST),
+            Side::rq_doorbell(Qpn::MULTICAST),
+            Side::packet(Qpn::MULTICAST, true),
+        ] {
+            assert_ne!(multicast, Side::OTHER);
+        }
     }
 
     /// One idle period that follows `side` and ends `gap_us` later, by `side` again.
@@ -611,13 +647,13 @@ mod tests {
         let mut h = SideHistories::default();
         period_after(&mut h, Side::OTHER, 50);
         let other = h.other;
-        let kept = Side::doorbell(qp(100));
+        let kept = Side::sq_doorbell(qp(100));
         for _ in 0..2 * HISTORY {
             period_after(&mut h, kept, 8);
         }
         let trained = record_of(&h, kept).unwrap();
         let others: Vec<Side> = (0..2 * SIDES as u32)
-            .map(|n| Side::doorbell(qp(n)))
+            .map(|n| Side::sq_doorbell(qp(n)))
             .collect();
         for &side in &others[..SIDES - 1] {
             period_after(&mut h, side, 20);
