@@ -1,0 +1,163 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: GPL-2.0-only OR MIT
+"""Unit tests of qps_trace_phases.py on a hand-written two-QP trace whose every phase is known:
+python3 -m unittest discover -s tests/bench -p 'test_*.py'"""
+import contextlib
+import io
+import json
+import os
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import qps_trace_phases as qp  # noqa: E402
+
+CLIENT, SERVER = 1, 2
+
+
+def meta(pid, name):
+    return {"ph": "M", "pid": pid, "tid": 0, "name": "process_name", "args": {"name": name}}
+
+
+def rec(pid, ts, name, tid, **args):
+    return {"ph": "i", "pid": pid, "tid": tid, "ts": ts, "name": name, "args": args}
+
+
+def write(tid, ts, stages):
+    keys = ("doorbell->fetch", "fetch->first frame", "last frame->ACK", "ACK->CQE", "doorbell->CQE (total)")
+    return {"ph": "X", "pid": CLIENT, "tid": tid, "ts": ts, "dur": stages[-1], "name": "RDMA_WRITE 8192 B",
+            "args": {"bytes": 8192, "stages": {f"{k}_us": v for k, v in zip(keys, stages)}}}
+
+
+def one_run(t0=0.0):
+    """Client QP 5 writes PSNs 100-101, QP 6 PSNs 200-201 (server QPs 7 and 8). In flight, µs
+    from t0: 1 at 3, 2 at 8, 3 at 9, 4 at 20, 2 at 59 (QP 5's ACK), 0 at 90. QP 6 sends 200
+    again at 50 (going back: no packet leaves the flight, and it is no new packet's round
+    trip though the server takes it at 52 and ACKs 201 again at 53); the server's ACK at 30.5
+    covers none of QP 6's PSNs: 201's is the one at 31. The client's nap ending at 40 is
+    followed by another wait (a wake register write between them is no work): one wake-up
+    that found nothing."""
+    c, s = CLIENT, SERVER
+    ev = [
+        write(5, t0, (1, 2, 50, 1, 60)), write(6, t0 + 2, (2, 4, 70, 2, 90)),
+        rec(c, t0 + 0, "doorbell", 5), rec(c, t0 + 1, "fetch", 5), rec(c, t0 + 2, "doorbell", 6),
+        rec(c, t0 + 3, "frame out", 5, psn=100, opcode="WRITE_FIRST"), rec(c, t0 + 4, "fetch", 6),
+        rec(c, t0 + 8, "frame out", 6, psn=200, opcode="WRITE_FIRST"),
+        rec(c, t0 + 9, "frame out", 5, psn=101, opcode="WRITE_LAST"),
+        rec(s, t0 + 10, "wait", 0, waited_us=10, idle=True),
+        rec(s, t0 + 15, "frame in", 7, psn=100, opcode="WRITE_FIRST"),
+        rec(s, t0 + 17, "frame in", 7, psn=101, opcode="WRITE_LAST"),
+        rec(s, t0 + 19, "frame out", 7, psn=101, opcode="ACK"),
+        rec(c, t0 + 20, "frame out", 6, psn=201, opcode="WRITE_LAST"),
+        rec(s, t0 + 25, "frame in", 8, psn=200, opcode="WRITE_FIRST"),
+        rec(s, t0 + 30, "frame in", 8, psn=201, opcode="WRITE_LAST"),
+        rec(s, t0 + 30.5, "frame out", 8, psn=199, opcode="ACK"),
+        rec(s, t0 + 31, "frame out", 8, psn=201, opcode="ACK"),
+        rec(c, t0 + 40, "wait", 0, waited_us=5, asked_us=5, idle=False),
+        rec(c, t0 + 44, "wake", 0),
+        rec(c, t0 + 45, "wait", 0, waited_us=5, asked_us=5, idle=False),
+        rec(c, t0 + 50, "frame out", 6, psn=200, opcode="WRITE_FIRST"),
+        rec(s, t0 + 52, "frame in", 8, psn=200, opcode="WRITE_FIRST"),
+        rec(s, t0 + 53, "frame out", 8, psn=201, opcode="ACK"),
+        rec(c, t0 + 55, "wait", 0, waited_us=4, idle=True),
+        rec(c, t0 + 59, "response in", 5, psn=101, opcode="ACK", syndrome=0x1F),
+        rec(c, t0 + 60, "cqe", 5, recv=False),
+        rec(c, t0 + 90, "response in", 6, psn=201, opcode="ACK", syndrome=0x1F),
+        rec(c, t0 + 92, "cqe", 6, recv=False),
+    ]
+    return ev
+
+
+def events(*starts):
+    ev = [meta(CLIENT, "client"), meta(SERVER, "server")]
+    for t0 in starts:
+        ev += one_run(t0)
+    return ev
+
+
+class Psn(unittest.TestCase):
+    def test_psn_arithmetic_wraps_and_responses_ack_what_they_say(self):
+        self.assertEqual(qp.psn_diff(0, 0xFFFFFF), 1)
+        self.assertEqual(qp.psn_diff(0xFFFFFF, 0), -1)
+        self.assertEqual(qp.acked_up_to("ACK", 0xFFFFFF, 0x1F), 0)
+        self.assertEqual(qp.acked_up_to("ACK", 10, 0x60), 10, "a sequence NAK: the PSNs before it")
+        self.assertIsNone(qp.acked_up_to("ACK", 10, 0x21), "an RNR NAK acknowledges nothing")
+        self.assertIsNone(qp.acked_up_to("WRITE_LAST", 10, None))
+
+
+class OneRun(unittest.TestCase):
+    def setUp(self):
+        runs = qp.analyse(events(0.0), limit=3)
+        self.assertEqual(len(runs), 1)
+        self.names, self.r = runs[0]
+
+    def test_the_flight_over_time(self):
+        r = self.r
+        self.assertEqual((r["qps"], r["wqes"], r["client"]), (2, 2, CLIENT))
+        self.assertAlmostEqual(r["span_ms"], 0.092)
+        # At 3 or over from 9 to 59 µs; the area 1*5 + 2*1 + 3*11 + 4*39 + 2*31 = 258 over 92.
+        self.assertAlmostEqual(r["full_ms"], 0.050)
+        self.assertAlmostEqual(r["not_full_ms"], 0.042)
+        self.assertAlmostEqual(r["mean_flight"], 258 / 92)
+        self.assertEqual(r["max_flight"], 4, "the packet sent again adds nothing")
+        self.assertAlmostEqual(r["MiB/s"], 16384 / (1 << 20) / 92e-6)
+
+    def test_the_phases_add_up_to_each_wqes_total(self):
+        ph = self.r["phases"]
+        self.assertEqual(ph["doorbell->first frame"], [3, 6])
+        self.assertEqual(ph["first->last frame"], [6, 12])
+        self.assertEqual(ph["last frame->ACK"], [50, 70])
+        self.assertEqual(ph["ACK->CQE"], [1, 2])
+        self.assertEqual(sum(sum(ph[p]) for p in qp.PHASES), sum(ph["total"]))
+        self.assertEqual(sum(ph["total"]), 150)
+
+    def test_each_packets_round_trip_in_three_legs(self):
+        legs = self.r["legs"]
+        self.assertEqual(sorted(legs["client out->server in"]), [8, 10, 12, 17])
+        self.assertEqual(sorted(legs["server in->ACK out"]), [1, 2, 4, 6], "the ACK that covers each")
+        self.assertEqual(sorted(legs["ACK out->client in"]), [40, 40, 59, 59])
+
+    def test_posting_notices_and_waits(self):
+        r = self.r
+        self.assertAlmostEqual(r["posting_ms"], 0.002)
+        self.assertEqual((r["notices"], r["fetched"], r["retransmits"]), (2, 2, 0))
+        self.assertEqual(r["waits"][CLIENT], (2, 1, 0.014, 1))
+        self.assertEqual(r["waits"][SERVER], (0, 1, 0.010, 0))
+
+    def test_the_report_says_it(self):
+        text = qp.run_report(self.names, self.r, "t")
+        self.assertIn("2 QPs, 2 WQEs in 0.1 ms", text)
+        self.assertIn("client (client): 2 naps, 1 idle sleeps", text)
+        self.assertIn("1 wake-ups found nothing", text)
+
+
+class Runs(unittest.TestCase):
+    def test_runs_apart_by_more_than_the_gap_are_two(self):
+        ev = events(0.0, 2e6)
+        self.assertEqual(len(qp.analyse(ev)), 2)
+        self.assertEqual(len(qp.analyse(ev, gap_ms=3000)), 1)
+        by_name = qp.analyse(ev, client="client")
+        self.assertEqual([r["wqes"] for _, r in by_name], [2, 2])
+        with self.assertRaises(ValueError):
+            qp.analyse(ev, client="nobody")
+
+    def test_the_command_prints_each_run_and_the_medians_per_qp_count(self):
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "t.json")
+            with open(path, "w") as f:
+                json.dump({"traceEvents": events(0.0, 2e6)}, f)
+            out = io.StringIO()
+            with contextlib.redirect_stdout(out):
+                self.assertEqual(qp.main([path, "--flight-limit", "3"]), 0)
+        text = out.getvalue()
+        self.assertEqual(text.count(" run "), 2)
+        row = [line for line in text.splitlines() if line.startswith("| 2 |")]
+        self.assertEqual(len(row), 1)
+        cells = [c.strip() for c in row[0].strip("|").split("|")]
+        self.assertEqual(cells[1], "2", "two runs of 2 QPs")
+        self.assertEqual(cells[3], f"{100 * 50 / 92:.1f}", "flight full %")
+
+
+if __name__ == "__main__":
+    unittest.main()
