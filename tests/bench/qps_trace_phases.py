@@ -17,7 +17,9 @@ bench run); its span is its first doorbell to its last CQE. Per run:
 
 - the client's RC packets in flight (request PSNs sent and not yet acknowledged, per QP, as
   the engine counts its port's flight: sent_end − una), time-weighted over the span: how long
-  it was at --flight-limit (the port's 256) or over, and how long under it;
+  it was at --flight-limit (the port's 256) or over, and how long under it; and the refill:
+  from each response that opened a full flight to the client's next new request frame out
+  (the device's own share of the flight's round);
 - each WQE's life cut into phases that add up to its doorbell→CQE total (rox-trace's
   stages): doorbell noticed → first frame out (fetch, decode, the wait for its turn), first →
   last frame out, last frame → ACK in, ACK → CQE. WQEs overlap, so their sums exceed the span:
@@ -96,9 +98,11 @@ class Records:
 def flight(records, lo, hi, limit):
     """The client's RC packets in flight over [lo, hi] µs, from its request frames out and the
     responses in (`records`: the device's records of the run, in time order): (µs at `limit`
-    or over, time-weighted mean, the largest)."""
+    or over, time-weighted mean, the largest, [µs from each response that opened a full
+    flight to the next new request frame out]: the device's refill)."""
     una, end = {}, {}
     now, last_t, full_us, area, top = 0, lo, 0.0, 0.0, 0
+    opened, refills = None, []
     for ts, name, tid, a in records:
         if name == "frame out" and is_request(a.get("opcode")):
             nxt = (a["psn"] + 1) % PSN_MOD
@@ -108,11 +112,16 @@ def flight(records, lo, hi, limit):
             if grow <= 0:
                 continue
             delta, end[tid] = grow, nxt
+            if opened is not None:
+                refills.append(ts - opened)
+                opened = None
         elif name == "response in" and tid in una:
             new = acked_up_to(a.get("opcode"), a.get("psn", 0), a.get("syndrome"))
             if new is None or psn_diff(new, una[tid]) <= 0 or psn_diff(end[tid], new) < 0:
                 continue
             delta, una[tid] = -psn_diff(new, una[tid]), new
+            if now >= limit and opened is None:
+                opened = ts
         else:
             continue
         t = min(max(ts, lo), hi)
@@ -124,7 +133,7 @@ def flight(records, lo, hi, limit):
     area += now * (hi - last_t)
     if now >= limit:
         full_us += hi - last_t
-    return full_us, area / (hi - lo) if hi > lo else 0.0, top
+    return full_us, area / (hi - lo) if hi > lo else 0.0, top, refills
 
 
 def wqe_phases(slices):
@@ -209,14 +218,14 @@ def run_phases(tr, recs, cpid, slices, limit):
     hi = max(s["ts"] + s["dur"] for s in slices)
     span = hi - lo
     mine = recs.between(cpid, lo, hi)
-    full_us, mean_flight, top = flight(mine, lo, hi, limit)
+    full_us, mean_flight, top, refills = flight(mine, lo, hi, limit)
     doorbells = [r for r in mine if r[1] == "doorbell"]
     posting_end = doorbells[-1][0] if doorbells else lo
     r = {
         "qps": len({s["tid"] for s in slices}), "wqes": len(slices), "span_ms": span / 1000,
         "MiB/s": sum(s["args"].get("bytes", 0) for s in slices) / (1 << 20) / (span / 1e6) if span else 0.0,
         "full_ms": full_us / 1000, "not_full_ms": (span - full_us) / 1000, "mean_flight": mean_flight,
-        "max_flight": top, "posting_ms": (posting_end - lo) / 1000, "notices": len(doorbells),
+        "max_flight": top, "refills": refills, "posting_ms": (posting_end - lo) / 1000, "notices": len(doorbells),
         "fetched": sum(1 for x in mine if x[1] == "fetch"),
         "retransmits": sum(1 for x in mine if x[1] == "retransmit"),
         "phases": wqe_phases(slices), "legs": packet_legs(tr, recs, cpid, lo, hi), "waits": {},
@@ -266,6 +275,9 @@ def run_report(names, r, title):
     span = r["span_ms"] or float("nan")
     lines.append(f"  flight at the limit or over: {r['full_ms']:.1f} ms ({r['full_ms'] / span:.0%}), under it "
                  f"{r['not_full_ms']:.1f} ms; mean {r['mean_flight']:.0f} packets, max {r['max_flight']}")
+    v = r["refills"]
+    lines.append(f"  refill (a response opened the full flight -> next new request frame out): {len(v)}, "
+                 f"median {stat(v):.1f} p90 {stat(v, .9):.1f} µs")
     lines.append(f"  posting (to the last doorbell notice): {r['posting_ms']:.1f} ms; {r['notices']} notices, "
                  f"{r['fetched']} WQEs fetched ({r['fetched'] / max(1, r['notices']):.1f} a notice)")
     total = sum(r["phases"]["total"]) or float("nan")
@@ -292,6 +304,7 @@ SUMMARY = [
     ("doorbell->1st frame µs", lambda r: stat(r["phases"]["doorbell->first frame"])),
     ("last frame->ACK µs", lambda r: stat(r["phases"]["last frame->ACK"])),
     ("ACK->CQE µs", lambda r: stat(r["phases"]["ACK->CQE"])),
+    ("refill µs", lambda r: stat(r["refills"])),
     ("out->in µs", lambda r: stat(r["legs"][LEGS[0]])),
     ("in->ACK µs", lambda r: stat(r["legs"][LEGS[1]])),
     ("ACK->in µs", lambda r: stat(r["legs"][LEGS[2]])),

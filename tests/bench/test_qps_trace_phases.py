@@ -86,6 +86,24 @@ class Psn(unittest.TestCase):
         self.assertIsNone(qp.acked_up_to("WRITE_LAST", 10, None))
 
 
+class Refill(unittest.TestCase):
+    def test_a_response_that_opens_a_full_flight_starts_the_refill_and_the_next_new_frame_ends_it(self):
+        rows = [(0.0, "frame out", 5, {"psn": 1, "opcode": "WRITE_FIRST"}),
+                (1.0, "frame out", 5, {"psn": 2, "opcode": "WRITE_LAST"}),
+                (10.0, "response in", 5, {"psn": 1, "opcode": "ACK", "syndrome": 0x1F}),
+                (12.0, "frame out", 5, {"psn": 2, "opcode": "WRITE_LAST"}),
+                (14.0, "frame out", 5, {"psn": 3, "opcode": "WRITE_FIRST"}),
+                (20.0, "response in", 5, {"psn": 3, "opcode": "ACK", "syndrome": 0x1F}),
+                (21.0, "frame out", 5, {"psn": 4, "opcode": "WRITE_ONLY"}),
+                (25.0, "response in", 5, {"psn": 4, "opcode": "ACK", "syndrome": 0x1F}),
+                (27.0, "frame out", 5, {"psn": 5, "opcode": "WRITE_ONLY"})]
+        full_us, _, top, refills = qp.flight(rows, 0.0, 30.0, 2)
+        # Full from 1 to 10 and from 14 to 20, each ended by an ACK; the ACK at 25 found one
+        # packet in flight: what follows it is no refill.
+        self.assertEqual((full_us, top), (15.0, 2))
+        self.assertEqual(refills, [4.0, 1.0], "the packet sent again at 12 is no refill")
+
+
 class OneRun(unittest.TestCase):
     def setUp(self):
         runs = qp.analyse(events(0.0), limit=3)
@@ -101,6 +119,7 @@ class OneRun(unittest.TestCase):
         self.assertAlmostEqual(r["not_full_ms"], 0.042)
         self.assertAlmostEqual(r["mean_flight"], 258 / 92)
         self.assertEqual(r["max_flight"], 4, "the packet sent again adds nothing")
+        self.assertEqual(r["refills"], [], "no new packet after the ACK at 59 opened the flight")
         self.assertAlmostEqual(r["MiB/s"], 16384 / (1 << 20) / 92e-6)
 
     def test_the_phases_add_up_to_each_wqes_total(self):
