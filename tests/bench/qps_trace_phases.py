@@ -4,7 +4,7 @@
 client (the requester), per run and per QP count, from rox-trace's JSON of both devices.
 
     qps_trace_phases.py TRACE.json... [--client NAME] [--wqe NAME] [--gap-ms MS]
-                        [--flight-limit N]
+                        [--flight-limit N] [--min-wqes-per-qp N]
 
 Each TRACE.json is `rox-trace CLIENT.wqe-trace SERVER.wqe-trace --name client --name server
 --json TRACE.json`: the host bench's pair (`ROX_QPS_TRACE_DIR=DIR cargo bench -p rox-nic
@@ -26,7 +26,10 @@ bench run); its span is its first doorbell to its last CQE. Per run:
   each phase's sum, its share of the WQEs' total, its median and 90th percentile;
 - each request packet's round trip in three legs (needs both devices): client frame out →
   server frame in (the wire and the server thread's wake-up), server frame in → the ACK that
-  covers it out, that ACK out → the client's response in;
+  covers it out, that ACK out → the client's response in; all on the packet's QP and the
+  server QP paired with it (trace_breakdown.qp_peers: the frames in of each PSN and opcode
+  matched to the sends in order, each client QP's peer by majority; PSNs alone do not say
+  the QP, as every host-bench QP starts at PSN 0);
 - the posting phase: the span's start to the client's last doorbell notice (perftest still
   posting), and the notices with the WQEs they brought;
 - each device's waits that ended in the span (naps, idle sleeps, ms waited) and its wake-ups
@@ -34,7 +37,8 @@ bench run); its span is its first doorbell to its last CQE. Per run:
   no record of a pass itself, so a pass that did nothing is seen only this way: after a
   wait, as nothing before the next wait.
 
-Then per QP count, the medians over its runs. A parked doorbell (docs/transport.md, "Parked
+Then per QP count, the medians over its runs of at least --min-wqes-per-qp WQEs a QP (default
+20: a lab's base runs, 10 a QP, are left out). A parked doorbell (docs/transport.md, "Parked
 QPs") leaves no record: its WQEs' doorbell is the notice at the QP's turn, when they were
 fetched, so "doorbell → first frame" does not hold the time they waited parked.
 Tests: tests/bench/test_qps_trace_phases.py.
@@ -51,6 +55,9 @@ import trace_breakdown as tb  # noqa: E402
 
 PSN_MOD = 1 << 24
 PORT_INFLIGHT_LIMIT = 256
+# A lab's base runs move QPS_BASE_ITERS (10) WQEs a QP (tests/bench/qps.sh); its timed runs
+# at least 50 (perftest's 12,800 over 256 QPs).
+MIN_WQES_PER_QP = 20
 REQUEST_PREFIXES = ("WRITE_", "SEND_", "READ_REQUEST", "COMPARE_SWAP", "FETCH_ADD", "FLUSH",
                     "ATOMIC_WRITE")
 # The phases of a WQE's life that follow one another from its doorbell to its CQE.
@@ -166,18 +173,24 @@ def ack_index(records):
 
 def packet_legs(tr, recs, cpid, lo, hi):
     """{leg: [µs]} of each request packet the client first sent in [lo, hi] whose whole round
-    trip is in the trace (the server's frame in, the ACK covering it, the client taking it)."""
+    trip is in the trace (the frame in on its QP's server QP, the ACK of that QP covering it,
+    the client's QP taking it). The server QP of each client QP is `tb.qp_peers`'s: PSN and
+    opcode alone do not say it."""
     legs = {k: [] for k in LEGS}
     acks = {}
     sent = set()
+    peers = tb.qp_peers(tr, cpid, lo, hi, is_request)
     for ts, name, tid, a in recs.between(cpid, lo, hi):
         if name != "frame out" or not is_request(a.get("opcode")) or (tid, a["psn"]) in sent:
             continue
         sent.add((tid, a["psn"]))
-        into = tr.first("frame in", cpid, a["psn"], a["opcode"], ts, other_pid=True)
+        if tid not in peers:
+            continue
+        spid, stid = peers[tid]
+        into = tr.first("frame in", spid, a["psn"], a["opcode"], ts, tid=stid)
         if into is None:
             continue
-        t_in, stid, spid = into
+        t_in = into[0]
         if spid not in acks:
             acks[spid] = ack_index(recs.by_pid.get(spid, []))
         times, psns = acks[spid].get(stid, ([], []))
@@ -308,21 +321,25 @@ SUMMARY = [
     ("out->in µs", lambda r: stat(r["legs"][LEGS[0]])),
     ("in->ACK µs", lambda r: stat(r["legs"][LEGS[1]])),
     ("ACK->in µs", lambda r: stat(r["legs"][LEGS[2]])),
-    ("client empty wakes/ms", lambda r: r["waits"].get(r["client"], (0, 0, 0, 0))[3] / r["span_ms"]
-     if r["span_ms"] else float("nan")),
+    ("client empty wake-ups", lambda r: r["waits"].get(r["client"], (0, 0, 0, 0))[3]),
 ]
 
 
-def summary(runs):
-    """Per QP count, the medians over its runs of the main figures (a Markdown table)."""
+def summary(runs, min_wqes_per_qp=MIN_WQES_PER_QP):
+    """Per QP count, the medians over its runs of the main figures (a Markdown table); runs of
+    fewer than `min_wqes_per_qp` WQEs a QP (a lab's base runs) are left out."""
     by = {}
     for r in runs:
-        by.setdefault(r["qps"], []).append(r)
+        if r["wqes"] >= min_wqes_per_qp * r["qps"]:
+            by.setdefault(r["qps"], []).append(r)
     head = "| QPs | runs | " + " | ".join(n for n, _ in SUMMARY) + " |"
     lines = [head, "|" + "---|" * (2 + len(SUMMARY))]
     for q in sorted(by):
         vals = [statistics.median(f(r) for r in by[q]) for _, f in SUMMARY]
         lines.append(f"| {q} | {len(by[q])} | " + " | ".join(f"{v:.1f}" for v in vals) + " |")
+    left = len(runs) - sum(len(v) for v in by.values())
+    if left:
+        lines.append(f"({left} runs of fewer than {min_wqes_per_qp} WQEs a QP left out)")
     return "\n".join(lines)
 
 
@@ -333,6 +350,8 @@ def main(argv=None):
     ap.add_argument("--wqe", help="the WQEs of a run, as rox-trace names them (default: the most common)")
     ap.add_argument("--gap-ms", type=float, default=1000.0, help="a gap between doorbells that starts a new run")
     ap.add_argument("--flight-limit", type=int, default=PORT_INFLIGHT_LIMIT, help="the port's flight (256)")
+    ap.add_argument("--min-wqes-per-qp", type=int, default=MIN_WQES_PER_QP,
+                    help="runs of fewer WQEs a QP (a lab's base runs) stay out of the summary")
     a = ap.parse_args(argv)
     runs = []
     for path in a.traces:
@@ -348,7 +367,7 @@ def main(argv=None):
             runs.append(r)
     if not runs:
         sys.exit("qps_trace_phases: no run found")
-    print(summary(runs))
+    print(summary(runs, a.min_wqes_per_qp))
     return 0
 
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: GPL-2.0-only OR MIT
-"""Unit tests of qps_trace_phases.py on a hand-written two-QP trace whose every phase is known:
+"""Unit tests of qps_trace_phases.py on hand-written two-QP traces whose every phase is known
+(one with QPs at distinct PSNs, one with QPs in lockstep at the same PSNs, as the host bench's):
 python3 -m unittest discover -s tests/bench -p 'test_*.py'"""
 import contextlib
 import io
@@ -12,6 +13,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import qps_trace_phases as qp  # noqa: E402
+import trace_breakdown as tb  # noqa: E402
 
 CLIENT, SERVER = 1, 2
 
@@ -76,6 +78,54 @@ def events(*starts):
     return ev
 
 
+def lockstep_run(t0=0.0, d=10):
+    """Client QPs 5 and 6 (server QPs 7 and 8) both start at PSN 0, as the host bench's do:
+    A (QP 5, PSN 0), B (QP 5, 1), C (QP 6, 0), D (QP 6, 1), one WRITE_ONLY each, sent at 10,
+    12, 11, 13 µs from t0; each reaches the server `d` µs later, in the order sent; the server
+    ACKs PSN 1 of QP 7 at 14+d and of QP 8 at 15+d, each back 10 µs later. So the nearest
+    frame in with QP 6's PSN is QP 7's, and the first ACK of PSN 1 back is QP 5's. QP 5 sends
+    PSN 2 (a third WQE, not complete in the run) at 30: 1 packet is still in flight at the
+    span's end (30+d); QP 6 takes an ACK of PSN 5, past what it sent, at 26+d. One notice
+    brings QP 5's three WQEs (three fetches), one QP 6's two. The server has one WQE of its
+    own (a SEND): the client is the device with the most. The client's idle sleep ending at
+    15 is followed by a nap: one wake-up that found nothing."""
+    c, s, t = CLIENT, SERVER, t0
+    ack = {"opcode": "ACK", "syndrome": 0x1F}
+    return [
+        write(5, t, (1, 9, 14 + d, 4, 28 + d)), write(5, t, (2, 10, 12 + d, 4, 28 + d)),
+        write(6, t + 4, (1, 6, 14 + d, 5, 26 + d)), write(6, t + 4, (2, 7, 12 + d, 5, 26 + d)),
+        {"ph": "X", "pid": s, "tid": 7, "ts": t + 1, "dur": 1, "name": "SEND 2 B", "args": {}},
+        rec(c, t, "doorbell", 5, new_wqes=3), rec(c, t + 1, "fetch", 5), rec(c, t + 2, "fetch", 5),
+        rec(c, t + 3, "fetch", 5), rec(c, t + 4, "doorbell", 6, new_wqes=2), rec(c, t + 5, "fetch", 6),
+        rec(c, t + 6, "fetch", 6),
+        rec(c, t + 10, "frame out", 5, psn=0, opcode="WRITE_ONLY"),
+        rec(c, t + 11, "frame out", 6, psn=0, opcode="WRITE_ONLY"),
+        rec(c, t + 12, "frame out", 5, psn=1, opcode="WRITE_ONLY"),
+        rec(c, t + 13, "frame out", 6, psn=1, opcode="WRITE_ONLY"),
+        rec(c, t + 15, "wait", 0, waited_us=5, idle=True), rec(c, t + 16, "wake", 0),
+        rec(c, t + 17, "wait", 0, waited_us=2, asked_us=2, idle=False),
+        rec(s, t + 9 + d, "wait", 0, waited_us=9, idle=True),
+        rec(s, t + 10 + d, "frame in", 7, psn=0, opcode="WRITE_ONLY"),
+        rec(s, t + 11 + d, "frame in", 8, psn=0, opcode="WRITE_ONLY"),
+        rec(s, t + 12 + d, "frame in", 7, psn=1, opcode="WRITE_ONLY"),
+        rec(s, t + 13 + d, "frame in", 8, psn=1, opcode="WRITE_ONLY"),
+        rec(s, t + 14 + d, "frame out", 7, psn=1, opcode="ACK"),
+        rec(s, t + 15 + d, "frame out", 8, psn=1, opcode="ACK"),
+        rec(c, t + 30, "frame out", 5, psn=2, opcode="WRITE_ONLY"),
+        rec(c, t + 24 + d, "frame in", 5, psn=1, opcode="ACK"), rec(c, t + 24 + d, "response in", 5, psn=1, **ack),
+        rec(c, t + 25 + d, "frame in", 6, psn=1, opcode="ACK"), rec(c, t + 25 + d, "response in", 6, psn=1, **ack),
+        rec(c, t + 26 + d, "frame in", 6, psn=5, opcode="ACK"), rec(c, t + 26 + d, "response in", 6, psn=5, **ack),
+        rec(c, t + 28 + d, "cqe", 5, recv=False), rec(c, t + 30 + d, "cqe", 6, recv=False),
+    ]
+
+
+def lockstep_events(*runs):
+    ev = [meta(CLIENT, "client"), meta(SERVER, "server")]
+    for t0, d in runs:
+        ev += lockstep_run(t0, d)
+    return ev
+
+
 class Psn(unittest.TestCase):
     def test_psn_arithmetic_wraps_and_responses_ack_what_they_say(self):
         self.assertEqual(qp.psn_diff(0, 0xFFFFFF), 1)
@@ -102,6 +152,14 @@ class Refill(unittest.TestCase):
         # packet in flight: what follows it is no refill.
         self.assertEqual((full_us, top), (15.0, 2))
         self.assertEqual(refills, [4.0, 1.0], "the packet sent again at 12 is no refill")
+
+
+    def test_a_flight_full_at_the_spans_end_counts_to_its_end(self):
+        rows = [(0.0, "frame out", 5, {"psn": 1, "opcode": "WRITE_FIRST"}),
+                (1.0, "frame out", 5, {"psn": 2, "opcode": "WRITE_LAST"})]
+        full_us, mean, top, _ = qp.flight(rows, 0.0, 10.0, 2)
+        self.assertEqual((full_us, top), (9.0, 2))
+        self.assertAlmostEqual(mean, (1 * 1 + 2 * 9) / 10)
 
 
 class OneRun(unittest.TestCase):
@@ -151,6 +209,48 @@ class OneRun(unittest.TestCase):
         self.assertIn("1 wake-ups found nothing", text)
 
 
+class Lockstep(unittest.TestCase):
+    def setUp(self):
+        self.ev = lockstep_events((0.0, 10))
+        runs = qp.analyse(self.ev, limit=4)
+        self.assertEqual(len(runs), 1)
+        self.names, self.r = runs[0]
+
+    def test_qps_at_the_same_psns_pair_with_their_own_server_qps(self):
+        legs = self.r["legs"]
+        self.assertEqual(legs["client out->server in"], [10, 10, 10, 10], "not QP 7's frame for QP 6's")
+        self.assertEqual(legs["server in->ACK out"], [4, 4, 2, 2])
+        self.assertEqual(legs["ACK out->client in"], [10, 10, 10, 10], "not QP 5's ACK for QP 6's")
+        tr = tb.Trace(self.ev)
+        self.assertEqual(tb.qp_peers(tr, CLIENT, 0, 40, qp.is_request), {5: (SERVER, 7), 6: (SERVER, 8)})
+        self.assertEqual(tb.crossings(tr, CLIENT, 0, 40, ("WRITE_ONLY",)), [10, 10, 10, 10])
+        self.assertEqual(tb.crossings(tr, SERVER, 0, 40, ("ACK",)), [10, 10])
+
+    def test_wqes_qps_notices_fetches_and_phases(self):
+        r = self.r
+        self.assertEqual((r["qps"], r["wqes"], r["client"]), (2, 4, CLIENT))
+        self.assertEqual((r["notices"], r["fetched"]), (2, 5))
+        self.assertAlmostEqual(r["posting_ms"], 0.004)
+        ph = r["phases"]
+        self.assertEqual(ph["doorbell->first frame"], [10, 12, 7, 9])
+        self.assertEqual(ph["first->last frame"], [0, 0, 0, 0])
+        self.assertEqual(ph["last frame->ACK"], [24, 22, 24, 22])
+        self.assertEqual(ph["ACK->CQE"], [4, 4, 5, 5])
+        self.assertEqual(sum(ph["total"]), 148)
+        self.assertEqual(r["waits"][CLIENT], (1, 1, 0.007, 1))
+        self.assertEqual(r["waits"][SERVER], (0, 1, 0.009, 0))
+
+    def test_the_flight_skips_an_ack_past_what_was_sent_and_runs_to_the_spans_end(self):
+        r = self.r
+        self.assertAlmostEqual(r["span_ms"], 0.040)
+        # 1 at 10, 2 at 11, 3 at 12, 4 at 13, 5 at 30, 3 at 34, 1 at 35 to the end at 40.
+        self.assertAlmostEqual(r["mean_flight"], (1 + 2 + 3 + 4 * 17 + 5 * 4 + 3 + 1 * 5) / 40)
+        self.assertEqual(r["max_flight"], 5)
+        self.assertAlmostEqual(r["full_ms"], 0.021)
+        _, one = qp.analyse(self.ev, limit=1)[0]
+        self.assertAlmostEqual(one["full_ms"], 0.030, msg="at 1 or over from 10 to the span's end")
+
+
 class Runs(unittest.TestCase):
     def test_runs_apart_by_more_than_the_gap_are_two(self):
         ev = events(0.0, 2e6)
@@ -168,7 +268,7 @@ class Runs(unittest.TestCase):
                 json.dump({"traceEvents": events(0.0, 2e6)}, f)
             out = io.StringIO()
             with contextlib.redirect_stdout(out):
-                self.assertEqual(qp.main([path, "--flight-limit", "3"]), 0)
+                self.assertEqual(qp.main([path, "--flight-limit", "3", "--min-wqes-per-qp", "1"]), 0)
         text = out.getvalue()
         self.assertEqual(text.count(" run "), 2)
         row = [line for line in text.splitlines() if line.startswith("| 2 |")]
@@ -176,6 +276,27 @@ class Runs(unittest.TestCase):
         cells = [c.strip() for c in row[0].strip("|").split("|")]
         self.assertEqual(cells[1], "2", "two runs of 2 QPs")
         self.assertEqual(cells[3], f"{100 * 50 / 92:.1f}", "flight full %")
+
+    def test_the_summary_leaves_out_runs_of_few_wqes_a_qp_and_takes_medians(self):
+        ev = events(0.0) + lockstep_events((2e6, 10), (4e6, 20))[2:]
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "t.json")
+            with open(path, "w") as f:
+                json.dump({"traceEvents": ev}, f)
+            out = io.StringIO()
+            with contextlib.redirect_stdout(out):
+                self.assertEqual(qp.main([path, "--flight-limit", "4", "--min-wqes-per-qp", "2"]), 0)
+        text = out.getvalue()
+        self.assertEqual(text.count(" run "), 3)
+        self.assertIn("(1 runs of fewer than 2 WQEs a QP left out)", text)
+        row = [line for line in text.splitlines() if line.startswith("| 2 |")]
+        self.assertEqual(len(row), 1)
+        cells = [c.strip() for c in row[0].strip("|").split("|")]
+        self.assertEqual(cells[1], "2", "the two lockstep runs, not the run of one WQE a QP")
+        self.assertEqual(cells[10], "15.0", "out->in: the median of 10 and 20 µs")
+        self.assertEqual(cells[13], "1.0", "the client's wake-ups that found nothing, a run")
+        runs = [r for _, r in qp.analyse(ev)]
+        self.assertIn("(3 runs of fewer than 20 WQEs a QP left out)", qp.summary(runs))
 
 
 if __name__ == "__main__":
