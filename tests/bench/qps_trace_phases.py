@@ -104,7 +104,7 @@ class Records:
 
 def flight(records, lo, hi, limit):
     """The client's RC packets in flight over [lo, hi] µs, from its request frames out and the
-    responses in (`records`: the device's records of the run, in time order): (µs at `limit`
+    responses in (`records`: the device's records in [lo, hi], in time order): (µs at `limit`
     or over, time-weighted mean, the largest, [µs from each response that opened a full
     flight to the next new request frame out]: the device's refill)."""
     una, end = {}, {}
@@ -131,11 +131,10 @@ def flight(records, lo, hi, limit):
                 opened = ts
         else:
             continue
-        t = min(max(ts, lo), hi)
-        area += now * (t - last_t)
+        area += now * (ts - last_t)
         if now >= limit:
-            full_us += t - last_t
-        now, last_t = now + delta, t
+            full_us += ts - last_t
+        now, last_t = now + delta, ts
         top = max(top, now)
     area += now * (hi - last_t)
     if now >= limit:
