@@ -9,9 +9,9 @@ stage over all iterations, and SVG charts of them.
 
 TRACE.json is what `rox-trace CLIENT.wqe-trace SERVER.wqe-trace --name client --name server
 --json TRACE.json` writes (tests/bench/trace-breakdown runs it all). Frames are matched
-across the two devices by PSN and opcode, as tests/lib/trace_svg.py draws them; a run of many
-QPs' frames (`crossings`) on the QP paired with the sender's (`qp_peers`), as QPs may share
-PSNs.
+across the two devices by PSN and opcode, as tests/lib/trace_svg.py draws them; a many-QP
+run's bridge crossings (`crossings`) only on the QP paired with the sender's (`qp_peers`), as
+QPs may share PSNs.
 
 One ib_send_lat iteration, from the client's doorbell to its next one:
   client: doorbell noticed -> SEND frame out     (the device: fetch, PSN, build, send)
