@@ -9,7 +9,9 @@ stage over all iterations, and SVG charts of them.
 
 TRACE.json is what `rox-trace CLIENT.wqe-trace SERVER.wqe-trace --name client --name server
 --json TRACE.json` writes (tests/bench/trace-breakdown runs it all). Frames are matched
-across the two devices by PSN and opcode, as tests/lib/trace_svg.py draws them.
+across the two devices by PSN and opcode, as tests/lib/trace_svg.py draws them; a many-QP
+run's bridge crossings (`crossings`) only on the QP paired with the sender's (`qp_peers`), as
+QPs may share PSNs.
 
 One ib_send_lat iteration, from the client's doorbell to its next one:
   client: doorbell noticed -> SEND frame out     (the device: fetch, PSN, build, send)
@@ -334,16 +336,48 @@ def burst_rows(run):
     return rows
 
 
+def qp_peers(tr, pid, lo, hi, wanted):
+    """{QP of `pid`: (peer pid, peer QP)} from the frames `pid` sent in [lo, hi] whose opcode
+    `wanted(opcode)` takes. PSN and opcode do not say which QP a frame is for: QPs that start
+    at the same PSN (every QP of the host bench) send the same (PSN, opcode)s, and the nearest
+    frame in with a frame's key is often another QP's. So, per key, the other devices' frames
+    in are matched to the sends in order (the link keeps the order of frames), and each QP's
+    peer is the QP most of its frames reached, one peer per QP (the most votes first)."""
+    votes = {}
+    for (name, p, psn, op), rows in tr.by_key.items():
+        if name != "frame out" or p != pid or not wanted(op):
+            continue
+        sends = [r for r in rows if lo <= r[0] <= hi]
+        arrivals = sorted((ts, q, t) for q in tr.names if q != pid
+                          for ts, t in tr.by_key.get(("frame in", q, psn, op), []) if ts >= lo)
+        i = 0
+        for ts, q, t in arrivals:
+            if i == len(sends):
+                break
+            if sends[i][0] <= ts:
+                v = votes.setdefault(sends[i][1], {})
+                v[(q, t)] = v.get((q, t), 0) + 1
+                i += 1
+    peers, taken = {}, set()
+    for n, tid, peer in sorted(((n, tid, peer) for tid, v in votes.items() for peer, n in v.items()),
+                               reverse=True):
+        if tid not in peers and peer not in taken:
+            peers[tid] = peer
+            taken.add(peer)
+    return peers
+
+
 def crossings(tr, pid, lo, hi, opcodes):
-    """µs from each frame `pid` sent in [lo, hi] (of these opcodes) to the other device taking
-    it in."""
+    """µs from each frame `pid` sent in [lo, hi] (of these opcodes) to its QP's peer
+    (`qp_peers`) taking it in."""
     out = []
+    peers = qp_peers(tr, pid, lo, hi, lambda op: op in opcodes)
     for (name, p, psn, op), rows in tr.by_key.items():
         if name != "frame out" or p != pid or op not in opcodes:
             continue
-        for ts, _ in rows:
-            if lo <= ts <= hi:
-                into = tr.first("frame in", pid, psn, op, ts, other_pid=True)
+        for ts, tid in rows:
+            if lo <= ts <= hi and tid in peers:
+                into = tr.first("frame in", peers[tid][0], psn, op, ts, tid=peers[tid][1])
                 if into is not None:
                     out.append(into[0] - ts)
     return out
