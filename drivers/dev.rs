@@ -299,8 +299,15 @@ impl Drop for RoxDev<'_> {
         for eq in self.eqs.iter() {
             eq.disable(&self.regs);
         }
-        // The device forgets every ring and object before the DMA memory is freed.
-        self.regs.write(regs::REG_RESET, regs::RESET_VALUE);
+        // The device forgets every ring and object before the DMA memory is freed: the reset
+        // is over only at `STATUS_READY` (rox-nic's data path forgets its rings when it takes
+        // the reset), so wait for it. A dead device was given its reset and deadline already
+        // (dead.rs): asked again, not waited for.
+        if self.is_dead() {
+            self.regs.write(regs::REG_RESET, regs::RESET_VALUE);
+        } else {
+            crate::admin::quiesce(&self.regs);
+        }
     }
 }
 

@@ -21,9 +21,10 @@ pub(crate) enum SlotStore {
     /// An SQ, RQ or SRQ producer index, or a CQ's arm word: work for the device.
     Ring,
     /// The SQ producer index of a QP that counts in its port's flight
-    /// (`verbs::qp_type_counts_in_flight`: RC) whose new WQEs all send packets: as `Ring`, but
-    /// no wake while the idle device says its flight is full (`DbPage::rc_sq_no_wake`): none
-    /// of them could be sent before the ACK or retransmission timer that wakes it anyway.
+    /// (`verbs::qp_type_counts_in_flight`: RC or XRC initiator) whose new WQEs all send
+    /// packets: as `Ring`, but no wake while the idle device says its flight is full
+    /// (`DbPage::rc_sq_no_wake`): none of them could be sent before the ACK or retransmission
+    /// timer that wakes it anyway.
     RcSqOfPackets,
     /// A CQ's consumer index (word `a`).
     ConsumerIndex,
