@@ -251,10 +251,18 @@ impl DataPath {
                     self.wire_busy = true;
                 }
                 Step::Idle => {
-                    if self.go_idle() {
-                        last_work = Instant::now();
-                        self.expectation.work_done();
-                        self.wire_busy = true;
+                    let rescan_found_work = self.go_idle();
+                    last_work = Instant::now();
+                    self.expectation.work_done();
+                    self.wire_busy = true;
+                    if rescan_found_work {
+                        // The re-scan's work ends the idle period as a work pass would: it
+                        // may leave the next pass nothing (a flush, a parked QP, a CQ arm),
+                        // and the period would stay open to take a later gap.
+                        let side = self.work_side.take().unwrap_or(Side::OTHER);
+                        self.backoff
+                            .work_came(last_work.saturating_duration_since(work_ended), side);
+                        work_ended = last_work;
                     }
                 }
             }
@@ -375,8 +383,8 @@ impl DataPath {
     }
 
     /// The idle protocol: announce idleness in every doorbell page, re-scan once (a store that
-    /// raced with the announcement is seen here), then sleep until woken. Returns true if it
-    /// slept (or found work).
+    /// raced with the announcement is seen here), then sleep until woken unless the re-scan
+    /// found work. Returns whether it did.
     fn go_idle(&mut self) -> bool {
         if let Some(p) = &mut self.port {
             p.flush_faults();
@@ -401,7 +409,7 @@ impl DataPath {
         }
         self.shared.doorbells.set_running(&pages);
         self.shared.idle.store(DB_DEVICE_RUNNING, Ordering::SeqCst);
-        true
+        found
     }
 
     // ---- control messages ------------------------------------------------------------------

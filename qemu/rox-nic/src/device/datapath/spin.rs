@@ -42,14 +42,14 @@
 //! (two with a busy loop on a host core), but the host goal and two guests were not shown on a
 //! shared host (docs/benchmarks/session-20-spin.md); in session 21's, on a quiet host WRITE was
 //! ≥ 1M msg/s in every run and SEND in 1 of 4, and with a compiler on a host core loopback
-//! ib_send_lat's typical was worse than the plain spin's in 1 of 2 pairs
+//! ib_send_lat's typical was worse than the plain spin's in 1 of 3 pairs
 //! (docs/benchmarks/session-21-spin.md).
 //!
 //! A side is what the data path found first in the pass that ended an idle period: a QP's SQ
 //! doorbell, its RQ doorbell (work only in the error state, where it flushes) and a packet for
-//! it are different sides (`sq.rs`, `wire_io.rs`). A packet the engine dropped (no such QP, a
-//! bad P_Key, one that did not parse) names no side, and a pass whose work named none is
-//! [`Side::OTHER`]'s, as a frame for the netdev, an admin command or a CQ's arm is. Chosen over
+//! it are different sides (`sq.rs`, `wire_io.rs`). A packet no QP took (the engine's checks
+//! refused it: no such QP, a bad P_Key, one that did not parse) names no side, and a pass
+//! whose work named none is [`Side::OTHER`]'s, as a frame for the netdev, an admin command or a CQ's arm is. Chosen over
 //! "the period stays open and the drop records nothing": a drop is work all the same (the loop
 //! restarts its spin after it, so the period did end and its gap is real for the way it took),
 //! and a stream of drops would leave that rule's side deciding period after period on a record
