@@ -244,7 +244,10 @@ fn a_doorbell_the_idle_rescan_finds_ends_the_period() {
         rescan.arm();
         let send = ud_wqe(send_id, WR_SEND, sge(buf, 64, key), peer, qpn, UD_QKEY);
         r.d.post_send(&mut r.ud, &send);
-        wait_until(|| rescan.is_held(), "the device did not go idle after the send");
+        wait_until(
+            || rescan.is_held(),
+            "the device did not go idle after the send",
+        );
         if let Some(cqe) = r.d.poll_cq(&mut r.cq) {
             assert_eq!((cqe.wr_id, cqe.status), (send_id, WC_WR_FLUSH_ERR));
             break;

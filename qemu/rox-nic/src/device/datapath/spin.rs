@@ -48,14 +48,15 @@
 //! A side is what the data path found first in the pass that ended an idle period: a QP's SQ
 //! doorbell, its RQ doorbell (work only in the error state, where it flushes) and a packet for
 //! it are different sides (`sq.rs`, `wire_io.rs`). A packet no QP took (the engine's checks
-//! refused it: no such QP, a bad P_Key, one that did not parse) names no side, and a pass
-//! whose work named none is [`Side::OTHER`]'s, as a frame for the netdev, an admin command or a CQ's arm is. Chosen over
-//! "the period stays open and the drop records nothing": a drop is work all the same (the loop
-//! restarts its spin after it, so the period did end and its gap is real for the way it took),
-//! and a stream of drops would leave that rule's side deciding period after period on a record
-//! that is never told; named after the packet's QP instead, stray packets for QPNs that do not
-//! exist would each take one of the few records' entries from a side that does (the review of
-//! session 20). `tests/device_spin_sides.rs` drives the wiring through a device.
+//! refused it: no such QP, a bad P_Key, one that did not parse) names no side, and a pass whose
+//! work named none is [`Side::OTHER`]'s, as a frame for the netdev, an admin command or a CQ's
+//! arm is. Chosen over "the period stays open and the drop records nothing": a drop is work all
+//! the same (the loop restarts its spin after it, so the period did end and its gap is real for
+//! the way it took), and a stream of drops would leave that rule's side deciding period after
+//! period on a record that is never told; named after the packet's QP instead, stray packets
+//! for QPNs that do not exist would each take one of the few records' entries from a side that
+//! does (the review of session 20). `tests/device_spin_sides.rs` drives the wiring through a
+//! device.
 //!
 //! The spin is bounded by the time since the last work, not by a count of events, so an idle
 //! device (nothing arrives, nothing in flight) naps and then sleeps as before. A nap ends up
