@@ -301,8 +301,9 @@ impl Drop for RoxDev<'_> {
         }
         // The device forgets every ring and object before the DMA memory is freed: the reset
         // is over only at `STATUS_READY` (rox-nic's data path forgets its rings when it takes
-        // the reset), so wait for it. A dead device was given its reset and deadline already
-        // (dead.rs): asked again, not waited for.
+        // the reset), so wait for it. A dead device is asked again, not waited for: it reads
+        // all-ones (nothing there), or its broken admin queue already waited (`quiesce`), or
+        // it reported a fatal error, after which its data path does no work (dead.rs).
         if self.is_dead() {
             self.regs.write(regs::REG_RESET, regs::RESET_VALUE);
         } else {

@@ -305,8 +305,8 @@ uapi_enum! {
 
 impl WrOpcode {
     /// Whether a WQE of this opcode is a local operation (BIND_MW, LOCAL_INV, REG_MR): the
-    /// device executes it without sending a packet. librox's wake rule and the device's
-    /// parking read this one rule (docs/transport.md, "Parked QPs"), and the engine's
+    /// device executes it without sending a packet. librox's and rox.ko's wake rules and the
+    /// device's parking read this one rule (docs/transport.md, "Parked QPs"), and the engine's
     /// classification is checked against it.
     pub const fn is_local(self) -> bool {
         matches!(

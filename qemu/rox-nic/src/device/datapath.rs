@@ -224,7 +224,8 @@ impl DataPath {
                 work_ended = last_work;
                 continue;
             }
-            // Left by `go_idle`'s re-scan, whose work no work pass followed: stale now.
+            // Every side named is taken by the work it came with (`go_idle`'s re-scan takes its
+            // own): cleared only to be sure no stale one names a later period.
             self.work_side = None;
             // Taken during this pass, which found no work: as good as a fresh read.
             let idle_for = pass_now.saturating_duration_since(last_work);

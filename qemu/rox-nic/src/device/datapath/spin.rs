@@ -41,8 +41,9 @@
 //! file); per side, loopback latency was lower than the plain spin's in every cell of five pairs
 //! (two with a busy loop on a host core), but the host goal and two guests were not shown on a
 //! shared host (docs/benchmarks/session-20-spin.md); in session 21's, on a quiet host WRITE was
-//! ≥ 1M msg/s in every run and SEND in 1 of 4, and with a compiler on a host core loopback
-//! ib_send_lat's typical was worse than the plain spin's in 1 of 3 pairs
+//! ≥ 1M msg/s in 8 of 10 runs and SEND in 9 of 10 (docs/benchmarks/session-21-lead.md), in
+//! another batch WRITE in 4 of 4 and SEND in 1 of 4, and with a compiler on a host core
+//! loopback ib_send_lat's typical was worse than the plain spin's in 1 of 3 pairs
 //! (docs/benchmarks/session-21-spin.md).
 //!
 //! A side is what the data path found first in the pass that ended an idle period: a QP's SQ
