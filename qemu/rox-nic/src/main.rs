@@ -94,7 +94,7 @@ struct Args {
     /// per side of its work: the QP whose doorbell or packet ended the idle period before),
     /// else sleep at once and leave the core to whoever the device waits for
     /// (docs/benchmarks/session-19-spin.md, session-20-spin.md). Default:
-    /// $ROX_NIC_ADAPTIVE_SPIN (1 or 0), else off.
+    /// $ROX_NIC_ADAPTIVE_SPIN (1 or 0), else on (`false` gives the plain spin).
     #[arg(long, value_name = "BOOL", action = clap::ArgAction::Set)]
     adaptive_spin: Option<bool>,
     /// Microseconds the data path keeps polling after its last work while an answer is
@@ -186,7 +186,7 @@ fn posted_spin(arg: Option<u64>, spin: std::time::Duration) -> Result<std::time:
 }
 
 /// Whether the posted spin adapts: `--adaptive-spin true|false`, else $ROX_NIC_ADAPTIVE_SPIN
-/// (1 or 0), else off.
+/// (1 or 0), else on.
 fn adaptive_spin(arg: Option<bool>) -> Result<bool, String> {
     match (arg, std::env::var("ROX_NIC_ADAPTIVE_SPIN")) {
         (Some(a), _) => Ok(a),
@@ -195,7 +195,7 @@ fn adaptive_spin(arg: Option<bool>) -> Result<bool, String> {
             "0" => Ok(false),
             _ => Err(format!("ROX_NIC_ADAPTIVE_SPIN={v:?}: want 1 or 0")),
         },
-        (None, Err(_)) => Ok(false),
+        (None, Err(_)) => Ok(true),
     }
 }
 
@@ -449,11 +449,11 @@ mod tests {
     use std::time::Duration;
 
     #[test]
-    fn the_adaptive_spin_is_off_unless_told() {
+    fn the_adaptive_spin_is_on_unless_told() {
         assert_eq!(adaptive_spin(Some(true)), Ok(true));
         assert_eq!(adaptive_spin(Some(false)), Ok(false));
         if std::env::var_os("ROX_NIC_ADAPTIVE_SPIN").is_none() {
-            assert_eq!(adaptive_spin(None), Ok(false));
+            assert_eq!(adaptive_spin(None), Ok(true));
         }
     }
 

@@ -106,7 +106,7 @@ impl DeviceConfig {
             idle_after: DEFAULT_IDLE_AFTER,
             spin: datapath::SPIN_PERIOD,
             posted_spin: datapath::POSTED_SPIN_PERIOD,
-            adaptive_spin: false,
+            adaptive_spin: true,
             expect_spin: std::time::Duration::ZERO,
             nap_slack: None,
             flush_icrc: crate::roce::wire::FlushIcrc::Iba,

@@ -35,16 +35,16 @@
 //! side of a loopback ping-pong that the spin delayed and slept where sleeping cost more;
 //! Session 19's one record for the whole device weighed a ping-pong's two sides together and
 //! spun for both, docs/benchmarks/session-20-spin.md). While an answer is expected
-//! (`--expect-spin-us`) the expect spin is spun and the record is neither asked nor told. Off by
-//! default: on a host that lost a core to other work, loopback ib_send_lat's typical went to
-//! milliseconds in 2 of 3 fair runs with Session 19's rule, in none of the plain spin's (same
-//! file); per side, loopback latency was lower than the plain spin's in every cell of five pairs
-//! (two with a busy loop on a host core), but the host goal and two guests were not shown on a
-//! shared host (docs/benchmarks/session-20-spin.md); in session 21's, on a quiet host WRITE was
-//! ≥ 1M msg/s in 8 of 10 runs and SEND in 9 of 10 (docs/benchmarks/session-21-lead.md), in
-//! another batch WRITE in 4 of 4 and SEND in 1 of 4, and with a compiler on a host core
-//! loopback ib_send_lat's typical was worse than the plain spin's in 1 of 3 pairs
-//! (docs/benchmarks/session-21-spin.md).
+//! (`--expect-spin-us`) the expect spin is spun and the record is neither asked nor told. On by
+//! default since session 22 (`--adaptive-spin false` gives the plain spin): per side, loopback
+//! latency was lower than the plain spin's in every cell of five pairs (two with a busy loop on
+//! a host core, docs/benchmarks/session-20-spin.md); on a quiet host the host engine's medians
+//! were 1.54M WRITE / 1.17M SEND msg/s against the plain spin's 1.05M / 0.94M (10 alternated
+//! runs each, docs/benchmarks/session-21-lead.md); with a compiler on a host core loopback
+//! ib_send_lat's typical was worse than the plain spin's in 1 of 3 pairs and the plain spin's
+//! once 408 µs (docs/benchmarks/session-21-spin.md). Session 19's one record for the whole
+//! device, the rule before per-side records, took loopback ib_send_lat's typical to
+//! milliseconds in 2 of 3 fair runs on a host that lost a core (session-19-spin.md).
 //!
 //! A side is what the data path found first in the pass that ended an idle period: a QP's SQ
 //! doorbell, its RQ doorbell (work only in the error state, where it flushes) and a packet for
