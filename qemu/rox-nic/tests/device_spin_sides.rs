@@ -186,19 +186,25 @@ fn a_packet_names_its_qp_and_a_dropped_packet_no_side() {
     );
 }
 
+/// The rig with its UD QP moved to the error state and the receive WQEs posted before
+/// flushed by the move.
+fn error_state_rig(dir: &Path) -> Rig {
+    let mut r = rig(dir);
+    assert_eq!(r.d.modify_qp_state(r.ud.qpn, QPS_ERR), ADMIN_STATUS_SUCCESS);
+    for _ in 0..2 * ROUNDS {
+        let cqe = r.d.wait_cqe(&mut r.cq);
+        assert_eq!(cqe.status, WC_WR_FLUSH_ERR);
+    }
+    r
+}
+
 /// A QP in the error state flushes what its queues' doorbells bring: its RQ doorbell's work
 /// and its SQ doorbell's are different sides.
 #[test]
 fn an_rq_doorbell_and_an_sq_doorbell_are_different_sides() {
     let dir = tempfile::tempdir().unwrap();
-    let mut r = rig(dir.path());
+    let mut r = error_state_rig(dir.path());
     let qpn = r.ud.qpn;
-    assert_eq!(r.d.modify_qp_state(qpn, QPS_ERR), ADMIN_STATUS_SUCCESS);
-    // The receive WQEs posted before: flushed by the move.
-    for _ in 0..2 * ROUNDS {
-        let cqe = r.d.wait_cqe(&mut r.cq);
-        assert_eq!(cqe.status, WC_WR_FLUSH_ERR);
-    }
     let (buf, key, peer) = (r.buf, r.key, r.gid);
     for round in 0..ROUNDS {
         let recv_id = 100 + round;
@@ -223,13 +229,8 @@ fn an_rq_doorbell_and_an_sq_doorbell_are_different_sides() {
 #[test]
 fn a_doorbell_the_idle_rescan_finds_ends_the_period() {
     let dir = tempfile::tempdir().unwrap();
-    let mut r = rig(dir.path());
+    let mut r = error_state_rig(dir.path());
     let qpn = r.ud.qpn;
-    assert_eq!(r.d.modify_qp_state(qpn, QPS_ERR), ADMIN_STATUS_SUCCESS);
-    for _ in 0..2 * ROUNDS {
-        let cqe = r.d.wait_cqe(&mut r.cq);
-        assert_eq!(cqe.status, WC_WR_FLUSH_ERR);
-    }
     let (buf, key, peer) = (r.buf, r.key, r.gid);
     let shared = r.d.shared().clone();
     let rescan = &shared.hold_before_idle_rescan;
