@@ -506,7 +506,10 @@ mod tests {
         const QPS: u32 = 256;
         let mut s = refilled(0, PORT_INFLIGHT_LIMIT);
         for q in 0..QPS {
-            assert!(!s.may_send(qpn(2 + q), true), "the flight is full: it waits");
+            assert!(
+                !s.may_send(qpn(2 + q), true),
+                "the flight is full: it waits"
+            );
         }
         let mut flight: VecDeque<(Qpn, u64)> = VecDeque::new();
         let mut in_flight = 0;
