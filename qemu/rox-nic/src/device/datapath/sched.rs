@@ -57,8 +57,9 @@ pub const PORT_INFLIGHT_LIMIT: u64 = crate::roce::engine::MAX_INFLIGHT_PSNS as u
 /// of about four QPs whatever the number waiting. Each QP in the flight costs an ACK through
 /// both devices (the responder answers what one batch took of a QP once) and a look at its
 /// state when that ACK comes back, cold when hundreds of QPs take turns; at 16 packets a turn
-/// a full flight was 16 QPs' turns and 16 ACKs (docs/benchmarks/session-22-qps.md). The
-/// price: a QP that joins a list of N QPs with work waits for up to N × 64 packets.
+/// a full flight was 16 QPs' turns and 16 ACKs. A QP's WRITEs in a row also find its buffers
+/// in cache (docs/benchmarks/session-22-qps.md). The price: a QP that joins a list of N QPs
+/// with work waits for up to N × 64 packets.
 pub const TURN_PACKETS: u32 = 64;
 
 /// The port's transmit budget and ready list.
