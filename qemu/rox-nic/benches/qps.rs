@@ -14,7 +14,9 @@
 //! per WQE, GAP_NS between posts) and the sender's column `fetches/parked` says how often its
 //! device took WQEs from a doorbell and how often it left them for the QP's turn.
 //! ROX_QPS_MESSAGES=N moves N messages a run instead (perftest's 12,800: 50 a QP at 256 QPs),
-//! ROX_QPS_WAKE=posted wakes the devices as rox.ko does in a guest.
+//! ROX_QPS_WAKE=posted wakes the devices as rox.ko does in a guest. ROX_QPS_BUFFERS=per-qp sends
+//! each QP's messages from one 8 KiB buffer to one, as perftest does (the devices' working set
+//! grows with the QP count), instead of each message from and to bytes of its own.
 //! Run: `cargo bench -p rox-nic --bench qps`.
 
 #[path = "../tests/many_qps/mod.rs"]
@@ -48,7 +50,8 @@ fn main() {
     let posting = Posting::from_env();
     let dir = tempfile::tempdir().expect("a temporary directory for the wire's sockets");
     println!(
-        "{messages} RDMA WRITEs of {MSG} B per run, posted {posting:?}, ACK timeout {ack_timeout}; load {}",
+        "{messages} RDMA WRITEs of {MSG} B per run, posted {posting:?}, {} buffers, ACK timeout {ack_timeout}; load {}",
+        if many_qps::per_qp_buffers() { "per-QP" } else { "per-message" },
         std::fs::read_to_string("/proc/loadavg")
             .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
             .unwrap_or_default(),

@@ -31,6 +31,17 @@ pub fn messages() -> u64 {
     })
 }
 
+/// Whether each QP sends all its messages from one buffer to one (`ROX_QPS_BUFFERS=per-qp`,
+/// as perftest does) instead of every message from and to bytes of its own (`per-message`,
+/// the default).
+pub fn per_qp_buffers() -> bool {
+    match std::env::var("ROX_QPS_BUFFERS").as_deref() {
+        Err(_) | Ok("per-message") => false,
+        Ok("per-qp") => true,
+        Ok(v) => panic!("ROX_QPS_BUFFERS: {v:?} is not per-message or per-qp"),
+    }
+}
+
 /// What one run measured on the sending device, and how both devices' data-path loops ran.
 pub struct Run {
     pub elapsed: Duration,
@@ -154,6 +165,10 @@ pub fn write_over_qps(dir: &Path, subnet: u8, qps: u64, ack_timeout: u8, posting
     let (src, src_key) = a.buffer(PD, total, ACCESS);
     let (dst, dst_key) = b.buffer(PD, total, ACCESS);
     let data = pattern(u64::from(subnet), total as usize);
+    // perftest's ib_write_bw -s 8192 sends every message of a QP from one 8 KiB buffer of its
+    // own to one of the peer's (larger than its 4 KiB cycle buffer: no cycling), so the bytes
+    // the devices touch grow with the QP count: 128 KiB a side at 16 QPs, 2 MiB at 256.
+    let per_qp_buffers = per_qp_buffers();
     a.ram.write(src, &data);
 
     let trace_dir = std::env::var_os("ROX_QPS_TRACE_DIR").map(std::path::PathBuf::from);
@@ -167,7 +182,11 @@ pub fn write_over_qps(dir: &Path, subnet: u8, qps: u64, ack_timeout: u8, posting
     let start = Instant::now();
     for (q, qa) in pairs.iter_mut().enumerate() {
         for i in 0..per_qp {
-            let at = (q as u64 * per_qp + i) * MSG;
+            let at = if per_qp_buffers {
+                q as u64 * MSG
+            } else {
+                (q as u64 * per_qp + i) * MSG
+            };
             let w = send_wqe(
                 at,
                 WR_RDMA_WRITE,
@@ -214,8 +233,9 @@ pub fn write_over_qps(dir: &Path, subnet: u8, qps: u64, ack_timeout: u8, posting
         Loop::now(&mut a).since(loops_before[0]),
         Loop::now(&mut b).since(loops_before[1]),
     ];
+    let written = if per_qp_buffers { qps * MSG } else { total } as usize;
     assert!(
-        b.ram.read(dst, total as usize) == data,
+        b.ram.read(dst, written) == data[..written],
         "{qps} QPs: the received bytes differ from the sent ones"
     );
     let acks = b.query_stats()[STAT_PORT_TX_FRAMES];

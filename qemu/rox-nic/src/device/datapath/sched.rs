@@ -53,8 +53,14 @@ pub const SCHED_QUEUE_TARGET: usize = 4 * crate::port::BATCH;
 /// window may (so one QP sends as it did alone on the port), well within a tap's 1000-frame
 /// queue, which responses and ACKs share.
 pub const PORT_INFLIGHT_LIMIT: u64 = crate::roce::engine::MAX_INFLIGHT_PSNS as u64;
-/// Packets one QP sends in one turn.
-pub const TURN_PACKETS: u32 = 16;
+/// Packets one QP sends in one turn: a quarter of the flight, so a full flight is the turns
+/// of about four QPs whatever the number waiting. Each QP in the flight costs an ACK through
+/// both devices (the responder answers what one batch took of a QP once) and a look at its
+/// state when that ACK comes back, cold when hundreds of QPs take turns; at 16 packets a turn
+/// a full flight was 16 QPs' turns and 16 ACKs. A QP's WRITEs in a row also find its buffers
+/// in cache (docs/benchmarks/session-22-qps.md). The price: a QP that joins a list of N QPs
+/// with work waits for up to N × 64 packets.
+pub const TURN_PACKETS: u32 = 64;
 
 /// The port's transmit budget and ready list.
 #[derive(Debug, Default)]
@@ -487,5 +493,57 @@ mod tests {
         assert!(s.needs_refill());
         s.refill(1, 1);
         assert!(!s.needs_refill());
+    }
+
+    /// 256 QPs with endless work share the port as its passes do: each pass gives the flight
+    /// room to the QPs at the front of the ready list, then the oldest turn's ACK comes back
+    /// (the responder answers what one batch took of a QP once, and a turn's packets leave
+    /// together). The flight must be a few QPs' long turns, not many QPs' short ones: every
+    /// QP in it costs an ACK through both devices and a cold look at its state (at 16
+    /// packets a turn the flight held 16 QPs; docs/benchmarks/session-22-qps.md). And no QP
+    /// may fall behind: over the run each sends within one turn of every other.
+    #[test]
+    fn a_full_flight_is_a_few_qps_long_turns_and_every_qp_keeps_up() {
+        const QPS: u32 = 256;
+        let mut s = refilled(0, PORT_INFLIGHT_LIMIT);
+        for q in 0..QPS {
+            assert!(
+                !s.may_send(qpn(2 + q), true),
+                "the flight is full: it waits"
+            );
+        }
+        let mut flight: VecDeque<(Qpn, u64)> = VecDeque::new();
+        let mut in_flight = 0;
+        let mut sent_by = vec![0u64; QPS as usize];
+        let mut most_qps_in_flight = 0;
+        for _ in 0..4 * QPS {
+            s.refill(0, in_flight);
+            while s.has_room() {
+                let Some(q) = s.start_turn() else { break };
+                let mut sent = 0;
+                // Endless work: it sends until refused, which puts it back in the list.
+                while s.may_send(q, true) {
+                    sent += 1;
+                }
+                assert_eq!(u64::from(s.end_turn()), sent);
+                flight.push_back((q, sent));
+                in_flight += sent;
+                sent_by[(q.get() - 2) as usize] += sent;
+            }
+            most_qps_in_flight = most_qps_in_flight.max(flight.len());
+            let (_, acked) = flight.pop_front().expect("a full flight");
+            in_flight -= acked;
+        }
+        assert!(
+            most_qps_in_flight <= 4,
+            "{most_qps_in_flight} QPs' turns in a flight of {PORT_INFLIGHT_LIMIT} packets"
+        );
+        let least = *sent_by.iter().min().unwrap();
+        let most = *sent_by.iter().max().unwrap();
+        assert!(least > 0, "a QP never sent");
+        assert!(
+            most - least <= u64::from(TURN_PACKETS),
+            "unfair: one QP sent {most} packets, another {least}"
+        );
     }
 }
