@@ -229,6 +229,9 @@ pub struct RoxNicFiles {
     /// The socket of the NIC's posted-wake companion (rox-nic `--wake-socket`, QEMU's
     /// `ivshmem-doorbell` chardev); None: the NIC has none.
     pub wake: Option<PathBuf>,
+    /// The admin faults a runner asks for (rox-nic `--admin-fault-file`), in the guest's run
+    /// directory: the guest writes `/run/rox/rox<N>.admin-fault`.
+    pub admin_faults: PathBuf,
 }
 
 /// The files of NIC `n` in `guest_dir`, with a posted-wake companion or not.
@@ -236,6 +239,7 @@ pub fn rox_nic_files(guest_dir: &Path, n: usize, posted_wake: bool) -> RoxNicFil
     RoxNicFiles {
         wake: posted_wake.then(|| guest_dir.join(format!("rox{n}-wake.sock"))),
         socket: guest_dir.join(format!("rox{n}.sock")),
+        admin_faults: guest_dir.join(format!("rox{n}.admin-fault")),
         nic_end: guest_dir.join(format!("rox{n}-nic.dgram")),
         qemu_end: guest_dir.join(format!("rox{n}-qemu.dgram")),
         log: guest_dir.join(format!("rox-nic{n}.log")),
@@ -281,6 +285,10 @@ pub fn rox_nic_args(
     for (mode, n) in crate::runner::DIE_ON {
         args.extend(["--die-on".to_string(), format!("rtmin+{n},fatal={mode}")]);
     }
+    args.extend([
+        "--admin-fault-file".to_string(),
+        files.admin_faults.display().to_string(),
+    ]);
     if let Some(at) = panic_at {
         args.extend(["--debug-panic-at".to_string(), at.to_string()]);
     }
@@ -547,11 +555,15 @@ mod tests {
             args.contains(" --die-on rtmin+1,fatal=silent --die-on rtmin+2,fatal=report"),
             "{args}"
         );
+        assert!(
+            args.contains(" --admin-fault-file /run/g0/rox0.admin-fault"),
+            "{args}"
+        );
         let extra: crate::spec::NicArgs = "0=--cc off --bottleneck rate=1G".parse().unwrap();
         let l = l.with_nic_args(&[extra]).unwrap();
         let args = rox_nic_args(&l.guests[0].nics[0], &f, 1500, None, None).join(" ");
         assert!(
-            args.ends_with("fatal=hang --cc off --bottleneck rate=1G"),
+            args.ends_with("rox0.admin-fault --cc off --bottleneck rate=1G"),
             "{args}"
         );
     }

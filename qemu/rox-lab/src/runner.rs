@@ -303,6 +303,7 @@ impl Runner {
                         log: f.log,
                         cable: f.cable,
                         wake: f.wake.map(|w| self.paths.in_root(&w)).transpose()?,
+                        admin_faults: f.admin_faults,
                     })
                 }
                 NicKind::Virtio => None,

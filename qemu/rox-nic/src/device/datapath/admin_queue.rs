@@ -29,6 +29,7 @@ impl DataPath {
             self.hw.set_fatal(FATAL_ADMIN_DMA);
             return;
         }
+        self.admin_faults.reload();
         self.admin = Some(AdminQueue {
             cmd_base,
             cpl_base,
@@ -62,7 +63,10 @@ impl DataPath {
                     return true;
                 }
             };
-            let mut cpl = execute(&mut self.hw, &mut self.engine, &cmd);
+            let mut cpl = match self.admin_faults.refusal(cmd.hdr.opcode) {
+                Some(status) => refused(&cmd, status),
+                None => execute(&mut self.hw, &mut self.engine, &cmd),
+            };
             cpl.owner = owner_for(ci, depth);
             if self
                 .hw
@@ -81,5 +85,16 @@ impl DataPath {
             self.run_deferred();
         }
         true
+    }
+}
+
+/// The completion of a command an injected fault refuses (`admin_fault`): its status, zero
+/// result words, nothing run.
+fn refused(cmd: &AdminCmd, status: u8) -> AdminCpl {
+    AdminCpl {
+        cmd_id: cmd.hdr.cmd_id,
+        status,
+        opcode: cmd.hdr.opcode,
+        ..Default::default()
     }
 }

@@ -1,0 +1,314 @@
+//! An injected admin refusal: the device answers chosen admin commands with an error status
+//! instead of running them, as a real NIC's firmware may refuse a command (out of resources,
+//! a state it cannot handle, a bug), so a driver's error paths, probe's above all, can be
+//! tested against a device that is otherwise sane. rox-nic's `--admin-fault SPEC` (for the
+//! device's life) and `--admin-fault-file PATH` (re-read whenever the driver enables the
+//! admin queue, so a test flips faults on and off between loads without restarting the
+//! device; rox-lab gives each rox-nic one in its guest's run directory) ask for it.
+//!
+//! A spec is `OPCODE[:STATUS][,count=N]`: OPCODE is an admin opcode by its uapi name without
+//! `ADMIN_OP_` (`QUERY_DEVICE`, `READ_MAC`, ...), STATUS an admin status by its name without
+//! `ADMIN_STATUS_` (default `BAD_PARAM`) or a number 1-255 (one uapi does not define: a driver
+//! must cope with firmware answering garbage); `count=N` refuses the first N such commands
+//! and then runs them again, without it every one is refused. A refused command changes
+//! nothing in the device and writes no response; its completion carries the status and zero
+//! result words.
+
+use std::path::PathBuf;
+
+use rox_uapi::admin::*;
+
+/// The admin opcodes by their uapi names (`ADMIN_OP_` dropped).
+const OPCODES: [(&str, u8); 25] = [
+    ("QUERY_DEVICE", ADMIN_OP_QUERY_DEVICE),
+    ("QUERY_PORT", ADMIN_OP_QUERY_PORT),
+    ("SET_GID", ADMIN_OP_SET_GID),
+    ("READ_MAC", ADMIN_OP_READ_MAC),
+    ("SET_PORT_STATE", ADMIN_OP_SET_PORT_STATE),
+    ("REG_MR", ADMIN_OP_REG_MR),
+    ("DEREG_MR", ADMIN_OP_DEREG_MR),
+    ("ALLOC_MW", ADMIN_OP_ALLOC_MW),
+    ("DEALLOC_MW", ADMIN_OP_DEALLOC_MW),
+    ("ODP_UPDATE", ADMIN_OP_ODP_UPDATE),
+    ("CREATE_CQ", ADMIN_OP_CREATE_CQ),
+    ("DESTROY_CQ", ADMIN_OP_DESTROY_CQ),
+    ("RESIZE_CQ", ADMIN_OP_RESIZE_CQ),
+    ("CREATE_QP", ADMIN_OP_CREATE_QP),
+    ("MODIFY_QP", ADMIN_OP_MODIFY_QP),
+    ("QUERY_QP", ADMIN_OP_QUERY_QP),
+    ("DESTROY_QP", ADMIN_OP_DESTROY_QP),
+    ("ATTACH_MCAST", ADMIN_OP_ATTACH_MCAST),
+    ("DETACH_MCAST", ADMIN_OP_DETACH_MCAST),
+    ("CREATE_SRQ", ADMIN_OP_CREATE_SRQ),
+    ("MODIFY_SRQ", ADMIN_OP_MODIFY_SRQ),
+    ("QUERY_SRQ", ADMIN_OP_QUERY_SRQ),
+    ("DESTROY_SRQ", ADMIN_OP_DESTROY_SRQ),
+    ("QUERY_STATS", ADMIN_OP_QUERY_STATS),
+    ("QUERY_COUNTERS", ADMIN_OP_QUERY_COUNTERS),
+];
+
+/// The admin error statuses by their uapi names (`ADMIN_STATUS_` dropped; SUCCESS is no
+/// refusal).
+const STATUSES: [(&str, u8); 8] = [
+    ("BAD_OPCODE", ADMIN_STATUS_BAD_OPCODE),
+    ("BAD_HANDLE", ADMIN_STATUS_BAD_HANDLE),
+    ("BAD_STATE", ADMIN_STATUS_BAD_STATE),
+    ("BAD_PARAM", ADMIN_STATUS_BAD_PARAM),
+    ("NO_RESOURCES", ADMIN_STATUS_NO_RESOURCES),
+    ("BAD_DMA", ADMIN_STATUS_BAD_DMA),
+    ("BUSY", ADMIN_STATUS_BUSY),
+    ("BAD_DOORBELL", ADMIN_STATUS_BAD_DOORBELL),
+];
+
+/// An admin opcode's uapi name (`ADMIN_OP_` dropped), or None for one uapi does not define.
+pub fn opcode_name(opcode: u8) -> Option<&'static str> {
+    OPCODES.iter().find(|(_, op)| *op == opcode).map(|(n, _)| *n)
+}
+
+/// One `--admin-fault`: which command is refused, with what status, how many times.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AdminFault {
+    pub opcode: u8,
+    /// An `ADMIN_STATUS_*` other than SUCCESS, or a status uapi does not define.
+    pub status: u8,
+    /// How many more commands it refuses; None: every one.
+    pub remaining: Option<u64>,
+}
+
+impl std::str::FromStr for AdminFault {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<AdminFault, String> {
+        let want = "want OPCODE[:STATUS][,count=N], e.g. QUERY_DEVICE:NO_RESOURCES,count=1";
+        let (command, count) = match s.split_once(',') {
+            None => (s, None),
+            Some((command, count)) => {
+                let n = count
+                    .strip_prefix("count=")
+                    .and_then(|n| n.parse::<u64>().ok())
+                    .filter(|n| *n > 0)
+                    .ok_or_else(|| format!("{s:?}: {count:?} is not count=N (N > 0); {want}"))?;
+                (command, Some(n))
+            }
+        };
+        let (opcode, status) = command.split_once(':').unwrap_or((command, "BAD_PARAM"));
+        let opcode = OPCODES
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(opcode))
+            .map(|(_, op)| *op)
+            .ok_or_else(|| {
+                let names: Vec<_> = OPCODES.iter().map(|(n, _)| *n).collect();
+                format!("{s:?}: {opcode:?} is not an admin opcode ({})", names.join(", "))
+            })?;
+        let named = STATUSES
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(status))
+            .map(|(_, st)| *st);
+        let status = named
+            .or_else(|| status.parse::<u8>().ok().filter(|st| *st != 0))
+            .ok_or_else(|| {
+                let names: Vec<_> = STATUSES.iter().map(|(n, _)| *n).collect();
+                format!(
+                    "{s:?}: {status:?} is not an admin error status ({}, or 1-255)",
+                    names.join(", ")
+                )
+            })?;
+        Ok(AdminFault {
+            opcode,
+            status,
+            remaining: count,
+        })
+    }
+}
+
+/// Parses a list of specs separated by white space (a file's content):
+/// `QUERY_PORT:BUSY,count=2 READ_MAC`. Empty: no fault.
+pub fn parse_list(text: &str) -> Result<Vec<AdminFault>, String> {
+    text.split_whitespace().map(str::parse).collect()
+}
+
+/// What the device is configured with (`DeviceConfig::admin_faults`).
+#[derive(Clone, Debug, Default)]
+pub struct AdminFaultConfig {
+    /// For the device's life (`--admin-fault`): their counts run across resets and loads.
+    pub fixed: Vec<AdminFault>,
+    /// Re-read at each admin queue enable (`--admin-fault-file`); a missing file is no fault.
+    pub file: Option<PathBuf>,
+}
+
+/// The faults in effect on the data path.
+#[derive(Debug, Default)]
+pub(crate) struct AdminFaults {
+    fixed: Vec<AdminFault>,
+    file: Option<PathBuf>,
+    /// The file's content when it was last read, and the faults it named (their counts
+    /// running since).
+    file_text: String,
+    from_file: Vec<AdminFault>,
+}
+
+impl AdminFaults {
+    pub(crate) fn new(config: &AdminFaultConfig) -> AdminFaults {
+        AdminFaults {
+            fixed: config.fixed.clone(),
+            file: config.file.clone(),
+            ..AdminFaults::default()
+        }
+    }
+
+    /// The driver enables the admin queue: the file's faults are re-read if its content
+    /// changed since (so a count runs across loads until the file is written again). A file
+    /// that does not parse is logged and injects nothing: a test then sees its command run.
+    pub(crate) fn reload(&mut self) {
+        let Some(path) = &self.file else { return };
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        if text == self.file_text {
+            return;
+        }
+        self.from_file = match parse_list(&text) {
+            Ok(faults) => {
+                log::info!(
+                    "rox-nic: admin faults from {}: {:?}",
+                    path.display(),
+                    text.trim()
+                );
+                faults
+            }
+            Err(e) => {
+                log::error!("rox-nic: {}: {e}; no admin fault injected", path.display());
+                Vec::new()
+            }
+        };
+        self.file_text = text;
+    }
+
+    /// The status that refuses a command of `opcode`, if a fault takes it (its count goes
+    /// down): the fixed faults first, then the file's, each list in its order.
+    pub(crate) fn refusal(&mut self, opcode: u8) -> Option<u8> {
+        let fault = self
+            .fixed
+            .iter_mut()
+            .chain(self.from_file.iter_mut())
+            .find(|f| f.opcode == opcode && f.remaining != Some(0))?;
+        if let Some(n) = &mut fault.remaining {
+            *n -= 1;
+        }
+        let status = fault.status;
+        let name = STATUSES
+            .iter()
+            .find(|(_, st)| *st == status)
+            .map_or_else(|| status.to_string(), |(n, _)| n.to_string());
+        log::warn!(
+            "rox-nic: admin {} refused with {name} (injected admin fault)",
+            opcode_name(opcode).unwrap_or("?")
+        );
+        Some(status)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn specs_parse_names_statuses_and_counts() {
+        let f: AdminFault = "QUERY_DEVICE".parse().unwrap();
+        assert_eq!(
+            f,
+            AdminFault {
+                opcode: ADMIN_OP_QUERY_DEVICE,
+                status: ADMIN_STATUS_BAD_PARAM,
+                remaining: None
+            }
+        );
+        let f: AdminFault = "read_mac:busy,count=3".parse().unwrap();
+        assert_eq!(
+            (f.opcode, f.status, f.remaining),
+            (ADMIN_OP_READ_MAC, ADMIN_STATUS_BUSY, Some(3))
+        );
+        let f: AdminFault = "QUERY_PORT:200".parse().unwrap();
+        assert_eq!(f.status, 200);
+        for bad in [
+            "",
+            "CREATE_EQ",
+            "QUERY_DEVICE:SUCCESS",
+            "QUERY_DEVICE:0",
+            "QUERY_DEVICE:256",
+            "QUERY_DEVICE,count=0",
+            "QUERY_DEVICE,count=x",
+            "QUERY_DEVICE,times=1",
+        ] {
+            assert!(bad.parse::<AdminFault>().is_err(), "{bad:?} accepted");
+        }
+        assert_eq!(parse_list(" \n").unwrap(), Vec::new());
+        assert_eq!(
+            parse_list("QUERY_PORT\nREAD_MAC:BUSY,count=1 ").unwrap().len(),
+            2
+        );
+        assert!(parse_list("QUERY_PORT NOPE").is_err());
+    }
+
+    #[test]
+    fn every_opcode_and_status_has_one_name() {
+        for (i, (name, op)) in OPCODES.iter().enumerate() {
+            assert_eq!(opcode_name(*op), Some(*name));
+            assert!(OPCODES[i + 1..].iter().all(|(n, o)| n != name && o != op));
+        }
+        for (i, (name, st)) in STATUSES.iter().enumerate() {
+            assert_ne!(*st, ADMIN_STATUS_SUCCESS);
+            assert!(STATUSES[i + 1..].iter().all(|(n, s)| n != name && s != st));
+        }
+    }
+
+    #[test]
+    fn a_count_runs_out_and_fixed_faults_come_first() {
+        let mut faults = AdminFaults::new(&AdminFaultConfig {
+            fixed: parse_list("QUERY_PORT:BUSY,count=2").unwrap(),
+            file: None,
+        });
+        faults.from_file = parse_list("QUERY_PORT:NO_RESOURCES").unwrap();
+        let port = |f: &mut AdminFaults| f.refusal(ADMIN_OP_QUERY_PORT);
+        assert_eq!(port(&mut faults), Some(ADMIN_STATUS_BUSY));
+        assert_eq!(faults.refusal(ADMIN_OP_READ_MAC), None);
+        assert_eq!(port(&mut faults), Some(ADMIN_STATUS_BUSY));
+        assert_eq!(port(&mut faults), Some(ADMIN_STATUS_NO_RESOURCES));
+        assert_eq!(port(&mut faults), Some(ADMIN_STATUS_NO_RESOURCES));
+    }
+
+    #[test]
+    fn the_file_is_read_again_only_when_it_changed() {
+        let dir = std::env::temp_dir().join(format!("rox-admin-fault-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("faults");
+        let mut faults = AdminFaults::new(&AdminFaultConfig {
+            fixed: Vec::new(),
+            file: Some(path.clone()),
+        });
+        faults.reload();
+        assert_eq!(faults.refusal(ADMIN_OP_READ_MAC), None, "no file, no fault");
+        std::fs::write(&path, "READ_MAC,count=1\n").unwrap();
+        faults.reload();
+        assert_eq!(
+            faults.refusal(ADMIN_OP_READ_MAC),
+            Some(ADMIN_STATUS_BAD_PARAM)
+        );
+        faults.reload();
+        assert_eq!(
+            faults.refusal(ADMIN_OP_READ_MAC),
+            None,
+            "the same content: the count ran out"
+        );
+        std::fs::write(&path, "READ_MAC,count=1 \n").unwrap();
+        faults.reload();
+        assert_eq!(
+            faults.refusal(ADMIN_OP_READ_MAC),
+            Some(ADMIN_STATUS_BAD_PARAM),
+            "written again: the count starts again"
+        );
+        std::fs::write(&path, "READ_MAC:NOPE").unwrap();
+        faults.reload();
+        assert_eq!(faults.refusal(ADMIN_OP_READ_MAC), None, "a bad file: none");
+        std::fs::remove_file(&path).unwrap();
+        std::fs::remove_dir(&dir).unwrap();
+    }
+}
