@@ -47,11 +47,18 @@ fn the_command_answers_the_status_others_run_and_the_count_runs_out() {
     let (cpl, _) = d.query(ADMIN_OP_QUERY_DEVICE, 0);
     assert_eq!(cpl.status, ADMIN_STATUS_SUCCESS);
     let cq = d.create_cq(4);
-    d.admin_ok(ADMIN_OP_DESTROY_CQ, payload(&HandleCmd {
+    d.admin_ok(
+        ADMIN_OP_DESTROY_CQ,
+        payload(&HandleCmd {
             handle: cq.id,
             ..Default::default()
-        }));
-    assert_eq!(read_mac_status(&mut d), 200, "a status uapi does not define");
+        }),
+    );
+    assert_eq!(
+        read_mac_status(&mut d),
+        200,
+        "a status uapi does not define"
+    );
     // The count runs across a reset (a driver's reload).
     d.reset();
     assert_query_refused(&mut d, ADMIN_OP_QUERY_PORT, 1, ADMIN_STATUS_NO_RESOURCES);

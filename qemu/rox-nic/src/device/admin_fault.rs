@@ -62,7 +62,10 @@ const STATUSES: [(&str, u8); 8] = [
 
 /// An admin opcode's uapi name (`ADMIN_OP_` dropped), or None for one uapi does not define.
 pub fn opcode_name(opcode: u8) -> Option<&'static str> {
-    OPCODES.iter().find(|(_, op)| *op == opcode).map(|(n, _)| *n)
+    OPCODES
+        .iter()
+        .find(|(_, op)| *op == opcode)
+        .map(|(n, _)| *n)
 }
 
 /// One `--admin-fault`: which command is refused, with what status, how many times.
@@ -98,7 +101,10 @@ impl std::str::FromStr for AdminFault {
             .map(|(_, op)| *op)
             .ok_or_else(|| {
                 let names: Vec<_> = OPCODES.iter().map(|(n, _)| *n).collect();
-                format!("{s:?}: {opcode:?} is not an admin opcode ({})", names.join(", "))
+                format!(
+                    "{s:?}: {opcode:?} is not an admin opcode ({})",
+                    names.join(", ")
+                )
             })?;
         let named = STATUSES
             .iter()
@@ -242,7 +248,9 @@ mod tests {
         }
         assert_eq!(parse_list(" \n").unwrap(), Vec::new());
         assert_eq!(
-            parse_list("QUERY_PORT\nREAD_MAC:BUSY,count=1 ").unwrap().len(),
+            parse_list("QUERY_PORT\nREAD_MAC:BUSY,count=1 ")
+                .unwrap()
+                .len(),
             2
         );
         assert!(parse_list("QUERY_PORT NOPE").is_err());

@@ -1,0 +1,86 @@
+#!/usr/bin/env python3
+"""Reads a rox function's BAR0 through sysfs (resource0; no driver may hold it: a kernel with
+CONFIG_IO_STRICT_DEVMEM refuses the mmap then) and checks the device is alive and in its reset
+state: ready, not fatal, the admin queue disabled and its ring addresses zero. After a probe
+that failed once the admin queue was enabled, that state says rox.ko reset the device
+(admin::quiesce): without the reset the device still holds the freed rings' addresses, and
+its admin queue stays enabled. Usage: admin_reset_state.py PCI_ADDRESS. Exit 1 with the
+registers printed when not."""
+
+import ctypes
+import mmap
+import os
+import struct
+import sys
+
+# Copies of uapi constants (no generator exists; keep them equal to these):
+ROX_VERSION = 2  # rox_uapi::ROX_VERSION
+REG_VERSION = 0x000  # rox_uapi::regs::REG_VERSION
+REG_STATUS = 0x00C  # rox_uapi::regs::REG_STATUS
+REG_FATAL_CODE = 0x010  # rox_uapi::regs::REG_FATAL_CODE
+REG_ADMIN_CMD_BASE_LO = 0x020  # rox_uapi::regs::REG_ADMIN_CMD_BASE_LO (HI at +4)
+REG_ADMIN_CPL_BASE_LO = 0x028  # rox_uapi::regs::REG_ADMIN_CPL_BASE_LO (HI at +4)
+REG_ADMIN_CTRL = 0x034  # rox_uapi::regs::REG_ADMIN_CTRL
+STATUS_READY = 1 << 0  # rox_uapi::regs::STATUS_READY
+STATUS_ADMIN_ENABLED = 1 << 1  # rox_uapi::regs::STATUS_ADMIN_ENABLED
+STATUS_FATAL = 1 << 2  # rox_uapi::regs::STATUS_FATAL
+PAGE = 4096  # rox_uapi::regs::ROX_PAGE_SIZE
+PCI_COMMAND = 4
+PCI_COMMAND_MEMORY = 2
+
+
+def enable_memory(dev):
+    """Memory decoding on (a failed probe may leave it either way)."""
+    with open(f"{dev}/config", "r+b") as f:
+        f.seek(PCI_COMMAND)
+        cmd = struct.unpack("<H", f.read(2))[0]
+        if not cmd & PCI_COMMAND_MEMORY:
+            f.seek(PCI_COMMAND)
+            f.write(struct.pack("<H", cmd | PCI_COMMAND_MEMORY))
+
+
+def registers(dev):
+    fd = os.open(f"{dev}/resource0", os.O_RDWR | os.O_SYNC)
+    try:
+        m = mmap.mmap(fd, PAGE, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+    finally:
+        os.close(fd)
+    # One 32-bit load each (the device answers only 4- and 8-byte accesses).
+    reg = lambda off: ctypes.c_uint32.from_buffer(m, off).value
+    pair = lambda off: reg(off) | reg(off + 4) << 32
+    regs = {
+        "version": reg(REG_VERSION),
+        "status": reg(REG_STATUS),
+        "fatal_code": reg(REG_FATAL_CODE),
+        "admin_ctrl": reg(REG_ADMIN_CTRL),
+        "admin_cmd_base": pair(REG_ADMIN_CMD_BASE_LO),
+        "admin_cpl_base": pair(REG_ADMIN_CPL_BASE_LO),
+    }
+    m.close()
+    return regs
+
+
+def main():
+    dev = f"/sys/bus/pci/devices/{sys.argv[1]}"
+    if os.path.exists(f"{dev}/driver"):
+        sys.exit(f"FAIL: {dev} has a driver: its BAR0 cannot be read from here")
+    enable_memory(dev)
+    r = registers(dev)
+    print(" ".join(f"{k} {v:#x}" for k, v in r.items()))
+    wrong = []
+    if r["version"] != ROX_VERSION:
+        wrong.append(f"version {r['version']:#x}, not {ROX_VERSION} (a dead or absent device?)")
+    if not r["status"] & STATUS_READY:
+        wrong.append("not ready (a reset that never completed?)")
+    if r["status"] & STATUS_FATAL:
+        wrong.append(f"fatal, code {r['fatal_code']}")
+    if r["status"] & STATUS_ADMIN_ENABLED or r["admin_ctrl"]:
+        wrong.append("the admin queue is still enabled: the device was not reset")
+    if r["admin_cmd_base"] or r["admin_cpl_base"]:
+        wrong.append("the device still holds the admin rings' addresses: it was not reset")
+    for w in wrong:
+        print(f"FAIL: {sys.argv[1]}: {w}")
+    sys.exit(1 if wrong else 0)
+
+
+main()
