@@ -403,8 +403,8 @@ impl<'bound> Queried<'bound> {
         if let Err(e) = &queried {
             dev_err!(
                 bound.as_ref(),
-                "bring-up failed after the admin queue's enable ({:?}); the device is reset\n",
-                e
+                "bring-up failed after the admin queue's enable (error {}); the device is reset\n",
+                e.to_errno()
             );
             crate::admin::quiesce(regs);
         }

@@ -57,8 +57,8 @@ expect_refused() {
 	[ -z "$(ib_of)" ] || fail "$spec: $pci has ib device $(ib_of) after its probe failed"
 	dmesg | grep -qF "$pci: probe with driver rox failed with error -$errno" ||
 		fail "$spec: no 'probe with driver rox failed with error -$errno' line for $pci"
-	dmesg | grep -qF "$pci: bring-up failed after the admin queue's enable ($name); the device is reset" ||
-		fail "$spec: no line of rox.ko saying the bring-up failed with $name"
+	dmesg | grep -qF "$pci: bring-up failed after the admin queue's enable (error -$errno); the device is reset" ||
+		fail "$spec: no line of rox.ko saying the bring-up failed with -$errno ($name)"
 	python3 "$(dirname "$0")/admin_reset_state.py" "$pci" || fail "$spec: the device is not in its reset state"
 	dmesg_clean "$spec"
 	echo "$spec: probe of $pci failed with $name (-$errno), device reset"
