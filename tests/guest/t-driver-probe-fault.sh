@@ -3,7 +3,8 @@
 # rox-lab's run directory, as rox-lab gives each rox-nic `--admin-fault-file` there). For each
 # command the probe sends once the admin queue is enabled (QUERY_DEVICE, QUERY_PORT, READ_MAC),
 # this script has rox-nic 0 refuse it (/run/rox/rox0.admin-fault, read at each admin queue
-# enable) with a status whose errno rox.ko documents (admin.rs status_to_result): the probe of
+# enable) with a status whose errno rox.ko documents (admin.rs status_to_result), or answer a
+# query short or longer than its buffer (EIO, with rox.ko's line saying so): the probe of
 # that function fails (by insmod, then by sysfs bind) with the kernel's "probe with driver rox
 # failed with error -ERRNO" and rox.ko's "bring-up failed ... the device is reset"; no ib device
 # appears for it; the device is alive and was reset (BAR0 read through sysfs by
@@ -42,9 +43,9 @@ dmesg_clean() {
 }
 
 # The probe of $pci fails with errno $2 ($3, its name) under fault $1; $4: how it is asked
-# (insmod or bind).
+# (insmod or bind); $5, if given: a line rox.ko must print about the answer.
 expect_refused() {
-	local spec=$1 errno=$2 name=$3 how=$4
+	local spec=$1 errno=$2 name=$3 how=$4 line=${5:-}
 	set_fault "$spec"
 	dmesg -C
 	if [ "$how" = insmod ]; then
@@ -59,6 +60,7 @@ expect_refused() {
 		fail "$spec: no 'probe with driver rox failed with error -$errno' line for $pci"
 	dmesg | grep -qF "$pci: bring-up failed after the admin queue's enable (error -$errno); the device is reset" ||
 		fail "$spec: no line of rox.ko saying the bring-up failed with -$errno ($name)"
+	[ -z "$line" ] || dmesg | grep -qF "$line" || fail "$spec: no line '$line'"
 	python3 "$(dirname "$0")/admin_reset_state.py" "$pci" || fail "$spec: the device is not in its reset state"
 	dmesg_clean "$spec"
 	echo "$spec: probe of $pci failed with $name (-$errno), device reset"
@@ -81,6 +83,9 @@ expect_bound() {
 expect_refused QUERY_DEVICE:BAD_PARAM 22 EINVAL insmod
 expect_refused QUERY_PORT:NO_RESOURCES 12 ENOMEM bind
 expect_refused READ_MAC:200 5 EIO bind
+# A query that runs but answers short, or more than the buffer (drivers/query_len.rs).
+expect_refused QUERY_PORT:written=8 5 EIO bind "rox: admin query QUERY_PORT answered 8 bytes written, fewer than the"
+expect_refused QUERY_DEVICE:written=5000 5 EIO bind "rox: admin query QUERY_DEVICE answered 5000 bytes written into a buffer of"
 # A refusal that runs out: the next probe binds.
 expect_refused QUERY_PORT:BUSY,count=1 16 EBUSY bind
 echo "$pci" >$driver/bind || fail "bind after the count ran out failed"
@@ -93,4 +98,4 @@ expect_bound "without a fault"
 rmmod rox || fail "rmmod rox failed"
 dmesg_clean "at the end"
 kmemleak_check
-echo "probe refused 4 ways: each failed with its errno and reset the device; then bound and active"
+echo "probe refused 6 ways: each failed with its errno and reset the device; then bound and active"

@@ -152,7 +152,9 @@ struct Args {
     /// instead of running them, as firmware may: `OPCODE[:STATUS][,count=N]`, the opcode and
     /// status by their uapi names without `ADMIN_OP_` / `ADMIN_STATUS_` (e.g.
     /// `QUERY_DEVICE:NO_RESOURCES,count=1`; the status defaults to `BAD_PARAM`, or is a number
-    /// 1-255), the first N such commands or every one. Repeatable. docs/hardware.md.
+    /// 1-255), the first N such commands or every one; for a query, `written=B` in STATUS's
+    /// place runs it and claims B bytes of response written (short or long). Repeatable.
+    /// docs/hardware.md.
     #[arg(long, value_name = "SPEC")]
     admin_fault: Vec<AdminFault>,
     /// Fault injection as `--admin-fault`, the specs (separated by white space) read from this
@@ -483,13 +485,20 @@ mod tests {
             "QUERY_DEVICE",
             "--admin-fault",
             "READ_MAC:BUSY,count=2",
+            "--admin-fault",
+            "QUERY_PORT:written=8",
             "--admin-fault-file",
             "/run/f",
         ]))
         .unwrap();
-        assert_eq!(args.admin_fault.len(), 2);
+        assert_eq!(args.admin_fault.len(), 3);
         assert_eq!(args.admin_fault_file, Some(PathBuf::from("/run/f")));
-        for bad in ["CREATE_EQ", "QUERY_DEVICE:SUCCESS", "READ_MAC,count=0"] {
+        for bad in [
+            "CREATE_EQ",
+            "QUERY_DEVICE:SUCCESS",
+            "READ_MAC,count=0",
+            "READ_MAC:written=8",
+        ] {
             let parsed = Args::try_parse_from(base.iter().chain(&["--admin-fault", bad]));
             assert!(parsed.is_err(), "--admin-fault {bad} accepted");
         }

@@ -1,7 +1,8 @@
 //! An injected admin refusal (`--admin-fault`, `--admin-fault-file`, device::admin_fault)
 //! through the real vfio-user path: the chosen command answers the chosen status with zero
-//! result words and writes nothing, other commands run, a count runs out (across resets), and
-//! the file's faults follow the file at each admin queue enable.
+//! result words and writes nothing, other commands run, a count runs out (across resets), the
+//! file's faults follow the file at each admin queue enable, and a query told `written=B`
+//! runs and claims B bytes.
 
 use rox_nic::device::admin_fault::{parse_list, AdminFaultConfig};
 use rox_nic::testkit::*;
@@ -105,4 +106,35 @@ fn the_file_is_read_at_each_admin_enable() {
     d.reset();
     assert_eq!(d.query_port().state, rox_uapi::verbs::PORT_ACTIVE);
     std::fs::remove_dir(&dir).unwrap();
+}
+
+#[test]
+fn a_query_answers_short_or_long_but_runs() {
+    let faults = parse_list("QUERY_PORT:written=8,count=1 QUERY_DEVICE:written=5000").unwrap();
+    let mut d = device(
+        3,
+        AdminFaultConfig {
+            fixed: faults,
+            file: None,
+        },
+    );
+    let (cpl, resp) = d.query(ADMIN_OP_QUERY_PORT, 1);
+    assert_eq!((cpl.status, cpl.result1), (ADMIN_STATUS_SUCCESS, 8));
+    let port: PortAttr = d.ram.read_obj(resp);
+    assert_eq!(port.mac, [2, 0, 0, 0, 0xaf, 3], "the query ran");
+    // count=1: the next one answers its true length.
+    assert_eq!(d.query_port().mac, [2, 0, 0, 0, 0xaf, 3]);
+    let (cpl, _) = d.query(ADMIN_OP_QUERY_DEVICE, 0);
+    assert_eq!((cpl.status, cpl.result1), (ADMIN_STATUS_SUCCESS, 5000));
+    // A query that fails keeps its status and zero result words: the claim is a success's.
+    let no_port = parse_list("QUERY_PORT:written=8").unwrap();
+    let mut d = device(
+        4,
+        AdminFaultConfig {
+            fixed: no_port,
+            file: None,
+        },
+    );
+    let (cpl, _) = d.query(ADMIN_OP_QUERY_PORT, 2);
+    assert_eq!((cpl.status, cpl.result1), (ADMIN_STATUS_BAD_PARAM, 0));
 }

@@ -12,7 +12,9 @@
 //! must cope with firmware answering garbage); `count=N` refuses the first N such commands
 //! and then runs them again, without it every one is refused. A refused command changes
 //! nothing in the device and writes no response; its completion carries the status and zero
-//! result words.
+//! result words. For a query, `written=B` in STATUS's place answers short (or long) instead:
+//! the query runs, and its completion claims B bytes of response written (`QueryAnswer`'s
+//! `written`), fewer than the driver reads or more than its buffer holds.
 
 use std::path::PathBuf;
 
@@ -60,6 +62,15 @@ const STATUSES: [(&str, u8); 8] = [
     ("BAD_DOORBELL", ADMIN_STATUS_BAD_DOORBELL),
 ];
 
+/// The queries (`AdminQuery`): the opcodes whose `result1` says how much response was written.
+const QUERIES: [u8; 5] = [
+    ADMIN_OP_QUERY_DEVICE,
+    ADMIN_OP_QUERY_PORT,
+    ADMIN_OP_QUERY_QP,
+    ADMIN_OP_QUERY_STATS,
+    ADMIN_OP_QUERY_COUNTERS,
+];
+
 /// An admin opcode's uapi name (`ADMIN_OP_` dropped), or None for one uapi does not define.
 pub fn opcode_name(opcode: u8) -> Option<&'static str> {
     OPCODES
@@ -68,13 +79,22 @@ pub fn opcode_name(opcode: u8) -> Option<&'static str> {
         .map(|(n, _)| *n)
 }
 
-/// One `--admin-fault`: which command is refused, with what status, how many times.
+/// What a fault does to the command it takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Injected {
+    /// Not run; completed with this status: an `ADMIN_STATUS_*` other than SUCCESS, or one
+    /// uapi does not define.
+    Refuse(u8),
+    /// (Queries only) run, and its completion claims this many bytes of response written.
+    Written(u32),
+}
+
+/// One `--admin-fault`: which command it takes, what it does, how many times.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AdminFault {
     pub opcode: u8,
-    /// An `ADMIN_STATUS_*` other than SUCCESS, or a status uapi does not define.
-    pub status: u8,
-    /// How many more commands it refuses; None: every one.
+    pub action: Injected,
+    /// How many more commands it takes; None: every one.
     pub remaining: Option<u64>,
 }
 
@@ -82,7 +102,8 @@ impl std::str::FromStr for AdminFault {
     type Err = String;
 
     fn from_str(s: &str) -> Result<AdminFault, String> {
-        let want = "want OPCODE[:STATUS][,count=N], e.g. QUERY_DEVICE:NO_RESOURCES,count=1";
+        let want =
+            "want OPCODE[:STATUS|:written=B][,count=N], e.g. QUERY_DEVICE:NO_RESOURCES,count=1";
         let (command, count) = match s.split_once(',') {
             None => (s, None),
             Some((command, count)) => {
@@ -106,25 +127,42 @@ impl std::str::FromStr for AdminFault {
                     names.join(", ")
                 )
             })?;
-        let named = STATUSES
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(status))
-            .map(|(_, st)| *st);
-        let status = named
-            .or_else(|| status.parse::<u8>().ok().filter(|st| *st != 0))
-            .ok_or_else(|| {
-                let names: Vec<_> = STATUSES.iter().map(|(n, _)| *n).collect();
-                format!(
-                    "{s:?}: {status:?} is not an admin error status ({}, or 1-255)",
-                    names.join(", ")
-                )
-            })?;
+        let action = match status.strip_prefix("written=") {
+            Some(bytes) => {
+                if !QUERIES.contains(&opcode) {
+                    return Err(format!("{s:?}: written= needs a query (QUERY_*)"));
+                }
+                let bytes = bytes
+                    .parse::<u32>()
+                    .map_err(|_| format!("{s:?}: {bytes:?} is not a number of bytes"))?;
+                Injected::Written(bytes)
+            }
+            None => Injected::Refuse(parse_status(status).map_err(|e| format!("{s:?}: {e}"))?),
+        };
         Ok(AdminFault {
             opcode,
-            status,
+            action,
             remaining: count,
         })
     }
+}
+
+/// An error status by its uapi name (`ADMIN_STATUS_` dropped) or number (not 0: SUCCESS is
+/// no refusal).
+fn parse_status(status: &str) -> Result<u8, String> {
+    let named = STATUSES
+        .iter()
+        .find(|(n, _)| n.eq_ignore_ascii_case(status))
+        .map(|(_, st)| *st);
+    named
+        .or_else(|| status.parse::<u8>().ok().filter(|st| *st != 0))
+        .ok_or_else(|| {
+            let names: Vec<_> = STATUSES.iter().map(|(n, _)| *n).collect();
+            format!(
+                "{status:?} is not an admin error status ({}, or 1-255), nor written=B",
+                names.join(", ")
+            )
+        })
 }
 
 /// Parses a list of specs separated by white space (a file's content):
@@ -188,9 +226,9 @@ impl AdminFaults {
         self.file_text = text;
     }
 
-    /// The status that refuses a command of `opcode`, if a fault takes it (its count goes
-    /// down): the fixed faults first, then the file's, each list in its order.
-    pub(crate) fn refusal(&mut self, opcode: u8) -> Option<u8> {
+    /// What a fault does to a command of `opcode`, if one takes it (its count goes down): the
+    /// fixed faults first, then the file's, each list in its order.
+    pub(crate) fn take(&mut self, opcode: u8) -> Option<Injected> {
         let fault = self
             .fixed
             .iter_mut()
@@ -199,16 +237,20 @@ impl AdminFaults {
         if let Some(n) = &mut fault.remaining {
             *n -= 1;
         }
-        let status = fault.status;
-        let name = STATUSES
-            .iter()
-            .find(|(_, st)| *st == status)
-            .map_or_else(|| status.to_string(), |(n, _)| n.to_string());
-        log::warn!(
-            "rox-nic: admin {} refused with {name} (injected admin fault)",
-            opcode_name(opcode).unwrap_or("?")
-        );
-        Some(status)
+        let command = opcode_name(opcode).unwrap_or("?");
+        match fault.action {
+            Injected::Refuse(status) => {
+                let name = STATUSES
+                    .iter()
+                    .find(|(_, st)| *st == status)
+                    .map_or_else(|| status.to_string(), |(n, _)| n.to_string());
+                log::warn!("rox-nic: admin {command} refused with {name} (injected admin fault)");
+            }
+            Injected::Written(bytes) => log::warn!(
+                "rox-nic: admin {command} answers {bytes} bytes written (injected admin fault)"
+            ),
+        }
+        Some(fault.action)
     }
 }
 
@@ -223,17 +265,26 @@ mod tests {
             f,
             AdminFault {
                 opcode: ADMIN_OP_QUERY_DEVICE,
-                status: ADMIN_STATUS_BAD_PARAM,
+                action: Injected::Refuse(ADMIN_STATUS_BAD_PARAM),
                 remaining: None
             }
         );
         let f: AdminFault = "read_mac:busy,count=3".parse().unwrap();
         assert_eq!(
-            (f.opcode, f.status, f.remaining),
-            (ADMIN_OP_READ_MAC, ADMIN_STATUS_BUSY, Some(3))
+            (f.opcode, f.action, f.remaining),
+            (
+                ADMIN_OP_READ_MAC,
+                Injected::Refuse(ADMIN_STATUS_BUSY),
+                Some(3)
+            )
         );
         let f: AdminFault = "QUERY_PORT:200".parse().unwrap();
-        assert_eq!(f.status, 200);
+        assert_eq!(f.action, Injected::Refuse(200));
+        let f: AdminFault = "QUERY_COUNTERS:written=8,count=1".parse().unwrap();
+        assert_eq!(
+            (f.opcode, f.action, f.remaining),
+            (ADMIN_OP_QUERY_COUNTERS, Injected::Written(8), Some(1))
+        );
         for bad in [
             "",
             "CREATE_EQ",
@@ -243,6 +294,9 @@ mod tests {
             "QUERY_DEVICE,count=0",
             "QUERY_DEVICE,count=x",
             "QUERY_DEVICE,times=1",
+            "READ_MAC:written=8",
+            "QUERY_PORT:written=-1",
+            "QUERY_PORT:written=",
         ] {
             assert!(bad.parse::<AdminFault>().is_err(), "{bad:?} accepted");
         }
@@ -262,6 +316,9 @@ mod tests {
             assert_eq!(opcode_name(*op), Some(*name));
             assert!(OPCODES[i + 1..].iter().all(|(n, o)| n != name && o != op));
         }
+        for op in QUERIES {
+            assert!(opcode_name(op).is_some_and(|n| n.starts_with("QUERY_")));
+        }
         for (i, (name, st)) in STATUSES.iter().enumerate() {
             assert_ne!(*st, ADMIN_STATUS_SUCCESS);
             assert!(STATUSES[i + 1..].iter().all(|(n, s)| n != name && s != st));
@@ -275,12 +332,14 @@ mod tests {
             file: None,
         });
         faults.from_file = parse_list("QUERY_PORT:NO_RESOURCES").unwrap();
-        let port = |f: &mut AdminFaults| f.refusal(ADMIN_OP_QUERY_PORT);
-        assert_eq!(port(&mut faults), Some(ADMIN_STATUS_BUSY));
-        assert_eq!(faults.refusal(ADMIN_OP_READ_MAC), None);
-        assert_eq!(port(&mut faults), Some(ADMIN_STATUS_BUSY));
-        assert_eq!(port(&mut faults), Some(ADMIN_STATUS_NO_RESOURCES));
-        assert_eq!(port(&mut faults), Some(ADMIN_STATUS_NO_RESOURCES));
+        let port = |f: &mut AdminFaults| f.take(ADMIN_OP_QUERY_PORT);
+        let busy = Some(Injected::Refuse(ADMIN_STATUS_BUSY));
+        let no_resources = Some(Injected::Refuse(ADMIN_STATUS_NO_RESOURCES));
+        assert_eq!(port(&mut faults), busy);
+        assert_eq!(faults.take(ADMIN_OP_READ_MAC), None);
+        assert_eq!(port(&mut faults), busy);
+        assert_eq!(port(&mut faults), no_resources);
+        assert_eq!(port(&mut faults), no_resources);
     }
 
     #[test]
@@ -293,29 +352,29 @@ mod tests {
             file: Some(path.clone()),
         });
         faults.reload();
-        assert_eq!(faults.refusal(ADMIN_OP_READ_MAC), None, "no file, no fault");
+        assert_eq!(faults.take(ADMIN_OP_READ_MAC), None, "no file, no fault");
         std::fs::write(&path, "READ_MAC,count=1\n").unwrap();
         faults.reload();
         assert_eq!(
-            faults.refusal(ADMIN_OP_READ_MAC),
-            Some(ADMIN_STATUS_BAD_PARAM)
+            faults.take(ADMIN_OP_READ_MAC),
+            Some(Injected::Refuse(ADMIN_STATUS_BAD_PARAM))
         );
         faults.reload();
         assert_eq!(
-            faults.refusal(ADMIN_OP_READ_MAC),
+            faults.take(ADMIN_OP_READ_MAC),
             None,
             "the same content: the count ran out"
         );
         std::fs::write(&path, "READ_MAC,count=1 \n").unwrap();
         faults.reload();
         assert_eq!(
-            faults.refusal(ADMIN_OP_READ_MAC),
-            Some(ADMIN_STATUS_BAD_PARAM),
+            faults.take(ADMIN_OP_READ_MAC),
+            Some(Injected::Refuse(ADMIN_STATUS_BAD_PARAM)),
             "written again: the count starts again"
         );
         std::fs::write(&path, "READ_MAC:NOPE").unwrap();
         faults.reload();
-        assert_eq!(faults.refusal(ADMIN_OP_READ_MAC), None, "a bad file: none");
+        assert_eq!(faults.take(ADMIN_OP_READ_MAC), None, "a bad file: none");
         std::fs::remove_file(&path).unwrap();
         std::fs::remove_dir(&dir).unwrap();
     }

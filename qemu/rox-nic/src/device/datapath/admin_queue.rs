@@ -2,6 +2,7 @@
 //! (what a command does is `device::admin`'s).
 
 use super::*;
+use crate::device::admin_fault::Injected;
 
 /// The admin queue software enabled: its command and completion rings and the next command.
 pub(super) struct AdminQueue {
@@ -63,8 +64,16 @@ impl DataPath {
                     return true;
                 }
             };
-            let mut cpl = match self.admin_faults.refusal(cmd.hdr.opcode) {
-                Some(status) => refused(&cmd, status),
+            let mut cpl = match self.admin_faults.take(cmd.hdr.opcode) {
+                Some(Injected::Refuse(status)) => refused(&cmd, status),
+                Some(Injected::Written(bytes)) => {
+                    let mut cpl = execute(&mut self.hw, &mut self.engine, &cmd);
+                    if cpl.status == ADMIN_STATUS_SUCCESS {
+                        // A query's result1 is the bytes of response it wrote (`QueryAnswer`).
+                        cpl.result1 = bytes;
+                    }
+                    cpl
+                }
                 None => execute(&mut self.hw, &mut self.engine, &cmd),
             };
             cpl.owner = owner_for(ci, depth);
