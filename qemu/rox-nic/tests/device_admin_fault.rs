@@ -16,6 +16,12 @@ fn device(mac_last: u8, faults: AdminFaultConfig) -> TestDriver {
     TestDriver::over_socket(config)
 }
 
+/// A device over a vfio-user socket with these `--admin-fault` specs.
+fn device_with_fixed(mac_last: u8, specs: &str) -> TestDriver {
+    let fixed = parse_list(specs).unwrap();
+    device(mac_last, AdminFaultConfig { fixed, file: None })
+}
+
 /// Asserts query `opcode` is refused with `status`: zero result words, the response page
 /// untouched (the test RAM's pages start zeroed).
 fn assert_query_refused(d: &mut TestDriver, opcode: u8, index: u32, status: u8) {
@@ -35,14 +41,7 @@ fn read_mac_status(d: &mut TestDriver) -> u8 {
 
 #[test]
 fn the_command_answers_the_status_others_run_and_the_count_runs_out() {
-    let faults = parse_list("QUERY_PORT:NO_RESOURCES,count=2 READ_MAC:200").unwrap();
-    let mut d = device(
-        1,
-        AdminFaultConfig {
-            fixed: faults,
-            file: None,
-        },
-    );
+    let mut d = device_with_fixed(1, "QUERY_PORT:NO_RESOURCES,count=2 READ_MAC:200");
     assert_query_refused(&mut d, ADMIN_OP_QUERY_PORT, 1, ADMIN_STATUS_NO_RESOURCES);
     // Unaffected: another query, and an object's creation and use.
     let (cpl, _) = d.query(ADMIN_OP_QUERY_DEVICE, 0);
@@ -110,14 +109,7 @@ fn the_file_is_read_at_each_admin_enable() {
 
 #[test]
 fn a_query_answers_short_or_long_but_runs() {
-    let faults = parse_list("QUERY_PORT:written=8,count=1 QUERY_DEVICE:written=5000").unwrap();
-    let mut d = device(
-        3,
-        AdminFaultConfig {
-            fixed: faults,
-            file: None,
-        },
-    );
+    let mut d = device_with_fixed(3, "QUERY_PORT:written=8,count=1 QUERY_DEVICE:written=5000");
     let (cpl, resp) = d.query(ADMIN_OP_QUERY_PORT, 1);
     assert_eq!((cpl.status, cpl.result1), (ADMIN_STATUS_SUCCESS, 8));
     let port: PortAttr = d.ram.read_obj(resp);
@@ -127,14 +119,7 @@ fn a_query_answers_short_or_long_but_runs() {
     let (cpl, _) = d.query(ADMIN_OP_QUERY_DEVICE, 0);
     assert_eq!((cpl.status, cpl.result1), (ADMIN_STATUS_SUCCESS, 5000));
     // A query that fails keeps its status and zero result words: the claim is a success's.
-    let no_port = parse_list("QUERY_PORT:written=8").unwrap();
-    let mut d = device(
-        4,
-        AdminFaultConfig {
-            fixed: no_port,
-            file: None,
-        },
-    );
+    let mut d = device_with_fixed(4, "QUERY_PORT:written=8");
     let (cpl, _) = d.query(ADMIN_OP_QUERY_PORT, 2);
     assert_eq!((cpl.status, cpl.result1), (ADMIN_STATUS_BAD_PARAM, 0));
 }
