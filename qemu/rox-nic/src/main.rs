@@ -159,8 +159,11 @@ struct Args {
     admin_fault: Vec<AdminFault>,
     /// Fault injection as `--admin-fault`, the specs (separated by white space) read from this
     /// file whenever the driver enables the admin queue, if its content changed: a test flips
-    /// faults on and off between driver loads. No file: no fault. rox-lab gives every rox-nic
-    /// one in its guest's run directory (`/run/rox/rox<N>.admin-fault` in the guest).
+    /// faults on and off between driver loads. No file: no fault. Read without blocking and
+    /// only as a regular file of at most 4 KiB, not through a symbolic link (the guest writes
+    /// its directory); anything else is logged and injects nothing. rox-lab gives every
+    /// rox-nic one in its guest's run directory (`/run/rox/rox<N>.admin-fault` in the guest)
+    /// when asked (`--admin-faults`, ROX_LAB_ADMIN_FAULTS=1).
     #[arg(long, value_name = "PATH")]
     admin_fault_file: Option<PathBuf>,
     /// Debugging only (rox-lab's own test that a rox-nic panic fails its lab): panic when

@@ -4,7 +4,9 @@
 //! tested against a device that is otherwise sane. rox-nic's `--admin-fault SPEC` (for the
 //! device's life) and `--admin-fault-file PATH` (re-read whenever the driver enables the
 //! admin queue, so a test flips faults on and off between loads without restarting the
-//! device; rox-lab gives each rox-nic one in its guest's run directory) ask for it.
+//! device; rox-lab gives each rox-nic one in its guest's run directory when asked) ask for
+//! it. That file is the guest's to write: `read_fault_file` reads it so that it can neither
+//! block the data path nor reach a host file.
 //!
 //! A spec is `OPCODE[:STATUS][,count=N]`: OPCODE is an admin opcode by its uapi name without
 //! `ADMIN_OP_` (`QUERY_DEVICE`, `READ_MAC`, ...), STATUS an admin status by its name without
@@ -171,6 +173,57 @@ pub fn parse_list(text: &str) -> Result<Vec<AdminFault>, String> {
     text.split_whitespace().map(str::parse).collect()
 }
 
+/// The most a fault file may hold: a few specs take a few dozen bytes.
+pub const FAULT_FILE_MAX: usize = 4096;
+
+/// The most of a fault file's text (or of an error quoting it) a log line holds, in
+/// characters: enough for a parse error's list of names.
+const QUOTE_MAX: usize = 512;
+
+/// Reads a fault file, which lives in a directory the guest writes (rox-lab's run directory,
+/// shared over 9p), on the data path's thread: so it must neither block nor reach beyond that
+/// file. Not followed if a symbolic link (a guest's link to a host file would read, and
+/// log, the host's content), opened without blocking (a FIFO would stop the data path until
+/// someone writes it), accepted only as a regular file of at most `FAULT_FILE_MAX` bytes of
+/// text (a link to /dev/zero or a huge file would read without end). A missing file is no
+/// fault (empty text); anything else refused says why, without the content.
+pub(crate) fn read_fault_file(path: &std::path::Path) -> Result<String, String> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path);
+    let file = match file {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(String::new()),
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+            return Err("a symbolic link, not followed".to_string())
+        }
+        Err(e) => return Err(format!("cannot open: {e}")),
+    };
+    let meta = file.metadata().map_err(|e| format!("cannot stat: {e}"))?;
+    if !meta.is_file() {
+        return Err(format!("not a regular file ({:?})", meta.file_type()));
+    }
+    let mut bytes = Vec::new();
+    file.take(FAULT_FILE_MAX as u64 + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| format!("cannot read: {e}"))?;
+    if bytes.len() > FAULT_FILE_MAX {
+        return Err(format!("longer than {FAULT_FILE_MAX} bytes"));
+    }
+    String::from_utf8(bytes).map_err(|_| "not UTF-8 text".to_string())
+}
+
+/// At most `QUOTE_MAX` characters of `text`, for a log line.
+fn bounded(text: &str) -> String {
+    match text.char_indices().nth(QUOTE_MAX) {
+        None => text.to_string(),
+        Some((cut, _)) => format!("{}... ({} bytes in all)", &text[..cut], text.len()),
+    }
+}
+
 /// What the device is configured with (`DeviceConfig::admin_faults`).
 #[derive(Clone, Debug, Default)]
 pub struct AdminFaultConfig {
@@ -202,10 +255,19 @@ impl AdminFaults {
 
     /// The driver enables the admin queue: the file's faults are re-read if its content
     /// changed since (so a count runs across loads until the file is written again). A file
-    /// that does not parse is logged and injects nothing: a test then sees its command run.
+    /// that is refused (`read_fault_file`) or does not parse is logged and injects nothing: a
+    /// test then sees its command run.
     pub(crate) fn reload(&mut self) {
         let Some(path) = &self.file else { return };
-        let text = std::fs::read_to_string(path).unwrap_or_default();
+        let text = match read_fault_file(path) {
+            Ok(text) => text,
+            Err(e) => {
+                log::error!("rox-nic: {}: {e}; no admin fault injected", path.display());
+                self.from_file = Vec::new();
+                self.file_text = String::new();
+                return;
+            }
+        };
         if text == self.file_text {
             return;
         }
@@ -214,12 +276,16 @@ impl AdminFaults {
                 log::info!(
                     "rox-nic: admin faults from {}: {:?}",
                     path.display(),
-                    text.trim()
+                    bounded(text.trim())
                 );
                 faults
             }
             Err(e) => {
-                log::error!("rox-nic: {}: {e}; no admin fault injected", path.display());
+                log::error!(
+                    "rox-nic: {}: {}; no admin fault injected",
+                    path.display(),
+                    bounded(&e)
+                );
                 Vec::new()
             }
         };
@@ -377,5 +443,98 @@ mod tests {
         assert_eq!(faults.take(ADMIN_OP_READ_MAC), None, "a bad file: none");
         std::fs::remove_file(&path).unwrap();
         std::fs::remove_dir(&dir).unwrap();
+    }
+
+    /// A fault file's reload in a thread: what it leaves injected for READ_MAC, or None if
+    /// it has not returned after 60 s (a blocked data path; the thread is left behind).
+    fn reload_in_thread(path: &std::path::Path) -> Option<Option<Injected>> {
+        let mut faults = AdminFaults::new(&AdminFaultConfig {
+            fixed: Vec::new(),
+            file: Some(path.to_path_buf()),
+        });
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            faults.reload();
+            let _ = tx.send(faults.take(ADMIN_OP_READ_MAC));
+        });
+        rx.recv_timeout(std::time::Duration::from_secs(30)).ok()
+    }
+
+    #[test]
+    fn a_fifo_is_refused_without_blocking() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("faults");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&path)
+            .status()
+            .unwrap();
+        assert!(made.success(), "mkfifo failed");
+        let err = read_fault_file(&path).unwrap_err();
+        assert!(err.starts_with("not a regular file"), "{err}");
+        // Nobody ever writes the FIFO: a reader that blocks never returns.
+        let injected = reload_in_thread(&path).expect("reload blocked on a FIFO");
+        assert_eq!(injected, None);
+    }
+
+    #[test]
+    fn a_symbolic_link_is_not_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        // The target holds a valid spec: followed, it would inject.
+        let target = dir.path().join("host-file");
+        std::fs::write(&target, "READ_MAC\n").unwrap();
+        let path = dir.path().join("faults");
+        std::os::unix::fs::symlink(&target, &path).unwrap();
+        assert_eq!(
+            read_fault_file(&path),
+            Err("a symbolic link, not followed".to_string())
+        );
+        assert_eq!(reload_in_thread(&path).expect("reload blocked"), None);
+    }
+
+    #[test]
+    fn an_over_long_file_is_refused_and_a_bounded_one_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("faults");
+        // Valid specs all through: read whole, they would inject.
+        let spec = "READ_MAC ";
+        let fits = spec.repeat(FAULT_FILE_MAX / spec.len());
+        std::fs::write(&path, &fits).unwrap();
+        assert_eq!(read_fault_file(&path).as_deref(), Ok(fits.as_str()));
+        assert_eq!(
+            reload_in_thread(&path).expect("reload blocked"),
+            Some(Injected::Refuse(ADMIN_STATUS_BAD_PARAM))
+        );
+        std::fs::write(&path, spec.repeat(FAULT_FILE_MAX / spec.len() + 1)).unwrap();
+        let err = read_fault_file(&path).unwrap_err();
+        assert_eq!(err, format!("longer than {FAULT_FILE_MAX} bytes"));
+        assert_eq!(reload_in_thread(&path).expect("reload blocked"), None);
+        std::fs::write(&path, b"READ_MAC\xff").unwrap();
+        assert_eq!(read_fault_file(&path), Err("not UTF-8 text".to_string()));
+    }
+
+    #[test]
+    fn a_refused_file_drops_the_faults_it_named_before() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("faults");
+        let mut faults = AdminFaults::new(&AdminFaultConfig {
+            fixed: Vec::new(),
+            file: Some(path.clone()),
+        });
+        std::fs::write(&path, "READ_MAC").unwrap();
+        faults.reload();
+        assert!(faults.take(ADMIN_OP_READ_MAC).is_some());
+        std::fs::write(&path, "READ_MAC ".repeat(FAULT_FILE_MAX)).unwrap();
+        faults.reload();
+        assert_eq!(faults.take(ADMIN_OP_READ_MAC), None);
+    }
+
+    #[test]
+    fn a_log_quote_is_bounded() {
+        assert_eq!(bounded("READ_MAC"), "READ_MAC");
+        let long = "x".repeat(QUOTE_MAX + 100);
+        let quoted = bounded(&long);
+        assert!(quoted.starts_with(&long[..QUOTE_MAX]));
+        assert!(quoted.ends_with(&format!("... ({} bytes in all)", long.len())));
+        assert!(quoted.len() < QUOTE_MAX + 40);
     }
 }
