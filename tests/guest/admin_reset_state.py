@@ -13,18 +13,48 @@ import os
 import struct
 import sys
 
-# Copies of uapi constants (no generator exists; keep them equal to these):
-ROX_VERSION = 2  # rox_uapi::ROX_VERSION
-REG_VERSION = 0x000  # rox_uapi::regs::REG_VERSION
-REG_STATUS = 0x00C  # rox_uapi::regs::REG_STATUS
-REG_FATAL_CODE = 0x010  # rox_uapi::regs::REG_FATAL_CODE
-REG_ADMIN_CMD_BASE_LO = 0x020  # rox_uapi::regs::REG_ADMIN_CMD_BASE_LO (HI at +4)
-REG_ADMIN_CPL_BASE_LO = 0x028  # rox_uapi::regs::REG_ADMIN_CPL_BASE_LO (HI at +4)
-REG_ADMIN_CTRL = 0x034  # rox_uapi::regs::REG_ADMIN_CTRL
-STATUS_READY = 1 << 0  # rox_uapi::regs::STATUS_READY
-STATUS_ADMIN_ENABLED = 1 << 1  # rox_uapi::regs::STATUS_ADMIN_ENABLED
-STATUS_FATAL = 1 << 2  # rox_uapi::regs::STATUS_FATAL
-PAGE = 4096  # rox_uapi::regs::ROX_PAGE_SIZE
+# uapi's constants, from the header rox-uapi-header generates (tests/guest/run writes it into
+# target/ before each run): no hand copy to drift from uapi/src/regs.rs.
+HEADER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../target/rox-uapi.h")
+NEEDED = [
+    "VERSION",
+    "PAGE_SIZE",
+    "REG_VERSION",
+    "REG_STATUS",
+    "REG_FATAL_CODE",
+    "REG_ADMIN_CMD_BASE_LO",
+    "REG_ADMIN_CMD_BASE_HI",
+    "REG_ADMIN_CPL_BASE_LO",
+    "REG_ADMIN_CPL_BASE_HI",
+    "REG_ADMIN_CTRL",
+    "STATUS_READY",
+    "STATUS_ADMIN_ENABLED",
+    "STATUS_FATAL",
+]
+
+
+def uapi_constants(path):
+    """The `#define ROX_<name> <number>` lines of rox-uapi.h, by name without ROX_."""
+    try:
+        with open(path) as f:
+            text = f.read()
+    except OSError as e:
+        sys.exit(f"FAIL: {e} (tests/guest/run generates it: cargo run -p rox-uapi --bin rox-uapi-header)")
+    defs = {}
+    for line in text.splitlines():
+        words = line.split()
+        if len(words) == 3 and words[0] == "#define" and words[1].startswith("ROX_"):
+            try:
+                defs[words[1][len("ROX_"):]] = int(words[2], 0)
+            except ValueError:
+                pass
+    missing = [n for n in NEEDED if n not in defs]
+    if missing:
+        sys.exit(f"FAIL: {path} defines no ROX_{', ROX_'.join(missing)} (rox-uapi-header prints them)")
+    return defs
+
+
+U = uapi_constants(HEADER)
 PCI_COMMAND = 4
 PCI_COMMAND_MEMORY = 2
 
@@ -42,19 +72,19 @@ def enable_memory(dev):
 def registers(dev):
     fd = os.open(f"{dev}/resource0", os.O_RDWR | os.O_SYNC)
     try:
-        m = mmap.mmap(fd, PAGE, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        m = mmap.mmap(fd, U["PAGE_SIZE"], mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
     finally:
         os.close(fd)
     # One 32-bit load each (the device answers only 4- and 8-byte accesses).
     reg = lambda off: ctypes.c_uint32.from_buffer(m, off).value
-    pair = lambda off: reg(off) | reg(off + 4) << 32
+    pair = lambda lo, hi: reg(U[lo]) | reg(U[hi]) << 32
     regs = {
-        "version": reg(REG_VERSION),
-        "status": reg(REG_STATUS),
-        "fatal_code": reg(REG_FATAL_CODE),
-        "admin_ctrl": reg(REG_ADMIN_CTRL),
-        "admin_cmd_base": pair(REG_ADMIN_CMD_BASE_LO),
-        "admin_cpl_base": pair(REG_ADMIN_CPL_BASE_LO),
+        "version": reg(U["REG_VERSION"]),
+        "status": reg(U["REG_STATUS"]),
+        "fatal_code": reg(U["REG_FATAL_CODE"]),
+        "admin_ctrl": reg(U["REG_ADMIN_CTRL"]),
+        "admin_cmd_base": pair("REG_ADMIN_CMD_BASE_LO", "REG_ADMIN_CMD_BASE_HI"),
+        "admin_cpl_base": pair("REG_ADMIN_CPL_BASE_LO", "REG_ADMIN_CPL_BASE_HI"),
     }
     m.close()
     return regs
@@ -68,13 +98,13 @@ def main():
     r = registers(dev)
     print(" ".join(f"{k} {v:#x}" for k, v in r.items()))
     wrong = []
-    if r["version"] != ROX_VERSION:
-        wrong.append(f"version {r['version']:#x}, not {ROX_VERSION} (a dead or absent device?)")
-    if not r["status"] & STATUS_READY:
+    if r["version"] != U["VERSION"]:
+        wrong.append(f"version {r['version']:#x}, not {U['VERSION']} (a dead or absent device?)")
+    if not r["status"] & U["STATUS_READY"]:
         wrong.append("not ready (a reset that never completed?)")
-    if r["status"] & STATUS_FATAL:
+    if r["status"] & U["STATUS_FATAL"]:
         wrong.append(f"fatal, code {r['fatal_code']}")
-    if r["status"] & STATUS_ADMIN_ENABLED or r["admin_ctrl"]:
+    if r["status"] & U["STATUS_ADMIN_ENABLED"] or r["admin_ctrl"]:
         wrong.append("the admin queue is still enabled: the device was not reset")
     if r["admin_cmd_base"] or r["admin_cpl_base"]:
         wrong.append("the device still holds the admin rings' addresses: it was not reset")

@@ -1,6 +1,8 @@
 #!/bin/bash
 # rox.ko's probe against a device whose firmware refuses a bring-up command (guest; needs
-# rox-lab's run directory, as rox-lab gives each rox-nic `--admin-fault-file` there). For each
+# rox-lab's run directory and rox-lab asked for admin fault files, `--admin-faults` or
+# ROX_LAB_ADMIN_FAULTS=1 as tests/guest/run sets: rox-lab then gives each rox-nic
+# `--admin-fault-file` there, created empty). For each
 # command the probe sends once the admin queue is enabled (QUERY_DEVICE, QUERY_PORT, READ_MAC),
 # this script has rox-nic 0 refuse it (/run/rox/rox0.admin-fault, read at each admin queue
 # enable) with a status whose errno rox.ko documents (admin.rs status_to_result), or answer a
@@ -11,10 +13,12 @@
 # admin_reset_state.py: ready, not fatal, admin queue disabled, no ring address left — without
 # rox.ko's reset on that error path the device keeps the freed rings' addresses). With a
 # count=1 fault a bind fails once and the next one binds; with the fault gone the function
-# binds and ibv_devinfo shows its port ACTIVE. No oops or warning; kmemleak on debug kernels.
+# binds and ibv_devinfo shows its port ACTIVE. No oops or warning; kmemleak and lockdep on
+# debug kernels (lockdep after each refusal: the next one clears dmesg).
 set -u
 fault=/run/rox/rox0.admin-fault
-trap 'rm -f "$fault" "$fault.tmp"; grep -q "^rox " /proc/modules && rmmod rox' EXIT
+# Left empty (no fault), as rox-lab made it: a later test's driver loads find no fault.
+trap 'rm -f "$fault.tmp"; [ -f "$fault" ] && : >"$fault"; grep -q "^rox " /proc/modules && rmmod rox' EXIT
 fail() { echo "FAIL: $*"; dmesg | tail -40; exit 1; }
 skip() { echo "SKIP: $*"; exit 0; }
 . "$(dirname "$0")/lib.sh"
@@ -27,6 +31,7 @@ pci=$(for d in /sys/bus/pci/devices/*; do grep -qx $ROX_VENDOR "$d/vendor" && ba
 # Only rox-lab attaches rox-nics, and it mounts the run directory (qemu/guest-init writes
 # /run/rox/booted): a rox-nic without it is a broken harness, not a skip.
 [ -e /run/rox/booted ] || fail "a rox-nic is attached but rox-lab's run directory /run/rox is not mounted"
+[ -f "$fault" ] || fail "no $fault: rox-lab was not asked for admin fault files (rox-lab --admin-faults or ROX_LAB_ADMIN_FAULTS=1, which tests/guest/run sets), so rox-nic 0 has no --admin-fault-file"
 [ -f "${ROX_KO:-}" ] || fail "no module at ${ROX_KO:-}"
 driver=/sys/bus/pci/drivers/rox
 grep -q '^rox ' /proc/modules && { rmmod rox || fail "rmmod rox failed"; }
@@ -63,6 +68,7 @@ expect_refused() {
 	[ -z "$line" ] || dmesg | grep -qF "$line" || fail "$spec: no line '$line'"
 	python3 "$(dirname "$0")/admin_reset_state.py" "$pci" || fail "$spec: the device is not in its reset state"
 	dmesg_clean "$spec"
+	lockdep_check # before the next refusal clears dmesg
 	echo "$spec: probe of $pci failed with $name (-$errno), device reset"
 }
 
@@ -91,11 +97,12 @@ expect_refused QUERY_PORT:BUSY,count=1 16 EBUSY bind
 echo "$pci" >$driver/bind || fail "bind after the count ran out failed"
 expect_bound "after QUERY_PORT:BUSY,count=1"
 # The fault gone: unbind, bind again.
-rm -f "$fault"
+: >"$fault"
 echo "$pci" >$driver/unbind || fail "unbind failed"
 echo "$pci" >$driver/bind || fail "bind without a fault failed"
 expect_bound "without a fault"
 rmmod rox || fail "rmmod rox failed"
 dmesg_clean "at the end"
 kmemleak_check
+lockdep_check
 echo "probe refused 6 ways: each failed with its errno and reset the device; then bound and active"
