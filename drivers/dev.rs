@@ -400,7 +400,12 @@ impl<'bound> Queried<'bound> {
         let queried = queue
             .enable(regs)
             .and_then(|()| Self::query(bound, regs, queue));
-        if queried.is_err() {
+        if let Err(e) = &queried {
+            dev_err!(
+                bound.as_ref(),
+                "bring-up failed after the admin queue's enable (error {}); the device is reset\n",
+                e.to_errno()
+            );
             crate::admin::quiesce(regs);
         }
         queried

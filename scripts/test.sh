@@ -89,7 +89,8 @@ stage guest-ulp tests/ulp/run --cases nvme,nfs,unload,fault || exit 1
 # must drop (and broadcast/multicast for its netdev) while pingpongs run; each drop counted.
 stage port-flood tests/net/flood || exit 1
 # Reliability under the debug kernel (kmemleak, KFENCE, SLUB debug, lockdep): 50 load/probe/unload
-# cycles and rmmod with live objects, kernel verbs, ODP and raw-uverbs bad input, each test
+# cycles and rmmod with live objects, kernel verbs, ODP and raw-uverbs bad input, probes that
+# the device refuses (t-driver-probe-fault.sh: the error path's reset and frees), each test
 # with a kmemleak scan that must run and report nothing, and no lockdep report; rox.ko's KUnit
 # suites (drivers/logic_tests.rs), run by the kernel at load, all ok (t-driver-kunit.sh).
 stage kernel-debug scripts/setup-kernel.sh debug || exit 1
@@ -97,7 +98,7 @@ stage module-debug scripts/build-module.sh debug || exit 1
 # Without the posted-wake companion (ROX_POSTED_WAKE=off): every other guest stage has it, so
 # this one keeps the trapped wake (BAR0's wake page, librox's wake_offset 0) exercised, and
 # t-driver-wake checks its trapped branch.
-stage guest-debug env ROX_POSTED_WAKE=off tests/guest/run debug driver-load-cycles,driver-kverbs,driver-odp,driver-negative,driver-kunit,driver-wake || exit 1
+stage guest-debug env ROX_POSTED_WAKE=off tests/guest/run debug driver-load-cycles,driver-kverbs,driver-odp,driver-negative,driver-kunit,driver-wake,driver-probe-fault || exit 1
 # The companion's removal under lockdep and kmemleak (the notifier, RCU and the revocation of
 # user mappings), with the companion on: the stage above has none to remove.
 stage guest-debug-companion tests/guest/run debug driver-companion-removal || exit 1

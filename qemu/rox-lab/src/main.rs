@@ -106,6 +106,12 @@ struct Cli {
     /// `off` leaves it out (A/B runs, the trapped-wake fallback).
     #[arg(long, value_enum, env = "ROX_POSTED_WAKE", default_value = "on")]
     posted_wake: OnOff,
+    /// Give each rox-nic `--admin-fault-file` in its guest's run directory (created empty;
+    /// the guest writes `/run/rox/rox<N>.admin-fault` to have its device refuse admin
+    /// commands, docs/hardware.md). Off unless asked: a rox-nic built before the option (an
+    /// A/B benchmark's base) refuses it. tests/guest/run asks (ROX_LAB_ADMIN_FAULTS=1).
+    #[arg(long, env = "ROX_LAB_ADMIN_FAULTS", value_parser = clap::builder::FalseyValueParser::new())]
+    admin_faults: bool,
     /// Extra vfio-user device socket (under $ROX_CACHE) attached to guest 0; repeatable.
     #[arg(long = "vfio-user")]
     vfio_user: Vec<PathBuf>,
@@ -262,5 +268,14 @@ mod tests {
         // Without one the offload stays as rox-nic's environment says (on by default).
         assert_eq!(cli(&[]).rox_nic_env(), Vec::new());
         assert_eq!(cli(&["--host-cmd", "true"]).rox_nic_env(), Vec::new());
+    }
+
+    #[test]
+    fn admin_fault_files_are_given_only_when_asked() {
+        // Off is checked only when the environment does not ask (tests/guest/run's does).
+        assert!(cli(&["--admin-faults"]).admin_faults);
+        if std::env::var_os("ROX_LAB_ADMIN_FAULTS").is_none() {
+            assert!(!cli(&[]).admin_faults);
+        }
     }
 }

@@ -229,13 +229,25 @@ pub struct RoxNicFiles {
     /// The socket of the NIC's posted-wake companion (rox-nic `--wake-socket`, QEMU's
     /// `ivshmem-doorbell` chardev); None: the NIC has none.
     pub wake: Option<PathBuf>,
+    /// The admin faults a guest asks for (rox-nic `--admin-fault-file`), in the guest's run
+    /// directory: the guest writes `/run/rox/rox<N>.admin-fault`. None: the lab was not
+    /// asked for them (rox-lab `--admin-faults`), and rox-nic gets no such option (one built
+    /// before it, an A/B benchmark's base, would refuse it).
+    pub admin_faults: Option<PathBuf>,
 }
 
-/// The files of NIC `n` in `guest_dir`, with a posted-wake companion or not.
-pub fn rox_nic_files(guest_dir: &Path, n: usize, posted_wake: bool) -> RoxNicFiles {
+/// The files of NIC `n` in `guest_dir`, with a posted-wake companion or not, with an admin
+/// fault file or not.
+pub fn rox_nic_files(
+    guest_dir: &Path,
+    n: usize,
+    posted_wake: bool,
+    admin_faults: bool,
+) -> RoxNicFiles {
     RoxNicFiles {
         wake: posted_wake.then(|| guest_dir.join(format!("rox{n}-wake.sock"))),
         socket: guest_dir.join(format!("rox{n}.sock")),
+        admin_faults: admin_faults.then(|| guest_dir.join(format!("rox{n}.admin-fault"))),
         nic_end: guest_dir.join(format!("rox{n}-nic.dgram")),
         qemu_end: guest_dir.join(format!("rox{n}-qemu.dgram")),
         log: guest_dir.join(format!("rox-nic{n}.log")),
@@ -280,6 +292,9 @@ pub fn rox_nic_args(
     }
     for (mode, n) in crate::runner::DIE_ON {
         args.extend(["--die-on".to_string(), format!("rtmin+{n},fatal={mode}")]);
+    }
+    if let Some(path) = &files.admin_faults {
+        args.extend(["--admin-fault-file".to_string(), path.display().to_string()]);
     }
     if let Some(at) = panic_at {
         args.extend(["--debug-panic-at".to_string(), at.to_string()]);
@@ -534,7 +549,7 @@ mod tests {
     #[test]
     fn a_rox_nic_serves_its_socket_on_its_tap() {
         let l = lab(false, &["rox,virtio"]);
-        let f = rox_nic_files(Path::new("/run/g0"), 0, false);
+        let f = rox_nic_files(Path::new("/run/g0"), 0, false, true);
         assert_eq!(f.socket, Path::new("/run/g0/rox0.sock"));
         let args = rox_nic_args(&l.guests[0].nics[0], &f, 1500, Some("loss=0.1"), None).join(" ");
         assert!(
@@ -547,12 +562,40 @@ mod tests {
             args.contains(" --die-on rtmin+1,fatal=silent --die-on rtmin+2,fatal=report"),
             "{args}"
         );
+        assert!(
+            args.contains(" --admin-fault-file /run/g0/rox0.admin-fault"),
+            "{args}"
+        );
         let extra: crate::spec::NicArgs = "0=--cc off --bottleneck rate=1G".parse().unwrap();
         let l = l.with_nic_args(&[extra]).unwrap();
         let args = rox_nic_args(&l.guests[0].nics[0], &f, 1500, None, None).join(" ");
         assert!(
-            args.ends_with("fatal=hang --cc off --bottleneck rate=1G"),
+            args.ends_with("rox0.admin-fault --cc off --bottleneck rate=1G"),
             "{args}"
+        );
+    }
+
+    #[test]
+    fn a_rox_nic_gets_an_admin_fault_file_only_when_asked() {
+        let l = lab(false, &["rox"]);
+        let run = Path::new("/run/g0");
+        let asked = rox_nic_files(run, 0, false, true);
+        assert_eq!(
+            asked.admin_faults.as_deref(),
+            Some(Path::new("/run/g0/rox0.admin-fault"))
+        );
+        let args = rox_nic_args(&l.guests[0].nics[0], &asked, 9000, None, None);
+        let at = args.iter().position(|a| a == "--admin-fault-file");
+        assert_eq!(
+            at.map(|at| args[at + 1].as_str()),
+            Some("/run/g0/rox0.admin-fault")
+        );
+        let not_asked = rox_nic_files(run, 0, false, false);
+        assert_eq!(not_asked.admin_faults, None);
+        let args = rox_nic_args(&l.guests[0].nics[0], &not_asked, 9000, None, None);
+        assert!(
+            !args.iter().any(|a| a.starts_with("--admin-fault")),
+            "{args:?}"
         );
     }
 
@@ -560,7 +603,7 @@ mod tests {
     fn cabled_rox_nics_take_the_cable_as_their_port_and_get_no_tap() {
         let l = lab(false, &["rox", "rox"]).with_cable().unwrap();
         let port = |g: usize| {
-            let f = rox_nic_files(Path::new(&format!("/run/lab.1/g{g}")), 0, false);
+            let f = rox_nic_files(Path::new(&format!("/run/lab.1/g{g}")), 0, false, false);
             assert_eq!(f.cable, Path::new("/run/lab.1/cable.sock"));
             let args = rox_nic_args(&l.guests[g].nics[0], &f, 9000, None, None);
             let at = args.iter().position(|a| a == "--port").unwrap();
@@ -599,7 +642,7 @@ mod tests {
     ) -> Vec<String> {
         let run = PathBuf::from("/cache/run/lab.1/g0");
         let mut rox_files = vec![None; nics];
-        rox_files[0] = Some(rox_nic_files(&run, 0, posted_wake));
+        rox_files[0] = Some(rox_nic_files(&run, 0, posted_wake, false));
         qemu_args(&GuestLaunch {
             guest: &l.guests[0],
             mtu: 9000,
@@ -673,14 +716,14 @@ mod tests {
     fn a_rox_nic_with_a_companion_serves_it_and_qemu_gets_an_ivshmem_doorbell() {
         let l = lab(false, &["rox,rox"]);
         let run = Path::new("/run/g0");
-        let f = rox_nic_files(run, 1, true);
+        let f = rox_nic_files(run, 1, true, false);
         assert_eq!(f.wake.as_deref(), Some(Path::new("/run/g0/rox1-wake.sock")));
         let args = rox_nic_args(&l.guests[0].nics[1], &f, 9000, None, None).join(" ");
         assert!(
             args.contains(" --wake-socket /run/g0/rox1-wake.sock "),
             "{args}"
         );
-        let off = rox_nic_files(run, 1, false);
+        let off = rox_nic_files(run, 1, false, false);
         assert_eq!(off.wake, None);
         let args = rox_nic_args(&l.guests[0].nics[1], &off, 9000, None, None).join(" ");
         assert!(!args.contains("--wake-socket"), "{args}");

@@ -235,7 +235,11 @@ impl Runner {
     /// companion's, which rox-nic binds first).
     fn start_rox_nic(&mut self, g: usize, n: usize) -> Result<RoxNicFiles> {
         let posted_wake = self.cli.posted_wake == crate::OnOff::On;
-        let files = rox_nic_files(&self.guest_dir(g), n, posted_wake);
+        let files = rox_nic_files(&self.guest_dir(g), n, posted_wake, self.cli.admin_faults);
+        if let Some(path) = &files.admin_faults {
+            // Empty (no fault), so that the guest sees it was asked for.
+            fs::write(path, "")?;
+        }
         if !self.paths.nic_bin.is_file() {
             bail!(
                 "no rox-nic binary at {}; run 'cargo build --release -p rox-nic'",
@@ -303,6 +307,7 @@ impl Runner {
                         log: f.log,
                         cable: f.cable,
                         wake: f.wake.map(|w| self.paths.in_root(&w)).transpose()?,
+                        admin_faults: f.admin_faults,
                     })
                 }
                 NicKind::Virtio => None,

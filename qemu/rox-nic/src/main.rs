@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use clap::Parser;
+use rox_nic::device::admin_fault::{AdminFault, AdminFaultConfig};
 use rox_nic::device::datapath::SPIN_PERIOD;
 use rox_nic::device::{
     BottleneckConfig, DeviceConfig, DieOn, FaultConfig, LinkSpec, PortConfig, RoxNic, Shared,
@@ -147,6 +148,24 @@ struct Args {
     /// Repeatable (one signal per mode). docs/hardware.md.
     #[arg(long, value_name = "SPEC")]
     die_on: Vec<DieOn>,
+    /// Fault injection: the device refuses admin commands of this opcode with an error status
+    /// instead of running them, as firmware may: `OPCODE[:STATUS][,count=N]`, the opcode and
+    /// status by their uapi names without `ADMIN_OP_` / `ADMIN_STATUS_` (e.g.
+    /// `QUERY_DEVICE:NO_RESOURCES,count=1`; the status defaults to `BAD_PARAM`, or is a number
+    /// 1-255), the first N such commands or every one; for a query, `written=B` in STATUS's
+    /// place runs it and claims B bytes of response written (short or long). Repeatable.
+    /// docs/hardware.md.
+    #[arg(long, value_name = "SPEC")]
+    admin_fault: Vec<AdminFault>,
+    /// Fault injection as `--admin-fault`, the specs (separated by white space) read from this
+    /// file whenever the driver enables the admin queue, if its content changed: a test flips
+    /// faults on and off between driver loads. No file: no fault. Read without blocking and
+    /// only as a regular file of at most 4 KiB, not through a symbolic link (the guest writes
+    /// its directory); anything else is logged and injects nothing. rox-lab gives every
+    /// rox-nic one in its guest's run directory (`/run/rox/rox<N>.admin-fault` in the guest)
+    /// when asked (`--admin-faults`, ROX_LAB_ADMIN_FAULTS=1).
+    #[arg(long, value_name = "PATH")]
+    admin_fault_file: Option<PathBuf>,
     /// Debugging only (rox-lab's own test that a rox-nic panic fails its lab): panic when
     /// vfio-user request number N reaches the device.
     #[arg(long, hide = true, value_name = "N")]
@@ -324,6 +343,10 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         .or_else(|| std::env::var_os("ROX_NIC_WAKE_SOCKET").map(PathBuf::from))
         .filter(|p| !p.as_os_str().is_empty());
     config.posted_wake = wake_socket.is_some();
+    config.admin_faults = AdminFaultConfig {
+        fixed: args.admin_fault,
+        file: args.admin_fault_file,
+    };
     let mut nic = RoxNic::new(config)?;
     // Before the socket exists: whoever sees it may signal us.
     let wqe_trace_file = start_wqe_trace(args.trace_wqe, args.trace_wqe_file, &args.socket, &nic)?;
@@ -454,6 +477,33 @@ mod tests {
         assert_eq!(adaptive_spin(Some(false)), Ok(false));
         if std::env::var_os("ROX_NIC_ADAPTIVE_SPIN").is_none() {
             assert_eq!(adaptive_spin(None), Ok(true));
+        }
+    }
+
+    #[test]
+    fn admin_faults_parse_and_bad_ones_are_refused() {
+        let base = ["rox-nic", "--socket", "/s", "--mac", "02:00:00:00:00:01"];
+        let args = Args::try_parse_from(base.iter().chain(&[
+            "--admin-fault",
+            "QUERY_DEVICE",
+            "--admin-fault",
+            "READ_MAC:BUSY,count=2",
+            "--admin-fault",
+            "QUERY_PORT:written=8",
+            "--admin-fault-file",
+            "/run/f",
+        ]))
+        .unwrap();
+        assert_eq!(args.admin_fault.len(), 3);
+        assert_eq!(args.admin_fault_file, Some(PathBuf::from("/run/f")));
+        for bad in [
+            "CREATE_EQ",
+            "QUERY_DEVICE:SUCCESS",
+            "READ_MAC,count=0",
+            "READ_MAC:written=8",
+        ] {
+            let parsed = Args::try_parse_from(base.iter().chain(&["--admin-fault", bad]));
+            assert!(parsed.is_err(), "--admin-fault {bad} accepted");
         }
     }
 

@@ -1,9 +1,39 @@
 //! Prints a C header with the kernel <-> provider structs (`udata`) and the queue entry sizes, as
 //! the uapi crate defines them, for C test programs (tests/guest/t-driver-negative.sh): they use
 //! these declarations instead of a hand copy. Each struct's size is asserted in the header too.
+//! Also the BAR0 registers and status bits that guest scripts read through sysfs
+//! (tests/guest/admin_reset_state.py parses their `#define`s).
 
 use core::mem::size_of;
-use rox_uapi::{queue, udata};
+use rox_uapi::{queue, regs, udata};
+
+/// BAR0's interface version, the registers and the status bits a guest script reads, as
+/// `#define ROX_<name> <value>`.
+fn print_registers() {
+    println!("#define ROX_VERSION {}", rox_uapi::ROX_VERSION);
+    println!("#define ROX_PAGE_SIZE {}", regs::ROX_PAGE_SIZE);
+    let registers = [
+        ("REG_VERSION", regs::REG_VERSION),
+        ("REG_STATUS", regs::REG_STATUS),
+        ("REG_FATAL_CODE", regs::REG_FATAL_CODE),
+        ("REG_ADMIN_CMD_BASE_LO", regs::REG_ADMIN_CMD_BASE_LO),
+        ("REG_ADMIN_CMD_BASE_HI", regs::REG_ADMIN_CMD_BASE_HI),
+        ("REG_ADMIN_CPL_BASE_LO", regs::REG_ADMIN_CPL_BASE_LO),
+        ("REG_ADMIN_CPL_BASE_HI", regs::REG_ADMIN_CPL_BASE_HI),
+        ("REG_ADMIN_CTRL", regs::REG_ADMIN_CTRL),
+    ];
+    for (name, offset) in registers {
+        println!("#define ROX_{name} {offset:#x}");
+    }
+    let status_bits = [
+        ("STATUS_READY", regs::STATUS_READY),
+        ("STATUS_ADMIN_ENABLED", regs::STATUS_ADMIN_ENABLED),
+        ("STATUS_FATAL", regs::STATUS_FATAL),
+    ];
+    for (name, bit) in status_bits {
+        println!("#define ROX_{name} {bit:#x}");
+    }
+}
 
 fn main() {
     println!(
@@ -17,6 +47,7 @@ fn main() {
     println!("#define ROX_SQ_WQE_SIZE {}", queue::SQ_WQE_SIZE);
     println!("#define ROX_RQ_WQE_SIZE {}", queue::RQ_WQE_SIZE);
     println!("#define ROX_CQE_SIZE {}", queue::CQE_SIZE);
+    print_registers();
     let structs: [(&str, &str, usize); 10] = [
         (
             "AllocUcontextResp",

@@ -25,6 +25,7 @@ mod sq;
 mod wire_io;
 
 use super::admin::execute;
+use super::admin_fault::AdminFaults;
 use super::deferred::Deferred;
 use super::ring::{posted_entries, WildIndex};
 use super::state::{Eq, Hw};
@@ -67,6 +68,8 @@ pub struct DataPath {
     netdev: Option<Netdev>,
     admin: Option<AdminQueue>,
     admin_pi: u32,
+    /// Injected refusals (`admin_fault`): outlive resets, so a count runs across loads.
+    admin_faults: AdminFaults,
     mac: [u8; 6],
     /// The ICRC of the FLUSH requests it sends: configuration, which a reset keeps.
     flush_icrc: FlushIcrc,
@@ -156,6 +159,7 @@ impl DataPath {
             netdev,
             admin: None,
             admin_pi: 0,
+            admin_faults: AdminFaults::new(&cfg.admin_faults),
             mac: cfg.mac,
             flush_icrc: cfg.flush_icrc,
             cc: cfg.cc.clone(),

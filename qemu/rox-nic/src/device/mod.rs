@@ -6,6 +6,7 @@
 //! The data-path thread ([`datapath`]) does everything else and sleeps when idle.
 
 pub mod admin;
+pub mod admin_fault;
 pub(crate) mod counters;
 pub mod datapath;
 pub mod death;
@@ -84,6 +85,9 @@ pub struct DeviceConfig {
     /// driver wakes it through the companion (`REG_WAKE_MODE` posted): a wake then costs the
     /// vCPU no round trip, so the device may sleep much sooner (`datapath/spin.rs`).
     pub posted_idle_after: std::time::Duration,
+    /// Admin commands the device refuses with an error status (`admin_fault`; none by
+    /// default).
+    pub admin_faults: admin_fault::AdminFaultConfig,
 }
 
 pub use crate::port::{BottleneckConfig, FaultConfig, LinkSpec, PortConfig};
@@ -113,6 +117,7 @@ impl DeviceConfig {
             cc: crate::roce::cc::CcConfig::default(),
             posted_wake: false,
             posted_idle_after: DEFAULT_POSTED_IDLE_AFTER,
+            admin_faults: admin_fault::AdminFaultConfig::default(),
         }
     }
 }

@@ -2,6 +2,7 @@
 //! (what a command does is `device::admin`'s).
 
 use super::*;
+use crate::device::admin_fault::Injected;
 
 /// The admin queue software enabled: its command and completion rings and the next command.
 pub(super) struct AdminQueue {
@@ -29,6 +30,7 @@ impl DataPath {
             self.hw.set_fatal(FATAL_ADMIN_DMA);
             return;
         }
+        self.admin_faults.reload();
         self.admin = Some(AdminQueue {
             cmd_base,
             cpl_base,
@@ -62,7 +64,18 @@ impl DataPath {
                     return true;
                 }
             };
-            let mut cpl = execute(&mut self.hw, &mut self.engine, &cmd);
+            let mut cpl = match self.admin_faults.take(cmd.hdr.opcode) {
+                Some(Injected::Refuse(status)) => refused(&cmd, status),
+                Some(Injected::Written(bytes)) => {
+                    let mut cpl = execute(&mut self.hw, &mut self.engine, &cmd);
+                    if cpl.status == ADMIN_STATUS_SUCCESS {
+                        // A query's result1 is the bytes of response it wrote (`QueryAnswer`).
+                        cpl.result1 = bytes;
+                    }
+                    cpl
+                }
+                None => execute(&mut self.hw, &mut self.engine, &cmd),
+            };
             cpl.owner = owner_for(ci, depth);
             if self
                 .hw
@@ -81,5 +94,16 @@ impl DataPath {
             self.run_deferred();
         }
         true
+    }
+}
+
+/// The completion of a command an injected fault refuses (`admin_fault`): its status, zero
+/// result words, nothing run.
+fn refused(cmd: &AdminCmd, status: u8) -> AdminCpl {
+    AdminCpl {
+        cmd_id: cmd.hdr.cmd_id,
+        status,
+        opcode: cmd.hdr.opcode,
+        ..Default::default()
     }
 }
