@@ -397,8 +397,10 @@ pub(crate) mod tests {
         ];
         for (ibv, rox, counts) in cases {
             assert_eq!(qp_type(ibv), rox, "ibv QP type {ibv}");
-            assert_eq!(SqAttrs::new(ibv, false).counts_in_flight, counts, "ibv QP type {ibv}");
-            assert_eq!(SqAttrs::new(ibv, true).counts_in_flight, counts, "ibv QP type {ibv}");
+            for sig_all in [false, true] {
+                let sq = SqAttrs::new(ibv, sig_all);
+                assert_eq!(sq.counts_in_flight, counts, "ibv QP type {ibv}");
+            }
         }
     }
 
