@@ -29,7 +29,12 @@
 /* Longer than the device's spin and naps after its last work (rox-nic spin.rs: 10 us, naps of at
  * most 500 us): a doorbell after this pause finds it idle unless a timer woke it meanwhile. */
 #define FLIGHT_IDLE_MS 10
-/* Every completion within this; the receiver's QP comes up in well under one retry's timeout. */
+/* The sender's local ACK timeout, 537 ms: with no round trip measured yet its first
+ * retransmission comes this long after the first SEND, after the ~60 ms the receiver is held
+ * in INIT (so no timer wakes the device among the doorbells either), and its 7 retries (3.8 s
+ * without an ACK) outlast that hold on a host that delays the guest far longer. */
+#define FLIGHT_ACK_TIMEOUT 17
+/* Every completion within this (a lost wake fails here). */
 #define FLIGHT_TIMEOUT_MS 10000
 
 static_assert(FLIGHT_WRS * FLIGHT_MSG <= NPAGES * PAGE_SIZE);
@@ -156,7 +161,7 @@ static void flight_checks(struct side *a, struct side *b, struct ib_qp *qa, stru
 	      "flight: %d doorbells of %d RC SENDs while rox_0's flight (%d packets) is full: %lld wakes (want 0; post %d, counters %lld/%lld)",
 	      FLIGHT_LATER, FLIGHT_BATCH, FLIGHT_PACKETS, after - before, ret, before, after);
 
-	ret = qp_rtr_rts(qb, b, a, qa->qp_num);
+	ret = qp_rtr_rts(qb, b, a, qa->qp_num, ACK_TIMEOUT);
 	if (ret) {
 		SETUP_FAILED("flight: receiver on %s to RTR/RTS: %d", peer, ret);
 		return;
@@ -212,7 +217,7 @@ void check_full_flight(struct side *a, struct side *b)
 	for (i = 0; i < FLIGHT_WRS && !ret; i++)
 		ret = post_recv(qb, i, data_dma(&rb) + i * FLIGHT_MSG, FLIGHT_MSG,
 				b->pd->local_dma_lkey);
-	ret = ret ?: connect_qp(qa, a, b, qb->qp_num);
+	ret = ret ?: qp_init(qa) ?: qp_rtr_rts(qa, a, b, qb->qp_num, FLIGHT_ACK_TIMEOUT);
 	if (ret) {
 		SETUP_FAILED("flight: receiver in INIT with %d receives, sender in RTS: %d",
 			     FLIGHT_WRS, ret);

@@ -19,6 +19,7 @@
 #define NPAGES 4          /* data pages of a fast-registration target */
 #define BUF_PAGES (NPAGES + 2) /* a guard page each side */
 #define DEPTH 16
+#define ACK_TIMEOUT 14 /* connect_qp's local ACK timeout: 67 ms */
 
 /* The totals the module prints (kverbs_main.c). */
 extern int passed, failed;
@@ -105,7 +106,7 @@ void roce_av(struct rdma_ah_attr *ah, struct side *from, struct side *to);
 int connect_qp(struct ib_qp *qp, struct side *from, struct side *to, u32 rqpn);
 /* connect_qp's two halves: a QP in INIT takes receives but drops every packet that arrives. */
 int qp_init(struct ib_qp *qp);
-int qp_rtr_rts(struct ib_qp *qp, struct side *from, struct side *to, u32 rqpn);
+int qp_rtr_rts(struct ib_qp *qp, struct side *from, struct side *to, u32 rqpn, u8 timeout);
 int ud_ready(struct ib_qp *qp, u32 qkey);
 int pair_up(struct pair *p, struct side *a, struct side *b, struct ib_pd *pdb,
 	    struct ib_srq *srqb);
