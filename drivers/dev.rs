@@ -453,29 +453,72 @@ pub(crate) struct RoxPci<'bound> {
 }
 
 impl<'bound> RoxPci<'bound> {
+    /// Binds one rox-nic: its control registers ([`open_control`]), its state
+    /// ([`RoxDev::bring_up`]), its wake mode, interrupts and event queues, then its ib_device
+    /// ([`register_ib`]). On an error what was made is dropped in the reverse order.
     pub(crate) fn probe(pdev: &'bound pci::Device<Core<'_>>) -> Result<Self> {
         let bound: &'bound pci::Device<Bound> = pdev;
-        let dev = bound.as_ref();
-        pdev.enable_device_mem()?;
-        pdev.set_master();
-        ib::dma::set_dma_mask_64(pdev)?;
+        let regs = open_control(pdev)?;
+        let rox = RoxDev::bring_up(bound, regs)?;
+        crate::wake::apply(bound, &rox.regs, &rox.wake);
+        // As soon as there is a `RoxDev` to switch back (a removal since `wake::setup` is not
+        // seen: known limit, driver.md); before the ib_device, no user mapping to revoke.
+        let companion_watch =
+            crate::wake::watch(bound.as_ref(), &rox.wake, CompanionGone(rox.clone()))?;
 
-        let bar =
-            bound.iomap_region_sized::<{ regs::BAR_CTRL_SIZE as usize }>(regs::BAR_CTRL, c"rox")?;
-        let regs = Regs::new(bar);
-        let version = regs.read(regs::REG_VERSION);
-        if version != uapi::ROX_VERSION {
-            dev_err!(
-                dev,
-                "interface version {} (driver speaks {})\n",
-                version,
-                uapi::ROX_VERSION
-            );
-            return Err(ENODEV);
+        let irqs = MsixIrqs::new(bound, rox.num_comp_vectors() + 1, c"rox-eq", |eqn| {
+            EqHandler {
+                dev: rox.clone(),
+                eqn,
+            }
+        })?;
+        for eq in rox.eqs.iter() {
+            eq.enable(&rox.regs)?;
         }
-        crate::admin::reset(&regs)
-            .inspect_err(|_| dev_err!(dev, "device did not come out of reset\n"))?;
+        let ib = register_ib(bound, &rox)?;
+        Ok(Self {
+            _companion_watch: companion_watch,
+            _ib: ib,
+            _irqs: irqs,
+            _dev: rox,
+        })
+    }
+}
 
+/// Enables the PCI device and maps its control registers (BAR0); ENODEV unless it speaks this
+/// driver's interface version, or if it does not come out of reset. The device then holds no
+/// address of the driver's.
+fn open_control<'bound>(pdev: &'bound pci::Device<Core<'_>>) -> Result<Regs<'bound>> {
+    let bound: &'bound pci::Device<Bound> = pdev;
+    let dev = bound.as_ref();
+    pdev.enable_device_mem()?;
+    pdev.set_master();
+    ib::dma::set_dma_mask_64(pdev)?;
+
+    let bar =
+        bound.iomap_region_sized::<{ regs::BAR_CTRL_SIZE as usize }>(regs::BAR_CTRL, c"rox")?;
+    let regs = Regs::new(bar);
+    let version = regs.read(regs::REG_VERSION);
+    if version != uapi::ROX_VERSION {
+        dev_err!(
+            dev,
+            "interface version {} (driver speaks {})\n",
+            version,
+            uapi::ROX_VERSION
+        );
+        return Err(ENODEV);
+    }
+    crate::admin::reset(&regs)
+        .inspect_err(|_| dev_err!(dev, "device did not come out of reset\n"))?;
+    Ok(regs)
+}
+
+impl<'bound> RoxDev<'bound> {
+    /// The state of a device just reset through `regs`: its admin queue enabled, what it
+    /// answers at bring-up (`Queried`), the driver's allocations and its wake mode (set up,
+    /// not yet applied: `wake::apply`). Its event queues are not enabled yet.
+    fn bring_up(bound: &'bound pci::Device<Bound>, regs: Regs<'bound>) -> Result<Arc<Self>> {
+        let dev = bound.as_ref();
         // Allocated before the device holds an address of the driver's: an error returns
         // with nothing to take back.
         let admin = AdminQueue::new(dev)?;
@@ -489,7 +532,7 @@ impl<'bound> RoxPci<'bound> {
         let queried = Queried::enable_and_query(bound, &regs, &admin)?;
 
         // After the reset (which sets the mode back to trapped), before the ib_device exists.
-        // The device hears the mode only once `rox` owns it (below).
+        // The device hears the mode only once `rox` owns it (`wake::apply`, in `probe`).
         let wake = crate::wake::setup(bound, &regs);
         // Nothing fails from the queries to here. From here a failed probe drops the `RoxDev`
         // (also when `Arc::new` cannot allocate: it drops its value), whose reset makes the
@@ -516,59 +559,50 @@ impl<'bound> RoxPci<'bound> {
             },
             GFP_KERNEL,
         )?;
-        crate::wake::apply(bound, &rox.regs, &rox.wake);
-        // As soon as there is a `RoxDev` to switch back (a removal since `wake::setup` is not
-        // seen: known limit, driver.md); before the ib_device, no user mapping to revoke.
-        let companion_watch = crate::wake::watch(dev, &rox.wake, CompanionGone(rox.clone()))?;
-
-        let irqs = MsixIrqs::new(bound, rox.num_comp_vectors() + 1, c"rox-eq", |eqn| {
-            EqHandler {
-                dev: rox.clone(),
-                eqn,
-            }
-        })?;
-        for eq in rox.eqs.iter() {
-            eq.enable(&rox.regs)?;
-        }
-
-        let ib = IbRegistration::register(
-            bound,
-            rox.clone(),
-            &DeviceParams {
-                name: c"rox_%d",
-                node_guid: rox.attr.node_guid,
-                num_comp_vectors: rox.num_comp_vectors(),
-                mac: rox.mac,
-            },
-        )?;
-        dev_info!(
-            dev,
-            "{}: rox-nic interface v{}, {} completion vectors, caps {:#x}\n",
-            ib.name(),
-            version,
-            rox.num_comp_vectors(),
-            rox.attr.caps
-        );
-        match ib.ib().netdev(u32::from(admin::PORT_NUM)) {
-            Some(n) => dev_info!(
-                dev,
-                "{}: port 1 on {} ({:02x?})\n",
-                ib.name(),
-                n.name(),
-                rox.mac
-            ),
-            None => dev_warn!(
-                dev,
-                "{}: no netdev has MAC {:02x?} yet; port 1 is down\n",
-                ib.name(),
-                rox.mac
-            ),
-        }
-        Ok(Self {
-            _companion_watch: companion_watch,
-            _ib: ib,
-            _irqs: irqs,
-            _dev: rox,
-        })
+        Ok(rox)
     }
+}
+
+/// Registers the ib_device of `rox` (ib_core calls its verbs from then on) and says so: its
+/// name, interface version, completion vectors and capabilities, and its port's netdev.
+fn register_ib<'bound>(
+    bound: &'bound pci::Device<Bound>,
+    rox: &Arc<RoxDev<'bound>>,
+) -> Result<IbRegistration<'bound, RoxVerbs>> {
+    let dev = bound.as_ref();
+    let ib = IbRegistration::register(
+        bound,
+        rox.clone(),
+        &DeviceParams {
+            name: c"rox_%d",
+            node_guid: rox.attr.node_guid,
+            num_comp_vectors: rox.num_comp_vectors(),
+            mac: rox.mac,
+        },
+    )?;
+    // `open_control` refused any other version.
+    dev_info!(
+        dev,
+        "{}: rox-nic interface v{}, {} completion vectors, caps {:#x}\n",
+        ib.name(),
+        uapi::ROX_VERSION,
+        rox.num_comp_vectors(),
+        rox.attr.caps
+    );
+    match ib.ib().netdev(u32::from(admin::PORT_NUM)) {
+        Some(n) => dev_info!(
+            dev,
+            "{}: port 1 on {} ({:02x?})\n",
+            ib.name(),
+            n.name(),
+            rox.mac
+        ),
+        None => dev_warn!(
+            dev,
+            "{}: no netdev has MAC {:02x?} yet; port 1 is down\n",
+            ib.name(),
+            rox.mac
+        ),
+    }
+    Ok(ib)
 }

@@ -66,6 +66,10 @@ pub(crate) struct KernelQp {
     /// None with an SRQ.
     pub(crate) rq: Option<KernelWq<queue::RqWqe>>,
     db: DbSlot,
+    /// Whether the QP counts in its port's flight (`verbs::qp_type_counts_in_flight` of its
+    /// type, decided at create): its SQ doorbells of WQEs that all send packets may skip the
+    /// wake ([`ring_sq`]).
+    sq_counts_in_flight: bool,
     /// The device ids of the CQs its send and receive completions go to.
     pub(crate) send_cq: u32,
     pub(crate) recv_cq: u32,
@@ -282,6 +286,7 @@ fn create_kernel(
             sq,
             rq,
             db,
+            sq_counts_in_flight: verbs::qp_type_counts_in_flight(qp_type),
             send_cq,
             recv_cq,
             ib_qp: init.ib_qp,
@@ -459,7 +464,7 @@ pub(crate) fn post_send(_dev: &RoxDev<'_>, qp: &Qp, wr: &SendWr<'_, RoxVerbs>) -
         wr_id: wr.wr_id(),
         signaled: qp.sq_sig_all || send_flags.contains(SendFlags::SIGNALED),
         wc_opcode: send_wc_opcode(opcode),
-        local: verbs::WrOpcode::from_u8(opcode).is_some_and(verbs::WrOpcode::is_local),
+        local: verbs::wr_opcode_is_local(opcode),
     };
     k.sq.post(wqe, posted)
 }
@@ -484,9 +489,7 @@ pub(crate) fn ring_sq(dev: &RoxDev<'_>, qp: &Qp) {
     let QpQueue::Kernel { qp: k, .. } = &qp.queue else {
         return;
     };
-    // ib_core numbers QP types as uapi does (checked in `ib`).
-    let counts_in_flight = u8::try_from(qp.qp_type).is_ok_and(verbs::qp_type_counts_in_flight);
-    k.sq.ring_sq(dev, k.db.slot(), counts_in_flight);
+    k.sq.ring_sq(dev, k.db.slot(), k.sq_counts_in_flight);
     if dev.is_dead() {
         dev.registry().kick_kernel_cq(k.send_cq);
     }

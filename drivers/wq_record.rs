@@ -18,7 +18,7 @@ pub(crate) struct Posted {
     pub(crate) signaled: bool,
     /// `verbs::WC_OPC_*` its completion carries.
     pub(crate) wc_opcode: u8,
-    /// A local operation (`verbs::WrOpcode::is_local`): the device executes it without
+    /// A local operation (`verbs::wr_opcode_is_local`): the device executes it without
     /// sending a packet, so its doorbell must wake the device however full the port's flight
     /// (`slot_store::SlotStore::sq`).
     pub(crate) local: bool,

@@ -42,8 +42,8 @@ impl ContextHw {
 
     /// Ring a QP's SQ doorbell for new WQEs of `sq` that are all `packets_only` or not: the
     /// WQEs that all send packets of a QP that counts in the port's flight (RC, XRC initiator:
-    /// `SqAttrs::counts_in_flight`) skip the wake while the idle device says its flight is full
-    /// (crate::sys::doorbell).
+    /// `SqAttrs::counts_in_flight`, decided at create) skip the wake while the idle device
+    /// says its flight is full (crate::sys::doorbell).
     pub fn ring_sq(
         &self,
         slot: DoorbellSlot,
@@ -51,7 +51,7 @@ impl ContextHw {
         packets_only: bool,
         value: u32,
     ) {
-        if packets_only && sq.counts_in_flight() {
+        if packets_only && sq.counts_in_flight {
             self.doorbell.ring_rc_sq(slot, value);
         } else {
             self.doorbell.ring(slot, SlotWord::A, value);

@@ -93,7 +93,7 @@ fn begin<'q>(qp: &RoxQp, sq: &'q mut SendQueue, meta: WrMeta, opcode: u8) -> Opt
     wq.write(index, new);
     wq.commit(meta.wr_id);
     batch.current = Some(index);
-    batch.local |= wqe::is_local(opcode);
+    batch.local |= verbs::wr_opcode_is_local(opcode);
     Some(wq.entry_mut(index))
 }
 

@@ -28,14 +28,24 @@ pub struct SqAttrs {
     pub max_sge: u32,
     /// Inline bytes per WQE rox.ko granted (at most `queue::SQ_MAX_INLINE`).
     pub max_inline: u32,
+    /// Whether the queue's QP counts in its port's flight (`verbs::qp_type_counts_in_flight`:
+    /// RC, XRC initiator): its doorbell of WQEs that all send packets may skip the wake while
+    /// the idle device says the flight is full (`ContextHw::ring_sq`). Decided once, at
+    /// create ([`Self::new`]), so that no doorbell maps the type again.
+    pub counts_in_flight: bool,
 }
 
 impl SqAttrs {
-    /// Whether the queue's QP counts in its port's flight (`verbs::qp_type_counts_in_flight`:
-    /// RC, XRC initiator): its doorbell of WQEs that all send packets may skip the wake while
-    /// the idle device says the flight is full (`ContextHw::ring_sq`).
-    pub fn counts_in_flight(&self) -> bool {
-        qp_type(self.qp_type).is_some_and(verbs::qp_type_counts_in_flight)
+    /// The attributes of a new queue of a QP of `qp_type` (`sq_sig_all`: `sig_all`), before
+    /// rox.ko granted its capacities (`max_sge` and `max_inline` 0 until then).
+    pub fn new(qp_type: ffi::ibv_qp_type, sig_all: bool) -> Self {
+        SqAttrs {
+            qp_type,
+            sig_all,
+            max_sge: 0,
+            max_inline: 0,
+            counts_in_flight: self::qp_type(qp_type).is_some_and(verbs::qp_type_counts_in_flight),
+        }
     }
 }
 
@@ -51,12 +61,6 @@ pub(crate) fn qp_type(qp_type: ffi::ibv_qp_type) -> Option<u8> {
         ffi::IBV_QPT_XRC_RECV => verbs::QPT_XRC_TGT,
         _ => return None,
     })
-}
-
-/// Whether a WQE of `opcode` is a local operation (BIND_MW, LOCAL_INV, REG_MR): the device
-/// executes it without sending a packet.
-pub fn is_local(opcode: u8) -> bool {
-    verbs::WrOpcode::from_u8(opcode).is_some_and(verbs::WrOpcode::is_local)
 }
 
 /// A WR's Q_Key with this bit set means "use the QP's Q_Key" (IB spec 10.2.5).
@@ -352,10 +356,9 @@ pub(crate) mod tests {
     /// A queue as the tests' QPs have it: 2 SGEs, 64 inline bytes.
     pub(crate) fn test_sq(qp_type: ffi::ibv_qp_type) -> SqAttrs {
         SqAttrs {
-            qp_type,
-            sig_all: false,
             max_sge: 2,
             max_inline: 64,
+            ..SqAttrs::new(qp_type, false)
         }
     }
 
@@ -394,7 +397,10 @@ pub(crate) mod tests {
         ];
         for (ibv, rox, counts) in cases {
             assert_eq!(qp_type(ibv), rox, "ibv QP type {ibv}");
-            assert_eq!(test_sq(ibv).counts_in_flight(), counts, "ibv QP type {ibv}");
+            for sig_all in [false, true] {
+                let sq = SqAttrs::new(ibv, sig_all);
+                assert_eq!(sq.counts_in_flight, counts, "ibv QP type {ibv}");
+            }
         }
     }
 

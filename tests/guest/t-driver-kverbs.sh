@@ -2,7 +2,9 @@
 # Kernel verbs through rox.ko (guest; skips without a rox-nic): loads the test module
 # tests/kernel/rox_kverbs_test.ko (built next to rox.ko by scripts/build-module.sh), which
 # drives kernel QPs between rox_0 and rox_1 (two rox NICs on one bridge): inline SEND and
-# SEND_WITH_IMM, fast registration (alloc_mr / ib_map_mr_sg / IB_WR_REG_MR) with the peer's
+# SEND_WITH_IMM, more RC SENDs than the port's flight in several doorbells (the later ones,
+# rung while the idle device says its flight is full, must not wake it: its wake counters stay
+# put; then every completion and byte), fast registration (alloc_mr / ib_map_mr_sg / IB_WR_REG_MR) with the peer's
 # RDMA WRITE (also inline and WITH_IMM)/READ and atomics through the new rkey, SEND_WITH_INV and LOCAL_INV (the old rkey
 # then fails), ib_inc_rkey re-registration, a kernel SRQ with its limit event, zero-depth
 # RC/UC/UD QPs on both devices, a CQ per ib_cq poll context with ib_drain_qp, and issue 11's
@@ -19,7 +21,7 @@ skip() { echo "SKIP: $*"; exit 0; }
 rox_vendor=0x524f   # uapi/src/regs.rs PCI_VENDOR_ID
 # The checks tests/kernel/kverbs_*.c make in a full run (their CHECK lines, loops counted): change it
 # with the module. docs/driver.md gives the same number.
-KVERBS_CHECKS=72
+KVERBS_CHECKS=76
 . "$(dirname "$0")/lib.sh"
 
 grep -qx $rox_vendor /sys/bus/pci/devices/*/vendor 2>/dev/null || skip "no rox-nic attached"

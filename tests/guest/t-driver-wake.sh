@@ -92,7 +92,7 @@ grep -q '^20 iters in' /tmp/wake-client.out || fail "pingpong client printed no 
 expect_wakes $mode "ibv_rc_pingpong on $DEV" 0
 
 # The kernel: kernel QPs only (rox_kverbs_test.ko, side B on rox_1). Posted mode idles after
-# 200 us, so its 72 checks' doorbells find the device asleep many times.
+# 200 us, so its 76 checks' doorbells find the device asleep many times.
 kverbs_setup fail
 read_wakes
 kverbs_run rox_1

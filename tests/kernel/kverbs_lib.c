@@ -140,21 +140,33 @@ void roce_av(struct rdma_ah_attr *ah, struct side *from, struct side *to)
 /* RESET -> INIT -> RTR -> RTS of an RC/UC QP talking to `rqpn` on side `to`. */
 int connect_qp(struct ib_qp *qp, struct side *from, struct side *to, u32 rqpn)
 {
+	return qp_init(qp) ?: qp_rtr_rts(qp, from, to, rqpn, ACK_TIMEOUT);
+}
+
+/* RESET -> INIT of an RC/UC QP on port 1, open to the peer's RDMA (and atomics on RC). */
+int qp_init(struct ib_qp *qp)
+{
+	int rc = qp->qp_type == IB_QPT_RC;
+	struct ib_qp_attr attr = {
+		.qp_state = IB_QPS_INIT,
+		.port_num = 1,
+		.pkey_index = 0,
+		.qp_access_flags = IB_ACCESS_REMOTE_WRITE | IB_ACCESS_REMOTE_READ |
+				   (rc ? IB_ACCESS_REMOTE_ATOMIC : 0),
+	};
+
+	return ib_modify_qp(qp, &attr,
+			    IB_QP_STATE | IB_QP_PKEY_INDEX | IB_QP_PORT | IB_QP_ACCESS_FLAGS);
+}
+
+/* INIT -> RTR -> RTS of an RC/UC QP talking to `rqpn` on side `to`; an RC QP's local ACK
+ * timeout is `timeout` (4.096 us << timeout). */
+int qp_rtr_rts(struct ib_qp *qp, struct side *from, struct side *to, u32 rqpn, u8 timeout)
+{
 	struct ib_qp_attr attr = {};
 	int ret;
 	int rc = qp->qp_type == IB_QPT_RC;
-	int access = IB_ACCESS_REMOTE_WRITE | IB_ACCESS_REMOTE_READ |
-		     (rc ? IB_ACCESS_REMOTE_ATOMIC : 0);
 
-	attr.qp_state = IB_QPS_INIT;
-	attr.port_num = 1;
-	attr.pkey_index = 0;
-	attr.qp_access_flags = access;
-	ret = ib_modify_qp(qp, &attr,
-			   IB_QP_STATE | IB_QP_PKEY_INDEX | IB_QP_PORT | IB_QP_ACCESS_FLAGS);
-	if (ret)
-		return ret;
-	memset(&attr, 0, sizeof(attr));
 	attr.qp_state = IB_QPS_RTR;
 	attr.path_mtu = IB_MTU_1024;
 	attr.dest_qp_num = rqpn;
@@ -173,7 +185,7 @@ int connect_qp(struct ib_qp *qp, struct side *from, struct side *to, u32 rqpn)
 	attr.qp_state = IB_QPS_RTS;
 	attr.sq_psn = 0;
 	if (rc) {
-		attr.timeout = 14;
+		attr.timeout = timeout;
 		attr.retry_cnt = 7;
 		attr.rnr_retry = 7;
 		attr.max_rd_atomic = 4;

@@ -10,7 +10,9 @@
  * t-driver-kverbs.sh also requires N to be the full number of checks. The module stays loaded
  * until rmmod (nothing of it is left on the devices by then).
  *
- * Checks: device attributes; RC SEND/RECV with inline data and immediate; fast registration
+ * Checks: device attributes; RC SEND/RECV with inline data and immediate; more RC SENDs than
+ * the port's flight in several doorbells, the later ones waking no idle device (kverbs_flight.c),
+ * then every completion and byte once the receiver comes up; fast registration
  * (ib_alloc_mr, ib_map_mr_sg, IB_WR_REG_MR) then RDMA WRITE/READ through the new rkey from the
  * peer; atomics; LOCAL_INV then the old rkey fails; SEND_WITH_INV invalidates (and the receive
  * says so); ib_inc_rkey re-registration; kernel SRQ receive and its limit event; zero-depth
@@ -86,6 +88,7 @@ static int __init rox_kverbs_init(void)
 	}
 	check_attrs(&a);
 	check_send_inline(&a, &b);
+	check_full_flight(&a, &b);
 	check_fast_reg(&a, &b);
 	check_srq(&a, &b);
 	check_reset_reuse(&a, &b);

@@ -19,6 +19,7 @@
 #define NPAGES 4          /* data pages of a fast-registration target */
 #define BUF_PAGES (NPAGES + 2) /* a guard page each side */
 #define DEPTH 16
+#define ACK_TIMEOUT 14 /* connect_qp's local ACK timeout: 67 ms */
 
 /* The totals the module prints (kverbs_main.c). */
 extern int passed, failed;
@@ -103,6 +104,9 @@ struct ib_qp *create_qp(struct side *s, struct ib_pd *pd, enum ib_qp_type type,
 			u32 send_wr, u32 recv_wr, struct ib_srq *srq, struct ib_cq *cq);
 void roce_av(struct rdma_ah_attr *ah, struct side *from, struct side *to);
 int connect_qp(struct ib_qp *qp, struct side *from, struct side *to, u32 rqpn);
+/* connect_qp's two halves: a QP in INIT takes receives but drops every packet that arrives. */
+int qp_init(struct ib_qp *qp);
+int qp_rtr_rts(struct ib_qp *qp, struct side *from, struct side *to, u32 rqpn, u8 timeout);
 int ud_ready(struct ib_qp *qp, u32 qkey);
 int pair_up(struct pair *p, struct side *a, struct side *b, struct ib_pd *pdb,
 	    struct ib_srq *srqb);
@@ -131,7 +135,8 @@ int fast_reg(struct ib_qp *qp, struct ib_cq *cq, struct ib_mr *mr, struct buf *b
 int local_inv(struct ib_qp *qp, struct ib_cq *cq, u32 rkey, struct ib_wc *wc);
 void count_done(struct ib_cq *cq, struct ib_wc *wc);
 
-/* The checks: kverbs_rw.c, kverbs_bad_input.c, kverbs_queues.c, kverbs_poll.c, kverbs_hang.c */
+/* The checks: kverbs_rw.c, kverbs_bad_input.c, kverbs_queues.c, kverbs_poll.c, kverbs_hang.c,
+ * kverbs_flight.c */
 void check_attrs(struct side *a);
 void check_send_inline(struct side *a, struct side *b);
 void check_fast_reg(struct side *a, struct side *b);
@@ -142,5 +147,6 @@ void check_poll_ctx(struct side *a, struct side *b, enum ib_poll_context ctx,
 		    const char *name, int vector);
 void check_reset_reuse(struct side *a, struct side *b);
 void check_hung_device(struct side *a, struct side *b);
+void check_full_flight(struct side *a, struct side *b);
 
 #endif

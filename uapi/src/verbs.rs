@@ -316,6 +316,16 @@ impl WrOpcode {
     }
 }
 
+/// Whether a WQE's opcode byte (`WR_*`) is a local operation ([`WrOpcode::is_local`]); a
+/// byte that is no opcode is not one. The form librox and rox.ko ask when ringing an SQ (a
+/// doorbell of WQEs none of which is local may skip the wake: `regs::DbPage::rc_sq_no_wake`).
+pub const fn wr_opcode_is_local(opcode: u8) -> bool {
+    match WrOpcode::from_u8(opcode) {
+        Some(op) => op.is_local(),
+        None => false,
+    }
+}
+
 uapi_enum! {
     /// QP state, numbered as `enum ibv_qp_state`.
     pub enum QpState {
@@ -383,6 +393,19 @@ mod tests {
         for other in [QPT_GSI, QPT_UC, QPT_UD, QPT_XRC_TGT] {
             assert!(!qp_type_counts_in_flight(other), "QP type {other}");
         }
+    }
+
+    /// Every byte's answer, pinned: exactly BIND_MW, LOCAL_INV and REG_MR are local; every
+    /// other opcode sends packets, and a byte that is no opcode is not local.
+    #[test]
+    fn only_bind_mw_local_inv_and_reg_mr_bytes_are_local() {
+        for opcode in 0..=u8::MAX {
+            let want = matches!(opcode, WR_LOCAL_INV | WR_BIND_MW | WR_REG_MR);
+            assert_eq!(wr_opcode_is_local(opcode), want, "opcode byte {opcode}");
+            let typed = WrOpcode::from_u8(opcode).is_some_and(WrOpcode::is_local);
+            assert_eq!(wr_opcode_is_local(opcode), typed, "opcode byte {opcode}");
+        }
+        assert_eq!((WR_LOCAL_INV, WR_BIND_MW, WR_REG_MR), (7, 8, 0x20));
     }
 
     #[test]

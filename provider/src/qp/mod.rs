@@ -119,12 +119,7 @@ impl RoxQp {
             rq,
             srq,
             db_slot: DoorbellSlot::default(),
-            sq_attrs: SqAttrs {
-                qp_type: attr.qp_type,
-                sig_all: attr.sq_sig_all != 0,
-                max_sge: 0,
-                max_inline: 0,
-            },
+            sq_attrs: SqAttrs::new(attr.qp_type, attr.sq_sig_all != 0),
             max_recv_sge: 0,
             qkey: AtomicU32::new(0),
             state: AtomicU32::new(ffi::IBV_QPS_RESET),
@@ -344,6 +339,27 @@ pub(crate) mod tests {
         let mut inline = rc(1, 1);
         inline.cap.max_inline_data = 193;
         assert_eq!(ring_depths(&inline, &LIMITS), Err(EINVAL));
+    }
+
+    /// A new QP keeps, from create on, whether it counts in the port's flight: uapi's rule
+    /// for its type (RC and XRC initiators do), which no doorbell asks again.
+    #[test]
+    fn a_new_qp_stores_whether_it_counts_in_the_ports_flight() {
+        let cases = [
+            (ffi::IBV_QPT_RC, true),
+            (ffi::IBV_QPT_UC, false),
+            (ffi::IBV_QPT_UD, false),
+            (ffi::IBV_QPT_XRC_SEND, true),
+            (ffi::IBV_QPT_XRC_RECV, false),
+        ];
+        for (qp_type, counts) in cases {
+            let mut attr = rc(4, 4);
+            attr.qp_type = qp_type;
+            let (qp, _) = RoxQp::new(&attr, &LIMITS, None).expect("a QP");
+            assert_eq!(qp.sq_attrs.counts_in_flight, counts, "QP type {qp_type}");
+            let rule = crate::wqe::qp_type(qp_type).is_some_and(verbs::qp_type_counts_in_flight);
+            assert_eq!(qp.sq_attrs.counts_in_flight, rule, "QP type {qp_type}");
+        }
     }
 
     #[test]

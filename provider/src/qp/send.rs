@@ -135,7 +135,7 @@ pub(super) fn post_sends(
         wrs,
         |w, index, wq| {
             let wqe = send_wqe(&qp.sq_attrs, &qp.qkey, w, index)?;
-            packets_only &= !wqe::is_local(wqe.opcode);
+            packets_only &= !verbs::wr_opcode_is_local(wqe.opcode);
             wq.write(index, wqe);
             Ok(w.wr_id())
         },
