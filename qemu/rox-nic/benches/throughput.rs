@@ -21,9 +21,9 @@
 //! companion, as rox.ko in rox-lab's guests does (the default since session 14);
 //! ROX_BENCH_POSTED_SPIN_US=N has the devices spin N µs before they sleep while wakes are
 //! posted (default the device's, 10, which is also the most; 0: `--posted-spin-us 0`);
-//! ROX_BENCH_ADAPTIVE_SPIN=0 (or 1) spins it always (the plain spin) instead of only where it
-//! brings the next work sooner than sleeping at once (`--adaptive-spin`, the device's default
-//! since session 22; docs/benchmarks/session-19-spin.md). E.g.
+//! ROX_BENCH_ADAPTIVE_SPIN=0 spins it always (the plain spin); 1, or unset, spins it only where
+//! it brings the next work sooner than sleeping at once (`--adaptive-spin`, the device's
+//! default since session 22; docs/benchmarks/session-19-spin.md). E.g.
 //! `ROX_BENCH_PORT=cable ROX_BENCH_MSGS=2000 ROX_BENCH_POINTS=write:8 valgrind --tool=callgrind target/release/deps/throughput-*`.
 
 use rox_nic::benchkit::stream::{Limit, Stream, Wait, MAX_WINDOW};

@@ -190,6 +190,18 @@ const QUOTE_MAX: usize = 512;
 pub(crate) fn read_fault_file(path: &std::path::Path) -> Result<String, String> {
     use std::io::Read;
     use std::os::unix::fs::OpenOptionsExt;
+    // Looked at before it is opened: opening a device node the guest made (its directory is
+    // shared without mapped permissions) could itself act on the host's device. The fstat
+    // below still decides, on the file actually opened.
+    match std::fs::symlink_metadata(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(String::new()),
+        Err(e) => return Err(format!("cannot stat: {e}")),
+        Ok(m) if m.file_type().is_symlink() => {
+            return Err("a symbolic link, not followed".to_string())
+        }
+        Ok(m) if !m.is_file() => return Err(format!("not a regular file ({:?})", m.file_type())),
+        Ok(_) => {}
+    }
     let file = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
@@ -446,7 +458,7 @@ mod tests {
     }
 
     /// A fault file's reload in a thread: what it leaves injected for READ_MAC, or None if
-    /// it has not returned after 60 s (a blocked data path; the thread is left behind).
+    /// it has not returned after 30 s (a blocked data path; the thread is left behind).
     fn reload_in_thread(path: &std::path::Path) -> Option<Option<Injected>> {
         let mut faults = AdminFaults::new(&AdminFaultConfig {
             fixed: Vec::new(),
@@ -469,11 +481,12 @@ mod tests {
             .status()
             .unwrap();
         assert!(made.success(), "mkfifo failed");
-        let err = read_fault_file(&path).unwrap_err();
-        assert!(err.starts_with("not a regular file"), "{err}");
-        // Nobody ever writes the FIFO: a reader that blocks never returns.
+        // Nobody ever writes the FIFO: a reader that blocks never returns (so in a thread
+        // first: a blocking read fails the test instead of hanging it).
         let injected = reload_in_thread(&path).expect("reload blocked on a FIFO");
         assert_eq!(injected, None);
+        let err = read_fault_file(&path).unwrap_err();
+        assert!(err.starts_with("not a regular file"), "{err}");
     }
 
     #[test]
